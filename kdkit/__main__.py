@@ -1,0 +1,5 @@
+"""``python -m kdkit``."""
+
+from kdkit.cli import main
+
+main()

@@ -1,0 +1,60 @@
+"""Project commands: init, validate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kdkit.cli._group import cli
+from kdkit.cli._options import json_option, project_argument
+from kdkit.cli._output import emit_json
+from kdkit.errors import BadInput
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--name", help="Project name (default: the folder's name, lowercased).")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "cpu"]), default="cuda", show_default=True,
+              help="Default backend written to kdkit.json.")
+@click.option("--force", is_flag=True, help="Write into an existing non-empty folder (template files are replaced).")
+def init(path: Path, name: str | None, backend: str, force: bool) -> None:
+    """Create a project folder that survives a change of machine.
+
+    \b
+    It holds kdkit.json, config/pilot.json (no secrets), requirements/base.in,
+    12 pilot documents with their manifest (one must be rejected), an example
+    PyTorch classifier in src/, runs/ and .env.example.
+    """
+    from kdkit.scaffold import init_project
+
+    root = init_project(path, name=name, backend=backend, force=force)
+    click.echo(f"Created {root}")
+    click.echo(f"Next: kdkit validate {path} && kdkit lock {path} --backend {backend}")
+
+
+@cli.command()
+@project_argument
+@json_option
+def validate(project_dir: Path | None, as_json: bool) -> None:
+    """Check every config against its schema, plus portability rules.
+
+    Validates kdkit.json, the pilot config and the manifest; then refuses
+    machine-bound paths (absolute, home, /tmp), paths outside the project,
+    secrets in config, unsafe or duplicate IDs, and stale locks. Every problem
+    is listed. Exit 0 when valid, 2 otherwise.
+    """
+    from kdkit.project import resolve_root
+    from kdkit.validate import validate_project
+
+    root = resolve_root(project_dir)
+    problems = validate_project(root)
+    if as_json:
+        emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems]})
+    else:
+        for problem in problems:
+            click.echo(f"{root / problem.file}: {problem.where}: {problem.message}", err=True)
+        if not problems:
+            click.echo(f"{root}: valid")
+    if problems:
+        raise BadInput(f"{root}: {len(problems)} problem(s) found; fix them and run `kdkit validate` again")

@@ -1,0 +1,105 @@
+"""A kdkit project on disk: finding its root and loading its checked configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kdkit.errors import BadInput
+from kdkit.jsonio import load_json
+
+MARKER = "kdkit.json"
+BACKENDS = ("cuda", "rocm", "cpu")
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` (default: cwd) that holds kdkit.json."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / MARKER).is_file():
+            return folder
+    raise BadInput(
+        f"{here}: no {MARKER} here or in any parent folder; run inside a project or `kdkit init PATH`"
+    )
+
+
+def resolve_root(project_dir: Path | None) -> Path:
+    """PROJECT_DIR as given (it must hold kdkit.json), or the root found upward from cwd."""
+    if project_dir is None:
+        return find_root()
+    root = project_dir.resolve()
+    if not (root / MARKER).is_file():
+        raise BadInput(f"{root / MARKER}: not found; is {project_dir} a kdkit project (`kdkit init`)?")
+    return root
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    base_image: str
+    torch_index: str
+    lock: Path
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.config["name"])
+
+    @property
+    def python(self) -> str:
+        return str(self.config["python"])
+
+    @property
+    def default_backend(self) -> str:
+        return str(self.config["default_backend"])
+
+    @property
+    def requirements(self) -> Path:
+        return self.root / self.config["requirements"]
+
+    @property
+    def pilot_config_path(self) -> Path:
+        return self.root / self.config["pilot_config"]
+
+    @property
+    def extensions(self) -> list[dict[str, str]]:
+        return list(self.config.get("extensions", []))
+
+    def backend(self, name: str | None = None) -> Backend:
+        """The named backend (default: default_backend); BadInput if kdkit.json lacks it."""
+        chosen = name or self.default_backend
+        if chosen not in BACKENDS:
+            raise BadInput(f"--backend {chosen}: unknown backend; choose one of {', '.join(BACKENDS)}")
+        spec = self.config["backends"].get(chosen)
+        if spec is None:
+            raise BadInput(
+                f"{self.root / MARKER}: $.backends has no '{chosen}'; add it or pick one of "
+                f"{', '.join(self.config['backends'])}"
+            )
+        return Backend(chosen, spec["base_image"], spec["torch_index"], self.root / spec["lock"])
+
+    def pilot_config(self) -> dict[str, Any]:
+        data = load_json(self.pilot_config_path, what="pilot config")
+        if not isinstance(data, dict):
+            raise BadInput(f"{self.pilot_config_path}: $: expected an object; run `kdkit validate`")
+        return data
+
+
+def load_project(project_dir: Path | None = None) -> Project:
+    """Load kdkit.json and check it against its schema (first problem reported)."""
+    from kdkit.validate import schema_problems
+
+    root = resolve_root(project_dir)
+    path = root / MARKER
+    data = load_json(path, what="project file")
+    problems = schema_problems(data, "kdkit", path.relative_to(root))
+    if problems:
+        more = f" (+{len(problems) - 1} more; run `kdkit validate`)" if len(problems) > 1 else ""
+        raise BadInput(f"{root / problems[0].file}: {problems[0].where}: {problems[0].message}{more}")
+    return Project(root, data)
