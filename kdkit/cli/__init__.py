@@ -6,7 +6,8 @@ domain function, and print.
 
 from __future__ import annotations
 
-from kdkit.cli import project as _project  # noqa: F401  (registers commands)
+# Importing a module registers its commands on the group.
+from kdkit.cli import deps, images, machine, order, project, tools  # noqa: F401
 from kdkit.cli._group import cli, main
 
 __all__ = ["cli", "main"]

@@ -1,0 +1,49 @@
+"""The table of in-container commands and the runner that maps errors to exit codes.
+
+Each command module exposes ``main(argv: list[str]) -> int`` built on argparse,
+so its options are defined once and work with or without click.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+from kdkit.errors import KdkitError
+
+# name -> (module, one-line summary shown by `kdkit --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "diagnose": ("kdkit.probe.diagnose", "Prove this machine's GPU really computes, step by step."),
+    "verify-env": ("kdkit.probe.verify_env", "Compare a lock with the live environment of an interpreter."),
+    "pilot": ("kdkit.probe.pilot", "Run the pilot documents with exactly-once accounting."),
+    "copy-out": ("kdkit.probe.copyout", "Copy a run folder elsewhere and verify the copy."),
+}
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Run one command; a KdkitError becomes one line on stderr and its exit code."""
+    module_name, _summary = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+        result: int = module.main(argv)
+        return result
+    except KdkitError as exc:
+        if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        print(f"Error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
+        lines = ["usage: python -m kdkit.probe COMMAND [ARGS]...", "", "Commands:"]
+        lines += [f"  {name:<11} {summary}" for name, (_m, summary) in COMMANDS.items()]
+        print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
+        return 0 if args[:1] in (["-h"], ["--help"]) else 2
+    return run_command(args[0], args[1:])
