@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kdkit.errors import BadInput
+from kdkit.errors import BadInput, KdkitError
 from kdkit.resources import template_dir
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -59,6 +59,9 @@ def init_project(target: Path, name: str | None = None, backend: str = "cuda", f
             _merge(staging, target)
         else:
             os.replace(staging, target)
+    except OSError as exc:
+        raise KdkitError(f"{target}: could not write the project ({exc.strerror or exc}); "
+                         "nothing was left behind, free space or fix permissions and retry") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

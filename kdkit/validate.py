@@ -257,48 +257,61 @@ def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
         return None
 
 
-def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem]) -> Any:
-    """Load, schema-check and rule-check one JSON file; return its data when its shape is valid."""
+def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem]) -> tuple[Any, bool]:
+    """Load, schema-check and rule-check one JSON file: (data or None, whether its shape is valid)."""
     data = _load(root, rel, problems)
     if data is None:
-        return None
+        return None, False
     shape = schema_problems(data, schema, rel)
     problems.extend(shape + machine_path_problems(data, rel) + secret_problems(data, rel))
-    return None if shape else data
+    return (data if isinstance(data, dict) else None), not shape
+
+
+def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
+    """The relative path under ``key`` when it names an existing file inside the project."""
+    value = data.get(key)
+    if not isinstance(value, str) or _inside(root, value) is None or not (root / value).is_file():
+        return None
+    return Path(value)
 
 
 def validate_project(root: Path) -> list[Problem]:
-    """Every problem of the project at ``root``; an empty list means valid."""
+    """Every problem of the project at ``root``; an empty list means valid.
+
+    A file whose shape is wrong is still followed as far as its keys allow, so
+    one run lists the problems of every file, not just of the first.
+    """
     root = root.resolve()
     problems: list[Problem] = []
-    project = _check_document(root, Path("kdkit.json"), "kdkit", problems)
+    project, project_ok = _check_document(root, Path("kdkit.json"), "kdkit", problems)
     if project is None:
         return problems
     problems += path_problems(root, project, Path("kdkit.json"), {"requirements": True, "pilot_config": True})
-    for name, spec in project["backends"].items():
-        target = _inside(root, spec["lock"])
-        if target is None:
-            problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
-                                    f"{spec['lock']!r} points outside the project folder"))
-    for check in EXTRA_CHECKS:
-        problems += check(root, project)
+    if project_ok:
+        for name, spec in project["backends"].items():
+            if _inside(root, spec["lock"]) is None:
+                problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
+                                        f"{spec['lock']!r} points outside the project folder"))
+        for check in EXTRA_CHECKS:
+            problems += check(root, project)
 
-    pilot_rel = Path(project["pilot_config"])
-    if _inside(root, str(pilot_rel)) is None or not (root / pilot_rel).is_file():
+    pilot_rel = _named_file(root, project, "pilot_config")
+    if pilot_rel is None:
         return problems
-    pilot = _check_document(root, pilot_rel, "pilot", problems)
+    pilot, pilot_ok = _check_document(root, pilot_rel, "pilot", problems)
     if pilot is None:
         return problems
     problems += path_problems(root, pilot, pilot_rel, {"inputs": True, "manifest": True, "runs": False})
     problems += entry_problems(root, pilot, pilot_rel)
 
-    manifest_rel = Path(pilot["manifest"])
-    inputs = _inside(root, pilot["inputs"])
-    if _inside(root, str(manifest_rel)) is None or not (root / manifest_rel).is_file():
+    manifest_rel = _named_file(root, pilot, "manifest")
+    if manifest_rel is None:
         return problems
-    manifest = _check_document(root, manifest_rel, "manifest", problems)
-    if manifest is not None:
-        problems += manifest_problems(root, manifest, manifest_rel, pilot["categories"], inputs)
+    manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
+    if manifest is not None and manifest_ok:
+        categories = pilot.get("categories") if pilot_ok else None
+        inputs = _inside(root, pilot["inputs"]) if isinstance(pilot.get("inputs"), str) else None
+        problems += manifest_problems(root, manifest, manifest_rel, categories, inputs)
     return problems
 
 
