@@ -61,11 +61,11 @@ class Project:
 
     @property
     def requirements(self) -> Path:
-        return self.root / self.config["requirements"]
+        return self.root / str(self.config["requirements"])
 
     @property
     def pilot_config_path(self) -> Path:
-        return self.root / self.config["pilot_config"]
+        return self.root / str(self.config["pilot_config"])
 
     @property
     def extensions(self) -> list[dict[str, str]]:

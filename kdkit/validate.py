@@ -222,10 +222,9 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
                 problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
                                         "file or fix the manifest"))
         label, expect = doc.get("label"), doc.get("expect")
-        if expect == "accept" and categories is not None:
-            if label not in categories:
-                problems.append(Problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
-                                        f"allowed category ({', '.join(categories)})"))
+        if expect == "accept" and categories is not None and label not in categories:
+            problems.append(Problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
+                                    f"allowed category ({', '.join(categories)})"))
     if docs and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
         problems.append(Problem(manifest_file, "$.documents", "no expected rejection declared; a pilot must "
                                 "include at least one input that a correct pipeline rejects"))
