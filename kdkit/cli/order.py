@@ -1,5 +1,259 @@
-"""Commands registered by this module (being written)."""
+"""Order and campaign commands: check, plan, estimate-memory, close."""
 
 from __future__ import annotations
 
-from kdkit.cli._group import cli  # noqa: F401
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kdkit.cli._group import cli
+from kdkit.cli._options import json_option, project_argument
+from kdkit.cli._output import console, emit_json
+from kdkit.errors import CheckFailed
+
+catalog_option = click.option(
+    "--catalog", "catalog_file", type=click.Path(dir_okay=False, path_type=Path),
+    help="Your own catalog (schemas/catalog.schema.json): its offers add to, or replace by name, the "
+         "shipped ones and a project catalog.json.",
+)
+gpu_option = click.option("--gpu", metavar="NAME", help="Catalog offer, e.g. \"RTX 4090\", \"B200\", \"MI300X\".")
+
+_STATUS_STYLE = {"ok": "green", "fail": "bold red", "unknown": "yellow", "note": "cyan"}
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, header: bool = True) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=header)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    console().print(table)
+
+
+# ---------------------------------------------------------------- check
+
+
+@cli.command()
+@project_argument
+@gpu_option
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "cpu"]), default=None,
+              help="Backend whose lock is checked (default: the offer's own backend).")
+@catalog_option
+@click.option("--pairings", "pairings_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Extra torch build pairings (schemas/pairings.schema.json), merged over the shipped ones.")
+@json_option
+def check(project_dir: Path | None, gpu: str | None, backend: str | None, catalog_file: Path | None,
+          pairings_file: Path | None, as_json: bool) -> None:
+    """Before ordering: will the locked build run on this GPU offer?
+
+    \b
+    Points checked, each with its fix when it fails:
+      backend     the offer's vendor matches the backend (NVIDIA: cuda, AMD: rocm)
+      lock build  the lock pins a torch build of that backend, with its local label
+      kernels     the build carries code for the card (Blackwell sm_100/sm_120
+                  need CUDA 12.8+, torch >= 2.7; MI300X needs gfx942 in a ROCm build)
+      driver      the minimum host driver the lock's CUDA needs (ask the provider)
+      memory      kdkit.json's memory estimate, and the pilot's measured peak, per card
+    Pairings are data (kdkit/data/pairings.json; a project pairings.json extends it).
+    Exit 0 when every point holds, 1 otherwise.
+
+    \b
+    Example:  kdkit check --gpu "RTX 4090"
+    """
+    from kdkit.order import check_order
+
+    report = check_order(project_dir, gpu, backend=backend, catalog_file=catalog_file,
+                         pairings_file=pairings_file)
+    if as_json:
+        emit_json(report)
+    else:
+        rows = [(p["name"], f"[{_STATUS_STYLE[p['status']]}]{p['status']}[/]", p["detail"], p["fix"])
+                for p in report["points"]]
+        _table(f"{report['gpu']['name']} with the {report['backend']} lock {report['lock']}",
+               ("point", "status", "detail", "fix"), rows)
+    failing = [p["name"] for p in report["points"] if p["status"] in ("fail", "unknown")]
+    if failing:
+        raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes above, "
+                          "then run `kdkit check` again")
+    if not as_json:
+        click.echo(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)")
+
+
+# ---------------------------------------------------------------- plan
+
+
+def _print_plan(order: dict[str, Any]) -> None:
+    offer, sched, cost = order["offer"], order["schedule"], order["cost_per_accepted"]
+    per_card = f" ({offer['cards_per_lot']} cards per lot, price covers them)" if offer["cards_per_lot"] > 1 else ""
+    _table("Order", ("", ""), [
+        ("offer", f"{offer['name']} — {offer['memory_gb']} GB, {offer['architecture']}, {offer['backend']}"),
+        ("duration", f"{order['days']} days"),
+        ("lots", f"{order['lots']}{per_card}"),
+        ("total cards", order["cards"]),
+        ("preparation", f"{order['preparation']} (a need, not a proof: `kdkit diagnose` checks what arrives)"),
+        ("price per lot", f"{order['price_per_lot_usd']} USD ({order['price_source']})"),
+        ("total", f"{order['total_usd']} USD = {order['price_per_lot_usd']} × {order['lots']} lot(s)"),
+    ], header=False)
+    if sched["fits"] is True:
+        click.echo(f"Schedule: {sched['booked_hours']} h booked in a {sched['window_hours']} h window leaves "
+                   f"{sched['left_hours']} h.")
+    elif sched["fits"] is False:
+        click.echo(f"Schedule: {sched['booked_hours']} h booked exceeds the {sched['window_hours']} h window "
+                   f"by {sched['over_hours']} h.")
+    for suggestion in sched["suggestions"]:
+        click.echo(f"  - {suggestion}")
+    if cost is not None:
+        if cost["per_output_usd"] is None:
+            click.echo(f"Cost per accepted output: undefined. {cost['reason']}")
+        else:
+            click.echo(f"Cost per accepted output: {cost['cost_incurred_usd']} USD / {cost['accepted']} = "
+                       f"{cost['per_output_usd']} USD each")
+
+
+@cli.command()
+@project_argument
+@click.option("--gpu", metavar="NAME", required=True, help="Catalog offer, e.g. \"RTX 4090\".")
+@click.option("--days", type=int, required=True, help="Duration of the plan: 3, 7 or 30.")
+@click.option("--lots", type=int, required=True, help="Lots to order, 1 to 10 (a B200 lot is 2 cards).")
+@click.option("--price", metavar="USD", help="Price of ONE lot for the duration; required when the catalog's is null.")
+@click.option("--hours", type=float, help="Machine-busy hours planned end to end: install, checks, compute, export.")
+@click.option("--accepted", type=int, help="Accepted outputs expected (or obtained): gives the cost per output.")
+@click.option("--preparation", type=click.Choice(["ubuntu", "pytorch", "blender", "custom"]), default="ubuntu",
+              show_default=True, help="Machine preparation to ask the provider for.")
+@catalog_option
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the order (schemas/order.schema.json) to FILE, for `kdkit close --order FILE`.")
+@click.option("--force", is_flag=True, help="With --save: replace an existing order file.")
+@json_option
+def plan(project_dir: Path | None, gpu: str, days: int, lots: int, price: str | None, hours: float | None,
+         accepted: int | None, preparation: str, catalog_file: Path | None, save: Path | None, force: bool,
+         as_json: bool) -> None:
+    """The order summary, its schedule and the cost per accepted output.
+
+    \b
+    Total = price of one lot for the duration × lots; a lot's price already
+    covers its cards (a B200 lot is 2 cards: never multiplied again).
+    Schedule: --hours against the window (3 days = 72 h); when it does not
+    fit, the longer plan with its price difference, or a reduced protocol.
+    Cost per accepted output: total / --accepted; with 0 it is undefined
+    (the cost incurred is shown, never a zero cost).
+    kdkit never invents a price: a null catalog price needs --price.
+
+    \b
+    Example:  kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --hours 48 --save order.json
+    """
+    from kdkit.order import plan_order
+
+    order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours, accepted=accepted,
+                       preparation=preparation, catalog_file=catalog_file, save=save, force=force)
+    if as_json:
+        emit_json(order)
+        return
+    _print_plan(order)
+    if save is not None:
+        click.echo(f"Order written to {save}")
+
+
+# ---------------------------------------------------------------- estimate-memory
+
+
+def _print_memory(report: dict[str, Any]) -> None:
+    rows = [(i["item"], f"{i['gib']:.2f} GiB", i["formula"]) for i in report["items"]]
+    rows.append(("lower bound", f"{report['lower_bound_gib']:.2f} GiB", f"{report['lower_bound_bytes']:,} bytes"))
+    _table(f"Memory lower bound: {report['parameters']:,} parameters, {report['dtype']}, train={report['train']}",
+           ("item", "size", "how"), rows)
+    click.echo("Not counted (unmeasured):")
+    for item in report["unmeasured"]:
+        click.echo(f"  - {item}")
+    peak = report["pilot_peak"]
+    if peak is not None:
+        click.echo(f"Pilot {peak['run_id']} measured a peak of {peak['peak_gib']} GiB on "
+                   f"{peak['device'] or 'an unnamed device'} (estimate: {report['lower_bound_gib']} GiB).")
+    against = report["against"]
+    if against is not None:
+        click.echo(f"Against one {against['gpu']} ({against['card_memory_gb']} GB): {against['verdict']}")
+        click.echo(f"  ({against['note']})")
+
+
+@cli.command("estimate-memory")
+@project_argument
+@click.option("--params", metavar="N", help="Parameter count: 7B, 350M, 1.5e9 or a plain integer.")
+@click.option("--from-config", is_flag=True, help="Read the job from kdkit.json's memory section.")
+@click.option("--dtype", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "int8", "int4"]), default=None,
+              help="Weight dtype (default bf16, or the config's).")
+@click.option("--train", type=click.Choice(["none", "sgd", "adam"]), default=None,
+              help="Training adds gradients, fp32 master weights under mixed precision and, for Adam, two "
+                   "fp32 moments (default none).")
+@click.option("--kv", metavar="L,H,D,S,B", help="KV cache of generation: layers,kv_heads,head_dim,seq,batch.")
+@gpu_option
+@catalog_option
+@json_option
+def estimate_memory(project_dir: Path | None, params: str | None, from_config: bool, dtype: str | None,
+                    train: str | None, kv: str | None, gpu: str | None, catalog_file: Path | None,
+                    as_json: bool) -> None:
+    """A lower bound on GPU memory, with what it cannot know listed.
+
+    \b
+    Counts weights, gradients and optimizer states when training, and the KV
+    cache; lists activations, workspaces and fragmentation as unmeasured.
+    Against a card (--gpu) the verdict is "does not fit" or "may fit — to be
+    measured by the pilot": never "fits" from a parameter count. Inside a
+    project, the last pilot's measured peak is shown beside the estimate.
+
+    \b
+    Example:  kdkit estimate-memory --params 7B --dtype bf16 --train adam --gpu "H100 80GB"
+    """
+    from kdkit.catalog import load_catalog
+    from kdkit.memory import memory_report
+    from kdkit.order import optional_project
+
+    project = optional_project(project_dir)
+    offer = None if gpu is None else load_catalog(None if project is None else project.root, catalog_file).find(gpu)
+    report = memory_report(project, params=params, from_config=from_config, dtype=dtype, train=train, kv=kv,
+                           offer=offer)
+    if as_json:
+        emit_json(report)
+    else:
+        _print_memory(report)
+
+
+# ---------------------------------------------------------------- close
+
+
+@cli.command()
+@project_argument
+@click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The order written by `kdkit plan --save` (read, never rewritten).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for campaign-report.md and campaign-report.json (default: <project>/reports).")
+@click.option("--accepted", type=int,
+              help="Accepted outputs, when they are not the pilot's passing runs (default: one per passing "
+                   "configuration under runs/).")
+@json_option
+def close(project_dir: Path | None, order_file: Path, out: Path | None, accepted: int | None,
+          as_json: bool) -> None:
+    """The campaign report: what the order bought, against the plan.
+
+    \b
+    Hours booked against observed, each run with its id, config hash,
+    verdict and stop reason, accepted outputs (one per configuration:
+    repeating a corpus is not another corpus), cost per accepted output,
+    and every deviation. Writes Markdown for a person and JSON that reloads;
+    the order file is never rewritten.
+    """
+    from kdkit.close import close_campaign
+
+    report, md, js = close_campaign(project_dir, order_file, out=out, accepted=accepted)
+    if as_json:
+        emit_json(report)
+        return
+    cost = report["cost"]
+    per_output = f"{cost['per_output_usd']} USD" if cost["per_output_usd"] is not None else "undefined"
+    click.echo(f"{len(report['runs'])} run(s), {report['accepted_outputs']['count']} accepted output(s), "
+               f"{cost['cost_incurred_usd']} USD spent, {per_output} per accepted output, "
+               f"{len(report['deviations'])} deviation(s).")
+    click.echo(f"Wrote {md}")
+    click.echo(f"Wrote {js}")
