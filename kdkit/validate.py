@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -233,11 +233,6 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
 
 # ---------------------------------------------------------------- the whole project
 
-LockCheck = Callable[[Path, dict[str, Any]], list[Problem]]
-# Further checks that need a loaded kdkit.json (e.g. stale locks); other modules add to it.
-EXTRA_CHECKS: list[LockCheck] = []
-
-
 def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
     path = root / relative
     try:
@@ -291,8 +286,9 @@ def validate_project(root: Path) -> list[Problem]:
             if _inside(root, spec["lock"]) is None:
                 problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
                                         f"{spec['lock']!r} points outside the project folder"))
-        for check in EXTRA_CHECKS:
-            problems += check(root, project)
+        from kdkit.locking import stale_lock_problems
+
+        problems += stale_lock_problems(root, project)
 
     pilot_rel = _named_file(root, project, "pilot_config")
     if pilot_rel is None:

@@ -1,5 +1,63 @@
-"""Commands registered by this module (being written)."""
+"""Dependency commands: `kdkit lock` (verify-env is forwarded to kdkit.probe, see machine.py)."""
 
 from __future__ import annotations
 
-from kdkit.cli._group import cli  # noqa: F401
+from pathlib import Path
+
+import click
+
+from kdkit.cli._group import cli
+from kdkit.cli._options import json_option, project_argument
+from kdkit.cli._output import emit_json, warn
+
+
+@cli.command("lock")
+@project_argument
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "cpu", "all"]), default=None,
+              help="Backend to lock, or 'all' (default: default_backend in kdkit.json).")
+@click.option("--upgrade", is_flag=True, help="Re-resolve every package to its newest allowed version.")
+@click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME",
+              help="Re-resolve only NAME (repeatable); other pins stay as locked.")
+@click.option("--in-container", is_flag=True,
+              help="Resolve inside the backend's base image (Docker engine), so Linux-only and "
+                   "Python-specific dependencies match the image.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PEM file of CA certificates for a TLS-intercepting proxy; passed to pip (PIP_CERT), "
+                   "mounted read-only into the container with --in-container.")
+@click.option("--torch-find-links", "torch_links", type=click.Path(file_okay=False, path_type=Path),
+              default=None, envvar="KDKIT_TORCH_FIND_LINKS", show_envvar=True,
+              help="Air-gapped: take torch from this folder of wheels instead of the backend's torch index.")
+@json_option
+def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_packages: tuple[str, ...],
+         in_container: bool, ca_bundle: Path | None, torch_links: Path | None, as_json: bool) -> None:
+    """Write requirements/<backend>.txt: a hashed pip-tools lock of requirements/base.in.
+
+    torch comes from the backend's PyTorch wheel index in kdkit.json and is pinned
+    with its local label (torch==2.8.0+cu128), because a plain ==2.8.0 also accepts
+    +cpu and +rocm builds. The lock's header records kdkit's version, the Python and
+    platform it was resolved for, the indexes, and the sha256 of every input file;
+    `kdkit validate` reports a lock whose inputs changed since.
+
+    \b
+    Examples:
+      kdkit lock --backend cuda
+      kdkit lock --backend all --upgrade-package numpy
+      kdkit lock --backend rocm --in-container --ca-bundle corp-ca.pem
+      kdkit lock --backend cpu --torch-find-links /srv/wheels     # no access to download.pytorch.org
+    """
+    from kdkit.locking import lock_project
+
+    progress = None if as_json else (lambda line: click.echo(line, err=True))
+    results = lock_project(project_dir, backend, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                           in_container=in_container, ca_bundle=ca_bundle, torch_links=torch_links,
+                           progress=progress)
+    if as_json:
+        emit_json({"locks": [r.as_dict() for r in results]})
+        return
+    for result in results:
+        for message in result.warnings:
+            warn(message)
+        torch = f", torch=={result.torch}" if result.torch else ""
+        where = "on this host" if result.resolved_in == "host" else f"in {result.resolved_in}"
+        click.echo(f"Wrote {result.path}: {result.pins} hashed pins{torch} (resolved {where}, "
+                   f"Python {result.python}, {result.platform})")

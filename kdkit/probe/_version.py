@@ -1,0 +1,150 @@
+"""PEP 440 versions, vendored: the part kdkit needs to compare pins and evaluate markers.
+
+Standard library only. The inspected environment may not have ``packaging``, and
+kdkit must never depend on what it is inspecting, so this is a small,
+self-contained subset: parsing, normalization, ordering, and the specifier
+operators that appear in PEP 508 markers (``<``, ``<=``, ``>``, ``>=``,
+``==`` with ``.*``, ``!=``, ``~=``, ``===``).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import total_ordering
+
+_VERSION = re.compile(
+    r"""
+    ^\s*v?
+    (?:(?P<epoch>[0-9]+)!)?
+    (?P<release>[0-9]+(?:\.[0-9]+)*)
+    (?:[-_.]?(?P<pre_l>a|alpha|b|beta|c|rc|pre|preview)[-_.]?(?P<pre_n>[0-9]+)?)?
+    (?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$
+    """,
+    re.VERBOSE | re.IGNORECASE,
+)
+_PRE_NAMES = {"a": "a", "alpha": "a", "b": "b", "beta": "b",
+              "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
+
+
+class InvalidVersion(ValueError):
+    """The text is not a PEP 440 version."""
+
+
+def _local_key(part: str) -> tuple[int, int | str]:
+    # PEP 440: numeric segments sort after alphanumeric ones and compare as numbers.
+    return (1, int(part)) if part.isdigit() else (0, part)
+
+
+@total_ordering
+class Version:
+    """A parsed PEP 440 version; equality and order follow the PEP (``1.0 == 1.0.0``).
+
+    A plain class, not a dataclass: importing dataclasses costs the in-container check
+    more start-up time than all of its work on a hundred distributions."""
+
+    __slots__ = ("dev", "epoch", "local", "post", "pre", "release")
+
+    def __init__(self, epoch: int, release: tuple[int, ...], pre: tuple[str, int] | None, post: int | None,
+                 dev: int | None, local: str | None) -> None:
+        self.epoch, self.release, self.pre, self.post, self.dev, self.local = epoch, release, pre, post, dev, local
+
+    def __repr__(self) -> str:
+        return f"Version({str(self)!r})"
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        match = _VERSION.match(text)
+        if match is None:
+            raise InvalidVersion(f"{text!r} is not a PEP 440 version")
+        g = match.groupdict()
+        pre = (_PRE_NAMES[g["pre_l"].lower()], int(g["pre_n"] or 0)) if g["pre_l"] else None
+        post_n = g["post_n1"] or g["post_n2"]
+        post = int(post_n or 0) if (g["post_l"] or g["post_n1"]) else None
+        dev = int(g["dev_n"] or 0) if g["dev_l"] else None
+        local = re.sub(r"[-_]", ".", g["local"].lower()) if g["local"] else None
+        release = tuple(int(p) for p in g["release"].split("."))
+        return cls(int(g["epoch"] or 0), release, pre, post, dev, local)
+
+    @property
+    def public(self) -> str:
+        """The normalized version without its local label (``2.8.0+cu128`` -> ``2.8.0``)."""
+        text = (f"{self.epoch}!" if self.epoch else "") + ".".join(map(str, self.release))
+        if self.pre:
+            text += f"{self.pre[0]}{self.pre[1]}"
+        if self.post is not None:
+            text += f".post{self.post}"
+        if self.dev is not None:
+            text += f".dev{self.dev}"
+        return text
+
+    @property
+    def base(self) -> Version:
+        """The version without pre, post, dev and local parts."""
+        return Version(self.epoch, self.release, None, None, None, None)
+
+    def public_version(self) -> Version:
+        return Version(self.epoch, self.release, self.pre, self.post, self.dev, None)
+
+    def __str__(self) -> str:
+        return self.public + (f"+{self.local}" if self.local else "")
+
+    def _key(self) -> tuple[object, ...]:
+        release = list(self.release)
+        while len(release) > 1 and release[-1] == 0:
+            release.pop()
+        # Sort order of PEP 440: dev-only releases first, then pre, then final, then post.
+        if self.pre is None and self.post is None and self.dev is not None:
+            pre: tuple[object, ...] = (-1, "")
+        elif self.pre is None:
+            pre = (1, "")
+        else:
+            pre = (0, self.pre[0], self.pre[1])
+        post = (-1,) if self.post is None else (0, self.post)
+        dev = (1,) if self.dev is None else (0, self.dev)
+        local = () if self.local is None else tuple(_local_key(p) for p in self.local.split("."))
+        return (self.epoch, tuple(release), pre, post, dev, local)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Version) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __lt__(self, other: Version) -> bool:
+        return self._key() < other._key()
+
+
+def _prefix_match(version: Version, spec: str) -> bool:
+    """``==X.Y.*``: the public release starts with X.Y (zero-padded, PEP 440)."""
+    wanted = Version.parse(spec)
+    n = len(wanted.release)
+    have = version.release + (0,) * max(0, n - len(version.release))
+    return version.epoch == wanted.epoch and have[:n] == wanted.release
+
+
+def compare(version_text: str, op: str, spec_text: str) -> bool:
+    """Evaluate ``version op spec`` as a PEP 440 specifier clause; raise InvalidVersion."""
+    if op == "===":
+        return version_text.strip().lower() == spec_text.strip().lower()
+    version = Version.parse(version_text)
+    if op in ("==", "!=") and spec_text.endswith(".*"):
+        matched = _prefix_match(version, spec_text[:-2])
+        return matched if op == "==" else not matched
+    spec = Version.parse(spec_text)
+    if op in ("==", "!="):
+        # A spec without a local label matches any local label of that version.
+        mine = version if spec.local else version.public_version()
+        return (mine == spec) if op == "==" else (mine != spec)
+    if op == "~=":
+        if len(spec.release) < 2:
+            raise InvalidVersion(f"~={spec_text}: needs at least two release segments")
+        prefix = ".".join(map(str, spec.release[:-1]))
+        return version.public_version() >= spec and _prefix_match(version, prefix)
+    mine = version.public_version()
+    table = {"<": mine < spec, "<=": mine <= spec, ">": mine > spec, ">=": mine >= spec}
+    if op not in table:
+        raise InvalidVersion(f"unknown version operator {op!r}")
+    return table[op]
