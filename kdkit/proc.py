@@ -6,14 +6,16 @@ Standard library only. Errors become kdkit errors: a missing program is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdkit.errors import Unavailable
+from kdkit.errors import CheckFailed, Unavailable
 
 
 @dataclass(frozen=True)
@@ -66,3 +68,53 @@ def run(
     except subprocess.TimeoutExpired:
         raise Unavailable(f"{shlex.join(argv)}: no answer after {timeout:.0f} s") from None
     return Completed(argv, done.returncode, done.stdout or "", done.stderr or "")
+
+
+# ---------------------------------------------------------------- byte streams (kdkit bundle / load)
+
+
+def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes], out: Path) -> Completed:
+    """Feed ``chunks`` to a program's stdin and write its stdout to ``out`` (a compressor).
+
+    Nothing is held in memory: an image archive of many GB streams through. stderr goes to a
+    temporary file, never a pipe, so a chatty program cannot block on a full pipe.
+    """
+    argv = tuple(os.fspath(a) for a in args)
+    with out.open("wb") as sink, tempfile.TemporaryFile() as errors:
+        try:
+            child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sink, stderr=errors)
+        except FileNotFoundError:
+            raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
+        assert child.stdin is not None
+        try:
+            for chunk in chunks:
+                child.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # the program stopped reading: its exit status and stderr say why
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.close()
+            returncode = child.wait()
+        errors.seek(0)
+        return Completed(argv, returncode, "", errors.read().decode("utf-8", errors="replace"))
+
+
+def stdout_chunks(args: Sequence[str | os.PathLike[str]], chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """A program's stdout as chunks (a decompressor); CheckFailed naming its error if it fails."""
+    argv = tuple(os.fspath(a) for a in args)
+    with tempfile.TemporaryFile() as errors:
+        try:
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)
+        except FileNotFoundError:
+            raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
+        assert child.stdout is not None
+        try:
+            while chunk := child.stdout.read(chunk_size):
+                yield chunk
+        finally:
+            child.stdout.close()
+            returncode = child.wait()
+        if returncode != 0:
+            errors.seek(0)
+            done = Completed(argv, returncode, "", errors.read().decode("utf-8", errors="replace"))
+            raise CheckFailed(f"{shlex.join(argv)}: {done.first_error_line()}")

@@ -44,7 +44,7 @@ def test_rtx_4090_with_a_cu124_lock_holds(project: Path) -> None:
     assert code == 0 and report["ok"] is True and report["backend"] == "cuda"
     points = _points(report)
     assert [p["status"] for p in report["points"]] == ["ok", "ok", "ok", "note", "note"]
-    assert points["kernels"]["detail"] == "torch 2.6.0+cu124 carries cubin sm_80, which runs on sm_89"
+    assert points["kernels"]["detail"] == "torch 2.6.0+cu124 carries cubin sm_86, which runs on sm_89"
     assert points["driver"]["detail"] == "torch 2.6.0+cu124 (CUDA 12.4) needs an NVIDIA host driver >= 525.60.13"
     text = invoke("check", project, "--gpu", "RTX 4090")
     assert text.exit_code == 0

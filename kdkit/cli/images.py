@@ -1,5 +1,219 @@
-"""Commands registered by this module (being written)."""
+"""Image commands: build, wheelhouse, inspect, run. Thin: parse, call kdkit.images / runner / wheelhouse, print."""
 
 from __future__ import annotations
 
-from kdkit.cli._group import cli  # noqa: F401
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from kdkit.cli._group import cli
+from kdkit.cli._options import backend_option, json_option, project_argument
+from kdkit.cli._output import console, emit_json, warn
+
+if TYPE_CHECKING:
+    from kdkit.images import BuildEvent, BuildResult
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+@contextmanager
+def _build_progress() -> Iterator[Callable[[BuildEvent], None]]:
+    """A progress callback: a live status line on a terminal, plain lines otherwise (both on stderr)."""
+    if not sys.stderr.isatty():
+        def plain(event: BuildEvent) -> None:
+            click.echo(event.text if event.kind != "cached" else "  (cached)", err=True)
+
+        yield plain
+        return
+    out = console(stderr=True)
+    with out.status("Starting the build...") as status:
+        def live(event: BuildEvent) -> None:
+            if event.kind == "step" and event.step:
+                status.update(f"Step {event.step.number}/{event.step.total}: {event.step.instruction[:90]}")
+                out.print(f"[bold]{event.text}[/bold]", markup=True, highlight=False)
+            elif event.kind == "cached":
+                out.print("  [green](cached)[/green]", markup=True)
+            else:
+                out.print(f"  {event.text}", markup=False, style="dim")
+
+        yield live
+
+
+def _summary(result: BuildResult) -> str:
+    ran = result.ran
+    steps = f"{len(result.steps)} steps, {len(result.steps) - len(ran)} cached"
+    return f"Built {result.tag} ({_size(result.size)}, {result.seconds:.1f} s, {steps})"
+
+
+@cli.command()
+@project_argument
+@backend_option
+@click.option("--base-image", metavar="IMG", help="Image to start from (default: backends.<b>.base_image).")
+@click.option("--tag", metavar="T", help="Image tag (default: <project>:<backend>-<first 12 of the lock sha256>).")
+@click.option("--ca-bundle", type=click.Path(path_type=Path), metavar="FILE",
+              help="PEM CA bundle for a TLS-intercepting proxy; used by pip in the builder stage only, "
+                   "in no layer of the final image.")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), metavar="DIR",
+              help="Install from this folder (`kdkit wheelhouse`) with --no-index: the build uses no network.")
+@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
+@json_option
+def build(project_dir: Path | None, backend: str | None, base_image: str | None, tag: str | None,
+          ca_bundle: Path | None, wheelhouse: Path | None, no_cache: bool, as_json: bool) -> None:
+    """Build the project's image from its lock, through the Docker SDK.
+
+    A builder stage makes a venv and installs requirements/<backend>.txt with
+    pip --require-hashes --no-deps; the final stage holds the venv, kdkit's
+    in-container commands, kdkit.json, config/, src/ and the lock, and runs as a
+    non-root user. The lock's layer comes before the sources', so a source-only
+    change rebuilds in seconds. The log streams live; on failure the whole log is
+    kept in a file and its first error line is shown. A stale or unhashed lock is
+    refused (exit 2); a failed build leaves no image tagged.
+
+    \b
+    Examples:
+      kdkit build --backend cuda
+      kdkit build --ca-bundle /etc/ssl/certs/ca-certificates.crt     # TLS-intercepting proxy
+      kdkit wheelhouse --out wh && kdkit build --wheelhouse wh         # no network in the build
+    """
+    from kdkit.images import build_image, plan_build
+
+    plan = plan_build(project_dir, backend, base_image=base_image, tag=tag, ca_bundle=ca_bundle,
+                      wheelhouse=wheelhouse, no_cache=no_cache)
+    with _build_progress() as progress:
+        result = build_image(plan, progress)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    click.echo(_summary(result))
+    ran = ", ".join(f"{s.number} {s.instruction.split(' ', 1)[0]}" for s in result.ran) or "none"
+    click.echo(f"Steps that ran: {ran}")
+    click.echo(f"Next: kdkit run --backend {plan.backend.name}   (or kdkit inspect {result.tag})")
+
+
+@cli.command()
+@project_argument
+@backend_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Folder to fill (default: wheelhouse/<backend> in the project).")
+@json_option
+def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, as_json: bool) -> None:
+    """Download every file the lock names, hash-checked, for builds without network.
+
+    Runs `pip download --require-hashes --no-deps -r requirements/<backend>.txt` on
+    this host, honouring pip's configuration (index, certificate, proxy), for the
+    image's platform (Linux x86_64, the project's Python). Files already in DIR are
+    reused. Then `kdkit build --wheelhouse DIR` installs with --no-index.
+    """
+    from kdkit.wheelhouse import download_wheelhouse
+
+    if not as_json:
+        click.echo("Downloading the locked files (pip download, hash-checked)...", err=True)
+    result = download_wheelhouse(project_dir, backend, out)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    total = sum(size for _name, size in result.files)
+    click.echo(f"{result.folder}: {len(result.files)} files, {_size(total)}, every sha256 in {result.lock.name}")
+    click.echo(f"Next: kdkit build --backend {result.backend} --wheelhouse {result.folder}")
+
+
+@cli.command()
+@click.argument("image")
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Project whose current lock to compare (default: the one around the current folder).")
+@json_option
+def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
+    """Show an image's kdkit and OCI labels and whether the project's lock still matches it.
+
+    Exit 0 when the lock matches (or no project is around), 1 when the project's
+    lock changed since the image was built, 2 for an image without kdkit's
+    labels, 3 when the image or the engine is not there.
+    """
+    from kdkit.images import inspect_image, require_lock_match
+
+    report = inspect_image(image, project_dir)
+    if as_json:
+        emit_json(report)
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"{image}  ({_size(report['size'])}, user {report['user'] or 'root'})")
+        table.add_column("label")
+        table.add_column("value", overflow="fold")
+        for prefix, group in (("dev.kdkit.", report["kdkit"]), ("org.opencontainers.image.", report["oci"])):
+            for key, value in group.items():
+                table.add_row(prefix + key, value)
+        console().print(table)
+        lock = report["lock"]
+        if lock["matches"] is None:
+            click.echo("Lock: no project here to compare with (pass --project DIR).")
+        elif lock["matches"]:
+            click.echo(f"Lock: {lock['project_lock']} matches the image ({lock['image_sha256'][:12]}).")
+    require_lock_match(report)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@project_argument
+@backend_option
+@click.option("--image", metavar="IMG", help="Image to run (default: <project>:<backend>-<lock sha256 12>).")
+@click.option("--gpus", metavar="all|0,1", help="CUDA: all GPUs (default) or these indexes/UUIDs; "
+              "ROCm: only these GPUs' render nodes.")
+@click.option("--network", type=click.Choice(["none", "bridge", "host"]), default="none", show_default=True,
+              help="Container network; none keeps the pilot from reaching anything.")
+@click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), metavar="F",
+              help="NAME=VALUE lines passed as environment at run time only: never printed, logged or baked.")
+@click.option("--print", "print_only", is_flag=True,
+              help="Print the equivalent shell lines (docker run ...) instead of running.")
+@json_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(project_dir: Path | None, backend: str | None, image: str | None, gpus: str | None, network: str,
+        env_file: Path | None, print_only: bool, as_json: bool, command: tuple[str, ...]) -> None:
+    """Run the project's image here: diagnose, verify-env, pilot; the exit code is the verdict.
+
+    The host is checked first, each failure with its fix: the engine (exit 3), the
+    image and its kdkit labels, the NVIDIA runtime or /dev/kfd, the GPUs named by
+    --gpus, the host driver against the image's CUDA. data/pilot is mounted
+    read-only, runs/ read-write; the new runs/<id>/ folder is on this host after.
+    Give a command after `--` to run it instead of the image's default.
+
+    \b
+    Examples:
+      kdkit run --backend cuda --env-file .env
+      kdkit run --backend rocm --gpus 0
+      kdkit run --print                      # docker run ... : reproduce without kdkit
+      kdkit run -- kdkit diagnose --expect cuda --json
+    """
+    from kdkit.runner import execute, prepare_run, print_lines
+
+    plan = prepare_run(project_dir, backend=backend, image=image, gpus=gpus, network=network,
+                       env_file=env_file, command=list(command) or None)
+    for message in plan.warnings:
+        warn(message)
+    if print_only:
+        for line in print_lines(plan):
+            click.echo(line)
+        return
+    for step in plan.host_steps:
+        click.echo(f"Host: {step.description}", err=True)
+    stream = sys.stderr.buffer if as_json else sys.stdout.buffer
+
+    def show(chunk: bytes) -> None:
+        stream.write(chunk)
+        stream.flush()
+
+    code, folders = execute(plan, show)
+    if as_json:
+        emit_json({"image": plan.image.ref, "backend": plan.backend, "exit_code": code,
+                   "run_folders": [str(f) for f in folders]})
+    else:
+        where = ", ".join(str(f) for f in folders) or "none"
+        verdict = "passed" if code == 0 else f"failed (exit {code})"
+        click.echo(f"Verdict: {verdict}; new run folders: {where}", err=True)
+    if code:
+        raise click.exceptions.Exit(code)
