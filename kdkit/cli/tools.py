@@ -95,7 +95,8 @@ def _print_sweep(report: dict[str, Any]) -> None:
 
     table = Table(title=f"Batch-size sweep of {report['entry']} on {report['device']}")
     for column in ("group", "batch", "done", "time", "items/s", "peak memory", "errors", "same as batch 1"):
-        table.add_column(column, justify="left" if column in ("group", "errors") else "right")
+        table.add_column(column, justify="left" if column in ("group", "errors") else "right",
+                         no_wrap=column == "group")
     for row in report["rows"]:
         problem = row["limit"] or row["first_error"] or ""
         same = {True: "yes", False: f"NO: {row.get('difference', '')}", None: "-"}[row["same_as_batch_1"]]

@@ -1,0 +1,378 @@
+"""The only module that imports ``docker`` (the Docker SDK for Python).
+
+Every docker error is turned into a kdkit error here, with the image and the
+detail, so the rest of kdkit never sees docker's exception types:
+
+* no engine answering -> :class:`Unavailable` (exit 3) saying how to start one;
+* an image that is not on the engine -> :class:`Unavailable`, naming how to get it;
+* the NVIDIA device driver missing -> :class:`Unavailable` quoting the error users
+  otherwise meet (``could not select device driver "" with capabilities: [[gpu]]``).
+
+Images are never pulled implicitly: kdkit works on machines that reach no
+registry, and a silent pull of a multi-GB base is not what a check should do.
+:meth:`Engine.pull` exists for the one place that asks for it on purpose.
+
+A container is described once, as a :class:`ContainerSpec`; :func:`sdk_arguments`
+and :func:`cli_arguments` translate that one description for the SDK and for
+the ``docker run`` command line, so ``kdkit run --print`` cannot drift from what
+``kdkit run`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kdkit.errors import Unavailable
+from kdkit.jsonio import atomic_write_chunks
+
+ENGINE_FIX = "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set DOCKER_HOST"
+NVIDIA_ERROR = 'could not select device driver "" with capabilities: [[gpu]]'
+NVIDIA_FIX = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker "
+              "&& sudo systemctl restart docker`")
+# Builds stream for many minutes without a byte (pip installing torch): a read timeout must not end them.
+BUILD_TIMEOUT_S = 3 * 3600
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def _engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+@contextlib.contextmanager
+def docker_errors(subject: str) -> Iterator[None]:
+    """Turn docker and transport errors raised inside the block into kdkit errors about ``subject``."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except docker.errors.ImageNotFound:
+        raise Unavailable(f"image {subject}: not on this Docker engine; build it (`kdkit build`), load it "
+                          f"(`kdkit load` / `docker load`) or pull it") from None
+    except docker.errors.APIError as exc:
+        detail = _one_line(exc)
+        if NVIDIA_ERROR in detail or "could not select device driver" in detail:
+            raise Unavailable(f"{subject}: the Docker engine has no NVIDIA GPU support ({NVIDIA_ERROR}); "
+                              f"{NVIDIA_FIX}") from None
+        raise Unavailable(f"{subject}: the Docker engine refused: {detail}") from None
+    except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
+        raise Unavailable(f"Docker engine not reachable at {_engine_address()} ({_one_line(exc)}); "
+                          f"{ENGINE_FIX}") from None
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What kdkit reads from an image: identity, labels, user, size."""
+
+    ref: str
+    id: str
+    labels: dict[str, str]
+    user: str
+    size: int
+    tags: list[str]
+    created: str
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount: host folder -> container path."""
+
+    source: Path
+    target: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything that defines a container run, independent of how it is started.
+
+    ``env`` holds values read from ``env_file``; it is never part of a repr, a log or the
+    printed command line, which names the file instead.
+    """
+
+    image: str
+    command: list[str] | None = None
+    user: str | None = None
+    network: str = "none"
+    mounts: list[Mount] = field(default_factory=list)
+    workdir: str | None = None
+    env_file: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    gpus: str | list[str] | None = None  # CUDA device request: "all" or device ids
+    devices: list[str] = field(default_factory=list)
+    group_add: list[str] = field(default_factory=list)
+    security_opt: list[str] = field(default_factory=list)
+    shm_size: str | None = None
+    ipc_mode: str | None = None
+
+
+def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
+    """``containers.create`` keyword arguments for ``spec``."""
+    from docker.types import DeviceRequest
+    from docker.types import Mount as SdkMount
+
+    kwargs: dict[str, Any] = {
+        "image": spec.image,
+        "command": spec.command,
+        "user": spec.user,
+        "network_mode": spec.network,
+        "working_dir": spec.workdir,
+        "environment": {**spec.env, **spec.extra_env},
+        "mounts": [SdkMount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in spec.mounts],
+        "devices": [f"{d}:{d}:rwm" for d in spec.devices],
+        "group_add": list(spec.group_add),
+        "security_opt": list(spec.security_opt),
+        "shm_size": spec.shm_size,
+        "ipc_mode": spec.ipc_mode,
+    }
+    if spec.gpus == "all":
+        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    elif spec.gpus:
+        kwargs["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus), capabilities=[["gpu"]])]
+    return {key: value for key, value in kwargs.items() if value not in (None, [], {})}
+
+
+def cli_arguments(spec: ContainerSpec) -> list[str]:
+    """The ``docker run`` argument vector equivalent to :func:`sdk_arguments`.
+
+    ``--rm`` because kdkit removes its containers; ``--pull never`` because kdkit never pulls.
+    """
+    args = ["docker", "run", "--rm", "--pull", "never", "--network", spec.network]
+    if spec.user:
+        args += ["--user", spec.user]
+    for mount in spec.mounts:
+        args += ["--mount", f"type=bind,source={mount.source},target={mount.target}"
+                 + (",readonly" if mount.read_only else "")]
+    if spec.workdir:
+        args += ["--workdir", spec.workdir]
+    if spec.env_file is not None:
+        args += ["--env-file", str(spec.env_file)]
+    for name, value in spec.extra_env.items():
+        args += ["--env", f"{name}={value}"]
+    if spec.gpus == "all":
+        args += ["--gpus", "all"]
+    elif spec.gpus:
+        args += ["--gpus", f'"device={",".join(spec.gpus)}"']
+    for device in spec.devices:
+        args += ["--device", device]
+    for group in spec.group_add:
+        args += ["--group-add", group]
+    for option in spec.security_opt:
+        args += ["--security-opt", option]
+    if spec.shm_size:
+        args += ["--shm-size", spec.shm_size]
+    if spec.ipc_mode:
+        args += ["--ipc", spec.ipc_mode]
+    return [*args, spec.image, *(spec.command or [])]
+
+
+def split_reference(ref: str) -> tuple[str, str]:
+    """``repo[:tag]`` -> (repo, tag); a registry port (``localhost:5000/x``) is not a tag."""
+    if ":" in ref.rsplit("/", 1)[-1]:
+        repository, _, tag = ref.rpartition(":")
+        return repository, tag
+    return ref, "latest"
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    return shlex.join(argv)
+
+
+class Engine:
+    """A connection to the Docker engine; every method raises kdkit errors only."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    # ------------------------------------------------------------------ engine
+
+    def info(self) -> dict[str, Any]:
+        with docker_errors("engine"):
+            data: dict[str, Any] = self._client.info()
+        return data
+
+    def runtimes(self) -> set[str]:
+        """Names of the container runtimes the engine knows (``nvidia`` once the toolkit is set up)."""
+        return set(self.info().get("Runtimes") or {})
+
+    # ------------------------------------------------------------------ images
+
+    def image(self, ref: str) -> ImageFacts | None:
+        """The image ``ref`` on this engine, or None when it is not there."""
+        import docker.errors
+
+        with docker_errors(ref):
+            try:
+                attrs = self._client.api.inspect_image(ref)
+            except docker.errors.ImageNotFound:
+                return None
+        config = attrs.get("Config") or {}
+        return ImageFacts(ref, attrs["Id"], dict(config.get("Labels") or {}), str(config.get("User") or ""),
+                          int(attrs.get("Size") or 0), list(attrs.get("RepoTags") or []),
+                          str(attrs.get("Created") or ""))
+
+    def require_image(self, ref: str) -> ImageFacts:
+        facts = self.image(ref)
+        if facts is None:
+            raise Unavailable(f"image {ref}: not on this Docker engine; build it (`kdkit build`) or load it "
+                              "(`kdkit load` / `docker load`)")
+        return facts
+
+    def pull(self, ref: str) -> None:
+        """Pull ``ref`` on purpose; Unavailable with the registry's answer when it cannot be had."""
+        import docker.errors
+
+        repository, tag = split_reference(ref)
+        try:
+            self._client.api.pull(repository, tag=tag)
+        except docker.errors.DockerException as exc:
+            raise Unavailable(f"image {ref}: not on this Docker engine and it cannot be pulled "
+                              f"({_one_line(exc)}); `docker load` it or pass another --base-image") from None
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repository, tag = split_reference(ref)
+        with docker_errors(ref):
+            self._client.api.tag(image_id, repository, tag=tag)
+
+    def remove_image(self, ref: str) -> None:
+        import docker.errors
+
+        with docker_errors(ref), contextlib.suppress(docker.errors.ImageNotFound):
+            self._client.api.remove_image(ref, force=True)
+
+    def history(self, ref: str) -> list[dict[str, Any]]:
+        with docker_errors(ref):
+            rows: list[dict[str, Any]] = self._client.api.history(ref)
+        return rows
+
+    def build(self, context: IO[bytes], *, dockerfile: str, buildargs: Mapping[str, str], nocache: bool,
+              network: str) -> Iterator[dict[str, Any]]:
+        """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is tagged."""
+        with docker_errors("build"):
+            stream = self._client.api.build(
+                fileobj=context, custom_context=True, dockerfile=dockerfile, buildargs=dict(buildargs),
+                nocache=nocache, rm=True, forcerm=True, pull=False, decode=True, network_mode=network,
+                timeout=BUILD_TIMEOUT_S)
+            yield from stream
+
+    def save_image(self, ref: str, out: Path) -> int:
+        """Write ``docker save`` of ``ref`` to ``out`` atomically; return its size in bytes."""
+        return atomic_write_chunks(out, save_image_chunks(self, ref))
+
+    def load_image(self, archive: Path) -> list[str]:
+        """``docker load`` an archive file; return the tags (or ids) it brought."""
+        with archive.open("rb") as handle:
+            return load_image_chunks(self, iter(lambda: handle.read(1 << 20), b""), str(archive))
+
+    # ------------------------------------------------------------------ containers
+
+    def run(self, spec: ContainerSpec, on_output: Callable[[bytes], None] | None = None) -> int:
+        """Run ``spec`` to completion, streaming its output; return its exit code. The container is removed."""
+        container = None
+        with docker_errors(spec.image):
+            try:
+                container = self._client.containers.create(**sdk_arguments(spec))
+                container.start()
+                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    if on_output is not None:
+                        on_output(chunk)
+                status = container.wait()
+                return int(status.get("StatusCode", 1))
+            except KeyboardInterrupt:
+                if container is not None:
+                    with contextlib.suppress(Exception):
+                        container.kill()
+                raise
+            finally:
+                if container is not None:
+                    with contextlib.suppress(Exception):  # already gone: nothing to clean
+                        container.remove(force=True)
+
+
+def save_image_chunks(engine: Engine, ref: str) -> Iterator[bytes]:
+    """The ``docker save`` archive of ``ref`` as a stream of chunks (an image is GBs: never held whole)."""
+    with docker_errors(ref):
+        yield from engine._client.api.get_image(ref)
+
+
+def load_image_chunks(engine: Engine, chunks: Iterable[bytes], name: str) -> list[str]:
+    """``docker load`` from a stream of archive chunks (``name`` names it in errors); the tags it brought."""
+    with docker_errors(name):
+        images = engine._client.images.load(chunks)
+    return [tag for image in images for tag in (image.tags or [image.id])]
+
+
+def connect(timeout: float = 60) -> Engine:
+    """The engine named by the environment (DOCKER_HOST, the active context); Unavailable when none answers."""
+    import docker
+
+    with docker_errors("engine"):
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    return Engine(client)
+
+
+# ------------------------------------------------- one-shot containers (kdkit lock --in-container)
+
+
+def run_to_completion(
+    image: str,
+    command: Sequence[str],
+    mounts: Sequence[tuple[Path, str, str]],
+    env: Mapping[str, str],
+    network: str | None = None,
+    workdir: str | None = None,
+) -> tuple[int, str]:
+    """Run ``command`` in a throw-away container of a LOCAL ``image``; return (exit code, logs).
+
+    ``mounts`` are (host path, container path, "ro" | "rw") bind mounts. The image is
+    never pulled (see the module's docstring).
+    """
+    engine = connect()
+    engine.require_image(image)
+    spec = ContainerSpec(
+        image=image, command=list(command), network=network or "bridge", workdir=workdir,
+        mounts=[Mount(host, inside, mode == "ro") for host, inside, mode in mounts], extra_env=dict(env))
+    output: list[bytes] = []
+    code = engine.run(spec, output.append)
+    return code, b"".join(output).decode("utf-8", errors="replace")
+
+
+# ------------------------------------------------- image archives as streams (kdkit bundle / load)
+# Streams, so that `kdkit bundle` compresses while `docker save` is still producing (a CUDA image
+# is many GB: no uncompressed copy on disk) and `kdkit load` decompresses on the way in (engines
+# before Docker 25 cannot read a zstd archive themselves).
+
+
+def save_image_chunks(engine: Engine, ref: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """``docker save`` of ``ref`` as a stream of byte chunks."""
+    with docker_errors(ref):
+        yield from engine._client.api.get_image(ref, chunk_size=chunk_size)
+
+
+def load_image_chunks(engine: Engine, chunks: Iterator[bytes], subject: str) -> list[str]:
+    """``docker load`` from a stream of (uncompressed) archive chunks; return the tags (or ids) it brought."""
+    with docker_errors(subject):
+        messages: list[dict[str, Any]] = list(engine._client.api.load_image(chunks, quiet=True))
+    errors = [m.get("error") or m.get("errorDetail", {}).get("message") for m in messages
+              if m.get("error") or m.get("errorDetail")]
+    if errors:
+        raise Unavailable(f"{subject}: the Docker engine refused the archive: {errors[0]}")
+    loaded = []
+    for message in messages:
+        stream = str(message.get("stream", "")).strip()
+        for prefix in ("Loaded image: ", "Loaded image ID: "):
+            if stream.startswith(prefix):
+                loaded.append(stream[len(prefix):])
+    return loaded

@@ -1,0 +1,48 @@
+"""Plots drawn on the host with matplotlib (an optional dependency: ``pip install kdkit[plot]``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kdkit.errors import Unavailable
+from kdkit.jsonio import atomic_write_bytes
+
+
+def sweep_plot(report: dict[str, Any], out: Path) -> None:
+    """Throughput and peak memory against batch size, one line per length group; limits marked with x."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display on a rented machine
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise Unavailable("matplotlib: not installed; `pip install 'kdkit[plot]'` or drop --plot") from None
+    import io
+
+    figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for group in report["groups"]:
+        rows = [r for r in report["rows"] if r["group"] == group["name"]]
+        done = [r for r in rows if not r["limit"]]
+        label = f"{group['name']} ({group['min_bytes']}-{group['max_bytes']} B)"
+        line, = speed.plot([r["batch_size"] for r in done], [r["items_per_second"] for r in done], marker="o",
+                           label=label)
+        memory.plot([r["batch_size"] for r in done], [r["peak_memory_bytes"] / 2**20 for r in done], marker="o",
+                    color=line.get_color(), label=label)
+        for row in rows:
+            if row["limit"] or row["errors"] or row["same_as_batch_1"] is False:
+                # A failure is drawn where it happened, never folded into a line.
+                speed.scatter([row["batch_size"]], [0], marker="x", s=80, color=line.get_color())
+    for axes, title in ((speed, "completed inputs / s"), (memory, f"peak memory, MiB\n{report['memory_kind']}")):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(report["batch_sizes"], [str(b) for b in report["batch_sizes"]])
+        axes.set_xlabel("batch size")
+        axes.set_title(title, fontsize=10)
+        axes.grid(True, alpha=0.3)
+    speed.legend(fontsize=8)
+    figure.suptitle(f"kdkit sweep: {report['entry']} on {report['device']} (x: limit or error)", fontsize=11)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    atomic_write_bytes(out, buffer.getvalue())

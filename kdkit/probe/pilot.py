@@ -1,0 +1,322 @@
+"""`kdkit pilot`: run the pilot documents through the app with exactly-once accounting.
+
+The run gets its own folder under runs/ (ID = UTC time + a short hash of the
+resolved parameters) holding params.json, env.json (the diagnose report),
+results.jsonl (appended and fsynced per batch), summary.json, summary.md,
+SHA256SUMS, and stop.json when it stopped early. ``--resume ID`` finishes a
+stopped or killed run without redoing or duplicating any item; ``--copy-to``
+copies the closed folder elsewhere and verifies the copy. Standard library only
+(plus torch inside the app): it runs on a bare host and inside the container.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kdkit.errors import BadInput, KdkitError
+from kdkit.probe import harness
+from kdkit.probe.accounting import account
+from kdkit.probe.copyout import copy_run
+from kdkit.probe.diagnose import run_diagnose
+from kdkit.probe.diagsteps import hardware_hints
+from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_hash
+from kdkit.probe.pilotreport import summary_data, summary_markdown
+from kdkit.probe.projectfiles import load_object, project_root
+from kdkit.probe.runfolder import RunFolder, Scan, check_run_id, git_state, new_run_id
+from kdkit.probe.stopguard import StopGuard, StopRequested
+
+PROBLEMS_SHOWN = 20
+
+
+@dataclass
+class Session:
+    """This invocation's share of the run: timings and the stop, if any."""
+
+    resumed: bool
+    started: float = field(default_factory=time.perf_counter)
+    diagnose_seconds: float = 0.0
+    app_seconds: float = 0.0
+    batches: int = 0
+    items: int = 0
+    dropped_lines: int = 0
+    stop: dict[str, Any] | None = None
+    exit_code: int = 0
+
+    def timings(self) -> dict[str, Any]:
+        total = time.perf_counter() - self.started
+        return {
+            "seconds": round(total, 4),
+            "diagnose_seconds": round(self.diagnose_seconds, 4),
+            "app_seconds": round(self.app_seconds, 4),
+            "harness_seconds": round(total - self.diagnose_seconds - self.app_seconds, 4),
+            "batches": self.batches,
+            "items": self.items,
+            "items_per_second": round(self.items / total, 2) if total > 0 else None,
+        }
+
+
+class Progress:
+    """One line on stderr per second at most: a long run shows it is alive without flooding the log."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.last = total, enabled, 0.0
+
+    def __call__(self, done: int, rejected: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.enabled and (force or now - self.last >= 1.0):
+            self.last = now
+            print(f"pilot: {done}/{self.total} IDs done, {rejected} rejected", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- opening the run
+
+
+def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str]) -> tuple[RunFolder, bool]:
+    """A new run folder with its params.json, or the existing one to resume (same parameters only)."""
+    params = cfg.resolved()
+    digest = params_hash(params)
+    if resume is not None:
+        run = RunFolder.existing(cfg.runs_dir, check_run_id(resume, "--resume"))
+        recorded = load_object(run.path / "params.json", "run parameters").get("params_hash")
+        if recorded != digest:
+            raise BadInput(f"{run.path}: the parameters changed since this run started (hash {str(recorded)[:8]} "
+                           f"-> {digest[:8]}); a new configuration gets a new run: drop --resume")
+        _reopen(run)
+        return run, True
+    run = RunFolder.create(cfg.runs_dir, check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest))
+    run.write_json("params.json", {
+        "run_id": run.run_id,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "project_root": str(cfg.root),
+        "params": params,
+        "params_hash": digest,
+        "code": git_state(cfg.root),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "command": ["kdkit", "pilot", *argv],
+    })
+    return run, False
+
+
+def _free_id(cfg: PilotConfig, digest: str) -> str:
+    base = new_run_id(digest)
+    candidate, n = base, 1
+    while (cfg.runs_dir / candidate).exists():  # two runs of one config in the same second
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def _reopen(run: RunFolder) -> None:
+    """A resumed run is open again: its closing files go, earlier stop and env reports are kept by number."""
+    for name in ("SHA256SUMS", "summary.json", "summary.md"):
+        (run.path / name).unlink(missing_ok=True)
+    for stem in ("stop", "env"):
+        if (run.path / f"{stem}.json").exists():
+            n = 1
+            while (run.path / f"{stem}-{n}.json").exists():
+                n += 1
+            os.replace(run.path / f"{stem}.json", run.path / f"{stem}-{n}.json")
+
+
+# ---------------------------------------------------------------- running
+
+
+def expect_for(device: str) -> str:
+    """What diagnose must prove for the configured device."""
+    if device == "cpu" or device == "auto":
+        return device
+    return "rocm" if hardware_hints() == ["amd"] else "cuda"
+
+
+def diagnose_blocks(report: dict[str, Any]) -> str | None:
+    """Why the app must not run after this diagnose report, or None.
+
+    A CPU pilot goes on without torch: the app may not need it (and one that does
+    fails on its own, item by item, with the reason recorded).
+    """
+    failure = report.get("first_failure")
+    if not failure or (failure["step"] == "torch import" and report.get("expected") == "cpu"):
+        return None
+    return f"diagnose failed at step {failure['step']}: {failure['detail']} (fix: {failure['fix']})"
+
+
+def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progress) -> None:
+    """Diagnose, then the batches; any stop is recorded in ``session``, never raised."""
+    try:
+        started = time.perf_counter()
+        report = run_diagnose(expect_for(cfg.device), project=cfg.root)
+        session.diagnose_seconds = time.perf_counter() - started
+        run.write_json("env.json", report)
+        if (blocked := diagnose_blocks(report)) is not None:
+            raise StopRequested(blocked, "diagnose")
+        harness.set_device(cfg.device)
+        predict = harness.load_entry(cfg.root, cfg.entry)
+        scan = run.scan()
+        session.dropped_lines = scan.dropped_lines
+        _reset_peak(cfg.device)
+        with StopGuard(cfg.max_seconds).installed() as guard:
+            _loop(cfg, run, session, scan, predict, guard, progress)
+        run.close()  # the last batch's fsync: its failure is an error of this run
+    except StopRequested as stop:
+        session.stop, session.exit_code = {"reason": stop.reason, "rule": stop.rule}, stop.exit_code
+    except KeyboardInterrupt:
+        session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
+    except KdkitError as exc:
+        session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": "error"}, 1
+    except Exception as exc:  # the harness's own failure (e.g. disk full) still closes the run folder
+        session.stop, session.exit_code = {"reason": f"error: {type(exc).__name__}: {exc}", "rule": "error"}, 1
+    finally:
+        with contextlib.suppress(OSError):
+            run.close()
+    if session.stop is not None:
+        session.stop["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, predict: harness.Predict,
+          guard: StopGuard, progress: Progress) -> None:
+    pending: list[Document] = [d for d in cfg.documents if d.id not in scan.finished]
+    done, rejected = len(cfg.documents) - len(pending), scan.rejected
+    source = harness.batches(pending, cfg.batch_size, cfg.max_input_bytes, scan.next_batch)
+    with harness.prefetching(source) as ahead:
+        for number, items, rejections in ahead:
+            guard.check()
+            records = rejections + _app_records(cfg, session, predict, guard, number, items)
+            run.append(records)
+            session.batches += 1
+            session.items += len(items) + len(rejections)
+            done += len(items) + len(rejections)
+            rejected += sum(r["outcome"] == "rejected" for r in records)
+            progress(done, rejected)
+            if cfg.max_rejected is not None and rejected > cfg.max_rejected:
+                raise StopRequested(f"stop rule: {rejected} inputs rejected, more than max_rejected "
+                                    f"{cfg.max_rejected}", "max_rejected")
+    progress(done, rejected, force=True)
+
+
+def _app_records(cfg: PilotConfig, session: Session, predict: harness.Predict, guard: StopGuard, number: int,
+                 items: list[harness.Item]) -> list[dict[str, Any]]:
+    """The app's records for one batch, timed; a stop arriving meanwhile interrupts the app."""
+    if not items:
+        return []
+    started = time.perf_counter()
+    try:
+        with guard.app_running():
+            return harness.run_batch(predict, items, cfg.categories, number)
+    finally:
+        session.app_seconds += time.perf_counter() - started
+
+
+def _reset_peak(device: str) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and device != "cpu" and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory(device: str) -> dict[str, Any]:
+    """torch's peak allocation on the GPU the app used; the process's peak RSS on the CPU."""
+    torch = sys.modules.get("torch")
+    if torch is not None and device != "cpu" and torch.cuda.is_available():
+        return {"device": device, "kind": "torch.cuda.max_memory_allocated",
+                "bytes": int(torch.cuda.max_memory_allocated())}
+    return {"device": "cpu", "kind": "peak RSS of the pilot process (ru_maxrss)",
+            "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
+    """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS."""
+    if session.stop is not None:
+        run.write_json("stop.json", session.stop)
+    accounting = account(cfg.documents, run.records(), cfg.min_quality)
+    summary = summary_data(run.run_id, cfg, accounting, session.stop, {
+        "resumed": session.resumed,
+        "lines_dropped_on_resume": session.dropped_lines,
+        "timings": session.timings(),
+        "peak_memory": peak_memory(cfg.device),
+    })
+    run.write_json("summary.json", summary)
+    run.write_text("summary.md", summary_markdown(summary, cfg, accounting))
+    run.write_sums()
+    return summary
+
+
+# ---------------------------------------------------------------- command line
+
+
+def render_text(summary: dict[str, Any], run: RunFolder) -> str:
+    quality = "undefined" if summary["quality"] is None else f"{summary['quality']:.3f}"
+    lines = [f"Run {run.path}" + (" (resumed)" if summary["resumed"] else ""),
+             f"  {summary['total']} IDs: accepted {summary['accepted']}, rejected {summary['rejected']}; "
+             f"quality {quality} (min {summary['min_quality']:g})"]
+    problems = summary["problems"]
+    lines += [f"  - {p}" for p in problems[:PROBLEMS_SHOWN]]
+    if len(problems) > PROBLEMS_SHOWN:
+        lines.append(f"  ... {len(problems) - PROBLEMS_SHOWN} more in summary.json")
+    lines.append("PASS: every ID exactly once, expectations met" if summary["verdict"] == "pass"
+                 else f"FAIL: {len(problems)} problem(s); details in {run.path / 'summary.md'}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kdkit pilot",
+        description="Run the pilot documents through the project's predict(items) with exactly-once "
+                    "accounting: every manifest ID once, no invented IDs, allowed categories only, a reason "
+                    "for every rejection, expected rejections rejected, quality >= min_quality.",
+        epilog="Exit 0 pass, 1 fail (problems listed) or stopped, 2 bad input (config, manifest), 130 "
+               "Ctrl-C. After a crash or a stop: kdkit pilot --resume RUN_ID. Verify from a copy: "
+               "kdkit pilot --copy-to /mnt/backup",
+    )
+    parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
+                        help="the project (default: found upward from the current folder)")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="pilot config, relative to the project (default: pilot_config in kdkit.json)")
+    ident = parser.add_mutually_exclusive_group()
+    ident.add_argument("--run-id", metavar="ID", help="name the new run (default: UTC time + params hash)")
+    ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
+    parser.add_argument("--copy-to", type=Path, metavar="DEST",
+                        help="copy the run folder to DEST/<run-id> and verify the copy against SHA256SUMS")
+    parser.add_argument("--json", action="store_true", help="print summary.json instead of text")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return parser
+
+
+def _copy(run: RunFolder, dest: Path | None) -> tuple[dict[str, Any], KdkitError | None]:
+    """--copy-to: the verified copy, or the error to raise once the summary is printed."""
+    if dest is None:
+        return {}, None
+    try:
+        return {"copy": {"path": str(copy_run(run.path, dest)), "verified": True}}, None
+    except KdkitError as exc:
+        return {"copy": {"path": None, "verified": False, "error": str(exc)}}, exc
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = load_pilot(project_root(args.project_dir), args.config)
+    run, resumed = open_run(cfg, args.run_id, args.resume, argv)
+    session = Session(resumed=resumed)
+    execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
+    summary = close_run(cfg, run, session)
+    copy, copy_error = _copy(run, args.copy_to)
+    if args.json:
+        print(json.dumps({"run_dir": str(run.path), **summary, **copy}, indent=2, ensure_ascii=False))
+    else:
+        print(render_text(summary, run) + (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
+                                           if copy.get("copy") else ""))
+    sys.stdout.flush()
+    if copy_error is not None:
+        raise copy_error
+    if session.exit_code:
+        return session.exit_code
+    return 0 if summary["verdict"] == "pass" else 1

@@ -1,0 +1,52 @@
+"""`kdkit resume-test`: the project side of the resume test (the phases run in kdkit.probe.resume).
+
+It reads which module is the project's training loop (``"train"`` in kdkit.json, default
+``src.train``), gives the test a new folder under the project's ``runs/``, and hands over to the
+probe, which runs each phase in a fresh interpreter. The same probe runs inside the image as
+``python -m kdkit.probe.resume``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kdkit.errors import BadInput
+from kdkit.probe.resume import Plan, Progress, run_resume_test
+from kdkit.project import load_project
+
+DEFAULT_MODULE = "src.train"
+
+
+def new_run_folder(runs: Path, prefix: str) -> Path:
+    """``runs/<prefix>-<UTC time>``, with a counter when two tests start in the same second."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    candidate = runs / f"{prefix}-{stamp}"
+    counter = 1
+    while candidate.exists():
+        counter += 1
+        candidate = runs / f"{prefix}-{stamp}-{counter}"
+    return candidate
+
+
+def resume_test(
+    project_dir: Path | None,
+    *,
+    steps: int = 8,
+    save_at: int = 3,
+    module: str | None = None,
+    device: str = "auto",
+    python: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run the resume test of a project; return the report (``ok`` says whether it was exact)."""
+    project = load_project(project_dir)
+    chosen = module or str(project.config.get("train", DEFAULT_MODULE))
+    if not all(part.isidentifier() for part in chosen.split(".")):
+        raise BadInput(f"--module {chosen!r}: not a dotted module name (e.g. src.train)")
+    runs = project.root / str(project.pilot_config().get("runs", "runs"))
+    plan = Plan(project.root, chosen, steps, save_at, new_run_folder(runs, "resume-test"),
+                python or sys.executable, device)
+    return run_resume_test(plan, progress)

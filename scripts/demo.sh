@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# kdkit's main job on the embedded example project, locally on CPU: no GPU, no registry, no Docker.
+# `make demo` runs it with .venv/bin first on PATH. Everything lands in one temporary folder.
+set -euo pipefail
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kdkit-demo.XXXXXX")
+proj="$work/doc-classifier"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "kdkit init: a project that survives a change of machine"
+kdkit init "$proj" --backend cpu
+
+step "kdkit validate: schemas + portability rules"
+kdkit validate "$proj"
+
+step "kdkit diagnose --expect cpu: from the interpreter to real kernels"
+kdkit diagnose --expect cpu --project "$proj" --out "$work/diagnose.json"
+
+step "kdkit pilot: 12 documents, exactly-once accounting (11 accepted, 1 rejected)"
+kdkit pilot "$proj" --copy-to "$work/evidence"
+
+step "kdkit plan: what 2 RTX 4090 lots for 3 days cost, and whether 48 h of work fit"
+kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --hours 48 --accepted 1 --save "$work/order.json"
+
+step "kdkit estimate-memory: a lower bound, never a promise"
+kdkit estimate-memory --params 7e9 --dtype bf16 --train adam --gpu "RTX 4090" || true
+
+step "kdkit resume-test: training resumes in a new process"
+kdkit resume-test "$proj"
+
+step "kdkit sweep: batch sizes by measurement"
+kdkit sweep "$proj" --batch-sizes 1,2,4
+
+step "kdkit bundle --no-image, then verify-bundle"
+kdkit bundle "$proj" --out "$work/bundle" --no-image
+kdkit verify-bundle "$work/bundle"
+
+step "kdkit close: the campaign report"
+kdkit close "$proj" --order "$work/order.json" --out "$work/report"
+
+printf '\nDone. Everything is under %s\n' "$work"

@@ -1,0 +1,374 @@
+"""`kdkit build`, `kdkit wheelhouse`, `kdkit inspect` and the end-to-end path, against a real engine.
+
+One image is built per session (init -> lock -> wheelhouse -> build, offline) and shared: the
+torch wheel is ~190 MB and CI has 2 cores. Tests that need the engine use the `docker_engine`
+fixture (loud skip without one; failure with KDKIT_REQUIRE_DOCKER=1). Base image:
+KDKIT_TEST_BASE (default kdkit-test/debian-python:3.11, made by `make engine`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kdkit import proc
+from kdkit.images import LABEL, render_dockerfile
+from kdkit.scaffold import init_project
+from tests.conftest import invoke, tree_snapshot
+
+BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
+TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+MISSING_BASE = "localhost:1/kdkit-no-such-base:none"  # a pull fails at once, without leaving this machine
+
+needs_torch_wheels = pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")),
+                                        reason=f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
+
+
+def error_line(result: Any) -> str:
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("Error: ")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def engine_tags() -> set[str]:
+    done = proc.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"])
+    return set(done.stdout.split())
+
+
+# ---------------------------------------------------------------- session fixtures
+
+
+@pytest.fixture(scope="session")
+def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scaffolded cpu project with its lock (torch from the local wheels). Never modified by tests."""
+    if not any(TORCH_WHEELS.glob("torch-*.whl")):
+        pytest.skip(f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
+    root = init_project(tmp_path_factory.mktemp("e2e") / "kdkit-e2e", name="kdkit-e2e", backend="cpu")
+    result = invoke("lock", root, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)
+    assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture
+def locked_copy(locked: Path, tmp_path: Path) -> Path:
+    """A private copy of the locked project, for tests that change it."""
+    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(locked: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheelhouse") / "cpu"
+    result = invoke("wheelhouse", locked, "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def ca_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """The system bundle (the proxy's CA) plus a marker line: any copy of it is findable.
+
+    The marker is fixed, not random, so the builder's cache holds from one test session to the next.
+    """
+    marker = b"# kdkit-ca-marker-7f3e0c9a54b1d2e8"
+    path = tmp_path_factory.mktemp("ca") / "corp-ca.pem"
+    path.write_bytes(SYSTEM_CA.read_bytes() + b"\n" + marker + b"\n")
+    return path, marker
+
+
+@pytest.fixture(scope="session")
+def built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> dict[str, Any]:
+    """The session's image: built offline from the wheelhouse, with a CA bundle that must not leak."""
+    result = invoke("build", locked, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+                    "--ca-bundle", ca_bundle[0], "--json")
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+@pytest.fixture(scope="session")
+def secret_run(built: dict[str, Any], locked: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `kdkit run` of the default command with an env file holding a secret."""
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    env_file = tmp_path_factory.mktemp("env") / ".env"
+    env_file.write_text(f"# a comment\n\nHF_TOKEN={secret}\n", encoding="utf-8")
+    result = invoke("run", locked, "--env-file", env_file)
+    return {"result": result, "secret": secret, "env_file": env_file}
+
+
+# ---------------------------------------------------------------- the Dockerfiles (no engine)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm", "cpu"])
+def test_dockerfile_is_the_shared_body_with_backend_defaults(backend: str) -> None:
+    text = render_dockerfile(backend)
+    assert not re.search(r"^# kdkit:include", text, re.MULTILINE)
+    assert re.search(r"^ARG BASE_IMAGE=\S+", text, re.MULTILINE)
+    assert "--mount" not in text.replace("# ", "")  # no BuildKit-only syntax for the classic builder
+    assert [m.group(1) for m in re.finditer(r"^FROM \S+ AS (\w+)", text, re.MULTILINE)] == \
+        ["base", "builder", "final"]
+    assert "pip install --require-hashes --no-deps" in text
+    assert text.index("COPY lock/ /app/") < text.index("COPY project/src/ /app/src/")
+    assert re.search(r"^USER 10001:10001$", text, re.MULTILINE)
+    final = text[text.index("AS final"):]
+    assert "ca.pem" not in final and "/tmp/kdkit-build" not in final
+    assert ("NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text) == (backend == "cuda")
+
+
+def test_the_three_backend_files_share_one_body() -> None:
+    bodies = {b: render_dockerfile(b) for b in ("cuda", "rocm", "cpu")}
+    common = (Path(__file__).resolve().parent.parent / "Dockerfile.common").read_text(encoding="utf-8")
+    for text in bodies.values():
+        assert common in text
+
+
+# ---------------------------------------------------------------- bad input (no engine needed)
+
+
+def test_build_refuses_a_missing_lock(project: Path) -> None:
+    before = tree_snapshot(project)
+    result = invoke("build", project, "--backend", "cpu")
+    assert result.exit_code == 2
+    assert error_line(result) == (f"Error: {project / 'requirements/cpu.txt'}: no lock for backend cpu; "
+                                  "run `kdkit lock --backend cpu`")
+    assert tree_snapshot(project) == before
+
+
+def test_build_refuses_an_unknown_backend(project: Path) -> None:
+    result = invoke("build", project, "--backend", "tpu")
+    assert result.exit_code == 2
+    assert "'tpu' is not one of 'cuda', 'rocm', 'cpu'" in result.output
+
+
+def test_build_refuses_a_stale_lock(locked_copy: Path) -> None:
+    base_in = locked_copy / "requirements/base.in"
+    base_in.write_text(base_in.read_text(encoding="utf-8") + "numpy\n", encoding="utf-8")
+    before = tree_snapshot(locked_copy)
+    result = invoke("build", locked_copy, "--backend", "cpu")
+    assert result.exit_code == 2
+    assert error_line(result) == (f"Error: {locked_copy / 'requirements/cpu.txt'}: stale: requirements/base.in "
+                                  "changed since this lock was written; run `kdkit lock --backend cpu`")
+    assert tree_snapshot(locked_copy) == before
+
+
+def test_build_refuses_an_unhashed_lock(locked_copy: Path) -> None:
+    lock = locked_copy / "requirements/cpu.txt"
+    text = re.sub(r" \\\n\s+--hash=sha256:[0-9a-f]+", "", lock.read_text(encoding="utf-8"))
+    lock.write_text(text, encoding="utf-8")
+    result = invoke("build", locked_copy, "--backend", "cpu")
+    assert result.exit_code == 2
+    assert "has no --hash; kdkit locks are always hashed" in error_line(result)
+
+
+def test_build_refuses_a_ca_bundle_that_is_not_pem(locked_copy: Path, tmp_path: Path) -> None:
+    bogus = tmp_path / "ca.der"
+    bogus.write_bytes(b"\x30\x82\x01\x0a not a PEM file")
+    before = tree_snapshot(locked_copy)
+    result = invoke("build", locked_copy, "--backend", "cpu", "--ca-bundle", bogus)
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        f"Error: --ca-bundle {bogus}: not a PEM bundle (no -----BEGIN CERTIFICATE----- block); give the CA "
+        "file your proxy's certificate chains to, e.g. /etc/ssl/certs/ca-certificates.crt")
+    assert tree_snapshot(locked_copy) == before
+
+
+def test_build_refuses_a_wheelhouse_missing_a_locked_file(locked_copy: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "wh"
+    empty.mkdir()
+    result = invoke("build", locked_copy, "--backend", "cpu", "--wheelhouse", empty)
+    assert result.exit_code == 2
+    assert re.fullmatch(rf"Error: --wheelhouse {empty}: no file with a locked hash for \S+==\S+ \(and 9 more\); "
+                        rf"run `kdkit wheelhouse --out {empty}`", error_line(result))
+
+
+def test_build_refuses_an_invalid_tag(locked_copy: Path) -> None:
+    result = invoke("build", locked_copy, "--backend", "cpu", "--tag", "Bad Tag!")
+    assert result.exit_code == 2
+    assert error_line(result) == ("Error: --tag 'Bad Tag!': not a valid image reference; use lowercase "
+                                  "name[:tag], e.g. myproj:cuda-test")
+
+
+def test_engine_unreachable_is_exit_3(locked_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/kdkit-test.sock")
+    for args in (("build", locked_copy, "--backend", "cpu"), ("run", locked_copy), ("inspect", "x:y")):
+        result = invoke(*args)
+        assert result.exit_code == 3, result.output
+        assert error_line(result).startswith(
+            "Error: Docker engine not reachable at unix:///nonexistent/kdkit-test.sock (")
+        assert error_line(result).endswith("or set DOCKER_HOST")
+
+
+# ---------------------------------------------------------------- wheelhouse
+
+
+@needs_torch_wheels
+def test_wheelhouse_holds_exactly_the_locked_files(wheelhouse: Path, locked: Path) -> None:
+    from kdkit.jsonio import sha256_file
+    from kdkit.probe.lockfile import parse_lock
+
+    pins = parse_lock(locked / "requirements/cpu.txt").pins
+    hashes = {h.split(":", 1)[1] for pin in pins.values() for h in pin.hashes}
+    files = sorted(wheelhouse.iterdir())
+    assert len(files) == len(pins)
+    assert all(sha256_file(f) in hashes for f in files)
+    assert not list(wheelhouse.parent.glob(".cpu.*"))  # no staging folder left behind
+
+
+# ---------------------------------------------------------------- the end-to-end path
+
+
+def test_build_labels_and_tag(built: dict[str, Any], locked: Path) -> None:
+    from kdkit.jsonio import sha256_file
+
+    lock_sha = sha256_file(locked / "requirements/cpu.txt")
+    assert built["tag"] == f"kdkit-e2e:cpu-{lock_sha[:12]}"
+    assert built["network"] == "none"  # from the wheelhouse: no network at all
+    labels = built["labels"]
+    assert labels[f"{LABEL}lock.sha256"] == lock_sha
+    assert labels[f"{LABEL}backend"] == "cpu"
+    assert labels[f"{LABEL}project"] == "kdkit-e2e"
+    assert labels[f"{LABEL}torch.version"] == "2.13.0+cpu"
+    assert labels[f"{LABEL}torch.cuda"] == "" and labels[f"{LABEL}torch.rocm"] == ""
+    assert labels[f"{LABEL}version"] and labels["org.opencontainers.image.revision"]
+    assert labels["org.opencontainers.image.version"] == f"cpu-{lock_sha[:12]}"
+
+
+def test_inspect_reports_labels_and_the_lock_match(built: dict[str, Any], locked: Path) -> None:
+    result = invoke("inspect", built["tag"], "--project", locked, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["user"] == "10001:10001"
+    assert report["kdkit"]["backend"] == "cpu"
+    assert report["lock"]["matches"] is True
+
+
+def test_inspect_says_when_the_project_lock_moved_on(built: dict[str, Any], locked_copy: Path) -> None:
+    lock = locked_copy / "requirements/cpu.txt"
+    lock.write_text(lock.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    result = invoke("inspect", built["tag"], "--project", locked_copy)
+    assert result.exit_code == 1
+    assert error_line(result).startswith(f"Error: image {built['tag']}: built from lock ")
+    assert error_line(result).endswith("rebuild with `kdkit build`")
+
+
+def test_run_in_the_container_passes_and_writes_the_run_folder(secret_run: dict[str, Any], locked: Path) -> None:
+    result = secret_run["result"]
+    assert result.exit_code == 0, result.output
+    assert "PASS: torch computes on cpu" in result.output  # diagnose
+    assert "MATCH: 0 error(s)" in result.output  # verify-env against the baked lock
+    folders = re.findall(r"new run folders: (\S+)", result.output)
+    assert folders, result.output
+    summary = json.loads((Path(folders[0]) / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["verdict"], summary["accepted"], summary["rejected"]) == ("pass", 11, 1)
+    assert Path(folders[0]).parent == locked / "runs"
+    assert secret_run["secret"] not in result.output
+
+
+def test_container_user_is_not_root(built: dict[str, Any], locked: Path) -> None:
+    result = invoke("run", locked, "--", "id", "-u")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[0] != "0"
+
+
+def test_env_file_values_reach_the_container_only(built: dict[str, Any], locked: Path, tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("HF_TOKEN=abc=def\"q\"\n", encoding="utf-8")
+    result = invoke("run", locked, "--env-file", env_file, "--", "sh", "-c", 'printf "%s" "$HF_TOKEN"')
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith('abc=def"q"')  # taken as written, like docker run --env-file
+    printed = invoke("run", locked, "--env-file", env_file, "--print")
+    assert "abc=def" not in printed.output and f"--env-file {env_file}" in printed.output
+
+
+def _files_in(archive: Path) -> Iterator[tuple[str, bytes]]:
+    """Every regular file of a `docker save` archive and of each layer inside it."""
+    with tarfile.open(archive) as outer:
+        for member in outer:
+            if not member.isfile():
+                continue
+            data = outer.extractfile(member).read()  # type: ignore[union-attr]
+            yield member.name, data
+            if member.name.endswith(".tar"):
+                with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+                    for inner in layer:
+                        if inner.isfile():
+                            yield f"{member.name}:{inner.name}", layer.extractfile(inner).read()  # type: ignore[union-attr]
+
+
+def test_no_layer_holds_the_ca_bundle_or_an_env_file_value(
+        built: dict[str, Any], secret_run: dict[str, Any], ca_bundle: tuple[Path, bytes], tmp_path: Path) -> None:
+    from kdkit.docker_adapter import connect
+
+    archive = tmp_path / "image.tar"
+    connect().save_image(built["tag"], archive)
+    bundle = ca_bundle[0].read_bytes()
+    leaks = [name for name, data in _files_in(archive)
+             if data == bundle or ca_bundle[1] in data or secret_run["secret"].encode() in data]
+    assert leaks == []
+
+
+def test_print_gives_the_same_verdict_through_the_docker_cli(secret_run: dict[str, Any], locked: Path) -> None:
+    printed = invoke("run", locked, "--env-file", secret_run["env_file"], "--print")
+    assert printed.exit_code == 0, printed.output
+    lines = printed.stdout.strip().splitlines()
+    assert lines[-1].startswith("docker run --rm --pull never --network none ")
+    done = proc.run(["sh", "-c", " && ".join(lines)], timeout=600)
+    assert done.returncode == secret_run["result"].exit_code == 0, done.stdout + done.stderr
+    assert "PASS: every ID exactly once" in done.stdout
+
+
+def test_no_op_and_source_only_rebuilds_reuse_the_installed_dependencies(
+        built: dict[str, Any], locked_copy: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> None:
+    args = ("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+            "--ca-bundle", ca_bundle[0], "--json")
+    for _attempt in range(2):  # the first may pick up kdkit's own files edited since the session's build
+        again = invoke(*args)
+        assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["ran"] == []  # a no-op rebuild runs nothing
+    (locked_copy / "src/classify.py").write_text(
+        (locked_copy / "src/classify.py").read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    ran = [s["instruction"] for s in data["steps"] if s["number"] in data["ran"]]
+    assert not any("pip install" in s or s.startswith("COPY build/") or s.startswith("COPY --from") for s in ran)
+    assert "COPY project/src/ /app/src/" in ran
+    assert data["tag"] == built["tag"]  # same lock, same tag
+
+
+# ---------------------------------------------------------------- failures leave nothing tagged
+
+
+def test_a_base_image_that_cannot_be_pulled_is_exit_3(docker_engine: None, locked_copy: Path) -> None:
+    before = engine_tags()
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", MISSING_BASE)
+    assert result.exit_code == 3
+    assert error_line(result).startswith(f"Error: image {MISSING_BASE}: not on this Docker engine and it cannot "
+                                         "be pulled (")
+    assert error_line(result).endswith("`docker load` it or pass another --base-image")
+    assert engine_tags() == before
+
+
+def test_a_failed_build_keeps_its_log_and_tags_nothing(docker_engine: None, locked_copy: Path) -> None:
+    config = json.loads((locked_copy / "kdkit.json").read_text(encoding="utf-8"))
+    config["python"] = "3.12"  # the base has 3.11: the builder stage stops with kdkit's message
+    (locked_copy / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
+    before = engine_tags()
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--tag", "kdkit-e2e:broken")
+    assert result.exit_code == 1
+    line = error_line(result)
+    assert re.match(r"Error: build of kdkit-e2e:broken failed at step \d+/\d+ \(RUN set -eu; .*\): ERROR: kdkit: "
+                    r"the base image's Python is 3\.11 \(/usr/bin/python3\) but the lock is for Python 3\.12;", line)
+    log = Path(line.rsplit("full log: ", 1)[1])
+    assert "Step 1/" in log.read_text(encoding="utf-8")
+    assert engine_tags() == before
