@@ -10,7 +10,8 @@
    Runs alternate; medians; the overhead is also given per item, in microseconds.
    Goal: at most 5 % slower than the direct loop.
 2. Resume scan. A results.jsonl of 1,000,000 lines in the harness's own format; the time
-   RunFolder.scan() takes to find the finished IDs. Goal: at most 2 s.
+   RunFolder.scan() takes to find the finished IDs, in a fresh interpreter each run (as
+   `kdkit pilot --resume` does). Goal: at most 2 s.
 
     .venv/bin/python bench/bench_pilot.py [--runs 5] [--items 10000] [--batch-size 64]
 
@@ -27,6 +28,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -168,15 +170,33 @@ def resume_scan(work: Path, lines: int, runs: int) -> dict[str, object]:
                 record = {"id": f"d{n:07d}", "outcome": "accepted", "category": "invoice", "batch": start // batch,
                           "sha256": f"{n:064x}", "lines": batch}
                 sink.write(json.dumps(record, separators=(",", ":")) + "\n")
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        scan = run.scan()
-        times.append(time.perf_counter() - started)
-        assert len(scan.finished) == lines
+    measured = [_scan_in_fresh_process(run.path, lines) for _ in range(runs)]
+    walls, cpus = [m[0] for m in measured], [m[1] for m in measured]
     return {"lines": lines, "bytes": run.results.stat().st_size, "runs": runs,
-            "median_seconds": round(statistics.median(times), 4), "seconds": [round(t, 4) for t in times],
-            "goal_seconds": 2.0}
+            "median_seconds": round(statistics.median(walls), 4), "seconds": [round(t, 4) for t in walls],
+            "median_cpu_seconds": round(statistics.median(cpus), 4), "goal_seconds": 2.0}
+
+
+SCAN = """
+import sys, time
+from pathlib import Path
+from kdkit.probe.runfolder import RunFolder
+started, cpu = time.perf_counter(), time.process_time()
+scan = RunFolder(Path(sys.argv[1])).scan()
+print(time.perf_counter() - started, time.process_time() - cpu, len(scan.finished))
+"""
+
+
+def _scan_in_fresh_process(run_dir: Path, lines: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of RunFolder.scan() in a new interpreter, as `kdkit pilot --resume` runs it.
+
+    CPU time is given beside wall time: on a shared machine it is the figure load does not inflate.
+    """
+    done = subprocess.run([sys.executable, "-c", SCAN, str(run_dir)], capture_output=True, text=True, check=True,
+                          cwd=REPO)
+    wall, cpu, found = done.stdout.split()
+    assert int(found) == lines, done.stdout
+    return float(wall), float(cpu)
 
 
 def main() -> int:
@@ -193,7 +213,7 @@ def main() -> int:
         work = Path(tmp)
         project = make_project(work, args.items, args.batch_size)
         over = [overhead(project, work, "trivial", args.runs), overhead(project, work, "model_1ms", args.model_runs)]
-        scan = resume_scan(work, args.scan_lines, 3)
+        scan = resume_scan(work, args.scan_lines, 5)
     result = {"overhead": over, "resume_scan": scan,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "load_average_1m_at_end": round(os.getloadavg()[0], 2)}}
@@ -205,7 +225,8 @@ def main() -> int:
         d, k = row["direct"]["median_seconds"], row["kdkit"]["median_seconds"]  # type: ignore[index]
         print(f"{row['app']:<12}{d:>10.3f}{k:>10.3f}{row['overhead']:>+10.1%}{row['overhead_us_per_item']:>9}")
     print("goal: overhead <= +5%")
-    print(f"resume scan of {scan['lines']:,} lines: {scan['median_seconds']:.3f} s (goal <= 2 s)")
+    print(f"resume scan of {scan['lines']:,} lines: {scan['median_seconds']:.3f} s wall, "
+          f"{scan['median_cpu_seconds']:.3f} s CPU (goal <= 2 s)")
     return 0
 
 

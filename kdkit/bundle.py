@@ -194,9 +194,9 @@ def build_zipapp(target: Path) -> int:
             shutil.copyfile(package / name, root / "kdkit" / name)
         for path in sorted((package / "probe").rglob("*.py")):
             if "__pycache__" not in path.parts:
-                target = root / "kdkit" / path.relative_to(package)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
+                copy = root / "kdkit" / path.relative_to(package)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, copy)
         (root / "__main__.py").write_text(_zipapp_main(), encoding="utf-8")
         zipapp.create_archive(root, target, interpreter="/usr/bin/env python3")
     return target.stat().st_size

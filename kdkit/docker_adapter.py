@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -284,10 +284,16 @@ class Engine:
             try:
                 container = self._client.containers.create(**sdk_arguments(spec))
                 container.start()
+                seen = 0
                 for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    seen += len(chunk)
                     if on_output is not None:
                         on_output(chunk)
                 status = container.wait()
+                # The follow stream can end before a container's last partial line is logged: add the rest.
+                rest = container.logs(stdout=True, stderr=True)[seen:]
+                if rest and on_output is not None:
+                    on_output(rest)
                 return int(status.get("StatusCode", 1))
             except KeyboardInterrupt:
                 if container is not None:
@@ -298,19 +304,6 @@ class Engine:
                 if container is not None:
                     with contextlib.suppress(Exception):  # already gone: nothing to clean
                         container.remove(force=True)
-
-
-def save_image_chunks(engine: Engine, ref: str) -> Iterator[bytes]:
-    """The ``docker save`` archive of ``ref`` as a stream of chunks (an image is GBs: never held whole)."""
-    with docker_errors(ref):
-        yield from engine._client.api.get_image(ref)
-
-
-def load_image_chunks(engine: Engine, chunks: Iterable[bytes], name: str) -> list[str]:
-    """``docker load`` from a stream of archive chunks (``name`` names it in errors); the tags it brought."""
-    with docker_errors(name):
-        images = engine._client.images.load(chunks)
-    return [tag for image in images for tag in (image.tags or [image.id])]
 
 
 def connect(timeout: float = 60) -> Engine:

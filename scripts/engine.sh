@@ -47,7 +47,8 @@ install_packages() {
 try_driver() {
   local driver=$1 log=$ENGINE_DIR/dockerd.log
   say "starting dockerd (storage driver $driver, log $log)"
-  nohup dockerd --storage-driver="$driver" >"$log" 2>&1 </dev/null &
+  # setsid: its own session, so the engine outlives the shell (and process group) that started it.
+  setsid dockerd --storage-driver="$driver" >"$log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$ENGINE_DIR/dockerd.pid"
   for _ in $(seq 1 60); do

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.probe import diagsteps, gpurules, nominal
+from kdkit.probe import diaghost, diagsteps, gpurules, nominal
 from kdkit.probe.diagcore import Context, StepFailed
 from tests.conftest import DATA, REPO, invoke
 
@@ -169,15 +169,15 @@ def test_driver_step_fails_on_a_driver_too_old_for_the_build(tmp_path: Path, mon
                                                            ) -> None:
     proc = tmp_path / "version"
     proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  520.61.05  Thu Sep 29 05:30:25 UTC 2022\n")
-    monkeypatch.setattr(diagsteps, "PROC_NVIDIA", proc)
+    monkeypatch.setattr(diaghost, "PROC_NVIDIA", proc)
     ctx = Context(expect="cuda", memory_share=0.8, project=None, expected="cuda")
     ctx.facts["build"] = {"backend": "cuda", "cuda": "12.8", "hip": None}
     with pytest.raises(StepFailed) as failed:
-        diagsteps.driver(ctx)
+        diaghost.driver(ctx)
     assert failed.value.detail.startswith("NVIDIA driver 520.61.05 is older than 525.60.13, the minimum for "
                                           "CUDA 12.x builds")
     proc.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n")
-    assert diagsteps.driver(ctx).status == "ok"
+    assert diaghost.driver(ctx).status == "ok"
 
 
 # ---------------------------------------------------------------- real runs on this CPU machine

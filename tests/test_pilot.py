@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kdkit.probe import runfolder
 from kdkit.probe.accounting import account
 from kdkit.probe.pilotconfig import load_pilot
 from kdkit.probe.runfolder import RunFolder
@@ -107,22 +108,22 @@ def test_params_record_config_hash_and_code_revision(project: Path) -> None:
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     subprocess.run(["git", "-C", str(project), "-c", "user.email=t@example.org", "-c", "user.name=t",
                     "commit", "-qm", "init", "--allow-empty"], check=True)
-    summary = pilot(project)[1]
+    summary = pilot(use_app(project, "oracle"))[1]
     params = json.loads((Path(summary["run_dir"]) / "params.json").read_text())
     assert summary["run_id"].endswith("-" + params["params_hash"][:8])
     assert len(params["code"]["revision"]) == 40
     assert params["code"]["dirty"] is True  # the scaffold's files are untracked
-    assert params["params"]["entry"] == "src.classify:predict"
+    assert params["params"]["entry"] == "src.oracle:predict"
 
 
 def test_without_git_the_revision_is_null_with_a_note(project: Path) -> None:
-    summary = pilot(project)[1]
+    summary = pilot(use_app(project, "oracle"))[1]
     code = json.loads((Path(summary["run_dir"]) / "params.json").read_text())["code"]
     assert code["revision"] is None and code["dirty"] is None and "not a git repository" in code["note"]
 
 
 def test_a_changed_config_gives_a_new_run_id(project: Path) -> None:
-    first = pilot(project)[1]["run_id"]
+    first = pilot(use_app(project, "oracle"))[1]["run_id"]
     edit_config(project, batch_size=3)
     assert pilot(project)[1]["run_id"].split("-")[1] != first.split("-")[1]
 
@@ -165,6 +166,16 @@ def test_an_app_that_raises_on_one_item_loses_only_that_item(project: Path) -> N
     assert [(r["outcome"], r["by"]) for r in culprit] == [("rejected", "app-exception")]
     assert {r["id"] for r in records if r["outcome"] == "accepted"} == {
         f"doc-{n:02d}" for n in range(1, 12) if n != 6}
+
+
+def test_an_answer_that_is_not_a_list_rejects_each_item_with_the_reason(project: Path) -> None:
+    (project / "src" / "tuple_app.py").write_text(
+        "def predict(items):\n    return tuple({'id': i['id'], 'category': 'invoice'} for i in items)\n")
+    edit_config(project, entry="src.tuple_app:predict", device="cpu", stop={})
+    code, summary, _ = pilot(project)
+    assert (code, summary["accepted"], summary["rejected"]) == (1, 0, 12)
+    assert ("doc-01: expected acceptance, but rejected: predict returned tuple, expected a list of results"
+            in summary["problems"])
 
 
 def test_harness_rejections_never_reach_the_app(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -285,6 +296,18 @@ def test_incomplete_last_batch_is_cut_off_on_scan(tmp_path: Path) -> None:
     scan = run.scan()
     assert (scan.finished, scan.next_batch, scan.dropped_lines) == ({"a"}, 1, 1)
     assert run.results.read_bytes() == complete[: complete.index(b'{"id":"b"')]
+
+
+def test_scan_and_records_agree_across_many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runfolder, "BLOCK_BYTES", 100)  # every block boundary falls inside a batch
+    run = RunFolder(tmp_path)
+    for batch in range(20):
+        run.append([{"id": f"i{batch}-{k}", "outcome": "rejected" if k == 0 else "accepted", "batch": batch}
+                    for k in range(3)])
+    run.close()
+    scan = run.scan()
+    assert (len(scan.finished), scan.rejected, scan.next_batch, scan.lines, scan.dropped_lines) == (60, 20, 20, 60, 0)
+    assert [r["id"] for r in run.records()] == [f"i{b}-{k}" for b in range(20) for k in range(3)]
 
 
 def test_a_damaged_line_in_the_middle_is_refused(tmp_path: Path) -> None:

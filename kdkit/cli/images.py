@@ -103,7 +103,7 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
               help="Folder to fill (default: wheelhouse/<backend> in the project).")
 @json_option
 def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, as_json: bool) -> None:
-    """Download every file the lock names, hash-checked, for builds without network.
+    """Download the locked files, hash-checked, for offline builds.
 
     Runs `pip download --require-hashes --no-deps -r requirements/<backend>.txt` on
     this host, honouring pip's configuration (index, certificate, proxy), for the
@@ -129,7 +129,10 @@ def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, 
               help="Project whose current lock to compare (default: the one around the current folder).")
 @json_option
 def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
-    """Show an image's kdkit and OCI labels and whether the project's lock still matches it.
+    """Show an image's labels and whether the project's lock still matches.
+
+    Lists the image's kdkit and OCI labels (project, backend, lock sha256, torch
+    and its CUDA/ROCm version, kdkit version, revision, source), its size and user.
 
     Exit 0 when the lock matches (or no project is around), 1 when the project's
     lock changed since the image was built, 2 for an image without kdkit's
@@ -158,7 +161,21 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     require_lock_match(report)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+class _CommandAfterDashes(click.Command):
+    """Everything after ``--`` is the container's command, never PROJECT_DIR (click would fill it first)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["kdkit.command"] = args[cut + 1:]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- COMMAND...]"]
+
+
+@cli.command(cls=_CommandAfterDashes)
 @project_argument
 @backend_option
 @click.option("--image", metavar="IMG", help="Image to run (default: <project>:<backend>-<lock sha256 12>).")
@@ -171,10 +188,10 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
 @click.option("--print", "print_only", is_flag=True,
               help="Print the equivalent shell lines (docker run ...) instead of running.")
 @json_option
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(project_dir: Path | None, backend: str | None, image: str | None, gpus: str | None, network: str,
-        env_file: Path | None, print_only: bool, as_json: bool, command: tuple[str, ...]) -> None:
-    """Run the project's image here: diagnose, verify-env, pilot; the exit code is the verdict.
+@click.pass_context
+def run(ctx: click.Context, project_dir: Path | None, backend: str | None, image: str | None, gpus: str | None,
+        network: str, env_file: Path | None, print_only: bool, as_json: bool) -> None:
+    """Run the image here: diagnose, verify-env, pilot; exit code = verdict.
 
     The host is checked first, each failure with its fix: the engine (exit 3), the
     image and its kdkit labels, the NVIDIA runtime or /dev/kfd, the GPUs named by
@@ -192,7 +209,7 @@ def run(project_dir: Path | None, backend: str | None, image: str | None, gpus: 
     from kdkit.runner import execute, prepare_run, print_lines
 
     plan = prepare_run(project_dir, backend=backend, image=image, gpus=gpus, network=network,
-                       env_file=env_file, command=list(command) or None)
+                       env_file=env_file, command=ctx.meta.get("kdkit.command") or None)
     for message in plan.warnings:
         warn(message)
     if print_only:

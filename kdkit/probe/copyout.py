@@ -57,8 +57,9 @@ def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
 
 def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
     """Files the checksums do not cover: added after the run was closed."""
+    covered = {*sums, SUMS}
     return [f"{path}: not listed in {SUMS}" for path in sorted(folder.rglob("*"))
-            if path.is_file() and path.relative_to(folder).as_posix() not in (*sums, SUMS)]
+            if path.is_file() and path.relative_to(folder).as_posix() not in covered]
 
 
 def _drop_cache(path: Path) -> None:

@@ -22,16 +22,16 @@ from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.jsonio import atomic_write_json
-from kdkit.probe import diagdeep, diagsteps
+from kdkit.probe import diagdeep, diaghost, diagsteps
 from kdkit.probe.diagcore import Context, StepFailed, StepFn
 from kdkit.probe.projectfiles import find_root, project_root
 
 STEPS: tuple[tuple[str, StepFn], ...] = (
-    ("interpreter", diagsteps.interpreter),
-    ("environment", diagsteps.environment),
+    ("interpreter", diaghost.interpreter),
+    ("environment", diaghost.environment),
     ("torch import", diagsteps.torch_import),
     ("build", diagsteps.build),
-    ("driver", diagsteps.driver),
+    ("driver", diaghost.driver),
     ("devices", diagsteps.devices),
     ("arch", diagsteps.arch),
     ("compute", diagsteps.compute),

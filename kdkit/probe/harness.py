@@ -27,6 +27,7 @@ from kdkit.probe.pilotconfig import Document
 Predict = Callable[[list[dict[str, Any]]], Any]
 T = TypeVar("T")
 ANSWER_SHOWN = 120  # characters of an odd answer kept in the record
+REASON_KEPT = 500  # characters of a rejection reason kept (a traceback-sized message is cut)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class Item:
 
 class EntryError(KdkitError):
     """The application's entry point cannot be imported or is not callable."""
+
+
+class NotAList(TypeError):
+    """predict returned something other than a list: the batch is retried item by item, like a raise."""
 
 
 # ---------------------------------------------------------------- inputs
@@ -89,11 +94,11 @@ def classify_answers(items: Sequence[Item], answers: Any, categories: Sequence[s
                      batch: int) -> list[dict[str, Any]]:
     """One record per answer, plus one per item the app left unanswered.
 
-    Raises TypeError when ``answers`` is not a list: the caller treats that as the
+    Raises NotAList when ``answers`` is not a list: the caller treats that as the
     app failing on the batch.
     """
     if not isinstance(answers, list):
-        raise TypeError(f"predict returned {type(answers).__name__}, expected a list of results")
+        raise NotAList(f"predict returned {type(answers).__name__}, expected a list of results")
     asked = {item.doc.id: item for item in items}
     records, answered = [], set()
     for answer in answers:
@@ -128,14 +133,22 @@ def _record(answer: Any, asked: dict[str, Item], categories: Sequence[str], batc
     if not (isinstance(error, str) and error.strip()):
         return {"id": ident, "outcome": "invalid", **shown, "problem": "rejected without a reason (empty error)",
                 **where}
-    return {"id": ident, "outcome": "rejected", "by": "app", "reason": error, **where}
+    return {"id": ident, "outcome": "rejected", "by": "app", "reason": _reason(error), **where}
+
+
+def _reason(text: str) -> str:
+    return text if len(text) <= REASON_KEPT else text[:REASON_KEPT] + "..."
 
 
 def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str, Any]:
+    """The record of an item whose single-item call still failed: the exception is its reason."""
     said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return {"id": item.doc.id, "outcome": "rejected", "by": "app-exception",
-            "reason": f"the app raised {type(exc).__name__}" + (f": {said}" if said else ""),
-            "batch": batch, "sha256": item.sha256}
+    if isinstance(exc, NotAList):
+        by, reason = "harness", said
+    else:
+        by, reason = "app-exception", f"the app raised {type(exc).__name__}" + (f": {said}" if said else "")
+    return {"id": item.doc.id, "outcome": "rejected", "by": by, "reason": _reason(reason), "batch": batch,
+            "sha256": item.sha256}
 
 
 # ---------------------------------------------------------------- calling the app

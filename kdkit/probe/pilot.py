@@ -27,8 +27,8 @@ from kdkit.errors import BadInput, KdkitError
 from kdkit.probe import harness
 from kdkit.probe.accounting import account
 from kdkit.probe.copyout import copy_run
+from kdkit.probe.diaghost import hardware_hints
 from kdkit.probe.diagnose import run_diagnose
-from kdkit.probe.diagsteps import hardware_hints
 from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.probe.pilotreport import summary_data, summary_markdown
 from kdkit.probe.projectfiles import load_object, project_root
@@ -36,6 +36,29 @@ from kdkit.probe.runfolder import RunFolder, Scan, check_run_id, git_state, new_
 from kdkit.probe.stopguard import StopGuard, StopRequested
 
 PROBLEMS_SHOWN = 20
+HELP = """\
+Run the pilot documents through the project's app with exactly-once accounting.
+
+The harness reads each input itself: a file that is missing, unreadable, over
+max_input_bytes or not UTF-8 is rejected with that reason and never reaches the
+app. The app's entry (config: "entry") is called as predict(items) with items
+[{"id": ..., "text": ...}] and answers [{"id": ..., "category": ...}] or
+[{"id": ..., "error": "reason"}]. A batch that raises is retried item by item.
+
+The run passes when every manifest ID appears exactly once, no ID is invented,
+each category is allowed, each rejection has a reason, the expected rejections
+were rejected and the rest accepted, and quality >= min_quality."""
+EPILOG = """\
+run folder runs/<run-id>/ (run-id = UTC time + hash of the parameters):
+  params.json, env.json (the diagnose report), results.jsonl (fsynced per batch),
+  summary.json, summary.md, SHA256SUMS, stop.json (only when stopped early)
+
+examples:
+  kdkit pilot                          the project around the current folder
+  kdkit pilot --resume RUN_ID          after a crash, Ctrl-C or a stop rule
+  kdkit pilot --copy-to /mnt/backup    and verify a copy of the run folder
+
+exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C"""
 
 
 @dataclass
@@ -93,6 +116,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
                            f"-> {digest[:8]}); a new configuration gets a new run: drop --resume")
         _reopen(run)
         return run, True
+    code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     run = RunFolder.create(cfg.runs_dir, check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest))
     run.write_json("params.json", {
         "run_id": run.run_id,
@@ -100,7 +124,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         "project_root": str(cfg.root),
         "params": params,
         "params_hash": digest,
-        "code": git_state(cfg.root),
+        "code": code,
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
@@ -123,10 +147,7 @@ def _reopen(run: RunFolder) -> None:
         (run.path / name).unlink(missing_ok=True)
     for stem in ("stop", "env"):
         if (run.path / f"{stem}.json").exists():
-            n = 1
-            while (run.path / f"{stem}-{n}.json").exists():
-                n += 1
-            os.replace(run.path / f"{stem}.json", run.path / f"{stem}-{n}.json")
+            os.replace(run.path / f"{stem}.json", run.path / run.numbered(stem, ".json"))
 
 
 # ---------------------------------------------------------------- running
@@ -270,12 +291,9 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kdkit pilot",
-        description="Run the pilot documents through the project's predict(items) with exactly-once "
-                    "accounting: every manifest ID once, no invented IDs, allowed categories only, a reason "
-                    "for every rejection, expected rejections rejected, quality >= min_quality.",
-        epilog="Exit 0 pass, 1 fail (problems listed) or stopped, 2 bad input (config, manifest), 130 "
-               "Ctrl-C. After a crash or a stop: kdkit pilot --resume RUN_ID. Verify from a copy: "
-               "kdkit pilot --copy-to /mnt/backup",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=HELP,
+        epilog=EPILOG,
     )
     parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
                         help="the project (default: found upward from the current folder)")
@@ -312,8 +330,9 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps({"run_dir": str(run.path), **summary, **copy}, indent=2, ensure_ascii=False))
     else:
+        verified = copy.get("copy", {}).get("verified")
         print(render_text(summary, run) + (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
-                                           if copy.get("copy") else ""))
+                                           if verified else ""))
     sys.stdout.flush()
     if copy_error is not None:
         raise copy_error

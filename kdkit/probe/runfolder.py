@@ -13,13 +13,14 @@ counted twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import json
 import operator
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,7 +33,7 @@ from kdkit.probe.projectfiles import SAFE_ID
 
 RESULTS = "results.jsonl"
 SUMS = "SHA256SUMS"
-CHUNK_LINES = 50_000  # lines parsed per json.loads call when scanning: fast, with bounded memory
+BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
 FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
 _ID, _OUTCOME = operator.methodcaller("get", "id"), operator.methodcaller("get", "outcome")
 
@@ -133,48 +134,44 @@ class RunFolder:
         scan = Scan()
         if not self.results.exists():
             return scan
-        lines, scan.dropped_lines = self._complete_lines()
-        scan.lines = len(lines)
+        data, cut, scan.dropped_lines = self._complete_prefix()
         with _no_gc():
-            for first in range(0, len(lines), CHUNK_LINES):
-                records = _parse_lines(lines[first:first + CHUNK_LINES], first + 1, self.results)
+            for first, block in _blocks(data, cut):
+                records = _parse_block(block, first, self.results)
                 outcomes = list(map(_OUTCOME, records))  # map + methodcaller: the loop runs in C
+                scan.lines += len(records)
                 scan.rejected += outcomes.count("rejected")
                 scan.finished.update(itertools.compress(map(_ID, records), map(FINISHED.__contains__, outcomes)))
                 scan.next_batch = int(records[-1].get("batch", -1)) + 1  # batches are appended in order
         return scan
 
-    def _complete_lines(self) -> tuple[list[bytes], int]:
-        """The lines up to the last complete batch, truncating the file there; and how many were dropped."""
+    def _complete_prefix(self) -> tuple[bytes, int, int]:
+        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut there."""
         data = self.results.read_bytes()
         end = data.rfind(b"\n") + 1
-        lines = data.split(b"\n")
-        dropped = 1 if lines.pop() else 0  # after the last newline: b"", or a torn line cut mid-write
-        tail = _incomplete_tail(lines, self.results)
-        if tail:
-            end -= sum(len(line) + 1 for line in lines[-tail:])
-            lines, dropped = lines[:-tail], dropped + tail
-        if end != len(data):
+        dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
+        cut, tail = _incomplete_tail(data, end, self.results)
+        if cut != len(data):
             with self.results.open("r+b") as handle:
-                handle.truncate(end)
+                handle.truncate(cut)
                 os.fsync(handle.fileno())
-        return lines, dropped
+        return data, cut, dropped + tail
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every record of results.jsonl, streamed; a damaged line in the middle is CheckFailed."""
+        """Every record of results.jsonl, streamed a block at a time; a damaged line is CheckFailed."""
         if not self.results.exists():
             return
         with self.results.open("rb") as handle:
-            chunk: list[bytes] = []
-            first = 1
-            for line in handle:
-                chunk.append(line.rstrip(b"\n"))
-                if len(chunk) == CHUNK_LINES:
-                    yield from _parse_lines(chunk, first, self.results)
-                    first += len(chunk)
-                    chunk = []
-            if chunk:
-                yield from _parse_lines(chunk, first, self.results)
+            rest, line = b"", 1
+            while block := handle.read(BLOCK_BYTES):
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                rest = block[cut:]
+                if cut:
+                    yield from _parse_block(block[:cut], line, self.results)
+                    line += block.count(b"\n", 0, cut)
+            if rest:
+                yield from _parse_block(rest + b"\n", line, self.results)
 
     # ------------------------------------------------------------ closing
 
@@ -189,13 +186,12 @@ class RunFolder:
             if path.is_file() and rel != SUMS and not path.name.startswith("."):
                 yield rel, path
 
-    def next_free(self, stem: str, suffix: str) -> str:
-        """``stem.suffix`` if free, else ``stem-2.suffix``, ``stem-3.suffix``..."""
-        name, n = f"{stem}{suffix}", 1
-        while (self.path / name).exists():
+    def numbered(self, stem: str, suffix: str) -> str:
+        """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""
+        n = 1
+        while (self.path / f"{stem}-{n}{suffix}").exists():
             n += 1
-            name = f"{stem}-{n}{suffix}"
-        return name
+        return f"{stem}-{n}{suffix}"
 
 
 def _append_synced(path: Path, payload: bytes) -> None:
@@ -219,37 +215,60 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _incomplete_tail(lines: list[bytes], path: Path) -> int:
-    """How many last lines belong to a batch written only in part (0 when it is complete)."""
-    if not lines:
-        return 0
-    last = _parse_line(lines[-1], len(lines), path)
-    batch, count = last.get("batch"), last.get("lines")
-    tail = 1
-    while tail < len(lines) and _parse_line(lines[-1 - tail], len(lines) - tail, path).get("batch") == batch:
-        tail += 1
-    return tail if isinstance(count, int) and tail < count else 0
+def _incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
+    """(where the complete lines end, how many to drop): a last batch written only in part is dropped.
+
+    Walks back from ``end`` over the lines of the last batch only, so it costs one batch, not the file.
+    """
+    batch, count, tail, start = None, None, 0, end
+    while start > 0:
+        previous = data.rfind(b"\n", 0, start - 1) + 1
+        record = _parse_line(data[previous:start - 1], functools.partial(_line_number, data, previous), path)
+        if tail == 0:
+            batch, count = record.get("batch"), record.get("lines")
+        elif record.get("batch") != batch:
+            break
+        tail, start = tail + 1, previous
+    return (start, tail) if isinstance(count, int) and tail < count else (end, 0)
 
 
-def _parse_lines(lines: list[bytes], first: int, path: Path) -> list[dict[str, Any]]:
-    """Parse many lines in one json.loads call (fast); on any doubt, line by line to name the bad one."""
+def _line_number(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _blocks(data: bytes, cut: int) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, block) for blocks of about BLOCK_BYTES, each ending with a newline."""
+    start, line = 0, 1
+    while start < cut:
+        stop = data.find(b"\n", min(start + BLOCK_BYTES, cut) - 1) + 1
+        block = data[start:stop]
+        yield line, block
+        line += block.count(b"\n")
+        start = stop
+
+
+def _parse_block(block: bytes, first: int, path: Path) -> list[dict[str, Any]]:
+    """Every line of a block in one json.loads call (fast); on any doubt, line by line to name the bad one."""
+    lines = block.count(b"\n")
     try:
-        records = json.loads(b"[" + b",".join(lines) + b"]")
+        records = json.loads(b"[" + block[:-1].replace(b"\n", b",") + b"]")
     except json.JSONDecodeError:
         records = None
-    if records is None or len(records) != len(lines) or set(map(type, records)) != {dict}:
-        records = [_parse_line(line, first + i, path) for i, line in enumerate(lines)]
+    if records is None or len(records) != lines or set(map(type, records)) != {dict}:
+        records = [_parse_line(text, first + i, path) for i, text in enumerate(block[:-1].split(b"\n"))]
     return records  # type: ignore[no-any-return]
 
 
-def _parse_line(line: bytes, number: int, path: Path) -> dict[str, Any]:
+def _parse_line(line: bytes, number: int | Callable[[], int], path: Path) -> dict[str, Any]:
+    """One record; ``number`` (or a function computing it, only on error) names the line."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
-        raise CheckFailed(f"{path}:{number}: not valid JSON; the file was edited or damaged (only a torn "
-                          "last line is repaired)") from None
+        record = None
     if not isinstance(record, dict):
-        raise CheckFailed(f"{path}:{number}: not a result record; the file was edited or damaged")
+        where = number if isinstance(number, int) else number()
+        raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a torn "
+                          "last line is repaired)")
     return record
 
 
