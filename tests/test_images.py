@@ -237,6 +237,8 @@ def test_build_labels_and_tag(built: dict[str, Any], locked: Path) -> None:
     assert labels[f"{LABEL}lock.sha256"] == lock_sha
     assert labels[f"{LABEL}backend"] == "cpu"
     assert labels[f"{LABEL}project"] == "kdkit-e2e"
+    assert labels[f"{LABEL}lock.path"] == "requirements/cpu.txt"
+    assert labels[f"{LABEL}python"] == "3.11"
     assert labels[f"{LABEL}torch.version"] == "2.13.0+cpu"
     assert labels[f"{LABEL}torch.cuda"] == "" and labels[f"{LABEL}torch.rocm"] == ""
     assert labels[f"{LABEL}version"] and labels["org.opencontainers.image.revision"]

@@ -182,14 +182,17 @@ def test_harness_rejections_never_reach_the_app(project: Path, tmp_path: Path, m
                                                 ) -> None:
     spy = tmp_path / "seen.txt"
     monkeypatch.setenv("SPY_FILE", str(spy))
-    use_app(project, "oracle", max_input_bytes=4096)
+    use_app(project, "oracle", max_input_bytes=4096, stop={})
     (project / "data" / "pilot" / "doc-03.txt").unlink()
+    (project / "data" / "pilot" / "doc-10.txt").unlink()
+    (project / "data" / "pilot" / "doc-10.txt").mkdir()
     code, summary, _ = pilot(project)
     seen = set(spy.read_text().split())
-    assert {"doc-03", "doc-07", "doc-09", "doc-06", "doc-11", "doc-12"}.isdisjoint(seen)
+    assert {"doc-03", "doc-07", "doc-09", "doc-06", "doc-10", "doc-11", "doc-12"}.isdisjoint(seen)
     assert code == 1
     problems = "\n".join(summary["problems"])
     assert "doc-03: expected acceptance, but rejected: input file doc-03.txt not found" in problems
+    assert "doc-10: expected acceptance, but rejected: input file doc-10.txt unreadable: Is a directory" in problems
     assert "doc-09: expected acceptance, but rejected: input file doc-09.txt is 18673 bytes, over " \
            "max_input_bytes 4096" in problems
     assert summary["accepted"] + summary["rejected"] == 12

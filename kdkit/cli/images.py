@@ -91,8 +91,9 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
         emit_json(result.as_dict())
         return
     click.echo(_summary(result))
-    ran = ", ".join(f"{s.number} {s.instruction.split(' ', 1)[0]}" for s in result.ran) or "none"
-    click.echo(f"Steps that ran: {ran}")
+    work = [s for s in result.ran if s.instruction.startswith(("RUN", "COPY"))]
+    ran = "; ".join(f"{s.number} {' '.join(s.instruction.split())[:50]}" for s in work) or "none"
+    click.echo(f"Ran (not cached): {ran}")
     click.echo(f"Next: kdkit run --backend {plan.backend.name}   (or kdkit inspect {result.tag})")
 
 

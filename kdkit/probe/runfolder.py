@@ -4,10 +4,9 @@ results.jsonl gets one line per finished item, written a batch at a time. A
 finished batch is appended and fsynced by a helper thread while the app computes
 the next batch (both release the GIL), and that must complete before the next
 batch is handed over: at most the last batch is not yet on disk, and the disk's
-latency hides behind the app's work. Each line carries its batch
-number and the batch's line count, so a crash in the middle of a write is
-recognized on resume: the incomplete last batch is cut off and redone, never
-counted twice.
+latency hides behind the app's work. Each line carries its batch number and the
+batch's line count, so a crash in the middle of a write is recognized on resume:
+the incomplete last batch is cut off and redone, never counted twice.
 """
 
 from __future__ import annotations
@@ -105,8 +104,9 @@ class RunFolder:
         if not records:
             return
         count = len(records)
-        payload = "".join(json.dumps({**r, "lines": count}, ensure_ascii=False, separators=(",", ":")) + "\n"
-                          for r in records).encode("utf-8")
+        # ASCII escapes: whatever string an app returns (even a lone surrogate) stays valid JSON and UTF-8.
+        payload = "".join(json.dumps({**r, "lines": count}, separators=(",", ":")) + "\n"
+                          for r in records).encode("ascii")
         self.wait_synced()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
