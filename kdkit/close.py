@@ -91,10 +91,15 @@ def read_run(folder: Path) -> dict[str, Any]:
 
 
 def read_runs(runs: Path) -> list[dict[str, Any]]:
-    """Every run under ``runs``, in id order (ids start with the UTC time, so this is time order)."""
+    """Every pilot run under ``runs``, in id order (ids start with the UTC time, so this is time order).
+
+    A pilot run writes params.json before its first item; folders without one (a sweep's or a
+    resume test's measurements) are not runs of the campaign's protocol.
+    """
     if not runs.is_dir():
         return []
-    return [read_run(p) for p in sorted(runs.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    return [read_run(p) for p in sorted(runs.iterdir())
+            if p.is_dir() and not p.name.startswith(".") and (p / "params.json").is_file()]
 
 
 # ---------------------------------------------------------------- the comparison

@@ -31,6 +31,12 @@ kdkit resume-test "$proj"
 step "kdkit sweep: batch sizes by measurement"
 kdkit sweep "$proj" --batch-sizes 1,2,4
 
+step "kdkit lock --backend cpu: a hashed lock with its provenance"
+# The torch wheel is fetched through pip's own configuration into a local folder, which stands
+# in for the PyTorch CPU index (what air-gapped users do with --torch-find-links).
+python -m pip download -q --no-deps --only-binary=:all: -d "$work/torch-wheels" "torch==2.13.0"
+kdkit lock "$proj" --backend cpu --torch-find-links "$work/torch-wheels"
+
 step "kdkit bundle --no-image, then verify-bundle"
 kdkit bundle "$proj" --out "$work/bundle" --no-image
 kdkit verify-bundle "$work/bundle"

@@ -157,3 +157,14 @@ def test_report_never_overwrites_the_order(project: Path, tmp_path: Path) -> Non
     assert result.stderr.strip() == (f"Error: --out {tmp_path}: the report would overwrite the order {clash}; "
                                      "choose another folder")
     assert clash.read_bytes() == before and not (tmp_path / "campaign-report.md").exists()
+
+
+def test_sweep_and_resume_test_folders_are_not_campaign_runs(project: Path, tmp_path: Path) -> None:
+    _campaign(project)
+    (project / "runs" / "sweep-20250101-090000").mkdir()
+    (project / "runs" / "sweep-20250101-090000" / "sweep.json").write_text("{}")
+    (project / "runs" / "resume-test-20250101-090000").mkdir()
+    order = _order(tmp_path)
+    result = invoke("close", project, "--order", order, "--json")
+    ids = [run["run_id"] for run in json.loads(result.stdout)["runs"]]
+    assert not any(i.startswith(("sweep-", "resume-test-")) for i in ids)
