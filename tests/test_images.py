@@ -415,3 +415,24 @@ def test_a_failed_build_keeps_its_log_and_tags_nothing(docker_engine: None, lock
     log = Path(line.rsplit("full log: ", 1)[1])
     assert "Step 1/" in log.read_text(encoding="utf-8")
     assert engine_tags() == before
+
+
+# ---------------------------------------------------------------- the corporate-proxy case, for real
+
+
+def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
+        docker_engine: None, project: Path, ca_bundle: tuple[Path, bytes]) -> None:
+    """No wheelhouse: pip in the builder stage reaches the index through this machine's TLS-intercepting
+    proxy, trusting it only through --ca-bundle; the bundle stays out of the final image."""
+    from kdkit.docker_adapter import connect, save_image_chunks
+
+    (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")  # small: no torch
+    assert invoke("lock", project, "--backend", "cpu").exit_code == 0
+    result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--ca-bundle", ca_bundle[0],
+                    "--tag", "kdkit-e2e:proxy", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["network"] == "host"
+    try:
+        assert files_holding(save_image_chunks(connect(), "kdkit-e2e:proxy"), [ca_bundle[1]]) == {ca_bundle[1]: []}
+    finally:
+        connect().remove_image("kdkit-e2e:proxy")

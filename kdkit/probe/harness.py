@@ -51,7 +51,7 @@ class NotAList(TypeError):
 def read_input(doc: Document, max_bytes: int) -> Item | str:
     """The decoded input, or the reason the harness rejects it (never handed to the app)."""
     try:
-        with open(doc.path, "rb") as handle:  # open(), not Path.open(): measurably cheaper per file
+        with open(doc.location, "rb") as handle:  # a str, not a Path: measurably cheaper per file
             data = handle.read(max_bytes + 1)
     except FileNotFoundError:
         return f"input file {doc.file} not found"
