@@ -426,7 +426,14 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     proxy, trusting it only through --ca-bundle; the bundle stays out of the final image."""
     from kdkit.docker_adapter import connect, save_image_chunks
 
+    from kdkit.locking import pip_default_index
+
     (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")  # small: no torch
+    # No PyTorch index is reachable here (and none is needed without torch): the backend's index is
+    # pip's own default, so every request goes to the package index through the proxy, nowhere else.
+    config = json.loads((project / "kdkit.json").read_text())
+    config["backends"]["cpu"]["torch_index"] = pip_default_index()
+    (project / "kdkit.json").write_text(json.dumps(config, indent=2))
     assert invoke("lock", project, "--backend", "cpu").exit_code == 0
     result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--ca-bundle", ca_bundle[0],
                     "--tag", "kdkit-e2e:proxy", "--json")
