@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput
-from kdkit.jsonio import load_json
 from kdkit.resources import data_file
 
 DURATIONS = (3, 7, 30)
@@ -44,15 +43,9 @@ def _layer_paths(kind: str, project_root: Path | None, extra: Path | None) -> li
 
 def _load_checked(path: Path, schema: str) -> dict[str, Any]:
     """Load one layer and check it against its schema; the first problem is the error."""
-    from kdkit.validate import schema_problems
+    from kdkit.validate import load_valid
 
-    data = load_json(path, what=f"{schema} file")
-    problems = schema_problems(data, schema, path)
-    if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise BadInput(f"{problems[0]}{more}")
-    result: dict[str, Any] = data
-    return result
+    return load_valid(path, schema, what=f"{schema} file")
 
 
 # ---------------------------------------------------------------- the catalog

@@ -17,7 +17,7 @@ from typing import Any
 from kdkit import __version__
 from kdkit.catalog import DURATIONS, Catalog, Offer, Pairings, load_catalog, load_pairings
 from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_json, load_json
+from kdkit.jsonio import atomic_write_json
 from kdkit.project import Project
 
 MAX_LOTS = 10
@@ -168,15 +168,9 @@ def save_order(order: dict[str, Any], path: Path, *, force: bool = False) -> Non
 
 def load_order(path: Path) -> dict[str, Any]:
     """An order file written by ``kdkit plan --save``, checked against schemas/order.schema.json."""
-    from kdkit.validate import schema_problems
+    from kdkit.validate import load_valid
 
-    data = load_json(path, what="order file")
-    problems = schema_problems(data, "order", path)
-    if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise BadInput(f"{problems[0]}{more}; write it with `kdkit plan --save`")
-    result: dict[str, Any] = data
-    return result
+    return load_valid(path, "order", what="order file", hint="; write it with `kdkit plan --save`")
 
 
 # ---------------------------------------------------------------- check

@@ -93,13 +93,10 @@ class Project:
 
 def load_project(project_dir: Path | None = None) -> Project:
     """Load kdkit.json and check it against its schema (first problem reported)."""
-    from kdkit.validate import schema_problems
+    from kdkit.validate import raise_first, schema_problems
 
     root = resolve_root(project_dir)
     path = root / MARKER
     data = load_json(path, what="project file")
-    problems = schema_problems(data, "kdkit", path.relative_to(root))
-    if problems:
-        more = f" (+{len(problems) - 1} more; run `kdkit validate`)" if len(problems) > 1 else ""
-        raise BadInput(f"{root / problems[0].file}: {problems[0].where}: {problems[0].message}{more}")
+    raise_first(schema_problems(data, "kdkit", path.relative_to(root)), base=root, more_hint="run `kdkit validate`")
     return Project(root, data)

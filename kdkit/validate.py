@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit.errors import BadInput
+from kdkit.jsonio import load_json
 from kdkit.resources import schema_path
 
 # An ID is data: it may be used inside file names but must never steer a path.
@@ -310,9 +311,24 @@ def validate_project(root: Path) -> list[Problem]:
     return problems
 
 
-def require_valid(root: Path) -> None:
-    """Raise BadInput with the first problem when the project is not valid."""
-    problems = validate_project(root)
-    if problems:
-        more = f" (+{len(problems) - 1} more; run `kdkit validate`)" if len(problems) > 1 else ""
-        raise BadInput(f"{root / problems[0].file}: {problems[0].where}: {problems[0].message}{more}")
+def raise_first(problems: list[Problem], *, base: Path | None = None, more_hint: str = "", hint: str = "") -> None:
+    """Raise BadInput naming the first problem (and how many follow) when there is any.
+
+    ``base`` prefixes the problem's relative file; ``more_hint`` is added to the count of the
+    others (e.g. where to see them all), ``hint`` to the whole line.
+    """
+    if not problems:
+        return
+    first = problems[0]
+    file = base / first.file if base is not None else first.file
+    rest = len(problems) - 1
+    more = f" (+{rest} more{'; ' + more_hint if more_hint else ''})" if rest else ""
+    raise BadInput(f"{file}: {first.where}: {first.message}{more}{hint}")
+
+
+def load_valid(path: Path, schema: str, *, what: str, hint: str = "") -> dict[str, Any]:
+    """A JSON file checked against ``schemas/<schema>.schema.json``; BadInput naming the first problem."""
+    data = load_json(path, what=what)
+    raise_first(schema_problems(data, schema, path), hint=hint)
+    result: dict[str, Any] = data
+    return result

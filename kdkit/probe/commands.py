@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
+from collections.abc import Callable
 
 from kdkit.errors import KdkitError
 
@@ -22,21 +22,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def run_command(name: str, argv: list[str]) -> int:
-    """Run one command; a KdkitError becomes one line on stderr and its exit code."""
-    module_name, _summary = COMMANDS[name]
+def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
+    """Run a command's main; a KdkitError becomes one line on stderr and its exit code."""
     try:
-        module = importlib.import_module(module_name)
-        result: int = module.main(argv)
-        return result
+        return main(argv)
     except KdkitError as exc:
         if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
+            import traceback
+
             traceback.print_exc()
         print(f"Error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Run the named command of COMMANDS."""
+    module = importlib.import_module(COMMANDS[name][0])
+    return call(module.main, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

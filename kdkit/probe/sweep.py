@@ -269,10 +269,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from kdkit.errors import KdkitError
+    from kdkit.probe.commands import call
 
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KdkitError as error:
-        print(f"Error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
+    sys.exit(call(main, sys.argv[1:]))
