@@ -425,7 +425,6 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     """No wheelhouse: pip in the builder stage reaches the index through this machine's TLS-intercepting
     proxy, trusting it only through --ca-bundle; the bundle stays out of the final image."""
     from kdkit.docker_adapter import connect, save_image_chunks
-
     from kdkit.locking import pip_default_index
 
     (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")  # small: no torch
