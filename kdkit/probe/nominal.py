@@ -3,7 +3,8 @@
 A small copy of the vendors' datasheet figures (dense bf16 tensor TFLOP/s, no
 sparsity; memory bandwidth GB/s). The host-side catalog (kdkit/data/catalog.json)
 holds the offers; the probe cannot read it because it must run with the standard
-library alone, from a bare interpreter, so it keeps this table of its own.
+library alone, from a bare interpreter, so it keeps this table of its own;
+tests/test_nominal.py keeps the two in agreement.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ TABLE: tuple[tuple[re.Pattern[str], Nominal], ...] = tuple(
         (r"\bH100\b", "H100 SXM", 989.0, 3350.0),
         (r"\bH200\b", "H200", 989.0, 4800.0),
         (r"\bB200\b", "B200", 2250.0, 8000.0),
-        (r"\bA100\b.*80\s*GB", "A100 80GB", 312.0, 1935.0),
+        (r"\bA100\b.*80\s*GB.*\bPCIe\b", "A100 80GB PCIe", 312.0, 1935.0),
+        (r"\bA100\b.*80\s*GB", "A100 80GB SXM", 312.0, 2039.0),
         (r"\bA100\b", "A100 40GB", 312.0, 1555.0),
         (r"\bRTX 5090\b", "RTX 5090", 209.5, 1792.0),
         (r"\bRTX 4090\b", "RTX 4090", 165.2, 1008.0),
