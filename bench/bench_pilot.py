@@ -7,7 +7,10 @@
    predict per batch, write the results as JSON lines. kdkit is `kdkit pilot` in-process
    (its diagnose, params with the git revision, SHA-256 of every input, one fsync per
    batch, accounting, summary, SHA256SUMS), torch already imported as the app would have.
-   Runs alternate; medians; the overhead is also given per item, in microseconds.
+   Runs alternate; medians; the overhead is also given per item, in microseconds, and in
+   CPU seconds of the process (helper threads included), the figure other load on a shared
+   machine inflates least. The diagnose (a fixed cost per run, not per item) is shown apart;
+   the headline stays the whole `kdkit pilot` against the whole direct loop.
    Goal: at most 5 % slower than the direct loop.
 2. Resume scan. A results.jsonl of 1,000,000 lines in the harness's own format; the time
    RunFolder.scan() takes to find the finished IDs, in a fresh interpreter each run (as
@@ -139,23 +142,34 @@ def overhead(project: Path, work: Path, app: str, runs: int) -> dict[str, object
     config = json.loads((project / "config" / "pilot.json").read_text())
     harness(project, f"{app}-warm-up")
     times: dict[str, list[float]] = {"direct": [], "kdkit": []}
+    cpu: dict[str, list[float]] = {"direct": [], "kdkit": []}
     breakdown = []
     for n in range(runs):
+        started = time.process_time()
         times["direct"].append(direct(project, app, work / f"direct-{app}-{n}.jsonl", config["batch_size"]))
+        cpu["direct"].append(time.process_time() - started)
+        started = time.process_time()
         seconds, timings = harness(project, f"{app}-{n}")
+        cpu["kdkit"].append(time.process_time() - started)
         times["kdkit"].append(seconds)
         breakdown.append(timings)
     medians = {k: statistics.median(v) for k, v in times.items()}
+    cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
+    diagnose = statistics.median(b["diagnose_seconds"] for b in breakdown)
     items = len(json.loads((project / "data/bench/manifest.json").read_text())["documents"])
     return {
         "app": app, "app_wait_ms_per_item": APPS[app], "items": items, "batch_size": config["batch_size"],
         "runs": runs,
-        "direct": {"median_seconds": round(medians["direct"], 4), "seconds": [round(t, 4) for t in times["direct"]]},
+        "direct": {"median_seconds": round(medians["direct"], 4), "seconds": [round(t, 4) for t in times["direct"]],
+                   "median_cpu_seconds": round(cpu_medians["direct"], 4)},
         "kdkit": {"median_seconds": round(medians["kdkit"], 4), "seconds": [round(t, 4) for t in times["kdkit"]],
-                  "median_diagnose_seconds": round(statistics.median(b["diagnose_seconds"] for b in breakdown), 4),
+                  "median_cpu_seconds": round(cpu_medians["kdkit"], 4),
+                  "median_diagnose_seconds": round(diagnose, 4),
                   "median_app_seconds": round(statistics.median(b["app_seconds"] for b in breakdown), 4)},
         "overhead": round(medians["kdkit"] / medians["direct"] - 1, 4),
         "overhead_us_per_item": round((medians["kdkit"] - medians["direct"]) / items * 1e6, 1),
+        "overhead_cpu": round(cpu_medians["kdkit"] / cpu_medians["direct"] - 1, 4),
+        "overhead_without_diagnose": round((medians["kdkit"] - diagnose) / medians["direct"] - 1, 4),
         "goal": "<= 0.05",
     }
 
@@ -220,11 +234,14 @@ def main() -> int:
     (REPO / "bench" / "results").mkdir(parents=True, exist_ok=True)
     (REPO / "bench" / "results" / "pilot.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"{args.items} items, batch {args.batch_size}; medians of alternating runs")
-    print(f"{'app':<12}{'direct s':>10}{'kdkit s':>10}{'overhead':>10}{'us/item':>9}")
+    print(f"{'app':<12}{'direct s':>10}{'kdkit s':>10}{'overhead':>10}{'us/item':>9}{'CPU ovh':>9}"
+          f"{'diag s':>8}{'ovh-diag':>10}")
     for row in over:
         d, k = row["direct"]["median_seconds"], row["kdkit"]["median_seconds"]  # type: ignore[index]
-        print(f"{row['app']:<12}{d:>10.3f}{k:>10.3f}{row['overhead']:>+10.1%}{row['overhead_us_per_item']:>9}")
-    print("goal: overhead <= +5%")
+        diag = row["kdkit"]["median_diagnose_seconds"]  # type: ignore[index]
+        print(f"{row['app']:<12}{d:>10.3f}{k:>10.3f}{row['overhead']:>+10.1%}{row['overhead_us_per_item']:>9}"
+              f"{row['overhead_cpu']:>+9.1%}{diag:>8.3f}{row['overhead_without_diagnose']:>+10.1%}")
+    print("goal: overhead <= +5% (whole kdkit pilot against the whole direct loop)")
     print(f"resume scan of {scan['lines']:,} lines: {scan['median_seconds']:.3f} s wall, "
           f"{scan['median_cpu_seconds']:.3f} s CPU (goal <= 2 s)")
     return 0

@@ -212,6 +212,7 @@ class RunPlan:
     host_steps: list[HostStep]
     runs: Path
     warnings: list[str]
+    host: HostFacts | None = None  # the facts the plan was checked against (kdkit run --workers counts GPUs)
 
 
 def _inside(project: Project, rel: str, what: str) -> Path:
@@ -295,7 +296,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
         if sha256_file(current) != facts.labels.get(f"{LABEL}lock.sha256"):
             warnings.append(f"image {facts.ref} was built from another lock than {current}; "
                             "`kdkit build` to bring it up to date")
-    return RunPlan(project, chosen, facts, spec, steps, runs, warnings)
+    return RunPlan(project, chosen, facts, spec, steps, runs, warnings, host)
 
 
 # ---------------------------------------------------------------- doing it

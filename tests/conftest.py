@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -15,6 +17,10 @@ from kdkit.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+# The end-to-end image (tests/test_images.py, tests/test_workers.py): one per session, see `built`.
+BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
+TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @pytest.fixture(autouse=True)
@@ -75,3 +81,50 @@ def docker_engine() -> Iterator[None]:
 def copy_tree(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest)
     return dest
+
+
+# ---------------------------------------------------------------- the session's end-to-end image
+# Shared by every test module that runs the image: the torch wheel is ~190 MB and CI has 2 cores.
+
+
+@pytest.fixture(scope="session")
+def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scaffolded cpu project with its lock (torch from the local wheels). Never modified by tests."""
+    if not any(TORCH_WHEELS.glob("torch-*.whl")):
+        pytest.skip(f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
+    from kdkit.scaffold import init_project
+
+    root = init_project(tmp_path_factory.mktemp("e2e") / "kdkit-e2e", name="kdkit-e2e", backend="cpu")
+    result = invoke("lock", root, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)
+    assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(locked: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheelhouse") / "cpu"
+    result = invoke("wheelhouse", locked, "--out", out, "--json")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def ca_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """The system bundle (the proxy's CA) plus a marker line: any copy of it is findable.
+
+    The marker is fixed, not random, so the builder's cache holds from one test session to the next.
+    """
+    marker = b"# kdkit-ca-marker-7f3e0c9a54b1d2e8"
+    path = tmp_path_factory.mktemp("ca") / "corp-ca.pem"
+    path.write_bytes(SYSTEM_CA.read_bytes() + b"\n" + marker + b"\n")
+    return path, marker
+
+
+@pytest.fixture(scope="session")
+def built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> dict[str, Any]:
+    """The session's image: built offline from the wheelhouse, with a CA bundle that must not leak."""
+    result = invoke("build", locked, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+                    "--ca-bundle", ca_bundle[0], "--json")
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
 import tarfile
@@ -23,12 +22,8 @@ import pytest
 
 from kdkit import proc
 from kdkit.images import LABEL, render_dockerfile
-from kdkit.scaffold import init_project
-from tests.conftest import invoke, tree_snapshot
+from tests.conftest import BASE, TORCH_WHEELS, invoke, tree_snapshot
 
-BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
-TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
-SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 MISSING_BASE = "localhost:1/kdkit-no-such-base:none"  # a pull fails at once, without leaving this machine
 
 needs_torch_wheels = pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")),
@@ -49,51 +44,10 @@ def engine_tags() -> set[str]:
 # ---------------------------------------------------------------- session fixtures
 
 
-@pytest.fixture(scope="session")
-def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A scaffolded cpu project with its lock (torch from the local wheels). Never modified by tests."""
-    if not any(TORCH_WHEELS.glob("torch-*.whl")):
-        pytest.skip(f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
-    root = init_project(tmp_path_factory.mktemp("e2e") / "kdkit-e2e", name="kdkit-e2e", backend="cpu")
-    result = invoke("lock", root, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)
-    assert result.exit_code == 0, result.output
-    return root
-
-
 @pytest.fixture
 def locked_copy(locked: Path, tmp_path: Path) -> Path:
     """A private copy of the locked project, for tests that change it."""
     return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(locked: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheelhouse") / "cpu"
-    result = invoke("wheelhouse", locked, "--out", out, "--json")
-    assert result.exit_code == 0, result.output
-    return out
-
-
-@pytest.fixture(scope="session")
-def ca_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
-    """The system bundle (the proxy's CA) plus a marker line: any copy of it is findable.
-
-    The marker is fixed, not random, so the builder's cache holds from one test session to the next.
-    """
-    marker = b"# kdkit-ca-marker-7f3e0c9a54b1d2e8"
-    path = tmp_path_factory.mktemp("ca") / "corp-ca.pem"
-    path.write_bytes(SYSTEM_CA.read_bytes() + b"\n" + marker + b"\n")
-    return path, marker
-
-
-@pytest.fixture(scope="session")
-def built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> dict[str, Any]:
-    """The session's image: built offline from the wheelhouse, with a CA bundle that must not leak."""
-    result = invoke("build", locked, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
-                    "--ca-bundle", ca_bundle[0], "--json")
-    assert result.exit_code == 0, result.output
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data
 
 
 @pytest.fixture(scope="session")

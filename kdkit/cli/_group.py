@@ -17,7 +17,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Project", ("init", "validate")),
     ("Dependencies", ("lock", "verify-env", "wheelhouse")),
     ("Images (before ordering)", ("build", "inspect", "run")),
-    ("On the rented machine", ("diagnose", "pilot", "copy-out", "sweep", "resume-test")),
+    ("On the rented machine", ("diagnose", "pilot", "gather", "copy-out", "sweep", "resume-test")),
     ("Order and campaign", ("check", "plan", "estimate-memory", "close")),
     ("Transfer", ("bundle", "verify-bundle", "load")),
 )

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -186,12 +186,15 @@ class _CommandAfterDashes(click.Command):
               help="Container network; none keeps the pilot from reaching anything.")
 @click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), metavar="F",
               help="NAME=VALUE lines passed as environment at run time only: never printed, logged or baked.")
+@click.option("--workers", type=int, metavar="N",
+              help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot on its share "
+                   "of the manifest (stable hash of the ID); then one gathering proves every ID exactly once.")
 @click.option("--print", "print_only", is_flag=True,
               help="Print the equivalent shell lines (docker run ...) instead of running.")
 @json_option
 @click.pass_context
 def run(ctx: click.Context, project_dir: Path | None, backend: str | None, image: str | None, gpus: str | None,
-        network: str, env_file: Path | None, print_only: bool, as_json: bool) -> None:
+        network: str, env_file: Path | None, workers: int | None, print_only: bool, as_json: bool) -> None:
     """Run the image here: diagnose, verify-env, pilot; exit code = verdict.
 
     The host is checked first, each failure with its fix: the engine (exit 3), the
@@ -206,9 +209,14 @@ def run(ctx: click.Context, project_dir: Path | None, backend: str | None, image
       kdkit run --backend rocm --gpus 0
       kdkit run --print                      # docker run ... : reproduce without kdkit
       kdkit run -- kdkit diagnose --expect cuda --json
+      kdkit run --backend cuda --workers 4   # 4 GPUs, 4 shares, one gathered summary
     """
     from kdkit.runner import execute, prepare_run, print_lines
 
+    if workers is not None:
+        _run_workers(project_dir, workers, print_only, as_json, backend=backend, image=image, gpus=gpus,
+                     network=network, env_file=env_file, command=ctx.meta.get("kdkit.command") or None)
+        return
     plan = prepare_run(project_dir, backend=backend, image=image, gpus=gpus, network=network,
                        env_file=env_file, command=ctx.meta.get("kdkit.command") or None)
     for message in plan.warnings:
@@ -235,3 +243,41 @@ def run(ctx: click.Context, project_dir: Path | None, backend: str | None, image
         click.echo(f"Verdict: {verdict}; new run folders: {where}", err=True)
     if code:
         raise click.exceptions.Exit(code)
+
+
+def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, **options: Any) -> None:
+    """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
+    from kdkit.workers import execute_workers, prepare_workers, print_worker_lines
+
+    plan = prepare_workers(project_dir, workers, **options)
+    for message in plan.base.warnings:
+        warn(message)
+    if print_only:
+        for line in print_worker_lines(plan):
+            click.echo(line)
+        return
+    for step in plan.base.host_steps:
+        click.echo(f"Host: {step.description}", err=True)
+    stream = sys.stderr.buffer if as_json else sys.stdout.buffer
+
+    def show(chunk: bytes) -> None:
+        stream.write(chunk)
+        stream.flush()
+
+    result = execute_workers(plan, show)
+    summary = result.gathered.summary if result.gathered else None
+    if as_json:
+        emit_json({"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
+                   "exit_code": result.exit_code, "container_exit_codes": result.codes,
+                   "run_folders": [str(f) for f in plan.folders if f.is_dir()],
+                   "gathered": str(result.gathered.out) if result.gathered else None, "summary": summary})
+    else:
+        codes = ", ".join(f"w{i} exit {c}" for i, c in enumerate(result.codes))
+        click.echo(f"Workers: {codes}", err=True)
+        for problem in (summary or {}).get("problems", [])[:20]:
+            click.echo(f"  - {problem}", err=True)
+        verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
+        where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
+        click.echo(f"Verdict: {verdict}; gathered summary: {where}", err=True)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)

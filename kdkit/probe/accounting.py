@@ -1,8 +1,8 @@
-"""The pilot's accounting: every rule a run must satisfy to pass, as one pure function.
+"""The pilot's accounting: every rule a run must satisfy to pass, judged without side effects.
 
-It reads the records of results.jsonl (streamed, so a long run is judged in one
-pass with per-ID counters) against the manifest and returns the counts and every
-problem, each naming the ID concerned. Nothing here touches files.
+It takes the records of results.jsonl (streamed, or batch by batch as the run
+appends them, with per-ID counters) against the manifest and returns the counts
+and every problem, each naming the ID concerned. Nothing here touches files.
 """
 
 from __future__ import annotations
@@ -36,35 +36,58 @@ def _name(ident: Any) -> str:
     return json.dumps(ident, ensure_ascii=False)
 
 
+class Tally:
+    """Records counted per manifest ID as they come, a batch at a time, then judged once.
+
+    The pilot feeds each batch as it is appended, so judging the run needs no second
+    read of results.jsonl; a resumed run (or a file that changed) is fed from the file.
+    """
+
+    def __init__(self, documents: Sequence[Document]) -> None:
+        self.documents = documents
+        self.known = {doc.id for doc in documents}
+        self.first: dict[str, dict[str, Any]] = {}  # first record per manifest ID (what summary.md shows)
+        self.counts: dict[str, int] = {}  # how many records each manifest ID got
+        self.stray: list[str] = []  # malformed answers and IDs the app was not given
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        known, first, counts = self.known, self.first, self.counts
+        for record in records:
+            ident, outcome = record.get("id"), record.get("outcome")
+            if outcome == "malformed":
+                self.stray.append(f"batch {record.get('batch')}: malformed result {_name(record.get('answer'))}; "
+                                  "each result must be {\"id\": ..., \"category\": ...} or {\"id\": ..., "
+                                  "\"error\": ...}")
+            elif outcome == "unrequested":
+                self.stray.append(f"{_name(ident)}: the app answered an ID it was not given in batch "
+                                  f"{record.get('batch')}" if ident in known else f"{_name(ident)}: invented ID, "
+                                  f"not in the manifest (batch {record.get('batch')})")
+            elif isinstance(ident, str) and ident in known:
+                counts[ident] = counts.get(ident, 0) + 1
+                first.setdefault(ident, record)
+
+    def judge(self, min_quality: float) -> Accounting:
+        """Exactly once per ID, nothing invented, categories allowed, reasons given, expectations met,
+        quality at least ``min_quality``."""
+        result = Accounting(total=len(self.documents), first=self.first, counts=self.counts)
+        misclassified = []
+        for doc in self.documents:
+            problem = _judge_document(doc, result)
+            if problem:
+                result.problems.append(problem)
+            first = result.first.get(doc.id)
+            if first and first["outcome"] == "accepted" and first.get("category") != doc.label:
+                misclassified.append(f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
+        result.problems.extend(self.stray)
+        _check_totals(result, misclassified, min_quality)
+        return result
+
+
 def account(documents: Sequence[Document], records: Iterable[dict[str, Any]], min_quality: float) -> Accounting:
-    """Judge a run: exactly once per ID, nothing invented, categories allowed, reasons given,
-    expectations met, quality at least ``min_quality``."""
-    result = Accounting(total=len(documents))
-    known = {doc.id for doc in documents}
-    stray: list[str] = []
-    for record in records:
-        ident, outcome = record.get("id"), record.get("outcome")
-        if outcome == "malformed":
-            stray.append(f"batch {record.get('batch')}: malformed result {_name(record.get('answer'))}; each "
-                         "result must be {\"id\": ..., \"category\": ...} or {\"id\": ..., \"error\": ...}")
-        elif outcome == "unrequested":
-            stray.append(f"{_name(ident)}: the app answered an ID it was not given in batch {record.get('batch')}"
-                         if ident in known else f"{_name(ident)}: invented ID, not in the manifest "
-                         f"(batch {record.get('batch')})")
-        elif isinstance(ident, str) and ident in known:
-            result.counts[ident] = result.counts.get(ident, 0) + 1
-            result.first.setdefault(ident, record)
-    misclassified = []
-    for doc in documents:
-        problem = _judge_document(doc, result)
-        if problem:
-            result.problems.append(problem)
-        first = result.first.get(doc.id)
-        if first and first["outcome"] == "accepted" and first.get("category") != doc.label:
-            misclassified.append(f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
-    result.problems.extend(stray)
-    _check_totals(result, misclassified, min_quality)
-    return result
+    """Judge a run from all its records at once (see Tally)."""
+    tally = Tally(documents)
+    tally.add(records)
+    return tally.judge(min_quality)
 
 
 def _judge_document(doc: Document, result: Accounting) -> str | None:

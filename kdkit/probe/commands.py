@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify-env": ("kdkit.probe.verify_env", "Compare a lock with the live environment of an interpreter."),
     "pilot": ("kdkit.probe.pilot", "Run the pilot documents with exactly-once accounting."),
     "copy-out": ("kdkit.probe.copyout", "Copy a run folder elsewhere and verify the copy."),
+    "gather": ("kdkit.probe.gather", "Prove the workers of one run answered every ID exactly once."),
 }
 
 

@@ -28,6 +28,7 @@ Predict = Callable[[list[dict[str, Any]]], Any]
 T = TypeVar("T")
 ANSWER_SHOWN = 120  # characters of an odd answer kept in the record
 REASON_KEPT = 500  # characters of a rejection reason kept (a traceback-sized message is cut)
+ANSWERED = frozenset({"accepted", "rejected", "invalid"})  # outcomes that answer an asked ID
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,25 @@ def classify_answers(items: Sequence[Item], answers: Any, categories: Sequence[s
     asked = {item.doc.id: item for item in items}
     records, answered = [], set()
     for answer in answers:
-        record = _record(answer, asked, categories, batch)
+        record = _accepted(answer, asked, categories, batch) or _record(answer, asked, categories, batch)
         records.append(record)
-        if record["outcome"] in ("accepted", "rejected", "invalid"):
+        if record["outcome"] in ANSWERED:
             answered.add(record["id"])
     for ident, item in asked.items():
         if ident not in answered:
             records.append({"id": ident, "outcome": "unanswered", "batch": batch, "sha256": item.sha256})
     return records
+
+
+def _accepted(answer: Any, asked: dict[str, Item], categories: Sequence[str], batch: int) -> dict[str, Any] | None:
+    """The record of the usual answer, exactly {"id": <asked ID>, "category": <allowed>}, checked in one
+    expression; None for anything else, which _record then judges rule by rule (and names)."""
+    if type(answer) is dict and len(answer) == 2:
+        ident, category = answer.get("id"), answer.get("category")
+        if type(ident) is str and type(category) is str and ident in asked and category in categories:
+            return {"id": ident, "outcome": "accepted", "category": category, "batch": batch,
+                    "sha256": asked[ident].sha256}
+    return None
 
 
 def _record(answer: Any, asked: dict[str, Item], categories: Sequence[str], batch: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from kdkit.errors import BadInput, KdkitError
 from kdkit.probe import harness
-from kdkit.probe.accounting import account
+from kdkit.probe.accounting import Accounting, Tally, account
 from kdkit.probe.copyout import copy_run
 from kdkit.probe.diaghost import hardware_hints
 from kdkit.probe.diagnose import run_diagnose
@@ -33,6 +33,15 @@ from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_ha
 from kdkit.probe.pilotreport import summary_data, summary_markdown
 from kdkit.probe.projectfiles import load_object, project_root
 from kdkit.probe.runfolder import RunFolder, Scan, check_run_id, git_state, new_run_id
+from kdkit.probe.shares import (
+    Share,
+    add_share_arguments,
+    check_resumed_share,
+    folder_name,
+    parse_share,
+    restrict,
+    share_fields,
+)
 from kdkit.probe.stopguard import StopGuard, StopRequested
 
 PROBLEMS_SHOWN = 20
@@ -57,6 +66,8 @@ examples:
   kdkit pilot                          the project around the current folder
   kdkit pilot --resume RUN_ID          after a crash, Ctrl-C or a stop rule
   kdkit pilot --copy-to /mnt/backup    and verify a copy of the run folder
+  kdkit pilot --run-id R --worker 0 --workers 2
+                                       worker 0's share only -> runs/R-w0of2 (then kdkit gather)
 
 exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C"""
 
@@ -74,6 +85,7 @@ class Session:
     dropped_lines: int = 0
     stop: dict[str, Any] | None = None
     exit_code: int = 0
+    tally: Tally | None = None  # the records this session appended, counted as they were written
 
     def timings(self) -> dict[str, Any]:
         total = time.perf_counter() - self.started
@@ -104,20 +116,24 @@ class Progress:
 # ---------------------------------------------------------------- opening the run
 
 
-def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str]) -> tuple[RunFolder, bool]:
-    """A new run folder with its params.json, or the existing one to resume (same parameters only)."""
+def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str],
+             share: Share | None = None) -> tuple[RunFolder, bool]:
+    """A new run folder with its params.json, or the existing one to resume (same parameters and share only)."""
     params = cfg.resolved()
     digest = params_hash(params)
     if resume is not None:
-        run = RunFolder.existing(cfg.runs_dir, check_run_id(resume, "--resume"))
-        recorded = load_object(run.path / "params.json", "run parameters").get("params_hash")
+        run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
+        recorded_params = load_object(run.path / "params.json", "run parameters")
+        check_resumed_share(recorded_params, share, run.path / "params.json")
+        recorded = recorded_params.get("params_hash")
         if recorded != digest:
             raise BadInput(f"{run.path}: the parameters changed since this run started (hash {str(recorded)[:8]} "
                            f"-> {digest[:8]}); a new configuration gets a new run: drop --resume")
         _reopen(run)
         return run, True
     code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
-    run = RunFolder.create(cfg.runs_dir, check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest))
+    name = check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest)
+    run = RunFolder.create(cfg.runs_dir, folder_name(name, share))
     run.write_json("params.json", {
         "run_id": run.run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -128,6 +144,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
+        **share_fields(share),
     })
     return run, False
 
@@ -209,11 +226,13 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, predic
     pending: list[Document] = [d for d in cfg.documents if d.id not in scan.finished]
     done, rejected = len(cfg.documents) - len(pending), scan.rejected
     source = harness.batches(pending, cfg.batch_size, cfg.max_input_bytes, scan.next_batch)
+    session.tally = tally = Tally(cfg.documents)
     with harness.prefetching(source) as ahead:
         for number, items, rejections in ahead:
             guard.check()
             records = rejections + _app_records(cfg, session, predict, guard, number, items)
             run.append(records)
+            tally.add(records)  # right after the write: the tally and the file's bytes hold the same batches
             session.batches += 1
             session.items += len(items) + len(rejections)
             done += len(items) + len(rejections)
@@ -254,11 +273,24 @@ def peak_memory(device: str) -> dict[str, Any]:
             "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
+def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
+    """The run's accounting, always of what results.jsonl holds.
+
+    When the file is byte for byte what this session appended (SHA-256 of the file against the
+    running hash of the writes), the records counted as they were written are the file's records
+    and are judged without a second parse; otherwise (a resumed run, a file changed meanwhile, a
+    failed write) every record is read back from the file.
+    """
+    if session.tally is not None and run.holds_only_appended():
+        return session.tally.judge(cfg.min_quality)
+    return account(cfg.documents, run.records(), cfg.min_quality)
+
+
 def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
     """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS."""
     if session.stop is not None:
         run.write_json("stop.json", session.stop)
-    accounting = account(cfg.documents, run.records(), cfg.min_quality)
+    accounting = judged(cfg, run, session)
     summary = summary_data(run.run_id, cfg, accounting, session.stop, {
         "resumed": session.resumed,
         "lines_dropped_on_resume": session.dropped_lines,
@@ -306,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="copy the run folder to DEST/<run-id> and verify the copy against SHA256SUMS")
     parser.add_argument("--json", action="store_true", help="print summary.json instead of text")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_share_arguments(parser)
     return parser
 
 
@@ -321,8 +354,9 @@ def _copy(run: RunFolder, dest: Path | None) -> tuple[dict[str, Any], KdkitError
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    cfg = load_pilot(project_root(args.project_dir), args.config)
-    run, resumed = open_run(cfg, args.run_id, args.resume, argv)
+    share = parse_share(args.worker, args.workers)
+    cfg = restrict(load_pilot(project_root(args.project_dir), args.config), share)
+    run, resumed = open_run(cfg, args.run_id, args.resume, argv, share)
     session = Session(resumed=resumed)
     execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
     summary = close_run(cfg, run, session)

@@ -26,7 +26,7 @@ DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Document:
     """One manifest entry. ``location`` comes from the manifest's ``file``, never from the ID.
 
@@ -173,43 +173,49 @@ def load_manifest(path: Path, inputs: Path, categories: tuple[str, ...]) -> tupl
     folders = (str(path.parent), str(inputs))  # once: ten thousand entries must cost milliseconds
     plain_ok = is_within(folders[0], folders[1])  # a plain name then lands inside the inputs folder
     for index, doc in enumerate(documents):
-        where = f"$.documents[{index}]"
         if not isinstance(doc, dict):
-            raise BadInput(f"{path}: {where}: expected an object with id, file, label, expect")
-        out.append(_document(doc, path, where, folders, categories, plain_ok))
-        if out[-1].id in seen:
-            raise BadInput(f"{path}: {where}.id: duplicate ID {out[-1].id!r}; every ID must be unique")
-        seen.add(out[-1].id)
+            raise BadInput(f"{_at(path, index)}: expected an object with id, file, label, expect")
+        document = _document(doc, path, index, folders, categories, plain_ok)
+        if document.id in seen:
+            raise BadInput(f"{_at(path, index)}.id: duplicate ID {document.id!r}; every ID must be unique")
+        seen.add(document.id)
+        out.append(document)
     return tuple(out)
 
 
-def _document(doc: dict[str, Any], path: Path, where: str, folders: tuple[str, str],
+def _at(path: Path, index: int) -> str:
+    """Where an entry is, for a message: built only on error (a string per entry costs as much as its checks)."""
+    return f"{path}: $.documents[{index}]"
+
+
+def _document(doc: dict[str, Any], path: Path, index: int, folders: tuple[str, str],
               categories: tuple[str, ...], plain_ok: bool) -> Document:
     ident = doc.get("id")
     if not isinstance(ident, str) or not SAFE_ID.match(ident):
-        raise BadInput(f"{path}: {where}.id: {json.dumps(ident)} is not a safe ID; use letters, digits, '.', "
+        raise BadInput(f"{_at(path, index)}.id: {json.dumps(ident)} is not a safe ID; use letters, digits, '.', "
                        "'_' and '-' (first a letter or digit), at most 128")
     name = doc.get("file")
     if not isinstance(name, str):
-        raise BadInput(f"{path}: {where}.file: expected the input's file name, relative to the manifest")
-    target = _target(name, path, where, folders, plain_ok)
+        raise BadInput(f"{_at(path, index)}.file: expected the input's file name, relative to the manifest")
+    target = _target(name, path, index, folders, plain_ok)
     expect, label = doc.get("expect"), doc.get("label")
     if expect not in ("accept", "reject"):
-        raise BadInput(f"{path}: {where}.expect: {json.dumps(expect)}; use \"accept\" or \"reject\"")
+        raise BadInput(f"{_at(path, index)}.expect: {json.dumps(expect)}; use \"accept\" or \"reject\"")
     if expect == "accept" and label not in categories:
-        raise BadInput(f"{path}: {where}.label: {json.dumps(label)} is not an allowed category "
+        raise BadInput(f"{_at(path, index)}.label: {json.dumps(label)} is not an allowed category "
                        f"({', '.join(categories)})")
     if label is not None and not isinstance(label, str):
-        raise BadInput(f"{path}: {where}.label: expected a category or null")
+        raise BadInput(f"{_at(path, index)}.label: expected a category or null")
     return Document(ident, name, target, label, expect)
 
 
-def _target(name: str, path: Path, where: str, folders: tuple[str, str], plain_ok: bool) -> str:
+def _target(name: str, path: Path, index: int, folders: tuple[str, str], plain_ok: bool) -> str:
     """The input's location: inside the manifest's folder and inside the inputs folder, else BadInput."""
     manifest_folder, inputs = folders
     if plain_ok and PLAIN_NAME.match(name):
         return manifest_folder.rstrip(os.sep) + os.sep + name  # what os.path.join gives, at half the cost
-    target = os.fspath(inside(manifest_folder, name, path, f"{where}.file"))
+    where = f"$.documents[{index}].file"
+    target = os.fspath(inside(manifest_folder, name, path, where))
     if not is_within(os.path.dirname(target), inputs):
-        raise BadInput(f"{path}: {where}.file: {name!r} is not inside the inputs folder {inputs}")
+        raise BadInput(f"{path}: {where}: {name!r} is not inside the inputs folder {inputs}")
     return target
