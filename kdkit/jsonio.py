@@ -33,24 +33,12 @@ def load_json(path: Path, *, what: str = "file") -> Any:
         ) from None
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary name beside ``path``, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> int:
-    """Like :func:`atomic_write_bytes` for data too large to hold (an image archive); returns the size."""
+    """Write ``chunks`` to a temporary name beside ``path``, fsync, then rename over it.
+
+    Readers see the old file or the whole new one, never a part; a failure leaves no
+    temporary file behind. Streams, so an image archive of many GB is never held. Returns the size.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     size = 0
@@ -67,6 +55,10 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> int:
             os.unlink(tmp)
         raise
     return size
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write_chunks(path, (data,))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
