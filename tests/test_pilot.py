@@ -457,3 +457,12 @@ def test_accounting_counts_only_first_results_and_flags_expectations(project: Pa
     assert result.quality == pytest.approx(3 / 12)
     assert result.problems[-1].startswith("quality 0.250 < min_quality 0.9: misclassified doc-02 "
                                           "(contract -> invoice)")
+
+
+def test_a_results_file_changed_during_the_run_is_read_back_and_judged(project: Path) -> None:
+    """The harness keeps a running hash of what it appended; when the file on disk differs, the
+    accounting is made from the file itself, so a line written by anything else is caught."""
+    use_app(project, "tampers")
+    code, summary, _ = pilot(project)
+    assert code == 1
+    assert any(p.startswith("doc-01: 2 results") for p in summary["problems"]), summary["problems"]
