@@ -95,8 +95,11 @@ def test_zipapp_runs_diagnose_without_kdkit_installed(locked: Path, tmp_path: Pa
     listing = subprocess.run([sys.executable, "-I", "kdkit.pyz", "--help"], cwd=out, capture_output=True,
                              text=True, check=False)
     assert listing.returncode == 0
-    assert [line.split()[0] for line in listing.stdout.splitlines()[3:]] == [
-        "diagnose", "verify-env", "pilot", "copy-out", "resume-test", "sweep"]
+    from kdkit.bundle import ZIPAPP_EXTRA_COMMANDS
+    from kdkit.probe.commands import COMMANDS
+
+    assert [line.split()[0] for line in listing.stdout.splitlines()[3:]] == [*COMMANDS, *ZIPAPP_EXTRA_COMMANDS]
+    assert "gather" in COMMANDS and "sweep" in ZIPAPP_EXTRA_COMMANDS
 
 
 def test_existing_out_is_refused_without_force_and_replaced_with_it(locked: Path, tmp_path: Path) -> None:
