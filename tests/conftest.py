@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,3 +130,16 @@ def built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle: tuple[
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     return data
+
+
+def wait_for_lines(path: Path, count: int, process: subprocess.Popen[bytes]) -> None:
+    """Wait until ``path`` holds ``count`` lines written by ``process`` (a pilot about to be killed)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_bytes().splitlines()) >= count:
+            return
+        if process.poll() is not None:
+            pytest.fail(f"pilot exited early: {process.communicate()}")
+        time.sleep(0.05)
+    process.kill()
+    pytest.fail(f"{path} never reached {count} lines")

@@ -24,7 +24,7 @@ from kdkit.probe import runfolder
 from kdkit.probe.accounting import account
 from kdkit.probe.pilotconfig import load_pilot
 from kdkit.probe.runfolder import RunFolder
-from tests.conftest import DATA, REPO, invoke, tree_snapshot
+from tests.conftest import DATA, REPO, invoke, tree_snapshot, wait_for_lines
 
 APPS = DATA / "apps"
 
@@ -232,25 +232,13 @@ def _start(project: Path, run_id: str, **env: str) -> subprocess.Popen[bytes]:
         env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
 
 
-def _wait_for_lines(path: Path, count: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_bytes().splitlines()) >= count:
-            return
-        if process.poll() is not None:
-            pytest.fail(f"pilot exited early: {process.communicate()}")
-        time.sleep(0.05)
-    process.kill()
-    pytest.fail(f"{path} never reached {count} lines")
-
-
 def test_sigkill_of_a_hung_app_then_resume_is_exactly_once(project: Path, tmp_path: Path) -> None:
     baseline = use_app(shutil.copytree(project, tmp_path / "baseline"), "oracle", batch_size=2)
     expected = pilot(baseline)[1]
     use_app(project, "hangs", batch_size=2)
     process = _start(project, "killed", HANG_ON="doc-07")
     results = project / "runs" / "killed" / "results.jsonl"
-    _wait_for_lines(results, 6, process)
+    wait_for_lines(results, 6, process)
     time.sleep(0.3)  # it is now inside predict() for doc-07, hanging
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
@@ -280,7 +268,7 @@ def test_a_torn_last_line_is_dropped_and_that_item_redone(project: Path) -> None
 def test_ctrl_c_records_the_stop_and_exits_130(project: Path) -> None:
     use_app(project, "slow")
     process = _start(project, "interrupted", SLOW_SECONDS="0.4")
-    _wait_for_lines(project / "runs" / "interrupted" / "results.jsonl", 4, process)
+    wait_for_lines(project / "runs" / "interrupted" / "results.jsonl", 4, process)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 130
     run_dir = project / "runs" / "interrupted"

@@ -27,7 +27,7 @@ from kdkit.probe.runfolder import RunFolder
 from kdkit.probe.shares import Share, parse_share, worker_of
 from kdkit.runner import HostFacts
 from kdkit.workers import Prefixed, check_workers, gpu_count
-from tests.conftest import DATA, REPO, invoke, tree_snapshot
+from tests.conftest import DATA, REPO, invoke, tree_snapshot, wait_for_lines
 
 TWELVE = [f"doc-{n:02d}" for n in range(1, 13)]
 SHARE_1_OF_2 = ["doc-01", "doc-04", "doc-05", "doc-06", "doc-09", "doc-10", "doc-11"]  # sha256(id) % 2 == 1
@@ -243,18 +243,6 @@ def test_gather_bad_input_is_exit_2_and_writes_nothing(project: Path, args: tupl
 # ---------------------------------------------------------------- a worker killed and resumed
 
 
-def _wait_for_lines(path: Path, count: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_bytes().splitlines()) >= count:
-            return
-        if process.poll() is not None:
-            pytest.fail(f"pilot exited early: {process.communicate()}")
-        time.sleep(0.05)
-    process.kill()
-    pytest.fail(f"{path} never reached {count} lines")
-
-
 def test_a_killed_worker_is_named_then_resumed_and_gathered(project: Path) -> None:
     use_oracle(project, "hangs", batch_size=2)
     assert pilot(project, "--run-id", "R", "--worker", "0", "--workers", "2")[0] == 0
@@ -263,7 +251,7 @@ def test_a_killed_worker_is_named_then_resumed_and_gathered(project: Path) -> No
          "--workers", "2", "--quiet"],
         env={**os.environ, "HANG_ON": "doc-09"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     w0, w1 = project / "runs" / "R-w0of2", project / "runs" / "R-w1of2"
-    _wait_for_lines(w1 / "results.jsonl", 4, process)  # doc-01, 04 | 05, 06 | then it hangs on doc-09
+    wait_for_lines(w1 / "results.jsonl", 4, process)  # doc-01, 04 | 05, 06 | then it hangs on doc-09
     time.sleep(0.3)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
