@@ -30,6 +30,7 @@ from typing import Any
 from kdkit import __version__, proc
 from kdkit.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
+from kdkit.probe import CORE_MODULES
 from kdkit.project import Project, load_project
 
 BUNDLE_JSON = "bundle.json"
@@ -43,8 +44,6 @@ EXCLUDED_NAMES = {".git", ".env", "__pycache__", ".venv", ".mypy_cache", ".pytes
 # Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
 TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
                "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")
-# kdkit's in-container part: standard library only; probe modules may import these and nothing else.
-CORE_MODULES = ("__init__.py", "errors.py", "jsonio.py", "proc.py")
 # Probe commands the zipapp offers besides kdkit.probe.commands.COMMANDS (the host CLI has its own).
 ZIPAPP_EXTRA_COMMANDS = {
     "resume-test": ("kdkit.probe.resume", "Prove a training loop resumes exactly in a new process."),

@@ -32,14 +32,13 @@ from urllib.parse import urlsplit, urlunsplit
 from kdkit import __version__, proc
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_text, sha256_file
+from kdkit.probe import CORE_MODULES
 from kdkit.project import Backend, Project, find_root, load_project
 from kdkit.resources import data_root, dockerfile
 
 LABEL = "dev.kdkit."
 OCI = "org.opencontainers.image."
 INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
-# kdkit's in-container part: standard library only, run as `python -m kdkit.probe COMMAND`.
-PROBE_MODULES = ("__init__.py", "errors.py", "jsonio.py", "proc.py")
 SHIM = """#!/bin/sh
 # kdkit's in-container commands (diagnose, verify-env, pilot, copy-out), without click.
 PYTHONPATH=/opt/kdkit/lib${PYTHONPATH:+:$PYTHONPATH} exec /opt/kdkit/venv/bin/python -m kdkit.probe "$@"
@@ -98,7 +97,7 @@ def default_tag(project: Project, backend: str, lock_sha256: str) -> str:
 
 
 def check_tag(tag: str) -> str:
-    if not REFERENCE.match(tag) or len(tag) > 255:
+    if not REFERENCE.fullmatch(tag) or len(tag) > 255:
         raise BadInput(f"--tag {tag!r}: not a valid image reference; use lowercase name[:tag], "
                        "e.g. myproj:cuda-test")
     return tag
@@ -268,7 +267,7 @@ def _project_files(root: Path) -> Iterator[tuple[str, Path]]:
 
 def _probe_files() -> Iterator[tuple[str, Path]]:
     package = Path(__file__).resolve().parent
-    for name in PROBE_MODULES:
+    for name in CORE_MODULES:
         yield f"kdkit/lib/kdkit/{name}", package / name
     for path in sorted((package / "probe").rglob("*.py")):
         if not SKIPPED.search(path.name):

@@ -103,7 +103,7 @@ def parse_gpus(value: str | None) -> str | list[str] | None:
     if value is None or value == "all":
         return value
     ids = [part.strip() for part in value.split(",")]
-    if not ids or any(not re.match(r"^(\d+|GPU-[0-9a-fA-F-]+)$", i) for i in ids):
+    if not ids or any(not re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in ids):
         raise BadInput(f"--gpus {value!r}: expected all or a comma list of GPU indexes or UUIDs, e.g. 0,1")
     return ids
 
@@ -124,7 +124,7 @@ def read_env_file(path: Path) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         name, sep, value = line.partition("=")
-        if not sep or not ENV_NAME.match(name):
+        if not sep or not ENV_NAME.fullmatch(name):
             raise BadInput(f"--env-file {path}:{number}: expected NAME=VALUE (NAME of letters, digits and _); "
                            "fix or comment out that line")
         env[name] = value.rstrip("\r")

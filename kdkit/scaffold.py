@@ -38,7 +38,7 @@ def init_project(target: Path, name: str | None = None, backend: str = "cuda", f
     """
     target = target.resolve()
     project_name = name if name is not None else default_name(target)
-    if not NAME.match(project_name):
+    if not NAME.fullmatch(project_name):
         raise BadInput(f"--name {project_name!r}: use lowercase letters, digits, '.', '_' or '-' "
                        "(it becomes the image name)")
     if backend not in ("cuda", "rocm", "cpu"):

@@ -12,11 +12,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit.errors import BadInput
-from kdkit.jsonio import load_json
+from kdkit.jsonio import load_json, parse_json
+from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
 from kdkit.resources import schema_path
-
-# An ID is data: it may be used inside file names but must never steer a path.
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 SECRET_KEY = re.compile(
     r"(token|passw(or)?d|passwd|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)",
@@ -59,14 +57,32 @@ class Problem:
 # ---------------------------------------------------------------- schemas
 
 
+def _whole_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    r"""JSON Schema's ``pattern``, with ``$`` meaning the end of the string as in ECMA-262.
+
+    jsonschema applies the pattern with Python's ``re.search``, where ``$`` also matches before a
+    final newline: ``"doc-01\n"`` would pass ``^[A-Za-z0-9._-]+$``. Anchored at the end with ``\Z``.
+    """
+    from jsonschema.exceptions import ValidationError
+
+    if isinstance(instance, str) and not re.search(_end_anchored(pattern), instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def _end_anchored(pattern: str) -> str:
+    return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+
+
 @cache
 def _validator(name: str) -> Any:
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, validators
 
     with schema_path(name).open(encoding="utf-8") as handle:
         schema = json.load(handle)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern})
+    return strict(schema)
 
 
 def json_path(parts: Any) -> str:
@@ -155,9 +171,8 @@ def machine_path_problems(data: Any, file: Path) -> list[Problem]:
 
 
 def _inside(root: Path, relative: str) -> Path | None:
-    """``root / relative`` resolved, or None when it escapes the project folder."""
-    target = (root / relative).resolve()
-    return target if target == root or root in target.parents else None
+    """``root / relative`` with links resolved, or None when it escapes the project folder."""
+    return real_inside(root, root / relative)
 
 
 def path_problems(
@@ -204,9 +219,9 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
         if isinstance(ident, str):
             if not ident.strip():
                 problems.append(Problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
-            elif not SAFE_ID.match(ident) or ident in (".", ".."):
+            elif not is_safe_id(ident):
                 problems.append(Problem(manifest_file, f"{where}.id", f"ID {ident!r} is unsafe as a file name; "
-                                        "use letters, digits, '.', '_' and '-' (first a letter or digit)"))
+                                        f"{SAFE_ID_RULE}"))
             if ident in seen:
                 problems.append(Problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
                                         f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
@@ -241,14 +256,19 @@ def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
     except FileNotFoundError:
         problems.append(Problem(relative, "$", "file not found; create it (kdkit init writes one)"))
         return None
+    except IsADirectoryError:
+        problems.append(Problem(relative, "$", "is a folder, not a file; point the key at the JSON file"))
+        return None
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(Problem(relative, "$", f"cannot read ({exc})"))
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        problems.append(Problem(relative, f"line {exc.lineno} column {exc.colno}",
-                                f"malformed JSON ({exc.msg}); fix the syntax there"))
+        return parse_json(text, str(relative))
+    except BadInput as exc:
+        rest = str(exc).removeprefix(f"{relative}:")
+        placed = re.match(r"(\d+):(\d+): (.*)", rest)
+        problems.append(Problem(relative, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+                        else Problem(relative, "$", rest.strip()))
         return None
 
 
@@ -263,9 +283,10 @@ def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem])
 
 
 def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
-    """The relative path under ``key`` when it names an existing file inside the project."""
+    """The relative path under ``key`` when it names something inside the project that exists
+    (a folder there is reported by the loader: it is not a file)."""
     value = data.get(key)
-    if not isinstance(value, str) or _inside(root, value) is None or not (root / value).is_file():
+    if not isinstance(value, str) or _inside(root, value) is None or not (root / value).exists():
         return None
     return Path(value)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.probe import diaghost, diagsteps, gpurules, nominal
+from kdkit.probe import CORE_MODULES, diaghost, diagsteps, gpurules, nominal
 from kdkit.probe.diagcore import Context, StepFailed
 from tests.conftest import DATA, REPO, invoke
 
@@ -289,7 +289,7 @@ def test_deep_compiles_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 # ---------------------------------------------------------------- the probe stands alone
 
 PROBE = REPO / "kdkit" / "probe"
-ALLOWED_KDKIT = {"kdkit", "kdkit.errors", "kdkit.jsonio", "kdkit.proc"}
+ALLOWED_KDKIT = {"kdkit", *(f"kdkit.{name.removesuffix('.py')}" for name in CORE_MODULES if name != "__init__.py")}
 
 
 def _imports(path: Path) -> set[str]:
@@ -319,7 +319,7 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True)
     code = base / "code"
     (code / "kdkit").mkdir(parents=True)
-    for name in ("__init__.py", "errors.py", "jsonio.py", "proc.py"):
+    for name in CORE_MODULES:
         shutil.copy(REPO / "kdkit" / name, code / "kdkit" / name)
     shutil.copytree(PROBE, code / "kdkit" / "probe", ignore=shutil.ignore_patterns("__pycache__"))
     return base / "venv" / "bin" / "python", code

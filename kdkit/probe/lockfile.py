@@ -156,7 +156,7 @@ def _parse_pin(where: str, number: int, body: str) -> Pin:
         raise BadInput(f"{where}: {spec!r} has no --hash; kdkit locks are always hashed "
                        "(regenerate with `kdkit lock`)")
     for value in hashes:
-        if not _HASH_VALUE.match(value):
+        if not _HASH_VALUE.fullmatch(value):
             raise BadInput(f"{where}: bad hash {value!r}; expected sha256:<hex>")
     try:
         Version.parse(match.group("version"))

@@ -17,13 +17,13 @@ from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.jsonio import sha256_file
-from kdkit.probe.projectfiles import MARKER, SAFE_ID, inside, is_within, load_object, require
+from kdkit.probe.projectfiles import MARKER, SAFE_ID_RULE, inside, is_safe_id, is_within, load_object, require
 
-ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
+ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
+DEVICE = re.compile(r"auto|cpu|cuda|cuda:[0-9]+")  # fullmatch
 # A bare file name: no separator, no drive, cannot be "." or "..", so it stays in the manifest's folder
 # without the general path check (which costs microseconds per entry, a tenth of a trivial app's time).
-PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # fullmatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +106,10 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
     data = load_object(path, "pilot config")
     categories = _categories(data, path)
     entry = require(data, "entry", str, path)
-    if not ENTRY.match(entry):
+    if not ENTRY.fullmatch(entry):
         raise BadInput(f"{path}: $.entry: {entry!r} is not \"module:function\" (e.g. src.classify:predict)")
     device = require(data, "device", str, path)
-    if not DEVICE.match(device):
+    if not DEVICE.fullmatch(device):
         raise BadInput(f"{path}: $.device: {device!r}; use auto, cpu, cuda or cuda:N")
     inputs = inside(root, require(data, "inputs", str, path), path, "$.inputs")
     manifest_path = inside(root, require(data, "manifest", str, path), path, "$.manifest")
@@ -191,9 +191,8 @@ def _at(path: Path, index: int) -> str:
 def _document(doc: dict[str, Any], path: Path, index: int, folders: tuple[str, str],
               categories: tuple[str, ...], plain_ok: bool) -> Document:
     ident = doc.get("id")
-    if not isinstance(ident, str) or not SAFE_ID.match(ident):
-        raise BadInput(f"{_at(path, index)}.id: {json.dumps(ident)} is not a safe ID; use letters, digits, '.', "
-                       "'_' and '-' (first a letter or digit), at most 128")
+    if not is_safe_id(ident):
+        raise BadInput(f"{_at(path, index)}.id: {json.dumps(ident)} is not a safe ID; {SAFE_ID_RULE}")
     name = doc.get("file")
     if not isinstance(name, str):
         raise BadInput(f"{_at(path, index)}.file: expected the input's file name, relative to the manifest")
@@ -212,7 +211,7 @@ def _document(doc: dict[str, Any], path: Path, index: int, folders: tuple[str, s
 def _target(name: str, path: Path, index: int, folders: tuple[str, str], plain_ok: bool) -> str:
     """The input's location: inside the manifest's folder and inside the inputs folder, else BadInput."""
     manifest_folder, inputs = folders
-    if plain_ok and PLAIN_NAME.match(name):
+    if plain_ok and PLAIN_NAME.fullmatch(name):
         return manifest_folder.rstrip(os.sep) + os.sep + name  # what os.path.join gives, at half the cost
     where = f"$.documents[{index}].file"
     target = os.fspath(inside(manifest_folder, name, path, where))

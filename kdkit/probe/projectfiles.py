@@ -10,15 +10,22 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeGuard
 
 from kdkit.errors import BadInput
 from kdkit.jsonio import load_json
 
 MARKER = "kdkit.json"
-# The same rule as `kdkit validate`: an ID is data that must never be able to steer a path.
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# An ID is data that must never be able to steer a path (`kdkit validate` and the pilot share this
+# rule). Patterns here are used with fullmatch only: ``re.match("...$")`` lets a final newline through.
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SAFE_ID_RULE = "use letters, digits, '.', '_' and '-' (first a letter or digit), at most 128"
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def is_safe_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a string usable as an ID (and so as a file name): the whole of it."""
+    return isinstance(value, str) and SAFE_ID.fullmatch(value) is not None
 
 
 def find_root(start: Path | None = None) -> Path | None:
@@ -87,6 +94,25 @@ def is_within(target: str, base: str) -> bool:
     return target == base or target.startswith(base.rstrip(os.sep) + os.sep)
 
 
+def real_inside(root: Path | str, path: Path | str) -> Path | None:
+    """``path`` with every symbolic link resolved, or None when that leaves ``root`` (itself resolved).
+
+    The one containment rule of kdkit: `kdkit validate` applies it to the paths a project names, the
+    pilot to its inputs, manifest and runs folder, the bundle to every file it packs.
+    """
+    real = os.path.realpath(path)
+    return Path(real) if is_within(real, os.fspath(root)) else None
+
+
+def require_real_inside(root: Path, path: Path, file: Path, where: str) -> Path:
+    """:func:`real_inside`, or BadInput naming the key that led there and where the link points."""
+    real = real_inside(root, path)
+    if real is None:
+        raise BadInput(f"{file}: {where}: {path} leads to {os.path.realpath(path)}, outside the project "
+                       f"{root} (a symbolic link?); keep it inside the project")
+    return real
+
+
 def extensions(root: Path) -> list[dict[str, str]]:
     """kdkit.json's ``extensions`` list (module and optional smoke), checked for shape."""
     path = root / MARKER
@@ -97,7 +123,7 @@ def extensions(root: Path) -> list[dict[str, str]]:
     out = []
     for index, item in enumerate(items):
         module = item.get("module") if isinstance(item, dict) else None
-        if not isinstance(module, str) or not DOTTED.match(module):
+        if not isinstance(module, str) or not DOTTED.fullmatch(module):
             raise BadInput(f"{path}: $.extensions[{index}].module: expected a dotted module name")
         smoke = item.get("smoke")
         out.append({"module": module, **({"smoke": smoke} if isinstance(smoke, str) else {})})

@@ -29,7 +29,7 @@ from typing import Any
 
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_json, atomic_write_text, sha256_file
-from kdkit.probe.projectfiles import SAFE_ID
+from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id
 
 RESULTS = "results.jsonl"
 SUMS = "SHA256SUMS"
@@ -49,9 +49,8 @@ def new_run_id(params_hash: str, now: datetime | None = None) -> str:
 
 
 def check_run_id(run_id: str, option: str) -> str:
-    if not SAFE_ID.match(run_id) or run_id in (".", ".."):
-        raise BadInput(f"{option} {run_id!r}: not a valid run ID; use letters, digits, '.', '_' and '-' "
-                       "(first a letter or digit)")
+    if not is_safe_id(run_id):
+        raise BadInput(f"{option} {run_id!r}: not a valid run ID; {SAFE_ID_RULE}")
     return run_id
 
 

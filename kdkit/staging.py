@@ -1,0 +1,88 @@
+"""Staging beside a final path, and the cleaning of what a killed process left there.
+
+Every command that makes a folder or a big file all at once (init, bundle, copy-out, gather,
+wheelhouse, every atomic write) builds it under a hidden name beside the final path that
+carries the owner's process ID, ``.NAME.partial-PID`` (folders) or ``.NAME.PID.XXXX.tmp``
+(files), and renames it into place at the end. A SIGKILL leaves that staging behind; the next
+run of a command that writes NAME removes every staging copy of NAME whose owner is no longer
+alive (or whose PID is our own: in a fresh container the same PID comes back) and says so.
+
+Standard library only: the in-container side stages its copies too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+_STAGED = re.compile(r"\.(?P<name>.+)\.(?:partial-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
+
+
+def staging_for(final: Path) -> Path:
+    """The staging folder of ``final`` for this process (not created): ``.NAME.partial-PID``."""
+    return final.parent / f".{final.name}.partial-{os.getpid()}"
+
+
+def temp_prefix(final: Path) -> str:
+    """The prefix of a staging file of ``final`` (``tempfile.mkstemp(prefix=..., suffix=".tmp")``)."""
+    return f".{final.name}.{os.getpid()}."
+
+
+def owner_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not this process (which cannot have staged yet)."""
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def stale_staging(final: Path) -> list[Path]:
+    """Staging copies of ``final`` left by processes that are gone."""
+    try:
+        names = os.listdir(final.parent)
+    except OSError:
+        return []
+    stale = []
+    for name in names:
+        match = _STAGED.match(name)
+        if match is None or match["name"] != final.name:
+            continue
+        if not owner_alive(int(match["pid"] or match["tpid"])):
+            stale.append(final.parent / name)
+    return sorted(stale)
+
+
+def clean_stale(final: Path) -> list[Path]:
+    """Remove the staging copies of ``final`` whose owner is gone; return what was removed."""
+    removed = []
+    for path in stale_staging(final):
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+    return removed
+
+
+def clean_stale_in(folder: Path) -> list[Path]:
+    """Remove every stale staging entry directly inside ``folder`` (a run folder, a runs folder)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    finals = {m["name"] for n in names if (m := _STAGED.match(n))}
+    return [path for name in sorted(finals) for path in clean_stale(folder / name)]
+
+
+def describe_removed(removed: list[Path]) -> list[str]:
+    """One line per removed staging entry, for stderr."""
+    return [f"removed {path} (staging left by a process that no longer runs)" for path in removed]
