@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kdkit import __version__
+from kdkit.credentials import redact, redacting_excepthook
 from kdkit.errors import KdkitError
 
 # Commands are listed in --help under these headings, in this order.
@@ -65,8 +66,8 @@ class KdkitGroup(click.Group):
             return super().invoke(ctx)
         except KdkitError as exc:
             if debug_enabled():
-                traceback.print_exc()
-            click.echo(f"Error: {exc}", err=True)
+                click.echo(redact(traceback.format_exc()), err=True, nl=False)
+            click.echo(f"Error: {redact(str(exc))}", err=True)
             raise click.exceptions.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
@@ -90,4 +91,5 @@ def cli() -> None:
 
 def main() -> None:
     """Console entry point."""
+    sys.excepthook = redacting_excepthook  # a crash's traceback is redacted too
     sys.exit(cli.main(prog_name="kdkit"))

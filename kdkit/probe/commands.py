@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from kdkit.credentials import redact, redacting_excepthook
 from kdkit.errors import KdkitError
 
 # name -> (module, one-line summary shown by `kdkit --help`)
@@ -24,15 +25,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
-    """Run a command's main; a KdkitError becomes one line on stderr and its exit code."""
+    """Run a command's main; a KdkitError becomes one line on stderr and its exit code.
+
+    Every line printed here goes through :func:`kdkit.credentials.redact`.
+    """
+    import traceback
+
     try:
         return main(argv)
     except KdkitError as exc:
         if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
-            import traceback
-
-            traceback.print_exc()
-        print(f"Error: {exc}", file=sys.stderr)
+            sys.stderr.write(redact(traceback.format_exc()))
+        print(f"Error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
@@ -46,6 +50,7 @@ def run_command(name: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.excepthook = redacting_excepthook  # a crash's traceback is redacted too
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         lines = ["usage: python -m kdkit.probe COMMAND [ARGS]...", "", "Commands:"]
