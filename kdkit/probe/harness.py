@@ -9,10 +9,12 @@ accounting.py judges it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 
 from kdkit.errors import KdkitError
 from kdkit.probe.pilotconfig import Document
+from kdkit.probe.projectfiles import real_inside
 
 Predict = Callable[[list[dict[str, Any]]], Any]
 T = TypeVar("T")
@@ -38,6 +41,9 @@ class Item:
     sha256: str
 
 
+Call = Callable[[Sequence[Item]], Any]
+
+
 class EntryError(KdkitError):
     """The application's entry point cannot be imported or is not callable."""
 
@@ -46,34 +52,106 @@ class NotAList(TypeError):
     """predict returned something other than a list: the batch is retried item by item, like a raise."""
 
 
+class AppRaised(Exception):
+    """The app raised an exception in its own process (kdkit/probe/supervisor.py); its type is the app's."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+
 # ---------------------------------------------------------------- inputs
 
 
-def read_input(doc: Document, max_bytes: int) -> Item | str:
-    """The decoded input, or the reason the harness rejects it (never handed to the app)."""
+# Opened without following a final symbolic link and without blocking (a FIFO would wait forever
+# for a writer): what is opened is then checked to be a regular file before one byte is read.
+OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(doc: Document, mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return f"input file {doc.file} unreadable: {os.strerror(errno.EISDIR)}"
+    what = next((what for test, what in KINDS if test(mode)), "something else")
+    return f"input file {doc.file} is {what}, not a regular file; the harness never reads it"
+
+
+def _open_input(doc: Document, root: str | None) -> int | str:
+    """A descriptor of the input's regular file, or the reason it is refused.
+
+    A link (the file itself, or a folder of a name with a separator) is followed only when it
+    resolves inside the project ``root`` (projectfiles.real_inside); without a root, never.
+    """
+    location = doc.location
+    nested = "/" in doc.file or os.sep in doc.file
     try:
-        with open(doc.location, "rb") as handle:  # a str, not a Path: measurably cheaper per file
-            data = handle.read(max_bytes + 1)
+        if nested and root is not None and real_inside(root, location) is None:
+            return f"input file {doc.file} leads outside the project (a symbolic link); copy the file in"
+        fd = os.open(location, OPEN_FLAGS)
     except FileNotFoundError:
         return f"input file {doc.file} not found"
     except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return _unopenable(doc, exc)
+        real = real_inside(root, location) if root is not None else None
+        if real is None:
+            return f"input file {doc.file} is a symbolic link leading outside the project; copy the file in"
+        try:
+            fd = os.open(real, OPEN_FLAGS)
+        except OSError as again:
+            return _unopenable(doc, again)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        return _not_regular(doc, mode)
+    return fd
+
+
+def _unopenable(doc: Document, exc: OSError) -> str:
+    try:
+        mode = os.lstat(doc.location).st_mode
+    except OSError:
+        mode = 0
+    if mode and not stat.S_ISREG(mode):
+        return _not_regular(doc, mode)
+    return f"input file {doc.file} unreadable: {exc.strerror or exc}"
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes (fewer at the end of the file)."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def read_input(doc: Document, max_bytes: int, root: str | None = None) -> Item | str:
+    """The decoded input, or the reason the harness rejects it (never handed to the app)."""
+    opened = _open_input(doc, root)
+    if isinstance(opened, str):
+        return opened
+    try:
+        size = os.fstat(opened).st_size
+        if size > max_bytes:
+            return f"input file {doc.file} is {size} bytes, over max_input_bytes {max_bytes}"
+        data = _read_fd(opened, min(size, max_bytes) + 1)
+    except OSError as exc:
         return f"input file {doc.file} unreadable: {exc.strerror or exc}"
-    if len(data) > max_bytes:
-        size = _size(doc.path)
-        return f"input file {doc.file} is {size} bytes, over max_input_bytes {max_bytes}"
+    finally:
+        os.close(opened)
+    if len(data) > max_bytes:  # it grew while being read
+        return f"input file {doc.file} is more than {max_bytes} bytes, over max_input_bytes {max_bytes}"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return (f"input file {doc.file} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                 "convert it to UTF-8 or keep it as a planned rejection")
     return Item(doc, text.removeprefix("\ufeff"), hashlib.sha256(data).hexdigest())
-
-
-def _size(path: Path) -> str:
-    try:
-        return str(path.stat().st_size)
-    except OSError:
-        return "more than that"
 
 
 # ---------------------------------------------------------------- records
@@ -158,7 +236,8 @@ def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str,
     if isinstance(exc, NotAList):
         by, reason = "harness", said
     else:
-        by, reason = "app-exception", f"the app raised {type(exc).__name__}" + (f": {said}" if said else "")
+        name = exc.type_name if isinstance(exc, AppRaised) else type(exc).__name__
+        by, reason = "app-exception", f"the app raised {name}" + (f": {said}" if said else "")
     return {"id": item.doc.id, "outcome": "rejected", "by": by, "reason": _reason(reason), "batch": batch,
             "sha256": item.sha256}
 
@@ -166,16 +245,24 @@ def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str,
 # ---------------------------------------------------------------- calling the app
 
 
-def run_batch(predict: Predict, items: Sequence[Item], categories: Sequence[str],
-              batch: int) -> list[dict[str, Any]]:
-    """Records for one batch; a batch that raises is retried one item at a time."""
+def run_batch(call: Call, items: Sequence[Item], categories: Sequence[str], batch: int) -> list[dict[str, Any]]:
+    """Records for one batch; a batch that raises is retried one item at a time.
+
+    ``call`` hands the items to the app and returns its answers: the app's own process
+    (supervisor.AppProcess) in the pilot, or :func:`in_process` around a predict function.
+    """
     try:
-        answers = predict([{"id": item.doc.id, "text": item.text} for item in items])
+        answers = call(items)
         return classify_answers(items, answers, categories, batch)
     except Exception as exc:
         if len(items) == 1:
             return [exception_rejection(items[0], exc, batch)]
-    return [record for item in items for record in run_batch(predict, [item], categories, batch)]
+    return [record for item in items for record in run_batch(call, [item], categories, batch)]
+
+
+def in_process(predict: Predict) -> Call:
+    """A predict function called in this interpreter, as run_batch calls the app."""
+    return lambda items: predict([{"id": item.doc.id, "text": item.text} for item in items])
 
 
 def load_entry(root: Path, entry: str) -> Predict:
@@ -202,15 +289,15 @@ def load_entry(root: Path, entry: str) -> Predict:
     return result
 
 
-def batches(pending: Sequence[Document], size: int, max_bytes: int,
-            first_batch: int) -> Iterator[tuple[int, list[Item], list[dict[str, Any]]]]:
+def batches(pending: Sequence[Document], size: int, max_bytes: int, first_batch: int,
+            root: str | None = None) -> Iterator[tuple[int, list[Item], list[dict[str, Any]]]]:
     """(batch number, items for the app, harness rejections), filling each app batch to ``size``.
 
     Files are read lazily, just before their batch, so a long run holds one batch in memory.
     """
     number, items, rejected = first_batch, [], []
     for doc in pending:
-        got = read_input(doc, max_bytes)
+        got = read_input(doc, max_bytes, root)
         if isinstance(got, str):
             rejected.append(harness_rejection(doc, got, number))
         else:

@@ -23,16 +23,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput, KdkitError
+from kdkit.errors import KdkitError
 from kdkit.probe import harness
 from kdkit.probe.accounting import Accounting, Tally, account
 from kdkit.probe.copyout import copy_run
 from kdkit.probe.diaghost import hardware_hints
-from kdkit.probe.diagnose import run_diagnose
 from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.probe.pilotreport import summary_data, summary_markdown
 from kdkit.probe.projectfiles import load_object, project_root
 from kdkit.probe.runfolder import RunFolder, Scan, check_run_id, git_state, new_run_id
+from kdkit.probe.runorigin import app_record, check_resume
 from kdkit.probe.shares import (
     Share,
     add_share_arguments,
@@ -43,8 +43,11 @@ from kdkit.probe.shares import (
     share_fields,
 )
 from kdkit.probe.stopguard import StopGuard, StopRequested
+from kdkit.probe.supervisor import AppProcess
+from kdkit.staging import clean_stale_in, describe_removed
 
 PROBLEMS_SHOWN = 20
+IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
 HELP = """\
 Run the pilot documents through the project's app with exactly-once accounting.
 
@@ -86,6 +89,7 @@ class Session:
     stop: dict[str, Any] | None = None
     exit_code: int = 0
     tally: Tally | None = None  # the records this session appended, counted as they were written
+    peak: dict[str, Any] | None = None  # the app process's own memory report
 
     def timings(self) -> dict[str, Any]:
         total = time.perf_counter() - self.started
@@ -125,15 +129,16 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
         recorded_params = load_object(run.path / "params.json", "run parameters")
         check_resumed_share(recorded_params, share, run.path / "params.json")
-        recorded = recorded_params.get("params_hash")
-        if recorded != digest:
-            raise BadInput(f"{run.path}: the parameters changed since this run started (hash {str(recorded)[:8]} "
-                           f"-> {digest[:8]}); a new configuration gets a new run: drop --resume")
+        check_resume(cfg, run, recorded_params, digest)  # before anything is written
+        for line in describe_removed(clean_stale_in(run.path)):
+            print(f"pilot: {line}", file=sys.stderr)
         _reopen(run)
         return run, True
     code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
+    app = app_record(cfg.root, cfg.entry)
     name = check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest)
     run = RunFolder.create(cfg.runs_dir, folder_name(name, share))
+    run.results.touch()  # a run folder always holds its results file, empty until the first batch
     run.write_json("params.json", {
         "run_id": run.run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -141,6 +146,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         "params": params,
         "params_hash": digest,
         "code": code,
+        "app": app,
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
@@ -190,24 +196,28 @@ def diagnose_blocks(report: dict[str, Any]) -> str | None:
 
 
 def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progress) -> None:
-    """Diagnose, then the batches; any stop is recorded in ``session``, never raised."""
+    """Diagnose, then the batches, both in the app's own process; any stop is recorded in ``session``,
+    never raised."""
     try:
-        started = time.perf_counter()
-        report = run_diagnose(expect_for(cfg.device), project=cfg.root)
-        session.diagnose_seconds = time.perf_counter() - started
-        run.write_json("env.json", report)
-        if (blocked := diagnose_blocks(report)) is not None:
-            raise StopRequested(blocked, "diagnose")
-        harness.set_device(cfg.device)
-        predict = harness.load_entry(cfg.root, cfg.entry)
-        scan = run.scan()
-        session.dropped_lines = scan.dropped_lines
-        _reset_peak(cfg.device)
-        with StopGuard(cfg.max_seconds).installed() as guard:
-            _loop(cfg, run, session, scan, predict, guard, progress)
-        run.close()  # the last batch's fsync: its failure is an error of this run
+        with AppProcess(cfg.max_batch_seconds) as app:
+            started = time.perf_counter()
+            try:
+                report = app.diagnose(expect_for(cfg.device), cfg.root)
+            finally:
+                session.diagnose_seconds = time.perf_counter() - started
+            run.write_json("env.json", report)
+            if (blocked := diagnose_blocks(report)) is not None:
+                raise StopRequested(blocked, "diagnose")
+            app.load(cfg.root, cfg.entry, cfg.device)
+            scan = run.scan()
+            session.dropped_lines = scan.dropped_lines
+            with StopGuard(cfg.max_seconds).installed() as guard:
+                _loop(cfg, run, session, scan, app, guard, progress)
+            run.close()  # the last batch's fsync: its failure is an error of this run
+            session.peak = app.peak_memory()
     except StopRequested as stop:
-        session.stop, session.exit_code = {"reason": stop.reason, "rule": stop.rule}, stop.exit_code
+        session.stop = {"reason": stop.reason, "rule": stop.rule, **stop.details}
+        session.exit_code = stop.exit_code
     except KeyboardInterrupt:
         session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
     except KdkitError as exc:
@@ -217,20 +227,24 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
     finally:
         with contextlib.suppress(OSError):
             run.close()
+    if not (run.path / "env.json").exists():  # the diagnose itself did not come back: say so there
+        run.write_json("env.json", {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
+            "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
+            "fix": "see stop.json"}})
     if session.stop is not None:
         session.stop["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, predict: harness.Predict,
+def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: AppProcess,
           guard: StopGuard, progress: Progress) -> None:
     pending: list[Document] = [d for d in cfg.documents if d.id not in scan.finished]
     done, rejected = len(cfg.documents) - len(pending), scan.rejected
-    source = harness.batches(pending, cfg.batch_size, cfg.max_input_bytes, scan.next_batch)
+    source = harness.batches(pending, cfg.batch_size, cfg.max_input_bytes, scan.next_batch, os.fspath(cfg.root))
     session.tally = tally = Tally(cfg.documents)
     with harness.prefetching(source) as ahead:
         for number, items, rejections in ahead:
             guard.check()
-            records = rejections + _app_records(cfg, session, predict, guard, number, items)
+            records = rejections + _app_records(cfg, session, app, guard, number, items)
             run.append(records)
             tally.add(records)  # right after the write: the tally and the file's bytes hold the same batches
             session.batches += 1
@@ -244,33 +258,32 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, predic
     progress(done, rejected, force=True)
 
 
-def _app_records(cfg: PilotConfig, session: Session, predict: harness.Predict, guard: StopGuard, number: int,
+def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: StopGuard, number: int,
                  items: list[harness.Item]) -> list[dict[str, Any]]:
-    """The app's records for one batch, timed; a stop arriving meanwhile interrupts the app."""
+    """The app's records for one batch, timed; a stop arriving meanwhile interrupts the app, and
+    stop.json names the batch and the IDs the app held."""
     if not items:
         return []
     started = time.perf_counter()
     try:
         with guard.app_running():
-            return harness.run_batch(predict, items, cfg.categories, number)
+            return harness.run_batch(app, items, cfg.categories, number)
+    except StopRequested as stop:
+        held = app.in_flight if app.in_flight is not None else [item.doc.id for item in items]
+        stop.details.setdefault("in_flight", {"batch": number, "ids": held[:IN_FLIGHT_SHOWN],
+                                              "count": len(held)})
+        raise
     finally:
         session.app_seconds += time.perf_counter() - started
 
 
-def _reset_peak(device: str) -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and device != "cpu" and torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-
-
-def peak_memory(device: str) -> dict[str, Any]:
-    """torch's peak allocation on the GPU the app used; the process's peak RSS on the CPU."""
-    torch = sys.modules.get("torch")
-    if torch is not None and device != "cpu" and torch.cuda.is_available():
-        return {"device": device, "kind": "torch.cuda.max_memory_allocated",
-                "bytes": int(torch.cuda.max_memory_allocated())}
-    return {"device": "cpu", "kind": "peak RSS of the pilot process (ru_maxrss)",
-            "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+def peak_memory(session: Session, device: str) -> dict[str, Any]:
+    """What the app's process measured (torch's peak GPU allocation, or its peak RSS); when it
+    could no longer say (it was stopped or died), the peak RSS of the processes this one waited for."""
+    if session.peak is not None:
+        return session.peak
+    return {"device": device, "kind": "peak RSS of the app process (ru_maxrss of waited children)",
+            "bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
 
 
 def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
@@ -295,7 +308,7 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
         "resumed": session.resumed,
         "lines_dropped_on_resume": session.dropped_lines,
         "timings": session.timings(),
-        "peak_memory": peak_memory(cfg.device),
+        "peak_memory": peak_memory(session, cfg.device),
     })
     run.write_json("summary.json", summary)
     run.write_text("summary.md", summary_markdown(summary, cfg, accounting))

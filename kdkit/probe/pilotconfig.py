@@ -12,12 +12,21 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.jsonio import sha256_file
-from kdkit.probe.projectfiles import MARKER, SAFE_ID_RULE, inside, is_safe_id, is_within, load_object, require
+from kdkit.probe.projectfiles import (
+    MARKER,
+    SAFE_ID_RULE,
+    inside,
+    is_safe_id,
+    is_within,
+    load_object,
+    require,
+    require_real_inside,
+)
 
 ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 DEVICE = re.compile(r"auto|cpu|cuda|cuda:[0-9]+")  # fullmatch
@@ -60,6 +69,7 @@ class PilotConfig:
     max_rejected: int | None
     max_seconds: float | None
     documents: tuple[Document, ...]
+    max_batch_seconds: float | None = None
 
     def relative(self, path: Path) -> str:
         """A path as the project names it (relative to the root), for reports that travel."""
@@ -82,7 +92,8 @@ class PilotConfig:
             "max_input_bytes": self.max_input_bytes,
             "min_quality": self.min_quality,
             "runs": self.relative(self.runs_dir),
-            "stop": {"max_rejected": self.max_rejected, "max_seconds": self.max_seconds},
+            "stop": {"max_rejected": self.max_rejected, "max_seconds": self.max_seconds,
+                     **({"max_batch_seconds": self.max_batch_seconds} if self.max_batch_seconds else {})},
         }
 
 
@@ -100,66 +111,192 @@ def config_file(root: Path, given: Path | None) -> Path:
     return inside(root, relative, root / MARKER, "$.pilot_config")
 
 
+# ---------------------------------------------------------------- the one model of the pilot config
+# `kdkit validate` reports every problem this model finds (config_problems) and the pilot refuses
+# to start on the first (load_pilot): the two cannot disagree. schemas/pilot.schema.json says the
+# same for editors; tests/test_pilot_config_model.py holds the schema to this model.
+
+MAX_SECONDS = 10 * 365 * 24 * 3600  # a stop rule beyond ten years is a typo (null means no limit)
+JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+             type(None): "null"}
+PATH_RULE = "a path relative to the project root"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key of the pilot config may hold."""
+
+    kind: str  # path | string | integer | number | categories | object
+    required: bool = True
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    nullable: bool = False
+    pattern: re.Pattern[str] | None = None
+    hint: str = ""
+
+
+FIELDS: dict[str, Rule] = {
+    "$schema": Rule("string", required=False),
+    "inputs": Rule("path"),
+    "manifest": Rule("path"),
+    "categories": Rule("categories"),
+    "entry": Rule("string", pattern=ENTRY, hint='"module:function" (e.g. src.classify:predict)'),
+    "batch_size": Rule("integer", minimum=1, maximum=65536),
+    "device": Rule("string", pattern=DEVICE, hint="use auto, cpu, cuda or cuda:N"),
+    "max_input_bytes": Rule("integer", minimum=1, maximum=1 << 30),
+    "min_quality": Rule("number", minimum=0, maximum=1),
+    "runs": Rule("path"),
+    "stop": Rule("object", required=False),
+}
+STOP_FIELDS: dict[str, Rule] = {
+    "max_rejected": Rule("integer", required=False, minimum=0, maximum=10**9, nullable=True),
+    "max_seconds": Rule("number", required=False, minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS,
+                        nullable=True),
+    "max_batch_seconds": Rule("number", required=False, minimum=0, exclusive_minimum=True,
+                              maximum=MAX_SECONDS, nullable=True),
+}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _kind_problem(rule: Rule, value: Any) -> str | None:
+    """The type problem of ``value`` under ``rule``, or None. Whole-valued floats (4.0) are integers,
+    as in JSON Schema; booleans are never numbers."""
+    if value is None and rule.nullable:
+        return None
+    wanted = {"path": (str,), "string": (str,), "categories": (list,), "object": (dict,),
+              "integer": (int,), "number": (int, float)}[rule.kind]
+    fits = isinstance(value, wanted) and not isinstance(value, bool)
+    if rule.kind == "integer" and isinstance(value, float) and value.is_integer():
+        fits = True
+    if fits:
+        return None
+    expected = {"path": "string", "categories": "array"}.get(rule.kind, rule.kind)
+    return f"expected {expected}{' or null' if rule.nullable else ''}, got {JSON_TYPE.get(type(value), 'value')} " \
+           f"{_shown(value)}"
+
+
+def _range_problem(rule: Rule, value: float) -> str | None:
+    low = rule.minimum is not None and (value <= rule.minimum if rule.exclusive_minimum else value < rule.minimum)
+    high = rule.maximum is not None and value > rule.maximum
+    if not (low or high):
+        return None
+    bounds = [f"{'>' if rule.exclusive_minimum else '>='} {rule.minimum:g}" if rule.minimum is not None else "",
+              f"<= {rule.maximum:g}" if rule.maximum is not None else ""]
+    return f"{value:g} is out of range; use a value {' and '.join(b for b in bounds if b)}" + \
+        (" (or null for no limit)" if rule.nullable else "")
+
+
+def path_problem(value: str) -> str | None:
+    """A path the config names: relative, inside the project, no home folder, no control characters."""
+    if not value:
+        return f"empty; give {PATH_RULE}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"{_shown(value)} holds a control character; give {PATH_RULE}"
+    if value.startswith("~"):
+        return f"{value!r} starts with '~', which kdkit never expands (it would be a folder named ~); give {PATH_RULE}"
+    if PurePosixPath(value.replace("\\", "/")).is_absolute() or re.match(r"[A-Za-z]:", value):
+        return f"{value!r} is absolute; give {PATH_RULE}"
+    if ".." in PurePosixPath(value.replace("\\", "/")).parts and not is_within(
+            os.path.normpath(os.path.join("/p", value)), "/p"):
+        return f"{value!r} points outside the project; keep it inside"
+    return None
+
+
+def _value_problem(rule: Rule, value: Any) -> str | None:
+    problem = _kind_problem(rule, value)
+    if problem is not None or value is None:
+        return problem
+    if rule.kind in ("integer", "number"):
+        return _range_problem(rule, value)
+    if rule.kind == "path":
+        return path_problem(value)
+    if rule.kind == "categories":
+        if not value or not all(isinstance(c, str) and c for c in value) or len(set(value)) != len(value):
+            return "expected a non-empty list of distinct, non-empty strings"
+        return None
+    if rule.pattern is not None and not rule.pattern.fullmatch(value):
+        shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+        return f"{shown} is not {rule.hint}" if rule.hint.startswith('"') else f"{shown}; {rule.hint}"
+    return None
+
+
+def _object_problems(data: dict[str, Any], fields: dict[str, Rule], where: str) -> list[tuple[str, str]]:
+    problems = []
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        allowed = ", ".join(k for k in sorted(fields) if not k.startswith("$"))
+        problems.append((where, f"unknown key {', '.join(repr(k) for k in unknown)}; allowed keys: {allowed} "
+                                "(a typo?)"))
+    missing = [k for k, rule in fields.items() if rule.required and k not in data]
+    if missing:
+        problems.append((where, f"missing required key {', '.join(repr(k) for k in missing)}; add it"))
+    for key, rule in fields.items():
+        if key in data and (problem := _value_problem(rule, data[key])) is not None:
+            problems.append((f"{where}.{key}", problem))
+    return problems
+
+
+def config_problems(data: Any) -> list[tuple[str, str]]:
+    """Every problem of a pilot config document as (JSON path, message), in the keys' order."""
+    if not isinstance(data, dict):
+        return [("$", f"expected an object, got {JSON_TYPE.get(type(data), 'value')}")]
+    problems = _object_problems(data, FIELDS, "$")
+    if isinstance(data.get("stop"), dict):
+        problems += _object_problems(data["stop"], STOP_FIELDS, "$.stop")
+    return problems
+
+
+def _optional(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
+
+
 def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
-    """Read and check the pilot config and its manifest; BadInput (exit 2) names the first problem."""
+    """Read and check the pilot config and its manifest; BadInput (exit 2) names the first problem.
+
+    Every folder and file the config names is resolved through symbolic links and must stay inside
+    the project (projectfiles.require_real_inside, the rule `kdkit validate` applies too).
+    """
     path = config_file(root, given)
     data = load_object(path, "pilot config")
-    categories = _categories(data, path)
-    entry = require(data, "entry", str, path)
-    if not ENTRY.fullmatch(entry):
-        raise BadInput(f"{path}: $.entry: {entry!r} is not \"module:function\" (e.g. src.classify:predict)")
-    device = require(data, "device", str, path)
-    if not DEVICE.fullmatch(device):
-        raise BadInput(f"{path}: $.device: {device!r}; use auto, cpu, cuda or cuda:N")
-    inputs = inside(root, require(data, "inputs", str, path), path, "$.inputs")
-    manifest_path = inside(root, require(data, "manifest", str, path), path, "$.manifest")
-    max_rejected, max_seconds = _stop_rules(data, path)
+    problems = config_problems(data)
+    if problems:
+        where, message = problems[0]
+        more = f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1 else ""
+        raise BadInput(f"{path}: {where}: {message}{more}")
+    categories = tuple(data["categories"])
+    inputs = _located(root, data, "inputs", path)
+    manifest_path = _located(root, data, "manifest", path)
+    stop = data.get("stop", {})
     return PilotConfig(
         root=root,
         config_path=path,
         inputs_dir=inputs,
         manifest_path=manifest_path,
         categories=categories,
-        entry=entry,
-        batch_size=_number(data, "batch_size", path, int, minimum=1),
-        device=device,
-        max_input_bytes=_number(data, "max_input_bytes", path, int, minimum=1),
-        min_quality=float(_number(data, "min_quality", path, (int, float), minimum=0, maximum=1)),
-        runs_dir=inside(root, require(data, "runs", str, path), path, "$.runs"),
-        max_rejected=max_rejected,
-        max_seconds=max_seconds,
+        entry=data["entry"],
+        batch_size=int(data["batch_size"]),
+        device=data["device"],
+        max_input_bytes=int(data["max_input_bytes"]),
+        min_quality=float(data["min_quality"]),
+        runs_dir=_located(root, data, "runs", path),
+        max_rejected=_optional(stop.get("max_rejected"), int),
+        max_seconds=_optional(stop.get("max_seconds"), float),
+        max_batch_seconds=_optional(stop.get("max_batch_seconds"), float),
         documents=load_manifest(manifest_path, inputs, categories),
     )
 
 
-def _categories(data: dict[str, Any], path: Path) -> tuple[str, ...]:
-    values = require(data, "categories", list, path)
-    if not values or not all(isinstance(c, str) and c for c in values) or len(set(values)) != len(values):
-        raise BadInput(f"{path}: $.categories: expected a non-empty list of distinct, non-empty strings")
-    return tuple(values)
-
-
-def _number(data: dict[str, Any], key: str, path: Path, kind: type | tuple[type, ...],
-            minimum: float | None = None, maximum: float | None = None) -> Any:
-    value = require(data, key, kind, path)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-        raise BadInput(f"{path}: $.{key}: {value} is out of range; use a value {bounds}")
-    return value
-
-
-def _stop_rules(data: dict[str, Any], path: Path) -> tuple[int | None, float | None]:
-    stop = data.get("stop", {})
-    if not isinstance(stop, dict):
-        raise BadInput(f"{path}: $.stop: expected an object with max_rejected and max_seconds")
-    max_rejected, max_seconds = stop.get("max_rejected"), stop.get("max_seconds")
-    if max_rejected is not None and (isinstance(max_rejected, bool) or not isinstance(max_rejected, int)
-                                     or max_rejected < 0):
-        raise BadInput(f"{path}: $.stop.max_rejected: expected a whole number >= 0 or null")
-    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
-                                    or max_seconds <= 0):
-        raise BadInput(f"{path}: $.stop.max_seconds: expected a number > 0 or null")
-    return max_rejected, (float(max_seconds) if max_seconds is not None else None)
+def _located(root: Path, data: dict[str, Any], key: str, path: Path) -> Path:
+    """The folder or file under ``key``, as the config names it: lexically inside the project, and still
+    inside with every link resolved (else BadInput naming where the link leads)."""
+    target = inside(root, data[key], path, f"$.{key}")
+    require_real_inside(root, target, path, f"$.{key}")
+    return target
 
 
 def load_manifest(path: Path, inputs: Path, categories: tuple[str, ...]) -> tuple[Document, ...]:

@@ -155,17 +155,25 @@ class RunFolder:
         scan.next_batch = int(record.get("batch", -1)) + 1  # batches are appended in order
         return scan
 
-    def _complete_prefix(self) -> tuple[bytes, int, int]:
-        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut there."""
+    def _complete_prefix(self, repair: bool = True) -> tuple[bytes, int, int]:
+        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut there
+        unless ``repair`` is False."""
         data = self.results.read_bytes()
         end = data.rfind(b"\n") + 1
         dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
         cut, tail = _incomplete_tail(data, end, self.results)
-        if cut != len(data):
+        if cut != len(data) and repair:
             with self.results.open("r+b") as handle:
                 handle.truncate(cut)
                 os.fsync(handle.fileno())
         return data, cut, dropped + tail
+
+    def complete_records(self) -> list[dict[str, Any]]:
+        """The records of every complete batch, read without changing the file (what a resume keeps)."""
+        if not self.results.exists():
+            return []
+        data, cut, _ = self._complete_prefix(repair=False)
+        return [record for first, block in _blocks(data, cut) for record in _parse_block(block, first, self.results)]
 
     def holds_only_appended(self) -> bool:
         """Whether results.jsonl is exactly the bytes this object appended (SHA-256 of the file against

@@ -19,11 +19,12 @@ from typing import Any
 class StopRequested(BaseException):
     """Raised to leave the run loop; a BaseException so an app's ``except Exception`` cannot swallow it."""
 
-    def __init__(self, reason: str, rule: str, exit_code: int = 1) -> None:
+    def __init__(self, reason: str, rule: str, exit_code: int = 1, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.rule = rule
         self.exit_code = exit_code
+        self.details: dict[str, Any] = dict(details or {})  # for stop.json: the app's process, the batch in flight
 
 
 class StopGuard:
