@@ -115,6 +115,12 @@ class ContainerSpec:
     security_opt: list[str] = field(default_factory=list)
     shm_size: str | None = None
     ipc_mode: str | None = None
+    # Confinement (kdkit.runner.confinement says why each is chosen).
+    read_only: bool = False  # the image's own filesystem cannot be written
+    tmpfs: Mapping[str, str] = field(default_factory=dict)  # container path -> tmpfs mount options
+    cap_drop: list[str] = field(default_factory=list)
+    no_new_privileges: bool = False
+    pids_limit: int | None = None
 
 
 def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
@@ -132,9 +138,13 @@ def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
         "mounts": [SdkMount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in spec.mounts],
         "devices": [f"{d}:{d}:rwm" for d in spec.devices],
         "group_add": list(spec.group_add),
-        "security_opt": list(spec.security_opt),
+        "security_opt": (["no-new-privileges"] if spec.no_new_privileges else []) + list(spec.security_opt),
         "shm_size": spec.shm_size,
         "ipc_mode": spec.ipc_mode,
+        "read_only": spec.read_only or None,
+        "tmpfs": dict(spec.tmpfs),
+        "cap_drop": list(spec.cap_drop),
+        "pids_limit": spec.pids_limit,
     }
     if spec.gpus == "all":
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -151,6 +161,16 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
     args = ["docker", "run", "--rm", "--pull", "never", "--network", spec.network]
     if spec.user:
         args += ["--user", spec.user]
+    if spec.read_only:
+        args += ["--read-only"]
+    for path, options in spec.tmpfs.items():
+        args += ["--tmpfs", f"{path}:{options}"]
+    for capability in spec.cap_drop:
+        args += ["--cap-drop", capability]
+    if spec.no_new_privileges:
+        args += ["--security-opt", "no-new-privileges"]
+    if spec.pids_limit is not None:
+        args += ["--pids-limit", str(spec.pids_limit)]
     for mount in spec.mounts:
         args += ["--mount", f"type=bind,source={mount.source},target={mount.target}"
                  + (",readonly" if mount.read_only else "")]

@@ -17,6 +17,40 @@ baked), and no network unless asked. Without a command it runs the image's
 own: diagnose, verify-env against the baked lock, the pilot. Its exit code is
 the verdict.
 
+It is also confined (:func:`confinement`), each flag from Docker's run reference,
+https://docs.docker.com/reference/cli/docker/container/run/ :
+
+* ``--user`` always explicit and never root: the image's user 10001:10001 when root starts
+  it, else the invoking person's uid:gid (their runs/ stays theirs);
+* ``--cap-drop ALL`` (the process needs no capability: device nodes are opened through
+  their group, ``--group-add``) and ``--security-opt no-new-privileges`` (no setuid path back,
+  moby/moby#20727);
+* ``--read-only``: the image cannot be altered; what must be written goes to ``runs/`` (the
+  bind mount) or to two tmpfs mounts, ``/tmp`` and ``HOME``. Both are ``exec``, because
+  Docker's tmpfs default is ``noexec`` (docker/docs#8138) and the compilers load what they
+  build: torch.compile's Inductor writes and loads its kernels under
+  ``/tmp/torchinductor_<user>`` (TORCHINDUCTOR_CACHE_DIR, docs.pytorch.org/tutorials/recipes/
+  torch_compile_caching_configuration_tutorial.html; a uid without a name becomes
+  ``uid_<n>``, torch/_inductor/runtime/cache_dir_utils.py), Triton under ``~/.triton/cache``
+  (triton-lang/triton python/triton/runtime/cache.py), other caches under ``~/.cache``.
+  HOME is ``/home/kdkit``, a tmpfs owned by the container's user (mode 0700). Both are
+  ``nosuid,nodev``;
+* ``--pids-limit``: a fork bomb cannot exhaust the host, while threads, which count against
+  the limit, have room: torch starts an intra-op and an inter-op pool per process, one
+  thread per core each, in the main process, every DataLoader worker and compile worker and
+  every rank; 64 per CPU of the engine's host, at least 4096;
+* ``--shm-size``: PyTorch's DataLoader workers hand batches over through ``/dev/shm`` and
+  Docker's 64 MB is not enough (pytorch/pytorch README, "Using pre-built images"); a quarter
+  of the engine host's memory, at least the 1 GiB ``kdkit diagnose`` asks for, at most 64 GiB.
+  ``/tmp`` and HOME get the same size. tmpfs takes memory only as it is filled.
+
+ROCm gets ``/dev/kfd`` and the render nodes ``/dev/dri/renderD*`` (never the whole of
+``/dev/dri``, which adds the display nodes) with the numeric groups that own them: the two
+device flags AMD names (rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/
+docker.html), the group a non-root user needs to open them (ROCm/ROCm-docker#90). AMD marks
+``--security-opt seccomp=unconfined`` optional (NUMA memory binding for numactl-style
+placement): it is not given, Docker's default seccomp profile stays on.
+
 Host facts (GPUs, driver, device nodes) are gathered by :func:`host_facts`; tests
 stand in a :class:`HostFacts` for NVIDIA and AMD hardware this machine lacks.
 """
@@ -36,12 +70,16 @@ from kdkit import proc
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
 from kdkit.errors import BadInput, Unavailable
 from kdkit.images import LABEL, default_tag, require_kdkit_labels
+from kdkit.probe.diaghost import SHM_MINIMUM
 from kdkit.project import Project, load_project
 
 APP = "/app"  # the project's folder inside the image (Dockerfile.common)
 IMAGE_UID = 10001  # the image's non-root user (Dockerfile.common)
+HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every container kdkit starts
 NETWORKS = ("none", "bridge", "host")
-SHM_SIZE = "8g"  # Docker's 64 MB /dev/shm breaks PyTorch DataLoader workers (diagnose warns about it)
+PIDS_PER_CPU = 64
+PIDS_FLOOR = 4096
+SCRATCH_CAP = 64 << 30  # /dev/shm, /tmp and HOME: a quarter of memory, SHM_MINIMUM to this
 # Minimum Linux driver for CUDA minor-version compatibility, by CUDA major.
 CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -56,6 +94,8 @@ class HostFacts:
 
     uid: int
     gid: int
+    cpus: int = 1  # of the engine's host (sizes --pids-limit)
+    memory_bytes: int = 0  # of the engine's host (sizes /dev/shm, /tmp and HOME)
     nvidia_gpus: list[str] | None = None  # index and UUID of each GPU; None when nvidia-smi is absent
     nvidia_driver: str | None = None
     nvidia_runtime: bool = False  # the engine can serve a GPU device request
@@ -84,7 +124,9 @@ def _amd_nodes() -> tuple[bool, list[str], list[int]]:
 
 def host_facts(engine: Engine, backend: str) -> HostFacts:
     """Read the facts ``backend`` needs from this machine and its engine."""
-    facts = HostFacts(uid=os.getuid(), gid=os.getgid())
+    info = engine.info()
+    facts = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=int(info.get("NCPU") or os.cpu_count() or 1),
+                      memory_bytes=int(info.get("MemTotal") or 0))
     if backend == "cuda":
         gpus, driver = _nvidia_smi()
         runtime = "nvidia" in engine.runtimes() or shutil.which("nvidia-container-runtime-hook") is not None
@@ -160,22 +202,23 @@ def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str,
 
 
 def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]:
-    """/dev/kfd, the render nodes (all, or the chosen ones), their groups, seccomp and shared memory."""
+    """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them; nothing more."""
     if not host.kfd:
         raise Unavailable("/dev/kfd: not present, so no AMD GPU is usable here (the amdgpu kernel driver is "
                           "not loaded); install the AMD GPU driver (`amdgpu-install --usecase=dkms`) and reboot, "
                           "or run on a machine with an AMD GPU")
-    devices = ["/dev/kfd", "/dev/dri"]
+    if not host.render_nodes:
+        raise Unavailable("/dev/dri/renderD*: no render node, so no AMD GPU is usable here although /dev/kfd "
+                          "exists; check the amdgpu driver (`dmesg | grep amdgpu`) and `rocm-smi`")
+    chosen = host.render_nodes
     if isinstance(gpus, list):
         chosen = []
         for gpu in gpus:
             if not gpu.isdigit() or int(gpu) >= len(host.render_nodes):
                 raise BadInput(f"--gpus {','.join(gpus)}: no GPU {gpu} on this host (render nodes: "
-                               f"{', '.join(host.render_nodes) or 'none'}); see `rocm-smi`")
+                               f"{', '.join(host.render_nodes)}); see `rocm-smi`")
             chosen.append(host.render_nodes[int(gpu)])
-        devices = ["/dev/kfd", *chosen]
-    return {"devices": devices, "group_add": [str(g) for g in host.device_gids],
-            "security_opt": ["seccomp=unconfined"]}
+    return {"devices": ["/dev/kfd", *chosen], "group_add": [str(g) for g in host.device_gids]}
 
 
 def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
@@ -222,8 +265,8 @@ def _inside(project: Project, rel: str, what: str) -> Path:
     return path
 
 
-def _identity(host: HostFacts, runs: Path) -> tuple[str | None, dict[str, str], list[HostStep]]:
-    """Who the container runs as, and what runs/ needs so that user can write there.
+def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostStep]]:
+    """Who the container runs as (never root), and what runs/ needs so that user can write there.
 
     A non-root person runs the container as themself (the run folders are theirs). For root,
     the image's own non-root user runs it, and runs/ is handed to that user if it cannot write.
@@ -233,13 +276,34 @@ def _identity(host: HostFacts, runs: Path) -> tuple[str | None, dict[str, str], 
         steps.append(HostStep(f"create {runs}", f"mkdir -p {runs}",
                               lambda: runs.mkdir(parents=True, exist_ok=True)))
     if host.uid != 0:
-        return f"{host.uid}:{host.gid}", {"HOME": "/tmp"}, steps
+        return (host.uid, host.gid), steps
     info = runs.stat() if runs.exists() else None
     if info is None or (info.st_uid != IMAGE_UID and not info.st_mode & stat.S_IWOTH):
         steps.append(HostStep(f"give {runs} to the image's user {IMAGE_UID} so it can write its run folders",
                               f"chown {IMAGE_UID}:{IMAGE_UID} {runs}",
                               lambda: os.chown(runs, IMAGE_UID, IMAGE_UID)))
-    return None, {}, steps
+    return (IMAGE_UID, IMAGE_UID), steps
+
+
+def scratch_size(host: HostFacts) -> str:
+    """The size of /dev/shm, /tmp and HOME in Docker's notation: a quarter of the host's memory,
+    at least what `kdkit diagnose` asks of /dev/shm (SHM_MINIMUM), at most SCRATCH_CAP."""
+    size = min(max(host.memory_bytes // 4, SHM_MINIMUM), SCRATCH_CAP)
+    return f"{size >> 20}m"
+
+
+def pids_limit(host: HostFacts) -> int:
+    """Room for the threads of every process of a PyTorch job on this host, not for a fork bomb."""
+    return max(PIDS_FLOOR, PIDS_PER_CPU * host.cpus)
+
+
+def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
+    """ContainerSpec fields that confine every container `kdkit run` starts (the module's docstring says why)."""
+    size = scratch_size(host)
+    scratch = f"rw,exec,nosuid,nodev,size={size}"
+    return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"], "no_new_privileges": True,
+            "pids_limit": pids_limit(host), "shm_size": size,
+            "tmpfs": {"/tmp": f"{scratch},mode=1777", HOME: f"{scratch},uid={uid},gid={gid},mode=0700"}}
 
 
 def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
@@ -282,12 +346,12 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     runs = _inside(project, str(pilot.get("runs", "runs")), "runs")
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
-    user, extra_env, steps = _identity(host, runs)
+    (uid, gid), steps = _identity(host, runs)
     mounts = [Mount(inputs, f"{APP}/{inputs.relative_to(project.root).as_posix()}", True),
               Mount(runs, f"{APP}/{runs.relative_to(project.root).as_posix()}", False)]
-    spec = ContainerSpec(image=facts.ref, command=command or None, user=user, network=network, mounts=mounts,
+    spec = ContainerSpec(image=facts.ref, command=command or None, network=network, mounts=mounts,
                          workdir=APP, env_file=env_file.resolve() if env_file else None, env=env,
-                         extra_env=extra_env, shm_size=SHM_SIZE, **access)
+                         extra_env={"HOME": HOME}, **confinement(host, uid, gid), **access)
     warnings = []
     current = project.backend(chosen).lock
     if current.is_file():

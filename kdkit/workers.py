@@ -63,7 +63,7 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
     """Worker ``worker``'s container: the base spec, its own GPU, the pilot restricted to its share."""
     assert base.host is not None
     gpus = None if base.backend == "cpu" else [str(worker)]
-    access: dict[str, Any] = {"gpus": None, "devices": [], "group_add": [], "security_opt": [],
+    access: dict[str, Any] = {"gpus": None, "devices": [], "group_add": [],
                               **device_access(base.backend, base.host, gpus, base.image.labels)}
     pilot = f"kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"
     return replace(base.spec, command=["/bin/sh", "-c", STEPS + pilot], **access)

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.docker_adapter import ContainerSpec, cli_arguments, connect, sdk_arguments
+from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments, connect, sdk_arguments
 from kdkit.errors import BadInput, Unavailable
 from kdkit.images import write_context
 from kdkit.runner import (
+    HOME,
     IMAGE_UID,
     HostFacts,
+    confinement,
     device_access,
     parse_gpus,
     prepare_run,
@@ -116,8 +118,12 @@ def test_rocm_needs_kfd_and_existing_render_nodes() -> None:
     assert str(caught.value) == ("--gpus 2: no GPU 2 on this host (render nodes: /dev/dri/renderD128, "
                                  "/dev/dri/renderD129); see `rocm-smi`")
     chosen = device_access("rocm", AMD_HOST, ["1"], {})
-    assert chosen == {"devices": ["/dev/kfd", "/dev/dri/renderD129"], "group_add": ["44", "993"],
-                      "security_opt": ["seccomp=unconfined"]}
+    assert chosen == {"devices": ["/dev/kfd", "/dev/dri/renderD129"], "group_add": ["44", "993"]}
+    # All GPUs: the render nodes, never the whole of /dev/dri; no seccomp=unconfined (AMD: optional).
+    assert device_access("rocm", AMD_HOST, None, {}) == {
+        "devices": ["/dev/kfd", "/dev/dri/renderD128", "/dev/dri/renderD129"], "group_add": ["44", "993"]}
+    with pytest.raises(Unavailable, match=r"^/dev/dri/renderD\*: no render node, so no AMD GPU is usable"):
+        device_access("rocm", HostFacts(uid=0, gid=0, kfd=True), None, {})
 
 
 def test_cpu_takes_no_gpus() -> None:
@@ -126,18 +132,22 @@ def test_cpu_takes_no_gpus() -> None:
 
 
 def test_sdk_and_cli_describe_the_same_container(tmp_path: Path) -> None:
-    spec = ContainerSpec(image="p:rocm-1", network="none", user="1000:1000", env_file=tmp_path / ".env",
-                         env={"TOKEN": "hunter2"}, shm_size="8g", **device_access("rocm", AMD_HOST, None, {}))
+    spec = ContainerSpec(image="p:rocm-1", network="none", env_file=tmp_path / ".env",
+                         env={"TOKEN": "hunter2"}, **confinement(HostFacts(uid=0, gid=0), 1000, 1000),
+                         **device_access("rocm", AMD_HOST, None, {}))
     argv = cli_arguments(spec)
     sdk = sdk_arguments(spec)
     assert argv[:7] == ["docker", "run", "--rm", "--pull", "never", "--network", "none"]
     assert argv[-1] == "p:rocm-1"
-    for flag, value in (("--device", "/dev/kfd"), ("--device", "/dev/dri"), ("--group-add", "44"),
-                        ("--security-opt", "seccomp=unconfined"), ("--shm-size", "8g"),
+    for flag, value in (("--device", "/dev/kfd"), ("--device", "/dev/dri/renderD129"), ("--group-add", "44"),
+                        ("--security-opt", "no-new-privileges"), ("--shm-size", "1024m"),
+                        ("--cap-drop", "ALL"), ("--pids-limit", "4096"), ("--user", "1000:1000"),
                         ("--env-file", str(tmp_path / ".env"))):
         assert argv[argv.index(value) - 1] == flag
+    assert "--read-only" in argv and "seccomp=unconfined" not in argv and "/dev/dri" not in argv
     assert "hunter2" not in " ".join(argv) and "hunter2" not in repr(spec)
-    assert sdk["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert sdk["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri/renderD128:/dev/dri/renderD128:rwm",
+                              "/dev/dri/renderD129:/dev/dri/renderD129:rwm"]
     assert sdk["environment"] == {"TOKEN": "hunter2"}
     cuda = ContainerSpec(image="p:cuda-1", gpus=["0", "1"])
     assert cli_arguments(cuda)[cli_arguments(cuda).index("--gpus") + 1] == '"device=0,1"'
@@ -240,8 +250,260 @@ def test_the_plan_for_a_cuda_gpu_host(labelled: dict[str, str], project: Path, t
 def test_root_hands_runs_to_the_image_user_and_others_run_as_themselves(
         labelled: dict[str, str], project: Path) -> None:
     as_root = prepare_run(project, image=labelled["cpu"], host=HostFacts(uid=0, gid=0))
-    assert as_root.spec.user is None  # the image's own non-root user
+    assert as_root.spec.user == f"{IMAGE_UID}:{IMAGE_UID}"  # the image's own non-root user, said explicitly
+    assert as_root.spec.extra_env == {"HOME": HOME}
+    assert as_root.spec.tmpfs[HOME] == f"rw,exec,nosuid,nodev,size=1024m,uid={IMAGE_UID},gid={IMAGE_UID},mode=0700"
     assert print_lines(as_root)[:-1] == [f"chown {IMAGE_UID}:{IMAGE_UID} {project / 'runs'}"]
     as_user = prepare_run(project, image=labelled["cpu"], host=HostFacts(uid=1234, gid=1234))
-    assert as_user.spec.user == "1234:1234" and as_user.spec.extra_env == {"HOME": "/tmp"}
+    assert as_user.spec.user == "1234:1234" and as_user.spec.extra_env == {"HOME": HOME}
+    assert as_user.spec.tmpfs[HOME].endswith(",uid=1234,gid=1234,mode=0700")
     assert print_lines(as_user)[:-1] == []
+
+
+# ---------------------------------------------------------------- confinement: one description, two translations
+
+
+def _cli_as_sdk(argv: list[str]) -> dict[str, object]:
+    """Read a `docker run` line back into the SDK's keyword arguments: each flag, what it sets."""
+    from docker.types import DeviceRequest
+    from docker.types import Mount as SdkMount
+
+    assert argv[:5] == ["docker", "run", "--rm", "--pull", "never"]
+    out: dict[str, object] = {}
+    rest = argv[5:]
+    lists = {"--cap-drop": "cap_drop", "--security-opt": "security_opt", "--group-add": "group_add"}
+    scalars = {"--network": "network_mode", "--user": "user", "--workdir": "working_dir", "--shm-size": "shm_size",
+               "--ipc": "ipc_mode"}
+    while rest and rest[0].startswith("--"):
+        flag = rest.pop(0)
+        if flag == "--read-only":
+            out["read_only"] = True
+            continue
+        value = rest.pop(0)
+        if flag in lists:
+            out.setdefault(lists[flag], []).append(value)  # type: ignore[union-attr]
+        elif flag in scalars:
+            out[scalars[flag]] = value
+        elif flag == "--pids-limit":
+            out["pids_limit"] = int(value)
+        elif flag == "--tmpfs":
+            path, _, options = value.partition(":")
+            out.setdefault("tmpfs", {})[path] = options  # type: ignore[index]
+        elif flag == "--device":
+            out.setdefault("devices", []).append(f"{value}:{value}:rwm")  # type: ignore[union-attr]
+        elif flag == "--mount":
+            fields = dict(part.partition("=")[::2] for part in value.split(","))
+            mount = SdkMount(fields["target"], fields["source"], type=fields["type"],
+                             read_only="readonly" in fields)
+            out.setdefault("mounts", []).append(mount)  # type: ignore[union-attr]
+        elif flag == "--env-file":
+            out.setdefault("environment", {}).update(read_env_file(Path(value)))  # type: ignore[union-attr]
+        elif flag == "--env":
+            name, _, text = value.partition("=")
+            out.setdefault("environment", {})[name] = text  # type: ignore[index]
+        elif flag == "--gpus":
+            ids = value.strip('"').removeprefix("device=")
+            out["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]]) if ids == "all" else
+                                      DeviceRequest(device_ids=ids.split(","), capabilities=[["gpu"]])]
+        else:
+            raise AssertionError(f"{flag}: a flag this reading does not know; teach it")
+    out["image"], out["command"] = rest[0], rest[1:] or None
+    return {key: value for key, value in out.items() if value is not None}
+
+
+@pytest.mark.parametrize("backend", ["rocm", "cuda", "cpu"])
+def test_every_field_of_the_spec_is_translated_the_same_both_ways(tmp_path: Path, backend: str) -> None:
+    import dataclasses
+
+    env_file = tmp_path / ".env"
+    env_file.write_text("HF_TOKEN=hunter2\n", encoding="utf-8")
+    host = {"rocm": AMD_HOST, "cuda": NVIDIA_HOST, "cpu": HostFacts(uid=0, gid=0)}[backend]
+    gpus = {"rocm": ["1"], "cuda": ["0", "1"], "cpu": None}[backend]
+    spec = ContainerSpec(
+        image=f"p:{backend}-1", command=["kdkit", "diagnose"], network="bridge",
+        mounts=[Mount(tmp_path / "data", "/app/data", True), Mount(tmp_path / "runs", "/app/runs", False)],
+        workdir="/app", env_file=env_file, env=read_env_file(env_file), extra_env={"HOME": HOME},
+        security_opt=["label=disable"], ipc_mode="private",
+        **confinement(HostFacts(uid=0, gid=0, cpus=96, memory_bytes=512 << 30), 4321, 4322),
+        **device_access(backend, host, gpus, {}))
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+                for f in dataclasses.fields(ContainerSpec) if f.name != "image"}
+    unset = [name for name, default in defaults.items() if getattr(spec, name) == default]
+    assert unset == {"rocm": ["gpus"], "cuda": ["devices", "group_add"], "cpu": ["gpus", "devices", "group_add"]
+                     }[backend]  # every other field is set: a new field must be added here and to both translations
+    assert _cli_as_sdk(cli_arguments(spec)) == sdk_arguments(spec)
+    assert sdk_arguments(spec)["security_opt"] == ["no-new-privileges", "label=disable"]
+    assert sdk_arguments(spec)["tmpfs"] == {"/tmp": "rw,exec,nosuid,nodev,size=65536m,mode=1777",
+                                            HOME: "rw,exec,nosuid,nodev,size=65536m,uid=4321,gid=4322,mode=0700"}
+    assert "hunter2" not in " ".join(cli_arguments(spec))
+
+
+@pytest.mark.parametrize(("cpus", "memory", "pids", "size"), [
+    (1, 0, 4096, "1024m"),  # nothing known: the floors
+    (16, 64 << 30, 4096, "16384m"),  # an RTX 4090 box: 16 cores, 64 GiB
+    (96, 6 << 30, 6144, "1536m"),
+    (384, 2 << 40, 24576, "65536m"),  # an 8-GPU node: 384 threads, 2 TiB; memory capped at 64 GiB
+    (2, 3 << 30, 4096, "1024m"),  # a quarter of 3 GiB is under the floor
+])
+def test_pids_limit_and_scratch_sizes_follow_the_host(cpus: int, memory: int, pids: int, size: str) -> None:
+    fields = confinement(HostFacts(uid=0, gid=0, cpus=cpus, memory_bytes=memory), IMAGE_UID, IMAGE_UID)
+    assert (fields["pids_limit"], fields["shm_size"]) == (pids, size)
+    assert all(f"size={size}," in options for options in fields["tmpfs"].values())
+    assert fields["user"] == "10001:10001" and fields["cap_drop"] == ["ALL"] and fields["read_only"] is True
+
+
+# ---------------------------------------------------------------- confinement, for real
+
+# Run inside the container: who it is, what it may do, where it can write and load compiled code from.
+PROBE = r'''
+import _ctypes, ctypes, json, os, shutil
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+def status(key):
+    return next(line.split()[1] for line in open("/proc/self/status") if line.startswith(key + ":"))
+
+def write(path):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write("x")
+        return "ok"
+    except OSError as exc:
+        return exc.strerror
+
+def load(folder):  # what Inductor and Triton do with what they compile: dlopen it from where it was written
+    try:
+        os.makedirs(folder, exist_ok=True)
+        shutil.copyfile(_ctypes.__file__, folder + "/probe.so")
+        ctypes.CDLL(folder + "/probe.so")
+        return "ok"
+    except OSError as exc:
+        return str(exc).rsplit(": ", 1)[-1]
+
+def options(point):
+    line = next(line.split() for line in open("/proc/self/mountinfo") if line.split()[4] == point)
+    kept = {o for o in line[-1].split(",") if o.split("=")[0] in ("size", "mode", "uid", "gid")}
+    return sorted(set(line[5].split(",")) | kept)
+
+home, inductor = os.environ["HOME"], cache_dir()
+pids = next(open(p).read().strip() for p in ("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")
+            if os.path.exists(p))
+shm = os.statvfs("/dev/shm")
+print("PROBE " + json.dumps({
+    "uid": os.getuid(), "gid": os.getgid(), "home": home, "inductor": inductor,
+    "caps": sorted({status(k) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}),
+    "no_new_privs": status("NoNewPrivs"), "pids_max": pids, "shm_bytes": shm.f_frsize * shm.f_blocks,
+    "root": "ro" if "ro" in options("/") else "rw", "tmp": options("/tmp"), "home_mount": options(home),
+    "writes": {p: write(p) for p in ("/app/x", "/etc/x", "/opt/kdkit/x", "/usr/x", "/home/x", "/app/data/pilot/x",
+                                      "/tmp/x", home + "/.cache/torch/x", home + "/.triton/cache/x", inductor + "/x",
+                                      "/dev/shm/x")},
+    "loads": {f: load(f) for f in ("/tmp/lib", home + "/.triton/cache/lib", home + "/.cache/lib", inductor)},
+}, sort_keys=True))
+'''
+
+
+def _probe(output: str) -> dict[str, object]:
+    import json
+
+    lines = [line for line in output.splitlines() if line.startswith("PROBE ")]
+    assert len(lines) == 1, output
+    data: dict[str, object] = json.loads(lines[0][len("PROBE "):])
+    return data
+
+
+def _expected(uid: int, gid: int, host: HostFacts) -> dict[str, object]:
+    size = confinement(host, uid, gid)["shm_size"]
+    kib = f"size={int(size[:-1]) * 1024}k"
+    inductor = "/tmp/torchinductor_kdkit" if uid == IMAGE_UID else f"/tmp/torchinductor_uid_{uid}"
+    return {
+        "uid": uid, "gid": gid, "home": HOME, "inductor": inductor,
+        "caps": ["0000000000000000"],  # no capability in any set: effective, permitted, bounding, ambient
+        "no_new_privs": "1", "pids_max": str(confinement(host, uid, gid)["pids_limit"]),
+        "shm_bytes": int(size[:-1]) << 20, "root": "ro",
+        "tmp": sorted(["nodev", "nosuid", "relatime", "rw", kib]),  # exec: no noexec
+        "home_mount": sorted(["nodev", "nosuid", "relatime", "rw", kib, "mode=700", f"uid={uid}", f"gid={gid}"]),
+        "writes": {**{p: "Read-only file system" for p in ("/app/x", "/etc/x", "/opt/kdkit/x", "/usr/x", "/home/x",
+                                                            "/app/data/pilot/x")},
+                   **{p: "ok" for p in ("/tmp/x", f"{HOME}/.cache/torch/x", f"{HOME}/.triton/cache/x",
+                                         f"{inductor}/x", "/dev/shm/x")}},
+        "loads": {f: "ok" for f in ("/tmp/lib", f"{HOME}/.triton/cache/lib", f"{HOME}/.cache/lib", inductor)},
+    }
+
+
+def _engine_host() -> HostFacts:
+    from kdkit.runner import host_facts
+
+    return host_facts(connect(), "cpu")
+
+
+def test_the_container_is_confined_and_print_gives_the_same(built: dict[str, object], locked: Path) -> None:
+    result = invoke("run", locked, "--", "python", "-c", PROBE)
+    assert result.exit_code == 0, result.output
+    seen = _probe(result.stdout)
+    assert seen == _expected(IMAGE_UID, IMAGE_UID, _engine_host())
+    # The printed line, run by the real docker CLI, makes the same container.
+    from kdkit import proc
+
+    printed = invoke("run", locked, "--print", "--", "python", "-c", PROBE)
+    assert printed.exit_code == 0, printed.output
+    done = proc.run(["sh", "-ec", printed.stdout], timeout=300)  # the lines as a script: the probe spans lines
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _probe(done.stdout) == seen
+
+
+def test_a_container_cannot_outgrow_its_pids_limit(built: dict[str, object], locked: Path) -> None:
+    limit = confinement(_engine_host(), IMAGE_UID, IMAGE_UID)["pids_limit"]
+    # Threads count against the limit: start them until the kernel refuses one.
+    script = ("import threading, time\nn = 0\ntry:\n    while True:\n"
+              "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); n += 1\n"
+              "except RuntimeError:\n    print('THREADS', n)\n")
+    result = invoke("run", locked, "--", "python", "-c", script)
+    assert result.exit_code == 0, result.output
+    started = int(result.stdout.split("THREADS ")[1].split()[0])
+    assert limit - 16 <= started < limit  # the limit, less the few tasks already running
+
+
+@pytest.fixture
+def owned_copy(locked: Path) -> Iterator[tuple[Path, int]]:
+    """A copy of the locked project owned by a non-root uid that has no name in the image, in a folder it can reach."""
+    import shutil
+    import tempfile
+
+    uid = 4321
+    base = Path(tempfile.mkdtemp(prefix="kdkit-owned-"))
+    base.chmod(0o755)
+    root = Path(shutil.copytree(locked, base / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
+    (base / "home").mkdir()
+    for path in [base / "home", root, *root.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
+    yield root, uid
+    shutil.rmtree(base)
+
+
+def test_a_non_root_person_runs_it_as_themself_and_the_pilot_passes(
+        built: dict[str, object], owned_copy: tuple[Path, int]) -> None:
+    """The real CLI as another user (setpriv), with only the docker group: container as that uid:gid."""
+    import grp
+    import json
+    import shutil
+    import subprocess
+
+    from tests.conftest import REPO
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    root, uid = owned_copy
+    docker_gid = grp.getgrnam("docker").gr_gid
+    env = {**os.environ, "HOME": str(root.parent / "home")}
+    as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={docker_gid}", str(REPO / ".venv/bin/kdkit")]
+    probe = subprocess.run([*as_user, "run", str(root), "--", "python", "-c", PROBE], capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert _probe(probe.stdout) == _expected(uid, uid, _engine_host())
+    pilot = subprocess.run([*as_user, "run", str(root)], capture_output=True, text=True, env=env, timeout=600)
+    assert pilot.returncode == 0, pilot.stdout + pilot.stderr
+    assert "Host: " not in pilot.stderr  # nothing to chown: runs/ is theirs
+    (folder,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["verdict"], summary["accepted"], summary["rejected"]) == ("pass", 11, 1)
+    assert {p.stat().st_uid for p in [folder, *folder.iterdir()]} == {uid}
