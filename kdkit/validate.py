@@ -1,5 +1,12 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
-schema cannot express (paths that only exist on one machine, secrets, unsafe IDs)."""
+schema cannot express (paths that only exist on one machine, secrets, unsafe IDs).
+
+Secrets are looked for with :mod:`kdkit.credentials` in the JSON configs (keys and values) and in
+the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
+:class:`Problem` is made, so no finding, schema error or echoed value can show a credential.
+Files named like secrets (``.env``, ``*.pem``, ``.ssh/`` ...) are warnings, not problems: every
+real project has a ``.env``, and `kdkit bundle` leaves them out.
+"""
 
 from __future__ import annotations
 
@@ -11,26 +18,16 @@ from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kdkit.credentials import SECRET_NAME, find, redact, secret_file
 from kdkit.errors import BadInput
 from kdkit.jsonio import load_json, parse_json
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
 from kdkit.resources import schema_path
 
-SECRET_KEY = re.compile(
-    r"(token|passw(or)?d|passwd|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)",
-    re.IGNORECASE,
-)
-SECRET_VALUES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a GitHub token", re.compile(r"\b(ghp|gho|ghs|ghu|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{20,}")),
-    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
-    ("an AWS access key", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
-    ("a GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
-    ("a JSON web token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("a password inside a URL", re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)),
-)
+ENV_HINT = ".env (see .env.example), passed at run time with --env-file"
+# pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
+TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
+             "https://user:${PIP_PASSWORD}@host/simple) or use pip's keyring support")
 MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^~"), "a path into a home folder"),
     (re.compile(r"^/(home|root|Users)(/|$)"), "a path into a home folder"),
@@ -41,11 +38,19 @@ MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding: the file (relative to the project root), the JSON path, and what to do."""
+    """One finding: the file (relative to the project root), the JSON path, and what to do.
+
+    ``where`` and ``message`` are redacted here, once: whatever a rule or jsonschema echoes, no
+    problem can carry a credential shape.
+    """
 
     file: Path
     where: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", redact(self.where))
+        object.__setattr__(self, "message", redact(self.message))
 
     def __str__(self) -> str:
         return f"{self.file}: {self.where}: {self.message}"
@@ -137,22 +142,75 @@ def _walk(data: Any, parts: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, .
 
 
 def secret_problems(data: Any, file: Path) -> list[Problem]:
+    """Keys named like a secret with a value, and values holding a credential shape, in a JSON document."""
     problems = []
     for parts, key, value in _walk(data):
-        if isinstance(key, str) and SECRET_KEY.search(key) and value not in (None, "", [], {}):
+        if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}):
             problems.append(
                 Problem(file, json_path(parts), f"key {key!r} looks like a secret; secrets go in .env "
                         "(see .env.example) and reach the container with `kdkit run --env-file`")
             )
-        elif isinstance(value, str):
-            for what, pattern in SECRET_VALUES:
-                if pattern.search(value):
-                    problems.append(
-                        Problem(file, json_path(parts), f"value looks like {what}; remove it and put it in "
-                                ".env (see .env.example), passed at run time with --env-file")
-                    )
-                    break
+        elif isinstance(value, str) and (found := find(value)):
+            problems.append(
+                Problem(file, json_path(parts), f"value looks like {found[0].what}; remove it and put it in "
+                        f"{ENV_HINT} (the value reads {_shown(value)})")
+            )
     return problems
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """``text`` redacted, then shortened: a prefix of a redacted text holds no secret either."""
+    shown = redact(text.strip())
+    return repr(shown if len(shown) <= limit else shown[:limit] + "…")
+
+
+def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
+    """Credential shapes in a text file of the project (a requirements input, a lock), one per line."""
+    path = root / relative
+    if real_inside(root, path) is None or not path.is_file():
+        return []  # outside the project: reported by the path rules, never read
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        return [Problem(relative, "$", f"cannot read ({exc.strerror or exc})")]
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        found = find(line)
+        if found:
+            problems.append(Problem(relative, f"line {number}", f"holds {found[0].what} ({_shown(line)}); "
+                                    f"{TEXT_HINT}"))
+    return problems
+
+
+def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
+    """The text files scanned for credentials: every file of requirements/, the input kdkit.json names
+    and every backend's lock (relative to the root, each once, in order)."""
+    folder = root / "requirements"
+    found = [p.relative_to(root) for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
+    named = [project.get("requirements")] + [spec.get("lock") for spec in _backends(project)]
+    found += [Path(str(value)) for value in named if isinstance(value, str) and value]
+    unique: dict[str, Path] = {}
+    for rel in found:
+        unique.setdefault(PurePosixPath(rel.as_posix()).as_posix(), rel)
+    return list(unique.values())
+
+
+def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
+    backends = project.get("backends")
+    return [spec for spec in backends.values() if isinstance(spec, dict)] if isinstance(backends, dict) else []
+
+
+def secret_file_warnings(root: Path) -> list[Problem]:
+    """Files of the project named like secrets: warnings (a project has a .env), never problems."""
+    from kdkit.bundle import walk_project
+
+    warnings = []
+    for rel, _info in walk_project(root.resolve()):
+        what = secret_file(rel)
+        if what is not None:
+            warnings.append(Problem(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
+                                    "secrets reach the container at run time only (`kdkit run --env-file`)"))
+    return warnings
 
 
 def machine_path_problems(data: Any, file: Path) -> list[Problem]:
@@ -303,6 +361,8 @@ def validate_project(root: Path) -> list[Problem]:
     if project is None:
         return problems
     problems += path_problems(root, project, Path("kdkit.json"), {"requirements": True, "pilot_config": True})
+    for text in requirement_texts(root, project):
+        problems += text_secret_problems(root, text)
     if project_ok:
         for name, spec in project["backends"].items():
             if _inside(root, spec["lock"]) is None:

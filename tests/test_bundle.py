@@ -112,8 +112,21 @@ def test_existing_out_is_refused_without_force_and_replaced_with_it(locked: Path
     assert result.stderr == (f"Error: {out}: already exists; choose a new --out folder or pass --force "
                              "to replace it\n")
     assert tree_snapshot(tmp_path) == before
+    # Issue 10: --force used to delete any folder; it now replaces only a bundle kdkit wrote.
+    result = invoke("bundle", locked, "--out", out, "--no-image", "--force")
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: {out}: holds no readable bundle.json, so kdkit did not write it as a "
+                             "bundle; --force replaces only a bundle that kdkit wrote: choose a new --out or "
+                             "move the folder away first\n")
+    assert tree_snapshot(tmp_path) == before
+    (out / "keep.txt").unlink()
+    out.rmdir()
+    _bundle(locked, out, "--no-image")
+    old_sums = (out / "SHA256SUMS").read_bytes()
+    (locked / "src" / "train.py").write_text("# a new revision of the loop\n", encoding="utf-8")
     _bundle(locked, out, "--no-image", "--force")
-    assert not (out / "keep.txt").exists() and (out / "SHA256SUMS").is_file()
+    assert (out / "SHA256SUMS").read_bytes() != old_sums
+    assert (out / "project/src/train.py").read_text(encoding="utf-8") == "# a new revision of the loop\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 

@@ -41,20 +41,26 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
 
     Validates kdkit.json, the pilot config and the manifest; then refuses
     machine-bound paths (absolute, home, /tmp), paths outside the project,
-    secrets in config, unsafe or duplicate IDs, and stale locks. Every problem
-    is listed. Exit 0 when valid, 2 otherwise.
+    secrets in config, requirements inputs and locks (shown redacted), unsafe or
+    duplicate IDs, and stale locks. Every problem is listed. Files named like
+    secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out.
+    Exit 0 when valid (warnings or not), 2 otherwise.
     """
     from kdkit.project import resolve_root
-    from kdkit.validate import validate_project
+    from kdkit.validate import secret_file_warnings, validate_project
 
     root = resolve_root(project_dir)
     problems = validate_project(root)
+    warnings = secret_file_warnings(root)
     if as_json:
-        emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems]})
+        emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems],
+                   "warnings": [w.as_dict() for w in warnings]})
     else:
         for problem in problems:
             click.echo(f"{root / problem.file}: {problem.where}: {problem.message}", err=True)
+        for warning in warnings:
+            click.echo(f"Warning: {root / warning.file}: {warning.where}: {warning.message}", err=True)
         if not problems:
-            click.echo(f"{root}: valid")
+            click.echo(f"{root}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
     if problems:
         raise BadInput(f"{root}: {len(problems)} problem(s) found; fix them and run `kdkit validate` again")

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from kdkit.cli._group import cli
-from kdkit.cli._options import backend_option, json_option, project_argument
+from kdkit.cli._options import backend_option, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json, warn
 from kdkit.errors import CheckFailed
 
@@ -49,8 +49,9 @@ def _print_resume(report: dict[str, Any]) -> None:
 
 @cli.command("resume-test")
 @project_argument
-@click.option("--steps", type=int, default=8, show_default=True, help="Steps of the uninterrupted run.")
-@click.option("--save-at", type=int, default=3, show_default=True, help="Step at which the checkpoint is taken.")
+@click.option("--steps", type=whole("20"), default=8, show_default=True, help="Steps of the uninterrupted run.")
+@click.option("--save-at", type=whole("7"), default=3, show_default=True,
+              help="Step at which the checkpoint is taken.")
 @click.option("--module", default=None, help="Train module (default: \"train\" in kdkit.json, else src.train).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N (passed on).")
 @click.option("--python", "python", default=None, help="Interpreter that runs the loop (default: this one).")
@@ -115,7 +116,8 @@ def _print_sweep(report: dict[str, Any]) -> None:
 @project_argument
 @click.option("--batch-sizes", default="1,2,4", show_default=True,
               help="Comma-separated positive integers; 1 is always run (the reference for the order check).")
-@click.option("--groups", type=int, default=3, show_default=True, help="Length groups the inputs are split into.")
+@click.option("--groups", type=whole("3"), default=3, show_default=True,
+              help="Length groups the inputs are split into.")
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the pilot config's device).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG: throughput and peak memory against batch size, one line per group.")
@@ -161,13 +163,14 @@ def _mb(size: int) -> str:
 @cli.command("bundle")
 @project_argument
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
-              help="New folder to write the bundle to (refused if it exists, unless --force).")
+              help="New folder outside the project to write the bundle to (refused if it exists, unless --force).")
 @backend_option
 @click.option("--image", default=None, help="Image to pack (default: the tag `kdkit build` gives this lock).")
 @click.option("--no-image", is_flag=True, help="Leave the image out: for a host without Docker.")
 @click.option("--compressor", type=click.Choice(["zstd", "gzip"]), default="zstd", show_default=True,
               help="How the image archive is compressed (zstd: smaller and far faster; gzip: everywhere).")
-@click.option("--force", is_flag=True, help="Replace an existing --out folder (only once the new one is complete).")
+@click.option("--force", is_flag=True,
+              help="Replace an existing bundle that kdkit wrote at --out (only once the new one is complete).")
 @json_option
 def bundle_command(project_dir: Path | None, out: Path, backend: str | None, image: str | None,
                    no_image: bool, compressor: str, force: bool, as_json: bool) -> None:
@@ -175,19 +178,23 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
 
     \b
     The folder holds:
-      project/      the project at its git revision (or its files), without runs/ and .env
+      project/      the project at its git revision (or its files): kdkit.json, config/,
+                    requirements/, src/, README*, and what the configs name (locks, pilot
+                    inputs and manifest); files named like secrets (.env*, *.pem, .ssh/ ...)
+                    are left out and named
       kdkit.pyz     kdkit's in-container part as one file: `python3 kdkit.pyz diagnose`
       image.tar.zst the image (`docker save`, compressed while it streams), unless --no-image
-      bundle.json   what was packed: revision, lock hash, image id and labels
+      bundle.json   what was packed, file by file: revision, lock hash, image id and labels
       RUN.md        the exact commands to run on the other machine
       SHA256SUMS    every file's hash (`kdkit verify-bundle` or `sha256sum -c`)
-    It is written under a temporary name and renamed when complete.
+    It is written as .OUT.partial-PID beside --out and renamed when complete; what a
+    killed run left there is removed by the next run. --out must lie outside the project.
 
     \b
     Example:
       kdkit bundle --out ../myproj-bundle && rsync -a ../myproj-bundle gpu-host:
     """
-    from kdkit.bundle import make_bundle
+    from kdkit.bundle import make_bundle, printable_name
 
     info = make_bundle(project_dir, out, backend=backend, image=image, include_image=not no_image,
                        compressor=compressor, force=force, progress=_progress)
@@ -197,6 +204,11 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
     if info["uncommitted"]:
         warn(f"{len(info['uncommitted'])} uncommitted change(s) are NOT in the bundle (it holds revision "
              f"{str(info['revision'])[:12]}): {', '.join(info['uncommitted'][:3])}; commit them and bundle again")
+    if info["left_out"]:
+        left = [printable_name(f"{item['file']} ({item['why']})") for item in info["left_out"]]
+        more = f" (+{len(left) - 3} more, see bundle.json)" if len(left) > 3 else ""
+        warn(f"left out {len(left)} file(s): {'; '.join(left[:3])}{more}; secrets reach the rented machine at "
+             "run time only (`kdkit run --env-file`)")
     image_line = "no image (--no-image)" if not info["image"] else (
         f"{info['image']['ref']}: {_mb(info['image']['bytes'])} ({info['image']['compressor']}, "
         f"{info['image']['seconds']:.1f} s)")
