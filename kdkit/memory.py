@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ UNMEASURED = (
 )
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+# Bounds that keep every figure a finite float (GiB) and refuse typos: 10^15 parameters is a
+# thousand times the largest models; a KV-cache dimension (layers, heads, head dim, sequence,
+# batch) above 10^9 is no real job.
+MAX_PARAMETERS = 10**15
+MAX_KV = 10**9
 # Keys a pilot summary may use for its peak memory, in the order they are tried.
 PEAK_KEYS = ("peak_memory_bytes", "peak_memory", "max_memory_allocated", "peak_bytes")
 
@@ -53,9 +59,13 @@ class KvShape:
     @classmethod
     def parse(cls, text: str) -> KvShape:
         parts = [p.strip() for p in text.split(",")]
-        if len(parts) != 5 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        # ASCII digits only: "²".isdigit() is true and int("²") raises.
+        if len(parts) != 5 or not all(re.fullmatch(r"0*[1-9][0-9]*", p) for p in parts):
             raise BadInput(f"--kv {text!r}: expected five positive integers "
                            "layers,kv_heads,head_dim,seq,batch (e.g. 32,8,128,4096,1)")
+        if any(len(p.lstrip("0")) > 10 or int(p) > MAX_KV for p in parts):  # length first: int() of 10^6 digits
+            raise BadInput(f"--kv {text!r}: each of layers,kv_heads,head_dim,seq,batch is at most 10^9; "
+                           "give the generation's real shape")
         return cls(*(int(p) for p in parts))
 
     def elements(self) -> int:
@@ -74,6 +84,8 @@ class MemoryJob:
     def __post_init__(self) -> None:
         if self.parameters <= 0:
             raise BadInput(f"--params {self.parameters}: the parameter count must be positive")
+        if self.parameters > MAX_PARAMETERS:
+            raise BadInput(f"--params {self.parameters:.3g}: more than 10^15 parameters; give the model's count")
         if self.dtype not in DTYPE_BYTES:
             raise BadInput(f"--dtype {self.dtype}: unknown; choose one of {', '.join(DTYPE_BYTES)}")
         if self.train not in TRAIN_MODES:
@@ -85,9 +97,17 @@ def parse_params(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kmbgt]?)\s*", text, re.IGNORECASE)
     if match is None:
         raise BadInput(f"--params {text!r}: expected a parameter count such as 7B, 350M or 1.5e9")
-    value = Decimal(match.group(1)) * _SUFFIX[match.group(2).lower()]
-    if value <= 0 or value != value.to_integral_value():
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation:  # an exponent beyond Decimal's own limits
+        number = Decimal(MAX_PARAMETERS + 1)
+    # Exact (Fraction, not Decimal's 28-digit context) and bounded before any arithmetic:
+    # 1e999999999 would otherwise be a billion-digit int.
+    value = Fraction(number) * _SUFFIX[match.group(2).lower()] if number.adjusted() <= 15 else MAX_PARAMETERS + 1
+    if value <= 0 or value.denominator != 1:
         raise BadInput(f"--params {text!r}: the parameter count must be a positive whole number")
+    if value > MAX_PARAMETERS:
+        raise BadInput(f"--params {text!r}: more than 10^15 parameters; give the model's count, e.g. 7B")
     return int(value)
 
 
@@ -151,9 +171,19 @@ def job_from_config(config: dict[str, Any], where: Path) -> MemoryJob:
         raise BadInput(f"{where}: $.memory: missing; add {{\"parameters\": N, \"dtype\": \"bf16\", "
                        "\"train\": \"none\"}} or pass --params N")
     kv = section.get("kv")
-    return MemoryJob(section["parameters"], section.get("dtype", "bf16"), section.get("train", "none"),
-                     None if kv is None else KvShape(kv["layers"], kv["kv_heads"], kv["head_dim"],
-                                                     kv["seq"], kv["batch"]))
+    parameters = _count(section["parameters"], MAX_PARAMETERS, where, "$.memory.parameters")
+    return MemoryJob(parameters, section.get("dtype", "bf16"), section.get("train", "none"),
+                     None if kv is None else KvShape(*(_count(kv[key], MAX_KV, where, f"$.memory.kv.{key}")
+                                                       for key in ("layers", "kv_heads", "head_dim", "seq", "batch"))))
+
+
+def _count(value: Any, maximum: int, where: Path, key: str) -> int:
+    """A count from kdkit.json as an int (JSON Schema's integer also admits 7e9, a float), within bounds."""
+    if isinstance(value, float) and value.is_integer() and value <= maximum:
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
+        raise BadInput(f"{where}: {key}: {value!r:.40} is not a whole number from 1 to {maximum:,}; fix the value")
+    return value
 
 
 # ---------------------------------------------------------------- the pilot's measurement

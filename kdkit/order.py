@@ -23,6 +23,11 @@ from kdkit.project import Project
 MAX_LOTS = 10
 PREPARATIONS = ("ubuntu", "pytorch", "blender", "custom")
 CENT = Decimal("0.01")
+# Bounds that refuse typos and keep Decimal's arithmetic exact (1e999 is finite, but no cent of it
+# can be computed in 28 digits): a lot costs at least a cent and at most ten million USD; a plan
+# books at most a year of machine time (the longest window is 30 days).
+MAX_PRICE = Decimal(10_000_000)
+MAX_HOURS = 365 * 24
 
 
 def usd(value: Decimal) -> str:
@@ -39,13 +44,15 @@ def _number(value: Decimal) -> int | float:
 
 
 def parse_price(text: str) -> Decimal:
-    """``--price`` as an exact decimal amount in USD."""
+    """``--price`` as an exact decimal amount in USD: finite (no NaN, sNaN, Infinity), a cent to MAX_PRICE."""
     try:
         value = Decimal(text.strip().removeprefix("$"))
     except InvalidOperation:
         value = Decimal(0)
     if not value.is_finite() or value <= 0:
         raise BadInput(f"--price {text!r}: expected a positive amount in USD for one lot, e.g. 47.14")
+    if not CENT <= value <= MAX_PRICE:
+        raise BadInput(f"--price {text!r}: expected {usd(CENT)} to {usd(MAX_PRICE)} USD for one lot, e.g. 47.14")
     return value
 
 
@@ -57,8 +64,13 @@ def _check_days_lots(days: int, lots: int) -> None:
 
 
 def _check_counts(hours: Decimal | None, accepted: int | None) -> None:
+    if hours is not None and not hours.is_finite():
+        raise BadInput(f"--hours {hours}: not a finite number; give the machine-busy hours, e.g. 48")
     if hours is not None and hours < 0:
         raise BadInput(f"--hours {_number(hours)}: booked hours cannot be negative")
+    if hours is not None and hours > MAX_HOURS:
+        raise BadInput(f"--hours {float(hours):g}: more than a year ({MAX_HOURS} h) of machine time; give the "
+                       "machine-busy hours of this plan (3, 7 or 30 days: 72, 168 or 720 h)")
     if accepted is not None and accepted < 0:
         raise BadInput(f"--accepted {accepted}: the number of accepted outputs cannot be negative")
 

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # click >= 8.2 makes ParamType generic; older releases do not subscript
+    _NumberType = click.ParamType[int | float, object]
+else:
+    _NumberType = click.ParamType
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text."
@@ -23,3 +29,35 @@ backend_option = click.option(
     default=None,
     help="Backend to act on (default: default_backend in kdkit.json).",
 )
+
+
+class FiniteNumber(_NumberType):
+    """A numeric option, read by :func:`kdkit.jsonio.finite_number`: NaN, infinities, a literal that
+    overflows (1e999), a word or "" is one line and exit 2 (BadInput), never a traceback. Ranges stay
+    with the domain function that owns them."""
+
+    def __init__(self, example: str, *, integral: bool = False) -> None:
+        self.example, self.integral = example, integral
+        self.name = "integer" if integral else "number"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | float:
+        from kdkit.errors import BadInput
+        from kdkit.jsonio import finite_number
+
+        option = param.opts[0] if param is not None and param.opts else "value"
+        text = str(value)
+        try:
+            number = finite_number(text, option, integral=self.integral)
+        except BadInput as exc:
+            raise BadInput(f"{exc}; e.g. {option} {self.example}") from None
+        if not self.integral:
+            return number
+        try:
+            return int(text)  # exact beyond 2^53, where the float is not
+        except ValueError:
+            return int(number)  # 3.0, 1e3
+
+
+def whole(example: str) -> FiniteNumber:
+    """A whole-number option (counts, days, steps): "3" and "3.0" are 3, "3.5" is refused."""
+    return FiniteNumber(example, integral=True)

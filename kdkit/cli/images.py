@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kdkit.cli._group import cli
-from kdkit.cli._options import backend_option, json_option, project_argument
+from kdkit.cli._options import backend_option, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json, warn
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ class _CommandAfterDashes(click.Command):
               help="Container network; none keeps the pilot from reaching anything.")
 @click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), metavar="F",
               help="NAME=VALUE lines passed as environment at run time only: never printed, logged or baked.")
-@click.option("--workers", type=int, metavar="N",
+@click.option("--workers", type=whole("2"), metavar="N",
               help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot on its share "
                    "of the manifest (stable hash of the ID); then one gathering proves every ID exactly once.")
 @click.option("--print", "print_only", is_flag=True,

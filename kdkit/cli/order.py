@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kdkit.cli._group import cli
-from kdkit.cli._options import json_option, project_argument
+from kdkit.cli._options import FiniteNumber, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json
 from kdkit.errors import CheckFailed
 
@@ -116,11 +116,12 @@ def _print_plan(order: dict[str, Any]) -> None:
 @cli.command()
 @project_argument
 @click.option("--gpu", metavar="NAME", required=True, help="Catalog offer, e.g. \"RTX 4090\".")
-@click.option("--days", type=int, required=True, help="Duration of the plan: 3, 7 or 30.")
-@click.option("--lots", type=int, required=True, help="Lots to order, 1 to 10 (a B200 lot is 2 cards).")
+@click.option("--days", type=whole("3"), required=True, help="Duration of the plan: 3, 7 or 30.")
+@click.option("--lots", type=whole("1"), required=True, help="Lots to order, 1 to 10 (a B200 lot is 2 cards).")
 @click.option("--price", metavar="USD", help="Price of ONE lot for the duration; required when the catalog's is null.")
-@click.option("--hours", type=float, help="Machine-busy hours planned end to end: install, checks, compute, export.")
-@click.option("--accepted", type=int, help="Accepted outputs expected (or obtained): gives the cost per output.")
+@click.option("--hours", type=FiniteNumber("48"),
+              help="Machine-busy hours planned end to end: install, checks, compute, export.")
+@click.option("--accepted", type=whole("2"), help="Accepted outputs expected (or obtained): gives the cost per output.")
 @click.option("--preparation", type=click.Choice(["ubuntu", "pytorch", "blender", "custom"]), default="ubuntu",
               show_default=True, help="Machine preparation to ask the provider for.")
 @catalog_option
@@ -229,7 +230,7 @@ def estimate_memory(project_dir: Path | None, params: str | None, from_config: b
               help="The order written by `kdkit plan --save` (read, never rewritten).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for campaign-report.md and campaign-report.json (default: <project>/reports).")
-@click.option("--accepted", type=int,
+@click.option("--accepted", type=whole("2"),
               help="Accepted outputs, when they are not the pilot's passing runs (default: one per passing "
                    "configuration under runs/).")
 @json_option
