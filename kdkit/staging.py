@@ -3,7 +3,8 @@
 Every command that makes a folder or a big file all at once (init, bundle, copy-out, gather,
 wheelhouse, every atomic write) builds it under a hidden name beside the final path that
 carries the owner's process ID, ``.NAME.partial-PID`` (folders) or ``.NAME.PID.XXXX.tmp``
-(files), and renames it into place at the end. A SIGKILL leaves that staging behind; the next
+(files), and renames it into place at the end (an older NAME it replaces waits as ``.NAME.old-PID``
+until the new one is in place). A SIGKILL leaves that staging behind; the next
 run of a command that writes NAME removes every staging copy of NAME whose owner is no longer
 alive (or whose PID is our own: in a fresh container the same PID comes back) and says so.
 
@@ -18,7 +19,7 @@ import re
 import shutil
 from pathlib import Path
 
-_STAGED = re.compile(r"\.(?P<name>.+)\.(?:partial-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
+_STAGED = re.compile(r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
 
 
 def staging_for(final: Path) -> Path:

@@ -12,11 +12,13 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from pathlib import Path, PurePosixPath
 
 from kdkit.errors import BadInput, CheckFailed
 from kdkit.jsonio import sha256_file
-from kdkit.probe.runfolder import SUMS
+from kdkit.probe.runfolder import SUMS, required_files
+from kdkit.staging import clean_stale, describe_removed, staging_for
 
 
 def read_sums(folder: Path) -> dict[str, str]:
@@ -26,19 +28,28 @@ def read_sums(folder: Path) -> dict[str, str]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BadInput(f"{path}: not found; is {folder} a finished run folder?") from None
+    except UnicodeDecodeError as exc:
+        raise CheckFailed(f"{path}: not UTF-8 (byte at offset {exc.start}); the file is damaged, copy the run "
+                          "folder again") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
     sums: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         digest, sep, name = line.partition("  ")
         rel = PurePosixPath(name)
-        if not sep or len(digest) != 64 or rel.is_absolute() or ".." in rel.parts or not name:
+        if (not sep or len(digest) != 64 or rel.is_absolute() or ".." in rel.parts or not name
+                or any(c not in "0123456789abcdefABCDEF" for c in digest) or name in sums):
             raise CheckFailed(f"{path}:{number}: not a '<sha256>  <relative path>' line; the file is damaged")
         sums[name] = digest.lower()
     return sums
 
 
 def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
-    """Every difference between ``folder`` and ``sums``, each naming the file."""
-    return mismatched(folder, sums) + unlisted(folder, sums)
+    """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
+    that is missing, one not listed, and one the folder's kind requires that neither has."""
+    required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
+                "it (removed with its line?)" for name in required_files(folder) if name not in sums]
+    return required + mismatched(folder, sums) + unlisted(folder, sums)
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
@@ -93,10 +104,12 @@ def copy_run(run_dir: Path, dest: Path) -> Path:
         raise BadInput(f"{dest}: the copy must go outside the run folder {run_dir}")
     if final.exists():
         raise BadInput(f"{final}: exists; choose another DEST or remove the old copy")
-    problems = unlisted(run_dir, sums)
+    problems = [p for p in verify_folder(run_dir, sums) if "missing, and not listed" in p] + unlisted(run_dir, sums)
     if problems:
         raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
-    staging = final.parent / f".{final.name}.partial-{os.getpid()}"
+    for line in describe_removed(clean_stale(final)):
+        print(f"copy-out: {line}", file=sys.stderr)
+    staging = staging_for(final)
     try:
         for name in [*sums, SUMS]:
             _copy_file(run_dir / name, staging / name)

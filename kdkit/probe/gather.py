@@ -37,6 +37,7 @@ from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_ha
 from kdkit.probe.projectfiles import find_root, load_object, project_root
 from kdkit.probe.runfolder import FINISHED, SUMS, RunFolder
 from kdkit.probe.shares import Share, base_id, recorded_share, worker_of
+from kdkit.staging import clean_stale, describe_removed, staging_for
 
 SHOWN = 10  # IDs named per problem line before "+N more"
 TABLE_ROWS = 500
@@ -277,7 +278,9 @@ def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
 
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
     """summary.json, summary.md and SHA256SUMS in a temporary folder renamed to ``out``."""
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
+    for line in describe_removed(clean_stale(out)):
+        print(f"gather: {line}", file=sys.stderr)
+    staging = staging_for(out)
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     try:
         staging.mkdir()

@@ -204,6 +204,9 @@ def parse_lock_text(text: str, path: Path) -> Lock:
             _option(where, body, lock.options)
             continue
         _add_pin(where, lock.pins, _parse_pin(where, number, body))
+    if not lock.pins:
+        raise BadInput(f"{path}: no pinned requirement in it (empty, or comments only): this is not a lock, and "
+                       "an empty lock would prove nothing; regenerate it with `kdkit lock`")
     return lock
 
 

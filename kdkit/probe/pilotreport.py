@@ -25,6 +25,7 @@ def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str,
         problems.insert(0, f"stopped early: {stop['reason']}; resume with --resume {run_id}")
     return {
         "run_id": run_id,
+        "kind": "pilot",
         "verdict": "fail" if problems else "pass",
         "total": acc.total,
         "accepted": acc.accepted,

@@ -33,6 +33,10 @@ from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id
 
 RESULTS = "results.jsonl"
 SUMS = "SHA256SUMS"
+# What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
+# still a missing file. stop.json is required too when the summary says the run stopped.
+REQUIRED = {"pilot": ("params.json", "env.json", RESULTS, "summary.json", "summary.md"),
+            "gathered": ("summary.json", "summary.md")}
 BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
 FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
 _FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
@@ -40,6 +44,17 @@ _FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
 # ending with "}". One regex over a block finds them all, about five times faster than parsing.
 _USUAL = re.compile(rb'^\{"id":"([^"\\\n]*)","outcome":"([a-z]+)"[^\n]*\}$', re.MULTILINE)
 _ID, _OUTCOME = operator.methodcaller("get", "id"), operator.methodcaller("get", "outcome")
+
+
+def required_files(folder: Path) -> list[str]:
+    """The files a closed run folder of its kind (summary.json's ``kind``; a pilot run by default) must hold."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = None
+    summary = summary if isinstance(summary, dict) else {}
+    kind = str(summary.get("kind")) if summary.get("kind") in REQUIRED else "pilot"
+    return [*REQUIRED[kind], *(["stop.json"] if kind == "pilot" and summary.get("stopped") else [])]
 
 
 def new_run_id(params_hash: str, now: datetime | None = None) -> str:

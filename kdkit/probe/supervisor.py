@@ -101,6 +101,7 @@ class AppProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.in_flight: list[str] | None = None  # IDs of the batch the app holds now
         self.status: dict[str, Any] | None = None  # how the process ended, once it has
+        self.stopped_by_us = False  # it went silent without ending and was killed here
         self._buffer = bytearray()
 
     def __enter__(self) -> AppProcess:
@@ -234,6 +235,7 @@ class AppProcess:
             self.process.wait(timeout=EXIT_GRACE_S)
         except subprocess.TimeoutExpired:
             self.kill()
+            self.stopped_by_us = True
         self._record_status()
 
     def _record_status(self) -> None:
@@ -251,6 +253,9 @@ class AppProcess:
         """The child closed its end: it died. Name how, and what it was doing."""
         self._wait_gone()
         status = self.status or {}
+        if self.stopped_by_us:
+            return StopRequested(f"the app's process closed its pipe to the harness during {what} but did not end; "
+                                 "it was killed", "app-protocol", details=self._details())
         if status.get("signal"):
             number = int(status["signal"])
             hint = next((text for sig, text in SIGNAL_HINTS.items() if sig == number), None)
