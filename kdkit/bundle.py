@@ -872,7 +872,8 @@ def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, A
             intact.add(name)
     info: Any = None
     if BUNDLE_JSON not in listed:
-        problems.append({"file": BUNDLE_JSON, "problem": "not listed in SHA256SUMS"})
+        problems.append({"file": BUNDLE_JSON, "problem": "not listed in SHA256SUMS" if BUNDLE_JSON in present
+                         else "missing, and its SHA256SUMS line too"})
     elif BUNDLE_JSON in intact:
         try:
             info = load_json(folder / BUNDLE_JSON, what="bundle description")
@@ -883,7 +884,7 @@ def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, A
         problems.append({"file": BUNDLE_JSON, "problem": why})
     results = _results_folders(folder, info)
     unlisted = {name for name in present if name not in listed and name != SUMS
-                and not any(r in (folder / name).parents for r in results)}
+                and not any(r in (folder / name).parents for r in results)} - {BUNDLE_JSON}
     for name in sorted(required - set(listed)):
         problems.append({"file": name, "problem": "missing, and its SHA256SUMS line too (bundle.json lists it)"
                          if name not in present else "not listed in SHA256SUMS (bundle.json lists it)"})

@@ -94,7 +94,7 @@ _ASSIGNED_NAME = (r"(?:[A-Za-z0-9]+[_.-])*(?:password|passwd|passphrase|secret|t
 # ``name=value`` (value quoted or bare) or ``name: "value"`` (quoted only: ``$.token: key ...`` is prose).
 ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_])(?P<name>(?i:" + _ASSIGNED_NAME + r"))(?P<close>[\"']?)"
-    r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]*\}|[^\s\"',;&)\]}$]|\$(?!\{))+)"
+    r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]*\}|<[^<>\n]*>|\{\{[^}\n]*\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
     r"|(?P<colon>\s*:\s*)(?P<quoted>\"[^\"\n]*\"|'[^'\n]*'))"
 )
 PLACEHOLDER = re.compile(

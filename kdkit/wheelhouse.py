@@ -6,9 +6,11 @@ that reaches no index, and a private index or an intercepting proxy is dealt
 with once, here, by pip's own configuration (index-url, cert, find-links,
 proxy variables), which ``pip download`` honours as ``pip install`` would.
 
-The files land in a staging folder first and move into ``--out`` only once
-pip has finished and each one's sha256 is among the lock's hashes: an
-interrupted download leaves ``--out`` as it was.
+The files land in a staging folder first, ``.OUT.partial-PID`` beside ``--out``
+(:mod:`kdkit.staging`), and move into ``--out`` only once pip has finished and
+each one's sha256 is among the lock's hashes: an interrupted download leaves
+``--out`` as it was, and the staging a killed run left is removed by the next
+run to the same ``--out`` (listed in ``removed_staging``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from kdkit import proc
 from kdkit.errors import KdkitError
 from kdkit.jsonio import sha256_file
 from kdkit.project import Project, load_project
+from kdkit.staging import clean_stale, describe_removed, staging_for
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
@@ -40,11 +42,16 @@ class Wheelhouse:
     lock: Path
     folder: Path
     files: list[tuple[str, int]]  # (file name, size in bytes), one per locked pin
+    removed: list[Path] = field(default_factory=list)  # staging a killed run had left beside the folder
+
+    def removed_lines(self) -> list[str]:
+        """What was cleaned before the download, one line each, for stderr."""
+        return describe_removed(self.removed)
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "lock": str(self.lock), "folder": str(self.folder),
                 "files": [{"name": n, "size": s} for n, s in self.files],
-                "bytes": sum(s for _n, s in self.files)}
+                "bytes": sum(s for _n, s in self.files), "removed_staging": [str(p) for p in self.removed]}
 
 
 def default_folder(project: Project, backend: str) -> Path:
@@ -99,8 +106,10 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
     hashes = {h.split(":", 1)[1].lower(): key for key, pin in pins.items() for h in pin.hashes}
     folder = (out or default_folder(project, chosen.name)).resolve()
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    removed = clean_stale(folder)
+    staging = staging_for(folder)
     try:
+        staging.mkdir()
         done = proc.run(download_arguments(lock, staging, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
         if not done.ok:
             raise KdkitError(f"{lock}: pip download failed: {done.first_error_line()}; check pip's "
@@ -108,4 +117,4 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
         files = _accept(staging, folder, hashes)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Wheelhouse(chosen.name, lock, folder, files)
+    return Wheelhouse(chosen.name, lock, folder, files, removed)
