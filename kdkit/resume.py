@@ -15,7 +15,7 @@ from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.probe.resume import Plan, Progress, run_resume_test
-from kdkit.project import load_project
+from kdkit.project import Project, load_project
 
 DEFAULT_MODULE = "src.train"
 
@@ -29,6 +29,17 @@ def new_run_folder(runs: Path, prefix: str) -> Path:
         counter += 1
         candidate = runs / f"{prefix}-{stamp}-{counter}"
     return candidate
+
+
+def runs_dir(project: Project) -> Path:
+    """The pilot config's runs folder, held to the one containment rule (inside the project, links resolved)."""
+    from kdkit.probe.projectfiles import inside, require_real_inside
+
+    config = project.pilot_config_path
+    relative = project.pilot_config().get("runs", "runs")
+    if not isinstance(relative, str):
+        raise BadInput(f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
+    return require_real_inside(project.root, inside(project.root, relative, config, "$.runs"), config, "$.runs")
 
 
 def resume_test(
@@ -46,7 +57,6 @@ def resume_test(
     chosen = module or str(project.config.get("train", DEFAULT_MODULE))
     if not all(part.isidentifier() for part in chosen.split(".")):
         raise BadInput(f"--module {chosen!r}: not a dotted module name (e.g. src.train)")
-    runs = project.root / str(project.pilot_config().get("runs", "runs"))
-    plan = Plan(project.root, chosen, steps, save_at, new_run_folder(runs, "resume-test"),
+    plan = Plan(project.root, chosen, steps, save_at, new_run_folder(runs_dir(project), "resume-test"),
                 python or sys.executable, device)
     return run_resume_test(plan, progress)

@@ -1,16 +1,25 @@
-"""`kdkit init`: copy the project template into a new folder, all or nothing."""
+"""`kdkit init`: copy the project template into a new folder, all or nothing.
+
+The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.staging) and renamed into
+place once complete, so a target is either absent or a whole project, even after a SIGKILL. What
+a killed init left is removed by the next init of that target, which says so. A target that
+cannot be written (read-only mount, no permission, a file in the way, a full disk) is exit 2 and
+leaves nothing, not even the parent folders init created.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from kdkit.errors import BadInput, KdkitError
+from kdkit.errors import BadInput
 from kdkit.resources import template_dir
+from kdkit.staging import clean_stale, staging_for
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # Template files stored under another name so they do not act on kdkit's own repository.
@@ -30,8 +39,21 @@ def _render(text: str, values: dict[str, str]) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Created:
+    """What ``kdkit init`` did: the project's root, and the staging of killed inits it removed first."""
+
+    root: Path
+    removed: list[Path]
+
+
 def init_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False) -> Path:
-    """Create a project at ``target`` from the template and return its resolved path.
+    """Create a project at ``target`` from the template and return its resolved path (see create_project)."""
+    return create_project(target, name, backend, force).root
+
+
+def create_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False) -> Created:
+    """Create a project at ``target`` from the template.
 
     An existing non-empty folder is refused unless ``force``; with ``force`` only the
     template's files are written over. A failure part-way leaves no trace behind.
@@ -45,26 +67,47 @@ def init_project(target: Path, name: str | None = None, backend: str = "cuda", f
         raise BadInput(f"--backend {backend}: unknown backend; choose cuda, rocm or cpu")
     if target.exists() and not target.is_dir():
         raise BadInput(f"{target}: exists and is not a folder; choose another path")
-    if target.is_dir() and any(target.iterdir()) and not force:
+    existing = _not_empty(target)
+    if existing and not force:
         raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force")
 
     values = {"name": project_name, "backend": backend, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    made: list[Path] = []
+    staging = staging_for(target)
     try:
+        _make_parents(target.parent, made)
+        removed = clean_stale(target)
+        staging.mkdir()
         _copy_template(template_dir(), staging, values)
         (staging / "runs").mkdir(exist_ok=True)
-        if target.is_dir():
-            _merge(staging, target)
+        if existing:
+            _merge(staging, target)  # --force: file by file over their namesakes
+            shutil.rmtree(staging)
         else:
-            os.replace(staging, target)
+            os.replace(staging, target)  # atomic, also over an empty folder (rename(2))
     except OSError as exc:
-        raise KdkitError(f"{target}: could not write the project ({exc.strerror or exc}); "
-                         "nothing was left behind, free space or fix permissions and retry") from exc
-    finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing was left "
+                       "behind, free space or fix permissions (or choose another place) and retry") from None
+    return Created(target, removed)
+
+
+def _not_empty(target: Path) -> bool:
+    try:
+        return target.is_dir() and any(target.iterdir())
+    except OSError as exc:  # a folder this user cannot list
+        raise BadInput(f"{target}: cannot read the folder ({exc.strerror}); choose another path") from None
+
+
+def _make_parents(folder: Path, made: list[Path]) -> None:
+    """Create ``folder`` and its missing parents, outermost first, noting each in ``made`` as it is made."""
+    for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+        path.mkdir()
+        made.append(path)
 
 
 def _copy_template(source: Path, dest: Path, values: dict[str, str]) -> None:

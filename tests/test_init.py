@@ -100,6 +100,6 @@ def test_init_failure_half_way_leaves_nothing(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(scaffold.shutil, "copyfile", failing_copyfile)
     result = invoke("init", tmp_path / "p")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the target cannot be written: bad input (was 1 before issue 10)
     assert "could not write the project (No space left on device); nothing was left behind" in result.output
     assert list(tmp_path.iterdir()) == []

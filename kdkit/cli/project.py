@@ -24,11 +24,17 @@ def init(path: Path, name: str | None, backend: str, force: bool) -> None:
     \b
     It holds kdkit.json, config/pilot.json (no secrets), requirements/base.in,
     12 pilot documents with their manifest (one must be rejected), an example
-    PyTorch classifier in src/, runs/ and .env.example.
+    PyTorch classifier in src/, runs/ and .env.example. It is built as
+    .PATH.partial-PID beside PATH and renamed when complete; what a killed init
+    left there is removed by the next one.
     """
-    from kdkit.scaffold import init_project
+    from kdkit.scaffold import create_project
+    from kdkit.staging import describe_removed
 
-    root = init_project(path, name=name, backend=backend, force=force)
+    created = create_project(path, name=name, backend=backend, force=force)
+    for line in describe_removed(created.removed):
+        click.echo(line, err=True)
+    root = created.root
     click.echo(f"Created {root}")
     click.echo(f"Next: kdkit validate {path} && kdkit lock {path} --backend {backend}")
 

@@ -121,9 +121,10 @@ def _print_sweep(report: dict[str, Any]) -> None:
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the pilot config's device).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG: throughput and peak memory against batch size, one line per group.")
+@click.option("--force", is_flag=True, help="With --plot: replace an existing file.")
 @json_option
 def sweep_command(project_dir: Path | None, batch_sizes: str, groups: int, device: str | None,
-                  plot: Path | None, as_json: bool) -> None:
+                  plot: Path | None, force: bool, as_json: bool) -> None:
     """Find the batch size from measurements: each length group at each batch size.
 
     \b
@@ -141,7 +142,7 @@ def sweep_command(project_dir: Path | None, batch_sizes: str, groups: int, devic
     """
     from kdkit.sweep import sweep
 
-    report = sweep(project_dir, batch_sizes=batch_sizes, groups=groups, device=device, plot=plot,
+    report = sweep(project_dir, batch_sizes=batch_sizes, groups=groups, device=device, plot=plot, force=force,
                    progress=_progress)
     if as_json:
         emit_json(report)

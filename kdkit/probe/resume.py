@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput, CheckFailed, Unavailable
-from kdkit.jsonio import atomic_write_json
+from kdkit.jsonio import atomic_write_json, finite_number
+from kdkit.probe.pilotconfig import DEVICE
 from kdkit.proc import Completed, run
 
 # What a checkpoint must hold (a part the loop does not have is stored as None, never left out).
@@ -42,6 +45,49 @@ PHASES = ("full", "save", "restore", "resume")
 MAX_PATHS = 3  # differing paths quoted per component
 
 Progress = Callable[[str], None]
+
+
+def whole_number(option: str) -> Callable[[str], int]:
+    """An argparse ``type`` for a count, read by jsonio.finite_number like the host's options: NaN,
+    infinities, 1e999, a word or "" raise BadInput (one line, exit 2 through probe.commands.call)."""
+
+    def convert(text: str) -> int:
+        number = finite_number(text, option, integral=True)
+        try:
+            return int(text)
+        except ValueError:
+            return int(number)
+
+    return convert
+
+
+def check_device(device: str) -> None:
+    """``--device``: the pilot config's rule (auto, cpu, cuda, cuda:N), checked before anything runs."""
+    if not DEVICE.fullmatch(device):
+        raise BadInput(f"--device {device!r}: unknown device; use auto, cpu, cuda or cuda:N")
+
+
+def require_writable(folder: Path, what: str) -> None:
+    """Refuse, before any work, a folder that cannot be made and written there: a read-only mount, no
+    permission, a file in the way. Missing parts are fine (they will be created); nothing is written."""
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BadInput(f"{folder}: {probe} is not a folder; move it away or choose another {what}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        reason = "read-only file system" if os.statvfs(probe).f_flag & os.ST_RDONLY else "permission denied"
+        raise BadInput(f"{folder}: cannot write there ({probe}: {reason}); make it writable or choose another "
+                       f"{what}")
+
+
+def make_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` (and its parents); BadInput naming the place when the filesystem refuses."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or choose "
+                       f"another {what}") from None
 
 
 @dataclass(frozen=True)
@@ -69,6 +115,11 @@ class Plan:
         if not (base.with_suffix(".py").is_file() or (base / "__main__.py").is_file()):
             raise BadInput(f"{base}.py: train module {self.module!r} not found; write it (see the "
                            "template's src/train.py) or pass --module")
+        check_device(self.device)
+        if shutil.which(self.python) is None:
+            raise BadInput(f"--python {self.python}: not an executable interpreter; give the one that has the "
+                           "project's torch (default: this one)")
+        require_writable(self.out, "folder for the test")
 
 
 # ---------------------------------------------------------------- running the phases
@@ -233,6 +284,7 @@ def verdict_line(report: dict[str, Any]) -> str:
 def run_resume_test(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
     """Run the four phases and compare them; return the report (also written to OUT/report.json)."""
     plan.check()
+    make_folder(plan.out, "folder for the test")
     say = progress or (lambda _message: None)
     states: dict[str, Path] = {}
     metrics: dict[str, dict[str, Any]] = {}
@@ -288,8 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--project", type=Path, default=Path.cwd(), help="project root (default: cwd)")
     parser.add_argument("--module", default="src.train", help="train module (default: src.train)")
-    parser.add_argument("--steps", type=int, default=8, help="steps of the reference run (default: 8)")
-    parser.add_argument("--save-at", type=int, default=3, help="step of the checkpoint (default: 3)")
+    parser.add_argument("--steps", type=whole_number("--steps"), default=8,
+                        help="steps of the reference run (default: 8)")
+    parser.add_argument("--save-at", type=whole_number("--save-at"), default=3,
+                        help="step of the checkpoint (default: 3)")
     parser.add_argument("--device", default="auto", help="passed to the train module (default: auto)")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs the train module")
     parser.add_argument("--out", type=Path, required=True, help="new folder for the phases and report.json")

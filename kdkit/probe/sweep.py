@@ -27,7 +27,8 @@ from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.probe.harness import Item, Predict, classify_answers, load_entry, read_input, set_device
-from kdkit.probe.pilotconfig import load_pilot
+from kdkit.probe.pilotconfig import PilotConfig, load_pilot
+from kdkit.probe.resume import check_device, whole_number
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
 CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -209,24 +210,49 @@ def _device(wanted: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
-              progress: Progress | None = None) -> dict[str, Any]:
-    """The whole sweep for the project at ``root``; ``ok`` is False on a scrambled order or an error."""
-    say = progress or (lambda _m: None)
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep whose every input is checked (config, inputs, groups, device); nothing has run yet."""
+
+    config: PilotConfig
+    batch_sizes: list[int]
+    groups: list[Group]
+    skipped: list[dict[str, str]]
+    device: str
+
+
+def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
+                  device: str | None = None) -> SweepPlan:
+    """Read the pilot config and its inputs and split them; BadInput before anything runs or is written."""
+    if device is not None:
+        check_device(device)
     config = load_pilot(root)
     items, skipped = _readable(config)
     split = split_groups(items, groups)
-    chosen = _device(device or config.device)
+    return SweepPlan(config, sorted(batch_sizes), split, skipped, _device(device or config.device))
+
+
+def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
+              progress: Progress | None = None) -> dict[str, Any]:
+    """The whole sweep for the project at ``root``; ``ok`` is False on a scrambled order or an error."""
+    return measure(prepare_sweep(root, batch_sizes, groups, device=device), progress)
+
+
+def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]:
+    """Run a prepared sweep: every group at every batch size, smallest first, until a limit."""
+    say = progress or (lambda _m: None)
+    config, chosen, split, batch_sizes = plan.config, plan.device, plan.groups, plan.batch_sizes
     set_device(chosen)
-    predict = load_entry(root, config.entry)
+    predict = load_entry(config.root, config.entry)
     memory = Memory(chosen)
+    first = split[0].items[0]
     started = time.perf_counter()
-    predict([{"id": items[0].doc.id, "text": items[0].text}])  # load the model once, outside the timings
+    predict([{"id": first.doc.id, "text": first.text}])  # load the model once, outside the timings
     warmup = time.perf_counter() - started
     rows = []
     for group in split:
         reference: list[tuple[Any, ...]] = []
-        for size in sorted(batch_sizes):
+        for size in batch_sizes:
             say(f"{group.name}: {len(group.items)} inputs at batch size {size}")
             row, outputs = run_cell(predict, group, size, config.categories, memory)
             if size == 1:
@@ -237,7 +263,7 @@ def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device
                 break
     ok = all(r["errors"] == 0 and r["same_as_batch_1"] is not False for r in rows)
     return {"device": chosen, "memory_kind": memory.kind, "entry": config.entry,
-            "batch_sizes": sorted(batch_sizes), "groups": [g.describe() for g in split], "skipped": skipped,
+            "batch_sizes": batch_sizes, "groups": [g.describe() for g in split], "skipped": plan.skipped,
             "warmup_seconds": round(warmup, 6), "rows": rows, "ok": ok}
 
 
@@ -249,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Batch-size sweep of the pilot inputs by length group.")
     parser.add_argument("project", nargs="?", type=Path, default=Path.cwd(), help="project root (default: cwd)")
     parser.add_argument("--batch-sizes", default="1,2,4", help="comma-separated (default: 1,2,4)")
-    parser.add_argument("--groups", type=int, default=3, help="length groups (default: 3)")
+    parser.add_argument("--groups", type=whole_number("--groups"), default=3, help="length groups (default: 3)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
