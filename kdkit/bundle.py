@@ -666,16 +666,11 @@ def not_a_bundle(folder: Path) -> str | None:
     return None
 
 
-def _replaced(out: Path) -> Path:
-    """Where an old bundle waits while --force moves the new one in (a staging name: cleaned if left)."""
-    return staging_for(out.with_name(f"{out.name}.replaced"))
-
-
 def _replace_folder(staging: Path, out: Path) -> None:
     """Move the finished bundle into place; an old bundle (--force) is removed only afterwards."""
     old = None
     if out.exists():
-        old = _replaced(out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # kdkit.staging's name: cleaned if left
         os.replace(out, old)
     os.replace(staging, out)
     if old is not None:
@@ -712,7 +707,7 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
                               "or pass --compressor gzip")
         _check_image(ref, source)
 
-    removed = clean_stale(out) + clean_stale(out.with_name(f"{out.name}.replaced"))
+    removed = clean_stale(out)
     for line in describe_removed(removed):
         say(line)
     staging = staging_for(out)
