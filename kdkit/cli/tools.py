@@ -119,7 +119,7 @@ def _print_sweep(report: dict[str, Any]) -> None:
 @click.option("--groups", type=whole("3"), default=3, show_default=True,
               help="Length groups the inputs are split into.")
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the pilot config's device).")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--plot", type=click.Path(path_type=Path), default=None,
               help="Write a PNG: throughput and peak memory against batch size, one line per group.")
 @click.option("--force", is_flag=True, help="With --plot: replace an existing file.")
 @json_option

@@ -116,10 +116,21 @@ class Plan:
             raise BadInput(f"{base}.py: train module {self.module!r} not found; write it (see the "
                            "template's src/train.py) or pass --module")
         check_device(self.device)
-        if shutil.which(self.python) is None:
+        if self.python != sys.executable and not _runs_python(self.python):  # this one runs: it exists
             raise BadInput(f"--python {self.python}: not an executable interpreter; give the one that has the "
                            "project's torch (default: this one)")
         require_writable(self.out, "folder for the test")
+
+
+def _runs_python(python: str) -> bool:
+    """Whether ``python`` starts as a Python interpreter (a file that merely exists may not run at all)."""
+    if shutil.which(python) is None:
+        return False
+    try:
+        done = run([python, "-c", "import sys; print(sys.hexversion)"], timeout=60)
+    except (OSError, Unavailable):  # exec format error, permission denied, no answer
+        return False
+    return done.ok and done.stdout.strip().isdigit()  # /bin/true runs too, and says nothing
 
 
 # ---------------------------------------------------------------- running the phases
