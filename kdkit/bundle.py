@@ -62,7 +62,7 @@ from kdkit.credentials import secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
 from kdkit.probe import CORE_MODULES
-from kdkit.probe.projectfiles import DOTTED, inside, is_within, real_inside
+from kdkit.probe.projectfiles import DOTTED, inside, is_within, real_inside, require
 from kdkit.project import Project, load_project
 from kdkit.staging import clean_stale, describe_removed, staging_for
 
@@ -206,20 +206,28 @@ class AllowList:
     @classmethod
     def of(cls, project: Project) -> AllowList:
         """The allow-list of ``project``: :data:`PROJECT_FOLDERS`, README*, and what its configs name."""
-        root, pilot_file = project.root, project.pilot_config_path
-        pilot = project.pilot_config()
-        named = [(root / "kdkit.json", "$.requirements", project.config["requirements"]),
-                 (root / "kdkit.json", "$.pilot_config", project.config["pilot_config"])]
-        named += [(root / "kdkit.json", f"$.backends.{name}.lock", spec["lock"])
+        root, pilot_file, marker = project.root, project.pilot_config_path, project.root / "kdkit.json"
+        named = [(marker, "$.requirements", project.config["requirements"]),
+                 (marker, "$.pilot_config", project.config["pilot_config"])]
+        named += [(marker, f"$.backends.{name}.lock", spec["lock"])
                   for name, spec in project.config["backends"].items()]
-        named += [(pilot_file, f"$.{key}", pilot[key]) for key in ("inputs", "manifest") if key in pilot]
         places = ["kdkit.json", *PROJECT_FOLDERS]
         places += [_relative(root, str(value), file, where) for file, where, value in named]
+        if real_inside(root, pilot_file) is None:  # read nothing outside the project, even through a link
+            raise BadInput(f"{marker}: $.pilot_config: {pilot_file} leads to {os.path.realpath(pilot_file)}, outside "
+                           f"the project {root}; keep the pilot config inside the project")
+        pilot = project.pilot_config()
+        places += [_relative(root, require(pilot, key, str, pilot_file), pilot_file, f"$.{key}")
+                   for key in ("inputs", "manifest")]
         for value in (pilot.get("entry"), project.config.get("train")):
             top = str(value).split(":", 1)[0].split(".", 1)[0] if isinstance(value, str) else ""
             if DOTTED.fullmatch(top):  # the importable package or module the configs name
                 places += [top, f"{top}.py"]
-        runs = _relative(root, str(pilot.get("runs", "runs")), pilot_file, "$.runs")
+        runs = _relative(root, require({"runs": "runs", **pilot}, "runs", str, pilot_file), pilot_file, "$.runs")
+        for place in places:
+            if runs == "." or place == runs or place.startswith(runs + "/"):
+                raise BadInput(f"{pilot_file}: $.runs: {runs!r} holds {place}, which the bundle must carry; give "
+                               "the results a folder of their own (e.g. \"runs\")")
         return cls(tuple(dict.fromkeys(places)), runs)
 
     def never(self, rel: str) -> str | None:
@@ -230,7 +238,7 @@ class AllowList:
             return f"{hidden[0]}/ is never carried"
         if rel.endswith((".pyc", ".pyo")):
             return "compiled Python is never carried"
-        if self.runs in (".", "") or rel == self.runs or rel.startswith(self.runs + "/"):
+        if rel == self.runs or rel.startswith(self.runs + "/"):
             return f"results ({self.runs}/) are copied out with `kdkit copy-out`, never bundled"
         return None
 
@@ -444,7 +452,7 @@ def essential_files(project: Project, lock: Path) -> list[str]:
     """Paths (relative to the project) the rented machine cannot do without."""
     pilot = project.pilot_config()
     rel = [Path("kdkit.json"), project.pilot_config_path.relative_to(project.root),
-           lock.relative_to(project.root), Path(str(pilot["manifest"]))]
+           lock.relative_to(project.root), Path(require(pilot, "manifest", str, project.pilot_config_path))]
     return [PurePosixPath(os.path.normpath(p)).as_posix() for p in rel]
 
 

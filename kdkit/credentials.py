@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from types import TracebackType
 
+# Every pattern starts at a boundary and bounds its repeats: scanning stays linear in the text's length,
+# whatever a hostile value holds (a test times 20 000-character worst cases).
 _START = r"(?<![A-Za-z0-9])"
 _END = r"(?![A-Za-z0-9])"
 
@@ -81,7 +83,8 @@ TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 PRIVATE_KEY = re.compile(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----"
                          r"(?:.*?-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|.*)", re.DOTALL)
-URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*:)(?P<password>[^/\s@'\"]+)@")
+URL_PASSWORD = re.compile(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@'\"]{0,256}:)"
+                          r"(?P<password>[^/\s@'\"]{1,256})@")
 AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 MIN_ENTROPY = 4.2  # bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
 # Names of keys and variables that hold a secret: JSON keys in the configs, ``NAME=value`` in text.
@@ -89,12 +92,12 @@ SECRET_NAME = re.compile(
     r"(token|passw(or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)",
     re.IGNORECASE,
 )
-_ASSIGNED_NAME = (r"(?:[A-Za-z0-9]+[_.-])*(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
+_ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
                   r"access[_-]?key|secret[_-]?key|private[_-]?key|client[_-]?secret)")
 # ``name=value`` (value quoted or bare) or ``name: "value"`` (quoted only: ``$.token: key ...`` is prose).
 ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_])(?P<name>(?i:" + _ASSIGNED_NAME + r"))(?P<close>[\"']?)"
-    r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]*\}|<[^<>\n]*>|\{\{[^}\n]*\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
+    r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]{0,128}\}|<[^<>\n]{0,128}>|\{\{[^}\n]{0,128}\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
     r"|(?P<colon>\s*:\s*)(?P<quoted>\"[^\"\n]*\"|'[^'\n]*'))"
 )
 PLACEHOLDER = re.compile(

@@ -490,3 +490,38 @@ def test_an_empty_sha256sums_fails_on_every_required_file(ready: Path, tmp_path:
     (out / "SHA256SUMS").write_text("", encoding="utf-8")
     message = _refused(["verify-bundle", out], out, code=1)
     assert message.startswith(f"{out / 'bundle.json'}: not listed in SHA256SUMS (+")
+
+
+# ---------------------------------------------------------------- configs that would steer the bundle
+
+
+def _pilot(root: Path, **changes: object) -> None:
+    path = root / "config" / "pilot.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(changes)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+STEERING: list[tuple[str, Callable[[Path, Path], None], str]] = [
+    ("runs is the project", lambda r, _o: _pilot(r, runs="."), "config/pilot.json: $.runs: '.' holds kdkit.json"),
+    ("runs is src", lambda r, _o: _pilot(r, runs="src"), "config/pilot.json: $.runs: 'src' holds src, which the"),
+    ("runs holds the inputs", lambda r, _o: _pilot(r, runs="data"), "$.runs: 'data' holds data/pilot, which the"),
+    ("inputs outside", lambda r, _o: _pilot(r, inputs="../outside"), "$.inputs: '../outside' points outside"),
+    ("manifest absolute", lambda r, _o: _pilot(r, manifest="/etc/passwd"),
+     "$.manifest: '/etc/passwd' must be a relative path inside"),
+    ("no manifest key", lambda r, _o: _pilot(r, manifest=None), "$.manifest: expected str, got NoneType"),
+    ("pilot config linked out", lambda r, o: _link_pilot_config(r, o), "$.pilot_config: "),
+]
+
+
+def _link_pilot_config(root: Path, outside: Path) -> None:
+    shutil.move(str(root / "config" / "pilot.json"), str(outside / "pilot.json"))
+    (root / "config" / "pilot.json").symlink_to(outside / "pilot.json")
+
+
+@pytest.mark.parametrize(("edit", "expected"), [c[1:] for c in STEERING], ids=[c[0] for c in STEERING])
+def test_a_config_cannot_steer_the_bundle_out_of_the_project(ready: Path, tmp_path: Path, outside: Path,
+                                                             edit: Callable[[Path, Path], None], expected: str) -> None:
+    edit(ready, outside)
+    message = _refused(["bundle", ready, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
+    assert expected in message

@@ -269,3 +269,17 @@ def test_a_crash_traceback_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     except ValueError as exc:
         redacting_excepthook(type(exc), exc, exc.__traceback__)
     assert "ValueError" in stream.getvalue() and "xoxb-123456789012" not in stream.getvalue()
+
+
+WORST_CASES = {"dotted words": "a." * 10000, "one long word": "a" * 20000, "colons": "a:" * 10000,
+               "open placeholders": "password=" + "${" * 10000, "schemes": "a://b:" * 4000,
+               "assignments": "password=" * 2500, "dashed words": "a-" * 10000, "token prefixes": "eyJ" * 7000}
+
+
+@pytest.mark.parametrize("text", WORST_CASES.values(), ids=WORST_CASES.keys())
+def test_scanning_a_hostile_value_stays_linear(text: str) -> None:
+    import time
+
+    started = time.perf_counter()
+    redact(text)
+    assert time.perf_counter() - started < 0.5  # 20 000 characters; a quadratic pattern took 13 s here
