@@ -319,9 +319,9 @@ def _file_entries(root: Path, allow: AllowList) -> dict[str, Entry]:
 
 def _git_entries(root: Path, git: dict[str, Any]) -> dict[str, Entry]:
     """The committed tree of ``root`` at HEAD: every blob, link and submodule, by path relative to ``root``."""
-    listing = _git(root, "ls-tree", "-r", "--full-tree", f"HEAD:{git['prefix']}")
-    if listing is None:
-        raise KdkitError(f"{root}: git ls-tree failed; check the checkout with `git status`")
+    # Fails when HEAD has no such folder (the project was never committed): then nothing is, and the
+    # essential files are reported as not committed.
+    listing = _git(root, "ls-tree", "-r", "--full-tree", f"HEAD:{git['prefix']}") or ""
     entries = {}
     for line in listing.splitlines():
         meta, _tab, name = line.partition("\t")
@@ -479,7 +479,9 @@ def export_git(root: Path, prefix: str, dest: Path, packing: Packing, essentials
     ``packing.left_out`` (BadInput when the rented machine needs it).
     """
     archive = dest.parent / ".project.tar"
-    done = proc.run(["git", "-C", str(root), "archive", "--format=tar", "-o", str(archive), f"HEAD:{prefix}"])
+    # From the repository's top: in a sub-folder, git archive would look for the sub-folder inside HEAD:prefix.
+    top = (_git(root, "rev-parse", "--show-toplevel") or str(root)).strip()
+    done = proc.run(["git", "-C", top, "archive", "--format=tar", "-o", str(archive), f"HEAD:{prefix}"])
     if not done.ok:
         raise KdkitError(f"{root}: git archive failed ({done.first_error_line()})")
     with tarfile.open(archive) as tar:

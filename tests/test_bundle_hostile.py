@@ -525,3 +525,72 @@ def test_a_config_cannot_steer_the_bundle_out_of_the_project(ready: Path, tmp_pa
     edit(ready, outside)
     message = _refused(["bundle", ready, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
     assert expected in message
+
+
+# ---------------------------------------------------------------- git mode: a project nested in a repository
+
+
+@pytest.fixture
+def nested(tmp_path: Path) -> Path:
+    from kdkit.scaffold import init_project
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "top.txt").write_text("the repository's own file\n", encoding="utf-8")
+    root = init_project(repo / "apps" / "proj", name="proj", backend="cpu")
+    write_fresh_lock(root)
+    return root
+
+
+def test_a_project_nested_in_a_repository_is_bundled_at_its_revision(nested: Path, tmp_path: Path) -> None:
+    (nested / "src" / "données.py").write_text("X = 'é'\n", encoding="utf-8")
+    revision = _commit_all(nested.parent.parent)
+    (nested / "src" / "train.py").write_text("# an uncommitted edit\n", encoding="utf-8")
+    (nested / "src" / ".env.local").write_text("TOKEN=uncommitted\n", encoding="utf-8")
+    out = tmp_path / "bundle"
+    info = _bundle(nested, out)
+    assert str(info["revision"]).startswith(revision) and info["uncommitted"] == ["src/train.py"]
+    assert (out / "project" / "src" / "données.py").read_text(encoding="utf-8") == "X = 'é'\n"
+    assert (out / "project" / "src" / "train.py").read_text(encoding="utf-8") != "# an uncommitted edit\n"
+    assert not (out / "project" / "top.txt").exists() and "top.txt" not in info["files"]  # type: ignore[operator]
+    assert invoke("verify-bundle", out).exit_code == 0
+
+
+def test_a_nested_project_never_committed_is_refused(nested: Path, tmp_path: Path) -> None:
+    repo = nested.parent.parent
+    _git(repo, "init", "-q")
+    _git(repo, "add", "top.txt")
+    _git(repo, "commit", "-q", "-m", "top only")
+    revision = _git(repo, "rev-parse", "HEAD")[:12]
+    assert _refused(["bundle", nested, "--out", tmp_path / "bundle", "--no-image"], tmp_path) == (
+        f"kdkit.json: not committed at revision {revision}; the bundle must carry it (git add kdkit.json && "
+        "git commit)")
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    (b"src/bad\xff.py", "the file name is not UTF-8; rename it"),
+    (b"src/new\nline.py", "the file name holds a control character or a backslash; rename it"),
+    (b"src/back\\slash.py", "the file name holds a control character or a backslash; rename it"),
+], ids=["not UTF-8", "a newline", "a backslash"])
+def test_git_mode_refuses_names_sha256sums_cannot_hold(nested: Path, tmp_path: Path, name: bytes,
+                                                       expected: str) -> None:
+    with open(os.fsencode(nested) + b"/" + name, "w", encoding="utf-8") as handle:
+        handle.write("x = 1\n")
+    revision = _commit_all(nested.parent.parent)
+    message = _refused(["bundle", nested, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
+    assert f"(committed at {revision}): {expected}" in message
+
+
+def test_git_archive_export_ignore_is_named_or_refused(ready: Path, tmp_path: Path) -> None:
+    (ready / "src" / "local_only.py").write_text("X = 1\n", encoding="utf-8")
+    (ready / ".gitattributes").write_text("src/local_only.py export-ignore\n", encoding="utf-8")
+    _commit_all(ready)
+    info = _bundle(ready, tmp_path / "bundle")
+    assert {"file": "src/local_only.py", "why": "export-ignore: git archive leaves it out"} in info["left_out"]  # type: ignore[operator]
+    assert "src/local_only.py" not in info["files"]  # type: ignore[operator]
+    assert invoke("verify-bundle", tmp_path / "bundle").exit_code == 0
+    (ready / ".gitattributes").write_text("config/pilot.json export-ignore\n", encoding="utf-8")
+    _git(ready, "commit", "-q", "-a", "-m", "ignore the pilot config")
+    message = _refused(["bundle", ready, "--out", tmp_path / "second", "--no-image"], tmp_path)
+    assert message == ("config/pilot.json: left out by `git archive` (export-ignore in .gitattributes?); the bundle "
+                       "must carry it")
