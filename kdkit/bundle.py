@@ -280,17 +280,21 @@ class Packing:
     outside_allow_list: list[str] = field(default_factory=list)
 
 
-def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result]]:
+def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result | None]]:
     """(path relative to ``root``, lstat) of every non-folder below ``root``, folder by folder in name order.
 
     Never enters :data:`NEVER_CARRIED`, the relative folders of ``skip`` or a linked folder (the link
-    itself is yielded); an unreadable folder is BadInput naming it.
+    itself is yielded). A folder it cannot read is yielded with None: the caller decides (a results
+    folder written by the container's user is not the bundle's business; a source folder is).
     """
-    def unreadable(error: OSError) -> None:
-        raise BadInput(f"{error.filename}: cannot read this folder ({error.strerror}); fix its permissions "
-                       "or move it out of the project")
+    unreadable: list[str] = []
 
-    for folder, dirs, files in os.walk(root, onerror=unreadable):
+    def note(error: OSError) -> None:
+        unreadable.append(Path(error.filename).relative_to(root).as_posix())
+
+    for folder, dirs, files in os.walk(root, onerror=note):
+        while unreadable:
+            yield unreadable.pop(), None
         base = Path(folder).relative_to(root)
         entries, keep = list(files), list[str]()
         for name in sorted(dirs):
@@ -305,11 +309,17 @@ def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tup
             except OSError:
                 continue  # gone while walking
             yield (base / name).as_posix(), info
+    while unreadable:
+        yield unreadable.pop(), None
 
 
 def _file_entries(root: Path, allow: AllowList) -> dict[str, Entry]:
     entries = {}
     for rel, info in walk_project(root, frozenset({allow.runs})):
+        if info is None:
+            if allow.never(rel) is None and (allow.allows(rel) or any(p.startswith(rel + "/") for p in allow.places)):
+                raise BadInput(f"{root / rel}: cannot read this folder of the project; fix its permissions")
+            continue
         if stat.S_ISLNK(info.st_mode):
             entries[rel] = Entry("link", os.readlink(root / rel))
         else:

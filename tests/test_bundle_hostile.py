@@ -594,3 +594,52 @@ def test_git_archive_export_ignore_is_named_or_refused(ready: Path, tmp_path: Pa
     message = _refused(["bundle", ready, "--out", tmp_path / "second", "--no-image"], tmp_path)
     assert message == ("config/pilot.json: left out by `git archive` (export-ignore in .gitattributes?); the bundle "
                        "must carry it")
+
+
+# ---------------------------------------------------------------- folders this user may not read
+
+
+def _as_nobody(*args: object) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    kdkit = Path(sys.executable).parent / "kdkit"
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(kdkit), *map(str, args)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def shared() -> object:
+    import tempfile
+
+    if shutil.which("setpriv") is None or subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "true"], check=False).returncode:
+        pytest.skip("setpriv (util-linux) cannot switch user here")
+    base = Path(tempfile.mkdtemp(prefix="kdkit-bundle-places-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+def test_results_this_user_cannot_read_do_not_stop_validate_or_bundle(shared: Path) -> None:
+    from kdkit.scaffold import init_project
+
+    root = init_project(shared / "proj", name="proj", backend="cpu")
+    write_fresh_lock(root)
+    private = root / "runs" / "pilot-1"  # as the container's user writes it
+    private.mkdir(parents=True)
+    (private / "results.jsonl").write_text("{}\n", encoding="utf-8")
+    private.chmod(0o700)
+    outs = shared / "outs"
+    outs.mkdir()
+    outs.chmod(0o777)
+    done = _as_nobody("validate", root)
+    assert done.returncode == 0, done.stderr
+    done = _as_nobody("bundle", root, "--out", outs / "bundle", "--no-image")
+    assert done.returncode == 0, done.stderr
+    (root / "src" / "private").mkdir()
+    (root / "src" / "private").chmod(0o700)
+    before = tree_snapshot(outs)
+    done = _as_nobody("bundle", root, "--out", outs / "second", "--no-image")
+    assert done.returncode == 2 and done.stderr == (f"Error: {root / 'src' / 'private'}: cannot read this folder of "
+                                                    "the project; fix its permissions\n")
+    assert tree_snapshot(outs) == before
