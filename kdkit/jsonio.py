@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,6 +77,8 @@ def load_json(path: Path, *, what: str = "file") -> Any:
     """Parse a JSON file; a missing, unreadable or malformed file, or a non-finite number, is BadInput
     naming the place."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode) and not path.is_dir():  # a FIFO would wait forever
+            raise BadInput(f"{path}: {what} is not a regular file (a FIFO, socket or device?); give the JSON file")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BadInput(f"{path}: {what} not found; create it or pass the right path") from None

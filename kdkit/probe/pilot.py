@@ -136,11 +136,10 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         return run, True
     code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
-    name = check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest)
-    run = RunFolder.create(cfg.runs_dir, folder_name(name, share))
-    run.results.touch()  # a run folder always holds its results file, empty until the first batch
-    run.write_json("params.json", {
-        "run_id": run.run_id,
+    name = folder_name(check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest), share)
+    for line in describe_removed(clean_stale_in(cfg.runs_dir)):  # a killed pilot's folder being made
+        print(f"pilot: {line}", file=sys.stderr)
+    run = RunFolder.create(cfg.runs_dir, name, {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "project_root": str(cfg.root),
         "params": params,

@@ -20,6 +20,7 @@ import json
 import operator
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from typing import Any
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_json, atomic_write_text, sha256_file
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id
+from kdkit.staging import staging_for
 
 RESULTS = "results.jsonl"
 SUMS = "SHA256SUMS"
@@ -94,15 +96,24 @@ class RunFolder:
         return self.path.name
 
     @classmethod
-    def create(cls, runs_dir: Path, run_id: str) -> RunFolder:
+    def create(cls, runs_dir: Path, run_id: str, params: dict[str, Any]) -> RunFolder:
+        """The new run folder, whole from its first moment: params.json and an empty results file are
+        written in a staging folder beside it (kdkit.staging), which is then renamed into place."""
         path = runs_dir / run_id
+        exists = BadInput(f"{path}: run folder exists; resume it with --resume {run_id} or choose another --run-id")
+        if os.path.lexists(path):
+            raise exists
+        staging = staging_for(path)
         try:
             runs_dir.mkdir(parents=True, exist_ok=True)
-            path.mkdir()
-        except FileExistsError:
-            raise BadInput(f"{path}: run folder exists; resume it with --resume {run_id} or choose "
-                           "another --run-id") from None
+            staging.mkdir()
+            (staging / RESULTS).touch()
+            atomic_write_json(staging / "params.json", {"run_id": run_id, **params})
+            os.rename(staging, path)  # fails if another run took the name meanwhile
         except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if os.path.lexists(path):
+                raise exists from None
             raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {runs_dir} "
                            "writable (in a container: mount runs/ read-write)") from None
         return cls(path)
