@@ -76,8 +76,8 @@ def test_sigkill_of_the_pilot_at_a_random_point(template: Path, tmp_path: Path, 
     process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--run-id", "crash",
                                 "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while after is not None and not (after == "results.jsonl" and phase(run_dir) == "during the batches"
-                                     or after == "summary.json" and (run_dir / after).exists()):
+    while after is not None and not ((after == "results.jsonl" and phase(run_dir) == "during the batches")
+                                     or (after == "summary.json" and (run_dir / after).exists())):
         assert process.poll() is None and time.monotonic() < deadline, "the pilot ended before the kill"
         time.sleep(0.005)
     time.sleep(delay)

@@ -57,7 +57,7 @@ CASES = [(place, value) for place in PLACES
          for value in (variants(GOOD[place]) if place != "pilot --resume" else [GOOD[place] + c for c in BAD])]
 
 
-@pytest.mark.parametrize(("place", "value"), CASES, ids=[f"{p}-{ascii(v)}" for p, v in CASES])
+@pytest.mark.parametrize(("place", "value"), CASES, ids=[f"{p}-{v!a}" for p, v in CASES])
 def test_control_characters_are_refused_in_every_id(project: Path, place: str, value: str) -> None:
     if place == "pilot --resume":
         assert invoke("pilot", project, "--run-id", "run-1").exit_code in (0, 1)

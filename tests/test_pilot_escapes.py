@@ -61,7 +61,7 @@ def test_a_link_chain_that_ends_outside_is_rejected(project: Path, spy: Path) ->
     doc = project / "data/pilot/doc-04.txt"
     doc.unlink()
     doc.symlink_to("hop.txt")
-    code, summary, _ = pilot(project)
+    _code, summary, _ = pilot(project)
     assert "symbolic link leading outside the project" in rejection(summary, "doc-04")
 
 
@@ -84,7 +84,7 @@ def test_a_nested_name_through_a_linked_folder_outside_is_rejected(project: Path
     data["documents"][4]["file"] = "sub/doc-05.txt"
     manifest.write_text(json.dumps(data))
     use_app(project, "oracle")
-    code, summary, _ = pilot(project)
+    _code, summary, _ = pilot(project)
     assert "input file sub/doc-05.txt leads outside the project" in rejection(summary, "doc-05")
 
 

@@ -150,9 +150,12 @@ def test_answers_json_cannot_carry_are_judged_not_written_raw(project: Path) -> 
     code, summary, _ = pilot(project, "--run-id", "odd")
     assert code == 1
     run_dir = project / "runs" / "odd"
+    def refuse(token: str) -> None:
+        pytest.fail(f"a written file holds {token}")
+
     for path in (run_dir / "summary.json", run_dir / "results.jsonl"):
         for line in [path.read_text()] if path.suffix == ".json" else path.read_text().splitlines():
-            json.loads(line, parse_constant=lambda token: pytest.fail(f"{path} holds {token}"))
+            json.loads(line, parse_constant=refuse)
     problems = "\n".join(summary["problems"])
     assert 'doc-05: category "nan" is not one of' in problems
     assert 'doc-06: category "Thing()" is not one of' in problems

@@ -59,7 +59,7 @@ def test_byte_code_caches_are_not_code_changes(project: Path) -> None:
     stopped_run(project)
     (project / "src" / "__pycache__").mkdir(exist_ok=True)
     (project / "src" / "__pycache__" / "oracle.cpython-311.pyc").write_bytes(b"\0" * 16)
-    code, summary, _ = pilot(project, "--resume", "r")
+    _code, summary, _ = pilot(project, "--resume", "r")
     assert summary.get("resumed") is True, summary
 
 
@@ -114,14 +114,14 @@ def test_an_input_not_yet_answered_may_change(project: Path) -> None:
     assert "doc-11" not in answered
     (project / "data/pilot/doc-11.txt").write_text("support ticket: my password reset fails")
     edit_config(project, entry="src.raises:predict")
-    code, summary, _ = pilot(project, "--resume", "r")
+    _code, summary, _ = pilot(project, "--resume", "r")
     assert summary["resumed"] is True
 
 
 def test_a_fixed_harness_rejection_is_a_changed_input(project: Path) -> None:
     """doc-12 is rejected by the harness (not UTF-8); turning it into good UTF-8 changes the run's input."""
     use_app(project, "oracle", batch_size=12, stop={"max_rejected": 0, "max_seconds": None})
-    code, summary, _ = pilot(project, "--run-id", "r")
+    _code, summary, _ = pilot(project, "--run-id", "r")
     assert summary["stopped"]["rule"] == "max_rejected"
     (project / "data/pilot/doc-12.txt").write_text("now it is UTF-8", encoding="utf-8")
     refused(project, "r", "doc-12.txt (doc-12): its content changed")
@@ -133,7 +133,7 @@ def test_a_fixed_harness_rejection_is_a_changed_input(project: Path) -> None:
 @pytest.mark.parametrize("app", ["oracle", "drops"])
 def test_a_finished_run_is_never_rewritten(project: Path, tmp_path: Path, app: str) -> None:
     use_app(project, app)
-    code, summary, _ = pilot(project, "--run-id", "done", "--copy-to", str(tmp_path / "copy"))
+    _code, _summary, _ = pilot(project, "--run-id", "done", "--copy-to", str(tmp_path / "copy"))
     run_dir = project / "runs" / "done"
     copy = tmp_path / "copy" / "done"
     refused(project, "done", "this run is finished and closed by its SHA256SUMS", "never rewritten")
