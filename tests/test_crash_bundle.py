@@ -119,6 +119,7 @@ def _run(project: Path, out: Path) -> subprocess.Popen[bytes]:
 
 def _window(project: Path, out: Path) -> tuple[float, float]:
     """(when the staging folder first appears, when the run ends), seconds after the start, measured."""
+    # A 2 ms poll: the staging folder lives for a tenth of a second or more.
     started = time.monotonic()
     process = _run(project, out)
     first = None
@@ -145,10 +146,19 @@ def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_pa
         assert time.monotonic() < deadline, f"trial {trial}: the test ran past its time bound"
         if trial % 2 == 0 and out.exists():
             shutil.rmtree(out)  # even trials make a first bundle, odd ones replace one (--force)
-        # Two kills in three land while the bundle is written; the others anywhere, start-up included.
-        delay = rng.uniform(first, total) if trial % 3 else rng.uniform(0.0, total * 1.3)
         process = _run(ready, out)
-        time.sleep(delay)
+        started = time.monotonic()
+        if trial % 3:
+            # Two kills in three are aimed at the writing: once this run's staging exists, at a random
+            # point of the span writing took in the measured runs (so the load of the machine does not
+            # move them out of the window).
+            mine = tmp_path / f".bundle.partial-{process.pid}"
+            while not mine.exists() and process.poll() is None:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0.0, (total - first) * 1.2))
+        else:  # the others anywhere, start-up and the cleaning of stale staging included
+            time.sleep(rng.uniform(0.0, total * 1.3))
+        delay = time.monotonic() - started
         process.send_signal(signal.SIGKILL)
         _stdout, stderr = process.communicate()
         if process.returncode == 0:
