@@ -304,3 +304,52 @@ def test_resume_test_checks_every_option_before_writing(tmp_path: Path, args: li
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [f"Error: {message}"]
     assert tree_snapshot(root) == before and list((root / "runs").iterdir()) == []
+
+
+# ---------------------------------------------------------------- a GPU device where torch sees none
+
+
+def _gpus_here() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("command", ["sweep", "resume-test"])
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:7"])
+def test_a_gpu_device_on_a_host_without_one_is_exit_3_and_writes_nothing(tmp_path: Path, command: str,
+                                                                          device: str) -> None:
+    if _gpus_here():
+        pytest.skip("this host has a GPU")
+    root = _scaffold(tmp_path)
+    before = tree_snapshot(root)
+    result = invoke(command, root, "--device", device)
+    assert result.exit_code == 3, result.output
+    assert result.stderr.splitlines() == [f"Error: --device {device}: torch sees no GPU here; run where the GPU is "
+                                          "(`kdkit diagnose` says why not) or use cpu"]
+    assert tree_snapshot(root) == before
+
+
+def test_the_pilot_configs_gpu_device_is_named_where_it_comes_from(tmp_path: Path) -> None:
+    if _gpus_here():
+        pytest.skip("this host has a GPU")
+    root = _scaffold(tmp_path)
+    config = root / "config" / "pilot.json"
+    config.write_text(config.read_text(encoding="utf-8").replace('"device": "auto"', '"device": "cuda:1"'),
+                      encoding="utf-8")
+    assert '"cuda:1"' in config.read_text(encoding="utf-8")
+    result = invoke("sweep", root)
+    assert result.exit_code == 3
+    assert result.stderr.startswith(f"Error: {config}: $.device cuda:1: torch sees no GPU here;")
+
+
+def test_a_gpu_index_beyond_the_gpus_there_is_bad_input() -> None:
+    from kdkit.errors import BadInput, Unavailable
+    from kdkit.probe.resume import require_gpu
+
+    require_gpu("cpu", 0)
+    require_gpu("cuda:1", 2)
+    with pytest.raises(BadInput, match=r"^--device cuda:2: torch sees 2 GPU\(s\) here \(cuda:0\.\.cuda:1\); choose"):
+        require_gpu("cuda:2", 2)
+    with pytest.raises(Unavailable, match=r"^--device cuda: torch sees no GPU here"):
+        require_gpu("cuda", 0)

@@ -201,6 +201,9 @@ def run(ctx: click.Context, project_dir: Path | None, backend: str | None, image
     image and its kdkit labels, the NVIDIA runtime or /dev/kfd, the GPUs named by
     --gpus, the host driver against the image's CUDA. data/pilot is mounted
     read-only, runs/ read-write; the new runs/<id>/ folder is on this host after.
+    The container is confined: a non-root user (10001, or yours), no capability,
+    no new privileges, the image read-only with /tmp and HOME as tmpfs, a pids
+    limit and /dev/shm sized from the host; --print shows every flag.
     Give a command after `--` to run it instead of the image's default.
 
     \b

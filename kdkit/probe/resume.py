@@ -67,6 +67,20 @@ def check_device(device: str) -> None:
         raise BadInput(f"--device {device!r}: unknown device; use auto, cpu, cuda or cuda:N")
 
 
+def require_gpu(device: str, count: int, where: str = "--device") -> None:
+    """A ``cuda``/``cuda:N`` device must exist where the work runs: none at all is Unavailable (exit 3),
+    an index beyond the GPUs there is BadInput (exit 2), as `kdkit run --gpus` says."""
+    if not device.startswith("cuda"):
+        return
+    index = int(device.partition(":")[2] or 0)
+    if count == 0:
+        raise Unavailable(f"{where} {device}: torch sees no GPU here; run where the GPU is (`kdkit diagnose` says "
+                          "why not) or use cpu")
+    if index >= count:
+        raise BadInput(f"{where} {device}: torch sees {count} GPU(s) here (cuda:0..cuda:{count - 1}); choose one of "
+                       "them")
+
+
 def require_writable(folder: Path, what: str) -> None:
     """Refuse, before any work, a folder that cannot be made and written there: a read-only mount, no
     permission, a file in the way. Missing parts are fine (they will be created); nothing is written."""
@@ -119,6 +133,8 @@ class Plan:
         if self.python != sys.executable and not _runs_python(self.python):  # this one runs: it exists
             raise BadInput(f"--python {self.python}: not an executable interpreter; give the one that has the "
                            "project's torch (default: this one)")
+        if self.device.startswith("cuda"):
+            require_gpu(self.device, _gpus_seen_by(self.python))
         require_writable(self.out, "folder for the test")
 
 
@@ -131,6 +147,14 @@ def _runs_python(python: str) -> bool:
     except (OSError, Unavailable):  # exec format error, permission denied, no answer
         return False
     return done.ok and done.stdout.strip().isdigit()  # /bin/true runs too, and says nothing
+
+
+def _gpus_seen_by(python: str) -> int:
+    """How many GPUs torch sees in ``python`` (0 without torch or a GPU): the loop's interpreter, not ours."""
+    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    done = run([python, "-c", probe], timeout=300)
+    lines = done.stdout.strip().splitlines()
+    return int(lines[-1]) if done.ok and lines and lines[-1].isdigit() else 0
 
 
 # ---------------------------------------------------------------- running the phases

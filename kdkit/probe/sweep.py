@@ -28,7 +28,7 @@ from typing import Any
 from kdkit.errors import BadInput
 from kdkit.probe.harness import Item, Predict, classify_answers, load_entry, read_input, set_device
 from kdkit.probe.pilotconfig import PilotConfig, load_pilot
-from kdkit.probe.resume import check_device, whole_number
+from kdkit.probe.resume import check_device, require_gpu, whole_number
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
 CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -200,14 +200,18 @@ def _readable(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
     return items, skipped
 
 
-def _device(wanted: str) -> str:
-    if wanted != "auto":
-        return wanted
+def _device(wanted: str, where: str) -> str:
+    """``auto`` resolved; a ``cuda`` device checked against the GPUs torch sees here."""
     try:
         import torch
     except ImportError:
+        require_gpu(wanted, 0, where)
         return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if wanted == "auto":
+        return "cuda" if count else "cpu"
+    require_gpu(wanted, count, where)
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -229,7 +233,8 @@ def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
     config = load_pilot(root)
     items, skipped = _readable(config)
     split = split_groups(items, groups)
-    return SweepPlan(config, sorted(batch_sizes), split, skipped, _device(device or config.device))
+    where = "--device" if device is not None else f"{config.config_path}: $.device"
+    return SweepPlan(config, sorted(batch_sizes), split, skipped, _device(device or config.device, where))
 
 
 def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
