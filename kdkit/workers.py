@@ -29,6 +29,7 @@ from kdkit.errors import BadInput
 from kdkit.runner import APP, HostFacts, RunPlan, device_access, prepare_run
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
+MAX_WORKERS = 256  # containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
 STEPS = 'kdkit diagnose --expect "$KDKIT_BACKEND" && kdkit verify-env --lock "$KDKIT_LOCK_FILE" && '
 
 
@@ -88,6 +89,9 @@ def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None 
     """Check the host as `kdkit run` does, then that it has a GPU per worker; nothing is started."""
     if workers < 1:
         raise BadInput(f"--workers {workers}: expected a whole number >= 1")
+    if workers > MAX_WORKERS:
+        raise BadInput(f"--workers {workers}: at most {MAX_WORKERS} containers side by side on one host; "
+                       "use fewer (one per GPU)")
     if gpus is not None:
         raise BadInput(f"--gpus {gpus} with --workers: worker i uses GPU i; drop --gpus")
     if command:

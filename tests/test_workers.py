@@ -298,6 +298,11 @@ def test_more_workers_than_gpus_is_bad_input(backend: str, host: HostFacts, mess
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--workers", "0"), "Error: --workers 0: expected a whole number >= 1"),
+    (("--workers", "-3"), "Error: --workers -3: expected a whole number >= 1"),
+    (("--workers", "257"), "Error: --workers 257: at most 256 containers side by side on one host; use fewer "
+                           "(one per GPU)"),
+    (("--workers", "1e18"), "Error: --workers 1000000000000000000: at most 256 containers side by side on one host; "
+                            "use fewer (one per GPU)"),
     (("--workers", "2", "--gpus", "0"), "Error: --gpus 0 with --workers: worker i uses GPU i; drop --gpus"),
     (("--workers", "2", "--", "echo", "hi"), "Error: --workers runs the pilot in every container; drop the "
                                              "command after --"),
