@@ -93,6 +93,11 @@ def test_plot_is_a_png(project: Path, tmp_path: Path) -> None:
         (["--batch-sizes", "1,0"], "Error: --batch-sizes 1,0: '0' is not a positive integer; give e.g. 1,2,4\n"),
         (["--batch-sizes", "1,two"], "Error: --batch-sizes 1,two: 'two' is not a positive integer; give e.g. 1,2,4\n"),
         (["--batch-sizes", "-2"], "Error: --batch-sizes -2: '-2' is not a positive integer; give e.g. 1,2,4\n"),
+        (["--batch-sizes", "1,²"], "Error: --batch-sizes 1,²: '²' is not a positive integer; give e.g. 1,2,4\n"),
+        (["--batch-sizes", "1,1e3"], "Error: --batch-sizes 1,1e3: '1e3' is not a positive integer; give e.g. 1,2,4\n"),
+        (["--batch-sizes", "1," + "9" * 5000], "' is not a positive integer; give e.g. 1,2,4\n"),
+        (["--batch-sizes", "1,1000001"], "Error: --batch-sizes 1,1000001: 1000001 is more than 1,000,000; give batch "
+                                         "sizes a card can hold, e.g. 1,2,4,8\n"),
         (["--groups", "12"], "Error: --groups 12: must be between 1 and the number of readable inputs (11)\n"),
         (["--plot", "nowhere/sweep.png"], "folder"),
         (["--plot", "sweep.svg"], "Error: --plot sweep.svg: the plot is a PNG; give a path ending in .png\n"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import resource
 import sys
 import time
@@ -36,13 +37,20 @@ STATUS = Path("/proc/self/status")
 Progress = Callable[[str], None]
 
 
+MAX_BATCH = 1_000_000
+
+
 def parse_batch_sizes(text: str) -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4]; batch 1 is always added (it is the reference for the order check)."""
     sizes = set()
     for part in text.split(","):
         value = part.strip()
-        if not value.isdigit() or int(value) < 1:
-            raise BadInput(f"--batch-sizes {text}: {value!r} is not a positive integer; give e.g. 1,2,4")
+        # ASCII digits ("²".isdigit() is true and int("²") raises), few enough for int() to read.
+        if not re.fullmatch(r"[0-9]{1,20}", value) or int(value) < 1:
+            raise BadInput(f"--batch-sizes {text[:80]}: {value[:40]!r} is not a positive integer; give e.g. 1,2,4")
+        if int(value) > MAX_BATCH:
+            raise BadInput(f"--batch-sizes {text[:80]}: {value[:40]} is more than {MAX_BATCH:,}; give batch sizes "
+                           "a card can hold, e.g. 1,2,4,8")
         sizes.add(int(value))
     return sorted(sizes | {1})
 
