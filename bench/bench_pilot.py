@@ -1,22 +1,27 @@
 """The pilot harness's cost: its overhead over calling the app directly, and the resume scan.
 
-1. Overhead. 10,000 synthetic documents (0.3-3 KB, four categories, one in 1,000 not
-   UTF-8) and two apps: a trivial keyword vote (~30 us per item, far cheaper than any
-   model), and the same vote plus 1 ms per item of waiting, as a small model on a GPU
-   makes the host wait. The peer is the loop any script would run: read each file, call
-   predict per batch, write the results as JSON lines. kdkit is `kdkit pilot` in-process
-   (its diagnose, params with the git revision, SHA-256 of every input, one fsync per
-   batch, accounting, summary, SHA256SUMS), torch already imported as the app would have.
-   Runs alternate; medians; the overhead is also given per item, in microseconds, and in
-   CPU seconds of the process (helper threads included), the figure other load on a shared
-   machine inflates least. The diagnose (a fixed cost per run, not per item) is shown apart;
-   the headline stays the whole `kdkit pilot` against the whole direct loop.
-   Goal: at most 5 % slower than the direct loop.
+1. Overhead. Synthetic documents (0.3-3 KB, four categories, one in 1,000 not UTF-8) and
+   two apps, both importing torch as any PyTorch app does: a trivial keyword vote (~30 us
+   per item, far cheaper than any model), and the same vote plus 1 ms per item of waiting,
+   as a small model on a GPU makes the host wait. The peer is the loop any script would
+   run, in its own interpreter: import the app, read each file, call predict per batch,
+   write the results as JSON lines. kdkit is `python -m kdkit.probe pilot` in its own
+   interpreter, as in the image: the app in a supervised child process (its diagnose there
+   too), params with the git revision and the app's code hashes, SHA-256 of every input,
+   one fsync per batch, accounting, summary, SHA256SUMS.
+   Runs alternate; medians. Two figures come out: the whole process as a user waits for it,
+   and the loop, each side by its own clock, from the app ready to the last result written
+   (the peer: after its import; kdkit: its session less the diagnose, which is where the
+   app's process starts and imports torch): the per-item cost of the harness, of the pipe
+   to the app's process and of closing the run, without the import times that would drown it.
+   ``--baseline DIR`` times another kdkit checkout the same way (e.g. the commit before the
+   supervision: ``git worktree add /tmp/kdkit-before <rev>``), beside this one.
+   Goal: the loop at most 5 % slower than the direct loop.
 2. Resume scan. A results.jsonl of 1,000,000 lines in the harness's own format; the time
    RunFolder.scan() takes to find the finished IDs, in a fresh interpreter each run (as
    `kdkit pilot --resume` does). Goal: at most 2 s.
 
-    .venv/bin/python bench/bench_pilot.py [--runs 5] [--items 10000] [--batch-size 64]
+    .venv/bin/python bench/bench_pilot.py [--runs 5] [--items 10000] [--batch-size 64] [--baseline DIR]
 
 Writes bench/results/pilot.json.
 """
@@ -24,8 +29,6 @@ Writes bench/results/pilot.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import platform
@@ -39,7 +42,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from kdkit.probe import pilot  # noqa: E402
 from kdkit.probe.runfolder import RunFolder  # noqa: E402
 from kdkit.scaffold import init_project  # noqa: E402
 
@@ -55,6 +57,8 @@ TRIVIAL_APP = '''"""A trivial app: the category whose keywords occur most often 
 
 import time
 
+import torch  # noqa: F401  (as any PyTorch app does; both sides pay its import)
+
 WORDS = {words!r}
 
 
@@ -67,10 +71,32 @@ def predict(items):
         out.append({{"id": item["id"], "category": max(scores, key=scores.get)}})
     return out
 '''
+DIRECT = """
+import importlib, json, sys, time
+from pathlib import Path
+project, app, manifest, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
+batch_size = int(sys.argv[5])
+sys.path.insert(0, str(project))
+predict = importlib.import_module(f"src.{app}").predict
+started = time.perf_counter()
+docs = json.loads((project / manifest).read_text())["documents"]
+with out.open("w", encoding="utf-8") as sink:
+    for start in range(0, len(docs), batch_size):
+        items = []
+        for doc in docs[start:start + batch_size]:
+            try:
+                items.append({"id": doc["id"], "text": (project / "data/bench" / doc["file"]).read_text()})
+            except UnicodeDecodeError:
+                sink.write(json.dumps({"id": doc["id"], "error": "not UTF-8"}) + "\\n")
+        for result in predict(items):
+            sink.write(json.dumps(result) + "\\n")
+print(time.perf_counter() - started)
+"""
 
 
 def make_project(root: Path, items: int, batch_size: int) -> Path:
-    """A scaffolded project whose pilot is ``items`` synthetic documents and the trivial app."""
+    """A scaffolded project with ``items`` synthetic documents, the two apps, and one pilot config per
+    app and size (config/<app>-<n>.json over data/bench/manifest-<n>.json, n the first n documents)."""
     project = init_project(root / "proj", name="bench", backend="cpu")
     data = project / "data" / "bench"
     data.mkdir()
@@ -86,92 +112,78 @@ def make_project(root: Path, items: int, batch_size: int) -> Path:
         words = [rng.choice(WORDS[label] if rng.random() < 0.3 else FILLER) for _ in range(rng.randint(50, 500))]
         (data / f"{ident}.txt").write_text(" ".join(words), encoding="utf-8")
         docs.append({"id": ident, "file": f"{ident}.txt", "label": label, "expect": "accept"})
-    (data / "manifest.json").write_text(json.dumps({"documents": docs}))
+    (data / "all.json").write_text(json.dumps({"documents": docs}))
     for name, ms in APPS.items():
         (project / "src" / f"{name}.py").write_text(TRIVIAL_APP.format(words=WORDS, ms=ms))
-    config = {"inputs": "data/bench", "manifest": "data/bench/manifest.json", "categories": sorted(WORDS),
-              "entry": "src.trivial:predict", "batch_size": batch_size, "device": "cpu",
-              "max_input_bytes": 65536, "min_quality": 0.5, "runs": "runs",
-              "stop": {"max_rejected": None, "max_seconds": None}}
-    (project / "config" / "pilot.json").write_text(json.dumps(config, indent=2))
     return project
 
 
-def direct(project: Path, app: str, out: Path, batch_size: int) -> float:
-    """The peer: read, call predict per batch, write JSON lines; no checks, no fsync."""
-    import importlib
+def configure(project: Path, app: str, count: int, batch_size: int) -> str:
+    """The config (relative path) of ``app`` over the first ``count`` documents."""
+    docs = json.loads((project / "data/bench/all.json").read_text())["documents"][:count]
+    (project / "data" / "bench" / f"manifest-{count}.json").write_text(json.dumps({"documents": docs}))
+    config = {"inputs": "data/bench", "manifest": f"data/bench/manifest-{count}.json", "categories": sorted(WORDS),
+              "entry": f"src.{app}:predict", "batch_size": batch_size, "device": "cpu",
+              "max_input_bytes": 65536, "min_quality": 0.5, "runs": "runs",
+              "stop": {"max_rejected": None, "max_seconds": None}}
+    rel = f"config/{app}-{count}.json"
+    (project / rel).write_text(json.dumps(config, indent=2))
+    return rel
 
+
+def direct(project: Path, app: str, config: str, out: Path) -> tuple[float, float]:
+    """The peer, in its own interpreter: (whole seconds, loop seconds by its own clock)."""
+    cfg = json.loads((project / config).read_text())
     started = time.perf_counter()
-    sys.path.insert(0, str(project))
-    predict = importlib.import_module(f"src.{app}").predict
-
-    manifest = json.loads((project / "data/bench/manifest.json").read_text())["documents"]
-    with out.open("w", encoding="utf-8") as sink:
-        for start in range(0, len(manifest), batch_size):
-            items = []
-            for doc in manifest[start:start + batch_size]:
-                try:
-                    items.append({"id": doc["id"], "text": (project / "data/bench" / doc["file"]).read_text()})
-                except UnicodeDecodeError:
-                    sink.write(json.dumps({"id": doc["id"], "error": "not UTF-8"}) + "\n")
-            for result in predict(items):
-                sink.write(json.dumps(result) + "\n")
-    sys.path.remove(str(project))
-    return time.perf_counter() - started
+    done = subprocess.run([sys.executable, "-c", DIRECT, str(project), app, cfg["manifest"], str(out),
+                           str(cfg["batch_size"])], check=True, cwd=project, capture_output=True, text=True)
+    return time.perf_counter() - started, float(done.stdout.split()[-1])
 
 
-def harness(project: Path, run_id: str) -> tuple[float, dict[str, float]]:
+def kdkit(source: Path, project: Path, config: str, run_id: str) -> tuple[float, float]:
+    """``python -m kdkit.probe pilot`` of the kdkit at ``source``: (whole seconds, loop seconds by its own
+    clock: the session's seconds less its diagnose)."""
+    env = {**os.environ, "PYTHONPATH": str(source)}
     started = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()) as captured:
-        code = pilot.main([str(project), "--json", "--run-id", run_id])
+    done = subprocess.run([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--config", config,
+                           "--run-id", run_id, "--json", "--quiet"], capture_output=True, text=True, env=env,
+                          cwd=project)
     seconds = time.perf_counter() - started
-    summary = json.loads(captured.getvalue())
-    if code != 0:
-        raise SystemExit(f"the pilot failed: {summary['problems'][:3]}")
-    return seconds, summary["timings"]
+    if done.returncode != 0:
+        raise SystemExit(f"the pilot of {source} failed ({done.returncode}): {done.stdout[-400:]} {done.stderr[-400:]}")
+    timings = json.loads(done.stdout)["timings"]
+    return seconds, timings["seconds"] - timings["diagnose_seconds"]
 
 
-def set_app(project: Path, app: str) -> None:
-    path = project / "config" / "pilot.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "entry": f"src.{app}:predict"}, indent=2))
-
-
-def overhead(project: Path, work: Path, app: str, runs: int) -> dict[str, object]:
-    """Alternating runs of the direct loop and the pilot with one app; medians and the overhead."""
-    set_app(project, app)
-    config = json.loads((project / "config" / "pilot.json").read_text())
-    harness(project, f"{app}-warm-up")
-    times: dict[str, list[float]] = {"direct": [], "kdkit": []}
-    cpu: dict[str, list[float]] = {"direct": [], "kdkit": []}
-    breakdown = []
-    for n in range(runs):
-        started = time.process_time()
-        times["direct"].append(direct(project, app, work / f"direct-{app}-{n}.jsonl", config["batch_size"]))
-        cpu["direct"].append(time.process_time() - started)
-        started = time.process_time()
-        seconds, timings = harness(project, f"{app}-{n}")
-        cpu["kdkit"].append(time.process_time() - started)
-        times["kdkit"].append(seconds)
-        breakdown.append(timings)
-    medians = {k: statistics.median(v) for k, v in times.items()}
-    cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
-    diagnose = statistics.median(b["diagnose_seconds"] for b in breakdown)
-    items = len(json.loads((project / "data/bench/manifest.json").read_text())["documents"])
-    return {
-        "app": app, "app_wait_ms_per_item": APPS[app], "items": items, "batch_size": config["batch_size"],
-        "runs": runs,
-        "direct": {"median_seconds": round(medians["direct"], 4), "seconds": [round(t, 4) for t in times["direct"]],
-                   "median_cpu_seconds": round(cpu_medians["direct"], 4)},
-        "kdkit": {"median_seconds": round(medians["kdkit"], 4), "seconds": [round(t, 4) for t in times["kdkit"]],
-                  "median_cpu_seconds": round(cpu_medians["kdkit"], 4),
-                  "median_diagnose_seconds": round(diagnose, 4),
-                  "median_app_seconds": round(statistics.median(b["app_seconds"] for b in breakdown), 4)},
-        "overhead": round(medians["kdkit"] / medians["direct"] - 1, 4),
-        "overhead_us_per_item": round((medians["kdkit"] - medians["direct"]) / items * 1e6, 1),
-        "overhead_cpu": round(cpu_medians["kdkit"] / cpu_medians["direct"] - 1, 4),
-        "overhead_without_diagnose": round((medians["kdkit"] - diagnose) / medians["direct"] - 1, 4),
-        "goal": "<= 0.05",
-    }
+def overhead(project: Path, work: Path, app: str, items: int, batch_size: int, runs: int,
+             sources: dict[str, Path]) -> dict[str, object]:
+    """Alternating runs of the direct loop and each kdkit; medians of the whole process and of the loop."""
+    config = configure(project, app, items, batch_size)
+    for name, source in sources.items():
+        kdkit(source, project, config, f"{name}-{app}-warm-up")
+    whole: dict[str, list[float]] = {side: [] for side in ("direct", *sources)}
+    loop: dict[str, list[float]] = {side: [] for side in ("direct", *sources)}
+    for run in range(runs):
+        for side in whole:
+            seconds, inner = (direct(project, app, config, work / f"direct-{app}-{run}.jsonl") if side == "direct"
+                              else kdkit(sources[side], project, config, f"{side}-{app}-{run}"))
+            whole[side].append(seconds)
+            loop[side].append(inner)
+    med_whole = {side: statistics.median(v) for side, v in whole.items()}
+    med_loop = {side: statistics.median(v) for side, v in loop.items()}
+    result: dict[str, object] = {"app": app, "app_wait_ms_per_item": APPS[app], "items": items,
+                                 "batch_size": batch_size, "runs": runs, "goal": "loop overhead <= 0.05"}
+    for side in whole:
+        result[side] = {"median_seconds": round(med_whole[side], 4), "seconds": [round(t, 4) for t in whole[side]],
+                        "median_loop_seconds": round(med_loop[side], 4),
+                        "loop_seconds": [round(t, 4) for t in loop[side]]}
+        if side != "direct":
+            result[side].update({  # type: ignore[attr-defined]
+                "loop_overhead": round(med_loop[side] / med_loop["direct"] - 1, 4),
+                "loop_overhead_us_per_item": round((med_loop[side] - med_loop["direct"]) / items * 1e6, 1),
+                "whole_overhead": round(med_whole[side] / med_whole["direct"] - 1, 4),
+                "whole_extra_seconds": round(med_whole[side] - med_whole["direct"], 3)})
+    return result
 
 
 def resume_scan(work: Path, lines: int, runs: int) -> dict[str, object]:
@@ -215,33 +227,41 @@ def _scan_in_fresh_process(run_dir: Path, lines: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs of each side with the trivial app")
-    parser.add_argument("--model-runs", type=int, default=3, help="runs of each side with the 1 ms/item app")
-    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=5, help="runs of each side and size with the trivial app")
+    parser.add_argument("--model-runs", type=int, default=3, help="runs of each side and size with the 1 ms/item app")
+    parser.add_argument("--items", type=int, default=10_000, help="documents for the trivial app")
+    parser.add_argument("--model-items", type=int, default=2_000, help="documents for the 1 ms/item app")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--scan-lines", type=int, default=1_000_000)
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another kdkit checkout to time the same way (reported as 'baseline')")
     args = parser.parse_args()
-    import torch  # noqa: F401  (imported once, as the app of a real pilot would; diagnose then costs ms)
+    sources = {"kdkit": REPO, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
 
     with tempfile.TemporaryDirectory(prefix="bench-pilot.", dir=os.environ.get("TMPDIR")) as tmp:
         work = Path(tmp)
-        project = make_project(work, args.items, args.batch_size)
-        over = [overhead(project, work, "trivial", args.runs), overhead(project, work, "model_1ms", args.model_runs)]
+        project = make_project(work, max(args.items, args.model_items), args.batch_size)
+        over = [overhead(project, work, "trivial", args.items, args.batch_size, args.runs, sources),
+                overhead(project, work, "model_1ms", args.model_items, args.batch_size, args.model_runs, sources)]
         scan = resume_scan(work, args.scan_lines, 5)
     result = {"overhead": over, "resume_scan": scan,
+              "baseline": str(args.baseline) if args.baseline else None,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                           "load_average_1m_at_end": round(os.getloadavg()[0], 2)}}
+                          "load_average_1m_at_end": round(os.getloadavg()[0], 2)}}
     (REPO / "bench" / "results").mkdir(parents=True, exist_ok=True)
     (REPO / "bench" / "results" / "pilot.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{args.items} items, batch {args.batch_size}; medians of alternating runs")
-    print(f"{'app':<12}{'direct s':>10}{'kdkit s':>10}{'overhead':>10}{'us/item':>9}{'CPU ovh':>9}"
-          f"{'diag s':>8}{'ovh-diag':>10}")
+    print(f"batch {args.batch_size}; medians of alternating runs, each side in its own interpreter")
+    print(f"{'app':<11}{'side':<10}{'items':>7}{'direct s':>10}{'side s':>9}{'whole':>8}{'loop d':>8}"
+          f"{'loop s':>8}{'loop':>8}{'us/item':>9}")
     for row in over:
-        d, k = row["direct"]["median_seconds"], row["kdkit"]["median_seconds"]  # type: ignore[index]
-        diag = row["kdkit"]["median_diagnose_seconds"]  # type: ignore[index]
-        print(f"{row['app']:<12}{d:>10.3f}{k:>10.3f}{row['overhead']:>+10.1%}{row['overhead_us_per_item']:>9}"
-              f"{row['overhead_cpu']:>+9.1%}{diag:>8.3f}{row['overhead_without_diagnose']:>+10.1%}")
-    print("goal: overhead <= +5% (whole kdkit pilot against the whole direct loop)")
+        d = row["direct"]
+        for name in sources:
+            k = row[name]
+            print(f"{row['app']:<11}{name:<10}{row['items']:>7}{d['median_seconds']:>10.3f}"  # type: ignore[index]
+                  f"{k['median_seconds']:>9.3f}{k['whole_overhead']:>+8.1%}{d['median_loop_seconds']:>8.3f}"  # type: ignore[index]
+                  f"{k['median_loop_seconds']:>8.3f}{k['loop_overhead']:>+8.1%}"  # type: ignore[index]
+                  f"{k['loop_overhead_us_per_item']:>9}")  # type: ignore[index]
+    print("goal: loop overhead <= +5%")
     print(f"resume scan of {scan['lines']:,} lines: {scan['median_seconds']:.3f} s wall, "
           f"{scan['median_cpu_seconds']:.3f} s CPU (goal <= 2 s)")
     return 0
