@@ -1,8 +1,10 @@
 """`kdkit init`: copy the project template into a new folder, all or nothing.
 
 The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.staging) and renamed into
-place once complete, so a target is either absent or a whole project, even after a SIGKILL. What
-a killed init left is removed by the next init of that target, which says so. A target that
+place once complete, so a target is either absent or a whole project, even after a SIGKILL. An
+existing empty folder (often the shell's current folder, which must stay the same folder) is filled
+in place instead, kdkit.json last: a kill half-way leaves a folder that is not a project. What a
+killed init left is removed by the next init of that target, which says so. A target that
 cannot be written (read-only mount, no permission, a file in the way, a full disk) is exit 2 and
 leaves nothing, not even the parent folders init created.
 """
@@ -81,11 +83,11 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
         staging.mkdir()
         _copy_template(template_dir(), staging, values)
         (staging / "runs").mkdir(exist_ok=True)
-        if existing:
-            _merge(staging, target)  # --force: file by file over their namesakes
+        if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
+            _merge(staging, target)
             shutil.rmtree(staging)
         else:
-            os.replace(staging, target)  # atomic, also over an empty folder (rename(2))
+            os.replace(staging, target)  # atomic: absent, or the whole project
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         for folder in reversed(made):
@@ -127,8 +129,10 @@ def _copy_template(source: Path, dest: Path, values: dict[str, str]) -> None:
 
 
 def _merge(staging: Path, target: Path) -> None:
-    """--force into an existing folder: move each template file over its namesake."""
-    for path in sorted(staging.rglob("*")):
+    """Into an existing folder: move each template file over its namesake, kdkit.json last, so a folder
+    that a kill stopped half-way is never taken for a project."""
+    marker = staging / "kdkit.json"
+    for path in [*sorted(p for p in staging.rglob("*") if p != marker), marker]:
         dest = target / path.relative_to(staging)
         if path.is_dir():
             dest.mkdir(parents=True, exist_ok=True)

@@ -80,3 +80,39 @@ def test_a_killed_init_leaves_the_target_absent_or_complete(tmp_path: Path) -> N
     # moves the counts).
     assert seen["staging left"] >= 3, seen
     assert seen["nothing yet"] + seen["complete"] >= 3, seen
+
+
+def test_a_killed_init_into_an_empty_folder_never_leaves_a_half_project(tmp_path: Path) -> None:
+    """An existing empty folder is filled in place, kdkit.json last: after a kill it is not a project at all
+    (no kdkit.json) or the whole project; `kdkit init --force` finishes what was cut."""
+    rng = random.Random(SEED + 1)
+    reference = tmp_path / "reference" / "proj"
+    assert _init(reference).returncode == 0
+    whole = tree_snapshot(reference)
+    seen: Counter[str] = Counter()
+    for trial in range(12):
+        parent = tmp_path / f"trial-{trial}"
+        target = parent / "proj"
+        target.mkdir(parents=True)
+        child = subprocess.Popen([KDKIT, "init", str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if trial % 2:  # aimed at the merge itself: as soon as the first file lands in the folder
+            deadline = time.monotonic() + 30
+            while child.poll() is None and not any(os.scandir(target)) and time.monotonic() < deadline:
+                time.sleep(0.0001)
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        else:
+            _kill_when(parent, child, rng, aimed=True, life=0)
+        if (target / "kdkit.json").exists():
+            assert tree_snapshot(target) == whole
+            seen["complete"] += 1
+        else:
+            assert invoke("validate", target).exit_code == 2  # not a project: nothing can take it for one
+            seen["not a project" if any(target.iterdir()) else "empty"] += 1
+            again = subprocess.run([KDKIT, "init", str(target), "--force"], capture_output=True, text=True,
+                                   timeout=60)
+            assert again.returncode == 0, again.stderr
+            assert tree_snapshot(target) == whole
+        assert sorted(parent.iterdir()) == [target]  # staging gone: removed by the rerun or never left
+        assert invoke("validate", target).exit_code == 0
+    assert seen["not a project"] >= 2, seen  # the kills did land half-way through the merge

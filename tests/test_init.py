@@ -103,3 +103,19 @@ def test_init_failure_half_way_leaves_nothing(tmp_path: Path, monkeypatch: pytes
     assert result.exit_code == 2  # the target cannot be written: bad input (was 1 before issue 10)
     assert "could not write the project (No space left on device); nothing was left behind" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_init_dot_in_an_empty_folder_keeps_that_folder(tmp_path: Path) -> None:
+    """`mkdir p && cd p && kdkit init .`: the shell's folder is filled, never replaced by another one."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    inode = folder.stat().st_ino
+    done = subprocess.run([str(REPO / ".venv/bin/kdkit"), "init", "."], cwd=folder, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert folder.stat().st_ino == inode and (folder / "kdkit.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no staging left beside it
+    assert invoke("validate", folder).exit_code == 0
