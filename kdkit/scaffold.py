@@ -77,6 +77,7 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
     made: list[Path] = []
     staging = staging_for(target)
+    was_empty = target.is_dir() and not existing
     try:
         _make_parents(target.parent, made)
         removed = clean_stale(target)
@@ -90,6 +91,8 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
             os.replace(staging, target)  # atomic: absent, or the whole project
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if was_empty:
+            _empty(target)
         for folder in reversed(made):
             with contextlib.suppress(OSError):
                 folder.rmdir()
@@ -103,6 +106,16 @@ def _not_empty(target: Path) -> bool:
         return target.is_dir() and any(target.iterdir())
     except OSError as exc:  # a folder this user cannot list
         raise BadInput(f"{target}: cannot read the folder ({exc.strerror}); choose another path") from None
+
+
+def _empty(folder: Path) -> None:
+    """Remove what a failed merge moved into ``folder``: it was empty before, so all of it is init's."""
+    with contextlib.suppress(OSError):
+        for path in folder.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _make_parents(folder: Path, made: list[Path]) -> None:

@@ -119,3 +119,24 @@ def test_init_dot_in_an_empty_folder_keeps_that_folder(tmp_path: Path) -> None:
     assert folder.stat().st_ino == inode and (folder / "kdkit.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no staging left beside it
     assert invoke("validate", folder).exit_code == 0
+
+
+def test_init_failure_while_filling_an_empty_folder_leaves_it_empty(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "empty"
+    target.mkdir()
+    moved = 0
+    real_replace = scaffold.os.replace
+
+    def failing_replace(src: str, dst: str) -> None:
+        nonlocal moved
+        moved += 1
+        if moved == 6:
+            raise OSError(5, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(scaffold.os, "replace", failing_replace)
+    result = invoke("init", target)
+    assert result.exit_code == 2
+    assert "could not write the project (Input/output error); nothing was left behind" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"] and list(target.iterdir()) == []
