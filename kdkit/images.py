@@ -18,6 +18,7 @@ the source layer.
 from __future__ import annotations
 
 import io
+import os
 import re
 import ssl
 import tarfile
@@ -30,9 +31,11 @@ from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kdkit import __version__, proc
+from kdkit.credentials import secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_text, sha256_file
 from kdkit.probe import CORE_MODULES
+from kdkit.probe.projectfiles import real_inside
 from kdkit.project import Backend, Project, find_root, load_project
 from kdkit.resources import data_root, dockerfile
 
@@ -74,6 +77,7 @@ class BuildPlan:
     ca_bundle: Path | None = None
     wheels: list[Path] = field(default_factory=list)
     no_cache: bool = False
+    left_out: list[str] = field(default_factory=list)  # secret-shaped files of config/ and src/, never sent
 
     @property
     def network(self) -> str:
@@ -244,25 +248,44 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     lock_sha256 = sha256_file(lock)
     labels = image_labels(project, chosen, lock_sha256)
     base = base_image or chosen.base_image
+    left_out = project_files(project.root)[1]  # and a link out of the project is refused here, before any build
     return BuildPlan(
         project=project, backend=chosen, lock_sha256=lock_sha256, base_image=base,
         tag=check_tag(tag or default_tag(project, chosen.name, lock_sha256)),
         dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base), labels=labels,
         ca_bundle=check_ca_bundle(ca_bundle) if ca_bundle else None,
-        wheels=wheelhouse_files(wheelhouse, lock) if wheelhouse else [], no_cache=no_cache)
+        wheels=wheelhouse_files(wheelhouse, lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out)
 
 
 # ---------------------------------------------------------------- the build context
 
 
-def _project_files(root: Path) -> Iterator[tuple[str, Path]]:
-    yield "project/kdkit.json", root / "kdkit.json"
+def project_files(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
+    """(the project files an image carries, the secret-shaped ones left out of it).
+
+    kdkit.json, config/ and src/; a file named like a secret (kdkit.credentials.secret_file: .env*,
+    keys, .netrc...) never goes into an image, and a link leading outside the project is refused
+    (projectfiles.real_inside), as for a bundle.
+    """
+    files, left_out = [("project/kdkit.json", root / "kdkit.json")], []
     for folder in PROJECT_FOLDERS:
         base = root / folder
         for path in sorted(base.rglob("*")) if base.is_dir() else []:
             rel = path.relative_to(root).as_posix()
-            if path.is_file() and not SKIPPED.search(rel):
-                yield f"project/{rel}", path
+            if SKIPPED.search(rel) or not path.is_file():
+                continue
+            if secret_file(rel) is not None:
+                left_out.append(rel)
+                continue
+            if real_inside(root, path) is None:
+                raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
+                               "an image carries only the project's own files: copy it in or remove the link")
+            files.append((f"project/{rel}", path))
+    return files, left_out
+
+
+def _project_files(root: Path) -> Iterator[tuple[str, Path]]:
+    yield from project_files(root)[0]
 
 
 def _probe_files() -> Iterator[tuple[str, Path]]:

@@ -85,6 +85,9 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
 
     plan = plan_build(project_dir, backend, base_image=base_image, tag=tag, ca_bundle=ca_bundle,
                       wheelhouse=wheelhouse, no_cache=no_cache)
+    if plan.left_out:
+        warn(f"left out of the image (named like secrets; pass them at run time with --env-file): "
+             f"{', '.join(plan.left_out)}")
     with _build_progress() as progress:
         result = build_image(plan, progress)
     if as_json:
