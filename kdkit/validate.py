@@ -21,6 +21,7 @@ from typing import Any
 from kdkit.credentials import SECRET_NAME, find, redact, secret_file
 from kdkit.errors import BadInput
 from kdkit.jsonio import load_json, parse_json
+from kdkit.probe.pilotconfig import config_problems, path_problem
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
 from kdkit.resources import schema_path
 
@@ -240,7 +241,7 @@ def path_problems(
     problems = []
     for key, must_exist in keys.items():
         value = data.get(key)
-        if not isinstance(value, str):
+        if not isinstance(value, str) or path_problem(value) is not None:  # the model has named it
             continue
         target = _inside(root, value)
         if target is None:
@@ -287,7 +288,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
                 seen[ident] = index
         name = doc.get("file")
         if isinstance(name, str):
-            path_bad = machine_path_problems(name, manifest_file)
+            path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
             target = _inside(folder, name) if not path_bad else None
             if path_bad or target is None or (inputs is not None and inputs not in target.parents):
                 problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
@@ -331,12 +332,22 @@ def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
 
 
 def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem]) -> tuple[Any, bool]:
-    """Load, schema-check and rule-check one JSON file: (data or None, whether its shape is valid)."""
+    """Load, schema-check and rule-check one JSON file: (data or None, whether its shape is valid).
+
+    The pilot config is checked by the pilot's own model (pilotconfig.config_problems), the one
+    the pilot refuses to start on, so `kdkit validate` and `kdkit pilot` cannot disagree;
+    schemas/pilot.schema.json says the same for editors (a test holds the two together).
+    """
     data = _load(root, rel, problems)
     if data is None:
         return None, False
-    shape = schema_problems(data, schema, rel)
-    problems.extend(shape + machine_path_problems(data, rel) + secret_problems(data, rel))
+    machine = machine_path_problems(data, rel)
+    if schema == "pilot":
+        taken = {p.where for p in machine}
+        shape = [Problem(rel, where, message) for where, message in config_problems(data) if where not in taken]
+    else:
+        shape = schema_problems(data, schema, rel)
+    problems.extend(shape + machine + secret_problems(data, rel))
     return (data if isinstance(data, dict) else None), not shape
 
 

@@ -176,8 +176,7 @@ def _kind_problem(rule: Rule, value: Any) -> str | None:
     if fits:
         return None
     expected = {"path": "string", "categories": "array"}.get(rule.kind, rule.kind)
-    return f"expected {expected}{' or null' if rule.nullable else ''}, got {JSON_TYPE.get(type(value), 'value')} " \
-           f"{_shown(value)}"
+    return f"expected {expected}{' or null' if rule.nullable else ''}, got {type(value).__name__} {_shown(value)}"
 
 
 def _range_problem(rule: Rule, value: float) -> str | None:
@@ -201,10 +200,7 @@ def path_problem(value: str) -> str | None:
         return f"{value!r} starts with '~', which kdkit never expands (it would be a folder named ~); give {PATH_RULE}"
     if PurePosixPath(value.replace("\\", "/")).is_absolute() or re.match(r"[A-Za-z]:", value):
         return f"{value!r} is absolute; give {PATH_RULE}"
-    if ".." in PurePosixPath(value.replace("\\", "/")).parts and not is_within(
-            os.path.normpath(os.path.join("/p", value)), "/p"):
-        return f"{value!r} points outside the project; keep it inside"
-    return None
+    return None  # leaving the project (.., links) is judged against the real tree: inside(), real_inside()
 
 
 def _value_problem(rule: Rule, value: Any) -> str | None:
@@ -333,6 +329,8 @@ def _document(doc: dict[str, Any], path: Path, index: int, folders: tuple[str, s
     name = doc.get("file")
     if not isinstance(name, str):
         raise BadInput(f"{_at(path, index)}.file: expected the input's file name, relative to the manifest")
+    if not (plain_ok and PLAIN_NAME.fullmatch(name)) and (problem := path_problem(name)) is not None:
+        raise BadInput(f"{_at(path, index)}.file: {problem.replace(PATH_RULE, 'a name relative to the manifest')}")
     target = _target(name, path, index, folders, plain_ok)
     expect, label = doc.get("expect"), doc.get("label")
     if expect not in ("accept", "reject"):

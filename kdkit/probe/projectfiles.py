@@ -100,7 +100,10 @@ def real_inside(root: Path | str, path: Path | str) -> Path | None:
     The one containment rule of kdkit: `kdkit validate` applies it to the paths a project names, the
     pilot to its inputs, manifest and runs folder, the bundle to every file it packs.
     """
-    real = os.path.realpath(path)
+    try:
+        real = os.path.realpath(path)
+    except ValueError:  # a NUL byte: no such path can exist, let alone inside
+        return None
     return Path(real) if is_within(real, os.fspath(root)) else None
 
 
