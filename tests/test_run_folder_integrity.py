@@ -1,0 +1,134 @@
+"""Issue 10 §12 and §13: a closed run folder is known by its kind, so a file removed together with
+its SHA256SUMS line is still a missing file, and so is a file not listed; a damaged SHA256SUMS is
+one clean line; an empty or comment-only lock is not a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import invoke, tree_snapshot
+from tests.test_pilot import pilot, use_app
+
+
+@pytest.fixture(scope="module")
+def closed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A passing run and a stopped one (with stop.json), closed by the real pilot."""
+    from kdkit.scaffold import init_project
+
+    project = init_project(tmp_path_factory.mktemp("closed") / "proj", name="proj", backend="cpu")
+    use_app(project, "oracle")
+    assert pilot(project, "--run-id", "passed")[0] == 0
+    use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
+    assert pilot(project, "--run-id", "stopped")[0] == 1
+    return {"passed": project / "runs" / "passed", "stopped": project / "runs" / "stopped"}
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run, tmp_path / run.name))
+
+
+def _drop_with_line(run: Path, name: str) -> None:
+    (run / name).unlink()
+    sums = run / "SHA256SUMS"
+    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if not line.endswith(f"  {name}")))
+
+
+@pytest.mark.parametrize("name", ["params.json", "env.json", "results.jsonl", "summary.json", "summary.md"])
+def test_a_required_file_removed_with_its_line_is_missing(closed: dict[str, Path], tmp_path: Path,
+                                                         name: str) -> None:
+    run = _copy(closed["passed"], tmp_path)
+    _drop_with_line(run, name)
+    result = invoke("copy-out", run, "--verify")
+    assert result.exit_code == 1
+    assert f"{run / name}: missing, and not listed in SHA256SUMS either" in result.stderr, result.stderr
+    before = tree_snapshot(tmp_path)
+    copy = invoke("copy-out", run, tmp_path / "dest")  # nor is such a folder copied as if it were whole
+    assert copy.exit_code == 1 and not (tmp_path / "dest" / run.name).exists()
+    assert {k for k in tree_snapshot(tmp_path) if k not in before} == set()
+
+
+def test_a_stopped_run_without_its_stop_json_is_incomplete(closed: dict[str, Path], tmp_path: Path) -> None:
+    run = _copy(closed["stopped"], tmp_path)
+    assert invoke("copy-out", run, "--verify").exit_code == 0
+    _drop_with_line(run, "stop.json")
+    result = invoke("copy-out", run, "--verify")
+    assert result.exit_code == 1 and "stop.json: missing, and not listed" in result.stderr
+
+
+def test_an_earlier_sessions_numbered_reports_are_not_required(closed: dict[str, Path], tmp_path: Path) -> None:
+    run = _copy(closed["passed"], tmp_path)
+    assert invoke("copy-out", run, "--verify").exit_code == 0
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"\xff\xfe" + "x".encode("utf-16-le"), "SHA256SUMS: not UTF-8"),
+    (b"not a line\n", "not a '<sha256>  <relative path>' line"),
+    (b"z" * 64 + b"  params.json\n", "not a '<sha256>  <relative path>' line"),
+    (b"0" * 64 + b"  ../../etc/passwd\n", "not a '<sha256>  <relative path>' line"),
+    (b"0" * 64 + b"  /etc/passwd\n", "not a '<sha256>  <relative path>' line"),
+    (b"0" * 64 + b"  a\n" + b"1" * 64 + b"  a\n", "not a '<sha256>  <relative path>' line"),
+], ids=["utf16", "garbage", "not hex", "escape", "absolute", "twice"])
+def test_a_damaged_sha256sums_is_one_clean_line(closed: dict[str, Path], tmp_path: Path, content: bytes,
+                                                words: str) -> None:
+    run = _copy(closed["passed"], tmp_path)
+    (run / "SHA256SUMS").write_bytes(content)
+    result = invoke("copy-out", run, "--verify")
+    assert result.exit_code == 1, result.output
+    assert words in result.stderr and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_added_after_closing_is_named(closed: dict[str, Path], tmp_path: Path) -> None:
+    run = _copy(closed["passed"], tmp_path)
+    (run / "extra.json").write_text("{}")
+    result = invoke("copy-out", run, "--verify")
+    assert result.exit_code == 1 and "extra.json: not listed in SHA256SUMS" in result.stderr
+
+
+def test_a_gathered_folder_needs_only_its_own_files(tmp_path: Path) -> None:
+    from kdkit.probe.runfolder import RunFolder
+
+    folder = tmp_path / "R-gathered"
+    folder.mkdir()
+    run = RunFolder(folder)
+    run.write_json("summary.json", {"kind": "gathered", "verdict": "pass"})
+    run.write_text("summary.md", "# R\n")
+    run.write_sums()
+    assert invoke("copy-out", folder, "--verify").exit_code == 0
+    _drop_with_line(folder, "summary.md")
+    assert invoke("copy-out", folder, "--verify").exit_code == 1
+
+
+# ---------------------------------------------------------------- §13: an empty lock is not a lock
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "# kdkit: header=1\n#\n", "   \n\t\n",
+                                  "\ufeff", "--index-url https://pypi.org/simple\n"],
+                         ids=["empty", "blank lines", "comment", "header only", "whitespace", "bom", "options only"])
+def test_verify_env_refuses_a_lock_without_pins(tmp_path: Path, text: str) -> None:
+    lock = tmp_path / "cpu.txt"
+    lock.write_text(text, encoding="utf-8")
+    before = tree_snapshot(tmp_path)
+    result = invoke("verify-env", "--lock", lock)
+    assert result.exit_code == 2, result.output
+    assert "no pinned requirement in it" in result.stderr or "cannot parse" in result.stderr, result.stderr
+    assert "MATCH" not in result.output and tree_snapshot(tmp_path) == before
+
+
+def test_the_in_image_form_refuses_it_too(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    lock = tmp_path / "cpu.txt"
+    lock.write_text("# nothing\n")
+    done = subprocess.run([sys.executable, "-I", "-m", "kdkit.probe", "verify-env", "--lock", str(lock), "--json"],
+                          capture_output=True, text=True, cwd=REPO, check=False)
+    assert done.returncode == 2 and "no pinned requirement" in done.stderr
+    assert json.loads(done.stdout or "null") is None
