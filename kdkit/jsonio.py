@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +153,17 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def whole_number(option: str) -> Callable[[str], int]:
+    """An argparse ``type`` for a count, read by jsonio.finite_number like the host's options: NaN,
+    infinities, 1e999, a word or "" raise BadInput (one line, exit 2 through probe.commands.call)."""
+
+    def convert(text: str) -> int:
+        number = finite_number(text, option, integral=True)
+        try:
+            return int(text)
+        except ValueError:
+            return int(number)
+
+    return convert

@@ -65,6 +65,8 @@ def run(
         )
     except FileNotFoundError:
         raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
+    except OSError as exc:  # not executable, a wrong binary format, a folder
+        raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
     except subprocess.TimeoutExpired:
         raise Unavailable(f"{shlex.join(argv)}: no answer after {timeout:.0f} s") from None
     return Completed(argv, done.returncode, done.stdout or "", done.stderr or "")
@@ -85,6 +87,8 @@ def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes]
             child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sink, stderr=errors)
         except FileNotFoundError:
             raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
+        except OSError as exc:  # not executable, a wrong binary format, a folder
+            raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
         assert child.stdin is not None
         try:
             for chunk in chunks:
@@ -107,6 +111,8 @@ def stdout_chunks(args: Sequence[str | os.PathLike[str]], chunk_size: int = 1 <<
             child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)
         except FileNotFoundError:
             raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
+        except OSError as exc:  # not executable, a wrong binary format, a folder
+            raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
         assert child.stdout is not None
         try:
             while chunk := child.stdout.read(chunk_size):

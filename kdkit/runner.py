@@ -71,6 +71,7 @@ from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine
 from kdkit.errors import BadInput, Unavailable
 from kdkit.images import LABEL, default_tag, require_kdkit_labels
 from kdkit.probe.diaghost import SHM_MINIMUM
+from kdkit.probe.projectfiles import real_inside
 from kdkit.project import Project, load_project
 
 APP = "/app"  # the project's folder inside the image (Dockerfile.common)
@@ -259,8 +260,9 @@ class RunPlan:
 
 
 def _inside(project: Project, rel: str, what: str) -> Path:
-    path = (project.root / rel).resolve()
-    if not path.is_relative_to(project.root):
+    """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one rule)."""
+    path = real_inside(project.root, project.root / rel)
+    if path is None:
         raise BadInput(f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
     return path
 

@@ -71,7 +71,9 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
         raise BadInput(f"{target}: exists and is not a folder; choose another path")
     existing = _not_empty(target)
     if existing and not force:
-        raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force")
+        cleaned = clean_stale(target) if target.parent.is_dir() else []  # a killed init's staging goes anyway
+        said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
+        raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
 
     values = {"name": project_name, "backend": backend, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.

@@ -19,6 +19,8 @@ import re
 import shutil
 from pathlib import Path
 
+from kdkit.errors import BadInput
+
 _STAGED = re.compile(r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
 
 
@@ -87,3 +89,26 @@ def clean_stale_in(folder: Path) -> list[Path]:
 def describe_removed(removed: list[Path]) -> list[str]:
     """One line per removed staging entry, for stderr."""
     return [f"removed {path} (staging left by a process that no longer runs)" for path in removed]
+
+
+def require_writable(folder: Path, what: str) -> None:
+    """Refuse, before any work, a folder that cannot be made and written there: a read-only mount, no
+    permission, a file in the way. Missing parts are fine (they will be created); nothing is written."""
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BadInput(f"{folder}: {probe} is not a folder; move it away or choose another {what}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        reason = "read-only file system" if os.statvfs(probe).f_flag & os.ST_RDONLY else "permission denied"
+        raise BadInput(f"{folder}: cannot write there ({probe}: {reason}); make it writable or choose another "
+                       f"{what}")
+
+
+def make_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` (and its parents); BadInput naming the place when the filesystem refuses."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or choose "
+                       f"another {what}") from None

@@ -16,10 +16,11 @@ from typing import Any
 
 from kdkit.errors import BadInput, Unavailable
 from kdkit.jsonio import atomic_write_json
-from kdkit.probe.resume import check_device, require_writable
+from kdkit.probe.pilotconfig import check_device
 from kdkit.probe.sweep import Progress, measure, parse_batch_sizes, prepare_sweep
 from kdkit.project import load_project
 from kdkit.resume import new_run_folder
+from kdkit.staging import require_writable
 
 
 def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:

@@ -106,6 +106,11 @@ def test_a_killed_init_into_an_empty_folder_never_leaves_a_half_project(tmp_path
         if (target / "kdkit.json").exists():
             assert tree_snapshot(target) == whole
             seen["complete"] += 1
+            left = [p for p in parent.iterdir() if p != target]
+            again = subprocess.run([KDKIT, "init", str(target)], capture_output=True, text=True, timeout=60)
+            assert again.returncode == 2  # a project is there: refused, but a killed init's staging goes
+            if left:
+                assert "staging folder(s) left by a killed init" in again.stderr, again.stderr
         else:
             assert invoke("validate", target).exit_code == 2  # not a project: nothing can take it for one
             seen["not a project" if any(target.iterdir()) else "empty"] += 1

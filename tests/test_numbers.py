@@ -194,7 +194,7 @@ def test_probe_counts_are_one_line_and_exit_2(project: Path, tmp_path: Path, mod
 
 
 def test_whole_number_type_is_finite_number() -> None:
-    from kdkit.probe.resume import whole_number
+    from kdkit.jsonio import whole_number
 
     assert whole_number("--steps")("8") == 8
     with pytest.raises(BadInput, match=r"^--steps 'nan': not a finite number"):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_json
+from kdkit.jsonio import atomic_write_json, finite_number
 from kdkit.probe import diagdeep, diaghost, diagsteps
 from kdkit.probe.diagcore import Context, StepFailed, StepFn
 from kdkit.probe.projectfiles import find_root, project_root
@@ -118,12 +118,9 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = finite_number(text, "--memory-share")
     if not 0 < value <= 0.95:
-        raise argparse.ArgumentTypeError(f"{value} is outside (0, 0.95]; leave room for the CUDA context")
+        raise BadInput(f"--memory-share {text!r}: outside (0, 0.95]; leave room for the CUDA context")
     return value
 
 

@@ -94,8 +94,9 @@ def devices(ctx: Context) -> Outcome:
         said = warning_text(caught)
         default = ("make the GPU visible: docker run --gpus all (NVIDIA), and check `nvidia-smi` lists it"
                    if ctx.expected == "cuda" else
-                   "make the GPU visible: docker run --device /dev/kfd --device /dev/dri --group-add video "
-                   "--group-add render, and check `rocm-smi` lists it")
+                   "make the GPU visible: `kdkit run --backend rocm` passes /dev/kfd and the GPU's /dev/dri/renderD* "
+                   "node with their groups (by hand: docker run --device /dev/kfd --device /dev/dri/renderD128 "
+                   "--group-add <their gid>), and check `rocm-smi` lists it")
         raise StepFailed(f"torch sees no {ctx.gpu_kind} device" + (f" (torch said: {said})" if said else ""),
                          "; ".join(ctx.causes) or default)
     listed = [_device_facts(torch, i) for i in range(count)]

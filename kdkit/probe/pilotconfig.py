@@ -353,3 +353,9 @@ def _target(name: str, path: Path, index: int, folders: tuple[str, str], plain_o
     if not is_within(os.path.dirname(target), inputs):
         raise BadInput(f"{path}: {where}: {name!r} is not inside the inputs folder {inputs}")
     return target
+
+
+def check_device(device: str) -> None:
+    """``--device``: the pilot config's rule (auto, cpu, cuda, cuda:N), checked before anything runs."""
+    if not DEVICE.fullmatch(device):
+        raise BadInput(f"--device {device!r}: unknown device; use auto, cpu, cuda or cuda:N")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -31,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput, CheckFailed, Unavailable
-from kdkit.jsonio import atomic_write_json, finite_number
-from kdkit.probe.pilotconfig import DEVICE
+from kdkit.jsonio import atomic_write_json, whole_number
+from kdkit.probe.pilotconfig import check_device
 from kdkit.proc import Completed, run
+from kdkit.staging import make_folder, require_writable
 
 # What a checkpoint must hold (a part the loop does not have is stored as None, never left out).
 REQUIRED = ("step", "data_position", "model", "optimizer", "scheduler", "scaler", "rng")
@@ -45,26 +45,6 @@ PHASES = ("full", "save", "restore", "resume")
 MAX_PATHS = 3  # differing paths quoted per component
 
 Progress = Callable[[str], None]
-
-
-def whole_number(option: str) -> Callable[[str], int]:
-    """An argparse ``type`` for a count, read by jsonio.finite_number like the host's options: NaN,
-    infinities, 1e999, a word or "" raise BadInput (one line, exit 2 through probe.commands.call)."""
-
-    def convert(text: str) -> int:
-        number = finite_number(text, option, integral=True)
-        try:
-            return int(text)
-        except ValueError:
-            return int(number)
-
-    return convert
-
-
-def check_device(device: str) -> None:
-    """``--device``: the pilot config's rule (auto, cpu, cuda, cuda:N), checked before anything runs."""
-    if not DEVICE.fullmatch(device):
-        raise BadInput(f"--device {device!r}: unknown device; use auto, cpu, cuda or cuda:N")
 
 
 def require_gpu(device: str, count: int, where: str = "--device") -> None:
@@ -79,29 +59,6 @@ def require_gpu(device: str, count: int, where: str = "--device") -> None:
     if index >= count:
         raise BadInput(f"{where} {device}: torch sees {count} GPU(s) here (cuda:0..cuda:{count - 1}); choose one of "
                        "them")
-
-
-def require_writable(folder: Path, what: str) -> None:
-    """Refuse, before any work, a folder that cannot be made and written there: a read-only mount, no
-    permission, a file in the way. Missing parts are fine (they will be created); nothing is written."""
-    probe = folder
-    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise BadInput(f"{folder}: {probe} is not a folder; move it away or choose another {what}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        reason = "read-only file system" if os.statvfs(probe).f_flag & os.ST_RDONLY else "permission denied"
-        raise BadInput(f"{folder}: cannot write there ({probe}: {reason}); make it writable or choose another "
-                       f"{what}")
-
-
-def make_folder(folder: Path, what: str) -> None:
-    """Create ``folder`` (and its parents); BadInput naming the place when the filesystem refuses."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or choose "
-                       f"another {what}") from None
 
 
 @dataclass(frozen=True)

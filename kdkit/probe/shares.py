@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kdkit.errors import BadInput
+from kdkit.jsonio import whole_number
 from kdkit.probe.pilotconfig import PilotConfig
 
 T = TypeVar("T")
@@ -76,10 +77,11 @@ def parse_share(worker: int | None, workers: int | None) -> Share | None:
 def add_share_arguments(parser: argparse.ArgumentParser) -> None:
     """The pilot's --worker/--workers options, defined once here."""
     group = parser.add_argument_group("workers (several GPUs or machines over one manifest)")
-    group.add_argument("--worker", type=int, metavar="I",
+    group.add_argument("--worker", type=whole_number("--worker"), metavar="I",
                        help="answer only worker I's share: IDs with sha256(id) mod N == I; the run folder is "
                             "<run-id>-wIofN (use the same --run-id on every worker)")
-    group.add_argument("--workers", type=int, metavar="N", help="how many workers share the manifest")
+    group.add_argument("--workers", type=whole_number("--workers"), metavar="N",
+                       help="how many workers share the manifest")
 
 
 def share_of(items: Sequence[T], share: Share | None, ident: Any = lambda item: item.id) -> tuple[T, ...]:

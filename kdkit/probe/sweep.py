@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput
+from kdkit.jsonio import whole_number
 from kdkit.probe.harness import Item, Predict, classify_answers, load_entry, read_input, set_device
-from kdkit.probe.pilotconfig import PilotConfig, load_pilot
-from kdkit.probe.resume import check_device, require_gpu, whole_number
+from kdkit.probe.pilotconfig import PilotConfig, check_device, load_pilot
+from kdkit.probe.resume import require_gpu
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
 CLEAR_REFS = Path("/proc/self/clear_refs")
