@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import shutil
 import stat
 import tarfile
@@ -57,7 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kdkit import __version__, proc
+from kdkit import __version__, checksums, proc
+from kdkit.checksums import SUMS, safe_name
 from kdkit.credentials import secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
@@ -67,7 +67,6 @@ from kdkit.project import Project, load_project
 from kdkit.staging import clean_stale, describe_removed, staging_for
 
 BUNDLE_JSON = "bundle.json"
-SUMS = "SHA256SUMS"
 RUN_MD = "RUN.md"
 ZIPAPP = "kdkit.pyz"
 PROJECT = "project"
@@ -632,11 +631,9 @@ def run_md(info: dict[str, Any]) -> str:
 
 
 def write_sums(folder: Path) -> int:
-    """``SHA256SUMS`` over every file of the bundle (sorted, ``sha256sum -c`` format); returns the count."""
-    files = [p for p in sorted(folder.rglob("*")) if p.is_file() and p != folder / SUMS]
-    lines = [f"{sha256_file(p)}  {p.relative_to(folder).as_posix()}" for p in files]
-    atomic_write_text(folder / SUMS, "\n".join(lines) + "\n")
-    return len(lines)
+    """``SHA256SUMS`` over every file of the bundle (kdkit.checksums); returns the count."""
+    files = [(p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file() and p != folder / SUMS]
+    return checksums.write_sums(folder, files)
 
 
 # ---------------------------------------------------------------- kdkit bundle
@@ -787,40 +784,11 @@ def _seal(staging: Path, info: dict[str, Any], say: Progress) -> None:
 
 # ---------------------------------------------------------------- kdkit verify-bundle
 
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-def safe_name(name: object) -> bool:
-    """Whether ``name`` is a relative POSIX path that stays inside its folder: no '..', '.', empty parts,
-    backslash or control character."""
-    if not isinstance(name, str) or not name or name.startswith("/"):
-        return False
-    if any(ord(c) < 32 or ord(c) == 127 or c == "\\" for c in name):
-        return False
-    return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 def read_sums(folder: Path) -> dict[str, str]:
-    """SHA256SUMS as {name: sha256}; BadInput when it is absent, CheckFailed naming the line when damaged."""
-    sums = folder / SUMS
-    if not sums.is_file():
-        raise BadInput(f"{sums}: not found; {folder} is not a kdkit bundle (made by `kdkit bundle`)")
-    try:
-        text = sums.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CheckFailed(f"{sums}: not UTF-8 (byte at offset {exc.start}); the bundle is damaged, copy it "
-                          "again") from None
-    except OSError as exc:
-        raise CheckFailed(f"{sums}: cannot read ({exc.strerror or exc}); check the copy") from None
-    listed: dict[str, str] = {}
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line and number == text.count("\n") + 1:
-            continue  # after the final newline
-        digest, sep, name = line.partition("  ")
-        if not sep or not _DIGEST.fullmatch(digest) or not safe_name(name) or name in listed:
-            raise CheckFailed(f"{sums}:{number}: malformed line; the bundle is damaged, copy it again")
-        listed[name] = digest
-    return listed
+    """A bundle's SHA256SUMS (kdkit.checksums); BadInput when it has none."""
+    return checksums.read_sums(folder, "bundle", f"{folder} is not a kdkit bundle (made by `kdkit bundle`)")
 
 
 def _bundle_tree(folder: Path) -> Iterator[tuple[str, os.stat_result]]:

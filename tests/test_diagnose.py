@@ -261,7 +261,7 @@ def test_a_missing_extension_is_found_from_the_cwd(project: Path, monkeypatch: p
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--memory-share", "2"], "argument --memory-share: 2.0 is outside (0, 0.95]"),
+    (["--memory-share", "2"], "--memory-share '2': outside (0, 0.95]"),
     (["--expect", "tpu"], "argument --expect: invalid choice: 'tpu'"),
 ])
 def test_bad_usage_is_exit_2(args: list[str], message: str) -> None:

@@ -179,7 +179,7 @@ JSON_CASES = [
     ("token in an enum", "kdkit.json", ["default_backend"], "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
      'kdkit.json: $.default_backend: "<redacted: a Stripe secret key, 32 characters>" is not allowed'),
     ("token against a pattern", "config/pilot.json", ["device"], "npm_" + "a1B2c3D4e5" * 3 + "F6g7h8",
-     'config/pilot.json: $.device: "<redacted: an npm token, 40 characters>" does not match'),
+     "config/pilot.json: $.device: '<redacted: an npm token, 40 characters>'; use auto, cpu, cuda or cuda:N"),
     ("URL password as a path", "config/pilot.json", ["inputs"], "https://u:pw123456@host/data",
      "config/pilot.json: $.inputs: value looks like a password inside a URL"),
 ]

@@ -8,4 +8,4 @@ COMMAND ...`` runs a command without click; ``kdkit COMMAND`` forwards to it.
 
 # The modules of kdkit outside this package that the probe may import (standard library only, like
 # the probe): copied beside it into the image and into kdkit.pyz, and checked by the tests.
-CORE_MODULES = ("__init__.py", "credentials.py", "errors.py", "jsonio.py", "proc.py", "staging.py")
+CORE_MODULES = ("__init__.py", "credentials.py", "errors.py", "jsonio.py", "proc.py", "staging.py", "checksums.py")

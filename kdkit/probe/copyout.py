@@ -13,35 +13,19 @@ import json
 import os
 import shutil
 import sys
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from kdkit import checksums
+from kdkit.checksums import SUMS
 from kdkit.errors import BadInput, CheckFailed
 from kdkit.jsonio import sha256_file
-from kdkit.probe.runfolder import SUMS, required_files
+from kdkit.probe.runfolder import required_files
 from kdkit.staging import clean_stale, describe_removed, staging_for
 
 
 def read_sums(folder: Path) -> dict[str, str]:
-    """SHA256SUMS as {relative path: hex digest}; a line that escapes the folder is refused."""
-    path = folder / SUMS
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: not found; is {folder} a finished run folder?") from None
-    except UnicodeDecodeError as exc:
-        raise CheckFailed(f"{path}: not UTF-8 (byte at offset {exc.start}); the file is damaged, copy the run "
-                          "folder again") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    sums: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        digest, sep, name = line.partition("  ")
-        rel = PurePosixPath(name)
-        if (not sep or len(digest) != 64 or rel.is_absolute() or ".." in rel.parts or not name
-                or any(c not in "0123456789abcdefABCDEF" for c in digest) or name in sums):
-            raise CheckFailed(f"{path}:{number}: not a '<sha256>  <relative path>' line; the file is damaged")
-        sums[name] = digest.lower()
-    return sums
+    """A run folder's SHA256SUMS (kdkit.checksums); BadInput when it has none: it was never closed."""
+    return checksums.read_sums(folder, "run folder", f"is {folder} a finished run folder?")
 
 
 def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:

@@ -29,13 +29,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kdkit.checksums import SUMS
 from kdkit.errors import BadInput, CheckFailed
 from kdkit.jsonio import atomic_write_json, atomic_write_text, sha256_file
 from kdkit.probe.accounting import Accounting, account
 from kdkit.probe.copyout import read_sums, verify_folder
 from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.probe.projectfiles import find_root, load_object, project_root
-from kdkit.probe.runfolder import FINISHED, SUMS, RunFolder
+from kdkit.probe.runfolder import FINISHED, RunFolder
 from kdkit.probe.shares import Share, base_id, recorded_share, worker_of
 from kdkit.staging import clean_stale, describe_removed, staging_for
 

@@ -28,13 +28,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kdkit.checksums import SUMS, write_sums
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_json, atomic_write_text, sha256_file
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id
 from kdkit.staging import staging_for
 
 RESULTS = "results.jsonl"
-SUMS = "SHA256SUMS"
 # What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
 # still a missing file. stop.json is required too when the summary says the run stopped.
 REQUIRED = {"pilot": ("params.json", "env.json", RESULTS, "summary.json", "summary.md"),
@@ -225,9 +225,8 @@ class RunFolder:
     # ------------------------------------------------------------ closing
 
     def write_sums(self) -> None:
-        """SHA256SUMS over every other file of the folder (sha256sum's format), written last."""
-        lines = [f"{sha256_file(path)}  {rel}" for rel, path in self.files()]
-        atomic_write_text(self.path / SUMS, "\n".join(lines) + "\n")
+        """SHA256SUMS over every other file of the folder (kdkit.checksums), written last."""
+        write_sums(self.path, self.files())
 
     def files(self) -> Iterable[tuple[str, Path]]:
         for path in sorted(self.path.rglob("*")):

@@ -18,11 +18,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kdkit.checksums import SUMS
 from kdkit.errors import BadInput
 from kdkit.jsonio import sha256_file
 from kdkit.probe.harness import read_input
 from kdkit.probe.pilotconfig import PilotConfig
-from kdkit.probe.runfolder import SUMS, RunFolder
+from kdkit.probe.runfolder import RunFolder
 
 SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 NAMED = 3  # differences named in one refusal
