@@ -59,6 +59,11 @@ def read_sums(folder: Path, what: str, absent: str) -> dict[str, str]:
 
 def write_sums(folder: Path, files: Iterable[tuple[str, Path]]) -> int:
     """SHA256SUMS over ``files`` ((name, path), any order), written last and atomically; returns the count."""
-    lines = [f"{sha256_file(path)}  {name}" for name, path in sorted(files)]
+    return write_digests(folder, {name: sha256_file(path) for name, path in files})
+
+
+def write_digests(folder: Path, digests: dict[str, str]) -> int:
+    """SHA256SUMS from digests already known ({name: sha256}); returns the count."""
+    lines = [f"{digest}  {name}" for name, digest in sorted(digests.items())]
     atomic_write_text(folder / SUMS, "".join(line + "\n" for line in lines))
     return len(lines)

@@ -34,6 +34,12 @@ def temp_prefix(final: Path) -> str:
     return f".{final.name}.{os.getpid()}."
 
 
+def staged_name(name: str) -> str | None:
+    """The final name whose staging ``name`` is (``.results.jsonl.123.ab.tmp`` -> ``results.jsonl``), or None."""
+    match = _STAGED.match(name)
+    return match["name"] if match else None
+
+
 def owner_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not this process (which cannot have staged yet)."""
     if pid == os.getpid() or pid <= 0:

@@ -30,6 +30,11 @@ APP = '''"""Correct until it meets {trigger}, then: {what}."""
 import os, signal, sys, time
 from src.oracle import predict as correct
 
+def RUN_DIR():
+    import glob
+    runs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "*")
+    return max(glob.glob(runs), key=os.path.getmtime)
+
 def predict(items):
     if os.environ.get("KDKIT_TEST_BEHAVE") != "1" and any(item["id"] == "{trigger}" for item in items):
 {body}
@@ -250,3 +255,92 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+# ---------------------------------------------------------------- the app against its own run folder
+
+
+FORGER = '''
+import glob, json, os, threading, time
+from pathlib import Path
+from src.oracle import labels
+ROOT = Path(__file__).resolve().parents[1]
+
+def forge():
+    run = max(glob.glob(str(ROOT / "runs" / "*")), key=os.path.getmtime)
+    path = os.path.join(run, "results.jsonl")
+    while b"doc-11" not in open(path, "rb").read():
+        time.sleep(0.001)
+    lines = [json.dumps({"id": i, "outcome": "accepted", "category": c, "batch": 0, "lines": 11})
+             for i, c in labels().items() if i != "doc-12"]
+    lines.append(json.dumps({"id": "doc-12", "outcome": "rejected", "by": "harness", "reason": "x", "batch": 0,
+                             "lines": 11}))
+    data = ("\\n".join(lines) + "\\n").encode()
+    fd = os.open(path, os.O_WRONLY)
+    os.write(fd, data)
+    os.ftruncate(fd, len(data))
+    os.close(fd)
+
+def predict(items):
+    if any(item["id"] == "doc-09" for item in items):
+        threading.Thread(target=forge, daemon=True).start()
+    return []  # answers nothing at all
+'''
+
+
+def test_an_app_that_answers_nothing_and_forges_the_results_file_fails(project: Path) -> None:
+    shutil.copy(DATA / "apps" / "oracle.py", project / "src" / "oracle.py")
+    (project / "src" / "forger.py").write_text(FORGER)
+    edit_config(project, entry="src.forger:predict", device="cpu")
+    code, summary, _ = pilot(project, "--run-id", "forged")
+    assert code == 1 and summary["verdict"] == "fail"
+    assert any(p.startswith("results.jsonl: not the results the harness appended") for p in summary["problems"])
+
+
+def test_an_app_that_patches_the_server_to_forge_after_the_last_batch_fails(project: Path) -> None:
+    body = ("import kdkit.probe.appchild as server\nreal = server.peak_memory\n"
+            "def forged(device):\n"
+            "    import glob\n    run = RUN_DIR()\n"
+            "    with open(os.path.join(run, 'results.jsonl'), 'ab') as h:\n"
+            "        h.write(b'{\"id\":\"doc-99\",\"outcome\":\"accepted\",\"category\":\"invoice\",'\n"
+            "                b'\"batch\":9,\"lines\":1}\\n')\n"
+            "    return real(device)\n"
+            "server.peak_memory = forged\nreturn correct(items)")
+    make_app(project, "patcher", body, "patches the harness's server")
+    code, summary, _ = pilot(project, "--run-id", "patched")
+    assert code == 1
+    assert any(p.startswith("results.jsonl: not the results the harness appended") for p in summary["problems"])
+
+
+@pytest.mark.parametrize(("name", "body", "problem"), [
+    ("dropper", "open(os.path.join(RUN_DIR(), 'notes.txt'), 'w')"
+                ".write('x')\nreturn correct(items)", "notes.txt (a file): in the run folder but not put there"),
+    ("linker", "os.symlink('/etc/hostname', os.path.join(RUN_DIR(), 'summary.md'))\nreturn correct(items)",
+     "summary.md (a symbolic link)"),
+    ("paramsedit", "p = os.path.join(RUN_DIR(), 'params.json')\n"
+                   "open(p, 'a').write(' ')\nreturn correct(items)", "params.json: changed by something other than"),
+], ids=["drops a file", "plants a link", "edits params.json"])
+def test_an_app_writing_into_its_run_folder_fails_the_run(project: Path, name: str, body: str, problem: str) -> None:
+    make_app(project, name, body, "writes into its run folder")
+    code, summary, _ = pilot(project, "--run-id", name)
+    assert code == 1 and any(p.startswith(problem) for p in summary["problems"]), summary["problems"]
+    sums = (project / "runs" / name / "SHA256SUMS").read_text()
+    assert "notes.txt" not in sums and "/etc" not in sums
+
+
+def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(project: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    body = (f"if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            "        import glob\n        while True:\n"
+            "            for s in glob.glob(os.path.join(RUN_DIR(), '..', '*', 'summary.json')):\n"
+            "                open(s, 'w').write('{\"verdict\": \"pass\"}')\n"
+            "            time.sleep(0.01)\n    os._exit(0)\nreturn correct(items)")
+    make_app(project, "daemonic", body, "leaves a daemon that rewrites summaries")
+    code, summary, _ = pilot(project, "--run-id", "daemon")
+    assert code == 0, summary["problems"]
+    daemon = int(pid_file.read_text())
+    assert not _alive(daemon), "a daemon the app left behind outlived the pilot"
+    time.sleep(0.3)
+    assert json.loads((project / "runs" / "daemon" / "summary.json").read_text())["run_id"] == "daemon"
+    assert invoke("copy-out", project / "runs" / "daemon", "--verify").exit_code == 0

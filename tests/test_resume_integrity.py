@@ -158,3 +158,15 @@ def test_a_run_killed_before_its_checksums_is_still_resumable(project: Path) -> 
     code, summary, _ = pilot(project, "--resume", "half")
     assert code == 0 and summary["resumed"] is True
     assert (project / "runs" / "half" / "SHA256SUMS").is_file()
+
+
+@pytest.mark.parametrize(("plant", "named"), [
+    (lambda run: (run / "notes.txt").symlink_to("/etc/hostname"), "notes.txt (a symbolic link)"),
+    (lambda run: (run / "extra").mkdir(), "extra (a folder)"),
+    (lambda run: (run / "results.jsonl.bak").write_text("x"), "results.jsonl.bak (a file)"),
+], ids=["link", "folder", "file"])
+def test_a_run_folder_holding_what_the_harness_did_not_put_there_is_not_resumed(
+        project: Path, plant: Callable[[Path], None], named: str) -> None:
+    run_dir = stopped_run(project)
+    plant(run_dir)
+    refused(project, "r", named, "which the harness did not put there")

@@ -91,14 +91,13 @@ def test_a_file_added_after_closing_is_named(closed: dict[str, Path], tmp_path: 
 
 
 def test_a_gathered_folder_needs_only_its_own_files(tmp_path: Path) -> None:
-    from kdkit.probe.runfolder import RunFolder
+    from kdkit.checksums import write_sums
 
     folder = tmp_path / "R-gathered"
     folder.mkdir()
-    run = RunFolder(folder)
-    run.write_json("summary.json", {"kind": "gathered", "verdict": "pass"})
-    run.write_text("summary.md", "# R\n")
-    run.write_sums()
+    (folder / "summary.json").write_text(json.dumps({"kind": "gathered", "verdict": "pass"}))
+    (folder / "summary.md").write_text("# R\n")
+    write_sums(folder, [(name, folder / name) for name in ("summary.json", "summary.md")])
     assert invoke("copy-out", folder, "--verify").exit_code == 0
     _drop_with_line(folder, "summary.md")
     assert invoke("copy-out", folder, "--verify").exit_code == 1
@@ -132,3 +131,22 @@ def test_the_in_image_form_refuses_it_too(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 2 and "no pinned requirement" in done.stderr
     assert json.loads(done.stdout or "null") is None
+
+
+def test_an_earlier_sessions_report_removed_with_its_line_is_missing(tmp_path: Path) -> None:
+    """A resumed run names every file it holds in summary.json: stop-1.json, the record of how the
+    first session ended, cannot go away with its SHA256SUMS line unnoticed."""
+    from kdkit.scaffold import init_project
+
+    project = init_project(tmp_path / "proj", name="proj", backend="cpu")
+    use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
+    assert pilot(project, "--run-id", "r")[0] == 1
+    run = project / "runs" / "r"
+    assert pilot(project, "--resume", "r")[0] == 1  # stops again on the same rule; the first stop.json is kept
+    summary = json.loads((run / "summary.json").read_text())
+    assert "stop-1.json" in summary["files"] and "env-1.json" in summary["files"]
+    assert invoke("copy-out", run, "--verify").exit_code == 0
+    copy = _copy(run, tmp_path / "c")
+    _drop_with_line(copy, "stop-1.json")
+    result = invoke("copy-out", copy, "--verify")
+    assert result.exit_code == 1 and "stop-1.json: missing, and not listed" in result.stderr

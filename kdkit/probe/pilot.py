@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kdkit.checksums import SUMS
 from kdkit.errors import KdkitError
 from kdkit.probe import harness
 from kdkit.probe.accounting import Accounting, Tally, account
@@ -133,6 +134,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         for line in describe_removed(clean_stale_in(run.path)):
             print(f"pilot: {line}", file=sys.stderr)
         _reopen(run)
+        run.take_over()
         return run, True
     code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
@@ -286,16 +288,25 @@ def peak_memory(session: Session, device: str) -> dict[str, Any]:
 
 
 def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
-    """The run's accounting, always of what results.jsonl holds.
+    """The run's accounting, never of anything but what the harness wrote.
 
-    When the file is byte for byte what this session appended (SHA-256 of the file against the
-    running hash of the writes), the records counted as they were written are the file's records
-    and are judged without a second parse; otherwise (a resumed run, a file changed meanwhile, a
-    failed write) every record is read back from the file.
+    When results.jsonl is byte for byte what it must be (SHA-256 of the file against the running
+    hash of the kept prefix and every append), a fresh run is judged from the records counted as
+    they were written, a resumed one from the file. When it is not (something else wrote into the
+    run folder while it was open), the file is judged as it is, so whatever was changed is named,
+    and the run folder's integrity problems (RunFolder.integrity_problems) fail the run whatever
+    the file says: a results file the harness did not write can never pass.
     """
-    if session.tally is not None and run.holds_only_appended():
-        return session.tally.judge(cfg.min_quality)
-    return account(cfg.documents, run.records(), cfg.min_quality)
+    intact = run.holds_only_appended()
+    if intact and session.tally is not None and not session.resumed:
+        accounting = session.tally.judge(cfg.min_quality)
+    else:
+        try:
+            accounting = account(cfg.documents, run.records(), cfg.min_quality)
+        except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
+            accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality)
+    accounting.problems.extend(run.integrity_problems())
+    return accounting
 
 
 def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
@@ -309,6 +320,7 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
         "timings": session.timings(),
         "peak_memory": peak_memory(session, cfg.device),
     })
+    summary["files"] = sorted({*run.files_listed(), "summary.json", "summary.md", SUMS})
     run.write_json("summary.json", summary)
     run.write_text("summary.md", summary_markdown(summary, cfg, accounting))
     run.write_sums()

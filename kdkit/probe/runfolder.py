@@ -21,24 +21,29 @@ import operator
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kdkit.checksums import SUMS, write_sums
+from kdkit.checksums import SUMS, safe_name, write_digests
 from kdkit.errors import BadInput, CheckFailed, KdkitError
-from kdkit.jsonio import atomic_write_json, atomic_write_text, sha256_file
+from kdkit.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.staging import staging_for
+from kdkit.staging import staged_name, staging_for
 
 RESULTS = "results.jsonl"
 # What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
 # still a missing file. stop.json is required too when the summary says the run stopped.
 REQUIRED = {"pilot": ("params.json", "env.json", RESULTS, "summary.json", "summary.md"),
             "gathered": ("summary.json", "summary.md")}
+# The only files the harness puts in a pilot run folder: its own, and earlier sessions' reports kept
+# by number on resume. Anything else there (or any of these that is not a regular file) was put
+# there by something else, and is never listed in SHA256SUMS.
+HARNESS_FILES = frozenset({"params.json", "env.json", RESULTS, "summary.json", "summary.md", "stop.json", SUMS})
+NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
 FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
 _FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
@@ -56,7 +61,30 @@ def required_files(folder: Path) -> list[str]:
         summary = None
     summary = summary if isinstance(summary, dict) else {}
     kind = str(summary.get("kind")) if summary.get("kind") in REQUIRED else "pilot"
-    return [*REQUIRED[kind], *(["stop.json"] if kind == "pilot" and summary.get("stopped") else [])]
+    listed = summary.get("files")  # a closed pilot run names every file it holds
+    named = [str(f) for f in listed if safe_name(f) and f != SUMS] if isinstance(listed, list) else []
+    required = [*REQUIRED[kind], *(["stop.json"] if kind == "pilot" and summary.get("stopped") else [])]
+    return required + [name for name in named if name not in required]
+
+
+def harness_file(name: str) -> bool:
+    return name in HARNESS_FILES or NUMBERED.fullmatch(name) is not None
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Entries of a pilot run folder the harness did not put there (kdkit.staging's temporary files of a
+    write under way excepted), each with what it is: they are never read, followed or listed."""
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        final = staged_name(entry.name)
+        if final is not None and harness_file(final) and not entry.is_symlink():
+            continue  # a write of the harness's under way, or left by a kill (cleaned on resume)
+        regular = entry.is_file(follow_symlinks=False)
+        if not (regular and harness_file(entry.name)):
+            kind = "a symbolic link" if entry.is_symlink() else "a folder" if entry.is_dir() else \
+                "a file" if regular else "not a regular file"
+            found.append(f"{entry.name} ({kind})")
+    return found
 
 
 def new_run_id(params_hash: str, now: datetime | None = None) -> str:
@@ -89,7 +117,8 @@ class RunFolder:
         self._pool: ThreadPoolExecutor | None = None
         self._syncing: Future[None] | None = None
         self._fd: int | None = None  # results.jsonl, open for appending while the run goes on
-        self._appended = hashlib.sha256()  # every byte this object appended, in order
+        self._appended = hashlib.sha256()  # results.jsonl as it must be: the kept prefix, then every append
+        self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
 
     @property
     def run_id(self) -> str:
@@ -109,6 +138,7 @@ class RunFolder:
             staging.mkdir()
             (staging / RESULTS).touch()
             atomic_write_json(staging / "params.json", {"run_id": run_id, **params})
+            digest = sha256_file(staging / "params.json")
             os.rename(staging, path)  # fails if another run took the name meanwhile
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
@@ -116,7 +146,9 @@ class RunFolder:
                 raise exists from None
             raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {runs_dir} "
                            "writable (in a container: mount runs/ read-write)") from None
-        return cls(path)
+        run = cls(path)
+        run._vouched["params.json"] = digest
+        return run
 
     @classmethod
     def existing(cls, runs_dir: Path, run_id: str) -> RunFolder:
@@ -126,10 +158,21 @@ class RunFolder:
         return cls(path)
 
     def write_json(self, name: str, data: Any) -> None:
-        atomic_write_json(self.path / name, data)
+        self._write(name, (dumps(data) + "\n").encode("utf-8", "backslashreplace"))
 
     def write_text(self, name: str, text: str) -> None:
-        atomic_write_text(self.path / name, text)
+        self._write(name, text.encode("utf-8", "backslashreplace"))
+
+    def _write(self, name: str, data: bytes) -> None:
+        atomic_write_bytes(self.path / name, data)
+        self._vouched[name] = hashlib.sha256(data).hexdigest()
+
+    def take_over(self) -> None:
+        """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
+        checked them), so that SHA256SUMS can list them and a change during this session is seen."""
+        for entry in os.scandir(self.path):
+            if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and entry.name not in (RESULTS, SUMS):
+                self._vouched.setdefault(entry.name, sha256_file(Path(entry.path)))
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Write one batch's lines once the previous batch is on disk, and start their fsync."""
@@ -171,6 +214,7 @@ class RunFolder:
         if not self.results.exists():
             return scan
         data, cut, scan.dropped_lines = self._complete_prefix()
+        self._appended = hashlib.sha256(data[:cut])  # what this session starts from
         if cut == 0:
             return scan
         with _no_gc():
@@ -202,9 +246,31 @@ class RunFolder:
         return [record for first, block in _blocks(data, cut) for record in _parse_block(block, first, self.results)]
 
     def holds_only_appended(self) -> bool:
-        """Whether results.jsonl is exactly the bytes this object appended (SHA-256 of the file against
-        the running hash): then what the run handed to append() is what the file says, with no re-parse."""
-        return self.results.exists() and sha256_file(self.results) == self._appended.hexdigest()
+        """Whether results.jsonl is exactly what it must be: the prefix this session started from, then the
+        bytes it appended (SHA-256 of the file against the running hash)."""
+        return self.results.is_file() and not self.results.is_symlink() and \
+            sha256_file(self.results) == self._appended.hexdigest()
+
+    def integrity_problems(self) -> list[str]:
+        """What something other than the harness did to the run folder while it was open: a file of the
+        harness changed or gone, results.jsonl not what was appended, entries the harness never made.
+        Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
+        problems = []
+        for name, digest in sorted(self._vouched.items()):
+            path = self.path / name
+            if path.is_symlink() or not path.is_file() or sha256_file(path) != digest:
+                problems.append(f"{name}: changed by something other than the harness while the run was open; "
+                                "the run cannot pass (was the app writing into its run folder?)")
+        if not self.holds_only_appended():
+            problems.append(f"{RESULTS}: not the results the harness appended (changed by something else while the "
+                            "run was open); the run cannot pass")
+        problems += [f"{entry}: in the run folder but not put there by the harness; it is not part of the run"
+                     for entry in foreign_entries(self.path)]
+        return problems
+
+    def files_listed(self) -> list[str]:
+        """What SHA256SUMS will list: every file the harness vouches for, and the results."""
+        return sorted({*self._vouched, RESULTS})
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record of results.jsonl, streamed a block at a time; a damaged line is CheckFailed."""
@@ -225,14 +291,9 @@ class RunFolder:
     # ------------------------------------------------------------ closing
 
     def write_sums(self) -> None:
-        """SHA256SUMS over every other file of the folder (kdkit.checksums), written last."""
-        write_sums(self.path, self.files())
-
-    def files(self) -> Iterable[tuple[str, Path]]:
-        for path in sorted(self.path.rglob("*")):
-            rel = path.relative_to(self.path).as_posix()
-            if path.is_file() and rel != SUMS and not path.name.startswith("."):
-                yield rel, path
+        """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the folder,
+        so a file changed behind its back fails every later check instead of being blessed)."""
+        write_digests(self.path, {**self._vouched, RESULTS: self._appended.hexdigest()})
 
     def numbered(self, stem: str, suffix: str) -> str:
         """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""

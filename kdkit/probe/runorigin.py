@@ -23,7 +23,7 @@ from kdkit.errors import BadInput
 from kdkit.jsonio import sha256_file
 from kdkit.probe.harness import read_input
 from kdkit.probe.pilotconfig import PilotConfig
-from kdkit.probe.runfolder import RunFolder
+from kdkit.probe.runfolder import RunFolder, foreign_entries
 
 SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 NAMED = 3  # differences named in one refusal
@@ -115,6 +115,10 @@ def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], dig
     if is_finished(run):
         raise BadInput(f"{run.path}: this run is finished and closed by its {SUMS}; a finished run is never "
                        "rewritten (its copies must keep verifying): start a new run without --resume")
+    foreign = foreign_entries(run.path)
+    if foreign:
+        raise BadInput(f"{run.path}: holds {_named(foreign)}, which the harness did not put there; a run folder "
+                       "holds only the harness's files: move it out, then resume")
     app = recorded.get("app")
     if isinstance(app, dict):
         changes = code_changes(dict(app.get("files") or {}), app_files(cfg.root, cfg.entry))

@@ -12,7 +12,11 @@ and the verdict, so nothing the app does can fake a pass or lose a finished resu
   closed with a failing summary, and ``--resume`` redoes that batch;
 * Ctrl-C, SIGTERM and ``max_seconds`` interrupt the wait at once; the child is killed with its
   whole process group; if the pilot itself is killed, the kernel kills the child
-  (PR_SET_PDEATHSIG), so an app holding a GPU never outlives its pilot.
+  (PR_SET_PDEATHSIG), so an app holding a GPU never outlives its pilot;
+* a process the app leaves behind (a daemon that double-forked and called setsid to leave the
+  group) cannot outlive it either: the pilot is the "child subreaper" of what it starts
+  (PR_SET_CHILD_SUBREAPER, Linux prctl(2)), so such orphans become its children, and every new
+  child and its descendants are killed when the app's process ends, before the run is judged.
 
 Standard library only.
 """
@@ -36,6 +40,7 @@ from kdkit.probe.harness import AppRaised, EntryError, Item, NotAList
 from kdkit.probe.stopguard import StopRequested
 
 EXIT_GRACE_S = 5.0  # how long a child that was asked to leave may take before it is killed
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 SIGNAL_HINTS = {
     signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the container's "
                     "OOMKilled state); lower batch_size or the model's memory",
@@ -93,6 +98,57 @@ def decode_answers(header: dict[str, Any]) -> Any:
     return [_decode(value) for value in header["tagged"]]
 
 
+def _prctl(option: int, *args: Any) -> int | None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, *args, 0, 0, 0))
+    except (OSError, AttributeError):
+        return None
+
+
+def _is_subreaper() -> bool:
+    try:
+        import ctypes
+
+        flag = ctypes.c_int(0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
+    except (OSError, AttributeError):
+        return False
+
+
+def children_of(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc; empty where there is no /proc)."""
+    found: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.add(int(name))
+    return found
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    seen, todo = set(), set(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo |= children_of(pid)
+    return seen
+
+
 class AppProcess:
     """One app process for one pilot session; a context manager that always leaves it dead."""
 
@@ -101,10 +157,14 @@ class AppProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.in_flight: list[str] | None = None  # IDs of the batch the app holds now
         self.status: dict[str, Any] | None = None  # how the process ended, once it has
+        self._before: set[int] = set()
+        self._reaper = False
         self.stopped_by_us = False  # it went silent without ending and was killed here
         self._buffer = bytearray()
 
     def __enter__(self) -> AppProcess:
+        self._before = children_of(os.getpid())  # the pilot's own children, never touched
+        self._reaper = not _is_subreaper() and _prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
         self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         start_new_session=True, close_fds=True, bufsize=0)
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -294,6 +354,25 @@ class AppProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=EXIT_GRACE_S)
         self._record_status()
+        self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """Whatever the app started that is still alive, in its group or not: killed and reaped."""
+        strays = _descendants(children_of(os.getpid()) - self._before) - {os.getpid()}
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        waiting, until = set(strays), time.monotonic() + EXIT_GRACE_S
+        while waiting and time.monotonic() < until:  # the orphans among them are our children (subreaper)
+            for pid in list(waiting):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                        continue
+                except ChildProcessError:
+                    pass
+                waiting.discard(pid)
+            if waiting:
+                time.sleep(0.01)
 
     def close(self) -> None:
         """Ask the child to leave, give it a moment, then make sure it and its group are gone."""
@@ -305,6 +384,9 @@ class AppProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=EXIT_GRACE_S)
         self.kill()
+        if self._reaper:
+            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+            self._reaper = False
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):
