@@ -51,20 +51,20 @@ import stat
 import tarfile
 import time
 import zipapp
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit import __version__, checksums, proc
 from kdkit.checksums import SUMS, safe_name
-from kdkit.credentials import secret_file
+from kdkit.credentials import refuse_credentials_in, secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
 from kdkit.probe import CORE_MODULES
 from kdkit.probe.projectfiles import DOTTED, inside, is_within, real_inside, require
 from kdkit.project import Project, load_project
-from kdkit.staging import clean_stale, describe_removed, staging_for
+from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
 
 BUNDLE_JSON = "bundle.json"
 RUN_MD = "RUN.md"
@@ -728,9 +728,13 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
     for line in describe_removed(removed):
         say(line)
     staging = staging_for(out)
+    staging.mkdir()
+    owner = hold(staging)
     try:
-        staging.mkdir()
         info = _fill(staging, source, allow, packing, say)
+        for path in sorted((staging / PROJECT).rglob("*")):  # what is packed, as packed: nothing secret travels
+            if path.is_file():
+                refuse_credentials_in(path, path.relative_to(staging / PROJECT).as_posix())
         if include_image:
             say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
             info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
@@ -739,6 +743,8 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        release(owner)
     info["out"] = str(out)
     info["removed_staging"] = [str(path) for path in removed]
     info["seconds"] = round(time.perf_counter() - started, 3)
@@ -819,11 +825,15 @@ def _required(info: Any) -> tuple[set[str], str | None]:
     return required, None
 
 
-def _results_folders(folder: Path, info: Any) -> list[Path]:
-    """Where runs write their results inside a bundle (RUN.md's commands): new files there are expected."""
+def _results_folders(folder: Path, info: Any, listed: Iterable[str]) -> list[Path]:
+    """Where runs write their results inside a bundle (RUN.md's commands: ``runs/`` beside the image,
+    ``project/<runs>`` for kdkit.pyz): new files there are expected. A folder that holds a packed file
+    is never one of them, whatever the pilot config says (``"runs": "src"`` would hide an added file)."""
     runs = info.get("runs") if isinstance(info, dict) else None
     runs = runs if safe_name(runs) else "runs"
-    return [folder / str(runs), folder / PROJECT / str(runs)]
+    candidates = [folder / "runs", folder / PROJECT / str(runs)]
+    packed = [folder / name for name in listed]
+    return [r for r in candidates if not any(r == p or r in p.parents for p in packed)]
 
 
 def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
@@ -865,7 +875,7 @@ def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, A
     required, why = _required(info) if info is not None else (set(), None)
     if why is not None:
         problems.append({"file": BUNDLE_JSON, "problem": why})
-    results = _results_folders(folder, info)
+    results = _results_folders(folder, info, listed)
     unlisted = {name for name in present if name not in listed and name != SUMS
                 and not any(r in (folder / name).parents for r in results)} - {BUNDLE_JSON}
     for name in sorted(required - set(listed)):

@@ -57,8 +57,10 @@ import sys
 import traceback
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from types import TracebackType
+
+from kdkit.errors import BadInput
 
 # Every pattern starts at a boundary and bounds its repeats: scanning stays linear in the text's length,
 # whatever a hostile value holds (a test times 20 000-character worst cases).
@@ -108,14 +110,17 @@ AWS_SECRET = "an AWS secret access key"
 
 # Files and folders that hold secrets, matched against every component of a path (case ignored).
 SECRET_FILES: tuple[tuple[str, str], ...] = (
-    (".env", "an environment file"), (".env.*", "an environment file"), ("*.env", "an environment file"),
+    (".env", "an environment file"), (".env?*", "an environment file"), ("*.env", "an environment file"),
     (".envrc", "an environment file"),
     ("*.pem", "a PEM key or certificate"), ("*.key", "a private key"), ("*.p12", "a PKCS#12 key store"),
     ("*.pfx", "a PKCS#12 key store"), ("*.jks", "a Java key store"), ("*.keystore", "a key store"),
     ("*.ppk", "a PuTTY private key"), ("*.kdbx", "a KeePass database"),
     ("id_rsa", "an SSH private key"), ("id_dsa", "an SSH private key"), ("id_ecdsa", "an SSH private key"),
     ("id_ed25519", "an SSH private key"), ("id_ecdsa_sk", "an SSH private key"),
-    ("id_ed25519_sk", "an SSH private key"),
+    ("id_ed25519_sk", "an SSH private key"), ("id_rsa.*", "an SSH private key"), ("id_dsa.*", "an SSH private key"),
+    ("id_ecdsa.*", "an SSH private key"), ("id_ed25519.*", "an SSH private key"), ("*.key.*", "a private key"),
+    ("*.p8", "a PKCS#8 private key"), ("*.gpg", "a GnuPG file"), ("token", "a token file"),
+    ("*_token", "a token file"), ("*.token", "a token file"),
     (".netrc", "a netrc password file"), ("_netrc", "a netrc password file"),
     (".pypirc", "a PyPI credentials file"), (".npmrc", "an npm credentials file"),
     (".git-credentials", "a git credentials file"), (".pgpass", "a PostgreSQL password file"),
@@ -129,8 +134,10 @@ SECRET_FILES: tuple[tuple[str, str], ...] = (
     ("application_default_credentials.json", "Google Cloud credentials"),
     ("service-account*.json", "a cloud service-account key"), ("*-credentials.json", "a credentials file"),
 )
-# Templates that name the variables without their values: meant to be shared.
+# Templates that name the variables without their values, and public keys: meant to be shared.
 NOT_SECRET_FILES = (".env.example", ".env.sample", ".env.template", ".env.dist")
+NOT_SECRET_SUFFIXES = (".pub",)
+SCANNED_BYTES = 8 << 20  # a file this large is data, not configuration: it is not read for credentials
 
 
 @dataclass(frozen=True)
@@ -238,9 +245,39 @@ def secret_file(rel: str | PurePosixPath) -> str | None:
     it is secret-shaped, else None."""
     for part in reversed(PurePosixPath(rel).parts):  # the file's own name first, then its folders
         name = part.lower()
-        if name in NOT_SECRET_FILES:
+        if name in NOT_SECRET_FILES or name.endswith(NOT_SECRET_SUFFIXES):
             continue
         for pattern, what in SECRET_FILES:
             if fnmatch.fnmatchcase(name, pattern):
                 return what
     return None
+
+
+def file_finding(path: Path, rel: str) -> str | None:
+    """The first credential shape in a text file that is about to travel (into a bundle or an image), as
+    ``rel:line: what (redacted)``, or None. Binary files (a NUL byte) and files over SCANNED_BYTES are
+    not read: weights and data are not where a key is pasted."""
+    try:
+        if path.stat().st_size > SCANNED_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\0" in data:
+        return None
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        found = find(line)
+        if found:
+            return f"{rel}:{number}: {found[0].what} ({found[0].redacted})"
+    return None
+
+
+CREDENTIAL_FIX = ("a secret never travels in a project: put it in .env and pass it at run time with --env-file; "
+                  "in requirements use ${VARIABLE} (pip expands it), e.g. https://user:${PIP_PASSWORD}@host/simple")
+
+
+def refuse_credentials_in(path: Path, rel: str) -> None:
+    """BadInput naming the first credential shape in a file that is about to travel (redacted)."""
+    finding = file_finding(path, rel)
+    if finding is not None:
+        raise BadInput(f"{finding}: a credential would travel; {CREDENTIAL_FIX}")

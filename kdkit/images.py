@@ -31,7 +31,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kdkit import __version__, proc
-from kdkit.credentials import secret_file
+from kdkit.credentials import refuse_credentials_in, secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_text, sha256_file
 from kdkit.probe import CORE_MODULES
@@ -248,7 +248,9 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     lock_sha256 = sha256_file(lock)
     labels = image_labels(project, chosen, lock_sha256)
     base = base_image or chosen.base_image
-    left_out = project_files(project.root)[1]  # and a link out of the project is refused here, before any build
+    left_out = project_files(project.root)[1]  # and a link out or a credential is refused here, before any build
+    refuse_credentials_in(lock, lock.relative_to(project.root).as_posix() if lock.is_relative_to(project.root)
+                          else str(lock))
     return BuildPlan(
         project=project, backend=chosen, lock_sha256=lock_sha256, base_image=base,
         tag=check_tag(tag or default_tag(project, chosen.name, lock_sha256)),
@@ -280,6 +282,7 @@ def project_files(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
             if real_inside(root, path) is None:
                 raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
                                "an image carries only the project's own files: copy it in or remove the link")
+            refuse_credentials_in(path, rel)
             files.append((f"project/{rel}", path))
     return files, left_out
 

@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kdkit import __version__, proc
+from kdkit.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.errors import BadInput, KdkitError
 from kdkit.jsonio import atomic_write_text, load_json, sha256_file
 from kdkit.probe.lockfile import HEADER_PREFIX, Lock, parse_lock, parse_lock_text
@@ -349,7 +350,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                  upgrade_packages: Sequence[str] = (), in_container: bool = False,
                  ca_bundle: Path | None = None, local_torch: Path | None = None) -> LockResult:
     """Resolve, check and write ``backend.lock``; nothing is written unless every step succeeded."""
-    input_files(project.requirements)  # a missing .in is bad input before anything runs
+    for path in input_files(project.requirements):  # a missing .in is bad input before anything runs
+        refuse_credentials_in(path, _relative(project.root, path))
     pip_config = pip_configuration()
     args = compile_arguments(backend, pip_config, local_torch, upgrade, upgrade_packages)
     with tempfile.TemporaryDirectory(prefix="kdkit-lock-") as tmp:
@@ -367,6 +369,10 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     lock = parse_lock_text(resolution.text, backend.lock)
     check_torch_label(lock, backend)
     header = build_header(project, backend, resolution, lock, local_torch)
+    for number, line in enumerate((header + resolution.text).splitlines(), start=1):
+        if found := find(line):  # e.g. an index URL with a password taken from pip's configuration
+            raise BadInput(f"{backend.lock}:{number}: the lock would carry {found[0].what} ({found[0].redacted}); "
+                           f"nothing was written: {CREDENTIAL_FIX}")
     atomic_write_text(backend.lock, header + resolution.text)
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kdkit.errors import BadInput
 from kdkit.resources import template_dir
-from kdkit.staging import clean_stale, staging_for
+from kdkit.staging import clean_stale, hold, release, staging_for
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # Template files stored under another name so they do not act on kdkit's own repository.
@@ -78,12 +78,13 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
     values = {"name": project_name, "backend": backend, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
     made: list[Path] = []
-    staging = staging_for(target)
+    staging, lock = staging_for(target), None
     was_empty = target.is_dir() and not existing
     try:
         _make_parents(target.parent, made)
         removed = clean_stale(target)
         staging.mkdir()
+        lock = hold(staging)
         _copy_template(template_dir(), staging, values)
         (staging / "runs").mkdir(exist_ok=True)
         if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
@@ -100,6 +101,8 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
                 folder.rmdir()
         raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing was left "
                        "behind, free space or fix permissions (or choose another place) and retry") from None
+    finally:
+        release(lock)
     return Created(target, removed)
 
 

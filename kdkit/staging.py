@@ -4,9 +4,17 @@ Every command that makes a folder or a big file all at once (init, bundle, copy-
 wheelhouse, every atomic write) builds it under a hidden name beside the final path that
 carries the owner's process ID, ``.NAME.partial-PID`` (folders) or ``.NAME.PID.XXXX.tmp``
 (files), and renames it into place at the end (an older NAME it replaces waits as ``.NAME.old-PID``
-until the new one is in place). A SIGKILL leaves that staging behind; the next
-run of a command that writes NAME removes every staging copy of NAME whose owner is no longer
-alive (or whose PID is our own: in a fresh container the same PID comes back) and says so.
+until the new one is in place). A SIGKILL leaves that staging behind; the next run of a command
+that writes NAME removes every staging copy of NAME whose owner is gone, and says so.
+
+"Gone" is judged by a lock, not only by the PID in the name: the owner holds an exclusive
+flock(2) on its staging folder or file (:func:`hold`) from the moment it exists until it is
+renamed into place, and the kernel drops that lock when the owner dies, however it dies. A PID
+means something in one PID namespace only: two containers sharing a runs/ folder or a copy
+destination see each other's PIDs as dead (or as their own), but never each other's locks as
+free. A staging entry whose lock is free is stale when its PID is not a live process here (or is
+ours), or when it is older than STALE_AFTER_S (staging of a kdkit that held no lock, or made in
+the instant before its lock was taken).
 
 Standard library only: the in-container side stages its copies too.
 """
@@ -14,9 +22,11 @@ Standard library only: the in-container side stages its copies too.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 from kdkit.errors import BadInput
@@ -38,6 +48,43 @@ def staged_name(name: str) -> str | None:
     """The final name whose staging ``name`` is (``.results.jsonl.123.ab.tmp`` -> ``results.jsonl``), or None."""
     match = _STAGED.match(name)
     return match["name"] if match else None
+
+
+STALE_AFTER_S = 60.0
+
+
+def hold(path: Path | str) -> int:
+    """Take the owner's lock on a staging folder or file; returns the descriptor to release()."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def release(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _held(path: Path) -> bool:
+    """Whether a live owner holds the lock of ``path`` (False for what cannot be opened or locked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def owner_alive(pid: int) -> bool:
@@ -64,8 +111,15 @@ def stale_staging(final: Path) -> list[Path]:
         match = _STAGED.match(name)
         if match is None or match["name"] != final.name:
             continue
-        if not owner_alive(int(match["pid"] or match["tpid"])):
-            stale.append(final.parent / name)
+        path = final.parent / name
+        if _held(path):
+            continue
+        try:
+            old = time.time() - os.lstat(path).st_mtime > STALE_AFTER_S
+        except OSError:
+            continue
+        if old or not owner_alive(int(match["pid"] or match["tpid"])):
+            stale.append(path)
     return sorted(stale)
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from kdkit.credentials import SECRET_NAME, find, redact, secret_file
 from kdkit.errors import BadInput
-from kdkit.jsonio import load_json, parse_json
-from kdkit.probe.pilotconfig import config_problems, path_problem
+from kdkit.jsonio import load_json, parse_json, read_text_file
+from kdkit.probe.pilotconfig import config_problems, entry_problem, path_problem
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
 from kdkit.resources import schema_path
 
@@ -234,6 +234,9 @@ def _inside(root: Path, relative: str) -> Path | None:
     return real_inside(root, root / relative)
 
 
+FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
+
+
 def path_problems(
     root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]
 ) -> list[Problem]:
@@ -250,6 +253,8 @@ def path_problems(
         elif must_exist and not target.exists():
             problems.append(Problem(file, f"$.{key}", f"{value!r} does not exist in the project folder; "
                                     "create it or fix the path"))
+        elif key in FOLDER_KEYS and target.exists() and not target.is_dir():
+            problems.append(Problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
     return problems
 
 
@@ -257,13 +262,8 @@ def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Proble
     entry = pilot.get("entry")
     if not isinstance(entry, str) or ":" not in entry:
         return []
-    module = entry.split(":", 1)[0]
-    base = root.joinpath(*module.split("."))
-    if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
-        return []
-    rel = PurePosixPath(*module.split("."))
-    return [Problem(file, "$.entry", f"module {module!r} not found: expected {rel}.py or "
-                    f"{rel}/__init__.py under the project root")]
+    problem = entry_problem(root, entry)
+    return [] if problem is None else [Problem(file, "$.entry", problem)]
 
 
 def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
@@ -310,16 +310,16 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
 
 def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
     path = root / relative
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         problems.append(Problem(relative, "$", "file not found; create it (kdkit init writes one)"))
         return None
-    except IsADirectoryError:
+    if path.is_dir():
         problems.append(Problem(relative, "$", "is a folder, not a file; point the key at the JSON file"))
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(relative, "$", f"cannot read ({exc})"))
+    try:
+        text = read_text_file(path, "file")
+    except BadInput as exc:
+        problems.append(Problem(relative, "$", str(exc).split(": ", 1)[-1]))
         return None
     try:
         return parse_json(text, str(relative))

@@ -27,7 +27,7 @@ from kdkit import proc
 from kdkit.errors import KdkitError
 from kdkit.jsonio import sha256_file
 from kdkit.project import Project, load_project
-from kdkit.staging import clean_stale, describe_removed, staging_for
+from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
@@ -107,9 +107,10 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
     folder = (out or default_folder(project, chosen.name)).resolve()
     folder.parent.mkdir(parents=True, exist_ok=True)
     removed = clean_stale(folder)
-    staging = staging_for(folder)
+    staging, owner = staging_for(folder), None
     try:
         staging.mkdir()
+        owner = hold(staging)
         done = proc.run(download_arguments(lock, staging, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
         if not done.ok:
             raise KdkitError(f"{lock}: pip download failed: {done.first_error_line()}; check pip's "
@@ -117,4 +118,5 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
         files = _accept(staging, folder, hashes)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        release(owner)
     return Wheelhouse(chosen.name, lock, folder, files, removed)

@@ -20,7 +20,7 @@ from kdkit.checksums import SUMS
 from kdkit.errors import BadInput, CheckFailed
 from kdkit.jsonio import sha256_file
 from kdkit.probe.runfolder import required_files
-from kdkit.staging import clean_stale, describe_removed, staging_for
+from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
 
 
 def read_sums(folder: Path) -> dict[str, str]:
@@ -93,8 +93,10 @@ def copy_run(run_dir: Path, dest: Path) -> Path:
         raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
     for line in describe_removed(clean_stale(final)):
         print(f"copy-out: {line}", file=sys.stderr)
-    staging = staging_for(final)
+    staging, lock = staging_for(final), None
     try:
+        staging.mkdir(parents=True)
+        lock = hold(staging)
         for name in [*sums, SUMS]:
             _copy_file(run_dir / name, staging / name)
         problems = verify_folder(staging, read_sums(staging)) + _same_sums(run_dir, staging)
@@ -105,6 +107,7 @@ def copy_run(run_dir: Path, dest: Path) -> Path:
         raise BadInput(f"{final}: cannot copy there ({exc.strerror}); choose a writable DEST") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        release(lock)
     return final
 
 
@@ -124,6 +127,12 @@ def verify_copy(folder: Path) -> int:
     return len(sums)
 
 
+def _destination(text: str) -> Path:
+    if not text.strip():
+        raise BadInput(f"DEST {text!r}: empty; name the folder that receives the copy")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kdkit copy-out",
@@ -133,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                "kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup",
     )
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder (runs/<run-id>)")
-    parser.add_argument("dest", type=Path, nargs="?", metavar="DEST",
+    parser.add_argument("dest", type=_destination, nargs="?", metavar="DEST",
                         help="folder that receives DEST/<run-id> (not with --verify)")
     parser.add_argument("--verify", action="store_true", help="only verify RUN_DIR (e.g. an earlier copy)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

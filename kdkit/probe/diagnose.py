@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_json, finite_number
+from kdkit.jsonio import atomic_write_json, finite_number, require_replaceable
 from kdkit.probe import diagdeep, diaghost, diagsteps
 from kdkit.probe.diagcore import Context, StepFailed, StepFn
 from kdkit.probe.projectfiles import find_root, project_root
+from kdkit.staging import require_writable
 
 STEPS: tuple[tuple[str, StepFn], ...] = (
     ("interpreter", diaghost.interpreter),
@@ -152,6 +153,9 @@ def main(argv: list[str]) -> int:
 
     args = build_parser().parse_args(argv)
     project = project_root(args.project) if args.project is not None else find_root()
+    if args.out is not None:  # refused before a minute of kernels, not after
+        require_replaceable(args.out)
+        require_writable(args.out.parent, "folder for --out")
     report = run_diagnose(args.expect, args.deep, args.memory_share, project)
     if args.out is not None:
         try:

@@ -29,16 +29,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kdkit.checksums import SUMS
+from kdkit.checksums import SUMS, write_sums
 from kdkit.errors import BadInput, CheckFailed
-from kdkit.jsonio import atomic_write_json, atomic_write_text, sha256_file
+from kdkit.jsonio import atomic_write_json, atomic_write_text
 from kdkit.probe.accounting import Accounting, account
 from kdkit.probe.copyout import read_sums, verify_folder
 from kdkit.probe.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.probe.projectfiles import find_root, load_object, project_root
 from kdkit.probe.runfolder import FINISHED, RunFolder
 from kdkit.probe.shares import Share, base_id, recorded_share, worker_of
-from kdkit.staging import clean_stale, describe_removed, staging_for
+from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
 
 SHOWN = 10  # IDs named per problem line before "+N more"
 TABLE_ROWS = 500
@@ -281,14 +281,14 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     """summary.json, summary.md and SHA256SUMS in a temporary folder renamed to ``out``."""
     for line in describe_removed(clean_stale(out)):
         print(f"gather: {line}", file=sys.stderr)
-    staging = staging_for(out)
+    staging, lock = staging_for(out), None
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     try:
         staging.mkdir()
+        lock = hold(staging)
         atomic_write_json(staging / "summary.json", summary)
         atomic_write_text(staging / "summary.md", summary_markdown(summary))
-        sums = [f"{sha256_file(staging / name)}  {name}" for name in ("summary.json", "summary.md")]
-        atomic_write_text(staging / SUMS, "\n".join(sums) + "\n")
+        write_sums(staging, [(name, staging / name) for name in ("summary.json", "summary.md")])
         if out.exists():  # --force: the earlier gathering goes only once the new one is complete
             os.replace(out, old)
         os.replace(staging, out)
@@ -297,6 +297,7 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+        release(lock)
 
 
 # ---------------------------------------------------------------- the whole

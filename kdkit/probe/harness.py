@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kdkit.credentials import redact
 from kdkit.errors import KdkitError
 from kdkit.probe.pilotconfig import Document
 from kdkit.probe.projectfiles import real_inside
@@ -162,10 +163,11 @@ def harness_rejection(doc: Document, reason: str, batch: int) -> dict[str, Any]:
 
 
 def _shown(value: Any) -> Any:
-    """An answer's value kept as data: JSON scalars as they are, anything else as a short repr."""
+    """An answer's value kept as data: JSON scalars as they are, anything else as a short repr; a
+    credential shape in it is redacted (kdkit.credentials): what the app said may travel and be shown."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    text = value if isinstance(value, str) else repr(value)
+    text = redact(value if isinstance(value, str) else repr(value))
     return text if len(text) <= ANSWER_SHOWN else text[:ANSWER_SHOWN] + "..."
 
 
@@ -227,6 +229,7 @@ def _record(answer: Any, asked: dict[str, Item], categories: Sequence[str], batc
 
 
 def _reason(text: str) -> str:
+    text = redact(text)
     return text if len(text) <= REASON_KEPT else text[:REASON_KEPT] + "..."
 
 
@@ -281,6 +284,10 @@ def load_entry(root: Path, entry: str) -> Predict:
     except Exception as exc:
         raise EntryError(f"cannot import {module_name} (entry {entry}) from {root}: {type(exc).__name__}: "
                          f"{exc}") from exc
+    where = getattr(module, "__file__", None)
+    if not where or real_inside(os.path.realpath(root), where) is None:
+        raise EntryError(f"{module_name} (entry {entry}) was imported from {where or 'no file'}, not from the project "
+                         f"{root}; the app must be the project's own code")
     predict = getattr(module, function, None)
     if not callable(predict):
         raise EntryError(f"{module_name} has no function {function!r} (entry {entry}); define "

@@ -17,11 +17,13 @@ Stable API (``kdkit check`` reads the locked torch with it)::
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple
 
 from kdkit.errors import BadInput
+from kdkit.jsonio import read_text_file
 from kdkit.probe._markers import InvalidMarker, parse_marker
 from kdkit.probe._version import InvalidVersion, Version
 
@@ -212,10 +214,6 @@ def parse_lock_text(text: str, path: Path) -> Lock:
 
 def parse_lock(path: Path) -> Lock:
     """Read and parse a lock; every problem is a one-line BadInput naming ``file:line``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: lock not found; create it with `kdkit lock`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read the lock ({exc})") from None
-    return parse_lock_text(text, path)
+    if not os.path.lexists(path):
+        raise BadInput(f"{path}: lock not found; create it with `kdkit lock`")
+    return parse_lock_text(read_text_file(path, "lock"), path)

@@ -24,6 +24,7 @@ from kdkit.probe.projectfiles import (
     is_safe_id,
     is_within,
     load_object,
+    real_inside,
     require,
     require_real_inside,
 )
@@ -200,6 +201,8 @@ def path_problem(value: str) -> str | None:
         return f"{value!r} starts with '~', which kdkit never expands (it would be a folder named ~); give {PATH_RULE}"
     if PurePosixPath(value.replace("\\", "/")).is_absolute() or re.match(r"[A-Za-z]:", value):
         return f"{value!r} is absolute; give {PATH_RULE}"
+    if "\\" in value:
+        return f"{value!r} holds a backslash; use '/' between folders (the same on every machine)"
     return None  # leaving the project (.., links) is judged against the real tree: inside(), real_inside()
 
 
@@ -247,6 +250,18 @@ def config_problems(data: Any) -> list[tuple[str, str]]:
     return problems
 
 
+def entry_problem(root: Path, entry: str) -> str | None:
+    """Why ``entry``'s module is not the project's own (``module.py`` or ``module/__init__.py`` under the
+    root, links resolved inside it), or None. The app is the project's code: ``os:system`` is not."""
+    module = entry.split(":", 1)[0]
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file() and real_inside(root, candidate) is not None:
+            return None
+    rel = PurePosixPath(*module.split("."))
+    return f"module {module!r} not found: expected {rel}.py or {rel}/__init__.py under the project root"
+
+
 def _optional(value: Any, kind: type) -> Any:
     return None if value is None else kind(value)
 
@@ -264,6 +279,8 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
         where, message = problems[0]
         more = f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1 else ""
         raise BadInput(f"{path}: {where}: {message}{more}")
+    if (problem := entry_problem(root, data["entry"])) is not None:
+        raise BadInput(f"{path}: $.entry: {problem}")
     categories = tuple(data["categories"])
     inputs = _located(root, data, "inputs", path)
     manifest_path = _located(root, data, "manifest", path)

@@ -32,7 +32,7 @@ from kdkit.checksums import SUMS, safe_name, write_digests
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
 from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.staging import staged_name, staging_for
+from kdkit.staging import hold, release, staged_name, staging_for
 
 RESULTS = "results.jsonl"
 # What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
@@ -132,10 +132,11 @@ class RunFolder:
         exists = BadInput(f"{path}: run folder exists; resume it with --resume {run_id} or choose another --run-id")
         if os.path.lexists(path):
             raise exists
-        staging = staging_for(path)
+        staging, lock = staging_for(path), None
         try:
             runs_dir.mkdir(parents=True, exist_ok=True)
             staging.mkdir()
+            lock = hold(staging)
             (staging / RESULTS).touch()
             atomic_write_json(staging / "params.json", {"run_id": run_id, **params})
             digest = sha256_file(staging / "params.json")
@@ -146,6 +147,8 @@ class RunFolder:
                 raise exists from None
             raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {runs_dir} "
                            "writable (in a container: mount runs/ read-write)") from None
+        finally:
+            release(lock)
         run = cls(path)
         run._vouched["params.json"] = digest
         return run
@@ -164,7 +167,7 @@ class RunFolder:
         self._write(name, text.encode("utf-8", "backslashreplace"))
 
     def _write(self, name: str, data: bytes) -> None:
-        atomic_write_bytes(self.path / name, data)
+        atomic_write_bytes(self.path / name, data, replace_any=True)
         self._vouched[name] = hashlib.sha256(data).hexdigest()
 
     def take_over(self) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kdkit.credentials import redact
 from kdkit.probe.appchild import FRAME, MAX_MESSAGE, frame
 from kdkit.probe.harness import AppRaised, EntryError, Item, NotAList
 from kdkit.probe.stopguard import StopRequested
@@ -76,6 +78,17 @@ def child_command() -> list[str]:
     boot = (f"import sys; sys.path.insert(0, {home!r}); import kdkit.probe.appchild as c; "
             f"sys.path.remove({home!r}); c.main()")
     return [sys.executable, *flags, "-c", boot]
+
+
+def _text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings written as its escape (``\\udc80``)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_text(item) for item in value]
+    if isinstance(value, dict):
+        return {_text(key): _text(item) for key, item in value.items()}
+    return value
 
 
 def _decode(value: Any) -> Any:
@@ -278,10 +291,13 @@ class AppProcess:
     def _parse(self, data: bytes, what: str) -> dict[str, Any]:
         try:
             reply = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             reply = None
         if not isinstance(reply, dict):
             raise self._protocol(what, "a reply that is not a JSON object")
+        if re.search(rb"\\u[dD][89a-fA-F]", data):  # a lone surrogate from the app is data, never a crash
+            cleaned: dict[str, Any] = _text(reply)
+            return cleaned
         return reply
 
     # ------------------------------------------------------------ how it ended
@@ -327,7 +343,7 @@ class AppProcess:
         return StopRequested(reason, "app-exit", details=self._details())
 
     def _fatal(self, reply: dict[str, Any], what: str) -> StopRequested:
-        kind, said = str(reply.get("type")), str(reply.get("message") or "").strip().splitlines()
+        kind, said = str(reply.get("type")), redact(str(reply.get("message") or "")).strip().splitlines()
         if kind == "SystemExit":
             reason = (f"the app called sys.exit({reply.get('code')!r}) during {what}; an app must return its "
                       "results, never end the process")
