@@ -23,11 +23,10 @@ import pytest
 
 from kdkit.errors import BadInput
 from kdkit.probe.copyout import verify_copy
-from kdkit.probe.runfolder import RunFolder
 from kdkit.probe.shares import Share, parse_share, worker_of
 from kdkit.runner import HostFacts
 from kdkit.workers import Prefixed, check_workers, gpu_count
-from tests.conftest import DATA, REPO, invoke, tree_snapshot, wait_for_lines
+from tests.conftest import DATA, REPO, invoke, reseal, tree_snapshot, wait_for_lines
 
 TWELVE = [f"doc-{n:02d}" for n in range(1, 13)]
 SHARE_1_OF_2 = ["doc-01", "doc-04", "doc-05", "doc-06", "doc-09", "doc-10", "doc-11"]  # sha256(id) % 2 == 1
@@ -74,7 +73,7 @@ def edit_results(run_dir: Path, keep: Callable[[str], bool] = lambda line: True,
     """Rewrite a closed run's results.jsonl and its SHA256SUMS: a worker that closed with these results."""
     lines = [ln for ln in (run_dir / "results.jsonl").read_text().splitlines() if keep(ln)] + list(extra)
     (run_dir / "results.jsonl").write_text("\n".join(lines) + "\n")
-    RunFolder(run_dir).write_sums()
+    reseal(run_dir)
 
 
 # ---------------------------------------------------------------- shares
@@ -166,7 +165,7 @@ def _w1_is_a_copy_of_w0(w0: Path, w1: Path) -> None:
     params = json.loads((w1 / "params.json").read_text())
     params["share"] = {"worker": 1, "workers": 2}
     (w1 / "params.json").write_text(json.dumps(params))
-    RunFolder(w1).write_sums()
+    reseal(w1)
 
 
 def _flip_a_byte(w0: Path, w1: Path) -> None:

@@ -154,8 +154,11 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     project = project_root(args.project) if args.project is not None else find_root()
     if args.out is not None:  # refused before a minute of kernels, not after
-        require_replaceable(args.out)
-        require_writable(args.out.parent, "folder for --out")
+        try:
+            require_replaceable(args.out)
+            require_writable(args.out.parent, "folder for --out")
+        except BadInput as exc:
+            raise BadInput(f"{args.out}: cannot write the report there ({str(exc).split(': ', 1)[-1]})") from None
     report = run_diagnose(args.expect, args.deep, args.memory_share, project)
     if args.out is not None:
         try:
