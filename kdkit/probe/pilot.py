@@ -305,7 +305,7 @@ def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
             accounting = account(cfg.documents, run.records(), cfg.min_quality)
         except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
             accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality)
-    accounting.problems.extend(run.integrity_problems())
+    accounting.problems.extend(run.integrity_problems(intact))
     return accounting
 
 

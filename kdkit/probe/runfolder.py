@@ -44,6 +44,7 @@ REQUIRED = {"pilot": ("params.json", "env.json", RESULTS, "summary.json", "summa
 # there by something else, and is never listed in SHA256SUMS.
 HARNESS_FILES = frozenset({"params.json", "env.json", RESULTS, "summary.json", "summary.md", "stop.json", SUMS})
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
+EMPTY_SHA256 = hashlib.sha256().hexdigest()
 BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
 FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
 _FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
@@ -117,7 +118,11 @@ class RunFolder:
         self._pool: ThreadPoolExecutor | None = None
         self._syncing: Future[None] | None = None
         self._fd: int | None = None  # results.jsonl, open for appending while the run goes on
-        self._appended = hashlib.sha256()  # results.jsonl as it must be: the kept prefix, then every append
+        # results.jsonl as it must be: the prefix kept from earlier sessions (hashed in the background
+        # while the run starts), then every byte this session appended.
+        self._prefix: tuple[int, Future[str]] | None = None
+        self._appended = hashlib.sha256()
+        self._results_digest: str | None = None  # the whole file's sha256, once checked
         self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
 
     @property
@@ -217,7 +222,7 @@ class RunFolder:
         if not self.results.exists():
             return scan
         data, cut, scan.dropped_lines = self._complete_prefix()
-        self._appended = hashlib.sha256(data[:cut])  # what this session starts from
+        self._hash_prefix(data, cut)
         if cut == 0:
             return scan
         with _no_gc():
@@ -248,13 +253,33 @@ class RunFolder:
         data, cut, _ = self._complete_prefix(repair=False)
         return [record for first, block in _blocks(data, cut) for record in _parse_block(block, first, self.results)]
 
+    def _hash_prefix(self, data: bytes, cut: int) -> None:
+        """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a million-line
+        resume does not wait for it; the run is judged only once it is known."""
+        if cut == 0:
+            return
+        hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-hash")
+        self._prefix = (cut, hasher.submit(lambda: hashlib.sha256(memoryview(data)[:cut]).hexdigest()))
+        hasher.shutdown(wait=False)  # the thread ends with its one task
+
     def holds_only_appended(self) -> bool:
         """Whether results.jsonl is exactly what it must be: the prefix this session started from, then the
-        bytes it appended (SHA-256 of the file against the running hash)."""
-        return self.results.is_file() and not self.results.is_symlink() and \
-            sha256_file(self.results) == self._appended.hexdigest()
+        bytes it appended (each part's SHA-256 against what the harness knows)."""
+        if not self.results.is_file() or self.results.is_symlink():
+            return False
+        cut, expected = (self._prefix[0], self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
+        whole, head, tail, read = hashlib.sha256(), hashlib.sha256(), hashlib.sha256(), 0
+        with self.results.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                whole.update(block)
+                split = max(0, min(len(block), cut - read))
+                head.update(block[:split])
+                tail.update(block[split:])
+                read += len(block)
+        self._results_digest = whole.hexdigest()  # sealed as it is: when not intact, the run has failed for it
+        return read >= cut and head.hexdigest() == expected and tail.hexdigest() == self._appended.hexdigest()
 
-    def integrity_problems(self) -> list[str]:
+    def integrity_problems(self, intact: bool | None = None) -> list[str]:
         """What something other than the harness did to the run folder while it was open: a file of the
         harness changed or gone, results.jsonl not what was appended, entries the harness never made.
         Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
@@ -264,7 +289,7 @@ class RunFolder:
             if path.is_symlink() or not path.is_file() or sha256_file(path) != digest:
                 problems.append(f"{name}: changed by something other than the harness while the run was open; "
                                 "the run cannot pass (was the app writing into its run folder?)")
-        if not self.holds_only_appended():
+        if not (self.holds_only_appended() if intact is None else intact):
             problems.append(f"{RESULTS}: not the results the harness appended (changed by something else while the "
                             "run was open); the run cannot pass")
         problems += [f"{entry}: in the run folder but not put there by the harness; it is not part of the run"
@@ -296,7 +321,9 @@ class RunFolder:
     def write_sums(self) -> None:
         """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the folder,
         so a file changed behind its back fails every later check instead of being blessed)."""
-        write_digests(self.path, {**self._vouched, RESULTS: self._appended.hexdigest()})
+        if self._results_digest is None:
+            self.holds_only_appended()
+        write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
 
     def numbered(self, stem: str, suffix: str) -> str:
         """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""
