@@ -57,6 +57,10 @@ max_input_bytes or not UTF-8 is rejected with that reason and never reaches the
 app. The app's entry (config: "entry") is called as predict(items) with items
 [{"id": ..., "text": ...}] and answers [{"id": ..., "category": ...}] or
 [{"id": ..., "error": "reason"}]. A batch that raises is retried item by item.
+The app runs in a process of its own: when it exits, crashes, is killed (the
+out-of-memory killer) or takes longer than stop.max_batch_seconds on a batch,
+the run stops, closed, with stop.json naming what happened and the batch in
+flight. Anything the app writes into its run folder fails the run.
 
 The run passes when every manifest ID appears exactly once, no ID is invented,
 each category is allowed, each rejection has a reason, the expected rejections
@@ -73,7 +77,7 @@ examples:
   kdkit pilot --run-id R --worker 0 --workers 2
                                        worker 0's share only -> runs/R-w0of2 (then kdkit gather)
 
-exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C"""
+exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""
 
 
 @dataclass
