@@ -56,11 +56,40 @@ import re
 import sys
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import Any
 
 from kdkit.errors import BadInput
+
+
+class _Lazy:
+    """A pattern compiled on first use: these are large, and most runs of kdkit print no error and scan
+    nothing, so importing this module (every command's error path does) costs no compile."""
+
+    __slots__ = ("_compiled", "args")
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(*self.args)
+        return self._compiled
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self.compiled.match(text)
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return self.compiled.fullmatch(text)
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.compiled.finditer(text)
+
 
 # Every pattern starts at a boundary and bounds its repeats: scanning stays linear in the text's length,
 # whatever a hostile value holds (a test times 20 000-character worst cases).
@@ -68,26 +97,26 @@ _START = r"(?<![A-Za-z0-9])"
 _END = r"(?![A-Za-z0-9])"
 
 # (what it is, its shape). Order breaks ties between shapes that match the same span.
-TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an Anthropic API key", re.compile(_START + r"sk-ant-[A-Za-z0-9_-]{20,}")),
-    ("an OpenAI API key", re.compile(_START + r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}")),
-    ("a GitHub token", re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,})" + _END)),
-    ("a GitLab token", re.compile(_START + r"gl(?:pat|dt|ptt|rt|soat|cbt|ffct|agent|imt|oas|wt)-[A-Za-z0-9_.-]{20,}")),
-    ("a Hugging Face token", re.compile(_START + r"hf_[A-Za-z0-9]{30,}" + _END)),
-    ("a Slack token", re.compile(_START + r"xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}")),
-    ("a Slack webhook URL", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{10,}")),
-    ("a Google API key", re.compile(_START + r"AIza[0-9A-Za-z_-]{35}" + r"(?![A-Za-z0-9_-])")),
-    ("a Stripe secret key", re.compile(_START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}" + _END)),
-    ("an npm token", re.compile(_START + r"npm_[A-Za-z0-9]{36}" + _END)),
-    ("a PyPI token", re.compile(_START + r"pypi-AgE[A-Za-z0-9_-]{50,}")),
-    ("an AWS access key ID", re.compile(_START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _END)),
-    ("a JSON web token", re.compile(_START + r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")),
+TOKENS: tuple[tuple[str, _Lazy], ...] = (
+    ("an Anthropic API key", _Lazy(_START + r"sk-ant-[A-Za-z0-9_-]{20,}")),
+    ("an OpenAI API key", _Lazy(_START + r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}")),
+    ("a GitHub token", _Lazy(_START + r"(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,})" + _END)),
+    ("a GitLab token", _Lazy(_START + r"gl(?:pat|dt|ptt|rt|soat|cbt|ffct|agent|imt|oas|wt)-[A-Za-z0-9_.-]{20,}")),
+    ("a Hugging Face token", _Lazy(_START + r"hf_[A-Za-z0-9]{30,}" + _END)),
+    ("a Slack token", _Lazy(_START + r"xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}")),
+    ("a Slack webhook URL", _Lazy(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{10,}")),
+    ("a Google API key", _Lazy(_START + r"AIza[0-9A-Za-z_-]{35}" + r"(?![A-Za-z0-9_-])")),
+    ("a Stripe secret key", _Lazy(_START + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}" + _END)),
+    ("an npm token", _Lazy(_START + r"npm_[A-Za-z0-9]{36}" + _END)),
+    ("a PyPI token", _Lazy(_START + r"pypi-AgE[A-Za-z0-9_-]{50,}")),
+    ("an AWS access key ID", _Lazy(_START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _END)),
+    ("a JSON web token", _Lazy(_START + r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")),
 )
-PRIVATE_KEY = re.compile(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----"
+PRIVATE_KEY = _Lazy(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----"
                          r"(?:.*?-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|.*)", re.DOTALL)
-URL_PASSWORD = re.compile(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@'\"]{0,256}:)"
+URL_PASSWORD = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@'\"]{0,256}:)"
                           r"(?P<password>[^/\s@'\"]{1,256})@")
-AWS_SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+AWS_SECRET_SHAPE = _Lazy(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 MIN_ENTROPY = 4.2  # bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
 # Names of keys and variables that hold a secret: JSON keys in the configs, ``NAME=value`` in text.
 SECRET_NAME = re.compile(
@@ -97,12 +126,12 @@ SECRET_NAME = re.compile(
 _ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
                   r"access[_-]?key|secret[_-]?key|private[_-]?key|client[_-]?secret)")
 # ``name=value`` (value quoted or bare) or ``name: "value"`` (quoted only: ``$.token: key ...`` is prose).
-ASSIGNMENT = re.compile(
+ASSIGNMENT = _Lazy(
     r"(?<![A-Za-z0-9_])(?P<name>(?i:" + _ASSIGNED_NAME + r"))(?P<close>[\"']?)"
     r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]{0,128}\}|<[^<>\n]{0,128}>|\{\{[^}\n]{0,128}\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
     r"|(?P<colon>\s*:\s*)(?P<quoted>\"[^\"\n]*\"|'[^'\n]*'))"
 )
-PLACEHOLDER = re.compile(
+PLACEHOLDER = _Lazy(
     r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|<[^>]*>|\{\{[^}]*\}\}|%[A-Za-z_][A-Za-z0-9_]*%|%\([^)]*\)s"
     r"|\*+|x+|X+|\.+|(?i:null|none|true|false|changeme|redacted)"
 )
