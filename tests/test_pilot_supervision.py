@@ -344,3 +344,15 @@ def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(project: P
     time.sleep(0.3)
     assert json.loads((project / "runs" / "daemon" / "summary.json").read_text())["run_id"] == "daemon"
     assert invoke("copy-out", project / "runs" / "daemon", "--verify").exit_code == 0
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) here")
+def test_a_pilot_that_is_pid_1_runs_its_app(project: Path) -> None:
+    """`docker run IMAGE kdkit pilot`: the pilot is PID 1 of its namespace, so the app's parent is PID 1."""
+    make_app(project, "fine", "return correct(items)", "answers")
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "kdkit.probe",
+                           "pilot", str(project), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          check=False)
+    if "Operation not permitted" in done.stderr:
+        pytest.skip("unshare --pid is not permitted here")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -28,8 +28,9 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
+from kdkit.probe.harness import short_text
+
 FRAME = struct.Struct(">IQ")
-ANSWER_SHOWN = 120  # characters of an odd answer kept (the harness keeps as many)
 MAX_MESSAGE = 1 << 31  # bytes of one reply header the parent accepts
 PR_SET_PDEATHSIG = 1
 
@@ -60,7 +61,7 @@ def _plain(value: Any) -> Any:
         return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    return _shown(value)
+    return short_text(value)
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
@@ -90,18 +91,12 @@ def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytes] | None:
 # ---------------------------------------------------------------- answers as data
 
 
-def _shown(value: Any) -> str:
-    try:
-        text = value if isinstance(value, str) else repr(value)
-    except Exception as exc:  # a repr that raises is itself shown
-        text = f"<{type(value).__name__}: repr raised {type(exc).__name__}>"
-    return text if len(text) <= ANSWER_SHOWN else text[:ANSWER_SHOWN] + "..."
 
 
 def _value(value: Any) -> list[Any]:
     if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
         return ["v", value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
-    return ["r", _shown(value)]
+    return ["r", short_text(value)]
 
 
 def _scalar(value: Any) -> Any:
@@ -139,17 +134,25 @@ def encode_answers(answers: Any) -> dict[str, Any] | bytes:
 # ---------------------------------------------------------------- serving
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when the supervisor dies (even by SIGKILL), so an app
-    holding a GPU never outlives the pilot that started it."""
+def prctl(option: int, value: int = 0, *, read: bool = False) -> int | None:
+    """Linux prctl(2) through ctypes; None where there is none. With ``read``, the int it writes back."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if read:
+            flag = ctypes.c_int(0)
+            return int(flag.value) if libc.prctl(option, ctypes.byref(flag), 0, 0, 0) == 0 else None
+        return int(libc.prctl(option, value, 0, 0, 0))
     except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before the request took effect
+        return None
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when the supervisor dies (even by SIGKILL), so an app
+    holding a GPU never outlives the pilot that started it."""
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:  # the supervisor died before the request took effect
         os._exit(1)
 
 
@@ -255,8 +258,9 @@ def peak_memory(device: str) -> dict[str, Any]:
             "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def main() -> None:
-    """Entry of ``python -c`` (see supervisor.child_command): take the pipes, then serve."""
+def main(parent: int) -> None:
+    """Entry of ``python -c`` (see supervisor.child_command): take the pipes, then serve. ``parent`` is the
+    supervisor's PID (not "whoever is PID 1": the pilot itself is PID 1 in `docker run IMAGE kdkit pilot`)."""
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -264,7 +268,7 @@ def main() -> None:
     os.close(null)
     os.dup2(2, 1)  # the app's prints go to the log, never into a reply
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
-    _die_with_parent()
+    _die_with_parent(parent)
     code = 0
     try:
         Server(requests, replies).serve()

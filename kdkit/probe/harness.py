@@ -162,13 +162,22 @@ def harness_rejection(doc: Document, reason: str, batch: int) -> dict[str, Any]:
     return {"id": doc.id, "outcome": "rejected", "by": "harness", "reason": reason, "batch": batch}
 
 
+def short_text(value: Any, limit: int | None = ANSWER_SHOWN) -> str:
+    """A string as it is, anything else as its repr (one that raises is named), cut to ``limit``:
+    how an odd answer is kept, here and in the app's process (appchild)."""
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except Exception as exc:
+        text = f"<{type(value).__name__}: repr raised {type(exc).__name__}>"
+    return text if limit is None or len(text) <= limit else text[:limit] + "..."
+
+
 def _shown(value: Any) -> Any:
-    """An answer's value kept as data: JSON scalars as they are, anything else as a short repr; a
+    """An answer's value kept as data: JSON scalars as they are, anything else as short text; a
     credential shape in it is redacted (kdkit.credentials): what the app said may travel and be shown."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    text = redact(value if isinstance(value, str) else repr(value))
-    return text if len(text) <= ANSWER_SHOWN else text[:ANSWER_SHOWN] + "..."
+    return short_text(redact(short_text(value, limit=None)))  # redacted whole, then cut
 
 
 def classify_answers(items: Sequence[Item], answers: Any, categories: Sequence[str],

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.credentials import redact
-from kdkit.probe.appchild import FRAME, MAX_MESSAGE, frame
+from kdkit.probe.appchild import FRAME, MAX_MESSAGE, frame, prctl
 from kdkit.probe.harness import AppRaised, EntryError, Item, NotAList
 from kdkit.probe.stopguard import StopRequested
 
@@ -76,7 +76,7 @@ def child_command() -> list[str]:
                                    ("-s", sys.flags.no_user_site and not sys.flags.isolated),
                                    ("-B", sys.flags.dont_write_bytecode)) if on]
     boot = (f"import sys; sys.path.insert(0, {home!r}); import kdkit.probe.appchild as c; "
-            f"sys.path.remove({home!r}); c.main()")
+            f"sys.path.remove({home!r}); c.main({os.getpid()})")
     return [sys.executable, *flags, "-c", boot]
 
 
@@ -110,26 +110,6 @@ def decode_answers(header: dict[str, Any]) -> Any:
         return header["plain"]
     return [_decode(value) for value in header["tagged"]]
 
-
-def _prctl(option: int, *args: Any) -> int | None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(option, *args, 0, 0, 0))
-    except (OSError, AttributeError):
-        return None
-
-
-def _is_subreaper() -> bool:
-    try:
-        import ctypes
-
-        flag = ctypes.c_int(0)
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value == 1
-    except (OSError, AttributeError):
-        return False
 
 
 def children_of(pid: int) -> set[int]:
@@ -177,7 +157,7 @@ class AppProcess:
 
     def __enter__(self) -> AppProcess:
         self._before = children_of(os.getpid())  # the pilot's own children, never touched
-        self._reaper = not _is_subreaper() and _prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+        self._reaper = prctl(PR_GET_CHILD_SUBREAPER, read=True) == 0 and prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
         self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         start_new_session=True, close_fds=True, bufsize=0)
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -401,7 +381,7 @@ class AppProcess:
                 self.process.wait(timeout=EXIT_GRACE_S)
         self.kill()
         if self._reaper:
-            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+            prctl(PR_SET_CHILD_SUBREAPER, 0)
             self._reaper = False
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
