@@ -41,9 +41,12 @@ class _Duplicate(ValueError):
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = dict(pairs)
-    if len(result) != len(pairs):
+    if len(result) != len(pairs):  # rare: find which key came twice
         seen: set[str] = set()
-        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+        for key, _value in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
     return result
 
 
