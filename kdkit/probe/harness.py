@@ -78,8 +78,8 @@ def _not_regular(doc: Document, mode: int) -> str:
     return f"input file {doc.file} is {what}, not a regular file; the harness never reads it"
 
 
-def _open_input(doc: Document, root: str | None) -> int | str:
-    """A descriptor of the input's regular file, or the reason it is refused.
+def _open_input(doc: Document, root: str | None) -> tuple[int, int] | str:
+    """(descriptor, size) of the input's regular file, or the reason it is refused.
 
     A link (the file itself, or a folder of a name with a separator) is followed only when it
     resolves inside the project ``root`` (projectfiles.real_inside); without a root, never.
@@ -102,11 +102,11 @@ def _open_input(doc: Document, root: str | None) -> int | str:
             fd = os.open(real, OPEN_FLAGS)
         except OSError as again:
             return _unopenable(doc, again)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        return _not_regular(doc, mode)
-    return fd
+        return _not_regular(doc, info.st_mode)
+    return fd, info.st_size
 
 
 def _unopenable(doc: Document, exc: OSError) -> str:
@@ -136,15 +136,15 @@ def read_input(doc: Document, max_bytes: int, root: str | None = None) -> Item |
     opened = _open_input(doc, root)
     if isinstance(opened, str):
         return opened
+    fd, size = opened
     try:
-        size = os.fstat(opened).st_size
         if size > max_bytes:
             return f"input file {doc.file} is {size} bytes, over max_input_bytes {max_bytes}"
-        data = _read_fd(opened, min(size, max_bytes) + 1)
+        data = _read_fd(fd, min(size, max_bytes) + 1)
     except OSError as exc:
         return f"input file {doc.file} unreadable: {exc.strerror or exc}"
     finally:
-        os.close(opened)
+        os.close(fd)
     if len(data) > max_bytes:  # it grew while being read
         return f"input file {doc.file} is more than {max_bytes} bytes, over max_input_bytes {max_bytes}"
     try:
