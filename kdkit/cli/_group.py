@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from kdkit import __version__
-from kdkit.credentials import redact, redacting_excepthook
 from kdkit.errors import KdkitError
+from kdkit.probe.commands import excepthook, redact
 
 # Commands are listed in --help under these headings, in this order.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -91,5 +91,5 @@ def cli() -> None:
 
 def main() -> None:
     """Console entry point."""
-    sys.excepthook = redacting_excepthook  # a crash's traceback is redacted too
+    sys.excepthook = excepthook  # a crash's traceback is redacted too
     sys.exit(cli.main(prog_name="kdkit"))

@@ -10,8 +10,8 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from types import TracebackType
 
-from kdkit.credentials import redact, redacting_excepthook
 from kdkit.errors import KdkitError
 
 # name -> (module, one-line summary shown by `kdkit --help`)
@@ -22,6 +22,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "copy-out": ("kdkit.probe.copyout", "Copy a run folder elsewhere and verify the copy."),
     "gather": ("kdkit.probe.gather", "Prove the workers of one run answered every ID exactly once."),
 }
+
+
+def redact(text: str) -> str:
+    """kdkit.credentials.redact, imported only when an error is printed: it and what it imports
+    (dataclasses, inspect, pathlib) are not on the start-up path of every in-container command."""
+    from kdkit.credentials import redact as redacting
+
+    return redacting(text)
+
+
+def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    """sys.excepthook for kdkit's entry points: a crash's traceback, redacted (loaded when it happens)."""
+    from kdkit.credentials import redacting_excepthook
+
+    redacting_excepthook(kind, value, tb)
 
 
 def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
@@ -50,7 +65,7 @@ def run_command(name: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.excepthook = redacting_excepthook  # a crash's traceback is redacted too
+    sys.excepthook = excepthook  # a crash's traceback is redacted too
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         lines = ["usage: python -m kdkit.probe COMMAND [ARGS]...", "", "Commands:"]
