@@ -61,7 +61,7 @@ from kdkit.checksums import SUMS, safe_name
 from kdkit.credentials import refuse_credentials_in, secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
-from kdkit.probe import CORE_MODULES
+from kdkit.probe import CORE_DATA, CORE_MODULES
 from kdkit.probe.projectfiles import DOTTED, inside, is_within, real_inside, require
 from kdkit.project import Project, load_project
 from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
@@ -538,6 +538,9 @@ def build_zipapp(target: Path) -> int:
     try:
         (root / "kdkit" / "probe").mkdir(parents=True)
         for name in CORE_MODULES:
+            shutil.copyfile(package / name, root / "kdkit" / name)
+        for name in CORE_DATA:
+            (root / "kdkit" / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(package / name, root / "kdkit" / name)
         for path in sorted((package / "probe").rglob("*.py")):
             if "__pycache__" not in path.parts:

@@ -34,7 +34,7 @@ from kdkit import __version__, proc
 from kdkit.credentials import refuse_credentials_in, secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_text, sha256_file
-from kdkit.probe import CORE_MODULES
+from kdkit.probe import CORE_DATA, CORE_MODULES
 from kdkit.probe.projectfiles import real_inside
 from kdkit.project import Backend, Project, find_root, load_project
 from kdkit.resources import data_root, dockerfile
@@ -53,7 +53,6 @@ REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
 PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----")
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 STEP = re.compile(r"^Step (?P<n>\d+)/(?P<total>\d+) : (?P<instruction>.*)$")
 ERROR_LINE = re.compile(r"^(ERROR|E:|error:|fatal:)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the builder colours a step's stderr
@@ -178,13 +177,13 @@ def provenance(root: Path) -> tuple[str, str]:
 def torch_build(lock_path: Path, backend: Backend) -> tuple[str, str, str]:
     """(torch version, CUDA version, ROCm version) promised by the lock's torch pin and its label."""
     from kdkit.locking import backend_label
+    from kdkit.probe.builds import parse_label
     from kdkit.probe.lockfile import parse_lock
-    from kdkit.probe.verify_env import expected_build
 
     pin = parse_lock(lock_path).pins.get("torch")
     if pin is None:
         return "", "", ""
-    build = expected_build(pin.local or backend_label(backend) or "")
+    build = parse_label(pin.local or backend_label(backend) or "")
     kind, version = build if build else ("", None)
     return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
 
@@ -230,7 +229,7 @@ def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, s
         "KDKIT_IMAGE_VERSION": plan_labels[f"{OCI}version"],
     }
     # Docker's predefined proxy arguments reach RUN steps but are kept out of the image's history.
-    args.update({name: os.environ[name] for name in PROXY_VARIABLES if os.environ.get(name)})
+    args.update({name: os.environ[name] for name in proc.PROXY_VARIABLES if os.environ.get(name)})
     return args
 
 
@@ -293,7 +292,7 @@ def _project_files(root: Path) -> Iterator[tuple[str, Path]]:
 
 def _probe_files() -> Iterator[tuple[str, Path]]:
     package = Path(__file__).resolve().parent
-    for name in CORE_MODULES:
+    for name in (*CORE_MODULES, *CORE_DATA):
         yield f"kdkit/lib/kdkit/{name}", package / name
     for path in sorted((package / "probe").rglob("*.py")):
         if not SKIPPED.search(path.name):

@@ -43,9 +43,9 @@ from kdkit import __version__, proc
 from kdkit.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.errors import BadInput, KdkitError
 from kdkit.jsonio import atomic_write_text, load_json, sha256_file
+from kdkit.probe.builds import BACKENDS, index_label
 from kdkit.probe.lockfile import HEADER_PREFIX, Lock, parse_lock, parse_lock_text
-from kdkit.probe.verify_env import expected_build
-from kdkit.project import BACKENDS, Backend, Project, load_project
+from kdkit.project import Backend, Project, load_project
 from kdkit.validate import Problem
 
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
@@ -55,7 +55,6 @@ COMPILE_FLAGS = ("--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-
                  "--no-emit-find-links")
 # pip options whose values may be local paths the container must see (mounted read-only).
 _PATH_OPTIONS = ("index-url", "extra-index-url", "find-links", "cert", "client-cert", "constraint")
-_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 _INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)")
 
 Progress = Callable[[str], None]
@@ -140,8 +139,7 @@ def index_arguments(backend: Backend, pip_config: dict[str, str], local_torch: P
 
 def backend_label(backend: Backend) -> str | None:
     """The torch local label a backend's index serves: the index URL's last segment (cu128, rocm6.4, cpu)."""
-    tail = urlparse(backend.torch_index).path.rstrip("/").rsplit("/", 1)[-1]
-    return tail if expected_build(tail) is not None else None
+    return index_label(backend.torch_index)
 
 
 # ---------------------------------------------------------------- inputs and the header
@@ -274,7 +272,7 @@ def _pip_tools_wheels(dest: Path, python_version: str) -> None:
 
 def _container_environment(pip_config: dict[str, str], ca_bundle: Path | None) -> dict[str, str]:
     env = {f"PIP_{key.upper().replace('-', '_')}": value for key, value in pip_config.items()}
-    env.update({name: os.environ[name] for name in _PROXY_VARIABLES if os.environ.get(name)})
+    env.update({name: os.environ[name] for name in proc.PROXY_VARIABLES if os.environ.get(name)})
     if ca_bundle is not None:
         env["PIP_CERT"] = "/kdkit/ca.pem"
     return env

@@ -17,6 +17,10 @@ from pathlib import Path
 
 from kdkit.errors import CheckFailed, Unavailable
 
+# The proxy variables a build, a lock or a container inherits from the user's shell (pip, curl and
+# apt read both spellings).
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
 
 @dataclass(frozen=True)
 class Completed:

@@ -8,9 +8,9 @@ from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.jsonio import load_json
+from kdkit.probe.builds import BACKENDS
 
 MARKER = "kdkit.json"
-BACKENDS = ("cuda", "rocm", "cpu")
 
 
 def find_root(start: Path | None = None) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdkit.errors import BadInput
+from kdkit.probe.builds import BACKENDS
 from kdkit.resources import template_dir
 from kdkit.staging import clean_stale, hold, release, staging_for
 
@@ -65,8 +66,8 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
     if not NAME.fullmatch(project_name):
         raise BadInput(f"--name {project_name!r}: use lowercase letters, digits, '.', '_' or '-' "
                        "(it becomes the image name)")
-    if backend not in ("cuda", "rocm", "cpu"):
-        raise BadInput(f"--backend {backend}: unknown backend; choose cuda, rocm or cpu")
+    if backend not in BACKENDS:
+        raise BadInput(f"--backend {backend}: unknown backend; choose one of {', '.join(BACKENDS)}")
     if target.exists() and not target.is_dir():
         raise BadInput(f"{target}: exists and is not a folder; choose another path")
     existing = _not_empty(target)

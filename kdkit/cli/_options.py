@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kdkit.probe.builds import BACKENDS
+
 if TYPE_CHECKING:  # click >= 8.2 makes ParamType generic; older releases do not subscript
     _NumberType = click.ParamType[int | float, object]
 else:
@@ -25,7 +27,7 @@ project_argument = click.argument(
 
 backend_option = click.option(
     "--backend",
-    type=click.Choice(["cuda", "rocm", "cpu"]),
+    type=click.Choice(BACKENDS),
     default=None,
     help="Backend to act on (default: default_backend in kdkit.json).",
 )

@@ -9,11 +9,12 @@ import click
 from kdkit.cli._group import cli
 from kdkit.cli._options import json_option, project_argument
 from kdkit.cli._output import emit_json, warn
+from kdkit.probe.builds import BACKENDS
 
 
 @cli.command("lock")
 @project_argument
-@click.option("--backend", type=click.Choice(["cuda", "rocm", "cpu", "all"]), default=None,
+@click.option("--backend", type=click.Choice([*BACKENDS, "all"]), default=None,
               help="Backend to lock, or 'all' (default: default_backend in kdkit.json).")
 @click.option("--upgrade", is_flag=True, help="Re-resolve every package to its newest allowed version.")
 @click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME",

@@ -11,6 +11,7 @@ from kdkit.cli._group import cli
 from kdkit.cli._options import FiniteNumber, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json
 from kdkit.errors import CheckFailed
+from kdkit.probe.builds import BACKENDS
 
 catalog_option = click.option(
     "--catalog", "catalog_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -39,7 +40,7 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
 @cli.command()
 @project_argument
 @gpu_option
-@click.option("--backend", type=click.Choice(["cuda", "rocm", "cpu"]), default=None,
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
               help="Backend whose lock is checked (default: the offer's own backend).")
 @catalog_option
 @click.option("--pairings", "pairings_file", type=click.Path(dir_okay=False, path_type=Path),

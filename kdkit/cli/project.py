@@ -10,12 +10,13 @@ from kdkit.cli._group import cli
 from kdkit.cli._options import json_option, project_argument
 from kdkit.cli._output import emit_json
 from kdkit.errors import BadInput
+from kdkit.probe.builds import BACKENDS
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--name", help="Project name (default: the folder's name, lowercased).")
-@click.option("--backend", type=click.Choice(["cuda", "rocm", "cpu"]), default="cuda", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default="cuda", show_default=True,
               help="Default backend written to kdkit.json.")
 @click.option("--force", is_flag=True, help="Write into an existing non-empty folder (template files are replaced).")
 def init(path: Path, name: str | None, backend: str, force: bool) -> None:

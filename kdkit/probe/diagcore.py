@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GPU_BACKENDS = ("cuda", "rocm")
+from kdkit.probe.builds import GPU_BACKENDS
 
 
 class StepFailed(Exception):

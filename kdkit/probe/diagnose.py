@@ -23,6 +23,7 @@ from typing import Any
 from kdkit.errors import BadInput
 from kdkit.jsonio import atomic_write_json, finite_number, require_replaceable
 from kdkit.probe import diagdeep, diaghost, diagsteps
+from kdkit.probe.builds import BACKENDS
 from kdkit.probe.diagcore import Context, StepFailed, StepFn
 from kdkit.probe.projectfiles import find_root, project_root
 from kdkit.staging import require_writable
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit 0 pass (warnings allowed), 1 a step failed, 2 bad usage. Example on the rented machine: "
                "kdkit diagnose --expect cuda --deep --out diagnose.json",
     )
-    parser.add_argument("--expect", choices=("auto", "cuda", "rocm", "cpu"), default="auto",
+    parser.add_argument("--expect", choices=("auto", *BACKENDS), default="auto",
                         help="backend this machine must provide (auto: from its device nodes and torch build)")
     parser.add_argument("--deep", action="store_true",
                         help="also torch.compile, a pinned non-blocking copy, and bf16 TFLOP/s and copy GB/s "

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,11 +38,10 @@ from kdkit.errors import BadInput
 from kdkit.probe._envinfo import describe
 from kdkit.probe._markers import evaluate
 from kdkit.probe._version import InvalidVersion, Version
+from kdkit.probe.builds import parse_label
 from kdkit.probe.lockfile import Lock, Pin, normalize_name, parse_lock
 
 NEVER_EXTRA = frozenset({"pip", "setuptools", "wheel", "distribute", "kdkit"})
-_CUDA_LABEL = re.compile(r"^cu(\d+)(\d)$")
-_ROCM_LABEL = re.compile(r"^rocm(\d+)\.(\d+)")
 
 DESCRIPTION = "Compare a lock with the live environment of an interpreter, without pip."
 EPILOG = """\
@@ -212,17 +210,6 @@ def read_torch_build(location: Path) -> dict[str, str | None] | None:
     return values
 
 
-def expected_build(local: str) -> tuple[str, str | None] | None:
-    """What a torch local label promises: ("cuda", "12.8"), ("rocm", "6.4"), ("cpu", None)."""
-    if local == "cpu":
-        return ("cpu", None)
-    if cuda := _CUDA_LABEL.match(local):
-        return ("cuda", f"{cuda.group(1)}.{cuda.group(2)}")
-    if rocm := _ROCM_LABEL.match(local):
-        return ("rocm", f"{rocm.group(1)}.{rocm.group(2)}")
-    return None
-
-
 def _describe_build(build: dict[str, str | None]) -> str:
     if build["cuda"]:
         return f"a CUDA {build['cuda']} build"
@@ -239,7 +226,7 @@ def torch_build_finding(pin: Pin, have: Installed) -> Finding | None:
     if pin.local is None:
         return finding(f"torch is locked as {pin.version} without a local label, so any build matches; "
                        "relock with `kdkit lock` to pin torch==X+label", "warning")
-    expected = expected_build(pin.local)
+    expected = parse_label(pin.local)
     if expected is None:
         return finding(f"unknown torch label +{pin.local}; the build cannot be checked", "warning")
     build = read_torch_build(have.location)
