@@ -1,7 +1,7 @@
-"""The GPU catalog and the torch build pairings: shipped data, extended by the user's own files.
+"""The GPU catalog: the offers people rent, shipped as data and extended by the user's own files.
 
-Both are JSON validated by a schema (schemas/catalog.schema.json, schemas/pairings.schema.json),
-never code, so a new card or a new torch release is a data change. Precedence, lowest first:
+The catalog, like the torch build pairings (kdkit.pairings), is JSON validated by a schema
+(schemas/catalog.schema.json), never code, so a new card is a data change. Precedence, lowest first:
 
 1. the file shipped with kdkit (kdkit/data/catalog.json, kdkit/data/pairings.json);
 2. ``catalog.json`` / ``pairings.json`` at the project root, when there is one;
@@ -32,7 +32,7 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[\s_-]+", "", name).lower()
 
 
-def _layer_paths(kind: str, project_root: Path | None, extra: Path | None) -> list[Path]:
+def layer_paths(kind: str, project_root: Path | None, extra: Path | None) -> list[Path]:
     paths = [data_file(f"{kind}.json")]
     if project_root is not None and (project_root / f"{kind}.json").is_file():
         paths.append(project_root / f"{kind}.json")
@@ -41,7 +41,7 @@ def _layer_paths(kind: str, project_root: Path | None, extra: Path | None) -> li
     return paths
 
 
-def _load_checked(path: Path, schema: str) -> dict[str, Any]:
+def load_checked(path: Path, schema: str) -> dict[str, Any]:
     """Load one layer and check it against its schema; the first problem is the error."""
     from kdkit.validate import load_valid
 
@@ -67,6 +67,7 @@ class Offer:
     nominal: dict[str, Any] | None = None
     note: str = ""
     origin: str = ""
+    cpu_arch: str = "x86_64"  # of the host the card comes in (GH200: aarch64)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], origin: Path) -> Offer:
@@ -85,6 +86,7 @@ class Offer:
             nominal=data.get("nominal"),
             note=data.get("note", ""),
             origin=str(origin),
+            cpu_arch=data.get("cpu_arch", "x86_64"),
         )
 
     def match_keys(self) -> set[str]:
@@ -96,7 +98,7 @@ class Offer:
     def summary(self) -> dict[str, Any]:
         """The fields an order records about the offer."""
         return {"name": self.name, "vendor": self.vendor, "backend": self.backend,
-                "memory_gb": self.memory_gb, "architecture": self.architecture,
+                "memory_gb": self.memory_gb, "architecture": self.architecture, "cpu_arch": self.cpu_arch,
                 "cards_per_lot": self.cards_per_lot}
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,13 +107,37 @@ class Offer:
                 "nominal": self.nominal, "note": self.note, "origin": self.origin}
 
 
+_TOKEN = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9]*")
+
+
+def model_token(name: str) -> str:
+    """The word of a name that holds its model number: ``"RTX 4090"`` -> ``4090``, ``"A100-80GB"`` -> ``a100``,
+    ``"T4"`` -> ``t4`` (empty when the name has no digit)."""
+    match = _TOKEN.search(name)
+    return match.group().lower() if match else ""
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model words name one card family: equal, or one extends the other with letters
+    (``mi300`` / ``mi300x``, ``7900`` / ``7900xtx``), never with digits (``a10`` is no ``a100``,
+    ``t4`` no ``4090``)."""
+    if not a or not b:
+        return False
+    short, long = sorted((a, b), key=len)
+    return long.startswith(short) and not long[len(short):len(short) + 1].isdigit()
+
+
 def closest_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """Candidates most similar to ``name`` (difflib), compared in normalized form."""
+    """Spellings of the same card as ``name``: the same model word, and, where some are closer than
+    others, those containing the name or a few characters from it (difflib). Never another model."""
+    key, model = normalize_name(name), model_token(name)
     by_key: dict[str, str] = {}
     for candidate in candidates:
-        by_key.setdefault(normalize_name(candidate), candidate)
-    keys = difflib.get_close_matches(normalize_name(name), list(by_key), n=n, cutoff=0.4)
-    return [by_key[k] for k in keys]
+        if same_model(model, model_token(candidate)):
+            by_key.setdefault(normalize_name(candidate), candidate)
+    close = [k for k in by_key if key in k or k in key]
+    close += [k for k in difflib.get_close_matches(key, list(by_key), n=n, cutoff=0.6) if k not in close]
+    return [by_key[k] for k in close] or list(by_key.values())
 
 
 @dataclass
@@ -123,18 +149,26 @@ class Catalog:
         return [o.name for o in self.offers]
 
     def find(self, name: str) -> Offer:
-        """The offer called ``name`` (or one of its aliases); BadInput with the closest names."""
+        """The offer called ``name`` (or one of its aliases).
+
+        BadInput otherwise: a name that fits several offers (``A100``: 40 or 80 GB, PCIe or SXM) lists
+        them and asks; an unknown one names close spellings of the same card, never another card."""
         key = normalize_name(name)
         for offer in self.offers:
             if key in offer.match_keys():
                 return offer
-        aliases = [a for o in self.offers for a in (o.name, *o.aliases)]
-        near = closest_names(name, aliases)
-        offered = [self._owner(n) for n in near]
-        hint = f"closest: {', '.join(dict.fromkeys(offered))}" if offered else \
-            f"offers: {', '.join(self.names())}"
-        raise BadInput(f"--gpu {name!r}: no such offer in the catalog; {hint} "
-                       "(add your own with a project catalog.json or --catalog FILE)")
+        near = list(dict.fromkeys(self._owner(n) for n in closest_names(name, self._spellings())))
+        fix = "pass one of them as --gpu (add your own with a project catalog.json or --catalog FILE)"
+        if len(near) > 1:
+            raise BadInput(f"--gpu {name!r}: fits {len(near)} offers: {', '.join(near)}; {fix}")
+        if near:
+            raise BadInput(f"--gpu {name!r}: no such offer in the catalog; did you mean {near[0]!r}? pass that name "
+                           "(or add your own with a project catalog.json or --catalog FILE)")
+        raise BadInput(f"--gpu {name!r}: no such offer in the catalog (offers: {', '.join(self.names())}); "
+                       "add your own with a project catalog.json or --catalog FILE")
+
+    def _spellings(self) -> list[str]:
+        return [a for o in self.offers for a in (o.name, *o.aliases)]
 
     def _owner(self, alias: str) -> str:
         key = normalize_name(alias)
@@ -145,134 +179,10 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
     """The shipped catalog, then the project's catalog.json, then ``extra`` (see module doc)."""
     merged: dict[str, Offer] = {}
     files = []
-    for path in _layer_paths("catalog", project_root, extra):
-        data = _load_checked(path, "catalog")
+    for path in layer_paths("catalog", project_root, extra):
+        data = load_checked(path, "catalog")
         files.append(str(path))
         for entry in data["offers"]:
             offer = Offer.from_json(entry, path)
             merged[normalize_name(offer.name)] = offer
     return Catalog(list(merged.values()), files)
-
-
-# ---------------------------------------------------------------- pairings
-
-
-def code_for(card: str, carried: Iterable[str]) -> str | None:
-    """How a build carrying ``carried`` runs on ``card`` ("cubin sm_86", "PTX compute_120, ..."),
-    or None when it has no code the card can execute.
-
-    The rules are diagnose's own (kdkit.probe.gpurules), so a card judged here before ordering
-    is judged the same way on the machine: a cubin runs on the same major with an equal or newer
-    minor, PTX is compiled for newer cards, ROCm needs the exact gfx target.
-    """
-    from kdkit.probe.gpurules import cuda_arch_verdict, rocm_arch_verdict
-
-    arch_list = list(carried)
-    match = re.fullmatch(r"sm_([0-9]+)", card)
-    if match is not None:
-        verdict = cuda_arch_verdict(divmod(int(match.group(1)), 10), arch_list)
-    else:
-        verdict = rocm_arch_verdict(card, arch_list, None)
-    return verdict.how if verdict.ok else None
-
-
-@dataclass(frozen=True)
-class Build:
-    """One torch release built against one wheel index."""
-
-    torch: str
-    label: str
-    backend: str
-    toolkit: str
-    architectures: tuple[str, ...]
-    complete: bool
-    source: str
-
-    def code_for(self, card: str) -> str | None:
-        """How this build runs on ``card``, or None (see the module function)."""
-        return code_for(card, self.architectures)
-
-
-def torch_minor(version: str) -> str:
-    """``"2.6.0+cu124"`` -> ``"2.6"``."""
-    parts = version.split("+", 1)[0].split(".")
-    return ".".join(parts[:2])
-
-
-def _minor_key(minor: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in minor.split("."))
-
-
-@dataclass
-class Pairings:
-    data: dict[str, Any]
-    files: list[str] = field(default_factory=list)
-
-    def index(self, label: str) -> dict[str, str] | None:
-        found: dict[str, str] | None = self.data["indexes"].get(label)
-        return found
-
-    def build(self, torch_version: str, label: str) -> Build | None:
-        """The build of ``torch_version`` (any patch release) from index ``label``, if known."""
-        minor = torch_minor(torch_version)
-        set_name = self.data["torch"].get(minor, {}).get(label)
-        if set_name is None:
-            return None
-        arch_set, index = self.data["arch_sets"][set_name], self.data["indexes"][label]
-        return Build(minor, label, index["backend"], index["version"], tuple(arch_set["architectures"]),
-                     arch_set["complete"], arch_set["source"])
-
-    def builds(self) -> list[Build]:
-        """Every known build, oldest torch first."""
-        out = []
-        for minor in sorted(self.data["torch"], key=_minor_key):
-            for label in self.data["torch"][minor]:
-                build = self.build(minor, label)
-                if build is not None:
-                    out.append(build)
-        return out
-
-    def builds_for(self, card: str, backend: str) -> list[Build]:
-        """The builds of ``backend`` that carry code for ``card``, oldest torch first."""
-        return [b for b in self.builds() if b.backend == backend and b.code_for(card) is not None]
-
-    def min_driver(self, cuda_version: str) -> str | None:
-        found: str | None = self.data["drivers"].get(cuda_version.split(".")[0])
-        return found
-
-    def known_torch(self) -> list[str]:
-        return sorted(self.data["torch"], key=_minor_key)
-
-
-_PAIRING_SECTIONS = ("sources", "drivers", "indexes", "arch_sets")
-
-
-def _merge_pairings(merged: dict[str, Any], layer: dict[str, Any]) -> None:
-    for section in _PAIRING_SECTIONS:
-        merged[section].update(layer.get(section, {}))
-    for minor, labels in layer.get("torch", {}).items():
-        merged["torch"].setdefault(minor, {}).update(labels)
-
-
-def _dangling(merged: dict[str, Any]) -> str | None:
-    """The first torch entry naming an unknown index or arch set, described."""
-    for minor, labels in merged["torch"].items():
-        for label, set_name in labels.items():
-            if label not in merged["indexes"]:
-                return f"$.torch.{minor}.{label}: index {label!r} is not under $.indexes; add it there"
-            if set_name not in merged["arch_sets"]:
-                return f"$.torch.{minor}.{label}: arch set {set_name!r} is not under $.arch_sets; add it there"
-    return None
-
-
-def load_pairings(project_root: Path | None = None, extra: Path | None = None) -> Pairings:
-    """The shipped pairings, then the project's pairings.json, then ``extra``, merged key by key."""
-    merged: dict[str, Any] = {section: {} for section in (*_PAIRING_SECTIONS, "torch")}
-    files = []
-    for path in _layer_paths("pairings", project_root, extra):
-        _merge_pairings(merged, _load_checked(path, "pairings"))
-        files.append(str(path))
-        problem = _dangling(merged)
-        if problem is not None:
-            raise BadInput(f"{path}: {problem}")
-    return Pairings(merged, files)

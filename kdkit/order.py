@@ -1,5 +1,5 @@
-"""Before ordering: is the offer compatible with the lock (``check``), and what does the order cost
-and does its schedule fit (``plan``)?
+"""Before ordering: what does the order cost and does its schedule fit (``plan``)? (Whether the
+offer runs the project is ``kdkit check``, kdkit.check.)
 
 Money is ``Decimal`` end to end and rounded to cents once, half up: 2 x 47.14 is 94.28, not
 94.27999999. A lot's price already covers all of its cards (a B200 lot holds two): the total is
@@ -8,14 +8,12 @@ lot price x lots, never x cards.
 
 from __future__ import annotations
 
-import re
-from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from kdkit import __version__
-from kdkit.catalog import DURATIONS, Catalog, Offer, Pairings, load_catalog, load_pairings
+from kdkit.catalog import DURATIONS, Catalog, Offer, load_catalog
 from kdkit.errors import BadInput
 from kdkit.jsonio import atomic_write_json
 from kdkit.project import Project
@@ -185,143 +183,6 @@ def load_order(path: Path) -> dict[str, Any]:
     return load_valid(path, "order", what="order file", hint="; write it with `kdkit plan --save`")
 
 
-# ---------------------------------------------------------------- check
-
-
-@dataclass(frozen=True)
-class Point:
-    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to confirm)."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str | None = None
-
-
-_INDEX_URL = re.compile(r"/whl/(cpu|cu[0-9]{3}|rocm[0-9.]+)/?$")
-_TORCH_INDEX = "https://download.pytorch.org/whl/{label}"
-
-
-def _label_backend(label: str, pairings: Pairings) -> str:
-    known = pairings.index(label)
-    if known is not None:
-        return known["backend"]
-    return "cuda" if label.startswith("cu") else "rocm" if label.startswith("rocm") else "cpu"
-
-
-def _lock_label(pin_local: str | None, options: list[tuple[str, str]]) -> str | None:
-    """The build label: the pin's local label, else the lock's torch index URL."""
-    if pin_local:
-        return pin_local
-    for _option, value in options:
-        match = _INDEX_URL.search(value)
-        if match:
-            return match.group(1)
-    return None
-
-
-def _instead(offer: Offer, pairings: Pairings) -> str:
-    """What to lock instead: the builds known to carry code for the card, oldest first."""
-    builds = pairings.builds_for(offer.architecture, offer.backend)
-    if not builds:
-        return f"no build in kdkit's pairings carries {offer.architecture}; add one to a project pairings.json"
-    by_torch: dict[str, list[str]] = {}
-    for build in builds:
-        by_torch.setdefault(build.torch, []).append(build.label)
-    first = builds[0]
-    known = "; ".join(f"{t} {'/'.join(labels)}" for t, labels in by_torch.items())
-    return (f"lock torch >= {first.torch} with {first.label} (known to carry {offer.architecture}: {known}): "
-            f"set backends.{offer.backend}.torch_index to {_TORCH_INDEX.format(label=first.label)}, "
-            f"pin torch>={first.torch} in requirements/base.in, then `kdkit lock --backend {offer.backend}`")
-
-
-def _backend_point(offer: Offer, backend: str) -> Point:
-    if offer.backend == backend:
-        return Point("backend", "ok", f"{offer.name} ({offer.vendor}) runs the {backend} backend")
-    return Point("backend", "fail",
-                 f"{offer.name} is an {offer.vendor.upper()} card: it runs the {offer.backend} backend, "
-                 f"not {backend}",
-                 f"check and lock the {offer.backend} backend: `kdkit lock --backend {offer.backend}`, then "
-                 f"`kdkit check --gpu {offer.name!r} --backend {offer.backend}`")
-
-
-def _build_point(offer: Offer, version: str, label: str, pairings: Pairings, lock: Path) -> Point:
-    backend = _label_backend(label, pairings)
-    if backend != offer.backend:
-        return Point("lock build", "fail",
-                     f"{lock} pins torch {version}, a {backend} build; {offer.name} "
-                     f"({offer.architecture}) needs a {offer.backend} build",
-                     _instead(offer, pairings))
-    return Point("lock build", "ok", f"{lock} pins torch {version}, a {backend} build")
-
-
-def _kernel_point(offer: Offer, version: str, label: str, pairings: Pairings) -> Point:
-    build = pairings.build(version, label)
-    card = offer.architecture
-    if build is None:
-        return Point("kernels", "unknown",
-                     f"kdkit's pairings do not know torch {version} from {label} "
-                     f"(known releases: {', '.join(pairings.known_torch())})",
-                     "confirm with torch.cuda.get_arch_list() inside the image (`kdkit diagnose` does), "
-                     "then add the pairing to a project pairings.json; or " + _instead(offer, pairings))
-    code = build.code_for(card)
-    if code is not None:
-        return Point("kernels", "ok", f"torch {version} carries {code}, which runs on {card}")
-    carried = ", ".join(build.architectures) or "no GPU code"
-    if not build.complete:
-        return Point("kernels", "unknown",
-                     f"{card} is not among the targets kdkit knows for torch {build.torch} {label} ({carried}); "
-                     "that list is partial",
-                     "confirm with torch.cuda.get_arch_list() inside the image (`kdkit diagnose` does)")
-    needs = " (Blackwell needs a CUDA 12.8+ build, torch >= 2.7)" if card in ("sm_100", "sm_120") else ""
-    return Point("kernels", "fail",
-                 f"torch {version} carries {carried}: no code for {offer.name}'s {card}{needs}; on the machine "
-                 "this is 'no kernel image is available for execution on the device'",
-                 _instead(offer, pairings))
-
-
-def _driver_point(offer: Offer, version: str, label: str, pairings: Pairings) -> Point:
-    index = pairings.index(label)
-    if offer.backend == "rocm":
-        return Point("driver", "note", "the host needs the amdgpu kernel driver and /dev/kfd access",
-                     "ask the provider; `kdkit diagnose` checks /dev/kfd on arrival (add the render group)")
-    if index is None or not index["version"]:
-        return Point("driver", "unknown", f"the CUDA version of {label} is not in kdkit's pairings",
-                     "add the index to a project pairings.json")
-    minimum = pairings.min_driver(index["version"])
-    if minimum is None:
-        return Point("driver", "unknown", f"no minimum driver known for CUDA {index['version']}",
-                     "add it under drivers in a project pairings.json")
-    return Point("driver", "note",
-                 f"torch {version} (CUDA {index['version']}) needs an NVIDIA host driver >= {minimum}",
-                 "ask the provider for the driver version; `kdkit diagnose` checks it on arrival")
-
-
-def _memory_point(project: Project, offer: Offer) -> Point:
-    """The lower bound from kdkit.json's memory section, and the pilot's measured peak, against a card."""
-    from kdkit.memory import DOES_NOT_FIT, estimate_memory, job_from_config, measured_verdict, pilot_peak
-
-    runs = project.root / runs_folder(project)
-    fix: str | None = None
-    if "memory" in project.config:
-        report = estimate_memory(job_from_config(project.config, project.root / "kdkit.json"), offer, runs)
-        peak, verdict = report["pilot_peak"], report["against"]["verdict"]
-        detail = (f"lower bound {report['lower_bound_gib']} GiB against {offer.memory_gb} GB per card: "
-                  f"{verdict}")
-    else:
-        peak = pilot_peak(runs)
-        verdict = None if peak is None else measured_verdict(peak, offer)
-        detail = "no estimate: kdkit.json has no memory section"
-        fix = ("add $.memory (parameters, dtype, train, kv) to kdkit.json or run `kdkit estimate-memory "
-               "--params N --gpu NAME`; the pilot measures the real peak")
-    if peak is not None:
-        detail += f"; pilot {peak['run_id']} measured {peak['peak_gib']} GiB on {peak['device'] or 'an unnamed device'}"
-    if verdict == DOES_NOT_FIT:
-        return Point("memory", "fail", detail, "a card with more memory, a smaller batch or sequence, or "
-                     "lower precision (validated on your own inputs)")
-    return Point("memory", "note", detail, fix)
-
-
 def runs_folder(project: Project) -> str:
     """The pilot config's runs folder, or ``runs`` when the config cannot be read."""
     try:
@@ -329,48 +190,6 @@ def runs_folder(project: Project) -> str:
     except BadInput:
         return "runs"
     return runs if isinstance(runs, str) else "runs"
-
-
-def _lock_points(offer: Offer, lock_path: Path, backend: str, pairings: Pairings) -> list[Point]:
-    """What the lock says about the card: its build, its kernels, its driver."""
-    from kdkit.probe.lockfile import parse_lock
-
-    if not lock_path.is_file():
-        return [Point("lock", "fail", f"{lock_path}: no lock yet", f"`kdkit lock --backend {backend}`")]
-    lock = parse_lock(lock_path)
-    pin = lock.pins.get("torch")
-    if pin is None:
-        return [Point("lock", "fail", f"{lock_path}: torch is not pinned",
-                      "add torch to requirements/base.in, then `kdkit lock`")]
-    label = _lock_label(pin.local, lock.options)
-    if label is None:
-        return [Point("lock", "fail", f"{lock_path}:{pin.line}: torch=={pin.version} has no local label, so it "
-                      "also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")]
-    points = [_build_point(offer, pin.version, label, pairings, lock_path)]
-    if points[0].status == "ok":
-        points += [_kernel_point(offer, pin.version, label, pairings),
-                   _driver_point(offer, pin.version, label, pairings)]
-    return points
-
-
-def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
-                catalog_file: Path | None = None, pairings_file: Path | None = None) -> dict[str, Any]:
-    """Every point that must hold before ordering ``gpu`` for this project, each with its fix."""
-    from kdkit.project import load_project
-
-    project = load_project(project_dir)
-    name = gpu or project.config.get("target_gpu")
-    if not name:
-        raise BadInput(f"{project.root / 'kdkit.json'}: $.target_gpu is null; pass --gpu NAME or set it")
-    offer = load_catalog(project.root, catalog_file).find(name)
-    pairings = load_pairings(project.root, pairings_file)
-    chosen = project.backend(backend or offer.backend)
-    points = [_backend_point(offer, chosen.name)]
-    points += _lock_points(offer, chosen.lock, chosen.name, pairings)
-    points.append(_memory_point(project, offer))
-    return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
-            "lock": str(chosen.lock), "ok": all(p.status in ("ok", "note") for p in points),
-            "points": [asdict(p) for p in points]}
 
 
 # ---------------------------------------------------------------- entry points for the commands

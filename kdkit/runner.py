@@ -70,6 +70,7 @@ from kdkit import proc
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
 from kdkit.errors import BadInput, Unavailable
 from kdkit.images import LABEL, default_tag, require_kdkit_labels
+from kdkit.probe.builds import driver_floor, version_tuple
 from kdkit.probe.diaghost import SHM_MINIMUM
 from kdkit.probe.projectfiles import real_inside
 from kdkit.project import Project, load_project
@@ -81,8 +82,6 @@ NETWORKS = ("none", "bridge", "host")
 PIDS_PER_CPU = 64
 PIDS_FLOOR = 4096
 SCRATCH_CAP = 64 << 30  # /dev/shm, /tmp and HOME: a quarter of memory, SHM_MINIMUM to this
-# Minimum Linux driver for CUDA minor-version compatibility, by CUDA major.
-CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -174,10 +173,6 @@ def read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
-
-
 # ---------------------------------------------------------------- device access per backend
 
 
@@ -194,8 +189,9 @@ def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str,
             raise BadInput(f"--gpus {','.join(gpus)}: no GPU {unknown[0]} on this host (GPUs: {have}); "
                            "see `nvidia-smi -L`")
     cuda = labels.get(f"{LABEL}torch.cuda", "")
-    needed = CUDA_MIN_DRIVER.get(_version_tuple(cuda)[0]) if cuda else None
-    if needed and host.nvidia_driver and _version_tuple(host.nvidia_driver) < _version_tuple(needed):
+    floor = driver_floor(cuda) if cuda else None  # pairings.json's floor, as diagnose and check apply it
+    needed = floor[0] if floor else None
+    if needed and host.nvidia_driver and version_tuple(host.nvidia_driver) < version_tuple(needed):
         raise Unavailable(f"NVIDIA driver {host.nvidia_driver} is older than CUDA {cuda} in the image needs "
                           f"(>= {needed}); upgrade the driver or rebuild for an older CUDA (torch_index in "
                           "kdkit.json, then `kdkit lock` and `kdkit build`)")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdkit.errors import BadInput
-from kdkit.probe.builds import BACKENDS
+from kdkit.probe.builds import BACKENDS, TORCH_INDEX_URL
 from kdkit.resources import template_dir
 from kdkit.staging import clean_stale, hold, release, staging_for
 
@@ -34,6 +34,23 @@ VERBATIM = ("data",)
 def default_name(target: Path) -> str:
     name = re.sub(r"[^a-z0-9._-]+", "-", target.resolve().name.lower()).strip("-._")
     return name or "kdkit-project"
+
+
+def template_builds(python: str) -> dict[str, str]:
+    """The torch pin, and each backend's wheel index and base image, that a new project gets: the
+    build pairings.json names under "template", which must be a published build of that release."""
+    from kdkit.pairings import load_pairings
+
+    pairings = load_pairings()
+    values = {"torch": pairings.data["template"]["torch"]}
+    for backend in BACKENDS:
+        build = pairings.template_build(backend)
+        image = pairings.base_image(build.label, python)
+        if image is None:
+            raise BadInput(f"{pairings.files[-1]}: $.indexes.{build.label} has no base_image for the template; add it")
+        values[f"{backend}_index"] = TORCH_INDEX_URL.format(label=build.label)
+        values[f"{backend}_image"] = image
+    return values
 
 
 def _render(text: str, values: dict[str, str]) -> str:
@@ -76,7 +93,8 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
         said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
         raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
 
-    values = {"name": project_name, "backend": backend, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    values = {"name": project_name, "backend": backend, "python": python, **template_builds(python)}
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
     made: list[Path] = []
     staging, lock = staging_for(target), None

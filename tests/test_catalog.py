@@ -8,11 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.catalog import code_for, load_catalog, load_pairings
+from kdkit.catalog import load_catalog
 from kdkit.errors import BadInput
+from kdkit.pairings import code_for, load_pairings
 from kdkit.resources import data_file, schema_path
 
-OFFERS = ("RTX 4090", "RTX 5090", "L40S", "A100 80GB", "H100 80GB", "H200", "B200", "MI300X")
+# The cards people rent (issue 11): each must be in the shipped catalog.
+RENTED = ("T4", "L4", "A10", "A10G", "RTX 3090", "RTX A6000", "RTX 4090", "RTX 5090", "RTX 6000 Ada",
+          "RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell Server Edition", "L40", "L40S",
+          "A100 40GB PCIe", "A100 40GB SXM", "A100 80GB PCIe", "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H100 NVL",
+          "H200", "GH200", "B200", "B300", "MI250X", "MI300X", "MI325X", "MI355X", "RX 7900 XTX")
 
 
 def _offer(name: str, **extra: object) -> dict[str, object]:
@@ -27,17 +32,39 @@ def _write(path: Path, data: object) -> Path:
     return path
 
 
-def test_shipped_catalog_has_every_offer_with_datasheet_facts() -> None:
+def test_shipped_catalog_has_the_rented_cards_with_sourced_facts() -> None:
     catalog = load_catalog()
-    assert catalog.names() == list(OFFERS)
+    assert len(catalog.offers) >= 25 and set(RENTED) <= set(catalog.names())
     arch = {o.name: o.architecture for o in catalog.offers}
-    assert arch == {"RTX 4090": "sm_89", "RTX 5090": "sm_120", "L40S": "sm_89", "A100 80GB": "sm_80",
-                    "H100 80GB": "sm_90", "H200": "sm_90", "B200": "sm_100", "MI300X": "gfx942"}
+    assert {n: arch[n] for n in ("T4", "A10G", "RTX 4090", "RTX 5090", "A100 40GB SXM", "H200", "B200", "B300",
+                                 "MI250X", "MI300X", "MI355X", "RX 7900 XTX")} == {
+        "T4": "sm_75", "A10G": "sm_86", "RTX 4090": "sm_89", "RTX 5090": "sm_120", "A100 40GB SXM": "sm_80",
+        "H200": "sm_90", "B200": "sm_100", "B300": "sm_103", "MI250X": "gfx90a", "MI300X": "gfx942",
+        "MI355X": "gfx950", "RX 7900 XTX": "gfx1100"}
     assert {o.name: o.cards_per_lot for o in catalog.offers if o.cards_per_lot != 1} == {"B200": 2}
+    assert {o.name for o in catalog.offers if o.cpu_arch == "aarch64"} == {"GH200"}
     assert catalog.find("MI300X").backend == "rocm" and catalog.find("MI300X").vendor == "amd"
+    sources = json.loads(data_file("catalog.json").read_text())["sources"]
     for offer in catalog.offers:
-        assert offer.nominal is not None and offer.nominal["source"]
-        assert "sparsity" in offer.nominal["source"] or "dense" in offer.nominal["source"]
+        nominal = offer.nominal or {}
+        assert set(nominal) >= {"tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops", "source"}, offer.name
+        cited = {key for key in sources if key in nominal["source"]}
+        assert cited, f"{offer.name}: its figures cite no source of $.sources"
+        for field in ("tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops"):
+            assert nominal[field] is not None or offer.note, f"{offer.name}: null {field} is not explained"
+    for citation in sources.values():
+        assert citation.startswith(("http", "NVIDIA", "AMD", "Stas", "AWS", "Baseten", "Guru3D", "TechPowerUp",
+                                    "LLVM", "Lightning", "ROCm", "Older")) or "github" in citation or "://" in citation
+
+
+def test_nominal_figures_of_well_known_cards_are_the_datasheets_dense_ones() -> None:
+    catalog = load_catalog()
+    nominal = {name: catalog.find(name).nominal or {} for name in ("RTX 4090", "H100 SXM", "MI300X", "A100 80GB SXM")}
+    assert nominal["RTX 4090"]["bf16_dense_tflops"] == 165.2 and nominal["RTX 4090"]["memory_bandwidth_gb_s"] == 1008
+    assert nominal["H100 SXM"]["bf16_dense_tflops"] == 989.5 and nominal["H100 SXM"]["tf32_dense_tflops"] == 494.5
+    assert nominal["MI300X"]["bf16_dense_tflops"] == 1307.4
+    assert nominal["A100 80GB SXM"]["tf32_dense_tflops"] == 156 and nominal["A100 80GB SXM"]["memory_bandwidth_gb_s"] \
+        == 2039
 
 
 def test_only_the_rtx_4090_has_prices_and_they_are_exact() -> None:
@@ -53,37 +80,58 @@ def test_names_match_ignoring_case_spaces_and_dashes(spelling: str) -> None:
     assert load_catalog().find(spelling).name == "RTX 4090"
 
 
-def test_unknown_name_offers_the_closest() -> None:
+@pytest.mark.parametrize(("name", "offers"), [
+    ("A100", "A100 40GB PCIe, A100 40GB SXM, A100 80GB PCIe, A100 80GB SXM"),
+    ("A100 80GB", "A100 80GB PCIe, A100 80GB SXM"),
+    ("H100", "H100 PCIe, H100 SXM, H100 NVL"),
+    ("V100", "V100 SXM2 16GB, V100 SXM2 32GB"),
+    ("RTX PRO 6000", "RTX PRO 6000 Blackwell Workstation Edition, RTX PRO 6000 Blackwell Server Edition"),
+])
+def test_a_name_that_fits_several_offers_asks(name: str, offers: str) -> None:
     with pytest.raises(BadInput) as caught:
-        load_catalog().find("RTX 4080")
-    assert str(caught.value) == ("--gpu 'RTX 4080': no such offer in the catalog; closest: RTX 4090, RTX 5090 "
-                                 "(add your own with a project catalog.json or --catalog FILE)")
+        load_catalog().find(name)
+    count = offers.count(",") + 1
+    assert str(caught.value) == (f"--gpu {name!r}: fits {count} offers: {offers}; pass one of them as --gpu (add your "
+                                 "own with a project catalog.json or --catalog FILE)")
 
 
-def test_far_name_lists_every_offer() -> None:
-    with pytest.raises(BadInput, match="offers: RTX 4090, RTX 5090, L40S"):
-        load_catalog().find("zzzzzz")
+@pytest.mark.parametrize(("name", "same"), [("Tesla T4 16GB", "T4"), ("MI300", "MI300X"),
+                                            ("Radeon 7900", "RX 7900 XTX"), ("B200 x2", "B200")])
+def test_an_unknown_spelling_gets_the_same_card(name: str, same: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        load_catalog().find(name)
+    assert str(caught.value) == (f"--gpu {name!r}: no such offer in the catalog; did you mean {same!r}? pass that "
+                                 "name (or add your own with a project catalog.json or --catalog FILE)")
+
+
+@pytest.mark.parametrize("name", ["RTX 4080", "T40", "A1000", "RTX 4900", "zzzzzz", "GB200"])
+def test_an_unknown_card_is_never_offered_a_different_one(name: str) -> None:
+    """T4 once got "closest: RTX 4090": a different model number is a different card."""
+    with pytest.raises(BadInput) as caught:
+        load_catalog().find(name)
+    assert "did you mean" not in str(caught.value) and "fits" not in str(caught.value)
+    assert "offers: T4, L4, A10, A10G, RTX 3090" in str(caught.value)
 
 
 def test_project_then_command_line_catalog_override_by_name(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     project.mkdir()
     _write(project / "catalog.json", {"offers": [
-        _offer("H100 80GB", memory_gb=80, architecture="sm_90", price_per_lot_usd={"3": 300, "7": 600, "30": None}),
+        _offer("H100 SXM", memory_gb=80, architecture="sm_90", price_per_lot_usd={"3": 300, "7": 600, "30": None}),
         _offer("My Card"),
     ]})
-    extra = _write(tmp_path / "mine.json", {"offers": [_offer("h100-80gb", memory_gb=80, architecture="sm_90",
+    extra = _write(tmp_path / "mine.json", {"offers": [_offer("h100-sxm", memory_gb=80, architecture="sm_90",
                                                                 price_per_lot_usd={"3": 250, "7": None, "30": None})]})
     from_project = load_catalog(project)
-    assert from_project.find("H100 80GB").price(3) == Decimal("300")
+    assert from_project.find("H100 SXM").price(3) == Decimal("300")
     assert from_project.find("My Card").origin == str(project / "catalog.json")
     assert from_project.names()[-1] == "My Card"
     both = load_catalog(project, extra)
-    assert both.find("H100 80GB").price(3) == Decimal("250")
+    assert both.find("H100 SXM").price(3) == Decimal("250")
     assert both.files == [str(data_file("catalog.json")), str(project / "catalog.json"), str(extra)]
     # A replaced offer is replaced whole: the shipped aliases are gone with it.
     with pytest.raises(BadInput):
-        both.find("H100 SXM")
+        both.find("H100 SXM5")
 
 
 def test_user_catalog_is_checked_by_the_same_schema(tmp_path: Path) -> None:
@@ -111,22 +159,39 @@ def test_missing_catalog_file_is_bad_input(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- pairings
 
 
-def test_shipped_pairings_carry_the_researched_indexes() -> None:
-    torch = load_pairings().data["torch"]
-    assert {v: sorted(k for k in labels if k != "cpu") for v, labels in torch.items()} == {
+def test_shipped_pairings_carry_every_published_build_2_5_to_2_14() -> None:
+    pairings = load_pairings()
+    published = {minor: sorted(la for la in pairings.labels(minor) if la != "cpu") for minor in pairings.releases()}
+    assert published == {
         "2.5": ["cu118", "cu121", "cu124", "rocm6.1", "rocm6.2"],
         "2.6": ["cu118", "cu124", "cu126", "rocm6.1", "rocm6.2.4"],
         "2.7": ["cu118", "cu126", "cu128", "rocm6.3"],
-        "2.8": ["cu126", "cu128", "cu129", "rocm6.4"],
-        "2.9": ["cu126", "cu128", "cu130", "rocm6.4"],
-        "2.10": ["cu126", "cu128", "cu130", "rocm7.1"],
+        "2.8": ["cu126", "cu128", "cu129", "rocm6.3", "rocm6.4"],
+        "2.9": ["cu126", "cu128", "cu130", "rocm6.3", "rocm6.4"],
+        "2.10": ["cu126", "cu128", "cu130", "rocm7.0", "rocm7.1"],
+        "2.11": ["cu126", "cu128", "cu130", "rocm7.1", "rocm7.2"],
+        "2.12": ["cu126", "cu130", "cu132", "rocm7.1", "rocm7.2"],
+        "2.13": ["cu126", "cu130", "cu132", "rocm7.2"],
+        "2.14": ["cu126", "cu130", "cu132", "rocm7.14"],
     }
+    experimental = {b.name for b in pairings.builds() if b.experimental}
+    assert experimental == {"2.6 cu126 (experimental)", "2.7 cu128 (experimental)", "2.8 cu129 (experimental)",
+                            "2.9 cu130 (experimental)", "2.10 cu130 (experimental)", "2.12 cu132 (experimental)",
+                            "2.13 cu132 (experimental)"}
+    assert pairings.labels("2.13", "aarch64") == ["cpu", "cu126", "cu130", "cu132"]
+    assert pairings.labels("2.7", "aarch64") == []
 
 
-def test_driver_minimums_per_cuda_major() -> None:
+def test_driver_floors_per_cuda_major_and_per_card() -> None:
     pairings = load_pairings()
-    assert [pairings.min_driver(v) for v in ("11.8", "12.4", "12.8", "13.0")] == \
-        ["450.80.02", "525.60.13", "525.60.13", "580"]
+    assert [pairings.driver_floor(v) for v in ("11.8", "12.4", "12.8", "13.0", "10.2")] == [
+        ("450.80.02", "CUDA 11.x builds"), ("525.60.13", "CUDA 12.x builds"), ("525.60.13", "CUDA 12.x builds"),
+        ("580", "CUDA 13.x builds"), None]
+    # Blackwell needs R570 even when the CUDA 12 floor is 525; CUDA 13's own floor is higher still.
+    assert pairings.driver_floor("12.8", "sm_120") == ("570", "sm_120 cards")
+    assert pairings.driver_floor("12.8", "sm_100") == ("570", "sm_100 cards")
+    assert pairings.driver_floor("13.0", "sm_120") == ("580", "CUDA 13.x builds")
+    assert pairings.driver_floor("12.8", "sm_90") == ("525.60.13", "CUDA 12.x builds")
 
 
 def test_blackwell_needs_cuda_12_8_and_torch_2_7() -> None:
@@ -134,10 +199,19 @@ def test_blackwell_needs_cuda_12_8_and_torch_2_7() -> None:
     for card in ("sm_100", "sm_120"):
         builds = pairings.builds_for(card, "cuda")
         assert builds and all(b.torch not in ("2.5", "2.6") for b in builds)
-        assert all(b.label in ("cu128", "cu129", "cu130") for b in builds)
+        assert {b.label for b in builds} == {"cu128", "cu129", "cu130", "cu132"}
         assert (builds[0].torch, builds[0].label) == ("2.7", "cu128")
     assert {b.label for b in pairings.builds_for("gfx942", "rocm")} == \
-        {"rocm6.1", "rocm6.2", "rocm6.2.4", "rocm6.3", "rocm6.4", "rocm7.1"}
+        {"rocm6.1", "rocm6.2", "rocm6.2.4", "rocm6.3", "rocm6.4", "rocm7.0", "rocm7.1", "rocm7.2", "rocm7.14"}
+    assert {b.name for b in pairings.builds_for("gfx950", "rocm")} >= {"2.13 rocm7.2", "2.14 rocm7.14"}
+
+
+def test_cuda_13_builds_drop_volta_and_2_11_drops_it_from_cu128() -> None:
+    pairings = load_pairings()
+    assert pairings.builds_for("sm_70", "cuda")[-1].name == "2.14 cu126"
+    assert not any(b.code_for("sm_70") for b in pairings.builds() if b.label in ("cu130", "cu132"))
+    assert pairings.build("2.10.0", "cu128").code_for("sm_70") == "cubin sm_70"  # type: ignore[union-attr]
+    assert pairings.build("2.11.0", "cu128").code_for("sm_70") is None  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("card", "carried", "expected"), [
@@ -155,9 +229,14 @@ def test_kernel_rules(card: str, carried: list[str], expected: str | None) -> No
 
 
 def test_project_pairings_extend_a_new_torch_release(tmp_path: Path) -> None:
-    _write(tmp_path / "pairings.json", {"torch": {"2.13": {"cu128": "cu128"}}})
-    build = load_pairings(tmp_path).build("2.13.0", "cu128")
+    # The older form {label: arch set} and the current one both extend the shipped builds, label by label.
+    _write(tmp_path / "pairings.json", {"torch": {"2.15": {"cu130": "cu130-2.13"}, "2.13": {"builds": {"cu128": {
+        "arch_set": "cu128-2.11", "experimental": True}}}}})
+    pairings = load_pairings(tmp_path)
+    build = pairings.build("2.15.0", "cu130")
     assert build is not None and "sm_120" in build.architectures
+    assert pairings.labels("2.13") == ["cpu", "cu126", "cu130", "cu132", "rocm7.2", "cu128"]
+    assert pairings.build("2.13.1", "cu128").experimental  # type: ignore[union-attr]
 
 
 def test_dangling_pairing_is_bad_input(tmp_path: Path) -> None:

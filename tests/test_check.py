@@ -19,7 +19,8 @@ HASH = "sha256:" + "ab" * 32
 
 def write_lock(project: Path, backend: str, torch: str | None, *, index: str | None = None) -> Path:
     """A kdkit-style hashed lock pinning ``torch`` (plus one ordinary package)."""
-    lines = [f"--index-url {index}"] if index else []
+    lines = ["# kdkit: backend = " + backend, "# kdkit: platform = linux-x86_64"]
+    lines += [f"--index-url {index}"] if index else []
     if torch is not None:
         lines += [f"torch=={torch} \\", f"    --hash={HASH}"]
     lines += ["numpy==2.1.0 \\", f"    --hash={HASH}"]
@@ -43,9 +44,13 @@ def test_rtx_4090_with_a_cu124_lock_holds(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 0 and report["ok"] is True and report["backend"] == "cuda"
     points = _points(report)
-    assert [p["status"] for p in report["points"]] == ["ok", "ok", "ok", "note", "note"]
-    assert points["kernels"]["detail"] == "torch 2.6.0+cu124 carries cubin sm_86, which runs on sm_89"
-    assert points["driver"]["detail"] == "torch 2.6.0+cu124 (CUDA 12.4) needs an NVIDIA host driver >= 525.60.13"
+    assert [p["name"] for p in report["points"]] == ["backend", "cpu", "build", "kernels", "driver", "memory"]
+    assert [p["status"] for p in report["points"]] == ["ok", "ok", "ok", "ok", "note", "note"]
+    assert points["cpu"]["detail"] == "requirements/cuda.txt is for x86_64, as RTX 4090 hosts are"
+    assert points["kernels"]["detail"].startswith("torch 2.6.0+cu124 carries cubin sm_86, which runs on sm_89 "
+                                                  "(pairings: torch 2.6 cu124, cuda11_build")
+    assert points["driver"]["detail"] == ("torch 2.6.0+cu124 (CUDA 12.4) on RTX 4090 needs an NVIDIA host driver >= "
+                                          "525.60.13 (the floor of CUDA 12.x builds, pairings.json drivers)")
     text = invoke("check", project, "--gpu", "RTX 4090")
     assert text.exit_code == 0
     assert "RTX 4090: every point holds (notes are yours to confirm)" in text.stdout
@@ -58,14 +63,15 @@ def test_b200_with_torch_2_6_cu124_fails_and_says_what_to_lock(project: Path) ->
     assert code == 1 and report["ok"] is False
     kernels = _points(report)["kernels"]
     assert kernels["status"] == "fail"
-    assert kernels["detail"] == (
+    assert kernels["detail"].startswith(
         "torch 2.6.0+cu124 carries sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90: no code for B200's sm_100 "
-        "(Blackwell needs a CUDA 12.8+ build, torch >= 2.7); on the machine this is 'no kernel image is "
-        "available for execution on the device'")
-    assert kernels["fix"].startswith(
-        "lock torch >= 2.7 with cu128 (known to carry sm_100: 2.7 cu128; 2.8 cu128/cu129; 2.9 cu128/cu130; "
-        "2.10 cu128/cu130): set backends.cuda.torch_index to https://download.pytorch.org/whl/cu128, "
-        "pin torch>=2.7 in requirements/base.in, then `kdkit lock --backend cuda`")
+        "(pairings: torch 2.6 cu124, cuda11_build")
+    assert kernels["detail"].endswith("on the machine this is 'no kernel image is available for execution on the "
+                                      "device'")
+    assert kernels["fix"] == (
+        "lock torch 2.13.0 from cu130 (builds known to carry sm_100: torch 2.7-2.14, cu128, cu129, cu130, cu132): "
+        "set backends.cuda.torch_index to https://download.pytorch.org/whl/cu130, pin torch==2.13.0 in "
+        "requirements/base.in, then `kdkit lock --backend cuda`")
     assert stderr.strip() == "Error: B200: not ready (kernels); apply the fixes above, then run `kdkit check` again"
     assert tree_snapshot(project) == before
 
@@ -74,7 +80,8 @@ def test_rtx_5090_with_torch_2_7_cu128_holds(project: Path) -> None:
     write_lock(project, "cuda", "2.7.1+cu128")
     code, report, _ = _check(project, "--gpu", "RTX 5090")
     assert code == 0
-    assert _points(report)["kernels"]["detail"] == "torch 2.7.1+cu128 carries cubin sm_120, which runs on sm_120"
+    assert _points(report)["kernels"]["detail"].startswith(
+        "torch 2.7.1+cu128 carries cubin sm_120, which runs on sm_120")
 
 
 def test_mi300x_with_a_cuda_lock_fails(project: Path) -> None:
@@ -84,20 +91,21 @@ def test_mi300x_with_a_cuda_lock_fails(project: Path) -> None:
     points = _points(report)
     assert points["backend"]["status"] == "fail"
     assert points["backend"]["detail"] == "MI300X is an AMD card: it runs the rocm backend, not cuda"
-    assert points["lock build"]["status"] == "fail"
-    assert points["lock build"]["detail"].endswith(
-        "pins torch 2.6.0+cu124, a cuda build; MI300X (gfx942) needs a rocm build")
-    assert "lock torch >= 2.5 with rocm6.1" in points["lock build"]["fix"]
+    assert points["build"]["status"] == "fail"
+    assert points["build"]["detail"] == "requirements/cuda.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) " \
+        "needs a rocm build"
+    assert points["build"]["fix"].startswith("lock torch 2.6.0 from rocm6.2.4 (builds known to carry gfx942: torch "
+                                             "2.5-2.14,")
 
 
 def test_mi300x_with_a_cuda_build_in_the_rocm_lock_fails(project: Path) -> None:
-    lock = write_lock(project, "rocm", "2.6.0+cu124")
+    write_lock(project, "rocm", "2.6.0+cu124")
     code, report, _ = _check(project, "--gpu", "MI300X")
     assert code == 1 and report["backend"] == "rocm"
-    point = _points(report)["lock build"]
-    assert point == {"name": "lock build", "status": "fail",
-                     "detail": f"{lock} pins torch 2.6.0+cu124, a cuda build; MI300X (gfx942) needs a rocm build",
-                     "fix": point["fix"]}
+    point = _points(report)["build"]
+    assert point == {"name": "build", "status": "fail",
+                     "detail": "requirements/rocm.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) needs a "
+                               "rocm build", "fix": point["fix"]}
 
 
 def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
@@ -105,7 +113,8 @@ def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "MI300X")
     assert code == 0
     points = _points(report)
-    assert points["kernels"]["detail"] == "torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on gfx942"
+    assert points["kernels"]["detail"].startswith("torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on "
+                                                  "gfx942 (pairings: torch 2.6 rocm6.2.4, rocm_build_1fca82d")
     assert points["driver"]["status"] == "note"
 
 
@@ -116,37 +125,39 @@ def test_label_from_the_index_url_when_the_pin_has_none(project: Path) -> None:
 
 
 def test_torch_without_a_label_fails(project: Path) -> None:
-    lock = write_lock(project, "cuda", "2.8.0")
+    write_lock(project, "cuda", "2.8.0")
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 1
     assert _points(report)["lock"] == {
         "name": "lock", "status": "fail",
-        "detail": f"{lock}:1: torch==2.8.0 has no local label, so it also matches +cpu and +rocm builds",
+        "detail": "requirements/cuda.txt:3: torch==2.8.0 has no build label kdkit can read, so it also matches +cpu "
+                  "and +rocm builds",
         "fix": "re-lock with `kdkit lock`, which pins the label"}
 
 
 def test_missing_lock_fails_with_the_lock_command(project: Path) -> None:
-    code, report, _ = _check(project, "--gpu", "H100")
+    code, report, _ = _check(project, "--gpu", "H100 SXM")
     assert code == 1
     assert _points(report)["lock"]["fix"] == "`kdkit lock --backend cuda`"
 
 
 def test_torch_not_pinned_fails(project: Path) -> None:
     write_lock(project, "cuda", None)
-    code, report, _ = _check(project, "--gpu", "H100")
+    code, report, _ = _check(project, "--gpu", "H100 SXM")
     assert code == 1 and _points(report)["lock"]["detail"].endswith("torch is not pinned")
 
 
 def test_unknown_torch_release_is_unknown_not_ok(project: Path) -> None:
     write_lock(project, "cuda", "2.13.0+cu128")
-    code, report, _ = _check(project, "--gpu", "H100")
+    code, report, _ = _check(project, "--gpu", "H100 SXM")
     assert code == 1
     kernels = _points(report)["kernels"]
     assert kernels["status"] == "unknown"
-    assert kernels["detail"] == ("kdkit's pairings do not know torch 2.13.0+cu128 from cu128 "
-                                 "(known releases: 2.5, 2.6, 2.7, 2.8, 2.9, 2.10)")
-    (project / "pairings.json").write_text(json.dumps({"torch": {"2.13": {"cu128": "cu128"}}}))
-    code, report, _ = _check(project, "--gpu", "H100")
+    assert kernels["detail"] == ("kdkit's pairings know no x86_64 build of torch 2.13.0+cu128 from cu128 (torch 2.13 "
+                                 "is published for cpu, cu126, cu130, cu132, rocm7.2)")
+    assert kernels["fix"].startswith("build the image and run `kdkit check --image IMG`")
+    (project / "pairings.json").write_text(json.dumps({"torch": {"2.13": {"cu128": "cu128-2.11"}}}))
+    code, report, _ = _check(project, "--gpu", "H100 SXM")
     assert code == 0, report
 
 
@@ -190,10 +201,10 @@ def test_memory_shows_the_pilots_measured_peak(project: Path) -> None:
 
 def test_unknown_gpu_exits_2_with_closest_names(project: Path) -> None:
     before = tree_snapshot(project)
-    result = invoke("check", project, "--gpu", "MI250X")
+    result = invoke("check", project, "--gpu", "MI300")
     assert result.exit_code == 2
-    assert result.stderr.strip() == ("Error: --gpu 'MI250X': no such offer in the catalog; closest: MI300X, B200 "
-                                     "(add your own with a project catalog.json or --catalog FILE)")
+    assert result.stderr.strip() == ("Error: --gpu 'MI300': no such offer in the catalog; did you mean 'MI300X'? pass "
+                                     "that name (or add your own with a project catalog.json or --catalog FILE)")
     assert tree_snapshot(project) == before
 
 

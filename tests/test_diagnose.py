@@ -148,7 +148,9 @@ def test_arch_step_names_the_no_kernel_image_error_for_a_blackwell_card() -> Non
     with pytest.raises(StepFailed) as failed:
         diagsteps.arch(_gpu_context("cuda", device, ["sm_80", "sm_86", "sm_90"]))
     assert "\"CUDA error: no kernel image is available for execution on the device\"" in failed.value.detail
-    assert failed.value.fix.startswith("sm_120 (Blackwell) needs a CUDA 12.8+ build (torch >= 2.7)")
+    assert failed.value.fix == (
+        "sm_120 needs a torch build that carries it (torch 2.8 cu128 and later): install torch 2.13 from "
+        "https://download.pytorch.org/whl/cu130 (set torch_index in kdkit.json, re-lock)")
 
 
 def test_arch_step_names_the_hip_error_for_a_missing_gfx() -> None:

@@ -41,40 +41,46 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
 @project_argument
 @gpu_option
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Backend whose lock is checked (default: the offer's own backend).")
+              help="Backend whose lock is checked (default: the offer's own backend, or the image's).")
+@click.option("--image", metavar="IMG", default=None,
+              help="Judge this image built by `kdkit build` (its torch's own arch list) instead of the lock.")
 @catalog_option
 @click.option("--pairings", "pairings_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Extra torch build pairings (schemas/pairings.schema.json), merged over the shipped ones.")
 @json_option
-def check(project_dir: Path | None, gpu: str | None, backend: str | None, catalog_file: Path | None,
-          pairings_file: Path | None, as_json: bool) -> None:
+def check(project_dir: Path | None, gpu: str | None, backend: str | None, image: str | None,
+          catalog_file: Path | None, pairings_file: Path | None, as_json: bool) -> None:
     """Before ordering: will the locked build run on this GPU offer?
 
     \b
-    Points checked, each with its fix when it fails:
-      backend     the offer's vendor matches the backend (NVIDIA: cuda, AMD: rocm)
-      lock build  the lock pins a torch build of that backend, with its local label
-      kernels     the build carries code for the card (Blackwell sm_100/sm_120
-                  need CUDA 12.8+, torch >= 2.7; MI300X needs gfx942 in a ROCm build)
-      driver      the minimum host driver the lock's CUDA needs (ask the provider)
-      memory      kdkit.json's memory estimate, and the pilot's measured peak, per card
-    Pairings are data (kdkit/data/pairings.json; a project pairings.json extends it).
-    Exit 0 when every point holds, 1 otherwise.
+    Points checked, each with its reason and its fix when it fails:
+      backend  the offer's vendor matches the backend (NVIDIA: cuda, AMD: rocm)
+      cpu      the lock (or image) is for the CPU of the offer's hosts
+               (GH200 hosts are aarch64: an x86_64 lock does not install there)
+      build    the lock pins a torch build of that backend, with its local label
+      kernels  the build carries code for the card: from kdkit's pairings of
+               published builds, or with --image from the torch inside the image
+      driver   the minimum host driver the build's CUDA and the card need
+      memory   kdkit.json's memory estimate, and the pilot's measured peak, per card
+    Pairings are data (kdkit/data/pairings.json, each fact with its source; a
+    project pairings.json extends it). Exit 0 when every point holds, 1 otherwise.
 
     \b
-    Example:  kdkit check --gpu "RTX 4090"
+    Examples:
+      kdkit check --gpu "RTX 5090"
+      kdkit check --gpu H200 --image myproj:cuda-0123456789ab
     """
-    from kdkit.order import check_order
+    from kdkit.check import check_order
 
     report = check_order(project_dir, gpu, backend=backend, catalog_file=catalog_file,
-                         pairings_file=pairings_file)
+                         pairings_file=pairings_file, image=image)
     if as_json:
         emit_json(report)
     else:
         rows = [(p["name"], f"[{_STATUS_STYLE[p['status']]}]{p['status']}[/]", p["detail"], p["fix"])
                 for p in report["points"]]
-        _table(f"{report['gpu']['name']} with the {report['backend']} lock {report['lock']}",
-               ("point", "status", "detail", "fix"), rows)
+        subject = f"image {report['image']}" if report["image"] else f"the {report['backend']} lock {report['lock']}"
+        _table(f"{report['gpu']['name']} with {subject}", ("point", "status", "detail", "fix"), rows)
     failing = [p["name"] for p in report["points"] if p["status"] in ("fail", "unknown")]
     if failing:
         raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes above, "

@@ -21,8 +21,9 @@ from typing import Any
 BACKENDS = ("cuda", "rocm", "cpu")
 GPU_BACKENDS = ("cuda", "rocm")
 PAIRINGS = "data/pairings.json"  # inside the kdkit package
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/{label}"  # PyTorch's wheel index of one build label
 
-_CUDA_LABEL = re.compile(r"^cu(\d+)(\d)$")
+_CUDA_LABEL = re.compile(r"^cu(\d\d)(\d)$")  # cu118 ... cu132: CUDA 11.8 ... 13.2
 _ROCM_LABEL = re.compile(r"^rocm(\d+)\.(\d+)(?:\.(\d+))?$")
 _VERSION_DIGITS = re.compile(r"\d+")
 
@@ -68,7 +69,7 @@ def torch_minor(version: str) -> str:
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
-    """``"525.60.13"`` -> ``(525, 60, 13)``; a non-numeric tail ends the tuple."""
+    """``"570.86.15"`` -> ``(570, 86, 15)``; a non-numeric tail ends the tuple."""
     parts = []
     for piece in text.strip().split("."):
         digits = _VERSION_DIGITS.match(piece)
@@ -104,7 +105,7 @@ def shipped_pairings() -> dict[str, Any]:
 
 
 def floor_value(entry: Any) -> str:
-    """A driver entry is ``{"minimum": "580.65.06", "source": ...}`` (or, in older files, the bare string)."""
+    """A driver entry is ``{"minimum": "580", "source": ...}`` (or, in older files, the bare string)."""
     return str(entry["minimum"] if isinstance(entry, dict) else entry)
 
 

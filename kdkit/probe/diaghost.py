@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kdkit.errors import KdkitError
 from kdkit.probe import gpurules
+from kdkit.probe.builds import version_tuple
 from kdkit.probe.diagcore import Context, Outcome, StepFailed, env, ok, skip, warn
 from kdkit.probe.projectfiles import load_object
 
@@ -144,7 +145,7 @@ def driver(ctx: Context) -> Outcome:
     if not gpurules.driver_new_enough(version, minimum):
         raise StepFailed(
             f"NVIDIA driver {version} is older than {minimum}, the minimum for CUDA "
-            f"{gpurules.version_tuple(cuda)[0]}.x builds (this torch is built for CUDA {cuda}); torch will "
+            f"{version_tuple(cuda)[0]}.x builds (this torch is built for CUDA {cuda}); torch will "
             "say \"The NVIDIA driver on your system is too old\"",
             f"ask for a machine with driver >= {minimum}, or install a torch build for an older CUDA "
             "(another torch_index in kdkit.json, then `kdkit lock`)",

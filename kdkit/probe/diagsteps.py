@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from kdkit.errors import KdkitError
-from kdkit.probe import gpurules
+from kdkit.probe import builds, gpurules
 from kdkit.probe.diagcore import (
     Context,
     Outcome,
@@ -69,10 +69,10 @@ def build(ctx: Context) -> Outcome:
     detail = f"{described} (torch {torch.__version__}); expected {ctx.expected}"
     if kind == ctx.expected or ctx.expected == "cpu":
         return ok(detail)
-    index = "cu128" if ctx.expected == "cuda" else "rocm6.4"
+    index = builds.shipped_pairings().get("template", {}).get("builds", {}).get(ctx.expected, ctx.expected)
     cause = (f"torch {torch.__version__} is a {described}, not a {ctx.gpu_kind} build: install the "
              f"{ctx.expected} lock (pip install --require-hashes -r requirements/{ctx.expected}.txt, torch "
-             f"from https://download.pytorch.org/whl/{index} or the index in kdkit.json)")
+             f"from the index in kdkit.json, e.g. {builds.TORCH_INDEX_URL.format(label=index)})")
     if kind != "cpu":  # the wrong GPU vendor's build: nothing later can work
         raise StepFailed(detail, cause)
     ctx.causes.append(cause)

@@ -10,33 +10,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Minimum Linux driver for CUDA minor-version compatibility, per CUDA major.
-DRIVER_MINIMUM: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580"}
+from kdkit.probe.builds import TORCH_INDEX_URL, driver_floor, shipped_pairings, version_tuple
 
 _SM = re.compile(r"^sm_(\d+)([af]?)$")
 _PTX = re.compile(r"^compute_(\d+)([af]?)$")
 _DRIVER_IN_PROC = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """``"525.60.13"`` -> ``(525, 60, 13)``; non-numeric tails are ignored."""
-    parts = []
-    for piece in text.strip().split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
-
-
-def driver_minimum(cuda_version: str) -> str | None:
-    """The oldest driver that runs a build for ``cuda_version`` ("12.8"), or None if unknown."""
-    major = version_tuple(cuda_version)[:1]
-    return DRIVER_MINIMUM.get(major[0]) if major else None
+def driver_minimum(cuda_version: str, architecture: str | None = None) -> str | None:
+    """The oldest driver that runs a build for ``cuda_version`` ("12.8") on ``architecture`` (sm_XY), or
+    None if unknown. The floors are pairings.json's (kdkit.probe.builds), the host side's too."""
+    floor = driver_floor(cuda_version, architecture)
+    return floor[0] if floor else None
 
 
 def driver_new_enough(driver: str, minimum: str) -> bool:
-    """Compare dotted driver versions numerically (``525.105.17 >= 525.60.13``)."""
+    """Compare dotted driver versions numerically (``570.124.06 >= 570.86.15``)."""
     have, need = version_tuple(driver), version_tuple(minimum)
     width = max(len(have), len(need))
     return have + (0,) * (width - len(have)) >= need + (0,) * (width - len(need))
@@ -132,13 +121,25 @@ def rocm_arch_verdict(gcn_arch: str, arch_list: list[str], override: str | None)
 
 
 def cuda_arch_fix(capability: tuple[int, int]) -> str:
-    """What to install when the build lacks code for a CUDA device."""
+    """What to install when the build lacks code for a CUDA device: the newest stable published build that
+    carries it (pairings.json), and the oldest, so the user sees the range."""
     major, minor = capability
-    if major >= 10:
-        return (f"sm_{major}{minor} (Blackwell) needs a CUDA 12.8+ build (torch >= 2.7): install torch from "
-                "https://download.pytorch.org/whl/cu128 or newer (set torch_index in kdkit.json, re-lock)")
-    return (f"install a torch build whose arch list covers sm_{major}{minor} (another CUDA wheel index in "
-            "kdkit.json's torch_index, then `kdkit lock`)")
+    data = shipped_pairings()
+    carrying = []
+    for release in sorted(data.get("torch", {}), key=version_tuple):
+        for label, ref in data["torch"][release].get("builds", data["torch"][release]).items():
+            name, experimental = (ref["arch_set"], ref.get("experimental", False)) if isinstance(ref, dict) \
+                else (ref, False)
+            if not experimental and cuda_arch_verdict(capability, data["arch_sets"][name]["architectures"]).ok:
+                carrying.append((release, label))
+    if not carrying:
+        return (f"no published torch build kdkit knows carries sm_{major}{minor}; install one whose "
+                "torch.cuda.get_arch_list() covers it (torch_index in kdkit.json, then `kdkit lock`)")
+    template = data.get("template", {})
+    chosen = (".".join(template.get("torch", "").split(".")[:2]), template.get("builds", {}).get("cuda"))
+    (first, first_label), (newest, label) = carrying[0], chosen if chosen in carrying else carrying[-1]
+    return (f"sm_{major}{minor} needs a torch build that carries it (torch {first} {first_label} and later): install "
+            f"torch {newest} from {TORCH_INDEX_URL.format(label=label)} (set torch_index in kdkit.json, re-lock)")
 
 
 def cudnn_version_text(raw: int | None) -> str | None:

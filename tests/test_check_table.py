@@ -1,0 +1,125 @@
+"""`kdkit check` verdicts for the cards people rent against the builds PyTorch published.
+
+Each row is a card, a locked torch build and the CPU it was resolved for, with the verdict and the
+reason the verdict must give (the fact of kdkit/data/pairings.json or of the catalog it rests on).
+The locks are small hashed files as `kdkit lock` writes them, header included: `kdkit check`
+reads only the pinned torch and the lock's platform.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke
+
+HASH = "sha256:" + "ab" * 32
+
+
+def write_lock(project: Path, backend: str, torch: str, platform: str = "linux-x86_64") -> Path:
+    path = project / "requirements" / f"{backend}.txt"
+    path.write_text("\n".join([
+        "# kdkit: kdkit-version = 0.0.0", f"# kdkit: backend = {backend}", f"# kdkit: platform = {platform}",
+        f"torch=={torch} \\", f"    --hash={HASH}"]) + "\n", encoding="utf-8")
+    return path
+
+
+def check(project: Path, gpu: str, backend: str | None = None) -> tuple[int, dict[str, dict[str, Any]]]:
+    args = ["--gpu", gpu, "--json"] + (["--backend", backend] if backend else [])
+    result = invoke("check", project, *args)
+    report = json.loads(result.stdout)
+    return result.exit_code, {p["name"]: p for p in report["points"]}
+
+
+# card, torch build, platform, point, status, what the reason must say
+TABLE = [
+    # Blackwell needs sm_100/sm_120 code, which no build before CUDA 12.8 carries.
+    ("RTX 5090", "2.6.0+cu124", "x86_64", "kernels", "fail", "no code for RTX 5090's sm_120"),
+    ("RTX 5090", "2.13.0+cu130", "x86_64", "kernels", "ok", "cubin sm_120, which runs on sm_120 (pairings: torch "
+     "2.13 cu130, x86_64: pypi_2_13_0"),
+    ("RTX 5090", "2.12.0+cu126", "x86_64", "kernels", "fail", "carries sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, "
+     "sm_90"),
+    ("RTX 5090", "2.7.1+cu128", "x86_64", "kernels", "ok", "cubin sm_120"),
+    ("B200", "2.6.0+cu126", "x86_64", "kernels", "fail", "no code for B200's sm_100"),
+    ("B200", "2.7.1+cu128", "x86_64", "kernels", "ok", "cubin sm_100"),
+    # B300 is compute capability 10.3: sm_100 cubins run on it (same major, older minor).
+    ("B300", "2.13.0+cu130", "x86_64", "kernels", "ok", "cubin sm_100, which runs on sm_103"),
+    ("RTX PRO 6000 Blackwell Server Edition", "2.9.1+cu130", "x86_64", "kernels", "ok", "torch 2.9 cu130 "
+     "(experimental)"),
+    # CUDA 13 dropped Volta: V100 needs a CUDA 12 build; 2.11 dropped sm_70 from cu128 as well.
+    ("V100 SXM2 16GB", "2.13.0+cu130", "x86_64", "kernels", "fail", "no code for V100 SXM2 16GB's sm_70"),
+    ("V100 SXM2 16GB", "2.13.0+cu126", "x86_64", "kernels", "ok", "cubin sm_70"),
+    ("V100 SXM2 32GB", "2.11.0+cu128", "x86_64", "kernels", "fail", "sm_70 (Volta) dropped"),
+    ("V100 SXM2 32GB", "2.10.0+cu128", "x86_64", "kernels", "ok", "cubin sm_70"),
+    ("T4", "2.13.0+cu130", "x86_64", "kernels", "ok", "cubin sm_75, which runs on sm_75"),
+    ("RTX 3090", "2.13.0+cu126", "x86_64", "kernels", "ok", "cubin sm_86"),
+    # Ada (sm_89) runs the sm_86 cubin: same major, older minor.
+    ("RTX 6000 Ada", "2.8.0+cu129", "x86_64", "kernels", "ok", "cubin sm_86, which runs on sm_89"),
+    ("L4", "2.14.0+cu132", "x86_64", "kernels", "ok", "cubin sm_86, which runs on sm_89"),
+    ("H100 SXM", "2.11.0+cu128", "x86_64", "kernels", "ok", "cubin sm_90"),
+    # ROCm loads only the exact gfx target.
+    ("RX 7900 XTX", "2.13.0+rocm7.2", "x86_64", "kernels", "ok", "code object for gfx1100"),
+    ("MI300X", "2.13.0+rocm7.2", "x86_64", "kernels", "ok", "code object for gfx942"),
+    ("MI355X", "2.13.0+rocm7.2", "x86_64", "kernels", "ok", "code object for gfx950"),
+    ("MI355X", "2.5.1+rocm6.2", "x86_64", "kernels", "fail", "no code for MI355X's gfx950"),
+    ("MI355X", "2.7.1+rocm6.3", "x86_64", "kernels", "unknown", "that list is partial"),
+    ("MI250X", "2.14.0+rocm7.14", "x86_64", "kernels", "ok", "code object for gfx90a"),
+    # Grace hosts are aarch64: an x86_64 lock does not install there; an aarch64 one is judged by its own list.
+    ("GH200", "2.13.0+cu130", "x86_64", "cpu", "fail", "GH200 hosts are aarch64 (Grace)"),
+    ("GH200", "2.13.0+cu130", "aarch64", "kernels", "ok", "cubin sm_90, which runs on sm_90 (pairings: torch 2.13 "
+     "cu130 (aarch64), x86_64: pypi_2_13_0"),
+    ("H200", "2.13.0+cu130", "aarch64", "cpu", "fail", "H200 hosts are x86_64"),
+    ("GH200", "2.7.1+cu128", "aarch64", "kernels", "unknown", "kdkit's pairings know no aarch64 build of torch 2.7.1"),
+    # The wrong backend, and releases kdkit does not know.
+    ("RTX 4090", "2.13.0+cpu", "x86_64", "build", "fail", "a cpu build; RTX 4090 (sm_89) needs a cuda build"),
+    ("A100 80GB SXM", "2.15.0+cu130", "x86_64", "kernels", "unknown", "kdkit knows torch releases 2.5, 2.6"),
+    ("H100 PCIe", "2.13.0+cu128", "x86_64", "kernels", "unknown", "torch 2.13 is published for cpu, cu126, cu130"),
+]
+
+
+@pytest.mark.parametrize(("gpu", "torch", "platform", "point", "status", "reason"), TABLE,
+                         ids=[f"{row[0]}+{row[1]}@{row[2]}" for row in TABLE])
+def test_verdict(project: Path, gpu: str, torch: str, platform: str, point: str, status: str, reason: str) -> None:
+    backend = "rocm" if "rocm" in torch else "cuda"
+    write_lock(project, backend, torch, f"linux-{platform}")
+    code, points = check(project, gpu, backend)
+    assert points[point]["status"] == status, points[point]
+    assert reason in points[point]["detail"], points[point]["detail"]
+    failed = any(p["status"] in ("fail", "unknown") for p in points.values())
+    assert code == (1 if failed else 0)
+    if status in ("fail", "unknown"):
+        assert points[point]["fix"], points[point]
+
+
+def test_the_table_covers_twenty_pairs_and_every_verdict() -> None:
+    assert len(TABLE) >= 20
+    assert {row[4] for row in TABLE} == {"ok", "fail", "unknown"}
+
+
+def test_a_failing_card_is_told_a_published_build_that_carries_it(project: Path) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130")
+    _, points = check(project, "V100 SXM2 16GB")
+    assert points["kernels"]["fix"] == (
+        "lock torch 2.13.0 from cu126 (builds known to carry sm_70: torch 2.5-2.14, cu118, cu121, cu124, cu126, cu128, "
+        "cu129): set backends.cuda.torch_index to https://download.pytorch.org/whl/cu126, pin torch==2.13.0 in "
+        "requirements/base.in, then `kdkit lock --backend cuda`")
+    write_lock(project, "cuda", "2.6.0+cu124")
+    _, points = check(project, "RTX 5090")
+    assert points["kernels"]["fix"].startswith("lock torch 2.13.0 from cu130 (builds known to carry sm_120: torch "
+                                               "2.7-2.14, cu128, cu129, cu130, cu132)")
+
+
+def test_driver_floor_of_the_cuda_major_and_of_the_card(project: Path) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130")
+    _, points = check(project, "H100 SXM")
+    assert points["driver"]["detail"] == ("torch 2.13.0+cu130 (CUDA 13.0) on H100 SXM needs an NVIDIA host driver "
+                                          ">= 580 (the floor of CUDA 13.x builds, pairings.json drivers)")
+    write_lock(project, "cuda", "2.8.0+cu128")
+    _, points = check(project, "RTX 5090")
+    assert points["driver"]["detail"].endswith("needs an NVIDIA host driver >= 570 (the floor of sm_120 cards, "
+                                               "pairings.json drivers)")
+    _, points = check(project, "RTX 4090")
+    assert ">= 525.60.13 (the floor of CUDA 12.x builds" in points["driver"]["detail"]
