@@ -10,7 +10,25 @@ from every index, kdkit then checks the result: torch must be pinned with the
 backend's local label (``torch==2.8.0+cu128``), since a plain ``==2.8.0`` would
 also accept a +cpu or +rocm build at install time.
 
-Air-gapped machines (and these tests): ``--torch-find-links DIR`` or the
+Before pip-compile runs, :func:`kdkit.torchindex.preflight` asks the torch index
+itself, with a timeout of seconds: an index that does not answer is exit 3 naming
+the URL and the reason, one without a torch build for the requirement, the
+project's Python and the image's platform is exit 2 naming the builds the index
+family offers. pip itself is bounded too (``--pip-args "--timeout N --retries 1"``).
+
+Where the files came from. After pip-compile, the lock's hashes are compared
+with the torch index's sha256 fragments and with the machine-local sources of
+pip's configuration (find-links folders, file:// indexes): the header's
+``torch-source`` names the index and the wheel, torch taken only from a local
+source the user did not name is refused, and pins whose every file is on this
+machine only are listed in ``machine-local`` (and warned about).
+
+Locks travel. A lock carries only what another machine can use: pip-compile
+emits no index or find-links lines (``--no-emit-index-url --no-emit-find-links``);
+kdkit writes the torch index and the http(s) indexes of pip's configuration
+itself, never a file:// index or a folder.
+
+Air-gapped machines (and some tests): ``--torch-find-links DIR`` or the
 environment variable ``KDKIT_TORCH_FIND_LINKS`` replaces the torch index with a
 local folder of wheels; the label check still holds, against the label that
 kdkit.json's index promises, and the header records the replacement.
@@ -35,11 +53,12 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from kdkit import __version__, proc
+from kdkit import __version__, proc, torchindex
 from kdkit.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.errors import BadInput, KdkitError
 from kdkit.jsonio import atomic_write_text, load_json, sha256_file
@@ -50,9 +69,10 @@ from kdkit.validate import Problem
 
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
-# --no-emit-find-links: a find-links folder is a path on one machine; the lock travels.
+# --no-emit-*: a find-links folder or a file:// index is a path on one machine, and the lock travels;
+# kdkit writes the index lines itself (torchindex.option_lines).
 COMPILE_FLAGS = ("--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header", "--no-config",
-                 "--no-emit-find-links")
+                 "--no-emit-find-links", "--no-emit-index-url")
 # pip options whose values may be local paths the container must see (mounted read-only).
 _PATH_OPTIONS = ("index-url", "extra-index-url", "find-links", "cert", "client-cert", "constraint")
 _INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)")
@@ -111,6 +131,7 @@ def pip_configuration(python: str = sys.executable) -> dict[str, str]:
     return config
 
 
+@lru_cache(maxsize=4)
 def pip_default_index(python: str = sys.executable) -> str:
     """The index pip uses when nothing is configured, asked of pip itself (kdkit names no host)."""
     done = proc.run([python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
@@ -174,9 +195,9 @@ def _relative(root: Path, path: Path) -> str:
         return str(path)
 
 
-def build_header(project: Project, backend: Backend, resolution: Resolution, lock: Lock,
-                 local_torch: Path | None) -> str:
-    """The provenance block written above pip-compile's output."""
+def build_header(project: Project, backend: Backend, resolution: Resolution, indexes: Sequence[tuple[str, str]],
+                 origin: torchindex.Provenance) -> str:
+    """The provenance block written above the lock's index lines and pip-compile's output."""
     fields: list[tuple[str, str]] = [
         ("kdkit-version", __version__),
         ("backend", backend.name),
@@ -185,8 +206,9 @@ def build_header(project: Project, backend: Backend, resolution: Resolution, loc
         ("platform", resolution.platform),
         ("pip-tools", resolution.pip_tools),
         ("torch-index", backend.torch_index),
-        ("torch-source", f"find-links {local_torch} (replaces torch-index)" if local_torch else "torch-index"),
-        ("indexes", "; ".join(f"{opt} {value}".strip() for opt, value in lock.options) or "(pip defaults)"),
+        ("torch-source", origin.torch_source or "(no torch in the lock)"),
+        ("indexes", "; ".join(f"{opt} {value}" for opt, value in indexes) or "(pip defaults)"),
+        ("machine-local", ", ".join(origin.machine_local) or "none"),
     ]
     fields += [(f"input:{_relative(project.root, p)}", sha256_file(p)) for p in input_files(project.requirements)]
     lines = [
@@ -205,7 +227,8 @@ def build_header(project: Project, backend: Backend, resolution: Resolution, loc
 def compile_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None,
                       upgrade: bool, upgrade_packages: Sequence[str]) -> list[str]:
     """pip-compile's options for one backend, without the input and output files."""
-    args = [*COMPILE_FLAGS, *index_arguments(backend, pip_config, local_torch)]
+    args = [*COMPILE_FLAGS, *index_arguments(backend, pip_config, local_torch),
+            "--pip-args", torchindex.Network.from_pip(pip_config).pip_args()]
     if upgrade:
         args.append("--upgrade")
     for name in upgrade_packages:
@@ -344,6 +367,20 @@ def chosen_backends(project: Project, backend: str | None) -> list[Backend]:
     return [project.backend(backend)]
 
 
+def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
+              network: torchindex.Network) -> torchindex.TorchPage:
+    """Before pip-compile: the torch index answers and serves a build the project can install, and every
+    other http(s) index kdkit hands to pip answers (pip would wait minutes on one that does not)."""
+    inputs = input_files(project.requirements)
+    requirement = torchindex.torch_requirement(inputs, project.python, TARGET_PLATFORM)
+    page = torchindex.preflight(backend.torch_index, backend.name, requirement, project.python, TARGET_PLATFORM,
+                                network, project.root / "kdkit.json")
+    for _option, url in torchindex.emitted_indexes(backend.torch_index, pip_config, pip_default_index())[1:]:
+        key = "index-url" if url == pip_config.get("index-url") else "extra-index-url"
+        torchindex.check_answers(url, f"{key} of pip's configuration, `pip config list`", network)
+    return page
+
+
 def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                  upgrade_packages: Sequence[str] = (), in_container: bool = False,
                  ca_bundle: Path | None = None, local_torch: Path | None = None) -> LockResult:
@@ -351,6 +388,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     for path in input_files(project.requirements):  # a missing .in is bad input before anything runs
         refuse_credentials_in(path, _relative(project.root, path))
     pip_config = pip_configuration()
+    network = torchindex.Network.from_pip(pip_config, ca_bundle)
+    page = None if local_torch else preflight(project, backend, pip_config, network)
     args = compile_arguments(backend, pip_config, local_torch, upgrade, upgrade_packages)
     with tempfile.TemporaryDirectory(prefix="kdkit-lock-") as tmp:
         workdir = Path(tmp)
@@ -366,15 +405,23 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
             warnings = platform_warnings(project, backend)
     lock = parse_lock_text(resolution.text, backend.lock)
     check_torch_label(lock, backend)
-    header = build_header(project, backend, resolution, lock, local_torch)
-    for number, line in enumerate((header + resolution.text).splitlines(), start=1):
+    indexes = torchindex.emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
+                                         torch_from_index=local_torch is None)
+    # the indexes a machine installing the lock asks: those it names, and its own (pip's default here)
+    asked = [url for _option, url in indexes]
+    asked += [pip_config["index-url"]] if pip_config.get("index-url") and pip_config["index-url"] not in asked else []
+    origin = torchindex.provenance(lock, page, asked, torchindex.local_sources(pip_config, local_torch),
+                                   local_torch, network, project.python, TARGET_PLATFORM)
+    text = build_header(project, backend, resolution, indexes, origin) + torchindex.option_lines(indexes) \
+        + resolution.text.lstrip("\n")
+    for number, line in enumerate(text.splitlines(), start=1):
         if found := find(line):  # e.g. an index URL with a password taken from pip's configuration
             raise BadInput(f"{backend.lock}:{number}: the lock would carry {found[0].what} ({found[0].redacted}); "
                            f"nothing was written: {CREDENTIAL_FIX}")
-    atomic_write_text(backend.lock, header + resolution.text)
+    atomic_write_text(backend.lock, text)
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
-                      resolution.python, resolution.platform, warnings)
+                      resolution.python, resolution.platform, [*warnings, *origin.warnings])
 
 
 def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrade: bool = False,

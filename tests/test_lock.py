@@ -1,8 +1,9 @@
 """`kdkit lock`: real pip-compile runs on a scaffolded project, and stale-lock detection.
 
-No PyTorch wheel index is reachable here, so torch comes from a local folder of wheels
-through --torch-find-links (what air-gapped users do); the index arguments each backend
-hands to pip-compile are asserted separately.
+Here torch comes from a local folder of wheels through --torch-find-links (what air-gapped
+users do); the index arguments each backend hands to pip-compile are asserted separately.
+Locking through a real package index (a stand-in download.pytorch.org served on 127.0.0.1)
+is tests/test_lock_index.py.
 """
 
 from __future__ import annotations
@@ -42,8 +43,13 @@ def test_lock_cpu_writes_hashed_lock_with_provenance(project: Path) -> None:
     header = lock.header
     assert header["backend"] == "cpu" and header["resolved-in"] == "host"
     assert header["torch-index"] == "https://download.pytorch.org/whl/cpu"
-    assert header["torch-source"] == f"find-links {TORCH_WHEELS.resolve()} (replaces torch-index)"
-    assert {"kdkit-version", "python", "platform", "pip-tools", "indexes"} <= set(header)
+    assert header["torch-source"] == "find-links (replaces torch-index)"  # the folder is a path of this machine
+    assert {"kdkit-version", "python", "platform", "pip-tools", "indexes", "machine-local"} <= set(header)
+    # torch came from the folder, not the torch index: the lock names only the http(s) indexes pip used
+    assert all(value.startswith(("http://", "https://")) and "download.pytorch.org" not in value
+               for _option, value in lock.options)
+    text = lock_path.read_text(encoding="utf-8")
+    assert "file:/" not in text and str(TORCH_WHEELS) not in text and "--find-links" not in text
     assert lock.inputs() == {"requirements/base.in": sha256_file(project / "requirements" / "base.in")}
 
 
@@ -78,30 +84,36 @@ def test_build_needs_a_lock(project: Path) -> None:
 @needs_torch_wheels
 def test_label_of_another_backend_is_refused(project: Path) -> None:
     """Locking cuda from a folder that only holds the +cpu wheel: refused, nothing written."""
+    index = load_project(project).backend("cuda").torch_index  # the scaffold's default, from kdkit's pairings
+    label = index.rsplit("/", 1)[-1]
     before = tree_snapshot(project)
     result = invoke("lock", project, "--backend", "cuda", "--torch-find-links", TORCH_WHEELS)
     assert result.exit_code == 1
     assert result.stderr == (
         "Locking cuda: pip-compile base.in on this host\n"
-        "Error: pip-compile resolved torch==2.13.0+cpu (+cpu) for backend cuda, whose index "
-        "https://download.pytorch.org/whl/cu128 serves +cu128 builds; pin torch==2.13.0+cu128 in cuda.txt "
+        f"Error: pip-compile resolved torch==2.13.0+cpu (+cpu) for backend cuda, whose index "
+        f"{index} serves +{label} builds; pin torch==2.13.0+{label} in cuda.txt "
         "or check the indexes in your pip configuration\n")
     assert tree_snapshot(project) == before
 
 
-@pytest.mark.parametrize(
-    ("backend", "index"),
-    [("cuda", "https://download.pytorch.org/whl/cu128"), ("rocm", "https://download.pytorch.org/whl/rocm6.4"),
-     ("cpu", "https://download.pytorch.org/whl/cpu")],
-)
-def test_index_arguments_per_backend(project: Path, backend: str, index: str) -> None:
+@pytest.mark.parametrize("backend", ["cuda", "rocm", "cpu"])
+def test_index_arguments_per_backend(project: Path, backend: str) -> None:
     chosen = load_project(project).backend(backend)
+    index = chosen.torch_index
+    assert index.startswith("https://download.pytorch.org/whl/")
     args = compile_arguments(chosen, {"index-url": "https://mirror.example/simple"}, None, False, ["numpy"])
     assert args == ["--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header", "--no-config",
-                    "--no-emit-find-links", "--index-url", index, "--extra-index-url", "https://mirror.example/simple",
+                    "--no-emit-find-links", "--no-emit-index-url", "--index-url", index,
+                    "--extra-index-url", "https://mirror.example/simple", "--pip-args", "--timeout 10 --retries 1",
                     "--upgrade-package", "numpy"]
-    assert compile_arguments(chosen, {}, None, True, [])[6:] == ["--index-url", index, "--upgrade"]
-    assert compile_arguments(chosen, {}, Path("/srv/wheels"), False, [])[6:] == ["--find-links", "/srv/wheels"]
+    assert compile_arguments(chosen, {}, None, True, [])[7:] == ["--index-url", index, "--pip-args",
+                                                                 "--timeout 10 --retries 1", "--upgrade"]
+    assert compile_arguments(chosen, {}, Path("/srv/wheels"), False, [])[7:] == [
+        "--find-links", "/srv/wheels", "--pip-args", "--timeout 10 --retries 1"]
+    # pip is bounded like the preflight: its own shorter timeout holds, a longer one (180 s) is cut to 10 s
+    assert compile_arguments(chosen, {"timeout": "3"}, None, False, [])[-1] == "--timeout 3 --retries 1"
+    assert compile_arguments(chosen, {"default-timeout": "180"}, None, False, [])[-1] == "--timeout 10 --retries 1"
 
 
 def test_default_index_comes_from_pip_itself() -> None:

@@ -5,14 +5,22 @@ pip-compile, pip and the server all run for real.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import zipfile
 from pathlib import Path
 
-from localindex import Served, python_tag, sha256, torch_index_server, torch_wheel
+import pytest
+from conftest import invoke, tree_snapshot
+from localindex import LocalIndex, Served, dependency_wheel, python_tag, sha256, torch_index_server, torch_wheel
+
+from kdkit.probe.lockfile import parse_lock
 
 __all__ = ["torch_index_server"]  # the session's index, a fixture
 
@@ -73,3 +81,380 @@ def test_pip_installs_the_stand_in_from_the_served_index(torch_index_server: Ser
                            capture_output=True, text=True)
     assert probe.stdout == "2.13.0+cu130 13.0\n", probe.stderr
     assert (target / "nvidia" / "cudnn" / "__init__.py").is_file()
+
+
+# ---------------------------------------------------------------- pip configured as on a user's machine
+
+
+class Machine:
+    """What a hostile pip configuration points at: folders and a file:// index of this machine only."""
+
+    def __init__(self, root: Path, served: Served) -> None:
+        self.links = root / "wheels"  # find-links of the config file and of PIP_FIND_LINKS
+        self.other_links = root / "more-wheels"  # only in PIP_FIND_LINKS
+        # same names as the index's files, other bytes (another arch list), and a newer release
+        self.torch_same_name = torch_wheel(self.links, "2.13.0+cu130", arches=["sm_80"])
+        self.torch_newer = torch_wheel(self.links, "2.13.1+cu130")
+        torch_wheel(self.other_links, "2.13.0+cpu", arches=[])
+        self.mirror = LocalIndex(root / "mirror")  # a file:// index: a copy of PyPI's cuDNN and a local-only package
+        self.mirror.add_simple(next((served.root / "files").glob("nvidia_cudnn_cu13-*.whl")))
+        self.helper = self.mirror.add_simple(dependency_wheel(root / "build", "kdkit-local-helper", "1.0",
+                                                              "py3-none-any"))
+        self.mirror.write()
+        self.paths = (str(root), root.as_uri())
+
+
+def isolate_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No PIP_* variable of this machine, no global configuration folder: only what the test sets."""
+    for name in [n for n in os.environ if n.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "no-xdg"))
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+
+
+@pytest.fixture
+def clean_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_server: Served) -> Served:
+    """No pip configuration at all (PIP_CONFIG_FILE=os.devnull); the user's index is the local /simple/."""
+    isolate_pip(monkeypatch, tmp_path)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", torch_index_server.simple)
+    return torch_index_server
+
+
+@pytest.fixture
+def hostile_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_server: Served) -> Machine:
+    """pip as on a machine with local wheels: a config file naming a find-links folder, a file:// extra
+    index and a 180 s timeout, and PIP_FIND_LINKS naming two folders; the user's index is the local /simple/."""
+    isolate_pip(monkeypatch, tmp_path)
+    machine = Machine(tmp_path / "machine", torch_index_server)
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nindex-url = {torch_index_server.simple}\nfind-links = {machine.links}\n"
+                      f"extra-index-url = {machine.mirror.root.as_uri()}/simple\ndefault-timeout = 180\n",
+                      encoding="utf-8")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{machine.links} {machine.other_links}")
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "180")
+    return machine
+
+
+def make_project(root: Path, backend: str, torch_index: str, base_in: str | None = None) -> Path:
+    from kdkit.scaffold import init_project
+
+    project = init_project(root, name="proj", backend=backend)
+    set_torch_index(project, backend, torch_index)
+    if base_in is not None:
+        (project / "requirements" / "base.in").write_text(base_in, encoding="utf-8")
+    return project
+
+
+def set_torch_index(project: Path, backend: str, url: str) -> None:
+    path = project / "kdkit.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["backends"][backend]["torch_index"] = url
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def assert_travels(lock_text: str, *local: str) -> None:
+    """Nothing in the lock is a path of this machine: no file: URL, no find-links, none of ``local``."""
+    assert "file:/" not in lock_text and "--find-links" not in lock_text
+    for path in local:
+        assert path not in lock_text
+    indexes = [line.split()[1] for line in lock_text.splitlines() if line.startswith(("--index-url",
+                                                                                       "--extra-index-url"))]
+    assert indexes and all(url.startswith(("http://", "https://")) for url in indexes)
+
+
+# ---------------------------------------------------------------- a. the build exists
+
+
+@pytest.mark.parametrize(("backend", "label", "pins"), [("cuda", "cu130", 2), ("rocm", "rocm7.2", 1),
+                                                        ("cpu", "cpu", 1)])
+def test_lock_through_the_index(clean_pip: Served, tmp_path: Path, backend: str, label: str, pins: int) -> None:
+    project = make_project(tmp_path / "proj", backend, clean_pip.torch_index(label))
+    started = time.monotonic()
+    result = invoke("lock", project, "--backend", backend)
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0, result.stderr
+    assert elapsed < 20, f"a lock against the local index took {elapsed:.1f} s"
+    lock_path = project / "requirements" / f"{backend}.txt"
+    lock = parse_lock(lock_path)
+    assert lock.pins["torch"].version == f"2.13.0+{label}" and len(lock.pins) == pins
+    assert all(pin.hashes for pin in lock.pins.values())
+    tag = python_tag()
+    wheel = f"torch-2.13.0+{label}-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    assert lock.pins["torch"].hashes == [f"sha256:{sha256(clean_pip.root / 'whl' / label / wheel)}"]
+    index = clean_pip.torch_index(label)
+    assert lock.header["torch-source"] == f"{index} ({wheel})"
+    assert lock.header["indexes"] == f"--index-url {index}; --extra-index-url {clean_pip.simple}"
+    assert lock.header["machine-local"] == "none"
+    assert lock.options == [("--index-url", index), ("--extra-index-url", clean_pip.simple)]
+    assert_travels(lock_path.read_text(encoding="utf-8"), str(tmp_path))
+
+
+def test_lock_installs_on_another_machine(clean_pip: Served, tmp_path: Path) -> None:
+    """The lock alone says where its files are: pip with no configuration and no index option installs it."""
+    project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
+    assert invoke("lock", project, "--backend", "cuda").exit_code == 0
+    target = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir", "--target", str(target),
+                           "--require-hashes", "-r", str(project / "requirements" / "cuda.txt")],
+                          capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull})
+    assert done.returncode == 0, done.stderr
+    assert (target / "torch" / "version.py").read_text().count("cuda: Optional[str] = '13.0'") == 1
+
+
+# ---------------------------------------------------------------- b. the index lacks the build
+
+
+@pytest.mark.parametrize(
+    ("backend", "label", "served"),
+    [("cuda", "cu128", "serves no torch 2.13.0 for Python {py} on linux-x86_64"),  # 2.12.0, and 2.13.0 for cp314
+     ("cuda", "cu999", "has no torch/ page")],
+    ids=["other-releases", "no-page"],
+)
+def test_index_without_the_build_is_refused_before_pip_compile(clean_pip: Served, tmp_path: Path, backend: str,
+                                                               label: str, served: str) -> None:
+    project = make_project(tmp_path / "proj", backend, clean_pip.torch_index(label))
+    before, seen = tree_snapshot(project), len(clean_pip.requests)
+    result = invoke("lock", project, "--backend", backend)
+    assert result.exit_code == 2
+    index, py = clean_pip.torch_index(label), ".".join(map(str, sys.version_info[:2]))
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {index} {served.format(py=py)}; "
+        f"torch 2.13.0 has +cu126 and +cu130 at {clean_pip.url}/whl/torch/; "
+        f"set backends.cuda.torch_index to {clean_pip.url}/whl/cu130")
+    assert tree_snapshot(project) == before
+    # pip-compile never ran: the only pages asked for are the preflight's two
+    assert clean_pip.requests[seen:] == [f"/whl/{label}/torch/", "/whl/torch/"]
+
+
+def test_requirement_and_python_filter_the_builds(clean_pip: Served, tmp_path: Path) -> None:
+    """torch 2.13.0 has a +cu128 wheel, for another Python only; ROCm asks for its own labels."""
+    other = make_project(tmp_path / "rocm", "rocm", clean_pip.torch_index("rocm6.4"))
+    result = invoke("lock", other, "--backend", "rocm")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1].endswith(
+        f"torch 2.13.0 has +rocm7.2 at {clean_pip.url}/whl/torch/; "
+        f"set backends.rocm.torch_index to {clean_pip.url}/whl/rocm7.2")
+    project = make_project(tmp_path / "cuda", "cuda", clean_pip.torch_index("cu128"), "torch>=2.12,<2.13\n")
+    assert invoke("lock", project, "--backend", "cuda").exit_code == 0  # 2.12.0+cu128 fits the range
+    assert parse_lock(project / "requirements" / "cuda.txt").pins["torch"].version == "2.12.0+cu128"
+
+
+# ---------------------------------------------------------------- c. the index does not answer
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _timed_lock(project: Path) -> tuple[object, float]:
+    started = time.monotonic()
+    result = invoke("lock", project, "--backend", "cuda")
+    return result, time.monotonic() - started
+
+
+def test_closed_port_fails_at_once(hostile_pip: Machine, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}/whl/cu130"
+    project = make_project(tmp_path / "proj", "cuda", url)
+    before = tree_snapshot(project)
+    result, elapsed = _timed_lock(project)
+    assert result.exit_code == 3  # type: ignore[attr-defined]
+    assert elapsed < 5, f"took {elapsed:.1f} s"
+    assert result.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
+        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): connection refused; "
+        "nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a "
+        "local folder with --torch-find-links")
+    assert tree_snapshot(project) == before
+
+
+def test_silent_index_fails_within_seconds_whatever_pip_says(hostile_pip: Machine, tmp_path: Path) -> None:
+    """A server that takes the connection and never answers, with pip configured for 180 s: 10 s, not minutes
+    (pip itself took 3 min 48 s here, then locked torch from a find-links folder of its configuration)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/whl/cu130"
+        project = make_project(tmp_path / "proj", "cuda", url)
+        result, elapsed = _timed_lock(project)
+    assert result.exit_code == 3  # type: ignore[attr-defined]
+    assert 9 < elapsed < 15, f"took {elapsed:.1f} s"
+    assert result.stderr.splitlines()[-1].startswith(  # type: ignore[attr-defined]
+        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): no answer after 10 s; ")
+    assert not (project / "requirements" / "cuda.txt").exists()
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether something takes a TCP connection to host:port within a second (an intercepting network does)."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_blackholed_address_with_pips_short_timeout(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """A non-routable address: no route or no answer, either way seconds (pip's own 2 s timeout holds). Where the
+    network intercepts every connection and answers for it, that answer is what kdkit reports (a 404 here)."""
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    url = "http://10.255.255.1/whl/cu130"
+    project = make_project(tmp_path / "proj", "cuda", url)
+    result, elapsed = _timed_lock(project)
+    assert elapsed < 8, f"took {elapsed:.1f} s"
+    line = result.stderr.splitlines()[-1]  # type: ignore[attr-defined]
+    if _answers("10.255.255.1", 80):
+        assert result.exit_code in (2, 3), line  # type: ignore[attr-defined]
+        assert line.startswith(f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {url} has no torch/ "
+                               "page") or line.startswith(f"Error: {url}/torch/ "), line
+        return
+    assert result.exit_code == 3, line  # type: ignore[attr-defined]
+    assert re.fullmatch(rf"Error: {re.escape(url)}/torch/ \(backends\.cuda\.torch_index in .*kdkit\.json\): "
+                        r"(no answer after 2 s|[^;]*unreachable[^;]*); nothing was locked: .*", line), line
+
+
+def test_users_index_that_does_not_answer(clean_pip: Served, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    user = f"http://127.0.0.1:{_free_port()}/simple/"
+    monkeypatch.setenv("PIP_INDEX_URL", user)
+    project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
+    result, elapsed = _timed_lock(project)
+    assert result.exit_code == 3 and elapsed < 5  # type: ignore[attr-defined]
+    assert result.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
+        f"Error: {user}torch/ (index-url of pip's configuration, `pip config list`): connection refused; nothing "
+        "was locked: check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or change pip's "
+        "configuration")
+
+
+# ---------------------------------------------------------------- d. where each file came from
+
+
+def test_hostile_configuration_the_header_names_the_index(hostile_pip: Machine, tmp_path: Path,
+                                                          torch_index_server: Served) -> None:
+    """find-links with a same-named torch and a file:// mirror in pip's configuration: the lock names the index's
+    file, carries none of this machine's paths, and cuDNN (also on the mirror) is not called machine-local."""
+    project = make_project(tmp_path / "proj", "cuda", torch_index_server.torch_index("cu130"))
+    result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 0, result.stderr
+    lock_path = project / "requirements" / "cuda.txt"
+    lock = parse_lock(lock_path)
+    tag = python_tag()
+    wheel = f"torch-2.13.0+cu130-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    assert lock.header["torch-source"] == f"{torch_index_server.torch_index('cu130')} ({wheel})"
+    assert lock.header["machine-local"] == "none"
+    assert f"sha256:{sha256(hostile_pip.torch_same_name)}" in lock.pins["torch"].hashes  # pip-tools hashed both
+    assert "file:" not in lock.header["indexes"]
+    assert_travels(lock_path.read_text(encoding="utf-8"), *hostile_pip.paths, str(tmp_path))
+    assert "torch==2.13.0+cu130 also matches a file of this machine" in result.stderr
+    assert str(hostile_pip.links) in result.stderr
+
+
+def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: Machine, tmp_path: Path,
+                                                                   torch_index_server: Served) -> None:
+    """The index has 2.13.0+cu130, the find-links folder a newer 2.13.1+cu130 that pip prefers: refused."""
+    project = make_project(tmp_path / "proj", "cuda", torch_index_server.torch_index("cu130"), "torch>=2.13,<2.14\n")
+    before = tree_snapshot(project)
+    result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {project / 'requirements' / 'cuda.txt'}: torch==2.13.1+cu130 came only from find-links "
+        f"{hostile_pip.links} (pip's configuration), not from {torch_index_server.torch_index('cu130')}; nothing "
+        "was written (another machine could not install it): remove that source from pip's configuration "
+        "(`pip config list`), or lock from it on purpose with --torch-find-links FOLDER")
+    assert tree_snapshot(project) == before
+
+    named = invoke("lock", project, "--backend", "cuda", "--torch-find-links", hostile_pip.links)
+    assert named.exit_code == 0, named.stderr
+    lock = parse_lock(project / "requirements" / "cuda.txt")
+    assert lock.pins["torch"].version == "2.13.1+cu130"
+    assert lock.header["torch-source"] == "find-links (replaces torch-index)"
+    assert lock.header["machine-local"] == "torch"
+    assert "warning:" in named.stderr.lower() and "torch came only from this machine" in named.stderr
+    assert_travels((project / "requirements" / "cuda.txt").read_text(encoding="utf-8"), *hostile_pip.paths)
+
+
+def test_pins_only_on_this_machine_are_named(hostile_pip: Machine, tmp_path: Path,
+                                             torch_index_server: Served) -> None:
+    project = make_project(tmp_path / "proj", "cuda", torch_index_server.torch_index("cu130"),
+                           "torch==2.13.0\nkdkit-local-helper==1.0\n")
+    result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 0, result.stderr
+    lock_path = project / "requirements" / "cuda.txt"
+    lock = parse_lock(lock_path)
+    assert lock.header["machine-local"] == "kdkit-local-helper"  # names only, no paths
+    assert lock.pins["kdkit-local-helper"].hashes == [f"sha256:{sha256(hostile_pip.helper)}"]
+    assert (f"cuda.txt: kdkit-local-helper came only from this machine (index {hostile_pip.mirror.root.as_uri()}"
+            "/simple (pip's configuration)); another machine cannot install this lock") in result.stderr
+    assert_travels(lock_path.read_text(encoding="utf-8"), *hostile_pip.paths)
+
+
+# ---------------------------------------------------------------- the issue's end-to-end path
+
+
+def test_init_lock_check_end_to_end(clean_pip: Served, tmp_path: Path) -> None:
+    """kdkit init, then kdkit lock --backend cuda against the local index with no find-links anywhere, then
+    kdkit check --gpu "RTX 5090" on what was locked."""
+    project = tmp_path / "proj"
+    assert invoke("init", project, "--backend", "cuda").exit_code == 0
+    set_torch_index(project, "cuda", clean_pip.torch_index("cu130"))
+    locked = invoke("lock", project, "--backend", "cuda")
+    assert locked.exit_code == 0, locked.stderr
+    assert "torch==2.13.0+cu130" in locked.stdout
+    checked = invoke("check", project, "--gpu", "RTX 5090")
+    assert checked.exit_code == 0, checked.stdout + checked.stderr
+    assert "RTX 5090: every point holds" in checked.stdout
+
+
+# ---------------------------------------------------------------- the pieces, called directly
+
+
+def test_torch_requirement_read_from_the_input_files(tmp_path: Path) -> None:
+    from kdkit.torchindex import torch_requirement
+
+    base, extra = tmp_path / "base.in", tmp_path / "extra.in"
+    extra.write_text("torch<2.14 ; python_version >= '3.10'\ntorch>=9 ; sys_platform == 'win32'\n", encoding="utf-8")
+    base.write_text("-r extra.in\nnumpy\nTorch >= 2.12, != 2.13.1  # comment\n", encoding="utf-8")
+    found = torch_requirement([base, extra], "3.11", ("linux", "x86_64"))
+    assert found is not None and found.clauses == ((">=", "2.12"), ("!=", "2.13.1"), ("<", "2.14"))
+    assert found.allows("2.13.0+cu130") and not found.allows("2.13.1+cu130") and not found.allows("2.14.0")
+    assert found.text() == "torch>=2.12,!=2.13.1,<2.14"
+    base.write_text("torch==2.13.0+cu126\n", encoding="utf-8")
+    exact = torch_requirement([base], "3.11", ("linux", "x86_64"))
+    assert exact is not None and exact.text() == "torch 2.13.0+cu126" and not exact.allows("2.13.0+cu130")
+    base.write_text("torch @ https://example.invalid/torch-2.13.0-cp311-cp311-linux_x86_64.whl\n", encoding="utf-8")
+    assert torch_requirement([base], "3.11", ("linux", "x86_64")) is None
+    base.write_text("numpy\n", encoding="utf-8")
+    assert torch_requirement([base], "3.11", ("linux", "x86_64")) is None
+
+
+@pytest.mark.parametrize(
+    ("tags", "python", "fit"),
+    [(("cp311", "cp311", "manylinux_2_28_x86_64"), "3.11", True),
+     (("cp311", "cp311", "manylinux_2_28_aarch64"), "3.11", False),
+     (("cp312", "cp312", "manylinux_2_28_x86_64"), "3.11", False),
+     (("cp313", "cp313t", "manylinux_2_28_x86_64"), "3.13", False),
+     (("cp39", "abi3", "manylinux2014_x86_64"), "3.11", True),
+     (("cp312", "abi3", "manylinux2014_x86_64"), "3.11", False),
+     (("py3", "none", "any"), "3.11", True),
+     (("cp311", "cp311", "win_amd64"), "3.11", False),
+     (("cp311", "cp311", "linux_x86_64"), "3.11", True)],
+)
+def test_wheel_tags_filter(tags: tuple[str, str, str], python: str, fit: bool) -> None:
+    from kdkit.torchindex import fits
+
+    assert fits(tags, python, ("linux", "x86_64")) is fit
+
+
+def test_pep503_page_parsing() -> None:
+    from kdkit.torchindex import parse_page
+
+    page = ('<a href="/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ABC123" '
+            'data-requires-python="&gt;=3.10">torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>'
+            '<a href="../../files/filelock-3.0.tar.gz">filelock-3.0.tar.gz</a><a href="/whl/cu130/">not a file</a>')
+    files = parse_page(page, "http://h/simple/torch/")
+    assert [(f.filename, f.url, f.sha256, f.requires_python) for f in files] == [
+        ("torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
+         "http://h/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl", "abc123", ">=3.10"),
+        ("filelock-3.0.tar.gz", "http://h/files/filelock-3.0.tar.gz", None, None)]

@@ -1,0 +1,567 @@
+"""The package indexes of `kdkit lock`, read the way pip reads them: before pip-compile, whether the
+backend's torch index answers and serves a torch build the project can install; after it, where
+each locked file really came from.
+
+Before (:func:`preflight`). pip waits minutes on an index that does not answer (its timeout times
+its retries, for every page), then takes whatever a find-links folder of its configuration holds.
+kdkit asks first, with the standard library (pip's ``cert``, ``proxy`` and ``trusted-host`` options
+and the proxy variables honoured, at most :data:`TIMEOUT` seconds a request): the torch index's
+``torch/`` page (PEP 503), filtered by the requirement on torch in the input files, the project's
+Python and the image's platform. An index that does not answer is ``Unavailable`` (exit 3), one
+that answers without such a build is ``BadInput`` (exit 2) naming the builds the index family
+offers: the ``torch/`` page beside the label (``.../whl/torch/`` for ``.../whl/cu130``) lists them
+all, as download.pytorch.org does.
+
+After (:func:`provenance`). pip-compile hashes every file of a pinned version that any source
+offers, so a lock's hashes say where its files can come from. They are compared with the torch
+index's sha256 fragments and with the machine-local sources of pip's configuration (find-links
+folders and ``file://`` indexes, where only files named like a pin are hashed). A pin whose every
+hash is on this machine only cannot be installed elsewhere from the lock; before calling it
+machine-local, kdkit asks the http(s) indexes the lock names whether they serve one of its hashes
+(a local mirror holds copies of PyPI's files).
+
+No click here; errors are kdkit errors with one-line messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import re
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+from urllib.request import url2pathname
+
+from kdkit.errors import BadInput, Unavailable
+from kdkit.probe._markers import InvalidMarker, evaluate
+from kdkit.probe._version import InvalidVersion, Version, compare
+from kdkit.probe.builds import index_label, parse_label, split_version
+from kdkit.probe.lockfile import Lock, Pin, normalize_name
+
+TIMEOUT = 10.0  # seconds a request may take; pip's own timeout applies when it is shorter
+RETRIES = 1  # what pip-compile's pip gets (--retries): the preflight already knows the index answers
+_CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$")
+_REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?P<rest>[^;]*?)\s*"
+                          r"(?:;\s*(?P<marker>.*))?$")
+_HASH_PREFIX = "sha256:"
+TORCH_FIX = ("check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a local folder "
+             "with --torch-find-links")
+INDEX_FIX = "check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or change pip's configuration"
+
+
+# ---------------------------------------------------------------- the network, as pip would reach it
+
+
+@dataclass(frozen=True)
+class Network:
+    """How to reach an index: the timeout and what pip's configuration says about TLS and proxies."""
+
+    timeout: float = TIMEOUT
+    cafile: str | None = None
+    proxy: str | None = None
+    trusted_hosts: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_pip(cls, pip_config: dict[str, str], ca_bundle: Path | None = None) -> Network:
+        """From pip's timeout (when under :data:`TIMEOUT`), cert (or --ca-bundle), proxy and trusted-host."""
+        timeout = TIMEOUT
+        for key in ("timeout", "default-timeout"):
+            try:
+                timeout = min(timeout, float(pip_config[key]))
+            except (KeyError, ValueError):
+                continue
+        cafile = str(ca_bundle) if ca_bundle else pip_config.get("cert") or None
+        trusted = frozenset(h.split(":")[0] for h in pip_config.get("trusted-host", "").split())
+        return cls(max(timeout, 0.5), cafile, pip_config.get("proxy") or None, trusted)
+
+    def pip_args(self) -> str:
+        """pip-compile's ``--pip-args``: pip bounded like the preflight, never minutes per page."""
+        return f"--timeout {self.timeout:g} --retries {RETRIES}"
+
+    def _opener(self, host: str) -> urllib.request.OpenerDirector:
+        context = ssl.create_default_context(cafile=self.cafile) if self.cafile else ssl.create_default_context()
+        if host in self.trusted_hosts:  # pip's trusted-host: no certificate check for that host
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        proxies = urllib.request.getproxies()  # HTTP(S)_PROXY and their lower-case forms; NO_PROXY applies
+        if self.proxy:
+            proxies = {"http": self.proxy, "https": self.proxy}
+        return urllib.request.build_opener(urllib.request.ProxyHandler(proxies),
+                                           urllib.request.HTTPSHandler(context=context))
+
+    def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX) -> str | None:
+        """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer.
+
+        ``what`` names the URL's place in messages (``backends.cuda.torch_index in kdkit.json``)."""
+        host = urlsplit(url).hostname or ""
+        request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "kdkit"})
+        deadline = time.monotonic() + 2 * self.timeout
+        try:
+            with self._opener(host).open(request, timeout=self.timeout) as response:
+                if not body:
+                    return ""
+                chunks = []
+                while chunk := response.read(1 << 16):
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                return b"".join(chunks).decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as exc:
+            if exc.code in (404, 410):
+                return None
+            reason = f"HTTP {exc.code} {exc.reason}"
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            reason = self._reason(exc, host)
+        raise Unavailable(f"{url} ({what}): {reason}; nothing was locked: {fix}")
+
+    def _reason(self, exc: BaseException, host: str) -> str:
+        if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+            exc = exc.reason
+        if isinstance(exc, TimeoutError):
+            return f"no answer after {self.timeout:g} s"
+        if isinstance(exc, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(exc, OSError) and exc.__class__.__name__ == "gaierror":
+            return f"cannot resolve host {host}"
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return (f"TLS certificate not trusted ({exc.verify_message}); pass the proxy's CA with --ca-bundle FILE "
+                    "or set pip's cert")
+        if isinstance(exc, urllib.error.URLError):
+            return str(exc.reason)
+        if isinstance(exc, OSError) and exc.strerror:
+            return exc.strerror
+        return str(exc) or type(exc).__name__
+
+
+# ---------------------------------------------------------------- PEP 503 pages and file names
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """One anchor of a PEP 503 project page."""
+
+    filename: str
+    url: str
+    sha256: str | None
+    requires_python: str | None = None
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.found.append(dict(attrs))
+
+
+def parse_page(text: str, page_url: str) -> list[IndexFile]:
+    """The files a PEP 503 page links to, with their sha256 fragments (``#sha256=HEX``) where given."""
+    parser = _Anchors()
+    parser.feed(text)
+    files = []
+    for attrs in parser.found:
+        href = attrs.get("href")
+        if not href:
+            continue
+        url = urljoin(page_url, href)
+        parts = urlsplit(url)
+        name = unquote(parts.path.rsplit("/", 1)[-1])
+        digest = parts.fragment[len("sha256="):].lower() if parts.fragment.startswith("sha256=") else None
+        if name and parse_filename(name) is not None:
+            files.append(IndexFile(name, url.split("#", 1)[0], digest, attrs.get("data-requires-python")))
+    return files
+
+
+def parse_filename(filename: str) -> tuple[str, str, tuple[str, str, str] | None] | None:
+    """(normalized name, version, wheel tags or None for an sdist) of a distribution file name."""
+    if filename.endswith(".whl"):
+        parts = filename[:-4].split("-")
+        if len(parts) not in (5, 6):
+            return None
+        return normalize_name(parts[0]), parts[1], (parts[-3], parts[-2], parts[-1])
+    for ext in (".tar.gz", ".zip", ".tar.bz2", ".tgz"):
+        if filename.endswith(ext):
+            name, _sep, version = filename[: -len(ext)].rpartition("-")
+            return (normalize_name(name), version, None) if name and version else None
+    return None
+
+
+def fits(tags: tuple[str, str, str], python: str, target: tuple[str, str]) -> bool:
+    """Whether a wheel with ``tags`` installs on CPython ``python`` (``"3.11"``) on ``target`` (linux, x86_64)."""
+    major, minor = [*python.split("."), "0"][:2]
+    pythons = {f"cp{major}{minor}", f"py{major}{minor}", f"py{major}", f"cp{major}"}
+    abis = {f"cp{major}{minor}", "abi3", "none"}
+    system, machine = target
+    platforms = re.compile(rf"any|(?:many)?{re.escape(system)}(?:\d+|_\d+_\d+)?_{re.escape(machine)}")
+    python_tags, abi_tags, platform_tags = (tag.split(".") for tag in tags)
+    if "abi3" in abi_tags:  # the stable ABI of CPython 3.N holds for every later 3.x
+        pythons |= {f"cp{major}{n}" for n in range(2, int(minor) + 1)} if minor.isdigit() else set()
+    return (any(t in pythons for t in python_tags) and any(t in abis for t in abi_tags)
+            and any(platforms.fullmatch(t) for t in platform_tags))
+
+
+# ---------------------------------------------------------------- what the inputs ask of torch
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """The clauses the input files put on torch (``==2.13.0``, ``>=2.12,<2.14``); none means any release."""
+
+    clauses: tuple[tuple[str, str], ...]
+
+    def allows(self, version: str) -> bool:
+        try:
+            return all(compare(version, op, spec) for op, spec in self.clauses)
+        except InvalidVersion:
+            return False
+
+    def text(self) -> str:
+        """``torch 2.13.0`` for one exact pin, ``torch>=2.12,<2.14`` otherwise."""
+        if len(self.clauses) == 1 and self.clauses[0][0] == "==" and not self.clauses[0][1].endswith("*"):
+            return f"torch {self.clauses[0][1]}"
+        return "torch" + ",".join(op + spec for op, spec in self.clauses) if self.clauses else "torch"
+
+
+def _logical_lines(path: Path) -> Iterable[str]:
+    pending = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        yield pending + line
+        pending = ""
+    if pending:
+        yield pending
+
+
+def torch_requirement(files: Sequence[Path], python: str, target: tuple[str, str]) -> Requirement | None:
+    """What the input files (``kdkit.locking.input_files``) require of torch for the image (markers evaluated
+    for it); None when they do not name torch, or name it by URL (``torch @ https://...``, no index needed)."""
+    environment = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": target[0],
+                   "platform_system": target[0].capitalize(), "platform_machine": target[1], "os_name": "posix",
+                   "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    clauses: list[tuple[str, str]] = []
+    named = False
+    for path in files:
+        for line in _logical_lines(path):
+            if not line.strip() or line.lstrip().startswith("-"):
+                continue
+            match = _REQUIREMENT.match(line)
+            if match is None or normalize_name(match.group("name")) != "torch":
+                continue
+            marker = match.group("marker")
+            try:
+                if marker and not evaluate(marker, environment):
+                    continue
+            except InvalidMarker:
+                pass  # pip-compile will say what is wrong with it
+            rest = match.group("rest").strip()
+            if rest.startswith("@"):
+                return None
+            named = True
+            for piece in filter(None, (p.strip() for p in rest.strip("()").split(","))):
+                clause = _CLAUSE.match(piece)
+                if clause:
+                    clauses.append((clause.group(1), clause.group(2)))
+    return Requirement(tuple(clauses)) if named else None
+
+
+# ---------------------------------------------------------------- before pip-compile
+
+
+@dataclass(frozen=True)
+class TorchPage:
+    """The torch index's ``torch/`` page as the preflight read it."""
+
+    index: str
+    url: str
+    files: tuple[IndexFile, ...]
+
+    def by_hash(self) -> dict[str, IndexFile]:
+        return {f.sha256: f for f in self.files if f.sha256}
+
+
+def _torch_builds(files: Iterable[IndexFile], requirement: Requirement, python: str,
+                  target: tuple[str, str]) -> list[tuple[str, IndexFile]]:
+    """(version, file) of the torch wheels that ``requirement`` allows and the image can install."""
+    found = []
+    for item in files:
+        parsed = parse_filename(item.filename)
+        if parsed is None or parsed[0] != "torch" or parsed[2] is None:
+            continue
+        if requirement.allows(parsed[1]) and fits(parsed[2], python, target):
+            found.append((parsed[1], item))
+    return found
+
+
+def _label_key(label: str) -> tuple[int, ...]:
+    parsed = parse_label(label)
+    number = parsed[1] if parsed else None
+    return tuple(int(n) for n in re.findall(r"\d+", number or ""))
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def preflight(torch_index: str, backend: str, requirement: Requirement | None, python: str,
+              target: tuple[str, str], network: Network, config_file: Path) -> TorchPage:
+    """Refuse, before pip-compile runs, an index that does not answer (Unavailable) or serves no build of
+    ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the index must only answer."""
+    place = f"backends.{backend}.torch_index in {config_file}"
+    index = torch_index.rstrip("/")
+    page_url = f"{index}/torch/"
+    text = network.get(page_url, place)
+    files = tuple(parse_page(text, page_url)) if text is not None else ()
+    wanted = requirement or Requirement(())
+    label = index_label(index)
+    builds = _torch_builds(files, wanted, python, target)
+    if label is not None:
+        builds = [(v, f) for v, f in builds if split_version(v)[1] == label]
+    if requirement is None or builds:
+        return TorchPage(index, page_url, files)
+    for_what = f"{wanted.text()} for Python {python} on {'-'.join(target)}"
+    served = "has no torch/ page" if text is None else f"serves no {for_what}"
+    message = f"{config_file}: backends.{backend}.torch_index {index} {served}"
+    if label is None:
+        raise BadInput(f"{message}; point it at the PyTorch index of the build you want (e.g. .../whl/cu130)")
+    family = index[: -len(label)].rstrip("/")
+    listing = f"{family}/torch/"
+    try:
+        every = network.get(listing, f"the torch builds beside {place}")
+    except Unavailable:
+        every = None
+    labels = sorted({split_version(v)[1] or "" for v, _f in _torch_builds(parse_page(every or "", listing), wanted,
+                                                                        python, target)} - {""}, key=_label_key)
+    mine = [lb for lb in labels if (parse_label(lb) or ("",))[0] == backend]
+    if mine:
+        raise BadInput(f"{message}; {wanted.text()} has {_and(['+' + lb for lb in mine])} at {listing}; "
+                       f"set backends.{backend}.torch_index to {family}/{mine[-1]}")
+    if labels:
+        raise BadInput(f"{message}; {listing} has {wanted.text()} only as {_and(['+' + lb for lb in labels])}; "
+                       f"change the torch requirement in the input files or the backend")
+    if every is None:
+        raise BadInput(f"{message}, and {listing} lists no builds: point it at a PyTorch wheel index "
+                       f"(.../whl/<label>, e.g. cu130, rocm7.2, cpu)")
+    raise BadInput(f"{message}; {listing} lists no {backend} build of it for that Python either: change the torch "
+                   "requirement in the input files or kdkit.json's python")
+
+
+def check_answers(url: str, place: str, network: Network) -> None:
+    """Unavailable unless the index at ``url`` answers (any HTTP status does): pip would wait minutes on it."""
+    network.get(f"{url.rstrip('/')}/torch/", place, body=False, fix=INDEX_FIX)
+
+
+# ---------------------------------------------------------------- after pip-compile
+
+
+@dataclass(frozen=True)
+class LocalSource:
+    """A source of files on this machine: a find-links folder or a ``file://`` index."""
+
+    kind: str  # "find-links" or "index"
+    location: str  # the folder, or the index's file:// URL
+    origin: str  # where it was named: "pip's configuration" or "--torch-find-links"
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.location} ({self.origin})"
+
+
+def is_remote(value: str) -> bool:
+    return value.startswith(("http://", "https://"))
+
+
+def local_sources(pip_config: dict[str, str], torch_links: Path | None) -> list[LocalSource]:
+    """The machine-local sources pip resolves from: find-links folders and file:// indexes of its configuration."""
+    sources = [LocalSource("find-links", str(torch_links), "--torch-find-links")] if torch_links else []
+    for key in ("find-links", "index-url", "extra-index-url"):
+        for token in pip_config.get(key, "").split():
+            if is_remote(token):
+                continue
+            kind = "find-links" if key == "find-links" else "index"
+            location = url2pathname(urlsplit(token).path) if kind == "find-links" and token.startswith("file:") \
+                else token
+            sources.append(LocalSource(kind, location, "pip's configuration"))
+    return sources
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _same_version(a: str, b: str) -> bool:
+    """PEP 440 equality, the local label included (``2.13.0+cu130`` is not ``2.13.0+cpu``)."""
+    try:
+        return Version.parse(a) == Version.parse(b)
+    except InvalidVersion:
+        return a == b
+
+
+def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
+    """(sha256, file name) of the files of ``source`` named like ``pin`` (name and exact version)."""
+    if source.kind == "find-links":
+        folder = Path(source.location)
+        entries = sorted(folder.iterdir()) if folder.is_dir() else []
+        for entry in entries:
+            parsed = parse_filename(entry.name)
+            if parsed and parsed[0] == pin.key and _same_version(parsed[1], pin.version) and entry.is_file():
+                yield _sha256_of(entry), entry.name
+        return
+    root = url2pathname(urlsplit(source.location).path) if source.location.startswith("file:") else source.location
+    page = Path(root) / pin.key / "index.html"
+    if not page.is_file():
+        return
+    base = Path(page).parent.as_uri() + "/"
+    for item in parse_page(page.read_text(encoding="utf-8", errors="replace"), base):
+        parsed = parse_filename(item.filename)
+        if not parsed or parsed[0] != pin.key or not _same_version(parsed[1], pin.version):
+            continue
+        if item.sha256:
+            yield item.sha256, item.filename
+        elif item.url.startswith("file:") and (path := Path(url2pathname(urlsplit(item.url).path))).is_file():
+            yield _sha256_of(path), item.filename
+
+
+@dataclass
+class Provenance:
+    """Where the lock's files came from: the header's torch-source and machine-local fields, and warnings."""
+
+    torch_source: str
+    machine_local: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _hashes(pin: Pin) -> set[str]:
+    return {h[len(_HASH_PREFIX):].lower() for h in pin.hashes if h.startswith(_HASH_PREFIX)}
+
+
+class _Remote:
+    """The http(s) indexes a lock names, asked at most once per page; an index that fails is not asked again."""
+
+    def __init__(self, indexes: Sequence[str], network: Network) -> None:
+        self.indexes = [i.rstrip("/") for i in indexes if is_remote(i)]
+        self.network = network
+        self.down: set[str] = set()
+
+    def serving(self, name: str, hashes: set[str]) -> tuple[str, str] | None:
+        """(index, file name) of the first index whose page of ``name`` carries one of ``hashes``."""
+        for index in self.indexes:
+            if index in self.down:
+                continue
+            url = f"{index}/{name}/"
+            try:
+                text = self.network.get(url, "an index the lock names")
+            except Unavailable:
+                self.down.add(index)
+                continue
+            for item in parse_page(text or "", url):
+                if item.sha256 in hashes:
+                    return index, item.filename
+        return None
+
+
+def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sources: Sequence[LocalSource],
+               torch_links: Path | None, network: Network, python: str, target: tuple[str, str]) -> Provenance:
+    """Compare the lock's hashes with the torch page and the machine-local sources; BadInput when torch's
+    file is only on this machine and the user did not name that folder with --torch-find-links."""
+    remote = _Remote(indexes, network)
+    local: dict[str, dict[str, LocalSource]] = {}
+    for pin in lock.pins.values():
+        for source in sources:
+            for digest, _name in _local_files(source, pin):
+                local.setdefault(pin.key, {}).setdefault(digest, source)
+    result = Provenance("find-links (replaces torch-index)" if torch_links else "")
+    torch = lock.pins.get("torch")
+    if torch is not None and torch_links is None:
+        result.torch_source = _torch_source(lock, torch, page, local.get("torch", {}), remote, python, target)
+        served = set(page.by_hash()) if page else set()
+        strays = {s.describe() for d, s in local.get("torch", {}).items() if d in _hashes(torch) - served}
+        if strays and served & _hashes(torch):
+            result.warnings.append(f"{lock.path.name}: torch=={torch.version} also matches a file of this machine "
+                                   f"that the torch index does not serve ({_and(sorted(strays))}); pip may install "
+                                   "that one here: remove it from pip's configuration (`pip config list`)")
+    for pin in sorted(lock.pins.values(), key=lambda p: p.key):
+        hashes = _hashes(pin)
+        mine = local.get(pin.key, {})
+        if not hashes or not hashes <= set(mine):
+            continue
+        if pin.key == "torch" and page is not None and hashes & set(page.by_hash()):
+            continue
+        if remote.serving(pin.key, hashes) is not None:
+            continue
+        result.machine_local.append(pin.key)
+    if result.machine_local:
+        where = _and(sorted({s.describe() for key in result.machine_local for s in local[key].values()}))
+        result.warnings.append(f"{lock.path.name}: {_and(result.machine_local)} came only from this machine ({where}); "
+                               "another machine cannot install this lock from its indexes: publish those files on an "
+                               "index, or build the image here with `kdkit wheelhouse`")
+    return result
+
+
+def _torch_source(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource], remote: _Remote,
+                  python: str, target: tuple[str, str]) -> str:
+    hashes = _hashes(torch)
+    if page is not None:
+        on_page = [f for digest, f in page.by_hash().items() if digest in hashes]
+        if on_page:
+            best = sorted(on_page, key=lambda f: (not _fits_file(f.filename, python, target), f.filename))[0]
+            return f"{page.index} ({best.filename})"
+    if hashes and hashes <= set(local):
+        sources = _and(sorted({s.describe() for s in local.values()}))
+        index = page.index if page else "the backend's torch index"
+        raise BadInput(f"{lock.path}: torch=={torch.version} came only from {sources}, not from {index}; nothing was "
+                       "written (another machine could not install it): remove that source from pip's configuration "
+                       "(`pip config list`), or lock from it on purpose with --torch-find-links FOLDER")
+    served = remote.serving("torch", hashes)
+    if served is not None:
+        return f"{served[0]} ({served[1]}, not the torch index)"
+    if page is not None:
+        named = sorted(f.filename for f in page.files if (p := parse_filename(f.filename)) and p[0] == "torch"
+                       and _same_version(p[1], torch.version) and _fits_file(f.filename, python, target))
+        if named:
+            return f"{page.index} ({named[0]}, unverified: the index gives no sha256 of it)"
+    return "unknown (no index the lock names serves its hash)"
+
+
+def _fits_file(filename: str, python: str, target: tuple[str, str]) -> bool:
+    parsed = parse_filename(filename)
+    return bool(parsed and parsed[2] and fits(parsed[2], python, target))
+
+
+def emitted_indexes(torch_index: str, pip_config: dict[str, str], default_index: str, *,
+                    torch_from_index: bool = True) -> list[tuple[str, str]]:
+    """The index options a lock carries, as (option, URL): the torch index first when torch came from it,
+    then the http(s) indexes of pip's configuration (the user's index only when it is not pip's default,
+    as pip-compile does, unless the torch index needs it beside it).
+
+    file:// indexes and find-links are paths of this machine; another machine cannot use them."""
+    urls = [torch_index] if torch_from_index else []
+    user = pip_config.get("index-url", "")
+    if is_remote(user) and (torch_from_index or user.rstrip("/") != default_index.rstrip("/")):
+        urls.append(user)
+    urls += [value for value in pip_config.get("extra-index-url", "").split() if is_remote(value)]
+    unique: list[str] = []
+    for url in urls:
+        if url.rstrip("/") not in {u.rstrip("/") for u in unique}:
+            unique.append(url)
+    primary = bool(unique) and (torch_from_index or unique[0] == user)
+    return [("--index-url" if n == 0 and primary else "--extra-index-url", url) for n, url in enumerate(unique)]
+
+
+def option_lines(indexes: Sequence[tuple[str, str]]) -> str:
+    """The index options kdkit writes at the top of a lock (pip-compile writes none: --no-emit-index-url)."""
+    return "".join(f"{option} {url}\n" for option, url in indexes) + ("\n" if indexes else "")
