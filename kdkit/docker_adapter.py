@@ -72,7 +72,7 @@ def docker_errors(subject: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class ImageFacts:
-    """What kdkit reads from an image: identity, labels, user, size."""
+    """What kdkit reads from an image: identity, labels, user, size, platform."""
 
     ref: str
     id: str
@@ -81,6 +81,13 @@ class ImageFacts:
     size: int
     tags: list[str]
     created: str
+    architecture: str = ""  # the engine's names: amd64, arm64, ppc64le ("" when the image does not say)
+    os: str = ""  # linux, windows
+
+    @property
+    def platform(self) -> str:
+        """``os/architecture`` as Docker writes a platform (``linux/amd64``), or "" when unknown."""
+        return f"{self.os}/{self.architecture}" if self.os and self.architecture else self.os or self.architecture
 
 
 @dataclass(frozen=True)
@@ -240,7 +247,8 @@ class Engine:
         config = attrs.get("Config") or {}
         return ImageFacts(ref, attrs["Id"], dict(config.get("Labels") or {}), str(config.get("User") or ""),
                           int(attrs.get("Size") or 0), list(attrs.get("RepoTags") or []),
-                          str(attrs.get("Created") or ""))
+                          str(attrs.get("Created") or ""), str(attrs.get("Architecture") or ""),
+                          str(attrs.get("Os") or ""))
 
     def require_image(self, ref: str) -> ImageFacts:
         facts = self.image(ref)
@@ -277,14 +285,47 @@ class Engine:
         return rows
 
     def build(self, context: IO[bytes], *, dockerfile: str, buildargs: Mapping[str, str], nocache: bool,
-              network: str) -> Iterator[dict[str, Any]]:
-        """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is tagged."""
+              network: str, labels: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
+        """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is tagged.
+
+        ``labels`` are set on the image by the builder itself (values are never parsed as Dockerfile text).
+        """
         with docker_errors("build"):
             stream = self._client.api.build(
                 fileobj=context, custom_context=True, dockerfile=dockerfile, buildargs=dict(buildargs),
                 nocache=nocache, rm=True, forcerm=True, pull=False, decode=True, network_mode=network,
-                timeout=BUILD_TIMEOUT_S)
+                timeout=BUILD_TIMEOUT_S, labels=dict(labels) if labels else None)
             yield from stream
+
+    def read_file(self, image: str, path: str, limit: int = 1 << 20) -> bytes | None:
+        """The bytes of the regular file ``path`` in ``image``, or None when the image has no such file.
+
+        Nothing of the image runs: a container is created (never started), the file is copied out
+        of it (``docker cp``'s archive call) and the container removed. A file over ``limit`` bytes,
+        or one that is not a regular file, is Unavailable.
+        """
+        import docker.errors
+
+        with docker_errors(image):
+            container = self._client.api.create_container(image, command=["/kdkit-never-started"],
+                                                          network_disabled=True)
+            try:
+                try:
+                    stream, stat = self._client.api.get_archive(container["Id"], path)
+                except docker.errors.NotFound:
+                    return None
+                if int(stat.get("size") or 0) > limit:
+                    raise Unavailable(f"image {image}: {path} is {stat.get('size')} bytes, over the {limit} "
+                                      "kdkit reads; rebuild the image with `kdkit build`")
+                archive = bytearray()
+                for chunk in stream:
+                    archive += chunk
+                    if len(archive) > limit + (64 << 10):  # the tar's own headers and padding
+                        raise Unavailable(f"image {image}: {path} is over the {limit} bytes kdkit reads")
+            finally:
+                with contextlib.suppress(Exception):  # already gone: nothing to clean
+                    self._client.api.remove_container(container["Id"], force=True)
+        return _only_file(bytes(archive), image, path)
 
     def save_image(self, ref: str, out: Path) -> int:
         """Write ``docker save`` of ``ref`` to ``out`` atomically; return its size in bytes."""
@@ -324,6 +365,24 @@ class Engine:
                 if container is not None:
                     with contextlib.suppress(Exception):  # already gone: nothing to clean
                         container.remove(force=True)
+
+
+def _only_file(archive: bytes, image: str, path: str) -> bytes:
+    """The one regular file of a ``get_archive`` tar; Unavailable for a folder, a link or a bad tar."""
+    import io
+    import tarfile
+
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            members = tar.getmembers()
+            if len(members) != 1 or not members[0].isfile():
+                raise Unavailable(f"image {image}: {path} is not a regular file; rebuild the image with "
+                                  "`kdkit build`")
+            handle = tar.extractfile(members[0])
+            assert handle is not None  # a regular file always has one
+            return handle.read()
+    except tarfile.TarError as exc:
+        raise Unavailable(f"image {image}: the engine's copy of {path} is not a readable tar ({exc})") from None
 
 
 def connect(timeout: float = 60) -> Engine:

@@ -6,7 +6,10 @@ the build arguments and labels, without an engine: bad input costs nothing
 and leaves nothing. :func:`build_image` then assembles the build context,
 streams the classic builder through the Docker SDK's low-level API and tags
 the image only once it is complete, so a failed build never leaves a
-half-made image under the project's tag.
+half-made image under the project's tag. Between the two, what the image's own
+torch says of its compiled GPU architectures (``/opt/kdkit/torch-arch.json``,
+written in the final stage) is copied out of the image without running it and
+added as labels by a one-line ``FROM <id>`` build.
 
 The build context is written as a tar of exactly the files the Dockerfile
 copies (never the whole project folder), with normalized owners, modes and
@@ -56,6 +59,11 @@ PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+-----EN
 STEP = re.compile(r"^Step (?P<n>\d+)/(?P<total>\d+) : (?P<instruction>.*)$")
 ERROR_LINE = re.compile(r"^(ERROR|E:|error:|fatal:)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the builder colours a step's stderr
+# Written in the final stage by `kdkit torch-arch --json` (Dockerfile.common), read back by build_image.
+ARCH_FILE = "/opt/kdkit/torch-arch.json"
+ARCH_LIST = f"{LABEL}torch.arch_list"
+ARCH_SOURCE = f"{LABEL}torch.arch_source"
+UNKNOWN_ARCH = "unknown"
 
 
 # ---------------------------------------------------------------- the plan (host-side, no engine)
@@ -489,10 +497,90 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
                 break
     if transcript.error or not transcript.image_id:
         raise _failed(plan, transcript)
-    engine.tag(transcript.image_id, plan.tag)
+    labels = recorded_arch(engine, transcript.image_id)
+    report(BuildEvent("note", f"torch architectures: {labels[ARCH_LIST] or '(none)'} ({labels[ARCH_SOURCE]})"))
+    engine.tag(add_labels(engine, plan, transcript.image_id, labels), plan.tag)
     facts = engine.require_image(plan.tag)
     return BuildResult(plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps,
                        facts.labels, plan.network)
+
+
+# ---------------------------------------------------------------- the torch architecture labels
+
+
+def arch_labels(answer: Any) -> dict[str, str]:
+    """The two arch labels from the ``kdkit torch-arch --json`` answer read out of an image.
+
+    ``arch_list``: torch's tokens, space-separated ("" for a CPU build) or "unknown"; ``arch_source``:
+    where they were read, or ``unknown: <reason>``. Anything not of the answer's shape is unknown:
+    the file comes from the image, and a list is never made up.
+    """
+    from kdkit.credentials import redact
+    from kdkit.probe.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, TORCH_TOKEN
+
+    def unknown(reason: str) -> dict[str, str]:
+        line = redact(" ".join(reason.split()))
+        return {ARCH_LIST: UNKNOWN_ARCH, ARCH_SOURCE: f"{UNKNOWN_ARCH}: {line[:500]}"}
+
+    if not isinstance(answer, dict):
+        return unknown(f"{ARCH_FILE} does not hold a JSON object")
+    arch_list, source = answer.get("arch_list"), answer.get("source")
+    if arch_list is None:
+        reason = answer.get("reason")
+        return unknown(reason if isinstance(reason, str) and reason.strip() else "kdkit torch-arch gave no reason")
+    if not isinstance(arch_list, list) or len(arch_list) > 128 or not all(
+            isinstance(token, str) and TORCH_TOKEN.fullmatch(token) for token in arch_list):
+        return unknown(f"{ARCH_FILE}: arch_list is not a list of architecture names")
+    if source not in (SOURCE_FLAGS, SOURCE_HEADER, SOURCE_CPU) or (source == SOURCE_CPU) != (not arch_list):
+        return unknown(f"{ARCH_FILE}: source {str(source)[:60]!r} does not go with arch_list {arch_list[:4]}")
+    return {ARCH_LIST: " ".join(arch_list), ARCH_SOURCE: source}
+
+
+def recorded_arch(engine: Any, image_id: str) -> dict[str, str]:
+    """The arch labels of a built image, from its ARCH_FILE; never raises: a failure is "unknown" with why."""
+    from kdkit.jsonio import parse_json
+
+    try:
+        data = engine.read_file(image_id, ARCH_FILE, limit=64 << 10)
+    except KdkitError as exc:
+        return arch_labels({"arch_list": None, "reason": f"cannot copy {ARCH_FILE} out of the image: {exc}"})
+    if data is None:
+        return arch_labels({"arch_list": None, "reason": f"the image has no {ARCH_FILE} (its torch-arch step "
+                                                         "wrote nothing; see the build log)"})
+    try:
+        answer = parse_json(data.decode("utf-8"), ARCH_FILE)
+    except (UnicodeDecodeError, BadInput) as exc:
+        return arch_labels({"arch_list": None, "reason": f"{ARCH_FILE} is not readable JSON ({exc})"})
+    return arch_labels(answer)
+
+
+def add_labels(engine: Any, plan: BuildPlan, image_id: str, labels: dict[str, str]) -> str:
+    """A child of ``image_id`` carrying ``labels``: ``FROM <id>`` built through the same SDK call, no network.
+
+    Labels known only once the image exists (what its torch says) cannot be build arguments of the
+    main build; this one-instruction build adds no layer and is cached like any other.
+    """
+    transcript = _Transcript(lambda _event: None)
+    with tempfile.TemporaryFile(prefix="kdkit-labels-") as context:
+        write_context([("Dockerfile", f"FROM {image_id}\n".encode())], context)
+        for event in engine.build(context, dockerfile="Dockerfile", buildargs={}, nocache=False, network="none",
+                                  labels=labels):
+            transcript.feed(event)
+            if transcript.error:
+                break
+    if transcript.error or not transcript.image_id:
+        raise _failed(plan, transcript)
+    return transcript.image_id
+
+
+def torch_arch(labels: dict[str, str]) -> dict[str, Any]:
+    """What an image's labels say of its torch's compiled architectures, for `kdkit inspect`."""
+    if ARCH_LIST not in labels:
+        return {"recorded": False, "arch_list": None, "source": None}
+    value, source = labels[ARCH_LIST], labels.get(ARCH_SOURCE, "")
+    if value == UNKNOWN_ARCH:
+        return {"recorded": True, "arch_list": None, "source": source}
+    return {"recorded": True, "arch_list": value.split(), "source": source}
 
 
 # ---------------------------------------------------------------- inspect
@@ -532,9 +620,10 @@ def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:
     require_kdkit_labels(ref, facts.labels)
     project = _project_for(project_dir)
     return {"image": ref, "id": facts.id, "size": facts.size, "created": facts.created, "user": facts.user,
+            "os": facts.os, "architecture": facts.architecture,
             "kdkit": {k[len(LABEL):]: v for k, v in sorted(facts.labels.items()) if k.startswith(LABEL)},
             "oci": {k[len(OCI):]: v for k, v in sorted(facts.labels.items()) if k.startswith(OCI)},
-            "lock": lock_match(facts.labels, project)}
+            "torch_arch": torch_arch(facts.labels), "lock": lock_match(facts.labels, project)}
 
 
 def require_lock_match(report: dict[str, Any]) -> None:

@@ -337,6 +337,8 @@ def test_no_op_and_source_only_rebuilds_reuse_the_installed_dependencies(
     data = json.loads(result.stdout)
     ran = [s["instruction"] for s in data["steps"] if s["number"] in data["ran"]]
     assert not any("pip install" in s or s.startswith("COPY build/") or s.startswith("COPY --from") for s in ran)
+    assert not any("torch-arch" in s for s in ran)  # torch's architectures are read again only for a new venv
+    assert (data["labels"][f"{LABEL}torch.arch_list"], data["labels"][f"{LABEL}torch.arch_source"]) == ("", "cpu build")
     assert "COPY project/src/ /app/src/" in ran
     from kdkit.docker_adapter import connect
 

@@ -136,7 +136,9 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     """Show an image's labels and whether the project's lock still matches.
 
     Lists the image's kdkit and OCI labels (project, backend, lock sha256, torch
-    and its CUDA/ROCm version, kdkit version, revision, source), its size and user.
+    and its CUDA/ROCm version, the GPU architectures that torch was compiled for
+    and where that was read, kdkit version, revision, source), its platform, size
+    and user.
 
     Exit 0 when the lock matches (or no project is around), 1 when the project's
     lock changed since the image was built, 2 for an image without kdkit's
@@ -150,19 +152,33 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     else:
         from rich.table import Table
 
-        table = Table(title=f"{image}  ({_size(report['size'])}, user {report['user'] or 'root'})")
+        platform = "/".join(p for p in (report["os"], report["architecture"]) if p)
+        table = Table(title=f"{image}  ({platform + ', ' if platform else ''}{_size(report['size'])}, "
+                            f"user {report['user'] or 'root'})")
         table.add_column("label")
         table.add_column("value", overflow="fold")
         for prefix, group in (("dev.kdkit.", report["kdkit"]), ("org.opencontainers.image.", report["oci"])):
             for key, value in group.items():
                 table.add_row(prefix + key, value)
         console().print(table)
+        click.echo(f"Torch architectures: {_arch_line(report['torch_arch'])}")
         lock = report["lock"]
         if lock["matches"] is None:
             click.echo("Lock: no project here to compare with (pass --project DIR).")
         elif lock["matches"]:
             click.echo(f"Lock: {lock['project_lock']} matches the image ({lock['image_sha256'][:12]}).")
     require_lock_match(report)
+
+
+def _arch_line(arch: dict[str, Any]) -> str:
+    """inspect_image's torch_arch as one line: the tokens and their source, none, unknown and why."""
+    if not arch["recorded"]:
+        return "not recorded (an image built before kdkit recorded them; rebuild with `kdkit build`)"
+    if arch["arch_list"] is None:
+        return arch["source"] or "unknown"
+    if not arch["arch_list"]:
+        return f"none ({arch['source']})"
+    return f"{' '.join(arch['arch_list'])} (from {arch['source']})"
 
 
 class _CommandAfterDashes(click.Command):

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pilot": ("kdkit.probe.pilot", "Run the pilot documents with exactly-once accounting."),
     "copy-out": ("kdkit.probe.copyout", "Copy a run folder elsewhere and verify the copy."),
     "gather": ("kdkit.probe.gather", "Prove the workers of one run answered every ID exactly once."),
+    "torch-arch": ("kdkit.probe.torcharch", "Show the GPU architectures the installed torch was compiled for."),
 }
 
 
