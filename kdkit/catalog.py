@@ -13,9 +13,7 @@ whole; other offers are added. Pairings merge key by key.
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -127,17 +125,37 @@ def same_model(a: str, b: str) -> bool:
     return long.startswith(short) and not long[len(short):len(short) + 1].isdigit()
 
 
-def closest_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """Spellings of the same card as ``name``: the same model word, and, where some are closer than
-    others, those containing the name or a few characters from it (difflib). Never another model."""
-    key, model = normalize_name(name), model_token(name)
-    by_key: dict[str, str] = {}
-    for candidate in candidates:
-        if same_model(model, model_token(candidate)):
-            by_key.setdefault(normalize_name(candidate), candidate)
-    close = [k for k in by_key if key in k or k in key]
-    close += [k for k in difflib.get_close_matches(key, list(by_key), n=n, cutoff=0.6) if k not in close]
-    return [by_key[k] for k in close] or list(by_key.values())
+_SIZE = re.compile(r"(\d+)\s*gb\b", re.IGNORECASE)
+_FORMS = ("pcie", "sxm", "nvl", "oam")
+_GENERATIONS = ("turing", "volta", "ampere", "ada", "hopper", "blackwell", "cdna", "rdna")
+
+
+# Words that say nothing about which card it is: vendors and brands, memory kinds, filler.
+_VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "gb", "hbm", "gddr", "edition",
+                 "generation", "gpu", "card"}
+
+
+def _words(name: str) -> set[str]:
+    """The letter words of a name that tell cards apart (``rtx``, ``pro``, ``sxm``), vendor words left out."""
+    return {w for w in re.findall(r"[a-z]{2,}", name.lower()) if w not in _VENDOR_WORDS}
+
+
+def contradicts(name: str, offer: Offer) -> bool:
+    """Whether ``name`` states something the offer is not: another memory size (``80GB``), another form
+    (``PCIe``, ``SXM4``, ``NVL``) or another generation (``Ada``)."""
+    words = re.findall(r"[a-z]+", name.lower())
+    sizes = {int(size) for size in _SIZE.findall(name)}
+    if sizes and round(offer.memory_gb) not in sizes:
+        return True
+    form = str((offer.nominal or {}).get("form_factor", "")).lower()
+    stated = {f for f in _FORMS for word in words if word.startswith(f)}
+    if stated and form and not any(form.startswith(f) for f in stated):
+        return True
+    if any(word == g and g not in offer.generation.lower() for word in words for g in _GENERATIONS):
+        return True
+    # Every distinguishing word of the name must be one of the offer's (``RTX PRO 6000`` is no ``RTX 6000 Ada``).
+    own = set().union(*(_words(spelling) for spelling in (offer.name, *offer.aliases)), {offer.generation.lower()})
+    return not all(any(o.startswith(w) for o in own) for w in _words(name))
 
 
 @dataclass
@@ -154,10 +172,15 @@ class Catalog:
         BadInput otherwise: a name that fits several offers (``A100``: 40 or 80 GB, PCIe or SXM) lists
         them and asks; an unknown one names close spellings of the same card, never another card."""
         key = normalize_name(name)
+        if not key:
+            raise BadInput("--gpu: empty name; pass an offer of the catalog, e.g. --gpu \"RTX 4090\"")
+        name = name if len(name) <= 80 else name[:77] + "..."
         for offer in self.offers:
             if key in offer.match_keys():
                 return offer
-        near = list(dict.fromkeys(self._owner(n) for n in closest_names(name, self._spellings())))
+        model = model_token(name)
+        near = [o.name for o in self.offers if not contradicts(name, o)
+                and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
         fix = "pass one of them as --gpu (add your own with a project catalog.json or --catalog FILE)"
         if len(near) > 1:
             raise BadInput(f"--gpu {name!r}: fits {len(near)} offers: {', '.join(near)}; {fix}")
@@ -167,13 +190,6 @@ class Catalog:
         raise BadInput(f"--gpu {name!r}: no such offer in the catalog (offers: {', '.join(self.names())}); "
                        "add your own with a project catalog.json or --catalog FILE")
 
-    def _spellings(self) -> list[str]:
-        return [a for o in self.offers for a in (o.name, *o.aliases)]
-
-    def _owner(self, alias: str) -> str:
-        key = normalize_name(alias)
-        return next(o.name for o in self.offers if key in o.match_keys())
-
 
 def load_catalog(project_root: Path | None = None, extra: Path | None = None) -> Catalog:
     """The shipped catalog, then the project's catalog.json, then ``extra`` (see module doc)."""
@@ -182,7 +198,31 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
     for path in layer_paths("catalog", project_root, extra):
         data = load_checked(path, "catalog")
         files.append(str(path))
-        for entry in data["offers"]:
+        for number, entry in enumerate(data["offers"]):
+            problem = _incoherent(entry)
+            if problem:
+                raise BadInput(f"{path}: $.offers[{number}]: {problem}")
             offer = Offer.from_json(entry, path)
             merged[normalize_name(offer.name)] = offer
+    owners: dict[str, Offer] = {}
+    for offer in merged.values():
+        for key in offer.match_keys():
+            other = owners.setdefault(key, offer)
+            if other is not offer:
+                raise BadInput(f"{offer.origin}: offer {offer.name!r} answers to {key!r} like {other.name!r} of "
+                               f"{other.origin}; rename one (an alias must name one card)")
     return Catalog(list(merged.values()), files)
+
+
+_VENDOR_RULES = {"nvidia": ("cuda", "sm_"), "amd": ("rocm", "gfx")}
+
+
+def _incoherent(entry: dict[str, Any]) -> str | None:
+    """Why an offer contradicts itself (an NVIDIA card with a gfx target, a blank name), or None."""
+    if not normalize_name(entry["name"]):
+        return "name is blank; give the card's name"
+    backend, prefix = _VENDOR_RULES[entry["vendor"]]
+    if entry["backend"] != backend or not entry["architecture"].startswith(prefix):
+        return (f"{entry['vendor']} card {entry['name']!r} has backend {entry['backend']} and architecture "
+                f"{entry['architecture']}; an {entry['vendor']} card runs {backend} with an {prefix}... architecture")
+    return None

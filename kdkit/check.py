@@ -18,10 +18,18 @@ from typing import Any
 from kdkit.catalog import Offer, load_catalog
 from kdkit.errors import BadInput
 from kdkit.pairings import Build, Pairings, code_for, load_pairings
-from kdkit.probe.builds import TORCH_INDEX_URL, index_label, label_backend, parse_label, split_version, torch_minor
+from kdkit.probe.builds import (
+    TORCH_INDEX_URL,
+    index_label,
+    label_backend,
+    parse_label,
+    split_version,
+    torch_minor,
+    version_tuple,
+)
 from kdkit.project import Project
 
-IMAGE_ARCHES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+ARCH_NAMES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
 ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
 
@@ -46,6 +54,18 @@ class Subject:
     cpu_arch: str | None  # "x86_64", "aarch64", or None when unknown
     arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
     arch_source: str = ""
+    platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
+
+
+def linux_arch(platform: str) -> tuple[str | None, bool]:
+    """(CPU architecture, made for Linux) of a recorded platform: ``linux-x86_64`` -> ("x86_64", True),
+    ``darwin-arm64`` -> (None, False), ``win32-AMD64`` -> (None, False), ``""`` -> (None, True)."""
+    system, _, machine = platform.strip().partition("-")
+    if not machine:
+        return None, True  # nothing recorded: unknown, not wrong
+    if system.lower() != "linux":
+        return None, False
+    return ARCH_NAMES.get(machine.lower()), True
 
 
 # ---------------------------------------------------------------- what to lock instead
@@ -75,33 +95,70 @@ def instead(offer: Offer, pairings: Pairings, subject: Subject | None = None) ->
                 "pairings.json")
     pick = _preferred(builds, subject, pairings)
     template = pairings.data.get("template", {})
-    if subject is not None and pick.torch == torch_minor(subject.version):
+    if subject is not None and pick.torch == torch_minor(subject.version) and not _prerelease(subject.version):
         pin = split_version(subject.version)[0]
     elif pick.torch == torch_minor(template.get("torch", "")):
         pin = template["torch"]
     else:
         pin = f"{pick.torch}.*"
-    labels = sorted({b.label for b in builds})
-    return (f"lock torch {pin} from {pick.label} (builds known to carry {offer.architecture}: torch "
-            f"{builds[0].torch}-{builds[-1].torch}, {', '.join(labels)}): set backends.{offer.backend}.torch_index "
-            f"to {TORCH_INDEX_URL.format(label=pick.label)}, pin torch=={pin} in requirements/base.in, then "
+    return (f"lock torch {pin} from {pick.label} (published builds that carry {offer.architecture}: "
+            f"{_ranges(builds)}): set backends.{offer.backend}.torch_index to "
+            f"{TORCH_INDEX_URL.format(label=pick.label)}, pin torch=={pin} in requirements/base.in, then "
             f"`kdkit lock --backend {offer.backend}`")
+
+
+def _prerelease(version: str) -> bool:
+    """A nightly or release candidate (``2.13.0.dev20260101``, ``2.13.0rc1``): not on the release indexes."""
+    from kdkit.probe._version import InvalidVersion, Version
+
+    try:
+        parsed = Version.parse(split_version(version)[0])
+    except InvalidVersion:
+        return True
+    return parsed.pre is not None or parsed.dev is not None
+
+
+def _ranges(builds: list[Build]) -> str:
+    """``cu126 2.6-2.14, cu128 2.7-2.11 (2.7 experimental)``: each label with the releases that have it."""
+    by_label: dict[str, list[Build]] = {}
+    for build in builds:
+        by_label.setdefault(build.label, []).append(build)
+    parts = []
+    def key(label: str) -> tuple[str, tuple[int, ...]]:
+        parsed = parse_label(label) or ("", None)
+        return parsed[0], version_tuple(parsed[1] or "")
+
+    for label in sorted(by_label, key=key):
+        found = by_label[label]
+        span = found[0].torch if len(found) == 1 else f"{found[0].torch}-{found[-1].torch}"
+        experimental = [b.torch for b in found if b.experimental]
+        parts.append(f"{label} {span}" + (f" ({', '.join(experimental)} experimental)" if experimental else ""))
+    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------- the points
 
 
-def _backend_point(offer: Offer, backend: str) -> Point:
+def _backend_point(offer: Offer, backend: str, project: Project) -> Point:
     if offer.backend == backend:
         return Point("backend", "ok", f"{offer.name} ({offer.vendor}) runs the {backend} backend")
+    first = "" if offer.backend in project.config["backends"] else \
+        f"add backends.{offer.backend} to kdkit.json (see `kdkit init --help` for its fields), then "
     return Point("backend", "fail",
                  f"{offer.name} is an {offer.vendor.upper()} card: it runs the {offer.backend} backend, "
                  f"not {backend}",
-                 f"check and lock the {offer.backend} backend: `kdkit lock --backend {offer.backend}`, then "
+                 f"{first}check and lock the {offer.backend} backend: `kdkit lock --backend {offer.backend}`, then "
                  f"`kdkit check --gpu {offer.name!r} --backend {offer.backend}`")
 
 
 def _cpu_point(offer: Offer, subject: Subject) -> Point:
+    docker = "arm64" if offer.cpu_arch == "aarch64" else "amd64"
+    if not linux_arch(subject.platform)[1]:
+        return Point("cpu", "fail",
+                     f"{subject.what} was made on {subject.platform}, not Linux: its wheels and markers are that "
+                     f"system's, and {offer.name} hosts run Linux on {offer.cpu_arch}",
+                     f"lock for linux/{docker}: `kdkit lock --in-container` (resolves inside the backend's Linux base "
+                     "image) on a machine with a Docker engine")
     if subject.cpu_arch is None:
         return Point("cpu", "unknown", f"{subject.what} does not say which CPU architecture it was made for; "
                      f"{offer.name} hosts are {offer.cpu_arch}", "re-lock with `kdkit lock`, which records it")
@@ -110,10 +167,8 @@ def _cpu_point(offer: Offer, subject: Subject) -> Point:
     host = f"{offer.name} hosts are {offer.cpu_arch}" + (" (Grace)" if offer.cpu_arch == "aarch64" else "")
     return Point("cpu", "fail",
                  f"{subject.what} is for {subject.cpu_arch} but {host}: its wheels and binaries do not run there",
-                 f"make the lock and the image on linux/{'arm64' if offer.cpu_arch == 'aarch64' else 'amd64'}: run "
-                 f"`kdkit lock --in-container` and `kdkit build` on a {offer.cpu_arch} machine (or in an "
-                 f"{offer.cpu_arch} container, e.g. with QEMU: docker run --platform "
-                 f"linux/{'arm64' if offer.cpu_arch == 'aarch64' else 'amd64'})")
+                 f"make the lock and the image on linux/{docker}: run `kdkit lock --in-container` and `kdkit build` on "
+                 f"an {offer.cpu_arch} machine (or in a linux/{docker} container through QEMU binfmt)")
 
 
 def _build_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
@@ -140,9 +195,14 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
                      "execution on the device'", instead(offer, pairings, subject))
     build = pairings.build(subject.version, subject.label, subject.cpu_arch or "x86_64")
     if build is None:
-        known = ", ".join(pairings.labels(subject.version, subject.cpu_arch or "x86_64"))
-        where = (f"torch {torch_minor(subject.version)} is published for {known}" if known else
-                 f"kdkit knows torch releases {', '.join(pairings.releases())}")
+        cpu = subject.cpu_arch or "x86_64"
+        known = ", ".join(pairings.labels(subject.version, cpu))
+        if known:
+            where = f"torch {torch_minor(subject.version)} is published for {known}"
+        elif torch_minor(subject.version) in pairings.releases():
+            where = f"kdkit's pairings list no {cpu} builds of torch {torch_minor(subject.version)}"
+        else:
+            where = f"kdkit knows torch releases {', '.join(pairings.releases())}"
         return Point("kernels", "unknown",
                      f"kdkit's pairings know no {subject.cpu_arch or 'x86_64'} build of torch {subject.version} from "
                      f"{subject.label} ({where})",
@@ -211,7 +271,12 @@ def _memory_point(project: Project, offer: Offer) -> Point:
 
 
 def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[Point]:
-    points = [_cpu_point(offer, subject), _build_point(offer, subject, pairings)]
+    """cpu, then build, then kernels and driver: a lock for another CPU or backend is not judged further
+    (its kernels would be another machine's)."""
+    points = [_cpu_point(offer, subject)]
+    if points[0].status == "fail":
+        return points
+    points.append(_build_point(offer, subject, pairings))
     if points[-1].status == "ok":
         points += [_kernel_point(offer, subject, pairings), _driver_point(offer, subject, pairings)]
     return points
@@ -238,9 +303,8 @@ def lock_subject(lock_path: Path, relative: str, backend: str) -> Subject | Poin
         return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
                      "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
     platform = lock.header.get("platform", "")
-    cpu_arch = next((arch for name, arch in IMAGE_ARCHES.items() if platform.endswith(f"-{name}")), None)
     version = pin.version if pin.local else f"{pin.version}+{label}"
-    return Subject(relative, version, label, cpu_arch)
+    return Subject(relative, version, label, linux_arch(platform)[0], platform=platform)
 
 
 def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
@@ -256,10 +320,10 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
         raise BadInput(f"image {ref}: its torch ({version or 'none'}) carries no build label kdkit can read; "
                        "rebuild it from a lock made by `kdkit lock`")
     raw = facts.labels.get(ARCH_LABEL)
-    arch_list = None if raw is None or raw.strip() == "unknown" else tuple(raw.split())
-    cpu_arch = IMAGE_ARCHES.get(getattr(facts, "architecture", "") or "")
-    return (Subject(f"image {ref}", version, label, cpu_arch, arch_list, facts.labels.get(ARCH_SOURCE_LABEL, "")),
-            facts.labels)
+    arch_list = None if raw is None or raw.strip() == "unknown" else tuple(raw.replace(",", " ").split())
+    platform = f"{facts.os}-{facts.architecture}" if facts.os and facts.architecture else ""
+    return (Subject(f"image {ref}", version, label, linux_arch(platform)[0], arch_list,
+                    facts.labels.get(ARCH_SOURCE_LABEL, ""), platform), facts.labels)
 
 
 def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
@@ -269,8 +333,8 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
     from kdkit.project import load_project
 
     project = load_project(project_dir)
-    name = gpu or project.config.get("target_gpu")
-    if not name:
+    name = gpu if gpu is not None else project.config.get("target_gpu")
+    if name is None:
         raise BadInput(f"{project.root / 'kdkit.json'}: $.target_gpu is null; pass --gpu NAME or set it")
     offer = load_catalog(project.root, catalog_file).find(name)
     pairings = load_pairings(project.root, pairings_file)
@@ -279,7 +343,7 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
         chosen = project.backend(backend or labels.get("dev.kdkit.backend") or offer.backend)
     else:
         chosen = project.backend(backend or offer.backend)
-    points = [_backend_point(offer, chosen.name)]
+    points = [_backend_point(offer, chosen.name, project)]
     if image is None:
         relative = chosen.lock.relative_to(project.root).as_posix() if chosen.lock.is_relative_to(project.root) \
             else str(chosen.lock)
@@ -291,3 +355,22 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
     return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
             "lock": str(chosen.lock), "image": image, "ok": all(p.status in ("ok", "note") for p in points),
             "points": [asdict(p) for p in points]}
+
+
+def cpu_mismatch(project: Project, made_for: str, what: str) -> str | None:
+    """Why a lock or image made for ``made_for`` (``linux-x86_64``, ``amd64``) will not install on the
+    hosts of the project's target_gpu, with how to target theirs; None when they agree or no target is set."""
+    target = project.config.get("target_gpu")
+    if not target:
+        return None
+    try:
+        offer = load_catalog(project.root).find(str(target))
+    except BadInput:
+        return None  # `kdkit validate` and `kdkit check` report an unknown target_gpu
+    here = linux_arch(made_for if "-" in made_for else f"linux-{made_for}")[0]
+    if here is None or here == offer.cpu_arch:
+        return None
+    docker = "arm64" if offer.cpu_arch == "aarch64" else "amd64"
+    return (f"{what} is for {here}, but kdkit.json's target_gpu {offer.name} comes in {offer.cpu_arch} hosts, where "
+            f"it will not install: make the lock and the image on linux/{docker} (run `kdkit lock --in-container` and "
+            f"`kdkit build` on an {offer.cpu_arch} machine, or in a linux/{docker} container through QEMU binfmt)")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.errors import BadInput
-from kdkit.probe.builds import driver_floor, minor_key, torch_minor
+from kdkit.probe.builds import driver_floor, minor_key, parse_label, torch_minor
 
 CPU_ARCHES = ("x86_64", "aarch64")
 _SECTIONS = ("sources", "drivers", "architecture_drivers", "indexes", "arch_sets")
@@ -165,6 +165,19 @@ def _merge(merged: dict[str, Any], layer: dict[str, Any]) -> None:
         merged["template"] = layer["template"]
 
 
+def _contradiction(merged: dict[str, Any]) -> str | None:
+    """The first index whose backend or toolkit version is not what its label says (cu130 is CUDA 13.0)."""
+    for label, index in merged["indexes"].items():
+        parsed = parse_label(label)
+        if parsed is None:
+            return f"$.indexes.{label}: not a build label kdkit can read (cpu, cuXYZ, rocmX.Y)"
+        backend, version = parsed
+        if index["backend"] != backend or index["version"] != (version or ""):
+            return (f"$.indexes.{label}: says backend {index['backend']} {index['version'] or '(no version)'}, but "
+                    f"{label} is {backend} {version or '(no version)'}; fix the entry")
+    return None
+
+
 def _dangling(merged: dict[str, Any]) -> str | None:
     """The first torch entry naming an unknown index or arch set, described."""
     for minor, row in merged["torch"].items():
@@ -186,7 +199,10 @@ def load_pairings(project_root: Path | None = None, extra: Path | None = None) -
     for path in layer_paths("pairings", project_root, extra):
         _merge(merged, load_checked(path, "pairings"))
         files.append(str(path))
-        problem = _dangling(merged)
+        problem = _contradiction(merged)
         if problem is not None:
             raise BadInput(f"{path}: {problem}")
+    problem = _dangling(merged)  # after every layer: a project file may use an index of --pairings FILE
+    if problem is not None:
+        raise BadInput(f"{files[-1]}: {problem}")
     return Pairings(merged, files)

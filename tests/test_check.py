@@ -68,11 +68,13 @@ def test_b200_with_torch_2_6_cu124_fails_and_says_what_to_lock(project: Path) ->
         "(pairings: torch 2.6 cu124, cuda11_build")
     assert kernels["detail"].endswith("on the machine this is 'no kernel image is available for execution on the "
                                       "device'")
-    assert kernels["fix"] == (
-        "lock torch 2.13.0 from cu130 (builds known to carry sm_100: torch 2.7-2.14, cu128, cu129, cu130, cu132): "
-        "set backends.cuda.torch_index to https://download.pytorch.org/whl/cu130, pin torch==2.13.0 in "
-        "requirements/base.in, then `kdkit lock --backend cuda`")
-    assert stderr.strip() == "Error: B200: not ready (kernels); apply the fixes above, then run `kdkit check` again"
+    assert kernels["fix"].startswith("lock torch 2.13.0 from cu130 (published builds that carry sm_100: cu128 2.7-2.11")
+    assert kernels["fix"].endswith("set backends.cuda.torch_index to https://download.pytorch.org/whl/cu130, pin "
+                                   "torch==2.13.0 in requirements/base.in, then `kdkit lock --backend cuda`")
+    assert stderr.strip() == ("Error: B200: not ready (kernels); apply the fixes in the report's fix fields, then run "
+                              "`kdkit check` again")
+    assert invoke("check", project, "--gpu", "B200").stderr.strip() == (
+        "Error: B200: not ready (kernels); apply the fixes above, then run `kdkit check` again")
     assert tree_snapshot(project) == before
 
 
@@ -94,8 +96,8 @@ def test_mi300x_with_a_cuda_lock_fails(project: Path) -> None:
     assert points["build"]["status"] == "fail"
     assert points["build"]["detail"] == "requirements/cuda.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) " \
         "needs a rocm build"
-    assert points["build"]["fix"].startswith("lock torch 2.6.0 from rocm6.2.4 (builds known to carry gfx942: torch "
-                                             "2.5-2.14,")
+    assert points["build"]["fix"].startswith("lock torch 2.6.0 from rocm6.2.4 (published builds that carry gfx942: "
+                                             "rocm6.1 2.5-2.6, rocm6.2 2.5, rocm6.2.4 2.6,")
 
 
 def test_mi300x_with_a_cuda_build_in_the_rocm_lock_fails(project: Path) -> None:
@@ -230,3 +232,20 @@ def test_bad_extra_data_file_exits_2(project: Path, tmp_path: Path, option: str)
     result = invoke("check", project, "--gpu", "RTX 4090", option, bad)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {bad}: $.")
+
+
+def test_user_text_is_printed_as_text_never_as_markup(project: Path) -> None:
+    """A source or name holding rich markup ("[/]", "[bold red]") once crashed the table with a traceback."""
+    write_lock(project, "cuda", "2.15.0+cu130")
+    (project / "pairings.json").write_text(json.dumps({
+        "arch_sets": {"mine": {"architectures": ["sm_90"], "complete": True, "source": "[/]my [bold red]notes"}},
+        "torch": {"2.15": {"cu130": "mine"}}}))
+    result = invoke("check", project, "--gpu", "H100 SXM")
+    assert result.exit_code == 0, result.output
+    assert "[/]my [bold" in result.stdout and "red]notes)" in result.stdout
+
+
+def test_empty_gpu_name_is_bad_input(project: Path) -> None:
+    result = invoke("check", project, "--gpu", "")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == 'Error: --gpu: empty name; pass an offer of the catalog, e.g. --gpu "RTX 4090"'

@@ -66,7 +66,9 @@ TABLE = [
     ("MI355X", "2.13.0+rocm7.2", "x86_64", "kernels", "ok", "code object for gfx950"),
     ("MI355X", "2.5.1+rocm6.2", "x86_64", "kernels", "fail", "no code for MI355X's gfx950"),
     ("MI355X", "2.7.1+rocm6.3", "x86_64", "kernels", "unknown", "that list is partial"),
-    ("MI250X", "2.14.0+rocm7.14", "x86_64", "kernels", "ok", "code object for gfx90a"),
+    ("MI250X", "2.14.0+rocm7.14", "x86_64", "kernels", "unknown", "no target is confirmed for the released wheel"),
+    ("MI355X", "2.8.0+rocm6.4", "x86_64", "kernels", "unknown", "that list is partial"),
+    ("MI355X", "2.9.1+rocm6.4", "x86_64", "kernels", "ok", "code object for gfx950"),
     # Grace hosts are aarch64: an x86_64 lock does not install there; an aarch64 one is judged by its own list.
     ("GH200", "2.13.0+cu130", "x86_64", "cpu", "fail", "GH200 hosts are aarch64 (Grace)"),
     ("GH200", "2.13.0+cu130", "aarch64", "kernels", "ok", "cubin sm_90, which runs on sm_90 (pairings: torch 2.13 "
@@ -103,13 +105,37 @@ def test_a_failing_card_is_told_a_published_build_that_carries_it(project: Path)
     write_lock(project, "cuda", "2.13.0+cu130")
     _, points = check(project, "V100 SXM2 16GB")
     assert points["kernels"]["fix"] == (
-        "lock torch 2.13.0 from cu126 (builds known to carry sm_70: torch 2.5-2.14, cu118, cu121, cu124, cu126, cu128, "
-        "cu129): set backends.cuda.torch_index to https://download.pytorch.org/whl/cu126, pin torch==2.13.0 in "
+        "lock torch 2.13.0 from cu126 (published builds that carry sm_70: cu118 2.5-2.7, cu121 2.5, cu124 2.5-2.6, "
+        "cu126 2.6-2.14 (2.6 experimental), cu128 2.8-2.10, cu129 2.8 (2.8 experimental)): set "
+        "backends.cuda.torch_index to https://download.pytorch.org/whl/cu126, pin torch==2.13.0 in "
         "requirements/base.in, then `kdkit lock --backend cuda`")
     write_lock(project, "cuda", "2.6.0+cu124")
     _, points = check(project, "RTX 5090")
-    assert points["kernels"]["fix"].startswith("lock torch 2.13.0 from cu130 (builds known to carry sm_120: torch "
-                                               "2.7-2.14, cu128, cu129, cu130, cu132)")
+    assert points["kernels"]["fix"].startswith(
+        "lock torch 2.13.0 from cu130 (published builds that carry sm_120: cu128 2.7-2.11 (2.7 experimental), "
+        "cu129 2.8 (2.8 experimental), cu130 2.9-2.14 (2.9, 2.10 experimental), cu132 2.12-2.14 (2.12, 2.13 "
+        "experimental))")
+
+
+def test_a_nightly_is_never_told_to_pin_itself_on_a_release_index(project: Path) -> None:
+    write_lock(project, "cuda", "2.13.0.dev20260101+cu130")
+    _, points = check(project, "V100 SXM2 16GB")
+    assert points["kernels"]["fix"].startswith("lock torch 2.13.0 from cu126")
+
+
+@pytest.mark.parametrize("platform", ["darwin-arm64", "win32-AMD64", "darwin-x86_64"])
+def test_a_lock_made_on_another_system_fails_the_cpu_point(project: Path, platform: str) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130", platform)
+    code, points = check(project, "GH200" if "arm" in platform else "H100 SXM")
+    assert code == 1 and points["cpu"]["status"] == "fail"
+    assert points["cpu"]["detail"].startswith(f"requirements/cuda.txt was made on {platform}, not Linux")
+    assert "kernels" not in points  # another system's wheels are not judged against the card
+
+
+def test_a_lock_for_the_other_cpu_is_not_judged_further(project: Path) -> None:
+    write_lock(project, "cuda", "2.8.0+cu129", "linux-aarch64")
+    code, points = check(project, "T4")
+    assert code == 1 and points["cpu"]["status"] == "fail" and set(points) == {"backend", "cpu", "memory"}
 
 
 def test_driver_floor_of_the_cuda_major_and_of_the_card(project: Path) -> None:

@@ -102,7 +102,7 @@ def test_a_new_project_pins_the_template_build(tmp_path: Path, backend: str) -> 
     pairings = load_pairings()
     base_in = (root / "requirements" / "base.in").read_text()
     assert re.search(r"^torch==(\S+)$", base_in, re.M).group(1) == PAIRINGS["template"]["torch"]  # type: ignore[union-attr]
-    for name, spec in config["backends"].items():
+    for spec in config["backends"].values():
         label = builds.index_label(spec["torch_index"])
         assert label is not None and pairings.build(PAIRINGS["template"]["torch"], label) is not None, spec
         assert spec["torch_index"] == builds.TORCH_INDEX_URL.format(label=label)

@@ -88,9 +88,9 @@ def test_bad_parameter_counts(text: str) -> None:
 
 
 def test_cli_prints_items_unmeasured_and_verdict() -> None:
-    result = invoke("estimate-memory", "--params", "7B", "--train", "adam", "--gpu", "H100 80GB")
+    result = invoke("estimate-memory", "--params", "7B", "--train", "adam", "--gpu", "H100 SXM")
     assert result.exit_code == 0
-    assert "Against one H100 80GB (80 GB): does not fit" in result.stdout
+    assert "Against one H100 SXM (80 GB): does not fit" in result.stdout
     assert "allocator caching and fragmentation" in result.stdout
     assert " fits" not in result.stdout.replace("does not fit", "")
 
@@ -146,9 +146,9 @@ def test_a_gpu_peak_above_the_card_does_not_fit(project: Path) -> None:
     (["--params", "lots"], "--params 'lots': expected a parameter count such as 7B, 350M or 1.5e9"),
     (["--params", "7B", "--kv", "1,2,3"],
      "--kv '1,2,3': expected five positive integers layers,kv_heads,head_dim,seq,batch (e.g. 32,8,128,4096,1)"),
-    (["--params", "7B", "--gpu", "RTX 3090"],
-     "--gpu 'RTX 3090': no such offer in the catalog; closest: RTX 5090, RTX 4090 (add your own with a project "
-     "catalog.json or --catalog FILE)"),
+    (["--params", "7B", "--gpu", "GeForce RTX-3090 24GB"],
+     "--gpu 'GeForce RTX-3090 24GB': no such offer in the catalog; did you mean 'RTX 3090'? pass that name (or add "
+     "your own with a project catalog.json or --catalog FILE)"),
 ])
 def test_bad_input_exits_2(project: Path, args: list[str], message: str) -> None:
     before = tree_snapshot(project)

@@ -87,7 +87,7 @@ def test_78_hours_exceed_3_days_by_6_and_suggest_the_7_day_plan_or_less_work() -
 
 
 def test_over_with_unknown_longer_price_asks_the_provider() -> None:
-    schedule = _plan("H100 80GB", price=Decimal(300), hours=Decimal("80.5"))["schedule"]
+    schedule = _plan("H100 SXM", price=Decimal(300), hours=Decimal("80.5"))["schedule"]
     assert schedule["over_hours"] == 8.5  # type: ignore[index]
     assert schedule["longer_plan"] == {"days": 7, "total_usd": None, "difference_usd": None}  # type: ignore[index]
     assert schedule["suggestions"][0] == "take the 7-day plan (its price is unknown: ask the provider)"  # type: ignore[index]
@@ -166,9 +166,11 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, args: list[str], m
 
 
 def test_unknown_gpu_exits_2_with_the_closest_names(tmp_path: Path) -> None:
-    result = invoke("plan", "--gpu", "H100 PCIe 96GB", "--days", "3", "--lots", "1", "--save", tmp_path / "o.json")
+    result = invoke("plan", "--gpu", "H100 PCIe 80GB HBM2e", "--days", "3", "--lots", "1",
+                    "--save", tmp_path / "o.json")
     assert result.exit_code == 2
-    assert result.output.startswith("Error: --gpu 'H100 PCIe 96GB': no such offer in the catalog; closest: H100 80GB")
+    assert result.output.startswith("Error: --gpu 'H100 PCIe 80GB HBM2e': no such offer in the catalog; did you mean "
+                                    "'H100 PCIe'?")
     assert tree_snapshot(tmp_path) == {}
 
 

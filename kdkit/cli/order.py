@@ -24,13 +24,18 @@ _STATUS_STYLE = {"ok": "green", "fail": "bold red", "unknown": "yellow", "note":
 
 
 def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, header: bool = True) -> None:
+    """A table of plain text: names, paths and sources from the user's files are never read as rich markup."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left", show_header=header)
+    def cell(value: Any) -> Text:
+        return value if isinstance(value, Text) else Text("" if value is None else str(value))
+
+    table = Table(title=cell(title), title_justify="left", show_header=header)
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+        table.add_row(*(cell(value) for value in row))
     console().print(table)
 
 
@@ -41,7 +46,7 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
 @project_argument
 @gpu_option
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Backend whose lock is checked (default: the offer's own backend, or the image's).")
+              help="Backend whose lock is checked (default: the image's with --image, else the offer's own).")
 @click.option("--image", metavar="IMG", default=None,
               help="Judge this image built by `kdkit build` (its torch's own arch list) instead of the lock.")
 @catalog_option
@@ -63,7 +68,9 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
       driver   the minimum host driver the build's CUDA and the card need
       memory   kdkit.json's memory estimate, and the pilot's measured peak, per card
     Pairings are data (kdkit/data/pairings.json, each fact with its source; a
-    project pairings.json extends it). Exit 0 when every point holds, 1 otherwise.
+    project pairings.json extends it). Exit 0 when every point is ok or a note
+    (notes are yours to confirm), 1 when one fails or is unknown, 2 for bad input,
+    3 when --image needs a Docker engine that is not there.
 
     \b
     Examples:
@@ -77,13 +84,16 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
     if as_json:
         emit_json(report)
     else:
-        rows = [(p["name"], f"[{_STATUS_STYLE[p['status']]}]{p['status']}[/]", p["detail"], p["fix"])
+        from rich.text import Text
+
+        rows = [(p["name"], Text(p["status"], style=_STATUS_STYLE[p["status"]]), p["detail"], p["fix"])
                 for p in report["points"]]
         subject = f"image {report['image']}" if report["image"] else f"the {report['backend']} lock {report['lock']}"
         _table(f"{report['gpu']['name']} with {subject}", ("point", "status", "detail", "fix"), rows)
     failing = [p["name"] for p in report["points"] if p["status"] in ("fail", "unknown")]
     if failing:
-        raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes above, "
+        where = "in the report's fix fields" if as_json else "above"
+        raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes {where}, "
                           "then run `kdkit check` again")
     if not as_json:
         click.echo(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)")

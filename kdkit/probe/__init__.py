@@ -10,4 +10,4 @@ COMMAND ...`` runs a command without click; ``kdkit COMMAND`` forwards to it.
 # the probe): copied beside it into the image and into kdkit.pyz, and checked by the tests.
 CORE_MODULES = ("__init__.py", "credentials.py", "errors.py", "jsonio.py", "proc.py", "staging.py", "checksums.py")
 # Data files of kdkit the probe reads (kdkit.probe.builds), copied beside it likewise.
-CORE_DATA = ("data/pairings.json",)
+CORE_DATA = ("data/pairings.json", "data/catalog.json")

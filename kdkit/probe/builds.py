@@ -87,21 +87,27 @@ def minor_key(minor: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------- the shipped facts
 
 
-@lru_cache(maxsize=1)
-def shipped_pairings() -> dict[str, Any]:
-    """kdkit/data/pairings.json as shipped (from the package folder, or from inside kdkit.pyz)."""
-    path = Path(__file__).resolve().parents[1] / PAIRINGS
+@lru_cache(maxsize=2)
+def shipped_data(member: str) -> dict[str, Any]:
+    """A data table kdkit ships (``data/pairings.json``, ``data/catalog.json``), read from the package
+    folder or from inside kdkit.pyz; the host side layers the user's files over it (kdkit.pairings)."""
+    path = Path(__file__).resolve().parents[1] / member
     if path.is_file():
         text = path.read_text(encoding="utf-8")
     else:  # inside a zipapp: pkgutil reads the archive member (lighter than importlib.resources)
         import pkgutil
 
-        raw = pkgutil.get_data("kdkit", PAIRINGS)
+        raw = pkgutil.get_data("kdkit", member)
         if raw is None:
-            raise FileNotFoundError(f"kdkit/{PAIRINGS} is missing from this kdkit")
+            raise FileNotFoundError(f"kdkit/{member} is missing from this kdkit")
         text = raw.decode("utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
+
+
+def shipped_pairings() -> dict[str, Any]:
+    """kdkit/data/pairings.json as shipped."""
+    return shipped_data(PAIRINGS)
 
 
 def floor_value(entry: Any) -> str:
