@@ -357,6 +357,12 @@ def test_the_cpu_image_records_no_architectures(built: dict[str, Any], locked: P
     shown = invoke("inspect", built["tag"], "--project", locked)
     assert "Torch architectures: none (cpu build)" in shown.stdout
     assert f"{built['tag']}  (linux/amd64, " in shown.stdout
+    checked = invoke("check", locked, "--gpu", "RTX 4090", "--image", built["tag"], "--json")
+    assert checked.exit_code == 1
+    points = {p["name"]: p for p in json.loads(checked.stdout)["points"]}
+    assert points["backend"]["detail"] == "RTX 4090 is an NVIDIA card: it runs the cuda backend, not cpu"
+    assert points["build"]["detail"] == (f"image {built['tag']} has torch 2.13.0+cpu, a cpu build; RTX 4090 (sm_89) "
+                                         "needs a cuda build")
 
 
 def test_the_file_in_the_image_is_roots_and_read_only(built: dict[str, Any]) -> None:
@@ -410,5 +416,21 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
         shown = invoke("inspect", tag, "--project", project)
         assert shown.exit_code == 0, shown.output
         assert f"Torch architectures: {' '.join(CU130_ARCHS)} (from {SOURCE_HEADER})" in shown.stdout
+        # kdkit check --image judges the card by the image's own list, not the table.
+        checked = invoke("check", project, "--gpu", "RTX 5090", "--image", tag, "--json")
+        assert checked.exit_code == 0, checked.output
+        points = {p["name"]: p for p in json.loads(checked.stdout)["points"]}
+        assert points["cpu"]["detail"] == f"image {tag} is for x86_64, as RTX 5090 hosts are"
+        assert points["kernels"]["detail"] == (
+            f"the image's torch carries cubin sm_120, which runs on sm_120 (read from {SOURCE_HEADER}: "
+            f"{', '.join(CU130_ARCHS)})")
+        volta = invoke("check", project, "--gpu", "V100 SXM2 16GB", "--image", tag, "--json")
+        assert volta.exit_code == 1
+        kernels = {p["name"]: p for p in json.loads(volta.stdout)["points"]}["kernels"]
+        assert kernels["status"] == "fail" and "no code for V100 SXM2 16GB's sm_70" in kernels["detail"]
+        grace = invoke("check", project, "--gpu", "GH200", "--image", tag, "--json")
+        cpu = {p["name"]: p for p in json.loads(grace.stdout)["points"]}["cpu"]
+        assert grace.exit_code == 1 and cpu["status"] == "fail"
+        assert cpu["detail"].startswith(f"image {tag} is for x86_64 but GH200 hosts are aarch64 (Grace)")
     finally:
         connect().remove_image(tag)
