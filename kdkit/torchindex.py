@@ -135,8 +135,8 @@ class Network:
                     "or set pip's cert")
         if isinstance(exc, urllib.error.URLError):
             return str(exc.reason)
-        if isinstance(exc, OSError) and exc.strerror:
-            return exc.strerror
+        if isinstance(exc, OSError) and exc.strerror:  # a missing cert file names itself
+            return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
         return str(exc) or type(exc).__name__
 
 
