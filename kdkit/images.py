@@ -85,6 +85,7 @@ class BuildPlan:
     wheels: list[Path] = field(default_factory=list)
     no_cache: bool = False
     left_out: list[str] = field(default_factory=list)  # secret-shaped files of config/ and src/, never sent
+    warnings: list[str] = field(default_factory=list)  # e.g. the target card's hosts have another CPU
 
     @property
     def network(self) -> str:
@@ -263,7 +264,17 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
         tag=check_tag(tag or default_tag(project, chosen.name, lock_sha256)),
         dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base), labels=labels,
         ca_bundle=check_ca_bundle(ca_bundle) if ca_bundle else None,
-        wheels=wheelhouse_files(wheelhouse, lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out)
+        wheels=wheelhouse_files(wheelhouse, lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out,
+        warnings=[w for w in [_cpu_warning(project)] if w])
+
+
+def _cpu_warning(project: Project) -> str | None:
+    """The image is built for this engine's CPU (the local machine's); the target card's hosts may differ."""
+    import platform
+
+    from kdkit.check import cpu_mismatch
+
+    return cpu_mismatch(project, f"linux-{platform.machine()}", "the image built here")
 
 
 # ---------------------------------------------------------------- the build context

@@ -420,8 +420,12 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                            f"nothing was written: {CREDENTIAL_FIX}")
     atomic_write_text(backend.lock, text)
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
+    from kdkit.check import cpu_mismatch  # the target card's hosts may have another CPU than this machine
+
+    elsewhere = cpu_mismatch(project, resolution.platform, _relative(project.root, backend.lock))
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
-                      resolution.python, resolution.platform, [*warnings, *origin.warnings])
+                      resolution.python, resolution.platform,
+                      [*warnings, *origin.warnings, *([elsewhere] if elsewhere else [])])
 
 
 def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrade: bool = False,

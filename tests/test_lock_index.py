@@ -407,6 +407,28 @@ def test_init_lock_check_end_to_end(clean_pip: Served, tmp_path: Path) -> None:
     assert "RTX 5090: every point holds" in checked.stdout
 
 
+def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Served, tmp_path: Path) -> None:
+    """GH200 hosts are aarch64 (Grace): a lock made here is for x86_64, and lock and build say how to target arm64."""
+    from kdkit.images import plan_build
+
+    project = tmp_path / "proj"
+    assert invoke("init", project, "--backend", "cuda").exit_code == 0
+    set_torch_index(project, "cuda", clean_pip.torch_index("cu130"))
+    config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
+    config["target_gpu"] = "GH200"
+    (project / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
+    locked = invoke("lock", project, "--backend", "cuda", "--json")
+    assert locked.exit_code == 0, locked.stderr
+    advice = ("requirements/cuda.txt is for x86_64, but kdkit.json's target_gpu GH200 comes in aarch64 hosts, where it "
+              "will not install: make the lock and the image on linux/arm64 (run `kdkit lock --in-container` and "
+              "`kdkit build` on an aarch64 machine, or in a linux/arm64 container through QEMU binfmt)")
+    assert advice in json.loads(locked.stdout)["locks"][0]["warnings"]
+    assert plan_build(project, "cuda").warnings == [advice.replace("requirements/cuda.txt", "the image built here")]
+    checked = invoke("check", project, "--json")
+    assert checked.exit_code == 1
+    assert {p["name"]: p for p in json.loads(checked.stdout)["points"]}["cpu"]["status"] == "fail"
+
+
 # ---------------------------------------------------------------- the pieces, called directly
 
 

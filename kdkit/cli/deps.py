@@ -34,10 +34,14 @@ def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_p
     """Write requirements/<backend>.txt: a hashed pip-tools lock of requirements/base.in.
 
     torch comes from the backend's PyTorch wheel index in kdkit.json and is pinned
-    with its local label (torch==2.8.0+cu128), because a plain ==2.8.0 also accepts
-    +cpu and +rocm builds. The lock's header records kdkit's version, the Python and
-    platform it was resolved for, the indexes, and the sha256 of every input file;
-    `kdkit validate` reports a lock whose inputs changed since.
+    with its local label (torch==2.13.0+cu130), because a plain ==2.13.0 also accepts
+    +cpu and +rocm builds. The torch index is asked first (10 s at most): an index
+    that does not answer is exit 3 naming it, one without the pinned build is exit 2
+    naming the builds its family offers. The lock's header records kdkit's version,
+    the Python and platform it was resolved for, the indexes, where torch really
+    came from (torch-source) and the sha256 of every input file; `kdkit validate`
+    reports a lock whose inputs changed since. A lock names only http(s) indexes:
+    nothing of this machine (file:// indexes, find-links) travels in it.
 
     \b
     Examples:

@@ -88,6 +88,8 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
     if plan.left_out:
         warn(f"left out of the image (named like secrets; pass them at run time with --env-file): "
              f"{', '.join(plan.left_out)}")
+    for message in plan.warnings:
+        warn(message)
     with _build_progress() as progress:
         result = build_image(plan, progress)
     if as_json:
