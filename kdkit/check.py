@@ -11,7 +11,7 @@ reason it was given and the fix.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,17 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
                      f"the image's torch carries {carried} (read from {subject.arch_source or 'the image'}): no code "
                      f"for {offer.name}'s {card}; on the machine this is 'no kernel image is available for "
                      "execution on the device'", instead(offer, pairings, subject))
+    point = _table_kernel_point(offer, subject, pairings)
+    if subject.what.startswith("image "):  # an image whose own list is not known: say so, then the table's answer
+        why = subject.arch_source or "no dev.kdkit.torch.arch_list label: built before kdkit recorded it"
+        point = replace(point, detail=f"{point.detail}; the image's own arch list is unknown ({why}), so this is "
+                                      "the pairings' answer")
+    return point
+
+
+def _table_kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+    """The kernels point from the published builds kdkit knows (before any image exists)."""
+    card = offer.architecture
     build = pairings.build(subject.version, subject.label, subject.cpu_arch or "x86_64")
     if build is None:
         cpu = subject.cpu_arch or "x86_64"
@@ -319,8 +330,11 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
     if not version or parse_label(label) is None:
         raise BadInput(f"image {ref}: its torch ({version or 'none'}) carries no build label kdkit can read; "
                        "rebuild it from a lock made by `kdkit lock`")
+    from kdkit.probe.torcharch import TORCH_TOKEN
+
     raw = facts.labels.get(ARCH_LABEL)
-    arch_list = None if raw is None or raw.strip() == "unknown" else tuple(raw.replace(",", " ").split())
+    tokens = None if raw is None or raw.strip() == "unknown" else tuple(raw.replace(",", " ").split())
+    arch_list = tokens if tokens is not None and all(TORCH_TOKEN.fullmatch(t) for t in tokens) else None
     platform = f"{facts.os}-{facts.architecture}" if facts.os and facts.architecture else ""
     return (Subject(f"image {ref}", version, label, linux_arch(platform)[0], arch_list,
                     facts.labels.get(ARCH_SOURCE_LABEL, ""), platform), facts.labels)

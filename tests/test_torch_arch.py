@@ -434,3 +434,39 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
         assert cpu["detail"].startswith(f"image {tag} is for x86_64 but GH200 hosts are aarch64 (Grace)")
     finally:
         connect().remove_image(tag)
+
+
+def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(docker_engine: None, locked: Path,
+                                                                             tmp_path: Path) -> None:
+    """An image loaded from elsewhere may carry any label: markup and escape codes are shown inert, and an
+    arch list that is not a list of architecture names is not used to pass a card."""
+    from kdkit import proc
+    from kdkit.docker_adapter import connect
+
+    tag = "kdkit-e2e:hostile-labels"
+    labels = {"dev.kdkit.backend": "cuda", "dev.kdkit.lock.sha256": "0" * 64,
+              "dev.kdkit.torch.version": "2.13.0+cu130", "dev.kdkit.project": "[bold red]markup[/]",
+              "dev.kdkit.torch.arch_list": "sm_90;rm -rf / sm_120", "dev.kdkit.torch.arch_source": "\x1b]0;pwned\x07x"}
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n", encoding="utf-8")
+    args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]
+    done = proc.run(["docker", "build", "-q", "-t", tag, *args, str(tmp_path)], timeout=300)
+    assert done.ok, done.stderr
+    try:
+        shown = invoke("inspect", tag)
+        assert "[bold red]markup[/]" in shown.stdout and "\x1b" not in shown.stdout
+        checked = invoke("check", locked, "--gpu", "H100 SXM", "--image", tag, "--json")
+        kernels = {p["name"]: p for p in json.loads(checked.stdout)["points"]}["kernels"]
+        assert kernels["detail"].endswith("so this is the pairings' answer")
+        assert "the image's own arch list is unknown" in kernels["detail"]
+    finally:
+        connect().remove_image(tag)
+
+
+def test_a_program_that_is_not_python_is_bad_input(tmp_path: Path) -> None:
+    script = tmp_path / "not-python"
+    script.write_text("#!/bin/sh\necho garbage\n", encoding="utf-8")
+    script.chmod(0o755)
+    result = invoke("torch-arch", "--python", script)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"Error: --python {script}: not a Python interpreter (exit status 0, no JSON on "
+                                     "stdout)")

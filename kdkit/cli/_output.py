@@ -10,6 +10,24 @@ import click
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
+
+# C0 and C1 control characters but tab and newline: an image label or a file name must not move the
+# cursor, retitle the terminal or clear it.
+_CONTROL = {code: "\ufffd" for code in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
+
+
+def printable(value: object) -> str:
+    """``value`` as text a terminal shows as it is: control characters (ESC ...) become U+FFFD."""
+    return ("" if value is None else str(value)).translate(_CONTROL)
+
+
+def plain(value: object) -> Text:
+    """A table cell of plain text: rich never reads markup in it ("[bold]", "[link=...]") and no control
+    character reaches the terminal. A rich Text passes as it is (kdkit's own styling)."""
+    from rich.text import Text
+
+    return value if isinstance(value, Text) else Text(printable(value))
 
 
 def emit_json(data: Any) -> None:

@@ -12,7 +12,7 @@ import click
 
 from kdkit.cli._group import cli
 from kdkit.cli._options import backend_option, json_option, project_argument, whole
-from kdkit.cli._output import console, emit_json, warn
+from kdkit.cli._output import console, emit_json, plain, printable, warn
 
 if TYPE_CHECKING:
     from kdkit.images import BuildEvent, BuildResult
@@ -155,15 +155,15 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
         from rich.table import Table
 
         platform = "/".join(p for p in (report["os"], report["architecture"]) if p)
-        table = Table(title=f"{image}  ({platform + ', ' if platform else ''}{_size(report['size'])}, "
-                            f"user {report['user'] or 'root'})")
+        table = Table(title=plain(f"{image}  ({platform + ', ' if platform else ''}{_size(report['size'])}, "
+                                  f"user {report['user'] or 'root'})"))
         table.add_column("label")
         table.add_column("value", overflow="fold")
         for prefix, group in (("dev.kdkit.", report["kdkit"]), ("org.opencontainers.image.", report["oci"])):
-            for key, value in group.items():
-                table.add_row(prefix + key, value)
+            for key, value in group.items():  # labels come from whoever built the image: plain text only
+                table.add_row(plain(prefix + key), plain(value))
         console().print(table)
-        click.echo(f"Torch architectures: {_arch_line(report['torch_arch'])}")
+        click.echo(f"Torch architectures: {printable(_arch_line(report['torch_arch']))}")
         lock = report["lock"]
         if lock["matches"] is None:
             click.echo("Lock: no project here to compare with (pass --project DIR).")

@@ -9,7 +9,7 @@ import click
 
 from kdkit.cli._group import cli
 from kdkit.cli._options import FiniteNumber, json_option, project_argument, whole
-from kdkit.cli._output import console, emit_json
+from kdkit.cli._output import console, emit_json, plain
 from kdkit.errors import CheckFailed
 from kdkit.probe.builds import BACKENDS
 
@@ -26,16 +26,12 @@ _STATUS_STYLE = {"ok": "green", "fail": "bold red", "unknown": "yellow", "note":
 def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, header: bool = True) -> None:
     """A table of plain text: names, paths and sources from the user's files are never read as rich markup."""
     from rich.table import Table
-    from rich.text import Text
 
-    def cell(value: Any) -> Text:
-        return value if isinstance(value, Text) else Text("" if value is None else str(value))
-
-    table = Table(title=cell(title), title_justify="left", show_header=header)
+    table = Table(title=plain(title), title_justify="left", show_header=header)
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(cell(value) for value in row))
+        table.add_row(*(plain(value) for value in row))
     console().print(table)
 
 

@@ -40,7 +40,9 @@ IMPORT_TIMEOUT_S = 180.0  # a CUDA torch on a cold, slow disk; a CPU torch impor
 MARKER = "KDKIT-TORCH-ARCH "
 
 # What torch itself may print: sm_90, sm_90a, sm_100f, compute_120, gfx942, gfx90a:xnack-.
-TORCH_TOKEN = re.compile(r"^[A-Za-z0-9_.:+-]{1,40}$")
+# An architecture name as torch prints it: a cubin (sm_90, sm_90a), PTX (compute_120) or a ROCm target with
+# its features (gfx942, gfx90a:sramecc+:xnack-). Anything else in a list is not believed.
+TORCH_TOKEN = re.compile(r"^(?:(?:sm|compute)_\d{2,4}[a-z]?|gfx[0-9a-f]{3,4}(?::[a-z]+[+-])*)$")
 # What a -gencode code= may name: a cubin (sm_XY) or PTX (compute_XY), with an arch suffix.
 CODE_TOKEN = re.compile(r"^(?:sm|compute)_\d{2,4}[a-z]?$")
 NVCC_FLAGS = re.compile(r'^[ \t]*#[ \t]*define[ \t]+NVCC_FLAGS_EXTRA[ \t]+"(?P<flags>[^"\n]*)"[ \t]*$', re.MULTILINE)
@@ -254,6 +256,8 @@ def read_arch_list(python: str | None = None, *, timeout: float = IMPORT_TIMEOUT
         return answer
     try:
         return from_files(python, answer)
+    except BadInput:  # --python names a program that is not a Python interpreter: the user's input is wrong
+        raise
     except KdkitError as exc:  # the interpreter would not describe its sys.path
         return unknown(f"{answer}; and its installed files cannot be listed ({exc})", python=interpreter,
                        import_error=answer)
