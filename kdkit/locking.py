@@ -345,11 +345,16 @@ def platform_warnings(project: Project, backend: Backend) -> list[str]:
     return warnings
 
 
-def check_torch_label(lock: Lock, backend: Backend) -> None:
-    """torch must carry the label of the backend's index; a bare version would accept any build."""
+def check_torch_label(lock: Lock, backend: Backend, config_file: Path) -> None:
+    """torch must carry the label of the backend's index; a bare version would accept any build. An index
+    of another family, or one whose label kdkit cannot read, is BadInput (a torch it locks is no build of
+    the backend's)."""
     pin = lock.pins.get("torch")
+    if pin is None:
+        return
+    torchindex.refuse_foreign_index(backend.torch_index, backend.name, config_file)
     label = backend_label(backend)
-    if pin is None or label is None or pin.local == label:
+    if label is None or pin.local == label:
         return
     got = f"+{pin.local}" if pin.local else "no local label"
     raise KdkitError(f"pip-compile resolved torch=={pin.version} ({got}) for backend {backend.name}, whose index "
@@ -387,6 +392,10 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     """Resolve, check and write ``backend.lock``; nothing is written unless every step succeeded."""
     for path in input_files(project.requirements):  # a missing .in is bad input before anything runs
         refuse_credentials_in(path, _relative(project.root, path))
+    config_file = project.root / "kdkit.json"
+    requirement = torchindex.torch_requirement(input_files(project.requirements), project.python, TARGET_PLATFORM)
+    torchindex.refuse_foreign_index(backend.torch_index, backend.name, config_file,
+                                    torch_needed=requirement is not None)
     pip_config = pip_configuration()
     network = torchindex.Network.from_pip(pip_config, ca_bundle)
     page = None if local_torch else preflight(project, backend, pip_config, network)
@@ -404,7 +413,7 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
             resolution = _compile_on_host(project, args, workdir, output, ca_bundle)
             warnings = platform_warnings(project, backend)
     lock = parse_lock_text(resolution.text, backend.lock)
-    check_torch_label(lock, backend)
+    check_torch_label(lock, backend, project.root / "kdkit.json")
     indexes = torchindex.emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
                                          torch_from_index=local_torch is None)
     # the indexes a machine installing the lock asks: those it names, and its own (pip's default here)

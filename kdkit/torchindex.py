@@ -42,7 +42,7 @@ from urllib.request import url2pathname
 from kdkit.errors import BadInput, Unavailable
 from kdkit.probe._markers import InvalidMarker, evaluate
 from kdkit.probe._version import InvalidVersion, Version, compare
-from kdkit.probe.builds import index_label, parse_label, split_version
+from kdkit.probe.builds import TORCH_INDEX_URL, index_label, label_backend, parse_label, split_version
 from kdkit.probe.lockfile import Lock, Pin, normalize_name
 
 TIMEOUT = 10.0  # seconds a request may take; pip's own timeout applies when it is shorter
@@ -314,10 +314,47 @@ def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+_FAMILY = {"cuda": "CUDA index (cuXYZ, e.g. cu130)", "rocm": "ROCm index (rocmX.Y, e.g. rocm7.2)", "cpu": "cpu index"}
+
+
+def example_index(backend: str, project_root: Path | None = None) -> str:
+    """The torch index `kdkit init` would write for ``backend`` (the pairings' template build)."""
+    from kdkit.pairings import load_pairings
+
+    try:
+        return TORCH_INDEX_URL.format(label=load_pairings(project_root).template_build(backend).label)
+    except BadInput:
+        return TORCH_INDEX_URL.format(label={"cuda": "cu130", "rocm": "rocm7.2"}.get(backend, "cpu"))
+
+
+def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, torch_needed: bool = True) -> None:
+    """BadInput unless ``torch_index`` is a plain URL whose build label is of ``backend``'s family: a cuda
+    backend with ``.../whl/cpu`` would lock +cpu torch, one with ``.../whl/xpu`` +xpu. An index whose label
+    kdkit cannot read is refused only when ``torch_needed`` (the inputs name torch): without torch it is any
+    package index."""
+    place = f"{config_file}: $.backends.{backend}.torch_index {torch_index}"
+    example = example_index(backend, config_file.parent)
+    parts = urlsplit(torch_index)
+    if parts.query or parts.fragment:
+        extra = ("?" + parts.query if parts.query else "") + ("#" + parts.fragment if parts.fragment else "")
+        raise BadInput(f"{place} has a query or fragment ({extra}), which no index URL takes: give the index's "
+                       f"plain URL, e.g. {example}")
+    label = index_label(torch_index)
+    family = label_backend(label) if label else None
+    if family == backend or (label is None and not torch_needed):
+        return
+    want = f"a {backend} backend needs a {_FAMILY.get(backend, backend + ' index')}, e.g. {example}"
+    if family is not None:
+        raise BadInput(f"{place} is a {_FAMILY[family].split(' (')[0]} (+{label} builds): {want}")
+    tail = parts.path.rstrip("/").rsplit("/", 1)[-1] or parts.path
+    raise BadInput(f"{place} ends in {tail!r}, not a build label kdkit can read (cuXYZ, rocmX.Y, cpu): {want}")
+
+
 def preflight(torch_index: str, backend: str, requirement: Requirement | None, python: str,
               target: tuple[str, str], network: Network, config_file: Path) -> TorchPage:
     """Refuse, before pip-compile runs, an index that does not answer (Unavailable) or serves no build of
     ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the index must only answer."""
+    refuse_foreign_index(torch_index, backend, config_file, torch_needed=requirement is not None)
     place = f"backends.{backend}.torch_index in {config_file}"
     index = torch_index.rstrip("/")
     page_url = f"{index}/torch/"

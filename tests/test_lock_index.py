@@ -480,3 +480,53 @@ def test_pep503_page_parsing() -> None:
         ("torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
          "http://h/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl", "abc123", ">=3.10"),
         ("filelock-3.0.tar.gz", "http://h/files/filelock-3.0.tar.gz", None, None)]
+
+
+# ---------------------------------------------------------------- e. what a hostile tester tried
+
+
+@pytest.mark.parametrize(
+    ("backend", "label", "what"),
+    [("cuda", "cpu", "is a cpu index (+cpu builds)"),
+     ("cuda", "rocm7.2", "is a ROCm index (+rocm7.2 builds)"),
+     ("cuda", "xpu", "ends in 'xpu', not a build label kdkit can read (cuXYZ, rocmX.Y, cpu)"),
+     ("cpu", "cu130", "is a CUDA index (+cu130 builds)")],
+    ids=["cuda-cpu", "cuda-rocm", "cuda-xpu", "cpu-cu130"],
+)
+def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Served, tmp_path: Path, backend: str,
+                                                                  label: str, what: str) -> None:
+    """cuda with .../whl/cpu wrote cuda.txt with +cpu torch and exited 0; now: exit 2, no request made."""
+    index = clean_pip.torch_index(label)
+    project = make_project(tmp_path / "proj", backend, index)
+    before, seen = tree_snapshot(project), len(clean_pip.requests)
+    result = invoke("lock", project, "--backend", backend)
+    assert result.exit_code == 2, result.stderr
+    want = {"cuda": "a CUDA index (cuXYZ, e.g. cu130), e.g. https://download.pytorch.org/whl/cu130",
+            "cpu": "a cpu index, e.g. https://download.pytorch.org/whl/cpu"}[backend]
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {project / 'kdkit.json'}: $.backends.{backend}.torch_index {index} {what}: a {backend} backend "
+        f"needs {want}")
+    assert tree_snapshot(project) == before and clean_pip.requests[seen:] == []
+
+
+def test_the_label_check_after_pip_compile_refuses_an_unreadable_label(tmp_path: Path) -> None:
+    from kdkit.errors import BadInput
+    from kdkit.locking import check_torch_label
+    from kdkit.probe.lockfile import parse_lock_text
+    from kdkit.project import load_project
+
+    project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/xpu")
+    lock = parse_lock_text("torch==2.13.0+xpu \\\n    --hash=sha256:" + "0" * 64 + "\n", project / "cuda.txt")
+    with pytest.raises(BadInput, match=r"torch_index https://download.pytorch.org/whl/xpu ends in 'xpu'"):
+        check_torch_label(lock, load_project(project).backend("cuda"), project / "kdkit.json")
+
+
+@pytest.mark.parametrize("tail", ["?x=1", "#frag"])
+def test_an_index_url_with_a_query_or_fragment_is_refused(clean_pip: Served, tmp_path: Path, tail: str) -> None:
+    index = clean_pip.torch_index("cu130") + tail
+    project = make_project(tmp_path / "proj", "cuda", index)
+    result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index {index} has a query or fragment ({tail}), "
+        "which no index URL takes: give the index's plain URL, e.g. https://download.pytorch.org/whl/cu130")
