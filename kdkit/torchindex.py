@@ -29,7 +29,7 @@ import hashlib
 import http.client
 import re
 import ssl
-import time
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
@@ -51,6 +51,8 @@ _CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$")
 _REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?P<rest>[^;]*?)\s*"
                           r"(?:;\s*(?P<marker>.*))?$")
 _HASH_PREFIX = "sha256:"
+MAX_PAGE = 32 << 20  # bytes: download.pytorch.org's every-build torch/ page is a few MB; more is not an index
+GRACE = 0.5  # seconds past the timeout the fetch may take (the socket's own timeout fires first)
 TORCH_FIX = ("check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a local folder "
              "with --torch-find-links")
 INDEX_FIX = "check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or change pip's configuration"
@@ -97,28 +99,35 @@ class Network:
                                            urllib.request.HTTPSHandler(context=context))
 
     def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX) -> str | None:
-        """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer.
+        """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer,
+        or not all of the page within the timeout (however slowly it trickles), or a page over MAX_PAGE.
 
         ``what`` names the URL's place in messages (``backends.cuda.torch_index in kdkit.json``)."""
         host = urlsplit(url).hostname or ""
         request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "kdkit"})
-        deadline = time.monotonic() + 2 * self.timeout
-        try:
-            with self._opener(host).open(request, timeout=self.timeout) as response:
-                if not body:
-                    return ""
-                chunks = []
-                while chunk := response.read(1 << 16):
-                    chunks.append(chunk)
-                    if time.monotonic() > deadline:
-                        raise TimeoutError
-                return b"".join(chunks).decode("utf-8", errors="replace")
-        except urllib.error.HTTPError as exc:
-            if exc.code in (404, 410):
+        fetch = _Fetch()
+        # in a thread: the socket's timeout holds per read, and a byte every few seconds resets it; the join
+        # bounds the whole fetch (name lookup, connection, every read) by the wall clock
+        worker = threading.Thread(target=fetch.run, args=(self._opener(host), request, self.timeout, body),
+                                  name="kdkit-index-fetch", daemon=True)
+        worker.start()
+        worker.join(self.timeout + GRACE)
+        if worker.is_alive():
+            fetch.stop.set()
+            reason = (f"the page was not complete after {self.timeout:g} s ({fetch.received} bytes came)"
+                      if fetch.answered else f"no answer after {self.timeout:g} s")
+        elif fetch.error is None:
+            return fetch.text
+        elif isinstance(fetch.error, _TooLarge):
+            reason = f"the page is over {MAX_PAGE >> 20} MiB, no index page is that large"
+        elif isinstance(fetch.error, urllib.error.HTTPError):
+            if fetch.error.code in (404, 410):
                 return None
-            reason = f"HTTP {exc.code} {exc.reason}"
-        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
-            reason = self._reason(exc, host)
+            reason = f"HTTP {fetch.error.code} {fetch.error.reason}"
+        elif isinstance(fetch.error, (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)):
+            reason = self._reason(fetch.error, host)
+        else:
+            raise fetch.error
         raise Unavailable(f"{url} ({what}): {reason}; nothing was locked: {fix}")
 
     def _reason(self, exc: BaseException, host: str) -> str:
@@ -138,6 +147,39 @@ class Network:
         if isinstance(exc, OSError) and exc.strerror:  # a missing cert file names itself
             return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
         return str(exc) or type(exc).__name__
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Fetch:
+    """One request run in a worker thread: what came back, or the exception, and how far it got."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.answered = False
+        self.received = 0
+        self.text: str | None = None
+        self.error: BaseException | None = None
+
+    def run(self, opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout: float,
+            body: bool) -> None:
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                self.answered = True
+                if not body:
+                    self.text = ""
+                    return
+                chunks = []
+                while not self.stop.is_set() and (chunk := response.read1(1 << 16)):  # what has come, at once
+                    self.received += len(chunk)
+                    if self.received > MAX_PAGE:
+                        raise _TooLarge
+                    chunks.append(chunk)
+                self.text = b"".join(chunks).decode("utf-8", errors="replace")
+        except BaseException as exc:  # handed to the caller's thread, which reports it
+            self.error = exc
 
 
 # ---------------------------------------------------------------- PEP 503 pages and file names

@@ -5,15 +5,18 @@ pip-compile, pip and the server all run for real.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -530,3 +533,86 @@ def test_an_index_url_with_a_query_or_fragment_is_refused(clean_pip: Served, tmp
     assert result.stderr.splitlines()[-1] == (
         f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index {index} has a query or fragment ({tail}), "
         "which no index URL takes: give the index's plain URL, e.g. https://download.pytorch.org/whl/cu130")
+
+
+@contextlib.contextmanager
+def raw_server(answer: Callable[[socket.socket, threading.Event], None]) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that reads each request's head and lets ``answer`` write to the socket
+    (until the block ends); yields its base URL."""
+    done = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head and (data := conn.recv(4096)):
+                head += data
+            with contextlib.suppress(OSError):
+                answer(conn, done)
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                conn, _addr = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join(timeout=2)
+        listener.close()
+
+
+def _trickle(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100000\r\n\r\n")
+    while not done.wait(0.5):
+        conn.sendall(b"<")
+
+
+def test_a_page_that_trickles_fails_within_the_timeout(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """A torch/ page sent a byte every 0.5 s kept `kdkit lock` running for minutes (each byte reset the socket's
+    timeout): the whole fetch is bounded by the wall clock (pip's 2 s here, to keep the test short; 10.9 s
+    with the default 10 s)."""
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    with raw_server(_trickle) as base:
+        url = f"{base}/whl/cu130"
+        project = make_project(tmp_path / "proj", "cuda", url)
+        result, elapsed = _timed_lock(project)
+    assert result.exit_code == 3, result.stderr  # type: ignore[attr-defined]
+    assert elapsed < 4, f"took {elapsed:.1f} s"
+    assert re.fullmatch(
+        rf"Error: {re.escape(url)}/torch/ \(backends\.cuda\.torch_index in .*kdkit\.json\): the page was not "
+        r"complete after 2 s \(\d+ bytes came\); nothing was locked: .*",
+        result.stderr.splitlines()[-1]), result.stderr  # type: ignore[attr-defined]
+
+
+def _huge(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n")
+    block = b"<a href='x'>x</a>\n" * 4096
+    for _ in range((33 << 20) // len(block) + 1):
+        if done.is_set():
+            return
+        conn.sendall(block)
+
+
+def test_a_page_over_32_mib_is_refused(clean_pip: Served, tmp_path: Path) -> None:
+    """A 200 MB page was read whole into memory (646 MB RSS); now reading stops past 32 MiB."""
+    with raw_server(_huge) as base:
+        url = f"{base}/whl/cu130"
+        project = make_project(tmp_path / "proj", "cuda", url)
+        result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 3, result.stderr  # type: ignore[attr-defined]
+    assert result.stderr.splitlines()[-1].startswith(  # type: ignore[attr-defined]
+        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the page is over 32 MiB, "
+        "no index page is that large; nothing was locked: ")
