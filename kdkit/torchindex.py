@@ -193,6 +193,7 @@ class IndexFile:
     url: str
     sha256: str | None
     requires_python: str | None = None
+    yanked: bool = False  # PEP 592 data-yanked: pip takes it only for a requirement pinned with ==
 
 
 class _Anchors(HTMLParser):
@@ -219,7 +220,8 @@ def parse_page(text: str, page_url: str) -> list[IndexFile]:
         name = unquote(parts.path.rsplit("/", 1)[-1])
         digest = parts.fragment[len("sha256="):].lower() if parts.fragment.startswith("sha256=") else None
         if name and parse_filename(name) is not None:
-            files.append(IndexFile(name, url.split("#", 1)[0], digest, attrs.get("data-requires-python")))
+            files.append(IndexFile(name, url.split("#", 1)[0], digest, attrs.get("data-requires-python"),
+                                   "data-yanked" in attrs))
     return files
 
 
@@ -265,6 +267,10 @@ class Requirement:
             return all(compare(version, op, spec) for op, spec in self.clauses)
         except InvalidVersion:
             return False
+
+    def pinned(self) -> bool:
+        """One ``==`` (or ``===``) clause without a wildcard: pip then takes a yanked file too (PEP 592)."""
+        return len(self.clauses) == 1 and self.clauses[0][0] in ("==", "===") and "*" not in self.clauses[0][1]
 
     def text(self) -> str:
         """``torch 2.13.0`` for one exact pin, ``torch>=2.12,<2.14`` otherwise."""
@@ -333,13 +339,32 @@ class TorchPage:
         return {f.sha256: f for f in self.files if f.sha256}
 
 
+def python_allows(requires_python: str | None, python: str) -> bool:
+    """Whether a file's Requires-Python (``>=3.12``) admits CPython ``python`` (``3.11``: some 3.11.x does);
+    a specifier kdkit cannot read admits it (pip will say)."""
+    clauses = [_CLAUSE.match(piece) for piece in (requires_python or "").split(",") if piece.strip()]
+    if not all(clauses):
+        return True
+    try:
+        return any(all(compare(full, c.group(1), c.group(2)) for c in clauses if c)
+                   for full in (f"{python}.0", f"{python}.999"))
+    except InvalidVersion:
+        return True
+
+
 def _torch_builds(files: Iterable[IndexFile], requirement: Requirement, python: str,
-                  target: tuple[str, str]) -> list[tuple[str, IndexFile]]:
-    """(version, file) of the torch wheels that ``requirement`` allows and the image can install."""
+                  target: tuple[str, str], *, requires_python: bool = True) -> list[tuple[str, IndexFile]]:
+    """(version, file) of the torch wheels that ``requirement`` allows and the image can install, as pip
+    chooses them: a yanked file only for an exact pin, a file whose Requires-Python excludes ``python``
+    never (unless ``requires_python`` is False)."""
     found = []
     for item in files:
         parsed = parse_filename(item.filename)
         if parsed is None or parsed[0] != "torch" or parsed[2] is None:
+            continue
+        if item.yanked and not requirement.pinned():
+            continue
+        if requires_python and not python_allows(item.requires_python, python):
             continue
         if requirement.allows(parsed[1]) and fits(parsed[2], python, target):
             found.append((parsed[1], item))
@@ -412,6 +437,12 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
     for_what = f"{wanted.text()} for Python {python} on {'-'.join(target)}"
     served = "has no torch/ page" if text is None else f"serves no {for_what}"
     message = f"{config_file}: backends.{backend}.torch_index {index} {served}"
+    excluded = sorted({f"{item.filename} has Requires-Python {item.requires_python}"
+                       for version, item in _torch_builds(files, wanted, python, target, requires_python=False)
+                       if label is None or split_version(version)[1] == label})
+    if excluded:
+        raise BadInput(f"{message}: {_and(excluded)} (data-requires-python), and kdkit.json's python is {python}; "
+                       "change kdkit.json's python or the torch requirement in the input files")
     if label is None:
         raise BadInput(f"{message}; point it at the PyTorch index of the build you want (e.g. .../whl/cu130)")
     family = index[: -len(label)].rstrip("/")

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 from conftest import invoke, tree_snapshot
-from localindex import LocalIndex, Served, dependency_wheel, python_tag, sha256, torch_index_server, torch_wheel
+from localindex import LocalIndex, Served, dependency_wheel, python_tag, serve, sha256, torch_index_server, torch_wheel
 
+from kdkit.errors import BadInput
 from kdkit.probe.lockfile import parse_lock
 
 __all__ = ["torch_index_server"]  # the session's index, a fixture
@@ -513,7 +514,6 @@ def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Ser
 
 
 def test_the_label_check_after_pip_compile_refuses_an_unreadable_label(tmp_path: Path) -> None:
-    from kdkit.errors import BadInput
     from kdkit.locking import check_torch_label
     from kdkit.probe.lockfile import parse_lock_text
     from kdkit.project import load_project
@@ -616,3 +616,46 @@ def test_a_page_over_32_mib_is_refused(clean_pip: Served, tmp_path: Path) -> Non
     assert result.stderr.splitlines()[-1].startswith(  # type: ignore[attr-defined]
         f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the page is over 32 MiB, "
         "no index page is that large; nothing was locked: ")
+
+
+def _one_wheel_index(root: Path, served: Served, attributes: str) -> Path:
+    """/whl/cu130/torch/ with the standard cu130 torch wheel, its anchor carrying ``attributes``."""
+    tag = python_tag()
+    wheel = f"torch-2.13.0+cu130-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    folder = root / "whl" / "cu130"
+    (folder / "torch").mkdir(parents=True)
+    (folder / wheel).write_bytes((served.root / "whl" / "cu130" / wheel).read_bytes())
+    (folder / "torch" / "index.html").write_text(
+        f'<a href="/whl/cu130/{wheel.replace("+", "%2B")}#sha256={sha256(folder / wheel)}" {attributes}>{wheel}</a>\n',
+        encoding="utf-8")
+    return folder / wheel
+
+
+def test_a_build_for_another_python_by_its_requires_python_is_refused(clean_pip: Served, tmp_path: Path) -> None:
+    """The only cu130 wheel says data-requires-python >=3.(N+1): pip skips it and took PyPI's label-less torch
+    (exit 1, confusing); the preflight now says which Requires-Python excluded it."""
+    major, minor = sys.version_info[:2]
+    wheel = _one_wheel_index(tmp_path / "idx", clean_pip, f'data-requires-python="&gt;={major}.{minor + 1}"')
+    with serve(tmp_path / "idx") as served:
+        index = served.torch_index("cu130")
+        project = make_project(tmp_path / "proj", "cuda", index)
+        result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {index} serves no torch 2.13.0 for Python "
+        f"{major}.{minor} on linux-x86_64: {wheel.name} has Requires-Python >={major}.{minor + 1} "
+        f"(data-requires-python), and kdkit.json's python is {major}.{minor}; change kdkit.json's python or the "
+        "torch requirement in the input files")
+
+
+def test_a_yanked_build_counts_only_for_an_exact_pin(clean_pip: Served, tmp_path: Path) -> None:
+    from kdkit.torchindex import Network, Requirement, preflight
+
+    _one_wheel_index(tmp_path / "idx", clean_pip, 'data-yanked="broken"')
+    python = ".".join(map(str, sys.version_info[:2]))
+    with serve(tmp_path / "idx") as served:
+        index = served.torch_index("cu130")
+        args = (python, ("linux", "x86_64"), Network(), tmp_path / "kdkit.json")
+        assert preflight(index, "cuda", Requirement((("==", "2.13.0"),)), *args).files  # pip takes it: pinned
+        with pytest.raises(BadInput, match=r"cu130 serves no torch>=2\.13 for Python"):
+            preflight(index, "cuda", Requirement(((">=", "2.13"),)), *args)
