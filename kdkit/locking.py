@@ -345,10 +345,12 @@ def platform_warnings(project: Project, backend: Backend) -> list[str]:
     return warnings
 
 
-def check_torch_label(lock: Lock, backend: Backend, config_file: Path) -> None:
+def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: torchindex.TorchPage | None = None,
+                      inputs: Sequence[Path] = (), python: str = "") -> None:
     """torch must carry the label of the backend's index; a bare version would accept any build. An index
     of another family, or one whose label kdkit cannot read, is BadInput (a torch it locks is no build of
-    the backend's)."""
+    the backend's). The fix names the input file that requires torch and, from the preflight's ``page``,
+    the newest build of the index that fits."""
     pin = lock.pins.get("torch")
     if pin is None:
         return
@@ -357,9 +359,21 @@ def check_torch_label(lock: Lock, backend: Backend, config_file: Path) -> None:
     if label is None or pin.local == label:
         return
     got = f"+{pin.local}" if pin.local else "no local label"
+    newest = page.newest() if page is not None else None
+    build = newest or f"{pin.public_version}+{label}"
+    why = f" (the newest build {backend.torch_index} serves for Python {python})" if newest else ""
+    where = _naming_torch(inputs, config_file.parent) if inputs else Path(lock.path).name
     raise KdkitError(f"pip-compile resolved torch=={pin.version} ({got}) for backend {backend.name}, whose index "
-                     f"{backend.torch_index} serves +{label} builds; pin torch=={pin.public_version}+{label} in "
-                     f"{Path(lock.path).name} or check the indexes in your pip configuration")
+                     f"{backend.torch_index} serves +{label} builds; pin torch=={build} in {where}{why} "
+                     "or check the indexes in your pip configuration")
+
+
+def _naming_torch(inputs: Sequence[Path], root: Path) -> str:
+    """The input file (relative to the project) whose requirement lines name torch; the first otherwise."""
+    for path in inputs:
+        if re.search(r"^\s*torch\s*(?:[\[=<>!~;@]|$)", path.read_text(encoding="utf-8"), re.MULTILINE | re.IGNORECASE):
+            return _relative(root, path)
+    return _relative(root, inputs[0])
 
 
 # ---------------------------------------------------------------- the command
@@ -413,7 +427,7 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
             resolution = _compile_on_host(project, args, workdir, output, ca_bundle)
             warnings = platform_warnings(project, backend)
     lock = parse_lock_text(resolution.text, backend.lock)
-    check_torch_label(lock, backend, project.root / "kdkit.json")
+    check_torch_label(lock, backend, config_file, page, input_files(project.requirements), project.python)
     indexes = torchindex.emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
                                          torch_from_index=local_torch is None)
     # the indexes a machine installing the lock asks: those it names, and its own (pip's default here)

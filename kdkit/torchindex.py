@@ -334,6 +334,14 @@ class TorchPage:
     index: str
     url: str
     files: tuple[IndexFile, ...]
+    builds: tuple[str, ...] = ()  # versions of the torch builds that fit the requirement, Python and label
+
+    def newest(self) -> str | None:
+        """The newest of :attr:`builds` (``2.12.0+cu128``), or None."""
+        try:
+            return max(self.builds, key=Version.parse, default=None)
+        except InvalidVersion:
+            return self.builds[-1] if self.builds else None
 
     def by_hash(self) -> dict[str, IndexFile]:
         return {f.sha256: f for f in self.files if f.sha256}
@@ -433,7 +441,7 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
     if label is not None:
         builds = [(v, f) for v, f in builds if split_version(v)[1] == label]
     if requirement is None or builds:
-        return TorchPage(index, page_url, files)
+        return TorchPage(index, page_url, files, tuple(sorted({v for v, _f in builds})))
     for_what = f"{wanted.text()} for Python {python} on {'-'.join(target)}"
     served = "has no torch/ page" if text is None else f"serves no {for_what}"
     message = f"{config_file}: backends.{backend}.torch_index {index} {served}"

@@ -92,7 +92,7 @@ def test_label_of_another_backend_is_refused(project: Path) -> None:
     assert result.stderr == (
         "Locking cuda: pip-compile base.in on this host\n"
         f"Error: pip-compile resolved torch==2.13.0+cpu (+cpu) for backend cuda, whose index "
-        f"{index} serves +{label} builds; pin torch==2.13.0+{label} in cuda.txt "
+        f"{index} serves +{label} builds; pin torch==2.13.0+{label} in requirements/base.in "
         "or check the indexes in your pip configuration\n")
     assert tree_snapshot(project) == before
 

@@ -659,3 +659,19 @@ def test_a_yanked_build_counts_only_for_an_exact_pin(clean_pip: Served, tmp_path
         assert preflight(index, "cuda", Requirement((("==", "2.13.0"),)), *args).files  # pip takes it: pinned
         with pytest.raises(BadInput, match=r"cu130 serves no torch>=2\.13 for Python"):
             preflight(index, "cuda", Requirement(((">=", "2.13"),)), *args)
+
+
+def test_unpinned_torch_taken_from_pypi_names_the_input_and_a_build_that_exists(clean_pip: Served,
+                                                                               tmp_path: Path) -> None:
+    """cu128 has 2.12.0+cu128 for this Python (2.13.0+cu128 for another only); pip took /simple/'s label-less
+    2.13.0 and the fix said "pin torch==2.13.0+cu128 in cuda.txt": no such build, and not the input file."""
+    index = clean_pip.torch_index("cu128")
+    project = make_project(tmp_path / "proj", "cuda", index, "torch\n")
+    result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 1, result.stderr
+    python = ".".join(map(str, sys.version_info[:2]))
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: pip-compile resolved torch==2.13.0 (no local label) for backend cuda, whose index {index} serves "
+        f"+cu128 builds; pin torch==2.12.0+cu128 in requirements/base.in (the newest build {index} serves for "
+        f"Python {python}) or check the indexes in your pip configuration")
+    assert not (project / "requirements" / "cuda.txt").exists()
