@@ -114,9 +114,9 @@ def test_cudnn_version_text(raw: int | None, text: str | None) -> None:
 
 @pytest.mark.parametrize(("name", "nominal_name"), [
     ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA B200", "B200"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+    ("NVIDIA B200", "B200"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
     ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("NVIDIA GeForce RTX 5090", "RTX 5090"), ("NVIDIA L40S", "L40S"),
-    ("AMD Instinct MI300X", "MI300X"), ("NVIDIA L40", None), ("Tesla T4", None),
+    ("AMD Instinct MI300X", "MI300X"), ("NVIDIA L40", "L40"), ("Tesla T4", "T4"), ("NVIDIA GeForce RTX 4080", None),
 ])
 def test_nominal_figures_by_device_name(name: str, nominal_name: str | None) -> None:
     found = nominal.lookup(name)
