@@ -65,7 +65,7 @@ from kdkit.jsonio import atomic_write_text, load_json, sha256_file
 from kdkit.probe.builds import BACKENDS, index_label
 from kdkit.probe.lockfile import HEADER_PREFIX, Lock, parse_lock, parse_lock_text
 from kdkit.project import Backend, Project, load_project
-from kdkit.validate import Problem
+from kdkit.validate import Problem, secret_problems
 
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
@@ -457,6 +457,8 @@ def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrad
                  progress: Progress | None = None) -> list[LockResult]:
     """Lock each chosen backend of the project at ``project_dir``. The library entry point of `kdkit lock`."""
     project = load_project(project_dir)
+    for problem in secret_problems(project.config, project.root / "kdkit.json"):  # as `kdkit validate` refuses
+        raise BadInput(f"{problem}; nothing was locked")
     if ca_bundle is not None and not ca_bundle.is_file():
         raise BadInput(f"--ca-bundle {ca_bundle}: not a file; give a PEM file of CA certificates")
     local_torch = torch_find_links(torch_links)

@@ -25,6 +25,7 @@ No click here; errors are kdkit errors with one-line messages.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import re
@@ -103,8 +104,11 @@ class Network:
         or not all of the page within the timeout (however slowly it trickles), or a page over MAX_PAGE.
 
         ``what`` names the URL's place in messages (``backends.cuda.torch_index in kdkit.json``)."""
+        url, authorization = _without_userinfo(url)
         host = urlsplit(url).hostname or ""
         request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "kdkit"})
+        if authorization:  # as pip does: the URL's user and password go as Basic auth, to that host only
+            request.add_unredirected_header("Authorization", authorization)
         fetch = _Fetch()
         # in a thread: the socket's timeout holds per read, and a byte every few seconds resets it; the join
         # bounds the whole fetch (name lookup, connection, every read) by the wall clock
@@ -147,6 +151,18 @@ class Network:
         if isinstance(exc, OSError) and exc.strerror:  # a missing cert file names itself
             return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
         return str(exc) or type(exc).__name__
+
+
+def _without_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@`` (urllib would take it for part of the host), and the Basic
+    ``Authorization`` value it stands for (None without userinfo)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    netloc = parts.netloc.rpartition("@")[2]
+    credentials = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return (parts._replace(netloc=netloc).geturl(),
+            "Basic " + base64.b64encode(credentials.encode("utf-8")).decode("ascii"))
 
 
 class _TooLarge(Exception):

@@ -300,12 +300,19 @@ class _QuietHandler(SimpleHTTPRequestHandler):
     """SimpleHTTPRequestHandler that records each request path instead of logging it to stderr."""
 
     requests: list[str]
+    authorization: str | None = None  # the Authorization header every request must carry (None: any)
+    authorized: list[str]  # the paths asked with it (set per server by serve)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
         type(self).requests.append(self.path)
+        if self.authorization is not None:
+            if self.headers.get("Authorization") != self.authorization:
+                self.send_error(401, "Unauthorized")
+                return
+            type(self).authorized.append(self.path)
         super().do_GET()
 
 
@@ -316,6 +323,7 @@ class Served:
     root: Path
     url: str
     requests: list[str]
+    authorized: list[str] = field(default_factory=list)
 
     def torch_index(self, label: str) -> str:
         """A backend's ``torch_index`` on this server (``cu130`` -> ``http://127.0.0.1:PORT/whl/cu130``)."""
@@ -327,15 +335,17 @@ class Served:
 
 
 @contextmanager
-def serve(root: Path) -> Iterator[Served]:
-    """Serve ``root`` on 127.0.0.1 (a free port) from a thread until the block ends."""
-    handler = type("Handler", (_QuietHandler,), {"requests": []})
+def serve(root: Path, basic_auth: str | None = None) -> Iterator[Served]:
+    """Serve ``root`` on 127.0.0.1 (a free port) from a thread until the block ends; with ``basic_auth``
+    (``user:password``) every request must carry it, as Basic auth (``Served.authorized`` lists those that did)."""
+    expected = "Basic " + base64.b64encode(basic_auth.encode()).decode() if basic_auth else None
+    handler = type("Handler", (_QuietHandler,), {"requests": [], "authorization": expected, "authorized": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="localindex", daemon=True)
     thread.start()
     try:
-        yield Served(root, f"http://127.0.0.1:{server.server_address[1]}", handler.requests)
+        yield Served(root, f"http://127.0.0.1:{server.server_address[1]}", handler.requests, handler.authorized)
     finally:
         server.shutdown()
         server.server_close()

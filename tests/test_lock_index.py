@@ -675,3 +675,37 @@ def test_unpinned_torch_taken_from_pypi_names_the_input_and_a_build_that_exists(
         f"+cu128 builds; pin torch==2.12.0+cu128 in requirements/base.in (the newest build {index} serves for "
         f"Python {python}) or check the indexes in your pip configuration")
     assert not (project / "requirements" / "cuda.txt").exists()
+
+
+def test_a_password_in_the_torch_index_is_refused_as_validate_refuses_it(clean_pip: Served, tmp_path: Path) -> None:
+    """http://user:pw@host/whl/cu130 in kdkit.json gave exit 3 "cannot resolve host 127.0.0.1"."""
+    index = clean_pip.torch_index("cu130").replace("http://", "http://user:pw@")
+    project = make_project(tmp_path / "proj", "cuda", index)
+    before = tree_snapshot(project)
+    validated = invoke("validate", project)
+    result = invoke("lock", project, "--backend", "cuda")
+    assert validated.exit_code == 2 and result.exit_code == 2, result.stderr
+    line = result.stderr.splitlines()[-1]
+    assert line == (f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index: value looks like a password "
+                    f"inside a URL; remove it and put it in .env (see .env.example), passed at run time with "
+                    f"--env-file (the value reads 'http://user:<redacted>@{index.split('@')[1]}'); nothing was "
+                    "locked"), line
+    assert ":pw@" not in result.output and tree_snapshot(project) == before
+
+
+def test_the_users_index_with_a_password_is_asked_with_basic_auth(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """PIP_INDEX_URL=http://alice:pw@127.0.0.1:PORT/simple/: the preflight sends alice:pw as Basic auth (urllib
+    took "alice:pw@127.0.0.1" for the host: exit 3), pip-compile resolves, and the lock, which would carry the
+    password, is refused without printing it."""
+    with serve(clean_pip.root, basic_auth="alice:s3cr3t-Pa55") as guarded:
+        user = guarded.simple.replace("http://", "http://alice:s3cr3t-Pa55@")
+        monkeypatch.setenv("PIP_INDEX_URL", user)
+        project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
+        result = invoke("lock", project, "--backend", "cuda")
+    assert "/simple/torch/" in guarded.authorized  # the preflight's request, authorized
+    assert result.exit_code == 2, result.stderr
+    assert "s3cr3t-Pa55" not in result.output
+    assert result.stderr.splitlines()[-1].startswith(
+        f"Error: {project / 'requirements' / 'cuda.txt'}:") and "the lock would carry a password inside a URL" \
+        in result.stderr
