@@ -410,6 +410,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     requirement = torchindex.torch_requirement(input_files(project.requirements), project.python, TARGET_PLATFORM)
     torchindex.refuse_foreign_index(backend.torch_index, backend.name, config_file,
                                     torch_needed=requirement is not None)
+    if local_torch is not None:
+        torchindex.check_find_links(local_torch, backend_label(backend), requirement, project.python, TARGET_PLATFORM)
     pip_config = pip_configuration()
     network = torchindex.Network.from_pip(pip_config, ca_bundle)
     page = None if local_torch else preflight(project, backend, pip_config, network)

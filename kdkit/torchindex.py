@@ -491,6 +491,24 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
                    "requirement in the input files or kdkit.json's python")
 
 
+def check_find_links(folder: Path, label: str | None, requirement: Requirement | None, python: str,
+                     target: tuple[str, str]) -> None:
+    """BadInput unless the folder of ``--torch-find-links`` holds a torch wheel that ``requirement`` allows,
+    with the backend's ``label``, for ``python`` on ``target``: pip would take torch from anywhere else."""
+    if requirement is None:
+        return
+    files = [IndexFile(entry.name, entry.as_uri(), None) for entry in sorted(folder.iterdir()) if entry.is_file()]
+    builds = _torch_builds(files, requirement, python, target)
+    if any(label is None or split_version(version)[1] == label for version, _f in builds):
+        return
+    torch = [f.filename for f in files if (parsed := parse_filename(f.filename)) and parsed[0] == "torch"]
+    holds = f"it holds {_and(torch)}" if torch else "it holds no torch wheel"
+    build = f" +{label}" if label else ""
+    raise BadInput(f"--torch-find-links {folder}: no {requirement.text()}{build} wheel for Python {python} on "
+                   f"{'-'.join(target)} ({holds}); put that wheel there, or lock from the torch index without "
+                   "--torch-find-links")
+
+
 def check_answers(url: str, place: str, network: Network) -> None:
     """Unavailable unless the index at ``url`` answers (any HTTP status does): pip would wait minutes on it."""
     network.get(f"{url.rstrip('/')}/torch/", place, body=False, fix=INDEX_FIX)
@@ -620,6 +638,8 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
                 local.setdefault(pin.key, {}).setdefault(digest, source)
     result = Provenance("find-links (replaces torch-index)" if torch_links else "")
     torch = lock.pins.get("torch")
+    if torch is not None and torch_links is not None:
+        _from_the_folder(lock, torch, torch_links, local.get("torch", {}))
     if torch is not None and torch_links is None:
         result.torch_source = _torch_source(lock, torch, page, local.get("torch", {}), remote, python, target)
         served = set(page.by_hash()) if page else set()
@@ -644,6 +664,19 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
                                "another machine cannot install this lock from its indexes: publish those files on an "
                                "index, or build the image here with `kdkit wheelhouse`")
     return result
+
+
+def _from_the_folder(lock: Lock, torch: Pin, folder: Path, local: dict[str, LocalSource]) -> None:
+    """BadInput unless one of torch's hashes is a file of the --torch-find-links ``folder``."""
+    hashes = _hashes(torch)
+    mine = {digest for digest, source in local.items() if source.origin == "--torch-find-links"}
+    if hashes & mine:
+        return
+    others = sorted({local[digest].describe() for digest in hashes if digest in local})
+    where = _and(others) if others else "an index of pip's configuration"
+    raise BadInput(f"{lock.path}: torch=={torch.version} came only from {where}, not from --torch-find-links "
+                   f"{folder}; nothing was written: remove that source from pip's configuration (`pip config list`), "
+                   "or put the torch you want in the folder")
 
 
 def _torch_source(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource], remote: _Remote,

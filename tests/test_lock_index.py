@@ -709,3 +709,37 @@ def test_the_users_index_with_a_password_is_asked_with_basic_auth(clean_pip: Ser
     assert result.stderr.splitlines()[-1].startswith(
         f"Error: {project / 'requirements' / 'cuda.txt'}:") and "the lock would carry a password inside a URL" \
         in result.stderr
+
+
+def test_torch_find_links_must_hold_the_build(hostile_pip: Machine, tmp_path: Path) -> None:
+    """An empty --torch-find-links folder exited 0 with torch from pip's find-links, the header saying
+    `find-links (replaces torch-index)`."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/cu130")
+    before = tree_snapshot(project)
+    result = invoke("lock", project, "--backend", "cuda", "--torch-find-links", empty)
+    assert result.exit_code == 2, result.stderr
+    python = ".".join(map(str, sys.version_info[:2]))
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: --torch-find-links {empty}: no torch 2.13.0 +cu130 wheel for Python {python} on linux-x86_64 (it "
+        "holds no torch wheel); put that wheel there, or lock from the torch index without --torch-find-links")
+    assert tree_snapshot(project) == before
+
+
+def test_torch_not_from_the_named_folder_is_refused(hostile_pip: Machine, tmp_path: Path,
+                                                    torch_index_server: Served) -> None:
+    """The folder holds 2.13.0+cu130, pip's find-links a newer 2.13.1+cu130 that pip prefers: not the folder's."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for wheel in (torch_index_server.root / "whl" / "cu130").glob("*.whl"):
+        (folder / wheel.name).write_bytes(wheel.read_bytes())
+    project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/cu130", "torch>=2.13,<2.14\n")
+    before = tree_snapshot(project)
+    result = invoke("lock", project, "--backend", "cuda", "--torch-find-links", folder)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"Error: {project / 'requirements' / 'cuda.txt'}: torch==2.13.1+cu130 came only from find-links "
+        f"{hostile_pip.links} (pip's configuration), not from --torch-find-links {folder}; nothing was written: "
+        "remove that source from pip's configuration (`pip config list`), or put the torch you want in the folder")
+    assert tree_snapshot(project) == before
