@@ -93,11 +93,22 @@ class Network:
         if host in self.trusted_hosts:  # pip's trusted-host: no certificate check for that host
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+        if self.proxy:  # pip's --proxy holds for every host: NO_PROXY does not apply to it (urllib's would)
+            return urllib.request.build_opener(urllib.request.ProxyHandler({}), _EveryHost(self.proxy),
+                                               urllib.request.HTTPSHandler(context=context))
         proxies = urllib.request.getproxies()  # HTTP(S)_PROXY and their lower-case forms; NO_PROXY applies
-        if self.proxy:
-            proxies = {"http": self.proxy, "https": self.proxy}
         return urllib.request.build_opener(urllib.request.ProxyHandler(proxies),
                                            urllib.request.HTTPSHandler(context=context))
+
+    def proxy_for(self, url: str) -> tuple[str, str] | None:
+        """(proxy URL without userinfo, where it was set) that a request for ``url`` goes through, or None."""
+        if self.proxy:
+            return _without_userinfo(self.proxy if "://" in self.proxy else f"http://{self.proxy}")[0], "pip's proxy"
+        parts = urlsplit(url)
+        proxy = urllib.request.getproxies().get(parts.scheme)
+        if not proxy or urllib.request.proxy_bypass(parts.netloc):
+            return None
+        return _without_userinfo(proxy)[0], f"{parts.scheme.upper()}_PROXY"
 
     def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX) -> str | None:
         """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer,
@@ -129,14 +140,18 @@ class Network:
                 return None
             reason = f"HTTP {fetch.error.code} {fetch.error.reason}"
         elif isinstance(fetch.error, (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)):
-            reason = self._reason(fetch.error, host)
+            reason = self._reason(fetch.error, host, self.proxy_for(url))
         else:
             raise fetch.error
         raise Unavailable(f"{url} ({what}): {reason}; nothing was locked: {fix}")
 
-    def _reason(self, exc: BaseException, host: str) -> str:
+    def _reason(self, exc: BaseException, host: str, proxy: tuple[str, str] | None = None) -> str:
         if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
             exc = exc.reason
+        if proxy is not None and isinstance(exc, ConnectionRefusedError):
+            return f"the proxy {proxy[0]} ({proxy[1]}) refused the connection"
+        if proxy is not None and isinstance(exc, OSError) and exc.__class__.__name__ == "gaierror":
+            return f"cannot resolve the host of the proxy {proxy[0]} ({proxy[1]})"
         if isinstance(exc, TimeoutError):
             return f"no answer after {self.timeout:g} s"
         if isinstance(exc, ConnectionRefusedError):
@@ -163,6 +178,28 @@ def _without_userinfo(url: str) -> tuple[str, str | None]:
     credentials = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
     return (parts._replace(netloc=netloc).geturl(),
             "Basic " + base64.b64encode(credentials.encode("utf-8")).decode("ascii"))
+
+
+class _EveryHost(urllib.request.BaseHandler):
+    """pip's ``proxy`` option: every request goes through it, whatever NO_PROXY says (pip ignores it for --proxy)."""
+
+    handler_order = 100  # before the HTTP(S) handlers, as urllib's ProxyHandler
+
+    def __init__(self, proxy: str) -> None:
+        bare, self.authorization = _without_userinfo(proxy if "://" in proxy else f"http://{proxy}")
+        parts = urlsplit(bare)
+        self.scheme, self.hostport = parts.scheme, parts.netloc
+
+    def _through(self, request: urllib.request.Request) -> None:
+        if self.authorization:
+            request.add_header("Proxy-authorization", self.authorization)
+        request.set_proxy(self.hostport, self.scheme)
+
+    def http_open(self, request: urllib.request.Request) -> None:
+        self._through(request)  # None: the HTTP handler then opens it, through the proxy
+
+    def https_open(self, request: urllib.request.Request) -> None:
+        self._through(request)  # a CONNECT tunnel
 
 
 class _TooLarge(Exception):

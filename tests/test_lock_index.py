@@ -743,3 +743,28 @@ def test_torch_not_from_the_named_folder_is_refused(hostile_pip: Machine, tmp_pa
         f"{hostile_pip.links} (pip's configuration), not from --torch-find-links {folder}; nothing was written: "
         "remove that source from pip's configuration (`pip config list`), or put the torch you want in the folder")
     assert tree_snapshot(project) == before
+
+
+def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """PIP_PROXY with NO_PROXY=127.0.0.1: urllib bypassed the proxy, pip's --proxy does not; a dead proxy is named
+    as what refused, not the index."""
+    dead = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("PIP_PROXY", dead)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    index = clean_pip.torch_index("cu130")
+    project = make_project(tmp_path / "proj", "cuda", index)
+    seen = len(clean_pip.requests)
+    result, elapsed = _timed_lock(project)
+    assert result.exit_code == 3 and elapsed < 5, result.stderr  # type: ignore[attr-defined]
+    assert result.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
+        f"Error: {index}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the proxy {dead} (pip's "
+        "proxy) refused the connection; nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, "
+        "pip's proxy), or lock from a local folder with --torch-find-links")
+    assert clean_pip.requests[seen:] == []  # nothing went around the proxy
+    from kdkit.torchindex import Network
+
+    # a live "proxy" (the stand-in server records the absolute URL a proxy is asked for), NO_PROXY still set
+    assert Network(proxy=clean_pip.url).get("http://index.invalid/whl/cu130/torch/", "a test") is None
+    assert clean_pip.requests[-1] == "http://index.invalid/whl/cu130/torch/"
