@@ -685,6 +685,12 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
             result.warnings.append(f"{lock.path.name}: torch=={torch.version} also matches a file of this machine "
                                    f"that the torch index does not serve ({_and(sorted(strays))}); pip may install "
                                    "that one here: remove it from pip's configuration (`pip config list`)")
+        elif page is not None and not served and (here := _torch_files_here(torch, sources)):
+            result.warnings.append(f"{lock.path.name}: {page.url} gives no sha256 of its files, so "
+                                   f"torch=={torch.version}'s hashes cannot be attributed to the torch index; "
+                                   f"{_and(here)} {'is a file' if len(here) == 1 else 'are files'} of this machine "
+                                   "that pip may install here instead: remove it from pip's configuration "
+                                   "(`pip config list`)")
     for pin in sorted(lock.pins.values(), key=lambda p: p.key):
         hashes = _hashes(pin)
         mine = local.get(pin.key, {})
@@ -714,6 +720,13 @@ def _from_the_folder(lock: Lock, torch: Pin, folder: Path, local: dict[str, Loca
     raise BadInput(f"{lock.path}: torch=={torch.version} came only from {where}, not from --torch-find-links "
                    f"{folder}; nothing was written: remove that source from pip's configuration (`pip config list`), "
                    "or put the torch you want in the folder")
+
+
+def _torch_files_here(torch: Pin, sources: Sequence[LocalSource]) -> list[str]:
+    """``NAME in SOURCE`` for each file of this machine whose hash the torch pin carries."""
+    hashes = _hashes(torch)
+    return sorted({f"{name} in {source.describe()}" for source in sources
+                   for digest, name in _local_files(source, torch) if digest in hashes})
 
 
 def _torch_source(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource], remote: _Remote,

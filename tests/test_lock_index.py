@@ -618,15 +618,17 @@ def test_a_page_over_32_mib_is_refused(clean_pip: Served, tmp_path: Path) -> Non
         "no index page is that large; nothing was locked: ")
 
 
-def _one_wheel_index(root: Path, served: Served, attributes: str) -> Path:
-    """/whl/cu130/torch/ with the standard cu130 torch wheel, its anchor carrying ``attributes``."""
+def _one_wheel_index(root: Path, served: Served, attributes: str, *, fragment: bool = True) -> Path:
+    """/whl/cu130/torch/ with the standard cu130 torch wheel, its anchor carrying ``attributes`` (and its
+    sha256 fragment unless ``fragment`` is False)."""
     tag = python_tag()
     wheel = f"torch-2.13.0+cu130-{tag}-{tag}-manylinux_2_28_x86_64.whl"
     folder = root / "whl" / "cu130"
     (folder / "torch").mkdir(parents=True)
     (folder / wheel).write_bytes((served.root / "whl" / "cu130" / wheel).read_bytes())
     (folder / "torch" / "index.html").write_text(
-        f'<a href="/whl/cu130/{wheel.replace("+", "%2B")}#sha256={sha256(folder / wheel)}" {attributes}>{wheel}</a>\n',
+        f'<a href="/whl/cu130/{wheel.replace("+", "%2B")}{"#sha256=" + sha256(folder / wheel) if fragment else ""}" '
+        f'{attributes}>{wheel}</a>\n',
         encoding="utf-8")
     return folder / wheel
 
@@ -768,3 +770,18 @@ def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served, monkeypatc
     # a live "proxy" (the stand-in server records the absolute URL a proxy is asked for), NO_PROXY still set
     assert Network(proxy=clean_pip.url).get("http://index.invalid/whl/cu130/torch/", "a test") is None
     assert clean_pip.requests[-1] == "http://index.invalid/whl/cu130/torch/"
+
+
+def test_a_stray_local_torch_is_named_when_the_index_gives_no_hashes(hostile_pip: Machine, tmp_path: Path,
+                                                                     torch_index_server: Served) -> None:
+    """An index page without sha256 fragments: the find-links torch of the same name (other bytes) went unwarned."""
+    _one_wheel_index(tmp_path / "idx", torch_index_server, "", fragment=False)
+    with serve(tmp_path / "idx") as served:
+        index = served.torch_index("cu130")
+        project = make_project(tmp_path / "proj", "cuda", index)
+        result = invoke("lock", project, "--backend", "cuda")
+    assert result.exit_code == 0, result.stderr
+    name = hostile_pip.torch_same_name.name
+    assert (f"cuda.txt: {index}/torch/ gives no sha256 of its files, so torch==2.13.0+cu130's hashes cannot be "
+            f"attributed to the torch index; {name} in find-links {hostile_pip.links} (pip's configuration) is a file "
+            "of this machine that pip may install here instead") in " ".join(result.stderr.split())
