@@ -469,9 +469,21 @@ def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrad
         if progress:
             where = f"in {chosen.base_image}" if in_container else "on this host"
             progress(f"Locking {chosen.name}: pip-compile {shlex.quote(str(project.requirements.name))} {where}")
-        results.append(lock_backend(project, chosen, upgrade=upgrade, upgrade_packages=upgrade_packages,
-                                    in_container=in_container, ca_bundle=ca_bundle, local_torch=local_torch))
+        try:
+            results.append(lock_backend(project, chosen, upgrade=upgrade, upgrade_packages=upgrade_packages,
+                                        in_container=in_container, ca_bundle=ca_bundle, local_torch=local_torch))
+        except KdkitError as exc:
+            if not results:
+                raise
+            written = _and_text([f"{r.backend} ({_relative(project.root, r.path)})" for r in results])
+            exc.args = (f"{exc} [backend {chosen.name}; before it, kdkit lock wrote {written}, which stay"
+                        f"{'s' if len(results) == 1 else ''}]", *exc.args[1:])
+            raise
     return results
+
+
+def _and_text(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 # ---------------------------------------------------------------- stale locks

@@ -785,3 +785,14 @@ def test_a_stray_local_torch_is_named_when_the_index_gives_no_hashes(hostile_pip
     assert (f"cuda.txt: {index}/torch/ gives no sha256 of its files, so torch==2.13.0+cu130's hashes cannot be "
             f"attributed to the torch index; {name} in find-links {hostile_pip.links} (pip's configuration) is a file "
             "of this machine that pip may install here instead") in " ".join(result.stderr.split())
+
+
+def test_backend_all_says_which_locks_were_written_before_a_failure(clean_pip: Served, tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
+    set_torch_index(project, "rocm", clean_pip.torch_index("rocm6.4"))  # lacks the build: exit 2
+    result = invoke("lock", project, "--backend", "all")
+    assert result.exit_code == 2, result.stderr
+    assert (project / "requirements" / "cuda.txt").is_file()
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"Error: {project / 'kdkit.json'}: backends.rocm.torch_index "), last
+    assert last.endswith(" [backend rocm; before it, kdkit lock wrote cuda (requirements/cuda.txt), which stays]")
