@@ -21,6 +21,7 @@ from typing import Any
 
 from kdkit.errors import BadInput
 from kdkit.resources import data_file
+from kdkit.schemacheck import load_valid
 
 DURATIONS = (3, 7, 30)
 
@@ -41,8 +42,6 @@ def layer_paths(kind: str, project_root: Path | None, extra: Path | None) -> lis
 
 def load_checked(path: Path, schema: str) -> dict[str, Any]:
     """Load one layer and check it against its schema; the first problem is the error."""
-    from kdkit.validate import load_valid
-
     return load_valid(path, schema, what=f"{schema} file")
 
 

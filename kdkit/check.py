@@ -18,6 +18,7 @@ from typing import Any
 from kdkit.catalog import Offer, load_catalog
 from kdkit.errors import BadInput
 from kdkit.pairings import Build, Pairings, code_for, load_pairings
+from kdkit.platforms import linux_arch
 from kdkit.probe.builds import (
     TORCH_INDEX_URL,
     index_label,
@@ -29,7 +30,6 @@ from kdkit.probe.builds import (
 )
 from kdkit.project import Project
 
-ARCH_NAMES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
 ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
 
@@ -55,17 +55,6 @@ class Subject:
     arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
     arch_source: str = ""
     platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
-
-
-def linux_arch(platform: str) -> tuple[str | None, bool]:
-    """(CPU architecture, made for Linux) of a recorded platform: ``linux-x86_64`` -> ("x86_64", True),
-    ``darwin-arm64`` -> (None, False), ``win32-AMD64`` -> (None, False), ``""`` -> (None, True)."""
-    system, _, machine = platform.strip().partition("-")
-    if not machine:
-        return None, True  # nothing recorded: unknown, not wrong
-    if system.lower() != "linux":
-        return None, False
-    return ARCH_NAMES.get(machine.lower()), True
 
 
 # ---------------------------------------------------------------- what to lock instead
@@ -370,21 +359,3 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
             "lock": str(chosen.lock), "image": image, "ok": all(p.status in ("ok", "note") for p in points),
             "points": [asdict(p) for p in points]}
 
-
-def cpu_mismatch(project: Project, made_for: str, what: str) -> str | None:
-    """Why a lock or image made for ``made_for`` (``linux-x86_64``, ``amd64``) will not install on the
-    hosts of the project's target_gpu, with how to target theirs; None when they agree or no target is set."""
-    target = project.config.get("target_gpu")
-    if not target:
-        return None
-    try:
-        offer = load_catalog(project.root).find(str(target))
-    except BadInput:
-        return None  # `kdkit validate` and `kdkit check` report an unknown target_gpu
-    here = linux_arch(made_for if "-" in made_for else f"linux-{made_for}")[0]
-    if here is None or here == offer.cpu_arch:
-        return None
-    docker = "arm64" if offer.cpu_arch == "aarch64" else "amd64"
-    return (f"{what} is for {here}, but kdkit.json's target_gpu {offer.name} comes in {offer.cpu_arch} hosts, where "
-            f"it will not install: make the lock and the image on linux/{docker} (run `kdkit lock --in-container` and "
-            f"`kdkit build` on an {offer.cpu_arch} machine, or in a linux/{docker} container through QEMU binfmt)")

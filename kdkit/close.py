@@ -19,6 +19,7 @@ from kdkit.errors import BadInput
 from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
 from kdkit.memory import read_json_quietly
 from kdkit.order import cost_per_accepted, load_order, runs_folder
+from kdkit.schemacheck import schema_problems
 
 REPORT_MD = "campaign-report.md"
 REPORT_JSON = "campaign-report.json"
@@ -236,8 +237,6 @@ def write_report(report: dict[str, Any], out: Path, order_path: Path) -> tuple[P
 
 def load_report(path: Path) -> dict[str, Any]:
     """Reload a JSON report written by ``kdkit close``; its embedded order is checked again."""
-    from kdkit.validate import schema_problems
-
     data = load_json(path, what="campaign report")
     if not isinstance(data, dict) or data.get("kdkit_report") != 1:
         raise BadInput(f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")

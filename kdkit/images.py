@@ -37,6 +37,7 @@ from kdkit import __version__, proc
 from kdkit.credentials import refuse_credentials_in, secret_file
 from kdkit.errors import BadInput, CheckFailed, KdkitError
 from kdkit.jsonio import atomic_write_text, sha256_file
+from kdkit.platforms import cpu_mismatch
 from kdkit.probe import CORE_DATA, CORE_MODULES
 from kdkit.probe.projectfiles import real_inside
 from kdkit.project import Backend, Project, find_root, load_project
@@ -271,8 +272,6 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
 def _cpu_warning(project: Project) -> str | None:
     """The image is built for this engine's CPU (the local machine's); the target card's hosts may differ."""
     import platform
-
-    from kdkit.check import cpu_mismatch
 
     return cpu_mismatch(project, f"linux-{platform.machine()}", "the image built here")
 

@@ -62,10 +62,11 @@ from kdkit import __version__, proc, torchindex
 from kdkit.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.errors import BadInput, KdkitError
 from kdkit.jsonio import atomic_write_text, load_json, sha256_file
+from kdkit.platforms import cpu_mismatch
 from kdkit.probe.builds import BACKENDS, index_label
 from kdkit.probe.lockfile import HEADER_PREFIX, Lock, parse_lock, parse_lock_text
 from kdkit.project import Backend, Project, load_project
-from kdkit.validate import Problem, secret_problems
+from kdkit.schemacheck import Problem, secret_problems
 
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
@@ -445,8 +446,6 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                            f"nothing was written: {CREDENTIAL_FIX}")
     atomic_write_text(backend.lock, text)
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
-    from kdkit.check import cpu_mismatch  # the target card's hosts may have another CPU than this machine
-
     elsewhere = cpu_mismatch(project, resolution.platform, _relative(project.root, backend.lock))
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
                       resolution.python, resolution.platform,

@@ -17,6 +17,7 @@ from kdkit.catalog import DURATIONS, Catalog, Offer, load_catalog
 from kdkit.errors import BadInput
 from kdkit.jsonio import atomic_write_json
 from kdkit.project import Project
+from kdkit.schemacheck import load_valid
 
 MAX_LOTS = 10
 PREPARATIONS = ("ubuntu", "pytorch", "blender", "custom")
@@ -178,8 +179,6 @@ def save_order(order: dict[str, Any], path: Path, *, force: bool = False) -> Non
 
 def load_order(path: Path) -> dict[str, Any]:
     """An order file written by ``kdkit plan --save``, checked against schemas/order.schema.json."""
-    from kdkit.validate import load_valid
-
     return load_valid(path, "order", what="order file", hint="; write it with `kdkit plan --save`")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from kdkit.errors import BadInput
 from kdkit.jsonio import load_json
 from kdkit.probe.builds import BACKENDS
+from kdkit.schemacheck import raise_first, schema_problems
 
 MARKER = "kdkit.json"
 
@@ -93,8 +94,6 @@ class Project:
 
 def load_project(project_dir: Path | None = None) -> Project:
     """Load kdkit.json and check it against its schema (first problem reported)."""
-    from kdkit.validate import raise_first, schema_problems
-
     root = resolve_root(project_dir)
     path = root / MARKER
     data = load_json(path, what="project file")

@@ -19,7 +19,8 @@ import pytest
 
 from kdkit.errors import BadInput
 from kdkit.probe.pilotconfig import FIELDS, STOP_FIELDS, config_problems, load_pilot
-from kdkit.validate import _validator, validate_project
+from kdkit.schemacheck import _validator
+from kdkit.validate import validate_project
 from tests.conftest import invoke, tree_snapshot
 
 TEMPLATE = json.loads((Path(__file__).resolve().parent.parent / "project-template/config/pilot.json").read_text())
