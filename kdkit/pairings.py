@@ -22,7 +22,6 @@ from typing import Any
 from kdkit.errors import BadInput
 from kdkit.probe.builds import driver_floor, minor_key, parse_label, torch_minor
 
-CPU_ARCHES = ("x86_64", "aarch64")
 _SECTIONS = ("sources", "drivers", "architecture_drivers", "indexes", "arch_sets")
 
 
