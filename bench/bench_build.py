@@ -31,7 +31,7 @@ KDKIT = str(Path(sys.executable).parent / "kdkit")
 BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
 WHEELS = os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels")
 sys.path.insert(0, str(REPO))
-from kdkit import proc  # noqa: E402
+from kdkit.core import proc  # noqa: E402
 
 
 def kdkit(*args: str | Path, expect: int = 0) -> proc.Completed:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench_build import BASE, KDKIT, REPO, build, kdkit, prepare_project
 
-from kdkit import proc
+from kdkit.core import proc
 
 
 def timed(argv: list[str]) -> float:

@@ -1,6 +1,6 @@
 """The sweep's own overhead over the work it times.
 
-Runs `kdkit.probe.sweep.run_sweep` on a freshly scaffolded project (the template's real
+Runs `kdkit.probe.measure.sweep.run_sweep` on a freshly scaffolded project (the template's real
 classifier, CPU), batch sizes 1,2,4,8, three groups, several times. In every cell the sweep
 times the calls to predict() and, separately, the whole cell (reading answers, checking
 them, memory resets, bookkeeping); overhead = cell time - time inside predict(). Medians over
@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from kdkit.probe.sweep import run_sweep  # noqa: E402
+from kdkit.probe.measure.sweep import run_sweep  # noqa: E402
 from kdkit.scaffold import init_project  # noqa: E402
 
 

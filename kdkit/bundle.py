@@ -12,12 +12,12 @@ What a project is comes from an allow-list, the same in both modes: ``kdkit.json
 backend's lock, the pilot config, its inputs and manifest, the top-level package of the pilot's
 entry and of the train module). Nothing else travels: ``runs/``, ``.git``, caches and any other
 folder stay home (their top-level names are listed in bundle.json). A file named like a secret
-(:data:`kdkit.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``, ``.ssh/``
+(:data:`kdkit.core.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``, ``.ssh/``
 ...) is left out wherever it is, even inside an allowed folder, and named in bundle.json
 (``left_out``) and in the command's output: secrets reach the rented machine at run time only.
 
 Symbolic links: every file the bundle reads must resolve inside the project
-(:func:`kdkit.probe.projectfiles.real_inside`, through every link; in git mode the committed link
+(:func:`kdkit.core.projectfiles.real_inside`, through every link; in git mode the committed link
 is followed inside the committed tree). A link inside the project to a file inside it is carried as
 that file (a bundle holds no links). A link that leads outside the project, to a folder, to nothing
 or to a place a bundle never carries (``.git``, ``runs/``) is refused with exit 2 naming the link and
@@ -30,7 +30,7 @@ A link to a file named like a secret is left out and named, as that file would b
 ``kdkit_bundle`` and every file in it is one its SHA256SUMS lists (results of a run, or any other
 added file, make it refuse). Files are not re-hashed for that: a bundle is derived data.
 
-The folder is assembled as ``.OUT.partial-PID`` beside ``--out`` (:mod:`kdkit.staging`) and renamed
+The folder is assembled as ``.OUT.partial-PID`` beside ``--out`` (:mod:`kdkit.core.staging`) and renamed
 at the end: a failure or a SIGKILL leaves nothing half-written under ``--out``, and the next
 `kdkit bundle` to the same ``--out`` removes what a dead process left and says so on stderr. The
 image is compressed while ``docker save`` still streams, with zstd by default: measured on the test
@@ -56,15 +56,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kdkit import __version__, checksums, proc
-from kdkit.checksums import SUMS, safe_name
-from kdkit.credentials import refuse_credentials_in, secret_file
-from kdkit.errors import BadInput, CheckFailed, KdkitError, Unavailable
-from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
-from kdkit.probe import CORE_DATA, CORE_MODULES
-from kdkit.probe.projectfiles import DOTTED, inside, is_within, real_inside, require
+from kdkit import __version__
+from kdkit.core import checksums, layout, proc
+from kdkit.core.checksums import SUMS, safe_name
+from kdkit.core.credentials import refuse_credentials_in, secret_file
+from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
+from kdkit.core.projectfiles import DOTTED, inside, is_within, real_inside, require
+from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.project import Project, load_project
-from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
 
 BUNDLE_JSON = "bundle.json"
 RUN_MD = "RUN.md"
@@ -81,10 +81,10 @@ NEVER_CARRIED = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pyte
 # Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
 TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
                "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")
-# Probe commands the zipapp offers besides kdkit.probe.commands.COMMANDS (the host CLI has its own).
+# Probe commands the zipapp offers besides kdkit.core.commands.COMMANDS (the host CLI has its own).
 ZIPAPP_EXTRA_COMMANDS = {
-    "resume-test": ("kdkit.probe.resume", "Prove a training loop resumes exactly in a new process."),
-    "sweep": ("kdkit.probe.sweep", "Batch-size sweep of the pilot inputs by length group."),
+    "resume-test": ("kdkit.probe.measure.resume", "Prove a training loop resumes exactly in a new process."),
+    "sweep": ("kdkit.probe.measure.sweep", "Batch-size sweep of the pilot inputs by length group."),
 }
 
 Progress = Callable[[str], None]
@@ -533,20 +533,9 @@ def build_zipapp(target: Path) -> int:
     Its sources are staged beside ``target`` (inside the bundle's own staging folder), so a kill
     leaves nothing outside it.
     """
-    package = Path(__file__).resolve().parent
     root = staging_for(target)
     try:
-        (root / "kdkit" / "probe").mkdir(parents=True)
-        for name in CORE_MODULES:
-            shutil.copyfile(package / name, root / "kdkit" / name)
-        for name in CORE_DATA:
-            (root / "kdkit" / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(package / name, root / "kdkit" / name)
-        for path in sorted((package / "probe").rglob("*.py")):
-            if "__pycache__" not in path.parts:
-                copy = root / "kdkit" / path.relative_to(package)
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, copy)
+        layout.copy_to(root)
         (root / "__main__.py").write_text(_zipapp_main(), encoding="utf-8")
         zipapp.create_archive(root, target, interpreter="/usr/bin/env python3")
     finally:
@@ -557,7 +546,7 @@ def build_zipapp(target: Path) -> int:
 def _zipapp_main() -> str:
     extra = "".join(f"COMMANDS.setdefault({name!r}, {entry!r})\n" for name, entry in ZIPAPP_EXTRA_COMMANDS.items())
     return (f'"""kdkit {__version__}, in-container part: python3 kdkit.pyz COMMAND [ARGS] (--help lists them)."""\n'
-            "import sys\n\nfrom kdkit.probe.commands import COMMANDS, main\n\n"
+            "import sys\n\nfrom kdkit.core.commands import COMMANDS, main\n\n"
             f"{extra}\nsys.exit(main())\n")
 
 
@@ -634,7 +623,7 @@ def run_md(info: dict[str, Any]) -> str:
 
 
 def write_sums(folder: Path) -> int:
-    """``SHA256SUMS`` over every file of the bundle (kdkit.checksums); returns the count."""
+    """``SHA256SUMS`` over every file of the bundle (kdkit.core.checksums); returns the count."""
     files = [(p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file() and p != folder / SUMS]
     return checksums.write_sums(folder, files)
 
@@ -690,7 +679,7 @@ def _replace_folder(staging: Path, out: Path) -> None:
     """Move the finished bundle into place; an old bundle (--force) is removed only afterwards."""
     old = None
     if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # kdkit.staging's name: cleaned if left
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # kdkit.core.staging's name: cleaned if left
         os.replace(out, old)
     os.replace(staging, out)
     if old is not None:
@@ -796,7 +785,7 @@ def _seal(staging: Path, info: dict[str, Any], say: Progress) -> None:
 
 
 def read_sums(folder: Path) -> dict[str, str]:
-    """A bundle's SHA256SUMS (kdkit.checksums); BadInput when it has none."""
+    """A bundle's SHA256SUMS (kdkit.core.checksums); BadInput when it has none."""
     return checksums.read_sums(folder, "bundle", f"{folder} is not a kdkit bundle (made by `kdkit bundle`)")
 
 

@@ -19,7 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.resources import data_file
 from kdkit.schemacheck import load_valid
 

@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.catalog import Offer, load_catalog
-from kdkit.errors import BadInput
-from kdkit.pairings import Build, Pairings, code_for, load_pairings
-from kdkit.platforms import linux_arch
-from kdkit.probe.builds import (
+from kdkit.core.builds import (
     TORCH_INDEX_URL,
     index_label,
     label_backend,
@@ -28,6 +25,9 @@ from kdkit.probe.builds import (
     torch_minor,
     version_tuple,
 )
+from kdkit.core.errors import BadInput
+from kdkit.pairings import Build, Pairings, code_for, load_pairings
+from kdkit.platforms import linux_arch
 from kdkit.project import Project
 
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
@@ -98,7 +98,7 @@ def instead(offer: Offer, pairings: Pairings, subject: Subject | None = None) ->
 
 def _prerelease(version: str) -> bool:
     """A nightly or release candidate (``2.13.0.dev20260101``, ``2.13.0rc1``): not on the release indexes."""
-    from kdkit.probe._version import InvalidVersion, Version
+    from kdkit.core.versions import InvalidVersion, Version
 
     try:
         parsed = Version.parse(split_version(version)[0])
@@ -287,7 +287,7 @@ def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[
 
 def lock_subject(lock_path: Path, relative: str, backend: str) -> Subject | Point:
     """The lock's torch pin as a subject, or the failing point that stops the check."""
-    from kdkit.probe.lockfile import parse_lock
+    from kdkit.core.lockfile import parse_lock
 
     if not lock_path.is_file():
         return Point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
@@ -319,7 +319,7 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
     if not version or parse_label(label) is None:
         raise BadInput(f"image {ref}: its torch ({version or 'none'}) carries no build label kdkit can read; "
                        "rebuild it from a lock made by `kdkit lock`")
-    from kdkit.probe.torcharch import TORCH_TOKEN
+    from kdkit.probe.env.torcharch import TORCH_TOKEN
 
     raw = facts.labels.get(ARCH_LABEL)
     tokens = None if raw is None or raw.strip() == "unknown" else tuple(raw.replace(",", " ").split())

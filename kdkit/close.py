@@ -15,8 +15,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
 from kdkit.memory import read_json_quietly
 from kdkit.order import cost_per_accepted, load_order, runs_folder
 from kdkit.schemacheck import schema_problems

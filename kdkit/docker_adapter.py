@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kdkit.errors import Unavailable
-from kdkit.jsonio import atomic_write_chunks
+from kdkit.core.errors import Unavailable
+from kdkit.core.jsonio import atomic_write_chunks
 
 ENGINE_FIX = "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set DOCKER_HOST"
 NVIDIA_ERROR = 'could not select device driver "" with capabilities: [[gpu]]'

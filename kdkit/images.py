@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kdkit import __version__, proc
-from kdkit.credentials import refuse_credentials_in, secret_file
-from kdkit.errors import BadInput, CheckFailed, KdkitError
-from kdkit.jsonio import atomic_write_text, sha256_file
+from kdkit import __version__
+from kdkit.core import layout, proc
+from kdkit.core.credentials import refuse_credentials_in, secret_file
+from kdkit.core.errors import BadInput, CheckFailed, KdkitError
+from kdkit.core.jsonio import atomic_write_text, sha256_file
+from kdkit.core.projectfiles import real_inside
 from kdkit.platforms import cpu_mismatch
-from kdkit.probe import CORE_DATA, CORE_MODULES
-from kdkit.probe.projectfiles import real_inside
 from kdkit.project import Backend, Project, find_root, load_project
 from kdkit.resources import data_root, dockerfile
 
@@ -139,7 +139,7 @@ def _file_key(filename: str) -> str:
 
 def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
     """The files of ``wheelhouse`` whose sha256 the lock names; every unconditional pin must have one."""
-    from kdkit.probe.lockfile import parse_lock
+    from kdkit.core.lockfile import parse_lock
 
     if not wheelhouse.is_dir():
         raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
@@ -186,9 +186,9 @@ def provenance(root: Path) -> tuple[str, str]:
 
 def torch_build(lock_path: Path, backend: Backend) -> tuple[str, str, str]:
     """(torch version, CUDA version, ROCm version) promised by the lock's torch pin and its label."""
+    from kdkit.core.builds import parse_label
+    from kdkit.core.lockfile import parse_lock
     from kdkit.locking import backend_label
-    from kdkit.probe.builds import parse_label
-    from kdkit.probe.lockfile import parse_lock
 
     pin = parse_lock(lock_path).pins.get("torch")
     if pin is None:
@@ -247,8 +247,8 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
                tag: str | None = None, ca_bundle: Path | None = None, wheelhouse: Path | None = None,
                no_cache: bool = False) -> BuildPlan:
     """Check every input of a build and compute its arguments; nothing is written, no engine is needed."""
+    from kdkit.core.lockfile import parse_lock
     from kdkit.locking import require_fresh_lock
-    from kdkit.probe.lockfile import parse_lock
 
     project = load_project(project_dir)
     chosen = project.backend(backend)
@@ -282,7 +282,7 @@ def _cpu_warning(project: Project) -> str | None:
 def project_files(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
     """(the project files an image carries, the secret-shaped ones left out of it).
 
-    kdkit.json, config/ and src/; a file named like a secret (kdkit.credentials.secret_file: .env*,
+    kdkit.json, config/ and src/; a file named like a secret (kdkit.core.credentials.secret_file: .env*,
     keys, .netrc...) never goes into an image, and a link leading outside the project is refused
     (projectfiles.real_inside), as for a bundle.
     """
@@ -309,12 +309,8 @@ def _project_files(root: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _probe_files() -> Iterator[tuple[str, Path]]:
-    package = Path(__file__).resolve().parent
-    for name in (*CORE_MODULES, *CORE_DATA):
-        yield f"kdkit/lib/kdkit/{name}", package / name
-    for path in sorted((package / "probe").rglob("*.py")):
-        if not SKIPPED.search(path.name):
-            yield f"kdkit/lib/kdkit/probe/{path.relative_to(package / 'probe').as_posix()}", path
+    for rel, path in layout.files():
+        yield f"kdkit/lib/kdkit/{rel}", path
 
 
 def context_entries(plan: BuildPlan) -> Iterator[tuple[str, Path | bytes]]:
@@ -525,8 +521,8 @@ def arch_labels(answer: Any) -> dict[str, str]:
     where they were read, or ``unknown: <reason>``. Anything not of the answer's shape is unknown:
     the file comes from the image, and a list is never made up.
     """
-    from kdkit.credentials import redact
-    from kdkit.probe.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, TORCH_TOKEN
+    from kdkit.core.credentials import redact
+    from kdkit.probe.env.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, TORCH_TOKEN
 
     def unknown(reason: str) -> dict[str, str]:
         line = redact(" ".join(reason.split()))
@@ -548,7 +544,7 @@ def arch_labels(answer: Any) -> dict[str, str]:
 
 def recorded_arch(engine: Any, image_id: str) -> dict[str, str]:
     """The arch labels of a built image, from its ARCH_FILE; never raises: a failure is "unknown" with why."""
-    from kdkit.jsonio import parse_json
+    from kdkit.core.jsonio import parse_json
 
     try:
         data = engine.read_file(image_id, ARCH_FILE, limit=64 << 10)

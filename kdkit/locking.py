@@ -36,7 +36,7 @@ kdkit.json's index promises, and the header records the replacement.
 pip-compile runs as a subprocess (``python -m piptools compile``; its Python
 API is internal) with ``--generate-hashes --allow-unsafe --strip-extras
 --no-header --no-config``; kdkit writes its own ``# kdkit: key = value``
-header (see :mod:`kdkit.probe.lockfile`). The previous lock is handed to
+header (see :mod:`kdkit.core.lockfile`). The previous lock is handed to
 pip-compile so unchanged pins stay put unless ``--upgrade`` /
 ``--upgrade-package`` says otherwise, and the new lock replaces the old one
 atomically only when everything succeeded.
@@ -58,13 +58,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from kdkit import __version__, proc, torchindex
-from kdkit.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
-from kdkit.errors import BadInput, KdkitError
-from kdkit.jsonio import atomic_write_text, load_json, sha256_file
+from kdkit import __version__, torchindex
+from kdkit.core import proc
+from kdkit.core.builds import BACKENDS, index_label
+from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
+from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.jsonio import atomic_write_text, load_json, sha256_file
+from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock, parse_lock_text
 from kdkit.platforms import cpu_mismatch
-from kdkit.probe.builds import BACKENDS, index_label
-from kdkit.probe.lockfile import HEADER_PREFIX, Lock, parse_lock, parse_lock_text
 from kdkit.project import Backend, Project, load_project
 from kdkit.schemacheck import Problem, secret_problems
 

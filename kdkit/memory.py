@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.catalog import Offer
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.project import Project
 
 DTYPE_BYTES: dict[str, Decimal] = {

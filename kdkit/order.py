@@ -14,8 +14,8 @@ from typing import Any
 
 from kdkit import __version__
 from kdkit.catalog import DURATIONS, Catalog, Offer, load_catalog
-from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_json
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import atomic_write_json
 from kdkit.project import Project
 from kdkit.schemacheck import load_valid
 

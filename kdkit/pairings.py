@@ -5,9 +5,9 @@ template's defaults are data, each fact with its public source; a new torch rele
 change. Precedence, lowest first: the shipped file, ``pairings.json`` at the project root, then
 ``--pairings FILE``; the layers merge key by key (a torch release's builds merge label by label).
 
-The rules that read these facts (labels, driver floors) live in :mod:`kdkit.probe.builds`, shared
+The rules that read these facts (labels, driver floors) live in :mod:`kdkit.core.builds`, shared
 with the in-container side; the rule of which code runs on which card is diagnose's own
-(:mod:`kdkit.probe.gpurules`), so a card judged here before ordering is judged the same way on
+(:mod:`kdkit.core.gpurules`), so a card judged here before ordering is judged the same way on
 the machine.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput
-from kdkit.probe.builds import driver_floor, minor_key, parse_label, torch_minor
+from kdkit.core.builds import driver_floor, minor_key, parse_label, torch_minor
+from kdkit.core.errors import BadInput
 
 _SECTIONS = ("sources", "drivers", "architecture_drivers", "indexes", "arch_sets")
 
@@ -29,7 +29,7 @@ def code_for(card: str, carried: Iterable[str]) -> str | None:
     """How a build carrying ``carried`` runs on ``card`` ("cubin sm_86", "PTX compute_120, ..."),
     or None when it has no code the card can execute (cubins run on the same major with an equal
     or newer minor, PTX is compiled for newer cards, ROCm needs the exact gfx target)."""
-    from kdkit.probe.gpurules import cuda_arch_verdict, rocm_arch_verdict
+    from kdkit.core.gpurules import cuda_arch_verdict, rocm_arch_verdict
 
     arch_list = list(carried)
     match = re.fullmatch(r"sm_([0-9]+)", card)
@@ -131,7 +131,7 @@ class Pairings:
         return [b for b in self.builds(cpu_arch) if b.backend == backend and b.code_for(card) is not None]
 
     def driver_floor(self, cuda_version: str, architecture: str | None = None) -> tuple[str, str] | None:
-        """(minimum driver, why) for a CUDA build on ``architecture`` (see kdkit.probe.builds)."""
+        """(minimum driver, why) for a CUDA build on ``architecture`` (see kdkit.core.builds)."""
         return driver_floor(cuda_version, architecture, self.data)
 
     def template_build(self, backend: str) -> Build:

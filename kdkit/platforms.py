@@ -9,7 +9,7 @@ lock`` and ``kdkit build`` say so when kdkit.json's target_gpu comes in hosts of
 from __future__ import annotations
 
 from kdkit.catalog import load_catalog
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.project import Project
 
 ARCH_NAMES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import Unavailable
-from kdkit.jsonio import atomic_write_bytes
+from kdkit.core.errors import Unavailable
+from kdkit.core.jsonio import atomic_write_bytes
 
 
 def sweep_plot(report: dict[str, Any], out: Path) -> None:

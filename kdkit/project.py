@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput
-from kdkit.jsonio import load_json
-from kdkit.probe.builds import BACKENDS
+from kdkit.core.builds import BACKENDS
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import load_json
 from kdkit.schemacheck import raise_first, schema_problems
 
 MARKER = "kdkit.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from kdkit.errors import Unavailable
+from kdkit.core.errors import Unavailable
 
 _PACKAGE = Path(__file__).resolve().parent
 

@@ -1,9 +1,9 @@
-"""`kdkit resume-test`: the project side of the resume test (the phases run in kdkit.probe.resume).
+"""`kdkit resume-test`: the project side of the resume test (the phases run in kdkit.probe.measure.resume).
 
 It reads which module is the project's training loop (``"train"`` in kdkit.json, default
 ``src.train``), gives the test a new folder under the project's ``runs/``, and hands over to the
 probe, which runs each phase in a fresh interpreter. The same probe runs inside the image as
-``python -m kdkit.probe.resume``.
+``python -m kdkit.probe.measure.resume``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput
-from kdkit.probe.resume import Plan, Progress, run_resume_test
+from kdkit.core.errors import BadInput
+from kdkit.probe.measure.resume import Plan, Progress, run_resume_test
 from kdkit.project import Project, load_project
 
 DEFAULT_MODULE = "src.train"
@@ -33,7 +33,7 @@ def new_run_folder(runs: Path, prefix: str) -> Path:
 
 def runs_dir(project: Project) -> Path:
     """The pilot config's runs folder, held to the one containment rule (inside the project, links resolved)."""
-    from kdkit.probe.projectfiles import inside, require_real_inside
+    from kdkit.core.projectfiles import inside, require_real_inside
 
     config = project.pilot_config_path
     relative = project.pilot_config().get("runs", "runs")

@@ -66,13 +66,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kdkit import proc
+from kdkit.core import proc
+from kdkit.core.builds import driver_floor, version_tuple
+from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.projectfiles import real_inside
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
-from kdkit.errors import BadInput, Unavailable
 from kdkit.images import LABEL, default_tag, require_kdkit_labels
-from kdkit.probe.builds import driver_floor, version_tuple
-from kdkit.probe.diaghost import SHM_MINIMUM
-from kdkit.probe.projectfiles import real_inside
+from kdkit.probe.diagnose.host import SHM_MINIMUM
 from kdkit.project import Project, load_project
 
 APP = "/app"  # the project's folder inside the image (Dockerfile.common)
@@ -306,7 +306,7 @@ def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
 
 def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
     if image is None:
-        from kdkit.jsonio import sha256_file
+        from kdkit.core.jsonio import sha256_file
 
         chosen = project.backend(backend)
         if not chosen.lock.is_file():
@@ -353,7 +353,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     warnings = []
     current = project.backend(chosen).lock
     if current.is_file():
-        from kdkit.jsonio import sha256_file
+        from kdkit.core.jsonio import sha256_file
 
         if sha256_file(current) != facts.labels.get(f"{LABEL}lock.sha256"):
             warnings.append(f"image {facts.ref} was built from another lock than {current}; "

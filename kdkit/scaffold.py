@@ -1,6 +1,6 @@
 """`kdkit init`: copy the project template into a new folder, all or nothing.
 
-The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.staging) and renamed into
+The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.core.staging) and renamed into
 place once complete, so a target is either absent or a whole project, even after a SIGKILL. An
 existing empty folder (often the shell's current folder, which must stay the same folder) is filled
 in place instead, kdkit.json last: a kill half-way leaves a folder that is not a project. What a
@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdkit.errors import BadInput
-from kdkit.probe.builds import BACKENDS, TORCH_INDEX_URL
+from kdkit.core.builds import BACKENDS, TORCH_INDEX_URL
+from kdkit.core.errors import BadInput
+from kdkit.core.staging import clean_stale, hold, release, staging_for
 from kdkit.resources import template_dir
-from kdkit.staging import clean_stale, hold, release, staging_for
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # Template files stored under another name so they do not act on kdkit's own repository.

@@ -18,9 +18,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kdkit.credentials import SECRET_NAME, find, redact
-from kdkit.errors import BadInput
-from kdkit.jsonio import load_json
+from kdkit.core.credentials import SECRET_NAME, find, redact
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import load_json
 from kdkit.resources import schema_path
 
 ENV_HINT = ".env (see .env.example), passed at run time with --env-file"

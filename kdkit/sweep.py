@@ -1,4 +1,4 @@
-"""`kdkit sweep`: the project side of the batch-size sweep (measurements in kdkit.probe.sweep).
+"""`kdkit sweep`: the project side of the batch-size sweep (measurements in kdkit.probe.measure.sweep).
 
 It checks every option and input before anything runs or is written (batch sizes, groups, device,
 the plot's path, the pilot config and its inputs, a runs folder that can be written), runs the
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kdkit.errors import BadInput, Unavailable
-from kdkit.jsonio import atomic_write_json
-from kdkit.probe.pilotconfig import check_device
-from kdkit.probe.sweep import Progress, measure, parse_batch_sizes, prepare_sweep
+from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.jsonio import atomic_write_json
+from kdkit.core.pilotconfig import check_device
+from kdkit.core.staging import require_writable
+from kdkit.probe.measure.sweep import Progress, measure, parse_batch_sizes, prepare_sweep
 from kdkit.project import load_project
 from kdkit.resume import new_run_folder
-from kdkit.staging import require_writable
 
 
 def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:

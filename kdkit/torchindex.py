@@ -40,11 +40,11 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
-from kdkit.errors import BadInput, Unavailable
-from kdkit.probe._markers import InvalidMarker, evaluate
-from kdkit.probe._version import InvalidVersion, Version, compare
-from kdkit.probe.builds import TORCH_INDEX_URL, index_label, label_backend, parse_label, split_version
-from kdkit.probe.lockfile import Lock, Pin, normalize_name
+from kdkit.core.builds import TORCH_INDEX_URL, index_label, label_backend, parse_label, split_version
+from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.lockfile import Lock, Pin, normalize_name
+from kdkit.core.markers import InvalidMarker, evaluate
+from kdkit.core.versions import InvalidVersion, Version, compare
 
 TIMEOUT = 10.0  # seconds a request may take; pip's own timeout applies when it is shorter
 RETRIES = 1  # what pip-compile's pip gets (--retries): the preflight already knows the index answers

@@ -1,7 +1,7 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
 schema cannot express (paths that only exist on one machine, secrets, unsafe IDs).
 
-Secrets are looked for with :mod:`kdkit.credentials` in the JSON configs (keys and values) and in
+Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and in
 the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
 :class:`Problem` is made, so no finding, schema error or echoed value can show a credential.
 Files named like secrets (``.env``, ``*.pem``, ``.ssh/`` ...) are warnings, not problems: every
@@ -15,11 +15,11 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kdkit.credentials import find, secret_file
-from kdkit.errors import BadInput
-from kdkit.jsonio import parse_json, read_text_file
-from kdkit.probe.pilotconfig import config_problems, entry_problem, path_problem
-from kdkit.probe.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
+from kdkit.core.credentials import find, secret_file
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import parse_json, read_text_file
+from kdkit.core.pilotconfig import config_problems, entry_problem, path_problem
+from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
 from kdkit.schemacheck import (
     Problem,
     json_path,

@@ -7,7 +7,7 @@ with once, here, by pip's own configuration (index-url, cert, find-links,
 proxy variables), which ``pip download`` honours as ``pip install`` would.
 
 The files land in a staging folder first, ``.OUT.partial-PID`` beside ``--out``
-(:mod:`kdkit.staging`), and move into ``--out`` only once pip has finished and
+(:mod:`kdkit.core.staging`), and move into ``--out`` only once pip has finished and
 each one's sha256 is among the lock's hashes: an interrupted download leaves
 ``--out`` as it was, and the staging a killed run left is removed by the next
 run to the same ``--out`` (listed in ``removed_staging``).
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdkit import proc
-from kdkit.errors import KdkitError
-from kdkit.jsonio import sha256_file
+from kdkit.core import proc
+from kdkit.core.errors import KdkitError
+from kdkit.core.jsonio import sha256_file
+from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.project import Project, load_project
-from kdkit.staging import clean_stale, describe_removed, hold, release, staging_for
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
@@ -96,8 +96,8 @@ def _accept(staging: Path, out: Path, hashes: dict[str, str]) -> list[tuple[str,
 def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
                         out: Path | None = None) -> Wheelhouse:
     """Download every locked file for ``backend`` into ``out`` (default ``wheelhouse/<backend>``)."""
+    from kdkit.core.lockfile import parse_lock
     from kdkit.locking import require_fresh_lock
-    from kdkit.probe.lockfile import parse_lock
 
     project = load_project(project_dir)
     chosen = project.backend(backend)

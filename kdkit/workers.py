@@ -7,7 +7,7 @@ into the shared runs/ mount, so its results land in ``runs/R-w<i>of<N>/``. The c
 side by side; their output is prefixed ``[w<i>]`` line by line.
 
 The gathering then runs on the host, through the same probe code the image carries
-(:mod:`kdkit.probe.gather`): it only reads JSON and hashes files, so it needs neither torch
+(:mod:`kdkit.probe.pilot.gather`): it only reads JSON and hashes files, so it needs neither torch
 nor a GPU nor another container start, and the folders it reads are the host's runs/ anyway.
 Its verdict is the run's exit code. A worker whose container failed before its pilot began
 leaves no folder, which the gathering names; only when no worker left any folder is a
@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kdkit.core.errors import BadInput
 from kdkit.docker_adapter import ContainerSpec, Engine
-from kdkit.errors import BadInput
 from kdkit.runner import APP, HostFacts, RunPlan, device_access, prepare_run
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
@@ -72,8 +72,8 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
 
 def _run_id(base: RunPlan, workers: int) -> str:
     """The run's shared ID: the pilot's own scheme (UTC time + params hash), free for every worker folder."""
-    from kdkit.probe.pilotconfig import load_pilot, params_hash
-    from kdkit.probe.runfolder import new_run_id
+    from kdkit.core.pilotconfig import load_pilot, params_hash
+    from kdkit.core.runfolder import new_run_id
 
     first = new_run_id(params_hash(load_pilot(base.project.root).resolved()))
     candidate, n = first, 1
@@ -139,7 +139,7 @@ class Prefixed:
 @dataclass(frozen=True)
 class WorkersResult:
     codes: list[int]  # each container's exit code
-    gathered: Any  # kdkit.probe.gather.Gathered, or None when no worker left a folder
+    gathered: Any  # kdkit.probe.pilot.gather.Gathered, or None when no worker left a folder
     exit_code: int
 
 
@@ -155,7 +155,7 @@ def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None) -> in
 def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None = None,
                     engine: Engine | None = None) -> WorkersResult:
     """Make the host steps, run the N containers side by side to their end, then gather."""
-    from kdkit.probe.gather import gather
+    from kdkit.probe.pilot.gather import gather
 
     for step in plan.base.host_steps:
         step.action()

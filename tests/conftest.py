@@ -148,7 +148,7 @@ def wait_for_lines(path: Path, count: int, process: subprocess.Popen[bytes]) -> 
 def reseal(folder: Path) -> None:
     """Rewrite a closed folder's SHA256SUMS over the files it lists, as they now are: what someone who
     edits a closed run and covers their tracks would do (kdkit itself never re-reads to seal)."""
-    from kdkit.checksums import SUMS, write_sums
+    from kdkit.core.checksums import SUMS, write_sums
 
     names = [line.split("  ", 1)[1] for line in (folder / SUMS).read_text().splitlines() if "  " in line]
     write_sums(folder, [(name, folder / name) for name in names])

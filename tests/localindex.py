@@ -141,7 +141,7 @@ def cuda_config_h(arches: Sequence[str]) -> str:
 
 def _build_facts(label: str | None) -> tuple[str | None, str | None, str | None]:
     """(cuda, hip, rocm) of torch/version.py for a local label."""
-    from kdkit.probe.builds import parse_label
+    from kdkit.core.builds import parse_label
 
     parsed = parse_label(label) if label else ("cuda", "13.0")  # PyPI's label-less Linux torch is a CUDA build
     if parsed is None or parsed[0] == "cpu":

@@ -22,7 +22,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The kdkit modules ``path`` imports anywhere in it (``from kdkit import proc`` is kdkit.proc)."""
+    """The kdkit modules ``path`` imports anywhere in it (``from kdkit.core import proc`` is kdkit.core.proc)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -78,7 +78,7 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_function_local_imports() -> None:
     graph = _graph()
     assert "kdkit.check" in graph["kdkit.cli.order"]  # imported inside the command function
-    assert "kdkit.proc" in graph["kdkit.locking"]  # `from kdkit import __version__, proc`
+    assert "kdkit.core.proc" in graph["kdkit.locking"]  # `from kdkit import __version__, proc`
 
 
 def test_no_module_imports_itself_back_through_others() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.jsonio import sha256_file
+from kdkit.core.jsonio import sha256_file
 from tests.conftest import invoke, tree_snapshot
 
 BASE_IMAGE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
@@ -96,7 +96,7 @@ def test_zipapp_runs_diagnose_without_kdkit_installed(locked: Path, tmp_path: Pa
                              text=True, check=False)
     assert listing.returncode == 0
     from kdkit.bundle import ZIPAPP_EXTRA_COMMANDS
-    from kdkit.probe.commands import COMMANDS
+    from kdkit.core.commands import COMMANDS
 
     assert [line.split()[0] for line in listing.stdout.splitlines()[3:]] == [*COMMANDS, *ZIPAPP_EXTRA_COMMANDS]
     assert "gather" in COMMANDS and "sweep" in ZIPAPP_EXTRA_COMMANDS

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kdkit.catalog import load_catalog
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.pairings import code_for, load_pairings
 from kdkit.resources import data_file, schema_path
 

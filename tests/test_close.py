@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kdkit.close import load_report, render_markdown
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from tests.conftest import invoke, tree_snapshot
 
 

@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
-from kdkit.probe import CORE_MODULES, diaghost, diagsteps, gpurules, nominal
-from kdkit.probe.diagcore import Context, StepFailed
+from kdkit.core import gpurules, layout
+from kdkit.probe.diagnose import host as diaghost
+from kdkit.probe.diagnose import nominal
+from kdkit.probe.diagnose import steps as diagsteps
+from kdkit.probe.diagnose.core import Context, StepFailed
 from tests.conftest import DATA, REPO, invoke
 
 STEP_NAMES = ["interpreter", "environment", "torch import", "build", "driver", "devices", "arch", "compute",
@@ -290,8 +293,7 @@ def test_deep_compiles_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 # ---------------------------------------------------------------- the probe stands alone
 
-PROBE = REPO / "kdkit" / "probe"
-ALLOWED_KDKIT = {"kdkit", *(f"kdkit.{name.removesuffix('.py')}" for name in CORE_MODULES if name != "__init__.py")}
+TRAVELLING = layout.modules()  # what runs in the container: kdkit, kdkit.core..., kdkit.probe...
 
 
 def _imports(path: Path) -> set[str]:
@@ -304,12 +306,12 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted(PROBE.glob("*.py")), ids=lambda p: p.name)
-def test_probe_modules_import_only_the_stdlib_torch_and_allowed_kdkit(path: Path) -> None:
+@pytest.mark.parametrize("path", [path for rel, path in layout.files() if rel.endswith(".py")],
+                         ids=lambda p: p.relative_to(REPO / "kdkit").as_posix())
+def test_in_container_modules_import_only_the_stdlib_torch_and_each_other(path: Path) -> None:
     for name in _imports(path):
         top = name.split(".")[0]
-        allowed = (top in sys.stdlib_module_names or top == "torch" or name in ALLOWED_KDKIT
-                   or name.startswith("kdkit.probe"))
+        allowed = top in sys.stdlib_module_names or top == "torch" or name in TRAVELLING
         assert allowed, f"{path.name} imports {name}"
 
 
@@ -320,10 +322,7 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("bare")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True)
     code = base / "code"
-    (code / "kdkit").mkdir(parents=True)
-    for name in CORE_MODULES:
-        shutil.copy(REPO / "kdkit" / name, code / "kdkit" / name)
-    shutil.copytree(PROBE, code / "kdkit" / "probe", ignore=shutil.ignore_patterns("__pycache__"))
+    layout.copy_to(code)
     return base / "venv" / "bin" / "python", code
 
 

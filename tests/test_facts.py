@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from kdkit.core import builds
 from kdkit.pairings import load_pairings
-from kdkit.probe import builds
 from kdkit.resources import data_file, dockerfile, template_dir
 from kdkit.scaffold import init_project, template_builds
 
@@ -86,7 +86,7 @@ def test_template_names_published_builds_of_one_release() -> None:
 
 
 def test_a_template_naming_an_unpublished_build_is_refused(tmp_path: Path) -> None:
-    from kdkit.errors import BadInput
+    from kdkit.core.errors import BadInput
 
     (tmp_path / "pairings.json").write_text(json.dumps({"template": {"torch": "2.13.0", "builds": {
         "cuda": "cu128", "rocm": "rocm7.2", "cpu": "cpu"}}}))
@@ -147,13 +147,13 @@ def test_label_parsing_backends_and_proxies_have_one_home() -> None:
         rel = path.relative_to(ROOT).as_posix()
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
-        if rel != "kdkit/probe/builds.py":
+        if rel != "kdkit/core/builds.py":
             assert not label_regex.search(text), f"{rel} parses torch labels itself"
             for node in ast.walk(tree):
                 if isinstance(node, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Constant) for e in node.elts):
                     values = [e.value for e in node.elts]  # type: ignore[attr-defined]
                     assert values[:3] != ["cuda", "rocm", "cpu"], f"{rel}:{node.lineno} repeats the backend list"
-        if rel != "kdkit/proc.py":
+        if rel != "kdkit/core/proc.py":
             assert '"HTTPS_PROXY", "NO_PROXY"' not in text, f"{rel} repeats the proxy variables"
 
 

@@ -344,8 +344,8 @@ def test_the_pilot_configs_gpu_device_is_named_where_it_comes_from(tmp_path: Pat
 
 
 def test_a_gpu_index_beyond_the_gpus_there_is_bad_input() -> None:
-    from kdkit.errors import BadInput, Unavailable
-    from kdkit.probe.resume import require_gpu
+    from kdkit.core.errors import BadInput, Unavailable
+    from kdkit.probe.measure.resume import require_gpu
 
     require_gpu("cpu", 0)
     require_gpu("cuda:1", 2)

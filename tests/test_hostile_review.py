@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_text, parse_json
-from kdkit.staging import clean_stale, hold, release
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import atomic_write_text, parse_json
+from kdkit.core.staging import clean_stale, hold, release
 from tests.conftest import REPO, invoke, tree_snapshot
 from tests.test_bundle import write_fresh_lock
 from tests.test_pilot import edit_config, pilot

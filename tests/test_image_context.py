@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.images import context_entries, plan_build, write_context
 from tests.conftest import copy_tree, invoke
 

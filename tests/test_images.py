@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kdkit import proc
+from kdkit.core import proc
 from kdkit.images import LABEL, render_dockerfile
 from tests.conftest import BASE, TORCH_WHEELS, invoke, tree_snapshot
 
@@ -167,8 +167,8 @@ def test_engine_unreachable_is_exit_3(locked_copy: Path, monkeypatch: pytest.Mon
 
 @needs_torch_wheels
 def test_wheelhouse_holds_exactly_the_locked_files(wheelhouse: Path, locked: Path) -> None:
-    from kdkit.jsonio import sha256_file
-    from kdkit.probe.lockfile import parse_lock
+    from kdkit.core.jsonio import sha256_file
+    from kdkit.core.lockfile import parse_lock
 
     pins = parse_lock(locked / "requirements/cpu.txt").pins
     hashes = {h.split(":", 1)[1] for pin in pins.values() for h in pin.hashes}
@@ -182,7 +182,7 @@ def test_wheelhouse_holds_exactly_the_locked_files(wheelhouse: Path, locked: Pat
 
 
 def test_build_labels_and_tag(built: dict[str, Any], locked: Path) -> None:
-    from kdkit.jsonio import sha256_file
+    from kdkit.core.jsonio import sha256_file
 
     lock_sha = sha256_file(locked / "requirements/cpu.txt")
     assert built["tag"] == f"kdkit-e2e:cpu-{lock_sha[:12]}"

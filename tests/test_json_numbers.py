@@ -1,7 +1,7 @@
 """Issue 10 §9 (files): no JSON file kdkit reads may hold a non-finite number, and none it writes does.
 
 ``min_quality: NaN`` once passed validate and switched the quality gate off (every comparison
-with NaN is false). One loader (kdkit.jsonio.parse_json) refuses NaN, Infinity, -Infinity and
+with NaN is false). One loader (kdkit.core.jsonio.parse_json) refuses NaN, Infinity, -Infinity and
 literals that overflow a float, naming file, line and column; every writer is strict JSON.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.errors import BadInput
-from kdkit.jsonio import atomic_write_json, parse_json
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import atomic_write_json, parse_json
 from tests.conftest import invoke, tree_snapshot
 
 TOKENS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1E400", "123456789e999"]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import invoke, tree_snapshot
 
-from kdkit.errors import BadInput
-from kdkit.jsonio import sha256_file
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import sha256_file
+from kdkit.core.lockfile import parse_lock
 from kdkit.locking import compile_arguments, pip_configuration, platform_warnings, require_fresh_lock
-from kdkit.probe.lockfile import parse_lock
 from kdkit.project import Project, load_project
 
 TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))

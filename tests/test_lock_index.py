@@ -23,8 +23,8 @@ import pytest
 from conftest import invoke, tree_snapshot
 from localindex import LocalIndex, Served, dependency_wheel, python_tag, serve, sha256, torch_index_server, torch_wheel
 
-from kdkit.errors import BadInput
-from kdkit.probe.lockfile import parse_lock
+from kdkit.core.errors import BadInput
+from kdkit.core.lockfile import parse_lock
 
 __all__ = ["torch_index_server"]  # the session's index, a fixture
 
@@ -514,8 +514,8 @@ def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Ser
 
 
 def test_the_label_check_after_pip_compile_refuses_an_unreadable_label(tmp_path: Path) -> None:
+    from kdkit.core.lockfile import parse_lock_text
     from kdkit.locking import check_torch_label
-    from kdkit.probe.lockfile import parse_lock_text
     from kdkit.project import load_project
 
     project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/xpu")

@@ -1,4 +1,4 @@
-"""kdkit.probe.lockfile and the vendored PEP 440 / PEP 508 pieces it stands on."""
+"""kdkit.core.lockfile and the vendored PEP 440 / PEP 508 pieces it stands on."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.errors import BadInput
-from kdkit.probe._markers import InvalidMarker, evaluate, parse_marker
-from kdkit.probe._version import Version, compare
-from kdkit.probe.lockfile import normalize_name, parse_lock
+from kdkit.core.errors import BadInput
+from kdkit.core.lockfile import normalize_name, parse_lock
+from kdkit.core.markers import InvalidMarker, evaluate, parse_marker
+from kdkit.core.versions import Version, compare
 
 H1 = "sha256:" + "a" * 64
 H2 = "sha256:" + "b" * 64

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kdkit.catalog import load_catalog
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.memory import DOES_NOT_FIT, MAY_FIT, KvShape, MemoryJob, estimate, estimate_memory, parse_params
 from tests.conftest import invoke, tree_snapshot
 

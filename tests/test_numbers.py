@@ -16,7 +16,7 @@ import pytest
 
 from kdkit.cli import cli
 from kdkit.cli._options import FiniteNumber
-from kdkit.errors import BadInput
+from kdkit.core.errors import BadInput
 from kdkit.order import parse_price
 from tests.conftest import invoke, tree_snapshot
 
@@ -173,8 +173,9 @@ def test_counts_from_kdkit_json_are_whole_and_bounded(project: Path, value: obje
 # ---------------------------------------------------------------- the in-container argparse commands
 
 
-@pytest.mark.parametrize(("module", "option"), [("kdkit.probe.sweep", "--groups"), ("kdkit.probe.resume", "--steps"),
-                                                ("kdkit.probe.resume", "--save-at")])
+@pytest.mark.parametrize(("module", "option"), [("kdkit.probe.measure.sweep", "--groups"),
+                                                ("kdkit.probe.measure.resume", "--steps"),
+                                                ("kdkit.probe.measure.resume", "--save-at")])
 @pytest.mark.parametrize("value", ["nan", "inf", "1e999", "1e400", "", "many", "2.5"])
 def test_probe_counts_are_one_line_and_exit_2(project: Path, tmp_path: Path, module: str, option: str,
                                               value: str) -> None:
@@ -194,7 +195,7 @@ def test_probe_counts_are_one_line_and_exit_2(project: Path, tmp_path: Path, mod
 
 
 def test_whole_number_type_is_finite_number() -> None:
-    from kdkit.jsonio import whole_number
+    from kdkit.core.jsonio import whole_number
 
     assert whole_number("--steps")("8") == 8
     with pytest.raises(BadInput, match=r"^--steps 'nan': not a finite number"):

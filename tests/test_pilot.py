@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from kdkit.probe import runfolder
-from kdkit.probe.accounting import account
-from kdkit.probe.pilotconfig import load_pilot
-from kdkit.probe.runfolder import RunFolder
+from kdkit.core import runfolder
+from kdkit.core.pilotconfig import load_pilot
+from kdkit.core.runfolder import RunFolder
+from kdkit.probe.pilot.accounting import account
 from tests.conftest import DATA, REPO, invoke, tree_snapshot, wait_for_lines
 
 APPS = DATA / "apps"

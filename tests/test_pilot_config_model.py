@@ -1,5 +1,5 @@
 """Issue 10 §10: one model of the pilot config. `kdkit validate` and `kdkit pilot` judge a config
-with the same code (kdkit.probe.pilotconfig.config_problems), so they cannot disagree; the JSON
+with the same code (kdkit.core.pilotconfig.config_problems), so they cannot disagree; the JSON
 Schema that editors read is held to that model here, value by value.
 
 Today's disagreements of the issue are the first cases: ``max_input_bytes: 1e30`` and
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from kdkit.errors import BadInput
-from kdkit.probe.pilotconfig import FIELDS, STOP_FIELDS, config_problems, load_pilot
+from kdkit.core.errors import BadInput
+from kdkit.core.pilotconfig import FIELDS, STOP_FIELDS, config_problems, load_pilot
 from kdkit.schemacheck import _validator
 from kdkit.validate import validate_project
 from tests.conftest import invoke, tree_snapshot

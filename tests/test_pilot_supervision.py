@@ -298,7 +298,7 @@ def test_an_app_that_answers_nothing_and_forges_the_results_file_fails(project: 
 
 
 def test_an_app_that_patches_the_server_to_forge_after_the_last_batch_fails(project: Path) -> None:
-    body = ("import kdkit.probe.appchild as server\nreal = server.peak_memory\n"
+    body = ("import kdkit.probe.pilot.appchild as server\nreal = server.peak_memory\n"
             "def forged(device):\n"
             "    import glob\n    run = RUN_DIR()\n"
             "    with open(os.path.join(run, 'results.jsonl'), 'ab') as h:\n"

@@ -19,8 +19,8 @@ import pytest
 from conftest import invoke
 from tinywheels import build_wheel, lock_line, make_venv, pip_install, torch_wheel
 
-from kdkit import proc
-from kdkit.probe.lockfile import normalize_name
+from kdkit.core import proc
+from kdkit.core.lockfile import normalize_name
 
 PIP_SYNC = shutil.which("pip-sync", path=str(Path(__file__).resolve().parents[1] / ".venv" / "bin")) or "pip-sync"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kdkit.core.errors import BadInput, Unavailable
 from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments, connect, sdk_arguments
-from kdkit.errors import BadInput, Unavailable
 from kdkit.images import write_context
 from kdkit.runner import (
     HOME,
@@ -442,7 +442,7 @@ def test_the_container_is_confined_and_print_gives_the_same(built: dict[str, obj
     seen = _probe(result.stdout)
     assert seen == _expected(IMAGE_UID, IMAGE_UID, _engine_host())
     # The printed line, run by the real docker CLI, makes the same container.
-    from kdkit import proc
+    from kdkit.core import proc
 
     printed = invoke("run", locked, "--print", "--", "python", "-c", PROBE)
     assert printed.exit_code == 0, printed.output

@@ -91,7 +91,7 @@ def test_a_file_added_after_closing_is_named(closed: dict[str, Path], tmp_path: 
 
 
 def test_a_gathered_folder_needs_only_its_own_files(tmp_path: Path) -> None:
-    from kdkit.checksums import write_sums
+    from kdkit.core.checksums import write_sums
 
     folder = tmp_path / "R-gathered"
     folder.mkdir()

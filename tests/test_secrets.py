@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.credentials import find, redact, redacting_excepthook, secret_file
-from kdkit.errors import BadInput
-from kdkit.probe.commands import call
+from kdkit.core.commands import call
+from kdkit.core.credentials import find, redact, redacting_excepthook, secret_file
+from kdkit.core.errors import BadInput
 from tests.conftest import invoke, tree_snapshot
 from tests.test_bundle import write_fresh_lock
 

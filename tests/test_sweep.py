@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.probe.sweep import parse_batch_sizes, split_groups
+from kdkit.probe.measure.sweep import parse_batch_sizes, split_groups
 from tests.conftest import DATA, invoke, tree_snapshot
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from kdkit.images import ARCH_FILE, ARCH_LIST, ARCH_SOURCE, arch_labels, recorded_arch, torch_arch
-from kdkit.probe import torcharch
-from kdkit.probe.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, parse_config_header, read_arch_list
+from kdkit.probe.env import torcharch
+from kdkit.probe.env.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, parse_config_header, read_arch_list
 from tests.conftest import BASE, invoke
 from tests.localindex import Served, torch_index_server, torch_wheel
 from tests.tinywheels import make_venv, pip_install
@@ -108,9 +108,9 @@ def test_command_reads_another_interpreter_as_json() -> None:
 
 
 def test_command_is_listed_among_the_in_container_commands() -> None:
-    from kdkit.probe.commands import COMMANDS
+    from kdkit.core.commands import COMMANDS
 
-    assert COMMANDS["torch-arch"][0] == "kdkit.probe.torcharch"
+    assert COMMANDS["torch-arch"][0] == "kdkit.probe.env.torcharch"
     shown = invoke("torch-arch", "--help")
     assert shown.exit_code == 0
     assert "usage: kdkit torch-arch [-h] [--python PATH] [--timeout S] [--json]" in shown.stdout
@@ -320,7 +320,7 @@ class _Engine:
 
 
 def test_what_the_image_holds_becomes_labels_and_a_failure_never_raises() -> None:
-    from kdkit.errors import Unavailable
+    from kdkit.core.errors import Unavailable
 
     good = json.dumps(torcharch.report(CU130_ARCHS, SOURCE_HEADER)).encode()
     assert recorded_arch(_Engine(good), "sha256:x")[ARCH_LIST] == " ".join(CU130_ARCHS)
@@ -366,7 +366,7 @@ def test_the_cpu_image_records_no_architectures(built: dict[str, Any], locked: P
 
 
 def test_the_file_in_the_image_is_roots_and_read_only(built: dict[str, Any]) -> None:
-    from kdkit import proc
+    from kdkit.core import proc
 
     script = f"stat -c '%u:%g %a' {ARCH_FILE}; echo x >>{ARCH_FILE} 2>/dev/null && echo written; cat {ARCH_FILE}"
     done = proc.run(["docker", "run", "--rm", "--network", "none", built["tag"], "sh", "-c", script], timeout=120)
@@ -440,7 +440,7 @@ def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(dock
                                                                              tmp_path: Path) -> None:
     """An image loaded from elsewhere may carry any label: markup and escape codes are shown inert, and an
     arch list that is not a list of architecture names is not used to pass a card."""
-    from kdkit import proc
+    from kdkit.core import proc
     from kdkit.docker_adapter import connect
 
     tag = "kdkit-e2e:hostile-labels"

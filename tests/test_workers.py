@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from kdkit.errors import BadInput
-from kdkit.probe.copyout import verify_copy
-from kdkit.probe.shares import Share, parse_share, worker_of
+from kdkit.core.errors import BadInput
+from kdkit.probe.pilot.shares import Share, parse_share, worker_of
+from kdkit.probe.results.copyout import verify_copy
 from kdkit.runner import HostFacts
 from kdkit.workers import Prefixed, check_workers, gpu_count
 from tests.conftest import DATA, REPO, invoke, reseal, tree_snapshot, wait_for_lines
@@ -91,7 +91,7 @@ def test_every_id_is_in_exactly_one_share() -> None:
 
 @pytest.mark.parametrize("seed", ["0", "12345"])
 def test_shares_are_the_same_in_another_process_under_any_hash_seed(seed: str) -> None:
-    code = "import json,sys; from kdkit.probe.shares import worker_of; " \
+    code = "import json,sys; from kdkit.probe.pilot.shares import worker_of; " \
            "print(json.dumps([worker_of(f'item-{n}', 5) for n in range(500)]))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
                           env={**os.environ, "PYTHONHASHSEED": seed})

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from kdkit import __version__
-from kdkit.errors import KdkitError
-from kdkit.probe.commands import excepthook, redact
+from kdkit.core.commands import excepthook, redact
+from kdkit.core.errors import KdkitError
 
 # Commands are listed in --help under these headings, in this order.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (

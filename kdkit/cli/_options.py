@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kdkit.probe.builds import BACKENDS
+from kdkit.core.builds import BACKENDS
 
 if TYPE_CHECKING:  # click >= 8.2 makes ParamType generic; older releases do not subscript
     _NumberType = click.ParamType[int | float, object]
@@ -34,7 +34,7 @@ backend_option = click.option(
 
 
 class FiniteNumber(_NumberType):
-    """A numeric option, read by :func:`kdkit.jsonio.finite_number`: NaN, infinities, a literal that
+    """A numeric option, read by :func:`kdkit.core.jsonio.finite_number`: NaN, infinities, a literal that
     overflows (1e999), a word or "" is one line and exit 2 (BadInput), never a traceback. Ranges stay
     with the domain function that owns them."""
 
@@ -43,8 +43,8 @@ class FiniteNumber(_NumberType):
         self.name = "integer" if integral else "number"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | float:
-        from kdkit.errors import BadInput
-        from kdkit.jsonio import finite_number
+        from kdkit.core.errors import BadInput
+        from kdkit.core.jsonio import finite_number
 
         option = param.opts[0] if param is not None and param.opts else "value"
         text = str(value)

@@ -9,7 +9,7 @@ import click
 from kdkit.cli._group import cli
 from kdkit.cli._options import json_option, project_argument
 from kdkit.cli._output import emit_json, warn
-from kdkit.probe.builds import BACKENDS
+from kdkit.core.builds import BACKENDS
 
 
 @cli.command("lock")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from kdkit.cli._group import cli
-from kdkit.probe.commands import COMMANDS, run_command
+from kdkit.core.commands import COMMANDS, run_command
 
 
 def _forwarder(name: str, summary: str) -> click.Command:

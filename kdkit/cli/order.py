@@ -10,8 +10,8 @@ import click
 from kdkit.cli._group import cli
 from kdkit.cli._options import FiniteNumber, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json, plain
-from kdkit.errors import CheckFailed
-from kdkit.probe.builds import BACKENDS
+from kdkit.core.builds import BACKENDS
+from kdkit.core.errors import CheckFailed
 
 catalog_option = click.option(
     "--catalog", "catalog_file", type=click.Path(dir_okay=False, path_type=Path),

@@ -9,8 +9,8 @@ import click
 from kdkit.cli._group import cli
 from kdkit.cli._options import json_option, project_argument
 from kdkit.cli._output import emit_json
-from kdkit.errors import BadInput
-from kdkit.probe.builds import BACKENDS
+from kdkit.core.builds import BACKENDS
+from kdkit.core.errors import BadInput
 
 
 @cli.command()
@@ -29,8 +29,8 @@ def init(path: Path, name: str | None, backend: str, force: bool) -> None:
     .PATH.partial-PID beside PATH and renamed when complete; what a killed init
     left there is removed by the next one.
     """
+    from kdkit.core.staging import describe_removed
     from kdkit.scaffold import create_project
-    from kdkit.staging import describe_removed
 
     created = create_project(path, name=name, backend=backend, force=force)
     for line in describe_removed(created.removed):

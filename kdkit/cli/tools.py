@@ -13,7 +13,7 @@ import click
 from kdkit.cli._group import cli
 from kdkit.cli._options import backend_option, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json, warn
-from kdkit.errors import CheckFailed
+from kdkit.core.errors import CheckFailed
 
 
 def _progress(message: str) -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from kdkit.probe.commands import main
+from kdkit.core.commands import main
 
 sys.exit(main())

@@ -1,0 +1,201 @@
+"""PEP 508 environment markers, vendored: parse and evaluate ``; python_version < "3.12"``.
+
+Standard library only, for the same reason as :mod:`kdkit.core.versions`: the
+environment being inspected may not have ``packaging``. The environment itself
+is a plain dict, so the host can evaluate markers for another interpreter from
+the values that interpreter reported (:func:`current_environment` run there).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from kdkit.core.envinfo import marker_environment
+from kdkit.core.versions import InvalidVersion, compare
+
+VARIABLES = (
+    "implementation_name",
+    "implementation_version",
+    "os_name",
+    "platform_machine",
+    "platform_python_implementation",
+    "platform_release",
+    "platform_system",
+    "platform_version",
+    "python_full_version",
+    "python_version",
+    "sys_platform",
+    "extra",
+)
+# Aliases PEP 345 / old setuptools still emit.
+_ALIASES = {"os.name": "os_name", "sys.platform": "sys_platform", "platform.version": "platform_version",
+            "platform.machine": "platform_machine", "platform.python_implementation":
+            "platform_python_implementation", "python_implementation": "platform_python_implementation"}
+_VERSION_VARIABLES = {"python_version", "python_full_version", "implementation_version"}
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<string>'[^']*'|"[^"]*")
+    | (?P<op>===|==|!=|<=|>=|~=|<|>|not\s+in\b|in\b)
+    | (?P<bool>and\b|or\b)
+    | (?P<paren>[()])
+    | (?P<var>[A-Za-z_][A-Za-z0-9_.]*)
+    )""",
+    re.VERBOSE,
+)
+
+
+class InvalidMarker(ValueError):
+    """The text is not a PEP 508 marker."""
+
+
+Token = tuple[str, str]  # ("var" | "string" | "op" | "bool" | "paren", text)
+
+
+class Compare(NamedTuple):
+    """``left op right``; operands are ("var", name) or ("string", value)."""
+
+    left: Token
+    op: str
+    right: Token
+
+
+class BoolOp(NamedTuple):
+    """``left and right`` / ``left or right``."""
+
+    op: str
+    left: Node
+    right: Node
+
+
+Node = Compare | BoolOp
+
+
+def _tokenize(text: str) -> list[Token]:
+    tokens: list[Token] = []
+    pos = 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            raise InvalidMarker(f"cannot read marker {text!r} at column {pos + 1}")
+        kind = match.lastgroup or ""
+        value = match.group(kind)
+        if kind == "var":
+            value = _ALIASES.get(value, value)
+            if value not in VARIABLES:
+                raise InvalidMarker(f"unknown marker variable {value!r} in {text!r}")
+        if kind == "op":
+            value = " ".join(value.split())
+        tokens.append((kind, value))
+        pos = match.end()
+    return tokens
+
+
+class _Parser:
+    """Recursive descent: or_expr := and_expr ('or' and_expr)*; and_expr := atom ('and' atom)*."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.pos = 0
+
+    def _peek(self) -> Token | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _take(self, kind: str) -> str:
+        token = self._peek()
+        if token is None or token[0] != kind:
+            found = "the end" if token is None else repr(token[1])
+            raise InvalidMarker(f"marker {self.text!r}: expected {kind}, found {found}")
+        self.pos += 1
+        return token[1]
+
+    def parse(self) -> Node:
+        node = self._or()
+        if self._peek() is not None:
+            raise InvalidMarker(f"marker {self.text!r}: unexpected {self.tokens[self.pos][1]!r}")
+        return node
+
+    def _or(self) -> Node:
+        node = self._and()
+        while self._peek() == ("bool", "or"):
+            self.pos += 1
+            node = BoolOp("or", node, self._and())
+        return node
+
+    def _and(self) -> Node:
+        node = self._atom()
+        while self._peek() == ("bool", "and"):
+            self.pos += 1
+            node = BoolOp("and", node, self._atom())
+        return node
+
+    def _atom(self) -> Node:
+        if self._peek() == ("paren", "("):
+            self.pos += 1
+            node = self._or()
+            self._take("paren")
+            return node
+        left = self._operand()
+        op = self._take("op")
+        return Compare(left, op, self._operand())
+
+    def _operand(self) -> Token:
+        token = self._peek()
+        if token is None or token[0] not in ("var", "string"):
+            found = "the end" if token is None else repr(token[1])
+            raise InvalidMarker(f"marker {self.text!r}: expected a variable or a quoted string, "
+                                f"found {found}")
+        self.pos += 1
+        return token if token[0] == "var" else ("string", token[1][1:-1])
+
+
+def parse_marker(text: str) -> Node:
+    """Parse a marker; raise InvalidMarker with the place that went wrong."""
+    return _Parser(text).parse()
+
+
+def _compare(left: str, op: str, right: str, versiony: bool) -> bool:
+    if op == "in":
+        return left in right
+    if op == "not in":
+        return left not in right
+    if versiony:
+        try:
+            return compare(left, op, right)
+        except InvalidVersion:
+            pass  # PEP 508: fall back to string comparison
+    table = {"==": left == right, "!=": left != right, "===": left == right,
+             "<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}
+    if op not in table:
+        raise InvalidMarker(f"operator {op!r} needs versions on both sides ({left!r}, {right!r})")
+    return table[op]
+
+
+def _evaluate(node: Node, env: dict[str, str]) -> bool:
+    if isinstance(node, BoolOp):
+        if node.op == "and":
+            return _evaluate(node.left, env) and _evaluate(node.right, env)
+        return _evaluate(node.left, env) or _evaluate(node.right, env)
+    names = [value for kind, value in (node.left, node.right) if kind == "var"]
+    left, right = (env.get(v, "") if k == "var" else v for k, v in (node.left, node.right))
+    if "extra" in names:
+        left, right = _normalize_extra(left), _normalize_extra(right)
+    return _compare(left, node.op, right, versiony=bool(_VERSION_VARIABLES.intersection(names)))
+
+
+def _normalize_extra(value: str) -> str:
+    return re.sub(r"[-_.]+", "-", value).lower()
+
+
+def evaluate(marker: str, env: dict[str, str]) -> bool:
+    """True when ``marker`` holds in ``env`` (a dict of the PEP 508 variables)."""
+    return _evaluate(parse_marker(marker), env)
+
+
+def current_environment() -> dict[str, str]:
+    """The marker variables of the running interpreter (``extra`` empty)."""
+    return {**marker_environment(), "extra": ""}

@@ -1,0 +1,58 @@
+"""Nominal throughput of the GPUs kdkit's users rent, to flag a throttled or mislabelled card.
+
+The figures are the catalog's (kdkit/data/catalog.json, shipped beside the probe: dense bf16 tensor
+TFLOP/s without sparsity, memory bandwidth GB/s, each with its datasheet source); an offer's
+``device_pattern`` recognises the device name torch reports for it. One table, read by the host
+side (`kdkit plan`, `kdkit check`) and by `kdkit diagnose --deep` in the container alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from kdkit.core.builds import shipped_data
+
+CATALOG = "data/catalog.json"
+# Below this share of nominal, a measurement is flagged: datasheet figures are upper
+# bounds, and a healthy H200 measures ~0.8 (matmul) and ~0.9 (copy) of them.
+FLAG_BELOW = 0.5
+
+
+@dataclass(frozen=True)
+class Nominal:
+    name: str
+    bf16_tflops: float | None
+    memory_gbps: float | None
+
+
+@lru_cache(maxsize=1)
+def table() -> tuple[tuple[re.Pattern[str], Nominal], ...]:
+    """(device-name pattern, figures per device) of every shipped offer that has a pattern, in catalog order."""
+    rows = []
+    for offer in shipped_data(CATALOG)["offers"]:
+        pattern, figures = offer.get("device_pattern"), offer.get("nominal") or {}
+        if not pattern:
+            continue
+        per_device = offer.get("devices_per_card", 1)
+        bf16, gbps = figures.get("bf16_dense_tflops"), figures.get("memory_bandwidth_gb_s")
+        rows.append((re.compile(pattern, re.IGNORECASE),
+                     Nominal(offer["name"], None if bf16 is None else bf16 / per_device,
+                             None if gbps is None else gbps / per_device)))
+    return tuple(rows)
+
+
+def lookup(device_name: str) -> Nominal | None:
+    """The nominal figures for a device name as torch reports it, or None if unknown (or ambiguous)."""
+    found = [figures for pattern, figures in table() if pattern.search(device_name)]
+    return found[0] if len(found) == 1 else None
+
+
+def judge(measured: float, nominal: float | None, unit: str, what: str) -> tuple[bool, str]:
+    """(healthy, text) for one measurement against its nominal figure."""
+    if nominal is None:
+        return True, f"{what} {measured:,.0f} {unit} (no nominal figure for this GPU)"
+    share = measured / nominal
+    text = f"{what} {measured:,.0f} {unit} = {share:.0%} of nominal {nominal:,.0f}"
+    return share >= FLAG_BELOW, text

@@ -1,0 +1,2 @@
+"""`pilot` and `gather`: the user's code run over the pilot inputs under a supervisor, each ID
+answered exactly once, the run folder sealed by a verified summary; the workers' shares gathered."""

@@ -1,0 +1,281 @@
+"""The application's own process: the pilot's diagnose and the app's ``predict`` run here, never in
+the harness.
+
+Whatever the app does in this process (returns, raises anything, calls ``sys.exit`` or
+``os._exit``, crashes the interpreter or a CUDA context, is killed by the out-of-memory killer,
+hangs) the harness in the parent process keeps its run folder, its accounting and its verdict:
+see kdkit/probe/pilot/supervisor.py, the other end of the pipes.
+
+The wire: each message is a frame, 12 bytes of lengths (``>IQ``: header, payload), a JSON
+header and raw payload bytes. Requests come on this process's stdin, replies go to its stdout;
+before the app is imported, fd 1 is pointed at stderr, so whatever the app prints lands in the
+log and never in a reply (or in ``kdkit pilot --json``). Answers travel as JSON: values JSON
+cannot carry (objects, tensors, NaN) are sent as their short repr, marked as such, so the parent
+never unpickles anything the app made.
+
+Standard library only (plus torch, imported by diagnose and by the app).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import struct
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+from kdkit.probe.pilot.harness import short_text
+
+FRAME = struct.Struct(">IQ")
+MAX_MESSAGE = 1 << 31  # bytes of one reply header the parent accepts
+PR_SET_PDEATHSIG = 1
+
+
+# ---------------------------------------------------------------- the wire
+
+
+def frame(header: dict[str, Any] | bytes, payload: bytes = b"") -> bytes:
+    """One message; ``header`` already encoded when it is bytes."""
+    data = header if isinstance(header, bytes) else encode(header)
+    return FRAME.pack(len(data), len(payload)) + data + payload
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """JSON with finite numbers; a report holding NaN (a failed measurement) is sent with null there."""
+    try:
+        return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError):
+        return json.dumps(_plain(message), separators=(",", ":"), allow_nan=False).encode()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return short_text(value)
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytes] | None:
+    """The next request, or None at end of input (the supervisor is gone or done)."""
+    head = _read_exactly(stream, FRAME.size)
+    if head is None:
+        return None
+    header_size, payload_size = FRAME.unpack(head)
+    header, payload = _read_exactly(stream, header_size), _read_exactly(stream, payload_size)
+    if header is None or payload is None:
+        return None
+    message: dict[str, Any] = json.loads(header)
+    return message, payload
+
+
+# ---------------------------------------------------------------- answers as data
+
+
+
+
+def _value(value: Any) -> list[Any]:
+    if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
+        return ["v", value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
+    return ["r", short_text(value)]
+
+
+def _scalar(value: Any) -> Any:
+    """A subclass of a JSON scalar, as the scalar (a str subclass is a str to the accounting)."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
+def encode_answers(answers: Any) -> dict[str, Any] | bytes:
+    """What predict returned, as the reply the parent classifies.
+
+    A list of dicts that JSON carries (the usual case) goes as it is, encoded once; anything else
+    goes tagged, each value ``["v", scalar]`` or ``["r", repr]``, each dict answer ``["d", {key: value}]``.
+    """
+    if not isinstance(answers, list):
+        return {"op": "answers", "not_list": type(answers).__name__}
+    if all(type(a) is dict for a in answers):
+        try:
+            plain = json.dumps(answers, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            return b'{"op":"answers","plain":' + plain.encode() + b"}"
+    tagged = []
+    for answer in answers:
+        if isinstance(answer, dict):
+            tagged.append(["d", {k: _value(v) for k, v in answer.items() if isinstance(k, str)}])
+        else:
+            tagged.append(_value(answer))
+    return {"op": "answers", "tagged": tagged}
+
+
+# ---------------------------------------------------------------- serving
+
+
+def prctl(option: int, value: int = 0, *, read: bool = False) -> int | None:
+    """Linux prctl(2) through ctypes; None where there is none. With ``read``, the int it writes back."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if read:
+            flag = ctypes.c_int(0)
+            return int(flag.value) if libc.prctl(option, ctypes.byref(flag), 0, 0, 0) == 0 else None
+        return int(libc.prctl(option, value, 0, 0, 0))
+    except (OSError, AttributeError):
+        return None
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when the supervisor dies (even by SIGKILL), so an app
+    holding a GPU never outlives the pilot that started it."""
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:  # the supervisor died before the request took effect
+        os._exit(1)
+
+
+def _items(header: dict[str, Any], payload: bytes) -> list[dict[str, Any]]:
+    items, start = [], 0
+    for ident, size in zip(header["ids"], header["sizes"], strict=True):
+        items.append({"id": ident, "text": payload[start:start + size].decode("utf-8")})
+        start += size
+    return items
+
+
+def _error_reply(op: str, exc: BaseException) -> dict[str, Any]:
+    try:
+        said = str(exc)
+    except Exception:
+        said = ""
+    code = getattr(exc, "code", None) if isinstance(exc, SystemExit) else None
+    return {"op": op, "type": type(exc).__name__, "message": said[:2000],
+            "code": code if code is None or isinstance(code, int) else str(code)[:200]}
+
+
+class Server:
+    """The request loop: diagnose, load the entry, predict batch after batch, report peak memory."""
+
+    def __init__(self, requests: IO[bytes], replies: IO[bytes]) -> None:
+        self.requests, self.replies = requests, replies
+        self.predict: Callable[[list[dict[str, Any]]], Any] | None = None
+        self.device = "cpu"
+
+    def reply(self, header: dict[str, Any] | bytes) -> None:
+        self.replies.write(frame(header))
+
+    def serve(self) -> None:
+        while (request := read_frame(self.requests)) is not None:
+            header, payload = request
+            op = header.get("op")
+            if op == "predict":
+                self.reply(self.run_predict(header, payload))
+            elif op == "diagnose":
+                from kdkit.probe.diagnose.command import run_diagnose
+
+                report = run_diagnose(header["expect"], project=_path(header.get("project")))
+                self.reply({"op": "diagnosed", "report": report})
+            elif op == "load":
+                self.reply(self.load(header))
+            elif op == "peak":
+                self.reply({"op": "peak", "memory": peak_memory(self.device)})
+            else:
+                return
+
+    def load(self, header: dict[str, Any]) -> dict[str, Any]:
+        from pathlib import Path
+
+        from kdkit.core.errors import KdkitError
+        from kdkit.probe.pilot.harness import load_entry, set_device
+
+        self.device = header["device"]
+        set_device(self.device)
+        try:
+            self.predict = load_entry(Path(header["root"]), header["entry"])
+        except KdkitError as exc:
+            return {"op": "entry_error", "message": str(exc)}
+        except BaseException as exc:  # the import itself exited or raised something harsher
+            self.reply(_error_reply("fatal", exc))
+            raise SystemExit(3) from None
+        _reset_peak(self.device)
+        return {"op": "loaded"}
+
+    def run_predict(self, header: dict[str, Any], payload: bytes) -> dict[str, Any] | bytes:
+        assert self.predict is not None, "predict before load"
+        items = _items(header, payload)
+        try:
+            answers = self.predict(items)
+        except Exception as exc:
+            return _error_reply("raised", exc)
+        except BaseException as exc:  # sys.exit, KeyboardInterrupt, a BaseException subclass: fatal
+            self.reply(_error_reply("fatal", exc))
+            raise SystemExit(3) from None
+        return encode_answers(answers)
+
+
+def _path(value: Any) -> Any:
+    from pathlib import Path
+
+    return Path(value) if isinstance(value, str) else None
+
+
+def _reset_peak(device: str) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and device != "cpu" and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory(device: str) -> dict[str, Any]:
+    """torch's peak allocation on the GPU the app used; the app process's peak RSS on the CPU."""
+    import resource
+
+    torch = sys.modules.get("torch")
+    if torch is not None and device != "cpu" and torch.cuda.is_available():
+        return {"device": device, "kind": "torch.cuda.max_memory_allocated",
+                "bytes": int(torch.cuda.max_memory_allocated())}
+    return {"device": "cpu", "kind": "peak RSS of the app process (ru_maxrss)",
+            "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def main(parent: int) -> None:
+    """Entry of ``python -c`` (see supervisor.child_command): take the pipes, then serve. ``parent`` is the
+    supervisor's PID (not "whoever is PID 1": the pilot itself is PID 1 in `docker run IMAGE kdkit pilot`)."""
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)  # the app's prints go to the log, never into a reply
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+    _die_with_parent(parent)
+    code = 0
+    try:
+        Server(requests, replies).serve()
+    except BrokenPipeError:
+        code = 1  # the supervisor is gone
+    except SystemExit:
+        code = 3  # the app ended its own run (reported to the supervisor just before)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(code)  # no interpreter teardown: an app's atexit or a CUDA teardown cannot change the result

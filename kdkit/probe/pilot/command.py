@@ -1,0 +1,403 @@
+"""`kdkit pilot`: run the pilot documents through the app with exactly-once accounting.
+
+The run gets its own folder under runs/ (ID = UTC time + a short hash of the
+resolved parameters) holding params.json, env.json (the diagnose report),
+results.jsonl (appended and fsynced per batch), summary.json, summary.md,
+SHA256SUMS, and stop.json when it stopped early. ``--resume ID`` finishes a
+stopped or killed run without redoing or duplicating any item; ``--copy-to``
+copies the closed folder elsewhere and verifies the copy. Standard library only
+(plus torch inside the app): it runs on a bare host and inside the container.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.checksums import SUMS
+from kdkit.core.errors import KdkitError
+from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
+from kdkit.core.projectfiles import load_object, project_root
+from kdkit.core.runfolder import RunFolder, Scan, check_run_id, git_state, new_run_id
+from kdkit.core.staging import clean_stale_in, describe_removed
+from kdkit.probe.diagnose.host import hardware_hints
+from kdkit.probe.pilot import harness
+from kdkit.probe.pilot.accounting import Accounting, Tally, account
+from kdkit.probe.pilot.origin import app_record, check_resume
+from kdkit.probe.pilot.report import summary_data, summary_markdown
+from kdkit.probe.pilot.shares import (
+    Share,
+    add_share_arguments,
+    check_resumed_share,
+    folder_name,
+    parse_share,
+    restrict,
+    share_fields,
+)
+from kdkit.probe.pilot.stopguard import StopGuard, StopRequested
+from kdkit.probe.pilot.supervisor import AppProcess
+from kdkit.probe.results.copyout import copy_run
+
+PROBLEMS_SHOWN = 20
+IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
+HELP = """\
+Run the pilot documents through the project's app with exactly-once accounting.
+
+The harness reads each input itself: a file that is missing, unreadable, over
+max_input_bytes or not UTF-8 is rejected with that reason and never reaches the
+app. The app's entry (config: "entry") is called as predict(items) with items
+[{"id": ..., "text": ...}] and answers [{"id": ..., "category": ...}] or
+[{"id": ..., "error": "reason"}]. A batch that raises is retried item by item.
+The app runs in a process of its own: when it exits, crashes, is killed (the
+out-of-memory killer) or takes longer than stop.max_batch_seconds on a batch,
+the run stops, closed, with stop.json naming what happened and the batch in
+flight. Anything the app writes into its run folder fails the run.
+
+The run passes when every manifest ID appears exactly once, no ID is invented,
+each category is allowed, each rejection has a reason, the expected rejections
+were rejected and the rest accepted, and quality >= min_quality."""
+EPILOG = """\
+run folder runs/<run-id>/ (run-id = UTC time + hash of the parameters):
+  params.json, env.json (the diagnose report), results.jsonl (fsynced per batch),
+  summary.json, summary.md, SHA256SUMS, stop.json (only when stopped early)
+
+examples:
+  kdkit pilot                          the project around the current folder
+  kdkit pilot --resume RUN_ID          after a crash, Ctrl-C or a stop rule
+  kdkit pilot --copy-to /mnt/backup    and verify a copy of the run folder
+  kdkit pilot --run-id R --worker 0 --workers 2
+                                       worker 0's share only -> runs/R-w0of2 (then kdkit gather)
+
+exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""
+
+
+@dataclass
+class Session:
+    """This invocation's share of the run: timings and the stop, if any."""
+
+    resumed: bool
+    started: float = field(default_factory=time.perf_counter)
+    diagnose_seconds: float = 0.0
+    app_seconds: float = 0.0
+    batches: int = 0
+    items: int = 0
+    dropped_lines: int = 0
+    stop: dict[str, Any] | None = None
+    exit_code: int = 0
+    tally: Tally | None = None  # the records this session appended, counted as they were written
+    peak: dict[str, Any] | None = None  # the app process's own memory report
+
+    def timings(self) -> dict[str, Any]:
+        total = time.perf_counter() - self.started
+        return {
+            "seconds": round(total, 4),
+            "diagnose_seconds": round(self.diagnose_seconds, 4),
+            "app_seconds": round(self.app_seconds, 4),
+            "harness_seconds": round(total - self.diagnose_seconds - self.app_seconds, 4),
+            "batches": self.batches,
+            "items": self.items,
+            "items_per_second": round(self.items / total, 2) if total > 0 else None,
+        }
+
+
+class Progress:
+    """One line on stderr per second at most: a long run shows it is alive without flooding the log."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.last = total, enabled, 0.0
+
+    def __call__(self, done: int, rejected: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.enabled and (force or now - self.last >= 1.0):
+            self.last = now
+            print(f"pilot: {done}/{self.total} IDs done, {rejected} rejected", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- opening the run
+
+
+def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str],
+             share: Share | None = None) -> tuple[RunFolder, bool]:
+    """A new run folder with its params.json, or the existing one to resume (same parameters and share only)."""
+    params = cfg.resolved()
+    digest = params_hash(params)
+    if resume is not None:
+        run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
+        recorded_params = load_object(run.path / "params.json", "run parameters")
+        check_resumed_share(recorded_params, share, run.path / "params.json")
+        check_resume(cfg, run, recorded_params, digest)  # before anything is written
+        for line in describe_removed(clean_stale_in(run.path)):
+            print(f"pilot: {line}", file=sys.stderr)
+        _reopen(run)
+        run.take_over()
+        return run, True
+    code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
+    app = app_record(cfg.root, cfg.entry)
+    name = folder_name(check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest), share)
+    for line in describe_removed(clean_stale_in(cfg.runs_dir)):  # a killed pilot's folder being made
+        print(f"pilot: {line}", file=sys.stderr)
+    run = RunFolder.create(cfg.runs_dir, name, {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "project_root": str(cfg.root),
+        "params": params,
+        "params_hash": digest,
+        "code": code,
+        "app": app,
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "command": ["kdkit", "pilot", *argv],
+        **share_fields(share),
+    })
+    return run, False
+
+
+def _free_id(cfg: PilotConfig, digest: str) -> str:
+    base = new_run_id(digest)
+    candidate, n = base, 1
+    while (cfg.runs_dir / candidate).exists():  # two runs of one config in the same second
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def _reopen(run: RunFolder) -> None:
+    """A resumed run is open again: its closing files go, earlier stop and env reports are kept by number."""
+    for name in ("SHA256SUMS", "summary.json", "summary.md"):
+        (run.path / name).unlink(missing_ok=True)
+    for stem in ("stop", "env"):
+        if (run.path / f"{stem}.json").exists():
+            os.replace(run.path / f"{stem}.json", run.path / run.numbered(stem, ".json"))
+
+
+# ---------------------------------------------------------------- running
+
+
+def expect_for(device: str) -> str:
+    """What diagnose must prove for the configured device."""
+    if device == "cpu" or device == "auto":
+        return device
+    return "rocm" if hardware_hints() == ["amd"] else "cuda"
+
+
+def diagnose_blocks(report: dict[str, Any]) -> str | None:
+    """Why the app must not run after this diagnose report, or None.
+
+    A CPU pilot goes on without torch: the app may not need it (and one that does
+    fails on its own, item by item, with the reason recorded).
+    """
+    failure = report.get("first_failure")
+    if not failure or (failure["step"] == "torch import" and report.get("expected") == "cpu"):
+        return None
+    return f"diagnose failed at step {failure['step']}: {failure['detail']} (fix: {failure['fix']})"
+
+
+def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progress) -> None:
+    """Diagnose, then the batches, both in the app's own process; any stop is recorded in ``session``,
+    never raised."""
+    try:
+        with AppProcess(cfg.max_batch_seconds) as app:
+            started = time.perf_counter()
+            try:
+                report = app.diagnose(expect_for(cfg.device), cfg.root)
+            finally:
+                session.diagnose_seconds = time.perf_counter() - started
+            run.write_json("env.json", report)
+            if (blocked := diagnose_blocks(report)) is not None:
+                raise StopRequested(blocked, "diagnose")
+            app.load(cfg.root, cfg.entry, cfg.device)
+            scan = run.scan()
+            session.dropped_lines = scan.dropped_lines
+            with StopGuard(cfg.max_seconds).installed() as guard:
+                _loop(cfg, run, session, scan, app, guard, progress)
+            run.close()  # the last batch's fsync: its failure is an error of this run
+            session.peak = app.peak_memory()
+    except StopRequested as stop:
+        session.stop = {"reason": stop.reason, "rule": stop.rule, **stop.details}
+        session.exit_code = stop.exit_code
+    except KeyboardInterrupt:
+        session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
+    except KdkitError as exc:
+        session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": "error"}, 1
+    except Exception as exc:  # the harness's own failure (e.g. disk full) still closes the run folder
+        session.stop, session.exit_code = {"reason": f"error: {type(exc).__name__}: {exc}", "rule": "error"}, 1
+    finally:
+        with contextlib.suppress(OSError):
+            run.close()
+    if not (run.path / "env.json").exists():  # the diagnose itself did not come back: say so there
+        run.write_json("env.json", {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
+            "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
+            "fix": "see stop.json"}})
+    if session.stop is not None:
+        session.stop["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: AppProcess,
+          guard: StopGuard, progress: Progress) -> None:
+    pending: list[Document] = [d for d in cfg.documents if d.id not in scan.finished]
+    done, rejected = len(cfg.documents) - len(pending), scan.rejected
+    source = harness.batches(pending, cfg.batch_size, cfg.max_input_bytes, scan.next_batch, os.fspath(cfg.root))
+    session.tally = tally = Tally(cfg.documents)
+    with harness.prefetching(source) as ahead:
+        for number, items, rejections in ahead:
+            guard.check()
+            records = rejections + _app_records(cfg, session, app, guard, number, items)
+            run.append(records)
+            tally.add(records)  # right after the write: the tally and the file's bytes hold the same batches
+            session.batches += 1
+            session.items += len(items) + len(rejections)
+            done += len(items) + len(rejections)
+            rejected += sum(r["outcome"] == "rejected" for r in records)
+            progress(done, rejected)
+            if cfg.max_rejected is not None and rejected > cfg.max_rejected:
+                raise StopRequested(f"stop rule: {rejected} inputs rejected, more than max_rejected "
+                                    f"{cfg.max_rejected}", "max_rejected")
+    progress(done, rejected, force=True)
+
+
+def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: StopGuard, number: int,
+                 items: list[harness.Item]) -> list[dict[str, Any]]:
+    """The app's records for one batch, timed; a stop arriving meanwhile interrupts the app, and
+    stop.json names the batch and the IDs the app held."""
+    if not items:
+        return []
+    started = time.perf_counter()
+    try:
+        with guard.app_running():
+            return harness.run_batch(app, items, cfg.categories, number)
+    except StopRequested as stop:
+        held = app.in_flight if app.in_flight is not None else [item.doc.id for item in items]
+        stop.details.setdefault("in_flight", {"batch": number, "ids": held[:IN_FLIGHT_SHOWN],
+                                              "count": len(held)})
+        raise
+    finally:
+        session.app_seconds += time.perf_counter() - started
+
+
+def peak_memory(session: Session, device: str) -> dict[str, Any]:
+    """What the app's process measured (torch's peak GPU allocation, or its peak RSS); when it
+    could no longer say (it was stopped or died), the peak RSS of the processes this one waited for."""
+    if session.peak is not None:
+        return session.peak
+    return {"device": device, "kind": "peak RSS of the app process (ru_maxrss of waited children)",
+            "bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+
+
+def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
+    """The run's accounting, never of anything but what the harness wrote.
+
+    When results.jsonl is byte for byte what it must be (SHA-256 of the file against the running
+    hash of the kept prefix and every append), a fresh run is judged from the records counted as
+    they were written, a resumed one from the file. When it is not (something else wrote into the
+    run folder while it was open), the file is judged as it is, so whatever was changed is named,
+    and the run folder's integrity problems (RunFolder.integrity_problems) fail the run whatever
+    the file says: a results file the harness did not write can never pass.
+    """
+    intact = run.holds_only_appended()
+    if intact and session.tally is not None and not session.resumed:
+        accounting = session.tally.judge(cfg.min_quality)
+    else:
+        try:
+            accounting = account(cfg.documents, run.records(), cfg.min_quality)
+        except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
+            accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality)
+    accounting.problems.extend(run.integrity_problems(intact))
+    return accounting
+
+
+def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
+    """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS."""
+    if session.stop is not None:
+        run.write_json("stop.json", session.stop)
+    accounting = judged(cfg, run, session)
+    summary = summary_data(run.run_id, cfg, accounting, session.stop, {
+        "resumed": session.resumed,
+        "lines_dropped_on_resume": session.dropped_lines,
+        "timings": session.timings(),
+        "peak_memory": peak_memory(session, cfg.device),
+    })
+    summary["files"] = sorted({*run.files_listed(), "summary.json", "summary.md", SUMS})
+    run.write_json("summary.json", summary)
+    run.write_text("summary.md", summary_markdown(summary, cfg, accounting))
+    run.write_sums()
+    return summary
+
+
+# ---------------------------------------------------------------- command line
+
+
+def render_text(summary: dict[str, Any], run: RunFolder) -> str:
+    quality = "undefined" if summary["quality"] is None else f"{summary['quality']:.3f}"
+    lines = [f"Run {run.path}" + (" (resumed)" if summary["resumed"] else ""),
+             f"  {summary['total']} IDs: accepted {summary['accepted']}, rejected {summary['rejected']}; "
+             f"quality {quality} (min {summary['min_quality']:g})"]
+    problems = summary["problems"]
+    lines += [f"  - {p}" for p in problems[:PROBLEMS_SHOWN]]
+    if len(problems) > PROBLEMS_SHOWN:
+        lines.append(f"  ... {len(problems) - PROBLEMS_SHOWN} more in summary.json")
+    lines.append("PASS: every ID exactly once, expectations met" if summary["verdict"] == "pass"
+                 else f"FAIL: {len(problems)} problem(s); details in {run.path / 'summary.md'}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kdkit pilot",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=HELP,
+        epilog=EPILOG,
+    )
+    parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
+                        help="the project (default: found upward from the current folder)")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="pilot config, relative to the project (default: pilot_config in kdkit.json)")
+    ident = parser.add_mutually_exclusive_group()
+    ident.add_argument("--run-id", metavar="ID", help="name the new run (default: UTC time + params hash)")
+    ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
+    parser.add_argument("--copy-to", type=Path, metavar="DEST",
+                        help="copy the run folder to DEST/<run-id> and verify the copy against SHA256SUMS")
+    parser.add_argument("--json", action="store_true", help="print summary.json instead of text")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_share_arguments(parser)
+    return parser
+
+
+def _copy(run: RunFolder, dest: Path | None) -> tuple[dict[str, Any], KdkitError | None]:
+    """--copy-to: the verified copy, or the error to raise once the summary is printed."""
+    if dest is None:
+        return {}, None
+    try:
+        return {"copy": {"path": str(copy_run(run.path, dest)), "verified": True}}, None
+    except KdkitError as exc:
+        return {"copy": {"path": None, "verified": False, "error": str(exc)}}, exc
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    share = parse_share(args.worker, args.workers)
+    cfg = restrict(load_pilot(project_root(args.project_dir), args.config), share)
+    run, resumed = open_run(cfg, args.run_id, args.resume, argv, share)
+    session = Session(resumed=resumed)
+    execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
+    summary = close_run(cfg, run, session)
+    copy, copy_error = _copy(run, args.copy_to)
+    if args.json:
+        print(json.dumps({"run_dir": str(run.path), **summary, **copy}, indent=2, ensure_ascii=False))
+    else:
+        verified = copy.get("copy", {}).get("verified")
+        print(render_text(summary, run) + (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
+                                           if verified else ""))
+    sys.stdout.flush()
+    if copy_error is not None:
+        raise copy_error
+    if session.exit_code:
+        return session.exit_code
+    return 0 if summary["verdict"] == "pass" else 1

@@ -1,0 +1,387 @@
+"""`kdkit gather RUN_DIR...`: prove that the workers of one run answered every ID exactly once.
+
+Each worker (``kdkit pilot --worker I --workers N``) wrote its own run folder. Gathering
+checks, in this order, and names every failure:
+
+1. each folder against its SHA256SUMS (a worker that did not finish has none): nothing is
+   counted from a folder that is not intact;
+2. the folders belong together: one params hash, one manifest, one N, each worker 0..N-1
+   exactly once;
+3. the project's pilot config and manifest are still the ones the workers ran;
+4. every manifest ID was answered by exactly one worker, the one whose share holds it, and
+   the whole passes the pilot's own accounting (categories, reasons, expectations, quality).
+
+It writes one summary for the whole run (summary.json, summary.md, SHA256SUMS) into a new
+folder, made under a temporary name and renamed into place: never half-written.
+Standard library only: it runs on the host, in the image, or on the results copied back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.checksums import SUMS, write_sums
+from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text
+from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
+from kdkit.core.projectfiles import find_root, load_object, project_root
+from kdkit.core.runfolder import FINISHED, RunFolder
+from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.probe.pilot.accounting import Accounting, account
+from kdkit.probe.pilot.shares import Share, base_id, recorded_share, worker_of
+from kdkit.probe.results.copyout import read_sums, verify_folder
+
+SHOWN = 10  # IDs named per problem line before "+N more"
+TABLE_ROWS = 500
+EPILOG = """\
+checks: SHA256SUMS of each folder; one params hash, manifest and N; workers 0..N-1 once
+each; every manifest ID answered by exactly one worker, the one whose share holds it; the
+pilot's accounting over the whole manifest.
+
+examples:
+  kdkit gather runs/R-w0of2 runs/R-w1of2                    -> runs/R-gathered/
+  kdkit gather backup/R-w* --project . --out results/R       results copied back
+
+exit: 0 pass, 1 fail (each problem named), 2 bad input"""
+
+
+@dataclass
+class Worker:
+    """One worker's run folder as gathering sees it."""
+
+    path: Path
+    params: dict[str, Any]
+    share: Share
+    summary: dict[str, Any] | None
+    answered: int = 0
+    outside: list[str] = field(default_factory=list)  # finished IDs its share does not hold
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass
+class Gathered:
+    summary: dict[str, Any]
+    out: Path
+
+
+# ---------------------------------------------------------------- reading the folders
+
+
+def load_worker(path: Path) -> Worker:
+    """A worker's folder: BadInput unless it is a pilot run folder (params.json present)."""
+    if not path.is_dir():
+        raise BadInput(f"{path}: not a folder; give the workers' run folders (runs/<run-id>-wIofN)")
+    params_file = path / "params.json"
+    if not params_file.is_file():
+        raise BadInput(f"{params_file}: not found; {path} is not a pilot run folder")
+    params = load_object(params_file, "run parameters")
+    summary_file = path / "summary.json"
+    summary = load_object(summary_file, "run summary") if summary_file.is_file() else None
+    return Worker(path.resolve(), params, recorded_share(params, params_file), summary)
+
+
+def integrity_problems(worker: Worker) -> list[str]:
+    """The folder against its SHA256SUMS; a folder without one was never closed."""
+    if not (worker.path / SUMS).is_file():
+        share = worker.share
+        return [f"{worker.path}: not closed (no {SUMS}); worker {share.worker} of {share.workers} did not finish: "
+                f"resume it with `kdkit pilot --resume {worker.name} --worker {share.worker} "
+                f"--workers {share.workers}`"]
+    try:
+        return verify_folder(worker.path, read_sums(worker.path))
+    except CheckFailed as exc:
+        return [str(exc)]
+
+
+def consistency_problems(workers: Sequence[Worker]) -> list[str]:
+    """The folders must be the workers of one run: same manifest, parameters and N; each worker once."""
+    first, problems = workers[0], []
+    for worker in workers[1:]:
+        mine, theirs = worker.params.get("params", {}), first.params.get("params", {})
+        if mine.get("manifest_sha256") != theirs.get("manifest_sha256"):
+            problems.append(f"{worker.name}: manifest sha256 {str(mine.get('manifest_sha256'))[:12]} differs from "
+                            f"{first.name}'s {str(theirs.get('manifest_sha256'))[:12]}; every worker must read "
+                            "the same manifest")
+        elif worker.params.get("params_hash") != first.params.get("params_hash"):
+            problems.append(f"{worker.name}: params hash {str(worker.params.get('params_hash'))[:8]} differs from "
+                            f"{first.name}'s {str(first.params.get('params_hash'))[:8]}; every worker must run the "
+                            "same pilot config")
+        if worker.share.workers != first.share.workers:
+            problems.append(f"{worker.name}: one of {worker.share.workers} workers, but {first.name} is one of "
+                            f"{first.share.workers}; gather the folders of one run")
+    return problems or _coverage_problems(workers)
+
+
+def _coverage_problems(workers: Sequence[Worker]) -> list[str]:
+    count = workers[0].share.workers
+    by_index: dict[int, list[str]] = {}
+    for worker in workers:
+        by_index.setdefault(worker.share.worker, []).append(worker.name)
+    base = base_id(workers[0].name)
+    problems = [f"worker {i} of {count}: no run folder given (expected {base}-w{i}of{count}); run or resume it"
+                for i in range(count) if i not in by_index]
+    problems += [f"worker {i} of {count}: {len(names)} run folders ({', '.join(names)}); give one per worker"
+                 for i, names in sorted(by_index.items()) if len(names) > 1]
+    return problems
+
+
+def project_problems(cfg: PilotConfig, workers: Sequence[Worker]) -> list[str]:
+    """The project's pilot parameters must be the ones the workers ran (so its manifest is theirs)."""
+    digest, recorded = params_hash(cfg.resolved()), workers[0].params.get("params_hash")
+    if digest == recorded:
+        return []
+    return [f"{cfg.config_path}: the project's pilot parameters (hash {digest[:8]}) are not the workers' "
+            f"({str(recorded)[:8]}): the config or the manifest changed since; gather against the project at the "
+            "revision the workers ran (--project)"]
+
+
+# ---------------------------------------------------------------- the IDs
+
+
+@dataclass
+class Tally:
+    """Which workers answered each ID (a finished record), filled while the accounting streams."""
+
+    known: frozenset[str]
+    by: dict[str, list[int]] = field(default_factory=dict)
+
+    def records(self, workers: Sequence[Worker]) -> Iterator[dict[str, Any]]:
+        for index, worker in enumerate(workers):
+            for record in RunFolder(worker.path).records():
+                ident = record.get("id")
+                if record.get("outcome") in FINISHED and isinstance(ident, str) and ident in self.known:
+                    answered = self.by.setdefault(ident, [])
+                    if index not in answered:
+                        answered.append(index)
+                        worker.answered += 1
+                    if not worker.share.holds(ident):
+                        worker.outside.append(ident)
+                yield record
+
+
+def _some(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:SHOWN]) + (f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else "")
+
+
+def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally: Tally,
+                acc: Accounting) -> list[str]:
+    """Missing, answered by two workers, answered outside its share; then the accounting's own problems."""
+    count, problems, named = workers[0].share.workers, [], set()
+    for worker in workers:
+        if worker.outside:
+            problems.append(f"{worker.name}: {len(worker.outside)} ID(s) outside its share {worker.share.label} "
+                            f"({_some(worker.outside)}); it ran with another share, N or manifest")
+            named.update(worker.outside)
+    for doc in documents:
+        answered = tally.by.get(doc.id, [])
+        if not answered:
+            owner = worker_of(doc.id, count)
+            problems.append(f"{doc.id}: no result from any worker (its share: worker {owner} of {count}; "
+                            "resume that worker)")
+        elif len(answered) > 1:
+            problems.append(f"{doc.id}: answered by {len(answered)} workers "
+                            f"({', '.join(workers[i].name for i in answered)}); every ID must appear exactly once")
+        else:
+            continue
+        named.add(doc.id)
+    problems += [p for p in acc.problems if p.split(": ", 1)[0] not in named]
+    return problems
+
+
+# ---------------------------------------------------------------- the summary
+
+
+def summary_data(run_id: str, cfg: PilotConfig, workers: Sequence[Worker], acc: Accounting | None,
+                 problems: list[str]) -> dict[str, Any]:
+    first = workers[0].params
+    return {
+        "run_id": run_id,
+        "kind": "gathered",
+        "verdict": "fail" if problems else "pass",
+        "workers": workers[0].share.workers,
+        "params_hash": first.get("params_hash"),
+        "manifest_sha256": first.get("params", {}).get("manifest_sha256"),
+        "total": len(cfg.documents),
+        "accepted": acc.accepted if acc else None,
+        "rejected": acc.rejected if acc else None,
+        "quality": acc.quality if acc else None,
+        "min_quality": cfg.min_quality,
+        "problems": problems,
+        "per_worker": [_worker_row(w) for w in workers],
+        "gathered": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _worker_row(worker: Worker) -> dict[str, Any]:
+    summary = worker.summary or {}
+    return {"worker": worker.share.worker, "folder": worker.name, "path": str(worker.path),
+            "answered": worker.answered, "verdict": summary.get("verdict"),
+            "seconds": (summary.get("timings") or {}).get("seconds"), "stopped": summary.get("stopped")}
+
+
+def _cell(value: Any) -> str:
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text if len(text) <= 160 else text[:160] + "..."
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    quality = "undefined" if summary["quality"] is None else f"{summary['quality']:.3f}"
+    lines = [f"# Gathered run {summary['run_id']}: {summary['verdict'].upper()}", "",
+             f"- Workers: {summary['workers']}; params hash {str(summary['params_hash'])[:12]}, manifest sha256 "
+             f"{str(summary['manifest_sha256'])[:12]}",
+             f"- IDs in the manifest: {summary['total']}; accepted {summary['accepted']}, rejected "
+             f"{summary['rejected']}",
+             f"- Quality against the manifest's labels: {quality} (minimum {summary['min_quality']:g})",
+             "", "## Problems", ""]
+    lines += [f"- {_cell(p)}" for p in summary["problems"][:TABLE_ROWS]] or [
+        "None: every ID answered exactly once, by the worker whose share holds it."]
+    lines += ["", "## Workers", "", "| worker | folder | IDs answered | its own verdict | seconds |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {w['worker']} | {_cell(w['folder'])} | {w['answered']} | {w['verdict']} | {w['seconds']} |"
+              for w in summary["per_worker"]]
+    lines += ["", "Each worker's own verdict is over its share only; the verdict above is over the whole manifest.",
+              "Files: summary.json, summary.md, SHA256SUMS; the results stay in the workers' folders."]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- writing, atomically
+
+
+def default_out(workers: Sequence[Worker]) -> Path:
+    return workers[0].path.parent / f"{base_id(workers[0].name)}-gathered"
+
+
+def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
+    out = out.resolve()
+    for worker in workers:
+        if out == worker.path or worker.path in out.parents:
+            raise BadInput(f"--out {out}: inside the run folder {worker.path}; it would break its {SUMS}")
+    if out.exists() and not (force and (out / "summary.json").is_file()):
+        hint = "add --force to replace an earlier gathering" if (out / "summary.json").is_file() else \
+            "choose another --out"
+        raise BadInput(f"{out}: exists; {hint}")
+    if not out.parent.is_dir():
+        raise BadInput(f"--out {out}: the folder {out.parent} does not exist; create it first")
+    return out
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """summary.json, summary.md and SHA256SUMS in a temporary folder renamed to ``out``."""
+    for line in describe_removed(clean_stale(out)):
+        print(f"gather: {line}", file=sys.stderr)
+    staging, lock = staging_for(out), None
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    try:
+        staging.mkdir()
+        lock = hold(staging)
+        atomic_write_json(staging / "summary.json", summary)
+        atomic_write_text(staging / "summary.md", summary_markdown(summary))
+        write_sums(staging, [(name, staging / name) for name in ("summary.json", "summary.md")])
+        if out.exists():  # --force: the earlier gathering goes only once the new one is complete
+            os.replace(out, old)
+        os.replace(staging, out)
+    except OSError as exc:
+        raise BadInput(f"{out}: cannot write the summary there ({exc.strerror}); choose a writable --out") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+        release(lock)
+
+
+# ---------------------------------------------------------------- the whole
+
+
+def find_project(given: Path | None, first: Path) -> Path:
+    """--project, else the project around the first run folder (runs/ lives in it), else around cwd."""
+    if given is not None:
+        return project_root(given)
+    found = find_root(first) or find_root()
+    if found is None:
+        raise BadInput(f"{first}: no kdkit project around it or the current folder; pass --project DIR (the "
+                       "project the workers ran, for its manifest)")
+    return found
+
+
+def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | None, list[str]]:
+    """Every check in order; a step that fails stops before counting what it could not trust."""
+    problems = [p for worker in workers for p in integrity_problems(worker)]
+    problems = problems or consistency_problems(workers) or project_problems(cfg, workers)
+    if problems:
+        return None, problems
+    tally = Tally(frozenset(doc.id for doc in cfg.documents))
+    acc = account(cfg.documents, tally.records(workers), cfg.min_quality)
+    problems = id_problems(cfg.documents, workers, tally, acc)
+    problems += [f"{w.name}: stopped early: {w.summary['stopped'].get('reason')}; resume it"
+                 for w in workers if w.summary and w.summary.get("stopped")]
+    return acc, problems
+
+
+def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | None = None,
+           force: bool = False) -> Gathered:
+    """Check the workers' folders of one run and write its one summary; see the module's docstring."""
+    if not run_dirs:
+        raise BadInput("give the workers' run folders (e.g. runs/R-w0of2 runs/R-w1of2)")
+    workers = [load_worker(path) for path in run_dirs]
+    destination = check_out(out or default_out(workers), workers, force)
+    config = workers[0].params.get("params", {}).get("config_file")
+    cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
+    acc, problems = judge(cfg, workers)
+    summary = summary_data(base_id(workers[0].name), cfg, workers, acc, problems)
+    write_summary(destination, summary)
+    return Gathered(summary, destination)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def render_text(gathered: Gathered) -> str:
+    summary = gathered.summary
+    folders = summary["per_worker"]
+    lines = [f"Gathered {len(folders)} folder(s) of the {summary['workers']} worker(s) of run {summary['run_id']} "
+             f"into {gathered.out}"]
+    if summary["accepted"] is not None:  # None: a check failed before the IDs were counted
+        lines += [f"  {w['folder']}: {w['answered']} IDs" for w in folders]
+    lines += [f"  - {p}" for p in summary["problems"][:20]]
+    if len(summary["problems"]) > 20:
+        lines.append(f"  ... {len(summary['problems']) - 20} more in summary.json")
+    lines.append(f"PASS: all {summary['total']} IDs exactly once across the workers, expectations met"
+                 if summary["verdict"] == "pass" else f"FAIL: {len(summary['problems'])} problem(s)")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kdkit gather", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="Prove that the workers of one pilot run (kdkit pilot --worker I --workers N) answered every "
+                    "manifest ID exactly once, and write one summary for the whole run.")
+    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="each worker's run folder")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="the summary's new folder (default: <run-id>-gathered next to the first RUN_DIR)")
+    parser.add_argument("--project", type=Path, metavar="DIR",
+                        help="the project the workers ran, for its manifest (default: found upward from RUN_DIR)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier gathering in --out")
+    parser.add_argument("--json", action="store_true", help="print summary.json (with \"out\") instead of text")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    gathered = gather(args.run_dirs, args.out, args.project, args.force)
+    if args.json:
+        print(json.dumps({"out": str(gathered.out), **gathered.summary}, indent=2, ensure_ascii=False))
+    else:
+        print(render_text(gathered))
+    sys.stdout.flush()
+    return 0 if gathered.summary["verdict"] == "pass" else 1

@@ -1,0 +1,131 @@
+"""What a pilot run was made from, recorded when it starts and checked before it is resumed.
+
+A run is one application version over one configuration and one set of inputs. params.json
+records the resolved configuration (its hash names the run), and the app's code: SHA-256 of
+every file of the entry's top-level package (``src/`` for ``src.classify:predict``) or module.
+``--resume`` refuses, before anything is written, when the config, the code or one of the
+inputs already answered is no longer what the run started with, and names the difference; and
+it refuses a finished run outright: a run closed by its SHA256SUMS is never rewritten.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.checksums import SUMS
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import sha256_file
+from kdkit.core.pilotconfig import PilotConfig
+from kdkit.core.runfolder import RunFolder, foreign_entries
+from kdkit.probe.pilot.harness import read_input
+
+SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+NAMED = 3  # differences named in one refusal
+
+
+def app_files(root: Path, entry: str) -> dict[str, str]:
+    """``{path relative to the root: sha256}`` for the code of ``entry``'s top-level package or module."""
+    top = entry.split(":", 1)[0].split(".")[0]
+    folder, module = root / top, root / f"{top}.py"
+    if not folder.is_dir():
+        return {module.relative_to(root).as_posix(): sha256_file(module)} if module.is_file() else {}
+    files = {}
+    for current, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        for name in sorted(names):
+            path = Path(current) / name
+            if path.suffix in (".pyc", ".pyo") or not path.is_file() or path.is_symlink():
+                continue
+            files[path.relative_to(root).as_posix()] = sha256_file(path)
+    return files
+
+
+def app_record(root: Path, entry: str) -> dict[str, Any]:
+    """params.json's ``app``: the files and one digest over them."""
+    files = app_files(root, entry)
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    return {"entry": entry, "sha256": digest, "files": files}
+
+
+def _named(items: list[str]) -> str:
+    return "; ".join(items[:NAMED]) + (f" (+{len(items) - NAMED} more)" if len(items) > NAMED else "")
+
+
+def config_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Each resolved parameter that differs, ``key: old -> new``."""
+    changes = []
+    for key in sorted(set(recorded) | set(current)):
+        old, new = recorded.get(key), current.get(key)
+        if old != new:
+            changes.append(f"{key}: {json.dumps(old)[:60]} -> {json.dumps(new)[:60]}")
+    return changes
+
+
+def code_changes(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    changes = []
+    for name in sorted(set(recorded) | set(current)):
+        if name not in current:
+            changes.append(f"{name} removed")
+        elif name not in recorded:
+            changes.append(f"{name} added")
+        elif recorded[name] != current[name]:
+            changes.append(f"{name} changed")
+    return changes
+
+
+def input_changes(cfg: PilotConfig, run: RunFolder) -> list[str]:
+    """Inputs answered in ``run`` whose bytes (or harness verdict) are not what they were then."""
+    by_id = {doc.id: doc for doc in cfg.documents}
+    root = os.fspath(cfg.root)
+    changes = []
+    for record in run.complete_records():
+        doc = by_id.get(record.get("id"))  # type: ignore[arg-type]
+        if doc is None or record.get("outcome") not in ("accepted", "rejected", "invalid", "unanswered"):
+            continue
+        now = read_input(doc, cfg.max_input_bytes, root)
+        if isinstance(now, str):
+            if record.get("by") != "harness" or record.get("reason") != now:
+                changes.append(f"{doc.file} ({doc.id}): now refused by the harness ({now})")
+        elif record.get("by") == "harness" or record.get("sha256") != now.sha256:
+            changes.append(f"{doc.file} ({doc.id}): its content changed")
+        if len(changes) > NAMED:
+            break
+    return changes
+
+
+def is_finished(run: RunFolder) -> bool:
+    """Closed by its checksums with a summary, and not stopped early: nothing is left to resume."""
+    path = run.path
+    return (path / SUMS).is_file() and (path / "summary.json").is_file() and not (path / "stop.json").exists()
+
+
+def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], digest: str) -> None:
+    """BadInput, before anything is written, when ``run`` must not be resumed with ``cfg``."""
+    where = run.path / "params.json"
+    if recorded.get("params_hash") != digest:
+        changes = config_changes(dict(recorded.get("params") or {}), cfg.resolved())
+        raise BadInput(f"{where}: the parameters changed since this run started ({_named(changes) or 'its hash'}"
+                       f"); a new configuration gets a new run: drop --resume")
+    if is_finished(run):
+        raise BadInput(f"{run.path}: this run is finished and closed by its {SUMS}; a finished run is never "
+                       "rewritten (its copies must keep verifying): start a new run without --resume")
+    foreign = foreign_entries(run.path)
+    if foreign:
+        raise BadInput(f"{run.path}: holds {_named(foreign)}, which the harness did not put there; a run folder "
+                       "holds only the harness's files: move it out, then resume")
+    app = recorded.get("app")
+    if isinstance(app, dict):
+        changes = code_changes(dict(app.get("files") or {}), app_files(cfg.root, cfg.entry))
+        if changes:
+            raise BadInput(f"{where}: the app's code changed since this run started ({_named(changes)}); one run "
+                           "is one app version: start a new run without --resume")
+    changes = input_changes(cfg, run)
+    if changes:
+        raise BadInput(f"{where}: inputs changed since this run answered them ({_named(changes)}); start a new "
+                       "run without --resume")

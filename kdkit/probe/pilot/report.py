@@ -1,0 +1,104 @@
+"""What a finished (or stopped) pilot run says: summary.json for tools, summary.md for a person.
+
+summary.md puts every ID's outcome in one table and shows a few outputs beside
+their inputs: a syntactically valid output can still be wrong, and only reading
+a few next to what produced them shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdkit.core.pilotconfig import PilotConfig
+from kdkit.probe.pilot.accounting import Accounting
+from kdkit.probe.pilot.harness import read_input
+
+TABLE_ROWS = 500
+SHOWN_BESIDE = 3
+EXCERPT = 300
+
+
+def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str, Any] | None,
+                 extra: dict[str, Any]) -> dict[str, Any]:
+    problems = list(acc.problems)
+    if stop is not None:
+        problems.insert(0, f"stopped early: {stop['reason']}; resume with --resume {run_id}")
+    return {
+        "run_id": run_id,
+        "kind": "pilot",
+        "verdict": "fail" if problems else "pass",
+        "total": acc.total,
+        "accepted": acc.accepted,
+        "rejected": acc.rejected,
+        "quality": acc.quality,
+        "min_quality": cfg.min_quality,
+        "expected_rejections": [d.id for d in cfg.documents if d.expect == "reject"],
+        "problems": problems,
+        "stopped": stop,
+        **extra,
+    }
+
+
+def _cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell (IDs and reasons are data, shown, never interpreted)."""
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text if len(text) <= 160 else text[:160] + "..."
+
+
+def _outcome_row(doc_id: str, expect: str, label: str | None, acc: Accounting) -> str:
+    record = acc.first.get(doc_id)
+    if record is None:
+        return f"| {_cell(doc_id)} | {expect} | {_cell(label or '-')} | not reached | |"
+    outcome = record["outcome"]
+    said = record.get("category") if outcome == "accepted" else record.get("reason") or record.get("problem")
+    if outcome == "rejected":
+        said = f"{record.get('by')}: {said}"
+    times = acc.counts.get(doc_id, 0)
+    flag = f" (x{times})" if times > 1 else ""
+    return f"| {_cell(doc_id)} | {expect} | {_cell(label or '-')} | {outcome}{flag} | {_cell(said or '')} |"
+
+
+def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting) -> str:
+    quality = "undefined" if summary["quality"] is None else f"{summary['quality']:.3f}"
+    lines = [
+        f"# Pilot run {summary['run_id']}: {summary['verdict'].upper()}",
+        "",
+        f"- IDs in the manifest: {summary['total']}; accepted {summary['accepted']} + rejected "
+        f"{summary['rejected']} = {summary['accepted'] + summary['rejected']}",
+        f"- Quality against the manifest's labels: {quality} (minimum {cfg.min_quality:g})",
+        f"- Expected rejections: {', '.join(summary['expected_rejections']) or 'none'}",
+        f"- Entry: `{cfg.entry}`, batch size {cfg.batch_size}, device {cfg.device}",
+    ]
+    if summary.get("stopped"):
+        lines.append(f"- Stopped early: {summary['stopped']['reason']}")
+    lines += ["", "## Problems", ""]
+    lines += [f"- {_cell(p)}" for p in summary["problems"]] or ["None: every rule of the accounting holds."]
+    lines += ["", "## Every ID", "", "| ID | expected | label | outcome | category or reason |",
+              "|---|---|---|---|---|"]
+    for doc in cfg.documents[:TABLE_ROWS]:
+        lines.append(_outcome_row(doc.id, doc.expect, doc.label, acc))
+    if len(cfg.documents) > TABLE_ROWS:
+        lines.append(f"\n({len(cfg.documents) - TABLE_ROWS} more IDs: see results.jsonl)")
+    lines += ["", "## A few outputs beside their inputs", "", *_beside(cfg, acc)]
+    lines += ["", "Files: params.json (parameters, code revision), env.json (diagnose report), results.jsonl "
+              "(one line per item), summary.json, SHA256SUMS (verify a copy with `kdkit copy-out`)."]
+    return "\n".join(lines) + "\n"
+
+
+def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
+    """Up to three accepted documents of different categories, input excerpt next to the output."""
+    shown, seen_categories = [], set()
+    for doc in cfg.documents:
+        record = acc.first.get(doc.id)
+        if not record or record["outcome"] != "accepted" or record.get("category") in seen_categories:
+            continue
+        item = read_input(doc, cfg.max_input_bytes)
+        if isinstance(item, str):
+            continue
+        seen_categories.add(record.get("category"))
+        excerpt = " ".join(item.text.split())[:EXCERPT]
+        shown += [f"**{doc.id}** -> `{record.get('category')}` (label: {doc.label})", "",
+                  f"> {excerpt}{'...' if len(item.text) > EXCERPT else ''}", ""]
+        if len(seen_categories) == SHOWN_BESIDE:
+            break
+    return shown or ["No accepted output to show."]

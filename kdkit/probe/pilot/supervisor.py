@@ -1,0 +1,396 @@
+"""The harness's side of the app's process (kdkit/probe/pilot/appchild.py is the other side).
+
+The pilot never runs the application in its own interpreter. It starts one child process, in
+a session of its own, that runs the diagnose and then imports the entry; each batch goes there
+over a pipe and the answers come back as JSON. The harness keeps the run folder, the accounting
+and the verdict, so nothing the app does can fake a pass or lose a finished result:
+
+* an exception (``Exception``) is an answer: the batch is retried item by item, as before;
+* ``sys.exit``, a ``BaseException``, ``os._exit``, a crash (SIGSEGV, a CUDA abort), the
+  out-of-memory killer (SIGKILL) or a batch past ``stop.max_batch_seconds`` stops the run: the
+  child's exit status or signal and the batch in flight go to stop.json, the run folder is
+  closed with a failing summary, and ``--resume`` redoes that batch;
+* Ctrl-C, SIGTERM and ``max_seconds`` interrupt the wait at once; the child is killed with its
+  whole process group; if the pilot itself is killed, the kernel kills the child
+  (PR_SET_PDEATHSIG), so an app holding a GPU never outlives its pilot;
+* a process the app leaves behind (a daemon that double-forked and called setsid to leave the
+  group) cannot outlive it either: the pilot is the "child subreaper" of what it starts
+  (PR_SET_CHILD_SUBREAPER, Linux prctl(2)), so such orphans become its children, and every new
+  child and its descendants are killed when the app's process ends, before the run is judged.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.credentials import redact
+from kdkit.probe.pilot.appchild import FRAME, MAX_MESSAGE, frame, prctl
+from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, NotAList
+from kdkit.probe.pilot.stopguard import StopRequested
+
+EXIT_GRACE_S = 5.0  # how long a child that was asked to leave may take before it is killed
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
+SIGNAL_HINTS = {
+    signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the container's "
+                    "OOMKilled state); lower batch_size or the model's memory",
+    signal.SIGSEGV: "the interpreter or a native library (CUDA, a C extension) crashed",
+    signal.SIGBUS: "the interpreter or a native library crashed (a bus error; often a full /dev/shm)",
+    signal.SIGABRT: "a native library aborted (a CUDA error or a failed assertion in C++)",
+    signal.SIGFPE: "a native library divided by zero",
+}
+
+
+class Opaque:
+    """An answer value JSON could not carry: shown as the app's repr, never equal to a category."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def child_command() -> list[str]:
+    """The child's interpreter line: this interpreter, its isolation flags, and this very kdkit
+    (importable from wherever it was: a venv, /opt/kdkit/lib in the image, kdkit.pyz)."""
+    import kdkit
+
+    home = os.path.dirname(os.path.dirname(os.path.abspath(kdkit.__file__)))
+    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site),
+                                   ("-E", sys.flags.ignore_environment and not sys.flags.isolated),
+                                   ("-s", sys.flags.no_user_site and not sys.flags.isolated),
+                                   ("-B", sys.flags.dont_write_bytecode)) if on]
+    boot = (f"import sys; sys.path.insert(0, {home!r}); import kdkit.probe.pilot.appchild as c; "
+            f"sys.path.remove({home!r}); c.main({os.getpid()})")
+    return [sys.executable, *flags, "-c", boot]
+
+
+def _text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings written as its escape (``\\udc80``)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_text(item) for item in value]
+    if isinstance(value, dict):
+        return {_text(key): _text(item) for key, item in value.items()}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    tag, body = value
+    if tag == "v":
+        return body
+    if tag == "d":
+        return {str(key): _decode(item) for key, item in body.items()}
+    if tag == "r":
+        return Opaque(str(body))
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def decode_answers(header: dict[str, Any]) -> Any:
+    """The answers as the harness classifies them; NotAList is retried item by item, like a raise."""
+    if "not_list" in header:
+        raise NotAList(f"predict returned {header['not_list']}, expected a list of results")
+    if "plain" in header:
+        return header["plain"]
+    return [_decode(value) for value in header["tagged"]]
+
+
+
+def children_of(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc; empty where there is no /proc)."""
+    found: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.add(int(name))
+    return found
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    seen, todo = set(), set(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo |= children_of(pid)
+    return seen
+
+
+class AppProcess:
+    """One app process for one pilot session; a context manager that always leaves it dead."""
+
+    def __init__(self, batch_seconds: float | None = None) -> None:
+        self.batch_seconds = batch_seconds
+        self.process: subprocess.Popen[bytes] | None = None
+        self.in_flight: list[str] | None = None  # IDs of the batch the app holds now
+        self.status: dict[str, Any] | None = None  # how the process ended, once it has
+        self._before: set[int] = set()
+        self._reaper = False
+        self.stopped_by_us = False  # it went silent without ending and was killed here
+        self._buffer = bytearray()
+
+    def __enter__(self) -> AppProcess:
+        self._before = children_of(os.getpid())  # the pilot's own children, never touched
+        self._reaper = prctl(PR_GET_CHILD_SUBREAPER, read=True) == 0 and prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+        self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        start_new_session=True, close_fds=True, bufsize=0)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        os.set_blocking(self.process.stdin.fileno(), False)
+        os.set_blocking(self.process.stdout.fileno(), False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    # ------------------------------------------------------------ requests
+
+    def diagnose(self, expect: str, project: Path) -> dict[str, Any]:
+        reply = self._request({"op": "diagnose", "expect": expect, "project": str(project)}, "the diagnose",
+                              deadline=None)
+        report: dict[str, Any] = reply["report"]
+        return report
+
+    def load(self, root: Path, entry: str, device: str) -> None:
+        reply = self._request({"op": "load", "root": str(root), "entry": entry, "device": device},
+                              f"importing the entry {entry}", deadline=None)
+        if reply.get("op") == "entry_error":
+            raise EntryError(str(reply.get("message")))
+
+    def __call__(self, items: Sequence[Item]) -> Any:
+        """The app's answers for ``items``; AppRaised when it raised, StopRequested when it must stop."""
+        ids = [item.doc.id for item in items]
+        datas = [item.text.encode("utf-8", "surrogatepass") for item in items]
+        header = {"op": "predict", "ids": ids, "sizes": [len(d) for d in datas]}
+        self.in_flight = ids
+        reply = self._request(header, "the batch", deadline=self.batch_seconds, payload=b"".join(datas))
+        self.in_flight = None
+        if reply.get("op") == "raised":
+            raise AppRaised(str(reply.get("type")), str(reply.get("message") or ""))
+        return decode_answers(reply)
+
+    def peak_memory(self) -> dict[str, Any] | None:
+        """The app process's peak memory as it measured it; None when it cannot say any more."""
+        if self.process is None or self.process.poll() is not None:
+            return None
+        try:
+            reply = self._request({"op": "peak"}, "the memory report", deadline=EXIT_GRACE_S)
+        except StopRequested:
+            return None
+        memory: dict[str, Any] = reply.get("memory")  # type: ignore[assignment]
+        return memory if isinstance(memory, dict) else None
+
+    def _request(self, header: dict[str, Any], what: str, deadline: float | None,
+                 payload: bytes = b"") -> dict[str, Any]:
+        assert self.process is not None
+        until = None if deadline is None else time.monotonic() + deadline
+        try:
+            self._send(frame(header, payload), what, until)
+            reply = self._receive(what, until)
+        except BaseException:
+            self.kill()  # a stop (Ctrl-C, SIGTERM, max_seconds) or a failure: the app cannot go on
+            raise
+        if reply.get("op") == "fatal":
+            self._wait_gone()
+            raise self._fatal(reply, what)
+        return reply
+
+    # ------------------------------------------------------------ the pipes
+
+    def _wait(self, fd: int, write: bool, until: float | None, what: str) -> None:
+        timeout = None if until is None else max(0.0, until - time.monotonic())
+        ready = select.select([], [fd], [], timeout) if write else select.select([fd], [], [], timeout)
+        if not any(ready):
+            self.kill()
+            limit = f"max_batch_seconds {self.batch_seconds:g}" if self.batch_seconds else f"{EXIT_GRACE_S:g} s"
+            raise StopRequested(f"stop rule: the app took longer than {limit} on {what}; its process was stopped",
+                                "max_batch_seconds", details=self._details())
+
+    def _send(self, data: bytes, what: str, until: float | None) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        fd, view = self.process.stdin.fileno(), memoryview(data)
+        while view:
+            self._wait(fd, True, until, what)
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                raise self._gone(what) from None
+
+    def _receive(self, what: str, until: float | None) -> dict[str, Any]:
+        assert self.process is not None and self.process.stdout is not None
+        fd, buffer = self.process.stdout.fileno(), self._buffer
+        while True:
+            if len(buffer) >= FRAME.size:
+                size, payload = FRAME.unpack_from(buffer)
+                if size > MAX_MESSAGE or payload:
+                    raise self._protocol(what, "a reply of an impossible size")
+                if len(buffer) >= FRAME.size + size:
+                    data = bytes(buffer[FRAME.size:FRAME.size + size])
+                    del buffer[:FRAME.size + size]
+                    return self._parse(data, what)
+            self._wait(fd, False, until, what)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise self._gone(what)
+            buffer += chunk
+
+    def _parse(self, data: bytes, what: str) -> dict[str, Any]:
+        try:
+            reply = json.loads(data)
+        except (ValueError, RecursionError):
+            reply = None
+        if not isinstance(reply, dict):
+            raise self._protocol(what, "a reply that is not a JSON object")
+        if re.search(rb"\\u[dD][89a-fA-F]", data):  # a lone surrogate from the app is data, never a crash
+            cleaned: dict[str, Any] = _text(reply)
+            return cleaned
+        return reply
+
+    # ------------------------------------------------------------ how it ended
+
+    def _details(self) -> dict[str, Any]:
+        return {"app_process": {"pid": self.pid, **(self.status or {})}}
+
+    def _wait_gone(self) -> None:
+        assert self.process is not None
+        try:
+            self.process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.stopped_by_us = True
+        self._record_status()
+
+    def _record_status(self) -> None:
+        assert self.process is not None
+        code = self.process.returncode
+        if code is None:
+            return
+        if code < 0:
+            name = _signal_name(-code)
+            self.status = {"exit_status": None, "signal": -code, "signal_name": name}
+        else:
+            self.status = {"exit_status": code, "signal": None, "signal_name": None}
+
+    def _gone(self, what: str) -> StopRequested:
+        """The child closed its end: it died. Name how, and what it was doing."""
+        self._wait_gone()
+        status = self.status or {}
+        if self.stopped_by_us:
+            return StopRequested(f"the app's process closed its pipe to the harness during {what} but did not end; "
+                                 "it was killed", "app-protocol", details=self._details())
+        if status.get("signal"):
+            number = int(status["signal"])
+            hint = next((text for sig, text in SIGNAL_HINTS.items() if sig == number), None)
+            reason = (f"the app's process was killed by signal {number} ({status['signal_name']}) during {what}"
+                      + (f"; {hint}" if hint else ""))
+            return StopRequested(reason, "app-crash", details=self._details())
+        reason = (f"the app's process exited with status {status.get('exit_status')} during {what}, without "
+                  "answering; an app must return its results (os._exit or a native library ending the process?)")
+        return StopRequested(reason, "app-exit", details=self._details())
+
+    def _fatal(self, reply: dict[str, Any], what: str) -> StopRequested:
+        kind, said = str(reply.get("type")), redact(str(reply.get("message") or "")).strip().splitlines()
+        if kind == "SystemExit":
+            reason = (f"the app called sys.exit({reply.get('code')!r}) during {what}; an app must return its "
+                      "results, never end the process")
+            return StopRequested(reason, "app-exit", details=self._details())
+        reason = (f"the app raised {kind}" + (f": {said[0][:200]}" if said else "") + f" during {what}; "
+                  "only exceptions derived from Exception are taken as a failed item")
+        return StopRequested(reason, "app-fatal", details=self._details())
+
+    def _protocol(self, what: str, problem: str) -> StopRequested:
+        self.kill()
+        return StopRequested(f"the app's process sent {problem} during {what}; something in the app writes to "
+                             "the harness's pipe", "app-protocol", details=self._details())
+
+    # ------------------------------------------------------------ ending
+
+    def kill(self) -> None:
+        """SIGKILL to the app's whole process group (its own workers included)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=EXIT_GRACE_S)
+        self._record_status()
+        self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """Whatever the app started that is still alive, in its group or not: killed and reaped."""
+        strays = _descendants(children_of(os.getpid()) - self._before) - {os.getpid()}
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        waiting, until = set(strays), time.monotonic() + EXIT_GRACE_S
+        while waiting and time.monotonic() < until:  # the orphans among them are our children (subreaper)
+            for pid in list(waiting):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                        continue
+                except ChildProcessError:
+                    pass
+                waiting.discard(pid)
+            if waiting:
+                time.sleep(0.01)
+
+    def close(self) -> None:
+        """Ask the child to leave, give it a moment, then make sure it and its group are gone."""
+        if self.process is None:
+            return
+        if self.process.poll() is None and self.in_flight is None:
+            with contextlib.suppress(OSError, StopRequested):
+                self._send(frame({"op": "exit"}), "leaving", time.monotonic() + EXIT_GRACE_S)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=EXIT_GRACE_S)
+        self.kill()
+        if self._reaper:
+            prctl(PR_SET_CHILD_SUBREAPER, 0)
+            self._reaper = False
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,165 @@
+"""`kdkit copy-out RUN_DIR DEST`: copy a run folder to a place you control and verify the copy.
+
+Verification re-reads the copy, not the original, against the run's SHA256SUMS
+(after asking the kernel to drop the copy from its page cache where it can), so
+what is checked is what was written. A copy that fails is removed and the file
+is named; exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from kdkit.core import checksums
+from kdkit.core.checksums import SUMS
+from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.jsonio import sha256_file
+from kdkit.core.runfolder import required_files
+from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+
+
+def read_sums(folder: Path) -> dict[str, str]:
+    """A run folder's SHA256SUMS (kdkit.core.checksums); BadInput when it has none: it was never closed."""
+    return checksums.read_sums(folder, "run folder", f"is {folder} a finished run folder?")
+
+
+def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
+    """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
+    that is missing, one not listed, and one the folder's kind requires that neither has."""
+    required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
+                "it (removed with its line?)" for name in required_files(folder) if name not in sums]
+    return required + mismatched(folder, sums) + unlisted(folder, sums)
+
+
+def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
+    problems = []
+    for name, digest in sums.items():
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{path}: missing (listed in {SUMS})")
+            continue
+        _drop_cache(path)
+        actual = sha256_file(path)
+        if actual != digest:
+            problems.append(f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
+    return problems
+
+
+def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
+    """Files the checksums do not cover: added after the run was closed."""
+    covered = {*sums, SUMS}
+    return [f"{path}: not listed in {SUMS}" for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.relative_to(folder).as_posix() not in covered]
+
+
+def _drop_cache(path: Path) -> None:
+    """Ask the kernel to forget the file's cached pages, so the next read comes from the disk."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    with target.open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def copy_run(run_dir: Path, dest: Path) -> Path:
+    """Copy ``run_dir`` to ``dest/<run-id>`` and verify the copy; return the copy's path."""
+    run_dir = run_dir.resolve()
+    sums = read_sums(run_dir)
+    final = dest.resolve() / run_dir.name
+    if final == run_dir or run_dir in final.parents:
+        raise BadInput(f"{dest}: the copy must go outside the run folder {run_dir}")
+    if final.exists():
+        raise BadInput(f"{final}: exists; choose another DEST or remove the old copy")
+    problems = [p for p in verify_folder(run_dir, sums) if "missing, and not listed" in p] + unlisted(run_dir, sums)
+    if problems:
+        raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
+    for line in describe_removed(clean_stale(final)):
+        print(f"copy-out: {line}", file=sys.stderr)
+    staging, lock = staging_for(final), None
+    try:
+        staging.mkdir(parents=True)
+        lock = hold(staging)
+        for name in [*sums, SUMS]:
+            _copy_file(run_dir / name, staging / name)
+        problems = verify_folder(staging, read_sums(staging)) + _same_sums(run_dir, staging)
+        if problems:
+            raise CheckFailed(problems[0].replace(str(staging), str(final)) + "; the copy was removed, copy again")
+        os.replace(staging, final)
+    except OSError as exc:
+        raise BadInput(f"{final}: cannot copy there ({exc.strerror}); choose a writable DEST") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        release(lock)
+    return final
+
+
+def _same_sums(original: Path, copy: Path) -> list[str]:
+    if (original / SUMS).read_bytes() != (copy / SUMS).read_bytes():
+        return [f"{copy / SUMS}: differs from the original's {SUMS}"]
+    return []
+
+
+def verify_copy(folder: Path) -> int:
+    """Verify an existing copy in place; raise CheckFailed naming the first bad file."""
+    sums = read_sums(folder)
+    problems = verify_folder(folder, sums)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CheckFailed(problems[0] + more)
+    return len(sums)
+
+
+def _destination(text: str) -> Path:
+    if not text.strip():
+        raise BadInput(f"DEST {text!r}: empty; name the folder that receives the copy")
+    return Path(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kdkit copy-out",
+        description="Copy a pilot run folder to a place you control and verify the copy against the run's "
+                    "SHA256SUMS by re-reading the copy. With --verify, check an existing copy instead.",
+        epilog="Exit 0 verified, 1 a file differs (named), 2 bad input. Example: "
+               "kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup",
+    )
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder (runs/<run-id>)")
+    parser.add_argument("dest", type=_destination, nargs="?", metavar="DEST",
+                        help="folder that receives DEST/<run-id> (not with --verify)")
+    parser.add_argument("--verify", action="store_true", help="only verify RUN_DIR (e.g. an earlier copy)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.verify == (args.dest is not None):
+        raise BadInput("give RUN_DIR and DEST to copy, or RUN_DIR with --verify to check a copy")
+    if args.verify:
+        count = verify_copy(args.run_dir)
+        result = {"verified": str(args.run_dir.resolve()), "files": count}
+        message = f"{args.run_dir}: {count} files match {SUMS}"
+    else:
+        copy = copy_run(args.run_dir, args.dest)
+        result = {"copy": str(copy), "files": len(read_sums(copy)), "verified": True}
+        message = f"Copied to {copy}; {result['files']} files re-read from the copy match {SUMS}"
+    print(json.dumps(result, indent=2) if args.json else message)
+    return 0
