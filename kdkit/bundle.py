@@ -50,14 +50,13 @@ import shutil
 import stat
 import tarfile
 import time
-import zipapp
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit import __version__
-from kdkit.core import checksums, layout, proc
+from kdkit.core import checksums, proc
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.credentials import refuse_credentials_in, secret_file
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
@@ -65,6 +64,7 @@ from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, s
 from kdkit.core.projectfiles import DOTTED, inside, is_within, real_inside, require
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.project import Project, load_project
+from kdkit.zipapp import build_zipapp
 
 BUNDLE_JSON = "bundle.json"
 RUN_MD = "RUN.md"
@@ -81,11 +81,6 @@ NEVER_CARRIED = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pyte
 # Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
 TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
                "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")
-# Probe commands the zipapp offers besides kdkit.core.commands.COMMANDS (the host CLI has its own).
-ZIPAPP_EXTRA_COMMANDS = {
-    "resume-test": ("kdkit.probe.measure.resume", "Prove a training loop resumes exactly in a new process."),
-    "sweep": ("kdkit.probe.measure.sweep", "Batch-size sweep of the pilot inputs by length group."),
-}
 
 Progress = Callable[[str], None]
 
@@ -522,32 +517,6 @@ def _write_new(path: Path, handle: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("xb") as out:
         shutil.copyfileobj(handle, out, 1 << 20)
-
-
-# ---------------------------------------------------------------- the zipapp
-
-
-def build_zipapp(target: Path) -> int:
-    """``kdkit.pyz``: kdkit's in-container part, runnable as ``python3 kdkit.pyz COMMAND``; returns its size.
-
-    Its sources are staged beside ``target`` (inside the bundle's own staging folder), so a kill
-    leaves nothing outside it.
-    """
-    root = staging_for(target)
-    try:
-        layout.copy_to(root)
-        (root / "__main__.py").write_text(_zipapp_main(), encoding="utf-8")
-        zipapp.create_archive(root, target, interpreter="/usr/bin/env python3")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    return target.stat().st_size
-
-
-def _zipapp_main() -> str:
-    extra = "".join(f"COMMANDS.setdefault({name!r}, {entry!r})\n" for name, entry in ZIPAPP_EXTRA_COMMANDS.items())
-    return (f'"""kdkit {__version__}, in-container part: python3 kdkit.pyz COMMAND [ARGS] (--help lists them)."""\n'
-            "import sys\n\nfrom kdkit.core.commands import COMMANDS, main\n\n"
-            f"{extra}\nsys.exit(main())\n")
 
 
 # ---------------------------------------------------------------- the image

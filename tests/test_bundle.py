@@ -95,8 +95,8 @@ def test_zipapp_runs_diagnose_without_kdkit_installed(locked: Path, tmp_path: Pa
     listing = subprocess.run([sys.executable, "-I", "kdkit.pyz", "--help"], cwd=out, capture_output=True,
                              text=True, check=False)
     assert listing.returncode == 0
-    from kdkit.bundle import ZIPAPP_EXTRA_COMMANDS
     from kdkit.core.commands import COMMANDS
+    from kdkit.zipapp import ZIPAPP_EXTRA_COMMANDS
 
     assert [line.split()[0] for line in listing.stdout.splitlines()[3:]] == [*COMMANDS, *ZIPAPP_EXTRA_COMMANDS]
     assert "gather" in COMMANDS and "sweep" in ZIPAPP_EXTRA_COMMANDS
