@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -148,20 +149,25 @@ def inspect_interpreter(python: str | None) -> dict[str, Any]:
 
 def _metadata_fields(path: Path) -> tuple[str, str] | None:
     """Name and Version from the header of a METADATA / PKG-INFO file."""
-    name = version = None
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if not line.strip():
-                    break  # the header ends at the first blank line
-                if line.startswith("Name:"):
-                    name = line[5:].strip()
-                elif line.startswith("Version:"):
-                    version = line[8:].strip()
-                if name and version:
-                    return name, version
+            return _name_and_version(handle)
     except OSError:
         return None
+
+
+def _name_and_version(lines: Iterable[str]) -> tuple[str, str] | None:
+    """The Name and Version fields of a metadata header, read up to its first blank line."""
+    name = version = None
+    for line in lines:
+        if not line.strip():
+            break  # the header ends at the first blank line
+        if line.startswith("Name:"):
+            name = line[5:].strip()
+        elif line.startswith("Version:"):
+            version = line[8:].strip()
+        if name and version:
+            return name, version
     return None
 
 
