@@ -248,7 +248,7 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
                no_cache: bool = False) -> BuildPlan:
     """Check every input of a build and compute its arguments; nothing is written, no engine is needed."""
     from kdkit.core.lockfile import parse_lock
-    from kdkit.locking import require_fresh_lock
+    from kdkit.staleness import require_fresh_lock
 
     project = load_project(project_dir)
     chosen = project.backend(backend)

@@ -97,7 +97,7 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
                         out: Path | None = None) -> Wheelhouse:
     """Download every locked file for ``backend`` into ``out`` (default ``wheelhouse/<backend>``)."""
     from kdkit.core.lockfile import parse_lock
-    from kdkit.locking import require_fresh_lock
+    from kdkit.staleness import require_fresh_lock
 
     project = load_project(project_dir)
     chosen = project.backend(backend)

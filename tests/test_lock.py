@@ -18,8 +18,10 @@ from conftest import invoke, tree_snapshot
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import parse_lock
-from kdkit.locking import compile_arguments, pip_configuration, platform_warnings, require_fresh_lock
+from kdkit.locking import pip_configuration, platform_warnings
+from kdkit.pipcompile import compile_arguments
 from kdkit.project import Project, load_project
+from kdkit.staleness import require_fresh_lock
 
 TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
 needs_torch_wheels = pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")),

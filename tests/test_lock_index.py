@@ -437,7 +437,7 @@ def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Se
 
 
 def test_torch_requirement_read_from_the_input_files(tmp_path: Path) -> None:
-    from kdkit.torchindex import torch_requirement
+    from kdkit.indexpage import torch_requirement
 
     base, extra = tmp_path / "base.in", tmp_path / "extra.in"
     extra.write_text("torch<2.14 ; python_version >= '3.10'\ntorch>=9 ; sys_platform == 'win32'\n", encoding="utf-8")
@@ -468,13 +468,13 @@ def test_torch_requirement_read_from_the_input_files(tmp_path: Path) -> None:
      (("cp311", "cp311", "linux_x86_64"), "3.11", True)],
 )
 def test_wheel_tags_filter(tags: tuple[str, str, str], python: str, fit: bool) -> None:
-    from kdkit.torchindex import fits
+    from kdkit.indexpage import fits
 
     assert fits(tags, python, ("linux", "x86_64")) is fit
 
 
 def test_pep503_page_parsing() -> None:
-    from kdkit.torchindex import parse_page
+    from kdkit.indexpage import parse_page
 
     page = ('<a href="/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ABC123" '
             'data-requires-python="&gt;=3.10">torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>'
@@ -651,7 +651,9 @@ def test_a_build_for_another_python_by_its_requires_python_is_refused(clean_pip:
 
 
 def test_a_yanked_build_counts_only_for_an_exact_pin(clean_pip: Served, tmp_path: Path) -> None:
-    from kdkit.torchindex import Network, Requirement, preflight
+    from kdkit.indexfetch import Network
+    from kdkit.indexpage import Requirement
+    from kdkit.torchindex import preflight
 
     _one_wheel_index(tmp_path / "idx", clean_pip, 'data-yanked="broken"')
     python = ".".join(map(str, sys.version_info[:2]))
@@ -765,7 +767,7 @@ def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served, monkeypatc
         "proxy) refused the connection; nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, "
         "pip's proxy), or lock from a local folder with --torch-find-links")
     assert clean_pip.requests[seen:] == []  # nothing went around the proxy
-    from kdkit.torchindex import Network
+    from kdkit.indexfetch import Network
 
     # a live "proxy" (the stand-in server records the absolute URL a proxy is asked for), NO_PROXY still set
     assert Network(proxy=clean_pip.url).get("http://index.invalid/whl/cu130/torch/", "a test") is None

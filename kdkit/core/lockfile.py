@@ -92,7 +92,7 @@ class Lock(NamedTuple):
         return {k[len("input:"):]: v for k, v in self.header.items() if k.startswith("input:")}
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
+def logical_lines(text: str) -> list[tuple[int, str]]:
     """Join backslash continuations; each logical line keeps the number of its first physical line."""
     out: list[tuple[int, str]] = []
     pending: list[str] = []
@@ -112,7 +112,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _strip_comment(line: str) -> str:
+def strip_comment(line: str) -> str:
     """pip's rule: a comment starts at ``#`` at the line start or after whitespace."""
     return re.sub(r"(^|\s+)#.*$", "", line).strip()
 
@@ -193,12 +193,12 @@ def _add_pin(where: str, pins: dict[str, Pin], pin: Pin) -> None:
 def parse_lock_text(text: str, path: Path) -> Lock:
     """Parse a lock's text; ``path`` only names the file in messages."""
     lock = Lock(path, {}, {}, [])
-    for number, line in _logical_lines(text):
+    for number, line in logical_lines(text):
         stripped = line.strip()
         if stripped.startswith(HEADER_PREFIX):
             _read_header_line(stripped, lock.header)
             continue
-        body = _strip_comment(line)
+        body = strip_comment(line)
         if not body:
             continue
         where = f"{path}:{number}"
