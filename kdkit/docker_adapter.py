@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from kdkit.core.errors import Unavailable
-from kdkit.core.jsonio import atomic_write_chunks
 
 ENGINE_FIX = "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set DOCKER_HOST"
 NVIDIA_ERROR = 'could not select device driver "" with capabilities: [[gpu]]'
@@ -42,10 +41,6 @@ BUILD_TIMEOUT_S = 3 * 3600
 def _one_line(exc: BaseException) -> str:
     text = str(getattr(exc, "explanation", None) or exc).strip()
     return " ".join(text.split()) or type(exc).__name__
-
-
-def _engine_address() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
 @contextlib.contextmanager
@@ -66,7 +61,8 @@ def docker_errors(subject: str) -> Iterator[None]:
                               f"{NVIDIA_FIX}") from None
         raise Unavailable(f"{subject}: the Docker engine refused: {detail}") from None
     except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-        raise Unavailable(f"Docker engine not reachable at {_engine_address()} ({_one_line(exc)}); "
+        address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        raise Unavailable(f"Docker engine not reachable at {address} ({_one_line(exc)}); "
                           f"{ENGINE_FIX}") from None
 
 
@@ -165,43 +161,26 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
 
     ``--rm`` because kdkit removes its containers; ``--pull never`` because kdkit never pulls.
     """
-    args = ["docker", "run", "--rm", "--pull", "never", "--network", spec.network]
-    if spec.user:
-        args += ["--user", spec.user]
-    if spec.read_only:
-        args += ["--read-only"]
-    for path, options in spec.tmpfs.items():
-        args += ["--tmpfs", f"{path}:{options}"]
-    for capability in spec.cap_drop:
-        args += ["--cap-drop", capability]
-    if spec.no_new_privileges:
-        args += ["--security-opt", "no-new-privileges"]
-    if spec.pids_limit is not None:
-        args += ["--pids-limit", str(spec.pids_limit)]
-    for mount in spec.mounts:
-        args += ["--mount", f"type=bind,source={mount.source},target={mount.target}"
-                 + (",readonly" if mount.read_only else "")]
-    if spec.workdir:
-        args += ["--workdir", spec.workdir]
-    if spec.env_file is not None:
-        args += ["--env-file", str(spec.env_file)]
-    for name, value in spec.extra_env.items():
-        args += ["--env", f"{name}={value}"]
-    if spec.gpus == "all":
-        args += ["--gpus", "all"]
-    elif spec.gpus:
-        args += ["--gpus", f'"device={",".join(spec.gpus)}"']
-    for device in spec.devices:
-        args += ["--device", device]
-    for group in spec.group_add:
-        args += ["--group-add", group]
-    for option in spec.security_opt:
-        args += ["--security-opt", option]
-    if spec.shm_size:
-        args += ["--shm-size", spec.shm_size]
-    if spec.ipc_mode:
-        args += ["--ipc", spec.ipc_mode]
-    return [*args, spec.image, *(spec.command or [])]
+    gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
+    mounts = [f"type=bind,source={m.source},target={m.target}" + (",readonly" if m.read_only else "")
+              for m in spec.mounts]
+    return ["docker", "run", "--rm", "--pull", "never", "--network", spec.network,
+            *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
+            *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
+            *_flags("--cap-drop", spec.cap_drop),
+            *(["--security-opt", "no-new-privileges"] if spec.no_new_privileges else []),
+            *_flags("--pids-limit", [None if spec.pids_limit is None else str(spec.pids_limit)]),
+            *_flags("--mount", mounts), *_flags("--workdir", [spec.workdir]),
+            *_flags("--env-file", [None if spec.env_file is None else str(spec.env_file)]),
+            *_flags("--env", [f"{name}={value}" for name, value in spec.extra_env.items()]),
+            *_flags("--gpus", [gpus]), *_flags("--device", spec.devices), *_flags("--group-add", spec.group_add),
+            *_flags("--security-opt", spec.security_opt), *_flags("--shm-size", [spec.shm_size]),
+            *_flags("--ipc", [spec.ipc_mode]), spec.image, *(spec.command or [])]
+
+
+def _flags(flag: str, values: Sequence[str | None]) -> list[str]:
+    """``flag value`` for each value that is set (neither None nor empty)."""
+    return [part for value in values if value for part in (flag, value)]
 
 
 def split_reference(ref: str) -> tuple[str, str]:
@@ -221,8 +200,6 @@ class Engine:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-
-    # ------------------------------------------------------------------ engine
 
     def info(self) -> dict[str, Any]:
         with docker_errors("engine"):
@@ -279,11 +256,6 @@ class Engine:
         with docker_errors(ref), contextlib.suppress(docker.errors.ImageNotFound):
             self._client.api.remove_image(ref, force=True)
 
-    def history(self, ref: str) -> list[dict[str, Any]]:
-        with docker_errors(ref):
-            rows: list[dict[str, Any]] = self._client.api.history(ref)
-        return rows
-
     def build(self, context: IO[bytes], *, dockerfile: str, buildargs: Mapping[str, str], nocache: bool,
               network: str, labels: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
         """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is tagged.
@@ -327,14 +299,27 @@ class Engine:
                     self._client.api.remove_container(container["Id"], force=True)
         return _only_file(bytes(archive), image, path)
 
-    def save_image(self, ref: str, out: Path) -> int:
-        """Write ``docker save`` of ``ref`` to ``out`` atomically; return its size in bytes."""
-        return atomic_write_chunks(out, save_image_chunks(self, ref))
+    def save_image_chunks(self, ref: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """``docker save`` of ``ref`` as a stream of byte chunks: `kdkit bundle` compresses while it is still
+        produced (a CUDA image is many GB: no uncompressed copy on disk)."""
+        with docker_errors(ref):
+            yield from self._client.api.get_image(ref, chunk_size=chunk_size)
 
-    def load_image(self, archive: Path) -> list[str]:
-        """``docker load`` an archive file; return the tags (or ids) it brought."""
-        with archive.open("rb") as handle:
-            return load_image_chunks(self, iter(lambda: handle.read(1 << 20), b""), str(archive))
+    def load_image_chunks(self, chunks: Iterator[bytes], subject: str) -> list[str]:
+        """``docker load`` from a stream of (uncompressed) archive chunks; return the tags (or ids) it brought.
+
+        `kdkit load` decompresses on the way in: engines before Docker 25 cannot read a zstd archive."""
+        with docker_errors(subject):
+            messages: list[dict[str, Any]] = list(self._client.api.load_image(chunks, quiet=True))
+        errors = [m.get("error") or m.get("errorDetail", {}).get("message") for m in messages
+                  if m.get("error") or m.get("errorDetail")]
+        if errors:
+            raise Unavailable(f"{subject}: the Docker engine refused the archive: {errors[0]}")
+        loaded = []
+        for message in messages:
+            stream = str(message.get("stream", "")).strip()
+            loaded += [stream[len(p):] for p in ("Loaded image: ", "Loaded image ID: ") if stream.startswith(p)]
+        return loaded
 
     # ------------------------------------------------------------------ containers
 
@@ -395,18 +380,11 @@ def connect(timeout: float = 60) -> Engine:
     return Engine(client)
 
 
-# ------------------------------------------------- one-shot containers (kdkit lock --in-container)
-
-
-def run_to_completion(
-    image: str,
-    command: Sequence[str],
-    mounts: Sequence[tuple[Path, str, str]],
-    env: Mapping[str, str],
-    network: str | None = None,
-    workdir: str | None = None,
-) -> tuple[int, str]:
-    """Run ``command`` in a throw-away container of a LOCAL ``image``; return (exit code, logs).
+def run_to_completion(image: str, command: Sequence[str], mounts: Sequence[tuple[Path, str, str]],
+                      env: Mapping[str, str], network: str | None = None,
+                      workdir: str | None = None) -> tuple[int, str]:
+    """Run ``command`` in a throw-away container of a LOCAL ``image``; return (exit code, logs)
+    (`kdkit lock --in-container`).
 
     ``mounts`` are (host path, container path, "ro" | "rw") bind mounts. The image is
     never pulled (see the module's docstring).
@@ -419,32 +397,3 @@ def run_to_completion(
     output: list[bytes] = []
     code = engine.run(spec, output.append)
     return code, b"".join(output).decode("utf-8", errors="replace")
-
-
-# ------------------------------------------------- image archives as streams (kdkit bundle / load)
-# Streams, so that `kdkit bundle` compresses while `docker save` is still producing (a CUDA image
-# is many GB: no uncompressed copy on disk) and `kdkit load` decompresses on the way in (engines
-# before Docker 25 cannot read a zstd archive themselves).
-
-
-def save_image_chunks(engine: Engine, ref: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-    """``docker save`` of ``ref`` as a stream of byte chunks."""
-    with docker_errors(ref):
-        yield from engine._client.api.get_image(ref, chunk_size=chunk_size)
-
-
-def load_image_chunks(engine: Engine, chunks: Iterator[bytes], subject: str) -> list[str]:
-    """``docker load`` from a stream of (uncompressed) archive chunks; return the tags (or ids) it brought."""
-    with docker_errors(subject):
-        messages: list[dict[str, Any]] = list(engine._client.api.load_image(chunks, quiet=True))
-    errors = [m.get("error") or m.get("errorDetail", {}).get("message") for m in messages
-              if m.get("error") or m.get("errorDetail")]
-    if errors:
-        raise Unavailable(f"{subject}: the Docker engine refused the archive: {errors[0]}")
-    loaded = []
-    for message in messages:
-        stream = str(message.get("stream", "")).strip()
-        for prefix in ("Loaded image: ", "Loaded image ID: "):
-            if stream.startswith(prefix):
-                loaded.append(stream[len(prefix):])
-    return loaded

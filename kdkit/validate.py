@@ -81,7 +81,7 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
 
 def secret_file_warnings(root: Path) -> list[Problem]:
     """Files of the project named like secrets: warnings (a project has a .env), never problems."""
-    from kdkit.bundle import walk_project
+    from kdkit.packing import walk_project
 
     warnings = []
     for rel, _info in walk_project(root.resolve()):
@@ -257,7 +257,7 @@ def validate_project(root: Path) -> list[Problem]:
             if _inside(root, spec["lock"]) is None:
                 problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
                                         f"{spec['lock']!r} points outside the project folder"))
-        from kdkit.locking import stale_lock_problems
+        from kdkit.staleness import stale_lock_problems
 
         problems += stale_lock_problems(root, project)
 

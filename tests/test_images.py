@@ -301,11 +301,11 @@ def files_holding(chunks: Iterator[bytes], needles: list[bytes]) -> dict[bytes, 
 
 def test_no_layer_holds_the_ca_bundle_or_an_env_file_value(
         built: dict[str, Any], secret_run: dict[str, Any], ca_bundle: tuple[Path, bytes]) -> None:
-    from kdkit.docker_adapter import connect, save_image_chunks
+    from kdkit.docker_adapter import connect
 
     present = b"# kdkit: backend = cpu"  # the baked lock's header: proves the scan sees file contents
     secret = secret_run["secret"].encode()
-    hits = files_holding(save_image_chunks(connect(), built["tag"]), [ca_bundle[1], secret, present])
+    hits = files_holding(connect().save_image_chunks(built["tag"]), [ca_bundle[1], secret, present])
     assert hits[ca_bundle[1]] == []  # any copy of the bundle would hold its marker line
     assert hits[secret] == []
     assert any(name.endswith("app/requirements/cpu.txt") for name in hits[present])
@@ -380,7 +380,7 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
         docker_engine: None, project: Path, ca_bundle: tuple[Path, bytes]) -> None:
     """No wheelhouse: pip in the builder stage reaches the index through this machine's TLS-intercepting
     proxy, trusting it only through --ca-bundle; the bundle stays out of the final image."""
-    from kdkit.docker_adapter import connect, save_image_chunks
+    from kdkit.docker_adapter import connect
     from kdkit.locking import pip_default_index
 
     (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")  # small: no torch
@@ -395,6 +395,6 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["network"] == "host"
     try:
-        assert files_holding(save_image_chunks(connect(), "kdkit-e2e:proxy"), [ca_bundle[1]]) == {ca_bundle[1]: []}
+        assert files_holding(connect().save_image_chunks("kdkit-e2e:proxy"), [ca_bundle[1]]) == {ca_bundle[1]: []}
     finally:
         connect().remove_image("kdkit-e2e:proxy")

@@ -380,7 +380,7 @@ def test_the_file_in_the_image_is_roots_and_read_only(built: dict[str, Any]) -> 
 def test_the_zipapp_reads_the_architectures_too(tmp_path: Path) -> None:
     import subprocess
 
-    from kdkit.bundle import build_zipapp
+    from kdkit.zipapp import build_zipapp
 
     build_zipapp(tmp_path / "kdkit.pyz")
     done = subprocess.run([sys.executable, "-I", str(tmp_path / "kdkit.pyz"), "torch-arch", "--json"],
