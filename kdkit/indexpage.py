@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
+from urllib.request import url2pathname
 
 from kdkit.core.lockfile import logical_lines, normalize_name, strip_comment
 from kdkit.core.markers import InvalidMarker, evaluate
@@ -108,6 +109,12 @@ def python_allows(requires_python: str | None, python: str) -> bool:
                    for full in (f"{python}.0", f"{python}.999"))
     except InvalidVersion:
         return True
+
+
+def local_path(value: str) -> str:
+    """The path a pip option value names on this machine: a ``file:`` URL's path, percent-decoded as pip
+    reads it, or the value itself (a plain path)."""
+    return url2pathname(urlsplit(value).path) if value.startswith("file:") else value
 
 
 def and_list(items: Sequence[str]) -> str:

@@ -15,13 +15,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from urllib.parse import urlparse
 
 from kdkit import docker_adapter
 from kdkit.core import proc
 from kdkit.core.errors import KdkitError
 from kdkit.core.jsonio import load_json
 from kdkit.indexfetch import Network
+from kdkit.indexpage import local_path
 from kdkit.lockinputs import relative
 from kdkit.project import Backend, Project
 
@@ -90,7 +90,7 @@ def _local_paths(values: Sequence[str]) -> Iterator[Path]:
     named instead (the usual layout of a local mirror)."""
     for value in values:
         for token in value.split():
-            path = Path(urlparse(token).path) if token.startswith("file:") else Path(token)
+            path = Path(local_path(token))
             if token.startswith("file:") and path.name == "simple":
                 path = path.parent
             if path.is_absolute() and path.exists():

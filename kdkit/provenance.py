@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import Lock, Pin
 from kdkit.core.versions import InvalidVersion, Version
 from kdkit.indexfetch import Network
-from kdkit.indexpage import and_list, parse_filename, parse_page, wheel_fits
+from kdkit.indexpage import and_list, local_path, parse_filename, parse_page, wheel_fits
 from kdkit.torchindex import TorchPage
 
 _HASH_PREFIX = "sha256:"
@@ -53,8 +51,7 @@ def local_sources(pip_config: dict[str, str], torch_links: Path | None) -> list[
             if is_remote(token):
                 continue
             kind = "find-links" if key == "find-links" else "index"
-            location = url2pathname(urlsplit(token).path) if kind == "find-links" and token.startswith("file:") \
-                else token
+            location = local_path(token) if kind == "find-links" else token
             sources.append(LocalSource(kind, location, "pip's configuration"))
     return sources
 
@@ -77,7 +74,7 @@ def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
             if parsed and parsed[0] == pin.key and _same_version(parsed[1], pin.version) and entry.is_file():
                 yield sha256_file(entry), entry.name
         return
-    root = url2pathname(urlsplit(source.location).path) if source.location.startswith("file:") else source.location
+    root = local_path(source.location)
     page = Path(root) / pin.key / "index.html"
     if not page.is_file():
         return
@@ -88,7 +85,7 @@ def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
             continue
         if item.sha256:
             yield item.sha256, item.filename
-        elif item.url.startswith("file:") and (path := Path(url2pathname(urlsplit(item.url).path))).is_file():
+        elif item.url.startswith("file:") and (path := Path(local_path(item.url))).is_file():
             yield sha256_file(path), item.filename
 
 

@@ -473,6 +473,13 @@ def test_wheel_tags_filter(tags: tuple[str, str, str], python: str, fit: bool) -
     assert fits(tags, python, ("linux", "x86_64")) is fit
 
 
+def test_a_file_url_names_its_path_percent_decoded_as_pip_reads_it() -> None:
+    from kdkit.indexpage import local_path
+
+    assert local_path("file:///srv/my%20mirror/simple") == "/srv/my mirror/simple"
+    assert local_path("/srv/wheels") == "/srv/wheels"
+
+
 def test_pep503_page_parsing() -> None:
     from kdkit.indexpage import parse_page
 
