@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from kdkit.core.runfolder import RunFolder  # noqa: E402
+from kdkit.core.runresults import RunFolder  # noqa: E402
 from kdkit.scaffold import init_project  # noqa: E402
 
 WORDS = {
@@ -206,7 +206,7 @@ def resume_scan(work: Path, lines: int, runs: int) -> dict[str, object]:
 SCAN = """
 import sys, time
 from pathlib import Path
-from kdkit.core.runfolder import RunFolder
+from kdkit.core.runresults import RunFolder
 started, cpu = time.perf_counter(), time.process_time()
 scan = RunFolder(Path(sys.argv[1])).scan()
 print(time.perf_counter() - started, time.process_time() - cpu, len(scan.finished))

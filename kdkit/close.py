@@ -17,78 +17,22 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
-from kdkit.memory import read_json_quietly
+from kdkit.core.runfolder import Run, md_cell, read_run, run_folders
 from kdkit.order import cost_per_accepted, load_order, runs_folder
 from kdkit.schemacheck import schema_problems
 
 REPORT_MD = "campaign-report.md"
 REPORT_JSON = "campaign-report.json"
 
-HASH_KEYS = ("config_hash", "params_hash", "hash", "sha256")
-SECONDS_KEYS = ("total_seconds", "wall_seconds", "elapsed_seconds", "seconds")
-
 
 # ---------------------------------------------------------------- reading runs
 
 
-def _first(data: Any, keys: tuple[str, ...], kind: type | tuple[type, ...]) -> Any:
-    if not isinstance(data, dict):
-        return None
-    for key in keys:
-        value = data.get(key)
-        if isinstance(value, kind) and not isinstance(value, bool):
-            return value
-    return None
-
-
-def _parse_time(text: Any) -> dt.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def run_seconds(summary: Any) -> float | None:
-    """A run's wall time from its summary: a seconds figure, or its start and finish times."""
-    if not isinstance(summary, dict):
-        return None
-    for where in (summary.get("timings"), summary):
-        seconds = _first(where, SECONDS_KEYS, (int, float))
-        if seconds is not None and seconds >= 0:
-            return float(seconds)
-    for where in (summary.get("timings"), summary):
-        if isinstance(where, dict):
-            start = _parse_time(where.get("started") or where.get("start"))
-            end = _parse_time(where.get("finished") or where.get("end"))
-            if start is not None and end is not None and end >= start:
-                return (end - start).total_seconds()
-    return None
-
-
-def _verdict(summary: Any, stop: Any) -> str:
-    verdict = summary.get("verdict") if isinstance(summary, dict) else None
-    if verdict in ("pass", "fail"):
-        return str(verdict)
-    return "stopped" if isinstance(stop, dict) else "incomplete"
-
-
-def read_run(folder: Path) -> dict[str, Any]:
-    """One run folder, read tolerantly: missing or torn files leave their fields null."""
-    params = read_json_quietly(folder / "params.json")
-    summary = read_json_quietly(folder / "summary.json")
-    stop = read_json_quietly(folder / "stop.json")
-    counts = {k: _first(summary, (k,), int) for k in ("total", "accepted", "rejected")}
-    return {
-        "run_id": folder.name,
-        "config_hash": _first(params, HASH_KEYS, str) or _first(summary, HASH_KEYS, str),
-        "verdict": _verdict(summary, stop),
-        "stop_reason": _first(stop, ("reason", "message"), str),
-        **counts,
-        "seconds": run_seconds(summary),
-        "has_summary": isinstance(summary, dict),
-    }
+def run_row(run: Run) -> dict[str, Any]:
+    """One run as the report lists it (its keys are the report's, read from kdkit.core.runfolder's model)."""
+    return {"run_id": run.run_id, "config_hash": run.params_hash, "verdict": run.verdict,
+            "stop_reason": run.stop_reason, "total": run.total, "accepted": run.accepted, "rejected": run.rejected,
+            "seconds": run.seconds, "has_summary": run.has_summary}
 
 
 def read_runs(runs: Path) -> list[dict[str, Any]]:
@@ -97,10 +41,7 @@ def read_runs(runs: Path) -> list[dict[str, Any]]:
     A pilot run writes params.json before its first item; folders without one (a sweep's or a
     resume test's measurements) are not runs of the campaign's protocol.
     """
-    if not runs.is_dir():
-        return []
-    return [read_run(p) for p in sorted(runs.iterdir())
-            if p.is_dir() and not p.name.startswith(".") and (p / "params.json").is_file()]
+    return [run_row(run) for run in map(read_run, run_folders(runs)) if run.has_params]
 
 
 # ---------------------------------------------------------------- the comparison
@@ -192,10 +133,6 @@ def campaign_report(order_path: Path, runs: Path, *, project: str | None = None,
 # ---------------------------------------------------------------- writing and reloading
 
 
-def _cell(value: Any) -> str:
-    return "—" if value is None else str(value).replace("|", "\\|")
-
-
 def render_markdown(report: dict[str, Any]) -> str:
     """The report for a person: order, hours, runs, outputs and cost, deviations."""
     order, hours, cost = report["order"], report["hours"], report["cost"]
@@ -207,12 +144,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{order['price_source']}). Saved {order['created']}; the plan is quoted, never rewritten "
         f"(sha256 {report['order_sha256'][:12]}).", "",
         "## Hours", "", "| window | booked | observed | observed − booked |", "|---|---|---|---|",
-        f"| {hours['window']} h | {_cell(hours['booked'])} h | {_cell(hours['observed'])} h | "
-        f"{_cell(hours['observed_minus_booked'])} h |", "",
+        f"| {hours['window']} h | {md_cell(hours['booked'])} h | {md_cell(hours['observed'])} h | "
+        f"{md_cell(hours['observed_minus_booked'])} h |", "",
         "## Runs", "", "| run | config hash | verdict | stop reason | accepted | rejected | seconds |",
         "|---|---|---|---|---|---|---|",
-        *(f"| {r['run_id']} | {_cell(r['config_hash'])} | {r['verdict']} | {_cell(r['stop_reason'])} | "
-          f"{_cell(r['accepted'])} | {_cell(r['rejected'])} | {_cell(r['seconds'])} |" for r in report["runs"]),
+        *(f"| {r['run_id']} | {md_cell(r['config_hash'])} | {r['verdict']} | {md_cell(r['stop_reason'])} | "
+          f"{md_cell(r['accepted'])} | {md_cell(r['rejected'])} | {md_cell(r['seconds'])} |" for r in report["runs"]),
         "", "## Outputs and cost", "",
         f"- accepted outputs: {report['accepted_outputs']['count']} (from {report['accepted_outputs']['source']}; "
         "one per configuration)",

@@ -16,6 +16,7 @@ from typing import Any
 
 from kdkit.catalog import Offer
 from kdkit.core.errors import BadInput
+from kdkit.core.runfolder import SUMMARY, read_run, run_folders
 from kdkit.project import Project
 
 DTYPE_BYTES: dict[str, Decimal] = {
@@ -42,8 +43,6 @@ _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 # batch) above 10^9 is no real job.
 MAX_PARAMETERS = 10**15
 MAX_KV = 10**9
-# Keys a pilot summary may use for its peak memory, in the order they are tried.
-PEAK_KEYS = ("peak_memory_bytes", "peak_memory", "max_memory_allocated", "peak_bytes")
 
 
 @dataclass(frozen=True)
@@ -189,39 +188,12 @@ def _count(value: Any, maximum: int, where: Path, key: str) -> int:
 # ---------------------------------------------------------------- the pilot's measurement
 
 
-def _peak_from(summary: dict[str, Any]) -> tuple[int, str | None] | None:
-    """A summary's peak memory in bytes and the device it was measured on, read tolerantly."""
-    device = summary.get("device") if isinstance(summary.get("device"), str) else None
-    for key in PEAK_KEYS:
-        value = summary.get(key)
-        if isinstance(value, dict):
-            device = value.get("device", device) if isinstance(value.get("device"), str) else device
-            value = next((value[k] for k in ("bytes", "peak_bytes", "allocated_bytes") if k in value), None)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value, device
-    return None
-
-
-def read_json_quietly(path: Path) -> Any:
-    """A run file's JSON, or None when missing or unreadable: a run may have crashed half-way."""
-    import json
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-
-
 def pilot_peak(runs: Path) -> dict[str, Any] | None:
     """The newest run under ``runs`` whose summary.json records a peak memory (run ids sort by time)."""
-    if not runs.is_dir():
-        return None
-    for run in sorted((p for p in runs.iterdir() if p.is_dir()), reverse=True):
-        summary = read_json_quietly(run / "summary.json")
-        found = _peak_from(summary) if isinstance(summary, dict) else None
-        if found is not None:
-            return {"run_id": run.name, "peak_bytes": found[0], "peak_gib": _gib(found[0]),
-                    "device": found[1], "file": str(run / "summary.json")}
+    for run in map(read_run, reversed(run_folders(runs))):
+        if run.peak_bytes is not None:
+            return {"run_id": run.run_id, "peak_bytes": run.peak_bytes, "peak_gib": _gib(run.peak_bytes),
+                    "device": run.peak_device, "file": str(run.path / SUMMARY)}
     return None
 
 

@@ -16,6 +16,7 @@ container's own exit code the answer.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput
+from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, worker_folder
 from kdkit.docker_adapter import ContainerSpec, Engine
 from kdkit.runner import APP, HostFacts, RunPlan, device_access, prepare_run
 
@@ -71,17 +73,18 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
 
 
 def _run_id(base: RunPlan, workers: int) -> str:
-    """The run's shared ID: the pilot's own scheme (UTC time + params hash), free for every worker folder."""
+    """The run's shared ID: the pilot's own (kdkit.core.runfolder.new_run_id and its one collision rule),
+    free for every worker folder and the gathering. The containers make the folders; a run that takes the
+    name meanwhile makes their pilots refuse it (RunFolder.create never reuses a folder)."""
     from kdkit.core.pilotconfig import load_pilot, params_hash
-    from kdkit.core.runfolder import new_run_id
 
-    first = new_run_id(params_hash(load_pilot(base.project.root).resolved()))
-    candidate, n = first, 1
-    while any((base.runs / f"{candidate}-w{i}of{workers}").exists() for i in range(workers)) or \
-            (base.runs / f"{candidate}-gathered").exists():
-        n += 1
-        candidate = f"{first}-{n}"
-    return candidate
+    def free(candidate: str) -> str:
+        names = [*(worker_folder(candidate, i, workers) for i in range(workers)), gathered_folder(candidate)]
+        if any(os.path.lexists(base.runs / name) for name in names):
+            raise FileExistsError(candidate)
+        return candidate
+
+    return claim(new_run_id(PILOT, params_hash(load_pilot(base.project.root).resolved())), free)
 
 
 def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None = None,
@@ -101,8 +104,8 @@ def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None 
     check_workers(workers, base.backend, base.host)
     run_id = _run_id(base, workers)
     specs = [worker_spec(base, run_id, i, workers) for i in range(workers)]
-    folders = [base.runs / f"{run_id}-w{i}of{workers}" for i in range(workers)]
-    return WorkersPlan(base, run_id, specs, folders, base.runs / f"{run_id}-gathered")
+    folders = [base.runs / worker_folder(run_id, i, workers) for i in range(workers)]
+    return WorkersPlan(base, run_id, specs, folders, base.runs / gathered_folder(run_id))
 
 
 def gather_line(plan: WorkersPlan) -> list[str]:

@@ -191,7 +191,7 @@ def test_memory_shows_the_pilots_measured_peak(project: Path) -> None:
     write_lock(project, "cuda", "2.6.0+cu124")
     run = project / "runs" / "20250101T000000Z-abc123"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"peak_memory_bytes": 3 * 2**30, "device": "cuda:0"}))
+    (run / "summary.json").write_text(json.dumps({"peak_memory": {"bytes": 3 * 2**30, "device": "cuda:0"}}))
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 0
     assert _points(report)["memory"]["detail"] == (

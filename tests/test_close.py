@@ -30,16 +30,15 @@ def _run(project: Path, run_id: str, *, params: object = None, summary: object =
 
 def _campaign(project: Path) -> None:
     """Two distinct passing configurations, one repeat, one stopped run, one crashed run."""
-    _run(project, "20250101T080000Z-aaaaaa", params={"config_hash": "aaaaaa"},
-         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"total_seconds": 7200}})
-    _run(project, "20250101T120000Z-bbbbbb", params={"hash": "bbbbbb"},
-         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1,
-                  "timings": {"started": "2025-01-01T12:00:00Z", "finished": "2025-01-01T15:00:00Z"}})
-    _run(project, "20250101T160000Z-aaaaaa", params={"config_hash": "aaaaaa"},
+    _run(project, "20250101T080000Z-aaaaaa", params={"params_hash": "aaaaaa"},
+         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"seconds": 7200}})
+    _run(project, "20250101T120000Z-bbbbbb", params={"params_hash": "bbbbbb"},
+         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"seconds": 10800}})
+    _run(project, "20250101T160000Z-aaaaaa", params={"params_hash": "aaaaaa"},
          summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"seconds": 3600}})
-    _run(project, "20250101T180000Z-cccccc", params={"config_hash": "cccccc"},
+    _run(project, "20250101T180000Z-cccccc", params={"params_hash": "cccccc"},
          stop={"reason": "max_rejected exceeded (4 > 3)"})
-    _run(project, "20250101T190000Z-dddddd", params={"config_hash": "dddddd"}, summary='{"verdict": "pa')
+    _run(project, "20250101T190000Z-dddddd", params={"params_hash": "dddddd"}, summary='{"verdict": "pa')
 
 
 def _close(project: Path, order: Path, *args: str) -> dict[str, Any]:
@@ -97,7 +96,7 @@ def test_markdown_and_json_are_written_and_the_json_reloads(project: Path, tmp_p
 
 def test_zero_accepted_is_undefined_with_the_cost_shown(project: Path, tmp_path: Path) -> None:
     order = _order(tmp_path)
-    _run(project, "20250101T080000Z-aaaaaa", params={"config_hash": "a"}, summary={"verdict": "fail"})
+    _run(project, "20250101T080000Z-aaaaaa", params={"params_hash": "a"}, summary={"verdict": "fail"})
     report = _close(project, order)
     assert report["cost"]["per_output_usd"] is None
     assert report["cost"]["cost_incurred_usd"] == "47.14"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.core.runfolder import RunFolder
+from kdkit.core.runresults import RunFolder
 from tests.conftest import DATA, REPO, invoke
 from tests.test_pilot import edit_config
 

@@ -121,9 +121,9 @@ def _run(project: Path, run_id: str, summary: object) -> Path:
 
 
 def test_the_newest_pilot_peak_is_shown_beside_the_estimate(project: Path) -> None:
-    _run(project, "20250101T000000Z-aaaaaa", {"peak_memory_bytes": 2**30, "device": "cpu"})
+    _run(project, "20250101T000000Z-aaaaaa", {"peak_memory": {"bytes": 2**30, "device": "cpu"}})
     _run(project, "20250102T000000Z-bbbbbb", {"peak_memory": {"bytes": 3 * 2**30, "device": "cuda:0"}})
-    _run(project, "20250103T000000Z-cccccc", '{"peak_memory_bytes": 12')  # torn by a crash: skipped
+    _run(project, "20250103T000000Z-cccccc", '{"peak_memory": {"bytes": 12')  # torn by a crash: skipped
     report = _json(project, "--params", "1B")
     assert report["pilot_peak"] == {"run_id": "20250102T000000Z-bbbbbb", "peak_bytes": 3 * 2**30, "peak_gib": 3.0,
                                     "device": "cuda:0",
@@ -133,9 +133,9 @@ def test_the_newest_pilot_peak_is_shown_beside_the_estimate(project: Path) -> No
 
 
 def test_a_gpu_peak_above_the_card_does_not_fit(project: Path) -> None:
-    _run(project, "20250101T000000Z-aaaaaa", {"peak_memory_bytes": 30 * 2**30, "device": "cuda:0"})
+    _run(project, "20250101T000000Z-aaaaaa", {"peak_memory": {"bytes": 30 * 2**30, "device": "cuda:0"}})
     assert _json(project, "--params", "1B", "--gpu", "RTX 4090")["against"]["verdict"] == DOES_NOT_FIT
-    _run(project, "20250102T000000Z-bbbbbb", {"peak_memory_bytes": 30 * 2**30, "device": "cpu"})
+    _run(project, "20250102T000000Z-bbbbbb", {"peak_memory": {"bytes": 30 * 2**30, "device": "cpu"}})
     # A CPU peak says nothing about a card.
     assert _json(project, "--params", "1B", "--gpu", "RTX 4090")["against"]["verdict"] == MAY_FIT
 

@@ -1,70 +1,145 @@
-"""One folder per pilot run: its ID, its append-only results, and the checksums that close it.
+"""The run folder: its file names, the keys of its JSON files, its IDs and its one reader, read_run().
 
-results.jsonl gets one line per finished item, written a batch at a time. A
-finished batch is appended and fsynced by a helper thread while the app computes
-the next batch (both release the GIL), and that must complete before the next
-batch is handed over: at most the last batch is not yet on disk, and the disk's
-latency hides behind the app's work. Each line carries its batch number and the
-batch's line count, so a crash in the middle of a write is recognized on resume:
-the incomplete last batch is cut off and redone, never counted twice.
+Every new run folder, of every kind, is named and made by one rule (kdkit.probe.measure.sweep and
+.resume call it)::
+
+    new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = None) -> Path
+
+makes ``runs/<new_run_id(kind, params_hash)>`` atomically (mkdir without exist_ok, in a loop) and
+returns it; ``what`` names the folder in the error when it cannot be made (the wording of
+kdkit.core.staging.require_writable). One ID format with a kind prefix: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>``
+for a pilot run (its workers' folders add ``-w<I>of<N>``, their gathering ``-gathered``),
+``sweep-<UTC %Y%m%d-%H%M%S>``, ``resume-test-<UTC %Y%m%d-%H%M%S>``. One collision rule,
+``claim(base, take)``: ``base``, then ``base-2``, ``base-3``... until ``take`` does not raise
+FileExistsError (a pilot's ``take`` is kdkit.core.runresults.RunFolder.make, which renames a whole
+staging folder into place).
+
+The writers (kdkit.core.runresults.RunFolder, and the summaries of kdkit.probe.pilot) write the
+keys named here; read_run() reads exactly those keys, tolerating files that are missing or torn.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import gc
-import hashlib
-import itertools
 import json
-import operator
 import os
 import re
-import shutil
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from kdkit.core.checksums import SUMS, safe_name, write_digests
-from kdkit.core.errors import BadInput, CheckFailed, KdkitError
-from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
+from kdkit.core.checksums import SUMS, safe_name
+from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.core.staging import hold, release, staged_name, staging_for
+from kdkit.core.staging import require_writable, staged_name
 
-RESULTS = "results.jsonl"
+T = TypeVar("T")
+
+# ---------------------------------------------------------------- file names
+
+PARAMS, ENV, RESULTS, STOP = "params.json", "env.json", "results.jsonl", "stop.json"
+SUMMARY, SUMMARY_MD = "summary.json", "summary.md"
 # What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
 # still a missing file. stop.json is required too when the summary says the run stopped.
-REQUIRED = {"pilot": ("params.json", "env.json", RESULTS, "summary.json", "summary.md"),
-            "gathered": ("summary.json", "summary.md")}
+REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD)}
 # The only files the harness puts in a pilot run folder: its own, and earlier sessions' reports kept
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
-HARNESS_FILES = frozenset({"params.json", "env.json", RESULTS, "summary.json", "summary.md", "stop.json", SUMS})
+HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS})
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
-EMPTY_SHA256 = hashlib.sha256().hexdigest()
-BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
-FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
-_FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
-# The harness's usual line, as written by encode_batch: a plain ID (no escape) and its outcome first,
-# ending with "}". One regex over a block finds them all, about five times faster than parsing.
-_USUAL = re.compile(rb'^\{"id":"([^"\\\n]*)","outcome":"([a-z]+)"[^\n]*\}$', re.MULTILINE)
-_ID, _OUTCOME = operator.methodcaller("get", "id"), operator.methodcaller("get", "outcome")
+
+# ---------------------------------------------------------------- keys of its JSON files
+
+# params.json (RunFolder.make, kdkit.probe.pilot.command) and summary.json (kdkit.probe.pilot.report, .gather)
+RUN_ID, KIND, PARAMS_HASH, SHARE, WORKER, WORKERS = "run_id", "kind", "params_hash", "share", "worker", "workers"
+VERDICT, TOTAL, ACCEPTED, REJECTED, STOPPED, FILES = "verdict", "total", "accepted", "rejected", "stopped", "files"
+TIMINGS, SECONDS = "timings", "seconds"  # summary.json: {"timings": {"seconds": wall time of the session}}
+PEAK, BYTES, DEVICE = "peak_memory", "bytes", "device"  # summary.json: {"peak_memory": {"bytes", "device"}}
+REASON = "reason"  # stop.json: why the run stopped
+PILOT, GATHERED = "pilot", "gathered"  # summary.json's kind
+
+# ---------------------------------------------------------------- IDs and folder names
+
+ID_SHAPES = {PILOT: ("", "%Y%m%dT%H%M%SZ"), "sweep": ("sweep-", "%Y%m%d-%H%M%S"),
+             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S")}
+WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
+MAX_CLAIMS = 1000  # names tried before giving up: a thousand runs of one kind in one second is no real use
+
+
+def new_run_id(kind: str, params_hash: str | None = None, now: datetime | None = None) -> str:
+    """The kind's prefix, the UTC time and a short hash of the resolved parameters (a changed config
+    gives a new ID)."""
+    prefix, stamp = ID_SHAPES[kind]
+    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return f"{prefix}{moment.strftime(stamp)}" + (f"-{params_hash[:8]}" if params_hash else "")
+
+
+def claim(base: str, take: Callable[[str], T]) -> T:
+    """The one collision rule: ``take(base)``, then ``take(base-2)``, ``take(base-3)``... while it raises
+    FileExistsError (the name is taken); ``take`` makes the folder atomically or refuses."""
+    for n in range(1, MAX_CLAIMS + 1):
+        try:
+            return take(base if n == 1 else f"{base}-{n}")
+        except FileExistsError:
+            continue
+    raise BadInput(f"{base}: {MAX_CLAIMS} run folders of that name exist; wait a second and start again")
+
+
+def new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = None) -> Path:
+    """A new, empty ``runs/<run-id>`` made atomically (see the module's docstring)."""
+    base = new_run_id(kind, params_hash)
+
+    def take(name: str) -> Path:
+        (runs / name).mkdir(parents=True)  # FileExistsError when another run took the name
+        return runs / name
+
+    try:
+        return claim(base, take)
+    except OSError as exc:
+        require_writable(runs / base, what)  # the refusal in its usual words
+        raise BadInput(f"{runs / base}: cannot create it ({exc.strerror or exc}); make {runs} writable or choose "
+                       f"another {what}") from None
+
+
+def worker_folder(run_id: str, worker: int, workers: int) -> str:
+    return f"{run_id}-w{worker}of{workers}"
+
+
+def gathered_folder(run_id: str) -> str:
+    return f"{run_id}-gathered"
+
+
+def base_id(folder: str) -> str:
+    """The shared run ID of a worker folder (``X-w0of2`` -> ``X``); a whole-manifest run is its own."""
+    match = WORKER_FOLDER.match(folder)
+    return match.group("base") if match else folder
+
+
+def check_run_id(run_id: str, option: str) -> str:
+    if not is_safe_id(run_id):
+        raise BadInput(f"{option} {run_id!r}: not a valid run ID; {SAFE_ID_RULE}")
+    return run_id
+
+
+def run_folders(runs: Path) -> list[Path]:
+    """Every folder under ``runs`` in ID order (IDs of one kind start with the UTC time: time order);
+    staging folders (hidden) are not runs."""
+    if not runs.is_dir():
+        return []
+    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+# ---------------------------------------------------------------- what a closed folder holds
 
 
 def required_files(folder: Path) -> list[str]:
     """The files a closed run folder of its kind (summary.json's ``kind``; a pilot run by default) must hold."""
-    try:
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        summary = None
-    summary = summary if isinstance(summary, dict) else {}
-    kind = str(summary.get("kind")) if summary.get("kind") in REQUIRED else "pilot"
-    listed = summary.get("files")  # a closed pilot run names every file it holds
+    summary = _object(folder / SUMMARY)
+    kind = str(summary.get(KIND)) if summary.get(KIND) in REQUIRED else PILOT
+    listed = summary.get(FILES)  # a closed pilot run names every file it holds
     named = [str(f) for f in listed if safe_name(f) and f != SUMS] if isinstance(listed, list) else []
-    required = [*REQUIRED[kind], *(["stop.json"] if kind == "pilot" and summary.get("stopped") else [])]
+    required = [*REQUIRED[kind], *([STOP] if kind == PILOT and summary.get(STOPPED) else [])]
     return required + [name for name in named if name not in required]
 
 
@@ -88,376 +163,108 @@ def foreign_entries(folder: Path) -> list[str]:
     return found
 
 
-def new_run_id(params_hash: str, now: datetime | None = None) -> str:
-    """UTC time plus a short hash of the resolved parameters: a changed config gives a new ID."""
-    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return f"{moment:%Y%m%dT%H%M%SZ}-{params_hash[:8]}"
+# ---------------------------------------------------------------- the reader
 
 
-def check_run_id(run_id: str, option: str) -> str:
-    if not is_safe_id(run_id):
-        raise BadInput(f"{option} {run_id!r}: not a valid run ID; {SAFE_ID_RULE}")
-    return run_id
+@dataclass(frozen=True)
+class Run:
+    """One run folder as read_run() finds it; a field is None where its file is missing or torn."""
 
-
-@dataclass
-class Scan:
-    """What results.jsonl already holds, as far as resuming needs it."""
-
-    finished: set[str] = field(default_factory=set)
-    rejected: int = 0
-    lines: int = 0
-    next_batch: int = 0
-    dropped_lines: int = 0
-
-
-class RunFolder:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.results = path / RESULTS
-        self._pool: ThreadPoolExecutor | None = None
-        self._syncing: Future[None] | None = None
-        self._fd: int | None = None  # results.jsonl, open for appending while the run goes on
-        # results.jsonl as it must be: the prefix kept from earlier sessions (hashed in the background
-        # while the run starts), then every byte this session appended.
-        self._prefix: tuple[int, Future[str]] | None = None
-        self._appended = hashlib.sha256()
-        self._results_digest: str | None = None  # the whole file's sha256, once checked
-        self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
+    path: Path
+    kind: str  # summary.json's kind: "pilot" (also until a summary says otherwise) or "gathered"
+    has_params: bool  # a pilot run writes params.json before its first item
+    has_summary: bool
+    params_hash: str | None  # params.json's (a gathering's: its summary's)
+    verdict: str  # "pass" or "fail" (the summary's), else "stopped" (a stop.json), else "incomplete"
+    stop_reason: str | None
+    total: int | None
+    accepted: int | None
+    rejected: int | None
+    seconds: float | None  # the summary's timings.seconds
+    peak_bytes: int | None  # the summary's peak_memory.bytes, measured on peak_device
+    peak_device: str | None
+    share: tuple[int, int] | None  # (worker, workers) of a worker's folder
+    workers: int | None  # a gathering's N
 
     @property
     def run_id(self) -> str:
         return self.path.name
 
-    @classmethod
-    def create(cls, runs_dir: Path, run_id: str, params: dict[str, Any]) -> RunFolder:
-        """The new run folder, whole from its first moment: params.json and an empty results file are
-        written in a staging folder beside it (kdkit.core.staging), which is then renamed into place."""
-        path = runs_dir / run_id
-        exists = BadInput(f"{path}: run folder exists; resume it with --resume {run_id} or choose another --run-id")
-        if os.path.lexists(path):
-            raise exists
-        staging, lock = staging_for(path), None
-        try:
-            runs_dir.mkdir(parents=True, exist_ok=True)
-            staging.mkdir()
-            lock = hold(staging)
-            (staging / RESULTS).touch()
-            atomic_write_json(staging / "params.json", {"run_id": run_id, **params})
-            digest = sha256_file(staging / "params.json")
-            os.rename(staging, path)  # fails if another run took the name meanwhile
-        except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            if os.path.lexists(path):
-                raise exists from None
-            raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {runs_dir} "
-                           "writable (in a container: mount runs/ read-write)") from None
-        finally:
-            release(lock)
-        run = cls(path)
-        run._vouched["params.json"] = digest
-        return run
 
-    @classmethod
-    def existing(cls, runs_dir: Path, run_id: str) -> RunFolder:
-        path = runs_dir / run_id
-        if not (path / "params.json").is_file():
-            raise BadInput(f"{path}: no such run (params.json missing); list {runs_dir} for run IDs")
-        return cls(path)
-
-    def write_json(self, name: str, data: Any) -> None:
-        self._write(name, (dumps(data) + "\n").encode("utf-8", "backslashreplace"))
-
-    def write_text(self, name: str, text: str) -> None:
-        self._write(name, text.encode("utf-8", "backslashreplace"))
-
-    def _write(self, name: str, data: bytes) -> None:
-        atomic_write_bytes(self.path / name, data, replace_any=True)
-        self._vouched[name] = hashlib.sha256(data).hexdigest()
-
-    def take_over(self) -> None:
-        """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
-        checked them), so that SHA256SUMS can list them and a change during this session is seen."""
-        for entry in os.scandir(self.path):
-            if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and entry.name not in (RESULTS, SUMS):
-                self._vouched.setdefault(entry.name, sha256_file(Path(entry.path)))
-
-    def append(self, records: list[dict[str, Any]]) -> None:
-        """Write one batch's lines once the previous batch is on disk, and start their fsync."""
-        if not records:
-            return
-        payload = encode_batch(records)
-        self.wait_synced()
-        if self._fd is None:
-            self._fd = os.open(self.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _write_all(self._fd, payload)
-        self._appended.update(payload)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
-        self._syncing = self._pool.submit(os.fsync, self._fd)
-
-    def wait_synced(self) -> None:
-        """Block until the last appended batch is on disk; a failed fsync is raised here."""
-        syncing, self._syncing = self._syncing, None
-        if syncing is not None:
-            syncing.result()
-
-    def close(self) -> None:
-        """Wait for the last fsync and stop the helper thread."""
-        try:
-            self.wait_synced()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
-            if self._fd is not None:
-                fd, self._fd = self._fd, None
-                os.close(fd)
-
-    # ------------------------------------------------------------ resume
-
-    def scan(self) -> Scan:
-        """Read results.jsonl for resuming; cut off a torn or incomplete last batch first."""
-        scan = Scan()
-        if not self.results.exists():
-            return scan
-        data, cut, scan.dropped_lines = self._complete_prefix()
-        self._hash_prefix(data, cut)
-        if cut == 0:
-            return scan
-        with _no_gc():
-            for first, block in _blocks(data, cut):
-                _scan_block(scan, block, first, self.results)
-        last = data.rfind(b"\n", 0, cut - 1) + 1
-        record = _parse_line(data[last:cut - 1], functools.partial(_line_number, data, last), self.results)
-        scan.next_batch = int(record.get("batch", -1)) + 1  # batches are appended in order
-        return scan
-
-    def _complete_prefix(self, repair: bool = True) -> tuple[bytes, int, int]:
-        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut there
-        unless ``repair`` is False."""
-        data = self.results.read_bytes()
-        end = data.rfind(b"\n") + 1
-        dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
-        cut, tail = _incomplete_tail(data, end, self.results)
-        if cut != len(data) and repair:
-            with self.results.open("r+b") as handle:
-                handle.truncate(cut)
-                os.fsync(handle.fileno())
-        return data, cut, dropped + tail
-
-    def complete_records(self) -> list[dict[str, Any]]:
-        """The records of every complete batch, read without changing the file (what a resume keeps)."""
-        if not self.results.exists():
-            return []
-        data, cut, _ = self._complete_prefix(repair=False)
-        return [record for first, block in _blocks(data, cut) for record in _parse_block(block, first, self.results)]
-
-    def _hash_prefix(self, data: bytes, cut: int) -> None:
-        """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a million-line
-        resume does not wait for it; the run is judged only once it is known."""
-        if cut == 0:
-            return
-        hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-hash")
-        self._prefix = (cut, hasher.submit(lambda: hashlib.sha256(memoryview(data)[:cut]).hexdigest()))
-        hasher.shutdown(wait=False)  # the thread ends with its one task
-
-    def holds_only_appended(self) -> bool:
-        """Whether results.jsonl is exactly what it must be: the prefix this session started from, then the
-        bytes it appended (each part's SHA-256 against what the harness knows)."""
-        if not self.results.is_file() or self.results.is_symlink():
-            return False
-        cut, expected = (self._prefix[0], self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
-        whole, head, tail, read = hashlib.sha256(), hashlib.sha256(), hashlib.sha256(), 0
-        with self.results.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                whole.update(block)
-                split = max(0, min(len(block), cut - read))
-                head.update(block[:split])
-                tail.update(block[split:])
-                read += len(block)
-        self._results_digest = whole.hexdigest()  # sealed as it is: when not intact, the run has failed for it
-        return read >= cut and head.hexdigest() == expected and tail.hexdigest() == self._appended.hexdigest()
-
-    def integrity_problems(self, intact: bool | None = None) -> list[str]:
-        """What something other than the harness did to the run folder while it was open: a file of the
-        harness changed or gone, results.jsonl not what was appended, entries the harness never made.
-        Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
-        problems = []
-        for name, digest in sorted(self._vouched.items()):
-            path = self.path / name
-            if path.is_symlink() or not path.is_file() or sha256_file(path) != digest:
-                problems.append(f"{name}: changed by something other than the harness while the run was open; "
-                                "the run cannot pass (was the app writing into its run folder?)")
-        if not (self.holds_only_appended() if intact is None else intact):
-            problems.append(f"{RESULTS}: not the results the harness appended (changed by something else while the "
-                            "run was open); the run cannot pass")
-        problems += [f"{entry}: in the run folder but not put there by the harness; it is not part of the run"
-                     for entry in foreign_entries(self.path)]
-        return problems
-
-    def files_listed(self) -> list[str]:
-        """What SHA256SUMS will list: every file the harness vouches for, and the results."""
-        return sorted({*self._vouched, RESULTS})
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        """Every record of results.jsonl, streamed a block at a time; a damaged line is CheckFailed."""
-        if not self.results.exists():
-            return
-        with self.results.open("rb") as handle:
-            rest, line = b"", 1
-            while block := handle.read(BLOCK_BYTES):
-                block = rest + block
-                cut = block.rfind(b"\n") + 1
-                rest = block[cut:]
-                if cut:
-                    yield from _parse_block(block[:cut], line, self.results)
-                    line += block.count(b"\n", 0, cut)
-            if rest:
-                yield from _parse_block(rest + b"\n", line, self.results)
-
-    # ------------------------------------------------------------ closing
-
-    def write_sums(self) -> None:
-        """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the folder,
-        so a file changed behind its back fails every later check instead of being blessed)."""
-        if self._results_digest is None:
-            self.holds_only_appended()
-        write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
-
-    def numbered(self, stem: str, suffix: str) -> str:
-        """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""
-        n = 1
-        while (self.path / f"{stem}-{n}{suffix}").exists():
-            n += 1
-        return f"{stem}-{n}{suffix}"
+def read_run(folder: Path) -> Run:
+    """One run folder, read tolerantly: a run may have crashed half-way."""
+    params, summary, stop = _object(folder / PARAMS), _object(folder / SUMMARY), _object(folder / STOP)
+    peak, share = _object_in(summary, PEAK), _object_in(params, SHARE)
+    worker, workers = _int(share.get(WORKER)), _int(share.get(WORKERS))
+    verdict = summary.get(VERDICT) if summary.get(VERDICT) in ("pass", "fail") else None
+    return Run(
+        path=folder, kind=GATHERED if summary.get(KIND) == GATHERED else PILOT,
+        has_params=(folder / PARAMS).is_file(), has_summary=bool(summary),
+        params_hash=_str(params.get(PARAMS_HASH)) or _str(summary.get(PARAMS_HASH)),
+        verdict=verdict or ("stopped" if stop else "incomplete"), stop_reason=_str(stop.get(REASON)),
+        total=_int(summary.get(TOTAL)), accepted=_int(summary.get(ACCEPTED)), rejected=_int(summary.get(REJECTED)),
+        seconds=session_seconds(summary), peak_bytes=_int(peak.get(BYTES)), peak_device=_str(peak.get(DEVICE)),
+        share=None if worker is None or workers is None else (worker, workers),
+        workers=_int(summary.get(WORKERS)) if summary.get(KIND) == GATHERED else None,
+    )
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # built once; ASCII escapes (ensure_ascii)
+def session_seconds(summary: dict[str, Any] | None) -> float | None:
+    """A pilot summary's wall time (timings.seconds), or None."""
+    timings = (summary or {}).get(TIMINGS)
+    seconds = timings.get(SECONDS) if isinstance(timings, dict) else None
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+        return float(seconds)
+    return None
 
 
-def encode_batch(records: list[dict[str, Any]]) -> bytes:
-    """One batch's lines, each record followed by the batch's line count (how resume spots a torn batch).
-
-    ASCII escapes: whatever string an app returns (even a lone surrogate) stays valid JSON and UTF-8.
-    The count is spliced in before each record's closing brace rather than copied into a new dict.
-    """
-    tail = f',"lines":{len(records)}}}\n'
-    return "".join([_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode("ascii")
-
-
-def _write_all(fd: int, payload: bytes) -> None:
-    """os.write until every byte is written (a regular file may take a write in parts)."""
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a million fresh dicts (no cycles) would trigger it
-    hundreds of times, each pass walking every object made so far."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+def _object(path: Path) -> dict[str, Any]:
+    """A run file's JSON object, or {} when missing, unreadable or not an object."""
     try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def _incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
-    """(where the complete lines end, how many to drop): a last batch written only in part is dropped.
-
-    Walks back from ``end`` over the lines of the last batch only, so it costs one batch, not the file.
-    """
-    batch, count, tail, start = None, None, 0, end
-    while start > 0:
-        previous = data.rfind(b"\n", 0, start - 1) + 1
-        record = _parse_line(data[previous:start - 1], functools.partial(_line_number, data, previous), path)
-        if tail == 0:
-            batch, count = record.get("batch"), record.get("lines")
-        elif record.get("batch") != batch:
-            break
-        tail, start = tail + 1, previous
-    return (start, tail) if isinstance(count, int) and tail < count else (end, 0)
+def _object_in(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
 
 
-def _scan_block(scan: Scan, block: bytes, first: int, path: Path) -> None:
-    """Count one block's lines into ``scan``.
-
-    When every line has the usual shape (one regex match per newline: each match is one whole
-    line), only the ID and outcome are taken, no JSON is parsed; a block with any other line is
-    parsed whole, and a damaged line is named. The run's accounting parses every line anyway.
-    """
-    lines = block.count(b"\n")
-    pairs = _USUAL.findall(block) if block.isascii() else []
-    if pairs and len(pairs) == lines:
-        ids, outcomes = zip(*pairs, strict=True)
-        finished = itertools.compress(ids, map(_FINISHED_BYTES.__contains__, outcomes))
-        scan.finished.update(map(bytes.decode, finished))
-        scan.rejected += outcomes.count(b"rejected")
-    else:
-        records = _parse_block(block, first, path)
-        texts = list(map(_OUTCOME, records))  # map + methodcaller: the loop runs in C
-        scan.rejected += texts.count("rejected")
-        scan.finished.update(itertools.compress(map(_ID, records), map(FINISHED.__contains__, texts)))
-    scan.lines += lines
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _line_number(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
-def _blocks(data: bytes, cut: int) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) for blocks of about BLOCK_BYTES, each ending with a newline."""
-    start, line = 0, 1
-    while start < cut:
-        stop = data.find(b"\n", min(start + BLOCK_BYTES, cut) - 1) + 1
-        block = data[start:stop]
-        yield line, block
-        line += block.count(b"\n")
-        start = stop
+def md_cell(value: Any, limit: int = 160) -> str:
+    """Text safe inside a Markdown table cell (IDs and reasons are data, shown, never interpreted); None is —."""
+    if value is None:
+        return "—"
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _parse_block(block: bytes, first: int, path: Path) -> list[dict[str, Any]]:
-    """Every line of a block in one json.loads call (fast); on any doubt, line by line to name the bad one."""
-    lines = block.count(b"\n")
-    try:
-        records = json.loads(b"[" + block[:-1].replace(b"\n", b",") + b"]")
-    except json.JSONDecodeError:
-        records = None
-    if records is None or len(records) != lines or set(map(type, records)) != {dict}:
-        records = [_parse_line(text, first + i, path) for i, text in enumerate(block[:-1].split(b"\n"))]
-    return records  # type: ignore[no-any-return]
-
-
-def _parse_line(line: bytes, number: int | Callable[[], int], path: Path) -> dict[str, Any]:
-    """One record; ``number`` (or a function computing it, only on error) names the line."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        record = None
-    if not isinstance(record, dict):
-        where = number if isinstance(number, int) else number()
-        raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a torn "
-                          "last line is repaired)")
-    return record
+# ---------------------------------------------------------------- the code a run ran
 
 
 def git_state(root: Path) -> dict[str, Any]:
     """The code revision and whether the tree is dirty; None with a note where git cannot tell."""
     from kdkit.core.proc import run
 
+    unknown: dict[str, Any] = {"revision": None, "dirty": None}
     try:
         head = run(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
         if not head.ok:
-            return {"revision": None, "dirty": None, "note": head.first_error_line()}
+            return {**unknown, "note": head.first_error_line()}
         status = run(["git", "-C", str(root), "status", "--porcelain"], timeout=60)
     except KdkitError as exc:
-        return {"revision": None, "dirty": None, "note": str(exc)}
+        return {**unknown, "note": str(exc)}
     revision = head.stdout.strip()
     if not re.fullmatch(r"[0-9a-f]{40,64}", revision):
-        return {"revision": None, "dirty": None, "note": f"unexpected git output {revision[:60]!r}"}
+        return {**unknown, "note": f"unexpected git output {revision[:60]!r}"}
     return {"revision": revision, "dirty": bool(status.stdout.strip()) if status.ok else None,
             "note": None if status.ok else status.first_error_line()}

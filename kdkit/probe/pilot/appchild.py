@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
+from kdkit.core.runfolder import BYTES, DEVICE
 from kdkit.probe.pilot.harness import short_text
 
 FRAME = struct.Struct(">IQ")
@@ -186,22 +187,20 @@ class Server:
         self.replies.write(frame(header))
 
     def serve(self) -> None:
+        handlers: dict[Any, Callable[[dict[str, Any], bytes], dict[str, Any] | bytes]] = {
+            "predict": self.run_predict, "diagnose": self.diagnose, "load": lambda header, _: self.load(header),
+            "peak": lambda _header, _payload: {"op": "peak", "memory": peak_memory(self.device)}}
         while (request := read_frame(self.requests)) is not None:
             header, payload = request
-            op = header.get("op")
-            if op == "predict":
-                self.reply(self.run_predict(header, payload))
-            elif op == "diagnose":
-                from kdkit.probe.diagnose.command import run_diagnose
-
-                report = run_diagnose(header["expect"], project=_path(header.get("project")))
-                self.reply({"op": "diagnosed", "report": report})
-            elif op == "load":
-                self.reply(self.load(header))
-            elif op == "peak":
-                self.reply({"op": "peak", "memory": peak_memory(self.device)})
-            else:
+            handler = handlers.get(header.get("op"))
+            if handler is None:
                 return
+            self.reply(handler(header, payload))
+
+    def diagnose(self, header: dict[str, Any], _payload: bytes) -> dict[str, Any]:
+        from kdkit.probe.diagnose.command import run_diagnose
+
+        return {"op": "diagnosed", "report": run_diagnose(header["expect"], project=_path(header.get("project")))}
 
     def load(self, header: dict[str, Any]) -> dict[str, Any]:
         from pathlib import Path
@@ -252,10 +251,10 @@ def peak_memory(device: str) -> dict[str, Any]:
 
     torch = sys.modules.get("torch")
     if torch is not None and device != "cpu" and torch.cuda.is_available():
-        return {"device": device, "kind": "torch.cuda.max_memory_allocated",
-                "bytes": int(torch.cuda.max_memory_allocated())}
-    return {"device": "cpu", "kind": "peak RSS of the app process (ru_maxrss)",
-            "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        return {DEVICE: device, "kind": "torch.cuda.max_memory_allocated",
+                BYTES: int(torch.cuda.max_memory_allocated())}
+    return {DEVICE: "cpu", "kind": "peak RSS of the app process (ru_maxrss)",
+            BYTES: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def main(parent: int) -> None:

@@ -11,7 +11,6 @@ copies the closed folder elsewhere and verifies the copy. Standard library only
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -27,16 +26,35 @@ from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import load_object, project_root
-from kdkit.core.runfolder import RunFolder, Scan, check_run_id, git_state, new_run_id
+from kdkit.core.runfolder import (
+    BYTES,
+    DEVICE,
+    ENV,
+    FILES,
+    PARAMS,
+    PARAMS_HASH,
+    PEAK,
+    PILOT,
+    SECONDS,
+    STOP,
+    SUMMARY,
+    SUMMARY_MD,
+    TIMINGS,
+    check_run_id,
+    claim,
+    git_state,
+    new_run_id,
+)
+from kdkit.core.runresults import RunFolder, Scan
 from kdkit.core.staging import clean_stale_in, describe_removed
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot import harness
 from kdkit.probe.pilot.accounting import Accounting, Tally, account
+from kdkit.probe.pilot.options import build_parser
 from kdkit.probe.pilot.origin import app_record, check_resume
 from kdkit.probe.pilot.report import summary_data, summary_markdown
 from kdkit.probe.pilot.shares import (
     Share,
-    add_share_arguments,
     check_resumed_share,
     folder_name,
     parse_share,
@@ -49,37 +67,6 @@ from kdkit.probe.results.copyout import copy_run
 
 PROBLEMS_SHOWN = 20
 IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
-HELP = """\
-Run the pilot documents through the project's app with exactly-once accounting.
-
-The harness reads each input itself: a file that is missing, unreadable, over
-max_input_bytes or not UTF-8 is rejected with that reason and never reaches the
-app. The app's entry (config: "entry") is called as predict(items) with items
-[{"id": ..., "text": ...}] and answers [{"id": ..., "category": ...}] or
-[{"id": ..., "error": "reason"}]. A batch that raises is retried item by item.
-The app runs in a process of its own: when it exits, crashes, is killed (the
-out-of-memory killer) or takes longer than stop.max_batch_seconds on a batch,
-the run stops, closed, with stop.json naming what happened and the batch in
-flight. Anything the app writes into its run folder fails the run.
-
-The run passes when every manifest ID appears exactly once, no ID is invented,
-each category is allowed, each rejection has a reason, the expected rejections
-were rejected and the rest accepted, and quality >= min_quality."""
-EPILOG = """\
-run folder runs/<run-id>/ (run-id = UTC time + hash of the parameters):
-  params.json, env.json (the diagnose report), results.jsonl (fsynced per batch),
-  summary.json, summary.md, SHA256SUMS, stop.json (only when stopped early)
-
-examples:
-  kdkit pilot                          the project around the current folder
-  kdkit pilot --resume RUN_ID          after a crash, Ctrl-C or a stop rule
-  kdkit pilot --copy-to /mnt/backup    and verify a copy of the run folder
-  kdkit pilot --run-id R --worker 0 --workers 2
-                                       worker 0's share only -> runs/R-w0of2 (then kdkit gather)
-
-exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""
-
-
 @dataclass
 class Session:
     """This invocation's share of the run: timings and the stop, if any."""
@@ -99,7 +86,7 @@ class Session:
     def timings(self) -> dict[str, Any]:
         total = time.perf_counter() - self.started
         return {
-            "seconds": round(total, 4),
+            SECONDS: round(total, 4),
             "diagnose_seconds": round(self.diagnose_seconds, 4),
             "app_seconds": round(self.app_seconds, 4),
             "harness_seconds": round(total - self.diagnose_seconds - self.app_seconds, 4),
@@ -130,10 +117,11 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
     """A new run folder with its params.json, or the existing one to resume (same parameters and share only)."""
     params = cfg.resolved()
     digest = params_hash(params)
+    chosen = check_run_id(run_id, "--run-id") if run_id else None
     if resume is not None:
         run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
-        recorded_params = load_object(run.path / "params.json", "run parameters")
-        check_resumed_share(recorded_params, share, run.path / "params.json")
+        recorded_params = load_object(run.path / PARAMS, "run parameters")
+        check_resumed_share(recorded_params, share, run.path / PARAMS)
         check_resume(cfg, run, recorded_params, digest)  # before anything is written
         for line in describe_removed(clean_stale_in(run.path)):
             print(f"pilot: {line}", file=sys.stderr)
@@ -142,38 +130,31 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         return run, True
     code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
-    name = folder_name(check_run_id(run_id, "--run-id") if run_id else _free_id(cfg, digest), share)
     for line in describe_removed(clean_stale_in(cfg.runs_dir)):  # a killed pilot's folder being made
         print(f"pilot: {line}", file=sys.stderr)
-    run = RunFolder.create(cfg.runs_dir, name, {
+    record = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "project_root": str(cfg.root),
         "params": params,
-        "params_hash": digest,
+        PARAMS_HASH: digest,
         "code": code,
         "app": app,
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
         **share_fields(share),
-    })
-    return run, False
-
-
-def _free_id(cfg: PilotConfig, digest: str) -> str:
-    base = new_run_id(digest)
-    candidate, n = base, 1
-    while (cfg.runs_dir / candidate).exists():  # two runs of one config in the same second
-        n += 1
-        candidate = f"{base}-{n}"
-    return candidate
+    }
+    if chosen:
+        return RunFolder.create(cfg.runs_dir, folder_name(chosen, share), record), False
+    return claim(new_run_id(PILOT, digest), lambda free: RunFolder.make(cfg.runs_dir / folder_name(free, share),
+                                                                          record)), False
 
 
 def _reopen(run: RunFolder) -> None:
     """A resumed run is open again: its closing files go, earlier stop and env reports are kept by number."""
-    for name in ("SHA256SUMS", "summary.json", "summary.md"):
+    for name in (SUMS, SUMMARY, SUMMARY_MD):
         (run.path / name).unlink(missing_ok=True)
-    for stem in ("stop", "env"):
+    for stem in ("stop", "env"):  # STOP and ENV, kept as stop-1.json, env-1.json...
         if (run.path / f"{stem}.json").exists():
             os.replace(run.path / f"{stem}.json", run.path / run.numbered(stem, ".json"))
 
@@ -210,7 +191,7 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
                 report = app.diagnose(expect_for(cfg.device), cfg.root)
             finally:
                 session.diagnose_seconds = time.perf_counter() - started
-            run.write_json("env.json", report)
+            run.write_json(ENV, report)
             if (blocked := diagnose_blocks(report)) is not None:
                 raise StopRequested(blocked, "diagnose")
             app.load(cfg.root, cfg.entry, cfg.device)
@@ -232,8 +213,8 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
     finally:
         with contextlib.suppress(OSError):
             run.close()
-    if not (run.path / "env.json").exists():  # the diagnose itself did not come back: say so there
-        run.write_json("env.json", {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
+    if not (run.path / ENV).exists():  # the diagnose itself did not come back: say so there
+        run.write_json(ENV, {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
             "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
             "fix": "see stop.json"}})
     if session.stop is not None:
@@ -287,8 +268,8 @@ def peak_memory(session: Session, device: str) -> dict[str, Any]:
     could no longer say (it was stopped or died), the peak RSS of the processes this one waited for."""
     if session.peak is not None:
         return session.peak
-    return {"device": device, "kind": "peak RSS of the app process (ru_maxrss of waited children)",
-            "bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+    return {DEVICE: device, "kind": "peak RSS of the app process (ru_maxrss of waited children)",
+            BYTES: resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
 
 
 def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
@@ -316,17 +297,17 @@ def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
 def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
     """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS."""
     if session.stop is not None:
-        run.write_json("stop.json", session.stop)
+        run.write_json(STOP, session.stop)
     accounting = judged(cfg, run, session)
     summary = summary_data(run.run_id, cfg, accounting, session.stop, {
         "resumed": session.resumed,
         "lines_dropped_on_resume": session.dropped_lines,
-        "timings": session.timings(),
-        "peak_memory": peak_memory(session, cfg.device),
+        TIMINGS: session.timings(),
+        PEAK: peak_memory(session, cfg.device),
     })
-    summary["files"] = sorted({*run.files_listed(), "summary.json", "summary.md", SUMS})
-    run.write_json("summary.json", summary)
-    run.write_text("summary.md", summary_markdown(summary, cfg, accounting))
+    summary[FILES] = sorted({*run.files_listed(), SUMMARY, SUMMARY_MD, SUMS})
+    run.write_json(SUMMARY, summary)
+    run.write_text(SUMMARY_MD, summary_markdown(summary, cfg, accounting))
     run.write_sums()
     return summary
 
@@ -346,28 +327,6 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
     lines.append("PASS: every ID exactly once, expectations met" if summary["verdict"] == "pass"
                  else f"FAIL: {len(problems)} problem(s); details in {run.path / 'summary.md'}")
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kdkit pilot",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=HELP,
-        epilog=EPILOG,
-    )
-    parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
-                        help="the project (default: found upward from the current folder)")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="pilot config, relative to the project (default: pilot_config in kdkit.json)")
-    ident = parser.add_mutually_exclusive_group()
-    ident.add_argument("--run-id", metavar="ID", help="name the new run (default: UTC time + params hash)")
-    ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
-    parser.add_argument("--copy-to", type=Path, metavar="DEST",
-                        help="copy the run folder to DEST/<run-id> and verify the copy against SHA256SUMS")
-    parser.add_argument("--json", action="store_true", help="print summary.json instead of text")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    add_share_arguments(parser)
-    return parser
 
 
 def _copy(run: RunFolder, dest: Path | None) -> tuple[dict[str, Any], KdkitError | None]:

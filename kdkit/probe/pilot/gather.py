@@ -29,15 +29,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kdkit.core import runfolder as rf
 from kdkit.core.checksums import SUMS, write_sums
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import find_root, load_object, project_root
-from kdkit.core.runfolder import FINISHED, RunFolder
+from kdkit.core.runresults import FINISHED, RunFolder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.probe.pilot.accounting import Accounting, account
-from kdkit.probe.pilot.shares import Share, base_id, recorded_share, worker_of
+from kdkit.probe.pilot.shares import Share, recorded_share, worker_of
 from kdkit.probe.results.copyout import read_sums, verify_folder
 
 SHOWN = 10  # IDs named per problem line before "+N more"
@@ -83,11 +84,11 @@ def load_worker(path: Path) -> Worker:
     """A worker's folder: BadInput unless it is a pilot run folder (params.json present)."""
     if not path.is_dir():
         raise BadInput(f"{path}: not a folder; give the workers' run folders (runs/<run-id>-wIofN)")
-    params_file = path / "params.json"
+    params_file = path / rf.PARAMS
     if not params_file.is_file():
         raise BadInput(f"{params_file}: not found; {path} is not a pilot run folder")
     params = load_object(params_file, "run parameters")
-    summary_file = path / "summary.json"
+    summary_file = path / rf.SUMMARY
     summary = load_object(summary_file, "run summary") if summary_file.is_file() else None
     return Worker(path.resolve(), params, recorded_share(params, params_file), summary)
 
@@ -114,9 +115,9 @@ def consistency_problems(workers: Sequence[Worker]) -> list[str]:
             problems.append(f"{worker.name}: manifest sha256 {str(mine.get('manifest_sha256'))[:12]} differs from "
                             f"{first.name}'s {str(theirs.get('manifest_sha256'))[:12]}; every worker must read "
                             "the same manifest")
-        elif worker.params.get("params_hash") != first.params.get("params_hash"):
-            problems.append(f"{worker.name}: params hash {str(worker.params.get('params_hash'))[:8]} differs from "
-                            f"{first.name}'s {str(first.params.get('params_hash'))[:8]}; every worker must run the "
+        elif worker.params.get(rf.PARAMS_HASH) != first.params.get(rf.PARAMS_HASH):
+            problems.append(f"{worker.name}: params hash {str(worker.params.get(rf.PARAMS_HASH))[:8]} differs from "
+                            f"{first.name}'s {str(first.params.get(rf.PARAMS_HASH))[:8]}; every worker must run the "
                             "same pilot config")
         if worker.share.workers != first.share.workers:
             problems.append(f"{worker.name}: one of {worker.share.workers} workers, but {first.name} is one of "
@@ -129,9 +130,9 @@ def _coverage_problems(workers: Sequence[Worker]) -> list[str]:
     by_index: dict[int, list[str]] = {}
     for worker in workers:
         by_index.setdefault(worker.share.worker, []).append(worker.name)
-    base = base_id(workers[0].name)
-    problems = [f"worker {i} of {count}: no run folder given (expected {base}-w{i}of{count}); run or resume it"
-                for i in range(count) if i not in by_index]
+    base = rf.base_id(workers[0].name)
+    problems = [f"worker {i} of {count}: no run folder given (expected {rf.worker_folder(base, i, count)}); run or "
+                "resume it" for i in range(count) if i not in by_index]
     problems += [f"worker {i} of {count}: {len(names)} run folders ({', '.join(names)}); give one per worker"
                  for i, names in sorted(by_index.items()) if len(names) > 1]
     return problems
@@ -139,7 +140,7 @@ def _coverage_problems(workers: Sequence[Worker]) -> list[str]:
 
 def project_problems(cfg: PilotConfig, workers: Sequence[Worker]) -> list[str]:
     """The project's pilot parameters must be the ones the workers ran (so its manifest is theirs)."""
-    digest, recorded = params_hash(cfg.resolved()), workers[0].params.get("params_hash")
+    digest, recorded = params_hash(cfg.resolved()), workers[0].params.get(rf.PARAMS_HASH)
     if digest == recorded:
         return []
     return [f"{cfg.config_path}: the project's pilot parameters (hash {digest[:8]}) are not the workers' "
@@ -207,15 +208,15 @@ def summary_data(run_id: str, cfg: PilotConfig, workers: Sequence[Worker], acc: 
                  problems: list[str]) -> dict[str, Any]:
     first = workers[0].params
     return {
-        "run_id": run_id,
-        "kind": "gathered",
-        "verdict": "fail" if problems else "pass",
-        "workers": workers[0].share.workers,
-        "params_hash": first.get("params_hash"),
+        rf.RUN_ID: run_id,
+        rf.KIND: rf.GATHERED,
+        rf.VERDICT: "fail" if problems else "pass",
+        rf.WORKERS: workers[0].share.workers,
+        rf.PARAMS_HASH: first.get(rf.PARAMS_HASH),
         "manifest_sha256": first.get("params", {}).get("manifest_sha256"),
-        "total": len(cfg.documents),
-        "accepted": acc.accepted if acc else None,
-        "rejected": acc.rejected if acc else None,
+        rf.TOTAL: len(cfg.documents),
+        rf.ACCEPTED: acc.accepted if acc else None,
+        rf.REJECTED: acc.rejected if acc else None,
         "quality": acc.quality if acc else None,
         "min_quality": cfg.min_quality,
         "problems": problems,
@@ -227,13 +228,8 @@ def summary_data(run_id: str, cfg: PilotConfig, workers: Sequence[Worker], acc: 
 def _worker_row(worker: Worker) -> dict[str, Any]:
     summary = worker.summary or {}
     return {"worker": worker.share.worker, "folder": worker.name, "path": str(worker.path),
-            "answered": worker.answered, "verdict": summary.get("verdict"),
-            "seconds": (summary.get("timings") or {}).get("seconds"), "stopped": summary.get("stopped")}
-
-
-def _cell(value: Any) -> str:
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-    return text if len(text) <= 160 else text[:160] + "..."
+            "answered": worker.answered, "verdict": summary.get(rf.VERDICT),
+            "seconds": rf.session_seconds(summary), "stopped": summary.get(rf.STOPPED)}
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
@@ -245,11 +241,11 @@ def summary_markdown(summary: dict[str, Any]) -> str:
              f"{summary['rejected']}",
              f"- Quality against the manifest's labels: {quality} (minimum {summary['min_quality']:g})",
              "", "## Problems", ""]
-    lines += [f"- {_cell(p)}" for p in summary["problems"][:TABLE_ROWS]] or [
+    lines += [f"- {rf.md_cell(p)}" for p in summary["problems"][:TABLE_ROWS]] or [
         "None: every ID answered exactly once, by the worker whose share holds it."]
     lines += ["", "## Workers", "", "| worker | folder | IDs answered | its own verdict | seconds |",
               "|---|---|---|---|---|"]
-    lines += [f"| {w['worker']} | {_cell(w['folder'])} | {w['answered']} | {w['verdict']} | {w['seconds']} |"
+    lines += [f"| {w['worker']} | {rf.md_cell(w['folder'])} | {w['answered']} | {w['verdict']} | {w['seconds']} |"
               for w in summary["per_worker"]]
     lines += ["", "Each worker's own verdict is over its share only; the verdict above is over the whole manifest.",
               "Files: summary.json, summary.md, SHA256SUMS; the results stay in the workers' folders."]
@@ -260,7 +256,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def default_out(workers: Sequence[Worker]) -> Path:
-    return workers[0].path.parent / f"{base_id(workers[0].name)}-gathered"
+    return workers[0].path.parent / rf.gathered_folder(rf.base_id(workers[0].name))
 
 
 def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
@@ -268,8 +264,8 @@ def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
     for worker in workers:
         if out == worker.path or worker.path in out.parents:
             raise BadInput(f"--out {out}: inside the run folder {worker.path}; it would break its {SUMS}")
-    if out.exists() and not (force and (out / "summary.json").is_file()):
-        hint = "add --force to replace an earlier gathering" if (out / "summary.json").is_file() else \
+    if out.exists() and not (force and (out / rf.SUMMARY).is_file()):
+        hint = "add --force to replace an earlier gathering" if (out / rf.SUMMARY).is_file() else \
             "choose another --out"
         raise BadInput(f"{out}: exists; {hint}")
     if not out.parent.is_dir():
@@ -286,9 +282,9 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     try:
         staging.mkdir()
         lock = hold(staging)
-        atomic_write_json(staging / "summary.json", summary)
-        atomic_write_text(staging / "summary.md", summary_markdown(summary))
-        write_sums(staging, [(name, staging / name) for name in ("summary.json", "summary.md")])
+        atomic_write_json(staging / rf.SUMMARY, summary)
+        atomic_write_text(staging / rf.SUMMARY_MD, summary_markdown(summary))
+        write_sums(staging, [(name, staging / name) for name in (rf.SUMMARY, rf.SUMMARY_MD)])
         if out.exists():  # --force: the earlier gathering goes only once the new one is complete
             os.replace(out, old)
         os.replace(staging, out)
@@ -323,8 +319,8 @@ def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | Non
     tally = Tally(frozenset(doc.id for doc in cfg.documents))
     acc = account(cfg.documents, tally.records(workers), cfg.min_quality)
     problems = id_problems(cfg.documents, workers, tally, acc)
-    problems += [f"{w.name}: stopped early: {w.summary['stopped'].get('reason')}; resume it"
-                 for w in workers if w.summary and w.summary.get("stopped")]
+    problems += [f"{w.name}: stopped early: {w.summary[rf.STOPPED].get(rf.REASON)}; resume it"
+                 for w in workers if w.summary and w.summary.get(rf.STOPPED)]
     return acc, problems
 
 
@@ -338,7 +334,7 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     config = workers[0].params.get("params", {}).get("config_file")
     cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
     acc, problems = judge(cfg, workers)
-    summary = summary_data(base_id(workers[0].name), cfg, workers, acc, problems)
+    summary = summary_data(rf.base_id(workers[0].name), cfg, workers, acc, problems)
     write_summary(destination, summary)
     return Gathered(summary, destination)
 

@@ -22,7 +22,8 @@ from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.pilotconfig import PilotConfig
-from kdkit.core.runfolder import RunFolder, foreign_entries
+from kdkit.core.runfolder import PARAMS, STOP, SUMMARY, foreign_entries
+from kdkit.core.runresults import RunFolder
 from kdkit.probe.pilot.harness import read_input
 
 SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
@@ -102,12 +103,12 @@ def input_changes(cfg: PilotConfig, run: RunFolder) -> list[str]:
 def is_finished(run: RunFolder) -> bool:
     """Closed by its checksums with a summary, and not stopped early: nothing is left to resume."""
     path = run.path
-    return (path / SUMS).is_file() and (path / "summary.json").is_file() and not (path / "stop.json").exists()
+    return (path / SUMS).is_file() and (path / SUMMARY).is_file() and not (path / STOP).exists()
 
 
 def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], digest: str) -> None:
     """BadInput, before anything is written, when ``run`` must not be resumed with ``cfg``."""
-    where = run.path / "params.json"
+    where = run.path / PARAMS
     if recorded.get("params_hash") != digest:
         changes = config_changes(dict(recorded.get("params") or {}), cfg.resolved())
         raise BadInput(f"{where}: the parameters changed since this run started ({_named(changes) or 'its hash'}"

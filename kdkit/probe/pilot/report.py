@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kdkit.core.pilotconfig import PilotConfig
+from kdkit.core.runfolder import ACCEPTED, KIND, PILOT, REASON, REJECTED, RUN_ID, STOPPED, TOTAL, VERDICT, md_cell
 from kdkit.probe.pilot.accounting import Accounting
 from kdkit.probe.pilot.harness import read_input
 
@@ -22,40 +23,34 @@ def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str,
                  extra: dict[str, Any]) -> dict[str, Any]:
     problems = list(acc.problems)
     if stop is not None:
-        problems.insert(0, f"stopped early: {stop['reason']}; resume with --resume {run_id}")
+        problems.insert(0, f"stopped early: {stop[REASON]}; resume with --resume {run_id}")
     return {
-        "run_id": run_id,
-        "kind": "pilot",
-        "verdict": "fail" if problems else "pass",
-        "total": acc.total,
-        "accepted": acc.accepted,
-        "rejected": acc.rejected,
+        RUN_ID: run_id,
+        KIND: PILOT,
+        VERDICT: "fail" if problems else "pass",
+        TOTAL: acc.total,
+        ACCEPTED: acc.accepted,
+        REJECTED: acc.rejected,
         "quality": acc.quality,
         "min_quality": cfg.min_quality,
         "expected_rejections": [d.id for d in cfg.documents if d.expect == "reject"],
         "problems": problems,
-        "stopped": stop,
+        STOPPED: stop,
         **extra,
     }
-
-
-def _cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell (IDs and reasons are data, shown, never interpreted)."""
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-    return text if len(text) <= 160 else text[:160] + "..."
 
 
 def _outcome_row(doc_id: str, expect: str, label: str | None, acc: Accounting) -> str:
     record = acc.first.get(doc_id)
     if record is None:
-        return f"| {_cell(doc_id)} | {expect} | {_cell(label or '-')} | not reached | |"
+        return f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | not reached | |"
     outcome = record["outcome"]
     said = record.get("category") if outcome == "accepted" else record.get("reason") or record.get("problem")
     if outcome == "rejected":
         said = f"{record.get('by')}: {said}"
     times = acc.counts.get(doc_id, 0)
     flag = f" (x{times})" if times > 1 else ""
-    return f"| {_cell(doc_id)} | {expect} | {_cell(label or '-')} | {outcome}{flag} | {_cell(said or '')} |"
+    return f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | {outcome}{flag} | {md_cell(said or '')} |"
 
 
 def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting) -> str:
@@ -72,7 +67,7 @@ def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting)
     if summary.get("stopped"):
         lines.append(f"- Stopped early: {summary['stopped']['reason']}")
     lines += ["", "## Problems", ""]
-    lines += [f"- {_cell(p)}" for p in summary["problems"]] or ["None: every rule of the accounting holds."]
+    lines += [f"- {md_cell(p)}" for p in summary["problems"]] or ["None: every rule of the accounting holds."]
     lines += ["", "## Every ID", "", "| ID | expected | label | outcome | category or reason |",
               "|---|---|---|---|---|"]
     for doc in cfg.documents[:TABLE_ROWS]:

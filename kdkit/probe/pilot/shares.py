@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,9 +24,9 @@ from typing import Any, TypeVar
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import whole_number
 from kdkit.core.pilotconfig import PilotConfig
+from kdkit.core.runfolder import SHARE, WORKER, WORKERS, worker_folder
 
 T = TypeVar("T")
-SUFFIX = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
 
 
 def worker_of(ident: str, workers: int) -> int:
@@ -45,7 +44,7 @@ class Share:
 
     @property
     def suffix(self) -> str:
-        return f"-w{self.worker}of{self.workers}"
+        return worker_folder("", self.worker, self.workers)
 
     @property
     def label(self) -> str:
@@ -55,7 +54,7 @@ class Share:
         return worker_of(ident, self.workers) == self.worker
 
     def as_dict(self) -> dict[str, int]:
-        return {"worker": self.worker, "workers": self.workers}
+        return {WORKER: self.worker, WORKERS: self.workers}
 
 
 WHOLE = Share(0, 1)  # a run without --workers answers the whole manifest: worker 0 of 1
@@ -116,18 +115,12 @@ def folder_name(run_id: str, share: Share | None) -> str:
     return run_id + share.suffix
 
 
-def base_id(folder: str) -> str:
-    """The shared run ID of a worker folder (``X-w0of2`` -> ``X``); a whole-manifest run is its own."""
-    match = SUFFIX.match(folder)
-    return match.group("base") if match else folder
-
-
 def recorded_share(params: dict[str, Any], where: Path) -> Share:
     """The share a run folder's params.json records; a run without one answered the whole manifest."""
-    value = params.get("share")
+    value = params.get(SHARE)
     if value is None:
         return WHOLE
-    worker, workers = (value.get(k) if isinstance(value, dict) else None for k in ("worker", "workers"))
+    worker, workers = (value.get(k) if isinstance(value, dict) else None for k in (WORKER, WORKERS))
     if not (isinstance(worker, int) and isinstance(workers, int) and 0 <= worker < workers):
         raise BadInput(f"{where}: $.share: expected {{\"worker\": I, \"workers\": N}} with 0 <= I < N; "
                        "the file was edited or damaged")
@@ -145,4 +138,4 @@ def check_resumed_share(params: dict[str, Any], share: Share | None, where: Path
 
 def share_fields(share: Share | None) -> dict[str, Any]:
     """What params.json records about the share (nothing for a whole-manifest run)."""
-    return {} if share is None else {"share": share.as_dict()}
+    return {} if share is None else {SHARE: share.as_dict()}

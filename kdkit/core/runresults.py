@@ -1,0 +1,397 @@
+"""A run folder's writer: params.json first, then results.jsonl appended, then the checksums that close it.
+
+The names and keys of what it writes, and the one reader, are kdkit.core.runfolder's.
+results.jsonl gets one line per finished item, written a batch at a time. A
+finished batch is appended and fsynced by a helper thread while the app computes
+the next batch (both release the GIL), and that must complete before the next
+batch is handed over: at most the last batch is not yet on disk, and the disk's
+latency hides behind the app's work. Each line carries its batch number and the
+batch's line count, so a crash in the middle of a write is recognized on resume:
+the incomplete last batch is cut off and redone, never counted twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import hashlib
+import itertools
+import json
+import operator
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.checksums import SUMS, write_digests
+from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
+from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, foreign_entries, harness_file
+from kdkit.core.staging import hold, release, staging_for
+
+EMPTY_SHA256 = hashlib.sha256().hexdigest()
+BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
+FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
+_FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
+# The harness's usual line, as written by encode_batch: a plain ID (no escape) and its outcome first,
+# ending with "}". One regex over a block finds them all, about five times faster than parsing.
+_USUAL = re.compile(rb'^\{"id":"([^"\\\n]*)","outcome":"([a-z]+)"[^\n]*\}$', re.MULTILINE)
+_ID, _OUTCOME = operator.methodcaller("get", "id"), operator.methodcaller("get", "outcome")
+
+
+@dataclass
+class Scan:
+    """What results.jsonl already holds, as far as resuming needs it."""
+
+    finished: set[str] = field(default_factory=set)
+    rejected: int = 0
+    lines: int = 0
+    next_batch: int = 0
+    dropped_lines: int = 0
+
+
+class RunFolder:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.results = path / RESULTS
+        self._pool: ThreadPoolExecutor | None = None
+        self._syncing: Future[None] | None = None
+        self._fd: int | None = None  # results.jsonl, open for appending while the run goes on
+        # results.jsonl as it must be: the prefix kept from earlier sessions (hashed in the background
+        # while the run starts), then every byte this session appended.
+        self._prefix: tuple[int, Future[str]] | None = None
+        self._appended = hashlib.sha256()
+        self._results_digest: str | None = None  # the whole file's sha256, once checked
+        self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @classmethod
+    def create(cls, runs_dir: Path, run_id: str, params: dict[str, Any]) -> RunFolder:
+        """The new run folder ``runs_dir/run_id`` (a name chosen with --run-id): one already there is BadInput."""
+        try:
+            return cls.make(runs_dir / run_id, params)
+        except FileExistsError:
+            raise BadInput(f"{runs_dir / run_id}: run folder exists; resume it with --resume {run_id} or choose "
+                           "another --run-id") from None
+
+    @classmethod
+    def make(cls, path: Path, params: dict[str, Any]) -> RunFolder:
+        """The new run folder, whole from its first moment: params.json and an empty results file are
+        written in a staging folder beside it (kdkit.core.staging), which is then renamed into place.
+        FileExistsError when the name is taken (kdkit.core.runfolder.claim then tries the next one)."""
+        if os.path.lexists(path):
+            raise FileExistsError(path)
+        staging, lock = staging_for(path), None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staging.mkdir()
+            lock = hold(staging)
+            (staging / RESULTS).touch()
+            atomic_write_json(staging / PARAMS, {RUN_ID: path.name, **params})
+            digest = sha256_file(staging / PARAMS)
+            os.rename(staging, path)  # fails if another run took the name meanwhile
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if os.path.lexists(path):
+                raise FileExistsError(path) from None
+            raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {path.parent} "
+                           "writable (in a container: mount runs/ read-write)") from None
+        finally:
+            release(lock)
+        run = cls(path)
+        run._vouched[PARAMS] = digest
+        return run
+
+    @classmethod
+    def existing(cls, runs_dir: Path, run_id: str) -> RunFolder:
+        path = runs_dir / run_id
+        if not (path / PARAMS).is_file():
+            raise BadInput(f"{path}: no such run (params.json missing); list {runs_dir} for run IDs")
+        return cls(path)
+
+    def write_json(self, name: str, data: Any) -> None:
+        self._write(name, (dumps(data) + "\n").encode("utf-8", "backslashreplace"))
+
+    def write_text(self, name: str, text: str) -> None:
+        self._write(name, text.encode("utf-8", "backslashreplace"))
+
+    def _write(self, name: str, data: bytes) -> None:
+        atomic_write_bytes(self.path / name, data, replace_any=True)
+        self._vouched[name] = hashlib.sha256(data).hexdigest()
+
+    def take_over(self) -> None:
+        """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
+        checked them), so that SHA256SUMS can list them and a change during this session is seen."""
+        for entry in os.scandir(self.path):
+            if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and entry.name not in (RESULTS, SUMS):
+                self._vouched.setdefault(entry.name, sha256_file(Path(entry.path)))
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        """Write one batch's lines once the previous batch is on disk, and start their fsync."""
+        if not records:
+            return
+        payload = encode_batch(records)
+        self.wait_synced()
+        if self._fd is None:
+            self._fd = os.open(self.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _write_all(self._fd, payload)
+        self._appended.update(payload)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
+        self._syncing = self._pool.submit(os.fsync, self._fd)
+
+    def wait_synced(self) -> None:
+        """Block until the last appended batch is on disk; a failed fsync is raised here."""
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            syncing.result()
+
+    def close(self) -> None:
+        """Wait for the last fsync and stop the helper thread."""
+        try:
+            self.wait_synced()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+
+    # ------------------------------------------------------------ resume
+
+    def scan(self) -> Scan:
+        """Read results.jsonl for resuming; cut off a torn or incomplete last batch first."""
+        scan = Scan()
+        if not self.results.exists():
+            return scan
+        data, cut, scan.dropped_lines = self._complete_prefix()
+        self._hash_prefix(data, cut)
+        if cut == 0:
+            return scan
+        with _no_gc():
+            for first, block in _blocks(data, cut):
+                _scan_block(scan, block, first, self.results)
+        last = data.rfind(b"\n", 0, cut - 1) + 1
+        record = _parse_line(data[last:cut - 1], functools.partial(_line_number, data, last), self.results)
+        scan.next_batch = int(record.get("batch", -1)) + 1  # batches are appended in order
+        return scan
+
+    def _complete_prefix(self, repair: bool = True) -> tuple[bytes, int, int]:
+        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut there
+        unless ``repair`` is False."""
+        data = self.results.read_bytes()
+        end = data.rfind(b"\n") + 1
+        dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
+        cut, tail = _incomplete_tail(data, end, self.results)
+        if cut != len(data) and repair:
+            with self.results.open("r+b") as handle:
+                handle.truncate(cut)
+                os.fsync(handle.fileno())
+        return data, cut, dropped + tail
+
+    def complete_records(self) -> list[dict[str, Any]]:
+        """The records of every complete batch, read without changing the file (what a resume keeps)."""
+        if not self.results.exists():
+            return []
+        data, cut, _ = self._complete_prefix(repair=False)
+        return [record for first, block in _blocks(data, cut) for record in _parse_block(block, first, self.results)]
+
+    def _hash_prefix(self, data: bytes, cut: int) -> None:
+        """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a million-line
+        resume does not wait for it; the run is judged only once it is known."""
+        if cut == 0:
+            return
+        hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-hash")
+        self._prefix = (cut, hasher.submit(lambda: hashlib.sha256(memoryview(data)[:cut]).hexdigest()))
+        hasher.shutdown(wait=False)  # the thread ends with its one task
+
+    def holds_only_appended(self) -> bool:
+        """Whether results.jsonl is exactly what it must be: the prefix this session started from, then the
+        bytes it appended (each part's SHA-256 against what the harness knows)."""
+        if not self.results.is_file() or self.results.is_symlink():
+            return False
+        cut, expected = (self._prefix[0], self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
+        whole, head, tail, read = hashlib.sha256(), hashlib.sha256(), hashlib.sha256(), 0
+        with self.results.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                whole.update(block)
+                split = max(0, min(len(block), cut - read))
+                head.update(block[:split])
+                tail.update(block[split:])
+                read += len(block)
+        self._results_digest = whole.hexdigest()  # sealed as it is: when not intact, the run has failed for it
+        return read >= cut and head.hexdigest() == expected and tail.hexdigest() == self._appended.hexdigest()
+
+    def integrity_problems(self, intact: bool | None = None) -> list[str]:
+        """What something other than the harness did to the run folder while it was open: a file of the
+        harness changed or gone, results.jsonl not what was appended, entries the harness never made.
+        Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
+        problems = []
+        for name, digest in sorted(self._vouched.items()):
+            path = self.path / name
+            if path.is_symlink() or not path.is_file() or sha256_file(path) != digest:
+                problems.append(f"{name}: changed by something other than the harness while the run was open; "
+                                "the run cannot pass (was the app writing into its run folder?)")
+        if not (self.holds_only_appended() if intact is None else intact):
+            problems.append(f"{RESULTS}: not the results the harness appended (changed by something else while the "
+                            "run was open); the run cannot pass")
+        problems += [f"{entry}: in the run folder but not put there by the harness; it is not part of the run"
+                     for entry in foreign_entries(self.path)]
+        return problems
+
+    def files_listed(self) -> list[str]:
+        """What SHA256SUMS will list: every file the harness vouches for, and the results."""
+        return sorted({*self._vouched, RESULTS})
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Every record of results.jsonl, streamed a block at a time; a damaged line is CheckFailed."""
+        if not self.results.exists():
+            return
+        with self.results.open("rb") as handle:
+            rest, line = b"", 1
+            while block := handle.read(BLOCK_BYTES):
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                rest = block[cut:]
+                if cut:
+                    yield from _parse_block(block[:cut], line, self.results)
+                    line += block.count(b"\n", 0, cut)
+            if rest:
+                yield from _parse_block(rest + b"\n", line, self.results)
+
+    # ------------------------------------------------------------ closing
+
+    def write_sums(self) -> None:
+        """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the folder,
+        so a file changed behind its back fails every later check instead of being blessed)."""
+        if self._results_digest is None:
+            self.holds_only_appended()
+        write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
+
+    def numbered(self, stem: str, suffix: str) -> str:
+        """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""
+        n = 1
+        while (self.path / f"{stem}-{n}{suffix}").exists():
+            n += 1
+        return f"{stem}-{n}{suffix}"
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # built once; ASCII escapes (ensure_ascii)
+
+
+def encode_batch(records: list[dict[str, Any]]) -> bytes:
+    """One batch's lines, each record followed by the batch's line count (how resume spots a torn batch).
+
+    ASCII escapes: whatever string an app returns (even a lone surrogate) stays valid JSON and UTF-8.
+    The count is spliced in before each record's closing brace rather than copied into a new dict.
+    """
+    tail = f',"lines":{len(records)}}}\n'
+    return "".join([_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode("ascii")
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    """os.write until every byte is written (a regular file may take a write in parts)."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a million fresh dicts (no cycles) would trigger it
+    hundreds of times, each pass walking every object made so far."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
+    """(where the complete lines end, how many to drop): a last batch written only in part is dropped.
+
+    Walks back from ``end`` over the lines of the last batch only, so it costs one batch, not the file.
+    """
+    batch, count, tail, start = None, None, 0, end
+    while start > 0:
+        previous = data.rfind(b"\n", 0, start - 1) + 1
+        record = _parse_line(data[previous:start - 1], functools.partial(_line_number, data, previous), path)
+        if tail == 0:
+            batch, count = record.get("batch"), record.get("lines")
+        elif record.get("batch") != batch:
+            break
+        tail, start = tail + 1, previous
+    return (start, tail) if isinstance(count, int) and tail < count else (end, 0)
+
+
+def _scan_block(scan: Scan, block: bytes, first: int, path: Path) -> None:
+    """Count one block's lines into ``scan``.
+
+    When every line has the usual shape (one regex match per newline: each match is one whole
+    line), only the ID and outcome are taken, no JSON is parsed; a block with any other line is
+    parsed whole, and a damaged line is named. The run's accounting parses every line anyway.
+    """
+    lines = block.count(b"\n")
+    pairs = _USUAL.findall(block) if block.isascii() else []
+    if pairs and len(pairs) == lines:
+        ids, outcomes = zip(*pairs, strict=True)
+        finished = itertools.compress(ids, map(_FINISHED_BYTES.__contains__, outcomes))
+        scan.finished.update(map(bytes.decode, finished))
+        scan.rejected += outcomes.count(b"rejected")
+    else:
+        records = _parse_block(block, first, path)
+        texts = list(map(_OUTCOME, records))  # map + methodcaller: the loop runs in C
+        scan.rejected += texts.count("rejected")
+        scan.finished.update(itertools.compress(map(_ID, records), map(FINISHED.__contains__, texts)))
+    scan.lines += lines
+
+
+def _line_number(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _blocks(data: bytes, cut: int) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, block) for blocks of about BLOCK_BYTES, each ending with a newline."""
+    start, line = 0, 1
+    while start < cut:
+        stop = data.find(b"\n", min(start + BLOCK_BYTES, cut) - 1) + 1
+        block = data[start:stop]
+        yield line, block
+        line += block.count(b"\n")
+        start = stop
+
+
+def _parse_block(block: bytes, first: int, path: Path) -> list[dict[str, Any]]:
+    """Every line of a block in one json.loads call (fast); on any doubt, line by line to name the bad one."""
+    lines = block.count(b"\n")
+    try:
+        records = json.loads(b"[" + block[:-1].replace(b"\n", b",") + b"]")
+    except json.JSONDecodeError:
+        records = None
+    if records is None or len(records) != lines or set(map(type, records)) != {dict}:
+        records = [_parse_line(text, first + i, path) for i, text in enumerate(block[:-1].split(b"\n"))]
+    return records  # type: ignore[no-any-return]
+
+
+def _parse_line(line: bytes, number: int | Callable[[], int], path: Path) -> dict[str, Any]:
+    """One record; ``number`` (or a function computing it, only on error) names the line."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict):
+        where = number if isinstance(number, int) else number()
+        raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a torn "
+                          "last line is repaired)")
+    return record

@@ -1,0 +1,60 @@
+"""`kdkit pilot`'s command line: its help and options (the run itself is kdkit.probe.pilot.command)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kdkit.probe.pilot.shares import add_share_arguments
+
+HELP = """\
+Run the pilot documents through the project's app with exactly-once accounting.
+
+The harness reads each input itself: a file that is missing, unreadable, over
+max_input_bytes or not UTF-8 is rejected with that reason and never reaches the
+app. The app's entry (config: "entry") is called as predict(items) with items
+[{"id": ..., "text": ...}] and answers [{"id": ..., "category": ...}] or
+[{"id": ..., "error": "reason"}]. A batch that raises is retried item by item.
+The app runs in a process of its own: when it exits, crashes, is killed (the
+out-of-memory killer) or takes longer than stop.max_batch_seconds on a batch,
+the run stops, closed, with stop.json naming what happened and the batch in
+flight. Anything the app writes into its run folder fails the run.
+
+The run passes when every manifest ID appears exactly once, no ID is invented,
+each category is allowed, each rejection has a reason, the expected rejections
+were rejected and the rest accepted, and quality >= min_quality."""
+EPILOG = """\
+run folder runs/<run-id>/ (run-id = UTC time + hash of the parameters):
+  params.json, env.json (the diagnose report), results.jsonl (fsynced per batch),
+  summary.json, summary.md, SHA256SUMS, stop.json (only when stopped early)
+
+examples:
+  kdkit pilot                          the project around the current folder
+  kdkit pilot --resume RUN_ID          after a crash, Ctrl-C or a stop rule
+  kdkit pilot --copy-to /mnt/backup    and verify a copy of the run folder
+  kdkit pilot --run-id R --worker 0 --workers 2
+                                       worker 0's share only -> runs/R-w0of2 (then kdkit gather)
+
+exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kdkit pilot",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=HELP,
+        epilog=EPILOG,
+    )
+    parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
+                        help="the project (default: found upward from the current folder)")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="pilot config, relative to the project (default: pilot_config in kdkit.json)")
+    ident = parser.add_mutually_exclusive_group()
+    ident.add_argument("--run-id", metavar="ID", help="name the new run (default: UTC time + params hash)")
+    ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
+    parser.add_argument("--copy-to", type=Path, metavar="DEST",
+                        help="copy the run folder to DEST/<run-id> and verify the copy against SHA256SUMS")
+    parser.add_argument("--json", action="store_true", help="print summary.json instead of text")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_share_arguments(parser)
+    return parser
