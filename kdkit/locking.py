@@ -71,8 +71,6 @@ from kdkit.platforms import cpu_mismatch
 from kdkit.project import Backend, Project, load_project
 from kdkit.provenance import Provenance, emitted_indexes, local_sources, option_lines, provenance
 from kdkit.schemacheck import secret_problems
-from kdkit.staleness import require_fresh_lock as require_fresh_lock  # re-exported for bundle.py, validate.py
-from kdkit.staleness import stale_lock_problems as stale_lock_problems
 from kdkit.torchindex import TorchPage, check_answers, check_find_links, refuse_foreign_index
 from kdkit.torchindex import preflight as index_preflight
 
