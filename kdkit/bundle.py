@@ -266,7 +266,7 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
 def _plan(project: Project, backend: str | None, image: str | None, include_image: bool,
           compressor: str) -> tuple[Source, AllowList, Packing, str]:
     """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image, compressor."""
-    from kdkit.images import default_tag
+    from kdkit.imagelabels import default_tag
     from kdkit.staleness import require_fresh_lock
 
     chosen = project.backend(backend)

@@ -310,7 +310,7 @@ def lock_subject(lock_path: Path, relative: str, backend: str) -> Subject | Poin
 def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
     """An image's installed torch as a subject (labels written by `kdkit build`), and its labels."""
     from kdkit.docker_adapter import connect
-    from kdkit.images import LABEL, require_kdkit_labels
+    from kdkit.imagelabels import LABEL, require_kdkit_labels
 
     facts = connect().require_image(ref)
     require_kdkit_labels(ref, facts.labels)

@@ -71,7 +71,7 @@ from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.projectfiles import real_inside
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
-from kdkit.images import LABEL, default_tag, require_kdkit_labels
+from kdkit.imagelabels import LABEL, default_tag, require_kdkit_labels
 from kdkit.probe.diagnose.host import SHM_MINIMUM
 from kdkit.project import Project, load_project
 

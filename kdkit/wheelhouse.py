@@ -5,6 +5,7 @@ and the build needs no network at all: the image can be rebuilt on a machine
 that reaches no index, and a private index or an intercepting proxy is dealt
 with once, here, by pip's own configuration (index-url, cert, find-links,
 proxy variables), which ``pip download`` honours as ``pip install`` would.
+:func:`wheelhouse_files` picks the files of a wheelhouse that such a build sends.
 
 The files land in a staging folder first, ``.OUT.partial-PID`` beside ``--out``
 (:mod:`kdkit.core.staging`), and move into ``--out`` only once pip has finished and
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core import proc
-from kdkit.core.errors import KdkitError
+from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.project import Project, load_project
@@ -120,3 +122,31 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
         shutil.rmtree(staging, ignore_errors=True)
         release(owner)
     return Wheelhouse(chosen.name, lock, folder, files, removed)
+
+
+def _file_key(filename: str) -> str:
+    return re.sub(r"[-_.]+", "-", filename).lower()
+
+
+def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
+    """The files of ``wheelhouse`` whose sha256 the lock names; every unconditional pin must have one."""
+    from kdkit.core.lockfile import parse_lock
+
+    if not wheelhouse.is_dir():
+        raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
+                       f"{wheelhouse}`")
+    lock = parse_lock(lock_path)
+    wanted = {h.split(":", 1)[1].lower(): pin.key for pin in lock.pins.values() for h in pin.hashes}
+    prefixes = tuple(f"{key}-" for key in {pin.key for pin in lock.pins.values()})
+    chosen: dict[str, Path] = {}
+    for path in sorted(wheelhouse.iterdir()):
+        if path.is_file() and _file_key(path.name).startswith(prefixes):
+            key = wanted.get(sha256_file(path))
+            if key is not None:
+                chosen.setdefault(key, path)
+    missing = [pin for pin in lock.pins.values() if pin.marker is None and pin.key not in chosen]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise BadInput(f"--wheelhouse {wheelhouse}: no file with a locked hash for {missing[0].name}=="
+                       f"{missing[0].version}{more}; run `kdkit wheelhouse --out {wheelhouse}`")
+    return sorted(chosen.values())

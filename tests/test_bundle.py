@@ -233,7 +233,7 @@ def _labelled_image(project: Path, tag: str, lock_sha256: str | None = None) -> 
     """A small real image carrying the labels `kdkit build` gives this project (no torch install)."""
     import docker
 
-    from kdkit.images import image_labels
+    from kdkit.imagelabels import image_labels
     from kdkit.project import load_project
 
     loaded = load_project(project)
@@ -247,7 +247,7 @@ def _labelled_image(project: Path, tag: str, lock_sha256: str | None = None) -> 
 
 @pytest.fixture
 def image(locked: Path, docker_engine: None) -> Iterator[str]:
-    from kdkit.images import default_tag
+    from kdkit.imagelabels import default_tag
     from kdkit.project import load_project
 
     tag = default_tag(load_project(locked), "cpu", sha256_file(locked / "requirements" / "cpu.txt"))

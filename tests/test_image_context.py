@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kdkit.buildcontext import write_context
 from kdkit.core.errors import BadInput
-from kdkit.images import context_entries, plan_build, write_context
+from kdkit.images import context_entries, plan_build
 from tests.conftest import copy_tree, invoke
 
 SECRET_NAMED = ["config/.env", "config/.env.production", "src/id_rsa", "src/id_ed25519", "src/.netrc",

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from kdkit.core import proc
-from kdkit.images import LABEL, render_dockerfile
+from kdkit.imagelabels import LABEL
+from kdkit.images import render_dockerfile
 from tests.conftest import BASE, TORCH_WHEELS, invoke, tree_snapshot
 
 MISSING_BASE = "localhost:1/kdkit-no-such-base:none"  # a pull fails at once, without leaving this machine

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kdkit.buildcontext import write_context
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments, connect, sdk_arguments
-from kdkit.images import write_context
 from kdkit.runner import (
     HOME,
     IMAGE_UID,

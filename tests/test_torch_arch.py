@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.images import ARCH_FILE, ARCH_LIST, ARCH_SOURCE, arch_labels, recorded_arch, torch_arch
+from kdkit.imagelabels import ARCH_FILE, ARCH_LIST, ARCH_SOURCE, arch_labels, recorded_arch, torch_arch
 from kdkit.probe.env import torcharch
 from kdkit.probe.env.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, parse_config_header, read_arch_list
 from tests.conftest import BASE, invoke

@@ -146,7 +146,7 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     lock changed since the image was built, 2 for an image without kdkit's
     labels, 3 when the image or the engine is not there.
     """
-    from kdkit.images import inspect_image, require_lock_match
+    from kdkit.imagelabels import inspect_image, require_lock_match
 
     report = inspect_image(image, project_dir)
     if as_json:
