@@ -27,7 +27,7 @@ from kdkit.core.builds import (
 )
 from kdkit.core.errors import BadInput
 from kdkit.pairings import Build, Pairings, code_for, load_pairings
-from kdkit.platforms import linux_arch
+from kdkit.platforms import docker_arch, linux_arch
 from kdkit.project import Project
 
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
@@ -141,7 +141,7 @@ def _backend_point(offer: Offer, backend: str, project: Project) -> Point:
 
 
 def _cpu_point(offer: Offer, subject: Subject) -> Point:
-    docker = "arm64" if offer.cpu_arch == "aarch64" else "amd64"
+    docker = docker_arch(offer.cpu_arch)
     if not linux_arch(subject.platform)[1]:
         return Point("cpu", "fail",
                      f"{subject.what} was made on {subject.platform}, not Linux: its wheels and markers are that "

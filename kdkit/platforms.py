@@ -13,6 +13,12 @@ from kdkit.core.errors import BadInput
 from kdkit.project import Project
 
 ARCH_NAMES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+DOCKER_NAMES = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def docker_arch(cpu_arch: str) -> str:
+    """Docker's name of a CPU architecture (``aarch64`` -> ``arm64``, ``x86_64`` -> ``amd64``)."""
+    return DOCKER_NAMES.get(cpu_arch, cpu_arch)
 
 
 def linux_arch(platform: str) -> tuple[str | None, bool]:
@@ -39,7 +45,7 @@ def cpu_mismatch(project: Project, made_for: str, what: str) -> str | None:
     here = linux_arch(made_for if "-" in made_for else f"linux-{made_for}")[0]
     if here is None or here == offer.cpu_arch:
         return None
-    docker = "arm64" if offer.cpu_arch == "aarch64" else "amd64"
+    docker = docker_arch(offer.cpu_arch)
     return (f"{what} is for {here}, but kdkit.json's target_gpu {offer.name} comes in {offer.cpu_arch} hosts, where "
             f"it will not install: make the lock and the image on linux/{docker} (run `kdkit lock --in-container` and "
             f"`kdkit build` on an {offer.cpu_arch} machine, or in a linux/{docker} container through QEMU binfmt)")
