@@ -6,33 +6,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kdkit.core import projectfiles
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json
+from kdkit.core.projectfiles import MARKER
 from kdkit.schemacheck import raise_first, schema_problems
-
-MARKER = "kdkit.json"
 
 
 def find_root(start: Path | None = None) -> Path:
     """The nearest folder at or above ``start`` (default: cwd) that holds kdkit.json."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / MARKER).is_file():
-            return folder
-    raise BadInput(
-        f"{here}: no {MARKER} here or in any parent folder; run inside a project or `kdkit init PATH`"
-    )
+    found = projectfiles.find_root(start)
+    if found is None:
+        raise BadInput(f"{(start or Path.cwd()).resolve()}: no {MARKER} here or in any parent folder; run inside "
+                       "a project or `kdkit init PATH`")
+    return found
 
 
 def resolve_root(project_dir: Path | None) -> Path:
     """PROJECT_DIR as given (it must hold kdkit.json), or the root found upward from cwd."""
-    if project_dir is None:
-        return find_root()
-    root = project_dir.resolve()
-    if not (root / MARKER).is_file():
-        raise BadInput(f"{root / MARKER}: not found; is {project_dir} a kdkit project (`kdkit init`)?")
-    return root
+    return find_root() if project_dir is None else projectfiles.project_root(project_dir)
 
 
 @dataclass(frozen=True)

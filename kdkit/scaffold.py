@@ -79,20 +79,7 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
     template's files are written over. A failure part-way leaves no trace behind.
     """
     target = target.resolve()
-    project_name = name if name is not None else default_name(target)
-    if not NAME.fullmatch(project_name):
-        raise BadInput(f"--name {project_name!r}: use lowercase letters, digits, '.', '_' or '-' "
-                       "(it becomes the image name)")
-    if backend not in BACKENDS:
-        raise BadInput(f"--backend {backend}: unknown backend; choose one of {', '.join(BACKENDS)}")
-    if target.exists() and not target.is_dir():
-        raise BadInput(f"{target}: exists and is not a folder; choose another path")
-    existing = _not_empty(target)
-    if existing and not force:
-        cleaned = clean_stale(target) if target.parent.is_dir() else []  # a killed init's staging goes anyway
-        said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
-        raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
-
+    project_name, existing = _check_inputs(target, name, backend, force)
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     values = {"name": project_name, "backend": backend, "python": python, **template_builds(python)}
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
@@ -123,6 +110,25 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
     finally:
         release(lock)
     return Created(target, removed)
+
+
+def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> tuple[str, bool]:
+    """(the project's name, whether ``target`` holds anything), once the name, the backend and the
+    place are fit for a project; BadInput before anything is written when they are not."""
+    project_name = name if name is not None else default_name(target)
+    if not NAME.fullmatch(project_name):
+        raise BadInput(f"--name {project_name!r}: use lowercase letters, digits, '.', '_' or '-' "
+                       "(it becomes the image name)")
+    if backend not in BACKENDS:
+        raise BadInput(f"--backend {backend}: unknown backend; choose one of {', '.join(BACKENDS)}")
+    if target.exists() and not target.is_dir():
+        raise BadInput(f"{target}: exists and is not a folder; choose another path")
+    existing = _not_empty(target)
+    if existing and not force:
+        cleaned = clean_stale(target) if target.parent.is_dir() else []  # a killed init's staging goes anyway
+        said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
+        raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
+    return project_name, existing
 
 
 def _not_empty(target: Path) -> bool:

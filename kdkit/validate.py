@@ -107,11 +107,6 @@ def machine_path_problems(data: Any, file: Path) -> list[Problem]:
     return problems
 
 
-def _inside(root: Path, relative: str) -> Path | None:
-    """``root / relative`` with links resolved, or None when it escapes the project folder."""
-    return real_inside(root, root / relative)
-
-
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
 
 
@@ -124,7 +119,7 @@ def path_problems(
         value = data.get(key)
         if not isinstance(value, str) or path_problem(value) is not None:  # the model has named it
             continue
-        target = _inside(root, value)
+        target = real_inside(root, root / value)
         if target is None:
             problems.append(Problem(file, f"$.{key}", f"{value!r} points outside the project folder; "
                                     "keep every path inside it"))
@@ -167,7 +162,7 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
         name = doc.get("file")
         if isinstance(name, str):
             path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
-            target = _inside(folder, name) if not path_bad else None
+            target = real_inside(folder, folder / name) if not path_bad else None
             if path_bad or target is None or (inputs is not None and inputs not in target.parents):
                 problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
                                         "folder; name files relative to the manifest"))
@@ -233,7 +228,7 @@ def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     """The relative path under ``key`` when it names something inside the project that exists
     (a folder there is reported by the loader: it is not a file)."""
     value = data.get(key)
-    if not isinstance(value, str) or _inside(root, value) is None or not (root / value).exists():
+    if not isinstance(value, str) or real_inside(root, root / value) is None or not (root / value).exists():
         return None
     return Path(value)
 
@@ -254,7 +249,7 @@ def validate_project(root: Path) -> list[Problem]:
         problems += text_secret_problems(root, text)
     if project_ok:
         for name, spec in project["backends"].items():
-            if _inside(root, spec["lock"]) is None:
+            if real_inside(root, root / spec["lock"]) is None:
                 problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
                                         f"{spec['lock']!r} points outside the project folder"))
         from kdkit.staleness import stale_lock_problems
@@ -276,6 +271,6 @@ def validate_project(root: Path) -> list[Problem]:
     manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
     if manifest is not None and manifest_ok:
         categories = pilot.get("categories") if pilot_ok else None
-        inputs = _inside(root, pilot["inputs"]) if isinstance(pilot.get("inputs"), str) else None
+        inputs = real_inside(root, root / pilot["inputs"]) if isinstance(pilot.get("inputs"), str) else None
         problems += manifest_problems(root, manifest, manifest_rel, categories, inputs)
     return problems
