@@ -10,12 +10,6 @@ from kdkit import __version__
 from kdkit.core import layout
 from kdkit.core.staging import staging_for
 
-# Probe commands the zipapp offers besides kdkit.core.commands.COMMANDS (the host CLI has its own).
-ZIPAPP_EXTRA_COMMANDS = {
-    "resume-test": ("kdkit.probe.measure.resume", "Prove a training loop resumes exactly in a new process."),
-    "sweep": ("kdkit.probe.measure.sweep", "Batch-size sweep of the pilot inputs by length group."),
-}
-
 
 def build_zipapp(target: Path) -> int:
     """``kdkit.pyz``: kdkit's in-container part, runnable as ``python3 kdkit.pyz COMMAND``; returns its size.
@@ -34,7 +28,6 @@ def build_zipapp(target: Path) -> int:
 
 
 def _zipapp_main() -> str:
-    extra = "".join(f"COMMANDS.setdefault({name!r}, {entry!r})\n" for name, entry in ZIPAPP_EXTRA_COMMANDS.items())
+    """The zipapp's __main__: the commands kdkit.core.commands.COMMANDS says run in the zipapp."""
     return (f'"""kdkit {__version__}, in-container part: python3 kdkit.pyz COMMAND [ARGS] (--help lists them)."""\n'
-            "import sys\n\nfrom kdkit.core.commands import COMMANDS, main\n\n"
-            f"{extra}\nsys.exit(main())\n")
+            "import sys\n\nfrom kdkit.core.commands import main\n\nsys.exit(main(where=\"zipapp\"))\n")

@@ -95,11 +95,10 @@ def test_zipapp_runs_diagnose_without_kdkit_installed(locked: Path, tmp_path: Pa
     listing = subprocess.run([sys.executable, "-I", "kdkit.pyz", "--help"], cwd=out, capture_output=True,
                              text=True, check=False)
     assert listing.returncode == 0
-    from kdkit.core.commands import COMMANDS
-    from kdkit.zipapp import ZIPAPP_EXTRA_COMMANDS
+    from kdkit.core.commands import ZIPAPP, runs_in
 
-    assert [line.split()[0] for line in listing.stdout.splitlines()[3:]] == [*COMMANDS, *ZIPAPP_EXTRA_COMMANDS]
-    assert "gather" in COMMANDS and "sweep" in ZIPAPP_EXTRA_COMMANDS
+    assert [line.split()[0] for line in listing.stdout.splitlines()[3:]] == runs_in(ZIPAPP)
+    assert "gather" in runs_in(ZIPAPP) and "sweep" in runs_in(ZIPAPP)
 
 
 def test_existing_out_is_refused_without_force_and_replaced_with_it(locked: Path, tmp_path: Path) -> None:

@@ -311,7 +311,7 @@ def _imports(path: Path) -> set[str]:
 def test_in_container_modules_import_only_the_stdlib_torch_and_each_other(path: Path) -> None:
     for name in _imports(path):
         top = name.split(".")[0]
-        allowed = top in sys.stdlib_module_names or top == "torch" or name in TRAVELLING
+        allowed = top in sys.stdlib_module_names or top in layout.OPTIONAL or name in TRAVELLING
         assert allowed, f"{path.name} imports {name}"
 
 

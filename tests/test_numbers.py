@@ -37,13 +37,32 @@ BASE = {
 
 
 def numeric_options() -> list[tuple[str, str, bool]]:
-    """(command, option, whole) for every option of every command whose type is a FiniteNumber."""
+    """(command, option, whole) for every option of every command whose type is a FiniteNumber, or for a
+    command forwarded to its argparse module, a Count (kdkit.probe.measure.options)."""
     found = []
-    for name, command in sorted(cli.commands.items()):
+    for name, command in sorted(_commands().items()):
         for param in command.params:
             if isinstance(param.type, FiniteNumber):
                 found.append((name, param.opts[0], param.type.integral))
+        found += _forwarded_counts(name)
     return found
+
+
+def _commands() -> dict[str, click.Command]:
+    with click.Context(cli) as ctx:
+        return {name: command for name in cli.list_commands(ctx) if (command := cli.get_command(ctx, name))}
+
+
+def _forwarded_counts(name: str) -> list[tuple[str, str, bool]]:
+    import importlib
+
+    from kdkit.core.commands import COMMANDS, CONTAINER
+    from kdkit.probe.measure.options import Count
+
+    module, _section, _summary, where = COMMANDS[name]
+    parser = getattr(importlib.import_module(module), "build_parser", None) if CONTAINER in where else None
+    actions = parser()._actions if parser is not None else []
+    return [(name, action.option_strings[0], True) for action in actions if isinstance(action.type, Count)]
 
 
 def test_every_numeric_option_goes_through_the_finite_type() -> None:
@@ -51,7 +70,7 @@ def test_every_numeric_option_goes_through_the_finite_type() -> None:
         ("close", "--accepted", True), ("plan", "--days", True), ("plan", "--lots", True),
         ("plan", "--hours", False), ("plan", "--accepted", True), ("resume-test", "--steps", True),
         ("resume-test", "--save-at", True), ("run", "--workers", True), ("sweep", "--groups", True)]
-    plain = [(name, param.opts[0]) for name, command in cli.commands.items() for param in command.params
+    plain = [(name, param.opts[0]) for name, command in _commands().items() for param in command.params
              if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))]
     assert plain == []  # click's int/float accept "nan"/"inf" or print usage: none is left
 

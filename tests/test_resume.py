@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kdkit.probe.measure.resume import differences, first_divergence, missing_parts
+from kdkit.probe.measure.states import differences, first_divergence, missing_parts
 from tests.conftest import DATA, invoke, tree_snapshot
 
 pytestmark = pytest.mark.slow

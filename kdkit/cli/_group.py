@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
@@ -10,18 +11,9 @@ from typing import Any
 import click
 
 from kdkit import __version__
-from kdkit.core.commands import excepthook, redact
+from kdkit.cli.machine import forwarder
+from kdkit.core.commands import COMMANDS, CONTAINER, HOST, SECTIONS, excepthook, redact, runs_in
 from kdkit.core.errors import KdkitError
-
-# Commands are listed in --help under these headings, in this order.
-SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Project", ("init", "validate")),
-    ("Dependencies", ("lock", "verify-env", "wheelhouse")),
-    ("Images (before ordering)", ("build", "inspect", "run")),
-    ("On the rented machine", ("diagnose", "pilot", "gather", "copy-out", "sweep", "resume-test")),
-    ("Order and campaign", ("check", "plan", "estimate-memory", "close")),
-    ("Transfer", ("bundle", "verify-bundle", "load")),
-)
 
 EPILOG = """\b
 Exit codes:
@@ -37,29 +29,27 @@ def debug_enabled() -> bool:
 
 
 class KdkitGroup(click.Group):
-    """A group that lists commands by section and maps KdkitError to its exit code."""
+    """The commands of kdkit.core.commands.COMMANDS that run on the host, loaded when one is asked for
+    (``kdkit --help`` imports none of them), listed by section; KdkitError becomes its exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*runs_in(HOST), *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or HOST not in entry[3]:
+            return super().get_command(ctx, cmd_name)
+        if cmd_name not in self.commands:
+            self.add_command(_load(cmd_name, entry[0], entry[2], CONTAINER in entry[3]))
+        return self.commands[cmd_name]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        listed: set[str] = set()
-        for title, names in SECTIONS:
-            rows = []
-            for name in names:
-                cmd = self.get_command(ctx, name)
-                if cmd is None or cmd.hidden:
-                    continue
-                rows.append((name, cmd.get_short_help_str(limit=70)))
-                listed.add(name)
+        host = runs_in(HOST)
+        for title in SECTIONS:
+            rows = [(name, COMMANDS[name][2]) for name in host if COMMANDS[name][1] == title]
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
-        rest = [
-            (name, cmd.get_short_help_str(limit=70))
-            for name in self.list_commands(ctx)
-            if name not in listed and (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden
-        ]
-        if rest:
-            with formatter.section("Other"):
-                formatter.write_dl(rest)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -87,6 +77,17 @@ def cli() -> None:
       # on the rented machine:
       kdkit run --backend cuda --env-file .env
     """
+
+
+def _load(name: str, module: str, summary: str, forwarded: bool) -> click.Command:
+    """The click command of ``name``: a forwarder to its argparse module, or the one its kdkit.cli module defines."""
+    if forwarded:
+        return forwarder(name, summary)
+    found = [value for value in vars(importlib.import_module(module)).values()
+             if isinstance(value, click.Command) and value.name == name]
+    if len(found) != 1:
+        raise LookupError(f"{module}: defines {len(found)} click commands named {name!r}, not one")
+    return found[0]
 
 
 def main() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -13,6 +14,8 @@ if TYPE_CHECKING:  # click >= 8.2 makes ParamType generic; older releases do not
     _NumberType = click.ParamType[int | float, object]
 else:
     _NumberType = click.ParamType
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text."
@@ -24,6 +27,18 @@ project_argument = click.argument(
     type=click.Path(file_okay=False, path_type=Path),
 )
 """PROJECT_DIR: defaults to the project root found upward from the current folder."""
+
+def force_option(help: str) -> Callable[[F], F]:
+    """``--force``: replace what is there; ``help`` says what that is for the command."""
+    return click.option("--force", is_flag=True, help=help)
+
+
+def ca_bundle_option(help: str) -> Callable[[F], F]:
+    """``--ca-bundle FILE``: a PEM bundle of CA certificates for a TLS-intercepting proxy; ``help`` says
+    where the command uses it."""
+    return click.option("--ca-bundle", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        metavar="FILE", help=help)
+
 
 backend_option = click.option(
     "--backend",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -44,5 +43,6 @@ def warn(message: str) -> None:
     click.echo(f"Warning: {message}", err=True)
 
 
-def is_tty() -> bool:
-    return sys.stdout.isatty()
+def size_text(n: int) -> str:
+    """A size in bytes as a person reads it: GB from a gigabyte on, MB below."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"

@@ -1,4 +1,4 @@
-"""Dependency commands: `kdkit lock` (verify-env is forwarded to kdkit.probe, see machine.py)."""
+"""Dependency commands: lock, wheelhouse (verify-env and torch-arch are forwarded to kdkit.probe, see machine.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ from pathlib import Path
 
 import click
 
-from kdkit.cli._group import cli
-from kdkit.cli._options import json_option, project_argument
-from kdkit.cli._output import emit_json, warn
+from kdkit.cli._options import backend_option, ca_bundle_option, json_option, project_argument
+from kdkit.cli._output import emit_json, size_text, warn
 from kdkit.core.builds import BACKENDS
 
 
-@cli.command("lock")
+@click.command("lock")
 @project_argument
 @click.option("--backend", type=click.Choice([*BACKENDS, "all"]), default=None,
               help="Backend to lock, or 'all' (default: default_backend in kdkit.json).")
@@ -22,9 +21,8 @@ from kdkit.core.builds import BACKENDS
 @click.option("--in-container", is_flag=True,
               help="Resolve inside the backend's base image (Docker engine), so Linux-only and "
                    "Python-specific dependencies match the image.")
-@click.option("--ca-bundle", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="PEM file of CA certificates for a TLS-intercepting proxy; passed to pip (PIP_CERT), "
-                   "mounted read-only into the container with --in-container.")
+@ca_bundle_option("PEM file of CA certificates for a TLS-intercepting proxy; passed to pip (PIP_CERT), "
+                  "mounted read-only into the container with --in-container.")
 @click.option("--torch-find-links", "torch_links", type=click.Path(file_okay=False, path_type=Path),
               default=None, envvar="KDKIT_TORCH_FIND_LINKS", show_envvar=True,
               help="Air-gapped: take torch from this folder of wheels instead of the backend's torch index.")
@@ -66,3 +64,30 @@ def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_p
         where = "on this host" if result.resolved_in == "host" else f"in {result.resolved_in}"
         click.echo(f"Wrote {result.path}: {result.pins} hashed pins{torch} (resolved {where}, "
                    f"Python {result.python}, {result.platform})")
+
+
+@click.command("wheelhouse")
+@project_argument
+@backend_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Folder to fill (default: wheelhouse/<backend> in the project).")
+@json_option
+def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, as_json: bool) -> None:
+    """Download the locked files, hash-checked, for offline builds.
+
+    Runs `pip download --require-hashes --no-deps -r requirements/<backend>.txt` on
+    this host, honouring pip's configuration (index, certificate, proxy), for the
+    image's platform (Linux x86_64, the project's Python). Files already in DIR are
+    reused. Then `kdkit build --wheelhouse DIR` installs with --no-index.
+    """
+    from kdkit.wheelhouse import download_wheelhouse
+
+    if not as_json:
+        click.echo("Downloading the locked files (pip download, hash-checked)...", err=True)
+    result = download_wheelhouse(project_dir, backend, out)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    total = sum(size for _name, size in result.files)
+    click.echo(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in {result.lock.name}")
+    click.echo(f"Next: kdkit build --backend {result.backend} --wheelhouse {result.folder}")

@@ -1,19 +1,32 @@
-"""Commands that also run inside the container: forwarded to kdkit.probe.
+"""Commands on the machine with the GPU: `kdkit run` (and its --workers), and the forwarders of the
+commands that also run inside the container.
 
-Their options are defined once, with argparse, in the probe modules, so the
-same command line works as ``kdkit diagnose ...`` on the host and inside an
-image that has no click. ``kdkit diagnose --help`` shows those options.
+A forwarded command's options are defined once, with argparse, in its kdkit.probe module, so the same
+command line works as ``kdkit diagnose ...`` on the host, as ``python -m kdkit.probe diagnose ...``
+inside an image that has no click, and as ``python3 kdkit.pyz diagnose ...``. ``kdkit diagnose
+--help`` shows those options.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from kdkit.cli._group import cli
-from kdkit.core.commands import COMMANDS, run_command
+from kdkit.cli._options import backend_option, json_option, project_argument, whole
+from kdkit.cli._output import emit_json, warn
+from kdkit.core.commands import run_command
+
+if TYPE_CHECKING:
+    from kdkit.runner import RunPlan
 
 
-def _forwarder(name: str, summary: str) -> click.Command:
+def forwarder(name: str, summary: str) -> click.Command:
+    """A click command that hands its whole command line to the in-container command ``name``."""
+
     @click.pass_context
     def forward(ctx: click.Context) -> None:
         code = run_command(name, list(ctx.args))
@@ -30,5 +43,129 @@ def _forwarder(name: str, summary: str) -> click.Command:
     )
 
 
-for _name, (_module, _summary) in COMMANDS.items():
-    cli.add_command(_forwarder(_name, _summary))
+class _CommandAfterDashes(click.Command):
+    """Everything after ``--`` is the container's command, never PROJECT_DIR (click would fill it first)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["kdkit.command"] = args[cut + 1:]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- COMMAND...]"]
+
+
+def _shown(as_json: bool) -> Callable[[bytes], None]:
+    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON document."""
+    stream = sys.stderr.buffer if as_json else sys.stdout.buffer
+
+    def show(chunk: bytes) -> None:
+        stream.write(chunk)
+        stream.flush()
+
+    return show
+
+
+def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str]]) -> bool:
+    """The plan's warnings, then either its shell lines (--print: True, nothing runs) or its host checks."""
+    for message in base.warnings:
+        warn(message)
+    if print_only:
+        for line in lines():
+            click.echo(line)
+        return True
+    for step in base.host_steps:
+        click.echo(f"Host: {step.description}", err=True)
+    return False
+
+
+@click.command("run", cls=_CommandAfterDashes)
+@project_argument
+@backend_option
+@click.option("--image", metavar="IMG", help="Image to run (default: <project>:<backend>-<lock sha256 12>).")
+@click.option("--gpus", metavar="all|0,1", help="CUDA: all GPUs (default) or these indexes/UUIDs; "
+              "ROCm: only these GPUs' render nodes.")
+@click.option("--network", type=click.Choice(["none", "bridge", "host"]), default="none", show_default=True,
+              help="Container network; none keeps the pilot from reaching anything.")
+@click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), metavar="F",
+              help="NAME=VALUE lines passed as environment at run time only: never printed, logged or baked.")
+@click.option("--workers", type=whole("2"), metavar="N",
+              help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot on its share "
+                   "of the manifest (stable hash of the ID); then one gathering proves every ID exactly once.")
+@click.option("--print", "print_only", is_flag=True,
+              help="Print the equivalent shell lines (docker run ...) instead of running.")
+@json_option
+@click.pass_context
+def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, print_only: bool, as_json: bool,
+        **options: Any) -> None:
+    """Run the image here: diagnose, verify-env, pilot; exit code = verdict.
+
+    The host is checked first, each failure with its fix: the engine (exit 3), the
+    image and its kdkit labels, the NVIDIA runtime or /dev/kfd, the GPUs named by
+    --gpus, the host driver against the image's CUDA. data/pilot is mounted
+    read-only, runs/ read-write; the new runs/<id>/ folder is on this host after.
+    The container is confined: a non-root user (10001, or yours), no capability,
+    no new privileges, the image read-only with /tmp and HOME as tmpfs, a pids
+    limit and /dev/shm sized from the host; --print shows every flag.
+    Give a command after `--` to run it instead of the image's default.
+
+    \b
+    Examples:
+      kdkit run --backend cuda --env-file .env
+      kdkit run --backend rocm --gpus 0
+      kdkit run --print                      # docker run ... : reproduce without kdkit
+      kdkit run -- kdkit diagnose --expect cuda --json
+      kdkit run --backend cuda --workers 4   # 4 GPUs, 4 shares, one gathered summary
+    """
+    options["command"] = ctx.meta.get("kdkit.command") or None
+    if workers is not None:
+        _run_workers(project_dir, workers, print_only, as_json, **options)
+    else:
+        _run_one(project_dir, print_only, as_json, **options)
+
+
+def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **options: Any) -> None:
+    """`kdkit run`: one container; its exit code is the verdict."""
+    from kdkit.runner import execute, prepare_run, print_lines
+
+    plan = prepare_run(project_dir, **options)
+    if _announced(plan, print_only, lambda: print_lines(plan)):
+        return
+    code, folders = execute(plan, _shown(as_json))
+    if as_json:
+        emit_json({"image": plan.image.ref, "backend": plan.backend, "exit_code": code,
+                   "run_folders": [str(f) for f in folders]})
+    else:
+        where = ", ".join(str(f) for f in folders) or "none"
+        verdict = "passed" if code == 0 else f"failed (exit {code})"
+        click.echo(f"Verdict: {verdict}; new run folders: {where}", err=True)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, **options: Any) -> None:
+    """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
+    from kdkit.workers import execute_workers, prepare_workers, print_worker_lines
+
+    plan = prepare_workers(project_dir, workers, **options)
+    if _announced(plan.base, print_only, lambda: print_worker_lines(plan)):
+        return
+    result = execute_workers(plan, _shown(as_json))
+    summary = result.gathered.summary if result.gathered else None
+    if as_json:
+        emit_json({"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
+                   "exit_code": result.exit_code, "container_exit_codes": result.codes,
+                   "run_folders": [str(f) for f in plan.folders if f.is_dir()],
+                   "gathered": str(result.gathered.out) if result.gathered else None, "summary": summary})
+    else:
+        codes = ", ".join(f"w{i} exit {c}" for i, c in enumerate(result.codes))
+        click.echo(f"Workers: {codes}", err=True)
+        for problem in (summary or {}).get("problems", [])[:20]:
+            click.echo(f"  - {problem}", err=True)
+        verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
+        where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
+        click.echo(f"Verdict: {verdict}; gathered summary: {where}", err=True)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)

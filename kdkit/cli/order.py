@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from kdkit.cli._group import cli
-from kdkit.cli._options import FiniteNumber, json_option, project_argument, whole
+from kdkit.cli._options import FiniteNumber, force_option, json_option, project_argument, whole
 from kdkit.cli._output import console, emit_json, plain
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import CheckFailed
@@ -38,7 +37,7 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
 # ---------------------------------------------------------------- check
 
 
-@cli.command()
+@click.command("check")
 @project_argument
 @gpu_option
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
@@ -126,7 +125,7 @@ def _print_plan(order: dict[str, Any]) -> None:
                        f"{cost['per_output_usd']} USD each")
 
 
-@cli.command()
+@click.command("plan")
 @project_argument
 @click.option("--gpu", metavar="NAME", required=True, help="Catalog offer, e.g. \"RTX 4090\".")
 @click.option("--days", type=whole("3"), required=True, help="Duration of the plan: 3, 7 or 30.")
@@ -140,7 +139,7 @@ def _print_plan(order: dict[str, Any]) -> None:
 @catalog_option
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the order (schemas/order.schema.json) to FILE, for `kdkit close --order FILE`.")
-@click.option("--force", is_flag=True, help="With --save: replace an existing order file.")
+@force_option("With --save: replace an existing order file.")
 @json_option
 def plan(project_dir: Path | None, gpu: str, days: int, lots: int, price: str | None, hours: float | None,
          accepted: int | None, preparation: str, catalog_file: Path | None, save: Path | None, force: bool,
@@ -192,7 +191,7 @@ def _print_memory(report: dict[str, Any]) -> None:
         click.echo(f"  ({against['note']})")
 
 
-@cli.command("estimate-memory")
+@click.command("estimate-memory")
 @project_argument
 @click.option("--params", metavar="N", help="Parameter count: 7B, 350M, 1.5e9 or a plain integer.")
 @click.option("--from-config", is_flag=True, help="Read the job from kdkit.json's memory section.")
@@ -237,7 +236,7 @@ def estimate_memory(project_dir: Path | None, params: str | None, from_config: b
 # ---------------------------------------------------------------- close
 
 
-@cli.command()
+@click.command("close")
 @project_argument
 @click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="The order written by `kdkit plan --save` (read, never rewritten).")

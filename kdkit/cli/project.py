@@ -6,19 +6,18 @@ from pathlib import Path
 
 import click
 
-from kdkit.cli._group import cli
-from kdkit.cli._options import json_option, project_argument
+from kdkit.cli._options import force_option, json_option, project_argument
 from kdkit.cli._output import emit_json
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
 
 
-@cli.command()
+@click.command("init")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--name", help="Project name (default: the folder's name, lowercased).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="cuda", show_default=True,
               help="Default backend written to kdkit.json.")
-@click.option("--force", is_flag=True, help="Write into an existing non-empty folder (template files are replaced).")
+@force_option("Write into an existing non-empty folder (template files are replaced).")
 def init(path: Path, name: str | None, backend: str, force: bool) -> None:
     """Create a project folder that survives a change of machine.
 
@@ -40,7 +39,7 @@ def init(path: Path, name: str | None, backend: str, force: bool) -> None:
     click.echo(f"Next: kdkit validate {path} && kdkit lock {path} --backend {backend}")
 
 
-@cli.command()
+@click.command("validate")
 @project_argument
 @json_option
 def validate(project_dir: Path | None, as_json: bool) -> None:

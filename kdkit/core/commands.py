@@ -1,7 +1,12 @@
-"""The table of in-container commands and the runner that maps errors to exit codes.
+"""The one table of kdkit's commands, and the runner of those that run without click.
 
-Each command module exposes ``main(argv: list[str]) -> int`` built on argparse,
-so its options are defined once and work with or without click.
+Each command is listed once: its module, its heading in ``kdkit --help``, its one-line summary, and
+where it runs: ``host`` (the click CLI, kdkit/cli), ``container`` (``python -m kdkit.probe``) and
+``zipapp`` (``python3 kdkit.pyz``). A command that runs in the container is an argparse module of
+kdkit.probe with ``main(argv: list[str]) -> int``, so its options are defined once and the host only
+forwards to it; a host-only command's module is the kdkit.cli module that defines its click command.
+
+Standard library only, and cheap to import: every entry point reads this table at start-up.
 """
 
 from __future__ import annotations
@@ -14,15 +19,66 @@ from types import TracebackType
 
 from kdkit.core.errors import KdkitError
 
-# name -> (module, one-line summary shown by `kdkit --help`)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "diagnose": ("kdkit.probe.diagnose.command", "Prove this machine's GPU really computes, step by step."),
-    "verify-env": ("kdkit.probe.env.verify", "Compare a lock with the live environment of an interpreter."),
-    "pilot": ("kdkit.probe.pilot.command", "Run the pilot documents with exactly-once accounting."),
-    "copy-out": ("kdkit.probe.results.copyout", "Copy a run folder elsewhere and verify the copy."),
-    "gather": ("kdkit.probe.pilot.gather", "Prove the workers of one run answered every ID exactly once."),
-    "torch-arch": ("kdkit.probe.env.torcharch", "Show the GPU architectures the installed torch was compiled for."),
+HOST, CONTAINER, ZIPAPP = "host", "container", "zipapp"
+EVERYWHERE = frozenset({HOST, CONTAINER, ZIPAPP})
+HOST_ONLY = frozenset({HOST})
+
+# The headings of `kdkit --help`, in order.
+SECTIONS = ("Project", "Dependencies", "Images (before ordering)", "On the rented machine",
+            "Order and campaign", "Transfer")
+_PROJECT, _DEPS, _IMAGES, _MACHINE, _ORDER, _TRANSFER = SECTIONS
+
+# name -> (module, help section, one-line summary, where it runs); listed in --help in this order.
+COMMANDS: dict[str, tuple[str, str, str, frozenset[str]]] = {
+    "init": ("kdkit.cli.project", _PROJECT, "Create a project folder that survives a change of machine.",
+             HOST_ONLY),
+    "validate": ("kdkit.cli.project", _PROJECT, "Check every config against its schema, plus portability rules.",
+                 HOST_ONLY),
+    "lock": ("kdkit.cli.deps", _DEPS, "Write requirements/<backend>.txt: a hashed pip-tools lock of base.in.",
+             HOST_ONLY),
+    "verify-env": ("kdkit.probe.env.verify", _DEPS, "Compare a lock with the live environment of an interpreter.",
+                   EVERYWHERE),
+    "torch-arch": ("kdkit.probe.env.torcharch", _DEPS,
+                   "Show the GPU architectures the installed torch was compiled for.", EVERYWHERE),
+    "wheelhouse": ("kdkit.cli.deps", _DEPS, "Download the locked files, hash-checked, for offline builds.",
+                   HOST_ONLY),
+    "build": ("kdkit.cli.images", _IMAGES, "Build the project's image from its lock, through the Docker SDK.",
+              HOST_ONLY),
+    "inspect": ("kdkit.cli.images", _IMAGES, "Show an image's labels and whether the project's lock still matches.",
+                HOST_ONLY),
+    "run": ("kdkit.cli.machine", _IMAGES, "Run the image here: diagnose, verify-env, pilot; exit code = verdict.",
+            HOST_ONLY),
+    "diagnose": ("kdkit.probe.diagnose.command", _MACHINE, "Prove this machine's GPU really computes, step by step.",
+                 EVERYWHERE),
+    "pilot": ("kdkit.probe.pilot.command", _MACHINE, "Run the pilot documents with exactly-once accounting.",
+              EVERYWHERE),
+    "gather": ("kdkit.probe.pilot.gather", _MACHINE, "Prove the workers of one run answered every ID exactly once.",
+               EVERYWHERE),
+    "copy-out": ("kdkit.probe.results.copyout", _MACHINE, "Copy a run folder elsewhere and verify the copy.",
+                 EVERYWHERE),
+    "sweep": ("kdkit.probe.measure.sweep", _MACHINE,
+              "Find the batch size from measurements: each length group at each batch size.", EVERYWHERE),
+    "resume-test": ("kdkit.probe.measure.resume", _MACHINE,
+                    "Prove the training loop resumes exactly from a checkpoint in a new process.", EVERYWHERE),
+    "check": ("kdkit.cli.order", _ORDER, "Before ordering: will the locked build run on this GPU offer?", HOST_ONLY),
+    "plan": ("kdkit.cli.order", _ORDER, "The order summary, its schedule and the cost per accepted output.",
+             HOST_ONLY),
+    "estimate-memory": ("kdkit.cli.order", _ORDER, "A lower bound on GPU memory, with what it cannot know listed.",
+                        HOST_ONLY),
+    "close": ("kdkit.cli.order", _ORDER, "The campaign report: what the order bought, against the plan.", HOST_ONLY),
+    "bundle": ("kdkit.cli.transfer", _TRANSFER, "Pack everything the rented machine needs into one verified folder.",
+               HOST_ONLY),
+    "verify-bundle": ("kdkit.cli.transfer", _TRANSFER,
+                      "Check every file of a bundle against its SHA256SUMS before anything is loaded.", HOST_ONLY),
+    "load": ("kdkit.cli.transfer", _TRANSFER,
+             "Verify a bundle, load its image into Docker, and check the image against the bundle.", HOST_ONLY),
 }
+USAGE = {CONTAINER: "python -m kdkit.probe", ZIPAPP: "python3 kdkit.pyz"}
+
+
+def runs_in(where: str) -> list[str]:
+    """The names of the commands that run ``where`` (host, container or zipapp), in the table's order."""
+    return [name for name, entry in COMMANDS.items() if where in entry[3]]
 
 
 def redact(text: str) -> str:
@@ -60,17 +116,20 @@ def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    """Run the named command of COMMANDS."""
+    """Run the named in-container command of COMMANDS (its argparse ``main``)."""
     module = importlib.import_module(COMMANDS[name][0])
     return call(module.main, argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, where: str = CONTAINER) -> int:
+    """The entry point without click: ``python -m kdkit.probe`` (container) or kdkit.pyz (zipapp)."""
     sys.excepthook = excepthook  # a crash's traceback is redacted too
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
-        lines = ["usage: python -m kdkit.probe COMMAND [ARGS]...", "", "Commands:"]
-        lines += [f"  {name:<11} {summary}" for name, (_m, summary) in COMMANDS.items()]
-        print("\n".join(lines), file=sys.stdout if args[:1] in (["-h"], ["--help"]) else sys.stderr)
-        return 0 if args[:1] in (["-h"], ["--help"]) else 2
+    here = runs_in(where)
+    if not args or args[0] in ("-h", "--help") or args[0] not in here:
+        asked = args[:1] in (["-h"], ["--help"])
+        lines = [f"usage: {USAGE[where]} COMMAND [ARGS]...", "", "Commands:"]
+        lines += [f"  {name:<11} {COMMANDS[name][2]}" for name in here]
+        print("\n".join(lines), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     return run_command(args[0], args[1:])

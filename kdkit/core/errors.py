@@ -29,8 +29,3 @@ class Unavailable(KdkitError):
 
     exit_code = 3
 
-
-EXIT_OK = 0
-EXIT_FAILED = CheckFailed.exit_code
-EXIT_BAD_INPUT = BadInput.exit_code
-EXIT_UNAVAILABLE = Unavailable.exit_code

@@ -9,6 +9,9 @@ from pathlib import Path
 
 # Sub-packages of kdkit that travel; kdkit/__init__.py goes with them.
 PACKAGES = ("core", "probe")
+# Packages they may import besides the standard library and each other: optional, imported lazily
+# where a command needs them (torch to compute, matplotlib for `sweep --plot`), never at start-up.
+OPTIONAL = ("torch", "matplotlib")
 # Data files of kdkit they read (kdkit.core.builds, kdkit.probe.diagnose.nominal).
 DATA = ("data/pairings.json", "data/catalog.json")
 

@@ -13,52 +13,56 @@ Comparing ``restore`` with the checkpoint names what the loop forgets to put bac
 checkpoint name what it forgets to save; ``resume`` against ``full`` is the verdict. On a CPU
 losses and final weights must be identical; on a GPU floats may differ by the stated tolerance.
 
-Standard library only, plus torch (imported lazily) to read the checkpoints: it runs inside the
-image, on a bare host, or from the bundle's zipapp (``python -m kdkit.probe.measure.resume --help``).
+Standard library only, plus torch (imported lazily) to read the checkpoints: the same command is
+``kdkit resume-test`` on the host, ``python -m kdkit.probe resume-test`` inside the image or on a
+bare host, and ``python3 kdkit.pyz resume-test`` from the bundle's zipapp.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
-from kdkit.core.jsonio import atomic_write_json, whole_number
+from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import check_device
 from kdkit.core.proc import Completed, run
+from kdkit.core.projectfiles import project_root
 from kdkit.core.staging import make_folder, require_writable
+from kdkit.probe.measure.options import (
+    Count,
+    add_json,
+    add_project,
+    new_run_folder,
+    parse,
+    require_gpu,
+    runs_dir,
+    say,
+    seconds_text,
+    show,
+    text_table,
+    train_module,
+)
+from kdkit.probe.measure.states import (
+    GPU_ATOL,
+    GPU_RTOL,
+    by_component,
+    differences,
+    first_divergence,
+    load_state,
+    missing_parts,
+)
 
-# What a checkpoint must hold (a part the loop does not have is stored as None, never left out).
-REQUIRED = ("step", "data_position", "model", "optimizer", "scheduler", "scaler", "rng")
-RNG_REQUIRED = ("python", "torch", "cuda", "numpy")
-# Floats on a GPU may differ this much (|a - b| <= ATOL + RTOL * |b|); a CPU must match exactly.
-GPU_RTOL = 1e-5
-GPU_ATOL = 1e-7
 PHASES = ("full", "save", "restore", "resume")
 MAX_PATHS = 3  # differing paths quoted per component
 
 Progress = Callable[[str], None]
-
-
-def require_gpu(device: str, count: int, where: str = "--device") -> None:
-    """A ``cuda``/``cuda:N`` device must exist where the work runs: none at all is Unavailable (exit 3),
-    an index beyond the GPUs there is BadInput (exit 2), as `kdkit run --gpus` says."""
-    if not device.startswith("cuda"):
-        return
-    index = int(device.partition(":")[2] or 0)
-    if count == 0:
-        raise Unavailable(f"{where} {device}: torch sees no GPU here; run where the GPU is (`kdkit diagnose` says "
-                          "why not) or use cpu")
-    if index >= count:
-        raise BadInput(f"{where} {device}: torch sees {count} GPU(s) here (cuda:0..cuda:{count - 1}); choose one of "
-                       "them")
 
 
 @dataclass(frozen=True)
@@ -157,97 +161,6 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
     return state, metrics
 
 
-# ---------------------------------------------------------------- comparing states
-
-
-def _close(a: float, b: float, gpu: bool) -> bool:
-    if gpu:
-        return math.isclose(a, b, rel_tol=GPU_RTOL, abs_tol=GPU_ATOL) or (math.isnan(a) and math.isnan(b))
-    return a == b or (math.isnan(a) and math.isnan(b))
-
-
-def _tensor_differs(a: Any, b: Any, gpu: bool) -> bool:
-    import torch
-
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return True
-    if gpu and a.is_floating_point():
-        return not torch.allclose(a.double(), b.double(), rtol=GPU_RTOL, atol=GPU_ATOL, equal_nan=True)
-    return not torch.equal(a, b)
-
-
-def differences(a: Any, b: Any, path: str = "", gpu: bool = False) -> Iterator[str]:
-    """Dotted paths where two nested states differ (floats within tolerance on a GPU)."""
-    import torch
-
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if _tensor_differs(a.cpu(), b.cpu(), gpu):
-            yield path
-    elif isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in a or key not in b:
-                yield sub
-            else:
-                yield from differences(a[key], b[key], sub, gpu)
-    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if len(a) != len(b):
-            yield path
-        else:
-            for index, (x, y) in enumerate(zip(a, b, strict=True)):
-                yield from differences(x, y, f"{path}.{index}" if path else str(index), gpu)
-    elif isinstance(a, float) and isinstance(b, float):
-        if not _close(a, b, gpu):
-            yield path
-    elif type(a) is not type(b) or a != b:
-        yield path
-
-
-def component(path: str) -> str:
-    """The part of the state a path belongs to: ``rng.torch``, ``scheduler``, ``model``…"""
-    parts = path.split(".")
-    return ".".join(parts[:2]) if parts[0] == "rng" else parts[0]
-
-
-def by_component(paths: Iterator[str]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = {}
-    for path in paths:
-        grouped.setdefault(component(path), []).append(path)
-    return grouped
-
-
-def missing_parts(state: Any) -> list[str]:
-    """Required parts a checkpoint leaves out (None counts as present: the loop has no such part)."""
-    if not isinstance(state, dict):
-        return list(REQUIRED)
-    missing = [key for key in REQUIRED if key not in state]
-    rng = state.get("rng")
-    if isinstance(rng, dict):
-        missing += [f"rng.{key}" for key in RNG_REQUIRED if key not in rng]
-    return missing
-
-
-def load_state(path: Path) -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise Unavailable(f"{sys.executable}: torch is not importable here; run resume-test with the "
-                          "project's interpreter (--python) or inside the image") from None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types (pickle, zip, unsupported global)
-        raise CheckFailed(f"{path}: cannot be loaded with torch.load(weights_only=True) "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-
-
-def first_divergence(reference: list[float], resumed: list[float], offset: int, gpu: bool) -> int | None:
-    """The first step whose loss differs (or is missing), counted from step 0."""
-    for index, expected in enumerate(reference):
-        if index >= len(resumed) or not _close(float(expected), float(resumed[index]), gpu):
-            return offset + index
-    return None if len(resumed) == len(reference) else offset + len(reference)
-
-
 # ---------------------------------------------------------------- the test
 
 
@@ -321,37 +234,78 @@ def compare(plan: Plan, states: dict[str, Path], metrics: dict[str, dict[str, An
     return report
 
 
-# ---------------------------------------------------------------- python -m kdkit.probe.measure.resume
+# ---------------------------------------------------------------- kdkit resume-test
+
+
+DESCRIPTION = """\
+Prove the training loop resumes exactly from a checkpoint in a NEW process.
+
+Runs the loop (its contract: `python -m src.train --steps N --checkpoint PATH
+[--resume PATH] [--metrics PATH] [--device D]`) four times, each a fresh interpreter:
+  full     N steps uninterrupted
+  save     K steps, then the checkpoint
+  restore  resume from it without a step: what comes back must equal what was saved
+  resume   resume from it to N: losses and final state must equal the full run
+On a CPU they must be identical; on a GPU within a stated tolerance. The report gives
+the checkpoint size, save and restore time, and names what the checkpoint lacks
+(e.g. scheduler, rng.torch) or what the loop does not put back. Written to
+runs/resume-test-<time>/report.json (or --out). Exit 1 when the resume is not exact."""
+EPILOG = "example:\n  kdkit resume-test --steps 20 --save-at 7"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m kdkit.probe.measure.resume",
-        description="Run a train module N steps, then K steps + checkpoint + resume to N in new "
-                    "processes; compare losses and states and name what the checkpoint misses.",
-    )
-    parser.add_argument("--project", type=Path, default=Path.cwd(), help="project root (default: cwd)")
-    parser.add_argument("--module", default="src.train", help="train module (default: src.train)")
-    parser.add_argument("--steps", type=whole_number("--steps"), default=8,
-                        help="steps of the reference run (default: 8)")
-    parser.add_argument("--save-at", type=whole_number("--save-at"), default=3,
-                        help="step of the checkpoint (default: 3)")
-    parser.add_argument("--device", default="auto", help="passed to the train module (default: auto)")
-    parser.add_argument("--python", default=sys.executable, help="interpreter that runs the train module")
-    parser.add_argument("--out", type=Path, required=True, help="new folder for the phases and report.json")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser = argparse.ArgumentParser(prog="kdkit resume-test", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_project(parser)
+    parser.add_argument("--project", type=Path, default=None, dest="project_option", metavar="DIR",
+                        help="the project, as PROJECT_DIR")
+    parser.add_argument("--steps", type=Count("--steps", "20"), default=8, metavar="N",
+                        help="steps of the uninterrupted run (default: 8)")
+    parser.add_argument("--save-at", type=Count("--save-at", "7"), default=3, metavar="K",
+                        help="step at which the checkpoint is taken (default: 3)")
+    parser.add_argument("--module", default=None, help='train module (default: "train" in kdkit.json, else src.train)')
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N, passed on (default: auto)")
+    parser.add_argument("--python", default=None, metavar="PATH",
+                        help="interpreter that runs the loop (default: this one)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="new folder for the phases and report.json (default: resume-test-<time> in the "
+                             "pilot config's runs folder)")
+    add_json(parser)
     return parser
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.out.exists():
+def plan_of(args: argparse.Namespace) -> Plan:
+    """The test the command line asks for; what is wrong with it is refused before anything is written."""
+    given = [folder for folder in (args.project_dir, args.project_option) if folder is not None]
+    if len(given) == 2 and given[0].resolve() != given[1].resolve():
+        raise BadInput(f"PROJECT_DIR {given[0]} and --project {given[1]}: give the project once")
+    root = project_root(given[0] if given else None)
+    module = train_module(root, args.module)
+    if args.out is not None and args.out.exists():
         raise BadInput(f"{args.out}: already exists; choose a new folder for this test")
-    plan = Plan(args.project.resolve(), args.module, args.steps, args.save_at, args.out.resolve(),
-                args.python, args.device)
-    report = run_resume_test(plan, progress=lambda m: print(m, file=sys.stderr))
-    print(json.dumps(report, indent=2) if args.json else report["verdict"])
-    return 0 if report["ok"] else CheckFailed.exit_code
+    out = args.out.resolve() if args.out is not None else new_run_folder(runs_dir(root), "resume-test")
+    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable, args.device)
+
+
+def render(report: dict[str, Any]) -> str:
+    rows = [["steps", f"{report['steps']} uninterrupted vs {report['save_at']} + checkpoint + resume"],
+            ["checkpoint", f"{report['checkpoint_bytes'] / 1e6:.2f} MB  {report['checkpoint']}"],
+            ["save / restore", f"{seconds_text(report['save_seconds'])} / {seconds_text(report['restore_seconds'])}"],
+            ["one step", seconds_text(report["step_seconds"])]]
+    if report["save_seconds"] and report["step_seconds"]:
+        # What a save costs in steps of lost work: the figure that sets the save interval.
+        rows.append(["one save costs", f"{report['save_seconds'] / report['step_seconds']:.2f} steps"])
+    rows.append(["tolerance", report["tolerance"] or "none: identical on CPU"])
+    rows += [[name.replace("_", " "), ", ".join(report[name]) or "none"]
+             for name in ("missing", "not_restored", "final_differences")]
+    return "\n".join([f"Resume test of {report['module']} on {report['device']}", text_table(rows),
+                      ("OK: " if report["ok"] else "FAILED: ") + report["verdict"]])
+
+
+def main(argv: list[str]) -> int:
+    args = parse(build_parser(), argv)
+    report = run_resume_test(plan_of(args), progress=say)
+    return show(report, args.json, render, report["verdict"])
 
 
 if __name__ == "__main__":

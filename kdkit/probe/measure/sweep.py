@@ -8,15 +8,15 @@ GPU, the peak resident set on a CPU) and errors. An out-of-memory error is a lim
 caught, memory is freed, the limit is recorded and larger batches of that group are not tried.
 Every batch size must give the same outputs, in the same order, as batch size 1.
 
-Standard library only, plus torch where present (lazily): it runs inside the image as
-``python -m kdkit.probe.measure.sweep`` and from the bundle's zipapp; ``kdkit sweep`` adds the plot.
+Standard library only, plus torch where present and matplotlib for --plot (both lazily): the same
+command is ``kdkit sweep`` on the host, ``python -m kdkit.probe sweep`` inside the image and
+``python3 kdkit.pyz sweep`` from the bundle's zipapp.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import re
 import resource
 import sys
@@ -27,9 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput
-from kdkit.core.jsonio import whole_number
+from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
-from kdkit.probe.measure.resume import require_gpu
+from kdkit.core.projectfiles import project_root
+from kdkit.core.staging import require_writable
+from kdkit.probe.measure.options import (
+    Count,
+    add_json,
+    add_project,
+    new_run_folder,
+    parse,
+    require_gpu,
+    say,
+    seconds_text,
+    show,
+    text_table,
+)
+from kdkit.probe.measure.plot import check_plot_path, sweep_plot, written
 from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entry, read_input, set_device
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
@@ -281,31 +295,92 @@ def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]
             "warmup_seconds": round(warmup, 6), "rows": rows, "ok": ok}
 
 
-# ---------------------------------------------------------------- python -m kdkit.probe.measure.sweep
+# ---------------------------------------------------------------- kdkit sweep
+
+
+DESCRIPTION = """\
+Find the batch size from measurements: each length group at each batch size.
+
+The pilot inputs are split by size into groups (short, usual, near the limit); each
+group runs at each batch size through the project's predict(items), recording
+completed inputs, time, items/s, peak memory (max_memory_allocated on a GPU, peak RSS
+on a CPU) and errors. An out-of-memory error is the limit: it is caught, memory is
+freed, and larger batches of that group are not tried. Failures are shown row by row,
+never averaged; every batch size must give batch 1's outputs in batch 1's order.
+Saved to runs/sweep-<time>/sweep.json. Exit 1 on an error or a changed order."""
+EPILOG = "example:\n  kdkit sweep --batch-sizes 1,2,4,8,16 --plot sweep.png"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kdkit.probe.measure.sweep",
-                                     description="Batch-size sweep of the pilot inputs by length group.")
-    parser.add_argument("project", nargs="?", type=Path, default=Path.cwd(), help="project root (default: cwd)")
-    parser.add_argument("--batch-sizes", default="1,2,4", help="comma-separated (default: 1,2,4)")
-    parser.add_argument("--groups", type=whole_number("--groups"), default=3, help="length groups (default: 3)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser = argparse.ArgumentParser(prog="kdkit sweep", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_project(parser)
+    parser.add_argument("--batch-sizes", default="1,2,4", metavar="N,N,...",
+                        help="comma-separated positive integers; 1 is always run, the reference for the order "
+                             "check (default: 1,2,4)")
+    parser.add_argument("--groups", type=Count("--groups", "3"), default=3, metavar="N",
+                        help="length groups the inputs are split into (default: 3)")
+    parser.add_argument("--device", default=None,
+                        help="auto, cpu, cuda or cuda:N (default: the pilot config's device)")
+    parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                        help="write a PNG: throughput and peak memory against batch size, one line per group")
+    parser.add_argument("--force", action="store_true", help="with --plot: replace an existing file")
+    add_json(parser)
     return parser
 
 
+def sweep(args: argparse.Namespace, progress: Progress | None = None) -> dict[str, Any]:
+    """Check every option and input before anything runs or is written, run the sweep, keep it in
+    runs/sweep-<time>/sweep.json and draw the plot when asked; return the report."""
+    sizes = parse_batch_sizes(args.batch_sizes)
+    if args.groups < 1:
+        raise BadInput(f"--groups {args.groups}: must be a positive integer")
+    if args.device is not None:
+        check_device(args.device)
+    plot = check_plot_path(args.plot, args.force)
+    prepared = prepare_sweep(project_root(args.project_dir), sizes, args.groups, device=args.device)
+    out = new_run_folder(prepared.config.runs_dir, "sweep") / "sweep.json"
+    require_writable(out.parent, "runs folder (pilot config's runs)")
+    report = measure(prepared, progress)
+    started = time.perf_counter()
+    report["out"] = str(out)
+    written(out, lambda: atomic_write_json(out, report))
+    if plot is not None:
+        written(plot, lambda: sweep_plot(report, plot))
+        report["plot"] = str(plot)
+    report["report_seconds"] = round(time.perf_counter() - started, 3)
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as a person reads it: one row per cell, failures in their own row."""
+    rows = [["group", "batch", "done", "time", "items/s", "peak memory", "errors", "same as batch 1"]]
+    for row in report["rows"]:
+        problem = row["limit"] or row["first_error"] or ""
+        same = {True: "yes", False: f"NO: {row.get('difference', '')}", None: "-"}[row["same_as_batch_1"]]
+        rows.append([row["group"], str(row["batch_size"]), f"{row['completed']}/{row['inputs']}",
+                     seconds_text(row["seconds"]), f"{row['items_per_second'] or 0:.1f}",
+                     f"{row['peak_memory_bytes'] / 1e6:.1f} MB", f"{row['errors']} {problem}".strip(), same])
+    groups = "; ".join(f"{g['name']} {g['min_bytes']}-{g['max_bytes']} B ({len(g['ids'])})" for g in report["groups"])
+    lines = [f"Batch-size sweep of {report['entry']} on {report['device']}",
+             text_table(rows, right=frozenset(range(1, 6))),
+             f"Peak memory: {report['memory_kind']}. Groups: {groups}"]
+    lines += [f"Not swept: {skipped['id']}: {skipped['reason']}" for skipped in report["skipped"]]
+    lines.append(f"Saved {report['out']}" + (f"; plot {report['plot']}" if report.get("plot") else ""))
+    return "\n".join(lines)
+
+
+def failure(report: dict[str, Any]) -> str:
+    """The first row that failed: an error, or outputs that differ from batch 1's."""
+    bad = next(r for r in report["rows"] if r["errors"] or r["same_as_batch_1"] is False)
+    what = bad["first_error"] or f"outputs differ from batch 1 ({bad.get('difference')})"
+    return f"sweep: group {bad['group']!r} at batch size {bad['batch_size']}: {what}"
+
+
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    report = run_sweep(args.project.resolve(), parse_batch_sizes(args.batch_sizes), args.groups,
-                       progress=lambda m: print(m, file=sys.stderr))
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for row in report["rows"]:
-            print(f"{row['group']:<15} batch {row['batch_size']:>4}  {row['completed']}/{row['inputs']} done  "
-                  f"{row['items_per_second']} items/s  peak {row['peak_memory_bytes'] / 1e6:.1f} MB  "
-                  f"errors {row['errors']}  {row['limit'] or ''}  same order: {row['same_as_batch_1']}")
-    return 0 if report["ok"] else 1
+    args = parse(build_parser(), argv)
+    report = sweep(args, progress=say)
+    return show(report, args.json, render, "" if report["ok"] else failure(report))
 
 
 if __name__ == "__main__":

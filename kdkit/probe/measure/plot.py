@@ -1,12 +1,47 @@
-"""Plots drawn on the host with matplotlib (an optional dependency: ``pip install kdkit[plot]``)."""
+"""The sweep's plot, drawn with matplotlib: an optional package (``pip install kdkit[plot]``), imported
+only when a plot is asked for, like torch (kdkit.core.layout.OPTIONAL)."""
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.errors import Unavailable
+from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.jsonio import atomic_write_bytes
+from kdkit.core.staging import require_writable
+
+NO_MATPLOTLIB = "matplotlib: not installed; `pip install 'kdkit[plot]'` or drop --plot"
+
+
+def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:
+    """A .png path in a folder that exists and can be written, not over a file unless ``force``;
+    matplotlib importable. Refused before any work is done."""
+    if plot is None:
+        return None
+    if plot.suffix.lower() != ".png":
+        raise BadInput(f"--plot {plot}: the plot is a PNG; give a path ending in .png")
+    path = plot.resolve()
+    if not path.parent.is_dir():
+        raise BadInput(f"--plot {plot}: folder {path.parent} does not exist; create it first")
+    if path.is_dir():
+        raise BadInput(f"--plot {plot}: is a folder; give a file name ending in .png")
+    if path.exists() and not force:
+        raise BadInput(f"--plot {plot}: already exists; pass --force to replace it, or choose another name")
+    require_writable(path.parent, "folder for --plot")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise Unavailable(NO_MATPLOTLIB)
+    return path
+
+
+def written(path: Path, write: Callable[[], None]) -> None:
+    """Do ``write``; a filesystem that refuses it after the checks (full, gone read-only) is one line."""
+    try:
+        write()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot write it ({exc.strerror or exc}); free space or make the folder "
+                       "writable and run the sweep again") from None
 
 
 def sweep_plot(report: dict[str, Any], out: Path) -> None:
@@ -17,7 +52,7 @@ def sweep_plot(report: dict[str, Any], out: Path) -> None:
         matplotlib.use("Agg")  # no display on a rented machine
         import matplotlib.pyplot as plt
     except ImportError:
-        raise Unavailable("matplotlib: not installed; `pip install 'kdkit[plot]'` or drop --plot") from None
+        raise Unavailable(NO_MATPLOTLIB) from None
     import io
 
     figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -1,0 +1,122 @@
+"""Moving a project to the rented machine: bundle, verify-bundle, load.
+
+Each command parses its options, calls one domain function of kdkit.bundle and prints what it returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kdkit.cli._options import backend_option, force_option, json_option, project_argument
+from kdkit.cli._output import emit_json, warn
+
+
+def _progress(message: str) -> None:
+    click.echo(f"  {message}", err=True)
+
+
+def size_mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+@click.command("bundle")
+@project_argument
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="New folder outside the project to write the bundle to (refused if it exists, unless --force).")
+@backend_option
+@click.option("--image", default=None, help="Image to pack (default: the tag `kdkit build` gives this lock).")
+@click.option("--no-image", is_flag=True, help="Leave the image out: for a host without Docker.")
+@click.option("--compressor", type=click.Choice(["zstd", "gzip"]), default="zstd", show_default=True,
+              help="How the image archive is compressed (zstd: smaller and far faster; gzip: everywhere).")
+@force_option("Replace an existing bundle that kdkit wrote at --out (only once the new one is complete).")
+@json_option
+def bundle_command(project_dir: Path | None, out: Path, backend: str | None, image: str | None,
+                   no_image: bool, compressor: str, force: bool, as_json: bool) -> None:
+    """Pack everything the rented machine needs into one verified folder.
+
+    \b
+    The folder holds:
+      project/      the project at its git revision (or its files): kdkit.json, config/,
+                    requirements/, src/, README*, and what the configs name (locks, pilot
+                    inputs and manifest); files named like secrets (.env*, *.pem, .ssh/ ...)
+                    are left out and named
+      kdkit.pyz     kdkit's in-container part as one file: `python3 kdkit.pyz diagnose`
+      image.tar.zst the image (`docker save`, compressed while it streams), unless --no-image
+      bundle.json   what was packed, file by file: revision, lock hash, image id and labels
+      RUN.md        the exact commands to run on the other machine
+      SHA256SUMS    every file's hash (`kdkit verify-bundle` or `sha256sum -c`)
+    It is written as .OUT.partial-PID beside --out and renamed when complete; what a
+    killed run left there is removed by the next run. --out must lie outside the project.
+
+    \b
+    Example:
+      kdkit bundle --out ../myproj-bundle && rsync -a ../myproj-bundle gpu-host:
+    """
+    from kdkit.bundle import make_bundle
+    from kdkit.packing import printable_name
+
+    info = make_bundle(project_dir, out, backend=backend, image=image, include_image=not no_image,
+                       compressor=compressor, force=force, progress=_progress)
+    if as_json:
+        emit_json(info)
+        return
+    if info["uncommitted"]:
+        warn(f"{len(info['uncommitted'])} uncommitted change(s) are NOT in the bundle (it holds revision "
+             f"{str(info['revision'])[:12]}): {', '.join(info['uncommitted'][:3])}; commit them and bundle again")
+    if info["left_out"]:
+        left = [printable_name(f"{item['file']} ({item['why']})") for item in info["left_out"]]
+        more = f" (+{len(left) - 3} more, see bundle.json)" if len(left) > 3 else ""
+        warn(f"left out {len(left)} file(s): {'; '.join(left[:3])}{more}; secrets reach the rented machine at "
+             "run time only (`kdkit run --env-file`)")
+    image_line = "no image (--no-image)" if not info["image"] else (
+        f"{info['image']['ref']}: {size_mb(info['image']['bytes'])} ({info['image']['compressor']}, "
+        f"{info['image']['seconds']:.1f} s)")
+    click.echo(f"Bundle written to {info['out']} in {info['seconds']:.1f} s\n"
+               f"  project  {info['project_files']} files at {info['revision'] or 'no git revision'}\n"
+               f"  image    {image_line}\n"
+               f"Next: copy the folder, then on the other machine: kdkit verify-bundle DIR (see DIR/RUN.md)")
+
+
+@click.command("verify-bundle")
+@click.argument("bundle_dir", type=click.Path(path_type=Path))
+@json_option
+def verify_bundle_command(bundle_dir: Path, as_json: bool) -> None:
+    """Check every file of a bundle against its SHA256SUMS before anything is loaded.
+
+    Names each altered, missing or added file; exit 1 when any is found. Run it on the
+    copy that arrived, not on the original.
+    """
+    from kdkit.bundlecheck import require_verified, verify_bundle
+
+    report = verify_bundle(bundle_dir, progress=_progress)
+    if as_json:
+        emit_json(report)
+    elif report["ok"]:
+        click.echo(f"OK: {report['files']} files match SHA256SUMS in {report['bundle']}")
+    else:
+        for problem in report["problems"]:
+            click.echo(f"  {problem['file']}: {problem['problem']}")
+    require_verified(report)
+
+
+@click.command("load")
+@click.argument("bundle_dir", type=click.Path(path_type=Path))
+@json_option
+def load_command(bundle_dir: Path, as_json: bool) -> None:
+    """Verify a bundle, load its image into Docker, and check the image against the bundle.
+
+    Every file is checked first (as verify-bundle does); the archive is decompressed on the
+    way in (engines before Docker 25 cannot read zstd); then the loaded image's id and its
+    kdkit labels (project, backend, python, lock path and hash, revision) must equal what
+    bundle.json recorded.
+    """
+    from kdkit.bundlecheck import load_bundle
+
+    report = load_bundle(bundle_dir, progress=_progress)
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(f"Loaded {report['image']} ({report['id'][:19]}) in {report['seconds']:.1f} s; "
+                   f"{report['files']} files verified, labels match the bundle")
