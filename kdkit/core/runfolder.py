@@ -7,8 +7,10 @@ Every new run folder, of every kind, is named and made by one rule (kdkit.probe.
 
 makes ``runs/<new_run_id(kind, params_hash)>`` atomically (mkdir without exist_ok, in a loop) and
 returns it; ``what`` names the folder in the error when it cannot be made (the wording of
-kdkit.core.staging.require_writable). One ID format with a kind prefix: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>``
-for a pilot run (its workers' folders add ``-w<I>of<N>``, their gathering ``-gathered``),
+kdkit.core.staging.require_writable). A command that must refuse bad input with nothing written checks
+``runs / new_run_id(kind)`` (require_writable) first and makes the folder last.
+One ID format with a kind prefix: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>`` for a pilot run (its workers'
+folders add ``-w<I>of<N>``, their gathering ``-gathered``),
 ``sweep-<UTC %Y%m%d-%H%M%S>``, ``resume-test-<UTC %Y%m%d-%H%M%S>``. One collision rule,
 ``claim(base, take)``: ``base``, then ``base-2``, ``base-3``... until ``take`` does not raise
 FileExistsError (a pilot's ``take`` is kdkit.core.runresults.RunFolder.make, which renames a whole
