@@ -70,6 +70,7 @@ from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.projectfiles import real_inside
+from kdkit.core.runfolder import run_folders
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
 from kdkit.imagelabels import LABEL, default_tag, require_kdkit_labels
 from kdkit.probe.diagnose.host import SHM_MINIMUM
@@ -371,10 +372,6 @@ def print_lines(plan: RunPlan) -> list[str]:
     return [step.shell for step in plan.host_steps] + [shell_line(cli_arguments(plan.spec))]
 
 
-def new_run_folders(runs: Path, before: set[str]) -> list[Path]:
-    return sorted(p for p in runs.iterdir() if p.is_dir() and p.name not in before) if runs.is_dir() else []
-
-
 def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
             engine: Engine | None = None) -> tuple[int, list[Path]]:
     """Make the host steps, run the container to its end; return (exit code, new run folders)."""
@@ -382,6 +379,6 @@ def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
 
     for step in plan.host_steps:
         step.action()
-    before = {p.name for p in plan.runs.iterdir()} if plan.runs.is_dir() else set()
+    before = set(run_folders(plan.runs))
     code = (engine or connect()).run(plan.spec, on_output)
-    return code, new_run_folders(plan.runs, before)
+    return code, [folder for folder in run_folders(plan.runs) if folder not in before]
