@@ -150,3 +150,45 @@ def test_an_earlier_sessions_report_removed_with_its_line_is_missing(tmp_path: P
     _drop_with_line(copy, "stop-1.json")
     result = invoke("copy-out", copy, "--verify")
     assert result.exit_code == 1 and "stop-1.json: missing, and not listed" in result.stderr
+
+
+# ---------------------------------------------------------------- the one model: reader, IDs, collisions
+
+
+def test_read_run_reads_exactly_what_the_pilot_wrote(closed: dict[str, Path]) -> None:
+    from kdkit.core.runfolder import read_run
+
+    passed, stopped = read_run(closed["passed"]), read_run(closed["stopped"])
+    params = json.loads((closed["passed"] / "params.json").read_text())
+    assert (passed.run_id, passed.kind, passed.verdict, passed.has_params, passed.has_summary) == \
+        ("passed", "pilot", "pass", True, True)
+    assert passed.params_hash == params["params_hash"] and passed.share is None and passed.workers is None
+    assert passed.total == passed.accepted + (passed.rejected or 0) and passed.seconds is not None
+    assert passed.peak_device == "cpu" and (passed.peak_bytes or 0) > 0
+    stop = json.loads((closed["stopped"] / "stop.json").read_text())
+    assert stopped.verdict == "fail" and stopped.stop_reason == stop["reason"]
+
+
+def test_a_taken_name_gets_the_next_counter_and_a_new_folder_is_made_atomically(tmp_path: Path) -> None:
+    import re
+
+    from kdkit.core.runfolder import claim, new_run_folder
+
+    def take(name: str) -> str:
+        (tmp_path / name).mkdir()  # FileExistsError when taken
+        return name
+
+    assert [claim("x", take) for _ in range(3)] == ["x", "x-2", "x-3"]
+    made = [new_run_folder(tmp_path / "runs", "sweep", "runs folder") for _ in range(2)]
+    assert made[0] != made[1] and all(p.is_dir() and not any(p.iterdir()) for p in made)
+    assert all(re.fullmatch(r"sweep-\d{8}-\d{6}(-\d+)?", p.name) for p in made)
+    assert re.fullmatch(r"resume-test-\d{8}-\d{6}", new_run_folder(tmp_path / "runs", "resume-test", "x").name)
+
+
+def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    from kdkit.core.errors import BadInput
+    from kdkit.core.runfolder import new_run_folder
+
+    (tmp_path / "runs").write_text("a file")
+    with pytest.raises(BadInput, match=r"runs is not a folder; move it away or choose another runs folder$"):
+        new_run_folder(tmp_path / "runs", "sweep", "runs folder")
