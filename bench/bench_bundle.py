@@ -30,7 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from kdkit.bundle import COMPRESSORS, save_image  # noqa: E402
+from kdkit.bundle import save_image  # noqa: E402
+from kdkit.bundleformat import COMPRESSORS  # noqa: E402
 
 CANDIDATES = {
     "gzip -1": ["gzip", "-1", "-c"], "gzip -6": ["gzip", "-6", "-c"],

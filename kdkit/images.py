@@ -17,6 +17,7 @@ labels and `kdkit inspect` are :mod:`kdkit.imagelabels`.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 import tempfile
@@ -110,25 +111,17 @@ def check_ca_bundle(path: Path) -> Path:
     return path.resolve()
 
 
+# Build arguments of Dockerfile.common -> the label that holds each value (one source of truth).
+BUILD_ARGS = {"KDKIT_PYTHON": "python", "KDKIT_BACKEND": "backend", "KDKIT_LOCK": "lock.path",
+              "KDKIT_PROJECT": "project", "KDKIT_LOCK_SHA256": "lock.sha256", "KDKIT_TORCH_VERSION": "torch.version",
+              "KDKIT_TORCH_CUDA": "torch.cuda", "KDKIT_TORCH_ROCM": "torch.rocm", "KDKIT_VERSION": "version"}
+OCI_BUILD_ARGS = {"KDKIT_REVISION": "revision", "KDKIT_SOURCE": "source", "KDKIT_IMAGE_VERSION": "version"}
+
+
 def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, str]:
     """Build arguments for Dockerfile.common, from the labels (one source of truth) and the host's proxy."""
-    import os
-
-    args = {
-        "BASE_IMAGE": base_image,
-        "KDKIT_PYTHON": plan_labels[f"{LABEL}python"],
-        "KDKIT_BACKEND": plan_labels[f"{LABEL}backend"],
-        "KDKIT_LOCK": plan_labels[f"{LABEL}lock.path"],
-        "KDKIT_PROJECT": plan_labels[f"{LABEL}project"],
-        "KDKIT_LOCK_SHA256": plan_labels[f"{LABEL}lock.sha256"],
-        "KDKIT_TORCH_VERSION": plan_labels[f"{LABEL}torch.version"],
-        "KDKIT_TORCH_CUDA": plan_labels[f"{LABEL}torch.cuda"],
-        "KDKIT_TORCH_ROCM": plan_labels[f"{LABEL}torch.rocm"],
-        "KDKIT_VERSION": plan_labels[f"{LABEL}version"],
-        "KDKIT_REVISION": plan_labels[f"{OCI}revision"],
-        "KDKIT_SOURCE": plan_labels[f"{OCI}source"],
-        "KDKIT_IMAGE_VERSION": plan_labels[f"{OCI}version"],
-    }
+    args = {"BASE_IMAGE": base_image, **{arg: plan_labels[f"{LABEL}{key}"] for arg, key in BUILD_ARGS.items()},
+            **{arg: plan_labels[f"{OCI}{key}"] for arg, key in OCI_BUILD_ARGS.items()}}
     # Docker's predefined proxy arguments reach RUN steps but are kept out of the image's history.
     args.update({name: os.environ[name] for name in proc.PROXY_VARIABLES if os.environ.get(name)})
     return args

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -28,7 +27,8 @@ from typing import Any
 from kdkit.core import proc
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import sha256_file
-from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.core.lockfile import Lock, normalize_name, parse_lock
+from kdkit.core.staging import clean_stale, hold, release, staging_for
 from kdkit.project import Project, load_project
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
@@ -45,10 +45,6 @@ class Wheelhouse:
     folder: Path
     files: list[tuple[str, int]]  # (file name, size in bytes), one per locked pin
     removed: list[Path] = field(default_factory=list)  # staging a killed run had left beside the folder
-
-    def removed_lines(self) -> list[str]:
-        """What was cleaned before the download, one line each, for stderr."""
-        return describe_removed(self.removed)
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "lock": str(self.lock), "folder": str(self.folder),
@@ -98,14 +94,12 @@ def _accept(staging: Path, out: Path, hashes: dict[str, str]) -> list[tuple[str,
 def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
                         out: Path | None = None) -> Wheelhouse:
     """Download every locked file for ``backend`` into ``out`` (default ``wheelhouse/<backend>``)."""
-    from kdkit.core.lockfile import parse_lock
     from kdkit.staleness import require_fresh_lock
 
     project = load_project(project_dir)
     chosen = project.backend(backend)
     lock = require_fresh_lock(project, chosen.name)
-    pins = parse_lock(lock).pins
-    hashes = {h.split(":", 1)[1].lower(): key for key, pin in pins.items() for h in pin.hashes}
+    hashes = locked_hashes(parse_lock(lock))
     folder = (out or default_folder(project, chosen.name)).resolve()
     folder.parent.mkdir(parents=True, exist_ok=True)
     removed = clean_stale(folder)
@@ -124,23 +118,22 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
     return Wheelhouse(chosen.name, lock, folder, files, removed)
 
 
-def _file_key(filename: str) -> str:
-    return re.sub(r"[-_.]+", "-", filename).lower()
+def locked_hashes(lock: Lock) -> dict[str, str]:
+    """Each sha256 (hex, lower case) the lock names -> the key of its pin."""
+    return {h.split(":", 1)[1].lower(): pin.key for pin in lock.pins.values() for h in pin.hashes}
 
 
 def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
     """The files of ``wheelhouse`` whose sha256 the lock names; every unconditional pin must have one."""
-    from kdkit.core.lockfile import parse_lock
-
     if not wheelhouse.is_dir():
         raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
                        f"{wheelhouse}`")
     lock = parse_lock(lock_path)
-    wanted = {h.split(":", 1)[1].lower(): pin.key for pin in lock.pins.values() for h in pin.hashes}
+    wanted = locked_hashes(lock)
     prefixes = tuple(f"{key}-" for key in {pin.key for pin in lock.pins.values()})
     chosen: dict[str, Path] = {}
     for path in sorted(wheelhouse.iterdir()):
-        if path.is_file() and _file_key(path.name).startswith(prefixes):
+        if path.is_file() and normalize_name(path.name).startswith(prefixes):
             key = wanted.get(sha256_file(path))
             if key is not None:
                 chosen.setdefault(key, path)
