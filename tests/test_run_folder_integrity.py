@@ -163,7 +163,7 @@ def test_read_run_reads_exactly_what_the_pilot_wrote(closed: dict[str, Path]) ->
     assert (passed.run_id, passed.kind, passed.verdict, passed.has_params, passed.has_summary) == \
         ("passed", "pilot", "pass", True, True)
     assert passed.params_hash == params["params_hash"] and passed.share is None and passed.workers is None
-    assert passed.total == passed.accepted + (passed.rejected or 0) and passed.seconds is not None
+    assert passed.total == (passed.accepted or 0) + (passed.rejected or 0) and passed.seconds is not None
     assert passed.peak_device == "cpu" and (passed.peak_bytes or 0) > 0
     stop = json.loads((closed["stopped"] / "stop.json").read_text())
     assert stopped.verdict == "fail" and stopped.stop_reason == stop["reason"]
