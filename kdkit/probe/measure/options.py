@@ -1,6 +1,7 @@
 """What `kdkit sweep` and `kdkit resume-test` share, defined once: the project they measure (PROJECT_DIR,
-else the root found upward from the current folder), its runs folder, the new folder each measurement
-writes, and counts read like every numeric option of kdkit (one line and exit 2 for NaN, 1e999, "").
+else the root found upward from the current folder), its runs folder, counts read like every numeric
+option of kdkit (one line and exit 2 for NaN, 1e999, ""), and how a report is shown. The folder each
+measurement writes is named and made by kdkit.core.runfolder.new_run_folder, the one rule.
 
 Standard library only: both commands run on the host (``kdkit sweep``), inside the image
 (``python -m kdkit.probe sweep``) and from the bundle's zipapp (``python3 kdkit.pyz sweep``).
@@ -11,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,17 +77,6 @@ def runs_dir(root: Path) -> Path:
     if not isinstance(relative, str):
         raise BadInput(f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
     return require_real_inside(root, inside(root, relative, config, "$.runs"), config, "$.runs")
-
-
-def new_run_folder(runs: Path, prefix: str) -> Path:
-    """``runs/<prefix>-<UTC time>``, with a counter when two measurements start in the same second."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    candidate = runs / f"{prefix}-{stamp}"
-    counter = 1
-    while candidate.exists():
-        counter += 1
-        candidate = runs / f"{prefix}-{stamp}-{counter}"
-    return candidate
 
 
 def seconds_text(value: float | None) -> str:

@@ -25,7 +25,7 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,12 @@ from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import check_device
 from kdkit.core.proc import Completed, run
 from kdkit.core.projectfiles import project_root
+from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import make_folder, require_writable
 from kdkit.probe.measure.options import (
     Count,
     add_json,
     add_project,
-    new_run_folder,
     parse,
     require_gpu,
     runs_dir,
@@ -60,6 +60,7 @@ from kdkit.probe.measure.states import (
 )
 
 PHASES = ("full", "save", "restore", "resume")
+WHAT = "folder for the test"
 MAX_PATHS = 3  # differing paths quoted per component
 
 Progress = Callable[[str], None]
@@ -77,6 +78,7 @@ class Plan:
     python: str = sys.executable
     device: str = "auto"
     timeout: float | None = None
+    runs: Path | None = None  # set: ``out`` is the default folder, made in ``runs`` by the one rule once checked
 
     def check(self) -> None:
         """Refuse an impossible plan before anything runs or is written."""
@@ -96,7 +98,7 @@ class Plan:
                            "project's torch (default: this one)")
         if self.device.startswith("cuda"):
             require_gpu(self.device, _gpus_seen_by(self.python))
-        require_writable(self.out, "folder for the test")
+        require_writable(self.out, WHAT)
 
 
 def _runs_python(python: str) -> bool:
@@ -189,7 +191,10 @@ def verdict_line(report: dict[str, Any]) -> str:
 def run_resume_test(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
     """Run the four phases and compare them; return the report (also written to OUT/report.json)."""
     plan.check()
-    make_folder(plan.out, "folder for the test")
+    if plan.runs is not None:
+        plan = replace(plan, out=new_run_folder(plan.runs, "resume-test", WHAT))
+    else:
+        make_folder(plan.out, WHAT)
     say = progress or (lambda _message: None)
     states: dict[str, Path] = {}
     metrics: dict[str, dict[str, Any]] = {}
@@ -283,8 +288,9 @@ def plan_of(args: argparse.Namespace) -> Plan:
     module = train_module(root, args.module)
     if args.out is not None and args.out.exists():
         raise BadInput(f"{args.out}: already exists; choose a new folder for this test")
-    out = args.out.resolve() if args.out is not None else new_run_folder(runs_dir(root), "resume-test")
-    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable, args.device)
+    runs = runs_dir(root) if args.out is None else None
+    out = args.out.resolve() if runs is None else runs / new_run_id("resume-test")
+    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable, args.device, runs=runs)
 
 
 def render(report: dict[str, Any]) -> str:

@@ -30,12 +30,12 @@ from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
+from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import require_writable
 from kdkit.probe.measure.options import (
     Count,
     add_json,
     add_project,
-    new_run_folder,
     parse,
     require_gpu,
     say,
@@ -308,6 +308,7 @@ on a CPU) and errors. An out-of-memory error is the limit: it is caught, memory 
 freed, and larger batches of that group are not tried. Failures are shown row by row,
 never averaged; every batch size must give batch 1's outputs in batch 1's order.
 Saved to runs/sweep-<time>/sweep.json. Exit 1 on an error or a changed order."""
+RUNS = "runs folder (pilot config's runs)"
 EPILOG = "example:\n  kdkit sweep --batch-sizes 1,2,4,8,16 --plot sweep.png"
 
 
@@ -339,10 +340,11 @@ def sweep(args: argparse.Namespace, progress: Progress | None = None) -> dict[st
         check_device(args.device)
     plot = check_plot_path(args.plot, args.force)
     prepared = prepare_sweep(project_root(args.project_dir), sizes, args.groups, device=args.device)
-    out = new_run_folder(prepared.config.runs_dir, "sweep") / "sweep.json"
-    require_writable(out.parent, "runs folder (pilot config's runs)")
+    runs = prepared.config.runs_dir
+    require_writable(runs / new_run_id("sweep"), RUNS)  # refused before the work, made after it
     report = measure(prepared, progress)
     started = time.perf_counter()
+    out = new_run_folder(runs, "sweep", RUNS) / "sweep.json"
     report["out"] = str(out)
     written(out, lambda: atomic_write_json(out, report))
     if plot is not None:
