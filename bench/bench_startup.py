@@ -1,50 +1,79 @@
 """Start-up cost of the CLI against the interpreter's own: `kdkit --help` and the in-container
 entry point must start in little more than `python -c pass` (heavy imports live in commands).
 
-    .venv/bin/python bench/bench_startup.py [--runs 11]
+    .venv/bin/python bench/bench_startup.py [--runs 21] [--before REV]
 
-Writes bench/results/startup.json.
+With ``--before REV`` the same commands also run from the tree of git revision REV (its kdkit on
+PYTHONPATH), interleaved run by run with this tree's, so that both meet the same load: the
+figures to compare a change with. Writes bench/results/startup.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 CASES = {
-    "python -c pass": [sys.executable, "-c", "pass"],
-    "kdkit --help": [str(BIN / "kdkit"), "--help"],
-    "python -m kdkit.probe --help": [sys.executable, "-m", "kdkit.probe", "--help"],
+    "python -c pass": ["-c", "pass"],
+    "kdkit --help": ["-m", "kdkit", "--help"],
+    "python -m kdkit.probe --help": ["-m", "kdkit.probe", "--help"],
 }
 
 
-def median_seconds(argv: list[str], runs: int) -> float:
-    times = []
+def export(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (its kdkit package) unpacked under ``into``."""
+    archive = into / "tree.tar"
+    subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), rev, "kdkit"], check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def once(args: list[str], source: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                   env=env, cwd=source)
+    return time.perf_counter() - start
+
+
+def measure(trees: dict[str, Path], runs: int) -> dict[str, dict[str, float]]:
+    """Median seconds per tree and command, the trees taking turns within each run."""
+    times: dict[str, dict[str, list[float]]] = {tree: {name: [] for name in CASES} for tree in trees}
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, args in CASES.items():
+            for tree, source in trees.items():
+                times[tree][name].append(once(args, source))
+    return {tree: {name: statistics.median(values) for name, values in cases.items()}
+            for tree, cases in times.items()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=11)
-    runs = parser.parse_args().runs
-    medians = {name: median_seconds(argv, runs) for name, argv in CASES.items()}
-    base = medians["python -c pass"]
-    print(f"{'command':<32}{'median ms':>10}{'over python':>13}")
-    for name, seconds in medians.items():
-        print(f"{name:<32}{seconds * 1000:>10.1f}{(seconds - base) * 1000:>+11.1f} ms")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--before", metavar="REV", help="also time the tree of this git revision, interleaved")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": REPO}
+        if options.before:
+            trees[f"before ({options.before})"] = export(options.before, Path(tmp))
+        medians = measure(trees, options.runs)
+    print(f"{'tree':<24}{'command':<32}{'median ms':>10}{'over python':>13}")
+    for tree, cases in medians.items():
+        base = cases["python -c pass"]
+        for name, seconds in cases.items():
+            print(f"{tree:<24}{name:<32}{seconds * 1000:>10.1f}{(seconds - base) * 1000:>+11.1f} ms")
     out = REPO / "bench" / "results" / "startup.json"
-    out.write_text(json.dumps({"runs": runs, "median_seconds": medians,
+    out.write_text(json.dumps({"runs": options.runs, "median_seconds": medians,
                                "machine": {"python": sys.version.split()[0]}}, indent=2) + "\n")
     print(f"written to {out.relative_to(REPO)}")
 

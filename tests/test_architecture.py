@@ -1,4 +1,5 @@
-"""The shape of the package: no import circles, counting the imports made inside functions too.
+"""The shape of the package: its layers, no import circles and no arrow that runs back up, counting
+the imports made inside functions too (docs/architecture.md draws the same layers).
 
 A function-local import does not remove a circle, it only hides it until the call: the graph here
 takes every ``import kdkit...`` / ``from kdkit... import`` wherever it stands in a module.
@@ -73,6 +74,63 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# Bottom up: (rank, group). A module belongs to the group of the longest prefix of its name; it may
+# import its own group and any group of a lower rank, never a higher one, nor another group of its
+# rank (the three first command packages of the probe stand side by side and ignore each other).
+LAYERS: tuple[tuple[int, str], ...] = (
+    (0, "kdkit"),  # the package's face: __version__
+    (1, "kdkit.core"),  # stdlib core, both sides
+    (2, "kdkit.probe.results"),
+    (2, "kdkit.probe.diagnose"),
+    (2, "kdkit.probe.env"),
+    (3, "kdkit.probe.pilot"),
+    (4, "kdkit.probe.measure"),
+    (5, "kdkit.probe"),  # the in-container entry: python -m kdkit.probe
+    (6, "kdkit.host"),  # every other module of kdkit: the host side (not a package: see _group)
+    (7, "kdkit.cli"),  # click
+    (8, "kdkit.__main__"),
+)
+
+
+def _group(module: str) -> tuple[int, str]:
+    named = [(rank, group) for rank, group in LAYERS if module == group or module.startswith(group + ".")]
+    rank, group = max(named, key=lambda layer: len(layer[1]))
+    if group == "kdkit" and module != "kdkit":
+        return 6, "kdkit.host"
+    return rank, group
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        rank, group = _group(source)
+        for target in sorted(targets):
+            to_rank, to_group = _group(target)
+            if to_rank > rank or (to_rank == rank and to_group != group):
+                wrong.append(f"{source} ({group}) -> {target} ({to_group})")
+    return wrong
+
+
+def test_no_arrow_runs_up_or_sideways_between_layers() -> None:
+    assert _upward(_graph()) == []
+
+
+def test_the_layer_check_sees_an_upward_and_a_sideways_arrow() -> None:
+    graph = {"kdkit.core.jsonio": {"kdkit.images"}, "kdkit.probe.env.verify": {"kdkit.probe.diagnose.host"},
+             "kdkit.cli.order": {"kdkit.check", "kdkit.core.errors"}}
+    assert _upward(graph) == ["kdkit.core.jsonio (kdkit.core) -> kdkit.images (kdkit.host)",
+                              "kdkit.probe.env.verify (kdkit.probe.env) -> kdkit.probe.diagnose.host "
+                              "(kdkit.probe.diagnose)"]
+
+
+def test_every_module_has_a_layer_and_each_package_says_what_it_owns() -> None:
+    for name, path in _modules().items():
+        assert _group(name)[1] in {group for _rank, group in LAYERS}, name
+        if path.name == "__init__.py" and name != "kdkit":
+            docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+            assert docstring, f"{path}: a package's __init__.py says in its docstring what the package owns"
 
 
 def test_the_graph_sees_function_local_imports() -> None:
