@@ -9,6 +9,7 @@ the values that interpreter reported (:func:`current_environment` run there).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kdkit.core.envinfo import marker_environment
@@ -120,17 +121,17 @@ class _Parser:
         return node
 
     def _or(self) -> Node:
-        node = self._and()
-        while self._peek() == ("bool", "or"):
-            self.pos += 1
-            node = BoolOp("or", node, self._and())
-        return node
+        return self._chain("or", self._and)
 
     def _and(self) -> Node:
-        node = self._atom()
-        while self._peek() == ("bool", "and"):
+        return self._chain("and", self._atom)
+
+    def _chain(self, word: str, operand: Callable[[], Node]) -> Node:
+        """``operand (word operand)*``, grouped from the left."""
+        node = operand()
+        while self._peek() == ("bool", word):
             self.pos += 1
-            node = BoolOp("and", node, self._atom())
+            node = BoolOp(word, node, operand())
         return node
 
     def _atom(self) -> Node:

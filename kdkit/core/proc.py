@@ -42,6 +42,17 @@ class Completed:
         return lines[-1] if lines else f"exit status {self.returncode}"
 
 
+@contextlib.contextmanager
+def _starting(argv: tuple[str, ...]) -> Iterator[None]:
+    """Starting ``argv``: a program that is missing or cannot be run becomes Unavailable, naming it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
+    except OSError as exc:  # not executable, a wrong binary format, a folder
+        raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
+
+
 def run(
     args: Sequence[str | os.PathLike[str]],
     *,
@@ -57,20 +68,9 @@ def run(
     if extra_env:
         full_env.update(extra_env)
     try:
-        done = subprocess.run(
-            argv,
-            cwd=cwd,
-            env=full_env,
-            input=input_text,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
-    except OSError as exc:  # not executable, a wrong binary format, a folder
-        raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
+        with _starting(argv):
+            done = subprocess.run(argv, cwd=cwd, env=full_env, input=input_text, capture_output=True, text=True,
+                                  timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise Unavailable(f"{shlex.join(argv)}: no answer after {timeout:.0f} s") from None
     return Completed(argv, done.returncode, done.stdout or "", done.stderr or "")
@@ -87,12 +87,8 @@ def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes]
     """
     argv = tuple(os.fspath(a) for a in args)
     with out.open("wb") as sink, tempfile.TemporaryFile() as errors:
-        try:
+        with _starting(argv):
             child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sink, stderr=errors)
-        except FileNotFoundError:
-            raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
-        except OSError as exc:  # not executable, a wrong binary format, a folder
-            raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
         assert child.stdin is not None
         try:
             for chunk in chunks:
@@ -111,12 +107,8 @@ def stdout_chunks(args: Sequence[str | os.PathLike[str]], chunk_size: int = 1 <<
     """A program's stdout as chunks (a decompressor); CheckFailed naming its error if it fails."""
     argv = tuple(os.fspath(a) for a in args)
     with tempfile.TemporaryFile() as errors:
-        try:
+        with _starting(argv):
             child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)
-        except FileNotFoundError:
-            raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
-        except OSError as exc:  # not executable, a wrong binary format, a folder
-            raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
         assert child.stdout is not None
         try:
             while chunk := child.stdout.read(chunk_size):

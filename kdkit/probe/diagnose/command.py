@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import traceback
 from datetime import datetime, timezone
@@ -24,6 +23,7 @@ from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json, finite_number, require_replaceable
 from kdkit.core.projectfiles import find_root, project_root
+from kdkit.core.report import print_result
 from kdkit.core.staging import require_writable
 from kdkit.probe.diagnose import deep as diagdeep
 from kdkit.probe.diagnose import host as diaghost
@@ -152,8 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    import json
-
     args = build_parser().parse_args(argv)
     project = project_root(args.project) if args.project is not None else find_root()
     if args.out is not None:  # refused before a minute of kernels, not after
@@ -168,9 +166,5 @@ def main(argv: list[str]) -> int:
             atomic_write_json(args.out, report)
         except OSError as exc:
             raise BadInput(f"{args.out}: cannot write the report ({exc.strerror}); choose a writable path") from None
-    if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False, default=str))
-    else:
-        print(render_text(report))
-    sys.stdout.flush()
+    print_result(args.json, report, lambda: render_text(report), ascii_only=False, default=str)
     return 0 if report["verdict"] == "pass" else 1

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.report import print_result
 
 SOURCE_FLAGS = "torch._C._cuda_getArchFlags"
 SOURCE_HEADER = "torch/include/ATen/cuda/CUDAConfig.h"
@@ -298,6 +299,5 @@ def main(argv: list[str]) -> int:
     if not (0 < args.timeout < 86400):
         raise BadInput(f"--timeout {args.timeout}: give a number of seconds between 0 and 86400")
     result = read_arch_list(args.python, timeout=args.timeout)
-    print(json.dumps(result, indent=2) if args.as_json else render_text(result))
-    sys.stdout.flush()
+    print_result(args.as_json, result, lambda: render_text(result))
     return 0 if result["arch_list"] is not None else 3

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -40,6 +39,7 @@ from kdkit.core.envinfo import describe
 from kdkit.core.errors import BadInput
 from kdkit.core.lockfile import Lock, Pin, normalize_name, parse_lock
 from kdkit.core.markers import evaluate
+from kdkit.core.report import print_result
 from kdkit.core.versions import InvalidVersion, Version
 
 NEVER_EXTRA = frozenset({"pip", "setuptools", "wheel", "distribute", "kdkit"})
@@ -342,9 +342,5 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     report = verify(args.lock, args.python, strict=args.strict)
-    if args.as_json:
-        print(json.dumps(report.as_dict(), indent=2))
-    else:
-        print(render_text(report))
-    sys.stdout.flush()
+    print_result(args.as_json, report.as_dict(), lambda: render_text(report))
     return 0 if report.ok else 1

@@ -9,7 +9,6 @@ is named; exit 1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -19,6 +18,7 @@ from kdkit.core import checksums
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.report import print_result
 from kdkit.core.runfolder import required_files
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 
@@ -161,5 +161,5 @@ def main(argv: list[str]) -> int:
         copy = copy_run(args.run_dir, args.dest)
         result = {"copy": str(copy), "files": len(read_sums(copy)), "verified": True}
         message = f"Copied to {copy}; {result['files']} files re-read from the copy match {SUMS}"
-    print(json.dumps(result, indent=2) if args.json else message)
+    print_result(args.json, result, message)
     return 0
