@@ -3,6 +3,7 @@ asks of it (an image's revision and source, a bundle's committed state)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -11,19 +12,35 @@ from kdkit.core import proc
 from kdkit.core.errors import Unavailable
 
 
-def git_output(root: Path, *args: str, timeout: float = 60) -> str | None:
-    """The output of ``git -C root ARGS`` (whitespace kept: porcelain lines start with a space); None
-    when git is absent, ``root`` is not in a repository, the command fails or it gives no answer in
-    ``timeout`` seconds.
+def ask(root: Path, *args: str, timeout: float = 60) -> tuple[str | None, str | None]:
+    """(output, None) of ``git -C root ARGS``, whitespace kept (porcelain lines start with a space);
+    (None, why) when git is absent, ``root`` is not in a repository, the command fails or it gives
+    no answer in ``timeout`` seconds.
 
     Paths come quoted with octal escapes (``core.quotePath``), so the output is ASCII whatever the
     names hold; :func:`git_path` reads them back.
     """
     try:
         done = proc.run(["git", "-C", str(root), "-c", "core.quotePath=true", *args], timeout=timeout)
-    except Unavailable:
-        return None  # no git on this host (or no answer): the caller goes on without it
-    return done.stdout if done.ok else None
+    except Unavailable as exc:
+        return None, str(exc)  # no git on this host (or no answer): the caller goes on without it
+    return (done.stdout, None) if done.ok else (None, done.first_error_line())
+
+
+def git_output(root: Path, *args: str, timeout: float = 60) -> str | None:
+    """The output of ``git -C root ARGS`` (see :func:`ask`); None where git cannot answer."""
+    return ask(root, *args, timeout=timeout)[0]
+
+
+def code_state(root: Path) -> dict[str, Any]:
+    """The code revision of a run (``revision``, ``dirty``); None with a ``note`` where git cannot tell."""
+    head, why = ask(root, "rev-parse", "HEAD", timeout=30)
+    revision = (head or "").strip()
+    if head is None or not re.fullmatch(r"[0-9a-f]{40,64}", revision):
+        note = why if head is None else f"unexpected git output {revision[:60]!r}"
+        return {"revision": None, "dirty": None, "note": note}
+    status, why = ask(root, "status", "--porcelain")
+    return {"revision": revision, "dirty": bool(status.strip()) if status is not None else None, "note": why}
 
 
 _GIT_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kdkit.core.checksums import SUMS, safe_name
-from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
 from kdkit.core.staging import require_writable, staged_name
 
@@ -249,24 +249,3 @@ def md_cell(value: Any, limit: int = 160) -> str:
     text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."
 
-
-# ---------------------------------------------------------------- the code a run ran
-
-
-def git_state(root: Path) -> dict[str, Any]:
-    """The code revision and whether the tree is dirty; None with a note where git cannot tell."""
-    from kdkit.core.proc import run
-
-    unknown: dict[str, Any] = {"revision": None, "dirty": None}
-    try:
-        head = run(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
-        if not head.ok:
-            return {**unknown, "note": head.first_error_line()}
-        status = run(["git", "-C", str(root), "status", "--porcelain"], timeout=60)
-    except KdkitError as exc:
-        return {**unknown, "note": str(exc)}
-    revision = head.stdout.strip()
-    if not re.fullmatch(r"[0-9a-f]{40,64}", revision):
-        return {**unknown, "note": f"unexpected git output {revision[:60]!r}"}
-    return {"revision": revision, "dirty": bool(status.stdout.strip()) if status.ok else None,
-            "note": None if status.ok else status.first_error_line()}

@@ -24,6 +24,7 @@ from typing import Any
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
+from kdkit.core.git import code_state
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import load_object, project_root
 from kdkit.core.runfolder import (
@@ -42,7 +43,6 @@ from kdkit.core.runfolder import (
     TIMINGS,
     check_run_id,
     claim,
-    git_state,
     new_run_id,
 )
 from kdkit.core.runresults import RunFolder, Scan
@@ -128,7 +128,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         _reopen(run)
         run.take_over()
         return run, True
-    code = git_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
+    code = code_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
     for line in describe_removed(clean_stale_in(cfg.runs_dir)):  # a killed pilot's folder being made
         print(f"pilot: {line}", file=sys.stderr)
