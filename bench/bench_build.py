@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-KDKIT = str(Path(sys.executable).parent / "kdkit")
+from _common import BIN, REPO, machine, write_result
+
+from kdkit.core import proc
+
+KDKIT = str(BIN / "kdkit")
 BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
 WHEELS = os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels")
-sys.path.insert(0, str(REPO))
-from kdkit.core import proc  # noqa: E402
 
 
 def kdkit(*args: str | Path, expect: int = 0) -> proc.Completed:
@@ -114,10 +115,8 @@ def main() -> int:
         project, wheelhouse = prepare_project(Path(tmp))
         result = measure(project, wheelhouse, args.full_runs, args.runs)
         result["size"] = sizes(result["image"], result.pop("final_size"), project)
-    result["machine"] = {"cpus": os.cpu_count(), "base_image": BASE}
-    out = REPO / "bench" / "results" / "build.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    result["machine"] = machine(base_image=BASE)
+    out = write_result("build", result)
     print(f"{'case':<22} {'median s':>9} {'full/this':>10}  steps that ran")
     for name, case in result["cases"].items():
         steps = "; ".join(case["ran"]) if len(case["ran"]) <= 3 else f"{len(case['ran']) - 1} RUN/COPY + metadata"

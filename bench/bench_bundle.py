@@ -17,21 +17,18 @@ Needs a Docker engine (`bash scripts/engine.sh`). Writes bench/results/bundle.js
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from kdkit.bundle import save_image  # noqa: E402
-from kdkit.bundleformat import COMPRESSORS  # noqa: E402
+from _common import interleaved, machine, medians, rounded, write_result
+
+from kdkit.bundle import COMPRESSORS, save_image
 
 CANDIDATES = {
     "gzip -1": ["gzip", "-1", "-c"], "gzip -6": ["gzip", "-6", "-c"],
@@ -96,6 +93,16 @@ def kdkit(image: str, out: Path) -> tuple[float, int]:
     return time.perf_counter() - started, int(info["bytes"])
 
 
+def _sized(func: Callable[[str, Path], tuple[float, int]], image: str, out: Path, sizes: dict[str, int],
+           name: str) -> Callable[[], float]:
+    """One timed run of ``func`` (peer or kdkit) as a case: its seconds; its output's size into ``sizes``."""
+    def once() -> float:
+        seconds, sizes[name] = func(image, out)
+        out.unlink()
+        return seconds
+    return once
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--image", help="image to bundle (default: the largest tagged one)")
@@ -105,36 +112,30 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-bundle.", dir=os.environ.get("TMPDIR")) as tmp:
         work = Path(tmp)
         table, save_seconds, raw = candidates(image, work)
-        times: dict[str, list[float]] = {"peer": [], "kdkit": []}
         sizes: dict[str, int] = {}
-        for _ in range(args.runs):
-            for name, func in (("peer", peer), ("kdkit", kdkit)):
-                seconds, size = func(image, work / f"{name}.out")
-                times[name].append(seconds)
-                sizes[name] = size
-                (work / f"{name}.out").unlink()
-    medians = {name: statistics.median(values) for name, values in times.items()}
+        times = interleaved({name: _sized(func, image, work / f"{name}.out", sizes, name)
+                             for name, func in (("peer", peer), ("kdkit", kdkit))}, args.runs)
+    median = medians(times)
     result = {
         "image": image, "uncompressed_bytes": raw, "docker_save_seconds": round(save_seconds, 3),
         "candidates": table, "runs": args.runs,
-        "peer": {"command": f"docker save {image} | gzip", "median_seconds": round(medians["peer"], 3),
-                 "bytes": sizes["peer"], "seconds": [round(t, 3) for t in times["peer"]]},
+        "peer": {"command": f"docker save {image} | gzip", "median_seconds": round(median["peer"], 3),
+                 "bytes": sizes["peer"], "seconds": rounded(times["peer"], 3)},
         "kdkit": {"command": "kdkit.bundle.save_image (docker save stream -> zstd -q -T0 -3)",
-                  "median_seconds": round(medians["kdkit"], 3), "bytes": sizes["kdkit"],
-                  "seconds": [round(t, 3) for t in times["kdkit"]]},
-        "speedup": round(medians["peer"] / medians["kdkit"], 2),
+                  "median_seconds": round(median["kdkit"], 3), "bytes": sizes["kdkit"],
+                  "seconds": rounded(times["kdkit"], 3)},
+        "speedup": round(median["peer"] / median["kdkit"], 2),
         "size_ratio": round(sizes["kdkit"] / sizes["peer"], 3),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": machine(),
     }
-    (REPO / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (REPO / "bench" / "results" / "bundle.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result("bundle", result)
     print(f"image {image}: {raw / 1e6:.0f} MB uncompressed, docker save alone {save_seconds:.2f} s")
     print(f"{'compressor (file -> file)':<26}{'seconds':>9}{'MB':>9}{'ratio':>7}")
     for name, row in table.items():
         print(f"{name:<26}{row['seconds']:>9.2f}{row['bytes'] / 1e6:>9.1f}{row['ratio']:>7.2f}")
     print(f"\n{'save + compress':<26}{'median s':>9}{'MB':>9}")
     for name in ("peer", "kdkit"):
-        print(f"{result[name]['command'][:25]:<26}{medians[name]:>9.2f}{sizes[name] / 1e6:>9.1f}")
+        print(f"{result[name]['command'][:25]:<26}{median[name]:>9.2f}{sizes[name] / 1e6:>9.1f}")
     print(f"\nkdkit is {result['speedup']}x faster, {result['size_ratio']:.3f} of the size (goal: >= 3x, < 1)")
     return 0
 

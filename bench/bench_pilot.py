@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -40,10 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from kdkit.core.runresults import RunFolder  # noqa: E402
-from kdkit.scaffold import init_project  # noqa: E402
+from _common import REPO, machine, medians, rounded, write_result
+
+from kdkit.core.runresults import RunFolder
+from kdkit.scaffold import init_project
 
 WORDS = {
     "invoice": ["invoice", "payment", "amount", "due", "total", "tax", "billing", "remit", "balance"],
@@ -169,14 +168,12 @@ def overhead(project: Path, work: Path, app: str, items: int, batch_size: int, r
                               else kdkit(sources[side], project, config, f"{side}-{app}-{run}"))
             whole[side].append(seconds)
             loop[side].append(inner)
-    med_whole = {side: statistics.median(v) for side, v in whole.items()}
-    med_loop = {side: statistics.median(v) for side, v in loop.items()}
+    med_whole, med_loop = medians(whole), medians(loop)
     result: dict[str, object] = {"app": app, "app_wait_ms_per_item": APPS[app], "items": items,
                                  "batch_size": batch_size, "runs": runs, "goal": "loop overhead <= 0.05"}
     for side in whole:
-        result[side] = {"median_seconds": round(med_whole[side], 4), "seconds": [round(t, 4) for t in whole[side]],
-                        "median_loop_seconds": round(med_loop[side], 4),
-                        "loop_seconds": [round(t, 4) for t in loop[side]]}
+        result[side] = {"median_seconds": round(med_whole[side], 4), "seconds": rounded(whole[side], 4),
+                        "median_loop_seconds": round(med_loop[side], 4), "loop_seconds": rounded(loop[side], 4)}
         if side != "direct":
             result[side].update({  # type: ignore[attr-defined]
                 "loop_overhead": round(med_loop[side] / med_loop["direct"] - 1, 4),
@@ -199,7 +196,7 @@ def resume_scan(work: Path, lines: int, runs: int) -> dict[str, object]:
     measured = [_scan_in_fresh_process(run.path, lines) for _ in range(runs)]
     walls, cpus = [m[0] for m in measured], [m[1] for m in measured]
     return {"lines": lines, "bytes": run.results.stat().st_size, "runs": runs,
-            "median_seconds": round(statistics.median(walls), 4), "seconds": [round(t, 4) for t in walls],
+            "median_seconds": round(statistics.median(walls), 4), "seconds": rounded(walls, 4),
             "median_cpu_seconds": round(statistics.median(cpus), 4), "goal_seconds": 2.0}
 
 
@@ -244,12 +241,8 @@ def main() -> int:
         over = [overhead(project, work, "trivial", args.items, args.batch_size, args.runs, sources),
                 overhead(project, work, "model_1ms", args.model_items, args.batch_size, args.model_runs, sources)]
         scan = resume_scan(work, args.scan_lines, 5)
-    result = {"overhead": over, "resume_scan": scan,
-              "baseline": str(args.baseline) if args.baseline else None,
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "load_average_1m_at_end": round(os.getloadavg()[0], 2)}}
-    (REPO / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (REPO / "bench" / "results" / "pilot.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result("pilot", {"overhead": over, "resume_scan": scan,
+                           "baseline": str(args.baseline) if args.baseline else None, "machine": machine(load=True)})
     print(f"batch {args.batch_size}; medians of alternating runs, each side in its own interpreter")
     print(f"{'app':<11}{'side':<10}{'items':>7}{'direct s':>10}{'side s':>9}{'whole':>8}{'loop d':>8}"
           f"{'loop s':>8}{'loop':>8}{'us/item':>9}")

@@ -14,55 +14,36 @@ Needs an engine and the base image (`make engine`). Writes bench/results/run.jso
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_build import BASE, KDKIT, REPO, build, kdkit, prepare_project
-
-from kdkit.core import proc
-
-
-def timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    done = proc.run(argv, timeout=600)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{argv[:3]} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return elapsed
+from _common import REPO, interleaved, medians, print_medians, rounded, timed, write_result
+from bench_build import BASE, KDKIT, build, kdkit, prepare_project
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each (default 5)")
     args = parser.parse_args()
-    times: dict[str, list[float]] = {"kdkit run": [], "docker run (--print)": []}
     with tempfile.TemporaryDirectory(prefix="kdkit-bench-run-") as tmp:
         project, wheelhouse = prepare_project(Path(tmp))
         _seconds, image = build(project, wheelhouse)
         kdkit("run", project)  # first run: runs/ is prepared, caches are warm for both
         lines = kdkit("run", project, "--print").stdout.strip().splitlines()
         plain = ["sh", "-c", " && ".join(lines)]
-        for _ in range(args.runs):
-            times["kdkit run"].append(timed([KDKIT, "run", str(project)]))
-            times["docker run (--print)"].append(timed(plain))
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    ratio = medians["kdkit run"] / medians["docker run (--print)"]
+        times = interleaved({"kdkit run": lambda: timed([KDKIT, "run", str(project)], timeout=600),
+                             "docker run (--print)": lambda: timed(plain, timeout=600)}, args.runs)
+    median = medians(times)
+    ratio = median["kdkit run"] / median["docker run (--print)"]
     result = {"image": image["tag"], "base_image": BASE, "cpus": os.cpu_count(), "command": lines[-1],
-              "times": {k: [round(t, 3) for t in v] for k, v in times.items()},
-              "median_s": {k: round(v, 3) for k, v in medians.items()},
+              "times": {k: rounded(v, 3) for k, v in times.items()},
+              "median_s": {k: round(v, 3) for k, v in median.items()},
               "kdkit_over_docker": round(ratio, 3),
-              "kdkit_added_s": round(medians["kdkit run"] - medians["docker run (--print)"], 3)}
-    out = REPO / "bench" / "results" / "run.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{'how':<22} {'median s':>9}")
-    for name, value in medians.items():
-        print(f"{name:<22} {value:>9.2f}")
+              "kdkit_added_s": round(median["kdkit run"] - median["docker run (--print)"], 3)}
+    out = write_result("run", result)
+    print_medians("how", "median s", median, width=23, value_width=9, digits=2)
     print(f"kdkit/docker: {ratio:.2f}x (+{result['kdkit_added_s']:.2f} s)   written to {out.relative_to(REPO)}")
     return 0
 

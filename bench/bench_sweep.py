@@ -14,19 +14,15 @@ Writes bench/results/sweep.json and prints a short table.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from kdkit.probe.measure.sweep import run_sweep  # noqa: E402
-from kdkit.scaffold import init_project  # noqa: E402
+from _common import machine, medians, print_medians, write_result
+
+from kdkit.probe.measure.sweep import run_sweep
+from kdkit.scaffold import init_project
 
 
 def main() -> int:
@@ -44,16 +40,11 @@ def main() -> int:
             overhead = sum(r["overhead_seconds"] for r in report["rows"])
             rows.append({"wall_seconds": wall, "cell_seconds": cells, "overhead_seconds": overhead,
                          "timed_work_seconds": cells - overhead, "warmup_seconds": report["warmup_seconds"]})
-    median = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    median = medians({key: [r[key] for r in rows] for key in rows[0]})
     ratio = median["overhead_seconds"] / median["timed_work_seconds"]
-    result = {"runs": args.runs, "cells": 12, "median": {k: round(v, 6) for k, v in median.items()},
-              "overhead_over_timed_work": round(ratio, 4), "all_runs": rows,
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
-    (REPO / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (REPO / "bench" / "results" / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{'median over ' + str(args.runs) + ' runs':<28}{'seconds':>10}")
-    for key, value in median.items():
-        print(f"{key:<28}{value:>10.4f}")
+    write_result("sweep", {"runs": args.runs, "cells": 12, "median": {k: round(v, 6) for k, v in median.items()},
+                           "overhead_over_timed_work": round(ratio, 4), "all_runs": rows, "machine": machine()})
+    print_medians(f"median over {args.runs} runs", "seconds", median, width=28, digits=4)
     print(f"\nsweep overhead = {ratio:.1%} of the timed predict() work (12 cells, 11 inputs each size)")
     return 0
 

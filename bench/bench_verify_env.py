@@ -20,18 +20,15 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-from tinywheels import build_wheel, lock_line, make_venv, pip_install  # noqa: E402
+from _common import BIN, REPO, interleaved, machine, medians, rounded, timed, write_result
 
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(REPO / "tests"))
+from tinywheels import build_wheel, lock_line, make_venv, pip_install
 
 
 def prepare(root: Path, count: int) -> tuple[Path, Path, int]:
@@ -46,15 +43,6 @@ def prepare(root: Path, count: int) -> tuple[Path, Path, int]:
     listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
                             check=True)
     return python, lock, len(json.loads(listed.stdout))
-
-
-def timed(argv: list[str], expect: int, env: dict[str, str] | None = None) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
-    elapsed = time.perf_counter() - start
-    if done.returncode != expect:
-        raise SystemExit(f"{argv[0]} exited {done.returncode}, expected {expect}:\n{done.stdout}{done.stderr}")
-    return elapsed
 
 
 def main() -> int:
@@ -78,29 +66,22 @@ def main() -> int:
                                    str(lock)],
         }
         envs = {name: inside if name.startswith("in venv") else None for name in tools}
-        for name, argv in tools.items():  # warm the page cache (and byte-code caches) once, untimed
-            timed(argv, 0, envs[name])
-        times: dict[str, list[float]] = {name: [] for name in tools}
-        for _ in range(args.runs):  # interleaved, so drift hits every tool alike
-            for name, argv in tools.items():
-                times[name].append(timed(argv, 0, envs[name]))
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    peer = medians["pip-sync --dry-run"]
-    results = {
+        cases = {name: (lambda name=name, argv=argv: timed(argv, env=envs[name])) for name, argv in tools.items()}
+        times = interleaved(cases, args.runs, warm=True)
+    median = medians(times)
+    peer = median["pip-sync --dry-run"]
+    out = write_result("verify_env", {
         "benchmark": "verify_env",
-        "machine": {"python": platform.python_version(), "platform": f"{sys.platform}-{platform.machine()}"},
+        "machine": machine(platform=f"{sys.platform}-{platform.machine()}"),
         "distributions_installed": dists, "locked": args.dists, "runs": args.runs,
-        "tools": {name: {"median_s": round(medians[name], 4), "runs_s": [round(t, 4) for t in times[name]],
-                         "pip_sync_over_this": round(peer / medians[name], 1)} for name in tools},
+        "tools": {name: {"median_s": round(median[name], 4), "runs_s": rounded(times[name], 4),
+                         "pip_sync_over_this": round(peer / median[name], 1)} for name in tools},
         "goal": "pip-sync median / kdkit median >= 10",
-    }
-    out = REPO / "bench" / "results" / "verify_env.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    })
     print(f"{dists} installed distributions, {args.dists} locked, {args.runs} runs each")
     print(f"{'tool':<44} {'median':>9} {'pip-sync / this':>16}")
     for name in tools:
-        print(f"{name:<44} {medians[name] * 1000:>7.0f}ms {peer / medians[name]:>15.1f}x")
+        print(f"{name:<44} {median[name] * 1000:>7.0f}ms {peer / median[name]:>15.1f}x")
     print(f"written: {out.relative_to(REPO)}")
     return 0
 
