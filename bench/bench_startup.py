@@ -11,7 +11,6 @@ figures to compare a change with. Writes bench/results/startup.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -20,6 +19,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from _common import machine, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = {
@@ -72,9 +73,8 @@ def main() -> None:
         base = cases["python -c pass"]
         for name, seconds in cases.items():
             print(f"{tree:<24}{name:<32}{seconds * 1000:>10.1f}{(seconds - base) * 1000:>+11.1f} ms")
-    out = REPO / "bench" / "results" / "startup.json"
-    out.write_text(json.dumps({"runs": options.runs, "median_seconds": medians,
-                               "machine": {"python": sys.version.split()[0]}}, indent=2) + "\n")
+    out = write_result("startup", {"runs": options.runs, "before": options.before, "median_seconds": medians,
+                                   "machine": machine(load=True)})
     print(f"written to {out.relative_to(REPO)}")
 
 

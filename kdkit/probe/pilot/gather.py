@@ -19,7 +19,6 @@ Standard library only: it runs on the host, in the image, or on the results copi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -35,6 +34,7 @@ from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import find_root, load_object, project_root
+from kdkit.core.report import print_result
 from kdkit.core.runresults import FINISHED, RunFolder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.probe.pilot.accounting import Accounting, account
@@ -375,9 +375,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     gathered = gather(args.run_dirs, args.out, args.project, args.force)
-    if args.json:
-        print(json.dumps({"out": str(gathered.out), **gathered.summary}, indent=2, ensure_ascii=False))
-    else:
-        print(render_text(gathered))
-    sys.stdout.flush()
+    print_result(args.json, {"out": str(gathered.out), **gathered.summary}, lambda: render_text(gathered),
+                 ascii_only=False)
     return 0 if gathered.summary["verdict"] == "pass" else 1
