@@ -145,3 +145,11 @@ def test_no_module_imports_itself_back_through_others() -> None:
 
 def test_the_circle_finder_finds_a_circle() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_core_loads_no_module_by_name() -> None:
+    """importlib in the core would be an arrow up that no import statement shows: the entry points
+    that load the commands of the table by name stand above it (kdkit.probe.entry, kdkit.cli)."""
+    for name, path in _modules().items():
+        if _group(name)[1] == "kdkit.core":
+            assert "import_module" not in path.read_text(encoding="utf-8"), name

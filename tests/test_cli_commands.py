@@ -12,7 +12,8 @@ import click
 import pytest
 
 from kdkit.cli import cli
-from kdkit.core.commands import COMMANDS, CONTAINER, HOST, SECTIONS, ZIPAPP, main, runs_in
+from kdkit.core.commands import COMMANDS, CONTAINER, HOST, SECTIONS, ZIPAPP, runs_in
+from kdkit.probe.entry import main
 from tests.conftest import REPO, invoke
 
 

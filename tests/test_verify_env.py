@@ -75,7 +75,7 @@ def test_runs_isolated_inside_the_inspected_venv(env: Env, tmp_path: Path) -> No
     copy = tmp_path / "probe"
     shutil.copytree(REPO / "kdkit", copy / "kdkit", ignore=shutil.ignore_patterns("__pycache__"))
     lock = env.lock(tmp_path, *env.all_lines()[:-1])  # torch left out of the lock: an extra
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from kdkit.core.commands import main; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from kdkit.probe.entry import main; "
             "sys.exit(main(['verify-env', '--lock', sys.argv[2]]))")
     done = subprocess.run([str(env.python), "-I", "-c", code, str(copy), str(lock)], capture_output=True,
                           text=True, check=False)

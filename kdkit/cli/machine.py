@@ -18,7 +18,7 @@ import click
 
 from kdkit.cli._options import backend_option, json_option, project_argument, whole
 from kdkit.cli._output import emit_json, warn
-from kdkit.core.commands import run_command
+from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
     from kdkit.runner import RunPlan

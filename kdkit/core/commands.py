@@ -1,4 +1,4 @@
-"""The one table of kdkit's commands, and the runner of those that run without click.
+"""The one table of kdkit's commands, and how a command's error becomes one line and its exit code.
 
 Each command is listed once: its module, its heading in ``kdkit --help``, its one-line summary, and
 where it runs: ``host`` (the click CLI, kdkit/cli), ``container`` (``python -m kdkit.probe``) and
@@ -6,12 +6,13 @@ where it runs: ``host`` (the click CLI, kdkit/cli), ``container`` (``python -m k
 kdkit.probe with ``main(argv: list[str]) -> int``, so its options are defined once and the host only
 forwards to it; a host-only command's module is the kdkit.cli module that defines its click command.
 
-Standard library only, and cheap to import: every entry point reads this table at start-up.
+Standard library only, and cheap to import: every entry point reads this table at start-up. The
+entry points that load the modules it names stand above it: kdkit.probe.entry (without click) and
+kdkit.cli (click).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -113,23 +114,3 @@ def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
-
-
-def run_command(name: str, argv: list[str]) -> int:
-    """Run the named in-container command of COMMANDS (its argparse ``main``)."""
-    module = importlib.import_module(COMMANDS[name][0])
-    return call(module.main, argv)
-
-
-def main(argv: list[str] | None = None, where: str = CONTAINER) -> int:
-    """The entry point without click: ``python -m kdkit.probe`` (container) or kdkit.pyz (zipapp)."""
-    sys.excepthook = excepthook  # a crash's traceback is redacted too
-    args = list(sys.argv[1:] if argv is None else argv)
-    here = runs_in(where)
-    if not args or args[0] in ("-h", "--help") or args[0] not in here:
-        asked = args[:1] in (["-h"], ["--help"])
-        lines = [f"usage: {USAGE[where]} COMMAND [ARGS]...", "", "Commands:"]
-        lines += [f"  {name:<11} {COMMANDS[name][2]}" for name in here]
-        print("\n".join(lines), file=sys.stdout if asked else sys.stderr)
-        return 0 if asked else 2
-    return run_command(args[0], args[1:])

@@ -2,6 +2,6 @@
 
 import sys
 
-from kdkit.core.commands import main
+from kdkit.probe.entry import main
 
 sys.exit(main())

@@ -1,0 +1,30 @@
+"""The entry point without click: ``python -m kdkit.probe COMMAND`` in the container and
+``python3 kdkit.pyz COMMAND``; it lists and runs the commands kdkit.core.commands.COMMANDS says run
+there, each an argparse ``main(argv)`` of a package below (the host's click forwards here too)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from kdkit.core.commands import COMMANDS, CONTAINER, USAGE, call, excepthook, runs_in
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Run the named in-container command of COMMANDS (its argparse ``main``)."""
+    module = importlib.import_module(COMMANDS[name][0])
+    return call(module.main, argv)
+
+
+def main(argv: list[str] | None = None, where: str = CONTAINER) -> int:
+    """The entry point without click: ``python -m kdkit.probe`` (container) or kdkit.pyz (zipapp)."""
+    sys.excepthook = excepthook  # a crash's traceback is redacted too
+    args = list(sys.argv[1:] if argv is None else argv)
+    here = runs_in(where)
+    if not args or args[0] in ("-h", "--help") or args[0] not in here:
+        asked = args[:1] in (["-h"], ["--help"])
+        lines = [f"usage: {USAGE[where]} COMMAND [ARGS]...", "", "Commands:"]
+        lines += [f"  {name:<11} {COMMANDS[name][2]}" for name in here]
+        print("\n".join(lines), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    return run_command(args[0], args[1:])
