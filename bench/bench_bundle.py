@@ -7,7 +7,7 @@ Two measurements, in the same run, on one image (default: the largest on the eng
    that file once: size and time of the compression alone.
 2. Head to head, several runs each, alternating: the peer `docker save IMAGE | gzip` (a shell
    pipeline, gzip's default level 6) against kdkit's streaming `docker save` -> zstd -3 -T0
-   (kdkit.bundle.save_image, what `kdkit bundle` runs). Medians; goal: smaller and >= 3x faster.
+   (kdkit.transfer.bundle.save_image, what `kdkit bundle` runs). Medians; goal: smaller and >= 3x faster.
 
     .venv/bin/python bench/bench_bundle.py [--image REF] [--runs 3]
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from _common import interleaved, machine, medians, rounded, write_result
 
-from kdkit.bundle import COMPRESSORS, save_image
+from kdkit.transfer.bundle import COMPRESSORS, save_image
 
 CANDIDATES = {
     "gzip -1": ["gzip", "-1", "-c"], "gzip -6": ["gzip", "-6", "-c"],
@@ -121,7 +121,7 @@ def main() -> int:
         "candidates": table, "runs": args.runs,
         "peer": {"command": f"docker save {image} | gzip", "median_seconds": round(median["peer"], 3),
                  "bytes": sizes["peer"], "seconds": rounded(times["peer"], 3)},
-        "kdkit": {"command": "kdkit.bundle.save_image (docker save stream -> zstd -q -T0 -3)",
+        "kdkit": {"command": "kdkit.transfer.bundle.save_image (docker save stream -> zstd -q -T0 -3)",
                   "median_seconds": round(median["kdkit"], 3), "bytes": sizes["kdkit"],
                   "seconds": rounded(times["kdkit"], 3)},
         "speedup": round(median["peer"] / median["kdkit"], 2),

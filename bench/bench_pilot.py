@@ -42,7 +42,7 @@ from pathlib import Path
 from _common import REPO, machine, medians, rounded, write_result
 
 from kdkit.core.runresults import RunFolder
-from kdkit.scaffold import init_project
+from kdkit.project.init import init_project
 
 WORDS = {
     "invoice": ["invoice", "payment", "amount", "due", "total", "tax", "billing", "remit", "balance"],

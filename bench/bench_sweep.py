@@ -22,7 +22,7 @@ from pathlib import Path
 from _common import machine, medians, print_medians, write_result
 
 from kdkit.probe.measure.sweep import run_sweep
-from kdkit.scaffold import init_project
+from kdkit.project.init import init_project
 
 
 def main() -> int:

@@ -118,7 +118,7 @@ class ContainerSpec:
     security_opt: list[str] = field(default_factory=list)
     shm_size: str | None = None
     ipc_mode: str | None = None
-    # Confinement (kdkit.runner.confinement says why each is chosen).
+    # Confinement (kdkit.machine.run.confinement says why each is chosen).
     read_only: bool = False  # the image's own filesystem cannot be written
     tmpfs: Mapping[str, str] = field(default_factory=dict)  # container path -> tmpfs mount options
     cap_drop: list[str] = field(default_factory=list)

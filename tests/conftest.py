@@ -43,7 +43,7 @@ def invoke(*args: str | os.PathLike[str], input: str | None = None) -> Result:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A freshly scaffolded project (cpu backend) in a temporary folder."""
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     return init_project(tmp_path / "proj", name="proj", backend="cpu")
 
@@ -94,7 +94,7 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scaffolded cpu project with its lock (torch from the local wheels). Never modified by tests."""
     if not any(TORCH_WHEELS.glob("torch-*.whl")):
         pytest.skip(f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     root = init_project(tmp_path_factory.mktemp("e2e") / "kdkit-e2e", name="kdkit-e2e", backend="cpu")
     result = invoke("lock", root, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)

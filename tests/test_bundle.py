@@ -232,8 +232,8 @@ def _labelled_image(project: Path, tag: str, lock_sha256: str | None = None) -> 
     """A small real image carrying the labels `kdkit build` gives this project (no torch install)."""
     import docker
 
-    from kdkit.imagelabels import image_labels
-    from kdkit.project import load_project
+    from kdkit.config.project import load_project
+    from kdkit.image.labels import image_labels
 
     loaded = load_project(project)
     backend = loaded.backend("cpu")
@@ -246,8 +246,8 @@ def _labelled_image(project: Path, tag: str, lock_sha256: str | None = None) -> 
 
 @pytest.fixture
 def image(locked: Path, docker_engine: None) -> Iterator[str]:
-    from kdkit.imagelabels import default_tag
-    from kdkit.project import load_project
+    from kdkit.config.project import load_project
+    from kdkit.image.labels import default_tag
 
     tag = default_tag(load_project(locked), "cpu", sha256_file(locked / "requirements" / "cpu.txt"))
     _labelled_image(locked, tag)

@@ -290,7 +290,7 @@ def test_git_mode_carries_no_link_that_leads_out(ready: Path, tmp_path: Path, re
 
 
 def test_git_mode_refuses_a_link_out_of_a_project_nested_in_a_repository(tmp_path: Path) -> None:
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     repo = tmp_path / "repo"
     root = init_project(repo / "apps" / "proj", name="proj", backend="cpu")
@@ -532,7 +532,7 @@ def test_a_config_cannot_steer_the_bundle_out_of_the_project(ready: Path, tmp_pa
 
 @pytest.fixture
 def nested(tmp_path: Path) -> Path:
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -621,7 +621,7 @@ def shared() -> object:
 
 
 def test_results_this_user_cannot_read_do_not_stop_validate_or_bundle(shared: Path) -> None:
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     root = init_project(shared / "proj", name="proj", backend="cpu")
     write_fresh_lock(root)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.catalog import load_catalog
+from kdkit.config.shipped import data_file, schema_path
 from kdkit.core.errors import BadInput
-from kdkit.pairings import code_for, load_pairings
-from kdkit.resources import data_file, schema_path
+from kdkit.facts.catalog import load_catalog
+from kdkit.facts.pairings import code_for, load_pairings
 
 # The cards people rent (issue 11): each must be in the shipped catalog.
 RENTED = ("T4", "L4", "A10", "A10G", "RTX 3090", "RTX A6000", "RTX 4090", "RTX 5090", "RTX 6000 Ada",

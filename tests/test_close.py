@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kdkit.close import load_report, render_markdown
 from kdkit.core.errors import BadInput
+from kdkit.order.close import load_report, render_markdown
 from tests.conftest import invoke, tree_snapshot
 
 

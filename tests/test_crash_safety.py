@@ -44,7 +44,7 @@ WINDOWS = (("start", None, 0.6), ("batches", "results.jsonl", 1.0), ("closing", 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     project = init_project(tmp_path_factory.mktemp("crash") / "proj", name="proj", backend="cpu")
     shutil.copy(DATA / "apps" / "oracle.py", project / "src" / "oracle.py")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from kdkit.config.shipped import data_file, dockerfile, template_dir
 from kdkit.core import builds
-from kdkit.pairings import load_pairings
-from kdkit.resources import data_file, dockerfile, template_dir
-from kdkit.scaffold import init_project, template_builds
+from kdkit.facts.pairings import load_pairings
+from kdkit.project.init import init_project, template_builds
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRINGS = json.loads(data_file("pairings.json").read_text(encoding="utf-8"))

@@ -82,7 +82,7 @@ def shared() -> Iterator[Path]:
 
 
 def _scaffold(where: Path) -> Path:
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     root = init_project(where / "proj", name="proj", backend="cpu")
     shutil.copyfile(DATA / "sweep" / "sweepapp.py", root / "src" / "sweepapp.py")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.buildcontext import write_context
 from kdkit.core.errors import BadInput
-from kdkit.images import context_entries, plan_build
+from kdkit.image.build import context_entries, plan_build
+from kdkit.image.context import write_context
 from tests.conftest import copy_tree, invoke
 
 SECRET_NAMED = ["config/.env", "config/.env.production", "src/id_rsa", "src/id_ed25519", "src/.netrc",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kdkit import scaffold
+from kdkit.config.project import init as scaffold
 from tests.conftest import invoke, tree_snapshot
 
 
@@ -40,7 +40,7 @@ def test_pilot_data_has_twelve_documents_one_planned_rejection(project: Path) ->
 
 
 def test_pilot_documents_are_copied_byte_for_byte(project: Path) -> None:
-    from kdkit.resources import template_dir
+    from kdkit.config.shipped import template_dir
 
     for source in (template_dir() / "data/pilot").iterdir():
         assert (project / "data/pilot" / source.name).read_bytes() == source.read_bytes()

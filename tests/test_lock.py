@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import invoke, tree_snapshot
 
+from kdkit.config.project import Project, load_project
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import parse_lock
-from kdkit.locking import pip_configuration, platform_warnings
-from kdkit.pipcompile import compile_arguments
-from kdkit.project import Project, load_project
-from kdkit.staleness import require_fresh_lock
+from kdkit.lock.lock import pip_configuration, platform_warnings
+from kdkit.lock.pipcompile import compile_arguments
+from kdkit.lock.staleness import require_fresh_lock
 
 TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
 needs_torch_wheels = pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")),
@@ -124,7 +124,7 @@ def test_index_arguments_per_backend(project: Path, backend: str) -> None:
 
 
 def test_default_index_comes_from_pip_itself() -> None:
-    from kdkit.locking import pip_default_index
+    from kdkit.lock.lock import pip_default_index
 
     assert pip_default_index().startswith("https://")
 

@@ -142,7 +142,7 @@ def hostile_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_ser
 
 
 def make_project(root: Path, backend: str, torch_index: str, base_in: str | None = None) -> Path:
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     project = init_project(root, name="proj", backend=backend)
     set_torch_index(project, backend, torch_index)
@@ -413,7 +413,7 @@ def test_init_lock_check_end_to_end(clean_pip: Served, tmp_path: Path) -> None:
 
 def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Served, tmp_path: Path) -> None:
     """GH200 hosts are aarch64 (Grace): a lock made here is for x86_64, and lock and build say how to target arm64."""
-    from kdkit.images import plan_build
+    from kdkit.image.build import plan_build
 
     project = tmp_path / "proj"
     assert invoke("init", project, "--backend", "cuda").exit_code == 0
@@ -437,7 +437,7 @@ def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Se
 
 
 def test_torch_requirement_read_from_the_input_files(tmp_path: Path) -> None:
-    from kdkit.indexpage import torch_requirement
+    from kdkit.lock.pages import torch_requirement
 
     base, extra = tmp_path / "base.in", tmp_path / "extra.in"
     extra.write_text("torch<2.14 ; python_version >= '3.10'\ntorch>=9 ; sys_platform == 'win32'\n", encoding="utf-8")
@@ -468,20 +468,20 @@ def test_torch_requirement_read_from_the_input_files(tmp_path: Path) -> None:
      (("cp311", "cp311", "linux_x86_64"), "3.11", True)],
 )
 def test_wheel_tags_filter(tags: tuple[str, str, str], python: str, fit: bool) -> None:
-    from kdkit.indexpage import fits
+    from kdkit.lock.pages import fits
 
     assert fits(tags, python, ("linux", "x86_64")) is fit
 
 
 def test_a_file_url_names_its_path_percent_decoded_as_pip_reads_it() -> None:
-    from kdkit.indexpage import local_path
+    from kdkit.lock.pages import local_path
 
     assert local_path("file:///srv/my%20mirror/simple") == "/srv/my mirror/simple"
     assert local_path("/srv/wheels") == "/srv/wheels"
 
 
 def test_pep503_page_parsing() -> None:
-    from kdkit.indexpage import parse_page
+    from kdkit.lock.pages import parse_page
 
     page = ('<a href="/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ABC123" '
             'data-requires-python="&gt;=3.10">torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>'
@@ -521,9 +521,9 @@ def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Ser
 
 
 def test_the_label_check_after_pip_compile_refuses_an_unreadable_label(tmp_path: Path) -> None:
+    from kdkit.config.project import load_project
     from kdkit.core.lockfile import parse_lock_text
-    from kdkit.locking import check_torch_label
-    from kdkit.project import load_project
+    from kdkit.lock.lock import check_torch_label
 
     project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/xpu")
     lock = parse_lock_text("torch==2.13.0+xpu \\\n    --hash=sha256:" + "0" * 64 + "\n", project / "cuda.txt")
@@ -658,9 +658,9 @@ def test_a_build_for_another_python_by_its_requires_python_is_refused(clean_pip:
 
 
 def test_a_yanked_build_counts_only_for_an_exact_pin(clean_pip: Served, tmp_path: Path) -> None:
-    from kdkit.indexfetch import Network
-    from kdkit.indexpage import Requirement
-    from kdkit.torchindex import preflight
+    from kdkit.lock.fetch import Network
+    from kdkit.lock.pages import Requirement
+    from kdkit.lock.preflight import preflight
 
     _one_wheel_index(tmp_path / "idx", clean_pip, 'data-yanked="broken"')
     python = ".".join(map(str, sys.version_info[:2]))
@@ -774,7 +774,7 @@ def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served, monkeypatc
         "proxy) refused the connection; nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, "
         "pip's proxy), or lock from a local folder with --torch-find-links")
     assert clean_pip.requests[seen:] == []  # nothing went around the proxy
-    from kdkit.indexfetch import Network
+    from kdkit.lock.fetch import Network
 
     # a live "proxy" (the stand-in server records the absolute URL a proxy is asked for), NO_PROXY still set
     assert Network(proxy=clean_pip.url).get("http://index.invalid/whl/cu130/torch/", "a test") is None

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kdkit.catalog import load_catalog
 from kdkit.core.errors import BadInput
-from kdkit.memory import DOES_NOT_FIT, MAY_FIT, KvShape, MemoryJob, estimate, estimate_memory, parse_params
+from kdkit.facts.catalog import load_catalog
+from kdkit.order.memory import DOES_NOT_FIT, MAY_FIT, KvShape, MemoryJob, estimate, estimate_memory, parse_params
 from tests.conftest import invoke, tree_snapshot
 
 B = 1_000_000_000

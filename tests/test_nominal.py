@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdkit.catalog import Offer, load_catalog
+from kdkit.facts.catalog import Offer, load_catalog
 from kdkit.probe.diagnose.nominal import lookup, table
 
 OFFERS = load_catalog().offers

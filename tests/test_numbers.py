@@ -17,7 +17,7 @@ import pytest
 from kdkit.cli import cli
 from kdkit.cli._options import FiniteNumber
 from kdkit.core.errors import BadInput
-from kdkit.order import parse_price
+from kdkit.order.plan import parse_price
 from tests.conftest import invoke, tree_snapshot
 
 # Hostile values for any number, then variants of our own.

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kdkit.config.schemas import _validator
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import FIELDS, STOP_FIELDS, config_problems, load_pilot
-from kdkit.schemacheck import _validator
-from kdkit.validate import validate_project
+from kdkit.project.validate import validate_project
 from tests.conftest import invoke, tree_snapshot
 
 TEMPLATE = json.loads((Path(__file__).resolve().parent.parent / "project-template/config/pilot.json").read_text())

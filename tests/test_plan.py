@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.catalog import load_catalog
-from kdkit.order import cost_per_accepted, load_order, make_plan
+from kdkit.facts.catalog import load_catalog
+from kdkit.order.plan import cost_per_accepted, load_order, make_plan
 from tests.conftest import invoke, tree_snapshot
 
 

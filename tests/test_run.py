@@ -1,7 +1,7 @@
 """`kdkit run`: host checks, device access per backend, env files, the printed command.
 
 NVIDIA and AMD hardware is what this machine lacks: where a test needs it, a HostFacts stands
-in for what `kdkit.runner.host_facts` reads from the real host (nvidia-smi, /dev/kfd, the
+in for what `kdkit.machine.run.host_facts` reads from the real host (nvidia-smi, /dev/kfd, the
 engine's runtimes). Everything else is real: the engine, the images, the CLI.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.buildcontext import write_context
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments, connect, sdk_arguments
-from kdkit.runner import (
+from kdkit.image.context import write_context
+from kdkit.machine.run import (
     HOME,
     IMAGE_UID,
     HostFacts,
@@ -431,7 +431,7 @@ def _expected(uid: int, gid: int, host: HostFacts) -> dict[str, object]:
 
 
 def _engine_host() -> HostFacts:
-    from kdkit.runner import host_facts
+    from kdkit.machine.run import host_facts
 
     return host_facts(connect(), "cpu")
 

@@ -18,7 +18,7 @@ from tests.test_pilot import pilot, use_app
 @pytest.fixture(scope="module")
 def closed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A passing run and a stopped one (with stop.json), closed by the real pilot."""
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     project = init_project(tmp_path_factory.mktemp("closed") / "proj", name="proj", backend="cpu")
     use_app(project, "oracle")
@@ -136,7 +136,7 @@ def test_the_in_image_form_refuses_it_too(tmp_path: Path) -> None:
 def test_an_earlier_sessions_report_removed_with_its_line_is_missing(tmp_path: Path) -> None:
     """A resumed run names every file it holds in summary.json: stop-1.json, the record of how the
     first session ended, cannot go away with its SHA256SUMS line unnoticed."""
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     project = init_project(tmp_path / "proj", name="proj", backend="cpu")
     use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})

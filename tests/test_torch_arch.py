@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.imagelabels import ARCH_FILE, ARCH_LIST, ARCH_SOURCE, arch_labels, recorded_arch, torch_arch
+from kdkit.image.labels import ARCH_FILE, ARCH_LIST, ARCH_SOURCE, arch_labels, recorded_arch, torch_arch
 from kdkit.probe.env import torcharch
 from kdkit.probe.env.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, parse_config_header, read_arch_list
 from tests.conftest import BASE, invoke
@@ -380,7 +380,7 @@ def test_the_file_in_the_image_is_roots_and_read_only(built: dict[str, Any]) -> 
 def test_the_zipapp_reads_the_architectures_too(tmp_path: Path) -> None:
     import subprocess
 
-    from kdkit.zipapp import build_zipapp
+    from kdkit.transfer.zipapp import build_zipapp
 
     build_zipapp(tmp_path / "kdkit.pyz")
     done = subprocess.run([sys.executable, "-I", str(tmp_path / "kdkit.pyz"), "torch-arch", "--json"],
@@ -393,7 +393,7 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Locked against the stand-in index, built offline from its wheelhouse: the label lists the header's."""
     from kdkit.docker_adapter import connect
-    from kdkit.scaffold import init_project
+    from kdkit.project.init import init_project
 
     for name in [n for n in os.environ if n.startswith("PIP_")]:
         monkeypatch.delenv(name)
@@ -445,7 +445,7 @@ def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(dock
 
     tag = "kdkit-e2e:hostile-labels"
     labels = {"dev.kdkit.backend": "cuda", "dev.kdkit.lock.sha256": "0" * 64,
-              "dev.kdkit.torch.version": "2.13.0+cu130", "dev.kdkit.project": "[bold red]markup[/]",
+              "dev.kdkit.torch.version": "2.13.0+cu130", "dev.kdkit.config.project": "[bold red]markup[/]",
               "dev.kdkit.torch.arch_list": "sm_90;rm -rf / sm_120", "dev.kdkit.torch.arch_source": "\x1b]0;pwned\x07x"}
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n", encoding="utf-8")
     args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]

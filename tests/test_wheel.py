@@ -37,7 +37,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_carries_the_data_files(installed: Path) -> None:
     code = (
-        "from kdkit import resources as r\n"
+        "from kdkit.config import shipped as r\n"
         "import kdkit\n"
         "assert '/site-packages/' in kdkit.__file__, kdkit.__file__\n"
         "for p in (r.schema_path('kdkit'), r.schema_path('pilot'), r.schema_path('manifest'),\n"

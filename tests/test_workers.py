@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from kdkit.core.errors import BadInput
+from kdkit.machine.run import HostFacts
+from kdkit.machine.workers import Prefixed, check_workers, gpu_count
 from kdkit.probe.pilot.shares import Share, parse_share, worker_of
 from kdkit.probe.results.copyout import verify_copy
-from kdkit.runner import HostFacts
-from kdkit.workers import Prefixed, check_workers, gpu_count
 from tests.conftest import DATA, REPO, invoke, reseal, tree_snapshot, wait_for_lines
 
 TWELVE = [f"doc-{n:02d}" for n in range(1, 13)]

@@ -48,7 +48,7 @@ def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_p
       kdkit lock --backend rocm --in-container --ca-bundle corp-ca.pem
       kdkit lock --backend cpu --torch-find-links /srv/wheels     # no access to download.pytorch.org
     """
-    from kdkit.locking import lock_project
+    from kdkit.lock.lock import lock_project
 
     progress = None if as_json else (lambda line: click.echo(line, err=True))
     results = lock_project(project_dir, backend, upgrade=upgrade, upgrade_packages=upgrade_packages,
@@ -80,7 +80,7 @@ def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, 
     image's platform (Linux x86_64, the project's Python). Files already in DIR are
     reused. Then `kdkit build --wheelhouse DIR` installs with --no-index.
     """
-    from kdkit.wheelhouse import download_wheelhouse
+    from kdkit.lock.wheelhouse import download_wheelhouse
 
     if not as_json:
         click.echo("Downloading the locked files (pip download, hash-checked)...", err=True)

@@ -1,4 +1,4 @@
-"""Image commands: build, inspect. Thin: parse, call kdkit.images, print."""
+"""Image commands: build, inspect. Thin: parse, call kdkit.image.build, print."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kdkit.cli._options import backend_option, ca_bundle_option, json_option, pr
 from kdkit.cli._output import console, emit_json, plain, printable, size_text, warn
 
 if TYPE_CHECKING:
-    from kdkit.images import BuildEvent, BuildResult
+    from kdkit.image.build import BuildEvent, BuildResult
 
 
 @contextmanager
@@ -75,7 +75,7 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
       kdkit build --ca-bundle /etc/ssl/certs/ca-certificates.crt     # TLS-intercepting proxy
       kdkit wheelhouse --out wh && kdkit build --wheelhouse wh         # no network in the build
     """
-    from kdkit.images import build_image, plan_build
+    from kdkit.image.build import build_image, plan_build
 
     plan = plan_build(project_dir, backend, base_image=base_image, tag=tag, ca_bundle=ca_bundle,
                       wheelhouse=wheelhouse, no_cache=no_cache)
@@ -113,7 +113,7 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     lock changed since the image was built, 2 for an image without kdkit's
     labels, 3 when the image or the engine is not there.
     """
-    from kdkit.imagelabels import inspect_image, require_lock_match
+    from kdkit.image.labels import inspect_image, require_lock_match
 
     report = inspect_image(image, project_dir)
     if as_json:

@@ -21,7 +21,7 @@ from kdkit.cli._output import emit_json, warn
 from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
-    from kdkit.runner import RunPlan
+    from kdkit.machine.run import RunPlan
 
 
 def forwarder(name: str, summary: str) -> click.Command:
@@ -128,7 +128,7 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
 
 def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **options: Any) -> None:
     """`kdkit run`: one container; its exit code is the verdict."""
-    from kdkit.runner import execute, prepare_run, print_lines
+    from kdkit.machine.run import execute, prepare_run, print_lines
 
     plan = prepare_run(project_dir, **options)
     if _announced(plan, print_only, lambda: print_lines(plan)):
@@ -147,7 +147,7 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **option
 
 def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, **options: Any) -> None:
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
-    from kdkit.workers import execute_workers, prepare_workers, print_worker_lines
+    from kdkit.machine.workers import execute_workers, prepare_workers, print_worker_lines
 
     plan = prepare_workers(project_dir, workers, **options)
     if _announced(plan.base, print_only, lambda: print_worker_lines(plan)):

@@ -72,7 +72,7 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
       kdkit check --gpu "RTX 5090"
       kdkit check --gpu H200 --image myproj:cuda-0123456789ab
     """
-    from kdkit.check import check_order
+    from kdkit.order.check import check_order
 
     report = check_order(project_dir, gpu, backend=backend, catalog_file=catalog_file,
                          pairings_file=pairings_file, image=image)
@@ -158,7 +158,7 @@ def plan(project_dir: Path | None, gpu: str, days: int, lots: int, price: str | 
     \b
     Example:  kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --hours 48 --save order.json
     """
-    from kdkit.order import plan_order
+    from kdkit.order.plan import plan_order
 
     order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours, accepted=accepted,
                        preparation=preparation, catalog_file=catalog_file, save=save, force=force)
@@ -219,9 +219,9 @@ def estimate_memory(project_dir: Path | None, params: str | None, from_config: b
     \b
     Example:  kdkit estimate-memory --params 7B --dtype bf16 --train adam --gpu "H100 80GB"
     """
-    from kdkit.catalog import load_catalog
-    from kdkit.memory import memory_report
-    from kdkit.order import optional_project
+    from kdkit.facts.catalog import load_catalog
+    from kdkit.order.memory import memory_report
+    from kdkit.order.plan import optional_project
 
     project = optional_project(project_dir)
     offer = None if gpu is None else load_catalog(None if project is None else project.root, catalog_file).find(gpu)
@@ -257,7 +257,7 @@ def close(project_dir: Path | None, order_file: Path, out: Path | None, accepted
     and every deviation. Writes Markdown for a person and JSON that reloads;
     the order file is never rewritten.
     """
-    from kdkit.close import close_campaign
+    from kdkit.order.close import close_campaign
 
     report, md, js = close_campaign(project_dir, order_file, out=out, accepted=accepted)
     if as_json:

@@ -29,7 +29,7 @@ def init(path: Path, name: str | None, backend: str, force: bool) -> None:
     left there is removed by the next one.
     """
     from kdkit.core.staging import describe_removed
-    from kdkit.scaffold import create_project
+    from kdkit.project.init import create_project
 
     created = create_project(path, name=name, backend=backend, force=force)
     for line in describe_removed(created.removed):
@@ -52,8 +52,8 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out.
     Exit 0 when valid (warnings or not), 2 otherwise.
     """
-    from kdkit.project import resolve_root
-    from kdkit.validate import secret_file_warnings, validate_project
+    from kdkit.config.project import resolve_root
+    from kdkit.project.validate import secret_file_warnings, validate_project
 
     root = resolve_root(project_dir)
     problems = validate_project(root)

@@ -1,6 +1,6 @@
 """Moving a project to the rented machine: bundle, verify-bundle, load.
 
-Each command parses its options, calls one domain function of kdkit.bundle and prints what it returns.
+Each command parses its options, calls one domain function of kdkit.transfer.bundle and prints what it returns.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
     Example:
       kdkit bundle --out ../myproj-bundle && rsync -a ../myproj-bundle gpu-host:
     """
-    from kdkit.bundle import make_bundle
-    from kdkit.packing import printable_name
+    from kdkit.config.files import printable_name
+    from kdkit.transfer.bundle import make_bundle
 
     info = make_bundle(project_dir, out, backend=backend, image=image, include_image=not no_image,
                        compressor=compressor, force=force, progress=_progress)
@@ -88,7 +88,7 @@ def verify_bundle_command(bundle_dir: Path, as_json: bool) -> None:
     Names each altered, missing or added file; exit 1 when any is found. Run it on the
     copy that arrived, not on the original.
     """
-    from kdkit.bundlecheck import require_verified, verify_bundle
+    from kdkit.transfer.verify import require_verified, verify_bundle
 
     report = verify_bundle(bundle_dir, progress=_progress)
     if as_json:
@@ -112,7 +112,7 @@ def load_command(bundle_dir: Path, as_json: bool) -> None:
     kdkit labels (project, backend, python, lock path and hash, revision) must equal what
     bundle.json recorded.
     """
-    from kdkit.bundlecheck import load_bundle
+    from kdkit.transfer.verify import load_bundle
 
     report = load_bundle(bundle_dir, progress=_progress)
     if as_json:

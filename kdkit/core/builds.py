@@ -90,7 +90,7 @@ def minor_key(minor: str) -> tuple[int, ...]:
 @lru_cache(maxsize=2)
 def shipped_data(member: str) -> dict[str, Any]:
     """A data table kdkit ships (``data/pairings.json``, ``data/catalog.json``), read from the package
-    folder or from inside kdkit.pyz; the host side layers the user's files over it (kdkit.pairings)."""
+    folder or from inside kdkit.pyz; the host side layers the user's files over it (kdkit.facts.pairings)."""
     path = Path(__file__).resolve().parents[1] / member
     if path.is_file():
         text = path.read_text(encoding="utf-8")

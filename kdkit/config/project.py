@@ -1,0 +1,94 @@
+"""A kdkit project on disk: finding its root and loading its checked configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kdkit.config.schemas import raise_first, schema_problems
+from kdkit.core import projectfiles
+from kdkit.core.builds import BACKENDS
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import load_json
+from kdkit.core.projectfiles import MARKER
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` (default: cwd) that holds kdkit.json."""
+    found = projectfiles.find_root(start)
+    if found is None:
+        raise BadInput(f"{(start or Path.cwd()).resolve()}: no {MARKER} here or in any parent folder; run inside "
+                       "a project or `kdkit init PATH`")
+    return found
+
+
+def resolve_root(project_dir: Path | None) -> Path:
+    """PROJECT_DIR as given (it must hold kdkit.json), or the root found upward from cwd."""
+    return find_root() if project_dir is None else projectfiles.project_root(project_dir)
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    base_image: str
+    torch_index: str
+    lock: Path
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.config["name"])
+
+    @property
+    def python(self) -> str:
+        return str(self.config["python"])
+
+    @property
+    def default_backend(self) -> str:
+        return str(self.config["default_backend"])
+
+    @property
+    def requirements(self) -> Path:
+        return self.root / str(self.config["requirements"])
+
+    @property
+    def pilot_config_path(self) -> Path:
+        return self.root / str(self.config["pilot_config"])
+
+    @property
+    def extensions(self) -> list[dict[str, str]]:
+        return list(self.config.get("extensions", []))
+
+    def backend(self, name: str | None = None) -> Backend:
+        """The named backend (default: default_backend); BadInput if kdkit.json lacks it."""
+        chosen = name or self.default_backend
+        if chosen not in BACKENDS:
+            raise BadInput(f"--backend {chosen}: unknown backend; choose one of {', '.join(BACKENDS)}")
+        spec = self.config["backends"].get(chosen)
+        if spec is None:
+            raise BadInput(
+                f"{self.root / MARKER}: $.backends has no '{chosen}'; add it or pick one of "
+                f"{', '.join(self.config['backends'])}"
+            )
+        return Backend(chosen, spec["base_image"], spec["torch_index"], self.root / spec["lock"])
+
+    def pilot_config(self) -> dict[str, Any]:
+        data = load_json(self.pilot_config_path, what="pilot config")
+        if not isinstance(data, dict):
+            raise BadInput(f"{self.pilot_config_path}: $: expected an object; run `kdkit validate`")
+        return data
+
+
+def load_project(project_dir: Path | None = None) -> Project:
+    """Load kdkit.json and check it against its schema (first problem reported)."""
+    root = resolve_root(project_dir)
+    path = root / MARKER
+    data = load_json(path, what="project file")
+    raise_first(schema_problems(data, "kdkit", path.relative_to(root)), base=root, more_hint="run `kdkit validate`")
+    return Project(root, data)

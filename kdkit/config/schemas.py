@@ -1,0 +1,177 @@
+"""JSON documents against kdkit's schemas, and the one finding type every check reports.
+
+A :class:`Problem` names the file (relative to the project root), the JSON path and what to do; it is
+redacted where it is made, so no finding can show a credential. :func:`load_valid` reads a JSON file
+and refuses it, naming its first problem, unless it matches ``schemas/<name>.schema.json``.
+:func:`secret_problems` finds credential shapes in a document. Below `kdkit validate` (which
+orchestrates every rule of a project) and below everything that loads a checked file (catalog,
+pairings, orders, kdkit.json, locks), so none of them imports the project-wide rules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kdkit.config.shipped import schema_path
+from kdkit.core.credentials import SECRET_NAME, find, redact
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import load_json
+
+ENV_HINT = ".env (see .env.example), passed at run time with --env-file"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: the file (relative to the project root), the JSON path, and what to do.
+
+    ``where`` and ``message`` are redacted here, once: whatever a rule or jsonschema echoes, no
+    problem can carry a credential shape.
+    """
+
+    file: Path
+    where: str
+    message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", redact(self.where))
+        object.__setattr__(self, "message", redact(self.message))
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.where}: {self.message}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": str(self.file), "where": self.where, "message": self.message}
+
+
+# ---------------------------------------------------------------- schemas
+
+
+def _whole_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    r"""JSON Schema's ``pattern``, with ``$`` meaning the end of the string as in ECMA-262.
+
+    jsonschema applies the pattern with Python's ``re.search``, where ``$`` also matches before a
+    final newline: ``"doc-01\n"`` would pass ``^[A-Za-z0-9._-]+$``. Anchored at the end with ``\Z``.
+    """
+    from jsonschema.exceptions import ValidationError
+
+    if isinstance(instance, str) and not re.search(_end_anchored(pattern), instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def _end_anchored(pattern: str) -> str:
+    return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+
+
+@cache
+def _validator(name: str) -> Any:
+    from jsonschema import Draft202012Validator, validators
+
+    with schema_path(name).open(encoding="utf-8") as handle:
+        schema = json.load(handle)
+    Draft202012Validator.check_schema(schema)
+    strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern})
+    return strict(schema)
+
+
+def json_path(parts: Any) -> str:
+    out = "$"
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _describe(error: Any) -> str:
+    kind, value, schema = error.validator, error.instance, error.schema
+    if kind == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
+        names = ", ".join(repr(k) for k in extra)
+        return f"unknown key {names}; allowed keys: {', '.join(allowed)} (a typo?)"
+    if kind == "required":
+        missing = [k for k in error.validator_value if isinstance(value, dict) and k not in value]
+        return f"missing required key {', '.join(repr(k) for k in missing)}; add it"
+    if kind == "type":
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        return f"expected {expected}, got {type(value).__name__} {json.dumps(value)[:40]}"
+    if kind == "enum":
+        choices = ", ".join(json.dumps(c) for c in error.validator_value)
+        return f"{json.dumps(value)} is not allowed; expected one of {choices}"
+    if kind == "pattern":
+        hint = schema.get("description", "")
+        return f"{json.dumps(value)} does not match {error.validator_value}" + (f" ({hint})" if hint else "")
+    return f"{error.message}"
+
+
+def schema_problems(data: Any, schema: str, file: Path) -> list[Problem]:
+    """Every schema violation of ``data``, ordered by place in the document."""
+    errors = sorted(_validator(schema).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    return [Problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
+
+
+# ---------------------------------------------------------------- secrets in a document
+
+
+def walk_document(data: Any, parts: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any, Any]]:
+    """Yield (path, key, value) for every value in a JSON document."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield (*parts, key), key, value
+            yield from walk_document(value, (*parts, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield (*parts, index), index, value
+            yield from walk_document(value, (*parts, index))
+
+
+def secret_problems(data: Any, file: Path) -> list[Problem]:
+    """Keys named like a secret with a value, and values holding a credential shape, in a JSON document."""
+    problems = []
+    for parts, key, value in walk_document(data):
+        if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}):
+            problems.append(
+                Problem(file, json_path(parts), f"key {key!r} looks like a secret; secrets go in .env "
+                        "(see .env.example) and reach the container with `kdkit run --env-file`")
+            )
+        elif isinstance(value, str) and (found := find(value)):
+            problems.append(
+                Problem(file, json_path(parts), f"value looks like {found[0].what}; remove it and put it in "
+                        f"{ENV_HINT} (the value reads {shown_redacted(value)})")
+            )
+    return problems
+
+
+def shown_redacted(text: str, limit: int = 120) -> str:
+    """``text`` redacted, then shortened: a prefix of a redacted text holds no secret either."""
+    shown = redact(text.strip())
+    return repr(shown if len(shown) <= limit else shown[:limit] + "…")
+
+
+def raise_first(problems: list[Problem], *, base: Path | None = None, more_hint: str = "", hint: str = "") -> None:
+    """Raise BadInput naming the first problem (and how many follow) when there is any.
+
+    ``base`` prefixes the problem's relative file; ``more_hint`` is added to the count of the
+    others (e.g. where to see them all), ``hint`` to the whole line.
+    """
+    if not problems:
+        return
+    first = problems[0]
+    file = base / first.file if base is not None else first.file
+    rest = len(problems) - 1
+    more = f" (+{rest} more{'; ' + more_hint if more_hint else ''})" if rest else ""
+    raise BadInput(f"{file}: {first.where}: {first.message}{more}{hint}")
+
+
+def load_valid(path: Path, schema: str, *, what: str, hint: str = "") -> dict[str, Any]:
+    """A JSON file checked against ``schemas/<schema>.schema.json``; BadInput naming the first problem."""
+    data = load_json(path, what=what)
+    raise_first(schema_problems(data, schema, path), hint=hint)
+    result: dict[str, Any] = data
+    return result

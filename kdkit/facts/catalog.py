@@ -1,0 +1,227 @@
+"""The GPU catalog: the offers people rent, shipped as data and extended by the user's own files.
+
+The catalog, like the torch build pairings (kdkit.facts.pairings), is JSON validated by a schema
+(schemas/catalog.schema.json), never code, so a new card is a data change. Precedence, lowest first:
+
+1. the file shipped with kdkit (kdkit/data/catalog.json, kdkit/data/pairings.json);
+2. ``catalog.json`` / ``pairings.json`` at the project root, when there is one;
+3. the file given with ``--catalog FILE`` / ``--pairings FILE``.
+
+A catalog offer of the same name (ignoring case, spaces and dashes) replaces the earlier one
+whole; other offers are added. Pairings merge key by key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from kdkit.config.schemas import load_valid
+from kdkit.config.shipped import data_file
+from kdkit.core.errors import BadInput
+
+DURATIONS = (3, 7, 30)
+
+
+def normalize_name(name: str) -> str:
+    """``"RTX-4090"``, ``"rtx 4090"`` and ``"RTX4090"`` all name the same offer."""
+    return re.sub(r"[\s_-]+", "", name).lower()
+
+
+def layer_paths(kind: str, project_root: Path | None, extra: Path | None) -> list[Path]:
+    paths = [data_file(f"{kind}.json")]
+    if project_root is not None and (project_root / f"{kind}.json").is_file():
+        paths.append(project_root / f"{kind}.json")
+    if extra is not None:
+        paths.append(extra)
+    return paths
+
+
+def load_checked(path: Path, schema: str) -> dict[str, Any]:
+    """Load one layer and check it against its schema; the first problem is the error."""
+    return load_valid(path, schema, what=f"{schema} file")
+
+
+# ---------------------------------------------------------------- the catalog
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One orderable GPU offer. Prices are per LOT (a lot may hold several cards)."""
+
+    name: str
+    vendor: str
+    backend: str
+    memory_gb: float
+    architecture: str
+    cards_per_lot: int
+    prices: dict[int, Decimal | None]
+    generation: str = ""
+    aliases: tuple[str, ...] = ()
+    nominal: dict[str, Any] | None = None
+    note: str = ""
+    origin: str = ""
+    cpu_arch: str = "x86_64"  # of the host the card comes in (GH200: aarch64)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], origin: Path) -> Offer:
+        prices = data["price_per_lot_usd"]
+        return cls(
+            name=data["name"],
+            vendor=data["vendor"],
+            backend=data["backend"],
+            memory_gb=data["memory_gb"],
+            architecture=data["architecture"],
+            cards_per_lot=data["cards_per_lot"],
+            # str() first: the JSON literal 47.14 becomes exactly Decimal("47.14").
+            prices={d: None if prices[str(d)] is None else Decimal(str(prices[str(d)])) for d in DURATIONS},
+            generation=data.get("generation", ""),
+            aliases=tuple(data.get("aliases", ())),
+            nominal=data.get("nominal"),
+            note=data.get("note", ""),
+            origin=str(origin),
+            cpu_arch=data.get("cpu_arch", "x86_64"),
+        )
+
+    def match_keys(self) -> set[str]:
+        return {normalize_name(n) for n in (self.name, *self.aliases)}
+
+    def price(self, days: int) -> Decimal | None:
+        return self.prices.get(days)
+
+    def summary(self) -> dict[str, Any]:
+        """The fields an order records about the offer."""
+        return {"name": self.name, "vendor": self.vendor, "backend": self.backend,
+                "memory_gb": self.memory_gb, "architecture": self.architecture, "cpu_arch": self.cpu_arch,
+                "cards_per_lot": self.cards_per_lot}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.summary(), "generation": self.generation, "aliases": list(self.aliases),
+                "price_per_lot_usd": {str(d): None if p is None else str(p) for d, p in self.prices.items()},
+                "nominal": self.nominal, "note": self.note, "origin": self.origin}
+
+
+_TOKEN = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9]*")
+
+
+def model_token(name: str) -> str:
+    """The word of a name that holds its model number: ``"RTX 4090"`` -> ``4090``, ``"A100-80GB"`` -> ``a100``,
+    ``"T4"`` -> ``t4`` (empty when the name has no digit)."""
+    match = _TOKEN.search(name)
+    return match.group().lower() if match else ""
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model words name one card family: equal, or one extends the other with letters
+    (``mi300`` / ``mi300x``, ``7900`` / ``7900xtx``), never with digits (``a10`` is no ``a100``,
+    ``t4`` no ``4090``)."""
+    if not a or not b:
+        return False
+    short, long = sorted((a, b), key=len)
+    return long.startswith(short) and not long[len(short):len(short) + 1].isdigit()
+
+
+_SIZE = re.compile(r"(\d+)\s*gb\b", re.IGNORECASE)
+_FORMS = ("pcie", "sxm", "nvl", "oam")
+_GENERATIONS = ("turing", "volta", "ampere", "ada", "hopper", "blackwell", "cdna", "rdna")
+
+
+# Words that say nothing about which card it is: vendors and brands, memory kinds, filler.
+_VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "gb", "hbm", "gddr", "edition",
+                 "generation", "gpu", "card"}
+
+
+def _words(name: str) -> set[str]:
+    """The letter words of a name that tell cards apart (``rtx``, ``pro``, ``sxm``), vendor words left out."""
+    return {w for w in re.findall(r"[a-z]{2,}", name.lower()) if w not in _VENDOR_WORDS}
+
+
+def contradicts(name: str, offer: Offer) -> bool:
+    """Whether ``name`` states something the offer is not: another memory size (``80GB``), another form
+    (``PCIe``, ``SXM4``, ``NVL``) or another generation (``Ada``)."""
+    words = re.findall(r"[a-z]+", name.lower())
+    sizes = {int(size) for size in _SIZE.findall(name)}
+    if sizes and round(offer.memory_gb) not in sizes:
+        return True
+    form = str((offer.nominal or {}).get("form_factor", "")).lower()
+    stated = {f for f in _FORMS for word in words if word.startswith(f)}
+    if stated and form and not any(form.startswith(f) for f in stated):
+        return True
+    if any(word == g and g not in offer.generation.lower() for word in words for g in _GENERATIONS):
+        return True
+    # Every distinguishing word of the name must be one of the offer's (``RTX PRO 6000`` is no ``RTX 6000 Ada``).
+    own = set().union(*(_words(spelling) for spelling in (offer.name, *offer.aliases)), {offer.generation.lower()})
+    return not all(any(o.startswith(w) for o in own) for w in _words(name))
+
+
+@dataclass
+class Catalog:
+    offers: list[Offer]
+    files: list[str] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [o.name for o in self.offers]
+
+    def find(self, name: str) -> Offer:
+        """The offer called ``name`` (or one of its aliases).
+
+        BadInput otherwise: a name that fits several offers (``A100``: 40 or 80 GB, PCIe or SXM) lists
+        them and asks; an unknown one names close spellings of the same card, never another card."""
+        key = normalize_name(name)
+        if not key:
+            raise BadInput("--gpu: empty name; pass an offer of the catalog, e.g. --gpu \"RTX 4090\"")
+        name = name if len(name) <= 80 else name[:77] + "..."
+        for offer in self.offers:
+            if key in offer.match_keys():
+                return offer
+        model = model_token(name)
+        near = [o.name for o in self.offers if not contradicts(name, o)
+                and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
+        fix = "pass one of them as --gpu (add your own with a project catalog.json or --catalog FILE)"
+        if len(near) > 1:
+            raise BadInput(f"--gpu {name!r}: fits {len(near)} offers: {', '.join(near)}; {fix}")
+        if near:
+            raise BadInput(f"--gpu {name!r}: no such offer in the catalog; did you mean {near[0]!r}? pass that name "
+                           "(or add your own with a project catalog.json or --catalog FILE)")
+        raise BadInput(f"--gpu {name!r}: no such offer in the catalog (offers: {', '.join(self.names())}); "
+                       "add your own with a project catalog.json or --catalog FILE")
+
+
+def load_catalog(project_root: Path | None = None, extra: Path | None = None) -> Catalog:
+    """The shipped catalog, then the project's catalog.json, then ``extra`` (see module doc)."""
+    merged: dict[str, Offer] = {}
+    files = []
+    for path in layer_paths("catalog", project_root, extra):
+        data = load_checked(path, "catalog")
+        files.append(str(path))
+        for number, entry in enumerate(data["offers"]):
+            problem = _incoherent(entry)
+            if problem:
+                raise BadInput(f"{path}: $.offers[{number}]: {problem}")
+            offer = Offer.from_json(entry, path)
+            merged[normalize_name(offer.name)] = offer
+    owners: dict[str, Offer] = {}
+    for offer in merged.values():
+        for key in offer.match_keys():
+            other = owners.setdefault(key, offer)
+            if other is not offer:
+                raise BadInput(f"{offer.origin}: offer {offer.name!r} answers to {key!r} like {other.name!r} of "
+                               f"{other.origin}; rename one (an alias must name one card)")
+    return Catalog(list(merged.values()), files)
+
+
+_VENDOR_RULES = {"nvidia": ("cuda", "sm_"), "amd": ("rocm", "gfx")}
+
+
+def _incoherent(entry: dict[str, Any]) -> str | None:
+    """Why an offer contradicts itself (an NVIDIA card with a gfx target, a blank name), or None."""
+    if not normalize_name(entry["name"]):
+        return "name is blank; give the card's name"
+    backend, prefix = _VENDOR_RULES[entry["vendor"]]
+    if entry["backend"] != backend or not entry["architecture"].startswith(prefix):
+        return (f"{entry['vendor']} card {entry['name']!r} has backend {entry['backend']} and architecture "
+                f"{entry['architecture']}; an {entry['vendor']} card runs {backend} with an {prefix}... architecture")
+    return None

@@ -1,0 +1,2 @@
+"""`kdkit build` and `kdkit inspect`: the project's image made from its lock (the build context, the
+build), and what an image says of itself (its labels, the torch architectures, the lock it matches)."""

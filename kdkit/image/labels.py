@@ -1,0 +1,177 @@
+"""What an image says of itself: the labels `kdkit build` gives it (OCI's and kdkit's own, the
+torch architectures read out of the built image), its default tag, and `kdkit inspect`, which reads
+them back and compares the baked lock with the project's current one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kdkit import __version__
+from kdkit.config.project import Backend, Project, find_root, load_project
+from kdkit.core.errors import BadInput, CheckFailed, KdkitError
+from kdkit.core.git import provenance
+from kdkit.core.jsonio import sha256_file
+
+LABEL = "dev.kdkit."
+OCI = "org.opencontainers.image."
+# Written in the final stage by `kdkit torch-arch --json` (Dockerfile.common), read back by build_image.
+ARCH_FILE = "/opt/kdkit/torch-arch.json"
+ARCH_LIST = f"{LABEL}torch.arch_list"
+ARCH_SOURCE = f"{LABEL}torch.arch_source"
+UNKNOWN_ARCH = "unknown"
+
+
+# ---------------------------------------------------------------- the labels a build gives
+
+
+def default_tag(project: Project, backend: str, lock_sha256: str) -> str:
+    """``<project>:<backend>-<first 12 of the lock's sha256>``: a new lock is a new image."""
+    return f"{project.name}:{backend}-{lock_sha256[:12]}"
+
+
+def torch_build(lock_path: Path, backend: Backend) -> tuple[str, str, str]:
+    """(torch version, CUDA version, ROCm version) promised by the lock's torch pin and its label."""
+    from kdkit.core.builds import parse_label
+    from kdkit.core.lockfile import parse_lock
+    from kdkit.lock.lock import backend_label
+
+    pin = parse_lock(lock_path).pins.get("torch")
+    if pin is None:
+        return "", "", ""
+    build = parse_label(pin.local or backend_label(backend) or "")
+    kind, version = build if build else ("", None)
+    return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
+
+
+def image_labels(project: Project, backend: Backend, lock_sha256: str) -> dict[str, str]:
+    """The labels an image of this project gets: OCI's and kdkit's own."""
+    revision, source = provenance(project.root)
+    torch, cuda, rocm = torch_build(backend.lock, backend)
+    return {
+        f"{OCI}title": project.name,
+        f"{OCI}revision": revision,
+        f"{OCI}source": source,
+        f"{OCI}version": f"{backend.name}-{lock_sha256[:12]}",
+        f"{LABEL}project": project.name,
+        f"{LABEL}backend": backend.name,
+        f"{LABEL}python": project.python,
+        f"{LABEL}lock.path": backend.lock.relative_to(project.root).as_posix(),
+        f"{LABEL}lock.sha256": lock_sha256,
+        f"{LABEL}torch.version": torch,
+        f"{LABEL}torch.cuda": cuda,
+        f"{LABEL}torch.rocm": rocm,
+        f"{LABEL}version": __version__,
+    }
+
+
+# ---------------------------------------------------------------- the torch architecture labels
+
+
+def arch_labels(answer: Any) -> dict[str, str]:
+    """The two arch labels from the ``kdkit torch-arch --json`` answer read out of an image.
+
+    ``arch_list``: torch's tokens, space-separated ("" for a CPU build) or "unknown"; ``arch_source``:
+    where they were read, or ``unknown: <reason>``. Anything not of the answer's shape is unknown:
+    the file comes from the image, and a list is never made up.
+    """
+    from kdkit.core.credentials import redact
+    from kdkit.probe.env.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, TORCH_TOKEN
+
+    def unknown(reason: str) -> dict[str, str]:
+        line = redact(" ".join(reason.split()))
+        return {ARCH_LIST: UNKNOWN_ARCH, ARCH_SOURCE: f"{UNKNOWN_ARCH}: {line[:500]}"}
+
+    if not isinstance(answer, dict):
+        return unknown(f"{ARCH_FILE} does not hold a JSON object")
+    arch_list, source = answer.get("arch_list"), answer.get("source")
+    if arch_list is None:
+        reason = answer.get("reason")
+        return unknown(reason if isinstance(reason, str) and reason.strip() else "kdkit torch-arch gave no reason")
+    if not isinstance(arch_list, list) or len(arch_list) > 128 or not all(
+            isinstance(token, str) and TORCH_TOKEN.fullmatch(token) for token in arch_list):
+        return unknown(f"{ARCH_FILE}: arch_list is not a list of architecture names")
+    if source not in (SOURCE_FLAGS, SOURCE_HEADER, SOURCE_CPU) or (source == SOURCE_CPU) != (not arch_list):
+        return unknown(f"{ARCH_FILE}: source {str(source)[:60]!r} does not go with arch_list {arch_list[:4]}")
+    return {ARCH_LIST: " ".join(arch_list), ARCH_SOURCE: source}
+
+
+def recorded_arch(engine: Any, image_id: str) -> dict[str, str]:
+    """The arch labels of a built image, from its ARCH_FILE; never raises: a failure is "unknown" with why."""
+    from kdkit.core.jsonio import parse_json
+
+    try:
+        data = engine.read_file(image_id, ARCH_FILE, limit=64 << 10)
+    except KdkitError as exc:
+        return arch_labels({"arch_list": None, "reason": f"cannot copy {ARCH_FILE} out of the image: {exc}"})
+    if data is None:
+        return arch_labels({"arch_list": None, "reason": f"the image has no {ARCH_FILE} (its torch-arch step "
+                                                         "wrote nothing; see the build log)"})
+    try:
+        answer = parse_json(data.decode("utf-8"), ARCH_FILE)
+    except (UnicodeDecodeError, BadInput) as exc:
+        return arch_labels({"arch_list": None, "reason": f"{ARCH_FILE} is not readable JSON ({exc})"})
+    return arch_labels(answer)
+
+
+
+def torch_arch(labels: dict[str, str]) -> dict[str, Any]:
+    """What an image's labels say of its torch's compiled architectures, for `kdkit inspect`."""
+    if ARCH_LIST not in labels:
+        return {"recorded": False, "arch_list": None, "source": None}
+    value, source = labels[ARCH_LIST], labels.get(ARCH_SOURCE, "")
+    if value == UNKNOWN_ARCH:
+        return {"recorded": True, "arch_list": None, "source": source}
+    return {"recorded": True, "arch_list": value.split(), "source": source}
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def _project_for(project_dir: Path | None) -> Project | None:
+    if project_dir is not None:
+        return load_project(project_dir)
+    try:
+        return load_project(find_root())
+    except BadInput:
+        return None  # not inside a project: the image is described on its own
+
+
+def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
+    """Whether ``project``'s current lock for the image's backend is the one baked into the image."""
+    baked = labels.get(f"{LABEL}lock.sha256", "")
+    if project is None:
+        return {"image_sha256": baked, "project_lock": None, "project_sha256": None, "matches": None}
+    lock = project.backend(labels.get(f"{LABEL}backend")).lock
+    current = sha256_file(lock) if lock.is_file() else None
+    return {"image_sha256": baked, "project_lock": str(lock), "project_sha256": current,
+            "matches": current == baked}
+
+
+def require_kdkit_labels(ref: str, labels: dict[str, str]) -> None:
+    if not labels.get(f"{LABEL}backend") or not labels.get(f"{LABEL}lock.sha256"):
+        raise BadInput(f"image {ref}: has no kdkit labels ({LABEL}backend, {LABEL}lock.sha256); "
+                       "it was not made by `kdkit build`; build the project's image with `kdkit build`")
+
+
+def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:
+    """Labels, size, user and the lock comparison of image ``ref`` (BadInput without kdkit's labels)."""
+    from kdkit.docker_adapter import connect
+
+    facts = connect().require_image(ref)
+    require_kdkit_labels(ref, facts.labels)
+    project = _project_for(project_dir)
+    return {"image": ref, "id": facts.id, "size": facts.size, "created": facts.created, "user": facts.user,
+            "os": facts.os, "architecture": facts.architecture,
+            "kdkit": {k[len(LABEL):]: v for k, v in sorted(facts.labels.items()) if k.startswith(LABEL)},
+            "oci": {k[len(OCI):]: v for k, v in sorted(facts.labels.items()) if k.startswith(OCI)},
+            "torch_arch": torch_arch(facts.labels), "lock": lock_match(facts.labels, project)}
+
+
+def require_lock_match(report: dict[str, Any]) -> None:
+    """CheckFailed when the project's lock moved on since the image was built."""
+    lock = report["lock"]
+    if lock["matches"] is False:
+        raise CheckFailed(f"image {report['image']}: built from lock {lock['image_sha256'][:12]}, but "
+                          f"{lock['project_lock']} is now {str(lock['project_sha256'])[:12]}; rebuild "
+                          "with `kdkit build`")

@@ -1,0 +1,145 @@
+"""`kdkit wheelhouse`: every file the lock names, downloaded on the host and hash-checked.
+
+With the wheelhouse, ``kdkit build --wheelhouse DIR`` installs with ``--no-index``
+and the build needs no network at all: the image can be rebuilt on a machine
+that reaches no index, and a private index or an intercepting proxy is dealt
+with once, here, by pip's own configuration (index-url, cert, find-links,
+proxy variables), which ``pip download`` honours as ``pip install`` would.
+:func:`wheelhouse_files` picks the files of a wheelhouse that such a build sends.
+
+The files land in a staging folder first, ``.OUT.partial-PID`` beside ``--out``
+(:mod:`kdkit.core.staging`), and move into ``--out`` only once pip has finished and
+each one's sha256 is among the lock's hashes: an interrupted download leaves
+``--out`` as it was, and the staging a killed run left is removed by the next
+run to the same ``--out`` (listed in ``removed_staging``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kdkit.config.project import Project, load_project
+from kdkit.core import proc
+from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.jsonio import sha256_file
+from kdkit.core.lockfile import Lock, normalize_name, parse_lock
+from kdkit.core.staging import clean_stale, hold, release, staging_for
+
+# Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+DOWNLOAD_TIMEOUT_S = 3 * 3600
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    """What ``kdkit wheelhouse`` left in its folder."""
+
+    backend: str
+    lock: Path
+    folder: Path
+    files: list[tuple[str, int]]  # (file name, size in bytes), one per locked pin
+    removed: list[Path] = field(default_factory=list)  # staging a killed run had left beside the folder
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "lock": str(self.lock), "folder": str(self.folder),
+                "files": [{"name": n, "size": s} for n, s in self.files],
+                "bytes": sum(s for _n, s in self.files), "removed_staging": [str(p) for p in self.removed]}
+
+
+def default_folder(project: Project, backend: str) -> Path:
+    return project.root / "wheelhouse" / backend
+
+
+def target_arguments(python: str) -> list[str]:
+    """pip's target options when this host is not the image's platform (Linux x86_64, ``python``)."""
+    host_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if sys.platform == "linux" and platform.machine() == "x86_64" and host_python == python:
+        return []
+    args = ["--only-binary=:all:", "--implementation", "cp", "--python-version", python]
+    for tag in PLATFORMS:
+        args += ["--platform", tag]
+    return args
+
+
+def download_arguments(lock: Path, dest: Path, known: Path, python: str) -> list[str]:
+    """``pip download`` of exactly the lock: hashes required, no resolver, files already in ``known`` reused."""
+    args = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--progress-bar", "off",
+            "--dest", str(dest), "-r", str(lock)]
+    if known.is_dir():
+        args += ["--find-links", str(known)]
+    return args + target_arguments(python)
+
+
+def _accept(staging: Path, out: Path, hashes: dict[str, str]) -> list[tuple[str, int]]:
+    """Move each downloaded file whose sha256 the lock names into ``out``; refuse any other."""
+    files = []
+    for path in sorted(staging.iterdir()):
+        if sha256_file(path) not in hashes:
+            raise KdkitError(f"{path.name}: downloaded but its sha256 is not in the lock; nothing was "
+                             f"added to {out}; check pip's configuration and re-run `kdkit lock`")
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(staging.iterdir()):
+        size = path.stat().st_size
+        os.replace(path, out / path.name)
+        files.append((path.name, size))
+    return files
+
+
+def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
+                        out: Path | None = None) -> Wheelhouse:
+    """Download every locked file for ``backend`` into ``out`` (default ``wheelhouse/<backend>``)."""
+    from kdkit.lock.staleness import require_fresh_lock
+
+    project = load_project(project_dir)
+    chosen = project.backend(backend)
+    lock = require_fresh_lock(project, chosen.name)
+    hashes = locked_hashes(parse_lock(lock))
+    folder = (out or default_folder(project, chosen.name)).resolve()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    removed = clean_stale(folder)
+    staging, owner = staging_for(folder), None
+    try:
+        staging.mkdir()
+        owner = hold(staging)
+        done = proc.run(download_arguments(lock, staging, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
+        if not done.ok:
+            raise KdkitError(f"{lock}: pip download failed: {done.first_error_line()}; check pip's "
+                             "configuration (`pip config list`) and the network, then retry")
+        files = _accept(staging, folder, hashes)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        release(owner)
+    return Wheelhouse(chosen.name, lock, folder, files, removed)
+
+
+def locked_hashes(lock: Lock) -> dict[str, str]:
+    """Each sha256 (hex, lower case) the lock names -> the key of its pin."""
+    return {h.split(":", 1)[1].lower(): pin.key for pin in lock.pins.values() for h in pin.hashes}
+
+
+def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
+    """The files of ``wheelhouse`` whose sha256 the lock names; every unconditional pin must have one."""
+    if not wheelhouse.is_dir():
+        raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
+                       f"{wheelhouse}`")
+    lock = parse_lock(lock_path)
+    wanted = locked_hashes(lock)
+    prefixes = tuple(f"{key}-" for key in {pin.key for pin in lock.pins.values()})
+    chosen: dict[str, Path] = {}
+    for path in sorted(wheelhouse.iterdir()):
+        if path.is_file() and normalize_name(path.name).startswith(prefixes):
+            key = wanted.get(sha256_file(path))
+            if key is not None:
+                chosen.setdefault(key, path)
+    missing = [pin for pin in lock.pins.values() if pin.marker is None and pin.key not in chosen]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise BadInput(f"--wheelhouse {wheelhouse}: no file with a locked hash for {missing[0].name}=="
+                       f"{missing[0].version}{more}; run `kdkit wheelhouse --out {wheelhouse}`")
+    return sorted(chosen.values())

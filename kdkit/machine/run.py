@@ -1,0 +1,384 @@
+"""`kdkit run`: the project's image on this machine, with the right device access, or why not.
+
+:func:`prepare_run` checks the host before anything starts and explains each
+failure with its fix: the engine (exit 3); the image and its kdkit labels
+(3 / 2); for CUDA an engine without the NVIDIA runtime (the error users
+otherwise meet is ``could not select device driver "" with capabilities:
+[[gpu]]``), GPUs named by ``--gpus`` that do not exist (2) and a host driver
+older than the image's CUDA needs (read from the image's labels); for ROCm a
+missing ``/dev/kfd``; then the ``--env-file``, read strictly. It returns a
+:class:`RunPlan` whose one :class:`~kdkit.docker_adapter.ContainerSpec`
+becomes either the container (:func:`execute`) or the equivalent ``docker
+run`` line (``--print``), so the two cannot drift.
+
+The container sees the pilot inputs read-only and ``runs/`` read-write,
+secrets only as environment from ``--env-file`` (never printed, logged or
+baked), and no network unless asked. Without a command it runs the image's
+own: diagnose, verify-env against the baked lock, the pilot. Its exit code is
+the verdict.
+
+It is also confined (:func:`confinement`), each flag from Docker's run reference,
+https://docs.docker.com/reference/cli/docker/container/run/ :
+
+* ``--user`` always explicit and never root: the image's user 10001:10001 when root starts
+  it, else the invoking person's uid:gid (their runs/ stays theirs);
+* ``--cap-drop ALL`` (the process needs no capability: device nodes are opened through
+  their group, ``--group-add``) and ``--security-opt no-new-privileges`` (no setuid path back,
+  moby/moby#20727);
+* ``--read-only``: the image cannot be altered; what must be written goes to ``runs/`` (the
+  bind mount) or to two tmpfs mounts, ``/tmp`` and ``HOME``. Both are ``exec``, because
+  Docker's tmpfs default is ``noexec`` (docker/docs#8138) and the compilers load what they
+  build: torch.compile's Inductor writes and loads its kernels under
+  ``/tmp/torchinductor_<user>`` (TORCHINDUCTOR_CACHE_DIR, docs.pytorch.org/tutorials/recipes/
+  torch_compile_caching_configuration_tutorial.html; a uid without a name becomes
+  ``uid_<n>``, torch/_inductor/runtime/cache_dir_utils.py), Triton under ``~/.triton/cache``
+  (triton-lang/triton python/triton/runtime/cache.py), other caches under ``~/.cache``.
+  HOME is ``/home/kdkit``, a tmpfs owned by the container's user (mode 0700). Both are
+  ``nosuid,nodev``;
+* ``--pids-limit``: a fork bomb cannot exhaust the host, while threads, which count against
+  the limit, have room: torch starts an intra-op and an inter-op pool per process, one
+  thread per core each, in the main process, every DataLoader worker and compile worker and
+  every rank; 64 per CPU of the engine's host, at least 4096;
+* ``--shm-size``: PyTorch's DataLoader workers hand batches over through ``/dev/shm`` and
+  Docker's 64 MB is not enough (pytorch/pytorch README, "Using pre-built images"); a quarter
+  of the engine host's memory, at least the 1 GiB ``kdkit diagnose`` asks for, at most 64 GiB.
+  ``/tmp`` and HOME get the same size. tmpfs takes memory only as it is filled.
+
+ROCm gets ``/dev/kfd`` and the render nodes ``/dev/dri/renderD*`` (never the whole of
+``/dev/dri``, which adds the display nodes) with the numeric groups that own them: the two
+device flags AMD names (rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/
+docker.html), the group a non-root user needs to open them (ROCm/ROCm-docker#90). AMD marks
+``--security-opt seccomp=unconfined`` optional (NUMA memory binding for numactl-style
+placement): it is not given, Docker's default seccomp profile stays on.
+
+Host facts (GPUs, driver, device nodes) are gathered by :func:`host_facts`; tests
+stand in a :class:`HostFacts` for NVIDIA and AMD hardware this machine lacks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kdkit.config.project import Project, load_project
+from kdkit.core import proc
+from kdkit.core.builds import driver_floor, version_tuple
+from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.projectfiles import real_inside
+from kdkit.core.runfolder import run_folders
+from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
+from kdkit.image.labels import LABEL, default_tag, require_kdkit_labels
+from kdkit.probe.diagnose.host import SHM_MINIMUM
+
+APP = "/app"  # the project's folder inside the image (Dockerfile.common)
+IMAGE_UID = 10001  # the image's non-root user (Dockerfile.common)
+HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every container kdkit starts
+NETWORKS = ("none", "bridge", "host")
+PIDS_PER_CPU = 64
+PIDS_FLOOR = 4096
+SCRATCH_CAP = 64 << 30  # /dev/shm, /tmp and HOME: a quarter of memory, SHM_MINIMUM to this
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ---------------------------------------------------------------- the host
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What this machine offers containers; :func:`host_facts` reads the real ones."""
+
+    uid: int
+    gid: int
+    cpus: int = 1  # of the engine's host (sizes --pids-limit)
+    memory_bytes: int = 0  # of the engine's host (sizes /dev/shm, /tmp and HOME)
+    nvidia_gpus: list[str] | None = None  # index and UUID of each GPU; None when nvidia-smi is absent
+    nvidia_driver: str | None = None
+    nvidia_runtime: bool = False  # the engine can serve a GPU device request
+    kfd: bool = False
+    render_nodes: list[str] = field(default_factory=list)
+    device_gids: list[int] = field(default_factory=list)
+
+
+def _nvidia_smi() -> tuple[list[str] | None, str | None]:
+    if shutil.which("nvidia-smi") is None:
+        return None, None
+    done = proc.run(["nvidia-smi", "--query-gpu=index,uuid,driver_version", "--format=csv,noheader"], timeout=30)
+    if not done.ok:
+        return [], None
+    rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+    ids = [cell for row in rows for cell in row[:2]]
+    return ids, rows[0][2] if rows and len(rows[0]) > 2 else None
+
+
+def _amd_nodes() -> tuple[bool, list[str], list[int]]:
+    kfd = Path("/dev/kfd")
+    nodes = sorted(str(p) for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
+    gids = sorted({os.stat(p).st_gid for p in [str(kfd), *nodes] if os.path.exists(p)} - {0})
+    return kfd.exists(), nodes, gids
+
+
+def host_facts(engine: Engine, backend: str) -> HostFacts:
+    """Read the facts ``backend`` needs from this machine and its engine."""
+    info = engine.info()
+    facts = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=int(info.get("NCPU") or os.cpu_count() or 1),
+                      memory_bytes=int(info.get("MemTotal") or 0))
+    if backend == "cuda":
+        gpus, driver = _nvidia_smi()
+        runtime = "nvidia" in engine.runtimes() or shutil.which("nvidia-container-runtime-hook") is not None
+        facts = replace(facts, nvidia_gpus=gpus, nvidia_driver=driver, nvidia_runtime=runtime)
+    elif backend == "rocm":
+        kfd, nodes, gids = _amd_nodes()
+        facts = replace(facts, kfd=kfd, render_nodes=nodes, device_gids=gids)
+    return facts
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def parse_gpus(value: str | None) -> str | list[str] | None:
+    """``all`` or a comma list of GPU indexes or UUIDs; anything else is BadInput."""
+    if value is None or value == "all":
+        return value
+    ids = [part.strip() for part in value.split(",")]
+    if not ids or any(not re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in ids):
+        raise BadInput(f"--gpus {value!r}: expected all or a comma list of GPU indexes or UUIDs, e.g. 0,1")
+    return ids
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """NAME=VALUE lines, ``#`` comments and blank lines, as ``docker run --env-file`` reads them.
+
+    Values are taken as written (no quotes removed), like Docker does. Errors name the line,
+    never its content: the file holds secrets.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"--env-file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.lstrip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise BadInput(f"--env-file {path}:{number}: expected NAME=VALUE (NAME of letters, digits and _); "
+                           "fix or comment out that line")
+        env[name] = value.rstrip("\r")
+    return env
+
+
+# ---------------------------------------------------------------- device access per backend
+
+
+def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str, str]) -> dict[str, Any]:
+    """The device request for CUDA, after checking runtime, GPU ids and driver."""
+    if not host.nvidia_runtime:
+        raise Unavailable(f'the Docker engine has no NVIDIA runtime, so the container would fail with '
+                          f'`{NVIDIA_ERROR}`; {NVIDIA_FIX}')
+    known = host.nvidia_gpus or []
+    if isinstance(gpus, list):
+        unknown = [g for g in gpus if g not in known]
+        if unknown:
+            have = ", ".join(known[::2]) if known else "none"
+            raise BadInput(f"--gpus {','.join(gpus)}: no GPU {unknown[0]} on this host (GPUs: {have}); "
+                           "see `nvidia-smi -L`")
+    cuda = labels.get(f"{LABEL}torch.cuda", "")
+    floor = driver_floor(cuda) if cuda else None  # pairings.json's floor, as diagnose and check apply it
+    needed = floor[0] if floor else None
+    if needed and host.nvidia_driver and version_tuple(host.nvidia_driver) < version_tuple(needed):
+        raise Unavailable(f"NVIDIA driver {host.nvidia_driver} is older than CUDA {cuda} in the image needs "
+                          f"(>= {needed}); upgrade the driver or rebuild for an older CUDA (torch_index in "
+                          "kdkit.json, then `kdkit lock` and `kdkit build`)")
+    return {"gpus": gpus or "all"}
+
+
+def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]:
+    """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them; nothing more."""
+    if not host.kfd:
+        raise Unavailable("/dev/kfd: not present, so no AMD GPU is usable here (the amdgpu kernel driver is "
+                          "not loaded); install the AMD GPU driver (`amdgpu-install --usecase=dkms`) and reboot, "
+                          "or run on a machine with an AMD GPU")
+    if not host.render_nodes:
+        raise Unavailable("/dev/dri/renderD*: no render node, so no AMD GPU is usable here although /dev/kfd "
+                          "exists; check the amdgpu driver (`dmesg | grep amdgpu`) and `rocm-smi`")
+    chosen = host.render_nodes
+    if isinstance(gpus, list):
+        chosen = []
+        for gpu in gpus:
+            if not gpu.isdigit() or int(gpu) >= len(host.render_nodes):
+                raise BadInput(f"--gpus {','.join(gpus)}: no GPU {gpu} on this host (render nodes: "
+                               f"{', '.join(host.render_nodes)}); see `rocm-smi`")
+            chosen.append(host.render_nodes[int(gpu)])
+    return {"devices": ["/dev/kfd", *chosen], "group_add": [str(g) for g in host.device_gids]}
+
+
+def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
+                  labels: dict[str, str]) -> dict[str, Any]:
+    """ContainerSpec fields giving ``backend`` its devices; raises with the fix when the host cannot."""
+    if backend == "cuda":
+        return cuda_access(host, gpus, labels)
+    if backend == "rocm":
+        return rocm_access(host, gpus)
+    if gpus is not None:
+        raise BadInput(f"--gpus {gpus if isinstance(gpus, str) else ','.join(gpus)}: the cpu backend uses "
+                       "no GPU; drop --gpus or use --backend cuda|rocm")
+    return {}
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """A change to the host the run needs (a folder to create, an owner to set), shown before it is made."""
+
+    description: str
+    shell: str
+    action: Callable[[], None] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    project: Project
+    backend: str
+    image: ImageFacts
+    spec: ContainerSpec
+    host_steps: list[HostStep]
+    runs: Path
+    warnings: list[str]
+    host: HostFacts | None = None  # the facts the plan was checked against (kdkit run --workers counts GPUs)
+
+
+def _inside(project: Project, rel: str, what: str) -> Path:
+    """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one rule)."""
+    path = real_inside(project.root, project.root / rel)
+    if path is None:
+        raise BadInput(f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
+    return path
+
+
+def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostStep]]:
+    """Who the container runs as (never root), and what runs/ needs so that user can write there.
+
+    A non-root person runs the container as themself (the run folders are theirs). For root,
+    the image's own non-root user runs it, and runs/ is handed to that user if it cannot write.
+    """
+    steps = []
+    if not runs.exists():
+        steps.append(HostStep(f"create {runs}", f"mkdir -p {runs}",
+                              lambda: runs.mkdir(parents=True, exist_ok=True)))
+    if host.uid != 0:
+        return (host.uid, host.gid), steps
+    info = runs.stat() if runs.exists() else None
+    if info is None or (info.st_uid != IMAGE_UID and not info.st_mode & stat.S_IWOTH):
+        steps.append(HostStep(f"give {runs} to the image's user {IMAGE_UID} so it can write its run folders",
+                              f"chown {IMAGE_UID}:{IMAGE_UID} {runs}",
+                              lambda: os.chown(runs, IMAGE_UID, IMAGE_UID)))
+    return (IMAGE_UID, IMAGE_UID), steps
+
+
+def scratch_size(host: HostFacts) -> str:
+    """The size of /dev/shm, /tmp and HOME in Docker's notation: a quarter of the host's memory,
+    at least what `kdkit diagnose` asks of /dev/shm (SHM_MINIMUM), at most SCRATCH_CAP."""
+    size = min(max(host.memory_bytes // 4, SHM_MINIMUM), SCRATCH_CAP)
+    return f"{size >> 20}m"
+
+
+def pids_limit(host: HostFacts) -> int:
+    """Room for the threads of every process of a PyTorch job on this host, not for a fork bomb."""
+    return max(PIDS_FLOOR, PIDS_PER_CPU * host.cpus)
+
+
+def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
+    """ContainerSpec fields that confine every container `kdkit run` starts (the module's docstring says why)."""
+    size = scratch_size(host)
+    scratch = f"rw,exec,nosuid,nodev,size={size}"
+    return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"], "no_new_privileges": True,
+            "pids_limit": pids_limit(host), "shm_size": size,
+            "tmpfs": {"/tmp": f"{scratch},mode=1777", HOME: f"{scratch},uid={uid},gid={gid},mode=0700"}}
+
+
+def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
+    if image is None:
+        from kdkit.core.jsonio import sha256_file
+
+        chosen = project.backend(backend)
+        if not chosen.lock.is_file():
+            raise BadInput(f"{chosen.lock}: no lock, so no image to run; `kdkit lock` and `kdkit build`, "
+                           "or pass --image")
+        image = default_tag(project, chosen.name, sha256_file(chosen.lock))
+    facts = engine.require_image(image)
+    require_kdkit_labels(image, facts.labels)
+    baked = facts.labels[f"{LABEL}backend"]
+    if backend is not None and backend != baked:
+        raise BadInput(f"--backend {backend}: image {image} was built for {baked}; pass --backend {baked} "
+                       "or the image of that backend")
+    return facts
+
+
+def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: str | None = None,
+                gpus: str | None = None, network: str = "none", env_file: Path | None = None,
+                command: list[str] | None = None, engine: Engine | None = None,
+                host: HostFacts | None = None) -> RunPlan:
+    """Check everything a run needs and describe the container; nothing is written or started."""
+    from kdkit.docker_adapter import connect
+
+    if network not in NETWORKS:
+        raise BadInput(f"--network {network}: choose one of {', '.join(NETWORKS)}")
+    wanted_gpus = parse_gpus(gpus)
+    env = read_env_file(env_file) if env_file is not None else {}
+    project = load_project(project_dir)
+    engine = engine or connect()
+    facts = _resolve_image(engine, project, backend, image)
+    chosen = facts.labels[f"{LABEL}backend"]
+    host = host or host_facts(engine, chosen)
+    access = device_access(chosen, host, wanted_gpus, facts.labels)
+    pilot = project.pilot_config()
+    inputs = _inside(project, str(pilot.get("inputs", "data/pilot")), "inputs")
+    runs = _inside(project, str(pilot.get("runs", "runs")), "runs")
+    if not inputs.is_dir():
+        raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
+    (uid, gid), steps = _identity(host, runs)
+    mounts = [Mount(inputs, f"{APP}/{inputs.relative_to(project.root).as_posix()}", True),
+              Mount(runs, f"{APP}/{runs.relative_to(project.root).as_posix()}", False)]
+    spec = ContainerSpec(image=facts.ref, command=command or None, network=network, mounts=mounts,
+                         workdir=APP, env_file=env_file.resolve() if env_file else None, env=env,
+                         extra_env={"HOME": HOME}, **confinement(host, uid, gid), **access)
+    warnings = []
+    current = project.backend(chosen).lock
+    if current.is_file():
+        from kdkit.core.jsonio import sha256_file
+
+        if sha256_file(current) != facts.labels.get(f"{LABEL}lock.sha256"):
+            warnings.append(f"image {facts.ref} was built from another lock than {current}; "
+                            "`kdkit build` to bring it up to date")
+    return RunPlan(project, chosen, facts, spec, steps, runs, warnings, host)
+
+
+# ---------------------------------------------------------------- doing it
+
+
+def print_lines(plan: RunPlan) -> list[str]:
+    """The shell lines that reproduce the run without kdkit: host steps, then ``docker run``."""
+    from kdkit.docker_adapter import cli_arguments, shell_line
+
+    return [step.shell for step in plan.host_steps] + [shell_line(cli_arguments(plan.spec))]
+
+
+def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
+            engine: Engine | None = None) -> tuple[int, list[Path]]:
+    """Make the host steps, run the container to its end; return (exit code, new run folders)."""
+    from kdkit.docker_adapter import connect
+
+    for step in plan.host_steps:
+        step.action()
+    before = set(run_folders(plan.runs))
+    code = (engine or connect()).run(plan.spec, on_output)
+    return code, [folder for folder in run_folders(plan.runs) if folder not in before]

@@ -1,0 +1,178 @@
+"""`kdkit run --workers N`: one container per GPU over separate shares of the pilot, then one gathering.
+
+Worker ``i`` gets GPU ``i`` only (CUDA: a device request for device id ``i``; ROCm: the
+``i``-th render node; the cpu backend: no device, and no GPU limit) and runs the image's own
+steps — diagnose, verify-env, the pilot — with ``kdkit pilot --run-id R --worker i --workers N``
+into the shared runs/ mount, so its results land in ``runs/R-w<i>of<N>/``. The containers run
+side by side; their output is prefixed ``[w<i>]`` line by line.
+
+The gathering then runs on the host, through the same probe code the image carries
+(:mod:`kdkit.probe.pilot.gather`): it only reads JSON and hashes files, so it needs neither torch
+nor a GPU nor another container start, and the folders it reads are the host's runs/ anyway.
+Its verdict is the run's exit code. A worker whose container failed before its pilot began
+leaves no folder, which the gathering names; only when no worker left any folder is a
+container's own exit code the answer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.errors import BadInput
+from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, worker_folder
+from kdkit.docker_adapter import ContainerSpec, Engine
+from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_run
+
+# The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
+MAX_WORKERS = 256  # containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
+STEPS = 'kdkit diagnose --expect "$KDKIT_BACKEND" && kdkit verify-env --lock "$KDKIT_LOCK_FILE" && '
+
+
+def gpu_count(backend: str, host: HostFacts) -> int | None:
+    """GPUs this host offers ``backend``: nvidia-smi's rows, or the render nodes; None (no limit) on cpu."""
+    if backend == "cuda":
+        return len(host.nvidia_gpus or []) // 2  # host_facts keeps index and UUID of each GPU
+    if backend == "rocm":
+        return len(host.render_nodes)
+    return None
+
+
+def check_workers(workers: int, backend: str, host: HostFacts) -> None:
+    """One worker per GPU: more workers than GPUs is BadInput (exit 2), with where the count came from."""
+    count = gpu_count(backend, host)
+    if count is not None and workers > count:
+        source = "`nvidia-smi -L`" if backend == "cuda" else "/dev/dri/renderD*"
+        raise BadInput(f"--workers {workers}: this host has {count} GPU(s) ({source}); one worker per GPU, "
+                       f"so use --workers {count} or fewer")
+
+
+@dataclass(frozen=True)
+class WorkersPlan:
+    base: RunPlan
+    run_id: str
+    specs: list[ContainerSpec]
+    folders: list[Path]  # runs/<run_id>-w<i>of<N> on the host, one per worker
+    out: Path  # where the gathering writes the run's one summary
+
+
+def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> ContainerSpec:
+    """Worker ``worker``'s container: the base spec, its own GPU, the pilot restricted to its share."""
+    assert base.host is not None
+    gpus = None if base.backend == "cpu" else [str(worker)]
+    access: dict[str, Any] = {"gpus": None, "devices": [], "group_add": [],
+                              **device_access(base.backend, base.host, gpus, base.image.labels)}
+    pilot = f"kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"
+    return replace(base.spec, command=["/bin/sh", "-c", STEPS + pilot], **access)
+
+
+def _run_id(base: RunPlan, workers: int) -> str:
+    """The run's shared ID: the pilot's own (kdkit.core.runfolder.new_run_id and its one collision rule),
+    free for every worker folder and the gathering. The containers make the folders; a run that takes the
+    name meanwhile makes their pilots refuse it (RunFolder.create never reuses a folder)."""
+    from kdkit.core.pilotconfig import load_pilot, params_hash
+
+    def free(candidate: str) -> str:
+        names = [*(worker_folder(candidate, i, workers) for i in range(workers)), gathered_folder(candidate)]
+        if any(os.path.lexists(base.runs / name) for name in names):
+            raise FileExistsError(candidate)
+        return candidate
+
+    return claim(new_run_id(PILOT, params_hash(load_pilot(base.project.root).resolved())), free)
+
+
+def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None = None,
+                    command: list[str] | None = None, **run_options: Any) -> WorkersPlan:
+    """Check the host as `kdkit run` does, then that it has a GPU per worker; nothing is started."""
+    if workers < 1:
+        raise BadInput(f"--workers {workers}: expected a whole number >= 1")
+    if workers > MAX_WORKERS:
+        raise BadInput(f"--workers {workers}: at most {MAX_WORKERS} containers side by side on one host; "
+                       "use fewer (one per GPU)")
+    if gpus is not None:
+        raise BadInput(f"--gpus {gpus} with --workers: worker i uses GPU i; drop --gpus")
+    if command:
+        raise BadInput("--workers runs the pilot in every container; drop the command after --")
+    base = prepare_run(project_dir, **run_options)
+    assert base.host is not None
+    check_workers(workers, base.backend, base.host)
+    run_id = _run_id(base, workers)
+    specs = [worker_spec(base, run_id, i, workers) for i in range(workers)]
+    folders = [base.runs / worker_folder(run_id, i, workers) for i in range(workers)]
+    return WorkersPlan(base, run_id, specs, folders, base.runs / gathered_folder(run_id))
+
+
+def gather_line(plan: WorkersPlan) -> list[str]:
+    return ["kdkit", "gather", *map(str, plan.folders), "--project", str(plan.base.project.root),
+            "--out", str(plan.out)]
+
+
+def print_worker_lines(plan: WorkersPlan) -> list[str]:
+    """Host steps, the N ``docker run`` lines (in the background, side by side), ``wait``, the gathering."""
+    from kdkit.docker_adapter import cli_arguments, shell_line
+
+    runs = [shell_line(cli_arguments(spec)) + " &" for spec in plan.specs]
+    return [step.shell for step in plan.base.host_steps] + runs + ["wait", shell_line(gather_line(plan))]
+
+
+class Prefixed:
+    """One worker's output, a whole line at a time behind ``[w<i>]``, so side-by-side logs stay readable."""
+
+    def __init__(self, label: str, sink: Callable[[bytes], None]) -> None:
+        self.prefix, self.sink, self.rest = f"[{label}] ".encode(), sink, b""
+
+    def __call__(self, chunk: bytes) -> None:
+        lines = (self.rest + chunk).split(b"\n")
+        self.rest = lines.pop()
+        if lines:
+            self.sink(b"".join(self.prefix + line + b"\n" for line in lines))
+
+    def flush(self) -> None:
+        if self.rest:
+            self.sink(self.prefix + self.rest + b"\n")
+            self.rest = b""
+
+
+@dataclass(frozen=True)
+class WorkersResult:
+    codes: list[int]  # each container's exit code
+    gathered: Any  # kdkit.probe.pilot.gather.Gathered, or None when no worker left a folder
+    exit_code: int
+
+
+def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None) -> int:
+    from kdkit.docker_adapter import connect
+
+    try:
+        return (engine or connect()).run(spec, output)  # a connection per thread: the SDK's is not shared
+    finally:
+        output.flush()
+
+
+def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None = None,
+                    engine: Engine | None = None) -> WorkersResult:
+    """Make the host steps, run the N containers side by side to their end, then gather."""
+    from kdkit.probe.pilot.gather import gather
+
+    for step in plan.base.host_steps:
+        step.action()
+    lock = threading.Lock()
+
+    def sink(data: bytes) -> None:
+        with lock:
+            (on_output or sys.stdout.buffer.write)(data)
+
+    with ThreadPoolExecutor(max_workers=len(plan.specs), thread_name_prefix="kdkit-worker") as pool:
+        futures = [pool.submit(_run_one, spec, Prefixed(f"w{i}", sink), engine) for i, spec in enumerate(plan.specs)]
+        codes = [future.result() for future in futures]
+    present = [folder for folder in plan.folders if folder.is_dir()]
+    if not present:
+        return WorkersResult(codes, None, next((c for c in codes if c), 1))
+    gathered = gather(present, plan.out, plan.base.project.root)
+    return WorkersResult(codes, gathered, 0 if gathered.summary["verdict"] == "pass" else 1)

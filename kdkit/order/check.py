@@ -1,0 +1,361 @@
+"""`kdkit check`: will the project's torch build run on a GPU offer, before anyone pays for it?
+
+Two sources of truth, in order of strength. An image that exists carries the compiled architecture
+list of the torch installed in it (the ``dev.kdkit.torch.arch_list`` label `kdkit build` records),
+its CPU architecture and its CUDA version: ``--image IMG`` judges the card from those. Before any
+image exists, the lock's torch pin (release and local label) is looked up in the pairings
+(kdkit/data/pairings.json): which architectures that published build carries, which driver it
+needs. Each point is ok, fail, unknown (cannot be shown to hold) or note (to confirm), with the
+reason it was given and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kdkit.config.project import Project
+from kdkit.core.builds import (
+    TORCH_INDEX_URL,
+    index_label,
+    label_backend,
+    parse_label,
+    split_version,
+    torch_minor,
+    version_tuple,
+)
+from kdkit.core.errors import BadInput
+from kdkit.facts.catalog import Offer, load_catalog
+from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
+from kdkit.facts.platforms import docker_arch, linux_arch
+
+ARCH_LABEL = "dev.kdkit.torch.arch_list"
+ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to confirm)."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is judged against the card: a lock's torch pin or an image's installed torch."""
+
+    what: str  # "requirements/cuda.txt" or "image myproj:cuda-0123"
+    version: str  # "2.13.0+cu130"
+    label: str  # "cu130"
+    cpu_arch: str | None  # "x86_64", "aarch64", or None when unknown
+    arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
+    arch_source: str = ""
+    platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
+
+
+# ---------------------------------------------------------------- what to lock instead
+
+
+def _preferred(builds: list[Build], subject: Subject | None, pairings: Pairings) -> Build:
+    """The build to suggest: the same torch release, else the template's, else the newest stable one."""
+    stable = [b for b in builds if not b.experimental] or builds
+    if subject is not None:
+        same = [b for b in stable if b.torch == torch_minor(subject.version)]
+        if same:
+            return same[-1]
+    template = pairings.data.get("template", {})
+    for build in stable:
+        if build.torch == torch_minor(template.get("torch", "")) and \
+                build.label == template.get("builds", {}).get(build.backend):
+            return build
+    return stable[-1]
+
+
+def instead(offer: Offer, pairings: Pairings, subject: Subject | None = None) -> str:
+    """What to lock instead: a published build known to carry code for the card, and the range of them."""
+    cpu_arch = offer.cpu_arch
+    builds = pairings.builds_for(offer.architecture, offer.backend, cpu_arch)
+    if not builds:
+        return (f"no {cpu_arch} build in kdkit's pairings carries {offer.architecture}; add one to a project "
+                "pairings.json")
+    pick = _preferred(builds, subject, pairings)
+    template = pairings.data.get("template", {})
+    if subject is not None and pick.torch == torch_minor(subject.version) and not _prerelease(subject.version):
+        pin = split_version(subject.version)[0]
+    elif pick.torch == torch_minor(template.get("torch", "")):
+        pin = template["torch"]
+    else:
+        pin = f"{pick.torch}.*"
+    return (f"lock torch {pin} from {pick.label} (published builds that carry {offer.architecture}: "
+            f"{_ranges(builds)}): set backends.{offer.backend}.torch_index to "
+            f"{TORCH_INDEX_URL.format(label=pick.label)}, pin torch=={pin} in requirements/base.in, then "
+            f"`kdkit lock --backend {offer.backend}`")
+
+
+def _prerelease(version: str) -> bool:
+    """A nightly or release candidate (``2.13.0.dev20260101``, ``2.13.0rc1``): not on the release indexes."""
+    from kdkit.core.versions import InvalidVersion, Version
+
+    try:
+        parsed = Version.parse(split_version(version)[0])
+    except InvalidVersion:
+        return True
+    return parsed.pre is not None or parsed.dev is not None
+
+
+def _ranges(builds: list[Build]) -> str:
+    """``cu126 2.6-2.14, cu128 2.7-2.11 (2.7 experimental)``: each label with the releases that have it."""
+    by_label: dict[str, list[Build]] = {}
+    for build in builds:
+        by_label.setdefault(build.label, []).append(build)
+    parts = []
+    def key(label: str) -> tuple[str, tuple[int, ...]]:
+        parsed = parse_label(label) or ("", None)
+        return parsed[0], version_tuple(parsed[1] or "")
+
+    for label in sorted(by_label, key=key):
+        found = by_label[label]
+        span = found[0].torch if len(found) == 1 else f"{found[0].torch}-{found[-1].torch}"
+        experimental = [b.torch for b in found if b.experimental]
+        parts.append(f"{label} {span}" + (f" ({', '.join(experimental)} experimental)" if experimental else ""))
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------- the points
+
+
+def _backend_point(offer: Offer, backend: str, project: Project) -> Point:
+    if offer.backend == backend:
+        return Point("backend", "ok", f"{offer.name} ({offer.vendor}) runs the {backend} backend")
+    first = "" if offer.backend in project.config["backends"] else \
+        f"add backends.{offer.backend} to kdkit.json (see `kdkit init --help` for its fields), then "
+    return Point("backend", "fail",
+                 f"{offer.name} is an {offer.vendor.upper()} card: it runs the {offer.backend} backend, "
+                 f"not {backend}",
+                 f"{first}check and lock the {offer.backend} backend: `kdkit lock --backend {offer.backend}`, then "
+                 f"`kdkit check --gpu {offer.name!r} --backend {offer.backend}`")
+
+
+def _cpu_point(offer: Offer, subject: Subject) -> Point:
+    docker = docker_arch(offer.cpu_arch)
+    if not linux_arch(subject.platform)[1]:
+        return Point("cpu", "fail",
+                     f"{subject.what} was made on {subject.platform}, not Linux: its wheels and markers are that "
+                     f"system's, and {offer.name} hosts run Linux on {offer.cpu_arch}",
+                     f"lock for linux/{docker}: `kdkit lock --in-container` (resolves inside the backend's Linux base "
+                     "image) on a machine with a Docker engine")
+    if subject.cpu_arch is None:
+        return Point("cpu", "unknown", f"{subject.what} does not say which CPU architecture it was made for; "
+                     f"{offer.name} hosts are {offer.cpu_arch}", "re-lock with `kdkit lock`, which records it")
+    if subject.cpu_arch == offer.cpu_arch:
+        return Point("cpu", "ok", f"{subject.what} is for {subject.cpu_arch}, as {offer.name} hosts are")
+    host = f"{offer.name} hosts are {offer.cpu_arch}" + (" (Grace)" if offer.cpu_arch == "aarch64" else "")
+    return Point("cpu", "fail",
+                 f"{subject.what} is for {subject.cpu_arch} but {host}: its wheels and binaries do not run there",
+                 f"make the lock and the image on linux/{docker}: run `kdkit lock --in-container` and `kdkit build` on "
+                 f"an {offer.cpu_arch} machine (or in a linux/{docker} container through QEMU binfmt)")
+
+
+def _build_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+    index = pairings.index(subject.label)
+    backend = index["backend"] if index else label_backend(subject.label) or "cpu"
+    if backend != offer.backend:
+        return Point("build", "fail",
+                     f"{subject.what} has torch {subject.version}, a {backend} build; {offer.name} "
+                     f"({offer.architecture}) needs a {offer.backend} build", instead(offer, pairings, subject))
+    return Point("build", "ok", f"{subject.what} has torch {subject.version}, a {backend} build")
+
+
+def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+    card = offer.architecture
+    if subject.arch_list is not None:  # the image's own torch: the strongest evidence there is
+        carried = ", ".join(subject.arch_list) or "no GPU code"
+        code = code_for(card, subject.arch_list)
+        if code is not None:
+            return Point("kernels", "ok", f"the image's torch carries {code}, which runs on {card} "
+                         f"(read from {subject.arch_source or 'the image'}: {carried})")
+        return Point("kernels", "fail",
+                     f"the image's torch carries {carried} (read from {subject.arch_source or 'the image'}): no code "
+                     f"for {offer.name}'s {card}; on the machine this is 'no kernel image is available for "
+                     "execution on the device'", instead(offer, pairings, subject))
+    point = _table_kernel_point(offer, subject, pairings)
+    if subject.what.startswith("image "):  # an image whose own list is not known: say so, then the table's answer
+        why = subject.arch_source or "no dev.kdkit.torch.arch_list label: built before kdkit recorded it"
+        point = replace(point, detail=f"{point.detail}; the image's own arch list is unknown ({why}), so this is "
+                                      "the pairings' answer")
+    return point
+
+
+def _table_kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+    """The kernels point from the published builds kdkit knows (before any image exists)."""
+    card = offer.architecture
+    build = pairings.build(subject.version, subject.label, subject.cpu_arch or "x86_64")
+    if build is None:
+        cpu = subject.cpu_arch or "x86_64"
+        known = ", ".join(pairings.labels(subject.version, cpu))
+        if known:
+            where = f"torch {torch_minor(subject.version)} is published for {known}"
+        elif torch_minor(subject.version) in pairings.releases():
+            where = f"kdkit's pairings list no {cpu} builds of torch {torch_minor(subject.version)}"
+        else:
+            where = f"kdkit knows torch releases {', '.join(pairings.releases())}"
+        return Point("kernels", "unknown",
+                     f"kdkit's pairings know no {subject.cpu_arch or 'x86_64'} build of torch {subject.version} from "
+                     f"{subject.label} ({where})",
+                     "build the image and run `kdkit check --image IMG`, which reads the architectures of the torch "
+                     "installed in it; or " + instead(offer, pairings, subject))
+    code = build.code_for(card)
+    source = f"pairings: torch {build.name}, {build.source}"
+    if code is not None:
+        return Point("kernels", "ok", f"torch {subject.version} carries {code}, which runs on {card} ({source})")
+    carried = ", ".join(build.architectures) or "no GPU code"
+    if not build.complete:
+        return Point("kernels", "unknown",
+                     f"{card} is not among the targets kdkit knows for torch {build.name} ({carried}); that list is "
+                     f"partial ({source})",
+                     "build the image and run `kdkit check --image IMG` (it reads the installed torch's own list)")
+    return Point("kernels", "fail",
+                 f"torch {subject.version} carries {carried}: no code for {offer.name}'s {card} ({source}); on the "
+                 "machine this is 'no kernel image is available for execution on the device'",
+                 instead(offer, pairings, subject))
+
+
+def _driver_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+    if offer.backend == "rocm":
+        return Point("driver", "note", "the host needs the amdgpu kernel driver and /dev/kfd access",
+                     "ask the provider; `kdkit diagnose` checks /dev/kfd on arrival (add the render group)")
+    parsed = parse_label(subject.label)
+    toolkit = parsed[1] if parsed and parsed[0] == "cuda" else None
+    if toolkit is None:
+        return Point("driver", "unknown", f"the CUDA version of {subject.label} is not known",
+                     "add the index to a project pairings.json")
+    floor = pairings.driver_floor(toolkit, offer.architecture)
+    if floor is None:
+        return Point("driver", "unknown", f"no minimum driver known for CUDA {toolkit}",
+                     "add it under drivers in a project pairings.json")
+    minimum, why = floor
+    return Point("driver", "note",
+                 f"torch {subject.version} (CUDA {toolkit}) on {offer.name} needs an NVIDIA host driver >= {minimum} "
+                 f"(the floor of {why}, pairings.json drivers)",
+                 "ask the provider for the driver version; `kdkit diagnose` checks it on arrival")
+
+
+def _memory_point(project: Project, offer: Offer) -> Point:
+    """The lower bound from kdkit.json's memory section, and the pilot's measured peak, against a card."""
+    from kdkit.order.memory import DOES_NOT_FIT, estimate_memory, job_from_config, measured_verdict, pilot_peak
+    from kdkit.order.plan import runs_folder
+
+    runs = project.root / runs_folder(project)
+    fix: str | None = None
+    if "memory" in project.config:
+        report = estimate_memory(job_from_config(project.config, project.root / "kdkit.json"), offer, runs)
+        peak, verdict = report["pilot_peak"], report["against"]["verdict"]
+        detail = (f"lower bound {report['lower_bound_gib']} GiB against {offer.memory_gb} GB per card: "
+                  f"{verdict}")
+    else:
+        peak = pilot_peak(runs)
+        verdict = None if peak is None else measured_verdict(peak, offer)
+        detail = "no estimate: kdkit.json has no memory section"
+        fix = ("add $.memory (parameters, dtype, train, kv) to kdkit.json or run `kdkit estimate-memory "
+               "--params N --gpu NAME`; the pilot measures the real peak")
+    if peak is not None:
+        detail += f"; pilot {peak['run_id']} measured {peak['peak_gib']} GiB on {peak['device'] or 'an unnamed device'}"
+    if verdict == DOES_NOT_FIT:
+        return Point("memory", "fail", detail, "a card with more memory, a smaller batch or sequence, or "
+                     "lower precision (validated on your own inputs)")
+    return Point("memory", "note", detail, fix)
+
+
+def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[Point]:
+    """cpu, then build, then kernels and driver: a lock for another CPU or backend is not judged further
+    (its kernels would be another machine's)."""
+    points = [_cpu_point(offer, subject)]
+    if points[0].status == "fail":
+        return points
+    points.append(_build_point(offer, subject, pairings))
+    if points[-1].status == "ok":
+        points += [_kernel_point(offer, subject, pairings), _driver_point(offer, subject, pairings)]
+    return points
+
+
+# ---------------------------------------------------------------- what is judged
+
+
+def lock_subject(lock_path: Path, relative: str, backend: str) -> Subject | Point:
+    """The lock's torch pin as a subject, or the failing point that stops the check."""
+    from kdkit.core.lockfile import parse_lock
+
+    if not lock_path.is_file():
+        return Point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
+    lock = parse_lock(lock_path)
+    pin = lock.pins.get("torch")
+    if pin is None:
+        return Point("lock", "fail", f"{relative}: torch is not pinned",
+                     "add torch to requirements/base.in, then `kdkit lock`")
+    # The build: the pin's local label, else (a hashed pin fixes the file) the torch index the lock names.
+    label = pin.local or next((index_label(value) for option, value in lock.options
+                               if option == "--index-url" and index_label(value)), None)
+    if not label or parse_label(label) is None:
+        return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
+                     "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
+    platform = lock.header.get("platform", "")
+    version = pin.version if pin.local else f"{pin.version}+{label}"
+    return Subject(relative, version, label, linux_arch(platform)[0], platform=platform)
+
+
+def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
+    """An image's installed torch as a subject (labels written by `kdkit build`), and its labels."""
+    from kdkit.docker_adapter import connect
+    from kdkit.image.labels import LABEL, require_kdkit_labels
+
+    facts = connect().require_image(ref)
+    require_kdkit_labels(ref, facts.labels)
+    version = facts.labels.get(f"{LABEL}torch.version", "")
+    label = split_version(version)[1] or ""
+    if not version or parse_label(label) is None:
+        raise BadInput(f"image {ref}: its torch ({version or 'none'}) carries no build label kdkit can read; "
+                       "rebuild it from a lock made by `kdkit lock`")
+    from kdkit.probe.env.torcharch import TORCH_TOKEN
+
+    raw = facts.labels.get(ARCH_LABEL)
+    tokens = None if raw is None or raw.strip() == "unknown" else tuple(raw.replace(",", " ").split())
+    arch_list = tokens if tokens is not None and all(TORCH_TOKEN.fullmatch(t) for t in tokens) else None
+    platform = f"{facts.os}-{facts.architecture}" if facts.os and facts.architecture else ""
+    return (Subject(f"image {ref}", version, label, linux_arch(platform)[0], arch_list,
+                    facts.labels.get(ARCH_SOURCE_LABEL, ""), platform), facts.labels)
+
+
+def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
+                catalog_file: Path | None = None, pairings_file: Path | None = None,
+                image: str | None = None) -> dict[str, Any]:
+    """Every point that must hold before ordering ``gpu`` for this project, each with its reason and fix."""
+    from kdkit.config.project import load_project
+
+    project = load_project(project_dir)
+    name = gpu if gpu is not None else project.config.get("target_gpu")
+    if name is None:
+        raise BadInput(f"{project.root / 'kdkit.json'}: $.target_gpu is null; pass --gpu NAME or set it")
+    offer = load_catalog(project.root, catalog_file).find(name)
+    pairings = load_pairings(project.root, pairings_file)
+    if image is not None:
+        subject, labels = image_subject(image)
+        chosen = project.backend(backend or labels.get("dev.kdkit.backend") or offer.backend)
+    else:
+        chosen = project.backend(backend or offer.backend)
+    points = [_backend_point(offer, chosen.name, project)]
+    if image is None:
+        relative = chosen.lock.relative_to(project.root).as_posix() if chosen.lock.is_relative_to(project.root) \
+            else str(chosen.lock)
+        found = lock_subject(chosen.lock, relative, chosen.name)
+        points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
+    else:
+        points += _subject_points(offer, subject, pairings)
+    points.append(_memory_point(project, offer))
+    return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
+            "lock": str(chosen.lock), "image": image, "ok": all(p.status in ("ok", "note") for p in points),
+            "points": [asdict(p) for p in points]}
+

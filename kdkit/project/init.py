@@ -1,0 +1,183 @@
+"""`kdkit init`: copy the project template into a new folder, all or nothing.
+
+The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.core.staging) and renamed into
+place once complete, so a target is either absent or a whole project, even after a SIGKILL. An
+existing empty folder (often the shell's current folder, which must stay the same folder) is filled
+in place instead, kdkit.json last: a kill half-way leaves a folder that is not a project. What a
+killed init left is removed by the next init of that target, which says so. A target that
+cannot be written (read-only mount, no permission, a file in the way, a full disk) is exit 2 and
+leaves nothing, not even the parent folders init created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdkit.config.shipped import template_dir
+from kdkit.core.builds import BACKENDS, TORCH_INDEX_URL
+from kdkit.core.errors import BadInput
+from kdkit.core.staging import clean_stale, hold, release, staging_for
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# Template files stored under another name so they do not act on kdkit's own repository.
+RENAMES = {"dot-gitignore": ".gitignore", "dot-env.example": ".env.example"}
+# Files below these folders are copied byte for byte (pilot inputs must stay exactly as shipped).
+VERBATIM = ("data",)
+
+
+def default_name(target: Path) -> str:
+    name = re.sub(r"[^a-z0-9._-]+", "-", target.resolve().name.lower()).strip("-._")
+    return name or "kdkit-project"
+
+
+def template_builds(python: str) -> dict[str, str]:
+    """The torch pin, and each backend's wheel index and base image, that a new project gets: the
+    build pairings.json names under "template", which must be a published build of that release."""
+    from kdkit.facts.pairings import load_pairings
+
+    pairings = load_pairings()
+    values = {"torch": pairings.data["template"]["torch"]}
+    for backend in BACKENDS:
+        build = pairings.template_build(backend)
+        image = pairings.base_image(build.label, python)
+        if image is None:
+            raise BadInput(f"{pairings.files[-1]}: $.indexes.{build.label} has no base_image for the template; add it")
+        values[f"{backend}_index"] = TORCH_INDEX_URL.format(label=build.label)
+        values[f"{backend}_image"] = image
+    return values
+
+
+def _render(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", value)
+    return text
+
+
+@dataclass(frozen=True)
+class Created:
+    """What ``kdkit init`` did: the project's root, and the staging of killed inits it removed first."""
+
+    root: Path
+    removed: list[Path]
+
+
+def init_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False) -> Path:
+    """Create a project at ``target`` from the template and return its resolved path (see create_project)."""
+    return create_project(target, name, backend, force).root
+
+
+def create_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False) -> Created:
+    """Create a project at ``target`` from the template.
+
+    An existing non-empty folder is refused unless ``force``; with ``force`` only the
+    template's files are written over. A failure part-way leaves no trace behind.
+    """
+    target = target.resolve()
+    project_name, existing = _check_inputs(target, name, backend, force)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    values = {"name": project_name, "backend": backend, "python": python, **template_builds(python)}
+    # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
+    made: list[Path] = []
+    staging, lock = staging_for(target), None
+    was_empty = target.is_dir() and not existing
+    try:
+        _make_parents(target.parent, made)
+        removed = clean_stale(target)
+        staging.mkdir()
+        lock = hold(staging)
+        _copy_template(template_dir(), staging, values)
+        (staging / "runs").mkdir(exist_ok=True)
+        if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
+            _merge(staging, target)
+            shutil.rmtree(staging)
+        else:
+            os.replace(staging, target)  # atomic: absent, or the whole project
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if was_empty:
+            _empty(target)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing was left "
+                       "behind, free space or fix permissions (or choose another place) and retry") from None
+    finally:
+        release(lock)
+    return Created(target, removed)
+
+
+def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> tuple[str, bool]:
+    """(the project's name, whether ``target`` holds anything), once the name, the backend and the
+    place are fit for a project; BadInput before anything is written when they are not."""
+    project_name = name if name is not None else default_name(target)
+    if not NAME.fullmatch(project_name):
+        raise BadInput(f"--name {project_name!r}: use lowercase letters, digits, '.', '_' or '-' "
+                       "(it becomes the image name)")
+    if backend not in BACKENDS:
+        raise BadInput(f"--backend {backend}: unknown backend; choose one of {', '.join(BACKENDS)}")
+    if target.exists() and not target.is_dir():
+        raise BadInput(f"{target}: exists and is not a folder; choose another path")
+    existing = _not_empty(target)
+    if existing and not force:
+        cleaned = clean_stale(target) if target.parent.is_dir() else []  # a killed init's staging goes anyway
+        said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
+        raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
+    return project_name, existing
+
+
+def _not_empty(target: Path) -> bool:
+    try:
+        return target.is_dir() and any(target.iterdir())
+    except OSError as exc:  # a folder this user cannot list
+        raise BadInput(f"{target}: cannot read the folder ({exc.strerror}); choose another path") from None
+
+
+def _empty(folder: Path) -> None:
+    """Remove what a failed merge moved into ``folder``: it was empty before, so all of it is init's."""
+    with contextlib.suppress(OSError):
+        for path in folder.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _make_parents(folder: Path, made: list[Path]) -> None:
+    """Create ``folder`` and its missing parents, outermost first, noting each in ``made`` as it is made."""
+    for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+        path.mkdir()
+        made.append(path)
+
+
+def _copy_template(source: Path, dest: Path, values: dict[str, str]) -> None:
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if "__pycache__" in rel.parts or path.suffix == ".pyc":
+            continue
+        out = dest / rel.parent / RENAMES.get(rel.name, rel.name)
+        if path.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+        elif rel.parts[0] in VERBATIM:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(_render(path.read_text(encoding="utf-8"), values), encoding="utf-8")
+
+
+def _merge(staging: Path, target: Path) -> None:
+    """Into an existing folder: move each template file over its namesake, kdkit.json last, so a folder
+    that a kill stopped half-way is never taken for a project."""
+    marker = staging / "kdkit.json"
+    for path in [*sorted(p for p in staging.rglob("*") if p != marker), marker]:
+        dest = target / path.relative_to(staging)
+        if path.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+        else:
+            os.replace(path, dest)

@@ -1,0 +1,276 @@
+"""`kdkit validate`: every config against its JSON schema, then the portability rules a
+schema cannot express (paths that only exist on one machine, secrets, unsafe IDs).
+
+Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and in
+the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
+:class:`Problem` is made, so no finding, schema error or echoed value can show a credential.
+Files named like secrets (``.env``, ``*.pem``, ``.ssh/`` ...) are warnings, not problems: every
+real project has a ``.env``, and `kdkit bundle` leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kdkit.config.schemas import (
+    Problem,
+    json_path,
+    schema_problems,
+    secret_problems,
+    shown_redacted,
+    walk_document,
+)
+from kdkit.core.credentials import find, secret_file
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import parse_json, read_text_file
+from kdkit.core.pilotconfig import config_problems, entry_problem, path_problem
+from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
+
+# pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
+TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
+             "https://user:${PIP_PASSWORD}@host/simple) or use pip's keyring support")
+MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^~"), "a path into a home folder"),
+    (re.compile(r"^/(home|root|Users)(/|$)"), "a path into a home folder"),
+    (re.compile(r"^/(tmp|var/tmp)(/|$)"), "a path into a temporary folder"),
+    (re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)"), "an absolute path"),
+)
+
+
+# ---------------------------------------------------------------- portability rules
+
+
+def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
+    """Credential shapes in a text file of the project (a requirements input, a lock), one per line."""
+    path = root / relative
+    if real_inside(root, path) is None or not path.is_file():
+        return []  # outside the project: reported by the path rules, never read
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        return [Problem(relative, "$", f"cannot read ({exc.strerror or exc})")]
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        found = find(line)
+        if found:
+            problems.append(Problem(relative, f"line {number}", f"holds {found[0].what} ({shown_redacted(line)}); "
+                                    f"{TEXT_HINT}"))
+    return problems
+
+
+def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
+    """The text files scanned for credentials: every file of requirements/, the input kdkit.json names
+    and every backend's lock (relative to the root, each once, in order)."""
+    folder = root / "requirements"
+    found = [p.relative_to(root) for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
+    named = [project.get("requirements")] + [spec.get("lock") for spec in _backends(project)]
+    found += [Path(str(value)) for value in named if isinstance(value, str) and value]
+    unique: dict[str, Path] = {}
+    for rel in found:
+        unique.setdefault(PurePosixPath(rel.as_posix()).as_posix(), rel)
+    return list(unique.values())
+
+
+def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
+    backends = project.get("backends")
+    return [spec for spec in backends.values() if isinstance(spec, dict)] if isinstance(backends, dict) else []
+
+
+def secret_file_warnings(root: Path) -> list[Problem]:
+    """Files of the project named like secrets: warnings (a project has a .env), never problems."""
+    from kdkit.config.files import walk_project
+
+    warnings = []
+    for rel, _info in walk_project(root.resolve()):
+        what = secret_file(rel)
+        if what is not None:
+            warnings.append(Problem(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
+                                    "secrets reach the container at run time only (`kdkit run --env-file`)"))
+    return warnings
+
+
+def machine_path_problems(data: Any, file: Path) -> list[Problem]:
+    problems = []
+    for parts, _key, value in walk_document(data):
+        if not isinstance(value, str) or "://" in value:
+            continue
+        for pattern, what in MACHINE_PATHS:
+            if pattern.search(value):
+                problems.append(
+                    Problem(file, json_path(parts), f"{value!r} is {what}, which exists on one machine only; "
+                            "use a path relative to the project root")
+                )
+                break
+    return problems
+
+
+FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
+
+
+def path_problems(
+    root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]
+) -> list[Problem]:
+    """Each key's path must stay inside the project; those mapped to True must also exist."""
+    problems = []
+    for key, must_exist in keys.items():
+        value = data.get(key)
+        if not isinstance(value, str) or path_problem(value) is not None:  # the model has named it
+            continue
+        target = real_inside(root, root / value)
+        if target is None:
+            problems.append(Problem(file, f"$.{key}", f"{value!r} points outside the project folder; "
+                                    "keep every path inside it"))
+        elif must_exist and not target.exists():
+            problems.append(Problem(file, f"$.{key}", f"{value!r} does not exist in the project folder; "
+                                    "create it or fix the path"))
+        elif key in FOLDER_KEYS and target.exists() and not target.is_dir():
+            problems.append(Problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
+    return problems
+
+
+def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Problem]:
+    entry = pilot.get("entry")
+    if not isinstance(entry, str) or ":" not in entry:
+        return []
+    problem = entry_problem(root, entry)
+    return [] if problem is None else [Problem(file, "$.entry", problem)]
+
+
+def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
+                      categories: list[str] | None, inputs: Path | None) -> list[Problem]:
+    problems = []
+    folder = (root / manifest_file).parent
+    seen: dict[str, int] = {}
+    docs = manifest.get("documents", [])
+    for index, doc in enumerate(docs):
+        where = f"$.documents[{index}]"
+        ident = doc.get("id")
+        if isinstance(ident, str):
+            if not ident.strip():
+                problems.append(Problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
+            elif not is_safe_id(ident):
+                problems.append(Problem(manifest_file, f"{where}.id", f"ID {ident!r} is unsafe as a file name; "
+                                        f"{SAFE_ID_RULE}"))
+            if ident in seen:
+                problems.append(Problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
+                                        f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
+            else:
+                seen[ident] = index
+        name = doc.get("file")
+        if isinstance(name, str):
+            path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
+            target = real_inside(folder, folder / name) if not path_bad else None
+            if path_bad or target is None or (inputs is not None and inputs not in target.parents):
+                problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
+                                        "folder; name files relative to the manifest"))
+            elif not target.is_file():
+                problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
+                                        "file or fix the manifest"))
+        label, expect = doc.get("label"), doc.get("expect")
+        if expect == "accept" and categories is not None and label not in categories:
+            problems.append(Problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
+                                    f"allowed category ({', '.join(categories)})"))
+    if docs and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
+        problems.append(Problem(manifest_file, "$.documents", "no expected rejection declared; a pilot must "
+                                "include at least one input that a correct pipeline rejects"))
+    return problems
+
+
+# ---------------------------------------------------------------- the whole project
+
+def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
+    path = root / relative
+    if not path.exists():
+        problems.append(Problem(relative, "$", "file not found; create it (kdkit init writes one)"))
+        return None
+    if path.is_dir():
+        problems.append(Problem(relative, "$", "is a folder, not a file; point the key at the JSON file"))
+        return None
+    try:
+        text = read_text_file(path, "file")
+    except BadInput as exc:
+        problems.append(Problem(relative, "$", str(exc).split(": ", 1)[-1]))
+        return None
+    try:
+        return parse_json(text, str(relative))
+    except BadInput as exc:
+        rest = str(exc).removeprefix(f"{relative}:")
+        placed = re.match(r"(\d+):(\d+): (.*)", rest)
+        problems.append(Problem(relative, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+                        else Problem(relative, "$", rest.strip()))
+        return None
+
+
+def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem]) -> tuple[Any, bool]:
+    """Load, schema-check and rule-check one JSON file: (data or None, whether its shape is valid).
+
+    The pilot config is checked by the pilot's own model (pilotconfig.config_problems), the one
+    the pilot refuses to start on, so `kdkit validate` and `kdkit pilot` cannot disagree;
+    schemas/pilot.schema.json says the same for editors (a test holds the two together).
+    """
+    data = _load(root, rel, problems)
+    if data is None:
+        return None, False
+    machine = machine_path_problems(data, rel)
+    if schema == "pilot":
+        taken = {p.where for p in machine}
+        shape = [Problem(rel, where, message) for where, message in config_problems(data) if where not in taken]
+    else:
+        shape = schema_problems(data, schema, rel)
+    problems.extend(shape + machine + secret_problems(data, rel))
+    return (data if isinstance(data, dict) else None), not shape
+
+
+def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
+    """The relative path under ``key`` when it names something inside the project that exists
+    (a folder there is reported by the loader: it is not a file)."""
+    value = data.get(key)
+    if not isinstance(value, str) or real_inside(root, root / value) is None or not (root / value).exists():
+        return None
+    return Path(value)
+
+
+def validate_project(root: Path) -> list[Problem]:
+    """Every problem of the project at ``root``; an empty list means valid.
+
+    A file whose shape is wrong is still followed as far as its keys allow, so
+    one run lists the problems of every file, not just of the first.
+    """
+    root = root.resolve()
+    problems: list[Problem] = []
+    project, project_ok = _check_document(root, Path("kdkit.json"), "kdkit", problems)
+    if project is None:
+        return problems
+    problems += path_problems(root, project, Path("kdkit.json"), {"requirements": True, "pilot_config": True})
+    for text in requirement_texts(root, project):
+        problems += text_secret_problems(root, text)
+    if project_ok:
+        for name, spec in project["backends"].items():
+            if real_inside(root, root / spec["lock"]) is None:
+                problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
+                                        f"{spec['lock']!r} points outside the project folder"))
+        from kdkit.lock.staleness import stale_lock_problems
+
+        problems += stale_lock_problems(root, project)
+
+    pilot_rel = _named_file(root, project, "pilot_config")
+    if pilot_rel is None:
+        return problems
+    pilot, pilot_ok = _check_document(root, pilot_rel, "pilot", problems)
+    if pilot is None:
+        return problems
+    problems += path_problems(root, pilot, pilot_rel, {"inputs": True, "manifest": True, "runs": False})
+    problems += entry_problems(root, pilot, pilot_rel)
+
+    manifest_rel = _named_file(root, pilot, "manifest")
+    if manifest_rel is None:
+        return problems
+    manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
+    if manifest is not None and manifest_ok:
+        categories = pilot.get("categories") if pilot_ok else None
+        inputs = real_inside(root, root / pilot["inputs"]) if isinstance(pilot.get("inputs"), str) else None
+        problems += manifest_problems(root, manifest, manifest_rel, categories, inputs)
+    return problems

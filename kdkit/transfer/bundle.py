@@ -1,0 +1,323 @@
+"""`kdkit bundle`: one verified folder that carries a project to the rented machine.
+
+A bundle holds the project at its revision (``git archive`` in a git checkout, else its files),
+``kdkit.pyz`` (kdkit's in-container part as one runnable file, for hosts without Docker), the image
+as a compressed ``docker save`` archive (unless ``--no-image``), ``bundle.json`` (what was packed,
+file by file, with the image's id and labels), ``RUN.md`` (the exact commands) and ``SHA256SUMS``
+(``sha256sum -c`` reads it).
+
+What travels of the project, and how links and secret-shaped files are treated, is decided by
+:mod:`kdkit.config.files`; what a bundle folder is, by :mod:`kdkit.transfer.format`; `kdkit verify-bundle`
+and `kdkit load` are :mod:`kdkit.transfer.verify`.
+
+``--out`` must lie outside the project and must not hold it (resolved paths, links included);
+``--force`` replaces only a folder that kdkit wrote as a bundle: its bundle.json carries
+``kdkit_bundle`` and every file in it is one its SHA256SUMS lists (results of a run, or any other
+added file, make it refuse). Files are not re-hashed for that: a bundle is derived data.
+
+The folder is assembled as ``.OUT.partial-PID`` beside ``--out`` (:mod:`kdkit.core.staging`) and renamed
+at the end: a failure or a SIGKILL leaves nothing half-written under ``--out``, and the next
+`kdkit bundle` to the same ``--out`` removes what a dead process left and says so on stderr. The
+image is compressed while ``docker save`` still streams, with zstd by default: measured on the test
+image (bench/bench_bundle.py) it is both smaller and many times faster than ``docker save | gzip``.
+Docker engines before 25 cannot read zstd themselves, so ``kdkit load`` decompresses on the way in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kdkit import __version__
+from kdkit.config.files import AllowList, Packing, copy_files, export_git, plan_packing
+from kdkit.config.project import Project, load_project
+from kdkit.core import checksums, proc
+from kdkit.core.checksums import SUMS
+from kdkit.core.credentials import refuse_credentials_in
+from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
+from kdkit.core.git import checkout_state
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
+from kdkit.core.projectfiles import is_within, require
+from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.transfer.format import (
+    BUNDLE_JSON,
+    COMPRESSORS,
+    FORMAT,
+    FORMAT_KEY,
+    PROJECT,
+    RUN_MD,
+    ZIPAPP,
+    Compressor,
+    Progress,
+    label_mismatches,
+    not_a_bundle,
+)
+from kdkit.transfer.zipapp import build_zipapp
+
+# ---------------------------------------------------------------- the project at its revision
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a bundle is made from: the project, its backend and fresh lock, its git state."""
+
+    project: Project
+    backend: str
+    lock: Path
+    lock_sha256: str
+    git: dict[str, Any] | None
+
+    @property
+    def lock_rel(self) -> str:
+        return self.lock.relative_to(self.project.root).as_posix()
+
+    @property
+    def revision(self) -> str | None:
+        return str(self.git["revision"]) if self.git else None
+
+    def expected_labels(self) -> dict[str, str]:
+        """The image labels that must agree with this source for the image to belong in the bundle."""
+        expected = {"dev.kdkit.config.project": self.project.name, "dev.kdkit.backend": self.backend,
+                    "dev.kdkit.python": self.project.python, "dev.kdkit.lock.path": self.lock_rel,
+                    "dev.kdkit.lock.sha256": self.lock_sha256}
+        if self.revision:
+            expected["org.opencontainers.image.revision"] = self.revision
+        return expected
+
+
+def essential_files(project: Project, lock: Path) -> list[str]:
+    """Paths (relative to the project) the rented machine cannot do without."""
+    pilot = project.pilot_config()
+    rel = [Path("kdkit.json"), project.pilot_config_path.relative_to(project.root),
+           lock.relative_to(project.root), Path(require(pilot, "manifest", str, project.pilot_config_path))]
+    return [PurePosixPath(os.path.normpath(p)).as_posix() for p in rel]
+
+
+def require_essentials(source: Source, packing: Packing) -> None:
+    """Before anything is written: the files the rented machine needs are in what will be packed."""
+    for rel in essential_files(source.project, source.lock):
+        if rel in packing.files:
+            continue
+        left = next((item["why"] for item in packing.left_out if item["file"] == rel), None)
+        if left is not None:
+            raise BadInput(f"{rel}: {left}, so no bundle carries it, yet the rented machine needs it; rename "
+                           "it and update the config that names it")
+        if source.git:
+            raise BadInput(f"{rel}: not committed at revision {str(source.revision)[:12]}; the bundle must "
+                           f"carry it (git add {rel} && git commit)")
+        raise BadInput(f"{source.project.root / rel}: missing; the bundle must carry it (create it, see "
+                       "`kdkit validate`)")
+
+
+# ---------------------------------------------------------------- the image
+
+
+def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
+    """Stream ``docker save`` of ``ref`` through the compressor into ``out``."""
+    from kdkit.docker_adapter import connect
+
+    engine = connect()
+    facts = engine.require_image(ref)
+    started = time.perf_counter()
+    done = proc.pipe_to_file(compressor.compress, engine.save_image_chunks(ref), out)
+    if not done.ok:
+        raise KdkitError(f"{' '.join(compressor.compress)}: {done.first_error_line()} while compressing {ref}")
+    return {"ref": ref, "id": facts.id, "labels": facts.labels, "file": out.name, "compressor": compressor.name,
+            "bytes": out.stat().st_size, "image_bytes": facts.size,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _check_image(ref: str, source: Source) -> None:
+    """Before anything is written: the image exists and belongs to this project, lock and revision."""
+    from kdkit.docker_adapter import connect
+
+    facts = connect().require_image(ref)
+    wrong = label_mismatches(facts.labels, source.expected_labels())
+    if wrong:
+        raise CheckFailed(f"image {ref}: does not match the project ({wrong[0]}); rebuild it with "
+                          f"`kdkit build --backend {source.backend}` or pass --image")
+
+
+# ---------------------------------------------------------------- RUN.md and SHA256SUMS
+
+
+GPU_FLAGS = {"cuda": "--gpus all ", "rocm": "--device /dev/kfd --device /dev/dri --group-add video "
+             "--security-opt seccomp=unconfined ", "cpu": ""}
+
+
+def run_md(info: dict[str, Any]) -> str:
+    """The exact commands, in order, for the machine that receives the bundle."""
+    backend, lock = info["backend"], info["lock"]
+    image = info["image"]
+    lines = [f"# {info['project']}: bundle for the {backend} backend",
+             "", f"Made by kdkit {info['kdkit_version']} on {info['created']} from revision "
+             f"{info['revision'] or '(not a git checkout)'}.",
+             "", "## 1. Check the copy before anything else", "",
+             "    cd THIS_FOLDER", "    sha256sum -c --quiet SHA256SUMS     # or: kdkit verify-bundle .", ""]
+    if image:
+        decompress = " ".join(COMPRESSORS[image["compressor"]].decompress)
+        lines += ["## 2. With Docker", "",
+                  f"    kdkit load .                         # or: {decompress} {image['file']} | docker load",
+                  f"    docker image inspect {image['ref']}   # id {image['id'][:19]}",
+                  "    mkdir -p runs && chmod 777 runs      # the container runs as uid 10001",
+                  f"    docker run --rm --network none {GPU_FLAGS[backend]}"
+                  f"-v \"$PWD/runs:/app/runs\" {image['ref']}",
+                  "", "The container runs diagnose, then verify-env against the lock, then the pilot; "
+                  "its exit code is the verdict.", ""]
+    lines += [f"## {3 if image else 2}. Without Docker (a Python that already has the locked packages)", "",
+              f"    python3 kdkit.pyz diagnose --expect {backend}",
+              f"    python3 kdkit.pyz verify-env --lock {PROJECT}/{lock}",
+              f"    cd {PROJECT} && python3 ../kdkit.pyz pilot .",
+              "    python3 ../kdkit.pyz sweep --batch-sizes 1,2,4,8           # batch size from measurements",
+              "    python3 ../kdkit.pyz resume-test --out runs/resume-test   # training: resume in a new process",
+              "", "Results go to runs/<run-id>/; copy them out with `python3 kdkit.pyz copy-out` and check "
+              "the copy.", ""]
+    return "\n".join(lines)
+
+
+def write_sums(folder: Path) -> int:
+    """``SHA256SUMS`` over every file of the bundle (kdkit.core.checksums); returns the count."""
+    files = [(p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file() and p != folder / SUMS]
+    return checksums.write_sums(folder, files)
+
+
+# ---------------------------------------------------------------- kdkit bundle
+
+
+def _prepare_out(out: Path, root: Path, force: bool) -> Path:
+    """``--out`` resolved (links included), outside the project and not holding it; an existing folder
+    only with --force and only when kdkit wrote it as a bundle."""
+    given, out = out, out.resolve()
+    if is_within(os.fspath(out), os.fspath(root)):
+        raise BadInput(f"--out {given}: resolves to {out}, the project {root} or a folder inside it; write the "
+                       f"bundle outside the project (e.g. --out {root.parent / (root.name + '-bundle')})")
+    if is_within(os.fspath(root), os.fspath(out)):
+        raise BadInput(f"--out {given}: resolves to {out}, which holds the project {root}; write the bundle "
+                       "to a new folder outside the project")
+    if out.exists() and not force:
+        raise BadInput(f"{out}: already exists; choose a new --out folder or pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"{out}: exists and is not a folder; choose another --out")
+    if out.exists():
+        why = not_a_bundle(out)
+        if why is not None:
+            raise BadInput(f"{out}: {why}; --force replaces only a bundle that kdkit wrote: choose a new --out "
+                           "or move the folder away first")
+    if not out.parent.is_dir():
+        raise BadInput(f"{out.parent}: folder does not exist; create it or choose another --out")
+    return out
+
+
+def _replace_folder(staging: Path, out: Path) -> None:
+    """Move the finished bundle into place; an old bundle (--force) is removed only afterwards."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # kdkit.core.staging's name: cleaned if left
+        os.replace(out, old)
+    os.replace(staging, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = None, image: str | None = None,
+                include_image: bool = True, compressor: str = "zstd", force: bool = False,
+                progress: Progress | None = None) -> dict[str, Any]:
+    """Pack the project for another machine into ``out``; return what bundle.json records plus timings.
+
+    Everything is checked before the first write (bad input leaves every file as it was); then stale
+    staging of ``out`` left by a killed run is removed (and said), and the bundle is staged and renamed.
+    """
+    say = progress or (lambda _m: None)
+    started = time.perf_counter()
+    project = load_project(project_dir)
+    out = _prepare_out(out, project.root, force)
+    source, allow, packing, ref = _plan(project, backend, image, include_image, compressor)
+    removed = clean_stale(out)
+    for line in describe_removed(removed):
+        say(line)
+    staging = staging_for(out)
+    staging.mkdir()
+    owner = hold(staging)
+    try:
+        info = _fill(staging, source, allow, packing, say)
+        for path in sorted((staging / PROJECT).rglob("*")):  # what is packed, as packed: nothing secret travels
+            if path.is_file():
+                refuse_credentials_in(path, path.relative_to(staging / PROJECT).as_posix())
+        if include_image:
+            say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
+            info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
+        _seal(staging, info, say)
+        _replace_folder(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        release(owner)
+    info["out"] = str(out)
+    info["removed_staging"] = [str(path) for path in removed]
+    info["seconds"] = round(time.perf_counter() - started, 3)
+    return info
+
+
+def _plan(project: Project, backend: str | None, image: str | None, include_image: bool,
+          compressor: str) -> tuple[Source, AllowList, Packing, str]:
+    """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image, compressor."""
+    from kdkit.image.labels import default_tag
+    from kdkit.lock.staleness import require_fresh_lock
+
+    chosen = project.backend(backend)
+    lock = require_fresh_lock(project, chosen.name)
+    source = Source(project, chosen.name, lock, sha256_file(lock), checkout_state(project.root))
+    allow = AllowList.of(project)
+    packing = plan_packing(project, allow, source.git)
+    require_essentials(source, packing)
+    ref = image or default_tag(project, chosen.name, source.lock_sha256)
+    if compressor not in COMPRESSORS:
+        raise BadInput(f"--compressor {compressor}: choose one of {', '.join(COMPRESSORS)}")
+    if include_image:
+        if shutil.which(COMPRESSORS[compressor].compress[0]) is None:
+            raise Unavailable(f"{compressor}: program not found; install it (apt-get install {compressor}) "
+                              "or pass --compressor gzip")
+        _check_image(ref, source)
+    return source, allow, packing, ref
+
+
+def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say: Progress) -> dict[str, Any]:
+    """Write the project and the zipapp into ``staging``; return the start of bundle.json's content."""
+    project, git = source.project, source.git
+    essentials = essential_files(project, source.lock)
+    copied = staging / PROJECT
+    copied.mkdir()
+    if git:
+        say(f"project at revision {git['revision'][:12]} (git archive)")
+        export_git(project.root, git["prefix"], copied, packing, essentials)
+    else:
+        say("project files (not a git checkout)")
+        copy_files(project.root, copied, packing)
+    say(f"{ZIPAPP} (kdkit's in-container part)")
+    build_zipapp(staging / ZIPAPP)
+    pilot_config, manifest = essentials[1], essentials[3]
+    return {
+        FORMAT_KEY: FORMAT, "kdkit_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "project": project.name, "backend": source.backend, "python": project.python,
+        "revision": source.revision, "source": git["source"] if git else None,
+        "uncommitted": [p for p in git["uncommitted"] if allow.carries(p)] if git else [],
+        "project_files": len(packing.files), "files": sorted(packing.files),
+        "left_out": sorted(packing.left_out, key=lambda item: item["file"]),
+        "outside_allow_list": packing.outside_allow_list,
+        "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pilot_config": pilot_config,
+        "manifest": manifest, "runs": allow.runs, "zipapp": ZIPAPP, "image": None,
+    }
+
+
+def _seal(staging: Path, info: dict[str, Any], say: Progress) -> None:
+    """RUN.md, bundle.json, then SHA256SUMS over everything: the last files written."""
+    atomic_write_text(staging / RUN_MD, run_md(info))
+    atomic_write_json(staging / BUNDLE_JSON, info)
+    say(SUMS)
+    write_sums(staging)

@@ -1,0 +1,90 @@
+"""What a bundle folder is: the names of its files, its format mark, the compressors of its image,
+the labels that tie the image to it, and how kdkit tells a bundle it wrote (SHA256SUMS lists every
+file; :func:`not_a_bundle`)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdkit.config.files import printable_name
+from kdkit.core import checksums
+from kdkit.core.checksums import SUMS
+from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.jsonio import load_json
+
+BUNDLE_JSON = "bundle.json"
+RUN_MD = "RUN.md"
+ZIPAPP = "kdkit.pyz"
+PROJECT = "project"
+# bundle.json's format key: what marks a folder as a bundle kdkit wrote (and --force may replace).
+FORMAT_KEY = "kdkit_bundle"
+FORMAT = 2
+# Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
+TIED_LABELS = ("dev.kdkit.config.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
+               "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Compressor:
+    """A command-line compressor: streaming, multi-threaded where it can be, present on most hosts."""
+
+    name: str
+    suffix: str
+    compress: tuple[str, ...]
+    decompress: tuple[str, ...]
+
+
+COMPRESSORS = {
+    # Chosen by measurement (bench/results/bundle.json): level 3 on all cores.
+    "zstd": Compressor("zstd", ".tar.zst", ("zstd", "-q", "-T0", "-3", "-c"), ("zstd", "-q", "-dc")),
+    # The universal fallback: every engine and host reads gzip.
+    "gzip": Compressor("gzip", ".tar.gz", ("gzip", "-6", "-c"), ("gzip", "-dc")),
+}
+
+
+def label_mismatches(labels: dict[str, str], expected: dict[str, str]) -> list[str]:
+    """``name: image has X, bundle has Y`` for each tied label that disagrees."""
+    return [f"{name}: image has {labels.get(name, '(none)')!r}, bundle has {value!r}"
+            for name, value in expected.items() if labels.get(name) != value]
+
+
+def read_sums(folder: Path) -> dict[str, str]:
+    """A bundle's SHA256SUMS (kdkit.core.checksums); BadInput when it has none."""
+    return checksums.read_sums(folder, "bundle", f"{folder} is not a kdkit bundle (made by `kdkit bundle`)")
+
+
+def bundle_tree(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(name, lstat) of every non-folder of a bundle, links included and never followed."""
+    for base, dirs, files in os.walk(folder):
+        here = Path(base)
+        links = [d for d in dirs if (here / d).is_symlink()]
+        dirs[:] = sorted(d for d in dirs if d not in links)
+        for name in sorted([*files, *links]):
+            path = here / name
+            yield path.relative_to(folder).as_posix(), path.lstat()
+
+
+def not_a_bundle(folder: Path) -> str | None:
+    """Why ``folder`` is not exactly a bundle kdkit wrote (and so --force must not replace it), or None."""
+    try:
+        info = load_json(folder / BUNDLE_JSON, what="bundle description")
+    except BadInput:
+        return f"holds no readable {BUNDLE_JSON}, so kdkit did not write it as a bundle"
+    if not isinstance(info, dict) or not isinstance(info.get(FORMAT_KEY), int):
+        return f"its {BUNDLE_JSON} has no {FORMAT_KEY!r} key, so kdkit did not write it as a bundle"
+    try:
+        listed = read_sums(folder)
+    except KdkitError:
+        return f"its {SUMS} is missing or unreadable, so kdkit cannot tell its own files"
+    foreign = [rel for rel, info_ in bundle_tree(folder)
+               if rel != SUMS and (rel not in listed or stat.S_ISLNK(info_.st_mode))]
+    if foreign:
+        return (f"holds {len(foreign)} file(s) that `kdkit bundle` did not write (e.g. {printable_name(foreign[0])}: "
+                "results of a run, or an edit), which --force would delete")
+    return None
