@@ -158,3 +158,24 @@ def test_the_core_loads_no_module_by_name() -> None:
     for name, path in _modules().items():
         if _group(name)[1] == "kdkit.core":
             assert "import_module" not in path.read_text(encoding="utf-8"), name
+
+
+# Third-party packages that have one home: the package or module that alone may import them.
+ONE_HOME = {"click": "kdkit.cli", "rich": "kdkit.cli", "docker": "kdkit.docker_adapter"}
+
+
+def _third_party(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_click_rich_and_docker_are_each_imported_in_one_home_only() -> None:
+    strays = [f"{name} imports {package}" for name, path in sorted(_modules().items())
+              for package, home in ONE_HOME.items()
+              if package in _third_party(path) and not (name == home or name.startswith(home + "."))]
+    assert strays == []
