@@ -1,4 +1,5 @@
-"""How an in-container command prints its answer: one JSON document (``--json``) or text for a person.
+"""How a command tells a person what it does: progress as it goes (one line at a time), and its
+answer as one JSON document (``--json``) or text.
 
 Standard library only. The output is flushed at once, so that what was printed is out before the exit
 status (a caller reading a pipe, a container's log) even when the process ends abruptly after.
@@ -10,6 +11,9 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
+
+# Told one line of progress (the host's CLI prints it on stderr); None where nobody listens.
+Progress = Callable[[str], None]
 
 
 def print_result(as_json: bool, data: Any, text: str | Callable[[], str], *, ascii_only: bool = True,

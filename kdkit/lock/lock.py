@@ -50,7 +50,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -65,6 +65,7 @@ from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock_text
+from kdkit.core.report import Progress
 from kdkit.facts.platforms import cpu_mismatch
 from kdkit.lock.fetch import Network
 from kdkit.lock.inputs import input_files, relative
@@ -77,7 +78,6 @@ from kdkit.lock.provenance import Provenance, emitted_indexes, local_sources, op
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.core.git import checkout_state
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
 from kdkit.core.projectfiles import is_within, require
+from kdkit.core.report import Progress
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.transfer.format import (
     BUNDLE_JSON,
@@ -52,7 +53,6 @@ from kdkit.transfer.format import (
     RUN_MD,
     ZIPAPP,
     Compressor,
-    Progress,
     label_mismatches,
     not_a_bundle,
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,6 @@ FORMAT = 2
 TIED_LABELS = ("dev.kdkit.config.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
                "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from kdkit.core import proc
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import load_json, sha256_file
+from kdkit.core.report import Progress
 from kdkit.transfer.format import (
     BUNDLE_JSON,
     COMPRESSORS,
@@ -30,7 +31,6 @@ from kdkit.transfer.format import (
     RUN_MD,
     TIED_LABELS,
     ZIPAPP,
-    Progress,
     bundle_tree,
     label_mismatches,
     read_sums,

@@ -24,7 +24,6 @@ import argparse
 import json
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import check_device
 from kdkit.core.proc import Completed, run
 from kdkit.core.projectfiles import project_root
+from kdkit.core.report import Progress
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import make_folder, require_writable
 from kdkit.probe.measure.options import (
@@ -63,7 +63,6 @@ PHASES = ("full", "save", "restore", "resume")
 WHAT = "folder for the test"
 MAX_PATHS = 3  # differing paths quoted per component
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

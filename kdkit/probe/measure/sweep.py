@@ -21,7 +21,7 @@ import re
 import resource
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
+from kdkit.core.report import Progress
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import require_writable
 from kdkit.probe.measure.options import (
@@ -49,7 +50,6 @@ from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entr
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
-Progress = Callable[[str], None]
 
 
 MAX_BATCH = 1_000_000
