@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.config.project import init as scaffold
+from kdkit.project import init as scaffold
 from tests.conftest import invoke, tree_snapshot
 
 
