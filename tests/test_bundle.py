@@ -311,3 +311,21 @@ def test_load_of_a_bundle_without_image_is_bad_input(locked: Path, tmp_path: Pat
     assert result.stderr.splitlines()[-1] == (f"Error: {out / 'bundle.json'}: this bundle has no image (made "
                                               "with --no-image); use kdkit.pyz as RUN.md says, or bundle again "
                                               "with the image")
+
+
+def test_the_dockerfile_writes_the_labels_the_bundle_checks(locked: Path) -> None:
+    """The labels `kdkit build` gives (Dockerfile.common's LABEL, filled from image_labels) and those a
+    bundle ties to its image are the same names: a label renamed on one side only fails here."""
+    import re
+
+    from kdkit.config.project import load_project
+    from kdkit.config.shipped import dockerfile
+    from kdkit.image.labels import LABEL, image_labels
+    from kdkit.transfer.format import TIED_LABELS
+
+    written = set(re.findall(r"^\s+(dev\.kdkit\.[a-z0-9_.]+)=", dockerfile("common").read_text(), re.MULTILINE))
+    loaded = load_project(locked)
+    backend = loaded.backend("cpu")
+    given = {key for key in image_labels(loaded, backend, sha256_file(backend.lock)) if key.startswith(LABEL)}
+    assert written == given
+    assert {label for label in TIED_LABELS if label.startswith(LABEL)} <= given

@@ -445,7 +445,7 @@ def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(dock
 
     tag = "kdkit-e2e:hostile-labels"
     labels = {"dev.kdkit.backend": "cuda", "dev.kdkit.lock.sha256": "0" * 64,
-              "dev.kdkit.torch.version": "2.13.0+cu130", "dev.kdkit.config.project": "[bold red]markup[/]",
+              "dev.kdkit.torch.version": "2.13.0+cu130", "dev.kdkit.project": "[bold red]markup[/]",
               "dev.kdkit.torch.arch_list": "sm_90;rm -rf / sm_120", "dev.kdkit.torch.arch_source": "\x1b]0;pwned\x07x"}
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n", encoding="utf-8")
     args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]

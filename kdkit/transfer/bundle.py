@@ -81,7 +81,7 @@ class Source:
 
     def expected_labels(self) -> dict[str, str]:
         """The image labels that must agree with this source for the image to belong in the bundle."""
-        expected = {"dev.kdkit.config.project": self.project.name, "dev.kdkit.backend": self.backend,
+        expected = {"dev.kdkit.project": self.project.name, "dev.kdkit.backend": self.backend,
                     "dev.kdkit.python": self.project.python, "dev.kdkit.lock.path": self.lock_rel,
                     "dev.kdkit.lock.sha256": self.lock_sha256}
         if self.revision:

@@ -24,7 +24,7 @@ PROJECT = "project"
 FORMAT_KEY = "kdkit_bundle"
 FORMAT = 2
 # Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
-TIED_LABELS = ("dev.kdkit.config.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
+TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
                "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")
 
 
