@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -95,3 +96,37 @@ def test_a_shared_option_is_one_definition(option: str) -> None:
     assert len(found) >= 2
     shapes = {repr((p.type.to_info_dict(), p.metavar, getattr(p, "is_flag", None))) for _n, p in found}
     assert len(shapes) == 1, shapes
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("sweeep", "sweep"), ("valdate", "validate"), ("bundel", "bundle")])
+def test_a_mistyped_command_is_answered_with_the_one_meant(typed: str, meant: str) -> None:
+    """In a fresh process, where the lazy group has loaded no command yet."""
+    done = subprocess.run([sys.executable, "-m", "kdkit", typed], capture_output=True, text=True, cwd=REPO,
+                          check=False, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == f"Error: No such command {typed!r}. Did you mean {meant!r}?"
+
+
+@pytest.mark.parametrize("name", runs_in(CONTAINER))
+def test_no_in_container_option_may_be_abbreviated(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """click refuses `--batch` for `--batch-sizes` on the host; the argparse commands refuse it as well."""
+    from kdkit.core.commands import COMMANDS
+
+    module = __import__(COMMANDS[name][0], fromlist=["build_parser"])
+    parser = module.build_parser()
+    long = next(flag for action in parser._actions for flag in action.option_strings
+                if flag.startswith("--") and len(flag) > 5 and flag != "--help" and not action.required)
+    needed = [word for action in parser._actions if action.required
+              for word in ([action.option_strings[0], "x"] if action.option_strings else ["x"])]
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args([*needed, long[:4]])
+    assert stopped.value.code == 2
+    assert f"unrecognized arguments: {long[:4]}" in capsys.readouterr().err
+
+
+def test_a_file_given_as_project_dir_is_named_as_a_file(tmp_path: Path) -> None:
+    given = tmp_path / "notes.txt"
+    given.write_text("not a project\n", encoding="utf-8")
+    result = invoke("sweep", given)
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: PROJECT_DIR {given}: is a file; give the project's folder\n"

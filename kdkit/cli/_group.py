@@ -43,6 +43,13 @@ class KdkitGroup(click.Group):
             self.add_command(_load(cmd_name, entry[0], entry[2], CONTAINER in entry[3]))
         return self.commands[cmd_name]
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            for name in runs_in(HOST):  # a name of no command: all are loaded, so click says which was meant
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         host = runs_in(HOST)
         for title in SECTIONS:

@@ -52,10 +52,10 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out.
     Exit 0 when valid (warnings or not), 2 otherwise.
     """
-    from kdkit.config.project import resolve_root
+    from kdkit.core.projectfiles import project_root
     from kdkit.project.validate import secret_file_warnings, validate_project
 
-    root = resolve_root(project_dir)
+    root = project_root(project_dir)
     problems = validate_project(root)
     warnings = secret_file_warnings(root)
     if as_json:

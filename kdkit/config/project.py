@@ -14,20 +14,6 @@ from kdkit.core.jsonio import load_json
 from kdkit.core.projectfiles import MARKER
 
 
-def find_root(start: Path | None = None) -> Path:
-    """The nearest folder at or above ``start`` (default: cwd) that holds kdkit.json."""
-    found = projectfiles.find_root(start)
-    if found is None:
-        raise BadInput(f"{(start or Path.cwd()).resolve()}: no {MARKER} here or in any parent folder; run inside "
-                       "a project or `kdkit init PATH`")
-    return found
-
-
-def resolve_root(project_dir: Path | None) -> Path:
-    """PROJECT_DIR as given (it must hold kdkit.json), or the root found upward from cwd."""
-    return find_root() if project_dir is None else projectfiles.project_root(project_dir)
-
-
 @dataclass(frozen=True)
 class Backend:
     name: str
@@ -87,7 +73,7 @@ class Project:
 
 def load_project(project_dir: Path | None = None) -> Project:
     """Load kdkit.json and check it against its schema (first problem reported)."""
-    root = resolve_root(project_dir)
+    root = projectfiles.project_root(project_dir)
     path = root / MARKER
     data = load_json(path, what="project file")
     raise_first(schema_problems(data, "kdkit", path.relative_to(root)), base=root, more_hint="run `kdkit validate`")

@@ -37,18 +37,25 @@ def find_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def project_root(project_dir: Path | None) -> Path:
-    """PROJECT_DIR as given (it must hold kdkit.json), or the root found upward from cwd."""
-    if project_dir is not None:
-        root = project_dir.resolve()
-        if not (root / MARKER).is_file():
-            raise BadInput(f"{root / MARKER}: not found; is {project_dir} a kdkit project (`kdkit init`)?")
-        return root
-    found = find_root()
+def require_root(start: Path | None = None) -> Path:
+    """find_root, or why there is no project to act on (BadInput)."""
+    found = find_root(start)
     if found is None:
-        raise BadInput(f"{Path.cwd()}: no {MARKER} here or in any parent folder; pass PROJECT_DIR "
-                       "or run inside a project")
+        raise BadInput(f"{(start or Path.cwd()).resolve()}: no {MARKER} here or in any parent folder; pass "
+                       "PROJECT_DIR, run inside a project, or make one with `kdkit init PATH`")
     return found
+
+
+def project_root(project_dir: Path | None) -> Path:
+    """PROJECT_DIR as given (a folder holding kdkit.json), or the root found upward from cwd."""
+    if project_dir is None:
+        return require_root()
+    root = project_dir.resolve()
+    if root.exists() and not root.is_dir():
+        raise BadInput(f"PROJECT_DIR {project_dir}: is a file; give the project's folder")
+    if not (root / MARKER).is_file():
+        raise BadInput(f"{root / MARKER}: not found; is {project_dir} a kdkit project (`kdkit init`)?")
+    return root
 
 
 def load_object(path: Path, what: str) -> dict[str, Any]:

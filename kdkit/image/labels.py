@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from kdkit import __version__
-from kdkit.config.project import Backend, Project, find_root, load_project
+from kdkit.config.project import Backend, Project, load_project
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError
 from kdkit.core.git import provenance
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.projectfiles import require_root
 
 LABEL = "dev.kdkit."
 OCI = "org.opencontainers.image."
@@ -132,7 +133,7 @@ def _project_for(project_dir: Path | None) -> Project | None:
     if project_dir is not None:
         return load_project(project_dir)
     try:
-        return load_project(find_root())
+        return load_project(require_root())
     except BadInput:
         return None  # not inside a project: the image is described on its own
 

@@ -196,11 +196,12 @@ def runs_folder(project: Project) -> str:
 
 def optional_project(project_dir: Path | None) -> Project | None:
     """The project named, or the one around the current folder, or None outside any project."""
-    from kdkit.config.project import find_root, load_project
+    from kdkit.config.project import load_project
+    from kdkit.core.projectfiles import require_root
 
     if project_dir is None:
         try:
-            project_dir = find_root()
+            project_dir = require_root()
         except BadInput:
             return None
     return load_project(project_dir)

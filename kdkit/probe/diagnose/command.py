@@ -22,6 +22,7 @@ from typing import Any
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json, finite_number, require_replaceable
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
 from kdkit.core.staging import require_writable
@@ -129,19 +130,17 @@ def _share(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kdkit diagnose",
-        description="Prove this machine's GPU really computes: ordered, timed steps from the interpreter to "
+    parser = command_parser(
+        "diagnose", "Prove this machine's GPU really computes: ordered, timed steps from the interpreter to "
                     "real kernels, stopping at the first failure with the step reached and the fix.",
-        epilog="Exit 0 pass (warnings allowed), 1 a step failed, 2 bad usage. Example on the rented machine: "
-               "kdkit diagnose --expect cuda --deep --out diagnose.json",
-    )
+        "Exit 0 pass (warnings allowed), 1 a step failed, 2 bad usage. Example on the rented machine: "
+        "kdkit diagnose --expect cuda --deep --out diagnose.json", preformatted=False)
     parser.add_argument("--expect", choices=("auto", *BACKENDS), default="auto",
                         help="backend this machine must provide (auto: from its device nodes and torch build)")
     parser.add_argument("--deep", action="store_true",
                         help="also torch.compile, a pinned non-blocking copy, and bf16 TFLOP/s and copy GB/s "
                              "against the card's nominal figures (takes longer)")
-    parser.add_argument("--json", action="store_true", help="print the JSON report instead of text")
+    add_json(parser, "the JSON report")
     parser.add_argument("--out", type=Path, metavar="FILE",
                         help="also write the JSON report to FILE (atomically, even when the verdict is fail)")
     parser.add_argument("--memory-share", type=_share, default=DEFAULT_MEMORY_SHARE, metavar="SHARE",

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.report import print_result
 
 SOURCE_FLAGS = "torch._C._cuda_getArchFlags"
@@ -282,15 +283,14 @@ def render_text(result: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kdkit torch-arch", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("torch-arch", DESCRIPTION, EPILOG)
     parser.add_argument("--python", metavar="PATH", default=None,
                         help="interpreter whose torch to read (default: this one); torch is imported only in "
                              "a subprocess of it, under -I")
     parser.add_argument("--timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
                         help=f"seconds the torch import may take before the header is read instead "
                              f"(default {IMPORT_TIMEOUT_S:.0f})")
-    parser.add_argument("--json", action="store_true", dest="as_json", help="print the answer as one JSON document")
+    add_json(parser, "the answer as one JSON document", dest="as_json")
     return parser
 
 

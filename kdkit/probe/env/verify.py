@@ -39,6 +39,7 @@ from kdkit.core.envinfo import describe
 from kdkit.core.errors import BadInput
 from kdkit.core.lockfile import Lock, Pin, normalize_name, parse_lock
 from kdkit.core.markers import evaluate
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.report import print_result
 from kdkit.core.versions import InvalidVersion, Version
 
@@ -325,8 +326,7 @@ def render_text(report: Report) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kdkit verify-env", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("verify-env", DESCRIPTION, EPILOG)
     parser.add_argument("--lock", required=True, type=Path, metavar="FILE",
                         help="hashed lock written by `kdkit lock` (requirements/<backend>.txt)")
     parser.add_argument("--python", metavar="PATH", default=None,
@@ -334,8 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "a standard-library script under -I, nothing is imported into it")
     parser.add_argument("--strict", action="store_true",
                         help="distributions installed but not locked are errors, not warnings")
-    parser.add_argument("--json", action="store_true", dest="as_json",
-                        help="print one JSON document with every finding and its fields")
+    add_json(parser, "one JSON document with every finding and its fields", dest="as_json")
     return parser
 
 

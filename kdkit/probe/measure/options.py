@@ -58,10 +58,6 @@ def add_project(parser: argparse.ArgumentParser) -> None:
                         help="the project (default: the one found upward from the current folder)")
 
 
-def add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
-
-
 def train_module(root: Path, given: str | None) -> str:
     """--module, else ``"train"`` in kdkit.json, else src.train; a dotted module name."""
     chosen = given or str(load_object(root / MARKER, "project file").get("train", DEFAULT_TRAIN))

@@ -30,6 +30,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import atomic_write_json
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import check_device
 from kdkit.core.proc import Completed, run
 from kdkit.core.projectfiles import project_root
@@ -38,7 +39,6 @@ from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import make_folder, require_writable
 from kdkit.probe.measure.options import (
     Count,
-    add_json,
     add_project,
     parse,
     require_gpu,
@@ -258,8 +258,7 @@ EPILOG = "example:\n  kdkit resume-test --steps 20 --save-at 7"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kdkit resume-test", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("resume-test", DESCRIPTION, EPILOG)
     add_project(parser)
     parser.add_argument("--project", type=Path, default=None, dest="project_option", metavar="DIR",
                         help="the project, as PROJECT_DIR")

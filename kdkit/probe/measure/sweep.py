@@ -28,6 +28,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
 from kdkit.core.report import Progress
@@ -35,7 +36,6 @@ from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import require_writable
 from kdkit.probe.measure.options import (
     Count,
-    add_json,
     add_project,
     parse,
     require_gpu,
@@ -313,8 +313,7 @@ EPILOG = "example:\n  kdkit sweep --batch-sizes 1,2,4,8,16 --plot sweep.png"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kdkit sweep", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("sweep", DESCRIPTION, EPILOG)
     add_project(parser)
     parser.add_argument("--batch-sizes", default="1,2,4", metavar="N,N,...",
                         help="comma-separated positive integers; 1 is always run, the reference for the order "

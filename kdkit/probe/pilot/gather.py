@@ -32,6 +32,7 @@ from kdkit.core import runfolder as rf
 from kdkit.core.checksums import SUMS, write_sums
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import find_root, load_object, project_root
 from kdkit.core.report import print_result
@@ -358,17 +359,16 @@ def render_text(gathered: Gathered) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kdkit gather", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="Prove that the workers of one pilot run (kdkit pilot --worker I --workers N) answered every "
-                    "manifest ID exactly once, and write one summary for the whole run.")
+    parser = command_parser(
+        "gather", "Prove that the workers of one pilot run (kdkit pilot --worker I --workers N) answered every "
+                  "manifest ID exactly once, and write one summary for the whole run.", EPILOG)
     parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="each worker's run folder")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="the summary's new folder (default: <run-id>-gathered next to the first RUN_DIR)")
     parser.add_argument("--project", type=Path, metavar="DIR",
                         help="the project the workers ran, for its manifest (default: found upward from RUN_DIR)")
     parser.add_argument("--force", action="store_true", help="replace an earlier gathering in --out")
-    parser.add_argument("--json", action="store_true", help="print summary.json (with \"out\") instead of text")
+    add_json(parser, 'summary.json (with "out")')
     return parser
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.probe.pilot.shares import add_share_arguments
 
 HELP = """\
@@ -39,12 +40,7 @@ exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kdkit pilot",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=HELP,
-        epilog=EPILOG,
-    )
+    parser = command_parser("pilot", HELP, EPILOG)
     parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
                         help="the project (default: found upward from the current folder)")
     parser.add_argument("--config", type=Path, metavar="FILE",
@@ -54,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
     parser.add_argument("--copy-to", type=Path, metavar="DEST",
                         help="copy the run folder to DEST/<run-id> and verify the copy against SHA256SUMS")
-    parser.add_argument("--json", action="store_true", help="print summary.json instead of text")
+    add_json(parser, "summary.json")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_share_arguments(parser)
     return parser

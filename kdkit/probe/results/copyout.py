@@ -18,6 +18,7 @@ from kdkit.core import checksums
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.report import print_result
 from kdkit.core.runfolder import required_files
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
@@ -134,18 +135,16 @@ def _destination(text: str) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kdkit copy-out",
-        description="Copy a pilot run folder to a place you control and verify the copy against the run's "
+    parser = command_parser(
+        "copy-out", "Copy a pilot run folder to a place you control and verify the copy against the run's "
                     "SHA256SUMS by re-reading the copy. With --verify, check an existing copy instead.",
-        epilog="Exit 0 verified, 1 a file differs (named), 2 bad input. Example: "
-               "kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup",
-    )
+        "Exit 0 verified, 1 a file differs (named), 2 bad input. Example: "
+        "kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup", preformatted=False)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder (runs/<run-id>)")
     parser.add_argument("dest", type=_destination, nargs="?", metavar="DEST",
                         help="folder that receives DEST/<run-id> (not with --verify)")
     parser.add_argument("--verify", action="store_true", help="only verify RUN_DIR (e.g. an earlier copy)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(parser, "the result as JSON")
     return parser
 
 
