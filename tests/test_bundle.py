@@ -35,13 +35,18 @@ def write_fresh_lock(project: Path, backend: str = "cpu") -> Path:
     return lock
 
 
-@pytest.fixture
-def locked(project: Path) -> Path:
+def ready_to_bundle(project: Path) -> Path:
+    """A scaffolded project with a fresh lock, a .env and an old run: ready to bundle."""
     write_fresh_lock(project)
     (project / ".env").write_text("API_TOKEN=never-bundled\n", encoding="utf-8")
     (project / "runs" / "old-run").mkdir(parents=True)
     (project / "runs" / "old-run" / "results.jsonl").write_text("{}\n", encoding="utf-8")
     return project
+
+
+@pytest.fixture
+def locked(project: Path) -> Path:
+    return ready_to_bundle(project)
 
 
 def _bundle(project: Path, out: Path, *args: str) -> dict[str, object]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import invoke, tree_snapshot
-from tests.test_bundle import write_fresh_lock
+from tests.test_bundle import ready_to_bundle, write_fresh_lock
 
 MARKER = b"OUTSIDE-SECRET-MARKER-5d1c"
 
@@ -25,11 +25,7 @@ MARKER = b"OUTSIDE-SECRET-MARKER-5d1c"
 @pytest.fixture
 def ready(project: Path) -> Path:
     """A scaffolded project with a fresh lock, a .env and an old run: ready to bundle."""
-    write_fresh_lock(project)
-    (project / ".env").write_text("API_TOKEN=never-bundled\n", encoding="utf-8")
-    (project / "runs" / "old-run").mkdir(parents=True)
-    (project / "runs" / "old-run" / "results.jsonl").write_text("{}\n", encoding="utf-8")
-    return project
+    return ready_to_bundle(project)
 
 
 @pytest.fixture
