@@ -79,6 +79,7 @@ class ImageFacts:
     created: str
     architecture: str = ""  # the engine's names: amd64, arm64, ppc64le ("" when the image does not say)
     os: str = ""  # linux, windows
+    command: tuple[str, ...] = ()  # its own CMD, run when no command is given
 
     @property
     def platform(self) -> str:
@@ -225,7 +226,7 @@ class Engine:
         return ImageFacts(ref, attrs["Id"], dict(config.get("Labels") or {}), str(config.get("User") or ""),
                           int(attrs.get("Size") or 0), list(attrs.get("RepoTags") or []),
                           str(attrs.get("Created") or ""), str(attrs.get("Architecture") or ""),
-                          str(attrs.get("Os") or ""))
+                          str(attrs.get("Os") or ""), tuple(config.get("Cmd") or ()))
 
     def require_image(self, ref: str) -> ImageFacts:
         facts = self.image(ref)

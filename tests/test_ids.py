@@ -48,10 +48,12 @@ PLACES: dict[str, Callable[[Path, str], tuple[Result, ...]]] = {
     "init --name": lambda p, v: (invoke("init", p.parent / "new", "--name", v),),
     "build --tag": lambda p, v: (invoke("build", p, "--tag", v),),
     "run --gpus": lambda p, v: (invoke("run", p, "--gpus", v, "--print"),),
+    "run --resume": lambda p, v: (invoke("run", p, "--resume", v, "--print"),),
     "resume-test --module": lambda p, v: (invoke("resume-test", p, "--module", v),),
 }
 GOOD = {"manifest id": "doc-01", "kdkit.json name": "proj", "pilot --run-id": "run-1", "pilot --resume": "run-1",
-        "init --name": "newproj", "build --tag": "proj:cpu", "run --gpus": "0", "resume-test --module": "src.train"}
+        "init --name": "newproj", "build --tag": "proj:cpu", "run --gpus": "0", "run --resume": "run-1",
+        "resume-test --module": "src.train"}
 # --resume needs a real run to refuse (else "no such run" would hide the ID check): the appended variants only.
 CASES = [(place, value) for place in PLACES
          for value in (variants(GOOD[place]) if place != "pilot --resume" else [GOOD[place] + c for c in BAD])]

@@ -8,14 +8,16 @@ engine's runtimes). Everything else is real: the engine, the images, the CLI.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kdkit.core.errors import BadInput, Unavailable
-from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments, connect, sdk_arguments
+from kdkit.docker_adapter import ContainerSpec, ImageFacts, Mount, cli_arguments, connect, sdk_arguments
 from kdkit.image.context import write_context
+from kdkit.image.labels import resumed_command
 from kdkit.machine.run import (
     HOME,
     IMAGE_UID,
@@ -507,3 +509,51 @@ def test_a_non_root_person_runs_it_as_themself_and_the_pilot_passes(
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     assert (summary["verdict"], summary["accepted"], summary["rejected"]) == ("pass", 11, 1)
     assert {p.stat().st_uid for p in [folder, *folder.iterdir()]} == {uid}
+
+
+# ---------------------------------------------------------------- kdkit run --resume
+
+
+def _facts(command: tuple[str, ...]) -> ImageFacts:
+    return ImageFacts("proj:cpu-0123", "sha256:" + "0" * 64, {}, "kdkit", 1, [], "", "amd64", "linux", command)
+
+
+def test_resume_keeps_the_images_own_chain_and_finishes_the_named_run() -> None:
+    own = ("/bin/sh", "-c", 'kdkit diagnose --expect "$KDKIT_BACKEND" && kdkit pilot /app')
+    assert resumed_command(_facts(own), "20260101T120000Z-1a2b3c4d") == \
+        ["/bin/sh", "-c", 'kdkit diagnose --expect "$KDKIT_BACKEND" && kdkit pilot /app --resume '
+                          "20260101T120000Z-1a2b3c4d"]
+    with pytest.raises(BadInput, match=r"its command is not kdkit's \(`python serve.py`\); resume by hand"):
+        resumed_command(_facts(("python", "serve.py")), "R")
+
+
+@pytest.fixture
+def e2e(built: dict[str, object], locked: Path, tmp_path: Path) -> Path:
+    """A copy of the session's locked project (same image) with an empty runs/."""
+    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
+
+
+def test_run_resume_prints_the_images_chain_with_the_pilot_resuming(e2e: Path) -> None:
+    printed = invoke("run", e2e, "--resume", "20260101T120000Z-1a2b3c4d", "--print")
+    assert printed.exit_code == 0, printed.output
+    assert printed.stdout.rstrip().endswith("kdkit pilot /app --resume 20260101T120000Z-1a2b3c4d'")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--resume", "../elsewhere"), "--resume '../elsewhere'"),
+    (("--resume", "R", "--", "id"), "--resume ID and a command after --: give one or the other"),
+    (("--resume", "R", "--workers", "2"), "--resume with --workers"),
+])
+def test_run_resume_refuses_before_anything_starts(e2e: Path, args: tuple[str, ...], message: str) -> None:
+    before = tree_snapshot(e2e)
+    result = invoke("run", e2e, *args)
+    assert result.exit_code == 2
+    assert message in error_line(result)
+    assert tree_snapshot(e2e) == before
+
+
+def test_run_resume_reaches_the_pilot_in_the_container_after_diagnose_and_verify_env(e2e: Path) -> None:
+    result = invoke("run", e2e, "--resume", "20260101T120000Z-00000000")
+    assert result.exit_code == 2, result.output  # the pilot's own refusal: there is no such run to finish
+    assert "20260101T120000Z-00000000: no such run (params.json missing)" in result.output
+    assert "PASS: torch computes on cpu" in result.output  # diagnose ran first, as in every run

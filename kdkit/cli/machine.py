@@ -18,6 +18,7 @@ import click
 
 from kdkit.cli._options import backend_option, json_option, project_argument, whole
 from kdkit.cli._output import emit_json, warn
+from kdkit.core.errors import BadInput
 from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str
 @click.option("--workers", type=whole("2"), metavar="N",
               help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot on its share "
                    "of the manifest (stable hash of the ID); then one gathering proves every ID exactly once.")
+@click.option("--resume", metavar="RUN_ID",
+              help="Finish run RUN_ID (runs/RUN_ID, left by a kill or a stop): diagnose and verify-env first, "
+                   "then the pilot skips its finished items and redoes the rest.")
 @click.option("--print", "print_only", is_flag=True,
               help="Print the equivalent shell lines (docker run ...) instead of running.")
 @json_option
@@ -116,10 +120,13 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
       kdkit run --backend cuda --env-file .env
       kdkit run --backend rocm --gpus 0
       kdkit run --print                      # docker run ... : reproduce without kdkit
+      kdkit run --resume 20260101T120000Z-1a2b3c4d   # finish a run that was cut off
       kdkit run -- kdkit diagnose --expect cuda --json
       kdkit run --backend cuda --workers 4   # 4 GPUs, 4 shares, one gathered summary
     """
     options["command"] = ctx.meta.get("kdkit.command") or None
+    if workers is not None and options["resume"] is not None:
+        raise BadInput("--resume with --workers: --resume finishes one run in one container; drop --workers")
     if workers is not None:
         _run_workers(project_dir, workers, print_only, as_json, **options)
     else:

@@ -4,8 +4,9 @@ them back and compares the baked lock with the project's current one."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.project import Backend, Project, load_project
@@ -13,6 +14,9 @@ from kdkit.core.errors import BadInput, CheckFailed, KdkitError
 from kdkit.core.git import provenance
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.projectfiles import require_root
+
+if TYPE_CHECKING:
+    from kdkit.docker_adapter import ImageFacts
 
 LABEL = "dev.kdkit."
 OCI = "org.opencontainers.image."
@@ -153,6 +157,21 @@ def require_kdkit_labels(ref: str, labels: dict[str, str]) -> None:
     if not labels.get(f"{LABEL}backend") or not labels.get(f"{LABEL}lock.sha256"):
         raise BadInput(f"image {ref}: has no kdkit labels ({LABEL}backend, {LABEL}lock.sha256); "
                        "it was not made by `kdkit build`; build the project's image with `kdkit build`")
+
+
+# The end of the command an image of `kdkit build` runs by default (Dockerfile.common's CMD): after
+# diagnose and verify-env, the pilot of the project in /app.
+PILOT_TAIL = "kdkit pilot /app"
+
+
+def resumed_command(facts: ImageFacts, run_id: str) -> list[str]:
+    """The image's own command with its pilot finishing run ``run_id`` (``kdkit pilot /app --resume ID``):
+    diagnose and verify-env run first, as in every run, and the verdict is still the exit code."""
+    shell, flag, chain = (*facts.command, "", "", "")[:3]
+    if (shell, flag) != ("/bin/sh", "-c") or not chain.rstrip().endswith(PILOT_TAIL) or len(facts.command) != 3:
+        raise BadInput(f"image {facts.ref}: its command is not kdkit's (`{' '.join(facts.command)}`); resume by "
+                       f"hand: `kdkit run -- kdkit pilot /app --resume {run_id}`")
+    return [shell, flag, f"{chain.rstrip()} --resume {shlex.quote(run_id)}"]
 
 
 def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:

@@ -71,9 +71,9 @@ from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.projectfiles import real_inside
-from kdkit.core.runfolder import run_folders
+from kdkit.core.runfolder import check_run_id, run_folders
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
-from kdkit.image.labels import LABEL, default_tag, require_kdkit_labels
+from kdkit.image.labels import LABEL, default_tag, require_kdkit_labels, resumed_command
 from kdkit.probe.diagnose.host import SHM_MINIMUM
 
 APP = "/app"  # the project's folder inside the image (Dockerfile.common)
@@ -325,7 +325,7 @@ def _resolve_image(engine: Engine, project: Project, backend: str | None, image:
 
 def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: str | None = None,
                 gpus: str | None = None, network: str = "none", env_file: Path | None = None,
-                command: list[str] | None = None, engine: Engine | None = None,
+                command: list[str] | None = None, resume: str | None = None, engine: Engine | None = None,
                 host: HostFacts | None = None) -> RunPlan:
     """Check everything a run needs and describe the container; nothing is written or started."""
     from kdkit.docker_adapter import connect
@@ -333,10 +333,16 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     if network not in NETWORKS:
         raise BadInput(f"--network {network}: choose one of {', '.join(NETWORKS)}")
     wanted_gpus = parse_gpus(gpus)
+    if resume is not None:
+        check_run_id(resume, "--resume")  # an ID is data: refused before the engine is asked anything
+        if command:
+            raise BadInput("--resume ID and a command after --: give one or the other")
     env = read_env_file(env_file) if env_file is not None else {}
     project = load_project(project_dir)
     engine = engine or connect()
     facts = _resolve_image(engine, project, backend, image)
+    if resume is not None:  # the image's own diagnose -> verify-env -> pilot, the pilot finishing that run
+        command = resumed_command(facts, resume)
     chosen = facts.labels[f"{LABEL}backend"]
     host = host or host_facts(engine, chosen)
     access = device_access(chosen, host, wanted_gpus, facts.labels)
