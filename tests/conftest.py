@@ -80,6 +80,13 @@ def docker_engine() -> Iterator[None]:
     yield
 
 
+@pytest.fixture
+def locked_copy(locked: Path, tmp_path: Path) -> Path:
+    """A private copy of the session's locked project (same name and lock, so the same image) with no runs/:
+    for tests that change it or run it."""
+    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
+
+
 def copy_tree(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest)
     return dest

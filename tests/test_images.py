@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -44,11 +43,6 @@ def engine_tags() -> set[str]:
 
 # ---------------------------------------------------------------- session fixtures
 
-
-@pytest.fixture
-def locked_copy(locked: Path, tmp_path: Path) -> Path:
-    """A private copy of the locked project, for tests that change it."""
-    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
 
 
 @pytest.fixture(scope="session")

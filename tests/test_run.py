@@ -468,7 +468,6 @@ def test_a_container_cannot_outgrow_its_pids_limit(built: dict[str, object], loc
 @pytest.fixture
 def owned_copy(locked: Path) -> Iterator[tuple[Path, int]]:
     """A copy of the locked project owned by a non-root uid that has no name in the image, in a folder it can reach."""
-    import shutil
     import tempfile
 
     uid = 4321
@@ -487,7 +486,6 @@ def test_a_non_root_person_runs_it_as_themself_and_the_pilot_passes(
     """The real CLI as another user (setpriv), with only the docker group: container as that uid:gid."""
     import grp
     import json
-    import shutil
     import subprocess
 
     from tests.conftest import REPO
@@ -527,14 +525,9 @@ def test_resume_keeps_the_images_own_chain_and_finishes_the_named_run() -> None:
         resumed_command(_facts(("python", "serve.py")), "R")
 
 
-@pytest.fixture
-def e2e(built: dict[str, object], locked: Path, tmp_path: Path) -> Path:
-    """A copy of the session's locked project (same image) with an empty runs/."""
-    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
-
-
-def test_run_resume_prints_the_images_chain_with_the_pilot_resuming(e2e: Path) -> None:
-    printed = invoke("run", e2e, "--resume", "20260101T120000Z-1a2b3c4d", "--print")
+def test_run_resume_prints_the_images_chain_with_the_pilot_resuming(built: dict[str, object],
+                                                                   locked_copy: Path) -> None:
+    printed = invoke("run", locked_copy, "--resume", "20260101T120000Z-1a2b3c4d", "--print")
     assert printed.exit_code == 0, printed.output
     assert printed.stdout.rstrip().endswith("kdkit pilot /app --resume 20260101T120000Z-1a2b3c4d'")
 
@@ -544,16 +537,18 @@ def test_run_resume_prints_the_images_chain_with_the_pilot_resuming(e2e: Path) -
     (("--resume", "R", "--", "id"), "--resume ID and a command after --: give one or the other"),
     (("--resume", "R", "--workers", "2"), "--resume with --workers"),
 ])
-def test_run_resume_refuses_before_anything_starts(e2e: Path, args: tuple[str, ...], message: str) -> None:
-    before = tree_snapshot(e2e)
-    result = invoke("run", e2e, *args)
+def test_run_resume_refuses_before_anything_starts(built: dict[str, object], locked_copy: Path, args: tuple[str, ...],
+                                                   message: str) -> None:
+    before = tree_snapshot(locked_copy)
+    result = invoke("run", locked_copy, *args)
     assert result.exit_code == 2
     assert message in error_line(result)
-    assert tree_snapshot(e2e) == before
+    assert tree_snapshot(locked_copy) == before
 
 
-def test_run_resume_reaches_the_pilot_in_the_container_after_diagnose_and_verify_env(e2e: Path) -> None:
-    result = invoke("run", e2e, "--resume", "20260101T120000Z-00000000")
+def test_run_resume_reaches_the_pilot_in_the_container_after_diagnose_and_verify_env(built: dict[str, object],
+                                                                                    locked_copy: Path) -> None:
+    result = invoke("run", locked_copy, "--resume", "20260101T120000Z-00000000")
     assert result.exit_code == 2, result.output  # the pilot's own refusal: there is no such run to finish
     assert "20260101T120000Z-00000000: no such run (params.json missing)" in result.output
     assert "PASS: torch computes on cpu" in result.output  # diagnose ran first, as in every run

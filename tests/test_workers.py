@@ -326,25 +326,19 @@ def test_output_is_prefixed_a_whole_line_at_a_time() -> None:
 # ---------------------------------------------------------------- kdkit run --workers 2, real containers
 
 
-@pytest.fixture
-def e2e_copy(built: dict[str, Any], locked: Path, tmp_path: Path) -> Path:
-    """A copy of the session's locked project (same name and lock, so the same image) with an empty runs/."""
-    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
-
-
-def test_run_workers_prints_n_docker_lines_and_the_gathering(e2e_copy: Path) -> None:
-    result = invoke("run", e2e_copy, "--workers", "2", "--print")
+def test_run_workers_prints_n_docker_lines_and_the_gathering(built: dict[str, Any], locked_copy: Path) -> None:
+    result = invoke("run", locked_copy, "--workers", "2", "--print")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     runs = [ln for ln in lines if ln.startswith("docker run ")]
     assert len(runs) == 2 and all(ln.endswith(" &") for ln in runs)
     assert "--worker 0 --workers 2" in runs[0] and "--worker 1 --workers 2" in runs[1]
     assert lines[-2] == "wait" and lines[-1].startswith("kdkit gather ")
-    assert not (e2e_copy / "runs").exists() or not any((e2e_copy / "runs").iterdir())
+    assert not (locked_copy / "runs").exists() or not any((locked_copy / "runs").iterdir())
 
 
-def test_run_workers_2_on_cpu_gathers_one_passing_summary(e2e_copy: Path) -> None:
-    result = invoke("run", e2e_copy, "--workers", "2", "--json")
+def test_run_workers_2_on_cpu_gathers_one_passing_summary(built: dict[str, Any], locked_copy: Path) -> None:
+    result = invoke("run", locked_copy, "--workers", "2", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["container_exit_codes"] == [0, 0]
@@ -354,6 +348,6 @@ def test_run_workers_2_on_cpu_gathers_one_passing_summary(e2e_copy: Path) -> Non
     assert sum(map(ids, folders), Counter()) == Counter(TWELVE)
     summary = report["summary"]
     assert (summary["verdict"], summary["total"], summary["workers"]) == ("pass", 12, 2)
-    assert Path(report["gathered"]) == e2e_copy / "runs" / f"{report['run_id']}-gathered"
+    assert Path(report["gathered"]) == locked_copy / "runs" / f"{report['run_id']}-gathered"
     assert verify_copy(Path(report["gathered"])) == 2
     assert "[w0] " in result.stderr and "[w1] " in result.stderr
