@@ -15,7 +15,7 @@ import pytest
 from kdkit.cli import cli
 from kdkit.core.commands import COMMANDS, CONTAINER, HOST, SECTIONS, ZIPAPP, runs_in
 from kdkit.probe.entry import main
-from tests.conftest import REPO, invoke
+from tests.conftest import REPO, invoke, tree_snapshot
 
 
 @pytest.mark.parametrize("name", runs_in(HOST))
@@ -127,6 +127,9 @@ def test_no_in_container_option_may_be_abbreviated(name: str, capsys: pytest.Cap
 def test_a_file_given_as_project_dir_is_named_as_a_file(tmp_path: Path) -> None:
     given = tmp_path / "notes.txt"
     given.write_text("not a project\n", encoding="utf-8")
-    result = invoke("sweep", given)
-    assert result.exit_code == 2
-    assert result.stderr == f"Error: PROJECT_DIR {given}: is a file; give the project's folder\n"
+    before = tree_snapshot(tmp_path)
+    for command in ("sweep", "resume-test", "pilot"):
+        result = invoke(command, given)
+        assert result.exit_code == 2
+        assert result.stderr == f"Error: PROJECT_DIR {given}: is a file; give the project's folder\n"
+    assert tree_snapshot(tmp_path) == before

@@ -10,7 +10,6 @@ Standard library only: both commands run on the host (``kdkit sweep``), inside t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import whole_number
 from kdkit.core.pilotconfig import config_file
 from kdkit.core.projectfiles import MARKER, inside, load_object, require_real_inside
+from kdkit.core.report import print_result
 
 DEFAULT_TRAIN = "src.train"
 
@@ -112,7 +112,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 
 def show(report: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str], failed: str) -> int:
     """Print the report (JSON or ``text``); a report that is not ok is CheckFailed (exit 1) saying ``failed``."""
-    print(json.dumps(report, indent=2) if as_json else text(report))
+    print_result(as_json, report, lambda: text(report))
     if not report["ok"]:
         raise CheckFailed(failed)
     return 0

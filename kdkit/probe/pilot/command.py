@@ -12,7 +12,6 @@ copies the closed folder elsewhere and verifies the copy. Standard library only
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import sys
@@ -27,6 +26,7 @@ from kdkit.core.errors import KdkitError
 from kdkit.core.git import code_state
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import load_object, project_root
+from kdkit.core.report import print_result
 from kdkit.core.runfolder import (
     BYTES,
     DEVICE,
@@ -348,13 +348,10 @@ def main(argv: list[str]) -> int:
     execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
     summary = close_run(cfg, run, session)
     copy, copy_error = _copy(run, args.copy_to)
-    if args.json:
-        print(json.dumps({"run_dir": str(run.path), **summary, **copy}, indent=2, ensure_ascii=False))
-    else:
-        verified = copy.get("copy", {}).get("verified")
-        print(render_text(summary, run) + (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
-                                           if verified else ""))
-    sys.stdout.flush()
+    copied = (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
+              if copy.get("copy", {}).get("verified") else "")
+    print_result(args.json, {"run_dir": str(run.path), **summary, **copy}, lambda: render_text(summary, run) + copied,
+                 ascii_only=False)
     if copy_error is not None:
         raise copy_error
     if session.exit_code:
