@@ -18,7 +18,7 @@ import click
 
 from kdkit.cli._options import backend_option, json_option, project_argument, whole
 from kdkit.cli._output import emit_json, warn
-from kdkit.core.errors import BadInput
+from kdkit.core.errors import BadInput, Interrupted
 from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
@@ -82,6 +82,14 @@ def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str
     return False
 
 
+def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
+    """After Ctrl-C or SIGTERM: the lines naming each run folder and how to finish it, on stderr; the JSON too."""
+    for line in lines:
+        click.echo(line, err=True)
+    if as_json:
+        emit_json({**report, "stopped": lines})
+
+
 @click.command("run", cls=_CommandAfterDashes)
 @project_argument
 @backend_option
@@ -114,6 +122,9 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
     no new privileges, the image read-only with /tmp and HOME as tmpfs, a pids
     limit and /dev/shm sized from the host; --print shows every flag.
     Give a command after `--` to run it instead of the image's default.
+    Ctrl-C or SIGTERM stops the container(s) as `docker stop` does (SIGTERM,
+    30 s, SIGKILL): each pilot closes its run folder with stop.json; kdkit
+    names each folder and how to finish it, and exits 130 (143 on SIGTERM).
 
     \b
     Examples:
@@ -134,13 +145,23 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
 
 
 def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **options: Any) -> None:
-    """`kdkit run`: one container; its exit code is the verdict."""
+    """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop)."""
+    from kdkit.core.runfolder import run_folders
     from kdkit.machine.run import execute, prepare_run, print_lines
+    from kdkit.machine.workers import interrupts, stopped_run_lines
 
     plan = prepare_run(project_dir, **options)
     if _announced(plan, print_only, lambda: print_lines(plan)):
         return
-    code, folders = execute(plan, _shown(as_json))
+    before = set(run_folders(plan.runs))
+    try:
+        with interrupts():
+            code, folders = execute(plan, _shown(as_json))
+    except Interrupted as stop:
+        new = [folder for folder in run_folders(plan.runs) if folder not in before]
+        _stopped(as_json, {"image": plan.image.ref, "backend": plan.backend, "exit_code": stop.exit_code,
+                           "run_folders": [str(f) for f in new]}, stopped_run_lines(plan, new, stop))
+        raise click.exceptions.Exit(stop.exit_code) from None
     if as_json:
         emit_json({"image": plan.image.ref, "backend": plan.backend, "exit_code": code,
                    "run_folders": [str(f) for f in folders]})
@@ -154,13 +175,21 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **option
 
 def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, **options: Any) -> None:
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
-    from kdkit.machine.workers import execute_workers, prepare_workers, print_worker_lines
+    from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
 
     plan = prepare_workers(project_dir, workers, **options)
     if _announced(plan.base, print_only, lambda: print_worker_lines(plan)):
         return
-    result = execute_workers(plan, _shown(as_json))
+    with interrupts():
+        result = execute_workers(plan, _shown(as_json))
     summary = result.gathered.summary if result.gathered else None
+    if result.interrupted is not None:
+        _stopped(as_json, {"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
+                           "exit_code": result.exit_code, "container_exit_codes": result.codes,
+                           "run_folders": [str(f) for f in plan.folders if f.is_dir()], "gathered": None,
+                           "summary": None, "stopped_by": result.interrupted.name},
+                 stopped_lines(plan, result.interrupted))
+        raise click.exceptions.Exit(result.exit_code)
     if as_json:
         emit_json({"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
                    "exit_code": result.exit_code, "container_exit_codes": result.codes,

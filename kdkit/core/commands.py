@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from types import TracebackType
 
-from kdkit.core.errors import KdkitError
+from kdkit.core.errors import KdkitError, interrupted_exit
 
 HOST, CONTAINER, ZIPAPP = "host", "container", "zipapp"
 EVERYWHERE = frozenset({HOST, CONTAINER, ZIPAPP})
@@ -111,6 +111,6 @@ def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
             sys.stderr.write(redact(traceback.format_exc()))
         print(f"Error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("Interrupted.", file=sys.stderr)
-        return 130
+        return interrupted_exit(exc)

@@ -5,6 +5,8 @@ Standard library only: the in-container side raises these too.
 
 from __future__ import annotations
 
+import signal
+
 
 class KdkitError(Exception):
     """Base of every error kdkit reports to a person. Its message is one line."""
@@ -29,3 +31,28 @@ class Unavailable(KdkitError):
 
     exit_code = 3
 
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM reached kdkit while it waited on something it started.
+
+    A KeyboardInterrupt, so no ``except Exception`` swallows it, and so a plain Ctrl-C and
+    kdkit's SIGTERM handler end the same way. Its exit code is 128 + the signal's number, as
+    shells report a command a signal ended: 130 for SIGINT, 143 for SIGTERM (the pilot's own
+    stop.json codes are the same, kdkit.probe.pilot.stopguard).
+    """
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+    @property
+    def name(self) -> str:
+        names = {int(signal.SIGINT): "Ctrl-C (SIGINT)", int(signal.SIGTERM): "SIGTERM"}
+        return names.get(self.signum, f"signal {self.signum}")
+
+
+def interrupted_exit(exc: BaseException) -> int:
+    """The exit code of an interrupt: an Interrupted's own, 130 for a bare KeyboardInterrupt (Ctrl-C)."""
+    return exc.exit_code if isinstance(exc, Interrupted) else Interrupted().exit_code

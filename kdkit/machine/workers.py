@@ -12,22 +12,34 @@ nor a GPU nor another container start, and the folders it reads are the host's r
 Its verdict is the run's exit code. A worker whose container failed before its pilot began
 leaves no folder, which the gathering names; only when no worker left any folder is a
 container's own exit code the answer.
+
+Ctrl-C (SIGINT) or SIGTERM to kdkit stops every container the way ``docker stop`` does
+(SIGTERM, :data:`~kdkit.docker_adapter.STOP_GRACE_S`, SIGKILL; a second Ctrl-C skips the
+grace): each pilot gets the SIGTERM itself, because the containers' command ends with ``exec
+kdkit pilot`` (``/bin/sh`` as PID 1 would not pass it on), and closes its folder with
+stop.json saying why. kdkit waits for them, removes them, names each folder and how to finish
+it (:func:`stopped_lines`), gathers nothing, and exits 130 (SIGINT) or 143 (SIGTERM): 128 +
+the signal's number, as shells report it (:class:`kdkit.core.errors.Interrupted`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from kdkit.core.errors import BadInput
-from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, worker_folder
-from kdkit.docker_adapter import ContainerSpec, Engine
+from kdkit.core.checksums import SUMS
+from kdkit.core.errors import BadInput, Interrupted
+from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, read_run, worker_folder
+from kdkit.docker_adapter import ContainerSpec, Engine, Running, shell_line
 from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_run
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
@@ -68,7 +80,7 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
     gpus = None if base.backend == "cpu" else [str(worker)]
     access: dict[str, Any] = {"gpus": None, "devices": [], "group_add": [],
                               **device_access(base.backend, base.host, gpus, base.image.labels)}
-    pilot = f"kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"
+    pilot = f"exec kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"  # gets SIGTERM
     return replace(base.spec, command=["/bin/sh", "-c", STEPS + pilot], **access)
 
 
@@ -115,7 +127,7 @@ def gather_line(plan: WorkersPlan) -> list[str]:
 
 def print_worker_lines(plan: WorkersPlan) -> list[str]:
     """Host steps, the N ``docker run`` lines (in the background, side by side), ``wait``, the gathering."""
-    from kdkit.docker_adapter import cli_arguments, shell_line
+    from kdkit.docker_adapter import cli_arguments
 
     runs = [shell_line(cli_arguments(spec)) + " &" for spec in plan.specs]
     return [step.shell for step in plan.base.host_steps] + runs + ["wait", shell_line(gather_line(plan))]
@@ -141,38 +153,118 @@ class Prefixed:
 
 @dataclass(frozen=True)
 class WorkersResult:
-    codes: list[int]  # each container's exit code
-    gathered: Any  # kdkit.probe.pilot.gather.Gathered, or None when no worker left a folder
+    codes: list[int | None]  # each container's exit code; None for one never started (the stop came first)
+    gathered: Any  # kdkit.probe.pilot.gather.Gathered, or None when no worker left a folder or it was stopped
     exit_code: int
+    interrupted: Interrupted | None = None  # the signal that stopped the run
 
 
-def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None) -> int:
+@contextmanager
+def interrupts() -> Iterator[None]:
+    """While kdkit waits on its containers, SIGINT and SIGTERM raise Interrupted in the main thread, so the
+    containers are stopped before kdkit ends (SIGTERM's default would end kdkit at once, leaving them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    saved = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None, running: Running) -> int:
     from kdkit.docker_adapter import connect
 
     try:
-        return (engine or connect()).run(spec, output)  # a connection per thread: the SDK's is not shared
+        return (engine or connect()).run(spec, output, running)  # a connection per thread: the SDK's is not shared
     finally:
         output.flush()
 
 
+def _stop_all(running: Running, futures: list[Future[int]], engine: Engine | None, signum: int) -> list[int | None]:
+    """Stop every container of the run (docker stop, side by side), then each one's exit code once it ended."""
+    from kdkit.docker_adapter import connect
+
+    with suppress(KeyboardInterrupt):  # a second interrupt: the stop has killed them without the grace
+        (engine or connect()).stop(running.begin_stop(signum))
+    return [None if future.exception() is not None else future.result() for future in futures]
+
+
 def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None = None,
                     engine: Engine | None = None) -> WorkersResult:
-    """Make the host steps, run the N containers side by side to their end, then gather."""
+    """Make the host steps, run the N containers side by side to their end, then gather; an interrupt
+    stops them all (the module's docstring) and gathers nothing."""
     from kdkit.probe.pilot.gather import gather
 
     for step in plan.base.host_steps:
         step.action()
-    lock = threading.Lock()
+    lock, running = threading.Lock(), Running()
 
     def sink(data: bytes) -> None:
         with lock:
             (on_output or sys.stdout.buffer.write)(data)
 
     with ThreadPoolExecutor(max_workers=len(plan.specs), thread_name_prefix="kdkit-worker") as pool:
-        futures = [pool.submit(_run_one, spec, Prefixed(f"w{i}", sink), engine) for i, spec in enumerate(plan.specs)]
-        codes = [future.result() for future in futures]
+        futures = [pool.submit(_run_one, spec, Prefixed(f"w{i}", sink), engine, running)
+                   for i, spec in enumerate(plan.specs)]
+        try:
+            codes: list[int | None] = [future.result() for future in futures]
+        except KeyboardInterrupt as exc:
+            stop = exc if isinstance(exc, Interrupted) else Interrupted()
+            return WorkersResult(_stop_all(running, futures, engine, stop.signum), None, stop.exit_code, stop)
     present = [folder for folder in plan.folders if folder.is_dir()]
     if not present:
         return WorkersResult(codes, None, next((c for c in codes if c), 1))
     gathered = gather(present, plan.out, plan.base.project.root)
     return WorkersResult(codes, gathered, 0 if gathered.summary["verdict"] == "pass" else 1)
+
+
+# ---------------------------------------------------------------- after a stop
+
+
+def folder_state(folder: Path) -> str:
+    """What a stop left in one run folder: closed with its stop reason, left open, or no folder at all."""
+    if not folder.is_dir():
+        return f"{folder}: no run folder (the stop came before its pilot began)"
+    run = read_run(folder)
+    if not (folder / SUMS).is_file():
+        return f"{folder}: not closed (its pilot was killed before it could close the folder)"
+    said = f"stopped: {run.stop_reason}" if run.stop_reason else f"verdict {run.verdict}"
+    return f"{folder}: closed, {said}"
+
+
+def _run_again(plan: RunPlan, gpu: str | None) -> list[str]:
+    """``kdkit run`` with the options that give the same container again (image, GPU, network, env file)."""
+    spec = plan.spec
+    return ["kdkit", "run", str(plan.project.root), "--image", plan.image.ref,
+            *(["--gpus", gpu] if gpu is not None and plan.backend != "cpu" else []),
+            *(["--network", spec.network] if spec.network != "none" else []),
+            *(["--env-file", str(spec.env_file)] if spec.env_file else [])]
+
+
+def stopped_lines(plan: WorkersPlan, stop: Interrupted) -> list[str]:
+    """One line per worker after a stop: where its folder is, in what state, and how to finish it; then the
+    gathering to run once every worker is finished."""
+    lines = [f"Stopped by {stop.name}: every container was stopped and removed; nothing was gathered."]
+    for i, folder in enumerate(plan.folders):
+        how = "start it again" if not folder.is_dir() else "finish it"
+        pilot = ["kdkit", "pilot", APP, *(["--resume"] if folder.is_dir() else ["--run-id"]), plan.run_id,
+                 "--worker", str(i), "--workers", str(len(plan.folders))]
+        lines.append(f"  w{i}: {folder_state(folder)}; {how}: "
+                     f"{shell_line([*_run_again(plan.base, str(i)), '--', *pilot])}")
+    lines.append(f"  then gather: {shell_line(gather_line(plan))}")
+    return lines
+
+
+def stopped_run_lines(plan: RunPlan, folders: list[Path], stop: Interrupted) -> list[str]:
+    """The same for a plain ``kdkit run``: its container was stopped; each new folder and ``--resume``."""
+    lines = [f"Stopped by {stop.name}: the container was stopped and removed."]
+    lines += [f"  {folder_state(folder)}; finish it: {shell_line([*_run_again(plan, None), '--resume', folder.name])}"
+              for folder in folders]
+    return lines if folders else [*lines, "  no run folder was made; run it again"]

@@ -12,7 +12,7 @@ Images are never pulled implicitly: kdkit works on machines that reach no
 registry, and a silent pull of a multi-GB base is not what a check should do.
 :meth:`Engine.pull` exists for the one place that asks for it on purpose.
 
-A container is described once, as a :class:`ContainerSpec`; :func:`sdk_arguments`
+A container is described once, as a :class:`ContainerSpec` (:mod:`.spec`); :func:`sdk_arguments`
 and :func:`cli_arguments` translate that one description for the SDK and for
 the ``docker run`` command line, so ``kdkit run --print`` cannot drift from what
 ``kdkit run`` does.
@@ -22,20 +22,65 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kdkit.core.errors import Unavailable
+from kdkit.core.errors import Interrupted, Unavailable
+from kdkit.docker_adapter.spec import ContainerSpec, Mount, cli_arguments, sdk_arguments, shell_line, split_reference
+
+__all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "STOP_GRACE_S", "ContainerSpec", "Engine", "ImageFacts", "Mount", "Running",
+           "cli_arguments", "connect", "docker_errors", "sdk_arguments", "shell_line", "split_reference"]
 
 ENGINE_FIX = "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set DOCKER_HOST"
 NVIDIA_ERROR = 'could not select device driver "" with capabilities: [[gpu]]'
 NVIDIA_FIX = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker "
               "&& sudo systemctl restart docker`")
+# docker stop's grace, SIGTERM to SIGKILL, when kdkit stops its containers: the pilot closes its run folder
+# within a second of SIGTERM (it kills its app's process, then writes stop.json, the summary, SHA256SUMS:
+# kdkit.probe.pilot.stopguard); 30 s leaves room on a loaded machine. Docker's own default is 10 s
+# (https://docs.docker.com/reference/cli/docker/container/stop/).
+STOP_GRACE_S = 30
 # Builds stream for many minutes without a byte (pip installing torch): a read timeout must not end them.
 BUILD_TIMEOUT_S = 3 * 3600
+
+
+def _timeouts() -> tuple[type[BaseException], ...]:
+    """What the SDK raises when an engine call outlives its timeout (requests, over TCP or the unix socket)."""
+    import requests.exceptions
+
+    return requests.exceptions.Timeout, requests.exceptions.ConnectionError
+
+
+class Running:
+    """The containers of one kdkit command side by side, so one stop reaches each of them; a container
+    that starts while the stop is under way stops itself (:meth:`Engine.run`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+        self.stopping = False
+        self.signum = 2  # the signal that began the stop (SIGINT by default)
+
+    def add(self, container_id: str) -> bool:
+        """Register a started container; False once a stop has begun (then it must stop itself)."""
+        with self._lock:
+            if not self.stopping:
+                self._ids.add(container_id)
+            return not self.stopping
+
+    def discard(self, container_id: str) -> None:
+        with self._lock:
+            self._ids.discard(container_id)
+
+    def begin_stop(self, signum: int) -> list[str]:
+        """From now on no container of this group runs on; the ones running now, to stop."""
+        with self._lock:
+            self.stopping, self.signum = True, signum
+            return sorted(self._ids)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -56,9 +101,9 @@ def docker_errors(subject: str) -> Iterator[None]:
                           f"(`kdkit load` / `docker load`) or pull it") from None
     except docker.errors.APIError as exc:
         detail = _one_line(exc)
-        if NVIDIA_ERROR in detail or "could not select device driver" in detail:
-            raise Unavailable(f"{subject}: the Docker engine has no NVIDIA GPU support ({NVIDIA_ERROR}); "
-                              f"{NVIDIA_FIX}") from None
+        if "could not select device driver" in detail:  # the engine's own words, quoted (NVIDIA_ERROR)
+            raise Unavailable(f"{subject}: the Docker engine cannot give the container a GPU ({detail}): its "
+                              f"NVIDIA Container Toolkit is missing or broken; {NVIDIA_FIX}") from None
         raise Unavailable(f"{subject}: the Docker engine refused: {detail}") from None
     except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
         address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
@@ -85,115 +130,6 @@ class ImageFacts:
     def platform(self) -> str:
         """``os/architecture`` as Docker writes a platform (``linux/amd64``), or "" when unknown."""
         return f"{self.os}/{self.architecture}" if self.os and self.architecture else self.os or self.architecture
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount: host folder -> container path."""
-
-    source: Path
-    target: str
-    read_only: bool
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    """Everything that defines a container run, independent of how it is started.
-
-    ``env`` holds values read from ``env_file``; it is never part of a repr, a log or the
-    printed command line, which names the file instead.
-    """
-
-    image: str
-    command: list[str] | None = None
-    user: str | None = None
-    network: str = "none"
-    mounts: list[Mount] = field(default_factory=list)
-    workdir: str | None = None
-    env_file: Path | None = None
-    env: Mapping[str, str] = field(default_factory=dict, repr=False)
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    gpus: str | list[str] | None = None  # CUDA device request: "all" or device ids
-    devices: list[str] = field(default_factory=list)
-    group_add: list[str] = field(default_factory=list)
-    security_opt: list[str] = field(default_factory=list)
-    shm_size: str | None = None
-    ipc_mode: str | None = None
-    # Confinement (kdkit.machine.run.confinement says why each is chosen).
-    read_only: bool = False  # the image's own filesystem cannot be written
-    tmpfs: Mapping[str, str] = field(default_factory=dict)  # container path -> tmpfs mount options
-    cap_drop: list[str] = field(default_factory=list)
-    no_new_privileges: bool = False
-    pids_limit: int | None = None
-
-
-def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
-    """``containers.create`` keyword arguments for ``spec``."""
-    from docker.types import DeviceRequest
-    from docker.types import Mount as SdkMount
-
-    kwargs: dict[str, Any] = {
-        "image": spec.image,
-        "command": spec.command,
-        "user": spec.user,
-        "network_mode": spec.network,
-        "working_dir": spec.workdir,
-        "environment": {**spec.env, **spec.extra_env},
-        "mounts": [SdkMount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in spec.mounts],
-        "devices": [f"{d}:{d}:rwm" for d in spec.devices],
-        "group_add": list(spec.group_add),
-        "security_opt": (["no-new-privileges"] if spec.no_new_privileges else []) + list(spec.security_opt),
-        "shm_size": spec.shm_size,
-        "ipc_mode": spec.ipc_mode,
-        "read_only": spec.read_only or None,
-        "tmpfs": dict(spec.tmpfs),
-        "cap_drop": list(spec.cap_drop),
-        "pids_limit": spec.pids_limit,
-    }
-    if spec.gpus == "all":
-        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    elif spec.gpus:
-        kwargs["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus), capabilities=[["gpu"]])]
-    return {key: value for key, value in kwargs.items() if value not in (None, [], {})}
-
-
-def cli_arguments(spec: ContainerSpec) -> list[str]:
-    """The ``docker run`` argument vector equivalent to :func:`sdk_arguments`.
-
-    ``--rm`` because kdkit removes its containers; ``--pull never`` because kdkit never pulls.
-    """
-    gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
-    mounts = [f"type=bind,source={m.source},target={m.target}" + (",readonly" if m.read_only else "")
-              for m in spec.mounts]
-    return ["docker", "run", "--rm", "--pull", "never", "--network", spec.network,
-            *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
-            *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
-            *_flags("--cap-drop", spec.cap_drop),
-            *(["--security-opt", "no-new-privileges"] if spec.no_new_privileges else []),
-            *_flags("--pids-limit", [None if spec.pids_limit is None else str(spec.pids_limit)]),
-            *_flags("--mount", mounts), *_flags("--workdir", [spec.workdir]),
-            *_flags("--env-file", [None if spec.env_file is None else str(spec.env_file)]),
-            *_flags("--env", [f"{name}={value}" for name, value in spec.extra_env.items()]),
-            *_flags("--gpus", [gpus]), *_flags("--device", spec.devices), *_flags("--group-add", spec.group_add),
-            *_flags("--security-opt", spec.security_opt), *_flags("--shm-size", [spec.shm_size]),
-            *_flags("--ipc", [spec.ipc_mode]), spec.image, *(spec.command or [])]
-
-
-def _flags(flag: str, values: Sequence[str | None]) -> list[str]:
-    """``flag value`` for each value that is set (neither None nor empty)."""
-    return [part for value in values if value for part in (flag, value)]
-
-
-def split_reference(ref: str) -> tuple[str, str]:
-    """``repo[:tag]`` -> (repo, tag); a registry port (``localhost:5000/x``) is not a tag."""
-    if ":" in ref.rsplit("/", 1)[-1]:
-        repository, _, tag = ref.rpartition(":")
-        return repository, tag
-    return ref, "latest"
-
-
-def shell_line(argv: Sequence[str]) -> str:
-    return shlex.join(argv)
 
 
 class Engine:
@@ -324,33 +260,72 @@ class Engine:
 
     # ------------------------------------------------------------------ containers
 
-    def run(self, spec: ContainerSpec, on_output: Callable[[bytes], None] | None = None) -> int:
-        """Run ``spec`` to completion, streaming its output; return its exit code. The container is removed."""
+    def run(self, spec: ContainerSpec, on_output: Callable[[bytes], None] | None = None,
+            running: Running | None = None) -> int:
+        """Run ``spec`` to completion, streaming its output; return its exit code. The container is removed.
+
+        An interrupt in this thread (Ctrl-C, or kdkit's SIGTERM handler) stops the container the way
+        ``docker stop`` does (SIGTERM, :data:`STOP_GRACE_S`, SIGKILL), shows what it printed meanwhile
+        and raises on; a second one ends the grace at once. ``running`` registers the container with
+        the others of one command, which :func:`stop` reaches from another thread.
+        """
         container = None
         with docker_errors(spec.image):
             try:
+                if running is not None and running.stopping:
+                    raise Interrupted(running.signum)  # the stop came before this one was made
                 container = self._client.containers.create(**sdk_arguments(spec))
                 container.start()
-                seen = 0
-                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                    seen += len(chunk)
-                    if on_output is not None:
-                        on_output(chunk)
-                status = container.wait()
-                # The follow stream can end before a container's last partial line is logged: add the rest.
-                rest = container.logs(stdout=True, stderr=True)[seen:]
-                if rest and on_output is not None:
-                    on_output(rest)
-                return int(status.get("StatusCode", 1))
-            except KeyboardInterrupt:
-                if container is not None:
-                    with contextlib.suppress(Exception):
-                        container.kill()
-                raise
+                if running is not None and not running.add(container.id):
+                    self.stop([container.id])  # the stop came while it started: it stops itself
+                return self._follow(container, on_output)
             finally:
                 if container is not None:
+                    if running is not None:
+                        running.discard(container.id)
                     with contextlib.suppress(Exception):  # already gone: nothing to clean
                         container.remove(force=True)
+
+    def _follow(self, container: Any, on_output: Callable[[bytes], None] | None) -> int:
+        seen = 0
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                seen += len(chunk)
+                if on_output is not None:
+                    on_output(chunk)
+            status = container.wait()
+        except KeyboardInterrupt:
+            self.stop([container.id])
+            self._rest(container, seen, on_output)
+            raise
+        self._rest(container, seen, on_output)  # the follow stream can end before the last partial line
+        return int(status.get("StatusCode", 1))
+
+    @staticmethod
+    def _rest(container: Any, seen: int, on_output: Callable[[bytes], None] | None) -> None:
+        rest = b""
+        with contextlib.suppress(Exception):  # gone already: its output was seen
+            rest = container.logs(stdout=True, stderr=True)[seen:]
+        if rest and on_output is not None:
+            on_output(rest)
+
+    def stop(self, container_ids: Sequence[str], grace_s: float = STOP_GRACE_S) -> None:
+        """``docker stop`` for all of them at once: SIGTERM now, SIGKILL to any still running after ``grace_s``
+        (or at a second interrupt); returns once each has ended or been killed. Gone ones are skipped."""
+        import docker.errors
+
+        for container_id in container_ids:
+            with contextlib.suppress(docker.errors.APIError):  # not running, or removed meanwhile
+                self._client.api.kill(container_id, signal="SIGTERM")
+        deadline = time.monotonic() + grace_s
+        try:
+            for container_id in container_ids:
+                with contextlib.suppress(docker.errors.APIError, *_timeouts()):  # timed out: killed below
+                    self._client.api.wait(container_id, timeout=max(0.1, deadline - time.monotonic()))
+        finally:  # past the grace, or a second interrupt that will not wait for it
+            for container_id in container_ids:
+                with contextlib.suppress(docker.errors.APIError):  # ended: nothing to kill
+                    self._client.api.kill(container_id, signal="SIGKILL")
 
 
 def _only_file(archive: bytes, image: str, path: str) -> bytes:
