@@ -120,10 +120,13 @@ def test_template_files_name_no_build_of_their_own() -> None:
             assert not re.search(r"download\.pytorch\.org|torch==\d|cu1\d\d|rocm\d", text), path
 
 
-@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+@pytest.mark.parametrize("backend", ["cuda", "rocm", "cpu"])
 def test_dockerfile_default_base_is_the_templates(backend: str) -> None:
+    """For the Python a hand build defaults to (Dockerfile.common's KDKIT_PYTHON), so that build works."""
+    python = re.search(r"^ARG KDKIT_PYTHON=(\S+)$", (ROOT / "Dockerfile.common").read_text(), re.M)
     line = re.search(r"^ARG BASE_IMAGE=(\S+)$", dockerfile(backend).read_text(), re.M)
-    assert line is not None and line.group(1) == template_builds("3.12")[f"{backend}_image"]
+    assert python is not None and line is not None
+    assert line.group(1) == template_builds(python.group(1))[f"{backend}_image"]
 
 
 # ---------------------------------------------------------------- one home each

@@ -36,6 +36,7 @@ from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.facts.platforms import cpu_mismatch
 from kdkit.image.context import PROJECT_FOLDERS, SHIM, carried_files, probe_files, project_files, write_context
 from kdkit.image.labels import ARCH_LIST, ARCH_SOURCE, LABEL, OCI, default_tag, image_labels, recorded_arch
+from kdkit.image.layers import builder_entries
 from kdkit.lock.wheelhouse import wheelhouse_files
 
 INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
@@ -166,13 +167,8 @@ def _cpu_warning(project: Project) -> str | None:
 def context_entries(plan: BuildPlan) -> Iterator[tuple[str, Path | bytes]]:
     """(name in the context, host file or bytes) for everything the Dockerfile copies."""
     yield "Dockerfile", plan.dockerfile.encode("utf-8")
-    yield "requirements.lock", plan.backend.lock
     yield f"lock/{plan.labels[f'{LABEL}lock.path']}", plan.backend.lock
-    yield "build/README", b"Builder-stage inputs: ca.pem (--ca-bundle), wheels/ (--wheelhouse).\n"
-    if plan.ca_bundle:
-        yield "build/ca.pem", plan.ca_bundle
-    for wheel in plan.wheels:
-        yield f"build/wheels/{wheel.name}", wheel
+    yield from builder_entries(plan.backend.lock, plan.ca_bundle, plan.wheels)
     yield "kdkit/bin/kdkit", SHIM.encode("utf-8")
     yield from probe_files()
     yield from carried_files(plan.project.root)
