@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -229,6 +230,77 @@ def test_capabilities_without_compute_fail_at_the_environment_step(monkeypatch: 
     assert code == 1
     assert report["first_failure"]["step"] == "environment"
     assert report["first_failure"]["detail"].startswith("NVIDIA_DRIVER_CAPABILITIES=utility lacks 'compute'")
+
+
+# What an unprivileged user meets: /dev/kfd is the real one's stand-in (a file owned by root and a group
+# with mode 0660), the check runs as uid/gid 65534 with no other group (setpriv, util-linux), so the
+# kernel refuses the open as it refuses /dev/kfd to a user outside its group.
+KFD_PROBE = """
+import json, sys
+from pathlib import Path
+from kdkit.probe.diagnose import command, host
+host.KFD = Path(sys.argv[1])
+command.STEPS = (("environment", host.environment), ("driver", host.driver))  # the steps before need ROCm torch
+report = command.run_diagnose("rocm")
+print(json.dumps({"code": command.exit_code(report), "failure": report["first_failure"],
+                  "text": command.render_text(report)}))
+"""
+
+
+def _kfd_as(gid: int, *user: str) -> dict[str, Any]:
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="kdkit-kfd-"))  # pytest's own tmp is closed to other users
+    try:
+        folder.chmod(0o755)
+        kfd = folder / "kfd"
+        kfd.write_bytes(b"")
+        os.chown(kfd, 0, gid)
+        kfd.chmod(0o660)
+        done = subprocess.run([*user, sys.executable, "-c", KFD_PROBE, str(kfd)], capture_output=True, text=True,
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        found: dict[str, Any] = json.loads(done.stdout)
+        found["kfd"] = kfd
+        return found
+    finally:
+        shutil.rmtree(folder)
+
+
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+needs_root_and_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                            reason="needs root (to make the stand-in) and setpriv (to drop it)")
+
+
+@needs_root_and_setpriv
+@pytest.mark.parametrize(("gid", "group"), [(0, "root (gid 0)"), (4242, "gid 4242")], ids=["named", "unnamed"])
+def test_a_kfd_outside_the_users_groups_is_exit_3_naming_its_group_and_the_fix(gid: int, group: str) -> None:
+    found = _kfd_as(gid, *NOBODY)
+    failure = found["failure"]
+    assert (found["code"], failure["step"], failure["exit_code"]) == (3, "driver", 3)
+    assert failure["detail"] == (f"{found['kfd']}: cannot open it read-write (Permission denied): it belongs to "
+                                 f"group {group}, mode 0660, and this process (uid 65534, groups 65534) is not in it")
+    assert failure["fix"] == (f"{diaghost.KFD_FIX}; in a container: docker run --group-add {gid} (kdkit run adds "
+                              "it)")
+    assert failure["fix"].startswith("on a host: sudo usermod -aG render,video $USER, then log in again (AMD: "
+                                     "rocm.docs.amd.com/")
+    assert failure["detail"] in found["text"] and diaghost.KFD_FIX in found["text"]
+
+
+@needs_root_and_setpriv
+def test_a_kfd_the_user_may_open_passes_the_driver_step() -> None:
+    found = _kfd_as(65534, *NOBODY)  # nobody's own group: mode 0660 lets it read and write
+    assert (found["code"], found["failure"]) == (0, None)
+    assert "opens read-write" in found["text"]
+
+
+def test_a_failed_steps_exit_code_is_the_reports() -> None:
+    from kdkit.probe.diagnose.command import exit_code
+
+    assert exit_code({"first_failure": None}) == 0
+    assert exit_code({"first_failure": {"step": "devices", "exit_code": 1}}) == 1
+    assert exit_code({"first_failure": {"step": "driver", "exit_code": 3}}) == 3
+    assert exit_code({"first_failure": {"step": "devices"}}) == 1  # a report written before exit codes
 
 
 def _project_with_extension(project: Path, module: str, body: str, smoke: bool = True) -> Path:

@@ -61,10 +61,11 @@ def run_diagnose(expect: str = "auto", deep: bool = False, memory_share: float =
     steps: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
     for number, (name, function) in enumerate(plan, start=1):
-        status, detail, fix, seconds = _run_step(function, ctx)
+        status, detail, fix, seconds, code = _run_step(function, ctx)
         steps.append({"name": name, "status": status, "detail": detail, "seconds": round(seconds, 4)})
         if status == "fail":
-            failure = {"step": name, "number": number, "of": len(plan), "detail": detail, "fix": fix}
+            failure = {"step": name, "number": number, "of": len(plan), "detail": detail, "fix": fix,
+                       "exit_code": code}
             break
     reached = len(steps)
     return {
@@ -83,19 +84,21 @@ def run_diagnose(expect: str = "auto", deep: bool = False, memory_share: float =
     }
 
 
-def _run_step(function: StepFn, ctx: Context) -> tuple[str, str, str | None, float]:
+def _run_step(function: StepFn, ctx: Context) -> tuple[str, str, str | None, float, int]:
+    """(status, detail, fix, seconds, exit code of a failure)."""
     started = time.perf_counter()
+    code = 1
     try:
         outcome = function(ctx)
         result: tuple[str, str, str | None] = (outcome.status, outcome.detail, None)
     except StepFailed as exc:
-        result = ("fail", exc.detail, exc.fix)
+        result, code = ("fail", exc.detail, exc.fix), exc.exit_code
     except Exception as exc:  # a step's own bug or an odd torch error must still end in a report
         if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
         result = ("fail", f"unexpected {type(exc).__name__}: {exc}",
                   "rerun with KDKIT_DEBUG=1 for the traceback and report it with this JSON report")
-    return (*result, time.perf_counter() - started)
+    return (*result, time.perf_counter() - started, code)
 
 
 # ---------------------------------------------------------------- presentation
@@ -166,4 +169,10 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             raise BadInput(f"{args.out}: cannot write the report ({exc.strerror}); choose a writable path") from None
     print_result(args.json, report, lambda: render_text(report), ascii_only=False, default=str)
-    return 0 if report["verdict"] == "pass" else 1
+    return exit_code(report)
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """0 on a pass; else the failed step's code: 1, or 3 when what it needs is unavailable (/dev/kfd's group)."""
+    failure = report.get("first_failure")
+    return 0 if failure is None else int(failure.get("exit_code") or 1)

@@ -19,12 +19,14 @@ from kdkit.core.builds import GPU_BACKENDS
 
 
 class StepFailed(Exception):
-    """A step's verdict is fail: what was found, and what the user does about it."""
+    """A step's verdict is fail: what was found, and what the user does about it. ``exit_code`` is diagnose's:
+    1 (the check failed) unless the step names another of kdkit.core.errors' (3: something is unavailable)."""
 
-    def __init__(self, detail: str, fix: str) -> None:
+    def __init__(self, detail: str, fix: str, exit_code: int = 1) -> None:
         super().__init__(detail)
         self.detail = detail
         self.fix = fix
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import platform
+import stat
 import sys
 from pathlib import Path
 
 from kdkit.core import gpurules
 from kdkit.core.builds import version_tuple
-from kdkit.core.errors import KdkitError
+from kdkit.core.errors import KdkitError, Unavailable
 from kdkit.core.projectfiles import load_object
 from kdkit.probe.diagnose.core import Context, Outcome, StepFailed, env, ok, skip, warn
 
@@ -29,6 +30,8 @@ ENV_VARS = (
 SHM_MINIMUM = 1 << 30  # DataLoader workers pass batches through /dev/shm; Docker's default is 64 MiB.
 PROC_NVIDIA = Path("/proc/driver/nvidia/version")
 KFD = Path("/dev/kfd")
+KFD_FIX = ("on a host: sudo usermod -aG render,video $USER, then log in again (AMD: rocm.docs.amd.com/projects/"
+           "install-on-linux/en/latest/install/prerequisites.html, setting permissions for groups)")
 
 
 # ---------------------------------------------------------------- interpreter and environment
@@ -182,15 +185,37 @@ def _amd_driver(ctx: Context) -> Outcome:
         fd = os.open(KFD, os.O_RDWR)
         os.close(fd)
     except PermissionError:
-        raise StepFailed(
-            "Unable to open /dev/kfd read-write: Permission denied",
-            "add the render and video groups: docker run --group-add video --group-add render (or the "
-            "host's render GID); on a host: sudo usermod -aG render,video $USER, then log in again",
-        ) from None
+        raise kfd_refused(KFD) from None
     except OSError as exc:
         raise StepFailed(f"cannot open /dev/kfd: {exc}", "check the amdgpu driver is loaded (dmesg)") from None
     readable = f"amdgpu {version}" if version else "amdgpu version not readable (in-kernel driver)"
     return ok(f"/dev/kfd opens read-write; {readable}; render nodes: {', '.join(renders) or 'none'}")
+
+
+def kfd_refused(path: Path) -> StepFailed:
+    """Why this process may not open ``path`` (/dev/kfd) read-write: the group that owns it, by name and gid,
+    and the fix; exit 3 (Unavailable), since the machine is fine and only the account lacks the group.
+
+    The group is ``render`` on current systems, ``video`` on older ones (Ubuntu moved /dev/kfd from video
+    to render in 20.04: ROCm/ROCT-Thunk-Interface README). AMD's fix is to add the user to both and log in
+    again: rocm.docs.amd.com/projects/install-on-linux/en/latest/install/prerequisites.html, "Setting
+    permissions for groups"; a container gets the group with ``docker run --group-add`` (ROCm/ROCm-docker#90).
+    """
+    import grp
+
+    try:
+        info = path.stat()
+    except OSError:
+        return StepFailed(f"{path}: cannot open it read-write (Permission denied)", KFD_FIX)
+    try:
+        group = f"{grp.getgrgid(info.st_gid).gr_name} (gid {info.st_gid})"
+    except KeyError:  # a gid this system's group database does not name (a container's, often)
+        group = f"gid {info.st_gid}"
+    return StepFailed(f"{path}: cannot open it read-write (Permission denied): it belongs to group {group}, "
+                      f"mode {stat.S_IMODE(info.st_mode):04o}, and this process (uid {os.getuid()}, groups "
+                      f"{', '.join(map(str, sorted(set(os.getgroups()) | {os.getgid()})))}) is not in it",
+                      f"{KFD_FIX}; in a container: docker run --group-add {info.st_gid} (kdkit run adds it)",
+                      exit_code=Unavailable.exit_code)
 
 
 def _read_first_line(path: Path) -> str | None:
