@@ -159,3 +159,16 @@ def test_the_cuda_image_refuses_a_driver_older_than_its_torch(docker_engine: Non
         env = dict(item.split("=", 1) for item in json.loads(done.stdout))
         assert env["NVIDIA_REQUIRE_CUDA"] == expected
         assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "compute,utility")
+
+
+def test_the_pilot_is_execd_so_docker_stop_reaches_it() -> None:
+    """/bin/sh as PID 1 forwards no signal; exec'd, the pilot is PID 1 (the shim execs Python too), and
+    `kdkit run --resume` still finds its tail (kdkit.image.labels.PILOT_TAIL; tests/test_run.py runs it)."""
+    from kdkit.image.context import SHIM
+    from kdkit.image.labels import PILOT_TAIL
+
+    line = re.search(r"^CMD (\[.*\])$", render_dockerfile("cpu"), re.M)
+    assert line is not None
+    shell, flag, chain = json.loads(line.group(1))
+    assert (shell, flag) == ("/bin/sh", "-c") and chain.endswith(f" && exec {PILOT_TAIL}")
+    assert SHIM.splitlines()[-1].startswith("PYTHONPATH=/opt/kdkit/lib") and " exec " in SHIM.splitlines()[-1]
