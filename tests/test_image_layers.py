@@ -44,6 +44,9 @@ markupsafe==3.0.2 \\
 nvidia-cublas==13.1.1.3 ; platform_system == "Linux" \\
 {H}
     # via cuda-toolkit
+networkx==3.5 \\
+{H}
+    # via flask, torch
 cuda-toolkit==13.0.3.0 \\
 {H}
     # via torch
@@ -67,14 +70,14 @@ def _blocks(part: str) -> list[str]:
 
 def test_torch_part_is_the_seeds_and_what_they_require() -> None:
     assert torch_keys(LOCK) == {"torch", "triton", "cuda-toolkit", "nvidia-cublas", "filelock", "jinja2",
-                                "markupsafe", "setuptools"}
+                                "markupsafe", "networkx", "setuptools"}
     torch_part, rest = split_lock_text(LOCK)
     assert [b.split("==")[0] for b in _blocks(rest)] == ["flask"]
     for part in (torch_part, rest):  # each is a lock: the index option kept, every hash line as written
         assert "--index-url https://pypi.org/simple\n" in part and "# via" not in part
         assert all(block in LOCK for block in _blocks(part))
         parse_lock_text(part, Path("part.txt"))
-    assert len(_blocks(torch_part)) + len(_blocks(rest)) == 9
+    assert len(_blocks(torch_part)) + len(_blocks(rest)) == 10
 
 
 def test_a_small_package_added_or_bumped_leaves_the_torch_part_as_it_was() -> None:

@@ -60,8 +60,8 @@ def _blocks(text: str) -> tuple[list[str], list[tuple[str, list[str], set[str]]]
         elif line.startswith("-"):
             options.append(line)
             continued = line.rstrip().endswith("\\")
-        elif blocks and (via := _VIA_ONE.match(line)):
-            blocks[-1][2].add(via.group(1).strip())
+        elif blocks and (via := _VIA_ONE.match(line)):  # "# via torch", or "# via jinja2, torch" (line style)
+            blocks[-1][2].update(p.strip() for p in via.group(1).split(","))
         elif blocks and _VIA_START.match(line):
             collecting = True
         elif blocks and collecting and (more := _VIA_MORE.match(line)):
