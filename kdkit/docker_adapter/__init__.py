@@ -1,4 +1,4 @@
-"""The only module that imports ``docker`` (the Docker SDK for Python).
+"""The only package that imports ``docker`` (the Docker SDK for Python): the engine here, the container spec in .spec.
 
 Every docker error is turned into a kdkit error here, with the image and the
 detail, so the rest of kdkit never sees docker's exception types:
@@ -7,6 +7,9 @@ detail, so the rest of kdkit never sees docker's exception types:
 * an image that is not on the engine -> :class:`Unavailable`, naming how to get it;
 * the NVIDIA device driver missing -> :class:`Unavailable` quoting the error users
   otherwise meet (``could not select device driver "" with capabilities: [[gpu]]``).
+
+A container kdkit runs is always removed after, and stopped the way ``docker stop`` does when kdkit is
+interrupted (:meth:`Engine.run`, :meth:`Engine.stop`, :class:`Running` for containers side by side).
 
 Images are never pulled implicitly: kdkit works on machines that reach no
 registry, and a silent pull of a multi-GB base is not what a check should do.
