@@ -19,8 +19,10 @@ same run, the two taking turns so that drift in the machine's load hits both:
     .venv/bin/python bench/bench_rented.py [--repeat N] [--quick] [--only verdict|rebuild|size]
 
 Defaults: 5 repetitions for verdict, 3 for rebuild; --quick is 1 of each (a smoke run, labelled
-so in its results). Progress on stderr. Everything lives in a temporary folder removed at the end,
-and every image the bench built or loaded is removed from the engine again. Exit 3 without an
+so in its results). Progress on stderr. Everything lives in a temporary folder removed at the end.
+Every build starts from a base of the bench's own (the base image plus one label, no new layer), so
+no other build on the engine caches on the bench's images and the bench finds every one of them
+(the label is inherited) and removes it at the end; nothing else on the engine is touched. Exit 3 without an
 engine, the base image or the torch wheel; exit 1 when a measure is invalid (no PASS). Writes
 bench/results/rented_<measure>.json and .md.
 """
@@ -40,14 +42,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import BIN, REPO, interleaved, machine, medians, rounded, timed, write_result
-from bench_build import ran
+from _common import REPO, interleaved, machine, medians, rounded, timed, write_result
+from bench_build import BASE, KDKIT, WHEELS, ran
 
 from kdkit.core.runfolder import read_run
 
-KDKIT = str(BIN / "kdkit")
-BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
-WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
 MEASURES = ("verdict", "rebuild", "size")
 DEFAULT_REPEAT = {"verdict": 5, "rebuild": 3, "size": 1}
 # (what is compared, the goal: the ratio or percent must be at most this)
@@ -137,7 +136,7 @@ def run(argv: Sequence[str | Path], *, cwd: Path | None = None, stdin: str | Non
 
 def preflight() -> str | None:
     """None when the engine, the base image, the torch wheel and the tools are here; else why not."""
-    if not any(WHEELS.glob("torch-*.whl")):
+    if not any(Path(WHEELS).glob("torch-*.whl")):
         return f"no torch wheel in {WHEELS} (set KDKIT_TEST_TORCH_WHEELS)"
     missing = [tool for tool in ("docker", "zstd", "sha256sum", "bash") if shutil.which(tool) is None]
     if missing:
