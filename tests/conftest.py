@@ -25,10 +25,18 @@ TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
+@pytest.fixture(scope="session")
+def kdkit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kdkit's cache for the whole session: a bundle's kdkit-wheels/ is fetched from the index once."""
+    return tmp_path_factory.mktemp("kdkit-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+                  kdkit_cache: Path) -> None:
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KDKIT_CACHE_DIR", str(kdkit_cache))
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.delenv("KDKIT_DEBUG", raising=False)

@@ -81,7 +81,8 @@ def test_no_image_bundle_holds_project_zipapp_run_md_and_sums(locked: Path, tmp_
     listed = [line.split("  ", 1)[1] for line in (out / "SHA256SUMS").read_text().splitlines()]
     assert listed == [f for f in files if f != "SHA256SUMS"]
     run_md = (out / "RUN.md").read_text(encoding="utf-8")
-    assert "python3 kdkit.pyz verify-env --lock project/requirements/cpu.txt" in run_md
+    assert ("../project-venv/bin/python kdkit.pyz diagnose --expect cpu && ../project-venv/bin/python kdkit.pyz "
+            "verify-env --lock project/requirements/cpu.txt") in run_md
     assert "docker" not in run_md
     result = invoke("verify-bundle", out)
     assert result.exit_code == 0
@@ -268,8 +269,9 @@ def test_bundle_with_image_then_load_checks_id_and_labels(locked: Path, tmp_path
     assert isinstance(recorded, dict)
     assert recorded["ref"] == image and recorded["compressor"] == "zstd" and recorded["file"] == "image.tar.zst"
     assert (out / "image.tar.zst").read_bytes()[:4] == b"\x28\xb5\x2f\xfd"  # zstd magic
-    assert "kdkit load .                         # or: zstd -q -dc image.tar.zst | docker load" in (
-        out / "RUN.md").read_text(encoding="utf-8")
+    run_md = (out / "RUN.md").read_text(encoding="utf-8")
+    assert "    ../kdkit-venv/bin/kdkit load .\n" in run_md
+    assert "    zstd -q -dc image.tar.zst | docker load\n" in run_md
     subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=True)
     result = invoke("load", out, "--json")
     assert result.exit_code == 0, result.stderr

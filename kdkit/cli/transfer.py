@@ -6,6 +6,7 @@ Each command parses its options, calls one domain function of kdkit.transfer.bun
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,10 +31,12 @@ def size_mb(size: int) -> str:
 @click.option("--no-image", is_flag=True, help="Leave the image out: for a host without Docker.")
 @click.option("--compressor", type=click.Choice(["zstd", "gzip"]), default="zstd", show_default=True,
               help="How the image archive is compressed (zstd: smaller and far faster; gzip: everywhere).")
+@click.option("--no-kdkit-wheels", is_flag=True,
+              help="Leave out kdkit-wheels/ (kdkit itself, to install offline on the rented host).")
 @force_option("Replace an existing bundle that kdkit wrote at --out (only once the new one is complete).")
 @json_option
 def bundle_command(project_dir: Path | None, out: Path, backend: str | None, image: str | None,
-                   no_image: bool, compressor: str, force: bool, as_json: bool) -> None:
+                   no_image: bool, compressor: str, no_kdkit_wheels: bool, force: bool, as_json: bool) -> None:
     """Pack everything the rented machine needs into one verified folder.
 
     \b
@@ -43,9 +46,15 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
                     inputs and manifest); files named like secrets (.env*, *.pem, .ssh/ ...)
                     are left out and named
       kdkit.pyz     kdkit's in-container part as one file: `python3 kdkit.pyz diagnose`
+      kdkit-wheels/ kdkit's wheel and the wheels of its hashed runtime lock, for Linux on
+                    the lock's CPU and each CPython 3.10-3.14 that has them all: kdkit
+                    installs there offline (fetched once with pip, then from kdkit's cache,
+                    KDKIT_CACHE_DIR or ~/.cache/kdkit), unless --no-kdkit-wheels
       image.tar.zst the image (`docker save`, compressed while it streams), unless --no-image
       bundle.json   what was packed, file by file: revision, lock hash, image id and labels
-      RUN.md        the exact commands to run on the other machine
+      RUN.md        the exact commands for the other machine, block by block: with kdkit
+                    and Docker, with Docker only (the same container as `kdkit run`), and
+                    without Docker (a venv from the lock, then kdkit.pyz)
       SHA256SUMS    every file's hash (`kdkit verify-bundle` or `sha256sum -c`)
     It is written as .OUT.partial-PID beside --out and renamed when complete; what a
     killed run left there is removed by the next run. --out must lie outside the project.
@@ -54,14 +63,21 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
     Example:
       kdkit bundle --out ../myproj-bundle && rsync -a ../myproj-bundle gpu-host:
     """
-    from kdkit.config.files import printable_name
     from kdkit.transfer.bundle import make_bundle
 
     info = make_bundle(project_dir, out, backend=backend, image=image, include_image=not no_image,
-                       compressor=compressor, force=force, progress=_progress)
+                       compressor=compressor, force=force, kdkit_wheels=not no_kdkit_wheels,
+                       progress=_progress)
     if as_json:
         emit_json(info)
         return
+    _print_bundle(info)
+
+
+def _print_bundle(info: dict[str, Any]) -> None:
+    """The bundle in a few lines, after its warnings (uncommitted changes, files left out)."""
+    from kdkit.config.files import printable_name
+
     if info["uncommitted"]:
         warn(f"{len(info['uncommitted'])} uncommitted change(s) are NOT in the bundle (it holds revision "
              f"{str(info['revision'])[:12]}): {', '.join(info['uncommitted'][:3])}; commit them and bundle again")
@@ -70,13 +86,17 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
         more = f" (+{len(left) - 3} more, see bundle.json)" if len(left) > 3 else ""
         warn(f"left out {len(left)} file(s): {'; '.join(left[:3])}{more}; secrets reach the rented machine at "
              "run time only (`kdkit run --env-file`)")
+    wheels = info["kdkit_wheels"]
+    wheels_line = "not carried (--no-kdkit-wheels)" if not wheels else (
+        f"{wheels['folder']}/: {len(wheels['files'])} files, offline for python3 {', '.join(wheels['pythons'])}")
     image_line = "no image (--no-image)" if not info["image"] else (
         f"{info['image']['ref']}: {size_mb(info['image']['bytes'])} ({info['image']['compressor']}, "
         f"{info['image']['seconds']:.1f} s)")
     click.echo(f"Bundle written to {info['out']} in {info['seconds']:.1f} s\n"
                f"  project  {info['project_files']} files at {info['revision'] or 'no git revision'}\n"
                f"  image    {image_line}\n"
-               f"Next: copy the folder, then on the other machine: kdkit verify-bundle DIR (see DIR/RUN.md)")
+               f"  kdkit    {wheels_line}\n"
+               f"Next: copy the folder, then on the other machine follow DIR/RUN.md, block by block")
 
 
 @click.command("verify-bundle")

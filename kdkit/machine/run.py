@@ -72,17 +72,14 @@ from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.projectfiles import real_inside
 from kdkit.core.runfolder import check_run_id, run_folders
-from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts, Mount
+from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
+from kdkit.image import container
+from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
+from kdkit.image.container import HOME as HOME
+from kdkit.image.container import IMAGE_UID, container_spec, project_mounts
 from kdkit.image.labels import LABEL, default_tag, require_kdkit_labels, resumed_command
-from kdkit.probe.diagnose.host import SHM_MINIMUM
 
-APP = "/app"  # the project's folder inside the image (Dockerfile.common)
-IMAGE_UID = 10001  # the image's non-root user (Dockerfile.common)
-HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every container kdkit starts
 NETWORKS = ("none", "bridge", "host")
-PIDS_PER_CPU = 64
-PIDS_FLOOR = 4096
-SCRATCH_CAP = 64 << 30  # /dev/shm, /tmp and HOME: a quarter of memory, SHM_MINIMUM to this
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -284,25 +281,11 @@ def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostSt
     return (IMAGE_UID, IMAGE_UID), steps
 
 
-def scratch_size(host: HostFacts) -> str:
-    """The size of /dev/shm, /tmp and HOME in Docker's notation: a quarter of the host's memory,
-    at least what `kdkit diagnose` asks of /dev/shm (SHM_MINIMUM), at most SCRATCH_CAP."""
-    size = min(max(host.memory_bytes // 4, SHM_MINIMUM), SCRATCH_CAP)
-    return f"{size >> 20}m"
-
-
-def pids_limit(host: HostFacts) -> int:
-    """Room for the threads of every process of a PyTorch job on this host, not for a fork bomb."""
-    return max(PIDS_FLOOR, PIDS_PER_CPU * host.cpus)
-
-
 def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
-    """ContainerSpec fields that confine every container `kdkit run` starts (the module's docstring says why)."""
-    size = scratch_size(host)
-    scratch = f"rw,exec,nosuid,nodev,size={size}"
-    return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"], "no_new_privileges": True,
-            "pids_limit": pids_limit(host), "shm_size": size,
-            "tmpfs": {"/tmp": f"{scratch},mode=1777", HOME: f"{scratch},uid={uid},gid={gid},mode=0700"}}
+    """ContainerSpec fields that confine every container `kdkit run` starts (the module's docstring says why),
+    sized for this host (kdkit.image.container holds the rules, which a bundle's RUN.md shares)."""
+    return container.confinement(str(uid), str(gid), container.scratch_size(host.memory_bytes),
+                                 container.pids_limit(host.cpus))
 
 
 def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
@@ -352,11 +335,10 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)
-    mounts = [Mount(inputs, f"{APP}/{inputs.relative_to(project.root).as_posix()}", True),
-              Mount(runs, f"{APP}/{runs.relative_to(project.root).as_posix()}", False)]
-    spec = ContainerSpec(image=facts.ref, command=command or None, network=network, mounts=mounts,
-                         workdir=APP, env_file=env_file.resolve() if env_file else None, env=env,
-                         extra_env={"HOME": HOME}, **confinement(host, uid, gid), **access)
+    mounts = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
+                            runs.relative_to(project.root).as_posix())
+    spec = container_spec(facts.ref, mounts, confinement(host, uid, gid), access, network=network, command=command,
+                          env_file=env_file.resolve() if env_file else None, env=env)
     warnings = []
     current = project.backend(chosen).lock
     if current.is_file():

@@ -56,6 +56,8 @@ from kdkit.transfer.format import (
     label_mismatches,
     not_a_bundle,
 )
+from kdkit.transfer.kdkitwheels import WHEELS, add_kdkit_wheels
+from kdkit.transfer.runmd import run_md
 from kdkit.transfer.zipapp import build_zipapp
 
 # ---------------------------------------------------------------- the project at its revision
@@ -142,41 +144,7 @@ def _check_image(ref: str, source: Source) -> None:
                           f"`kdkit build --backend {source.backend}` or pass --image")
 
 
-# ---------------------------------------------------------------- RUN.md and SHA256SUMS
-
-
-GPU_FLAGS = {"cuda": "--gpus all ", "rocm": "--device /dev/kfd --device /dev/dri --group-add video "
-             "--security-opt seccomp=unconfined ", "cpu": ""}
-
-
-def run_md(info: dict[str, Any]) -> str:
-    """The exact commands, in order, for the machine that receives the bundle."""
-    backend, lock = info["backend"], info["lock"]
-    image = info["image"]
-    lines = [f"# {info['project']}: bundle for the {backend} backend",
-             "", f"Made by kdkit {info['kdkit_version']} on {info['created']} from revision "
-             f"{info['revision'] or '(not a git checkout)'}.",
-             "", "## 1. Check the copy before anything else", "",
-             "    cd THIS_FOLDER", "    sha256sum -c --quiet SHA256SUMS     # or: kdkit verify-bundle .", ""]
-    if image:
-        decompress = " ".join(COMPRESSORS[image["compressor"]].decompress)
-        lines += ["## 2. With Docker", "",
-                  f"    kdkit load .                         # or: {decompress} {image['file']} | docker load",
-                  f"    docker image inspect {image['ref']}   # id {image['id'][:19]}",
-                  "    mkdir -p runs && chmod 777 runs      # the container runs as uid 10001",
-                  f"    docker run --rm --network none {GPU_FLAGS[backend]}"
-                  f"-v \"$PWD/runs:/app/runs\" {image['ref']}",
-                  "", "The container runs diagnose, then verify-env against the lock, then the pilot; "
-                  "its exit code is the verdict.", ""]
-    lines += [f"## {3 if image else 2}. Without Docker (a Python that already has the locked packages)", "",
-              f"    python3 kdkit.pyz diagnose --expect {backend}",
-              f"    python3 kdkit.pyz verify-env --lock {PROJECT}/{lock}",
-              f"    cd {PROJECT} && python3 ../kdkit.pyz pilot .",
-              "    python3 ../kdkit.pyz sweep --batch-sizes 1,2,4,8           # batch size from measurements",
-              "    python3 ../kdkit.pyz resume-test --out runs/resume-test   # training: resume in a new process",
-              "", "Results go to runs/<run-id>/; copy them out with `python3 kdkit.pyz copy-out` and check "
-              "the copy.", ""]
-    return "\n".join(lines)
+# ---------------------------------------------------------------- SHA256SUMS
 
 
 def write_sums(folder: Path) -> int:
@@ -225,7 +193,7 @@ def _replace_folder(staging: Path, out: Path) -> None:
 
 def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = None, image: str | None = None,
                 include_image: bool = True, compressor: str = "zstd", force: bool = False,
-                progress: Progress | None = None) -> dict[str, Any]:
+                kdkit_wheels: bool = True, progress: Progress | None = None) -> dict[str, Any]:
     """Pack the project for another machine into ``out``; return what bundle.json records plus timings.
 
     Everything is checked before the first write (bad input leaves every file as it was); then stale
@@ -247,6 +215,9 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
         for path in sorted((staging / PROJECT).rglob("*")):  # what is packed, as packed: nothing secret travels
             if path.is_file():
                 refuse_credentials_in(path, path.relative_to(staging / PROJECT).as_posix())
+        if kdkit_wheels:
+            say(f"{WHEELS}/ (kdkit and its runtime lock, to install offline)")
+            info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.lock), say)
         if include_image:
             say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
             info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
@@ -311,8 +282,22 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         "left_out": sorted(packing.left_out, key=lambda item: item["file"]),
         "outside_allow_list": packing.outside_allow_list,
         "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pilot_config": pilot_config,
-        "manifest": manifest, "runs": allow.runs, "zipapp": ZIPAPP, "image": None,
+        "manifest": manifest, "inputs": _pilot_inputs(project), "runs": allow.runs, "zipapp": ZIPAPP,
+        "image": None, "kdkit_wheels": None,
     }
+
+
+def _pilot_inputs(project: Project) -> str:
+    """The pilot inputs folder, relative to the project (what RUN.md mounts read-only)."""
+    return PurePosixPath(os.path.normpath(str(project.pilot_config().get("inputs", "data/pilot")))).as_posix()
+
+
+def _lock_arch(lock: Path) -> str:
+    """The CPU the lock was resolved for (its header's platform), that kdkit-wheels/ serves; x86_64 if unsaid."""
+    from kdkit.core.lockfile import parse_lock
+    from kdkit.facts.platforms import linux_arch
+
+    return linux_arch(parse_lock(lock).header.get("platform", ""))[0] or "x86_64"
 
 
 def _seal(staging: Path, info: dict[str, Any], say: Progress) -> None:

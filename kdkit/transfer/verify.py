@@ -35,6 +35,7 @@ from kdkit.transfer.format import (
     label_mismatches,
     read_sums,
 )
+from kdkit.transfer.kdkitwheels import listed_files
 
 
 def _required(info: Any) -> tuple[set[str], str | None]:
@@ -46,7 +47,10 @@ def _required(info: Any) -> tuple[set[str], str | None]:
     named = [info.get(key) for key in ("lock", "pilot_config", "manifest")]
     if not isinstance(files, list) or not all(safe_name(f) for f in [*files, *named, "kdkit.json"]):
         return set(), "its file list ($.files, $.lock, $.pilot_config, $.manifest) is malformed"
-    required = {BUNDLE_JSON, RUN_MD, ZIPAPP, *(f"{PROJECT}/{f}" for f in [*files, *named, "kdkit.json"])}
+    wheels = listed_files(info)
+    if wheels is None or not all(safe_name(f) for f in wheels):
+        return set(), "its $.kdkit_wheels.files is malformed"
+    required = {BUNDLE_JSON, RUN_MD, ZIPAPP, *wheels, *(f"{PROJECT}/{f}" for f in [*files, *named, "kdkit.json"])}
     if image:
         if not isinstance(image, dict) or not safe_name(image.get("file")):
             return set(), "its $.image.file is malformed"

@@ -1,0 +1,116 @@
+"""The container kdkit starts from a project's image, as far as it does not depend on the host.
+
+Where the project sits in the image, who runs it, how it is confined, what it mounts: one
+:class:`~kdkit.docker_adapter.ContainerSpec`, made by :func:`container_spec`. `kdkit run`
+(:mod:`kdkit.machine.run`) fills it with this host's facts and starts it, or prints it as a
+``docker run`` line. A bundle's RUN.md (:mod:`kdkit.transfer.bundle`) fills it with shell
+variables that :func:`shell_prelude` computes on the rented host by the same rules, and prints it
+through the same :func:`~kdkit.docker_adapter.cli_arguments` (:func:`portable_line`): no flag is
+written twice, so RUN.md cannot drift from `kdkit run`. Why each confining flag is chosen is said
+once, in :mod:`kdkit.machine.run`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments
+from kdkit.probe.diagnose.host import SHM_MINIMUM
+
+APP = "/app"  # the project's folder inside the image (Dockerfile.common)
+IMAGE_UID = 10001  # the image's non-root user (Dockerfile.common)
+HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every container kdkit starts
+PIDS_PER_CPU = 64
+PIDS_FLOOR = 4096
+SCRATCH_CAP = 64 << 30  # /dev/shm, /tmp and HOME: a quarter of memory, SHM_MINIMUM to this
+
+
+def scratch_size(memory_bytes: int) -> str:
+    """The size of /dev/shm, /tmp and HOME in Docker's notation: a quarter of the host's memory,
+    at least what `kdkit diagnose` asks of /dev/shm (SHM_MINIMUM), at most SCRATCH_CAP."""
+    size = min(max(memory_bytes // 4, SHM_MINIMUM), SCRATCH_CAP)
+    return f"{size >> 20}m"
+
+
+def pids_limit(cpus: int) -> int:
+    """Room for the threads of every process of a PyTorch job on this host, not for a fork bomb."""
+    return max(PIDS_FLOOR, PIDS_PER_CPU * cpus)
+
+
+def confinement(uid: str, gid: str, size: str, pids: int) -> dict[str, Any]:
+    """ContainerSpec fields that confine every container kdkit starts (kdkit.machine.run says why)."""
+    scratch = f"rw,exec,nosuid,nodev,size={size}"
+    return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"], "no_new_privileges": True,
+            "pids_limit": pids, "shm_size": size,
+            "tmpfs": {"/tmp": f"{scratch},mode=1777", HOME: f"{scratch},uid={uid},gid={gid},mode=0700"}}
+
+
+def project_mounts(root: Path, inputs: str, runs: str) -> list[Mount]:
+    """The pilot inputs read-only and the runs folder writable, each at its place under APP."""
+    return [Mount(root / inputs, f"{APP}/{inputs}", True), Mount(root / runs, f"{APP}/{runs}", False)]
+
+
+def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], access: Mapping[str, Any], *,
+                   network: str = "none", command: list[str] | None = None, env_file: Path | None = None,
+                   env: Mapping[str, str] | None = None) -> ContainerSpec:
+    """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked."""
+    return ContainerSpec(image=image, command=command or None, network=network, mounts=mounts, workdir=APP,
+                         env_file=env_file, env=env or {}, extra_env={"HOME": HOME}, **confined, **access)
+
+
+# ---------------------------------------------------------------- the same spec, for a host kdkit has not seen
+
+RUNS_OWNER = ("The container runs as you (your uid and gid); started by root, it runs as the image's user "
+              f"{IMAGE_UID}, which is given the runs folder (chown; never chmod 777)")
+_VARIABLES = {"uid": "$kd_uid", "gid": "$kd_gid", "size": "$kd_scratch", "pids": "$kd_pids"}
+_ROCM_DEVICES = '"$@"'  # the device flags the prelude collects for ROCm, spliced in before the image
+
+
+def shell_prelude(runs: str, backend: str) -> list[str]:
+    """Shell lines that compute, on the host that runs them, what :func:`portable_line` uses: who runs the
+    container (never root; root hands ``runs`` to IMAGE_UID), the scratch size, the pids limit, and for ROCm
+    /dev/kfd and each render node with the group that owns it. The numbers are this module's."""
+    floor, cap = SHM_MINIMUM >> 20, SCRATCH_CAP >> 20
+    lines = [f"mkdir -p {shlex.quote(runs)}",
+             "kd_uid=$(id -u) kd_gid=$(id -g)",
+             f'if [ "$kd_uid" = 0 ]; then kd_uid={IMAGE_UID} kd_gid={IMAGE_UID}; '
+             f"chown {IMAGE_UID}:{IMAGE_UID} {shlex.quote(runs)}; fi",
+             "kd_scratch=$(awk '/^MemTotal:/ { m = int($2 / 4096); "
+             f"if (m < {floor}) m = {floor}; if (m > {cap}) m = {cap}; print m \"m\" }}' /proc/meminfo)",
+             f"kd_pids=$(( $(getconf _NPROCESSORS_ONLN) * {PIDS_PER_CPU} )); "
+             f'if [ "$kd_pids" -lt {PIDS_FLOOR} ]; then kd_pids={PIDS_FLOOR}; fi']
+    if backend == "rocm":
+        lines += ["set --",
+                  'for node in /dev/kfd /dev/dri/renderD*; do set -- "$@" --device "$node" '
+                  '--group-add "$(stat -c %g "$node")"; done']
+    return lines
+
+
+def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str) -> ContainerSpec:
+    """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables."""
+    access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
+    confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
+    return container_spec(image, project_mounts(Path(root), inputs, runs), confined, access)
+
+
+def portable_line(spec: ContainerSpec, backend: str) -> str:
+    """``docker run`` for :func:`portable_spec`: the words of cli_arguments, the host's facts as variables."""
+    words = cli_arguments(spec)
+    at = words.index("--pids-limit") + 1
+    words[at] = _VARIABLES["pids"]
+    if backend == "rocm":
+        words.insert(words.index(spec.image), _ROCM_DEVICES)
+    return shell_words(words)
+
+
+def shell_words(words: Sequence[str]) -> str:
+    """A shell line: words that use a variable in double quotes (so it expands), the rest quoted as needed."""
+    def quote(word: str) -> str:
+        if word == _ROCM_DEVICES or "$" not in word:
+            return word if word == _ROCM_DEVICES else shlex.quote(word)
+        return '"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+
+    return " ".join(quote(word) for word in words)

@@ -1,0 +1,117 @@
+"""RUN.md: the commands for the rented machine, in the order a person types them.
+
+Every indented block is a shell block that runs as written from the bundle's folder (a test extracts
+and runs them: tests/test_rented.py), for each path the bundle serves:
+
+* **with kdkit, with Docker**: kdkit from ``kdkit-wheels/`` (offline), then `kdkit load` and `kdkit run`,
+  whose container is kdkit.image.container's spec with this host's facts;
+* **with Docker only**: ``docker load`` and the same spec as one ``docker run`` line, the host's facts
+  computed by shell lines made from the same rules (:func:`kdkit.image.container.portable_line`);
+* **without Docker**: a venv made from the lock, then ``kdkit.pyz``.
+
+Each path ends with its results copied out of the bundle and the copy verified.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdkit.image.container import RUNS_OWNER, portable_line, portable_spec, shell_prelude
+from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
+
+# Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load` re-checks it).
+EVIDENCE = "../kdkit-evidence"  # where RUN.md copies results
+KDKIT_ENV = "../kdkit-venv"  # kdkit, installed from kdkit-wheels/
+LOCK_ENV = "../project-venv"  # the project's lock, for the path without Docker
+
+
+def _block(lines: list[str]) -> list[str]:
+    return [f"    {line}" for line in lines] + [""]
+
+
+def _copy_out(kdkit: str) -> list[str]:
+    return [f"mkdir -p {EVIDENCE}",
+            f'for run in {PROJECT}/runs/*/; do {kdkit} copy-out "$run" {EVIDENCE}; done',
+            f'for copy in {EVIDENCE}/*/; do {kdkit} copy-out --verify "$copy"; done']
+
+
+def _header(info: dict[str, Any]) -> list[str]:
+    revision = info["revision"] or "(not a git checkout)"
+    return [f"# {info['project']}: bundle for the {info['backend']} backend", "",
+            f"Made by kdkit {info['kdkit_version']} on {info['created']} from revision {revision}.",
+            "Every block below runs as written from this folder (the one holding RUN.md); each starts here.", "",
+            "## Check the copy before anything else", "",
+            *_block(["sha256sum -c --quiet SHA256SUMS"])]
+
+
+def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[str]:
+    wheels = info["kdkit_wheels"]
+    pythons = ", ".join(wheels["pythons"])
+    return ["## With Docker, through kdkit (recommended)", "",
+            f"kdkit itself travels in `{wheels['folder']}/` and installs offline, hash-checked, for python3 "
+            f"{pythons} on {wheels['arch']} Linux (where `python3 -m venv` fails: `apt-get install python3-venv`).",
+            "`kdkit run` starts the container confined, with the pilot inputs read-only and "
+            f"`{PROJECT}/{runs}` writable. {RUNS_OWNER}. `--print` shows its `docker run` line.", "",
+            *_block([f"python3 -m venv {KDKIT_ENV} && {KDKIT_ENV}/bin/pip install --quiet --no-index --find-links "
+                     f"{wheels['folder']} --require-hashes -r {wheels['requirements']}",
+                     f"{KDKIT_ENV}/bin/kdkit load .",
+                     f"{KDKIT_ENV}/bin/kdkit run {PROJECT} --image {image['ref']}"]),
+            "The container runs diagnose, then verify-env against the lock, then the pilot; its exit code is the "
+            f"verdict (`kdkit run --resume RUN_ID` finishes an interrupted run). Keep the evidence (`{EVIDENCE}`):",
+            "", *_block(_copy_out(f"{KDKIT_ENV}/bin/kdkit")),
+            f"After the campaign: `{KDKIT_ENV}/bin/kdkit close --order order.json` with the order `kdkit plan --save` "
+            "wrote.", ""]
+
+
+def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
+    backend = info["backend"]
+    decompress = " ".join(COMPRESSORS[image["compressor"]].decompress)
+    spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend)
+    return ["## With Docker only (no kdkit on this host)", "",
+            "The same container as `kdkit run` starts (image id "
+            f"{image['id'][:19]}); the lines before it compute what it depends on here. {RUNS_OWNER}.", "",
+            *_block([f"{decompress} {image['file']} | docker load",
+                     *shell_prelude(f"{PROJECT}/{runs}", backend),
+                     portable_line(spec, backend)]),
+            "Its exit code is the verdict. Keep the evidence (`python3 kdkit.pyz` copies and verifies):", "",
+            *_block(_copy_out(f"python3 {ZIPAPP}"))]
+
+
+def _without_docker(info: dict[str, Any]) -> list[str]:
+    backend, lock = info["backend"], info["lock"]
+    pyz = f"{LOCK_ENV}/bin/python {ZIPAPP}"
+    return [f"## Without Docker (python{info['python']} and the lock's index reachable)", "",
+            "A venv made from the lock, hash-checked, then kdkit's in-container part from `kdkit.pyz`:", "",
+            *_block([f"python{info['python']} -m venv {LOCK_ENV} && {LOCK_ENV}/bin/pip install --quiet "
+                     f"--require-hashes --no-deps -r {PROJECT}/{lock}",
+                     f"{pyz} diagnose --expect {backend} && {pyz} verify-env --lock {PROJECT}/{lock} "
+                     f"&& {pyz} pilot {PROJECT}"]),
+            "The last command's exit code is the verdict. Before the long run: "
+            f"`{pyz} sweep {PROJECT} --batch-sizes 1,2,4,8` (the batch size from measurements) and "
+            f"`{pyz} resume-test {PROJECT} --out ../resume-test` (training: resume in a new process). Keep the "
+            "evidence:",
+            "", *_block(_copy_out(pyz))]
+
+
+def run_md(info: dict[str, Any]) -> str:
+    """RUN.md for the bundle bundle.json describes (``info``)."""
+    image, inputs, runs = info["image"], info["inputs"], info["runs"]
+    lines = _header(info)
+    if image and info.get("kdkit_wheels"):
+        lines += _with_kdkit(info, image, runs)
+    if image:
+        lines += _docker_only(info, image, inputs, runs)
+    lines += _without_docker(info)
+    return "\n".join(_numbered(lines)).rstrip("\n") + "\n"
+
+
+def _numbered(lines: list[str]) -> list[str]:
+    """``## Title`` -> ``## N. Title``, in order: the sections a bundle has, numbered as they come."""
+    count = 0
+    out = []
+    for line in lines:
+        if line.startswith("## "):
+            count += 1
+            line = f"## {count}. {line[3:]}"
+        out.append(line)
+    return out
