@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kdkit.core.errors import Interrupted, Unavailable, interrupted_exit
-from kdkit.core.runfolder import read_run, run_folders
+from kdkit.core.runfolder import WORKER_FOLDER, read_run, run_folders
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, connect
 from kdkit.machine.run import execute, prepare_run
 from tests.conftest import BASE, REPO, invoke
@@ -79,7 +79,10 @@ def stopped(folder: Path, reason: str) -> None:
     assert (run.verdict, run.stop_reason) == ("fail", reason)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["stopped"]["rule"] == "terminate"
-    assert summary["problems"][0].startswith(f"stopped early: {reason}; resume with --resume ")
+    share = WORKER_FOLDER.match(folder.name)
+    hint = (f"--resume {share['base']} --worker {share['worker']} --workers {share['workers']}" if share
+            else f"--resume {folder.name}")  # the options that do finish it (a worker's share named too)
+    assert summary["problems"][0] == f"stopped early: {reason}; resume with {hint}"
 
 
 # ---------------------------------------------------------------- the exit codes

@@ -10,7 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from kdkit.core.pilotconfig import PilotConfig
-from kdkit.core.runfolder import ACCEPTED, KIND, PILOT, REASON, REJECTED, RUN_ID, STOPPED, TOTAL, VERDICT, md_cell
+from kdkit.core.runfolder import (
+    ACCEPTED,
+    KIND,
+    PILOT,
+    REASON,
+    REJECTED,
+    RUN_ID,
+    STOPPED,
+    TOTAL,
+    VERDICT,
+    WORKER_FOLDER,
+    md_cell,
+)
 from kdkit.probe.pilot.accounting import Accounting
 from kdkit.probe.pilot.harness import read_input
 
@@ -19,11 +31,19 @@ SHOWN_BESIDE = 3
 EXCERPT = 300
 
 
+def resume_options(run_id: str) -> str:
+    """The pilot options that finish ``run_id``: a worker's folder needs its share named too."""
+    share = WORKER_FOLDER.match(run_id)
+    if share is None:
+        return f"--resume {run_id}"
+    return f"--resume {share.group('base')} --worker {share.group('worker')} --workers {share.group('workers')}"
+
+
 def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str, Any] | None,
                  extra: dict[str, Any]) -> dict[str, Any]:
     problems = list(acc.problems)
     if stop is not None:
-        problems.insert(0, f"stopped early: {stop[REASON]}; resume with --resume {run_id}")
+        problems.insert(0, f"stopped early: {stop[REASON]}; resume with {resume_options(run_id)}")
     return {
         RUN_ID: run_id,
         KIND: PILOT,
