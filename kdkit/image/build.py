@@ -11,8 +11,9 @@ torch says of its compiled GPU architectures (``/opt/kdkit/torch-arch.json``,
 written in the final stage) is copied out of the image without running it and
 added as labels by a one-line ``FROM <id>`` build.
 
-The build context (what travels and the tar it travels in) is :mod:`kdkit.image.context`; the
-labels and `kdkit inspect` are :mod:`kdkit.image.labels`.
+The build context (what travels and the tar it travels in) is :mod:`kdkit.image.context`; the lock
+split into torch's layer and the rest, :mod:`kdkit.image.layers`; the labels and `kdkit inspect`,
+:mod:`kdkit.image.labels`.
 """
 
 from __future__ import annotations

@@ -43,31 +43,37 @@ def is_seed(key: str) -> bool:
     return key in SEEDS or key.startswith(SEED_PREFIXES)
 
 
+def _parents(line: str, collecting: bool) -> tuple[list[str] | None, bool]:
+    """(the parents a ``# via`` line names, or None for any other line; whether a ``# via`` list goes on)."""
+    if (via := _VIA_ONE.match(line)) is not None:  # "# via torch", or "# via jinja2, torch" (line style)
+        return [p.strip() for p in via.group(1).split(",")], False
+    if _VIA_START.match(line):  # the split style: "# via" then one "#   name" per line
+        return [], True
+    if collecting and (more := _VIA_MORE.match(line)) is not None:
+        return [more.group(1)], True
+    return None, False
+
+
 def _blocks(text: str) -> tuple[list[str], list[tuple[str, list[str], set[str]]]]:
     """(the lock's option lines, its requirements as (key, physical lines, parents named by ``# via``))."""
     options: list[str] = []
     blocks: list[tuple[str, list[str], set[str]]] = []
-    continued, collecting = False, False
+    continued = collecting = False
     for line in text.splitlines():
-        if continued and blocks:
+        if continued:
             blocks[-1][1].append(line)
             continued = line.rstrip().endswith("\\")
             continue
-        continued = False
         if (match := _REQUIREMENT.match(line)) is not None:
             blocks.append((normalize_name(match.group(1)), [line], set()))
             continued, collecting = line.rstrip().endswith("\\"), False
-        elif line.startswith("-"):
+            continue
+        if line.startswith("-"):
             options.append(line)
-            continued = line.rstrip().endswith("\\")
-        elif blocks and (via := _VIA_ONE.match(line)):  # "# via torch", or "# via jinja2, torch" (line style)
-            blocks[-1][2].update(p.strip() for p in via.group(1).split(","))
-        elif blocks and _VIA_START.match(line):
-            collecting = True
-        elif blocks and collecting and (more := _VIA_MORE.match(line)):
-            blocks[-1][2].add(more.group(1))
-        else:
-            collecting = collecting and line.lstrip().startswith("#") and bool(line.strip())
+            continue
+        parents, collecting = _parents(line, collecting)
+        if parents is not None and blocks:
+            blocks[-1][2].update(parents)
     return options, blocks
 
 
