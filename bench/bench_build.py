@@ -93,7 +93,8 @@ def sizes(tag: str, final: int, project: Path) -> dict[str, Any]:
 
     base = connect().require_image(BASE).size
     # Bytes of the venv's files and links, counted the way the engine sizes a layer.
-    script = "find /opt/kdkit/venv ! -type d -printf '%s\\n' | awk '{s+=$1} END {print s}'"
+    # The venv (torch's part) and deps/ (the rest of the lock, kdkit.image.layers).
+    script = "find /opt/kdkit/venv /opt/kdkit/deps ! -type d -printf '%s\\n' 2>/dev/null | awk '{s+=$1} END {print s}'"
     done = proc.run(["docker", "run", "--rm", "--pull", "never", "--network", "none", tag, "sh", "-c", script])
     venv = int(done.stdout.split()[0])
     files = [project / "kdkit.json", project / "requirements" / "cpu.txt",

@@ -131,13 +131,23 @@ def assert_verdict_and_evidence(folder: Path) -> None:
     assert (copy / "summary.json").read_bytes() == (runs[0] / "summary.json").read_bytes()
 
 
-def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, image_gone: str, tmp_path: Path) -> None:
+def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, image_gone: str, locked: Path,
+                                                               tmp_path: Path) -> None:
     folder, home = rented_copy(made, tmp_path)
     text = (folder / "RUN.md").read_text(encoding="utf-8")
     blocks = blocks_of(text, "Check the copy", "With Docker, through kdkit")
     outputs = play(folder, blocks, host_env(home))
     assert docker("image", "inspect", image_gone, check=False).returncode == 0, "kdkit load did not load the image"
     assert_verdict_and_evidence(folder)
+    # The campaign closes there too: the order made before renting, copied beside the bundle, and RUN.md's line.
+    order = invoke("plan", locked, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours", "40",
+                   "--save", folder.parent / "order.json")
+    assert order.exit_code == 0, order.output
+    close = re.search(r"`([^`]* close [^`]*)`", text)
+    assert close, "RUN.md names no close command"
+    play(folder, [close.group(1)], host_env(home))
+    report = json.loads((folder.parent / "kdkit-reports" / "campaign-report.json").read_text(encoding="utf-8"))
+    assert report["runs"] and not [p for p in (folder / "project").rglob("*") if "report" in p.name]
     assert not [block for blocks in sections(text).values() for block in blocks if "chmod" in block]
     assert "PASS" in "".join(outputs)
 

@@ -23,6 +23,7 @@ from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
 EVIDENCE = "../kdkit-evidence"  # where RUN.md copies results
 KDKIT_ENV = "../kdkit-venv"  # kdkit, installed from kdkit-wheels/
 LOCK_ENV = "../project-venv"  # the project's lock, for the path without Docker
+CLOSE = "{kdkit} close {project} --order ../order.json --out ../kdkit-reports"
 
 
 def _block(lines: list[str]) -> list[str]:
@@ -59,8 +60,8 @@ def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[
             "The container runs diagnose, then verify-env against the lock, then the pilot; its exit code is the "
             f"verdict (`kdkit run --resume RUN_ID` finishes an interrupted run). Keep the evidence (`{EVIDENCE}`):",
             "", *_block(_copy_out(f"{KDKIT_ENV}/bin/kdkit")),
-            f"After the campaign: `{KDKIT_ENV}/bin/kdkit close --order order.json` with the order `kdkit plan --save` "
-            "wrote.", ""]
+            f"After the campaign, with the order that `kdkit plan --save order.json` wrote copied beside this folder: "
+            f"`{CLOSE.format(kdkit=KDKIT_ENV + '/bin/kdkit', project=PROJECT)}`.", ""]
 
 
 def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
