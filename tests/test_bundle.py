@@ -270,7 +270,7 @@ def test_bundle_with_image_then_load_checks_id_and_labels(locked: Path, tmp_path
     assert recorded["ref"] == image and recorded["compressor"] == "zstd" and recorded["file"] == "image.tar.zst"
     assert (out / "image.tar.zst").read_bytes()[:4] == b"\x28\xb5\x2f\xfd"  # zstd magic
     run_md = (out / "RUN.md").read_text(encoding="utf-8")
-    assert "    ../kdkit-venv/bin/kdkit load .\n" in run_md
+    assert "    ../kdkit-venv/bin/python -m kdkit load .\n" in run_md
     assert "    zstd -q -dc image.tar.zst | docker load\n" in run_md
     subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=True)
     result = invoke("load", out, "--json")

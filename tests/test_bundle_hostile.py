@@ -435,8 +435,8 @@ DAMAGES: list[tuple[str, Callable[[Path], None], str, str]] = [
     ("a file swapped for a link", _swap_for_link, "project/src/train.py",
      "a link or special file where a bundle holds a plain file"),
     ("bundle.json of another format", _rewrite_bundle_json(lambda d: d.pop("kdkit_bundle")), "bundle.json",
-     "has no 'kdkit_bundle': 2 (made by an older kdkit, or not by kdkit); make the bundle again with "
-     "`kdkit bundle`"),
+     "has no 'kdkit_bundle': 2 or 3 (made by an older or newer kdkit, or not by kdkit); make the bundle again "
+     "with `kdkit bundle` of this kdkit"),
     ("bundle.json naming a path out", _rewrite_bundle_json(lambda d: d.update(files=["../../etc/passwd"])),
      "bundle.json", "its file list ($.files, $.lock, $.pilot_config, $.manifest) is malformed"),
 ]
@@ -630,12 +630,12 @@ def test_results_this_user_cannot_read_do_not_stop_validate_or_bundle(shared: Pa
     outs.chmod(0o777)
     done = _as_nobody("validate", root)
     assert done.returncode == 0, done.stderr
-    done = _as_nobody("bundle", root, "--out", outs / "bundle", "--no-image")
+    done = _as_nobody("bundle", root, "--out", outs / "bundle", "--no-image", "--no-kdkit-wheels")
     assert done.returncode == 0, done.stderr
     (root / "src" / "private").mkdir()
     (root / "src" / "private").chmod(0o700)
     before = tree_snapshot(outs)
-    done = _as_nobody("bundle", root, "--out", outs / "second", "--no-image")
+    done = _as_nobody("bundle", root, "--out", outs / "second", "--no-image", "--no-kdkit-wheels")
     assert done.returncode == 2 and done.stderr == (f"Error: {root / 'src' / 'private'}: cannot read this folder of "
                                                     "the project; fix its permissions\n")
     assert tree_snapshot(outs) == before

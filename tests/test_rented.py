@@ -139,6 +139,7 @@ def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, imag
     outputs = play(folder, blocks, host_env(home))
     assert docker("image", "inspect", image_gone, check=False).returncode == 0, "kdkit load did not load the image"
     assert_verdict_and_evidence(folder)
+    play(folder, blocks[-1:], host_env(home))  # the evidence block pasted again: nothing new, nothing refused
     # The campaign closes there too: the order made before renting, copied beside the bundle, and RUN.md's line.
     order = invoke("plan", locked, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours", "40",
                    "--save", folder.parent / "order.json")

@@ -243,8 +243,8 @@ def test_the_plan_for_a_cuda_gpu_host(labelled: dict[str, str], project: Path, t
     env.write_text("HF_TOKEN=hunter2\n", encoding="utf-8")
     plan = prepare_run(project, image=labelled["cuda"], gpus="0,1", env_file=env, host=NVIDIA_HOST)
     line = print_lines(plan)[-1]
-    assert f"--mount type=bind,source={project / 'data/pilot'},target=/app/data/pilot,readonly" in line
-    assert f"--mount type=bind,source={project / 'runs'},target=/app/runs " in line
+    assert f"--mount 'type=bind,\"source={project / 'data/pilot'}\",target=/app/data/pilot,readonly'" in line
+    assert f"--mount 'type=bind,\"source={project / 'runs'}\",target=/app/runs' " in line
     assert "--gpus '\"device=0,1\"'" in line and "--network none" in line
     assert "hunter2" not in line and f"--env-file {env}" in line
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from kdkit.config.shipped import DATA_ITEMS
 from kdkit.docker_adapter import cli_arguments
 from kdkit.image.container import container_spec, portable_line, portable_spec, project_mounts, shell_prelude
-from kdkit.machine.run import HostFacts, confinement
+from kdkit.machine.run import HostFacts, confinement, rocm_access
 from tests.conftest import REPO
 
 IMAGE = "proj:cpu-0123456789ab"
@@ -56,11 +57,37 @@ def test_run_md_line_gives_docker_the_words_kdkit_run_gives_the_engine(backend: 
         assert (info.st_uid, info.st_mode & 0o002) == (10001, 0)
 
 
-def test_rocm_line_collects_kfd_and_each_render_node_with_its_group() -> None:
-    prelude = shell_prelude("project/runs", "rocm")
+FAKE_DEV = ("mount -t tmpfs none /dev && mkdir /dev/dri && touch /dev/kfd /dev/dri/renderD128 /dev/dri/renderD129 "
+            "&& chgrp 44 /dev/dri/renderD128 /dev/dri/renderD129")  # /dev/kfd stays root's: no --group-add 0
+
+
+def test_rocm_line_collects_kfd_and_each_render_node_with_the_groups_kdkit_run_adds(tmp_path: Path) -> None:
+    """Played in a private mount namespace whose /dev has an AMD GPU's nodes (this machine has none)."""
+    if os.getuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to give a private /dev the nodes of an AMD GPU")
     line = portable_line(portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", "rocm"), "rocm")
-    assert any("/dev/kfd /dev/dri/renderD*" in part and "--group-add" in part for part in prelude)
-    assert line.endswith(f' "$@" {IMAGE}') and "--device /dev/dri " not in line and "seccomp" not in line
+    script = "\n".join([FAKE_DEV, *shell_prelude("project/runs", "rocm"), "printf '%s\\0' \"$@\""])
+    done = subprocess.run(["unshare", "-m", "sh", "-e", "-c", script], cwd=tmp_path, capture_output=True, check=False)
+    if done.returncode and b"unshare" in done.stderr:
+        pytest.skip(f"unshare -m refused here: {done.stderr.decode().strip()}")
+    assert done.returncode == 0, done.stderr
+    nodes = ["/dev/dri/renderD128", "/dev/dri/renderD129"]
+    access = rocm_access(HostFacts(uid=0, gid=0, kfd=True, render_nodes=nodes, device_gids=[44]), None)
+    expected = [word for device in access["devices"] for word in ("--device", device)]
+    expected += [word for group in access["group_add"] for word in ("--group-add", group)]
+    assert done.stdout.decode().split("\0")[:-1] == expected
+    assert line.endswith(f' "$@" {IMAGE}') and "seccomp" not in line
+
+
+def test_a_path_of_the_project_cannot_run_anything_in_the_line(tmp_path: Path) -> None:
+    """Only the prelude's variables and $PWD expand: a pilot inputs folder named like a command stays a name."""
+    inputs = "data/pi$(touch pwned)`touch pwned2`$HOME"
+    line = portable_line(portable_spec(IMAGE, "$PWD/project", inputs, "runs", "cpu"), "cpu")
+    script = "\n".join([*shell_prelude("project/runs", "cpu"), "printf '%s\\0' " + line.removeprefix("docker ")])
+    done = subprocess.run(["sh", "-e", "-c", script], cwd=tmp_path, capture_output=True, check=True)
+    mount = next(w for w in done.stdout.decode().split("\0") if w.startswith("type=bind") and "readonly" in w)
+    assert mount == f'type=bind,"source={tmp_path}/project/{inputs}","target=/app/{inputs}",readonly'
+    assert not list(tmp_path.glob("pwned*"))
 
 
 def test_wheel_force_include_is_the_shipped_data_list() -> None:

@@ -88,8 +88,8 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
     ``--rm`` because kdkit removes its containers; ``--pull never`` because kdkit never pulls.
     """
     gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
-    mounts = [f"type=bind,source={m.source},target={m.target}" + (",readonly" if m.read_only else "")
-              for m in spec.mounts]
+    mounts = [f"type=bind,{_csv_field(f'source={m.source}', always=True)},{_csv_field(f'target={m.target}')}"
+              + (",readonly" if m.read_only else "") for m in spec.mounts]
     return ["docker", "run", "--rm", "--pull", "never", "--network", spec.network,
             *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
             *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
@@ -102,6 +102,15 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
             *_flags("--gpus", [gpus]), *_flags("--device", spec.devices), *_flags("--group-add", spec.group_add),
             *_flags("--security-opt", spec.security_opt), *_flags("--shm-size", [spec.shm_size]),
             *_flags("--ipc", [spec.ipc_mode]), spec.image, *(spec.command or [])]
+
+
+def _csv_field(field: str, always: bool = False) -> str:
+    """A ``--mount`` field as the docker CLI reads the option (a CSV record: docker/cli opts/mount.go reads
+    it with encoding/csv): quoted when it holds a comma, a quote or a shell variable whose value might, and
+    a host path (``source``) always, since the host's folder names are the user's."""
+    if always or any(c in field for c in ',"$\n'):
+        return '"' + field.replace('"', '""') + '"'
+    return field
 
 
 def _flags(flag: str, values: Sequence[str | None]) -> list[str]:

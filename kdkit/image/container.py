@@ -12,6 +12,7 @@ once, in :mod:`kdkit.machine.run`.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -82,10 +83,12 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
              f"if (m < {floor}) m = {floor}; if (m > {cap}) m = {cap}; print m \"m\" }}' /proc/meminfo)",
              f"kd_pids=$(( $(getconf _NPROCESSORS_ONLN) * {PIDS_PER_CPU} )); "
              f'if [ "$kd_pids" -lt {PIDS_FLOOR} ]; then kd_pids={PIDS_FLOOR}; fi']
-    if backend == "rocm":
-        lines += ["set --",
-                  'for node in /dev/kfd /dev/dri/renderD*; do set -- "$@" --device "$node" '
-                  '--group-add "$(stat -c %g "$node")"; done']
+    if backend == "rocm":  # as kdkit.machine.run.rocm_access: each node, and each group owning one (not root's)
+        lines += ["set -- && kd_groups=",
+                  'for node in /dev/kfd /dev/dri/renderD*; do set -- "$@" --device "$node"; '
+                  'kd_groups="$kd_groups $(stat -c %g "$node")"; done',
+                  'for group in $(printf "%s\\n" $kd_groups | sort -un); do [ "$group" = 0 ] || '
+                  'set -- "$@" --group-add "$group"; done']
     return lines
 
 
@@ -106,11 +109,20 @@ def portable_line(spec: ContainerSpec, backend: str) -> str:
     return shell_words(words)
 
 
+_SHELL_VARIABLE = re.compile(r"(\$(?:PWD|kd_[a-z]+))")  # the only expansions a RUN.md word may hold
+
+
 def shell_words(words: Sequence[str]) -> str:
-    """A shell line: words that use a variable in double quotes (so it expands), the rest quoted as needed."""
+    """A shell line: a word holding one of the prelude's variables (or ``$PWD``) in double quotes, where that
+    variable expands and nothing else does (every other ``$``, quote, backslash and backtick escaped, so a
+    path of the project's cannot run anything); the rest quoted only as needed."""
     def quote(word: str) -> str:
-        if word == _ROCM_DEVICES or "$" not in word:
-            return word if word == _ROCM_DEVICES else shlex.quote(word)
-        return '"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+        if word == _ROCM_DEVICES:
+            return word
+        if not _SHELL_VARIABLE.search(word):
+            return shlex.quote(word)
+        parts = _SHELL_VARIABLE.split(word)  # text, variable, text, ...
+        return '"' + "".join(part if i % 2 else re.sub(r'([\\"`$])', r"\\\1", part)
+                             for i, part in enumerate(parts)) + '"'
 
     return " ".join(quote(word) for word in words)

@@ -300,9 +300,20 @@ def _lock_arch(lock: Path) -> str:
     return linux_arch(parse_lock(lock).header.get("platform", ""))[0] or "x86_64"
 
 
+def readable_by_all(folder: Path) -> None:
+    """Folders 0755, files 0644 (0755 where the owner may execute), whatever the umask it was made under:
+    on the rented host the container's user (10001, not the one who unpacks the bundle) reads the inputs."""
+    for base, _dirs, files in os.walk(folder):
+        os.chmod(base, 0o755)
+        for name in files:
+            path = os.path.join(base, name)
+            os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
+
+
 def _seal(staging: Path, info: dict[str, Any], say: Progress) -> None:
     """RUN.md, bundle.json, then SHA256SUMS over everything: the last files written."""
     atomic_write_text(staging / RUN_MD, run_md(info))
     atomic_write_json(staging / BUNDLE_JSON, info)
     say(SUMS)
     write_sums(staging)
+    readable_by_all(staging)

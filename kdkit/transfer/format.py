@@ -22,7 +22,8 @@ ZIPAPP = "kdkit.pyz"
 PROJECT = "project"
 # bundle.json's format key: what marks a folder as a bundle kdkit wrote (and --force may replace).
 FORMAT_KEY = "kdkit_bundle"
-FORMAT = 2
+FORMAT = 3  # 3: kdkit-wheels/ (bundle.json's kdkit_wheels); a kdkit that reads only 2 refuses it as of another format
+READS = (2, 3)  # the formats this kdkit verifies and loads (2: a bundle without kdkit-wheels/)
 # Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
 TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
                "dev.kdkit.lock.sha256", "org.opencontainers.image.revision")

@@ -29,16 +29,18 @@ from typing import Any
 
 from kdkit import __version__
 from kdkit.config.shipped import DATA_ITEMS, data_root, runtime_lock
-from kdkit.core import proc
+from kdkit.core import layout, proc
+from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import KdkitError, Unavailable
-from kdkit.core.jsonio import sha256_file
+from kdkit.core.jsonio import atomic_write_json, load_json, sha256_file
 from kdkit.core.layout import package_root
-from kdkit.core.lockfile import parse_lock
+from kdkit.core.lockfile import Pin, normalize_name, parse_lock
 from kdkit.core.report import Progress
-from kdkit.core.staging import staging_for
+from kdkit.core.staging import clean_stale, staging_for
 
 WHEELS = "kdkit-wheels"
 REQUIREMENTS = "requirements.txt"
+MANIFEST = "cache.json"  # in the cache: the Pythons served, those not and why, each file's sha256
 # CPythons a rented host may have as python3 (kdkit needs >= 3.10: pyproject.toml's requires-python).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 # manylinux tags pip is told the host accepts (glibc 2.17 and later covers every current GPU host OS).
@@ -57,18 +59,26 @@ def cache_root() -> Path:
 # ---------------------------------------------------------------- kdkit's own wheel
 
 
-def _wheel_members() -> list[tuple[str, Path]]:
-    """(name in the wheel, file) for the package and its data files, sorted; caches never travel."""
-    def walk(base: Path, prefix: str) -> list[tuple[str, Path]]:
-        found = []
-        for path in sorted(base.rglob("*")) if base.is_dir() else [base]:
-            rel = path.relative_to(base).as_posix() if base.is_dir() else ""
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                found.append((f"{prefix}/{rel}".rstrip("/"), path))
-        return found
+def _files(base: Path, prefix: str) -> list[tuple[str, Path]]:
+    """(name in the wheel, file) below ``base`` (or ``base`` itself): regular files only, never a link
+    (whatever it points at stays where it is), never a cache."""
+    paths = sorted(base.rglob("*")) if base.is_dir() else [base]
+    return [((f"{prefix}/{path.relative_to(base).as_posix()}" if base.is_dir() else prefix), path) for path in paths
+            if path.is_file() and not path.is_symlink() and not any(p.is_symlink() for p in path.parents)
+            and "__pycache__" not in path.parts and path.suffix != ".pyc"]
 
-    package = [m for m in walk(package_root(), "kdkit") if not m[0].startswith("kdkit/_data/")]
-    data = [m for item in DATA_ITEMS for m in walk(data_root() / item, f"kdkit/_data/{item}")]
+
+def _wheel_members() -> list[tuple[str, Path]]:
+    """(name in the wheel, file), sorted: the package's modules and data tables (layout.DATA), and the
+    shipped data files at their place in an installed wheel. Nothing else under the package travels (a
+    stray ``.env`` beside it, a link), and every data file is scanned for credentials first."""
+    root = package_root()
+    package = [(name, path) for name, path in _files(root, "kdkit")
+               if path.suffix == ".py" and not name.startswith("kdkit/_data/")]
+    package += [m for rel in layout.DATA for m in _files(root / rel, f"kdkit/{rel}")]
+    data = [m for item in DATA_ITEMS for m in _files(data_root() / item, f"kdkit/_data/{item}")]
+    for name, path in [m for m in package if not m[0].endswith(".py")] + data:
+        refuse_credentials_in(path, name)
     return sorted(package + data)
 
 
@@ -120,41 +130,75 @@ def _download(dest: Path, lock: Path, python: str, arch: str) -> proc.Completed:
                      "--python-version", python, "--implementation", "cp", *platforms], timeout=600)
 
 
+def _pin_of(wheel: str, pins: dict[str, Pin]) -> Pin | None:
+    """The pin a wheel file is for, by its distribution name (PEP 427: the name before the first ``-``)."""
+    return pins.get(normalize_name(wheel.split("-", 1)[0]))
+
+
 def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
-    """Fetch the locked wheels into ``cached`` (staged beside it, renamed when complete)."""
+    """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when complete)."""
+    for path in clean_stale(cached):
+        say(f"removed {path}, left by a killed fetch")
     staging = staging_for(cached)
     staging.mkdir(parents=True)
     try:
-        served, last = [], None
+        served, missing = [], {}
         for python in PYTHONS:
             say(f"{WHEELS}: pip download of kdkit's runtime lock for CPython {python} on {arch}")
             done = _download(staging, lock, python, arch)
             if done.ok:
                 served.append(python)
             else:
-                last = done.first_error_line()
+                missing[python] = done.first_error_line()
         if not served:
-            raise Unavailable(f"{lock}: pip download found no complete set of wheels ({last}); reach an index "
-                              "(pip config) or pass --no-kdkit-wheels")
-        (staging / "pythons").write_text(" ".join(served) + "\n", encoding="utf-8")
+            raise Unavailable(f"{lock}: pip download found no complete set of wheels ({missing[PYTHONS[-1]]}); "
+                              "reach an index (pip config) or pass --no-kdkit-wheels")
+        files = {p.name: sha256_file(p) for p in sorted(staging.glob("*.whl")) if p.is_file()}
+        atomic_write_json(staging / MANIFEST, {"pythons": served, "missing": missing, "files": files})
         os.replace(staging, cached)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
-def _wheels_source(lock: Path, arch: str, scratch: Path, say: Progress) -> Path:
-    """The folder of the locked wheels: kdkit's cache (filled first if need be), or, where that cache
-    cannot be read or written (another user's, a read-only HOME), ``scratch`` filled for this bundle only."""
+def _cached(cached: Path, say: Progress) -> dict[str, Any] | None:
+    """The cache's MANIFEST when every file it lists is there, else None (an incomplete cache is removed)."""
+    if not (cached / MANIFEST).is_file():
+        return None
+    manifest: dict[str, Any] = load_json(cached / MANIFEST, what="kdkit's wheel cache")
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if isinstance(files, dict) and files and all((cached / name).is_file() for name in files):
+        return manifest
+    say(f"{cached}: incomplete, fetching it again")
+    shutil.rmtree(cached)
+    return None
+
+
+def _wheels_source(lock: Path, arch: str, scratch: Path, say: Progress) -> tuple[Path, dict[str, Any]]:
+    """The folder of the locked wheels and its manifest: kdkit's cache (filled first if need be), or, where
+    that cache cannot be read or written (another user's, a read-only HOME), ``scratch`` for this bundle only."""
     cached = cache_root() / WHEELS / f"{sha256_file(lock)[:16]}-{arch}"
     try:
-        if not (cached / "pythons").is_file():
+        manifest = _cached(cached, say)
+        if manifest is None:
             _fill_cache(cached, lock, arch, say)
-        return cached
+            manifest = load_json(cached / MANIFEST, what="kdkit's wheel cache")
+        return cached, manifest
     except OSError as exc:
         say(f"{cached}: kdkit's cache is not usable ({exc.strerror or exc}); fetching for this bundle only")
     _fill_cache(scratch, lock, arch, say)
-    return scratch
+    return scratch, load_json(scratch / MANIFEST, what="kdkit's wheel cache")
+
+
+def _copy_checked(source: Path, names: list[str], lock: Path, folder: Path) -> None:
+    """Each wheel into ``folder``, after its hash is found among its own pin's in the lock."""
+    pins = parse_lock(lock).pins
+    for name in names:
+        pin = _pin_of(name, pins)
+        if pin is None or f"sha256:{sha256_file(source / name)}" not in pin.hashes:
+            raise KdkitError(f"{source / name}: its hash is not the lock's for it ({lock}); remove {source} and "
+                             "bundle again")
+        shutil.copyfile(source / name, folder / name)
 
 
 def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) -> dict[str, Any]:
@@ -162,23 +206,21 @@ def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) 
     say = progress or (lambda _m: None)
     lock = runtime_lock()
     scratch = bundle / f".{WHEELS}-fetch"
+    folder = bundle / WHEELS
     try:
-        source = _wheels_source(lock, arch, scratch, say)
-        folder = bundle / WHEELS
+        source, manifest = _wheels_source(lock, arch, scratch, say)
         folder.mkdir()
-        allowed = {h for pin in parse_lock(lock).pins.values() for h in pin.hashes}
-        for wheel in sorted(source.glob("*.whl")):
-            if f"sha256:{sha256_file(wheel)}" not in allowed:
-                raise KdkitError(f"{wheel}: its hash is not in {lock}; remove {source} and bundle again")
-            shutil.copyfile(wheel, folder / wheel.name)
-        pythons = (source / "pythons").read_text(encoding="utf-8").split()
+        _copy_checked(source, sorted(manifest["files"]), lock, folder)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    for python, why in manifest.get("missing", {}).items():
+        say(f"{WHEELS}: none for CPython {python} ({why}); there, RUN.md's Docker-only way needs no kdkit")
     own = write_kdkit_wheel(folder)
     (folder / REQUIREMENTS).write_text(lock.read_text(encoding="utf-8") + f"kdkit=={__version__} \\\n"
                                        f"    --hash=sha256:{sha256_file(own)}\n", encoding="utf-8")
     return {"folder": WHEELS, "requirements": f"{WHEELS}/{REQUIREMENTS}", "wheel": own.name, "arch": arch,
-            "pythons": pythons, "files": sorted(path.name for path in folder.iterdir())}
+            "pythons": manifest["pythons"], "pythons_missing": manifest.get("missing", {}),
+            "files": sorted(path.name for path in folder.iterdir())}
 
 
 def listed_files(info: dict[str, Any]) -> list[str] | None:

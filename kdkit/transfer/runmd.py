@@ -30,10 +30,18 @@ def _block(lines: list[str]) -> list[str]:
     return [f"    {line}" for line in lines] + [""]
 
 
-def _copy_out(kdkit: str) -> list[str]:
+def _kdkit(env: str) -> str:
+    """kdkit from a venv, through its Python: a venv's scripts start with a shebang that breaks on a path
+    holding a space or a ``$``; ``python -m`` does not."""
+    return f"{env}/bin/python -m kdkit"
+
+
+def _copy_out(kdkit: str, runs: str) -> list[str]:
+    """Each finished run copied out once (a second paste copies only what is new), then every copy verified."""
     return [f"mkdir -p {EVIDENCE}",
-            f'for run in {PROJECT}/runs/*/; do {kdkit} copy-out "$run" {EVIDENCE}; done',
-            f'for copy in {EVIDENCE}/*/; do {kdkit} copy-out --verify "$copy"; done']
+            f'for run in {PROJECT}/{runs}/*/; do [ -d "$run" ] && [ ! -e "{EVIDENCE}/$(basename "$run")" ] '
+            f'|| continue; {kdkit} copy-out "$run" {EVIDENCE}; done',
+            f'for copy in {EVIDENCE}/*/; do [ ! -d "$copy" ] || {kdkit} copy-out --verify "$copy"; done']
 
 
 def _header(info: dict[str, Any]) -> list[str]:
@@ -45,23 +53,30 @@ def _header(info: dict[str, Any]) -> list[str]:
             *_block(["sha256sum -c --quiet SHA256SUMS"])]
 
 
+def _pythons(wheels: dict[str, Any]) -> str:
+    served = f"python3 {', '.join(wheels['pythons'])} on {wheels['arch']} Linux"
+    missing = sorted(wheels.get("pythons_missing") or {})
+    return served + (f", not {', '.join(missing)} (a locked wheel has no build for it)" if missing else "")
+
+
 def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[str]:
-    wheels = info["kdkit_wheels"]
-    pythons = ", ".join(wheels["pythons"])
+    wheels, kdkit = info["kdkit_wheels"], _kdkit(KDKIT_ENV)
     return ["## With Docker, through kdkit (recommended)", "",
-            f"kdkit itself travels in `{wheels['folder']}/` and installs offline, hash-checked, for python3 "
-            f"{pythons} on {wheels['arch']} Linux (where `python3 -m venv` fails: `apt-get install python3-venv`).",
+            f"kdkit itself travels in `{wheels['folder']}/` and installs offline, hash-checked, for "
+            f"{_pythons(wheels)}; "
+            "with another python3, or where `python3 -m venv` fails (`apt-get install python3-venv`), use the "
+            "Docker-only way below. `kdkit load` needs `zstd` for the image (`apt-get install zstd`). "
             "`kdkit run` starts the container confined, with the pilot inputs read-only and "
             f"`{PROJECT}/{runs}` writable. {RUNS_OWNER}. `--print` shows its `docker run` line.", "",
-            *_block([f"python3 -m venv {KDKIT_ENV} && {KDKIT_ENV}/bin/pip install --quiet --no-index --find-links "
-                     f"{wheels['folder']} --require-hashes -r {wheels['requirements']}",
-                     f"{KDKIT_ENV}/bin/kdkit load .",
-                     f"{KDKIT_ENV}/bin/kdkit run {PROJECT} --image {image['ref']}"]),
+            *_block([f"python3 -m venv --clear {KDKIT_ENV} && {KDKIT_ENV}/bin/python -m pip install --quiet "
+                     f"--no-index --find-links {wheels['folder']} --require-hashes -r {wheels['requirements']}",
+                     f"{kdkit} load .",
+                     f"{kdkit} run {PROJECT} --image {image['ref']}"]),
             "The container runs diagnose, then verify-env against the lock, then the pilot; its exit code is the "
             f"verdict (`kdkit run --resume RUN_ID` finishes an interrupted run). Keep the evidence (`{EVIDENCE}`):",
-            "", *_block(_copy_out(f"{KDKIT_ENV}/bin/kdkit")),
+            "", *_block(_copy_out(kdkit, runs)),
             f"After the campaign, with the order that `kdkit plan --save order.json` wrote copied beside this folder: "
-            f"`{CLOSE.format(kdkit=KDKIT_ENV + '/bin/kdkit', project=PROJECT)}`.", ""]
+            f"`{CLOSE.format(kdkit=kdkit, project=PROJECT)}`.", ""]
 
 
 def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
@@ -70,20 +85,21 @@ def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs:
     spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend)
     return ["## With Docker only (no kdkit on this host)", "",
             "The same container as `kdkit run` starts (image id "
-            f"{image['id'][:19]}); the lines before it compute what it depends on here. {RUNS_OWNER}.", "",
+            f"{image['id'][:19]}); the lines before it compute what it depends on here. {RUNS_OWNER}. "
+            f"`{decompress.split()[0]}` must be installed (`apt-get install {decompress.split()[0]}`).", "",
             *_block([f"{decompress} {image['file']} | docker load",
                      *shell_prelude(f"{PROJECT}/{runs}", backend),
                      portable_line(spec, backend)]),
             "Its exit code is the verdict. Keep the evidence (`python3 kdkit.pyz` copies and verifies):", "",
-            *_block(_copy_out(f"python3 {ZIPAPP}"))]
+            *_block(_copy_out(f"python3 {ZIPAPP}", runs))]
 
 
 def _without_docker(info: dict[str, Any]) -> list[str]:
     backend, lock = info["backend"], info["lock"]
-    pyz = f"{LOCK_ENV}/bin/python {ZIPAPP}"
+    pyz, runs = f"{LOCK_ENV}/bin/python {ZIPAPP}", info["runs"]
     return [f"## Without Docker (python{info['python']} and the lock's index reachable)", "",
             "A venv made from the lock, hash-checked, then kdkit's in-container part from `kdkit.pyz`:", "",
-            *_block([f"python{info['python']} -m venv {LOCK_ENV} && {LOCK_ENV}/bin/pip install --quiet "
+            *_block([f"python{info['python']} -m venv {LOCK_ENV} && {LOCK_ENV}/bin/python -m pip install --quiet "
                      f"--require-hashes --no-deps -r {PROJECT}/{lock}",
                      f"{pyz} diagnose --expect {backend} && {pyz} verify-env --lock {PROJECT}/{lock} "
                      f"&& {pyz} pilot {PROJECT}"]),
@@ -91,7 +107,19 @@ def _without_docker(info: dict[str, Any]) -> list[str]:
             f"`{pyz} sweep {PROJECT} --batch-sizes 1,2,4,8` (the batch size from measurements) and "
             f"`{pyz} resume-test {PROJECT} --out ../resume-test` (training: resume in a new process). Keep the "
             "evidence:",
-            "", *_block(_copy_out(pyz))]
+            "", *_block(_copy_out(pyz, runs)), *_kdkit_for_close(info)]
+
+
+def _kdkit_for_close(info: dict[str, Any]) -> list[str]:
+    """Without an image there is no section that installs kdkit; `kdkit close` still wants it."""
+    wheels = info.get("kdkit_wheels")
+    if info["image"] or not wheels:
+        return []
+    install = (f"python3 -m venv --clear {KDKIT_ENV} && {KDKIT_ENV}/bin/python -m pip install --quiet --no-index "
+               f"--find-links {wheels['folder']} --require-hashes -r {wheels['requirements']}")
+    return [f"kdkit itself installs offline from `{wheels['folder']}/` ({_pythons(wheels)}): `{install}`; after the "
+            f"campaign, with the order `kdkit plan --save order.json` wrote copied beside this folder: "
+            f"`{CLOSE.format(kdkit=_kdkit(KDKIT_ENV), project=PROJECT)}`.", ""]
 
 
 def run_md(info: dict[str, Any]) -> str:

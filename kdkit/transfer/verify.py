@@ -25,9 +25,9 @@ from kdkit.core.report import Progress
 from kdkit.transfer.format import (
     BUNDLE_JSON,
     COMPRESSORS,
-    FORMAT,
     FORMAT_KEY,
     PROJECT,
+    READS,
     RUN_MD,
     TIED_LABELS,
     ZIPAPP,
@@ -40,9 +40,9 @@ from kdkit.transfer.kdkitwheels import listed_files
 
 def _required(info: Any) -> tuple[set[str], str | None]:
     """The files bundle.json says the bundle holds, and why it cannot say (None when it can)."""
-    if not isinstance(info, dict) or info.get(FORMAT_KEY) != FORMAT:
-        return set(), (f"has no {FORMAT_KEY!r}: {FORMAT} (made by an older kdkit, or not by kdkit); make the "
-                       "bundle again with `kdkit bundle`")
+    if not isinstance(info, dict) or info.get(FORMAT_KEY) not in READS:
+        return set(), (f"has no {FORMAT_KEY!r}: {' or '.join(map(str, READS))} (made by an older or newer kdkit, "
+                       "or not by kdkit); make the bundle again with `kdkit bundle` of this kdkit")
     files, image = info.get("files"), info.get("image")
     named = [info.get(key) for key in ("lock", "pilot_config", "manifest")]
     if not isinstance(files, list) or not all(safe_name(f) for f in [*files, *named, "kdkit.json"]):
