@@ -59,6 +59,46 @@ def test_same_version_twice_merges_hashes(tmp_path: Path) -> None:
     assert lock.pins["six"].hashes == [H1, H2]
 
 
+def test_same_version_under_two_markers_applies_under_either(tmp_path: Path) -> None:
+    """The line order does not matter: the pin applies when either marker holds."""
+    win, linux = 'sys_platform == "win32"', 'sys_platform == "linux"'
+    for first, second in ((win, linux), (linux, win)):
+        lock = parse_lock(write(tmp_path, f"six==1.17.0 ; {first} --hash={H1}\nsix==1.17.0 ; {second} --hash={H2}\n"))
+        assert lock.pins["six"].marker == f"({first}) or ({second})" and lock.pins["six"].hashes == [H1, H2]
+        assert lock.pin_for("six", ENV) == lock.pins["six"]
+        assert lock.pin_for("six", {**ENV, "sys_platform": "darwin"}) is None
+    unmarked = parse_lock(write(tmp_path, f"six==1.17.0 ; {win} --hash={H1}\nsix==1.17.0 --hash={H2}\n"))
+    assert unmarked.pins["six"].marker is None
+
+
+def test_universal_lock_one_version_per_environment(tmp_path: Path) -> None:
+    """What `uv pip compile --universal` writes: one name, two versions, disjoint markers."""
+    text = (f"numpy==1.26.4 ; python_version < '3.11' --hash={H1}\n"
+            f"numpy==2.2.0 ; python_version >= '3.11' --hash={H2}\n")
+    lock = parse_lock(write(tmp_path, text))
+    assert [p.version for p in lock.every_pin()] == ["1.26.4", "2.2.0"] and lock.pins["numpy"].version == "1.26.4"
+    assert lock.pin_for("numpy", ENV).version == "2.2.0"  # type: ignore[union-attr]
+    assert lock.pin_for("numpy", {**ENV, "python_version": "3.10"}).version == "1.26.4"  # type: ignore[union-attr]
+
+
+def test_overlapping_markers_refused_where_both_hold(tmp_path: Path) -> None:
+    path = write(tmp_path, f"six==1.16.0 ; os_name == 'posix' --hash={H1}\nsix==1.17.0 ; sys_platform == 'linux' "
+                           f"--hash={H2}\n")
+    lock = parse_lock(path)
+    assert lock.pin_for("six", {**ENV, "os_name": "nt", "sys_platform": "win32"}) is None
+    with pytest.raises(BadInput) as caught:
+        lock.pin_for("six", ENV)
+    assert str(caught.value) == (f"{path}:2: six is pinned to 1.16.0 (line 1) and 1.17.0 and both markers hold for "
+                                 "this interpreter; make the markers disjoint (regenerate with `kdkit lock`)")
+
+
+def test_bom_and_require_hashes_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "cuda.txt"
+    path.write_bytes(f"\ufeff--require-hashes\nsix==1.16.0 --hash={H1}\n".encode())
+    lock = parse_lock(path)
+    assert lock.options == [("--require-hashes", "")] and list(lock.pins) == ["six"]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -77,8 +117,8 @@ def test_same_version_twice_merges_hashes(tmp_path: Path) -> None:
          "{p}:1: URL, path or VCS requirement 'git+https://github.com/x/y.git#egg=y' refused; "
          "kdkit locks name releases from an index (pin the release, then `kdkit lock`)"),
         (f"six==1.16.0 --hash={H1}\nsix==1.17.0 \\\n  --hash={H2}\n",
-         "{p}:2: six pinned twice with different versions (1.16.0 at line 1, 1.17.0 here); keep one "
-         "(regenerate with `kdkit lock`)"),
+         "{p}:2: six pinned twice with different versions (1.16.0 at line 1, 1.17.0 here); keep one, "
+         "or put each under a marker (regenerate with `kdkit lock`)"),
         ("-r other.txt\n", "{p}:1: -r includes another file; a lock must be self-contained "
                            "(regenerate it with `kdkit lock`)"),
         (f"six==1.16.0 ; python_version <<< '3' --hash={H1}\n", "{p}:1: marker \"python_version <<< '3'\": "

@@ -53,12 +53,32 @@ def marker_environment() -> dict[str, str]:
     }
 
 
+def _started_from(entry: str) -> bool:
+    """Whether ``entry`` is what the interpreter put first on sys.path: the cwd for ``-m``, ``-c`` and
+    stdin, the script's folder, or the zipapp itself (https://docs.python.org/3/library/sys.html#sys.path)."""
+    if not entry:
+        return True
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+    starts = {os.getcwd(), script, os.path.dirname(script)} - {""}
+    return os.path.realpath(entry) in {os.path.realpath(path) for path in starts}
+
+
+def search_path() -> list[str]:
+    """sys.path as the environment makes it: without the entry the interpreter puts first for the
+    cwd or the script, unless -P / -I left it out (sys.flags.safe_path, Python 3.11+). A stale
+    ``click.egg-info`` in the cwd is no part of the environment."""
+    path = list(sys.path)
+    if path and not getattr(sys.flags, "safe_path", False) and _started_from(path[0]):
+        path = path[1:]
+    return [entry for entry in path if entry]
+
+
 def describe() -> dict[str, object]:
     """The facts verify-env needs about the running interpreter."""
     return {
         "executable": sys.executable,
         "prefix": sys.prefix,
-        "sys_path": [entry for entry in sys.path if entry],
+        "sys_path": search_path(),
         "markers": marker_environment(),
     }
 

@@ -7,11 +7,21 @@ exact pin (``name==version``, the local label included) with at least one
 unhashed, editable, URL or VCS line cannot be proved against an installed
 environment (a direct URL install has no version the lock could name).
 
+One name may be pinned more than once. The same version twice with different
+markers is one pin whose marker is either of them (pip installs it when any line
+applies). Different versions are allowed only under markers (what ``uv pip
+compile --universal`` writes, one line per environment); each is a candidate
+and the environment picks the one whose marker holds. A UTF-8 BOM and a
+``--require-hashes`` line (pip's flag; every kdkit lock is hashed anyway) are
+accepted.
+
 Stable API (``kdkit check`` reads the locked torch with it)::
 
     lock = parse_lock(path)
-    pin = lock.pins.get("torch")         # keys are PEP 503 normalized names
+    pin = lock.pins.get("torch")         # keys are PEP 503 normalized names; the first candidate
     pin.version, pin.public_version, pin.local   # "2.8.0+cu128", "2.8.0", "cu128"
+    lock.pin_for("torch", markers)       # the candidate whose marker holds for that environment
+    lock.every_pin()                     # each candidate of each name, in file order
     lock.header["backend"]               # the provenance written by `kdkit lock`
 """
 
@@ -24,7 +34,7 @@ from typing import NamedTuple
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import read_text_file
-from kdkit.core.markers import InvalidMarker, parse_marker
+from kdkit.core.markers import InvalidMarker, evaluate, parse_marker
 from kdkit.core.versions import InvalidVersion, Version
 
 HEADER_PREFIX = "# kdkit:"
@@ -37,8 +47,9 @@ INDEX_OPTIONS = {
     "--trusted-host": "--trusted-host",
     "--no-index": "--no-index", "--pre": "--pre", "--prefer-binary": "--prefer-binary",
     "--only-binary": "--only-binary", "--no-binary": "--no-binary",
+    "--require-hashes": "--require-hashes",  # pip's own check that every line is hashed
 }
-_FLAG_OPTIONS = {"--no-index", "--pre", "--prefer-binary"}
+_FLAG_OPTIONS = {"--no-index", "--pre", "--prefer-binary", "--require-hashes"}
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _PIN = re.compile(
@@ -80,12 +91,33 @@ class Pin(NamedTuple):
 
 
 class Lock(NamedTuple):
-    """A parsed lock: its pins by normalized name, its provenance header and its index options."""
+    """A parsed lock: its pins by normalized name (the first candidate of each), every candidate
+    by name (more than one only under markers), its provenance header and its index options."""
 
     path: Path
     pins: dict[str, Pin]
     header: dict[str, str]
     options: list[tuple[str, str]]
+    candidates: dict[str, list[Pin]]
+
+    def every_pin(self) -> list[Pin]:
+        """Each candidate of each name, in the order of the names' first lines."""
+        return [pin for pins in self.candidates.values() for pin in pins]
+
+    def applying(self, key: str, markers: dict[str, str]) -> list[Pin]:
+        """The candidates of ``key`` whose marker holds for ``markers`` (an environment's variables)."""
+        env = {**markers, "extra": ""}
+        return [pin for pin in self.candidates.get(key, []) if not pin.marker or evaluate(pin.marker, env)]
+
+    def pin_for(self, key: str, markers: dict[str, str]) -> Pin | None:
+        """The one candidate of ``key`` for that environment; None when no marker holds; BadInput when
+        two versions both apply (the lock is ambiguous there)."""
+        pins = self.applying(key, markers)
+        if len(pins) > 1:
+            raise BadInput(f"{self.path}:{pins[1].line}: {pins[1].name} is pinned to {pins[0].version} (line "
+                           f"{pins[0].line}) and {pins[1].version} and both markers hold for this "
+                           "interpreter; make the markers disjoint (regenerate with `kdkit lock`)")
+        return pins[0] if pins else None
 
     def inputs(self) -> dict[str, str]:
         """The ``input:<path>`` header entries: input file (relative to the project) -> sha256."""
@@ -176,24 +208,33 @@ def _parse_pin(where: str, number: int, body: str) -> Pin:
     return Pin(match.group("name"), text, public, local or None, marker, hashes, number, extras)
 
 
-def _add_pin(where: str, pins: dict[str, Pin], pin: Pin) -> None:
-    previous = pins.get(pin.key)
-    if previous is None:
-        pins[pin.key] = pin
-        return
-    if Version.parse(previous.version) != Version.parse(pin.version):
+def _either(first: str | None, second: str | None) -> str | None:
+    """The marker of a version pinned on two lines: it applies when either line does."""
+    if not first or not second:
+        return None  # an unmarked line applies everywhere
+    return first if first == second else f"({first}) or ({second})"
+
+
+def _add_pin(where: str, candidates: dict[str, list[Pin]], pin: Pin) -> None:
+    pins = candidates.setdefault(pin.key, [])
+    version = Version.parse(pin.version)
+    for index, previous in enumerate(pins):
+        if Version.parse(previous.version) == version:
+            merged = previous.hashes + [h for h in pin.hashes if h not in previous.hashes]
+            pins[index] = previous._replace(marker=_either(previous.marker, pin.marker), hashes=merged)
+            return
+    if pins and not all(p.marker for p in [*pins, pin]):
+        previous = pins[0]
         raise BadInput(f"{where}: {pin.name} pinned twice with different versions ({previous.version} "
-                       f"at line {previous.line}, {pin.version} here); keep one "
-                       "(regenerate with `kdkit lock`)")
-    merged = previous.hashes + [h for h in pin.hashes if h not in previous.hashes]
-    pins[pin.key] = Pin(previous.name, previous.version, previous.public_version, previous.local,
-                        previous.marker, merged, previous.line, previous.extras)
+                       f"at line {previous.line}, {pin.version} here); keep one, or put each under a "
+                       "marker (regenerate with `kdkit lock`)")
+    pins.append(pin)
 
 
 def parse_lock_text(text: str, path: Path) -> Lock:
     """Parse a lock's text; ``path`` only names the file in messages."""
-    lock = Lock(path, {}, {}, [])
-    for number, line in logical_lines(text):
+    lock = Lock(path, {}, {}, [], {})
+    for number, line in logical_lines(text.removeprefix("\ufeff")):  # a BOM, as Notepad writes
         stripped = line.strip()
         if stripped.startswith(HEADER_PREFIX):
             _read_header_line(stripped, lock.header)
@@ -205,7 +246,8 @@ def parse_lock_text(text: str, path: Path) -> Lock:
         if body.startswith("-") and not body.startswith("--hash"):
             _option(where, body, lock.options)
             continue
-        _add_pin(where, lock.pins, _parse_pin(where, number, body))
+        _add_pin(where, lock.candidates, _parse_pin(where, number, body))
+    lock.pins.update((key, pins[0]) for key, pins in lock.candidates.items())
     if not lock.pins:
         raise BadInput(f"{path}: no pinned requirement in it (empty, or comments only): this is not a lock, and "
                        "an empty lock would prove nothing; regenerate it with `kdkit lock`")

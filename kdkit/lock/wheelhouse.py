@@ -120,7 +120,7 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
 
 def locked_hashes(lock: Lock) -> dict[str, str]:
     """Each sha256 (hex, lower case) the lock names -> the key of its pin."""
-    return {h.split(":", 1)[1].lower(): pin.key for pin in lock.pins.values() for h in pin.hashes}
+    return {h.split(":", 1)[1].lower(): pin.key for pin in lock.every_pin() for h in pin.hashes}
 
 
 def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
@@ -130,7 +130,7 @@ def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
                        f"{wheelhouse}`")
     lock = parse_lock(lock_path)
     wanted = locked_hashes(lock)
-    prefixes = tuple(f"{key}-" for key in {pin.key for pin in lock.pins.values()})
+    prefixes = tuple(f"{key}-" for key in lock.candidates)
     chosen: dict[str, Path] = {}
     for path in sorted(wheelhouse.iterdir()):
         if path.is_file() and normalize_name(path.name).startswith(prefixes):

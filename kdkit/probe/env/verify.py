@@ -22,7 +22,11 @@ Rules, and where they are deliberately stricter than ``pip-sync --dry-run``:
 * pip, setuptools, wheel, distribute and kdkit (the installer's tools and the
   checker) are never reported as unlocked; when the lock pins them they are
   checked like any other line;
-* distributions present but not locked are warnings; ``--strict`` makes them errors.
+* distributions present but not locked are warnings; ``--strict`` makes them errors;
+* so are a locked distribution installed from a direct URL or a local file (PEP 610
+  ``direct_url.json``; pip-sync reinstalls it from the lock's index, uv keeps it) and a
+  name with two ``.dist-info`` folders on the path (a stale one; uv reinstalls, pip-sync
+  does not look): https://packaging.python.org/en/latest/specifications/direct-url/
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from kdkit.core.builds import parse_label
 from kdkit.core.envinfo import describe
 from kdkit.core.errors import BadInput
 from kdkit.core.lockfile import Lock, Pin, normalize_name, parse_lock
-from kdkit.core.markers import evaluate
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.report import print_result
 from kdkit.core.versions import InvalidVersion, Version
@@ -52,8 +55,10 @@ listed); 2 the lock cannot be read, or --python is not an interpreter.
 
 Findings: missing (locked, not installed), version (installed version differs,
 local label included: locked +cu128, installed +cpu), torch-build (torch.version.cuda
-or .hip disagrees with the lock's label), extra (installed, not locked; an error
-only with --strict). pip, setuptools, wheel and kdkit are never 'extra'.
+or .hip disagrees with the lock's label), direct-url (installed from a URL or a
+local file, not an index), duplicate (a stale second .dist-info of one name), extra
+(installed, not locked). The last three are errors only with --strict. pip,
+setuptools, wheel and kdkit are never 'extra'.
 
 Examples:
   kdkit verify-env --lock requirements/cuda.txt
@@ -68,12 +73,14 @@ class Installed(NamedTuple):
     name: str
     version: str
     location: Path
+    direct_url: str | None = None  # PEP 610: installed from this URL, not from an index
+    stale: tuple[str, ...] = ()  # other metadata folders of the same name on the path
 
 
 class Finding(NamedTuple):
     """One difference between the lock and the environment."""
 
-    kind: str  # missing | version | torch-build | extra
+    kind: str  # missing | version | torch-build | direct-url | duplicate | extra
     name: str
     severity: str  # error | warning
     message: str
@@ -180,10 +187,23 @@ def _metadata_file(entry: os.DirEntry[str]) -> Path | None:
     return None
 
 
+def _direct_url(meta: Path) -> str | None:
+    """The ``url`` of a .dist-info's PEP 610 direct_url.json, when it has one."""
+    path = meta.with_name("direct_url.json")
+    if meta.name != "METADATA" or not path.is_file():
+        return None
+    try:
+        url = json.loads(path.read_text(encoding="utf-8")).get("url")
+    except (OSError, ValueError, AttributeError):
+        return str(path)
+    return url if isinstance(url, str) else str(path)
+
+
 def read_installed(sys_path: list[str]) -> dict[str, Installed]:
-    """Installed distributions by normalized name; the first on sys.path wins, as at import time."""
+    """Installed distributions by normalized name; the first on sys.path wins, as at import time, and
+    the other metadata folders of that name are kept as ``stale``."""
     found: dict[str, Installed] = {}
-    for folder in sys_path:
+    for folder in dict.fromkeys(os.path.abspath(entry) for entry in sys_path):  # each folder once
         try:
             entries = list(os.scandir(folder))
         except OSError:
@@ -191,8 +211,14 @@ def read_installed(sys_path: list[str]) -> dict[str, Installed]:
         for entry in sorted(entries, key=lambda e: e.name):
             meta = _metadata_file(entry)
             fields = _metadata_fields(meta) if meta else None
-            if fields:
-                found.setdefault(normalize_name(fields[0]), Installed(fields[0], fields[1], Path(folder)))
+            if not fields or meta is None:
+                continue
+            key = normalize_name(fields[0])
+            first = found.get(key)
+            if first is None:
+                found[key] = Installed(fields[0], fields[1], Path(folder), _direct_url(meta))
+            else:
+                found[key] = first._replace(stale=(*first.stale, entry.path))
     return found
 
 
@@ -264,7 +290,7 @@ def same_version(locked: str, installed: str) -> bool:
         return locked.strip().lower() == installed.strip().lower()
 
 
-def _check_pin(pin: Pin, have: Installed | None) -> list[Finding]:
+def _check_pin(pin: Pin, have: Installed | None, severity: str) -> list[Finding]:
     if have is None:
         message = f"{pin.name}=={pin.version} is locked (line {pin.line}) but not installed"
         return [Finding("missing", pin.name, "error", message, pin.version, None, pin.line)]
@@ -273,26 +299,36 @@ def _check_pin(pin: Pin, have: Installed | None) -> list[Finding]:
         findings.append(Finding("version", pin.name, "error", f"{pin.name}: locked {pin.version} "
                                 f"(line {pin.line}), installed {have.version}", pin.version, have.version,
                                 pin.line))
+    elif have.direct_url:
+        findings.append(Finding("direct-url", pin.name, severity, f"{have.name} {have.version} was installed "
+                                f"from {have.direct_url}, not from the lock's index; reinstall it from the lock",
+                                pin.version, have.version, pin.line))
     if pin.key == "torch" and (torch := torch_build_finding(pin, have)) is not None:
         findings.append(torch)
     return findings
+
+
+def _stale_findings(installed: dict[str, Installed], severity: str) -> list[Finding]:
+    return [Finding("duplicate", have.name, severity, f"{have.name} {have.version} in {have.location} has "
+                    f"another metadata folder {have.stale[0]}; remove the stale one or reinstall {have.name}",
+                    None, have.version, None) for _key, have in sorted(installed.items()) if have.stale]
 
 
 def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str], *,
             strict: bool = False, python: str = "") -> Report:
     """Every finding of ``lock`` against ``installed`` for the interpreter described by ``markers``."""
     report = Report(str(lock.path), python, strict, len(installed))
-    env = {**markers, "extra": ""}
-    required: set[str] = set()
-    for key, pin in lock.pins.items():
-        if pin.marker and not evaluate(pin.marker, env):
-            report.excluded.append({"name": pin.name, "version": pin.version, "marker": pin.marker,
-                                    "line": pin.line})
-            continue
-        required.add(key)
-        report.findings += _check_pin(pin, installed.get(key))
-    report.locked = len(required)
     severity = "error" if strict else "warning"
+    required: set[str] = set()
+    for key, candidates in lock.candidates.items():
+        pin = lock.pin_for(key, markers)
+        report.excluded += [{"name": other.name, "version": other.version, "marker": other.marker,
+                             "line": other.line} for other in candidates if other is not pin]
+        if pin is not None:
+            required.add(key)
+            report.findings += _check_pin(pin, installed.get(key), severity)
+    report.locked = len(required)
+    report.findings += _stale_findings(installed, severity)
     for key, have in sorted(installed.items()):
         if key not in required and key not in NEVER_EXTRA:
             report.findings.append(Finding("extra", have.name, severity, f"{have.name} {have.version} is "
