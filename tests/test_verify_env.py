@@ -86,6 +86,19 @@ def test_runs_isolated_inside_the_inspected_venv(env: Env, tmp_path: Path) -> No
     ]
 
 
+def test_cwd_is_no_part_of_the_environment(env: Env, tmp_path: Path) -> None:
+    """`python -m kdkit.probe` puts the cwd first on sys.path; a stale click.egg-info there is not installed
+    (https://docs.python.org/3/using/cmdline.html#cmdoption-m). kdkit itself comes from that cwd here."""
+    shutil.copytree(REPO / "kdkit", tmp_path / "kdkit", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "click.egg-info").mkdir()
+    (tmp_path / "click.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: click\nVersion: 7.0\n\n")
+    lock = env.lock(tmp_path, *env.all_lines())
+    done = subprocess.run([str(env.python), "-m", "kdkit.probe", "verify-env", "--lock", str(lock), "--strict",
+                           "--json"], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["counts"]["installed"] == 5
+
+
 def test_each_planted_difference(env: Env, tmp_path: Path) -> None:
     lock = env.lock(
         tmp_path,

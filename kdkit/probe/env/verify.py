@@ -75,6 +75,7 @@ class Installed(NamedTuple):
     location: Path
     direct_url: str | None = None  # PEP 610: installed from this URL, not from an index
     stale: tuple[str, ...] = ()  # other metadata folders of the same name on the path
+    metadata: str = ""  # its own metadata folder (or PKG-INFO file)
 
 
 class Finding(NamedTuple):
@@ -199,6 +200,18 @@ def _direct_url(meta: Path) -> str | None:
     return url if isinstance(url, str) else str(path)
 
 
+def _second(first: Installed, other: Installed) -> Installed:
+    """Two metadata folders of one name: the first on sys.path wins; in one folder, whose order is the
+    file system's, the newer version does (the older is what an interrupted upgrade left)."""
+    try:
+        swap = other.location == first.location and Version.parse(other.version) > Version.parse(first.version)
+    except InvalidVersion:
+        swap = False
+    if swap:
+        return other._replace(stale=(*first.stale, first.metadata))
+    return first._replace(stale=(*first.stale, other.metadata))
+
+
 def read_installed(sys_path: list[str]) -> dict[str, Installed]:
     """Installed distributions by normalized name; the first on sys.path wins, as at import time, and
     the other metadata folders of that name are kept as ``stale``."""
@@ -214,11 +227,8 @@ def read_installed(sys_path: list[str]) -> dict[str, Installed]:
             if not fields or meta is None:
                 continue
             key = normalize_name(fields[0])
-            first = found.get(key)
-            if first is None:
-                found[key] = Installed(fields[0], fields[1], Path(folder), _direct_url(meta))
-            else:
-                found[key] = first._replace(stale=(*first.stale, entry.path))
+            have = Installed(fields[0], fields[1], Path(folder), _direct_url(meta), (), entry.path)
+            found[key] = _second(found[key], have) if key in found else have
     return found
 
 
