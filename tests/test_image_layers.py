@@ -94,14 +94,18 @@ def test_a_small_package_added_or_bumped_leaves_the_torch_part_as_it_was() -> No
 # ---------------------------------------------------------------- the images (engine)
 
 
-def _venv_layer(ref: str) -> str:
-    """The image's history entry (id, command) of the venv's copy: the classic builder names what it copied by
+def _layer(ref: str, folder: str) -> str:
+    """The image's history entry (id, command) of a folder's copy: the classic builder names what it copied by
     its content's hash (``COPY dir:<sha256> in /opt/kdkit/venv``)."""
     done = proc.run(["docker", "history", "--no-trunc", "--format", "{{.ID}} {{.CreatedBy}}", ref])
     assert done.returncode == 0, done.stderr
-    rows = [row for row in done.stdout.splitlines() if " in /opt/kdkit/venv " in row + " "]
+    rows = [row for row in done.stdout.splitlines() if f" in {folder} " in row + " "]
     assert len(rows) == 1, done.stdout
     return rows[0]
+
+
+def _venv_layer(ref: str) -> str:
+    return _layer(ref, "/opt/kdkit/venv")
 
 
 def _step(data: dict[str, Any], pattern: str) -> dict[str, Any]:
@@ -129,8 +133,9 @@ def test_one_more_small_package_reuses_the_torch_layers_and_the_image_still_pass
         for pattern in (r"^COPY build/torch/", r"^RUN .*/tmp/kdkit-build/torch;",
                         r"^COPY --from=builder /opt/kdkit/venv "):
             assert _step(data, pattern)["cached"], pattern  # the classic builder said "Using cache"
-        for pattern in (r"^RUN .*/tmp/kdkit-build/rest;", r"^COPY --from=builder /opt/kdkit/deps "):
-            assert not _step(data, pattern)["cached"], pattern
+        # The rest is another layer (idna in it). Not asserted through "Using cache": an engine that built this
+        # very lock before (an earlier session) serves the rest from its cache too, rightly.
+        assert _layer(data["tag"], "/opt/kdkit/deps") != _layer(built["tag"], "/opt/kdkit/deps")
         assert _venv_layer(data["tag"]) == _venv_layer(built["tag"])  # the very layer, shared by both images
         if _step(data, r"^COPY kdkit/ ")["cached"]:  # unless kdkit's own files changed since the session's build
             assert _step(data, r"^RUN .*torch-arch")["cached"]

@@ -7,6 +7,7 @@ engine's runtimes). Everything else is real: the engine, the images, the CLI.
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from collections.abc import Iterator
@@ -294,7 +295,8 @@ def _cli_as_sdk(argv: list[str]) -> dict[str, object]:
         elif flag == "--device":
             out.setdefault("devices", []).append(f"{value}:{value}:rwm")  # type: ignore[union-attr]
         elif flag == "--mount":
-            fields = dict(part.partition("=")[::2] for part in value.split(","))
+            # the docker CLI reads --mount as one CSV record (docker/cli opts/mount.go)
+            fields = dict(part.partition("=")[::2] for part in next(csv.reader([value])))
             mount = SdkMount(fields["target"], fields["source"], type=fields["type"],
                              read_only="readonly" in fields)
             out.setdefault("mounts", []).append(mount)  # type: ignore[union-attr]
