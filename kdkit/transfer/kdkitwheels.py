@@ -64,7 +64,8 @@ def _files(base: Path, prefix: str) -> list[tuple[str, Path]]:
     (whatever it points at stays where it is), never a cache."""
     paths = sorted(base.rglob("*")) if base.is_dir() else [base]
     return [((f"{prefix}/{path.relative_to(base).as_posix()}" if base.is_dir() else prefix), path) for path in paths
-            if path.is_file() and not path.is_symlink() and not any(p.is_symlink() for p in path.parents)
+            if path.is_file() and not path.is_symlink()
+            and not any((base / p).is_symlink() for p in path.relative_to(base).parents)
             and "__pycache__" not in path.parts and path.suffix != ".pyc"]
 
 

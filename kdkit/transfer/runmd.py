@@ -36,6 +36,13 @@ def _kdkit(env: str) -> str:
     return f"{env}/bin/python -m kdkit"
 
 
+def _install_kdkit(wheels: dict[str, Any]) -> str:
+    """kdkit into a fresh venv beside the bundle, offline and hash-checked, from kdkit-wheels/ (``--clear``: a
+    newer wheel of the same version is installed, not skipped)."""
+    return (f"python3 -m venv --clear {KDKIT_ENV} && {KDKIT_ENV}/bin/python -m pip install --quiet --no-index "
+            f"--find-links {wheels['folder']} --require-hashes -r {wheels['requirements']}")
+
+
 def _copy_out(kdkit: str, runs: str) -> list[str]:
     """Each finished run copied out once (a second paste copies only what is new), then every copy verified."""
     return [f"mkdir -p {EVIDENCE}",
@@ -68,8 +75,7 @@ def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[
             "Docker-only way below. `kdkit load` needs `zstd` for the image (`apt-get install zstd`). "
             "`kdkit run` starts the container confined, with the pilot inputs read-only and "
             f"`{PROJECT}/{runs}` writable. {RUNS_OWNER}. `--print` shows its `docker run` line.", "",
-            *_block([f"python3 -m venv --clear {KDKIT_ENV} && {KDKIT_ENV}/bin/python -m pip install --quiet "
-                     f"--no-index --find-links {wheels['folder']} --require-hashes -r {wheels['requirements']}",
+            *_block([_install_kdkit(wheels),
                      f"{kdkit} load .",
                      f"{kdkit} run {PROJECT} --image {image['ref']}"]),
             "The container runs diagnose, then verify-env against the lock, then the pilot; its exit code is the "
@@ -115,9 +121,8 @@ def _kdkit_for_close(info: dict[str, Any]) -> list[str]:
     wheels = info.get("kdkit_wheels")
     if info["image"] or not wheels:
         return []
-    install = (f"python3 -m venv --clear {KDKIT_ENV} && {KDKIT_ENV}/bin/python -m pip install --quiet --no-index "
-               f"--find-links {wheels['folder']} --require-hashes -r {wheels['requirements']}")
-    return [f"kdkit itself installs offline from `{wheels['folder']}/` ({_pythons(wheels)}): `{install}`; after the "
+    return [f"kdkit itself installs offline from `{wheels['folder']}/` ({_pythons(wheels)}): "
+            f"`{_install_kdkit(wheels)}`; after the "
             f"campaign, with the order `kdkit plan --save order.json` wrote copied beside this folder: "
             f"`{CLOSE.format(kdkit=_kdkit(KDKIT_ENV), project=PROJECT)}`.", ""]
 
