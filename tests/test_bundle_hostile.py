@@ -439,6 +439,10 @@ DAMAGES: list[tuple[str, Callable[[Path], None], str, str]] = [
      "with `kdkit bundle` of this kdkit"),
     ("bundle.json naming a path out", _rewrite_bundle_json(lambda d: d.update(files=["../../etc/passwd"])),
      "bundle.json", "its file list ($.files, $.lock, $.pilot_config, $.manifest) is malformed"),
+    ("kdkit-wheels naming a path out", _rewrite_bundle_json(lambda d: d.update(kdkit_wheels={"files": ["../x"]})),
+     "bundle.json", "its $.kdkit_wheels.files is malformed"),
+    ("a kdkit wheel and its line", _drop("kdkit-wheels/requirements.txt"), "kdkit-wheels/requirements.txt",
+     MISSING_TOO),
 ]
 
 
