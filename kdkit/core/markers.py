@@ -4,16 +4,29 @@ Standard library only, for the same reason as :mod:`kdkit.core.versions`: the
 environment being inspected may not have ``packaging``. The environment itself
 is a plain dict, so the host can evaluate markers for another interpreter from
 the values that interpreter reported (:func:`current_environment` run there).
+
+``extras`` and ``dependency_groups`` are sets of names, defined only where a PEP 751
+lock's ``packages.marker`` is evaluated, and there the legacy ``extra`` is refused: the
+only comparisons of a set are ``"name" in extras`` and ``"name" not in extras``, names
+PEP 503-normalized, and any other comparison of a set is false
+(https://packaging.python.org/en/latest/specifications/dependency-specifiers/#marker-comparisons).
+A marker may name them when its environment defines them (``lock_file``), as the
+specification says: "an error except when defined by the context interpreting the specifier".
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kdkit.core.envinfo import marker_environment
 from kdkit.core.versions import InvalidVersion, compare
+
+if TYPE_CHECKING:  # a name for annotations only: nothing to build at import
+    from collections.abc import Mapping
+
+    Environment = Mapping[str, str | frozenset[str]]
 
 VARIABLES = (
     "implementation_name",
@@ -29,6 +42,9 @@ VARIABLES = (
     "sys_platform",
     "extra",
 )
+# Sets of names, defined only for the markers of a PEP 751 lock's packages (where ``extra`` is not).
+SET_VARIABLES = ("extras", "dependency_groups")
+_LOCK_VARIABLES = frozenset(VARIABLES).difference({"extra"}).union(SET_VARIABLES)
 # Aliases PEP 345 / old setuptools still emit.
 _ALIASES = {"os.name": "os_name", "sys.platform": "sys_platform", "platform.version": "platform_version",
             "platform.machine": "platform_machine", "platform.python_implementation":
@@ -73,7 +89,7 @@ class BoolOp(NamedTuple):
 Node = Compare | BoolOp
 
 
-def _tokenize(text: str) -> list[Token]:
+def _tokenize(text: str, known: frozenset[str] | tuple[str, ...]) -> list[Token]:
     tokens: list[Token] = []
     pos = 0
     while pos < len(text):
@@ -86,7 +102,7 @@ def _tokenize(text: str) -> list[Token]:
         value = match.group(kind)
         if kind == "var":
             value = _ALIASES.get(value, value)
-            if value not in VARIABLES:
+            if value not in known:
                 raise InvalidMarker(f"unknown marker variable {value!r} in {text!r}")
         if kind == "op":
             value = " ".join(value.split())
@@ -98,9 +114,9 @@ def _tokenize(text: str) -> list[Token]:
 class _Parser:
     """Recursive descent: or_expr := and_expr ('or' and_expr)*; and_expr := atom ('and' atom)*."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, lock_file: bool) -> None:
         self.text = text
-        self.tokens = _tokenize(text)
+        self.tokens = _tokenize(text, _LOCK_VARIABLES if lock_file else VARIABLES)
         self.pos = 0
 
     def _peek(self) -> Token | None:
@@ -154,9 +170,10 @@ class _Parser:
         return token if token[0] == "var" else ("string", token[1][1:-1])
 
 
-def parse_marker(text: str) -> Node:
-    """Parse a marker; raise InvalidMarker with the place that went wrong."""
-    return _Parser(text).parse()
+def parse_marker(text: str, lock_file: bool = False) -> Node:
+    """Parse a marker; raise InvalidMarker with the place that went wrong. ``lock_file``: a PEP 751
+    ``packages.marker``, where ``extras`` and ``dependency_groups`` are known and ``extra`` is not."""
+    return _Parser(text, lock_file).parse()
 
 
 def _compare(left: str, op: str, right: str, versiony: bool) -> bool:
@@ -176,13 +193,23 @@ def _compare(left: str, op: str, right: str, versiony: bool) -> bool:
     return table[op]
 
 
-def _evaluate(node: Node, env: dict[str, str]) -> bool:
+def _member(op: str, left: str | frozenset[str], right: str | frozenset[str]) -> bool:
+    """``"name" in extras`` / ``not in``: the one comparison of a set; every other one is false."""
+    if op not in ("in", "not in") or not isinstance(left, str) or isinstance(right, str):
+        return False
+    found = _normalize_extra(left) in {_normalize_extra(name) for name in right}
+    return found if op == "in" else not found
+
+
+def _evaluate(node: Node, env: Environment) -> bool:
     if isinstance(node, BoolOp):
         if node.op == "and":
             return _evaluate(node.left, env) and _evaluate(node.right, env)
         return _evaluate(node.left, env) or _evaluate(node.right, env)
     names = [value for kind, value in (node.left, node.right) if kind == "var"]
     left, right = (env.get(v, "") if k == "var" else v for k, v in (node.left, node.right))
+    if not isinstance(left, str) or not isinstance(right, str):
+        return _member(node.op, left, right)
     if "extra" in names:
         left, right = _normalize_extra(left), _normalize_extra(right)
     return _compare(left, node.op, right, versiony=bool(_VERSION_VARIABLES.intersection(names)))
@@ -192,9 +219,10 @@ def _normalize_extra(value: str) -> str:
     return re.sub(r"[-_.]+", "-", value).lower()
 
 
-def evaluate(marker: str, env: dict[str, str]) -> bool:
-    """True when ``marker`` holds in ``env`` (a dict of the PEP 508 variables)."""
-    return _evaluate(parse_marker(marker), env)
+def evaluate(marker: str, env: Environment) -> bool:
+    """True when ``marker`` holds in ``env`` (a dict of the PEP 508 variables; with the sets
+    ``extras`` and ``dependency_groups`` when it evaluates a PEP 751 lock's package markers)."""
+    return _evaluate(parse_marker(marker, lock_file="dependency_groups" in env), env)
 
 
 def current_environment() -> dict[str, str]:

@@ -60,13 +60,17 @@ class Version:
         if match is None:
             raise InvalidVersion(f"{text!r} is not a PEP 440 version")
         g = match.groupdict()
-        pre = (_PRE_NAMES[g["pre_l"].lower()], int(g["pre_n"] or 0)) if g["pre_l"] else None
-        post_n = g["post_n1"] or g["post_n2"]
-        post = int(post_n or 0) if (g["post_l"] or g["post_n1"]) else None
-        dev = int(g["dev_n"] or 0) if g["dev_l"] else None
+        try:
+            pre = (_PRE_NAMES[g["pre_l"].lower()], int(g["pre_n"] or 0)) if g["pre_l"] else None
+            post_n = g["post_n1"] or g["post_n2"]
+            post = int(post_n or 0) if (g["post_l"] or g["post_n1"]) else None
+            dev = int(g["dev_n"] or 0) if g["dev_l"] else None
+            release = tuple(int(p) for p in g["release"].split("."))
+            epoch = int(g["epoch"] or 0)
+        except ValueError:  # a number past Python's limit on the digits int() reads (sys.int_info)
+            raise InvalidVersion(f"{text[:40]!r}...: a number in it is too long to be a version") from None
         local = re.sub(r"[-_]", ".", g["local"].lower()) if g["local"] else None
-        release = tuple(int(p) for p in g["release"].split("."))
-        return cls(int(g["epoch"] or 0), release, pre, post, dev, local)
+        return cls(epoch, release, pre, post, dev, local)
 
     @property
     def public(self) -> str:
@@ -148,3 +152,24 @@ def compare(version_text: str, op: str, spec_text: str) -> bool:
     if op not in table:
         raise InvalidVersion(f"unknown version operator {op!r}")
     return table[op]
+
+
+def specifier_clauses(text: str) -> list[tuple[str, str]]:
+    """The ``(operator, version)`` clauses of a PEP 440 specifier set (``>=3.10, <4``, ``==3.12.*``), each
+    checked; raise InvalidVersion naming the clause that is not one.
+    https://packaging.python.org/en/latest/specifications/version-specifiers/"""
+    clauses = []
+    for piece in text.split(","):
+        match = re.match(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$", piece)  # compiled on first use, not import
+        if match is None:
+            raise InvalidVersion(f"{piece.strip()!r} is not a version specifier (expected e.g. >=3.10)")
+        op, version = match.groups()
+        if op != "===":
+            compare("0", op, version)  # parses the version, and refuses ~=3 (one segment)
+        clauses.append((op, version))
+    return clauses
+
+
+def satisfies(version_text: str, specifiers: str) -> bool:
+    """Whether ``version_text`` meets every clause of the specifier set ``specifiers``; raise InvalidVersion."""
+    return all(compare(version_text, op, spec) for op, spec in specifier_clauses(specifiers))
