@@ -1,14 +1,21 @@
-"""verify-env against `pip-sync --dry-run` on one venv of ~100 distributions and its hashed lock.
+"""verify-env against `uv pip sync --dry-run` and `pip-sync --dry-run`, on one venv and its hashed lock.
 
-Each is run as the user runs it, as a fresh process, on the same venv and lock, in the
-same run: `python -m kdkit.probe verify-env` run BY the venv's own interpreter (the
-in-container form: kdkit's package on its path, no click, no second process),
-`python -m kdkit.probe verify-env --python VENV` and `kdkit verify-env --python VENV` from
-kdkit's own venv (a second interpreter reports sys.path), and
-`pip-sync --dry-run --python-executable VENV`. Medians of
-several runs each; the ratio is pip-sync's median over kdkit's. Goal: at least 10x.
+Each tool runs as a user runs it, as a fresh process, on the same venv and lock, taking turns in
+the same run:
 
-    .venv/bin/python bench/bench_verify_env.py [--dists 100] [--runs 7]
+- in the image: the image's own command, `kdkit verify-env --lock LOCK` through the image's shim
+  (kdkit.image.context.SHIM: `python -m kdkit.probe` with kdkit's probe on PYTHONPATH), run BY the
+  venv's interpreter, with the probe laid out and byte-compiled as Dockerfile.common does it and
+  PYTHONDONTWRITEBYTECODE set, as in the image;
+- `kdkit verify-env --python VENV`, the console script of kdkit's own venv (a second interpreter
+  reports the venv's sys.path);
+- `uv pip sync --dry-run --offline --python VENV LOCK` (uv from kdkit's venv; its cache warm);
+- `pip-sync --dry-run --python-executable VENV LOCK`.
+
+Medians of several runs each; every ratio is a median over uv's, the fastest peer. Goals (issue 14):
+the in-image form no slower than uv (ratio <= 1), `kdkit verify-env --python` at most 2x uv.
+
+    .venv/bin/python bench/bench_verify_env.py [--dists 49] [--runs 15]
 
 Writes bench/results/verify_env.json and prints a short table.
 """
@@ -30,6 +37,14 @@ from _common import BIN, REPO, interleaved, machine, medians, rounded, timed, wr
 sys.path.insert(0, str(REPO / "tests"))
 from tinywheels import build_wheel, lock_line, make_venv, pip_install
 
+from kdkit.image.context import SHIM, probe_files
+
+IN_IMAGE = "in the image: kdkit verify-env (shim)"
+HOST = "kdkit verify-env --python VENV"
+UV = "uv pip sync --dry-run --offline"
+PIP_SYNC = "pip-sync --dry-run"
+GOALS = {IN_IMAGE: 1.0, HOST: 2.0}  # at most this many times uv's median
+
 
 def prepare(root: Path, count: int) -> tuple[Path, Path, int]:
     """A venv holding ``count`` tiny wheels (plus pip) and the lock naming them; returns (python, lock, dists)."""
@@ -45,45 +60,64 @@ def prepare(root: Path, count: int) -> tuple[Path, Path, int]:
     return python, lock, len(json.loads(listed.stdout))
 
 
+def image_probe(root: Path, python: Path) -> Path:
+    """kdkit's probe laid out as the image holds it (/opt/kdkit/lib), byte-compiled by ``python`` as
+    Dockerfile.common does, and the image's shim (/opt/kdkit/bin/kdkit) with those two paths moved here."""
+    for rel, source in probe_files():
+        target = root / rel.removeprefix("kdkit/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    subprocess.run([str(python), "-m", "compileall", "-q", str(root / "lib")], check=True)
+    text = SHIM.replace("/opt/kdkit/venv/bin/python", str(python)).replace("/opt/kdkit/lib", str(root / "lib"))
+    if "/opt/kdkit" in text:
+        raise SystemExit(f"the shim names a path this bench does not move:\n{SHIM}")
+    shim = root / "bin" / "kdkit"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text(text, encoding="utf-8")
+    shim.chmod(0o755)
+    return shim
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dists", type=int, default=100, help="tiny distributions in the venv (default 100)")
-    parser.add_argument("--runs", type=int, default=7, help="runs of each tool (default 7)")
+    parser.add_argument("--dists", type=int, default=49, help="tiny distributions locked and installed (default 49)")
+    parser.add_argument("--runs", type=int, default=15, help="runs of each tool (default 15)")
     args = parser.parse_args()
+    uv = shutil.which("uv", path=str(BIN))
+    if uv is None:
+        raise SystemExit(f"no uv in {BIN}: install kdkit's dev lock (make venv)")
     with tempfile.TemporaryDirectory(prefix="kdkit-bench-") as tmp:
         python, lock, dists = prepare(Path(tmp), args.dists)
-        probe_path = Path(tmp) / "probe"  # a copy of the package alone, as the image carries it
-        shutil.copytree(REPO / "kdkit", probe_path / "kdkit", ignore=shutil.ignore_patterns("__pycache__"))
-        inside = {**os.environ, "PYTHONPATH": str(probe_path)}
+        shim = image_probe(Path(tmp) / "image", python)
+        host_env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        host_env["UV_CACHE_DIR"] = str(Path(tmp) / "uv-cache")
+        image_env = {**host_env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}  # the image's ENV
         tools = {
-            "in venv: python -m kdkit.probe verify-env": [str(python), "-m", "kdkit.probe", "verify-env",
-                                                         "--lock", str(lock)],
-            "python -m kdkit.probe verify-env --python": [sys.executable, "-m", "kdkit.probe", "verify-env", "--lock",
-                                                 str(lock), "--python", str(python)],
-            "kdkit verify-env --python": [str(BIN / "kdkit"), "verify-env", "--lock", str(lock),
-                                          "--python", str(python)],
-            "pip-sync --dry-run": [str(BIN / "pip-sync"), "--dry-run", "--python-executable", str(python),
-                                   str(lock)],
+            IN_IMAGE: ([str(shim), "verify-env", "--lock", str(lock)], image_env),
+            HOST: ([str(BIN / "kdkit"), "verify-env", "--lock", str(lock), "--python", str(python)], host_env),
+            UV: ([uv, "pip", "sync", "--dry-run", "--offline", "--python", str(python), str(lock)], host_env),
+            PIP_SYNC: ([str(BIN / "pip-sync"), "--dry-run", "--python-executable", str(python), str(lock)], host_env),
         }
-        envs = {name: inside if name.startswith("in venv") else None for name in tools}
-        cases = {name: (lambda name=name, argv=argv: timed(argv, env=envs[name])) for name, argv in tools.items()}
+        cases = {name: (lambda argv=argv, env=env: timed(argv, env=env)) for name, (argv, env) in tools.items()}
         times = interleaved(cases, args.runs, warm=True)
     median = medians(times)
-    peer = median["pip-sync --dry-run"]
+    peer = median[UV]
+    verdicts = {name: median[name] / peer <= goal for name, goal in GOALS.items()}
     out = write_result("verify_env", {
         "benchmark": "verify_env",
-        "machine": machine(platform=f"{sys.platform}-{platform.machine()}"),
+        "machine": machine(load=True, platform=f"{sys.platform}-{platform.machine()}"),
         "distributions_installed": dists, "locked": args.dists, "runs": args.runs,
         "tools": {name: {"median_s": round(median[name], 4), "runs_s": rounded(times[name], 4),
-                         "pip_sync_over_this": round(peer / median[name], 1)} for name in tools},
-        "goal": "pip-sync median / kdkit median >= 10",
+                         "over_uv": round(median[name] / peer, 2)} for name in tools},
+        "goals": {name: {"at_most_times_uv": goal, "met": verdicts[name]} for name, goal in GOALS.items()},
     })
-    print(f"{dists} installed distributions, {args.dists} locked, {args.runs} runs each")
-    print(f"{'tool':<44} {'median':>9} {'pip-sync / this':>16}")
+    print(f"{dists} installed distributions, {args.dists} locked, {args.runs} runs each (medians)")
+    print(f"{'tool':<40} {'median':>9} {'/ uv':>7}  goal")
     for name in tools:
-        print(f"{name:<44} {median[name] * 1000:>7.0f}ms {peer / median[name]:>15.1f}x")
+        goal = f"<= {GOALS[name]:.0f}x uv: {'MET' if verdicts[name] else 'NOT MET'}" if name in GOALS else ""
+        print(f"{name:<40} {median[name] * 1000:>7.1f}ms {median[name] / peer:>6.2f}x  {goal}")
     print(f"written: {out.relative_to(REPO)}")
-    return 0
+    return 0 if all(verdicts.values()) else 1
 
 
 if __name__ == "__main__":

@@ -123,11 +123,14 @@ def test_bom_and_require_hashes_accepted(tmp_path: Path) -> None:
                            "(regenerate it with `kdkit lock`)"),
         (f"six==1.16.0 ; python_version <<< '3' --hash={H1}\n", "{p}:1: marker \"python_version <<< '3'\": "
                                                                  "expected a variable or a quoted string, found '<'"),
-        ("six==1.16.0 --hash=md5:abc\n", "{p}:1: bad hash 'md5:abc'; expected sha256:<hex>"),
+        ("six==1.16.0 --hash=md5:abc\n", "{p}:1: bad hash 'md5:abc'; expected sha256:<64 hex digits> (or sha384, "
+                                          "sha512)"),
+        ("six==1.16.0 --hash=sha256:abc\n", "{p}:1: bad hash 'sha256:abc'; expected sha256:<64 hex digits> (or "
+                                             "sha384, sha512)"),
         (f"six==one --hash={H1}\n", "{p}:1: 'one' is not a PEP 440 version"),
     ],
     ids=["no-hash", "not-pinned", "unparsable", "editable", "url", "vcs", "twice", "include", "marker",
-         "bad-hash", "bad-version"],
+         "bad-hash", "short-hash", "bad-version"],
 )
 def test_bad_lines_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text)

@@ -283,3 +283,13 @@ def test_scanning_a_hostile_value_stays_linear(text: str) -> None:
     started = time.perf_counter()
     redact(text)
     assert time.perf_counter() - started < 0.5  # 20 000 characters; a quadratic pattern took 13 s here
+
+
+@pytest.mark.parametrize("url", ["https://ZkQ9wX2mRt7LpV4nB8cY@127.0.0.1:8080/simple/",
+                                 "https://ZkQ9wX2mRt7LpV4nB8cY:@pypi.fury.io/someone/",
+                                 "--extra-index-url http://deploy-token@mirror.example/simple"])
+def test_a_token_given_as_a_urls_user_name_is_a_secret(url: str) -> None:
+    """Gemfury documents https://TOKEN:@pypi.fury.io/USER/ for pip; a lock or a message must not carry it."""
+    assert [f.what for f in find(url)] == ["a user name or token inside a URL"]
+    assert "ZkQ9" not in redact(url) and "deploy-token" not in redact(url)
+    assert find("https://${PIP_TOKEN}@pypi.fury.io/someone/") == [] and find("git+ssh://git@github.com/o/r") == []

@@ -468,5 +468,5 @@ def test_a_program_that_is_not_python_is_bad_input(tmp_path: Path) -> None:
     script.chmod(0o755)
     result = invoke("torch-arch", "--python", script)
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"Error: --python {script}: not a Python interpreter (exit status 0, no JSON on "
+    assert result.stderr.strip() == (f"Error: --python {script}: not a Python interpreter (exit status 0, no answer on "
                                      "stdout)")

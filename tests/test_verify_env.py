@@ -150,11 +150,12 @@ def test_markers_evaluated_for_the_inspected_interpreter(env: Env, tmp_path: Pat
     assert [e["name"] for e in report["excluded_by_marker"]] == ["alpha", "delta"]
 
 
-def torch_at(tmp_path: Path, cuda: str | None, hip: str | None) -> Installed:
+def torch_at(tmp_path: Path, cuda: str | None, hip: str | None, rocm: str | None = None) -> Installed:
     (tmp_path / "torch").mkdir(exist_ok=True)
     (tmp_path / "torch" / "version.py").write_text(f"__version__ = '2.8.0'\ncuda: str | None = {cuda!r}\n"
-                                                   f"hip = {hip!r}\n", encoding="utf-8")
-    return Installed("torch", "2.8.0", tmp_path)
+                                                   f"hip = {hip!r}\n" + (f"rocm = {rocm!r}\n" if rocm else ""),
+                                                   encoding="utf-8")
+    return Installed("torch", "2.8.0", str(tmp_path))
 
 
 def pin(version: str) -> Pin:
@@ -178,6 +179,23 @@ def pin(version: str) -> Pin:
 def test_torch_build_against_label(tmp_path: Path, locked: str, cuda: str | None, hip: str | None,
                                    verdict: str | None) -> None:
     finding = torch_build_finding(pin(locked), torch_at(tmp_path, cuda, hip))
+    assert (finding.severity if finding else None) == verdict
+
+
+@pytest.mark.parametrize(
+    ("locked", "hip", "rocm", "verdict"),
+    [  # HIP's third field is a build number, not ROCm's patch (vllm-project/vllm#10855: HIP 6.2.41133, ROCm 6.2.0)
+        ("2.6.0+rocm6.2.4", "6.2.41134-65d174c3e", None, None),  # pairings.json lists this build
+        ("2.6.0+rocm6.2.4", "6.3.42131-fa1d09cbd", None, "error"),
+        ("2.9.1+rocm6.4", "6.4.43484-123", "6.4.0", None),  # torch 2.9+ writes rocm itself
+        ("2.13.0+rocm7.2", "7.2.26015-1", "7.2.0", None),
+        ("2.13.0+rocm7.2", "7.2.26015-1", "7.1.1", "error"),
+        ("2.6.0+rocm6.2.4", "6.2.41134-65d174c3e", "6.2.4", None),
+    ],
+)
+def test_rocm_builds_by_their_rocm_version(tmp_path: Path, locked: str, hip: str, rocm: str | None,
+                                           verdict: str | None) -> None:
+    finding = torch_build_finding(pin(locked), torch_at(tmp_path, None, hip, rocm))
     assert (finding.severity if finding else None) == verdict
 
 
@@ -210,8 +228,29 @@ def test_python_that_is_not_an_interpreter(env: Env, tmp_path: Path, what: str) 
         python, reason = watched / "nope", "not an executable file; give the path of a Python interpreter"
     else:
         python, reason = Path(shutil.which("true") or "/bin/true"), "not a Python interpreter (exit status 0, " \
-            "no JSON on stdout)"
+            "no answer on stdout)"
     before = tree_snapshot(watched)
     result = invoke("verify-env", "--lock", lock, "--python", python)
     assert result.exit_code == 2 and tree_snapshot(watched) == before
     assert result.stderr == f"Error: --python {python}: {reason}\n"
+
+
+def test_a_copy_shadowed_by_the_venvs_own_is_no_duplicate(env: Env, tmp_path: Path) -> None:
+    """A folder joined to a venv's sys.path after its own site-packages (a .pth line, as the image joins
+    /opt/kdkit/deps; or a venv's --system-site-packages) may hold another copy of a name: the first on
+    sys.path is the installed one, as at import time, the later one is shadowed, not stale. A second
+    metadata folder in the same folder is what an interrupted upgrade left, and is reported."""
+    outer = make_venv(tmp_path / "outer", with_pip=False)
+    pip_install(outer, env.wheels, ["beta==2.1"])
+    outer_site = next((tmp_path / "outer" / "lib").glob("python3.*/site-packages"))
+    inner = make_venv(tmp_path / "inner", with_pip=False)
+    pip_install(inner, env.wheels, ["beta==2.0"])
+    site = next((tmp_path / "inner" / "lib").glob("python3.*/site-packages"))
+    (site / "joined.pth").write_text(f"{outer_site}\n", encoding="utf-8")
+    lock = tmp_path / "lock.txt"
+    lock.write_text(lock_line("beta", "2.0", env.w["beta"]), encoding="utf-8")
+    code, report = run_json(lock, inner)
+    assert (code, kinds(report)) == (0, set()), report["findings"]
+    shutil.copytree(outer_site / "beta-2.1.dist-info", site / "beta-2.1.dist-info")  # the older is now stale
+    code, report = run_json(lock, inner)
+    assert code == 1 and kinds(report) == {("version", "beta", "error"), ("duplicate", "beta", "warning")}

@@ -12,7 +12,7 @@ import click
 
 from kdkit import __version__
 from kdkit.cli.machine import forwarder
-from kdkit.core.commands import COMMANDS, CONTAINER, HOST, SECTIONS, excepthook, redact, runs_in
+from kdkit.core.commands import COMMANDS, HOST, SECTIONS, excepthook, forwarded, redact, runs_in
 from kdkit.core.errors import KdkitError
 
 EPILOG = """\b
@@ -40,7 +40,7 @@ class KdkitGroup(click.Group):
         if entry is None or HOST not in entry[3]:
             return super().get_command(ctx, cmd_name)
         if cmd_name not in self.commands:
-            self.add_command(_load(cmd_name, entry[0], entry[2], CONTAINER in entry[3]))
+            self.add_command(_load(cmd_name, entry[0], entry[2], forwarded(cmd_name)))
         return self.commands[cmd_name]
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,

@@ -11,11 +11,13 @@ pairings.json travels beside the package (kdkit.core.layout.DATA).
 
 from __future__ import annotations
 
-import json
-import re
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
+import os
+
+# verify-env reads a lock's torch label here at every start-up of the in-container check: the labels are
+# parsed with string methods, and json (the data tables) is loaded only when a table is read.
+TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 # The backends a project declares (kdkit.json "backends"), in the order `--backend all` locks them.
 BACKENDS = ("cuda", "rocm", "cpu")
@@ -23,9 +25,7 @@ GPU_BACKENDS = ("cuda", "rocm")
 PAIRINGS = "data/pairings.json"  # inside the kdkit package
 TORCH_INDEX_URL = "https://download.pytorch.org/whl/{label}"  # PyTorch's wheel index of one build label
 
-_CUDA_LABEL = re.compile(r"^cu(\d\d)(\d)$")  # cu118 ... cu132: CUDA 11.8 ... 13.2
-_ROCM_LABEL = re.compile(r"^rocm(\d+)\.(\d+)(?:\.(\d+))?$")
-_VERSION_DIGITS = re.compile(r"\d+")
+_DIGITS = frozenset("0123456789")
 
 
 def parse_label(label: str) -> tuple[str, str | None] | None:
@@ -36,10 +36,12 @@ def parse_label(label: str) -> tuple[str, str | None] | None:
     """
     if label == "cpu":
         return ("cpu", None)
-    if cuda := _CUDA_LABEL.fullmatch(label):
-        return ("cuda", f"{cuda.group(1)}.{cuda.group(2)}")
-    if rocm := _ROCM_LABEL.fullmatch(label):
-        return ("rocm", ".".join(p for p in rocm.groups() if p is not None))
+    digits = label[2:]
+    if label.startswith("cu") and len(digits) == 3 and set(digits) <= _DIGITS:  # cu118 ... cu132: 11.8 ... 13.2
+        return ("cuda", f"{digits[:2]}.{digits[2]}")
+    parts = label[4:].split(".")
+    if label.startswith("rocm") and len(parts) in (2, 3) and all(p and set(p) <= _DIGITS for p in parts):
+        return ("rocm", ".".join(parts))  # rocm7.2, rocm6.2.4
     return None
 
 
@@ -72,10 +74,10 @@ def version_tuple(text: str) -> tuple[int, ...]:
     """``"570.86.15"`` -> ``(570, 86, 15)``; a non-numeric tail ends the tuple."""
     parts = []
     for piece in text.strip().split("."):
-        digits = _VERSION_DIGITS.match(piece)
-        if digits is None:
+        digits = piece[:len(piece) - len(piece.lstrip("0123456789"))]
+        if not digits:
             break
-        parts.append(int(digits.group()))
+        parts.append(int(digits))
     return tuple(parts)
 
 
@@ -87,13 +89,21 @@ def minor_key(minor: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------- the shipped facts
 
 
-@lru_cache(maxsize=2)
+_SHIPPED: dict[str, dict[str, Any]] = {}
+
+
 def shipped_data(member: str) -> dict[str, Any]:
     """A data table kdkit ships (``data/pairings.json``, ``data/catalog.json``), read from the package
-    folder or from inside kdkit.pyz; the host side layers the user's files over it (kdkit.facts.pairings)."""
-    path = Path(__file__).resolve().parents[1] / member
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
+    folder or from inside kdkit.pyz, once; the host side layers the user's files over it
+    (kdkit.facts.pairings)."""
+    if member in _SHIPPED:
+        return _SHIPPED[member]
+    import json
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), member)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
     else:  # inside a zipapp: pkgutil reads the archive member (lighter than importlib.resources)
         import pkgutil
 
@@ -102,6 +112,7 @@ def shipped_data(member: str) -> dict[str, Any]:
             raise FileNotFoundError(f"kdkit/{member} is missing from this kdkit")
         text = raw.decode("utf-8")
     data: dict[str, Any] = json.loads(text)
+    _SHIPPED[member] = data
     return data
 
 

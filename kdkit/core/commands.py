@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from types import TracebackType
 
 from kdkit.core.errors import KdkitError, interrupted_exit
+
+# typing, collections.abc and types cost the in-container commands' start-up more than a fast
+# verify-env's whole work (bench/bench_verify_env.py); they are needed by the type checker only, which
+# reads this constant as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
 
 HOST, CONTAINER, ZIPAPP = "host", "container", "zipapp"
 EVERYWHERE = frozenset({HOST, CONTAINER, ZIPAPP})
@@ -35,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str, str, frozenset[str]]] = {
              HOST_ONLY),
     "validate": ("kdkit.cli.project", _PROJECT, "Check every config against its schema, plus portability rules.",
                  HOST_ONLY),
-    "lock": ("kdkit.cli.deps", _DEPS, "Write requirements/<backend>.txt: a hashed pip-tools lock of base.in.",
+    "lock": ("kdkit.cli.deps", _DEPS, "Write requirements/<backend>.txt and its pylock: a hashed lock of base.in.",
              HOST_ONLY),
     "verify-env": ("kdkit.probe.env.verify", _DEPS, "Compare a lock with the live environment of an interpreter.",
                    EVERYWHERE),
@@ -77,6 +83,13 @@ COMMANDS: dict[str, tuple[str, str, str, frozenset[str]]] = {
 USAGE = {CONTAINER: "python -m kdkit.probe", ZIPAPP: "python3 kdkit.pyz"}
 
 
+def forwarded(name: str) -> bool:
+    """Whether ``name`` runs both on the host and in the container: the host only forwards its command
+    line to its argparse ``main`` (kdkit.cli.machine.forwarder; kdkit.__main__ skips click for it)."""
+    entry = COMMANDS.get(name)
+    return entry is not None and HOST in entry[3] and CONTAINER in entry[3]
+
+
 def runs_in(where: str) -> list[str]:
     """The names of the commands that run ``where`` (host, container or zipapp), in the table's order."""
     return [name for name, entry in COMMANDS.items() if where in entry[3]]
@@ -102,15 +115,18 @@ def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
 
     Every line printed here goes through :func:`kdkit.core.credentials.redact`.
     """
-    import traceback
-
     try:
         return main(argv)
     except KdkitError as exc:
         if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
+            import traceback
+
             sys.stderr.write(redact(traceback.format_exc()))
         print(f"Error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         print("Interrupted.", file=sys.stderr)
         return interrupted_exit(exc)
+    except BrokenPipeError:  # the reader left (`kdkit verify-env --json | head -1`): no traceback, as under click
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush would fail again
+        return 1

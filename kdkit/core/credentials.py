@@ -116,6 +116,9 @@ PRIVATE_KEY = _Lazy(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?
                          r"(?:.*?-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|.*)", re.DOTALL)
 URL_PASSWORD = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@'\"]{0,256}:)"
                           r"(?P<password>[^/\s@'\"]{1,256})@")
+# An http(s) URL whose user part is the secret: an index token given as the user name, with no password or an
+# empty one (https://TOKEN@host/simple/, https://TOKEN:@pypi.fury.io/USER/, as Gemfury documents it for pip).
+URL_TOKEN = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[Hh][Tt][Tt][Pp][Ss]?://)(?P<token>[^/\s:@'\"]{1,256}):?@")
 AWS_SECRET_SHAPE = _Lazy(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 MIN_ENTROPY = 4.2  # bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
 # Names of keys and variables that hold a secret: JSON keys in the configs, ``NAME=value`` in text.
@@ -222,6 +225,10 @@ def _candidates(text: str) -> list[tuple[int, int, Finding]]:
     for match in URL_PASSWORD.finditer(text):
         if not is_placeholder(match["password"]):
             found.append((match.start(), -2, Finding("a password inside a URL", match.start(), match.end(),
+                                                     f"{match['head']}<redacted>@")))
+    for match in URL_TOKEN.finditer(text):  # a token of a known shape is named by its shape instead
+        if not is_placeholder(match["token"]) and _shape(match["token"]) is None:
+            found.append((match.start(), -2, Finding("a user name or token inside a URL", match.start(), match.end(),
                                                      f"{match['head']}<redacted>@")))
     for match in ASSIGNMENT.finditer(text):
         raw = match["value"] if match["value"] is not None else match["quoted"]

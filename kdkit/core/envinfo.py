@@ -2,14 +2,15 @@
 
 Standard library only and free of kdkit imports, because ``verify-env --python``
 sends this file's text to another interpreter (``python -I -c``) and reads back
-the JSON it prints. Nothing is imported there beyond the standard library, and
-not even ``platform`` where ``os.uname`` answers: this runs on every verify-env
-call and its start-up is most of that call's time.
+what it prints (:func:`encode`, :func:`decode`: one fact a line, values escaped, so
+that neither side needs ``json``, whose import costs more than the whole check).
+Nothing is imported there beyond the standard library, and not even ``platform``
+where ``os.uname`` answers: this runs on every verify-env call and its start-up is
+most of that call's time.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -83,5 +84,51 @@ def describe() -> dict[str, object]:
     }
 
 
-if __name__ == "__main__":
-    json.dump(describe(), sys.stdout)
+_FIRST = "kdkit-envinfo 1"  # the first line of what encode() writes: the format and its version
+
+
+def _escaped(value: str) -> str:
+    """``value`` on one line of ASCII: newlines, tabs, backslashes and non-ASCII characters escaped."""
+    return value.encode("unicode_escape").decode("ascii")
+
+
+def encode(info: dict[str, object]) -> str:
+    """What :func:`describe` returns, as lines ``key<TAB>value`` (``sys_path`` once per entry, in order;
+    ``marker:<name>`` per marker variable), after a first line naming the format."""
+    paths, markers = info["sys_path"], info["markers"]
+    assert isinstance(paths, list) and isinstance(markers, dict)
+    lines = [_FIRST, f"executable\t{_escaped(str(info['executable']))}", f"prefix\t{_escaped(str(info['prefix']))}"]
+    lines += [f"sys_path\t{_escaped(str(entry))}" for entry in paths]
+    lines += [f"marker:{name}\t{_escaped(str(value))}" for name, value in markers.items()]
+    return "\n".join(lines) + "\n"
+
+
+def decode(text: str) -> dict[str, object] | None:
+    """:func:`encode`'s text back as :func:`describe`'s dict; None when ``text`` is not such a text."""
+    lines = text.splitlines()
+    if not lines or lines[0] != _FIRST:
+        return None
+    paths: list[str] = []
+    markers: dict[str, str] = {}
+    info: dict[str, object] = {"sys_path": paths, "markers": markers}
+    try:
+        for line in lines[1:]:
+            key, tab, value = line.partition("\t")
+            if not tab:
+                return None
+            value = value.encode("ascii").decode("unicode_escape")
+            if key == "sys_path":
+                paths.append(value)
+            elif key.startswith("marker:"):
+                markers[key[len("marker:"):]] = value
+            else:
+                info[key] = value
+    except UnicodeError:
+        return None
+    if set(markers) != set(marker_environment()):  # every variable marker_environment() reports, no other
+        return None
+    return info
+
+
+if __name__ == "__main__":  # run by verify-env --python in the inspected interpreter
+    sys.stdout.write(encode(describe()))

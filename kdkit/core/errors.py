@@ -5,7 +5,9 @@ Standard library only: the in-container side raises these too.
 
 from __future__ import annotations
 
-import signal
+TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
+if TYPE_CHECKING:
+    from types import ModuleType
 
 
 class KdkitError(Exception):
@@ -33,6 +35,14 @@ class Unavailable(KdkitError):
 
 
 
+def _signal() -> ModuleType:
+    """The signal module, imported when an interrupt is handled: it imports enum, which every
+    in-container command would otherwise pay for at start-up."""
+    import signal
+
+    return signal
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT (Ctrl-C) or SIGTERM reached kdkit while it waited on something it started.
 
@@ -42,13 +52,16 @@ class Interrupted(KeyboardInterrupt):
     stop.json codes are the same, kdkit.probe.pilot.stopguard).
     """
 
-    def __init__(self, signum: int = signal.SIGINT) -> None:
+    def __init__(self, signum: int | None = None) -> None:
+        if signum is None:
+            signum = _signal().SIGINT
         super().__init__(signum)
         self.signum = signum
         self.exit_code = 128 + signum
 
     @property
     def name(self) -> str:
+        signal = _signal()
         names = {int(signal.SIGINT): "Ctrl-C (SIGINT)", int(signal.SIGTERM): "SIGTERM"}
         return names.get(self.signum, f"signal {self.signum}")
 

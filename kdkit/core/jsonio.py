@@ -28,6 +28,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.staging import release, temp_prefix
+from kdkit.core.textfile import read_text_file as read_text_file  # its home; kept here for callers
 
 # A JSON string, or a bare token that may be a number or constant: to place a non-finite number.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN|-?[0-9][0-9.eE+-]*')
@@ -126,24 +127,6 @@ def _place_key(text: str, key: str) -> tuple[int, int]:
     starts = [m.start() for m in re.finditer(re.escape(token) + r"\s*:", text)]
     at = starts[1] if len(starts) > 1 else (starts[0] if starts else 0)
     return text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
-
-
-def read_text_file(path: Path, what: str) -> str:
-    """A text file kdkit reads (a config, a lock): BadInput when it is missing, a folder, not a regular
-    file (a FIFO would block, /dev/zero never end) or not UTF-8."""
-    try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode):
-            raise BadInput(f"{path}: {what} is a folder, not a file; give the file")
-        if not stat.S_ISREG(mode):
-            raise BadInput(f"{path}: {what} is not a regular file (a FIFO, socket or device?); give the file")
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: {what} not found; create it or pass the right path") from None
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}: {what} is not UTF-8 (byte at offset {exc.start}); save it as UTF-8") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read {what} ({exc.strerror or exc}); check the file") from None
 
 
 def load_json(path: Path, *, what: str = "file") -> Any:

@@ -7,13 +7,17 @@ status (a caller reading a pipe, a container's log) even when the process ends a
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable
-from typing import Any
 
-# Told one line of progress (the host's CLI prints it on stderr); None where nobody listens.
-Progress = Callable[[str], None]
+TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeAlias
+
+    # Told one line of progress (the host's CLI prints it on stderr); None where nobody listens.
+    Progress: TypeAlias = Callable[[str], None]
+else:
+    Progress = None  # a name for annotations, which are never evaluated here (from __future__ import annotations)
 
 
 def print_result(as_json: bool, data: Any, text: str | Callable[[], str], *, ascii_only: bool = True,
@@ -21,6 +25,8 @@ def print_result(as_json: bool, data: Any, text: str | Callable[[], str], *, asc
     """Print ``data`` as indented JSON when ``as_json``, else ``text`` (a string, or what a call of it returns:
     the text is rendered only when it is printed); then flush stdout."""
     if as_json:
+        import json
+
         print(json.dumps(data, indent=2, ensure_ascii=ascii_only, default=default))
     else:
         print(text if isinstance(text, str) else text())

@@ -124,20 +124,22 @@ def locked_hashes(lock: Lock) -> dict[str, str]:
 
 
 def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
-    """The files of ``wheelhouse`` whose sha256 the lock names; every unconditional pin must have one."""
+    """The files of ``wheelhouse`` whose sha256 the lock names, one per locked hash (every candidate of a
+    name pinned under several markers keeps its own); every unconditional pin must have one."""
     if not wheelhouse.is_dir():
         raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
                        f"{wheelhouse}`")
     lock = parse_lock(lock_path)
     wanted = locked_hashes(lock)
     prefixes = tuple(f"{key}-" for key in lock.candidates)
-    chosen: dict[str, Path] = {}
+    chosen: dict[str, Path] = {}  # sha256 -> the first file with it
     for path in sorted(wheelhouse.iterdir()):
         if path.is_file() and normalize_name(path.name).startswith(prefixes):
-            key = wanted.get(sha256_file(path))
-            if key is not None:
-                chosen.setdefault(key, path)
-    missing = [pin for pin in lock.pins.values() if pin.marker is None and pin.key not in chosen]
+            digest = sha256_file(path)
+            if digest in wanted:
+                chosen.setdefault(digest, path)
+    missing = [pin for pin in lock.every_pin() if pin.marker is None
+               and not any(h.split(":", 1)[1].lower() in chosen for h in pin.hashes)]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise BadInput(f"--wheelhouse {wheelhouse}: no file with a locked hash for {missing[0].name}=="

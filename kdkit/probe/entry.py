@@ -4,7 +4,6 @@ there, each an argparse ``main(argv)`` of a package below (the host's click forw
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from kdkit.core.commands import COMMANDS, CONTAINER, USAGE, call, excepthook, runs_in
@@ -12,7 +11,9 @@ from kdkit.core.commands import COMMANDS, CONTAINER, USAGE, call, excepthook, ru
 
 def run_command(name: str, argv: list[str]) -> int:
     """Run the named in-container command of COMMANDS (its argparse ``main``)."""
-    module = importlib.import_module(COMMANDS[name][0])
+    # __import__, not importlib.import_module: the importlib package is not loaded at start-up and
+    # would be for this one call.
+    module = __import__(COMMANDS[name][0], fromlist=["main"])
     return call(module.main, argv)
 
 

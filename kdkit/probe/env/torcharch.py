@@ -203,7 +203,7 @@ def _interpreter_sys_path(python: str | None) -> list[str]:
 
 def from_files(python: str | None, why: str) -> dict[str, Any]:
     """The answer from the installed distribution's files (version.py, CUDAConfig.h), torch not imported."""
-    from kdkit.probe.env.verify import read_installed, read_torch_build
+    from kdkit.probe.env.installed import read_installed, read_torch_build
 
     shown = python or sys.executable
     installed = read_installed(_interpreter_sys_path(python)).get("torch")
@@ -218,7 +218,7 @@ def from_files(python: str | None, why: str) -> dict[str, Any]:
     if build.get("hip"):
         return unknown(f"torch {known['torch']} is a ROCm build (HIP {build['hip']}): its gfx targets are read "
                        f"only by importing it, and that failed: {why}", **known)
-    header = installed.location / SOURCE_HEADER
+    header = Path(installed.location) / SOURCE_HEADER
     try:
         if not stat.S_ISREG(os.stat(header).st_mode):  # a FIFO would block the read
             return unknown(f"{why}; and {header} is not a regular file", **known)

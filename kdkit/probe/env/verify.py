@@ -27,67 +27,61 @@ Rules, and where they are deliberately stricter than ``pip-sync --dry-run``:
   ``direct_url.json``; pip-sync reinstalls it from the lock's index, uv keeps it) and a
   name with two ``.dist-info`` folders on the path (a stale one; uv reinstalls, pip-sync
   does not look): https://packaging.python.org/en/latest/specifications/direct-url/
+
+The lock may also be a PEP 751 ``pylock.toml`` / ``pylock.<name>.toml``; what it adds
+(requires-python, environments, sources checked against ``direct_url.json``) is
+:mod:`kdkit.probe.env.pylockcheck`'s, and its warnings (a newer minor lock-version) are printed.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, NamedTuple
+import sys
 
 from kdkit.core.builds import parse_label
-from kdkit.core.envinfo import describe
-from kdkit.core.errors import BadInput
-from kdkit.core.lockfile import Lock, Pin, normalize_name, parse_lock
-from kdkit.core.parsers import add_json, command_parser
+from kdkit.core.envinfo import decode, describe
+from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.lockfile import Lock, Pin, parse_lock
+from kdkit.core.parsers import Option, add_options, command_parser, json_help, quick_parse
 from kdkit.core.report import print_result
-from kdkit.core.versions import InvalidVersion, Version
+from kdkit.probe.env.findings import Finding
+from kdkit.probe.env.installed import Installed, read_installed, read_torch_build
+
+# The whole check on fifty distributions takes less time than importing argparse, json, pathlib or typing:
+# none is loaded on its way (bench/bench_verify_env.py; its goal is uv's time, in the image).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from os import PathLike
+    from typing import Any
 
 NEVER_EXTRA = frozenset({"pip", "setuptools", "wheel", "distribute", "kdkit"})
 
 DESCRIPTION = "Compare a lock with the live environment of an interpreter, without pip."
 EPILOG = """\
 Exit codes: 0 the environment matches the lock; 1 it does not (each finding is
-listed); 2 the lock cannot be read, or --python is not an interpreter.
+listed); 2 the lock cannot be read, or --python is not an interpreter; 3 a
+pylock.toml on Python 3.10 (no tomllib).
+
+The lock: requirements/<backend>.txt (`kdkit lock`), or a PEP 751 pylock.toml /
+pylock.<name>.toml (`uv pip compile --format pylock.toml`, `pip lock`).
 
 Findings: missing (locked, not installed), version (installed version differs,
 local label included: locked +cu128, installed +cpu), torch-build (torch.version.cuda
 or .hip disagrees with the lock's label), direct-url (installed from a URL or a
 local file, not an index), duplicate (a stale second .dist-info of one name), extra
 (installed, not locked). The last three are errors only with --strict. pip,
-setuptools, wheel and kdkit are never 'extra'.
+setuptools, wheel and kdkit are never 'extra'. A pylock adds requires-python
+(not met), environment (none holds), source (installed from another VCS commit,
+folder or archive than locked) and direct-source (installed from the locked one:
+no index hash proves it; an error only with --strict).
 
 Examples:
   kdkit verify-env --lock requirements/cuda.txt
   python -m kdkit.probe verify-env --lock /app/requirements.lock --strict --json
   kdkit verify-env --lock requirements/cpu.txt --python .venv/bin/python
+  kdkit verify-env --lock pylock.cpu.toml --python .venv/bin/python
 """
-
-
-class Installed(NamedTuple):
-    """One installed distribution, as its metadata file says."""
-
-    name: str
-    version: str
-    location: Path
-    direct_url: str | None = None  # PEP 610: installed from this URL, not from an index
-    stale: tuple[str, ...] = ()  # other metadata folders of the same name on the path
-    metadata: str = ""  # its own metadata folder (or PKG-INFO file)
-
-
-class Finding(NamedTuple):
-    """One difference between the lock and the environment."""
-
-    kind: str  # missing | version | torch-build | direct-url | duplicate | extra
-    name: str
-    severity: str  # error | warning
-    message: str
-    locked: str | None = None
-    installed: str | None = None
-    line: int | None = None
 
 
 class Report:
@@ -98,6 +92,8 @@ class Report:
         self.locked = 0
         self.findings: list[Finding] = []
         self.excluded: list[dict[str, Any]] = []
+        self.format = "requirements"  # or "pylock" (PEP 751)
+        self.warnings: list[str] = []  # the lock's own (a newer minor lock-version)
 
     @property
     def ok(self) -> bool:
@@ -105,7 +101,8 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "ok": self.ok, "lock": self.lock, "python": self.python, "strict": self.strict,
+            "ok": self.ok, "lock": self.lock, "format": self.format, "warnings": self.warnings,
+            "python": self.python, "strict": self.strict,
             "counts": {"locked": self.locked, "installed": self.installed,
                        "excluded_by_marker": len(self.excluded),
                        "errors": sum(f.severity == "error" for f in self.findings),
@@ -119,138 +116,40 @@ class Report:
 
 
 def _envinfo_source() -> str:
-    """The text of _envinfo.py, fed to the other interpreter on stdin ("-") to keep argv short."""
-    path = Path(__file__).with_name("_envinfo.py")
-    if path.is_file():
-        return path.read_text(encoding="utf-8")
-    # Inside a zipapp there is no file; importlib.resources (slow to import) reads it from the archive.
-    from importlib import resources
+    """The text of kdkit.core.envinfo, which the other interpreter runs. Read through the module's own
+    loader, which reads a file on disk and a member of kdkit.pyz alike (importlib.resources, the usual
+    way, costs more to import than the whole check)."""
+    from kdkit.core import envinfo
 
-    return resources.files("kdkit.core").joinpath("envinfo.py").read_text(encoding="utf-8")
+    get_data = getattr(envinfo.__loader__, "get_data", None)
+    source = str(envinfo.__file__).removesuffix("c")  # kdkit.pyz loads envinfo.pyc; envinfo.py is beside it
+    try:
+        if get_data is None or not source.endswith(".py"):
+            raise OSError("no loader that reads sources")
+        return bytes(get_data(source)).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Unavailable(f"{source}: kdkit's envinfo module is not readable as source ({exc}); reinstall "
+                          "kdkit") from None
 
 
 def inspect_interpreter(python: str | None) -> dict[str, Any]:
     """sys.path and marker variables of ``python`` (default: this interpreter)."""
     if python is None:
         return describe()
-    path = Path(python)
-    if not path.is_file() or not os.access(path, os.X_OK):
+    if not os.path.isfile(python) or not os.access(python, os.X_OK):
         raise BadInput(f"--python {python}: not an executable file; give the path of a Python interpreter")
-    from kdkit.core import proc  # subprocess is only needed to inspect another interpreter
+    from kdkit.core.spawn import capture  # no subprocess: this is most of the check's time otherwise
 
-    script = _envinfo_source()
-    try:
-        done = proc.run([str(path), "-I", "-"], input_text=script, timeout=60)
+    try:  # -I: no PYTHONPATH, no user site, no cwd on sys.path; the script is standard library only
+        code, stdout, stderr = capture([python, "-I", "-c", _envinfo_source()], timeout=60)
     except OSError as exc:
-        raise BadInput(f"--python {python}: cannot run it ({exc}); give a Python interpreter") from None
-    try:
-        info = json.loads(done.stdout) if done.ok else None
-    except json.JSONDecodeError:
-        info = None
-    if not isinstance(info, dict) or not isinstance(info.get("sys_path"), list):
-        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}, no JSON on stdout"])[-1]
+        raise BadInput(f"--python {python}: cannot run it ({exc.strerror or exc}); give a Python interpreter") \
+            from None
+    info = decode(stdout) if code == 0 else None
+    if info is None or not info["sys_path"] or not info["markers"] or "executable" not in info:
+        said = (stderr.strip().splitlines() or [f"exit status {code}, no answer on stdout"])[-1]
         raise BadInput(f"--python {python}: not a Python interpreter ({said[:160]})")
     return info
-
-
-# ---------------------------------------------------------------- installed distributions
-
-
-def _metadata_fields(path: Path) -> tuple[str, str] | None:
-    """Name and Version from the header of a METADATA / PKG-INFO file."""
-    try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            return _name_and_version(handle)
-    except OSError:
-        return None
-
-
-def _name_and_version(lines: Iterable[str]) -> tuple[str, str] | None:
-    """The Name and Version fields of a metadata header, read up to its first blank line."""
-    name = version = None
-    for line in lines:
-        if not line.strip():
-            break  # the header ends at the first blank line
-        if line.startswith("Name:"):
-            name = line[5:].strip()
-        elif line.startswith("Version:"):
-            version = line[8:].strip()
-        if name and version:
-            return name, version
-    return None
-
-
-def _metadata_file(entry: os.DirEntry[str]) -> Path | None:
-    if entry.name.endswith(".dist-info"):
-        return Path(entry.path, "METADATA")
-    if entry.name.endswith(".egg-info"):
-        return Path(entry.path, "PKG-INFO") if entry.is_dir() else Path(entry.path)
-    return None
-
-
-def _direct_url(meta: Path) -> str | None:
-    """The ``url`` of a .dist-info's PEP 610 direct_url.json, when it has one."""
-    path = meta.with_name("direct_url.json")
-    if meta.name != "METADATA" or not path.is_file():
-        return None
-    try:
-        url = json.loads(path.read_text(encoding="utf-8")).get("url")
-    except (OSError, ValueError, AttributeError):
-        return str(path)
-    return url if isinstance(url, str) else str(path)
-
-
-def _second(first: Installed, other: Installed) -> Installed:
-    """Two metadata folders of one name: the first on sys.path wins; in one folder, whose order is the
-    file system's, the newer version does (the older is what an interrupted upgrade left)."""
-    try:
-        swap = other.location == first.location and Version.parse(other.version) > Version.parse(first.version)
-    except InvalidVersion:
-        swap = False
-    if swap:
-        return other._replace(stale=(*first.stale, first.metadata))
-    return first._replace(stale=(*first.stale, other.metadata))
-
-
-def read_installed(sys_path: list[str]) -> dict[str, Installed]:
-    """Installed distributions by normalized name; the first on sys.path wins, as at import time, and
-    the other metadata folders of that name are kept as ``stale``."""
-    found: dict[str, Installed] = {}
-    for folder in dict.fromkeys(os.path.abspath(entry) for entry in sys_path):  # each folder once
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue  # zip files, missing folders
-        for entry in sorted(entries, key=lambda e: e.name):
-            meta = _metadata_file(entry)
-            fields = _metadata_fields(meta) if meta else None
-            if not fields or meta is None:
-                continue
-            key = normalize_name(fields[0])
-            have = Installed(fields[0], fields[1], Path(folder), _direct_url(meta), (), entry.path)
-            found[key] = _second(found[key], have) if key in found else have
-    return found
-
-
-# ---------------------------------------------------------------- torch's build
-
-
-def read_torch_build(location: Path) -> dict[str, str | None] | None:
-    """``cuda``/``hip``/``__version__`` from torch/version.py, parsed, not imported."""
-    import ast
-
-    try:
-        tree = ast.parse((location / "torch" / "version.py").read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    values: dict[str, str | None] = {"cuda": None, "hip": None, "__version__": None}
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
-            node.target if isinstance(node, ast.AnnAssign) else None)
-        value = getattr(node, "value", None)
-        if isinstance(target, ast.Name) and target.id in values and isinstance(value, ast.Constant):
-            values[target.id] = value.value if isinstance(value.value, str) else None
-    return values
 
 
 def _describe_build(build: dict[str, str | None]) -> str:
@@ -259,6 +158,21 @@ def _describe_build(build: dict[str, str | None]) -> str:
     if build["hip"]:
         return f"a ROCm build (HIP {build['hip']})"
     return "a CPU-only build"
+
+
+def _built_for(kind: str, wanted: str, build: dict[str, str | None]) -> bool:
+    """Whether torch's version.py says the build a label promises. CUDA: ``cuda`` is the label's version
+    (``13.0`` for cu130). ROCm: ``rocm`` where torch writes it (``6.2.4``, ``7.2.0``), else HIP's major.minor,
+    since HIP's third field is a build number, not ROCm's patch (HIP 6.2.41133 in a ROCm 6.2.0 build log,
+    vllm-project/vllm#10855)."""
+    cuda, hip, rocm = build["cuda"], build["hip"], build.get("rocm")
+    if kind == "cpu":
+        return cuda is None and hip is None
+    if kind == "cuda":
+        return cuda is not None and (cuda == wanted or cuda.startswith(f"{wanted}."))
+    if rocm:
+        return rocm == wanted or rocm.startswith(f"{wanted}.")
+    return hip is not None and hip.split(".")[:2] == wanted.split(".")[:2]
 
 
 def torch_build_finding(pin: Pin, have: Installed) -> Finding | None:
@@ -274,12 +188,10 @@ def torch_build_finding(pin: Pin, have: Installed) -> Finding | None:
         return finding(f"unknown torch label +{pin.local}; the build cannot be checked", "warning")
     build = read_torch_build(have.location)
     if build is None:
-        return finding(f"cannot read {have.location / 'torch' / 'version.py'}; torch's build is unknown")
+        where = os.path.join(have.location, "torch", "version.py")
+        return finding(f"cannot read {where}; torch's build is unknown")
     kind, wanted = expected
-    actual = {"cuda": build["cuda"], "rocm": build["hip"], "cpu": None}[kind]
-    matches = (build["cuda"] is None and build["hip"] is None) if kind == "cpu" else (
-        actual is not None and (actual == wanted or actual.startswith(f"{wanted}.")))
-    if matches:
+    if _built_for(kind, wanted or "", build):
         return None
     promised = "a CPU-only build" if kind == "cpu" else f"a {kind.upper() if kind == 'cuda' else 'ROCm'} " \
         f"{wanted} build"
@@ -294,6 +206,8 @@ def same_version(locked: str, installed: str) -> bool:
     """PEP 440 equality with the local label required to match exactly (1.0 == 1.0.0)."""
     if locked == installed:
         return True  # the common case, without parsing
+    from kdkit.core.versions import InvalidVersion, Version
+
     try:
         return Version.parse(locked) == Version.parse(installed)
     except InvalidVersion:
@@ -302,14 +216,15 @@ def same_version(locked: str, installed: str) -> bool:
 
 def _check_pin(pin: Pin, have: Installed | None, severity: str) -> list[Finding]:
     if have is None:
-        message = f"{pin.name}=={pin.version} is locked (line {pin.line}) but not installed"
-        return [Finding("missing", pin.name, "error", message, pin.version, None, pin.line)]
+        locked = f"{pin.name}=={pin.version}" if pin.version else f"{pin.name} from {pin.source}"
+        message = f"{locked} is locked (line {pin.line}) but not installed"
+        return [Finding("missing", pin.name, "error", message, pin.version or str(pin.source), None, pin.line)]
     findings = []
-    if not same_version(pin.version, have.version):
+    if pin.version and not same_version(pin.version, have.version):
         findings.append(Finding("version", pin.name, "error", f"{pin.name}: locked {pin.version} "
                                 f"(line {pin.line}), installed {have.version}", pin.version, have.version,
                                 pin.line))
-    elif have.direct_url:
+    elif have.direct_url and pin.source is None:  # a locked source is pylockcheck's
         findings.append(Finding("direct-url", pin.name, severity, f"{have.name} {have.version} was installed "
                                 f"from {have.direct_url}, not from the lock's index; reinstall it from the lock",
                                 pin.version, have.version, pin.line))
@@ -328,7 +243,12 @@ def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str]
             strict: bool = False, python: str = "") -> Report:
     """Every finding of ``lock`` against ``installed`` for the interpreter described by ``markers``."""
     report = Report(str(lock.path), python, strict, len(installed))
+    report.format, report.warnings = lock.format, list(lock.warnings)
     severity = "error" if strict else "warning"
+    if lock.format == "pylock":
+        from kdkit.probe.env import pylockcheck
+
+        report.findings += pylockcheck.lock_findings(lock, markers)
     required: set[str] = set()
     for key, candidates in lock.candidates.items():
         pin = lock.pin_for(key, markers)
@@ -336,7 +256,11 @@ def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str]
                              "line": other.line} for other in candidates if other is not pin]
         if pin is not None:
             required.add(key)
-            report.findings += _check_pin(pin, installed.get(key), severity)
+            have = installed.get(key)
+            report.findings += _check_pin(pin, have, severity)
+            if lock.format == "pylock":
+                report.findings += pylockcheck.pin_findings(pin, have, markers, severity,
+                                                            os.path.dirname(os.path.abspath(lock.path)))
     report.locked = len(required)
     report.findings += _stale_findings(installed, severity)
     for key, have in sorted(installed.items()):
@@ -346,7 +270,7 @@ def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str]
     return report
 
 
-def verify(lock_path: Path, python: str | None, *, strict: bool = False) -> Report:
+def verify(lock_path: str | PathLike[str], python: str | None, *, strict: bool = False) -> Report:
     """Parse the lock, inspect the interpreter, compare. The library entry point."""
     lock = parse_lock(lock_path)
     info = inspect_interpreter(python)
@@ -358,7 +282,9 @@ def verify(lock_path: Path, python: str | None, *, strict: bool = False) -> Repo
 
 
 def render_text(report: Report) -> str:
-    lines = [f"Lock:   {report.lock}", f"Python: {report.python}"]
+    shown = f"{report.lock} (PEP 751)" if report.format == "pylock" else report.lock
+    lines = [f"Lock:   {shown}", f"Python: {report.python}"]
+    lines += [f"  {'lock (warning)':<18} {warning}" for warning in report.warnings]
     for f in report.findings:
         tag = f.kind.upper() if f.severity == "error" else f"{f.kind} (warning)"
         lines.append(f"  {tag:<18} {f.message}")
@@ -371,21 +297,27 @@ def render_text(report: Report) -> str:
     return "\n".join(lines)
 
 
+OPTIONS = (
+    Option("--lock", "lock", "the lock: requirements/<backend>.txt written by `kdkit lock`, or a PEP 751 "
+           "pylock.toml / pylock.<name>.toml (read by its name)", metavar="FILE", required=True),
+    Option("--python", "python", "interpreter whose environment to inspect (default: this one); it runs only "
+           "a standard-library script under -I, nothing is imported into it", metavar="PATH"),
+    Option("--strict", "strict", "distributions installed but not locked are errors, not warnings"),
+    Option("--json", "as_json", json_help("one JSON document with every finding and its fields")),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("verify-env", DESCRIPTION, EPILOG)
-    parser.add_argument("--lock", required=True, type=Path, metavar="FILE",
-                        help="hashed lock written by `kdkit lock` (requirements/<backend>.txt)")
-    parser.add_argument("--python", metavar="PATH", default=None,
-                        help="interpreter whose environment to inspect (default: this one); it runs only "
-                             "a standard-library script under -I, nothing is imported into it")
-    parser.add_argument("--strict", action="store_true",
-                        help="distributions installed but not locked are errors, not warnings")
-    add_json(parser, "one JSON document with every finding and its fields", dest="as_json")
+    add_options(parser, OPTIONS)
     return parser
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = quick_parse(argv, OPTIONS) or build_parser().parse_args(argv)
     report = verify(args.lock, args.python, strict=args.strict)
+    if args.as_json:  # the text report lists them itself; with --json, a person still sees them
+        for warning in report.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     print_result(args.as_json, report.as_dict(), lambda: render_text(report))
     return 0 if report.ok else 1

@@ -26,7 +26,7 @@ import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import atomic_write_json
@@ -34,7 +34,6 @@ from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import check_device
 from kdkit.core.proc import Completed, run
 from kdkit.core.projectfiles import project_root
-from kdkit.core.report import Progress
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import make_folder, require_writable
 from kdkit.probe.measure.options import (
@@ -58,6 +57,9 @@ from kdkit.probe.measure.states import (
     load_state,
     missing_parts,
 )
+
+if TYPE_CHECKING:
+    from kdkit.core.report import Progress
 
 PHASES = ("full", "save", "restore", "resume")
 WHAT = "folder for the test"

@@ -24,14 +24,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
-from kdkit.core.report import Progress
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import require_writable
 from kdkit.probe.measure.options import (
@@ -46,6 +45,9 @@ from kdkit.probe.measure.options import (
 )
 from kdkit.probe.measure.plot import check_plot_path, sweep_plot, written
 from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entry, read_input, set_device
+
+if TYPE_CHECKING:
+    from kdkit.core.report import Progress
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
 CLEAR_REFS = Path("/proc/self/clear_refs")
