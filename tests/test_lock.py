@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,8 @@ def test_lock_cpu_writes_hashed_lock_with_provenance(project: Path) -> None:
     assert header["backend"] == "cpu" and header["resolved-in"] == "host"
     assert header["torch-index"] == "https://download.pytorch.org/whl/cpu"
     assert header["torch-source"] == "find-links (replaces torch-index)"  # the folder is a path of this machine
-    assert {"kdkit-version", "python", "platform", "pip-tools", "indexes", "machine-local"} <= set(header)
+    assert {"kdkit-version", "python", "platform", "resolver", "indexes", "machine-local"} <= set(header)
+    assert re.fullmatch(r"pip-tools \d+\.\d+\.\d+", header["resolver"])  # the default resolver, and its version
     # torch came from the folder, not the torch index: the lock names only the http(s) indexes pip used
     assert all(value.startswith(("http://", "https://")) and "download.pytorch.org" not in value
                for _option, value in lock.options)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from kdkit.cli._options import backend_option, ca_bundle_option, json_option, project_argument
 from kdkit.cli._output import emit_json, size_text, warn
 from kdkit.core.builds import BACKENDS
+from kdkit.lock.resolvers import RESOLVERS
+
+if TYPE_CHECKING:
+    from kdkit.lock.lock import LockResult
 
 
 @click.command("lock")
@@ -26,10 +31,15 @@ from kdkit.core.builds import BACKENDS
 @click.option("--torch-find-links", "torch_links", type=click.Path(file_okay=False, path_type=Path),
               default=None, envvar="KDKIT_TORCH_FIND_LINKS", show_envvar=True,
               help="Air-gapped: take torch from this folder of wheels instead of the backend's torch index.")
+@click.option("--resolver", type=click.Choice(RESOLVERS), default=None,
+              help="pip-tools (pip-compile) or uv (uv pip compile), same lock either way (default: \"resolver\" "
+                   "in kdkit.json, else pip-tools). uv is $KDKIT_UV, else the uv package of kdkit's Python, "
+                   "else uv on PATH.")
 @json_option
 def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_packages: tuple[str, ...],
-         in_container: bool, ca_bundle: Path | None, torch_links: Path | None, as_json: bool) -> None:
-    """Write requirements/<backend>.txt: a hashed pip-tools lock of requirements/base.in.
+         in_container: bool, ca_bundle: Path | None, torch_links: Path | None, resolver: str | None,
+         as_json: bool) -> None:
+    """Write requirements/<backend>.txt: a hashed lock of requirements/base.in.
 
     torch comes from the backend's PyTorch wheel index in kdkit.json and is pinned
     with its local label (torch==2.13.0+cu130), because a plain ==2.13.0 also accepts
@@ -41,29 +51,48 @@ def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_p
     reports a lock whose inputs changed since. A lock names only http(s) indexes:
     nothing of this machine (file:// indexes, find-links) travels in it.
 
+    The resolver is pip-tools' pip-compile, or uv (--resolver uv, or "resolver":
+    "uv" in kdkit.json), given the same indexes and pip configuration and held to
+    the same checks; the header's `resolver` names the one that ran. uv missing is
+    exit 3; set KDKIT_UV to its binary, or `pip install uv`.
+
+    Beside the lock, requirements/pylock.<backend>.toml: the same pins as a PEP 751
+    lock (pip 26.1+ and uv install it; `kdkit build --lock-format pylock` builds
+    from it), written by uv from the lock itself, for the image's platform, naming
+    only files the lock's indexes serve. Without uv, or with --torch-find-links (a
+    folder of this machine), the lock is written alone and a warning says why.
+
     \b
     Examples:
       kdkit lock --backend cuda
       kdkit lock --backend all --upgrade-package numpy
       kdkit lock --backend rocm --in-container --ca-bundle corp-ca.pem
       kdkit lock --backend cpu --torch-find-links /srv/wheels     # no access to download.pytorch.org
+      kdkit lock --resolver uv                                    # seconds instead of a minute
     """
     from kdkit.lock.lock import lock_project
 
     progress = None if as_json else (lambda line: click.echo(line, err=True))
     results = lock_project(project_dir, backend, upgrade=upgrade, upgrade_packages=upgrade_packages,
                            in_container=in_container, ca_bundle=ca_bundle, torch_links=torch_links,
-                           progress=progress)
+                           progress=progress, resolver=resolver)
     if as_json:
         emit_json({"locks": [r.as_dict() for r in results]})
         return
     for result in results:
-        for message in result.warnings:
-            warn(message)
-        torch = f", torch=={result.torch}" if result.torch else ""
-        where = "on this host" if result.resolved_in == "host" else f"in {result.resolved_in}"
-        click.echo(f"Wrote {result.path}: {result.pins} hashed pins{torch} (resolved {where}, "
-                   f"Python {result.python}, {result.platform})")
+        _said(result)
+
+
+def _said(result: LockResult) -> None:
+    """One lock run in text: its warnings, then what was written."""
+    for message in result.warnings:
+        warn(message)
+    torch = f", torch=={result.torch}" if result.torch else ""
+    where = "on this host" if result.resolved_in == "host" else f"in {result.resolved_in}"
+    click.echo(f"Wrote {result.path}: {result.pins} hashed pins{torch} (resolved {where}, "
+               f"Python {result.python}, {result.platform})")
+    if result.pylock is not None:
+        click.echo(f"Wrote {result.pylock}: the same pins as a PEP 751 lock")
 
 
 @click.command("wheelhouse")

@@ -1,14 +1,15 @@
-"""`kdkit lock`: one hashed pip-tools lock per backend, with its provenance, and stale-lock detection.
+"""`kdkit lock`: one hashed lock per backend (pip-tools or uv), with its provenance, and stale-lock detection.
 
 How the torch index is used. pip has no per-package index, so kdkit makes the
 backend's PyTorch wheel index (``backends.<name>.torch_index`` in kdkit.json)
 pip-compile's primary ``--index-url`` and re-adds the index the user's pip
 configuration names (default PyPI) as ``--extra-index-url``; the rest of that
-configuration (extra indexes, find-links, certificate, constraints, proxy
-variables) is honoured as pip reads it. Because pip still merges candidates
-from every index, kdkit then checks the result: torch must be pinned with the
-backend's local label (``torch==2.8.0+cu128``), since a plain ``==2.8.0`` would
-also accept a +cpu or +rocm build at install time.
+configuration (extra indexes, find-links, certificate, proxy variables) is
+honoured as pip reads it (not its ``constraint`` option: pip-compile does not
+apply it). Because pip still merges candidates from every index, kdkit then
+checks the result: torch must be pinned with the backend's local label
+(``torch==2.8.0+cu128``), since a plain ``==2.8.0`` would also accept a +cpu or
++rocm build at install time.
 
 Before pip-compile runs, :func:`kdkit.lock.preflight.preflight` asks the torch index
 itself, with a timeout of seconds: an index that does not answer is exit 3 naming
@@ -33,12 +34,15 @@ environment variable ``KDKIT_TORCH_FIND_LINKS`` replaces the torch index with a
 local folder of wheels; the label check still holds, against the label that
 kdkit.json's index promises, and the header records the replacement.
 
-pip-compile runs as a subprocess (:mod:`kdkit.lock.pipcompile`, on this host or
-in the backend's base image); kdkit writes its own ``# kdkit: key = value``
-header (see :mod:`kdkit.core.lockfile`). The previous lock is handed to
-pip-compile so unchanged pins stay put unless ``--upgrade`` /
-``--upgrade-package`` says otherwise, and the new lock replaces the old one
-atomically only when everything succeeded. Stale locks: :mod:`kdkit.lock.staleness`.
+The resolver is pip-tools' pip-compile (:mod:`kdkit.lock.pipcompile`) or, with ``--resolver uv``
+or kdkit.json's ``"resolver": "uv"``, ``uv pip compile`` (:mod:`kdkit.lock.uvcompile`), given the same
+indexes and the same part of pip's configuration; either runs as a subprocess, on this host or in the
+backend's base image (:mod:`kdkit.lock.resolvers`). Everything above holds for both: the preflight, the
+torch label, provenance, the index lines. kdkit writes its own ``# kdkit: key = value`` header (see
+:mod:`kdkit.core.lockfile`; ``resolver`` names the tool and its version). The previous lock is handed
+to the resolver so unchanged pins stay put unless ``--upgrade`` / ``--upgrade-package`` says
+otherwise, and the new lock replaces the old one atomically only when everything succeeded. Stale
+locks: :mod:`kdkit.lock.staleness`.
 """
 
 from __future__ import annotations
@@ -47,14 +51,12 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.project import Backend, Project, load_project
@@ -62,18 +64,22 @@ from kdkit.config.schemas import secret_problems
 from kdkit.core import proc
 from kdkit.core.builds import BACKENDS, index_label
 from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
-from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock_text
-from kdkit.core.report import Progress
+from kdkit.core.staging import clean_stale, describe_removed
 from kdkit.facts.platforms import cpu_mismatch
 from kdkit.lock.fetch import Network
 from kdkit.lock.inputs import input_files, relative
 from kdkit.lock.pages import and_list, torch_requirement
-from kdkit.lock.pipcompile import Resolution, compile_arguments, compile_in_container, compile_on_host
 from kdkit.lock.preflight import TorchPage, check_answers, check_find_links, refuse_foreign_index
 from kdkit.lock.preflight import preflight as index_preflight
 from kdkit.lock.provenance import Provenance, emitted_indexes, local_sources, option_lines, provenance
+from kdkit.lock.resolution import Resolution
+from kdkit.lock.resolvers import Job, Resolver, chosen_resolver, prepare, resolve
+
+if TYPE_CHECKING:
+    from kdkit.core.report import Progress
 
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
@@ -92,11 +98,12 @@ class LockResult:
     python: str
     platform: str
     warnings: list[str] = field(default_factory=list)
+    pylock: Path | None = None  # the PEP 751 lock written beside it, when one could be made
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "lock": str(self.path), "pins": self.pins, "torch": self.torch,
                 "resolved_in": self.resolved_in, "python": self.python, "platform": self.platform,
-                "warnings": self.warnings}
+                "pylock": str(self.pylock) if self.pylock else None, "warnings": self.warnings}
 
 
 # ---------------------------------------------------------------- pip configuration and indexes
@@ -120,9 +127,13 @@ def pip_configuration(python: str = sys.executable) -> dict[str, str]:
     return config
 
 
-@lru_cache(maxsize=4)
 def pip_default_index(python: str = sys.executable) -> str:
     """The index pip uses when nothing is configured, asked of pip itself (kdkit names no host)."""
+    return _default_index(python)  # one cache entry per interpreter, however the caller passes it
+
+
+@lru_cache(maxsize=4)
+def _default_index(python: str) -> str:
     done = proc.run([python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
                     timeout=60)
     return done.stdout.strip() if done.ok else ""
@@ -145,14 +156,14 @@ def backend_label(backend: Backend) -> str | None:
 
 def build_header(project: Project, backend: Backend, resolution: Resolution, indexes: Sequence[tuple[str, str]],
                  origin: Provenance) -> str:
-    """The provenance block written above the lock's index lines and pip-compile's output."""
+    """The provenance block written above the lock's index lines and the resolver's output."""
     fields: list[tuple[str, str]] = [
         ("kdkit-version", __version__),
         ("backend", backend.name),
         ("resolved-in", resolution.resolved_in),
         ("python", resolution.python),
         ("platform", resolution.platform),
-        ("pip-tools", resolution.pip_tools),
+        ("resolver", resolution.resolver),
         ("torch-index", backend.torch_index),
         ("torch-source", origin.torch_source or "(no torch in the lock)"),
         ("indexes", "; ".join(f"{opt} {value}" for opt, value in indexes) or "(pip defaults)"),
@@ -187,11 +198,11 @@ def platform_warnings(project: Project, backend: Backend) -> list[str]:
 
 
 def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: TorchPage | None = None,
-                      inputs: Sequence[Path] = (), python: str = "") -> None:
+                      inputs: Sequence[Path] = (), python: str = "", tool: str = "pip-compile") -> None:
     """torch must carry the label of the backend's index; a bare version would accept any build. An index
     of another family, or one whose label kdkit cannot read, is BadInput (a torch it locks is no build of
     the backend's). The fix names the input file that requires torch and, from the preflight's ``page``,
-    the newest build of the index that fits."""
+    the newest build of the index that fits; ``tool`` is the resolver that chose the pin."""
     pin = lock.pins.get("torch")
     if pin is None:
         return
@@ -204,7 +215,7 @@ def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: Tor
     build = newest or f"{pin.public_version}+{label}"
     why = f" (the newest build {backend.torch_index} serves for Python {python})" if newest else ""
     where = _naming_torch(inputs, config_file.parent) if inputs else Path(lock.path).name
-    raise KdkitError(f"pip-compile resolved torch=={pin.version} ({got}) for backend {backend.name}, whose index "
+    raise KdkitError(f"{tool} resolved torch=={pin.version} ({got}) for backend {backend.name}, whose index "
                      f"{backend.torch_index} serves +{label} builds; pin torch=={build} in {where}{why} "
                      "or check the indexes in your pip configuration")
 
@@ -229,7 +240,7 @@ def chosen_backends(project: Project, backend: str | None) -> list[Backend]:
 
 def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
               network: Network) -> TorchPage:
-    """Before pip-compile: the torch index answers and serves a build the project can install, and every
+    """Before the resolver: the torch index answers and serves a build the project can install, and every
     other http(s) index kdkit hands to pip answers (pip would wait minutes on one that does not)."""
     inputs = input_files(project.requirements)
     requirement = torch_requirement(inputs, project.python, TARGET_PLATFORM)
@@ -243,8 +254,11 @@ def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
 
 def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                  upgrade_packages: Sequence[str] = (), in_container: bool = False,
-                 ca_bundle: Path | None = None, local_torch: Path | None = None) -> LockResult:
-    """Resolve, check and write ``backend.lock``; nothing is written unless every step succeeded."""
+                 ca_bundle: Path | None = None, local_torch: Path | None = None,
+                 resolver: Resolver | None = None) -> LockResult:
+    """Resolve (pip-tools unless ``resolver`` says otherwise), check and write ``backend.lock``; nothing is
+    written unless every step succeeded."""
+    resolver = resolver or prepare("pip-tools")
     inputs = input_files(project.requirements)  # a missing .in is bad input before anything runs
     for path in inputs:
         refuse_credentials_in(path, relative(project.root, path))
@@ -256,10 +270,16 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     pip_config = pip_configuration()
     network = Network.from_pip(pip_config, ca_bundle)
     page = None if local_torch else preflight(project, backend, pip_config, network)
-    args = compile_arguments(backend, pip_config, local_torch, upgrade, upgrade_packages)
-    resolution, warnings = _resolve(project, backend, args, pip_config, ca_bundle, local_torch, in_container)
-    lock = parse_lock_text(resolution.text, backend.lock)
-    check_torch_label(lock, backend, config_file, page, input_files(project.requirements), project.python)
+    job = Job(project, backend, pip_config, TARGET_PLATFORM, ca_bundle, local_torch, upgrade, tuple(upgrade_packages),
+              in_container)
+    resolution = resolve(resolver, job)
+    warnings = [] if in_container else platform_warnings(project, backend)
+    try:
+        lock = parse_lock_text(resolution.text, backend.lock)
+    except BadInput as exc:  # the resolver's output, not the user's file: name it so
+        raise KdkitError(f"{resolver.tool} wrote a lock kdkit cannot read, nothing was written: {exc}") from None
+    check_torch_label(lock, backend, config_file, page, input_files(project.requirements), project.python,
+                      resolver.tool)
     indexes = emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
                               torch_from_index=local_torch is None)
     # the indexes a machine installing the lock asks: those it names, and its own (pip's default here)
@@ -267,58 +287,91 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     asked += [pip_config["index-url"]] if pip_config.get("index-url") and pip_config["index-url"] not in asked else []
     origin = provenance(lock, page, asked, local_sources(pip_config, local_torch), local_torch, network,
                         project.python, TARGET_PLATFORM)
-    _write_lock(backend.lock, build_header(project, backend, resolution, indexes, origin) + option_lines(indexes)
-                + resolution.text.lstrip("\n"))
+    head = build_header(project, backend, resolution, indexes, origin)
+    text = head + option_lines(indexes) + resolution.text.lstrip("\n")
+    pylock, why_not = pylock_text(resolver, job, head, text)
+    writes = [(backend.lock, text), *([(backend.pylock, pylock)] if pylock is not None else [])]
+    left = [line for path, _text in writes for line in describe_removed(clean_stale(path))]  # a killed lock's
+    for path, content in writes:  # a credential in either: refused before either is written
+        _refuse_credentials(path, content)
+    for number, (path, content) in enumerate(writes):  # the lock first: a kill between leaves the old pylock,
+        _write(path, content, [done for done, _text in writes[:number]], project)  # which validate finds stale
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
     elsewhere = cpu_mismatch(project, resolution.platform, relative(project.root, backend.lock))
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
                       resolution.python, resolution.platform,
-                      [*warnings, *origin.warnings, *([elsewhere] if elsewhere else [])])
+                      [*warnings, *origin.warnings, *([elsewhere] if elsewhere else []), *why_not, *left],
+                      backend.pylock if pylock is not None else None)
 
 
-def _resolve(project: Project, backend: Backend, args: list[str], pip_config: dict[str, str],
-             ca_bundle: Path | None, local_torch: Path | None, in_container: bool) -> tuple[Resolution, list[str]]:
-    """pip-compile's resolution, in a scratch folder seeded with the previous lock, and the warnings of
-    where it ran (a host that is not the image)."""
-    with tempfile.TemporaryDirectory(prefix="kdkit-lock-") as tmp:
-        workdir = Path(tmp)
-        output = workdir / backend.lock.name
-        if backend.lock.is_file():
-            shutil.copyfile(backend.lock, output)  # pip-compile keeps existing pins unless upgrading
-        if in_container:
-            return compile_in_container(project, backend, args, workdir, output, pip_config, ca_bundle,
-                                        local_torch), []
-        return compile_on_host(project, args, workdir, output, ca_bundle), platform_warnings(project, backend)
+def pylock_text(resolver: Resolver, job: Job, head: str, text: str) -> tuple[str | None, list[str]]:
+    """(the backend's pylock text, or None and the warning saying why there is none): see
+    :mod:`kdkit.lock.pylockwrite`. Nothing is written here."""
+    from kdkit.lock import pylockwrite, uvcompile
+
+    project, backend = job.project, job.backend
+    try:
+        if job.local_torch is not None:
+            raise pylockwrite.NoPylock("torch came from --torch-find-links, a folder of this machine, and a pylock "
+                                       "names each file by a URL another machine can reach")
+        uv = resolver.uv
+        if uv is None:
+            try:
+                uv = uvcompile.find_uv()
+            except Unavailable:
+                uv = None
+        env = uvcompile.uv_environment(job.pip_config, os.environ)
+        cert = uvcompile.uv_cert(job.pip_config, job.ca_bundle, in_container=False)
+        made = pylockwrite.make_pylock(uv, parse_lock_text(text, backend.lock), project, backend, head, text, env,
+                                       cert, job.target[1])
+    except pylockwrite.NoPylock as exc:
+        rel = pylockwrite.relative_pylock(project, backend)
+        return None, [f"{rel} not written: {exc}; {relative(project.root, backend.lock)} is complete on its own"
+                      + pylockwrite.stale_note(project, backend, text)]
+    return made, []
 
 
-def _write_lock(path: Path, text: str) -> None:
-    """Write the lock atomically; BadInput, and nothing written, when a line would carry a credential."""
+def _refuse_credentials(path: Path, text: str) -> None:
+    """BadInput, naming the line, when the lock would carry a credential."""
     for number, line in enumerate(text.splitlines(), start=1):
-        if found := find(line):  # e.g. an index URL with a password taken from pip's configuration
+        if found := find(line):  # e.g. an index URL with a password or a token taken from pip's configuration
             raise BadInput(f"{path}:{number}: the lock would carry {found[0].what} ({found[0].redacted}); "
                            f"nothing was written: {CREDENTIAL_FIX}")
-    atomic_write_text(path, text)
+
+
+def _write(path: Path, text: str, written: Sequence[Path], project: Project) -> None:
+    """Write ``path`` atomically; a folder that refuses it is one line naming what was written before it."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        before = f"; {and_list([relative(project.root, p) for p in written])} was written before it" if written else \
+            "; nothing was written"
+        raise BadInput(f"{path}: cannot write the lock ({exc.strerror or exc}){before}; check the folder's "
+                       "permissions and free space, then lock again") from None
 
 
 def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrade: bool = False,
                  upgrade_packages: Sequence[str] = (), in_container: bool = False,
                  ca_bundle: Path | None = None, torch_links: Path | None = None,
-                 progress: Progress | None = None) -> list[LockResult]:
-    """Lock each chosen backend of the project at ``project_dir``. The library entry point of `kdkit lock`."""
+                 progress: Progress | None = None, resolver: str | None = None) -> list[LockResult]:
+    """Lock each chosen backend of the project at ``project_dir`` with ``resolver`` (pip-tools or uv; None:
+    kdkit.json's ``resolver``, else pip-tools). The library entry point of `kdkit lock`."""
     project = load_project(project_dir)
     for problem in secret_problems(project.config, project.root / "kdkit.json"):  # as `kdkit validate` refuses
         raise BadInput(f"{problem}; nothing was locked")
     if ca_bundle is not None and not ca_bundle.is_file():
         raise BadInput(f"--ca-bundle {ca_bundle}: not a file; give a PEM file of CA certificates")
     local_torch = torch_find_links(torch_links)
+    tool = prepare(chosen_resolver(resolver, project))  # uv missing: exit 3 before any request
     results = []
     for chosen in chosen_backends(project, backend):
         if progress:
             where = f"in {chosen.base_image}" if in_container else "on this host"
-            progress(f"Locking {chosen.name}: pip-compile {shlex.quote(str(project.requirements.name))} {where}")
+            progress(f"Locking {chosen.name}: {tool.tool} {shlex.quote(str(project.requirements.name))} {where}")
         try:
             results.append(lock_backend(project, chosen, upgrade=upgrade, upgrade_packages=upgrade_packages,
-                                        in_container=in_container, ca_bundle=ca_bundle, local_torch=local_torch))
+                                        in_container=in_container, ca_bundle=ca_bundle, local_torch=local_torch,
+                                        resolver=tool))
         except KdkitError as exc:
             if not results:
                 raise

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from kdkit.core.errors import BadInput, Unavailable
@@ -64,6 +65,18 @@ def _same_version(a: str, b: str) -> bool:
         return a == b
 
 
+def _sha256(path: Path) -> str:
+    """sha256 of a local file, read once per process for the same file unchanged (a folder named by
+    --torch-find-links and by pip's find-links holds one torch wheel, hundreds of MB)."""
+    info = path.stat()
+    return _sha256_of(path.resolve(), info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+@lru_cache(maxsize=256)
+def _sha256_of(path: Path, _size: int, _mtime_ns: int, _inode: int) -> str:
+    return sha256_file(path)
+
+
 def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
     """(sha256, file name) of the files of ``source`` named like ``pin`` (name and exact version)."""
     if source.kind == "find-links":
@@ -72,7 +85,7 @@ def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
         for entry in entries:
             parsed = parse_filename(entry.name)
             if parsed and parsed[0] == pin.key and _same_version(parsed[1], pin.version) and entry.is_file():
-                yield sha256_file(entry), entry.name
+                yield _sha256(entry), entry.name
         return
     root = local_path(source.location)
     page = Path(root) / pin.key / "index.html"
@@ -86,7 +99,7 @@ def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
         if item.sha256:
             yield item.sha256, item.filename
         elif item.url.startswith("file:") and (path := Path(local_path(item.url))).is_file():
-            yield sha256_file(path), item.filename
+            yield _sha256(path), item.filename
 
 
 @dataclass
@@ -149,7 +162,7 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
                             if _only_here(pin, local.get(pin.key, {}), served, remote)]
     if result.machine_local:
         where = and_list(sorted({s.describe() for key in result.machine_local for s in local[key].values()}))
-        result.warnings.append(f"{lock.path.name}: {and_list(result.machine_local)} came only from this machine "
+        result.warnings.append(f"{lock.name}: {and_list(result.machine_local)} came only from this machine "
                                f"({where}); another machine cannot install this lock from its indexes: publish those "
                                "files on an index, or build the image here with `kdkit wheelhouse`")
     return result
@@ -161,11 +174,11 @@ def _torch_strays(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[st
     served = set(page.by_hash()) if page else set()
     strays = {s.describe() for d, s in local.items() if d in _hashes(torch) - served}
     if strays and served & _hashes(torch):
-        return [f"{lock.path.name}: torch=={torch.version} also matches a file of this machine that the torch "
+        return [f"{lock.name}: torch=={torch.version} also matches a file of this machine that the torch "
                 f"index does not serve ({and_list(sorted(strays))}); pip may install that one here: remove it from "
                 "pip's configuration (`pip config list`)"]
     if page is not None and not served and (here := _torch_files_here(torch, sources)):
-        return [f"{lock.path.name}: {page.url} gives no sha256 of its files, so torch=={torch.version}'s hashes "
+        return [f"{lock.name}: {page.url} gives no sha256 of its files, so torch=={torch.version}'s hashes "
                 f"cannot be attributed to the torch index; {and_list(here)} "
                 f"{'is a file' if len(here) == 1 else 'are files'} of this machine that pip may install here "
                 "instead: remove it from pip's configuration (`pip config list`)"]

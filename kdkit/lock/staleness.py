@@ -1,27 +1,37 @@
 """Stale locks: a lock no longer matches its inputs when the torch index, the requirements input or an
 input file's content changed since `kdkit lock` wrote it (its header records them). `kdkit validate`
-lists stale locks; `kdkit build` refuses one."""
+lists stale locks; `kdkit build` refuses one.
+
+A backend's PEP 751 lock (``pylock.<backend>.toml`` beside its requirements lock: ``Backend.pylock``)
+carries the same header as TOML comment lines, and one line more, ``requirements-lock = <path>
+sha256:<hex>``: the requirements lock it was made from (`kdkit lock` writes both from one
+resolution). It is judged by the same rules, and it is also stale once that requirements lock is no
+longer the one its header names. A pylock is optional: a project without one has nothing stale.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from kdkit.config.project import Project
+from kdkit.config.project import Backend, Project
 from kdkit.config.schemas import Problem
-from kdkit.core.errors import BadInput
+from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.jsonio import sha256_file
-from kdkit.core.lockfile import parse_lock
+from kdkit.core.lockfile import Lock, parse_lock
 from kdkit.lock.inputs import relative
 
+# The pylock header's key naming its requirements twin: "requirements/cpu.txt sha256:<hex>".
+REQUIREMENTS_LOCK = "requirements-lock"
 
-def staleness(root: Path, requirements: str, backend: str, torch_index: str, lock_path: Path) -> str | None:
-    """Why the lock at ``lock_path`` no longer matches its inputs, or None when it is fresh."""
-    fix = f"run `kdkit lock --backend {backend}`"
-    try:
-        lock = parse_lock(lock_path)
-    except BadInput as exc:
-        return f"unreadable lock ({exc}); {fix}"
+
+def _fix(backend: str) -> str:
+    return f"run `kdkit lock --backend {backend}`"
+
+
+def _stale(root: Path, requirements: str, backend: str, torch_index: str, lock: Lock) -> str | None:
+    """Why a parsed lock's header no longer matches the project's inputs, or None."""
+    fix = _fix(backend)
     if "kdkit-version" not in lock.header:
         return f"no kdkit provenance header (not written by `kdkit lock`); {fix}"
     if lock.header.get("torch-index") != torch_index:
@@ -39,21 +49,67 @@ def staleness(root: Path, requirements: str, backend: str, torch_index: str, loc
     return None
 
 
+def staleness(root: Path, requirements: str, backend: str, torch_index: str, lock_path: Path) -> str | None:
+    """Why the lock at ``lock_path`` no longer matches its inputs, or None when it is fresh."""
+    try:
+        lock = parse_lock(lock_path)
+    except BadInput as exc:
+        return f"unreadable lock ({exc}); {_fix(backend)}"
+    return _stale(root, requirements, backend, torch_index, lock)
+
+
+def _twin_staleness(root: Path, chosen: Backend, pylock: Lock) -> str | None:
+    """Why a pylock no longer goes with the backend's requirements lock (its header's requirements-lock), or None."""
+    fix, rel = _fix(chosen.name), relative(root, chosen.lock)
+    named = pylock.header.get(REQUIREMENTS_LOCK)
+    if named is None:
+        return f"its header names no {REQUIREMENTS_LOCK} (the requirements lock it was made from); {fix}"
+    path, sep, digest = named.rpartition(" sha256:")
+    if not sep or path != rel:
+        return f"made from {path or named}, but backend {chosen.name}'s requirements lock is {rel}; {fix}"
+    if not chosen.lock.is_file():
+        return f"made from {rel}, which no longer exists; {fix}"
+    if sha256_file(chosen.lock) != digest.strip().lower():
+        return f"made from another {rel}; {fix}"
+    return None
+
+
+def pylock_staleness(root: Path, requirements: str, chosen: Backend) -> str | None:
+    """Why the backend's pylock no longer matches its inputs or its requirements lock, or None when it is fresh.
+    Unavailable (exit 3) where this Python cannot read TOML (3.10: no tomllib)."""
+    try:
+        pylock = parse_lock(chosen.pylock)
+    except BadInput as exc:
+        return f"unreadable lock ({exc}); {_fix(chosen.name)}"
+    return (_stale(root, requirements, chosen.name, chosen.torch_index, pylock)
+            or _twin_staleness(root, chosen, pylock))
+
+
 def _requirements_rel(root: Path, config: dict[str, Any]) -> str:
     return relative(root, root / str(config["requirements"]))
 
 
 def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Problem]:
-    """The `kdkit validate` check: every existing lock whose inputs changed. A missing lock is not a problem
-    here (a fresh project has none); `kdkit build` requires one through :func:`require_fresh_lock`."""
+    """The `kdkit validate` check: every existing lock and pylock whose inputs changed. A missing lock is not a
+    problem here (a fresh project has none; `kdkit build` requires one through :func:`require_fresh_lock`), nor
+    a missing pylock, nor one this Python cannot read (3.10 has no tomllib; `kdkit build` says so)."""
     problems = []
+    requirements = _requirements_rel(root, config)
     for name, spec in config.get("backends", {}).items():
         lock_path = root / spec["lock"]
-        if not lock_path.is_file():
+        if lock_path.is_file():
+            reason = staleness(root, requirements, name, spec["torch_index"], lock_path)
+            if reason:
+                problems.append(Problem(Path(spec["lock"]), "header", reason))
+        chosen = Project(root, config).backend(name)
+        if not chosen.pylock.is_file():
             continue
-        reason = staleness(root, _requirements_rel(root, config), name, spec["torch_index"], lock_path)
+        try:
+            reason = pylock_staleness(root, requirements, chosen)
+        except Unavailable:
+            continue
         if reason:
-            problems.append(Problem(Path(spec["lock"]), "header", reason))
+            problems.append(Problem(Path(relative(root, chosen.pylock)), "header", reason))
     return problems
 
 
@@ -67,3 +123,17 @@ def require_fresh_lock(project: Project, backend: str) -> Path:
     if reason:
         raise BadInput(f"{chosen.lock}: {reason}")
     return chosen.lock
+
+
+def require_fresh_pylock(project: Project, backend: str) -> Path:
+    """The PEP 751 lock of ``backend`` when it exists and is fresh; BadInput otherwise (`kdkit build --lock-format
+    pylock`)."""
+    chosen = project.backend(backend)
+    if not chosen.pylock.is_file():
+        rel = relative(project.root, chosen.lock)
+        raise BadInput(f"{chosen.pylock}: no PEP 751 lock for backend {chosen.name}; `kdkit lock --backend "
+                       f"{chosen.name}` writes it beside {rel}, or build from {rel} (--lock-format requirements)")
+    reason = pylock_staleness(project.root, _requirements_rel(project.root, project.config), chosen)
+    if reason:
+        raise BadInput(f"{chosen.pylock}: {reason}")
+    return chosen.pylock
