@@ -12,6 +12,7 @@ import click
 
 from kdkit.cli._options import backend_option, ca_bundle_option, json_option, project_argument
 from kdkit.cli._output import console, emit_json, plain, printable, size_text, warn
+from kdkit.image.layers import LOCK_FORMATS
 
 if TYPE_CHECKING:
     from kdkit.image.build import BuildEvent, BuildResult
@@ -55,10 +56,13 @@ def _summary(result: BuildResult) -> str:
                   "in no layer of the final image.")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), metavar="DIR",
               help="Install from this folder (`kdkit wheelhouse`) with --no-index: the build uses no network.")
+@click.option("--lock-format", type=click.Choice(LOCK_FORMATS), default="requirements", show_default=True,
+              help="Install from requirements/<backend>.txt, or from requirements/pylock.<backend>.toml (PEP 751, "
+                   "installed by pip >= 26.1; the image's Python must be 3.11 or newer).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @json_option
 def build(project_dir: Path | None, backend: str | None, base_image: str | None, tag: str | None,
-          ca_bundle: Path | None, wheelhouse: Path | None, no_cache: bool, as_json: bool) -> None:
+          ca_bundle: Path | None, wheelhouse: Path | None, lock_format: str, no_cache: bool, as_json: bool) -> None:
     """Build the project's image from its lock, through the Docker SDK.
 
     A builder stage makes a venv and installs requirements/<backend>.txt with
@@ -69,16 +73,22 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
     kept in a file and its first error line is shown. A stale or unhashed lock is
     refused (exit 2); a failed build leaves no image tagged.
 
+    With --lock-format pylock the image installs exactly the files the backend's
+    PEP 751 lock (requirements/pylock.<backend>.toml, written by `kdkit lock`)
+    names, hash-checked, by the pip of kdkit's own interpreter (26.1 or newer),
+    and its labels and its verify-env name that lock.
+
     \b
     Examples:
       kdkit build --backend cuda
       kdkit build --ca-bundle /etc/ssl/certs/ca-certificates.crt     # TLS-intercepting proxy
       kdkit wheelhouse --out wh && kdkit build --wheelhouse wh         # no network in the build
+      kdkit build --lock-format pylock                                # from requirements/pylock.<backend>.toml
     """
     from kdkit.image.build import build_image, plan_build
 
     plan = plan_build(project_dir, backend, base_image=base_image, tag=tag, ca_bundle=ca_bundle,
-                      wheelhouse=wheelhouse, no_cache=no_cache)
+                      wheelhouse=wheelhouse, no_cache=no_cache, lock_format=lock_format)
     if plan.left_out:
         warn(f"left out of the image (named like secrets; pass them at run time with --env-file): "
              f"{', '.join(plan.left_out)}")

@@ -3,8 +3,8 @@ project's files (its committed tree in a git checkout, else its folder) and the 
 
 What a project is comes from an allow-list, the same in both modes: ``kdkit.json``, ``config/``,
 ``requirements/``, ``src/``, ``README*``, and what the configs name (the requirements input, each
-backend's lock, the pilot config, its inputs and manifest, the top-level package of the pilot's
-entry and of the train module). Nothing else travels: ``runs/``, ``.git``, caches and any other
+backend's lock and the PEP 751 lock beside it, the pilot config, its inputs and manifest, the top-level
+package of the pilot's entry and of the train module). Nothing else travels: ``runs/``, ``.git``, caches and any other
 folder stay home (their top-level names are listed in bundle.json). A file named like a secret
 (:data:`kdkit.core.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``, ``.ssh/``
 ...) is left out wherever it is, even inside an allowed folder, and named in bundle.json
@@ -66,6 +66,9 @@ class AllowList:
                   for name, spec in project.config["backends"].items()]
         places = ["kdkit.json", *PROJECT_FOLDERS]
         places += [_relative(root, str(value), file, where) for file, where, value in named]
+        places += [_relative(root, os.path.relpath(project.backend(name).pylock, root), marker,
+                             f"$.backends.{name}.lock")
+                   for name in project.config["backends"]]  # each lock checked above: its pylock is beside it
         if real_inside(root, pilot_file) is None:  # read nothing outside the project, even through a link
             raise BadInput(f"{marker}: $.pilot_config: {pilot_file} leads to {os.path.realpath(pilot_file)}, outside "
                            f"the project {root}; keep the pilot config inside the project")

@@ -21,6 +21,13 @@ class Backend:
     torch_index: str
     lock: Path
 
+    @property
+    def pylock(self) -> Path:
+        """The backend's PEP 751 lock, ``pylock.<backend>.toml`` beside its requirements lock: `kdkit lock`
+        writes it from the same resolution. The name follows the specification's rule, ``pylock.<name>.toml``
+        with no dot in the name (https://packaging.python.org/en/latest/specifications/pylock-toml/#file-name)."""
+        return self.lock.parent / f"pylock.{self.name}.toml"
+
 
 @dataclass(frozen=True)
 class Project:

@@ -32,6 +32,23 @@ def linux_arch(platform: str) -> tuple[str | None, bool]:
     return ARCH_NAMES.get(machine.lower()), True
 
 
+def image_environment(python: str, platform: str = "") -> dict[str, str]:
+    """The PEP 508 marker variables of a kdkit image, known before it exists: Linux, CPython ``python``
+    (kdkit.json's "python", e.g. "3.11"), on the CPU of ``platform`` (a lock header's ``linux-aarch64``;
+    x86_64 when unsaid or not Linux, as every image kdkit builds is Linux). Read a lock's pin for the image
+    with it: ``lock.pin_for("torch", image_environment(project.python, lock.header.get("platform", "")))``.
+
+    The values are those CPython gives on Linux (https://peps.python.org/pep-0508/#environment-markers);
+    the patch release is not known before the image is built, so ``python_full_version`` is the ``.0``
+    release and the kernel's ``platform_release``/``platform_version`` are empty.
+    """
+    machine = linux_arch(platform)[0] or "x86_64"
+    return {"implementation_name": "cpython", "implementation_version": f"{python}.0", "os_name": "posix",
+            "platform_machine": machine, "platform_python_implementation": "CPython", "platform_release": "",
+            "platform_system": "Linux", "platform_version": "", "python_full_version": f"{python}.0",
+            "python_version": python, "sys_platform": "linux", "extra": ""}
+
+
 def cpu_mismatch(project: Project, made_for: str, what: str) -> str | None:
     """Why a lock or image made for ``made_for`` (``linux-x86_64``, ``amd64``) will not install on the
     hosts of the project's target_gpu, with how to target theirs; None when they agree or no target is set."""

@@ -37,7 +37,8 @@ from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.facts.platforms import cpu_mismatch
 from kdkit.image.context import PROJECT_FOLDERS, SHIM, carried_files, probe_files, project_files, write_context
 from kdkit.image.labels import ARCH_LIST, ARCH_SOURCE, LABEL, OCI, default_tag, image_labels, recorded_arch
-from kdkit.image.layers import builder_entries
+from kdkit.image.layers import LOCK_FORMATS, builder_entries
+from kdkit.image.pylockparts import download_pip, plan_pylock_build
 from kdkit.lock.wheelhouse import wheelhouse_files
 
 INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
@@ -71,6 +72,13 @@ class BuildPlan:
     no_cache: bool = False
     left_out: list[str] = field(default_factory=list)  # secret-shaped files of config/ and src/, never sent
     warnings: list[str] = field(default_factory=list)  # e.g. the target card's hosts have another CPU
+    lock_format: str = "requirements"  # or "pylock": the backend's PEP 751 lock (kdkit.image.pylockparts)
+    pip: str | None = None  # with a pylock: the version of kdkit's own pip, which the builder runs
+
+    @property
+    def lock(self) -> Path:
+        """The lock the image installs, whose path and sha256 its labels name."""
+        return self.backend.pylock if self.lock_format == "pylock" else self.backend.lock
 
     @property
     def network(self) -> str:
@@ -131,17 +139,21 @@ def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, s
 
 def plan_build(project_dir: Path | None, backend: str | None = None, *, base_image: str | None = None,
                tag: str | None = None, ca_bundle: Path | None = None, wheelhouse: Path | None = None,
-               no_cache: bool = False) -> BuildPlan:
+               no_cache: bool = False, lock_format: str = "requirements") -> BuildPlan:
     """Check every input of a build and compute its arguments; nothing is written, no engine is needed."""
     from kdkit.core.lockfile import parse_lock
     from kdkit.lock.staleness import require_fresh_lock
 
+    if lock_format not in LOCK_FORMATS:
+        raise BadInput(f"--lock-format {lock_format}: choose one of {', '.join(LOCK_FORMATS)}")
     project = load_project(project_dir)
     chosen = project.backend(backend)
-    lock = require_fresh_lock(project, chosen.name)
+    lock, pip = require_fresh_lock(project, chosen.name), None
+    if lock_format == "pylock":
+        lock, pip = chosen.pylock, plan_pylock_build(project, chosen, wheelhouse is not None)
     parse_lock(lock)  # an unhashed or malformed lock is refused with its file and line
     lock_sha256 = sha256_file(lock)
-    labels = image_labels(project, chosen, lock_sha256)
+    labels = image_labels(project, chosen, lock_sha256, lock)
     base = base_image or chosen.base_image
     left_out = project_files(project.root)[1]  # and a link out or a credential is refused here, before any build
     refuse_credentials_in(lock, lock.relative_to(project.root).as_posix() if lock.is_relative_to(project.root)
@@ -152,7 +164,7 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
         dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base), labels=labels,
         ca_bundle=check_ca_bundle(ca_bundle) if ca_bundle else None,
         wheels=wheelhouse_files(wheelhouse, lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out,
-        warnings=[w for w in [_cpu_warning(project)] if w])
+        warnings=[w for w in [_cpu_warning(project)] if w], lock_format=lock_format, pip=pip)
 
 
 def _cpu_warning(project: Project) -> str | None:
@@ -165,11 +177,21 @@ def _cpu_warning(project: Project) -> str | None:
 # ---------------------------------------------------------------- the build context
 
 
-def context_entries(plan: BuildPlan) -> Iterator[tuple[str, Path | bytes]]:
-    """(name in the context, host file or bytes) for everything the Dockerfile copies."""
+def context_entries(plan: BuildPlan, pip_wheel: Path | None = None) -> Iterator[tuple[str, Path | bytes]]:
+    """(name in the context, host file or bytes) for everything the Dockerfile copies; ``pip_wheel``: the
+    pip that installs a pylock (:func:`kdkit.image.pylockparts.download_pip`)."""
     yield "Dockerfile", plan.dockerfile.encode("utf-8")
-    yield f"lock/{plan.labels[f'{LABEL}lock.path']}", plan.backend.lock
-    yield from builder_entries(plan.backend.lock, plan.ca_bundle, plan.wheels)
+    yield f"lock/{plan.labels[f'{LABEL}lock.path']}", plan.lock
+    if plan.lock_format == "pylock":
+        from kdkit.image.pylockparts import pylock_builder_entries
+
+        if pip_wheel is None:
+            raise KdkitError(f"{plan.lock}: a build from a pylock needs the wheel of the pip that installs it "
+                             "(kdkit.image.pylockparts.download_pip)")
+        yield from pylock_builder_entries(plan.lock, plan.backend.lock, plan.project.python, plan.ca_bundle,
+                                          plan.wheels, pip_wheel)
+    else:
+        yield from builder_entries(plan.backend.lock, plan.ca_bundle, plan.wheels)
     yield "kdkit/bin/kdkit", SHIM.encode("utf-8")
     yield from probe_files()
     yield from carried_files(plan.project.root)
@@ -307,8 +329,11 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     engine = connect()
     _ensure_base(engine, plan, report)
     transcript = _Transcript(report)
-    with tempfile.TemporaryFile(prefix="kdkit-context-") as context:
-        count = write_context(context_entries(plan), context)
+    with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
+            tempfile.TemporaryFile(prefix="kdkit-context-") as context:
+        pip_wheel = download_pip(Path(tools), plan.pip, lambda line: report(BuildEvent("note", line))) \
+            if plan.pip else None
+        count = write_context(context_entries(plan, pip_wheel), context)
         size_mb = context.seek(0, 2) / 1e6
         context.seek(0)
         report(BuildEvent("note", f"context: {count} files, {size_mb:.1f} MB; network {plan.network}"))

@@ -35,24 +35,46 @@ def default_tag(project: Project, backend: str, lock_sha256: str) -> str:
     return f"{project.name}:{backend}-{lock_sha256[:12]}"
 
 
-def torch_build(lock_path: Path, backend: Backend) -> tuple[str, str, str]:
-    """(torch version, CUDA version, ROCm version) promised by the lock's torch pin and its label."""
+def default_tags(project: Project, backend: Backend) -> list[str]:
+    """The default tag of each image `kdkit build` makes from this backend's locks that exist: from its
+    requirements lock first, then from its pylock (``--lock-format pylock``)."""
+    return [default_tag(project, backend.name, sha256_file(lock)) for lock in (backend.lock, backend.pylock)
+            if lock.is_file()]
+
+
+def built_image(engine: Any, project: Project, backend: Backend) -> str:
+    """The image `kdkit run` and `kdkit bundle` take by default: of those `kdkit build` made from the backend's
+    current locks (:func:`default_tags`) that the engine holds, the newest (Docker's RFC 3339 creation times
+    order as text); the requirements lock's tag when it holds none, which the caller then reports missing."""
+    tags = default_tags(project, backend)
+    found = [(facts.created, tag) for tag in tags if (facts := engine.image(tag)) is not None]
+    return max(found)[1] if found else tags[0]
+
+
+def torch_build(lock_path: Path, backend: Backend, python: str) -> tuple[str, str, str]:
+    """(torch version, CUDA version, ROCm version) promised by the lock's torch pin for the image (Linux,
+    CPython ``python``, the lock's CPU: a lock for several environments pins one torch per marker) and its
+    label; empty when the lock pins no torch there, or one with no version (a vcs checkout)."""
     from kdkit.core.builds import parse_label
     from kdkit.core.lockfile import parse_lock
+    from kdkit.facts.platforms import image_environment
     from kdkit.lock.lock import backend_label
 
-    pin = parse_lock(lock_path).pins.get("torch")
-    if pin is None:
+    lock = parse_lock(lock_path)
+    pin = lock.pin_for("torch", image_environment(python, lock.header.get("platform", "")))
+    if pin is None or not pin.version:
         return "", "", ""
     build = parse_label(pin.local or backend_label(backend) or "")
     kind, version = build if build else ("", None)
     return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
 
 
-def image_labels(project: Project, backend: Backend, lock_sha256: str) -> dict[str, str]:
-    """The labels an image of this project gets: OCI's and kdkit's own."""
+def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Path | None = None) -> dict[str, str]:
+    """The labels an image of this project gets: OCI's and kdkit's own. ``lock`` is the lock it installs
+    (default: the backend's requirements lock; ``backend.pylock`` for `kdkit build --lock-format pylock`)."""
+    lock = lock or backend.lock
     revision, source = provenance(project.root)
-    torch, cuda, rocm = torch_build(backend.lock, backend)
+    torch, cuda, rocm = torch_build(lock, backend, project.python)
     return {
         f"{OCI}title": project.name,
         f"{OCI}revision": revision,
@@ -61,13 +83,21 @@ def image_labels(project: Project, backend: Backend, lock_sha256: str) -> dict[s
         f"{LABEL}project": project.name,
         f"{LABEL}backend": backend.name,
         f"{LABEL}python": project.python,
-        f"{LABEL}lock.path": backend.lock.relative_to(project.root).as_posix(),
+        f"{LABEL}lock.path": lock.relative_to(project.root).as_posix(),
         f"{LABEL}lock.sha256": lock_sha256,
         f"{LABEL}torch.version": torch,
         f"{LABEL}torch.cuda": cuda,
         f"{LABEL}torch.rocm": rocm,
         f"{LABEL}version": __version__,
     }
+
+
+def project_lock(project: Project, labels: dict[str, str]) -> Path:
+    """The project's file of the lock an image was built from: the backend's pylock when the image's
+    ``lock.path`` label names it, else its requirements lock."""
+    backend = project.backend(labels.get(f"{LABEL}backend"))
+    baked = labels.get(f"{LABEL}lock.path")
+    return backend.pylock if baked and project.root / baked == backend.pylock else backend.lock
 
 
 # ---------------------------------------------------------------- the torch architecture labels
@@ -143,11 +173,12 @@ def _project_for(project_dir: Path | None) -> Project | None:
 
 
 def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
-    """Whether ``project``'s current lock for the image's backend is the one baked into the image."""
+    """Whether ``project``'s current lock for the image's backend is the one baked into the image (its
+    requirements lock, or its pylock for an image built from that: :func:`project_lock`)."""
     baked = labels.get(f"{LABEL}lock.sha256", "")
     if project is None:
         return {"image_sha256": baked, "project_lock": None, "project_sha256": None, "matches": None}
-    lock = project.backend(labels.get(f"{LABEL}backend")).lock
+    lock = project_lock(project, labels)
     current = sha256_file(lock) if lock.is_file() else None
     return {"image_sha256": baked, "project_lock": str(lock), "project_sha256": current,
             "matches": current == baked}

@@ -29,6 +29,9 @@ from pathlib import Path
 from kdkit.core.jsonio import read_text_file
 from kdkit.core.lockfile import normalize_name, parse_lock_text
 
+# The locks `kdkit build` installs from (--lock-format): the requirements lock, split here, or the backend's
+# PEP 751 lock, split by kdkit.image.pylockparts.
+LOCK_FORMATS = ("requirements", "pylock")
 SEEDS = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm", "pip", "setuptools", "wheel"})
 SEED_PREFIXES = ("nvidia-", "cuda-")
 HEADER = ("# {part} of the project's lock, derived by `kdkit build` (kdkit.image.layers); the builder "
@@ -139,6 +142,13 @@ def split_files(files: Iterable[Path], lock: Path, keys: set[str]) -> tuple[list
     return ours, rest
 
 
+def ca_entries(ca_bundle: Path | None) -> Iterator[tuple[str, Path | bytes]]:
+    """build/ca/: the builder stage's CA bundle (--ca-bundle), whatever the lock's format."""
+    yield "build/ca/README", b"Builder-stage input: ca.pem (--ca-bundle), never in the final image.\n"
+    if ca_bundle:
+        yield "build/ca/ca.pem", ca_bundle
+
+
 def builder_entries(lock: Path, ca_bundle: Path | None, wheels: list[Path]) -> Iterator[tuple[str, Path | bytes]]:
     """The builder stage's part of the build context: build/ca/, build/torch/ and build/rest/ (Dockerfile.common).
 
@@ -150,9 +160,7 @@ def builder_entries(lock: Path, ca_bundle: Path | None, wheels: list[Path]) -> I
     parts = split_lock_text(text)
     for part, name in zip(parts, ("torch's part", "the rest"), strict=True):
         check_part(part, lock, name)
-    yield "build/ca/README", b"Builder-stage input: ca.pem (--ca-bundle), never in the final image.\n"
-    if ca_bundle:
-        yield "build/ca/ca.pem", ca_bundle
+    yield from ca_entries(ca_bundle)
     for folder, part, files in zip(("torch", "rest"), parts, split_files(wheels, lock, keys), strict=True):
         yield f"build/{folder}/requirements.lock", part.encode("utf-8")
         for wheel in files:

@@ -77,7 +77,7 @@ from kdkit.image import container
 from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
 from kdkit.image.container import HOME as HOME
 from kdkit.image.container import IMAGE_UID, container_spec, project_mounts
-from kdkit.image.labels import LABEL, default_tag, require_kdkit_labels, resumed_command
+from kdkit.image.labels import LABEL, built_image, project_lock, require_kdkit_labels, resumed_command
 
 NETWORKS = ("none", "bridge", "host")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -289,14 +289,14 @@ def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
 
 
 def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
+    """The image to run: ``image``, else the newest that `kdkit build` made from the backend's current
+    requirements lock or pylock (``--lock-format pylock``): :func:`kdkit.image.labels.built_image`."""
     if image is None:
-        from kdkit.core.jsonio import sha256_file
-
         chosen = project.backend(backend)
         if not chosen.lock.is_file():
             raise BadInput(f"{chosen.lock}: no lock, so no image to run; `kdkit lock` and `kdkit build`, "
                            "or pass --image")
-        image = default_tag(project, chosen.name, sha256_file(chosen.lock))
+        image = built_image(engine, project, chosen)
     facts = engine.require_image(image)
     require_kdkit_labels(image, facts.labels)
     baked = facts.labels[f"{LABEL}backend"]
@@ -340,7 +340,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     spec = container_spec(facts.ref, mounts, confinement(host, uid, gid), access, network=network, command=command,
                           env_file=env_file.resolve() if env_file else None, env=env)
     warnings = []
-    current = project.backend(chosen).lock
+    current = project_lock(project, facts.labels)
     if current.is_file():
         from kdkit.core.jsonio import sha256_file
 

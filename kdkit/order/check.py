@@ -28,7 +28,7 @@ from kdkit.core.builds import (
 from kdkit.core.errors import BadInput
 from kdkit.facts.catalog import Offer, load_catalog
 from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
-from kdkit.facts.platforms import docker_arch, linux_arch
+from kdkit.facts.platforms import docker_arch, image_environment, linux_arch
 
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
 ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
@@ -285,24 +285,29 @@ def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[
 # ---------------------------------------------------------------- what is judged
 
 
-def lock_subject(lock_path: Path, relative: str, backend: str) -> Subject | Point:
-    """The lock's torch pin as a subject, or the failing point that stops the check."""
+def lock_subject(lock_path: Path, relative: str, backend: str, python: str) -> Subject | Point:
+    """The lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock for several
+    environments pins one torch per marker) as a subject, or the failing point that stops the check."""
     from kdkit.core.lockfile import parse_lock
 
     if not lock_path.is_file():
         return Point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
     lock = parse_lock(lock_path)
-    pin = lock.pins.get("torch")
+    platform = lock.header.get("platform", "")
+    pin = lock.pin_for("torch", image_environment(python, platform))
     if pin is None:
-        return Point("lock", "fail", f"{relative}: torch is not pinned",
+        where = f" for the image (Linux, Python {python})" if "torch" in lock.candidates else ""
+        return Point("lock", "fail", f"{relative}: torch is not pinned{where}",
                      "add torch to requirements/base.in, then `kdkit lock`")
+    if not pin.version:
+        return Point("lock", "fail", f"{relative}:{pin.line}: torch comes from {pin.source}, with no version kdkit "
+                     "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     # The build: the pin's local label, else (a hashed pin fixes the file) the torch index the lock names.
     label = pin.local or next((index_label(value) for option, value in lock.options
                                if option == "--index-url" and index_label(value)), None)
     if not label or parse_label(label) is None:
         return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
                      "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
-    platform = lock.header.get("platform", "")
     version = pin.version if pin.local else f"{pin.version}+{label}"
     return Subject(relative, version, label, linux_arch(platform)[0], platform=platform)
 
@@ -350,7 +355,7 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
     if image is None:
         relative = chosen.lock.relative_to(project.root).as_posix() if chosen.lock.is_relative_to(project.root) \
             else str(chosen.lock)
-        found = lock_subject(chosen.lock, relative, chosen.name)
+        found = lock_subject(chosen.lock, relative, chosen.name, project.python)
         points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
     else:
         points += _subject_points(offer, subject, pairings)

@@ -81,11 +81,14 @@ class Source:
     def revision(self) -> str | None:
         return str(self.git["revision"]) if self.git else None
 
-    def expected_labels(self) -> dict[str, str]:
-        """The image labels that must agree with this source for the image to belong in the bundle."""
+    def expected_labels(self, baked: Path | None = None) -> dict[str, str]:
+        """The image labels that must agree with this source for the image to belong in the bundle; ``baked``:
+        the lock the image was built from when not the requirements lock (its pylock)."""
+        lock = baked or self.lock
         expected = {"dev.kdkit.project": self.project.name, "dev.kdkit.backend": self.backend,
-                    "dev.kdkit.python": self.project.python, "dev.kdkit.lock.path": self.lock_rel,
-                    "dev.kdkit.lock.sha256": self.lock_sha256}
+                    "dev.kdkit.python": self.project.python,
+                    "dev.kdkit.lock.path": lock.relative_to(self.project.root).as_posix(),
+                    "dev.kdkit.lock.sha256": sha256_file(lock) if baked else self.lock_sha256}
         if self.revision:
             expected["org.opencontainers.image.revision"] = self.revision
         return expected
@@ -133,15 +136,28 @@ def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def _check_image(ref: str, source: Source) -> None:
-    """Before anything is written: the image exists and belongs to this project, lock and revision."""
+def _check_image(image: str | None, source: Source, packing: Packing) -> str:
+    """Before anything is written: the image (``image``, else the newest `kdkit build` made from the current
+    requirements lock or pylock: kdkit.image.labels.built_image) exists and belongs to this project, lock and
+    revision; its ref. An image built from the pylock needs the bundle to carry that pylock (`kdkit load`
+    checks it)."""
     from kdkit.docker_adapter import connect
+    from kdkit.image.labels import built_image, project_lock
 
-    facts = connect().require_image(ref)
-    wrong = label_mismatches(facts.labels, source.expected_labels())
+    engine = connect()
+    ref = image or built_image(engine, source.project, source.project.backend(source.backend))
+    facts = engine.require_image(ref)
+    baked = project_lock(source.project, facts.labels) if facts.labels.get("dev.kdkit.backend") == source.backend \
+        else source.lock
+    wrong = label_mismatches(facts.labels, source.expected_labels(None if baked == source.lock else baked))
     if wrong:
         raise CheckFailed(f"image {ref}: does not match the project ({wrong[0]}); rebuild it with "
                           f"`kdkit build --backend {source.backend}` or pass --image")
+    rel = baked.relative_to(source.project.root).as_posix()
+    if rel not in packing.files:
+        raise BadInput(f"{rel}: image {ref} was built from it, but the bundle would not carry it (commit it, or "
+                       f"build from {source.lock_rel} with `kdkit build --lock-format requirements`)")
+    return ref
 
 
 # ---------------------------------------------------------------- SHA256SUMS
@@ -253,7 +269,7 @@ def _plan(project: Project, backend: str | None, image: str | None, include_imag
         if shutil.which(COMPRESSORS[compressor].compress[0]) is None:
             raise Unavailable(f"{compressor}: program not found; install it (apt-get install {compressor}) "
                               "or pass --compressor gzip")
-        _check_image(ref, source)
+        ref = _check_image(image, source, packing)
     return source, allow, packing, ref
 
 
@@ -281,10 +297,17 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         "project_files": len(packing.files), "files": sorted(packing.files),
         "left_out": sorted(packing.left_out, key=lambda item: item["file"]),
         "outside_allow_list": packing.outside_allow_list,
-        "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pilot_config": pilot_config,
+        "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pylock": _pylock(source, packing),
+        "pilot_config": pilot_config,
         "manifest": manifest, "inputs": _pilot_inputs(project), "runs": allow.runs, "zipapp": ZIPAPP,
         "image": None, "kdkit_wheels": None,
     }
+
+
+def _pylock(source: Source, packing: Packing) -> str | None:
+    """The backend's PEP 751 lock (``Backend.pylock``) when the bundle carries it, relative to the project."""
+    rel = source.project.backend(source.backend).pylock.relative_to(source.project.root).as_posix()
+    return rel if rel in packing.files else None
 
 
 def _pilot_inputs(project: Project) -> str:

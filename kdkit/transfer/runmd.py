@@ -104,7 +104,8 @@ def _without_docker(info: dict[str, Any]) -> list[str]:
     backend, lock = info["backend"], info["lock"]
     pyz, runs = f"{LOCK_ENV}/bin/python {ZIPAPP}", info["runs"]
     return [f"## Without Docker (python{info['python']} and the lock's index reachable)", "",
-            "A venv made from the lock, hash-checked, then kdkit's in-container part from `kdkit.pyz`:", "",
+            f"A venv made from the lock{_pylock_note(info)}, hash-checked, then kdkit's in-container part from "
+            "`kdkit.pyz`:", "",
             *_block([f"python{info['python']} -m venv {LOCK_ENV} && {LOCK_ENV}/bin/python -m pip install --quiet "
                      f"--require-hashes --no-deps -r {PROJECT}/{lock}",
                      f"{pyz} diagnose --expect {backend} && {pyz} verify-env --lock {PROJECT}/{lock} "
@@ -114,6 +115,14 @@ def _without_docker(info: dict[str, Any]) -> list[str]:
             f"`{pyz} resume-test {PROJECT} --out ../resume-test` (training: resume in a new process). Keep the "
             "evidence:",
             "", *_block(_copy_out(pyz, runs)), *_kdkit_for_close(info)]
+
+
+def _pylock_note(info: dict[str, Any]) -> str:
+    """Where the bundle carries the PEP 751 lock too: why this path installs from the requirements lock."""
+    if not info.get("pylock"):
+        return ""
+    return (f" (the requirements lock: the PEP 751 lock beside it, `{PROJECT}/{info['pylock']}`, pins the same "
+            "packages, but only pip 26.1 or newer installs from it, newer than a fresh venv's)")
 
 
 def _kdkit_for_close(info: dict[str, Any]) -> list[str]:

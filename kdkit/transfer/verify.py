@@ -170,9 +170,10 @@ def load_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any
                                       str(folder / image["file"]))
     seconds = time.perf_counter() - started
     facts = engine.require_image(image["ref"])
-    lock_sha256 = sha256_file(folder / PROJECT / info["lock"])
-    wrong = [] if facts.id == image["id"] else [f"id: image has {facts.id}, bundle has {image['id']}"]
     recorded = {name: image["labels"][name] for name in TIED_LABELS if name in image["labels"]}
+    baked = recorded.get("dev.kdkit.lock.path")  # the requirements lock, or the pylock the image was built from
+    lock_sha256 = sha256_file(folder / PROJECT / (baked if baked and baked in info["files"] else info["lock"]))
+    wrong = [] if facts.id == image["id"] else [f"id: image has {facts.id}, bundle has {image['id']}"]
     wrong += label_mismatches(facts.labels, {**recorded, "dev.kdkit.lock.sha256": lock_sha256})
     if wrong:
         raise CheckFailed(f"image {image['ref']}: loaded, but does not match the bundle ({wrong[0]}); "
