@@ -238,10 +238,10 @@ def test_capabilities_without_compute_fail_at_the_environment_step(monkeypatch: 
 KFD_PROBE = """
 import json, sys
 from pathlib import Path
-from kdkit.probe.diagnose import command, host
+from kdkit.probe.diagnose import command, host, runner
 host.KFD = Path(sys.argv[1])
-command.STEPS = (("environment", host.environment), ("driver", host.driver))  # the steps before need ROCm torch
-report = command.run_diagnose("rocm")
+runner.STEPS = (("environment", host.environment), ("driver", host.driver))  # the steps before need ROCm torch
+report = runner.run_diagnose("rocm")
 print(json.dumps({"code": command.exit_code(report), "failure": report["first_failure"],
                   "text": command.render_text(report)}))
 """

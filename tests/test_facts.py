@@ -167,3 +167,23 @@ def test_label_parsing_backends_and_proxies_have_one_home() -> None:
 ])
 def test_the_one_label_parser(label: str, parsed: tuple[str, str | None] | None) -> None:
     assert builds.parse_label(label) == parsed
+
+
+# ---------------------------------------------------------------- the thresholds of `diagnose --accept`
+
+
+def test_every_acceptance_rule_has_a_value_and_a_public_source() -> None:
+    """kdkit/data/acceptance.json: each rule of each section is {"value": ..., "source": ...}, the source a URL or a
+    repository path (a shipped table of kdkit's, or owner/repo path), never a path of this machine."""
+    acceptance = json.loads(data_file("acceptance.json").read_text(encoding="utf-8"))
+    sections = {name: rules for name, rules in acceptance.items() if isinstance(rules, dict)}
+    assert {"health", "load"} <= set(sections) and all(sections.values())
+    for section, rules in sections.items():
+        for name, rule in rules.items():
+            where = f"acceptance.json {section}.{name}"
+            assert "value" in rule, f"{where} has no value"
+            source = rule.get("source")
+            assert isinstance(source, str) and source.strip(), f"{where} names no source"
+            assert re.search(r"https?://|\bkdkit/data/\w+\.json\b|[\w.-]+/[\w.-]+ [\w./-]+", source), \
+                f"{where}: {source!r} is no URL or repository path"
+            assert not re.search(r"(^|\s)/(work|tmp|home|root|opt|srv)/", source), f"{where}: names a local path"

@@ -13,7 +13,7 @@ PACKAGES = ("core", "probe")
 # where a command needs them (torch to compute, matplotlib for `sweep --plot`), never at start-up.
 OPTIONAL = ("torch", "matplotlib")
 # Data files of kdkit they read (kdkit.core.builds, kdkit.probe.diagnose.nominal).
-DATA = ("data/pairings.json", "data/catalog.json")
+DATA = ("data/pairings.json", "data/catalog.json", "data/acceptance.json")
 
 
 def package_root() -> Path:

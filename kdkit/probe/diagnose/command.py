@@ -12,10 +12,6 @@ the environment is broken.
 from __future__ import annotations
 
 import argparse
-import os
-import time
-import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,80 +22,8 @@ from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
 from kdkit.core.staging import require_writable
-from kdkit.probe.diagnose import deep as diagdeep
-from kdkit.probe.diagnose import host as diaghost
-from kdkit.probe.diagnose import steps as diagsteps
-from kdkit.probe.diagnose.core import Context, StepFailed, StepFn
-
-STEPS: tuple[tuple[str, StepFn], ...] = (
-    ("interpreter", diaghost.interpreter),
-    ("environment", diaghost.environment),
-    ("torch import", diagsteps.torch_import),
-    ("build", diagsteps.build),
-    ("driver", diaghost.driver),
-    ("devices", diagsteps.devices),
-    ("arch", diagsteps.arch),
-    ("compute", diagsteps.compute),
-    ("memory", diagsteps.memory),
-    ("libraries", diagsteps.libraries),
-    ("extensions", diagsteps.extensions_step),
-)
-DEEP_STEPS: tuple[tuple[str, StepFn], ...] = (
-    ("compile", diagdeep.compile_step),
-    ("pinned copy", diagdeep.pinned_step),
-    ("throughput", diagdeep.throughput_step),
-)
-DEFAULT_MEMORY_SHARE = 0.8
-
-
-def run_diagnose(expect: str = "auto", deep: bool = False, memory_share: float = DEFAULT_MEMORY_SHARE,
-                 project: Path | None = None) -> dict[str, Any]:
-    """Run the steps in order and return the report; never raises for what it finds."""
-    ctx = Context(expect=expect, memory_share=memory_share, project=project)
-    plan = STEPS + (DEEP_STEPS if deep else ())
-    started, clock = datetime.now(timezone.utc), time.perf_counter()
-    steps: list[dict[str, Any]] = []
-    failure: dict[str, Any] | None = None
-    for number, (name, function) in enumerate(plan, start=1):
-        status, detail, fix, seconds, code = _run_step(function, ctx)
-        steps.append({"name": name, "status": status, "detail": detail, "seconds": round(seconds, 4)})
-        if status == "fail":
-            failure = {"step": name, "number": number, "of": len(plan), "detail": detail, "fix": fix,
-                       "exit_code": code}
-            break
-    reached = len(steps)
-    return {
-        "command": "diagnose",
-        "verdict": "fail" if failure else "pass",
-        "expect": expect,
-        "expected": ctx.expected,
-        "backend": ctx.facts.get("build", {}).get("backend"),
-        "deep": deep,
-        "started": started.isoformat(timespec="seconds"),
-        "seconds": round(time.perf_counter() - clock, 4),
-        "steps": steps,
-        "first_failure": failure,
-        "not_reached": [name for name, _ in plan[reached:]],
-        "facts": ctx.facts,
-    }
-
-
-def _run_step(function: StepFn, ctx: Context) -> tuple[str, str, str | None, float, int]:
-    """(status, detail, fix, seconds, exit code of a failure)."""
-    started = time.perf_counter()
-    code = 1
-    try:
-        outcome = function(ctx)
-        result: tuple[str, str, str | None] = (outcome.status, outcome.detail, None)
-    except StepFailed as exc:
-        result, code = ("fail", exc.detail, exc.fix), exc.exit_code
-    except Exception as exc:  # a step's own bug or an odd torch error must still end in a report
-        if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
-            traceback.print_exc()
-        result = ("fail", f"unexpected {type(exc).__name__}: {exc}",
-                  "rerun with KDKIT_DEBUG=1 for the traceback and report it with this JSON report")
-    return (*result, time.perf_counter() - started, code)
-
+from kdkit.probe.diagnose.accept import DEFAULT_SECONDS, MAX_SECONDS
+from kdkit.probe.diagnose.runner import DEFAULT_MEMORY_SHARE, run_diagnose
 
 # ---------------------------------------------------------------- presentation
 
@@ -150,12 +74,35 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"share of each card's memory to allocate and write (default {DEFAULT_MEMORY_SHARE})")
     parser.add_argument("--project", type=Path, metavar="DIR",
                         help="project whose kdkit.json extensions to import (default: found upward from cwd)")
+    accept = parser.add_argument_group(
+        "acceptance (--accept)", "Accept or refuse the machine received: the steps above, then the driver's health "
+        "facts (ECC, retired and remapped memory, PCIe link, throttling, power cap, compute and MIG mode, pending "
+        "recovery, NVLink/XGMI) and a sustained load (a GEMM loop: throughput over time, clocks, temperature, power, "
+        "the same GEMM compared bit for bit, pinned copies against the PCIe link, a memory fill-and-check, peer "
+        "copies and all-reduce across GPUs). Verdict accept, degraded, refuse or incomplete, each point with its "
+        "reading, threshold and source; --out DIR gets acceptance.json and acceptance.md, with a paragraph for the "
+        "provider. Exit 0 accept, 1 otherwise. Example: kdkit diagnose --accept --order order.json --out accept/")
+    accept.add_argument("--accept", action="store_true", help="run the acceptance test (see above)")
+    accept.add_argument("--seconds", type=_seconds, default=None, metavar="N",
+                        help=f"seconds of sustained load (default {DEFAULT_SECONDS:g}, at most {MAX_SECONDS:g})")
+    accept.add_argument("--order", type=Path, metavar="FILE",
+                        help="the order `kdkit plan --save` wrote: the card and count the machine is held to")
     return parser
+
+
+def _seconds(text: str) -> float:
+    value = finite_number(text, "--seconds")
+    if not 0 < value <= MAX_SECONDS:
+        raise BadInput(f"--seconds {text!r}: outside (0, {MAX_SECONDS:g}]; the acceptance test runs in the "
+                       "provider's first hour")
+    return value
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     project = project_root(args.project) if args.project is not None else find_root()
+    if args.accept or args.seconds is not None or args.order is not None:
+        return accept_main(args, project, argv)
     if args.out is not None:  # refused before a minute of kernels, not after
         try:
             require_replaceable(args.out)
@@ -176,3 +123,29 @@ def exit_code(report: dict[str, Any]) -> int:
     """0 on a pass; else the failed step's code: 1, or 3 when what it needs is unavailable (/dev/kfd's group)."""
     failure = report.get("first_failure")
     return 0 if failure is None else int(failure.get("exit_code") or 1)
+
+
+def accept_main(args: argparse.Namespace, project: Path | None, argv: list[str]) -> int:
+    """`kdkit diagnose --accept`: the acceptance report, its evidence in --out DIR, the verdict as exit code."""
+    from kdkit.probe.diagnose import accept, evidence
+
+    if not args.accept:
+        raise BadInput("--seconds and --order belong to the acceptance test; add --accept")
+    if args.deep:
+        raise BadInput("--deep and --accept: the acceptance test measures under load already; drop --deep")
+    if args.out is not None:  # a folder, refused before a minute of load, not after
+        if args.out.exists() and not args.out.is_dir():
+            raise BadInput(f"{args.out}: not a folder; --out with --accept names the folder for acceptance.json "
+                           "and acceptance.md")
+        require_writable(args.out, "folder for --out")
+    report = accept.run_acceptance(args.expect, args.seconds or DEFAULT_SECONDS, args.memory_share, project,
+                                   args.order, ["diagnose", *argv])
+    if args.out is not None:
+        try:
+            evidence.write_evidence(args.out, report)
+        except OSError as exc:
+            raise BadInput(f"{args.out}: cannot write the evidence ({exc.strerror}); choose a writable folder") \
+                from None
+    print_result(args.json, evidence.as_json(report), lambda: evidence.render_text(report), ascii_only=False,
+                 default=str)
+    return evidence.exit_code(report)

@@ -25,6 +25,7 @@ class Nominal:
     name: str
     bf16_tflops: float | None
     memory_gbps: float | None
+    fp16_tflops: float | None = None  # dense fp16 tensor TFLOP/s: what a card without bf16 (T4, V100) is held to
 
 
 @lru_cache(maxsize=1)
@@ -37,9 +38,11 @@ def table() -> tuple[tuple[re.Pattern[str], Nominal], ...]:
             continue
         per_device = offer.get("devices_per_card", 1)
         bf16, gbps = figures.get("bf16_dense_tflops"), figures.get("memory_bandwidth_gb_s")
+        fp16 = figures.get("fp16_dense_tflops")
         rows.append((re.compile(pattern, re.IGNORECASE),
                      Nominal(offer["name"], None if bf16 is None else bf16 / per_device,
-                             None if gbps is None else gbps / per_device)))
+                             None if gbps is None else gbps / per_device,
+                             None if fp16 is None else fp16 / per_device)))
     return tuple(rows)
 
 

@@ -198,7 +198,7 @@ class Server:
             self.reply(handler(header, payload))
 
     def diagnose(self, header: dict[str, Any], _payload: bytes) -> dict[str, Any]:
-        from kdkit.probe.diagnose.command import run_diagnose
+        from kdkit.probe.diagnose.runner import run_diagnose
 
         return {"op": "diagnosed", "report": run_diagnose(header["expect"], project=_path(header.get("project")))}
 

@@ -1,0 +1,157 @@
+"""What `kdkit diagnose --accept` leaves for the user and the provider: the machine's verdict and its reasons,
+``acceptance.json`` (everything, for a script or a dispute) and ``acceptance.md`` (for a person), each
+written atomically into ``--out``, and a short paragraph to paste to the provider. Standard library only.
+
+The verdict: ``accept``, ``degraded`` (it works below what was paid for), ``refuse`` (it should go back),
+or ``incomplete`` when the evidence could not be gathered for a reason that is not the machine's (the
+driver sees the cards, torch does not: the environment is at fault, not the card). Only a complete run
+whose every point is within its threshold is ``accept``.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text
+from kdkit.probe.diagnose.points import Point, machine_verdict, reasons
+
+JSON_NAME, MD_NAME = "acceptance.json", "acceptance.md"
+EXIT = {"accept": 0, "degraded": 1, "refuse": 1, "incomplete": 1}
+_SHOWN = {"ok": "ok", "info": "info", "unknown": "?", "degraded": "DEGRADED", "refuse": "REFUSE"}
+
+
+def verdict(points: list[Point], incomplete: str | None) -> str:
+    """The machine's verdict: ``incomplete`` when ``incomplete`` says why the evidence is missing and no point
+    already refuses the machine (a refusal stands whatever else failed), else the worst point's."""
+    judged = machine_verdict(points)
+    return "incomplete" if incomplete and judged != "refuse" else judged
+
+
+IDENTITY = ("index", "name", "serial", "uuid", "bus_id", "memory_mib")  # of each card, as the driver names it
+
+
+def machine_facts(driver: dict[str, Any]) -> dict[str, Any]:
+    """The machine as the evidence names it: host, kernel, driver, and each card's identity (smi.read's facts)."""
+    gpus = [{key: gpu.get(key) for key in IDENTITY} for gpu in driver.get("gpus") or []]
+    return {"hostname": platform.node(), "kernel": platform.release(), "machine": platform.machine(),
+            "driver": driver.get("driver_version"), "cuda": driver.get("cuda_version"), "gpus": gpus}
+
+
+def provider_paragraph(report: dict[str, Any]) -> str | None:
+    """The paragraph a user pastes to the provider, for a degraded or refused machine; None otherwise."""
+    if report["verdict"] not in ("refuse", "degraded"):
+        return None
+    gpus = report["machine"]["gpus"]
+    cards = f"{len(gpus)} x {gpus[0].get('name') or 'GPU'}" if gpus else "its GPUs"
+    lines = [f"{point.provider or point.why}" for point in report["reasons"]]
+    ask = ("please replace the card or the machine, or refund the rental" if report["verdict"] == "refuse"
+           else "it runs below the specification we paid for: please replace it or adjust the price")
+    return (f"On {report['started']} the machine {report['machine']['hostname']} ({cards}) failed our "
+            f"acceptance test (kdkit diagnose --accept, {report['seconds_under_load']:g} s under load): "
+            + " ".join(line.rstrip(".") + "." for line in lines)
+            + f" The full evidence is attached (acceptance.json, acceptance.md); {ask}.")
+
+
+def report_of(points: list[Point], steps: dict[str, Any], *, started: str, seconds: float, incomplete: str | None,
+              argv: list[str], extra: dict[str, Any]) -> dict[str, Any]:
+    """The acceptance report: verdict, reasons, the machine, every point, today's diagnose steps, the
+    measurements' series (``extra``), and the commands that reproduce it."""
+    judged = verdict(points, incomplete)
+    report: dict[str, Any] = {
+        "command": "diagnose --accept", "verdict": judged, "incomplete": incomplete, "started": started,
+        "seconds_under_load": seconds, "machine": machine_facts(extra.get("driver") or {}),
+        "reasons": reasons(points), "points": points, "steps": steps, **extra,
+        "reproduce": ["kdkit " + shlex.join(argv), *extra.get("commands", [])],
+    }
+    report["provider_message"] = provider_paragraph(report)
+    return report
+
+
+def as_json(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with its points as plain dicts (what acceptance.json and --json hold)."""
+    return {**report, "reasons": [p._asdict() for p in report["reasons"]],
+            "points": [p._asdict() for p in report["points"]]}
+
+
+def shown(reading: Any, unit: str) -> str:
+    """A reading for a person: a figure to 4 digits, a series by its length (whole in acceptance.json)."""
+    if reading is None:
+        return "not read"
+    if isinstance(reading, list):
+        return f"{len(reading)} values (in acceptance.json)"
+    if isinstance(reading, dict):
+        text = ", ".join(f"{key} {shown(value, '')}" for key, value in reading.items())
+    elif isinstance(reading, float):
+        text = f"{reading:.4g}"
+    else:
+        text = str(reading)
+    return f"{text} {unit}".strip()
+
+
+def point_line(point: Point) -> str:
+    where = "machine" if point.gpu is None else f"gpu{point.gpu}"
+    rule = f" (threshold {point.threshold})" if point.threshold else ""
+    return f"{_SHOWN[point.verdict]:<8} {where:<7} {point.name} = {shown(point.reading, point.unit)}{rule}: {point.why}"
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The report for a person at the terminal: each section's points, then the verdict and what to do."""
+    lines = [f"kdkit diagnose --accept ({report['started']}, {report['seconds_under_load']:g} s under load)", "steps:"]
+    lines += [f"  {step['status']:<8} {step['name']}: {step['detail']}" for step in report["steps"]["steps"]]
+    for section in ("health", "load"):
+        chosen = [p for p in report["points"] if p.section == section]
+        if chosen:
+            lines += [f"{section}:", *(f"  {point_line(p)}" for p in chosen)]
+    why = f": {report['incomplete']}" if report["incomplete"] else ""
+    lines.append(f"VERDICT: {report['verdict'].upper()}{why}")
+    lines += [f"  because {point_line(p)}" for p in report["reasons"]]
+    fixes = list(dict.fromkeys(p.fix for p in report["reasons"] if p.fix))
+    lines += [f"Fix: {fix}" for fix in fixes]
+    if report["provider_message"]:
+        lines += ["For the provider:", f"  {report['provider_message']}"]
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """acceptance.md: the verdict, the paragraph for the provider, the machine, every point with its
+    threshold and source, and the commands that reproduce the test."""
+    out = [f"# Acceptance: {report['verdict'].upper()}", "",
+           f"Tested {report['started']} on {report['machine']['hostname']} "
+           f"({report['machine']['machine']}, kernel {report['machine']['kernel']}); "
+           f"{report['seconds_under_load']:g} s under load.", ""]
+    if report["incomplete"]:
+        out += [f"Incomplete: {report['incomplete']}", ""]
+    if report["provider_message"]:
+        out += ["## For the provider", "", report["provider_message"], ""]
+    machine = report["machine"]
+    out += ["## GPUs", "", f"Driver {machine['driver'] or 'unknown'}, CUDA {machine['cuda'] or 'unknown'}.",
+            "", "| index | name | memory (MiB) | serial | uuid | bus |", "|---|---|---|---|---|---|"]
+    out += [f"| {g['index']} | {g['name'] or ''} | {g['memory_mib'] or ''} | {g['serial'] or ''} | {g['uuid'] or ''} | "
+            f"{g['bus_id'] or ''} |" for g in report["machine"]["gpus"]] or ["| - | no GPU seen | | | | |"]
+    out += ["", "## Diagnose steps", ""]
+    out += [f"- {step['status']}: {step['name']}: {step['detail']}" for step in report["steps"]["steps"]]
+    out += ["", "## Readings", "", "| verdict | where | point | reading | threshold | why | source |",
+            "|---|---|---|---|---|---|---|"]
+    for p in report["points"]:
+        where = "machine" if p.gpu is None else f"gpu{p.gpu}"
+        cells = [p.verdict, where, f"{p.section}: {p.name}", shown(p.reading, p.unit), p.threshold or "", p.why,
+                 p.source or ""]
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    out += ["", "## Reproduce", "", *(f"    {command}" for command in report["reproduce"]), ""]
+    return "\n".join(out)
+
+
+def write_evidence(folder: Path, report: dict[str, Any]) -> list[Path]:
+    """acceptance.md, then acceptance.json (the record), each written atomically into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    md, data = folder / MD_NAME, folder / JSON_NAME
+    atomic_write_text(md, render_markdown(report))
+    atomic_write_json(data, as_json(report))
+    return [data, md]
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    return EXIT[report["verdict"]]
