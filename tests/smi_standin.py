@@ -63,6 +63,7 @@ def recorded(folder: Path, name: str) -> Path:
 
 def main(program: str, scenario: str, args: list[str]) -> int:
     folder = Path(scenario) / program
+    sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]  # a recorded stray byte goes out as is
     if os.environ.get(LOG):
         with open(os.environ[LOG], "a", encoding="utf-8") as log:
             log.write(" ".join([program, *args]) + "\n")
@@ -81,7 +82,7 @@ def main(program: str, scenario: str, args: list[str]) -> int:
     if name is None:
         print(USAGE[program].format(args=" ".join(args)), file=sys.stderr if program != "nvidia-smi" else sys.stdout)
         return 2
-    sys.stdout.write(recorded(folder, name).read_text(encoding="utf-8"))
+    sys.stdout.write(recorded(folder, name).read_text(encoding="utf-8", errors="surrogateescape"))
     return 0
 
 
@@ -92,7 +93,7 @@ def query(folder: Path, switch: str, fmt: str) -> int:
     if fmt != "--format=csv,noheader,nounits" or not table.is_file():
         print(USAGE["nvidia-smi"])
         return 2
-    lines = table.read_text(encoding="utf-8").splitlines()
+    lines = table.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
     header = [cell.split("|") for cell in lines[0].split("\t")]
     columns = []
     for field in fields.split(","):

@@ -50,9 +50,11 @@ def test_this_machine_has_no_gpu_and_is_refused_with_evidence(tmp_path: Path) ->
 
 def test_a_cpu_machine_is_judged_by_its_load(tmp_path: Path) -> None:
     done = accept("--expect", "cpu", "--seconds", "2", "--json", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["verdict"] == "accept" and report["provider_message"] is None
+    # a shared 2-core machine's throughput wavers: degraded by the sustained rule is a judgement, not a failure
+    assert report["verdict"] in ("accept", "degraded"), report["reasons"]
+    assert done.returncode == (0 if report["verdict"] == "accept" else 1)
+    assert (report["provider_message"] is None) == (report["verdict"] == "accept")
     names = {p["name"]: p["verdict"] for p in report["points"]}
     assert names["load.gemm.bitwise"] == "ok" and names["load.memory.fill"] == "ok"
     assert names["load.gemm.sustained"] in ("ok", "degraded")  # a shared machine may be noisy; it is judged
@@ -137,10 +139,10 @@ def test_the_zipapp_and_the_container_entry_run_it(tmp_path: Path) -> None:
 
     build_zipapp(tmp_path / "kdkit.pyz")
     for entry, cwd in (((str(tmp_path / "kdkit.pyz"),), tmp_path), (("-m", "kdkit.probe"), REPO)):
-        done = accept("--expect", "cpu", "--seconds", "1", "--out", tmp_path / f"ev-{len(entry)}", entry=entry,
+        done = accept("--expect", "cpu", "--seconds", "3", "--out", tmp_path / f"ev-{len(entry)}", entry=entry,
                       cwd=cwd)
-        assert done.returncode == 0 and "VERDICT: ACCEPT" in done.stdout, done.stdout + done.stderr
-        assert evidence(tmp_path / f"ev-{len(entry)}")["verdict"] == "accept"
+        assert "VERDICT: ACCEPT" in done.stdout or "VERDICT: DEGRADED" in done.stdout, done.stdout + done.stderr
+        assert evidence(tmp_path / f"ev-{len(entry)}")["verdict"] in ("accept", "degraded")
 
 
 def test_a_projects_threshold_is_laid_over_the_shipped_one(tmp_path: Path) -> None:
@@ -149,11 +151,12 @@ def test_a_projects_threshold_is_laid_over_the_shipped_one(tmp_path: Path) -> No
 
     project = init_project(tmp_path / "proj", name="proj", backend="cpu")
     config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
-    config["acceptance"] = {"load": {"load.gemm.sustained": {"value": 5.0}}}  # 500 % of the first 10 %: never met
+    # a billion times the first 10 %: never met (5x was met once, when a first interval of a loaded machine crawled)
+    config["acceptance"] = {"load": {"load.gemm.sustained": {"value": 1e9}}}
     (project / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
     assert subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], capture_output=True,
                           timeout=120, check=False).returncode == 0
-    done = accept("--expect", "cpu", "--seconds", "1", "--project", project, "--json", cwd=tmp_path)
+    done = accept("--expect", "cpu", "--seconds", "3", "--project", project, "--json", cwd=tmp_path)
     report = json.loads(done.stdout)
     (sustained,) = [p for p in report["points"] if p["name"] == "load.gemm.sustained"]
     assert (done.returncode, report["verdict"], sustained["verdict"]) == (1, "degraded", "degraded")
@@ -162,3 +165,121 @@ def test_a_projects_threshold_is_laid_over_the_shipped_one(tmp_path: Path) -> No
     (project / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
     assert subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], capture_output=True,
                           timeout=120, check=False).returncode == 2
+
+
+# ---------------------------------------------------------------- what a hostile round found
+
+
+def test_a_load_too_short_to_judge_is_incomplete_never_accepted(tmp_path: Path) -> None:
+    done = accept("--expect", "cpu", "--seconds", "0.001", "--json", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["verdict"]) == (1, "incomplete"), report["points"]
+    assert report["incomplete"].startswith("the load measured too little to judge: load.gemm.")
+
+
+def test_expect_cpu_ignores_the_gpu_driver_and_says_why_when_it_cannot_judge(tmp_path: Path) -> None:
+    bin_dir = install(tmp_path / "bin", "h100x8-healthy")
+    done = accept("--expect", "cpu", "--seconds", "3", "--json", path=f"{bin_dir}:{SYSTEM_PATH}", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert report["verdict"] in ("accept", "degraded") and not any(p["section"] == "health" for p in report["points"])
+    bare = subprocess.run([sys.executable, "-I", "-S", "-c", "import torch"], capture_output=True, check=False)
+    assert bare.returncode != 0  # an interpreter without torch: the steps cannot reach the load
+    from kdkit.transfer.zipapp import build_zipapp
+
+    build_zipapp(tmp_path / "kdkit.pyz")
+    done = subprocess.run([sys.executable, "-I", "-S", str(tmp_path / "kdkit.pyz"), "diagnose", "--accept", "--expect",
+                           "cpu", "--seconds", "1", "--json"], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert (report["verdict"], report["reasons"], report["provider_message"]) == ("incomplete", [], None)
+    assert report["incomplete"].startswith("diagnose stopped at torch import: ")
+
+
+def test_a_driver_line_kdkit_cannot_split_and_a_torch_that_sees_only_some_gpus(tmp_path: Path) -> None:
+    """Before: one extra comma in GPU 1's line hid its 3 uncorrectable ECC errors and the verdict was accept."""
+    import shutil
+
+    from kdkit.probe.diagnose import accept as acceptance
+    from kdkit.probe.diagnose.core import Context
+
+    scenario = tmp_path / "comma"
+    shutil.copytree(REPO / "tests" / "data" / "smi" / "h100x8-healthy", scenario)
+    table = scenario / "nvidia-smi" / "query-gpu.tsv"
+    lines = table.read_text(encoding="utf-8").splitlines()
+    lines[2] = lines[2].replace("\t", "\t1323121035406, rev B\t", 1)  # a value with a comma: one column too many
+    table.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bin_dir = install(tmp_path / "bin", str(scenario))
+    env = {**os.environ, "PATH": f"{bin_dir}:{SYSTEM_PATH}"}
+    code = ("import json, sys; from kdkit.probe.diagnose import smi; json.dump(smi.read(), sys.stdout)")
+    facts = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                      timeout=120, check=True).stdout)
+    steps: dict[str, Any] = {"first_failure": None, "steps": []}
+    ctx = Context(expect="cuda", memory_share=0.5, project=None, expected="cuda", device_ids=list(range(8)))
+    assert (acceptance._incomplete(ctx, facts, steps, False) or "").startswith(
+        "the driver's answer could not be read (GPU 1: nvidia-smi printed ")
+    ctx.device_ids = [0, 1, 2, 3]
+    told = acceptance._incomplete(ctx, facts, steps, False) or ""
+    assert told.startswith("the driver sees 8 x ") and "and torch sees only 4: the environment is at fault" in told
+
+
+def test_what_a_driver_prints_cannot_break_the_evidence(tmp_path: Path) -> None:
+    """A stray byte, NaN in JSON, a newline or a pipe in a name: a reading, never a traceback or a broken file."""
+    from kdkit.probe.diagnose import evidence as ev
+    from kdkit.probe.diagnose.points import Point
+    from kdkit.probe.diagnose.smi_values import new_gpu, put
+
+    gpu = new_gpu(0, "amd")
+    put(gpu, "ecc_uncorrected", "number", float("nan"))
+    assert gpu["ecc_uncorrected"] is None and gpu["unread"]["ecc_uncorrected"] == "not a finite number: nan"
+    point = Point("health", "gpu.name", 0, "H200\n## Injected | heading", "", None, "info", "a\nb", source=None)
+    driver = {"gpus": [{"index": 0, "name": "H200\n## Injected | heading", "memory_mib": float("inf")}]}
+    report = ev.report_of([point], {"steps": [], "first_failure": None}, started="2026-12-01T00:00:00+00:00",
+                          seconds=0.0, incomplete=None, argv=["diagnose", "--accept"], extra={"driver": driver})
+    assert json.loads(json.dumps(ev.as_json(report), allow_nan=False))["machine"]["gpus"][0]["memory_mib"] is None
+    markdown = ev.render_markdown(report)
+    assert "\n## Injected" not in markdown and "H200 ## Injected \\| heading" in markdown
+    scenario = tmp_path / "bytes"
+    import shutil
+
+    shutil.copytree(REPO / "tests" / "data" / "smi" / "h100x8-healthy", scenario)
+    table = scenario / "nvidia-smi" / "query-gpu.tsv"
+    table.write_bytes(table.read_bytes().replace(b"NVIDIA H100", b"NVIDIA \xff\xfeH100", 1))
+    bin_dir = install(tmp_path / "bin", str(scenario))
+    done = accept("--seconds", "1", "--json", path=f"{bin_dir}:{SYSTEM_PATH}", cwd=tmp_path)
+    assert "Traceback" not in done.stderr and json.loads(done.stdout)["verdict"] == "incomplete", done.stderr
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ({"load": {"load.gemm.sustain": {"value": 0.9}}}, "$.acceptance.load: 'load.gemm.sustain' is not a rule kdkit "
+                                                      "knows; the rules are in kdkit/data/acceptance.json"),
+    ({"load": {"load.gemm.sustained": {"value": "abc"}}}, "$.acceptance.load.load.gemm.sustained.value: expected a "
+                                                          "number like the shipped 0.95, got 'abc'"),
+    ({"load": {"load.gemm.sustained": {"value": None}}}, "$.acceptance.load.load.gemm.sustained.value: expected a "
+                                                         "number like the shipped 0.95, got None"),
+    ({"bogus": {}}, "$.acceptance.bogus: not a section of rules kdkit knows (health, load)"),
+    ({"load": {"load.gemm.sustained": {"source": "https://oauth2:ghp_" + "A1b2C3d4E5" * 3 + "f6G7h8@github.com/x"}}},
+     "$.acceptance.load.load.gemm.sustained.source: carries "),
+])
+def test_a_hostile_override_is_refused_before_any_load(tmp_path: Path, override: dict[str, Any], said: str) -> None:
+    from kdkit.project.init import init_project
+
+    project = init_project(tmp_path / "proj", name="proj", backend="cpu")
+    config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
+    config["acceptance"] = override
+    (project / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
+    done = accept("--expect", "cpu", "--seconds", "60", "--project", project, "--out", tmp_path / "ev", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith(f"Error: {project / 'kdkit.json'}: {said}"), done.stderr
+    assert not (tmp_path / "ev").exists() and "ghp_" not in done.stderr
+    checked = subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert checked.returncode == 2 and "$.acceptance" in checked.stdout + checked.stderr
+
+
+def test_an_out_that_cannot_take_the_evidence_is_refused_before_the_load(tmp_path: Path) -> None:
+    (tmp_path / "ev" / "acceptance.json").mkdir(parents=True)
+    for out, said in ((tmp_path / "ev", f"{tmp_path / 'ev' / 'acceptance.json'}: "),
+                      (Path(""), "--out '': give the folder for acceptance.json and acceptance.md (with --accept) "
+                                 "or the report's file"),
+                      (Path("/proc/kdkit-evidence"), "/proc/kdkit-evidence: ")):
+        done = accept("--expect", "cpu", "--seconds", "60", "--out", "" if out == Path("") else out, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.startswith(f"Error: {said}"), done.stderr

@@ -233,6 +233,22 @@ def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     return Path(value)
 
 
+def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
+    """kdkit.json's "acceptance" judged as `kdkit diagnose --accept` judges it before its load: rules kdkit
+    ships, values of their kind, a source without a credential (kdkit.probe.diagnose.points)."""
+    if "acceptance" not in project:
+        return []
+    from kdkit.core.errors import BadInput
+    from kdkit.probe.diagnose.points import check_overrides
+
+    try:
+        check_overrides(project["acceptance"], "$.acceptance")
+    except BadInput as exc:
+        where, _sep, message = str(exc).partition(": ")
+        return [Problem(Path("kdkit.json"), where, message)]
+    return []
+
+
 def validate_project(root: Path) -> list[Problem]:
     """Every problem of the project at ``root``; an empty list means valid.
 
@@ -255,6 +271,7 @@ def validate_project(root: Path) -> list[Problem]:
         from kdkit.lock.staleness import stale_lock_problems
 
         problems += stale_lock_problems(root, project)
+        problems += acceptance_problems(project)
 
     pilot_rel = _named_file(root, project, "pilot_config")
     if pilot_rel is None:

@@ -23,7 +23,7 @@ from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json
 from kdkit.probe.diagnose import evidence, health, smi
 from kdkit.probe.diagnose.core import Context
-from kdkit.probe.diagnose.points import Point, thresholds
+from kdkit.probe.diagnose.points import Point, check_overrides, thresholds
 
 DEFAULT_SECONDS = 60.0
 MAX_SECONDS = 3600.0  # an acceptance test fits in the provider's first hour, where a refund is still asked
@@ -43,33 +43,51 @@ def order_expectation(order: Path | None) -> tuple[str | None, int | None]:
 
 
 def project_overrides(project: Path | None) -> dict[str, Any] | None:
-    """kdkit.json's ``"acceptance"`` of the project, when there is one: sections of rules, as the shipped file."""
+    """kdkit.json's ``"acceptance"`` of the project, checked against the shipped rules before any load
+    (points.check_overrides); None without one."""
     if project is None or not (project / "kdkit.json").is_file():
         return None
-    config = load_json(project / "kdkit.json", what="kdkit.json")
+    where = project / "kdkit.json"
+    config = load_json(where, what="kdkit.json")
     overrides = config.get("acceptance") if isinstance(config, dict) else None
-    if overrides is None:
-        return None
-    if not isinstance(overrides, dict) or not all(isinstance(rules, dict) and all(isinstance(rule, dict)
-                                                  for rule in rules.values()) for rules in overrides.values()):
-        raise BadInput(f"{project / 'kdkit.json'}: $.acceptance: expected sections of rules, e.g. "
-                       '{"load": {"load.gemm.sustained": {"value": 0.9}}}; fix it or remove the key')
+    if overrides is not None:
+        check_overrides(overrides, f"{where}: $.acceptance")
     return overrides
 
 
-def _torch_sees(ctx: Context, facts: dict[str, Any], steps: dict[str, Any]) -> str | None:
-    """Why the evidence cannot be gathered although the driver sees cards: torch does not (the environment
-    is at fault, not the card), or a step before the load failed. None when the load can run."""
-    seen = len(facts.get("gpus") or [])
+# What a complete load has judged: without these the machine is not accepted (the run is incomplete).
+ESSENTIAL = ("load.gemm.sustained", "load.gemm.bitwise", "load.memory.fill")
+
+
+def _incomplete(ctx: Context, facts: dict[str, Any], steps: dict[str, Any], cpu_only: bool) -> str | None:
+    """Why the evidence cannot be gathered for a reason that is not the machine's, before the load: torch sees
+    none or only some of the GPUs the driver lists (the environment is at fault, not the card), a step
+    failed, the driver's answer for a GPU could not be read. None when the load can run."""
     failure = steps.get("first_failure")
-    if seen and not ctx.device_ids:
-        names = sorted({str(g.get("name") or "GPU") for g in facts["gpus"]})
+    seen = [] if cpu_only else facts.get("gpus") or []
+    if seen and len(ctx.device_ids) < len(seen):
+        names = sorted({str(g.get("name") or "GPU") for g in seen})
+        torch = f"only {len(ctx.device_ids)}" if ctx.device_ids else "none"
         why = f"; {failure['step']}: {failure['detail']}" if failure else ""
-        return (f"the driver sees {seen} x {', '.join(names)} and torch sees none: the environment is at fault, not "
-                f"the card{why}")
+        return (f"the driver sees {len(seen)} x {', '.join(names)} and torch sees {torch}: the environment is at "
+                f"fault, not the card (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, the container's --gpus){why}")
     if failure:
         return f"diagnose stopped at {failure['step']}: {failure['detail']} (fix: {failure['fix']})"
+    unread = [f"GPU {g.get('index')}: {g['unreadable']}" for g in seen if g.get("unreadable")]
+    if unread:
+        return f"the driver's answer could not be read ({'; '.join(unread[:3])}); rerun, or read it with " \
+               f"{facts.get('tool') or 'the driver tool'} yourself"
     return None
+
+
+def _unmeasured(points: list[Point]) -> str | None:
+    """Why the load, though it ran, is no evidence: an essential check judged nothing (too few seconds,
+    too little memory to fill)."""
+    missing = [p for p in points if p.section == "load" and p.name in ESSENTIAL and p.verdict == "unknown"]
+    if not missing:
+        return None
+    return "the load measured too little to judge: " + "; ".join(f"{p.name}: {p.why}" for p in missing[:3]) + \
+        " (give more --seconds, or more --memory-share)"
 
 
 def _cuda(ctx: Context) -> str | None:
@@ -79,7 +97,8 @@ def _cuda(ctx: Context) -> str | None:
 
 def run_acceptance(expect: str, seconds: float, memory_share: float, project: Path | None,
                    order: Path | None, argv: list[str]) -> dict[str, Any]:
-    """The acceptance report (evidence.report_of); never raises for what it finds."""
+    """The acceptance report (evidence.report_of); never raises for what it finds. BadInput for an order or a
+    project override that cannot be used, before anything runs."""
     from kdkit.probe.diagnose import load
     from kdkit.probe.diagnose.runner import STEPS, run_steps
 
@@ -90,14 +109,15 @@ def run_acceptance(expect: str, seconds: float, memory_share: float, project: Pa
     facts = smi.read()  # the driver first: whatever torch does after
     ctx = Context(expect=expect, memory_share=memory_share, project=project)
     steps = run_steps(ctx, STEPS)
-    points: list[Point] = [] if ctx.expected == "cpu" and expect == "cpu" else \
-        health.health_points(facts, _cuda(ctx), name, count, overrides)
-    incomplete = _torch_sees(ctx, facts, steps)
+    cpu_only = expect == "cpu"  # a CPU machine on purpose: judged by its load alone
+    points: list[Point] = [] if cpu_only else health.health_points(facts, _cuda(ctx), name, count, overrides)
+    incomplete = _incomplete(ctx, facts, steps, cpu_only)
     gpu_missing = any(p.name == "gpu.present" and p.verdict == "refuse" for p in points)
     clock = time.perf_counter()
-    if incomplete is None and not gpu_missing and (ctx.gpu_expected or expect == "cpu"):
+    if incomplete is None and not gpu_missing and (ctx.gpu_expected or cpu_only):
         sampler = (lambda: smi.sample()) if facts.get("tool") else None
         points += load.load_points(ctx, seconds, sampler, rules)
+        incomplete = _unmeasured(points)
     under_load = round(time.perf_counter() - clock, 1) if any(p.section == "load" for p in points) else 0.0
     extra = {"expect": expect, "expected": ctx.expected, "driver": facts, "order": {"card": name, "count": count},
              "commands": smi.commands(facts)}

@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also torch.compile, a pinned non-blocking copy, and bf16 TFLOP/s and copy GB/s "
                              "against the card's nominal figures (takes longer)")
     add_json(parser, "the JSON report")
-    parser.add_argument("--out", type=Path, metavar="FILE",
+    parser.add_argument("--out", type=_named_path, metavar="FILE",
                         help="also write the JSON report to FILE (atomically, even when the verdict is fail)")
     parser.add_argument("--memory-share", type=_share, default=DEFAULT_MEMORY_SHARE, metavar="SHARE",
                         help=f"share of each card's memory to allocate and write (default {DEFAULT_MEMORY_SHARE})")
@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     accept.add_argument("--order", type=Path, metavar="FILE",
                         help="the order `kdkit plan --save` wrote: the card and count the machine is held to")
     return parser
+
+
+def _named_path(text: str) -> Path:
+    """A path the user gave: an empty one names nothing (Path("") would quietly be the current folder)."""
+    if not text.strip():
+        raise BadInput("--out '': give the folder for acceptance.json and acceptance.md (with --accept) or the "
+                       "report's file")
+    return Path(text)
 
 
 def _seconds(text: str) -> float:
@@ -133,11 +141,8 @@ def accept_main(args: argparse.Namespace, project: Path | None, argv: list[str])
         raise BadInput("--seconds and --order belong to the acceptance test; add --accept")
     if args.deep:
         raise BadInput("--deep and --accept: the acceptance test measures under load already; drop --deep")
-    if args.out is not None:  # a folder, refused before a minute of load, not after
-        if args.out.exists() and not args.out.is_dir():
-            raise BadInput(f"{args.out}: not a folder; --out with --accept names the folder for acceptance.json "
-                           "and acceptance.md")
-        require_writable(args.out, "folder for --out")
+    if args.out is not None:  # refused before a minute of load, not after
+        evidence.check_folder(args.out)
     report = accept.run_acceptance(args.expect, args.seconds or DEFAULT_SECONDS, args.memory_share, project,
                                    args.order, ["diagnose", *argv])
     if args.out is not None:

@@ -10,6 +10,7 @@ whose every point is within its threshold is ``accept``.
 
 from __future__ import annotations
 
+import math
 import platform
 import shlex
 from pathlib import Path
@@ -24,10 +25,12 @@ _SHOWN = {"ok": "ok", "info": "info", "unknown": "?", "degraded": "DEGRADED", "r
 
 
 def verdict(points: list[Point], incomplete: str | None) -> str:
-    """The machine's verdict: ``incomplete`` when ``incomplete`` says why the evidence is missing and no point
-    already refuses the machine (a refusal stands whatever else failed), else the worst point's."""
-    judged = machine_verdict(points)
-    return "incomplete" if incomplete and judged != "refuse" else judged
+    """The machine's verdict: ``refuse`` when a point refuses it (a refusal stands whatever else failed), else
+    ``incomplete`` when ``incomplete`` says why the evidence is missing, else the worst point's (no point at
+    all is no evidence: refuse)."""
+    if any(point.verdict == "refuse" for point in points):
+        return "refuse"
+    return "incomplete" if incomplete else machine_verdict(points)
 
 
 IDENTITY = ("index", "name", "serial", "uuid", "bus_id", "memory_mib")  # of each card, as the driver names it
@@ -40,19 +43,26 @@ def machine_facts(driver: dict[str, Any]) -> dict[str, Any]:
             "driver": driver.get("driver_version"), "cuda": driver.get("cuda_version"), "gpus": gpus}
 
 
+def one_line(text: Any) -> str:
+    """``text`` as one line of a table or a paragraph: what a driver prints cannot add a line or a column."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def provider_paragraph(report: dict[str, Any]) -> str | None:
     """The paragraph a user pastes to the provider, for a degraded or refused machine; None otherwise."""
     if report["verdict"] not in ("refuse", "degraded"):
         return None
     gpus = report["machine"]["gpus"]
-    cards = f"{len(gpus)} x {gpus[0].get('name') or 'GPU'}" if gpus else "its GPUs"
-    lines = [f"{point.provider or point.why}" for point in report["reasons"]]
-    ask = ("please replace the card or the machine, or refund the rental" if report["verdict"] == "refuse"
-           else "it runs below the specification we paid for: please replace it or adjust the price")
-    return (f"On {report['started']} the machine {report['machine']['hostname']} ({cards}) failed our "
+    cards = f" ({len(gpus)} x {one_line(gpus[0].get('name') or 'GPU')})" if gpus else ""
+    lines = [one_line(point.provider or point.why) for point in report["reasons"]]
+    asked = any(point.provider for point in report["reasons"])  # their own sentences ask already
+    ask = "" if asked else (" Please replace the card or the machine, or refund the rental."
+                            if report["verdict"] == "refuse" else
+                            " It runs below the specification we paid for: please replace it or adjust the price.")
+    return (f"On {report['started']} the machine {one_line(report['machine']['hostname'])}{cards} failed our "
             f"acceptance test (kdkit diagnose --accept, {report['seconds_under_load']:g} s under load): "
-            + " ".join(line.rstrip(".") + "." for line in lines)
-            + f" The full evidence is attached (acceptance.json, acceptance.md); {ask}.")
+            + " ".join(line.rstrip(".") + "." for line in lines) + ask
+            + " The full evidence is attached (acceptance.json, acceptance.md).")
 
 
 def report_of(points: list[Point], steps: dict[str, Any], *, started: str, seconds: float, incomplete: str | None,
@@ -70,10 +80,22 @@ def report_of(points: list[Point], steps: dict[str, Any], *, started: str, secon
     return report
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None: acceptance.json and --json stay valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def as_json(report: dict[str, Any]) -> dict[str, Any]:
     """The report with its points as plain dicts (what acceptance.json and --json hold)."""
-    return {**report, "reasons": [p._asdict() for p in report["reasons"]],
-            "points": [p._asdict() for p in report["points"]]}
+    plain: dict[str, Any] = _finite({**report, "reasons": [p._asdict() for p in report["reasons"]],
+                                     "points": [p._asdict() for p in report["points"]]})
+    return plain
 
 
 def shown(reading: Any, unit: str) -> str:
@@ -105,7 +127,7 @@ def render_text(report: dict[str, Any]) -> str:
         chosen = [p for p in report["points"] if p.section == section]
         if chosen:
             lines += [f"{section}:", *(f"  {point_line(p)}" for p in chosen)]
-    why = f": {report['incomplete']}" if report["incomplete"] else ""
+    why = f": {report['incomplete']}" if report["verdict"] == "incomplete" else ""
     lines.append(f"VERDICT: {report['verdict'].upper()}{why}")
     lines += [f"  because {point_line(p)}" for p in report["reasons"]]
     fixes = list(dict.fromkeys(p.fix for p in report["reasons"] if p.fix))
@@ -129,8 +151,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     machine = report["machine"]
     out += ["## GPUs", "", f"Driver {machine['driver'] or 'unknown'}, CUDA {machine['cuda'] or 'unknown'}.",
             "", "| index | name | memory (MiB) | serial | uuid | bus |", "|---|---|---|---|---|---|"]
-    out += [f"| {g['index']} | {g['name'] or ''} | {g['memory_mib'] or ''} | {g['serial'] or ''} | {g['uuid'] or ''} | "
-            f"{g['bus_id'] or ''} |" for g in report["machine"]["gpus"]] or ["| - | no GPU seen | | | | |"]
+    out += ["| " + " | ".join(one_line(g[key] if g[key] is not None else "") for key in IDENTITY) + " |"
+            for g in report["machine"]["gpus"]] or ["| - | no GPU seen | | | | |"]
     out += ["", "## Diagnose steps", ""]
     out += [f"- {step['status']}: {step['name']}: {step['detail']}" for step in report["steps"]["steps"]]
     out += ["", "## Readings", "", "| verdict | where | point | reading | threshold | why | source |",
@@ -139,9 +161,33 @@ def render_markdown(report: dict[str, Any]) -> str:
         where = "machine" if p.gpu is None else f"gpu{p.gpu}"
         cells = [p.verdict, where, f"{p.section}: {p.name}", shown(p.reading, p.unit), p.threshold or "", p.why,
                  p.source or ""]
-        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        out.append("| " + " | ".join(one_line(c) for c in cells) + " |")
     out += ["", "## Reproduce", "", *(f"    {command}" for command in report["reproduce"]), ""]
     return "\n".join(out)
+
+
+def check_folder(folder: Path) -> None:
+    """BadInput, before any load, unless ``folder`` can take acceptance.json and acceptance.md: a folder (or
+    none yet, under a folder) where a file can really be made (a read-only mount, /proc), holding neither
+    name as anything but a regular file (a folder, a link)."""
+    import tempfile
+
+    from kdkit.core.errors import BadInput
+    from kdkit.core.jsonio import require_replaceable
+    from kdkit.core.staging import require_writable
+
+    if folder.exists() and not folder.is_dir():
+        raise BadInput(f"{folder}: not a folder; --out with --accept names the folder for acceptance.json and "
+                       "acceptance.md")
+    require_writable(folder, "folder for --out")
+    for name in (JSON_NAME, MD_NAME):
+        require_replaceable(folder / name)
+    probe = folder if folder.is_dir() else next(p for p in folder.parents if p.is_dir())
+    try:
+        handle = tempfile.NamedTemporaryFile(dir=probe, prefix=".kdkit-probe-")  # noqa: SIM115 (closed below)
+        handle.close()
+    except OSError as exc:
+        raise BadInput(f"{folder}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
 
 
 def write_evidence(folder: Path, report: dict[str, Any]) -> list[Path]:

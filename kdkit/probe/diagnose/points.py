@@ -84,3 +84,59 @@ def thresholds(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
             base = merged.setdefault(section, {}).get(name, {})
             merged[section][name] = {**base, **rule, "source": rule.get("source", "kdkit.json (this project)")}
     return merged
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as an override must match the shipped rule's: number, text, flag, list, table."""
+    if isinstance(value, bool):
+        return "flag"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return "list" if isinstance(value, list) else "table" if isinstance(value, dict) else "null"
+
+
+def check_overrides(overrides: Any, where: str) -> None:
+    """BadInput, one line naming the place, unless ``overrides`` (kdkit.json ``"acceptance"``) only changes
+    rules kdkit ships, each key to a value of the shipped kind (finite numbers), with a ``source`` that is
+    text and carries no credential (it goes into the evidence for the provider). Checked before any load:
+    a misspelt rule would otherwise leave the shipped threshold in force, unsaid."""
+    from kdkit.core.builds import shipped_data
+    from kdkit.core.errors import BadInput
+
+    shipped = shipped_data(ACCEPTANCE)
+    if not isinstance(overrides, dict):
+        raise BadInput(f"{where}: expected sections of rules, e.g. {{\"load\": {{\"load.gemm.sustained\": "
+                       "{\"value\": 0.9}}}}")
+    for section, rules in overrides.items():
+        known = shipped.get(section)
+        if section == "about" or not isinstance(known, dict) or not isinstance(rules, dict):
+            raise BadInput(f"{where}.{section}: not a section of rules kdkit knows (health, load)")
+        for name, rule in rules.items():
+            if name not in known or not isinstance(rule, dict):
+                raise BadInput(f"{where}.{section}: {name!r} is not a rule kdkit knows; the rules are in "
+                               f"kdkit/data/acceptance.json (e.g. {next(iter(known))!r})")
+            for key, value in rule.items():
+                _check_key(f"{where}.{section}.{name}.{key}", key, value, known[name])
+
+
+def _check_key(place: str, key: str, value: Any, shipped: dict[str, Any]) -> None:
+    import math
+
+    from kdkit.core.credentials import find
+    from kdkit.core.errors import BadInput
+
+    if key == "source":
+        if not isinstance(value, str) or not value.strip():
+            raise BadInput(f"{place}: expected the text naming where the threshold comes from")
+        if found := find(value):
+            raise BadInput(f"{place}: carries {found[0].what} ({found[0].redacted}); it would go into the "
+                           "evidence for the provider: remove it")
+        return
+    if key not in shipped:
+        keys = ", ".join(k for k in shipped if k != "source")
+        raise BadInput(f"{place}: not a key of this rule ({keys})")
+    wanted = _kind(shipped[key])
+    if _kind(value) != wanted or (wanted == "number" and not math.isfinite(value)):
+        raise BadInput(f"{place}: expected a {wanted} like the shipped {shipped[key]!r}, got {value!r}")

@@ -69,6 +69,7 @@ REMAP_FIELDS: tuple[tuple[str, str, str], ...] = (
 ALTERNATIVE = {**{f"clocks_event_reasons.{r}": f"clocks_throttle_reasons.{r}" for r in REASONS},
                "pcie.link.gen.current": "pcie.link.gen.gpucurrent"}
 REFUSED = ('Field "', '" is not a valid field to query')
+PROBLEMS_SHOWN = 20  # odd lines of one answer kept in the evidence
 
 
 class Answer:
@@ -136,12 +137,16 @@ def gpu_records(answer: Answer, table: tuple[tuple[str, str, str], ...]) -> tupl
     """One record per line that starts with a GPU index; a line of the wrong width keeps the GPU with every
     reading unread; any other line is a problem (a warning nvidia-smi printed among its answers)."""
     kinds = {field: (key, kind) for field, key, kind in table}
-    gpus, problems = [], []
+    gpus: list[dict[str, Any]] = []
+    problems: list[str] = []
     for line in answer.lines:
         cells = [cell.strip() for cell in line.split(",")]
         index = number(cells[0])
         if not isinstance(index, int):
-            problems.append(f"nvidia-smi printed a line kdkit cannot read: {line.strip()[:120]!r}")
+            if len(problems) < PROBLEMS_SHOWN:  # a tool that floods its warnings is named, not copied
+                problems.append(f"nvidia-smi printed a line kdkit cannot read: {line.strip()[:120]!r}")
+            elif len(problems) == PROBLEMS_SHOWN:
+                problems.append("nvidia-smi printed more lines kdkit cannot read (not listed)")
             continue
         gpu = new_gpu(index, "nvidia")
         if len(cells) != len(answer.names):

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import math
 import shutil
-import time
 from typing import Any
 
 from kdkit.core.errors import KdkitError
-from kdkit.core.proc import Completed, run
+from kdkit.core.proc import Completed
 from kdkit.probe.diagnose.host import hardware_hints
 
 # The words the tools print for a state: nvidia-smi's "Enabled"/"Disabled" (persistence, ECC and MIG modes),
@@ -44,19 +43,25 @@ class Called:
 
 
 def call(argv: list[str], timeout: float) -> Called:
-    """Run ``argv`` through kdkit.core.proc.run, at most ``timeout`` seconds; a missing program, one that
-    cannot run and one that does not answer in time are a ``failure`` line, never an exception."""
-    if shutil.which(argv[0]) is None:
+    """Run ``argv`` (its program found on PATH) through kdkit.core.spawn.capture, at most ``timeout`` seconds:
+    what it prints is kept within bounds (a tool that floods never fills memory) and read as UTF-8 with
+    replacement (a stray byte never stops the test); the tool and what it left behind are killed after it.
+    A missing program, one that cannot run and one that does not answer in time are a ``failure`` line,
+    never an exception."""
+    from kdkit.core.spawn import capture
+
+    program = shutil.which(argv[0])
+    if program is None:
         return Called(None, f"{argv[0]} is not on PATH")
-    started = time.monotonic()
+    shown = " ".join(argv)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
     try:
-        return Called(run(argv, timeout=timeout), None)
-    except KdkitError as exc:
-        late = time.monotonic() - started >= timeout * 0.95
-        shown = " ".join(argv)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        why = f"{shown}: no answer within {timeout:g} s" if late else str(exc)
-        return Called(None, why, timed_out=late)
+        code, out, err = capture([program, *argv[1:]], timeout=timeout)
+    except KdkitError:
+        return Called(None, f"{shown}: no answer within {timeout:g} s", timed_out=True)
+    except OSError as exc:
+        return Called(None, f"{shown}: cannot be run ({exc.strerror or exc})")
+    return Called(Completed(tuple(argv), code, out, err), None)
 
 
 def number(text: str) -> int | float | None:
@@ -102,6 +107,8 @@ def put(gpu: dict[str, Any], key: str, kind: str, raw: Any) -> None:
         return
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         value, why = parse(kind, str(raw))
+    elif isinstance(raw, float) and not math.isfinite(raw):  # JSON's NaN and Infinity, as some tools print
+        value, why = None, f"not a finite number: {raw!r}"
     else:
         value, why = (raw, None) if kind == "number" else parse(kind, str(raw))
     gpu[key] = value
