@@ -40,6 +40,15 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.delenv("KDKIT_DEBUG", raising=False)
+    # A suite run by a launcher (srun, torchrun) must not give every pilot a share; a pilot run in-process
+    # under a launcher's variables may set the visible devices, which are put back after each test.
+    from kdkit.probe.pilot.launchers import LAUNCHERS, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, RUN_ID_VAR, VISIBLE
+
+    launcher_vars = {name for launcher in LAUNCHERS for name in launcher.variables}
+    for name in sorted(launcher_vars | {RUN_ID_VAR, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, *VISIBLE}):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # recorded: restored, or removed, after the test
+        if name not in VISIBLE or not os.environ[name]:
+            monkeypatch.delenv(name)
 
 
 def invoke(*args: str | os.PathLike[str], input: str | None = None) -> Result:

@@ -193,41 +193,65 @@ def test_each_failure_is_named(project: Path, damage: Any, expected: list[str]) 
         assert any(p.startswith(line) for p in summary["problems"]), (line, summary["problems"])
 
 
-def test_workers_with_different_params_or_manifests_are_named(project: Path) -> None:
+def _refused(*args: str | Path) -> str:
+    """A gathering refused as bad input: exit 2, one line on stderr, no summary written anywhere."""
+    result = invoke("gather", *args)
+    assert result.exit_code == 2, result.output
+    assert not result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ")
+    return lines[0].removeprefix("Error: ")
+
+
+def test_workers_of_another_config_manifest_run_or_world_size_are_refused(project: Path) -> None:
     use_oracle(project, batch_size=4)
+    pilot(project, "--run-id", "P", "--worker", "0", "--workers", "2")
     pilot(project, "--run-id", "R", "--worker", "0", "--workers", "2")
+    pilot(project, "--run-id", "T", "--worker", "1", "--workers", "3")
     use_oracle(project, batch_size=2)
-    pilot(project, "--run-id", "R", "--worker", "1", "--workers", "2")
+    pilot(project, "--run-id", "P", "--worker", "1", "--workers", "2")
     manifest = project / "data" / "pilot" / "manifest.json"
     manifest.write_text(manifest.read_text() + "\n")
+    pilot(project, "--run-id", "R", "--worker", "1", "--workers", "2")
     pilot(project, "--run-id", "M", "--worker", "1", "--workers", "2")
     runs = project / "runs"
-    code, summary, _ = gather(runs / "R-w0of2", runs / "R-w1of2", "--out", runs / "g1")
-    assert code == 1
-    hashes = [json.loads((runs / f"R-w{i}of2" / "params.json").read_text())["params_hash"][:8] for i in (0, 1)]
-    assert summary["problems"] == [f"R-w1of2: params hash {hashes[1]} differs from R-w0of2's {hashes[0]}; every "
-                                   "worker must run the same pilot config"]
-    code, summary, _ = gather(runs / "R-w0of2", runs / "M-w1of2", "--out", runs / "g2")
-    assert code == 1
-    assert summary["problems"][0].startswith("M-w1of2: manifest sha256 ")
-    assert summary["problems"][0].endswith("every worker must read the same manifest")
+    before = tree_snapshot(project)
+    hashes = [json.loads((runs / f"P-w{i}of2" / "params.json").read_text())["params_hash"][:12] for i in (0, 1)]
+    assert _refused(runs / "P-w0of2", runs / "P-w1of2") == (
+        f"{runs / 'P-w1of2'}: params hash {hashes[1]} differs from {runs / 'P-w0of2'}'s {hashes[0]}; every worker "
+        "of a run must run the same pilot config")
+    message = _refused(runs / "R-w0of2", runs / "R-w1of2")
+    assert message.startswith(f"{runs / 'R-w1of2'}: manifest sha256 ")
+    assert message.endswith("every worker of a run must read the same manifest")
+    assert _refused(runs / "R-w0of2", runs / "M-w1of2") == (
+        f"{runs / 'M-w1of2'}: a worker of run M, not of run R ({runs / 'R-w0of2'}); gather the folders of one run")
+    t_folder = runs / "T-w1of3"
+    params = json.loads((t_folder / "params.json").read_text())
+    params["run_id"] = "P-w1of3"  # a folder of run P, but one of 3 workers
+    (t_folder / "params.json").write_text(json.dumps(params))
+    assert _refused(runs / "P-w0of2", t_folder) == (
+        f"{t_folder}: one of 3 workers, but {runs / 'P-w0of2'} is one of 2: another world size; gather the folders "
+        "of one launch")
+    (t_folder / "params.json").write_bytes(before["runs/T-w1of3/params.json"])
+    assert tree_snapshot(project) == before
 
 
-def test_a_missing_worker_and_a_different_n_are_named(project: Path) -> None:
+def test_a_missing_worker_is_named(project: Path) -> None:
     use_oracle(project)
     w0, _ = workers_run(project)
     code, summary, _ = gather(w0, "--out", project / "runs" / "g1")
     assert (code, summary["problems"]) == (1, ["worker 1 of 2: no run folder given (expected R-w1of2); run or "
                                                "resume it"])
-    pilot(project, "--run-id", "T", "--worker", "1", "--workers", "3")
-    code, summary, _ = gather(w0, project / "runs" / "T-w1of3", "--out", project / "runs" / "g2")
-    assert summary["problems"] == ["T-w1of3: one of 3 workers, but R-w0of2 is one of 2; gather the folders of "
-                                   "one run"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (("nowhere",), "Error: nowhere: not a folder; give the workers' run folders (runs/<run-id>-wIofN)"),
     (("runs",), "Error: runs/params.json: not found; runs is not a pilot run folder"),
+    ((), "Error: give the workers' run folders (RUN_DIR...) or --from DIR (e.g. runs/R-w0of2 runs/R-w1of2)"),
+    (("--from", "nowhere"), "Error: --from nowhere: not a folder; give the folder the workers' folders were copied "
+                            "into"),
+    (("--from", "src"), "Error: --from src: no worker run folder below it (a folder holding a params.json with a "
+                        "share)"),
 ])
 def test_gather_bad_input_is_exit_2_and_writes_nothing(project: Path, args: tuple[str, ...], message: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:

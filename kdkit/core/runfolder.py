@@ -55,6 +55,7 @@ NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 
 # params.json (RunFolder.make, kdkit.probe.pilot.command) and summary.json (kdkit.probe.pilot.report, .gather)
 RUN_ID, KIND, PARAMS_HASH, SHARE, WORKER, WORKERS = "run_id", "kind", "params_hash", "share", "worker", "workers"
+LAUNCHER = "launcher"  # params.json: the launcher that gave the share (kdkit.probe.pilot.launchers), outside the hash
 VERDICT, TOTAL, ACCEPTED, REJECTED, STOPPED, FILES = "verdict", "total", "accepted", "rejected", "stopped", "files"
 TIMINGS, SECONDS = "timings", "seconds"  # summary.json: {"timings": {"seconds": wall time of the session}}
 PEAK, BYTES, DEVICE = "peak_memory", "bytes", "device"  # summary.json: {"peak_memory": {"bytes", "device"}}

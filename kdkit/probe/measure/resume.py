@@ -9,6 +9,9 @@ Runs the project's train module (its contract: ``python -m MODULE --steps N --ch
   restore  resume from it with --steps K (no step)   -> the state right after a restore
   resume   resume from it to N                       -> must match ``full``
 
+With ``--nproc-per-node N`` each phase runs under torchrun instead: N processes of the loop in DDP (see
+launch.py), rank 0 writing the checkpoint and the metrics; the verdict is the same.
+
 Comparing ``restore`` with the checkpoint names what the loop forgets to put back; the keys of the
 checkpoint name what it forgets to save; ``resume`` against ``full`` is the verdict. On a CPU
 losses and final weights must be identical; on a GPU floats may differ by the stated tolerance.
@@ -36,6 +39,7 @@ from kdkit.core.proc import Completed, run
 from kdkit.core.projectfiles import project_root
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import make_folder, require_writable
+from kdkit.probe.measure.launch import check_launch, launcher, worker_output
 from kdkit.probe.measure.options import (
     Count,
     add_project,
@@ -80,6 +84,7 @@ class Plan:
     device: str = "auto"
     timeout: float | None = None
     runs: Path | None = None  # set: ``out`` is the default folder, made in ``runs`` by the one rule once checked
+    nproc: int | None = None  # set: each phase runs under torchrun with this many processes
 
     def check(self) -> None:
         """Refuse an impossible plan before anything runs or is written."""
@@ -97,7 +102,9 @@ class Plan:
         if self.python != sys.executable and not _runs_python(self.python):  # this one runs: it exists
             raise BadInput(f"--python {self.python}: not an executable interpreter; give the one that has the "
                            "project's torch (default: this one)")
-        if self.device.startswith("cuda"):
+        if self.nproc is not None:
+            check_launch(self.python, self.nproc, self.device)
+        elif self.device.startswith("cuda"):
             require_gpu(self.device, _gpus_seen_by(self.python))
         require_writable(self.out, WHAT)
 
@@ -129,8 +136,8 @@ def _phase_args(plan: Plan, phase: str) -> tuple[list[str], Path]:
     checkpoint = plan.out / "save" / "checkpoint.pt"
     steps = {"full": plan.steps, "save": plan.save_at, "restore": plan.save_at, "resume": plan.steps}[phase]
     target = checkpoint if phase == "save" else folder / "state.pt"
-    args = [plan.python, "-m", plan.module, "--steps", str(steps), "--checkpoint", str(target),
-            "--metrics", str(folder / "metrics.json"), "--device", plan.device]
+    args = [*launcher(plan.python, plan.nproc, plan.module, folder / "workers"), "--steps", str(steps),
+            "--checkpoint", str(target), "--metrics", str(folder / "metrics.json"), "--device", plan.device]
     if phase in ("restore", "resume"):
         args += ["--resume", str(checkpoint)]
     return args, target
@@ -153,7 +160,8 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
     log = plan.out / phase / "output.log"
     log.write_text(f"$ {' '.join(args)}\n{done.stdout}{done.stderr}", encoding="utf-8")
     if not done.ok:
-        raise CheckFailed(f"{plan.module} ({phase} phase, exit {done.returncode}): {failure_line(done)} "
+        cause = failure_line(done if plan.nproc is None else worker_output(done))
+        raise CheckFailed(f"{plan.module} ({phase} phase, exit {done.returncode}): {cause} "
                           f"(full output: {log})")
     metrics_path = plan.out / phase / "metrics.json"
     if not state.is_file() or not metrics_path.is_file():
@@ -161,6 +169,11 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
         raise CheckFailed(f"{missing}: the {phase} phase wrote no such file; the train module must honour "
                           "--checkpoint and --metrics")
     metrics: dict[str, Any] = json.loads(metrics_path.read_text(encoding="utf-8"))
+    if plan.nproc is not None and metrics.get("processes") != plan.nproc:
+        # A loop that ignores torchrun runs N identical copies: they agree, and prove nothing about DDP.
+        raise CheckFailed(f"{metrics_path}: \"processes\" is {metrics.get('processes')!r}, not {plan.nproc}: the "
+                          f"loop did not run as one job of {plan.nproc} processes; it must join torchrun's group "
+                          "and write \"processes\" in its metrics (see the template's src/train.py)")
     return state, metrics
 
 
@@ -175,8 +188,10 @@ def verdict_line(report: dict[str, Any]) -> str:
     """One line naming what breaks the resume, or saying it is exact."""
     if report["ok"]:
         how = "identical" if report["tolerance"] is None else f"within {report['tolerance']}"
+        nproc = report.get("nproc_per_node")
+        where = "a new process" if nproc is None else f"{nproc} new processes under torchrun"
         return (f"resume from step {report['save_at']} reproduces steps {report['save_at']}..{report['steps']} "
-                f"in a new process ({how})")
+                f"in {where} ({how})")
     causes = []
     if report["missing"]:
         causes.append("the checkpoint lacks " + ", ".join(report["missing"]))
@@ -200,7 +215,8 @@ def run_resume_test(plan: Plan, progress: Progress | None = None) -> dict[str, A
     states: dict[str, Path] = {}
     metrics: dict[str, dict[str, Any]] = {}
     for phase in PHASES:
-        say(f"{phase}: python -m {plan.module} ({PHASES.index(phase) + 1}/{len(PHASES)})")
+        how = "python -m" if plan.nproc is None else f"torchrun --nproc-per-node {plan.nproc} -m"
+        say(f"{phase}: {how} {plan.module} ({PHASES.index(phase) + 1}/{len(PHASES)})")
         states[phase], metrics[phase] = _run_phase(plan, phase)
     report = compare(plan, states, metrics)
     atomic_write_json(plan.out / "report.json", report)
@@ -220,7 +236,7 @@ def compare(plan: Plan, states: dict[str, Path], metrics: dict[str, dict[str, An
     missing = missing_parts(checkpoint)
     report = {
         "module": plan.module, "steps": plan.steps, "save_at": plan.save_at,
-        "device": metrics["full"].get("device"),
+        "device": metrics["full"].get("device"), "nproc_per_node": plan.nproc,
         "tolerance": f"rtol {GPU_RTOL:g}, atol {GPU_ATOL:g}" if gpu else None,
         "checkpoint": str(states["save"]), "checkpoint_bytes": states["save"].stat().st_size,
         "save_seconds": metrics["save"].get("save_seconds"),
@@ -255,8 +271,12 @@ Runs the loop (its contract: `python -m src.train --steps N --checkpoint PATH
 On a CPU they must be identical; on a GPU within a stated tolerance. The report gives
 the checkpoint size, save and restore time, and names what the checkpoint lacks
 (e.g. scheduler, rng.torch) or what the loop does not put back. Written to
-runs/resume-test-<time>/report.json (or --out). Exit 1 when the resume is not exact."""
-EPILOG = "example:\n  kdkit resume-test --steps 20 --save-at 7"
+runs/resume-test-<time>/report.json (or --out). Exit 1 when the resume is not exact.
+
+With --nproc-per-node N each phase is `python -m torch.distributed.run --standalone
+--nproc-per-node N -m MODULE ...` (the interpreter's own torchrun): N processes in
+DDP, gloo on a CPU (at most one per CPU), NCCL on a GPU (one per GPU)."""
+EPILOG = "examples:\n  kdkit resume-test --steps 20 --save-at 7\n  kdkit resume-test --nproc-per-node 2 --device cpu"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N, passed on (default: auto)")
     parser.add_argument("--python", default=None, metavar="PATH",
                         help="interpreter that runs the loop (default: this one)")
+    parser.add_argument("--nproc-per-node", type=Count("--nproc-per-node", "2"), default=None, metavar="N",
+                        help="run each phase under torchrun with N processes in DDP (default: one process, no "
+                             "torchrun)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="new folder for the phases and report.json (default: resume-test-<time> in the "
                              "pilot config's runs folder)")
@@ -290,7 +313,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
         raise BadInput(f"{args.out}: already exists; choose a new folder for this test")
     runs = runs_dir(root) if args.out is None else None
     out = args.out.resolve() if runs is None else runs / new_run_id("resume-test")
-    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable, args.device, runs=runs)
+    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable, args.device, runs=runs,
+                nproc=args.nproc_per_node)
 
 
 def render(report: dict[str, Any]) -> str:
@@ -304,7 +328,8 @@ def render(report: dict[str, Any]) -> str:
     rows.append(["tolerance", report["tolerance"] or "none: identical on CPU"])
     rows += [[name.replace("_", " "), ", ".join(report[name]) or "none"]
              for name in ("missing", "not_restored", "final_differences")]
-    return "\n".join([f"Resume test of {report['module']} on {report['device']}", text_table(rows),
+    processes = "" if report.get("nproc_per_node") is None else f" x {report['nproc_per_node']} (torchrun)"
+    return "\n".join([f"Resume test of {report['module']} on {report['device']}{processes}", text_table(rows),
                       ("OK: " if report["ok"] else "FAILED: ") + report["verdict"]])
 
 

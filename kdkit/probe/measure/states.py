@@ -18,6 +18,9 @@ from kdkit.core.errors import CheckFailed, Unavailable
 # What a checkpoint must hold (a part the loop does not have is stored as None, never left out).
 REQUIRED = ("step", "data_position", "model", "optimizer", "scheduler", "scaler", "rng")
 RNG_REQUIRED = ("python", "torch", "cuda", "numpy")
+# What a checkpoint may hold about the run that wrote it rather than about training (the template's
+# torchrun run ID and process count): two runs that train identically differ there, so it is never compared.
+META = "meta"
 # Floats on a GPU may differ this much (|a - b| <= ATOL + RTOL * |b|); a CPU must match exactly.
 GPU_RTOL = 1e-5
 GPU_ATOL = 1e-7
@@ -93,16 +96,18 @@ def missing_parts(state: Any) -> list[str]:
 
 
 def load_state(path: Path) -> Any:
+    """A checkpoint's training state: all of it but its META."""
     try:
         import torch
     except ImportError:
         raise Unavailable(f"{sys.executable}: torch is not importable here; run resume-test with the "
                           "project's interpreter (--python) or inside the image") from None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types (pickle, zip, unsupported global)
         raise CheckFailed(f"{path}: cannot be loaded with torch.load(weights_only=True) "
                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    return {key: value for key, value in state.items() if key != META} if isinstance(state, dict) else state
 
 
 def first_divergence(reference: list[float], resumed: list[float], offset: int, gpu: bool) -> int | None:

@@ -32,6 +32,7 @@ from kdkit.core.runfolder import (
     DEVICE,
     ENV,
     FILES,
+    LAUNCHER,
     PARAMS,
     PARAMS_HASH,
     PEAK,
@@ -50,6 +51,9 @@ from kdkit.core.staging import clean_stale_in, describe_removed
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot import harness
 from kdkit.probe.pilot.accounting import Accounting, Tally, account
+from kdkit.probe.pilot.fanout import run_node
+from kdkit.probe.pilot.launch import continuing, place
+from kdkit.probe.pilot.launchers import Placement
 from kdkit.probe.pilot.options import build_parser
 from kdkit.probe.pilot.origin import app_record, check_resume
 from kdkit.probe.pilot.report import summary_data, summary_markdown
@@ -57,7 +61,6 @@ from kdkit.probe.pilot.shares import (
     Share,
     check_resumed_share,
     folder_name,
-    parse_share,
     restrict,
     share_fields,
 )
@@ -113,8 +116,9 @@ class Progress:
 
 
 def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str],
-             share: Share | None = None) -> tuple[RunFolder, bool]:
-    """A new run folder with its params.json, or the existing one to resume (same parameters and share only)."""
+             share: Share | None = None, placed: Placement | None = None) -> tuple[RunFolder, bool]:
+    """A new run folder with its params.json, or the existing one to resume (same parameters and share only);
+    params.json names the launcher that placed the worker, if any."""
     params = cfg.resolved()
     digest = params_hash(params)
     chosen = check_run_id(run_id, "--run-id") if run_id else None
@@ -143,6 +147,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
         **share_fields(share),
+        **({LAUNCHER: placed.record()} if placed is not None and (placed.launched or placed.read) else {}),
     }
     if chosen:
         return RunFolder.create(cfg.runs_dir, folder_name(chosen, share), record), False
@@ -339,11 +344,27 @@ def _copy(run: RunFolder, dest: Path | None) -> tuple[dict[str, Any], KdkitError
         return {"copy": {"path": None, "verified": False, "error": str(exc)}}, exc
 
 
+def _finished(run: RunFolder, as_json: bool) -> int:
+    """A worker its launcher started again after it had finished: its summary as it is, its verdict's exit code."""
+    summary = load_object(run.path / SUMMARY, "run summary")
+    print_result(as_json, {"run_dir": str(run.path), **summary}, lambda: render_text(summary, run), ascii_only=False)
+    return 0 if summary.get("verdict") == "pass" else 1
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    share = parse_share(args.worker, args.workers)
-    cfg = restrict(load_pilot(project_root(args.project_dir), args.config), share)
-    run, resumed = open_run(cfg, args.run_id, args.resume, argv, share)
+    cfg = load_pilot(project_root(args.project_dir), args.config)
+    placed = place(cfg, args.worker, args.workers, named=bool(args.run_id or args.resume))
+    if placed.node_shares:  # a node's one process: one worker per GPU (kdkit.probe.pilot.fanout)
+        return run_node(argv, placed, args.json)
+    share, resume = placed.share, args.resume
+    cfg = restrict(cfg, share)
+    run_id = None if resume is not None else (args.run_id or placed.run_id)
+    if placed.launched and run_id is not None:
+        resume, done = continuing(cfg, run_id, share, placed)
+        if done is not None:
+            return _finished(done, args.json)
+    run, resumed = open_run(cfg, None if resume else run_id, resume, argv, share, placed)
     session = Session(resumed=resumed)
     execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
     summary = close_run(cfg, run, session)

@@ -1,12 +1,13 @@
-"""`kdkit gather RUN_DIR...`: prove that the workers of one run answered every ID exactly once.
+"""`kdkit gather [RUN_DIR...] [--from DIR]`: prove that the workers of one run answered every ID exactly once.
 
-Each worker (``kdkit pilot --worker I --workers N``) wrote its own run folder. Gathering
+Each worker (``kdkit pilot --worker I --workers N``, or placed by a launcher) wrote its own run
+folder. The folders given and those found below ``--from`` must first be the workers of one run,
+each share once (kdkit.probe.pilot.collect: bad input otherwise, nothing written). Gathering then
 checks, in this order, and names every failure:
 
 1. each folder against its SHA256SUMS (a worker that did not finish has none): nothing is
    counted from a folder that is not intact;
-2. the folders belong together: one params hash, one manifest, one N, each worker 0..N-1
-   exactly once;
+2. each worker 0..N-1 has its folder (a missing share is named);
 3. the project's pilot config and manifest are still the ones the workers ran;
 4. every manifest ID was answered by exactly one worker, the one whose share holds it, and
    the whole passes the pilot's own accounting (categories, reasons, expectations, quality).
@@ -34,42 +35,30 @@ from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
-from kdkit.core.projectfiles import find_root, load_object, project_root
+from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
 from kdkit.core.runresults import FINISHED, RunFolder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.probe.pilot.accounting import Accounting, account
-from kdkit.probe.pilot.shares import Share, recorded_share, worker_of
+from kdkit.probe.pilot.collect import Worker, collect
+from kdkit.probe.pilot.shares import worker_of
 from kdkit.probe.results.copyout import read_sums, verify_folder
 
 SHOWN = 10  # IDs named per problem line before "+N more"
 TABLE_ROWS = 500
 EPILOG = """\
-checks: SHA256SUMS of each folder; one params hash, manifest and N; workers 0..N-1 once
-each; every manifest ID answered by exactly one worker, the one whose share holds it; the
-pilot's accounting over the whole manifest.
+refused first (exit 2, nothing written): folders of another run, manifest, pilot config or
+world size; two different folders for one share (two machines given the same rank); two
+copies of one folder, byte for byte, count once.
+checks: SHA256SUMS of each folder; workers 0..N-1 each present; every manifest ID answered by
+exactly one worker, the one whose share holds it; the pilot's accounting over the whole manifest.
 
 examples:
   kdkit gather runs/R-w0of2 runs/R-w1of2                    -> runs/R-gathered/
   kdkit gather backup/R-w* --project . --out results/R       results copied back
+  kdkit gather --from copies --run-id R --project .         each machine's runs/ copied under copies/
 
 exit: 0 pass, 1 fail (each problem named), 2 bad input"""
-
-
-@dataclass
-class Worker:
-    """One worker's run folder as gathering sees it."""
-
-    path: Path
-    params: dict[str, Any]
-    share: Share
-    summary: dict[str, Any] | None
-    answered: int = 0
-    outside: list[str] = field(default_factory=list)  # finished IDs its share does not hold
-
-    @property
-    def name(self) -> str:
-        return self.path.name
 
 
 @dataclass
@@ -79,19 +68,6 @@ class Gathered:
 
 
 # ---------------------------------------------------------------- reading the folders
-
-
-def load_worker(path: Path) -> Worker:
-    """A worker's folder: BadInput unless it is a pilot run folder (params.json present)."""
-    if not path.is_dir():
-        raise BadInput(f"{path}: not a folder; give the workers' run folders (runs/<run-id>-wIofN)")
-    params_file = path / rf.PARAMS
-    if not params_file.is_file():
-        raise BadInput(f"{params_file}: not found; {path} is not a pilot run folder")
-    params = load_object(params_file, "run parameters")
-    summary_file = path / rf.SUMMARY
-    summary = load_object(summary_file, "run summary") if summary_file.is_file() else None
-    return Worker(path.resolve(), params, recorded_share(params, params_file), summary)
 
 
 def integrity_problems(worker: Worker) -> list[str]:
@@ -107,36 +83,12 @@ def integrity_problems(worker: Worker) -> list[str]:
         return [str(exc)]
 
 
-def consistency_problems(workers: Sequence[Worker]) -> list[str]:
-    """The folders must be the workers of one run: same manifest, parameters and N; each worker once."""
-    first, problems = workers[0], []
-    for worker in workers[1:]:
-        mine, theirs = worker.params.get("params", {}), first.params.get("params", {})
-        if mine.get("manifest_sha256") != theirs.get("manifest_sha256"):
-            problems.append(f"{worker.name}: manifest sha256 {str(mine.get('manifest_sha256'))[:12]} differs from "
-                            f"{first.name}'s {str(theirs.get('manifest_sha256'))[:12]}; every worker must read "
-                            "the same manifest")
-        elif worker.params.get(rf.PARAMS_HASH) != first.params.get(rf.PARAMS_HASH):
-            problems.append(f"{worker.name}: params hash {str(worker.params.get(rf.PARAMS_HASH))[:8]} differs from "
-                            f"{first.name}'s {str(first.params.get(rf.PARAMS_HASH))[:8]}; every worker must run the "
-                            "same pilot config")
-        if worker.share.workers != first.share.workers:
-            problems.append(f"{worker.name}: one of {worker.share.workers} workers, but {first.name} is one of "
-                            f"{first.share.workers}; gather the folders of one run")
-    return problems or _coverage_problems(workers)
-
-
-def _coverage_problems(workers: Sequence[Worker]) -> list[str]:
-    count = workers[0].share.workers
-    by_index: dict[int, list[str]] = {}
-    for worker in workers:
-        by_index.setdefault(worker.share.worker, []).append(worker.name)
-    base = rf.base_id(workers[0].name)
-    problems = [f"worker {i} of {count}: no run folder given (expected {rf.worker_folder(base, i, count)}); run or "
-                "resume it" for i in range(count) if i not in by_index]
-    problems += [f"worker {i} of {count}: {len(names)} run folders ({', '.join(names)}); give one per worker"
-                 for i, names in sorted(by_index.items()) if len(names) > 1]
-    return problems
+def coverage_problems(workers: Sequence[Worker]) -> list[str]:
+    """Each share 0..N-1 missing from the folders (kdkit.probe.pilot.collect gave each at most once)."""
+    count, have = workers[0].share.workers, {worker.share.worker for worker in workers}
+    base = workers[0].run
+    return [f"worker {i} of {count}: no run folder given (expected {rf.worker_folder(base, i, count)}); run or "
+            "resume it" for i in range(count) if i not in have]
 
 
 def project_problems(cfg: PilotConfig, workers: Sequence[Worker]) -> list[str]:
@@ -256,8 +208,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- writing, atomically
 
 
-def default_out(workers: Sequence[Worker]) -> Path:
-    return workers[0].path.parent / rf.gathered_folder(rf.base_id(workers[0].name))
+def default_out(workers: Sequence[Worker], roots: Sequence[Path] = ()) -> Path:
+    """<run-id>-gathered in the first --from DIR, else next to the first worker's folder."""
+    return (roots[0] if roots else workers[0].path.parent) / rf.gathered_folder(workers[0].run)
 
 
 def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
@@ -314,7 +267,7 @@ def find_project(given: Path | None, first: Path) -> Path:
 def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | None, list[str]]:
     """Every check in order; a step that fails stops before counting what it could not trust."""
     problems = [p for worker in workers for p in integrity_problems(worker)]
-    problems = problems or consistency_problems(workers) or project_problems(cfg, workers)
+    problems = problems or coverage_problems(workers) or project_problems(cfg, workers)
     if problems:
         return None, problems
     tally = Tally(frozenset(doc.id for doc in cfg.documents))
@@ -326,16 +279,15 @@ def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | Non
 
 
 def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | None = None,
-           force: bool = False) -> Gathered:
-    """Check the workers' folders of one run and write its one summary; see the module's docstring."""
-    if not run_dirs:
-        raise BadInput("give the workers' run folders (e.g. runs/R-w0of2 runs/R-w1of2)")
-    workers = [load_worker(path) for path in run_dirs]
-    destination = check_out(out or default_out(workers), workers, force)
+           force: bool = False, *, roots: Sequence[Path] = (), run_id: str | None = None) -> Gathered:
+    """Check the workers' folders of one run (``run_dirs``, and those below ``roots``: --from) and write its one
+    summary; see the module's docstring."""
+    workers = collect(run_dirs, roots, run_id)
+    destination = check_out(out or default_out(workers, roots if not run_dirs else ()), workers, force)
     config = workers[0].params.get("params", {}).get("config_file")
     cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
     acc, problems = judge(cfg, workers)
-    summary = summary_data(rf.base_id(workers[0].name), cfg, workers, acc, problems)
+    summary = summary_data(workers[0].run, cfg, workers, acc, problems)
     write_summary(destination, summary)
     return Gathered(summary, destination)
 
@@ -362,9 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "gather", "Prove that the workers of one pilot run (kdkit pilot --worker I --workers N) answered every "
                   "manifest ID exactly once, and write one summary for the whole run.", EPILOG)
-    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="each worker's run folder")
+    parser.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR", help="each worker's run folder")
+    parser.add_argument("--from", dest="roots", type=Path, action="append", default=[], metavar="DIR",
+                        help="also every worker folder found below DIR, in any layout (repeatable): the folders "
+                             "copied back from several machines")
+    parser.add_argument("--run-id", metavar="ID", help="only the workers of run ID (among those found by --from)")
     parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="the summary's new folder (default: <run-id>-gathered next to the first RUN_DIR)")
+                        help="the summary's new folder (default: <run-id>-gathered in the first --from DIR, else next "
+                             "to the first RUN_DIR)")
     parser.add_argument("--project", type=Path, metavar="DIR",
                         help="the project the workers ran, for its manifest (default: found upward from RUN_DIR)")
     parser.add_argument("--force", action="store_true", help="replace an earlier gathering in --out")
@@ -374,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    gathered = gather(args.run_dirs, args.out, args.project, args.force)
+    gathered = gather(args.run_dirs, args.out, args.project, args.force, roots=args.roots, run_id=args.run_id)
     print_result(args.json, {"out": str(gathered.out), **gathered.summary}, lambda: render_text(gathered),
                  ascii_only=False)
     return 0 if gathered.summary["verdict"] == "pass" else 1

@@ -35,6 +35,10 @@ examples:
   kdkit pilot --copy-to /mnt/backup    and verify a copy of the run folder
   kdkit pilot --run-id R --worker 0 --workers 2
                                        worker 0's share only -> runs/R-w0of2 (then kdkit gather)
+  torchrun --standalone --nproc-per-node 4 --no-python kdkit pilot . --run-id R
+                                       each rank its share: the launcher's variables (torchrun,
+                                       srun, a Kubernetes Indexed Job, SkyPilot, dstack) give it;
+                                       a node of G GPUs runs G workers (docs/launchers.md)
 
 exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""
 

@@ -80,7 +80,8 @@ def add_share_arguments(parser: argparse.ArgumentParser) -> None:
                        help="answer only worker I's share: IDs with sha256(id) mod N == I; the run folder is "
                             "<run-id>-wIofN (use the same --run-id on every worker)")
     group.add_argument("--workers", type=whole_number("--workers"), metavar="N",
-                       help="how many workers share the manifest")
+                       help="how many workers share the manifest (alone: the count for a launcher's rank, e.g. a "
+                            "Kubernetes Job's completions); without these, a launcher's variables give the share")
 
 
 def share_of(items: Sequence[T], share: Share | None, ident: Any = lambda item: item.id) -> tuple[T, ...]:

@@ -30,7 +30,6 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 from kdkit.core.credentials import redact
 from kdkit.probe.pilot.appchild import FRAME, MAX_MESSAGE, frame, prctl
+from kdkit.probe.pilot.fanout import interpreter, kdkit_home
 from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, NotAList
 from kdkit.probe.pilot.stopguard import StopRequested
 
@@ -68,16 +68,10 @@ class Opaque:
 def child_command() -> list[str]:
     """The child's interpreter line: this interpreter, its isolation flags, and this very kdkit
     (importable from wherever it was: a venv, /opt/kdkit/lib in the image, kdkit.pyz)."""
-    import kdkit
-
-    home = os.path.dirname(os.path.dirname(os.path.abspath(kdkit.__file__)))
-    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site),
-                                   ("-E", sys.flags.ignore_environment and not sys.flags.isolated),
-                                   ("-s", sys.flags.no_user_site and not sys.flags.isolated),
-                                   ("-B", sys.flags.dont_write_bytecode)) if on]
+    home = kdkit_home()
     boot = (f"import sys; sys.path.insert(0, {home!r}); import kdkit.probe.pilot.appchild as c; "
             f"sys.path.remove({home!r}); c.main({os.getpid()})")
-    return [sys.executable, *flags, "-c", boot]
+    return [*interpreter(), "-c", boot]
 
 
 def _text(value: Any) -> Any:
