@@ -144,10 +144,12 @@ def test_the_run_id_kdkit_run_id_first_then_schedulers_then_torchrun() -> None:
                         "or start kdkit under the launcher (srun, torchrun...)"),
     ({"RANK": "8", "WORLD_SIZE": "8"}, {}, "RANK=8 >= WORLD_SIZE=8 (torchrun): it counts from 0 and must be below "
                                            "the count"),
-    ({"RANK": "one", "WORLD_SIZE": "8"}, {}, "RANK='one' (torchrun): not a whole number; the launcher sets one here: "
-                                             "fix or unset it"),
-    ({"RANK": "-1", "WORLD_SIZE": "8"}, {}, "RANK='-1' (torchrun): not a whole number; the launcher sets one here: "
-                                            "fix or unset it"),
+    ({"RANK": "one", "WORLD_SIZE": "8"}, {}, "RANK='one' (torchrun): not a whole number below a billion; the "
+                                             "launcher sets one here: fix or unset it"),
+    ({"RANK": "-1", "WORLD_SIZE": "8"}, {}, "RANK='-1' (torchrun): not a whole number below a billion; the "
+                                            "launcher sets one here: fix or unset it"),
+    ({"RANK": "0", "WORLD_SIZE": "9" * 5000}, {}, "WORLD_SIZE='99999999999999999999' (torchrun): not a whole number "
+                                                  "below a billion; the launcher sets one here: fix or unset it"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, {}, "WORLD_SIZE=0 (torchrun): expected a count >= 1"),
     ({"LOCAL_RANK": "1"}, {}, "LOCAL_RANK=1 (torchrun) without RANK: the launcher sets them together; unset the stray "
                               "one, or start kdkit under the launcher (srun, torchrun...)"),
@@ -185,7 +187,8 @@ def test_the_run_id_kdkit_run_id_first_then_schedulers_then_torchrun() -> None:
     (TORCHRUN, {"workers": 3}, "RANK=3 (torchrun) >= --workers 3: the rank must be below the number of workers"),
     (TORCHRUN, {"worker": 1}, "--worker and --workers go together: give both (e.g. --worker 0 --workers 2) or "
                               "neither"),
-], ids=["rank-without-size", "rank-at-size", "rank-a-word", "rank-negative", "size-zero", "local-rank-alone",
+], ids=["rank-without-size", "rank-at-size", "rank-a-word", "rank-negative", "size-5000-digits", "size-zero",
+        "local-rank-alone",
         "index-without-count", "index-at-count", "node-without-nodes", "node-at-nodes", "slurm-batch-step",
         "two-disagree", "two-node-launchers-disagree", "stray-local-worker", "local-worker-at-count",
         "no-run-id", "job-id-not-a-run-id", "rank-above-workers", "worker-alone"])

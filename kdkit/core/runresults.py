@@ -68,6 +68,7 @@ class RunFolder:
         self._appended = hashlib.sha256()
         self._results_digest: str | None = None  # the whole file's sha256, once checked
         self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
+        self._owner: int | None = None  # the folder's owner lock, held while this session writes it (own())
 
     @property
     def run_id(self) -> str:
@@ -99,15 +100,15 @@ class RunFolder:
             digest = sha256_file(staging / PARAMS)
             os.rename(staging, path)  # fails if another run took the name meanwhile
         except OSError as exc:
+            release(lock)
             shutil.rmtree(staging, ignore_errors=True)
             if os.path.lexists(path):
                 raise FileExistsError(path) from None
             raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {path.parent} "
                            "writable (in a container: mount runs/ read-write)") from None
-        finally:
-            release(lock)
         run = cls(path)
         run._vouched[PARAMS] = digest
+        run._owner = lock  # the staging folder's lock is the run folder's now: renamed, the same folder
         return run
 
     @classmethod
@@ -153,6 +154,25 @@ class RunFolder:
         syncing, self._syncing = self._syncing, None
         if syncing is not None:
             syncing.result()
+
+    def own(self) -> None:
+        """Hold the folder's owner lock while this session writes it (kdkit.core.staging.hold; the kernel drops
+        it when the process ends, however it ends): a second pilot that would resume the folder meanwhile (a
+        second launch with the same run ID, a pod started while the old one still runs) is refused."""
+        if self._owner is not None:
+            return
+        try:
+            self._owner = hold(self.path)
+        except BlockingIOError:
+            raise BadInput(f"{self.path}: another pilot is writing this run folder right now; wait for it to end, "
+                           "or give this launch another run ID") from None
+        except OSError as exc:
+            raise BadInput(f"{self.path}: cannot open the run folder ({exc.strerror or exc})") from None
+
+    def disown(self) -> None:
+        """Let the owner lock go: the session is over, its files written (the summary and SHA256SUMS too)."""
+        release(self._owner)
+        self._owner = None
 
     def close(self) -> None:
         """Wait for the last fsync and stop the helper thread."""

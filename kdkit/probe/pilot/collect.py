@@ -30,7 +30,7 @@ from typing import Any
 from kdkit.core import runfolder as rf
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
-from kdkit.core.projectfiles import load_object
+from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id, load_object
 from kdkit.probe.pilot.shares import Share, recorded_share
 
 
@@ -68,6 +68,10 @@ def load_worker(path: Path) -> Worker:
     if not params_file.is_file():
         raise BadInput(f"{params_file}: not found; {path} is not a pilot run folder")
     params = load_object(params_file, "run parameters")
+    recorded = params.get(rf.RUN_ID)
+    if recorded is not None and not (isinstance(recorded, str) and is_safe_id(recorded)):  # it names the output
+        raise BadInput(f"{params_file}: $.run_id {str(recorded)[:60]!r} is not a run ID ({SAFE_ID_RULE}); the file "
+                       "was edited or damaged")
     summary_file = path / rf.SUMMARY
     summary = load_object(summary_file, "run summary") if summary_file.is_file() else None
     return Worker(path.resolve(), params, recorded_share(params, params_file), summary)

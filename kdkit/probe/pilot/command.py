@@ -124,13 +124,18 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
     chosen = check_run_id(run_id, "--run-id") if run_id else None
     if resume is not None:
         run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
-        recorded_params = load_object(run.path / PARAMS, "run parameters")
-        check_resumed_share(recorded_params, share, run.path / PARAMS)
-        check_resume(cfg, run, recorded_params, digest)  # before anything is written
-        for line in describe_removed(clean_stale_in(run.path)):
-            print(f"pilot: {line}", file=sys.stderr)
-        _reopen(run)
-        run.take_over()
+        run.own()  # a folder another pilot writes right now is never resumed under it
+        try:
+            recorded_params = load_object(run.path / PARAMS, "run parameters")
+            check_resumed_share(recorded_params, share, run.path / PARAMS)
+            check_resume(cfg, run, recorded_params, digest, restarted=placed is not None and placed.launched)
+            for line in describe_removed(clean_stale_in(run.path)):
+                print(f"pilot: {line}", file=sys.stderr)
+            _reopen(run)
+            run.take_over()
+        except BaseException:
+            run.disown()
+            raise
         return run, True
     code = code_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
@@ -366,8 +371,11 @@ def main(argv: list[str]) -> int:
             return _finished(done, args.json)
     run, resumed = open_run(cfg, None if resume else run_id, resume, argv, share, placed)
     session = Session(resumed=resumed)
-    execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
-    summary = close_run(cfg, run, session)
+    try:  # the run folder is this session's until its summary and SHA256SUMS are written
+        execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
+        summary = close_run(cfg, run, session)
+    finally:
+        run.disown()
     copy, copy_error = _copy(run, args.copy_to)
     copied = (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
               if copy.get("copy", {}).get("verified") else "")

@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from kdkit.core.errors import BadInput
-from kdkit.core.pilotconfig import PilotConfig
+from kdkit.core.pilotconfig import PilotConfig, params_hash
+from kdkit.core.projectfiles import load_object
 from kdkit.core.runfolder import PARAMS
 from kdkit.core.runresults import RunFolder
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot.launchers import VISIBLE, Placement, resolve
-from kdkit.probe.pilot.origin import is_finished
+from kdkit.probe.pilot.origin import check_resume, is_finished
 from kdkit.probe.pilot.shares import Share, folder_name
 
 
@@ -57,7 +58,9 @@ def continuing(cfg: PilotConfig, run_id: str, share: Share | None,
         return None, None
     run = RunFolder(path)
     again = f" (restart {placed.restarts})" if placed.restarts else ""
-    if is_finished(run):
+    if is_finished(run):  # reported only when it is this very run: the same parameters, app and inputs
+        recorded = load_object(path / PARAMS, "run parameters")
+        check_resume(cfg, run, recorded, params_hash(cfg.resolved()), restarted=True, finished_ok=True)
         print(f"kdkit: {path} is finished{again}: nothing to do; its summary follows", file=sys.stderr, flush=True)
         return None, run
     print(f"kdkit: {path} exists{again}: resuming it", file=sys.stderr, flush=True)

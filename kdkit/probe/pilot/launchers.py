@@ -124,9 +124,9 @@ def _number(launcher: Launcher, attr: str, read: Mapping[str, str]) -> int | Non
     if not name or name not in read:
         return None
     text = read[name].strip()
-    if not (text.isascii() and text.isdigit()):
-        raise BadInput(f"{name}={read[name]!r} ({launcher.name}): not a whole number; the launcher sets one here: "
-                       "fix or unset it")
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:  # a billion workers is no launcher's
+        raise BadInput(f"{name}={read[name][:20]!r} ({launcher.name}): not a whole number below a billion; the "
+                       "launcher sets one here: fix or unset it")
     value = int(text)
     if attr in _COUNTS and value < 1:
         raise BadInput(f"{name}={value} ({launcher.name}): expected a count >= 1")
@@ -224,7 +224,8 @@ def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, 
         share = parse_share(worker, workers)
         ignored = ", ".join(f"{k}={v}" for k, v in present.items())
         present.update((name, env[name]) for name in (RUN_ID_VAR,) if name in env)
-        return Placement(share, FLAGS, present, run_id=_run_id(env, []), note=f"{ignored} ignored" if ignored else "")
+        return Placement(share, FLAGS, present, run_id=None if named else _run_id(env, []),
+                         note=f"{ignored} ignored" if ignored else "")
     present.update((name, env[name]) for name in (RUN_ID_VAR, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR) if name in env)
     claims = [claim for launcher in LAUNCHERS if (claim := read_claim(launcher, env, workers is not None))]
     local_vars = [name for name in (LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR) if name in env]
@@ -232,9 +233,9 @@ def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, 
         raise BadInput(f"{local_vars[0]}={env[local_vars[0]]}: kdkit sets it for the workers it starts on a node of "
                        "SkyPilot, dstack or Slurm (one task per node), and none of them placed this process; unset it")
     if not claims:
-        return Placement(parse_share(None, workers), run_id=_run_id(env, []))
+        return Placement(parse_share(None, workers), run_id=None if named else _run_id(env, []))
     placed = _placed(claims, env, workers, count_gpus)
-    run_id = _run_id(env, claims)
+    run_id = None if named else _run_id(env, claims)  # --run-id wins: the environment's is not even read
     if run_id is None and not named and (placed.share or placed.node_shares):
         names = ", ".join(claim.launcher.name for claim in claims)
         raise BadInput(f"{names} gives no run ID that every worker shares: set {RUN_ID_VAR} (the same on every "

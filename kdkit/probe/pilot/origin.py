@@ -106,16 +106,21 @@ def is_finished(run: RunFolder) -> bool:
     return (path / SUMS).is_file() and (path / SUMMARY).is_file() and not (path / STOP).exists()
 
 
-def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], digest: str) -> None:
-    """BadInput, before anything is written, when ``run`` must not be resumed with ``cfg``."""
+def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], digest: str, *,
+                 restarted: bool = False, finished_ok: bool = False) -> None:
+    """BadInput, before anything is written, when ``run`` must not be resumed with ``cfg``. ``restarted``: its
+    launcher started the worker again (no --resume was typed: the advice names a new run ID instead);
+    ``finished_ok``: a finished run is only being reported, and must still be the same run."""
     where = run.path / PARAMS
+    anew = ("give this launch a new run ID (KDKIT_RUN_ID, or the launcher's job)" if restarted
+            else "start a new run without --resume")
     if recorded.get("params_hash") != digest:
         changes = config_changes(dict(recorded.get("params") or {}), cfg.resolved())
         raise BadInput(f"{where}: the parameters changed since this run started ({_named(changes) or 'its hash'}"
-                       f"); a new configuration gets a new run: drop --resume")
-    if is_finished(run):
+                       f"); a new configuration gets a new run: {anew if restarted else 'drop --resume'}")
+    if is_finished(run) and not finished_ok:
         raise BadInput(f"{run.path}: this run is finished and closed by its {SUMS}; a finished run is never "
-                       "rewritten (its copies must keep verifying): start a new run without --resume")
+                       f"rewritten (its copies must keep verifying): {anew}")
     foreign = foreign_entries(run.path)
     if foreign:
         raise BadInput(f"{run.path}: holds {_named(foreign)}, which the harness did not put there; a run folder "
@@ -125,8 +130,7 @@ def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], dig
         changes = code_changes(dict(app.get("files") or {}), app_files(cfg.root, cfg.entry))
         if changes:
             raise BadInput(f"{where}: the app's code changed since this run started ({_named(changes)}); one run "
-                           "is one app version: start a new run without --resume")
+                           f"is one app version: {anew}")
     changes = input_changes(cfg, run)
     if changes:
-        raise BadInput(f"{where}: inputs changed since this run answered them ({_named(changes)}); start a new "
-                       "run without --resume")
+        raise BadInput(f"{where}: inputs changed since this run answered them ({_named(changes)}); {anew}")
