@@ -81,3 +81,25 @@ def test_gather_never_writes_where_a_params_json_points(project: Path, tmp_path:
     code, _summary, stderr = gather_from("--from", copies, "--project", project)
     assert code == 2 and "$.run_id '../../ESCAPED-w" in stderr and "is not a run ID" in stderr, stderr
     assert tree_snapshot(tmp_path) == before and not list(tmp_path.glob("**/ESCAPED*"))
+
+
+def test_a_run_id_is_checked_before_it_names_any_folder(project: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere-w0of2"  # where runs/../../elsewhere-w0of2 would land: a finished-looking folder
+    outside.mkdir()
+    (outside / "params.json").write_text("{}", encoding="utf-8")
+    before = tree_snapshot(tmp_path)
+    escaped = run(["kdkit", "pilot", str(project), "--quiet", "--run-id", "../../elsewhere"],
+                  **{"RANK": "0", "WORLD_SIZE": "2"})
+    assert escaped.returncode == 2 and escaped.stderr.strip().endswith(
+        "Error: --run-id '../../elsewhere': not a valid run ID; use letters, digits, '.', '_' and '-' (first a letter "
+        "or digit), at most 128"), escaped.stderr
+    assert tree_snapshot(tmp_path) == before
+
+
+def test_a_run_id_never_ends_like_a_workers_folder(project: Path) -> None:
+    named = run(["kdkit", "pilot", str(project), "--quiet", "--run-id", "trial-w0of2"],
+                **{"RANK": "0", "WORLD_SIZE": "2"})
+    assert named.returncode == 2 and "--run-id 'trial-w0of2': ends like a worker's folder (-wIofN)" in named.stderr
+    from_env = run(["kdkit", "pilot", str(project), "--quiet"], **{**K8S, "KDKIT_RUN_ID": "trial-w1of2"})
+    assert from_env.returncode == 2 and "KDKIT_RUN_ID='trial-w1of2': ends like a worker's folder" in from_env.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())

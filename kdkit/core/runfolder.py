@@ -125,6 +125,16 @@ def check_run_id(run_id: str, option: str) -> str:
     return run_id
 
 
+def check_new_run_id(run_id: str, option: str) -> str:
+    """A run ID for a new run: a safe ID that does not end like a worker's folder (``-wIofN``, which kdkit adds
+    itself), so a folder's name always tells its run and share apart."""
+    check_run_id(run_id, option)
+    if WORKER_FOLDER.match(run_id):
+        raise BadInput(f"{option} {run_id!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "
+                       "itself; choose an ID without it (to resume a worker's folder, use --resume)")
+    return run_id
+
+
 def run_folders(runs: Path) -> list[Path]:
     """Every folder under ``runs`` in ID order (IDs of one kind start with the UTC time: time order);
     staging folders (hidden) are not runs."""

@@ -16,43 +16,31 @@ import contextlib
 import functools
 import gc
 import hashlib
-import itertools
-import json
-import operator
 import os
-import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kdkit.core.checksums import SUMS, write_digests
-from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
+from kdkit.core.resultlines import (
+    BLOCK_BYTES,
+    Scan,
+    blocks,
+    encode_batch,
+    incomplete_tail,
+    line_number,
+    parse_block,
+    parse_line,
+    scan_block,
+)
 from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, foreign_entries, harness_file
 from kdkit.core.staging import hold, release, staging_for
 
 EMPTY_SHA256 = hashlib.sha256().hexdigest()
-BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
-FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
-_FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
-# The harness's usual line, as written by encode_batch: a plain ID (no escape) and its outcome first,
-# ending with "}". One regex over a block finds them all, about five times faster than parsing.
-_USUAL = re.compile(rb'^\{"id":"([^"\\\n]*)","outcome":"([a-z]+)"[^\n]*\}$', re.MULTILINE)
-_ID, _OUTCOME = operator.methodcaller("get", "id"), operator.methodcaller("get", "outcome")
-
-
-@dataclass
-class Scan:
-    """What results.jsonl already holds, as far as resuming needs it."""
-
-    finished: set[str] = field(default_factory=set)
-    rejected: int = 0
-    lines: int = 0
-    next_batch: int = 0
-    dropped_lines: int = 0
 
 
 class RunFolder:
@@ -198,10 +186,10 @@ class RunFolder:
         if cut == 0:
             return scan
         with _no_gc():
-            for first, block in _blocks(data, cut):
-                _scan_block(scan, block, first, self.results)
+            for first, block in blocks(data, cut):
+                scan_block(scan, block, first, self.results)
         last = data.rfind(b"\n", 0, cut - 1) + 1
-        record = _parse_line(data[last:cut - 1], functools.partial(_line_number, data, last), self.results)
+        record = parse_line(data[last:cut - 1], functools.partial(line_number, data, last), self.results)
         scan.next_batch = int(record.get("batch", -1)) + 1  # batches are appended in order
         return scan
 
@@ -211,7 +199,7 @@ class RunFolder:
         data = self.results.read_bytes()
         end = data.rfind(b"\n") + 1
         dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
-        cut, tail = _incomplete_tail(data, end, self.results)
+        cut, tail = incomplete_tail(data, end, self.results)
         if cut != len(data) and repair:
             with self.results.open("r+b") as handle:
                 handle.truncate(cut)
@@ -223,7 +211,7 @@ class RunFolder:
         if not self.results.exists():
             return []
         data, cut, _ = self._complete_prefix(repair=False)
-        return [record for first, block in _blocks(data, cut) for record in _parse_block(block, first, self.results)]
+        return [record for first, block in blocks(data, cut) for record in parse_block(block, first, self.results)]
 
     def _hash_prefix(self, data: bytes, cut: int) -> None:
         """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a million-line
@@ -283,10 +271,10 @@ class RunFolder:
                 cut = block.rfind(b"\n") + 1
                 rest = block[cut:]
                 if cut:
-                    yield from _parse_block(block[:cut], line, self.results)
+                    yield from parse_block(block[:cut], line, self.results)
                     line += block.count(b"\n", 0, cut)
             if rest:
-                yield from _parse_block(rest + b"\n", line, self.results)
+                yield from parse_block(rest + b"\n", line, self.results)
 
     # ------------------------------------------------------------ closing
 
@@ -303,19 +291,6 @@ class RunFolder:
         while (self.path / f"{stem}-{n}{suffix}").exists():
             n += 1
         return f"{stem}-{n}{suffix}"
-
-
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # built once; ASCII escapes (ensure_ascii)
-
-
-def encode_batch(records: list[dict[str, Any]]) -> bytes:
-    """One batch's lines, each record followed by the batch's line count (how resume spots a torn batch).
-
-    ASCII escapes: whatever string an app returns (even a lone surrogate) stays valid JSON and UTF-8.
-    The count is spliced in before each record's closing brace rather than copied into a new dict.
-    """
-    tail = f',"lines":{len(records)}}}\n'
-    return "".join([_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode("ascii")
 
 
 def _write_all(fd: int, payload: bytes) -> None:
@@ -336,82 +311,3 @@ def _no_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
-    """(where the complete lines end, how many to drop): a last batch written only in part is dropped.
-
-    Walks back from ``end`` over the lines of the last batch only, so it costs one batch, not the file.
-    """
-    batch, count, tail, start = None, None, 0, end
-    while start > 0:
-        previous = data.rfind(b"\n", 0, start - 1) + 1
-        record = _parse_line(data[previous:start - 1], functools.partial(_line_number, data, previous), path)
-        if tail == 0:
-            batch, count = record.get("batch"), record.get("lines")
-        elif record.get("batch") != batch:
-            break
-        tail, start = tail + 1, previous
-    return (start, tail) if isinstance(count, int) and tail < count else (end, 0)
-
-
-def _scan_block(scan: Scan, block: bytes, first: int, path: Path) -> None:
-    """Count one block's lines into ``scan``.
-
-    When every line has the usual shape (one regex match per newline: each match is one whole
-    line), only the ID and outcome are taken, no JSON is parsed; a block with any other line is
-    parsed whole, and a damaged line is named. The run's accounting parses every line anyway.
-    """
-    lines = block.count(b"\n")
-    pairs = _USUAL.findall(block) if block.isascii() else []
-    if pairs and len(pairs) == lines:
-        ids, outcomes = zip(*pairs, strict=True)
-        finished = itertools.compress(ids, map(_FINISHED_BYTES.__contains__, outcomes))
-        scan.finished.update(map(bytes.decode, finished))
-        scan.rejected += outcomes.count(b"rejected")
-    else:
-        records = _parse_block(block, first, path)
-        texts = list(map(_OUTCOME, records))  # map + methodcaller: the loop runs in C
-        scan.rejected += texts.count("rejected")
-        scan.finished.update(itertools.compress(map(_ID, records), map(FINISHED.__contains__, texts)))
-    scan.lines += lines
-
-
-def _line_number(data: bytes, offset: int) -> int:
-    return data.count(b"\n", 0, offset) + 1
-
-
-def _blocks(data: bytes, cut: int) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) for blocks of about BLOCK_BYTES, each ending with a newline."""
-    start, line = 0, 1
-    while start < cut:
-        stop = data.find(b"\n", min(start + BLOCK_BYTES, cut) - 1) + 1
-        block = data[start:stop]
-        yield line, block
-        line += block.count(b"\n")
-        start = stop
-
-
-def _parse_block(block: bytes, first: int, path: Path) -> list[dict[str, Any]]:
-    """Every line of a block in one json.loads call (fast); on any doubt, line by line to name the bad one."""
-    lines = block.count(b"\n")
-    try:
-        records = json.loads(b"[" + block[:-1].replace(b"\n", b",") + b"]")
-    except json.JSONDecodeError:
-        records = None
-    if records is None or len(records) != lines or set(map(type, records)) != {dict}:
-        records = [_parse_line(text, first + i, path) for i, text in enumerate(block[:-1].split(b"\n"))]
-    return records  # type: ignore[no-any-return]
-
-
-def _parse_line(line: bytes, number: int | Callable[[], int], path: Path) -> dict[str, Any]:
-    """One record; ``number`` (or a function computing it, only on error) names the line."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        record = None
-    if not isinstance(record, dict):
-        where = number if isinstance(number, int) else number()
-        raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a torn "
-                          "last line is repaired)")
-    return record

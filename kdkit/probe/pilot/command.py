@@ -27,6 +27,7 @@ from kdkit.core.git import code_state
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import load_object, project_root
 from kdkit.core.report import print_result
+from kdkit.core.resultlines import Scan
 from kdkit.core.runfolder import (
     BYTES,
     DEVICE,
@@ -42,11 +43,12 @@ from kdkit.core.runfolder import (
     SUMMARY,
     SUMMARY_MD,
     TIMINGS,
+    check_new_run_id,
     check_run_id,
     claim,
     new_run_id,
 )
-from kdkit.core.runresults import RunFolder, Scan
+from kdkit.core.runresults import RunFolder
 from kdkit.core.staging import clean_stale_in, describe_removed
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot import harness
@@ -121,7 +123,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
     params.json names the launcher that placed the worker, if any."""
     params = cfg.resolved()
     digest = params_hash(params)
-    chosen = check_run_id(run_id, "--run-id") if run_id else None
+    chosen = check_new_run_id(run_id, "--run-id") if run_id else None
     if resume is not None:
         run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
         run.own()  # a folder another pilot writes right now is never resumed under it
@@ -358,6 +360,10 @@ def _finished(run: RunFolder, as_json: bool) -> int:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.run_id:  # IDs are data, checked before they name any path (a launcher's restart looks for its folder)
+        check_new_run_id(args.run_id, "--run-id")
+    if args.resume:
+        check_run_id(args.resume, "--resume")
     cfg = load_pilot(project_root(args.project_dir), args.config)
     placed = place(cfg, args.worker, args.workers, named=bool(args.run_id or args.resume))
     if placed.node_shares:  # a node's one process: one worker per GPU (kdkit.probe.pilot.fanout)

@@ -37,7 +37,8 @@ from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
-from kdkit.core.runresults import FINISHED, RunFolder
+from kdkit.core.resultlines import FINISHED
+from kdkit.core.runresults import RunFolder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.probe.pilot.accounting import Accounting, account
 from kdkit.probe.pilot.collect import Worker, collect
