@@ -103,3 +103,25 @@ def test_a_run_id_never_ends_like_a_workers_folder(project: Path) -> None:
     from_env = run(["kdkit", "pilot", str(project), "--quiet"], **{**K8S, "KDKIT_RUN_ID": "trial-w1of2"})
     assert from_env.returncode == 2 and "KDKIT_RUN_ID='trial-w1of2': ends like a worker's folder" in from_env.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_gather_from_skips_another_tools_params_json_and_finds_the_workers_below_it(project: Path,
+                                                                                      tmp_path: Path) -> None:
+    for index in ("0", "1"):
+        assert run(["kdkit", "pilot", str(project), "--quiet"],
+                   **{**K8S, "JOB_COMPLETION_INDEX": index}).returncode == 0
+    copies = tmp_path / "copies"
+    (copies / "checkpoints").mkdir(parents=True)
+    (copies / "checkpoints" / "params.json").write_text("[0.1, 0.2]", encoding="utf-8")  # a model's, not kdkit's
+    (copies / "sweep").mkdir()
+    (copies / "sweep" / "params.json").write_text('{"lr": 0.1}', encoding="utf-8")
+    for index in ("0", "1"):  # one worker below the sweep's folder, one beside it
+        where = copies / ("sweep" if index == "0" else "node1") / f"kdkit-pilot-w{index}of2"
+        where.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-r", str(project / "runs" / f"kdkit-pilot-w{index}of2"), str(where)], check=True)
+    code, summary, stderr = gather_from("--from", copies, "--project", project, "--out", tmp_path / "gathered")
+    assert code == 0 and summary["verdict"] == "pass", stderr
+    damaged = copies / "node1" / "kdkit-pilot-w1of2" / "params.json"
+    damaged.write_text("[", encoding="utf-8")  # a worker's own params.json, damaged: named, never skipped
+    code, _summary, stderr = gather_from("--from", copies, "--project", project, "--out", tmp_path / "again")
+    assert code == 2 and str(damaged) in stderr, stderr

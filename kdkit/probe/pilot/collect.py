@@ -85,9 +85,14 @@ def search(root: Path) -> list[Worker]:
     for current, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         if rf.PARAMS in files:
-            dirs[:] = []  # a run folder holds no other run
-            params = load_object(Path(current) / rf.PARAMS, "run parameters")
+            try:
+                params = load_object(Path(current) / rf.PARAMS, "run parameters")
+            except BadInput:
+                if rf.RESULTS in files:  # a run folder's own params.json, damaged: named, never skipped
+                    raise
+                continue  # another tool's params.json (a model's, a sweep's): not a run folder
             if rf.SHARE in params:
+                dirs[:] = []  # a worker's folder holds no other run
                 found.append(load_worker(Path(current)))
     return found
 
