@@ -122,15 +122,29 @@ def collect(run_dirs: Sequence[Path], roots: Sequence[Path] = (), run_id: str | 
 
 
 def _once(workers: list[Worker]) -> list[Worker]:
-    """The workers with each folder once: the same path given twice, or a byte-for-byte copy of one kept."""
+    """The workers with each folder once: the same path given twice, or a byte-for-byte copy of one kept.
+
+    Only folders of one share of one run are compared, and each folder is hashed at most once."""
     kept: list[Worker] = []
+    paths: set[Path] = set()
+    same_share: dict[tuple[Share, str], list[Worker]] = {}
+    prints: dict[Path, str] = {}
+
+    def print_of(worker: Worker) -> str:
+        if worker.path not in prints:
+            prints[worker.path] = fingerprint(worker.path)
+        return prints[worker.path]
+
     for worker in workers:
-        twin = next((k for k in kept if k.path == worker.path or (k.share == worker.share and k.run == worker.run
-                                                                  and fingerprint(k.path) == fingerprint(worker.path))),
-                    None)
+        if worker.path in paths:
+            continue
+        others = same_share.setdefault((worker.share, worker.run), [])
+        twin = next((other for other in others if print_of(other) == print_of(worker)), None)
         if twin is None:
             kept.append(worker)
-        elif twin.path != worker.path:
+            others.append(worker)
+            paths.add(worker.path)
+        else:
             print(f"gather: {worker.path} is a copy of {twin.path} (the same files, byte for byte); counted once",
                   file=sys.stderr)
     return kept
