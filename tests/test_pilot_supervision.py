@@ -10,6 +10,7 @@ closed (copy-out --verify accepts it), and no result of the earlier batches lost
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -255,6 +256,36 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def _named(comm: str) -> list[int]:
+    """The live processes named ``comm`` (prctl PR_SET_NAME; a fork keeps its parent's name)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == comm and _alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_process_that_keeps_forking_away_from_its_pid_dies_with_the_app(project: Path) -> None:
+    """A chain where each process forks its next and exits at once: no pid lives long, each orphan is the
+    pilot's (subreaper), and one look at the pilot's descendants finds a process that has already moved on."""
+    comm = f"kdkc{os.getpid() % 10**8}"
+    body = ("if os.fork() == 0:\n    os.setsid()\n    import ctypes\n"
+            f"    ctypes.CDLL(None).prctl(15, {comm.encode()!r}, 0, 0, 0)\n"
+            "    while True:\n        if os.fork() != 0:\n            os._exit(0)\n"
+            "time.sleep(0.2)\nreturn correct(items)")
+    make_app(project, "chain", body, "leaves a process that keeps forking away")
+    code, summary, _ = pilot(project, "--run-id", "chain")
+    left = _named(comm)
+    for _ in range(50) if left else ():  # never left spinning, whatever the test finds: their group at once
+        for pid in _named(comm):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+        time.sleep(0.02)
+    assert left == [], f"{len(left)} processes of the chain outlived the pilot"
+    assert code == 0, summary["problems"]
 
 
 # ---------------------------------------------------------------- the app against its own run folder

@@ -93,7 +93,9 @@ def run_node(argv: Sequence[str], placed: Placement, as_json: bool) -> int:
                                             stdout=subprocess.PIPE, start_new_session=True))
             readers.append(threading.Thread(target=_read, args=(workers[-1], outputs, index), daemon=True))
             readers[-1].start()
-        codes = [worker.wait() for worker in workers]
+        # a worker killed by a signal (one that had closed its folder and was exiting when SIGTERM came, its
+        # handlers gone) is -N to Popen: 128 + N, as a shell and `docker stop` report it, never -N & 0xff
+        codes = [code if code >= 0 else 128 - code for code in (worker.wait() for worker in workers)]
         for reader in readers:
             reader.join()
     _print(outputs, placed, codes, as_json)

@@ -16,7 +16,9 @@ and the verdict, so nothing the app does can fake a pass or lose a finished resu
 * a process the app leaves behind (a daemon that double-forked and called setsid to leave the
   group) cannot outlive it either: the pilot is the "child subreaper" of what it starts
   (PR_SET_CHILD_SUBREAPER, Linux prctl(2)), so such orphans become its children, and every new
-  child and its descendants are killed when the app's process ends, before the run is judged.
+  child and its descendants, with their process groups (a chain that forks and exits to move its
+  pid on dies with the group), are killed and looked for again until none is left, when the app's
+  process ends, before the run is judged.
 
 Standard library only.
 """
@@ -347,22 +349,29 @@ class AppProcess:
         self._kill_strays()
 
     def _kill_strays(self) -> None:
-        """Whatever the app started that is still alive, in its group or not: killed and reaped."""
-        strays = _descendants(children_of(os.getpid()) - self._before) - {os.getpid()}
-        for pid in strays:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        waiting, until = set(strays), time.monotonic() + EXIT_GRACE_S
-        while waiting and time.monotonic() < until:  # the orphans among them are our children (subreaper)
-            for pid in list(waiting):
-                try:
-                    if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                        continue
-                except ChildProcessError:
-                    pass
-                waiting.discard(pid)
-            if waiting:
-                time.sleep(0.01)
+        """Whatever the app started that is still alive, in its group or not: killed and reaped.
+
+        Looked for again until a look finds none: a process that forks as it is killed leaves a child which,
+        orphaned, becomes this process's (subreaper) and is found by the next look."""
+        until, own_group = time.monotonic() + EXIT_GRACE_S, os.getpgrp()
+        while True:
+            strays = _descendants(children_of(os.getpid()) - self._before) - {os.getpid()}
+            if not strays or time.monotonic() >= until:
+                return
+            groups = set()
+            for pid in strays:
+                with contextlib.suppress(OSError):
+                    groups.add(os.getpgid(pid))
+            for group in groups - {own_group}:  # a group at once: a member that forks meanwhile dies with its child
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+            for pid in strays:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in strays:  # the orphans among them are our children (subreaper): reaped, gone from /proc
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.01)
 
     def close(self) -> None:
         """Ask the child to leave, give it a moment, then make sure it and its group are gone."""
