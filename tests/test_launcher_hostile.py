@@ -125,3 +125,23 @@ def test_gather_from_skips_another_tools_params_json_and_finds_the_workers_below
     damaged.write_text("[", encoding="utf-8")  # a worker's own params.json, damaged: named, never skipped
     code, _summary, stderr = gather_from("--from", copies, "--project", project, "--out", tmp_path / "again")
     assert code == 2 and str(damaged) in stderr, stderr
+
+
+def test_a_restart_that_finds_its_folder_finished_meanwhile_reports_it(project: Path) -> None:
+    """The old pilot ends between the restarted worker's first look (unfinished: resume it) and its taking the
+    folder over: the folder is finished by then, and it is reported as a finished folder is, never refused."""
+    from kdkit.core.pilotconfig import load_pilot
+    from kdkit.probe.pilot.command import open_run
+    from kdkit.probe.pilot.launchers import resolve
+    from kdkit.probe.pilot.shares import restrict
+
+    assert run(["kdkit", "pilot", str(project), "--quiet"], **K8S).returncode == 0
+    placed = resolve(K8S, None, None)
+    assert placed.launched and placed.share is not None
+    cfg = restrict(load_pilot(project), placed.share)
+    before = tree_snapshot(project / "runs")
+    run_folder, resumed = open_run(cfg, None, "kdkit-pilot", [], placed.share, placed)  # as continuing() chose
+    assert resumed is None and run_folder.path == project / "runs" / "kdkit-pilot-w1of2"
+    assert tree_snapshot(project / "runs") == before
+    run_folder.own()  # given back: the next pilot may take it
+    run_folder.disown()

@@ -87,9 +87,11 @@ class RunFolder:
             atomic_write_json(staging / PARAMS, {RUN_ID: path.name, **params})
             digest = sha256_file(staging / PARAMS)
             os.rename(staging, path)  # fails if another run took the name meanwhile
-        except OSError as exc:
+        except BaseException as exc:  # nothing half-made is left, and no lock held, whatever stopped it
             release(lock)
             shutil.rmtree(staging, ignore_errors=True)
+            if not isinstance(exc, OSError):
+                raise
             if os.path.lexists(path):
                 raise FileExistsError(path) from None
             raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {path.parent} "

@@ -57,7 +57,7 @@ from kdkit.probe.pilot.fanout import run_node
 from kdkit.probe.pilot.launch import continuing, place
 from kdkit.probe.pilot.launchers import Placement
 from kdkit.probe.pilot.options import build_parser
-from kdkit.probe.pilot.origin import app_record, check_resume
+from kdkit.probe.pilot.origin import app_record, check_resume, is_finished
 from kdkit.probe.pilot.report import summary_data, summary_markdown
 from kdkit.probe.pilot.shares import (
     Share,
@@ -118,9 +118,9 @@ class Progress:
 
 
 def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str],
-             share: Share | None = None, placed: Placement | None = None) -> tuple[RunFolder, bool]:
-    """A new run folder with its params.json, or the existing one to resume (same parameters and share only);
-    params.json names the launcher that placed the worker, if any."""
+             share: Share | None = None, placed: Placement | None = None) -> tuple[RunFolder, bool | None]:
+    """A new run folder with its params.json (naming the launcher, if any), or the one to resume (same parameters
+    and share only); (run, None): a restarted worker's folder was finished meanwhile, to be only reported."""
     params = cfg.resolved()
     digest = params_hash(params)
     chosen = check_new_run_id(run_id, "--run-id") if run_id else None
@@ -130,7 +130,11 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         try:
             recorded_params = load_object(run.path / PARAMS, "run parameters")
             check_resumed_share(recorded_params, share, run.path / PARAMS)
-            check_resume(cfg, run, recorded_params, digest, restarted=placed is not None and placed.launched)
+            restarted = placed is not None and placed.launched
+            check_resume(cfg, run, recorded_params, digest, restarted=restarted, finished_ok=restarted)
+            if restarted and is_finished(run):
+                run.disown()
+                return run, None
             for line in describe_removed(clean_stale_in(run.path)):
                 print(f"pilot: {line}", file=sys.stderr)
             _reopen(run)
@@ -376,13 +380,15 @@ def main(argv: list[str]) -> int:
         if done is not None:
             return _finished(done, args.json)
     run, resumed = open_run(cfg, None if resume else run_id, resume, argv, share, placed)
+    if resumed is None:
+        return _finished(run, args.json)
     session = Session(resumed=resumed)
-    try:  # the run folder is this session's until its summary and SHA256SUMS are written
+    try:  # the run folder is this session's until its summary and SHA256SUMS are written and copied
         execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
         summary = close_run(cfg, run, session)
+        copy, copy_error = _copy(run, args.copy_to)
     finally:
         run.disown()
-    copy, copy_error = _copy(run, args.copy_to)
     copied = (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
               if copy.get("copy", {}).get("verified") else "")
     print_result(args.json, {"run_dir": str(run.path), **summary, **copy}, lambda: render_text(summary, run) + copied,

@@ -42,6 +42,7 @@ from kdkit.probe.pilot.appchild import FRAME, MAX_MESSAGE, frame, prctl
 from kdkit.probe.pilot.fanout import interpreter, kdkit_home
 from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, NotAList
 from kdkit.probe.pilot.stopguard import StopRequested
+from kdkit.probe.pilot.strays import children_of, kill_strays
 
 EXIT_GRACE_S = 5.0  # how long a child that was asked to leave may take before it is killed
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
@@ -106,36 +107,6 @@ def decode_answers(header: dict[str, Any]) -> Any:
         return header["plain"]
     return [_decode(value) for value in header["tagged"]]
 
-
-
-def children_of(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (from /proc; empty where there is no /proc)."""
-    found: set[int] = set()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and int(fields[1]) == pid:
-            found.add(int(name))
-    return found
-
-
-def _descendants(roots: set[int]) -> set[int]:
-    seen, todo = set(), set(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in seen:
-            seen.add(pid)
-            todo |= children_of(pid)
-    return seen
 
 
 class AppProcess:
@@ -346,32 +317,7 @@ class AppProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=EXIT_GRACE_S)
         self._record_status()
-        self._kill_strays()
-
-    def _kill_strays(self) -> None:
-        """Whatever the app started that is still alive, in its group or not: killed and reaped.
-
-        Looked for again until a look finds none: a process that forks as it is killed leaves a child which,
-        orphaned, becomes this process's (subreaper) and is found by the next look."""
-        until, own_group = time.monotonic() + EXIT_GRACE_S, os.getpgrp()
-        while True:
-            strays = _descendants(children_of(os.getpid()) - self._before) - {os.getpid()}
-            if not strays or time.monotonic() >= until:
-                return
-            groups = set()
-            for pid in strays:
-                with contextlib.suppress(OSError):
-                    groups.add(os.getpgid(pid))
-            for group in groups - {own_group}:  # a group at once: a member that forks meanwhile dies with its child
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(group, signal.SIGKILL)
-            for pid in strays:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            for pid in strays:  # the orphans among them are our children (subreaper): reaped, gone from /proc
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.01)
+        kill_strays(self._before, EXIT_GRACE_S)
 
     def close(self) -> None:
         """Ask the child to leave, give it a moment, then make sure it and its group are gone."""
