@@ -25,7 +25,6 @@ the signal's number, as shells report it (:class:`kdkit.core.errors.Interrupted`
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -39,6 +38,7 @@ from typing import Any
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, read_run, worker_folder
+from kdkit.core.stopsignals import handling_stops
 from kdkit.docker_adapter import ContainerSpec, Engine, Running, shell_line
 from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_run
 
@@ -170,12 +170,8 @@ def interrupts() -> Iterator[None]:
     def interrupt(signum: int, _frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
-    saved = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_stops(interrupt):
         yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None, running: Running) -> int:

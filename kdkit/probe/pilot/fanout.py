@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from kdkit.core.stopsignals import handling_stops
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot.appchild import PR_SET_PDEATHSIG
 from kdkit.probe.pilot.launch import pin
@@ -73,12 +74,8 @@ def passing_signals(workers: list[subprocess.Popen[bytes]]) -> Iterator[None]:
             if worker.poll() is None:
                 worker.send_signal(signum)
 
-    saved = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_stops(forward):
         yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 def run_node(argv: Sequence[str], placed: Placement, as_json: bool) -> int:
