@@ -125,6 +125,7 @@ def test_gather_from_skips_another_tools_params_json_and_finds_the_workers_below
     damaged.write_text("[", encoding="utf-8")  # a worker's own params.json, damaged: named, never skipped
     code, _summary, stderr = gather_from("--from", copies, "--project", project, "--out", tmp_path / "again")
     assert code == 2 and str(damaged) in stderr, stderr
+    assert not (tmp_path / "again").exists()
 
 
 def test_a_restart_that_finds_its_folder_finished_meanwhile_reports_it(project: Path) -> None:
