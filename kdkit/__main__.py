@@ -16,7 +16,9 @@ import sys
 def main() -> None:
     """Console entry point."""
     from kdkit.core.commands import forwarded
+    from kdkit.probe.entry import safe_output
 
+    safe_output()
     argv = sys.argv[1:]
     if argv and forwarded(argv[0]):
         from kdkit.core.commands import excepthook

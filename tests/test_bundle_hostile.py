@@ -503,13 +503,13 @@ def _pilot(root: Path, **changes: object) -> None:
 
 
 STEERING: list[tuple[str, Callable[[Path, Path], None], str]] = [
-    ("runs is the project", lambda r, _o: _pilot(r, runs="."), "config/pilot.json: $.runs: '.' holds kdkit.json"),
-    ("runs is src", lambda r, _o: _pilot(r, runs="src"), "config/pilot.json: $.runs: 'src' holds src, which the"),
-    ("runs holds the inputs", lambda r, _o: _pilot(r, runs="data"), "$.runs: 'data' holds data/pilot, which the"),
+    ("runs is the project", lambda r, _o: _pilot(r, runs="."), "$.runs: '.' is the project folder itself"),
+    ("runs is src", lambda r, _o: _pilot(r, runs="src"), "config/pilot.json: $.runs: 'src' is 'src', a part of"),
+    ("runs holds the inputs", lambda r, _o: _pilot(r, runs="data"), "$.runs: 'data' holds 'data/pilot', a part of"),
     ("inputs outside", lambda r, _o: _pilot(r, inputs="../outside"), "$.inputs: '../outside' points outside"),
     ("manifest absolute", lambda r, _o: _pilot(r, manifest="/etc/passwd"),
-     "$.manifest: '/etc/passwd' must be a relative path inside"),
-    ("no manifest key", lambda r, _o: _pilot(r, manifest=None), "$.manifest: expected str, got NoneType"),
+     "$.manifest: '/etc/passwd' is absolute; give a path relative to the project root"),
+    ("no manifest key", lambda r, _o: _pilot(r, manifest=None), "$.manifest: expected string, got NoneType null"),
     ("pilot config linked out", lambda r, o: _link_pilot_config(r, o), "$.pilot_config: "),
 ]
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from kdkit.core.checksums import write_sums
 from kdkit.core.errors import BadInput
+from kdkit.core.pilotconfig import load_pilot, params_hash
 from kdkit.order.close import load_report, render_markdown
 from tests.conftest import invoke, tree_snapshot
 
@@ -21,6 +23,7 @@ def _order(tmp_path: Path, *args: str) -> Path:
 
 
 def _run(project: Path, run_id: str, *, params: object = None, summary: object = None, stop: object = None) -> None:
+    """A run folder left open (never closed by SHA256SUMS): what a stopped or crashed pilot leaves."""
     folder = project / "runs" / run_id
     folder.mkdir(parents=True)
     for name, data in (("params.json", params), ("summary.json", summary), ("stop.json", stop)):
@@ -28,14 +31,36 @@ def _run(project: Path, run_id: str, *, params: object = None, summary: object =
             (folder / name).write_text(data if isinstance(data, str) else json.dumps(data))
 
 
+def config_hash(config: str) -> str:
+    return params_hash({"config": config})
+
+
+def closed_run(project: Path, run_id: str, config: str, *, verdict: str = "pass", seconds: float = 60,
+               total: int = 12, rejected: int = 1) -> Path:
+    """A run folder closed as the pilot closes one: every file it holds, self-consistent, sealed by SHA256SUMS
+    (tests/test_close_verified.py builds real ones with `kdkit pilot`)."""
+    folder = project / "runs" / run_id
+    folder.mkdir(parents=True)
+    params = {"run_id": run_id, "params": {"config": config}, "params_hash": config_hash(config)}
+    lines = [{"id": f"doc-{n:02d}", "outcome": "rejected" if n <= rejected else "accepted", "batch": n, "lines": 1}
+             for n in range(1, total + 1)]
+    summary = {"run_id": run_id, "kind": "pilot", "verdict": verdict, "total": total, "accepted": total - rejected,
+               "rejected": rejected, "problems": [] if verdict == "pass" else ["a problem"],
+               "timings": {"seconds": seconds}, "stopped": None,
+               "files": ["SHA256SUMS", "env.json", "params.json", "results.jsonl", "summary.json", "summary.md"]}
+    files = {"params.json": json.dumps(params), "env.json": "{}", "summary.json": json.dumps(summary),
+             "results.jsonl": "".join(json.dumps(line) + "\n" for line in lines), "summary.md": "# run\n"}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    write_sums(folder, [(name, folder / name) for name in files])
+    return folder
+
+
 def _campaign(project: Path) -> None:
     """Two distinct passing configurations, one repeat, one stopped run, one crashed run."""
-    _run(project, "20250101T080000Z-aaaaaa", params={"params_hash": "aaaaaa"},
-         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"seconds": 7200}})
-    _run(project, "20250101T120000Z-bbbbbb", params={"params_hash": "bbbbbb"},
-         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"seconds": 10800}})
-    _run(project, "20250101T160000Z-aaaaaa", params={"params_hash": "aaaaaa"},
-         summary={"verdict": "pass", "total": 12, "accepted": 11, "rejected": 1, "timings": {"seconds": 3600}})
+    closed_run(project, "20250101T080000Z-aaaaaa", "a", seconds=7200)
+    closed_run(project, "20250101T120000Z-bbbbbb", "b", seconds=10800)
+    closed_run(project, "20250101T160000Z-aaaaaa", "a", seconds=3600)
     _run(project, "20250101T180000Z-cccccc", params={"params_hash": "cccccc"},
          stop={"reason": "max_rejected exceeded (4 > 3)"})
     _run(project, "20250101T190000Z-dddddd", params={"params_hash": "dddddd"}, summary='{"verdict": "pa')
@@ -53,13 +78,15 @@ def test_report_counts_each_configuration_once_and_lists_deviations(project: Pat
     order_bytes = order.read_bytes()
     _campaign(project)
     report = _close(project, order)
+    now = params_hash(load_pilot(project).resolved())  # the synthetic runs ran configs "a" and "b", not the project's
     assert report["accepted_outputs"] == {"count": 2, "source": "runs",
                                           "counted_runs": ["20250101T080000Z-aaaaaa", "20250101T120000Z-bbbbbb"]}
     assert report["cost"] == {"accepted": 2, "per_output_usd": "23.57", "cost_incurred_usd": "47.14", "reason": None}
     assert report["hours"] == {"window": 72, "booked": 5, "observed": 6.0, "observed_minus_booked": 1.0,
-                               "runs_without_duration": ["20250101T180000Z-cccccc", "20250101T190000Z-dddddd"]}
+                               "runs_without_duration": ["20250101T180000Z-cccccc", "20250101T190000Z-dddddd"],
+                               "not_counted": None}
     runs = {r["run_id"]: r for r in report["runs"]}
-    assert runs["20250101T120000Z-bbbbbb"]["config_hash"] == "bbbbbb"
+    assert runs["20250101T120000Z-bbbbbb"]["config_hash"] == config_hash("b")
     assert runs["20250101T180000Z-cccccc"]["verdict"] == "stopped"
     assert runs["20250101T180000Z-cccccc"]["stop_reason"] == "max_rejected exceeded (4 > 3)"
     assert runs["20250101T190000Z-dddddd"]["verdict"] == "incomplete"
@@ -67,9 +94,12 @@ def test_report_counts_each_configuration_once_and_lists_deviations(project: Pat
         "observed 6.0 h exceeds the 5 h booked by 1.0 h",
         "no duration recorded for 20250101T180000Z-cccccc, 20250101T190000Z-dddddd: observed hours undercount",
         "run 20250101T180000Z-cccccc stopped: max_rejected exceeded (4 > 3)",
-        "run 20250101T190000Z-dddddd has no summary.json: unfinished or crashed; resume it or explain",
-        "run 20250101T160000Z-aaaaaa repeats the configuration of run 20250101T080000Z-aaaaaa (hash aaaaaa): "
-        "not counted as another accepted output",
+        "run 20250101T190000Z-dddddd has no readable summary.json: unfinished or crashed; resume it or explain",
+        *(f"run {run} ran another pilot configuration or manifest than the project's now (params hash "
+          f"{config_hash(c)[:8]}, now {now[:8]}): its 12 ID(s) are not checked against a manifest"
+          for run, c in (("20250101T080000Z-aaaaaa", "a"), ("20250101T120000Z-bbbbbb", "b"))),
+        f"run 20250101T160000Z-aaaaaa repeats the configuration of run 20250101T080000Z-aaaaaa (hash "
+        f"{config_hash('a')}): not counted as another accepted output",
     ]
     assert order.read_bytes() == order_bytes  # the plan is never rewritten
     assert report["order"] == json.loads(order_bytes)
@@ -82,12 +112,12 @@ def test_markdown_and_json_are_written_and_the_json_reloads(project: Path, tmp_p
     assert result.exit_code == 0
     md, js = project / "reports" / "campaign-report.md", project / "reports" / "campaign-report.json"
     assert result.stdout.splitlines() == [
-        "5 run(s), 2 accepted output(s), 47.14 USD spent, 23.57 USD per accepted output, 4 deviation(s).",
+        "5 run(s), 2 accepted output(s), 47.14 USD spent, 23.57 USD per accepted output, 6 deviation(s).",
         f"Wrote {md}", f"Wrote {js}"]
     report = load_report(js)
     assert md.read_text() == render_markdown(report)
     text = md.read_text()
-    for needle in ("| 20250101T120000Z-bbbbbb | bbbbbb | pass | — | 11 | 1 | 10800.0 |",
+    for needle in (f"| 20250101T120000Z-bbbbbb | {config_hash('b')} | pass | — | 11 | 1 | 10800.0 |",
                    "| 20250101T180000Z-cccccc | cccccc | stopped | max_rejected exceeded (4 > 3) |",
                    "| 72 h | 48 h | 6.0 h | -42.0 h |", "- cost per accepted output: 23.57 USD"):
         assert needle in text
@@ -96,7 +126,7 @@ def test_markdown_and_json_are_written_and_the_json_reloads(project: Path, tmp_p
 
 def test_zero_accepted_is_undefined_with_the_cost_shown(project: Path, tmp_path: Path) -> None:
     order = _order(tmp_path)
-    _run(project, "20250101T080000Z-aaaaaa", params={"params_hash": "a"}, summary={"verdict": "fail"})
+    closed_run(project, "20250101T080000Z-aaaaaa", "a", verdict="fail")
     report = _close(project, order)
     assert report["cost"]["per_output_usd"] is None
     assert report["cost"]["cost_incurred_usd"] == "47.14"

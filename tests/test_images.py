@@ -310,7 +310,7 @@ def test_print_gives_the_same_verdict_through_the_docker_cli(secret_run: dict[st
     printed = invoke("run", locked, "--env-file", secret_run["env_file"], "--print")
     assert printed.exit_code == 0, printed.output
     lines = printed.stdout.strip().splitlines()
-    assert lines[-1].startswith("docker run --rm --pull never --network none ")
+    assert lines[-1].startswith("docker run --rm --pull never --init --network none ")
     done = proc.run(["sh", "-c", " && ".join(lines)], timeout=600)
     assert done.returncode == secret_run["result"].exit_code == 0, done.stdout + done.stderr
     assert "PASS: every ID exactly once" in done.stdout

@@ -89,7 +89,7 @@ def test_the_model_and_the_schema_list_the_same_keys() -> None:
         assert spec.get("minimum") == rule.minimum and spec.get("maximum") == rule.maximum, key
 
 
-PATH_VALUES = ["data/pilot", "", "~/runs", "~", "/abs/runs", "C:\\runs", "runs\n", "ru\x00ns", "runs\t"]
+PATH_VALUES = ["results/pilot", "", "~/runs", "~", "/abs/runs", "C:\\runs", "runs\n", "ru\x00ns", "runs\t"]
 
 
 @pytest.mark.parametrize("value", PATH_VALUES, ids=ascii)
@@ -99,9 +99,9 @@ def test_paths_validate_and_the_pilot_agree(project: Path, value: str) -> None:
     data = _config("runs", value)
     (project / "config/pilot.json").write_text(json.dumps(data))
     validate_bad = any(p.where == "$.runs" for p in validate_project(project))
-    with pytest.raises(BadInput) if value != "data/pilot" else _nothing():
+    with pytest.raises(BadInput) if value != "results/pilot" else _nothing():
         load_pilot(project)
-    assert validate_bad == (value != "data/pilot")
+    assert validate_bad == (value != "results/pilot")
 
 
 class _nothing:

@@ -361,12 +361,17 @@ def test_an_app_writing_into_its_run_folder_fails_the_run(project: Path, name: s
 
 def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(project: Path, tmp_path: Path) -> None:
     pid_file = tmp_path / "daemon.pid"
+    # The app answers only once its daemon is running (its pid file in place): on a loaded machine the pilot
+    # could otherwise end, and kill the daemon, before the daemon ever ran a line.
     body = (f"if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            f"        open({str(pid_file)!r} + '.tmp', 'w').write(str(os.getpid()))\n"
+            f"        os.replace({str(pid_file)!r} + '.tmp', {str(pid_file)!r})\n"
             "        import glob\n        while True:\n"
             "            for s in glob.glob(os.path.join(RUN_DIR(), '..', '*', 'summary.json')):\n"
             "                open(s, 'w').write('{\"verdict\": \"pass\"}')\n"
-            "            time.sleep(0.01)\n    os._exit(0)\nreturn correct(items)")
+            "            time.sleep(0.01)\n    os._exit(0)\n"
+            f"while not os.path.exists({str(pid_file)!r}):\n    time.sleep(0.01)\n"
+            "return correct(items)")
     make_app(project, "daemonic", body, "leaves a daemon that rewrites summaries")
     code, summary, _ = pilot(project, "--run-id", "daemon")
     assert code == 0, summary["problems"]

@@ -279,8 +279,8 @@ def _cli_as_sdk(argv: list[str]) -> dict[str, object]:
                "--ipc": "ipc_mode"}
     while rest and rest[0].startswith("--"):
         flag = rest.pop(0)
-        if flag == "--read-only":
-            out["read_only"] = True
+        if flag in ("--read-only", "--init"):
+            out[flag[2:].replace("-", "_")] = True
             continue
         value = rest.pop(0)
         if flag in lists:
@@ -327,7 +327,7 @@ def test_every_field_of_the_spec_is_translated_the_same_both_ways(tmp_path: Path
         image=f"p:{backend}-1", command=["kdkit", "diagnose"], network="bridge",
         mounts=[Mount(tmp_path / "data", "/app/data", True), Mount(tmp_path / "runs", "/app/runs", False)],
         workdir="/app", env_file=env_file, env=read_env_file(env_file), extra_env={"HOME": HOME},
-        security_opt=["label=disable"], ipc_mode="private",
+        security_opt=["label=disable"], ipc_mode="private", init=True,
         **confinement(HostFacts(uid=0, gid=0, cpus=96, memory_bytes=512 << 30), 4321, 4322),
         **device_access(backend, host, gpus, {}))
     defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]

@@ -157,7 +157,7 @@ def test_sigterm_stops_kdkit_run_and_resume_finishes_that_run(built: dict[str, A
     assert code == 143, err
     assert containers_of(locked_copy) == []
     stopped(folder, "terminated (SIGTERM)")
-    assert "Stopped by SIGTERM: the container was stopped and removed." in err
+    assert "Stopped by SIGTERM: the container was stopped (exit 143) and removed." in err
     assert f"{folder}: closed, stopped: terminated (SIGTERM); finish it: kdkit run {locked_copy} --image " in err
     assert err.rstrip().endswith(f"--resume {folder.name}")
     done_before = (folder / "results.jsonl").read_bytes().count(b"\n")

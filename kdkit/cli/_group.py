@@ -11,9 +11,11 @@ from typing import Any
 import click
 
 from kdkit import __version__
+from kdkit.cli._output import say
 from kdkit.cli.machine import forwarder
 from kdkit.core.commands import COMMANDS, HOST, SECTIONS, excepthook, forwarded, redact, runs_in
 from kdkit.core.errors import KdkitError
+from kdkit.core.safetext import printable
 
 EPILOG = """\b
 Exit codes:
@@ -63,11 +65,11 @@ class KdkitGroup(click.Group):
             return super().invoke(ctx)
         except KdkitError as exc:
             if debug_enabled():
-                click.echo(redact(traceback.format_exc()), err=True, nl=False)
-            click.echo(f"Error: {redact(str(exc))}", err=True)
+                say(printable(redact(traceback.format_exc()), lines=True), err=True, nl=False)
+            say(f"Error: {printable(redact(str(exc)))}", err=True)
             raise click.exceptions.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
+            say("Interrupted.", err=True)
             raise click.exceptions.Exit(130) from None
 
 

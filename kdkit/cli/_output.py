@@ -7,18 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kdkit.core.safetext import json_text
+from kdkit.core.safetext import printable as printable  # the one rule, kdkit.core.safetext's, for every CLI module
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
-
-# C0 and C1 control characters but tab and newline: an image label or a file name must not move the
-# cursor, retitle the terminal or clear it.
-_CONTROL = {code: "\ufffd" for code in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
-
-
-def printable(value: object) -> str:
-    """``value`` as text a terminal shows as it is: control characters (ESC ...) become U+FFFD."""
-    return ("" if value is None else str(value)).translate(_CONTROL)
 
 
 def plain(value: object) -> Text:
@@ -26,11 +20,18 @@ def plain(value: object) -> Text:
     character reaches the terminal. A rich Text passes as it is (kdkit's own styling)."""
     from rich.text import Text
 
-    return value if isinstance(value, Text) else Text(printable(value))
+    return value if isinstance(value, Text) else Text(printable(value, lines=True))
+
+
+def say(text: object = "", err: bool = False, nl: bool = True) -> None:
+    """The one way the CLI prints a text line (stdout, or stderr with ``err``): every control character in it is
+    shown escaped (``printable``: a path, a name, an app's reason holds ESC, CR or U+009B), kdkit's own newlines
+    between lines kept. tests/test_cli_printing.py holds every other CLI module to it."""
+    click.echo(printable(text, lines=True), err=err, nl=nl)
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
 
 def console(stderr: bool = False) -> Console:
@@ -40,7 +41,7 @@ def console(stderr: bool = False) -> Console:
 
 
 def warn(message: str) -> None:
-    click.echo(f"Warning: {message}", err=True)
+    say(f"Warning: {printable(message)}", err=True)
 
 
 def size_text(n: int) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kdkit.cli._options import backend_option, ca_bundle_option, json_option, project_argument
-from kdkit.cli._output import emit_json, size_text, warn
+from kdkit.cli._output import emit_json, say, size_text, warn
 from kdkit.core.builds import BACKENDS
 from kdkit.lock.resolvers import RESOLVERS
 
@@ -72,7 +72,7 @@ def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_p
     """
     from kdkit.lock.lock import lock_project
 
-    progress = None if as_json else (lambda line: click.echo(line, err=True))
+    progress = None if as_json else (lambda line: say(line, err=True))
     results = lock_project(project_dir, backend, upgrade=upgrade, upgrade_packages=upgrade_packages,
                            in_container=in_container, ca_bundle=ca_bundle, torch_links=torch_links,
                            progress=progress, resolver=resolver)
@@ -89,10 +89,10 @@ def _said(result: LockResult) -> None:
         warn(message)
     torch = f", torch=={result.torch}" if result.torch else ""
     where = "on this host" if result.resolved_in == "host" else f"in {result.resolved_in}"
-    click.echo(f"Wrote {result.path}: {result.pins} hashed pins{torch} (resolved {where}, "
+    say(f"Wrote {result.path}: {result.pins} hashed pins{torch} (resolved {where}, "
                f"Python {result.python}, {result.platform})")
     if result.pylock is not None:
-        click.echo(f"Wrote {result.pylock}: the same pins as a PEP 751 lock")
+        say(f"Wrote {result.pylock}: the same pins as a PEP 751 lock")
 
 
 @click.command("wheelhouse")
@@ -112,11 +112,11 @@ def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, 
     from kdkit.lock.wheelhouse import download_wheelhouse
 
     if not as_json:
-        click.echo("Downloading the locked files (pip download, hash-checked)...", err=True)
+        say("Downloading the locked files (pip download, hash-checked)...", err=True)
     result = download_wheelhouse(project_dir, backend, out)
     if as_json:
         emit_json(result.as_dict())
         return
     total = sum(size for _name, size in result.files)
-    click.echo(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in {result.lock.name}")
-    click.echo(f"Next: kdkit build --backend {result.backend} --wheelhouse {result.folder}")
+    say(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in {result.lock.name}")
+    say(f"Next: kdkit build --backend {result.backend} --wheelhouse {result.folder}")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kdkit.cli._options import backend_option, ca_bundle_option, json_option, project_argument
-from kdkit.cli._output import console, emit_json, plain, printable, size_text, warn
+from kdkit.cli._output import console, emit_json, plain, printable, say, size_text, warn
 from kdkit.image.layers import LOCK_FORMATS
 
 if TYPE_CHECKING:
@@ -22,21 +22,21 @@ if TYPE_CHECKING:
 def _build_progress() -> Iterator[Callable[[BuildEvent], None]]:
     """A progress callback: a live status line on a terminal, plain lines otherwise (both on stderr)."""
     if not sys.stderr.isatty():
-        def plain(event: BuildEvent) -> None:
-            click.echo(event.text if event.kind != "cached" else "  (cached)", err=True)
+        def line(event: BuildEvent) -> None:
+            say(event.text if event.kind != "cached" else "  (cached)", err=True)
 
-        yield plain
+        yield line
         return
     out = console(stderr=True)
     with out.status("Starting the build...") as status:
         def live(event: BuildEvent) -> None:
             if event.kind == "step" and event.step:
-                status.update(f"Step {event.step.number}/{event.step.total}: {event.step.instruction[:90]}")
-                out.print(f"[bold]{event.text}[/bold]", markup=True, highlight=False)
+                status.update(plain(f"Step {event.step.number}/{event.step.total}: {event.step.instruction[:90]}"))
+                out.print(plain(event.text), style="bold", highlight=False)
             elif event.kind == "cached":
                 out.print("  [green](cached)[/green]", markup=True)
             else:
-                out.print(f"  {event.text}", markup=False, style="dim")
+                out.print(plain(f"  {event.text}"), style="dim")
 
         yield live
 
@@ -99,11 +99,11 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
     if as_json:
         emit_json(result.as_dict())
         return
-    click.echo(_summary(result))
+    say(_summary(result))
     work = [s for s in result.ran if s.instruction.startswith(("RUN", "COPY"))]
     ran = "; ".join(f"{s.number} {' '.join(s.instruction.split())[:50]}" for s in work) or "none"
-    click.echo(f"Ran (not cached): {ran}")
-    click.echo(f"Next: kdkit run --backend {plan.backend.name}   (or kdkit inspect {result.tag})")
+    say(f"Ran (not cached): {ran}")
+    say(f"Next: kdkit run --backend {plan.backend.name}   (or kdkit inspect {result.tag})")
 
 
 @click.command("inspect")
@@ -140,12 +140,12 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
             for key, value in group.items():  # labels come from whoever built the image: plain text only
                 table.add_row(plain(prefix + key), plain(value))
         console().print(table)
-        click.echo(f"Torch architectures: {printable(_arch_line(report['torch_arch']))}")
+        say(f"Torch architectures: {printable(_arch_line(report['torch_arch']))}")
         lock = report["lock"]
         if lock["matches"] is None:
-            click.echo("Lock: no project here to compare with (pass --project DIR).")
+            say("Lock: no project here to compare with (pass --project DIR).")
         elif lock["matches"]:
-            click.echo(f"Lock: {lock['project_lock']} matches the image ({lock['image_sha256'][:12]}).")
+            say(f"Lock: {lock['project_lock']} matches the image ({lock['image_sha256'][:12]}).")
     require_lock_match(report)
 
 

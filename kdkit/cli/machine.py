@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kdkit.cli._options import backend_option, json_option, project_argument, whole
-from kdkit.cli._output import emit_json, warn
+from kdkit.cli._output import emit_json, printable, say, warn
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.probe.entry import run_command
 
@@ -59,11 +59,16 @@ class _CommandAfterDashes(click.Command):
 
 
 def _shown(as_json: bool) -> Callable[[bytes], None]:
-    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON document."""
+    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON document; what
+    reaches the terminal is escaped (kdkit.core.safetext: what runs in a container can write to its output
+    without the pilot, and none of it moves the cursor or hides a line)."""
+    import codecs
+
     stream = sys.stderr.buffer if as_json else sys.stdout.buffer
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split between chunks is whole
 
     def show(chunk: bytes) -> None:
-        stream.write(chunk)
+        stream.write(printable(decoder.decode(chunk), lines=True).encode("utf-8"))
         stream.flush()
 
     return show
@@ -75,17 +80,17 @@ def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str
         warn(message)
     if print_only:
         for line in lines():
-            click.echo(line)
+            say(line)
         return True
     for step in base.host_steps:
-        click.echo(f"Host: {step.description}", err=True)
+        say(f"Host: {step.description}", err=True)
     return False
 
 
 def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
     """After Ctrl-C or SIGTERM: the lines naming each run folder and how to finish it, on stderr; the JSON too."""
     for line in lines:
-        click.echo(line, err=True)
+        say(line, err=True)
     if as_json:
         emit_json({**report, "stopped": lines})
 
@@ -148,18 +153,18 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **option
     """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop)."""
     from kdkit.core.runfolder import run_folders
     from kdkit.machine.run import execute, prepare_run, print_lines
-    from kdkit.machine.workers import interrupts, stopped_run_lines
+    from kdkit.machine.workers import stopped_run_lines
 
     plan = prepare_run(project_dir, **options)
     if _announced(plan, print_only, lambda: print_lines(plan)):
         return
     before = set(run_folders(plan.runs))
     try:
-        with interrupts():
-            code, folders = execute(plan, _shown(as_json))
+        code, folders = execute(plan, _shown(as_json))  # SIGINT/SIGTERM stop the container while it runs
     except Interrupted as stop:
         new = [folder for folder in run_folders(plan.runs) if folder not in before]
         _stopped(as_json, {"image": plan.image.ref, "backend": plan.backend, "exit_code": stop.exit_code,
+                           "container_exit_code": getattr(stop, "container_exit", None),
                            "run_folders": [str(f) for f in new]}, stopped_run_lines(plan, new, stop))
         raise click.exceptions.Exit(stop.exit_code) from None
     if as_json:
@@ -168,7 +173,7 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **option
     else:
         where = ", ".join(str(f) for f in folders) or "none"
         verdict = "passed" if code == 0 else f"failed (exit {code})"
-        click.echo(f"Verdict: {verdict}; new run folders: {where}", err=True)
+        say(f"Verdict: {verdict}; new run folders: {where}", err=True)
     if code:
         raise click.exceptions.Exit(code)
 
@@ -197,11 +202,11 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
                    "gathered": str(result.gathered.out) if result.gathered else None, "summary": summary})
     else:
         codes = ", ".join(f"w{i} exit {c}" for i, c in enumerate(result.codes))
-        click.echo(f"Workers: {codes}", err=True)
+        say(f"Workers: {codes}", err=True)
         for problem in (summary or {}).get("problems", [])[:20]:
-            click.echo(f"  - {problem}", err=True)
+            say(f"  - {problem}", err=True)
         verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
         where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
-        click.echo(f"Verdict: {verdict}; gathered summary: {where}", err=True)
+        say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kdkit.cli._options import FiniteNumber, force_option, json_option, project_argument, whole
-from kdkit.cli._output import console, emit_json, plain
+from kdkit.cli._output import console, emit_json, plain, say
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import CheckFailed
 
@@ -91,7 +91,7 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
         raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes {where}, "
                           "then run `kdkit check` again")
     if not as_json:
-        click.echo(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)")
+        say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)")
 
 
 # ---------------------------------------------------------------- plan
@@ -110,18 +110,18 @@ def _print_plan(order: dict[str, Any]) -> None:
         ("total", f"{order['total_usd']} USD = {order['price_per_lot_usd']} × {order['lots']} lot(s)"),
     ], header=False)
     if sched["fits"] is True:
-        click.echo(f"Schedule: {sched['booked_hours']} h booked in a {sched['window_hours']} h window leaves "
+        say(f"Schedule: {sched['booked_hours']} h booked in a {sched['window_hours']} h window leaves "
                    f"{sched['left_hours']} h.")
     elif sched["fits"] is False:
-        click.echo(f"Schedule: {sched['booked_hours']} h booked exceeds the {sched['window_hours']} h window "
+        say(f"Schedule: {sched['booked_hours']} h booked exceeds the {sched['window_hours']} h window "
                    f"by {sched['over_hours']} h.")
     for suggestion in sched["suggestions"]:
-        click.echo(f"  - {suggestion}")
+        say(f"  - {suggestion}")
     if cost is not None:
         if cost["per_output_usd"] is None:
-            click.echo(f"Cost per accepted output: undefined. {cost['reason']}")
+            say(f"Cost per accepted output: undefined. {cost['reason']}")
         else:
-            click.echo(f"Cost per accepted output: {cost['cost_incurred_usd']} USD / {cost['accepted']} = "
+            say(f"Cost per accepted output: {cost['cost_incurred_usd']} USD / {cost['accepted']} = "
                        f"{cost['per_output_usd']} USD each")
 
 
@@ -167,7 +167,7 @@ def plan(project_dir: Path | None, gpu: str, days: int, lots: int, price: str | 
         return
     _print_plan(order)
     if save is not None:
-        click.echo(f"Order written to {save}")
+        say(f"Order written to {save}")
 
 
 # ---------------------------------------------------------------- estimate-memory
@@ -178,17 +178,17 @@ def _print_memory(report: dict[str, Any]) -> None:
     rows.append(("lower bound", f"{report['lower_bound_gib']:.2f} GiB", f"{report['lower_bound_bytes']:,} bytes"))
     _table(f"Memory lower bound: {report['parameters']:,} parameters, {report['dtype']}, train={report['train']}",
            ("item", "size", "how"), rows)
-    click.echo("Not counted (unmeasured):")
+    say("Not counted (unmeasured):")
     for item in report["unmeasured"]:
-        click.echo(f"  - {item}")
+        say(f"  - {item}")
     peak = report["pilot_peak"]
     if peak is not None:
-        click.echo(f"Pilot {peak['run_id']} measured a peak of {peak['peak_gib']} GiB on "
+        say(f"Pilot {peak['run_id']} measured a peak of {peak['peak_gib']} GiB on "
                    f"{peak['device'] or 'an unnamed device'} (estimate: {report['lower_bound_gib']} GiB).")
     against = report["against"]
     if against is not None:
-        click.echo(f"Against one {against['gpu']} ({against['card_memory_gb']} GB): {against['verdict']}")
-        click.echo(f"  ({against['note']})")
+        say(f"Against one {against['gpu']} ({against['card_memory_gb']} GB): {against['verdict']}")
+        say(f"  ({against['note']})")
 
 
 @click.command("estimate-memory")
@@ -265,8 +265,8 @@ def close(project_dir: Path | None, order_file: Path, out: Path | None, accepted
         return
     cost = report["cost"]
     per_output = f"{cost['per_output_usd']} USD" if cost["per_output_usd"] is not None else "undefined"
-    click.echo(f"{len(report['runs'])} run(s), {report['accepted_outputs']['count']} accepted output(s), "
+    say(f"{len(report['runs'])} run(s), {report['accepted_outputs']['count']} accepted output(s), "
                f"{cost['cost_incurred_usd']} USD spent, {per_output} per accepted output, "
                f"{len(report['deviations'])} deviation(s).")
-    click.echo(f"Wrote {md}")
-    click.echo(f"Wrote {js}")
+    say(f"Wrote {md}")
+    say(f"Wrote {js}")

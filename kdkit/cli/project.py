@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
 
 from kdkit.cli._options import force_option, json_option, project_argument
-from kdkit.cli._output import emit_json
+from kdkit.cli._output import emit_json, printable, say
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
 
@@ -33,10 +34,11 @@ def init(path: Path, name: str | None, backend: str, force: bool) -> None:
 
     created = create_project(path, name=name, backend=backend, force=force)
     for line in describe_removed(created.removed):
-        click.echo(line, err=True)
+        say(line, err=True)
     root = created.root
-    click.echo(f"Created {root}")
-    click.echo(f"Next: kdkit validate {path} && kdkit lock {path} --backend {backend}")
+    say(f"Created {root}")
+    shown = shlex.quote(str(path))  # a line to paste: the path one word, whatever it holds
+    say(f"Next: kdkit validate {shown} && kdkit lock {shown} --backend {backend}")
 
 
 @click.command("validate")
@@ -49,24 +51,25 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     machine-bound paths (absolute, home, /tmp), paths outside the project,
     secrets in config, requirements inputs and locks (shown redacted), unsafe or
     duplicate IDs, and stale locks. Every problem is listed. Files named like
-    secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out.
+    secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out; so are
+    names a copy through macOS or Windows loses (case, NFC/NFD, CON, a final dot).
     Exit 0 when valid (warnings or not), 2 otherwise.
     """
     from kdkit.core.projectfiles import project_root
-    from kdkit.project.validate import secret_file_warnings, validate_project
+    from kdkit.project.validate import file_warnings, validate_project
 
     root = project_root(project_dir)
     problems = validate_project(root)
-    warnings = secret_file_warnings(root)
+    warnings = file_warnings(root)
     if as_json:
         emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems],
                    "warnings": [w.as_dict() for w in warnings]})
     else:
-        for problem in problems:
-            click.echo(f"{root / problem.file}: {problem.where}: {problem.message}", err=True)
+        for problem in problems:  # one line each, whatever a file's name holds
+            say(printable(f"{root / problem.file}: {problem.where}: {problem.message}"), err=True)
         for warning in warnings:
-            click.echo(f"Warning: {root / warning.file}: {warning.where}: {warning.message}", err=True)
+            say(printable(f"Warning: {root / warning.file}: {warning.where}: {warning.message}"), err=True)
         if not problems:
-            click.echo(f"{root}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
+            say(f"{root}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
     if problems:
         raise BadInput(f"{root}: {len(problems)} problem(s) found; fix them and run `kdkit validate` again")

@@ -11,11 +11,11 @@ from typing import Any
 import click
 
 from kdkit.cli._options import backend_option, force_option, json_option, project_argument
-from kdkit.cli._output import emit_json, warn
+from kdkit.cli._output import emit_json, say, warn
 
 
 def _progress(message: str) -> None:
-    click.echo(f"  {message}", err=True)
+    say(f"  {message}", err=True)
 
 
 def size_mb(size: int) -> str:
@@ -92,11 +92,11 @@ def _print_bundle(info: dict[str, Any]) -> None:
     image_line = "no image (--no-image)" if not info["image"] else (
         f"{info['image']['ref']}: {size_mb(info['image']['bytes'])} ({info['image']['compressor']}, "
         f"{info['image']['seconds']:.1f} s)")
-    click.echo(f"Bundle written to {info['out']} in {info['seconds']:.1f} s\n"
-               f"  project  {info['project_files']} files at {info['revision'] or 'no git revision'}\n"
-               f"  image    {image_line}\n"
-               f"  kdkit    {wheels_line}\n"
-               f"Next: copy the folder, then on the other machine follow DIR/RUN.md, block by block")
+    say(f"Bundle written to {info['out']} in {info['seconds']:.1f} s\n"
+        f"  project  {info['project_files']} files at {info['revision'] or 'no git revision'}\n"
+        f"  image    {image_line}\n"
+        f"  kdkit    {wheels_line}\n"
+        f"Next: copy the folder, then on the other machine follow DIR/RUN.md, block by block")
 
 
 @click.command("verify-bundle")
@@ -114,10 +114,10 @@ def verify_bundle_command(bundle_dir: Path, as_json: bool) -> None:
     if as_json:
         emit_json(report)
     elif report["ok"]:
-        click.echo(f"OK: {report['files']} files match SHA256SUMS in {report['bundle']}")
+        say(f"OK: {report['files']} files match SHA256SUMS in {report['bundle']}")
     else:
         for problem in report["problems"]:
-            click.echo(f"  {problem['file']}: {problem['problem']}")
+            say(f"  {problem['file']}: {problem['problem']}")
     require_verified(report)
 
 
@@ -138,5 +138,5 @@ def load_command(bundle_dir: Path, as_json: bool) -> None:
     if as_json:
         emit_json(report)
     else:
-        click.echo(f"Loaded {report['image']} ({report['id'][:19]}) in {report['seconds']:.1f} s; "
+        say(f"Loaded {report['image']} ({report['id'][:19]}) in {report['seconds']:.1f} s; "
                    f"{report['files']} files verified, labels match the bundle")

@@ -37,7 +37,7 @@ from kdkit.core import proc
 from kdkit.core.credentials import secret_file
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.git import git_output, git_path
-from kdkit.core.projectfiles import DOTTED, inside, real_inside, require
+from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, runs_problem
 
 # The folders that make a project, besides what its configs name (see the module docstring).
 PROJECT_FOLDERS = ("config", "requirements", "src")
@@ -80,10 +80,8 @@ class AllowList:
             if DOTTED.fullmatch(top):  # the importable package or module the configs name
                 places += [top, f"{top}.py"]
         runs = _relative(root, require({"runs": "runs", **pilot}, "runs", str, pilot_file), pilot_file, "$.runs")
-        for place in places:
-            if runs == "." or place == runs or place.startswith(runs + "/"):
-                raise BadInput(f"{pilot_file}: $.runs: {runs!r} holds {place}, which the bundle must carry; give "
-                               "the results a folder of their own (e.g. \"runs\")")
+        if (problem := runs_problem(root, runs, places)) is not None:  # the pilot's own rule, on all it carries
+            raise BadInput(f"{pilot_file}: $.runs: {problem}")
         return cls(tuple(dict.fromkeys(places)), runs)
 
     def never(self, rel: str) -> str | None:
@@ -111,7 +109,7 @@ class AllowList:
 
 def _relative(root: Path, value: str, file: Path, where: str) -> str:
     """A path a config names, relative to the root (BadInput naming the key when it leaves the project)."""
-    target = inside(root, value, file, where)
+    target = config_path(root, value, file, where)
     return "." if target == root else target.relative_to(root).as_posix()
 
 

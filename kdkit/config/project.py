@@ -11,7 +11,8 @@ from kdkit.core import projectfiles
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json
-from kdkit.core.projectfiles import MARKER
+from kdkit.core.pilotconfig import refuse_problems, runs_folder_problem
+from kdkit.core.projectfiles import MARKER, named_places
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,15 @@ class Project:
         return Backend(chosen, spec["base_image"], spec["torch_index"], self.root / spec["lock"])
 
     def pilot_config(self) -> dict[str, Any]:
+        """The pilot config, held to the pilot's own model (kdkit.core.pilotconfig) as `kdkit validate` and the
+        pilot hold it: a host command (bundle, run) never uses a value the pilot would refuse, such as a path
+        outside the safe set, even in a config edited after `kdkit validate`."""
         data = load_json(self.pilot_config_path, what="pilot config")
         if not isinstance(data, dict):
             raise BadInput(f"{self.pilot_config_path}: $: expected an object; run `kdkit validate`")
+        refuse_problems(data, self.pilot_config_path)
+        if (problem := runs_folder_problem(self.root, data, named_places(self.config))) is not None:
+            raise BadInput(f"{self.pilot_config_path}: $.runs: {problem}")
         return data
 
 

@@ -22,6 +22,7 @@ from kdkit.config.shipped import schema_path
 from kdkit.core.credentials import SECRET_NAME, find, redact
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json
+from kdkit.core.projectfiles import CONTROL_CHARACTER, config_path_problem, shown
 
 ENV_HINT = ".env (see .env.example), passed at run time with --env-file"
 
@@ -69,6 +70,16 @@ def _end_anchored(pattern: str) -> str:
     return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
 
 
+def _project_path(validator: Any, format: str, instance: Any, schema: Any) -> Any:
+    """JSON Schema's ``format``, asserted for ``"project-path"``: a path a config names, held to the one rule of
+    kdkit.core.projectfiles (the pilot config's model and every reader of such a path apply it too). Other
+    formats stay annotations, as draft 2020-12 says."""
+    from jsonschema.exceptions import ValidationError
+
+    if format == "project-path" and isinstance(instance, str) and (problem := config_path_problem(instance)):
+        yield ValidationError(problem)
+
+
 @cache
 def _validator(name: str) -> Any:
     from jsonschema import Draft202012Validator, validators
@@ -76,7 +87,7 @@ def _validator(name: str) -> Any:
     with schema_path(name).open(encoding="utf-8") as handle:
         schema = json.load(handle)
     Draft202012Validator.check_schema(schema)
-    strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern})
+    strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern, "format": _project_path})
     return strict(schema)
 
 
@@ -110,10 +121,34 @@ def _describe(error: Any) -> str:
     return f"{error.message}"
 
 
+# Records kdkit writes (an order, a bundle's bundle.json) quote what they found, file names included, and are
+# checked for their shape only; the one-line rule is for the configs a person writes.
+RECORDS = frozenset({"order", "bundle"})
+
+
 def schema_problems(data: Any, schema: str, file: Path) -> list[Problem]:
-    """Every schema violation of ``data``, ordered by place in the document."""
+    """Every schema violation of ``data``, ordered by place in the document, then, in a config (not one of
+    RECORDS), every string of it (key or value) that breaks a line or holds a control character
+    (:func:`line_problems`), where nothing else is said."""
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-    return [Problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
+    problems = [Problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
+    if schema in RECORDS:
+        return problems
+    said = {problem.where for problem in problems}
+    return problems + [problem for problem in line_problems(data, file) if problem.where not in said]
+
+
+def line_problems(data: Any, file: Path) -> list[Problem]:
+    """Each string of a config that holds a line break or a control character (tab too): a config value
+    reaches command lines, file names and one-line messages, where such a character ends the line or
+    steers the terminal (``"cpu.txt\\n--index-url http:"``). One rule for every key, in every schema."""
+    problems = []
+    for parts, key, value in walk_document(data):
+        for text, what in ((key, "key"), (value, "value")):
+            if isinstance(text, str) and CONTROL_CHARACTER.search(text):
+                problems.append(Problem(file, json_path(parts), f"the {what} {shown(text)} holds a control "
+                                        "character or a line break; write it on one line"))
+    return problems
 
 
 # ---------------------------------------------------------------- secrets in a document

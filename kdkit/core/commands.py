@@ -17,6 +17,7 @@ import os
 import sys
 
 from kdkit.core.errors import KdkitError, interrupted_exit
+from kdkit.core.safetext import printable
 
 # typing, collections.abc and types cost the in-container commands' start-up more than a fast
 # verify-env's whole work (bench/bench_verify_env.py); they are needed by the type checker only, which
@@ -121,8 +122,8 @@ def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
         if os.environ.get("KDKIT_DEBUG", "") not in ("", "0"):
             import traceback
 
-            sys.stderr.write(redact(traceback.format_exc()))
-        print(f"Error: {redact(str(exc))}", file=sys.stderr)
+            sys.stderr.write(printable(redact(traceback.format_exc()), lines=True))
+        print(f"Error: {printable(redact(str(exc)))}", file=sys.stderr)  # one line, whatever the message quotes
         return exc.exit_code
     except KeyboardInterrupt as exc:
         print("Interrupted.", file=sys.stderr)

@@ -271,6 +271,36 @@ def redact(text: str) -> str:
     return "".join([*parts, text[last:]])
 
 
+REDACT_MARGIN = 8 << 10  # characters past a cut redacted with what is kept: over ten times the longest bounded shape
+# Appended where a text was cut, before finding: it closes what the cut left open, a quoted value (either
+# quote) or a JSON web token's segments, so a shape that needs its end still matches up to the cut.
+CUT_CLOSER = ".eyJAAAAAAAAAA.\"'"
+
+
+def redact_head(text: str, limit: int, mark: str = "...") -> str:
+    """The first ``limit`` characters of ``text`` redacted, with ``mark`` when anything was cut.
+
+    Only what is kept is redacted, never the whole of a huge text (redaction costs in proportion to what it
+    reads): ``text`` is cut ``REDACT_MARGIN`` characters past the limit, redacted, then cut to the limit. A
+    credential shape that starts in the kept part and crosses the first cut is whole in the margin (every
+    bounded shape is far shorter) or still matches up to the cut (a prefixed token, a bare ``name=value``,
+    a private key block run to the end; a quoted value or a token's segments closed by CUT_CLOSER), and is
+    replaced from its start: none of it is kept unredacted.
+    """
+    window = text[:limit + REDACT_MARGIN]
+    cut = len(window) < len(text)
+    parts, last = [], 0
+    for finding in find(window + CUT_CLOSER if cut else window):
+        if finding.start >= len(window):
+            break
+        parts += [window[last:finding.start], finding.redacted]
+        last = min(finding.end, len(window))
+    head = "".join([*parts, window[last:]])
+    if len(head) > limit:
+        return head[:limit] + mark
+    return head + (mark if cut else "")
+
+
 def redacting_excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
     """``sys.excepthook`` for kdkit's entry points: a crash's traceback, redacted (it may echo a value)."""
     sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
@@ -299,9 +329,19 @@ def file_finding(path: Path, rel: str) -> str | None:
         data = path.read_bytes()
     except OSError:
         return None
-    if b"\0" in data:
+    return data_finding(data, rel)
+
+
+def data_finding(data: bytes, rel: str) -> str | None:
+    """:func:`file_finding` for a file's bytes already read (what is checked is then what travels)."""
+    if len(data) > SCANNED_BYTES or b"\0" in data:
         return None
-    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+    return text_finding(data.decode("utf-8", "replace"), rel)
+
+
+def text_finding(text: str, rel: str) -> str | None:
+    """The first credential shape in a file's text already read, as ``rel:line: what (redacted)``, or None."""
+    for number, line in enumerate(text.splitlines(), start=1):
         found = find(line)
         if found:
             return f"{rel}:{number}: {found[0].what} ({found[0].redacted})"
@@ -312,8 +352,9 @@ CREDENTIAL_FIX = ("a secret never travels in a project: put it in .env and pass 
                   "in requirements use ${VARIABLE} (pip expands it), e.g. https://user:${PIP_PASSWORD}@host/simple")
 
 
-def refuse_credentials_in(path: Path, rel: str) -> None:
-    """BadInput naming the first credential shape in a file that is about to travel (redacted)."""
-    finding = file_finding(path, rel)
+def refuse_credentials_in(path: Path, rel: str, data: bytes | None = None) -> None:
+    """BadInput naming the first credential shape in a file that is about to travel (redacted); ``data``: the
+    file's bytes, already read (so what is checked is what travels)."""
+    finding = file_finding(path, rel) if data is None else data_finding(data, rel)
     if finding is not None:
         raise BadInput(f"{finding}: a credential would travel; {CREDENTIAL_FIX}")

@@ -325,7 +325,12 @@ def parse_lock(path: str | PathLike[str]) -> Lock:
     naming ``file:line``."""
     if not os.path.lexists(path):
         raise BadInput(f"{path}: lock not found; create it with `kdkit lock`")
-    text = read_text_file(path, "lock", limit=LOCK_LIMIT)
+    return parse_lock_content(read_text_file(path, "lock", limit=LOCK_LIMIT), path)
+
+
+def parse_lock_content(text: str, path: str | PathLike[str]) -> Lock:
+    """Parse a lock's text read from ``path`` (read once by the caller: ``kdkit build`` hashes and sends the same
+    bytes), a PEP 751 one when the path's name says so; ``path`` names the file in messages."""
     if "\x00" in text:
         raise BadInput(f"{path}: a binary file (NUL bytes), not a lock; give requirements/<backend>.txt or a "
                        "pylock.toml")

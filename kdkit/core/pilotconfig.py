@@ -18,15 +18,22 @@ from typing import Any
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.projectfiles import (
+    CONTROL_CHARACTER,
     MARKER,
+    PATH_RULE,
     SAFE_ID_RULE,
+    config_path,
+    config_path_problem,
     inside,
     is_safe_id,
     is_within,
     load_object,
+    path_problem,
     real_inside,
     require,
     require_real_inside,
+    runs_problem,
+    shown,
 )
 
 ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
@@ -109,7 +116,7 @@ def config_file(root: Path, given: Path | None) -> Path:
         return given if given.is_absolute() else root / given
     project = load_object(root / MARKER, "project file")
     relative = require(project, "pilot_config", str, root / MARKER)
-    return inside(root, relative, root / MARKER, "$.pilot_config")
+    return config_path(root, relative, root / MARKER, "$.pilot_config")
 
 
 # ---------------------------------------------------------------- the one model of the pilot config
@@ -120,7 +127,6 @@ def config_file(root: Path, given: Path | None) -> Path:
 MAX_SECONDS = 10 * 365 * 24 * 3600  # a stop rule beyond ten years is a typo (null means no limit)
 JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
              type(None): "null"}
-PATH_RULE = "a path relative to the project root"
 
 
 @dataclass(frozen=True)
@@ -191,21 +197,6 @@ def _range_problem(rule: Rule, value: float) -> str | None:
         (" (or null for no limit)" if rule.nullable else "")
 
 
-def path_problem(value: str) -> str | None:
-    """A path the config names: relative, inside the project, no home folder, no control characters."""
-    if not value:
-        return f"empty; give {PATH_RULE}"
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return f"{_shown(value)} holds a control character; give {PATH_RULE}"
-    if value.startswith("~"):
-        return f"{value!r} starts with '~', which kdkit never expands (it would be a folder named ~); give {PATH_RULE}"
-    if PurePosixPath(value.replace("\\", "/")).is_absolute() or re.match(r"[A-Za-z]:", value):
-        return f"{value!r} is absolute; give {PATH_RULE}"
-    if "\\" in value:
-        return f"{value!r} holds a backslash; use '/' between folders (the same on every machine)"
-    return None  # leaving the project (.., links) is judged against the real tree: inside(), real_inside()
-
-
 def _value_problem(rule: Rule, value: Any) -> str | None:
     problem = _kind_problem(rule, value)
     if problem is not None or value is None:
@@ -213,14 +204,18 @@ def _value_problem(rule: Rule, value: Any) -> str | None:
     if rule.kind in ("integer", "number"):
         return _range_problem(rule, value)
     if rule.kind == "path":
-        return path_problem(value)
+        return config_path_problem(value)
     if rule.kind == "categories":
         if not value or not all(isinstance(c, str) and c for c in value) or len(set(value)) != len(value):
             return "expected a non-empty list of distinct, non-empty strings"
-        return None
+        bad = next((c for c in value if CONTROL_CHARACTER.search(c)), None)  # no category breaks a line
+        return None if bad is None else f"the category {shown(bad)} holds a control character or a line break; " \
+            "write it on one line"
+    if isinstance(value, str) and CONTROL_CHARACTER.search(value):
+        return f"{shown(value)} holds a control character or a line break; write it on one line"
     if rule.pattern is not None and not rule.pattern.fullmatch(value):
-        shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
-        return f"{shown} is not {rule.hint}" if rule.hint.startswith('"') else f"{shown}; {rule.hint}"
+        text = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+        return f"{text} is not {rule.hint}" if rule.hint.startswith('"') else f"{text}; {rule.hint}"
     return None
 
 
@@ -250,6 +245,26 @@ def config_problems(data: Any) -> list[tuple[str, str]]:
     return problems
 
 
+def refuse_problems(data: Any, path: Path) -> None:
+    """BadInput naming the first of :func:`config_problems` (and how many follow), if any: what the pilot and
+    every host command reading the pilot config (kdkit.config.project) refuse to go on with."""
+    problems = config_problems(data)
+    if problems:
+        where, message = problems[0]
+        more = f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1 else ""
+        raise BadInput(f"{path}: {where}: {message}{more}")
+
+
+def runs_folder_problem(root: Path, data: dict[str, Any], extra: tuple[str, ...] = ()) -> str | None:
+    """:func:`kdkit.core.projectfiles.runs_problem` for the pilot config ``data`` (its model already passed):
+    ``runs`` apart from the project's folders, the inputs, the manifest and its folder, and ``extra`` (what
+    other configs name: the bundle's allow-list)."""
+    manifest = str(data["manifest"])
+    folder = os.path.dirname(os.path.normpath(manifest))
+    places = (str(data["inputs"]), manifest, *([folder] if folder else []), *extra)
+    return runs_problem(root, str(data.get("runs", "runs")), places)
+
+
 def entry_problem(root: Path, entry: str) -> str | None:
     """Why ``entry``'s module is not the project's own (``module.py`` or ``module/__init__.py`` under the
     root, links resolved inside it), or None. The app is the project's code: ``os:system`` is not."""
@@ -274,13 +289,11 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
     """
     path = config_file(root, given)
     data = load_object(path, "pilot config")
-    problems = config_problems(data)
-    if problems:
-        where, message = problems[0]
-        more = f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1 else ""
-        raise BadInput(f"{path}: {where}: {message}{more}")
+    refuse_problems(data, path)
     if (problem := entry_problem(root, data["entry"])) is not None:
         raise BadInput(f"{path}: $.entry: {problem}")
+    if (problem := runs_folder_problem(root, data, (os.path.relpath(path, root),))) is not None:
+        raise BadInput(f"{path}: $.runs: {problem}")
     categories = tuple(data["categories"])
     inputs = _located(root, data, "inputs", path)
     manifest_path = _located(root, data, "manifest", path)

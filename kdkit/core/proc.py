@@ -1,17 +1,21 @@
 """The one place kdkit starts subprocesses.
 
 Standard library only. Errors become kdkit errors: a missing program is
-``Unavailable``; a non-zero exit is returned to the caller, who decides.
+``Unavailable``; a non-zero exit is returned to the caller, who decides. A program started here dies
+with kdkit (:func:`dies_with_kdkit`), never left running as an orphan.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +46,41 @@ class Completed:
         return lines[-1] if lines else f"exit status {self.returncode}"
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h; prctl(2): "the signal the calling process will get when its parent dies"
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up once in kdkit's own process (never in a forked child); None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+def dies_with_kdkit() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the program gets SIGKILL when kdkit ends, however it ends (SIGKILL included):
+    Linux's PR_SET_PDEATHSIG, which fires when the thread that started it ends; each helper here waits for its
+    program in that thread, so it fires only when kdkit is gone. A resolver (pip-compile, uv), a compressor or a
+    download never outlives the kdkit that started it. A parent that died before the request took effect is seen
+    in the child (its parent changed) and it ends at once. None where there is no prctl (not Linux)."""
+    prctl, parent = _prctl(), os.getpid()
+    if prctl is None:
+        return None
+
+    def tie() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return tie
+
+
 @contextlib.contextmanager
 def _starting(argv: tuple[str, ...]) -> Iterator[None]:
     """Starting ``argv``: a program that is missing or cannot be run becomes Unavailable, naming it."""
@@ -70,7 +109,7 @@ def run(
     try:
         with _starting(argv):
             done = subprocess.run(argv, cwd=cwd, env=full_env, input=input_text, capture_output=True, text=True,
-                                  timeout=timeout, check=False)
+                                  timeout=timeout, check=False, preexec_fn=dies_with_kdkit())
     except subprocess.TimeoutExpired:
         raise Unavailable(f"{shlex.join(argv)}: no answer after {timeout:.0f} s") from None
     return Completed(argv, done.returncode, done.stdout or "", done.stderr or "")
@@ -88,7 +127,8 @@ def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes]
     argv = tuple(os.fspath(a) for a in args)
     with out.open("wb") as sink, tempfile.TemporaryFile() as errors:
         with _starting(argv):
-            child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sink, stderr=errors)
+            child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sink, stderr=errors,
+                                     preexec_fn=dies_with_kdkit())
         assert child.stdin is not None
         try:
             for chunk in chunks:
@@ -108,7 +148,7 @@ def stdout_chunks(args: Sequence[str | os.PathLike[str]], chunk_size: int = 1 <<
     argv = tuple(os.fspath(a) for a in args)
     with tempfile.TemporaryFile() as errors:
         with _starting(argv):
-            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, preexec_fn=dies_with_kdkit())
         assert child.stdout is not None
         try:
             while chunk := child.stdout.read(chunk_size):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from kdkit.core.safetext import json_text, printable
+
 TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,7 +29,7 @@ def print_result(as_json: bool, data: Any, text: str | Callable[[], str], *, asc
     if as_json:
         import json
 
-        print(json.dumps(data, indent=2, ensure_ascii=ascii_only, default=default))
-    else:
-        print(text if isinstance(text, str) else text())
+        print(json_text(json.dumps(data, indent=2, ensure_ascii=ascii_only, default=default)))
+    else:  # no control character of anything the text quotes reaches the terminal (kdkit.core.safetext)
+        print(printable(text if isinstance(text, str) else text(), lines=True))
     sys.stdout.flush()

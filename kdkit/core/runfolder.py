@@ -31,9 +31,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kdkit.core import checksums
 from kdkit.core.checksums import SUMS, safe_name
-from kdkit.core.errors import BadInput
+from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.jsonio import sha256_file
+from kdkit.core.pilotconfig import params_hash
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
+from kdkit.core.resultlines import Scan, blocks, scan_block
+from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.staging import require_writable, staged_name
 
 T = TypeVar("T")
@@ -146,10 +151,17 @@ def run_folders(runs: Path) -> list[Path]:
 # ---------------------------------------------------------------- what a closed folder holds
 
 
+def folder_kind(folder: Path, summary: dict[str, Any]) -> str:
+    """What the folder is by what it holds, never by what it says: a folder holding params.json is a pilot run
+    (of a whole manifest or a worker's share), whatever its summary's ``kind``; only a folder without one may be
+    a gathering (which proves nothing by itself: its workers' folders do, kdkit.probe.pilot.gather)."""
+    return GATHERED if summary.get(KIND) == GATHERED and not os.path.lexists(folder / PARAMS) else PILOT
+
+
 def required_files(folder: Path) -> list[str]:
-    """The files a closed run folder of its kind (summary.json's ``kind``; a pilot run by default) must hold."""
+    """The files a closed run folder of its kind (folder_kind) must hold."""
     summary = _object(folder / SUMMARY)
-    kind = str(summary.get(KIND)) if summary.get(KIND) in REQUIRED else PILOT
+    kind = folder_kind(folder, summary)
     listed = summary.get(FILES)  # a closed pilot run names every file it holds
     named = [str(f) for f in listed if safe_name(f) and f != SUMS] if isinstance(listed, list) else []
     required = [*REQUIRED[kind], *([STOP] if kind == PILOT and summary.get(STOPPED) else [])]
@@ -176,6 +188,111 @@ def foreign_entries(folder: Path) -> list[str]:
     return found
 
 
+# ---------------------------------------------------------------- verifying a closed folder (copy-out, close, gather)
+
+
+def read_sums(folder: Path) -> dict[str, str]:
+    """A run folder's SHA256SUMS (kdkit.core.checksums); BadInput when it has none: it was never closed."""
+    return checksums.read_sums(folder, "run folder", f"is {folder} a finished run folder?")
+
+
+def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
+    """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
+    that is missing, one not listed, a link, and one the folder's kind requires that neither has."""
+    required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
+                "it (removed with its line?)" for name in required_files(folder) if name not in sums]
+    if (folder / SUMS).is_symlink():
+        required.append(f"{folder / SUMS}: a symbolic link, not the folder's own {SUMS}")
+    return required + mismatched(folder, sums) + unlisted(folder, sums)
+
+
+def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
+    """Listed files that are missing, reached through a symbolic link (the harness writes none: a link makes
+    another file, anywhere, stand for the run's), or whose SHA-256 differs; each re-read from the disk."""
+    problems = []
+    for name, digest in sums.items():
+        path = folder / name
+        linked = next((part for part in (path, *path.parents) if part != folder and folder in part.parents
+                       and part.is_symlink()), None)
+        if linked is not None:
+            problems.append(f"{linked}: a symbolic link (listed in {SUMS}), not a file of the run")
+            continue
+        if not path.is_file():
+            problems.append(f"{path}: missing (listed in {SUMS})")
+            continue
+        _drop_cache(path)
+        actual = sha256_file(path)
+        if actual != digest:
+            problems.append(f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
+    return problems
+
+
+def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
+    """Files and links the checksums do not cover: added after the run was closed."""
+    covered = {*sums, SUMS}
+    return [f"{path}: {'a symbolic link, ' if path.is_symlink() else ''}not listed in {SUMS}"
+            for path in sorted(folder.rglob("*")) if (path.is_symlink() or path.is_file())
+            and path.relative_to(folder).as_posix() not in covered]
+
+
+def _drop_cache(path: Path) -> None:
+    """Ask the kernel to forget the file's cached pages, so the next read comes from the disk."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Why a closed run folder does not prove what its summary says (empty when it does): it is a link, has no
+    SHA256SUMS or does not verify against it (verify_folder: copy-out --verify's check), names another run, or,
+    passing, holds results that do not add up to its summary."""
+    if folder.is_symlink():
+        return [f"{folder}: a symbolic link to {os.readlink(folder)}, not a run folder of its own"]
+    try:
+        problems = verify_folder(folder, read_sums(folder))
+    except BadInput:
+        return [f"{folder / SUMS}: not found; the run was never closed (still running, or stopped before closing)"]
+    except CheckFailed as exc:
+        return [str(exc)]
+    except OSError as exc:  # a file of it that cannot be read: the reader stays tolerant, the run proves nothing
+        return [f"{exc.filename or folder}: cannot be read ({exc.strerror or exc}); the run cannot be verified"]
+    if folder_kind(folder, summary) == PILOT:  # a gathering is named after its run; a pilot folder after itself
+        problems += [f"{folder / name}: names run {data.get(RUN_ID)!r}, not its folder {folder.name!r} (a copy of "
+                     "another run under a new name?)" for name, data in ((PARAMS, params), (SUMMARY, summary))
+                     if (data or name == PARAMS) and data.get(RUN_ID) != folder.name]
+        if not params.get(PARAMS_HASH) or params.get(PARAMS_HASH) != params_hash(_object_in(params, "params")):
+            problems.append(f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
+    return problems or (results_problems(folder, summary) if summary.get(VERDICT) == "pass" else [])
+
+
+def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:
+    """A passing pilot summary against its own results.jsonl: every ID once, the counts it states."""
+    if folder_kind(folder, summary) == GATHERED:
+        return []
+    scan, path = Scan(), folder / RESULTS
+    try:
+        data = path.read_bytes()
+        for first, block in blocks(data, len(data)):
+            scan_block(scan, block, first, path)
+    except (OSError, CheckFailed) as exc:
+        return [f"{path}: cannot be read back ({exc}); the summary's pass is not shown by its results"]
+    total, rejected, accepted = summary.get(TOTAL), summary.get(REJECTED), summary.get(ACCEPTED)
+    if summary.get("problems") or not (scan.lines == len(scan.finished) == total and scan.rejected == rejected
+                                       and isinstance(total, int) and accepted == total - scan.rejected):
+        return [f"{folder / SUMMARY}: says pass with {total} IDs ({accepted} accepted, {rejected} rejected) and its "
+                f"problems {summary.get('problems')!r}, but {RESULTS} holds {scan.lines} line(s) for "
+                f"{len(scan.finished)} ID(s), {scan.rejected} rejected"]
+    return []
+
+
 # ---------------------------------------------------------------- the reader
 
 
@@ -184,11 +301,14 @@ class Run:
     """One run folder as read_run() finds it; a field is None where its file is missing or torn."""
 
     path: Path
-    kind: str  # summary.json's kind: "pilot" (also until a summary says otherwise) or "gathered"
+    kind: str  # folder_kind: "pilot" (any folder holding params.json) or "gathered"
     has_params: bool  # a pilot run writes params.json before its first item
     has_summary: bool
     params_hash: str | None  # params.json's (a gathering's: its summary's)
-    verdict: str  # "pass" or "fail" (the summary's), else "stopped" (a stop.json), else "incomplete"
+    manifest_sha256: str | None  # params.json's params.manifest_sha256: the manifest the run read
+    # "pass" or "fail" (the summary's, when the folder verifies), "unverified" (a summary in a folder that does
+    # not: see problems), else "stopped" (a stop.json, the run never closed), else "incomplete"
+    verdict: str
     stop_reason: str | None
     total: int | None
     accepted: int | None
@@ -198,6 +318,7 @@ class Run:
     peak_device: str | None
     share: tuple[int, int] | None  # (worker, workers) of a worker's folder
     workers: int | None  # a gathering's N
+    problems: tuple[str, ...] = ()  # why the folder does not prove its summary (closed_problems); () when it does
 
     @property
     def run_id(self) -> str:
@@ -205,20 +326,24 @@ class Run:
 
 
 def read_run(folder: Path) -> Run:
-    """One run folder, read tolerantly: a run may have crashed half-way."""
+    """One run folder, read tolerantly (a run may have crashed half-way), and verified: a summary's verdict
+    stands only when the folder is what its SHA256SUMS closed (closed_problems); else it is "unverified"."""
     params, summary, stop = _object(folder / PARAMS), _object(folder / SUMMARY), _object(folder / STOP)
     peak, share = _object_in(summary, PEAK), _object_in(params, SHARE)
     worker, workers = _int(share.get(WORKER)), _int(share.get(WORKERS))
+    problems = tuple(closed_problems(folder, params, summary))
     verdict = summary.get(VERDICT) if summary.get(VERDICT) in ("pass", "fail") else None
+    verdict = "unverified" if verdict and problems else verdict
     return Run(
-        path=folder, kind=GATHERED if summary.get(KIND) == GATHERED else PILOT,
+        path=folder, kind=folder_kind(folder, summary),
         has_params=(folder / PARAMS).is_file(), has_summary=bool(summary),
         params_hash=_str(params.get(PARAMS_HASH)) or _str(summary.get(PARAMS_HASH)),
+        manifest_sha256=_str(_object_in(params, "params").get("manifest_sha256")),
         verdict=verdict or ("stopped" if stop else "incomplete"), stop_reason=_str(stop.get(REASON)),
         total=_int(summary.get(TOTAL)), accepted=_int(summary.get(ACCEPTED)), rejected=_int(summary.get(REJECTED)),
         seconds=session_seconds(summary), peak_bytes=_int(peak.get(BYTES)), peak_device=_str(peak.get(DEVICE)),
         share=None if worker is None or workers is None else (worker, workers),
-        workers=_int(summary.get(WORKERS)) if summary.get(KIND) == GATHERED else None,
+        workers=_int(summary.get(WORKERS)) if folder_kind(folder, summary) == GATHERED else None, problems=problems,
     )
 
 
@@ -251,12 +376,3 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def md_cell(value: Any, limit: int = 160) -> str:
-    """Text safe inside a Markdown table cell (IDs and reasons are data, shown, never interpreted); None is —."""
-    if value is None:
-        return "—"
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
-

@@ -13,6 +13,8 @@ the incomplete last batch is cut off and redone, never counted twice.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import functools
 import gc
 import hashlib
@@ -37,10 +39,19 @@ from kdkit.core.resultlines import (
     parse_line,
     scan_block,
 )
-from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, foreign_entries, harness_file
-from kdkit.core.staging import hold, release, staging_for
+from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, STOP, foreign_entries, harness_file
+from kdkit.core.staging import hold, release, staging_for, temp_prefix
 
 EMPTY_SHA256 = hashlib.sha256().hexdigest()
+FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
+STOP_RESERVED = 32 << 10  # bytes set aside for stop.json while a run is open (RunFolder.reserve_stop); a
+# stop.json names at most 100 IDs of the batch in flight (128 characters each) and a few short reasons
+RESERVED = "reserved.tmp"  # how the name of stop.json's reserved room ends
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write refused for want of space (a full file system, or a quota)."""
+    return isinstance(exc, OSError) and exc.errno in FULL_DISK
 
 
 class RunFolder:
@@ -57,6 +68,7 @@ class RunFolder:
         self._results_digest: str | None = None  # the whole file's sha256, once checked
         self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
         self._owner: int | None = None  # the folder's owner lock, held while this session writes it (own())
+        self._reserve: tuple[Path, int] | None = None  # stop.json's room (reserve_stop), and its descriptor
 
     @property
     def run_id(self) -> str:
@@ -94,8 +106,9 @@ class RunFolder:
                 raise
             if os.path.lexists(path):
                 raise FileExistsError(path) from None
-            raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); make {path.parent} "
-                           "writable (in a container: mount runs/ read-write)") from None
+            fix = (f"free space on {path.parent}" if disk_full(exc) else
+                   f"make {path.parent} writable (in a container: mount runs/ read-write)")
+            raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); {fix}") from None
         run = cls(path)
         run._vouched[PARAMS] = digest
         run._owner = lock  # the staging folder's lock is the run folder's now: renamed, the same folder
@@ -115,8 +128,53 @@ class RunFolder:
         self._write(name, text.encode("utf-8", "backslashreplace"))
 
     def _write(self, name: str, data: bytes) -> None:
-        atomic_write_bytes(self.path / name, data, replace_any=True)
+        with _naming(self.path / name):
+            atomic_write_bytes(self.path / name, data, replace_any=True)
         self._vouched[name] = hashlib.sha256(data).hexdigest()
+
+    def reserve_stop(self) -> None:
+        """Set aside stop.json's room now, so that a run the disk fills under can still say where it stopped:
+        STOP_RESERVED bytes allocated (posix_fallocate) to a file named as a staging copy of stop.json
+        (kdkit.core.staging: locked while this session lives, removed by the next one if it is killed)."""
+        path = self.path / f"{temp_prefix(self.path / STOP)}{RESERVED}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with _naming(path):
+                os.posix_fallocate(fd, 0, STOP_RESERVED)
+        except BaseException as exc:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            if disk_full(exc) or not isinstance(exc, OSError):
+                raise
+            return  # a file system that cannot allocate ahead: stop.json is then written as any file
+        self._reserve = (path, fd)
+
+    def write_stop(self, data: Any) -> None:
+        """stop.json, written into its reserved room when there is one (no new space needed), else as any file."""
+        payload = (dumps(data) + "\n").encode("utf-8", "backslashreplace")
+        if self._reserve is None or len(payload) > STOP_RESERVED:
+            self._write(STOP, payload)
+            return
+        path, fd = self._reserve
+        with _naming(self.path / STOP):
+            view = memoryview(payload)
+            while view:
+                view = view[os.pwrite(fd, view, len(payload) - len(view)):]
+            os.ftruncate(fd, len(payload))
+            os.fsync(fd)
+            os.replace(path, self.path / STOP)
+        self._reserve = None
+        os.close(fd)
+        self._vouched[STOP] = hashlib.sha256(payload).hexdigest()
+
+    def drop_reserve(self) -> None:
+        """Give stop.json's room back (the run closes without a stop, or this session ends)."""
+        reserve, self._reserve = self._reserve, None
+        if reserve is not None:
+            with contextlib.suppress(OSError):
+                reserve[0].unlink()
+            os.close(reserve[1])
 
     def take_over(self) -> None:
         """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
@@ -133,7 +191,14 @@ class RunFolder:
         self.wait_synced()
         if self._fd is None:
             self._fd = os.open(self.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _write_all(self._fd, payload)
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            with _naming(self.results):
+                _write_all(self._fd, payload)
+        except OSError:  # a full disk: the part written is taken back (the batch is redone on resume)
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, end)
+            raise
         self._appended.update(payload)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
@@ -143,7 +208,8 @@ class RunFolder:
         """Block until the last appended batch is on disk; a failed fsync is raised here."""
         syncing, self._syncing = self._syncing, None
         if syncing is not None:
-            syncing.result()
+            with _naming(self.results):
+                syncing.result()
 
     def own(self) -> None:
         """Hold the folder's owner lock while this session writes it (kdkit.core.staging.hold; the kernel drops
@@ -161,6 +227,7 @@ class RunFolder:
 
     def disown(self) -> None:
         """Let the owner lock go: the session is over, its files written (the summary and SHA256SUMS too)."""
+        self.drop_reserve()
         release(self._owner)
         self._owner = None
 
@@ -285,7 +352,9 @@ class RunFolder:
         so a file changed behind its back fails every later check instead of being blessed)."""
         if self._results_digest is None:
             self.holds_only_appended()
-        write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
+        self.drop_reserve()  # closed without a stop: its room is SHA256SUMS's now
+        with _naming(self.path / SUMS):
+            write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
 
     def numbered(self, stem: str, suffix: str) -> str:
         """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""
@@ -300,6 +369,17 @@ def _write_all(fd: int, payload: bytes) -> None:
     view = memoryview(payload)
     while view:
         view = view[os.write(fd, view):]
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError raised inside names ``path`` when it names no file of its own (a refused write does not)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise
 
 
 @contextlib.contextmanager

@@ -16,20 +16,30 @@ free. A staging entry whose lock is free is stale when its PID is not a live pro
 ours), or when it is older than STALE_AFTER_S (staging of a kdkit that held no lock, or made in
 the instant before its lock was taken).
 
+A folder is published under its final name by a no-replace rename (:func:`staged_folder`): the final
+name is claimed atomically, so two writers (two bundles, two gatherings) to one place never both succeed,
+and nothing another process put there meanwhile (a folder, even an empty one, a file, a link) is ever
+replaced. ``--force`` moves the old folder aside atomically and deletes it only once it is found to be
+the very one that was checked (same inode, same verdict); anything else is put back untouched.
+
 Standard library only: the in-container side stages its copies too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
 import shutil
+import stat
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kdkit.core.errors import BadInput
+from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.noreplace import Identity, identity, pin, pinned, put_back, rename_no_replace
 
 _STAGED = re.compile(r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
 
@@ -55,7 +65,7 @@ STALE_AFTER_S = 60.0
 
 def hold(path: Path | str) -> int:
     """Take the owner's lock on a staging folder or file; returns the descriptor to release()."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -100,8 +110,8 @@ def owner_alive(pid: int) -> bool:
     return True
 
 
-def stale_staging(final: Path) -> list[Path]:
-    """Staging copies of ``final`` left by processes that are gone."""
+def stale_staging(final: Path, folders_only: bool = False) -> list[Path]:
+    """Staging copies of ``final`` left by processes that are gone (only its staging folders: ``folders_only``)."""
     try:
         names = os.listdir(final.parent)
     except OSError:
@@ -109,24 +119,26 @@ def stale_staging(final: Path) -> list[Path]:
     stale = []
     for name in names:
         match = _STAGED.match(name)
-        if match is None or match["name"] != final.name:
+        if match is None or match["name"] != final.name or (folders_only and match["tpid"]):
             continue
         path = final.parent / name
-        if _held(path):
-            continue
         try:
-            old = time.time() - os.lstat(path).st_mtime > STALE_AFTER_S
+            info = os.lstat(path)
         except OSError:
             continue
+        # Only what kdkit makes under such a name: a folder (.partial-, .old-) or a regular file (.tmp), never a link.
+        if not (stat.S_ISDIR if match["pid"] else stat.S_ISREG)(info.st_mode) or _held(path):
+            continue
+        old = time.time() - info.st_mtime > STALE_AFTER_S
         if old or not owner_alive(int(match["pid"] or match["tpid"])):
             stale.append(path)
     return sorted(stale)
 
 
-def clean_stale(final: Path) -> list[Path]:
+def clean_stale(final: Path, folders_only: bool = False) -> list[Path]:
     """Remove the staging copies of ``final`` whose owner is gone; return what was removed."""
     removed = []
-    for path in stale_staging(final):
+    for path in stale_staging(final, folders_only):
         with contextlib.suppress(OSError):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -136,14 +148,15 @@ def clean_stale(final: Path) -> list[Path]:
     return removed
 
 
-def clean_stale_in(folder: Path) -> list[Path]:
-    """Remove every stale staging entry directly inside ``folder`` (a run folder, a runs folder)."""
+def clean_stale_in(folder: Path, folders_only: bool = False) -> list[Path]:
+    """Remove every stale staging entry directly inside ``folder`` (a run folder; a runs folder, where kdkit
+    stages only folders: ``folders_only``). Only a folder kdkit writes in is ever passed here."""
     try:
         names = os.listdir(folder)
     except OSError:
         return []
     finals = {m["name"] for n in names if (m := _STAGED.match(n))}
-    return [path for name in sorted(finals) for path in clean_stale(folder / name)]
+    return [path for name in sorted(finals) for path in clean_stale(folder / name, folders_only)]
 
 
 def describe_removed(removed: list[Path]) -> list[str]:
@@ -165,6 +178,14 @@ def require_writable(folder: Path, what: str) -> None:
                        f"{what}")
 
 
+def refuse_link(given: Path, what: str) -> None:
+    """Refuse a symbolic link at ``given``, dangling or not, before it is resolved: kdkit writes its folder at the
+    path a person names, never where a link there leads (README: it writes over regular files only)."""
+    if os.path.islink(given):
+        raise BadInput(f"{given}: is a symbolic link (to {os.readlink(given)}); kdkit never writes through a link at "
+                       f"{what}: give the real path, or move the link away")
+
+
 def make_folder(folder: Path, what: str) -> None:
     """Create ``folder`` (and its parents); BadInput naming the place when the filesystem refuses."""
     try:
@@ -172,3 +193,198 @@ def make_folder(folder: Path, what: str) -> None:
     except OSError as exc:
         raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or choose "
                        f"another {what}") from None
+
+
+# ---------------------------------------------------------------- claiming the final name
+
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+LOW_SPACE = 256 * 1024  # bytes left below which a failed write is put down to a full disk
+
+
+Replaceable = Callable[[Path], "str | None"]  # why what is at a path is not a copy kdkit may replace, or None
+
+
+class Staged:
+    """A folder being made: write into ``path``; it becomes ``final`` when the ``with`` block ends well.
+    ``removed``: the staging killed runs had left, removed first."""
+
+    __slots__ = ("final", "path", "removed")
+
+    def __init__(self, final: Path, path: Path, removed: list[Path]) -> None:
+        self.final, self.path, self.removed = final, path, removed
+
+
+@contextlib.contextmanager
+def staged_folder(final: Path, what: str, replaceable: Replaceable | None = None) -> Iterator[Staged]:
+    """Stage a folder beside ``final``; publish it there when the block ends without an exception.
+
+    Before anything is written, what is at ``final`` is refused: anything at all, or with ``replaceable``
+    (``--force``) whatever it says kdkit may not replace. Then the staging of ``final`` that killed runs left
+    is removed (``removed``: the caller says so). The staging folder carries the owner's lock until it is
+    renamed into place or removed, whatever ends the block. Publishing claims ``final`` atomically
+    (:func:`rename_no_replace`); a copy to replace is moved aside and deleted only when it is still the one
+    checked. Failing to write there (a full disk, the folder removed meanwhile) is one line, exit 2, naming
+    ``final`` and ``what``, the option that chose it."""
+    staging, owner, checked, made = staging_for(final), None, None, False
+    folder = pin(final.parent)
+    above = [(path, identity(path)) for path in final.parent.parents]
+    try:
+        checked = _check_final(final, what, replaceable)
+        removed = clean_stale(final)
+        staging.mkdir()
+        made = True
+        owner = hold(staging)
+        yield Staged(final, staging, removed)
+        if identity(staging) != pinned(owner):  # removed, and made again by a writer inside it (mkdir -p)
+            raise BadInput(_gone(final, what))
+        _publish(staging, final, what, pinned(checked), replaceable)
+    except BaseException as exc:
+        if made:
+            shutil.rmtree(staging, ignore_errors=True)
+            _unmake([(final.parent, pinned(folder)), *above])
+        bad = _write_error(exc, final, what, pinned(folder))
+        if bad is None:
+            raise
+        raise bad from None
+    finally:
+        for fd in (owner, checked, folder):
+            release(fd)
+
+
+def _gone(final: Path, what: str) -> str:
+    return (f"{final}: {final.parent} was removed or replaced while kdkit was writing there; nothing was published "
+            f"or left behind: make the folder again (or choose another {what}) and retry")
+
+
+def _unmake(above: list[tuple[Path, Identity | None]]) -> None:
+    """Remove the empty folders above the staging that are not the ones there at the start: a writer inside
+    the staging made them again after they were removed (its mkdir -p)."""
+    for path, was in above:
+        if identity(path) in (was, None):
+            return
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+
+
+def _check_final(final: Path, what: str, replaceable: Replaceable | None) -> int | None:
+    """Refuse what is at ``final`` unless kdkit may replace it; then a descriptor pinning it (kdkit.core.noreplace.pin),
+    so that the publish can tell it is still the one checked. None when nothing is there."""
+    if not os.path.lexists(final):
+        return None
+    held = pin(final)
+    why = "already exists" if replaceable is None else replaceable(final)
+    if why is None and identity(final) != pinned(held):
+        why = "changed while kdkit looked at it"
+    if why is not None:
+        release(held)
+        raise BadInput(f"{final}: {why}; choose another {what} or move it away first")
+    return held
+
+
+def _appeared(final: Path, what: str) -> str:
+    return (f"{final}: appeared while kdkit was writing it (another kdkit or another program made it); it was "
+            f"left as it is and nothing was published: choose another {what}, or move it away and retry")
+
+
+def _publish(staging: Path, final: Path, what: str, checked: Identity | None, replaceable: Replaceable | None) -> None:
+    try:
+        rename_no_replace(staging, final)
+        return
+    except FileExistsError:
+        if checked is None or replaceable is None:
+            raise BadInput(_appeared(final, what)) from None
+    _replace(staging, final, what, checked, replaceable)
+
+
+def _replace(staging: Path, final: Path, what: str, checked: Identity, replaceable: Replaceable) -> None:
+    """``--force``: move what is at ``final`` aside atomically, publish, and delete the old copy only when it is
+    the very one checked (same inode, same verdict); anything else goes back untouched."""
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    owner = _hold_quietly(final)  # the lock goes with the inode: held before it has a staging name
+    try:
+        try:
+            rename_no_replace(final, old)
+        except FileNotFoundError:  # gone meanwhile: nothing to replace
+            return _publish(staging, final, what, None, None)
+        why = "another folder is there now" if identity(old) != checked else replaceable(old)
+        if why is not None:
+            where = put_back(old, final)
+            kept = "left as it is" if where == final else f"kept at {where}"
+            raise BadInput(f"{final}: changed while kdkit was writing it ({why}); it was {kept} and nothing was "
+                           f"published: move it away and retry")
+        try:
+            rename_no_replace(staging, final)
+        except FileExistsError:
+            raise BadInput(_appeared(final, what)) from None
+        finally:
+            shutil.rmtree(old, ignore_errors=True)  # checked: the earlier copy kdkit wrote
+    finally:
+        release(owner)
+    return None
+
+
+def _hold_quietly(path: Path) -> int | None:
+    try:
+        return hold(path)
+    except OSError:
+        return None
+
+
+def _write_error(exc: BaseException, final: Path, what: str, folder: Identity | None) -> BadInput | None:
+    """One line for a failure to write at ``final`` (an OSError there, anything once its folder ``final.parent``
+    is no longer the ``folder`` it was, a tool's failure that names a full disk or leaves one there); None for
+    every other exception."""
+    if isinstance(exc, BadInput) or not isinstance(exc, (OSError, KdkitError)):
+        return None
+    if identity(final.parent) != folder:
+        return BadInput(_gone(final, what))
+    if isinstance(exc, OSError) and (exc.errno in _FULL or _names_place(exc, final)):
+        reason = exc.strerror or str(exc)
+    elif os.strerror(errno.ENOSPC) in str(exc) or _nearly_full(final.parent):  # a tool (zstd, pip) that failed
+        reason = f"{os.strerror(errno.ENOSPC)}: {exc}"  # writing there, saying so or leaving the disk full
+    else:
+        return None
+    return BadInput(f"{final}: could not write it ({reason}); nothing was left behind: free space or fix "
+                    f"permissions (or choose another {what}) and retry")
+
+
+def _names_place(exc: OSError, final: Path) -> bool:
+    """Whether the error names ``final``, its folder, or a staging entry of ``final`` (or a path inside one)."""
+    for name in (exc.filename, exc.filename2):
+        if not isinstance(name, (str, bytes, os.PathLike)):
+            continue
+        path = Path(os.fsdecode(name))
+        if path == final.parent:
+            return True
+        if path.is_relative_to(final.parent) and path != final.parent:
+            first = path.relative_to(final.parent).parts[0]
+            if first == final.name or staged_name(first) == final.name:
+                return True
+    return False
+
+
+def _nearly_full(folder: Path) -> bool:
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < LOW_SPACE
+
+
+@contextlib.contextmanager
+def scratch_beside(final: Path) -> Iterator[Path]:
+    """A scratch folder under ``final``'s staging name (``.NAME.partial-PID``), its owner's lock held while the
+    block runs, removed after: a process killed meanwhile leaves it to :func:`clean_stale` of ``final``, which
+    the next run of the command calls and reports (`kdkit lock`'s resolver works in one)."""
+    folder = staging_for(final)
+    if os.path.lexists(folder):  # left by a process gone that had our PID (in another container)
+        clean_stale(final)
+    folder.mkdir()
+    owner = hold(folder)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        release(owner)

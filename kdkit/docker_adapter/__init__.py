@@ -1,12 +1,14 @@
-"""The only package that imports ``docker`` (the Docker SDK for Python): the engine here, the container spec in .spec.
+"""The only package that imports ``docker`` (the Docker SDK for Python): the engine here, the container spec in .spec,
+running and stopping containers in .containers, the engine's errors in .errors.
 
-Every docker error is turned into a kdkit error here, with the image and the
+Every docker error is turned into a kdkit error (:func:`docker_errors`), with the image and the
 detail, so the rest of kdkit never sees docker's exception types:
 
 * no engine answering -> :class:`Unavailable` (exit 3) saying how to start one;
 * an image that is not on the engine -> :class:`Unavailable`, naming how to get it;
 * the NVIDIA device driver missing -> :class:`Unavailable` quoting the error users
-  otherwise meet (``could not select device driver "" with capabilities: [[gpu]]``).
+  otherwise meet (``could not select device driver "" with capabilities: [[gpu]]``);
+* no docker-init for the containers' init (``--init``) -> :class:`Unavailable` with how to install it.
 
 A container kdkit runs is always removed after, and stopped the way ``docker stop`` does when kdkit is
 interrupted (:meth:`Engine.run`, :meth:`Engine.stop`, :class:`Running` for containers side by side).
@@ -24,94 +26,22 @@ the ``docker run`` command line, so ``kdkit run --print`` cannot drift from what
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kdkit.core.errors import Interrupted, Unavailable
+from kdkit.core.errors import Unavailable
+from kdkit.docker_adapter.containers import SIGNALLED, STOP_GRACE_S, ContainerRuns, Running, Stopped
+from kdkit.docker_adapter.errors import NVIDIA_ERROR, NVIDIA_FIX, _one_line, docker_errors
 from kdkit.docker_adapter.spec import ContainerSpec, Mount, cli_arguments, sdk_arguments, shell_line, split_reference
 
-__all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "STOP_GRACE_S", "ContainerSpec", "Engine", "ImageFacts", "Mount", "Running",
-           "cli_arguments", "connect", "docker_errors", "sdk_arguments", "shell_line", "split_reference"]
+__all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "SIGNALLED", "STOP_GRACE_S", "ContainerSpec", "Engine", "ImageFacts",
+           "Mount", "Running", "Stopped", "cli_arguments", "connect", "docker_errors", "sdk_arguments", "shell_line",
+           "split_reference"]
 
-ENGINE_FIX = "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set DOCKER_HOST"
-NVIDIA_ERROR = 'could not select device driver "" with capabilities: [[gpu]]'
-NVIDIA_FIX = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker "
-              "&& sudo systemctl restart docker`")
-# docker stop's grace, SIGTERM to SIGKILL, when kdkit stops its containers: the pilot closes its run folder
-# within a second of SIGTERM (it kills its app's process, then writes stop.json, the summary, SHA256SUMS:
-# kdkit.probe.pilot.stopguard); 30 s leaves room on a loaded machine. Docker's own default is 10 s
-# (https://docs.docker.com/reference/cli/docker/container/stop/).
-STOP_GRACE_S = 30
 # Builds stream for many minutes without a byte (pip installing torch): a read timeout must not end them.
 BUILD_TIMEOUT_S = 3 * 3600
-
-
-def _timeouts() -> tuple[type[BaseException], ...]:
-    """What the SDK raises when an engine call outlives its timeout (requests, over TCP or the unix socket)."""
-    import requests.exceptions
-
-    return requests.exceptions.Timeout, requests.exceptions.ConnectionError
-
-
-class Running:
-    """The containers of one kdkit command side by side, so one stop reaches each of them; a container
-    that starts while the stop is under way stops itself (:meth:`Engine.run`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ids: set[str] = set()
-        self.stopping = False
-        self.signum = 2  # the signal that began the stop (SIGINT by default)
-
-    def add(self, container_id: str) -> bool:
-        """Register a started container; False once a stop has begun (then it must stop itself)."""
-        with self._lock:
-            if not self.stopping:
-                self._ids.add(container_id)
-            return not self.stopping
-
-    def discard(self, container_id: str) -> None:
-        with self._lock:
-            self._ids.discard(container_id)
-
-    def begin_stop(self, signum: int) -> list[str]:
-        """From now on no container of this group runs on; the ones running now, to stop."""
-        with self._lock:
-            self.stopping, self.signum = True, signum
-            return sorted(self._ids)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "explanation", None) or exc).strip()
-    return " ".join(text.split()) or type(exc).__name__
-
-
-@contextlib.contextmanager
-def docker_errors(subject: str) -> Iterator[None]:
-    """Turn docker and transport errors raised inside the block into kdkit errors about ``subject``."""
-    import docker.errors
-    import requests.exceptions
-
-    try:
-        yield
-    except docker.errors.ImageNotFound:
-        raise Unavailable(f"image {subject}: not on this Docker engine; build it (`kdkit build`), load it "
-                          f"(`kdkit load` / `docker load`) or pull it") from None
-    except docker.errors.APIError as exc:
-        detail = _one_line(exc)
-        if "could not select device driver" in detail:  # the engine's own words, quoted (NVIDIA_ERROR)
-            raise Unavailable(f"{subject}: the Docker engine cannot give the container a GPU ({detail}): its "
-                              f"NVIDIA Container Toolkit is missing or broken; {NVIDIA_FIX}") from None
-        raise Unavailable(f"{subject}: the Docker engine refused: {detail}") from None
-    except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-        address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-        raise Unavailable(f"Docker engine not reachable at {address} ({_one_line(exc)}); "
-                          f"{ENGINE_FIX}") from None
 
 
 @dataclass(frozen=True)
@@ -135,7 +65,7 @@ class ImageFacts:
         return f"{self.os}/{self.architecture}" if self.os and self.architecture else self.os or self.architecture
 
 
-class Engine:
+class Engine(ContainerRuns):
     """A connection to the Docker engine; every method raises kdkit errors only."""
 
     def __init__(self, client: Any) -> None:
@@ -260,76 +190,6 @@ class Engine:
             stream = str(message.get("stream", "")).strip()
             loaded += [stream[len(p):] for p in ("Loaded image: ", "Loaded image ID: ") if stream.startswith(p)]
         return loaded
-
-    # ------------------------------------------------------------------ containers
-
-    def run(self, spec: ContainerSpec, on_output: Callable[[bytes], None] | None = None,
-            running: Running | None = None) -> int:
-        """Run ``spec`` to completion, streaming its output; return its exit code. The container is removed.
-
-        An interrupt in this thread (Ctrl-C, or kdkit's SIGTERM handler) stops the container the way
-        ``docker stop`` does (SIGTERM, :data:`STOP_GRACE_S`, SIGKILL), shows what it printed meanwhile
-        and raises on; a second one ends the grace at once. ``running`` registers the container with
-        the others of one command, which :func:`stop` reaches from another thread.
-        """
-        container = None
-        with docker_errors(spec.image):
-            try:
-                if running is not None and running.stopping:
-                    raise Interrupted(running.signum)  # the stop came before this one was made
-                container = self._client.containers.create(**sdk_arguments(spec))
-                container.start()
-                if running is not None and not running.add(container.id):
-                    self.stop([container.id])  # the stop came while it started: it stops itself
-                return self._follow(container, on_output)
-            finally:
-                if container is not None:
-                    if running is not None:
-                        running.discard(container.id)
-                    with contextlib.suppress(Exception):  # already gone: nothing to clean
-                        container.remove(force=True)
-
-    def _follow(self, container: Any, on_output: Callable[[bytes], None] | None) -> int:
-        seen = 0
-        try:
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                seen += len(chunk)
-                if on_output is not None:
-                    on_output(chunk)
-            status = container.wait()
-        except KeyboardInterrupt:
-            self.stop([container.id])
-            self._rest(container, seen, on_output)
-            raise
-        self._rest(container, seen, on_output)  # the follow stream can end before the last partial line
-        return int(status.get("StatusCode", 1))
-
-    @staticmethod
-    def _rest(container: Any, seen: int, on_output: Callable[[bytes], None] | None) -> None:
-        rest = b""
-        with contextlib.suppress(Exception):  # gone already: its output was seen
-            rest = container.logs(stdout=True, stderr=True)[seen:]
-        if rest and on_output is not None:
-            on_output(rest)
-
-    def stop(self, container_ids: Sequence[str], grace_s: float = STOP_GRACE_S) -> None:
-        """``docker stop`` for all of them at once: SIGTERM now, SIGKILL to any still running after ``grace_s``
-        (or at a second interrupt); returns once each has ended or been killed. Gone ones are skipped."""
-        import docker.errors
-
-        for container_id in container_ids:
-            with contextlib.suppress(docker.errors.APIError):  # not running, or removed meanwhile
-                self._client.api.kill(container_id, signal="SIGTERM")
-        deadline = time.monotonic() + grace_s
-        try:
-            for container_id in container_ids:
-                with contextlib.suppress(docker.errors.APIError, *_timeouts()):  # timed out: killed below
-                    self._client.api.wait(container_id, timeout=max(0.1, deadline - time.monotonic()))
-        finally:  # past the grace, or a second interrupt that will not wait for it
-            for container_id in container_ids:
-                with contextlib.suppress(docker.errors.APIError):  # ended: nothing to kill
-                    self._client.api.kill(container_id, signal="SIGKILL")
-
 
 def _only_file(archive: bytes, image: str, path: str) -> bytes:
     """The one regular file of a ``get_archive`` tar; Unavailable for a folder, a link or a bad tar."""

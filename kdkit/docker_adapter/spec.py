@@ -50,6 +50,9 @@ class ContainerSpec:
     cap_drop: list[str] = field(default_factory=list)
     no_new_privileges: bool = False
     pids_limit: int | None = None
+    # An init as PID 1 (Docker's --init, its docker-init: tini) that passes SIGTERM on to the command and reaps
+    # orphans: a shell or a program as PID 1 ignores a signal it set no handler for (kdkit.image.container).
+    init: bool = False
 
 
 def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
@@ -74,6 +77,7 @@ def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
         "tmpfs": dict(spec.tmpfs),
         "cap_drop": list(spec.cap_drop),
         "pids_limit": spec.pids_limit,
+        "init": spec.init or None,
     }
     if spec.gpus == "all":
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -90,7 +94,7 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
     gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
     mounts = [f"type=bind,{_csv_field(f'source={m.source}', always=True)},{_csv_field(f'target={m.target}')}"
               + (",readonly" if m.read_only else "") for m in spec.mounts]
-    return ["docker", "run", "--rm", "--pull", "never", "--network", spec.network,
+    return ["docker", "run", "--rm", "--pull", "never", *(["--init"] if spec.init else []), "--network", spec.network,
             *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
             *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
             *_flags("--cap-drop", spec.cap_drop),

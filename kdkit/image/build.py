@@ -33,12 +33,13 @@ from kdkit.config.shipped import data_root, dockerfile
 from kdkit.core import proc
 from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import BadInput, KdkitError
-from kdkit.core.jsonio import atomic_write_text, sha256_file
+from kdkit.core.jsonio import atomic_write_text
 from kdkit.facts.platforms import cpu_mismatch
-from kdkit.image.context import PROJECT_FOLDERS, SHIM, carried_files, probe_files, project_files, write_context
+from kdkit.image.context import PROJECT_FOLDERS, SHIM, probe_files, project_files, write_context
 from kdkit.image.labels import ARCH_LIST, ARCH_SOURCE, LABEL, OCI, default_tag, image_labels, recorded_arch
 from kdkit.image.layers import LOCK_FORMATS, builder_entries
-from kdkit.image.pylockparts import download_pip, plan_pylock_build
+from kdkit.image.lockinput import LockInput, read_inputs
+from kdkit.image.pylockparts import download_pip, plan_pylock_build, require_image_python
 from kdkit.lock.wheelhouse import wheelhouse_files
 
 INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
@@ -68,6 +69,9 @@ class BuildPlan:
     buildargs: dict[str, str]
     labels: dict[str, str]
     ca_bundle: Path | None = None
+    ca_data: bytes | None = field(default=None, repr=False)  # its bytes, read once: checked, then sent
+    inputs: tuple[LockInput, ...] = field(default=(), repr=False)  # the lock the image installs, then its twin
+    files: list[tuple[str, bytes]] = field(default_factory=list, repr=False)  # the project's files, read once
     wheels: list[Path] = field(default_factory=list)
     no_cache: bool = False
     left_out: list[str] = field(default_factory=list)  # secret-shaped files of config/ and src/, never sent
@@ -79,6 +83,16 @@ class BuildPlan:
     def lock(self) -> Path:
         """The lock the image installs, whose path and sha256 its labels name."""
         return self.backend.pylock if self.lock_format == "pylock" else self.backend.lock
+
+    @property
+    def lock_input(self) -> LockInput:
+        """The lock the image installs, read once: its sha256 is the label's, its bytes the context's."""
+        return self.inputs[0]
+
+    @property
+    def twin_input(self) -> LockInput:
+        """The backend's requirements lock, read once (the lock itself, or the one a pylock was made from)."""
+        return self.inputs[-1]
 
     @property
     def network(self) -> str:
@@ -104,8 +118,8 @@ def check_tag(tag: str) -> str:
     return tag
 
 
-def check_ca_bundle(path: Path) -> Path:
-    """A readable PEM file that Python's TLS stack accepts as CA certificates."""
+def check_ca_bundle(path: Path) -> tuple[Path, bytes]:
+    """A readable PEM file that Python's TLS stack accepts as CA certificates, and its bytes (read once)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -114,11 +128,11 @@ def check_ca_bundle(path: Path) -> Path:
         raise BadInput(f"--ca-bundle {path}: not a PEM bundle (no -----BEGIN CERTIFICATE----- block); give "
                        "the CA file your proxy's certificate chains to, e.g. /etc/ssl/certs/ca-certificates.crt")
     try:
-        ssl.create_default_context(cafile=str(path))
+        ssl.create_default_context(cadata=data.decode("ascii", "replace"))
     except (ssl.SSLError, ValueError) as exc:
         raise BadInput(f"--ca-bundle {path}: a certificate in it does not load ({exc}); "
                        "re-export the bundle in PEM format") from None
-    return path.resolve()
+    return path.resolve(), data
 
 
 # Build arguments of Dockerfile.common -> the label that holds each value (one source of truth).
@@ -140,30 +154,29 @@ def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, s
 def plan_build(project_dir: Path | None, backend: str | None = None, *, base_image: str | None = None,
                tag: str | None = None, ca_bundle: Path | None = None, wheelhouse: Path | None = None,
                no_cache: bool = False, lock_format: str = "requirements") -> BuildPlan:
-    """Check every input of a build and compute its arguments; nothing is written, no engine is needed."""
-    from kdkit.core.lockfile import parse_lock
-    from kdkit.lock.staleness import require_fresh_lock
-
+    """Check every input of a build and compute its arguments; nothing is written, no engine is needed. Each
+    input of the context is read once, here: what is checked, hashed and labelled is what the image gets."""
     if lock_format not in LOCK_FORMATS:
         raise BadInput(f"--lock-format {lock_format}: choose one of {', '.join(LOCK_FORMATS)}")
     project = load_project(project_dir)
     chosen = project.backend(backend)
-    lock, pip = require_fresh_lock(project, chosen.name), None
     if lock_format == "pylock":
-        lock, pip = chosen.pylock, plan_pylock_build(project, chosen, wheelhouse is not None)
-    parse_lock(lock)  # an unhashed or malformed lock is refused with its file and line
-    lock_sha256 = sha256_file(lock)
-    labels = image_labels(project, chosen, lock_sha256, lock)
+        require_image_python(project.python, chosen.pylock, chosen.lock)
+    inputs = read_inputs(project, chosen, lock_format)
+    lock = inputs[0]
+    pip = plan_pylock_build(project, lock, wheelhouse is not None) if lock_format == "pylock" else None
+    labels = image_labels(project, chosen, lock.sha256, lock.path, lock.lock)
     base = base_image or chosen.base_image
-    left_out = project_files(project.root)[1]  # and a link out or a credential is refused here, before any build
-    refuse_credentials_in(lock, lock.relative_to(project.root).as_posix() if lock.is_relative_to(project.root)
-                          else str(lock))
+    files, left_out = project_files(project.root)  # and a link out or a credential is refused here, before any build
+    refuse_credentials_in(lock.path, lock.path.relative_to(project.root).as_posix()
+                          if lock.path.is_relative_to(project.root) else str(lock.path), lock.data)
+    ca_path, ca_data = check_ca_bundle(ca_bundle) if ca_bundle else (None, None)
     return BuildPlan(
-        project=project, backend=chosen, lock_sha256=lock_sha256, base_image=base,
-        tag=check_tag(tag or default_tag(project, chosen.name, lock_sha256)),
+        project=project, backend=chosen, lock_sha256=lock.sha256, base_image=base,
+        tag=check_tag(tag or default_tag(project, chosen.name, lock.sha256)),
         dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base), labels=labels,
-        ca_bundle=check_ca_bundle(ca_bundle) if ca_bundle else None,
-        wheels=wheelhouse_files(wheelhouse, lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out,
+        ca_bundle=ca_path, ca_data=ca_data, inputs=inputs, files=files,
+        wheels=wheelhouse_files(wheelhouse, lock.lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out,
         warnings=[w for w in [_cpu_warning(project)] if w], lock_format=lock_format, pip=pip)
 
 
@@ -179,22 +192,24 @@ def _cpu_warning(project: Project) -> str | None:
 
 def context_entries(plan: BuildPlan, pip_wheel: Path | None = None) -> Iterator[tuple[str, Path | bytes]]:
     """(name in the context, host file or bytes) for everything the Dockerfile copies; ``pip_wheel``: the
-    pip that installs a pylock (:func:`kdkit.image.pylockparts.download_pip`)."""
+    pip that installs a pylock (:func:`kdkit.image.pylockparts.download_pip`). The lock, its parts, the CA
+    bundle and the project's files are the bytes :func:`plan_build` read (never their paths read again);
+    kdkit's own files and the wheels (each hash-checked by pip as it installs) are sent from their paths."""
     yield "Dockerfile", plan.dockerfile.encode("utf-8")
-    yield f"lock/{plan.labels[f'{LABEL}lock.path']}", plan.lock
+    yield f"lock/{plan.labels[f'{LABEL}lock.path']}", plan.lock_input.data
     if plan.lock_format == "pylock":
         from kdkit.image.pylockparts import pylock_builder_entries
 
         if pip_wheel is None:
             raise KdkitError(f"{plan.lock}: a build from a pylock needs the wheel of the pip that installs it "
                              "(kdkit.image.pylockparts.download_pip)")
-        yield from pylock_builder_entries(plan.lock, plan.backend.lock, plan.project.python, plan.ca_bundle,
+        yield from pylock_builder_entries(plan.lock_input, plan.twin_input, plan.project.python, plan.ca_data,
                                           plan.wheels, pip_wheel)
     else:
-        yield from builder_entries(plan.backend.lock, plan.ca_bundle, plan.wheels)
+        yield from builder_entries(plan.lock_input, plan.ca_data, plan.wheels)
     yield "kdkit/bin/kdkit", SHIM.encode("utf-8")
     yield from probe_files()
-    yield from carried_files(plan.project.root)
+    yield from plan.files
     for folder in PROJECT_FOLDERS:  # COPY needs the folder even when the project has none
         yield f"project/{folder}/", b""
 

@@ -57,17 +57,26 @@ def project_mounts(root: Path, inputs: str, runs: str) -> list[Mount]:
 def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], access: Mapping[str, Any], *,
                    network: str = "none", command: list[str] | None = None, env_file: Path | None = None,
                    env: Mapping[str, str] | None = None) -> ContainerSpec:
-    """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked."""
+    """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked, and an init as
+    PID 1 (``init``: Docker's ``--init``). The image's command is ``/bin/sh -c "kdkit diagnose && kdkit verify-env
+    && exec kdkit pilot"``; as PID 1 that shell ignores SIGTERM (the kernel delivers no signal to a PID 1 that set
+    no handler for it), so until the ``exec`` a ``docker stop`` would wait out its grace and SIGKILL the run, and
+    so would any command given after ``--``. Docker's init (docker-init, which is tini) is PID 1 instead, passes
+    the signal on and reaps orphans (https://docs.docker.com/reference/cli/docker/container/run/#init): the
+    shell ends at once in diagnose or verify-env, the pilot closes its run folder."""
     return ContainerSpec(image=image, command=command or None, network=network, mounts=mounts, workdir=APP,
-                         env_file=env_file, env=env or {}, extra_env={"HOME": HOME}, **confined, **access)
+                         env_file=env_file, env=env or {}, extra_env={"HOME": HOME}, init=True, **confined,
+                         **access)
 
 
 # ---------------------------------------------------------------- the same spec, for a host kdkit has not seen
 
 RUNS_OWNER = ("The container runs as you (your uid and gid); started by root, it runs as the image's user "
               f"{IMAGE_UID}, which is given the runs folder (chown; never chmod 777)")
-_VARIABLES = {"uid": "$kd_uid", "gid": "$kd_gid", "size": "$kd_scratch", "pids": "$kd_pids"}
-_ROCM_DEVICES = '"$@"'  # the device flags the prelude collects for ROCm, spliced in before the image
+# A shell variable kdkit puts into the spec is marked with NUL, which no path, image name or config value
+# holds: a "$PWD" or "$kd_uid" spelled by a value is escaped like any other "$" (shell_words).
+_VARIABLES = {"uid": "\0kd_uid\0", "gid": "\0kd_gid\0", "size": "\0kd_scratch\0", "pids": "\0kd_pids\0"}
+_ROCM_DEVICES = "\0@\0"  # the device flags the prelude collects for ROCm ("$@"), spliced in before the image
 
 
 def shell_prelude(runs: str, backend: str) -> list[str]:
@@ -93,10 +102,12 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
 
 
 def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str) -> ContainerSpec:
-    """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables."""
+    """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables; ``root`` is
+    the project's folder on that host, ``$PWD`` or below it (``$PWD/project``)."""
     access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
     confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
-    return container_spec(image, project_mounts(Path(root), inputs, runs), confined, access)
+    here = "\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root
+    return container_spec(image, project_mounts(Path(here), inputs, runs), confined, access)
 
 
 def portable_line(spec: ContainerSpec, backend: str) -> str:
@@ -109,7 +120,7 @@ def portable_line(spec: ContainerSpec, backend: str) -> str:
     return shell_words(words)
 
 
-_SHELL_VARIABLE = re.compile(r"(\$(?:PWD|kd_[a-z]+))")  # the only expansions a RUN.md word may hold
+_SHELL_VARIABLE = re.compile("\0(PWD|kd_[a-z]+)\0")  # the only expansions a RUN.md word may hold, as marked
 
 
 def shell_words(words: Sequence[str]) -> str:
@@ -118,11 +129,11 @@ def shell_words(words: Sequence[str]) -> str:
     path of the project's cannot run anything); the rest quoted only as needed."""
     def quote(word: str) -> str:
         if word == _ROCM_DEVICES:
-            return word
+            return '"$@"'
         if not _SHELL_VARIABLE.search(word):
             return shlex.quote(word)
         parts = _SHELL_VARIABLE.split(word)  # text, variable, text, ...
-        return '"' + "".join(part if i % 2 else re.sub(r'([\\"`$])', r"\\\1", part)
+        return '"' + "".join(f"${part}" if i % 2 else re.sub(r'([\\"`$])', r"\\\1", part)
                              for i, part in enumerate(parts)) + '"'
 
     return " ".join(quote(word) for word in words)

@@ -42,14 +42,15 @@ PROJECT_FOLDERS = ("config", "src")
 SKIPPED = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints)(/|$)|\.py[co]$|(^|/)\.DS_Store$")
 
 
-def project_files(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
-    """(the project files an image carries, the secret-shaped ones left out of it).
+def project_files(root: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """(the project files an image carries, each read once into its bytes; the secret-shaped ones left out).
 
     kdkit.json, config/ and src/; a file named like a secret (kdkit.core.credentials.secret_file: .env*,
     keys, .netrc...) never goes into an image, and a link leading outside the project is refused
-    (projectfiles.real_inside), as for a bundle.
+    (projectfiles.real_inside), as for a bundle. The bytes checked for credentials are the bytes the build
+    context carries: a file is never read twice.
     """
-    files, left_out = [("project/kdkit.json", root / "kdkit.json")], []
+    files, left_out = [("project/kdkit.json", _read(root / "kdkit.json", "kdkit.json"))], []
     for folder in PROJECT_FOLDERS:
         base = root / folder
         for path in sorted(base.rglob("*")) if base.is_dir() else []:
@@ -62,13 +63,17 @@ def project_files(root: Path) -> tuple[list[tuple[str, Path]], list[str]]:
             if real_inside(root, path) is None:
                 raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
                                "an image carries only the project's own files: copy it in or remove the link")
-            refuse_credentials_in(path, rel)
-            files.append((f"project/{rel}", path))
+            data = _read(path, rel)
+            refuse_credentials_in(path, rel, data)
+            files.append((f"project/{rel}", data))
     return files, left_out
 
 
-def carried_files(root: Path) -> Iterator[tuple[str, Path]]:
-    yield from project_files(root)[0]
+def _read(path: Path, rel: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read {rel} ({exc.strerror or exc}); check the file") from None
 
 
 def probe_files() -> Iterator[tuple[str, Path]]:

@@ -13,6 +13,7 @@ from kdkit.config.project import Backend, Project, load_project
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError
 from kdkit.core.git import provenance
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.lockfile import Lock
 from kdkit.core.projectfiles import require_root
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def built_image(engine: Any, project: Project, backend: Backend) -> str:
     return max(found)[1] if found else tags[0]
 
 
-def torch_build(lock_path: Path, backend: Backend, python: str) -> tuple[str, str, str]:
+def torch_build(lock_path: Path | Lock, backend: Backend, python: str) -> tuple[str, str, str]:
     """(torch version, CUDA version, ROCm version) promised by the lock's torch pin for the image (Linux,
     CPython ``python``, the lock's CPU: a lock for several environments pins one torch per marker) and its
     label; empty when the lock pins no torch there, or one with no version (a vcs checkout)."""
@@ -60,7 +61,7 @@ def torch_build(lock_path: Path, backend: Backend, python: str) -> tuple[str, st
     from kdkit.facts.platforms import image_environment
     from kdkit.lock.lock import backend_label
 
-    lock = parse_lock(lock_path)
+    lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)  # parsed once by `kdkit build`
     pin = lock.pin_for("torch", image_environment(python, lock.header.get("platform", "")))
     if pin is None or not pin.version:
         return "", "", ""
@@ -69,12 +70,14 @@ def torch_build(lock_path: Path, backend: Backend, python: str) -> tuple[str, st
     return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
 
 
-def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Path | None = None) -> dict[str, str]:
+def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Path | None = None,
+                 parsed: Lock | None = None) -> dict[str, str]:
     """The labels an image of this project gets: OCI's and kdkit's own. ``lock`` is the lock it installs
-    (default: the backend's requirements lock; ``backend.pylock`` for `kdkit build --lock-format pylock`)."""
+    (default: the backend's requirements lock; ``backend.pylock`` for `kdkit build --lock-format pylock`);
+    ``parsed``: that lock as the build parsed it from the bytes it hashed (then it is not read again)."""
     lock = lock or backend.lock
     revision, source = provenance(project.root)
-    torch, cuda, rocm = torch_build(lock, backend, project.python)
+    torch, cuda, rocm = torch_build(parsed or lock, backend, project.python)
     return {
         f"{OCI}title": project.name,
         f"{OCI}revision": revision,

@@ -25,9 +25,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kdkit.core.jsonio import read_text_file
-from kdkit.core.lockfile import normalize_name, parse_lock_text
+from kdkit.core.lockfile import Lock, normalize_name, parse_lock_text
+
+if TYPE_CHECKING:
+    from kdkit.image.lockinput import LockInput
 
 # The locks `kdkit build` installs from (--lock-format): the requirements lock, split here, or the backend's
 # PEP 751 lock, split by kdkit.image.pylockparts.
@@ -123,10 +127,9 @@ def check_part(part: str, lock: Path, name: str) -> None:
         parse_lock_text(part, lock.with_name(f"{lock.name} ({name})"))
 
 
-def split_files(files: Iterable[Path], lock: Path, keys: set[str]) -> tuple[list[Path], list[Path]]:
+def split_files(files: Iterable[Path], lock: Lock, keys: set[str]) -> tuple[list[Path], list[Path]]:
     """(torch's files, the rest) of a wheelhouse's files for ``lock``: by the wheel's name, or its hash."""
     from kdkit.core.jsonio import sha256_file
-    from kdkit.core.lockfile import parse_lock
     from kdkit.lock.wheelhouse import locked_hashes
 
     by_hash: dict[str, str] | None = None
@@ -136,32 +139,32 @@ def split_files(files: Iterable[Path], lock: Path, keys: set[str]) -> tuple[list
         if path.name.endswith(".whl"):  # PEP 427: {distribution}-{version}-..., the name escaped with "_"
             key = normalize_name(path.name.split("-", 1)[0])
         else:
-            by_hash = by_hash if by_hash is not None else locked_hashes(parse_lock(lock))
+            by_hash = by_hash if by_hash is not None else locked_hashes(lock)
             key = by_hash.get(sha256_file(path), "")
         (ours if key in keys else rest).append(path)
     return ours, rest
 
 
-def ca_entries(ca_bundle: Path | None) -> Iterator[tuple[str, Path | bytes]]:
-    """build/ca/: the builder stage's CA bundle (--ca-bundle), whatever the lock's format."""
+def ca_entries(ca_bundle: bytes | None) -> Iterator[tuple[str, Path | bytes]]:
+    """build/ca/: the builder stage's CA bundle (--ca-bundle: its bytes, as checked), whatever the lock's format."""
     yield "build/ca/README", b"Builder-stage input: ca.pem (--ca-bundle), never in the final image.\n"
-    if ca_bundle:
+    if ca_bundle is not None:
         yield "build/ca/ca.pem", ca_bundle
 
 
-def builder_entries(lock: Path, ca_bundle: Path | None, wheels: list[Path]) -> Iterator[tuple[str, Path | bytes]]:
+def builder_entries(lock: LockInput, ca_bundle: bytes | None,
+                    wheels: list[Path]) -> Iterator[tuple[str, Path | bytes]]:
     """The builder stage's part of the build context: build/ca/, build/torch/ and build/rest/ (Dockerfile.common).
 
     Each install step copies only its own folder, so torch's step is reused from the cache while its
     part of the lock and its wheels are unchanged, whatever the rest does.
     """
-    text = read_text_file(lock, "lock")
-    keys = torch_keys(text)
-    parts = split_lock_text(text)
+    keys = torch_keys(lock.text)
+    parts = split_lock_text(lock.text)
     for part, name in zip(parts, ("torch's part", "the rest"), strict=True):
-        check_part(part, lock, name)
+        check_part(part, lock.path, name)
     yield from ca_entries(ca_bundle)
-    for folder, part, files in zip(("torch", "rest"), parts, split_files(wheels, lock, keys), strict=True):
+    for folder, part, files in zip(("torch", "rest"), parts, split_files(wheels, lock.lock, keys), strict=True):
         yield f"build/{folder}/requirements.lock", part.encode("utf-8")
         for wheel in files:
             yield f"build/{folder}/wheels/{wheel.name}", wheel

@@ -36,17 +36,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kdkit.config.project import Backend, Project
+from kdkit.config.project import Project
 from kdkit.core import proc
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.jsonio import read_text_file, sha256_file
-from kdkit.core.lockfile import Lock, normalize_name, parse_lock
+from kdkit.core.lockfile import Lock, normalize_name
 from kdkit.core.versions import InvalidVersion, Version
 from kdkit.facts.platforms import image_environment
 from kdkit.image.layers import ca_entries, is_seed, split_files, torch_keys
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
+    from kdkit.image.lockinput import LockInput
 
 PIP_FLOOR = "26.1"  # the first pip that installs from a pylock (its changelog, 26.1: "-r pylock.toml")
 PYTHON_FLOOR = (3, 11)  # the image's verify-env reads the pylock with tomllib, new in Python 3.11
@@ -91,7 +92,7 @@ def installer_pip() -> str:
     return version
 
 
-def check_pylock(lock: Lock, python: str, local_files_ok: bool) -> None:
+def check_pylock(lock: Lock, python: str, local_files_ok: bool, data: dict[str, Any] | None = None) -> None:
     """BadInput for a package the image (CPython ``python``) would install but cannot prove or reach: one from a
     vcs or a directory (no file hash), or, without a wheelhouse, one whose file lies on this machine (a ``path``,
     a ``file:`` url)."""
@@ -103,7 +104,7 @@ def check_pylock(lock: Lock, python: str, local_files_ok: bool) -> None:
                            "from the requirements lock (--lock-format requirements)")
     if local_files_ok:
         return
-    for package in applying_packages(lock, _data(Path(lock.path)), environment):
+    for package in applying_packages(lock, data if data is not None else _data(Path(lock.path)), environment):
         if any("path" in table or str(table.get("url", "")).lower().startswith("file:")
                for table in _file_tables(package)):
             raise BadInput(f"{lock.path}: {package['name']}: its file lies on this machine (a path or a file: url), "
@@ -111,14 +112,11 @@ def check_pylock(lock: Lock, python: str, local_files_ok: bool) -> None:
                            "an index")
 
 
-def plan_pylock_build(project: Project, chosen: Backend, wheelhouse: bool) -> str:
-    """What a build from the backend's pylock needs, checked before any build: an image Python that reads it,
-    a fresh pylock whose every installed file is hashed and reachable, and a pip that installs from it (its
-    version, returned)."""
-    from kdkit.lock.staleness import require_fresh_pylock
-
-    require_image_python(project.python, chosen.pylock, chosen.lock)
-    check_pylock(parse_lock(require_fresh_pylock(project, chosen.name)), project.python, wheelhouse)
+def plan_pylock_build(project: Project, pylock: LockInput, wheelhouse: bool) -> str:
+    """What a build from the backend's pylock needs, checked before any build (its Python and freshness were,
+    as it was read: kdkit.image.lockinput.read_inputs): every installed file hashed and reachable, and a pip that
+    installs from it (its version, returned)."""
+    check_pylock(pylock.lock, project.python, wheelhouse, _loads(pylock.text))
     return installer_pip()
 
 
@@ -141,9 +139,13 @@ def download_pip(dest: Path, version: str, report: Progress | None = None) -> Pa
 
 
 def _data(path: Path) -> dict[str, Any]:
+    return _loads(read_text_file(path, "lock"))
+
+
+def _loads(text: str) -> dict[str, Any]:
     import tomllib  # a pylock was parsed before this is called: tomllib is there
 
-    data: dict[str, Any] = tomllib.loads(read_text_file(path, "lock"))
+    data: dict[str, Any] = tomllib.loads(text)
     return data
 
 
@@ -166,9 +168,10 @@ def _file_tables(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- the parts
 
 
-def pylock_torch_keys(data: dict[str, Any], twin: Path | None) -> set[str]:
+def pylock_torch_keys(data: dict[str, Any], twin: Path | None, twin_text: str | None = None) -> set[str]:
     """The normalized names of torch's part: the seeds, the torch part of the requirements lock ``twin`` (the
-    one the pylock was made from, when given), and what their ``dependencies`` tables name, transitively."""
+    one the pylock was made from, when given; ``twin_text``: its text, already read), and what their
+    ``dependencies`` tables name, transitively."""
     children: dict[str, set[str]] = {}
     for package in data["packages"]:
         named = package.get("dependencies")
@@ -177,8 +180,10 @@ def pylock_torch_keys(data: dict[str, Any], twin: Path | None) -> set[str]:
             normalize_name(table["name"]) for table in tables if isinstance(table, dict)
             and isinstance(table.get("name"), str))
     part = {key for key in children if is_seed(key)}
-    if twin is not None:
-        part |= torch_keys(read_text_file(twin, "lock")) & children.keys()
+    if twin_text is None and twin is not None:
+        twin_text = read_text_file(twin, "lock")
+    if twin_text is not None:
+        part |= torch_keys(twin_text) & children.keys()
     grown = set(part)
     while grown:
         grown = (set().union(*(children[key] for key in grown)) & children.keys()) - part
@@ -285,18 +290,19 @@ def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, A
     return _part_text("torch's part", head, parts[True]), _part_text("the rest", head, parts[False])
 
 
-def pylock_builder_entries(pylock: Path, twin: Path, python: str, ca_bundle: Path | None, wheels: list[Path],
-                           pip_wheel: Path) -> Iterator[tuple[str, Path | bytes]]:
+def pylock_builder_entries(pylock: LockInput, twin: LockInput, python: str, ca_bundle: bytes | None,
+                           wheels: list[Path], pip_wheel: Path) -> Iterator[tuple[str, Path | bytes]]:
     """The builder stage's part of the build context for a pylock: build/ca/, and build/torch/ and build/rest/
-    each with its ``pylock.toml``, the pip that installs it (``pip/``) and, with a wheelhouse, its ``wheels/``."""
-    text, data, lock = read_text_file(pylock, "lock"), _data(pylock), parse_lock(pylock)
-    keys = pylock_torch_keys(data, twin if twin.is_file() else None)
+    each with its ``pylock.toml``, the pip that installs it (``pip/``) and, with a wheelhouse, its ``wheels/``.
+    ``pylock`` and ``twin`` (its requirements lock) as the build read them, once."""
+    text, data, lock = pylock.text, _loads(pylock.text), pylock.lock
+    keys = pylock_torch_keys(data, None, twin.text)
     if wheels:
         environment = image_environment(python, lock.header.get("platform", ""))
         parts = wheelhouse_parts(text, data, applying_packages(lock, data, environment), keys, wheels)
-        split = split_files(wheels, pylock, keys)
+        split = split_files(wheels, lock, keys)
     else:
-        parts, split = split_pylock_text(text, data, keys, pylock), ([], [])
+        parts, split = split_pylock_text(text, data, keys, pylock.path), ([], [])
     yield from ca_entries(ca_bundle)
     for folder, part, files in zip(("torch", "rest"), parts, split, strict=True):
         yield f"build/{folder}/pylock.toml", part.encode("utf-8")

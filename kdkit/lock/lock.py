@@ -291,7 +291,7 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     text = head + option_lines(indexes) + resolution.text.lstrip("\n")
     pylock, why_not = pylock_text(resolver, job, head, text)
     writes = [(backend.lock, text), *([(backend.pylock, pylock)] if pylock is not None else [])]
-    left = [line for path, _text in writes for line in describe_removed(clean_stale(path))]  # a killed lock's
+    left = [line for path in (backend.lock, backend.pylock) for line in describe_removed(clean_stale(path))]
     for path, content in writes:  # a credential in either: refused before either is written
         _refuse_credentials(path, content)
     for number, (path, content) in enumerate(writes):  # the lock first: a kill between leaves the old pylock,

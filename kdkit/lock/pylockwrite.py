@@ -25,13 +25,13 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from kdkit.config.project import Backend, Project
 from kdkit.core import proc
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_pylock_text
+from kdkit.core.staging import scratch_beside
 from kdkit.lock.inputs import relative
 from kdkit.lock.provenance import is_remote
 from kdkit.lock.staleness import REQUIREMENTS_LOCK
@@ -62,12 +62,13 @@ def _index_arguments(lock: Lock) -> list[str]:
             for word in ("--default-index" if number == len(urls) else "--index", url)]
 
 
-def run_uv(uv: Path, lock: Lock, python: str, machine: str, env: dict[str, str], cert: str | None) -> str:
+def run_uv(uv: Path, lock: Lock, python: str, machine: str, env: dict[str, str], cert: str | None,
+           pylock: Path) -> str:
     """uv's pylock text for ``lock``'s pins, for Linux on ``machine`` and CPython ``python`` (X.Y)."""
     from kdkit.lock.uvcompile import UV_FLAGS
 
-    with tempfile.TemporaryDirectory(prefix="kdkit-pylock-") as tmp:
-        source, output = Path(tmp) / "pins.txt", Path(tmp) / "pylock.out.toml"
+    with scratch_beside(pylock) as tmp:  # the pylock's staging: a killed lock leaves it to the next (its resolver)
+        source, output = tmp / "pins.txt", tmp / "pylock.out.toml"
         source.write_text(_pins_only(lock), encoding="utf-8")
         argv = [str(uv), "pip", "compile", *UV_FLAGS, "--no-deps", "--format", "pylock.toml",
                 "--python-version", python, "--python-platform", f"{machine}-{GLIBC}", *_index_arguments(lock),
@@ -126,7 +127,7 @@ def make_pylock(uv: Path | None, lock: Lock, project: Project, backend: Backend,
 
         raise NoPylock(f"uv, which writes it, was not found ({GET_UV})")
     try:
-        text = run_uv(uv, lock, project.python, machine, env, cert)
+        text = run_uv(uv, lock, project.python, machine, env, cert, backend.pylock)
         check_against(text, lock, backend.pylock)
     except (BadInput, Unavailable) as exc:
         raise NoPylock(f"uv's pylock does not read back: {exc}") from None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import MARKER
+from kdkit.core.staging import scratch_beside
 
 if TYPE_CHECKING:  # the CLI imports RESOLVERS for --resolver's choices: nothing heavy at import time
     from kdkit.config.project import Backend, Project
@@ -87,9 +87,13 @@ class Job:
 
 
 def resolve(resolver: Resolver, job: Job) -> Resolution:
-    """The resolver's output for ``job.backend``, produced in a scratch folder seeded with the previous lock."""
-    with tempfile.TemporaryDirectory(prefix="kdkit-lock-") as tmp:
-        workdir = Path(tmp)
+    """The resolver's output for ``job.backend``, produced in a scratch folder seeded with the previous lock.
+
+    The folder is the lock's staging (kdkit.core.staging: ``.<lock>.partial-PID`` beside it, its owner's lock held
+    while the resolver runs), removed at the end. A kdkit killed meanwhile (SIGKILL: no ``finally`` runs) leaves
+    it, and its resolver dies with it (kdkit.core.proc); the next `kdkit lock` of that backend removes the folder
+    and says so (kdkit.lock.lock: ``clean_stale`` of the lock)."""
+    with scratch_beside(job.backend.lock) as workdir:
         output = workdir / job.backend.lock.name
         if job.backend.lock.is_file():
             _seed(job.backend.lock, output, pins_only=resolver.uv is not None)

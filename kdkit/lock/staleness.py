@@ -58,8 +58,9 @@ def staleness(root: Path, requirements: str, backend: str, torch_index: str, loc
     return _stale(root, requirements, backend, torch_index, lock)
 
 
-def _twin_staleness(root: Path, chosen: Backend, pylock: Lock) -> str | None:
-    """Why a pylock no longer goes with the backend's requirements lock (its header's requirements-lock), or None."""
+def _twin_staleness(root: Path, chosen: Backend, pylock: Lock, twin_sha256: str | None = None) -> str | None:
+    """Why a pylock no longer goes with the backend's requirements lock (its header's requirements-lock), or None;
+    ``twin_sha256``: that lock's sha256 when its bytes were read already (`kdkit build` reads each input once)."""
     fix, rel = _fix(chosen.name), relative(root, chosen.lock)
     named = pylock.header.get(REQUIREMENTS_LOCK)
     if named is None:
@@ -67,22 +68,24 @@ def _twin_staleness(root: Path, chosen: Backend, pylock: Lock) -> str | None:
     path, sep, digest = named.rpartition(" sha256:")
     if not sep or path != rel:
         return f"made from {path or named}, but backend {chosen.name}'s requirements lock is {rel}; {fix}"
-    if not chosen.lock.is_file():
+    if twin_sha256 is None and not chosen.lock.is_file():
         return f"made from {rel}, which no longer exists; {fix}"
-    if sha256_file(chosen.lock) != digest.strip().lower():
+    if (twin_sha256 or sha256_file(chosen.lock)) != digest.strip().lower():
         return f"made from another {rel}; {fix}"
     return None
 
 
-def pylock_staleness(root: Path, requirements: str, chosen: Backend) -> str | None:
+def pylock_staleness(root: Path, requirements: str, chosen: Backend, parsed: Lock | None = None,
+                     twin_sha256: str | None = None) -> str | None:
     """Why the backend's pylock no longer matches its inputs or its requirements lock, or None when it is fresh.
-    Unavailable (exit 3) where this Python cannot read TOML (3.10: no tomllib)."""
+    Unavailable (exit 3) where this Python cannot read TOML (3.10: no tomllib). ``parsed``, ``twin_sha256``: the
+    pylock and its requirements lock as the caller read them (then neither file is read here)."""
     try:
-        pylock = parse_lock(chosen.pylock)
+        pylock = parsed or parse_lock(chosen.pylock)
     except BadInput as exc:
         return f"unreadable lock ({exc}); {_fix(chosen.name)}"
     return (_stale(root, requirements, chosen.name, chosen.torch_index, pylock)
-            or _twin_staleness(root, chosen, pylock))
+            or _twin_staleness(root, chosen, pylock, twin_sha256))
 
 
 def _requirements_rel(root: Path, config: dict[str, Any]) -> str:
@@ -113,27 +116,35 @@ def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def require_fresh_lock(project: Project, backend: str) -> Path:
-    """The lock of ``backend`` when it exists and is fresh; BadInput otherwise (used by `kdkit build`)."""
+def missing_lock(chosen: Backend) -> BadInput:
+    return BadInput(f"{chosen.lock}: no lock for backend {chosen.name}; run `kdkit lock --backend {chosen.name}`")
+
+
+def require_fresh_lock(project: Project, backend: str, parsed: Lock | None = None) -> Path:
+    """The lock of ``backend`` when it exists and is fresh; BadInput otherwise (used by `kdkit build`, which
+    passes the lock it ``parsed`` from the bytes it read: then the file is not read again here)."""
     chosen = project.backend(backend)
-    if not chosen.lock.is_file():
-        raise BadInput(f"{chosen.lock}: no lock for backend {chosen.name}; run `kdkit lock --backend {chosen.name}`")
-    reason = staleness(project.root, _requirements_rel(project.root, project.config), chosen.name,
-                       chosen.torch_index, chosen.lock)
+    if parsed is None and not chosen.lock.is_file():
+        raise missing_lock(chosen)
+    requirements = _requirements_rel(project.root, project.config)
+    reason = (staleness(project.root, requirements, chosen.name, chosen.torch_index, chosen.lock) if parsed is None
+              else _stale(project.root, requirements, chosen.name, chosen.torch_index, parsed))
     if reason:
         raise BadInput(f"{chosen.lock}: {reason}")
     return chosen.lock
 
 
-def require_fresh_pylock(project: Project, backend: str) -> Path:
+def require_fresh_pylock(project: Project, backend: str, parsed: Lock | None = None,
+                         twin_sha256: str | None = None) -> Path:
     """The PEP 751 lock of ``backend`` when it exists and is fresh; BadInput otherwise (`kdkit build --lock-format
-    pylock`)."""
+    pylock`; ``parsed``, ``twin_sha256``: as :func:`pylock_staleness`)."""
     chosen = project.backend(backend)
-    if not chosen.pylock.is_file():
+    if parsed is None and not chosen.pylock.is_file():
         rel = relative(project.root, chosen.lock)
         raise BadInput(f"{chosen.pylock}: no PEP 751 lock for backend {chosen.name}; `kdkit lock --backend "
                        f"{chosen.name}` writes it beside {rel}, or build from {rel} (--lock-format requirements)")
-    reason = pylock_staleness(project.root, _requirements_rel(project.root, project.config), chosen)
+    reason = pylock_staleness(project.root, _requirements_rel(project.root, project.config), chosen, parsed,
+                              twin_sha256)
     if reason:
         raise BadInput(f"{chosen.pylock}: {reason}")
     return chosen.pylock

@@ -123,13 +123,13 @@ def locked_hashes(lock: Lock) -> dict[str, str]:
     return {h.split(":", 1)[1].lower(): pin.key for pin in lock.every_pin() for h in pin.hashes}
 
 
-def wheelhouse_files(wheelhouse: Path, lock_path: Path) -> list[Path]:
+def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
     """The files of ``wheelhouse`` whose sha256 the lock names, one per locked hash (every candidate of a
     name pinned under several markers keeps its own); every unconditional pin must have one."""
     if not wheelhouse.is_dir():
         raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
                        f"{wheelhouse}`")
-    lock = parse_lock(lock_path)
+    lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)  # `kdkit build` parsed it once
     wanted = locked_hashes(lock)
     prefixes = tuple(f"{key}-" for key in lock.candidates)
     chosen: dict[str, Path] = {}  # sha256 -> the first file with it

@@ -69,9 +69,10 @@ from typing import Any
 from kdkit.config.project import Project, load_project
 from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
-from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.errors import BadInput, Interrupted, Unavailable
 from kdkit.core.projectfiles import real_inside
 from kdkit.core.runfolder import check_run_id, run_folders
+from kdkit.core.stopsignals import interrupts
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
 from kdkit.image import container
 from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
@@ -362,11 +363,21 @@ def print_lines(plan: RunPlan) -> list[str]:
 
 def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
             engine: Engine | None = None) -> tuple[int, list[Path]]:
-    """Make the host steps, run the container to its end; return (exit code, new run folders)."""
+    """Make the host steps, run the container to its end; return (exit code, new run folders).
+
+    SIGINT or SIGTERM meanwhile stops it (:meth:`Engine.run`: Stopped, an Interrupted, when the stop ended it);
+    once the container's exit code is known the run has ended on its own, and a signal stops nothing: that
+    code is the answer."""
     from kdkit.docker_adapter import connect
 
     for step in plan.host_steps:
         step.action()
     before = set(run_folders(plan.runs))
-    code = (engine or connect()).run(plan.spec, on_output)
+    code = None
+    try:
+        with interrupts():
+            code = (engine or connect()).run(plan.spec, on_output)
+    except Interrupted:
+        if code is None:
+            raise
     return code, [folder for folder in run_folders(plan.runs) if folder not in before]

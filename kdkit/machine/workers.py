@@ -16,7 +16,7 @@ container's own exit code the answer.
 Ctrl-C (SIGINT) or SIGTERM to kdkit stops every container the way ``docker stop`` does
 (SIGTERM, :data:`~kdkit.docker_adapter.STOP_GRACE_S`, SIGKILL; a second Ctrl-C skips the
 grace): each pilot gets the SIGTERM itself, because the containers' command ends with ``exec
-kdkit pilot`` (``/bin/sh`` as PID 1 would not pass it on), and closes its folder with
+kdkit pilot`` under an init that passes it on (``--init``), and closes its folder with
 stop.json saying why. kdkit waits for them, removes them, names each folder and how to finish
 it (:func:`stopped_lines`), gathers nothing, and exits 130 (SIGINT) or 143 (SIGTERM): 128 +
 the signal's number, as shells report it (:class:`kdkit.core.errors.Interrupted`).
@@ -25,21 +25,21 @@ the signal's number, as shells report it (:class:`kdkit.core.errors.Interrupted`
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, read_run, worker_folder
-from kdkit.core.stopsignals import handling_stops
-from kdkit.docker_adapter import ContainerSpec, Engine, Running, shell_line
+from kdkit.core.stopsignals import interrupts as interrupts  # kdkit run's and the CLI's name for it
+from kdkit.docker_adapter import SIGNALLED, ContainerSpec, Engine, Running, shell_line
 from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_run
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
@@ -159,21 +159,6 @@ class WorkersResult:
     interrupted: Interrupted | None = None  # the signal that stopped the run
 
 
-@contextmanager
-def interrupts() -> Iterator[None]:
-    """While kdkit waits on its containers, SIGINT and SIGTERM raise Interrupted in the main thread, so the
-    containers are stopped before kdkit ends (SIGTERM's default would end kdkit at once, leaving them)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise Interrupted(signum)
-
-    with handling_stops(interrupt):
-        yield
-
-
 def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None, running: Running) -> int:
     from kdkit.docker_adapter import connect
 
@@ -183,13 +168,18 @@ def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None, runni
         output.flush()
 
 
-def _stop_all(running: Running, futures: list[Future[int]], engine: Engine | None, signum: int) -> list[int | None]:
-    """Stop every container of the run (docker stop, side by side), then each one's exit code once it ended."""
+def _stop_all(running: Running, futures: list[Future[int]], engine: Engine | None,
+              signum: int) -> tuple[list[int | None], bool]:
+    """Stop every container of the run (docker stop, side by side), then each one's exit code once it ended, and
+    whether the stop ended any: one the SIGTERM reached exited as a signal ends a process, or one never started.
+    When none, every container had ended on its own before the stop, with its verdict."""
     from kdkit.docker_adapter import connect
 
+    reached: list[str] | None = None
     with suppress(KeyboardInterrupt):  # a second interrupt: the stop has killed them without the grace
-        (engine or connect()).stop(running.begin_stop(signum))
-    return [None if future.exception() is not None else future.result() for future in futures]
+        reached = (engine or connect()).stop(running.begin_stop(signum))
+    codes = [None if future.exception() is not None else future.result() for future in futures]
+    return codes, reached is None or None in codes or (bool(reached) and any(c >= SIGNALLED for c in codes if c))
 
 
 def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None = None,
@@ -213,7 +203,9 @@ def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None
             codes: list[int | None] = [future.result() for future in futures]
         except KeyboardInterrupt as exc:
             stop = exc if isinstance(exc, Interrupted) else Interrupted()
-            return WorkersResult(_stop_all(running, futures, engine, stop.signum), None, stop.exit_code, stop)
+            codes, stopped = _stop_all(running, futures, engine, stop.signum)
+            if stopped:
+                return WorkersResult(codes, None, stop.exit_code, stop)
     present = [folder for folder in plan.folders if folder.is_dir()]
     if not present:
         return WorkersResult(codes, None, next((c for c in codes if c), 1))
@@ -260,7 +252,10 @@ def stopped_lines(plan: WorkersPlan, stop: Interrupted) -> list[str]:
 
 def stopped_run_lines(plan: RunPlan, folders: list[Path], stop: Interrupted) -> list[str]:
     """The same for a plain ``kdkit run``: its container was stopped; each new folder and ``--resume``."""
-    lines = [f"Stopped by {stop.name}: the container was stopped and removed."]
+    ended = getattr(stop, "container_exit", None)  # kdkit.docker_adapter.Stopped: how the stop ended it
+    killed = ": killed after the grace" if ended == SIGNALLED + signal.SIGKILL else ""
+    how = f" (exit {ended}{killed})" if ended is not None else ""
+    lines = [f"Stopped by {stop.name}: the container was stopped{how} and removed."]
     lines += [f"  {folder_state(folder)}; finish it: {shell_line([*_run_again(plan, None), '--resume', folder.name])}"
               for folder in folders]
     return lines if folders else [*lines, "  no run folder was made; run it again"]

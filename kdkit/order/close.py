@@ -4,6 +4,17 @@ Reads the order (``kdkit plan --save``) and every ``runs/<id>/`` folder the pilo
 (params.json, summary.json, stop.json), tolerating runs that crashed half-way, and writes a
 Markdown report for a person and a JSON report that reloads (``load_report``), both atomically.
 
+Only a run that proves it counts: a passing run's folder must verify against its SHA256SUMS and hold
+every file a closed run holds (kdkit.core.runfolder.read_run, the check of ``copy-out --verify``),
+name itself, and hold results that add up to its summary; it must have run the project's current pilot
+parameters over its whole manifest; a worker's share counts only with all the shares of its run, proven
+together as `kdkit gather` proves them (kdkit.order.closeruns). Any other folder with a summary (forged
+beside a real run, edited after closing, a link to another run, a copy under another name) is
+"unverified": counted neither as a pass nor in the observed hours, and named among the deviations
+with the reason. Hours come only from folders that verify; a summary's seconds in a folder that does not
+(never closed, or unverified) are shown apart, never added. The runs folder is the pilot's own (its
+config's ``runs``, held to the pilot's rule): a bad value is bad input, never a fallback.
+
 Accepted outputs are counted once per configuration: repeating one corpus five times to time it
 is not five corpora, so passing runs that share a config hash count as one output.
 """
@@ -17,43 +28,25 @@ from typing import Any
 
 from kdkit.config.schemas import schema_problems
 from kdkit.core.errors import BadInput
-from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, sha256_file
-from kdkit.core.runfolder import Run, md_cell, read_run, run_folders
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, require_replaceable, sha256_file
+from kdkit.core.pilotconfig import PilotConfig, load_pilot
+from kdkit.core.safetext import md_cell
+from kdkit.order.closeruns import outputs, read_runs, run_row
 from kdkit.order.plan import cost_per_accepted, load_order, runs_folder
 
 REPORT_MD = "campaign-report.md"
 REPORT_JSON = "campaign-report.json"
 
 
-# ---------------------------------------------------------------- reading runs
-
-
-def run_row(run: Run) -> dict[str, Any]:
-    """One run as the report lists it (its keys are the report's, read from kdkit.core.runfolder's model)."""
-    return {"run_id": run.run_id, "config_hash": run.params_hash, "verdict": run.verdict,
-            "stop_reason": run.stop_reason, "total": run.total, "accepted": run.accepted, "rejected": run.rejected,
-            "seconds": run.seconds, "has_summary": run.has_summary}
-
-
-def read_runs(runs: Path) -> list[dict[str, Any]]:
-    """Every pilot run under ``runs``, in id order (ids start with the UTC time, so this is time order).
-
-    A pilot run writes params.json before its first item; folders without one (a sweep's or a
-    resume test's measurements) are not runs of the campaign's protocol.
-    """
-    return [run_row(run) for run in map(read_run, run_folders(runs)) if run.has_params]
-
-
 # ---------------------------------------------------------------- the comparison
 
 
 def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """Passing runs counted once per configuration: (counted run ids, deviations for the repeats)."""
+    """Proven outputs (closeruns.outputs) counted once per configuration: (counted run ids, deviations for the
+    repeats)."""
     counted: dict[str, str] = {}
     repeats = []
     for run in runs:
-        if run["verdict"] != "pass":
-            continue
         key = run["config_hash"] or f"run:{run['run_id']}"
         if key in counted:
             repeats.append(f"run {run['run_id']} repeats the configuration of run {counted[key]} "
@@ -64,13 +57,16 @@ def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def _hours(order: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    timed = [r["seconds"] for r in runs if r["seconds"] is not None]
+    apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]
+    timed = [r["seconds"] for r in runs if not r["problems"] and r["seconds"] is not None]  # a folder that does
+    # not verify proves no hour: its summary's seconds are shown apart (not_counted), never added
     observed = round(Decimal(str(sum(timed))) / 3600, 2) if timed else None
     booked = order["schedule"]["booked_hours"]
     difference = None if observed is None or booked is None else float(observed - Decimal(str(booked)))
     return {"window": order["schedule"]["window_hours"], "booked": booked,
             "observed": None if observed is None else float(observed), "observed_minus_booked": difference,
-            "runs_without_duration": [r["run_id"] for r in runs if r["seconds"] is None]}
+            "runs_without_duration": [r["run_id"] for r in runs if r["seconds"] is None],
+            "not_counted": float(round(Decimal(str(sum(apart))) / 3600, 2)) if apart else None}
 
 
 def _hour_deviations(hours: dict[str, Any]) -> list[str]:
@@ -83,6 +79,8 @@ def _hour_deviations(hours: dict[str, Any]) -> list[str]:
     if hours["runs_without_duration"]:
         out.append(f"no duration recorded for {', '.join(hours['runs_without_duration'])}: observed hours "
                    "undercount")
+    if hours["not_counted"] is not None:
+        out.append(f"{hours['not_counted']} h in folders that do not verify (their summaries' timings), not counted")
     return out
 
 
@@ -90,14 +88,24 @@ def _run_deviations(runs: list[dict[str, Any]]) -> list[str]:
     out = []
     if not runs:
         out.append("no run folders: nothing was executed through kdkit")
-    for run in runs:
-        if run["verdict"] == "fail":
-            out.append(f"run {run['run_id']} failed" + (f": {run['stop_reason']}" if run["stop_reason"] else ""))
-        elif run["verdict"] == "stopped":
-            out.append(f"run {run['run_id']} stopped: {run['stop_reason'] or 'no reason recorded'}")
-        elif run["verdict"] == "incomplete":
-            out.append(f"run {run['run_id']} has no summary.json: unfinished or crashed; resume it or explain")
-    return out
+    return out + [line for line in map(_run_deviation, runs) if line is not None]
+
+
+def _run_deviation(run: dict[str, Any]) -> str | None:
+    """What one run that does not pass says: failed, stopped, unfinished, or unverified (no pass, no hours)."""
+    if run["verdict"] == "fail":
+        return f"run {run['run_id']} failed" + (f": {run['stop_reason']}" if run["stop_reason"] else "")
+    if run["verdict"] == "stopped":
+        return f"run {run['run_id']} stopped: {run['stop_reason'] or 'no reason recorded'}"
+    if run["verdict"] == "incomplete":
+        said = "was never closed (its summary.json has no verdict)" if run["has_summary"] else \
+            "has no readable summary.json"
+        return f"run {run['run_id']} {said}: unfinished or crashed; resume it or explain"
+    if run["verdict"] == "unverified":
+        more = f" (+{len(run['problems']) - 1} more)" if len(run["problems"]) > 1 else ""
+        return (f"run {run['run_id']} is unverified: {run['problems'][0]}{more}; counted neither as a pass nor in "
+                "the observed hours")
+    return None
 
 
 def _planned_deviation(order: dict[str, Any], accepted: int) -> list[str]:
@@ -107,23 +115,24 @@ def _planned_deviation(order: dict[str, Any], accepted: int) -> list[str]:
     return [f"planned {planned['accepted']} accepted output(s), got {accepted}"]
 
 
-def campaign_report(order_path: Path, runs: Path, *, project: str | None = None,
+def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: str | None = None,
                     accepted: int | None = None) -> dict[str, Any]:
     """The comparison of the order with what the runs show (``accepted`` overrides the count)."""
     order = load_order(order_path)
-    run_list = read_runs(runs)
-    counted, repeats = accepted_outputs(run_list)
+    run_list = [run_row(run) for run in read_runs(runs)]
+    candidates, gathered, proofs = outputs(run_list, runs, cfg)
+    counted, repeats = accepted_outputs(candidates)
     count = len(counted) if accepted is None else accepted
     if count < 0:
         raise BadInput(f"--accepted {count}: the number of accepted outputs cannot be negative")
     hours = _hours(order, run_list)
     cost = cost_per_accepted(Decimal(order["total_usd"]), count)
-    deviations = (_hour_deviations(hours) + _run_deviations(run_list) + repeats
+    deviations = (_hour_deviations(hours) + _run_deviations(run_list) + proofs + repeats
                   + _planned_deviation(order, count) + ([cost["reason"]] if cost and cost["reason"] else []))
     return {
         "kdkit_report": 1, "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "project": project, "order_file": str(order_path), "order_sha256": sha256_file(order_path),
-        "order": order, "runs_folder": str(runs), "hours": hours, "runs": run_list,
+        "order": order, "runs_folder": str(runs), "hours": hours, "runs": run_list, "gathered_runs": gathered,
         "accepted_outputs": {"count": count, "source": "runs" if accepted is None else "--accepted",
                              "counted_runs": counted},
         "cost": cost, "deviations": deviations,
@@ -138,7 +147,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     order, hours, cost = report["order"], report["hours"], report["cost"]
     per_output = cost["per_output_usd"] if cost["per_output_usd"] is not None else "undefined"
     lines = [
-        f"# Campaign report{' — ' + report['project'] if report['project'] else ''}", "",
+        f"# Campaign report{' — ' + md_cell(report['project'], None) if report['project'] else ''}", "",
         f"Order: {order['lots']} × {order['offer']['name']} lot(s) ({order['cards']} card(s)) for "
         f"{order['days']} days, {order['total_usd']} USD ({order['price_per_lot_usd']} USD per lot, "
         f"{order['price_source']}). Saved {order['created']}; the plan is quoted, never rewritten "
@@ -148,14 +157,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{md_cell(hours['observed_minus_booked'])} h |", "",
         "## Runs", "", "| run | config hash | verdict | stop reason | accepted | rejected | seconds |",
         "|---|---|---|---|---|---|---|",
-        *(f"| {r['run_id']} | {md_cell(r['config_hash'])} | {r['verdict']} | {md_cell(r['stop_reason'])} | "
+        *(f"| {md_cell(r['run_id'])} | {md_cell(r['config_hash'])} | {r['verdict']} | {md_cell(r['stop_reason'])} | "
           f"{md_cell(r['accepted'])} | {md_cell(r['rejected'])} | {md_cell(r['seconds'])} |" for r in report["runs"]),
         "", "## Outputs and cost", "",
         f"- accepted outputs: {report['accepted_outputs']['count']} (from {report['accepted_outputs']['source']}; "
         "one per configuration)",
         f"- cost incurred: {cost['cost_incurred_usd']} USD", f"- cost per accepted output: {per_output}"
         + (" USD" if cost["per_output_usd"] is not None else f" — {cost['reason']}"),
-        "", "## Deviations", "", *([f"- {d}" for d in report["deviations"]] or ["- none"]), "",
+        "", "## Deviations", "", *([f"- {md_cell(d, None)}" for d in report["deviations"]] or ["- none"]), "",
     ]
     return "\n".join(lines)
 
@@ -167,6 +176,8 @@ def write_report(report: dict[str, Any], out: Path, order_path: Path) -> tuple[P
         raise BadInput(f"--out {out}: the report would overwrite the order {order_path}; choose another folder")
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a folder")
+    for target in (js, md):  # both checked before either is written
+        require_replaceable(target)
     atomic_write_json(js, report)
     atomic_write_text(md, render_markdown(report))
     return md, js
@@ -189,7 +200,7 @@ def close_campaign(project_dir: Path | None, order_path: Path, *, out: Path | No
     from kdkit.config.project import load_project
 
     project = load_project(project_dir)
-    report = campaign_report(order_path, project.root / runs_folder(project), project=project.name,
-                             accepted=accepted)
+    runs = runs_folder(project)  # bad input naming $.runs before anything else is read
+    report = campaign_report(order_path, runs, load_pilot(project.root), project=project.name, accepted=accepted)
     md, js = write_report(report, out or project.root / "reports", order_path)
     return report, md, js

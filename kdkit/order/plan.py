@@ -182,13 +182,16 @@ def load_order(path: Path) -> dict[str, Any]:
     return load_valid(path, "order", what="order file", hint="; write it with `kdkit plan --save`")
 
 
-def runs_folder(project: Project) -> str:
-    """The pilot config's runs folder, or ``runs`` when the config cannot be read."""
-    try:
-        runs = project.pilot_config().get("runs", "runs")
-    except BadInput:
-        return "runs"
-    return runs if isinstance(runs, str) else "runs"
+def runs_folder(project: Project) -> Path:
+    """The pilot config's runs folder by the pilot's own rule (Project.pilot_config: the model and the runs rule;
+    then inside the project with every link resolved); BadInput naming ``$.runs`` otherwise, never a fallback
+    to another folder."""
+    from kdkit.core.projectfiles import config_path, require_real_inside
+
+    data, where = project.pilot_config(), project.pilot_config_path
+    runs = config_path(project.root, str(data.get("runs", "runs")), where, "$.runs")
+    require_real_inside(project.root, runs, where, "$.runs")
+    return runs
 
 
 # ---------------------------------------------------------------- entry points for the commands

@@ -12,6 +12,7 @@ leaves nothing, not even the parent folders init created.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -24,7 +25,8 @@ from kdkit.core.builds import BACKENDS, TORCH_INDEX_URL
 from kdkit.core.errors import BadInput
 from kdkit.core.staging import clean_stale, hold, release, staging_for
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+NAME_LENGTH = 63  # kdkit.json's name rule (schemas/kdkit.schema.json), which NAME repeats
+NAME = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{NAME_LENGTH - 1}}}$")
 # Template files stored under another name so they do not act on kdkit's own repository.
 RENAMES = {"dot-gitignore": ".gitignore", "dot-env.example": ".env.example"}
 # Files below these folders are copied byte for byte (pilot inputs must stay exactly as shipped).
@@ -105,6 +107,9 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
         for folder in reversed(made):
             with contextlib.suppress(OSError):
                 folder.rmdir()
+        if exc.errno == errno.ENAMETOOLONG:
+            raise BadInput(f"{target}: a folder name on the way is longer than the file system allows ("
+                           f"{exc.strerror}); nothing was left behind, choose a shorter path") from None
         raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing was left "
                        "behind, free space or fix permissions (or choose another place) and retry") from None
     finally:
@@ -117,8 +122,8 @@ def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> 
     place are fit for a project; BadInput before anything is written when they are not."""
     project_name = name if name is not None else default_name(target)
     if not NAME.fullmatch(project_name):
-        raise BadInput(f"--name {project_name!r}: use lowercase letters, digits, '.', '_' or '-' "
-                       "(it becomes the image name)")
+        raise BadInput(_name_problem(project_name, target if name is None else None))
+    _check_name_length(target)
     if backend not in BACKENDS:
         raise BadInput(f"--backend {backend}: unknown backend; choose one of {', '.join(BACKENDS)}")
     if target.exists() and not target.is_dir():
@@ -129,6 +134,49 @@ def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> 
         said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
         raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
     return project_name, existing
+
+
+def _name_problem(name: str, folder: Path | None) -> str:
+    """Why ``name`` cannot be a project's name (kdkit.json's rule, NAME): its length or its characters, and where
+    it came from (--name, or the folder's name when ``folder`` is given)."""
+    said = f"{name[:40]!r}..." if len(name) > 40 else repr(name)
+    if len(name) > NAME_LENGTH:
+        reason = f"has {len(name)} characters, more than the {NAME_LENGTH} a project name may have (it names the image)"
+    else:
+        reason = "use lowercase letters, digits, '.', '_' or '-' (it becomes the image name)"
+    if folder is None:
+        return f"--name {said}: {reason}"
+    return f"{folder}: the project name made from the folder's name, {said}, {reason}; pass --name NAME"
+
+
+def _check_name_length(target: Path) -> None:
+    """Each folder name ``target`` still needs within the file system's limit on one name (NAME_MAX bytes, read
+    from the nearest folder that exists), the last one counting the staging name the project is built under
+    (kdkit.core.staging.staging_for: .NAME.partial-PID)."""
+    existing = target.parent
+    while not _is_dir(existing) and existing != existing.parent:
+        existing = existing.parent
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255  # the limit of ext4, XFS, Btrfs, APFS and NTFS
+    for part in target.relative_to(existing).parts[:-1]:
+        if len(os.fsencode(part)) > limit:
+            raise BadInput(f"{target}: the folder name {part[:40]!r}... on the way is {len(os.fsencode(part))} "
+                           f"bytes, longer than the file system allows ({limit} bytes in a name); choose a shorter "
+                           "path")
+    size, staged = len(os.fsencode(target.name)), len(os.fsencode(staging_for(target).name))
+    if staged > limit:
+        raise BadInput(f"{target}: the folder's name is {size} bytes; this file system allows {limit} bytes in a "
+                       f"name and init builds the project under {staged - size} more (.NAME.partial-PID); choose a "
+                       f"name of at most {limit - (staged - size)} bytes")
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long to look up
+        return False
 
 
 def _not_empty(target: Path) -> bool:

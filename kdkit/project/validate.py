@@ -26,8 +26,15 @@ from kdkit.config.schemas import (
 from kdkit.core.credentials import find, secret_file
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import parse_json, read_text_file
-from kdkit.core.pilotconfig import config_problems, entry_problem, path_problem
-from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id, real_inside
+from kdkit.core.pilotconfig import config_problems, entry_problem, runs_folder_problem
+from kdkit.core.projectfiles import (
+    SAFE_ID_RULE,
+    config_path_problem,
+    is_safe_id,
+    named_places,
+    path_problem,
+    real_inside,
+)
 
 # pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
 TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
@@ -46,9 +53,9 @@ MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
 def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
     """Credential shapes in a text file of the project (a requirements input, a lock), one per line."""
     path = root / relative
-    if real_inside(root, path) is None or not path.is_file():
-        return []  # outside the project: reported by the path rules, never read
     try:
+        if real_inside(root, path) is None or not path.is_file():
+            return []  # outside the project: reported by the path rules, never read
         text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         return [Problem(relative, "$", f"cannot read ({exc.strerror or exc})")]
@@ -67,7 +74,7 @@ def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
     folder = root / "requirements"
     found = [p.relative_to(root) for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
     named = [project.get("requirements")] + [spec.get("lock") for spec in _backends(project)]
-    found += [Path(str(value)) for value in named if isinstance(value, str) and value]
+    found += [Path(value) for value in named if isinstance(value, str) and not config_path_problem(value)]
     unique: dict[str, Path] = {}
     for rel in found:
         unique.setdefault(PurePosixPath(rel.as_posix()).as_posix(), rel)
@@ -79,12 +86,20 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
     return [spec for spec in backends.values() if isinstance(spec, dict)] if isinstance(backends, dict) else []
 
 
-def secret_file_warnings(root: Path) -> list[Problem]:
-    """Files of the project named like secrets: warnings (a project has a .env), never problems."""
+def file_warnings(root: Path) -> list[Problem]:
+    """Warnings about the names of the project's files, from one walk of it: named like secrets (a project has a
+    .env), or lost by a copy through macOS or Windows (kdkit.project.names). Never problems."""
     from kdkit.config.files import walk_project
+    from kdkit.project.names import name_warnings
 
+    names = [rel for rel, _info in walk_project(root.resolve())]
+    return secret_file_warnings(names) + name_warnings(names)
+
+
+def secret_file_warnings(names: list[str]) -> list[Problem]:
+    """Files of the project (``names``, relative to its root) named like secrets: warnings, never problems."""
     warnings = []
-    for rel, _info in walk_project(root.resolve()):
+    for rel in names:
         what = secret_file(rel)
         if what is not None:
             warnings.append(Problem(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
@@ -117,16 +132,22 @@ def path_problems(
     problems = []
     for key, must_exist in keys.items():
         value = data.get(key)
-        if not isinstance(value, str) or path_problem(value) is not None:  # the model has named it
+        if not isinstance(value, str) or config_path_problem(value) is not None:  # the schema or model named it
             continue
         target = real_inside(root, root / value)
+        try:
+            found = target is not None and target.exists()
+        except OSError as exc:  # too long for this file system under this root, no permission on the way
+            problems.append(Problem(file, f"$.{key}", f"cannot look at {value!r} ({exc.strerror or exc}); use a "
+                                    "shorter path, or one you can read"))
+            continue
         if target is None:
             problems.append(Problem(file, f"$.{key}", f"{value!r} points outside the project folder; "
                                     "keep every path inside it"))
-        elif must_exist and not target.exists():
+        elif must_exist and not found:
             problems.append(Problem(file, f"$.{key}", f"{value!r} does not exist in the project folder; "
                                     "create it or fix the path"))
-        elif key in FOLDER_KEYS and target.exists() and not target.is_dir():
+        elif key in FOLDER_KEYS and found and not target.is_dir():
             problems.append(Problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
     return problems
 
@@ -215,22 +236,28 @@ def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem])
     if data is None:
         return None, False
     machine = machine_path_problems(data, rel)
+    taken = {p.where for p in machine}  # a machine-bound path is named once, as such
     if schema == "pilot":
-        taken = {p.where for p in machine}
         shape = [Problem(rel, where, message) for where, message in config_problems(data) if where not in taken]
+        valid = not shape
     else:
-        shape = schema_problems(data, schema, rel)
+        found = schema_problems(data, schema, rel)
+        shape, valid = [p for p in found if p.where not in taken], not found
     problems.extend(shape + machine + secret_problems(data, rel))
-    return (data if isinstance(data, dict) else None), not shape
+    return (data if isinstance(data, dict) else None), valid
 
 
 def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     """The relative path under ``key`` when it names something inside the project that exists
     (a folder there is reported by the loader: it is not a file)."""
     value = data.get(key)
-    if not isinstance(value, str) or real_inside(root, root / value) is None or not (root / value).exists():
+    if not isinstance(value, str) or config_path_problem(value) is not None:  # the schema or model named it
         return None
-    return Path(value)
+    try:
+        found = real_inside(root, root / value) is not None and (root / value).exists()
+    except OSError:  # path_problems names the key and why
+        return None
+    return Path(value) if found else None
 
 
 def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
@@ -280,6 +307,8 @@ def validate_project(root: Path) -> list[Problem]:
     if pilot is None:
         return problems
     problems += path_problems(root, pilot, pilot_rel, {"inputs": True, "manifest": True, "runs": False})
+    if pilot_ok and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
+        problems.append(Problem(pilot_rel, "$.runs", problem))
     problems += entry_problems(root, pilot, pilot_rel)
 
     manifest_rel = _named_file(root, pilot, "manifest")
@@ -288,6 +317,7 @@ def validate_project(root: Path) -> list[Problem]:
     manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
     if manifest is not None and manifest_ok:
         categories = pilot.get("categories") if pilot_ok else None
-        inputs = real_inside(root, root / pilot["inputs"]) if isinstance(pilot.get("inputs"), str) else None
+        named = pilot.get("inputs")  # a folder the model refused is named once, not once per document
+        inputs = real_inside(root, root / named) if isinstance(named, str) and not config_path_problem(named) else None
         problems += manifest_problems(root, manifest, manifest_rel, categories, inputs)
     return problems

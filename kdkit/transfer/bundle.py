@@ -16,8 +16,10 @@ and `kdkit load` are :mod:`kdkit.transfer.verify`.
 added file, make it refuse). Files are not re-hashed for that: a bundle is derived data.
 
 The folder is assembled as ``.OUT.partial-PID`` beside ``--out`` (:mod:`kdkit.core.staging`) and renamed
-at the end: a failure or a SIGKILL leaves nothing half-written under ``--out``, and the next
-`kdkit bundle` to the same ``--out`` removes what a dead process left and says so on stderr. The
+at the end without replacing anything: a failure or a SIGKILL leaves nothing half-written under ``--out``,
+of two bundles to one ``--out`` one is refused, what another program put at ``--out`` meanwhile stays as
+it is (and ``--force`` replaces only the bundle it checked), and the next `kdkit bundle` to the same
+``--out`` removes what a dead process left and says so on stderr. A full disk is bad input (exit 2). The
 image is compressed while ``docker save`` still streams, with zstd by default: measured on the test
 image (bench/bench_bundle.py) it is both smaller and many times faster than ``docker save | gzip``.
 Docker engines before 25 cannot read zstd themselves, so ``kdkit load`` decompresses on the way in.
@@ -43,7 +45,7 @@ from kdkit.core.git import checkout_state
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
 from kdkit.core.projectfiles import is_within, require
 from kdkit.core.report import Progress
-from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.core.staging import describe_removed, refuse_link, staged_folder
 from kdkit.transfer.format import (
     BUNDLE_JSON,
     COMPRESSORS,
@@ -56,6 +58,7 @@ from kdkit.transfer.format import (
     label_mismatches,
     not_a_bundle,
 )
+from kdkit.transfer.imagearchive import Counted
 from kdkit.transfer.kdkitwheels import WHEELS, add_kdkit_wheels
 from kdkit.transfer.runmd import run_md
 from kdkit.transfer.zipapp import build_zipapp
@@ -128,11 +131,12 @@ def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
     engine = connect()
     facts = engine.require_image(ref)
     started = time.perf_counter()
-    done = proc.pipe_to_file(compressor.compress, engine.save_image_chunks(ref), out)
+    archive = Counted(engine.save_image_chunks(ref))  # its length bounds `kdkit load` (kdkit.transfer.imagearchive)
+    done = proc.pipe_to_file(compressor.compress, archive, out)
     if not done.ok:
         raise KdkitError(f"{' '.join(compressor.compress)}: {done.first_error_line()} while compressing {ref}")
     return {"ref": ref, "id": facts.id, "labels": facts.labels, "file": out.name, "compressor": compressor.name,
-            "bytes": out.stat().st_size, "image_bytes": facts.size,
+            "bytes": out.stat().st_size, "archive_bytes": archive.total, "image_bytes": facts.size,
             "seconds": round(time.perf_counter() - started, 3)}
 
 
@@ -182,12 +186,13 @@ def _prepare_out(out: Path, root: Path, force: bool) -> Path:
     if is_within(os.fspath(root), os.fspath(out)):
         raise BadInput(f"--out {given}: resolves to {out}, which holds the project {root}; write the bundle "
                        "to a new folder outside the project")
+    refuse_link(given, "--out")
     if out.exists() and not force:
         raise BadInput(f"{out}: already exists; choose a new --out folder or pass --force to replace it")
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"{out}: exists and is not a folder; choose another --out")
     if out.exists():
-        why = not_a_bundle(out)
+        why = replaceable_bundle(out)
+        if why == "exists and is not a folder":
+            raise BadInput(f"{out}: exists and is not a folder; choose another --out")
         if why is not None:
             raise BadInput(f"{out}: {why}; --force replaces only a bundle that kdkit wrote: choose a new --out "
                            "or move the folder away first")
@@ -196,15 +201,11 @@ def _prepare_out(out: Path, root: Path, force: bool) -> Path:
     return out
 
 
-def _replace_folder(staging: Path, out: Path) -> None:
-    """Move the finished bundle into place; an old bundle (--force) is removed only afterwards."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # kdkit.core.staging's name: cleaned if left
-        os.replace(out, old)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def replaceable_bundle(folder: Path) -> str | None:
+    """Why ``--force`` must not replace what is at ``folder`` (kdkit did not write it as a bundle), or None."""
+    if folder.is_symlink() or not folder.is_dir():
+        return "exists and is not a folder"
+    return not_a_bundle(folder)
 
 
 def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = None, image: str | None = None,
@@ -213,20 +214,18 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
     """Pack the project for another machine into ``out``; return what bundle.json records plus timings.
 
     Everything is checked before the first write (bad input leaves every file as it was); then stale
-    staging of ``out`` left by a killed run is removed (and said), and the bundle is staged and renamed.
+    staging of ``out`` left by a killed run is removed (and said), and the bundle is staged and published
+    under ``out`` by kdkit.core.staging.staged_folder (the name claimed atomically: see there).
     """
     say = progress or (lambda _m: None)
     started = time.perf_counter()
     project = load_project(project_dir)
     out = _prepare_out(out, project.root, force)
     source, allow, packing, ref = _plan(project, backend, image, include_image, compressor)
-    removed = clean_stale(out)
-    for line in describe_removed(removed):
-        say(line)
-    staging = staging_for(out)
-    staging.mkdir()
-    owner = hold(staging)
-    try:
+    with staged_folder(out, "--out", replaceable_bundle if force else None) as staged:
+        for line in describe_removed(staged.removed):
+            say(line)
+        staging = staged.path
         info = _fill(staging, source, allow, packing, say)
         for path in sorted((staging / PROJECT).rglob("*")):  # what is packed, as packed: nothing secret travels
             if path.is_file():
@@ -238,14 +237,8 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
             say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
             info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
         _seal(staging, info, say)
-        _replace_folder(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        release(owner)
     info["out"] = str(out)
-    info["removed_staging"] = [str(path) for path in removed]
+    info["removed_staging"] = [str(path) for path in staged.removed]
     info["seconds"] = round(time.perf_counter() - started, 3)
     return info
 

@@ -9,6 +9,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kdkit.config.files import printable_name
 from kdkit.core import checksums
@@ -46,6 +47,24 @@ COMPRESSORS = {
     # The universal fallback: every engine and host reads gzip.
     "gzip": Compressor("gzip", ".tar.gz", ("gzip", "-6", "-c"), ("gzip", "-dc")),
 }
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    """bundle.json's ``image``, once it has passed schemas/bundle.schema.json."""
+
+    ref: str
+    id: str
+    file: str
+    compressor: Compressor
+    bytes: int  # the compressed file's size
+    archive_bytes: int | None  # the `docker save` archive's, decompressed (None: a bundle made before it was recorded)
+    labels: dict[str, str]
+
+    @classmethod
+    def of(cls, image: dict[str, Any]) -> ImageEntry:
+        return cls(image["ref"], image["id"], image["file"], COMPRESSORS[image["compressor"]], image["bytes"],
+                   image.get("archive_bytes"), dict(image["labels"]))
 
 
 def label_mismatches(labels: dict[str, str], expected: dict[str, str]) -> list[str]:

@@ -35,6 +35,7 @@ from kdkit.core.errors import KdkitError, Unavailable
 from kdkit.core.jsonio import atomic_write_json, load_json, sha256_file
 from kdkit.core.layout import package_root
 from kdkit.core.lockfile import Pin, normalize_name, parse_lock
+from kdkit.core.noreplace import rename_no_replace
 from kdkit.core.report import Progress
 from kdkit.core.staging import clean_stale, staging_for
 
@@ -137,7 +138,8 @@ def _pin_of(wheel: str, pins: dict[str, Pin]) -> Pin | None:
 
 
 def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
-    """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when complete)."""
+    """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when complete; when
+    another kdkit's copy got there first, that one is kept and used)."""
     for path in clean_stale(cached):
         say(f"removed {path}, left by a killed fetch")
     staging = staging_for(cached)
@@ -156,7 +158,9 @@ def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
                               "reach an index (pip config) or pass --no-kdkit-wheels")
         files = {p.name: sha256_file(p) for p in sorted(staging.glob("*.whl")) if p.is_file()}
         atomic_write_json(staging / MANIFEST, {"pythons": served, "missing": missing, "files": files})
-        os.replace(staging, cached)
+        rename_no_replace(staging, cached)
+    except FileExistsError:  # another kdkit filled the cache meanwhile (two bundles at once): use its copy
+        shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -10,10 +10,15 @@ and runs them: tests/test_rented.py), for each path the bundle serves:
 * **without Docker**: a venv made from the lock, then ``kdkit.pyz``.
 
 Each path ends with its results copied out of the bundle and the copy verified.
+
+Every value a block takes from the bundle (the lock, the runs folder, the image, kdkit-wheels/) is one
+shell word quoted with :func:`shlex.quote`, even though kdkit's configs already hold paths to a safe set
+(kdkit.core.projectfiles.SAFE_PATH): what a config says is never run (tests/test_hostile_config_values.py).
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from kdkit.image.container import RUNS_OWNER, portable_line, portable_spec, shell_prelude
@@ -24,6 +29,7 @@ EVIDENCE = "../kdkit-evidence"  # where RUN.md copies results
 KDKIT_ENV = "../kdkit-venv"  # kdkit, installed from kdkit-wheels/
 LOCK_ENV = "../project-venv"  # the project's lock, for the path without Docker
 CLOSE = "{kdkit} close {project} --order ../order.json --out ../kdkit-reports"
+q = shlex.quote  # every value a block interpolates: one word, whatever it holds
 
 
 def _block(lines: list[str]) -> list[str]:
@@ -33,22 +39,23 @@ def _block(lines: list[str]) -> list[str]:
 def _kdkit(env: str) -> str:
     """kdkit from a venv, through its Python: a venv's scripts start with a shebang that breaks on a path
     holding a space or a ``$``; ``python -m`` does not."""
-    return f"{env}/bin/python -m kdkit"
+    return f"{q(env + '/bin/python')} -m kdkit"
 
 
 def _install_kdkit(wheels: dict[str, Any]) -> str:
     """kdkit into a fresh venv beside the bundle, offline and hash-checked, from kdkit-wheels/ (``--clear``: a
     newer wheel of the same version is installed, not skipped)."""
-    return (f"python3 -m venv --clear {KDKIT_ENV} && {KDKIT_ENV}/bin/python -m pip install --quiet --no-index "
-            f"--find-links {wheels['folder']} --require-hashes -r {wheels['requirements']}")
+    return (f"python3 -m venv --clear {q(KDKIT_ENV)} && {q(KDKIT_ENV + '/bin/python')} -m pip install --quiet "
+            f"--no-index --find-links {q(wheels['folder'])} --require-hashes -r {q(wheels['requirements'])}")
 
 
 def _copy_out(kdkit: str, runs: str) -> list[str]:
     """Each finished run copied out once (a second paste copies only what is new), then every copy verified."""
-    return [f"mkdir -p {EVIDENCE}",
-            f'for run in {PROJECT}/{runs}/*/; do [ -d "$run" ] && [ ! -e "{EVIDENCE}/$(basename "$run")" ] '
-            f'|| continue; {kdkit} copy-out "$run" {EVIDENCE}; done',
-            f'for copy in {EVIDENCE}/*/; do [ ! -d "$copy" ] || {kdkit} copy-out --verify "$copy"; done']
+    evidence = q(EVIDENCE)
+    return [f"mkdir -p {evidence}",
+            f'for run in {q(f"{PROJECT}/{runs}")}/*/; do [ -d "$run" ] && [ ! -e {evidence}/"$(basename "$run")" ] '
+            f'|| continue; {kdkit} copy-out "$run" {evidence}; done',
+            f'for copy in {evidence}/*/; do [ ! -d "$copy" ] || {kdkit} copy-out --verify "$copy"; done']
 
 
 def _header(info: dict[str, Any]) -> list[str]:
@@ -77,42 +84,43 @@ def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[
             f"`{PROJECT}/{runs}` writable. {RUNS_OWNER}. `--print` shows its `docker run` line.", "",
             *_block([_install_kdkit(wheels),
                      f"{kdkit} load .",
-                     f"{kdkit} run {PROJECT} --image {image['ref']}"]),
+                     f"{kdkit} run {q(PROJECT)} --image {q(image['ref'])}"]),
             "The container runs diagnose, then verify-env against the lock, then the pilot; its exit code is the "
             f"verdict (`kdkit run --resume RUN_ID` finishes an interrupted run). Keep the evidence (`{EVIDENCE}`):",
             "", *_block(_copy_out(kdkit, runs)),
             f"After the campaign, with the order that `kdkit plan --save order.json` wrote copied beside this folder: "
-            f"`{CLOSE.format(kdkit=kdkit, project=PROJECT)}`.", ""]
+            f"`{CLOSE.format(kdkit=kdkit, project=q(PROJECT))}`.", ""]
 
 
 def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
     backend = info["backend"]
-    decompress = " ".join(COMPRESSORS[image["compressor"]].decompress)
+    decompress = COMPRESSORS[image["compressor"]].decompress
     spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend)
     return ["## With Docker only (no kdkit on this host)", "",
             "The same container as `kdkit run` starts (image id "
             f"{image['id'][:19]}); the lines before it compute what it depends on here. {RUNS_OWNER}. "
-            f"`{decompress.split()[0]}` must be installed (`apt-get install {decompress.split()[0]}`).", "",
-            *_block([f"{decompress} {image['file']} | docker load",
+            f"`{decompress[0]}` must be installed (`apt-get install {decompress[0]}`).", "",
+            *_block([f"{shlex.join(decompress)} {q(image['file'])} | docker load",
                      *shell_prelude(f"{PROJECT}/{runs}", backend),
                      portable_line(spec, backend)]),
             "Its exit code is the verdict. Keep the evidence (`python3 kdkit.pyz` copies and verifies):", "",
-            *_block(_copy_out(f"python3 {ZIPAPP}", runs))]
+            *_block(_copy_out(f"python3 {q(ZIPAPP)}", runs))]
 
 
 def _without_docker(info: dict[str, Any]) -> list[str]:
-    backend, lock = info["backend"], info["lock"]
-    pyz, runs = f"{LOCK_ENV}/bin/python {ZIPAPP}", info["runs"]
+    backend = info["backend"]
+    pyz, runs = f"{q(LOCK_ENV + '/bin/python')} {q(ZIPAPP)}", info["runs"]
+    python, project, lock = q(f"python{info['python']}"), q(PROJECT), q(f"{PROJECT}/{info['lock']}")
     return [f"## Without Docker (python{info['python']} and the lock's index reachable)", "",
             f"A venv made from the lock{_pylock_note(info)}, hash-checked, then kdkit's in-container part from "
             "`kdkit.pyz`:", "",
-            *_block([f"python{info['python']} -m venv {LOCK_ENV} && {LOCK_ENV}/bin/python -m pip install --quiet "
-                     f"--require-hashes --no-deps -r {PROJECT}/{lock}",
-                     f"{pyz} diagnose --expect {backend} && {pyz} verify-env --lock {PROJECT}/{lock} "
-                     f"&& {pyz} pilot {PROJECT}"]),
+            *_block([f"{python} -m venv {q(LOCK_ENV)} && {q(LOCK_ENV + '/bin/python')} -m pip install --quiet "
+                     f"--require-hashes --no-deps -r {lock}",
+                     f"{pyz} diagnose --expect {q(backend)} && {pyz} verify-env --lock {lock} "
+                     f"&& {pyz} pilot {project}"]),
             "The last command's exit code is the verdict. Before the long run: "
-            f"`{pyz} sweep {PROJECT} --batch-sizes 1,2,4,8` (the batch size from measurements) and "
-            f"`{pyz} resume-test {PROJECT} --out ../resume-test` (training: resume in a new process). Keep the "
+            f"`{pyz} sweep {project} --batch-sizes 1,2,4,8` (the batch size from measurements) and "
+            f"`{pyz} resume-test {project} --out ../resume-test` (training: resume in a new process). Keep the "
             "evidence:",
             "", *_block(_copy_out(pyz, runs)), *_kdkit_for_close(info)]
 
@@ -133,7 +141,7 @@ def _kdkit_for_close(info: dict[str, Any]) -> list[str]:
     return [f"kdkit itself installs offline from `{wheels['folder']}/` ({_pythons(wheels)}): "
             f"`{_install_kdkit(wheels)}`; after the "
             f"campaign, with the order `kdkit plan --save order.json` wrote copied beside this folder: "
-            f"`{CLOSE.format(kdkit=_kdkit(KDKIT_ENV), project=PROJECT)}`.", ""]
+            f"`{CLOSE.format(kdkit=_kdkit(KDKIT_ENV), project=q(PROJECT))}`.", ""]
 
 
 def run_md(info: dict[str, Any]) -> str:

@@ -2,21 +2,27 @@
 
 `kdkit verify-bundle` checks every file against SHA256SUMS and against the file list of
 bundle.json: a required file that is gone (with its SHA256SUMS line or without), a listed file that
-bundle.json does not know, a file that neither lists, or a link, is a failure. `kdkit load`
-verifies, decompresses the image on the way into the engine (engines before Docker 25 cannot read
-zstd themselves) and checks the loaded image's id and tied labels against the bundle.
+bundle.json does not know, a file that neither lists, or a link, is a failure. Then it checks what
+a tamperer who re-signs SHA256SUMS could change: bundle.json against schemas/bundle.schema.json (a
+wrong shape is bad input, naming its JSON path), and the image archive, read through with nothing
+loaded (one image, the bundle's id, its own tag only, no longer than declared:
+kdkit.transfer.imagearchive). `kdkit load` verifies, decompresses the image on the way into the engine
+(engines before Docker 25 cannot read zstd themselves), the archive checked again as it streams, and
+checks the loaded image's id and tied labels against the bundle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from kdkit.config.files import printable_name
+from kdkit.config.schemas import raise_first, schema_problems
 from kdkit.core import proc
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
@@ -24,37 +30,42 @@ from kdkit.core.jsonio import load_json, sha256_file
 from kdkit.core.report import Progress
 from kdkit.transfer.format import (
     BUNDLE_JSON,
-    COMPRESSORS,
     FORMAT_KEY,
     PROJECT,
     READS,
     RUN_MD,
     TIED_LABELS,
     ZIPAPP,
+    ImageEntry,
     bundle_tree,
     label_mismatches,
     read_sums,
 )
+from kdkit.transfer.imagearchive import expected, rewritten
 from kdkit.transfer.kdkitwheels import listed_files
 
 
-def _required(info: Any) -> tuple[set[str], str | None]:
-    """The files bundle.json says the bundle holds, and why it cannot say (None when it can)."""
+def _format_problem(info: Any) -> str | None:
+    """Why bundle.json is of no format this kdkit reads (a bundle of another kdkit, or not kdkit's), or None."""
     if not isinstance(info, dict) or info.get(FORMAT_KEY) not in READS:
-        return set(), (f"has no {FORMAT_KEY!r}: {' or '.join(map(str, READS))} (made by an older or newer kdkit, "
-                       "or not by kdkit); make the bundle again with `kdkit bundle` of this kdkit")
-    files, image = info.get("files"), info.get("image")
-    named = [info.get(key) for key in ("lock", "pilot_config", "manifest")]
-    if not isinstance(files, list) or not all(safe_name(f) for f in [*files, *named, "kdkit.json"]):
+        return (f"has no {FORMAT_KEY!r}: {' or '.join(map(str, READS))} (made by an older or newer kdkit, "
+                "or not by kdkit); make the bundle again with `kdkit bundle` of this kdkit")
+    return None
+
+
+def _required(info: dict[str, Any]) -> tuple[set[str], str | None]:
+    """The files bundle.json (of a format this kdkit reads, valid against its schema) says the bundle holds,
+    and why it cannot say (None when it can): a name that leads out of the bundle."""
+    files, image = info["files"], info["image"]
+    named = [info[key] for key in ("lock", "pilot_config", "manifest")]
+    if not all(safe_name(f) for f in [*files, *named, "kdkit.json"]):
         return set(), "its file list ($.files, $.lock, $.pilot_config, $.manifest) is malformed"
     wheels = listed_files(info)
     if wheels is None or not all(safe_name(f) for f in wheels):
         return set(), "its $.kdkit_wheels.files is malformed"
     required = {BUNDLE_JSON, RUN_MD, ZIPAPP, *wheels, *(f"{PROJECT}/{f}" for f in [*files, *named, "kdkit.json"])}
-    if image:
-        if not isinstance(image, dict) or not safe_name(image.get("file")):
-            return set(), "its $.image.file is malformed"
-        required.add(str(image["file"]))
+    if image is not None:
+        required.add(image["file"])
     return required, None
 
 
@@ -70,21 +81,35 @@ def _results_folders(folder: Path, info: Any, listed: Iterable[str]) -> list[Pat
 
 
 def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Check every file against SHA256SUMS and bundle.json's file list before anything is loaded.
+    """Check every file against SHA256SUMS and bundle.json's file list, and the image archive's contents,
+    before anything is loaded.
 
     Each problem names its file: altered, missing (with its SHA256SUMS line or without), listed in
-    SHA256SUMS but not part of the bundle, present but listed nowhere, or a link (kdkit writes none).
+    SHA256SUMS but not part of the bundle, present but listed nowhere, or a link (kdkit writes none); an
+    image archive that names another image or tag, or decompresses past what bundle.json declares. A
+    bundle.json that SHA256SUMS vouches for but that does not match schemas/bundle.schema.json is bad
+    input (BadInput naming its JSON path).
     """
+    return _verified(folder, progress)[0]
+
+
+def _verified(folder: Path, progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(verify_bundle's report, bundle.json's content as checked: None when it could not be read)."""
     folder = folder.resolve()
     if not folder.is_dir():
         raise BadInput(f"{folder}: not a folder; give the bundle folder made by `kdkit bundle`")
     listed = read_sums(folder)
     present = dict(bundle_tree(folder))
-    problems, intact = _check_listed(folder, listed, present, progress)
-    info = _description(folder, listed, present, intact, problems)
+    problems: list[dict[str, str]] = []
+    info = _description(folder, listed, present, problems)
     required, why = _required(info) if info is not None else (set(), None)
     if why is not None:
         problems.append({"file": BUNDLE_JSON, "problem": why})
+    listed_problems, intact = _check_listed(folder, listed, present, progress)
+    problems += listed_problems
+    image = info["image"] if info is not None and why is None else None
+    if image is not None and image["file"] in intact:
+        problems += _image_problems(folder, ImageEntry.of(image), progress)
     results = _results_folders(folder, info, listed)
     unlisted = {name for name in present if name not in listed and name != SUMS
                 and not any(r in (folder / name).parents for r in results)} - {BUNDLE_JSON}
@@ -97,7 +122,42 @@ def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, A
                       "does not list it)"} for name in sorted(set(listed) - required)]
     problems += [{"file": printable_name(name), "problem": "not listed in SHA256SUMS (added after bundling)"}
                  for name in sorted(unlisted)]
-    return {"bundle": str(folder), "files": len(listed), "ok": not problems, "problems": problems}
+    report = {"bundle": str(folder), "files": len(listed), "ok": not problems, "problems": problems}
+    return report, info if why is None else None
+
+
+def _image_problems(folder: Path, image: ImageEntry, progress: Progress | None) -> list[dict[str, str]]:
+    """The archive read through (kdkit.transfer.imagearchive) with nothing loaded: its size against bundle.json,
+    its one image and tag, its length against the bound."""
+    path = folder / image.file
+    size = path.stat().st_size
+    if size != image.bytes:
+        return [{"file": image.file, "problem": f"{size} bytes, bundle.json declares {image.bytes} ($.image.bytes)"}]
+    if progress is not None:
+        progress(f"reading {image.file} through {image.compressor.decompress[0]}: one image, its own tag, its length")
+    try:
+        for _chunk in _archive(folder, image):
+            pass
+    except CheckFailed as exc:
+        return [{"file": image.file, "problem": str(exc)}]
+    return []
+
+
+@contextlib.contextmanager
+def _decompressed(folder: Path, image: ImageEntry) -> Iterator[Iterator[bytes]]:
+    """The image archive decompressed, its decompressor ended when the block ends (early, at a refusal)."""
+    chunks = proc.stdout_chunks([*image.compressor.decompress, str(folder / image.file)])
+    try:
+        yield chunks
+    finally:
+        if isinstance(chunks, Generator):
+            chunks.close()
+
+
+def _archive(folder: Path, image: ImageEntry) -> Iterator[bytes]:
+    """The archive as the engine gets it: decompressed, checked and written again as it streams."""
+    with _decompressed(folder, image) as chunks:
+        yield from rewritten(chunks, expected(image.ref, image.id, image.bytes, image.archive_bytes))
 
 
 def _check_listed(folder: Path, listed: dict[str, str], present: dict[str, os.stat_result],
@@ -122,18 +182,32 @@ def _check_listed(folder: Path, listed: dict[str, str], present: dict[str, os.st
     return problems, intact
 
 
-def _description(folder: Path, listed: dict[str, str], present: dict[str, os.stat_result], intact: set[str],
-                 problems: list[dict[str, str]]) -> Any:
-    """bundle.json's content when SHA256SUMS lists it and it is intact, else None (with a problem added)."""
+def _description(folder: Path, listed: dict[str, str], present: dict[str, os.stat_result],
+                 problems: list[dict[str, str]]) -> dict[str, Any] | None:
+    """bundle.json's content when SHA256SUMS lists it, it is intact and of a format this kdkit reads, else None
+    (with a problem added); BadInput naming the JSON path when it does not match its schema."""
+    path = folder / BUNDLE_JSON
     if BUNDLE_JSON not in listed:
         problems.append({"file": BUNDLE_JSON, "problem": "not listed in SHA256SUMS" if BUNDLE_JSON in present
                          else "missing, and its SHA256SUMS line too"})
-    elif BUNDLE_JSON in intact:
-        try:
-            return load_json(folder / BUNDLE_JSON, what="bundle description")
-        except BadInput as exc:
-            problems.append({"file": BUNDLE_JSON, "problem": f"unreadable ({exc})"})
-    return None
+        return None
+    if BUNDLE_JSON not in present or not stat.S_ISREG(present[BUNDLE_JSON].st_mode):
+        return None  # named by _check_listed
+    if sha256_file(path) != listed[BUNDLE_JSON]:
+        return None  # named by _check_listed
+    try:
+        info = load_json(path, what="bundle description")
+    except BadInput as exc:
+        problems.append({"file": BUNDLE_JSON, "problem": f"unreadable ({exc})"})
+        return None
+    why = _format_problem(info)
+    if why is not None:
+        problems.append({"file": BUNDLE_JSON, "problem": why})
+        return None
+    raise_first(schema_problems(info, "bundle", Path(BUNDLE_JSON)), base=folder,
+                hint="; `kdkit bundle` never writes it so: make the bundle again")
+    result: dict[str, Any] = info
+    return result
 
 
 def require_verified(report: dict[str, Any]) -> None:
@@ -149,34 +223,37 @@ def require_verified(report: dict[str, Any]) -> None:
 
 
 def load_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Verify every file, load the image, and check its id and labels against the bundle."""
+    """Verify every file and the archive's contents, load the image (the archive as checked, written again as
+    it streams: kdkit.transfer.imagearchive), and check its id and labels against the bundle."""
     from kdkit.docker_adapter import connect
 
     say = progress or (lambda _m: None)
     say("verifying every file against SHA256SUMS")
-    verified = verify_bundle(folder, progress)
+    verified, info = _verified(folder, progress)
     require_verified(verified)
+    assert info is not None  # verified: bundle.json was read and checked
     folder = Path(verified["bundle"])
-    info = load_json(folder / BUNDLE_JSON, what="bundle description")
-    image = info.get("image")
-    if not image:
+    if info["image"] is None:
         raise BadInput(f"{folder / BUNDLE_JSON}: this bundle has no image (made with --no-image); use "
                        f"{ZIPAPP} as RUN.md says, or bundle again with the image")
-    compressor = COMPRESSORS[image["compressor"]]
+    image = ImageEntry.of(info["image"])
     engine = connect()
-    say(f"loading {image['file']} ({image['bytes'] / 1e6:.0f} MB) through {compressor.decompress[0]}")
+    say(f"loading {image.file} ({image.bytes / 1e6:.0f} MB) through {image.compressor.decompress[0]}")
     started = time.perf_counter()
-    loaded = engine.load_image_chunks(proc.stdout_chunks([*compressor.decompress, str(folder / image["file"])]),
-                                      str(folder / image["file"]))
+    try:
+        loaded = engine.load_image_chunks(_archive(folder, image), str(folder / image.file))
+    except CheckFailed as exc:  # changed since it was verified: broken off before any name reached the engine
+        require_verified({"bundle": str(folder), "problems": [{"file": image.file, "problem": str(exc)}]})
+        raise
     seconds = time.perf_counter() - started
-    facts = engine.require_image(image["ref"])
-    recorded = {name: image["labels"][name] for name in TIED_LABELS if name in image["labels"]}
-    baked = recorded.get("dev.kdkit.lock.path")  # the requirements lock, or the pylock the image was built from
-    lock_sha256 = sha256_file(folder / PROJECT / (baked if baked and baked in info["files"] else info["lock"]))
-    wrong = [] if facts.id == image["id"] else [f"id: image has {facts.id}, bundle has {image['id']}"]
+    facts = engine.require_image(image.ref)
+    recorded = {name: image.labels[name] for name in TIED_LABELS}
+    baked = recorded["dev.kdkit.lock.path"]  # the requirements lock, or the pylock the image was built from
+    lock_sha256 = sha256_file(folder / PROJECT / (baked if baked in info["files"] else info["lock"]))
+    wrong = [] if facts.id == image.id else [f"id: image has {facts.id}, bundle has {image.id}"]
     wrong += label_mismatches(facts.labels, {**recorded, "dev.kdkit.lock.sha256": lock_sha256})
     if wrong:
-        raise CheckFailed(f"image {image['ref']}: loaded, but does not match the bundle ({wrong[0]}); "
+        raise CheckFailed(f"image {image.ref}: loaded, but does not match the bundle ({wrong[0]}); "
                           "the bundle is inconsistent: make it again with `kdkit bundle`")
-    return {"bundle": str(folder), "image": image["ref"], "id": facts.id, "loaded": loaded,
+    return {"bundle": str(folder), "image": image.ref, "id": facts.id, "loaded": loaded,
             "labels_checked": list(TIED_LABELS), "seconds": round(seconds, 3), "files": verified["files"]}

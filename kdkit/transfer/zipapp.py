@@ -25,7 +25,8 @@ def build_zipapp(target: Path) -> int:
         # Byte code beside each module (``module.pyc``, the layout zipimport reads), for this Python: a
         # zipapp cannot cache what it compiles, so without it every command compiles kdkit anew (a
         # verify-env 7x slower). Another Python finds a magic number it does not know and reads the sources.
-        compileall.compile_dir(root, quiet=1, legacy=True,
+        # quiet=2: a module it cannot compile (a full disk) is not printed; writing the archive then says why.
+        compileall.compile_dir(root, quiet=2, legacy=True,
                                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
         (root / "__main__.py").write_text(_zipapp_main(), encoding="utf-8")
         zipapp.create_archive(root, target, interpreter="/usr/bin/env python3")

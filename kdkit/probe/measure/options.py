@@ -18,7 +18,7 @@ from typing import Any
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import whole_number
 from kdkit.core.pilotconfig import config_file
-from kdkit.core.projectfiles import MARKER, inside, load_object, require_real_inside
+from kdkit.core.projectfiles import MARKER, config_path, load_object, require_real_inside, runs_problem
 from kdkit.core.report import print_result
 
 DEFAULT_TRAIN = "src.train"
@@ -69,10 +69,15 @@ def train_module(root: Path, given: str | None) -> str:
 def runs_dir(root: Path) -> Path:
     """The pilot config's runs folder, held to the one containment rule (inside the project, links resolved)."""
     config = config_file(root, None)
-    relative = load_object(config, "pilot config").get("runs", "runs")
+    data = load_object(config, "pilot config")
+    relative = data.get("runs", "runs")
     if not isinstance(relative, str):
         raise BadInput(f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
-    return require_real_inside(root, inside(root, relative, config, "$.runs"), config, "$.runs")
+    folder = require_real_inside(root, config_path(root, relative, config, "$.runs"), config, "$.runs")
+    named = tuple(value for key in ("inputs", "manifest") if isinstance(value := data.get(key), str))
+    if (problem := runs_problem(root, relative, (*named, config.relative_to(root).as_posix()))) is not None:
+        raise BadInput(f"{config}: $.runs: {problem}")
+    return folder
 
 
 def seconds_text(value: float | None) -> str:

@@ -32,17 +32,17 @@ from kdkit.core.runfolder import BYTES, DEVICE
 from kdkit.probe.pilot.harness import short_text
 
 FRAME = struct.Struct(">IQ")
-MAX_MESSAGE = 1 << 31  # bytes of one reply header the parent accepts
 PR_SET_PDEATHSIG = 1
 
 
 # ---------------------------------------------------------------- the wire
 
 
-def frame(header: dict[str, Any] | bytes, payload: bytes = b"") -> bytes:
-    """One message; ``header`` already encoded when it is bytes."""
+def frame(header: dict[str, Any] | bytes, payload_size: int = 0) -> bytes:
+    """One message's lengths and header (``header`` already encoded when it is bytes); its ``payload_size``
+    bytes of payload are sent after it as they are, never copied into one message."""
     data = header if isinstance(header, bytes) else encode(header)
-    return FRAME.pack(len(data), len(payload)) + data + payload
+    return FRAME.pack(len(data), payload_size) + data
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -65,18 +65,20 @@ def _plain(value: Any) -> Any:
     return short_text(value)
 
 
-def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def _read_exactly(stream: IO[bytes], size: int) -> bytearray | None:
+    """``size`` bytes read into one buffer made once (never chunks joined: a big batch is held once)."""
+    buffer = bytearray(size)
+    with memoryview(buffer) as view:
+        got = 0
+        while got < size:
+            count = stream.readinto(view[got:])  # type: ignore[attr-defined]  # a raw FileIO: blocks, never None
+            if not count:
+                return None
+            got += count
+    return buffer
 
 
-def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytes] | None:
+def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytearray] | None:
     """The next request, or None at end of input (the supervisor is gone or done)."""
     head = _read_exactly(stream, FRAME.size)
     if head is None:
@@ -157,11 +159,15 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _items(header: dict[str, Any], payload: bytes) -> list[dict[str, Any]]:
+def _items(header: dict[str, Any], payload: bytearray) -> list[dict[str, Any]]:
+    """The batch's items, each text decoded from its part of ``payload``, which is then let go: the app's
+    process holds each text once while the app runs."""
     items, start = [], 0
-    for ident, size in zip(header["ids"], header["sizes"], strict=True):
-        items.append({"id": ident, "text": payload[start:start + size].decode("utf-8")})
-        start += size
+    with memoryview(payload) as view:
+        for ident, size in zip(header["ids"], header["sizes"], strict=True):
+            items.append({"id": ident, "text": str(view[start:start + size], "utf-8")})
+            start += size
+    payload.clear()
     return items
 
 
@@ -187,7 +193,7 @@ class Server:
         self.replies.write(frame(header))
 
     def serve(self) -> None:
-        handlers: dict[Any, Callable[[dict[str, Any], bytes], dict[str, Any] | bytes]] = {
+        handlers: dict[Any, Callable[[dict[str, Any], bytearray], dict[str, Any] | bytes]] = {
             "predict": self.run_predict, "diagnose": self.diagnose, "load": lambda header, _: self.load(header),
             "peak": lambda _header, _payload: {"op": "peak", "memory": peak_memory(self.device)}}
         while (request := read_frame(self.requests)) is not None:
@@ -197,7 +203,7 @@ class Server:
                 return
             self.reply(handler(header, payload))
 
-    def diagnose(self, header: dict[str, Any], _payload: bytes) -> dict[str, Any]:
+    def diagnose(self, header: dict[str, Any], _payload: bytearray) -> dict[str, Any]:
         from kdkit.probe.diagnose.runner import run_diagnose
 
         return {"op": "diagnosed", "report": run_diagnose(header["expect"], project=_path(header.get("project")))}
@@ -220,7 +226,7 @@ class Server:
         _reset_peak(self.device)
         return {"op": "loaded"}
 
-    def run_predict(self, header: dict[str, Any], payload: bytes) -> dict[str, Any] | bytes:
+    def run_predict(self, header: dict[str, Any], payload: bytearray) -> dict[str, Any] | bytes:
         assert self.predict is not None, "predict before load"
         items = _items(header, payload)
         try:

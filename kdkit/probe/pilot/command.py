@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,36 +27,30 @@ from kdkit.core.projectfiles import load_object, project_root
 from kdkit.core.report import print_result
 from kdkit.core.resultlines import Scan
 from kdkit.core.runfolder import (
-    BYTES,
-    DEVICE,
     ENV,
-    FILES,
     LAUNCHER,
     PARAMS,
     PARAMS_HASH,
-    PEAK,
     PILOT,
-    SECONDS,
-    STOP,
     SUMMARY,
     SUMMARY_MD,
-    TIMINGS,
     check_new_run_id,
     check_run_id,
     claim,
     new_run_id,
 )
 from kdkit.core.runresults import RunFolder
+from kdkit.core.safetext import printable
 from kdkit.core.staging import clean_stale_in, describe_removed
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot import harness
-from kdkit.probe.pilot.accounting import Accounting, Tally, account
+from kdkit.probe.pilot.accounting import Tally
+from kdkit.probe.pilot.closing import Session, close_run, failure_stop, stopped_by_full_disk
 from kdkit.probe.pilot.fanout import run_node
 from kdkit.probe.pilot.launch import continuing, place
 from kdkit.probe.pilot.launchers import Placement
 from kdkit.probe.pilot.options import build_parser
 from kdkit.probe.pilot.origin import app_record, check_resume, is_finished
-from kdkit.probe.pilot.report import summary_data, summary_markdown
 from kdkit.probe.pilot.shares import (
     Share,
     check_resumed_share,
@@ -72,33 +64,6 @@ from kdkit.probe.results.copyout import copy_run
 
 PROBLEMS_SHOWN = 20
 IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
-@dataclass
-class Session:
-    """This invocation's share of the run: timings and the stop, if any."""
-
-    resumed: bool
-    started: float = field(default_factory=time.perf_counter)
-    diagnose_seconds: float = 0.0
-    app_seconds: float = 0.0
-    batches: int = 0
-    items: int = 0
-    dropped_lines: int = 0
-    stop: dict[str, Any] | None = None
-    exit_code: int = 0
-    tally: Tally | None = None  # the records this session appended, counted as they were written
-    peak: dict[str, Any] | None = None  # the app process's own memory report
-
-    def timings(self) -> dict[str, Any]:
-        total = time.perf_counter() - self.started
-        return {
-            SECONDS: round(total, 4),
-            "diagnose_seconds": round(self.diagnose_seconds, 4),
-            "app_seconds": round(self.app_seconds, 4),
-            "harness_seconds": round(total - self.diagnose_seconds - self.app_seconds, 4),
-            "batches": self.batches,
-            "items": self.items,
-            "items_per_second": round(self.items / total, 2) if total > 0 else None,
-        }
 
 
 class Progress:
@@ -145,7 +110,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         return run, True
     code = code_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
-    for line in describe_removed(clean_stale_in(cfg.runs_dir)):  # a killed pilot's folder being made
+    for line in describe_removed(clean_stale_in(cfg.runs_dir, folders_only=True)):  # a killed pilot's run folder
         print(f"pilot: {line}", file=sys.stderr)
     record = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -201,7 +166,8 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
     """Diagnose, then the batches, both in the app's own process; any stop is recorded in ``session``,
     never raised."""
     try:
-        with AppProcess(cfg.max_batch_seconds) as app:
+        run.reserve_stop()  # stop.json's room, so that a full disk can still be told
+        with AppProcess(cfg.max_batch_seconds, cfg.batch_size) as app:
             started = time.perf_counter()
             try:
                 report = app.diagnose(expect_for(cfg.device), cfg.root)
@@ -224,15 +190,11 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
         session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
     except KdkitError as exc:
         session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": "error"}, 1
-    except Exception as exc:  # the harness's own failure (e.g. disk full) still closes the run folder
-        session.stop, session.exit_code = {"reason": f"error: {type(exc).__name__}: {exc}", "rule": "error"}, 1
+    except Exception as exc:  # the harness's own failure (a full disk: disk-full) still closes the run folder
+        session.stop, session.exit_code = failure_stop(exc)
     finally:
         with contextlib.suppress(OSError):
             run.close()
-    if not (run.path / ENV).exists():  # the diagnose itself did not come back: say so there
-        run.write_json(ENV, {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
-            "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
-            "fix": "see stop.json"}})
     if session.stop is not None:
         session.stop["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -279,55 +241,6 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
         session.app_seconds += time.perf_counter() - started
 
 
-def peak_memory(session: Session, device: str) -> dict[str, Any]:
-    """What the app's process measured (torch's peak GPU allocation, or its peak RSS); when it
-    could no longer say (it was stopped or died), the peak RSS of the processes this one waited for."""
-    if session.peak is not None:
-        return session.peak
-    return {DEVICE: device, "kind": "peak RSS of the app process (ru_maxrss of waited children)",
-            BYTES: resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
-
-
-def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
-    """The run's accounting, never of anything but what the harness wrote.
-
-    When results.jsonl is byte for byte what it must be (SHA-256 of the file against the running
-    hash of the kept prefix and every append), a fresh run is judged from the records counted as
-    they were written, a resumed one from the file. When it is not (something else wrote into the
-    run folder while it was open), the file is judged as it is, so whatever was changed is named,
-    and the run folder's integrity problems (RunFolder.integrity_problems) fail the run whatever
-    the file says: a results file the harness did not write can never pass.
-    """
-    intact = run.holds_only_appended()
-    if intact and session.tally is not None and not session.resumed:
-        accounting = session.tally.judge(cfg.min_quality)
-    else:
-        try:
-            accounting = account(cfg.documents, run.records(), cfg.min_quality)
-        except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
-            accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality)
-    accounting.problems.extend(run.integrity_problems(intact))
-    return accounting
-
-
-def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
-    """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS."""
-    if session.stop is not None:
-        run.write_json(STOP, session.stop)
-    accounting = judged(cfg, run, session)
-    summary = summary_data(run.run_id, cfg, accounting, session.stop, {
-        "resumed": session.resumed,
-        "lines_dropped_on_resume": session.dropped_lines,
-        TIMINGS: session.timings(),
-        PEAK: peak_memory(session, cfg.device),
-    })
-    summary[FILES] = sorted({*run.files_listed(), SUMMARY, SUMMARY_MD, SUMS})
-    run.write_json(SUMMARY, summary)
-    run.write_text(SUMMARY_MD, summary_markdown(summary, cfg, accounting))
-    run.write_sums()
-    return summary
-
-
 # ---------------------------------------------------------------- command line
 
 
@@ -337,7 +250,7 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
              f"  {summary['total']} IDs: accepted {summary['accepted']}, rejected {summary['rejected']}; "
              f"quality {quality} (min {summary['min_quality']:g})"]
     problems = summary["problems"]
-    lines += [f"  - {p}" for p in problems[:PROBLEMS_SHOWN]]
+    lines += [f"  - {printable(p)}" for p in problems[:PROBLEMS_SHOWN]]  # one line each, whatever the app said
     if len(problems) > PROBLEMS_SHOWN:
         lines.append(f"  ... {len(problems) - PROBLEMS_SHOWN} more in summary.json")
     lines.append("PASS: every ID exactly once, expectations met" if summary["verdict"] == "pass"
@@ -395,6 +308,8 @@ def main(argv: list[str]) -> int:
                  ascii_only=False)
     if copy_error is not None:
         raise copy_error
+    if (full := stopped_by_full_disk(run, session)) is not None:
+        raise full
     if session.exit_code:
         return session.exit_code
     return 0 if summary["verdict"] == "pass" else 1

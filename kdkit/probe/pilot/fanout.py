@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from kdkit.core.report import print_result
 from kdkit.core.stopsignals import handling_stops
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot.appchild import PR_SET_PDEATHSIG
@@ -114,8 +115,7 @@ def _print(outputs: list[bytes], placed: Placement, codes: list[int], as_json: b
             except ValueError:
                 docs.append(None)  # the worker failed before its result; its stderr said why
         shares = [{"worker": s.worker, "workers": s.workers} for s in placed.node_shares]
-        print(json.dumps({"launcher": placed.record(), "shares": shares, "exit_codes": codes, "workers": docs},
-                         indent=2, ensure_ascii=False))
+        print_result(True, {"launcher": placed.record(), "shares": shares, "exit_codes": codes, "workers": docs},
+                     "", ascii_only=False)  # kdkit.core.report: no raw control character, valid JSON
     else:
-        print("\n".join(text.rstrip("\n") for text in texts if text.strip()))
-    sys.stdout.flush()
+        print_result(False, None, "\n".join(text.rstrip("\n") for text in texts if text.strip()))

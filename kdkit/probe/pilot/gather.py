@@ -13,7 +13,9 @@ checks, in this order, and names every failure:
    the whole passes the pilot's own accounting (categories, reasons, expectations, quality).
 
 It writes one summary for the whole run (summary.json, summary.md, SHA256SUMS) into a new
-folder, made under a temporary name and renamed into place: never half-written.
+folder, made under a temporary name and renamed into place without replacing anything: never
+half-written; of two gatherings to one --out one is refused; --force replaces only the earlier
+gathering it checked (kdkit.core.staging.staged_folder).
 Standard library only: it runs on the host, in the image, or on the results copied back.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,14 +33,14 @@ from typing import Any
 from kdkit.core import runfolder as rf
 from kdkit.core.checksums import SUMS, write_sums
 from kdkit.core.errors import BadInput, CheckFailed
-from kdkit.core.jsonio import atomic_write_json, atomic_write_text
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
 from kdkit.core.resultlines import FINISHED
 from kdkit.core.runresults import RunFolder
-from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.core.staging import describe_removed, refuse_link, staged_folder
 from kdkit.probe.pilot.accounting import Accounting, account
 from kdkit.probe.pilot.collect import Worker, collect
 from kdkit.probe.pilot.shares import worker_of
@@ -214,41 +215,70 @@ def default_out(workers: Sequence[Worker], roots: Sequence[Path] = ()) -> Path:
     return (roots[0] if roots else workers[0].path.parent) / rf.gathered_folder(workers[0].run)
 
 
+GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS})  # the files a gathering's folder holds
+
+
+def replaceable_gathering(folder: Path) -> str | None:
+    """Why ``--force`` must not replace what is at ``folder`` (it is not exactly a gathering kdkit wrote), or None."""
+    if folder.is_symlink() or not folder.is_dir():
+        return "is not a folder"
+    try:
+        names = set(os.listdir(folder))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not (folder / rf.SUMMARY).is_file():
+        return f"holds no {rf.SUMMARY}, so it is not an earlier gathering"
+    if names - GATHERING:
+        return (f"holds {len(names - GATHERING)} file(s) a gathering does not write (e.g. "
+                f"{sorted(names - GATHERING)[0]!r}), which --force would delete")
+    return _not_gathered(folder)
+
+
+def _not_gathered(folder: Path) -> str | None:
+    """Why the content of ``folder`` is not a gathering as kdkit wrote it (its summary.json's kind, then the folder
+    against its own SHA256SUMS: kdkit.core.runfolder.verify_folder, the one verification), or None."""
+    try:
+        kind = load_json(folder / rf.SUMMARY).get(rf.KIND)
+    except (BadInput, AttributeError):
+        kind = None
+    if kind != rf.GATHERED:
+        return f"its {rf.SUMMARY} is not a gathering's (kind {rf.GATHERED!r}), so it is not an earlier gathering"
+    try:
+        problems = verify_folder(folder, read_sums(folder))
+    except (BadInput, CheckFailed):  # none, or malformed
+        return f"holds no readable {SUMS}, so it is not an earlier gathering"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if problems:
+        return f"does not match its own {SUMS} ({problems[0]}), so it is not a gathering as kdkit wrote it"
+    return None
+
+
 def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
+    refuse_link(out, "--out")
     out = out.resolve()
     for worker in workers:
         if out == worker.path or worker.path in out.parents:
             raise BadInput(f"--out {out}: inside the run folder {worker.path}; it would break its {SUMS}")
-    if out.exists() and not (force and (out / rf.SUMMARY).is_file()):
-        hint = "add --force to replace an earlier gathering" if (out / rf.SUMMARY).is_file() else \
-            "choose another --out"
-        raise BadInput(f"{out}: exists; {hint}")
+    why = replaceable_gathering(out) if os.path.lexists(out) else None
+    if why is not None:
+        raise BadInput(f"{out}: exists and {why}; choose another --out or move it away first")
+    if os.path.lexists(out) and not force:
+        raise BadInput(f"{out}: exists; add --force to replace an earlier gathering")
     if not out.parent.is_dir():
         raise BadInput(f"--out {out}: the folder {out.parent} does not exist; create it first")
     return out
 
 
-def write_summary(out: Path, summary: dict[str, Any]) -> None:
-    """summary.json, summary.md and SHA256SUMS in a temporary folder renamed to ``out``."""
-    for line in describe_removed(clean_stale(out)):
-        print(f"gather: {line}", file=sys.stderr)
-    staging, lock = staging_for(out), None
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    try:
-        staging.mkdir()
-        lock = hold(staging)
-        atomic_write_json(staging / rf.SUMMARY, summary)
-        atomic_write_text(staging / rf.SUMMARY_MD, summary_markdown(summary))
-        write_sums(staging, [(name, staging / name) for name in (rf.SUMMARY, rf.SUMMARY_MD)])
-        if out.exists():  # --force: the earlier gathering goes only once the new one is complete
-            os.replace(out, old)
-        os.replace(staging, out)
-    except OSError as exc:
-        raise BadInput(f"{out}: cannot write the summary there ({exc.strerror}); choose a writable --out") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-        release(lock)
+def write_summary(out: Path, summary: dict[str, Any], force: bool = False) -> None:
+    """summary.json, summary.md and SHA256SUMS in a staging folder published as ``out`` (never over anything
+    but the earlier gathering checked, with ``force``: kdkit.core.staging.staged_folder)."""
+    with staged_folder(out, "--out", replaceable_gathering if force else None) as staged:
+        for line in describe_removed(staged.removed):
+            print(f"gather: {line}", file=sys.stderr)
+        atomic_write_json(staged.path / rf.SUMMARY, summary)
+        atomic_write_text(staged.path / rf.SUMMARY_MD, summary_markdown(summary))
+        write_sums(staged.path, [(name, staged.path / name) for name in (rf.SUMMARY, rf.SUMMARY_MD)])
 
 
 # ---------------------------------------------------------------- the whole
@@ -289,7 +319,7 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
     acc, problems = judge(cfg, workers)
     summary = summary_data(workers[0].run, cfg, workers, acc, problems)
-    write_summary(destination, summary)
+    write_summary(destination, summary, force)
     return Gathered(summary, destination)
 
 

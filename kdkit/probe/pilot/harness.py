@@ -9,11 +9,13 @@ accounting.py judges it.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import hashlib
 import importlib
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdkit.core.credentials import redact
+from kdkit.core.credentials import REDACT_MARGIN, redact_head
 from kdkit.core.errors import KdkitError
 from kdkit.core.pilotconfig import Document
 from kdkit.core.projectfiles import real_inside
@@ -33,13 +35,37 @@ T = TypeVar("T")
 ANSWER_SHOWN = 120  # characters of an odd answer kept in the record
 REASON_KEPT = 500  # characters of a rejection reason kept (a traceback-sized message is cut)
 ANSWERED = frozenset({"accepted", "rejected", "invalid"})  # outcomes that answer an asked ID
+_LEADING_SPACE = re.compile(r"\s*")
+UTF8_CHECKED = 1 << 20  # bytes of an input decoded at a time to check it is UTF-8 (no str of the whole file)
 
 
 @dataclass(frozen=True)
 class Item:
+    """One input as the harness holds it: the file's bytes, once (checked to be UTF-8, hashed, and sent
+    to the app's process from these very bytes), and their SHA-256."""
+
     doc: Document
-    text: str
+    data: bytes
     sha256: str
+
+    @property
+    def payload(self) -> memoryview:
+        """The text's UTF-8 bytes as the app gets them: a leading BOM left out, nothing copied."""
+        view = memoryview(self.data)
+        return view[len(codecs.BOM_UTF8):] if self.data.startswith(codecs.BOM_UTF8) else view
+
+    @property
+    def text(self) -> str:
+        """The text, decoded on demand (the app's process decodes its own copy from the payload)."""
+        return str(self.payload, "utf-8")
+
+    def excerpt(self, chars: int) -> tuple[str, bool]:
+        """The first ``chars`` characters with each run of whitespace as one space, decoded from the start of
+        the file only; and whether the text goes on past them."""
+        head = self.payload[:chars * 4 + UTF8_CHECKED]
+        text = codecs.utf_8_decode(head, "strict", len(head) == len(self.payload))[0]
+        shown = " ".join(text.split())
+        return shown[:chars], len(shown) > chars or len(head) < len(self.payload)
 
 
 Call = Callable[[Sequence[Item]], Any]
@@ -147,12 +173,26 @@ def read_input(doc: Document, max_bytes: int, root: str | None = None) -> Item |
         os.close(fd)
     if len(data) > max_bytes:  # it grew while being read
         return f"input file {doc.file} is more than {max_bytes} bytes, over max_input_bytes {max_bytes}"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return (f"input file {doc.file} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+    bad = _not_utf8(data)
+    if bad is not None:
+        return (f"input file {doc.file} is not valid UTF-8 (byte 0x{data[bad]:02x} at offset {bad}); "
                 "convert it to UTF-8 or keep it as a planned rejection")
-    return Item(doc, text.removeprefix("\ufeff"), hashlib.sha256(data).hexdigest())
+    return Item(doc, data, hashlib.sha256(data).hexdigest())
+
+
+def _not_utf8(data: bytes) -> int | None:
+    """The offset of the first byte that is not UTF-8, or None: checked a block at a time, so the text is
+    never held a second time as a str."""
+    if data.isascii():
+        return None
+    view, start = memoryview(data), 0
+    while start < len(view):
+        end = min(start + UTF8_CHECKED, len(view))
+        try:
+            start += codecs.utf_8_decode(view[start:end], "strict", end == len(view))[1]
+        except UnicodeDecodeError as exc:
+            return start + exc.start
+    return None
 
 
 # ---------------------------------------------------------------- records
@@ -174,10 +214,11 @@ def short_text(value: Any, limit: int | None = ANSWER_SHOWN) -> str:
 
 def _shown(value: Any) -> Any:
     """An answer's value kept as data: JSON scalars as they are, anything else as short text; a
-    credential shape in it is redacted (kdkit.core.credentials): what the app said may travel and be shown."""
+    credential shape in it is redacted (kdkit.core.credentials): what the app said may travel and be shown.
+    Only what is kept is redacted (redact_head), so a huge value costs no more than a short one."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    return short_text(redact(short_text(value, limit=None)))  # redacted whole, then cut
+    return redact_head(short_text(value, limit=None), ANSWER_SHOWN)
 
 
 def classify_answers(items: Sequence[Item], answers: Any, categories: Sequence[str],
@@ -238,13 +279,23 @@ def _record(answer: Any, asked: dict[str, Item], categories: Sequence[str], batc
 
 
 def _reason(text: str) -> str:
-    text = redact(text)
-    return text if len(text) <= REASON_KEPT else text[:REASON_KEPT] + "..."
+    return redact_head(text, REASON_KEPT)
+
+
+def first_line(text: str, limit: int) -> str:
+    """The first line of ``text`` (leading space left out) for a reason kept to ``limit`` characters: looked
+    for only in twice the redaction margin past the limit, so a huge message is never split or copied whole
+    (and a line cut there is still longer than redact_head's window: it knows the line was cut)."""
+    space = _LEADING_SPACE.match(text)
+    start = space.end() if space else 0
+    window = text[start:start + limit + 2 * REDACT_MARGIN]
+    line = window.splitlines()[0] if window else ""
+    return line.rstrip() if len(line) <= limit else line
 
 
 def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str, Any]:
     """The record of an item whose single-item call still failed: the exception is its reason."""
-    said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    said = first_line(str(exc), REASON_KEPT)
     if isinstance(exc, NotAList):
         by, reason = "harness", said
     else:

@@ -2,7 +2,9 @@
 
 summary.md puts every ID's outcome in one table and shows a few outputs beside
 their inputs: a syntactically valid output can still be wrong, and only reading
-a few next to what produced them shows it.
+a few next to what produced them shows it. Whatever the app or an input says is
+data there: each cell and line goes through kdkit.core.safetext.md_cell, so no
+control character, `|` or leading `#` changes what the file shows.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from kdkit.core.runfolder import (
     TOTAL,
     VERDICT,
     WORKER_FOLDER,
-    md_cell,
 )
+from kdkit.core.safetext import md_cell, printable
 from kdkit.probe.pilot.accounting import Accounting
 from kdkit.probe.pilot.harness import read_input
 
@@ -85,7 +87,7 @@ def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting)
         f"- Entry: `{cfg.entry}`, batch size {cfg.batch_size}, device {cfg.device}",
     ]
     if summary.get("stopped"):
-        lines.append(f"- Stopped early: {summary['stopped']['reason']}")
+        lines.append(f"- Stopped early: {md_cell(summary['stopped']['reason'], None)}")
     lines += ["", "## Problems", ""]
     lines += [f"- {md_cell(p)}" for p in summary["problems"]] or ["None: every rule of the accounting holds."]
     lines += ["", "## Every ID", "", "| ID | expected | label | outcome | category or reason |",
@@ -111,9 +113,9 @@ def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
         if isinstance(item, str):
             continue
         seen_categories.add(record.get("category"))
-        excerpt = " ".join(item.text.split())[:EXCERPT]
-        shown += [f"**{doc.id}** -> `{record.get('category')}` (label: {doc.label})", "",
-                  f"> {excerpt}{'...' if len(item.text) > EXCERPT else ''}", ""]
+        excerpt, more = item.excerpt(EXCERPT)  # decoded from the file's start only, never the whole input
+        shown += [f"**{md_cell(doc.id)}** -> `{printable(record.get('category'))}` (label: {md_cell(doc.label)})", "",
+                  f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
         if len(seen_categories) == SHOWN_BESIDE:
             break
     return shown or ["No accepted output to show."]

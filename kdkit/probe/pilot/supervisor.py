@@ -37,14 +37,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.credentials import redact
-from kdkit.probe.pilot.appchild import FRAME, MAX_MESSAGE, frame, prctl
+from kdkit.core.credentials import redact_head
+from kdkit.probe.pilot.appchild import FRAME, frame, prctl
+from kdkit.probe.pilot.appoutput import Relay
 from kdkit.probe.pilot.fanout import interpreter, kdkit_home
-from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, NotAList
+from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, NotAList, first_line
 from kdkit.probe.pilot.stopguard import StopRequested
 from kdkit.probe.pilot.strays import children_of, kill_strays
 
 EXIT_GRACE_S = 5.0  # how long a child that was asked to leave may take before it is killed
+# The most bytes one reply of the app's process may take, read from its length header before any of its body:
+# a diagnose report, an error or the answers of a batch. kdkit keeps an ID, a category and 500 characters of
+# a reason per answer, so an answer has 64 KiB on the wire (room for an app's own extra keys); a bigger reply
+# is the app-protocol stop, never read (reply_limit).
+ANSWER_BYTES = 64 << 10
+REPLY_BYTES = 1 << 20  # any reply's room besides its answers
+REPLY_CEILING = 256 << 20  # whatever the batch size
+RECEIVED = 1 << 20  # bytes read from the pipe at a time
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 SIGNAL_HINTS = {
     signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the container's "
@@ -109,11 +118,18 @@ def decode_answers(header: dict[str, Any]) -> Any:
 
 
 
+def reply_limit(batch_size: int) -> int:
+    """The bytes one reply may take for batches of ``batch_size``: 1 MiB + 64 KiB per item, at most 256 MiB."""
+    return min(REPLY_BYTES + batch_size * ANSWER_BYTES, REPLY_CEILING)
+
+
 class AppProcess:
     """One app process for one pilot session; a context manager that always leaves it dead."""
 
-    def __init__(self, batch_seconds: float | None = None) -> None:
+    def __init__(self, batch_seconds: float | None = None, batch_size: int = 1) -> None:
         self.batch_seconds = batch_seconds
+        self.batch_size = batch_size
+        self.reply_limit = reply_limit(batch_size)
         self.process: subprocess.Popen[bytes] | None = None
         self.in_flight: list[str] | None = None  # IDs of the batch the app holds now
         self.status: dict[str, Any] | None = None  # how the process ended, once it has
@@ -126,7 +142,9 @@ class AppProcess:
         self._before = children_of(os.getpid())  # the pilot's own children, never touched
         self._reaper = prctl(PR_GET_CHILD_SUBREAPER, read=True) == 0 and prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
         self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        start_new_session=True, close_fds=True, bufsize=0)
+                                        stderr=subprocess.PIPE, start_new_session=True, close_fds=True, bufsize=0)
+        assert self.process.stderr is not None
+        self._output = Relay(self.process.stderr)  # the app's prints, escaped (kdkit.probe.pilot.appoutput)
         assert self.process.stdin is not None and self.process.stdout is not None
         os.set_blocking(self.process.stdin.fileno(), False)
         os.set_blocking(self.process.stdout.fileno(), False)
@@ -156,10 +174,10 @@ class AppProcess:
     def __call__(self, items: Sequence[Item]) -> Any:
         """The app's answers for ``items``; AppRaised when it raised, StopRequested when it must stop."""
         ids = [item.doc.id for item in items]
-        datas = [item.text.encode("utf-8", "surrogatepass") for item in items]
-        header = {"op": "predict", "ids": ids, "sizes": [len(d) for d in datas]}
+        texts = [item.payload for item in items]  # the bytes the harness read, sent as they are
+        header = {"op": "predict", "ids": ids, "sizes": [len(text) for text in texts]}
         self.in_flight = ids
-        reply = self._request(header, "the batch", deadline=self.batch_seconds, payload=b"".join(datas))
+        reply = self._request(header, "the batch", deadline=self.batch_seconds, payload=texts)
         self.in_flight = None
         if reply.get("op") == "raised":
             raise AppRaised(str(reply.get("type")), str(reply.get("message") or ""))
@@ -177,11 +195,13 @@ class AppProcess:
         return memory if isinstance(memory, dict) else None
 
     def _request(self, header: dict[str, Any], what: str, deadline: float | None,
-                 payload: bytes = b"") -> dict[str, Any]:
+                 payload: Sequence[memoryview] = ()) -> dict[str, Any]:
         assert self.process is not None
         until = None if deadline is None else time.monotonic() + deadline
         try:
-            self._send(frame(header, payload), what, until)
+            parts: list[bytes | memoryview] = [frame(header, sum(map(len, payload))), *payload]
+            for part in parts:
+                self._send(part, what, until)
             reply = self._receive(what, until)
         except BaseException:
             self.kill()  # a stop (Ctrl-C, SIGTERM, max_seconds) or a failure: the app cannot go on
@@ -202,7 +222,7 @@ class AppProcess:
             raise StopRequested(f"stop rule: the app took longer than {limit} on {what}; its process was stopped",
                                 "max_batch_seconds", details=self._details())
 
-    def _send(self, data: bytes, what: str, until: float | None) -> None:
+    def _send(self, data: bytes | memoryview, what: str, until: float | None) -> None:
         assert self.process is not None and self.process.stdin is not None
         fd, view = self.process.stdin.fileno(), memoryview(data)
         while view:
@@ -220,15 +240,16 @@ class AppProcess:
         while True:
             if len(buffer) >= FRAME.size:
                 size, payload = FRAME.unpack_from(buffer)
-                if size > MAX_MESSAGE or payload:
-                    raise self._protocol(what, "a reply of an impossible size")
+                if size > self.reply_limit or payload:  # from the length header, before any of the body is read
+                    raise self._oversized(what, size, payload)
                 if len(buffer) >= FRAME.size + size:
-                    data = bytes(buffer[FRAME.size:FRAME.size + size])
+                    with memoryview(buffer) as view:
+                        data = bytes(view[FRAME.size:FRAME.size + size])
                     del buffer[:FRAME.size + size]
                     return self._parse(data, what)
             self._wait(fd, False, until, what)
             try:
-                chunk = os.read(fd, 1 << 20)
+                chunk = os.read(fd, RECEIVED)
             except BlockingIOError:
                 continue
             if not chunk:
@@ -290,19 +311,29 @@ class AppProcess:
         return StopRequested(reason, "app-exit", details=self._details())
 
     def _fatal(self, reply: dict[str, Any], what: str) -> StopRequested:
-        kind, said = str(reply.get("type")), redact(str(reply.get("message") or "")).strip().splitlines()
+        kind, said = str(reply.get("type")), redact_head(first_line(str(reply.get("message") or ""), 200), 200, "")
         if kind == "SystemExit":
-            reason = (f"the app called sys.exit({reply.get('code')!r}) during {what}; an app must return its "
+            code = redact_head(repr(reply.get("code")), 200)
+            reason = (f"the app called sys.exit({code}) during {what}; an app must return its "
                       "results, never end the process")
             return StopRequested(reason, "app-exit", details=self._details())
-        reason = (f"the app raised {kind}" + (f": {said[0][:200]}" if said else "") + f" during {what}; "
+        reason = (f"the app raised {redact_head(kind, 200)}" + (f": {said}" if said else "") + f" during {what}; "
                   "only exceptions derived from Exception are taken as a failed item")
         return StopRequested(reason, "app-fatal", details=self._details())
 
-    def _protocol(self, what: str, problem: str) -> StopRequested:
+    def _protocol(self, what: str, problem: str,
+                  hint: str = "something in the app writes to the harness's pipe") -> StopRequested:
         self.kill()
-        return StopRequested(f"the app's process sent {problem} during {what}; something in the app writes to "
-                             "the harness's pipe", "app-protocol", details=self._details())
+        return StopRequested(f"the app's process sent {problem} during {what}; {hint}", "app-protocol",
+                             details=self._details())
+
+    def _oversized(self, what: str, size: int, payload: int) -> StopRequested:
+        if payload:
+            return self._protocol(what, f"a reply with {payload} bytes of payload (replies have none)")
+        return self._protocol(what, f"a reply of {size} bytes (more than the {self.reply_limit} a reply may take "
+                                    f"with batch_size {self.batch_size}; not read)",
+                              "answer with an ID and a category or a short error, not data (or something in the "
+                              "app writes to the harness's pipe)")
 
     # ------------------------------------------------------------ ending
 
@@ -332,6 +363,7 @@ class AppProcess:
         if self._reaper:
             prctl(PR_SET_CHILD_SUBREAPER, 0)
             self._reaper = False
+        self._output.join(EXIT_GRACE_S)  # its writers are dead: what they wrote is out before the verdict
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):

@@ -3,7 +3,8 @@
 Verification re-reads the copy, not the original, against the run's SHA256SUMS
 (after asking the kernel to drop the copy from its page cache where it can), so
 what is checked is what was written. A copy that fails is removed and the file
-is named; exit 1.
+is named; exit 1. The check is kdkit.core.runfolder.verify_folder, the one that
+``kdkit close`` and ``gather`` hold a run folder to.
 """
 
 from __future__ import annotations
@@ -14,63 +15,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from kdkit.core import checksums
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, CheckFailed
-from kdkit.core.jsonio import sha256_file
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.report import print_result
-from kdkit.core.runfolder import required_files
+from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
+from kdkit.core.runfolder import unlisted
+from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
-
-
-def read_sums(folder: Path) -> dict[str, str]:
-    """A run folder's SHA256SUMS (kdkit.core.checksums); BadInput when it has none: it was never closed."""
-    return checksums.read_sums(folder, "run folder", f"is {folder} a finished run folder?")
-
-
-def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
-    """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
-    that is missing, one not listed, and one the folder's kind requires that neither has."""
-    required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
-                "it (removed with its line?)" for name in required_files(folder) if name not in sums]
-    return required + mismatched(folder, sums) + unlisted(folder, sums)
-
-
-def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
-    problems = []
-    for name, digest in sums.items():
-        path = folder / name
-        if not path.is_file():
-            problems.append(f"{path}: missing (listed in {SUMS})")
-            continue
-        _drop_cache(path)
-        actual = sha256_file(path)
-        if actual != digest:
-            problems.append(f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
-    return problems
-
-
-def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
-    """Files the checksums do not cover: added after the run was closed."""
-    covered = {*sums, SUMS}
-    return [f"{path}: not listed in {SUMS}" for path in sorted(folder.rglob("*"))
-            if path.is_file() and path.relative_to(folder).as_posix() not in covered]
-
-
-def _drop_cache(path: Path) -> None:
-    """Ask the kernel to forget the file's cached pages, so the next read comes from the disk."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def _copy_file(source: Path, target: Path) -> None:

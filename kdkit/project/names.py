@@ -1,0 +1,77 @@
+"""Names of a project's files that a copy through macOS or Windows loses or changes: `kdkit validate` warns.
+
+Linux keeps every byte of a name; other file systems do not, and a project copied through one of them (a
+laptop, a synced folder, a zip made there) silently keeps one file of two, or none:
+
+* **case**: APFS (macOS, by default) and NTFS (Windows) are case-insensitive, so ``Data.txt`` and ``data.txt``
+  are one name there;
+* **Unicode normalization**: APFS is normalization-insensitive, so ``café`` written composed (NFC, U+00E9) and
+  decomposed (NFD, ``e`` + U+0301) are one name there
+  (https://developer.apple.com/documentation/foundation/file_system/about_apple_file_system);
+* **Windows' rules** (https://learn.microsoft.com/en-us/windows/win32/fileio/naming-a-file): the device names
+  CON, PRN, AUX, NUL, COM1-9 and LPT1-9 (with any extension: ``con.txt`` too) name no file; a name ending in a
+  dot or a space loses it; ``< > : " | ? *`` cannot be in a name.
+
+These are warnings, not problems: the project works here and on the rented Linux machine; each names the
+file(s) so they can be renamed before the copy that would lose one.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+
+from kdkit.config.schemas import Problem
+from kdkit.core.projectfiles import shown
+
+RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
+FORBIDDEN = re.compile(r'[<>:"|?*]')
+COPY = "a copy through such a file system keeps one of them; rename one"
+
+
+def folded(rel: str) -> str:
+    """The name macOS and Windows see: composed (NFC), then each character in lower case (one for one, as the
+    file systems' case tables map characters: ``ß`` stays ``ß``)."""
+    return "".join(c.lower() if len(c.lower()) == 1 else c for c in unicodedata.normalize("NFC", rel))
+
+
+def windows_problem(part: str) -> str | None:
+    """Why Windows cannot hold a file or folder named ``part``, or None."""
+    if RESERVED.fullmatch(part):
+        return (f"{_shown(part)} is a device name on Windows (CON, PRN, AUX, NUL, COM1-9, LPT1-9, whatever the "
+                "extension), which names no file there; a copy through Windows loses it: rename it")
+    if part.endswith((".", " ")):
+        return f"{_shown(part)} ends with a dot or a space, which Windows drops from a name; rename it"
+    if FORBIDDEN.search(part):
+        return f"{_shown(part)} holds a character Windows refuses in a name (< > : \" | ? *); rename it"
+    return None
+
+
+def _why(first: str, rel: str) -> str:
+    if unicodedata.normalize("NFC", first) == unicodedata.normalize("NFC", rel):
+        return "the same letters in Unicode's composed and decomposed forms (NFC, NFD): one name on macOS"
+    if first.lower() == rel.lower():
+        return "the same but for case: one name on macOS and Windows"
+    return "the same but for case and Unicode's form (NFC, NFD): one name on macOS"
+
+
+def _shown(rel: str) -> str:
+    return shown(rel, limit=1000)  # whole: two long names may differ only at their ends
+
+
+def name_warnings(names: Iterable[str]) -> list[Problem]:
+    """One warning per file whose path is another's on macOS or Windows (naming both), and per path holding a
+    name Windows cannot hold; ``names`` are paths relative to the project root, '/' between folders."""
+    warnings = []
+    seen: dict[str, str] = {}
+    for rel in names:
+        first = seen.setdefault(folded(rel), rel)
+        if first != rel:
+            warnings.append(Problem(Path(rel), "name", f"{_shown(first)} and {_shown(rel)} are {_why(first, rel)}; "
+                                    f"{COPY}"))
+        problem = next((p for p in map(windows_problem, rel.split("/")) if p is not None), None)
+        if problem is not None:
+            warnings.append(Problem(Path(rel), "name", problem))
+    return warnings
