@@ -55,10 +55,41 @@ class Document:
     location: str
     label: str | None
     expect: str  # accept | reject
+    # A record of a JSONL corpus (inputs.jsonl): where its line lies in ``location`` (offset -1: a file per item).
+    offset: int = -1
+    length: int = 0
+    expected: Any = None  # the manifest's expected output (text, vector, JSON) for the other output kinds
 
     @property
     def path(self) -> Path:
         return Path(self.location)
+
+
+OUTPUT_KINDS = ("category", "text", "vector", "json")
+DECODES = ("utf-8", "bytes")
+
+
+@dataclass(frozen=True)
+class Output:
+    """What an answer is (the pilot config's ``output``; a top-level ``categories`` is the category kind)."""
+
+    kind: str = "category"
+    categories: tuple[str, ...] = ()
+    max_chars: int | None = None  # text
+    dim: int | None = None  # vector
+    schema: Any = None  # json: the schema document, loaded and checked (kdkit.core.answerschema)
+    schema_file: str | None = None  # json: as the config names it
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model the run uses: a folder of the project (every file hashed), a hub reference at an exact
+    revision, or both; and an adapter's base. ``record`` is what params.json keeps (part of the run's identity)."""
+
+    path: str | None = None
+    hub: str | None = None
+    revision: str | None = None
+    record: Any = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +109,12 @@ class PilotConfig:
     max_seconds: float | None
     documents: tuple[Document, ...]
     max_batch_seconds: float | None = None
+    output: Output = Output()
+    decode: str = "utf-8"  # utf-8 | bytes (a file per item); a JSONL corpus's items are records
+    jsonl: Path | None = None  # inputs {"jsonl": ..., "id": ...}: the corpus file (inputs_dir is its folder)
+    id_field: str | None = None
+    model: Model | None = None
+    params: dict[str, Any] | None = None  # None: the config declares none (predict(items) gets none)
 
     def relative(self, path: Path) -> str:
         """A path as the project names it (relative to the root), for reports that travel."""
@@ -314,6 +351,7 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
         max_seconds=_optional(stop.get("max_seconds"), float),
         max_batch_seconds=_optional(stop.get("max_batch_seconds"), float),
         documents=load_manifest(manifest_path, inputs, categories),
+        output=Output("category", categories),
     )
 
 
