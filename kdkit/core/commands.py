@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str, str, frozenset[str]]] = {
               EVERYWHERE),
     "gather": ("kdkit.probe.pilot.gather", _MACHINE, "Prove the workers of one run answered every ID exactly once.",
                EVERYWHERE),
+    "manifest": ("kdkit.probe.pilot.manifest", _MACHINE,
+                 "Write the manifest (IDs, sha256, sizes) of a folder of inputs or a JSONL corpus.", EVERYWHERE),
     "copy-out": ("kdkit.probe.results.copyout", _MACHINE, "Copy a run folder elsewhere and verify the copy.",
                  EVERYWHERE),
     "sweep": ("kdkit.probe.measure.sweep", _MACHINE,
