@@ -179,7 +179,7 @@ BAD = [
     ("no-id-field", [("data/c.jsonl", b'{"id": "a"}\n{"key": "b"}\n')], ["data/c.jsonl"],
      "c.jsonl: line 2: no ID field 'id'; every record needs one"),
     ("id-not-string", [("data/c.jsonl", b'{"id": 7}\n')], ["data/c.jsonl"],
-     "c.jsonl: line 1: the ID field 'id' holds int \"7\", not a string"),
+     "c.jsonl: line 1: the ID field 'id' holds int 7, not a string"),
     ("nan", [("data/c.jsonl", b'{"id": "a", "v": NaN}\n')], ["data/c.jsonl"], "c.jsonl: line 1: NaN is not a "
      "JSON number"),
     ("empty-jsonl", [("data/c.jsonl", b"\n\n")], ["data/c.jsonl"], "c.jsonl: holds no input"),
