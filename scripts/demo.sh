@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# kdkit's main job on the embedded example project, locally on CPU: no GPU, no registry, no Docker.
+# kdkit's main job on the embedded example project, locally on CPU: no GPU, no registry, no Docker;
+# then the two other templates (embed: vectors; generate: text with params) through their own pilots.
 # `make demo` runs it with .venv/bin first on PATH. Everything lands in one temporary folder.
 set -euo pipefail
 
@@ -18,6 +19,20 @@ kdkit diagnose --expect cpu --project "$proj" --out "$work/diagnose.json"
 
 step "kdkit pilot: 12 documents, exactly-once accounting (11 accepted, 1 rejected)"
 kdkit pilot "$proj" --copy-to "$work/evidence"
+
+step "kdkit init --template embed: a text embedder (32 floats per text, cosine against reference vectors)"
+kdkit init "$work/text-embedder" --backend cpu --template embed
+kdkit validate "$work/text-embedder"
+
+step "kdkit pilot on the embed template: 10 texts, vectors kept whole (9 accepted, 1 rejected)"
+kdkit pilot "$work/text-embedder"
+
+step "kdkit init --template generate: a text generator (params max_new_tokens, temperature, seed)"
+kdkit init "$work/text-generator" --backend cpu --template generate
+kdkit validate "$work/text-generator"
+
+step "kdkit pilot on the generate template: 8 prompts, greedy outputs matched exactly (7 accepted, 1 rejected)"
+kdkit pilot "$work/text-generator"
 
 step "kdkit plan: what 2 RTX 4090 lots for 3 days cost, and whether 48 h of work fit"
 kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --hours 48 --accepted 1 --save "$work/order.json"

@@ -18,21 +18,34 @@ from kdkit.core.errors import BadInput
 @click.option("--name", help="Project name (default: the folder's name, lowercased).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="cuda", show_default=True,
               help="Default backend written to kdkit.json.")
+@click.option("--template", default="classify", show_default=True, metavar="NAME",
+              help="The example app: classify, embed or generate (described above).")
 @force_option("Write into an existing non-empty folder (template files are replaced).")
-def init(path: Path, name: str | None, backend: str, force: bool) -> None:
+def init(path: Path, name: str | None, backend: str, template: str, force: bool) -> None:
     """Create a project folder that survives a change of machine.
 
     \b
     It holds kdkit.json, config/pilot.json (no secrets), requirements/base.in,
-    12 pilot documents with their manifest (one must be rejected), an example
-    PyTorch classifier in src/, runs/ and .env.example. It is built as
-    .PATH.partial-PID beside PATH and renamed when complete; what a killed init
-    left there is removed by the next one.
+    pilot inputs with their manifest (one must be rejected), an example
+    PyTorch app in src/ (seeded, trained on the CPU at first use, no
+    download), runs/ and .env.example. It is built as .PATH.partial-PID
+    beside PATH and renamed when complete; what a killed init left there is
+    removed by the next one.
+
+    \b
+    --template chooses the app:
+      classify  documents into 4 categories (output kind category; 12
+                documents, quality: accuracy against the labels)
+      embed     texts into 32 floats each (output kind vector; quality:
+                cosine against the manifest's reference vectors)
+      generate  a text's continuation, character by character (output
+                kind text; params max_new_tokens, temperature, seed;
+                quality: greedy outputs match the manifest's exactly)
     """
     from kdkit.core.staging import describe_removed
     from kdkit.project.init import create_project
 
-    created = create_project(path, name=name, backend=backend, force=force)
+    created = create_project(path, name=name, backend=backend, force=force, template=template)
     for line in describe_removed(created.removed):
         say(line, err=True)
     root = created.root

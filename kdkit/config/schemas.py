@@ -167,10 +167,12 @@ def walk_document(data: Any, parts: tuple[Any, ...] = ()) -> Iterator[tuple[tupl
 
 
 def secret_problems(data: Any, file: Path) -> list[Problem]:
-    """Keys named like a secret with a value, and values holding a credential shape, in a JSON document."""
+    """Keys named like a secret with a value, and values holding a credential shape, in a JSON document.
+    A number or a boolean is a setting, never a credential: ``"max_new_tokens": 60``, ``"use_auth": true``."""
     problems = []
     for parts, key, value in walk_document(data):
-        if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}):
+        if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}) \
+                and not isinstance(value, (bool, int, float)):
             problems.append(
                 Problem(file, json_path(parts), f"key {key!r} looks like a secret; secrets go in .env "
                         "(see .env.example) and reach the container with `kdkit run --env-file`")

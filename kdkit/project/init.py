@@ -24,6 +24,7 @@ from kdkit.config.shipped import template_dir
 from kdkit.core.builds import BACKENDS, TORCH_INDEX_URL
 from kdkit.core.errors import BadInput
 from kdkit.core.staging import clean_stale, hold, release, staging_for
+from kdkit.project.templates import DEFAULT, Template, find, template_files
 
 NAME_LENGTH = 63  # kdkit.json's name rule (schemas/kdkit.schema.json), which NAME repeats
 NAME = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{NAME_LENGTH - 1}}}$")
@@ -69,17 +70,20 @@ class Created:
     removed: list[Path]
 
 
-def init_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False) -> Path:
+def init_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False,
+                 template: str = DEFAULT) -> Path:
     """Create a project at ``target`` from the template and return its resolved path (see create_project)."""
-    return create_project(target, name, backend, force).root
+    return create_project(target, name, backend, force, template).root
 
 
-def create_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False) -> Created:
-    """Create a project at ``target`` from the template.
+def create_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False,
+                   template: str = DEFAULT) -> Created:
+    """Create a project at ``target`` from the template called ``template`` (kdkit.project.templates).
 
     An existing non-empty folder is refused unless ``force``; with ``force`` only the
     template's files are written over. A failure part-way leaves no trace behind.
     """
+    chosen = find(template)  # an unknown template: BadInput before anything is written
     target = target.resolve()
     project_name, existing = _check_inputs(target, name, backend, force)
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -93,7 +97,7 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
         removed = clean_stale(target)
         staging.mkdir()
         lock = hold(staging)
-        _copy_template(template_dir(), staging, values)
+        _copy_template(template_dir(), chosen, staging, values)
         (staging / "runs").mkdir(exist_ok=True)
         if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
             _merge(staging, target)
@@ -203,11 +207,9 @@ def _make_parents(folder: Path, made: list[Path]) -> None:
         made.append(path)
 
 
-def _copy_template(source: Path, dest: Path, values: dict[str, str]) -> None:
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if "__pycache__" in rel.parts or path.suffix == ".pyc":
-            continue
+def _copy_template(source: Path, template: Template, dest: Path, values: dict[str, str]) -> None:
+    """The base template, then the chosen template's overlay over it (kdkit.project.templates.template_files)."""
+    for path, rel in template_files(source, template):
         out = dest / rel.parent / RENAMES.get(rel.name, rel.name)
         if path.is_dir():
             out.mkdir(parents=True, exist_ok=True)

@@ -134,20 +134,25 @@ def everyone(value: Any) -> list[Any]:
 
 
 def load_examples(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """The accepted pilot documents with their label index, read as the pilot config says."""
+    """The accepted pilot documents with their label index, read as the pilot config says.
+
+    A config without categories (an embedding or generation project: its output is a vector or a
+    text) gives each document a class of its own: the loop learns to tell the pilot documents apart,
+    a stand-in for your real fine-tuning that resumes just the same.
+    """
     pilot = json.loads((root / "config" / "pilot.json").read_text(encoding="utf-8"))
     manifest_path = root / pilot["manifest"]
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    categories: list[str] = pilot["categories"]
+    categories: list[str] | None = pilot.get("categories") or pilot.get("output", {}).get("categories")
     examples = []
     for doc in manifest["documents"]:
         if doc.get("expect") != "accept":
             continue  # the planned rejection is not training data
         text = (manifest_path.parent / doc["file"]).read_text(encoding="utf-8")
-        examples.append((text, categories.index(doc["label"])))
+        examples.append((text, categories.index(doc["label"]) if categories else len(examples)))
     if not examples:
         raise SystemExit(f"{manifest_path}: no accepted document to train on")
-    return examples, categories
+    return examples, categories or [str(doc["id"]) for doc in manifest["documents"] if doc.get("expect") == "accept"]
 
 
 def featurize(text: str) -> torch.Tensor:
