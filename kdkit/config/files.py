@@ -37,6 +37,7 @@ from kdkit.core import proc
 from kdkit.core.credentials import secret_file
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.git import git_output, git_path
+from kdkit.core.pilotconfig import named_paths
 from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, runs_problem
 
 # The folders that make a project, besides what its configs name (see the module docstring).
@@ -73,8 +74,7 @@ class AllowList:
             raise BadInput(f"{marker}: $.pilot_config: {pilot_file} leads to {os.path.realpath(pilot_file)}, outside "
                            f"the project {root}; keep the pilot config inside the project")
         pilot = project.pilot_config()
-        places += [_relative(root, require(pilot, key, str, pilot_file), pilot_file, f"$.{key}")
-                   for key in ("inputs", "manifest")]
+        places += [_relative(root, value, pilot_file, where) for where, value in named_paths(pilot)]
         for value in (pilot.get("entry"), project.config.get("train")):
             top = str(value).split(":", 1)[0].split(".", 1)[0] if isinstance(value, str) else ""
             if DOTTED.fullmatch(top):  # the importable package or module the configs name

@@ -1,8 +1,10 @@
 """The pilot's inputs: config/pilot.json and the manifest, read and checked with the stdlib.
 
 Everything the run depends on is resolved here once — paths inside the project,
-stop rules with their defaults, the manifest's digest — so the run-id's hash
-changes exactly when the parameters do.
+stop rules with their defaults, the manifest's digest, the corpus's and the model's
+digests — so the run-id's hash changes exactly when the parameters do. The newer keys'
+rules live in kdkit.core.pilotkeys, their readers in kdkit.core.pilotload, the documents
+in kdkit.core.pilotmanifest; this module is the one model that holds them together.
 """
 
 from __future__ import annotations
@@ -17,88 +19,42 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.pilotkeys import DECODES as DECODES
+from kdkit.core.pilotkeys import NESTED, key_problems
+from kdkit.core.pilotkeys import OUTPUT_KINDS as OUTPUT_KINDS
+from kdkit.core.pilotkeys import Model as Model
+from kdkit.core.pilotkeys import Output as Output
+from kdkit.core.pilotload import existing, load_model, load_output
+from kdkit.core.pilotmanifest import PLAIN_NAME as PLAIN_NAME
+from kdkit.core.pilotmanifest import Document as Document
+from kdkit.core.pilotmanifest import corpus_documents
+from kdkit.core.pilotmanifest import load_manifest as load_manifest
+from kdkit.core.pilotrules import JSON_TYPE as JSON_TYPE
+from kdkit.core.pilotrules import Problems, object_problems
+from kdkit.core.pilotrules import Rule as Rule
 from kdkit.core.projectfiles import (
-    CONTROL_CHARACTER,
     MARKER,
-    PATH_RULE,
-    SAFE_ID_RULE,
     config_path,
-    config_path_problem,
     inside,
-    is_safe_id,
-    is_within,
     load_object,
-    path_problem,
     real_inside,
     require,
     require_real_inside,
     runs_problem,
-    shown,
 )
 
 ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 DEVICE = re.compile(r"auto|cpu|cuda|cuda:[0-9]+")  # fullmatch
-# A bare file name: no separator, no drive, cannot be "." or "..", so it stays in the manifest's folder
-# without the general path check (which costs microseconds per entry, a tenth of a trivial app's time).
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # fullmatch
-
-
-@dataclass(frozen=True, slots=True)
-class Document:
-    """One manifest entry. ``location`` comes from the manifest's ``file``, never from the ID.
-
-    The location is kept as a string: a Path per entry costs more than reading a small file's name.
-    """
-
-    id: str
-    file: str
-    location: str
-    label: str | None
-    expect: str  # accept | reject
-    # A record of a JSONL corpus (inputs.jsonl): where its line lies in ``location`` (offset -1: a file per item).
-    offset: int = -1
-    length: int = 0
-    expected: Any = None  # the manifest's expected output (text, vector, JSON) for the other output kinds
-
-    @property
-    def path(self) -> Path:
-        return Path(self.location)
-
-
-OUTPUT_KINDS = ("category", "text", "vector", "json")
-DECODES = ("utf-8", "bytes")
-
-
-@dataclass(frozen=True)
-class Output:
-    """What an answer is (the pilot config's ``output``; a top-level ``categories`` is the category kind)."""
-
-    kind: str = "category"
-    categories: tuple[str, ...] = ()
-    max_chars: int | None = None  # text
-    dim: int | None = None  # vector
-    schema: Any = None  # json: the schema document, loaded and checked (kdkit.core.answerschema)
-    schema_file: str | None = None  # json: as the config names it
-
-
-@dataclass(frozen=True)
-class Model:
-    """The model the run uses: a folder of the project (every file hashed), a hub reference at an exact
-    revision, or both; and an adapter's base. ``record`` is what params.json keeps (part of the run's identity)."""
-
-    path: str | None = None
-    hub: str | None = None
-    revision: str | None = None
-    record: Any = None
+DECODE = re.compile("|".join(re.escape(d) for d in DECODES))  # fullmatch
 
 
 @dataclass(frozen=True)
 class PilotConfig:
     root: Path
     config_path: Path
-    inputs_dir: Path
-    manifest_path: Path
-    categories: tuple[str, ...]
+    inputs_dir: Path  # a folder of inputs; for a JSONL corpus, the folder holding it (what a container mounts)
+    manifest_path: Path | None  # None: a JSONL corpus without a manifest (no expectations)
+    categories: tuple[str, ...]  # output.categories: empty unless the output is the category kind
     entry: str
     batch_size: int
     device: str
@@ -109,12 +65,13 @@ class PilotConfig:
     max_seconds: float | None
     documents: tuple[Document, ...]
     max_batch_seconds: float | None = None
-    output: Output = Output()
+    output: Output = Output()  # noqa: RUF009  frozen: one shared default is safe
     decode: str = "utf-8"  # utf-8 | bytes (a file per item); a JSONL corpus's items are records
     jsonl: Path | None = None  # inputs {"jsonl": ..., "id": ...}: the corpus file (inputs_dir is its folder)
-    id_field: str | None = None
+    id_field: str | None = None  # the JSONL corpus's ID field (default "id"); None for a folder of inputs
     model: Model | None = None
     params: dict[str, Any] | None = None  # None: the config declares none (predict(items) gets none)
+    corpus_sha256: str | None = None  # the JSONL corpus, hashed once when loaded
 
     def relative(self, path: Path) -> str:
         """A path as the project names it (relative to the root), for reports that travel."""
@@ -124,12 +81,15 @@ class PilotConfig:
             return str(path)
 
     def resolved(self) -> dict[str, Any]:
-        """The parameters the run depends on, defaults filled in; their hash names the run."""
-        return {
+        """The parameters the run depends on, defaults filled in; their hash names the run. A config using
+        none of the newer keys (output, a JSONL corpus, decode, model, params) resolves as it always did."""
+        manifest = self.manifest_path
+        resolved: dict[str, Any] = {
             "config_file": self.relative(self.config_path),
-            "inputs": self.relative(self.inputs_dir),
-            "manifest": self.relative(self.manifest_path),
-            "manifest_sha256": sha256_file(self.manifest_path),
+            "inputs": self.relative(self.inputs_dir) if self.jsonl is None else
+            {"jsonl": self.relative(self.jsonl), "id": self.id_field, "sha256": self.corpus_sha256},
+            "manifest": None if manifest is None else self.relative(manifest),
+            "manifest_sha256": None if manifest is None else sha256_file(manifest),
             "categories": list(self.categories),
             "entry": self.entry,
             "batch_size": self.batch_size,
@@ -140,6 +100,29 @@ class PilotConfig:
             "stop": {"max_rejected": self.max_rejected, "max_seconds": self.max_seconds,
                      **({"max_batch_seconds": self.max_batch_seconds} if self.max_batch_seconds else {})},
         }
+        if self.output.kind != "category":
+            resolved["output"] = self.output_record()
+        if self.decode != "utf-8":
+            resolved["decode"] = self.decode
+        if self.model is not None:
+            resolved["model"] = self.model.record
+        if self.params is not None:
+            resolved["params"] = self.params
+        return resolved
+
+    def output_record(self) -> dict[str, Any]:
+        """The declared output as params.json keeps it: its kind and settings (a json kind's schema file with
+        its sha256)."""
+        out = self.output
+        record: dict[str, Any] = {"kind": out.kind}
+        if out.kind == "text":
+            record["max_chars"] = out.max_chars
+        elif out.kind == "vector":
+            record["dim"] = out.dim
+        elif out.kind == "json" and out.schema_file is not None:
+            record["schema"] = out.schema_file
+            record["schema_sha256"] = sha256_file(self.root / out.schema_file)
+        return record
 
 
 def params_hash(params: dict[str, Any]) -> str:
@@ -162,29 +145,14 @@ def config_file(root: Path, given: Path | None) -> Path:
 # same for editors; tests/test_pilot_config_model.py holds the schema to this model.
 
 MAX_SECONDS = 10 * 365 * 24 * 3600  # a stop rule beyond ten years is a typo (null means no limit)
-JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
-             type(None): "null"}
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What one key of the pilot config may hold."""
-
-    kind: str  # path | string | integer | number | categories | object
-    required: bool = True
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: bool = False
-    nullable: bool = False
-    pattern: re.Pattern[str] | None = None
-    hint: str = ""
-
 
 FIELDS: dict[str, Rule] = {
     "$schema": Rule("string", required=False),
-    "inputs": Rule("path"),
-    "manifest": Rule("path"),
-    "categories": Rule("categories"),
+    "inputs": Rule("inputs"),
+    "manifest": Rule("path", required=False),  # required for a folder of inputs (pilotkeys.key_problems)
+    "categories": Rule("categories", required=False),  # or "output" (pilotkeys.key_problems)
+    "output": Rule("object", required=False),
+    "decode": Rule("string", required=False, pattern=DECODE, hint="use utf-8 or bytes"),
     "entry": Rule("string", pattern=ENTRY, hint='"module:function" (e.g. src.classify:predict)'),
     "batch_size": Rule("integer", minimum=1, maximum=65536),
     "device": Rule("string", pattern=DEVICE, hint="use auto, cpu, cuda or cuda:N"),
@@ -192,6 +160,8 @@ FIELDS: dict[str, Rule] = {
     "min_quality": Rule("number", minimum=0, maximum=1),
     "runs": Rule("path"),
     "stop": Rule("object", required=False),
+    "model": Rule("object", required=False),
+    "params": Rule("object", required=False),
 }
 STOP_FIELDS: dict[str, Rule] = {
     "max_rejected": Rule("integer", required=False, minimum=0, maximum=10**9, nullable=True),
@@ -202,84 +172,18 @@ STOP_FIELDS: dict[str, Rule] = {
 }
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:40] + "..."
-
-
-def _kind_problem(rule: Rule, value: Any) -> str | None:
-    """The type problem of ``value`` under ``rule``, or None. Whole-valued floats (4.0) are integers,
-    as in JSON Schema; booleans are never numbers."""
-    if value is None and rule.nullable:
-        return None
-    wanted = {"path": (str,), "string": (str,), "categories": (list,), "object": (dict,),
-              "integer": (int,), "number": (int, float)}[rule.kind]
-    fits = isinstance(value, wanted) and not isinstance(value, bool)
-    if rule.kind == "integer" and isinstance(value, float) and value.is_integer():
-        fits = True
-    if fits:
-        return None
-    expected = {"path": "string", "categories": "array"}.get(rule.kind, rule.kind)
-    return f"expected {expected}{' or null' if rule.nullable else ''}, got {type(value).__name__} {_shown(value)}"
-
-
-def _range_problem(rule: Rule, value: float) -> str | None:
-    low = rule.minimum is not None and (value <= rule.minimum if rule.exclusive_minimum else value < rule.minimum)
-    high = rule.maximum is not None and value > rule.maximum
-    if not (low or high):
-        return None
-    bounds = [f"{'>' if rule.exclusive_minimum else '>='} {rule.minimum:g}" if rule.minimum is not None else "",
-              f"<= {rule.maximum:g}" if rule.maximum is not None else ""]
-    return f"{value:g} is out of range; use a value {' and '.join(b for b in bounds if b)}" + \
-        (" (or null for no limit)" if rule.nullable else "")
-
-
-def _value_problem(rule: Rule, value: Any) -> str | None:
-    problem = _kind_problem(rule, value)
-    if problem is not None or value is None:
-        return problem
-    if rule.kind in ("integer", "number"):
-        return _range_problem(rule, value)
-    if rule.kind == "path":
-        return config_path_problem(value)
-    if rule.kind == "categories":
-        if not value or not all(isinstance(c, str) and c for c in value) or len(set(value)) != len(value):
-            return "expected a non-empty list of distinct, non-empty strings"
-        bad = next((c for c in value if CONTROL_CHARACTER.search(c)), None)  # no category breaks a line
-        return None if bad is None else f"the category {shown(bad)} holds a control character or a line break; " \
-            "write it on one line"
-    if isinstance(value, str) and CONTROL_CHARACTER.search(value):
-        return f"{shown(value)} holds a control character or a line break; write it on one line"
-    if rule.pattern is not None and not rule.pattern.fullmatch(value):
-        text = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
-        return f"{text} is not {rule.hint}" if rule.hint.startswith('"') else f"{text}; {rule.hint}"
-    return None
-
-
-def _object_problems(data: dict[str, Any], fields: dict[str, Rule], where: str) -> list[tuple[str, str]]:
-    problems = []
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        allowed = ", ".join(k for k in sorted(fields) if not k.startswith("$"))
-        problems.append((where, f"unknown key {', '.join(repr(k) for k in unknown)}; allowed keys: {allowed} "
-                                "(a typo?)"))
-    missing = [k for k, rule in fields.items() if rule.required and k not in data]
-    if missing:
-        problems.append((where, f"missing required key {', '.join(repr(k) for k in missing)}; add it"))
-    for key, rule in fields.items():
-        if key in data and (problem := _value_problem(rule, data[key])) is not None:
-            problems.append((f"{where}.{key}", problem))
-    return problems
-
-
-def config_problems(data: Any) -> list[tuple[str, str]]:
-    """Every problem of a pilot config document as (JSON path, message), in the keys' order."""
+def config_problems(data: Any) -> Problems:
+    """Every problem of a pilot config document as (JSON path, message), in the keys' order, then the rules
+    between keys (kdkit.core.pilotkeys.key_problems)."""
     if not isinstance(data, dict):
         return [("$", f"expected an object, got {JSON_TYPE.get(type(data), 'value')}")]
-    problems = _object_problems(data, FIELDS, "$")
+    problems = object_problems(data, FIELDS, "$")
     if isinstance(data.get("stop"), dict):
-        problems += _object_problems(data["stop"], STOP_FIELDS, "$.stop")
-    return problems
+        problems += object_problems(data["stop"], STOP_FIELDS, "$.stop")
+    for key, check in NESTED.items():
+        if key in data and not any(where == f"$.{key}" for where, _message in problems):
+            problems += check(data[key], f"$.{key}")
+    return problems + key_problems(data)
 
 
 def refuse_problems(data: Any, path: Path) -> None:
@@ -292,14 +196,50 @@ def refuse_problems(data: Any, path: Path) -> None:
         raise BadInput(f"{path}: {where}: {message}{more}")
 
 
+def named_paths(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(JSON path, path) of every place the pilot config ``data`` (its model already passed) names besides
+    ``runs``: the inputs folder or the JSONL corpus, the manifest, the answer schema, the model's and its base's
+    folders. What a bundle carries and what ``runs`` must stay apart from (:func:`places`)."""
+    inputs, output, model = data["inputs"], data.get("output"), data.get("model")
+    found: list[tuple[str, Any]] = [("$.inputs", inputs)] if isinstance(inputs, str) else \
+        [("$.inputs.jsonl", inputs.get("jsonl"))]
+    found.append(("$.manifest", data.get("manifest")))
+    if isinstance(output, dict):
+        found.append(("$.output.schema", output.get("schema")))
+    if isinstance(model, dict):
+        base = model.get("base")
+        found += [("$.model.path", model.get("path")),
+                  ("$.model.base.path", base.get("path") if isinstance(base, dict) else None)]
+    return [(where, value) for where, value in found if isinstance(value, str)]
+
+
+def inputs_folder(data: dict[str, Any]) -> str:
+    """The inputs' folder as the config names it (a folder of inputs, or the JSONL corpus's folder): what a
+    container mounts read-only."""
+    inputs = data["inputs"]
+    return inputs if isinstance(inputs, str) else os.path.dirname(os.path.normpath(inputs["jsonl"]))
+
+
+def listing_file(data: dict[str, Any]) -> str:
+    """The file that lists the inputs: the manifest, else (a JSONL corpus without one) the corpus itself."""
+    manifest = data.get("manifest")
+    return manifest if isinstance(manifest, str) else str(data["inputs"]["jsonl"])
+
+
+def places(data: dict[str, Any]) -> tuple[str, ...]:
+    """:func:`named_paths` and the folders of the manifest and of the JSONL corpus."""
+    named: list[str] = []
+    for where, value in named_paths(data):
+        folder = os.path.dirname(os.path.normpath(value))
+        named += [value, *([folder] if folder and where in ("$.manifest", "$.inputs.jsonl") else [])]
+    return tuple(named)
+
+
 def runs_folder_problem(root: Path, data: dict[str, Any], extra: tuple[str, ...] = ()) -> str | None:
     """:func:`kdkit.core.projectfiles.runs_problem` for the pilot config ``data`` (its model already passed):
-    ``runs`` apart from the project's folders, the inputs, the manifest and its folder, and ``extra`` (what
+    ``runs`` apart from the project's folders, what the config names (:func:`places`), and ``extra`` (what
     other configs name: the bundle's allow-list)."""
-    manifest = str(data["manifest"])
-    folder = os.path.dirname(os.path.normpath(manifest))
-    places = (str(data["inputs"]), manifest, *([folder] if folder else []), *extra)
-    return runs_problem(root, str(data.get("runs", "runs")), places)
+    return runs_problem(root, str(data.get("runs", "runs")), (*places(data), *extra))
 
 
 def entry_problem(root: Path, entry: str) -> str | None:
@@ -319,7 +259,8 @@ def _optional(value: Any, kind: type) -> Any:
 
 
 def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
-    """Read and check the pilot config and its manifest; BadInput (exit 2) names the first problem.
+    """Read and check the pilot config, its documents (a folder's manifest, or a JSONL corpus and its optional
+    manifest), its answer schema and its model (hashed once); BadInput (exit 2) names the first problem.
 
     Every folder and file the config names is resolved through symbolic links and must stay inside
     the project (projectfiles.require_real_inside, the rule `kdkit validate` applies too).
@@ -331,16 +272,17 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
         raise BadInput(f"{path}: $.entry: {problem}")
     if (problem := runs_folder_problem(root, data, (os.path.relpath(path, root),))) is not None:
         raise BadInput(f"{path}: $.runs: {problem}")
-    categories = tuple(data["categories"])
-    inputs = _located(root, data, "inputs", path)
-    manifest_path = _located(root, data, "manifest", path)
+    output = load_output(root, data, path)
+    inputs, manifest_path, documents = load_documents(root, data, path, output)
     stop = data.get("stop", {})
+    spec = data["inputs"]
+    jsonl = None if isinstance(spec, str) else documents[0].path
     return PilotConfig(
         root=root,
         config_path=path,
         inputs_dir=inputs,
         manifest_path=manifest_path,
-        categories=categories,
+        categories=output.categories,
         entry=data["entry"],
         batch_size=int(data["batch_size"]),
         device=data["device"],
@@ -350,9 +292,29 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
         max_rejected=_optional(stop.get("max_rejected"), int),
         max_seconds=_optional(stop.get("max_seconds"), float),
         max_batch_seconds=_optional(stop.get("max_batch_seconds"), float),
-        documents=load_manifest(manifest_path, inputs, categories),
-        output=Output("category", categories),
+        documents=documents,
+        output=output,
+        decode=data.get("decode", "utf-8"),
+        jsonl=jsonl,
+        id_field=None if jsonl is None else spec.get("id", "id"),
+        model=load_model(root, data, path),
+        params=data.get("params"),
+        corpus_sha256=None if jsonl is None else sha256_file(jsonl),
     )
+
+
+def load_documents(root: Path, data: dict[str, Any], path: Path,
+               output: Output) -> tuple[Path, Path | None, tuple[Document, ...]]:
+    """(inputs folder, manifest or None, documents): a folder's manifest, or a JSONL corpus with its optional
+    manifest (the inputs folder is then the corpus's folder)."""
+    spec = data["inputs"]
+    if isinstance(spec, str):
+        inputs = _located(root, data, "inputs", path)
+        manifest = _located(root, data, "manifest", path)  # the model requires it for a folder of inputs
+        return inputs, manifest, load_manifest(manifest, inputs, output)
+    jsonl = existing(root, spec["jsonl"], path, "$.inputs.jsonl", "file")
+    manifest_path = _located(root, data, "manifest", path) if "manifest" in data else None
+    return jsonl.parent, manifest_path, corpus_documents(jsonl, spec.get("id", "id"), manifest_path, output)
 
 
 def _located(root: Path, data: dict[str, Any], key: str, path: Path) -> Path:
@@ -360,66 +322,6 @@ def _located(root: Path, data: dict[str, Any], key: str, path: Path) -> Path:
     inside with every link resolved (else BadInput naming where the link leads)."""
     target = inside(root, data[key], path, f"$.{key}")
     require_real_inside(root, target, path, f"$.{key}")
-    return target
-
-
-def load_manifest(path: Path, inputs: Path, categories: tuple[str, ...]) -> tuple[Document, ...]:
-    """The manifest's documents; IDs checked as data, files kept inside the inputs folder."""
-    data = load_object(path, "manifest")
-    documents = require(data, "documents", list, path)
-    if not documents:
-        raise BadInput(f"{path}: $.documents: empty; list every pilot input")
-    seen: set[str] = set()
-    out = []
-    folders = (str(path.parent), str(inputs))  # once: ten thousand entries must cost milliseconds
-    plain_ok = is_within(folders[0], folders[1])  # a plain name then lands inside the inputs folder
-    for index, doc in enumerate(documents):
-        if not isinstance(doc, dict):
-            raise BadInput(f"{_at(path, index)}: expected an object with id, file, label, expect")
-        document = _document(doc, path, index, folders, categories, plain_ok)
-        if document.id in seen:
-            raise BadInput(f"{_at(path, index)}.id: duplicate ID {document.id!r}; every ID must be unique")
-        seen.add(document.id)
-        out.append(document)
-    return tuple(out)
-
-
-def _at(path: Path, index: int) -> str:
-    """Where an entry is, for a message: built only on error (a string per entry costs as much as its checks)."""
-    return f"{path}: $.documents[{index}]"
-
-
-def _document(doc: dict[str, Any], path: Path, index: int, folders: tuple[str, str],
-              categories: tuple[str, ...], plain_ok: bool) -> Document:
-    ident = doc.get("id")
-    if not is_safe_id(ident):
-        raise BadInput(f"{_at(path, index)}.id: {json.dumps(ident)} is not a safe ID; {SAFE_ID_RULE}")
-    name = doc.get("file")
-    if not isinstance(name, str):
-        raise BadInput(f"{_at(path, index)}.file: expected the input's file name, relative to the manifest")
-    if not (plain_ok and PLAIN_NAME.fullmatch(name)) and (problem := path_problem(name)) is not None:
-        raise BadInput(f"{_at(path, index)}.file: {problem.replace(PATH_RULE, 'a name relative to the manifest')}")
-    target = _target(name, path, index, folders, plain_ok)
-    expect, label = doc.get("expect"), doc.get("label")
-    if expect not in ("accept", "reject"):
-        raise BadInput(f"{_at(path, index)}.expect: {json.dumps(expect)}; use \"accept\" or \"reject\"")
-    if expect == "accept" and label not in categories:
-        raise BadInput(f"{_at(path, index)}.label: {json.dumps(label)} is not an allowed category "
-                       f"({', '.join(categories)})")
-    if label is not None and not isinstance(label, str):
-        raise BadInput(f"{_at(path, index)}.label: expected a category or null")
-    return Document(ident, name, target, label, expect)
-
-
-def _target(name: str, path: Path, index: int, folders: tuple[str, str], plain_ok: bool) -> str:
-    """The input's location: inside the manifest's folder and inside the inputs folder, else BadInput."""
-    manifest_folder, inputs = folders
-    if plain_ok and PLAIN_NAME.fullmatch(name):
-        return manifest_folder.rstrip(os.sep) + os.sep + name  # what os.path.join gives, at half the cost
-    where = f"$.documents[{index}].file"
-    target = os.fspath(inside(manifest_folder, name, path, where))
-    if not is_within(os.path.dirname(target), inputs):
-        raise BadInput(f"{path}: {where}: {name!r} is not inside the inputs folder {inputs}")
     return target
 
 

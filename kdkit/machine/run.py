@@ -70,6 +70,7 @@ from kdkit.config.project import Project, load_project
 from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Interrupted, Unavailable
+from kdkit.core.pilotconfig import inputs_folder
 from kdkit.core.projectfiles import real_inside
 from kdkit.core.runfolder import check_run_id, run_folders
 from kdkit.core.stopsignals import interrupts
@@ -331,7 +332,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     host = host or host_facts(engine, chosen)
     access = device_access(chosen, host, wanted_gpus, facts.labels)
     pilot = project.pilot_config()
-    inputs = _inside(project, str(pilot.get("inputs", "data/pilot")), "inputs")
+    inputs = _inside(project, inputs_folder(pilot), "inputs")  # a JSONL corpus: its folder
     runs = _inside(project, str(pilot.get("runs", "runs")), "runs")
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")

@@ -27,6 +27,8 @@ from kdkit.core.credentials import find, secret_file
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import parse_json, read_text_file
 from kdkit.core.pilotconfig import config_problems, entry_problem, runs_folder_problem
+from kdkit.core.pilotkeys import Output
+from kdkit.core.pilotmanifest import expected_problem
 from kdkit.core.projectfiles import (
     SAFE_ID_RULE,
     config_path_problem,
@@ -35,6 +37,7 @@ from kdkit.core.projectfiles import (
     path_problem,
     real_inside,
 )
+from kdkit.project.pilotchecks import deep_problems
 
 # pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
 TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
@@ -88,12 +91,14 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
 
 def file_warnings(root: Path) -> list[Problem]:
     """Warnings about the names of the project's files, from one walk of it: named like secrets (a project has a
-    .env), or lost by a copy through macOS or Windows (kdkit.project.names). Never problems."""
+    .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what a pilot sample lacks
+    (kdkit.project.pilotchecks.sample_warnings). Never problems."""
     from kdkit.config.files import walk_project
     from kdkit.project.names import name_warnings
+    from kdkit.project.pilotchecks import sample_warnings
 
     names = [rel for rel, _info in walk_project(root.resolve())]
-    return secret_file_warnings(names) + name_warnings(names)
+    return secret_file_warnings(names) + name_warnings(names) + sample_warnings(root.resolve())
 
 
 def secret_file_warnings(names: list[str]) -> list[Problem]:
@@ -161,43 +166,68 @@ def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Proble
 
 
 def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
-                      categories: list[str] | None, inputs: Path | None) -> list[Problem]:
+                      categories: list[str] | None, inputs: Path | None, *, folder: bool = True,
+                      output: Output | None = None) -> list[Problem]:
+    """Every entry's ID, file (a folder's inputs only: a JSONL corpus names records by ID), label (null: no
+    expected category) and expected output (``output``'s kind, when it could be read); a folder's manifest
+    needs a planned rejection (a JSONL sample's lack of one is a warning: pilotchecks.sample_warnings)."""
     problems = []
-    folder = (root / manifest_file).parent
     seen: dict[str, int] = {}
     docs = manifest.get("documents", [])
     for index, doc in enumerate(docs):
         where = f"$.documents[{index}]"
-        ident = doc.get("id")
-        if isinstance(ident, str):
-            if not ident.strip():
-                problems.append(Problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
-            elif not is_safe_id(ident):
-                problems.append(Problem(manifest_file, f"{where}.id", f"ID {ident!r} is unsafe as a file name; "
-                                        f"{SAFE_ID_RULE}"))
-            if ident in seen:
-                problems.append(Problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
-                                        f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
-            else:
-                seen[ident] = index
+        problems += _id_problems(doc.get("id"), manifest_file, where, seen, index)
         name = doc.get("file")
-        if isinstance(name, str):
-            path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
-            target = real_inside(folder, folder / name) if not path_bad else None
-            if path_bad or target is None or (inputs is not None and inputs not in target.parents):
-                problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
-                                        "folder; name files relative to the manifest"))
-            elif not target.is_file():
-                problems.append(Problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
-                                        "file or fix the manifest"))
+        if folder:
+            problems += _file_problems(root, name, manifest_file, where, inputs)
+        elif name is not None:
+            problems.append(Problem(manifest_file, f"{where}.file", "the inputs are a JSONL corpus, whose records "
+                                    "are named by ID; remove \"file\""))
         label, expect = doc.get("label"), doc.get("expect")
-        if expect == "accept" and categories is not None and label not in categories:
+        if expect == "accept" and categories is not None and label is not None and label not in categories:
+            allowed = ", ".join(categories) or "none: this output kind has no categories"
             problems.append(Problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
-                                    f"allowed category ({', '.join(categories)})"))
-    if docs and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
+                                    f"allowed category ({allowed})"))
+        expected = doc.get("expected")
+        if output is not None and expected is not None and (problem := expected_problem(expected, output)):
+            problems.append(Problem(manifest_file, f"{where}.expected", problem))
+    if folder and docs and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
         problems.append(Problem(manifest_file, "$.documents", "no expected rejection declared; a pilot must "
                                 "include at least one input that a correct pipeline rejects"))
     return problems
+
+
+def _id_problems(ident: Any, manifest_file: Path, where: str, seen: dict[str, int], index: int) -> list[Problem]:
+    if not isinstance(ident, str):
+        return []
+    problems = []
+    if not ident.strip():
+        problems.append(Problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
+    elif not is_safe_id(ident):
+        problems.append(Problem(manifest_file, f"{where}.id", f"ID {ident!r} is unsafe as a file name; {SAFE_ID_RULE}"))
+    if ident in seen:
+        problems.append(Problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
+                                f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
+    else:
+        seen[ident] = index
+    return problems
+
+
+def _file_problems(root: Path, name: Any, manifest_file: Path, where: str, inputs: Path | None) -> list[Problem]:
+    if name is None:
+        return [Problem(manifest_file, f"{where}.file", "missing; name the input's file, relative to the manifest")]
+    if not isinstance(name, str):
+        return []
+    folder = (root / manifest_file).parent
+    path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
+    target = real_inside(folder, folder / name) if not path_bad else None
+    if path_bad or target is None or (inputs is not None and inputs not in target.parents):
+        return [Problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
+                        "folder; name files relative to the manifest")]
+    if not target.is_file():
+        return [Problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
+                        "file or fix the manifest")]
+    return []
 
 
 # ---------------------------------------------------------------- the whole project
@@ -310,14 +340,18 @@ def validate_project(root: Path) -> list[Problem]:
     if pilot_ok and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
         problems.append(Problem(pilot_rel, "$.runs", problem))
     problems += entry_problems(root, pilot, pilot_rel)
+    deep, output = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None)
+    problems += deep
 
     manifest_rel = _named_file(root, pilot, "manifest")
     if manifest_rel is None:
         return problems
     manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
     if manifest is not None and manifest_ok:
-        categories = pilot.get("categories") if pilot_ok else None
+        categories = (list(output.categories) if output is not None else pilot.get("categories")) if pilot_ok \
+            else None
         named = pilot.get("inputs")  # a folder the model refused is named once, not once per document
         inputs = real_inside(root, root / named) if isinstance(named, str) and not config_path_problem(named) else None
-        problems += manifest_problems(root, manifest, manifest_rel, categories, inputs)
+        problems += manifest_problems(root, manifest, manifest_rel, categories, inputs,
+                                      folder=not isinstance(named, dict), output=output)
     return problems

@@ -43,7 +43,8 @@ from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.core.git import checkout_state
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
-from kdkit.core.projectfiles import is_within, require
+from kdkit.core.pilotconfig import inputs_folder, listing_file
+from kdkit.core.projectfiles import is_within
 from kdkit.core.report import Progress
 from kdkit.core.staging import describe_removed, refuse_link, staged_folder
 from kdkit.transfer.format import (
@@ -101,7 +102,7 @@ def essential_files(project: Project, lock: Path) -> list[str]:
     """Paths (relative to the project) the rented machine cannot do without."""
     pilot = project.pilot_config()
     rel = [Path("kdkit.json"), project.pilot_config_path.relative_to(project.root),
-           lock.relative_to(project.root), Path(require(pilot, "manifest", str, project.pilot_config_path))]
+           lock.relative_to(project.root), Path(listing_file(pilot))]  # the manifest, else the JSONL corpus
     return [PurePosixPath(os.path.normpath(p)).as_posix() for p in rel]
 
 
@@ -305,7 +306,7 @@ def _pylock(source: Source, packing: Packing) -> str | None:
 
 def _pilot_inputs(project: Project) -> str:
     """The pilot inputs folder, relative to the project (what RUN.md mounts read-only)."""
-    return PurePosixPath(os.path.normpath(str(project.pilot_config().get("inputs", "data/pilot")))).as_posix()
+    return PurePosixPath(os.path.normpath(inputs_folder(project.pilot_config()))).as_posix()
 
 
 def _lock_arch(lock: Path) -> str:

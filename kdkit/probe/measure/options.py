@@ -17,7 +17,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import whole_number
-from kdkit.core.pilotconfig import config_file
+from kdkit.core.pilotconfig import config_file, config_problems, places
 from kdkit.core.projectfiles import MARKER, config_path, load_object, require_real_inside, runs_problem
 from kdkit.core.report import print_result
 
@@ -74,7 +74,7 @@ def runs_dir(root: Path) -> Path:
     if not isinstance(relative, str):
         raise BadInput(f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
     folder = require_real_inside(root, config_path(root, relative, config, "$.runs"), config, "$.runs")
-    named = tuple(value for key in ("inputs", "manifest") if isinstance(value := data.get(key), str))
+    named = places(data) if not config_problems(data) else ()  # the pilot's own rule reports a bad config
     if (problem := runs_problem(root, relative, (*named, config.relative_to(root).as_posix()))) is not None:
         raise BadInput(f"{config}: $.runs: {problem}")
     return folder
