@@ -397,3 +397,13 @@ def test_the_host_reads_the_same_model_for_bundle_and_run(corpus: Path) -> None:
     assert not allow.carries("data/other.txt")
     assert essential_files(project, project.backend().lock)[3] == CORPUS  # no manifest: the corpus lists the inputs
     assert _pilot_inputs(project) == "data/corpus"  # what RUN.md mounts read-only
+
+
+def test_kdkit_run_mounts_the_model_folder_read_only(corpus: Path) -> None:
+    from kdkit.config.project import load_project
+    from kdkit.machine.run import APP, named_mounts
+
+    project = load_project(corpus)
+    mounts = named_mounts(project, project.pilot_config(), (corpus / "data/corpus").resolve())
+    assert [(m.source, m.target, m.read_only) for m in mounts] == \
+        [((corpus / "models/enc").resolve(), f"{APP}/models/enc", True)]  # the corpus is in the inputs folder

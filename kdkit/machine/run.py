@@ -75,6 +75,7 @@ from kdkit.core.projectfiles import real_inside
 from kdkit.core.runfolder import check_run_id, run_folders
 from kdkit.core.stopsignals import interrupts
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
+from kdkit.docker_adapter.spec import Mount
 from kdkit.image import container
 from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
 from kdkit.image.container import HOME as HOME
@@ -255,6 +256,20 @@ class RunPlan:
     host: HostFacts | None = None  # the facts the plan was checked against (kdkit run --workers counts GPUs)
 
 
+def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[Mount]:
+    """Read-only mounts of what the pilot config names outside the inputs folder and the image's own folders
+    (kdkit.image.context: config/, src/): a model's folder, a manifest or answer schema kept elsewhere."""
+    from kdkit.core.pilotconfig import named_paths
+    from kdkit.image.context import PROJECT_FOLDERS
+
+    held, mounts = [inputs, *(project.root / folder for folder in PROJECT_FOLDERS)], []
+    for where, value in ((w, os.path.normpath(v)) for w, v in named_paths(pilot)):
+        if not any(base == project.root / value or base in (project.root / value).parents for base in held):
+            mounts.append(Mount(_inside(project, value, where), f"{APP}/{Path(value).as_posix()}", True))
+            held.append(project.root / value)
+    return mounts
+
+
 def _inside(project: Project, rel: str, what: str) -> Path:
     """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one rule)."""
     path = real_inside(project.root, project.root / rel)
@@ -338,7 +353,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)
     mounts = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
-                            runs.relative_to(project.root).as_posix())
+                            runs.relative_to(project.root).as_posix()) + named_mounts(project, pilot, inputs)
     spec = container_spec(facts.ref, mounts, confinement(host, uid, gid), access, network=network, command=command,
                           env_file=env_file.resolve() if env_file else None, env=env)
     warnings = []
