@@ -6,10 +6,13 @@ batch's line count, so a batch written only in part is recognized (incomplete_ta
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import itertools
 import json
 import operator
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -128,3 +131,23 @@ def parse_line(line: bytes, number: int | Callable[[], int], path: Path) -> dict
         raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a torn "
                           "last line is repaired)")
     return record
+
+
+def write_all(fd: int, payload: bytes) -> None:
+    """os.write until every byte is written (a regular file may take a write in parts)."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a million fresh dicts (no cycles) would trigger it
+    hundreds of times, each pass walking every object made so far."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

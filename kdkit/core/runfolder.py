@@ -31,13 +31,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdkit.core import checksums
+from kdkit.core import checksums, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.pilotconfig import params_hash
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.core.resultlines import Scan, blocks, scan_block
+from kdkit.core.resultlines import Scan, blocks, parse_block, scan_block
 from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.staging import require_writable, staged_name
 
@@ -47,13 +47,14 @@ T = TypeVar("T")
 
 PARAMS, ENV, RESULTS, STOP = "params.json", "env.json", "results.jsonl", "stop.json"
 SUMMARY, SUMMARY_MD = "summary.json", "summary.md"
+VECTORS, VECTOR_IDS = "vectors.npy", "vectors.ids.jsonl"  # a vector run's rows and their IDs (kdkit.core.vectorfile)
 # What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
 # still a missing file. stop.json is required too when the summary says the run stopped.
 REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD)}
 # The only files the harness puts in a pilot run folder: its own, and earlier sessions' reports kept
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
-HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS})
+HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS})
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 
 # ---------------------------------------------------------------- keys of its JSON files
@@ -198,12 +199,14 @@ def read_sums(folder: Path) -> dict[str, str]:
 
 def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
     """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
-    that is missing, one not listed, a link, and one the folder's kind requires that neither has."""
+    that is missing, one not listed, a link, and one the folder's kind requires that neither has; then vectors.npy
+    against the results that name its rows (vector_problems)."""
     required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
                 "it (removed with its line?)" for name in required_files(folder) if name not in sums]
     if (folder / SUMS).is_symlink():
         required.append(f"{folder / SUMS}: a symbolic link, not the folder's own {SUMS}")
-    return required + mismatched(folder, sums) + unlisted(folder, sums)
+    problems = required + mismatched(folder, sums) + unlisted(folder, sums)
+    return problems or vector_problems(folder)  # the bytes are the closed ones: do the vectors add up?
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
@@ -271,6 +274,25 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
         if not params.get(PARAMS_HASH) or params.get(PARAMS_HASH) != params_hash(_object_in(params, "params")):
             problems.append(f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
     return problems or (results_problems(folder, summary) if summary.get(VERDICT) == "pass" else [])
+
+
+def vector_problems(folder: Path) -> list[str]:
+    """A verified folder's vectors.npy and its ID list against its results.jsonl (kdkit.core.vectorfile), when it
+    holds vectors; one without the other is a problem."""
+    has = [name for name in (VECTORS, VECTOR_IDS) if (folder / name).is_file()]
+    if not has:
+        return []
+    if len(has) == 1:
+        return [f"{folder / has[0]}: without its partner {VECTOR_IDS if has[0] == VECTORS else VECTORS}"]
+    if not os.path.lexists(folder / PARAMS) and not os.path.lexists(folder / RESULTS):  # a gathering's one array
+        return vectorfile.gathered_problems(folder / VECTORS, folder / VECTOR_IDS)
+    try:
+        data = (folder / RESULTS).read_bytes()
+        records = [record for first, block in blocks(data, len(data)) for record in parse_block(block, first,
+                                                                                                  folder / RESULTS)]
+    except (OSError, CheckFailed) as exc:
+        return [f"{folder / RESULTS}: cannot be read back ({exc}); the vectors cannot be checked"]
+    return vectorfile.folder_problems(folder / VECTORS, folder / VECTOR_IDS, records)
 
 
 def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:

@@ -16,7 +16,6 @@ import contextlib
 import errno
 import fcntl
 import functools
-import gc
 import hashlib
 import os
 import shutil
@@ -28,6 +27,7 @@ from typing import Any
 from kdkit.core.checksums import SUMS, write_digests
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
+from kdkit.core.outputkinds import VECTOR_DATA
 from kdkit.core.resultlines import (
     BLOCK_BYTES,
     Scan,
@@ -35,12 +35,15 @@ from kdkit.core.resultlines import (
     encode_batch,
     incomplete_tail,
     line_number,
+    no_gc,
     parse_block,
     parse_line,
     scan_block,
+    write_all,
 )
-from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, STOP, foreign_entries, harness_file
+from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, STOP, VECTOR_IDS, VECTORS, foreign_entries, harness_file
 from kdkit.core.staging import hold, release, staging_for, temp_prefix
+from kdkit.core.vectorfile import VectorWriter, append_rows, finish, resumed_rows
 
 EMPTY_SHA256 = hashlib.sha256().hexdigest()
 FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -69,6 +72,8 @@ class RunFolder:
         self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
         self._owner: int | None = None  # the folder's owner lock, held while this session writes it (own())
         self._reserve: tuple[Path, int] | None = None  # stop.json's room (reserve_stop), and its descriptor
+        self._vectors: VectorWriter | None = None  # vectors.npy, open while a vector run writes it
+        self._vector_problems: list[str] = []
 
     @property
     def run_id(self) -> str:
@@ -180,13 +185,17 @@ class RunFolder:
         """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
         checked them), so that SHA256SUMS can list them and a change during this session is seen."""
         for entry in os.scandir(self.path):
-            if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and entry.name not in (RESULTS, SUMS):
+            if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and \
+                    entry.name not in (RESULTS, SUMS, VECTORS):
                 self._vouched.setdefault(entry.name, sha256_file(Path(entry.path)))
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Write one batch's lines once the previous batch is on disk, and start their fsync."""
         if not records:
             return
+        if any(VECTOR_DATA in record for record in records):  # a vector batch's rows, fsynced before its lines
+            with _naming(self.path / VECTORS):
+                self._vectors = append_rows(self._vectors, self.path / VECTORS, records)
         payload = encode_batch(records)
         self.wait_synced()
         if self._fd is None:
@@ -194,7 +203,7 @@ class RunFolder:
         end = os.lseek(self._fd, 0, os.SEEK_END)
         try:
             with _naming(self.results):
-                _write_all(self._fd, payload)
+                write_all(self._fd, payload)
         except OSError:  # a full disk: the part written is taken back (the batch is redone on resume)
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, end)
@@ -203,6 +212,17 @@ class RunFolder:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
         self._syncing = self._pool.submit(os.fsync, self._fd)
+
+    def finish_vectors(self) -> None:
+        """At close: vectors.npy's header rewritten with its final row count and vouched for, vectors.ids.jsonl
+        written from the results (kdkit.core.vectorfile.finish); what does not add up is a problem of the run."""
+        if self._vectors is None and (self.path / VECTORS).is_file():  # resumed, stopped before its scan
+            data = self.results.read_bytes() if self.results.is_file() else b""
+            self._vectors = resumed_rows(self.path / VECTORS, data, len(data))
+        if self._vectors is not None:
+            with _naming(self.path / VECTORS):
+                self._vouched[VECTORS], listed, self._vector_problems = finish(self._vectors, self.records())
+            self._write(VECTOR_IDS, listed)
 
     def wait_synced(self) -> None:
         """Block until the last appended batch is on disk; a failed fsync is raised here."""
@@ -228,6 +248,8 @@ class RunFolder:
     def disown(self) -> None:
         """Let the owner lock go: the session is over, its files written (the summary and SHA256SUMS too)."""
         self.drop_reserve()
+        if self._vectors is not None:
+            self._vectors.close()
         release(self._owner)
         self._owner = None
 
@@ -254,7 +276,9 @@ class RunFolder:
         self._hash_prefix(data, cut)
         if cut == 0:
             return scan
-        with _no_gc():
+        if self._vectors is None:
+            self._vectors = resumed_rows(self.path / VECTORS, data, cut)
+        with no_gc():
             for first, block in blocks(data, cut):
                 scan_block(scan, block, first, self.results)
         last = data.rfind(b"\n", 0, cut - 1) + 1
@@ -312,7 +336,7 @@ class RunFolder:
         """What something other than the harness did to the run folder while it was open: a file of the
         harness changed or gone, results.jsonl not what was appended, entries the harness never made.
         Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
-        problems = []
+        problems = list(self._vector_problems)
         for name, digest in sorted(self._vouched.items()):
             path = self.path / name
             if path.is_symlink() or not path.is_file() or sha256_file(path) != digest:
@@ -364,13 +388,6 @@ class RunFolder:
         return f"{stem}-{n}{suffix}"
 
 
-def _write_all(fd: int, payload: bytes) -> None:
-    """os.write until every byte is written (a regular file may take a write in parts)."""
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 @contextlib.contextmanager
 def _naming(path: Path) -> Iterator[None]:
     """An OSError raised inside names ``path`` when it names no file of its own (a refused write does not)."""
@@ -380,16 +397,3 @@ def _naming(path: Path) -> Iterator[None]:
         if exc.filename is None:
             exc.filename = os.fspath(path)
         raise
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a million fresh dicts (no cycles) would trigger it
-    hundreds of times, each pass walking every object made so far."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.parsers import add_json, command_parser
-from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
+from kdkit.core.pilotconfig import Output, PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.staging import require_writable
@@ -44,7 +44,8 @@ from kdkit.probe.measure.options import (
     text_table,
 )
 from kdkit.probe.measure.plot import check_plot_path, sweep_plot, written
-from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entry, read_input, set_device
+from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entry, set_device, with_params
+from kdkit.probe.pilot.inputs import Reader, Reading
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
@@ -78,7 +79,7 @@ class Group:
     items: list[Item]
 
     def describe(self) -> dict[str, Any]:
-        sizes = [len(item.text.encode("utf-8")) for item in self.items]
+        sizes = [len(item.payload) for item in self.items]
         return {"name": self.name, "ids": [item.doc.id for item in self.items],
                 "min_bytes": min(sizes), "max_bytes": max(sizes)}
 
@@ -87,7 +88,7 @@ def split_groups(items: Sequence[Item], count: int) -> list[Group]:
     """Sort by size and cut into ``count`` groups of near-equal length (the larger ones first)."""
     if not 1 <= count <= len(items):
         raise BadInput(f"--groups {count}: must be between 1 and the number of readable inputs ({len(items)})")
-    ordered = sorted(items, key=lambda item: (len(item.text.encode("utf-8")), item.doc.id))
+    ordered = sorted(items, key=lambda item: (len(item.payload), item.doc.id))
     names = GROUP_NAMES.get(count) or tuple(f"group {i + 1}" for i in range(count))
     groups, start = [], 0
     for index in range(count):
@@ -157,10 +158,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def _outputs(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(r.get("id"), r.get("outcome"), r.get("category"), r.get("reason")) for r in records]
+    return [(r.get("id"), r.get("outcome"), r.get("category"), r.get("reason"), r.get("output")) for r in records]
 
 
-def run_cell(predict: Predict, group: Group, size: int, categories: Sequence[str],
+def run_cell(predict: Predict, group: Group, size: int, output: Output,
              memory: Memory) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     """Run one group at one batch size; return the row and the outputs in order."""
     memory.reset()
@@ -172,9 +173,9 @@ def run_cell(predict: Predict, group: Group, size: int, categories: Sequence[str
         batch = group.items[first:first + size]
         called = time.perf_counter()
         try:
-            answers = predict([{"id": item.doc.id, "text": item.text} for item in batch])
+            answers = predict([item.app_item() for item in batch])  # as the pilot hands them
             in_predict += time.perf_counter() - called
-            got = classify_answers(batch, answers, categories, number)
+            got = classify_answers(batch, answers, output, number)
         except Exception as exc:  # the app's failure is data: recorded, shown, never averaged away
             in_predict += time.perf_counter() - called
             message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
@@ -216,12 +217,13 @@ def _order_check(row: dict[str, Any], outputs: list[tuple[Any, ...]], reference:
 
 def _readable(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
     items, skipped = [], []
-    for doc in config.documents:
-        got = read_input(doc, config.max_input_bytes)
-        if isinstance(got, str):
-            skipped.append({"id": doc.id, "reason": got})
-        else:
-            items.append(got)
+    with Reader(Reading.of(config, follow_links=False)) as reader:
+        for doc in config.documents:
+            got = reader.read(doc)
+            if isinstance(got, str):
+                skipped.append({"id": doc.id, "reason": got})
+            else:
+                items.append(got)
     return items, skipped
 
 
@@ -273,18 +275,18 @@ def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]
     say = progress or (lambda _m: None)
     config, chosen, split, batch_sizes = plan.config, plan.device, plan.groups, plan.batch_sizes
     set_device(chosen)
-    predict = load_entry(config.root, config.entry)
+    predict = with_params(load_entry(config.root, config.entry), config.params)  # the pilot's params, if it takes them
     memory = Memory(chosen)
     first = split[0].items[0]
     started = time.perf_counter()
-    predict([{"id": first.doc.id, "text": first.text}])  # load the model once, outside the timings
+    predict([first.app_item()])  # load the model once, outside the timings
     warmup = time.perf_counter() - started
     rows = []
     for group in split:
         reference: list[tuple[Any, ...]] = []
         for size in batch_sizes:
             say(f"{group.name}: {len(group.items)} inputs at batch size {size}")
-            row, outputs = run_cell(predict, group, size, config.categories, memory)
+            row, outputs = run_cell(predict, group, size, config.output, memory)
             if size == 1:
                 reference = outputs
             _order_check(row, outputs, reference)

@@ -8,11 +8,16 @@ and every problem, each naming the ID concerned. Nothing here touches files.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdkit.core.pilotconfig import Document
+from kdkit.core.outputkinds import SCORE
+from kdkit.core.pilotconfig import Output
+from kdkit.core.pilotmanifest import Document
+
+CATEGORY_SHAPE, OUTPUT_SHAPE = '{"id": ..., "category": ...}', '{"id": ..., "output": ...}'  # a result's shape
 
 
 @dataclass
@@ -56,8 +61,7 @@ class Tally:
             ident, outcome = record.get("id"), record.get("outcome")
             if outcome == "malformed":
                 self.stray.append(f"batch {record.get('batch')}: malformed result {_name(record.get('answer'))}; "
-                                  "each result must be {\"id\": ..., \"category\": ...} or {\"id\": ..., "
-                                  "\"error\": ...}")
+                                  f"each result must be {CATEGORY_SHAPE} or {{\"id\": ..., \"error\": ...}}")
             elif outcome == "unrequested":
                 self.stray.append(f"{_name(ident)}: the app answered an ID it was not given in batch "
                                   f"{record.get('batch')}" if ident in known else f"{_name(ident)}: invented ID, "
@@ -66,28 +70,40 @@ class Tally:
                 counts[ident] = counts.get(ident, 0) + 1
                 first.setdefault(ident, record)
 
-    def judge(self, min_quality: float) -> Accounting:
-        """Exactly once per ID, nothing invented, categories allowed, reasons given, expectations met,
-        quality at least ``min_quality``."""
+    def judge(self, min_quality: float, output: Output | None = None) -> Accounting:
+        """Exactly once per ID, nothing invented, answers of the declared kind, reasons given, expectations met,
+        quality at least ``min_quality`` (a category run: accuracy against the labels; any other kind: the mean
+        score of the answers the manifest gives an expected output for, when there is one)."""
         result = Accounting(total=len(self.documents), first=self.first, counts=self.counts)
-        misclassified = []
+        categories = output is None or output.kind == "category"
+        misclassified, scores = [], []
         for doc in self.documents:
             problem = _judge_document(doc, result)
             if problem:
                 result.problems.append(problem)
             first = result.first.get(doc.id)
-            if first and first["outcome"] == "accepted" and first.get("category") != doc.label:
+            if not first or first["outcome"] != "accepted":
+                continue
+            if categories and first.get("category") != doc.label:
                 misclassified.append(f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
-        result.problems.extend(self.stray)
-        _check_totals(result, misclassified, min_quality)
+            elif not categories and doc.expected is not None:
+                scores.append((doc.id, first.get(SCORE)))
+        result.problems.extend(self.stray if categories else [p.replace(CATEGORY_SHAPE, OUTPUT_SHAPE)
+                                                              for p in self.stray])
+        if categories:
+            _check_totals(result, misclassified, min_quality)
+        else:
+            _check_count(result)
+            _check_scores(result, scores, min_quality)
         return result
 
 
-def account(documents: Sequence[Document], records: Iterable[dict[str, Any]], min_quality: float) -> Accounting:
+def account(documents: Sequence[Document], records: Iterable[dict[str, Any]], min_quality: float,
+            output: Output | None = None) -> Accounting:
     """Judge a run from all its records at once (see Tally)."""
     tally = Tally(documents)
     tally.add(records)
-    return tally.judge(min_quality)
+    return tally.judge(min_quality, output)
 
 
 def _judge_document(doc: Document, result: Accounting) -> str | None:
@@ -110,16 +126,39 @@ def _judge_document(doc: Document, result: Accounting) -> str | None:
     if outcome == "rejected" and not str(record.get("reason", "")).strip():
         return f"{doc.id}: rejected without a reason"
     if outcome == "accepted" and doc.expect == "reject":
-        return f"{doc.id}: expected a rejection, but accepted as {record.get('category')}"
+        return f"{doc.id}: expected a rejection, but accepted" + (f" as {record.get('category')}"
+                                                                  if "category" in record else "")
     if outcome == "rejected" and doc.expect == "accept":
         return f"{doc.id}: expected acceptance, but rejected: {record.get('reason')}"
     return None
 
 
-def _check_totals(result: Accounting, misclassified: list[str], min_quality: float) -> None:
+def _check_count(result: Accounting) -> None:
     if result.accepted + result.rejected != result.total:
         result.problems.append(f"accepted {result.accepted} + rejected {result.rejected} = "
                                f"{result.accepted + result.rejected}, not the {result.total} IDs of the manifest")
+
+
+def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality: float) -> None:
+    """The mean score of the answers the manifest gives an expected output for; None (and min_quality not
+    required) when there are none. A score that is not a number in [0, 1] (NaN) is a problem, never a pass."""
+    bad = [ident for ident, score in scores if isinstance(score, bool) or not isinstance(score, (int, float))
+           or not 0 <= score <= 1]
+    result.problems += [f"{ident}: accepted without a valid quality score against its expected output"
+                        for ident in bad]
+    valid = sorted((float(score), ident) for ident, score in scores if ident not in bad)
+    if not valid:
+        return
+    result.quality = math.fsum(score for score, _ in valid) / len(valid)
+    result.correct = sum(score == 1 for score, _ in valid)
+    if result.quality < min_quality:
+        lowest = ", ".join(f"{ident} ({score:.3f})" for score, ident in valid[:10])
+        result.problems.append(f"quality {result.quality:.3f} < min_quality {min_quality:g} over {len(valid)} "
+                               f"scored answer(s): lowest {lowest}")
+
+
+def _check_totals(result: Accounting, misclassified: list[str], min_quality: float) -> None:
+    _check_count(result)
     if result.accepted == 0:
         result.problems.append("no document accepted: quality is undefined")
         return

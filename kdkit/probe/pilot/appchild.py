@@ -32,6 +32,7 @@ from kdkit.core.runfolder import BYTES, DEVICE
 from kdkit.probe.pilot.harness import short_text
 
 FRAME = struct.Struct(">IQ")
+LIST_DEPTH = 4  # nesting of lists carried as lists in a tagged answer (a vector is one)
 PR_SET_PDEATHSIG = 1
 
 
@@ -96,9 +97,23 @@ def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytearray] | None:
 
 
 
-def _value(value: Any) -> list[Any]:
+def _value(value: Any, depth: int = 0) -> list[Any]:
+    """One tagged value: ``["v", scalar]``; ``["f", "nan"|"inf"|"-inf"]`` (named, so a vector's NaN is its
+    reason); ``["l", [tagged...]]`` for a list, or an array's ``tolist()`` (numpy, torch); else its repr (a tuple's
+    too, as JSON-less answers always were)."""
     if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
         return ["v", value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
+    if isinstance(value, float):
+        return ["f", repr(float(value))]
+    if depth < LIST_DEPTH and not isinstance(value, list) and callable(getattr(value, "tolist", None)):
+        try:
+            value = value.tolist()
+        except Exception:
+            return ["r", short_text(value)]
+        if not isinstance(value, list):
+            return _value(value, LIST_DEPTH)  # a 0-d array's number
+    if isinstance(value, list) and depth < LIST_DEPTH:
+        return ["l", [_value(item, depth + 1) for item in value]]
     return ["r", short_text(value)]
 
 
@@ -160,15 +175,26 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _items(header: dict[str, Any], payload: bytearray) -> list[dict[str, Any]]:
-    """The batch's items, each text decoded from its part of ``payload``, which is then let go: the app's
-    process holds each text once while the app runs."""
-    items, start = [], 0
+    """The batch's items, each value made from its part of ``payload`` (which is then let go: the app's
+    process holds each input once while the app runs): a text decoded, bytes as they are, records
+    json-decoded from their canonical bytes (the batch's in one call); each with its input's sha256
+    (the header's ``sha256``: 64 hex digits an item, in order)."""
+    kind, digests, ids = header.get("kind", "text"), header.get("sha256", ""), header["ids"]
+    parts, start = [], 0
     with memoryview(payload) as view:
-        for ident, size in zip(header["ids"], header["sizes"], strict=True):
-            items.append({"id": ident, "text": str(view[start:start + size], "utf-8")})
-            start += size
+        try:
+            for size in header["sizes"]:
+                parts.append(view[start:start + size])
+                start += size
+            values: list[Any] = (json.loads(b"[" + b",".join(parts) + b"]") if kind == "record" else
+                                 [bytes(part) for part in parts] if kind == "bytes" else
+                                 [str(part, "utf-8") for part in parts])
+        finally:
+            for part in parts:
+                part.release()
     payload.clear()
-    return items
+    return [{"id": ident, kind: value, "sha256": digests[64 * index:64 * index + 64]}
+            for index, (ident, value) in enumerate(zip(ids, values, strict=True))]
 
 
 def _error_reply(op: str, exc: BaseException) -> dict[str, Any]:
@@ -212,12 +238,12 @@ class Server:
         from pathlib import Path
 
         from kdkit.core.errors import KdkitError
-        from kdkit.probe.pilot.harness import load_entry, set_device
+        from kdkit.probe.pilot.harness import load_entry, set_device, with_params
 
         self.device = header["device"]
         set_device(self.device)
         try:
-            self.predict = load_entry(Path(header["root"]), header["entry"])
+            self.predict = with_params(load_entry(Path(header["root"]), header["entry"]), header.get("params"))
         except KdkitError as exc:
             return {"op": "entry_error", "message": str(exc)}
         except BaseException as exc:  # the import itself exited or raised something harsher

@@ -141,12 +141,12 @@ def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
     """
     intact = run.holds_only_appended()
     if intact and session.tally is not None and not session.resumed:
-        accounting = session.tally.judge(cfg.min_quality)
+        accounting = session.tally.judge(cfg.min_quality, cfg.output)
     else:
         try:
-            accounting = account(cfg.documents, run.records(), cfg.min_quality)
+            accounting = account(cfg.documents, run.records(), cfg.min_quality, cfg.output)
         except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
-            accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality)
+            accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality, cfg.output)
     accounting.problems.extend(run.integrity_problems(intact))
     return accounting
 
@@ -163,6 +163,7 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
             run.write_json(ENV, {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
                 "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
                 "fix": "see stop.json"}})
+        run.finish_vectors()  # vectors.npy's final header, its ID list; what does not add up fails the run
         accounting = judged(cfg, run, session)
         summary = summary_data(run.run_id, cfg, accounting, session.stop, {
             "resumed": session.resumed,

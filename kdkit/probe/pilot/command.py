@@ -22,6 +22,7 @@ from typing import Any
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
 from kdkit.core.git import code_state
+from kdkit.core.outputkinds import answer_bytes
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import load_object, project_root
 from kdkit.core.report import print_result
@@ -47,6 +48,7 @@ from kdkit.probe.pilot import harness
 from kdkit.probe.pilot.accounting import Tally
 from kdkit.probe.pilot.closing import Session, close_run, failure_stop, stopped_by_full_disk
 from kdkit.probe.pilot.fanout import run_node
+from kdkit.probe.pilot.inputs import Reading
 from kdkit.probe.pilot.launch import continuing, place
 from kdkit.probe.pilot.launchers import Placement
 from kdkit.probe.pilot.options import build_parser
@@ -59,7 +61,7 @@ from kdkit.probe.pilot.shares import (
     share_fields,
 )
 from kdkit.probe.pilot.stopguard import StopGuard, StopRequested
-from kdkit.probe.pilot.supervisor import AppProcess
+from kdkit.probe.pilot.supervisor import AppProcess, reply_limit
 from kdkit.probe.results.copyout import copy_run
 
 PROBLEMS_SHOWN = 20
@@ -176,7 +178,7 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
             run.write_json(ENV, report)
             if (blocked := diagnose_blocks(report)) is not None:
                 raise StopRequested(blocked, "diagnose")
-            app.load(cfg.root, cfg.entry, cfg.device)
+            app.load(cfg.root, cfg.entry, cfg.device, cfg.params)
             scan = run.scan()
             session.dropped_lines = scan.dropped_lines
             with StopGuard(cfg.max_seconds).installed() as guard:
@@ -203,7 +205,7 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: A
           guard: StopGuard, progress: Progress) -> None:
     pending: list[Document] = [d for d in cfg.documents if d.id not in scan.finished]
     done, rejected = len(cfg.documents) - len(pending), scan.rejected
-    source = harness.batches(pending, cfg.batch_size, cfg.max_input_bytes, scan.next_batch, os.fspath(cfg.root))
+    source = harness.batches(pending, cfg.batch_size, Reading.of(cfg), scan.next_batch)
     session.tally = tally = Tally(cfg.documents)
     with harness.prefetching(source) as ahead:
         for number, items, rejections in ahead:
@@ -229,9 +231,10 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
     if not items:
         return []
     started = time.perf_counter()
+    app.reply_limit = reply_limit(cfg.batch_size, answer_bytes(cfg.output))  # room for a long text or vector
     try:
         with guard.app_running():
-            return harness.run_batch(app, items, cfg.categories, number)
+            return harness.run_batch(app, items, cfg.output, number)
     except StopRequested as stop:
         held = app.in_flight if app.in_flight is not None else [item.doc.id for item in items]
         stop.details.setdefault("in_flight", {"batch": number, "ids": held[:IN_FLIGHT_SHOWN],

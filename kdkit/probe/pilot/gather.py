@@ -41,6 +41,7 @@ from kdkit.core.report import print_result
 from kdkit.core.resultlines import FINISHED
 from kdkit.core.runresults import RunFolder
 from kdkit.core.staging import describe_removed, refuse_link, staged_folder
+from kdkit.core.vectorfile import gather_vectors
 from kdkit.probe.pilot.accounting import Accounting, account
 from kdkit.probe.pilot.collect import Worker, collect
 from kdkit.probe.pilot.shares import worker_of
@@ -215,7 +216,7 @@ def default_out(workers: Sequence[Worker], roots: Sequence[Path] = ()) -> Path:
     return (roots[0] if roots else workers[0].path.parent) / rf.gathered_folder(workers[0].run)
 
 
-GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS})  # the files a gathering's folder holds
+GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS, rf.VECTORS, rf.VECTOR_IDS})  # what a gathering holds
 
 
 def replaceable_gathering(folder: Path) -> str | None:
@@ -270,15 +271,21 @@ def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
     return out
 
 
-def write_summary(out: Path, summary: dict[str, Any], force: bool = False) -> None:
-    """summary.json, summary.md and SHA256SUMS in a staging folder published as ``out`` (never over anything
-    but the earlier gathering checked, with ``force``: kdkit.core.staging.staged_folder)."""
+def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
+                  vectors: list[tuple[int, Path, Path]] | None = None) -> None:
+    """summary.json, summary.md, the workers' ``vectors`` as one array (vectors.npy, vectors.ids.jsonl) and
+    SHA256SUMS in a staging folder published as ``out`` (never over anything but the earlier gathering checked,
+    with ``force``: kdkit.core.staging.staged_folder)."""
     with staged_folder(out, "--out", replaceable_gathering if force else None) as staged:
         for line in describe_removed(staged.removed):
             print(f"gather: {line}", file=sys.stderr)
+        names = [rf.SUMMARY, rf.SUMMARY_MD]
+        if vectors:
+            summary["vectors"] = gather_vectors(vectors, staged.path / rf.VECTORS, staged.path / rf.VECTOR_IDS)
+            names += [rf.VECTORS, rf.VECTOR_IDS]
         atomic_write_json(staged.path / rf.SUMMARY, summary)
         atomic_write_text(staged.path / rf.SUMMARY_MD, summary_markdown(summary))
-        write_sums(staged.path, [(name, staged.path / name) for name in (rf.SUMMARY, rf.SUMMARY_MD)])
+        write_sums(staged.path, [(name, staged.path / name) for name in names])
 
 
 # ---------------------------------------------------------------- the whole
@@ -302,7 +309,7 @@ def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | Non
     if problems:
         return None, problems
     tally = Tally(frozenset(doc.id for doc in cfg.documents))
-    acc = account(cfg.documents, tally.records(workers), cfg.min_quality)
+    acc = account(cfg.documents, tally.records(workers), cfg.min_quality, cfg.output)
     problems = id_problems(cfg.documents, workers, tally, acc)
     problems += [f"{w.name}: stopped early: {w.summary[rf.STOPPED].get(rf.REASON)}; resume it"
                  for w in workers if w.summary and w.summary.get(rf.STOPPED)]
@@ -319,7 +326,9 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
     acc, problems = judge(cfg, workers)
     summary = summary_data(workers[0].run, cfg, workers, acc, problems)
-    write_summary(destination, summary, force)
+    vectors = [(w.share.worker, w.path / rf.VECTORS, w.path / rf.VECTOR_IDS) for w in workers
+               if (w.path / rf.VECTORS).is_file()] if acc is not None else []  # each worker's verified first
+    write_summary(destination, summary, force, vectors)
     return Gathered(summary, destination)
 
 

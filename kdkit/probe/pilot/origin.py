@@ -58,13 +58,18 @@ def _named(items: list[str]) -> str:
     return "; ".join(items[:NAMED]) + (f" (+{len(items) - NAMED} more)" if len(items) > NAMED else "")
 
 
-def config_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Each resolved parameter that differs, ``key: old -> new``."""
+def config_changes(recorded: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """Each resolved parameter that differs, ``key: old -> new``; inside an object present on both sides the
+    key that changed is named by its path (``params.temperature``, ``model.files.weights.bin``)."""
     changes = []
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
-        if old != new:
-            changes.append(f"{key}: {json.dumps(old)[:60]} -> {json.dumps(new)[:60]}")
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += config_changes(old, new, f"{prefix}{key}.")
+        else:
+            changes.append(f"{prefix}{key}: {json.dumps(old)[:60]} -> {json.dumps(new)[:60]}")
     return changes
 
 
@@ -89,7 +94,7 @@ def input_changes(cfg: PilotConfig, run: RunFolder) -> list[str]:
         doc = by_id.get(record.get("id"))  # type: ignore[arg-type]
         if doc is None or record.get("outcome") not in ("accepted", "rejected", "invalid", "unanswered"):
             continue
-        now = read_input(doc, cfg.max_input_bytes, root)
+        now = read_input(doc, cfg.max_input_bytes, root, decode=cfg.decode, id_field=cfg.id_field)
         if isinstance(now, str):
             if record.get("by") != "harness" or record.get("reason") != now:
                 changes.append(f"{doc.file} ({doc.id}): now refused by the harness ({now})")

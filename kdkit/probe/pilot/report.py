@@ -9,9 +9,13 @@ control character, `|` or leading `#` changes what the file shows.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
+from kdkit.core.outputkinds import ROW, SCORE, describe
 from kdkit.core.pilotconfig import PilotConfig
+from kdkit.core.pilotmanifest import Document
 from kdkit.core.runfolder import (
     ACCEPTED,
     KIND,
@@ -29,6 +33,8 @@ from kdkit.probe.pilot.accounting import Accounting
 from kdkit.probe.pilot.harness import read_input
 
 TABLE_ROWS = 500
+SAID = 60  # characters of an accepted text or JSON answer shown in the table
+NEAR_LIMIT_LOOKED = 10000  # documents among which the largest accepted input is looked for
 SHOWN_BESIDE = 3
 EXCERPT = 300
 
@@ -58,6 +64,8 @@ def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str,
         "expected_rejections": [d.id for d in cfg.documents if d.expect == "reject"],
         "problems": problems,
         STOPPED: stop,
+        **({} if cfg.output.kind == "category" else {"output": {"kind": cfg.output.kind,
+                                                                 "described": describe(cfg.output)}}),
         **extra,
     }
 
@@ -67,12 +75,24 @@ def _outcome_row(doc_id: str, expect: str, label: str | None, acc: Accounting) -
     if record is None:
         return f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | not reached | |"
     outcome = record["outcome"]
-    said = record.get("category") if outcome == "accepted" else record.get("reason") or record.get("problem")
+    said = _said(record) if outcome == "accepted" else record.get("reason") or record.get("problem")
     if outcome == "rejected":
         said = f"{record.get('by')}: {said}"
     times = acc.counts.get(doc_id, 0)
     flag = f" (x{times})" if times > 1 else ""
     return f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | {outcome}{flag} | {md_cell(said or '')} |"
+
+
+def _said(record: dict[str, Any]) -> str:
+    """What an accepted answer said, in a few characters: its category, its text or JSON cut short, its row."""
+    if "category" in record:
+        return str(record["category"])
+    score = f" (score {record[SCORE]:.3f})" if isinstance(record.get(SCORE), (int, float)) else ""
+    if ROW in record:
+        return f"vectors.npy row {record[ROW]}{score}"
+    value = record.get("output")
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return (text if len(text) <= SAID else text[:SAID] + "...") + score
 
 
 def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting) -> str:
@@ -82,7 +102,7 @@ def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting)
         "",
         f"- IDs in the manifest: {summary['total']}; accepted {summary['accepted']} + rejected "
         f"{summary['rejected']} = {summary['accepted'] + summary['rejected']}",
-        f"- Quality against the manifest's labels: {quality} (minimum {cfg.min_quality:g})",
+        _quality_line(cfg, quality),
         f"- Expected rejections: {', '.join(summary['expected_rejections']) or 'none'}",
         f"- Entry: `{cfg.entry}`, batch size {cfg.batch_size}, device {cfg.device}",
     ]
@@ -90,16 +110,59 @@ def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting)
         lines.append(f"- Stopped early: {md_cell(summary['stopped']['reason'], None)}")
     lines += ["", "## Problems", ""]
     lines += [f"- {md_cell(p)}" for p in summary["problems"]] or ["None: every rule of the accounting holds."]
-    lines += ["", "## Every ID", "", "| ID | expected | label | outcome | category or reason |",
+    said = "category" if cfg.output.kind == "category" else "output"
+    lines += ["", "## Every ID", "", f"| ID | expected | label | outcome | {said} or reason |",
               "|---|---|---|---|---|"]
     for doc in cfg.documents[:TABLE_ROWS]:
         lines.append(_outcome_row(doc.id, doc.expect, doc.label, acc))
     if len(cfg.documents) > TABLE_ROWS:
         lines.append(f"\n({len(cfg.documents) - TABLE_ROWS} more IDs: see results.jsonl)")
-    lines += ["", "## A few outputs beside their inputs", "", *_beside(cfg, acc)]
+    beside = _beside(cfg, acc) if cfg.output.kind == "category" else _beside_any(cfg, acc)
+    lines += ["", "## A few outputs beside their inputs", "", *beside]
     lines += ["", "Files: params.json (parameters, code revision), env.json (diagnose report), results.jsonl "
               "(one line per item), summary.json, SHA256SUMS (verify a copy with `kdkit copy-out`)."]
+    if cfg.output.kind == "vector":
+        lines.append("Vectors: vectors.npy (`numpy.load`, one float32 row per accepted item) and vectors.ids.jsonl "
+                     "(each row's ID and input sha256, in row order).")
     return "\n".join(lines) + "\n"
+
+
+def _quality_line(cfg: PilotConfig, quality: str) -> str:
+    if cfg.output.kind == "category":
+        return f"- Quality against the manifest's labels: {quality} (minimum {cfg.min_quality:g})"
+    if quality == "undefined":
+        return (f"- Output: {md_cell(describe(cfg.output))}; quality not scored (no accepted answer has an expected "
+                "output in the manifest): the verdict rests on the accounting and each answer's check")
+    return (f"- Output: {md_cell(describe(cfg.output))}; quality against the manifest's expected outputs: {quality} "
+            f"(minimum {cfg.min_quality:g})")
+
+
+def _beside_any(cfg: PilotConfig, acc: Accounting) -> list[str]:
+    """The first accepted answer, the first rejected one and the accepted one of the largest input (near the
+    limit), each input's excerpt next to what became of it."""
+    accepted = [d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") == "accepted"]
+    rejected = [d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")]
+    largest = max(accepted[:NEAR_LIMIT_LOOKED], key=_size, default=None)
+    picked = list({d.id: d for d in (accepted[:1] + rejected[:1] + ([largest] if largest else []))}.values())
+    shown: list[str] = []
+    for doc in picked:
+        record = acc.first[doc.id]
+        said = _said(record) if record["outcome"] == "accepted" else record.get("reason") or record.get("problem")
+        item = read_input(doc, cfg.max_input_bytes, decode=cfg.decode, id_field=cfg.id_field)
+        excerpt, more = ("(input not readable: " + item + ")", False) if isinstance(item, str) else \
+            item.excerpt(EXCERPT)
+        shown += [f"**{md_cell(doc.id)}** ({record['outcome']}) -> `{printable(str(said))}`", "",
+                  f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
+    return shown or ["No output to show."]
+
+
+def _size(doc: Document) -> int:
+    if doc.offset >= 0:
+        return doc.length
+    try:
+        return os.stat(doc.location).st_size
+    except OSError:
+        return -1
 
 
 def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
@@ -109,7 +172,7 @@ def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
         record = acc.first.get(doc.id)
         if not record or record["outcome"] != "accepted" or record.get("category") in seen_categories:
             continue
-        item = read_input(doc, cfg.max_input_bytes)
+        item = read_input(doc, cfg.max_input_bytes, decode=cfg.decode, id_field=cfg.id_field)
         if isinstance(item, str):
             continue
         seen_categories.add(record.get("category"))

@@ -54,6 +54,7 @@ ANSWER_BYTES = 64 << 10
 REPLY_BYTES = 1 << 20  # any reply's room besides its answers
 REPLY_CEILING = 256 << 20  # whatever the batch size
 RECEIVED = 1 << 20  # bytes read from the pipe at a time
+JOINED = 4 << 20  # a batch's inputs up to this size are sent in one write (larger ones each as it is)
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 SIGNAL_HINTS = {
     signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the container's "
@@ -105,6 +106,10 @@ def _decode(value: Any) -> Any:
         return {str(key): _decode(item) for key, item in body.items()}
     if tag == "r":
         return Opaque(str(body))
+    if tag == "l":
+        return [_decode(item) for item in body]
+    if tag == "f" and body in ("nan", "inf", "-inf"):
+        return float(body)
     raise ValueError(f"unknown tag {tag!r}")
 
 
@@ -118,9 +123,10 @@ def decode_answers(header: dict[str, Any]) -> Any:
 
 
 
-def reply_limit(batch_size: int) -> int:
-    """The bytes one reply may take for batches of ``batch_size``: 1 MiB + 64 KiB per item, at most 256 MiB."""
-    return min(REPLY_BYTES + batch_size * ANSWER_BYTES, REPLY_CEILING)
+def reply_limit(batch_size: int, answer_bytes: int = ANSWER_BYTES) -> int:
+    """The bytes one reply may take for batches of ``batch_size``: 1 MiB + ``answer_bytes`` per item (64 KiB, or
+    what the declared output needs: kdkit.core.outputkinds.answer_bytes), at most 256 MiB."""
+    return min(REPLY_BYTES + batch_size * max(answer_bytes, ANSWER_BYTES), REPLY_CEILING)
 
 
 class AppProcess:
@@ -165,8 +171,9 @@ class AppProcess:
         report: dict[str, Any] = reply["report"]
         return report
 
-    def load(self, root: Path, entry: str, device: str) -> None:
-        reply = self._request({"op": "load", "root": str(root), "entry": entry, "device": device},
+    def load(self, root: Path, entry: str, device: str, params: dict[str, Any] | None = None) -> None:
+        """Import the entry; ``params`` (the config's) are handed to a predict that takes them with every batch."""
+        reply = self._request({"op": "load", "root": str(root), "entry": entry, "device": device, "params": params},
                               f"importing the entry {entry}", deadline=None)
         if reply.get("op") == "entry_error":
             raise EntryError(str(reply.get("message")))
@@ -174,10 +181,14 @@ class AppProcess:
     def __call__(self, items: Sequence[Item]) -> Any:
         """The app's answers for ``items``; AppRaised when it raised, StopRequested when it must stop."""
         ids = [item.doc.id for item in items]
-        texts = [item.payload for item in items]  # the bytes the harness read, sent as they are
-        header = {"op": "predict", "ids": ids, "sizes": [len(text) for text in texts]}
+        parts = [item.payload for item in items]  # the bytes the harness read, sent as they are
+        sizes = [len(part) for part in parts]
+        header = {"op": "predict", "ids": ids, "sizes": sizes, "kind": items[0].kind if items else "text",
+                  "sha256": "".join(item.sha256 for item in items)}  # 64 hex digits an item
+        if sum(sizes) <= JOINED:
+            parts = [b"".join(parts)]  # small inputs in one write, not one each
         self.in_flight = ids
-        reply = self._request(header, "the batch", deadline=self.batch_seconds, payload=texts)
+        reply = self._request(header, "the batch", deadline=self.batch_seconds, payload=parts)
         self.in_flight = None
         if reply.get("op") == "raised":
             raise AppRaised(str(reply.get("type")), str(reply.get("message") or ""))
@@ -195,7 +206,7 @@ class AppProcess:
         return memory if isinstance(memory, dict) else None
 
     def _request(self, header: dict[str, Any], what: str, deadline: float | None,
-                 payload: Sequence[memoryview] = ()) -> dict[str, Any]:
+                 payload: Sequence[bytes | memoryview] = ()) -> dict[str, Any]:
         assert self.process is not None
         until = None if deadline is None else time.monotonic() + deadline
         try:
