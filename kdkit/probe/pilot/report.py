@@ -137,23 +137,29 @@ def _quality_line(cfg: PilotConfig, quality: str) -> str:
             f"(minimum {cfg.min_quality:g})")
 
 
-def _beside_any(cfg: PilotConfig, acc: Accounting) -> list[str]:
+def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozenset()) -> list[str]:
     """The first accepted answer, the first rejected one and the accepted one of the largest input (near the
-    limit), each input's excerpt next to what became of it."""
+    limit), each input's excerpt next to what became of it (``skip``: IDs already shown)."""
     accepted = [d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") == "accepted"]
     rejected = [d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")]
     largest = max(accepted[:NEAR_LIMIT_LOOKED], key=_size, default=None)
-    picked = list({d.id: d for d in (accepted[:1] + rejected[:1] + ([largest] if largest else []))}.values())
+    first = [] if skip else accepted[:1]
+    picked = [d for d in {d.id: d for d in (first + rejected[:1] + ([largest] if largest else []))}.values()
+              if d.id not in skip]
     shown: list[str] = []
     for doc in picked:
         record = acc.first[doc.id]
         said = _said(record) if record["outcome"] == "accepted" else record.get("reason") or record.get("problem")
         item = read_input(doc, cfg.max_input_bytes, decode=cfg.decode, id_field=cfg.id_field)
-        excerpt, more = ("(input not readable: " + item + ")", False) if isinstance(item, str) else \
-            item.excerpt(EXCERPT)
-        shown += [f"**{md_cell(doc.id)}** ({record['outcome']}) -> `{printable(str(said))}`", "",
+        if isinstance(item, str):
+            excerpt, more = ("(the input was refused before the app saw it)" if item == said else
+                             "(input not readable: " + item + ")"), False
+        else:
+            excerpt, more = item.excerpt(EXCERPT)
+        near = " (the largest input looked at)" if largest is not None and doc.id == largest.id else ""
+        shown += [f"**{md_cell(doc.id)}** ({record['outcome']}{near}) -> `{printable(str(said))}`", "",
                   f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
-    return shown or ["No output to show."]
+    return shown or ([] if skip else ["No output to show."])
 
 
 def _size(doc: Document) -> int:
@@ -166,8 +172,9 @@ def _size(doc: Document) -> int:
 
 
 def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
-    """Up to three accepted documents of different categories, input excerpt next to the output."""
-    shown, seen_categories = [], set()
+    """Up to three accepted documents of different categories, input excerpt next to the output, then a rejected
+    one and the near-limit one (:func:`_beside_any`) where they are not among them."""
+    shown, seen_categories, ids = [], set(), set()
     for doc in cfg.documents:
         record = acc.first.get(doc.id)
         if not record or record["outcome"] != "accepted" or record.get("category") in seen_categories:
@@ -176,9 +183,12 @@ def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
         if isinstance(item, str):
             continue
         seen_categories.add(record.get("category"))
+        ids.add(doc.id)
         excerpt, more = item.excerpt(EXCERPT)  # decoded from the file's start only, never the whole input
         shown += [f"**{md_cell(doc.id)}** -> `{printable(record.get('category'))}` (label: {md_cell(doc.label)})", "",
                   f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
         if len(seen_categories) == SHOWN_BESIDE:
             break
-    return shown or ["No accepted output to show."]
+    if not shown:
+        return _beside_any(cfg, acc)
+    return shown + _beside_any(cfg, acc, frozenset(ids))
