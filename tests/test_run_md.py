@@ -95,3 +95,47 @@ def test_wheel_force_include_is_the_shipped_data_list() -> None:
     table = text.split("[tool.hatch.build.targets.wheel.force-include]\n", 1)[1].split("\n[", 1)[0]
     included = dict(re.findall(r'^"([^"]+)" = "([^"]+)"$', table, re.MULTILINE))
     assert included == {item: f"kdkit/_data/{item}" for item in DATA_ITEMS}
+
+
+def test_the_model_folder_the_pilot_config_names_is_mounted_read_only_as_kdkit_run_mounts_it(tmp_path: Path) -> None:
+    """A pilot config naming ``"model": {"path": ...}``: the bundle records the folder (by kdkit run's own rule,
+    kdkit.image.container.named_mounts), RUN.md's line mounts it read-only, one shell word where only $PWD
+    expands, and the shell gives Docker exactly the words `kdkit run` gives the engine."""
+    import json
+
+    from kdkit.config.project import load_project
+    from kdkit.image.container import named_mounts
+    from kdkit.project.init import init_project
+    from kdkit.transfer.bundle import _named_mounts
+    from kdkit.transfer.runmd import run_md
+
+    folder = tmp_path.resolve()
+    root = init_project(folder / "project", name="proj", backend="cpu")
+    (root / "models/enc").mkdir(parents=True)
+    (root / "models/enc/weights.bin").write_bytes(b"\x00weights")
+    config = json.loads((root / "config/pilot.json").read_text(encoding="utf-8"))
+    (root / "config/pilot.json").write_text(json.dumps({**config, "model": {"path": "models/enc"}}), encoding="utf-8")
+    project = load_project(root)
+    recorded = _named_mounts(project)
+    assert recorded == ["models/enc"]
+    word = r'"type=bind,\"source=$PWD/project/models/enc\",target=/app/models/enc,readonly"'  # as the inputs'
+    info = {"project": "proj", "backend": "cpu", "kdkit_version": "0", "created": "2026-12-03T00:00:00Z",
+            "revision": None, "python": "3.11", "lock": "requirements/cpu.txt", "pylock": None,
+            "inputs": "data/pilot", "runs": "runs", "mounts": recorded, "kdkit_wheels": None,
+            "image": {"ref": IMAGE, "id": "sha256:" + "0" * 64, "compressor": "zstd", "file": "image.tar.zst"}}
+    (line,) = [ln for ln in run_md(info).splitlines() if ln.lstrip().startswith("docker run ")]
+    assert f" --mount {word} " in line, line
+    old = run_md({**info, "mounts": []})  # a bundle.json without it (or naming nothing) mounts only the two
+    assert "models/enc" not in old and "/app/runs" in old
+
+    line = portable_line(portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", "cpu", recorded), "cpu")
+    script = "\n".join([*shell_prelude("project/runs", "cpu"), "printf '%s\\0' " + line.removeprefix("docker ")])
+    done = subprocess.run(["sh", "-e", "-c", script], cwd=folder, capture_output=True, check=True)
+    root_runs = os.getuid() == 0
+    uid, gid = (10001, 10001) if root_runs else (os.getuid(), os.getgid())
+    host = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=os.cpu_count() or 1, memory_bytes=_meminfo_bytes())
+    mounts = project_mounts(root, "data/pilot", "runs") + named_mounts(project, project.pilot_config(),
+                                                                       root / "data/pilot")
+    spec = container_spec(IMAGE, mounts, confinement(host, uid, gid), {})
+    assert done.stdout.decode().split("\0")[:-1] == cli_arguments(spec)[1:]
+    assert f'type=bind,"source={root}/models/enc",target=/app/models/enc,readonly' in cli_arguments(spec)

@@ -12,12 +12,16 @@ once, in :mod:`kdkit.machine.run`.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kdkit.config.project import Project
+from kdkit.core.errors import BadInput
+from kdkit.core.projectfiles import real_inside
 from kdkit.docker_adapter import ContainerSpec, Mount, cli_arguments
 from kdkit.probe.diagnose.host import SHM_MINIMUM
 
@@ -52,6 +56,29 @@ def confinement(uid: str, gid: str, size: str, pids: int) -> dict[str, Any]:
 def project_mounts(root: Path, inputs: str, runs: str) -> list[Mount]:
     """The pilot inputs read-only and the runs folder writable, each at its place under APP."""
     return [Mount(root / inputs, f"{APP}/{inputs}", True), Mount(root / runs, f"{APP}/{runs}", False)]
+
+
+def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[Mount]:
+    """Read-only mounts of what the pilot config names outside the inputs folder and the image's own folders
+    (kdkit.image.context: config/, src/): a model's folder, a manifest or answer schema kept elsewhere. `kdkit
+    run` adds them to its container; a bundle's RUN.md to its ``docker run`` line (bundle.json's ``mounts``)."""
+    from kdkit.core.pilotconfig import named_paths
+    from kdkit.image.context import PROJECT_FOLDERS
+
+    held, mounts = [inputs, *(project.root / folder for folder in PROJECT_FOLDERS)], []
+    for where, value in ((w, os.path.normpath(v)) for w, v in named_paths(pilot)):
+        if not any(base == project.root / value or base in (project.root / value).parents for base in held):
+            mounts.append(Mount(inside_project(project, value, where), f"{APP}/{Path(value).as_posix()}", True))
+            held.append(project.root / value)
+    return mounts
+
+
+def inside_project(project: Project, rel: str, what: str) -> Path:
+    """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one rule)."""
+    path = real_inside(project.root, project.root / rel)
+    if path is None:
+        raise BadInput(f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
+    return path
 
 
 def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], access: Mapping[str, Any], *,
@@ -101,13 +128,16 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
     return lines
 
 
-def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str) -> ContainerSpec:
+def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str,
+                  named: Sequence[str] = ()) -> ContainerSpec:
     """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables; ``root`` is
-    the project's folder on that host, ``$PWD`` or below it (``$PWD/project``)."""
+    the project's folder on that host, ``$PWD`` or below it (``$PWD/project``); ``named``: the project's paths
+    that :func:`named_mounts` mounts read-only (a model's folder), as the bundle recorded them."""
     access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
     confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
-    here = "\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root
-    return container_spec(image, project_mounts(Path(here), inputs, runs), confined, access)
+    here = Path("\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root)
+    mounts = project_mounts(here, inputs, runs) + [Mount(here / rel, f"{APP}/{rel}", True) for rel in named]
+    return container_spec(image, mounts, confined, access)
 
 
 def portable_line(spec: ContainerSpec, backend: str) -> str:

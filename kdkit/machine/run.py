@@ -71,15 +71,14 @@ from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Interrupted, Unavailable
 from kdkit.core.pilotconfig import inputs_folder
-from kdkit.core.projectfiles import real_inside
 from kdkit.core.runfolder import check_run_id, run_folders
 from kdkit.core.stopsignals import interrupts
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
-from kdkit.docker_adapter.spec import Mount
 from kdkit.image import container
 from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
 from kdkit.image.container import HOME as HOME
-from kdkit.image.container import IMAGE_UID, container_spec, project_mounts
+from kdkit.image.container import IMAGE_UID, container_spec, inside_project, project_mounts
+from kdkit.image.container import named_mounts as named_mounts  # re-exported: tests name it here
 from kdkit.image.labels import LABEL, built_image, project_lock, require_kdkit_labels, resumed_command
 
 NETWORKS = ("none", "bridge", "host")
@@ -256,28 +255,6 @@ class RunPlan:
     host: HostFacts | None = None  # the facts the plan was checked against (kdkit run --workers counts GPUs)
 
 
-def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[Mount]:
-    """Read-only mounts of what the pilot config names outside the inputs folder and the image's own folders
-    (kdkit.image.context: config/, src/): a model's folder, a manifest or answer schema kept elsewhere."""
-    from kdkit.core.pilotconfig import named_paths
-    from kdkit.image.context import PROJECT_FOLDERS
-
-    held, mounts = [inputs, *(project.root / folder for folder in PROJECT_FOLDERS)], []
-    for where, value in ((w, os.path.normpath(v)) for w, v in named_paths(pilot)):
-        if not any(base == project.root / value or base in (project.root / value).parents for base in held):
-            mounts.append(Mount(_inside(project, value, where), f"{APP}/{Path(value).as_posix()}", True))
-            held.append(project.root / value)
-    return mounts
-
-
-def _inside(project: Project, rel: str, what: str) -> Path:
-    """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one rule)."""
-    path = real_inside(project.root, project.root / rel)
-    if path is None:
-        raise BadInput(f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
-    return path
-
-
 def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostStep]]:
     """Who the container runs as (never root), and what runs/ needs so that user can write there.
 
@@ -347,8 +324,8 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     host = host or host_facts(engine, chosen)
     access = device_access(chosen, host, wanted_gpus, facts.labels)
     pilot = project.pilot_config()
-    inputs = _inside(project, inputs_folder(pilot), "inputs")  # a JSONL corpus: its folder
-    runs = _inside(project, str(pilot.get("runs", "runs")), "runs")
+    inputs = inside_project(project, inputs_folder(pilot), "inputs")  # a JSONL corpus: its folder
+    runs = inside_project(project, str(pilot.get("runs", "runs")), "runs")
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)

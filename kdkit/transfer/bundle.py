@@ -47,6 +47,7 @@ from kdkit.core.pilotconfig import inputs_folder, listing_file
 from kdkit.core.projectfiles import is_within
 from kdkit.core.report import Progress
 from kdkit.core.staging import describe_removed, refuse_link, staged_folder
+from kdkit.image.container import APP, named_mounts
 from kdkit.transfer.format import (
     BUNDLE_JSON,
     COMPRESSORS,
@@ -293,7 +294,8 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         "outside_allow_list": packing.outside_allow_list,
         "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pylock": _pylock(source, packing),
         "pilot_config": pilot_config,
-        "manifest": manifest, "inputs": _pilot_inputs(project), "runs": allow.runs, "zipapp": ZIPAPP,
+        "manifest": manifest, "inputs": _pilot_inputs(project), "mounts": _named_mounts(project),
+        "runs": allow.runs, "zipapp": ZIPAPP,
         "image": None, "kdkit_wheels": None,
     }
 
@@ -307,6 +309,14 @@ def _pylock(source: Source, packing: Packing) -> str | None:
 def _pilot_inputs(project: Project) -> str:
     """The pilot inputs folder, relative to the project (what RUN.md mounts read-only)."""
     return PurePosixPath(os.path.normpath(inputs_folder(project.pilot_config()))).as_posix()
+
+
+def _named_mounts(project: Project) -> list[str]:
+    """What the pilot config names outside the inputs and the image's folders (a model's folder), relative to
+    the project: RUN.md's ``docker run`` line mounts each read-only, as `kdkit run` does (one rule for both:
+    kdkit.image.container.named_mounts)."""
+    mounts = named_mounts(project, project.pilot_config(), project.root / _pilot_inputs(project))
+    return [PurePosixPath(mount.target).relative_to(APP).as_posix() for mount in mounts]
 
 
 def _lock_arch(lock: Path) -> str:

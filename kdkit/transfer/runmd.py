@@ -95,7 +95,7 @@ def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[
 def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
     backend = info["backend"]
     decompress = COMPRESSORS[image["compressor"]].decompress
-    spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend)
+    spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend, info.get("mounts") or ())
     return ["## With Docker only (no kdkit on this host)", "",
             "The same container as `kdkit run` starts (image id "
             f"{image['id'][:19]}); the lines before it compute what it depends on here. {RUNS_OWNER}. "
