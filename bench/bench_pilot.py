@@ -24,6 +24,11 @@
     .venv/bin/python bench/bench_pilot.py [--runs 5] [--items 10000] [--batch-size 64] [--baseline DIR]
 
 Writes bench/results/pilot.json.
+
+3. The full corpus (issue 25): ``--corpus [--records 1000000] [--runs 3]``: a JSONL corpus against a direct
+   loop, peak RSS, and a resume after a SIGKILL at 50 %; ``--vectors [--vector-rows 100000]``: vectors.npy
+   written by kdkit against numpy.save. See bench/_pilot_corpus.py; writes bench/results/pilot_corpus.json
+   and pilot_vectors.json.
 """
 
 from __future__ import annotations
@@ -224,7 +229,8 @@ def _scan_in_fresh_process(run_dir: Path, lines: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs of each side and size with the trivial app")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="runs of each side and size with the trivial app (default 5; --corpus, --vectors: 3)")
     parser.add_argument("--model-runs", type=int, default=3, help="runs of each side and size with the 1 ms/item app")
     parser.add_argument("--items", type=int, default=10_000, help="documents for the trivial app")
     parser.add_argument("--model-items", type=int, default=2_000, help="documents for the 1 ms/item app")
@@ -232,7 +238,19 @@ def main() -> int:
     parser.add_argument("--scan-lines", type=int, default=1_000_000)
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another kdkit checkout to time the same way (reported as 'baseline')")
+    parser.add_argument("--corpus", action="store_true",
+                        help="the full-corpus figures instead (bench/_pilot_corpus.py): results/pilot_corpus.json")
+    parser.add_argument("--records", type=int, default=1_000_000, help="--corpus: records of the JSONL corpus")
+    parser.add_argument("--vectors", action="store_true",
+                        help="the vectors figure instead (bench/_pilot_corpus.py): bench/results/pilot_vectors.json")
+    parser.add_argument("--vector-rows", type=int, default=100_000, help="--vectors: rows of 768 float32")
     args = parser.parse_args()
+    if args.corpus or args.vectors:
+        import _pilot_corpus
+
+        args.runs = 3 if args.runs is None else args.runs
+        return _pilot_corpus.main(args)
+    args.runs = 5 if args.runs is None else args.runs
     sources = {"kdkit": REPO, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
 
     with tempfile.TemporaryDirectory(prefix="bench-pilot.", dir=os.environ.get("TMPDIR")) as tmp:

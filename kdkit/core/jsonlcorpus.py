@@ -87,6 +87,17 @@ def id_problem(record: dict[str, Any], field: str) -> str:
 def scan(path: Path, field: str) -> Iterator[tuple[Line, dict[str, Any]]]:
     """Every record of the file with where it lies, in order; BadInput (exit 2) names the first broken line
     (its number), a record without a usable ID, or a duplicate ID. Blank lines are skipped."""
+    for number, start, length, ident, record in _records(path, field):
+        yield Line(number, start, length, ident), record
+
+
+def scan_lines(path: Path, field: str) -> Iterator[tuple[int, int, int, str]]:
+    """:func:`scan` without the records: (line number, offset, length, ID) of each, checked alike."""
+    for number, start, length, ident, _record in _records(path, field):
+        yield number, start, length, ident
+
+
+def _records(path: Path, field: str) -> Iterator[tuple[int, int, int, str, dict[str, Any]]]:
     seen: set[str] = set()
     try:
         handle = open(path, "rb", buffering=READ_BUFFER)  # noqa: SIM115  closed below
@@ -102,13 +113,13 @@ def scan(path: Path, field: str) -> Iterator[tuple[Line, dict[str, Any]]]:
             record = parse_record(data)
             if isinstance(record, str):
                 raise BadInput(f"{path}: line {number}: {record}; fix or remove that line")
-            ident = record_id(record, field)
-            if ident is None:
+            ident = record.get(field)
+            if not is_safe_id(ident):
                 raise BadInput(f"{path}: line {number}: {id_problem(record, field)}")
             if ident in seen:
                 raise BadInput(f"{path}: line {number}: duplicate ID {ident!r}; every ID must be unique")
             seen.add(ident)
-            yield Line(number, start, len(raw), ident), record
+            yield number, start, len(raw), ident, record
 
 
 def read_line(path: str, line: Line) -> bytes:
