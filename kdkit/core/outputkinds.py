@@ -11,7 +11,15 @@ number in [0, 1], or NaN when the score is undefined (NaN is that item's rejecti
 - vector: the cosine of the angle between the answer and the expected vector, negative cosines clamped to 0
   (opposite or orthogonal vectors both score 0); NaN for a zero vector or an expected vector that is not
   ``dim`` finite numbers;
-- json: strict equality, 1 or 0 (objects by keys, arrays in order, numbers by value, booleans never numbers).
+- json: strict equality, 1 or 0 (objects by keys, arrays in order, numbers by value, booleans never numbers);
+- file: strict equality of the answer's ``output`` value with the expected one, as json (the files themselves are
+  kept and hashed, never scored here).
+
+The file kind: the app writes each item's artifact(s) into ``item["out_dir"]`` and answers
+``{"id", "output": value}`` with ``value`` null (nothing more to say) or any JSON data (kept as the record's
+``output``), or ``{"id", "error": reason}``. The files in ``out_dir`` are the output: an accepted answer whose
+``out_dir`` holds no file, a link, something other than regular files and folders, or more than ``max_bytes``
+bytes is that item's rejection by the harness with the reason (kdkit.core.outputfiles, which also keeps them).
 
 A vector is kept as ``dim`` float32 numbers, little-endian (VECTOR_DATA holds the packed row until the run
 folder's writer appends it to vectors.npy and writes its ``"row"`` number in its place). Standard library only.
@@ -59,6 +67,8 @@ def describe(output: Output) -> str:
         return f"text of at most {output.max_chars} characters" if output.max_chars else "text"
     if output.kind == "vector":
         return f"a vector of {output.dim} numbers"
+    if output.kind == "file":
+        return "files written into out_dir" + (f" (at most {output.max_bytes} bytes)" if output.max_bytes else "")
     if output.kind == "json":
         return f"JSON valid against {output.schema_file}" if output.schema_file else "JSON"
     return f"a category ({', '.join(output.categories)})"
@@ -147,8 +157,18 @@ def _is_json(value: Any, depth: int = 0) -> bool:
     return False
 
 
+def _check_file(output: Output, value: Any, shown: Shown) -> dict[str, Any] | str:
+    """The answer's value (null, or JSON data kept as ``output``); its files are judged by kdkit.core.outputfiles."""
+    if value is None:
+        return {}
+    if not _is_json(value):
+        return f"the output is not JSON data (NaN, an infinity or a value JSON cannot hold): {_brief(shown(value))}"
+    return {"output": value}
+
+
 CHECKS: dict[str, Callable[[Output, Any, Shown], dict[str, Any] | str]] = {
-    "category": _check_category, "text": _check_text, "vector": _check_vector, "json": _check_json}
+    "category": _check_category, "text": _check_text, "vector": _check_vector, "json": _check_json,
+    "file": _check_file}
 
 
 # ---------------------------------------------------------------- scores
@@ -193,4 +213,5 @@ def same_json(a: Any, b: Any) -> bool:
 
 
 SCORES: dict[str, Callable[[Output, Any, Any], float]] = {
-    "category": _score_equal, "text": _score_equal, "vector": _score_vector, "json": _score_equal}
+    "category": _score_equal, "text": _score_equal, "vector": _score_vector, "json": _score_equal,
+    "file": _score_equal}

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.pilotkeys import DECODES as DECODES
+from kdkit.core.pilotkeys import ENTRY as ENTRY
 from kdkit.core.pilotkeys import NESTED, key_problems
 from kdkit.core.pilotkeys import OUTPUT_KINDS as OUTPUT_KINDS
 from kdkit.core.pilotkeys import Model as Model
@@ -43,7 +45,6 @@ from kdkit.core.projectfiles import (
     runs_problem,
 )
 
-ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 DEVICE = re.compile(r"auto|cpu|cuda|cuda:[0-9]+")  # fullmatch
 DECODE = re.compile("|".join(re.escape(d) for d in DECODES))  # fullmatch
 
@@ -59,11 +60,11 @@ class PilotConfig:
     batch_size: int
     device: str
     max_input_bytes: int
-    min_quality: float
+    min_quality: float  # min_quality, or quality.min; 0 where neither is given (nothing can be expected then)
     runs_dir: Path
     max_rejected: int | None
     max_seconds: float | None
-    documents: tuple[Document, ...]
+    documents: Sequence[Document]  # a tuple; a JSONL corpus's: pilotmanifest.CorpusDocuments (compact)
     max_batch_seconds: float | None = None
     output: Output = Output()  # noqa: RUF009  frozen: one shared default is safe
     decode: str = "utf-8"  # utf-8 | bytes (a file per item); a JSONL corpus's items are records
@@ -72,6 +73,8 @@ class PilotConfig:
     model: Model | None = None
     params: dict[str, Any] | None = None  # None: the config declares none (predict(items) gets none)
     corpus_sha256: str | None = None  # the JSONL corpus, hashed once when loaded
+    quality: dict[str, Any] | None = None  # the config's "quality" ({"scorer", "min"}), None where not declared
+    scorer_file: Path | None = None  # quality.scorer's module file in the project (part of the run's identity)
 
     def relative(self, path: Path) -> str:
         """A path as the project names it (relative to the root), for reports that travel."""
@@ -108,6 +111,9 @@ class PilotConfig:
             resolved["model"] = self.model.record
         if self.params is not None:
             resolved["params"] = self.params
+        if self.quality is not None:
+            resolved["quality"] = {**self.quality, **({} if self.scorer_file is None else {
+                "scorer_file": self.relative(self.scorer_file), "scorer_sha256": sha256_file(self.scorer_file)})}
         return resolved
 
     def output_record(self) -> dict[str, Any]:
@@ -119,6 +125,8 @@ class PilotConfig:
             record["max_chars"] = out.max_chars
         elif out.kind == "vector":
             record["dim"] = out.dim
+        elif out.kind == "file" and out.max_bytes is not None:
+            record["max_bytes"] = out.max_bytes
         elif out.kind == "json" and out.schema_file is not None:
             record["schema"] = out.schema_file
             record["schema_sha256"] = sha256_file(self.root / out.schema_file)
@@ -157,7 +165,8 @@ FIELDS: dict[str, Rule] = {
     "batch_size": Rule("integer", minimum=1, maximum=65536),
     "device": Rule("string", pattern=DEVICE, hint="use auto, cpu, cuda or cuda:N"),
     "max_input_bytes": Rule("integer", minimum=1, maximum=1 << 30),
-    "min_quality": Rule("number", minimum=0, maximum=1),
+    "min_quality": Rule("number", required=False, minimum=0, maximum=1),  # see pilotkeys.quality_key_problems
+    "quality": Rule("object", required=False),
     "runs": Rule("path"),
     "stop": Rule("object", required=False),
     "model": Rule("object", required=False),
@@ -242,14 +251,23 @@ def runs_folder_problem(root: Path, data: dict[str, Any], extra: tuple[str, ...]
     return runs_problem(root, str(data.get("runs", "runs")), (*places(data), *extra))
 
 
-def entry_problem(root: Path, entry: str) -> str | None:
-    """Why ``entry``'s module is not the project's own (``module.py`` or ``module/__init__.py`` under the
-    root, links resolved inside it), or None. The app is the project's code: ``os:system`` is not."""
-    module = entry.split(":", 1)[0]
-    base = root.joinpath(*module.split("."))
+def entry_file(root: Path, entry: str) -> Path | None:
+    """``entry``'s module file under the project root (``module.py`` or ``module/__init__.py``, links resolved
+    inside it), or None."""
+    base = root.joinpath(*entry.split(":", 1)[0].split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file() and real_inside(root, candidate) is not None:
-            return None
+            return candidate
+    return None
+
+
+def entry_problem(root: Path, entry: str) -> str | None:
+    """Why ``entry``'s module is not the project's own (``module.py`` or ``module/__init__.py`` under the
+    root, links resolved inside it), or None. The app is the project's code: ``os:system`` is not; nor is a
+    quality scorer that is not the project's own function."""
+    if entry_file(root, entry) is not None:
+        return None
+    module = entry.split(":", 1)[0]
     rel = PurePosixPath(*module.split("."))
     return f"module {module!r} not found: expected {rel}.py or {rel}/__init__.py under the project root"
 
@@ -270,6 +288,7 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
     refuse_problems(data, path)
     if (problem := entry_problem(root, data["entry"])) is not None:
         raise BadInput(f"{path}: $.entry: {problem}")
+    quality, scorer_file = _quality(root, data, path)
     if (problem := runs_folder_problem(root, data, (os.path.relpath(path, root),))) is not None:
         raise BadInput(f"{path}: $.runs: {problem}")
     output = load_output(root, data, path)
@@ -287,7 +306,7 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
         batch_size=int(data["batch_size"]),
         device=data["device"],
         max_input_bytes=int(data["max_input_bytes"]),
-        min_quality=float(data["min_quality"]),
+        min_quality=float(data.get("min_quality", (quality or {}).get("min", 0.0))),
         runs_dir=_located(root, data, "runs", path),
         max_rejected=_optional(stop.get("max_rejected"), int),
         max_seconds=_optional(stop.get("max_seconds"), float),
@@ -300,11 +319,27 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
         model=load_model(root, data, path),
         params=data.get("params"),
         corpus_sha256=None if jsonl is None else sha256_file(jsonl),
+        quality=quality,
+        scorer_file=scorer_file,
     )
 
 
+def _quality(root: Path, data: dict[str, Any], path: Path) -> tuple[dict[str, Any] | None, Path | None]:
+    """The declared ``quality`` and its scorer's module file: the project's own (as ``entry``), else BadInput."""
+    quality = data.get("quality")
+    if quality is None:
+        return None, None
+    scorer = quality.get("scorer")
+    if scorer is None:
+        return dict(quality), None
+    found = entry_file(root, scorer)
+    if found is None:
+        raise BadInput(f"{path}: $.quality.scorer: not the project's own function: {entry_problem(root, scorer)}")
+    return dict(quality), found
+
+
 def load_documents(root: Path, data: dict[str, Any], path: Path,
-               output: Output) -> tuple[Path, Path | None, tuple[Document, ...]]:
+               output: Output) -> tuple[Path, Path | None, Sequence[Document]]:
     """(inputs folder, manifest or None, documents): a folder's manifest, or a JSONL corpus with its optional
     manifest (the inputs folder is then the corpus's folder)."""
     spec = data["inputs"]

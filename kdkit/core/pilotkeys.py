@@ -11,19 +11,22 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kdkit.core.pilotrules import JSON_TYPE, Problems, Rule, object_problems, value_shown
 from kdkit.core.projectfiles import shown
 
-OUTPUT_KINDS = ("category", "text", "vector", "json")
+OUTPUT_KINDS = ("category", "text", "vector", "json", "file")
 DECODES = ("utf-8", "bytes")
 MAX_DIM = 65536
 MAX_CHARS = 10**8
+MAX_BYTES = 1 << 50  # a file kind's max_bytes per item
 MAX_PARAMS_BYTES = 64 * 1024  # params, canonical JSON (sorted keys, no spaces, ASCII)
 REVISION = re.compile(r"[0-9a-f]{40}")  # fullmatch: a commit, never a branch or a tag
 HUB = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}")  # fullmatch
+ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 ID_FIELD = re.compile(r"[^\x00-\x1f\x7f]{1,128}")  # fullmatch; a control character is refused first
 
 
@@ -37,6 +40,10 @@ class Output:
     dim: int | None = None  # vector
     schema: Any = None  # json: the schema document, loaded and checked (kdkit.core.answerschema)
     schema_file: str | None = None  # json: as the config names it
+    # quality.scorer, the project's function scorer(item, answer, expected) -> [0, 1]: imported in the harness's
+    # process only (kdkit.probe.pilot.harness.with_scorer); None: the kind's built-in score (kdkit.core.outputkinds)
+    scorer: Callable[[dict[str, Any], Any, Any], Any] | None = field(default=None, compare=False, repr=False)
+    max_bytes: int | None = None  # file: the most bytes of one item's files (None: no limit)
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ OUTPUT_FIELDS: dict[str, dict[str, Rule]] = {
     "text": {"kind": Rule("string"), "max_chars": Rule("integer", minimum=1, maximum=MAX_CHARS)},
     "vector": {"kind": Rule("string"), "dim": Rule("integer", minimum=1, maximum=MAX_DIM)},
     "json": {"kind": Rule("string"), "schema": Rule("path")},
+    "file": {"kind": Rule("string"), "max_bytes": Rule("integer", required=False, minimum=1, maximum=MAX_BYTES)},
 }
 INPUT_FIELDS: dict[str, Rule] = {
     "jsonl": Rule("path"),
@@ -66,6 +74,10 @@ REFERENCE_FIELDS: dict[str, Rule] = {
     "revision": Rule("string", required=False),
 }
 MODEL_FIELDS: dict[str, Rule] = {**REFERENCE_FIELDS, "base": Rule("object", required=False)}
+QUALITY_FIELDS: dict[str, Rule] = {
+    "scorer": Rule("string", required=False, pattern=ENTRY, hint='"module:function" (e.g. src.score:score)'),
+    "min": Rule("number", required=False, minimum=0, maximum=1),
+}
 
 
 def _object(value: Any, where: str, example: str) -> Problems | None:
@@ -172,9 +184,46 @@ def params_problems(value: Any, where: str = "$.params") -> Problems:
     return []
 
 
+def quality_problems(value: Any, where: str = "$.quality") -> Problems:
+    """``quality``: the project's ``scorer`` ("module:function") and/or the ``min`` mean score, at least one."""
+    refused = _object(value, where, '{"scorer": "src.score:score", "min": 0.9}')
+    if refused is not None:
+        return refused
+    problems = object_problems(value, QUALITY_FIELDS, where)
+    if not value:
+        problems.append((where, 'empty; give "scorer" (the project\'s "module:function"), "min" (0 to 1) or both'))
+    return problems
+
+
+def _category_kind(data: dict[str, Any]) -> bool:
+    output = data.get("output")
+    return "categories" in data or not isinstance(output, dict) or output.get("kind") == "category"
+
+
+def quality_key_problems(data: dict[str, Any], folder: bool) -> Problems:
+    """``min_quality`` or ``quality.min`` (never both) where an answer can have an expected value: the category
+    kind, or a manifest (a folder's, or a JSONL corpus's); not for another kind over a JSONL corpus without a
+    manifest (nothing is expected: the verdict rests on the accounting and each answer's check). A ``scorer``
+    is for the other kinds (the category kind's quality is accuracy against the manifest's labels)."""
+    quality = data.get("quality")
+    has_min = isinstance(quality, dict) and "min" in quality
+    problems: Problems = []
+    if "min_quality" in data and has_min:
+        problems.append(("$.quality.min", 'both "min_quality" and "quality.min" are given; keep one ("quality.min" '
+                                          'replaces "min_quality")'))
+    elif "min_quality" not in data and not has_min and (_category_kind(data) or folder or "manifest" in data):
+        problems.append(("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): the "
+                              "category kind and a manifest's expected answers are judged against it"))
+    if isinstance(quality, dict) and "scorer" in quality and _category_kind(data):
+        problems.append(("$.quality.scorer", "the category kind's quality is accuracy against the manifest's labels; "
+                                             'drop "scorer" (a scorer is for the text, vector, json and file kinds)'))
+    return problems
+
+
 def key_problems(data: dict[str, Any]) -> Problems:
     """The rules between keys: ``categories`` or ``output`` (one of them); a folder of inputs needs its
-    ``manifest``; a JSONL corpus is decoded as records, never as bytes."""
+    ``manifest``; a JSONL corpus is decoded as records, never as bytes; ``min_quality`` where something can be
+    expected (:func:`quality_key_problems`)."""
     problems: Problems = []
     if "categories" in data and "output" in data:
         problems.append(("$", 'both "categories" and "output" are given; keep one: "output" '
@@ -187,7 +236,8 @@ def key_problems(data: dict[str, Any]) -> Problems:
     if not folder and data.get("decode") == "bytes":
         problems.append(("$.decode", '"bytes" is for a folder of inputs (a file per item); a JSONL corpus\'s items '
                                      'are its records: drop "decode" or give "utf-8"'))
-    return problems
+    return problems + quality_key_problems(data, folder)
 
 
-NESTED = {"output": output_problems, "inputs": inputs_problems, "model": model_problems, "params": params_problems}
+NESTED = {"output": output_problems, "inputs": inputs_problems, "model": model_problems, "params": params_problems,
+          "quality": quality_problems}

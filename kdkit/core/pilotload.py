@@ -65,6 +65,8 @@ def load_output(root: Path, data: dict[str, Any], path: Path) -> Output:
         return Output(kind, max_chars=int(spec["max_chars"]))
     if kind == "vector":
         return Output(kind, dim=int(spec["dim"]))
+    if kind == "file":
+        return Output(kind, max_bytes=None if spec.get("max_bytes") is None else int(spec["max_bytes"]))
     schema = answer_schema(root, spec["schema"], path, "$.output.schema")
     return Output(kind, schema=schema, schema_file=spec["schema"])
 

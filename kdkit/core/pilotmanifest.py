@@ -13,12 +13,13 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from array import array
+from collections.abc import Container, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, overload
 
 from kdkit.core.errors import BadInput
-from kdkit.core.jsonlcorpus import scan
+from kdkit.core.jsonlcorpus import scan_lines
 from kdkit.core.pilotkeys import Output
 from kdkit.core.projectfiles import PATH_RULE, SAFE_ID_RULE, inside, is_safe_id, is_within, load_object, path_problem
 
@@ -27,11 +28,12 @@ from kdkit.core.projectfiles import PATH_RULE, SAFE_ID_RULE, inside, is_safe_id,
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # fullmatch
 
 
-@dataclass(frozen=True, slots=True)
-class Document:
+class Document(NamedTuple):
     """One input. ``location`` comes from the manifest's ``file`` (or is the JSONL corpus), never from the ID.
 
-    The location is kept as a string: a Path per entry costs more than reading a small file's name.
+    The location is kept as a string: a Path per entry costs more than reading a small file's name. A named
+    tuple (immutable, compared by value): made ten times faster than a frozen dataclass, which matters where a
+    corpus's documents are made as they are asked for (:class:`CorpusDocuments`).
     """
 
     id: str
@@ -69,8 +71,11 @@ def expected_problem(value: Any, output: Output) -> str | None:
     """Why ``value`` cannot be the reference output of ``output``'s kind, or None."""
     if output.kind == "category":
         return 'the category kind\'s expected answer is "label"; move it there'
-    if output.kind == "text":
-        return None if isinstance(value, str) else f"expected the reference text, got {type(value).__name__}"
+    if output.kind == "text":  # a line break is text like any other: kept and compared exactly
+        if not isinstance(value, str):
+            return f"expected the reference text, got {type(value).__name__}"
+        over = output.max_chars is not None and len(value) > output.max_chars
+        return f"{len(value)} characters, over max_chars {output.max_chars}; no answer could match it" if over else None
     if output.kind == "vector":
         fits = isinstance(value, list) and len(value) == output.dim and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)
@@ -156,22 +161,99 @@ def load_expectations(path: Path, output: Output) -> dict[str, tuple[int, str | 
     return found
 
 
-def corpus_documents(jsonl: Path, field: str, manifest: Path | None, output: Output) -> tuple[Document, ...]:
+class CorpusDocuments(Sequence[Document]):
+    """A JSONL corpus's documents, compact whatever its size: the IDs in one list, each record's line number,
+    offset and length in arrays, and the manifest's few expectations by ID; a :class:`Document` is made when
+    one is asked for (indexing, iterating). ``picked``: a view of some of them (:meth:`without`), in order."""
+
+    __slots__ = ("expectations", "ids", "lengths", "location", "numbers", "offsets", "picked")
+
+    def __init__(self, location: str, ids: list[str], numbers: array[int], offsets: array[int], lengths: array[int],
+                 expectations: dict[str, tuple[str | None, str, Any]], picked: array[int] | None = None) -> None:
+        self.location, self.ids, self.numbers, self.offsets, self.lengths = location, ids, numbers, offsets, lengths
+        self.expectations, self.picked = expectations, picked
+
+    def __len__(self) -> int:
+        return len(self.ids) if self.picked is None else len(self.picked)
+
+    @overload
+    def __getitem__(self, at: int) -> Document: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> tuple[Document, ...]: ...
+
+    def __getitem__(self, at: int | slice) -> Document | tuple[Document, ...]:
+        if isinstance(at, slice):
+            return tuple(self[n] for n in range(*at.indices(len(self))))
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError("document index out of range")
+        return self._document(at if self.picked is None else self.picked[at])
+
+    def __iter__(self) -> Iterator[Document]:
+        # Made here rather than through _document, and without Document's own __new__ (a Python frame): every
+        # pass over a corpus makes a Document per record, and the run makes several passes.
+        ids, numbers, offsets, lengths, location, wanted = (self.ids, self.numbers, self.offsets, self.lengths,
+                                                            self.location, self.expectations)
+        make, none = tuple.__new__, _NONE_EXPECTED
+        for n in range(len(ids)) if self.picked is None else self.picked:
+            ident = ids[n]
+            label, expect, expected = wanted.get(ident, none) if wanted else none
+            yield make(Document, (ident, f"line {numbers[n]}", location, label, expect, offsets[n], lengths[n],
+                                  expected))
+
+    def _document(self, n: int) -> Document:
+        ident = self.ids[n]
+        label, expect, expected = self.expectations.get(ident, _NONE_EXPECTED)
+        return Document(ident, f"line {self.numbers[n]}", self.location, label, expect, self.offsets[n],
+                        self.lengths[n], expected)
+
+    def without(self, finished: Container[str]) -> CorpusDocuments:
+        """The documents whose ID is not in ``finished``, in order (no Document made)."""
+        ids = self.ids
+        kept = array("q", (n for n in (range(len(ids)) if self.picked is None else self.picked)
+                           if ids[n] not in finished))
+        return CorpusDocuments(self.location, ids, self.numbers, self.offsets, self.lengths, self.expectations, kept)
+
+
+_NONE_EXPECTED: tuple[str | None, str, Any] = (None, "accept", None)
+
+
+def document_ids(documents: Sequence[Document]) -> set[str]:
+    """The documents' IDs (a corpus's without making a Document each)."""
+    return set(documents.ids) if isinstance(documents, CorpusDocuments) and documents.picked is None else {
+        doc.id for doc in documents}
+
+
+def remaining(documents: Sequence[Document], finished: Container[str]) -> Sequence[Document]:
+    """The documents whose ID is not in ``finished``, in order; a corpus's stay compact."""
+    if isinstance(documents, CorpusDocuments):
+        return documents.without(finished)
+    return [doc for doc in documents if doc.id not in finished]
+
+
+def corpus_documents(jsonl: Path, field: str, manifest: Path | None, output: Output) -> CorpusDocuments:
     """Every record of the corpus as a Document (``file`` "line N", ``location`` the corpus, its offset and
     length), with the manifest's expectations where it names the ID (else expect "accept", nothing expected);
-    an ID of the manifest that the corpus lacks is BadInput."""
+    an ID of the manifest that the corpus lacks is BadInput. Held compactly (:class:`CorpusDocuments`)."""
     wanted = load_expectations(manifest, output) if manifest is not None else {}
-    location = str(jsonl)
-    out = []
-    for line, _record in scan(jsonl, field):
-        entry = wanted.pop(line.id, None)
-        label, expect, expected = (entry[1], entry[2], entry[3]) if entry is not None else (None, "accept", None)
-        out.append(Document(line.id, f"line {line.number}", location, label, expect, line.offset, line.length,
-                            expected))
-    if wanted:
-        ident, (index, *_rest) = min(wanted.items(), key=lambda item: item[1][0])
+    ids: list[str] = []
+    numbers, offsets, lengths = array("q"), array("q"), array("q")
+    unseen = set(wanted)
+    for number, offset, length, ident in scan_lines(jsonl, field):
+        ids.append(ident)
+        numbers.append(number)
+        offsets.append(offset)
+        lengths.append(length)
+        if unseen:
+            unseen.discard(ident)
+    missing = {ident: wanted[ident] for ident in unseen}
+    if missing:
+        ident, (index, *_rest) = min(missing.items(), key=lambda item: item[1][0])
         raise BadInput(f"{_at(manifest or jsonl, index)}.id: {ident!r} is not in the corpus {jsonl}"
-                       f"{f' (+{len(wanted) - 1} more)' if len(wanted) > 1 else ''}; fix the ID or drop the entry")
-    if not out:
+                       f"{f' (+{len(missing) - 1} more)' if len(missing) > 1 else ''}; fix the ID or drop the entry")
+    if not ids:
         raise BadInput(f"{jsonl}: no record; a corpus holds one JSON object per line")
-    return tuple(out)
+    expectations = {ident: (entry[1], entry[2], entry[3]) for ident, entry in wanted.items()}
+    return CorpusDocuments(str(jsonl), ids, numbers, offsets, lengths, expectations)

@@ -151,3 +151,21 @@ def no_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def stream_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Every record of the results file ``path`` (none when it is missing), streamed a block at a time; a
+    damaged line is CheckFailed."""
+    if not path.exists():
+        return
+    with path.open("rb") as handle:
+        rest, line = b"", 1
+        while block := handle.read(BLOCK_BYTES):
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            if cut:
+                yield from parse_block(block[:cut], line, path)
+                line += block.count(b"\n", 0, cut)
+        if rest:
+            yield from parse_block(rest + b"\n", line, path)

@@ -35,11 +35,14 @@ from kdkit.core import checksums, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.outputfiles import OUTPUTS, STAGING
 from kdkit.core.pilotconfig import params_hash
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.core.resultlines import Scan, blocks, parse_block, scan_block
+from kdkit.core.resultlines import Scan, blocks, scan_block
 from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.staging import require_writable, staged_name
+from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
+from kdkit.core.vectorfile import VECTORS as VECTORS
 
 T = TypeVar("T")
 
@@ -47,7 +50,6 @@ T = TypeVar("T")
 
 PARAMS, ENV, RESULTS, STOP = "params.json", "env.json", "results.jsonl", "stop.json"
 SUMMARY, SUMMARY_MD = "summary.json", "summary.md"
-VECTORS, VECTOR_IDS = "vectors.npy", "vectors.ids.jsonl"  # a vector run's rows and their IDs (kdkit.core.vectorfile)
 # What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
 # still a missing file. stop.json is required too when the summary says the run stopped.
 REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD)}
@@ -55,6 +57,7 @@ REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (S
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
 HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS})
+HARNESS_FOLDERS = frozenset({OUTPUTS, STAGING})  # the file output kind's: outputs/ and its staging folder
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 
 # ---------------------------------------------------------------- keys of its JSON files
@@ -181,6 +184,8 @@ def foreign_entries(folder: Path) -> list[str]:
         final = staged_name(entry.name)
         if final is not None and harness_file(final) and not entry.is_symlink():
             continue  # a write of the harness's under way, or left by a kill (cleaned on resume)
+        if entry.name in HARNESS_FOLDERS and entry.is_dir(follow_symlinks=False):
+            continue  # the file output kind's folders (what is inside is checked: kdkit.core.outputfiles)
         regular = entry.is_file(follow_symlinks=False)
         if not (regular and harness_file(entry.name)):
             kind = "a symbolic link" if entry.is_symlink() else "a folder" if entry.is_dir() else \
@@ -200,13 +205,14 @@ def read_sums(folder: Path) -> dict[str, str]:
 def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
     """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
     that is missing, one not listed, a link, and one the folder's kind requires that neither has; then vectors.npy
-    against the results that name its rows (vector_problems)."""
+    against the results that name its rows (vectorfile.run_problems)."""
     required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
                 "it (removed with its line?)" for name in required_files(folder) if name not in sums]
     if (folder / SUMS).is_symlink():
         required.append(f"{folder / SUMS}: a symbolic link, not the folder's own {SUMS}")
     problems = required + mismatched(folder, sums) + unlisted(folder, sums)
-    return problems or vector_problems(folder)  # the bytes are the closed ones: do the vectors add up?
+    # the bytes are the closed ones: do the vectors add up?
+    return problems or vectorfile.run_problems(folder, folder / RESULTS, folder / PARAMS)
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
@@ -274,25 +280,6 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
         if not params.get(PARAMS_HASH) or params.get(PARAMS_HASH) != params_hash(_object_in(params, "params")):
             problems.append(f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
     return problems or (results_problems(folder, summary) if summary.get(VERDICT) == "pass" else [])
-
-
-def vector_problems(folder: Path) -> list[str]:
-    """A verified folder's vectors.npy and its ID list against its results.jsonl (kdkit.core.vectorfile), when it
-    holds vectors; one without the other is a problem."""
-    has = [name for name in (VECTORS, VECTOR_IDS) if (folder / name).is_file()]
-    if not has:
-        return []
-    if len(has) == 1:
-        return [f"{folder / has[0]}: without its partner {VECTOR_IDS if has[0] == VECTORS else VECTORS}"]
-    if not os.path.lexists(folder / PARAMS) and not os.path.lexists(folder / RESULTS):  # a gathering's one array
-        return vectorfile.gathered_problems(folder / VECTORS, folder / VECTOR_IDS)
-    try:
-        data = (folder / RESULTS).read_bytes()
-        records = [record for first, block in blocks(data, len(data)) for record in parse_block(block, first,
-                                                                                                  folder / RESULTS)]
-    except (OSError, CheckFailed) as exc:
-        return [f"{folder / RESULTS}: cannot be read back ({exc}); the vectors cannot be checked"]
-    return vectorfile.folder_problems(folder / VECTORS, folder / VECTOR_IDS, records)
 
 
 def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:

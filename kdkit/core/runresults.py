@@ -13,8 +13,6 @@ the incomplete last batch is cut off and redone, never counted twice.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import functools
 import hashlib
 import os
@@ -24,12 +22,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kdkit.core import outputfiles
 from kdkit.core.checksums import SUMS, write_digests
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
 from kdkit.core.outputkinds import VECTOR_DATA
 from kdkit.core.resultlines import (
-    BLOCK_BYTES,
     Scan,
     blocks,
     encode_batch,
@@ -39,22 +37,17 @@ from kdkit.core.resultlines import (
     parse_block,
     parse_line,
     scan_block,
+    stream_records,
     write_all,
 )
 from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, STOP, VECTOR_IDS, VECTORS, foreign_entries, harness_file
-from kdkit.core.staging import hold, release, staging_for, temp_prefix
+from kdkit.core.staging import hold, release, staging_for
+from kdkit.core.stoproom import RESERVED as RESERVED
+from kdkit.core.stoproom import STOP_RESERVED, StopRoom
+from kdkit.core.stoproom import disk_full as disk_full
 from kdkit.core.vectorfile import VectorWriter, append_rows, finish, resumed_rows
 
 EMPTY_SHA256 = hashlib.sha256().hexdigest()
-FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
-STOP_RESERVED = 32 << 10  # bytes set aside for stop.json while a run is open (RunFolder.reserve_stop); a
-# stop.json names at most 100 IDs of the batch in flight (128 characters each) and a few short reasons
-RESERVED = "reserved.tmp"  # how the name of stop.json's reserved room ends
-
-
-def disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is a write refused for want of space (a full file system, or a quota)."""
-    return isinstance(exc, OSError) and exc.errno in FULL_DISK
 
 
 class RunFolder:
@@ -71,9 +64,11 @@ class RunFolder:
         self._results_digest: str | None = None  # the whole file's sha256, once checked
         self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
         self._owner: int | None = None  # the folder's owner lock, held while this session writes it (own())
-        self._reserve: tuple[Path, int] | None = None  # stop.json's room (reserve_stop), and its descriptor
+        self._reserve: StopRoom | None = None  # stop.json's room (reserve_stop)
         self._vectors: VectorWriter | None = None  # vectors.npy, open while a vector run writes it
         self._vector_problems: list[str] = []
+        self._outputs_cut = False  # a resumed file-kind run's outputs/ cut back to its complete lines
+        self._resumed = False  # take_over() was called: earlier sessions' files are this session's to vouch for
 
     @property
     def run_id(self) -> str:
@@ -138,52 +133,37 @@ class RunFolder:
         self._vouched[name] = hashlib.sha256(data).hexdigest()
 
     def reserve_stop(self) -> None:
-        """Set aside stop.json's room now, so that a run the disk fills under can still say where it stopped:
-        STOP_RESERVED bytes allocated (posix_fallocate) to a file named as a staging copy of stop.json
-        (kdkit.core.staging: locked while this session lives, removed by the next one if it is killed)."""
-        path = self.path / f"{temp_prefix(self.path / STOP)}{RESERVED}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            with _naming(path):
-                os.posix_fallocate(fd, 0, STOP_RESERVED)
-        except BaseException as exc:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            if disk_full(exc) or not isinstance(exc, OSError):
-                raise
-            return  # a file system that cannot allocate ahead: stop.json is then written as any file
-        self._reserve = (path, fd)
+        """Set aside stop.json's room now (kdkit.core.stoproom), so that a run the disk fills under can still say
+        where it stopped."""
+        self._reserve = StopRoom.reserve(self.path / STOP)
 
     def write_stop(self, data: Any) -> None:
         """stop.json, written into its reserved room when there is one (no new space needed), else as any file."""
         payload = (dumps(data) + "\n").encode("utf-8", "backslashreplace")
-        if self._reserve is None or len(payload) > STOP_RESERVED:
+        room, self._reserve = self._reserve, None
+        if room is None or len(payload) > STOP_RESERVED:
+            if room is not None:
+                room.drop()
             self._write(STOP, payload)
             return
-        path, fd = self._reserve
-        with _naming(self.path / STOP):
-            view = memoryview(payload)
-            while view:
-                view = view[os.pwrite(fd, view, len(payload) - len(view)):]
-            os.ftruncate(fd, len(payload))
-            os.fsync(fd)
-            os.replace(path, self.path / STOP)
-        self._reserve = None
-        os.close(fd)
+        try:
+            with _naming(self.path / STOP):
+                room.fill(payload, self.path / STOP)
+        except BaseException:
+            self._reserve = room if os.path.exists(room.path) else None
+            raise
         self._vouched[STOP] = hashlib.sha256(payload).hexdigest()
 
     def drop_reserve(self) -> None:
         """Give stop.json's room back (the run closes without a stop, or this session ends)."""
-        reserve, self._reserve = self._reserve, None
-        if reserve is not None:
-            with contextlib.suppress(OSError):
-                reserve[0].unlink()
-            os.close(reserve[1])
+        room, self._reserve = self._reserve, None
+        if room is not None:
+            room.drop()
 
     def take_over(self) -> None:
         """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
         checked them), so that SHA256SUMS can list them and a change during this session is seen."""
+        self._resumed = True
         for entry in os.scandir(self.path):
             if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and \
                     entry.name not in (RESULTS, SUMS, VECTORS):
@@ -196,6 +176,10 @@ class RunFolder:
         if any(VECTOR_DATA in record for record in records):  # a vector batch's rows, fsynced before its lines
             with _naming(self.path / VECTORS):
                 self._vectors = append_rows(self._vectors, self.path / VECTORS, records)
+        kept: dict[str, str] = {}
+        if any(outputfiles.FOLDER in record for record in records):  # a file batch's folders, moved before its lines
+            with _naming(self.path / outputfiles.OUTPUTS):
+                kept = outputfiles.keep(self.path, records)
         payload = encode_batch(records)
         self.wait_synced()
         if self._fd is None:
@@ -209,9 +193,30 @@ class RunFolder:
                 os.ftruncate(self._fd, end)
             raise
         self._appended.update(payload)
+        self._vouched.update(kept)  # the folders' files, part of the run once their lines are
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
         self._syncing = self._pool.submit(os.fsync, self._fd)
+
+    def _cut_outputs(self, data: bytes, cut: int) -> None:
+        """A resumed file-kind run: the staging folder and every outputs/<name> no complete line names go
+        (kdkit.core.outputfiles.cut_back); the files the lines name are vouched for as the lines hash them."""
+        if self._outputs_cut or not any(os.path.lexists(self.path / name)
+                                        for name in (outputfiles.OUTPUTS, outputfiles.STAGING)):
+            return
+        records = (record for first, block in blocks(data, cut) for record in parse_block(block, first, self.results))
+        with _naming(self.path / outputfiles.OUTPUTS):
+            self._vouched.update(outputfiles.cut_back(self.path, records))
+        self._outputs_cut = True
+
+    def finish_outputs(self) -> None:
+        """At close: a resumed file-kind run stopped before its scan is cut back as a scan would (against its
+        complete batches, the file left as it is), and the staging folder goes."""
+        if self._resumed and not self._outputs_cut and self.results.is_file():
+            data, cut, _ = self._complete_prefix(repair=False)
+            self._cut_outputs(data, cut)
+        with _naming(self.path / outputfiles.STAGING):
+            outputfiles.close_staging(self.path)
 
     def finish_vectors(self) -> None:
         """At close: vectors.npy's header rewritten with its final row count and vouched for, vectors.ids.jsonl
@@ -274,6 +279,7 @@ class RunFolder:
             return scan
         data, cut, scan.dropped_lines = self._complete_prefix()
         self._hash_prefix(data, cut)
+        self._cut_outputs(data, cut)
         if cut == 0:
             return scan
         if self._vectors is None:
@@ -347,6 +353,8 @@ class RunFolder:
                             "run was open); the run cannot pass")
         problems += [f"{entry}: in the run folder but not put there by the harness; it is not part of the run"
                      for entry in foreign_entries(self.path)]
+        problems += [f"{entry}: in {outputfiles.OUTPUTS}/ but not kept there by the harness; the run cannot pass"
+                     for entry in outputfiles.unvouched(self.path, self._vouched)]
         return problems
 
     def files_listed(self) -> list[str]:
@@ -355,19 +363,7 @@ class RunFolder:
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record of results.jsonl, streamed a block at a time; a damaged line is CheckFailed."""
-        if not self.results.exists():
-            return
-        with self.results.open("rb") as handle:
-            rest, line = b"", 1
-            while block := handle.read(BLOCK_BYTES):
-                block = rest + block
-                cut = block.rfind(b"\n") + 1
-                rest = block[cut:]
-                if cut:
-                    yield from parse_block(block[:cut], line, self.results)
-                    line += block.count(b"\n", 0, cut)
-            if rest:
-                yield from parse_block(rest + b"\n", line, self.results)
+        return stream_records(self.results)
 
     # ------------------------------------------------------------ closing
 

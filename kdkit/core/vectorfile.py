@@ -22,6 +22,9 @@ from typing import Any
 
 from kdkit.core.errors import CheckFailed
 from kdkit.core.outputkinds import ROW, VECTOR_DATA
+from kdkit.core.resultlines import stream_records
+
+VECTORS, VECTOR_IDS = "vectors.npy", "vectors.ids.jsonl"  # a vector run's rows and their IDs
 
 MAGIC = b"\x93NUMPY\x01\x00"
 HEADER = 128  # bytes before the first row: magic, version, length, the padded dict (a multiple of 64)
@@ -271,3 +274,22 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+
+
+def run_problems(folder: Path, results: Path, params: Path) -> list[str]:
+    """A verified folder's vectors.npy and its ID list against its ``results`` (a pilot run folder, where
+    ``params`` is), or as a gathering's one array (neither is there); one file without the other is a problem."""
+    has = [name for name in (VECTORS, VECTOR_IDS) if (folder / name).is_file()]
+    if not has:
+        return []
+    if len(has) == 1:
+        return [f"{folder / has[0]}: without its partner {VECTOR_IDS if has[0] == VECTORS else VECTORS}"]
+    if not os.path.lexists(params) and not os.path.lexists(results):  # a gathering's one array
+        return gathered_problems(folder / VECTORS, folder / VECTOR_IDS)
+    try:
+        if not results.is_file():
+            raise OSError(f"{results.name} is missing")
+        records = list(stream_records(results))
+    except (OSError, CheckFailed) as exc:
+        return [f"{results}: cannot be read back ({exc}); the vectors cannot be checked"]
+    return folder_problems(folder / VECTORS, folder / VECTOR_IDS, records)

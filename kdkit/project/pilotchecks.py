@@ -16,7 +16,7 @@ from typing import Any
 
 from kdkit.config.schemas import Problem
 from kdkit.core.errors import BadInput
-from kdkit.core.pilotconfig import config_file, config_problems, load_documents
+from kdkit.core.pilotconfig import config_file, config_problems, entry_problem, load_documents
 from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotload import existing, load_model, load_output
 from kdkit.core.projectfiles import config_path_problem, load_object
@@ -69,7 +69,10 @@ def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Pr
             existing(root, value, path, where, kind)
         except BadInput as exc:
             problems.append(refused(root, exc, rel))
-    if problems:
+    scorer = (pilot.get("quality") or {}).get("scorer")
+    if isinstance(scorer, str) and (problem := entry_problem(root, scorer)) is not None:  # as the pilot's _quality
+        problems.append(Problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
+    if any(p.where != "$.quality.scorer" for p in problems):
         return problems, None
     output = None
     try:

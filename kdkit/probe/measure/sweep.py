@@ -19,7 +19,9 @@ import argparse
 import gc
 import re
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -273,9 +275,33 @@ def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device
 def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]:
     """Run a prepared sweep: every group at every batch size, smallest first, until a limit."""
     say = progress or (lambda _m: None)
-    config, chosen, split, batch_sizes = plan.config, plan.device, plan.groups, plan.batch_sizes
+    config, chosen = plan.config, plan.device
     set_device(chosen)
     predict = with_params(load_entry(config.root, config.entry), config.params)  # the pilot's params, if it takes them
+    if config.output.kind != "file":
+        return _measure(plan, predict, say)
+    config.runs_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=config.runs_dir, prefix=".kdkit-sweep-outputs-") as scratch:
+        return _measure(plan, _with_out_dirs(predict, Path(scratch)), say)
+
+
+def _with_out_dirs(predict: Predict, scratch: Path) -> Predict:
+    """A file-kind app as the sweep calls it: each item handed an empty out_dir of its own under ``scratch``
+    (the sweep times the app; its files are not kept)."""
+
+    def call(items: list[dict[str, Any]]) -> Any:
+        for number, item in enumerate(items):
+            folder = scratch / str(number)
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            item["out_dir"] = str(folder)
+        return predict(items)
+
+    return call
+
+
+def _measure(plan: SweepPlan, predict: Predict, say: Progress) -> dict[str, Any]:
+    config, chosen, split, batch_sizes = plan.config, plan.device, plan.groups, plan.batch_sizes
     memory = Memory(chosen)
     first = split[0].items[0]
     started = time.perf_counter()

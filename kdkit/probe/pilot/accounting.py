@@ -15,7 +15,7 @@ from typing import Any
 
 from kdkit.core.outputkinds import SCORE
 from kdkit.core.pilotconfig import Output
-from kdkit.core.pilotmanifest import Document
+from kdkit.core.pilotmanifest import Document, document_ids
 
 CATEGORY_SHAPE, OUTPUT_SHAPE = '{"id": ..., "category": ...}', '{"id": ..., "output": ...}'  # a result's shape
 
@@ -50,7 +50,7 @@ class Tally:
 
     def __init__(self, documents: Sequence[Document]) -> None:
         self.documents = documents
-        self.known = {doc.id for doc in documents}
+        self.known = document_ids(documents)  # a JSONL corpus's without a Document each
         self.first: dict[str, dict[str, Any]] = {}  # first record per manifest ID (what summary.md shows)
         self.counts: dict[str, int] = {}  # how many records each manifest ID got
         self.stray: list[str] = []  # malformed answers and IDs the app was not given

@@ -178,7 +178,7 @@ def _items(header: dict[str, Any], payload: bytearray) -> list[dict[str, Any]]:
     """The batch's items, each value made from its part of ``payload`` (which is then let go: the app's
     process holds each input once while the app runs): a text decoded, bytes as they are, records
     json-decoded from their canonical bytes (the batch's in one call); each with its input's sha256
-    (the header's ``sha256``: 64 hex digits an item, in order)."""
+    (the header's ``sha256``: 64 hex digits an item, in order) and, for the file output kind, its out_dir."""
     kind, digests, ids = header.get("kind", "text"), header.get("sha256", ""), header["ids"]
     parts, start = [], 0
     with memoryview(payload) as view:
@@ -193,8 +193,14 @@ def _items(header: dict[str, Any], payload: bytearray) -> list[dict[str, Any]]:
             for part in parts:
                 part.release()
     payload.clear()
-    return [{"id": ident, kind: value, "sha256": digests[64 * index:64 * index + 64]}
-            for index, (ident, value) in enumerate(zip(ids, values, strict=True))]
+    items = [{"id": ident, kind: value, "sha256": digests[64 * index:64 * index + 64]}
+             for index, (ident, value) in enumerate(zip(ids, values, strict=True))]
+    out_dirs = header.get("out_dirs")
+    if isinstance(out_dirs, list):  # the file output kind: where each item's files go
+        for item, out_dir in zip(items, out_dirs, strict=True):
+            if out_dir is not None:
+                item["out_dir"] = out_dir
+    return items
 
 
 def _error_reply(op: str, exc: BaseException) -> dict[str, Any]:

@@ -163,6 +163,7 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
             run.write_json(ENV, {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
                 "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
                 "fix": "see stop.json"}})
+        run.finish_outputs()  # the file kind: outputs/ as the complete lines name it, the staging folder gone
         run.finish_vectors()  # vectors.npy's final header, its ID list; what does not add up fails the run
         accounting = judged(cfg, run, session)
         summary = summary_data(run.run_id, cfg, accounting, session.stop, {

@@ -23,7 +23,8 @@ from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
 from kdkit.core.git import code_state
 from kdkit.core.outputkinds import answer_bytes
-from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
+from kdkit.core.pilotconfig import PilotConfig, load_pilot, params_hash
+from kdkit.core.pilotmanifest import remaining
 from kdkit.core.projectfiles import load_object, project_root
 from kdkit.core.report import print_result
 from kdkit.core.resultlines import Scan
@@ -44,7 +45,7 @@ from kdkit.core.runresults import RunFolder
 from kdkit.core.safetext import printable
 from kdkit.core.staging import clean_stale_in, describe_removed
 from kdkit.probe.diagnose.host import hardware_hints
-from kdkit.probe.pilot import harness
+from kdkit.probe.pilot import filekind, harness
 from kdkit.probe.pilot.accounting import Tally
 from kdkit.probe.pilot.closing import Session, close_run, failure_stop, stopped_by_full_disk
 from kdkit.probe.pilot.fanout import run_node
@@ -203,14 +204,14 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
 
 def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: AppProcess,
           guard: StopGuard, progress: Progress) -> None:
-    pending: list[Document] = [d for d in cfg.documents if d.id not in scan.finished]
+    pending = remaining(cfg.documents, scan.finished)  # a JSONL corpus's stay compact (pilotmanifest)
     done, rejected = len(cfg.documents) - len(pending), scan.rejected
     source = harness.batches(pending, cfg.batch_size, Reading.of(cfg), scan.next_batch)
     session.tally = tally = Tally(cfg.documents)
     with harness.prefetching(source) as ahead:
         for number, items, rejections in ahead:
             guard.check()
-            records = rejections + _app_records(cfg, session, app, guard, number, items)
+            records = rejections + _app_records(cfg, session, app, guard, number, items, run.path)
             run.append(records)
             tally.add(records)  # right after the write: the tally and the file's bytes hold the same batches
             session.batches += 1
@@ -225,7 +226,7 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: A
 
 
 def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: StopGuard, number: int,
-                 items: list[harness.Item]) -> list[dict[str, Any]]:
+                 items: list[harness.Item], run: Path) -> list[dict[str, Any]]:
     """The app's records for one batch, timed; a stop arriving meanwhile interrupts the app, and
     stop.json names the batch and the IDs the app held."""
     if not items:
@@ -234,7 +235,10 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
     app.reply_limit = reply_limit(cfg.batch_size, answer_bytes(cfg.output))  # room for a long text or vector
     try:
         with guard.app_running():
-            return harness.run_batch(app, items, cfg.output, number)
+            if cfg.output.kind != "file":
+                return harness.run_batch(app, items, cfg.output, number)
+            records = harness.run_batch(filekind.staged_call(app, run), items, cfg.output, number)
+            return filekind.judged(run, records, cfg.output.max_bytes)  # out_dirs checked, hashed: to be kept
     except StopRequested as stop:
         held = app.in_flight if app.in_flight is not None else [item.doc.id for item in items]
         stop.details.setdefault("in_flight", {"batch": number, "ids": held[:IN_FLIGHT_SHOWN],
@@ -284,7 +288,7 @@ def main(argv: list[str]) -> int:
         check_new_run_id(args.run_id, "--run-id")
     if args.resume:
         check_run_id(args.resume, "--resume")
-    cfg = load_pilot(project_root(args.project_dir), args.config)
+    cfg = harness.with_scorer(load_pilot(project_root(args.project_dir), args.config))  # quality.scorer: exit 2 here
     placed = place(cfg, args.worker, args.workers, named=bool(args.run_id or args.resume))
     if placed.node_shares:  # a node's one process: one worker per GPU (kdkit.probe.pilot.fanout)
         return run_node(argv, placed, args.json)

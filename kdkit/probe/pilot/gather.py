@@ -34,6 +34,7 @@ from kdkit.core import runfolder as rf
 from kdkit.core.checksums import SUMS, write_sums
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json
+from kdkit.core.outputfiles import OUTPUTS, gather_outputs
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_hash
 from kdkit.core.projectfiles import find_root, project_root
@@ -216,7 +217,7 @@ def default_out(workers: Sequence[Worker], roots: Sequence[Path] = ()) -> Path:
     return (roots[0] if roots else workers[0].path.parent) / rf.gathered_folder(workers[0].run)
 
 
-GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS, rf.VECTORS, rf.VECTOR_IDS})  # what a gathering holds
+GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS, rf.VECTORS, rf.VECTOR_IDS, OUTPUTS})  # what a gathering holds
 
 
 def replaceable_gathering(folder: Path) -> str | None:
@@ -272,8 +273,10 @@ def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
 
 
 def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
-                  vectors: list[tuple[int, Path, Path]] | None = None) -> None:
-    """summary.json, summary.md, the workers' ``vectors`` as one array (vectors.npy, vectors.ids.jsonl) and
+                  vectors: list[tuple[int, Path, Path]] | None = None,
+                  outputs: list[tuple[str, Path, dict[str, str]]] | None = None) -> None:
+    """summary.json, summary.md, the workers' ``vectors`` as one array (vectors.npy, vectors.ids.jsonl), their
+    ``outputs`` (the file kind) joined into one outputs/ (kdkit.core.outputfiles.gather_outputs) and
     SHA256SUMS in a staging folder published as ``out`` (never over anything but the earlier gathering checked,
     with ``force``: kdkit.core.staging.staged_folder)."""
     with staged_folder(out, "--out", replaceable_gathering if force else None) as staged:
@@ -283,6 +286,13 @@ def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
         if vectors:
             summary["vectors"] = gather_vectors(vectors, staged.path / rf.VECTORS, staged.path / rf.VECTOR_IDS)
             names += [rf.VECTORS, rf.VECTOR_IDS]
+        if outputs:  # the file kind: every worker's outputs/<name>/ joined, each item's once
+            files, joined = gather_outputs(outputs, staged.path)
+            summary["outputs"] = len({name.split("/")[1] for name in files})
+            if joined:
+                summary["problems"] = [*summary["problems"], *joined]
+                summary[rf.VERDICT] = "fail"
+            names += sorted(files)
         atomic_write_json(staged.path / rf.SUMMARY, summary)
         atomic_write_text(staged.path / rf.SUMMARY_MD, summary_markdown(summary))
         write_sums(staged.path, [(name, staged.path / name) for name in names])
@@ -328,7 +338,9 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     summary = summary_data(workers[0].run, cfg, workers, acc, problems)
     vectors = [(w.share.worker, w.path / rf.VECTORS, w.path / rf.VECTOR_IDS) for w in workers
                if (w.path / rf.VECTORS).is_file()] if acc is not None else []  # each worker's verified first
-    write_summary(destination, summary, force, vectors)
+    outputs = [(w.name, w.path, rf.read_sums(w.path)) for w in workers
+               if (w.path / OUTPUTS).is_dir()] if acc is not None else []  # verified by judge, as the vectors
+    write_summary(destination, summary, force, vectors, outputs)
     return Gathered(summary, destination)
 
 

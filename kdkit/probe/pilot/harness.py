@@ -9,6 +9,8 @@ for results.jsonl. It records what the app said; accounting.py judges it.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib
 import inspect
 import math
@@ -21,8 +23,8 @@ from typing import Any
 
 from kdkit.core import outputkinds
 from kdkit.core.credentials import REDACT_MARGIN, redact_head
-from kdkit.core.errors import KdkitError
-from kdkit.core.pilotconfig import Output
+from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.pilotconfig import Output, PilotConfig
 from kdkit.core.pilotmanifest import Document
 from kdkit.core.projectfiles import real_inside
 from kdkit.probe.pilot.inputs import Item as Item  # the inputs' names, as the harness always offered them
@@ -139,7 +141,7 @@ def _record(answer: Any, asked: dict[str, Item], output: Output, batch: int) -> 
     kept = outputkinds.check(output, value, _shown)
     if isinstance(kept, str):
         return {"id": ident, "outcome": "invalid", **shown, **where, "problem": kept}
-    return _scored({"id": ident, "outcome": "accepted", **kept, **where}, output, value, asked[ident].doc)
+    return _scored({"id": ident, "outcome": "accepted", **kept, **where}, output, value, asked[ident])
 
 
 def _shape_problem(answer: dict[str, Any], keys: list[str], output: Output) -> str | None:
@@ -156,18 +158,44 @@ def _shape_problem(answer: dict[str, Any], keys: list[str], output: Output) -> s
     return None
 
 
-def _scored(record: dict[str, Any], output: Output, value: Any, doc: Document) -> dict[str, Any]:
+def _scored(record: dict[str, Any], output: Output, value: Any, item: Item) -> dict[str, Any]:
     """An accepted answer of a kind other than category with its score against the manifest's expected value
-    (where there is one); a score that is NaN makes it the harness's rejection, never a pass."""
-    if output.kind == "category" or doc.expected is None:
+    (where there is one): the project's scorer's (quality.scorer, :func:`project_score`), else the kind's
+    built-in one. A score that is NaN, not a number or outside [0, 1], or a scorer that raised, makes it the
+    harness's rejection with the reason, never a pass."""
+    expected = item.doc.expected
+    if output.kind == "category" or expected is None:
         return record
-    score = outputkinds.score(output, value, doc.expected)
-    if math.isnan(score):
-        return {"id": record["id"], "outcome": "rejected", "by": "harness", "reason": "the quality score against "
-                "the manifest's expected output is undefined (NaN: a zero vector, or an expected value of another "
-                "shape)", "batch": record["batch"], "sha256": record["sha256"]}
+    if output.scorer is not None:
+        score: float | str = project_score(output.scorer, item, value, expected)
+    else:
+        score = outputkinds.score(output, value, expected)
+        if math.isnan(score):
+            score = ("the quality score against the manifest's expected output is undefined (NaN: a zero vector, "
+                     "or an expected value of another shape)")
+    if isinstance(score, str):
+        return {"id": record["id"], "outcome": "rejected", "by": "harness", "reason": _reason(score),
+                "batch": record["batch"], "sha256": record["sha256"]}
     record[outputkinds.SCORE] = score
     return record
+
+
+def project_score(scorer: Callable[[dict[str, Any], Any, Any], Any], item: Item, value: Any,
+                  expected: Any) -> float | str:
+    """``scorer(item, answer, expected)``: the item as predict got it ({"id", "text" | "bytes" | "record",
+    "sha256"}), the answer's output value and the manifest's expected value (copies: the scorer cannot change
+    what is kept). The score as a float in [0, 1], or the reason it is none (the scorer raised; NaN, not a
+    number, or out of range)."""
+    try:
+        got = scorer(item.app_item(), copy.deepcopy(value), copy.deepcopy(expected))
+    except Exception as exc:
+        said = first_line(str(exc), REASON_KEPT)
+        return f"the quality scorer raised {type(exc).__name__}" + (f": {said}" if said else "")
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return f"the quality scorer returned {short_text(got)} ({type(got).__name__}), not a number in [0, 1]"
+    if not 0 <= got <= 1:  # NaN fails both comparisons
+        return f"the quality scorer returned {got!r}, {'NaN' if got != got else 'outside [0, 1]'}: not a score"
+    return float(got)
 
 
 def _reason(text: str) -> str:
@@ -245,7 +273,7 @@ def in_process(predict: Callable[..., Any], params: dict[str, Any] | None = None
     return lambda items: call([item.app_item() for item in items])
 
 
-def load_entry(root: Path, entry: str) -> Predict:
+def load_entry(root: Path, entry: str, signature: str = "(items) -> results") -> Predict:
     """Import ``module:function`` from the project root, fresh (never a same-named module cached earlier)."""
     module_name, function = entry.split(":", 1)
     top = module_name.split(".")[0]
@@ -268,9 +296,26 @@ def load_entry(root: Path, entry: str) -> Predict:
     predict = getattr(module, function, None)
     if not callable(predict):
         raise EntryError(f"{module_name} has no function {function!r} (entry {entry}); define "
-                         f"{function}(items) -> results")
+                         f"{function}{signature}")
     result: Predict = predict
     return result
+
+
+def with_scorer(cfg: PilotConfig) -> PilotConfig:
+    """``cfg`` with its quality scorer (the project's own function, checked by load_pilot) imported into this, the
+    harness's, process (fresh, as :func:`load_entry` imports the app; no bytecode written into the project), set
+    on its output; BadInput (exit 2) when it does not import or is not callable. Without a scorer, ``cfg``."""
+    entry = (cfg.quality or {}).get("scorer")
+    if entry is None:
+        return cfg
+    kept, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        scorer: Callable[..., Any] = load_entry(cfg.root, entry, "(item, answer, expected) -> a number in [0, 1]")
+    except EntryError as exc:
+        raise BadInput(f"{cfg.config_path}: $.quality.scorer: {exc}") from exc
+    finally:
+        sys.dont_write_bytecode = kept
+    return dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, scorer=scorer))
 
 
 def batches(pending: Sequence[Document], size: int, reading: Reading,

@@ -45,6 +45,7 @@ class Item:
     data: bytes
     sha256: str
     kind: str = TEXT
+    out_dir: str | None = None  # the file output kind: the item's staging folder (kdkit.core.outputfiles)
 
     @property
     def payload(self) -> bytes | memoryview:
@@ -60,9 +61,13 @@ class Item:
         return str(self.payload, "utf-8", "strict" if self.kind != BYTES else "replace")
 
     def app_item(self) -> dict[str, Any]:
-        """The item as the app gets it: its ID, its text, bytes or record, and its input's sha256."""
+        """The item as the app gets it: its ID, its text, bytes or record, its input's sha256 (and its out_dir for
+        the file output kind)."""
         value: Any = self.text if self.kind == TEXT else self.data if self.kind == BYTES else json.loads(self.data)
-        return {"id": self.doc.id, self.kind: value, "sha256": self.sha256}
+        item = {"id": self.doc.id, self.kind: value, "sha256": self.sha256}
+        if self.out_dir is not None:
+            item["out_dir"] = self.out_dir
+        return item
 
     def excerpt(self, chars: int) -> tuple[str, bool]:
         """The first ``chars`` characters with each run of whitespace as one space, decoded from the start of

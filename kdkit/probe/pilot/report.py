@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from itertools import islice
 from typing import Any
 
 from kdkit.core.outputkinds import ROW, SCORE, describe
@@ -140,11 +141,13 @@ def _quality_line(cfg: PilotConfig, quality: str) -> str:
 def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozenset()) -> list[str]:
     """The first accepted answer, the first rejected one and the accepted one of the largest input (near the
     limit), each input's excerpt next to what became of it (``skip``: IDs already shown)."""
-    accepted = [d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") == "accepted"]
-    rejected = [d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")]
-    largest = max(accepted[:NEAR_LIMIT_LOOKED], key=_size, default=None)
+    accepted = list(islice((d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") == "accepted"),
+                           NEAR_LIMIT_LOOKED))  # no list of a whole corpus's documents
+    rejected = list(islice((d for d in cfg.documents
+                            if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")), 1))
+    largest = max(accepted, key=_size, default=None)
     first = [] if skip else accepted[:1]
-    picked = [d for d in {d.id: d for d in (first + rejected[:1] + ([largest] if largest else []))}.values()
+    picked = [d for d in {d.id: d for d in (first + rejected + ([largest] if largest else []))}.values()
               if d.id not in skip]
     shown: list[str] = []
     for doc in picked:

@@ -185,6 +185,8 @@ class AppProcess:
         sizes = [len(part) for part in parts]
         header = {"op": "predict", "ids": ids, "sizes": sizes, "kind": items[0].kind if items else "text",
                   "sha256": "".join(item.sha256 for item in items)}  # 64 hex digits an item
+        if any(item.out_dir is not None for item in items):  # the file output kind: each item's out_dir
+            header["out_dirs"] = [item.out_dir for item in items]
         if sum(sizes) <= JOINED:
             parts = [b"".join(parts)]  # small inputs in one write, not one each
         self.in_flight = ids
