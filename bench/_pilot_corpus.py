@@ -225,8 +225,12 @@ def _kdkit_vectors(rows: list[bytes], dim: int, batch: int, path: Path) -> float
     return time.perf_counter() - started
 
 
-def _numpy_save(array: Any, path: Path, fsync: bool) -> float:
+def _numpy_save(array: Any, path: Path, fsync: bool, checksum: bool = False) -> float:
+    """numpy.save of the array; with ``fsync`` on disk before it returns; with ``checksum`` also its SHA-256 read
+    back (what a verified copy needs, as SHA256SUMS lists kdkit's file)."""
     import numpy
+
+    from kdkit.core.jsonio import sha256_file
 
     started = time.perf_counter()
     with path.open("wb") as sink:
@@ -234,6 +238,8 @@ def _numpy_save(array: Any, path: Path, fsync: bool) -> float:
         if fsync:
             sink.flush()
             os.fsync(sink.fileno())
+    if checksum:
+        sha256_file(path)
     return time.perf_counter() - started
 
 
@@ -247,7 +253,8 @@ def vectors(count: int, dim: int, batch: int, runs: int) -> dict[str, Any]:
         cases = {"kdkit": lambda: _kdkit_vectors(rows, dim, batch, work / "kdkit.npy"),
                  "kdkit_one_append": lambda: _kdkit_vectors(rows, dim, count, work / "kdkit-one.npy"),
                  "numpy_save": lambda: _numpy_save(array, work / "numpy.npy", False),
-                 "numpy_save_fsync": lambda: _numpy_save(array, work / "numpy-fsync.npy", True)}
+                 "numpy_save_fsync": lambda: _numpy_save(array, work / "numpy-fsync.npy", True),
+                 "numpy_save_fsync_sha256": lambda: _numpy_save(array, work / "numpy-sum.npy", True, True)}
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(runs):
             for name, case in cases.items():
@@ -263,6 +270,7 @@ def vectors(count: int, dim: int, batch: int, runs: int) -> dict[str, Any]:
             "seconds": {name: rounded(values, 4) for name, values in times.items()},
             "speed_vs_numpy_save": round(ratio, 3), "speed_vs_numpy_save_fsync": round(
                 med["numpy_save_fsync"] / med["kdkit"], 3),
+            "speed_vs_numpy_save_fsync_sha256": round(med["numpy_save_fsync_sha256"] / med["kdkit"], 3),
             "one_append_speed_vs_numpy_save_fsync": round(med["numpy_save_fsync"] / med["kdkit_one_append"], 3),
             "bytes": {"kdkit": kd_size, "numpy_save": np_size, "raw_array": raw},
             "size_over_raw": round(kd_size / raw - 1, 7),

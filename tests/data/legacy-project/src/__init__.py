@@ -1,0 +1,1 @@
+"""The project's application code; the pilot imports ``src.classify:predict`` (config/pilot.json)."""
