@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.core import runresults
+from kdkit.core import resultlines
 from kdkit.core.pilotconfig import load_pilot
 from kdkit.core.runresults import RunFolder
 from kdkit.probe.pilot.accounting import account
@@ -292,7 +292,7 @@ def test_incomplete_last_batch_is_cut_off_on_scan(tmp_path: Path) -> None:
 
 
 def test_scan_and_records_agree_across_many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runresults, "BLOCK_BYTES", 100)  # every block boundary falls inside a batch
+    monkeypatch.setattr(resultlines, "BLOCK_BYTES", 100)  # every block boundary falls inside a batch
     run = RunFolder(tmp_path)
     for batch in range(20):
         run.append([{"id": f"i{batch}-{k}", "outcome": "rejected" if k == 0 else "accepted", "batch": batch}

@@ -124,23 +124,26 @@ def _record(answer: Any, asked: dict[str, Item], output: Output, batch: int) -> 
         return {"id": None, "outcome": "malformed", "answer": _shown(answer), "batch": batch}
     ident: str = answer["id"]
     keys = [key for key in outputkinds.value_keys(output) if key in answer]
-    shown = {k: _shown(answer[k]) for k in ("category", "output", "error") if k in answer}
+
+    def shown() -> dict[str, Any]:  # what an answer that is not accepted keeps of what it said (never built else)
+        return {k: _shown(answer[k]) for k in ("category", "output", "error") if k in answer}
+
     if ident not in asked:
-        return {"id": _shown(ident), "outcome": "unrequested", **shown, "batch": batch}
+        return {"id": _shown(ident), "outcome": "unrequested", **shown(), "batch": batch}
     where = {"batch": batch, "sha256": asked[ident].sha256}
     problem = _shape_problem(answer, keys, output)
     if problem is not None:
-        return {"id": ident, "outcome": "invalid", **shown, "problem": problem, **where}
+        return {"id": ident, "outcome": "invalid", **shown(), "problem": problem, **where}
     if not keys:
         error = answer.get("error")
         if not (isinstance(error, str) and error.strip()):
-            return {"id": ident, "outcome": "invalid", **shown, "problem": "rejected without a reason (empty error)",
+            return {"id": ident, "outcome": "invalid", **shown(), "problem": "rejected without a reason (empty error)",
                     **where}
         return {"id": ident, "outcome": "rejected", "by": "app", "reason": _reason(error), **where}
     value = answer[keys[0]]
     kept = outputkinds.check(output, value, _shown)
     if isinstance(kept, str):
-        return {"id": ident, "outcome": "invalid", **shown, **where, "problem": kept}
+        return {"id": ident, "outcome": "invalid", **shown(), **where, "problem": kept}
     return _scored({"id": ident, "outcome": "accepted", **kept, **where}, output, value, asked[ident])
 
 
