@@ -42,6 +42,8 @@ def score(item, answer, expected):
         return "high"
     if word == "TRUE":
         return True
+    if word == "EXIT":
+        raise SystemExit(0)  # a scorer ending the process "successfully": the item's failure, never a pass
     return 1.0 if answer == expected else 0.25
 
 NOT_CALLABLE = 3
@@ -71,6 +73,7 @@ def with_scorer(project: Path, docs: list[tuple[str, str, dict[str, Any]]], qual
     ("BIG", "the quality scorer returned 1.5, outside [0, 1]: not a score"),
     ("WORDY", "the quality scorer returned high (str), not a number in [0, 1]"),
     ("TRUE", "the quality scorer returned True (bool), not a number in [0, 1]"),
+    ("EXIT", "the quality scorer raised SystemExit: 0"),
 ])
 def test_a_bad_score_is_that_items_rejection_with_its_reason(project: Path, word: str, reason: str) -> None:
     docs = [("good", "abc", {"expected": "ABC"}), ("odd", f"{word} x", {"expected": "anything"})]

@@ -98,11 +98,19 @@ def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytearray] | None:
 
 
 def _value(value: Any, depth: int = 0) -> list[Any]:
-    """One tagged value: ``["v", scalar]``; ``["f", "nan"|"inf"|"-inf"]`` (named, so a vector's NaN is its
+    """One tagged value: ``["v", scalar]``; ``["j", data]`` for a dict or list that is plain JSON;
+    ``["f", "nan"|"inf"|"-inf"]`` (named, so a vector's NaN is its
     reason); ``["l", [tagged...]]`` for a list, or an array's ``tolist()`` (numpy, torch); else its repr (a tuple's
     too, as JSON-less answers always were)."""
     if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
         return ["v", value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
+    if type(value) in (dict, list):  # plain JSON data goes as it is, whatever its neighbours in the batch are
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            return ["j", value]
     if isinstance(value, float):
         return ["f", repr(float(value))]
     if depth < LIST_DEPTH and not isinstance(value, list) and callable(getattr(value, "tolist", None)):

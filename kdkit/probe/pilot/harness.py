@@ -187,11 +187,14 @@ def project_score(scorer: Callable[[dict[str, Any], Any, Any], Any], item: Item,
                   expected: Any) -> float | str:
     """``scorer(item, answer, expected)``: the item as predict got it ({"id", "text" | "bytes" | "record",
     "sha256"}), the answer's output value and the manifest's expected value (copies: the scorer cannot change
-    what is kept). The score as a float in [0, 1], or the reason it is none (the scorer raised; NaN, not a
-    number, or out of range)."""
+    what is kept). The score as a float in [0, 1], or the reason it is none (the scorer raised, SystemExit
+    included; NaN, not a number, or out of range). Ctrl-C still stops the run. The scorer runs in this, the
+    harness's, process: one that hangs or calls os._exit is beyond what the harness can turn into a reason."""
     try:
         got = scorer(item.app_item(), copy.deepcopy(value), copy.deepcopy(expected))
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sys.exit() in a scorer is its failure on this item, never the run's end
         said = first_line(str(exc), REASON_KEPT)
         return f"the quality scorer raised {type(exc).__name__}" + (f": {said}" if said else "")
     if isinstance(got, bool) or not isinstance(got, (int, float)):

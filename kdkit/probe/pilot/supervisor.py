@@ -100,7 +100,7 @@ def _text(value: Any) -> Any:
 
 def _decode(value: Any) -> Any:
     tag, body = value
-    if tag == "v":
+    if tag in ("v", "j"):
         return body
     if tag == "d":
         return {str(key): _decode(item) for key, item in body.items()}
