@@ -67,6 +67,9 @@ def _answer(item):
         return {"id": ident, "output": None}
     if text.startswith("CATEGORY"):
         return {"id": ident, "category": "x"}
+    if text.startswith("BARE"):
+        _files(item, text)
+        return {"id": ident}
     _files(item, text)
     return {"id": ident, "output": {"chars": len(text)}}
 
@@ -385,3 +388,13 @@ def test_sweep_hands_a_file_kind_app_an_empty_out_dir_and_leaves_nothing(project
     left = sorted(p.name for p in (project / "runs").iterdir() if p.name not in before)
     assert all(name.startswith("sweep-") for name in left), left
     assert not list((project / "runs").rglob("result.txt"))
+
+
+def test_an_answer_of_the_id_alone_keeps_the_files_it_wrote(project: Path) -> None:
+    """For the file kind the files are the answer: {"id"} alone is accepted, as {"id", "output": null} is."""
+    make(project, [("bare", "BARE files", {}), ("plain", "abc", {})])
+    code, summary = pilot(project)
+    assert code == 0 and summary["verdict"] == "pass", summary["problems"]
+    kept = records(Path(summary["run_dir"]))
+    assert kept["bare"]["outcome"] == "accepted" and "output" not in kept["bare"]
+    assert sorted(kept["bare"]["files"]) == ["result.txt", "sub/meta.json"]

@@ -124,6 +124,8 @@ def _record(answer: Any, asked: dict[str, Item], output: Output, batch: int) -> 
         return {"id": None, "outcome": "malformed", "answer": _shown(answer), "batch": batch}
     ident: str = answer["id"]
     keys = [key for key in outputkinds.value_keys(output) if key in answer]
+    if output.kind == "file" and not keys and "error" not in answer and "category" not in answer:
+        answer, keys = {**answer, "output": None}, ["output"]  # {"id"} alone: the files in out_dir are the answer
 
     def shown() -> dict[str, Any]:  # what an answer that is not accepted keeps of what it said (never built else)
         return {k: _shown(answer[k]) for k in ("category", "output", "error") if k in answer}
