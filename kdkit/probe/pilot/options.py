@@ -9,25 +9,35 @@ from kdkit.core.parsers import add_json, command_parser
 from kdkit.probe.pilot.shares import add_share_arguments
 
 HELP = """\
-Run the pilot documents through the project's app with exactly-once accounting.
+Run the pilot documents (or, with --config, the full corpus) through the
+project's app with exactly-once accounting.
 
-The harness reads each input itself: a file that is missing, unreadable, over
-max_input_bytes or not UTF-8 is rejected with that reason and never reaches the
-app. The app's entry (config: "entry") is called as predict(items) with items
-[{"id": ..., "text": ...}] and answers [{"id": ..., "category": ...}] or
-[{"id": ..., "error": "reason"}]. A batch that raises is retried item by item.
-The app runs in a process of its own: when it exits, crashes, is killed (the
-out-of-memory killer) or takes longer than stop.max_batch_seconds on a batch,
-the run stops, closed, with stop.json naming what happened and the batch in
-flight. Anything the app writes into its run folder fails the run.
+The harness reads each input itself (a folder's files, or the records of a
+JSONL corpus): one that is missing, unreadable, over max_input_bytes or not
+UTF-8 (unless "decode": "bytes") is rejected with that reason and never reaches
+the app. The app's entry (config: "entry") is called as predict(items) or
+predict(items, params) with items [{"id", "text" | "bytes" | "record",
+"sha256"}] (+ "out_dir" for the file output kind) and answers
+[{"id": ..., "output": value}] ({"id", "category"} for categories) or
+[{"id": ..., "error": "reason"}]. The config's "output" says what a value is:
+a category, text (max_chars), a vector (dim; kept in vectors.npy), JSON valid
+against a schema, or the files written into out_dir (kept in outputs/). A batch
+that raises is retried item by item. The app runs in a process of its own:
+when it exits, crashes, is killed (the out-of-memory killer) or takes longer
+than stop.max_batch_seconds on a batch, the run stops, closed, with stop.json
+naming what happened and the batch in flight. Anything the app writes into its
+run folder (outside its out_dir) fails the run.
 
-The run passes when every manifest ID appears exactly once, no ID is invented,
-each category is allowed, each rejection has a reason, the expected rejections
-were rejected and the rest accepted, and quality >= min_quality."""
+The run passes when every ID appears exactly once, no ID is invented, each
+answer is of the declared kind, each rejection has a reason, the expected
+rejections were rejected and the rest accepted, and, where the manifest gives
+labels or expected outputs, quality >= min_quality (or quality.min, with the
+project's own quality.scorer)."""
 EPILOG = """\
 run folder runs/<run-id>/ (run-id = UTC time + hash of the parameters):
   params.json, env.json (the diagnose report), results.jsonl (fsynced per batch),
   summary.json, summary.md, SHA256SUMS, stop.json (only when stopped early)
+  + vectors.npy and vectors.ids.jsonl (vector output), outputs/<id>/ (file output)
 
 examples:
   kdkit pilot                          the project around the current folder
