@@ -32,7 +32,7 @@ def test_the_compact_documents_are_those_of_a_scan(tmp_path: Path) -> None:
     manifest.write_text(json.dumps({"documents": [{"id": "r3", "label": "b", "expect": "reject"}]}))
     docs = corpus_documents(corpus, "id", manifest, OUT)
     expected = [Document(line.id, f"line {line.number}", str(corpus), "b" if line.id == "r3" else None,
-                         "reject" if line.id == "r3" else "accept", line.offset, line.length)
+                         "reject" if line.id == "r3" else "any", line.offset, line.length)
                 for line, _record in scan(corpus, "id")]
     assert isinstance(docs, CorpusDocuments) and len(docs) == 7
     assert list(docs) == expected and [docs[n] for n in range(7)] == expected

@@ -180,7 +180,7 @@ def test_a_corpus_project_validates_and_loads(corpus: Path) -> None:
     assert cfg.jsonl == corpus / CORPUS and cfg.inputs_dir == corpus / "data/corpus" and cfg.id_field == "id"
     assert [d.id for d in cfg.documents] == [f"rec-{n}" for n in range(1, 7)]
     first = cfg.documents[1]
-    assert (first.file, first.location, first.expect, first.label) == ("line 2", str(corpus / CORPUS), "accept", None)
+    assert (first.file, first.location, first.expect, first.label) == ("line 2", str(corpus / CORPUS), "any", None)
     raw = (corpus / CORPUS).read_bytes()
     assert raw[first.offset:first.offset + first.length] == (json.dumps(records()[1]) + "\n").encode()
     assert cfg.output.kind == "vector" and cfg.output.dim == 3 and cfg.categories == ()

@@ -220,15 +220,16 @@ def test_a_corpus_without_expectations_still_fails_on_its_accounting(project: Pa
     assert any(p.startswith("r-2: the output is 10 characters, over max_chars 8") for p in summary["problems"])
 
 
-@pytest.mark.parametrize("change", [
-    {"output": {"kind": "category", "categories": ["a"]}},  # the category kind is judged against labels
-    {"manifest": "data/corpus/manifest.json"},  # a manifest can hold expected answers
-])
-def test_min_quality_stays_required_where_something_can_be_expected(project: Path, change: dict[str, Any]) -> None:
-    corpus_project(project, change.get("output", TEXT), **{k: v for k, v in change.items() if k != "output"})
+def test_min_quality_stays_required_where_something_can_be_expected(project: Path) -> None:
+    corpus_project(project, TEXT, manifest="data/corpus/manifest.json")  # a manifest can hold expected answers
     data = json.loads((project / CONFIG).read_text())
-    assert ("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): the category kind "
-                 "and a manifest's expected answers are judged against it") in config_problems(data)
+    assert ("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): a manifest's "
+                 "labels and expected answers are judged against it") in config_problems(data)
+
+
+def test_a_category_corpus_without_a_manifest_needs_no_min_quality(project: Path) -> None:
+    corpus_project(project, {"kind": "category", "categories": ["a"]})  # no labels: nothing to be accurate against
+    assert config_problems(json.loads((project / CONFIG).read_text())) == []
 
 
 def test_a_folder_of_inputs_still_needs_min_quality(project: Path) -> None:

@@ -201,9 +201,9 @@ def _category_kind(data: dict[str, Any]) -> bool:
 
 
 def quality_key_problems(data: dict[str, Any], folder: bool) -> Problems:
-    """``min_quality`` or ``quality.min`` (never both) where an answer can have an expected value: the category
-    kind, or a manifest (a folder's, or a JSONL corpus's); not for another kind over a JSONL corpus without a
-    manifest (nothing is expected: the verdict rests on the accounting and each answer's check). A ``scorer``
+    """``min_quality`` or ``quality.min`` (never both) where an answer can have an expected value: a manifest (a
+    folder's, or a JSONL corpus's); not over a JSONL corpus without a manifest, whatever the kind (nothing is
+    expected: the verdict rests on the accounting and each answer's check). A ``scorer``
     is for the other kinds (the category kind's quality is accuracy against the manifest's labels)."""
     quality = data.get("quality")
     has_min = isinstance(quality, dict) and "min" in quality
@@ -211,9 +211,9 @@ def quality_key_problems(data: dict[str, Any], folder: bool) -> Problems:
     if "min_quality" in data and has_min:
         problems.append(("$.quality.min", 'both "min_quality" and "quality.min" are given; keep one ("quality.min" '
                                           'replaces "min_quality")'))
-    elif "min_quality" not in data and not has_min and (_category_kind(data) or folder or "manifest" in data):
-        problems.append(("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): the "
-                              "category kind and a manifest's expected answers are judged against it"))
+    elif "min_quality" not in data and not has_min and (folder or "manifest" in data):
+        problems.append(("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): a "
+                              "manifest's labels and expected answers are judged against it"))
     if isinstance(quality, dict) and "scorer" in quality and _category_kind(data):
         problems.append(("$.quality.scorer", "the category kind's quality is accuracy against the manifest's labels; "
                                              'drop "scorer" (a scorer is for the text, vector, json and file kinds)'))

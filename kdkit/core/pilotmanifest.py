@@ -40,7 +40,7 @@ class Document(NamedTuple):
     file: str  # the manifest's file name; "line N" for a record of a JSONL corpus
     location: str
     label: str | None  # the expected category; None: none expected
-    expect: str  # accept | reject
+    expect: str  # accept | reject | any (a JSONL record no manifest entry names)
     # A record of a JSONL corpus (inputs.jsonl): where its line lies in ``location`` (offset -1: a file per item).
     offset: int = -1
     length: int = 0
@@ -217,7 +217,7 @@ class CorpusDocuments(Sequence[Document]):
         return CorpusDocuments(self.location, ids, self.numbers, self.offsets, self.lengths, self.expectations, kept)
 
 
-_NONE_EXPECTED: tuple[str | None, str, Any] = (None, "accept", None)
+_NONE_EXPECTED: tuple[str | None, str, Any] = (None, "any", None)  # a record no manifest entry names
 
 
 def document_ids(documents: Sequence[Document]) -> set[str]:
@@ -235,7 +235,8 @@ def remaining(documents: Sequence[Document], finished: Container[str]) -> Sequen
 
 def corpus_documents(jsonl: Path, field: str, manifest: Path | None, output: Output) -> CorpusDocuments:
     """Every record of the corpus as a Document (``file`` "line N", ``location`` the corpus, its offset and
-    length), with the manifest's expectations where it names the ID (else expect "accept", nothing expected);
+    length), with the manifest's expectations where it names the ID (else expect "any": accepted or rejected with
+    a reason, nothing expected);
     an ID of the manifest that the corpus lacks is BadInput. Held compactly (:class:`CorpusDocuments`)."""
     wanted = load_expectations(manifest, output) if manifest is not None else {}
     ids: list[str] = []
