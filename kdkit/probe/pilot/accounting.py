@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from kdkit.core.outputkinds import SCORE
 from kdkit.core.pilotconfig import Output
-from kdkit.core.pilotmanifest import Document, document_ids
+from kdkit.core.pilotmanifest import CorpusDocuments, Document
 
 CATEGORY_SHAPE, OUTPUT_SHAPE = '{"id": ..., "category": ...}', '{"id": ..., "output": ...}'  # a result's shape
+# The first documents, in manifest order, whose accepted record is kept whole: all summary.md reads of an accepted
+# answer (report.py's table and its near-limit look-ahead). Past them an accepted record is kept slim (its outcome,
+# category and score: what judging needs), so a corpus's generated texts are not all held in memory.
+KEPT_WHOLE = 10_000
 
 
 @dataclass
@@ -28,8 +33,10 @@ class Accounting:
     correct: int = 0
     quality: float | None = None
     problems: list[str] = field(default_factory=list)
-    # First record per manifest ID (what summary.md shows) and how many records each ID got.
-    first: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # First record per manifest ID (None: none came): whole where summary.md may show it (every record not
+    # accepted, and the accepted ones of the first KEPT_WHOLE documents), else slim (see Tally). counts: the IDs
+    # that got more than one record, and how many (a first record alone means one).
+    first: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -50,13 +57,17 @@ class Tally:
 
     def __init__(self, documents: Sequence[Document]) -> None:
         self.documents = documents
-        self.known = document_ids(documents)  # a JSONL corpus's without a Document each
-        self.first: dict[str, dict[str, Any]] = {}  # first record per manifest ID (what summary.md shows)
-        self.counts: dict[str, int] = {}  # how many records each manifest ID got
+        # First record per manifest ID, keyed by the documents' own ID strings (a record's parsed ID is not kept
+        # twice); None until one comes. Its keys are the manifest's IDs, in manifest order.
+        self.first: dict[str, dict[str, Any] | None] = dict.fromkeys(_ids(documents))
+        self.whole = frozenset(islice(self.first, KEPT_WHOLE))  # IDs whose accepted record is kept whole
+        self.counts: dict[str, int] = {}  # the IDs that got more than one record, and how many
         self.stray: list[str] = []  # malformed answers and IDs the app was not given
+        self.accepted: dict[str, Any] = {"outcome": "accepted"}  # the slim accepted record, shared
+        self.categories: dict[str, dict[str, Any]] = {}  # a slim accepted record per category, shared
 
     def add(self, records: Iterable[dict[str, Any]]) -> None:
-        known, first, counts = self.known, self.first, self.counts
+        first, counts, whole = self.first, self.counts, self.whole
         for record in records:
             ident, outcome = record.get("id"), record.get("outcome")
             if outcome == "malformed":
@@ -64,11 +75,31 @@ class Tally:
                                   f"each result must be {CATEGORY_SHAPE} or {{\"id\": ..., \"error\": ...}}")
             elif outcome == "unrequested":
                 self.stray.append(f"{_name(ident)}: the app answered an ID it was not given in batch "
-                                  f"{record.get('batch')}" if ident in known else f"{_name(ident)}: invented ID, "
+                                  f"{record.get('batch')}" if ident in first else f"{_name(ident)}: invented ID, "
                                   f"not in the manifest (batch {record.get('batch')})")
-            elif isinstance(ident, str) and ident in known:
-                counts[ident] = counts.get(ident, 0) + 1
-                first.setdefault(ident, record)
+            elif isinstance(ident, str) and ident in first:
+                if first[ident] is not None:
+                    counts[ident] = counts.get(ident, 1) + 1
+                elif outcome != "accepted" or ident in whole:
+                    first[ident] = record  # the key stays the document's own string
+                else:
+                    first[ident] = self._slim(record)
+
+    def _slim(self, record: dict[str, Any]) -> dict[str, Any]:
+        """What judging reads of an accepted record: its outcome, its category, its score (only where the
+        manifest gives an expected value); one shared object per category and for all the others."""
+        category = record.get("category")
+        if SCORE in record:
+            return {"outcome": "accepted", SCORE: record[SCORE], **({"category": category} if "category" in record
+                                                                    else {})}
+        if "category" not in record:
+            return self.accepted
+        if not isinstance(category, str):
+            return {"outcome": "accepted", "category": category}
+        slim = self.categories.get(category)
+        if slim is None:
+            slim = self.categories[category] = {"outcome": "accepted", "category": category}
+        return slim
 
     def judge(self, min_quality: float, output: Output | None = None) -> Accounting:
         """Exactly once per ID, nothing invented, answers of the declared kind, reasons given, expectations met,
@@ -106,11 +137,19 @@ def account(documents: Sequence[Document], records: Iterable[dict[str, Any]], mi
     return tally.judge(min_quality, output)
 
 
+def _ids(documents: Sequence[Document]) -> Iterator[str]:
+    """The documents' IDs in order (a whole corpus's without making a Document each)."""
+    if isinstance(documents, CorpusDocuments) and documents.picked is None:
+        return iter(documents.ids)
+    return (doc.id for doc in documents)
+
+
 def _judge_document(doc: Document, result: Accounting) -> str | None:
     """Count one manifest ID's outcome; the problem with it, if any."""
-    count, record = result.counts.get(doc.id, 0), result.first.get(doc.id)
+    record = result.first.get(doc.id)
     if record is None:
         return f"{doc.id}: no result (the run did not reach it; resume the run)"
+    count = result.counts.get(doc.id, 1)
     outcome = record["outcome"]
     if outcome == "accepted":
         result.accepted += 1

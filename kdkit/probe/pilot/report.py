@@ -30,12 +30,12 @@ from kdkit.core.runfolder import (
     WORKER_FOLDER,
 )
 from kdkit.core.safetext import md_cell, printable
-from kdkit.probe.pilot.accounting import Accounting
+from kdkit.probe.pilot.accounting import KEPT_WHOLE, Accounting
 from kdkit.probe.pilot.harness import read_input
 
-TABLE_ROWS = 500
+TABLE_ROWS = 500  # at most KEPT_WHOLE: an accepted record past those is kept slim (accounting.Tally)
 SAID = 60  # characters of an accepted text or JSON answer shown in the table
-NEAR_LIMIT_LOOKED = 10000  # documents among which the largest accepted input is looked for
+NEAR_LIMIT_LOOKED = KEPT_WHOLE  # the first documents, among which the largest accepted input is looked for
 SHOWN_BESIDE = 3
 EXCERPT = 300
 
@@ -79,7 +79,7 @@ def _outcome_row(doc_id: str, expect: str, label: str | None, acc: Accounting) -
     said = _said(record) if outcome == "accepted" else record.get("reason") or record.get("problem")
     if outcome == "rejected":
         said = f"{record.get('by')}: {said}"
-    times = acc.counts.get(doc_id, 0)
+    times = acc.counts.get(doc_id, 1)  # only the IDs that got more than one record are counted
     flag = f" (x{times})" if times > 1 else ""
     return f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | {outcome}{flag} | {md_cell(said or '')} |"
 
@@ -140,9 +140,10 @@ def _quality_line(cfg: PilotConfig, quality: str) -> str:
 
 def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozenset()) -> list[str]:
     """The first accepted answer, the first rejected one and the accepted one of the largest input (near the
-    limit), each input's excerpt next to what became of it (``skip``: IDs already shown)."""
-    accepted = list(islice((d for d in cfg.documents if (acc.first.get(d.id) or {}).get("outcome") == "accepted"),
-                           NEAR_LIMIT_LOOKED))  # no list of a whole corpus's documents
+    limit), each input's excerpt next to what became of it (``skip``: IDs already shown). The accepted ones are
+    looked for among the first NEAR_LIMIT_LOOKED documents: their records are kept whole (accounting.Tally)."""
+    accepted = [d for d in islice(cfg.documents, NEAR_LIMIT_LOOKED)  # no list of a whole corpus's documents
+                if (acc.first.get(d.id) or {}).get("outcome") == "accepted"]
     rejected = list(islice((d for d in cfg.documents
                             if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")), 1))
     largest = max(accepted, key=_size, default=None)
@@ -151,7 +152,7 @@ def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozen
               if d.id not in skip]
     shown: list[str] = []
     for doc in picked:
-        record = acc.first[doc.id]
+        record = acc.first[doc.id] or {}
         said = _said(record) if record["outcome"] == "accepted" else record.get("reason") or record.get("problem")
         item = read_input(doc, cfg.max_input_bytes, decode=cfg.decode, id_field=cfg.id_field)
         if isinstance(item, str):
