@@ -180,6 +180,21 @@ def discard(run: Path, ident: str) -> None:
     _remove(run / STAGING / folder_name(ident))
 
 
+def staging_strays(run: Path, in_flight: Iterable[str]) -> list[str]:
+    """At close, before the staging folder goes: every entry of it that is not the folder of an item in flight
+    (``in_flight``: the folder names the harness staged for the batch not yet judged), each a problem of the run:
+    the app wrote it outside its item's out_dir (``out_dir/../x``), and it is never kept."""
+    top = run / STAGING
+    if top.is_symlink() or not top.is_dir():
+        return [f"{STAGING}: not the folder the harness made; the run cannot pass"] if top.is_symlink() else []
+    staged = set(in_flight)
+    with os.scandir(top) as entries:
+        found = sorted(entry.name for entry in entries
+                       if not (entry.name in staged and entry.is_dir(follow_symlinks=False)))
+    return [f"{STAGING}/{name}: written outside its item's out_dir during this session; not part of the run: the "
+            "run cannot pass" for name in found]
+
+
 def close_staging(run: Path) -> None:
     """At close: the staging folder goes (items not accepted leave theirs)."""
     _remove(run / STAGING)

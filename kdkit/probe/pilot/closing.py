@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kdkit.core import outputfiles
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.pilotconfig import PilotConfig
@@ -34,6 +35,7 @@ from kdkit.core.runfolder import (
     TIMINGS,
 )
 from kdkit.core.runresults import RESERVED, RunFolder, disk_full
+from kdkit.core.runstrays import Snapshot, strays
 from kdkit.core.staging import staged_name
 from kdkit.probe.pilot.accounting import Accounting, Tally, account
 from kdkit.probe.pilot.report import resume_options, summary_data, summary_markdown
@@ -57,6 +59,8 @@ class Session:
     exit_code: int = 0
     tally: Tally | None = None  # the records this session appended, counted as they were written
     peak: dict[str, Any] | None = None  # the app process's own memory report
+    runs_before: Snapshot | None = None  # the runs folder's top-level entries before the run opened
+    staged: set[str] = field(default_factory=set)  # file kind: out_dir folders of the batch not yet judged
 
     def timings(self) -> dict[str, Any]:
         total = time.perf_counter() - self.started
@@ -129,7 +133,18 @@ def peak_memory(session: Session, device: str) -> dict[str, Any]:
             BYTES: resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
 
 
-def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
+def beside(cfg: PilotConfig, run: RunFolder, session: Session) -> list[str]:
+    """What was written where no run keeps it during this session, each a problem of the run: a file kind's
+    entry in outputs.staging/ that is no item in flight's folder (written outside its out_dir, removed at
+    close with the folder), and a top-level entry of the runs folder that no kdkit command made
+    (kdkit.core.runstrays)."""
+    problems = outputfiles.staging_strays(run.path, session.staged)
+    if session.runs_before is not None:
+        problems += strays(cfg.runs_dir, session.runs_before, run.path.name, cfg.root)
+    return problems
+
+
+def judged(cfg: PilotConfig, run: RunFolder, session: Session, stray: list[str] | None = None) -> Accounting:
     """The run's accounting, never of anything but what the harness wrote.
 
     When results.jsonl is byte for byte what it must be (SHA-256 of the file against the running
@@ -148,6 +163,7 @@ def judged(cfg: PilotConfig, run: RunFolder, session: Session) -> Accounting:
         except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
             accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality, cfg.output)
     accounting.problems.extend(run.integrity_problems(intact))
+    accounting.problems.extend(stray or [])
     return accounting
 
 
@@ -163,9 +179,10 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
             run.write_json(ENV, {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
                 "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
                 "fix": "see stop.json"}})
+        stray = beside(cfg, run, session)  # before the staging folder goes
         run.finish_outputs()  # the file kind: outputs/ as the complete lines name it, the staging folder gone
         run.finish_vectors()  # vectors.npy's final header, its ID list; what does not add up fails the run
-        accounting = judged(cfg, run, session)
+        accounting = judged(cfg, run, session, stray)
         summary = summary_data(run.run_id, cfg, accounting, session.stop, {
             "resumed": session.resumed,
             "lines_dropped_on_resume": session.dropped_lines,

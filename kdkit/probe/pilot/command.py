@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kdkit.core import runstrays
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
 from kdkit.core.git import code_state
@@ -237,8 +238,10 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
         with guard.app_running():
             if cfg.output.kind != "file":
                 return harness.run_batch(app, items, cfg.output, number)
-            records = harness.run_batch(filekind.staged_call(app, run), items, cfg.output, number)
-            return filekind.judged(run, records, cfg.output.max_bytes)  # out_dirs checked, hashed: to be kept
+            records = harness.run_batch(filekind.staged_call(app, run, session.staged), items, cfg.output, number)
+            kept = filekind.judged(run, records, cfg.output.max_bytes)  # out_dirs checked, hashed: to be kept
+            session.staged.clear()  # judged: none of the batch's folders is in flight any more
+            return kept
     except StopRequested as stop:
         held = app.in_flight if app.in_flight is not None else [item.doc.id for item in items]
         stop.details.setdefault("in_flight", {"batch": number, "ids": held[:IN_FLIGHT_SHOWN],
@@ -299,10 +302,11 @@ def main(argv: list[str]) -> int:
         resume, done = continuing(cfg, run_id, share, placed)
         if done is not None:
             return _finished(done, args.json)
+    runs_before = runstrays.snapshot(cfg.runs_dir)  # what is beside the run before it opens (closing.strays)
     run, resumed = open_run(cfg, None if resume else run_id, resume, argv, share, placed)
     if resumed is None:
         return _finished(run, args.json)
-    session = Session(resumed=resumed)
+    session = Session(resumed=resumed, runs_before=runs_before)
     try:  # the run folder is this session's until its summary and SHA256SUMS are written and copied
         execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
         summary = close_run(cfg, run, session)

@@ -13,11 +13,14 @@ from kdkit.probe.pilot.harness import Call
 from kdkit.probe.pilot.inputs import Item
 
 
-def staged_call(app: Call, run: Path) -> Call:
+def staged_call(app: Call, run: Path, staged: set[str] | None = None) -> Call:
     """``app`` with each item's out_dir made fresh and empty before every call (a batch retried item by item
-    starts each retry from an empty folder)."""
+    starts each retry from an empty folder); each folder's name is added to ``staged`` (the items in flight,
+    until the caller has judged the batch: kdkit.core.outputfiles.staging_strays)."""
 
     def call(items: Sequence[Item]) -> Any:
+        if staged is not None:
+            staged.update(outputfiles.folder_name(item.doc.id) for item in items)
         made = outputfiles.stage(run, [item.doc.id for item in items])
         for item in items:
             item.out_dir = made[item.doc.id]
