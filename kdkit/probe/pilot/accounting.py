@@ -67,7 +67,7 @@ class Tally:
         self.categories: dict[str, dict[str, Any]] = {}  # a slim accepted record per category, shared
 
     def add(self, records: Iterable[dict[str, Any]]) -> None:
-        first, counts, whole = self.first, self.counts, self.whole
+        first = self.first
         for record in records:
             ident, outcome = record.get("id"), record.get("outcome")
             if outcome == "malformed":
@@ -78,12 +78,18 @@ class Tally:
                                   f"{record.get('batch')}" if ident in first else f"{_name(ident)}: invented ID, "
                                   f"not in the manifest (batch {record.get('batch')})")
             elif isinstance(ident, str) and ident in first:
-                if first[ident] is not None:
-                    counts[ident] = counts.get(ident, 1) + 1
-                elif outcome != "accepted" or ident in whole:
-                    first[ident] = record  # the key stays the document's own string
-                else:
-                    first[ident] = self._slim(record)
+                self._count(ident, outcome, record)
+
+    def _count(self, ident: str, outcome: Any, record: dict[str, Any]) -> None:
+        """One record of the manifest's ID ``ident``: its first kept (whole, or slim past the first KEPT_WHOLE
+        IDs when accepted), a later one counted."""
+        first = self.first
+        if first[ident] is not None:
+            self.counts[ident] = self.counts.get(ident, 1) + 1
+        elif outcome != "accepted" or ident in self.whole:
+            first[ident] = record  # the key stays the document's own string
+        else:
+            first[ident] = self._slim(record)
 
     def _slim(self, record: dict[str, Any]) -> dict[str, Any]:
         """What judging reads of an accepted record: its outcome, its category, its score (only where the
@@ -107,7 +113,7 @@ class Tally:
         score of the answers the manifest gives an expected output for, when there is one)."""
         result = Accounting(total=len(self.documents), first=self.first, counts=self.counts)
         categories = output is None or output.kind == "category"
-        misclassified, scores = [], []
+        misclassified, scores, unexpected = [], [], 0
         for doc in self.documents:
             problem = _judge_document(doc, result)
             if problem:
@@ -115,14 +121,16 @@ class Tally:
             first = result.first.get(doc.id)
             if not first or first["outcome"] != "accepted":
                 continue
-            if categories and first.get("category") != doc.label:
+            if categories and doc.expect == "any" and doc.label is None:
+                unexpected += 1  # a full corpus's record: no label, so never right or wrong
+            elif categories and first.get("category") != doc.label:
                 misclassified.append(f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
             elif not categories and doc.expected is not None:
                 scores.append((doc.id, first.get(SCORE)))
         result.problems.extend(self.stray if categories else [p.replace(CATEGORY_SHAPE, OUTPUT_SHAPE)
                                                               for p in self.stray])
         if categories:
-            _check_totals(result, misclassified, min_quality)
+            _check_totals(result, misclassified, min_quality, unexpected)
         else:
             _check_count(result)
             _check_scores(result, scores, min_quality)
@@ -196,12 +204,17 @@ def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality
                                f"scored answer(s): lowest {lowest}")
 
 
-def _check_totals(result: Accounting, misclassified: list[str], min_quality: float) -> None:
+def _check_totals(result: Accounting, misclassified: list[str], min_quality: float, unexpected: int = 0) -> None:
+    """Accuracy against the labels over the accepted documents that expect something (``unexpected``: accepted
+    records a full corpus names no label for, left out; with only those there is no quality to judge)."""
     _check_count(result)
-    if result.accepted == 0:
+    judged = result.accepted - unexpected
+    if judged == 0 and unexpected:
+        return
+    if judged == 0:
         result.problems.append("no document accepted: quality is undefined")
         return
-    result.quality = result.correct / result.accepted
+    result.quality = result.correct / judged
     if result.quality < min_quality:
         shown = ", ".join(misclassified[:10]) + (f" (+{len(misclassified) - 10} more)" if len(misclassified) > 10
                                                  else "")
