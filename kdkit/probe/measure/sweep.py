@@ -16,9 +16,7 @@ command is ``kdkit sweep`` on the host, ``python -m kdkit.probe sweep`` inside t
 from __future__ import annotations
 
 import argparse
-import gc
 import re
-import resource
 import shutil
 import sys
 import tempfile
@@ -34,7 +32,9 @@ from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import Output, PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
 from kdkit.core.runfolder import new_run_folder, new_run_id
+from kdkit.core.runstrays import SWEEP_SCRATCH
 from kdkit.core.staging import require_writable
+from kdkit.probe.measure.memory import Memory, is_out_of_memory
 from kdkit.probe.measure.options import (
     Count,
     add_project,
@@ -53,8 +53,6 @@ if TYPE_CHECKING:
     from kdkit.core.report import Progress
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
-CLEAR_REFS = Path("/proc/self/clear_refs")
-STATUS = Path("/proc/self/status")
 
 
 MAX_BATCH = 1_000_000
@@ -98,62 +96,6 @@ def split_groups(items: Sequence[Item], count: int) -> list[Group]:
         groups.append(Group(names[index], ordered[start:start + size]))
         start += size
     return groups
-
-
-# ---------------------------------------------------------------- memory
-
-
-class Memory:
-    """Peak memory per cell: the GPU allocator's peak, or the resident set's high-water mark."""
-
-    def __init__(self, device: str) -> None:
-        self.torch: Any = None
-        if device.startswith("cuda"):
-            import torch
-
-            self.torch = torch
-            self.kind = "torch.cuda.max_memory_allocated"
-        elif _clear_refs_works():
-            self.kind = "peak RSS (VmHWM, reset per cell)"
-        else:
-            self.kind = "peak RSS of the process (ru_maxrss, not resettable here)"
-
-    def reset(self) -> None:
-        gc.collect()
-        if self.torch is not None:
-            self.torch.cuda.empty_cache()
-            self.torch.cuda.reset_peak_memory_stats()
-        elif self.kind.startswith("peak RSS (VmHWM"):
-            CLEAR_REFS.write_text("5", encoding="ascii")
-
-    def peak(self) -> int:
-        if self.torch is not None:
-            return int(self.torch.cuda.max_memory_allocated())
-        if self.kind.startswith("peak RSS (VmHWM"):
-            return _vm_hwm()
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def _vm_hwm() -> int:
-    for line in STATUS.read_text(encoding="ascii").splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _clear_refs_works() -> bool:
-    """Linux resets the peak RSS when "5" is written to /proc/self/clear_refs (not in every sandbox)."""
-    try:
-        CLEAR_REFS.write_text("5", encoding="ascii")
-        return _vm_hwm() > 0
-    except OSError:
-        return False
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError (CUDA and ROCm), or an allocator error that says so."""
-    return type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError) or (
-        "out of memory" in str(exc).lower())
 
 
 # ---------------------------------------------------------------- one cell
@@ -281,7 +223,7 @@ def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]
     if config.output.kind != "file":
         return _measure(plan, predict, say)
     config.runs_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=config.runs_dir, prefix=".kdkit-sweep-outputs-") as scratch:
+    with tempfile.TemporaryDirectory(dir=config.runs_dir, prefix=SWEEP_SCRATCH) as scratch:
         return _measure(plan, _with_out_dirs(predict, Path(scratch)), say)
 
 
