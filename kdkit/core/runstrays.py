@@ -31,7 +31,7 @@ from kdkit.core.staging import staged_name, stale_staging
 Snapshot = dict[str, tuple[int, int]]  # top-level name -> (file type bits, inode)
 RUN_FILES = ("params.json", "summary.json")  # kdkit.core.runfolder PARAMS, SUMMARY (not imported: no cycle)
 MEASURED = re.compile(r"(?:sweep|resume-test)-[0-9]{8}-[0-9]{6}(?:-[0-9]+)?")  # runfolder.ID_SHAPES, claim()
-X
+SWEEP_SCRATCH = ".kdkit-sweep-outputs-"  # the prefix of kdkit sweep's scratch for file-kind apps (it uses this one)
 
 
 def snapshot(runs: Path) -> Snapshot:
