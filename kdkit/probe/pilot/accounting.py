@@ -200,7 +200,8 @@ def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality
     result.correct = sum(score == 1 for score, _ in valid)
     if result.quality < min_quality:
         lowest = ", ".join(f"{ident} ({score:.3f})" for score, ident in valid[:10])
-        result.problems.append(f"quality {result.quality:.3f} < min_quality {min_quality:g} over {len(valid)} "
+        below = _below(result.quality, min_quality)
+        result.problems.append(f"quality {below} < min_quality {min_quality:g} over {len(valid)} "
                                f"scored answer(s): lowest {lowest}")
 
 
@@ -218,4 +219,14 @@ def _check_totals(result: Accounting, misclassified: list[str], min_quality: flo
     if result.quality < min_quality:
         shown = ", ".join(misclassified[:10]) + (f" (+{len(misclassified) - 10} more)" if len(misclassified) > 10
                                                  else "")
-        result.problems.append(f"quality {result.quality:.3f} < min_quality {min_quality:g}: misclassified {shown}")
+        result.problems.append(f"quality {_below(result.quality, min_quality)} < min_quality {min_quality:g}: "
+                               f"misclassified {shown}")
+
+
+def _below(quality: float, minimum: float) -> str:
+    """``quality`` to three decimals, or to as many as show it below ``minimum`` (0.98999, never "0.990 < 0.99")."""
+    for digits in range(3, 17):
+        shown = f"{quality:.{digits}f}"
+        if float(shown) < minimum:
+            return shown
+    return repr(quality)
