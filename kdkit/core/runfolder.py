@@ -31,14 +31,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdkit.core import checksums, vectorfile
+from kdkit.core import checksums, outputfiles, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.outputfiles import OUTPUTS, STAGING
 from kdkit.core.pilotconfig import params_hash
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.core.resultlines import Scan, blocks, scan_block
+from kdkit.core.resultlines import Scan, blocks, scan_block, stream_records
 from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.staging import require_writable, staged_name
 from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
@@ -66,6 +66,7 @@ NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 RUN_ID, KIND, PARAMS_HASH, SHARE, WORKER, WORKERS = "run_id", "kind", "params_hash", "share", "worker", "workers"
 LAUNCHER = "launcher"  # params.json: the launcher that gave the share (kdkit.probe.pilot.launchers), outside the hash
 VERDICT, TOTAL, ACCEPTED, REJECTED, STOPPED, FILES = "verdict", "total", "accepted", "rejected", "stopped", "files"
+VECTOR_ROWS, OUTPUT_ITEMS = "vectors", "outputs"  # a gathering's summary.json: rows of vectors.npy, items' folders
 TIMINGS, SECONDS = "timings", "seconds"  # summary.json: {"timings": {"seconds": wall time of the session}}
 PEAK, BYTES, DEVICE = "peak_memory", "bytes", "device"  # summary.json: {"peak_memory": {"bytes", "device"}}
 REASON = "reason"  # stop.json: why the run stopped
@@ -205,14 +206,60 @@ def read_sums(folder: Path) -> dict[str, str]:
 def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
     """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
     that is missing, one not listed, a link, and one the folder's kind requires that neither has; then vectors.npy
-    against the results that name its rows (vectorfile.run_problems)."""
+    against the results that name its rows (vectorfile.run_problems), a pilot run's outputs/ against its accepted
+    records' file hashes (output_problems), and a gathering's counts against what it holds (count_problems)."""
     required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
                 "it (removed with its line?)" for name in required_files(folder) if name not in sums]
     if (folder / SUMS).is_symlink():
         required.append(f"{folder / SUMS}: a symbolic link, not the folder's own {SUMS}")
     problems = required + mismatched(folder, sums) + unlisted(folder, sums)
     # the bytes are the closed ones: do the vectors add up?
-    return problems or vectorfile.run_problems(folder, folder / RESULTS, folder / PARAMS)
+    return problems or (vectorfile.run_problems(folder, folder / RESULTS, folder / PARAMS)
+                        + output_problems(folder, sums) + count_problems(folder))
+
+
+def output_problems(folder: Path, sums: dict[str, str]) -> list[str]:
+    """A pilot run folder of the file kind (params.json's output, or an outputs/ there): SHA256SUMS's lines under
+    outputs/ are exactly the files its accepted records name, with the digests the records give (each record's
+    ``files``, kdkit.core.outputfiles.named); SHA256SUMS already covers every file on the disk."""
+    output = _object_in(_object_in(_object(folder / PARAMS), "params"), "output")
+    listed = {name: digest for name, digest in sums.items() if name.startswith(f"{OUTPUTS}/")}
+    if not os.path.lexists(folder / PARAMS) or (output.get(KIND) != "file" and not listed
+                                                and not os.path.lexists(folder / OUTPUTS)):
+        return []
+    try:
+        named = outputfiles.named(stream_records(folder / RESULTS))
+    except (OSError, CheckFailed) as exc:
+        return [f"{folder / RESULTS}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be checked"]
+    problems = [f"{folder / name}: {RESULTS} names SHA-256 {digest[:12]}... for it, but {SUMS} "
+                + (f"says {listed[name][:12]}..." if name in listed else "does not list it")
+                for name, digest in named.items() if listed.get(name) != digest]
+    return problems + [f"{folder / name}: named by no accepted record of {RESULTS} (not a file the run kept)"
+                       for name in sorted(listed) if name not in named]
+
+
+def count_problems(folder: Path) -> list[str]:
+    """A gathering's summary.json against what it holds: its ``vectors`` rows those of vectors.npy's header, its
+    ``outputs`` the item folders under outputs/ (kdkit.probe.pilot.gather writes both)."""
+    summary = _object(folder / SUMMARY)
+    if folder_kind(folder, summary) != GATHERED:
+        return []
+    problems = []
+    rows, items = summary.get(VECTOR_ROWS), summary.get(OUTPUT_ITEMS)
+    if rows is not None or (folder / VECTORS).exists():
+        try:
+            with (folder / VECTORS).open("rb") as handle:
+                held: int | str = vectorfile.read_header(handle.read(vectorfile.HEADER), folder / VECTORS)[0]
+        except (OSError, CheckFailed) as exc:
+            held = f"none readable ({exc})"
+        if held != rows:
+            problems.append(f"{folder / SUMMARY}: says {rows!r} vector rows, but {VECTORS} holds {held}")
+    if items is not None or (folder / OUTPUTS).exists():
+        top = folder / OUTPUTS
+        held = sum(1 for entry in os.scandir(top) if entry.is_dir(follow_symlinks=False)) if top.is_dir() else 0
+        if held != items:
+            problems.append(f"{folder / SUMMARY}: says {items!r} items' output folders, but {OUTPUTS}/ holds {held}")
+    return problems
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:

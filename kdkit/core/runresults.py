@@ -218,15 +218,16 @@ class RunFolder:
         with _naming(self.path / outputfiles.STAGING):
             outputfiles.close_staging(self.path)
 
-    def finish_vectors(self) -> None:
+    def finish_vectors(self, model: str | None = None) -> None:
         """At close: vectors.npy's header rewritten with its final row count and vouched for, vectors.ids.jsonl
-        written from the results (kdkit.core.vectorfile.finish); what does not add up is a problem of the run."""
+        written from the results, each row with the ``model`` reference (kdkit.core.vectorfile.finish,
+        .model_reference); what does not add up is a problem of the run."""
         if self._vectors is None and (self.path / VECTORS).is_file():  # resumed, stopped before its scan
             data = self.results.read_bytes() if self.results.is_file() else b""
             self._vectors = resumed_rows(self.path / VECTORS, data, len(data))
         if self._vectors is not None:
             with _naming(self.path / VECTORS):
-                self._vouched[VECTORS], listed, self._vector_problems = finish(self._vectors, self.records())
+                self._vouched[VECTORS], listed, self._vector_problems = finish(self._vectors, self.records(), model)
             self._write(VECTOR_IDS, listed)
 
     def wait_synced(self) -> None:

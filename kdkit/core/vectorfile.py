@@ -4,8 +4,10 @@ The file is ``numpy.load``-able in one call: the magic, version 1.0, and a heade
 ``{'descr': '<f4', 'fortran_order': False, 'shape': (N, dim), }`` padded with spaces to a FIXED length
 (HEADER bytes in all), so it is rewritten in place with the final N when the run closes. While the run is
 open, rows are appended (and fsynced) before the results.jsonl lines that name them (``"row": n``); a resume
-cuts the rows no complete batch names. Beside it, vectors.ids.jsonl pairs each row with its ID and input's
-sha256 (``{"row", "id", "sha256"}`` per line, in row order). The names are kdkit.core.runfolder's.
+cuts the rows no complete batch names. Beside it, vectors.ids.jsonl pairs each row with its ID, its input's
+sha256 and, when the config names a model, the model's reference (``{"row", "id", "sha256"[, "model"]}`` per line,
+in row order; the reference is :func:`model_reference`'s, the same on every row). The names are
+kdkit.core.runfolder's.
 """
 
 from __future__ import annotations
@@ -25,11 +27,43 @@ from kdkit.core.outputkinds import ROW, VECTOR_DATA
 from kdkit.core.resultlines import stream_records
 
 VECTORS, VECTOR_IDS = "vectors.npy", "vectors.ids.jsonl"  # a vector run's rows and their IDs
+MODEL = "model"  # vectors.ids.jsonl: each row's model reference (model_reference); absent when no model is named
+PARAMS_FILE = "params.json"  # kdkit.core.runfolder.PARAMS (which imports this module)
 
 MAGIC = b"\x93NUMPY\x01\x00"
 HEADER = 128  # bytes before the first row: magic, version, length, the padded dict (a multiple of 64)
 _DICT = re.compile(rb"\{'descr': '<f4', 'fortran_order': False, 'shape': \(([0-9]{1,20}), ([0-9]{1,10})\), \} *\n")
 FLOAT32 = 4
+
+
+def model_reference(record: Any) -> str | None:
+    """The one compact reference to the model a row came from, made from params.json's record of the config's
+    model (kdkit.core.pilotload.reference_record, kept as params.json's ``params.model``): ``org/name@<revision>``
+    for a hub reference; ``<path> sha256:<digest>`` for a folder (or file) of the project, the digest the SHA-256
+    of its file list (the JSON object {relative path: sha256}, keys sorted, no spaces); both joined by `` + ``
+    when both are named; an adapter's base appended as `` base <its reference>``. None when there is no model."""
+    if not isinstance(record, dict):
+        return None
+    parts = []
+    if isinstance(record.get("hub"), str):
+        parts.append(f"{record['hub']}@{record.get('revision')}")
+    if isinstance(record.get("path"), str):
+        listing = json.dumps(record.get("files"), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        parts.append(f"{record['path']} sha256:{hashlib.sha256(listing.encode('ascii')).hexdigest()}")
+    base = model_reference(record.get("base"))
+    reference = " + ".join(parts) + (f" base {base}" if base else "")
+    return reference or None
+
+
+def params_model(params: Path) -> str | None:
+    """:func:`model_reference` of a run folder's params.json (its ``params.model``); None when there is none or the
+    file cannot be read (its other checks name that)."""
+    try:
+        data = json.loads(params.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    resolved = data.get("params") if isinstance(data, dict) else None
+    return model_reference(resolved.get("model")) if isinstance(resolved, dict) else None
 
 
 def header(rows: int, dim: int) -> bytes:
@@ -153,15 +187,17 @@ def resumed_rows(path: Path, data: bytes, cut: int) -> VectorWriter | None:
     return VectorWriter.resume(path, rows)
 
 
-def finish(writer: VectorWriter, records: Iterable[dict[str, Any]]) -> tuple[str, bytes, list[str]]:
-    """Close a run's vectors: (vectors.npy's SHA-256 with its final header, vectors.ids.jsonl's bytes, the
-    problems: rows not named once each, or rows other than those the writer appended)."""
+def finish(writer: VectorWriter, records: Iterable[dict[str, Any]],
+           model: str | None = None) -> tuple[str, bytes, list[str]]:
+    """Close a run's vectors: (vectors.npy's SHA-256 with its final header, vectors.ids.jsonl's bytes (each row
+    with the ``model`` reference, model_reference's), the problems: rows not named once each, or rows other than
+    those the writer appended)."""
     try:
         digest, intact = writer.finish()
     finally:
         writer.close()
     try:
-        listed, problems = ids_lines(records)
+        listed, problems = ids_lines(records, model)
     except CheckFailed as exc:  # results.jsonl damaged: the run fails for it anyway
         listed, problems = b"", [str(exc)]
     problems = [f"{writer.path.name}: {p}" for p in problems]
@@ -171,8 +207,9 @@ def finish(writer: VectorWriter, records: Iterable[dict[str, Any]]) -> tuple[str
     return digest, listed, problems
 
 
-def ids_lines(records: Iterable[dict[str, Any]]) -> tuple[bytes, list[str]]:
-    """vectors.ids.jsonl's bytes from the run's records, and the problems (rows not 0..N-1 once each)."""
+def ids_lines(records: Iterable[dict[str, Any]], model: str | None = None) -> tuple[bytes, list[str]]:
+    """vectors.ids.jsonl's bytes from the run's records (each line with the ``model`` reference when there is
+    one), and the problems (rows not 0..N-1 once each)."""
     rows: dict[int, tuple[str, str]] = {}
     problems = []
     for record in records:
@@ -185,19 +222,21 @@ def ids_lines(records: Iterable[dict[str, Any]]) -> tuple[bytes, list[str]]:
         rows[row] = (str(record.get("id")), str(record.get("sha256")))
     if sorted(rows) != list(range(len(rows))):
         problems.append(f"the rows named in results.jsonl are not 0..{len(rows) - 1}, each once")
-    lines = [json.dumps({"row": row, "id": rows[row][0], "sha256": rows[row][1]}, separators=(",", ":"))
+    named = {} if model is None else {MODEL: model}
+    lines = [json.dumps({"row": row, "id": rows[row][0], "sha256": rows[row][1], **named}, separators=(",", ":"))
              for row in sorted(rows)]
     return "".join(line + "\n" for line in lines).encode("ascii"), problems
 
 
-def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]]) -> list[str]:
+def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]], model: str | None = None) -> list[str]:
     """A closed folder's vectors.npy and vectors.ids.jsonl against its results: the header's N rows of dim
-    float32 and nothing more, and the ID list exactly the rows results.jsonl names."""
+    float32 and nothing more, and the ID list exactly the rows results.jsonl names, each with the ``model``
+    reference of its params.json."""
     try:
         with vectors.open("rb") as handle:
             rows, dim = read_header(handle.read(HEADER), vectors)
         size = vectors.stat().st_size
-        expected, problems = ids_lines(records)
+        expected, problems = ids_lines(records, model)
         listed = ids.read_bytes()
     except (OSError, CheckFailed) as exc:
         return [f"{vectors}: cannot be checked ({exc})"]
@@ -205,7 +244,8 @@ def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]])
         problems.append(f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's "
                         f"{rows} x {dim} rows")
     if listed != expected:
-        problems.append(f"{ids}: not the rows, IDs and input hashes results.jsonl names")
+        problems.append(f"{ids}: not the rows, IDs and input hashes results.jsonl names"
+                        + (f", each with the model reference {model!r} of {PARAMS_FILE}" if model else ""))
     named = expected.count(b"\n")
     if named != rows:
         problems.append(f"{vectors}: holds {rows} rows, but results.jsonl names {named}")
@@ -214,7 +254,8 @@ def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]])
 
 def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Path) -> int:
     """One array from the workers' verified vectors, in worker order: ``vectors`` (their rows, one header) and
-    ``ids`` (``{"row", "id", "sha256", "worker", "worker_row"}`` per row); ``folders`` holds (worker, its
+    ``ids`` (``{"row", "id", "sha256", "worker", "worker_row"}`` per row, and the worker's ``"model"`` reference
+    where it has one); ``folders`` holds (worker, its
     vectors.npy, its vectors.ids.jsonl). Returns the rows; CheckFailed when the workers' widths differ."""
     shapes = []
     for _, npy, _ in folders:
@@ -232,8 +273,10 @@ def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Pa
                     out.write(block)
             for line in named.read_bytes().splitlines():
                 entry = json.loads(line)
-                listed.write((json.dumps({"row": row, "id": entry["id"], "sha256": entry["sha256"], "worker": worker,
-                                          "worker_row": entry["row"]}, separators=(",", ":")) + "\n").encode("ascii"))
+                model = {MODEL: entry[MODEL]} if MODEL in entry else {}
+                listed.write((json.dumps({"row": row, "id": entry["id"], "sha256": entry["sha256"], **model,
+                                          "worker": worker, "worker_row": entry["row"]}, separators=(",", ":"))
+                              + "\n").encode("ascii"))
                 row += 1
         out.flush()
         os.fsync(out.fileno())
@@ -244,18 +287,22 @@ def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Pa
 
 def gathered_problems(vectors: Path, ids: Path) -> list[str]:
     """A gathering's vectors.npy against its own ID list (the workers' folders proved each row): N rows of dim
-    float32 and nothing more, and rows 0..N-1 listed in order."""
+    float32 and nothing more, rows 0..N-1 listed in order, one model reference (or none) on every row."""
     try:
         with vectors.open("rb") as handle:
             rows, dim = read_header(handle.read(HEADER), vectors)
         size = vectors.stat().st_size
-        listed = [json.loads(line).get("row") for line in ids.read_bytes().splitlines()]
+        entries = [json.loads(line) for line in ids.read_bytes().splitlines()]
+        listed = [entry.get("row") for entry in entries]
+        models = {json.dumps(entry.get(MODEL)) for entry in entries}
     except (OSError, ValueError, AttributeError, CheckFailed) as exc:
         return [f"{vectors}: cannot be checked ({exc})"]
     problems = [] if size == HEADER + rows * dim * FLOAT32 else [
         f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's {rows} x {dim} rows"]
     if listed != list(range(rows)):
         problems.append(f"{ids}: does not list the rows 0..{rows - 1} of {vectors.name} in order")
+    if len(models) > 1 or not all(isinstance(json.loads(m), (str, type(None))) for m in models):
+        problems.append(f"{ids}: its rows do not all name one model reference (the workers ran one config)")
     return problems
 
 
@@ -292,4 +339,4 @@ def run_problems(folder: Path, results: Path, params: Path) -> list[str]:
         records = list(stream_records(results))
     except (OSError, CheckFailed) as exc:
         return [f"{results}: cannot be read back ({exc}); the vectors cannot be checked"]
-    return folder_problems(folder / VECTORS, folder / VECTOR_IDS, records)
+    return folder_problems(folder / VECTORS, folder / VECTOR_IDS, records, params_model(params))

@@ -37,6 +37,7 @@ from kdkit.core.runfolder import (
 from kdkit.core.runresults import RESERVED, RunFolder, disk_full
 from kdkit.core.runstrays import Snapshot, strays
 from kdkit.core.staging import staged_name
+from kdkit.core.vectorfile import model_reference
 from kdkit.probe.pilot.accounting import Accounting, Tally, account
 from kdkit.probe.pilot.report import resume_options, summary_data, summary_markdown
 
@@ -181,7 +182,8 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
                 "fix": "see stop.json"}})
         stray = beside(cfg, run, session)  # before the staging folder goes
         run.finish_outputs()  # the file kind: outputs/ as the complete lines name it, the staging folder gone
-        run.finish_vectors()  # vectors.npy's final header, its ID list; what does not add up fails the run
+        run.finish_vectors(model_reference(cfg.model.record if cfg.model else None))  # vectors.npy's final
+        # header, its ID list with the model's reference; what does not add up fails the run
         accounting = judged(cfg, run, session, stray)
         summary = summary_data(run.run_id, cfg, accounting, session.stop, {
             "resumed": session.resumed,

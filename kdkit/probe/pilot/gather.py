@@ -293,6 +293,7 @@ def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
                 summary["problems"] = [*summary["problems"], *joined]
                 summary[rf.VERDICT] = "fail"
             names += sorted(files)
+        summary[rf.FILES] = sorted({*names, SUMS})  # as a pilot's: a file removed with its line is still missing
         atomic_write_json(staged.path / rf.SUMMARY, summary)
         atomic_write_text(staged.path / rf.SUMMARY_MD, summary_markdown(summary))
         write_sums(staged.path, [(name, staged.path / name) for name in names])
