@@ -235,3 +235,18 @@ def whole_number(option: str) -> Callable[[str], int]:
             return int(number)
 
     return convert
+
+
+def drop_cached_pages(path: Path) -> None:
+    """Ask the kernel to forget the file's cached pages, so the next read comes from the disk."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

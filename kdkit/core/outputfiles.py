@@ -30,8 +30,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.checksums import safe_name
+from kdkit.core import vectorfile
+from kdkit.core.checksums import SUMS, safe_name
+from kdkit.core.errors import CheckFailed
 from kdkit.core.projectfiles import is_safe_id
+from kdkit.core.resultlines import stream_records
 
 OUTPUTS = "outputs"  # <run>/outputs/<name>/...: the accepted items' files
 STAGING = "outputs.staging"  # <run>/outputs.staging/<name>/: each item's out_dir while the app works
@@ -247,3 +250,42 @@ def gather_outputs(sources: Iterable[tuple[str, Path, dict[str, str]]], target: 
                 problems.append(f"{folder / name}: its copy's SHA-256 differs from {worker}'s checksum; gather again")
             digests[name] = copied
     return digests, list(dict.fromkeys(problems))
+
+
+def kept_problems(folder: Path, sums: dict[str, str], results: Path, file_kind: bool) -> list[str]:
+    """A closed pilot run folder: SHA256SUMS's lines under outputs/ are exactly the files its accepted records
+    name, with the digests the records give (each record's ``files``, :func:`named`); SHA256SUMS already covers
+    every file on the disk. Nothing to check unless the run is of the file kind or holds outputs/ or its lines."""
+    listed = {name: digest for name, digest in sums.items() if name.startswith(f"{OUTPUTS}/")}
+    if not (file_kind or listed or os.path.lexists(folder / OUTPUTS)):
+        return []
+    try:
+        kept = named(stream_records(results))
+    except (OSError, CheckFailed) as exc:
+        return [f"{results}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be checked"]
+    problems = [f"{folder / name}: {results.name} names SHA-256 {digest[:12]}... for it, but {SUMS} "
+                + (f"says {listed[name][:12]}..." if name in listed else "does not list it")
+                for name, digest in kept.items() if listed.get(name) != digest]
+    return problems + [f"{folder / name}: named by no accepted record of {results.name} (not a file the run kept)"
+                       for name in sorted(listed) if name not in kept]
+
+
+def count_problems(folder: Path, rows: Any, items: Any, summary: Path) -> list[str]:
+    """A gathering's summary (``summary``) against what it holds: its ``rows`` those of vectors.npy's header, its
+    ``items`` the item folders under outputs/ (kdkit.probe.pilot.gather writes both)."""
+    problems = []
+    vectors = folder / vectorfile.VECTORS
+    if rows is not None or vectors.exists():
+        try:
+            with vectors.open("rb") as handle:
+                held: int | str = vectorfile.read_header(handle.read(vectorfile.HEADER), vectors)[0]
+        except (OSError, CheckFailed) as exc:
+            held = f"none readable ({exc})"
+        if held != rows:
+            problems.append(f"{summary}: says {rows!r} vector rows, but {vectors.name} holds {held}")
+    if items is not None or (folder / OUTPUTS).exists():
+        top = folder / OUTPUTS
+        held = sum(1 for entry in os.scandir(top) if entry.is_dir(follow_symlinks=False)) if top.is_dir() else 0
+        if held != items:
+            problems.append(f"{summary}: says {items!r} items' output folders, but {OUTPUTS}/ holds {held}")
+    return problems

@@ -34,11 +34,11 @@ from typing import Any, TypeVar
 from kdkit.core import checksums, outputfiles, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
-from kdkit.core.jsonio import sha256_file
+from kdkit.core.jsonio import drop_cached_pages, sha256_file
 from kdkit.core.outputfiles import OUTPUTS, STAGING
 from kdkit.core.pilotconfig import params_hash
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.core.resultlines import Scan, blocks, scan_block, stream_records
+from kdkit.core.resultlines import Scan, blocks, scan_block
 from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.staging import require_writable, staged_name
 from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
@@ -219,47 +219,20 @@ def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
 
 
 def output_problems(folder: Path, sums: dict[str, str]) -> list[str]:
-    """A pilot run folder of the file kind (params.json's output, or an outputs/ there): SHA256SUMS's lines under
-    outputs/ are exactly the files its accepted records name, with the digests the records give (each record's
-    ``files``, kdkit.core.outputfiles.named); SHA256SUMS already covers every file on the disk."""
-    output = _object_in(_object_in(_object(folder / PARAMS), "params"), "output")
-    listed = {name: digest for name, digest in sums.items() if name.startswith(f"{OUTPUTS}/")}
-    if not os.path.lexists(folder / PARAMS) or (output.get(KIND) != "file" and not listed
-                                                and not os.path.lexists(folder / OUTPUTS)):
+    """A pilot run folder of the file kind (params.json's output, or an outputs/ there) against its accepted
+    records' file hashes (kdkit.core.outputfiles.kept_problems)."""
+    if not os.path.lexists(folder / PARAMS):
         return []
-    try:
-        named = outputfiles.named(stream_records(folder / RESULTS))
-    except (OSError, CheckFailed) as exc:
-        return [f"{folder / RESULTS}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be checked"]
-    problems = [f"{folder / name}: {RESULTS} names SHA-256 {digest[:12]}... for it, but {SUMS} "
-                + (f"says {listed[name][:12]}..." if name in listed else "does not list it")
-                for name, digest in named.items() if listed.get(name) != digest]
-    return problems + [f"{folder / name}: named by no accepted record of {RESULTS} (not a file the run kept)"
-                       for name in sorted(listed) if name not in named]
+    output = _object_in(_object_in(_object(folder / PARAMS), "params"), "output")
+    return outputfiles.kept_problems(folder, sums, folder / RESULTS, output.get(KIND) == "file")
 
 
 def count_problems(folder: Path) -> list[str]:
-    """A gathering's summary.json against what it holds: its ``vectors`` rows those of vectors.npy's header, its
-    ``outputs`` the item folders under outputs/ (kdkit.probe.pilot.gather writes both)."""
+    """A gathering's summary.json against what it holds (kdkit.core.outputfiles.count_problems)."""
     summary = _object(folder / SUMMARY)
     if folder_kind(folder, summary) != GATHERED:
         return []
-    problems = []
-    rows, items = summary.get(VECTOR_ROWS), summary.get(OUTPUT_ITEMS)
-    if rows is not None or (folder / VECTORS).exists():
-        try:
-            with (folder / VECTORS).open("rb") as handle:
-                held: int | str = vectorfile.read_header(handle.read(vectorfile.HEADER), folder / VECTORS)[0]
-        except (OSError, CheckFailed) as exc:
-            held = f"none readable ({exc})"
-        if held != rows:
-            problems.append(f"{folder / SUMMARY}: says {rows!r} vector rows, but {VECTORS} holds {held}")
-    if items is not None or (folder / OUTPUTS).exists():
-        top = folder / OUTPUTS
-        held = sum(1 for entry in os.scandir(top) if entry.is_dir(follow_symlinks=False)) if top.is_dir() else 0
-        if held != items:
-            problems.append(f"{folder / SUMMARY}: says {items!r} items' output folders, but {OUTPUTS}/ holds {held}")
-    return problems
+    return outputfiles.count_problems(folder, summary.get(VECTOR_ROWS), summary.get(OUTPUT_ITEMS), folder / SUMMARY)
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
@@ -276,7 +249,7 @@ def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
         if not path.is_file():
             problems.append(f"{path}: missing (listed in {SUMS})")
             continue
-        _drop_cache(path)
+        drop_cached_pages(path)
         actual = sha256_file(path)
         if actual != digest:
             problems.append(f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
@@ -289,21 +262,6 @@ def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
     return [f"{path}: {'a symbolic link, ' if path.is_symlink() else ''}not listed in {SUMS}"
             for path in sorted(folder.rglob("*")) if (path.is_symlink() or path.is_file())
             and path.relative_to(folder).as_posix() not in covered]
-
-
-def _drop_cache(path: Path) -> None:
-    """Ask the kernel to forget the file's cached pages, so the next read comes from the disk."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any]) -> list[str]:
