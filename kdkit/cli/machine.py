@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,16 @@ from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
     from kdkit.machine.run import RunPlan
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How `kdkit run` follows its containers: in the foreground (default) or detached, copying the run folder
+    to ``copy_to`` every ``copy_every`` seconds and at its end (kdkit.machine.copyto)."""
+
+    detach: bool = False
+    copy_to: str | None = None
+    copy_every: int = 300
 
 
 def forwarder(name: str, summary: str) -> click.Command:
@@ -111,6 +122,17 @@ def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
 @click.option("--resume", metavar="RUN_ID",
               help="Finish run RUN_ID (runs/RUN_ID, left by a kill or a stop): diagnose and verify-env first, "
                    "then the pilot skips its finished items and redoes the rest.")
+@click.option("--mount", "mounts", multiple=True, metavar="SRC:NAME",
+              help="Also mount folder SRC as the project's declared mount NAME (kdkit.json \"mounts\"), "
+                   "read-only unless declared writable; repeatable.")
+@click.option("--detach", is_flag=True,
+              help="Start the container and return at once with its run ID; follow it with `kdkit status`, "
+                   "`kdkit wait`, `kdkit logs`.")
+@click.option("--copy-to", metavar="DEST",
+              help="Copy the run folder during the run and at its end to DEST (a folder, user@host:path or an "
+                   "rclone remote:path), verified there.")
+@click.option("--copy-every", type=whole("300"), default=300, show_default=True, metavar="S",
+              help="With --copy-to: copy after a closed batch at most every S seconds.")
 @click.option("--print", "print_only", is_flag=True,
               help="Print the equivalent shell lines (docker run ...) instead of running.")
 @json_option
@@ -141,15 +163,17 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
       kdkit run --backend cuda --workers 4   # 4 GPUs, 4 shares, one gathered summary
     """
     options["command"] = ctx.meta.get("kdkit.command") or None
+    launch = Launch(detach=options.pop("detach"), copy_to=options.pop("copy_to"),
+                    copy_every=options.pop("copy_every"))
     if workers is not None and options["resume"] is not None:
         raise BadInput("--resume with --workers: --resume finishes one run in one container; drop --workers")
     if workers is not None:
-        _run_workers(project_dir, workers, print_only, as_json, **options)
+        _run_workers(project_dir, workers, print_only, as_json, launch, **options)
     else:
-        _run_one(project_dir, print_only, as_json, **options)
+        _run_one(project_dir, print_only, as_json, launch, **options)
 
 
-def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **options: Any) -> None:
+def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: Launch, **options: Any) -> None:
     """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop)."""
     from kdkit.core.runfolder import run_folders
     from kdkit.machine.run import execute, prepare_run, print_lines
@@ -178,7 +202,8 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, **option
         raise click.exceptions.Exit(code)
 
 
-def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, **options: Any) -> None:
+def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, launch: Launch,
+                 **options: Any) -> None:
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
     from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
 
@@ -210,3 +235,28 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
+
+
+@click.command("status")
+@click.argument("run_id", required=False)
+@project_argument
+@json_option
+def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
+    """Where a run stands, from any shell: state, items, rate, ETA, GPUs."""
+    raise BadInput("kdkit status: not built yet")
+
+
+@click.command("wait")
+@click.argument("run_id")
+@json_option
+def wait(run_id: str, as_json: bool) -> None:
+    """Wait for a run to end; exit code = its verdict."""
+    raise BadInput("kdkit wait: not built yet")
+
+
+@click.command("logs")
+@click.argument("run_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing as the container writes.")
+def logs(run_id: str, follow: bool) -> None:
+    """Show (or follow with -f) the output of a run's container."""
+    raise BadInput("kdkit logs: not built yet")

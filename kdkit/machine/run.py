@@ -61,7 +61,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -303,7 +303,7 @@ def _resolve_image(engine: Engine, project: Project, backend: str | None, image:
 def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: str | None = None,
                 gpus: str | None = None, network: str = "none", env_file: Path | None = None,
                 command: list[str] | None = None, resume: str | None = None, engine: Engine | None = None,
-                host: HostFacts | None = None) -> RunPlan:
+                host: HostFacts | None = None, mounts: Sequence[str] = ()) -> RunPlan:
     """Check everything a run needs and describe the container; nothing is written or started."""
     from kdkit.docker_adapter import connect
 
