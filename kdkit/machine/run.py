@@ -329,9 +329,9 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)
-    mounts = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
-                            runs.relative_to(project.root).as_posix()) + named_mounts(project, pilot, inputs)
-    spec = container_spec(facts.ref, mounts, confinement(host, uid, gid), access, network=network, command=command,
+    bound = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
+                           runs.relative_to(project.root).as_posix()) + named_mounts(project, pilot, inputs)
+    spec = container_spec(facts.ref, bound, confinement(host, uid, gid), access, network=network, command=command,
                           env_file=env_file.resolve() if env_file else None, env=env)
     warnings = []
     current = project_lock(project, facts.labels)
