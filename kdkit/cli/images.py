@@ -146,7 +146,19 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
             say("Lock: no project here to compare with (pass --project DIR).")
         elif lock["matches"]:
             say(f"Lock: {lock['project_lock']} matches the image ({lock['image_sha256'][:12]}).")
+        say(_project_line(report["project"]))
     require_lock_match(report)
+
+
+def _project_line(project: dict[str, Any]) -> str:
+    """inspect_image's project comparison as one line (a difference is no failure: `kdkit run` mounts them)."""
+    if project["matches"] is None:
+        return ("Project: no project here to compare with (pass --project DIR)." if project["project_sha256"] is None
+                else "Project: the image has no project label (built before kdkit recorded it).")
+    if project["matches"]:
+        return "Project: config/ and src/ match the image's."
+    return ("Project: config/ and src/ differ from the image's (kdkit run mounts the project's own; "
+            "`kdkit build` to bake them).")
 
 
 def _arch_line(arch: dict[str, Any]) -> str:

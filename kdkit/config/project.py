@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,11 @@ class Project:
     def extensions(self) -> list[dict[str, str]]:
         return list(self.config.get("extensions", []))
 
+    @property
+    def mounts(self) -> dict[str, dict[str, Any]]:
+        """kdkit.json's declared mounts, NAME -> {"path", "writable", "env"} (schema-checked; may be empty)."""
+        return dict(self.config.get("mounts", {}))
+
     def backend(self, name: str | None = None) -> Backend:
         """The named backend (default: default_backend); BadInput if kdkit.json lacks it."""
         chosen = name or self.default_backend
@@ -83,6 +90,29 @@ class Project:
         if (problem := runs_folder_problem(self.root, data, named_places(self.config))) is not None:
             raise BadInput(f"{self.pilot_config_path}: $.runs: {problem}")
         return data
+
+
+def mount_variable(name: str) -> str:
+    """The variable naming a declared mount's place in the container: KDKIT_MOUNT_<NAME>, '.' and '-' as '_'."""
+    return "KDKIT_MOUNT_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def mount_problems(root: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(JSON path, problem) of kdkit.json's ``mounts`` beyond its schema: a path that leaves the project through
+    a link, two names that give one KDKIT_MOUNT_ variable."""
+    problems: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    mounts = config.get("mounts")
+    for name, spec in sorted(mounts.items()) if isinstance(mounts, dict) else []:
+        if (other := seen.setdefault(mount_variable(name), name)) != name:
+            problems.append((f"$.mounts.{name}", f"gives the same variable {mount_variable(name)} as {other!r}; "
+                                                 "rename one"))
+        path = spec.get("path") if isinstance(spec, dict) else None
+        if isinstance(path, str) and projectfiles.real_inside(root, root / path) is None:
+            problems.append((f"$.mounts.{name}.path", f"{path!r} leads to {os.path.realpath(root / path)}, outside "
+                                                      "the project (a link?); keep it inside, or name the folder "
+                                                      f"with `kdkit run --mount SRC:{name}`"))
+    return problems
 
 
 def load_project(project_dir: Path | None = None) -> Project:

@@ -28,6 +28,11 @@ from kdkit.probe.diagnose.host import SHM_MINIMUM
 APP = "/app"  # the project's folder inside the image (Dockerfile.common)
 IMAGE_UID = 10001  # the image's non-root user (Dockerfile.common)
 HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every container kdkit starts
+CACHE = "/cache"  # the run's on-disk cache in the container: the project's CACHE_FOLDER, writable, kept
+CACHE_FOLDER = ".kdkit-cache"
+CACHE_ENV = {"HF_HOME": f"{CACHE}/huggingface", "TORCH_HOME": f"{CACHE}/torch", "TRITON_CACHE_DIR": f"{CACHE}/triton",
+             "XDG_CACHE_HOME": CACHE}
+MOUNTS = "/mnt"  # a declared mount NAME of kdkit.json is at /mnt/NAME
 PIDS_PER_CPU = 64
 PIDS_FLOOR = 4096
 SCRATCH_CAP = 64 << 30  # /dev/shm, /tmp and HOME: a quarter of memory, SHM_MINIMUM to this
@@ -58,6 +63,26 @@ def project_mounts(root: Path, inputs: str, runs: str) -> list[Mount]:
     return [Mount(root / inputs, f"{APP}/{inputs}", True), Mount(root / runs, f"{APP}/{runs}", False)]
 
 
+def source_mounts(root: Path) -> list[Mount]:
+    """The host project's kdkit.json, config/ and src/ read-only over the image's copies (kdkit.image.context:
+    PROJECT_FOLDERS): what runs is what the user sees, an edit after `kdkit build` runs as edited. Each folder
+    and every link in it must resolve inside the project (projectfiles.real_inside), as for the build context."""
+    from kdkit.image.context import PROJECT_FOLDERS
+
+    mounts = []
+    for folder in PROJECT_FOLDERS:
+        base = root / folder
+        if not base.is_dir():
+            continue
+        for path in [base, *(p for p in base.rglob("*") if p.is_symlink())]:
+            if real_inside(root, path) is None:
+                raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
+                               f"`kdkit run` mounts {folder}/ as it is: copy the file in or remove the link")
+        mounts.append(Mount(Path(os.path.realpath(base)), f"{APP}/{folder}", True))
+    marker = real_inside(root, root / "kdkit.json")  # the project file too: it names the pilot config, extensions
+    return ([Mount(marker, f"{APP}/kdkit.json", True)] if marker is not None and marker.is_file() else []) + mounts
+
+
 def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[Mount]:
     """Read-only mounts of what the pilot config names outside the inputs folder and the image's own folders
     (kdkit.image.context: config/, src/): a model's folder, a manifest or answer schema kept elsewhere. `kdkit
@@ -83,7 +108,7 @@ def inside_project(project: Project, rel: str, what: str) -> Path:
 
 def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], access: Mapping[str, Any], *,
                    network: str = "none", command: list[str] | None = None, env_file: Path | None = None,
-                   env: Mapping[str, str] | None = None) -> ContainerSpec:
+                   env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None) -> ContainerSpec:
     """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked, and an init as
     PID 1 (``init``: Docker's ``--init``). The image's command is ``/bin/sh -c "kdkit diagnose && kdkit verify-env
     && exec kdkit pilot"``; as PID 1 that shell ignores SIGTERM (the kernel delivers no signal to a PID 1 that set
@@ -92,7 +117,8 @@ def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], ac
     the signal on and reaps orphans (https://docs.docker.com/reference/cli/docker/container/run/#init): the
     shell ends at once in diagnose or verify-env, the pilot closes its run folder."""
     return ContainerSpec(image=image, command=command or None, network=network, mounts=mounts, workdir=APP,
-                         env_file=env_file, env=env or {}, extra_env={"HOME": HOME}, init=True, **confined,
+                         env_file=env_file, env=env or {}, extra_env={**(extra_env or {}), "HOME": HOME}, init=True,
+                         **confined,
                          **access)
 
 
@@ -132,7 +158,10 @@ def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str,
                   named: Sequence[str] = ()) -> ContainerSpec:
     """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables; ``root`` is
     the project's folder on that host, ``$PWD`` or below it (``$PWD/project``); ``named``: the project's paths
-    that :func:`named_mounts` mounts read-only (a model's folder), as the bundle recorded them."""
+    that :func:`named_mounts` mounts read-only (a model's folder), as the bundle recorded them. Unlike `kdkit run`
+    (kdkit.machine.mounts), it mounts neither config/ and src/ over the image's nor the cache nor kdkit.json's
+    declared mounts: this line runs the bundle's image as it was verified with the bundle, without kdkit; the
+    declared folders (a model) do not travel in a bundle, and `kdkit run` on that host mounts all of them."""
     access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
     confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
     here = Path("\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root)

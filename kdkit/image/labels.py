@@ -4,7 +4,9 @@ them back and compares the baked lock with the project's current one."""
 
 from __future__ import annotations
 
+import hashlib
 import shlex
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ ARCH_FILE = "/opt/kdkit/torch-arch.json"
 ARCH_LIST = f"{LABEL}torch.arch_list"
 ARCH_SOURCE = f"{LABEL}torch.arch_source"
 UNKNOWN_ARCH = "unknown"
+PROJECT_SHA256 = f"{LABEL}project.sha256"  # config/ and src/ as the build context took them (project_digest)
 
 
 # ---------------------------------------------------------------- the labels a build gives
@@ -187,6 +190,31 @@ def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any
             "matches": current == baked}
 
 
+def project_digest(files: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 over the config/ and src/ files of a build context (kdkit.image.context.project_files: its names
+    ``project/<rel>`` and bytes): one line ``<rel> NUL <sha256 of the bytes>`` per file, sorted. `kdkit build`
+    labels the image with it; `kdkit inspect` computes it again from the project to compare."""
+    from kdkit.image.context import PROJECT_FOLDERS
+
+    folders = tuple(f"project/{folder}/" for folder in PROJECT_FOLDERS)
+    lines = sorted(f"{name.removeprefix('project/')}\0{hashlib.sha256(data).hexdigest()}\n"
+                   for name, data in files if name.startswith(folders))
+    return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def project_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
+    """Whether the project's config/ and src/ are the image's (None: no project here, or an image built before
+    the label). Which files differ is not known (the label holds one digest): ``changed`` stays None."""
+    baked = labels.get(PROJECT_SHA256) or None
+    current = None
+    if project is not None:
+        from kdkit.image.context import project_files
+
+        current = project_digest(project_files(project.root)[0])
+    matches = None if baked is None or current is None else baked == current
+    return {"matches": matches, "image_sha256": baked, "project_sha256": current, "changed": None}
+
+
 def require_kdkit_labels(ref: str, labels: dict[str, str]) -> None:
     if not labels.get(f"{LABEL}backend") or not labels.get(f"{LABEL}lock.sha256"):
         raise BadInput(f"image {ref}: has no kdkit labels ({LABEL}backend, {LABEL}lock.sha256); "
@@ -219,7 +247,8 @@ def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:
             "os": facts.os, "architecture": facts.architecture,
             "kdkit": {k[len(LABEL):]: v for k, v in sorted(facts.labels.items()) if k.startswith(LABEL)},
             "oci": {k[len(OCI):]: v for k, v in sorted(facts.labels.items()) if k.startswith(OCI)},
-            "torch_arch": torch_arch(facts.labels), "lock": lock_match(facts.labels, project)}
+            "torch_arch": torch_arch(facts.labels), "lock": lock_match(facts.labels, project),
+            "project": project_match(facts.labels, project)}
 
 
 def require_lock_match(report: dict[str, Any]) -> None:
