@@ -14,7 +14,7 @@ from kdkit.core.launchrecord import launch_field, parse_launch
 from kdkit.docker_adapter import ImageFacts, Mount
 from kdkit.image.container import APP, CACHE, source_mounts
 from kdkit.image.context import project_files
-from kdkit.image.labels import project_digest
+from kdkit.image.labels import project_digest, project_labels, project_match
 from kdkit.machine.mounts import declared_mounts, extra_mounts, launch_env, parse_mount_options
 from tests.conftest import invoke
 
@@ -151,3 +151,15 @@ def test_the_project_digest_follows_config_and_src_only(project: Path) -> None:
     assert project_digest(project_files(project)[0]) == before
     (project / "config" / "pilot.json").write_text((project / "config" / "pilot.json").read_text() + " ")
     assert project_digest(project_files(project)[0]) != before
+
+
+def test_inspect_names_the_files_that_differ_from_the_images_labels(project: Path) -> None:
+    labels = project_labels(project_files(project)[0])
+    assert project_match(labels, load_project(project))["matches"] is True
+    (project / "src" / "classify.py").write_text("changed", encoding="utf-8")
+    (project / "src" / "new.py").write_text("new", encoding="utf-8")
+    report = project_match(labels, load_project(project))
+    assert (report["matches"], report["changed"]) == (False, ["src/classify.py", "src/new.py"])
+    without = project_match({k: v for k, v in labels.items() if k.endswith("sha256")}, load_project(project))
+    assert (without["matches"], without["changed"]) == (False, None)  # an image with the digest only
+    assert project_match({}, load_project(project))["matches"] is None  # built before the label

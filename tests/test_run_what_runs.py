@@ -63,6 +63,7 @@ def test_inspect_says_the_project_differs_and_exits_0(a26: Path) -> None:
     assert result.exit_code == 0, result.output
     project = json.loads(result.stdout)["project"]
     assert project["matches"] is False and project["image_sha256"] != project["project_sha256"]
+    assert project["changed"] == ["config/pilot.json", "src/classify.py"]
     text = invoke("inspect", TAG, "--project", a26)
     assert "Project: config/ and src/ differ from the image's (kdkit run mounts" in text.output
 

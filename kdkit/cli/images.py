@@ -157,8 +157,9 @@ def _project_line(project: dict[str, Any]) -> str:
                 else "Project: the image has no project label (built before kdkit recorded it).")
     if project["matches"]:
         return "Project: config/ and src/ match the image's."
+    changed = f" Changed: {printable(', '.join(project['changed']))}." if project["changed"] else ""
     return ("Project: config/ and src/ differ from the image's (kdkit run mounts the project's own; "
-            "`kdkit build` to bake them).")
+            f"`kdkit build` to bake them).{changed}")
 
 
 def _arch_line(arch: dict[str, Any]) -> str:

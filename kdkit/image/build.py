@@ -41,10 +41,10 @@ from kdkit.image.labels import (
     ARCH_SOURCE,
     LABEL,
     OCI,
-    PROJECT_SHA256,
+    PROJECT_LABELS,
     default_tag,
     image_labels,
-    project_digest,
+    project_labels,
     recorded_arch,
 )
 from kdkit.image.layers import LOCK_FORMATS, builder_entries
@@ -178,7 +178,7 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     labels = image_labels(project, chosen, lock.sha256, lock.path, lock.lock)
     base = base_image or chosen.base_image
     files, left_out = project_files(project.root)  # and a link out or a credential is refused here, before any build
-    labels[PROJECT_SHA256] = project_digest(files)  # what `kdkit inspect` compares with the project's config/, src/
+    labels |= project_labels(files)  # what `kdkit inspect` compares with the project's config/ and src/
     refuse_credentials_in(lock.path, lock.path.relative_to(project.root).as_posix()
                           if lock.path.is_relative_to(project.root) else str(lock.path), lock.data)
     ca_path, ca_data = check_ca_bundle(ca_bundle) if ca_bundle else (None, None)
@@ -372,7 +372,7 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
         raise _failed(plan, transcript)
     labels = recorded_arch(engine, transcript.image_id)
     report(BuildEvent("note", f"torch architectures: {labels[ARCH_LIST] or '(none)'} ({labels[ARCH_SOURCE]})"))
-    labels[PROJECT_SHA256] = plan.labels[PROJECT_SHA256]  # a label, not a build argument: no layer re-runs for it
+    labels |= {k: v for k, v in plan.labels.items() if k in PROJECT_LABELS}  # labels only: no layer re-runs
     engine.tag(add_labels(engine, plan, transcript.image_id, labels), plan.tag)
     facts = engine.require_image(plan.tag)
     return BuildResult(plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps,

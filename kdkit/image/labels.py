@@ -5,6 +5,7 @@ them back and compares the baked lock with the project's current one."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,10 @@ ARCH_LIST = f"{LABEL}torch.arch_list"
 ARCH_SOURCE = f"{LABEL}torch.arch_source"
 UNKNOWN_ARCH = "unknown"
 PROJECT_SHA256 = f"{LABEL}project.sha256"  # config/ and src/ as the build context took them (project_digest)
+PROJECT_FILES = f"{LABEL}project.files"  # their files' hashes (project_labels), for inspect to name what changed
+PROJECT_FILES_MAX = 32 << 10
+CHANGED_SHOWN = 20
+PROJECT_LABELS = (PROJECT_SHA256, PROJECT_FILES)
 
 
 # ---------------------------------------------------------------- the labels a build gives
@@ -190,29 +195,57 @@ def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any
             "matches": current == baked}
 
 
+def _file_hashes(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
+    from kdkit.image.context import PROJECT_FOLDERS
+
+    folders = tuple(f"project/{folder}/" for folder in PROJECT_FOLDERS)
+    return {name.removeprefix("project/"): hashlib.sha256(data).hexdigest() for name, data in files
+            if name.startswith(folders)}
+
+
 def project_digest(files: Iterable[tuple[str, bytes]]) -> str:
     """sha256 over the config/ and src/ files of a build context (kdkit.image.context.project_files: its names
     ``project/<rel>`` and bytes): one line ``<rel> NUL <sha256 of the bytes>`` per file, sorted. `kdkit build`
     labels the image with it; `kdkit inspect` computes it again from the project to compare."""
-    from kdkit.image.context import PROJECT_FOLDERS
-
-    folders = tuple(f"project/{folder}/" for folder in PROJECT_FOLDERS)
-    lines = sorted(f"{name.removeprefix('project/')}\0{hashlib.sha256(data).hexdigest()}\n"
-                   for name, data in files if name.startswith(folders))
+    lines = sorted(f"{rel}\0{digest}\n" for rel, digest in _file_hashes(files).items())
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def project_labels(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
+    """PROJECT_SHA256, and PROJECT_FILES (each file's sha256, 16 hex digits, as compact JSON) unless that would be
+    over PROJECT_FILES_MAX bytes: then `kdkit inspect` tells that config/ or src/ differ, not which files."""
+    files = list(files)
+    hashes = json.dumps({rel: digest[:16] for rel, digest in sorted(_file_hashes(files).items())},
+                        separators=(",", ":"))
+    return {PROJECT_SHA256: project_digest(files), **({PROJECT_FILES: hashes} if len(hashes) <= PROJECT_FILES_MAX
+                                                      else {})}
+
+
+def _changed(labels: dict[str, str], files: list[tuple[str, bytes]]) -> list[str] | None:
+    """The config/ and src/ files that differ from the image's PROJECT_FILES label; None without a readable one."""
+    try:
+        then = json.loads(labels.get(PROJECT_FILES, ""))
+    except ValueError:
+        return None  # no label (an older build, too many files) or another builder's: which files stays unknown
+    if not isinstance(then, dict):
+        return None
+    now = {rel: digest[:16] for rel, digest in _file_hashes(files).items()}
+    return sorted(rel for rel in set(now) | set(then) if now.get(rel) != then.get(rel))[:CHANGED_SHOWN]
 
 
 def project_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
     """Whether the project's config/ and src/ are the image's (None: no project here, or an image built before
-    the label). Which files differ is not known (the label holds one digest): ``changed`` stays None."""
-    baked = labels.get(PROJECT_SHA256) or None
-    current = None
+    the label), and the files that differ (``changed``, at most CHANGED_SHOWN; None where the image has no
+    PROJECT_FILES label)."""
+    baked, current, changed = labels.get(PROJECT_SHA256) or None, None, None
     if project is not None:
         from kdkit.image.context import project_files
 
-        current = project_digest(project_files(project.root)[0])
+        files = project_files(project.root)[0]
+        current = project_digest(files)
+        changed = _changed(labels, files) if baked and baked != current else None
     matches = None if baked is None or current is None else baked == current
-    return {"matches": matches, "image_sha256": baked, "project_sha256": current, "changed": None}
+    return {"matches": matches, "image_sha256": baked, "project_sha256": current, "changed": changed}
 
 
 def require_kdkit_labels(ref: str, labels: dict[str, str]) -> None:
