@@ -264,14 +264,22 @@ def _expected(h: str, stubs: Path) -> dict[str, list[list[str]]]:
     copies = lambda *tool: [[*tool, "copy-out", runs, "../kdkit-evidence"],  # noqa: E731
                             [*tool, "copy-out", "--verify", "../kdkit-evidence/r0/"]]
     python3 = str(stubs / "python3")
+    run_id = [kv, "-c", 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])', "../kdkit-run.json"]
     return {
         "Check the copy": [[str(stubs / "sha256sum"), "-c", "--quiet", "SHA256SUMS"]],
         "With Docker, through kdkit": [
             [python3, "-m", "venv", "--clear", "../kdkit-venv"],
             [kv, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", f"kdkit-wheels{h}",
              "--require-hashes", "-r", f"kdkit-wheels{h}/requirements.txt"],
-            [kv, "-m", "kdkit", "load", "."], [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}"],
-            *copies(kv, "-m", "kdkit")],
+            [kv, "-m", "kdkit", "load", "."],
+            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--", "kdkit", "diagnose", "--accept",
+             "--expect", f"cpu{h}"],
+            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--env-file", "../.env", "--detach",
+             "--json"],
+            run_id, [kv, "-m", "kdkit", "status", "", "--project", "project"],  # the stub prints no run ID
+            [kv, "-m", "kdkit", "wait", "", "--project", "project"],
+            run_id, [kv, "-m", "kdkit", "copy-out", f"project/runs{h}/", "user@backup-host:kdkit-evidence"],
+            [kv, "-m", "kdkit", "copy-out", "--verify", "user@backup-host:kdkit-evidence/"]],
         "With Docker only": [[str(stubs / "zstd"), "-q", "-dc", f"image{h}.tar.zst"], [str(stubs / "docker"), "load"],
                              ["docker run"], *copies(python3, "kdkit.pyz")],
         "Without Docker": [

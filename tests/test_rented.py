@@ -6,6 +6,14 @@ the lock's index, which a local folder of the locked files stands in for). The i
 engine first. Then every indented block of the path's sections of RUN.md runs in ``sh -e``, from the
 bundle's folder, as a person would paste it. The verdict must be a PASS summary of the 12 pilot documents,
 and the copy-out must verify from the copy. Any drift between RUN.md and reality fails here.
+
+The kdkit path is the rented hour in order: kdkit installed offline, the user's ``../.env``, the acceptance test
+in the image, `kdkit run --detach` followed by `kdkit status` and `kdkit wait`, then the evidence copied off the
+machine and verified there: RUN.md's ``user@backup-host:kdkit-evidence`` is tests/sshd.py's OpenSSH server on
+127.0.0.1 (a throwaway host key and user key, a free port, its client config named by KDKIT_SSH_CONFIG), and its
+rclone form is the same server through rclone's sftp backend (RCLONE_CONFIG). It runs
+on its own image (the project named ``kdkit-d26-rented``), so removing it never takes the session's image from a
+test running beside it.
 """
 
 from __future__ import annotations
@@ -21,13 +29,17 @@ from typing import Any
 
 import pytest
 
+from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.runfolder import RESULTS, read_run
 from kdkit.probe.results.copyout import verify_copy
-from tests.conftest import invoke
+from tests.conftest import BASE, invoke
+from tests.sshd import SshServer, missing_tools, running_as_root
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # no kdkit, no venv of the test session
+BACKUP = "user@backup-host:kdkit-evidence"  # RUN.md's place off the machine, which the user replaces with theirs
+RENTED = "kdkit-d26-rented"  # this module's own project and image name
 
 
 def sections(text: str) -> dict[str, list[str]]:
@@ -85,12 +97,48 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def made(built: dict[str, Any], locked: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def rented_built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes],
+                 tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The session's locked project under this module's own name, and its image (built as the session's is)."""
+    project = Path(shutil.copytree(locked, tmp_path_factory.mktemp("rented-project") / RENTED,
+                                   ignore=shutil.ignore_patterns("runs")))
+    config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
+    (project / "kdkit.json").write_text(json.dumps({**config, "name": RENTED}, indent=2), encoding="utf-8")
+    result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+                    "--ca-bundle", ca_bundle[0], "--json")
+    assert result.exit_code == 0, result.output
+    return project, json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def built(rented_built: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+    return rented_built[1]
+
+
+@pytest.fixture(scope="module")
+def made(rented_built: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundle, as `kdkit bundle` writes it on the machine that built the image."""
     out = tmp_path_factory.mktemp("made") / "bundle"
-    result = invoke("bundle", locked, "--out", out, "--json")
+    result = invoke("bundle", rented_built[0], "--out", out, "--json")
     assert result.exit_code == 0, result.output
     return out
+
+
+@pytest.fixture
+def backup_host(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
+    """The OpenSSH server of tests/sshd.py on 127.0.0.1 standing in for the user's backup host: (the place that
+    replaces RUN.md's BACKUP, the environment its clients need: ssh's and rclone's configs, the folder the copies
+    land in)."""
+    if missing_tools() or not running_as_root():
+        pytest.skip(f"the SSH destination needs {', '.join(missing_tools()) or 'root (the server logs in as root)'}")
+    server = SshServer.start(tmp_path / "sshd")
+    landing = tmp_path / "backup"
+    landing.mkdir()
+    try:
+        yield (f"{server.target}:{landing}/kdkit-evidence",
+               {"KDKIT_SSH_CONFIG": str(server.client_config), "RCLONE_CONFIG": str(server.rclone_config)}, landing)
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -118,28 +166,61 @@ def rented_copy(made: Path, tmp_path: Path) -> tuple[Path, Path]:
     return folder, home
 
 
-def assert_verdict_and_evidence(folder: Path) -> None:
-    """One PASS run of the 12 pilot documents in project/runs, and its copy in ../kdkit-evidence verified."""
+def assert_verdict_and_evidence(folder: Path, evidence: Path | None = None) -> None:
+    """One PASS run of the 12 pilot documents in project/runs, and its copy in ``evidence`` (default
+    ../kdkit-evidence) verified and reloadable."""
     runs = [p for p in (folder / "project" / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
     run = read_run(runs[0])
     assert (run.verdict, run.total, run.accepted, run.rejected) == ("pass", 12, 11, 1)
     ids = {json.loads(line)["id"] for line in (runs[0] / RESULTS).read_text(encoding="utf-8").splitlines()}
     assert len(ids) == 12
-    copy = folder.parent / "kdkit-evidence" / runs[0].name
+    copy = (evidence or folder.parent / "kdkit-evidence") / runs[0].name
     assert verify_copy(copy) > 0
+    assert reload_problems(copy) == []
     assert (copy / "summary.json").read_bytes() == (runs[0] / "summary.json").read_bytes()
 
 
+def play_accept(folder: Path, block: str, env: dict[str, str]) -> str:
+    """RUN.md's acceptance block, as written: exit 0 and ACCEPT, or (a shared CPU machine's throughput wavers)
+    exit 1 and DEGRADED, the judgement a person reads and acts on; never a block that cannot run."""
+    done = subprocess.run(["sh", "-e", "-c", block], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=1200, check=False)
+    said = done.stdout + done.stderr
+    assert (done.returncode, "VERDICT: ACCEPT" in said) == (0, True) or (
+        done.returncode == 1 and "VERDICT: DEGRADED" in said), f"{block}\n{said}"
+    return said
+
+
 def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, image_gone: str, locked: Path,
+                                                               backup_host: tuple[str, dict[str, str], Path],
                                                                tmp_path: Path) -> None:
     folder, home = rented_copy(made, tmp_path)
+    place, ssh_env, landing = backup_host
     text = (folder / "RUN.md").read_text(encoding="utf-8")
-    blocks = blocks_of(text, "Check the copy", "With Docker, through kdkit")
-    outputs = play(folder, blocks, host_env(home))
+    assert BACKUP in text and "--env-file ../.env" in text and "diagnose --accept" in text
+    blocks = [block.replace(BACKUP, place) for block in blocks_of(text, "Check the copy", "With Docker, through kdkit")]
+    env = host_env(home, **ssh_env)
+    accept = [i for i, block in enumerate(blocks) if "diagnose --accept" in block]
+    assert len(accept) == 1 and accept[0] < next(i for i, b in enumerate(blocks) if "--detach" in b)
+    outputs = play(folder, blocks[:accept[0]], env)
     assert docker("image", "inspect", image_gone, check=False).returncode == 0, "kdkit load did not load the image"
-    assert_verdict_and_evidence(folder)
-    play(folder, blocks[-1:], host_env(home))  # the evidence block pasted again: nothing new, nothing refused
+    secrets = folder.parent / ".env"  # made on the host, beside the bundle, owner-only: never in the bundle
+    assert secrets.is_file() and secrets.stat().st_mode & 0o077 == 0
+    secrets.write_text(secrets.read_text(encoding="utf-8") + "KD_RENTED_TOKEN=not-a-real-token\n", encoding="utf-8")
+    outputs.append(play_accept(folder, blocks[accept[0]], env))
+    outputs += play(folder, blocks[accept[0] + 1:], env)
+    assert_verdict_and_evidence(folder, landing / "kdkit-evidence")
+    assert "not-a-real-token" not in "".join(outputs)
+    last = blocks[-1].splitlines()
+    play(folder, [f"{last[0]}\n{last[-1]}"], env)  # the copy verified again where it lies, later, from anywhere
+    # RUN.md's rclone form, as its sentence gives it: the same server through rclone's sftp backend.
+    rclone = re.search(r"With rclone: `([^`]*)`, then `([^`]*)`", text)
+    assert rclone, "RUN.md gives no rclone form"
+    run_id = next(p for p in (folder / "project" / "runs").iterdir() if p.is_dir()).name
+    play(folder, [line.replace("RUN_ID", run_id).replace("myremote:kdkit-evidence", f"kdsftp:{landing}/rclone")
+                  for line in rclone.groups()], env)
+    assert verify_copy(landing / "rclone" / run_id) > 0
     # The campaign closes there too: the order made before renting, copied beside the bundle, and RUN.md's line.
     order = invoke("plan", locked, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours", "40",
                    "--save", folder.parent / "order.json")
@@ -150,7 +231,7 @@ def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, imag
     report = json.loads((folder.parent / "kdkit-reports" / "campaign-report.json").read_text(encoding="utf-8"))
     assert report["runs"] and not [p for p in (folder / "project").rglob("*") if "report" in p.name]
     assert not [block for blocks in sections(text).values() for block in blocks if "chmod" in block]
-    assert "PASS" in "".join(outputs)
+    assert "pass" in "".join(outputs).lower()
 
 
 def test_run_md_with_docker_only_runs_the_same_container_as_kdkit_run(made: Path, image_gone: str,

@@ -139,3 +139,27 @@ def test_the_model_folder_the_pilot_config_names_is_mounted_read_only_as_kdkit_r
     spec = container_spec(IMAGE, mounts, confinement(host, uid, gid), {})
     assert done.stdout.decode().split("\0")[:-1] == cli_arguments(spec)[1:]
     assert f'type=bind,"source={root}/models/enc",target=/app/models/enc,readonly' in cli_arguments(spec)
+
+
+def test_run_md_teaches_the_rented_hour_in_order() -> None:
+    """Issue 26 §6: verify the bundle, install kdkit offline, the user's .env, diagnose --accept, run --detach then
+    status and wait, the evidence copied off the machine and verified there; the local copy only as a fallback."""
+    from kdkit.transfer.runmd import run_md
+    from tests.test_hostile_config_values import _info
+    from tests.test_rented import sections
+
+    text = run_md(_info(""))
+    found = sections(text)
+    first = next(blocks for title, blocks in found.items() if title.startswith("Check the copy"))
+    assert first == ["sha256sum -c --quiet SHA256SUMS"]
+    kdkit = "\n".join(next(blocks for title, blocks in found.items() if title.startswith("With Docker, through")))
+    steps = ["--no-index --find-links kdkit-wheels", "-m kdkit load .", "> ../.env",
+             "-- kdkit diagnose --accept --expect cpu", "--env-file ../.env --detach --json > ../kdkit-run.json",
+             'status "$run_id" --project project', 'wait "$run_id" --project project',
+             'copy-out project/runs/"$run_id" user@backup-host:kdkit-evidence',
+             'copy-out --verify user@backup-host:kdkit-evidence/"$run_id"']
+    at = [kdkit.find(step) for step in steps]
+    assert -1 not in at and at == sorted(at), dict(zip(steps, at, strict=True))
+    assert "../kdkit-evidence" not in kdkit  # a copy on the same machine is named in the prose, as a fallback only
+    assert "password manager" in text and "dashboard" in text and "lost with the machine" in text
+    assert "myremote:kdkit-evidence" in text  # the rclone form

@@ -9,7 +9,12 @@ and runs them: tests/test_rented.py), for each path the bundle serves:
   computed by shell lines made from the same rules (:func:`kdkit.image.container.portable_line`);
 * **without Docker**: a venv made from the lock, then ``kdkit.pyz``.
 
-Each path ends with its results copied out of the bundle and the copy verified.
+Each path ends with its results copied out of the bundle and the copy verified; the kdkit path copies them off
+the machine (``user@backup-host:kdkit-evidence``, which the user replaces with their own place and the rented-host
+test with its SSH server) and verifies them there. The kdkit path is the rented hour in order: kdkit installed
+offline, the image loaded, the user's secrets in ``../.env`` (made on the host, never in the bundle), the machine
+accepted (`kdkit diagnose --accept` in the image), the run detached (its ID kept in ``../kdkit-run.json``) and
+followed with `kdkit status` and `kdkit wait`, then the evidence.
 
 Every value a block takes from the bundle (the lock, the runs folder, the image, kdkit-wheels/) is one
 shell word quoted with :func:`shlex.quote`, even though kdkit's configs already hold paths to a safe set
@@ -25,10 +30,19 @@ from kdkit.image.container import RUNS_OWNER, portable_line, portable_spec, shel
 from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
 
 # Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load` re-checks it).
-EVIDENCE = "../kdkit-evidence"  # where RUN.md copies results
+EVIDENCE = "../kdkit-evidence"  # a copy on the same machine: the paths without kdkit, and the fallback
+BACKUP = "user@backup-host:kdkit-evidence"  # a place off the machine, written by the user (tests/test_rented.py
+# puts its SSH server there)
+ENV_FILE = "../.env"  # the user's secrets, made on the rented host, beside the bundle: never in it
+RUN_RECORD = "../kdkit-run.json"  # what `kdkit run --detach --json` printed: the run ID
+_RUN_ID = ("""run_id=$({python} -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])' """
+           + RUN_RECORD + ")")  # the run ID, in a script
 KDKIT_ENV = "../kdkit-venv"  # kdkit, installed from kdkit-wheels/
 LOCK_ENV = "../project-venv"  # the project's lock, for the path without Docker
 CLOSE = "{kdkit} close {project} --order ../order.json --out ../kdkit-reports"
+_SAME = (f"`{EVIDENCE}` is on this same machine and is lost with it; copy each run off it too, to a place you "
+         f"control (`copy-out RUN {BACKUP}`, then `copy-out --verify {BACKUP}/RUN_ID` there; or an rclone "
+         "`remote:path`).")
 q = shlex.quote  # every value a block interpolates: one word, whatever it holds
 
 
@@ -74,22 +88,69 @@ def _pythons(wheels: dict[str, Any]) -> str:
 
 
 def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[str]:
+    """The rented hour in order: kdkit installed offline, the image loaded, the secrets, the machine accepted, the
+    run detached and followed, its evidence copied off the machine and verified there."""
     wheels, kdkit = info["kdkit_wheels"], _kdkit(KDKIT_ENV)
+    run = f"{kdkit} run {q(PROJECT)} --image {q(image['ref'])}"
     return ["## With Docker, through kdkit (recommended)", "",
-            f"kdkit itself travels in `{wheels['folder']}/` and installs offline, hash-checked, for "
-            f"{_pythons(wheels)}; "
+            f"**Install kdkit, load the image.** kdkit itself travels in `{wheels['folder']}/` and installs offline, "
+            f"hash-checked, for {_pythons(wheels)}; "
             "with another python3, or where `python3 -m venv` fails (`apt-get install python3-venv`), use the "
-            "Docker-only way below. `kdkit load` needs `zstd` for the image (`apt-get install zstd`). "
-            "`kdkit run` starts the container confined, with the pilot inputs read-only and "
-            f"`{PROJECT}/{runs}` writable. {RUNS_OWNER}. `--print` shows its `docker run` line.", "",
-            *_block([_install_kdkit(wheels),
-                     f"{kdkit} load .",
-                     f"{kdkit} run {q(PROJECT)} --image {q(image['ref'])}"]),
-            "The container runs diagnose, then verify-env against the lock, then the pilot; its exit code is the "
-            f"verdict (`kdkit run --resume RUN_ID` finishes an interrupted run). Keep the evidence (`{EVIDENCE}`):",
-            "", *_block(_copy_out(kdkit, runs)),
+            "Docker-only way below. `kdkit load` needs `zstd` for the image (`apt-get install zstd`).", "",
+            *_block([_install_kdkit(wheels), f"{kdkit} load ."]),
+            *_secrets(),
+            *_accept(run, info["backend"]),
+            *_detached(kdkit, run),
+            *_evidence(kdkit, runs),
             f"After the campaign, with the order that `kdkit plan --save order.json` wrote copied beside this folder: "
             f"`{CLOSE.format(kdkit=kdkit, project=q(PROJECT))}`.", ""]
+
+
+def _secrets() -> list[str]:
+    return [f"**Your secrets.** A token the app needs (a Hugging Face token, an API key) never travels in the bundle "
+            f"or the project: on this host, put it in `{ENV_FILE}`, beside this folder, as `NAME=VALUE` lines "
+            f"(`nano {ENV_FILE}`), taken from your own password manager, or from the provider's dashboard for the "
+            "provider's own keys. This block makes the file, readable by you only (an empty one is fine); "
+            f"`--env-file {ENV_FILE}` hands it to the container at run time only: never printed, logged or baked.", "",
+            *_block([f"umask 077; [ -e {q(ENV_FILE)} ] || echo '# NAME=VALUE lines (HF_TOKEN=...): from your password "
+                     f"manager or the provider dashboard' > {q(ENV_FILE)}"])]
+
+
+def _accept(run: str, backend: str) -> list[str]:
+    return ["**Accept the machine, in the first hour.** The acceptance test runs in the image (its torch, your "
+            "GPUs): diagnose, the driver's health, then a sustained load. Exit 0: accepted. Exit 1 (refused, "
+            "degraded or incomplete): the report names each point, with a paragraph for the provider; stop here and "
+            "ask them for another machine or a refund while the first hour lasts.", "",
+            *_block([f"{run} -- kdkit diagnose --accept --expect {q(backend)}"])]
+
+
+def _detached(kdkit: str, run: str) -> list[str]:
+    return ["**Run it, detached.** `--detach` starts the container and returns at once with the run ID (kept in "
+            f"`{RUN_RECORD}`); the container runs diagnose, then verify-env against the lock, then the pilot. "
+            f"{RUNS_OWNER}. `kdkit status` shows where it stands, `kdkit wait` returns its verdict as the exit code.",
+            "", *_block([f"{run} --env-file {q(ENV_FILE)} --detach --json > {q(RUN_RECORD)}", _RUN_ID.format(
+                python=q(KDKIT_ENV + "/bin/python")), f'{kdkit} status "$run_id" --project {q(PROJECT)}',
+                f'{kdkit} wait "$run_id" --project {q(PROJECT)}']),
+            "A dropped connection loses nothing: the container runs on. From a new connection, in this folder, the "
+            "block's second line gives the run ID again; then its `status` and `wait` lines, or "
+            f'`{kdkit} logs "$run_id" -f --project {q(PROJECT)}` to follow its output. `kdkit run --resume RUN_ID` '
+            "finishes a run that was cut off; `kdkit run --print` shows the `docker run` line.", ""]
+
+
+def _evidence(kdkit: str, runs: str) -> list[str]:
+    folder = q(f"{PROJECT}/{runs.rstrip('/')}")
+    return ["**The evidence, off this machine.** Copy the run to a place you control that outlives the rental "
+            "(your own server over SSH, with rsync where it is installed; or any rclone remote: S3, GCS, B2, Drive, "
+            "with your own rclone config) and verify it there: the hashes are read back at the destination and "
+            f"every file is reloaded. Write your own place for `{BACKUP}`; copy during the pilot too, not only at "
+            f"the end (`kdkit run ... --copy-to {BACKUP}`).", "",
+            *_block([_RUN_ID.format(python=q(KDKIT_ENV + "/bin/python")),
+                     f'{kdkit} copy-out {folder}/"$run_id" {BACKUP}',
+                     f'{kdkit} copy-out --verify {BACKUP}/"$run_id"']),
+            f"With rclone: `{kdkit} copy-out {folder}/RUN_ID myremote:kdkit-evidence`, then "
+            f"`{kdkit} copy-out --verify myremote:kdkit-evidence/RUN_ID`. A copy on this same machine "
+            f"(`{kdkit} copy-out {folder}/RUN_ID {q(EVIDENCE)}`) is a fallback only: it is lost with the machine.",
+            ""]
 
 
 def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
@@ -103,7 +164,7 @@ def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs:
             *_block([f"{shlex.join(decompress)} {q(image['file'])} | docker load",
                      *shell_prelude(f"{PROJECT}/{runs}", backend),
                      portable_line(spec, backend)]),
-            "Its exit code is the verdict. Keep the evidence (`python3 kdkit.pyz` copies and verifies):", "",
+            f"Its exit code is the verdict. Keep the evidence (`python3 kdkit.pyz` copies and verifies): {_SAME}", "",
             *_block(_copy_out(f"python3 {q(ZIPAPP)}", runs))]
 
 
@@ -121,7 +182,7 @@ def _without_docker(info: dict[str, Any]) -> list[str]:
             "The last command's exit code is the verdict. Before the long run: "
             f"`{pyz} sweep {project} --batch-sizes 1,2,4,8` (the batch size from measurements) and "
             f"`{pyz} resume-test {project} --out ../resume-test` (training: resume in a new process). Keep the "
-            "evidence:",
+            f"evidence: {_SAME}",
             "", *_block(_copy_out(pyz, runs)), *_kdkit_for_close(info)]
 
 
