@@ -1,4 +1,9 @@
-"""`kdkit copy-out RUN_DIR DEST`: copy a run folder to a place you control and verify the copy.
+"""`kdkit copy-out RUN_DIR DEST`: copy a run folder (or a checkpoint folder) to a place you control and verify the copy.
+
+DEST is a local folder, ``[user@]host:path`` over SSH or an rclone remote ``remote:path``
+(kdkit.probe.results.destinations says how they are told apart; kdkit.probe.results.remote copies and verifies
+there). A folder without SHA256SUMS (a checkpoint folder) is hashed first, copied, verified against those
+hashes, and its SHA256SUMS is written into the copy, never into the source.
 
 Verification re-reads the copy, not the original, against the run's SHA256SUMS
 (after asking the kernel to drop the copy from its page cache where it can), so
@@ -17,12 +22,16 @@ from pathlib import Path
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.jsonio import sha256_file
 from kdkit.core.parsers import add_json, command_parser
+from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.report import print_result
 from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
-from kdkit.core.runfolder import unlisted
+from kdkit.core.runfolder import required_files, unlisted
 from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.probe.results.destinations import LOCAL, Place, parse_place
+from kdkit.probe.results.remote import copy_remote, verify_remote
 
 
 def _copy_file(source: Path, target: Path) -> None:
@@ -32,27 +41,56 @@ def _copy_file(source: Path, target: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def copy_run(run_dir: Path, dest: Path) -> Path:
-    """Copy ``run_dir`` to ``dest/<run-id>`` and verify the copy; return the copy's path."""
+def copy_run(run_dir: Path, dest: Path | str | Place) -> Path | Place:
+    """Copy ``run_dir`` (a closed run folder, or a checkpoint folder without SHA256SUMS) to ``dest/<name>`` and
+    verify the copy where it lies; return the copy's path (local) or place (remote)."""
+    place = dest if isinstance(dest, Place) else parse_place(str(dest))
     run_dir = run_dir.resolve()
-    sums = read_sums(run_dir)
+    if not run_dir.is_dir():
+        raise BadInput(f"{run_dir}: not a folder; give a run folder (runs/<run-id>) or a checkpoint folder")
+    sums, sums_text = _source_sums(run_dir)
+    if place.kind != LOCAL:
+        return copy_remote(run_dir, sums, place, sums_text)
+    return _copy_local(run_dir, sums, Path(place.path), sums_text)
+
+
+def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
+    """(the folder's {name: sha256}, None) for a closed run folder, checked unchanged since it was closed; for a
+    folder without SHA256SUMS, every file hashed now and the SHA256SUMS text the copy receives."""
+    if (folder / SUMS).exists() or (folder / SUMS).is_symlink():
+        sums = read_sums(folder)
+        problems = [f"{folder / name}: missing, and not listed in {SUMS} either" for name in required_files(folder)
+                    if name not in sums] + unlisted(folder, sums)  # never hashed here: hashed where it lands
+        if problems:
+            raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
+        return sums, None
+    links = [path for path in folder.rglob("*") if path.is_symlink()]
+    if links:
+        raise BadInput(f"{links[0]}: a symbolic link; a folder copied without SHA256SUMS holds regular files only")
+    digests = {path.relative_to(folder).as_posix(): sha256_file(path) for path in sorted(folder.rglob("*"))
+               if path.is_file()}
+    if not digests:
+        raise BadInput(f"{folder}: holds no file; nothing to copy")
+    return digests, "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
+
+
+def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str | None) -> Path:
     final = dest.resolve() / run_dir.name
     if final == run_dir or run_dir in final.parents:
         raise BadInput(f"{dest}: the copy must go outside the run folder {run_dir}")
     if final.exists():
         raise BadInput(f"{final}: exists; choose another DEST or remove the old copy")
-    problems = [p for p in verify_folder(run_dir, sums) if "missing, and not listed" in p] + unlisted(run_dir, sums)
-    if problems:
-        raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
     for line in describe_removed(clean_stale(final)):
         print(f"copy-out: {line}", file=sys.stderr)
     staging, lock = staging_for(final), None
     try:
         staging.mkdir(parents=True)
         lock = hold(staging)
-        for name in [*sums, SUMS]:
+        for name in [*sums, *([] if sums_text is not None else [SUMS])]:
             _copy_file(run_dir / name, staging / name)
-        problems = verify_folder(staging, read_sums(staging)) + _same_sums(run_dir, staging)
+        if sums_text is not None:
+            (staging / SUMS).write_text(sums_text, encoding="utf-8")
+        problems = _local_problems(run_dir, staging, sums_text)
         if problems:
             raise CheckFailed(problems[0].replace(str(staging), str(final)) + "; the copy was removed, copy again")
         os.replace(staging, final)
@@ -64,6 +102,19 @@ def copy_run(run_dir: Path, dest: Path) -> Path:
     return final
 
 
+def _local_problems(run_dir: Path, staging: Path, sums_text: str | None) -> list[str]:
+    copied = read_sums(staging)
+    if sums_text is not None:
+        return mismatched_only(staging, copied)
+    return verify_folder(staging, copied) + _same_sums(run_dir, staging) or reload_problems(staging)
+
+
+def mismatched_only(folder: Path, sums: dict[str, str]) -> list[str]:
+    """A checkpoint folder's copy against its hashes: each file re-read from the copy."""
+    return [f"{folder / name}: SHA-256 differs from {SUMS}" for name, digest in sums.items()
+            if not (folder / name).is_file() or sha256_file(folder / name) != digest]
+
+
 def _same_sums(original: Path, copy: Path) -> list[str]:
     if (original / SUMS).read_bytes() != (copy / SUMS).read_bytes():
         return [f"{copy / SUMS}: differs from the original's {SUMS}"]
@@ -71,31 +122,55 @@ def _same_sums(original: Path, copy: Path) -> list[str]:
 
 
 def verify_copy(folder: Path) -> int:
-    """Verify an existing copy in place; raise CheckFailed naming the first bad file."""
+    """Verify an existing local copy in place (SHA256SUMS, then reloadable); raise CheckFailed naming the first
+    bad file."""
     sums = read_sums(folder)
-    problems = verify_folder(folder, sums)
+    if "summary.json" not in sums:  # a checkpoint folder's copy: its files against its SHA256SUMS
+        problems = mismatched_only(folder, sums) + unlisted(folder, sums)
+    else:
+        problems = verify_folder(folder, sums) or reload_problems(folder)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CheckFailed(problems[0] + more)
     return len(sums)
 
 
-def _destination(text: str) -> Path:
+def verify_place(text: str, rclone_config: str | None) -> tuple[str, int]:
+    """Verify the copy ``text`` names, local or remote; (where it is, how many files)."""
+    place = parse_place(text, rclone_config)
+    if place.kind == LOCAL:
+        return str(Path(place.path).resolve()), verify_copy(Path(place.path))
+    return str(place), verify_remote(place)
+
+
+def _destination(text: str) -> str:
     if not text.strip():
         raise BadInput(f"DEST {text!r}: empty; name the folder that receives the copy")
-    return Path(text)
+    return text
+
+
+PLACE_RULE = ("DEST/PLACE: a path starting with /, ./, ../ or ~, or with no ':' before its first '/', is a local "
+              "folder; user@host:path is SSH (rsync when both ends have it, else sftp; ~/.ssh/config is read, or "
+              "the file KDKIT_SSH_CONFIG names); name:path is rclone when name is one of `rclone listremotes` "
+              "(--rclone-config, else RCLONE_CONFIG), else SSH to the host name.")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "copy-out", "Copy a pilot run folder to a place you control and verify the copy against the run's "
                     "SHA256SUMS by re-reading the copy. With --verify, check an existing copy instead.",
-        "Exit 0 verified, 1 a file differs (named), 2 bad input. Example: "
-        "kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup", preformatted=False)
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder (runs/<run-id>)")
+        PLACE_RULE + " Exit 0 verified, 1 a file differs (named), 2 bad input, 3 unreachable or a tool missing. "
+        "Examples: kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup; kdkit copy-out runs/ID "
+        "me@backup.example:kdkit-evidence; kdkit copy-out runs/ID/ckpt s3remote:bucket/ckpt; "
+        "kdkit copy-out --verify me@backup.example:kdkit-evidence/ID", preformatted=False)
+    parser.add_argument("run_dir", metavar="RUN_DIR",
+                        help="the run folder (runs/<run-id>) or a checkpoint folder; with --verify, the copy "
+                             "(local, user@host:path/ID or remote:path/ID)")
     parser.add_argument("dest", type=_destination, nargs="?", metavar="DEST",
-                        help="folder that receives DEST/<run-id> (not with --verify)")
+                        help="where DEST/<run-id> is made (not with --verify)")
     parser.add_argument("--verify", action="store_true", help="only verify RUN_DIR (e.g. an earlier copy)")
+    parser.add_argument("--rclone-config", metavar="FILE", help="the rclone config to read (default: RCLONE_CONFIG, "
+                        "else rclone's own)")
     add_json(parser, "the result as JSON")
     return parser
 
@@ -105,12 +180,13 @@ def main(argv: list[str]) -> int:
     if args.verify == (args.dest is not None):
         raise BadInput("give RUN_DIR and DEST to copy, or RUN_DIR with --verify to check a copy")
     if args.verify:
-        count = verify_copy(args.run_dir)
-        result = {"verified": str(args.run_dir.resolve()), "files": count}
-        message = f"{args.run_dir}: {count} files match {SUMS}"
+        where, count = verify_place(args.run_dir, args.rclone_config)
+        result = {"verified": where, "files": count}
+        message = f"{args.run_dir}: {count} files match {SUMS}, hashed where the copy lies"
     else:
-        copy = copy_run(args.run_dir, args.dest)
-        result = {"copy": str(copy), "files": len(read_sums(copy)), "verified": True}
-        message = f"Copied to {copy}; {result['files']} files re-read from the copy match {SUMS}"
+        copy = copy_run(Path(args.run_dir), parse_place(args.dest, args.rclone_config))
+        copied = len(read_sums(copy)) if isinstance(copy, Path) else None
+        result = {"copy": str(copy), "files": copied, "verified": True}
+        message = f"Copied to {copy}; every file, hashed where the copy lies, matches {SUMS}"
     print_result(args.json, result, message)
     return 0

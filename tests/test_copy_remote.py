@@ -1,0 +1,215 @@
+"""`kdkit copy-out` to an SSH host (rsync, and sftp when rsync is missing) and to rclone remotes (sftp and local
+backends), verified there; `copy-out --verify` of a remote copy; a checkpoint folder; the hostile cases: an
+unreachable port, a wrong key, a full remote disk, one byte changed on the remote. A real OpenSSH server
+(tests/sshd.py), real rsync and rclone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kdkit.probe.results.destinations import LOCAL, RCLONE, SSH, parse_place
+from tests.conftest import invoke, tree_snapshot
+from tests.sshd import SshServer, missing_tools, running_as_root
+
+pytestmark = pytest.mark.skipif(bool(missing_tools()) or not running_as_root(),
+                                reason=f"needs root and {', '.join(missing_tools()) or 'nothing else'} "
+                                       "(.ci/run installs openssh-server, rsync, rclone)")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    started = SshServer.start(tmp_path_factory.mktemp("sshd"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def ssh_env(server: SshServer, monkeypatch: pytest.MonkeyPatch) -> SshServer:
+    monkeypatch.setenv("KDKIT_SSH_CONFIG", str(server.client_config))
+    monkeypatch.setenv("RCLONE_CONFIG", str(server.rclone_config))
+    return server
+
+
+@pytest.fixture(scope="module")
+def closed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One closed run folder of the example project (made once; tests copy it, never change it)."""
+    from kdkit.project.init import init_project
+
+    root = tmp_path_factory.mktemp("proj") / "proj"
+    init_project(root, backend="cpu")
+    result = invoke("pilot", root, "--json")
+    assert result.exit_code == 0, result.stderr
+    return Path(json.loads(result.stdout)["run_dir"])
+
+
+def test_the_destination_kinds_are_told_apart(ssh_env: SshServer) -> None:
+    assert parse_place("./a:b").kind == LOCAL and parse_place("/x/y:z").kind == LOCAL
+    assert parse_place("dir/sub:x").kind == LOCAL and parse_place("plain").kind == LOCAL
+    assert parse_place("me@host:x").kind == SSH and parse_place("kdtest:x").kind == SSH
+    assert parse_place("kdsftp:x").kind == RCLONE and parse_place("kdlocal:/tmp/x").kind == RCLONE
+    assert invoke("copy-out", "x", "-host:y").exit_code == 2
+
+
+@pytest.mark.parametrize("via", ["rsync", "sftp"])
+def test_copy_to_ssh_is_verified_there_and_a_changed_byte_is_named(ssh_env: SshServer, closed_run: Path,
+                                                                   tmp_path: Path, via: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if via == "sftp":  # a PATH without rsync: the copy goes by sftp
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        for tool in ("ssh", "sftp", "rclone"):
+            (tools / tool).symlink_to(shutil.which(tool) or tool)
+        monkeypatch.setenv("PATH", str(tools))
+    dest = tmp_path / f"remote-{via}"
+    before = tree_snapshot(closed_run)
+    result = invoke("copy-out", closed_run, f"{ssh_env.target}:{dest}")
+    assert result.exit_code == 0, result.stderr
+    copy = dest / closed_run.name
+    assert tree_snapshot(copy) == before and tree_snapshot(closed_run) == before
+    assert not (dest / f"{closed_run.name}.partial").exists()
+    again = invoke("copy-out", closed_run, f"{ssh_env.target}:{dest}")
+    assert again.exit_code == 2 and "exists" in again.stderr
+    place = f"{ssh_env.target}:{copy}"
+    assert invoke("copy-out", "--verify", place).exit_code == 0
+    data = bytearray((copy / "results.jsonl").read_bytes())
+    data[5] ^= 1
+    (copy / "results.jsonl").write_bytes(bytes(data))
+    failed = invoke("copy-out", "--verify", place)
+    assert failed.exit_code == 1 and f"{place}/results.jsonl: SHA-256" in failed.stderr, failed.stderr
+
+
+def test_copy_to_rclone_sftp_and_local_and_a_changed_byte(ssh_env: SshServer, closed_run: Path,
+                                                          tmp_path: Path) -> None:
+    for remote in ("kdsftp", "kdlocal"):
+        dest = tmp_path / remote
+        result = invoke("copy-out", closed_run, f"{remote}:{dest}")
+        assert result.exit_code == 0, result.stderr
+        copy = dest / closed_run.name
+        assert tree_snapshot(copy) == tree_snapshot(closed_run)
+        place = f"{remote}:{copy}"
+        assert invoke("copy-out", "--verify", place).exit_code == 0
+        (copy / "summary.md").write_text((copy / "summary.md").read_text() + "x")
+        failed = invoke("copy-out", "--verify", place)
+        assert failed.exit_code == 1 and f"{place}/summary.md: SHA-256" in failed.stderr, failed.stderr
+
+
+def test_a_resealed_copy_that_cannot_be_reloaded_is_refused_remotely(ssh_env: SshServer, closed_run: Path,
+                                                                    tmp_path: Path) -> None:
+    result = invoke("copy-out", closed_run, f"{ssh_env.target}:{tmp_path}")
+    assert result.exit_code == 0, result.stderr
+    copy = tmp_path / closed_run.name
+    lines = (copy / "results.jsonl").read_text().splitlines()
+    (copy / "results.jsonl").write_text("\n".join([lines[0][:-3], *lines[1:]]) + "\n")
+    subprocess.run(["sh", "-c", "sha256sum $(sed 's/^[0-9a-f]*  //' SHA256SUMS) > S && mv S SHA256SUMS"],
+                   cwd=copy, check=True)
+    failed = invoke("copy-out", "--verify", f"{ssh_env.target}:{copy}")
+    assert failed.exit_code == 1 and "results.jsonl:1" in failed.stderr, failed.stderr
+
+
+def test_a_checkpoint_folder_travels_with_sums_written_into_the_copy(ssh_env: SshServer, tmp_path: Path) -> None:
+    ckpt = tmp_path / "step-1000"
+    (ckpt / "shard").mkdir(parents=True)
+    (ckpt / "model.bin").write_bytes(os.urandom(4096))
+    (ckpt / "shard" / "a b.txt").write_text("weights")
+    before = tree_snapshot(ckpt)
+    for dest in (f"{ssh_env.target}:{tmp_path / 'ssh'}", f"kdsftp:{tmp_path / 'rc'}", str(tmp_path / "local")):
+        result = invoke("copy-out", ckpt, dest)
+        assert result.exit_code == 0, result.stderr
+    assert tree_snapshot(ckpt) == before and not (ckpt / "SHA256SUMS").exists()
+    for copy in (tmp_path / "ssh" / "step-1000", tmp_path / "rc" / "step-1000", tmp_path / "local" / "step-1000"):
+        assert "shard/a b.txt" in (copy / "SHA256SUMS").read_text()
+        assert subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=copy).returncode == 0
+    assert invoke("copy-out", "--verify", f"{ssh_env.target}:{tmp_path / 'ssh' / 'step-1000'}").exit_code == 0
+    assert invoke("copy-out", "--verify", tmp_path / "local" / "step-1000").exit_code == 0
+    (tmp_path / "rc" / "step-1000" / "model.bin").write_bytes(b"changed")
+    failed = invoke("copy-out", "--verify", f"kdsftp:{tmp_path / 'rc' / 'step-1000'}")
+    assert failed.exit_code == 1 and "step-1000/model.bin: SHA-256" in failed.stderr, failed.stderr
+
+
+def test_unreachable_and_wrong_key_exit_3_naming_the_destination(ssh_env: SshServer, closed_run: Path,
+                                                                 tmp_path: Path) -> None:
+    closed = tmp_path / "closed_config"
+    closed.write_text(ssh_env.client_config.read_text().replace(f"Port {ssh_env.port}", "Port 1"))
+    os.environ["KDKIT_SSH_CONFIG"] = str(closed)
+    result = invoke("copy-out", closed_run, f"{ssh_env.target}:{tmp_path}/d")
+    assert result.exit_code == 3 and f"{ssh_env.target}:{tmp_path}/d: unreachable" in result.stderr
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong = tmp_path / "wrong_config"
+    wrong.write_text(ssh_env.client_config.read_text().replace(str(ssh_env.user_key), str(other)))
+    os.environ["KDKIT_SSH_CONFIG"] = str(wrong)
+    result = invoke("copy-out", closed_run, f"{ssh_env.target}:{tmp_path}/d")
+    assert result.exit_code == 3 and "unreachable" in result.stderr and "Permission denied" in result.stderr
+    assert not (tmp_path / "d").exists() and (closed_run / "SHA256SUMS").is_file()
+    rclone_closed = tmp_path / "rclone.conf"
+    rclone_closed.write_text(ssh_env.rclone_config.read_text().replace(f"port = {ssh_env.port}", "port = 1"))
+    result = invoke("copy-out", closed_run, f"kdsftp:{tmp_path}/d", "--rclone-config", rclone_closed)
+    assert result.exit_code == 3 and f"kdsftp:{tmp_path}/d: the rclone remote cannot be listed" in result.stderr
+
+
+def test_a_full_remote_disk_fails_and_leaves_no_final_copy(ssh_env: SshServer, closed_run: Path,
+                                                           tmp_path: Path) -> None:
+    disk = tmp_path / "small"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount rights)")
+    try:
+        (disk / "filler").write_bytes(b"x" * 56_000)  # two 4 KiB pages left: the copy needs more
+        big = tmp_path / "big"
+        shutil.copytree(closed_run, big / closed_run.name)
+        result = invoke("copy-out", big / closed_run.name, f"{ssh_env.target}:{disk}")
+        assert result.exit_code == 1 and f"{ssh_env.target}:{disk}" in result.stderr, result.stderr
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+        assert tree_snapshot(big / closed_run.name) == tree_snapshot(closed_run)
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_copy_to_during_a_run_then_the_final_verified_copy(ssh_env: SshServer, closed_run: Path,
+                                                           tmp_path: Path) -> None:
+    """kdkit run --copy-to's host side: an open folder appearing under runs/ is synced (complete lines only) to
+    DEST/<id>.partial while it grows; at the end the closed folder is copied, verified there, renamed."""
+    from kdkit.machine.copyto import copy_during
+
+    runs, dest, warnings, said = tmp_path / "runs", tmp_path / "dest", [], []
+    runs.mkdir()
+    open_run = runs / closed_run.name
+    with copy_during(f"{ssh_env.target}:{dest}", 0, runs, None, warnings.append) as copier:
+        shutil.copytree(closed_run, open_run)
+        (open_run / "SHA256SUMS").unlink()
+        with (open_run / "results.jsonl").open("a") as results:
+            results.write('{"id": "half')
+        partial = dest / f"{closed_run.name}.partial"
+        for _ in range(600):
+            if copier.copies:
+                break
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert copier.copies and not warnings, warnings
+    assert (partial / "results.jsonl").read_bytes() == (closed_run / "results.jsonl").read_bytes()
+    shutil.rmtree(open_run)
+    shutil.copytree(closed_run, open_run)
+    assert copier.finish([open_run], 0, said.append) == 0, said
+    assert tree_snapshot(dest / closed_run.name) == tree_snapshot(closed_run) and not partial.exists()
+    assert said[-1].startswith(f"Copied to {ssh_env.target}:{dest}/{closed_run.name}, verified there")
+    failing = copy_during(f"{ssh_env.target}:{dest}", 0, runs, [closed_run.name], warnings.append)
+    assert failing.finish([open_run], 0, said.append) == 1 and "exists" in said[-1]
+
+
+def test_the_pilots_copy_to_accepts_an_ssh_destination(ssh_env: SshServer, tmp_path: Path) -> None:
+    from kdkit.project.init import init_project
+
+    root = init_project(tmp_path / "proj", backend="cpu")
+    result = invoke("pilot", root, "--json", "--copy-to", f"{ssh_env.target}:{tmp_path / 'ev'}")
+    summary = json.loads(result.stdout)
+    assert result.exit_code == 0 and summary["copy"]["verified"] is True, result.stderr
+    copy = tmp_path / "ev" / summary["run_id"]
+    assert summary["copy"]["path"] == f"{ssh_env.target}:{copy}"
+    assert tree_snapshot(copy) == tree_snapshot(Path(summary["run_dir"]))
