@@ -213,3 +213,22 @@ def test_the_pilots_copy_to_accepts_an_ssh_destination(ssh_env: SshServer, tmp_p
     copy = tmp_path / "ev" / summary["run_id"]
     assert summary["copy"]["path"] == f"{ssh_env.target}:{copy}"
     assert tree_snapshot(copy) == tree_snapshot(Path(summary["run_dir"]))
+
+
+def test_a_file_kind_runs_declared_outputs_travel_to_ssh_and_rclone(ssh_env: SshServer, project: Path,
+                                                                     tmp_path: Path) -> None:
+    """outputs/ is listed in the run's SHA256SUMS: each output file is copied and hashed where the copy lies."""
+    from tests.test_file_output import DOCS, make, pilot
+
+    make(project, DOCS)
+    code, summary = pilot(project, "--copy-to", f"{ssh_env.target}:{tmp_path / 'ssh'}")
+    assert code == 0 and summary["copy"]["verified"] is True, summary
+    run_dir = Path(summary["run_dir"])
+    copy = tmp_path / "ssh" / run_dir.name
+    assert (copy / "outputs" / "f-05" / "result.txt").read_text() == "XXXXXX"
+    assert tree_snapshot(copy) == tree_snapshot(run_dir)
+    assert invoke("copy-out", run_dir, f"kdsftp:{tmp_path / 'rc'}").exit_code == 0
+    copy = tmp_path / "rc" / run_dir.name
+    (copy / "outputs" / "f-05" / "result.txt").write_text("XXXXXY")
+    failed = invoke("copy-out", "--verify", f"kdsftp:{copy}")
+    assert failed.exit_code == 1 and "outputs/f-05/result.txt: SHA-256" in failed.stderr, failed.stderr

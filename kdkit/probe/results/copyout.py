@@ -149,16 +149,17 @@ def _destination(text: str) -> str:
     return text
 
 
-PLACE_RULE = ("DEST/PLACE: a path starting with /, ./, ../ or ~, or with no ':' before its first '/', is a local "
-              "folder; user@host:path is SSH (rsync when both ends have it, else sftp; ~/.ssh/config is read, or "
-              "the file KDKIT_SSH_CONFIG names); name:path is rclone when name is one of `rclone listremotes` "
-              "(--rclone-config, else RCLONE_CONFIG), else SSH to the host name.")
+PLACE_RULE = ("DEST/PLACE: a path starting with /, ./, ../ or ~, one with no ':', or one with a '/' before its first "
+              "':' is a local folder; user@host:path is SSH (rsync when both ends have it, else sftp; "
+              "~/.ssh/config is read, or the file KDKIT_SSH_CONFIG names); name:path is rclone when name is one of "
+              "`rclone listremotes` (--rclone-config, else RCLONE_CONFIG), else SSH to the host name.")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
-        "copy-out", "Copy a pilot run folder to a place you control and verify the copy against the run's "
-                    "SHA256SUMS by re-reading the copy. With --verify, check an existing copy instead.",
+        "copy-out", "Copy a pilot run folder (or a checkpoint folder) to a place you control (a folder, an SSH host, "
+                    "an rclone remote) and verify the copy where it lies: every file hashed there against the run's "
+                    "SHA256SUMS, its summary and results reloaded. With --verify, check an existing copy instead.",
         PLACE_RULE + " Exit 0 verified, 1 a file differs (named), 2 bad input, 3 unreachable or a tool missing. "
         "Examples: kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup; kdkit copy-out runs/ID "
         "me@backup.example:kdkit-evidence; kdkit copy-out runs/ID/ckpt s3remote:bucket/ckpt; "
