@@ -135,7 +135,8 @@ def big_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      "sha256": "0" * 64, "note": "x" * 600} for k in range(128)])
     run.close()
     for name, data in (("params.json", {"run_id": path.name}), ("env.json", {"verdict": "pass"}),
-                       ("summary.json", {"kind": "pilot", "verdict": "pass", "stopped": None})):
+                       ("summary.json", {"kind": "pilot", "verdict": "pass", "stopped": None, "total": 300 * 128,
+                                         "accepted": 300 * 128, "rejected": 0})):  # reloadable: counts agree
         run.write_json(name, data)
     run.write_text("summary.md", "# big\n")
     run.write_sums()
