@@ -26,8 +26,8 @@ from kdkit.core.jsonio import sha256_file
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.report import print_result
+from kdkit.core.runfolder import REQUIRED, required_files, unlisted
 from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
-from kdkit.core.runfolder import required_files, unlisted
 from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
@@ -125,7 +125,7 @@ def verify_copy(folder: Path) -> int:
     """Verify an existing local copy in place (SHA256SUMS, then reloadable); raise CheckFailed naming the first
     bad file."""
     sums = read_sums(folder)
-    if "summary.json" not in sums:  # a checkpoint folder's copy: its files against its SHA256SUMS
+    if not is_run_copy(sums, folder):  # a checkpoint folder's copy: its files against its SHA256SUMS
         problems = mismatched_only(folder, sums) + unlisted(folder, sums)
     else:
         problems = verify_folder(folder, sums) or reload_problems(folder)
@@ -133,6 +133,13 @@ def verify_copy(folder: Path) -> int:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CheckFailed(problems[0] + more)
     return len(sums)
+
+
+def is_run_copy(sums: dict[str, str], folder: Path | None = None) -> bool:
+    """Whether a copy is of a run folder (any file a run folder or a gathering requires is listed, or there), not
+    of a checkpoint folder."""
+    names = {name for names in REQUIRED.values() for name in names}
+    return any(name in sums or (folder is not None and os.path.lexists(folder / name)) for name in names)
 
 
 def verify_place(text: str, rclone_config: str | None) -> tuple[str, int]:

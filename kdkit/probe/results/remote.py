@@ -16,7 +16,7 @@ from kdkit.core import checksums
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError
 from kdkit.core.reloadcheck import reload_problems
-from kdkit.core.runfolder import ENV, PARAMS, RESULTS, STOP, SUMMARY, SUMMARY_MD
+from kdkit.core.runfolder import ENV, PARAMS, REQUIRED, RESULTS, STOP, SUMMARY, SUMMARY_MD
 from kdkit.probe.results.destinations import Place
 from kdkit.probe.results.transports import Transport, transport_for
 
@@ -84,7 +84,7 @@ def verify_remote(place: Place) -> int:
         listed = Path(scratch) / SUMS
         transport.fetch(place.child(SUMS), listed)
         sums = checksums.read_sums(Path(scratch), "run folder", f"is {place} a copy of a run folder?")
-    reload = SUMMARY in sums
+    reload = any(name in sums for names in REQUIRED.values() for name in names)  # a run folder, not a checkpoint
     problems = remote_problems(transport, place, sums, reload=reload)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
