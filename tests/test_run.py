@@ -254,13 +254,15 @@ def test_root_hands_runs_to_the_image_user_and_others_run_as_themselves(
         labelled: dict[str, str], project: Path) -> None:
     as_root = prepare_run(project, image=labelled["cpu"], host=HostFacts(uid=0, gid=0))
     assert as_root.spec.user == f"{IMAGE_UID}:{IMAGE_UID}"  # the image's own non-root user, said explicitly
-    assert as_root.spec.extra_env == {"HOME": HOME}
+    assert as_root.spec.extra_env["HOME"] == HOME and "KDKIT_LAUNCH" in as_root.spec.extra_env
     assert as_root.spec.tmpfs[HOME] == f"rw,exec,nosuid,nodev,size=1024m,uid={IMAGE_UID},gid={IMAGE_UID},mode=0700"
-    assert print_lines(as_root)[:-1] == [f"chown {IMAGE_UID}:{IMAGE_UID} {project / 'runs'}"]
+    cache = project.resolve() / ".kdkit-cache"  # kdkit.machine.mounts: the on-disk cache, handed over like runs/
+    assert print_lines(as_root)[:-1] == [f"chown {IMAGE_UID}:{IMAGE_UID} {project / 'runs'}", f"mkdir -p {cache}",
+                                         f"chown {IMAGE_UID}:{IMAGE_UID} {cache}"]
     as_user = prepare_run(project, image=labelled["cpu"], host=HostFacts(uid=1234, gid=1234))
-    assert as_user.spec.user == "1234:1234" and as_user.spec.extra_env == {"HOME": HOME}
+    assert as_user.spec.user == "1234:1234" and as_user.spec.extra_env["HOME"] == HOME
     assert as_user.spec.tmpfs[HOME].endswith(",uid=1234,gid=1234,mode=0700")
-    assert print_lines(as_user)[:-1] == []
+    assert print_lines(as_user)[:-1] == [f"mkdir -p {project.resolve() / '.kdkit-cache'}"]  # theirs: no chown
 
 
 # ---------------------------------------------------------------- confinement: one description, two translations
@@ -276,7 +278,7 @@ def _cli_as_sdk(argv: list[str]) -> dict[str, object]:
     rest = argv[5:]
     lists = {"--cap-drop": "cap_drop", "--security-opt": "security_opt", "--group-add": "group_add"}
     scalars = {"--network": "network_mode", "--user": "user", "--workdir": "working_dir", "--shm-size": "shm_size",
-               "--ipc": "ipc_mode"}
+               "--ipc": "ipc_mode", "--name": "name"}
     while rest and rest[0].startswith("--"):
         flag = rest.pop(0)
         if flag in ("--read-only", "--init"):
@@ -292,6 +294,9 @@ def _cli_as_sdk(argv: list[str]) -> dict[str, object]:
         elif flag == "--tmpfs":
             path, _, options = value.partition(":")
             out.setdefault("tmpfs", {})[path] = options  # type: ignore[index]
+        elif flag == "--label":
+            key, _, text = value.partition("=")
+            out.setdefault("labels", {})[key] = text  # type: ignore[index]
         elif flag == "--device":
             out.setdefault("devices", []).append(f"{value}:{value}:rwm")  # type: ignore[union-attr]
         elif flag == "--mount":
@@ -327,7 +332,8 @@ def test_every_field_of_the_spec_is_translated_the_same_both_ways(tmp_path: Path
         image=f"p:{backend}-1", command=["kdkit", "diagnose"], network="bridge",
         mounts=[Mount(tmp_path / "data", "/app/data", True), Mount(tmp_path / "runs", "/app/runs", False)],
         workdir="/app", env_file=env_file, env=read_env_file(env_file), extra_env={"HOME": HOME},
-        security_opt=["label=disable"], ipc_mode="private", init=True,
+        security_opt=["label=disable"], ipc_mode="private", init=True, name="kdkit-r1",
+        labels={"dev.kdkit.run-id": "r1", "dev.kdkit.project": str(tmp_path / "a b"), "dev.kdkit.role": "run"},
         **confinement(HostFacts(uid=0, gid=0, cpus=96, memory_bytes=512 << 30), 4321, 4322),
         **device_access(backend, host, gpus, {}))
     defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]

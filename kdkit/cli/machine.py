@@ -145,6 +145,8 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
     image and its kdkit labels, the NVIDIA runtime or /dev/kfd, the GPUs named by
     --gpus, the host driver against the image's CUDA. data/pilot is mounted
     read-only, runs/ read-write; the new runs/<id>/ folder is on this host after.
+    So are config/ and src/ (edits run unrebuilt), kdkit.json's "mounts" at /mnt/NAME
+    (--mount SRC:NAME), and .kdkit-cache/ as /cache (HF_HOME...), kept between runs.
     The container is confined: a non-root user (10001, or yours), no capability,
     no new privileges, the image read-only with /tmp and HOME as tmpfs, a pids
     limit and /dev/shm sized from the host; --print shows every flag.
@@ -165,6 +167,9 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
     options["command"] = ctx.meta.get("kdkit.command") or None
     launch = Launch(detach=options.pop("detach"), copy_to=options.pop("copy_to"),
                     copy_every=options.pop("copy_every"))
+    if launch.detach and options["command"]:
+        raise BadInput("--detach with a command after --: a detached run is the image's own pilot (or --resume), "
+                       "followed by its run ID; run the command in the foreground")
     if workers is not None and options["resume"] is not None:
         raise BadInput("--resume with --workers: --resume finishes one run in one container; drop --workers")
     if workers is not None:
@@ -173,18 +178,52 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
         _run_one(project_dir, print_only, as_json, launch, **options)
 
 
+def _lost(run_id: str | None, containers: list[str]) -> None:
+    """After SIGHUP: say (if the terminal is still there) where the run goes on, and leave at once with 129, not
+    waiting for the threads that followed the containers (they run on without kdkit)."""
+    import os
+
+    from kdkit.core.stopsignals import HANGUP_EXIT, say_lost
+    from kdkit.machine.waiting import lost_line
+
+    say_lost(lost_line(run_id, containers))
+    os._exit(HANGUP_EXIT)
+
+
+def _detached(as_json: bool, report: dict[str, Any]) -> None:
+    if as_json:
+        emit_json(report)
+        return
+    names = report.get("containers") or [report.get("container")]
+    say(f"Run {report['run_id']} started in container {', '.join(map(str, names))}; follow it with:")
+    for line in report["follow"]:
+        say(f"  {line}")
+
+
 def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: Launch, **options: Any) -> None:
-    """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop)."""
+    """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop); SIGHUP
+    leaves it running (kdkit.machine.watch); --detach starts it and returns."""
     from kdkit.core.runfolder import run_folders
+    from kdkit.core.stopsignals import HungUp
+    from kdkit.machine.copyto import copy_during
     from kdkit.machine.run import execute, prepare_run, print_lines
+    from kdkit.machine.watch import detach, with_run_id
     from kdkit.machine.workers import stopped_run_lines
 
-    plan = prepare_run(project_dir, **options)
+    plan = with_run_id(prepare_run(project_dir, **options))
     if _announced(plan, print_only, lambda: print_lines(plan)):
         return
+    if launch.detach:
+        _detached(as_json, detach(plan))
+        return
     before = set(run_folders(plan.runs))
+    copier = copy_during(launch.copy_to, launch.copy_every, plan.runs, [plan.run_id] if plan.run_id else None, warn)
     try:
-        code, folders = execute(plan, _shown(as_json))  # SIGINT/SIGTERM stop the container while it runs
+        with copier:  # --copy-to: copies while it runs (kdkit.machine.copyto)
+            code, folders = execute(plan, _shown(as_json))  # SIGINT/SIGTERM stop the container while it runs
+    except HungUp:
+        _lost(plan.run_id, [plan.spec.name or "(unnamed)"])
+        raise
     except Interrupted as stop:
         new = [folder for folder in run_folders(plan.runs) if folder not in before]
         _stopped(as_json, {"image": plan.image.ref, "backend": plan.backend, "exit_code": stop.exit_code,
@@ -198,6 +237,7 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
         where = ", ".join(str(f) for f in folders) or "none"
         verdict = "passed" if code == 0 else f"failed (exit {code})"
         say(f"Verdict: {verdict}; new run folders: {where}", err=True)
+    code = copier.finish(folders, code, lambda line: say(line, err=True))
     if code:
         raise click.exceptions.Exit(code)
 
@@ -205,13 +245,22 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
 def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, launch: Launch,
                  **options: Any) -> None:
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
+    from kdkit.core.stopsignals import HungUp
+    from kdkit.machine.copyto import copy_during
+    from kdkit.machine.watch import detach_workers
     from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
 
     plan = prepare_workers(project_dir, workers, **options)
     if _announced(plan.base, print_only, lambda: print_worker_lines(plan)):
         return
-    with interrupts():
+    if launch.detach:  # kdkit wait gathers them once every worker has ended
+        _detached(as_json, detach_workers(plan))
+        return
+    copier = copy_during(launch.copy_to, launch.copy_every, plan.base.runs, [f.name for f in plan.folders], warn)
+    with interrupts(hangup=True), copier:
         result = execute_workers(plan, _shown(as_json))
+    if isinstance(result.interrupted, HungUp):
+        _lost(plan.run_id, [spec.name or "(unnamed)" for spec in plan.specs])
     summary = result.gathered.summary if result.gathered else None
     if result.interrupted is not None:
         _stopped(as_json, {"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
@@ -233,30 +282,100 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
         where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
         say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
-    if result.exit_code:
-        raise click.exceptions.Exit(result.exit_code)
+    copied = [*(f for f in plan.folders if f.is_dir()), *([result.gathered.out] if result.gathered else [])]
+    code = copier.finish(copied, result.exit_code, lambda line: say(line, err=True))
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+project_option = click.option("--project", "project_dir", type=click.Path(file_okay=False, path_type=Path),
+                              metavar="DIR", help="The project (default: found upward from the current folder).")
 
 
 @click.command("status")
 @click.argument("run_id", required=False)
-@project_argument
+@project_option
 @json_option
 def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
-    """Where a run stands, from any shell: state, items, rate, ETA, GPUs."""
-    raise BadInput("kdkit status: not built yet")
+    """Where a run stands, from any shell: state, items, rate, ETA, GPUs.
+
+    Read from the run folder (the pilot's heartbeat, summary.json, stop.json) and
+    the engine (the containers labelled with the run), never from the process
+    that started it. Without RUN_ID: every run of the project still running or
+    with a container left, and the most recent one.
+    """
+    from kdkit.machine.waiting import gpu_usage, status_lines
+    from kdkit.machine.watch import place, project_status, run_status
+
+    project = place(project_dir)
+    report = run_status(project, run_id) if run_id else project_status(project)
+    report["gpus"] = gpu_usage()
+    if as_json:
+        emit_json(report)
+        return
+    for run in report.get("runs", [report]) if not run_id else [report]:
+        for line in status_lines(run):
+            say(line)
+    if not run_id and not report["runs"]:
+        say(f"No runs in {report['runs_folder']}")
+    for gpu in report["gpus"] or []:
+        say(f"GPU {gpu['index']} {printable(str(gpu['name']))}: {gpu['utilization_percent']}% busy, "
+            f"{gpu['memory_used_mib']} of {gpu['memory_total_mib']} MiB")
 
 
 @click.command("wait")
 @click.argument("run_id")
+@click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
+              help="Give up waiting after S seconds (exit 124; the run goes on).")
+@project_option
 @json_option
-def wait(run_id: str, as_json: bool) -> None:
-    """Wait for a run to end; exit code = its verdict."""
-    raise BadInput("kdkit wait: not built yet")
+def wait(run_id: str, timeout: float | None, project_dir: Path | None, as_json: bool) -> None:
+    """Wait for a run to end; exit code = its verdict.
+
+    0 passed, 1 failed, the container's own exit code when it died before its
+    summary, 124 when --timeout passed first, 130/143 when this wait is
+    interrupted (the run goes on). A workers run is gathered once every worker
+    has ended. The ended containers are removed.
+    """
+    from kdkit.core.stopsignals import interrupts
+    from kdkit.machine.waiting import status_lines, wait_run
+    from kdkit.machine.watch import place
+
+    project = place(project_dir)
+    with interrupts():
+        code, report = wait_run(project, run_id, timeout)
+    if as_json:
+        emit_json({**report, "exit_code": code})
+    else:
+        for line in status_lines(report):
+            say(line, err=True)
+        say(f"Verdict: {report['state']} (exit {code})" if code != 124 else
+            f"Still running after {timeout:g} s (exit 124); the run goes on", err=True)
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @click.command("logs")
 @click.argument("run_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing as the container writes.")
-def logs(run_id: str, follow: bool) -> None:
-    """Show (or follow with -f) the output of a run's container."""
-    raise BadInput("kdkit logs: not built yet")
+@project_option
+def logs(run_id: str, follow: bool, project_dir: Path | None) -> None:
+    """Show (or follow with -f) the output of a run's container, escaped for the terminal."""
+    from kdkit.core.stopsignals import interrupts
+    from kdkit.machine.waiting import show_logs
+    from kdkit.machine.watch import place
+    from kdkit.machine.workers import Prefixed
+
+    shown = _shown(False)
+    sinks: dict[str, Any] = {}
+
+    def sink(label: str, chunk: bytes) -> None:
+        if not label:
+            shown(chunk)
+            return
+        sinks.setdefault(label, Prefixed(label, shown))(chunk)
+
+    with interrupts():
+        show_logs(place(project_dir), run_id, follow, sink)
+    for prefixed in sinks.values():
+        prefixed.flush()

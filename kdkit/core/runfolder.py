@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from kdkit.core import checksums, outputfiles, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
+from kdkit.core.heartbeat import HEARTBEAT as HEARTBEAT  # an open run's only: removed before it closes
 from kdkit.core.jsonio import drop_cached_pages, sha256_file
 from kdkit.core.outputfiles import OUTPUTS, STAGING
 from kdkit.core.pilotconfig import params_hash
@@ -56,7 +57,7 @@ REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (S
 # The only files the harness puts in a pilot run folder: its own, and earlier sessions' reports kept
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
-HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS})
+HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS, HEARTBEAT})
 HARNESS_FOLDERS = frozenset({OUTPUTS, STAGING})  # the file output kind's: outputs/ and its staging folder
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 

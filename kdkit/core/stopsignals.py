@@ -1,4 +1,5 @@
-"""The two signals that ask kdkit to stop (Ctrl-C's SIGINT, `docker stop`'s SIGTERM), handled for a while.
+"""The two signals that ask kdkit to stop (Ctrl-C's SIGINT, `docker stop`'s SIGTERM), handled for a while; and
+SIGHUP, what a dropped connection sends (:class:`HungUp`): kdkit stops following, what it started runs on.
 
 Standard library only: the in-container side uses it too.
 """
@@ -10,7 +11,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from kdkit.core.errors import Interrupted
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HANGUP_EXIT = 128 + int(signal.SIGHUP)  # 129, as shells report a process ended by SIGHUP
+
+
+class HungUp(Interrupted):
+    """SIGHUP (the terminal or the SSH connection is gone): stop following, leave what runs running."""
+
+    def __init__(self) -> None:
+        super().__init__(int(signal.SIGHUP))
+
+
+def say_lost(line: str) -> None:
+    """Best effort on stderr: after a hangup the terminal may be gone (EIO, EPIPE), which is ignored."""
+    import sys
+
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 @contextmanager
@@ -25,12 +47,11 @@ def handling_stops(handler: Callable[[int, FrameType | None], None]) -> Iterator
 
 
 @contextmanager
-def interrupts() -> Iterator[None]:
+def interrupts(hangup: bool = False) -> Iterator[None]:
     """While kdkit waits on what it started (containers), SIGINT and SIGTERM raise Interrupted in the main thread,
-    so what runs is stopped before kdkit ends (SIGTERM's default would end kdkit at once, leaving it)."""
+    so what runs is stopped before kdkit ends (SIGTERM's default would end kdkit at once, leaving it); with
+    ``hangup``, SIGHUP raises :class:`HungUp` (the caller leaves what runs running)."""
     import threading
-
-    from kdkit.core.errors import Interrupted
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -39,8 +60,16 @@ def interrupts() -> Iterator[None]:
     def interrupt(signum: int, _frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
-    with handling_stops(interrupt):
-        yield
+    def hung_up(_signum: int, _frame: FrameType | None) -> None:
+        raise HungUp()
+
+    saved = signal.signal(signal.SIGHUP, hung_up) if hangup else None
+    try:
+        with handling_stops(interrupt):
+            yield
+    finally:
+        if saved is not None:
+            signal.signal(signal.SIGHUP, saved)
 
 
 @contextmanager
@@ -53,7 +82,7 @@ def deferred_stops() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP_SIGNALS, signal.SIGHUP))
     try:
         yield
     finally:

@@ -34,11 +34,12 @@ from typing import IO, Any
 from kdkit.core.errors import Unavailable
 from kdkit.docker_adapter.containers import SIGNALLED, STOP_GRACE_S, ContainerRuns, Running, Stopped
 from kdkit.docker_adapter.errors import NVIDIA_ERROR, NVIDIA_FIX, _one_line, docker_errors
+from kdkit.docker_adapter.labelled import Labelled, labelled_containers
 from kdkit.docker_adapter.spec import ContainerSpec, Mount, cli_arguments, sdk_arguments, shell_line, split_reference
 
 __all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "SIGNALLED", "STOP_GRACE_S", "ContainerSpec", "Engine", "ImageFacts",
-           "Mount", "Running", "Stopped", "cli_arguments", "connect", "docker_errors", "sdk_arguments", "shell_line",
-           "split_reference"]
+           "Labelled", "Mount", "Running", "Stopped", "cli_arguments", "connect", "docker_errors",
+           "labelled_containers", "sdk_arguments", "shell_line", "split_reference"]
 
 # Builds stream for many minutes without a byte (pip installing torch): a read timeout must not end them.
 BUILD_TIMEOUT_S = 3 * 3600

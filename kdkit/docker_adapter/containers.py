@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kdkit.core.errors import Interrupted
-from kdkit.core.stopsignals import deferred_stops
+from kdkit.core.stopsignals import HungUp, deferred_stops
 from kdkit.docker_adapter.errors import docker_errors
 from kdkit.docker_adapter.spec import ContainerSpec, sdk_arguments
 
@@ -86,7 +86,7 @@ class ContainerRuns:
         until the container is known), so no created container is left behind. ``running`` registers the
         container with the others of one command, which :func:`stop` reaches from another thread.
         """
-        container, code = None, None
+        container, code, kept = None, None, False
         with docker_errors(spec.image, init=spec.init):
             try:
                 if running is not None and running.stopping:
@@ -94,16 +94,54 @@ class ContainerRuns:
                 with deferred_stops():
                     container = self._client.containers.create(**sdk_arguments(spec))
                 container.start()
+                kept = True  # from here a hangup leaves it running (before, it was never started: removed)
                 if running is not None and not running.add(container.id):
                     self.stop([container.id])  # the stop came while it started: it stops itself
                 code = self._follow(container, on_output)
+                kept = False
+            except HungUp:
+                raise  # the connection is gone, not the run: a started container runs on to its verdict
+            except BaseException:
+                kept = False
+                raise
             finally:
-                if container is not None:
+                if container is not None and not kept:
                     if running is not None:
                         running.discard(container.id)
                     self._remove(container, ended=code is not None)
         assert code is not None  # _follow returned it, or raised
         return code
+
+    def start(self, spec: ContainerSpec) -> tuple[str, str]:
+        """Create and start ``spec`` and return at once (``kdkit run --detach``): (its ID, its name). It is not
+        removed when it ends, so its exit code waits for ``kdkit wait``, which removes it."""
+        with docker_errors(spec.image, init=spec.init), deferred_stops():
+            container = self._client.containers.create(**sdk_arguments(spec))
+            try:
+                container.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+                raise
+        return str(container.id), str(container.name)
+
+    def remove_container(self, container_id: str) -> None:
+        """Remove an ended container (gone already: nothing to do)."""
+        with deferred_stops(), contextlib.suppress(Exception):
+            self._client.api.remove_container(container_id, force=True)
+
+    def logs(self, container_id: str, follow: bool) -> Any:
+        """The container's output as chunks of bytes, as it comes when ``follow``; Unavailable when it is gone."""
+        import docker.errors
+
+        from kdkit.core.errors import Unavailable
+
+        try:
+            if follow:
+                return self._client.api.logs(container_id, stream=True, follow=True, stdout=True, stderr=True)
+            return iter([self._client.api.logs(container_id, stdout=True, stderr=True)])
+        except docker.errors.NotFound:
+            raise Unavailable(f"container {container_id}: gone (removed)") from None
 
     @staticmethod
     def _remove(container: Any, ended: bool) -> None:
@@ -123,6 +161,8 @@ class ContainerRuns:
                 if on_output is not None:
                     on_output(chunk)
             code = int(container.wait().get("StatusCode", 1))
+        except HungUp:
+            raise
         except KeyboardInterrupt as stop:
             reached = self.stop([container.id])
             ended = self._exit_code(container.id)

@@ -53,6 +53,10 @@ class ContainerSpec:
     # An init as PID 1 (Docker's --init, its docker-init: tini) that passes SIGTERM on to the command and reaps
     # orphans: a shell or a program as PID 1 ignores a signal it set no handler for (kdkit.image.container).
     init: bool = False
+    # Who the container belongs to (kdkit.machine.watch: dev.kdkit.run-id, .project, .role), so one left running
+    # after a lost connection is found by its run; ``name`` the engine's name for it (None: the engine's own).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    name: str | None = None
 
 
 def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
@@ -78,6 +82,8 @@ def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
         "cap_drop": list(spec.cap_drop),
         "pids_limit": spec.pids_limit,
         "init": spec.init or None,
+        "labels": dict(spec.labels),
+        "name": spec.name,
     }
     if spec.gpus == "all":
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -94,7 +100,8 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
     gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
     mounts = [f"type=bind,{_csv_field(f'source={m.source}', always=True)},{_csv_field(f'target={m.target}')}"
               + (",readonly" if m.read_only else "") for m in spec.mounts]
-    return ["docker", "run", "--rm", "--pull", "never", *(["--init"] if spec.init else []), "--network", spec.network,
+    return ["docker", "run", "--rm", "--pull", "never", *_flags("--name", [spec.name]),
+            *(["--init"] if spec.init else []), "--network", spec.network,
             *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
             *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
             *_flags("--cap-drop", spec.cap_drop),
@@ -105,7 +112,8 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
             *_flags("--env", [f"{name}={value}" for name, value in spec.extra_env.items()]),
             *_flags("--gpus", [gpus]), *_flags("--device", spec.devices), *_flags("--group-add", spec.group_add),
             *_flags("--security-opt", spec.security_opt), *_flags("--shm-size", [spec.shm_size]),
-            *_flags("--ipc", [spec.ipc_mode]), spec.image, *(spec.command or [])]
+            *_flags("--ipc", [spec.ipc_mode]), *_flags("--label", [f"{k}={v}" for k, v in spec.labels.items()]),
+            spec.image, *(spec.command or [])]
 
 
 def _csv_field(field: str, always: bool = False) -> str:

@@ -12,7 +12,9 @@ becomes either the container (:func:`execute`) or the equivalent ``docker
 run`` line (``--print``), so the two cannot drift.
 
 The container sees the pilot inputs read-only and ``runs/`` read-write,
-secrets only as environment from ``--env-file`` (never printed, logged or
+the project's kdkit.json, ``config/`` and ``src/`` read-only over the image's, the declared mounts
+and the cache (:mod:`kdkit.machine.mounts`, which also writes KDKIT_LAUNCH, what params.json records
+of the run), secrets only as environment from ``--env-file`` (never printed, logged or
 baked), and no network unless asked. Without a command it runs the image's
 own: diagnose, verify-env against the baked lock, the pilot. Its exit code is
 the verdict.
@@ -70,6 +72,7 @@ from kdkit.config.project import Project, load_project
 from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Interrupted, Unavailable
+from kdkit.core.launchrecord import VARIABLE
 from kdkit.core.pilotconfig import inputs_folder
 from kdkit.core.runfolder import check_run_id, run_folders
 from kdkit.core.stopsignals import interrupts
@@ -77,9 +80,10 @@ from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine
 from kdkit.image import container
 from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
 from kdkit.image.container import HOME as HOME
-from kdkit.image.container import IMAGE_UID, container_spec, inside_project, project_mounts
+from kdkit.image.container import IMAGE_UID, container_spec, inside_project
 from kdkit.image.container import named_mounts as named_mounts  # re-exported: tests name it here
 from kdkit.image.labels import LABEL, built_image, project_lock, require_kdkit_labels, resumed_command
+from kdkit.machine.mounts import run_mounts
 
 NETWORKS = ("none", "bridge", "host")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -253,6 +257,7 @@ class RunPlan:
     runs: Path
     warnings: list[str]
     host: HostFacts | None = None  # the facts the plan was checked against (kdkit run --workers counts GPUs)
+    run_id: str | None = None  # chosen on the host (kdkit.machine.watch.with_run_id); None: the pilot's own
 
 
 def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostStep]]:
@@ -261,18 +266,25 @@ def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostSt
     A non-root person runs the container as themself (the run folders are theirs). For root,
     the image's own non-root user runs it, and runs/ is handed to that user if it cannot write.
     """
+    who = (host.uid, host.gid) if host.uid != 0 else (IMAGE_UID, IMAGE_UID)
+    return who, writable_steps(host, runs, "run folders")
+
+
+def writable_steps(host: HostFacts, folder: Path, what: str) -> list[HostStep]:
+    """What ``folder`` (runs/, the cache, a writable declared mount) needs so the container's user can write it:
+    created when missing; handed to the image's user IMAGE_UID when root runs kdkit (chown, never chmod 777)."""
     steps = []
-    if not runs.exists():
-        steps.append(HostStep(f"create {runs}", f"mkdir -p {runs}",
-                              lambda: runs.mkdir(parents=True, exist_ok=True)))
+    if not folder.exists():
+        steps.append(HostStep(f"create {folder}", f"mkdir -p {folder}",
+                              lambda: folder.mkdir(parents=True, exist_ok=True)))
     if host.uid != 0:
-        return (host.uid, host.gid), steps
-    info = runs.stat() if runs.exists() else None
+        return steps
+    info = folder.stat() if folder.exists() else None
     if info is None or (info.st_uid != IMAGE_UID and not info.st_mode & stat.S_IWOTH):
-        steps.append(HostStep(f"give {runs} to the image's user {IMAGE_UID} so it can write its run folders",
-                              f"chown {IMAGE_UID}:{IMAGE_UID} {runs}",
-                              lambda: os.chown(runs, IMAGE_UID, IMAGE_UID)))
-    return (IMAGE_UID, IMAGE_UID), steps
+        steps.append(HostStep(f"give {folder} to the image's user {IMAGE_UID} so it can write its {what}",
+                              f"chown {IMAGE_UID}:{IMAGE_UID} {folder}",
+                              lambda: os.chown(folder, IMAGE_UID, IMAGE_UID)))
+    return steps
 
 
 def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
@@ -329,10 +341,12 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)
-    bound = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
-                           runs.relative_to(project.root).as_posix()) + named_mounts(project, pilot, inputs)
+    bound, extra = run_mounts(project, pilot, inputs, runs, facts, network, mounts)  # kdkit.machine.mounts
     spec = container_spec(facts.ref, bound, confinement(host, uid, gid), access, network=network, command=command,
-                          env_file=env_file.resolve() if env_file else None, env=env)
+                          env_file=env_file.resolve() if env_file else None, env=env,
+                          extra_env={k: v for k, v in extra.items() if k not in env or k == VARIABLE})
+    steps += [step for m in bound if not m.read_only and m.source != runs for step in writable_steps(host, m.source,
+                                                                                                       "files")]
     warnings = []
     current = project_lock(project, facts.labels)
     if current.is_file():
@@ -359,6 +373,7 @@ def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
     """Make the host steps, run the container to its end; return (exit code, new run folders).
 
     SIGINT or SIGTERM meanwhile stops it (:meth:`Engine.run`: Stopped, an Interrupted, when the stop ended it);
+    SIGHUP (a lost connection) raises HungUp and leaves the container running, labelled with its run;
     once the container's exit code is known the run has ended on its own, and a signal stops nothing: that
     code is the answer."""
     from kdkit.docker_adapter import connect
@@ -368,7 +383,7 @@ def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
     before = set(run_folders(plan.runs))
     code = None
     try:
-        with interrupts():
+        with interrupts(hangup=True):  # SIGHUP: kdkit stops following (HungUp), the container runs on
             code = (engine or connect()).run(plan.spec, on_output)
     except Interrupted:
         if code is None:

@@ -24,7 +24,6 @@ the signal's number, as shells report it (:class:`kdkit.core.errors.Interrupted`
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -37,10 +36,12 @@ from typing import Any
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, Interrupted
-from kdkit.core.runfolder import PILOT, claim, gathered_folder, new_run_id, read_run, worker_folder
+from kdkit.core.runfolder import gathered_folder, read_run, worker_folder
+from kdkit.core.stopsignals import HungUp
 from kdkit.core.stopsignals import interrupts as interrupts  # kdkit run's and the CLI's name for it
 from kdkit.docker_adapter import SIGNALLED, ContainerSpec, Engine, Running, shell_line
 from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_run
+from kdkit.machine.watch import container_name, host_run_id, labels_for
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
 MAX_WORKERS = 256  # containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
@@ -86,17 +87,11 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
 
 def _run_id(base: RunPlan, workers: int) -> str:
     """The run's shared ID: the pilot's own (kdkit.core.runfolder.new_run_id and its one collision rule),
-    free for every worker folder and the gathering. The containers make the folders; a run that takes the
-    name meanwhile makes their pilots refuse it (RunFolder.create never reuses a folder)."""
-    from kdkit.core.pilotconfig import load_pilot, params_hash
-
-    def free(candidate: str) -> str:
-        names = [*(worker_folder(candidate, i, workers) for i in range(workers)), gathered_folder(candidate)]
-        if any(os.path.lexists(base.runs / name) for name in names):
-            raise FileExistsError(candidate)
-        return candidate
-
-    return claim(new_run_id(PILOT, params_hash(load_pilot(base.project.root).resolved())), free)
+    free for every worker folder and the gathering (kdkit.machine.watch.host_run_id). The containers make the
+    folders; a run that takes the name meanwhile makes their pilots refuse it (RunFolder.create never reuses a
+    folder)."""
+    return host_run_id(base.project, base.runs, lambda candidate: [
+        *(worker_folder(candidate, i, workers) for i in range(workers)), gathered_folder(candidate)])
 
 
 def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None = None,
@@ -115,7 +110,9 @@ def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None 
     assert base.host is not None
     check_workers(workers, base.backend, base.host)
     run_id = _run_id(base, workers)
-    specs = [worker_spec(base, run_id, i, workers) for i in range(workers)]
+    specs = [replace(worker_spec(base, run_id, i, workers), name=container_name(run_id, i),
+                     labels={**base.spec.labels, **labels_for(base.project.root, run_id, "worker")})
+             for i in range(workers)]
     folders = [base.runs / worker_folder(run_id, i, workers) for i in range(workers)]
     return WorkersPlan(base, run_id, specs, folders, base.runs / gathered_folder(run_id))
 
@@ -196,16 +193,22 @@ def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None
         with lock:
             (on_output or sys.stdout.buffer.write)(data)
 
-    with ThreadPoolExecutor(max_workers=len(plan.specs), thread_name_prefix="kdkit-worker") as pool:
+    pool, hung_up = ThreadPoolExecutor(max_workers=len(plan.specs), thread_name_prefix="kdkit-worker"), False
+    try:
         futures = [pool.submit(_run_one, spec, Prefixed(f"w{i}", sink), engine, running)
                    for i, spec in enumerate(plan.specs)]
         try:
             codes: list[int | None] = [future.result() for future in futures]
+        except HungUp as lost:  # the connection is gone, not the run: every container runs on, nothing waits
+            hung_up = True
+            return WorkersResult([None] * len(futures), None, lost.exit_code, lost)
         except KeyboardInterrupt as exc:
             stop = exc if isinstance(exc, Interrupted) else Interrupted()
             codes, stopped = _stop_all(running, futures, engine, stop.signum)
             if stopped:
                 return WorkersResult(codes, None, stop.exit_code, stop)
+    finally:
+        pool.shutdown(wait=not hung_up)  # after a hangup the caller leaves at once (os._exit), threads and all
     present = [folder for folder in plan.folders if folder.is_dir()]
     if not present:
         return WorkersResult(codes, None, next((c for c in codes if c), 1))

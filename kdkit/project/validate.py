@@ -15,6 +15,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kdkit.config.project import mount_problems  # kdkit.json's mounts: inside the project, one variable each
 from kdkit.config.schemas import (
     Problem,
     json_path,
@@ -329,6 +330,7 @@ def validate_project(root: Path) -> list[Problem]:
 
         problems += stale_lock_problems(root, project)
         problems += acceptance_problems(project)
+        problems += [Problem(Path("kdkit.json"), where, what) for where, what in mount_problems(root, project)]
 
     pilot_rel = _named_file(root, project, "pilot_config")
     if pilot_rel is None:

@@ -23,6 +23,8 @@ from kdkit.core import runstrays
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
 from kdkit.core.git import code_state
+from kdkit.core.heartbeat import HEARTBEAT, Heartbeat
+from kdkit.core.launchrecord import launch_field
 from kdkit.core.outputkinds import answer_bytes
 from kdkit.core.pilotconfig import PilotConfig, load_pilot, params_hash
 from kdkit.core.pilotmanifest import remaining
@@ -73,10 +75,14 @@ IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
 class Progress:
     """One line on stderr per second at most: a long run shows it is alive without flooding the log."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self.last = total, enabled, 0.0
+    def __init__(self, total: int, enabled: bool, heartbeat: Heartbeat | None = None) -> None:
+        self.total, self.enabled, self.last, self.heartbeat = total, enabled, 0.0, heartbeat
 
-    def __call__(self, done: int, rejected: int, force: bool = False) -> None:
+    def __call__(self, done: int, rejected: int, force: bool = False,
+                 records: list[dict[str, Any]] | None = None) -> None:
+        if self.heartbeat is not None:  # <run>/heartbeat.json, at most once a second (kdkit status reads it)
+            errors = [r.get("reason") for r in records or () if r.get("outcome") == "rejected"]
+            self.heartbeat.beat(done, rejected, last_error=str(errors[-1]) if errors else None, force=force)
         now = time.monotonic()
         if self.enabled and (force or now - self.last >= 1.0):
             self.last = now
@@ -123,6 +129,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         PARAMS_HASH: digest,
         "code": code,
         "app": app,
+        **launch_field(os.environ),  # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
@@ -137,7 +144,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
 
 def _reopen(run: RunFolder) -> None:
     """A resumed run is open again: its closing files go, earlier stop and env reports are kept by number."""
-    for name in (SUMS, SUMMARY, SUMMARY_MD):
+    for name in (SUMS, SUMMARY, SUMMARY_MD, HEARTBEAT):  # a killed session's heartbeat: this one writes its own
         (run.path / name).unlink(missing_ok=True)
     for stem in ("stop", "env"):  # STOP and ENV, kept as stop-1.json, env-1.json...
         if (run.path / f"{stem}.json").exists():
@@ -209,6 +216,8 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: A
     done, rejected = len(cfg.documents) - len(pending), scan.rejected
     source = harness.batches(pending, cfg.batch_size, Reading.of(cfg), scan.next_batch)
     session.tally = tally = Tally(cfg.documents)
+    if progress.heartbeat is not None:
+        progress.heartbeat.rebase(done, rejected)
     with harness.prefetching(source) as ahead:
         for number, items, rejections in ahead:
             guard.check()
@@ -219,7 +228,7 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: A
             session.items += len(items) + len(rejections)
             done += len(items) + len(rejections)
             rejected += sum(r["outcome"] == "rejected" for r in records)
-            progress(done, rejected)
+            progress(done, rejected, records=records)
             if cfg.max_rejected is not None and rejected > cfg.max_rejected:
                 raise StopRequested(f"stop rule: {rejected} inputs rejected, more than max_rejected "
                                     f"{cfg.max_rejected}", "max_rejected")
@@ -268,8 +277,9 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
     return "\n".join(lines)
 
 
-def _copy(run: RunFolder, dest: Path | None) -> tuple[dict[str, Any], KdkitError | None]:
-    """--copy-to: the verified copy, or the error to raise once the summary is printed."""
+def _copy(run: RunFolder, dest: str | None) -> tuple[dict[str, Any], KdkitError | None]:
+    """--copy-to: the copy verified where it lies (local, SSH or rclone: kdkit.probe.results.copyout), or the
+    error to raise once the summary is printed."""
     if dest is None:
         return {}, None
     try:
@@ -307,8 +317,11 @@ def main(argv: list[str]) -> int:
     if resumed is None:
         return _finished(run, args.json)
     session = Session(resumed=resumed, runs_before=runs_before)
+    beat = Heartbeat(run.path, run.run_id, len(cfg.documents), cfg.max_rejected, cfg.max_seconds)
     try:  # the run folder is this session's until its summary and SHA256SUMS are written and copied
-        execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json)))
+        beat.beat(0, 0, force=True)
+        execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json), heartbeat=beat))
+        beat.remove()  # open runs only: the closed folder's truth is its summary (kdkit.core.heartbeat)
         summary = close_run(cfg, run, session)
         copy, copy_error = _copy(run, args.copy_to)
     finally:

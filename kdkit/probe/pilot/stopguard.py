@@ -1,4 +1,5 @@
-"""Stopping a pilot cleanly: Ctrl-C, SIGTERM (docker stop) and the max_seconds rule.
+"""Stopping a pilot cleanly: Ctrl-C, SIGTERM (docker stop), SIGHUP (a dropped connection: rule ``hangup``, exit
+129, resumable) and the max_seconds rule.
 
 A stop that arrives while the app runs interrupts it at once (the batch is not
 recorded and is redone on resume); one that arrives while the harness writes
@@ -47,6 +48,9 @@ class StopGuard:
             self._raise_or_defer(StopRequested("interrupted (Ctrl-C)", "interrupt", 130))
         elif signum == signal.SIGTERM:
             self._raise_or_defer(StopRequested("terminated (SIGTERM)", "terminate", 143))
+        elif signum == signal.SIGHUP:  # the connection that started it is gone: closed, resumable, never half-written
+            self._raise_or_defer(StopRequested("hung up (SIGHUP: the terminal or connection was lost); "
+                                               "finish it with kdkit pilot --resume", "hangup", 129))
         else:
             self._raise_or_defer(self._deadline_stop())
 
@@ -59,7 +63,7 @@ class StopGuard:
         if threading.current_thread() is not threading.main_thread():
             yield self  # handlers only work in the main thread; the deadline is still checked between batches
             return
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
             self._saved[int(sig)] = signal.signal(sig, self._on_signal)
         if self.max_seconds is not None:
             signal.setitimer(signal.ITIMER_REAL, self.max_seconds)

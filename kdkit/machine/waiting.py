@@ -1,0 +1,207 @@
+"""``kdkit wait`` and ``kdkit logs``, a status shown in lines, the GPUs' use (kdkit.machine.watch says what a run
+is made of), and what kdkit says when its
+connection is lost (SIGHUP) while it follows a run.
+
+``kdkit wait RUN_ID`` polls the run's state (its folder and its containers, as ``kdkit status`` reads them) until
+it no longer runs; a workers run is then gathered (kdkit.probe.pilot.gather, as ``kdkit run --workers`` does in
+the foreground). Its exit code is the verdict: 0 pass, 1 fail, the container's own code when it died before its
+summary; :data:`TIMED_OUT` when ``--timeout`` passed first (the run goes on). The ended containers it waited on
+are removed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kdkit.core.errors import Unavailable
+from kdkit.machine.watch import (
+    LABEL_PROJECT,
+    LABEL_ROLE,
+    LABEL_RUN,
+    WAIT_POLL_S,
+    Place,
+    check_run_id,
+    folders_of,
+    gathered_folder,
+    run_status,
+)
+
+TIMED_OUT = 124  # as timeout(1): the run did not end within --timeout
+
+
+def _verdict(report: dict[str, Any]) -> int:
+    """The exit code a run's state stands for."""
+    if report["state"] == "passed":
+        return 0
+    parts = report.get("workers") or [report]
+    codes = [(part.get("container") or {}).get("exit_code") for part in parts if part.get("state") == "failed"]
+    died = next((code for code in codes if isinstance(code, int) and code > 1), None)
+    return died if died is not None and not any(part.get("verdict") for part in parts) else 1
+
+
+def _gathered(project: Place, run_id: str) -> dict[str, Any]:
+    """A workers run whose workers have all ended: gathered (once), and its status read again."""
+    from kdkit.probe.pilot.gather import gather
+
+    runs = project.runs
+    folders = [folder for folder in folders_of(runs, run_id) if folder.is_dir()]
+    if folders and not (runs / gathered_folder(run_id)).is_dir():
+        gather(folders, runs / gathered_folder(run_id), project.root)
+    return run_status(project, run_id)
+
+
+def wait_run(project: Place, run_id: str, timeout: float | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> tuple[int, dict[str, Any]]:
+    """Block until run ``run_id`` no longer runs; (its verdict's exit code, its status). Ctrl-C or SIGTERM
+    (kdkit.core.stopsignals.interrupts, in the caller) stops the waiting, never the run."""
+    check_run_id(run_id, "RUN_ID")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    report = run_status(project, run_id)
+    while report["state"] == "running" or _still_up(report):  # a closed folder's container ends a moment later
+        if deadline is not None and time.monotonic() >= deadline:
+            return TIMED_OUT, report
+        sleep(WAIT_POLL_S)
+        report = run_status(project, run_id)
+    if report.get("workers") is not None and report.get("state") == "ended":
+        report = _gathered(project, run_id)
+    _remove_ended(report)
+    return _verdict(report), report
+
+
+def _still_up(report: dict[str, Any]) -> bool:
+    return any(part.get("container") and part["container"].get("state") not in ("exited", "dead")
+               for part in report.get("workers") or [report])
+
+
+def _remove_ended(report: dict[str, Any]) -> None:
+    """Remove the run's containers that have ended (their exit code is read: the verdict above holds it)."""
+    ended = [part["container"]["id"] for part in report.get("workers") or [report]
+             if part.get("container") and part["container"].get("state") in ("exited", "dead")]
+    if not ended:
+        return
+    from kdkit.docker_adapter import connect
+
+    engine = connect()
+    for container_id in ended:
+        engine.remove_container(container_id)
+
+
+# ---------------------------------------------------------------- logs
+
+
+def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, bytes], None]) -> int:
+    """Each of the run's containers' output to ``sink(label, chunk)`` (label "" for a one-container run, else
+    "w<i>"); followed as it comes with ``follow``. Unavailable (exit 3) when no container of it is left."""
+    from kdkit.docker_adapter import connect, labelled_containers
+
+    check_run_id(run_id, "RUN_ID")
+    found = labelled_containers({LABEL_PROJECT: str(project.root), LABEL_RUN: run_id})
+    if not found:
+        raise Unavailable(f"run {run_id}: no container of it is left (kdkit wait removes it once it has read its "
+                          f"verdict; `kdkit status {run_id}` reads its folder in {project.runs})")
+    engine = connect()
+    named = sorted(found, key=lambda c: c.name)
+
+    def one(container: Any) -> None:
+        label = "" if container.labels.get(LABEL_ROLE) == "run" else container.name.rsplit("-", 1)[-1]
+        for chunk in engine.logs(container.id, follow):
+            sink(label, chunk)
+
+    threads = [threading.Thread(target=one, args=(c,), daemon=True) for c in named[1:]]
+    for thread in threads:
+        thread.start()
+    one(named[0])
+    for thread in threads:
+        thread.join()
+    return len(named)
+
+
+# ---------------------------------------------------------------- a lost connection
+
+
+def lost_line(run_id: str | None, containers: list[str]) -> str:
+    """What kdkit says (best effort) when SIGHUP ends its following: the run goes on, where to watch it."""
+    return (f"connection lost: run {run_id or '(unnamed)'} continues in container {', '.join(containers)}; "
+            f"follow it with kdkit status {run_id or ''}".rstrip())
+
+
+# ---------------------------------------------------------------- shown
+
+
+def status_lines(run: dict[str, Any]) -> list[str]:
+    """A run's state in a few lines; what the app or a stop said, escaped (kdkit.core.safetext)."""
+    from kdkit.core.safetext import printable
+
+    parts = run.get("workers") or [run]
+    lines = [f"Run {run['run_id']}: {run['state']}" + (f" ({printable(str(run['reason']))})"
+                                                       if run.get("reason") and len(parts) > 1 else "")]
+    for part in parts:
+        lines.append("  " + "; ".join(part_words(part)))
+    return lines
+
+
+def part_words(part: dict[str, Any]) -> list[str]:
+    from kdkit.core.safetext import printable
+
+    words = [f"{part.get('folder') or '(no folder yet)'}: {part['state']}"]
+    if part.get("reason"):
+        words.append(printable(str(part["reason"])))
+    if part.get("done") is not None:
+        words.append(f"{part['done']} of {part.get('total')} done")
+    if part.get("rate"):
+        words.append(f"{part['rate']} items/s" + (f", ETA {part['eta_seconds']:.0f} s" if part.get("eta_seconds")
+                                                    is not None else ""))
+    if part.get("rejected") is not None:
+        words.append(f"rejected {part['rejected']} (limit {part.get('rejection_limit')})")
+    if part.get("last_error"):
+        words.append(f"last error: {printable(str(part['last_error']))[:200]}")
+    if part.get("elapsed_seconds") is not None:
+        left = part.get("remaining_seconds")
+        words.append(f"elapsed {part['elapsed_seconds']:.0f} s" + (f", {left:.0f} s left of max_seconds"
+                                                                   if left is not None else ""))
+    if part.get("container"):
+        words.append(f"container {part['container']['name']} ({part['container']['status']})")
+    return words
+
+
+def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
+    """Each GPU's utilisation (%) and memory (MiB) from nvidia-smi (or amd-smi), or None when none answers."""
+    import shutil
+
+    from kdkit.core import proc
+
+    if shutil.which("nvidia-smi") is None:
+        return _amd_usage(timeout) if shutil.which("amd-smi") else None
+    done = proc.run(["nvidia-smi", "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
+                     "--format=csv,noheader,nounits"], timeout=timeout)
+    if not done.ok:
+        return None
+    gpus = []
+    for line in done.stdout.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) == 5:
+            gpus.append({"index": cells[0], "name": cells[1], "utilization_percent": _number(cells[2]),
+                         "memory_used_mib": _number(cells[3]), "memory_total_mib": _number(cells[4])})
+    return gpus
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _amd_usage(timeout: float) -> list[dict[str, Any]] | None:
+    """amd-smi's ``metric --usage --mem-usage`` per GPU, read by kdkit.probe.diagnose.smi_amd's readers."""
+    from kdkit.probe.diagnose.smi_amd import dig, entries, json_answer
+
+    data, failure, _ = json_answer(["amd-smi", "metric", "--usage", "--mem-usage", "--json"], timeout)
+    if failure is not None:
+        return None
+    return [{"index": str(entry["gpu"]), "name": "", "utilization_percent": dig(entry, ("usage", "gfx_activity")),
+             "memory_used_mib": dig(entry, ("mem_usage", "used_vram")),
+             "memory_total_mib": dig(entry, ("mem_usage", "total_vram"))} for entry in entries(data)]

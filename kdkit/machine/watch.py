@@ -1,0 +1,367 @@
+"""Runs followed from any shell: the run ID chosen on the host, the labels on every container kdkit starts,
+``kdkit run --detach``, ``kdkit status``, ``kdkit wait`` and ``kdkit logs``.
+
+The unit that survives a lost connection is the container: it carries ``dev.kdkit.run-id``,
+``dev.kdkit.project`` and ``dev.kdkit.role`` (run or worker), so one left running is found by its run. What a
+run has done is read from its folder, never from the process that started it: the pilot's heartbeat while it
+is open (:mod:`kdkit.core.heartbeat`), its summary.json and stop.json once closed (results.jsonl is never read).
+
+A detached container is not removed when it ends, so its exit code is kept; ``kdkit wait`` reads it and removes
+the container. The verdict is the run folder's when it has one (0 pass, 1 fail), else the container's exit code
+(a run that died before its summary). A workers run (``--workers N``) is gathered by ``kdkit wait`` once every
+worker has ended, as ``kdkit run --workers`` does in the foreground (kdkit.probe.pilot.gather).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.errors import BadInput
+from kdkit.core.heartbeat import age_seconds, process_alive, read_heartbeat
+from kdkit.docker_adapter import Labelled, labelled_containers
+
+# kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it stands on:
+# a third of status's 150 ms); tests/test_heartbeat.py checks that they agree.
+PARAMS, STOP, SUMMARY = "params.json", "stop.json", "summary.json"
+WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
+RUN_ID_VAR = "KDKIT_RUN_ID"  # kdkit.probe.pilot.launchers.RUN_ID_VAR: the pilot names its folder with it
+LABEL_RUN, LABEL_PROJECT, LABEL_ROLE = "dev.kdkit.run-id", "dev.kdkit.project", "dev.kdkit.role"
+STALE_S = 300.0  # a heartbeat older than this, with no container and no live process, is a lost run
+WAIT_POLL_S = 1.0
+
+
+# ---------------------------------------------------------------- naming and labelling
+
+
+def check_run_id(run_id: str, option: str) -> str:
+    """kdkit.core.runfolder.check_run_id's rule (an ID is data: it never steers a path)."""
+    from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
+
+    if not is_safe_id(run_id):
+        raise BadInput(f"{option} {run_id!r}: not a valid run ID; {SAFE_ID_RULE}")
+    return run_id
+
+
+def gathered_folder(run_id: str) -> str:
+    return f"{run_id}-gathered"
+
+
+def labels_for(project_root: Path, run_id: str | None, role: str) -> dict[str, str]:
+    return {LABEL_PROJECT: str(project_root), LABEL_ROLE: role, **({LABEL_RUN: run_id} if run_id else {})}
+
+
+def container_name(run_id: str, worker: int | None = None) -> str:
+    return f"kdkit-{run_id}" + (f"-w{worker}" if worker is not None else "")
+
+
+def host_run_id(project: Any, runs: Path, names: Any = None) -> str:
+    """A new run ID chosen on the host, as the pilot chooses one (kdkit.core.runfolder.new_run_id and its one
+    collision rule): free when none of ``names(candidate)`` (default: the folder of that name) exists in runs/."""
+    from kdkit.core.pilotconfig import load_pilot, params_hash
+    from kdkit.core.runfolder import PILOT, claim, new_run_id
+
+    def free(candidate: str) -> str:
+        if any(os.path.lexists(runs / name) for name in (names(candidate) if names else [candidate])):
+            raise FileExistsError(candidate)
+        return candidate
+
+    return claim(new_run_id(PILOT, params_hash(load_pilot(project.root).resolved())), free)
+
+
+def with_run_id(plan: Any) -> Any:
+    """``plan`` (a kdkit.machine.run.RunPlan) with its run named and its container labelled: the image's own
+    pilot gets the host's run ID as KDKIT_RUN_ID (a --resume names its run itself; a command after ``--`` is
+    the user's, unnamed)."""
+    spec = plan.spec
+    run_id = resumed_id(spec.command)
+    if spec.command is None:
+        run_id = host_run_id(plan.project, plan.runs)
+        spec = replace(spec, extra_env={**spec.extra_env, RUN_ID_VAR: run_id})
+    name = container_name(run_id) if run_id and spec.command is None else None
+    if run_id and name is None:  # a resume: the run's earlier container may still be there, ended, under its name
+        name = f"{container_name(run_id)}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    spec = replace(spec, labels={**spec.labels, **labels_for(plan.project.root, run_id, "run")}, name=name)
+    return replace(plan, spec=spec, run_id=run_id)
+
+
+def resumed_id(command: list[str] | None) -> str | None:
+    """The run a ``--resume`` command finishes (kdkit.image.labels.resumed_command ends ``--resume ID``)."""
+    text = " ".join(command or [])
+    marker = "--resume "
+    if marker not in text:
+        return None
+    from kdkit.core.projectfiles import is_safe_id
+
+    words = text.rsplit(marker, 1)[1].split()
+    return words[0] if words and is_safe_id(words[0]) else None
+
+
+# ---------------------------------------------------------------- detach
+
+
+def follow_lines(run_id: str, project_root: Path) -> list[str]:
+    where = f" --project {project_root}" if Path.cwd().resolve() != project_root else ""
+    return [f"kdkit status {run_id}{where}", f"kdkit wait {run_id}{where}", f"kdkit logs {run_id} -f{where}"]
+
+
+def detach(plan: Any, engine: Any = None) -> dict[str, Any]:
+    """Start the run's container and return at once: its run ID, its container and how to follow it."""
+    from kdkit.docker_adapter import connect
+
+    for step in plan.host_steps:
+        step.action()
+    container_id, name = (engine or connect()).start(plan.spec)
+    return {"run_id": plan.run_id, "container": name, "container_id": container_id, "image": plan.image.ref,
+            "backend": plan.backend, "follow": follow_lines(plan.run_id, plan.project.root) if plan.run_id else []}
+
+
+def detach_workers(plan: Any, engine: Any = None) -> dict[str, Any]:
+    """Start the N workers' containers and return at once; ``kdkit wait`` gathers them."""
+    from kdkit.docker_adapter import connect
+
+    for step in plan.base.host_steps:
+        step.action()
+    engine = engine or connect()
+    started = [engine.start(spec) for spec in plan.specs]
+    return {"run_id": plan.run_id, "containers": [name for _, name in started], "image": plan.base.image.ref,
+            "backend": plan.base.backend, "follow": follow_lines(plan.run_id, plan.base.project.root)}
+
+
+# ---------------------------------------------------------------- reading a run
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a project's runs are, as the readers (status, wait, logs) need it: its root and its runs/."""
+
+    root: Path
+    runs: Path
+
+
+def place(project_dir: Path | None) -> Place:
+    """The project (PROJECT_DIR, or found upward from cwd) and its runs/ (the pilot config's ``runs``, links
+    resolved inside the project). Read, not validated: kdkit.json's schema and the pilot's model are `kdkit
+    run`'s and `kdkit validate`'s to check; a reader needs one path, and answers within its 150 ms."""
+    from kdkit.core.projectfiles import MARKER, project_root, real_inside
+
+    root = project_root(project_dir)
+    config = _read_object(root / MARKER, "project file")
+    pilot_path = root / str(config.get("pilot_config", "config/pilot.json"))
+    pilot = _read_object(pilot_path, "pilot config")
+    rel = str(pilot.get("runs", "runs"))
+    runs = real_inside(root, root / rel)
+    if runs is None:
+        raise BadInput(f"{pilot_path}: runs {rel!r} leaves the project; keep it inside")
+    return Place(root, runs)
+
+
+def _read_object(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object the reader needs (json alone: kdkit.core.jsonio's strict reader costs status 30 ms)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: cannot read the {what} ({exc}); run `kdkit validate`") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: $: expected an object; run `kdkit validate`")
+    return data
+
+
+def _object(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def folders_of(runs: Path, run_id: str) -> list[Path]:
+    """The run's own folder, or its workers' folders (``<id>-w<i>of<N>``), in worker order."""
+    if (runs / run_id).is_dir():
+        return [runs / run_id]
+    found = []
+    for path in runs.glob(f"{run_id}-w*of*"):
+        match = WORKER_FOLDER.match(path.name)
+        if match and match.group("base") == run_id and path.is_dir():
+            found.append((int(match.group("worker")), path))
+    return [path for _, path in sorted(found)]
+
+
+def _seconds_between(start: Any, end: Any) -> float | None:
+    try:
+        return (datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds()
+    except ValueError:
+        return None
+
+
+def _closed(summary: dict[str, Any], stop: dict[str, Any], limit: Any) -> dict[str, Any]:
+    stopped = stop or summary.get("stopped")
+    state = "stopped" if stopped else "passed" if summary.get("verdict") == "pass" else "failed"
+    accepted, rejected = summary.get("accepted"), summary.get("rejected")
+    done = accepted + rejected if isinstance(accepted, int) and isinstance(rejected, int) else None
+    timings = summary.get("timings") if isinstance(summary.get("timings"), dict) else {}
+    seconds = timings.get("seconds") if isinstance(timings, dict) else None
+    return {"state": state, "verdict": summary.get("verdict"), "reason": (stopped or {}).get("reason")
+            if isinstance(stopped, dict) else None, "rule": (stopped or {}).get("rule") if isinstance(stopped, dict)
+            else None, "done": done, "total": summary.get("total"), "accepted": accepted, "rejected": rejected,
+            "rejection_limit": limit, "elapsed_seconds": seconds,
+            "rate": round(done / seconds, 3) if done and isinstance(seconds, (int, float)) and seconds > 0 else None}
+
+
+def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> dict[str, Any]:
+    """A run whose folder is open: its heartbeat's counts, and whether it still runs (container, process, age)."""
+    age = age_seconds(beat, now)
+    alive = process_alive(beat)
+    if container is not None:
+        running = not container.ended
+    else:
+        running = bool(alive) or (alive is None and age is not None and age < STALE_S)
+    done, total, rate = beat.get("done"), beat.get("total"), beat.get("rate")
+    eta = None
+    if isinstance(done, (int, float)) and isinstance(total, (int, float)) and isinstance(rate, (int, float)):
+        eta = round((total - done) / rate, 1) if running and rate > 0 else None
+    elapsed = _seconds_between(beat.get("started"), now.isoformat())
+    limit = beat.get("max_seconds")
+    return {"state": "running" if running else "lost", "verdict": None, "reason": None if running else
+            "no container and no heartbeat for a while: the process that ran it is gone; resume it",
+            "done": done, "total": total, "accepted": beat.get("accepted"), "rejected": beat.get("rejected"),
+            "rejection_limit": beat.get("rejection_limit"), "last_error": beat.get("last_error"), "rate": rate,
+            "eta_seconds": eta,
+            "elapsed_seconds": round(elapsed, 1) if elapsed is not None else None, "max_seconds": limit,
+            "remaining_seconds": round(limit - elapsed, 1) if isinstance(limit, (int, float)) and elapsed is not None
+            and running else None, "heartbeat_age_seconds": round(age, 1) if age is not None else None}
+
+
+def folder_status(folder: Path, container: Labelled | None, now: datetime | None = None) -> dict[str, Any]:
+    """One run folder's state from its summary, stop.json or heartbeat (never results.jsonl), and its container."""
+    now = now or datetime.now(timezone.utc)
+    summary, stop = _object(folder / SUMMARY), _object(folder / STOP)
+    if summary:
+        rules = _object(folder / PARAMS).get("params", {})
+        state = _closed(summary, stop, (rules.get("stop") or {}).get("max_rejected") if isinstance(rules, dict)
+                        else None)
+    elif (beat := read_heartbeat(folder)) is not None:
+        state = _open(beat, container, now)
+    elif container is not None and not container.ended:
+        state = {"state": "running", "reason": "starting (diagnose, verify-env)"}
+    elif stop:
+        state = {"state": "stopped", "reason": stop.get("reason"), "rule": stop.get("rule")}
+    else:
+        state = {"state": "lost", "reason": "no summary, no heartbeat and no container running"}
+    if state["state"] != "running" and container is not None and container.ended and not summary:
+        state.update(state="failed", reason=f"its container exited with {container.exit_code} before the summary")
+    return {"folder": str(folder), **state, "container": _shown(container)}
+
+
+def _shown(container: Labelled | None) -> dict[str, Any] | None:
+    if container is None:
+        return None
+    return {"name": container.name, "id": container.id[:12], "state": container.state, "status": container.status,
+            "exit_code": container.exit_code, "labels": container.labels}
+
+
+def _container_for(containers: list[Labelled], folder: Path, run_id: str) -> Labelled | None:
+    """The container of one folder: a worker's by its name; a run's own, the one running (a resume's), else any."""
+    match = WORKER_FOLDER.match(folder.name)
+    if match and folder.name != run_id:
+        return next((c for c in containers if c.name == container_name(run_id, int(match.group("worker")))), None)
+    own = sorted((c for c in containers if c.labels.get(LABEL_ROLE) == "run"), key=lambda c: c.ended)
+    return own[0] if own else None
+
+
+def _engine_containers(project: Place, run_id: str | None) -> list[Labelled] | None:
+    wanted = {LABEL_PROJECT: str(project.root), **({LABEL_RUN: run_id} if run_id else {})}
+    return labelled_containers(wanted)
+
+
+def run_status(project: Place, run_id: str, containers: list[Labelled] | None = None) -> dict[str, Any]:
+    """Where run ``run_id`` stands: its folders' states (a workers run: each worker's, and its gathering's) and
+    its containers; BadInput when neither a folder nor a container of this project names it."""
+    check_run_id(run_id, "RUN_ID")
+    runs = project.runs
+    if containers is None:
+        containers = _engine_containers(project, run_id)
+    mine = [c for c in containers or [] if c.labels.get(LABEL_RUN) == run_id]
+    folders = folders_of(runs, run_id)
+    gathered = runs / gathered_folder(run_id)
+    if not folders and not mine and not gathered.is_dir():
+        raise BadInput(f"run {run_id}: no run folder in {runs} and no container of this project labelled with it; "
+                       "see `kdkit status` for the runs there are")
+    parts = [folder_status(folder, _container_for(mine, folder, run_id)) for folder in folders]
+    if not parts:
+        parts = [{"folder": None, "state": "running" if any(not c.ended for c in mine) else "lost",
+                  "reason": "starting (diagnose, verify-env)", "container": _shown(c)} for c in mine]
+    report = {"run_id": run_id, "runs": str(runs), "engine": containers is not None, **_overall(parts, gathered),
+              "workers": parts if len(folders) > 1 or WORKER_FOLDER.match(folders[0].name if folders else "")
+              else None}
+    if report["workers"] is None and parts:
+        report.update({k: v for k, v in parts[0].items() if k not in report})
+    return report
+
+
+def _overall(parts: list[dict[str, Any]], gathered: Path) -> dict[str, Any]:
+    """A run's one state: its only folder's; for workers, the gathering's verdict, else running while any runs."""
+    summary = _object(gathered / SUMMARY)
+    if summary:
+        return {"state": "passed" if summary.get("verdict") == "pass" else "failed", "gathered": str(gathered),
+                "done": (summary.get("accepted") or 0) + (summary.get("rejected") or 0), "total": summary.get("total")}
+    states = [part["state"] for part in parts]
+    if len(parts) == 1:
+        return {"state": states[0]}
+    if "running" in states:
+        return {"state": "running", "gathered": None}
+    return {"state": "ended", "gathered": None, "reason": "every worker has ended; `kdkit wait` gathers them"}
+
+
+def recent_runs(runs: Path, containers: list[Labelled] | None) -> list[str]:
+    """The runs `kdkit status` shows without an ID: those with a container or a running heartbeat, and the most
+    recent folder."""
+    ids = {c.labels[LABEL_RUN] for c in containers or [] if c.labels.get(LABEL_RUN)}
+    newest: tuple[float, str] | None = None
+    with os.scandir(runs) if runs.is_dir() else _nothing() as entries:
+        for entry in entries:
+            if not entry.is_dir() or entry.name.endswith("-gathered") or entry.name.startswith("."):
+                continue
+            beat = read_heartbeat(Path(entry.path))
+            if beat is not None and beat.get("state") == "running":
+                ids.add(_base_id(entry.name))
+            mtime = entry.stat().st_mtime
+            if newest is None or mtime > newest[0]:
+                newest = (mtime, _base_id(entry.name))
+    if newest is not None:
+        ids.add(newest[1])
+    return sorted(ids)
+
+
+def _base_id(folder: str) -> str:
+    match = WORKER_FOLDER.match(folder)
+    return match.group("base") if match else folder
+
+
+class _nothing:
+    def __enter__(self) -> list[os.DirEntry[str]]:
+        return []
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def project_status(project: Place) -> dict[str, Any]:
+    """Every run of the project still followed (a container, a running heartbeat) and the most recent one."""
+    runs = project.runs
+    containers = _engine_containers(project, None)
+    found = []
+    for run_id in recent_runs(runs, containers):
+        try:
+            found.append(run_status(project, run_id, containers))
+        except BadInput:
+            continue
+    return {"project": str(project.root), "runs_folder": str(runs), "engine": containers is not None, "runs": found}

@@ -1,0 +1,96 @@
+"""`kdkit run --detach`, then `kdkit status`, `kdkit logs` and `kdkit wait` from new processes: the run followed from
+its folder and its labelled container, never from the process that started it.
+
+Real: kdkit in its own processes, the session's end-to-end image (tagged kdkit-b26 for these tests), the engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kdkit.core.runfolder import read_run
+from tests.conftest import REPO
+from tests.test_run_stop import slow_inputs
+
+TAG = "kdkit-b26:cpu"
+
+
+@pytest.fixture(scope="module")
+def image(built: dict[str, Any]) -> Iterator[str]:
+    """The session's image under a tag of these tests' own."""
+    from kdkit.docker_adapter import connect
+
+    engine = connect()
+    ref = built.get("image") or built.get("tag") or built.get("ref")
+    facts = engine.require_image(str(ref))
+    engine.tag(facts.id, TAG)
+    yield TAG
+
+
+def kdkit(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`kdkit ARGS` in a new process, as another shell would run it."""
+    return subprocess.run([sys.executable, "-m", "kdkit", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def labelled(run_id: str) -> list[dict[str, Any]]:
+    import docker
+
+    return list(docker.from_env().api.containers(all=True, filters={"label": [f"dev.kdkit.run-id={run_id}"]}))
+
+
+def test_print_shows_the_labels_and_the_name(image: str, locked_copy: Path) -> None:
+    printed = kdkit("run", locked_copy, "--image", image, "--print")
+    assert printed.returncode == 0, printed.stderr
+    line = printed.stdout.splitlines()[-1]
+    assert "--label dev.kdkit.role=run" in line and f"--label dev.kdkit.project={locked_copy}" in line
+    assert "--label dev.kdkit.run-id=" in line and "--name kdkit-" in line and "--env KDKIT_RUN_ID=" in line
+
+
+def test_detach_then_status_logs_and_wait_from_new_processes(image: str, locked_copy: Path) -> None:
+    total = slow_inputs(locked_copy, copies=20)
+    started = kdkit("run", locked_copy, "--image", image, "--detach", "--json", timeout=120)
+    assert started.returncode == 0, started.stderr
+    report = json.loads(started.stdout)
+    run_id, name = report["run_id"], report["container"]
+    assert name == f"kdkit-{run_id}" and report["follow"][0].startswith(f"kdkit status {run_id}")
+    (container,) = labelled(run_id)
+    assert container["Labels"]["dev.kdkit.project"] == str(locked_copy)
+    assert container["Labels"]["dev.kdkit.role"] == "run"
+
+    status = kdkit("status", run_id, "--project", locked_copy, "--json")
+    assert status.returncode == 0, status.stderr
+    seen = json.loads(status.stdout)
+    assert seen["run_id"] == run_id and seen["state"] in ("running", "passed")
+    assert seen["container"]["name"] == name and seen["container"]["labels"]["dev.kdkit.run-id"] == run_id
+    every = json.loads(kdkit("status", "--project", locked_copy, "--json").stdout)
+    assert run_id in [run["run_id"] for run in every["runs"]]
+
+    waited = kdkit("wait", run_id, "--project", locked_copy, "--json")
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(waited.stdout)["state"] == "passed"
+    folder = locked_copy / "runs" / run_id  # the run ID chosen on the host is the folder's name
+    assert read_run(folder).verdict == "pass" and read_run(folder).total == total
+    assert labelled(run_id) == []  # wait removed the container it waited on
+
+    after = json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
+    assert (after["state"], after["done"], after["total"], after["container"]) == ("passed", total, total, None)
+    gone = kdkit("logs", run_id, "--project", locked_copy)
+    assert gone.returncode == 3 and gone.stderr.strip().splitlines()[-1].startswith(
+        f"Error: run {run_id}: no container of it is left")
+
+
+def test_logs_show_the_containers_output(image: str, locked_copy: Path) -> None:
+    started = kdkit("run", locked_copy, "--image", image, "--detach", "--json", timeout=120)
+    run_id = json.loads(started.stdout)["run_id"]
+    followed = kdkit("logs", run_id, "--project", locked_copy, "-f")  # to the container's end
+    assert followed.returncode == 0, followed.stderr
+    assert "PASS" in followed.stdout
+    assert kdkit("wait", run_id, "--project", locked_copy).returncode == 0
+    assert labelled(run_id) == []
