@@ -94,3 +94,21 @@ def test_logs_show_the_containers_output(image: str, locked_copy: Path) -> None:
     assert "PASS" in followed.stdout
     assert kdkit("wait", run_id, "--project", locked_copy).returncode == 0
     assert labelled(run_id) == []
+
+
+def test_wait_copies_a_detached_run_and_detach_refuses_copy_to(image: str, locked_copy: Path,
+                                                                tmp_path: Path) -> None:
+    refused = kdkit("run", locked_copy, "--image", image, "--detach", "--copy-to", tmp_path / "x", timeout=120)
+    assert refused.returncode == 2 and "kdkit wait RUN_ID --copy-to DEST" in refused.stderr
+    assert not (tmp_path / "x").exists()
+    started = kdkit("run", locked_copy, "--image", image, "--detach", "--json", timeout=120)
+    run_id = json.loads(started.stdout)["run_id"]
+    waited = kdkit("wait", run_id, "--project", locked_copy, "--copy-to", tmp_path / "evidence", "--copy-every", "1")
+    assert waited.returncode == 0, waited.stderr
+    assert "verified there" in waited.stderr
+    copy = tmp_path / "evidence" / run_id
+    assert read_run(copy).verdict == "pass"
+    verified = subprocess.run([sys.executable, "-m", "kdkit", "copy-out", "--verify", str(copy)], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+    assert verified.returncode == 0, verified.stderr
+    assert labelled(run_id) == []

@@ -170,6 +170,9 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
     if launch.detach and options["command"]:
         raise BadInput("--detach with a command after --: a detached run is the image's own pilot (or --resume), "
                        "followed by its run ID; run the command in the foreground")
+    if launch.detach and launch.copy_to:
+        raise BadInput("--copy-to with --detach: nothing of kdkit stays to copy a detached run; start it, then "
+                       "`kdkit wait RUN_ID --copy-to DEST` copies it while it runs and at its end")
     if workers is not None and options["resume"] is not None:
         raise BadInput("--resume with --workers: --resume finishes one run in one container; drop --workers")
     if workers is not None:
@@ -327,22 +330,33 @@ def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
               help="Give up waiting after S seconds (exit 124; the run goes on).")
+@click.option("--copy-to", metavar="DEST", help="Copy the run's folders to DEST while waiting and at the end "
+              "(a folder, user@host:path or an rclone remote:path), verified there.")
+@click.option("--copy-every", type=whole("300"), default=300, show_default=True, metavar="S",
+              help="With --copy-to: copy after a closed batch at most every S seconds.")
 @project_option
 @json_option
-def wait(run_id: str, timeout: float | None, project_dir: Path | None, as_json: bool) -> None:
+def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: int, project_dir: Path | None,
+         as_json: bool) -> None:
     """Wait for a run to end; exit code = its verdict.
 
     0 passed, 1 failed, the container's own exit code when it died before its
     summary, 124 when --timeout passed first, 130/143 when this wait is
     interrupted (the run goes on). A workers run is gathered once every worker
-    has ended. The ended containers are removed.
+    has ended. The ended containers are removed. --copy-to copies the run's
+    folders while waiting and once more at the end, verified at DEST (exit 1
+    when that copy fails): what `kdkit run --copy-to` does for a detached run.
     """
+    from kdkit.core.runfolder import check_run_id
     from kdkit.core.stopsignals import interrupts
-    from kdkit.machine.waiting import status_lines, wait_run
+    from kdkit.machine.copyto import copy_while_waiting, ended_folders
+    from kdkit.machine.waiting import TIMED_OUT, status_lines, wait_run
     from kdkit.machine.watch import place
 
+    check_run_id(run_id, "RUN_ID")
     project = place(project_dir)
-    with interrupts():
+    copier = copy_while_waiting(copy_to, copy_every, project.runs, run_id, warn)
+    with interrupts(), copier:
         code, report = wait_run(project, run_id, timeout)
     if as_json:
         emit_json({**report, "exit_code": code})
@@ -351,6 +365,8 @@ def wait(run_id: str, timeout: float | None, project_dir: Path | None, as_json: 
             say(line, err=True)
         say(f"Verdict: {report['state']} (exit {code})" if code != 124 else
             f"Still running after {timeout:g} s (exit 124); the run goes on", err=True)
+    if code != TIMED_OUT:
+        code = copier.finish(ended_folders(project.runs, run_id), code, lambda line: say(line, err=True))
     if code:
         raise click.exceptions.Exit(code)
 

@@ -159,4 +159,20 @@ def copy_during(dest: str | None, every: float, runs: Path, run_ids: list[str] |
     return CopyTo(dest, every, runs, run_ids, warn)
 
 
-__all__ = ["CopyTo", "Place", "copy_during", "snapshot"]
+def copy_while_waiting(dest: str | None, every: float, runs: Path, run_id: str, warn: Say) -> CopyTo:
+    """A :class:`CopyTo` for ``kdkit wait --copy-to``: the run's folders as they are named now (its own, or its
+    workers'), copied while the wait lasts; :func:`ended_folders` names the ones its final copy takes."""
+    from kdkit.machine.watch import folders_of
+
+    return CopyTo(dest, every, runs, [folder.name for folder in folders_of(runs, run_id)] or [run_id], warn)
+
+
+def ended_folders(runs: Path, run_id: str) -> list[Path]:
+    """The folders of an ended run that travel: its own, or its workers' and their gathering."""
+    from kdkit.machine.watch import folders_of, gathered_folder
+
+    gathered = runs / gathered_folder(run_id)
+    return folders_of(runs, run_id) + ([gathered] if gathered.is_dir() else [])
+
+
+__all__ = ["CopyTo", "Place", "copy_during", "copy_while_waiting", "ended_folders", "snapshot"]
