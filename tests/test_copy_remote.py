@@ -74,7 +74,7 @@ def test_copy_to_ssh_is_verified_there_and_a_changed_byte_is_named(ssh_env: SshS
     assert result.exit_code == 0, result.stderr
     copy = dest / closed_run.name
     assert tree_snapshot(copy) == before and tree_snapshot(closed_run) == before
-    assert not (dest / f"{closed_run.name}.partial").exists()
+    assert not (dest / f".{closed_run.name}.kdkit-partial").exists()
     again = invoke("copy-out", closed_run, f"{ssh_env.target}:{dest}")
     assert again.exit_code == 2 and "exists" in again.stderr
     place = f"{ssh_env.target}:{copy}"
@@ -176,7 +176,7 @@ def test_a_full_remote_disk_fails_and_leaves_no_final_copy(ssh_env: SshServer, c
 def test_copy_to_during_a_run_then_the_final_verified_copy(ssh_env: SshServer, closed_run: Path,
                                                            tmp_path: Path) -> None:
     """kdkit run --copy-to's host side: an open folder appearing under runs/ is synced (complete lines only) to
-    DEST/<id>.partial while it grows; at the end the closed folder is copied, verified there, renamed."""
+    DEST/.<id>.kdkit-partial while it grows; at the end the closed folder is copied, verified there, renamed."""
     from kdkit.machine.copyto import copy_during
 
     runs, dest, warnings, said = tmp_path / "runs", tmp_path / "dest", [], []
@@ -187,7 +187,7 @@ def test_copy_to_during_a_run_then_the_final_verified_copy(ssh_env: SshServer, c
         (open_run / "SHA256SUMS").unlink()
         with (open_run / "results.jsonl").open("a") as results:
             results.write('{"id": "half')
-        partial = dest / f"{closed_run.name}.partial"
+        partial = dest / f".{closed_run.name}.kdkit-partial"
         for _ in range(600):
             if copier.copies:
                 break
@@ -232,3 +232,128 @@ def test_a_file_kind_runs_declared_outputs_travel_to_ssh_and_rclone(ssh_env: Ssh
     (copy / "outputs" / "f-05" / "result.txt").write_text("XXXXXY")
     failed = invoke("copy-out", "--verify", f"kdsftp:{copy}")
     assert failed.exit_code == 1 and "outputs/f-05/result.txt: SHA-256" in failed.stderr, failed.stderr
+
+
+# --- the hostile tester's cases (issue 26 item 5) ---
+
+
+def test_bytes_read_back_are_hashed_here_whatever_the_remote_listing_says(tmp_path: Path) -> None:
+    """A remote sha256sum that lies passes the first look; the reload's second look hashes the downloaded bytes."""
+    from kdkit.core.jsonio import sha256_file
+    from kdkit.probe.results.destinations import Place
+    from kdkit.probe.results.remote import downloaded_mismatches
+
+    folder = tmp_path / "read-back"
+    folder.mkdir()
+    (folder / "summary.md").write_text("# edited on the remote\n")
+    (folder / "params.json").write_text("{}")
+    forged = {"summary.md": "a" * 64, "params.json": sha256_file(folder / "params.json")}  # the listing says so
+    place = Place(SSH, "/ev/RUN", "me@host")
+    problems = downloaded_mismatches(folder, forged, place)
+    assert len(problems) == 1 and problems[0].startswith("me@host:/ev/RUN/summary.md: SHA-256 of the bytes read back")
+    forged["summary.md"] = sha256_file(folder / "summary.md")
+    assert downloaded_mismatches(folder, forged, place) == []
+
+
+def test_an_open_run_folder_is_refused_and_a_checkpoint_folder_still_travels(closed_run: Path,
+                                                                             tmp_path: Path) -> None:
+    open_run = tmp_path / "runs" / closed_run.name
+    shutil.copytree(closed_run, open_run)
+    (open_run / "SHA256SUMS").unlink()
+    for dest in (str(tmp_path / "ev"), "kdlocal:" + str(tmp_path / "rc")):
+        result = invoke("copy-out", open_run, dest)
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert f"{open_run}: a run folder that is not closed (no SHA256SUMS); wait for its end" in result.stderr
+    (open_run / "params.json").unlink()
+    (open_run / "heartbeat.json").write_text("{}")
+    assert invoke("copy-out", open_run, tmp_path / "ev").exit_code == 2
+    assert not (tmp_path / "ev").exists() or not any((tmp_path / "ev").iterdir())
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.bin").write_bytes(b"w")
+    assert invoke("copy-out", ckpt, tmp_path / "ev").exit_code == 0
+
+
+@pytest.mark.parametrize("name", ["a\nb.bin", "a\\b.bin", "tab\tname"])
+def test_a_file_name_sha256sums_cannot_list_is_refused_up_front(tmp_path: Path, name: str) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / name).write_bytes(b"w")
+    result = invoke("copy-out", ckpt, tmp_path / "ev")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "a file name SHA256SUMS cannot list" in result.stderr and "copy again" not in result.stderr
+    assert "kdkit-" not in result.stderr and not (tmp_path / "ev" / "ckpt").exists()
+
+
+def test_a_staging_name_that_is_a_link_or_a_file_is_never_followed(ssh_env: SshServer, closed_run: Path,
+                                                                   tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    staging = dest / f".{closed_run.name}.kdkit-partial"
+    staging.symlink_to(victim)
+    for where in (f"{ssh_env.target}:{dest}", f"kdlocal:{dest}"):
+        result = invoke("copy-out", closed_run, where)
+        assert result.exit_code == 2 and f"{staging.name}: a link or a file where kdkit keeps" in result.stderr, \
+            (where, result.stderr)
+    staging.unlink()
+    staging.write_text("a file")
+    for where in (f"{ssh_env.target}:{dest}", f"kdsftp:{dest}"):
+        result = invoke("copy-out", closed_run, where)
+        assert result.exit_code == 2 and f"{staging.name}: a link or a file" in result.stderr, (where, result.stderr)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"] and sorted(dest.iterdir()) == [staging]
+    staging.unlink()
+    staging.symlink_to(victim)
+    from kdkit.core.errors import BadInput
+    from kdkit.machine.copyto import copy_during
+
+    with copy_during(str(dest), 0, tmp_path, [closed_run.name], print) as copier, \
+            pytest.raises(BadInput, match="a link or a file"):
+        copier.copy_open(closed_run)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize(("dest", "words"), [
+    ("me:s3cr3t@host:ev", "a password in DEST is never used; use an SSH key: user@host:path"),
+    ("me:s3cr3t@host", "a password in DEST is never used"),
+    (":s3,access_key_id=s3cr3t:bucket/ev", "on-the-fly remote"),
+    ("sftp://me:s3cr3t@host/ev", "DEST: a URL is not a destination; use user@host:path or an rclone remote:path"),
+    ("me@host:ev\ns3cr3t", "control character"),
+    ("me@host:~other/ev", "'~user' paths are not expanded"),
+])
+def test_destinations_refused_without_echo(dest: str, words: str, tmp_path: Path) -> None:
+    result = invoke("copy-out", tmp_path, dest)
+    assert result.exit_code == 2 and words in result.stderr and "s3cr3t" not in result.stderr, result.stderr
+    assert "other" not in result.stderr or "~other" not in dest
+
+
+def test_ssh_home_paths_and_a_missing_rclone_config(tmp_path: Path) -> None:
+    assert parse_place("me@host:~/ev").path == "ev" and parse_place("me@host:~").path == ""
+    missing = tmp_path / "no-such.conf"
+    result = invoke("copy-out", tmp_path, "kdsftp:ev", "--rclone-config", missing)
+    assert result.exit_code == 2 and f"--rclone-config {missing}: not found" in result.stderr, result.stderr
+
+
+def test_the_scratch_folder_goes_also_when_the_run_ends_by_an_exception(tmp_path: Path) -> None:
+    from kdkit.machine.copyto import copy_during
+
+    copier = copy_during(str(tmp_path / "ev"), 300, tmp_path, ["x"], print)
+    assert copier.scratch is not None and copier.scratch.is_dir()
+    with pytest.raises(RuntimeError), copier:
+        raise RuntimeError("the run broke")
+    assert not copier.scratch.exists()
+
+
+def test_verify_of_a_copy_without_sums_is_exit_2_remote_as_local(ssh_env: SshServer, closed_run: Path,
+                                                                 tmp_path: Path) -> None:
+    copy = tmp_path / closed_run.name
+    shutil.copytree(closed_run, copy)
+    (copy / "SHA256SUMS").unlink()
+    local = invoke("copy-out", "--verify", copy)
+    assert local.exit_code == 2 and f"{copy}/SHA256SUMS: not found; is {copy} a finished run folder?" in local.stderr
+    for place in (f"{ssh_env.target}:{copy}", f"kdsftp:{copy}"):
+        remote = invoke("copy-out", "--verify", place)
+        assert remote.exit_code == 2, remote.stderr
+        assert f"{place}/SHA256SUMS: not found; is {place} a finished run folder?" in remote.stderr, remote.stderr

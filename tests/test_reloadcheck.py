@@ -56,7 +56,24 @@ def test_the_closed_runs_reload(made: dict[str, Path], copy: Path) -> None:
 def test_an_emptied_summary_md_is_refused(copy: Path) -> None:
     (copy / "summary.md").write_bytes(b"")
     problems = _sealed_but(copy)
-    assert problems == [f"{copy / 'summary.md'}: empty (0 bytes); a closed run folder's summary.md is never empty"]
+    assert problems == [f"{copy / 'summary.md'}: empty (or only whitespace); a closed run folder's summary.md is "
+                        "never empty"]
+
+
+@pytest.mark.parametrize("text", [b" \n\t\n", b"\n" * 10])
+def test_a_summary_md_of_only_whitespace_is_empty(copy: Path, text: bytes) -> None:
+    (copy / "summary.md").write_bytes(text)
+    assert _sealed_but(copy) == [f"{copy / 'summary.md'}: empty (or only whitespace); a closed run folder's "
+                                 "summary.md is never empty"]
+
+
+def test_params_json_names_its_run(copy: Path) -> None:
+    params = json.loads((copy / "params.json").read_text(encoding="utf-8"))
+    assert params["run_id"] == "real"  # what the real pilot writes
+    del params["run_id"]
+    (copy / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    problems = _sealed_but(copy)
+    assert len(problems) == 1 and problems[0].startswith(f"{copy / 'params.json'}: $.run_id missing"), problems
 
 
 def test_a_broken_results_line_is_named_by_its_number(copy: Path) -> None:
@@ -131,7 +148,7 @@ def test_a_million_lines_stream(tmp_path: Path) -> None:
             out.write(f'{{"id":"d{n:07d}","outcome":"{outcome}","category":"a","batch":{n // 64},'
                       f'"sha256":"{sha}","lines":64}}\n')
     summary = {"kind": "pilot", "verdict": "pass", "total": 1_000_000, "accepted": 900_000, "rejected": 100_000}
-    for name, data in (("summary.json", summary), ("params.json", {}), ("env.json", {})):
+    for name, data in (("summary.json", summary), ("params.json", {"run_id": "big"}), ("env.json", {})):
         (folder / name).write_text(json.dumps(data), encoding="utf-8")
     (folder / "summary.md").write_text("# big\n", encoding="utf-8")
     tracemalloc.start()

@@ -6,8 +6,9 @@ edit from that check, not from this one):
 
 - summary.json, params.json, env.json and stop.json (where the kind has them) parse as JSON objects (the
   strict reader, kdkit.core.jsonio.load_json: the line and column of a malformed place);
-- no file the kind requires (runfolder.REQUIRED, stop.json when the run stopped) is missing or empty, summary.md
-  included; results.jsonl may be empty only when the summary counts nothing;
+- no file the kind requires (runfolder.REQUIRED, stop.json when the run stopped) is missing or empty (only
+  whitespace counts as empty), summary.md included; a pilot's params.json names its ``run_id``; results.jsonl
+  may be empty only when the summary counts nothing;
 - results.jsonl, streamed a block at a time (never held whole): each line a JSON object with an ``id`` and an
   ``outcome`` (the first bad line named by number), and its IDs agree with the summary, counted as the pilot's
   accounting counts them (kdkit.probe.pilot.accounting.Tally: the first record of each ID decides its outcome;
@@ -30,10 +31,12 @@ from kdkit.core.jsonio import load_json
 from kdkit.core.resultlines import FINISHED, stream_records
 from kdkit.core.runfolder import (
     ACCEPTED,
+    PARAMS,
     PILOT,
     REJECTED,
     REQUIRED,
     RESULTS,
+    RUN_ID,
     STOP,
     STOPPED,
     SUMMARY,
@@ -57,7 +60,10 @@ def reload_problems(folder: Path) -> list[str]:
     names = [*REQUIRED[kind], *([STOP] if kind == PILOT and summary and summary.get(STOPPED) else [])]
     optional = [STOP] if kind == PILOT and STOP not in names and os.path.lexists(folder / STOP) else []
     for name in [n for n in names if n.endswith(".json") and n != SUMMARY] + optional:
-        _json_object(folder / name, problems)  # params.json, env.json, stop.json
+        data = _json_object(folder / name, problems)  # params.json, env.json, stop.json
+        if name == PARAMS and data is not None and not isinstance(data.get(RUN_ID), str):
+            problems.append(f"{folder / name}: $.{RUN_ID} missing (every run's {PARAMS} names its run); the copy "
+                            "cannot be reloaded as a run")
     problems += [problem for name in names if name != RESULTS and not name.endswith(".json")
                  and (problem := _empty(folder / name))]  # summary.md (a JSON file that is empty does not parse)
     if kind == PILOT and summary is not None:
@@ -82,12 +88,16 @@ def _json_object(path: Path, problems: list[str]) -> dict[str, Any] | None:
 
 
 def _empty(path: Path) -> str | None:
-    """The problem with a required text file that is missing or empty (the JSON files are parsed apart)."""
+    """The problem with a required text file that is missing, empty or only whitespace (the JSON files are parsed
+    apart)."""
     try:
-        size = path.stat().st_size
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 16):
+                if chunk.strip():
+                    return None
     except OSError:
         return f"{path}: missing; a closed run folder of its kind holds it"
-    return f"{path}: empty (0 bytes); a closed run folder's {path.name} is never empty" if size == 0 else None
+    return f"{path}: empty (or only whitespace); a closed run folder's {path.name} is never empty"
 
 
 def _count(summary: dict[str, Any], key: str) -> int | None:

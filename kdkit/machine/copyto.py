@@ -4,15 +4,17 @@ and once more, verified there, when it has closed.
 While the run is open a background thread looks at each run folder once a second; when its results.jsonl has
 grown or its heartbeat.json was rewritten (a batch closed) and S seconds have passed since the last copy, it
 takes a snapshot of complete lines (results.jsonl cut at its last newline, the other files as they are) into a
-scratch folder kept between copies, and syncs that to ``DEST/<run-id>.partial`` (rsync, sftp, rclone sync or a
+scratch folder kept between copies, and syncs that to ``DEST/.<run-id>.kdkit-partial`` (a name only kdkit
+makes; a link or a file there is refused, never followed) (rsync, sftp, rclone sync or a
 local copy). The thread only reads and starts a copy program: the container never waits for it. A periodic
 copy that fails is a warning line. At the end :meth:`CopyTo.finish` copies each closed folder with
-``kdkit copy-out`` (kdkit.probe.results.copyout.copy_run), which reuses the ``.partial`` so only what changed
+``kdkit copy-out`` (kdkit.probe.results.copyout.copy_run), which reuses that staging folder so only what changed
 travels, verifies it where it lies and renames it to ``DEST/<run-id>``; a failure there makes the exit 1.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -26,7 +28,7 @@ from kdkit.core.runfolder import HEARTBEAT, RESULTS
 from kdkit.probe.results.copyout import copy_run
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
 from kdkit.probe.results.remote import staging_place
-from kdkit.probe.results.transports import transport_for
+from kdkit.probe.results.transports import bad_staging, transport_for
 
 POLL_S = 1.0
 Say = Callable[[str], None]
@@ -99,6 +101,8 @@ class CopyTo:
         self.stop.set()
         if self.thread is not None:
             self.thread.join()
+        if self.scratch is not None:  # also when the run ended by an exception (finish never ran)
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _loop(self) -> None:
         while not self.stop.wait(POLL_S):
@@ -120,13 +124,16 @@ class CopyTo:
             self.warn(f"the periodic copy of {run.name} to {self.place} failed ({exc}); the run goes on")
 
     def copy_open(self, run: Path) -> None:
-        """One snapshot of the open ``run`` synced to DEST/<run-id>.partial."""
+        """One snapshot of the open ``run`` synced to DEST/.<run-id>.kdkit-partial."""
         assert self.place is not None and self.scratch is not None
         local = self.scratch / run.name
-        local.mkdir(exist_ok=True)
+        local.mkdir(parents=True, exist_ok=True)
         snapshot(run, local)
         staging = staging_place(self.place, run.name)
         if self.place.kind == LOCAL:
+            path = Path(staging.path)
+            if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+                raise bad_staging(staging)
             shutil.rmtree(staging.path, ignore_errors=True)
             shutil.copytree(local, staging.path)
             return

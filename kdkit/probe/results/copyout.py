@@ -20,15 +20,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from kdkit.core.checksums import SUMS
+from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.report import print_result
-from kdkit.core.runfolder import REQUIRED, required_files, unlisted
+from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED, required_files, unlisted
 from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
 from kdkit.core.runfolder import verify_folder as verify_folder
+from kdkit.core.safetext import printable
 from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
 from kdkit.probe.results.remote import copy_remote, verify_remote
@@ -64,14 +65,26 @@ def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
         if problems:
             raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
         return sums, None
-    links = [path for path in folder.rglob("*") if path.is_symlink()]
-    if links:
-        raise BadInput(f"{links[0]}: a symbolic link; a folder copied without SHA256SUMS holds regular files only")
+    _refuse_uncopyable(folder)
     digests = {path.relative_to(folder).as_posix(): sha256_file(path) for path in sorted(folder.rglob("*"))
                if path.is_file()}
     if not digests:
         raise BadInput(f"{folder}: holds no file; nothing to copy")
     return digests, "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
+
+
+def _refuse_uncopyable(folder: Path) -> None:
+    """A folder without SHA256SUMS that cannot be copied as a checkpoint folder: an open (or killed) run folder,
+    a link inside, a file name SHA256SUMS cannot list."""
+    if any(os.path.lexists(folder / name) for name in (PARAMS, HEARTBEAT)):
+        raise BadInput(f"{folder}: a run folder that is not closed (no {SUMS}); wait for its end (kdkit wait), or "
+                       "`kdkit pilot --resume` a killed one, then copy it")
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            raise BadInput(f"{path}: a symbolic link; a folder copied without {SUMS} holds regular files only")
+        if not safe_name(path.relative_to(folder).as_posix()):
+            raise BadInput(f"{folder}/{printable(path.relative_to(folder).as_posix())}: a file name {SUMS} cannot "
+                           "list (a newline, a backslash or a control character); rename it, then copy the folder")
 
 
 def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str | None) -> Path:

@@ -9,19 +9,33 @@ The rule, in order (``kdkit copy-out --help`` says it too):
    ``--rclone-config``, else RCLONE_CONFIG, else rclone's own default) is rclone;
 4. anything else ``host:path`` is SSH (a host of ~/.ssh/config, or a name the resolver knows).
 
-An empty path after ``:`` is the login folder (SSH) or the remote's root (rclone). Standard library only.
+An empty path after ``:`` is the login folder (SSH) or the remote's root (rclone); ``~/`` before an SSH path is
+dropped (ssh starts in the login folder), ``~user`` is refused. Refused without echo (each may hold a secret):
+``user:password@host:path``, rclone's on-the-fly ``:backend,options:path``, a URL, a control character.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from kdkit.core import proc
 from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.projectfiles import CONTROL_CHARACTER
+from kdkit.core.safetext import printable
 
 LOCAL, SSH, RCLONE = "local", "ssh", "rclone"
+STAGING_SUFFIX = ".kdkit-partial"
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_PASSWORD = re.compile(r"[^/@:]+:[^/@]*@")  # user:pass@host:path
+
+
+def staging_name(name: str) -> str:
+    """The folder a copy of ``name`` is made in before it is verified: a hidden name only kdkit makes."""
+    return f".{name}{STAGING_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -70,18 +84,43 @@ def config_args(config: str | None) -> list[str]:
 
 
 def parse_place(text: str, rclone_config: str | None = None) -> Place:
-    """The destination ``text`` names, by the rule of the module's docstring; BadInput when it is empty or its
-    host would read as an option."""
+    """The destination ``text`` names, by the rule of the module's docstring; BadInput when it is empty, holds a
+    password, a control character or a URL, or its host would read as an option (a secret is never echoed)."""
     if not text.strip():
         raise BadInput(f"DEST {text!r}: empty; name the folder that receives the copy")
+    _refuse_unsafe(text)
+    if rclone_config and not os.path.isfile(rclone_config):
+        raise BadInput(f"--rclone-config {printable(rclone_config)}: not found; name an existing rclone config file")
     config = rclone_config or os.environ.get("RCLONE_CONFIG") or None
     head, colon, rest = text.partition(":")
-    if text.startswith(("/", "./", "../", "~")) or not colon or "/" in head or not head:
+    if text.startswith(("/", "./", "../", "~")) or not colon or "/" in head:
         return Place(LOCAL, text)
     if head.startswith("-") or any(c.isspace() for c in head):
-        raise BadInput(f"DEST {text!r}: the host {head!r} is not a host name; write user@host:path")
-    if "@" in head:
-        return Place(SSH, rest, head)
-    if head in rclone_remotes(config):
+        raise BadInput(f"DEST {printable(text)!r}: the host {printable(head)!r} is not a host name; write "
+                       "user@host:path")
+    if "@" not in head and head in rclone_remotes(config):
         return Place(RCLONE, rest, head, config)
-    return Place(SSH, rest, head)
+    return Place(SSH, _ssh_path(rest), head)
+
+
+def _refuse_unsafe(text: str) -> None:
+    """DEST forms refused before anything is run; none of them is echoed (each may hold a secret)."""
+    if CONTROL_CHARACTER.search(text):
+        raise BadInput("DEST: holds a control character (a newline?); give the destination on one line")
+    if text.startswith(":"):
+        raise BadInput("DEST: an rclone on-the-fly remote (':backend,options:path') is not taken (it may hold "
+                       "secrets); name a remote of your rclone config: remote:path")
+    if _URL.match(text):
+        raise BadInput("DEST: a URL is not a destination; use user@host:path or an rclone remote:path")
+    if _PASSWORD.match(text):
+        raise BadInput("DEST: a password in DEST is never used; use an SSH key: user@host:path")
+
+
+def _ssh_path(path: str) -> str:
+    """An SSH path as the remote shell gets it: ``~/x`` is ``x`` (ssh starts in the home folder)."""
+    if path == "~" or path.startswith("~/"):
+        return path[2:]
+    if path.startswith("~"):
+        raise BadInput("DEST: '~user' paths are not expanded over SSH; write the folder's full path "
+                       "(user@host:/home/user/path)")
+    return path

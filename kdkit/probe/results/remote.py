@@ -1,6 +1,7 @@
 """A copy to an SSH host or an rclone remote, verified there, and an existing remote copy re-verified.
 
-The copy goes to ``DEST/<name>.partial`` first (``kdkit run --copy-to``'s periodic copies go there too, so the
+The copy goes to ``DEST/.<name>.kdkit-partial`` first (a name only kdkit makes; refused when it is a link or not a
+folder) (``kdkit run --copy-to``'s periodic copies go there too, so the
 last copy sends only what changed), is hashed where it lies (sha256sum over SSH, rclone hashsum) and compared
 with the source's SHA256SUMS, its SHA256SUMS and its reloadable files read back into a temporary folder and
 reloaded (kdkit.core.reloadcheck), and only then renamed to ``DEST/<name>``; a copy that fails is removed there
@@ -15,17 +16,17 @@ from pathlib import Path
 from kdkit.core import checksums
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError
+from kdkit.core.jsonio import sha256_file
 from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.runfolder import ENV, PARAMS, REQUIRED, RESULTS, STOP, SUMMARY, SUMMARY_MD
-from kdkit.probe.results.destinations import Place
+from kdkit.probe.results.destinations import Place, staging_name
 from kdkit.probe.results.transports import Transport, transport_for
 
 RELOADED = (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP)  # read back to prove the copy reloadable
-PARTIAL = ".partial"
 
 
 def staging_place(dest: Place, name: str) -> Place:
-    return dest.child(name + PARTIAL)
+    return dest.child(staging_name(name))
 
 
 def copy_remote(source: Path, sums: dict[str, str], dest: Place, sums_text: str | None = None) -> Place:
@@ -71,7 +72,18 @@ def remote_problems(transport: Transport, place: Place, sums: dict[str, str], re
         transport.fetch_many(place, [SUMS, *(n for n in RELOADED if n in present)], folder)
         if expected_sums is not None and (folder / SUMS).read_bytes() != expected_sums:
             return [f"{place.child(SUMS)}: differs from the original's {SUMS}"]
+        problems = downloaded_mismatches(folder, sums, place)
+        if problems:
+            return problems
         return [problem.replace(str(folder), str(place)) for problem in reload_problems(folder)]
+
+
+def downloaded_mismatches(folder: Path, sums: dict[str, str], place: Place) -> list[str]:
+    """The files read back into ``folder`` hashed here against ``sums`` (a second look that does not trust the
+    remote's hash listing); each mismatch names the file at ``place``."""
+    return [f"{place.child(path.name)}: SHA-256 of the bytes read back differs from {SUMS}'s {sums[path.name][:12]}..."
+            f" (the destination's hash listing does not match its bytes)"
+            for path in sorted(folder.iterdir()) if path.name in sums and sha256_file(path) != sums[path.name]]
 
 
 def verify_remote(place: Place) -> int:
@@ -80,6 +92,8 @@ def verify_remote(place: Place) -> int:
     transport = transport_for(place)
     parent, _name = place.parent_and_name()
     transport.learn(parent)
+    if SUMS not in transport.files(place):  # the same words as a local copy without SHA256SUMS
+        raise BadInput(f"{place.child(SUMS)}: not found; is {place} a finished run folder?")
     with tempfile.TemporaryDirectory(prefix="kdkit-sums-") as scratch:
         listed = Path(scratch) / SUMS
         transport.fetch(place.child(SUMS), listed)

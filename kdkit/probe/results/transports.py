@@ -22,11 +22,12 @@ from typing import IO
 
 from kdkit.core import proc
 from kdkit.core.checksums import SUMS
-from kdkit.core.errors import CheckFailed, KdkitError, Unavailable
+from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.core.safetext import printable
-from kdkit.probe.results.destinations import RCLONE, Place, config_args
+from kdkit.probe.results.destinations import RCLONE, Place, config_args, staging_name
 
 SSH_EXIT = 255
+LINK = ".rclonelink"  # how rclone --links lists a symbolic link of its local backend
 _LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
 
 
@@ -40,6 +41,11 @@ def _failed(place: Place, done: proc.Completed, what: str) -> KdkitError:
     if done.returncode == SSH_EXIT:
         return Unavailable(f"{place}: unreachable over SSH ({line}); check the host, the key and ~/.ssh/config")
     return CheckFailed(f"{place}: {what} failed ({line}); nothing local was changed")
+
+
+def bad_staging(place: Place) -> BadInput:
+    return BadInput(f"{place}: a link or a file where kdkit keeps its unverified copy; kdkit never reuses it: "
+                    "remove it, or choose another DEST")
 
 
 def digests_from(text: str) -> dict[str, str]:
@@ -64,15 +70,19 @@ class SshTransport:
         return proc.run([*ssh_command(), "--", self.host, script], input_text=input_text, timeout=3600)
 
     def prepare(self, folder: Place, name: str) -> bool:
-        """Make ``folder``; learn what the remote has; whether ``folder/name`` exists already."""
-        target = shlex.quote(folder.child(name).path)
+        """Make ``folder``; learn what the remote has; whether ``folder/name`` exists already (BadInput when its
+        staging name is a link or not a folder)."""
+        target, staging = shlex.quote(folder.child(name).path), shlex.quote(folder.child(staging_name(name)).path)
         script = (f"mkdir -p -- {shlex.quote(folder.path or '.')} || exit 3; if [ -e {target} ] || [ -L {target} ]; "
-                  "then echo EXISTS; fi; command -v rsync >/dev/null 2>&1 && echo RSYNC; "
+                  f"then echo EXISTS; fi; if [ -L {staging} ] || {{ [ -e {staging} ] && [ ! -d {staging} ]; }}; "
+                  "then echo BADSTAGING; fi; command -v rsync >/dev/null 2>&1 && echo RSYNC; "
                   "command -v sha256sum >/dev/null 2>&1 && echo SHA256SUM; exit 0")
         done = self.shell(script)
         if not done.ok:
             raise _failed(folder, done, "making the destination folder")
         words = done.stdout.split()
+        if "BADSTAGING" in words:
+            raise bad_staging(folder.child(staging_name(name)))
         self.rsync = "RSYNC" in words and _local_rsync()
         self.sha256sum = "SHA256SUM" in words
         return "EXISTS" in words
@@ -207,13 +217,16 @@ class RcloneTransport:
         return proc.run([*self.base, *words], input_text=input_text, timeout=None)
 
     def prepare(self, folder: Place, name: str) -> bool:
-        done = self._run("lsf", "--max-depth", "1", _spec(folder))
+        done = self._run("lsf", "--max-depth", "1", "--links", _spec(folder))  # a local link: NAME.rclonelink
         if done.returncode == 3:  # rclone: directory not found
             return False
         if not done.ok:
             line = printable(done.first_error_line())
             raise Unavailable(f"{folder}: the rclone remote cannot be listed ({line}); check the remote and its config")
-        return name in {line.rstrip("/") for line in done.stdout.splitlines()}
+        listed = {line.removesuffix(LINK) for line in done.stdout.splitlines()}
+        if staging_name(name) in listed:  # a file or a link (a folder is listed with its '/')
+            raise bad_staging(folder.child(staging_name(name)))
+        return name in {line.rstrip("/") for line in listed}
 
     def learn(self, place: Place) -> None:
         self.prepare(place, ".")
