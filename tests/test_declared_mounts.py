@@ -163,3 +163,17 @@ def test_inspect_names_the_files_that_differ_from_the_images_labels(project: Pat
     without = project_match({k: v for k, v in labels.items() if k.endswith("sha256")}, load_project(project))
     assert (without["matches"], without["changed"]) == (False, None)  # an image with the digest only
     assert project_match({}, load_project(project))["matches"] is None  # built before the label
+
+
+@pytest.mark.parametrize("mounts, words", [
+    ({"a": {"path": "src", "env": "MODEL"}, "b": {"path": "config", "env": "MODEL"}}, "also the env of"),
+    ({"a": {"path": "src", "env": "PYTHONPATH"}}, "the container's own"),
+    ({"a": {"path": "src", "env": "LD_PRELOAD"}}, "the container's own"),
+    ({"a": {"path": "src", "env": "HF_HOME"}}, "the container's own"),
+])
+def test_a_mounts_env_is_its_own_and_never_one_the_container_reads_first(project: Path, mounts: dict[str, object],
+                                                                           words: str) -> None:
+    _declare(project, mounts)
+    checked = invoke("validate", project)
+    assert checked.exit_code == 2 and words in checked.output
+

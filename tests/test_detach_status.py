@@ -51,6 +51,8 @@ def test_print_shows_the_labels_and_the_name(image: str, locked_copy: Path) -> N
     line = printed.stdout.splitlines()[-1]
     assert "--label dev.kdkit.role=run" in line and f"--label dev.kdkit.project={locked_copy}" in line
     assert "--label dev.kdkit.run-id=" in line and "--name kdkit-" in line and "--env KDKIT_RUN_ID=" in line
+    detached = kdkit("run", locked_copy, "--image", image, "--print", "--detach").stdout.splitlines()[-1]
+    assert detached.startswith("docker run --detach --pull never ") and "--rm" not in detached.split()
 
 
 def test_detach_then_status_logs_and_wait_from_new_processes(image: str, locked_copy: Path) -> None:
@@ -81,9 +83,16 @@ def test_detach_then_status_logs_and_wait_from_new_processes(image: str, locked_
 
     after = json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
     assert (after["state"], after["done"], after["total"], after["container"]) == ("passed", total, total, None)
+    kept = kdkit("logs", run_id, "--project", locked_copy)  # the output wait kept before removing the container
+    assert kept.returncode == 0 and "PASS" in kept.stdout
+    assert (locked_copy / ".kdkit-logs" / f"kdkit-{run_id}.log").is_file()
+    (locked_copy / ".kdkit-logs" / f"kdkit-{run_id}.log").unlink()
     gone = kdkit("logs", run_id, "--project", locked_copy)
     assert gone.returncode == 3 and gone.stderr.strip().splitlines()[-1].startswith(
-        f"Error: run {run_id}: no container of it is left")
+        f"Error: run {run_id}: no container of it is left and no output was kept")
+    unknown = kdkit("logs", "20260101T000000Z-00000000", "--project", locked_copy)
+    assert unknown.returncode == 2 and "no run folder" in unknown.stderr
+    assert kdkit("status", "", "--project", locked_copy).returncode == 2
 
 
 def test_logs_show_the_containers_output(image: str, locked_copy: Path) -> None:

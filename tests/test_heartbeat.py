@@ -164,3 +164,26 @@ def test_the_readers_names_agree_with_the_run_folders() -> None:
         with pytest.raises(type(caught.value)) as ours:
             watch.check_run_id(bad, "RUN_ID")
         assert str(ours.value) == str(caught.value)
+
+
+def test_a_run_kdkit_run_started_whose_container_is_gone_is_lost_at_once(docker_engine: None, project: Path) -> None:
+    """A fresh heartbeat written in a container (another host name, its own PID 7): with the engine answering and no
+    container labelled with the run, a run `kdkit run` started (params.json's launch) is lost now, not in 5 minutes;
+    one started by a plain `docker run` (no launch: no label to look for) still reads as running."""
+    from datetime import datetime, timezone
+
+    folder = project / "runs" / "20260101T000000Z-0c0c0c0c"
+    folder.mkdir(parents=True)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    (folder / HEARTBEAT).write_text(json.dumps({
+        "run_id": folder.name, "pid": 7, "host": "0123456789ab", "state": "running", "done": 3, "total": 10,
+        "accepted": 3, "rejected": 0, "rejection_limit": None, "last_error": None, "started": now, "updated": now,
+        "max_seconds": None, "rate": 0.5}))
+    (folder / "params.json").write_text(json.dumps({"run_id": folder.name}))
+    report = json.loads(invoke("status", folder.name, "--project", project, "--json").stdout)
+    assert report["state"] == "running"
+    (folder / "params.json").write_text(json.dumps({"run_id": folder.name, "launch": {"image": "x"}}))
+    report = json.loads(invoke("status", folder.name, "--project", project, "--json").stdout)
+    assert report["state"] == "lost" and "container is gone" in report["reason"] and report["eta_seconds"] is None
+    waited = invoke("wait", folder.name, "--project", project, "--timeout", "600")
+    assert waited.exit_code == 1

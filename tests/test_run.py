@@ -265,6 +265,26 @@ def test_root_hands_runs_to_the_image_user_and_others_run_as_themselves(
     assert print_lines(as_user)[:-1] == [f"mkdir -p {project.resolve() / '.kdkit-cache'}"]  # theirs: no chown
 
 
+def test_a_writable_folder_named_with_mount_keeps_its_owner(project: Path, tmp_path: Path,
+                                                           labelled: dict[str, str]) -> None:
+    """Root runs kdkit: the project's writable folders are handed to the image's user, a folder the user named
+    outside the project never is (its owner is theirs to change): refused with the line that would do it."""
+    import json
+
+    config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
+    (project / "kdkit.json").write_text(json.dumps({**config, "mounts": {"out-dir": {"writable": True}}}))
+    mine = tmp_path / "my results"
+    mine.mkdir()
+    before = mine.stat()
+    with pytest.raises(BadInput, match="kdkit changes no owner outside the project") as refused:
+        prepare_run(project, image=labelled["cpu"], host=HostFacts(uid=0, gid=0), mounts=[f"{mine}:out-dir"])
+    assert f"chown 10001:10001 '{mine}'" in str(refused.value)
+    assert (mine.stat().st_uid, mine.stat().st_gid) == (before.st_uid, before.st_gid)
+    os.chown(mine, 10001, 10001)  # given to it by its owner: accepted, nothing to change
+    plan = prepare_run(project, image=labelled["cpu"], host=HostFacts(uid=0, gid=0), mounts=[f"{mine}:out-dir"])
+    assert not any(str(mine) in step.shell for step in plan.host_steps)
+
+
 # ---------------------------------------------------------------- confinement: one description, two translations
 
 

@@ -210,11 +210,11 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
     from kdkit.machine.run import execute, prepare_run, print_lines
-    from kdkit.machine.watch import detach, with_run_id
+    from kdkit.machine.watch import detach, detached_lines, with_run_id
     from kdkit.machine.workers import stopped_run_lines
 
     plan = with_run_id(prepare_run(project_dir, **options))
-    if _announced(plan, print_only, lambda: print_lines(plan)):
+    if _announced(plan, print_only, lambda: detached_lines(plan) if launch.detach else print_lines(plan)):
         return
     if launch.detach:
         _detached(as_json, detach(plan))
@@ -311,15 +311,15 @@ def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
     from kdkit.machine.watch import place, project_status, run_status
 
     project = place(project_dir)
-    report = run_status(project, run_id) if run_id else project_status(project)
+    report = run_status(project, run_id) if run_id is not None else project_status(project)
     report["gpus"] = gpu_usage()
     if as_json:
         emit_json(report)
         return
-    for run in report.get("runs", [report]) if not run_id else [report]:
+    for run in report.get("runs", [report]) if run_id is None else [report]:
         for line in status_lines(run):
             say(line)
-    if not run_id and not report["runs"]:
+    if run_id is None and not report["runs"]:
         say(f"No runs in {report['runs_folder']}")
     for gpu in report["gpus"] or []:
         say(f"GPU {gpu['index']} {printable(str(gpu['name']))}: {gpu['utilization_percent']}% busy, "
@@ -341,8 +341,8 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
     """Wait for a run to end; exit code = its verdict.
 
     0 passed, 1 failed, the container's own exit code when it died before its
-    summary, 124 when --timeout passed first, 130/143 when this wait is
-    interrupted (the run goes on). A workers run is gathered once every worker
+    summary, 124 when --timeout passed first, 130/143/129 when this wait is
+    interrupted or its terminal is gone (the run goes on). A workers run is gathered once every worker
     has ended. The ended containers are removed. --copy-to copies the run's
     folders while waiting and once more at the end, verified at DEST (exit 1
     when that copy fails): what `kdkit run --copy-to` does for a detached run.
@@ -356,7 +356,7 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
     check_run_id(run_id, "RUN_ID")
     project = place(project_dir)
     copier = copy_while_waiting(copy_to, copy_every, project.runs, run_id, warn)
-    with interrupts(), copier:
+    with interrupts(hangup=True), copier:  # SIGHUP too: 129, the run goes on
         code, report = wait_run(project, run_id, timeout)
     if as_json:
         emit_json({**report, "exit_code": code})
@@ -391,7 +391,7 @@ def logs(run_id: str, follow: bool, project_dir: Path | None) -> None:
             return
         sinks.setdefault(label, Prefixed(label, shown))(chunk)
 
-    with interrupts():
+    with interrupts(hangup=True):
         show_logs(place(project_dir), run_id, follow, sink)
     for prefixed in sinks.values():
         prefixed.flush()

@@ -97,6 +97,12 @@ def mount_variable(name: str) -> str:
     return "KDKIT_MOUNT_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
+# Variables a declared mount's "env" may not take: the cache's (kdkit.machine.mounts sets them), and what the
+# shell, Python and the dynamic loader read before the app runs (names starting LD_ are refused too).
+RESERVED_ENV = frozenset({"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "HF_HOME", "TORCH_HOME",
+                          "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "TMPDIR"})
+
+
 def mount_problems(root: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
     """(JSON path, problem) of kdkit.json's ``mounts`` beyond its schema: a path that leaves the project through
     a link, two names that give one KDKIT_MOUNT_ variable."""
@@ -107,6 +113,12 @@ def mount_problems(root: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
         if (other := seen.setdefault(mount_variable(name), name)) != name:
             problems.append((f"$.mounts.{name}", f"gives the same variable {mount_variable(name)} as {other!r}; "
                                                  "rename one"))
+        env = spec.get("env") if isinstance(spec, dict) else None
+        if isinstance(env, str) and (env in RESERVED_ENV or env.startswith("LD_")):
+            problems.append((f"$.mounts.{name}.env", f"{env} is the container's own (kdkit sets it, or the loader and "
+                                                     "Python read it); choose another name"))
+        elif isinstance(env, str) and (other := seen.setdefault(f"env:{env}", name)) != name:
+            problems.append((f"$.mounts.{name}.env", f"{env} is also the env of {other!r}; give each mount its own"))
         path = spec.get("path") if isinstance(spec, dict) else None
         if isinstance(path, str) and projectfiles.real_inside(root, root / path) is None:
             problems.append((f"$.mounts.{name}.path", f"{path!r} leads to {os.path.realpath(root / path)}, outside "

@@ -100,8 +100,7 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
     gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
     mounts = [f"type=bind,{_csv_field(f'source={m.source}', always=True)},{_csv_field(f'target={m.target}')}"
               + (",readonly" if m.read_only else "") for m in spec.mounts]
-    return ["docker", "run", "--rm", "--pull", "never", *_flags("--name", [spec.name]),
-            *(["--init"] if spec.init else []), "--network", spec.network,
+    return ["docker", "run", "--rm", "--pull", "never", *(["--init"] if spec.init else []), "--network", spec.network,
             *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
             *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
             *_flags("--cap-drop", spec.cap_drop),
@@ -112,7 +111,8 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
             *_flags("--env", [f"{name}={value}" for name, value in spec.extra_env.items()]),
             *_flags("--gpus", [gpus]), *_flags("--device", spec.devices), *_flags("--group-add", spec.group_add),
             *_flags("--security-opt", spec.security_opt), *_flags("--shm-size", [spec.shm_size]),
-            *_flags("--ipc", [spec.ipc_mode]), *_flags("--label", [f"{k}={v}" for k, v in spec.labels.items()]),
+            *_flags("--ipc", [spec.ipc_mode]), *_flags("--name", [spec.name]),
+            *_flags("--label", [f"{k}={v}" for k, v in spec.labels.items()]),
             spec.image, *(spec.command or [])]
 
 

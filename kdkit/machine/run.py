@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import stat
 from collections.abc import Callable, Sequence
@@ -75,6 +76,7 @@ from kdkit.core.errors import BadInput, Interrupted, Unavailable
 from kdkit.core.launchrecord import VARIABLE
 from kdkit.core.pilotconfig import inputs_folder
 from kdkit.core.runfolder import check_run_id, run_folders
+from kdkit.core.safetext import printable
 from kdkit.core.stopsignals import interrupts
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
 from kdkit.image import container
@@ -270,19 +272,25 @@ def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostSt
     return who, writable_steps(host, runs, "run folders")
 
 
-def writable_steps(host: HostFacts, folder: Path, what: str) -> list[HostStep]:
+def writable_steps(host: HostFacts, folder: Path, what: str, project_root: Path | None = None) -> list[HostStep]:
     """What ``folder`` (runs/, the cache, a writable declared mount) needs so the container's user can write it:
-    created when missing; handed to the image's user IMAGE_UID when root runs kdkit (chown, never chmod 777)."""
+    created when missing; handed to the image's user IMAGE_UID when root runs kdkit (chown, never chmod 777).
+    A folder outside ``project_root`` (one the user named with --mount) is never handed over: its owner is the
+    user's to change, so one the container's user cannot write is refused (exit 2) with the line that would."""
     steps = []
     if not folder.exists():
-        steps.append(HostStep(f"create {folder}", f"mkdir -p {folder}",
+        steps.append(HostStep(f"create {folder}", f"mkdir -p {shlex.quote(str(folder))}",
                               lambda: folder.mkdir(parents=True, exist_ok=True)))
     if host.uid != 0:
         return steps
     info = folder.stat() if folder.exists() else None
     if info is None or (info.st_uid != IMAGE_UID and not info.st_mode & stat.S_IWOTH):
-        steps.append(HostStep(f"give {folder} to the image's user {IMAGE_UID} so it can write its {what}",
-                              f"chown {IMAGE_UID}:{IMAGE_UID} {folder}",
+        chown = f"chown {IMAGE_UID}:{IMAGE_UID} {shlex.quote(str(folder))}"
+        if project_root is not None and project_root != folder and project_root not in folder.parents:
+            raise BadInput(f"--mount {printable(str(folder))}: writable, but the container's user {IMAGE_UID} cannot "
+                           f"write it and kdkit changes no owner outside the project; `{printable(chown)}` if that "
+                           "folder may be given to it, or mount a folder of the project")
+        steps.append(HostStep(f"give {folder} to the image's user {IMAGE_UID} so it can write its {what}", chown,
                               lambda: os.chown(folder, IMAGE_UID, IMAGE_UID)))
     return steps
 
@@ -345,8 +353,8 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     spec = container_spec(facts.ref, bound, confinement(host, uid, gid), access, network=network, command=command,
                           env_file=env_file.resolve() if env_file else None, env=env,
                           extra_env={k: v for k, v in extra.items() if k not in env or k == VARIABLE})
-    steps += [step for m in bound if not m.read_only and m.source != runs for step in writable_steps(host, m.source,
-                                                                                                       "files")]
+    steps += [step for m in bound if not m.read_only and m.source != runs
+              for step in writable_steps(host, m.source, "files", project.root)]
     warnings = []
     current = project_lock(project, facts.labels)
     if current.is_file():

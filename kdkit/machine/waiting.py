@@ -11,12 +11,15 @@ are removed.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from kdkit.core.errors import Unavailable
+from kdkit.core.errors import KdkitError, Unavailable
 from kdkit.machine.watch import (
     LABEL_PROJECT,
     LABEL_ROLE,
@@ -30,6 +33,8 @@ from kdkit.machine.watch import (
 )
 
 TIMED_OUT = 124  # as timeout(1): the run did not end within --timeout
+LOGS_FOLDER = ".kdkit-logs"  # in the project: the output of the containers `kdkit wait` removed
+WORKER_LOG = re.compile(r"-w\d+\.log")
 
 
 def _verdict(report: dict[str, Any]) -> int:
@@ -67,7 +72,7 @@ def wait_run(project: Place, run_id: str, timeout: float | None = None,
         report = run_status(project, run_id)
     if report.get("workers") is not None and report.get("state") == "ended":
         report = _gathered(project, run_id)
-    _remove_ended(report)
+    _remove_ended(project, report)
     return _verdict(report), report
 
 
@@ -76,17 +81,30 @@ def _still_up(report: dict[str, Any]) -> bool:
                for part in report.get("workers") or [report])
 
 
-def _remove_ended(report: dict[str, Any]) -> None:
-    """Remove the run's containers that have ended (their exit code is read: the verdict above holds it)."""
-    ended = [part["container"]["id"] for part in report.get("workers") or [report]
+def saved_log(project: Place, container_name: str) -> Path:
+    """Where `kdkit wait` keeps an ended container's output before removing it: ``<project>/.kdkit-logs/<name>.log``
+    (the name is kdkit's own, ``kdkit-<run-id>[-w<i>]``); `kdkit logs` reads it once the container is gone."""
+    return project.root / LOGS_FOLDER / f"{container_name}.log"
+
+
+def _remove_ended(project: Place, report: dict[str, Any]) -> None:
+    """Remove the run's containers that have ended (their exit code is read: the verdict above holds it), each
+    one's output kept first (:func:`saved_log`)."""
+    ended = [part["container"] for part in report.get("workers") or [report]
              if part.get("container") and part["container"].get("state") in ("exited", "dead")]
     if not ended:
         return
+    from kdkit.core.jsonio import atomic_write_chunks
+    from kdkit.core.projectfiles import real_inside
     from kdkit.docker_adapter import connect
 
     engine = connect()
-    for container_id in ended:
-        engine.remove_container(container_id)
+    inside = real_inside(project.root, project.root / LOGS_FOLDER) is not None  # a link out: nothing is kept
+    for container in ended:
+        with contextlib.suppress(KdkitError, OSError):  # gone meanwhile, or no room: the removal still happens
+            if inside:
+                atomic_write_chunks(saved_log(project, container["name"]), engine.logs(container["id"], False))
+        engine.remove_container(container["id"])
 
 
 # ---------------------------------------------------------------- logs
@@ -99,9 +117,11 @@ def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, by
 
     check_run_id(run_id, "RUN_ID")
     found = labelled_containers({LABEL_PROJECT: str(project.root), LABEL_RUN: run_id})
+    if found is None:
+        raise Unavailable(f"run {run_id}: the Docker engine does not answer, so no container output can be read; "
+                          f"start it (`sudo systemctl start docker`), or `kdkit status {run_id}` reads the run folder")
     if not found:
-        raise Unavailable(f"run {run_id}: no container of it is left (kdkit wait removes it once it has read its "
-                          f"verdict; `kdkit status {run_id}` reads its folder in {project.runs})")
+        return _saved_logs(project, run_id, sink)
     engine = connect()
     named = sorted(found, key=lambda c: c.name)
 
@@ -117,6 +137,21 @@ def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, by
     for thread in threads:
         thread.join()
     return len(named)
+
+
+def _saved_logs(project: Place, run_id: str, sink: Callable[[str, bytes], None]) -> int:
+    """An ended run's output as `kdkit wait` kept it; BadInput for a run this project never had."""
+    saved = sorted((project.root / LOGS_FOLDER).glob(f"kdkit-{run_id}*.log"))
+    saved = [path for path in saved if path.name in (f"kdkit-{run_id}.log",) or WORKER_LOG.fullmatch(
+        path.name.removeprefix(f"kdkit-{run_id}"))]
+    if not saved:
+        run_status(project, run_id)  # BadInput when neither a folder nor a container names it
+        raise Unavailable(f"run {run_id}: no container of it is left and no output was kept (`kdkit wait` keeps "
+                          f"it in {project.root / LOGS_FOLDER}); `kdkit status {run_id}` reads its folder")
+    for path in saved:
+        label = "" if path.name == f"kdkit-{run_id}.log" else path.stem.rsplit("-", 1)[-1]
+        sink(label, path.read_bytes())
+    return len(saved)
 
 
 # ---------------------------------------------------------------- a lost connection

@@ -109,6 +109,16 @@ def follow_lines(run_id: str, project_root: Path) -> list[str]:
     return [f"kdkit status {run_id}{where}", f"kdkit wait {run_id}{where}", f"kdkit logs {run_id} -f{where}"]
 
 
+def detached_lines(plan: Any) -> list[str]:
+    """``--detach --print``: the host steps, then ``docker run --detach``: the container kept once it has ended (its
+    exit code read, then removed, by `kdkit wait`), as :func:`detach` starts it."""
+    from kdkit.docker_adapter import cli_arguments, shell_line
+
+    words = cli_arguments(plan.spec)
+    words[words.index("--rm")] = "--detach"
+    return [step.shell for step in plan.host_steps] + [shell_line(words)]
+
+
 def detach(plan: Any, engine: Any = None) -> dict[str, Any]:
     """Start the run's container and return at once: its run ID, its container and how to follow it."""
     from kdkit.docker_adapter import connect
@@ -240,8 +250,11 @@ def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> di
             and running else None, "heartbeat_age_seconds": round(age, 1) if age is not None else None}
 
 
-def folder_status(folder: Path, container: Labelled | None, now: datetime | None = None) -> dict[str, Any]:
-    """One run folder's state from its summary, stop.json or heartbeat (never results.jsonl), and its container."""
+def folder_status(folder: Path, container: Labelled | None, now: datetime | None = None,
+                  engine: bool = False) -> dict[str, Any]:
+    """One run folder's state from its summary, stop.json or heartbeat (never results.jsonl), and its container;
+    ``engine``: the engine answered, so a run `kdkit run` started (params.json's ``launch``) whose labelled
+    container is not there is lost at once, whatever the age of its heartbeat."""
     now = now or datetime.now(timezone.utc)
     summary, stop = _object(folder / SUMMARY), _object(folder / STOP)
     if summary:
@@ -250,6 +263,9 @@ def folder_status(folder: Path, container: Labelled | None, now: datetime | None
                         else None)
     elif (beat := read_heartbeat(folder)) is not None:
         state = _open(beat, container, now)
+        if state["state"] == "running" and container is None and engine and "launch" in _object(folder / PARAMS):
+            state.update(state="lost", eta_seconds=None, remaining_seconds=None,
+                         reason="its container is gone and it wrote no summary; `kdkit run --resume` finishes it")
     elif container is not None and not container.ended:
         state = {"state": "running", "reason": "starting (diagnose, verify-env)"}
     elif stop:
@@ -295,7 +311,8 @@ def run_status(project: Place, run_id: str, containers: list[Labelled] | None = 
     if not folders and not mine and not gathered.is_dir():
         raise BadInput(f"run {run_id}: no run folder in {runs} and no container of this project labelled with it; "
                        "see `kdkit status` for the runs there are")
-    parts = [folder_status(folder, _container_for(mine, folder, run_id)) for folder in folders]
+    parts = [folder_status(folder, _container_for(mine, folder, run_id), engine=containers is not None)
+             for folder in folders]
     if not parts:
         parts = [{"folder": None, "state": "running" if any(not c.ended for c in mine) else "lost",
                   "reason": "starting (diagnose, verify-env)", "container": _shown(c)} for c in mine]
