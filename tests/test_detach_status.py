@@ -121,3 +121,17 @@ def test_wait_copies_a_detached_run_and_detach_refuses_copy_to(image: str, locke
                               capture_output=True, text=True, timeout=600)
     assert verified.returncode == 0, verified.stderr
     assert labelled(run_id) == []
+
+
+def test_run_copy_to_copies_during_the_run_and_verifies_the_end(image: str, locked_copy: Path, tmp_path: Path) -> None:
+    """`kdkit run --copy-to DEST` in the foreground: the closed run folder lands at DEST/<run-id>, verified there."""
+    slow_inputs(locked_copy, copies=10)
+    ran = kdkit("run", locked_copy, "--image", image, "--copy-to", tmp_path / "evidence", "--copy-every", "1",
+                "--json")
+    assert ran.returncode == 0, ran.stderr
+    (folder,) = json.loads(ran.stdout)["run_folders"]
+    copy = tmp_path / "evidence" / Path(folder).name
+    assert "verified there" in ran.stderr and read_run(copy).verdict == "pass"
+    assert sorted(p.name for p in (tmp_path / "evidence").iterdir()) == [copy.name]  # no staging left beside it
+    verified = kdkit("copy-out", "--verify", copy)
+    assert verified.returncode == 0, verified.stderr
