@@ -187,3 +187,12 @@ def test_a_run_kdkit_run_started_whose_container_is_gone_is_lost_at_once(docker_
     assert report["state"] == "lost" and "container is gone" in report["reason"] and report["eta_seconds"] is None
     waited = invoke("wait", folder.name, "--project", project, "--timeout", "600")
     assert waited.exit_code == 1
+
+
+def test_a_negative_timeout_or_a_copy_every_under_a_second_is_exit_2(project: Path, tmp_path: Path) -> None:
+    run_id = "20260101T000000Z-00000000"
+    timeout = invoke("wait", run_id, "--project", project, "--timeout", "-1")
+    assert timeout.exit_code == 2 and "--timeout -1: expected 0 or more seconds" in timeout.output
+    every = invoke("wait", run_id, "--project", project, "--copy-to", tmp_path / "x", "--copy-every", "0")
+    assert every.exit_code == 2 and "--copy-every 0: expected at least 1 second" in every.output
+    assert not (tmp_path / "x").exists()

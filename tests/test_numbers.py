@@ -33,6 +33,7 @@ BASE = {
     "run": ["run", "{project}"],
     "resume-test": ["resume-test", "{project}"],
     "sweep": ["sweep", "{project}"],
+    "wait": ["wait", "20260101T000000Z-00000000", "--project", "{project}"],
 }
 
 
@@ -70,7 +71,8 @@ def test_every_numeric_option_goes_through_the_finite_type() -> None:
         ("close", "--accepted", True), ("plan", "--days", True), ("plan", "--lots", True),
         ("plan", "--hours", False), ("plan", "--accepted", True), ("resume-test", "--steps", True),
         ("resume-test", "--save-at", True), ("resume-test", "--nproc-per-node", True), ("run", "--workers", True),
-        ("sweep", "--groups", True)]
+        ("run", "--copy-every", True), ("sweep", "--groups", True), ("wait", "--timeout", False),
+        ("wait", "--copy-every", True)]
     plain = [(name, param.opts[0]) for name, command in _commands().items() for param in command.params
              if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))]
     assert plain == []  # click's int/float accept "nan"/"inf" or print usage: none is left

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kdkit.cli._options import backend_option, json_option, project_argument, whole
+from kdkit.cli._options import FiniteNumber, backend_option, json_option, project_argument, whole
 from kdkit.cli._output import emit_json, printable, say, warn
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.probe.entry import run_command
@@ -328,7 +328,7 @@ def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
 
 @click.command("wait")
 @click.argument("run_id")
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
+@click.option("--timeout", type=FiniteNumber("600"), metavar="S",
               help="Give up waiting after S seconds (exit 124; the run goes on).")
 @click.option("--copy-to", metavar="DEST", help="Copy the run's folders to DEST while waiting and at the end "
               "(a folder, user@host:path or an rclone remote:path), verified there.")

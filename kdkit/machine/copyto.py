@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from kdkit.core.errors import KdkitError
+from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.runfolder import HEARTBEAT, RESULTS
 from kdkit.probe.results.copyout import copy_run
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
@@ -73,6 +73,8 @@ class CopyTo:
     """The copies of one `kdkit run` (see the module's docstring); a no-op when ``dest`` is None."""
 
     def __init__(self, dest: str | None, every: float, runs: Path, run_ids: list[str] | None, warn: Say) -> None:
+        if dest and every < 1:
+            raise BadInput(f"--copy-every {every:g}: expected at least 1 second between copies, e.g. --copy-every 300")
         self.place = parse_place(dest) if dest else None
         self.every, self.runs, self.warn = every, runs, warn
         self.run_ids = run_ids

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.errors import KdkitError, Unavailable
+from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.machine.watch import (
     LABEL_PROJECT,
     LABEL_ROLE,
@@ -63,6 +63,8 @@ def wait_run(project: Place, run_id: str, timeout: float | None = None,
     """Block until run ``run_id`` no longer runs; (its verdict's exit code, its status). Ctrl-C or SIGTERM
     (kdkit.core.stopsignals.interrupts, in the caller) stops the waiting, never the run."""
     check_run_id(run_id, "RUN_ID")
+    if timeout is not None and timeout < 0:
+        raise BadInput(f"--timeout {timeout:g}: expected 0 or more seconds, e.g. --timeout 600")
     deadline = None if timeout is None else time.monotonic() + timeout
     report = run_status(project, run_id)
     while report["state"] == "running" or _still_up(report):  # a closed folder's container ends a moment later
