@@ -69,9 +69,10 @@ def test_inspect_says_the_project_differs_and_exits_0(a26: Path) -> None:
 
 
 def test_the_edited_config_and_app_run_and_params_record_what_ran(a26: Path) -> None:
+    before = {p for p in (a26 / "runs").iterdir() if p.is_dir()}  # the shared locked project may hold runs already
     result = invoke("run", a26, "--image", TAG)
     assert result.exit_code == 0, result.output
-    (folder,) = [p for p in (a26 / "runs").iterdir() if p.is_dir()]
+    (folder,) = [p for p in (a26 / "runs").iterdir() if p.is_dir() and p not in before]
     params = json.loads((folder / "params.json").read_text(encoding="utf-8"))
     assert params["params"]["batch_size"] == 2
     edited = hashlib.sha256((a26 / "src/classify.py").read_bytes()).hexdigest()

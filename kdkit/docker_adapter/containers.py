@@ -175,9 +175,11 @@ class ContainerRuns:
         return code
 
     def _exit_code(self, container_id: str) -> int | None:
-        """The exit code of an ended container; None when the engine cannot say."""
-        with contextlib.suppress(Exception):
-            return int(self._client.api.wait(container_id, timeout=STOP_GRACE_S).get("StatusCode"))
+        """The exit code of an ended container; None when the engine cannot say. Asked twice: an interrupt that cut
+        the log stream mid-read can leave a broken connection that fails the first request (the pool opens another)."""
+        for _attempt in range(2):
+            with contextlib.suppress(Exception):
+                return int(self._client.api.wait(container_id, timeout=STOP_GRACE_S).get("StatusCode"))
         return None
 
     @staticmethod
