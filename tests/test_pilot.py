@@ -456,3 +456,16 @@ def test_a_results_file_changed_during_the_run_is_read_back_and_judged(project: 
     code, summary, _ = pilot(project)
     assert code == 1
     assert any(p.startswith("doc-01: 2 results") for p in summary["problems"]), summary["problems"]
+
+
+def passing_and_stopped(root: Path, passed: str, stopped: str) -> tuple[Path, Path]:
+    """Two runs closed by the real pilot in a new project under ``root``: ``passed`` (the oracle app) and ``stopped``
+    (an app that raises, stopped by max_rejected 0, with stop.json)."""
+    from kdkit.project.init import init_project
+
+    project = init_project(root / "proj", name="proj", backend="cpu")
+    use_app(project, "oracle")
+    assert pilot(project, "--run-id", passed)[0] == 0
+    use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
+    assert pilot(project, "--run-id", stopped)[0] == 1
+    return project / "runs" / passed, project / "runs" / stopped

@@ -17,20 +17,14 @@ import pytest
 from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.runfolder import read_run, read_sums, verify_folder
 from tests.conftest import reseal
-from tests.test_pilot import pilot, use_app
+from tests.test_pilot import passing_and_stopped
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Runs closed by the real pilot: one that passes, and one stopped by its stop rule (counts short of total)."""
-    from kdkit.project.init import init_project
-
-    project = init_project(tmp_path_factory.mktemp("made") / "proj", name="proj", backend="cpu")
-    use_app(project, "oracle")
-    assert pilot(project, "--run-id", "real")[0] == 0
-    use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
-    assert pilot(project, "--run-id", "stopped")[0] == 1
-    return {"real": project / "runs" / "real", "stopped": project / "runs" / "stopped"}
+    real, stopped = passing_and_stopped(tmp_path_factory.mktemp("made"), "real", "stopped")
+    return {"real": real, "stopped": stopped}
 
 
 @pytest.fixture

@@ -12,20 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import invoke, tree_snapshot
-from tests.test_pilot import pilot, use_app
+from tests.test_pilot import passing_and_stopped, pilot, use_app
 
 
 @pytest.fixture(scope="module")
 def closed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A passing run and a stopped one (with stop.json), closed by the real pilot."""
-    from kdkit.project.init import init_project
-
-    project = init_project(tmp_path_factory.mktemp("closed") / "proj", name="proj", backend="cpu")
-    use_app(project, "oracle")
-    assert pilot(project, "--run-id", "passed")[0] == 0
-    use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
-    assert pilot(project, "--run-id", "stopped")[0] == 1
-    return {"passed": project / "runs" / "passed", "stopped": project / "runs" / "stopped"}
+    passed, stopped = passing_and_stopped(tmp_path_factory.mktemp("closed"), "passed", "stopped")
+    return {"passed": passed, "stopped": stopped}
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:
