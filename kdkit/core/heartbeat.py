@@ -22,7 +22,7 @@ from typing import Any
 
 HEARTBEAT = "heartbeat.json"  # kdkit.core.runfolder names it among the harness's files (HARNESS_FILES)
 EVERY_S = 1.0  # at most one write a second
-RUNNING, CLOSED = "running", "closed"
+RUNNING = "running"  # the only state a heartbeat holds: it is removed before its run closes
 
 
 def utc_now() -> str:
