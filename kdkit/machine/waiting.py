@@ -209,6 +209,7 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
     import shutil
 
     from kdkit.core import proc
+    from kdkit.probe.diagnose.smi_values import number as _number  # the one reader of nvidia-smi's numbers
 
     if shutil.which("nvidia-smi") is None:
         return _amd_usage(timeout) if shutil.which("amd-smi") else None
@@ -223,13 +224,6 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
             gpus.append({"index": cells[0], "name": cells[1], "utilization_percent": _number(cells[2]),
                          "memory_used_mib": _number(cells[3]), "memory_total_mib": _number(cells[4])})
     return gpus
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _amd_usage(timeout: float) -> list[dict[str, Any]] | None:
