@@ -182,7 +182,7 @@ def test_copy_to_during_a_run_then_the_final_verified_copy(ssh_env: SshServer, c
     runs, dest, warnings, said = tmp_path / "runs", tmp_path / "dest", [], []
     runs.mkdir()
     open_run = runs / closed_run.name
-    with copy_during(f"{ssh_env.target}:{dest}", 0, runs, None, warnings.append) as copier:
+    with copy_during(f"{ssh_env.target}:{dest}", 1, runs, None, warnings.append) as copier:
         shutil.copytree(closed_run, open_run)
         (open_run / "SHA256SUMS").unlink()
         with (open_run / "results.jsonl").open("a") as results:
@@ -199,7 +199,7 @@ def test_copy_to_during_a_run_then_the_final_verified_copy(ssh_env: SshServer, c
     assert copier.finish([open_run], 0, said.append) == 0, said
     assert tree_snapshot(dest / closed_run.name) == tree_snapshot(closed_run) and not partial.exists()
     assert said[-1].startswith(f"Copied to {ssh_env.target}:{dest}/{closed_run.name}, verified there")
-    failing = copy_during(f"{ssh_env.target}:{dest}", 0, runs, [closed_run.name], warnings.append)
+    failing = copy_during(f"{ssh_env.target}:{dest}", 1, runs, [closed_run.name], warnings.append)
     assert failing.finish([open_run], 0, said.append) == 1 and "exists" in said[-1]
 
 
@@ -309,7 +309,7 @@ def test_a_staging_name_that_is_a_link_or_a_file_is_never_followed(ssh_env: SshS
     from kdkit.core.errors import BadInput
     from kdkit.machine.copyto import copy_during
 
-    with copy_during(str(dest), 0, tmp_path, [closed_run.name], print) as copier, \
+    with copy_during(str(dest), 1, tmp_path, [closed_run.name], print) as copier, \
             pytest.raises(BadInput, match="a link or a file"):
         copier.copy_open(closed_run)
     assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]

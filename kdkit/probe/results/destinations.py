@@ -88,6 +88,8 @@ def parse_place(text: str, rclone_config: str | None = None) -> Place:
     password, a control character or a URL, or its host would read as an option (a secret is never echoed)."""
     if not text.strip():
         raise BadInput(f"DEST {text!r}: empty; name the folder that receives the copy")
+    if text.startswith(("/", "./", "../", "~")):  # a local path: no shell, no remote; messages escape it
+        return Place(LOCAL, text)
     _refuse_unsafe(text)
     if rclone_config and not os.path.isfile(rclone_config):
         raise BadInput(f"--rclone-config {printable(rclone_config)}: not found; name an existing rclone config file")
