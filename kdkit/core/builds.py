@@ -24,6 +24,8 @@ BACKENDS = ("cuda", "rocm", "cpu")
 GPU_BACKENDS = ("cuda", "rocm")
 PAIRINGS = "data/pairings.json"  # inside the kdkit package
 TORCH_INDEX_URL = "https://download.pytorch.org/whl/{label}"  # PyTorch's wheel index of one build label
+PYPI_SIMPLE = "https://pypi.org/simple"  # PyPI's torch is a plain version; its build is read from the facts
+BUILD_HEADER = "torch-build"  # the lock header line naming the build of a torch without a local label
 
 _DIGITS = frozenset("0123456789")
 
@@ -57,6 +59,19 @@ def index_label(url: str) -> str | None:
 
     tail = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
     return tail if parse_label(tail) is not None else None
+
+
+def is_pypi(url: str, mirrors: tuple[str, ...] = ()) -> bool:
+    """Whether ``url`` is PyPI's simple index (or one of ``mirrors``, e.g. the index-url pip's configuration
+    names): its torch wheels carry no local label, so the build is the pairings' ``pypi`` fact."""
+    wanted = {u.rstrip("/").lower() for u in (PYPI_SIMPLE, *mirrors) if u}
+    return url.rstrip("/").lower() in wanted
+
+
+def header_build(header: dict[str, str]) -> str | None:
+    """The build label a lock's ``# kdkit: torch-build = cu130 (...)`` line names, or None."""
+    label = header.get(BUILD_HEADER, "").split(" ", 1)[0]
+    return label if label and parse_label(label) is not None else None
 
 
 def split_version(version: str) -> tuple[str, str | None]:

@@ -130,6 +130,32 @@ class Pairings:
         """The builds of ``backend`` that carry code for ``card``, oldest torch first."""
         return [b for b in self.builds(cpu_arch) if b.backend == backend and b.code_for(card) is not None]
 
+    def pypi_entry(self, torch_version: str, cpu_arch: str = "x86_64") -> dict[str, Any]:
+        """The ``pypi`` fact of ``torch_version``'s minor release on ``cpu_arch``: {"label": "cu130" or None
+        (unknown), "source": ...}, or {} when kdkit has none."""
+        entry: dict[str, Any] = (self.data.get("pypi", {}).get(torch_minor(torch_version)) or {}).get(cpu_arch) or {}
+        return entry
+
+    def pypi_label(self, torch_version: str, cpu_arch: str = "x86_64") -> str | None:
+        """The index label of the build PyPI serves as plain ``torch==<version>`` on ``cpu_arch`` (2.13 x86_64:
+        cu130), or None where kdkit does not know it."""
+        label = self.pypi_entry(torch_version, cpu_arch).get("label")
+        return str(label) if label else None
+
+    def pypi_build(self, torch_version: str, cpu_arch: str = "x86_64") -> Build | None:
+        """The build PyPI's plain ``torch==<version>`` is on ``cpu_arch``: the architectures the PyPI artifact
+        carries (``arch_set``: PyPI's cu130 has no PTX where download.pytorch.org's has), else its label's
+        build; None where kdkit does not know it."""
+        entry = self.pypi_entry(torch_version, cpu_arch)
+        label = entry.get("label")
+        if not label or not entry.get("arch_set"):
+            return self.build(torch_version, label, cpu_arch) if label else None
+        arch_set, index = self.data["arch_sets"][entry["arch_set"]], self.data["indexes"][label]
+        archs = arch_set["architectures"] if cpu_arch == "x86_64" else arch_set.get("aarch64", [])
+        complete = arch_set["complete"] and (cpu_arch == "x86_64" or "aarch64" in arch_set)
+        return Build(torch_minor(torch_version), label, index["backend"], index["version"], tuple(archs), complete,
+                     arch_set["source"], False, cpu_arch)
+
     def driver_floor(self, cuda_version: str, architecture: str | None = None) -> tuple[str, str] | None:
         """(minimum driver, why) for a CUDA build on ``architecture`` (see kdkit.core.builds)."""
         return driver_floor(cuda_version, architecture, self.data)
@@ -160,6 +186,8 @@ def _merge(merged: dict[str, Any], layer: dict[str, Any]) -> None:
         for key in ("source", "aarch64"):
             if key in row:
                 into[key] = row[key]
+    for minor, value in layer.get("pypi", {}).items():
+        merged["pypi"].setdefault(minor, {}).update(value)
     if "template" in layer:
         merged["template"] = layer["template"]
 
@@ -179,6 +207,15 @@ def _contradiction(merged: dict[str, Any]) -> str | None:
 
 def _dangling(merged: dict[str, Any]) -> str | None:
     """The first torch entry naming an unknown index or arch set, described."""
+    for minor, platforms in merged["pypi"].items():
+        for cpu_arch, entry in platforms.items():
+            if not isinstance(entry, dict):
+                continue  # the release's note
+            if entry.get("label") and entry["label"] not in merged["indexes"]:
+                return f"$.pypi.{minor}.{cpu_arch}.label: index {entry['label']!r} is not under $.indexes; add it there"
+            if entry.get("arch_set") and entry["arch_set"] not in merged["arch_sets"]:
+                return (f"$.pypi.{minor}.{cpu_arch}.arch_set: {entry['arch_set']!r} is not under $.arch_sets; "
+                        "add it there")
     for minor, row in merged["torch"].items():
         for label, ref in row["builds"].items():
             set_name = _ref(ref)[0]
@@ -193,7 +230,7 @@ def load_pairings(project_root: Path | None = None, extra: Path | None = None) -
     """The shipped pairings, then the project's pairings.json, then ``extra``, merged key by key."""
     from kdkit.facts.catalog import layer_paths, load_checked
 
-    merged: dict[str, Any] = {section: {} for section in (*_SECTIONS, "torch")}
+    merged: dict[str, Any] = {section: {} for section in (*_SECTIONS, "torch", "pypi")}
     files = []
     for path in layer_paths("pairings", project_root, extra):
         _merge(merged, load_checked(path, "pairings"))

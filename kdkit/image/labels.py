@@ -64,7 +64,7 @@ def torch_build(lock_path: Path | Lock, backend: Backend, python: str) -> tuple[
     """(torch version, CUDA version, ROCm version) promised by the lock's torch pin for the image (Linux,
     CPython ``python``, the lock's CPU: a lock for several environments pins one torch per marker) and its
     label; empty when the lock pins no torch there, or one with no version (a vcs checkout)."""
-    from kdkit.core.builds import parse_label
+    from kdkit.core.builds import header_build, parse_label
     from kdkit.core.lockfile import parse_lock
     from kdkit.facts.platforms import image_environment
     from kdkit.lock.lock import backend_label
@@ -73,7 +73,7 @@ def torch_build(lock_path: Path | Lock, backend: Backend, python: str) -> tuple[
     pin = lock.pin_for("torch", image_environment(python, lock.header.get("platform", "")))
     if pin is None or not pin.version:
         return "", "", ""
-    build = parse_label(pin.local or backend_label(backend) or "")
+    build = parse_label(pin.local or header_build(lock.header) or backend_label(backend) or "")  # PyPI: the header
     kind, version = build if build else ("", None)
     return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
 

@@ -9,7 +9,8 @@ honoured as pip reads it (not its ``constraint`` option: pip-compile does not
 apply it). Because pip still merges candidates from every index, kdkit then
 checks the result: torch must be pinned with the backend's local label
 (``torch==2.8.0+cu128``), since a plain ``==2.8.0`` would also accept a +cpu or
-+rocm build at install time.
++rocm build at install time. PyPI's plain torch is the exception, its build
+read from the facts and written in the header (:mod:`kdkit.lock.pypitorch`).
 
 Before pip-compile runs, :func:`kdkit.lock.preflight.preflight` asks the torch index
 itself, with a timeout of seconds: an index that does not answer is exit 3 naming
@@ -62,13 +63,14 @@ from kdkit import __version__
 from kdkit.config.project import Backend, Project, load_project
 from kdkit.config.schemas import secret_problems
 from kdkit.core import proc
-from kdkit.core.builds import BACKENDS, index_label
+from kdkit.core.builds import BACKENDS, BUILD_HEADER, index_label, is_pypi
 from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock_text
 from kdkit.core.staging import clean_stale, describe_removed
 from kdkit.facts.platforms import cpu_mismatch
+from kdkit.lock import pypitorch
 from kdkit.lock.fetch import Network
 from kdkit.lock.inputs import input_files, relative
 from kdkit.lock.pages import and_list, torch_requirement
@@ -83,7 +85,6 @@ if TYPE_CHECKING:
 
 TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
-
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,8 @@ def backend_label(backend: Backend) -> str | None:
 # ---------------------------------------------------------------- inputs and the header
 
 def build_header(project: Project, backend: Backend, resolution: Resolution, indexes: Sequence[tuple[str, str]],
-                 origin: Provenance) -> str:
-    """The provenance block written above the lock's index lines and the resolver's output."""
+                 origin: Provenance, torch_build: str | None = None) -> str:
+    """The provenance block above the lock's index lines and the resolver's output (``torch_build``: PyPI's)."""
     fields: list[tuple[str, str]] = [
         ("kdkit-version", __version__),
         ("backend", backend.name),
@@ -166,6 +167,7 @@ def build_header(project: Project, backend: Backend, resolution: Resolution, ind
         ("resolver", resolution.resolver),
         ("torch-index", backend.torch_index),
         ("torch-source", origin.torch_source or "(no torch in the lock)"),
+        *([(BUILD_HEADER, torch_build)] if torch_build else []),
         ("indexes", "; ".join(f"{opt} {value}" for opt, value in indexes) or "(pip defaults)"),
         ("machine-local", ", ".join(origin.machine_local) or "none"),
     ]
@@ -198,18 +200,23 @@ def platform_warnings(project: Project, backend: Backend) -> list[str]:
 
 
 def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: TorchPage | None = None,
-                      inputs: Sequence[Path] = (), python: str = "", tool: str = "pip-compile") -> None:
+                      inputs: Sequence[Path] = (), python: str = "", tool: str = "pip-compile",
+                      mirrors: tuple[str, ...] = ()) -> str | None:
     """torch must carry the label of the backend's index; a bare version would accept any build. An index
     of another family, or one whose label kdkit cannot read, is BadInput (a torch it locks is no build of
     the backend's). The fix names the input file that requires torch and, from the preflight's ``page``,
-    the newest build of the index that fits; ``tool`` is the resolver that chose the pin."""
+    the newest build of the index that fits; ``tool`` is the resolver that chose the pin. PyPI (or one of
+    ``mirrors``): returns the plain pin's build from the facts (the header's ``torch-build``)."""
     pin = lock.pins.get("torch")
     if pin is None:
-        return
-    refuse_foreign_index(backend.torch_index, backend.name, config_file)
+        return None
+    refuse_foreign_index(backend.torch_index, backend.name, config_file, mirrors=mirrors)
     label = backend_label(backend)
+    if label is None and is_pypi(backend.torch_index, mirrors):
+        return pypitorch.locked_build(pin.public_version, pin.local, "-".join(TARGET_PLATFORM), backend.name,
+                                      config_file, tool)
     if label is None or pin.local == label:
-        return
+        return None
     got = f"+{pin.local}" if pin.local else "no local label"
     newest = page.newest() if page is not None else None
     build = newest or f"{pin.public_version}+{label}"
@@ -245,11 +252,28 @@ def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
     inputs = input_files(project.requirements)
     requirement = torch_requirement(inputs, project.python, TARGET_PLATFORM)
     page = index_preflight(backend.torch_index, backend.name, requirement, project.python, TARGET_PLATFORM,
-                           network, project.root / "kdkit.json")
+                           network, project.root / "kdkit.json", pypitorch.mirrors(pip_config))
     for _option, url in emitted_indexes(backend.torch_index, pip_config, pip_default_index())[1:]:
         key = "index-url" if url == pip_config.get("index-url") else "extra-index-url"
         check_answers(url, f"{key} of pip's configuration, `pip config list`", network)
     return page
+
+
+def _refuse_early(project: Project, backend: Backend, local_torch: Path | None) -> dict[str, str]:
+    """Before anything runs: no credential in the inputs, a torch index of the backend's build (or PyPI),
+    the ``--torch-find-links`` folder holding that build. Returns pip's configuration."""
+    inputs = input_files(project.requirements)  # a missing .in is bad input before anything runs
+    for path in inputs:
+        refuse_credentials_in(path, relative(project.root, path))
+    requirement = torch_requirement(inputs, project.python, TARGET_PLATFORM)
+    pip_config = pip_configuration()
+    mirrors = pypitorch.mirrors(pip_config)
+    refuse_foreign_index(backend.torch_index, backend.name, project.root / "kdkit.json",
+                         torch_needed=requirement is not None, mirrors=mirrors)
+    if local_torch is not None:
+        check_find_links(local_torch, backend_label(backend), requirement, project.python, TARGET_PLATFORM,
+                         plain=is_pypi(backend.torch_index, mirrors))
+    return pip_config
 
 
 def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
@@ -259,15 +283,9 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     """Resolve (pip-tools unless ``resolver`` says otherwise), check and write ``backend.lock``; nothing is
     written unless every step succeeded."""
     resolver = resolver or prepare("pip-tools")
-    inputs = input_files(project.requirements)  # a missing .in is bad input before anything runs
-    for path in inputs:
-        refuse_credentials_in(path, relative(project.root, path))
     config_file = project.root / "kdkit.json"
-    requirement = torch_requirement(inputs, project.python, TARGET_PLATFORM)
-    refuse_foreign_index(backend.torch_index, backend.name, config_file, torch_needed=requirement is not None)
-    if local_torch is not None:
-        check_find_links(local_torch, backend_label(backend), requirement, project.python, TARGET_PLATFORM)
-    pip_config = pip_configuration()
+    pip_config = _refuse_early(project, backend, local_torch)
+    mirrors = pypitorch.mirrors(pip_config)
     network = Network.from_pip(pip_config, ca_bundle)
     page = None if local_torch else preflight(project, backend, pip_config, network)
     job = Job(project, backend, pip_config, TARGET_PLATFORM, ca_bundle, local_torch, upgrade, tuple(upgrade_packages),
@@ -278,8 +296,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
         lock = parse_lock_text(resolution.text, backend.lock)
     except BadInput as exc:  # the resolver's output, not the user's file: name it so
         raise KdkitError(f"{resolver.tool} wrote a lock kdkit cannot read, nothing was written: {exc}") from None
-    check_torch_label(lock, backend, config_file, page, input_files(project.requirements), project.python,
-                      resolver.tool)
+    torch_build = check_torch_label(lock, backend, config_file, page, input_files(project.requirements),
+                                    project.python, resolver.tool, mirrors)
     indexes = emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
                               torch_from_index=local_torch is None)
     # the indexes a machine installing the lock asks: those it names, and its own (pip's default here)
@@ -287,7 +305,7 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     asked += [pip_config["index-url"]] if pip_config.get("index-url") and pip_config["index-url"] not in asked else []
     origin = provenance(lock, page, asked, local_sources(pip_config, local_torch), local_torch, network,
                         project.python, TARGET_PLATFORM)
-    head = build_header(project, backend, resolution, indexes, origin)
+    head = build_header(project, backend, resolution, indexes, origin, torch_build)
     text = head + option_lines(indexes) + resolution.text.lstrip("\n")
     pylock, why_not = pylock_text(resolver, job, head, text)
     writes = [(backend.lock, text), *([(backend.pylock, pylock)] if pylock is not None else [])]

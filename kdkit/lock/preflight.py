@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
-from kdkit.core.builds import TORCH_INDEX_URL, index_label, label_backend, minor_key, parse_label, split_version
+from kdkit.core.builds import (
+    TORCH_INDEX_URL,
+    index_label,
+    is_pypi,
+    label_backend,
+    minor_key,
+    parse_label,
+    split_version,
+)
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.versions import InvalidVersion, Version
 from kdkit.facts.pairings import load_pairings
@@ -85,9 +93,12 @@ def example_index(backend: str, project_root: Path | None = None) -> str:
         return TORCH_INDEX_URL.format(label={"cuda": "cu130", "rocm": "rocm7.2"}.get(backend, "cpu"))
 
 
-def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, torch_needed: bool = True) -> None:
+def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, torch_needed: bool = True,
+                         mirrors: tuple[str, ...] = ()) -> None:
     """BadInput unless ``torch_index`` is a plain URL whose build label is of ``backend``'s family: a cuda
-    backend with ``.../whl/cpu`` would lock +cpu torch, one with ``.../whl/xpu`` +xpu. An index whose label
+    backend with ``.../whl/cpu`` would lock +cpu torch, one with ``.../whl/xpu`` +xpu. PyPI's index (or one of
+    ``mirrors``, the index pip's configuration names) serves a plain torch whose build the pairings' ``pypi``
+    facts give: accepted for the backends it builds (:mod:`kdkit.lock.pypitorch`). An index whose label
     kdkit cannot read is refused only when ``torch_needed`` (the inputs name torch): without torch it is any
     package index."""
     place = f"{config_file}: $.backends.{backend}.torch_index {torch_index}"
@@ -98,6 +109,12 @@ def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, t
         raise BadInput(f"{place} has a query or fragment ({extra}), which no index URL takes: give the index's "
                        f"plain URL, e.g. {example}")
     label = index_label(torch_index)
+    if label is None and is_pypi(torch_index, mirrors):
+        if torch_needed:
+            from kdkit.lock.pypitorch import refuse_pypi_backend
+
+            refuse_pypi_backend(torch_index, backend, config_file)
+        return
     family = label_backend(label) if label else None
     if family == backend or (label is None and not torch_needed):
         return
@@ -109,10 +126,12 @@ def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, t
 
 
 def preflight(torch_index: str, backend: str, requirement: Requirement | None, python: str,
-              target: tuple[str, str], network: Network, config_file: Path) -> TorchPage:
+              target: tuple[str, str], network: Network, config_file: Path, mirrors: tuple[str, ...] = ()) -> TorchPage:
     """Refuse, before pip-compile runs, an index that does not answer (Unavailable) or serves no build of
-    ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the index must only answer."""
-    refuse_foreign_index(torch_index, backend, config_file, torch_needed=requirement is not None)
+    ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the index must only answer.
+    PyPI (or one of ``mirrors``): its plain-version torch wheels are the builds."""
+    refuse_foreign_index(torch_index, backend, config_file, torch_needed=requirement is not None, mirrors=mirrors)
+    plain = index_label(torch_index) is None and is_pypi(torch_index, mirrors)
     place = f"backends.{backend}.torch_index in {config_file}"
     index = torch_index.rstrip("/")
     page_url = f"{index}/torch/"
@@ -121,7 +140,7 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
     wanted = requirement or Requirement(())
     label = index_label(index)
     builds = _torch_builds(files, wanted, python, target)
-    if label is not None:
+    if label is not None or plain:
         builds = [(v, f) for v, f in builds if split_version(v)[1] == label]
     if requirement is None or builds:
         return TorchPage(index, page_url, files, tuple(sorted({v for v, _f in builds})))
@@ -130,12 +149,14 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
     message = f"{config_file}: backends.{backend}.torch_index {index} {served}"
     excluded = sorted({f"{item.filename} has Requires-Python {item.requires_python}"
                        for version, item in _torch_builds(files, wanted, python, target, requires_python=False)
-                       if label is None or split_version(version)[1] == label})
+                       if (label is None and not plain) or split_version(version)[1] == label})
     if excluded:
         raise BadInput(f"{message}: {and_list(excluded)} (data-requires-python), and kdkit.json's python is {python}; "
                        "change kdkit.json's python or the torch requirement in the input files")
     if label is None:
-        raise BadInput(f"{message}; point it at the PyTorch index of the build you want (e.g. .../whl/cu130)")
+        plain_fix = "pin a torch release PyPI serves for that Python, or " if plain else ""
+        raise BadInput(f"{message}; {plain_fix}point it at the PyTorch index of the build you want "
+                       "(e.g. .../whl/cu130)")
     _refuse_with_the_family(message, index, label, backend, wanted, python, target, network, place)
 
 
@@ -166,18 +187,19 @@ def _refuse_with_the_family(message: str, index: str, label: str, backend: str, 
 
 
 def check_find_links(folder: Path, label: str | None, requirement: Requirement | None, python: str,
-                     target: tuple[str, str]) -> None:
+                     target: tuple[str, str], *, plain: bool = False) -> None:
     """BadInput unless the folder of ``--torch-find-links`` holds a torch wheel that ``requirement`` allows,
-    with the backend's ``label``, for ``python`` on ``target``: pip would take torch from anywhere else."""
+    with the backend's ``label`` (``plain``: PyPI's, with no label), for ``python`` on ``target``: pip would
+    take torch from anywhere else."""
     if requirement is None:
         return
     files = [IndexFile(entry.name, entry.as_uri(), None) for entry in sorted(folder.iterdir()) if entry.is_file()]
     builds = _torch_builds(files, requirement, python, target)
-    if any(label is None or split_version(version)[1] == label for version, _f in builds):
+    if any((label is None and not plain) or split_version(version)[1] == label for version, _f in builds):
         return
     torch = [f.filename for f in files if (parsed := parse_filename(f.filename)) and parsed[0] == "torch"]
     holds = f"it holds {and_list(torch)}" if torch else "it holds no torch wheel"
-    build = f" +{label}" if label else ""
+    build = f" +{label}" if label else " plain-version (PyPI's, no local label)" if plain else ""
     raise BadInput(f"--torch-find-links {folder}: no {requirement.text()}{build} wheel for Python {python} on "
                    f"{'-'.join(target)} ({holds}); put that wheel there, or lock from the torch index without "
                    "--torch-find-links")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import sys
 
-from kdkit.core.builds import parse_label
+from kdkit.core.builds import header_build, parse_label
 from kdkit.core.envinfo import decode, describe
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.lockfile import Lock, Pin, parse_lock
@@ -175,17 +175,19 @@ def _built_for(kind: str, wanted: str, build: dict[str, str | None]) -> bool:
     return hip is not None and hip.split(".")[:2] == wanted.split(".")[:2]
 
 
-def torch_build_finding(pin: Pin, have: Installed) -> Finding | None:
-    """The torch build check: the lock's label against torch.version.cuda / .hip."""
+def torch_build_finding(pin: Pin, have: Installed, build_label: str | None = None) -> Finding | None:
+    """The torch build check: the lock's label (``build_label``: the build its header records for PyPI's
+    plain torch, ``# kdkit: torch-build = cu130 (...)``) against torch.version.cuda / .hip."""
     def finding(message: str, severity: str = "error") -> Finding:
         return Finding("torch-build", have.name, severity, message, pin.version, have.version, pin.line)
 
-    if pin.local is None:
+    label = pin.local or build_label
+    if label is None:
         return finding(f"torch is locked as {pin.version} without a local label, so any build matches; "
                        "relock with `kdkit lock` to pin torch==X+label", "warning")
-    expected = parse_label(pin.local)
+    expected = parse_label(label)
     if expected is None:
-        return finding(f"unknown torch label +{pin.local}; the build cannot be checked", "warning")
+        return finding(f"unknown torch label +{label}; the build cannot be checked", "warning")
     build = read_torch_build(have.location)
     if build is None:
         where = os.path.join(have.location, "torch", "version.py")
@@ -195,7 +197,8 @@ def torch_build_finding(pin: Pin, have: Installed) -> Finding | None:
         return None
     promised = "a CPU-only build" if kind == "cpu" else f"a {kind.upper() if kind == 'cuda' else 'ROCm'} " \
         f"{wanted} build"
-    return finding(f"locked +{pin.local} ({promised}) but the installed torch is {_describe_build(build)} "
+    locked = f"+{label}" if pin.local else f"{pin.version} from PyPI, the +{label} build (lock header torch-build),"
+    return finding(f"locked {locked} ({promised}) but the installed torch is {_describe_build(build)} "
                    f"(torch.version.cuda={build['cuda']!r}, hip={build['hip']!r}); reinstall from the lock")
 
 
@@ -214,7 +217,7 @@ def same_version(locked: str, installed: str) -> bool:
         return locked.strip().lower() == installed.strip().lower()
 
 
-def _check_pin(pin: Pin, have: Installed | None, severity: str) -> list[Finding]:
+def _check_pin(pin: Pin, have: Installed | None, severity: str, build_label: str | None = None) -> list[Finding]:
     if have is None:
         locked = f"{pin.name}=={pin.version}" if pin.version else f"{pin.name} from {pin.source}"
         message = f"{locked} is locked (line {pin.line}) but not installed"
@@ -228,7 +231,7 @@ def _check_pin(pin: Pin, have: Installed | None, severity: str) -> list[Finding]
         findings.append(Finding("direct-url", pin.name, severity, f"{have.name} {have.version} was installed "
                                 f"from {have.direct_url}, not from the lock's index; reinstall it from the lock",
                                 pin.version, have.version, pin.line))
-    if pin.key == "torch" and (torch := torch_build_finding(pin, have)) is not None:
+    if pin.key == "torch" and (torch := torch_build_finding(pin, have, build_label)) is not None:
         findings.append(torch)
     return findings
 
@@ -257,7 +260,7 @@ def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str]
         if pin is not None:
             required.add(key)
             have = installed.get(key)
-            report.findings += _check_pin(pin, have, severity)
+            report.findings += _check_pin(pin, have, severity, header_build(lock.header))
             if lock.format == "pylock":
                 report.findings += pylockcheck.pin_findings(pin, have, markers, severity,
                                                             os.path.dirname(os.path.abspath(lock.path)))
