@@ -18,7 +18,9 @@ from typing import Any
 from kdkit.config.project import Project
 from kdkit.core.builds import (
     TORCH_INDEX_URL,
+    header_build,
     index_label,
+    is_pypi,
     label_backend,
     parse_label,
     split_version,
@@ -302,14 +304,23 @@ def lock_subject(lock_path: Path, relative: str, backend: str, python: str) -> S
     if not pin.version:
         return Point("lock", "fail", f"{relative}:{pin.line}: torch comes from {pin.source}, with no version kdkit "
                      "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
-    # The build: the pin's local label, else (a hashed pin fixes the file) the torch index the lock names.
-    label = pin.local or next((index_label(value) for option, value in lock.options
-                               if option == "--index-url" and index_label(value)), None)
+    # The build: the pin's local label, else (a hashed pin fixes the file) the build the header records for
+    # PyPI's plain torch, else the torch index the lock names.
+    label = pin.local or header_build(lock.header) or _index_build(lock.options, pin.version, platform)
     if not label or parse_label(label) is None:
         return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
                      "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
     version = pin.version if pin.local else f"{pin.version}+{label}"
     return Subject(relative, version, label, linux_arch(platform)[0], platform=platform)
+
+
+def _index_build(options: list[tuple[str, str]], version: str, platform: str) -> str | None:
+    """The build label of the lock's ``--index-url``: PyTorch's index names it; PyPI's plain torch is the
+    build the pairings' ``pypi`` facts give for the lock's CPU (a lock without kdkit's torch-build line)."""
+    url = next((value for option, value in options if option == "--index-url"), "")
+    if index_label(url) or not is_pypi(url):
+        return index_label(url)
+    return load_pairings().pypi_label(version, linux_arch(platform)[0] or "x86_64")
 
 
 def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
