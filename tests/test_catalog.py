@@ -17,7 +17,10 @@ from kdkit.facts.pairings import code_for, load_pairings
 RENTED = ("T4", "L4", "A10", "A10G", "RTX 3090", "RTX A6000", "RTX 4090", "RTX 5090", "RTX 6000 Ada",
           "RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell Server Edition", "L40", "L40S",
           "A100 40GB PCIe", "A100 40GB SXM", "A100 80GB PCIe", "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H100 NVL",
-          "H200", "GH200", "B200", "B300", "MI250X", "MI300X", "MI325X", "MI355X", "RX 7900 XTX")
+          "H200", "GH200", "B200", "B300", "MI250X", "MI300X", "MI325X", "MI355X", "RX 7900 XTX",
+          # issue 27: RunPod's GPU types and DCGM's SKU table
+          "A40", "A30", "RTX A4000", "RTX A4500", "RTX A5000", "RTX 2000 Ada", "RTX 4000 Ada", "RTX 5000 Ada",
+          "RTX 4080 SUPER", "RTX 5080", "RTX 3090 Ti", "V100 PCIe 16GB", "L20", "H20", "MI210", "MI250")
 
 
 def _offer(name: str, **extra: object) -> dict[str, object]:
@@ -84,7 +87,7 @@ def test_names_match_ignoring_case_spaces_and_dashes(spelling: str) -> None:
     ("A100", "A100 40GB PCIe, A100 40GB SXM, A100 80GB PCIe, A100 80GB SXM"),
     ("A100 80GB", "A100 80GB PCIe, A100 80GB SXM"),
     ("H100", "H100 PCIe, H100 SXM, H100 NVL"),
-    ("V100", "V100 SXM2 16GB, V100 SXM2 32GB"),
+    ("V100", "V100 SXM2 16GB, V100 SXM2 32GB, V100 PCIe 16GB"),
     ("RTX PRO 6000", "RTX PRO 6000 Blackwell Workstation Edition, RTX PRO 6000 Blackwell Server Edition"),
 ])
 def test_a_name_that_fits_several_offers_asks(name: str, offers: str) -> None:
@@ -106,7 +109,7 @@ def test_an_unknown_spelling_gets_the_same_card(name: str, same: str) -> None:
                                  "name (or add your own with a project catalog.json or --catalog FILE)")
 
 
-@pytest.mark.parametrize("name", ["RTX 4080", "T40", "A1000", "RTX 4900", "zzzzzz", "GB200", "RTX 3090 Ti", "A6000 Ada",
+@pytest.mark.parametrize("name", ["RTX 4080", "T40", "A1000", "RTX 4900", "zzzzzz", "GB200", "RTX 3080 Ti", "A6000 Ada",
                                   "H100 PCIe 96GB"])
 def test_an_unknown_card_is_never_offered_a_different_one(name: str) -> None:
     """T4 once got "closest: RTX 4090": a different model number is a different card."""

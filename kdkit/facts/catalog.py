@@ -9,6 +9,11 @@ The catalog, like the torch build pairings (kdkit.facts.pairings), is JSON valid
 
 A catalog offer of the same name (ignoring case, spaces and dashes) replaces the earlier one
 whole; other offers are added. Pairings merge key by key.
+
+An offer's ``figure_sources`` names, for each figure it carries (``memory_gb``, ``architecture``, each
+nominal figure), the keys of ``sources`` (of its own file or an earlier layer) that state it. The shipped
+catalog gives it for every offer; a user's offer may leave it out, but one that gives it must cover every
+non-null figure and name only known sources, or the file is refused.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class Offer:
     note: str = ""
     origin: str = ""
     cpu_arch: str = "x86_64"  # of the host the card comes in (GH200: aarch64)
+    figure_sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], origin: Path) -> Offer:
@@ -84,6 +90,7 @@ class Offer:
             note=data.get("note", ""),
             origin=str(origin),
             cpu_arch=data.get("cpu_arch", "x86_64"),
+            figure_sources={key: tuple(keys) for key, keys in data.get("figure_sources", {}).items()},
         )
 
     def match_keys(self) -> set[str]:
@@ -101,7 +108,8 @@ class Offer:
     def as_dict(self) -> dict[str, Any]:
         return {**self.summary(), "generation": self.generation, "aliases": list(self.aliases),
                 "price_per_lot_usd": {str(d): None if p is None else str(p) for d, p in self.prices.items()},
-                "nominal": self.nominal, "note": self.note, "origin": self.origin}
+                "nominal": self.nominal, "note": self.note, "origin": self.origin,
+                "figure_sources": {key: list(keys) for key, keys in self.figure_sources.items()}}
 
 
 _TOKEN = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9]*")
@@ -129,6 +137,9 @@ _FORMS = ("pcie", "sxm", "nvl", "oam")
 _GENERATIONS = ("turing", "volta", "ampere", "ada", "hopper", "blackwell", "cdna", "rdna")
 
 
+# Words that make another card of the same model number (an RTX 4080 SUPER is no RTX 4080, a 3090 Ti no 3090).
+_TIERS = {"ti", "super"}
+
 # Words that say nothing about which card it is: vendors and brands, memory kinds, filler.
 _VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "gb", "hbm", "gddr", "edition",
                  "generation", "gpu", "card"}
@@ -143,6 +154,8 @@ def contradicts(name: str, offer: Offer) -> bool:
     """Whether ``name`` states something the offer is not: another memory size (``80GB``), another form
     (``PCIe``, ``SXM4``, ``NVL``) or another generation (``Ada``)."""
     words = re.findall(r"[a-z]+", name.lower())
+    if _TIERS & set(words) != _TIERS & set(re.findall(r"[a-z]+", offer.name.lower())):
+        return True
     sizes = {int(size) for size in _SIZE.findall(name)}
     if sizes and round(offer.memory_gb) not in sizes:
         return True
@@ -165,6 +178,17 @@ class Catalog:
     def names(self) -> list[str]:
         return [o.name for o in self.offers]
 
+    def candidates(self, name: str) -> list[Offer]:
+        """The offers ``name`` fits: the one it names (name or alias), else every offer of the same model
+        that the name does not contradict (``V100``: the SXM2 16/32 GB and PCIe offers), else none."""
+        key = normalize_name(name)
+        exact = [offer for offer in self.offers if key and key in offer.match_keys()]
+        if exact:
+            return exact[:1]
+        model = model_token(name)
+        return [o for o in self.offers if not contradicts(name, o)
+                and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
+
     def find(self, name: str) -> Offer:
         """The offer called ``name`` (or one of its aliases).
 
@@ -177,9 +201,7 @@ class Catalog:
         for offer in self.offers:
             if key in offer.match_keys():
                 return offer
-        model = model_token(name)
-        near = [o.name for o in self.offers if not contradicts(name, o)
-                and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
+        near = [o.name for o in self.candidates(name)]
         fix = "pass one of them as --gpu (add your own with a project catalog.json or --catalog FILE)"
         if len(near) > 1:
             raise BadInput(f"--gpu {name!r}: fits {len(near)} offers: {', '.join(near)}; {fix}")
@@ -194,11 +216,13 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
     """The shipped catalog, then the project's catalog.json, then ``extra`` (see module doc)."""
     merged: dict[str, Offer] = {}
     files = []
+    sources: set[str] = set()
     for path in layer_paths("catalog", project_root, extra):
         data = load_checked(path, "catalog")
         files.append(str(path))
+        sources |= set(data.get("sources", {}))
         for number, entry in enumerate(data["offers"]):
-            problem = _incoherent(entry)
+            problem = _incoherent(entry) or unsourced(entry, sources)
             if problem:
                 raise BadInput(f"{path}: $.offers[{number}]: {problem}")
             offer = Offer.from_json(entry, path)
@@ -224,4 +248,31 @@ def _incoherent(entry: dict[str, Any]) -> str | None:
     if entry["backend"] != backend or not entry["architecture"].startswith(prefix):
         return (f"{entry['vendor']} card {entry['name']!r} has backend {entry['backend']} and architecture "
                 f"{entry['architecture']}; an {entry['vendor']} card runs {backend} with an {prefix}... architecture")
+    return None
+
+
+FIGURES = ("memory_gb", "architecture", "tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops",
+           "memory_bandwidth_gb_s")
+
+
+def carried_figures(entry: dict[str, Any]) -> list[str]:
+    """The figures an offer states (not null): memory and architecture always, the nominal ones it gives."""
+    nominal = entry.get("nominal") or {}
+    return [f for f in FIGURES if (entry.get(f) if f in ("memory_gb", "architecture") else nominal.get(f)) is not None]
+
+
+def unsourced(entry: dict[str, Any], sources: set[str]) -> str | None:
+    """Why an offer's ``figure_sources`` does not hold (a figure it carries without a source, a source key
+    that no ``sources`` names), or None; an offer without ``figure_sources`` is not judged here."""
+    cited = entry.get("figure_sources")
+    if cited is None:
+        return None
+    missing = [f for f in carried_figures(entry) if f not in cited]
+    if missing:
+        return (f"figure_sources names no source for {', '.join(missing)}; add the keys of $.sources that state "
+                "them (or remove figure_sources from this offer)")
+    unknown = sorted({key for keys in cited.values() for key in keys} - sources)
+    if unknown:
+        return (f"figure_sources cites {', '.join(unknown)}, which no $.sources names; add them to $.sources "
+                "(a key and where the figure is published)")
     return None
