@@ -1,0 +1,300 @@
+"""The compiled architecture list of the torch wheel a lock names, read from the wheel itself on its index
+without downloading it: HTTP range requests for the end of the zip (its end-of-central-directory record,
+and the ZIP64 locator and record when present), its central directory, then the local header and data of
+the one member that holds the list (``torch/include/ATen/cuda/CUDAConfig.h`` for CUDA builds, parsed by
+:func:`kdkit.probe.env.torcharch.parse_config_header`).
+
+The wheel is the file of the lock's torch pin: the file of the index's ``torch/`` page (an index the lock
+names with ``--index-url``/``--extra-index-url``) whose sha256 fragment is one of the pin's hashes and that
+installs on the image. A server that ignores ``Range`` (200 with the whole body) is told from its status
+and left after the headers: nothing of the body is read. Every request and the central directory are
+bounded (:data:`MAX_TAIL`, :data:`MAX_DIRECTORY`, :data:`MAX_MEMBER`). Whatever goes wrong is a
+:class:`WheelReading` with no list and the reason, never an exception: ``kdkit check`` then takes the
+pairings' answer and says why.
+
+ROCm wheels: their gfx targets are compiled into ``torch/lib/libtorch_python.so`` (the string
+``torch._C._cuda_getArchFlags()`` returns); kdkit knows no small member of a ROCm wheel that lists them
+(its ``CUDAConfig.h`` says ``AT_ROCM_ENABLED() 1`` and holds no targets), so a ROCm wheel is not read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import struct
+import urllib.error
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdkit.core.builds import parse_label
+from kdkit.core.errors import KdkitError
+from kdkit.facts.platforms import image_environment, linux_arch
+from kdkit.lock.fetch import Network, _without_userinfo
+from kdkit.lock.pages import IndexFile, parse_page, wheel_fits
+
+CUDA_MEMBER = "torch/include/ATen/cuda/CUDAConfig.h"
+MAX_TAIL = (1 << 16) + 22 + 20 + 56  # the EOCD with the longest comment, the ZIP64 locator and record
+MAX_DIRECTORY = 16 << 20  # bytes: a real torch wheel's central directory is a few MB
+MAX_MEMBER = 1 << 20  # bytes, compressed and uncompressed: the header is a few kB
+REQUEST_TIMEOUT = 10.0
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+_EOCD = struct.Struct("<4s4H2LH")
+_LOCATOR = struct.Struct("<4sLQL")
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s6H3L5H2L")
+_LOCAL = struct.Struct("<4s5H3L2H")
+
+
+@dataclass(frozen=True)
+class WheelReading:
+    """What reading the locked wheel gave: its arch list, or None and the reason."""
+
+    arch_list: tuple[str, ...] | None
+    reason: str = ""
+    wheel: str = ""  # the file name read (or meant)
+    requests: int = 0
+    received: int = 0  # bytes of the bodies read
+
+    def where(self) -> str:
+        """``the locked wheel torch-...whl (3 range requests, 70 kB)``."""
+        many = "request" if self.requests == 1 else "requests"
+        return f"the locked wheel {self.wheel} ({self.requests} range {many}, {max(1, round(self.received / 1000))} kB)"
+
+
+class Unread(Exception):
+    """Why the wheel could not be read (one line)."""
+
+
+class RangeReader:
+    """Byte ranges of one URL, each a request answered 206 with its Content-Range; counts what came."""
+
+    def __init__(self, url: str, network: Network) -> None:
+        self.url, self.authorization = _without_userinfo(url)
+        self.network = network
+        self.size: int | None = None
+        self.requests = 0
+        self.received = 0
+
+    def tail(self, length: int) -> tuple[int, bytes]:
+        """(offset, bytes) of the last ``length`` bytes (all of a smaller file)."""
+        return self._get(f"bytes=-{length}", length)
+
+    def read(self, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        offset, data = self._get(f"bytes={start}-{start + length - 1}", length)
+        if offset != start or len(data) != length:
+            raise Unread(f"the server answered bytes {offset}-{offset + len(data) - 1} for "
+                         f"{start}-{start + length - 1}")
+        return data
+
+    def _get(self, ranged: str, length: int) -> tuple[int, bytes]:
+        from urllib.parse import urlsplit
+
+        request = urllib.request.Request(self.url, headers={"Range": ranged, "User-Agent": "kdkit",
+                                                            "Accept-Encoding": "identity"})
+        if self.authorization:
+            request.add_unredirected_header("Authorization", self.authorization)
+        self.requests += 1
+        opener = self.network._opener(urlsplit(self.url).hostname or "")
+        try:
+            with opener.open(request, timeout=self.network.timeout) as response:
+                return self._body(response.status, response.headers.get("Content-Range", ""), response, length)
+        except urllib.error.HTTPError as exc:
+            raise Unread(f"HTTP {exc.code} {exc.reason} for a range of {self.url}") from None
+        except http.client.HTTPException as exc:  # a body cut short, a malformed status line
+            raise Unread(f"{self.url} answered a broken response ({type(exc).__name__})") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise Unread(f"{self.url} did not answer ({reason})") from None
+
+    def _body(self, status: int, content_range: str, response: object, length: int) -> tuple[int, bytes]:
+        """The body of a 206 answer, at most ``length`` bytes read; a 200 is left unread."""
+        if status != 206:
+            raise Unread(f"the server ignores Range (HTTP {status} instead of 206 Partial Content); the wheel was "
+                         "not downloaded")
+        match = _CONTENT_RANGE.fullmatch(content_range.strip())
+        if match is None:
+            raise Unread(f"a 206 answer without a readable Content-Range ({content_range[:60]!r})")
+        first, last, size = (int(g) for g in match.groups())
+        if self.size is not None and size != self.size:
+            raise Unread(f"the file changed size between requests ({self.size} then {size} bytes)")
+        self.size = size
+        if last < first or last - first + 1 > length:
+            raise Unread(f"the server answered {last - first + 1} bytes where at most {length} were asked")
+        data: bytes = response.read(last - first + 1)  # type: ignore[attr-defined]
+        self.received += len(data)
+        if len(data) != last - first + 1:
+            raise Unread(f"the answer ended after {len(data)} of {last - first + 1} bytes")
+        return first, data
+
+
+# ---------------------------------------------------------------- the zip, from its end
+
+
+def _directory_place(reader: RangeReader, tail_at: int, tail: bytes) -> tuple[int, int]:
+    """(offset, size) of the central directory, from the EOCD (and the ZIP64 record when it says so)."""
+    at = tail.rfind(b"PK\x05\x06", 0, max(0, len(tail) - _EOCD.size + 4))
+    if at < 0:
+        raise Unread("no end-of-central-directory record: not a zip file")
+    _sig, _disk, _cd_disk, _here, entries, size, offset, _comment = _EOCD.unpack_from(tail, at)
+    if 0xFFFF not in (entries, _here) and 0xFFFFFFFF not in (size, offset):
+        return offset, size
+    if at < _LOCATOR.size or tail[at - _LOCATOR.size:at - _LOCATOR.size + 4] != b"PK\x06\x07":
+        raise Unread("a ZIP64 archive without its ZIP64 end-of-central-directory locator")
+    _sig, _disk, record_at, _disks = _LOCATOR.unpack_from(tail, at - _LOCATOR.size)
+    if tail_at <= record_at <= tail_at + len(tail) - _EOCD64.size:
+        record = tail[record_at - tail_at:record_at - tail_at + _EOCD64.size]
+    else:
+        record = reader.read(record_at, _EOCD64.size)
+    if record[:4] != b"PK\x06\x06":
+        raise Unread("the ZIP64 locator points at no ZIP64 end-of-central-directory record")
+    fields = _EOCD64.unpack(record)
+    return fields[9], fields[8]
+
+
+def _zip64_extra(extra: bytes, needed: list[bool]) -> list[int]:
+    """The ZIP64 extended-information values (uncompressed, compressed, offset) for the fields that need them."""
+    at = 0
+    while at + 4 <= len(extra):
+        kind, size = struct.unpack_from("<HH", extra, at)
+        if kind == 1:
+            values = [struct.unpack_from("<Q", extra, at + 4 + 8 * i)[0] for i in range(min(sum(needed), size // 8))]
+            if len(values) < sum(needed):
+                break
+            return values
+        at += 4 + size
+    raise Unread("a ZIP64 member without its extended-information field")
+
+
+def find_member(directory: bytes, name: str) -> tuple[int, int, int, int, int]:
+    """(local header offset, compressed size, uncompressed size, method, crc32) of ``name``."""
+    wanted, at = name.encode("utf-8"), 0
+    while at < len(directory):
+        fields = _CENTRAL.unpack_from(directory, at) if at + _CENTRAL.size <= len(directory) else (b"",)
+        if fields[0] != b"PK\x01\x02":
+            raise Unread(f"the central directory is damaged at byte {at}")
+        flags, method, crc, compressed, size = fields[3], fields[4], fields[7], fields[8], fields[9]
+        name_len, extra_len, comment_len, offset = fields[10], fields[11], fields[12], fields[16]
+        start = at + _CENTRAL.size
+        if directory[start:start + name_len] == wanted:
+            if flags & 1:
+                raise Unread(f"{name} is encrypted")
+            big = [size == 0xFFFFFFFF, compressed == 0xFFFFFFFF, offset == 0xFFFFFFFF]
+            if any(big):
+                values = iter(_zip64_extra(directory[start + name_len:start + name_len + extra_len], big))
+                size, compressed, offset = (next(values) if b else v
+                                            for b, v in zip(big, (size, compressed, offset), strict=True))
+            return offset, compressed, size, method, crc
+        at = start + name_len + extra_len + comment_len
+    raise Unread(f"the wheel has no {name}")
+
+
+def read_member(reader: RangeReader, name: str) -> bytes:
+    """The uncompressed bytes of ``name``: the tail, the central directory, the member (2 to 4 requests)."""
+    tail_at, tail = reader.tail(MAX_TAIL)
+    offset, size = _directory_place(reader, tail_at, tail)
+    if size > MAX_DIRECTORY:
+        raise Unread(f"a central directory of {size} bytes, over kdkit's bound of {MAX_DIRECTORY >> 20} MiB")
+    if tail_at <= offset and offset + size <= tail_at + len(tail):
+        directory = tail[offset - tail_at:offset - tail_at + size]
+    else:
+        directory = reader.read(offset, size)
+    local_at, compressed, length, method, crc = find_member(directory, name)
+    if compressed > MAX_MEMBER or length > MAX_MEMBER:
+        raise Unread(f"{name} is {max(compressed, length)} bytes, over kdkit's bound of {MAX_MEMBER >> 10} KiB")
+    slack = 30 + len(name.encode("utf-8")) + 1024  # the local header, its name and (usually) its extra field
+    chunk = reader.read(local_at, min(slack + compressed, (reader.size or 0) - local_at))
+    if chunk[:4] != b"PK\x03\x04":
+        raise Unread(f"no local header where the central directory puts {name}")
+    fields = _LOCAL.unpack_from(chunk)
+    start = _LOCAL.size + fields[9] + fields[10]
+    if start + compressed > len(chunk):
+        chunk += reader.read(local_at + len(chunk), start + compressed - len(chunk))
+    return _inflate(chunk[start:start + compressed], method, length, crc, name)
+
+
+def _inflate(data: bytes, method: int, length: int, crc: int, name: str) -> bytes:
+    if method == 0:
+        plain = data
+    elif method == 8:
+        try:
+            plain = zlib.decompressobj(-15).decompress(data, MAX_MEMBER + 1)
+        except zlib.error as exc:
+            raise Unread(f"{name} does not inflate ({exc})") from None
+    else:
+        raise Unread(f"{name} is compressed with method {method}, not stored or deflate")
+    if len(plain) != length or zlib.crc32(plain) != crc:
+        raise Unread(f"{name} does not match its CRC-32 and size in the central directory")
+    return plain
+
+
+def read_wheel_arch(url: str, network: Network, wheel: str = "") -> WheelReading:
+    """The CUDA arch list of the wheel at ``url`` (its CUDAConfig.h), or None and the reason."""
+    from kdkit.probe.env.torcharch import parse_config_header
+
+    reader = RangeReader(url, network)
+    wheel = wheel or url.rsplit("/", 1)[-1]
+    try:
+        text = read_member(reader, CUDA_MEMBER).decode("utf-8", errors="replace")
+        tokens = tuple(parse_config_header(text))
+    except (Unread, ValueError, struct.error) as exc:
+        why = f"a truncated zip structure ({exc})" if isinstance(exc, struct.error) else \
+            str(exc) if isinstance(exc, Unread) else f"{CUDA_MEMBER}: {exc}"
+        return WheelReading(None, f"{wheel}: {why}", wheel, reader.requests, reader.received)
+    return WheelReading(tokens, "", wheel, reader.requests, reader.received)
+
+
+# ---------------------------------------------------------------- which wheel: the lock's, on its index
+
+
+def _locked_file(lock_path: Path, python: str, network: Network) -> IndexFile | str:
+    """The index file of the lock's torch pin for the image, or why there is none (one line)."""
+    from kdkit.core.errors import Unavailable
+    from kdkit.core.lockfile import parse_lock
+
+    try:
+        lock = parse_lock(lock_path)
+        platform = lock.header.get("platform", "")
+        pin = lock.pin_for("torch", image_environment(python, platform))
+    except KdkitError as exc:
+        return str(exc)
+    hashes = {h[7:].lower() for h in (pin.hashes if pin else []) if h.startswith("sha256:")}
+    if not hashes:
+        return f"{lock_path.name} gives no sha256 of its torch file"
+    indexes = [value for option, value in lock.options if option in ("--index-url", "-i", "--extra-index-url")
+               and value.startswith(("http://", "https://"))]
+    if not indexes:
+        return f"{lock_path.name} names no http(s) index to read the wheel from"
+    target, named, failures = ("linux", linux_arch(platform)[0] or "x86_64"), lock.header.get("torch-source", ""), []
+    for index in indexes:
+        page_url = f"{_without_userinfo(index)[0].rstrip('/')}/torch/"
+        try:
+            text = network.get(f"{index.rstrip('/')}/torch/", "the lock's index", fix="")
+        except Unavailable as exc:
+            said = str(exc).split(" (the lock's index): ", 1)[-1].split("; nothing was locked", 1)[0]
+            failures.append(f"{page_url}: {said}")
+            continue
+        found = [f for f in parse_page(text or "", page_url)
+                 if f.sha256 in hashes and wheel_fits(f.filename, python, target)]
+        if found:
+            return sorted(found, key=lambda f: (f.filename not in named, f.filename))[0]
+        failures.append(f"{page_url} lists no torch wheel with the lock's sha256 for Python {python} on "
+                        f"{target[0]} {target[1]}")
+    return "; ".join(failures)
+
+
+def read_locked_wheel(lock_path: Path, python: str, label: str, network: Network | None = None) -> WheelReading:
+    """The arch list of the torch wheel ``lock_path`` pins for the image (CPython ``python``), read from its
+    index with range requests; None and the reason when the index, the wheel or the member is not there."""
+    parsed = parse_label(label)
+    if parsed is None or parsed[0] != "cuda":
+        return WheelReading(None, f"a {label} wheel lists its targets only inside torch/lib/libtorch_python.so; "
+                                  "kdkit reads the header of CUDA wheels only")
+    network = network or Network(timeout=REQUEST_TIMEOUT)
+    found = _locked_file(lock_path, python, network)
+    if isinstance(found, str):
+        return WheelReading(None, found)
+    return read_wheel_arch(found.url, network, found.filename)

@@ -1,0 +1,248 @@
+"""The locked torch wheel's architecture list, read on its index with HTTP range requests (kdkit.lock.wheelarch)
+and used by `kdkit check`, against a real HTTP server on 127.0.0.1.
+
+The wheels are real zips in the layout of torch's: many members, CUDAConfig.h deflated near the start,
+a large stored library after it (so a whole download would show in the bytes served), the dist-info
+last. The server counts the bytes it writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kdkit.lock.fetch import Network
+from kdkit.lock.wheelarch import CUDA_MEMBER, MAX_TAIL, read_locked_wheel, read_wheel_arch
+from tests.conftest import invoke
+from tests.localindex import cuda_config_h, python_tag
+
+PADDING = 24 << 20  # the stored "library": what a whole download would bring
+ARCHES = ("sm_80", "sm_90")  # not what the pairings say of 2.13 cu130 (sm_75 ... sm_120): the wheel decides
+
+
+def build_wheel(path: Path, arches: Sequence[str] = ARCHES, *, members: int = 2000, padding: int = PADDING,
+                zip64: bool = False) -> Path:
+    """A torch-like wheel: ``members`` small modules, the header, a stored padding library, the dist-info."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for number in range(members):
+            archive.writestr(f"torch/_mod{number}.py", f"X = {number}\n" * 20)
+        archive.writestr(CUDA_MEMBER, cuda_config_h(arches))
+        info = zipfile.ZipInfo("torch/lib/libtorch_cuda.so", (1980, 1, 1, 0, 0, 0))
+        with archive.open(info, "w", force_zip64=zip64) as handle:  # stored: its bytes are the file's
+            for _ in range(padding >> 20):
+                handle.write(b"\x7fELF" + bytes((1 << 20) - 4))
+        archive.writestr("torch-2.13.0+cu130.dist-info/RECORD", "torch/__init__.py,,\n" * 50)
+    return path
+
+
+@dataclass
+class Server:
+    """A file server on 127.0.0.1: Range honoured (206) or ignored (200), the bytes it wrote counted."""
+
+    files: dict[str, bytes]
+    honour_range: bool = True
+    cut_short: bool = False  # announce the range's length, send half of it, close
+    written: int = 0
+    ranges: list[str] = field(default_factory=list)
+    url: str = ""
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                body = server.files.get(self.path.split("?")[0])
+                if body is None:
+                    self.send_error(404)
+                    return
+                server.ranges.append(self.headers.get("Range", ""))
+                server.send(self, body)
+
+        return Handler
+
+    def send(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        asked = re.fullmatch(r"bytes=(\d*)-(\d*)", handler.headers.get("Range", ""))
+        if asked and self.honour_range:
+            first = len(body) - int(asked[2]) if not asked[1] else int(asked[1])
+            last = len(body) - 1 if not asked[1] or not asked[2] else min(int(asked[2]), len(body) - 1)
+            first = max(first, 0)
+            handler.send_response(206)
+            handler.send_header("Content-Range", f"bytes {first}-{last}/{len(body)}")
+            part = body[first:last + 1]
+        else:
+            handler.send_response(200)
+            part = body
+        handler.send_header("Content-Length", str(len(part)))
+        handler.end_headers()
+        part = part[:len(part) // 2] if self.cut_short else part
+        try:
+            for at in range(0, len(part), 1 << 16):
+                handler.wfile.write(part[at:at + (1 << 16)])
+                self.written += len(part[at:at + (1 << 16)])
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        if self.cut_short:
+            handler.close_connection = True
+
+
+@contextmanager
+def serving(server: Server) -> Iterator[Server]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), server.handler())
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    server.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        yield server
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return build_wheel(tmp_path_factory.mktemp("wheel") / "torch.whl").read_bytes()
+
+
+def test_reads_the_header_with_a_few_range_requests(wheel: bytes) -> None:
+    with serving(Server({"/torch.whl": wheel})) as server:
+        reading = read_wheel_arch(f"{server.url}/torch.whl", Network(timeout=5))
+    assert reading.arch_list == ARCHES, reading.reason
+    assert reading.requests == 3 and server.ranges[0] == f"bytes=-{MAX_TAIL}"
+    assert all(r.startswith("bytes=") for r in server.ranges)
+    assert reading.received == server.written < 200_000 < len(wheel) // 100
+    assert re.fullmatch(r"the locked wheel torch\.whl \(3 range requests, \d+ kB\)", reading.where())
+
+
+def test_a_zip64_archive(tmp_path: Path) -> None:
+    """Over 65535 members: zipfile writes the ZIP64 end record and its locator."""
+    data = build_wheel(tmp_path / "big.whl", ("sm_120",), members=66_000, padding=1 << 20, zip64=True).read_bytes()
+    assert b"PK\x06\x06" in data[-200:] and b"PK\x06\x07" in data[-200:]
+    with serving(Server({"/big.whl": data})) as server:
+        reading = read_wheel_arch(f"{server.url}/big.whl", Network(timeout=5))
+    assert reading.arch_list == ("sm_120",), reading.reason
+    assert reading.received < len(data)
+
+
+def test_a_server_that_ignores_range_is_left_unread(wheel: bytes) -> None:
+    with serving(Server({"/torch.whl": wheel}, honour_range=False)) as server:
+        reading = read_wheel_arch(f"{server.url}/torch.whl", Network(timeout=5))
+    assert reading.arch_list is None
+    assert "ignores Range (HTTP 200 instead of 206 Partial Content); the wheel was not downloaded" in reading.reason
+    assert reading.received == 0 and reading.requests == 1
+    assert server.written < len(wheel) // 2  # the connection closed after the headers
+
+
+@pytest.mark.parametrize(("body", "cut", "reason"), [
+    (b"<html>not a wheel</html>" * 100, False, "no end-of-central-directory record: not a zip file"),
+    (b"junk" * 10 + b"PK\x05\x06" + bytes(4) + b"\x01\x00\x01\x00" + (30).to_bytes(4, "little") + bytes(6), False,
+     "torch.whl: the central directory is damaged at byte 0"),
+    (None, True, "torch.whl: the answer ended after 32817 of 65634 bytes"),
+])
+def test_garbage_and_truncated_answers_fall_back(wheel: bytes, body: bytes | None, cut: bool, reason: str) -> None:
+    with serving(Server({"/torch.whl": body if body is not None else wheel}, cut_short=cut)) as server:
+        reading = read_wheel_arch(f"{server.url}/torch.whl", Network(timeout=5))
+    assert reading.arch_list is None and reason in reading.reason, reading.reason
+
+
+def test_a_wheel_without_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("torch/__init__.py", "")
+    with serving(Server({"/cpu.whl": path.read_bytes()})) as server:
+        reading = read_wheel_arch(f"{server.url}/cpu.whl", Network(timeout=5))
+    assert reading.reason == f"cpu.whl: the wheel has no {CUDA_MEMBER}"
+
+
+# ---------------------------------------------------------------- the lock's wheel on its index
+
+
+def _index(wheel: bytes, python: str, digest: str | None = None) -> tuple[str, dict[str, bytes]]:
+    name = f"torch-2.13.0+cu130-{python_tag(python)}-{python_tag(python)}-manylinux_2_28_x86_64.whl"
+    sha = digest or hashlib.sha256(wheel).hexdigest()
+    page = f'<html><body><a href="../../files/{name.replace("+", "%2B")}#sha256={sha}">{name}</a></body></html>'
+    return name, {"/simple/torch/": page.encode(), f"/files/{name.replace('+', '%2B')}": wheel}
+
+
+def write_lock(project: Path, index: str, digest: str) -> Path:
+    path = project / "requirements" / "cuda.txt"
+    path.write_text("\n".join(["# kdkit: backend = cuda", "# kdkit: platform = linux-x86_64", f"--index-url {index}",
+                               "torch==2.13.0+cu130 \\", f"    --hash=sha256:{digest}"]) + "\n", encoding="utf-8")
+    return path
+
+
+def _python(project: Path) -> str:
+    return str(json.loads((project / "kdkit.json").read_text(encoding="utf-8"))["python"])
+
+
+def test_a_hash_the_page_does_not_list(project: Path, wheel: bytes) -> None:
+    python = _python(project)
+    _name, files = _index(wheel, python, digest="cd" * 32)
+    with serving(Server(files)) as server:
+        lock = write_lock(project, f"{server.url}/simple", hashlib.sha256(wheel).hexdigest())
+        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+    assert reading.arch_list is None
+    assert reading.reason == (f"{server.url}/simple/torch/ lists no torch wheel with the lock's sha256 for Python "
+                              f"{python} on linux x86_64")
+    assert server.ranges == [""]  # the page only
+
+
+def _check(project: Path, gpu: str, *args: str) -> tuple[int, dict[str, Any]]:
+    result = invoke("check", project, "--gpu", gpu, "--json", *args)
+    return result.exit_code, {p["name"]: p for p in json.loads(result.stdout)["points"]}
+
+
+def test_check_reads_the_locked_wheel(project: Path, wheel: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KDKIT_OFFLINE")
+    name, files = _index(wheel, _python(project))
+    with serving(Server(files)) as server:
+        write_lock(project, f"{server.url}/simple", hashlib.sha256(wheel).hexdigest())
+        code, points = _check(project, "A100 SXM4 80GB")
+        assert code == 0 and points["kernels"]["source"] == "wheel", points["kernels"]
+        assert points["kernels"]["detail"].startswith(
+            f"torch 2.13.0+cu130 carries cubin sm_80, which runs on sm_80 (read from the locked wheel {name} "
+            "(3 range requests, ")
+        # The pairings say 2.13 cu130 carries sm_120; this wheel does not, and the wheel decides.
+        code, points = _check(project, "RTX 5090")
+        assert code == 1 and points["kernels"]["status"] == "fail" and points["kernels"]["source"] == "wheel"
+        assert "torch 2.13.0+cu130 carries sm_80, sm_90 (read from the locked wheel" in points["kernels"]["detail"]
+        assert server.written < len(wheel) // 50
+        code, points = _check(project, "RTX 5090", "--offline")
+    assert code == 0 and points["kernels"]["source"] == "facts"
+    assert "locked wheel" not in points["kernels"]["detail"]  # offline is the user's choice: the source says it
+    assert "source" not in points["cpu"]
+
+
+def test_check_without_the_index_takes_the_pairings(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KDKIT_OFFLINE")
+    with serving(Server({})) as server:
+        closed = server.url  # nothing listens there once the block ends
+    write_lock(project, f"{closed}/simple", "ab" * 32)
+    code, points = _check(project, "RTX 5090")
+    kernels = points["kernels"]
+    assert code == 0 and kernels["status"] == "ok" and kernels["source"] == "facts"
+    assert kernels["detail"].startswith("torch 2.13.0+cu130 carries cubin sm_120, which runs on sm_120 (pairings:")
+    assert kernels["detail"].endswith(f"; the locked wheel was not read ({closed}/simple/torch/: connection "
+                                      "refused), so this is the pairings' answer")
+
+
+def test_a_rocm_wheel_is_not_read_and_says_why(tmp_path: Path) -> None:
+    reading = read_locked_wheel(tmp_path / "none.txt", "3.11", "rocm7.2")
+    assert reading.arch_list is None and reading.requests == 0
+    assert reading.reason == ("a rocm7.2 wheel lists its targets only inside torch/lib/libtorch_python.so; kdkit "
+                              "reads the header of CUDA wheels only")
