@@ -20,9 +20,13 @@ HASH = "sha256:" + "ab" * 32
 
 
 def write_lock(project: Path, backend: str, torch: str, platform: str = "linux-x86_64") -> Path:
+    """``torch`` "2.13.0 from PyPI": PyPI's plain torch, locked from https://pypi.org/simple (its build: the
+    pairings' pypi facts)."""
     path = project / "requirements" / f"{backend}.txt"
+    torch, pypi = torch.removesuffix(" from PyPI"), torch.endswith(" from PyPI")
     path.write_text("\n".join([
         "# kdkit: kdkit-version = 0.0.0", f"# kdkit: backend = {backend}", f"# kdkit: platform = {platform}",
+        *(["--index-url https://pypi.org/simple"] if pypi else []),
         f"torch=={torch} \\", f"    --hash={HASH}"]) + "\n", encoding="utf-8")
     return path
 
@@ -79,6 +83,13 @@ TABLE = [
     ("RTX 4090", "2.13.0+cpu", "x86_64", "build", "fail", "a cpu build; RTX 4090 (sm_89) needs a cuda build"),
     ("A100 80GB SXM", "2.15.0+cu130", "x86_64", "kernels", "unknown", "kdkit knows torch releases 2.5, 2.6"),
     ("H100 PCIe", "2.13.0+cu128", "x86_64", "kernels", "unknown", "torch 2.13 is published for cpu, cu126, cu130"),
+    # PyPI's plain torch is the build its artifact is (pairings pypi, read from the released wheels).
+    ("RTX 5090", "2.13.0 from PyPI", "x86_64", "kernels", "ok", "torch 2.13.0+cu130 carries cubin sm_120"),
+    ("V100 SXM2 16GB", "2.13.0 from PyPI", "x86_64", "kernels", "fail", "no code for V100 SXM2 16GB's sm_70"),
+    ("V100 SXM2 16GB", "2.10.0 from PyPI", "x86_64", "kernels", "ok", "torch 2.10.0+cu128 carries cubin sm_70"),
+    ("RTX 5090", "2.6.0 from PyPI", "x86_64", "kernels", "fail", "torch 2.6.0+cu124 carries sm_50"),
+    ("GH200", "2.10.0 from PyPI", "aarch64", "build", "fail", "torch 2.10.0+cpu, a cpu build"),
+    ("GH200", "2.13.0 from PyPI", "aarch64", "kernels", "ok", "cubin sm_90, which runs on sm_90"),
 ]
 
 
