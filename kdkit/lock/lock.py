@@ -214,7 +214,7 @@ def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: Tor
     label = backend_label(backend)
     if label is None and is_pypi(backend.torch_index, mirrors):
         return pypitorch.locked_build(pin.public_version, pin.local, "-".join(TARGET_PLATFORM), backend.name,
-                                      config_file, tool)
+                                      config_file, tool, backend.torch_index)
     if label is None or pin.local == label:
         return None
     got = f"+{pin.local}" if pin.local else "no local label"

@@ -46,7 +46,7 @@ def refuse_pypi_backend(torch_index: str, backend: str, config_file: Path) -> No
                    f"build (.../whl/<label>); PyPI serves only a cuda backend")
 
 
-def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path) -> str:
+def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path, index: str = PYPI_SIMPLE) -> str:
     """The header value of the ``torch-build`` line for PyPI's plain ``torch==version`` on ``cpu_arch``
     (``cu130 (PyPI torch 2.13 on x86_64: pypi_2_13_0, pypi_artifacts: 2.13.0+cu130)``); BadInput, one line,
     when the facts do not know that release's build or it is not a ``backend`` build."""
@@ -55,7 +55,7 @@ def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path
     label = pairings.pypi_label(version, cpu_arch)
     minor = ".".join(version.split("+")[0].split(".")[:2])
     if label is None:
-        raise BadInput(f"{config_file}: torch=={version} from PyPI ({PYPI_SIMPLE}) is a build kdkit has no facts for "
+        raise BadInput(f"{config_file}: torch=={version} from PyPI ({index}) is a build kdkit has no facts for "
                        f"on {cpu_arch} (pairings.json $.pypi.{minor}.{cpu_arch}); pin a release it knows "
                        f"({known_releases(pairings, cpu_arch)}), add the fact to the project's pairings.json, or "
                        "set the torch_index to PyTorch's index of the build (.../whl/<label>)")
@@ -78,7 +78,7 @@ def is_pypi_source(torch_index: str, pip_config: dict[str, str]) -> bool:
 
 
 def locked_build(version: str, local: str | None, platform: str, backend: str, config_file: Path,
-                 tool: str) -> str:
+                 tool: str, index: str = PYPI_SIMPLE) -> str:
     """The ``torch-build`` header value of a torch ``version`` locked from PyPI for ``platform``
     (``linux-x86_64``); KdkitError when the resolver took a labelled build instead (from another index of
     pip's configuration), BadInput when the facts do not know the plain release's build."""
@@ -88,4 +88,4 @@ def locked_build(version: str, local: str | None, platform: str, backend: str, c
         raise KdkitError(f"{tool} resolved torch=={version} (+{local}) for backend {backend}, whose index is PyPI "
                          "(plain versions, no local label); check the indexes in your pip configuration")
     cpu_arch = platform.rsplit("-", 1)[-1] or "x86_64"
-    return pypi_build_line(version, cpu_arch, backend, config_file)
+    return pypi_build_line(version, cpu_arch, backend, config_file, index)
