@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import re
 import struct
+import time
 import urllib.error
 import urllib.request
 import zlib
@@ -39,6 +40,7 @@ MAX_TAIL = (1 << 16) + 22 + 20 + 56  # the EOCD with the longest comment, the ZI
 MAX_DIRECTORY = 16 << 20  # bytes: a real torch wheel's central directory is a few MB
 MAX_MEMBER = 1 << 20  # bytes, compressed and uncompressed: the header is a few kB
 REQUEST_TIMEOUT = 10.0
+READ_BUDGET = 30.0  # seconds all the range requests of one wheel may take by the wall clock (a trickle included)
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 _EOCD = struct.Struct("<4s4H2LH")
 _LOCATOR = struct.Struct("<4sLQL")
@@ -73,6 +75,7 @@ class RangeReader:
     def __init__(self, url: str, network: Network) -> None:
         self.url, self.authorization = _without_userinfo(url)
         self.network = network
+        self.deadline = time.monotonic() + READ_BUDGET
         self.size: int | None = None
         self.requests = 0
         self.received = 0
@@ -124,11 +127,15 @@ class RangeReader:
         self.size = size
         if last < first or last - first + 1 > length:
             raise Unread(f"the server answered {last - first + 1} bytes where at most {length} were asked")
-        data: bytes = response.read(last - first + 1)  # type: ignore[attr-defined]
-        self.received += len(data)
-        if len(data) != last - first + 1:
-            raise Unread(f"the answer ended after {len(data)} of {last - first + 1} bytes")
-        return first, data
+        data, wanted = bytearray(), last - first + 1
+        while len(data) < wanted and (chunk := response.read1(wanted - len(data))):  # type: ignore[attr-defined]
+            data += chunk
+            self.received += len(chunk)
+            if time.monotonic() > self.deadline:
+                raise Unread(f"the wheel's ranges took over {READ_BUDGET:g} s ({self.received} bytes came)")
+        if len(data) != wanted:
+            raise Unread(f"the answer ended after {len(data)} of {wanted} bytes")
+        return first, bytes(data)
 
 
 # ---------------------------------------------------------------- the zip, from its end
