@@ -160,8 +160,11 @@ def test_normalize_name() -> None:
         ("3.11.7", "==", "3.11.*", True),
         ("3.12.0", "==", "3.11.*", False),
         ("3.11.7", "~=", "3.11.0", True),
-        ("1.0rc1", "<", "1.0", True),
-        ("1.0.post1", ">", "1.0", True),
+        # PEP 440's exclusive ordered comparison: <V allows no pre-release of V, >V no post-release of V.
+        ("1.0rc1", "<", "1.0", False),
+        ("1.0rc1", "<=", "1.0", True),
+        ("1.0.post1", ">", "1.0", False),
+        ("1.0.post1", ">=", "1.0", True),
         ("1.0.dev1", "<", "1.0a1", True),
     ],
 )

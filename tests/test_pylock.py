@@ -385,8 +385,8 @@ BAD: dict[str, tuple[str, Any, str]] = {
     "unknown-major": ("pylock.toml", lambda v: 'lock-version = "2.0"\n', ": lock-version '2.0' is not one kdkit "
                       "reads (major 1, 1.x); write the lock with a tool that writes lock-version 1.0, or use a kdkit "
                       "that knows it"),
-    "no-packages": ("pylock.toml", lambda v: HEAD, ": no [[packages]] in it: an empty lock would prove nothing; lock "
-                    "at least one package"),
+    "no-packages": ("pylock.toml", lambda v: HEAD, ": no packages array in it; PEP 751 requires one ([[packages]] "
+                    "tables, or packages = [] for no dependencies): write it again with the tool that made it"),
     "no-name": ("pylock.toml", lambda v: HEAD + '\n[[packages]]\nversion = "1.0"\n', ":4: package without a name; "
                 'every [[packages]] entry needs name = "..."'),
     "two-sources": ("pylock.toml", lambda v: HEAD + _hashless(v).replace(" }]", ', hashes = { sha256 = "'

@@ -12,6 +12,10 @@ PEP 503-normalized, and any other comparison of a set is false
 (https://packaging.python.org/en/latest/specifications/dependency-specifiers/#marker-comparisons).
 A marker may name them when its environment defines them (``lock_file``), as the
 specification says: "an error except when defined by the context interpreting the specifier".
+
+Comparisons follow packaging's ``_eval_op`` (26.x): ``python_version``, ``python_full_version``,
+``implementation_version`` and ``platform_release`` compare as PEP 440 versions when the right side
+makes a valid specifier clause; any other comparison is of strings, which are not ordered.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from kdkit.core.envinfo import marker_environment
-from kdkit.core.versions import InvalidVersion, compare
+from kdkit.core.versions import InvalidVersion, clause_is_valid, compare
 
 if TYPE_CHECKING:  # a name for annotations only: nothing to build at import
     from collections.abc import Mapping
@@ -49,7 +53,8 @@ _LOCK_VARIABLES = frozenset(VARIABLES).difference({"extra"}).union(SET_VARIABLES
 _ALIASES = {"os.name": "os_name", "sys.platform": "sys_platform", "platform.version": "platform_version",
             "platform.machine": "platform_machine", "platform.python_implementation":
             "platform_python_implementation", "python_implementation": "platform_python_implementation"}
-_VERSION_VARIABLES = {"python_version", "python_full_version", "implementation_version"}
+# Compared as PEP 440 versions when the right side is a valid clause (packaging's MARKERS_REQUIRING_VERSION).
+_VERSION_VARIABLES = {"python_version", "python_full_version", "implementation_version", "platform_release"}
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -177,18 +182,22 @@ def parse_marker(text: str, lock_file: bool = False) -> Node:
 
 
 def _compare(left: str, op: str, right: str, versiony: bool) -> bool:
+    """packaging's ``_eval_op``: for a version variable, when ``op right`` is a valid specifier clause, the
+    PEP 440 comparison, false for a left side that is not a version (packaging 26: "an unparsable version
+    now returns False"; ``platform_release`` is often "6.8.0-1015-azure"); otherwise strings, unordered."""
     if op == "in":
         return left in right
     if op == "not in":
         return left not in right
-    if versiony:
+    if versiony and clause_is_valid(op, right):
         try:
             return compare(left, op, right)
         except InvalidVersion:
-            pass  # PEP 508: fall back to string comparison
-    table = {"==": left == right, "!=": left != right, "===": left == right,
-             "<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}
-    if op not in table:
+            return False
+    # Strings are not ordered (packaging 26, pypa/packaging#939): < and > are false, <= and >= are ==.
+    table = {"==": left == right, "!=": left != right, "<": False, "<=": left == right, ">": False,
+             ">=": left == right}
+    if op not in table:  # ~= and ===: packaging's UndefinedComparison
         raise InvalidMarker(f"operator {op!r} needs versions on both sides ({left!r}, {right!r})")
     return table[op]
 

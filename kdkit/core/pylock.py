@@ -18,7 +18,7 @@ in the text):
 * a file that is not TOML, a TOML file with no ``lock-version`` (a ``pyproject.toml``), a
   ``lock-version`` whose major is not 1 (the specification: a tool MUST raise an error); a newer
   minor is read, with a warning naming the keys kdkit does not know (it SHOULD warn);
-* no ``[[packages]]``: an empty lock would prove nothing;
+* no ``packages`` array (``packages = []``, which uv writes for a project without dependencies, is read);
 * a package without a name, with a version that is not PEP 440, an invalid marker or
   ``requires-python``, no source or two exclusive ones (``vcs``, ``directory``, ``archive``, and
   ``wheels``/``sdist``: the specification makes them mutually exclusive), a file without hashes or
@@ -331,9 +331,9 @@ def read_pylock(text: str, path: str | PathLike[str]) -> Pylock:
         raise BadInput(f"{path}: no created-by; PEP 751 requires the name of the tool that wrote the lock (write it "
                        "again with that tool)")
     packages = data.get("packages")
-    if not isinstance(packages, list) or not packages:
-        raise BadInput(f"{path}: no [[packages]] in it: an empty lock would prove nothing; lock at least one "
-                       "package")
+    if not isinstance(packages, list):  # `packages = []` is valid: uv writes it for a project without dependencies
+        raise BadInput(f"{path}: no packages array in it; PEP 751 requires one ([[packages]] tables, or "
+                       "packages = [] for no dependencies): write it again with the tool that made it")
     environments = _strings(data.get("environments", []), str(path), "environments")
     for marker in environments:
         _marker(marker, str(path), "environments", False)

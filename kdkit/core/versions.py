@@ -4,7 +4,10 @@ Standard library only. The inspected environment may not have ``packaging``, and
 kdkit must never depend on what it is inspecting, so this is a small,
 self-contained subset: parsing, normalization, ordering, and the specifier
 operators that appear in PEP 508 markers (``<``, ``<=``, ``>``, ``>=``,
-``==`` with ``.*``, ``!=``, ``~=``, ``===``).
+``==`` with ``.*``, ``!=``, ``~=``, ``===``), with PEP 440's exclusive ``<V`` and ``>V``
+(no pre-release of V below it, no post-release or local version of V above it).
+pypa/packaging is the reference: tests/test_packaging_vectors.py runs its own test vectors
+against this module with packaging as the oracle, and lists where kdkit deliberately differs.
 """
 
 from __future__ import annotations
@@ -12,19 +15,19 @@ from __future__ import annotations
 import re
 from functools import total_ordering
 
-_VERSION = re.compile(
-    r"""
-    ^\s*v?
+# The version itself is ASCII (``(?a:...)``, as packaging's VERSION_PATTERN): without it, IGNORECASE lets
+# a dotless "ı" match "i" and a Kelvin sign match "k" ("1.2.3prevıew1" was read, then failed on its name).
+# The whitespace around it is any (str.strip's, as packaging's ``\s*`` outside that group).
+_BODY = r"""
+    v?(?a:
     (?:(?P<epoch>[0-9]+)!)?
     (?P<release>[0-9]+(?:\.[0-9]+)*)
-    (?:[-_.]?(?P<pre_l>a|alpha|b|beta|c|rc|pre|preview)[-_.]?(?P<pre_n>[0-9]+)?)?
+    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
     (?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
     (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
     (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$
-    """,
-    re.VERBOSE | re.IGNORECASE,
-)
+    )"""
+_VERSION = re.compile(r"^\s*" + _BODY + r"\s*$", re.VERBOSE | re.IGNORECASE)
 _PRE_NAMES = {"a": "a", "alpha": "a", "b": "b", "beta": "b",
               "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
 
@@ -121,21 +124,51 @@ class Version:
         return self._key() < other._key()
 
 
-def _prefix_match(version: Version, spec: str) -> bool:
-    """``==X.Y.*``: the public release starts with X.Y (zero-padded, PEP 440)."""
-    wanted = Version.parse(spec)
+def _prefix_match(version: Version, wanted: Version) -> bool:
+    """``==X.Y.*``: the public release starts with X.Y (zero-padded, PEP 440), in the same epoch."""
     n = len(wanted.release)
     have = version.release + (0,) * max(0, n - len(version.release))
     return version.epoch == wanted.epoch and have[:n] == wanted.release
 
 
+def _same_release(a: Version, b: Version) -> bool:
+    return a.epoch == b.epoch and a.base == b.base
+
+
+def _less_than(version: Version, spec: Version) -> bool:
+    """``<V`` (PEP 440 exclusive ordered comparison): below V, and no pre-release of V unless V is one
+    (``<3.14`` excludes 3.14.0rc2: packaging's bound is V.dev0)."""
+    if spec.pre is not None or spec.dev is not None:
+        return version < spec
+    return version < Version(spec.epoch, spec.release, None, spec.post, 0, None)
+
+
+def _greater_than(version: Version, spec: Version) -> bool:
+    """``>V``: above V, and no post-release nor local version of V unless V is a post-release (then no
+    local of it); for a dev V, no local of it."""
+    mine = version.public_version()
+    if not mine > spec:
+        return False
+    if spec.dev is not None or spec.post is not None:
+        return True
+    return not (_same_release(mine, spec) and mine.pre == spec.pre)
+
+
+def _compatible(version: Version, spec: Version, spec_text: str) -> bool:
+    """``~=V.N``: ``>=V.N, ==V.*``, epoch kept (``~=1!2.0`` is ``>=1!2.0, ==1!2.*``)."""
+    if len(spec.release) < 2:
+        raise InvalidVersion(f"~={spec_text}: needs at least two release segments")
+    prefix = Version(spec.epoch, spec.release[:-1], None, None, None, None)
+    return version.public_version() >= spec and _prefix_match(version, prefix)
+
+
 def compare(version_text: str, op: str, spec_text: str) -> bool:
     """Evaluate ``version op spec`` as a PEP 440 specifier clause; raise InvalidVersion."""
-    if op == "===":
-        return version_text.strip().lower() == spec_text.strip().lower()
+    if op == "===":  # packaging: the version as given, the spec without its surrounding blanks
+        return version_text.lower() == spec_text.strip().lower()
     version = Version.parse(version_text)
     if op in ("==", "!=") and spec_text.endswith(".*"):
-        matched = _prefix_match(version, spec_text[:-2])
+        matched = _prefix_match(version, Version.parse(spec_text[:-2]))
         return matched if op == "==" else not matched
     spec = Version.parse(spec_text)
     if op in ("==", "!="):
@@ -143,15 +176,40 @@ def compare(version_text: str, op: str, spec_text: str) -> bool:
         mine = version if spec.local else version.public_version()
         return (mine == spec) if op == "==" else (mine != spec)
     if op == "~=":
-        if len(spec.release) < 2:
-            raise InvalidVersion(f"~={spec_text}: needs at least two release segments")
-        prefix = ".".join(map(str, spec.release[:-1]))
-        return version.public_version() >= spec and _prefix_match(version, prefix)
+        return _compatible(version, spec, spec_text)
+    if op == "<":
+        return _less_than(version, spec)
+    if op == ">":
+        return _greater_than(version, spec)
     mine = version.public_version()
-    table = {"<": mine < spec, "<=": mine <= spec, ">": mine > spec, ">=": mine >= spec}
-    if op not in table:
-        raise InvalidVersion(f"unknown version operator {op!r}")
-    return table[op]
+    if op == "<=":
+        return mine <= spec
+    if op == ">=":
+        return mine >= spec
+    raise InvalidVersion(f"unknown version operator {op!r}")
+
+
+_CLAUSE_FORMS = {
+    "==": r"(?:{release}\.\*|{version}(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?)",
+    "~=": r"(?:v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)+{tail})",
+    "<": r"{version}",
+}
+
+
+def clause_is_valid(op: str, spec_text: str) -> bool:
+    """Whether ``op spec_text`` is a clause packaging's ``Specifier`` accepts: a local label and ``.*`` only
+    with ``==``/``!=`` (``.*`` right after the release), two release segments at least for ``~=``, and
+    ``===`` takes any text without blanks, ``;`` or ``)``."""
+    if op == "===":
+        return re.fullmatch(r"\s*[^\s;)]+\s*", spec_text) is not None
+    tail = r"(?:[-_.]?(?:alpha|a|beta|b|preview|pre|c|rc)[-_.]?[0-9]*)?" \
+        r"(?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?(?:[-_.]?dev[-_.]?[0-9]*)?"
+    release = r"v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*"
+    form = {"==": "==", "!=": "==", "~=": "~=", "<": "<", ">": "<", "<=": "<", ">=": "<"}.get(op)
+    if form is None:
+        return False
+    pattern = _CLAUSE_FORMS[form].format(release=release, version=release + tail, tail=tail)
+    return re.fullmatch(r"\s*(?ai:" + pattern + r")\s*", spec_text) is not None
 
 
 def specifier_clauses(text: str) -> list[tuple[str, str]]:
@@ -166,6 +224,9 @@ def specifier_clauses(text: str) -> list[tuple[str, str]]:
         op, version = match.groups()
         if op != "===":
             compare("0", op, version)  # parses the version, and refuses ~=3 (one segment)
+        if not clause_is_valid(op, version):  # a local label or .* where PEP 440 allows none
+            raise InvalidVersion(f"{piece.strip()!r} is not a version specifier (a +local label or .* only "
+                                 "with == and !=, .* right after the release)")
         clauses.append((op, version))
     return clauses
 
