@@ -1,0 +1,100 @@
+"""`kdkit check`'s extension points: every extension kdkit.json lists and every one the lock pins, judged
+against the offer with the facts of kdkit/data/extensions.json (kdkit.facts.extensions).
+
+Each becomes a point named ``extension <name>``: ok, fail with the reason, note, or unknown. An
+extension kdkit has no facts for is unknown ("your diagnose will import it on the machine"), never
+ok. An unknown extension does not stop the check (exit 0, the summary names it): diagnose proves it
+on arrival. A failing one does (exit 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdkit.config.project import Project
+from kdkit.facts.catalog import Offer
+from kdkit.facts.extensions import Extension, ExtensionFacts, Verdict, judge, judge_pair, load_extension_facts
+from kdkit.order.check import Point, Subject
+
+PREFIX = "extension "
+DIAGNOSE = "your diagnose will import it on the machine"
+
+
+def blocks(name: str, status: str) -> bool:
+    """Whether a point stops the order: a fail, or an unknown that is not an extension's."""
+    return status == "fail" or (status == "unknown" and not name.startswith(PREFIX))
+
+
+def _lock_versions(lock_path: Path | None, python: str, facts: ExtensionFacts) -> dict[str, str]:
+    """{extension name: locked release (its public version)} of the packages the lock pins for the image."""
+    from kdkit.core.errors import BadInput
+    from kdkit.core.lockfile import parse_lock
+    from kdkit.facts.platforms import image_environment
+
+    if lock_path is None or not lock_path.is_file():
+        return {}
+    try:
+        lock = parse_lock(lock_path)
+    except BadInput:  # the lock point says what is wrong with it
+        return {}
+    environment = image_environment(python, lock.header.get("platform", ""))
+    found: dict[str, str] = {}
+    for key in lock.candidates:
+        ext = facts.by_package(key)
+        pin = lock.pin_for(key, environment) if ext is not None else None
+        if ext is not None and pin is not None and pin.version:
+            found[ext.name] = pin.public_version
+    return found
+
+
+def _verdict(ext: Extension, offer: Offer, subject: Subject, version: str | None) -> Verdict:
+    if ext.torch_pairs:
+        return judge_pair(ext, subject.version, version)
+    from kdkit.core.builds import parse_label
+
+    parsed = parse_label(subject.label)
+    toolkit = parsed[1] if parsed is not None and parsed[0] == offer.backend else None
+    return judge(ext, offer.backend, offer.architecture, version, toolkit)
+
+
+def _point(ext: Extension, offer: Offer, subject: Subject, version: str | None, where: str) -> Point:
+    verdict = _verdict(ext, offer, subject, version)
+    detail = verdict.reason
+    if version is None and not ext.torch_pairs:
+        detail += f"; {where} pins no {ext.name}, so its release is not known"
+    fix: str | None = None
+    if verdict.status == "unknown":
+        detail += f"; {DIAGNOSE}"
+        fix = (f"pin {ext.name} in requirements/base.in and re-lock, or let `kdkit diagnose` prove it on "
+               "arrival (kdkit.json extensions)")
+    elif verdict.status == "fail":
+        fix = (f"choose a card {ext.name} supports, or a release of {ext.name} that supports {offer.name} "
+               f"({offer.architecture}), then `kdkit lock`")
+    return Point(PREFIX + ext.name, verdict.status, detail, fix)
+
+
+def _unknown_module(module: str) -> Point:
+    return Point(PREFIX + module, "unknown", f"no facts for {module}; {DIAGNOSE}",
+                 "`kdkit diagnose` on arrival imports it (and calls its smoke function when kdkit.json names one)")
+
+
+def extension_points(project: Project, offer: Offer, subject: Subject | Point, image: str | None,
+                     lock_path: Path) -> list[Point]:
+    """One point per extension kdkit.json lists or the lock pins (the lock's when no ``image`` is judged),
+    each judged once; none when the lock itself failed (``subject`` is that failing point)."""
+    if isinstance(subject, Point):
+        return []
+    where = subject.what
+    facts = load_extension_facts()
+    versions = _lock_versions(None if image is not None else lock_path, project.python, facts)
+    points: dict[str, Point] = {}
+    for item in project.extensions:
+        module = str(item["module"])
+        ext = facts.by_module(module)
+        if ext is None:
+            points.setdefault(module, _unknown_module(module))
+        else:
+            points.setdefault(ext.name, _point(ext, offer, subject, versions.get(ext.name), where))
+    for name, version in versions.items():
+        points.setdefault(name, _point(facts.extensions[name], offer, subject, version, where))
+    return list(points.values())
