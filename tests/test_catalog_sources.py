@@ -159,3 +159,20 @@ def test_a_bare_v100_fits_offers_that_share_one_architecture() -> None:
     assert {o.architecture for o in fits} == {"sm_70"}
     with pytest.raises(BadInput, match="fits 3 offers"):
         load_catalog().find("V100")
+
+
+def test_find_architecture_takes_a_bare_name_whose_offers_share_one() -> None:
+    catalog = load_catalog()
+    offer, names = catalog.find_architecture("V100")
+    assert offer.architecture == "sm_70" and names == ("V100 SXM2 16GB", "V100 SXM2 32GB", "V100 PCIe 16GB")
+    assert catalog.find_architecture("A40") == (catalog.find("A40"), ("A40",))
+    # A100's offers share sm_80; H100's share sm_90; a name whose offers differ still asks.
+    assert catalog.find_architecture("A100")[0].architecture == "sm_80"
+    with pytest.raises(BadInput, match="no such offer"):
+        catalog.find_architecture("RTX 4080")
+
+
+def test_find_architecture_still_asks_when_the_offers_differ() -> None:
+    """'6000' fits the RTX 6000 Ada (sm_89) and both RTX PRO 6000 Blackwell (sm_120): no one architecture."""
+    with pytest.raises(BadInput, match="fits 3 offers: RTX 6000 Ada, RTX PRO 6000"):
+        load_catalog().find_architecture("6000")

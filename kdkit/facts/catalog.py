@@ -189,6 +189,17 @@ class Catalog:
         return [o for o in self.offers if not contradicts(name, o)
                 and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
 
+    def find_architecture(self, name: str) -> tuple[Offer, tuple[str, ...]]:
+        """For judging the architecture only (``kdkit check``): the offer ``name`` names, or, when a bare name
+        fits several offers that share architecture, backend and host CPU (``V100``: SXM2 16/32 GB, PCIe),
+        the first of them and the names of all (memory and price then differ: the caller names the choices).
+        Otherwise as :meth:`find` (BadInput). ``plan`` keeps :meth:`find`: it needs the one offer."""
+        fits = self.candidates(name) if normalize_name(name) else []
+        if len(fits) > 1 and len({(o.architecture, o.backend, o.cpu_arch) for o in fits}) == 1:
+            return fits[0], tuple(o.name for o in fits)
+        offer = self.find(name)
+        return offer, (offer.name,)
+
     def find(self, name: str) -> Offer:
         """The offer called ``name`` (or one of its aliases).
 
