@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from statistics import fmean
 from typing import Any
 
-from kdkit.probe.diagnose import loadcomm, loadio, nominal
+from kdkit.probe.diagnose import loadcomm, loadio, loadref, nominal
 from kdkit.probe.diagnose.core import Context, synchronize
 from kdkit.probe.diagnose.loadio import Mark
 from kdkit.probe.diagnose.loadsensors import Sampler, SensorLog, sensor_points, torch_bus_id
@@ -219,10 +219,10 @@ def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) 
     """The whole run's TFLOP/s against the card's nominal dense figure for the dtype used, where known."""
     rule = rules.get("load.gemm.tflops") or {"value": nominal.FLAG_BELOW, "source": NOMINAL_SOURCE}
     kind = str(lane.dtype).removeprefix("torch.")
-    if not lane.intervals:
+    overall = overall_tflops(lane)
+    if overall is None:
         return Point("load", "load.gemm.tflops", gpu, None, "TFLOP/s", None, "unknown",
                      f"{lane.device}: no interval completed within the time given")
-    overall = sum(i["tflops"] * i["seconds"] for i in lane.intervals) / sum(i["seconds"] for i in lane.intervals)
     figures = nominal.lookup(name) if lane.device != "cpu" else None
     if figures is not None:
         figure = {"bfloat16": figures.bf16_tflops, "float16": figures.fp16_tflops}.get(kind)
@@ -242,6 +242,13 @@ def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) 
                  f"{text} = {share:.0%} of nominal: throttled, shared, or not the card its name says",
                  provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s in {kind}, {share:.0%} of the {label}'s "
                           f"nominal {figure:,.0f}", source=rule.get("source"))
+
+
+def overall_tflops(lane: Lane) -> float | None:
+    """The whole run's TFLOP/s (each interval weighted by its seconds); None when no interval completed."""
+    if not lane.intervals:
+        return None
+    return sum(i["tflops"] * i["seconds"] for i in lane.intervals) / sum(i["seconds"] for i in lane.intervals)
 
 
 def sustained_point(gpu: int | None, device: str, rates: list[float], rules: dict[str, Any]) -> Point:
@@ -291,7 +298,8 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
     without a driver. ``rules``: ``points.thresholds(overrides)`` (None: the shipped ones). Never raises for
     what it finds: a device that fails under load is a point."""
     torch, devices = ctx.torch, ctx.devices()
-    load_rules = (thresholds() if rules is None else rules).get("load", {})
+    every = thresholds() if rules is None else rules
+    load_rules, references = every.get("load", {}), every.get("reference", {})
     names = {f"cuda:{dev['index']}": str(dev["name"]) for dev in ctx.facts.get("devices", [])}
     log = SensorLog(sampler)
     points: list[Point] = []
@@ -302,9 +310,13 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
         lanes = []  # the exception (and the tensors its frames hold) goes at the end of this block
     gpus = _driver_indices(torch, devices, log)
     for lane in lanes:
-        points += lane_points(gpus.get(lane.device), lane, names.get(lane.device, lane.device), load_rules)
+        name, kind = names.get(lane.device, lane.device), str(lane.dtype).removeprefix("torch.")
+        points += lane_points(gpus.get(lane.device), lane, name, load_rules)
+        points.append(loadref.gemm_point(gpus.get(lane.device), lane.device, name, kind, overall_tflops(lane),
+                                         references, load_rules))
     del lanes
     loadio.release(torch, devices)
+    points += loadref.bandwidth_points(torch, devices, gpus, names, log, load_rules, references)
     return points + _after(ctx, devices, log, load_rules)
 
 

@@ -134,9 +134,15 @@ def _check_key(place: str, key: str, value: Any, shipped: dict[str, Any]) -> Non
             raise BadInput(f"{place}: carries {found[0].what} ({found[0].redacted}); it would go into the "
                            "evidence for the provider: remove it")
         return
-    if key not in shipped:
-        keys = ", ".join(k for k in shipped if k != "source")
+    if key not in shipped or key == "bounds":
+        keys = ", ".join(k for k in shipped if k not in ("source", "bounds"))
         raise BadInput(f"{place}: not a key of this rule ({keys})")
     wanted = _kind(shipped[key])
     if _kind(value) != wanted or (wanted == "number" and not math.isfinite(value)):
         raise BadInput(f"{place}: expected a {wanted} like the shipped {shipped[key]!r}, got {value!r}")
+    low, high = (shipped.get("bounds") or {}).get(key) or (None, None)
+    if (low is not None and value <= low) or (high is not None and value > high):
+        above = f"above {low}" if low is not None else ""
+        upto = f"at most {high}" if high is not None else ""
+        raise BadInput(f"{place}: expected a number {' and '.join(w for w in (above, upto) if w)}, like the shipped "
+                       f"{shipped[key]!r}, got {value!r}")

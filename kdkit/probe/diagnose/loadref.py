@@ -1,0 +1,184 @@
+"""The load section held to measured numbers: the sustained GEMM's TFLOP/s and the device memory's GB/s
+against each card's measured reference (kdkit/data/acceptance.json "reference", each figure with its
+source), degraded below a share of it (load.gemm.reference, load.memory.bandwidth: DCGM's 0.75 of its own
+measurement). A share above 1.0 is fine (GeForce cards boost past their datasheet). A card without a
+reference, and the CPU, get their reading and "no reference": never an invented floor.
+
+The bandwidth is STREAM's copy and triad (BabelStream counts the bytes: copy reads one array and writes
+one, triad reads two and writes one), run by torch on the device after the GEMM loop, timed with the
+device's events like the GEMM (loadio.Mark). On the CPU it runs for real on CPU tensors.
+
+Standard library only; torch is passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kdkit.probe.diagnose import nominal
+from kdkit.probe.diagnose.core import synchronize
+from kdkit.probe.diagnose.loadio import Mark, failure_point, release
+from kdkit.probe.diagnose.loadsensors import SensorLog
+from kdkit.probe.diagnose.points import ACCEPTANCE, Point
+
+GPU_ARRAY, CPU_ARRAY = 512 << 20, 32 << 20  # bytes per array: far past any cache (an H100's L2 is 50 MiB)
+STREAM_SECONDS = 0.25  # per kernel, repeated until about this long (the driver is sampled meanwhile)
+ARRAYS = {"copy": 2, "triad": 3}  # arrays each kernel moves, as STREAM and BabelStream count them
+NO_REFERENCE = "no reference"
+
+
+def _array_bytes(torch: Any, device: str) -> int:
+    """GPU_ARRAY, halved while three arrays would take over a quarter of the free memory; CPU_ARRAY on the CPU."""
+    if device == "cpu":
+        return CPU_ARRAY
+    free, size = int(torch.cuda.mem_get_info(int(device.split(":")[1]))[0]), GPU_ARRAY
+    while size > (1 << 20) and 3 * size > free // 4:
+        size //= 2
+    return size
+
+
+def _timed(torch: Any, device: str, kernel: Any) -> tuple[int, float]:
+    """(repeats, seconds) of ``kernel`` run for about STREAM_SECONDS, after one to warm up."""
+    kernel()
+    synchronize(torch, device)
+    started = time.perf_counter()
+    kernel()
+    synchronize(torch, device)
+    repeats = max(2, min(200, int(STREAM_SECONDS / max(time.perf_counter() - started, 1e-6))))
+    begin = Mark(torch, device)
+    for _ in range(repeats):
+        kernel()
+    end = Mark(torch, device)
+    synchronize(torch, device)
+    return repeats, max(begin.seconds_to(end), 1e-9)
+
+
+def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str, float]:
+    """STREAM copy (c = a) and triad (a = b + s*c) on ``device``, float32: GB/s of each and the array size.
+    The arrays go when the function returns."""
+    size = _array_bytes(torch, device)
+    count = size // 4
+    a = torch.full((count,), 1.0, dtype=torch.float32, device=device)
+    b = torch.full((count,), 2.0, dtype=torch.float32, device=device)
+    c = torch.zeros(count, dtype=torch.float32, device=device)
+    kernels = {"copy": lambda: c.copy_(a), "triad": lambda: torch.add(b, c, alpha=0.4, out=a)}
+    reading: dict[str, float] = {"array_bytes": float(count * 4)}
+    for name, kernel in kernels.items():
+        repeats, seconds = _timed(torch, device, kernel)
+        reading[name] = round(repeats * ARRAYS[name] * count * 4 / seconds / 1e9, 2)
+        if log is not None:
+            log.poll("bandwidth", force=True)
+    return reading
+
+
+def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """(the catalog's card name, its reference entry) for a device name as torch reports it; the entry is
+    empty for a card the catalog does not know or the reference section lacks."""
+    figures = nominal.lookup(device_name)
+    if figures is None:
+        return None, {}
+    entry = references.get(figures.name)
+    return figures.name, entry if isinstance(entry, dict) else {}
+
+
+def _source(card: str | None, entry: dict[str, Any], figures: tuple[str, ...], key: str) -> str:
+    """Where the card's ``figures`` come from: their shipped source (``key``), or the project's where its
+    kdkit.json "acceptance" changed one of them (its "source", else kdkit.json itself)."""
+    from kdkit.core.builds import shipped_data
+
+    shipped = shipped_data(ACCEPTANCE).get("reference", {}).get(card or "", {})
+    if all(entry.get(figure) == shipped.get(figure) for figure in figures):
+        return str(shipped.get(key) or entry.get(key))
+    for own in (entry.get(key), entry.get("source")):
+        if own and own != shipped.get(key) and own != shipped.get("source"):
+            return str(own)
+    return "kdkit.json (this project)"
+
+
+def share_verdict(reading: float, reference: float, floor: float) -> tuple[str, float]:
+    """("ok" or "degraded", reading / reference): degraded below ``floor``; no ceiling (a share above 1.0 is ok)."""
+    share = reading / reference
+    return ("ok" if share >= floor else "degraded"), share
+
+
+def _figure(value: float) -> str:
+    """A rate for a person: whole numbers from 100, three significant digits below (load._figure's rule)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _label(device: str, device_name: str) -> str:
+    return device if device_name == device else f"{device} {device_name}"
+
+
+def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overall: float | None,
+               references: dict[str, Any], rules: dict[str, Any]) -> Point:
+    """The run's dense GEMM TFLOP/s against the card's measured bf16 reference: ok at or above the rule's share
+    (no ceiling), degraded below; a CPU, an fp16 run or a card without a reference is read, not judged."""
+    rule = rules["load.gemm.reference"]
+    floor, label = float(rule["value"]), _label(device, device_name)
+    if overall is None:
+        return Point("load", "load.gemm.reference", gpu, None, "TFLOP/s", None, "unknown",
+                     f"{label}: no interval completed, nothing to hold to a reference")
+    card, entry = card_of(device_name, references) if device != "cpu" else (None, {})
+    figure = entry.get("value") if kind == "bfloat16" else None
+    text = f"{label}: {kind} GEMM {_figure(overall)} TFLOP/s"
+    if figure is None:
+        whose = "a CPU" if device == "cpu" else f"{card}, {kind}" if card else "a card the catalog does not name"
+        return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", None, "unknown",
+                     f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
+    verdict, share = share_verdict(overall, float(figure), floor)
+    threshold = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})"
+    text += f" = {share:.0%} of the {float(figure):,.1f} measured on a healthy {card}"
+    source = f"{_source(card, entry, ('value',), 'source')}; the share: {rule.get('source')}"
+    if verdict == "ok":
+        return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "ok", text,
+                     source=source)
+    return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "degraded",
+                 text + ": slow from the start (power-capped, throttled, shared, or not the card its name says)",
+                 provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s of dense {kind} GEMM, {share:.0%} of the "
+                          f"{float(figure):,.1f} a healthy {card} measures", source=source)
+
+
+def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dict[str, float],
+                    references: dict[str, Any], rules: dict[str, Any]) -> Point:
+    """STREAM copy and triad GB/s against the card's measured ones: each kind with a reference is judged,
+    the worst decides; a CPU or a card without a reference is read, not judged."""
+    rule = rules["load.memory.bandwidth"]
+    floor, label = float(rule["value"]), _label(device, device_name)
+    card, entry = card_of(device_name, references) if device != "cpu" else (None, {})
+    text = f"{label}: STREAM copy {reading['copy']:,.1f} GB/s, triad {reading['triad']:,.1f} GB/s"
+    judged = {kind: float(entry[f"{kind}_gb_s"]) for kind in ARRAYS if entry.get(f"{kind}_gb_s")}
+    if not judged:
+        whose = "a CPU" if device == "cpu" else card or "a card the catalog does not name"
+        return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", None, "unknown",
+                     f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
+    shares = {kind: share_verdict(reading[kind], figure, floor) for kind, figure in judged.items()}
+    worst = min(shares, key=lambda kind: shares[kind][1])
+    threshold = f">= {floor:.0%} of the measured " + ", ".join(f"{k} {v:,.0f}" for k, v in judged.items())
+    text += " = " + ", ".join(f"{shares[k][1]:.0%} of {k} {judged[k]:,.0f}" for k in judged) + f" ({card})"
+    figures = tuple(f"{kind}_gb_s" for kind in ARRAYS)
+    source = f"{_source(card, entry, figures, 'bandwidth_source')}; the share: {rule.get('source')}"
+    if shares[worst][0] == "ok":
+        return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "ok", text, source=source)
+    return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "degraded",
+                 text + ": the memory is slower than a healthy card's",
+                 provider=f"GPU {gpu}'s memory moves {reading[worst]:,.0f} GB/s in STREAM {worst}, "
+                          f"{shares[worst][1]:.0%} of the {judged[worst]:,.0f} a healthy {card} measures",
+                 source=source)
+
+
+def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names: dict[str, str],
+                     log: SensorLog | None, rules: dict[str, Any], references: dict[str, Any]) -> list[Point]:
+    """Each device's STREAM bandwidth, measured and judged; a device that fails is a point (loadio's rule)."""
+    points: list[Point] = []
+    for device in devices:
+        gpu = gpus.get(device)
+        try:
+            reading = bandwidth(torch, device, log)
+        except Exception as exc:  # memory taken by another process, or a device error
+            points.append(failure_point("load.memory.bandwidth", gpu, f"{device}: the STREAM kernels", exc))
+        else:
+            points.append(bandwidth_point(gpu, device, names.get(device, device), reading, references, rules))
+        release(torch, devices)
+    return points
