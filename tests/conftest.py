@@ -40,6 +40,7 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.delenv("KDKIT_DEBUG", raising=False)
+    monkeypatch.setenv("KDKIT_OFFLINE", "1")  # `kdkit check` reads no index wheel unless a test serves one
     # A suite run by a launcher (srun, torchrun) must not give every pilot a share; a pilot run in-process
     # under a launcher's variables may set the visible devices, which are put back after each test.
     from kdkit.probe.pilot.launchers import LAUNCHERS, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, RUN_ID_VAR, VISIBLE

@@ -69,10 +69,12 @@ TABLE = [
     ("MI300X", "2.13.0+rocm7.2", "x86_64", "kernels", "ok", "code object for gfx942"),
     ("MI355X", "2.13.0+rocm7.2", "x86_64", "kernels", "ok", "code object for gfx950"),
     ("MI355X", "2.5.1+rocm6.2", "x86_64", "kernels", "fail", "no code for MI355X's gfx950"),
-    ("MI355X", "2.7.1+rocm6.3", "x86_64", "kernels", "unknown", "that list is partial"),
+    # rocm6.3: uv's list measured on the wheel agrees with the builder's, so it is complete (no gfx950).
+    ("MI355X", "2.7.1+rocm6.3", "x86_64", "kernels", "fail", "no code for MI355X's gfx950"),
     ("MI250X", "2.14.0+rocm7.14", "x86_64", "kernels", "unknown", "no target is confirmed for the released wheel"),
     ("MI355X", "2.8.0+rocm6.4", "x86_64", "kernels", "unknown", "that list is partial"),
-    ("MI355X", "2.9.1+rocm6.4", "x86_64", "kernels", "ok", "code object for gfx950"),
+    # rocm6.4 of 2.9: uv measured no gfx950, the 6.4.4 builder lists it: the sources disagree, so unknown.
+    ("MI355X", "2.9.1+rocm6.4", "x86_64", "kernels", "unknown", "that list is partial"),
     # Grace hosts are aarch64: an x86_64 lock does not install there; an aarch64 one is judged by its own list.
     ("GH200", "2.13.0+cu130", "x86_64", "cpu", "fail", "GH200 hosts are aarch64 (Grace)"),
     ("GH200", "2.13.0+cu130", "aarch64", "kernels", "ok", "cubin sm_90, which runs on sm_90 (pairings: torch 2.13 "
@@ -160,3 +162,81 @@ def test_driver_floor_of_the_cuda_major_and_of_the_card(project: Path) -> None:
                                                "pairings.json drivers)")
     _, points = check(project, "RTX 4090")
     assert ">= 525.60.13 (the floor of CUDA 12.x builds" in points["driver"]["detail"]
+
+
+# ---------------------------------------------------------------- extensions (kdkit/data/extensions.json)
+
+# card, torch build, packages the lock pins beside torch, modules kdkit.json lists, status, what the reason must say
+EXTENSION_TABLE = [
+    # flash-attn on ROCm: composable_kernel targets per release (setup.py allowed_archs), none before 2.6.2.
+    ("MI300X", "2.13.0+rocm7.2", ("flash-attn==2.8.3",), (), "flash-attn", "ok", "builds kernels for gfx942"),
+    ("MI300X", "2.13.0+rocm7.2", (), ("flash_attn",), "flash-attn", "unknown", "depends on its release"),
+    ("MI355X", "2.13.0+rocm7.2", ("flash-attn==2.7.4",), (), "flash-attn", "fail", "not for gfx950"),
+    ("MI355X", "2.13.0+rocm7.2", ("flash-attn==2.8.3",), (), "flash-attn", "ok", "builds kernels for gfx950"),
+    ("RX 7900 XTX", "2.13.0+rocm7.2", ("flash-attn==2.8.3",), (), "flash-attn", "fail", "not for gfx1100"),
+    ("MI250X", "2.13.0+rocm7.2", ("flash-attn==2.5.9",), (), "flash-attn", "fail", "has no rocm build at all"),
+    # flash-attn 2 on CUDA: Ampere or newer; FlashAttention-3: Hopper only.
+    ("T4", "2.13.0+cu130", ("flash-attn==2.8.3",), (), "flash-attn", "fail", "needs sm_80 or newer, and sm_75 is "
+     "older"),
+    ("RTX 4090", "2.13.0+cu130", ("flash-attn==2.8.3",), (), "flash-attn", "ok", "needs sm_80 or newer; sm_89 is"),
+    ("H100 SXM", "2.13.0+cu130", (), ("flash_attn_3",), "flash-attn-3", "ok", "runs on sm_90 only; sm_90 is one"),
+    ("A100 80GB SXM", "2.13.0+cu130", (), ("flash_attn_3",), "flash-attn-3", "fail", "not on sm_80"),
+    # vLLM: compute capability 7.0+ in the 0.11-0.14 docs, 7.5+ in 0.31's; nothing read in between.
+    ("V100 SXM2 16GB", "2.13.0+cu126", ("vllm==0.10.0",), (), "vllm", "ok", "needs sm_70 or newer; sm_70 is"),
+    ("V100 SXM2 16GB", "2.13.0+cu126", ("vllm==0.31.0",), (), "vllm", "fail", "needs sm_75 or newer, and sm_70"),
+    ("V100 SXM2 32GB", "2.13.0+cu126", ("vllm==0.20.0",), (), "vllm", "unknown", "no facts for vllm 0.20.0 on cuda"),
+    ("MI300X", "2.13.0+rocm7.2", ("vllm==0.12.0",), (), "vllm", "ok", "builds kernels for gfx942"),
+    # bitsandbytes: CC 6.0+ from 0.48; its ROCm libraries per release and per ROCm version of the torch build.
+    ("H100 SXM", "2.13.0+cu130", ("bitsandbytes==0.48.2",), (), "bitsandbytes", "ok", "needs sm_60 or newer"),
+    ("MI300X", "2.13.0+rocm7.2", ("bitsandbytes==0.48.2",), (), "bitsandbytes", "ok", "builds kernels for gfx942"),
+    ("MI355X", "2.13.0+rocm7.2", ("bitsandbytes==0.50.0",), (), "bitsandbytes", "ok", "builds kernels for gfx950"),
+    ("MI355X", "2.9.1+rocm6.4", ("bitsandbytes==0.50.0",), (), "bitsandbytes", "fail", "not for gfx950"),
+    ("MI250X", "2.7.1+rocm6.3", ("bitsandbytes==0.50.0",), (), "bitsandbytes", "unknown", "no facts for bitsandbytes "
+     "0.50.0 on rocm 6.3"),
+    # DeepSpeed compiles its ops just in time: a note to confirm, not a verdict on the card.
+    ("H200", "2.13.0+cu130", ("deepspeed==0.17.0",), (), "deepspeed", "note", "compiled just in time"),
+    # torchvision and torchaudio belong to one torch minor each.
+    ("H100 SXM", "2.13.0+cu130", ("torchvision==0.28.0+cu130",), (), "torchvision", "ok", "belongs to torch 2.13"),
+    ("H100 SXM", "2.13.0+cu130", ("torchvision==0.27.0+cu130",), (), "torchvision", "fail", "pairs with torchvision "
+     "0.28.*"),
+    ("RTX 5090", "2.9.1+cu128", ("torchaudio==2.9.1+cu128",), (), "torchaudio", "ok", "belongs to torch 2.9"),
+    ("H100 SXM", "2.13.0+cu130", ("torchaudio==2.13.0+cu130",), (), "torchaudio", "unknown", "no facts for the "
+     "torchaudio of torch 2.13"),
+    # No facts: unknown, never ok.
+    ("H100 SXM", "2.13.0+cu130", ("triton==3.7.1",), (), "triton", "unknown", "torch pins its own triton"),
+    ("MI300X", "2.13.0+rocm7.2", ("pytorch-triton-rocm==3.7.1",), (), "triton", "unknown", "no facts for triton on "
+     "rocm"),
+    ("L4", "2.13.0+cu130", (), ("xformers",), "xformers", "unknown", "your diagnose will import it"),
+    ("L4", "2.13.0+cu130", (), ("my_fused_ops",), "my_fused_ops", "unknown", "no facts for my_fused_ops"),
+]
+
+
+def _lock_with(project: Path, backend: str, torch: str, pins: tuple[str, ...]) -> None:
+    path = write_lock(project, backend, torch)
+    path.write_text(path.read_text(encoding="utf-8") + "".join(f"{pin} \\\n    --hash={HASH}\n" for pin in pins),
+                    encoding="utf-8")
+
+
+@pytest.mark.parametrize(("gpu", "torch", "pins", "modules", "name", "status", "reason"), EXTENSION_TABLE,
+                         ids=[f"{row[0]}+{row[1]}+{'+'.join(row[2] + row[3])}" for row in EXTENSION_TABLE])
+def test_extension_verdict(project: Path, gpu: str, torch: str, pins: tuple[str, ...], modules: tuple[str, ...],
+                           name: str, status: str, reason: str) -> None:
+    from kdkit.order.extensions import blocks
+
+    backend = "rocm" if "rocm" in torch else "cuda"
+    config_path = project / "kdkit.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config_path.write_text(json.dumps({**config, "extensions": [{"module": m} for m in modules]}), encoding="utf-8")
+    _lock_with(project, backend, torch, pins)
+    code, points = check(project, gpu, backend)
+    point = points[f"extension {name}"]
+    assert point["status"] == status, point
+    assert reason in point["detail"], point["detail"]
+    assert code == (1 if any(blocks(p["name"], p["status"]) for p in points.values()) else 0)
+    if status in ("fail", "unknown"):
+        assert point["fix"], point
+
+
+def test_the_tables_hold_thirty_card_and_build_verdicts_with_extensions() -> None:
+    assert len(TABLE) + len(EXTENSION_TABLE) >= 30
+    assert {row[5] for row in EXTENSION_TABLE} == {"ok", "fail", "unknown", "note"}

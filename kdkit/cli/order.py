@@ -47,9 +47,11 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
 @catalog_option
 @click.option("--pairings", "pairings_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Extra torch build pairings (schemas/pairings.schema.json), merged over the shipped ones.")
+@click.option("--offline", is_flag=True,
+              help="Do not read the locked torch wheel on its index (also KDKIT_OFFLINE=1); the pairings answer.")
 @json_option
 def check(project_dir: Path | None, gpu: str | None, backend: str | None, image: str | None,
-          catalog_file: Path | None, pairings_file: Path | None, as_json: bool) -> None:
+          catalog_file: Path | None, pairings_file: Path | None, offline: bool, as_json: bool) -> None:
     """Before ordering: will the locked build run on this GPU offer?
 
     \b
@@ -58,13 +60,19 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
       cpu      the lock (or image) is for the CPU of the offer's hosts
                (GH200 hosts are aarch64: an x86_64 lock does not install there)
       build    the lock pins a torch build of that backend, with its local label
-      kernels  the build carries code for the card: from kdkit's pairings of
+      kernels  the build carries code for the card: read in the locked wheel on its
+               index (range requests, never all of it), else kdkit's pairings of
                published builds, or with --image from the torch inside the image
       driver   the minimum host driver the build's CUDA and the card need
       memory   kdkit.json's memory estimate, and the pilot's measured peak, per card
+      extension <name>  each extension kdkit.json lists and each one the lock
+               pins (flash-attn, vllm, bitsandbytes, torchvision, ...) against the
+               card, from kdkit/data/extensions.json: ok, fail, or unknown (no
+               facts: your diagnose will import it on the machine)
     Pairings are data (kdkit/data/pairings.json, each fact with its source; a
     project pairings.json extends it). Exit 0 when every point is ok or a note
-    (notes are yours to confirm), 1 when one fails or is unknown, 2 for bad input,
+    (notes are yours to confirm) or an unknown extension (the summary names it),
+    1 when one fails or another point is unknown, 2 for bad input,
     3 when --image needs a Docker engine that is not there.
 
     \b
@@ -75,7 +83,7 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
     from kdkit.order.check import check_order
 
     report = check_order(project_dir, gpu, backend=backend, catalog_file=catalog_file,
-                         pairings_file=pairings_file, image=image)
+                         pairings_file=pairings_file, image=image, offline=offline)
     if as_json:
         emit_json(report)
     else:
@@ -85,13 +93,23 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
                 for p in report["points"]]
         subject = f"image {report['image']}" if report["image"] else f"the {report['backend']} lock {report['lock']}"
         _table(f"{report['gpu']['name']} with {subject}", ("point", "status", "detail", "fix"), rows)
-    failing = [p["name"] for p in report["points"] if p["status"] in ("fail", "unknown")]
+    _conclude(report, as_json)
+
+
+def _conclude(report: dict[str, Any], as_json: bool) -> None:
+    """Exit 1 when a point blocks the order; else the summary, naming the extensions still unknown."""
+    from kdkit.order.extensions import blocks
+
+    failing = [p["name"] for p in report["points"] if blocks(p["name"], p["status"])]
     if failing:
         where = "in the report's fix fields" if as_json else "above"
         raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes {where}, "
                           "then run `kdkit check` again")
     if not as_json:
-        say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)")
+        unknown = [p["name"] for p in report["points"] if p["status"] == "unknown"]
+        say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)" if not unknown else
+            f"{report['gpu']['name']}: no point fails, but {len(unknown)} unknown ({', '.join(unknown)}): your "
+            "diagnose will import them on the machine (notes are yours to confirm)")
 
 
 # ---------------------------------------------------------------- plan

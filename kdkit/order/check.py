@@ -11,7 +11,8 @@ reason it was given and the fix.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
+from os import environ
 from pathlib import Path
 from typing import Any
 
@@ -31,32 +32,10 @@ from kdkit.core.errors import BadInput
 from kdkit.facts.catalog import Offer, load_catalog
 from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
 from kdkit.facts.platforms import docker_arch, image_environment, linux_arch
+from kdkit.order.checkmodel import Point, Subject
 
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
 ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
-
-
-@dataclass(frozen=True)
-class Point:
-    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to confirm)."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str | None = None
-
-
-@dataclass(frozen=True)
-class Subject:
-    """What is judged against the card: a lock's torch pin or an image's installed torch."""
-
-    what: str  # "requirements/cuda.txt" or "image myproj:cuda-0123"
-    version: str  # "2.13.0+cu130"
-    label: str  # "cu130"
-    cpu_arch: str | None  # "x86_64", "aarch64", or None when unknown
-    arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
-    arch_source: str = ""
-    platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
 
 
 # ---------------------------------------------------------------- what to lock instead
@@ -174,17 +153,29 @@ def _build_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
 
 def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
     card = offer.architecture
-    if subject.arch_list is not None:  # the image's own torch: the strongest evidence there is
+    if subject.arch_list is None and subject.wheel_lock is not None:  # a lock: its torch wheel, read on its index
+        from kdkit.lock.wheelarch import WheelReading, read_locked_wheel
+
+        reading = WheelReading(None) if subject.offline else \
+            read_locked_wheel(subject.wheel_lock, subject.python, subject.label)
+        if reading.arch_list is None:  # offline (the user's choice: no note), or the reason it could not be read
+            point = _table_kernel_point(offer, subject, pairings)
+            why = f"; the locked wheel was not read ({reading.reason}), so this is the pairings' answer"
+            return replace(point, detail=point.detail + (why if reading.reason else ""), source="facts")
+        subject = replace(subject, arch_list=reading.arch_list, arch_source=reading.where())
+    if subject.arch_list is not None:  # the image's own torch, or the locked wheel: the strongest evidence there is
+        image = subject.what.startswith("image ")
+        whose, source = ("the image's torch", "image") if image else (f"torch {subject.version}", "wheel")
         carried = ", ".join(subject.arch_list) or "no GPU code"
         code = code_for(card, subject.arch_list)
         if code is not None:
-            return Point("kernels", "ok", f"the image's torch carries {code}, which runs on {card} "
-                         f"(read from {subject.arch_source or 'the image'}: {carried})")
+            return Point("kernels", "ok", f"{whose} carries {code}, which runs on {card} "
+                         f"(read from {subject.arch_source or 'the image'}: {carried})", source=source)
         return Point("kernels", "fail",
-                     f"the image's torch carries {carried} (read from {subject.arch_source or 'the image'}): no code "
+                     f"{whose} carries {carried} (read from {subject.arch_source or 'the image'}): no code "
                      f"for {offer.name}'s {card}; on the machine this is 'no kernel image is available for "
-                     "execution on the device'", instead(offer, pairings, subject))
-    point = _table_kernel_point(offer, subject, pairings)
+                     "execution on the device'", instead(offer, pairings, subject), source=source)
+    point = replace(_table_kernel_point(offer, subject, pairings), source="facts")
     if subject.what.startswith("image "):  # an image whose own list is not known: say so, then the table's answer
         why = subject.arch_source or "no dev.kdkit.torch.arch_list label: built before kdkit recorded it"
         point = replace(point, detail=f"{point.detail}; the image's own arch list is unknown ({why}), so this is "
@@ -347,9 +338,12 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
 
 def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
                 catalog_file: Path | None = None, pairings_file: Path | None = None,
-                image: str | None = None) -> dict[str, Any]:
-    """Every point that must hold before ordering ``gpu`` for this project, each with its reason and fix."""
+                image: str | None = None, offline: bool = False) -> dict[str, Any]:
+    """Every point that must hold before ordering ``gpu`` for this project, each with its reason and fix.
+    The kernels point reads the locked torch wheel on its index (range requests) unless ``offline`` (or
+    KDKIT_OFFLINE is set), else answers from the pairings."""
     from kdkit.config.project import load_project
+    from kdkit.order.extensions import blocks, extension_points
 
     project = load_project(project_dir)
     name = gpu if gpu is not None else project.config.get("target_gpu")
@@ -367,11 +361,14 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
         relative = chosen.lock.relative_to(project.root).as_posix() if chosen.lock.is_relative_to(project.root) \
             else str(chosen.lock)
         found = lock_subject(chosen.lock, relative, chosen.name, project.python)
+        if isinstance(found, Subject):
+            found = replace(found, wheel_lock=chosen.lock, python=project.python,
+                            offline=offline or environ.get("KDKIT_OFFLINE", "") not in ("", "0"))
         points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
     else:
-        points += _subject_points(offer, subject, pairings)
-    points.append(_memory_point(project, offer))
+        points, found = points + _subject_points(offer, subject, pairings), subject
+    points += [*extension_points(project, offer, found, image, chosen.lock), _memory_point(project, offer)]
     return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
-            "lock": str(chosen.lock), "image": image, "ok": all(p.status in ("ok", "note") for p in points),
-            "points": [asdict(p) for p in points]}
+            "lock": str(chosen.lock), "image": image, "ok": not any(blocks(p.name, p.status) for p in points),
+            "points": [{k: v for k, v in asdict(p).items() if k != "source" or v is not None} for p in points]}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from kdkit.config.project import Project
 from kdkit.facts.catalog import Offer
 from kdkit.facts.extensions import Extension, ExtensionFacts, Verdict, judge, judge_pair, load_extension_facts
-from kdkit.order.check import Point, Subject
+from kdkit.order.checkmodel import Point, Subject
 
 PREFIX = "extension "
 DIAGNOSE = "your diagnose will import it on the machine"

@@ -1,0 +1,35 @@
+"""The values of `kdkit check`: a point of its report and the subject judged (a lock's torch pin or an
+image's torch). Kept apart from kdkit.order.check so that the point makers beside it (kdkit.order.extensions)
+import them without importing check back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to confirm)."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+    source: str | None = None  # the kernels point's evidence: "image", "wheel" (the locked wheel read) or "facts"
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is judged against the card: a lock's torch pin or an image's installed torch."""
+
+    what: str  # "requirements/cuda.txt" or "image myproj:cuda-0123"
+    version: str  # "2.13.0+cu130"
+    label: str  # "cu130"
+    cpu_arch: str | None  # "x86_64", "aarch64", or None when unknown
+    arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
+    arch_source: str = ""
+    platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
+    wheel_lock: Path | None = None  # the lock whose torch wheel is read on its index (None: offline, or an image)
+    python: str = ""  # the image's Python, which chooses that wheel
+    offline: bool = False  # --offline or KDKIT_OFFLINE: the wheel is not read, the pairings answer
