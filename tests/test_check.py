@@ -116,7 +116,7 @@ def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
     assert code == 0
     points = _points(report)
     assert points["kernels"]["detail"].startswith("torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on "
-                                                  "gfx942 (pairings: torch 2.6 rocm6.2.4, rocm_build_1fca82d")
+                                                  "gfx942 (pairings: torch 2.6 rocm6.2.4, uv_torch_arch (rocm6.2.4 measured")
     assert points["driver"]["status"] == "note"
 
 
@@ -156,7 +156,7 @@ def test_unknown_torch_release_is_unknown_not_ok(project: Path) -> None:
     kernels = _points(report)["kernels"]
     assert kernels["status"] == "unknown"
     assert kernels["detail"] == ("kdkit's pairings know no x86_64 build of torch 2.13.0+cu128 from cu128 (torch 2.13 "
-                                 "is published for cpu, cu126, cu130, cu132, rocm7.2)")
+                                 "is published for cpu, cu126, cu130, cu132, rocm7.1, rocm7.2)")
     assert kernels["fix"].startswith("build the image and run `kdkit check --image IMG`")
     (project / "pairings.json").write_text(json.dumps({"torch": {"2.13": {"cu128": "cu128-2.11"}}}))
     code, report, _ = _check(project, "--gpu", "H100 SXM")

@@ -54,12 +54,13 @@ def test_sources_are_public_never_a_path_of_this_machine() -> None:
 def test_pairings_cover_torch_2_5_to_2_14_with_the_matrix_builds() -> None:
     pairings = load_pairings()
     assert pairings.releases() == ["2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]
-    # The release matrix: 2.14 CUDA 12.6, 13.0, 13.2 and ROCm 7.14; 2.13 12.6, 13.0, exp. 13.2, ROCm 7.2;
-    # 2.12 the same; 2.11 12.6, 12.8, 13.0 and ROCm 7.2. No cu128 and no rocm6 after 2.11.
+    # The release matrix: 2.14 CUDA 12.6, 13.0, 13.2 and ROCm 7.2, 7.14 (test-infra's 2.14 matrix; cu134 built, not
+    # advertised); 2.13 12.6, 13.0, exp. 13.2, ROCm 7.1 (test-infra's release matrix) and 7.2; 2.11 12.6, 12.8, 13.0
+    # and ROCm 7.2. No cu128 and no rocm6 after 2.11.
     assert [b.name for b in pairings.builds() if b.torch == "2.13"] == [
-        "2.13 cpu", "2.13 cu126", "2.13 cu130", "2.13 cu132 (experimental)", "2.13 rocm7.2"]
+        "2.13 cpu", "2.13 cu126", "2.13 cu130", "2.13 cu132 (experimental)", "2.13 rocm7.1", "2.13 rocm7.2"]
     assert [b.name for b in pairings.builds() if b.torch == "2.14"] == [
-        "2.14 cpu", "2.14 cu126", "2.14 cu130", "2.14 cu132", "2.14 rocm7.14"]
+        "2.14 cpu", "2.14 cu126", "2.14 cu130", "2.14 cu132", "2.14 rocm7.2", "2.14 rocm7.14"]
     assert {b.label for b in pairings.builds() if b.torch == "2.11"} == {"cpu", "cu126", "cu128", "cu130",
                                                                          "rocm7.1", "rocm7.2"}
     for later in ("2.12", "2.13", "2.14"):
@@ -68,8 +69,11 @@ def test_pairings_cover_torch_2_5_to_2_14_with_the_matrix_builds() -> None:
 
 def test_rocm7_wheels_carry_the_instinct_and_radeon_targets() -> None:
     rocm72 = set(load_pairings().build("2.13.0", "rocm7.2").architectures)  # type: ignore[union-attr]
+    # uv's list measured on the rocm7.2 wheel (astral-sh/uv#18730): the builder's gfx1103 is not in it
     assert rocm72 == {"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101",
-                      "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1200", "gfx1201"}
+                      "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201"}
+    rocm71 = set(load_pairings().build("2.13.0", "rocm7.1").architectures)  # type: ignore[union-attr]
+    assert rocm71 == rocm72 - {"gfx1150", "gfx1151"}  # measured on rocm7.0/7.1 wheels: no Strix (Halo) code
 
 
 # ---------------------------------------------------------------- the template, by construction
