@@ -240,3 +240,22 @@ def test_extension_verdict(project: Path, gpu: str, torch: str, pins: tuple[str,
 def test_the_tables_hold_thirty_card_and_build_verdicts_with_extensions() -> None:
     assert len(TABLE) + len(EXTENSION_TABLE) >= 30
     assert {row[5] for row in EXTENSION_TABLE} == {"ok", "fail", "unknown", "note"}
+
+
+def test_a_bare_name_of_one_architecture_is_judged_on_it(project: Path) -> None:
+    """`--gpu V100` fits three offers (SXM2 16/32 GB, PCIe 16 GB), all sm_70: the kernels point fails on sm_70
+    for a CUDA 13 build, memory is judged on the smallest, and a note names the choices."""
+    write_lock(project, "cuda", "2.13.0+cu130")
+    code, points = check(project, "V100")
+    assert code == 1 and points["kernels"]["status"] == "fail" and "sm_70" in points["kernels"]["detail"]
+    assert "V100 SXM2 16GB, V100 SXM2 32GB, V100 PCIe 16GB" in points["choices"]["detail"]
+    assert points["choices"]["status"] == "note" and "smallest (V100 SXM2 16GB, 16 GB)" in points["choices"]["detail"]
+    write_lock(project, "cuda", "2.13.0+cu126")
+    code, points = check(project, "V100")
+    assert points["kernels"]["status"] == "ok" and "choices" in points
+
+
+def test_a_bare_name_of_several_architectures_is_still_refused(project: Path) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130")
+    result = invoke("check", project, "--gpu", "RTX 6000", "--json")  # RTX 6000 Ada (sm_89) or RTX PRO 6000 (sm_120)
+    assert result.exit_code == 2 and "RTX 6000 Ada" in result.stderr and "RTX PRO 6000" in result.stderr

@@ -29,7 +29,8 @@ from kdkit.core.builds import (
     version_tuple,
 )
 from kdkit.core.errors import BadInput
-from kdkit.facts.catalog import Offer, load_catalog
+from kdkit.core.safetext import printable
+from kdkit.facts.catalog import Catalog, Offer, load_catalog
 from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
 from kdkit.facts.platforms import docker_arch, image_environment, linux_arch
 from kdkit.order.checkmodel import Point, Subject
@@ -336,6 +337,21 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
                     facts.labels.get(ARCH_SOURCE_LABEL, ""), platform), facts.labels)
 
 
+def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Point]]:
+    """The offer judged, the one whose memory is judged, and a note naming the choices: a bare name that fits
+    several offers of one architecture (``V100``) is judged on their shared architecture and on the smallest
+    memory among them."""
+    offer, names = catalog.find_architecture(name)
+    if len(names) == 1:
+        return offer, offer, []
+    fits = [catalog.find(n) for n in names]
+    smallest = min(fits, key=lambda o: o.memory_gb)
+    note = Point("choices", "note", f"{printable(name)} fits {', '.join(names)}: kernels, driver and CPU are judged "
+                 f"on their shared {offer.architecture}, memory on the smallest ({smallest.name}, "
+                 f"{smallest.memory_gb:g} GB)", "pass the exact offer as --gpu to judge its own memory")
+    return offer, smallest, [note]
+
+
 def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
                 catalog_file: Path | None = None, pairings_file: Path | None = None,
                 image: str | None = None, offline: bool = False) -> dict[str, Any]:
@@ -349,7 +365,7 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
     name = gpu if gpu is not None else project.config.get("target_gpu")
     if name is None:
         raise BadInput(f"{project.root / 'kdkit.json'}: $.target_gpu is null; pass --gpu NAME or set it")
-    offer = load_catalog(project.root, catalog_file).find(name)
+    offer, smallest, choices = _offers(load_catalog(project.root, catalog_file), name)
     pairings = load_pairings(project.root, pairings_file)
     if image is not None:
         subject, labels = image_subject(image)
@@ -367,7 +383,8 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
         points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
     else:
         points, found = points + _subject_points(offer, subject, pairings), subject
-    points += [*extension_points(project, offer, found, image, chosen.lock), _memory_point(project, offer)]
+    points += [*extension_points(project, offer, found, image, chosen.lock), _memory_point(project, smallest),
+               *choices]
     return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
             "lock": str(chosen.lock), "image": image, "ok": not any(blocks(p.name, p.status) for p in points),
             "points": [{k: v for k, v in asdict(p).items() if k != "source" or v is not None} for p in points]}
