@@ -116,7 +116,8 @@ def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
     assert code == 0
     points = _points(report)
     assert points["kernels"]["detail"].startswith("torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on "
-                                                  "gfx942 (pairings: torch 2.6 rocm6.2.4, uv_torch_arch (rocm6.2.4 measured")
+                                                  "gfx942 (pairings: torch 2.6 rocm6.2.4, uv_torch_arch (rocm6.2.4 "
+                                                  "measured")
     assert points["driver"]["status"] == "note"
 
 
