@@ -4,7 +4,7 @@ by kdkit on a machine without a GPU, measured.
 Given a project whose cuda backend takes torch from PyPI (``backends.cuda.torch_index`` =
 ``https://pypi.org/simple``) and is locked (``kdkit lock --backend cuda``), this script runs, as a user would:
 
-1. ``kdkit build --backend cuda --json`` (the wheels come from the network in the builder stage, or from
+1. ``kdkit build --backend cuda --json --no-cache`` (the wheels come from the network in the builder stage, or from
    ``--wheelhouse``): the build's seconds, the image's size, each layer's size and what made it;
 2. every CUDA library file in the image counted by name: each must be there once (no base image copy);
 3. one more small package (``--extra``, default ``six``) added to requirements/base.in, re-locked, rebuilt:
@@ -91,7 +91,7 @@ def _bytes(text: str) -> int:
 def cuda_libraries(tag: str) -> dict[str, Any]:
     """Every file of a CUDA library in the image by name, and the names found more than once."""
     out = docker("run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "sh", tag, "-c",
-                 "find / -xdev -type f -name 'lib*.so*' 2>/dev/null")
+                 "find / -xdev -type f -name 'lib*.so*' 2>/dev/null; true")
     paths = [p for p in out.splitlines() if CUDA_LIB.match(os.path.basename(p))]
     counts = collections.Counter(os.path.basename(p) for p in paths)
     return {"files": sorted(paths), "count": len(paths),
@@ -107,7 +107,7 @@ def arch_and_labels(tag: str) -> dict[str, Any]:
     labels = json.loads(docker("image", "inspect", tag, "--format", "{{json .Config.Labels}}")) or {}
     env = json.loads(docker("image", "inspect", tag, "--format", "{{json .Config.Env}}")) or []
     arch = in_image(tag, "kdkit", "torch-arch", "--json")
-    verify = in_image(tag, "kdkit", "verify-env")
+    verify = in_image(tag, "sh", "-c", 'exec kdkit verify-env --lock "$KDKIT_LOCK_FILE"')
     require = next((e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_REQUIRE_CUDA=")), None)
     return {"labels": {k: v for k, v in labels.items() if "torch" in k or "cuda" in k or "kdkit" in k},
             "torch_arch": {"exit": arch.returncode, "stdout": arch.stdout.strip()[-4000:],
@@ -145,7 +145,7 @@ def main() -> int:
     args = parser.parse_args()
     options = ["--tag", args.tag] + (["--wheelhouse", str(args.wheelhouse)] if args.wheelhouse else []) \
         + (["--ca-bundle", args.ca_bundle] if args.ca_bundle else [])
-    seconds, first = build(args.project, options)
+    seconds, first = build(args.project, options, "--no-cache")
     result: dict[str, Any] = {"build_s": round(seconds, 1), "ran": ran(first), "image_bytes": first["size"],
                               "layers": layers(args.tag), "cuda_libraries": cuda_libraries(args.tag),
                               "image": arch_and_labels(args.tag), "floor": floor(args.wheels)}
