@@ -92,6 +92,10 @@ TABLE = [
     ("RTX 5090", "2.6.0 from PyPI", "x86_64", "kernels", "fail", "torch 2.6.0+cu124 carries sm_50"),
     ("GH200", "2.10.0 from PyPI", "aarch64", "build", "fail", "torch 2.10.0+cpu, a cpu build"),
     ("GH200", "2.13.0 from PyPI", "aarch64", "kernels", "ok", "cubin sm_90, which runs on sm_90"),
+    # Offline (no wheel read), PyPI's build is judged from the PyPI artifact's own list: 2.15 is on PyPI only
+    # (no download.pytorch.org row), and PyPI's cu130 of 2.12 has no compute_120 PTX where the index's has.
+    ("RTX 5090", "2.15.0 from PyPI", "x86_64", "kernels", "ok", "torch 2.15.0+cu132 carries cubin sm_120"),
+    ("B300", "2.12.0 from PyPI", "x86_64", "kernels", "ok", "pypi_artifacts"),
 ]
 
 

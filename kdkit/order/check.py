@@ -187,9 +187,10 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
 def _table_kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
     """The kernels point from the published builds kdkit knows (before any image exists)."""
     card = offer.architecture
-    build = pairings.build(subject.version, subject.label, subject.cpu_arch or "x86_64")
+    cpu = subject.cpu_arch or "x86_64"
+    build = (subject.pypi and pairings.pypi_build(subject.version, cpu)) or \
+        pairings.build(subject.version, subject.label, cpu)
     if build is None:
-        cpu = subject.cpu_arch or "x86_64"
         known = ", ".join(pairings.labels(subject.version, cpu))
         if known:
             where = f"torch {torch_minor(subject.version)} is published for {known}"
@@ -303,7 +304,7 @@ def lock_subject(lock_path: Path, relative: str, backend: str, python: str) -> S
         return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
                      "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
     version = pin.version if pin.local else f"{pin.version}+{label}"
-    return Subject(relative, version, label, linux_arch(platform)[0], platform=platform)
+    return Subject(relative, version, label, linux_arch(platform)[0], platform=platform, pypi=not pin.local)
 
 
 def _index_build(options: list[tuple[str, str]], version: str, platform: str) -> str | None:

@@ -32,4 +32,5 @@ class Subject:
     platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
     wheel_lock: Path | None = None  # the lock whose torch wheel is read on its index (None: offline, or an image)
     python: str = ""  # the image's Python, which chooses that wheel
+    pypi: bool = False  # a plain pin (PyPI's torch): its build is the pairings' ``pypi`` fact, not the index's
     offline: bool = False  # --offline or KDKIT_OFFLINE: the wheel is not read, the pairings answer
