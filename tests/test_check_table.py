@@ -263,3 +263,14 @@ def test_a_bare_name_of_several_architectures_is_still_refused(project: Path) ->
     write_lock(project, "cuda", "2.13.0+cu130")
     result = invoke("check", project, "--gpu", "RTX 6000", "--json")  # RTX 6000 Ada (sm_89) or RTX PRO 6000 (sm_120)
     assert result.exit_code == 2 and "RTX 6000 Ada" in result.stderr and "RTX PRO 6000" in result.stderr
+
+
+def test_a_projects_pypi_fact_decides_a_plain_pin_without_the_header(project: Path) -> None:
+    """A lock of PyPI's plain torch without kdkit's torch-build line: the build comes from the pairings'
+    pypi facts, the project's own pairings.json over kdkit's, for the build and the kernels points alike."""
+    write_lock(project, "cuda", "2.13.0 from PyPI")
+    (project / "pairings.json").write_text(json.dumps(
+        {"pypi": {"2.13": {"x86_64": {"label": "cu126", "source": "a project's own reading"}}}}), encoding="utf-8")
+    code, points = check(project, "RTX 5090")
+    assert "2.13.0+cu126" in points["build"]["detail"], points["build"]
+    assert code == 1 and points["kernels"]["status"] == "fail" and "sm_120" in points["kernels"]["detail"]

@@ -280,7 +280,8 @@ def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[
 # ---------------------------------------------------------------- what is judged
 
 
-def lock_subject(lock_path: Path, relative: str, backend: str, python: str) -> Subject | Point:
+def lock_subject(lock_path: Path, relative: str, backend: str, python: str,
+                 pairings: Pairings | None = None) -> Subject | Point:
     """The lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock for several
     environments pins one torch per marker) as a subject, or the failing point that stops the check."""
     from kdkit.core.lockfile import parse_lock
@@ -299,7 +300,7 @@ def lock_subject(lock_path: Path, relative: str, backend: str, python: str) -> S
                      "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     # The build: the pin's local label, else (a hashed pin fixes the file) the build the header records for
     # PyPI's plain torch, else the torch index the lock names.
-    label = pin.local or header_build(lock.header) or _index_build(lock.options, pin.version, platform)
+    label = pin.local or header_build(lock.header) or _index_build(lock.options, pin.version, platform, pairings)
     if not label or parse_label(label) is None:
         return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
                      "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
@@ -307,13 +308,14 @@ def lock_subject(lock_path: Path, relative: str, backend: str, python: str) -> S
     return Subject(relative, version, label, linux_arch(platform)[0], platform=platform, pypi=not pin.local)
 
 
-def _index_build(options: list[tuple[str, str]], version: str, platform: str) -> str | None:
+def _index_build(options: list[tuple[str, str]], version: str, platform: str,
+                 pairings: Pairings | None) -> str | None:
     """The build label of the lock's ``--index-url``: PyTorch's index names it; PyPI's plain torch is the
     build the pairings' ``pypi`` facts give for the lock's CPU (a lock without kdkit's torch-build line)."""
     url = next((value for option, value in options if option == "--index-url"), "")
     if index_label(url) or not is_pypi(url):
         return index_label(url)
-    return load_pairings().pypi_label(version, linux_arch(platform)[0] or "x86_64")
+    return (pairings or load_pairings()).pypi_label(version, linux_arch(platform)[0] or "x86_64")
 
 
 def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
@@ -377,7 +379,7 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
     if image is None:
         relative = chosen.lock.relative_to(project.root).as_posix() if chosen.lock.is_relative_to(project.root) \
             else str(chosen.lock)
-        found = lock_subject(chosen.lock, relative, chosen.name, project.python)
+        found = lock_subject(chosen.lock, relative, chosen.name, project.python, pairings)
         if isinstance(found, Subject):
             found = replace(found, wheel_lock=chosen.lock, python=project.python,
                             offline=offline or environ.get("KDKIT_OFFLINE", "") not in ("", "0"))
