@@ -24,11 +24,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kdkit.config.schemas import load_valid
+from kdkit.config.schemas import load_valid, secret_problems
 from kdkit.config.shipped import data_file
 from kdkit.core.errors import BadInput
 
 DURATIONS = (3, 7, 30)
+# The most a lot may cost (the catalog's prices and ``kdkit plan --price``): refuses typos, and keeps
+# Decimal's 28 digits exact for a plan's total (1e26 is finite, but no cent of it can be computed).
+MAX_LOT_PRICE = Decimal(10_000_000)
 
 
 def normalize_name(name: str) -> str:
@@ -137,8 +140,9 @@ _FORMS = ("pcie", "sxm", "nvl", "oam")
 _GENERATIONS = ("turing", "volta", "ampere", "ada", "hopper", "blackwell", "cdna", "rdna")
 
 
-# Words that make another card of the same model number (an RTX 4080 SUPER is no RTX 4080, a 3090 Ti no 3090).
-_TIERS = {"ti", "super"}
+# Words that make another card of the same model number (an RTX 4080 SUPER is no RTX 4080, a 3090 Ti no 3090,
+# an RTX 4090 D no RTX 4090); kdkit.probe.diagnose.nominal.TIERS holds the same words for the driver's names.
+_TIERS = {"ti", "super", "d"}
 
 # Words that say nothing about which card it is: vendors and brands, memory kinds, filler.
 _VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "gb", "hbm", "gddr", "edition",
@@ -230,12 +234,17 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
     sources: set[str] = set()
     for path in layer_paths("catalog", project_root, extra):
         data = load_checked(path, "catalog")
+        for secret in secret_problems(data, path)[:1]:  # sources and notes are shown and stored with orders
+            raise BadInput(f"{path}: {secret.where}: {secret.message.split(';')[0]}; a catalog names where its "
+                           "figures are published, never a credential: remove it")
         files.append(str(path))
         sources |= set(data.get("sources", {}))
         for number, entry in enumerate(data["offers"]):
-            problem = _incoherent(entry) or unsourced(entry, sources)
+            where, problem = f"$.offers[{number}]", _incoherent(entry) or unsourced(entry, sources)
+            if not problem:
+                where, problem = _unusable(entry, where)
             if problem:
-                raise BadInput(f"{path}: $.offers[{number}]: {problem}")
+                raise BadInput(f"{path}: {where}: {problem}")
             offer = Offer.from_json(entry, path)
             merged[normalize_name(offer.name)] = offer
     owners: dict[str, Offer] = {}
@@ -260,6 +269,23 @@ def _incoherent(entry: dict[str, Any]) -> str | None:
         return (f"{entry['vendor']} card {entry['name']!r} has backend {entry['backend']} and architecture "
                 f"{entry['architecture']}; an {entry['vendor']} card runs {backend} with an {prefix}... architecture")
     return None
+
+
+def _unusable(entry: dict[str, Any], where: str) -> tuple[str, str | None]:
+    """(JSON path, why) of a field kdkit could not use: a device_pattern that is no regular expression, a
+    price above MAX_LOT_PRICE; (where, None) when none."""
+    pattern = entry.get("device_pattern")
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern, re.IGNORECASE)
+        except (re.error, RecursionError, OverflowError) as error:
+            return f"{where}.device_pattern", (f"not a regular expression ({error}); write one that matches the "
+                                               "device name the driver prints, e.g. \\bRTX 4090\\b")
+    for days, price in entry["price_per_lot_usd"].items():
+        if price is not None and (not Decimal(str(price)).is_finite() or Decimal(str(price)) > MAX_LOT_PRICE):
+            return f"{where}.price_per_lot_usd.{days}", (f"{price} USD for one lot is more than {MAX_LOT_PRICE} USD; "
+                                                         "give the provider's price of one lot (or null)")
+    return where, None
 
 
 FIGURES = ("memory_gb", "architecture", "tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops",

@@ -17,7 +17,7 @@ from kdkit.config.project import Project
 from kdkit.config.schemas import load_valid
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
-from kdkit.facts.catalog import DURATIONS, Catalog, Offer, load_catalog
+from kdkit.facts.catalog import DURATIONS, MAX_LOT_PRICE, Catalog, Offer, load_catalog
 
 MAX_LOTS = 10
 PREPARATIONS = ("ubuntu", "pytorch", "blender", "custom")
@@ -25,7 +25,7 @@ CENT = Decimal("0.01")
 # Bounds that refuse typos and keep Decimal's arithmetic exact (1e999 is finite, but no cent of it
 # can be computed in 28 digits): a lot costs at least a cent and at most ten million USD; a plan
 # books at most a year of machine time (the longest window is 30 days).
-MAX_PRICE = Decimal(10_000_000)
+MAX_PRICE = MAX_LOT_PRICE  # the catalog's bound (kdkit.facts.catalog) is --price's
 MAX_HOURS = 365 * 24
 
 

@@ -167,19 +167,40 @@ def name_points(gpu: dict[str, Any], expected: str | None) -> list[Point]:
         return [unread("gpu.name", gpu, "name", None)]
     if expected is None:
         return [Point("health", "gpu.name", gpu["index"], name, "", None, "info", who(gpu))]
-    ordered, actual = catalog_offer(expected), catalog_offer(name)
-    same = ordered["name"] == actual["name"] if ordered and actual else (
-        True if expected.casefold() in name.casefold() else None)
-    source = "kdkit/data/catalog.json (names, aliases, device_pattern)"
+    same, why = same_card(expected, name)
+    source = "kdkit/data/catalog.json (names, aliases, device_pattern; tier words Ti, SUPER, D)"
     if same is None:
         return [Point("health", "gpu.name", gpu["index"], name, "", expected, "unknown",
                       f"kdkit cannot tell whether '{name}' is the ordered '{expected}'", source=source)]
     if same:
-        return [Point("health", "gpu.name", gpu["index"], name, "", expected, "ok", f"{name}, as ordered ({expected})",
-                      source=source)]
-    return [Point("health", "gpu.name", gpu["index"], name, "", expected, "refuse",
-                  f"{name} is not the ordered {expected}", provider=f"{who(gpu)} is not the {expected} ordered; please "
-                                                                    "give me the card ordered", source=source)]
+        return [Point("health", "gpu.name", gpu["index"], name, "", expected, "ok", why, source=source)]
+    return [Point("health", "gpu.name", gpu["index"], name, "", expected, "refuse", why,
+                  provider=f"{who(gpu)} is not the {expected} ordered; please give me the card ordered", source=source)]
+
+
+def same_card(expected: str, name: str) -> tuple[bool | None, str]:
+    """Whether the driver's name is the ordered card (None: cannot tell), and why. A name the driver gives
+    several cards alike (MI250X/MI250) matches an order of any of them; a name of the ordered model with
+    another tier word (RTX 4090 D, 4080 vs 4080 SUPER) is another card; the ordered name within the
+    driver's, tiers alike, is the card."""
+    ordered, alike = catalog_offer(expected), nominal.named(name)
+    if ordered and len(alike) > 1:
+        if ordered["name"] in alike:
+            return True, (f"{name} matches the order ({expected}): the driver names "
+                          f"{' and '.join(alike)} alike, so it cannot tell them apart")
+        return False, f"{name} is not the ordered {expected}"
+    actual = catalog_offer(name)
+    if ordered and actual:
+        if ordered["name"] == actual["name"]:
+            return True, f"{name}, as ordered ({expected})"
+        return False, f"{name} is not the ordered {expected}"
+    card = ordered["name"] if ordered else expected
+    model = nominal.model(card)
+    if model and model == nominal.model(name) and nominal.tiers(card) != nominal.tiers(name):
+        return False, f"the driver names a {name}; the order is {expected} (Ti, SUPER and D make other cards)"
+    if expected.casefold() in name.casefold() or card.casefold() in name.casefold():
+        return True, f"{name}, as ordered ({expected})"
+    return None, ""
 
 
 def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Point]:

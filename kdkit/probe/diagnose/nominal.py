@@ -52,6 +52,31 @@ def lookup(device_name: str) -> Nominal | None:
     return found[0] if len(found) == 1 else None
 
 
+def named(device_name: str) -> tuple[str, ...]:
+    """The catalog cards a driver name may be: one, none, or several where the driver names them alike
+    (rocm-smi's 'AMD Instinct MI250X/MI250', ROCm 7.2's 'AMD Instinct MI250X / MI250': each part read)."""
+    parts = [part for part in re.split(r"\s*/\s*", device_name) if part.strip()]
+    found = [lookup(part) for part in (parts if len(parts) > 1 else [device_name])]
+    return tuple(dict.fromkeys(figures.name for figures in found if figures is not None))
+
+
+# Words that make another card of the same model number: an RTX 4080 SUPER is no RTX 4080, a 3090 Ti
+# no 3090, an RTX 4090 D no RTX 4090 (kdkit.facts.catalog's tier rule, read here from the name alone).
+TIERS = frozenset({"ti", "super", "d"})
+_MODEL = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9]*")
+
+
+def tiers(name: str) -> frozenset[str]:
+    """The tier words of a card name (``"NVIDIA GeForce RTX 4090 D"`` -> ``{"d"}``)."""
+    return TIERS & frozenset(re.findall(r"[a-z]+", name.lower()))
+
+
+def model(name: str) -> str:
+    """The word of a name that holds its model number (``"NVIDIA GeForce RTX 4080"`` -> ``4080``)."""
+    match = _MODEL.search(name)
+    return match.group().lower() if match else ""
+
+
 def judge(measured: float, nominal: float | None, unit: str, what: str) -> tuple[bool, str]:
     """(healthy, text) for one measurement against its nominal figure."""
     if nominal is None:
