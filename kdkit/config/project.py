@@ -77,6 +77,8 @@ class Project:
                 f"{self.root / MARKER}: $.backends has no '{chosen}'; add it or pick one of "
                 f"{', '.join(self.config['backends'])}"
             )
+        if (problem := url_problem(spec["torch_index"])) is not None:
+            raise BadInput(f"{self.root / MARKER}: $.backends.{chosen}.torch_index: {problem}")
         return Backend(chosen, spec["base_image"], spec["torch_index"], self.root / spec["lock"])
 
     def pilot_config(self) -> dict[str, Any]:
@@ -90,6 +92,21 @@ class Project:
         if (problem := runs_folder_problem(self.root, data, named_places(self.config))) is not None:
             raise BadInput(f"{self.pilot_config_path}: $.runs: {problem}")
         return data
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an index URL every tool reads alike (a bracket left open, a port out of range), or
+    None; the scheme and the lack of spaces are the schema's."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
+    except ValueError as exc:
+        return f"not a URL ({exc}); write it as https://host[:port]/path"
+    if not parts.hostname:
+        return "names no host; write it as https://host[:port]/path"
+    return None
 
 
 def mount_variable(name: str) -> str:

@@ -64,8 +64,20 @@ def index_label(url: str) -> str | None:
 def is_pypi(url: str, mirrors: tuple[str, ...] = ()) -> bool:
     """Whether ``url`` is PyPI's simple index (or one of ``mirrors``, e.g. the index-url pip's configuration
     names): its torch wheels carry no local label, so the build is the pairings' ``pypi`` fact."""
-    wanted = {u.rstrip("/").lower() for u in (PYPI_SIMPLE, *mirrors) if u}
-    return url.rstrip("/").lower() in wanted
+    wanted = {_index_key(u) for u in (PYPI_SIMPLE, *mirrors) if u}
+    return _index_key(url) in wanted
+
+
+def _index_key(url: str) -> str:
+    """An index URL as one place: scheme and host in lower case, no user or password, no trailing slash."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # not a URL: only itself
+        return url
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}{port}{parts.path.rstrip('/')}"
 
 
 def header_build(header: dict[str, str]) -> str | None:

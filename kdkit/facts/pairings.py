@@ -142,6 +142,16 @@ class Pairings:
         label = self.pypi_entry(torch_version, cpu_arch).get("label")
         return str(label) if label else None
 
+    def pypi_header_problem(self, torch_version: str, cpu_arch: str, recorded: str | None) -> str | None:
+        """Why a lock's recorded ``torch-build`` for PyPI's plain ``torch==<version>`` is not the build the facts
+        know PyPI serves on ``cpu_arch`` (a header edited by hand, or facts that moved), or None."""
+        known = self.pypi_label(torch_version, cpu_arch)
+        if recorded is None or known is None or recorded == known:
+            return None
+        source = self.pypi_entry(torch_version, cpu_arch).get("source", "")
+        return (f"its header says torch-build = {recorded}, but PyPI's torch {torch_version} on {cpu_arch} is the "
+                f"{known} build (pairings.json pypi: {source})")
+
     def pypi_build(self, torch_version: str, cpu_arch: str = "x86_64") -> Build | None:
         """The build PyPI's plain ``torch==<version>`` is on ``cpu_arch``: the architectures the PyPI artifact
         carries (``arch_set``: PyPI's cu130 has no PTX where download.pytorch.org's has), else its label's

@@ -18,6 +18,8 @@ from kdkit.core.git import provenance
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import Lock
 from kdkit.core.projectfiles import require_root
+from kdkit.core.safetext import printable
+from kdkit.facts.pairings import Pairings, load_pairings
 
 if TYPE_CHECKING:
     from kdkit.docker_adapter import ImageFacts
@@ -60,20 +62,28 @@ def built_image(engine: Any, project: Project, backend: Backend) -> str:
     return max(found)[1] if found else tags[0]
 
 
-def torch_build(lock_path: Path | Lock, backend: Backend, python: str) -> tuple[str, str, str]:
+def torch_build(lock_path: Path | Lock, backend: Backend, python: str,
+                pairings: Pairings | None = None) -> tuple[str, str, str]:
     """(torch version, CUDA version, ROCm version) promised by the lock's torch pin for the image (Linux,
     CPython ``python``, the lock's CPU: a lock for several environments pins one torch per marker) and its
-    label; empty when the lock pins no torch there, or one with no version (a vcs checkout)."""
+    label; empty when the lock pins no torch there, or one with no version (a vcs checkout). A PyPI pin's
+    recorded build that the facts contradict is BadInput (the image would promise the wrong CUDA)."""
     from kdkit.core.builds import header_build, parse_label
     from kdkit.core.lockfile import parse_lock
-    from kdkit.facts.platforms import image_environment
+    from kdkit.facts.platforms import image_environment, linux_arch
     from kdkit.lock.lock import backend_label
 
     lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)  # parsed once by `kdkit build`
-    pin = lock.pin_for("torch", image_environment(python, lock.header.get("platform", "")))
+    platform = lock.header.get("platform", "")
+    pin = lock.pin_for("torch", image_environment(python, platform))
     if pin is None or not pin.version:
         return "", "", ""
-    build = parse_label(pin.local or header_build(lock.header) or backend_label(backend) or "")  # PyPI: the header
+    recorded = None if pin.local else header_build(lock.header)
+    problem = (pairings or load_pairings()).pypi_header_problem(pin.version, linux_arch(platform)[0] or "x86_64",
+                                                                recorded)
+    if problem is not None:
+        raise BadInput(f"{backend.lock}: {printable(problem)}; re-lock with `kdkit lock --backend {backend.name}`")
+    build = parse_label(pin.local or recorded or backend_label(backend) or "")  # PyPI: the header
     kind, version = build if build else ("", None)
     return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
 
@@ -85,7 +95,7 @@ def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Pat
     ``parsed``: that lock as the build parsed it from the bytes it hashed (then it is not read again)."""
     lock = lock or backend.lock
     revision, source = provenance(project.root)
-    torch, cuda, rocm = torch_build(parsed or lock, backend, project.python)
+    torch, cuda, rocm = torch_build(parsed or lock, backend, project.python, load_pairings(project.root))
     return {
         f"{OCI}title": project.name,
         f"{OCI}revision": revision,

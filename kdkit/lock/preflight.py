@@ -22,6 +22,7 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from kdkit.core.builds import (
+    PYPI_SIMPLE,
     TORCH_INDEX_URL,
     index_label,
     is_pypi,
@@ -122,6 +123,8 @@ def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, t
     if family is not None:
         raise BadInput(f"{place} is a {_FAMILY[family].split(' (')[0]} (+{label} builds): {want}")
     tail = parts.path.rstrip("/").rsplit("/", 1)[-1] or parts.path
+    if (parts.hostname or "").lower() == "pypi.org" and backend == "cuda":
+        want += f", or PyPI's own index, {PYPI_SIMPLE}"
     raise BadInput(f"{place} ends in {tail!r}, not a build label kdkit can read (cuXYZ, rocmX.Y, cpu): {want}")
 
 

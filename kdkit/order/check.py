@@ -36,6 +36,7 @@ from kdkit.facts.platforms import docker_arch, image_environment, linux_arch
 from kdkit.order.checkmodel import Point, Subject
 
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
+OFF = ("", "0", "false", "no", "off")  # KDKIT_OFFLINE values that leave the network on
 ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
 
 
@@ -300,7 +301,12 @@ def lock_subject(lock_path: Path, relative: str, backend: str, python: str,
                      "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     # The build: the pin's local label, else (a hashed pin fixes the file) the build the header records for
     # PyPI's plain torch, else the torch index the lock names.
-    label = pin.local or header_build(lock.header) or _index_build(lock.options, pin.version, platform, pairings)
+    recorded = None if pin.local else header_build(lock.header)
+    problem = (pairings or load_pairings()).pypi_header_problem(pin.version, linux_arch(platform)[0] or "x86_64",
+                                                                recorded)
+    if problem is not None:
+        return Point("lock", "fail", f"{relative}: {problem}", f"re-lock with `kdkit lock --backend {backend}`")
+    label = pin.local or recorded or _index_build(lock.options, pin.version, platform, pairings)
     if not label or parse_label(label) is None:
         return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
                      "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
@@ -382,7 +388,7 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
         found = lock_subject(chosen.lock, relative, chosen.name, project.python, pairings)
         if isinstance(found, Subject):
             found = replace(found, wheel_lock=chosen.lock, python=project.python,
-                            offline=offline or environ.get("KDKIT_OFFLINE", "") not in ("", "0"))
+                            offline=offline or environ.get("KDKIT_OFFLINE", "").strip().lower() not in OFF)
         points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
     else:
         points, found = points + _subject_points(offer, subject, pairings), subject

@@ -15,7 +15,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kdkit.config.project import mount_problems  # kdkit.json's mounts: inside the project, one variable each
+from kdkit.config.project import mount_problems, url_problem  # mounts inside the project; index URLs that parse
 from kdkit.config.schemas import (
     Problem,
     json_path,
@@ -326,6 +326,8 @@ def validate_project(root: Path) -> list[Problem]:
             if real_inside(root, root / spec["lock"]) is None:
                 problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
                                         f"{spec['lock']!r} points outside the project folder"))
+            if (bad_url := url_problem(spec["torch_index"])) is not None:
+                problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
         from kdkit.lock.staleness import stale_lock_problems
 
         problems += stale_lock_problems(root, project)
