@@ -274,3 +274,10 @@ def test_a_projects_pypi_fact_decides_a_plain_pin_without_the_header(project: Pa
     code, points = check(project, "RTX 5090")
     assert "2.13.0+cu126" in points["build"]["detail"], points["build"]
     assert code == 1 and points["kernels"]["status"] == "fail" and "sm_120" in points["kernels"]["detail"]
+
+
+@pytest.mark.parametrize("gpu", ["V100 A100", "V100 H100", "V100 x", "V100\x1b[31m"])
+def test_a_name_that_is_more_than_a_bare_name_is_not_taken_for_it(project: Path, gpu: str) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130")
+    result = invoke("check", project, "--gpu", gpu, "--json")
+    assert result.exit_code == 2 and result.stdout == "" and "\x1b" not in result.stderr, result.output

@@ -198,8 +198,10 @@ class Catalog:
         fits several offers that share architecture, backend and host CPU (``V100``: SXM2 16/32 GB, PCIe),
         the first of them and the names of all (memory and price then differ: the caller names the choices).
         Otherwise as :meth:`find` (BadInput). ``plan`` keeps :meth:`find`: it needs the one offer."""
-        fits = self.candidates(name) if normalize_name(name) else []
-        if len(fits) > 1 and len({(o.architecture, o.backend, o.cpu_arch) for o in fits}) == 1:
+        key = normalize_name(name)
+        fits = self.candidates(name) if key else []
+        named = all(any(k.startswith(key) for k in o.match_keys()) for o in fits)  # "V100", not "V100 A100"
+        if len(fits) > 1 and named and len({(o.architecture, o.backend, o.cpu_arch) for o in fits}) == 1:
             return fits[0], tuple(o.name for o in fits)
         offer = self.find(name)
         return offer, (offer.name,)
