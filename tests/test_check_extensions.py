@@ -122,3 +122,55 @@ def test_a_rule_without_a_source_is_refused() -> None:
                                                                                "source": "nowhere"}]}}}
     with pytest.raises(BadInput, match=r"\$\.extensions\.x\.rules\[0\]\.source"):
         parse_facts(data, "extensions.json")
+
+
+# ---------------------------------------------------------------- hostile review: labels, releases past the facts, many
+
+
+@pytest.mark.parametrize(("pin", "said"), [
+    ("flash-attn==2.8.3+cu12torch2.6cxx11abiFALSE", "is built for torch 2.6 (its local label), and the lock's torch "
+                                                    "is 2.13.0+cu130"),
+    ("flash-attn==2.8.3+cu12torch2.13", "is built for CUDA 12 (its local label), and the lock's torch 2.13.0+cu130 "
+                                        "is CUDA 13"),
+    ("torchvision==0.28.0+cu126", "is built for CUDA 12 (its local label)"),
+])
+def test_a_local_label_naming_another_torch_or_cuda_fails(project: Path, pin: str, said: str) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130", pin)
+    code, points, _ = check(project, "H100 SXM", "cuda", "--json")
+    point = points["extension " + pin.split("==")[0]]
+    assert point["status"] == "fail" and said in point["detail"], point
+    assert code == 1
+
+
+def test_a_local_label_that_agrees_is_judged_by_the_rules(project: Path) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130", "flash-attn==2.8.3+cu13torch2.13")
+    code, points, _ = check(project, "H100 SXM", "cuda", "--json")
+    assert points["extension flash-attn"]["status"] == "ok" and code == 0
+
+
+@pytest.mark.parametrize("version", ["99999999999999999999999.0", "2.8.4"])
+def test_a_release_newer_than_the_facts_is_unknown(project: Path, version: str) -> None:
+    write_lock(project, "cuda", "2.13.0+cu130", f"flash-attn=={version}")
+    code, points, _ = check(project, "H100 SXM", "cuda", "--json")
+    point = points["extension flash-attn"]
+    assert point["status"] == "unknown", point
+    assert "kdkit's facts were read through flash-attn 2.8.3 (extensions.json: fa_rocm_28)" in point["detail"]
+    assert code == 0
+
+
+def test_checked_through_needs_a_source() -> None:
+    data = {"sources": {}, "extensions": {"x": {"modules": ["x"], "checked_through": {"version": "1.0",
+                                                                                       "source": "nowhere"}}}}
+    with pytest.raises(BadInput, match=r"\$\.extensions\.x\.checked_through"):
+        parse_facts(data, "extensions.json")
+
+
+def test_the_summary_names_five_unknowns_then_a_count(project: Path) -> None:
+    list_extensions(project, *(f"ext_{i:04d}" for i in range(1000)))
+    write_lock(project, "cuda", "2.13.0+cu130")
+    code, _, text = check(project, "H100 SXM", "cuda")
+    summary = [line for line in text.splitlines() if "no point fails" in line or "unknown (" in line]
+    joined = " ".join(text.split())
+    assert code == 0 and "1000 unknown (extension ext_0000, extension ext_0001, extension ext_0002, extension " \
+        "ext_0003, extension ext_0004, +995 more)" in joined, summary
+    assert "ext_0005," not in joined.split("1000 unknown", 1)[1]

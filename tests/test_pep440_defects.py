@@ -130,3 +130,20 @@ def test_an_empty_pylock_is_verifiable(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------- hostile review: blanks before .*, local integers
+
+
+def test_a_wildcard_clause_with_a_trailing_blank_matches_as_packaging_does() -> None:
+    # packaging strips the clause's text before it looks for .*: once "3.11.* " was parsed as a version
+    assert compare("3.11", "==", "3.11.* ")
+    assert not compare("3.11", "!=", "3.11.* ")
+    env = dict(current_environment(), python_version="3.11")
+    assert evaluate('python_version == "3.11.* "', env)
+
+
+@pytest.mark.parametrize(("text", "shown"), [("1.0+01", "1.0+1"), ("1.0+abc.007", "1.0+abc.7"),
+                                              ("1.0+0", "1.0+0"), ("1.0+cu126", "1.0+cu126")])
+def test_an_integer_local_segment_is_normalized_without_leading_zeros(text: str, shown: str) -> None:
+    assert str(Version.parse(text)) == shown

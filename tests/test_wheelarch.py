@@ -8,6 +8,7 @@ last. The server counts the bytes it writes.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -56,6 +57,7 @@ class Server:
     written: int = 0
     ranges: list[str] = field(default_factory=list)
     url: str = ""
+    authorizations: dict[str, list[str]] = field(default_factory=dict)  # path -> the Authorization values seen
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -66,6 +68,7 @@ class Server:
 
             def do_GET(self) -> None:
                 body = server.files.get(self.path.split("?")[0])
+                server.authorizations.setdefault(self.path, []).append(self.headers.get("Authorization", ""))
                 if body is None:
                     self.send_error(404)
                     return
@@ -246,3 +249,83 @@ def test_a_rocm_wheel_is_not_read_and_says_why(tmp_path: Path) -> None:
     assert reading.arch_list is None and reading.requests == 0
     assert reading.reason == ("a rocm7.2 wheel lists its targets only inside torch/lib/libtorch_python.so; kdkit "
                               "reads the header of CUDA wheels only")
+
+
+# ---------------------------------------------------------------- hostile review: URLs, labels, credentials, tokens
+
+
+@pytest.mark.parametrize("option", ["--index-url", "--extra-index-url"])
+def test_a_malformed_index_url_is_a_reason_not_a_traceback(project: Path, option: str) -> None:
+    lock = project / "requirements" / "cuda.txt"
+    lock.write_text("\n".join(["# kdkit: backend = cuda", "# kdkit: platform = linux-x86_64",
+                                f"{option} http://[::1/simple", "torch==2.13.0+cu130 \\",
+                                f"    --hash=sha256:{'ab' * 32}"]) + "\n", encoding="utf-8")
+    reading = read_locked_wheel(lock, _python(project), "cu130", Network(timeout=5))
+    assert reading.arch_list is None
+    assert reading.reason == "http://[::1/simple is not a URL kdkit can read (Invalid IPv6 URL)"
+
+
+def test_a_malformed_href_on_the_page_is_a_reason(project: Path, wheel: bytes) -> None:
+    python = _python(project)
+    page = b'<a href="http://[::1/torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl">x</a>'
+    with serving(Server({"/simple/torch/": page})) as server:
+        lock = write_lock(project, f"{server.url}/simple", hashlib.sha256(wheel).hexdigest())
+        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+    assert reading.arch_list is None and "is not a URL kdkit can read (Invalid IPv6 URL)" in reading.reason
+
+
+def test_a_labelled_pin_with_the_plain_wheels_hashes_is_not_read(project: Path, wheel: bytes) -> None:
+    python = _python(project)
+    tag = python_tag(python)
+    plain = f"torch-2.13.0-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    sha = hashlib.sha256(wheel).hexdigest()
+    page = f'<a href="../../files/{plain}#sha256={sha}">{plain}</a>'.encode()
+    with serving(Server({"/simple/torch/": page, f"/files/{plain}": wheel})) as server:
+        lock = write_lock(project, f"{server.url}/simple", sha)
+        lock.write_text(lock.read_text(encoding="utf-8").replace("+cu130", "+cu126"), encoding="utf-8")
+        reading = read_locked_wheel(lock, python, "cu126", Network(timeout=5))
+    assert reading.arch_list is None and reading.requests == 0
+    assert reading.reason == (f"the index file with the locked hash is {plain}, not torch 2.13.0+cu126: the "
+                              "lock's pin and hashes disagree")
+
+
+def test_the_index_credentials_go_to_its_own_host_only(project: Path, wheel: bytes) -> None:
+    python = _python(project)
+    name, files = _index(wheel, python)
+    with serving(Server(files)) as server:
+        authed = server.url.replace("http://", "http://alice:pw@")
+        lock = write_lock(project, f"{authed}/simple", hashlib.sha256(wheel).hexdigest())
+        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        seen = dict(server.authorizations)
+    assert reading.arch_list == ARCHES, reading.reason
+    basic = "Basic " + base64.b64encode(b"alice:pw").decode()
+    wheel_path = f"/files/{name.replace('+', '%2B')}"
+    assert seen["/simple/torch/"] == [basic] and seen[wheel_path] == [basic] * 3
+    # another host (localhost is not 127.0.0.1 by name): no credentials go there
+    other = _index(wheel, python)[1]
+    with serving(Server({"/files/" + name.replace("+", "%2B"): wheel})) as far, serving(Server(other)) as near:
+        page = f'<a href="{far.url}/files/{name.replace("+", "%2B")}#sha256={hashlib.sha256(wheel).hexdigest()}">x</a>'
+        near.files["/simple/torch/"] = page.encode()
+        authed = near.url.replace("http://", "http://alice:pw@")
+        lock = write_lock(project, f"{authed}/simple", hashlib.sha256(wheel).hexdigest())
+        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        assert reading.arch_list is not None, reading.reason
+        assert near.authorizations["/simple/torch/"] == [basic]
+        assert set(far.authorizations[wheel_path]) == {""}
+    assert "pw" not in reading.reason
+
+
+def test_a_token_in_the_index_query_is_not_printed(project: Path, wheel: bytes) -> None:
+    python = _python(project)
+    with serving(Server({})) as server:
+        lock = write_lock(project, f"{server.url}/simple?token=s3cr3tvalue", hashlib.sha256(wheel).hexdigest())
+        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        asked = list(server.authorizations)
+    assert asked == ["/simple/torch/?token=s3cr3tvalue"]  # the page on the path, the query kept after it
+    assert "s3cr3tvalue" not in reading.reason
+    assert reading.reason.startswith(f"{server.url}/simple/torch/?<redacted> lists no torch wheel")
+    with serving(Server({})) as closed:
+        gone = closed.url  # nothing listens there once the block ends
+    lock = write_lock(project, f"{gone}/simple?token=s3cr3tvalue", hashlib.sha256(wheel).hexdigest())
+    reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+    assert reading.reason == f"{gone}/simple/torch/?<redacted>: connection refused"

@@ -96,6 +96,14 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
     _conclude(report, as_json)
 
 
+def _names(names: list[str], shown: int = 5) -> str:
+    """The first ``shown`` names, then ``+N more``: one summary line, however many points."""
+    from kdkit.core.safetext import printable
+
+    more = f", +{len(names) - shown} more" if len(names) > shown else ""
+    return printable(", ".join(names[:shown])) + more
+
+
 def _conclude(report: dict[str, Any], as_json: bool) -> None:
     """Exit 1 when a point blocks the order; else the summary, naming the extensions still unknown."""
     from kdkit.order.extensions import blocks
@@ -103,12 +111,12 @@ def _conclude(report: dict[str, Any], as_json: bool) -> None:
     failing = [p["name"] for p in report["points"] if blocks(p["name"], p["status"])]
     if failing:
         where = "in the report's fix fields" if as_json else "above"
-        raise CheckFailed(f"{report['gpu']['name']}: not ready ({', '.join(failing)}); apply the fixes {where}, "
+        raise CheckFailed(f"{report['gpu']['name']}: not ready ({_names(failing)}); apply the fixes {where}, "
                           "then run `kdkit check` again")
     if not as_json:
         unknown = [p["name"] for p in report["points"] if p["status"] == "unknown"]
         say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)" if not unknown else
-            f"{report['gpu']['name']}: no point fails, but {len(unknown)} unknown ({', '.join(unknown)}): your "
+            f"{report['gpu']['name']}: no point fails, but {len(unknown)} unknown ({_names(unknown)}): your "
             "diagnose will import them on the machine (notes are yours to confirm)")
 
 

@@ -70,9 +70,11 @@ class Version:
             dev = int(g["dev_n"] or 0) if g["dev_l"] else None
             release = tuple(int(p) for p in g["release"].split("."))
             epoch = int(g["epoch"] or 0)
+            # packaging: a local segment of digits is an integer, shown without leading zeros (+01 -> +1)
+            local = ".".join(str(int(p)) if p.isdigit() else p
+                             for p in re.split(r"[-_.]", g["local"].lower())) if g["local"] else None
         except ValueError:  # a number past Python's limit on the digits int() reads (sys.int_info)
             raise InvalidVersion(f"{text[:40]!r}...: a number in it is too long to be a version") from None
-        local = re.sub(r"[-_]", ".", g["local"].lower()) if g["local"] else None
         return cls(epoch, release, pre, post, dev, local)
 
     @property
@@ -167,6 +169,7 @@ def compare(version_text: str, op: str, spec_text: str) -> bool:
     if op == "===":  # packaging: the version as given, the spec without its surrounding blanks
         return version_text.lower() == spec_text.strip().lower()
     version = Version.parse(version_text)
+    spec_text = spec_text.strip()  # packaging strips the clause's blanks before it looks for .*
     if op in ("==", "!=") and spec_text.endswith(".*"):
         matched = _prefix_match(version, Version.parse(spec_text[:-2]))
         return matched if op == "==" else not matched

@@ -38,6 +38,8 @@ class Extension:
     torch_pairs: dict[str, str]
     about: str
     source: str
+    checked_through: str = ""  # the newest release the facts were read at: a newer pin is unknown
+    checked_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,25 @@ def _extension(path: str, name: str, raw: Any, sources: dict[str, Any]) -> Exten
     pairs = raw.get("torch_pairs", {})
     if (pairs or "source" in raw) and raw.get("source") not in sources:
         raise BadInput(f"{path}: {where}.source: expected a key of $.sources (torch_pairs need their source)")
+    through, through_source = _checked_through(path, where, raw.get("checked_through"), sources)
     return Extension(name, tuple(raw["modules"]), tuple(raw.get("packages", [])), tuple(raw.get("rules", [])),
-                     dict(pairs), str(raw.get("about", "")), str(raw.get("source", "")))
+                     dict(pairs), str(raw.get("about", "")), str(raw.get("source", "")), through, through_source)
+
+
+def _checked_through(path: str, where: str, raw: Any, sources: dict[str, Any]) -> tuple[str, str]:
+    """(release, source) of an extension's ``checked_through``; ("", "") when it has none."""
+    from kdkit.core.versions import InvalidVersion, Version
+
+    if raw is None:
+        return "", ""
+    if not isinstance(raw, dict) or not isinstance(raw.get("version"), str) or raw.get("source") not in sources:
+        raise BadInput(f"{path}: {where}.checked_through: expected {{\"version\": the newest release the facts were "
+                       "read at, \"source\": a key of $.sources}")
+    try:
+        Version.parse(raw["version"])
+    except InvalidVersion as exc:
+        raise BadInput(f"{path}: {where}.checked_through.version: {exc}") from None
+    return raw["version"], str(raw["source"])
 
 
 def parse_facts(data: Any, path: str) -> ExtensionFacts:
@@ -168,6 +187,46 @@ def _agree(ext: Extension, rules: list[dict[str, Any]], card: str, prefix: str) 
     return Verdict("unknown", f"{prefix}{ext.name} on {card} depends on its release and build ({spans})")
 
 
+def _beyond(ext: Extension, version: str) -> str | None:
+    """Why ``version`` is past the release ``ext``'s facts were read at (a rule such as ``>=2`` does not speak
+    for releases nobody has read), or None."""
+    from kdkit.core.versions import InvalidVersion, Version
+
+    if not ext.checked_through:
+        return None
+    try:
+        newer = Version.parse(version).public_version() > Version.parse(ext.checked_through)
+    except InvalidVersion:
+        return "not a PEP 440 version"
+    if not newer:
+        return None
+    return (f"kdkit's facts were read through {ext.name} {ext.checked_through} (extensions.json: "
+            f"{ext.checked_source}), and this release is newer")
+
+
+def label_verdict(name: str, pinned: str, torch_version: str, torch_label: str) -> Verdict | None:
+    """A fail when the pin's local label names a torch minor (``torch2.6``) or a CUDA major (``cu12``) other
+    than the lock's torch: a compiled extension loads only with the torch and CUDA runtime it was built for."""
+    from kdkit.core.builds import parse_label, torch_minor
+
+    local = pinned.partition("+")[2].lower()
+    minor = torch_minor(torch_version)
+    named = re.search(r"torch([0-9]+)[._-]([0-9]+)", local)
+    if named and f"{int(named[1])}.{int(named[2])}" != minor:
+        return Verdict("fail", f"{name} {pinned} is built for torch {int(named[1])}.{int(named[2])} (its local "
+                               f"label), and the lock's torch is {torch_version}: a compiled extension loads only "
+                               "with the torch it was built against")
+    cuda = re.search(r"(?<![a-z])cu([0-9]{2,3})(?![0-9])", local)
+    built = parse_label(torch_label)
+    theirs = built[1].split(".")[0] if built is not None and built[0] == "cuda" and built[1] else None
+    if cuda and str(int(cuda[1][:2])) != theirs:
+        what = f"CUDA {theirs}" if theirs else f"a {torch_label or 'non-CUDA'} build"
+        return Verdict("fail", f"{name} {pinned} is built for CUDA {int(cuda[1][:2])} (its local label), and the "
+                               f"lock's torch {torch_version} is {what}: its CUDA runtime is not the one the "
+                               "extension links")
+    return None
+
+
 def judge(ext: Extension, backend: str, card: str, version: str | None, toolkit: str | None = None) -> Verdict:
     """``ext`` (release ``version``, None when the lock pins none) on a ``backend`` card ``card``, with a torch
     built for CUDA or ROCm ``toolkit`` ("7.2"; None when not known): rules may name the toolkits they hold for."""
@@ -178,6 +237,9 @@ def judge(ext: Extension, backend: str, card: str, version: str | None, toolkit:
         return Verdict("unknown", f"no facts for {ext.name} on {backend}{built}{about}")
     if version is None:
         return _agree(ext, rules, card, "")
+    beyond = _beyond(ext, version)
+    if beyond is not None:
+        return Verdict("unknown", f"no facts for {ext.name} {version} on {backend}{built}: {beyond}")
     found = [r for r in rules if _applies(r, "versions", version)]
     if not found:
         spans = "; ".join(_span(r) for r in rules)

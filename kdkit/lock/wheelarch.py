@@ -28,12 +28,16 @@ import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from kdkit.core.builds import parse_label
+from kdkit.core.credentials import redact
 from kdkit.core.errors import KdkitError
+from kdkit.core.safetext import printable
+from kdkit.core.versions import InvalidVersion, Version
 from kdkit.facts.platforms import image_environment, linux_arch
 from kdkit.lock.fetch import Network, _without_userinfo
-from kdkit.lock.pages import IndexFile, parse_page, wheel_fits
+from kdkit.lock.pages import IndexFile, parse_filename, parse_page, wheel_fits
 
 CUDA_MEMBER = "torch/include/ATen/cuda/CUDAConfig.h"
 MAX_TAIL = (1 << 16) + 22 + 20 + 56  # the EOCD with the longest comment, the ZIP64 locator and record
@@ -72,8 +76,10 @@ class Unread(Exception):
 class RangeReader:
     """Byte ranges of one URL, each a request answered 206 with its Content-Range; counts what came."""
 
-    def __init__(self, url: str, network: Network) -> None:
-        self.url, self.authorization = _without_userinfo(url)
+    def __init__(self, url: str, network: Network, authorization: str | None = None) -> None:
+        self.url, own = _without_userinfo(url)
+        self.authorization = own or authorization  # the index's credentials, when the wheel is on its host
+        self.shown = shown_url(self.url)
         self.network = network
         self.deadline = time.monotonic() + READ_BUDGET
         self.size: int | None = None
@@ -94,8 +100,6 @@ class RangeReader:
         return data
 
     def _get(self, ranged: str, length: int) -> tuple[int, bytes]:
-        from urllib.parse import urlsplit
-
         request = urllib.request.Request(self.url, headers={"Range": ranged, "User-Agent": "kdkit",
                                                             "Accept-Encoding": "identity"})
         if self.authorization:
@@ -106,12 +110,12 @@ class RangeReader:
             with opener.open(request, timeout=self.network.timeout) as response:
                 return self._body(response.status, response.headers.get("Content-Range", ""), response, length)
         except urllib.error.HTTPError as exc:
-            raise Unread(f"HTTP {exc.code} {exc.reason} for a range of {self.url}") from None
+            raise Unread(f"HTTP {exc.code} {exc.reason} for a range of {self.shown}") from None
         except http.client.HTTPException as exc:  # a body cut short, a malformed status line
-            raise Unread(f"{self.url} answered a broken response ({type(exc).__name__})") from None
+            raise Unread(f"{self.shown} answered a broken response ({type(exc).__name__})") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            raise Unread(f"{self.url} did not answer ({reason})") from None
+            raise Unread(f"{self.shown} did not answer ({reason})") from None
 
     def _body(self, status: int, content_range: str, response: object, length: int) -> tuple[int, bytes]:
         """The body of a 206 answer, at most ``length`` bytes read; a 200 is left unread."""
@@ -238,12 +242,16 @@ def _inflate(data: bytes, method: int, length: int, crc: int, name: str) -> byte
     return plain
 
 
-def read_wheel_arch(url: str, network: Network, wheel: str = "") -> WheelReading:
-    """The CUDA arch list of the wheel at ``url`` (its CUDAConfig.h), or None and the reason."""
+def read_wheel_arch(url: str, network: Network, wheel: str = "", authorization: str | None = None) -> WheelReading:
+    """The CUDA arch list of the wheel at ``url`` (its CUDAConfig.h), or None and the reason.
+    ``authorization`` (a Basic value) goes with every range request."""
     from kdkit.probe.env.torcharch import parse_config_header
 
-    reader = RangeReader(url, network)
     wheel = wheel or url.rsplit("/", 1)[-1]
+    try:
+        reader = RangeReader(url, network, authorization)
+    except ValueError as exc:  # urlsplit: "Invalid IPv6 URL", a bad port
+        return WheelReading(None, f"{wheel}: {shown_url(url)} is not a URL kdkit can read ({exc})", wheel)
     try:
         text = read_member(reader, CUDA_MEMBER).decode("utf-8", errors="replace")
         tokens = tuple(parse_config_header(text))
@@ -257,9 +265,75 @@ def read_wheel_arch(url: str, network: Network, wheel: str = "") -> WheelReading
 # ---------------------------------------------------------------- which wheel: the lock's, on its index
 
 
-def _locked_file(lock_path: Path, python: str, network: Network) -> IndexFile | str:
-    """The index file of the lock's torch pin for the image, or why there is none (one line)."""
+def shown_url(url: str) -> str:
+    """``url`` fit to print: no ``user:password@``, the query (a token) redacted, no fragment; never raises."""
+    base, query, _rest = url.split("#", 1)[0].partition("?")
+    scheme, sep, rest = base.partition("://")
+    netloc, slash, path = rest.partition("/") if sep else ("", "", base)
+    host = netloc.rpartition("@")[2]
+    return printable(redact(f"{scheme}{sep}{host}{slash}{path}" + ("?<redacted>" if query else "")))
+
+
+def _same_origin(a: str, b: str) -> bool:
+    """Whether two URLs share scheme, host and port (pip sends an index's credentials to such URLs only)."""
+    ports = {"http": 80, "https": 443}
+    first, second = urlsplit(a), urlsplit(b)
+    return (first.scheme.lower(), first.hostname, first.port or ports.get(first.scheme.lower())) == \
+        (second.scheme.lower(), second.hostname, second.port or ports.get(second.scheme.lower()))
+
+
+def _carries(filename: str, version: str) -> bool:
+    """Whether the distribution file is of ``version`` (PEP 440 equality, the local label included)."""
+    parsed = parse_filename(filename)
+    try:
+        return parsed is not None and Version.parse(parsed[1]) == Version.parse(version)  # local included
+    except InvalidVersion:
+        return False
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """What the lock's torch pin asks of an index file."""
+
+    hashes: frozenset[str]
+    version: str
+    python: str
+    target: tuple[str, str]
+    named: str  # the lock header's torch-source file name, preferred among equals
+
+
+def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFile, str | None] | str:
+    """The index's file of the pin and the Basic credentials it may carry, or why not (one line)."""
     from kdkit.core.errors import Unavailable
+
+    bare, authorization = _without_userinfo(index)
+    parts = urlsplit(index)  # the query (a token) stays on the request, after the page's path
+    request_url = parts._replace(path=f"{parts.path.rstrip('/')}/torch/").geturl()
+    page_url = urlsplit(bare)._replace(path=f"{parts.path.rstrip('/')}/torch/").geturl()
+    shown = shown_url(page_url)
+    try:
+        text = network.get(request_url, "the lock's index", fix="")
+    except Unavailable as exc:
+        said = str(exc).split(" (the lock's index): ", 1)[-1].split("; nothing was locked", 1)[0]
+        for raw in (_without_userinfo(request_url)[0], page_url):
+            said = said.replace(raw, shown)
+        return f"{shown}: {printable(redact(said))}"
+    hashed = [f for f in parse_page(text or "", page_url)
+              if f.sha256 in wanted.hashes and wheel_fits(f.filename, wanted.python, wanted.target)]
+    found = [f for f in hashed if _carries(f.filename, wanted.version)]
+    if found:
+        chosen = sorted(found, key=lambda f: (f.filename not in wanted.named, f.filename))[0]
+        return chosen, authorization if authorization and _same_origin(chosen.url, bare) else None
+    if hashed:
+        return (f"the index file with the locked hash is {printable(hashed[0].filename)}, not torch "
+                f"{printable(wanted.version)}: the lock's pin and hashes disagree")
+    return (f"{shown} lists no torch wheel with the lock's sha256 for Python {wanted.python} on "
+            f"{wanted.target[0]} {wanted.target[1]}")
+
+
+def _locked_file(lock_path: Path, python: str, network: Network) -> tuple[IndexFile, str | None] | str:
+    """The index file of the lock's torch pin for the image and the credentials it may carry, or why there
+    is none (one line). A URL urlsplit refuses (``http://[::1/simple``) is a reason, never a traceback."""
     from kdkit.core.lockfile import parse_lock
 
     try:
@@ -268,28 +342,24 @@ def _locked_file(lock_path: Path, python: str, network: Network) -> IndexFile | 
         pin = lock.pin_for("torch", image_environment(python, platform))
     except KdkitError as exc:
         return str(exc)
-    hashes = {h[7:].lower() for h in (pin.hashes if pin else []) if h.startswith("sha256:")}
-    if not hashes:
+    hashes = frozenset(h[7:].lower() for h in (pin.hashes if pin else []) if h.startswith("sha256:"))
+    if pin is None or not hashes:
         return f"{lock_path.name} gives no sha256 of its torch file"
     indexes = [value for option, value in lock.options if option in ("--index-url", "-i", "--extra-index-url")
                and value.startswith(("http://", "https://"))]
     if not indexes:
         return f"{lock_path.name} names no http(s) index to read the wheel from"
-    target, named, failures = ("linux", linux_arch(platform)[0] or "x86_64"), lock.header.get("torch-source", ""), []
+    wanted = _Wanted(hashes, pin.version, python, ("linux", linux_arch(platform)[0] or "x86_64"),
+                     lock.header.get("torch-source", ""))
+    failures = []
     for index in indexes:
-        page_url = f"{_without_userinfo(index)[0].rstrip('/')}/torch/"
         try:
-            text = network.get(f"{index.rstrip('/')}/torch/", "the lock's index", fix="")
-        except Unavailable as exc:
-            said = str(exc).split(" (the lock's index): ", 1)[-1].split("; nothing was locked", 1)[0]
-            failures.append(f"{page_url}: {said}")
-            continue
-        found = [f for f in parse_page(text or "", page_url)
-                 if f.sha256 in hashes and wheel_fits(f.filename, python, target)]
-        if found:
-            return sorted(found, key=lambda f: (f.filename not in named, f.filename))[0]
-        failures.append(f"{page_url} lists no torch wheel with the lock's sha256 for Python {python} on "
-                        f"{target[0]} {target[1]}")
+            found = _index_file(index, wanted, network)
+        except ValueError as exc:  # urlsplit/urljoin on the lock's URL or the page's hrefs
+            found = f"{shown_url(index)} is not a URL kdkit can read ({printable(exc)})"
+        if not isinstance(found, str):
+            return found
+        failures.append(found)
     return "; ".join(failures)
 
 
@@ -304,4 +374,4 @@ def read_locked_wheel(lock_path: Path, python: str, label: str, network: Network
     found = _locked_file(lock_path, python, network)
     if isinstance(found, str):
         return WheelReading(None, found)
-    return read_wheel_arch(found.url, network, found.filename)
+    return read_wheel_arch(found[0].url, network, found[0].filename, found[1])

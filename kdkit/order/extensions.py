@@ -13,7 +13,15 @@ from pathlib import Path
 
 from kdkit.config.project import Project
 from kdkit.facts.catalog import Offer
-from kdkit.facts.extensions import Extension, ExtensionFacts, Verdict, judge, judge_pair, load_extension_facts
+from kdkit.facts.extensions import (
+    Extension,
+    ExtensionFacts,
+    Verdict,
+    judge,
+    judge_pair,
+    label_verdict,
+    load_extension_facts,
+)
 from kdkit.order.checkmodel import Point, Subject
 
 PREFIX = "extension "
@@ -26,7 +34,7 @@ def blocks(name: str, status: str) -> bool:
 
 
 def _lock_versions(lock_path: Path | None, python: str, facts: ExtensionFacts) -> dict[str, str]:
-    """{extension name: locked release (its public version)} of the packages the lock pins for the image."""
+    """{extension name: locked version (its local label included)} of the packages the lock pins for the image."""
     from kdkit.core.errors import BadInput
     from kdkit.core.lockfile import parse_lock
     from kdkit.facts.platforms import image_environment
@@ -43,11 +51,15 @@ def _lock_versions(lock_path: Path | None, python: str, facts: ExtensionFacts) -
         ext = facts.by_package(key)
         pin = lock.pin_for(key, environment) if ext is not None else None
         if ext is not None and pin is not None and pin.version:
-            found[ext.name] = pin.public_version
+            found[ext.name] = pin.version
     return found
 
 
-def _verdict(ext: Extension, offer: Offer, subject: Subject, version: str | None) -> Verdict:
+def _verdict(ext: Extension, offer: Offer, subject: Subject, pinned: str | None) -> Verdict:
+    labelled = label_verdict(ext.name, pinned, subject.version, subject.label) if pinned else None
+    if labelled is not None:
+        return labelled
+    version = pinned.partition("+")[0] if pinned else None
     if ext.torch_pairs:
         return judge_pair(ext, subject.version, version)
     from kdkit.core.builds import parse_label
