@@ -136,7 +136,7 @@ def test_every_reference_names_a_catalog_card_and_a_source_for_each_figure() -> 
     for card, entry in shipped.items():
         assert card in cards, card
         assert re.search(r"github\.com/|@[0-9a-f]{7}", entry["source"]), card
-        assert entry["value"] > 0 and entry["bounds"]["value"] == [0, None]
+        assert entry["value"] > 0 and entry["bounds"]["value"] == [0.001, None]
         if "copy_gb_s" in entry or "triad_gb_s" in entry:
             assert entry["copy_gb_s"] > 0 and entry["triad_gb_s"] > 0 and "TB/s" in entry["bandwidth_source"]
     for name in ("load.gemm.reference", "load.memory.bandwidth"):
@@ -157,7 +157,7 @@ def test_every_reference_names_a_catalog_card_and_a_source_for_each_figure() -> 
     ({"load": {"load.gemm.reference": {"value": "0.9"}}},
      "$.acceptance.load.load.gemm.reference.value: expected a number like the shipped 0.75, got '0.9'"),
     ({"reference": {"H100 SXM": {"value": -1}}},
-     "$.acceptance.reference.H100 SXM.value: expected a number above 0, like the shipped 794.5"),
+     "$.acceptance.reference.H100 SXM.value: expected a number above 0.001, like the shipped 794.5"),
     ({"reference": {"H100 SXM": {"triad_gb_s": "fast"}}},
      "$.acceptance.reference.H100 SXM.triad_gb_s: expected a number like the shipped 2970.0, got 'fast'"),
     ({"reference": {"H100 SXM": {"bounds": {}}}}, "$.acceptance.reference.H100 SXM.bounds: not a key of this rule"),

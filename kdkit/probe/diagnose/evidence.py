@@ -45,7 +45,17 @@ def machine_facts(driver: dict[str, Any]) -> dict[str, Any]:
 
 def one_line(text: Any) -> str:
     """``text`` as one line of a table or a paragraph: what a driver prints cannot add a line or a column."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    from kdkit.core.safetext import printable
+
+    return printable(" ".join(str(text).split())).replace("|", "\\|")
+
+
+def _md(text: Any) -> str:
+    """``text`` as one line of acceptance.md: controls shown escaped, Markdown syntax shown, not interpreted
+    (safetext.md_cell, the helper summary.md uses); what a driver prints cannot add a line, a column or a heading."""
+    from kdkit.core.safetext import md_cell
+
+    return md_cell(" ".join(str(text).split()), None)
 
 
 def provider_paragraph(report: dict[str, Any]) -> str | None:
@@ -141,28 +151,28 @@ def render_markdown(report: dict[str, Any]) -> str:
     """acceptance.md: the verdict, the paragraph for the provider, the machine, every point with its
     threshold and source, and the commands that reproduce the test."""
     out = [f"# Acceptance: {report['verdict'].upper()}", "",
-           f"Tested {report['started']} on {report['machine']['hostname']} "
-           f"({report['machine']['machine']}, kernel {report['machine']['kernel']}); "
+           f"Tested {_md(report['started'])} on {_md(report['machine']['hostname'])} "
+           f"({_md(report['machine']['machine'])}, kernel {_md(report['machine']['kernel'])}); "
            f"{report['seconds_under_load']:g} s under load.", ""]
     if report["incomplete"]:
-        out += [f"Incomplete: {report['incomplete']}", ""]
+        out += [f"Incomplete: {_md(report['incomplete'])}", ""]
     if report["provider_message"]:
-        out += ["## For the provider", "", report["provider_message"], ""]
+        out += ["## For the provider", "", _md(report["provider_message"]), ""]
     machine = report["machine"]
-    out += ["## GPUs", "", f"Driver {machine['driver'] or 'unknown'}, CUDA {machine['cuda'] or 'unknown'}.",
+    out += ["## GPUs", "", f"Driver {_md(machine['driver'] or 'unknown')}, CUDA {_md(machine['cuda'] or 'unknown')}.",
             "", "| index | name | memory (MiB) | serial | uuid | bus |", "|---|---|---|---|---|---|"]
-    out += ["| " + " | ".join(one_line(g[key] if g[key] is not None else "") for key in IDENTITY) + " |"
+    out += ["| " + " | ".join(_md(g[key] if g[key] is not None else "") for key in IDENTITY) + " |"
             for g in report["machine"]["gpus"]] or ["| - | no GPU seen | | | | |"]
     out += ["", "## Diagnose steps", ""]
-    out += [f"- {step['status']}: {step['name']}: {step['detail']}" for step in report["steps"]["steps"]]
+    out += [f"- {_md(step['status'])}: {_md(step['name'])}: {_md(step['detail'])}" for step in report["steps"]["steps"]]
     out += ["", "## Readings", "", "| verdict | where | point | reading | threshold | why | source |",
             "|---|---|---|---|---|---|---|"]
     for p in report["points"]:
         where = "machine" if p.gpu is None else f"gpu{p.gpu}"
         cells = [p.verdict, where, f"{p.section}: {p.name}", shown(p.reading, p.unit), p.threshold or "", p.why,
                  p.source or ""]
-        out.append("| " + " | ".join(one_line(c) for c in cells) + " |")
-    out += ["", "## Reproduce", "", *(f"    {command}" for command in report["reproduce"]), ""]
+        out.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    out += ["", "## Reproduce", "", *(f"    {one_line(command)}" for command in report["reproduce"]), ""]
     return "\n".join(out)
 
 

@@ -271,7 +271,8 @@ def sustained_point(gpu: int | None, device: str, rates: list[float], rules: dic
     return Point("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "degraded",
                  text + ": throughput fell under sustained load (thermal or power throttling)",
                  fix="see load.throttle for the reason the driver gives",
-                 provider=f"GPU {gpu} loses {1 - kept:.0%} of its throughput under sustained load",
+                 provider=f"{'GPU ' + str(gpu) if gpu is not None else 'the machine (' + device + ')'} loses "
+                          f"{1 - kept:.0%} of its throughput under sustained load",
                  source=rule.get("source"))
 
 

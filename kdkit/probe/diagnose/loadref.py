@@ -13,6 +13,8 @@ Standard library only; torch is passed in.
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from typing import Any
 
@@ -26,6 +28,8 @@ GPU_ARRAY, CPU_ARRAY = 512 << 20, 32 << 20  # bytes per array: far past any cach
 STREAM_SECONDS = 0.25  # per kernel, repeated until about this long (the driver is sampled meanwhile)
 ARRAYS = {"copy": 2, "triad": 3}  # arrays each kernel moves, as STREAM and BabelStream count them
 NO_REFERENCE = "no reference"
+MIG_SLICE = re.compile(r"\bMIG\s+\d+g\.\d+gb\b", re.IGNORECASE)  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+MIG_WHOSE = "a MIG slice: a fraction of the card"
 
 
 def _array_bytes(torch: Any, device: str) -> int:
@@ -75,7 +79,7 @@ def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str
 def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """(the catalog's card name, its reference entry) for a device name as torch reports it; the entry is
     empty for a card the catalog does not know or the reference section lacks."""
-    figures = nominal.lookup(device_name)
+    figures = None if MIG_SLICE.search(device_name) else nominal.lookup(device_name)
     if figures is None:
         return None, {}
     entry = references.get(figures.name)
@@ -85,20 +89,40 @@ def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, d
 def _source(card: str | None, entry: dict[str, Any], figures: tuple[str, ...], key: str) -> str:
     """Where the card's ``figures`` come from: their shipped source (``key``), or the project's where its
     kdkit.json "acceptance" changed one of them (its "source", else kdkit.json itself)."""
+    if _overridden(card, entry, figures):
+        for own in (entry.get(key), entry.get("source")):
+            shipped = _shipped(card)
+            if own and own != shipped.get(key) and own != shipped.get("source"):
+                return str(own)
+        return "kdkit.json (this project)"
+    return str(_shipped(card).get(key) or entry.get(key))
+
+
+def _shipped(card: str | None) -> dict[str, Any]:
     from kdkit.core.builds import shipped_data
 
-    shipped = shipped_data(ACCEPTANCE).get("reference", {}).get(card or "", {})
-    if all(entry.get(figure) == shipped.get(figure) for figure in figures):
-        return str(shipped.get(key) or entry.get(key))
-    for own in (entry.get(key), entry.get("source")):
-        if own and own != shipped.get(key) and own != shipped.get("source"):
-            return str(own)
-    return "kdkit.json (this project)"
+    found = shipped_data(ACCEPTANCE).get("reference", {}).get(card or "", {})
+    return found if isinstance(found, dict) else {}
+
+
+def _overridden(card: str | None, entry: dict[str, Any], figures: tuple[str, ...]) -> bool:
+    """Whether the project's kdkit.json changed any of the card's ``figures``."""
+    shipped = _shipped(card)
+    return any(entry.get(figure) != shipped.get(figure) for figure in figures)
+
+
+def _whose(card: str | None, entry: dict[str, Any], figures: tuple[str, ...]) -> str:
+    """Whose figure the provider is told: a healthy card's, or the project's own reference."""
+    return f"the project's reference for {card}" if _overridden(card, entry, figures) else f"a healthy {card} measures"
 
 
 def share_verdict(reading: float, reference: float, floor: float) -> tuple[str, float]:
     """("ok" or "degraded", reading / reference): degraded below ``floor``; no ceiling (a share above 1.0 is ok)."""
+    if not math.isfinite(reading) or not math.isfinite(reference) or reference <= 0:
+        return "degraded", math.nan  # a reading that is no number is no pass (acceptance.json bounds the reference)
     share = reading / reference
+    if not math.isfinite(share):
+        return "degraded", math.nan
     return ("ok" if share >= floor else "degraded"), share
 
 
@@ -117,14 +141,15 @@ def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overal
     (no ceiling), degraded below; a CPU, an fp16 run or a card without a reference is read, not judged."""
     rule = rules["load.gemm.reference"]
     floor, label = float(rule["value"]), _label(device, device_name)
-    if overall is None:
-        return Point("load", "load.gemm.reference", gpu, None, "TFLOP/s", None, "unknown",
-                     f"{label}: no interval completed, nothing to hold to a reference")
     card, entry = card_of(device_name, references) if device != "cpu" else (None, {})
     figure = entry.get("value") if kind == "bfloat16" else None
+    if overall is None:  # with a reference, unknown with a threshold: not measured, the run is incomplete
+        wanted = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})" if figure is not None else None
+        return Point("load", "load.gemm.reference", gpu, None, "TFLOP/s", wanted, "unknown",
+                     f"{label}: no interval completed, nothing to hold to a reference")
     text = f"{label}: {kind} GEMM {_figure(overall)} TFLOP/s"
     if figure is None:
-        whose = "a CPU" if device == "cpu" else f"{card}, {kind}" if card else "a card the catalog does not name"
+        whose = "a CPU" if device == "cpu" else f"{card}, {kind}" if card else _nameless(device_name)
         return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", None, "unknown",
                      f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
     verdict, share = share_verdict(overall, float(figure), floor)
@@ -137,7 +162,30 @@ def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overal
     return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "degraded",
                  text + ": slow from the start (power-capped, throttled, shared, or not the card its name says)",
                  provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s of dense {kind} GEMM, {share:.0%} of the "
-                          f"{float(figure):,.1f} a healthy {card} measures", source=source)
+                          f"{float(figure):,.1f} {_whose(card, entry, ('value',))}", source=source)
+
+
+FIGURES = tuple(f"{kind}_gb_s" for kind in ARRAYS)
+
+
+def _nameless(device_name: str) -> str:
+    """Why a GPU has no catalog card: a MIG slice, or a name the catalog does not know."""
+    return MIG_WHOSE if MIG_SLICE.search(device_name) else "a card the catalog does not name"
+
+
+def _bandwidth_threshold(floor: float, judged: dict[str, float]) -> str:
+    return f">= {floor:.0%} of the measured " + ", ".join(f"{k} {v:,.0f}" for k, v in judged.items())
+
+
+def _unmeasured(point: Point, device: str, device_name: str, references: dict[str, Any],
+                rules: dict[str, Any]) -> Point:
+    """A STREAM failure on a card with a reference carries the threshold it would have been held to: an
+    unknown with a threshold is a reading not made, and the run is incomplete (accept._unmeasured)."""
+    entry = card_of(device_name, references)[1] if device != "cpu" else {}
+    judged = {kind: float(entry[f"{kind}_gb_s"]) for kind in ARRAYS if entry.get(f"{kind}_gb_s")}
+    if point.verdict == "unknown" and judged:
+        point.threshold = _bandwidth_threshold(float(rules["load.memory.bandwidth"]["value"]), judged)
+    return point
 
 
 def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dict[str, float],
@@ -150,21 +198,20 @@ def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dic
     text = f"{label}: STREAM copy {reading['copy']:,.1f} GB/s, triad {reading['triad']:,.1f} GB/s"
     judged = {kind: float(entry[f"{kind}_gb_s"]) for kind in ARRAYS if entry.get(f"{kind}_gb_s")}
     if not judged:
-        whose = "a CPU" if device == "cpu" else card or "a card the catalog does not name"
+        whose = "a CPU" if device == "cpu" else card or _nameless(device_name)
         return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", None, "unknown",
                      f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
     shares = {kind: share_verdict(reading[kind], figure, floor) for kind, figure in judged.items()}
-    worst = min(shares, key=lambda kind: shares[kind][1])
-    threshold = f">= {floor:.0%} of the measured " + ", ".join(f"{k} {v:,.0f}" for k, v in judged.items())
+    worst = min(shares, key=lambda kind: shares[kind][1] if math.isfinite(shares[kind][1]) else -math.inf)
+    threshold = _bandwidth_threshold(floor, judged)
     text += " = " + ", ".join(f"{shares[k][1]:.0%} of {k} {judged[k]:,.0f}" for k in judged) + f" ({card})"
-    figures = tuple(f"{kind}_gb_s" for kind in ARRAYS)
-    source = f"{_source(card, entry, figures, 'bandwidth_source')}; the share: {rule.get('source')}"
+    source = f"{_source(card, entry, FIGURES, 'bandwidth_source')}; the share: {rule.get('source')}"
     if shares[worst][0] == "ok":
         return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "ok", text, source=source)
     return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "degraded",
                  text + ": the memory is slower than a healthy card's",
                  provider=f"GPU {gpu}'s memory moves {reading[worst]:,.0f} GB/s in STREAM {worst}, "
-                          f"{shares[worst][1]:.0%} of the {judged[worst]:,.0f} a healthy {card} measures",
+                          f"{shares[worst][1]:.0%} of the {judged[worst]:,.0f} {_whose(card, entry, FIGURES)}",
                  source=source)
 
 
@@ -177,7 +224,8 @@ def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names
         try:
             reading = bandwidth(torch, device, log)
         except Exception as exc:  # memory taken by another process, or a device error
-            points.append(failure_point("load.memory.bandwidth", gpu, f"{device}: the STREAM kernels", exc))
+            failed = failure_point("load.memory.bandwidth", gpu, f"{device}: the STREAM kernels", exc)
+            points.append(_unmeasured(failed, device, names.get(device, device), references, rules))
         else:
             points.append(bandwidth_point(gpu, device, names.get(device, device), reading, references, rules))
         release(torch, devices)

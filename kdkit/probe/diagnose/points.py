@@ -114,6 +114,10 @@ def check_overrides(overrides: Any, where: str) -> None:
         if section == "about" or not isinstance(known, dict) or not isinstance(rules, dict):
             raise BadInput(f"{where}.{section}: not a section of rules kdkit knows (health, load)")
         for name, rule in rules.items():
+            _no_credential(f"{where}.{section}.{name}", rule)
+            if name not in known and section == "reference" and _catalog_card(name):
+                raise BadInput(f"{where}.{section}: kdkit ships no reference for {name}; a project can change a "
+                               "shipped reference, not add one")
             if name not in known or not isinstance(rule, dict):
                 raise BadInput(f"{where}.{section}: {name!r} is not a rule kdkit knows; the rules are in "
                                f"kdkit/data/acceptance.json (e.g. {next(iter(known))!r})")
@@ -121,25 +125,61 @@ def check_overrides(overrides: Any, where: str) -> None:
                 _check_key(f"{where}.{section}.{name}.{key}", key, value, known[name])
 
 
-def _check_key(place: str, key: str, value: Any, shipped: dict[str, Any]) -> None:
-    import math
+def _catalog_card(name: str) -> bool:
+    """Whether ``name`` is a card the catalog knows (exactly, as the reference section names cards)."""
+    from kdkit.probe.diagnose import nominal
 
+    try:
+        figures = nominal.lookup(name)
+    except Exception:  # the catalog unreadable: the plain message below still holds
+        return False
+    return figures is not None and figures.name == name
+
+
+def _no_credential(place: str, value: Any) -> None:
+    """BadInput naming the JSON path of the first text under ``value`` (keys too) with a credential's
+    shape: every string of an override can land in the evidence for the provider. Never echoes it."""
     from kdkit.core.credentials import find
     from kdkit.core.errors import BadInput
+
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_credential(f"{place}.{key}", key)
+            _no_credential(f"{place}.{key}", item)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _no_credential(f"{place}[{index}]", item)
+    elif isinstance(value, str) and (found := find(value)):
+        raise BadInput(f"{place}: carries {found[0].what}; it would go into the evidence for the provider: "
+                       "remove it")
+
+
+def _finite(value: Any) -> bool:
+    """A number a float can hold, finitely (a 400-digit integer cannot)."""
+    import math
+
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _check_key(place: str, key: str, value: Any, shipped: dict[str, Any]) -> None:
+    from kdkit.core.errors import BadInput
+    from kdkit.core.safetext import printable
 
     if key == "source":
         if not isinstance(value, str) or not value.strip():
             raise BadInput(f"{place}: expected the text naming where the threshold comes from")
-        if found := find(value):
-            raise BadInput(f"{place}: carries {found[0].what} ({found[0].redacted}); it would go into the "
-                           "evidence for the provider: remove it")
         return
     if key not in shipped or key == "bounds":
         keys = ", ".join(k for k in shipped if k not in ("source", "bounds"))
         raise BadInput(f"{place}: not a key of this rule ({keys})")
     wanted = _kind(shipped[key])
-    if _kind(value) != wanted or (wanted == "number" and not math.isfinite(value)):
-        raise BadInput(f"{place}: expected a {wanted} like the shipped {shipped[key]!r}, got {value!r}")
+    if _kind(value) != wanted or (wanted == "number" and not _finite(value)):
+        got = "a number too large for a float" if wanted == "number" and _kind(value) == "number" \
+            else printable(repr(value)[:80])
+        raise BadInput(f"{place}: expected a {wanted} like the shipped {shipped[key]!r}, got {got}")
     low, high = (shipped.get("bounds") or {}).get(key) or (None, None)
     if (low is not None and value <= low) or (high is not None and value > high):
         above = f"above {low}" if low is not None else ""
