@@ -307,6 +307,18 @@ def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
     return []
 
 
+def _backend_problems(root: Path, project: dict[str, Any]) -> list[Problem]:
+    """Each backend's lock inside the project, its torch index a URL every tool reads alike."""
+    problems: list[Problem] = []
+    for name, spec in project["backends"].items():
+        if real_inside(root, root / spec["lock"]) is None:
+            problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
+                                    f"{spec['lock']!r} points outside the project folder"))
+        if (bad_url := url_problem(spec["torch_index"])) is not None:
+            problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
+    return problems
+
+
 def validate_project(root: Path) -> list[Problem]:
     """Every problem of the project at ``root``; an empty list means valid.
 
@@ -322,12 +334,7 @@ def validate_project(root: Path) -> list[Problem]:
     for text in requirement_texts(root, project):
         problems += text_secret_problems(root, text)
     if project_ok:
-        for name, spec in project["backends"].items():
-            if real_inside(root, root / spec["lock"]) is None:
-                problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
-                                        f"{spec['lock']!r} points outside the project folder"))
-            if (bad_url := url_problem(spec["torch_index"])) is not None:
-                problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
+        problems += _backend_problems(root, project)
         from kdkit.lock.staleness import stale_lock_problems
 
         problems += stale_lock_problems(root, project)
