@@ -75,22 +75,32 @@ def io_points(torch: Any, devices: list[str], gpus: dict[str, int], share: float
     return points
 
 
+def timed_repeats(torch: Any, device: str, kernel: Any, seconds: float, most: int,
+                  log: SensorLog | None = None, tag: str = "") -> tuple[int, float]:
+    """(repeats, seconds by the device's events) of ``kernel`` repeated for about ``seconds`` (at least 2, at
+    most ``most`` times), after one run to warm up and one to size the count; with ``log``, the driver is
+    sampled (under ``tag``) while the last kernels run."""
+    kernel()
+    synchronize(torch, device)
+    started = time.perf_counter()
+    kernel()
+    synchronize(torch, device)
+    repeats = max(2, min(most, int(seconds / max(time.perf_counter() - started, 1e-6))))
+    begin = Mark(torch, device)
+    for _ in range(repeats):
+        kernel()
+    end = Mark(torch, device)
+    if log is not None:
+        log.poll(tag, force=True)
+    synchronize(torch, device)
+    return repeats, max(begin.seconds_to(end), 1e-9)
+
+
 def _rate(torch: Any, device: str, copy: Any, nbytes: int, log: SensorLog) -> float:
     """GB/s of ``copy`` repeated for about COPY_SECONDS (timed by the device's events), the driver sampled
     while the copies run."""
-    copy()
-    synchronize(torch, device)
-    started = time.perf_counter()
-    copy()
-    synchronize(torch, device)
-    repeats = max(2, min(64, int(COPY_SECONDS / max(time.perf_counter() - started, 1e-6))))
-    begin = Mark(torch, device)
-    for _ in range(repeats):
-        copy()
-    end = Mark(torch, device)
-    log.poll("copy", force=True)
-    synchronize(torch, device)
-    return repeats * nbytes / max(begin.seconds_to(end), 1e-9) / 1e9
+    repeats, seconds = timed_repeats(torch, device, copy, COPY_SECONDS, 64, log, "copy")
+    return repeats * nbytes / seconds / 1e9
 
 
 def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules: dict[str, Any]) -> list[Point]:

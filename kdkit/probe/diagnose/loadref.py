@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from typing import Any
 
 from kdkit.probe.diagnose import nominal
-from kdkit.probe.diagnose.core import synchronize
-from kdkit.probe.diagnose.loadio import Mark, failure_point, release
+from kdkit.probe.diagnose.loadio import failure_point, release, timed_repeats
 from kdkit.probe.diagnose.loadsensors import SensorLog
 from kdkit.probe.diagnose.points import ACCEPTANCE, Point
 
@@ -42,22 +40,6 @@ def _array_bytes(torch: Any, device: str) -> int:
     return size
 
 
-def _timed(torch: Any, device: str, kernel: Any) -> tuple[int, float]:
-    """(repeats, seconds) of ``kernel`` run for about STREAM_SECONDS, after one to warm up."""
-    kernel()
-    synchronize(torch, device)
-    started = time.perf_counter()
-    kernel()
-    synchronize(torch, device)
-    repeats = max(2, min(200, int(STREAM_SECONDS / max(time.perf_counter() - started, 1e-6))))
-    begin = Mark(torch, device)
-    for _ in range(repeats):
-        kernel()
-    end = Mark(torch, device)
-    synchronize(torch, device)
-    return repeats, max(begin.seconds_to(end), 1e-9)
-
-
 def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str, float]:
     """STREAM copy (c = a) and triad (a = b + s*c) on ``device``, float32: GB/s of each and the array size.
     The arrays go when the function returns."""
@@ -69,7 +51,7 @@ def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str
     kernels = {"copy": lambda: c.copy_(a), "triad": lambda: torch.add(b, c, alpha=0.4, out=a)}
     reading: dict[str, float] = {"array_bytes": float(count * 4)}
     for name, kernel in kernels.items():
-        repeats, seconds = _timed(torch, device, kernel)
+        repeats, seconds = timed_repeats(torch, device, kernel, STREAM_SECONDS, 200)
         reading[name] = round(repeats * ARRAYS[name] * count * 4 / seconds / 1e9, 2)
         if log is not None:
             log.poll("bandwidth", force=True)
