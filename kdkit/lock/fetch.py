@@ -71,19 +71,19 @@ class Network:
     def proxy_for(self, url: str) -> tuple[str, str] | None:
         """(proxy URL without userinfo, where it was set) that a request for ``url`` goes through, or None."""
         if self.proxy:
-            return _without_userinfo(self.proxy if "://" in self.proxy else f"http://{self.proxy}")[0], "pip's proxy"
+            return without_userinfo(self.proxy if "://" in self.proxy else f"http://{self.proxy}")[0], "pip's proxy"
         parts = urlsplit(url)
         proxy = urllib.request.getproxies().get(parts.scheme)
         if not proxy or urllib.request.proxy_bypass(parts.netloc):
             return None
-        return _without_userinfo(proxy)[0], f"{parts.scheme.upper()}_PROXY"
+        return without_userinfo(proxy)[0], f"{parts.scheme.upper()}_PROXY"
 
     def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX) -> str | None:
         """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer,
         or not all of the page within the timeout (however slowly it trickles), or a page over MAX_PAGE.
 
         ``what`` names the URL's place in messages (``backends.cuda.torch_index in kdkit.json``)."""
-        url, authorization = _without_userinfo(url)
+        url, authorization = without_userinfo(url)
         host = urlsplit(url).hostname or ""
         request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "kdkit"})
         if authorization:  # as pip does: the URL's user and password go as Basic auth, to that host only
@@ -145,7 +145,7 @@ class Network:
         return str(exc) or type(exc).__name__
 
 
-def _without_userinfo(url: str) -> tuple[str, str | None]:
+def without_userinfo(url: str) -> tuple[str, str | None]:
     """``url`` without ``user:password@`` (urllib would take it for part of the host), and the Basic
     ``Authorization`` value it stands for (None without userinfo)."""
     parts = urlsplit(url)
@@ -163,7 +163,7 @@ class _EveryHost(urllib.request.BaseHandler):
     handler_order = 100  # before the HTTP(S) handlers, as urllib's ProxyHandler
 
     def __init__(self, proxy: str) -> None:
-        bare, self.authorization = _without_userinfo(proxy if "://" in proxy else f"http://{proxy}")
+        bare, self.authorization = without_userinfo(proxy if "://" in proxy else f"http://{proxy}")
         parts = urlsplit(bare)
         self.scheme, self.hostport = parts.scheme, parts.netloc
 

@@ -36,7 +36,7 @@ from kdkit.core.errors import KdkitError
 from kdkit.core.safetext import printable
 from kdkit.core.versions import InvalidVersion, Version
 from kdkit.facts.platforms import image_environment, linux_arch
-from kdkit.lock.fetch import Network, _without_userinfo
+from kdkit.lock.fetch import Network, without_userinfo
 from kdkit.lock.pages import IndexFile, parse_filename, parse_page, wheel_fits
 
 CUDA_MEMBER = "torch/include/ATen/cuda/CUDAConfig.h"
@@ -77,7 +77,7 @@ class RangeReader:
     """Byte ranges of one URL, each a request answered 206 with its Content-Range; counts what came."""
 
     def __init__(self, url: str, network: Network, authorization: str | None = None) -> None:
-        self.url, own = _without_userinfo(url)
+        self.url, own = without_userinfo(url)
         self.authorization = own or authorization  # the index's credentials, when the wheel is on its host
         self.shown = shown_url(self.url)
         self.network = network
@@ -306,7 +306,7 @@ def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFil
     """The index's file of the pin and the Basic credentials it may carry, or why not (one line)."""
     from kdkit.core.errors import Unavailable
 
-    bare, authorization = _without_userinfo(index)
+    bare, authorization = without_userinfo(index)
     parts = urlsplit(index)  # the query (a token) stays on the request, after the page's path
     request_url = parts._replace(path=f"{parts.path.rstrip('/')}/torch/").geturl()
     page_url = urlsplit(bare)._replace(path=f"{parts.path.rstrip('/')}/torch/").geturl()
@@ -315,7 +315,7 @@ def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFil
         text = network.get(request_url, "the lock's index", fix="")
     except Unavailable as exc:
         said = str(exc).split(" (the lock's index): ", 1)[-1].split("; nothing was locked", 1)[0]
-        for raw in (_without_userinfo(request_url)[0], page_url):
+        for raw in (without_userinfo(request_url)[0], page_url):
             said = said.replace(raw, shown)
         return f"{shown}: {printable(redact(said))}"
     hashed = [f for f in parse_page(text or "", page_url)
