@@ -43,6 +43,33 @@ kdkit estimate-memory --params 7e9 --dtype bf16 --train adam --gpu "RTX 4090" ||
 step "kdkit resume-test: training resumes in a new process"
 kdkit resume-test "$proj"
 
+step "kdkit train: the fine-tune as a run (metrics, checkpoints, stop rules), killed mid-run, then resumed"
+(cd "$proj" && exec kdkit train --run-id train-demo --variant fine-tuned -- --steps 200 --save-every 20) &
+trainer=$!
+saves="$proj/runs/train-demo/checkpoints.jsonl"
+for _ in $(seq 600); do
+  [ -f "$saves" ] && [ "$(wc -l < "$saves")" -ge 2 ] && break
+  sleep 0.1
+done
+kill -9 "$trainer"; wait "$trainer" || true
+echo "killed after $(wc -l < "$saves") checkpoint(s); resuming from the newest complete one"
+(cd "$proj" && kdkit train --resume train-demo && kdkit train --verify-reload train-demo)
+
+step "kdkit campaign: the control and the variants against the threshold, what remains, what to cut"
+kdkit campaign "$proj" --order "$work/order.json"
+kdkit campaign decide "cut high-lr" "$proj" --why "the pilot and the fine-tune answer the question"
+
+step "kdkit plan --schedule: stages on GPUs against the window, what to cut when over"
+cat > "$work/schedule.json" <<'JSON'
+{"stages": [
+  {"name": "setup", "machine_hours": 2, "human_hours": 1, "category": "essential"},
+  {"name": "control", "machine_hours": 6, "category": "essential", "after": ["setup"], "gpu": 0},
+  {"name": "fine-tuned", "machine_hours": 30, "category": "useful", "after": ["setup"], "gpu": 1},
+  {"name": "high-lr", "machine_hours": 30, "category": "exploratory", "after": ["setup"], "gpu": 1}
+]}
+JSON
+kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --schedule "$work/schedule.json"
+
 step "kdkit sweep: batch sizes by measurement"
 kdkit sweep "$proj" --batch-sizes 1,2,4
 
@@ -57,6 +84,10 @@ kdkit bundle "$proj" --out "$work/bundle" --no-image
 kdkit verify-bundle "$work/bundle"
 
 step "kdkit close: the campaign report"
-kdkit close "$proj" --order "$work/order.json" --out "$work/report"
+kdkit plan --order "$work/order.json" --order-number "DEMO-0001" --order-status paid
+kdkit close "$proj" --order "$work/order.json" --out "$work/report" --expense "storage 4.50 USD"
+
+step "kdkit plan --from-report: the next order from what was measured"
+kdkit plan --gpu "RTX 4090" --days 3 --lots 1 --from-report "$work/report/campaign-report.json"
 
 printf '\nDone. Everything is under %s\n' "$work"

@@ -87,6 +87,7 @@ LAYERS: tuple[tuple[int, str], ...] = (
     (2, "kdkit.probe.env"),
     (3, "kdkit.probe.pilot"),
     (4, "kdkit.probe.measure"),
+    (4, "kdkit.probe.train"),
     (5, "kdkit.probe"),  # the in-container entry: python -m kdkit.probe, kdkit.pyz
     (6, "kdkit.config"),  # the host from here: a project as the host reads it
     (6, "kdkit.docker_adapter"),  # the only module that imports docker

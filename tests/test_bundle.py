@@ -69,7 +69,7 @@ def test_no_image_bundle_holds_project_zipapp_run_md_and_sums(locked: Path, tmp_
     files = _files(out)
     assert {"RUN.md", "SHA256SUMS", "bundle.json", "kdkit.pyz", "project/kdkit.json", "project/config/pilot.json",
             "project/requirements/cpu.txt", "project/data/pilot/manifest.json", "project/data/pilot/doc-12.txt",
-            "project/src/train.py"} <= set(files)
+            "project/src/train.py", "project/campaign.json"} <= set(files)  # the campaign goes along (issue 28)
     assert not [f for f in files if f.startswith(("project/runs", "project/.env")) and f != "project/.env.example"]
     assert info["image"] is None and info["revision"] is None and info["lock"] == "requirements/cpu.txt"
     assert info["lock_sha256"] == sha256_file(locked / "requirements" / "cpu.txt")

@@ -111,8 +111,11 @@ def test_markdown_and_json_are_written_and_the_json_reloads(project: Path, tmp_p
     result = invoke("close", project, "--order", order)
     assert result.exit_code == 0
     md, js = project / "reports" / "campaign-report.md", project / "reports" / "campaign-report.json"
+    report = load_report(js)
     assert result.stdout.splitlines() == [
         "5 run(s), 2 accepted output(s), 47.14 USD spent, 23.57 USD per accepted output, 6 deviation(s).",
+        "Observed 6.0 h of machine time (48 h booked); idle 3.0 h in 2 gap(s).",  # the union, gaps shown (issue 28)
+        *([f"Conclusion: {report['campaign']['conclusion']}"] if report["campaign"] else []),  # campaign.json's
         f"Wrote {md}", f"Wrote {js}"]
     report = load_report(js)
     assert md.read_text() == render_markdown(report)

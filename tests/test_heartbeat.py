@@ -155,6 +155,7 @@ def test_the_readers_names_agree_with_the_run_folders() -> None:
     from kdkit.machine import watch
 
     assert (watch.PARAMS, watch.STOP, watch.SUMMARY) == (runfolder.PARAMS, runfolder.STOP, runfolder.SUMMARY)
+    assert (watch.KIND, watch.TRAIN) == (runfolder.KIND, runfolder.TRAIN)
     assert watch.WORKER_FOLDER.pattern == runfolder.WORKER_FOLDER.pattern
     assert watch.gathered_folder("R") == runfolder.gathered_folder("R")
     assert runfolder.HEARTBEAT in runfolder.HARNESS_FILES

@@ -350,6 +350,7 @@ def test_a_bundle_of_allowed_unusual_paths_gives_blocks_every_shell_reads(projec
     set_key(project, "config/pilot.json", "$.inputs", "data/.p-1_x")
     set_key(project, "config/pilot.json", "$.manifest", "data/.p-1_x/manifest.json")
     set_key(project, "config/pilot.json", "$.runs", "._runs-1/x_/")
+    set_key(project, "campaign.json", "$.corpus.manifest", "data/.p-1_x/manifest.json")  # the campaign's corpus too
     assert invoke("validate", project).exit_code == 0
     result = invoke("bundle", project, "--out", tmp_path / "bundle", "--no-image", "--no-kdkit-wheels")
     assert result.exit_code == 0, result.output

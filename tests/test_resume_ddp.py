@@ -21,7 +21,7 @@ import torch
 
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.probe.measure.launch import check_gpus, usable_cpus
-from kdkit.probe.measure.states import differences, load_state
+from kdkit.probe.measure.states import differences, load_folder, load_state
 from tests.conftest import DATA, invoke, tree_snapshot
 
 pytestmark = pytest.mark.slow
@@ -64,11 +64,11 @@ def test_scaffolded_loop_resumes_identically_under_torchrun(project: Path) -> No
         f"$ {sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2 --log-dir "
         f"{out / 'full' / 'workers'} --tee 3 -m src.train --steps 4 ")
     # One checkpoint, written by rank 0, holding each rank's own generators: the ranks drew differently.
-    saved = torch.load(out / "save" / "checkpoint.pt", weights_only=True)
+    saved = load_folder(out / "save" / "checkpoint")  # the Hugging Face Trainer layout, META kept
     assert saved["meta"]["processes"] == 2 and saved["step"] == 2
     first, second = saved["rng"]["torch"]
     assert not torch.equal(first, second)
-    assert sorted(path.name for path in (out / "save").iterdir()) == ["checkpoint.pt", "metrics.json", "output.log",
+    assert sorted(path.name for path in (out / "save").iterdir()) == ["checkpoint", "metrics.json", "output.log",
                                                                       "workers"]
     assert len(list((out / "save" / "workers").rglob("stderr.log"))) == 2  # each worker's own, kept by torchrun
 
@@ -119,7 +119,7 @@ def test_without_the_option_each_phase_is_one_plain_process(project: Path) -> No
     assert report["verdict"] == "resume from step 1 reproduces steps 1..3 in a new process (identical)"
     log = (Path(report["out"]) / "resume" / "output.log").read_text(encoding="utf-8")
     assert log.startswith(f"$ {sys.executable} -m src.train --steps 3 ") and "torch.distributed" not in log
-    saved = torch.load(Path(report["out"]) / "save" / "checkpoint.pt", weights_only=True)
+    saved = load_folder(Path(report["out"]) / "save" / "checkpoint")
     assert saved["meta"] == {"run_id": None, "processes": 1} and len(saved["rng"]["python"]) == 1
 
 
@@ -151,15 +151,15 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     from kdkit.project.init import init_project
 
     root = init_project(tmp_path_factory.mktemp("elastic") / "proj", name="proj", backend="cpu")
-    done = torchrun(root, "-m", "src.train", "--steps", str(STEPS), "--checkpoint", "runs/ref/state.pt",
+    done = torchrun(root, "-m", "src.train", "--steps", str(STEPS), "--checkpoint", "runs/ref/state",
                     "--metrics", "runs/ref/metrics.json")
     assert done.returncode == 0, done.stderr
-    return root / "runs/ref/state.pt", json.loads((root / "runs/ref/metrics.json").read_text(encoding="utf-8"))
+    return root / "runs/ref/state", json.loads((root / "runs/ref/metrics.json").read_text(encoding="utf-8"))
 
 
 def _crashed_once(project: Path, crash_at: int) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     done = torchrun(project, "--max-restarts", "1", "-m", "src.train", "--steps", str(STEPS), "--save-every", "2",
-                    "--checkpoint", "runs/elastic/state.pt", "--metrics", "runs/elastic/metrics.json",
+                    "--checkpoint", "runs/elastic/state", "--metrics", "runs/elastic/metrics.json",
                     env={"KDKIT_TEST_CRASH_AT_STEP": str(crash_at)})
     assert done.returncode == 0, done.stderr
     metrics = json.loads((project / "runs/elastic/metrics.json").read_text(encoding="utf-8"))
@@ -174,19 +174,19 @@ def test_an_elastic_restart_resumes_from_the_last_checkpoint(project: Path,
     # Killed after step 3, the checkpoint of step 2 is the last: the restart redoes step 3 onwards.
     assert metrics["start_step"] == 2 and metrics["restore_seconds"] is not None
     assert metrics["losses"] == expected["losses"][2:]
-    assert list(differences(load_state(reference), load_state(project / "runs/elastic/state.pt"))) == []
+    assert list(differences(load_state(reference), load_state(project / "runs/elastic/state"))) == []
 
 
 def test_an_elastic_restart_ignores_a_checkpoint_of_another_run(project: Path,
                                                                 uninterrupted: tuple[Path, dict[str, Any]]) -> None:
     reference, expected = uninterrupted
     (project / "runs/elastic").mkdir(parents=True)
-    shutil.copyfile(reference, project / "runs/elastic/state.pt")  # yesterday's run, finished at step STEPS
+    shutil.copytree(reference, project / "runs/elastic/state")  # yesterday's run, finished at step STEPS
     _done, metrics = _crashed_once(project, crash_at=1)
     # Killed before this run's first checkpoint: the restart starts afresh, not from the other run's state.
     assert metrics["start_step"] == 0 and metrics["restore_seconds"] is None
     assert metrics["losses"] == expected["losses"]
-    assert list(differences(load_state(reference), load_state(project / "runs/elastic/state.pt"))) == []
+    assert list(differences(load_state(reference), load_state(project / "runs/elastic/state"))) == []
 
 
 # ---------------------------------------------------------------- bad launches

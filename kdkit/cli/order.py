@@ -123,6 +123,28 @@ def _conclude(report: dict[str, Any], as_json: bool) -> None:
 # ---------------------------------------------------------------- plan
 
 
+def _print_stages(stages: dict[str, Any]) -> None:
+    rows = [(s["name"], s["category"], "-" if s["gpu"] is None else s["gpu"], ", ".join(s["after"]) or "-",
+             s["human_hours"], s["machine_hours"], s["start"], s["machine_start"], s["end"]) for s in stages["stages"]]
+    _table(f"Stages ({stages['file']})", ("stage", "category", "gpu", "after", "human h", "machine h", "starts",
+                                          "machine from", "ends"), rows)
+    busy = ", ".join(f"GPU {g['gpu']} {g['busy_hours']} h" for g in stages["gpus"]) or "no GPU"
+    say(f"Last stage ends at {stages['last_end_hours']} h (chain: {' → '.join(stages['critical_chain'])}); "
+        f"machine busy: {busy}; human preparation {stages['human_hours']} h.")
+
+
+def _print_order_fields(order: dict[str, Any]) -> None:
+    if order.get("order_number") is not None or order.get("order_status") is not None:
+        say(f"Provider's order number: {order.get('order_number') or 'not declared'}; status: "
+            f"{order.get('order_status') or 'not declared'} (declared by you).")
+
+
+def _print_from_report(report: dict[str, Any]) -> None:
+    used = ", ".join(f"{r['stage']} {r['planned']} → {r['measured']} h" for r in report["replaced"]) or "none used"
+    only = f"; in the report only: {', '.join(report['unmatched'])}" if report["unmatched"] else ""
+    say(f"From {report['file']}: observed {report['observed_hours']} h in all; stages measured: {used}{only}")
+
+
 def _print_plan(order: dict[str, Any]) -> None:
     offer, sched, cost = order["offer"], order["schedule"], order["cost_per_accepted"]
     per_card = f" ({offer['cards_per_lot']} cards per lot, price covers them)" if offer["cards_per_lot"] > 1 else ""
@@ -135,6 +157,10 @@ def _print_plan(order: dict[str, Any]) -> None:
         ("price per lot", f"{order['price_per_lot_usd']} USD ({order['price_source']})"),
         ("total", f"{order['total_usd']} USD = {order['price_per_lot_usd']} × {order['lots']} lot(s)"),
     ], header=False)
+    if sched.get("stages") is not None:
+        _print_stages(sched["stages"])
+    if sched.get("from_report") is not None:
+        _print_from_report(sched["from_report"])
     if sched["fits"] is True:
         say(f"Schedule: {sched['booked_hours']} h booked in a {sched['window_hours']} h window leaves "
                    f"{sched['left_hours']} h.")
@@ -149,16 +175,21 @@ def _print_plan(order: dict[str, Any]) -> None:
         else:
             say(f"Cost per accepted output: {cost['cost_incurred_usd']} USD / {cost['accepted']} = "
                        f"{cost['per_output_usd']} USD each")
+    _print_order_fields(order)
 
 
 @click.command("plan")
 @project_argument
-@click.option("--gpu", metavar="NAME", required=True, help="Catalog offer, e.g. \"RTX 4090\".")
-@click.option("--days", type=whole("3"), required=True, help="Duration of the plan: 3, 7 or 30.")
-@click.option("--lots", type=whole("1"), required=True, help="Lots to order, 1 to 10 (a B200 lot is 2 cards).")
+@click.option("--gpu", metavar="NAME", help="Catalog offer, e.g. \"RTX 4090\" (required to make a plan).")
+@click.option("--days", type=whole("3"), help="Duration of the plan: 3, 7 or 30 (required to make a plan).")
+@click.option("--lots", type=whole("1"), help="Lots to order, 1 to 10 (a B200 lot is 2 cards; required for a plan).")
 @click.option("--price", metavar="USD", help="Price of ONE lot for the duration; required when the catalog's is null.")
 @click.option("--hours", type=FiniteNumber("48"),
               help="Machine-busy hours planned end to end: install, checks, compute, export.")
+@click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Stages (schemas/schedule.schema.json) instead of --hours: kdkit computes when the last ends.")
+@click.option("--from-report", "report_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A closed campaign's campaign-report.json: its measured hours (per stage with --schedule).")
 @click.option("--accepted", type=whole("2"), help="Accepted outputs expected (or obtained): gives the cost per output.")
 @click.option("--preparation", type=click.Choice(["ubuntu", "pytorch", "blender", "custom"]), default="ubuntu",
               show_default=True, help="Machine preparation to ask the provider for.")
@@ -166,10 +197,16 @@ def _print_plan(order: dict[str, Any]) -> None:
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the order (schemas/order.schema.json) to FILE, for `kdkit close --order FILE`.")
 @force_option("With --save: replace an existing order file.")
+@click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A saved order to update with --order-number / --order-status only (its plan is never rewritten).")
+@click.option("--order-number", metavar="TEXT", help="The provider's order number (with --save or --order).")
+@click.option("--order-status", type=click.Choice(["paid", "confirmed", "received"]),
+              help="The order's status as you declare it (with --save or --order).")
 @json_option
-def plan(project_dir: Path | None, gpu: str, days: int, lots: int, price: str | None, hours: float | None,
-         accepted: int | None, preparation: str, catalog_file: Path | None, save: Path | None, force: bool,
-         as_json: bool) -> None:
+def plan(project_dir: Path | None, gpu: str | None, days: int | None, lots: int | None, price: str | None,
+         hours: float | None, schedule_file: Path | None, report_file: Path | None, accepted: int | None,
+         preparation: str, catalog_file: Path | None, save: Path | None, force: bool, order_file: Path | None,
+         order_number: str | None, order_status: str | None, as_json: bool) -> None:
     """The order summary, its schedule and the cost per accepted output.
 
     \b
@@ -177,23 +214,55 @@ def plan(project_dir: Path | None, gpu: str, days: int, lots: int, price: str | 
     covers its cards (a B200 lot is 2 cards: never multiplied again).
     Schedule: --hours against the window (3 days = 72 h); when it does not
     fit, the longer plan with its price difference, or a reduced protocol.
+    --schedule FILE: stages with machine and human hours, a GPU, and what
+    each waits for; stages on one GPU run one after another, on different
+    GPUs side by side, human preparation overlaps other stages' machine
+    work; over the window, the stages to cut (exploratory, then useful) and
+    the lots that would let them spread. --from-report: the measured hours
+    of a closed campaign (per stage of --schedule when the names match).
     Cost per accepted output: total / --accepted; with 0 it is undefined
     (the cost incurred is shown, never a zero cost).
     kdkit never invents a price: a null catalog price needs --price.
+    --order FILE --order-status received: records the provider's order
+    number or status in a saved order (each change kept with its time).
 
     \b
-    Example:  kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --hours 48 --save order.json
+    Examples:
+      kdkit plan --gpu "RTX 4090" --days 3 --lots 2 --hours 48 --save order.json
+      kdkit plan --gpu "RTX 4090" --days 3 --lots 1 --schedule schedule.json
+      kdkit plan --order order.json --order-number IG-2026-1234 --order-status paid
     """
-    from kdkit.order.plan import plan_order
+    from kdkit.order.plan import plan_order, update_order
 
-    order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours, accepted=accepted,
-                       preparation=preparation, catalog_file=catalog_file, save=save, force=force)
+    if order_file is not None:
+        _refuse_with_order(order_file, gpu=gpu, days=days, lots=lots, price=price, hours=hours,
+                           schedule=schedule_file, report=report_file, accepted=accepted, save=save)
+        order = update_order(order_file, order_number, order_status)
+    else:
+        order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours, accepted=accepted,
+                           preparation=preparation, catalog_file=catalog_file, save=save, force=force,
+                           schedule_file=schedule_file, report_file=report_file, order_number=order_number,
+                           order_status=order_status)
     if as_json:
         emit_json(order)
+        return
+    if order_file is not None:
+        _print_order_fields(order)
+        say(f"Order {order_file} updated (its plan unchanged).")
         return
     _print_plan(order)
     if save is not None:
         say(f"Order written to {save}")
+
+
+def _refuse_with_order(order_file: Path, **given: object) -> None:
+    """--order FILE updates a saved order's number and status only: a plan option beside it is bad input."""
+    from kdkit.core.errors import BadInput
+
+    named = [f"--{name}" for name, value in given.items() if value is not None]
+    if named:
+        raise BadInput(f"--order {order_file} records the order number and status only; the plan is never "
+                       f"rewritten: leave out {', '.join(named)} (or make a new plan with --save)")
 
 
 # ---------------------------------------------------------------- estimate-memory
@@ -271,28 +340,42 @@ def estimate_memory(project_dir: Path | None, params: str | None, from_config: b
 @click.option("--accepted", type=whole("2"),
               help="Accepted outputs, when they are not the pilot's passing runs (default: one per passing "
                    "configuration under runs/).")
+@click.option("--expense", "expenses", multiple=True, metavar='"WHAT AMOUNT CUR"',
+              help='Another expense, kept apart from the rental, e.g. --expense "storage 12.50 USD" (repeatable).')
 @json_option
 def close(project_dir: Path | None, order_file: Path, out: Path | None, accepted: int | None,
-          as_json: bool) -> None:
+          expenses: tuple[str, ...], as_json: bool) -> None:
     """The campaign report: what the order bought, against the plan.
 
     \b
-    Hours booked against observed, each run with its id, config hash,
+    Observed machine time is the union of the intervals recorded work ran
+    in (builds, verified pilot runs and workers, trainings, sweeps, resume
+    tests): parallel work counts once, idle gaps are listed. Booked against
+    observed in total and per stage, each run with its id, config hash,
     verdict and stop reason, accepted outputs (one per configuration:
     repeating a corpus is not another corpus), cost per accepted output,
-    and every deviation. Writes Markdown for a person and JSON that reloads;
-    the order file is never rewritten.
+    the campaign's variants against its threshold with the conclusion, the
+    decisions, other expenses, the provider's order number and status, and
+    every deviation. Writes Markdown for a person and JSON that reloads
+    (its measured_durations feed the next plan); the order is never rewritten.
     """
     from kdkit.order.close import close_campaign
 
-    report, md, js = close_campaign(project_dir, order_file, out=out, accepted=accepted)
+    report, md, js = close_campaign(project_dir, order_file, out=out, accepted=accepted, expenses=expenses)
     if as_json:
         emit_json(report)
         return
-    cost = report["cost"]
+    cost, work, hours = report["cost"], report["work"], report["hours"]
     per_output = f"{cost['per_output_usd']} USD" if cost["per_output_usd"] is not None else "undefined"
     say(f"{len(report['runs'])} run(s), {report['accepted_outputs']['count']} accepted output(s), "
                f"{cost['cost_incurred_usd']} USD spent, {per_output} per accepted output, "
                f"{len(report['deviations'])} deviation(s).")
+    booked = "no hours booked" if hours["booked"] is None else f"{hours['booked']} h booked"
+    say(f"Observed {work['observed_hours']} h of machine time ({booked}); idle {work['idle_hours']} h in "
+        f"{len(work['gaps'])} gap(s).")
+    if report["campaign"] is not None:
+        from kdkit.core.safetext import printable
+
+        say(f"Conclusion: {printable(report['campaign']['conclusion'])}")
     say(f"Wrote {md}")
     say(f"Wrote {js}")

@@ -60,7 +60,8 @@ def init(path: Path, name: str | None, backend: str, template: str, force: bool)
 def validate(project_dir: Path | None, as_json: bool) -> None:
     """Check every config against its schema, plus portability rules.
 
-    Validates kdkit.json, the pilot config and the manifest; then refuses
+    Validates kdkit.json, the pilot config, the manifest, campaign.json and
+    config/train.json when present; then refuses
     machine-bound paths (absolute, home, /tmp), paths outside the project,
     secrets in config, requirements inputs and locks (shown redacted), unsafe or
     duplicate IDs, and stale locks. Every problem is listed. Files named like

@@ -1,9 +1,9 @@
 """What a bundle carries of a project, decided before anything is written: the allow-list, the
 project's files (its committed tree in a git checkout, else its folder) and the packing plan.
 
-What a project is comes from an allow-list, the same in both modes: ``kdkit.json``, ``config/``,
-``requirements/``, ``src/``, ``README*``, and what the configs name (the requirements input, each
-backend's lock and the PEP 751 lock beside it, the pilot config, its inputs and manifest, the top-level
+What a project is comes from an allow-list, the same in both modes: ``kdkit.json``, ``campaign.json`` and its
+decisions, ``config/``, ``requirements/``, ``src/``, ``README*``, and what the configs name (the requirements input,
+each backend's lock and the PEP 751 lock beside it, the pilot config, its inputs and manifest, the top-level
 package of the pilot's entry and of the train module). Nothing else travels: ``runs/``, ``.git``, caches and any other
 folder stay home (their top-level names are listed in bundle.json). A file named like a secret
 (:data:`kdkit.core.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``, ``.ssh/``
@@ -42,6 +42,9 @@ from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, r
 
 # The folders that make a project, besides what its configs name (see the module docstring).
 PROJECT_FOLDERS = ("config", "requirements", "src")
+# The campaign (kdkit.config.campaign, kdkit.order.campaign): carried so that `kdkit campaign` and `decide` work on
+# the rented machine too, its decisions log with it
+CAMPAIGN_FILES = ("campaign.json", "campaign-decisions.jsonl")
 README = "readme*"
 # Never walked and never carried, anywhere: version control, virtual environments, caches.
 NEVER_CARRIED = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
@@ -65,7 +68,7 @@ class AllowList:
                  (marker, "$.pilot_config", project.config["pilot_config"])]
         named += [(marker, f"$.backends.{name}.lock", spec["lock"])
                   for name, spec in project.config["backends"].items()]
-        places = ["kdkit.json", *PROJECT_FOLDERS]
+        places = ["kdkit.json", *CAMPAIGN_FILES, *PROJECT_FOLDERS]
         places += [_relative(root, str(value), file, where) for file, where, value in named]
         places += [_relative(root, os.path.relpath(project.backend(name).pylock, root), marker,
                              f"$.backends.{name}.lock")

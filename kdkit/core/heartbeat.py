@@ -32,8 +32,8 @@ def utc_now() -> str:
 class Heartbeat:
     """The writer: :meth:`beat` after each batch (throttled), :meth:`remove` before the folder closes."""
 
-    def __init__(self, folder: Path, run_id: str, total: int, rejection_limit: int | None,
-                 max_seconds: float | None, done: int = 0, rejected: int = 0) -> None:
+    def __init__(self, folder: Path, run_id: str, total: int | None, rejection_limit: int | None,
+                 max_seconds: float | None, done: int = 0, rejected: int = 0, kind: str | None = None) -> None:
         self.path = folder / HEARTBEAT
         self.first_done = done
         self.started_at = time.monotonic()
@@ -43,6 +43,8 @@ class Heartbeat:
             "done": done, "total": total, "accepted": done - rejected, "rejected": rejected,
             "rejection_limit": rejection_limit, "last_error": None, "started": utc_now(), "updated": utc_now(),
             "max_seconds": max_seconds, "rate": 0.0}
+        if kind is not None:  # a training run's (kdkit.probe.train): done counts its steps, no total, no rejections
+            self.record["kind"] = kind
 
     def rebase(self, done: int, rejected: int) -> None:
         """Where this session starts (a resumed run's finished items): the rate counts this session's only."""

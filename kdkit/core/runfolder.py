@@ -1,23 +1,16 @@
 """The run folder: its file names, the keys of its JSON files, its IDs and its one reader, read_run().
 
-Every new run folder, of every kind, is named and made by one rule (kdkit.probe.measure.sweep and
-.resume call it)::
+Every new run folder, of every kind, is made by ``new_run_folder(runs, kind, what, params_hash=None)``:
+``runs/<new_run_id(kind, params_hash)>`` made atomically (mkdir without exist_ok, in a loop); ``what`` names it
+in the error (kdkit.core.staging.require_writable's wording). A command that must refuse bad input with nothing
+written checks ``runs / new_run_id(kind)`` first and makes the folder last. IDs: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>``
+for a pilot run (its workers' folders add ``-w<I>of<N>``, their gathering ``-gathered``); ``sweep-``,
+``resume-test-`` and ``train-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule, ``claim(base, take)``: ``base``,
+then ``base-2``, ``base-3``... until ``take`` does not raise FileExistsError (a pilot's ``take`` is
+kdkit.core.runresults.RunFolder.make, which renames a whole staging folder into place).
 
-    new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = None) -> Path
-
-makes ``runs/<new_run_id(kind, params_hash)>`` atomically (mkdir without exist_ok, in a loop) and
-returns it; ``what`` names the folder in the error when it cannot be made (the wording of
-kdkit.core.staging.require_writable). A command that must refuse bad input with nothing written checks
-``runs / new_run_id(kind)`` (require_writable) first and makes the folder last.
-One ID format with a kind prefix: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>`` for a pilot run (its workers'
-folders add ``-w<I>of<N>``, their gathering ``-gathered``),
-``sweep-<UTC %Y%m%d-%H%M%S>``, ``resume-test-<UTC %Y%m%d-%H%M%S>``. One collision rule,
-``claim(base, take)``: ``base``, then ``base-2``, ``base-3``... until ``take`` does not raise
-FileExistsError (a pilot's ``take`` is kdkit.core.runresults.RunFolder.make, which renames a whole
-staging folder into place).
-
-The writers (kdkit.core.runresults.RunFolder, and the summaries of kdkit.probe.pilot) write the
-keys named here; read_run() reads exactly those keys, tolerating files that are missing or torn.
+The writers (kdkit.core.runresults.RunFolder, the summaries of kdkit.probe.pilot and kdkit.probe.train) write
+the keys named here; read_run() reads exactly those keys, tolerating files that are missing or torn.
 """
 
 from __future__ import annotations
@@ -50,10 +43,12 @@ T = TypeVar("T")
 # ---------------------------------------------------------------- file names
 
 PARAMS, ENV, RESULTS, STOP = "params.json", "env.json", "results.jsonl", "stop.json"
-SUMMARY, SUMMARY_MD = "summary.json", "summary.md"
-# What a closed run folder holds, by kind: a file missing together with its SHA256SUMS line is
-# still a missing file. stop.json is required too when the summary says the run stopped.
-REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD)}
+SUMMARY, SUMMARY_MD, RELOAD, RELOAD_CHECK = "summary.json", "summary.md", "reload.json", "reload-check.json"
+# A training run's own (kdkit.probe.train): metrics, checkpoint folders and their log, output (reload: above)
+METRICS, CHECKPOINTS, CHECKPOINT_LOG, OUTPUT_LOG = "metrics.jsonl", "checkpoints", "checkpoints.jsonl", "output.log"
+# What a closed run folder holds, by kind (stop.json too when its summary says it stopped)
+REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD),
+            "train": (PARAMS, METRICS, STOP, SUMMARY, SUMMARY_MD)}
 # The only files the harness puts in a pilot run folder: its own, and earlier sessions' reports kept
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
@@ -71,12 +66,12 @@ VECTOR_ROWS, OUTPUT_ITEMS = "vectors", "outputs"  # a gathering's summary.json: 
 TIMINGS, SECONDS = "timings", "seconds"  # summary.json: {"timings": {"seconds": wall time of the session}}
 PEAK, BYTES, DEVICE = "peak_memory", "bytes", "device"  # summary.json: {"peak_memory": {"bytes", "device"}}
 REASON = "reason"  # stop.json: why the run stopped
-PILOT, GATHERED = "pilot", "gathered"  # summary.json's kind
+PILOT, GATHERED, TRAIN = "pilot", "gathered", "train"  # summary.json's kind
 
 # ---------------------------------------------------------------- IDs and folder names
 
 ID_SHAPES = {PILOT: ("", "%Y%m%dT%H%M%SZ"), "sweep": ("sweep-", "%Y%m%d-%H%M%S"),
-             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S")}
+             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S"), "train": ("train-", "%Y%m%d-%H%M%S")}
 WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
 MAX_CLAIMS = 1000  # names tried before giving up: a thousand runs of one kind in one second is no real use
 
@@ -161,6 +156,8 @@ def folder_kind(folder: Path, summary: dict[str, Any]) -> str:
     """What the folder is by what it holds, never by what it says: a folder holding params.json is a pilot run
     (of a whole manifest or a worker's share), whatever its summary's ``kind``; only a folder without one may be
     a gathering (which proves nothing by itself: its workers' folders do, kdkit.probe.pilot.gather)."""
+    if summary.get(KIND) == TRAIN and os.path.lexists(folder / METRICS) and not os.path.lexists(folder / RESULTS):
+        return TRAIN  # a training run (kdkit.probe.train): a metrics series, no results
     return GATHERED if summary.get(KIND) == GATHERED and not os.path.lexists(folder / PARAMS) else PILOT
 
 
@@ -241,9 +238,7 @@ def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
     another file, anywhere, stand for the run's), or whose SHA-256 differs; each re-read from the disk."""
     problems = []
     for name, digest in sums.items():
-        path = folder / name
-        linked = next((part for part in (path, *path.parents) if part != folder and folder in part.parents
-                       and part.is_symlink()), None)
+        path, linked = folder / name, _linked_part(folder, name)
         if linked is not None:
             problems.append(f"{linked}: a symbolic link (listed in {SUMS}), not a file of the run")
             continue
@@ -255,6 +250,16 @@ def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
         if actual != digest:
             problems.append(f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
     return problems
+
+
+def _linked_part(folder: Path, name: str) -> Path | None:
+    """The first part of ``folder/name`` below the folder that is a symbolic link, else None."""
+    part = folder
+    for piece in Path(name).parts:
+        part = part / piece
+        if part.is_symlink():
+            return part
+    return None
 
 
 def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
@@ -279,18 +284,20 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
         return [str(exc)]
     except OSError as exc:  # a file of it that cannot be read: the reader stays tolerant, the run proves nothing
         return [f"{exc.filename or folder}: cannot be read ({exc.strerror or exc}); the run cannot be verified"]
-    if folder_kind(folder, summary) == PILOT:  # a gathering is named after its run; a pilot folder after itself
+    kind = folder_kind(folder, summary)
+    if kind in (PILOT, TRAIN):  # a gathering is named after its run; a pilot or training folder after itself
         problems += [f"{folder / name}: names run {data.get(RUN_ID)!r}, not its folder {folder.name!r} (a copy of "
                      "another run under a new name?)" for name, data in ((PARAMS, params), (SUMMARY, summary))
                      if (data or name == PARAMS) and data.get(RUN_ID) != folder.name]
-        if not params.get(PARAMS_HASH) or params.get(PARAMS_HASH) != params_hash(_object_in(params, "params")):
-            problems.append(f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
+    if kind == PILOT and (not params.get(PARAMS_HASH)
+                          or params.get(PARAMS_HASH) != params_hash(_object_in(params, "params"))):
+        problems.append(f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
     return problems or (results_problems(folder, summary) if summary.get(VERDICT) == "pass" else [])
 
 
 def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:
     """A passing pilot summary against its own results.jsonl: every ID once, the counts it states."""
-    if folder_kind(folder, summary) == GATHERED:
+    if folder_kind(folder, summary) in (GATHERED, TRAIN):
         return []
     scan, path = Scan(), folder / RESULTS
     try:

@@ -35,6 +35,7 @@ from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import atomic_write_text
 from kdkit.facts.platforms import cpu_mismatch
+from kdkit.image.buildlog import recorded
 from kdkit.image.context import PROJECT_FOLDERS, SHIM, probe_files, project_files, write_context
 from kdkit.image.labels import (
     ARCH_LIST,
@@ -374,9 +375,9 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     report(BuildEvent("note", f"torch architectures: {labels[ARCH_LIST] or '(none)'} ({labels[ARCH_SOURCE]})"))
     labels |= {k: v for k, v in plan.labels.items() if k in PROJECT_LABELS}  # labels only: no layer re-runs
     engine.tag(add_labels(engine, plan, transcript.image_id, labels), plan.tag)
-    facts = engine.require_image(plan.tag)
-    return BuildResult(plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps,
-                       facts.labels, plan.network)
+    facts = engine.require_image(plan.tag)  # recorded: kdkit.image.buildlog (the hours `kdkit close` counts)
+    return recorded(plan.project.root, plan.backend.name, BuildResult(
+        plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps, facts.labels, plan.network))
 
 
 

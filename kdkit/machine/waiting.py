@@ -186,9 +186,11 @@ def part_words(part: dict[str, Any]) -> list[str]:
     words = [f"{part.get('folder') or '(no folder yet)'}: {part['state']}"]
     if part.get("reason"):
         words.append(printable(str(part["reason"])))
+    if part.get("step") is not None:  # a training run's (kdkit train)
+        words.append(f"step {part['step']}" + (f", {part['rate']} steps/s" if part.get("rate") else ""))
     if part.get("done") is not None:
         words.append(f"{part['done']} of {part.get('total')} done")
-    if part.get("rate"):
+    if part.get("rate") and part.get("kind") != "train":
         words.append(f"{part['rate']} items/s" + (f", ETA {part['eta_seconds']:.0f} s" if part.get("eta_seconds")
                                                     is not None else ""))
     if part.get("rejected") is not None:

@@ -3,8 +3,8 @@
 
 The unit that survives a lost connection is the container: it carries ``dev.kdkit.run-id``,
 ``dev.kdkit.project`` and ``dev.kdkit.role`` (run or worker), so one left running is found by its run. What a
-run has done is read from its folder, never from the process that started it: the pilot's heartbeat while it
-is open (:mod:`kdkit.core.heartbeat`), its summary.json and stop.json once closed (results.jsonl is never read).
+run has done is read from its folder, never from the process that started it: the heartbeat of a pilot or a
+training while open (:mod:`kdkit.core.heartbeat`), summary.json and stop.json once closed (never results.jsonl).
 
 A detached container is not removed when it ends, so its exit code is kept; ``kdkit wait`` reads it and removes
 the container. The verdict is the run folder's when it has one (0 pass, 1 fail), else the container's exit code
@@ -27,7 +27,7 @@ from kdkit.docker_adapter import Labelled, labelled_containers
 
 # kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it stands on:
 # a third of status's 150 ms); tests/test_heartbeat.py checks that they agree.
-PARAMS, STOP, SUMMARY = "params.json", "stop.json", "summary.json"
+PARAMS, STOP, SUMMARY, KIND, TRAIN = "params.json", "stop.json", "summary.json", "kind", "train"
 WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
 RUN_ID_VAR = "KDKIT_RUN_ID"  # kdkit.probe.pilot.launchers.RUN_ID_VAR: the pilot names its folder with it
 LABEL_RUN, LABEL_PROJECT, LABEL_ROLE = "dev.kdkit.run-id", "dev.kdkit.project", "dev.kdkit.role"
@@ -155,14 +155,14 @@ class Place:
 
 def place(project_dir: Path | None) -> Place:
     """The project (PROJECT_DIR, or found upward from cwd) and its runs/ (the pilot config's ``runs``, links
-    resolved inside the project). Read, not validated: kdkit.json's schema and the pilot's model are `kdkit
-    run`'s and `kdkit validate`'s to check; a reader needs one path, and answers within its 150 ms."""
+    resolved inside the project; runs/ when there is no config/pilot.json and kdkit.json names none). Read, not
+    validated: a reader needs one path, and answers within its 150 ms."""
     from kdkit.core.projectfiles import MARKER, project_root, real_inside
 
     root = project_root(project_dir)
     config = _read_object(root / MARKER, "project file")
     pilot_path = root / str(config.get("pilot_config", "config/pilot.json"))
-    pilot = _read_object(pilot_path, "pilot config")
+    pilot = _read_object(pilot_path, "pilot config") if "pilot_config" in config or pilot_path.exists() else {}
     rel = str(pilot.get("runs", "runs"))
     runs = real_inside(root, root / rel)
     if runs is None:
@@ -213,6 +213,8 @@ def _seconds_between(start: Any, end: Any) -> float | None:
 
 
 def _closed(summary: dict[str, Any], stop: dict[str, Any], limit: Any) -> dict[str, Any]:
+    if summary.get(KIND) == TRAIN:  # a training run always writes stop.json: its verdict says how it ended
+        return _closed_training(summary, stop)
     stopped = stop or summary.get("stopped")
     state = "stopped" if stopped else "passed" if summary.get("verdict") == "pass" else "failed"
     accepted, rejected = summary.get("accepted"), summary.get("rejected")
@@ -226,6 +228,14 @@ def _closed(summary: dict[str, Any], stop: dict[str, Any], limit: Any) -> dict[s
             "rate": round(done / seconds, 3) if done and isinstance(seconds, (int, float)) and seconds > 0 else None}
 
 
+def _closed_training(summary: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
+    verdict = summary.get("verdict")
+    timings = summary.get("timings")
+    return {"state": {"pass": "passed", "fail": "failed"}.get(str(verdict), "stopped"), "verdict": verdict,
+            "kind": TRAIN, "reason": None if verdict == "pass" else stop.get("reason"), "step": summary.get("steps"),
+            "elapsed_seconds": timings.get("seconds") if isinstance(timings, dict) else None}
+
+
 def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> dict[str, Any]:
     """A run whose folder is open: its heartbeat's counts, and whether it still runs (container, process, age)."""
     age = age_seconds(beat, now)
@@ -234,6 +244,12 @@ def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> di
         running = not container.ended
     else:
         running = bool(alive) or (alive is None and age is not None and age < STALE_S)
+    if beat.get(KIND) == TRAIN:  # a training run's: its step and steps per second
+        return {"state": "running" if running else "lost", "verdict": None, "kind": TRAIN, "reason": None if running
+                else "no heartbeat for a while and its process is gone; `kdkit train --resume` goes on from its "
+                "newest checkpoint", "step": beat.get("done"), "rate": beat.get("rate"),
+                "elapsed_seconds": _seconds_between(beat.get("started"), now.isoformat()),
+                "heartbeat_age_seconds": round(age, 1) if age is not None else None}
     done, total, rate = beat.get("done"), beat.get("total"), beat.get("rate")
     eta = None
     if isinstance(done, (int, float)) and isinstance(total, (int, float)) and isinstance(rate, (int, float)):

@@ -17,6 +17,16 @@ config's ``runs``, held to the pilot's rule): a bad value is bad input, never a 
 
 Accepted outputs are counted once per configuration: repeating one corpus five times to time it
 is not five corpora, so passing runs that share a config hash count as one output.
+
+Observed hours are the machine's busy time, not a sum of seconds (kdkit.order.worklog, kdkit.order.closework):
+the union of the intervals in which recorded work ran (builds, verified pilot runs and each worker's share,
+trainings, sweeps, resume tests, each from its own records), so parallel workers count once and the idle gaps
+between work are listed. They are compared with the booked hours in total and per stage (the order's schedule
+when `kdkit plan --schedule` saved one, else per kind of work). The report also states the campaign's variants
+against its threshold and the conclusion (a negative result is a result), the decisions log, other expenses
+(``--expense``, kept apart from the rental and its cost per output) and the provider's order number and status
+as the order declares them; ``measured_durations`` holds the hours per kind and per stage that the next plan
+can start from. A bad ``--expense`` is bad input before anything is read or written.
 """
 
 from __future__ import annotations
@@ -26,13 +36,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from kdkit.config.campaign import Campaign
 from kdkit.config.schemas import schema_problems
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, require_replaceable, sha256_file
 from kdkit.core.pilotconfig import PilotConfig, load_pilot
 from kdkit.core.safetext import md_cell
+from kdkit.order import closework
 from kdkit.order.closeruns import outputs, read_runs, run_row
 from kdkit.order.plan import cost_per_accepted, load_order, runs_folder
+from kdkit.order.worklog import Interval, observed_hours
 
 REPORT_MD = "campaign-report.md"
 REPORT_JSON = "campaign-report.json"
@@ -56,11 +69,10 @@ def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return list(counted.values()), repeats
 
 
-def _hours(order: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]
-    timed = [r["seconds"] for r in runs if not r["problems"] and r["seconds"] is not None]  # a folder that does
+def _hours(order: dict[str, Any], runs: list[dict[str, Any]], intervals: list[Interval]) -> dict[str, Any]:
+    apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]  # a folder that does
     # not verify proves no hour: its summary's seconds are shown apart (not_counted), never added
-    observed = round(Decimal(str(sum(timed))) / 3600, 2) if timed else None
+    observed = round(Decimal(str(observed_hours(intervals))), 2) if intervals else None  # the union, not a sum
     booked = order["schedule"]["booked_hours"]
     difference = None if observed is None or booked is None else float(observed - Decimal(str(booked)))
     return {"window": order["schedule"]["window_hours"], "booked": booked,
@@ -116,8 +128,10 @@ def _planned_deviation(order: dict[str, Any], accepted: int) -> list[str]:
 
 
 def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: str | None = None,
-                    accepted: int | None = None) -> dict[str, Any]:
-    """The comparison of the order with what the runs show (``accepted`` overrides the count)."""
+                    accepted: int | None = None, expenses: list[dict[str, str]] | None = None,
+                    campaign: Campaign | None = None) -> dict[str, Any]:
+    """The comparison of the order with what the runs show (``accepted`` overrides the count; ``expenses``
+    are closework.parse_expense's, after the ones ``campaign`` declares)."""
     order = load_order(order_path)
     run_list = [run_row(run) for run in read_runs(runs)]
     candidates, gathered, proofs = outputs(run_list, runs, cfg)
@@ -125,17 +139,23 @@ def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: 
     count = len(counted) if accepted is None else accepted
     if count < 0:
         raise BadInput(f"--accepted {count}: the number of accepted outputs cannot be negative")
-    hours = _hours(order, run_list)
+    intervals, unread = closework.counted_intervals(cfg.root, runs, run_list)
+    hours, work = _hours(order, run_list, intervals), closework.work_section(intervals, unread)
+    stages, trainings = closework.stage_rows(order, intervals), closework.training_rows(intervals)
     cost = cost_per_accepted(Decimal(order["total_usd"]), count)
-    deviations = (_hour_deviations(hours) + _run_deviations(run_list) + proofs + repeats
-                  + _planned_deviation(order, count) + ([cost["reason"]] if cost and cost["reason"] else []))
+    deviations = (_hour_deviations(hours) + closework.stage_deviations(stages) + unread + _run_deviations(run_list)
+                  + closework.training_deviations(trainings) + proofs + repeats + _planned_deviation(order, count)
+                  + ([cost["reason"]] if cost and cost["reason"] else []))
     return {
         "kdkit_report": 1, "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "project": project, "order_file": str(order_path), "order_sha256": sha256_file(order_path),
-        "order": order, "runs_folder": str(runs), "hours": hours, "runs": run_list, "gathered_runs": gathered,
+        "order": order, "order_status": closework.order_status(order), "runs_folder": str(runs), "hours": hours,
+        "work": work, "stages": stages, "measured_durations": closework.measured_durations(work, stages),
+        "runs": run_list, "gathered_runs": gathered, "trainings": trainings,
         "accepted_outputs": {"count": count, "source": "runs" if accepted is None else "--accepted",
                              "counted_runs": counted},
-        "cost": cost, "deviations": deviations,
+        "cost": cost, "expenses": closework.expenses_section(closework.declared_expenses(campaign) + (expenses or [])),
+        "campaign": closework.campaign_section(cfg.root, campaign, intervals), "deviations": deviations,
     }
 
 
@@ -144,7 +164,7 @@ def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: 
 
 def render_markdown(report: dict[str, Any]) -> str:
     """The report for a person: order, hours, runs, outputs and cost, deviations."""
-    order, hours, cost = report["order"], report["hours"], report["cost"]
+    order, hours, cost, status = report["order"], report["hours"], report["cost"], report.get("order_status") or {}
     per_output = cost["per_output_usd"] if cost["per_output_usd"] is not None else "undefined"
     lines = [
         f"# Campaign report{' — ' + md_cell(report['project'], None) if report['project'] else ''}", "",
@@ -152,9 +172,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{order['days']} days, {order['total_usd']} USD ({order['price_per_lot_usd']} USD per lot, "
         f"{order['price_source']}). Saved {order['created']}; the plan is quoted, never rewritten "
         f"(sha256 {report['order_sha256'][:12]}).", "",
+        f"Provider's order number: {md_cell(status.get('order_number'))}; status: {md_cell(status.get('status'))} "
+        "(as declared).", "",
         "## Hours", "", "| window | booked | observed | observed − booked |", "|---|---|---|---|",
         f"| {hours['window']} h | {md_cell(hours['booked'])} h | {md_cell(hours['observed'])} h | "
-        f"{md_cell(hours['observed_minus_booked'])} h |", "",
+        f"{md_cell(hours['observed_minus_booked'])} h |", "", *closework.work_markdown(report),
         "## Runs", "", "| run | config hash | verdict | stop reason | accepted | rejected | seconds |",
         "|---|---|---|---|---|---|---|",
         *(f"| {md_cell(r['run_id'])} | {md_cell(r['config_hash'])} | {r['verdict']} | {md_cell(r['stop_reason'])} | "
@@ -195,12 +217,16 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def close_campaign(project_dir: Path | None, order_path: Path, *, out: Path | None = None,
-                   accepted: int | None = None) -> tuple[dict[str, Any], Path, Path]:
+                   accepted: int | None = None, expenses: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path, Path]:
     """``kdkit close``: build the report from the project's runs and the order, and write it."""
+    from kdkit.config.campaign import load_campaign
     from kdkit.config.project import load_project
 
+    spent = [closework.parse_expense(text) for text in expenses]  # bad input before anything is read
     project = load_project(project_dir)
     runs = runs_folder(project)  # bad input naming $.runs before anything else is read
-    report = campaign_report(order_path, runs, load_pilot(project.root), project=project.name, accepted=accepted)
+    campaign = load_campaign(project.root)  # a bad campaign.json too
+    report = campaign_report(order_path, runs, load_pilot(project.root), project=project.name, accepted=accepted,
+                             expenses=spent, campaign=campaign)
     md, js = write_report(report, out or project.root / "reports", order_path)
     return report, md, js

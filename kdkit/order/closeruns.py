@@ -15,12 +15,13 @@ A folder counts by what it holds and proves, never by what it says of itself (kd
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import PilotConfig, params_hash
-from kdkit.core.runfolder import WORKER_FOLDER, Run, base_id, read_run, run_folders
+from kdkit.core.runfolder import PARAMS, WORKER_FOLDER, Run, base_id, read_run, run_folders
 from kdkit.probe.pilot.collect import collect
 from kdkit.probe.pilot.gather import judge
 
@@ -40,9 +41,19 @@ def read_runs(runs: Path) -> list[Run]:
     """Every pilot run under ``runs``, in id order (ids start with the UTC time, so this is time order).
 
     A pilot run writes params.json before its first item; folders without one (a sweep's or a resume test's
-    measurements, a gathering) are not runs of the campaign's protocol.
+    measurements, a gathering) are not runs of the campaign's protocol, nor is a training (params.json's
+    ``"kind": "train"``: kdkit.order.closework lists those, and counts their hours).
     """
-    return [run for run in map(read_run, run_folders(runs)) if run.has_params]
+    return [run for run in map(read_run, (f for f in run_folders(runs) if not is_training(f))) if run.has_params]
+
+
+def is_training(folder: Path) -> bool:
+    """A `kdkit train` run folder (its params.json says so; a pilot's params.json holds no ``kind``)."""
+    try:
+        params = json.loads((folder / PARAMS).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(params, dict) and params.get("kind") == "train"
 
 
 def against_project(row: dict[str, Any], cfg: PilotConfig, current: dict[str, Any]) -> tuple[bool, str | None]:

@@ -8,6 +8,7 @@ lot price x lots, never x cards.
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,13 @@ from kdkit import __version__
 from kdkit.config.project import Project
 from kdkit.config.schemas import load_valid
 from kdkit.core.errors import BadInput
-from kdkit.core.jsonio import atomic_write_json
+from kdkit.core.jsonio import atomic_write_json, require_replaceable
+from kdkit.core.projectfiles import CONTROL_CHARACTER, shown
+from kdkit.core.safetext import printable
 from kdkit.facts.catalog import DURATIONS, MAX_LOT_PRICE, Catalog, Offer, load_catalog
+from kdkit.order import schedule as stagelib
+from kdkit.order.reportread import MAX_HOURS, read_report
+from kdkit.order.schedule import as_number
 
 MAX_LOTS = 10
 PREPARATIONS = ("ubuntu", "pytorch", "blender", "custom")
@@ -26,17 +32,14 @@ CENT = Decimal("0.01")
 # can be computed in 28 digits): a lot costs at least a cent and at most ten million USD; a plan
 # books at most a year of machine time (the longest window is 30 days).
 MAX_PRICE = MAX_LOT_PRICE  # the catalog's bound (kdkit.facts.catalog) is --price's
-MAX_HOURS = 365 * 24
+ORDER_STATUSES = ("paid", "confirmed", "received")  # declared by the user, in this order: paid, the provider
+# confirmed, the machine was received
+MAX_ORDER_NUMBER = 100
 
 
 def usd(value: Decimal) -> str:
     """Money as the string an order stores: two decimals, rounded half up."""
     return str(value.quantize(CENT, rounding=ROUND_HALF_UP))
-
-
-def _number(value: Decimal) -> int | float:
-    """Hours for JSON: 78 stays 78, 1.5 stays 1.5."""
-    return int(value) if value == value.to_integral_value() else float(value)
 
 
 # ---------------------------------------------------------------- plan: inputs
@@ -66,7 +69,7 @@ def _check_counts(hours: Decimal | None, accepted: int | None) -> None:
     if hours is not None and not hours.is_finite():
         raise BadInput(f"--hours {hours}: not a finite number; give the machine-busy hours, e.g. 48")
     if hours is not None and hours < 0:
-        raise BadInput(f"--hours {_number(hours)}: booked hours cannot be negative")
+        raise BadInput(f"--hours {as_number(hours)}: booked hours cannot be negative")
     if hours is not None and hours > MAX_HOURS:
         raise BadInput(f"--hours {float(hours):g}: more than a year ({MAX_HOURS} h) of machine time; give the "
                        "machine-busy hours of this plan (3, 7 or 30 days: 72, 168 or 720 h)")
@@ -99,11 +102,11 @@ def _longer_plan(offer: Offer, days: int, lots: int, total: Decimal) -> dict[str
 
 
 def _over_suggestions(over: Decimal, window: int, longer: dict[str, Any] | None) -> list[str]:
-    reduce = (f"or reduce the protocol by {_number(over)} h to fit {window} h: keep the essential work, "
+    reduce = (f"or reduce the protocol by {as_number(over)} h to fit {window} h: keep the essential work, "
               "move useful and exploratory runs out")
     if longer is None:
         return ["no longer plan exists: reduce the protocol by "
-                f"{_number(over)} h, or split independent inputs across lots as workers"]
+                f"{as_number(over)} h, or split independent inputs across lots as workers"]
     if longer["difference_usd"] is None:
         first = f"take the {longer['days']}-day plan (its price is unknown: ask the provider)"
     else:
@@ -121,13 +124,83 @@ def schedule(offer: Offer, days: int, lots: int, total: Decimal, hours: Decimal 
         base["suggestions"] = ["pass --hours H: the machine-busy hours of installation, checks, compute "
                                "and export, end to end"]
         return base
-    base["booked_hours"] = _number(hours)
+    base["booked_hours"] = as_number(hours)
     if hours <= window:
-        return {**base, "left_hours": _number(window - hours), "fits": True}
+        return {**base, "left_hours": as_number(window - hours), "fits": True}
     over = hours - window
     longer = _longer_plan(offer, days, lots, total)
-    return {**base, "over_hours": _number(over), "fits": False, "longer_plan": longer,
+    return {**base, "over_hours": as_number(over), "fits": False, "longer_plan": longer,
             "suggestions": _over_suggestions(over, window, longer)}
+
+
+# ---------------------------------------------------------------- plan: a schedule of stages
+
+
+@dataclasses.dataclass(frozen=True)
+class Stages:
+    """A schedule file read at the edge (kdkit.order.schedule.load_schedule), measured hours already applied."""
+
+    file: Path
+    stages: tuple[stagelib.Stage, ...]
+
+
+def stage_schedule(offer: Offer, days: int, lots: int, per_lot: Decimal, stages: Stages) -> dict[str, Any]:
+    """The stages placed (kdkit.order.schedule): the end of the last one is the booked time, against the window;
+    when it does not fit, the longer plan, the stages to cut and the lots that would let them spread."""
+    stagelib.check_gpus(stages.file, stages.stages, lots * offer.cards_per_lot)
+    slots = stagelib.timeline(stages.stages)
+    end = stagelib.last_end(slots)
+    if end > MAX_HOURS:
+        raise BadInput(f"{stages.file}: $.stages: the last stage ends after {float(end):g} h, more than a year "
+                       f"({MAX_HOURS} h); check the hours")
+    out = schedule(offer, days, lots, per_lot * lots, end)
+    window = Decimal(days * 24)
+    section: dict[str, Any] = {
+        "file": str(stages.file), "rule": stagelib.RULE, "last_end_hours": as_number(end),
+        "critical_chain": stagelib.critical_chain(slots), "gpus": stagelib.gpu_busy(slots),
+        "human_hours": as_number(sum((s.human_hours for s in stages.stages), Decimal(0))),
+        "stages": stagelib.stage_rows(slots), "cut": None, "more_lots": None}
+    if end > window:
+        section["cut"] = stagelib.cut_plan(stages.stages, window)
+        more = stagelib.spread_plan(stages.stages, window, lots, offer.cards_per_lot, MAX_LOTS)
+        section["more_lots"] = None if more is None else {**more, **_lots_price(more["lots"], lots, per_lot)}
+        out["suggestions"] += _stage_suggestions(section["cut"], section["more_lots"], window, lots)
+    return {**out, "stages": section}
+
+
+def _lots_price(count: int | None, lots: int, per_lot: Decimal) -> dict[str, str | None]:
+    if count is None:
+        return {"total_usd": None, "difference_usd": None}
+    return {"total_usd": usd(per_lot * count), "difference_usd": usd(per_lot * (count - lots))}
+
+
+def _stage_suggestions(cut: dict[str, Any] | None, more: dict[str, Any] | None, window: Decimal,
+                       lots: int) -> list[str]:
+    out = []
+    if cut is not None:
+        names = ", ".join(f"{c['name']} ({c['category']}, {c['machine_hours']} h)" for c in cut["stages"])
+        verdict = (f"within the {as_number(window)} h window" if cut["fits"]
+                   else f"still {as_number(Decimal(str(cut['last_end_hours'])) - window)} h over the window")
+        out.append(f"or cut, exploratory first, then useful: {printable(names)}: the last stage then ends at "
+                   f"{cut['last_end_hours']} h, {verdict}")
+    if more is not None and more["lots"] is None:
+        out.append(f"more lots do not help: the chain of waits alone ends at {more['last_end_hours']} h")
+    elif more is not None:
+        how = (f"spread the stages over the {more['gpus']} GPU(s) already ordered" if more["lots"] == lots else
+               f"or order {more['lots']} lots ({more['gpus']} GPUs, {more['total_usd']} USD in total, "
+               f"{more['difference_usd']} USD more) and spread the stages over them")
+        out.append(f"{how}: the last stage ends at {more['last_end_hours']} h — only if your environment runs "
+                   "independent stages apart; more lots never shorten one stage nor pool memory")
+    return out
+
+
+def read_stages(path: Path, measured: dict[str, Decimal] | None = None) -> Stages:
+    """``--schedule FILE``, each stage's machine hours replaced by the measured ones of the same name."""
+    stages = stagelib.load_schedule(path)
+    if measured:
+        stages = tuple(dataclasses.replace(s, machine_hours=measured[s.name]) if s.name in measured else s
+                       for s in stages)
+    return Stages(path, stages)
 
 
 def cost_per_accepted(total: Decimal, accepted: int | None) -> dict[str, Any] | None:
@@ -144,21 +217,30 @@ def cost_per_accepted(total: Decimal, accepted: int | None) -> dict[str, Any] | 
 
 def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decimal | None = None,
               hours: Decimal | None = None, accepted: int | None = None, preparation: str = "ubuntu",
-              project: str | None = None) -> dict[str, Any]:
-    """The order summary, its schedule and its cost per accepted output (the order file's content)."""
+              project: str | None = None, stages: Stages | None = None, from_report: dict[str, Any] | None = None,
+              order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
+    """The order summary, its schedule (from ``hours``, or from ``stages`` placed by kdkit.order.schedule) and
+    its cost per accepted output (the order file's content)."""
     _check_days_lots(days, lots)
     _check_counts(hours, accepted)
     if preparation not in PREPARATIONS:
         raise BadInput(f"--preparation {preparation}: choose one of {', '.join(PREPARATIONS)}")
+    if stages is not None and hours is not None:
+        raise BadInput(f"--hours {as_number(hours)} and --schedule {stages.file}: the schedule gives the hours; "
+                       "pass one of them")
     offer = catalog.find(gpu)
     per_lot, source = lot_price(offer, days, price)
     total = per_lot * lots
+    sched = (schedule(offer, days, lots, total, hours) if stages is None
+             else stage_schedule(offer, days, lots, per_lot, stages))
+    if from_report is not None:
+        sched["from_report"] = from_report
     return {
         "kdkit_order": 1, "created": _utc_now(), "kdkit_version": __version__, "project": project,
         "offer": offer.summary(), "days": days, "lots": lots, "cards": lots * offer.cards_per_lot,
         "preparation": preparation, "price_per_lot_usd": usd(per_lot), "price_source": source,
-        "total_usd": usd(total), "schedule": schedule(offer, days, lots, total, hours),
-        "cost_per_accepted": cost_per_accepted(total, accepted),
+        "total_usd": usd(total), "schedule": sched, "cost_per_accepted": cost_per_accepted(total, accepted),
+        "order_number": order_number, "order_status": order_status,
     }
 
 
@@ -194,6 +276,64 @@ def runs_folder(project: Project) -> Path:
     return runs
 
 
+# ---------------------------------------------------------------- plan: from a closed campaign's report
+
+
+def from_report(path: Path, schedule_file: Path | None) -> tuple[Decimal | None, Stages | None, dict[str, Any]]:
+    """The next plan's start: with ``--schedule``, its stages' machine hours replaced by the measured ones of the
+    same name; without, the observed hours in all as the booked hours."""
+    total, measured, record = read_report(path)
+    if schedule_file is None:
+        if total is None:
+            raise BadInput(f"{path}: $.measured_durations.observed_hours: the report holds no observed hours (nor "
+                           "$.hours.observed); plan with --hours or --schedule")
+        return total, None, record
+    stages = read_stages(schedule_file, measured)
+    planned = {s.name: s.machine_hours for s in stagelib.load_schedule(schedule_file)}
+    record["replaced"] = [{"stage": n, "planned": as_number(planned[n]), "measured": as_number(h)}
+                          for n, h in measured.items() if n in planned]
+    record["unmatched"] = sorted(n for n in measured if n not in planned)
+    return None, stages, record
+
+
+# ---------------------------------------------------------------- the provider's order number and status
+
+
+def parse_orderas_number(text: str | None) -> str | None:
+    """``--order-number``: the provider's order number as one line of printable text, 1 to 100 characters."""
+    if text is None:
+        return None
+    value = text.strip()
+    if not value or len(value) > MAX_ORDER_NUMBER or CONTROL_CHARACTER.search(value):
+        raise BadInput(f"--order-number {shown(text)}: expected the provider's order number, 1 to "
+                       f"{MAX_ORDER_NUMBER} characters on one line without control characters")
+    return value
+
+
+def _check_status(status: str | None) -> None:
+    if status is not None and status not in ORDER_STATUSES:
+        raise BadInput(f"--order-status {shown(status)}: choose one of {', '.join(ORDER_STATUSES)}")
+
+
+def update_order(path: Path, number: str | None, status: str | None) -> dict[str, Any]:
+    """``kdkit plan --order FILE``: record the provider's order number and the order's status in a saved order,
+    each change appended to ``order_updates`` with its time; the plan's figures are never rewritten."""
+    number = parse_orderas_number(number)
+    _check_status(status)
+    if number is None and status is None:
+        raise BadInput(f"--order {path}: nothing to record; pass --order-number TEXT and/or --order-status "
+                       f"{'|'.join(ORDER_STATUSES)}")
+    order = load_order(path)
+    require_replaceable(path)
+    changed = {k: v for k, v in (("order_number", number), ("order_status", status))
+               if v is not None and order.get(k) != v}
+    if changed:
+        order.update(changed)
+        order.setdefault("order_updates", []).append({"at": _utc_now(), **changed})
+        atomic_write_json(path, order)
+    return order
+
+
 # ---------------------------------------------------------------- entry points for the commands
 
 
@@ -210,17 +350,34 @@ def optional_project(project_dir: Path | None) -> Project | None:
     return load_project(project_dir)
 
 
-def plan_order(project_dir: Path | None, gpu: str, days: int, lots: int, *, price: str | None = None,
-               hours: float | None = None, accepted: int | None = None, preparation: str = "ubuntu",
-               catalog_file: Path | None = None, save: Path | None = None,
-               force: bool = False) -> dict[str, Any]:
-    """``kdkit plan``: the plan for ``gpu`` (with the project's catalog.json when inside a project),
-    saved atomically to ``save`` when given."""
+def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots: int | None, *,
+               price: str | None = None, hours: float | None = None, accepted: int | None = None,
+               preparation: str = "ubuntu", catalog_file: Path | None = None, save: Path | None = None,
+               force: bool = False, schedule_file: Path | None = None, report_file: Path | None = None,
+               order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
+    """``kdkit plan``: the plan for ``gpu`` (with the project's catalog.json when inside a project), from
+    ``hours``, a schedule of stages, or a closed campaign's report, saved atomically to ``save`` when given."""
+    if gpu is None or days is None or lots is None:
+        raise BadInput("kdkit plan: --gpu, --days and --lots make a plan (or --order FILE with --order-number "
+                       "/ --order-status records those in a saved order)")
+    if (order_number is not None or order_status is not None) and save is None:
+        raise BadInput("--order-number/--order-status are recorded in the order: pass --save FILE (or update a "
+                       "saved order with --order FILE)")
+    number = parse_orderas_number(order_number)
+    _check_status(order_status)
+    booked = None if hours is None else Decimal(str(hours))
+    stages = None if schedule_file is None else read_stages(schedule_file)
+    record: dict[str, Any] | None = None
+    if report_file is not None:
+        if hours is not None:
+            raise BadInput(f"--hours {hours:g} and --from-report {report_file}: the report gives the hours; "
+                           "pass one of them")
+        booked, stages, record = from_report(report_file, schedule_file)
     project = optional_project(project_dir)
     catalog = load_catalog(None if project is None else project.root, catalog_file)
-    order = make_plan(catalog, gpu, days, lots, price=None if price is None else parse_price(price),
-                      hours=None if hours is None else Decimal(str(hours)), accepted=accepted,
-                      preparation=preparation, project=None if project is None else project.name)
+    order = make_plan(catalog, gpu, days, lots, price=None if price is None else parse_price(price), hours=booked,
+                      accepted=accepted, preparation=preparation, project=None if project is None else project.name,
+                      stages=stages, from_report=record, order_number=number, order_status=order_status)
     if save is not None:
         save_order(order, save, force=force)
     return order

@@ -1,5 +1,7 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
-schema cannot express (paths that only exist on one machine, secrets, unsafe IDs).
+schema cannot express (paths that only exist on one machine, secrets, unsafe IDs). campaign.json and
+config/train.json, when the project has them, are checked by their own models (kdkit.config.campaign,
+kdkit.core.trainconfig), the ones `kdkit campaign` and `kdkit train` refuse to start on.
 
 Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and in
 the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
@@ -319,6 +321,31 @@ def _backend_problems(root: Path, project: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def campaign_train_problems(root: Path) -> list[Problem]:
+    """campaign.json (kdkit.config.campaign: its schema, then its rules) and config/train.json (the train model,
+    kdkit.core.trainconfig), each when the project has one."""
+    from kdkit.config.campaign import CAMPAIGN, read_problems
+
+    problems: list[Problem] = []
+    rel, train = Path(CAMPAIGN), Path("config/train.json")
+    if (root / rel).exists() or (root / rel).is_symlink():
+        data, problems = read_problems(root, rel)
+        if data is not None:
+            problems += machine_path_problems(data, rel) + secret_problems(data, rel)
+    if (root / train).exists():
+        from kdkit.core.trainconfig import load_train_config
+
+        try:
+            load_train_config(root / train)
+        except BadInput as exc:
+            said = str(exc).removeprefix(f"{root / train}").removeprefix(f"{train}")
+            placed = re.match(r":(\d+):(\d+): (.*)", said)  # the strict reader's line and column
+            where, _sep, message = said.removeprefix(": ").partition(": ")
+            problems.append(Problem(train, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
+                            Problem(train, where, message) if where.startswith("$") else Problem(train, "$", str(exc)))
+    return problems
+
+
 def validate_project(root: Path) -> list[Problem]:
     """Every problem of the project at ``root``; an empty list means valid.
 
@@ -341,6 +368,7 @@ def validate_project(root: Path) -> list[Problem]:
         problems += acceptance_problems(project)
         problems += [Problem(Path("kdkit.json"), where, what) for where, what in mount_problems(root, project)]
 
+    problems += campaign_train_problems(root)
     pilot_rel = _named_file(root, project, "pilot_config")
     if pilot_rel is None:
         return problems

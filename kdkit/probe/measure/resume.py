@@ -2,7 +2,8 @@
 
 Runs the project's train module (its contract: ``python -m MODULE --steps N --checkpoint PATH
 [--resume PATH] [--metrics PATH] [--device D]`` from the project root, see the template's
-``src/train.py``) four times, each a fresh interpreter:
+``src/train.py``) four times, each a fresh interpreter. PATH is the checkpoint the loop writes: a folder
+in the Hugging Face Trainer layout (the template's) or a single file (an older loop's); states.py reads both:
 
   full     N steps uninterrupted                     -> the reference losses and final state
   save     K steps, then the checkpoint              -> what a crash at step K leaves behind
@@ -60,6 +61,7 @@ from kdkit.probe.measure.states import (
     first_divergence,
     load_state,
     missing_parts,
+    state_bytes,
 )
 
 if TYPE_CHECKING:
@@ -133,9 +135,9 @@ def _gpus_seen_by(python: str) -> int:
 
 def _phase_args(plan: Plan, phase: str) -> tuple[list[str], Path]:
     folder = plan.out / phase
-    checkpoint = plan.out / "save" / "checkpoint.pt"
+    checkpoint = plan.out / "save" / "checkpoint"  # a folder (the template's) or a file (an older loop's)
     steps = {"full": plan.steps, "save": plan.save_at, "restore": plan.save_at, "resume": plan.steps}[phase]
-    target = checkpoint if phase == "save" else folder / "state.pt"
+    target = checkpoint if phase == "save" else folder / "state"
     args = [*launcher(plan.python, plan.nproc, plan.module, folder / "workers"), "--steps", str(steps),
             "--checkpoint", str(target), "--metrics", str(folder / "metrics.json"), "--device", plan.device]
     if phase in ("restore", "resume"):
@@ -164,8 +166,8 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
         raise CheckFailed(f"{plan.module} ({phase} phase, exit {done.returncode}): {cause} "
                           f"(full output: {log})")
     metrics_path = plan.out / phase / "metrics.json"
-    if not state.is_file() or not metrics_path.is_file():
-        missing = state if not state.is_file() else metrics_path
+    if not state.exists() or not metrics_path.is_file():
+        missing = state if not state.exists() else metrics_path
         raise CheckFailed(f"{missing}: the {phase} phase wrote no such file; the train module must honour "
                           "--checkpoint and --metrics")
     metrics: dict[str, Any] = json.loads(metrics_path.read_text(encoding="utf-8"))
@@ -238,7 +240,7 @@ def compare(plan: Plan, states: dict[str, Path], metrics: dict[str, dict[str, An
         "module": plan.module, "steps": plan.steps, "save_at": plan.save_at,
         "device": metrics["full"].get("device"), "nproc_per_node": plan.nproc,
         "tolerance": f"rtol {GPU_RTOL:g}, atol {GPU_ATOL:g}" if gpu else None,
-        "checkpoint": str(states["save"]), "checkpoint_bytes": states["save"].stat().st_size,
+        "checkpoint": str(states["save"]), "checkpoint_bytes": state_bytes(states["save"]),
         "save_seconds": metrics["save"].get("save_seconds"),
         "restore_seconds": metrics["resume"].get("restore_seconds"),
         "step_seconds": metrics["full"].get("step_seconds"),
@@ -270,7 +272,9 @@ Runs the loop (its contract: `python -m src.train --steps N --checkpoint PATH
   resume   resume from it to N: losses and final state must equal the full run
 On a CPU they must be identical; on a GPU within a stated tolerance. The report gives
 the checkpoint size, save and restore time, and names what the checkpoint lacks
-(e.g. scheduler, rng.torch) or what the loop does not put back. Written to
+(e.g. scheduler, rng.torch) or what the loop does not put back. The checkpoint is a
+folder in the Hugging Face Trainer layout (model.pt, optimizer.pt, scheduler.pt,
+scaler.pt, rng_state.pth, trainer_state.json) or a single file of those parts. Written to
 runs/resume-test-<time>/report.json (or --out). Exit 1 when the resume is not exact.
 
 With --nproc-per-node N each phase is `python -m torch.distributed.run --standalone

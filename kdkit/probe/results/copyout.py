@@ -2,8 +2,10 @@
 
 DEST is a local folder, ``[user@]host:path`` over SSH or an rclone remote ``remote:path``
 (kdkit.probe.results.destinations says how they are told apart; kdkit.probe.results.remote copies and verifies
-there). A folder without SHA256SUMS (a checkpoint folder) is hashed first, copied, verified against those
-hashes, and its SHA256SUMS is written into the copy, never into the source.
+there). A folder without SHA256SUMS (a plain checkpoint folder, e.g. a Hugging Face Trainer's) is hashed first,
+copied, verified against those hashes, and its SHA256SUMS is written into the copy, never into the source. A
+checkpoint folder with its own SHA256SUMS (kdkit train's, kdkit.core.checkpoints) is checked against it at the
+source, copied with it, and verified against it where it lands.
 
 Verification re-reads the copy, not the original, against the run's SHA256SUMS
 (after asking the kernel to drop the copy from its page cache where it can), so
@@ -60,6 +62,8 @@ def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
     folder without SHA256SUMS, every file hashed now and the SHA256SUMS text the copy receives."""
     if (folder / SUMS).exists() or (folder / SUMS).is_symlink():
         sums = read_sums(folder)
+        if not is_run_copy(sums, folder):
+            return sums, _checkpoint_sums(folder, sums)
         problems = [f"{folder / name}: missing, and not listed in {SUMS} either" for name in required_files(folder)
                     if name not in sums] + unlisted(folder, sums)  # never hashed here: hashed where it lands
         if problems:
@@ -71,6 +75,26 @@ def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
     if not digests:
         raise BadInput(f"{folder}: holds no file; nothing to copy")
     return digests, "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
+
+
+def _checkpoint_sums(folder: Path, sums: dict[str, str]) -> str:
+    """A checkpoint folder's own SHA256SUMS, checked at the source (every listed file there and unchanged, none
+    unlisted); its text is what the copy is verified against and receives."""
+    _refuse_uncopyable(folder)
+    problems = [f"{folder / name}: missing, listed in {SUMS}" for name in sums if not (folder / name).is_file()]
+    problems = problems or mismatched_only(folder, sums) + unlisted(folder, sums)
+    if problems:
+        raise CheckFailed(f"{problems[0]}; the checkpoint folder is incomplete or changed since it was written: "
+                          "copy a complete one")
+    return (folder / SUMS).read_text(encoding="utf-8")
+
+
+def sums_origin(folder: Path) -> str | None:
+    """How a folder about to be copied is verified: "computed" (a folder without SHA256SUMS: hashed at the
+    source), "own" (a checkpoint folder's own SHA256SUMS), None (a run folder's)."""
+    if not (folder / SUMS).is_file():
+        return "computed"
+    return None if is_run_copy(read_sums(folder), folder) else "own"
 
 
 def _refuse_uncopyable(folder: Path) -> None:
@@ -205,9 +229,15 @@ def main(argv: list[str]) -> int:
         result = {"verified": where, "files": count}
         message = f"{args.run_dir}: {count} files match {SUMS}, hashed where the copy lies"
     else:
-        copy = copy_run(Path(args.run_dir), parse_place(args.dest, args.rclone_config))
+        source, place = Path(args.run_dir), parse_place(args.dest, args.rclone_config)
+        origin = sums_origin(source) if source.is_dir() else None
+        copy = copy_run(source, place)
         copied = len(read_sums(copy)) if isinstance(copy, Path) else None
         result = {"copy": str(copy), "files": copied, "verified": True}
         message = f"Copied to {copy}; every file, hashed where the copy lies, matches {SUMS}"
+        if origin is not None:
+            result["sums"] = origin
+            message += (f" (computed at the source: the folder had no {SUMS}; written into the copy only)"
+                        if origin == "computed" else " (the checkpoint folder's own, checked at the source first)")
     print_result(args.json, result, message)
     return 0

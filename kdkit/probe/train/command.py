@@ -1,0 +1,218 @@
+"""Run the project's training loop as a run: supervised, stopped by declared rules, resumable, its reload verified.
+
+    kdkit train [--run-id ID] [--variant NAME] [--config config/train.json] [--copy-to DEST] [--json] [-- ARGS]
+    kdkit train --resume RUN_ID [--copy-to DEST] [--json]
+    kdkit train --verify-reload RUN_ID [--json]
+
+Exit code: 0 the loop ended with code 0 and no stop rule fired; 1 it failed or a stop rule stopped it;
+2 bad input (config/train.json, an ID); 128+N a signal N stopped kdkit (the loop was stopped first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kdkit.core import checkpoints, trainapi
+from kdkit.core.errors import BadInput
+from kdkit.core.heartbeat import utc_now
+from kdkit.core.jsonio import load_json
+from kdkit.core.parsers import add_json, command_parser
+from kdkit.core.projectfiles import require_root
+from kdkit.core.report import print_result
+from kdkit.core.runfolder import PARAMS, SUMMARY, check_new_run_id, check_run_id
+from kdkit.core.trainconfig import TRAIN_CONFIG, load_train_config
+from kdkit.probe.train import runfiles
+from kdkit.probe.train.closing import close, verdict
+from kdkit.probe.train.params import open_new, runs_dir
+from kdkit.probe.train.reload import reload_argv, verify_reload
+from kdkit.probe.train.saving import save_policy, transfer
+from kdkit.probe.train.supervise import Outcome, Supervisor, python_argv
+
+WAIT_FOR_DYING_S = 10.0  # a killed session's loop gets SIGKILL from the kernel (PR_SET_PDEATHSIG): moments
+
+EPILOG = """\
+Everything after `--` is handed to the loop (ARGS).
+The loop (kdkit.json "train", default src.train; or config/train.json "module") runs as
+`python -m MODULE ARGS` in its own process group, cwd the project root, with kdkit.core.trainapi importable:
+trainapi.report(step, loss=..., ...) appends to metrics.jsonl (fsynced per line), trainapi.checkpoint(step)
+writes checkpoints/step-NNNNNNNN atomically with its SHA256SUMS, trainapi.latest_checkpoint() is the
+checkpoint a --resume continues from. A loop that uses none of it is still supervised: its output is kept in
+output.log, its exit recorded in stop.json. Stop rules come from config/train.json "stop"; every stop writes
+stop.json with the run ID and the reason. reload.json holds the command that reloads the final checkpoint
+(`python -m MODULE --reload DIR`, exit 0 when it loads); --verify-reload runs it in a new process.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("train", __doc__.split("\n")[0], EPILOG)
+    parser.add_argument("--run-id", help="the new run's ID (default: train-<UTC time>-<hash>)")
+    parser.add_argument("--resume", metavar="RUN_ID", help="continue that run from its newest complete checkpoint")
+    parser.add_argument("--variant", help="the campaign variant this run belongs to (params.json \"variant\")")
+    parser.add_argument("--config", default=TRAIN_CONFIG, help=f"the training config (default: {TRAIN_CONFIG})")
+    parser.add_argument("--copy-to", metavar="DEST", help="measure a checkpoint's transfer time to DEST")
+    parser.add_argument("--verify-reload", metavar="RUN_ID", help="run that run's reload command in a new process")
+    add_json(parser)
+    return parser
+
+
+def child_env(folder: Path, resume: Path | None, log_every: int = 1) -> dict[str, str]:
+    """The loop's environment: the run folder, its ID, the checkpoint to resume from, kdkit on PYTHONPATH."""
+    home = str(Path(__file__).resolve().parents[3])  # the folder (or kdkit.pyz) that holds the kdkit package
+    env = {k: v for k, v in os.environ.items() if k != trainapi.RESUME_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH", "")) if p)
+    env.update({trainapi.RUN_ENV: str(folder), trainapi.RUN_ID_ENV: folder.name,
+                trainapi.LOG_EVERY_ENV: str(log_every)})
+    if resume is not None:
+        env[trainapi.RESUME_ENV] = str(resume)
+    return env
+
+
+def resume_point(folder: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint; every unusable checkpoint folder newer than it is removed (it would be
+    written again), with a line on stderr."""
+    chosen = checkpoints.newest_complete(folder / runfiles.CHECKPOINTS)
+    floor = chosen[0] if chosen else -1
+    for step, path in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS):
+        if step > floor:
+            shutil.rmtree(path)
+            print(f"kdkit train: removed {path.name} (not a complete checkpoint)", file=sys.stderr)
+    return (chosen[0], chosen[1]) if chosen else None
+
+
+def lock_run(folder: Path, wait_s: float = 0.0) -> int:
+    """The run folder's lock (flock on the folder), held by kdkit train and inherited by the loop, so that a
+    resume never runs beside a session (or a loop) still alive; waits ``wait_s`` for a dying one."""
+    fd = os.open(folder, os.O_RDONLY)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise BadInput(f"{folder}: the run is still running (its kdkit train or its loop holds it); "
+                               "stop it first, or wait for it to end") from None
+            time.sleep(0.05)
+
+
+def reopen(runs: Path, run_id: str) -> tuple[Path, dict[str, Any], Path | None]:
+    folder = runs / check_run_id(run_id, "--resume")
+    params = load_json(folder / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
+    if not isinstance(params, dict) or params.get("kind") != runfiles.TRAIN:
+        raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); give a run ID from "
+                       f"`kdkit train`")
+    os.close(lock_run(folder, WAIT_FOR_DYING_S))
+    summary = load_json(folder / SUMMARY, what="run summary") if (folder / SUMMARY).is_file() else None
+    if isinstance(summary, dict) and summary.get("verdict") == "pass":
+        raise BadInput(f"{folder}: the run finished (summary.json: pass at step {summary.get('steps')}); nothing to "
+                       "resume: start a new run with `kdkit train`")
+    for removed in runfiles.reopen(folder):
+        print(f"kdkit train: removed {removed.name} (a checkpoint half-written when the run was killed)",
+              file=sys.stderr)
+    point = resume_point(folder)
+    runfiles.cut_after(folder / runfiles.METRICS, point[0] if point else -1)
+    with_log = runfiles.Appender(folder / runfiles.CHECKPOINT_LOG)
+    try:
+        runfiles.reconcile(folder, with_log)
+    finally:
+        with_log.close()
+    kept = {n for _s, p in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS) for n in [p.name]}
+    lines = [r for r in runfiles.read_lines(folder / runfiles.CHECKPOINT_LOG) if r.get("name") in kept]
+    (folder / runfiles.CHECKPOINT_LOG).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return folder, params, point[1] if point else None
+
+
+def summarize(folder: Path, params: dict[str, Any], outcome: Outcome, started: str, cfg: Any) -> dict[str, Any]:
+    final = checkpoints.newest_complete(folder / runfiles.CHECKPOINTS)
+    stop = runfiles.write_stop(folder, folder.name, outcome.reason, outcome.detail, outcome.step,
+                               returncode=outcome.returncode)
+    steps = max([r["step"] for r in runfiles.read_lines(folder / runfiles.METRICS) if isinstance(r.get("step"), int)],
+                default=0)
+    return {"run_id": folder.name, "kind": runfiles.TRAIN, "verdict": verdict(outcome.reason, outcome.returncode),
+            "started": params.get("created"), "session_started": started, "ended": utc_now(),
+            "timings": {"seconds": round(outcome.seconds, 3)}, "steps": steps, "exit_code": outcome.returncode,
+            "stop": {k: stop[k] for k in ("reason", "detail", "step")},
+            "metrics": {k: runfiles.finite_json(v) for k, v in outcome.metrics.items()},
+            "final_checkpoint": final[1].name if final else None,
+            "save": save_policy(cfg, outcome.saves, outcome.reports, outcome.seconds), "reload": None,
+            "variant": params.get("variant")}
+
+
+def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    root = require_root()
+    cfg = load_train_config(root / args.config)
+    runs = runs_dir(root)
+    if args.resume is not None and args.run_id is not None:
+        raise BadInput("--run-id with --resume: a resumed run keeps its ID; give one of them")
+    if args.resume is not None:
+        folder, params, point = reopen(runs, args.resume)
+    else:
+        run_id = check_new_run_id(args.run_id, "--run-id") if args.run_id is not None else None
+        folder, params = open_new(root, runs, cfg, args.config, run_id, args.variant, args.loop_args)
+        point = None
+    module, started, lock = str(params["module"]), utc_now(), lock_run(folder)
+    try:
+        env = child_env(folder, point, cfg.log_every)
+        sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root, time.time(), (lock,))
+        outcome = sup.run()
+    finally:
+        os.close(lock)
+    summary = summarize(folder, params, outcome, started, cfg)
+    summary["resumed_from"] = point.name if point else None
+    if args.copy_to and summary["final_checkpoint"]:
+        summary["save"]["transfer"] = transfer(folder / runfiles.CHECKPOINTS / summary["final_checkpoint"],
+                                               args.copy_to)
+    reload = reload_argv(module, root, folder, summary["final_checkpoint"]) if summary["final_checkpoint"] else None
+    close(folder, summary, reload)
+    code = 0 if summary["verdict"] == "pass" else 1
+    return summary, 128 + outcome.signal if outcome.signal else code
+
+
+def _save_line(save: dict[str, Any]) -> str:
+    if not save.get("saves"):
+        return "save: no checkpoint was written (trainapi.checkpoint); a killed run restarts from step 0"
+    every = save.get("recommended_every_steps")
+    share = save.get("share")
+    return (f"save: {save['saves']} checkpoint(s), median {save['seconds_median']:.3g} s each"
+            + (f", {share:.1%} of the time" if isinstance(share, (int, float)) else "")
+            + (f"; save every {every} steps to lose at most max_lost_minutes" if every is not None else
+               "; set max_lost_minutes in config/train.json for a recommended save interval"))
+
+
+def render(summary: dict[str, Any]) -> str:
+    save = summary["save"]
+    stop = summary["stop"]
+    lines = [f"run {summary['run_id']}: {summary['verdict']} ({stop['reason']}: {stop['detail']})",
+             f"steps {summary['steps']}, {summary['timings']['seconds']} s, final checkpoint "
+             f"{summary['final_checkpoint'] or 'none'}",
+             _save_line(save)]
+    if save.get("warning"):
+        lines.append(f"warning: {save['warning']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    cut = argv.index("--") if "--" in argv else len(argv)  # what follows `--` is the loop's: ARGS
+    args = build_parser().parse_args(argv[:cut])
+    args.loop_args = argv[cut + 1:]
+    if args.loop_args and args.resume:
+        raise BadInput("--resume with -- ARGS: a resumed run keeps the arguments it was started with (params.json "
+                       "\"args\"); start a new run to change them")
+    if args.verify_reload:
+        root = require_root()
+        folder = runs_dir(root) / check_run_id(args.verify_reload, "--verify-reload")
+        record = verify_reload(root, folder, child_env(folder, None))
+        print_result(args.json, record, f"reload {'OK' if record['ok'] else 'FAILED'}: {' '.join(record['argv'])}")
+        return 0 if record["ok"] else 1
+    summary, code = train(args)
+    print_result(args.json, summary, lambda: render(summary))
+    return code
