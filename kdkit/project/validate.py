@@ -1,7 +1,8 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
-schema cannot express (paths that only exist on one machine, secrets, unsafe IDs). campaign.json and
-config/train.json, when the project has them, are checked by their own models (kdkit.config.campaign,
-kdkit.core.trainconfig), the ones `kdkit campaign` and `kdkit train` refuse to start on.
+schema cannot express (paths that only exist on one machine, secrets, unsafe IDs). campaign.json,
+config/train.json and config/service.json, when the project has them, are checked by their own models
+(kdkit.config.campaign, kdkit.core.trainconfig, kdkit.core.serviceconfig), the ones `kdkit campaign`,
+`kdkit train` and `kdkit serve-test` refuse to start on.
 
 Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and in
 the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -122,10 +124,8 @@ def machine_path_problems(data: Any, file: Path) -> list[Problem]:
             continue
         for pattern, what in MACHINE_PATHS:
             if pattern.search(value):
-                problems.append(
-                    Problem(file, json_path(parts), f"{value!r} is {what}, which exists on one machine only; "
-                            "use a path relative to the project root")
-                )
+                problems.append(Problem(file, json_path(parts), f"{value!r} is {what}, which exists on one machine "
+                                        "only; use a path relative to the project root"))
                 break
     return problems
 
@@ -133,9 +133,7 @@ def machine_path_problems(data: Any, file: Path) -> list[Problem]:
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
 
 
-def path_problems(
-    root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]
-) -> list[Problem]:
+def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]) -> list[Problem]:
     """Each key's path must stay inside the project; those mapped to True must also exist."""
     problems = []
     for key, must_exist in keys.items():
@@ -298,7 +296,6 @@ def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
     ships, values of their kind, a source without a credential (kdkit.probe.diagnose.points)."""
     if "acceptance" not in project:
         return []
-    from kdkit.core.errors import BadInput
     from kdkit.probe.diagnose.points import check_overrides
 
     try:
@@ -321,28 +318,35 @@ def _backend_problems(root: Path, project: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> list[Problem]:
+    """``load`` (the config's own model) on ``rel``: its message, one Problem at the JSON path or line it names."""
+    try:
+        load(root / rel)
+    except BadInput as exc:
+        said = str(exc).removeprefix(f"{root / rel}").removeprefix(f"{rel}")
+        placed = re.match(r":(\d+):(\d+): (.*)", said)  # the strict reader's line and column
+        where, _sep, message = said.removeprefix(": ").partition(": ")
+        return [Problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
+                Problem(rel, where, message) if where.startswith("$") else Problem(rel, "$", str(exc))]
+    return []
+
+
 def campaign_train_problems(root: Path) -> list[Problem]:
-    """campaign.json (kdkit.config.campaign: its schema, then its rules) and config/train.json (the train model,
-    kdkit.core.trainconfig), each when the project has one."""
+    """campaign.json (kdkit.config.campaign: its schema, then its rules), config/train.json (the train model,
+    kdkit.core.trainconfig) and config/service.json (kdkit.core.serviceconfig), each when the project has one."""
     from kdkit.config.campaign import CAMPAIGN, read_problems
+    from kdkit.core.serviceconfig import SERVICE_CONFIG, load_service
+    from kdkit.core.trainconfig import load_train_config
 
     problems: list[Problem] = []
-    rel, train = Path(CAMPAIGN), Path("config/train.json")
+    rel = Path(CAMPAIGN)
     if (root / rel).exists() or (root / rel).is_symlink():
         data, problems = read_problems(root, rel)
         if data is not None:
             problems += machine_path_problems(data, rel) + secret_problems(data, rel)
-    if (root / train).exists():
-        from kdkit.core.trainconfig import load_train_config
-
-        try:
-            load_train_config(root / train)
-        except BadInput as exc:
-            said = str(exc).removeprefix(f"{root / train}").removeprefix(f"{train}")
-            placed = re.match(r":(\d+):(\d+): (.*)", said)  # the strict reader's line and column
-            where, _sep, message = said.removeprefix(": ").partition(": ")
-            problems.append(Problem(train, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
-                            Problem(train, where, message) if where.startswith("$") else Problem(train, "$", str(exc)))
+    for config, load in ((Path("config/train.json"), load_train_config), (Path(SERVICE_CONFIG), load_service)):
+        if (root / config).exists():
+            problems += _loader_problems(root, config, load)
     return problems
 
 
