@@ -5,9 +5,9 @@ Every new run folder, of every kind, is made by ``new_run_folder(runs, kind, wha
 in the error (kdkit.core.staging.require_writable's wording). A command that must refuse bad input with nothing
 written checks ``runs / new_run_id(kind)`` first and makes the folder last. IDs: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>``
 for a pilot run (its workers' folders add ``-w<I>of<N>``, their gathering ``-gathered``); ``sweep-``,
-``resume-test-`` and ``train-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule, ``claim(base, take)``: ``base``,
-then ``base-2``, ``base-3``... until ``take`` does not raise FileExistsError (a pilot's ``take`` is
-kdkit.core.runresults.RunFolder.make, which renames a whole staging folder into place).
+``resume-test-``, ``train-`` and ``serve-test-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule,
+``claim(base, take)``: ``base``, then ``base-2``, ``base-3``... until ``take`` does not raise FileExistsError (a
+pilot's ``take`` is kdkit.core.runresults.RunFolder.make, which renames a whole staging folder into place).
 
 The writers (kdkit.core.runresults.RunFolder, the summaries of kdkit.probe.pilot and kdkit.probe.train) write
 the keys named here; read_run() reads exactly those keys, tolerating files that are missing or torn.
@@ -71,7 +71,8 @@ PILOT, GATHERED, TRAIN = "pilot", "gathered", "train"  # summary.json's kind
 # ---------------------------------------------------------------- IDs and folder names
 
 ID_SHAPES = {PILOT: ("", "%Y%m%dT%H%M%SZ"), "sweep": ("sweep-", "%Y%m%d-%H%M%S"),
-             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S"), "train": ("train-", "%Y%m%d-%H%M%S")}
+             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S"), "train": ("train-", "%Y%m%d-%H%M%S"),
+             "serve-test": ("serve-test-", "%Y%m%d-%H%M%S")}
 WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
 MAX_CLAIMS = 1000  # names tried before giving up: a thousand runs of one kind in one second is no real use
 

@@ -9,8 +9,8 @@ before its run folder is made or resumed; at close, :func:`strays` names every t
   share made at the same moment by a sibling worker, a gathering, a verified copy): kdkit makes each whole,
   in a staging folder renamed into place (kdkit.core.runresults.RunFolder.make, kdkit.core.staging);
 - a measurement's folder named as kdkit.core.runfolder names them (``sweep-<time>``, ``resume-test-<time>``,
-  made empty before their report is written) and a sweep's scratch folder (``.kdkit-sweep-outputs-*``,
-  kdkit.probe.measure.sweep);
+  ``serve-test-<time>``, made empty before their report is written) and a sweep's scratch folder
+  (``.kdkit-sweep-outputs-*``, kdkit.probe.measure.sweep);
 - a staging folder of kdkit.core.staging (``.NAME.partial-PID``, ``.NAME.old-PID``) whose owner still holds
   it or still runs (a sibling worker's folder in the making).
 
@@ -30,7 +30,7 @@ from kdkit.core.staging import staged_name, stale_staging
 
 Snapshot = dict[str, tuple[int, int]]  # top-level name -> (file type bits, inode)
 RUN_FILES = ("params.json", "summary.json")  # kdkit.core.runfolder PARAMS, SUMMARY (not imported: no cycle)
-MEASURED = re.compile(r"(?:sweep|resume-test)-[0-9]{8}-[0-9]{6}(?:-[0-9]+)?")  # runfolder.ID_SHAPES, claim()
+MEASURED = re.compile(r"(?:sweep|resume-test|serve-test)-[0-9]{8}-[0-9]{6}(?:-[0-9]+)?")  # runfolder.ID_SHAPES, claim()
 SWEEP_SCRATCH = ".kdkit-sweep-outputs-"  # the prefix of kdkit sweep's scratch for file-kind apps (it uses this one)
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.errors import BadInput
+from kdkit.core.configreader import ConfigReader
 from kdkit.core.jsonio import load_json
-from kdkit.core.projectfiles import CONTROL_CHARACTER, DOTTED
+from kdkit.core.projectfiles import DOTTED
 
 TRAIN_CONFIG = "config/train.json"
 DEFAULT_MODULE = "src.train"
@@ -52,40 +52,7 @@ class TrainConfig:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-class _Reader:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def bad(self, where: str, what: str) -> BadInput:
-        return BadInput(f"{self.path}: {where}: {what}")
-
-    def keys(self, data: Any, where: str, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(data, dict):
-            raise self.bad(where, "must be an object")
-        for key in data:
-            if key not in allowed:
-                raise self.bad(f"{where}.{key}"[:120], f"unknown key; use one of {', '.join(sorted(allowed))}")
-        return data
-
-    def number(self, data: dict[str, Any], key: str, where: str, *, minimum: float = 0.0,
-               whole: bool = False, above: bool = False) -> float | None:
-        value = data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
-            raise self.bad(f"{where}.{key}", f"must be {'a whole number' if whole else 'a number'}")
-        if not math.isfinite(value) or value < minimum or (above and value == minimum):
-            raise self.bad(f"{where}.{key}", f"must be a finite number {'above' if above else 'at least'} {minimum:g}")
-        return value
-
-    def text(self, data: dict[str, Any], key: str, where: str) -> str:
-        value = data.get(key)
-        if not isinstance(value, str) or not value.strip() or CONTROL_CHARACTER.search(value) or len(value) > 300:
-            raise self.bad(f"{where}.{key}", "must be a non-empty string without control characters (300 at most)")
-        return value
-
-
-def _stop(reader: _Reader, data: Any) -> StopRules:
+def _stop(reader: ConfigReader, data: Any) -> StopRules:
     if data is None:
         return StopRules()
     stop = reader.keys(data, "$.stop", _STOP)
@@ -111,7 +78,7 @@ def _stop(reader: _Reader, data: Any) -> StopRules:
                      reader.number(stop, "max_seconds", "$.stop", above=True))
 
 
-def _base_model(reader: _Reader, data: Any) -> tuple[str, str] | None:
+def _base_model(reader: ConfigReader, data: Any) -> tuple[str, str] | None:
     if data is None:
         return None
     model = reader.keys(data, "$.base_model", {"name", "revision"})
@@ -122,7 +89,7 @@ def load_train_config(path: Path) -> TrainConfig:
     """config/train.json read and checked; the defaults when there is no file; BadInput on a bad one."""
     if not path.exists():
         return TrainConfig()
-    reader = _Reader(path)
+    reader = ConfigReader(path)
     data = reader.keys(load_json(path, what="training config"), "$", _TOP)
     module = data.get("module")
     if module is not None and (not isinstance(module, str) or not DOTTED.fullmatch(module) or len(module) > 200):

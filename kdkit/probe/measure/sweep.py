@@ -159,7 +159,8 @@ def _order_check(row: dict[str, Any], outputs: list[tuple[Any, ...]], reference:
 # ---------------------------------------------------------------- the sweep
 
 
-def _readable(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
+def readable_items(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
+    """The pilot's inputs this harness can read (as the pilot reads them), and the others with their reason."""
     items, skipped = [], []
     with Reader(Reading.of(config, follow_links=False)) as reader:
         for doc in config.documents:
@@ -171,7 +172,7 @@ def _readable(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
     return items, skipped
 
 
-def _device(wanted: str, where: str) -> str:
+def pick_device(wanted: str, where: str) -> str:
     """``auto`` resolved; a ``cuda`` device checked against the GPUs torch sees here."""
     try:
         import torch
@@ -202,10 +203,10 @@ def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
     if device is not None:
         check_device(device)
     config = load_pilot(root)
-    items, skipped = _readable(config)
+    items, skipped = readable_items(config)
     split = split_groups(items, groups)
     where = "--device" if device is not None else f"{config.config_path}: $.device"
-    return SweepPlan(config, sorted(batch_sizes), split, skipped, _device(device or config.device, where))
+    return SweepPlan(config, sorted(batch_sizes), split, skipped, pick_device(device or config.device, where))
 
 
 def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
@@ -224,10 +225,10 @@ def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]
         return _measure(plan, predict, say)
     config.runs_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=config.runs_dir, prefix=SWEEP_SCRATCH) as scratch:
-        return _measure(plan, _with_out_dirs(predict, Path(scratch)), say)
+        return _measure(plan, with_out_dirs(predict, Path(scratch)), say)
 
 
-def _with_out_dirs(predict: Predict, scratch: Path) -> Predict:
+def with_out_dirs(predict: Predict, scratch: Path) -> Predict:
     """A file-kind app as the sweep calls it: each item handed an empty out_dir of its own under ``scratch``
     (the sweep times the app; its files are not kept)."""
 

@@ -1,0 +1,157 @@
+"""One ``kdkit serve-test``: every input checked first, then each batching policy at each rate (lowest first),
+each configuration's requests appended to ``requests.jsonl`` as it ends, the report written last.
+
+A policy whose rate missed the objectives is not tried at higher rates (they are listed as not tried, with the
+rate that failed): with the early stop of a lost objective and the time bound per rate, a test never runs for
+hours. Standard library only (torch where present).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kdkit.core.errors import BadInput
+from kdkit.core.jsonio import atomic_write_json
+from kdkit.core.pilotconfig import PilotConfig, load_pilot
+from kdkit.core.runfolder import new_run_folder, new_run_id
+from kdkit.core.serviceconfig import Policy, ServiceConfig
+from kdkit.core.staging import require_writable
+from kdkit.probe.measure.memory import Memory
+from kdkit.probe.measure.sweep import pick_device, readable_items
+from kdkit.probe.pilot.harness import Item, load_entry, set_device, with_params, with_scorer
+from kdkit.probe.serve import stats
+from kdkit.probe.serve.app import AppServer, requests_for
+from kdkit.probe.serve.arrivals import poisson_arrivals, trace_rate
+from kdkit.probe.serve.engine import Bounds, RealClock, Run, VirtualClock, play
+
+RUNS = "runs folder (pilot config's runs)"
+REQUESTS = "requests.jsonl"
+REPORT = "serve-test.json"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServeTest:
+    """A serve test whose every input is checked; nothing has run and nothing is written yet."""
+
+    service: ServiceConfig
+    pilot: PilotConfig
+    inputs: list[Item]
+    skipped: list[dict[str, str]]
+    device: str
+    trace: list[float] | None  # arrival times replacing the rates' Poisson arrivals
+    clock: str = "real"  # real: waits slept, as a request feels them; virtual: waits simulated (engine.py)
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        return (trace_rate(self.trace),) if self.trace is not None else self.service.rates
+
+    def arrivals(self, rate: float) -> list[float]:
+        if self.trace is not None:
+            return self.trace
+        return poisson_arrivals(rate, self.service.requests_per_rate, self.service.seed)
+
+
+def prepare(root: Path, service: ServiceConfig, *, trace: list[float] | None = None,
+            device: str | None = None, clock: str = "real") -> ServeTest:
+    """The pilot config, its readable inputs and the device; BadInput before anything runs or is written."""
+    pilot = with_scorer(load_pilot(root))
+    inputs, skipped = readable_items(pilot)
+    if not inputs:
+        raise BadInput(f"{pilot.config_path}: none of the pilot's inputs can be read ({len(skipped)} skipped); "
+                       "serve-test sends the pilot's inputs as requests")
+    where = "--device" if device is not None else f"{pilot.config_path}: $.device"
+    require_writable(pilot.runs_dir / new_run_id("serve-test"), RUNS)  # refused before the work
+    return ServeTest(service, pilot, inputs, skipped, pick_device(device or pilot.device, where), trace, clock)
+
+
+def _configuration(test: ServeTest, server: AppServer, memory: Memory, rate: float,
+                   policy: Policy) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One rate under one policy, played in real time; its result and its requests' records."""
+    service = test.service
+    requests, server.items = requests_for(test.inputs, test.arrivals(rate), service.seed)
+    planned = sum(1 for r in requests if r.size <= service.max_request_bytes)
+    run = Run(requests, policy, service.reject_at, service.max_request_bytes,
+              Bounds(service.max_seconds_per_rate, service.objectives, planned))
+    memory.reset()
+    records = play(run, server, VirtualClock() if test.clock == "virtual" else RealClock())
+    summary = stats.summarize(records, service.objectives, test.pilot.min_quality)
+    result = {"rate": round(rate, 6), "policy": policy_dict(policy), "stopped": run.stopped,
+              "peak_memory_bytes": memory.peak(), "summary": summary}
+    return result, records
+
+
+def policy_dict(policy: Policy | None) -> dict[str, Any]:
+    if policy is None:
+        return {"name": "the service's own", "max_batch": None, "max_wait_ms": None}
+    return {"name": policy.name, "max_batch": policy.max_batch, "max_wait_ms": policy.max_wait_ms}
+
+
+def append_records(path: Path, result: dict[str, Any], records: Sequence[dict[str, Any]]) -> None:
+    """A configuration's requests, each with its rate and policy, appended as one write once it has ended."""
+    tag = {"rate": result["rate"], "policy": result["policy"]["name"]}
+    lines = "".join(json.dumps({**tag, **record}, allow_nan=False) + "\n"
+                    for record in sorted(records, key=lambda r: r["index"]))
+    with path.open("a", encoding="utf-8") as out:
+        out.write(lines)
+
+
+def measure_in_process(test: ServeTest, folder: Path, say: Progress) -> dict[str, Any]:
+    """Every policy at every rate through the project's own predict; the report (not yet written)."""
+    set_device(test.device)
+    predict = with_params(load_entry(test.pilot.root, test.pilot.entry), test.pilot.params)
+    server = AppServer(predict, test.pilot, [])
+    memory = Memory(test.device)
+    started = time.perf_counter()
+    predict([test.inputs[0].app_item()])  # load the model once, outside the timings
+    warmup = time.perf_counter() - started
+    results, not_tried = [], []
+    for policy in test.service.policies:
+        missed: float | None = None
+        for rate in test.rates:
+            if missed is not None:
+                not_tried.append({"rate": round(rate, 6), "policy": policy.name,
+                                  "reason": f"{policy.name} already missed the objectives at {missed:g}/s"})
+                continue
+            say(f"{policy.name}: {rate:g} requests/s")
+            result, records = _configuration(test, server, memory, rate, policy)
+            append_records(folder / REQUESTS, result, records)
+            results.append(result)
+            if not result["summary"]["meets"]:
+                missed = rate
+    return finish(test, results, not_tried, {"mode": "in-process", "clock": test.clock, "entry": test.pilot.entry,
+                                             "device": test.device, "memory_kind": memory.kind,
+                                             "warmup_seconds": round(warmup, 6), "app_errors": server.errors})
+
+
+def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[str, Any]],
+           head: dict[str, Any]) -> dict[str, Any]:
+    """The report: the configurations, the knees, the chosen one and why each other fails."""
+    service = test.service
+    chosen = stats.choose(results)
+    why_not = [{"rate": r["rate"], "policy": r["policy"]["name"], "reasons": r["summary"]["reasons"]}
+               for r in results if not r["summary"]["meets"]]
+    return {**head, "service_config": service.source, "objectives": [o.name for o in service.objectives],
+            "at_capacity": service.capacity, "max_request_bytes": service.max_request_bytes,
+            "min_quality": test.pilot.min_quality, "requests_per_rate": service.requests_per_rate,
+            "seed": service.seed, "trace": test.trace is not None, "skipped_inputs": test.skipped,
+            "results": results, "not_tried": not_tried, "knees": stats.knees(results),
+            "chosen": None if chosen is None else {"rate": chosen["rate"], "policy": chosen["policy"],
+                                                   "summary": chosen["summary"]},
+            "why_not": why_not, "ok": chosen is not None}
+
+
+def run_serve_test(test: ServeTest, measure: Callable[[ServeTest, Path, Progress], dict[str, Any]],
+                   say: Progress) -> dict[str, Any]:
+    """Make the run folder, measure (in process or against a URL), write the report last; return it."""
+    folder = new_run_folder(test.pilot.runs_dir, "serve-test", RUNS)
+    report = measure(test, folder, say)
+    report["out"] = str(folder)
+    report["requests"] = str(folder / REQUESTS)
+    atomic_write_json(folder / REPORT, report)
+    return report

@@ -1,0 +1,132 @@
+"""What one measured configuration (a rate and a batching policy) amounts to, and which configuration to choose.
+
+Every request has a record (engine.py in process, http.py against an endpoint) with times in seconds from the
+configuration's start: ``arrival`` (scheduled), ``start`` (service began), ``end`` and an ``outcome``. Latency is
+``end - arrival`` and queue time ``start - arrival``, both from the scheduled arrival. A latency objective is
+judged over every request the service was asked to take (all but those refused as too large, which the
+declared limit refuses by design): one refused at capacity, failed or cut counts as late, so a configuration
+that sheds load to look fast does not meet it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kdkit.core.serviceconfig import Objective
+
+ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT = "answered", "rejected_at_capacity", "rejected_too_large", \
+    "error", "cut"
+OUTCOMES = (ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT)
+SHOWN = (50.0, 90.0, 95.0, 99.0)  # the percentiles every configuration reports, plus max
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile of values sorted ascending (inf among them allowed); nan when empty."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def _ms(value: float) -> float | None:
+    return None if not math.isfinite(value) else round(value * 1000, 3)
+
+
+def distribution(values: Iterable[float]) -> dict[str, float | None]:
+    """p50/p90/p95/p99/max and the mean of seconds, in milliseconds (None where there is nothing)."""
+    ordered = sorted(values)
+    out = {f"p{p:g}": _ms(percentile(ordered, p)) for p in SHOWN}
+    out["max"] = _ms(ordered[-1]) if ordered else None
+    out["mean"] = _ms(math.fsum(ordered) / len(ordered)) if ordered else None
+    return out
+
+
+def _late_seconds(record: dict[str, Any]) -> float:
+    return record["end"] - record["arrival"] if record["outcome"] == ANSWERED else math.inf
+
+
+def judged(records: Sequence[dict[str, Any]], objectives: Sequence[Objective]) -> list[dict[str, Any]]:
+    """Each objective against the requests the service was asked to take, refused, failed and cut ones late."""
+    latencies = sorted(_late_seconds(r) for r in records if r["outcome"] != TOO_LARGE)
+    out = []
+    for objective in objectives:
+        value = percentile(latencies, objective.percentile)
+        out.append({"percentile": objective.percentile, "objective_ms": objective.ms, "measured_ms": _ms(value),
+                    "met": bool(latencies) and value * 1000 <= objective.ms})
+    return out
+
+
+def _quality(records: Sequence[dict[str, Any]]) -> float | None:
+    scores = [r["quality"] for r in records if r["outcome"] == ANSWERED and r.get("quality") is not None]
+    return math.fsum(scores) / len(scores) if scores else None
+
+
+def summarize(records: Sequence[dict[str, Any]], objectives: Sequence[Objective],
+              min_quality: float | None) -> dict[str, Any]:
+    """One configuration's figures: outcomes, throughput, latency and queue time apart, quality, and whether it
+    meets every objective and the quality criterion (with the reasons it does not)."""
+    answered = [r for r in records if r["outcome"] == ANSWERED]
+    counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in OUTCOMES}
+    span = max((r["end"] for r in answered), default=0.0)
+    summary: dict[str, Any] = {
+        "requests": len(records), "outcomes": counts,
+        "throughput_per_second": round(len(answered) / span, 3) if span > 0 else None,
+        "latency_ms": distribution(r["end"] - r["arrival"] for r in answered),
+        "queue_ms": distribution(r["start"] - r["arrival"] for r in answered),
+        "mean_batch": round(math.fsum(r["batch"] for r in answered) / len(answered), 3) if answered else None,
+        "objectives": judged(records, objectives), "quality": _quality(records)}
+    for key in ("ttft", "itl"):
+        values = [v for r in answered for v in _listed(r.get(key)) if isinstance(v, (int, float))]
+        if values:
+            summary[f"{key}_ms"] = distribution(values)
+    summary["reasons"] = _reasons(summary, min_quality)
+    summary["meets"] = not summary["reasons"]
+    return summary
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _reasons(summary: dict[str, Any], min_quality: float | None) -> list[str]:
+    reasons = [f"p{o['percentile']:g} " + ("not reached (too few answered)" if o["measured_ms"] is None else
+                                          f"{o['measured_ms']:g} ms > {o['objective_ms']:g} ms")
+               for o in summary["objectives"] if not o["met"]]
+    quality = summary["quality"]
+    if min_quality is not None and quality is not None and quality < min_quality:
+        reasons.append(f"quality {quality:.3f} < {min_quality:g}")
+    counts, total = summary["outcomes"], summary["requests"]
+    for outcome, said in ((AT_CAPACITY, "refused at capacity"), (APP_ERROR, "failed in the app"),
+                          (CUT, "cut (objective lost or time bound)")):
+        if counts[outcome]:
+            reasons.append(f"{counts[outcome]} of {total} {said}")
+    return reasons
+
+
+def choose(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The configuration meeting quality and latency with the highest rate; among equals, the lowest latency at
+    the strictest objective, then the smaller batch. None when none meets them."""
+    meeting = [r for r in results if r["summary"]["meets"]]
+    if not meeting:
+        return None
+
+    def key(result: dict[str, Any]) -> tuple[float, float, int]:
+        worst = max((o["measured_ms"] or math.inf) for o in result["summary"]["objectives"])
+        return (-result["rate"], worst, result["policy"]["max_batch"])
+
+    return min(meeting, key=key)
+
+
+def knees(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy: the highest rate meeting the objectives and the first rate past it that does not (the
+    capacity knee: where latency leaves the objective)."""
+    out: dict[str, dict[str, Any]] = {}
+    for result in sorted(results, key=lambda r: r["rate"]):
+        knee = out.setdefault(result["policy"]["name"], {"highest_met": None, "first_missed": None})
+        if result["summary"]["meets"] and knee["first_missed"] is None:
+            knee["highest_met"] = result["rate"]
+        elif not result["summary"]["meets"] and knee["first_missed"] is None:
+            knee["first_missed"] = result["rate"]
+    return out
