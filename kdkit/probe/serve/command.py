@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kdkit.core.errors import BadInput
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.pilotconfig import check_device
 from kdkit.core.projectfiles import project_root
+from kdkit.core.safetext import printable
 from kdkit.core.serviceconfig import SERVICE_CONFIG, load_service
 from kdkit.probe.measure.options import add_project, parse, say, show, text_table
 from kdkit.probe.measure.plot import check_plot_path, written
@@ -31,6 +33,7 @@ counts as late. A rate stops as soon as its objective is lost; a policy that mis
 tried at higher rates. The chosen configuration: the highest rate meeting the objectives and
 the pilot's min_quality. Saved to runs/serve-test-<time>/ (serve-test.json, requests.jsonl).
 Exit 1 when no configuration meets them."""
+CLOCKS = ("real", "virtual")
 EPILOG = """examples:
   kdkit serve-test
   kdkit serve-test --config config/service-strict.json --plot latency.png
@@ -45,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the service file (default: {SERVICE_CONFIG} in the project)")
     parser.add_argument("--trace", type=Path, default=None, metavar="FILE",
                         help="arrival times in seconds, one per line, never going backwards: replaces the rates")
-    parser.add_argument("--clock", choices=("real", "virtual"), default="real",
+    parser.add_argument("--clock", default="real", metavar="real|virtual",
                         help="real (default): waits slept, what a request feels; virtual: each batch's service timed "
                              "for real, the waits between simulated: many rates in seconds, blind to what idle time "
                              "does to a device")
@@ -59,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve_test(args: argparse.Namespace) -> dict[str, Any]:
     """Check every option and input, measure, keep the run folder and draw the plot when asked."""
+    if args.clock not in CLOCKS:
+        raise BadInput(f"--clock {printable(args.clock)[:40]}: give real (what a request feels) or virtual (waits "
+                       "simulated, services timed)")
     if args.device is not None:
         check_device(args.device)
     plot = check_plot_path(args.plot, args.force)
@@ -81,19 +87,19 @@ def _ms(value: Any) -> str:
 
 def render(report: dict[str, Any]) -> str:
     """One row per configuration (latency and queue time apart), then the choice and why the others fail."""
-    rows = [["rate/s", "policy", "answered", "refused", "p50 ms", "p95 ms", "p99 ms", "queue p95", "quality",
+    rows = [["rate/s", "policy", "answered", "refused", "cut", "p50 ms", "p95 ms", "p99 ms", "queue p95", "quality",
              "meets"]]
     for result in report["results"]:
         s = result["summary"]
         refused = s["outcomes"]["rejected_at_capacity"] + s["outcomes"]["rejected_too_large"]
         rows.append([f"{result['rate']:g}", result["policy"]["name"], f"{s['outcomes']['answered']}/{s['requests']}",
-                     str(refused), _ms(s["latency_ms"]["p50"]), _ms(s["latency_ms"]["p95"]),
+                     str(refused), str(s["outcomes"]["cut"]), _ms(s["latency_ms"]["p50"]), _ms(s["latency_ms"]["p95"]),
                      _ms(s["latency_ms"]["p99"]), _ms(s["queue_ms"]["p95"]),
                      "-" if s["quality"] is None else f"{s['quality']:.3f}", "yes" if s["meets"] else "no"])
     target = report.get("url") or report.get("entry")
     lines = [f"Serve test of {target} ({report['mode']}, {report.get('device', 'remote')}): "
              f"{', '.join(report['objectives'])}; at capacity: {report['at_capacity']}",
-             text_table(rows, right=frozenset({0, 2, 3, 4, 5, 6, 7}))]
+             text_table(rows, right=frozenset({0, 2, 3, 4, 5, 6, 7, 8}))]
     chosen = report["chosen"]
     if chosen is None:
         lines.append("No configuration meets the objectives and the quality criterion.")

@@ -52,7 +52,8 @@ class Bounds:
 
     def __post_init__(self) -> None:
         self.late_ms = [o.ms / 1000 for o in self.objectives]
-        self.allowed = [math.floor((1 - o.percentile / 100) * self.planned) for o in self.objectives]
+        # (100 - p) / 100 of the planned may be late; the epsilon keeps 10 % of 100 at 10, not 9.999...
+        self.allowed = [math.floor((100 - o.percentile) * self.planned / 100 + 1e-9) for o in self.objectives]
         self.late = [0] * len(self.objectives)
 
     def count(self, seconds: float) -> None:

@@ -134,7 +134,8 @@ def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[
     """The report: the configurations, the knees, the chosen one and why each other fails."""
     service = test.service
     chosen = stats.choose(results)
-    why_not = [{"rate": r["rate"], "policy": r["policy"]["name"], "reasons": r["summary"]["reasons"]}
+    why_not = [{"rate": r["rate"], "policy": r["policy"]["name"],
+                "reasons": r["summary"]["reasons"] + ([f"stopped early: {r['stopped']}"] if r["stopped"] else [])}
                for r in results if not r["summary"]["meets"]]
     return {**head, "service_config": service.source, "objectives": [o.name for o in service.objectives],
             "at_capacity": service.capacity, "max_request_bytes": service.max_request_bytes,

@@ -1,0 +1,130 @@
+"""`kdkit serve-test` in process, end to end on the template project: the command, the run folder, the choice,
+bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke, tree_snapshot
+
+SERVICE = {"max_request_bytes": 65536, "latency": {"p95_ms": 300}, "at_capacity": {"reject": 64},
+           "batching": {"max_batch": [1, 4], "max_wait_ms": [5]}, "rates": [50, 100000],
+           "requests_per_rate": 100, "seed": 3}
+
+
+def _service(project: Path, **changes: Any) -> Path:
+    path = project / "config" / "service.json"
+    path.write_text(json.dumps({**SERVICE, **changes}), encoding="utf-8")
+    return path
+
+
+def _serve(project: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    result = invoke("serve-test", project, "--json", *args)
+    return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr
+
+
+def test_the_template_gets_a_chosen_configuration_in_real_time(project: Path) -> None:
+    """`kdkit init` then `kdkit serve-test` with the scaffolded config/service.json, on the real clock."""
+    result = invoke("serve-test", project)
+    assert result.exit_code == 0, result.stderr
+    assert "Chosen: batch " in result.stdout and "requests/s (the highest rate meeting p95 <= 300 ms" in result.stdout
+    folder = Path(result.stdout.rsplit("Saved ", 1)[1].split(";")[0].strip())
+    assert folder.parent == project / "runs" and folder.name.startswith("serve-test-")
+    report = json.loads((folder / "serve-test.json").read_text(encoding="utf-8"))
+    assert report["clock"] == "real" and report["ok"] is True and report["chosen"]["summary"]["meets"]
+    lines = (folder / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == sum(r["summary"]["requests"] for r in report["results"])
+    record = json.loads(lines[0])
+    assert {"rate", "policy", "arrival", "start", "end", "batch", "outcome", "quality"} <= set(record)
+    answered = [json.loads(line) for line in lines if '"answered"' in line]
+    assert all(r["arrival"] <= r["start"] <= r["end"] for r in answered)
+
+
+def test_each_policy_at_each_rate_the_knee_and_why_the_others_fail(project: Path) -> None:
+    _service(project)
+    code, report, _ = _serve(project, "--clock", "virtual")
+    assert code == 0
+    assert [(r["rate"], r["policy"]["name"]) for r in report["results"]] == [
+        (50, "batch 1, wait 0 ms"), (100000, "batch 1, wait 0 ms"), (50, "batch 4, wait 5 ms"),
+        (100000, "batch 4, wait 5 ms")]
+    chosen = report["chosen"]
+    assert chosen["rate"] == 50 and chosen["policy"]["name"] == "batch 1, wait 0 ms"  # lower latency than batch 4
+    assert report["knees"]["batch 1, wait 0 ms"] == {"highest_met": 50, "first_missed": 100000}
+    flooded = report["results"][1]
+    assert flooded["stopped"].startswith("p95 <= 300 ms lost")
+    assert any(reason.startswith("p95 ") for reason in report["why_not"][0]["reasons"])
+    summary = report["results"][0]["summary"]
+    assert summary["quality"] == 1.0 and summary["outcomes"]["answered"] == 100
+    assert summary["queue_ms"]["p95"] is not None and summary["latency_ms"]["p95"] >= summary["queue_ms"]["p95"]
+
+
+def test_a_policy_that_missed_is_not_tried_at_higher_rates(project: Path) -> None:
+    _service(project, rates=[50, 100000, 200000], batching={"max_batch": [1]})
+    code, report, _ = _serve(project, "--clock", "virtual")
+    assert code == 0 and [r["rate"] for r in report["results"]] == [50, 100000]
+    assert report["not_tried"] == [{"rate": 200000, "policy": "batch 1, wait 0 ms",
+                                    "reason": "batch 1, wait 0 ms already missed the objectives at 100000/s"}]
+
+
+def test_requests_over_the_size_limit_are_refused_as_too_large(project: Path) -> None:
+    _service(project, max_request_bytes=1000, rates=[50])
+    code, report, _ = _serve(project, "--clock", "virtual")
+    outcomes = report["results"][0]["summary"]["outcomes"]
+    assert outcomes["rejected_too_large"] > 0 and outcomes["answered"] > 0
+    assert outcomes["rejected_too_large"] + outcomes["answered"] == 100 and code == 0
+
+
+def test_no_configuration_meeting_the_objectives_exits_1(project: Path) -> None:
+    _service(project, latency={"p50_ms": 0.001}, rates=[50])
+    code, report, stderr = _serve(project, "--clock", "virtual")
+    assert code == 1 and report["chosen"] is None
+    assert stderr.splitlines()[-1] == ("Error: serve-test: no configuration meets the objectives and the quality "
+                                       "criterion; see why above")
+
+
+def test_a_trace_replaces_the_rates(project: Path, tmp_path: Path) -> None:
+    _service(project)
+    trace = tmp_path / "arrivals.txt"
+    trace.write_text("".join(f"{i * 0.05:.3f}\n" for i in range(40)), encoding="utf-8")
+    code, report, _ = _serve(project, "--clock", "virtual", "--trace", str(trace))
+    assert code == 0 and report["trace"] is True
+    assert all(r["rate"] == pytest.approx(20.0) for r in report["results"])
+    assert all(r["summary"]["requests"] == 40 for r in report["results"])
+
+
+def test_the_plot_is_a_png(project: Path, tmp_path: Path) -> None:
+    _service(project)
+    plot = tmp_path / "latency.png"
+    result = invoke("serve-test", project, "--clock", "virtual", "--plot", plot)
+    assert result.exit_code == 0, result.stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("setup", "args", "message"), [
+    ("backwards", ["--trace", "TRACE"], ": line 3: 0.1 s comes before the previous line's 0.2 s; a trace's times "
+                                         "must never go backwards"),
+    ("none", ["--config", "missing.json"], "missing.json: not found; `kdkit init` writes an example, or give "
+                                            "--config FILE"),
+    ("zero-capacity", [], 'service.json: $.at_capacity.reject: must be a finite number above 0'),
+    ("rate", [], "service.json: $.rates[0]: must be a finite number above 0"),
+    ("none", ["--clock", "sundial"], "Error: --clock sundial: give real (what a request feels) or virtual"),
+    ("none", ["--plot", "latency.svg"], "Error: --plot latency.svg: the plot is a PNG; give a path ending in .png"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(project: Path, tmp_path: Path, setup: str,
+                                                          args: list[str], message: str) -> None:
+    if setup == "zero-capacity":
+        _service(project, at_capacity={"reject": 0})
+    elif setup == "rate":
+        _service(project, rates=[-5])
+    trace = tmp_path / "trace.txt"
+    trace.write_text("0\n0.2\n0.1\n", encoding="utf-8")
+    args = [str(trace) if arg == "TRACE" else arg for arg in args]
+    before = tree_snapshot(project)
+    result = invoke("serve-test", project, *args)
+    assert result.exit_code == 2, result.stdout
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert tree_snapshot(project) == before
