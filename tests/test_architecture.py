@@ -88,18 +88,18 @@ LAYERS: tuple[tuple[int, str], ...] = (
     (3, "kdkit.probe.pilot"),
     (4, "kdkit.probe.measure"),
     (4, "kdkit.probe.train"),
-    (5, "kdkit.probe"),  # the in-container entry: python -m kdkit.probe, kdkit.pyz
-    (6, "kdkit.config"),  # the host from here: a project as the host reads it
-    (6, "kdkit.docker_adapter"),  # the only module that imports docker
-    (7, "kdkit.facts"),
-    (8, "kdkit.lock"),
-    (9, "kdkit.image"),
-    (10, "kdkit.order"),
-    (10, "kdkit.machine"),
-    (10, "kdkit.transfer"),
-    (10, "kdkit.project"),
-    (11, "kdkit.cli"),  # click
-    (12, "kdkit.__main__"),
+    (6, "kdkit.probe"),  # the in-container entry: python -m kdkit.probe, kdkit.pyz
+    (7, "kdkit.config"),  # the host from here: a project as the host reads it
+    (7, "kdkit.docker_adapter"),  # the only module that imports docker
+    (8, "kdkit.facts"),
+    (9, "kdkit.lock"),
+    (10, "kdkit.image"),
+    (11, "kdkit.order"),
+    (11, "kdkit.machine"),
+    (11, "kdkit.transfer"),
+    (11, "kdkit.project"),
+    (12, "kdkit.cli"),  # click
+    (13, "kdkit.__main__"),
 )
 
 

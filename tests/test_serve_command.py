@@ -128,3 +128,44 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(project: Path, tmp_pat
     assert result.exit_code == 2, result.stdout
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert tree_snapshot(project) == before
+
+
+# ---------------------------------------------------------------- --url: a running service
+
+
+def test_a_running_service_over_http_plain_and_streaming(project: Path) -> None:
+    from tests.serve_server import LocalServer
+
+    _service(project, rates=[40], requests_per_rate=40)
+    with LocalServer(project) as server:
+        code, report, stderr = _serve(project, "--url", server.url + "/predict")
+        assert code == 0, stderr
+        assert report["mode"] == "http" and report["url"] == server.url + "/predict"
+        summary = report["results"][0]["summary"]
+        assert summary["outcomes"]["answered"] == 40 and summary["quality"] is None
+        assert report["chosen"]["policy"]["name"] == "the service's own"
+        code, report, stderr = _serve(project, "--url", server.url, "--api", "chat", "--model", "m")
+        assert code == 0, stderr
+        summary = report["results"][0]["summary"]
+        assert summary["ttft_ms"]["p50"] <= summary["latency_ms"]["p50"] and "itl_ms" in summary
+    lines = [json.loads(line) for line in Path(report["requests"]).read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 40 and all(line["ttft"] is not None for line in lines)
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["--url", "ftp://127.0.0.1/predict"], 2, "ftp://127.0.0.1/predict"),
+    (["--url", "http://127.0.0.1:1/predict"], 3, "http://127.0.0.1:1/predict"),
+    (["--template", "body.json"], 2, "Error: --template: only with --url"),
+    (["--url", "http://127.0.0.1:1/", "--api", "grpc"], 2, "Error: --api grpc: give one of json, completions, chat"),
+    (["--url", "http://127.0.0.1:1/", "--template", "NOTJSON"], 2, "not-json.txt"),
+])
+def test_bad_url_options_are_one_line_and_nothing_written(project: Path, tmp_path: Path, args: list[str],
+                                                           code: int, message: str) -> None:
+    not_json = tmp_path / "not-json.txt"
+    not_json.write_text("{text: oops", encoding="utf-8")
+    args = [str(not_json) if arg == "NOTJSON" else arg for arg in args]
+    before = tree_snapshot(project)
+    result = invoke("serve-test", project, *args)
+    assert result.exit_code == code, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert tree_snapshot(project) == before

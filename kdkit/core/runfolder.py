@@ -4,10 +4,9 @@ Every new run folder, of every kind, is made by ``new_run_folder(runs, kind, wha
 ``runs/<new_run_id(kind, params_hash)>`` made atomically (mkdir without exist_ok, in a loop); ``what`` names it
 in the error (kdkit.core.staging.require_writable's wording). A command that must refuse bad input with nothing
 written checks ``runs / new_run_id(kind)`` first and makes the folder last. IDs: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>``
-for a pilot run (its workers' folders add ``-w<I>of<N>``, their gathering ``-gathered``); ``sweep-``,
-``resume-test-``, ``train-`` and ``serve-test-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule,
-``claim(base, take)``: ``base``, then ``base-2``, ``base-3``... until ``take`` does not raise FileExistsError (a
-pilot's ``take`` is kdkit.core.runresults.RunFolder.make, which renames a whole staging folder into place).
+for a pilot run (workers add ``-w<I>of<N>``, their gathering ``-gathered``); ``sweep-``, ``resume-test-``, ``train-``
+and ``serve-test-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule, ``claim(base, take)``: ``base``, then
+``base-2``... until ``take`` does not raise FileExistsError (a pilot's ``take`` is RunFolder.make: a rename).
 
 The writers (kdkit.core.runresults.RunFolder, the summaries of kdkit.probe.pilot and kdkit.probe.train) write
 the keys named here; read_run() reads exactly those keys, tolerating files that are missing or torn.

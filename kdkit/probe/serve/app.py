@@ -8,6 +8,7 @@ twice in a batch is two requests. Standard library only (torch where present).
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,15 +68,20 @@ class AppServer:
         return out
 
 
-def requests_for(inputs: Sequence[Item], arrivals: Sequence[float], seed: int) -> tuple[list[Request], list[Item]]:
-    """Request ``i`` asks input ``order[i % n]`` (a seeded shuffle of the inputs); its item under its own ID."""
-    import random
-
-    order = list(range(len(inputs)))
+def input_order(inputs: Sequence[Item], seed: int) -> list[Item]:
+    """The inputs in the seeded order requests ask them (request ``i`` asks ``order[i % n]``), the same in process
+    and against a URL."""
+    order = list(inputs)
     random.Random(f"kdkit-serve-test-inputs:{seed}").shuffle(order)
+    return order
+
+
+def requests_for(inputs: Sequence[Item], arrivals: Sequence[float], seed: int) -> tuple[list[Request], list[Item]]:
+    """Request ``i`` asks input ``order[i % n]`` (:func:`input_order`); its item under its own ID."""
+    order = input_order(inputs, seed)
     requests, items = [], []
     for index, arrival in enumerate(arrivals):
-        item = inputs[order[index % len(order)]]
+        item = order[index % len(order)]
         own = dataclasses.replace(item, doc=item.doc._replace(id=f"{item.doc.id}@{index}"))
         requests.append(Request(index, item.doc.id, len(item.payload), arrival))
         items.append(own)

@@ -14,10 +14,10 @@ from kdkit.core.pilotconfig import check_device
 from kdkit.core.projectfiles import project_root
 from kdkit.core.safetext import printable
 from kdkit.core.serviceconfig import SERVICE_CONFIG, load_service
-from kdkit.probe.measure.options import add_project, parse, say, show, text_table
+from kdkit.probe.measure.options import Count, add_project, parse, say, show, text_table
 from kdkit.probe.measure.plot import check_plot_path, written
 from kdkit.probe.serve.arrivals import read_trace
-from kdkit.probe.serve.session import measure_in_process, prepare, run_serve_test
+from kdkit.probe.serve.session import Remote, measure_in_process, prepare, run_serve_test
 
 DESCRIPTION = """\
 An interactive service before you pay for it: latency with its queue, the request-size
@@ -32,13 +32,20 @@ scheduled arrival, so a stall shows in everyone's wait. A request refused, faile
 counts as late. A rate stops as soon as its objective is lost; a policy that missed is not
 tried at higher rates. The chosen configuration: the highest rate meeting the objectives and
 the pilot's min_quality. Saved to runs/serve-test-<time>/ (serve-test.json, requests.jsonl).
-Exit 1 when no configuration meets them."""
+Exit 1 when no configuration meets them.
+
+--url drives a service you already run instead (a JSON POST from a template, or the
+OpenAI-compatible completions/chat APIs streamed, with time to first token and between
+tokens): the same arrivals and statistics, its own batching and capacity, bounded in
+count and time, and sent to that URL only."""
 CLOCKS = ("real", "virtual")
 EPILOG = """examples:
   kdkit serve-test
   kdkit serve-test --config config/service-strict.json --plot latency.png
   kdkit serve-test --trace arrivals.txt
-  kdkit serve-test --clock virtual        # a first look in seconds; confirm with the real clock"""
+  kdkit serve-test --clock virtual        # a first look in seconds; confirm with the real clock
+  kdkit serve-test --url http://127.0.0.1:8000/predict --template body.json
+  kdkit serve-test --url http://127.0.0.1:8000 --api chat --model my-model"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="real (default): waits slept, what a request feels; virtual: each batch's service timed "
                              "for real, the waits between simulated: many rates in seconds, blind to what idle time "
                              "does to a device")
+    parser.add_argument("--url", default=None, metavar="URL",
+                        help="drive a service you already run at this http(s) URL instead of the project's predict "
+                             "(its own batching and capacity; kdkit sends nothing anywhere else)")
+    parser.add_argument("--api", default="json", metavar="json|completions|chat",
+                        help="with --url: a JSON POST from --template (default), or OpenAI-compatible "
+                             "/v1/completions or /v1/chat/completions streamed (time to first token, between tokens)")
+    parser.add_argument("--template", type=Path, default=None, metavar="FILE",
+                        help='with --api json: the request body, "{{text}}" in a string replaced by each input '
+                             '(default: {"text": "{{text}}"})')
+    parser.add_argument("--model", default=None, help="with --api completions or chat: the model field to send")
+    parser.add_argument("--max-tokens", type=Count("--max-tokens", "16"), default=16, metavar="N",
+                        help="with --api completions or chat: tokens asked per request (default: 16)")
+    parser.add_argument("--timeout", type=Count("--timeout", "30"), default=30, metavar="S",
+                        help="with --url: seconds a request may take from its scheduled arrival (default: 30)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the pilot config's)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="write a PNG: latency percentiles against rate, one line per policy")
@@ -71,14 +92,33 @@ def serve_test(args: argparse.Namespace) -> dict[str, Any]:
     root = project_root(args.project_dir)
     service = load_service(args.config if args.config is not None else root / SERVICE_CONFIG)
     trace = read_trace(args.trace) if args.trace is not None else None
-    test = prepare(root, service, trace=trace, device=args.device, clock=args.clock)
-    report = run_serve_test(test, measure_in_process, say)
+    remote = _remote(args)
+    test = prepare(root, service, trace=trace, device=args.device if remote is None else "cpu", clock=args.clock)
+    report = run_serve_test(test, measure_in_process if remote is None else remote.measure, say)
     if plot is not None:
         from kdkit.probe.serve.plot import latency_plot
 
         written(plot, lambda: latency_plot(report, plot))
         report["plot"] = str(plot)
     return report
+
+
+def _remote(args: argparse.Namespace) -> Remote | None:
+    """--url and its options checked (the URL probed: exit 3 within seconds when nothing answers there)."""
+    if args.url is None:
+        for option, given in (("--template", args.template), ("--model", args.model)):
+            if given is not None:
+                raise BadInput(f"{option}: only with --url (the in-process mode calls the project's predict)")
+        return None
+    from kdkit.probe.serve.http import API_KINDS, load_template, probe
+
+    if args.api not in API_KINDS:
+        raise BadInput(f"--api {printable(args.api)[:40]}: give one of {', '.join(API_KINDS)}")
+    if args.template is not None and args.api != "json":
+        raise BadInput(f"--template: only with --api json (--api {args.api} sends the OpenAI-compatible body)")
+    template = load_template(args.template) if args.template is not None else None
+    probe(args.url)
+    return Remote(args.url, args.api, template, args.model, args.max_tokens, float(args.timeout))
 
 
 def _ms(value: Any) -> str:

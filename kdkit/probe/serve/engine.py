@@ -17,11 +17,11 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kdkit.core.serviceconfig import Objective, Policy
-from kdkit.probe.serve.stats import ANSWERED, AT_CAPACITY, CUT, TOO_LARGE
+from kdkit.probe.serve.stats import AT_CAPACITY, CUT, TOO_LARGE, Judge
 
 # A batch of requests -> one record per request: (outcome, quality) in the batch's order (app.py).
 Serve = Callable[[Sequence[int]], list[tuple[str, float | None]]]
@@ -39,35 +39,19 @@ class Request:
     arrival: float
 
 
-@dataclass
 class Bounds:
-    """When a configuration stops: its time bound, and per objective the late requests it may still afford."""
+    """When a configuration stops: its time bound, or an objective already lost (stats.Judge)."""
 
-    max_seconds: float
-    objectives: Sequence[Objective]
-    planned: int
-    late_ms: list[float] = field(default_factory=list)
-    allowed: list[int] = field(default_factory=list)
-    late: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.late_ms = [o.ms / 1000 for o in self.objectives]
-        # (100 - p) / 100 of the planned may be late; the epsilon keeps 10 % of 100 at 10, not 9.999...
-        self.allowed = [math.floor((100 - o.percentile) * self.planned / 100 + 1e-9) for o in self.objectives]
-        self.late = [0] * len(self.objectives)
-
-    def count(self, seconds: float) -> None:
-        """One request done after ``seconds`` (inf: refused or failed)."""
-        for index, bound in enumerate(self.late_ms):
-            if seconds > bound:
-                self.late[index] += 1
+    def __init__(self, max_seconds: float, objectives: Sequence[Objective], planned: int) -> None:
+        self.max_seconds = max_seconds
+        self.judge = Judge(objectives, planned)
 
     def lost(self) -> str | None:
-        for objective, late, allowed in zip(self.objectives, self.late, self.allowed, strict=True):
-            if late > allowed:
-                return (f"{objective.name} lost: {late} requests late, more than the {allowed} of "
-                        f"{self.planned} it allows")
-        return None
+        objective = self.judge.lost(())
+        if objective is None:
+            return None
+        late = self.judge.late[self.judge.objectives.index(objective)]
+        return f"{objective.name} lost: {late} requests late of the {self.judge.planned} planned"
 
 
 class RealClock:
@@ -147,10 +131,11 @@ class Run:
             self.next += 1
             if request.size > self.max_bytes:
                 self._record(request, TOO_LARGE)
+                self.bounds.judge.note(self.records[-1])
             elif self.reject_at is not None and len(self.queue) >= self.reject_at:
                 # nobody leaves the queue between two batches: its length now is its length at this arrival
                 self._record(request, AT_CAPACITY, end=request.arrival)
-                self.bounds.count(math.inf)
+                self.bounds.judge.note(self.records[-1])
             else:
                 self.queue.append(request)
 
@@ -165,7 +150,7 @@ class Run:
         start, end, answers = clock.timed(lambda: serve([request.index for request in batch]))
         for request, (outcome, quality) in zip(batch, answers, strict=True):
             self._record(request, outcome, start=start, end=end, batch=len(batch), quality=quality)
-            self.bounds.count(end - request.arrival if outcome == ANSWERED else math.inf)
+            self.bounds.judge.note(self.records[-1])
 
     def cut(self, reason: str) -> None:
         self.stopped = reason

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kdkit.core.serviceconfig import Objective
-from kdkit.probe.serve.stats import ANSWERED, APP_ERROR, AT_CAPACITY, CUT, TOO_LARGE
+from kdkit.probe.serve.stats import ANSWERED, APP_ERROR, AT_CAPACITY, CUT, TOO_LARGE, Judge
 from kdkit.probe.serve.wire import Pool, Stale, StreamTimes, exchange
 
 TICK = 0.01  # seconds: the longest the scheduler sleeps between looks at the stop conditions
@@ -22,38 +22,6 @@ BURST = 64  # requests sent back to back (behind schedule) before the scheduler 
 REFUSED = {413: TOO_LARGE, 429: AT_CAPACITY, 503: AT_CAPACITY}  # the statuses of a service refusing by design
 GRACE = 1.0  # seconds the drain waits past timeout_s before it cuts what is still in flight
 FAILURES = (OSError, EOFError, ValueError, asyncio.LimitOverrunError, Stale)
-
-
-class Judge:
-    """Whether an objective is already lost: more requests late (answered past it, refused at capacity,
-    failed, or still in flight past it) than the whole run may have and still meet it."""
-
-    def __init__(self, objectives: Sequence[Objective], planned: int) -> None:
-        self.objectives = tuple(objectives)
-        self.planned = planned
-        self.too_large = 0  # refused as too large: not judged (the declared limit refuses them by design)
-        self.late = [0] * len(self.objectives)
-
-    def note(self, record: dict[str, Any]) -> None:
-        if record["outcome"] == TOO_LARGE:
-            self.too_large += 1
-            return
-        waited = record["end"] - record["arrival"] if record["outcome"] == ANSWERED else math.inf
-        for k, objective in enumerate(self.objectives):
-            if waited * 1000 > objective.ms:
-                self.late[k] += 1
-
-    def lost(self, overdue: Sequence[int]) -> Objective | None:
-        """The first objective no outcome of the rest can meet any more (stats.percentile's nearest rank
-        over the most requests that may be judged), or None."""
-        judged = self.planned - self.too_large
-        if judged <= 0:
-            return None
-        for k, objective in enumerate(self.objectives):
-            allowed = judged - max(1, math.ceil(objective.percentile / 100 * judged))
-            if self.late[k] + (overdue[k] if overdue else 0) > allowed:
-                return objective
-        return None
 
 
 def _reason(exc: BaseException) -> str:

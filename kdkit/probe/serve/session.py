@@ -25,7 +25,7 @@ from kdkit.probe.measure.memory import Memory
 from kdkit.probe.measure.sweep import pick_device, readable_items
 from kdkit.probe.pilot.harness import Item, load_entry, set_device, with_params, with_scorer
 from kdkit.probe.serve import stats
-from kdkit.probe.serve.app import AppServer, requests_for
+from kdkit.probe.serve.app import AppServer, input_order, requests_for
 from kdkit.probe.serve.arrivals import poisson_arrivals, trace_rate
 from kdkit.probe.serve.engine import Bounds, RealClock, Run, VirtualClock, play
 
@@ -75,9 +75,8 @@ def _configuration(test: ServeTest, server: AppServer, memory: Memory, rate: flo
     """One rate under one policy, played in real time; its result and its requests' records."""
     service = test.service
     requests, server.items = requests_for(test.inputs, test.arrivals(rate), service.seed)
-    planned = sum(1 for r in requests if r.size <= service.max_request_bytes)
     run = Run(requests, policy, service.reject_at, service.max_request_bytes,
-              Bounds(service.max_seconds_per_rate, service.objectives, planned))
+              Bounds(service.max_seconds_per_rate, service.objectives, len(requests)))
     memory.reset()
     records = play(run, server, VirtualClock() if test.clock == "virtual" else RealClock())
     summary = stats.summarize(records, service.objectives, test.pilot.min_quality)
@@ -127,6 +126,45 @@ def measure_in_process(test: ServeTest, folder: Path, say: Progress) -> dict[str
     return finish(test, results, not_tried, {"mode": "in-process", "clock": test.clock, "entry": test.pilot.entry,
                                              "device": test.device, "memory_kind": memory.kind,
                                              "warmup_seconds": round(warmup, 6), "app_errors": server.errors})
+
+
+@dataclass(frozen=True)
+class Remote:
+    """The service a user already runs: its URL (checked and probed), the kind of API, its request template."""
+
+    url: str
+    api: str = "json"
+    template: Any = None  # a loaded JSON template (json only); None: {"text": "{{text}}"}
+    model: str | None = None
+    max_tokens: int = 16
+    timeout_s: float = 30.0
+
+    def measure(self, test: ServeTest, folder: Path, say: Progress) -> dict[str, Any]:
+        """Every rate against the URL (the service's own batching and capacity), open loop, lowest rate first;
+        a rate that misses ends the test. The report (not yet written)."""
+        from kdkit.probe.serve.http import drive
+
+        service = test.service
+        texts = [(item.doc.id, item.text) for item in input_order(test.inputs, service.seed)]
+        results: list[dict[str, Any]] = []
+        not_tried: list[dict[str, Any]] = []
+        policy = policy_dict(None)
+        for rate in test.rates:
+            if results and not results[-1]["summary"]["meets"]:
+                not_tried.append({"rate": round(rate, 6), "policy": policy["name"],
+                                  "reason": f"the service already missed the objectives at {results[-1]['rate']:g}/s"})
+                continue
+            say(f"{self.url}: {rate:g} requests/s")
+            records = drive(self.url, self.api, self.template, texts, test.arrivals(rate),
+                            max_request_bytes=service.max_request_bytes, timeout_s=self.timeout_s,
+                            max_seconds=service.max_seconds_per_rate, objectives=service.objectives,
+                            model=self.model, max_tokens=self.max_tokens)
+            cut = next((r["error"] for r in records if r["outcome"] == stats.CUT and r.get("error")), None)
+            result = {"rate": round(rate, 6), "policy": policy, "stopped": cut, "peak_memory_bytes": None,
+                      "summary": stats.summarize(records, service.objectives, None)}
+            append_records(folder / REQUESTS, result, records)
+            results.append(result)
+        return finish(test, results, not_tried, {"mode": "http", "url": self.url, "api": self.api})
 
 
 def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[str, Any]],

@@ -24,12 +24,17 @@ OUTCOMES = (ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT)
 SHOWN = (50.0, 90.0, 95.0, 99.0)  # the percentiles every configuration reports, plus max
 
 
+def rank(p: float, count: int) -> int:
+    """The nearest rank of the ``p``-th percentile among ``count`` values (1-based; rounded first, so 99.9 % of
+    1000 is the 999th, not the 1000th by a float's last bit)."""
+    return min(count, max(1, math.ceil(round(p * count / 100, 9))))
+
+
 def percentile(sorted_values: Sequence[float], p: float) -> float:
     """The nearest-rank ``p``-th percentile of values sorted ascending (inf among them allowed); nan when empty."""
     if not sorted_values:
         return math.nan
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
+    return sorted_values[rank(p, len(sorted_values)) - 1]
 
 
 def _ms(value: float) -> float | None:
@@ -43,6 +48,38 @@ def distribution(values: Iterable[float]) -> dict[str, float | None]:
     out["max"] = _ms(ordered[-1]) if ordered else None
     out["mean"] = _ms(math.fsum(ordered) / len(ordered)) if ordered else None
     return out
+
+
+class Judge:
+    """Whether an objective is already lost: more requests late (answered past it, refused at capacity,
+    failed, or still in flight past it) than the whole run may have and still meet it."""
+
+    def __init__(self, objectives: Sequence[Objective], planned: int) -> None:
+        self.objectives = tuple(objectives)
+        self.planned = planned
+        self.too_large = 0  # refused as too large: not judged (the declared limit refuses them by design)
+        self.late = [0] * len(self.objectives)
+
+    def note(self, record: dict[str, Any]) -> None:
+        if record["outcome"] == TOO_LARGE:
+            self.too_large += 1
+            return
+        waited = record["end"] - record["arrival"] if record["outcome"] == ANSWERED else math.inf
+        for k, objective in enumerate(self.objectives):
+            if waited * 1000 > objective.ms:
+                self.late[k] += 1
+
+    def lost(self, overdue: Sequence[int]) -> Objective | None:
+        """The first objective no outcome of the rest can meet any more (stats.percentile's nearest rank
+        over the most requests that may be judged), or None."""
+        judged = self.planned - self.too_large
+        if judged <= 0:
+            return None
+        for k, objective in enumerate(self.objectives):
+            allowed = judged - rank(objective.percentile, judged)
+            if self.late[k] + (overdue[k] if overdue else 0) > allowed:
+                return objective
+        return None
 
 
 def _late_seconds(record: dict[str, Any]) -> float:
