@@ -169,3 +169,18 @@ def test_bad_url_options_are_one_line_and_nothing_written(project: Path, tmp_pat
     assert result.exit_code == code, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert tree_snapshot(project) == before
+
+
+# ---------------------------------------------------------------- on the rented machine: in the image
+
+
+def test_serve_test_runs_in_the_container_as_the_sweep_does(built: dict[str, object], locked_copy: Path) -> None:
+    """`kdkit run -- kdkit serve-test`: the image's kdkit (standard library only) plays the scaffolded service
+    file against the project's app, in the container, under its confinement; the run folder lands in runs/."""
+    result = invoke("run", locked_copy, "--", "kdkit", "serve-test", "--clock", "virtual", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (folder,) = [p for p in (locked_copy / "runs").iterdir() if p.name.startswith("serve-test-")]
+    report = json.loads((folder / "serve-test.json").read_text(encoding="utf-8"))
+    assert report["ok"] is True and report["mode"] == "in-process" and report["device"] == "cpu"
+    assert all(r["peak_memory_bytes"] > 0 for r in report["results"])
+    assert (folder / "requests.jsonl").stat().st_size > 0

@@ -183,3 +183,14 @@ def test_parallel_appends_never_interleave(tmp_path: Path) -> None:
     assert all(p.wait() == 0 for p in procs)
     lines = (tmp_path / BUILDS).read_text().splitlines()
     assert len(lines) == 200 and all(json.loads(line)["image_id"] == "sha256:1" for line in lines)
+
+
+def test_a_serve_test_counts_from_its_id_to_its_report(tmp_path: Path) -> None:
+    """kdkit serve-test's folder (serve-test-<time>): the time in its ID to serve-test.json, like a resume test;
+    one without its report yet is open until its newest file."""
+    runs = tmp_path / "runs"
+    write(runs / "serve-test-20250301-180000", {"serve-test.json": {"ok": True}}, when=18.5)
+    write(runs / "serve-test-20250301-190000", {"requests.jsonl": "{}\n"}, when=19.25)
+    got = [(i.kind, i.name, i.start, i.end, i.open) for i in work_log(tmp_path).intervals]
+    assert got == [("serve-test", "serve-test-20250301-180000", at(18), at(18.5), False),
+                   ("serve-test", "serve-test-20250301-190000", at(19), at(19.25), True)]

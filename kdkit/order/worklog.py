@@ -1,4 +1,4 @@
-"""When recorded work ran: the intervals of builds, pilot runs and their workers, trainings, sweeps and
+"""When recorded work ran: the intervals of builds, pilot runs and their workers, trainings, sweeps, serve tests and
 resume tests, each read from its own records, and their union (the machine's observed busy time).
 
 Parallel work is never summed: two workers of one run, or a training beside a sweep, that ran in the
@@ -20,7 +20,8 @@ metrics.jsonl are never read whole, a metrics series only by its last line):
   ``t`` after the start and its newest file's time;
 - a sweep (``sweep-<time>``): sweep.json, written when the measurements end, less their seconds (warm-up and
   every cell);
-- a resume test (``resume-test-<time>``): the time in its ID to its report.json (else its newest file).
+- a resume test (``resume-test-<time>``) or a serve test (``serve-test-<time>``): the time in its ID to its
+  report.json or serve-test.json (else its newest file).
 
 A gathering (``-gathered``) did no work of its own. A folder with no time to read is left out and named
 (:attr:`WorkLog.unread`).
@@ -40,7 +41,8 @@ from typing import Any, NamedTuple
 from kdkit.core.runfolder import ID_SHAPES, WORKER_FOLDER, run_folders, session_seconds
 from kdkit.image.buildlog import BUILDS
 
-KINDS = ("build", "pilot", "worker", "train", "sweep", "resume-test")
+KINDS = ("build", "pilot", "worker", "train", "sweep", "resume-test", "serve-test")
+MEASURED = tuple(ID_SHAPES[kind][0] for kind in ("sweep", "resume-test", "serve-test"))  # folders named by kind
 MAX_SESSIONS = 1000  # a resumed run's sessions read at most (stop-1.json ... stop-1000.json)
 TAIL_BYTES = 8192  # a metrics series is read by its last line only
 PILOT_ID = re.compile(r"^(\d{8}T\d{6}Z)")
@@ -292,11 +294,12 @@ def _sweep(folder: Path) -> list[Interval]:
                      "sweep.json written, less its warm-up and cells' seconds")]
 
 
-def _resume_test(folder: Path) -> list[Interval]:
-    start, end = id_time(folder.name), _mtime(folder / "report.json")
+def _id_to_report(kind: str, folder: Path, report: str) -> list[Interval]:
+    """A resume test or a serve test: the time in its ID to its report (else, open, to its newest file)."""
+    start, end = id_time(folder.name), _mtime(folder / report)
     if start is not None and end is not None and end >= start:
-        return [Interval("resume-test", folder.name, start, end, "its ID's time to report.json")]
-    return _open("resume-test", folder, start, None)
+        return [Interval(kind, folder.name, start, end, f"its ID's time to {report}")]
+    return _open(kind, folder, start, None)
 
 
 def read_folder(folder: Path) -> list[Interval]:
@@ -305,7 +308,9 @@ def read_folder(folder: Path) -> list[Interval]:
     if name.startswith(ID_SHAPES["sweep"][0]):
         return _sweep(folder)
     if name.startswith(ID_SHAPES["resume-test"][0]):
-        return _resume_test(folder)
+        return _id_to_report("resume-test", folder, "report.json")
+    if name.startswith(ID_SHAPES["serve-test"][0]):
+        return _id_to_report("serve-test", folder, "serve-test.json")
     if name.endswith("-gathered") or not (folder / "params.json").is_file():
         return []
     params = read_object(folder / "params.json")
@@ -321,7 +326,7 @@ def work_log(root: Path, runs: Path | None = None) -> WorkLog:
         found = read_folder(folder)
         log.intervals += found
         if not found and not folder.name.endswith("-gathered") and (
-                (folder / "params.json").is_file() or folder.name.startswith(("sweep-", "resume-test-"))):
+                (folder / "params.json").is_file() or folder.name.startswith(MEASURED)):
             log.unread.append(f"{folder}: no start or end time recorded; not counted")
     log.intervals.sort(key=lambda i: (i.start, i.end, i.name))
     return log
