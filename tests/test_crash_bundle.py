@@ -110,6 +110,7 @@ def test_wheelhouse_stages_beside_out_and_cleans_what_a_killed_run_left(project:
 
 TRIALS = 24
 SEED = 20261201
+HANG = 600  # seconds a killed bundle process may take to be reaped: only a hang goes past it
 
 
 def _run(project: Path, out: Path) -> subprocess.Popen[bytes]:
@@ -140,10 +141,8 @@ def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_pa
     first, total = map(max, zip((first, total), _window(ready, out), strict=True))
     rng = random.Random(SEED)
     outcomes = {"finished": 0, "absent": 0, "complete": 0, "staging left": 0, "cleaned and said": 0}
-    deadline = time.monotonic() + TRIALS * (total * 3 + 30)  # catches a hang only: scaled to the measured run
     left: list[Path] = []
-    for trial in range(TRIALS):
-        assert time.monotonic() < deadline, f"trial {trial}: the test ran past its time bound"
+    for trial in range(TRIALS):  # bounded by trials, never by the clock: a loaded machine only makes it slower
         if trial % 2 == 0 and out.exists():
             shutil.rmtree(out)  # even trials make a first bundle, odd ones replace one (--force)
         process = _run(ready, out)
@@ -160,7 +159,7 @@ def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_pa
             time.sleep(rng.uniform(0.0, total * 1.3))
         delay = time.monotonic() - started
         process.send_signal(signal.SIGKILL)
-        _stdout, stderr = process.communicate()
+        _stdout, stderr = process.communicate(timeout=HANG)  # a killed process that never ends is a hang
         if process.returncode == 0:
             outcomes["finished"] += 1
             for line in describe_removed(left):  # a run that got through cleaned what the last kill left

@@ -219,11 +219,11 @@ def test_capture_does_not_wait_for_what_the_program_left_behind(tmp_path: Path) 
     wrapper.chmod(0o755)
     import time
 
-    started = time.monotonic()
     code, out, _err = capture([str(wrapper)], timeout=30)
-    assert (code, out) == (0, "answer\n") and time.monotonic() - started < 2.5
+    assert (code, out) == (0, "answer\n")
+    assert not marker.exists()  # the wait ended with the wrapper, not with the child's 3 s (load only slows both)
     time.sleep(3.5)
-    assert not marker.exists()
+    assert not marker.exists()  # and the child was killed
 
 
 def test_capture_kills_a_program_that_does_not_answer() -> None:

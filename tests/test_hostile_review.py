@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -110,9 +109,8 @@ def test_an_out_path_that_is_not_a_regular_file_is_never_replaced(tmp_path: Path
 
 def test_diagnose_refuses_such_an_out_before_running_its_steps(tmp_path: Path) -> None:
     fifo = _special(tmp_path)["fifo"]
-    started = time.monotonic()
     result = invoke("diagnose", "--expect", "cpu", "--out", fifo)
-    assert result.exit_code == 2 and time.monotonic() - started < 1.0  # no torch import, no kernels
+    assert result.exit_code == 2 and result.stdout == ""  # refused before any step ran (none printed)
 
 
 # ---------------------------------------------------------------- regular files only: nothing blocks

@@ -282,7 +282,9 @@ def test_scanning_a_hostile_value_stays_linear(text: str) -> None:
 
     started = time.perf_counter()
     redact(text)
-    assert time.perf_counter() - started < 0.5  # 20 000 characters; a quadratic pattern took 13 s here
+    # 20 000 characters; a quadratic pattern took 13 s here and linear ones take milliseconds: the bound is 5 s so
+    # that a loaded machine never fails a linear one
+    assert time.perf_counter() - started < 5
 
 
 @pytest.mark.parametrize("url", ["https://ZkQ9wX2mRt7LpV4nB8cY@127.0.0.1:8080/simple/",
