@@ -182,8 +182,8 @@ def test_the_run_id_kdkit_run_id_first_then_schedulers_then_torchrun() -> None:
      "kubernetes gives no run ID that every worker shares: set KDKIT_RUN_ID (the same on every node) or pass "
      "--run-id ID"),
     ({"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "12 3"}, {},
-     "SLURM_JOB_ID='12 3': not usable as a run ID (use letters, digits, '.', '_' and '-' (first a letter or digit), at "
-     "most 128); set KDKIT_RUN_ID or pass --run-id"),
+     "SLURM_JOB_ID='12 3': not a valid run ID; use letters, digits, '.', '_' and '-' (first a letter or digit), at "
+     "most 128; set KDKIT_RUN_ID to another, or pass --run-id"),
     (TORCHRUN, {"workers": 3}, "RANK=3 (torchrun) >= --workers 3: the rank must be below the number of workers"),
     (TORCHRUN, {"worker": 1}, "--worker and --workers go together: give both (e.g. --worker 0 --workers 2) or "
                               "neither"),

@@ -247,16 +247,24 @@ def test_half_written_checkpoint_is_never_chosen(tmp_path: Path) -> None:
     assert_closed(folder)
 
 
-def crash_trial(root: Path, tmp: Path, run_id: str, delay: float, args: tuple[str, ...]) -> str | None:
-    """Start `kdkit train`, SIGKILL it after ``delay`` s, wait for its loop to be gone, then resume until it ends;
-    the checkpoint each resume chose (None when the kill came before the run folder was usable)."""
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def crash_trial(root: Path, tmp: Path, run_id: str, steps: int, args: tuple[str, ...]) -> str | None:
+    """Start `kdkit train`, SIGKILL it once ``steps`` steps are in metrics.jsonl (0: at once), wait for its loop
+    to be gone, then resume until it ends; the checkpoint each resume chose (None when the kill came before the
+    run folder was usable). The kill point is counted in steps, never in seconds: a loaded machine only slows
+    the loop, it does not move the kill before the first checkpoint."""
     pids = tmp / f"{run_id}.pids"
     env = {**os.environ, "TINY_PID_FILE": str(pids)}
     process = start(root, "--run-id", run_id, "--", *args, env=env)
-    if delay > 0:  # a kill while the loop runs; 0: at once, perhaps before the run folder exists
+    if steps > 0:  # a kill while the loop runs; 0: at once, perhaps before the run folder exists
         log = folder_of(root, run_id) / "metrics.jsonl"
-        wait_for(lambda: (log.exists() and log.stat().st_size > 0) or process.poll() is not None)
-        time.sleep(delay)
+        wait_for(lambda: _lines(log) >= steps or process.poll() is not None)
     process.send_signal(signal.SIGKILL)
     process.wait()
     wait_for(lambda: pids_gone(pids))
@@ -284,7 +292,7 @@ def test_crash_at_seeded_random_points_resumes_to_the_uninterrupted_result(tmp_p
     chosen = []
     for trial in range(20):
         run_id = f"c{trial}"
-        chosen.append(crash_trial(root, tmp_path, run_id, 0.0 if trial % 7 == 0 else chance.uniform(0, 0.3), args))
+        chosen.append(crash_trial(root, tmp_path, run_id, 0 if trial % 7 == 0 else chance.randint(1, 29), args))
         folder = folder_of(root, run_id)
         assert final_w(folder) == w, trial
         assert metrics(folder) == series, trial

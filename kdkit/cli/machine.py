@@ -353,7 +353,7 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
     from kdkit.machine.waiting import TIMED_OUT, status_lines, wait_run
     from kdkit.machine.watch import place
 
-    check_run_id(run_id, "RUN_ID")
+    check_run_id(run_id, "RUN_ID ")
     project = place(project_dir)
     copier = copy_while_waiting(copy_to, copy_every, project.runs, run_id, warn)
     with interrupts(hangup=True), copier:  # SIGHUP too: 129, the run goes on

@@ -19,7 +19,6 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,8 +29,16 @@ from kdkit.core.heartbeat import HEARTBEAT as HEARTBEAT  # an open run's only: r
 from kdkit.core.jsonio import drop_cached_pages, sha256_file
 from kdkit.core.outputfiles import OUTPUTS, STAGING
 from kdkit.core.pilotconfig import params_hash
-from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
 from kdkit.core.resultlines import Scan, blocks, scan_block
+from kdkit.core.runid import ID_SHAPES as ID_SHAPES  # the run ID's rules live in runid.py; named here too
+from kdkit.core.runid import RESUME_A_SHARE as RESUME_A_SHARE
+from kdkit.core.runid import WORKER_FOLDER as WORKER_FOLDER
+from kdkit.core.runid import base_id as base_id
+from kdkit.core.runid import check_new_run_id as check_new_run_id
+from kdkit.core.runid import check_run_id as check_run_id
+from kdkit.core.runid import gathered_folder as gathered_folder
+from kdkit.core.runid import new_run_id as new_run_id
+from kdkit.core.runid import worker_folder as worker_folder
 from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.staging import require_writable, staged_name
 from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
@@ -69,19 +76,7 @@ PILOT, GATHERED, TRAIN = "pilot", "gathered", "train"  # summary.json's kind
 
 # ---------------------------------------------------------------- IDs and folder names
 
-ID_SHAPES = {PILOT: ("", "%Y%m%dT%H%M%SZ"), "sweep": ("sweep-", "%Y%m%d-%H%M%S"),
-             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S"), "train": ("train-", "%Y%m%d-%H%M%S"),
-             "serve-test": ("serve-test-", "%Y%m%d-%H%M%S")}
-WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
 MAX_CLAIMS = 1000  # names tried before giving up: a thousand runs of one kind in one second is no real use
-
-
-def new_run_id(kind: str, params_hash: str | None = None, now: datetime | None = None) -> str:
-    """The kind's prefix, the UTC time and a short hash of the resolved parameters (a changed config
-    gives a new ID)."""
-    prefix, stamp = ID_SHAPES[kind]
-    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return f"{prefix}{moment.strftime(stamp)}" + (f"-{params_hash[:8]}" if params_hash else "")
 
 
 def claim(base: str, take: Callable[[str], T]) -> T:
@@ -109,36 +104,6 @@ def new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = N
         require_writable(runs / base, what)  # the refusal in its usual words
         raise BadInput(f"{runs / base}: cannot create it ({exc.strerror or exc}); make {runs} writable or choose "
                        f"another {what}") from None
-
-
-def worker_folder(run_id: str, worker: int, workers: int) -> str:
-    return f"{run_id}-w{worker}of{workers}"
-
-
-def gathered_folder(run_id: str) -> str:
-    return f"{run_id}-gathered"
-
-
-def base_id(folder: str) -> str:
-    """The shared run ID of a worker folder (``X-w0of2`` -> ``X``); a whole-manifest run is its own."""
-    match = WORKER_FOLDER.match(folder)
-    return match.group("base") if match else folder
-
-
-def check_run_id(run_id: str, option: str) -> str:
-    if not is_safe_id(run_id):
-        raise BadInput(f"{option} {run_id!r}: not a valid run ID; {SAFE_ID_RULE}")
-    return run_id
-
-
-def check_new_run_id(run_id: str, option: str) -> str:
-    """A run ID for a new run: a safe ID that does not end like a worker's folder (``-wIofN``, which kdkit adds
-    itself), so a folder's name always tells its run and share apart."""
-    check_run_id(run_id, option)
-    if WORKER_FOLDER.match(run_id):
-        raise BadInput(f"{option} {run_id!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "
-                       "itself; choose an ID without it (to resume a worker's folder, use --resume)")
-    return run_id
 
 
 def run_folders(runs: Path) -> list[Path]:

@@ -331,7 +331,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
         raise BadInput(f"--network {network}: choose one of {', '.join(NETWORKS)}")
     wanted_gpus = parse_gpus(gpus)
     if resume is not None:
-        check_run_id(resume, "--resume")  # an ID is data: refused before the engine is asked anything
+        check_run_id(resume, "--resume ")  # an ID is data: refused before the engine is asked anything
         if command:
             raise BadInput("--resume ID and a command after --: give one or the other")
     env = read_env_file(env_file) if env_file is not None else {}

@@ -62,7 +62,7 @@ def wait_run(project: Place, run_id: str, timeout: float | None = None,
              sleep: Callable[[float], None] = time.sleep) -> tuple[int, dict[str, Any]]:
     """Block until run ``run_id`` no longer runs; (its verdict's exit code, its status). Ctrl-C or SIGTERM
     (kdkit.core.stopsignals.interrupts, in the caller) stops the waiting, never the run."""
-    check_run_id(run_id, "RUN_ID")
+    check_run_id(run_id, "RUN_ID ")
     if timeout is not None and timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected 0 or more seconds, e.g. --timeout 600")
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -117,7 +117,7 @@ def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, by
     "w<i>"); followed as it comes with ``follow``. Unavailable (exit 3) when no container of it is left."""
     from kdkit.docker_adapter import connect, labelled_containers
 
-    check_run_id(run_id, "RUN_ID")
+    check_run_id(run_id, "RUN_ID ")
     found = labelled_containers({LABEL_PROJECT: str(project.root), LABEL_RUN: run_id})
     if found is None:
         raise Unavailable(f"run {run_id}: the Docker engine does not answer, so no container output can be read; "

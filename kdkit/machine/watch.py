@@ -317,7 +317,7 @@ def _engine_containers(project: Place, run_id: str | None) -> list[Labelled] | N
 def run_status(project: Place, run_id: str, containers: list[Labelled] | None = None) -> dict[str, Any]:
     """Where run ``run_id`` stands: its folders' states (a workers run: each worker's, and its gathering's) and
     its containers; BadInput when neither a folder nor a container of this project names it."""
-    check_run_id(run_id, "RUN_ID")
+    check_run_id(run_id, "RUN_ID ")
     runs = project.runs
     if containers is None:
         containers = _engine_containers(project, run_id)

@@ -98,9 +98,9 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
     and share only); (run, None): a restarted worker's folder was finished meanwhile, to be only reported."""
     params = cfg.resolved()
     digest = params_hash(params)
-    chosen = check_new_run_id(run_id, "--run-id") if run_id else None
+    chosen = check_new_run_id(run_id, "--run-id ") if run_id else None
     if resume is not None:
-        run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume"), share))
+        run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume "), share))
         run.own()  # a folder another pilot writes right now is never resumed under it
         try:
             recorded_params = load_object(run.path / PARAMS, "run parameters")
@@ -298,9 +298,9 @@ def _finished(run: RunFolder, as_json: bool) -> int:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.run_id:  # IDs are data, checked before they name any path (a launcher's restart looks for its folder)
-        check_new_run_id(args.run_id, "--run-id")
+        check_new_run_id(args.run_id, "--run-id ")
     if args.resume:
-        check_run_id(args.resume, "--resume")
+        check_run_id(args.resume, "--resume ")
     cfg = harness.with_scorer(load_pilot(project_root(args.project_dir), args.config))  # quality.scorer: exit 2 here
     placed = place(cfg, args.worker, args.workers, named=bool(args.run_id or args.resume))
     if placed.node_shares:  # a node's one process: one worker per GPU (kdkit.probe.pilot.fanout)

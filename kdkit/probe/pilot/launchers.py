@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdkit.core.errors import BadInput
-from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-from kdkit.core.runfolder import WORKER_FOLDER
+from kdkit.core.runfolder import check_new_run_id
 from kdkit.probe.pilot.shares import Share, parse_share
 
 RUN_ID_VAR = "KDKIT_RUN_ID"  # the run ID every worker of one launch shares (any launcher, or none)
@@ -254,12 +253,7 @@ def _run_id(env: Mapping[str, str], claims: list[Claim]) -> str | None:
     if not found:
         return None
     name, value = found[0]
-    if not is_safe_id(value):
-        raise BadInput(f"{name}={value!r}: not usable as a run ID ({SAFE_ID_RULE}); set {RUN_ID_VAR} or pass --run-id")
-    if WORKER_FOLDER.match(value):
-        raise BadInput(f"{name}={value!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "
-                       f"itself; set {RUN_ID_VAR} to an ID without it, or pass --run-id")
-    return value
+    return check_new_run_id(value, f"{name}=", f"; set {RUN_ID_VAR} to another, or pass --run-id")
 
 
 def _placed(claims: list[Claim], env: Mapping[str, str], workers: int | None,

@@ -105,7 +105,7 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
 
 
 def reopen(runs: Path, run_id: str) -> tuple[Path, dict[str, Any], Path | None]:
-    folder = runs / check_run_id(run_id, "--resume")
+    folder = runs / check_run_id(run_id, "--resume ")
     params = load_json(folder / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
     if not isinstance(params, dict) or params.get("kind") != runfiles.TRAIN:
         raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); give a run ID from "
@@ -156,7 +156,7 @@ def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     if args.resume is not None:
         folder, params, point = reopen(runs, args.resume)
     else:
-        run_id = check_new_run_id(args.run_id, "--run-id") if args.run_id is not None else None
+        run_id = check_new_run_id(args.run_id, "--run-id ") if args.run_id is not None else None
         folder, params = open_new(root, runs, cfg, args.config, run_id, args.variant, args.loop_args)
         point = None
     module, started, lock = str(params["module"]), utc_now(), lock_run(folder)
@@ -209,7 +209,7 @@ def main(argv: list[str]) -> int:
                        "\"args\"); start a new run to change them")
     if args.verify_reload:
         root = require_root()
-        folder = runs_dir(root) / check_run_id(args.verify_reload, "--verify-reload")
+        folder = runs_dir(root) / check_run_id(args.verify_reload, "--verify-reload ")
         record = verify_reload(root, folder, child_env(folder, None))
         print_result(args.json, record, f"reload {'OK' if record['ok'] else 'FAILED'}: {' '.join(record['argv'])}")
         return 0 if record["ok"] else 1

@@ -1,0 +1,58 @@
+"""Run IDs: their shapes per kind, a new one, a worker's and a gathering's folder names, and the one rule an ID
+given by a person (an option) or a launcher (a variable) must meet. Standard library only."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from kdkit.core.errors import BadInput
+from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
+
+ID_SHAPES = {"pilot": ("", "%Y%m%dT%H%M%SZ"), "sweep": ("sweep-", "%Y%m%d-%H%M%S"),
+             "resume-test": ("resume-test-", "%Y%m%d-%H%M%S"), "train": ("train-", "%Y%m%d-%H%M%S"),
+             "serve-test": ("serve-test-", "%Y%m%d-%H%M%S")}
+WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
+
+
+def new_run_id(kind: str, params_hash: str | None = None, now: datetime | None = None) -> str:
+    """The kind's prefix, the UTC time and a short hash of the resolved parameters (a changed config
+    gives a new ID)."""
+    prefix, stamp = ID_SHAPES[kind]
+    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return f"{prefix}{moment.strftime(stamp)}" + (f"-{params_hash[:8]}" if params_hash else "")
+
+
+def worker_folder(run_id: str, worker: int, workers: int) -> str:
+    return f"{run_id}-w{worker}of{workers}"
+
+
+def gathered_folder(run_id: str) -> str:
+    return f"{run_id}-gathered"
+
+
+def base_id(folder: str) -> str:
+    """The shared run ID of a worker folder (``X-w0of2`` -> ``X``); a whole-manifest run is its own."""
+    match = WORKER_FOLDER.match(folder)
+    return match.group("base") if match else folder
+
+
+def check_run_id(run_id: str, option: str, fix: str = "") -> str:
+    """``run_id`` as a run ID, else BadInput naming ``option`` (``--run-id`` or ``NAME=`` for a variable)."""
+    if not is_safe_id(run_id):
+        raise BadInput(f"{option}{run_id!r}: not a valid run ID; {SAFE_ID_RULE}{fix}")
+    return run_id
+
+
+RESUME_A_SHARE = "; choose an ID without it (to resume a worker's folder, use --resume)"
+
+
+def check_new_run_id(run_id: str, option: str, fix: str = "") -> str:
+    """A run ID for a new run: a safe ID that does not end like a worker's folder (``-wIofN``, which kdkit adds
+    itself), so a folder's name always tells its run and share apart. The one rule of a new run's ID, for an
+    option (``--run-id ``) and for a variable (``KDKIT_RUN_ID=``, with ``fix`` saying what to set instead)."""
+    check_run_id(run_id, option, fix)
+    if WORKER_FOLDER.match(run_id):
+        raise BadInput(f"{option}{run_id!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "
+                       f"itself{fix or RESUME_A_SHARE}")
+    return run_id
