@@ -59,6 +59,9 @@ def test_out_of_memory_is_the_limit_and_larger_batches_are_not_tried(project: Pa
     assert limits[0]["limit"] == ("out of memory at batch 0 (OutOfMemoryError: CUDA out of memory. "
                                   "Tried to allocate 20.00 GiB)")
     assert limits[0]["completed"] == 0 and limits[0]["same_as_batch_1"] is None
+    shown = invoke("sweep", project, "--batch-sizes", "1,2,4,8").stdout.splitlines()
+    oom_rows = [line for line in shown if "out of memory at batch 0" in line]
+    assert len(oom_rows) == 2 and all(" 1 out of memory at batch 0 " in line for line in oom_rows)  # counted
 
 
 def test_scrambled_order_is_caught(project: Path) -> None:

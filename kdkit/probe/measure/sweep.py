@@ -326,6 +326,12 @@ def sweep(args: argparse.Namespace, progress: Progress | None = None) -> dict[st
     return report
 
 
+def _failed_batches(row: dict[str, Any]) -> int:
+    """The batches that failed in a cell: its errors, and the out-of-memory batch that set its limit (a limit
+    ends the cell without failing the sweep, but the batch did fail)."""
+    return int(row["errors"]) + (1 if row["limit"] else 0)
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as a person reads it: one row per cell, failures in their own row."""
     rows = [["group", "batch", "done", "time", "items/s", "peak memory", "errors", "same as batch 1"]]
@@ -334,7 +340,7 @@ def render(report: dict[str, Any]) -> str:
         same = {True: "yes", False: f"NO: {row.get('difference', '')}", None: "-"}[row["same_as_batch_1"]]
         rows.append([row["group"], str(row["batch_size"]), f"{row['completed']}/{row['inputs']}",
                      seconds_text(row["seconds"]), f"{row['items_per_second'] or 0:.1f}",
-                     f"{row['peak_memory_bytes'] / 1e6:.1f} MB", f"{row['errors']} {problem}".strip(), same])
+                     f"{row['peak_memory_bytes'] / 1e6:.1f} MB", f"{_failed_batches(row)} {problem}".strip(), same])
     groups = "; ".join(f"{g['name']} {g['min_bytes']}-{g['max_bytes']} B ({len(g['ids'])})" for g in report["groups"])
     lines = [f"Batch-size sweep of {report['entry']} on {report['device']}",
              text_table(rows, right=frozenset(range(1, 6))),
