@@ -393,3 +393,20 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
         assert files_holding(connect().save_image_chunks("kdkit-e2e:proxy"), [ca_bundle[1]]) == {ca_bundle[1]: []}
     finally:
         connect().remove_image("kdkit-e2e:proxy")
+
+
+def test_the_next_line_after_a_tagged_build_runs_as_printed(
+        built: dict[str, Any], locked_copy: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> None:
+    """`build --tag` used to say `Next: kdkit run --backend cpu`, which looked for the default tag (exit 3); the
+    line now names the project and the image, and running it literally passes the pilot."""
+    import shlex
+
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+                    "--ca-bundle", ca_bundle[0], "--tag", "kdkit-e2e:next-hint")
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("Next: ")]
+    command = shlex.split(line.removeprefix("Next: ").split("   (or ")[0])
+    assert command[:2] == ["kdkit", "run"] and "kdkit-e2e:next-hint" in command
+    ran = invoke(*command[1:])
+    assert ran.exit_code == 0, ran.output
+    assert "PASS: every ID exactly once" in ran.stdout

@@ -370,10 +370,17 @@ def test_an_entry_that_cannot_be_imported_stops_the_run_with_the_reason(project:
     code, summary, _ = pilot(project, "--run-id", "broken")
     assert code == 1
     stop = json.loads((project / "runs" / "broken" / "stop.json").read_text())
-    assert stop["rule"] == "error"
+    assert stop["rule"] == "app-code"
     assert stop["reason"].startswith("error: cannot import src.broken (entry src.broken:predict) from ")
     assert "SyntaxError" in stop["reason"]
     assert summary["accepted"] == 0
+    # The hint is the command that works: a resume would keep the broken code (and refuse the fixed one).
+    assert summary["problems"][0].endswith("; fix the app, then start a new run (kdkit pilot, without --resume: "
+                                           "the code is part of a run)")
+    (project / "src" / "broken.py").write_text("from src.classify import predict as predict\n")
+    assert invoke("pilot", project, "--resume", "broken").exit_code == 2  # what the old hint said: refused
+    code, summary, _ = pilot(project)  # what the new one says: passes
+    assert code == 0 and summary["verdict"] == "pass"
 
 
 def test_resume_with_a_changed_config_is_refused(project: Path) -> None:

@@ -103,7 +103,18 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
     work = [s for s in result.ran if s.instruction.startswith(("RUN", "COPY"))]
     ran = "; ".join(f"{s.number} {' '.join(s.instruction.split())[:50]}" for s in work) or "none"
     say(f"Ran (not cached): {ran}")
-    say(f"Next: kdkit run --backend {plan.backend.name}   (or kdkit inspect {result.tag})")
+    say(next_after_build(project_dir, plan.backend.name, result.tag, tag is not None))
+
+
+def next_after_build(project_dir: Path | None, backend: str, built: str, tagged: bool) -> str:
+    """The "Next:" line of a build, a command that works as printed: the project named when it was given, the
+    image named when --tag chose it (run and bundle look for the default tag otherwise)."""
+    import shlex
+
+    where = f" {shlex.quote(str(project_dir))}" if project_dir is not None else ""
+    image = f" --image {shlex.quote(built)}" if tagged else ""
+    return (f"Next: kdkit run{where} --backend {backend}{image}   "
+            f"(or kdkit inspect {shlex.quote(built)})")
 
 
 @click.command("inspect")

@@ -57,6 +57,7 @@ from kdkit.probe.pilot.launch import continuing, place
 from kdkit.probe.pilot.launchers import Placement
 from kdkit.probe.pilot.options import build_parser
 from kdkit.probe.pilot.origin import app_record, check_resume, is_finished
+from kdkit.probe.pilot.report import APP_CODE
 from kdkit.probe.pilot.shares import (
     Share,
     check_resumed_share,
@@ -199,6 +200,8 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
         session.exit_code = stop.exit_code
     except KeyboardInterrupt:
         session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
+    except harness.EntryError as exc:  # the app's code must change: a resume would refuse it (the code is the run's)
+        session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": APP_CODE}, 1
     except KdkitError as exc:
         session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": "error"}, 1
     except Exception as exc:  # the harness's own failure (a full disk: disk-full) still closes the run folder

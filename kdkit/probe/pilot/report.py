@@ -48,11 +48,22 @@ def resume_options(run_id: str) -> str:
     return f"--resume {share.group('base')} --worker {share.group('worker')} --workers {share.group('workers')}"
 
 
+APP_CODE = "app-code"  # stop.json rule: the app's entry did not import or is not callable
+
+
+def next_step(run_id: str, stop: dict[str, Any]) -> str:
+    """What to do after a stop, as a command that works: a resume, except when the app's own code must change
+    first (a resumed run keeps the code it started with, and refuses a changed one)."""
+    if stop.get("rule") == APP_CODE:
+        return "fix the app, then start a new run (kdkit pilot, without --resume: the code is part of a run)"
+    return f"resume with {resume_options(run_id)}"
+
+
 def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str, Any] | None,
                  extra: dict[str, Any]) -> dict[str, Any]:
     problems = list(acc.problems)
     if stop is not None:
-        problems.insert(0, f"stopped early: {stop[REASON]}; resume with {resume_options(run_id)}")
+        problems.insert(0, f"stopped early: {stop[REASON]}; {next_step(run_id, stop)}")
     return {
         RUN_ID: run_id,
         KIND: PILOT,
