@@ -184,3 +184,122 @@ def test_serve_test_runs_in_the_container_as_the_sweep_does(built: dict[str, obj
     assert report["ok"] is True and report["mode"] == "in-process" and report["device"] == "cpu"
     assert all(r["peak_memory_bytes"] > 0 for r in report["results"])
     assert (folder / "requests.jsonl").stat().st_size > 0
+
+
+# ---------------------------------------------------------------- what a hostile round found
+
+
+def _app(project: Path, body: str) -> None:
+    (project / "src" / "hostile.py").write_text(body, encoding="utf-8")
+    config = project / "config" / "pilot.json"
+    data = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**data, "entry": "src.hostile:predict"}), encoding="utf-8")
+
+
+def test_a_plot_path_that_is_a_link_is_refused(project: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep", encoding="utf-8")
+    (tmp_path / "link.png").symlink_to(victim)
+    (tmp_path / "dangling.png").symlink_to(tmp_path / "new.cfg")
+    _service(project)
+    for link in ("link.png", "dangling.png"):
+        result = invoke("serve-test", project, "--clock", "virtual", "--plot", tmp_path / link, "--force")
+        assert result.exit_code == 2 and "is a symbolic link" in result.stderr
+    assert victim.read_text(encoding="utf-8") == "keep" and not (tmp_path / "new.cfg").exists()
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    ({"max_request_bytes": 10**400}, "$.max_request_bytes"),
+    ({"seed": -(10**400)}, "$.seed"),
+    ({"requests_per_rate": 10_000_000}, "$.requests_per_rate"),
+    ({"rates": list(range(1, 40))}, "$.rates"),
+    ({"rates": list(range(1, 30)), "batching": {"max_batch": list(range(1, 30)), "max_wait_ms": [1, 2]}},
+     "$.batching"),
+])
+def test_configs_that_would_overflow_or_run_for_hours_are_refused(project: Path, change: dict[str, Any],
+                                                                   where: str) -> None:
+    _service(project, **change)
+    before = tree_snapshot(project)
+    result = invoke("serve-test", project, "--clock", "virtual")
+    assert result.exit_code == 2 and f"service.json: {where}" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and tree_snapshot(project) == before
+
+
+@pytest.mark.parametrize(("text", "said"), [("0\n0\n0\n", "faster than"), ("0\n1e-300\n", "faster than"),
+                                            ("\ufeff0\n0.5\n", None)])
+def test_a_trace_of_no_span_is_refused_and_a_bom_is_read(project: Path, tmp_path: Path, text: str,
+                                                          said: str | None) -> None:
+    _service(project)
+    trace = tmp_path / "trace.txt"
+    trace.write_text(text, encoding="utf-8")
+    result = invoke("serve-test", project, "--clock", "virtual", "--trace", trace)
+    if said is None:
+        assert result.exit_code == 0, result.stderr
+    else:
+        assert result.exit_code == 2 and said in result.stderr and not any((project / "runs").iterdir())
+
+
+def test_an_app_that_fails_at_once_or_does_not_import_leaves_nothing(project: Path) -> None:
+    _service(project)
+    _app(project, "def predict(items):\n    raise RuntimeError('\\x1b[31mboom')\n")
+    result = invoke("serve-test", project)
+    assert result.exit_code == 1 and "its first call failed: RuntimeError: \\x1b[31mboom" in result.stderr
+    assert "\x1b" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    _app(project, "def predict(items)\n")
+    result = invoke("serve-test", project)
+    assert result.exit_code == 2 and "$.entry: cannot import src.hostile" in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_an_app_answering_twice_is_not_a_pass(project: Path) -> None:
+    _service(project, rates=[50], requests_per_rate=20)
+    _app(project, "from src.classify import predict as p\n\ndef predict(items):\n    r = p(items)\n"
+                  "    return r + r\n")
+    code, report, _ = _serve(project, "--clock", "virtual")
+    assert code == 1 and report["results"][0]["summary"]["outcomes"]["error"] > 0
+
+
+def test_a_hanging_app_is_bounded_and_its_prints_are_kept_apart(project: Path) -> None:
+    _service(project, rates=[50], requests_per_rate=20, max_seconds_per_rate=1, batching={"max_batch": [1]})
+    _app(project, "import time\nfrom src.classify import predict as p\ncalls = []\n\ndef predict(items):\n"
+                  "    calls.append(1)\n    print('\\x1b[2Jchatty app')\n"
+                  "    if len(calls) == 3:\n        time.sleep(3600)\n    return p(items)\n")
+    code, report, _ = _serve(project, "--clock", "virtual")  # stdout must still be JSON only
+    assert code == 1
+    assert any("took longer than 1 s" in error for error in report["app_errors"])
+    log = Path(report["app_output"])
+    assert log.parent == Path(report["out"]) and "chatty app" in log.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--url", "http://127.0.0.1:1/日本"], "holds characters beyond ASCII"),
+    (["--url", "http://127.0.0.1:0/"], "port 0 is no service's port"),
+    (["--url", "http://127.0.0.1:1/", "--timeout", "0"], "--timeout 0: must be at least 1"),
+    (["--url", "http://127.0.0.1:1/", "--api", "chat", "--max-tokens", "-1"], "--max-tokens -1: must be at least 1"),
+    (["--url", "http://127.0.0.1:1/", "--template", "FIFO"], "is not a regular file"),
+    (["--url", "http://127.0.0.1:1/", "--template", "NAN"], "is not a finite number"),
+    (["--url", "http://127.0.0.1:1/", "--template", "DEEP"], "nested too deeply"),
+])
+def test_hostile_url_options_are_one_line_exit_2(project: Path, tmp_path: Path, args: list[str],
+                                                 message: str) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "nan.json").write_text('{"text": "{{text}}", "x": NaN}', encoding="utf-8")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    named = {"FIFO": tmp_path / "fifo", "NAN": tmp_path / "nan.json", "DEEP": tmp_path / "deep.json"}
+    result = invoke("serve-test", project, *[str(named.get(arg, arg)) for arg in args])
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_413_within_the_declared_limit_is_an_error_not_a_refusal_by_design(project: Path) -> None:
+    from tests.serve_server import LocalServer
+
+    _service(project, rates=[40], requests_per_rate=20, max_request_bytes=65536)
+    with LocalServer(project, max_bytes=200) as server:  # refuses bodies the service file says it accepts
+        code, report, _ = _serve(project, "--url", server.url + "/predict")
+    outcomes = report["results"][0]["summary"]["outcomes"]
+    assert code == 1 and outcomes["rejected_too_large"] == 0 and outcomes["error"] > 0
+    assert "quality not judged" not in report.get("quality", "") or report["min_quality"] is None

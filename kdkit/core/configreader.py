@@ -13,6 +13,8 @@ from typing import Any
 from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import CONTROL_CHARACTER
 
+HUGE = 10**18  # no count, size or seed of a config goes past this
+
 
 class ConfigReader:
     """Reads one JSON config's values, each checked where it is read; a bad one is BadInput naming the file,
@@ -45,6 +47,8 @@ class ConfigReader:
         """One value at ``where``: a finite number (whole when asked) at least (or ``above``) ``minimum``."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
             raise self.bad(where, f"must be {'a whole number' if whole else 'a number'}")
+        if isinstance(value, int) and abs(value) > HUGE:  # math.isfinite of a 400-digit int raises OverflowError
+            raise self.bad(where, f"must be a number of at most {len(str(HUGE))} digits")
         if not math.isfinite(value) or value < minimum or (above and value == minimum):
             raise self.bad(where, f"must be a finite number {'above' if above else 'at least'} {minimum:g}")
         return value

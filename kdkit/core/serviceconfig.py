@@ -29,7 +29,9 @@ PERCENTILE_KEY = re.compile(r"p([0-9]{1,2}(?:\.[0-9]{1,3})?)_ms")
 _TOP = {"max_request_bytes", "latency", "at_capacity", "batching", "rates", "requests_per_rate", "seed",
         "max_seconds_per_rate", "$schema", "description"}
 MAX_RATE = 1_000_000.0  # requests per second
-MAX_REQUESTS = 10_000_000
+MAX_REQUESTS = 100_000  # per rate: every request is recorded, in memory and in requests.jsonl
+MAX_LIST = 32  # values of max_batch, of max_wait_ms and of rates
+MAX_CONFIGURATIONS = 256  # policies x rates: each one is played for up to max_seconds_per_rate
 MAX_BATCH = 1_000_000
 DEFAULT_SECONDS_PER_RATE = 60.0
 
@@ -78,8 +80,8 @@ class ServiceConfig:
 def _positive_list(reader: ConfigReader, data: dict[str, Any], key: str, where: str, *, whole: bool,
                    top: float) -> list[float]:
     values = data.get(key)
-    if not isinstance(values, list) or not values or len(values) > 100:
-        raise reader.bad(f"{where}.{key}", "must be a list of 1 to 100 positive numbers, e.g. [1, 4, 8]")
+    if not isinstance(values, list) or not values or len(values) > MAX_LIST:
+        raise reader.bad(f"{where}.{key}", f"must be a list of 1 to {MAX_LIST} positive numbers, e.g. [1, 4, 8]")
     out = []
     for index, item in enumerate(values):
         value = reader.checked(item, f"{where}.{key}[{index}]", whole=whole, above=True)
@@ -130,9 +132,12 @@ def _policies(reader: ConfigReader, data: Any) -> tuple[Policy, ...]:
                            {"max_batch", "max_wait_ms"})
     sizes = _positive_list(reader, batching, "max_batch", "$.batching", whole=True, top=MAX_BATCH)
     waits = batching.get("max_wait_ms", [0])
-    if not isinstance(waits, list) or not waits or len(waits) > 100:
-        raise reader.bad("$.batching.max_wait_ms", "must be a list of 1 to 100 numbers of milliseconds, e.g. [5, 20]")
-    checked = sorted({float(reader.checked(wait, f"$.batching.max_wait_ms[{i}]")) for i, wait in enumerate(waits)})
+    if not isinstance(waits, list) or not waits or len(waits) > MAX_LIST:
+        raise reader.bad("$.batching.max_wait_ms", f"must be a list of 1 to {MAX_LIST} numbers of milliseconds, e.g. "
+                                                   "[5, 20]")
+    # + 0.0: a wait of -0.0 is none, and is shown as 0
+    checked = sorted({float(reader.checked(wait, f"$.batching.max_wait_ms[{i}]")) + 0.0
+                      for i, wait in enumerate(waits)})
     if checked[-1] > 3_600_000:
         raise reader.bad("$.batching.max_wait_ms", "must be at most 3,600,000 ms")
     # a batch of one never waits for company: one policy per size 1, whatever the waits
@@ -143,7 +148,7 @@ def load_service(path: Path) -> ServiceConfig:
     """The service file read and checked once; BadInput (exit 2) on anything wrong, before anything runs."""
     if path.is_dir():
         raise BadInput(f"{path}: is a folder, not a service file; give the JSON file (--config FILE)")
-    if not path.is_file():
+    if not path.exists():
         raise BadInput(f"{path}: not found; `kdkit init` writes an example, or give --config FILE")
     reader = ConfigReader(path)
     data = reader.keys(load_json(path, what="service config"), "$", _TOP)
@@ -155,9 +160,13 @@ def load_service(path: Path) -> ServiceConfig:
     if count > MAX_REQUESTS or seconds > 86_400:
         raise reader.bad("$.requests_per_rate" if count > MAX_REQUESTS else "$.max_seconds_per_rate",
                          f"at most {MAX_REQUESTS:,} requests and 86,400 seconds per rate")
-    return ServiceConfig(
+    config = ServiceConfig(
         source=str(path), max_request_bytes=int(size), objectives=_objectives(reader, data.get("latency")),
         reject_at=_capacity(reader, data.get("at_capacity")), policies=_policies(reader, data.get("batching")),
         rates=tuple(_positive_list(reader, data, "rates", "$", whole=False, top=MAX_RATE)),
         requests_per_rate=int(count), seed=int(reader.number(data, "seed", "$", whole=True) or 0),
         max_seconds_per_rate=float(seconds))
+    if len(config.policies) * len(config.rates) > MAX_CONFIGURATIONS:
+        raise reader.bad("$.batching", f"{len(config.policies)} policies x {len(config.rates)} rates make more than "
+                                       f"{MAX_CONFIGURATIONS} configurations; try fewer values of each")
+    return config

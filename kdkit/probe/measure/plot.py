@@ -22,6 +22,8 @@ def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:
         return None
     if plot.suffix.lower() != ".png":
         raise BadInput(f"--plot {plot}: the plot is a PNG; give a path ending in .png")
+    if plot.is_symlink():  # resolved, it would write (or --force replace) whatever the link points at
+        raise BadInput(f"--plot {plot}: is a symbolic link; give the path of the file itself")
     path = plot.resolve()
     if not path.parent.is_dir():
         raise BadInput(f"--plot {plot}: folder {path.parent} does not exist; create it first")

@@ -7,12 +7,21 @@ twice in a batch is two requests. Standard library only (torch where present).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import os
 import random
-from collections.abc import Sequence
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from kdkit.core.jsonio import atomic_write_bytes
 from kdkit.core.outputkinds import SCORE
 from kdkit.core.pilotconfig import PilotConfig
 from kdkit.probe.pilot.harness import Item, Predict, classify_answers
@@ -38,34 +47,101 @@ def quality(item: Item, record: dict[str, Any] | None, kind: str) -> float | Non
     return float(record[SCORE]) if outcome == "accepted" and isinstance(record.get(SCORE), (int, float)) else 0.0
 
 
+class BatchTimeout(BaseException):
+    """One call into the app outlived its bound (a BaseException: the app's own ``except Exception`` cannot
+    swallow it)."""
+
+
+class AppOutput:
+    """The app's own output, kept off the terminal and out of ``--json``: around each call into the app, Python's
+    sys.stdout/sys.stderr and the process's file descriptors 1 and 2 point at a scratch file, kept in the run
+    folder as app-output.log when the app wrote anything."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (open for the whole test, closed by save)
+        self.text = io.StringIO()
+
+    @contextlib.contextmanager
+    def around(self) -> Iterator[None]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(self.file.fileno(), 1)
+        os.dup2(self.file.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(self.text), contextlib.redirect_stderr(self.text):
+                yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+    def save(self, path: Path) -> int:
+        """Write what the app printed to ``path`` (nothing when it printed nothing); its size in bytes."""
+        self.file.seek(0)
+        data = self.text.getvalue().encode("utf-8", "backslashreplace") + self.file.read()
+        self.file.close()
+        if data:
+            atomic_write_bytes(path, data)
+        return len(data)
+
+
 @dataclass
 class AppServer:
-    """``serve(indexes)`` for the engine: the requests' items handed to predict, each answer judged."""
+    """``serve(indexes)`` for the engine: the requests' items handed to predict, each answer judged; a call
+    bounded by ``timeout`` seconds (SIGALRM, in the main thread), the app's output kept apart."""
 
     predict: Predict
     config: PilotConfig
     items: list[Item]  # one per request, under the request's own ID
+    timeout: float = 0.0  # seconds one call may take; 0: unbounded
+    output: AppOutput | None = None
     errors: list[str] = dataclasses.field(default_factory=list)  # the first few app failures, for the report
+
+    def call(self, items: list[dict[str, Any]]) -> Any:
+        """predict(items) with its output kept apart and its time bounded."""
+        timer = self.timeout > 0 and threading.current_thread() is threading.main_thread()
+        with self.output.around() if self.output is not None else contextlib.nullcontext():
+            if timer:
+                previous = signal.signal(signal.SIGALRM, _timed_out)
+                signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            try:
+                return self.predict(items)
+            finally:
+                if timer:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, previous)
+
+    def _failed(self, said: str, count: int) -> list[tuple[str, float | None]]:
+        if len(self.errors) < 5:
+            self.errors.append(said)
+        return [(APP_ERROR, None)] * count
 
     def __call__(self, indexes: Sequence[int]) -> list[tuple[str, float | None]]:
         batch = [self.items[i] for i in indexes]
         try:
-            answers = self.predict([item.app_item() for item in batch])
-            records = classify_answers(batch, answers, self.config.output, 0)
+            records = classify_answers(batch, self.call([item.app_item() for item in batch]), self.config.output, 0)
+        except BatchTimeout:
+            return self._failed(f"the app took longer than {self.timeout:g} s (max_seconds_per_rate) on one batch",
+                                len(batch))
         except Exception as exc:  # the app's failure is data: its requests failed, the next batch goes on
-            if len(self.errors) < 5:
-                said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                self.errors.append(f"{type(exc).__name__}: {said}".rstrip(": "))
-            return [(APP_ERROR, None)] * len(batch)
-        first: dict[Any, dict[str, Any]] = {}
+            said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            return self._failed(f"{type(exc).__name__}: {said}".rstrip(": "), len(batch))
+        by_id: dict[Any, list[dict[str, Any]]] = {}
         for record in records:
-            first.setdefault(record.get("id"), record)
-        out = []
-        for item in batch:
-            got = first.get(item.doc.id)
-            answered = got is not None and got.get("outcome") in ANSWERS
-            out.append((ANSWERED, quality(item, got, self.config.output.kind)) if answered else (APP_ERROR, None))
-        return out
+            by_id.setdefault(record.get("id"), []).append(record)
+        return [self._judged(item, by_id.get(item.doc.id, [])) for item in batch]
+
+    def _judged(self, item: Item, mine: list[dict[str, Any]]) -> tuple[str, float | None]:
+        """One request's outcome from its records: answered exactly once (the pilot's rule), else an error."""
+        if len(mine) != 1 or mine[0].get("outcome") not in ANSWERS:
+            return APP_ERROR, None
+        return ANSWERED, quality(item, mine[0], self.config.output.kind)
+
+
+def _timed_out(signum: int, frame: Any) -> None:
+    raise BatchTimeout
 
 
 def input_order(inputs: Sequence[Item], seed: int) -> list[Item]:

@@ -12,8 +12,10 @@ import random
 from pathlib import Path
 
 from kdkit.core.errors import BadInput
+from kdkit.core.serviceconfig import MAX_RATE, MAX_REQUESTS
+from kdkit.core.textfile import read_text_file
 
-MAX_TRACE = 10_000_000  # arrival times a trace may hold
+MAX_TRACE = MAX_REQUESTS  # arrival times a trace may hold (each one a recorded request)
 
 
 def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
@@ -30,11 +32,7 @@ def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
 def read_trace(path: Path) -> list[float]:
     """A trace file: one arrival time in seconds per line (blank lines and ``#`` comments skipped), never going
     backwards; returned relative to the first. BadInput naming the line on anything else."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read the trace ({type(exc).__name__}); give a text file of arrival "
-                       "times in seconds, one per line") from exc
+    text = read_text_file(path, "trace").removeprefix("\ufeff")  # a regular UTF-8 file (a FIFO would block)
     times: list[float] = []
     for number, line in enumerate(text.splitlines(), 1):
         value = line.split("#", 1)[0].strip()
@@ -55,6 +53,9 @@ def read_trace(path: Path) -> list[float]:
             raise BadInput(f"{path}: more than {MAX_TRACE:,} arrival times; cut the trace")
     if len(times) < 2:
         raise BadInput(f"{path}: a trace needs at least two arrival times")
+    if not trace_rate(times) <= MAX_RATE:
+        raise BadInput(f"{path}: {len(times)} arrivals within {times[-1] - times[0]:g} s is faster than "
+                       f"{MAX_RATE:,g} requests/s; give times in seconds")
     first = times[0]
     return [when - first for when in times]
 

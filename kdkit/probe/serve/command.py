@@ -48,6 +48,17 @@ EPILOG = """examples:
   kdkit serve-test --url http://127.0.0.1:8000 --api chat --model my-model"""
 
 
+class Positive(Count):
+    """A count of at least 1 (a timeout of 0 s would fail every request; 0 tokens would ask for nothing)."""
+
+    def __call__(self, text: str) -> int:
+        value = super().__call__(text)
+        if value < 1:
+            raise BadInput(f"{self.option} {printable(text)[:40]}: must be at least 1; e.g. {self.option} "
+                           f"{self.example}")
+        return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("serve-test", DESCRIPTION, EPILOG)
     add_project(parser)
@@ -69,9 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='with --api json: the request body, "{{text}}" in a string replaced by each input '
                              '(default: {"text": "{{text}}"})')
     parser.add_argument("--model", default=None, help="with --api completions or chat: the model field to send")
-    parser.add_argument("--max-tokens", type=Count("--max-tokens", "16"), default=16, metavar="N",
+    parser.add_argument("--max-tokens", type=Positive("--max-tokens", "16"), default=16, metavar="N",
                         help="with --api completions or chat: tokens asked per request (default: 16)")
-    parser.add_argument("--timeout", type=Count("--timeout", "30"), default=30, metavar="S",
+    parser.add_argument("--timeout", type=Positive("--timeout", "30"), default=30, metavar="S",
                         help="with --url: seconds a request may take from its scheduled arrival (default: 30)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the pilot config's)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
@@ -144,11 +155,18 @@ def render(report: dict[str, Any]) -> str:
     if chosen is None:
         lines.append("No configuration meets the objectives and the quality criterion.")
     else:
+        judged = report.get("min_quality") is not None and chosen["summary"]["quality"] is not None
+        quality = (f" and quality >= {report['min_quality']:g}" if judged else
+                   "; quality not judged: " + ("over HTTP" if report["mode"] == "http" else
+                                                "no answer had an expected value"))
         lines.append(f"Chosen: {chosen['policy']['name']} at {chosen['rate']:g} requests/s "
-                     f"(the highest rate meeting {', '.join(report['objectives'])}"
-                     + (f" and quality >= {report['min_quality']:g})" if report.get("min_quality") else ")"))
+                     f"(the highest rate meeting {', '.join(report['objectives'])}{quality})")
     lines += [f"  {w['policy']} at {w['rate']:g}/s: {'; '.join(w['reasons'])}" for w in report["why_not"]]
     lines += [f"  {n['policy']} at {n['rate']:g}/s: not tried ({n['reason']})" for n in report["not_tried"]]
+    if report.get("app_errors"):
+        lines.append("The app failed: " + "; ".join(printable(e) for e in report["app_errors"]))
+    if report.get("app_output"):
+        lines.append(f"The app's own output: {report['app_output']}")
     lines.append(f"Saved {report['out']}" + (f"; plot {report['plot']}" if report.get("plot") else ""))
     return "\n".join(lines)
 

@@ -21,7 +21,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.jsonio import parse_json
+from kdkit.core.safetext import printable
 from kdkit.core.serviceconfig import Objective
+from kdkit.core.textfile import read_text_file
 from kdkit.probe.serve.httprun import Run
 
 API_KINDS = ("json", "completions", "chat")
@@ -54,7 +57,10 @@ class ParsedUrl:
 
 def check_url(url: str) -> ParsedUrl:
     """``url`` as an http or https URL with a host; BadInput (exit 2), one line, on anything else."""
-    shown = " ".join(url.split())[:200]
+    shown = printable(" ".join(url.split())[:200])
+    if not url.isascii():
+        raise BadInput(f"--url {shown!r}: holds characters beyond ASCII; percent-encode them (an IDN host as its "
+                       "xn-- form)")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -67,8 +73,10 @@ def check_url(url: str) -> ParsedUrl:
         raise BadInput(f"--url {shown!r}: names no host; give http://HOST:PORT/PATH")
     if parts.username is not None or parts.password is not None:
         raise BadInput(f"--url {shown!r}: credentials in the URL are not sent; give the URL without user:password@")
-    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         raise BadInput(f"--url {shown!r}: holds spaces or control characters; percent-encode them")
+    if port == 0:
+        raise BadInput(f"--url {shown!r}: port 0 is no service's port; give the port it listens on")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return ParsedUrl(url, scheme, parts.hostname, port or (443 if scheme == "https" else 80), target)
 
@@ -91,13 +99,8 @@ def probe(url: str, timeout: float = 5.0) -> ParsedUrl:
 
 def load_template(path: Path) -> Any:
     """A JSON template (``"{{text}}"`` in at least one string value); BadInput (exit 2) naming the file."""
-    try:
-        if path.stat().st_size > MAX_TEMPLATE_BYTES:
-            raise BadInput(f"{path}: a template of over {MAX_TEMPLATE_BYTES:,} bytes; give a small JSON body")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(f"{path}: not a JSON template ({type(exc).__name__}); give a JSON body with "
-                       f'"{PLACEHOLDER}" where the text goes, e.g. {{"text": "{PLACEHOLDER}"}}') from exc
+    # the strict reader: a regular file (a FIFO would block), UTF-8, finite numbers, no key twice, not too deep
+    data = parse_json(read_text_file(path, "request template", limit=MAX_TEMPLATE_BYTES), str(path))
     if not _uses_placeholder(data):
         raise BadInput(f"{path}: no string value holds \"{PLACEHOLDER}\"; put it where the request's text goes")
     return data

@@ -15,23 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.errors import BadInput
+from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.pilotconfig import PilotConfig, load_pilot
 from kdkit.core.runfolder import new_run_folder, new_run_id
+from kdkit.core.safetext import printable
 from kdkit.core.serviceconfig import Policy, ServiceConfig
 from kdkit.core.staging import require_writable
 from kdkit.probe.measure.memory import Memory
 from kdkit.probe.measure.sweep import pick_device, readable_items
-from kdkit.probe.pilot.harness import Item, load_entry, set_device, with_params, with_scorer
+from kdkit.probe.pilot.harness import EntryError, Item, load_entry, set_device, with_params, with_scorer
 from kdkit.probe.serve import stats
-from kdkit.probe.serve.app import AppServer, input_order, requests_for
+from kdkit.probe.serve.app import AppOutput, AppServer, BatchTimeout, input_order, requests_for
 from kdkit.probe.serve.arrivals import poisson_arrivals, trace_rate
 from kdkit.probe.serve.engine import Bounds, RealClock, Run, VirtualClock, play
 
 RUNS = "runs folder (pilot config's runs)"
 REQUESTS = "requests.jsonl"
 REPORT = "serve-test.json"
+APP_OUTPUT = "app-output.log"  # what the app printed, kept off the terminal
 Progress = Callable[[str], None]
 
 
@@ -80,7 +82,7 @@ def _configuration(test: ServeTest, server: AppServer, memory: Memory, rate: flo
     memory.reset()
     records = play(run, server, VirtualClock() if test.clock == "virtual" else RealClock())
     summary = stats.summarize(records, service.objectives, test.pilot.min_quality)
-    result = {"rate": round(rate, 6), "policy": policy_dict(policy), "stopped": run.stopped,
+    result = {"rate": shown_rate(rate), "policy": policy_dict(policy), "stopped": run.stopped,
               "peak_memory_bytes": memory.peak(), "summary": summary}
     return result, records
 
@@ -91,41 +93,78 @@ def policy_dict(policy: Policy | None) -> dict[str, Any]:
     return {"name": policy.name, "max_batch": policy.max_batch, "max_wait_ms": policy.max_wait_ms}
 
 
-def append_records(path: Path, result: dict[str, Any], records: Sequence[dict[str, Any]]) -> None:
-    """A configuration's requests, each with its rate and policy, appended as one write once it has ended."""
-    tag = {"rate": result["rate"], "policy": result["policy"]["name"]}
-    lines = "".join(json.dumps({**tag, **record}, allow_nan=False) + "\n"
-                    for record in sorted(records, key=lambda r: r["index"]))
-    with path.open("a", encoding="utf-8") as out:
-        out.write(lines)
+class Sink:
+    """Where a serve test's files go: its run folder, made when the first configuration has ended (a test refused
+    or failed before then leaves nothing), each configuration's requests appended in one write as it ends."""
+
+    def __init__(self, runs: Path) -> None:
+        self.runs = runs
+        self.made: Path | None = None
+
+    def folder(self) -> Path:
+        if self.made is None:
+            self.made = new_run_folder(self.runs, "serve-test", RUNS)
+        return self.made
+
+    def append(self, result: dict[str, Any], records: Sequence[dict[str, Any]]) -> None:
+        """A configuration's requests, each with its rate and policy."""
+        tag = {"rate": result["rate"], "policy": result["policy"]["name"]}
+        lines = "".join(json.dumps({**tag, **record}, allow_nan=False) + "\n"
+                        for record in sorted(records, key=lambda r: r["index"]))
+        with (self.folder() / REQUESTS).open("a", encoding="utf-8") as out:
+            out.write(lines)
 
 
-def measure_in_process(test: ServeTest, folder: Path, say: Progress) -> dict[str, Any]:
-    """Every policy at every rate through the project's own predict; the report (not yet written)."""
+def _started(test: ServeTest) -> tuple[AppServer, float]:
+    """The project's predict imported and called once (the model loaded, outside the timings), its output kept
+    apart, its calls bounded; BadInput when the entry does not import, CheckFailed when its first call fails."""
     set_device(test.device)
-    predict = with_params(load_entry(test.pilot.root, test.pilot.entry), test.pilot.params)
-    server = AppServer(predict, test.pilot, [])
-    memory = Memory(test.device)
+    try:
+        predict = with_params(load_entry(test.pilot.root, test.pilot.entry), test.pilot.params)
+    except EntryError as exc:
+        raise BadInput(f"{test.pilot.config_path}: $.entry: {exc}") from None
+    server = AppServer(predict, test.pilot, [], test.service.max_seconds_per_rate, AppOutput())
     started = time.perf_counter()
-    predict([test.inputs[0].app_item()])  # load the model once, outside the timings
-    warmup = time.perf_counter() - started
+    try:
+        server.call([test.inputs[0].app_item()])
+    except BatchTimeout:
+        raise CheckFailed(f"{test.pilot.entry}: its first call took longer than max_seconds_per_rate "
+                          f"({test.service.max_seconds_per_rate:g} s)") from None
+    except Exception as exc:
+        said = " ".join(str(exc).split())[:200]
+        raise CheckFailed(f"{test.pilot.entry}: its first call failed: {type(exc).__name__}: {said}") from None
+    return server, time.perf_counter() - started
+
+
+def measure_in_process(test: ServeTest, sink: Sink, say: Progress) -> dict[str, Any]:
+    """Every policy at every rate through the project's own predict; the report (not yet written)."""
+    server, warmup = _started(test)
+    memory = Memory(test.device)
     results, not_tried = [], []
     for policy in test.service.policies:
         missed: float | None = None
         for rate in test.rates:
             if missed is not None:
-                not_tried.append({"rate": round(rate, 6), "policy": policy.name,
+                not_tried.append({"rate": shown_rate(rate), "policy": policy.name,
                                   "reason": f"{policy.name} already missed the objectives at {missed:g}/s"})
                 continue
             say(f"{policy.name}: {rate:g} requests/s")
             result, records = _configuration(test, server, memory, rate, policy)
-            append_records(folder / REQUESTS, result, records)
+            sink.append(result, records)
             results.append(result)
             if not result["summary"]["meets"]:
                 missed = rate
-    return finish(test, results, not_tried, {"mode": "in-process", "clock": test.clock, "entry": test.pilot.entry,
-                                             "device": test.device, "memory_kind": memory.kind,
-                                             "warmup_seconds": round(warmup, 6), "app_errors": server.errors})
+    assert server.output is not None
+    printed = server.output.save(sink.folder() / APP_OUTPUT)
+    return finish(test, results, not_tried, {
+        "mode": "in-process", "clock": test.clock, "entry": test.pilot.entry, "device": test.device,
+        "memory_kind": memory.kind, "warmup_seconds": round(warmup, 6), "app_errors": server.errors,
+        "app_output": str(sink.folder() / APP_OUTPUT) if printed else None})
+
+
+def shown_rate(rate: float) -> float:
+    """A rate as reports give it: six significant digits (1e-9 stays 1e-09, not 0)."""
+    return float(f"{rate:.6g}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +178,7 @@ class Remote:
     max_tokens: int = 16
     timeout_s: float = 30.0
 
-    def measure(self, test: ServeTest, folder: Path, say: Progress) -> dict[str, Any]:
+    def measure(self, test: ServeTest, sink: Sink, say: Progress) -> dict[str, Any]:
         """Every rate against the URL (the service's own batching and capacity), open loop, lowest rate first;
         a rate that misses ends the test. The report (not yet written)."""
         from kdkit.probe.serve.http import drive
@@ -151,20 +190,22 @@ class Remote:
         policy = policy_dict(None)
         for rate in test.rates:
             if results and not results[-1]["summary"]["meets"]:
-                not_tried.append({"rate": round(rate, 6), "policy": policy["name"],
+                not_tried.append({"rate": shown_rate(rate), "policy": policy["name"],
                                   "reason": f"the service already missed the objectives at {results[-1]['rate']:g}/s"})
                 continue
-            say(f"{self.url}: {rate:g} requests/s")
+            say(f"{printable(self.url)}: {rate:g} requests/s")
             records = drive(self.url, self.api, self.template, texts, test.arrivals(rate),
                             max_request_bytes=service.max_request_bytes, timeout_s=self.timeout_s,
                             max_seconds=service.max_seconds_per_rate, objectives=service.objectives,
                             model=self.model, max_tokens=self.max_tokens)
             cut = next((r["error"] for r in records if r["outcome"] == stats.CUT and r.get("error")), None)
-            result = {"rate": round(rate, 6), "policy": policy, "stopped": cut, "peak_memory_bytes": None,
+            result = {"rate": shown_rate(rate), "policy": policy, "stopped": cut, "peak_memory_bytes": None,
                       "summary": stats.summarize(records, service.objectives, None)}
-            append_records(folder / REQUESTS, result, records)
+            sink.append(result, records)
             results.append(result)
-        return finish(test, results, not_tried, {"mode": "http", "url": self.url, "api": self.api})
+        return finish(test, results, not_tried, {"mode": "http", "url": self.url, "api": self.api,
+                                                 "at_capacity": "the service's own", "min_quality": None,
+                                                 "quality": "not judged over HTTP (the pilot judges the answers)"})
 
 
 def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[str, Any]],
@@ -175,9 +216,9 @@ def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[
     why_not = [{"rate": r["rate"], "policy": r["policy"]["name"],
                 "reasons": r["summary"]["reasons"] + ([f"stopped early: {r['stopped']}"] if r["stopped"] else [])}
                for r in results if not r["summary"]["meets"]]
-    return {**head, "service_config": service.source, "objectives": [o.name for o in service.objectives],
+    return {"service_config": service.source, "objectives": [o.name for o in service.objectives],
             "at_capacity": service.capacity, "max_request_bytes": service.max_request_bytes,
-            "min_quality": test.pilot.min_quality, "requests_per_rate": service.requests_per_rate,
+            "min_quality": test.pilot.min_quality, **head, "requests_per_rate": service.requests_per_rate,
             "seed": service.seed, "trace": test.trace is not None, "skipped_inputs": test.skipped,
             "results": results, "not_tried": not_tried, "knees": stats.knees(results),
             "chosen": None if chosen is None else {"rate": chosen["rate"], "policy": chosen["policy"],
@@ -185,11 +226,13 @@ def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[
             "why_not": why_not, "ok": chosen is not None}
 
 
-def run_serve_test(test: ServeTest, measure: Callable[[ServeTest, Path, Progress], dict[str, Any]],
+def run_serve_test(test: ServeTest, measure: Callable[[ServeTest, Sink, Progress], dict[str, Any]],
                    say: Progress) -> dict[str, Any]:
-    """Make the run folder, measure (in process or against a URL), write the report last; return it."""
-    folder = new_run_folder(test.pilot.runs_dir, "serve-test", RUNS)
-    report = measure(test, folder, say)
+    """Measure (in process or against a URL), the run folder made as the first configuration ends, the report
+    written last; return it."""
+    sink = Sink(test.pilot.runs_dir)
+    report = measure(test, sink, say)
+    folder = sink.folder()
     report["out"] = str(folder)
     report["requests"] = str(folder / REQUESTS)
     atomic_write_json(folder / REPORT, report)
