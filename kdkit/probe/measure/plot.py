@@ -46,17 +46,32 @@ def written(path: Path, write: Callable[[], None]) -> None:
                        "writable and run the sweep again") from None
 
 
-def sweep_plot(report: dict[str, Any], out: Path) -> None:
-    """Throughput and peak memory against batch size, one line per length group; limits marked with x."""
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (no display on a rented machine); Unavailable without matplotlib."""
     try:
         import matplotlib
 
-        matplotlib.use("Agg")  # no display on a rented machine
+        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise Unavailable(NO_MATPLOTLIB) from None
+    return plt
+
+
+def save_png(plt: Any, figure: Any, out: Path) -> None:
+    """The figure laid out, drawn as a PNG at 110 dpi, written atomically to ``out`` and closed."""
     import io
 
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    atomic_write_bytes(out, buffer.getvalue())
+
+
+def sweep_plot(report: dict[str, Any], out: Path) -> None:
+    """Throughput and peak memory against batch size, one line per length group; limits marked with x."""
+    plt = pyplot()
     figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
     for group in report["groups"]:
         rows = [r for r in report["rows"] if r["group"] == group["name"]]
@@ -78,8 +93,4 @@ def sweep_plot(report: dict[str, Any], out: Path) -> None:
         axes.grid(True, alpha=0.3)
     speed.legend(fontsize=8)
     figure.suptitle(f"kdkit sweep: {report['entry']} on {report['device']} (x: limit or error)", fontsize=11)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic_write_bytes(out, buffer.getvalue())
+    save_png(plt, figure, out)

@@ -3,26 +3,17 @@ percentiles against the arrival rate, one line per batching policy and percentil
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.errors import Unavailable
-from kdkit.core.jsonio import atomic_write_bytes
-from kdkit.probe.measure.plot import NO_MATPLOTLIB
+from kdkit.probe.measure.plot import pyplot, save_png
 
 STYLES = {"p50": ":", "p95": "-", "p99": "--"}
 
 
 def latency_plot(report: dict[str, Any], out: Path) -> None:
     """p50/p95/p99 latency (ms) against requests/s per policy; the objectives as grey lines."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # no display on a rented machine
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise Unavailable(NO_MATPLOTLIB) from None
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(8, 4.5))
     for name in dict.fromkeys(r["policy"]["name"] for r in report["results"]):
         results = sorted((r for r in report["results"] if r["policy"]["name"] == name), key=lambda r: r["rate"])
@@ -41,8 +32,4 @@ def latency_plot(report: dict[str, Any], out: Path) -> None:
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7)
     axes.set_title(f"kdkit serve-test: {report.get('url') or report.get('entry')} (grey: objectives)", fontsize=10)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic_write_bytes(out, buffer.getvalue())
+    save_png(plt, figure, out)
