@@ -161,9 +161,9 @@ def test_the_readers_names_agree_with_the_run_folders() -> None:
     assert runfolder.HEARTBEAT in runfolder.HARNESS_FILES
     for bad in ("../x", "a b", "x/y"):
         with pytest.raises(Exception) as caught:
-            runfolder.check_run_id(bad, "RUN_ID")
+            runfolder.check_run_id(bad, "RUN_ID ")
         with pytest.raises(type(caught.value)) as ours:
-            watch.check_run_id(bad, "RUN_ID")
+            watch.check_run_id(bad, "RUN_ID ")
         assert str(ours.value) == str(caught.value)
 
 

@@ -33,6 +33,7 @@ BASE = {
     "run": ["run", "{project}"],
     "resume-test": ["resume-test", "{project}"],
     "sweep": ["sweep", "{project}"],
+    "serve-test": ["serve-test", "{project}", "--url", "http://127.0.0.1:1/"],
     "wait": ["wait", "20260101T000000Z-00000000", "--project", "{project}"],
 }
 
@@ -71,7 +72,8 @@ def test_every_numeric_option_goes_through_the_finite_type() -> None:
         ("close", "--accepted", True), ("plan", "--days", True), ("plan", "--lots", True),
         ("plan", "--hours", False), ("plan", "--accepted", True), ("resume-test", "--steps", True),
         ("resume-test", "--save-at", True), ("resume-test", "--nproc-per-node", True), ("run", "--workers", True),
-        ("run", "--copy-every", True), ("sweep", "--groups", True), ("wait", "--timeout", False),
+        ("run", "--copy-every", True), ("serve-test", "--max-tokens", True), ("serve-test", "--timeout", True),
+        ("sweep", "--groups", True), ("wait", "--timeout", False),
         ("wait", "--copy-every", True)]
     plain = [(name, param.opts[0]) for name, command in _commands().items() for param in command.params
              if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))]
