@@ -39,8 +39,7 @@ WAIT_POLL_S = 1.0
 
 
 def check_run_id(run_id: str, option: str) -> str:
-    """kdkit.core.runid.check_run_id's rule and wording, ``option`` with its separator ("RUN_ID "), repeated so
-    that `kdkit status` stays light (an ID is data: it never steers a path)."""
+    """kdkit.core.runid.check_run_id's rule and words, repeated to keep `kdkit status` light (``option``: "RUN_ID ")."""
     from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
 
     if not is_safe_id(run_id):
