@@ -41,7 +41,7 @@ count and time, and sent to that URL only."""
 CLOCKS = ("real", "virtual")
 EPILOG = """examples:
   kdkit serve-test
-  kdkit serve-test --config config/service-strict.json --plot latency.png
+  kdkit serve-test --config config/service.json --plot latency.png
   kdkit serve-test --trace arrivals.txt
   kdkit serve-test --clock virtual        # a first look in seconds; confirm with the real clock
   kdkit serve-test --url http://127.0.0.1:8000/predict --template body.json
