@@ -10,7 +10,7 @@ import pytest
 
 from kdkit.config.project import load_project
 from kdkit.core.errors import BadInput
-from kdkit.core.launchrecord import launch_field, parse_launch
+from kdkit.core.launchrecord import launch_field, parse_launch, with_launch_revision
 from kdkit.docker_adapter import ImageFacts, Mount
 from kdkit.image.container import APP, CACHE, source_mounts
 from kdkit.image.context import project_files
@@ -143,6 +143,22 @@ def test_a_bad_launch_variable_is_bad_input_naming_it(text: str, where: str) -> 
         launch_field({"KDKIT_LAUNCH": text})
     assert caught.value.exit_code == 2
     assert launch_field({}) == {}
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("a" * 40, {"revision": "a" * 40, "dirty": False}),
+    ("b" * 40 + "+dirty", {"revision": "b" * 40, "dirty": True}),  # the host's checkout (kdkit.machine.mounts)
+    ("c" * 40 + "-dirty", {"revision": "c" * 40, "dirty": True}),  # the image's label (git describe --dirty)
+])
+def test_a_container_run_records_the_revision_kdkit_run_passed(given: str, expected: dict[str, object]) -> None:
+    """Issue 31: no git checkout in the container (revision null) -> the launch record's revision, said so."""
+    state = with_launch_revision({"revision": None, "dirty": None, "note": "not a git repository"},
+                                 {"revision": given})
+    assert {k: state[k] for k in expected} == expected and "KDKIT_LAUNCH" in state["note"]
+    checkout = {"revision": "d" * 40, "dirty": False, "note": None}
+    assert with_launch_revision(checkout, {"revision": given}) == checkout  # git's own answer wins
+    for nothing in (None, {"revision": None}, {"revision": "unknown"}):
+        assert with_launch_revision({"revision": None}, nothing) == {"revision": None}
 
 
 def test_the_project_digest_follows_config_and_src_only(project: Path) -> None:

@@ -23,7 +23,8 @@ import pytest
 from kdkit.core import resultlines
 from kdkit.core.pilotconfig import load_pilot
 from kdkit.core.runresults import RunFolder
-from kdkit.probe.pilot.accounting import account
+from kdkit.core.pilotmanifest import Document
+from kdkit.probe.pilot.accounting import account, not_answered_line
 from tests.conftest import DATA, REPO, invoke, tree_snapshot, wait_for_lines
 
 APPS = DATA / "apps"
@@ -201,6 +202,20 @@ def test_harness_rejections_never_reach_the_app(project: Path, tmp_path: Path, m
 # ---------------------------------------------------------------- stop rules, interrupts, resume
 
 
+def test_an_interrupted_large_run_says_how_many_ids_are_unanswered_in_one_line() -> None:
+    """Issue 31: 61,002 IDs the run did not reach are one problem line with a sample, not one line each; every
+    one of them is listed in summary.json's not_answered, in manifest order."""
+    docs = [Document(f"d{i:06d}", f"d{i}.txt", f"d{i}.txt", None, "any") for i in range(100_000)]
+    answered = [{"id": doc.id, "outcome": "accepted", "category": "x"} for doc in docs[:38_998]]
+    acc = account(docs, answered, 0.0)
+    unreached = [p for p in acc.problems if "not yet answered" in p]
+    assert unreached == ["61,002 IDs not yet answered (the run did not reach them; resume the run): d038998, "
+                         "d038999, d039000, d039001, d039002, ...; all 61,002 in summary.json's not_answered"]
+    assert len(acc.problems) <= 3 and acc.not_answered == [doc.id for doc in docs[38_998:]]
+    one = account(docs[:2], answered[:1], 0.0)
+    assert "1 ID not yet answered (the run did not reach it; resume the run): d000001" in one.problems
+
+
 def test_stop_rule_max_rejected_writes_stop_json_and_resume_finishes(project: Path) -> None:
     use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
     code, summary, _ = pilot(project, "--run-id", "stopped")
@@ -210,7 +225,8 @@ def test_stop_rule_max_rejected_writes_stop_json_and_resume_finishes(project: Pa
     assert stop["rule"] == "max_rejected"
     assert stop["reason"] == "stop rule: 1 inputs rejected, more than max_rejected 0"
     assert summary["problems"][0].startswith("stopped early: stop rule: 1 inputs rejected")
-    assert "doc-12: no result (the run did not reach it; resume the run)" in summary["problems"]
+    assert "doc-12" in summary["not_answered"] and not any(p.startswith("doc-12:") for p in summary["problems"])
+    assert not_answered_line(summary["not_answered"]) in summary["problems"]
     assert (run_dir / "SHA256SUMS").exists()
     code, summary, _ = pilot(project, "--resume", "stopped")
     assert code == 1 and json.loads((run_dir / "stop-1.json").read_text())["rule"] == "max_rejected"

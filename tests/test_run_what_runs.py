@@ -83,6 +83,7 @@ def test_the_edited_config_and_app_run_and_params_record_what_ran(a26: Path) -> 
     assert (launch["image_id"], launch["image"], launch["lock_sha256"], launch["network"]) == (
         image["id"], TAG, image["kdkit"]["lock.sha256"], "none")
     assert launch["revision"] == head.strip()  # runs/ and .kdkit-cache/ are ignored: a clean tree
+    assert params["code"]["revision"] == head.strip()  # no .git in the container: the launch record's (issue 31)
     targets = {m["target"]: m for m in launch["mounts"]}
     assert targets["/app/src"]["source"] == str((a26 / "src").resolve()) and not targets["/app/src"]["writable"]
     assert targets["/mnt/scratch"]["writable"] and targets["/cache"]["writable"]

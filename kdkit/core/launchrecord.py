@@ -41,3 +41,15 @@ def launch_field(environ: Any) -> dict[str, Any]:
     """``{"launch": ...}`` for params.json when KDKIT_LAUNCH is set, else nothing."""
     text = environ.get(VARIABLE)
     return {} if text is None else {KEY: parse_launch(text)}
+
+
+def with_launch_revision(state: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
+    """The code state a run records: git's where the project is a checkout (``state``, from
+    kdkit.core.git.code_state), else the revision `kdkit run` passed in KDKIT_LAUNCH (the host's checkout,
+    else the image's revision label), so a run in a container never records null where its image knows."""
+    given = (launch or {}).get("revision")
+    if state.get("revision") or not isinstance(given, str) or given in ("", "unknown"):
+        return state
+    dirty = given.endswith(("+dirty", "-dirty"))
+    return {"revision": given.removesuffix("+dirty").removesuffix("-dirty"), "dirty": dirty,
+            "note": f"from {VARIABLE} (kdkit run: the host's git checkout, else the image's revision label)"}

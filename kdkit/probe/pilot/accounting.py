@@ -38,6 +38,7 @@ class Accounting:
     # that got more than one record, and how many (a first record alone means one).
     first: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    not_answered: list[str] = field(default_factory=list)  # the IDs no record came for, in manifest order
 
     @property
     def passed(self) -> bool:
@@ -127,6 +128,8 @@ class Tally:
                 misclassified.append(f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
             elif not categories and doc.expected is not None:
                 scores.append((doc.id, first.get(SCORE)))
+        if result.not_answered:
+            result.problems.insert(0, not_answered_line(result.not_answered))
         result.problems.extend(self.stray if categories else [p.replace(CATEGORY_SHAPE, OUTPUT_SHAPE)
                                                               for p in self.stray])
         if categories:
@@ -156,7 +159,8 @@ def _judge_document(doc: Document, result: Accounting) -> str | None:
     """Count one manifest ID's outcome; the problem with it, if any."""
     record = result.first.get(doc.id)
     if record is None:
-        return f"{doc.id}: no result (the run did not reach it; resume the run)"
+        result.not_answered.append(doc.id)  # one line for them all (not_answered_line), not one each
+        return None
     count = result.counts.get(doc.id, 1)
     outcome = record["outcome"]
     if outcome == "accepted":
@@ -178,6 +182,20 @@ def _judge_document(doc: Document, result: Accounting) -> str | None:
     if outcome == "rejected" and doc.expect == "accept":
         return f"{doc.id}: expected acceptance, but rejected: {record.get('reason')}"
     return None
+
+
+NOT_ANSWERED = "not_answered"  # summary.json's key listing every ID no record came for
+SAMPLE = 5
+
+
+def not_answered_line(ids: Sequence[str]) -> str:
+    """One problem line for every ID the run did not reach: how many, a few of them, where all are listed."""
+    many = len(ids) > 1
+    count = f"{len(ids):,} ID{'s' if many else ''}"
+    sample = ", ".join(ids[:SAMPLE]) + (", ..." if len(ids) > SAMPLE else "")
+    where = f"; all {len(ids):,} in summary.json's {NOT_ANSWERED}" if len(ids) > SAMPLE else ""
+    return (f"{count} not yet answered (the run did not reach {'them' if many else 'it'}; resume the run): "
+            f"{sample}{where}")
 
 
 def _check_count(result: Accounting) -> None:

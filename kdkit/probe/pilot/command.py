@@ -24,7 +24,8 @@ from kdkit.core.checksums import SUMS
 from kdkit.core.errors import KdkitError
 from kdkit.core.git import code_state
 from kdkit.core.heartbeat import HEARTBEAT, Heartbeat
-from kdkit.core.launchrecord import launch_field
+from kdkit.core.launchrecord import KEY as LAUNCH
+from kdkit.core.launchrecord import launch_field, with_launch_revision
 from kdkit.core.outputkinds import answer_bytes
 from kdkit.core.pilotconfig import PilotConfig, load_pilot, params_hash
 from kdkit.core.pilotmanifest import remaining
@@ -119,7 +120,9 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
             run.disown()
             raise
         return run, True
-    code = code_state(cfg.root)  # before the run folder exists, so it cannot make the tree look dirty
+    launch = launch_field(os.environ)  # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
+    code = with_launch_revision(code_state(cfg.root), launch.get(LAUNCH))  # before the run folder exists, so
+    # it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
     for line in describe_removed(clean_stale_in(cfg.runs_dir, folders_only=True)):  # a killed pilot's run folder
         print(f"pilot: {line}", file=sys.stderr)
@@ -130,7 +133,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         PARAMS_HASH: digest,
         "code": code,
         "app": app,
-        **launch_field(os.environ),  # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
+        **launch,
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],

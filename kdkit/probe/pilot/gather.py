@@ -43,7 +43,7 @@ from kdkit.core.resultlines import FINISHED
 from kdkit.core.runresults import RunFolder
 from kdkit.core.staging import describe_removed, refuse_link, staged_folder
 from kdkit.core.vectorfile import gather_vectors
-from kdkit.probe.pilot.accounting import Accounting, account
+from kdkit.probe.pilot.accounting import NOT_ANSWERED, Accounting, account, not_answered_line
 from kdkit.probe.pilot.collect import Worker, collect
 from kdkit.probe.pilot.shares import worker_of
 from kdkit.probe.results.copyout import read_sums, verify_folder
@@ -133,6 +133,14 @@ def _some(ids: Sequence[str]) -> str:
     return ", ".join(ids[:SHOWN]) + (f" (+{len(ids) - SHOWN} more)" if len(ids) > SHOWN else "")
 
 
+def _missing_line(ids: Sequence[str], owner: int, count: int) -> str:
+    """The IDs of one share that no worker answered, in one line (all are in summary.json's not_answered)."""
+    if len(ids) == 1:
+        return f"{ids[0]}: no result from any worker (its share: worker {owner} of {count}; resume that worker)"
+    return (f"worker {owner} of {count}: {len(ids):,} IDs of its share with no result from any worker "
+            f"({_some(ids)}); resume that worker")
+
+
 def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally: Tally,
                 acc: Accounting) -> list[str]:
     """Missing, answered by two workers, answered outside its share; then the accounting's own problems."""
@@ -142,19 +150,18 @@ def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally:
             problems.append(f"{worker.name}: {len(worker.outside)} ID(s) outside its share {worker.share.label} "
                             f"({_some(worker.outside)}); it ran with another share, N or manifest")
             named.update(worker.outside)
+    missing: dict[int, list[str]] = {}
     for doc in documents:
         answered = tally.by.get(doc.id, [])
         if not answered:
-            owner = worker_of(doc.id, count)
-            problems.append(f"{doc.id}: no result from any worker (its share: worker {owner} of {count}; "
-                            "resume that worker)")
+            missing.setdefault(worker_of(doc.id, count), []).append(doc.id)
         elif len(answered) > 1:
             problems.append(f"{doc.id}: answered by {len(answered)} workers "
                             f"({', '.join(workers[i].name for i in answered)}); every ID must appear exactly once")
-        else:
-            continue
-        named.add(doc.id)
-    problems += [p for p in acc.problems if p.split(": ", 1)[0] not in named]
+            named.add(doc.id)
+    problems += [_missing_line(ids, owner, count) for owner, ids in sorted(missing.items())]
+    said = not_answered_line(acc.not_answered) if acc.not_answered else None  # the same IDs, said above per share
+    problems += [p for p in acc.problems if p != said and p.split(": ", 1)[0] not in named]
     return problems
 
 
@@ -177,6 +184,7 @@ def summary_data(run_id: str, cfg: PilotConfig, workers: Sequence[Worker], acc: 
         "quality": acc.quality if acc else None,
         "min_quality": cfg.min_quality,
         "problems": problems,
+        **({NOT_ANSWERED: acc.not_answered} if acc and acc.not_answered else {}),
         "per_worker": [_worker_row(w) for w in workers],
         "gathered": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

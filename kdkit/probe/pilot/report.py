@@ -30,7 +30,7 @@ from kdkit.core.runfolder import (
     WORKER_FOLDER,
 )
 from kdkit.core.safetext import md_cell, printable
-from kdkit.probe.pilot.accounting import KEPT_WHOLE, Accounting
+from kdkit.probe.pilot.accounting import KEPT_WHOLE, NOT_ANSWERED, Accounting
 from kdkit.probe.pilot.harness import read_input
 
 TABLE_ROWS = 500  # at most KEPT_WHOLE: an accepted record past those is kept slim (accounting.Tally)
@@ -76,6 +76,7 @@ def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str,
         "expected_rejections": [d.id for d in cfg.documents if d.expect == "reject"],
         "problems": problems,
         STOPPED: stop,
+        **({NOT_ANSWERED: acc.not_answered} if acc.not_answered else {}),
         **({} if cfg.output.kind == "category" else {"output": {"kind": cfg.output.kind,
                                                                  "described": describe(cfg.output)}}),
         **extra,

@@ -16,7 +16,8 @@ from kdkit.core.errors import BadInput
 from kdkit.core.git import code_state
 from kdkit.core.heartbeat import utc_now
 from kdkit.core.jsonio import atomic_write_json, load_json, sha256_file
-from kdkit.core.launchrecord import launch_field
+from kdkit.core.launchrecord import KEY as LAUNCH
+from kdkit.core.launchrecord import launch_field, with_launch_revision
 from kdkit.core.pilotconfig import load_pilot
 from kdkit.core.projectfiles import DOTTED, MARKER, path_problem
 from kdkit.core.runfolder import PARAMS, new_run_folder
@@ -82,6 +83,7 @@ def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id:
              args: list[str]) -> tuple[Path, dict[str, Any]]:
     """Make the run folder (its ID from the parameters' hash, or ``run_id``) and write params.json."""
     module, references = module_of(root, cfg), _references(root)
+    launch = launch_field(os.environ)  # KDKIT_LAUNCH, read (and checked) before any folder is made
     config = {"module": module, "args": args, "config": cfg.raw, "variant": variant, **references}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     if run_id is not None:
@@ -96,6 +98,6 @@ def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id:
     params = {"run_id": folder.name, "kind": TRAIN, "created": utc_now(), "module": module, "args": args,
               "variant": variant, "config_file": config_file if cfg.source else None, "config": cfg.raw,
               "params_hash": digest, "code": code_hashes(root), **references, "base_model": base,
-              "revision": code_state(root), **launch_field(os.environ)}
+              "revision": with_launch_revision(code_state(root), launch.get(LAUNCH)), **launch}
     atomic_write_json(folder / PARAMS, params)
     return folder, params
