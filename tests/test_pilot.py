@@ -22,8 +22,8 @@ import pytest
 
 from kdkit.core import resultlines
 from kdkit.core.pilotconfig import load_pilot
-from kdkit.core.runresults import RunFolder
 from kdkit.core.pilotmanifest import Document
+from kdkit.core.runresults import RunFolder
 from kdkit.probe.pilot.accounting import account, not_answered_line
 from tests.conftest import DATA, REPO, invoke, tree_snapshot, wait_for_lines
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +124,19 @@ def test_parse_and_split_helpers() -> None:
     assert parse_batch_sizes("4, 2,2") == [1, 2, 4]
     with pytest.raises(Exception, match="must be between 1"):
         split_groups([], 3)
+
+
+def test_torch_without_numpy_gives_one_note_not_its_warning(project: Path, tmp_path: Path) -> None:
+    """Issue 31: a lock without numpy (the template's) made torch print "Failed to initialize NumPy" on every
+    host sweep. The stand-in for an environment without numpy is a numpy that cannot be imported, first on the
+    path: torch warns as it does without one (checked first), and the sweep says it once, in its own words."""
+    absent = tmp_path / "absent" / "numpy"
+    absent.mkdir(parents=True)
+    (absent / "__init__.py").write_text('raise ModuleNotFoundError("No module named numpy", name="numpy")\n')
+    env = {**os.environ, "PYTHONPATH": str(absent.parent)}
+    plain = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert "UserWarning: Failed to initialize NumPy" in plain.stderr  # the stand-in does what a missing numpy does
+    done = subprocess.run([sys.executable, "-m", "kdkit", "sweep", str(project), "--batch-sizes", "1"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "UserWarning" not in done.stderr and done.stderr.count("sweep: note: numpy is not importable") == 1

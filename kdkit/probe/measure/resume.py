@@ -63,6 +63,7 @@ from kdkit.probe.measure.states import (
     missing_parts,
     state_bytes,
 )
+from kdkit.probe.measure.torchimport import quiet_env
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
@@ -125,7 +126,7 @@ def _runs_python(python: str) -> bool:
 def _gpus_seen_by(python: str) -> int:
     """How many GPUs torch sees in ``python`` (0 without torch or a GPU): the loop's interpreter, not ours."""
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
-    done = run([python, "-c", probe], timeout=300)
+    done = run([python, "-c", probe], timeout=300, extra_env=quiet_env())
     lines = done.stdout.strip().splitlines()
     return int(lines[-1]) if done.ok and lines and lines[-1].isdigit() else 0
 
@@ -158,7 +159,8 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
     args, state = _phase_args(plan, phase)
     (plan.out / phase).mkdir(parents=True, exist_ok=True)
     # cuBLAS needs a fixed workspace to be deterministic; harmless elsewhere.
-    done = run(args, cwd=plan.root, timeout=plan.timeout, extra_env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
+    done = run(args, cwd=plan.root, timeout=plan.timeout, extra_env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+                                                                          **quiet_env()})
     log = plan.out / phase / "output.log"
     log.write_text(f"$ {' '.join(args)}\n{done.stdout}{done.stderr}", encoding="utf-8")
     if not done.ok:

@@ -27,6 +27,7 @@ from kdkit.core.checksums import SUMS
 from kdkit.core.checksums import read_sums as read_checksums
 from kdkit.core.errors import CheckFailed, Unavailable
 from kdkit.core.jsonio import sha256_file
+from kdkit.probe.measure.torchimport import import_torch
 
 # What a checkpoint must hold (a part the loop does not have is stored as None, never left out).
 REQUIRED = ("step", "data_position", "model", "optimizer", "scheduler", "scaler", "rng")
@@ -116,7 +117,7 @@ def missing_parts(state: Any) -> list[str]:
 
 def _torch() -> Any:
     try:
-        import torch
+        torch = import_torch("resume-test")  # its numpy warning said once, in words
     except ImportError:
         raise Unavailable(f"{sys.executable}: torch is not importable here; run resume-test with the "
                           "project's interpreter (--python) or inside the image") from None

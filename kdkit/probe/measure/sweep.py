@@ -46,6 +46,7 @@ from kdkit.probe.measure.options import (
     text_table,
 )
 from kdkit.probe.measure.plot import check_plot_path, sweep_plot, written
+from kdkit.probe.measure.torchimport import import_torch
 from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entry, set_device, with_params
 from kdkit.probe.pilot.inputs import Reader, Reading
 
@@ -175,7 +176,7 @@ def readable_items(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
 def pick_device(wanted: str, where: str) -> str:
     """``auto`` resolved; a ``cuda`` device checked against the GPUs torch sees here."""
     try:
-        import torch
+        torch = import_torch("sweep")  # its numpy warning said once, in words (kdkit.probe.measure.torchimport)
     except ImportError:
         require_gpu(wanted, 0, where)
         return "cpu"
