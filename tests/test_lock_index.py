@@ -377,6 +377,14 @@ def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: 
     assert lock.header["machine-local"] == "torch"
     assert "warning:" in named.stderr.lower() and "torch came only from this machine" in named.stderr
     assert_travels((project / "requirements" / "cuda.txt").read_text(encoding="utf-8"), *hostile_pip.paths)
+    # Issue 31 §4: the bundle says its path without Docker cannot install that torch, and RUN.md has no block
+    # that would try (pip install -r against an index without the file).
+    bundled = invoke("bundle", project, "--backend", "cuda", "--no-image", "--no-kdkit-wheels", "--out",
+                     tmp_path / "bundle")
+    assert bundled.exit_code == 0, bundled.stderr
+    assert "requirements/cuda.txt pins torch from a folder of this machine only" in bundled.stderr
+    run_md = (tmp_path / "bundle" / "RUN.md").read_text(encoding="utf-8")
+    assert "Without Docker: not possible with this lock" in run_md and "-r project/requirements" not in run_md
 
 
 def test_pins_only_on_this_machine_are_named(hostile_pip: Machine, tmp_path: Path,

@@ -163,3 +163,26 @@ def test_run_md_teaches_the_rented_hour_in_order() -> None:
     assert "../kdkit-evidence" not in kdkit  # a copy on the same machine is named in the prose, as a fallback only
     assert "password manager" in text and "dashboard" in text and "lost with the machine" in text
     assert "myremote:kdkit-evidence" in text  # the rclone form
+
+
+@pytest.mark.parametrize("image", [True, False])
+def test_a_lock_with_a_machine_local_torch_gets_no_install_block_that_cannot_work(image: bool) -> None:
+    """Issue 31 §4: a lock whose torch came from a local folder (the header's machine-local) made RUN.md's
+    section without Docker run `pip install -r` against an index that has no such file. It now says so, and
+    what to do instead; a lock without machine-local pins keeps the block."""
+    from kdkit.transfer.runmd import run_md
+    from tests.test_hostile_config_values import _info
+    from tests.test_rented import sections
+
+    info = _info("")
+    info = {**info, "image": info["image"] if image else None}
+    plain = sections(run_md(info))
+    (title,) = [t for t in plain if t.startswith("Without Docker")]
+    assert any("--require-hashes" in line for line in plain[title])
+    text = run_md({**info, "machine_local": ["torch==2.13.0+cpu"]})
+    found = sections(text)
+    (title,) = [t for t in found if t.startswith("Without Docker")]
+    assert title == "Without Docker: not possible with this lock" and found[title] == []
+    assert "pins torch==2.13.0+cpu from a folder on the machine that locked it" in text
+    assert ("Use the image (above)" if image else "Bundle again with the image (without --no-image)") in text
+    assert "-r project/requirements/" not in text.split("Without Docker: not possible", 1)[1]

@@ -77,6 +77,13 @@ class Source:
     lock: Path
     lock_sha256: str
     git: dict[str, Any] | None
+    header: dict[str, str]  # the lock's provenance header (kdkit.core.lockfile), read once
+
+    @property
+    def machine_local(self) -> list[str]:
+        """The pins whose files only the locking machine had (the header's ``machine-local``): no index serves
+        them, so the path without Docker cannot install them on the rented host."""
+        return [pin for pin in self.header.get("machine-local", "none").split(", ") if pin and pin != "none"]
 
     @property
     def lock_rel(self) -> str:
@@ -234,7 +241,7 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
                 refuse_credentials_in(path, path.relative_to(staging / PROJECT).as_posix())
         if kdkit_wheels:
             say(f"{WHEELS}/ (kdkit and its runtime lock, to install offline)")
-            info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.lock), say)
+            info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.header), say)
         if include_image:
             say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
             info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
@@ -248,12 +255,14 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
 def _plan(project: Project, backend: str | None, image: str | None, include_image: bool,
           compressor: str) -> tuple[Source, AllowList, Packing, str]:
     """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image, compressor."""
+    from kdkit.core.lockfile import parse_lock
     from kdkit.image.labels import default_tag
     from kdkit.lock.staleness import require_fresh_lock
 
     chosen = project.backend(backend)
     lock = require_fresh_lock(project, chosen.name)
-    source = Source(project, chosen.name, lock, sha256_file(lock), checkout_state(project.root))
+    source = Source(project, chosen.name, lock, sha256_file(lock), checkout_state(project.root),
+                    parse_lock(lock).header)
     allow = AllowList.of(project)
     packing = plan_packing(project, allow, source.git)
     require_essentials(source, packing)
@@ -281,6 +290,9 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         say("project files (not a git checkout)")
         copy_files(project.root, copied, packing)
     say(f"{ZIPAPP} (kdkit's in-container part)")
+    if source.machine_local:
+        say(f"warning: {source.lock_rel} pins {', '.join(source.machine_local)} from a folder of this machine only; "
+            "RUN.md's path without Docker says it cannot install them on the rented host")
     build_zipapp(staging / ZIPAPP)
     pilot_config, manifest = essentials[1], essentials[3]
     return {
@@ -293,6 +305,7 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         "left_out": sorted(packing.left_out, key=lambda item: item["file"]),
         "outside_allow_list": packing.outside_allow_list,
         "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pylock": _pylock(source, packing),
+        "machine_local": source.machine_local,
         "pilot_config": pilot_config,
         "manifest": manifest, "inputs": _pilot_inputs(project), "mounts": _named_mounts(project),
         "runs": allow.runs, "zipapp": ZIPAPP,
@@ -319,12 +332,11 @@ def _named_mounts(project: Project) -> list[str]:
     return [PurePosixPath(mount.target).relative_to(APP).as_posix() for mount in mounts]
 
 
-def _lock_arch(lock: Path) -> str:
+def _lock_arch(header: dict[str, str]) -> str:
     """The CPU the lock was resolved for (its header's platform), that kdkit-wheels/ serves; x86_64 if unsaid."""
-    from kdkit.core.lockfile import parse_lock
     from kdkit.facts.platforms import linux_arch
 
-    return linux_arch(parse_lock(lock).header.get("platform", ""))[0] or "x86_64"
+    return linux_arch(header.get("platform", ""))[0] or "x86_64"
 
 
 def readable_by_all(folder: Path) -> None:

@@ -168,7 +168,20 @@ def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs:
             *_block(_copy_out(f"python3 {q(ZIPAPP)}", runs))]
 
 
+def _machine_local(info: dict[str, Any]) -> list[str]:
+    """The section without Docker for a lock whose pins only the locking machine had: what fails, and why."""
+    pins, lock = ", ".join(info["machine_local"]), f"{PROJECT}/{info['lock']}"
+    use = "Use the image (above)" if info["image"] else "Bundle again with the image (without --no-image)"
+    return ["## Without Docker: not possible with this lock", "",
+            f"`{lock}` pins {pins} from a folder on the machine that locked it (its header's `machine-local`); no "
+            "index serves those files, so a venv made from the lock fails here with `No matching distribution`. "
+            f"{use}, or lock where the PyTorch index is reachable (`kdkit lock --backend {info['backend']}` "
+            "without --torch-find-links) and bundle again.", "", *_kdkit_for_close(info)]
+
+
 def _without_docker(info: dict[str, Any]) -> list[str]:
+    if info.get("machine_local"):
+        return _machine_local(info)
     backend = info["backend"]
     pyz, runs = f"{q(LOCK_ENV + '/bin/python')} {q(ZIPAPP)}", info["runs"]
     python, project, lock = q(f"python{info['python']}"), q(PROJECT), q(f"{PROJECT}/{info['lock']}")
