@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -353,12 +354,14 @@ def test_a_base_image_that_cannot_be_pulled_is_exit_3(docker_engine: None, locke
     assert engine_tags() == before
 
 
-def test_a_failed_build_keeps_its_log_and_tags_nothing(docker_engine: None, locked_copy: Path) -> None:
+def test_a_failed_build_keeps_its_log_and_tags_nothing(docker_engine: None, locked_copy: Path,
+                                                       wheelhouse: Path) -> None:
     config = json.loads((locked_copy / "kdkit.json").read_text(encoding="utf-8"))
     config["python"] = "3.12"  # the base has 3.11: the builder stage stops with kdkit's message
     (locked_copy / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
     before = engine_tags()
-    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--tag", "kdkit-e2e:broken")
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--tag", "kdkit-e2e:broken",
+                    "--wheelhouse", wheelhouse)  # the torch of the lock is on this machine only (see below)
     assert result.exit_code == 1
     line = error_line(result)
     assert re.match(r"Error: build of kdkit-e2e:broken failed at step \d+/\d+ \(RUN set -eu; .*\): ERROR: kdkit: "
@@ -366,6 +369,29 @@ def test_a_failed_build_keeps_its_log_and_tags_nothing(docker_engine: None, lock
     log = Path(line.rsplit("full log: ", 1)[1])
     assert "Step 1/" in log.read_text(encoding="utf-8")
     assert engine_tags() == before
+
+
+def test_a_machine_local_torch_is_refused_before_a_layer_and_the_hint_builds(docker_engine: None,
+                                                                              locked_copy: Path) -> None:
+    """Issue 31 §1: a lock whose torch came from --torch-find-links started a build that failed at its install
+    layer with `Could not find a version`. It is refused before the first layer (no step runs, nothing is
+    tagged), and the commands of the message, run as printed after the copy it asks for, build the image."""
+    before = engine_tags()
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    folder = locked_copy / "wheelhouse" / "cpu"
+    assert line.startswith(f"Error: {locked_copy / 'requirements/cpu.txt'}: torch came only from a folder of the "
+                           "machine that locked it (the lock's machine-local), so the build's pip cannot fetch it")
+    assert "Step 1/" not in result.output and engine_tags() == before
+    wheelhouse_cmd, build_cmd = re.findall(r"`kdkit ([^`]+)`", line)
+    folder.mkdir(parents=True)
+    for wheel in TORCH_WHEELS.glob("torch-*.whl"):  # "copy its files from the folder you locked with"
+        (folder / wheel.name).symlink_to(wheel)
+    assert invoke(*shlex.split(wheelhouse_cmd)).exit_code == 0
+    built = invoke(*shlex.split(build_cmd), "--base-image", BASE, "--tag", "kdkit-e2e:hint", "--json")
+    assert built.exit_code == 0, built.output
+    proc.run(["docker", "rmi", "-f", "kdkit-e2e:hint"], timeout=120)
 
 
 # ---------------------------------------------------------------- the corporate-proxy case, for real

@@ -116,10 +116,11 @@ def built(rented_built: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def made(rented_built: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundle, as `kdkit bundle` writes it on the machine that built the image."""
+def made(rented_built: tuple[Path, dict[str, Any]], wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundle, as `kdkit bundle` writes it on the machine that built the image; its lock's torch came from a
+    folder of this machine (--torch-find-links), so it carries that file (--wheelhouse: local-wheels/)."""
     out = tmp_path_factory.mktemp("made") / "bundle"
-    result = invoke("bundle", rented_built[0], "--out", out, "--json")
+    result = invoke("bundle", rented_built[0], "--out", out, "--json", "--wheelhouse", wheelhouse)
     assert result.exit_code == 0, result.output
     return out
 
@@ -250,7 +251,16 @@ def test_run_md_with_docker_only_runs_the_same_container_as_kdkit_run(made: Path
 def test_run_md_without_docker_from_a_venv_made_from_the_lock(made: Path, wheelhouse: Path, tmp_path: Path) -> None:
     folder, home = rented_copy(made, tmp_path)
     text = (folder / "RUN.md").read_text(encoding="utf-8")
-    # The lock's index (PyTorch's, out of reach here) stood in for by a folder of exactly the locked files.
-    env = host_env(home, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
+    # The lock's index stood in for by a folder of the locked files but torch: torch, which no index has (the
+    # lock's machine-local), comes from the bundle's own local-wheels/ (issue 31 §4).
+    index = tmp_path / "index"
+    index.mkdir()
+    for path in wheelhouse.iterdir():
+        if not path.name.startswith("torch-"):
+            (index / path.name).symlink_to(path)
+    assert sorted(p.name for p in (folder / "local-wheels").iterdir()) == sorted(
+        p.name for p in wheelhouse.iterdir() if p.name.startswith("torch-"))
+    assert "--find-links local-wheels -r project/requirements/cpu.txt" in text
+    env = host_env(home, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(index))
     play(folder, blocks_of(text, "Check the copy", "Without Docker"), env)
     assert_verdict_and_evidence(folder)

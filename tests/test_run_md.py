@@ -186,3 +186,19 @@ def test_a_lock_with_a_machine_local_torch_gets_no_install_block_that_cannot_wor
     assert "pins torch==2.13.0+cpu from a folder on the machine that locked it" in text
     assert ("Use the image (above)" if image else "Bundle again with the image (without --no-image)") in text
     assert "-r project/requirements/" not in text.split("Without Docker: not possible", 1)[1]
+
+
+def test_a_bundle_carrying_the_machine_local_files_installs_them_from_its_own_folder() -> None:
+    """Issue 31 §4, the other way: with `kdkit bundle --wheelhouse`, local-wheels/ holds torch's file and the
+    venv line looks there too (the rest still from the lock's index)."""
+    from kdkit.transfer.runmd import run_md
+    from tests.test_hostile_config_values import _info
+    from tests.test_rented import sections
+
+    info = {**_info(""), "machine_local": ["torch"],
+            "local_wheels": {"folder": "local-wheels", "files": ["torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]}}
+    text = run_md(info)
+    (title,) = [t for t in sections(text) if t.startswith("Without Docker")]
+    assert title == "Without Docker (python3.11 and the lock's index reachable)"
+    assert "--require-hashes --no-deps --find-links local-wheels -r project/requirements/cpu.txt" in text
+    assert "torch from `local-wheels/`, which this bundle carries" in text

@@ -33,10 +33,15 @@ def size_mb(size: int) -> str:
               help="How the image archive is compressed (zstd: smaller and far faster; gzip: everywhere).")
 @click.option("--no-kdkit-wheels", is_flag=True,
               help="Leave out kdkit-wheels/ (kdkit itself, to install offline on the rented host).")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="The lock's files (`kdkit wheelhouse`): those of pins only this machine had (the lock's "
+                   "machine-local, e.g. torch from --torch-find-links) travel in local-wheels/ for RUN.md's path "
+                   "without Docker.")
 @force_option("Replace an existing bundle that kdkit wrote at --out (only once the new one is complete).")
 @json_option
 def bundle_command(project_dir: Path | None, out: Path, backend: str | None, image: str | None,
-                   no_image: bool, compressor: str, no_kdkit_wheels: bool, force: bool, as_json: bool) -> None:
+                   no_image: bool, compressor: str, no_kdkit_wheels: bool, wheelhouse: Path | None, force: bool,
+                   as_json: bool) -> None:
     """Pack everything the rented machine needs into one verified folder.
 
     \b
@@ -50,6 +55,8 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
                     the lock's CPU and each CPython 3.10-3.14 that has them all: kdkit
                     installs there offline (fetched once with pip, then from kdkit's cache,
                     KDKIT_CACHE_DIR or ~/.cache/kdkit), unless --no-kdkit-wheels
+      local-wheels/ with --wheelhouse DIR: the files of the lock's machine-local pins
+                    (a torch locked from a folder of this machine), for the path without Docker
       image.tar.zst the image (`docker save`, compressed while it streams), unless --no-image
       bundle.json   what was packed, file by file: revision, lock hash, image id and labels
       RUN.md        the exact commands for the other machine, block by block: with kdkit
@@ -67,7 +74,7 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
 
     info = make_bundle(project_dir, out, backend=backend, image=image, include_image=not no_image,
                        compressor=compressor, force=force, kdkit_wheels=not no_kdkit_wheels,
-                       progress=_progress)
+                       progress=_progress, wheelhouse=wheelhouse)
     if as_json:
         emit_json(info)
         return

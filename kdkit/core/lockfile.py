@@ -348,3 +348,10 @@ def parse_lock_content(text: str, path: str | PathLike[str]) -> Lock:
         if (hint := toml_hint(text, path)) is None:
             raise
         raise BadInput(hint) from None
+
+
+def machine_local(lock: Lock) -> list[str]:
+    """The pins the lock's header names as found on the locking machine only (``machine-local``, written by
+    `kdkit lock` when a file came from a folder of that machine): no index serves them."""
+    said = lock.header.get("machine-local", "none")
+    return [name for name in said.split(", ") if name and name != "none"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import ssl
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +49,8 @@ from kdkit.image.labels import (
 )
 from kdkit.image.layers import LOCK_FORMATS, builder_entries
 from kdkit.image.lockinput import LockInput, read_inputs
+from kdkit.image.pipcause import first_cause
+from kdkit.image.preflight import check_ca_bundle, refuse_machine_local
 from kdkit.image.pylockparts import download_pip, plan_pylock_build, require_image_python
 from kdkit.lock.wheelhouse import wheelhouse_files
 
@@ -58,7 +59,6 @@ INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
 REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$")
-PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----")
 STEP = re.compile(r"^Step (?P<n>\d+)/(?P<total>\d+) : (?P<instruction>.*)$")
 ERROR_LINE = re.compile(r"^(ERROR|E:|error:|fatal:)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the builder colours a step's stderr
@@ -127,23 +127,6 @@ def check_tag(tag: str) -> str:
         raise BadInput(f"--tag {tag!r}: not a valid image reference; use lowercase name[:tag], "
                        "e.g. myproj:cuda-test")
     return tag
-
-
-def check_ca_bundle(path: Path) -> tuple[Path, bytes]:
-    """A readable PEM file that Python's TLS stack accepts as CA certificates, and its bytes (read once)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"--ca-bundle {path}: cannot read it ({exc.strerror or exc}); give a PEM file") from None
-    if not PEM_BLOCK.search(data):
-        raise BadInput(f"--ca-bundle {path}: not a PEM bundle (no -----BEGIN CERTIFICATE----- block); give "
-                       "the CA file your proxy's certificate chains to, e.g. /etc/ssl/certs/ca-certificates.crt")
-    try:
-        ssl.create_default_context(cadata=data.decode("ascii", "replace"))
-    except (ssl.SSLError, ValueError) as exc:
-        raise BadInput(f"--ca-bundle {path}: a certificate in it does not load ({exc}); "
-                       "re-export the bundle in PEM format") from None
-    return path.resolve(), data
 
 
 # Build arguments of Dockerfile.common -> the label that holds each value (one source of truth).
@@ -341,7 +324,8 @@ def _failed(plan: BuildPlan, transcript: _Transcript) -> KdkitError:
     if transcript.steps:
         last = transcript.steps[-1]
         where = f" at step {last.number}/{last.total} ({' '.join(last.instruction.split())[:60]})"
-    return KdkitError(f"build of {plan.tag} failed{where}: {transcript.first_error()}; full log: {log}")
+    cause = first_cause(transcript.lines) or transcript.first_error()  # pip's first real cause, not its last line
+    return KdkitError(f"build of {plan.tag} failed{where}: {cause}; full log: {log}")
 
 
 def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResult:
@@ -355,6 +339,7 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     started = time.monotonic()
     engine = connect()
     _ensure_base(engine, plan, report)
+    refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))  # before a layer
     transcript = _Transcript(report)
     with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
             tempfile.TemporaryFile(prefix="kdkit-context-") as context:

@@ -43,6 +43,7 @@ from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.core.git import checkout_state
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
+from kdkit.core.lockfile import Lock, machine_local, parse_lock
 from kdkit.core.pilotconfig import inputs_folder, listing_file
 from kdkit.core.projectfiles import is_within
 from kdkit.core.report import Progress
@@ -62,6 +63,7 @@ from kdkit.transfer.format import (
 )
 from kdkit.transfer.imagearchive import Counted
 from kdkit.transfer.kdkitwheels import WHEELS, add_kdkit_wheels
+from kdkit.transfer.localwheels import carry, local_wheel_files
 from kdkit.transfer.runmd import run_md
 from kdkit.transfer.zipapp import build_zipapp
 
@@ -77,13 +79,13 @@ class Source:
     lock: Path
     lock_sha256: str
     git: dict[str, Any] | None
-    header: dict[str, str]  # the lock's provenance header (kdkit.core.lockfile), read once
+    parsed: Lock  # the lock, read once
+    local_wheels: list[Path]  # the files of its machine-local pins, from --wheelhouse (kdkit.transfer.localwheels)
 
     @property
     def machine_local(self) -> list[str]:
-        """The pins whose files only the locking machine had (the header's ``machine-local``): no index serves
-        them, so the path without Docker cannot install them on the rented host."""
-        return [pin for pin in self.header.get("machine-local", "none").split(", ") if pin and pin != "none"]
+        """The pins whose files only the locking machine had: no index serves them (see localwheels)."""
+        return machine_local(self.parsed)
 
     @property
     def lock_rel(self) -> str:
@@ -219,7 +221,8 @@ def replaceable_bundle(folder: Path) -> str | None:
 
 def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = None, image: str | None = None,
                 include_image: bool = True, compressor: str = "zstd", force: bool = False,
-                kdkit_wheels: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+                kdkit_wheels: bool = True, progress: Progress | None = None,
+                wheelhouse: Path | None = None) -> dict[str, Any]:
     """Pack the project for another machine into ``out``; return what bundle.json records plus timings.
 
     Everything is checked before the first write (bad input leaves every file as it was); then stale
@@ -230,7 +233,7 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
     started = time.perf_counter()
     project = load_project(project_dir)
     out = _prepare_out(out, project.root, force)
-    source, allow, packing, ref = _plan(project, backend, image, include_image, compressor)
+    source, allow, packing, ref = _plan(project, backend, image, include_image, compressor, wheelhouse)
     with staged_folder(out, "--out", replaceable_bundle if force else None) as staged:
         for line in describe_removed(staged.removed):
             say(line)
@@ -239,9 +242,10 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
         for path in sorted((staging / PROJECT).rglob("*")):  # what is packed, as packed: nothing secret travels
             if path.is_file():
                 refuse_credentials_in(path, path.relative_to(staging / PROJECT).as_posix())
+        info["local_wheels"] = carry(staging, source.local_wheels)  # the lock's machine-local pins, if given
         if kdkit_wheels:
             say(f"{WHEELS}/ (kdkit and its runtime lock, to install offline)")
-            info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.header), say)
+            info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.parsed.header), say)
         if include_image:
             say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
             info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
@@ -253,16 +257,16 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
 
 
 def _plan(project: Project, backend: str | None, image: str | None, include_image: bool,
-          compressor: str) -> tuple[Source, AllowList, Packing, str]:
+          compressor: str, wheelhouse: Path | None) -> tuple[Source, AllowList, Packing, str]:
     """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image, compressor."""
-    from kdkit.core.lockfile import parse_lock
     from kdkit.image.labels import default_tag
     from kdkit.lock.staleness import require_fresh_lock
 
     chosen = project.backend(backend)
     lock = require_fresh_lock(project, chosen.name)
-    source = Source(project, chosen.name, lock, sha256_file(lock), checkout_state(project.root),
-                    parse_lock(lock).header)
+    parsed = parse_lock(lock)
+    source = Source(project, chosen.name, lock, sha256_file(lock), checkout_state(project.root), parsed,
+                    local_wheel_files(wheelhouse, parsed))
     allow = AllowList.of(project)
     packing = plan_packing(project, allow, source.git)
     require_essentials(source, packing)
@@ -290,9 +294,10 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         say("project files (not a git checkout)")
         copy_files(project.root, copied, packing)
     say(f"{ZIPAPP} (kdkit's in-container part)")
-    if source.machine_local:
+    if source.machine_local and not source.local_wheels:
         say(f"warning: {source.lock_rel} pins {', '.join(source.machine_local)} from a folder of this machine only; "
-            "RUN.md's path without Docker says it cannot install them on the rented host")
+            "RUN.md's path without Docker cannot install them on the rented host unless the bundle carries them "
+            "(--wheelhouse DIR, from `kdkit wheelhouse`)")
     build_zipapp(staging / ZIPAPP)
     pilot_config, manifest = essentials[1], essentials[3]
     return {

@@ -175,21 +175,26 @@ def _machine_local(info: dict[str, Any]) -> list[str]:
     return ["## Without Docker: not possible with this lock", "",
             f"`{lock}` pins {pins} from a folder on the machine that locked it (its header's `machine-local`); no "
             "index serves those files, so a venv made from the lock fails here with `No matching distribution`. "
-            f"{use}, or lock where the PyTorch index is reachable (`kdkit lock --backend {info['backend']}` "
-            "without --torch-find-links) and bundle again.", "", *_kdkit_for_close(info)]
+            f"{use}, bundle again with `--wheelhouse DIR` (the lock's files, from `kdkit wheelhouse`) to carry "
+            f"them, or lock where the PyTorch index is reachable (`kdkit lock --backend {info['backend']}` without "
+            "--torch-find-links).", "", *_kdkit_for_close(info)]
 
 
 def _without_docker(info: dict[str, Any]) -> list[str]:
-    if info.get("machine_local"):
+    carried = info.get("local_wheels")
+    if info.get("machine_local") and not carried:
         return _machine_local(info)
     backend = info["backend"]
     pyz, runs = f"{q(LOCK_ENV + '/bin/python')} {q(ZIPAPP)}", info["runs"]
     python, project, lock = q(f"python{info['python']}"), q(PROJECT), q(f"{PROJECT}/{info['lock']}")
+    links = f" --find-links {q(carried['folder'])}" if carried else ""
+    local = (f" ({', '.join(info['machine_local'])} from `{carried['folder']}/`, which this bundle carries: "
+             "no index has it)") if carried else ""
     return [f"## Without Docker (python{info['python']} and the lock's index reachable)", "",
-            f"A venv made from the lock{_pylock_note(info)}, hash-checked, then kdkit's in-container part from "
-            "`kdkit.pyz`:", "",
+            f"A venv made from the lock{_pylock_note(info)}{local}, hash-checked, then kdkit's in-container part "
+            "from `kdkit.pyz`:", "",
             *_block([f"{python} -m venv {q(LOCK_ENV)} && {q(LOCK_ENV + '/bin/python')} -m pip install --quiet "
-                     f"--require-hashes --no-deps -r {lock}",
+                     f"--require-hashes --no-deps{links} -r {lock}",
                      f"{pyz} diagnose --expect {q(backend)} && {pyz} verify-env --lock {lock} "
                      f"&& {pyz} pilot {project}"]),
             "The last command's exit code is the verdict. Before the long run: "
