@@ -144,6 +144,26 @@ def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tup
     itself is yielded). A folder it cannot read is yielded with None: the caller decides (a results
     folder written by the container's user is not the bundle's business; a source folder is).
     """
+    for rel, path in _walk_paths(root, skip):
+        if path is None:
+            yield rel, None
+            continue
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue  # gone while walking
+        yield rel, info
+
+
+def project_names(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[str]:
+    """The paths :func:`walk_project` yields, without an lstat each (a large tree's cost): names only."""
+    for rel, _path in _walk_paths(root, skip):
+        yield rel
+
+
+def _walk_paths(root: Path, skip: frozenset[str]) -> Iterator[tuple[str, str | None]]:
+    """(relative path, path) of every non-folder below ``root``, as :func:`walk_project` walks; (relative path,
+    None) for a folder it cannot read."""
     unreadable: list[str] = []
 
     def note(error: OSError) -> None:
@@ -152,20 +172,18 @@ def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tup
     for folder, dirs, files in os.walk(root, onerror=note):
         while unreadable:
             yield unreadable.pop(), None
-        base = Path(folder).relative_to(root)
+        base = Path(folder).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"  # as (base / name).as_posix(), without a Path per file
         entries, keep = list(files), list[str]()
         for name in sorted(dirs):
-            rel = (base / name).as_posix()
+            rel = prefix + name
             if name in NEVER_CARRIED or rel in skip:
                 continue
             (entries if os.path.islink(os.path.join(folder, name)) else keep).append(name)
         dirs[:] = keep
+        path = os.path.join(folder, "")  # the folder and a separator, once
         for name in sorted(entries):
-            try:
-                info = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue  # gone while walking
-            yield (base / name).as_posix(), info
+            yield prefix + name, path + name
     while unreadable:
         yield unreadable.pop(), None
 

@@ -18,12 +18,15 @@ file(s) so they can be renamed before the copy that would lose one.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import unicodedata
 from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 
 from kdkit.config.schemas import Problem
+from kdkit.core.credentials import SECRET_FILES, secret_file
 from kdkit.core.projectfiles import shown
 
 RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
@@ -34,6 +37,8 @@ COPY = "a copy through such a file system keeps one of them; rename one"
 def folded(rel: str) -> str:
     """The name macOS and Windows see: composed (NFC), then each character in lower case (one for one, as the
     file systems' case tables map characters: ``ß`` stays ``ß``)."""
+    if rel.isascii():  # NFC keeps ASCII as it is, and lowers each of its letters to one
+        return rel.lower()
     return "".join(c.lower() if len(c.lower()) == 1 else c for c in unicodedata.normalize("NFC", rel))
 
 
@@ -71,7 +76,42 @@ def name_warnings(names: Iterable[str]) -> list[Problem]:
         if first != rel:
             warnings.append(Problem(Path(rel), "name", f"{_shown(first)} and {_shown(rel)} are {_why(first, rel)}; "
                                     f"{COPY}"))
-        problem = next((p for p in map(windows_problem, rel.split("/")) if p is not None), None)
+        folder, _sep, name = rel.rpartition("/")
+        problem = (_folder_problem(folder) if folder else None) or windows_problem(name)
         if problem is not None:
             warnings.append(Problem(Path(rel), "name", problem))
     return warnings
+
+
+@cache
+def _folder_problem(folder: str) -> str | None:
+    """The first of the folder's parts that Windows cannot hold, why (a folder is judged once, not per file)."""
+    return next((p for p in map(windows_problem, folder.split("/")) if p is not None), None)
+
+
+@cache
+def _secret_shaped() -> re.Pattern[str]:
+    """Any of credentials.SECRET_FILES' patterns, as fnmatch.fnmatchcase matches each (a whole name)."""
+    return re.compile("|".join(fnmatch.translate(pattern) for pattern, _what in SECRET_FILES))
+
+
+def secret_file_warnings(names: list[str]) -> list[Problem]:
+    """Files of the project (``names``, relative to its root) named like secrets: warnings, never problems.
+    credentials.secret_file judges every path one of whose parts matches a pattern; none other can be one."""
+    match = _secret_shaped().match
+    warnings = []
+    for rel in names:
+        folder, _sep, name = rel.rpartition("/")
+        if match(name.lower()) is None and not (folder and _secret_folder(folder)):
+            continue
+        what = secret_file(rel)
+        if what is not None:
+            warnings.append(Problem(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
+                                    "secrets reach the container at run time only (`kdkit run --env-file`)"))
+    return warnings
+
+
+@cache
+def _secret_folder(folder: str) -> bool:
+    """Whether a part of ``folder`` matches a pattern of credentials.SECRET_FILES (once a folder, not per file)."""
+    return any(_secret_shaped().match(part.lower()) is not None for part in folder.split("/"))

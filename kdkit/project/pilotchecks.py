@@ -11,17 +11,36 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from kdkit.config.schemas import Problem
+from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import config_file, config_problems, entry_problem, load_documents
 from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotload import existing, load_model, load_output
-from kdkit.core.projectfiles import config_path_problem, load_object
+from kdkit.core.pilotmanifest import Document
+from kdkit.core.projectfiles import CONTROL_CHARACTER, config_path_problem, load_object
 
 SHORT, NEAR, USUAL = 0.05, 0.25, 3
+MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^~"), "a path into a home folder"),
+    (re.compile(r"^/(home|root|Users)(/|$)"), "a path into a home folder"),
+    (re.compile(r"^/(tmp|var/tmp)(/|$)"), "a path into a temporary folder"),
+    (re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)"), "an absolute path"),
+)
+# A manifest entry that no rule of its schema, of line breaks, of machine-bound paths or of credential shapes
+# can refuse (plain_documents): these keys, each text of these characters, ...
+PLAIN_KEYS = frozenset({"id", "file", "label", "expect", "note"})
+PLAIN_TEXTS = re.compile(r"[A-Za-z0-9._ \n-]*")  # fullmatch: the texts, each after a line break
+# ... and none holding what starts a credential shape (kdkit.core.credentials: a prefixed token, a private key
+# block, 40 characters of an AWS secret; a URL or an assignment needs a ':' or '=', which a plain text lacks).
+SHAPE_STARTS = ("sk-", "sk_", "rk_", "github_pat_", "hf_", "xox", "AIza", "npm_", "pypi-", "AKIA", "ASIA", "ABIA",
+                "ACCA", "eyJ", "-----")
+SHAPE_START = re.compile(r"g(?:h[pousr]_|l[a-z]+-)")  # GitHub's and GitLab's prefixes
+AWS_SECRET_RUN = re.compile(r"[A-Za-z0-9]{40}")
 SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_bytes; near-limit: one between "
                 f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
 
@@ -85,6 +104,53 @@ def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Pr
     return problems, output
 
 
+def plain_documents(data: Any) -> bool:
+    """Whether ``data`` is a manifest with entries, each plain: keys of PLAIN_KEYS, an ID of 1 to 128 characters,
+    "accept" or "reject", a label or null, and every text plain (PLAIN_TEXTS, no SHAPE_STARTS). Such entries are
+    valid by the manifest's schema and hold no control character, machine-bound path or credential shape: the
+    whole document then has the problems of its first entry alone (none) and of what lies beside the list."""
+    documents = data.get("documents") if isinstance(data, dict) else None
+    if not isinstance(documents, list) or not documents or not all(type(doc) is dict for doc in documents):
+        return False
+    if not all(doc.keys() <= PLAIN_KEYS for doc in documents) or not all(_plain_note(doc["note"])
+                                                                         for doc in documents if "note" in doc):
+        return False
+    if not {doc.get("expect") for doc in documents} <= {"accept", "reject"} or not all("id" in doc
+                                                                                 for doc in documents):
+        return False
+    ids = [doc.get("id") for doc in documents]
+    texts = [value for doc in documents for key, value in doc.items() if key != "note"
+             and (value is not None or key != "label")]
+    try:
+        joined = "\n" + "\n".join(texts) + "\n"  # a TypeError when one is not a text
+    except TypeError:
+        return False
+    return (max(map(len, ids)) <= 128 and joined.count("\n") == len(texts) + 1  # no text breaks a line
+            and "\n\n" not in joined and PLAIN_TEXTS.fullmatch(joined) is not None  # nor is empty
+            and not any(start in joined for start in SHAPE_STARTS) and SHAPE_START.search(joined) is None
+            and not any(AWS_SECRET_RUN.search(text) for text in texts if len(text) >= 40))
+
+
+def plain_files(root: Path, manifest_file: Path, inputs: Path | None) -> frozenset[str]:
+    """The regular files (no link) of the manifest's folder when it is real (no link on the way) and inside the
+    inputs folder: an entry naming one of them by a plain name (pilotmanifest.PLAIN_NAME) has no file problem."""
+    folder = (root / manifest_file).parent
+    try:
+        if os.path.realpath(folder) != str(folder) or not (inputs is None or inputs == folder
+                                                            or inputs in folder.parents):
+            return frozenset()
+        with os.scandir(folder) as entries:  # one listing, not a stat per entry
+            return frozenset(entry.name for entry in entries if entry.is_file(follow_symlinks=False))
+    except OSError:
+        return frozenset()
+
+
+def _plain_note(note: Any) -> bool:
+    """A note is prose (any text): plain when no rule the entry's texts meet by their characters refuses it."""
+    return type(note) is str and CONTROL_CHARACTER.search(note) is None and not find(note) and (
+        "://" in note or not any(pattern.search(note) for pattern, _what in MACHINE_PATHS))
+
+
 def _size(location: str, offset: int, length: int) -> int | None:
     if offset >= 0:
         return length
@@ -92,6 +158,20 @@ def _size(location: str, offset: int, length: int) -> int | None:
         return os.path.getsize(location)
     except OSError:
         return None
+
+
+def _sizes(documents: Iterable[Document], limit: int) -> tuple[bool, bool, bool]:
+    """Whether the accepted inputs (those whose size can be read) hold a short one, a near-limit one and USUAL
+    ones; the sizes read up to the first document where all three hold (a stat each: a large sample's cost)."""
+    short = near = False
+    count = 0
+    for doc in documents:
+        if doc.expect == "reject" or (size := _size(doc.location, doc.offset, doc.length)) is None:
+            continue
+        short, near, count = short or size <= SHORT * limit, near or NEAR * limit <= size <= limit, count + 1
+        if short and near and count >= USUAL:
+            break
+    return short, near, count >= USUAL
 
 
 def sample_warnings(root: Path) -> list[Problem]:
@@ -110,14 +190,13 @@ def sample_warnings(root: Path) -> list[Problem]:
                                    for d in documents):
         return []
     limit = int(data["max_input_bytes"])
-    sizes = [s for d in documents if d.expect != "reject"
-             if (s := _size(d.location, d.offset, d.length)) is not None]
+    short, near, usual = _sizes(documents, limit)
     lacks = []
-    if not any(s <= SHORT * limit for s in sizes):
+    if not short:
         lacks.append(f"a short input (at most {int(SHORT * limit)} bytes)")
-    if not any(NEAR * limit <= s <= limit for s in sizes):
+    if not near:
         lacks.append(f"a near-limit input ({int(NEAR * limit)} to {limit} bytes)")
-    if len(sizes) < USUAL:
+    if not usual:
         lacks.append(f"usual inputs (at least {USUAL} accepted)")
     if isinstance(data["inputs"], dict) and not any(d.expect == "reject" for d in documents):
         lacks.append('a planned rejection ("expect": "reject")')

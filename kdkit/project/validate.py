@@ -28,12 +28,12 @@ from kdkit.config.schemas import (
     shown_redacted,
     walk_document,
 )
-from kdkit.core.credentials import find, secret_file
+from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import parse_json, read_text_file
 from kdkit.core.pilotconfig import config_problems, entry_problem, runs_folder_problem
 from kdkit.core.pilotkeys import Output
-from kdkit.core.pilotmanifest import expected_problem
+from kdkit.core.pilotmanifest import PLAIN_NAME, expected_problem
 from kdkit.core.projectfiles import (
     SAFE_ID_RULE,
     config_path_problem,
@@ -42,17 +42,12 @@ from kdkit.core.projectfiles import (
     path_problem,
     real_inside,
 )
-from kdkit.project.pilotchecks import deep_problems
+from kdkit.project.names import secret_file_warnings
+from kdkit.project.pilotchecks import MACHINE_PATHS, deep_problems, plain_documents, plain_files
 
 # pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
 TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
              "https://user:${PIP_PASSWORD}@host/simple) or use pip's keyring support")
-MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^~"), "a path into a home folder"),
-    (re.compile(r"^/(home|root|Users)(/|$)"), "a path into a home folder"),
-    (re.compile(r"^/(tmp|var/tmp)(/|$)"), "a path into a temporary folder"),
-    (re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)"), "an absolute path"),
-)
 
 
 # ---------------------------------------------------------------- portability rules
@@ -98,23 +93,12 @@ def file_warnings(root: Path) -> list[Problem]:
     """Warnings about the names of the project's files, from one walk of it: named like secrets (a project has a
     .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what a pilot sample lacks
     (kdkit.project.pilotchecks.sample_warnings). Never problems."""
-    from kdkit.config.files import walk_project
+    from kdkit.config.files import project_names
     from kdkit.project.names import name_warnings
     from kdkit.project.pilotchecks import sample_warnings
 
-    names = [rel for rel, _info in walk_project(root.resolve())]
+    names = list(project_names(root.resolve()))
     return secret_file_warnings(names) + name_warnings(names) + sample_warnings(root.resolve())
-
-
-def secret_file_warnings(names: list[str]) -> list[Problem]:
-    """Files of the project (``names``, relative to its root) named like secrets: warnings, never problems."""
-    warnings = []
-    for rel in names:
-        what = secret_file(rel)
-        if what is not None:
-            warnings.append(Problem(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
-                                    "secrets reach the container at run time only (`kdkit run --env-file`)"))
-    return warnings
 
 
 def machine_path_problems(data: Any, file: Path) -> list[Problem]:
@@ -175,12 +159,14 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
     problems = []
     seen: dict[str, int] = {}
     docs = manifest.get("documents", [])
+    plain = plain_files(root, manifest_file, inputs) if folder else frozenset()
     for index, doc in enumerate(docs):
         where = f"$.documents[{index}]"
         problems += _id_problems(doc.get("id"), manifest_file, where, seen, index)
         name = doc.get("file")
         if folder:
-            problems += _file_problems(root, name, manifest_file, where, inputs)
+            plain_file = isinstance(name, str) and name in plain and PLAIN_NAME.fullmatch(name) is not None
+            problems += [] if plain_file else _file_problems(root, name, manifest_file, where, inputs)
         elif name is not None:
             problems.append(Problem(manifest_file, f"{where}.file", "the inputs are a JSONL corpus, whose records "
                                     "are named by ID; remove \"file\""))
@@ -266,15 +252,18 @@ def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem])
     data = _load(root, rel, problems)
     if data is None:
         return None, False
-    machine = machine_path_problems(data, rel)
+    # A manifest of plain entries has the problems of its first entry and of what lies beside them: a long one
+    # is checked so, entry by entry it would take seconds.
+    checked = {**data, "documents": data["documents"][:1]} if schema == "manifest" and plain_documents(data) else data
+    machine = machine_path_problems(checked, rel)
     taken = {p.where for p in machine}  # a machine-bound path is named once, as such
     if schema == "pilot":
-        shape = [Problem(rel, where, message) for where, message in config_problems(data) if where not in taken]
+        shape = [Problem(rel, where, message) for where, message in config_problems(checked) if where not in taken]
         valid = not shape
     else:
-        found = schema_problems(data, schema, rel)
+        found = schema_problems(checked, schema, rel)
         shape, valid = [p for p in found if p.where not in taken], not found
-    problems.extend(shape + machine + secret_problems(data, rel))
+    problems.extend(shape + machine + secret_problems(checked, rel))
     return (data if isinstance(data, dict) else None), valid
 
 

@@ -1,0 +1,118 @@
+"""`kdkit validate`'s shortcuts for a long manifest (issue 31 §8) find what the entry-by-entry checks find: the
+plain-entry check of the manifest (kdkit.project.pilotchecks.plain_documents), the listing of the manifest's folder
+instead of a look at each file, the secret-name screen, the per-folder name checks and the walk without an lstat."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kdkit.config.files import project_names, walk_project
+from kdkit.core.credentials import find, secret_file
+from kdkit.project import pilotchecks, validate
+from kdkit.project.names import name_warnings, secret_file_warnings, windows_problem
+
+Docs = list[dict[str, Any]]
+ODD_ENTRIES: list[Callable[[Docs], None]] = [
+    lambda d: d[0].update(id="ghp_" + "a1B2" * 9),
+    lambda d: d[1].update(id="x" * 129),
+    lambda d: d[1].update(id=""),
+    lambda d: d[2].update(label=""),
+    lambda d: d[2].update(label=3),
+    lambda d: d[3].update(file="/tmp/doc-04.txt"),
+    lambda d: d[3].update(file="~/doc-04.txt"),
+    lambda d: d[3].update(file="C:\\doc.txt"),
+    lambda d: d[4].update(file="doc-05.txt\n--index-url x"),
+    lambda d: d[4].update(note="password=hunter2hunter2"),
+    lambda d: d[4].update(note="see https://user:pw12345@host/x"),
+    lambda d: d[4].update(note="line\tbreak"),
+    lambda d: d[4].update(note=""),
+    lambda d: d[5].update(size=3),
+    lambda d: d[5].update(extra=1),
+    lambda d: d[6].pop("id"),
+    lambda d: d[6].update(expect="maybe"),
+    lambda d: d[7].update(id="AKIA" + "A" * 16),
+    lambda d: d[7].update(id="sk-ant-" + "a" * 25),
+    lambda d: d[7].update(file="Ab1" * 14),
+    lambda d: d[8].update(id="a b"),
+    lambda d: d.append("not an entry"),
+    lambda d: d.append({"id": "doc-01", "file": "doc-01.txt", "label": None, "expect": "accept"}),
+    lambda d: None,
+]
+
+
+def _edit_manifest(root: Path, change: Callable[[Docs], None]) -> None:
+    path = root / "data" / "pilot" / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data["documents"])
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("change", ODD_ENTRIES)
+def test_plain_manifest_shortcut_finds_what_the_full_check_finds(project: Path, change: Callable[[Docs], None],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _edit_manifest(project, change)
+    fast = validate.validate_project(project)
+    monkeypatch.setattr(validate, "plain_documents", lambda data: False)
+    monkeypatch.setattr(validate, "plain_files", lambda *args: frozenset())
+    assert fast == validate.validate_project(project)
+
+
+def test_the_template_manifest_is_plain(project: Path) -> None:
+    data = json.loads((project / "data" / "pilot" / "manifest.json").read_text())
+    assert pilotchecks.plain_documents(data)
+    data["documents"][0]["id"] = "hf_" + "a" * 34
+    assert not pilotchecks.plain_documents(data)
+
+
+def test_linked_or_missing_inputs_take_the_full_check(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = project / "data" / "pilot"
+    (folder / "doc-02.txt").unlink()
+    os.symlink("doc-01.txt", folder / "doc-02.txt")
+    (folder / "doc-03.txt").unlink()
+    (folder / "doc-04.txt").unlink()
+    (folder / "doc-04.txt").mkdir()
+    fast = validate.validate_project(project)
+    monkeypatch.setattr(validate, "plain_files", lambda *args: frozenset())
+    assert fast == validate.validate_project(project)
+    assert any("doc-03.txt" in p.message for p in fast)
+
+
+def test_secret_name_screen_matches_secret_file() -> None:
+    names = ["a/.env", "a/.env.example", "b/key.pem", "b/key.pub", ".ssh/config", "x/.ssh/known", "deep/id_rsa",
+             "data/doc.txt", "secrets/x.txt", "c/api_token", "c/tok.token", "d/service-account-1.json",
+             "e/creds-credentials.json", "f/x.key.bak", "g/Readme.md", "h/CREDENTIALS.txt", ".aws/config"]
+    expected = [rel for rel in names if secret_file(rel) is not None]
+    assert [str(p.file) for p in secret_file_warnings(names)] == expected
+    assert expected  # the screen is tried on names it must let through
+
+
+def test_name_warnings_judge_folders_as_every_part() -> None:
+    names = ["ok/a.txt", "CON/a.txt", "ok/nul.txt", "bad./x", "x/y?/z", "Ok/A.txt", "fine"]
+    warnings = name_warnings(names)
+    assert [(str(w.file), w.message) for w in warnings if "macOS" not in w.message] == [
+        (rel, next(p for p in map(windows_problem, rel.split("/")) if p is not None))
+        for rel in names if any(map(windows_problem, rel.split("/")))]
+
+
+def test_project_names_are_the_walks(project: Path) -> None:
+    os.symlink("data", project / "linked")
+    assert list(project_names(project)) == [rel for rel, _info in walk_project(project)]
+
+
+SHAPES = ["sk-proj-" + "a1" * 12, "gho_" + "Ab1" * 12, "glpat-" + "x" * 20, "xoxb-12345678901", "AIza" + "a" * 35,
+          "npm_" + "a" * 36, "pypi-AgE" + "a" * 50, "eyJabcdefghijk.eyJabcdefghijk.x",
+          "-----BEGIN RSA PRIVATE KEY-----", "Ab1/" * 10, "aB3dE5gH7jK9" * 4]
+
+
+@pytest.mark.parametrize("text", SHAPES)
+def test_a_credential_shape_is_never_plain(text: str) -> None:
+    if not find(text):  # what the screen lets through must be what find() names nothing in
+        pytest.skip("not a credential shape")
+    data = {"documents": [{"id": "a", "file": text, "expect": "accept"}]}
+    assert not pilotchecks.plain_documents(data)
