@@ -177,3 +177,11 @@ def reseal(folder: Path) -> None:
 
     names = [line.split("  ", 1)[1] for line in (folder / SUMS).read_text().splitlines() if "  " in line]
     write_sums(folder, [(name, folder / name) for name in names])
+
+
+def valid_outside_git(project: Path) -> str:
+    """What `kdkit validate` prints for a valid project with no warning but the one about git: a test's project
+    lives in a temporary folder, outside any git checkout (kdkit.project.gitstate)."""
+    from kdkit.project.gitstate import NOT_GIT, START
+
+    return f"Warning: {project}: git: {NOT_GIT}; start one there: `{START}`\n{project}: valid (1 warning(s))"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kdkit.core.safetext import printable
+from tests.conftest import valid_outside_git
 from tests.test_bundle import write_fresh_lock
 
 CLI = Path(__file__).resolve().parents[1] / "kdkit" / "cli"
@@ -69,7 +70,7 @@ def test_init_validate_plan_and_close_print_a_hostile_path_escaped(tmp_path: Pat
     assert f"Created {tmp_path}/j{printable(hostile)}\n" in text and "Next: kdkit validate" in text
     assert len(text.splitlines()) >= 2  # kdkit's own line breaks are kept
     text = shown_escaped(*on_a_terminal("validate", target))
-    assert text == f"{tmp_path}/j{printable(hostile)}: valid\n"
+    assert text == valid_outside_git(Path(f"{tmp_path}/j{printable(hostile)}")) + "\n"
     order = tmp_path / f"ord{hostile}.json"
     text = shown_escaped(*on_a_terminal("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--save", order))
     assert f"Order written to {tmp_path}/ord{printable(hostile)}.json\n" in text and order.is_file()

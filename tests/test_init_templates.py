@@ -14,7 +14,7 @@ import pytest
 
 from kdkit.config.shipped import template_dir
 from kdkit.project.templates import OVERLAYS, TEMPLATES
-from tests.conftest import invoke, tree_snapshot
+from tests.conftest import invoke, tree_snapshot, valid_outside_git
 
 APPS = {"classify": "src/classify.py", "embed": "src/embed.py", "generate": "src/generate.py"}
 # template: (inputs, accepted, the planned rejection's ID)
@@ -219,7 +219,7 @@ def test_validate_takes_a_token_count_in_params_for_a_setting_and_still_refuses_
     """A number or a boolean under a key named like a secret (max_new_tokens) is a setting; a string is not."""
     project = make(tmp_path, "generate")
     result = invoke("validate", project)
-    assert (result.exit_code, result.output.strip()) == (0, f"{project}: valid")
+    assert (result.exit_code, result.output.strip()) == (0, valid_outside_git(project))
     path = project / "config/pilot.json"
     data = json.loads(path.read_text())
     data["params"]["hf_token"] = "not-a-real-token-but-a-string"

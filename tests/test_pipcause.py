@@ -23,8 +23,8 @@ def _pip_download(index: str, tmp_path: Path, retries: int = 0) -> list[str]:
     """pip's output; with ``retries`` 0 a refused connection is not even mentioned (pip's default is 5)."""
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
     env.pop("PIP_FIND_LINKS", None)
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--retries", str(retries), "--timeout", "5",
-                           "--dest", str(tmp_path / "dl"), "--index-url", index, "filelock==3.0"],
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--retries", str(retries),
+                           "--timeout", "5", "--dest", str(tmp_path / "dl"), "--index-url", index, "filelock==3.0"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode != 0
     lines = (done.stdout + done.stderr).splitlines()

@@ -206,7 +206,7 @@ def test_secret_shaped_files_are_warnings_not_problems(project: Path) -> None:
         (project / rel).write_text("API_TOKEN=made-up-but-private\n", encoding="utf-8")
     code, stdout, stderr = _validate(project)
     assert code == 0
-    assert stdout == f"{project}: valid (5 warning(s))\n"
+    assert stdout == f"{project}: valid (6 warning(s))\n"  # and the one about git (tests/conftest.valid_outside_git)
     assert (f"Warning: {project}/.ssh/id_ed25519: name: named like an SSH private key, so `kdkit bundle` "
             "leaves it out") in stderr
     assert "made-up-but-private" not in stdout + stderr
@@ -214,13 +214,13 @@ def test_secret_shaped_files_are_warnings_not_problems(project: Path) -> None:
     report = json.loads(stdout)
     assert code == 0 and report["valid"] is True and report["problems"] == []
     assert [w["file"] for w in report["warnings"]] == [".env", ".env.production", ".ssh/id_ed25519",
-                                                      "config/.netrc", "src/secrets.env"]
-    assert {w["where"] for w in report["warnings"]} == {"name"}
+                                                      "config/.netrc", "src/secrets.env", "."]
+    assert {w["where"] for w in report["warnings"]} == {"name", "git"}
 
 
 def test_a_fresh_project_has_no_warnings(project: Path) -> None:
     report = json.loads(invoke("validate", project, "--json").stdout)
-    assert report["warnings"] == [] and report["valid"] is True
+    assert [w["where"] for w in report["warnings"]] == ["git"] and report["valid"] is True  # outside git (a tmp)
 
 
 # ---------------------------------------------------------------- every error line printed for a person

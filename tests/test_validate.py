@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import invoke, tree_snapshot
+from tests.conftest import invoke, tree_snapshot, valid_outside_git
 
 Edit = Callable[[Path], None]
 
@@ -58,7 +58,7 @@ def run_validate(root: Path) -> tuple[int, str]:
 def test_fresh_scaffold_is_valid(project: Path) -> None:
     code, output = run_validate(project)
     assert code == 0, output
-    assert output.strip() == f"{project}: valid"
+    assert output.strip() == valid_outside_git(project)
 
 
 def test_validate_finds_the_root_upward(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,6 +43,7 @@ def init(path: Path, name: str | None, backend: str, template: str, force: bool)
                 quality: greedy outputs match the manifest's exactly)
     """
     from kdkit.core.staging import describe_removed
+    from kdkit.project.gitstate import init_line
     from kdkit.project.init import create_project
 
     created = create_project(path, name=name, backend=backend, force=force, template=template)
@@ -51,6 +52,9 @@ def init(path: Path, name: str | None, backend: str, template: str, force: bool)
     root = created.root
     say(f"Created {root}")
     shown = shlex.quote(str(path))  # a line to paste: the path one word, whatever it holds
+    git = init_line(root, shown)
+    if git:
+        say(git)
     say(f"Next: kdkit validate {shown} && kdkit lock {shown} --backend {backend}")
 
 
@@ -67,14 +71,17 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     duplicate IDs, and stale locks. Every problem is listed. Files named like
     secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out; so are
     names a copy through macOS or Windows loses (case, NFC/NFD, CON, a final dot).
-    Exit 0 when valid (warnings or not), 2 otherwise.
+    A project outside git, or with uncommitted changes, is warned about too:
+    a run records the code revision it ran. Exit 0 when valid (warnings or
+    not), 2 otherwise.
     """
     from kdkit.core.projectfiles import project_root
+    from kdkit.project.gitstate import git_warnings
     from kdkit.project.validate import file_warnings, validate_project
 
     root = project_root(project_dir)
     problems = validate_project(root)
-    warnings = file_warnings(root)
+    warnings = file_warnings(root) + git_warnings(root)
     if as_json:
         emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems],
                    "warnings": [w.as_dict() for w in warnings]})

@@ -38,3 +38,14 @@ def carry(staging: Path, files: list[Path]) -> dict[str, Any] | None:
     for path in files:
         shutil.copyfile(path, folder / path.name)
     return {"folder": FOLDER, "files": sorted(path.name for path in files)}
+
+
+def carried_files(info: dict[str, Any]) -> list[str] | None:
+    """The files bundle.json's ``local_wheels`` says the bundle holds ([] when none), None if malformed."""
+    carried = info.get("local_wheels")
+    if carried is None:
+        return []
+    files = carried.get("files") if isinstance(carried, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) and f and "/" not in f for f in files):
+        return None
+    return [f"{FOLDER}/{name}" for name in files]

@@ -43,6 +43,7 @@ from kdkit.transfer.format import (
 )
 from kdkit.transfer.imagearchive import expected, rewritten
 from kdkit.transfer.kdkitwheels import listed_files
+from kdkit.transfer.localwheels import carried_files
 
 
 def _format_problem(info: Any) -> str | None:
@@ -60,10 +61,13 @@ def _required(info: dict[str, Any]) -> tuple[set[str], str | None]:
     named = [info[key] for key in ("lock", "pilot_config", "manifest")]
     if not all(safe_name(f) for f in [*files, *named, "kdkit.json"]):
         return set(), "its file list ($.files, $.lock, $.pilot_config, $.manifest) is malformed"
-    wheels = listed_files(info)
+    wheels, carried = listed_files(info), carried_files(info)
     if wheels is None or not all(safe_name(f) for f in wheels):
         return set(), "its $.kdkit_wheels.files is malformed"
-    required = {BUNDLE_JSON, RUN_MD, ZIPAPP, *wheels, *(f"{PROJECT}/{f}" for f in [*files, *named, "kdkit.json"])}
+    if carried is None or not all(safe_name(f) for f in carried):
+        return set(), "its $.local_wheels.files is malformed"
+    required = {BUNDLE_JSON, RUN_MD, ZIPAPP, *wheels, *carried,
+                *(f"{PROJECT}/{f}" for f in [*files, *named, "kdkit.json"])}
     if image is not None:
         required.add(image["file"])
     return required, None
