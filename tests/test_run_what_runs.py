@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shlex
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,9 @@ def test_the_edited_config_and_app_run_and_params_record_what_ran(a26: Path) -> 
         image["id"], TAG, image["kdkit"]["lock.sha256"], "none")
     assert launch["revision"] == head.strip()  # runs/ and .kdkit-cache/ are ignored: a clean tree
     assert params["code"]["revision"] == head.strip()  # no .git in the container: the launch record's (issue 31)
+    if os.geteuid() == 0:  # issue 31 §6: what the container's user 10001 wrote (0600) is readable, said so
+        assert all(p.stat().st_mode & stat.S_IROTH for p in [folder, *folder.rglob("*")])
+        assert folder.stat().st_uid == 10001 and f"{folder}: made readable by everyone" in result.stderr
     targets = {m["target"]: m for m in launch["mounts"]}
     assert targets["/app/src"]["source"] == str((a26 / "src").resolve()) and not targets["/app/src"]["writable"]
     assert targets["/mnt/scratch"]["writable"] and targets["/cache"]["writable"]

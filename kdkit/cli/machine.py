@@ -209,6 +209,7 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
     from kdkit.core.runfolder import run_folders
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
+    from kdkit.machine.handback import readable_by_all
     from kdkit.machine.run import execute, prepare_run, print_lines
     from kdkit.machine.watch import detach, detached_lines, with_run_id
     from kdkit.machine.workers import stopped_run_lines
@@ -233,6 +234,8 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
                            "container_exit_code": getattr(stop, "container_exit", None),
                            "run_folders": [str(f) for f in new]}, stopped_run_lines(plan, new, stop))
         raise click.exceptions.Exit(stop.exit_code) from None
+    for line in readable_by_all(folders):  # started by root: what the container's user wrote (handback.py)
+        say(line, err=True)
     if as_json:
         emit_json({"image": plan.image.ref, "backend": plan.backend, "exit_code": code,
                    "run_folders": [str(f) for f in folders]})
