@@ -42,6 +42,13 @@ ODD_ENTRIES: list[Callable[[Docs], None]] = [
     lambda d: d[8].update(id="a b"),
     lambda d: d.append("not an entry"),
     lambda d: d.append({"id": "doc-01", "file": "doc-01.txt", "label": None, "expect": "accept"}),
+    lambda d: d[8].update(label="other"),
+    lambda d: d[8].update(expected="text"),
+    lambda d: d[9].update(file="nope.txt"),
+    lambda d: d[9].update(file="../doc-10.txt"),
+    lambda d: d[9].update(file="sub/doc-10.txt"),
+    lambda d: d[10].update(id="doc-01"),
+    lambda d: [doc.update(expect="accept") for doc in d],
     lambda d: None,
 ]
 
@@ -60,6 +67,7 @@ def test_plain_manifest_shortcut_finds_what_the_full_check_finds(project: Path, 
     fast = validate.validate_project(project)
     monkeypatch.setattr(validate, "plain_documents", lambda data: False)
     monkeypatch.setattr(validate, "plain_files", lambda *args: frozenset())
+    monkeypatch.setattr(validate, "clean_entries", lambda *args, **kwargs: False)
     assert fast == validate.validate_project(project)
 
 
@@ -116,3 +124,35 @@ def test_a_credential_shape_is_never_plain(text: str) -> None:
         pytest.skip("not a credential shape")
     data = {"documents": [{"id": "a", "file": text, "expect": "accept"}]}
     assert not pilotchecks.plain_documents(data)
+
+
+@pytest.mark.parametrize("names", [["a/b.txt", "a/c.txt", "d"], ["a/B.txt", "a/b.txt"], ["con"], ["x/aux.tar.gz/y"],
+                                   ["com1x/a"], ["a./b"], ["a /b"], ["a/b."], ["a?b"], ["caf\u00e9", "cafe\u0301"],
+                                   ["a\nb"], ["", "a"], ["a", "a"], ["LPT1.txt"], ["prn.", "ok"]])
+def test_name_warnings_at_once_find_what_the_loop_finds(names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from kdkit.project import names as module
+
+    fast = name_warnings(names)
+    monkeypatch.setattr(module, "_all_fine", lambda names: False)
+    assert fast == name_warnings(names)
+
+
+def test_clean_names_are_judged_at_once() -> None:
+    from kdkit.project.names import _all_fine
+
+    assert _all_fine(["a/b.txt", "a/c.txt", "d/con1", "e/x.y"])
+    assert not _all_fine(["a/b.txt", "A/b.txt"])
+    assert not _all_fine(["a/nul.txt"])
+
+
+def test_secret_names_are_judged_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kdkit.project import names as module
+
+    clean = ["data/doc.txt", "src/app.py", "a/key.pub", "tokens.md"]
+    assert module._no_secret_names(clean) and secret_file_warnings(clean) == []
+    assert module._no_secret_names([".env.example", "a/id_rsa.pub"])
+    for odd in (["a/.ENV"], ["x/.ssh/config"], ["deep/id_rsa"], ["a/b.key.bak"], ["caf\u00e9/.env"], ["a\n.env"]):
+        fast = secret_file_warnings(odd)
+        monkeypatch.setattr(module, "_no_secret_names", lambda names: False)
+        assert fast == secret_file_warnings(odd) and fast
+        monkeypatch.undo()

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from kdkit.config.schemas import Problem
-from kdkit.core.credentials import SECRET_FILES, secret_file
+from kdkit.core.credentials import NOT_SECRET_FILES, NOT_SECRET_SUFFIXES, SECRET_FILES, secret_file
 from kdkit.core.projectfiles import shown
 
 RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
@@ -69,6 +69,9 @@ def _shown(rel: str) -> str:
 def name_warnings(names: Iterable[str]) -> list[Problem]:
     """One warning per file whose path is another's on macOS or Windows (naming both), and per path holding a
     name Windows cannot hold; ``names`` are paths relative to the project root, '/' between folders."""
+    names = list(names)
+    if _all_fine(names):
+        return []
     warnings = []
     seen: dict[str, str] = {}
     for rel in names:
@@ -81,6 +84,21 @@ def name_warnings(names: Iterable[str]) -> list[Problem]:
         if problem is not None:
             warnings.append(Problem(Path(rel), "name", problem))
     return warnings
+
+
+# What windows_problem refuses, found in paths joined by line breaks: a device name as a whole part (with any
+# extension), a part ending with a dot or a space, a character Windows refuses.
+WINDOWS_PARTS = re.compile(r"(?:^|[/\n])" + RESERVED.pattern + r"(?=[/\n])|[. ](?=[/\n])|" + FORBIDDEN.pattern,
+                           re.IGNORECASE)
+
+
+def _all_fine(names: list[str]) -> bool:
+    """Whether no warning of name_warnings holds, judged at once: ASCII paths (folded: lower case), none breaking
+    a line, none the same as another once folded, and no part that windows_problem refuses (WINDOWS_PARTS)."""
+    joined = "\n".join(names) + "\n"
+    if not joined.isascii() or joined.count("\n") != len(names):
+        return False
+    return len(set(joined.lower().split("\n"))) == len(names) + 1 and WINDOWS_PARTS.search(joined) is None
 
 
 @cache
@@ -98,6 +116,8 @@ def _secret_shaped() -> re.Pattern[str]:
 def secret_file_warnings(names: list[str]) -> list[Problem]:
     """Files of the project (``names``, relative to its root) named like secrets: warnings, never problems.
     credentials.secret_file judges every path one of whose parts matches a pattern; none other can be one."""
+    if not names or _no_secret_names(names):
+        return []
     match = _secret_shaped().match
     warnings = []
     for rel in names:
@@ -115,3 +135,21 @@ def secret_file_warnings(names: list[str]) -> list[Problem]:
 def _secret_folder(folder: str) -> bool:
     """Whether a part of ``folder`` matches a pattern of credentials.SECRET_FILES (once a folder, not per file)."""
     return any(_secret_shaped().match(part.lower()) is not None for part in folder.split("/"))
+
+
+def _no_secret_names(names: list[str]) -> bool:
+    """Whether no part of ``names`` (ASCII paths, none breaking a line) matches a pattern of SECRET_FILES, judged
+    at once: the parts one a line, each pattern's ``*`` and ``?`` within a line (fnmatch's, for these patterns);
+    a part that matches must be one credentials.secret_file passes over (NOT_SECRET_FILES, NOT_SECRET_SUFFIXES)."""
+    joined = "\n".join(names)
+    if not joined.isascii() or joined.count("\n") != len(names) - 1 or any("[" in p for p, _what in SECRET_FILES):
+        return False
+    hits = {found.group() for found in _secret_lines().finditer(joined.lower().replace("/", "\n"))}
+    return all(hit in NOT_SECRET_FILES or hit.endswith(NOT_SECRET_SUFFIXES) for hit in hits)  # .env.example
+
+
+@cache
+def _secret_lines() -> re.Pattern[str]:
+    lines = ("".join("[^\n]*" if c == "*" else "[^\n]" if c == "?" else re.escape(c) for c in pattern)
+             for pattern, _what in SECRET_FILES)
+    return re.compile("^(?:" + "|".join(lines) + ")$", re.MULTILINE)

@@ -21,8 +21,8 @@ from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import config_file, config_problems, entry_problem, load_documents
 from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotload import existing, load_model, load_output
-from kdkit.core.pilotmanifest import Document
-from kdkit.core.projectfiles import CONTROL_CHARACTER, config_path_problem, load_object
+from kdkit.core.pilotmanifest import PLAIN_NAME, Document
+from kdkit.core.projectfiles import CONTROL_CHARACTER, SAFE_ID, config_path_problem, load_object
 
 SHORT, NEAR, USUAL = 0.05, 0.25, 3
 MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -41,6 +41,8 @@ SHAPE_STARTS = ("sk-", "sk_", "rk_", "github_pat_", "hf_", "xox", "AIza", "npm_"
                 "ACCA", "eyJ", "-----")
 SHAPE_START = re.compile(r"g(?:h[pousr]_|l[a-z]+-)")  # GitHub's and GitLab's prefixes
 AWS_SECRET_RUN = re.compile(r"[A-Za-z0-9]{40}")
+SAFE_IDS = re.compile(f"(?:(?:{SAFE_ID.pattern})\n)*")  # fullmatch: texts each ending in a line break
+PLAIN_NAMES = re.compile(f"(?:(?:{PLAIN_NAME.pattern})\n)*")
 SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_bytes; near-limit: one between "
                 f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
 
@@ -143,6 +145,36 @@ def plain_files(root: Path, manifest_file: Path, inputs: Path | None) -> frozens
             return frozenset(entry.name for entry in entries if entry.is_file(follow_symlinks=False))
     except OSError:
         return frozenset()
+
+
+def clean_entries(documents: list[Any], plain: frozenset[str], categories: list[str] | None, *, folder: bool,
+                  output: Output | None) -> bool:
+    """Whether validate.manifest_problems finds nothing in any entry of a manifest whose shape is valid: IDs safe
+    and unique, files plain names of ``plain`` (a JSONL corpus's: none), labels allowed, no expected output."""
+    if not all(type(doc) is dict for doc in documents):
+        return False
+    ids, names = [doc.get("id") for doc in documents], [doc.get("file") for doc in documents]
+    if not _all_match(SAFE_IDS, ids) or len(set(ids)) != len(ids):
+        return False
+    if folder and not (_all_match(PLAIN_NAMES, names) and set(names) <= plain):
+        return False
+    if not folder and any(name is not None for name in names):
+        return False
+    try:
+        labels = {doc.get("label") for doc in documents if doc.get("expect") == "accept"} - {None}
+        allowed = categories is None or labels <= set(categories)
+    except TypeError:  # a label that is not a text
+        return False
+    return allowed and (output is None or all(doc.get("expected") is None for doc in documents))
+
+
+def _all_match(lines: re.Pattern[str], texts: list[Any]) -> bool:
+    """Whether every one of ``texts`` is a text that the one-line pattern of ``lines`` matches whole."""
+    try:
+        joined = "\n".join(texts) + "\n"  # a TypeError when one is not a text
+    except TypeError:
+        return False
+    return joined.count("\n") == len(texts) and lines.fullmatch(joined) is not None  # none breaks a line
 
 
 def _plain_note(note: Any) -> bool:

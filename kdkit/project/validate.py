@@ -43,7 +43,7 @@ from kdkit.core.projectfiles import (
     real_inside,
 )
 from kdkit.project.names import secret_file_warnings
-from kdkit.project.pilotchecks import MACHINE_PATHS, deep_problems, plain_documents, plain_files
+from kdkit.project.pilotchecks import MACHINE_PATHS, clean_entries, deep_problems, plain_documents, plain_files
 
 # pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
 TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
@@ -160,7 +160,8 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
     seen: dict[str, int] = {}
     docs = manifest.get("documents", [])
     plain = plain_files(root, manifest_file, inputs) if folder else frozenset()
-    for index, doc in enumerate(docs):
+    clean = clean_entries(docs, plain, categories, folder=folder, output=output)  # a long manifest's usual case
+    for index, doc in enumerate([] if clean else docs):
         where = f"$.documents[{index}]"
         problems += _id_problems(doc.get("id"), manifest_file, where, seen, index)
         name = doc.get("file")
