@@ -225,13 +225,13 @@ def test_a_hanging_nvidia_smi_is_bounded(standin: Any) -> None:
     standin("nvidia-smi-hangs")
     started = time.monotonic()
     facts, points = health.check(cuda="12.8", timeout=2)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 120  # a hang only: the stand-in never answers, kdkit waits 2 s
     tool = by(points, "driver.tool")
     assert tool.verdict == "refuse" and "no answer within 2 s" in tool.why
     assert facts["gpus"] == [] and machine_verdict(points) == "refuse"
     started = time.monotonic()
     assert smi.sample(timeout=1) == {}
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 120  # a hang only
 
 
 def test_a_driver_that_is_not_loaded_is_refused_with_its_message(standin: Any) -> None:

@@ -71,9 +71,9 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     duplicate IDs, and stale locks. Every problem is listed. Files named like
     secrets (.env, *.pem, .ssh/ ...) are warnings: bundles leave them out; so are
     names a copy through macOS or Windows loses (case, NFC/NFD, CON, a final dot).
-    A project outside git, or with uncommitted changes, is warned about too:
-    a run records the code revision it ran. Exit 0 when valid (warnings or
-    not), 2 otherwise.
+    A valid project outside git, or with uncommitted changes, is warned about
+    too (a run records the code revision it ran; --json always lists it).
+    Exit 0 when valid (warnings or not), 2 otherwise.
     """
     from kdkit.core.projectfiles import project_root
     from kdkit.project.gitstate import git_warnings
@@ -88,9 +88,10 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     else:
         for problem in problems:  # one line each, whatever a file's name holds
             say(printable(f"{root / problem.file}: {problem.where}: {problem.message}"), err=True)
-        for warning in warnings:
+        shown = [w for w in warnings if not problems or w.where != "git"]  # problems first; --json has it
+        for warning in shown:
             say(printable(f"Warning: {root / warning.file}: {warning.where}: {warning.message}"), err=True)
         if not problems:
-            say(f"{root}: valid" + (f" ({len(warnings)} warning(s))" if warnings else ""))
+            say(f"{root}: valid" + (f" ({len(shown)} warning(s))" if shown else ""))
     if problems:
         raise BadInput(f"{root}: {len(problems)} problem(s) found; fix them and run `kdkit validate` again")

@@ -339,7 +339,8 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     started = time.monotonic()
     engine = connect()
     _ensure_base(engine, plan, report)
-    refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))  # before a layer
+    if plan.lock_format == "requirements":  # a pylock names each file by its URL: nothing is machine-local there
+        refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))
     transcript = _Transcript(report)
     with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
             tempfile.TemporaryFile(prefix="kdkit-context-") as context:

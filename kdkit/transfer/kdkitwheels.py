@@ -228,12 +228,18 @@ def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) 
             "files": sorted(path.name for path in folder.iterdir())}
 
 
-def listed_files(info: dict[str, Any]) -> list[str] | None:
-    """The files bundle.json's ``kdkit_wheels`` says the bundle holds ([] when it carries none), None if malformed."""
-    wheels = info.get("kdkit_wheels")
-    if wheels is None:
+def folder_files(info: dict[str, Any], key: str, folder: str) -> list[str] | None:
+    """The files bundle.json's ``key`` (an object naming its ``files`` in ``folder``) says the bundle holds ([] when
+    it carries none), None if malformed: kdkit-wheels/ here, local-wheels/ (kdkit.transfer.localwheels)."""
+    carried = info.get(key)
+    if carried is None:
         return []
-    files = wheels.get("files") if isinstance(wheels, dict) else None
+    files = carried.get("files") if isinstance(carried, dict) else None
     if not isinstance(files, list) or not all(isinstance(f, str) and f and "/" not in f for f in files):
         return None
-    return [f"{WHEELS}/{name}" for name in files]
+    return [f"{folder}/{name}" for name in files]
+
+
+def listed_files(info: dict[str, Any]) -> list[str] | None:
+    """The files bundle.json's ``kdkit_wheels`` says the bundle holds ([] when it carries none), None if malformed."""
+    return folder_files(info, "kdkit_wheels", WHEELS)

@@ -15,6 +15,7 @@ from typing import Any
 
 from kdkit.core.lockfile import Lock, machine_local, normalize_name
 from kdkit.lock.wheelhouse import wheelhouse_files
+from kdkit.transfer.kdkitwheels import folder_files
 
 FOLDER = "local-wheels"
 
@@ -42,10 +43,4 @@ def carry(staging: Path, files: list[Path]) -> dict[str, Any] | None:
 
 def carried_files(info: dict[str, Any]) -> list[str] | None:
     """The files bundle.json's ``local_wheels`` says the bundle holds ([] when none), None if malformed."""
-    carried = info.get("local_wheels")
-    if carried is None:
-        return []
-    files = carried.get("files") if isinstance(carried, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, str) and f and "/" not in f for f in files):
-        return None
-    return [f"{FOLDER}/{name}" for name in files]
+    return folder_files(info, "local_wheels", FOLDER)
