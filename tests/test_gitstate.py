@@ -42,3 +42,17 @@ def test_init_says_how_to_start_git_and_validate_warns_until_it_is_clean(tmp_pat
         "1 uncommitted change(s) (src/classify.py): a run records its revision as dirty; commit them first"]
     again = _kdkit(tmp_path / "proj", "init", "inner", "--backend", "cpu")  # inside a checkout: nothing to say
     assert again.returncode == 0 and "Not under git" not in again.stdout
+
+
+def test_a_project_named_like_an_option_gets_lines_that_never_read_it_as_one(tmp_path: Path) -> None:
+    """A hostile review's find: `init -- -P` printed `cd -P && git init ...`, which went to $HOME and committed it."""
+    made = _kdkit(tmp_path, "init", "--backend", "cpu", "--", "-P")
+    assert made.returncode == 0, made.stderr
+    (line,) = [ln for ln in made.stdout.splitlines() if ln.startswith("Not under git")]
+    command = line.split("start it with: ", 1)[1]
+    assert command.startswith("cd ./-P && ")
+    assert "Next: kdkit validate ./-P && kdkit lock ./-P --backend cpu" in made.stdout
+    env = {**os.environ, **GIT_ID, "HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    subprocess.run(["sh", "-e", "-c", command], cwd=tmp_path, env=env, check=True, timeout=120)
+    assert (tmp_path / "-P" / ".git").is_dir() and not (tmp_path / "home" / ".git").exists()

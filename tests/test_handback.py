@@ -3,6 +3,7 @@ owner unchanged, and says how to undo it; a run not started by root is left as i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -45,3 +46,27 @@ def test_a_run_not_started_by_root_is_left_as_it_is(tmp_path: Path) -> None:
     assert readable_by_all([folder], started_by_root=False) == []
     assert stat.S_IMODE((folder / "summary.json").stat().st_mode) == 0o600
     assert os.access(folder, os.F_OK)
+
+
+def test_a_hard_link_a_device_and_a_deep_tree_are_handled(tmp_path: Path) -> None:
+    """A hostile review's finds: a hard link to a file outside the run folder was made readable there too (one
+    inode), a device node became readable by all, 1,100 nested folders crashed the walk (RecursionError)."""
+    folder = _tree(tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("private")
+    outside.chmod(0o600)
+    os.link(outside, folder / "hardlink")
+    with contextlib.suppress(PermissionError):  # not root: no device node to try
+        os.mknod(folder / "null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    deep = folder
+    for _ in range(1100):  # one by one: os.makedirs itself recurses
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "leaf.txt").write_text("x")
+    (deep / "leaf.txt").chmod(0o600)
+    (line,) = readable_by_all([folder], started_by_root=True)
+    assert "made readable by everyone" in line
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and stat.S_IMODE((folder / "hardlink").stat().st_mode) == 0o600
+    if (folder / "null").exists():
+        assert stat.S_IMODE((folder / "null").lstat().st_mode) == 0o600
+    assert stat.S_IMODE((deep / "leaf.txt").stat().st_mode) == 0o644

@@ -51,7 +51,8 @@ def init(path: Path, name: str | None, backend: str, template: str, force: bool)
         say(line, err=True)
     root = created.root
     say(f"Created {root}")
-    shown = shlex.quote(str(path))  # a line to paste: the path one word, whatever it holds
+    given = str(path)  # a line to paste: the path one word, whatever it holds, and never an option ("-P")
+    shown = shlex.quote(given if not given.startswith("-") else f"./{given}")
     git = init_line(root, shown)
     if git:
         say(git)

@@ -21,27 +21,53 @@ ENTER = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
 
 
 def _readable(path: Path) -> None:
+    """Read (and enter, for a folder) for everyone on a folder or a regular file of the run only: a link is not
+    followed, a device, FIFO or socket keeps its mode, and a file with another name elsewhere (a hard link) is
+    left as it is, since its mode is that other name's too."""
     info = path.lstat()
-    if stat.S_ISLNK(info.st_mode):
-        return  # a link's own mode means nothing; its target is not kdkit's to change
-    extra = READ_FILE | (ENTER if stat.S_ISDIR(info.st_mode) else 0)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        extra = READ_FILE
+    elif stat.S_ISDIR(info.st_mode):
+        extra = READ_FILE | ENTER
+    else:
+        return
     if info.st_mode & extra != extra:
         os.chmod(path, stat.S_IMODE(info.st_mode) | extra)
 
 
+def _share(folder: Path) -> str | None:
+    """Every folder and file below ``folder`` made readable (a stack, not recursion: any depth); why not, if not."""
+    pending = [folder]
+    try:
+        while pending:
+            current = pending.pop()
+            _readable(current)
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+                    else:
+                        _readable(Path(entry.path))
+    except OSError as exc:
+        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+    return None
+
+
 def readable_by_all(folders: Sequence[Path], started_by_root: bool | None = None) -> list[str]:
-    """Make each run folder in ``folders`` readable by everyone when root started the run; the lines saying so."""
+    """Make each run folder in ``folders`` readable by everyone when root started the run; the lines saying so
+    (or why one could not be, whole: the run's verdict stands either way)."""
     if not (os.geteuid() == 0 if started_by_root is None else started_by_root):
         return []
     lines = []
     for folder in folders:
         if folder.is_symlink() or not folder.is_dir():
             continue
-        _readable(folder)
-        for top, dirs, files in os.walk(folder):
-            for name in [*dirs, *files]:
-                _readable(Path(top) / name)
         shown = shlex.quote(str(folder))
+        failed = _share(folder)
+        if failed:
+            lines.append(f"{folder}: not all of it could be made readable by everyone ({failed}); what was is "
+                         f"undone with: chmod -R go-rX {shown}")
+            continue
         lines.append(f"{folder}: made readable by everyone (chmod -R a+rX; the container's user 10001 still owns "
                      f"it, so a resume can write it); undo with: chmod -R go-rX {shown}")
     return lines
