@@ -35,6 +35,18 @@ def _readable(path: Path) -> None:
         os.chmod(path, stat.S_IMODE(info.st_mode) | extra)
 
 
+def _entered(folder: Path) -> list[Path]:
+    """Each file of ``folder`` made readable; its folders, to enter next (a link is neither followed nor entered)."""
+    folders = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+            else:
+                _readable(Path(entry.path))
+    return folders
+
+
 def _share(folder: Path) -> str | None:
     """Every folder and file below ``folder`` made readable (a stack, not recursion: any depth); why not, if not."""
     pending = [folder]
@@ -42,12 +54,7 @@ def _share(folder: Path) -> str | None:
         while pending:
             current = pending.pop()
             _readable(current)
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(Path(entry.path))
-                    else:
-                        _readable(Path(entry.path))
+            pending += _entered(current)
     except OSError as exc:
         return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
     return None
