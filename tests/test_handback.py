@@ -7,6 +7,7 @@ import contextlib
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 from kdkit.machine.handback import readable_by_all
@@ -50,7 +51,8 @@ def test_a_run_not_started_by_root_is_left_as_it_is(tmp_path: Path) -> None:
 
 def test_a_hard_link_a_device_and_a_deep_tree_are_handled(tmp_path: Path) -> None:
     """A hostile review's finds: a hard link to a file outside the run folder was made readable there too (one
-    inode), a device node became readable by all, 1,100 nested folders crashed the walk (RecursionError)."""
+    inode), a device node became readable by all, 1,100 nested folders crashed the walk (RecursionError: here a
+    300-deep tree under a recursion limit of 200)."""
     folder = _tree(tmp_path)
     outside = tmp_path / "outside.txt"
     outside.write_text("private")
@@ -58,13 +60,16 @@ def test_a_hard_link_a_device_and_a_deep_tree_are_handled(tmp_path: Path) -> Non
     os.link(outside, folder / "hardlink")
     with contextlib.suppress(PermissionError):  # not root: no device node to try
         os.mknod(folder / "null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    deep = folder
-    for _ in range(1100):  # one by one: os.makedirs itself recurses
-        deep = deep / "d"
-        deep.mkdir()
+    deep = folder / ("d/" * 300)  # deeper than the lowered limit below: os.walk recursed once per level
+    deep.mkdir(parents=True)
     (deep / "leaf.txt").write_text("x")
     (deep / "leaf.txt").chmod(0o600)
-    (line,) = readable_by_all([folder], started_by_root=True)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)  # not a 1,100-deep tree: pytest's own clean-up of tmp_path recurses too
+    try:
+        (line,) = readable_by_all([folder], started_by_root=True)
+    finally:
+        sys.setrecursionlimit(limit)
     assert "made readable by everyone" in line
     assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and stat.S_IMODE((folder / "hardlink").stat().st_mode) == 0o600
     if (folder / "null").exists():
