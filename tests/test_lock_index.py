@@ -390,6 +390,14 @@ def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: 
     assert "requirements/cuda.txt pins torch from a folder of this machine only" in bundled.stderr
     run_md = (tmp_path / "bundle" / "RUN.md").read_text(encoding="utf-8")
     assert "Without Docker: not possible with this lock" in run_md and "-r project/requirements" not in run_md
+    empty = tmp_path / "empty-wheelhouse"
+    empty.mkdir()
+    before = tree_snapshot(project)
+    refused = invoke("bundle", project, "--backend", "cuda", "--no-image", "--no-kdkit-wheels", "--wheelhouse", empty,
+                     "--out", tmp_path / "bundle-2")
+    assert refused.exit_code == 2 and refused.stderr.splitlines()[-1].startswith(f"Error: --wheelhouse {empty}: no "
+                                                                                "file with a locked hash for ")
+    assert not (tmp_path / "bundle-2").exists() and tree_snapshot(project) == before  # checked before any write
 
 
 def test_pins_only_on_this_machine_are_named(hostile_pip: Machine, tmp_path: Path,

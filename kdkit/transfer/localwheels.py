@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.lockfile import Lock, machine_local, normalize_name
-from kdkit.lock.wheelhouse import wheelhouse_files
 from kdkit.transfer.kdkitwheels import folder_files
 
 FOLDER = "local-wheels"
@@ -26,6 +25,8 @@ def local_wheel_files(wheelhouse: Path | None, lock: Lock) -> list[Path]:
     names = machine_local(lock)
     if wheelhouse is None or not names:
         return []
+    from kdkit.lock.wheelhouse import wheelhouse_files  # here: verify-bundle reads this module, never a wheelhouse
+
     wanted = tuple(f"{normalize_name(name.split('==', 1)[0])}-" for name in names)
     return [path for path in wheelhouse_files(wheelhouse, lock) if normalize_name(path.name).startswith(wanted)]
 
