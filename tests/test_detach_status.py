@@ -6,6 +6,8 @@ Real: kdkit in its own processes, the session's end-to-end image (tagged kdkit-b
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -80,6 +82,9 @@ def test_detach_then_status_logs_and_wait_from_new_processes(image: str, locked_
     folder = locked_copy / "runs" / run_id  # the run ID chosen on the host is the folder's name
     assert read_run(folder).verdict == "pass" and read_run(folder).total == total
     assert labelled(run_id) == []  # wait removed the container it waited on
+    if os.geteuid() == 0:  # issue 31 §6: a detached run is handed back by wait as `run` hands back its own
+        assert all(p.stat().st_mode & stat.S_IROTH for p in [folder, *folder.rglob("*")])
+        assert f"{folder}: made readable by everyone" in waited.stderr
 
     after = json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
     assert (after["state"], after["done"], after["total"], after["container"]) == ("passed", total, total, None)

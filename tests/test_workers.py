@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -375,3 +376,7 @@ def test_run_workers_2_on_cpu_gathers_one_passing_summary(built: dict[str, Any],
     assert Path(report["gathered"]) == locked_copy / "runs" / f"{report['run_id']}-gathered"
     assert verify_copy(Path(report["gathered"])) == 2
     assert "[w0] " in result.stderr and "[w1] " in result.stderr
+    if os.geteuid() == 0:  # issue 31 §6: each worker's folder is handed back, said once each
+        for folder in folders:
+            assert all(p.stat().st_mode & stat.S_IROTH for p in [folder, *folder.rglob("*")])
+            assert f"{folder}: made readable by everyone" in result.stderr

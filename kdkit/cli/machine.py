@@ -253,6 +253,7 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
+    from kdkit.machine.handback import readable_by_all
     from kdkit.machine.watch import detach_workers
     from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
 
@@ -289,6 +290,8 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
         say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
     copied = [*(f for f in plan.folders if f.is_dir()), *([result.gathered.out] if result.gathered else [])]
+    for line in readable_by_all(copied):  # started by root: what the workers' user wrote (handback.py)
+        say(line, err=True)
     code = copier.finish(copied, result.exit_code, lambda line: say(line, err=True))
     if code:
         raise click.exceptions.Exit(code)
@@ -353,6 +356,7 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
     from kdkit.core.runfolder import check_run_id
     from kdkit.core.stopsignals import interrupts
     from kdkit.machine.copyto import copy_while_waiting, ended_folders
+    from kdkit.machine.handback import readable_by_all
     from kdkit.machine.waiting import TIMED_OUT, status_lines, wait_run
     from kdkit.machine.watch import place
 
@@ -369,7 +373,10 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
         say(f"Verdict: {report['state']} (exit {code})" if code != 124 else
             f"Still running after {timeout:g} s (exit 124); the run goes on", err=True)
     if code != TIMED_OUT:
-        code = copier.finish(ended_folders(project.runs, run_id), code, lambda line: say(line, err=True))
+        folders = ended_folders(project.runs, run_id)
+        for line in readable_by_all(folders):  # a detached run started by root, handed back as `run` does
+            say(line, err=True)
+        code = copier.finish(folders, code, lambda line: say(line, err=True))
     if code:
         raise click.exceptions.Exit(code)
 
