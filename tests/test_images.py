@@ -397,6 +397,22 @@ def test_a_machine_local_torch_is_refused_before_a_layer_and_the_hint_builds(doc
 # ---------------------------------------------------------------- the corporate-proxy case, for real
 
 
+def _intercepted(index: str) -> bool:
+    """Whether a TLS-intercepting proxy stands between here and ``index``: pip's own CA list refuses it."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from pip._vendor import certifi
+
+    try:
+        context = ssl.create_default_context(cafile=certifi.where())
+        urllib.request.urlopen(urllib.request.Request(index, method="HEAD"), timeout=60, context=context).close()
+    except urllib.error.URLError as exc:
+        return isinstance(exc.reason, ssl.SSLCertVerificationError)
+    return False
+
+
 def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
         docker_engine: None, project: Path, ca_bundle: tuple[Path, bytes]) -> None:
     """No wheelhouse: pip in the builder stage reaches the index through this machine's TLS-intercepting
@@ -411,6 +427,13 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     config["backends"]["cpu"]["torch_index"] = pip_default_index()
     (project / "kdkit.json").write_text(json.dumps(config, indent=2))
     assert invoke("lock", project, "--backend", "cpu").exit_code == 0
+    before = engine_tags()
+    untrusted = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--tag", "kdkit-e2e:proxy")
+    if _intercepted(pip_default_index()):  # issue 31 §1: named before the first layer, with --ca-bundle
+        assert untrusted.exit_code == 3, untrusted.output
+        line = error_line(untrusted)
+        assert "TLS certificate not trusted" in line and "pass the proxy's CA with --ca-bundle FILE" in line
+        assert "Step 1/" not in untrusted.output and engine_tags() == before
     result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--ca-bundle", ca_bundle[0],
                     "--tag", "kdkit-e2e:proxy", "--json")
     assert result.exit_code == 0, result.output

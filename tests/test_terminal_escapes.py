@@ -216,9 +216,9 @@ def test_markdown_cells_cannot_start_another_block(text: str, shown: str) -> Non
 def test_kdkit_run_shows_a_container_s_output_escaped(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     """What a container writes to its own output without the pilot (a process of the app's that opened the
     pilot's stdout) is escaped by `kdkit run` on the host too, a character split between chunks kept whole."""
-    from kdkit.cli.machine import _shown
+    from kdkit.cli._output import container_output
 
-    show = _shown(as_json=False)
+    show = container_output(as_json=False)
     data = ("é " + ALL + " ü\n").encode()
     for at in range(0, len(data), 3):  # chunks that cut escape sequences and UTF-8 characters apart
         show(data[at:at + 3])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -47,3 +49,19 @@ def warn(message: str) -> None:
 def size_text(n: int) -> str:
     """A size in bytes as a person reads it: GB from a gigabyte on, MB below."""
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def container_output(as_json: bool) -> Callable[[bytes], None]:
+    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON document; what
+    reaches the terminal is escaped (kdkit.core.safetext: what runs in a container can write to its output
+    without the pilot, and none of it moves the cursor or hides a line)."""
+    import codecs
+
+    stream = sys.stderr.buffer if as_json else sys.stdout.buffer
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split between chunks is whole
+
+    def show(chunk: bytes) -> None:
+        stream.write(printable(decoder.decode(chunk), lines=True).encode("utf-8"))
+        stream.flush()
+
+    return show

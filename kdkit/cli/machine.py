@@ -9,7 +9,6 @@ inside an image that has no click, and as ``python3 kdkit.pyz diagnose ...``. ``
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kdkit.cli._options import FiniteNumber, backend_option, json_option, project_argument, whole
-from kdkit.cli._output import emit_json, printable, say, warn
+from kdkit.cli._options import backend_option, json_option, project_argument, whole
+from kdkit.cli._output import container_output, emit_json, say, warn
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.probe.entry import run_command
 
@@ -67,22 +66,6 @@ class _CommandAfterDashes(click.Command):
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         return [*super().collect_usage_pieces(ctx), "[-- COMMAND...]"]
-
-
-def _shown(as_json: bool) -> Callable[[bytes], None]:
-    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON document; what
-    reaches the terminal is escaped (kdkit.core.safetext: what runs in a container can write to its output
-    without the pilot, and none of it moves the cursor or hides a line)."""
-    import codecs
-
-    stream = sys.stderr.buffer if as_json else sys.stdout.buffer
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split between chunks is whole
-
-    def show(chunk: bytes) -> None:
-        stream.write(printable(decoder.decode(chunk), lines=True).encode("utf-8"))
-        stream.flush()
-
-    return show
 
 
 def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str]]) -> bool:
@@ -206,10 +189,10 @@ def _detached(as_json: bool, report: dict[str, Any]) -> None:
 def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: Launch, **options: Any) -> None:
     """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop); SIGHUP
     leaves it running (kdkit.machine.watch); --detach starts it and returns."""
+    from kdkit.cli.follow import hand_back
     from kdkit.core.runfolder import run_folders
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
-    from kdkit.machine.handback import readable_by_all
     from kdkit.machine.run import execute, prepare_run, print_lines
     from kdkit.machine.watch import detach, detached_lines, with_run_id
     from kdkit.machine.workers import stopped_run_lines
@@ -224,7 +207,7 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
     copier = copy_during(launch.copy_to, launch.copy_every, plan.runs, [plan.run_id] if plan.run_id else None, warn)
     try:
         with copier:  # --copy-to: copies while it runs (kdkit.machine.copyto)
-            code, folders = execute(plan, _shown(as_json))  # SIGINT/SIGTERM stop the container while it runs
+            code, folders = execute(plan, container_output(as_json))  # SIGINT/SIGTERM stop the container while it runs
     except HungUp:
         _lost(plan.run_id, [plan.spec.name or "(unnamed)"])
         raise
@@ -234,8 +217,7 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
                            "container_exit_code": getattr(stop, "container_exit", None),
                            "run_folders": [str(f) for f in new]}, stopped_run_lines(plan, new, stop))
         raise click.exceptions.Exit(stop.exit_code) from None
-    for line in readable_by_all(folders):  # started by root: what the container's user wrote (handback.py)
-        say(line, err=True)
+    hand_back(folders)
     if as_json:
         emit_json({"image": plan.image.ref, "backend": plan.backend, "exit_code": code,
                    "run_folders": [str(f) for f in folders]})
@@ -251,9 +233,9 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
 def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, launch: Launch,
                  **options: Any) -> None:
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
+    from kdkit.cli.follow import hand_back
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
-    from kdkit.machine.handback import readable_by_all
     from kdkit.machine.watch import detach_workers
     from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
 
@@ -265,7 +247,7 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         return
     copier = copy_during(launch.copy_to, launch.copy_every, plan.base.runs, [f.name for f in plan.folders], warn)
     with interrupts(hangup=True), copier:
-        result = execute_workers(plan, _shown(as_json))
+        result = execute_workers(plan, container_output(as_json))
     if isinstance(result.interrupted, HungUp):
         _lost(plan.run_id, [spec.name or "(unnamed)" for spec in plan.specs])
     summary = result.gathered.summary if result.gathered else None
@@ -290,118 +272,7 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
         say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
     copied = [*(f for f in plan.folders if f.is_dir()), *([result.gathered.out] if result.gathered else [])]
-    for line in readable_by_all(copied):  # started by root: what the workers' user wrote (handback.py)
-        say(line, err=True)
+    hand_back(copied)
     code = copier.finish(copied, result.exit_code, lambda line: say(line, err=True))
     if code:
         raise click.exceptions.Exit(code)
-
-
-project_option = click.option("--project", "project_dir", type=click.Path(file_okay=False, path_type=Path),
-                              metavar="DIR", help="The project (default: found upward from the current folder).")
-
-
-@click.command("status")
-@click.argument("run_id", required=False)
-@project_option
-@json_option
-def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
-    """Where a run stands, from any shell: state, items, rate, ETA, GPUs.
-
-    Read from the run folder (the pilot's heartbeat, summary.json, stop.json) and
-    the engine (the containers labelled with the run), never from the process
-    that started it. Without RUN_ID: every run of the project still running or
-    with a container left, and the most recent one.
-    """
-    from kdkit.machine.waiting import gpu_usage, status_lines
-    from kdkit.machine.watch import place, project_status, run_status
-
-    project = place(project_dir)
-    report = run_status(project, run_id) if run_id is not None else project_status(project)
-    report["gpus"] = gpu_usage()
-    if as_json:
-        emit_json(report)
-        return
-    for run in report.get("runs", [report]) if run_id is None else [report]:
-        for line in status_lines(run):
-            say(line)
-    if run_id is None and not report["runs"]:
-        say(f"No runs in {report['runs_folder']}")
-    for gpu in report["gpus"] or []:
-        say(f"GPU {gpu['index']} {printable(str(gpu['name']))}: {gpu['utilization_percent']}% busy, "
-            f"{gpu['memory_used_mib']} of {gpu['memory_total_mib']} MiB")
-
-
-@click.command("wait")
-@click.argument("run_id")
-@click.option("--timeout", type=FiniteNumber("600"), metavar="S",
-              help="Give up waiting after S seconds (exit 124; the run goes on).")
-@click.option("--copy-to", metavar="DEST", help="Copy the run's folders to DEST while waiting and at the end "
-              "(a folder, user@host:path or an rclone remote:path), verified there.")
-@click.option("--copy-every", type=whole("300"), default=300, show_default=True, metavar="S",
-              help="With --copy-to: copy after a closed batch at most every S seconds.")
-@project_option
-@json_option
-def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: int, project_dir: Path | None,
-         as_json: bool) -> None:
-    """Wait for a run to end; exit code = its verdict.
-
-    0 passed, 1 failed, the container's own exit code when it died before its
-    summary, 124 when --timeout passed first, 130/143/129 when this wait is
-    interrupted or its terminal is gone (the run goes on). A workers run is gathered once every worker
-    has ended. The ended containers are removed. --copy-to copies the run's
-    folders while waiting and once more at the end, verified at DEST (exit 1
-    when that copy fails): what `kdkit run --copy-to` does for a detached run.
-    """
-    from kdkit.core.runfolder import check_run_id
-    from kdkit.core.stopsignals import interrupts
-    from kdkit.machine.copyto import copy_while_waiting, ended_folders
-    from kdkit.machine.handback import readable_by_all
-    from kdkit.machine.waiting import TIMED_OUT, status_lines, wait_run
-    from kdkit.machine.watch import place
-
-    check_run_id(run_id, "RUN_ID ")
-    project = place(project_dir)
-    copier = copy_while_waiting(copy_to, copy_every, project.runs, run_id, warn)
-    with interrupts(hangup=True), copier:  # SIGHUP too: 129, the run goes on
-        code, report = wait_run(project, run_id, timeout)
-    if as_json:
-        emit_json({**report, "exit_code": code})
-    else:
-        for line in status_lines(report):
-            say(line, err=True)
-        say(f"Verdict: {report['state']} (exit {code})" if code != 124 else
-            f"Still running after {timeout:g} s (exit 124); the run goes on", err=True)
-    if code != TIMED_OUT:
-        folders = ended_folders(project.runs, run_id)
-        for line in readable_by_all(folders):  # a detached run started by root, handed back as `run` does
-            say(line, err=True)
-        code = copier.finish(folders, code, lambda line: say(line, err=True))
-    if code:
-        raise click.exceptions.Exit(code)
-
-
-@click.command("logs")
-@click.argument("run_id")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing as the container writes.")
-@project_option
-def logs(run_id: str, follow: bool, project_dir: Path | None) -> None:
-    """Show (or follow with -f) the output of a run's container, escaped for the terminal."""
-    from kdkit.core.stopsignals import interrupts
-    from kdkit.machine.waiting import show_logs
-    from kdkit.machine.watch import place
-    from kdkit.machine.workers import Prefixed
-
-    shown = _shown(False)
-    sinks: dict[str, Any] = {}
-
-    def sink(label: str, chunk: bytes) -> None:
-        if not label:
-            shown(chunk)
-            return
-        sinks.setdefault(label, Prefixed(label, shown))(chunk)
-
-    with interrupts(hangup=True):
-        show_logs(place(project_dir), run_id, follow, sink)
-    for prefixed in sinks.values():
-        prefixed.flush()

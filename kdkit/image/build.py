@@ -341,6 +341,10 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     _ensure_base(engine, plan, report)
     if plan.lock_format == "requirements":  # a pylock names each file by its URL: nothing is machine-local there
         refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))
+        if not plan.wheels:  # each locked file where the build's pip will look, through its trust (fetchable.py)
+            from kdkit.image.fetchable import check_fetchable
+
+            report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle)))
     transcript = _Transcript(report)
     with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
             tempfile.TemporaryFile(prefix="kdkit-context-") as context:

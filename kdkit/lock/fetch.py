@@ -78,7 +78,8 @@ class Network:
             return None
         return without_userinfo(proxy)[0], f"{parts.scheme.upper()}_PROXY"
 
-    def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX) -> str | None:
+    def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX,
+            outcome: str = "nothing was locked") -> str | None:
         """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer,
         or not all of the page within the timeout (however slowly it trickles), or a page over MAX_PAGE.
 
@@ -93,7 +94,7 @@ class Network:
             return fetch.text
         if fetch.done and isinstance(fetch.error, urllib.error.HTTPError) and fetch.error.code in (404, 410):
             return None
-        raise Unavailable(f"{url} ({what}): {self._failure(fetch, host, url)}; nothing was locked: {fix}")
+        raise Unavailable(f"{url} ({what}): {self._failure(fetch, host, url)}; {outcome}: {fix}")
 
     def _fetch(self, request: urllib.request.Request, host: str, body: bool) -> _Fetch:
         """The request run in a thread: the socket's timeout holds per read, and a byte every few seconds

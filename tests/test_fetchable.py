@@ -1,0 +1,129 @@
+"""The build's preflight (kdkit.image.fetchable, issue 31 §1): each locked file is looked for where the build's
+pip will look, through the certificate it will trust, before the first layer. Real HTTP servers on 127.0.0.1:
+the PEP 503 stand-in of tests/localindex.py, and an HTTPS one whose certificate only its own file trusts."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import socket
+import ssl
+import subprocess
+import threading
+import urllib.request
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+from localindex import Served, torch_index_server
+
+from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.lockfile import Lock, parse_lock_text
+from kdkit.image.fetchable import check_fetchable
+from kdkit.lock.pages import parse_page
+
+__all__ = ["torch_index_server"]  # the session's index, a fixture
+
+WHEEL = "demo-1.0-py3-none-any.whl"
+
+
+def lock_of(tmp_path: Path, text: str) -> tuple[Lock, Path]:
+    path = tmp_path / "cpu.txt"
+    path.write_text(text, encoding="utf-8")
+    return parse_lock_text(text, str(path)), path
+
+
+def served_torch(served: Served) -> tuple[str, str]:
+    """(version, sha256) of the stand-in's CPU torch, read from its page as pip would."""
+    page = f"{served.torch_index('cpu')}/torch/"
+    with urllib.request.urlopen(page, timeout=60) as response:
+        (file, *_rest) = parse_page(response.read().decode(), page)
+    assert file.sha256
+    return file.filename.split("-")[1].replace("%2B", "+"), file.sha256
+
+
+def test_a_file_on_the_extra_index_is_found_after_the_first_index_lacks_it(
+        torch_index_server: Served, tmp_path: Path) -> None:
+    version, digest = served_torch(torch_index_server)
+    extra = torch_index_server.torch_index("cpu")
+    lock, path = lock_of(tmp_path, f"--index-url {torch_index_server.simple}\n--extra-index-url {extra}\n"
+                                   f"torch=={version} --hash=sha256:{digest}\n")
+    line = check_fetchable(lock, path, None)
+    assert line.startswith(f"preflight: each of the 1 pins has its file on {torch_index_server.simple}, "
+                           f"{torch_index_server.torch_index('cpu')}, read through ")
+    assert {"/simple/torch/", "/whl/cpu/torch/"} <= set(torch_index_server.requests)
+
+
+def test_a_hash_no_index_lists_is_named_and_nothing_is_built(torch_index_server: Served, tmp_path: Path) -> None:
+    version, _digest = served_torch(torch_index_server)
+    lock, path = lock_of(tmp_path, f"--index-url {torch_index_server.torch_index('cpu')}\n"
+                                   f"torch=={version} --hash=sha256:{'0' * 64}\n")
+    with pytest.raises(BadInput) as raised:
+        check_fetchable(lock, path, None)
+    assert str(raised.value).startswith(f"{path}: 1 of 1 pins have no file on any index the build's pip will read "
+                                        f"({torch_index_server.torch_index('cpu')}): torch=={version}; nothing was "
+                                        "built: lock again")
+    assert "--wheelhouse DIR" in str(raised.value)
+
+
+def test_a_closed_port_is_unavailable_and_names_the_way_out(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed when the block ends: nothing listens there
+    lock, path = lock_of(tmp_path, f"--index-url http://user:secret@127.0.0.1:{port}/simple\n"
+                                   f"demo==1.0 --hash=sha256:{'1' * 64}\n")
+    with pytest.raises(Unavailable) as raised:
+        check_fetchable(lock, path, None)
+    said = str(raised.value)
+    assert said.startswith(f"http://127.0.0.1:{port}/simple/demo/ (read as the build's pip will, trusting ")
+    assert "connection refused; nothing was built: build offline from a wheelhouse" in said
+    assert "secret" not in said
+
+
+@pytest.fixture
+def https_index(tmp_path: Path) -> Iterator[tuple[str, Path, str]]:
+    """(index URL, the certificate that alone trusts it, the demo wheel's sha256) of an HTTPS index whose
+    pages give no hashes: what a proxy's own certificate looks like to a pip that lacks it."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=120)
+    root = tmp_path / "served"
+    (root / "simple" / "demo").mkdir(parents=True)
+    (root / "simple" / "demo" / "index.html").write_text(f'<a href="../../{WHEEL}">{WHEEL}</a>\n', encoding="utf-8")
+    (root / WHEEL).write_bytes(b"not really a wheel")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/simple/", cert, hashlib.sha256(b"x").hexdigest()
+    finally:
+        server.shutdown()
+
+
+def test_a_certificate_the_build_would_not_trust_is_named_with_ca_bundle(
+        https_index: tuple[str, Path, str], tmp_path: Path) -> None:
+    index, cert, digest = https_index
+    lock, path = lock_of(tmp_path, f"--index-url {index}\ndemo==1.0 --hash=sha256:{digest}\n")
+    with pytest.raises(Unavailable) as raised:
+        check_fetchable(lock, path, None)  # pip's own CA list, as a build without --ca-bundle has
+    said = str(raised.value)
+    assert said.startswith(f"{index}demo/ (read as the build's pip will, trusting pip's own CA list")
+    assert "TLS certificate not trusted" in said and "pass the proxy's CA with --ca-bundle FILE;" in said
+    assert "pip's cert" not in said  # the build's pip reads no pip configuration of this machine
+    # With the certificate as --ca-bundle, the page is read; it gives no hashes, so name and version suffice.
+    assert check_fetchable(lock, path, cert) == (f"preflight: each of the 1 pins has its file on {index}, read "
+                                                 f"through --ca-bundle {cert}")
+    other, other_path = lock_of(tmp_path, f"--index-url {index}\ndemo==1.1 --hash=sha256:{digest}\n")
+    with pytest.raises(BadInput, match=r"1 of 1 pins have no file on any index .*: demo==1\.1;"):
+        check_fetchable(other, other_path, cert)
+
+
+def test_no_index_and_no_pages_finds_nothing(tmp_path: Path) -> None:
+    lock, path = lock_of(tmp_path, f"--no-index\ndemo==1.0 --hash=sha256:{'2' * 64}\n")
+    with pytest.raises(BadInput, match=r"will read \(none \(--no-index\)\): demo==1\.0;"):
+        check_fetchable(lock, path, None)
