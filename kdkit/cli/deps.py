@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,4 +120,5 @@ def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, 
         return
     total = sum(size for _name, size in result.files)
     say(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in {result.lock.name}")
-    say(f"Next: kdkit build --backend {result.backend} --wheelhouse {result.folder}")
+    where = f" {shlex.quote(str(project_dir))}" if project_dir is not None else ""  # a line that works as printed
+    say(f"Next: kdkit build{where} --backend {result.backend} --wheelhouse {shlex.quote(str(result.folder))}")

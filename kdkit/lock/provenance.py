@@ -164,8 +164,17 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
         where = and_list(sorted({s.describe() for key in result.machine_local for s in local[key].values()}))
         result.warnings.append(f"{lock.name}: {and_list(result.machine_local)} came only from this machine "
                                f"({where}); another machine cannot install this lock from its indexes: publish those "
-                               "files on an index, or build the image here with `kdkit wheelhouse`")
+                               f"files on an index, or build the image here offline: {_offline(lock)}")
     return result
+
+
+def _offline(lock: Lock) -> str:
+    """The command that makes the wheelhouse of ``lock`` (``P/requirements/B.txt``), one that works as printed."""
+    import shlex
+
+    path = Path(lock.path)
+    return (f"`kdkit wheelhouse {shlex.quote(str(path.parent.parent))} --backend {path.stem}`, then the "
+            "`kdkit build` line it prints")
 
 
 def _torch_strays(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource],
