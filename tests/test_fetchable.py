@@ -26,6 +26,7 @@ from kdkit.lock.pages import parse_page
 __all__ = ["torch_index_server"]  # the session's index, a fixture
 
 WHEEL = "demo-1.0-py3-none-any.whl"
+OFFLINE = "`kdkit wheelhouse P --backend cpu`, then the `kdkit build` line it prints"
 
 
 def lock_of(tmp_path: Path, text: str) -> tuple[Lock, Path]:
@@ -49,7 +50,7 @@ def test_a_file_on_the_extra_index_is_found_after_the_first_index_lacks_it(
     extra = torch_index_server.torch_index("cpu")
     lock, path = lock_of(tmp_path, f"--index-url {torch_index_server.simple}\n--extra-index-url {extra}\n"
                                    f"torch=={version} --hash=sha256:{digest}\n")
-    line = check_fetchable(lock, path, None)
+    line = check_fetchable(lock, path, None, OFFLINE)
     assert line.startswith(f"preflight: each of the 1 pins has its file on {torch_index_server.simple}, "
                            f"{torch_index_server.torch_index('cpu')}, read through ")
     assert {"/simple/torch/", "/whl/cpu/torch/"} <= set(torch_index_server.requests)
@@ -60,11 +61,11 @@ def test_a_hash_no_index_lists_is_named_and_nothing_is_built(torch_index_server:
     lock, path = lock_of(tmp_path, f"--index-url {torch_index_server.torch_index('cpu')}\n"
                                    f"torch=={version} --hash=sha256:{'0' * 64}\n")
     with pytest.raises(BadInput) as raised:
-        check_fetchable(lock, path, None)
+        check_fetchable(lock, path, None, OFFLINE)
     assert str(raised.value).startswith(f"{path}: 1 of 1 pins have no file on any index the build's pip will read "
                                         f"({torch_index_server.torch_index('cpu')}): torch=={version}; nothing was "
                                         "built: lock again")
-    assert "--wheelhouse DIR" in str(raised.value)
+    assert str(raised.value).endswith(f"or build offline from a wheelhouse instead: {OFFLINE}")
 
 
 def test_a_closed_port_is_unavailable_and_names_the_way_out(tmp_path: Path) -> None:
@@ -74,10 +75,10 @@ def test_a_closed_port_is_unavailable_and_names_the_way_out(tmp_path: Path) -> N
     lock, path = lock_of(tmp_path, f"--index-url http://user:secret@127.0.0.1:{port}/simple\n"
                                    f"demo==1.0 --hash=sha256:{'1' * 64}\n")
     with pytest.raises(Unavailable) as raised:
-        check_fetchable(lock, path, None)
+        check_fetchable(lock, path, None, OFFLINE)
     said = str(raised.value)
     assert said.startswith(f"http://127.0.0.1:{port}/simple/demo/ (read as the build's pip will, trusting ")
-    assert "connection refused; nothing was built: build offline from a wheelhouse" in said
+    assert f"connection refused; nothing was built: build offline from a wheelhouse instead: {OFFLINE}" in said
     assert "secret" not in said
 
 
@@ -110,20 +111,20 @@ def test_a_certificate_the_build_would_not_trust_is_named_with_ca_bundle(
     index, cert, digest = https_index
     lock, path = lock_of(tmp_path, f"--index-url {index}\ndemo==1.0 --hash=sha256:{digest}\n")
     with pytest.raises(Unavailable) as raised:
-        check_fetchable(lock, path, None)  # pip's own CA list, as a build without --ca-bundle has
+        check_fetchable(lock, path, None, OFFLINE)  # pip's own CA list, as a build without --ca-bundle has
     said = str(raised.value)
     assert said.startswith(f"{index}demo/ (read as the build's pip will, trusting pip's own CA list")
     assert "TLS certificate not trusted" in said and "pass the proxy's CA with --ca-bundle FILE;" in said
     assert "pip's cert" not in said  # the build's pip reads no pip configuration of this machine
     # With the certificate as --ca-bundle, the page is read; it gives no hashes, so name and version suffice.
-    assert check_fetchable(lock, path, cert) == (f"preflight: each of the 1 pins has its file on {index}, read "
-                                                 f"through --ca-bundle {cert}")
+    assert check_fetchable(lock, path, cert, OFFLINE) == (
+        f"preflight: each of the 1 pins has its file on {index}, read through --ca-bundle {cert}")
     other, other_path = lock_of(tmp_path, f"--index-url {index}\ndemo==1.1 --hash=sha256:{digest}\n")
     with pytest.raises(BadInput, match=r"1 of 1 pins have no file on any index .*: demo==1\.1;"):
-        check_fetchable(other, other_path, cert)
+        check_fetchable(other, other_path, cert, OFFLINE)
 
 
 def test_no_index_and_no_pages_finds_nothing(tmp_path: Path) -> None:
     lock, path = lock_of(tmp_path, f"--no-index\ndemo==1.0 --hash=sha256:{'2' * 64}\n")
     with pytest.raises(BadInput, match=r"will read \(none \(--no-index\)\): demo==1\.0;"):
-        check_fetchable(lock, path, None)
+        check_fetchable(lock, path, None, OFFLINE)

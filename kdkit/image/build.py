@@ -343,8 +343,11 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
         refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))
         if not plan.wheels:  # each locked file where the build's pip will look, through its trust (fetchable.py)
             from kdkit.image.fetchable import check_fetchable
+            from kdkit.lock.provenance import offline_build
 
-            report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle)))
+            offline = offline_build(plan.project.root, plan.backend.name)
+            report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle,
+                                                      offline)))
     transcript = _Transcript(report)
     with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
             tempfile.TemporaryFile(prefix="kdkit-context-") as context:

@@ -37,7 +37,6 @@ from kdkit.lock.wheelarch import shown_url
 PIP_DEFAULT_INDEX = "https://pypi.org/simple/"
 PAGE_WORKERS = 16  # index pages read at once (each waits on the network, not the CPU)
 SHOWN_MISSING = 5  # locked files named in the message; the rest are counted
-OFFLINE_FIX = "build offline from a wheelhouse instead (`kdkit wheelhouse`, then `kdkit build --wheelhouse DIR`)"
 
 
 @dataclass(frozen=True)
@@ -96,13 +95,13 @@ def _listed(pin: Pin, files: Sequence[IndexFile]) -> bool:
 class _Reader:
     """Index pages read once each, through the build's trust; the first failure raised as Unavailable."""
 
-    def __init__(self, network: Network, trust: str) -> None:
-        self.network, self.trust = network, trust
+    def __init__(self, network: Network, trust: str, offline: str) -> None:
+        self.network, self.trust, self.offline = network, trust, offline
 
     def files(self, url: str) -> list[IndexFile]:
         shown = shown_url(url)
         try:
-            text = self.network.get(url, f"read as the build's pip will, trusting {self.trust}", fix=OFFLINE_FIX,
+            text = self.network.get(url, f"read as the build's pip will, trusting {self.trust}", fix=self.offline,
                                     outcome="nothing was built")
         except Unavailable as exc:
             said = str(exc).replace(" or set pip's cert", "")  # the build's pip reads no configuration of here
@@ -122,17 +121,18 @@ class _Reader:
         return missing
 
 
-def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, skip: Sequence[str] = ()) -> str:
+def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, offline: str) -> str:
     """Unavailable when an index the build's pip reads does not answer through its trust; BadInput naming the
-    locked files on none of them; else the line that says what was checked. ``skip``: names not checked."""
+    locked files on none of them; else the line that says what was checked. ``offline``: the commands that build
+    from a wheelhouse instead (kdkit.lock.provenance.offline_build), for the messages."""
     sources = Sources.of(lock)
     cafile, trust = build_trust(ca_bundle)
-    reader = _Reader(Network(cafile=cafile), trust)
+    offline = f"build offline from a wheelhouse instead: {offline}"
+    reader = _Reader(Network(cafile=cafile), trust, offline)
     flat = [f for page in sources.pages for f in reader.files(page)]
     by_name: dict[str, list[Pin]] = {}
     for pin in lock.every_pin():
-        if pin.key not in skip:
-            by_name.setdefault(pin.key, []).append(pin)
+        by_name.setdefault(pin.key, []).append(pin)
     with ThreadPoolExecutor(max_workers=PAGE_WORKERS, thread_name_prefix="kdkit-preflight") as pool:
         missing = [pin for pins in pool.map(lambda pins: reader.found(pins, sources, flat), by_name.values())
                    for pin in pins]
@@ -142,5 +142,5 @@ def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, skip: S
         more = f" and {len(missing) - SHOWN_MISSING} more" if len(missing) > SHOWN_MISSING else ""
         raise BadInput(f"{lock_path}: {len(missing)} of {count} pins have no file on any index the build's "
                        f"pip will read ({sources.shown()}): {named}{more}; nothing was built: lock again against "
-                       f"an index that has them (`kdkit lock`), or {OFFLINE_FIX}")
+                       f"an index that has them (`kdkit lock`), or {offline}")
     return f"preflight: each of the {count} pins has its file on {sources.shown()}, read through {trust}"

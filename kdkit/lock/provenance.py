@@ -168,13 +168,18 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
     return result
 
 
-def _offline(lock: Lock) -> str:
-    """The command that makes the wheelhouse of ``lock`` (``P/requirements/B.txt``), one that works as printed."""
+def offline_build(root: Path, backend: str) -> str:
+    """How to build ``backend``'s image of the project at ``root`` from a wheelhouse, in commands that work as
+    printed (kdkit wheelhouse names the project in its "Next:" build line)."""
     import shlex
 
+    return f"`kdkit wheelhouse {shlex.quote(str(root))} --backend {backend}`, then the `kdkit build` line it prints"
+
+
+def _offline(lock: Lock) -> str:
+    """:func:`offline_build` for ``lock`` (``P/requirements/B.txt``)."""
     path = Path(lock.path)
-    return (f"`kdkit wheelhouse {shlex.quote(str(path.parent.parent))} --backend {path.stem}`, then the "
-            "`kdkit build` line it prints")
+    return offline_build(path.parent.parent, path.stem)
 
 
 def _torch_strays(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource],
