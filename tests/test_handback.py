@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from kdkit.machine.handback import readable_by_all
 
@@ -29,7 +33,7 @@ def _tree(root: Path) -> Path:
 def test_root_run_folders_become_readable_and_the_undo_line_restores_them(tmp_path: Path) -> None:
     folder = _tree(tmp_path)
     link_target = Path("/etc/hostname").lstat().st_mode if Path("/etc/hostname").exists() else None
-    (line,) = readable_by_all([folder], started_by_root=True)
+    (line,) = readable_by_all([folder], started_by_root=True, owner=os.geteuid())
     modes = {p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*")
              if not p.is_symlink()}
     assert modes == {"summary.json": 0o644, "outputs": 0o755, "outputs/a.txt": 0o644}
@@ -44,7 +48,7 @@ def test_root_run_folders_become_readable_and_the_undo_line_restores_them(tmp_pa
 
 def test_a_run_not_started_by_root_is_left_as_it_is(tmp_path: Path) -> None:
     folder = _tree(tmp_path)
-    assert readable_by_all([folder], started_by_root=False) == []
+    assert readable_by_all([folder], started_by_root=False, owner=os.geteuid()) == []
     assert stat.S_IMODE((folder / "summary.json").stat().st_mode) == 0o600
     assert os.access(folder, os.F_OK)
 
@@ -67,7 +71,7 @@ def test_a_hard_link_a_device_and_a_deep_tree_are_handled(tmp_path: Path) -> Non
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(200)  # not a 1,100-deep tree: pytest's own clean-up of tmp_path recurses too
     try:
-        (line,) = readable_by_all([folder], started_by_root=True)
+        (line,) = readable_by_all([folder], started_by_root=True, owner=os.geteuid())
     finally:
         sys.setrecursionlimit(limit)
     assert "made readable by everyone" in line
@@ -75,3 +79,55 @@ def test_a_hard_link_a_device_and_a_deep_tree_are_handled(tmp_path: Path) -> Non
     if (folder / "null").exists():
         assert stat.S_IMODE((folder / "null").lstat().st_mode) == 0o600
     assert stat.S_IMODE((deep / "leaf.txt").stat().st_mode) == 0o644
+
+
+class _Listed(list[Any]):
+    def __enter__(self) -> _Listed:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+
+def test_a_folder_swapped_for_a_link_during_the_walk_changes_nothing_outside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile review's find: the container's user (10001) swapped a folder the walk had listed for a link to a
+    private folder elsewhere, and the walk followed it (scandir, chmod), making what it held readable by all.
+    Now each name is opened relative to its folder, never through a link, and changed on its descriptor."""
+    folder = _tree(tmp_path)
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "key").write_text("k")
+    (secret / "key").chmod(0o600)
+    listdir, scandir = os.listdir, os.scandir
+
+    def swap(names: list[str]) -> None:
+        if "outputs" in names and (folder / "outputs").is_dir() and not (folder / "outputs").is_symlink():
+            shutil.rmtree(folder / "outputs")
+            (folder / "outputs").symlink_to(secret)  # after the listing, before the walk reaches it
+
+    def listing(path: Any = ".") -> list[str]:
+        names = listdir(path)
+        swap(names)
+        return names
+
+    def scanning(path: Any = ".") -> Any:  # however the walk lists a folder
+        with scandir(path) as entries:
+            listed = _Listed(entries)
+        swap([entry.name for entry in listed])
+        return listed
+
+    monkeypatch.setattr(os, "listdir", listing)
+    monkeypatch.setattr(os, "scandir", scanning)
+    (line,) = readable_by_all([folder], started_by_root=True, owner=os.geteuid())
+    assert "made readable by everyone" in line
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o700 and stat.S_IMODE((secret / "key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((folder / "summary.json").stat().st_mode) == 0o644
+
+
+def test_a_run_folder_of_another_owner_is_left_as_it_is(tmp_path: Path) -> None:
+    """A hostile review's find: root's `kdkit wait` on a run a user started (its files the user's, not the image
+    user's) made them readable by all. Only a folder the image's user owns is handed back."""
+    folder = _tree(tmp_path)
+    assert readable_by_all([folder], started_by_root=True, owner=os.geteuid() + 1) == []
+    assert stat.S_IMODE((folder / "summary.json").stat().st_mode) == 0o600
