@@ -16,7 +16,6 @@ import contextlib
 import functools
 import hashlib
 import os
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +40,7 @@ from kdkit.core.resultlines import (
     write_all,
 )
 from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, STOP, VECTOR_IDS, VECTORS, foreign_entries, harness_file
-from kdkit.core.staging import hold, release, staging_for
+from kdkit.core.staging import hold, release, staged_beside
 from kdkit.core.stoproom import RESERVED as RESERVED
 from kdkit.core.stoproom import STOP_RESERVED, StopRoom
 from kdkit.core.stoproom import disk_full as disk_full
@@ -90,20 +89,16 @@ class RunFolder:
         FileExistsError when the name is taken (kdkit.core.runfolder.claim then tries the next one)."""
         if os.path.lexists(path):
             raise FileExistsError(path)
-        staging, lock = staging_for(path), None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            staging.mkdir()
-            lock = hold(staging)
-            (staging / RESULTS).touch()
-            atomic_write_json(staging / PARAMS, {RUN_ID: path.name, **params})
-            digest = sha256_file(staging / PARAMS)
-            os.rename(staging, path)  # fails if another run took the name meanwhile
-        except BaseException as exc:  # nothing half-made is left, and no lock held, whatever stopped it
-            release(lock)
-            shutil.rmtree(staging, ignore_errors=True)
-            if not isinstance(exc, OSError):
-                raise
+            # Nothing half-made is left, and no lock held, whatever stops it (a killed run's: clean_stale_in).
+            with staged_beside(path, clean=False) as staged:
+                (staged.path / RESULTS).touch()
+                atomic_write_json(staged.path / PARAMS, {RUN_ID: path.name, **params})
+                digest = sha256_file(staged.path / PARAMS)
+                staged.publish()  # fails if another run took the name meanwhile (its folder is not empty)
+                lock = staged.take_lock()
+        except OSError as exc:
             if os.path.lexists(path):
                 raise FileExistsError(path) from None
             fix = (f"free space on {path.parent}" if disk_full(exc) else

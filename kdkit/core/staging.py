@@ -5,7 +5,8 @@ wheelhouse, every atomic write) builds it under a hidden name beside the final p
 carries the owner's process ID, ``.NAME.partial-PID`` (folders) or ``.NAME.PID.XXXX.tmp``
 (files), and renames it into place at the end (an older NAME it replaces waits as ``.NAME.old-PID``
 until the new one is in place). A SIGKILL leaves that staging behind; the next run of a command
-that writes NAME removes every staging copy of NAME whose owner is gone, and says so.
+that writes NAME removes every staging copy of NAME whose owner is gone, and says so. Every staging
+folder is made, held, removed or renamed into place by one helper, :func:`staged_beside`.
 
 "Gone" is judged by a lock, not only by the PID in the name: the owner holds an exclusive
 flock(2) on its staging folder or file (:func:`hold`) from the moment it exists until it is
@@ -40,6 +41,9 @@ from pathlib import Path
 
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.noreplace import Identity, identity, pin, pinned, put_back, rename_no_replace
+from kdkit.core.places import make_folder as make_folder  # kdkit.core.places: where kdkit may write, re-exported
+from kdkit.core.places import refuse_link as refuse_link
+from kdkit.core.places import require_writable as require_writable
 
 _STAGED = re.compile(r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
 
@@ -164,37 +168,6 @@ def describe_removed(removed: list[Path]) -> list[str]:
     return [f"removed {path} (staging left by a process that no longer runs)" for path in removed]
 
 
-def require_writable(folder: Path, what: str) -> None:
-    """Refuse, before any work, a folder that cannot be made and written there: a read-only mount, no
-    permission, a file in the way. Missing parts are fine (they will be created); nothing is written."""
-    probe = folder
-    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise BadInput(f"{folder}: {probe} is not a folder; move it away or choose another {what}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        reason = "read-only file system" if os.statvfs(probe).f_flag & os.ST_RDONLY else "permission denied"
-        raise BadInput(f"{folder}: cannot write there ({probe}: {reason}); make it writable or choose another "
-                       f"{what}")
-
-
-def refuse_link(given: Path, what: str) -> None:
-    """Refuse a symbolic link at ``given``, dangling or not, before it is resolved: kdkit writes its folder at the
-    path a person names, never where a link there leads (README: it writes over regular files only)."""
-    if os.path.islink(given):
-        raise BadInput(f"{given}: is a symbolic link (to {os.readlink(given)}); kdkit never writes through a link at "
-                       f"{what}: give the real path, or move the link away")
-
-
-def make_folder(folder: Path, what: str) -> None:
-    """Create ``folder`` (and its parents); BadInput naming the place when the filesystem refuses."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or choose "
-                       f"another {what}") from None
-
-
 # ---------------------------------------------------------------- claiming the final name
 
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -214,6 +187,45 @@ class Staged:
         self.final, self.path, self.removed = final, path, removed
 
 
+class Beside(Staged):
+    """A staging folder made by :func:`staged_beside`; ``owner``: its lock, None once taken (:meth:`take_lock`)."""
+
+    __slots__ = ("owner", "published")
+
+    def __init__(self, final: Path, path: Path, removed: list[Path]) -> None:
+        super().__init__(final, path, removed)
+        self.owner: int | None = None
+        self.published = False
+
+    def publish(self, replace: bool = True) -> None:
+        """Rename the staging folder to ``final``: os.replace (the caller has checked that nothing is there), or
+        with ``replace=False`` :func:`rename_no_replace` (FileExistsError when anything is there)."""
+        (os.replace if replace else rename_no_replace)(self.path, self.final)
+        self.published = True
+
+    def take_lock(self) -> int | None:
+        """The lock, kept past the block: the folder published is the staging folder renamed, still held."""
+        owner, self.owner = self.owner, None
+        return owner
+
+
+@contextlib.contextmanager
+def staged_beside(final: Path, clean: bool = True, parents: bool = False) -> Iterator[Beside]:
+    """The staging folder of ``final`` made (its missing parents too: ``parents``) and held, after the staging
+    killed runs left is removed (``clean``; ``removed``: the caller says so); removed, and its lock released,
+    however the block ends unless it was published (:meth:`Beside.publish`). Checks and messages are the
+    caller's; :func:`staged_folder` is the one that claims ``final`` without replacing anything."""
+    staged = Beside(final, staging_for(final), clean_stale(final) if clean else [])
+    staged.path.mkdir(parents=parents)
+    try:
+        staged.owner = hold(staged.path)
+        yield staged
+    finally:
+        if not staged.published:
+            shutil.rmtree(staged.path, ignore_errors=True)
+        release(staged.owner)
+
+
 @contextlib.contextmanager
 def staged_folder(final: Path, what: str, replaceable: Replaceable | None = None) -> Iterator[Staged]:
     """Stage a folder beside ``final``; publish it there when the block ends without an exception.
@@ -225,29 +237,27 @@ def staged_folder(final: Path, what: str, replaceable: Replaceable | None = None
     (:func:`rename_no_replace`); a copy to replace is moved aside and deleted only when it is still the one
     checked. Failing to write there (a full disk, the folder removed meanwhile) is one line, exit 2, naming
     ``final`` and ``what``, the option that chose it."""
-    staging, owner, checked, made = staging_for(final), None, None, False
+    checked, made = None, False
     folder = pin(final.parent)
     above = [(path, identity(path)) for path in final.parent.parents]
     try:
         checked = _check_final(final, what, replaceable)
-        removed = clean_stale(final)
-        staging.mkdir()
-        made = True
-        owner = hold(staging)
-        yield Staged(final, staging, removed)
-        if identity(staging) != pinned(owner):  # removed, and made again by a writer inside it (mkdir -p)
-            raise BadInput(_gone(final, what))
-        _publish(staging, final, what, pinned(checked), replaceable)
+        with staged_beside(final) as staged:  # the staging killed runs left removed; this one made and held
+            made = True
+            yield staged
+            if identity(staged.path) != pinned(staged.owner):  # removed, made again by a writer in it (mkdir -p)
+                raise BadInput(_gone(final, what))
+            _publish(staged.path, final, what, pinned(checked), replaceable)
+            staged.published = True
     except BaseException as exc:
-        if made:
-            shutil.rmtree(staging, ignore_errors=True)
+        if made:  # the staging is removed by now (staged_beside)
             _unmake([(final.parent, pinned(folder)), *above])
         bad = _write_error(exc, final, what, pinned(folder))
         if bad is None:
             raise
         raise bad from None
     finally:
-        for fd in (owner, checked, folder):
+        for fd in (checked, folder):
             release(fd)
 
 
@@ -378,13 +388,6 @@ def scratch_beside(final: Path) -> Iterator[Path]:
     """A scratch folder under ``final``'s staging name (``.NAME.partial-PID``), its owner's lock held while the
     block runs, removed after: a process killed meanwhile leaves it to :func:`clean_stale` of ``final``, which
     the next run of the command calls and reports (`kdkit lock`'s resolver works in one)."""
-    folder = staging_for(final)
-    if os.path.lexists(folder):  # left by a process gone that had our PID (in another container)
-        clean_stale(final)
-    folder.mkdir()
-    owner = hold(folder)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        release(owner)
+    # Cleaned here only when our own name is taken (by a process gone that had our PID, in another container).
+    with staged_beside(final, clean=os.path.lexists(staging_for(final))) as staged:
+        yield staged.path

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from kdkit.core import proc
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import Lock, normalize_name, parse_lock
-from kdkit.core.staging import clean_stale, hold, release, staging_for
+from kdkit.core.staging import staged_beside
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
@@ -102,20 +101,13 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
     hashes = locked_hashes(parse_lock(lock))
     folder = (out or default_folder(project, chosen.name)).resolve()
     folder.parent.mkdir(parents=True, exist_ok=True)
-    removed = clean_stale(folder)
-    staging, owner = staging_for(folder), None
-    try:
-        staging.mkdir()
-        owner = hold(staging)
-        done = proc.run(download_arguments(lock, staging, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
+    with staged_beside(folder) as staged:  # never published: the files move out of it, and it is removed
+        done = proc.run(download_arguments(lock, staged.path, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
         if not done.ok:
             raise KdkitError(f"{lock}: pip download failed: {done.first_error_line()}; check pip's "
                              "configuration (`pip config list`) and the network, then retry")
-        files = _accept(staging, folder, hashes)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        release(owner)
-    return Wheelhouse(chosen.name, lock, folder, files, removed)
+        files = _accept(staged.path, folder, hashes)
+    return Wheelhouse(chosen.name, lock, folder, files, staged.removed)
 
 
 def locked_hashes(lock: Lock) -> dict[str, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from kdkit.config.shipped import template_dir
 from kdkit.core.builds import BACKENDS, TORCH_INDEX_URL
 from kdkit.core.errors import BadInput
-from kdkit.core.staging import clean_stale, hold, release, staging_for
+from kdkit.core.staging import clean_stale, staged_beside, staging_for
 from kdkit.project.templates import DEFAULT, Template, find, template_files
 
 NAME_LENGTH = 63  # kdkit.json's name rule (schemas/kdkit.schema.json), which NAME repeats
@@ -90,22 +90,17 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
     values = {"name": project_name, "backend": backend, "python": python, **template_builds(python)}
     # Build the whole tree beside the target, then move it into place: a failure leaves nothing.
     made: list[Path] = []
-    staging, lock = staging_for(target), None
     was_empty = target.is_dir() and not existing
     try:
         _make_parents(target.parent, made)
-        removed = clean_stale(target)
-        staging.mkdir()
-        lock = hold(staging)
-        _copy_template(template_dir(), chosen, staging, values)
-        (staging / "runs").mkdir(exist_ok=True)
-        if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
-            _merge(staging, target)
-            shutil.rmtree(staging)
-        else:
-            os.replace(staging, target)  # atomic: absent, or the whole project
+        with staged_beside(target) as staged:  # removed, whatever fails, unless published
+            _copy_template(template_dir(), chosen, staged.path, values)
+            (staged.path / "runs").mkdir(exist_ok=True)
+            if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
+                _merge(staged.path, target)
+            else:
+                staged.publish()  # atomic: absent, or the whole project
     except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
         if was_empty:
             _empty(target)
         for folder in reversed(made):
@@ -116,9 +111,7 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
                            f"{exc.strerror}); nothing was left behind, choose a shorter path") from None
         raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing was left "
                        "behind, free space or fix permissions (or choose another place) and retry") from None
-    finally:
-        release(lock)
-    return Created(target, removed)
+    return Created(target, staged.removed)
 
 
 def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> tuple[str, bool]:

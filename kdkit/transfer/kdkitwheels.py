@@ -19,6 +19,7 @@ file is checked against the lock's hashes on every copy.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -35,9 +36,8 @@ from kdkit.core.errors import KdkitError, Unavailable
 from kdkit.core.jsonio import atomic_write_json, load_json, sha256_file
 from kdkit.core.layout import package_root
 from kdkit.core.lockfile import Pin, normalize_name, parse_lock
-from kdkit.core.noreplace import rename_no_replace
 from kdkit.core.report import Progress
-from kdkit.core.staging import clean_stale, staging_for
+from kdkit.core.staging import staged_beside
 
 WHEELS = "kdkit-wheels"
 REQUIREMENTS = "requirements.txt"
@@ -140,15 +140,13 @@ def _pin_of(wheel: str, pins: dict[str, Pin]) -> Pin | None:
 def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
     """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when complete; when
     another kdkit's copy got there first, that one is kept and used)."""
-    for path in clean_stale(cached):
-        say(f"removed {path}, left by a killed fetch")
-    staging = staging_for(cached)
-    staging.mkdir(parents=True)
-    try:
+    with staged_beside(cached, parents=True) as staged:  # removed, whatever fails, unless published
+        for path in staged.removed:
+            say(f"removed {path}, left by a killed fetch")
         served, missing = [], {}
         for python in PYTHONS:
             say(f"{WHEELS}: pip download of kdkit's runtime lock for CPython {python} on {arch}")
-            done = _download(staging, lock, python, arch)
+            done = _download(staged.path, lock, python, arch)
             if done.ok:
                 served.append(python)
             else:
@@ -156,14 +154,11 @@ def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
         if not served:
             raise Unavailable(f"{lock}: pip download found no complete set of wheels ({missing[PYTHONS[-1]]}); "
                               "reach an index (pip config) or pass --no-kdkit-wheels")
-        files = {p.name: sha256_file(p) for p in sorted(staging.glob("*.whl")) if p.is_file()}
-        atomic_write_json(staging / MANIFEST, {"pythons": served, "missing": missing, "files": files})
-        rename_no_replace(staging, cached)
-    except FileExistsError:  # another kdkit filled the cache meanwhile (two bundles at once): use its copy
-        shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        files = {p.name: sha256_file(p) for p in sorted(staged.path.glob("*.whl")) if p.is_file()}
+        atomic_write_json(staged.path / MANIFEST, {"pythons": served, "missing": missing, "files": files})
+        # Another kdkit filled the cache meanwhile (two bundles at once): its copy is kept and used.
+        with contextlib.suppress(FileExistsError):
+            staged.publish(replace=False)
 
 
 def _cached(cached: Path, say: Progress) -> dict[str, Any] | None:

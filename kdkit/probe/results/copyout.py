@@ -32,7 +32,7 @@ from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED, required_files, un
 from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
 from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.safetext import printable
-from kdkit.core.staging import clean_stale, describe_removed, hold, release, staging_for
+from kdkit.core.staging import describe_removed, staged_beside
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
 from kdkit.probe.results.remote import copy_remote, verify_remote
 
@@ -117,26 +117,26 @@ def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str 
         raise BadInput(f"{dest}: the copy must go outside the run folder {run_dir}")
     if final.exists():
         raise BadInput(f"{final}: exists; choose another DEST or remove the old copy")
-    for line in describe_removed(clean_stale(final)):
-        print(f"copy-out: {line}", file=sys.stderr)
-    staging, lock = staging_for(final), None
     try:
-        staging.mkdir(parents=True)
-        lock = hold(staging)
-        for name in [*sums, *([] if sums_text is not None else [SUMS])]:
-            _copy_file(run_dir / name, staging / name)
-        if sums_text is not None:
-            (staging / SUMS).write_text(sums_text, encoding="utf-8")
-        problems = _local_problems(run_dir, staging, sums_text)
-        if problems:
-            raise CheckFailed(problems[0].replace(str(staging), str(final)) + "; the copy was removed, copy again")
-        os.replace(staging, final)
+        with staged_beside(final, parents=True) as staged:  # removed, whatever fails, unless published
+            for line in describe_removed(staged.removed):
+                print(f"copy-out: {line}", file=sys.stderr)
+            _fill(run_dir, sums, staged.path, sums_text)
+            problems = _local_problems(run_dir, staged.path, sums_text)
+            if problems:
+                raise CheckFailed(problems[0].replace(str(staged.path), str(final)) + "; the copy was removed, "
+                                  "copy again")
+            staged.publish()
     except OSError as exc:
         raise BadInput(f"{final}: cannot copy there ({exc.strerror}); choose a writable DEST") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        release(lock)
     return final
+
+
+def _fill(run_dir: Path, sums: dict[str, str], staging: Path, sums_text: str | None) -> None:
+    for name in [*sums, *([] if sums_text is not None else [SUMS])]:
+        _copy_file(run_dir / name, staging / name)
+    if sums_text is not None:
+        (staging / SUMS).write_text(sums_text, encoding="utf-8")
 
 
 def _local_problems(run_dir: Path, staging: Path, sums_text: str | None) -> list[str]:
