@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from localindex import Served, torch_index_server
 
-from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.lockfile import Lock, parse_lock_text
 from kdkit.image.fetchable import check_fetchable
 from kdkit.lock.pages import parse_page
@@ -128,3 +128,49 @@ def test_no_index_and_no_pages_finds_nothing(tmp_path: Path) -> None:
     lock, path = lock_of(tmp_path, f"--no-index\ndemo==1.0 --hash=sha256:{'2' * 64}\n")
     with pytest.raises(BadInput, match=r"will read \(none \(--no-index\)\): demo==1\.0;"):
         check_fetchable(lock, path, None, OFFLINE)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed when the block ends: nothing listens there
+
+
+def test_what_pip_accepts_the_preflight_accepts(https_index: tuple[str, Path, str], tmp_path: Path) -> None:
+    """A hostile review's finds, each a build pip would run that the preflight refused: the lock's --trusted-host
+    (no certificate check for that host), an index that does not answer while another lists the file (pip skips
+    it), a pin hashed with sha512 only, and a --find-links URL naming the file itself (never fetched)."""
+    index, _cert, digest = https_index
+    trusted = f"--index-url {index}\n--trusted-host 127.0.0.1\n"
+    lock, path = lock_of(tmp_path, f"{trusted}demo==1.0 --hash=sha256:{digest}\n")
+    first = check_fetchable(lock, path, None, OFFLINE)
+    assert first.startswith(f"preflight: each of the 1 pins has its file on {index}")
+    port = closed_port()
+    lock, path = lock_of(tmp_path, f"--index-url http://127.0.0.1:{port}/simple\n--extra-index-url {index}\n"
+                                   f"--trusted-host 127.0.0.1\ndemo==1.0 --hash=sha256:{digest}\n")
+    line = check_fetchable(lock, path, None, OFFLINE)
+    assert line.startswith(f"preflight: each of the 1 pins has its file on {index}, read through ")
+    assert line.endswith(f"; not read: http://127.0.0.1:{port}/simple/demo/ (read as the build's pip will, trusting "
+                         "pip's own CA list, as the build's pip has no --ca-bundle): connection refused")
+    lock, path = lock_of(tmp_path, f"{trusted}demo==1.0 --hash=sha512:{'c' * 128}\n")
+    assert check_fetchable(lock, path, None, OFFLINE).startswith("preflight: each of the 1 pins")
+    direct = f"http://127.0.0.1:{closed_port()}/files/{WHEEL}"
+    lock, path = lock_of(tmp_path, f"--no-index\n-f {direct}\ndemo==1.0 --hash=sha256:{digest}\n")
+    assert check_fetchable(lock, path, None, OFFLINE) == (f"preflight: each of the 1 pins has its file on {direct}, "
+                                                          "read through pip's own CA list, as the build's pip has no "
+                                                          "--ca-bundle")
+
+
+@pytest.mark.parametrize("password", ["pa/ssW0rdXY", "se#cretW0rdXY", "se?cretW0rdXY"])
+def test_a_password_no_url_parser_splits_right_is_never_shown(password: str, tmp_path: Path) -> None:
+    lock, path = lock_of(tmp_path, f"--index-url http://user:{password}@127.0.0.1:{closed_port()}/simple/\n"
+                                   f"demo==1.0 --hash=sha256:{'3' * 64}\n")
+    with pytest.raises(KdkitError) as raised:
+        check_fetchable(lock, path, None, OFFLINE)
+    assert "W0rdXY" not in str(raised.value) and password[:3] not in str(raised.value).replace(str(path), "")
+
+
+def test_a_malformed_declaration_keeps_the_links_before_it() -> None:
+    """html.parser raised AssertionError on `<![ x` (a traceback from kdkit build and kdkit lock)."""
+    files = parse_page(f'<a href="{WHEEL}">{WHEEL}</a>\n<![ foo', "http://127.0.0.1/simple/demo/")
+    assert [f.filename for f in files] == [WHEEL]

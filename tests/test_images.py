@@ -344,9 +344,10 @@ def test_no_op_and_source_only_rebuilds_reuse_the_installed_dependencies(
 # ---------------------------------------------------------------- failures leave nothing tagged
 
 
-def test_a_base_image_that_cannot_be_pulled_is_exit_3(docker_engine: None, locked_copy: Path) -> None:
-    before = engine_tags()
-    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", MISSING_BASE)
+def test_a_base_image_that_cannot_be_pulled_is_exit_3(docker_engine: None, locked_copy: Path,
+                                                       wheelhouse: Path) -> None:
+    before = engine_tags()  # from the wheelhouse: the lock's torch is on this machine only (refused before a pull)
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", MISSING_BASE, "--wheelhouse", wheelhouse)
     assert result.exit_code == 3
     assert error_line(result).startswith(f"Error: image {MISSING_BASE}: not on this Docker engine and it cannot "
                                          "be pulled (")

@@ -328,6 +328,21 @@ def _failed(plan: BuildPlan, transcript: _Transcript) -> KdkitError:
     return KdkitError(f"build of {plan.tag} failed{where}: {cause}; full log: {log}")
 
 
+def _preflight(plan: BuildPlan, report: Progress) -> None:
+    """What the build's pip will need, checked before any layer (kdkit.image.preflight, kdkit.image.fetchable).
+    A pylock names each file by its URL: nothing is machine-local there, and pip reads no index for it."""
+    if plan.lock_format != "requirements":
+        return
+    refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))
+    if plan.wheels:  # --no-index: every locked file is in the wheelhouse (kdkit.lock.wheelhouse.wheelhouse_files)
+        return
+    from kdkit.image.fetchable import check_fetchable
+    from kdkit.lock.provenance import offline_build
+
+    offline = offline_build(plan.project.root, plan.backend.name)
+    report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle, offline)))
+
+
 def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResult:
     """Build ``plan`` through the Docker SDK, streaming events to ``progress``; tag only a complete image.
 
@@ -338,16 +353,8 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     report: Progress = progress or (lambda _event: None)
     started = time.monotonic()
     engine = connect()
+    _preflight(plan, report)  # before a base image is pulled: seconds, not minutes
     _ensure_base(engine, plan, report)
-    if plan.lock_format == "requirements":  # a pylock names each file by its URL: nothing is machine-local there
-        refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))
-        if not plan.wheels:  # each locked file where the build's pip will look, through its trust (fetchable.py)
-            from kdkit.image.fetchable import check_fetchable
-            from kdkit.lock.provenance import offline_build
-
-            offline = offline_build(plan.project.root, plan.backend.name)
-            report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle,
-                                                      offline)))
     transcript = _Transcript(report)
     with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
             tempfile.TemporaryFile(prefix="kdkit-context-") as context:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from kdkit.core.credentials import redact
 from kdkit.core.errors import BadInput, Unavailable
@@ -35,32 +36,45 @@ from kdkit.lock.wheelarch import shown_url
 # What pip uses when nothing names an index: PyPI.simple_url, pypa/pip src/pip/_internal/models/index.py
 # (https://github.com/pypa/pip/blob/24.3.1/src/pip/_internal/models/index.py).
 PIP_DEFAULT_INDEX = "https://pypi.org/simple/"
-PAGE_WORKERS = 16  # index pages read at once (each waits on the network, not the CPU)
+PAGE_WORKERS = 8  # index pages read at once (each waits on the network; a page is parsed whole, up to 32 MiB)
 SHOWN_MISSING = 5  # locked files named in the message; the rest are counted
 
 
 @dataclass(frozen=True)
 class Sources:
-    """Where the build's pip looks for a requirements lock's files: index roots and find-links pages."""
+    """Where the build's pip looks for a requirements lock's files: index roots, find-links pages (or files),
+    and the hosts the lock trusts without a certificate check (``--trusted-host``)."""
 
     indexes: tuple[str, ...]
     pages: tuple[str, ...]
+    trusted: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, lock: Lock) -> Sources:
-        index, extras, pages, no_index = PIP_DEFAULT_INDEX, [], [], False
-        for option, value in lock.options:
-            if option in ("--index-url", "-i"):
-                index = value
-            elif option == "--extra-index-url":
-                extras.append(value)
-            elif option in ("--find-links", "-f") and value.startswith(("http://", "https://")):
-                pages.append(value)
-            no_index = no_index or option == "--no-index"
-        return cls(tuple([] if no_index else [index, *extras]), tuple(pages))
+    def of(cls, lock: Lock, lock_path: Path) -> Sources:
+        """From the lock's option lines, as pip reads them: the last --index-url wins over pip's default."""
+        options = lock.options
+        index = [value for option, value in options if option in ("--index-url", "-i")][-1:] or [PIP_DEFAULT_INDEX]
+        extras = [value for option, value in options if option == "--extra-index-url"]
+        pages = [value for option, value in options
+                 if option in ("--find-links", "-f") and value.startswith(("http://", "https://"))]
+        for url in (*index, *extras, *pages):
+            _checked_url(url, lock_path)
+        trusted = frozenset(value.split(":")[0] for option, value in options if option == "--trusted-host")
+        no_index = any(option == "--no-index" for option, _value in options)
+        return cls(tuple([] if no_index else [*index, *extras]), tuple(pages), trusted)
 
-    def shown(self) -> str:
-        return ", ".join(shown_url(url) for url in (*self.indexes, *self.pages)) or "none (--no-index)"
+
+def _checked_url(url: str, lock_path: Path) -> None:
+    """Nothing when ``url`` is an http(s) URL with a host and a port a request can use; else BadInput, naming it
+    without its credentials (a password with a ``/`` in it reads as a port to a URL parser)."""
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:
+        usable = False
+    if not usable:
+        raise BadInput(f"{lock_path}: {shown_url(url)} is not an http(s) URL with a host the build's pip can read; "
+                       "fix the lock's index line (a character of a password such as / # ? @ is written %XX)")
 
 
 def build_trust(ca_bundle: Path | None) -> tuple[str | None, str]:
@@ -77,28 +91,46 @@ def build_trust(ca_bundle: Path | None) -> tuple[str | None, str]:
     return str(certifi.where()), "pip's own CA list, as the build's pip has no --ca-bundle"
 
 
+def _same_release(pin: Pin, filename: str) -> bool:
+    parsed = parse_filename(filename)
+    try:
+        return parsed is not None and parsed[0] == pin.key and Version.parse(parsed[1]) == Version.parse(pin.version)
+    except InvalidVersion:
+        return False
+
+
 def _listed(pin: Pin, files: Sequence[IndexFile]) -> bool:
-    """Whether ``files`` hold the pin's file: one of its sha256 hashes, or its name and version unhashed."""
+    """Whether ``files`` hold the pin's file: one of its sha256 hashes, or, where the page gives no sha256 or
+    the pin has none (sha384, sha512 only), its name and version (pip checks the hash when it installs)."""
     wanted = {h[7:].lower() for h in pin.hashes if h.startswith("sha256:")}
     if any(f.sha256 in wanted for f in files if f.sha256):
         return True
-    for file in files:
-        parsed = parse_filename(file.filename) if file.sha256 is None else None
-        try:
-            if parsed and parsed[0] == pin.key and Version.parse(parsed[1]) == Version.parse(pin.version):
-                return True
-        except InvalidVersion:
-            continue
-    return False
+    return any(_same_release(pin, f.filename) for f in files if f.sha256 is None or not wanted)
+
+
+def _direct_file(url: str) -> IndexFile | None:
+    """A find-links URL naming one distribution file, as pip takes it (a candidate, not a page): never fetched."""
+    path = urlsplit(url).path
+    name = unquote(path.rsplit("/", 1)[-1])
+    if parse_filename(name) is None:
+        return None
+    fragment = urlsplit(url).fragment
+    digest = fragment[len("sha256="):].lower() if fragment.startswith("sha256=") else None
+    return IndexFile(name, url.split("#", 1)[0], digest, None, False)
 
 
 class _Reader:
-    """Index pages read once each, through the build's trust; the first failure raised as Unavailable."""
+    """Index pages read once each, through the build's trust. An index that does not answer is skipped, as the
+    build's pip skips it (its reason kept): only a file that no answering source lists can make it matter."""
 
     def __init__(self, network: Network, trust: str, offline: str) -> None:
         self.network, self.trust, self.offline = network, trust, offline
+        self.down: dict[str, str] = {}  # index or page -> why it was not read (one line, no credentials)
+        self.read: set[str] = set()
 
-    def files(self, url: str) -> list[IndexFile]:
+    def files(self, url: str, source: str) -> list[IndexFile]:
+        if source in self.down:
+            return []
         shown = shown_url(url)
         try:
             text = self.network.get(url, f"read as the build's pip will, trusting {self.trust}", fix=self.offline,
@@ -107,8 +139,17 @@ class _Reader:
             said = str(exc).replace(" or set pip's cert", "")  # the build's pip reads no configuration of here
             for raw in (url, without_userinfo(url)[0]):
                 said = said.replace(raw, shown)
-            raise Unavailable(printable(redact(said))) from None
+            self.down.setdefault(source, printable(redact(said)))
+            return []
+        self.read.add(source)
         return parse_page(text or "", without_userinfo(url)[0])
+
+    def page(self, url: str) -> list[IndexFile]:
+        direct = _direct_file(url)
+        if direct is not None:
+            self.read.add(url)
+            return [direct]
+        return self.files(url, url)
 
     def found(self, pins: Sequence[Pin], sources: Sources, pages: Sequence[IndexFile]) -> list[Pin]:
         """The pins of one name that no index page nor find-links page lists."""
@@ -116,20 +157,24 @@ class _Reader:
         for index in sources.indexes:
             if not missing:
                 break
-            page = self.files(f"{index.rstrip('/')}/{missing[0].key}/")
+            page = self.files(f"{index.rstrip('/')}/{missing[0].key}/", index)
             missing = [pin for pin in missing if not _listed(pin, page)]
         return missing
 
+    def shown(self, sources: Sources) -> str:
+        read = [shown_url(url) for url in (*sources.indexes, *sources.pages) if url in self.read]
+        return ", ".join(read) or ("none (--no-index)" if not sources.indexes and not sources.pages else "none")
+
 
 def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, offline: str) -> str:
-    """Unavailable when an index the build's pip reads does not answer through its trust; BadInput naming the
-    locked files on none of them; else the line that says what was checked. ``offline``: the commands that build
-    from a wheelhouse instead (kdkit.lock.provenance.offline_build), for the messages."""
-    sources = Sources.of(lock)
+    """Unavailable when a locked file is on no source that answered and one did not (through the build's trust);
+    BadInput naming the locked files no source lists; else the line that says what was checked. ``offline``: the
+    commands that build from a wheelhouse instead (kdkit.lock.provenance.offline_build), for the messages."""
+    sources = Sources.of(lock, lock_path)
     cafile, trust = build_trust(ca_bundle)
     offline = f"build offline from a wheelhouse instead: {offline}"
-    reader = _Reader(Network(cafile=cafile), trust, offline)
-    flat = [f for page in sources.pages for f in reader.files(page)]
+    reader = _Reader(Network(cafile=cafile, trusted_hosts=sources.trusted), trust, offline)
+    flat = [f for page in sources.pages for f in reader.page(page)]
     by_name: dict[str, list[Pin]] = {}
     for pin in lock.every_pin():
         by_name.setdefault(pin.key, []).append(pin)
@@ -137,10 +182,13 @@ def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, offline
         missing = [pin for pins in pool.map(lambda pins: reader.found(pins, sources, flat), by_name.values())
                    for pin in pins]
     count = sum(map(len, by_name.values()))
+    if missing and reader.down:
+        raise Unavailable(next(iter(reader.down.values())))
     if missing:
         named = ", ".join(printable(f"{pin.name}=={pin.version}") for pin in missing[:SHOWN_MISSING])
         more = f" and {len(missing) - SHOWN_MISSING} more" if len(missing) > SHOWN_MISSING else ""
         raise BadInput(f"{lock_path}: {len(missing)} of {count} pins have no file on any index the build's "
-                       f"pip will read ({sources.shown()}): {named}{more}; nothing was built: lock again against "
-                       f"an index that has them (`kdkit lock`), or {offline}")
-    return f"preflight: each of the {count} pins has its file on {sources.shown()}, read through {trust}"
+                       f"pip will read ({reader.shown(sources)}): {named}{more}; nothing was built: lock again "
+                       f"against an index that has them (`kdkit lock`), or {offline}")
+    skipped = "".join(f"; not read: {why.split('; nothing was built', 1)[0]}" for why in reader.down.values())
+    return f"preflight: each of the {count} pins has its file on {reader.shown(sources)}, read through {trust}{skipped}"

@@ -4,7 +4,8 @@ each locked file.
 A lock whose pins came from a folder of the locking machine only (``kdkit lock --torch-find-links``; its
 header's ``machine-local``) cannot be installed from any index: the build's pip would fail at its install
 layer with ``No matching distribution`` after minutes of work. Without ``--wheelhouse`` it is refused once
-the engine and the base image are there, before the first layer, with the commands that make a wheelhouse.
+the engine answers, before the base image is pulled or a layer runs, with the commands that make a wheelhouse.
+Each other locked file is looked for on the indexes the build's pip reads by kdkit.image.fetchable.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ No click, no network here (:mod:`kdkit.lock.fetch` fetches the pages).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,7 +49,8 @@ class _Anchors(HTMLParser):
 def parse_page(text: str, page_url: str) -> list[IndexFile]:
     """The files a PEP 503 page links to, with their sha256 fragments (``#sha256=HEX``) where given."""
     parser = _Anchors()
-    parser.feed(text)
+    with contextlib.suppress(AssertionError):  # html.parser on a malformed declaration (`<![ x`): links before it
+        parser.feed(text)
     files = []
     for attrs in parser.found:
         href = attrs.get("href")

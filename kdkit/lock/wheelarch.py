@@ -266,12 +266,15 @@ def read_wheel_arch(url: str, network: Network, wheel: str = "", authorization: 
 
 
 def shown_url(url: str) -> str:
-    """``url`` fit to print: no ``user:password@``, the query (a token) redacted, no fragment; never raises."""
-    base, query, _rest = url.split("#", 1)[0].partition("?")
-    scheme, sep, rest = base.partition("://")
-    netloc, slash, path = rest.partition("/") if sep else ("", "", base)
-    host = netloc.rpartition("@")[2]
-    return printable(redact(f"{scheme}{sep}{host}{slash}{path}" + ("?<redacted>" if query else "")))
+    """``url`` fit to print: no ``user:password@``, the query (a token) redacted, no fragment; never raises.
+    Nothing before the URL's last ``@`` is shown, so a password holding ``/``, ``#`` or ``?`` (a URL no parser
+    splits as its writer meant) never shows either."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    rest = rest.rpartition("@")[2]
+    base, query, _rest = rest.split("#", 1)[0].partition("?")
+    return printable(redact(f"{scheme}{sep}{base}" + ("?<redacted>" if query else "")))
 
 
 def _same_origin(a: str, b: str) -> bool:
