@@ -138,7 +138,12 @@ def test_build_refuses_a_wheelhouse_missing_a_locked_file(locked_copy: Path, tmp
     result = invoke("build", locked_copy, "--backend", "cpu", "--wheelhouse", empty)
     assert result.exit_code == 2
     assert re.fullmatch(rf"Error: --wheelhouse {empty}: no file with a locked hash for \S+==\S+ \(and 9 more\); "
-                        rf"run `kdkit wheelhouse --out {empty}`", error_line(result))
+                        rf"run `kdkit wheelhouse {locked_copy} --backend cpu --out {empty}`", error_line(result))
+    (fill,) = re.findall(r"`kdkit ([^`]+)`", error_line(result))  # issue 31: the hint works as printed
+    assert invoke(*shlex.split(fill)).exit_code == 0
+    from kdkit.lock.wheelhouse import wheelhouse_files
+
+    assert len(wheelhouse_files(empty, locked_copy / "requirements/cpu.txt")) == 10
 
 
 def test_build_refuses_an_invalid_tag(locked_copy: Path) -> None:

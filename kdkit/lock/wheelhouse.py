@@ -118,10 +118,9 @@ def locked_hashes(lock: Lock) -> dict[str, str]:
 def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
     """The files of ``wheelhouse`` whose sha256 the lock names, one per locked hash (every candidate of a
     name pinned under several markers keeps its own); every unconditional pin must have one."""
-    if not wheelhouse.is_dir():
-        raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with `kdkit wheelhouse --out "
-                       f"{wheelhouse}`")
     lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)  # `kdkit build` parsed it once
+    if not wheelhouse.is_dir():
+        raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with {_fill_line(wheelhouse, lock)}")
     wanted = locked_hashes(lock)
     prefixes = tuple(f"{key}-" for key in lock.candidates)
     chosen: dict[str, Path] = {}  # sha256 -> the first file with it
@@ -135,5 +134,15 @@ def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise BadInput(f"--wheelhouse {wheelhouse}: no file with a locked hash for {missing[0].name}=="
-                       f"{missing[0].version}{more}; run `kdkit wheelhouse --out {wheelhouse}`")
+                       f"{missing[0].version}{more}; run {_fill_line(wheelhouse, lock)}")
     return sorted(chosen.values())
+
+
+def _fill_line(wheelhouse: Path, lock: Lock) -> str:
+    """The command that fills ``wheelhouse`` for ``lock`` (``P/requirements/B.txt`` or its pylock), as printed."""
+    import shlex
+
+    path = Path(lock.path)
+    backend = path.stem.removeprefix("pylock.")
+    return (f"`kdkit wheelhouse {shlex.quote(str(path.parent.parent))} --backend {shlex.quote(backend)} --out "
+            f"{shlex.quote(str(wheelhouse))}`")
