@@ -37,7 +37,7 @@ from kdkit.core.jsonio import atomic_write_json, load_json, sha256_file
 from kdkit.core.layout import package_root
 from kdkit.core.lockfile import Pin, normalize_name, parse_lock
 from kdkit.core.report import Progress
-from kdkit.core.staging import staged_beside
+from kdkit.core.staging import clean_stale, staged_beside
 
 WHEELS = "kdkit-wheels"
 REQUIREMENTS = "requirements.txt"
@@ -140,9 +140,9 @@ def _pin_of(wheel: str, pins: dict[str, Pin]) -> Pin | None:
 def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
     """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when complete; when
     another kdkit's copy got there first, that one is kept and used)."""
-    with staged_beside(cached, parents=True) as staged:  # removed, whatever fails, unless published
-        for path in staged.removed:
-            say(f"removed {path}, left by a killed fetch")
+    for path in clean_stale(cached):  # said even when the fetch then cannot start
+        say(f"removed {path}, left by a killed fetch")
+    with staged_beside(cached, clean=False, parents=True) as staged:  # removed, whatever fails, unless published
         served, missing = [], {}
         for python in PYTHONS:
             say(f"{WHEELS}: pip download of kdkit's runtime lock for CPython {python} on {arch}")

@@ -32,7 +32,7 @@ from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED, required_files, un
 from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
 from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.safetext import printable
-from kdkit.core.staging import describe_removed, staged_beside
+from kdkit.core.staging import clean_stale, describe_removed, staged_beside
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
 from kdkit.probe.results.remote import copy_remote, verify_remote
 
@@ -117,10 +117,10 @@ def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str 
         raise BadInput(f"{dest}: the copy must go outside the run folder {run_dir}")
     if final.exists():
         raise BadInput(f"{final}: exists; choose another DEST or remove the old copy")
+    for line in describe_removed(clean_stale(final)):  # said even when the copy then cannot start
+        print(f"copy-out: {line}", file=sys.stderr)
     try:
-        with staged_beside(final, parents=True) as staged:  # removed, whatever fails, unless published
-            for line in describe_removed(staged.removed):
-                print(f"copy-out: {line}", file=sys.stderr)
+        with staged_beside(final, clean=False, parents=True) as staged:  # removed, whatever fails, unless published
             _fill(run_dir, sums, staged.path, sums_text)
             problems = _local_problems(run_dir, staged.path, sums_text)
             if problems:
