@@ -9,6 +9,7 @@ import http.server
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -174,3 +175,16 @@ def test_a_malformed_declaration_keeps_the_links_before_it() -> None:
     """html.parser raised AssertionError on `<![ x` (a traceback from kdkit build and kdkit lock)."""
     files = parse_page(f'<a href="{WHEEL}">{WHEEL}</a>\n<![ foo', "http://127.0.0.1/simple/demo/")
     assert [f.filename for f in files] == [WHEEL]
+
+
+@pytest.mark.slow
+def test_finding_pips_ca_list_leaves_torch_compile_working() -> None:
+    """Importing pip, or asking the import system for it, in kdkit's process made setuptools' distutils shim
+    disable the stdlib's distutils, and torch.compile failed later in that process (seen in the full suite: a
+    build's preflight, then diagnose --deep in-process)."""
+    code = ("from kdkit.image.fetchable import build_trust; import sys; build_trust(None); "
+            "assert 'pip' not in sys.modules; import torch\n"
+            "def tiny(x):\n    return torch.sin(x) * 2 + x\n"
+            "x = torch.linspace(-3, 3, 64); assert torch.allclose(torch.compile(tiny)(x), tiny(x))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

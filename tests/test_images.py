@@ -409,10 +409,10 @@ def _intercepted(index: str) -> bool:
     import urllib.error
     import urllib.request
 
-    from pip._vendor import certifi
+    from kdkit.image.fetchable import build_trust
 
     try:
-        context = ssl.create_default_context(cafile=certifi.where())
+        context = ssl.create_default_context(cafile=build_trust(None)[0])
         urllib.request.urlopen(urllib.request.Request(index, method="HEAD"), timeout=60, context=context).close()
     except urllib.error.URLError as exc:
         return isinstance(exc.reason, ssl.SSLCertVerificationError)

@@ -18,6 +18,7 @@ refuses those first). An index that does not answer is ``Unavailable`` (exit 3);
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -81,14 +82,22 @@ def build_trust(ca_bundle: Path | None) -> tuple[str | None, str]:
     """The CA file the build's pip trusts, and its name for messages: --ca-bundle's, else pip's own list."""
     if ca_bundle is not None:
         return str(ca_bundle), f"--ca-bundle {ca_bundle}"
-    try:
-        from pip._vendor import certifi  # what a pip with no configuration trusts
-    except ImportError:
-        try:
-            import certifi  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError:
-            return None, "this machine's CA list (pip's own was not found here)"
-    return str(certifi.where()), "pip's own CA list, as the build's pip has no --ca-bundle"
+    found = _public_ca_list()
+    if found is None:
+        return None, "this machine's CA list (pip's own was not found here)"
+    return str(found), "pip's own CA list, as the build's pip has no --ca-bundle"
+
+
+def _public_ca_list() -> Path | None:
+    """certifi's cacert.pem, pip's vendored copy or the package's, looked for on sys.path as files: neither
+    imported nor asked of the import system (setuptools' distutils shim, asked for pip, disables the stdlib's
+    distutils in this process, and torch.compile then fails: tests/test_diagnose.py::test_deep_compiles_on_cpu)."""
+    for entry in sys.path:
+        for below in (("pip", "_vendor", "certifi"), ("certifi",)):
+            candidate = Path(entry or ".").joinpath(*below, "cacert.pem")
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def _same_release(pin: Pin, filename: str) -> bool:
