@@ -52,7 +52,7 @@ from kdkit.image.lockinput import LockInput, read_inputs
 from kdkit.image.pipcause import first_cause
 from kdkit.image.preflight import check_ca_bundle, refuse_machine_local
 from kdkit.image.pylockparts import download_pip, plan_pylock_build, require_image_python
-from kdkit.lock.wheelhouse import wheelhouse_files
+from kdkit.lock.wheelhouse import offline_build, wheelhouse_files
 
 INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
 # A Docker reference: [registry[:port]/]name[/name...][:tag], lowercase repository.
@@ -337,7 +337,6 @@ def _preflight(plan: BuildPlan, report: Progress) -> None:
     if plan.wheels:  # --no-index: every locked file is in the wheelhouse (kdkit.lock.wheelhouse.wheelhouse_files)
         return
     from kdkit.image.fetchable import check_fetchable
-    from kdkit.lock.provenance import offline_build
 
     offline = offline_build(plan.project.root, plan.backend.name)
     report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle, offline)))

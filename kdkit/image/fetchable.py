@@ -178,7 +178,7 @@ class _Reader:
 def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, offline: str) -> str:
     """Unavailable when a locked file is on no source that answered and one did not (through the build's trust);
     BadInput naming the locked files no source lists; else the line that says what was checked. ``offline``: the
-    commands that build from a wheelhouse instead (kdkit.lock.provenance.offline_build), for the messages."""
+    commands that build from a wheelhouse instead (kdkit.lock.wheelhouse.offline_build), for the messages."""
     sources = Sources.of(lock, lock_path)
     cafile, trust = build_trust(ca_bundle)
     offline = f"build offline from a wheelhouse instead: {offline}"

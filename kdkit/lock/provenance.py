@@ -168,16 +168,10 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
     return result
 
 
-def offline_build(root: Path, backend: str) -> str:
-    """How to build ``backend``'s image of the project at ``root`` from a wheelhouse, in commands that work as
-    printed (kdkit wheelhouse names the project in its "Next:" build line)."""
-    import shlex
-
-    return f"`kdkit wheelhouse {shlex.quote(str(root))} --backend {backend}`, then the `kdkit build` line it prints"
-
-
 def _offline(lock: Lock) -> str:
-    """:func:`offline_build` for ``lock`` (``P/requirements/B.txt``)."""
+    """kdkit.lock.wheelhouse.offline_build for ``lock`` (``P/requirements/B.txt``)."""
+    from kdkit.lock.wheelhouse import offline_build
+
     path = Path(lock.path)
     return offline_build(path.parent.parent, path.stem)
 

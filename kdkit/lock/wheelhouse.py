@@ -138,11 +138,22 @@ def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
     return sorted(chosen.values())
 
 
-def _fill_line(wheelhouse: Path, lock: Lock) -> str:
-    """The command that fills ``wheelhouse`` for ``lock`` (``P/requirements/B.txt`` or its pylock), as printed."""
+def wheelhouse_command(root: Path, backend: str, out: Path | None = None) -> str:
+    """The `kdkit wheelhouse` command for ``backend`` of the project at ``root`` (into ``out``), as printed: it
+    works from any folder."""
     import shlex
 
+    into = f" --out {shlex.quote(str(out))}" if out is not None else ""
+    return f"kdkit wheelhouse {shlex.quote(str(root))} --backend {shlex.quote(backend)}{into}"
+
+
+def offline_build(root: Path, backend: str) -> str:
+    """How to build ``backend``'s image of the project at ``root`` from a wheelhouse, in commands that work as
+    printed (kdkit wheelhouse names the project in its "Next:" build line)."""
+    return f"`{wheelhouse_command(root, backend)}`, then the `kdkit build` line it prints"
+
+
+def _fill_line(wheelhouse: Path, lock: Lock) -> str:
+    """The command that fills ``wheelhouse`` for ``lock`` (``P/requirements/B.txt`` or its pylock), as printed."""
     path = Path(lock.path)
-    backend = path.stem.removeprefix("pylock.")
-    return (f"`kdkit wheelhouse {shlex.quote(str(path.parent.parent))} --backend {shlex.quote(backend)} --out "
-            f"{shlex.quote(str(wheelhouse))}`")
+    return f"`{wheelhouse_command(path.parent.parent, path.stem.removeprefix('pylock.'), wheelhouse)}`"
