@@ -19,7 +19,7 @@ from kdkit.config.schemas import _validator
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import config_problems, load_pilot, params_hash
 from kdkit.probe.pilot.origin import config_changes
-from kdkit.project.validate import file_warnings, validate_project
+from kdkit.project.validate import check_project, validate_project
 from tests.conftest import invoke, tree_snapshot, valid_outside_git
 
 # Today's project-template/config/pilot.json, copied: the config every existing project holds.
@@ -223,7 +223,7 @@ def test_todays_config_resolves_byte_for_byte_as_before(project: Path) -> None:
     assert all(d.offset == -1 and d.expected is None for d in cfg.documents)
     result = invoke("validate", project)
     assert result.exit_code == 0 and result.output.strip() == valid_outside_git(project), result.output
-    assert file_warnings(project) == []
+    assert check_project(project)[1] == []
 
 
 def test_the_category_kind_said_as_output_is_the_same_run(project: Path) -> None:
@@ -273,15 +273,15 @@ def test_a_corpus_manifest_maps_expectations_and_warns_about_the_sample(corpus: 
     assert cfg.documents[1].expected == [0.5, 1, -2] and cfg.documents[0].expected is None
     assert cfg.resolved()["manifest"] == MANIFEST
     assert validate_project(corpus) == []
-    warnings = file_warnings(corpus)
+    warnings = check_project(corpus)[1]
     assert [(str(w.file), w.where) for w in warnings] == [(MANIFEST, "$.documents")]
     for lack in ("a near-limit input", 'a planned rejection ("expect": "reject")'):
         assert lack in warnings[0].message
     write_corpus(corpus, [*records(), {"id": "big", "text": "x" * 20000}])
     expectations({"id": "rec-2", "expect": "accept"}, {"id": "rec-1", "expect": "reject"})(corpus)
-    assert file_warnings(corpus) == []
+    assert check_project(corpus)[1] == []
     write_json(corpus / CONFIG, corpus_config())  # a full corpus: no expectations, no sample to judge
-    assert file_warnings(corpus) == []
+    assert check_project(corpus)[1] == []
 
 
 def test_a_model_folder_follows_links_inside_the_project(corpus: Path) -> None:

@@ -156,3 +156,54 @@ def test_secret_names_are_judged_at_once(monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.setattr(module, "_no_secret_names", lambda names: False)
         assert fast == secret_file_warnings(odd) and fast
         monkeypatch.undo()
+
+
+def test_the_sample_validate_reads_is_the_pilots_own(project: Path) -> None:
+    """`kdkit validate` judges the pilot sample from the manifest its checks parsed (pilotchecks.FolderDocuments),
+    not from a second read: those documents are the ones the pilot's reader makes, a sub-folder's file too."""
+    from kdkit.core.pilotconfig import load_pilot
+
+    folder = project / "data" / "pilot"
+    (folder / "sub").mkdir()
+    (folder / "sub" / "doc-10.txt").write_text("x" * 20000)  # near the limit: the sample then lacks nothing
+
+    def in_sub(docs: Docs) -> None:
+        docs[9]["file"] = "sub/doc-10.txt"
+    _edit_manifest(project, in_sub)
+    problems, sample = validate.validated(project)
+    assert problems == [] and sample is not None
+    assert list(sample.documents) == list(load_pilot(project.resolve()).documents)
+    _problems, warnings = validate.check_project(project)
+    assert not [w for w in warnings if w.where == "$.documents"], warnings
+    for name in ("sub/doc-10.txt", "doc-09.txt"):  # the template's own near-limit input too
+        (folder / name).write_text("short")
+    _problems, warnings = validate.check_project(project)
+    assert [str(w.file) for w in warnings if "a near-limit input" in w.message] == ["data/pilot/manifest.json"]
+
+
+def test_a_pilot_with_a_problem_has_no_sample_to_judge(project: Path) -> None:
+    _edit_manifest(project, lambda docs: docs[0].update(label="other"))
+    problems, sample = validate.validated(project)
+    assert [p.where for p in problems] == ["$.documents[0].label"] and sample is None
+    assert not [w for w in validate.check_project(project)[1] if w.where == "$.documents"]
+
+
+@pytest.mark.parametrize("names", [["a/x.env"], ["d/service-account-prod.json"], ["a/my_token"], ["tok.token"],
+                                   ["a/credentialsfile"], [".env"], ["a/.env.local"], ["k/id_ed25519_sk"], ["x.p8"],
+                                   ["secretsx/y"], [".envrc"], ["a/.env.sample"], ["ok/id_rsa.pub", "b/.netrc"],
+                                   ["a/x.envy"], ["tokens/a"], ["a/token"], ["x.key.y/z"], ["a/b.txt"]])
+def test_the_secret_name_probes_find_what_the_patterns_find(names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen's literal probes (names._probes) miss no name a pattern of SECRET_FILES matches."""
+    from kdkit.project import names as module
+
+    fast = secret_file_warnings(names)
+    monkeypatch.setattr(module, "_no_secret_names", lambda names: False)
+    assert fast == secret_file_warnings(names)
+
+
+@pytest.mark.parametrize("names", [["a/con.x/b"], ["xcon/a"], ["a/nulx"], ["x/com3.tar"], ["a/b\"c"], ["aux"],
+                                   ["a/lpt9.x.y"], ["con"], ["a/coN"], ["dir /x"], ["a/prn/b"]])
+def test_the_windows_screen_finds_what_windows_problem_finds(names: list[str]) -> None:
+    from kdkit.project.names import _all_fine
+
+    assert _all_fine(names) == (not any(windows_problem(part) for rel in names for part in rel.split("/")))

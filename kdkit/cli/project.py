@@ -78,11 +78,11 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     """
     from kdkit.core.projectfiles import project_root
     from kdkit.project.gitstate import git_warnings
-    from kdkit.project.validate import file_warnings, validate_project
+    from kdkit.project.validate import check_project
 
     root = project_root(project_dir)
-    problems = validate_project(root)
-    warnings = file_warnings(root) + git_warnings(root)
+    problems, warnings = check_project(root)
+    warnings += git_warnings(root)
     if as_json:
         emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems],
                    "warnings": [w.as_dict() for w in warnings]})

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kdkit.config.schemas import Problem
 from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
-from kdkit.core.pilotconfig import config_file, config_problems, entry_problem, load_documents
+from kdkit.core.pilotconfig import entry_problem, load_documents
 from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotload import existing, load_model, load_output
 from kdkit.core.pilotmanifest import PLAIN_NAME, Document
-from kdkit.core.projectfiles import CONTROL_CHARACTER, SAFE_ID, config_path_problem, load_object
+from kdkit.core.projectfiles import CONTROL_CHARACTER, SAFE_ID, config_path_problem
 
 SHORT, NEAR, USUAL = 0.05, 0.25, 3
 MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -45,6 +45,9 @@ SAFE_IDS = re.compile(f"(?:(?:{SAFE_ID.pattern})\n)*")  # fullmatch: texts each 
 PLAIN_NAMES = re.compile(f"(?:(?:{PLAIN_NAME.pattern})\n)*")
 SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_bytes; near-limit: one between "
                 f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
+
+
+Reading = tuple[Path | None, Sequence[Document]] | None
 
 
 def refused(root: Path, exc: BadInput, file: Path) -> Problem:
@@ -79,9 +82,10 @@ def places(pilot: dict[str, Any]) -> dict[str, str]:
             if isinstance(value, str) and config_path_problem(value) is None}
 
 
-def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Problem], Output | None]:
-    """What the pilot's readers refuse in the places a valid config names (one problem per reader), and the
-    declared output (None when it could not be read)."""
+def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Problem], Output | None, Reading]:
+    """What the pilot's readers refuse in the places a valid config names (one problem per reader), the
+    declared output (None when it could not be read) and, for a JSONL corpus the reader took, (its manifest or
+    None, its documents)."""
     path = root / rel
     problems = []
     for where, value in places(pilot).items():
@@ -94,16 +98,17 @@ def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Pr
     if isinstance(scorer, str) and (problem := entry_problem(root, scorer)) is not None:  # as the pilot's _quality
         problems.append(Problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
     if any(p.where != "$.quality.scorer" for p in problems):
-        return problems, None
-    output = None
+        return problems, None, None
+    output, reading = None, None
     try:
         output = load_output(root, pilot, path)
         load_model(root, pilot, path, digest=False)
         if isinstance(pilot["inputs"], dict):
-            load_documents(root, pilot, path, output)
+            _inputs, manifest, documents = load_documents(root, pilot, path, output)
+            reading = manifest, documents
     except BadInput as exc:
         problems.append(refused(root, exc, rel))
-    return problems, output
+    return problems, output, reading
 
 
 def plain_documents(data: Any) -> bool:
@@ -206,20 +211,36 @@ def _sizes(documents: Iterable[Document], limit: int) -> tuple[bool, bool, bool]
     return short, near, count >= USUAL
 
 
-def sample_warnings(root: Path) -> list[Problem]:
-    """What a pilot sample lacks of SAMPLE_RULES, as one warning; nothing for a config that does not load or
-    for a full corpus (no expectations)."""
-    try:
-        path = config_file(root, None)
-        data = load_object(path, "pilot config")
-        if config_problems(data):
-            return []
-        output = load_output(root, data, path)
-        _inputs, manifest, documents = load_documents(root, data, path, output)
-    except (BadInput, OSError):
+class PilotSample(NamedTuple):
+    """The pilot's inputs as `kdkit validate` read them, when it found no problem in the pilot config and its
+    manifest: the config, the manifest (absolute; None for a JSONL corpus without one) and the documents."""
+
+    config: dict[str, Any]
+    manifest: Path | None
+    documents: Iterable[Document]  # iterated more than once
+
+
+class FolderDocuments:
+    """A folder manifest's entries (checked by validate) as the pilot's Documents, each made when reached: a
+    sample's judgment (sample_warnings) mostly stops at its first entries."""
+
+    def __init__(self, entries: list[dict[str, Any]], folder: Path) -> None:
+        self.entries, self.folder = entries, str(folder).rstrip(os.sep) + os.sep
+
+    def __iter__(self) -> Iterator[Document]:
+        for doc in self.entries:
+            name = doc["file"]
+            location = self.folder + name if PLAIN_NAME.fullmatch(name) else os.path.normpath(self.folder + name)
+            yield Document(doc["id"], name, location, doc.get("label"), doc["expect"], expected=doc.get("expected"))
+
+
+def sample_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
+    """What a pilot sample lacks of SAMPLE_RULES, as one warning; nothing when validate could not read the
+    sample (``sample`` None) or for a full corpus (no manifest, or no expectations)."""
+    if sample is None or sample.manifest is None:
         return []
-    if manifest is None or not any(d.label is not None or d.expected is not None or d.expect == "reject"
-                                   for d in documents):
+    data, documents = sample.config, sample.documents
+    if not any(d.label is not None or d.expected is not None or d.expect == "reject" for d in documents):
         return []
     limit = int(data["max_input_bytes"])
     short, near, usual = _sizes(documents, limit)
@@ -234,6 +255,6 @@ def sample_warnings(root: Path) -> list[Problem]:
         lacks.append('a planned rejection ("expect": "reject")')
     if not lacks:
         return []
-    rel = Path(os.path.relpath(manifest, root))
+    rel = Path(os.path.relpath(sample.manifest, root))
     return [Problem(rel, "$.documents", f"the pilot sample lacks {'; '.join(lacks)}: a pilot should show how the app "
                     "meets short, usual and near-limit inputs and one it must refuse")]

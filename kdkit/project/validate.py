@@ -1,8 +1,8 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
 schema cannot express (paths that only exist on one machine, secrets, unsafe IDs). campaign.json,
 config/train.json and config/service.json, when the project has them, are checked by their own models
-(kdkit.config.campaign, kdkit.core.trainconfig, kdkit.core.serviceconfig), the ones `kdkit campaign`,
-`kdkit train` and `kdkit serve-test` refuse to start on.
+(kdkit.project.configchecks). The pilot sample's warning is judged from the manifest these checks parsed
+(check_project): a long manifest is read once.
 
 Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and in
 the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit.config.project import mount_problems, url_problem  # mounts inside the project; index URLs that parse
 from kdkit.config.schemas import (
     Problem,
-    json_path,
     schema_problems,
     secret_problems,
     shown_redacted,
-    walk_document,
 )
 from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
@@ -42,8 +39,17 @@ from kdkit.core.projectfiles import (
     path_problem,
     real_inside,
 )
+from kdkit.project.configchecks import acceptance_problems, campaign_train_problems, machine_path_problems
 from kdkit.project.names import secret_file_warnings
-from kdkit.project.pilotchecks import MACHINE_PATHS, clean_entries, deep_problems, plain_documents, plain_files
+from kdkit.project.pilotchecks import (
+    FolderDocuments,
+    PilotSample,
+    clean_entries,
+    deep_problems,
+    plain_documents,
+    plain_files,
+    sample_warnings,
+)
 
 # pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
 TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
@@ -89,29 +95,15 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
     return [spec for spec in backends.values() if isinstance(spec, dict)] if isinstance(backends, dict) else []
 
 
-def file_warnings(root: Path) -> list[Problem]:
+def file_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
     """Warnings about the names of the project's files, from one walk of it: named like secrets (a project has a
-    .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what a pilot sample lacks
+    .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what the pilot ``sample`` lacks
     (kdkit.project.pilotchecks.sample_warnings). Never problems."""
     from kdkit.config.files import project_names
     from kdkit.project.names import name_warnings
-    from kdkit.project.pilotchecks import sample_warnings
 
     names = list(project_names(root.resolve()))
-    return secret_file_warnings(names) + name_warnings(names) + sample_warnings(root.resolve())
-
-
-def machine_path_problems(data: Any, file: Path) -> list[Problem]:
-    problems = []
-    for parts, _key, value in walk_document(data):
-        if not isinstance(value, str) or "://" in value:
-            continue
-        for pattern, what in MACHINE_PATHS:
-            if pattern.search(value):
-                problems.append(Problem(file, json_path(parts), f"{value!r} is {what}, which exists on one machine "
-                                        "only; use a path relative to the project root"))
-                break
-    return problems
+    return secret_file_warnings(names) + name_warnings(names) + sample_warnings(root.resolve(), sample)
 
 
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
@@ -281,21 +273,6 @@ def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     return Path(value) if found else None
 
 
-def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
-    """kdkit.json's "acceptance" judged as `kdkit diagnose --accept` judges it before its load: rules kdkit
-    ships, values of their kind, a source without a credential (kdkit.probe.diagnose.points)."""
-    if "acceptance" not in project:
-        return []
-    from kdkit.probe.diagnose.points import check_overrides
-
-    try:
-        check_overrides(project["acceptance"], "$.acceptance")
-    except BadInput as exc:
-        where, _sep, message = str(exc).partition(": ")
-        return [Problem(Path("kdkit.json"), where, message)]
-    return []
-
-
 def _backend_problems(root: Path, project: dict[str, Any]) -> list[Problem]:
     """Each backend's lock inside the project, its torch index a URL every tool reads alike."""
     problems: list[Problem] = []
@@ -308,49 +285,30 @@ def _backend_problems(root: Path, project: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> list[Problem]:
-    """``load`` (the config's own model) on ``rel``: its message, one Problem at the JSON path or line it names."""
-    try:
-        load(root / rel)
-    except BadInput as exc:
-        said = str(exc).removeprefix(f"{root / rel}").removeprefix(f"{rel}")
-        placed = re.match(r":(\d+):(\d+): (.*)", said)  # the strict reader's line and column
-        where, _sep, message = said.removeprefix(": ").partition(": ")
-        return [Problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
-                Problem(rel, where, message) if where.startswith("$") else Problem(rel, "$", str(exc))]
-    return []
-
-
-def campaign_train_problems(root: Path) -> list[Problem]:
-    """campaign.json (kdkit.config.campaign: its schema, then its rules), config/train.json (the train model,
-    kdkit.core.trainconfig) and config/service.json (kdkit.core.serviceconfig), each when the project has one."""
-    from kdkit.config.campaign import CAMPAIGN, read_problems
-    from kdkit.core.serviceconfig import SERVICE_CONFIG, load_service
-    from kdkit.core.trainconfig import load_train_config
-
-    problems: list[Problem] = []
-    rel = Path(CAMPAIGN)
-    if (root / rel).exists() or (root / rel).is_symlink():
-        data, problems = read_problems(root, rel)
-        if data is not None:
-            problems += machine_path_problems(data, rel) + secret_problems(data, rel)
-    for config, load in ((Path("config/train.json"), load_train_config), (Path(SERVICE_CONFIG), load_service)):
-        if (root / config).exists():
-            problems += _loader_problems(root, config, load)
-    return problems
-
-
 def validate_project(root: Path) -> list[Problem]:
     """Every problem of the project at ``root``; an empty list means valid.
 
     A file whose shape is wrong is still followed as far as its keys allow, so
     one run lists the problems of every file, not just of the first.
     """
+    return validated(root)[0]
+
+
+def check_project(root: Path) -> tuple[list[Problem], list[Problem]]:
+    """`kdkit validate`'s (problems, warnings) of the project at ``root``: the warnings about its files' names
+    and its pilot sample (file_warnings), the sample as the problems' check read it (read once)."""
+    problems, sample = validated(root)
+    return problems, file_warnings(root, sample)
+
+
+def validated(root: Path) -> tuple[list[Problem], PilotSample | None]:
+    """Every problem of the project at ``root``, and its pilot sample when no problem lies in the pilot config
+    or its manifest (the documents read by the checks, for sample_warnings)."""
     root = root.resolve()
     problems: list[Problem] = []
     project, project_ok = _check_document(root, Path("kdkit.json"), "kdkit", problems)
     if project is None:
-        return problems
+        return problems, None
     problems += path_problems(root, project, Path("kdkit.json"), {"requirements": True, "pilot_config": True})
     for text in requirement_texts(root, project):
         problems += text_secret_problems(root, text)
@@ -365,20 +323,26 @@ def validate_project(root: Path) -> list[Problem]:
     problems += campaign_train_problems(root)
     pilot_rel = _named_file(root, project, "pilot_config")
     if pilot_rel is None:
-        return problems
+        return problems, None
+    found, sample = _pilot_problems(root, project, pilot_rel)
+    return problems + found, sample
+
+
+def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tuple[list[Problem], PilotSample | None]:
+    """The problems of the pilot config and its manifest, and the sample they name when there are none."""
+    problems: list[Problem] = []
     pilot, pilot_ok = _check_document(root, pilot_rel, "pilot", problems)
     if pilot is None:
-        return problems
+        return problems, None
     problems += path_problems(root, pilot, pilot_rel, {"inputs": True, "manifest": True, "runs": False})
     if pilot_ok and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
         problems.append(Problem(pilot_rel, "$.runs", problem))
     problems += entry_problems(root, pilot, pilot_rel)
-    deep, output = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None)
+    deep, output, reading = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None, None)
     problems += deep
-
     manifest_rel = _named_file(root, pilot, "manifest")
-    if manifest_rel is None:
-        return problems
+    if manifest_rel is None:  # a full corpus, not a sample
+        return problems, None
     manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
     if manifest is not None and manifest_ok:
         categories = (list(output.categories) if output is not None else pilot.get("categories")) if pilot_ok \
@@ -387,4 +351,8 @@ def validate_project(root: Path) -> list[Problem]:
         inputs = real_inside(root, root / named) if isinstance(named, str) and not config_path_problem(named) else None
         problems += manifest_problems(root, manifest, manifest_rel, categories, inputs,
                                       folder=not isinstance(named, dict), output=output)
-    return problems
+    if problems or not (pilot_ok and manifest_ok):
+        return problems, None
+    documents = reading[1] if reading is not None else FolderDocuments(manifest["documents"],
+                                                                        (root / manifest_rel).parent)
+    return problems, PilotSample(pilot, root / manifest_rel, documents)
