@@ -207,3 +207,18 @@ def test_the_windows_screen_finds_what_windows_problem_finds(names: list[str]) -
     from kdkit.project.names import _all_fine
 
     assert _all_fine(names) == (not any(windows_problem(part) for rel in names for part in rel.split("/")))
+
+
+def test_a_probe_is_placed_by_where_its_run_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pattern whose longest literal both starts and ends it (``a*a``) is probed where that run stands: a line
+    break before it, none after (a line ``abca`` holds ``\\na``, not ``\\na\\n``)."""
+    from kdkit.project import names as module
+
+    monkeypatch.setattr(module, "SECRET_FILES", (("ab*ab", "a test pattern"), ("x?yy", "another")))
+    module._probes.cache_clear()
+    try:
+        assert not module._no_secret_names(["d/abcab"]) and not module._no_secret_names(["x1yy"])
+        assert module._no_secret_names(["d/abc", "ab", "xyy"])
+    finally:
+        monkeypatch.undo()
+        module._probes.cache_clear()

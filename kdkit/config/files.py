@@ -82,7 +82,7 @@ class AllowList:
             top = str(value).split(":", 1)[0].split(".", 1)[0] if isinstance(value, str) else ""
             if DOTTED.fullmatch(top):  # the importable package or module the configs name
                 places += [top, f"{top}.py"]
-        runs = _relative(root, require({"runs": "runs", **pilot}, "runs", str, pilot_file), pilot_file, "$.runs")
+        runs = _relative(root, require(pilot, "runs", str, pilot_file), pilot_file, "$.runs")
         if (problem := runs_problem(root, runs, places)) is not None:  # the pilot's own rule, on all it carries
             raise BadInput(f"{pilot_file}: $.runs: {problem}")
         return cls(tuple(dict.fromkeys(places)), runs)

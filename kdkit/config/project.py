@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,12 @@ class Project:
     def pilot_config(self) -> dict[str, Any]:
         """The pilot config, held to the pilot's own model (kdkit.core.pilotconfig) as `kdkit validate` and the
         pilot hold it: a host command (bundle, run) never uses a value the pilot would refuse, such as a path
-        outside the safe set, even in a config edited after `kdkit validate`."""
+        outside the safe set, even in a config edited after `kdkit validate`. Read once per Project (made once
+        where a command starts): every part of the command sees the same config."""
+        return self._pilot
+
+    @cached_property
+    def _pilot(self) -> dict[str, Any]:
         data = load_json(self.pilot_config_path, what="pilot config")
         if not isinstance(data, dict):
             raise BadInput(f"{self.pilot_config_path}: $: expected an object; run `kdkit validate`")

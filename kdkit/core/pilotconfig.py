@@ -248,7 +248,7 @@ def runs_folder_problem(root: Path, data: dict[str, Any], extra: tuple[str, ...]
     """:func:`kdkit.core.projectfiles.runs_problem` for the pilot config ``data`` (its model already passed):
     ``runs`` apart from the project's folders, what the config names (:func:`places`), and ``extra`` (what
     other configs name: the bundle's allow-list)."""
-    return runs_problem(root, str(data.get("runs", "runs")), (*places(data), *extra))
+    return runs_problem(root, str(data["runs"]), (*places(data), *extra))
 
 
 def entry_file(root: Path, entry: str) -> Path | None:

@@ -178,7 +178,8 @@ def copy_while_waiting(dest: str | None, every: float, runs: Path, run_id: str, 
 
 def ended_folders(runs: Path, run_id: str) -> list[Path]:
     """The folders of an ended run that travel: its own, or its workers' and their gathering."""
-    from kdkit.machine.watch import folders_of, gathered_folder
+    from kdkit.core.runid import gathered_folder
+    from kdkit.machine.watch import folders_of
 
     gathered = runs / gathered_folder(run_id)
     return folders_of(runs, run_id) + ([gathered] if gathered.is_dir() else [])

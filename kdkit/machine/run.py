@@ -345,7 +345,7 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     access = device_access(chosen, host, wanted_gpus, facts.labels)
     pilot = project.pilot_config()
     inputs = inside_project(project, inputs_folder(pilot), "inputs")  # a JSONL corpus: its folder
-    runs = inside_project(project, str(pilot.get("runs", "runs")), "runs")
+    runs = inside_project(project, str(pilot["runs"]), "runs")
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)

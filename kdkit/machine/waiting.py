@@ -20,15 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
+from kdkit.core.runid import check_run_id, gathered_folder
 from kdkit.machine.watch import (
     LABEL_PROJECT,
     LABEL_ROLE,
     LABEL_RUN,
     WAIT_POLL_S,
     Place,
-    check_run_id,
     folders_of,
-    gathered_folder,
     run_status,
 )
 

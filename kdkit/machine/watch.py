@@ -23,6 +23,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import age_seconds, process_alive, read_heartbeat
+from kdkit.core.runid import check_run_id, gathered_folder  # one rule of a run ID, one folder name
 from kdkit.docker_adapter import Labelled, labelled_containers
 
 # kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it stands on:
@@ -36,19 +37,6 @@ WAIT_POLL_S = 1.0
 
 
 # ---------------------------------------------------------------- naming and labelling
-
-
-def check_run_id(run_id: str, option: str) -> str:
-    """kdkit.core.runid.check_run_id's rule and words, repeated to keep `kdkit status` light (``option``: "RUN_ID ")."""
-    from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
-
-    if not is_safe_id(run_id):
-        raise BadInput(f"{option}{run_id!r}: not a valid run ID; {SAFE_ID_RULE}")
-    return run_id
-
-
-def gathered_folder(run_id: str) -> str:
-    return f"{run_id}-gathered"
 
 
 def labels_for(project_root: Path, run_id: str | None, role: str) -> dict[str, str]:

@@ -271,7 +271,7 @@ def runs_folder(project: Project) -> Path:
     from kdkit.core.projectfiles import config_path, require_real_inside
 
     data, where = project.pilot_config(), project.pilot_config_path
-    runs = config_path(project.root, str(data.get("runs", "runs")), where, "$.runs")
+    runs = config_path(project.root, str(data["runs"]), where, "$.runs")
     require_real_inside(project.root, runs, where, "$.runs")
     return runs
 

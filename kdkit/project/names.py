@@ -165,8 +165,9 @@ def _probes() -> tuple[tuple[str, int, re.Pattern[str]], ...]:
     where the run starts within the probe; and the pattern as fnmatch matches a whole name."""
     probes = []
     for pattern, _what in SECRET_FILES:
-        run = max(re.split(r"[*?]", pattern), key=len)
-        lead, trail = pattern.startswith(run), pattern.endswith(run)
+        runs = re.split(r"[*?]", pattern)
+        at = max(range(len(runs)), key=lambda n: len(runs[n]))
+        run, lead, trail = runs[at], at == 0, at == len(runs) - 1  # the first run starts the pattern
         probe = ("\n" if lead else "") + run + ("\n" if trail else "")
         probes.append((probe, int(lead), re.compile(fnmatch.translate(pattern))))
     return tuple(probes)
