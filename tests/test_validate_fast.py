@@ -14,6 +14,7 @@ import pytest
 
 from kdkit.config.files import project_names, walk_project
 from kdkit.core.credentials import find, secret_file
+from kdkit.core.errors import BadInput
 from kdkit.project import pilotchecks, validate
 from kdkit.project.names import name_warnings, secret_file_warnings, windows_problem
 
@@ -222,3 +223,39 @@ def test_a_probe_is_placed_by_where_its_run_stands(monkeypatch: pytest.MonkeyPat
     finally:
         monkeypatch.undo()
         module._probes.cache_clear()
+
+
+def _config(project: Path, **changes: object) -> None:
+    path = project / "config" / "pilot.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_inputs_named_through_a_link_are_refused_as_the_pilot_refuses_them(project: Path) -> None:
+    """The pilot compares the manifest's folder with the inputs folder as written; validate's checks resolve links.
+    Named through a link to the manifest's own folder, the inputs folder holds no entry for the pilot: validate
+    must say so (it called the project valid, and warned about a sample the pilot would not load)."""
+    from kdkit.core.pilotconfig import load_pilot
+
+    os.symlink("pilot", project / "data" / "link")
+    _config(project, inputs="data/link", max_input_bytes=1 << 30)
+    with pytest.raises(BadInput, match="not inside the inputs folder") as refused:
+        load_pilot(project)
+    problems, sample = validate.validated(project)
+    assert [(str(p.file), p.where) for p in problems] == [("data/pilot/manifest.json", "$.documents[0].file")]
+    assert problems[0].message in str(refused.value) and sample is None
+
+
+def test_a_manifest_above_its_inputs_folder_is_read_by_the_pilots_reader(project: Path) -> None:
+    """A manifest in the folder above the inputs (entries "pilot/doc-01.txt") is a layout the pilot reads: validate
+    judges its sample from the documents the pilot's own reader makes."""
+    from kdkit.core.pilotconfig import load_pilot
+
+    pilot = project / "data" / "pilot"
+    data = json.loads((pilot / "manifest.json").read_text())
+    for doc in data["documents"]:
+        doc["file"] = f"pilot/{doc['file']}"
+    (project / "data" / "manifest.json").write_text(json.dumps(data))
+    _config(project, manifest="data/manifest.json")
+    problems, sample = validate.validated(project)
+    assert problems == [] and sample is not None
+    assert list(sample.documents) == list(load_pilot(project.resolve()).documents)

@@ -14,7 +14,9 @@ real project has a ``.env``, and `kdkit bundle` leaves them out.
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -28,13 +30,14 @@ from kdkit.config.schemas import (
 from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import parse_json, read_text_file
-from kdkit.core.pilotconfig import config_problems, entry_problem, runs_folder_problem
+from kdkit.core.pilotconfig import config_problems, entry_problem, load_documents, runs_folder_problem
 from kdkit.core.pilotkeys import Output
-from kdkit.core.pilotmanifest import PLAIN_NAME, expected_problem
+from kdkit.core.pilotmanifest import PLAIN_NAME, Document, expected_problem
 from kdkit.core.projectfiles import (
     SAFE_ID_RULE,
     config_path_problem,
     is_safe_id,
+    is_within,
     named_places,
     path_problem,
     real_inside,
@@ -48,6 +51,7 @@ from kdkit.project.pilotchecks import (
     deep_problems,
     plain_documents,
     plain_files,
+    refused,
     sample_warnings,
 )
 
@@ -353,6 +357,24 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
                                       folder=not isinstance(named, dict), output=output)
     if problems or not (pilot_ok and manifest_ok):
         return problems, None
-    documents = reading[1] if reading is not None else FolderDocuments(manifest["documents"],
-                                                                        (root / manifest_rel).parent)
-    return problems, PilotSample(pilot, root / manifest_rel, documents)
+    if reading is not None:  # a JSONL corpus: the documents the pilot's reader made
+        return problems, PilotSample(pilot, root / manifest_rel, reading[1])
+    refusal, documents = _folder_documents(root, pilot, pilot_rel, manifest, manifest_rel, output)
+    return problems + refusal, PilotSample(pilot, root / manifest_rel, documents) if documents is not None else None
+
+
+def _folder_documents(root: Path, pilot: dict[str, Any], pilot_rel: Path, manifest: dict[str, Any],
+                      manifest_rel: Path, output: Output | None) -> tuple[list[Problem], Iterable[Document] | None]:
+    """A folder manifest's documents, once validate found no problem in it. The pilot compares the manifest's
+    folder with the inputs folder as the config writes them (links not followed), where validate's checks
+    resolve links: a manifest not within the inputs folder so (a rare layout, such as inputs named through a
+    link) is read by the pilot's own reader, whose refusal is a problem."""
+    folder = os.path.normpath(root / manifest_rel.parent)
+    if is_within(folder, os.path.normpath(root / str(pilot["inputs"]))):
+        return [], FolderDocuments(manifest["documents"], Path(folder))
+    if output is None:
+        return [], None
+    try:
+        return [], load_documents(root, pilot, root / pilot_rel, output)[2]
+    except BadInput as exc:
+        return [refused(root, exc, pilot_rel)], None
