@@ -47,9 +47,6 @@ SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_b
                 f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
 
 
-Reading = tuple[Path | None, Sequence[Document]] | None
-
-
 def refused(root: Path, exc: BadInput, file: Path) -> Problem:
     """A reader's one line ("FILE: PLACE: MESSAGE", or strict JSON's "FILE:LINE:COLUMN: MESSAGE") as a Problem
     of the file it names (else of ``file``)."""
@@ -82,10 +79,10 @@ def places(pilot: dict[str, Any]) -> dict[str, str]:
             if isinstance(value, str) and config_path_problem(value) is None}
 
 
-def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Problem], Output | None, Reading]:
+def deep_problems(root: Path, pilot: dict[str, Any],
+                  rel: Path) -> tuple[list[Problem], Output | None, Sequence[Document] | None]:
     """What the pilot's readers refuse in the places a valid config names (one problem per reader), the
-    declared output (None when it could not be read) and, for a JSONL corpus the reader took, (its manifest or
-    None, its documents)."""
+    declared output (None when it could not be read) and, for a JSONL corpus the reader took, its documents."""
     path = root / rel
     problems = []
     for where, value in places(pilot).items():
@@ -99,16 +96,15 @@ def deep_problems(root: Path, pilot: dict[str, Any], rel: Path) -> tuple[list[Pr
         problems.append(Problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
     if any(p.where != "$.quality.scorer" for p in problems):
         return problems, None, None
-    output, reading = None, None
+    output, documents = None, None
     try:
         output = load_output(root, pilot, path)
         load_model(root, pilot, path, digest=False)
         if isinstance(pilot["inputs"], dict):
-            _inputs, manifest, documents = load_documents(root, pilot, path, output)
-            reading = manifest, documents
+            documents = load_documents(root, pilot, path, output)[2]
     except BadInput as exc:
         problems.append(refused(root, exc, rel))
-    return problems, output, reading
+    return problems, output, documents
 
 
 def plain_documents(data: Any) -> bool:
@@ -213,10 +209,11 @@ def _sizes(documents: Iterable[Document], limit: int) -> tuple[bool, bool, bool]
 
 class PilotSample(NamedTuple):
     """The pilot's inputs as `kdkit validate` read them, when it found no problem in the pilot config and its
-    manifest: the config, the manifest (absolute; None for a JSONL corpus without one) and the documents."""
+    manifest: the config, the manifest (absolute) and the documents. A JSONL corpus without a manifest is a full
+    corpus, not a sample: it has none."""
 
     config: dict[str, Any]
-    manifest: Path | None
+    manifest: Path
     documents: Iterable[Document]  # iterated more than once
 
 
@@ -236,8 +233,8 @@ class FolderDocuments:
 
 def sample_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
     """What a pilot sample lacks of SAMPLE_RULES, as one warning; nothing when validate could not read the
-    sample (``sample`` None) or for a full corpus (no manifest, or no expectations)."""
-    if sample is None or sample.manifest is None:
+    sample (``sample`` None) or for a full corpus (no expectations)."""
+    if sample is None:
         return []
     data, documents = sample.config, sample.documents
     if not any(d.label is not None or d.expected is not None or d.expect == "reject" for d in documents):

@@ -100,14 +100,14 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def file_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
-    """Warnings about the names of the project's files, from one walk of it: named like secrets (a project has a
-    .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what the pilot ``sample`` lacks
-    (kdkit.project.pilotchecks.sample_warnings). Never problems."""
+    """Warnings about the names of the project's files (``root``, resolved), from one walk of it: named like
+    secrets (a project has a .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what the
+    pilot ``sample`` lacks (kdkit.project.pilotchecks.sample_warnings). Never problems."""
     from kdkit.config.files import project_names
     from kdkit.project.names import name_warnings
 
-    names = list(project_names(root.resolve()))
-    return secret_file_warnings(names) + name_warnings(names) + sample_warnings(root.resolve(), sample)
+    names = list(project_names(root))
+    return secret_file_warnings(names) + name_warnings(names) + sample_warnings(root, sample)
 
 
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
@@ -301,6 +301,7 @@ def validate_project(root: Path) -> list[Problem]:
 def check_project(root: Path) -> tuple[list[Problem], list[Problem]]:
     """`kdkit validate`'s (problems, warnings) of the project at ``root``: the warnings about its files' names
     and its pilot sample (file_warnings), the sample as the problems' check read it (read once)."""
+    root = root.resolve()
     problems, sample = validated(root)
     return problems, file_warnings(root, sample)
 
@@ -342,7 +343,7 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
     if pilot_ok and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
         problems.append(Problem(pilot_rel, "$.runs", problem))
     problems += entry_problems(root, pilot, pilot_rel)
-    deep, output, reading = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None, None)
+    deep, output, corpus = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None, None)
     problems += deep
     manifest_rel = _named_file(root, pilot, "manifest")
     if manifest_rel is None:  # a full corpus, not a sample
@@ -357,8 +358,8 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
                                       folder=not isinstance(named, dict), output=output)
     if problems or not (pilot_ok and manifest_ok):
         return problems, None
-    if reading is not None:  # a JSONL corpus: the documents the pilot's reader made
-        return problems, PilotSample(pilot, root / manifest_rel, reading[1])
+    if corpus is not None:  # a JSONL corpus: the documents the pilot's reader made
+        return problems, PilotSample(pilot, root / manifest_rel, corpus)
     refusal, documents = _folder_documents(root, pilot, pilot_rel, manifest, manifest_rel, output)
     return problems + refusal, PilotSample(pilot, root / manifest_rel, documents) if documents is not None else None
 
