@@ -19,7 +19,7 @@ from kdkit.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-# The end-to-end image (tests/test_images.py, tests/test_workers.py): one per session, see `built`.
+# The end-to-end image (tests/image/test_images.py, tests/machine/test_workers.py): one per session, see `built`.
 BASE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
 TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -28,7 +28,7 @@ def plain(value: object) -> Text:
 def say(text: object = "", err: bool = False, nl: bool = True) -> None:
     """The one way the CLI prints a text line (stdout, or stderr with ``err``): every control character in it is
     shown escaped (``printable``: a path, a name, an app's reason holds ESC, CR or U+009B), kdkit's own newlines
-    between lines kept. tests/test_cli_printing.py holds every other CLI module to it."""
+    between lines kept. tests/cli/test_cli_printing.py holds every other CLI module to it."""
     click.echo(printable(text, lines=True), err=err, nl=nl)
 
 

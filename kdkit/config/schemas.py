@@ -85,7 +85,7 @@ def _validator(name: str) -> Any:
     from jsonschema import Draft202012Validator, validators
 
     with schema_path(name).open(encoding="utf-8") as handle:
-        schema = json.load(handle)  # a valid draft 2020-12 schema: tests/test_shipped_schemas.py checks each
+        schema = json.load(handle)  # a valid draft 2020-12 schema: tests/config/test_shipped_schemas.py checks each
     strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern, "format": _project_path})
     return strict(schema)
 

@@ -150,7 +150,7 @@ def config_file(root: Path, given: Path | None) -> Path:
 # ---------------------------------------------------------------- the one model of the pilot config
 # `kdkit validate` reports every problem this model finds (config_problems) and the pilot refuses
 # to start on the first (load_pilot): the two cannot disagree. schemas/pilot.schema.json says the
-# same for editors; tests/test_pilot_config_model.py holds the schema to this model.
+# same for editors; tests/core/test_pilot_config_model.py holds the schema to this model.
 
 MAX_SECONDS = 10 * 365 * 24 * 3600  # a stop rule beyond ten years is a typo (null means no limit)
 

@@ -6,7 +6,7 @@ self-contained subset: parsing, normalization, ordering, and the specifier
 operators that appear in PEP 508 markers (``<``, ``<=``, ``>``, ``>=``,
 ``==`` with ``.*``, ``!=``, ``~=``, ``===``), with PEP 440's exclusive ``<V`` and ``>V``
 (no pre-release of V below it, no post-release or local version of V above it).
-pypa/packaging is the reference: tests/test_packaging_vectors.py runs its own test vectors
+pypa/packaging is the reference: tests/core/test_packaging_vectors.py runs its own test vectors
 against this module with packaging as the oracle, and lists where kdkit deliberately differs.
 """
 

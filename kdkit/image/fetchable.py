@@ -91,7 +91,8 @@ def build_trust(ca_bundle: Path | None) -> tuple[str | None, str]:
 def _public_ca_list() -> Path | None:
     """certifi's cacert.pem, pip's vendored copy or the package's, looked for on sys.path as files: neither
     imported nor asked of the import system (setuptools' distutils shim, asked for pip, disables the stdlib's
-    distutils in this process, and torch.compile then fails: tests/test_diagnose.py::test_deep_compiles_on_cpu)."""
+    distutils in this process, and torch.compile then fails:
+    tests/probe/diagnose/test_diagnose.py::test_deep_compiles_on_cpu)."""
     for entry in sys.path:
         for below in (("pip", "_vendor", "certifi"), ("certifi",)):
             candidate = Path(entry or ".").joinpath(*below, "cacert.pem")

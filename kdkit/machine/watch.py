@@ -27,7 +27,7 @@ from kdkit.core.runid import check_run_id, gathered_folder  # one rule of a run 
 from kdkit.docker_adapter import Labelled, labelled_containers
 
 # kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it stands on:
-# a third of status's 150 ms); tests/test_heartbeat.py checks that they agree.
+# a third of status's 150 ms); tests/core/test_heartbeat.py checks that they agree.
 PARAMS, STOP, SUMMARY, KIND, TRAIN = "params.json", "stop.json", "summary.json", "kind", "train"
 WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
 RUN_ID_VAR = "KDKIT_RUN_ID"  # kdkit.probe.pilot.launchers.RUN_ID_VAR: the pilot names its folder with it

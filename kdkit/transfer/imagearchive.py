@@ -37,7 +37,7 @@ HELD = (MANIFEST, INDEX, REPOSITORIES)  # the members that name images: read who
 HELD_LIMIT = 1 << 20  # one image's manifest.json is a few hundred bytes
 # Past deflate's own limit (1032:1, https://zlib.net/zlib_tech.html), so a gzip bundle never reaches it:
 # an image that is mostly zeros can always be bundled with --compressor gzip. zstd -3 reaches ~32000:1 on zeros
-# (1 GiB in 33,679 bytes: the bomb of tests/test_load_hostile.py).
+# (1 GiB in 33,679 bytes: the bomb of tests/transfer/test_load_hostile.py).
 MAX_RATIO = 2000
 SLACK = 64 << 20  # what a tiny archive may reach whatever its ratio
 CHUNK = 1 << 20

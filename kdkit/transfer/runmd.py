@@ -1,7 +1,7 @@
 """RUN.md: the commands for the rented machine, in the order a person types them.
 
 Every indented block is a shell block that runs as written from the bundle's folder (a test extracts
-and runs them: tests/test_rented.py), for each path the bundle serves:
+and runs them: tests/transfer/test_rented.py), for each path the bundle serves:
 
 * **with kdkit, with Docker**: kdkit from ``kdkit-wheels/`` (offline), then `kdkit load` and `kdkit run`,
   whose container is kdkit.image.container's spec with this host's facts;
@@ -18,7 +18,7 @@ followed with `kdkit status` and `kdkit wait`, then the evidence.
 
 Every value a block takes from the bundle (the lock, the runs folder, the image, kdkit-wheels/) is one
 shell word quoted with :func:`shlex.quote`, even though kdkit's configs already hold paths to a safe set
-(kdkit.core.projectfiles.SAFE_PATH): what a config says is never run (tests/test_hostile_config_values.py).
+(kdkit.core.projectfiles.SAFE_PATH): what a config says is never run (tests/config/test_hostile_config_values.py).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
 
 # Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load` re-checks it).
 EVIDENCE = "../kdkit-evidence"  # a copy on the same machine: the paths without kdkit, and the fallback
-BACKUP = "user@backup-host:kdkit-evidence"  # a place off the machine, written by the user (tests/test_rented.py
-# puts its SSH server there)
+# A place off the machine, written by the user (tests/transfer/test_rented.py puts its SSH server there).
+BACKUP = "user@backup-host:kdkit-evidence"
 ENV_FILE = "../.env"  # the user's secrets, made on the rented host, beside the bundle: never in it
 RUN_RECORD = "../kdkit-run.json"  # what `kdkit run --detach --json` printed: the run ID
 _RUN_ID = ("""run_id=$({python} -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])' """
