@@ -185,3 +185,20 @@ def valid_outside_git(project: Path) -> str:
     from kdkit.project.gitstate import NOT_GIT, START
 
     return f"Warning: {project}: git: {NOT_GIT}; start one there: `{START}`\n{project}: valid (1 warning(s))"
+
+
+@pytest.fixture
+def lock_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The real paths of the locks parsed while a test runs: each Lock made is counted, whatever module made it
+    (issue 30: a command parses its lock once)."""
+    from kdkit.core import lockmodel
+
+    made: list[str] = []
+    original = lockmodel.Lock.__init__
+
+    def counted(self: lockmodel.Lock, path: Any, *args: Any, **kwargs: Any) -> None:
+        made.append(os.path.realpath(path))
+        original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(lockmodel.Lock, "__init__", counted)
+    return made

@@ -48,10 +48,10 @@ from kdkit.image.labels import (
     recorded_arch,
 )
 from kdkit.image.layers import LOCK_FORMATS, builder_entries
-from kdkit.image.lockinput import LockInput, read_inputs
 from kdkit.image.pipcause import first_cause
 from kdkit.image.preflight import check_ca_bundle, refuse_machine_local
 from kdkit.image.pylockparts import download_pip, plan_pylock_build, require_image_python
+from kdkit.lock.locked import LockInput, read_locked
 from kdkit.lock.wheelhouse import offline_build, wheelhouse_files
 
 INCLUDE = re.compile(r"^# kdkit:include (?P<name>\S+)[ \t]*$", re.MULTILINE)
@@ -156,7 +156,7 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     chosen = project.backend(backend)
     if lock_format == "pylock":
         require_image_python(project.python, chosen.pylock, chosen.lock)
-    inputs = read_inputs(project, chosen, lock_format)
+    inputs = read_locked(project, chosen, lock_format).inputs
     lock = inputs[0]
     pip = plan_pylock_build(project, lock, wheelhouse is not None) if lock_format == "pylock" else None
     labels = image_labels(project, chosen, lock.sha256, lock.path, lock.lock)

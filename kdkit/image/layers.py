@@ -31,7 +31,7 @@ from kdkit.core.jsonio import read_text_file
 from kdkit.core.lockfile import Lock, normalize_name, parse_lock_text
 
 if TYPE_CHECKING:
-    from kdkit.image.lockinput import LockInput
+    from kdkit.lock.locked import LockInput
 
 # The locks `kdkit build` installs from (--lock-format): the requirements lock, split here, or the backend's
 # PEP 751 lock, split by kdkit.image.pylockparts.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kdkit.core.errors import BadInput
 from kdkit.core.lockfile import machine_local
-from kdkit.image.lockinput import LockInput
+from kdkit.lock.locked import LockInput
 
 PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----")
 

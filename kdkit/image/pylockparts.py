@@ -47,7 +47,7 @@ from kdkit.image.layers import ca_entries, is_seed, split_files, torch_keys
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
-    from kdkit.image.lockinput import LockInput
+    from kdkit.lock.locked import LockInput
 
 PIP_FLOOR = "26.1"  # the first pip that installs from a pylock (its changelog, 26.1: "-r pylock.toml")
 PYTHON_FLOOR = (3, 11)  # the image's verify-env reads the pylock with tomllib, new in Python 3.11
@@ -114,7 +114,7 @@ def check_pylock(lock: Lock, python: str, local_files_ok: bool, data: dict[str, 
 
 def plan_pylock_build(project: Project, pylock: LockInput, wheelhouse: bool) -> str:
     """What a build from the backend's pylock needs, checked before any build (its Python and freshness were,
-    as it was read: kdkit.image.lockinput.read_inputs): every installed file hashed and reachable, and a pip that
+    as it was read: kdkit.lock.locked.read_locked): every installed file hashed and reachable, and a pip that
     installs from it (its version, returned)."""
     check_pylock(pylock.lock, project.python, wheelhouse, _loads(pylock.text))
     return installer_pip()

@@ -20,6 +20,7 @@ ROCm wheels: their gfx targets are compiled into ``torch/lib/libtorch_python.so`
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import struct
 import time
@@ -27,12 +28,12 @@ import urllib.error
 import urllib.request
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from kdkit.core.builds import parse_label
 from kdkit.core.credentials import redact
 from kdkit.core.errors import KdkitError
+from kdkit.core.lockfile import Lock
 from kdkit.core.safetext import printable
 from kdkit.core.versions import InvalidVersion, Version
 from kdkit.facts.platforms import image_environment, linux_arch
@@ -334,24 +335,22 @@ def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFil
             f"{wanted.target[0]} {wanted.target[1]}")
 
 
-def _locked_file(lock_path: Path, python: str, network: Network) -> tuple[IndexFile, str | None] | str:
+def _locked_file(lock: Lock, python: str, network: Network) -> tuple[IndexFile, str | None] | str:
     """The index file of the lock's torch pin for the image and the credentials it may carry, or why there
     is none (one line). A URL urlsplit refuses (``http://[::1/simple``) is a reason, never a traceback."""
-    from kdkit.core.lockfile import parse_lock
-
+    name = os.path.basename(lock.path)
     try:
-        lock = parse_lock(lock_path)
         platform = lock.header.get("platform", "")
         pin = lock.pin_for("torch", image_environment(python, platform))
     except KdkitError as exc:
         return str(exc)
     hashes = frozenset(h[7:].lower() for h in (pin.hashes if pin else []) if h.startswith("sha256:"))
     if pin is None or not hashes:
-        return f"{lock_path.name} gives no sha256 of its torch file"
+        return f"{name} gives no sha256 of its torch file"
     indexes = [value for option, value in lock.options if option in ("--index-url", "-i", "--extra-index-url")
                and value.startswith(("http://", "https://"))]
     if not indexes:
-        return f"{lock_path.name} names no http(s) index to read the wheel from"
+        return f"{name} names no http(s) index to read the wheel from"
     wanted = _Wanted(hashes, pin.version, python, ("linux", linux_arch(platform)[0] or "x86_64"),
                      lock.header.get("torch-source", ""))
     failures = []
@@ -366,15 +365,15 @@ def _locked_file(lock_path: Path, python: str, network: Network) -> tuple[IndexF
     return "; ".join(failures)
 
 
-def read_locked_wheel(lock_path: Path, python: str, label: str, network: Network | None = None) -> WheelReading:
-    """The arch list of the torch wheel ``lock_path`` pins for the image (CPython ``python``), read from its
+def read_locked_wheel(lock: Lock, python: str, label: str, network: Network | None = None) -> WheelReading:
+    """The arch list of the torch wheel the parsed ``lock`` pins for the image (CPython ``python``), read from its
     index with range requests; None and the reason when the index, the wheel or the member is not there."""
     parsed = parse_label(label)
     if parsed is None or parsed[0] != "cuda":
         return WheelReading(None, f"a {label} wheel lists its targets only inside torch/lib/libtorch_python.so; "
                                   "kdkit reads the header of CUDA wheels only")
     network = network or Network(timeout=REQUEST_TIMEOUT)
-    found = _locked_file(lock_path, python, network)
+    found = _locked_file(lock, python, network)
     if isinstance(found, str):
         return WheelReading(None, found)
     return read_wheel_arch(found[0].url, network, found[0].filename, found[1])

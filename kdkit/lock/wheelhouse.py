@@ -93,12 +93,12 @@ def _accept(staging: Path, out: Path, hashes: dict[str, str]) -> list[tuple[str,
 def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
                         out: Path | None = None) -> Wheelhouse:
     """Download every locked file for ``backend`` into ``out`` (default ``wheelhouse/<backend>``)."""
-    from kdkit.lock.staleness import require_fresh_lock
+    from kdkit.lock.locked import read_locked
 
     project = load_project(project_dir)
     chosen = project.backend(backend)
-    lock = require_fresh_lock(project, chosen.name)
-    hashes = locked_hashes(parse_lock(lock))
+    read = read_locked(project, chosen).requirements  # read once: checked fresh, parsed
+    lock, hashes = read.path, locked_hashes(read.lock)
     folder = (out or default_folder(project, chosen.name)).resolve()
     folder.parent.mkdir(parents=True, exist_ok=True)
     with staged_beside(folder) as staged:  # never published: the files move out of it, and it is removed

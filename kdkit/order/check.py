@@ -29,6 +29,7 @@ from kdkit.core.builds import (
     version_tuple,
 )
 from kdkit.core.errors import BadInput
+from kdkit.core.lockfile import Lock, parse_lock
 from kdkit.core.safetext import printable
 from kdkit.facts.catalog import Catalog, Offer, load_catalog
 from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
@@ -281,15 +282,13 @@ def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[
 # ---------------------------------------------------------------- what is judged
 
 
-def lock_subject(lock_path: Path, relative: str, backend: str, python: str,
+def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
                  pairings: Pairings | None = None) -> Subject | Point:
-    """The lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock for several
-    environments pins one torch per marker) as a subject, or the failing point that stops the check."""
-    from kdkit.core.lockfile import parse_lock
-
-    if not lock_path.is_file():
+    """The parsed lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock for several
+    environments pins one torch per marker) as a subject, or the failing point that stops the check (None: no
+    lock yet)."""
+    if lock is None:
         return Point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
-    lock = parse_lock(lock_path)
     platform = lock.header.get("platform", "")
     pin = lock.pin_for("torch", image_environment(python, platform))
     if pin is None:
@@ -381,18 +380,19 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
         chosen = project.backend(backend or labels.get("dev.kdkit.backend") or offer.backend)
     else:
         chosen = project.backend(backend or offer.backend)
-    points = [_backend_point(offer, chosen.name, project)]
+    points, lock = [_backend_point(offer, chosen.name, project)], None
     if image is None:
         relative = chosen.lock.relative_to(project.root).as_posix() if chosen.lock.is_relative_to(project.root) \
             else str(chosen.lock)
-        found = lock_subject(chosen.lock, relative, chosen.name, project.python, pairings)
+        lock = parse_lock(chosen.lock) if chosen.lock.is_file() else None  # parsed once, here
+        found = lock_subject(lock, relative, chosen.name, project.python, pairings)
         if isinstance(found, Subject):
-            found = replace(found, wheel_lock=chosen.lock, python=project.python,
+            found = replace(found, wheel_lock=lock, python=project.python,
                             offline=offline or environ.get("KDKIT_OFFLINE", "").strip().lower() not in OFF)
         points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
     else:
         points, found = points + _subject_points(offer, subject, pairings), subject
-    points += [*extension_points(project, offer, found, image, chosen.lock), _memory_point(project, smallest),
+    points += [*extension_points(project, offer, found, lock), _memory_point(project, smallest),
                *choices]
     return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
             "lock": str(chosen.lock), "image": image, "ok": not any(blocks(p.name, p.status) for p in points),

@@ -5,7 +5,8 @@ import them without importing check back."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+
+from kdkit.core.lockfile import Lock
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Subject:
     arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
     arch_source: str = ""
     platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
-    wheel_lock: Path | None = None  # the lock whose torch wheel is read on its index (None: offline, or an image)
+    wheel_lock: Lock | None = None  # the lock whose torch wheel is read on its index (None: offline, or an image)
     python: str = ""  # the image's Python, which chooses that wheel
     pypi: bool = False  # a plain pin (PyPI's torch): its build is the pairings' ``pypi`` fact, not the index's
     offline: bool = False  # --offline or KDKIT_OFFLINE: the wheel is not read, the pairings answer

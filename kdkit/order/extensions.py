@@ -9,9 +9,8 @@ on arrival. A failing one does (exit 1).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kdkit.config.project import Project
+from kdkit.core.lockfile import Lock
 from kdkit.facts.catalog import Offer
 from kdkit.facts.extensions import (
     Extension,
@@ -33,17 +32,12 @@ def blocks(name: str, status: str) -> bool:
     return status == "fail" or (status == "unknown" and not name.startswith(PREFIX))
 
 
-def _lock_versions(lock_path: Path | None, python: str, facts: ExtensionFacts) -> dict[str, str]:
-    """{extension name: locked version (its local label included)} of the packages the lock pins for the image."""
-    from kdkit.core.errors import BadInput
-    from kdkit.core.lockfile import parse_lock
+def _lock_versions(lock: Lock | None, python: str, facts: ExtensionFacts) -> dict[str, str]:
+    """{extension name: locked version (its local label included)} of the packages the parsed lock pins for the
+    image (None: an image is judged, or there is no lock)."""
     from kdkit.facts.platforms import image_environment
 
-    if lock_path is None or not lock_path.is_file():
-        return {}
-    try:
-        lock = parse_lock(lock_path)
-    except BadInput:  # the lock point says what is wrong with it
+    if lock is None:
         return {}
     environment = image_environment(python, lock.header.get("platform", ""))
     found: dict[str, str] = {}
@@ -90,15 +84,14 @@ def _unknown_module(module: str) -> Point:
                  "`kdkit diagnose` on arrival imports it (and calls its smoke function when kdkit.json names one)")
 
 
-def extension_points(project: Project, offer: Offer, subject: Subject | Point, image: str | None,
-                     lock_path: Path) -> list[Point]:
-    """One point per extension kdkit.json lists or the lock pins (the lock's when no ``image`` is judged),
+def extension_points(project: Project, offer: Offer, subject: Subject | Point, lock: Lock | None) -> list[Point]:
+    """One point per extension kdkit.json lists or the parsed ``lock`` pins (None when an image is judged),
     each judged once; none when the lock itself failed (``subject`` is that failing point)."""
     if isinstance(subject, Point):
         return []
     where = subject.what
     facts = load_extension_facts()
-    versions = _lock_versions(None if image is not None else lock_path, project.python, facts)
+    versions = _lock_versions(lock, project.python, facts)
     points: dict[str, Point] = {}
     for item in project.extensions:
         module = str(item["module"])

@@ -43,7 +43,7 @@ from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import BadInput, CheckFailed, KdkitError, Unavailable
 from kdkit.core.git import checkout_state
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
-from kdkit.core.lockfile import Lock, machine_local, parse_lock
+from kdkit.core.lockfile import Lock, machine_local
 from kdkit.core.pilotconfig import inputs_folder, listing_file
 from kdkit.core.projectfiles import is_within
 from kdkit.core.report import Progress
@@ -260,17 +260,16 @@ def _plan(project: Project, backend: str | None, image: str | None, include_imag
           compressor: str, wheelhouse: Path | None) -> tuple[Source, AllowList, Packing, str]:
     """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image, compressor."""
     from kdkit.image.labels import default_tag
-    from kdkit.lock.staleness import require_fresh_lock
+    from kdkit.lock.locked import read_locked
 
-    chosen = project.backend(backend)
-    lock = require_fresh_lock(project, chosen.name)
-    parsed = parse_lock(lock)
-    source = Source(project, chosen.name, lock, sha256_file(lock), checkout_state(project.root), parsed,
-                    local_wheel_files(wheelhouse, parsed))
+    locked = read_locked(project, project.backend(backend))  # the lock read once: parsed, checked fresh, hashed
+    lock = locked.requirements
+    source = Source(project, locked.backend.name, lock.path, lock.sha256, checkout_state(project.root), lock.lock,
+                    local_wheel_files(wheelhouse, lock.lock))
     allow = AllowList.of(project)
     packing = plan_packing(project, allow, source.git)
     require_essentials(source, packing)
-    ref = image or default_tag(project, chosen.name, source.lock_sha256)
+    ref = image or default_tag(project, locked.backend.name, source.lock_sha256)
     if compressor not in COMPRESSORS:
         raise BadInput(f"--compressor {compressor}: choose one of {', '.join(COMPRESSORS)}")
     if include_image:

@@ -344,17 +344,17 @@ def test_the_torch_pin_is_the_one_for_the_image_among_several_under_markers(tmp_
         lock.write_text(f"# kdkit: platform = {platform}\n"
                         f'torch==2.12.0+cpu ; platform_machine == "x86_64" {hashed}\n'
                         f'torch==2.13.0+cpu ; platform_machine == "aarch64" {hashed}\n', encoding="utf-8")
-        subject = lock_subject(lock, "cpu.txt", "cpu", "3.11")
+        subject = lock_subject(parse_lock(lock), "cpu.txt", "cpu", "3.11")
         assert isinstance(subject, Subject) and subject.version == version, platform
         assert torch_build(lock, backend, "3.11") == (version, "", "")
     lock.write_text(f'torch==2.13.0+cpu ; python_version >= "3.12" {hashed}\n', encoding="utf-8")
-    assert lock_subject(lock, "cpu.txt", "cpu", "3.11") == Point(
+    assert lock_subject(parse_lock(lock), "cpu.txt", "cpu", "3.11") == Point(
         "lock", "fail", "cpu.txt: torch is not pinned for the image (Linux, Python 3.11)",
         "add torch to requirements/base.in, then `kdkit lock`")
     pylock = tmp_path / "pylock.cpu.toml"
     pylock.write_text('lock-version = "1.0"\ncreated-by = "t"\n\n[[packages]]\nname = "torch"\nvcs = { type = "git", '
                       'url = "https://example.org/torch.git", commit-id = "abc" }\n', encoding="utf-8")
-    assert lock_subject(pylock, "pylock.cpu.toml", "cpu", "3.11") == Point(
+    assert lock_subject(parse_lock(pylock), "pylock.cpu.toml", "cpu", "3.11") == Point(
         "lock", "fail", "pylock.cpu.toml:4: torch comes from git https://example.org/torch.git@abc, with no version "
         "kdkit can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     assert torch_build(pylock, backend, "3.11") == ("", "", "")

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from kdkit.core.lockfile import Lock, parse_lock
 from kdkit.lock.fetch import Network
 from kdkit.lock.wheelarch import CUDA_MEMBER, MAX_TAIL, read_locked_wheel, read_wheel_arch
 from tests.conftest import invoke
@@ -198,7 +199,7 @@ def test_a_hash_the_page_does_not_list(project: Path, wheel: bytes) -> None:
     _name, files = _index(wheel, python, digest="cd" * 32)
     with serving(Server(files)) as server:
         lock = write_lock(project, f"{server.url}/simple", hashlib.sha256(wheel).hexdigest())
-        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        reading = read_locked_wheel(parse_lock(lock), python, "cu130", Network(timeout=5))
     assert reading.arch_list is None
     assert reading.reason == (f"{server.url}/simple/torch/ lists no torch wheel with the lock's sha256 for Python "
                               f"{python} on linux x86_64")
@@ -245,7 +246,7 @@ def test_check_without_the_index_takes_the_pairings(project: Path, monkeypatch: 
 
 
 def test_a_rocm_wheel_is_not_read_and_says_why(tmp_path: Path) -> None:
-    reading = read_locked_wheel(tmp_path / "none.txt", "3.11", "rocm7.2")
+    reading = read_locked_wheel(Lock(tmp_path / "none.txt", {}, {}, [], {}), "3.11", "rocm7.2")
     assert reading.arch_list is None and reading.requests == 0
     assert reading.reason == ("a rocm7.2 wheel lists its targets only inside torch/lib/libtorch_python.so; kdkit "
                               "reads the header of CUDA wheels only")
@@ -260,7 +261,7 @@ def test_a_malformed_index_url_is_a_reason_not_a_traceback(project: Path, option
     lock.write_text("\n".join(["# kdkit: backend = cuda", "# kdkit: platform = linux-x86_64",
                                 f"{option} http://[::1/simple", "torch==2.13.0+cu130 \\",
                                 f"    --hash=sha256:{'ab' * 32}"]) + "\n", encoding="utf-8")
-    reading = read_locked_wheel(lock, _python(project), "cu130", Network(timeout=5))
+    reading = read_locked_wheel(parse_lock(lock), _python(project), "cu130", Network(timeout=5))
     assert reading.arch_list is None
     assert reading.reason == "http://[::1/simple is not a URL kdkit can read (Invalid IPv6 URL)"
 
@@ -270,7 +271,7 @@ def test_a_malformed_href_on_the_page_is_a_reason(project: Path, wheel: bytes) -
     page = b'<a href="http://[::1/torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl">x</a>'
     with serving(Server({"/simple/torch/": page})) as server:
         lock = write_lock(project, f"{server.url}/simple", hashlib.sha256(wheel).hexdigest())
-        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        reading = read_locked_wheel(parse_lock(lock), python, "cu130", Network(timeout=5))
     assert reading.arch_list is None and "is not a URL kdkit can read (Invalid IPv6 URL)" in reading.reason
 
 
@@ -283,7 +284,7 @@ def test_a_labelled_pin_with_the_plain_wheels_hashes_is_not_read(project: Path, 
     with serving(Server({"/simple/torch/": page, f"/files/{plain}": wheel})) as server:
         lock = write_lock(project, f"{server.url}/simple", sha)
         lock.write_text(lock.read_text(encoding="utf-8").replace("+cu130", "+cu126"), encoding="utf-8")
-        reading = read_locked_wheel(lock, python, "cu126", Network(timeout=5))
+        reading = read_locked_wheel(parse_lock(lock), python, "cu126", Network(timeout=5))
     assert reading.arch_list is None and reading.requests == 0
     assert reading.reason == (f"the index file with the locked hash is {plain}, not torch 2.13.0+cu126: the "
                               "lock's pin and hashes disagree")
@@ -295,7 +296,7 @@ def test_the_index_credentials_go_to_its_own_host_only(project: Path, wheel: byt
     with serving(Server(files)) as server:
         authed = server.url.replace("http://", "http://alice:pw@")
         lock = write_lock(project, f"{authed}/simple", hashlib.sha256(wheel).hexdigest())
-        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        reading = read_locked_wheel(parse_lock(lock), python, "cu130", Network(timeout=5))
         seen = dict(server.authorizations)
     assert reading.arch_list == ARCHES, reading.reason
     basic = "Basic " + base64.b64encode(b"alice:pw").decode()
@@ -308,7 +309,7 @@ def test_the_index_credentials_go_to_its_own_host_only(project: Path, wheel: byt
         near.files["/simple/torch/"] = page.encode()
         authed = near.url.replace("http://", "http://alice:pw@")
         lock = write_lock(project, f"{authed}/simple", hashlib.sha256(wheel).hexdigest())
-        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        reading = read_locked_wheel(parse_lock(lock), python, "cu130", Network(timeout=5))
         assert reading.arch_list is not None, reading.reason
         assert near.authorizations["/simple/torch/"] == [basic]
         assert set(far.authorizations[wheel_path]) == {""}
@@ -319,7 +320,7 @@ def test_a_token_in_the_index_query_is_not_printed(project: Path, wheel: bytes) 
     python = _python(project)
     with serving(Server({})) as server:
         lock = write_lock(project, f"{server.url}/simple?token=s3cr3tvalue", hashlib.sha256(wheel).hexdigest())
-        reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+        reading = read_locked_wheel(parse_lock(lock), python, "cu130", Network(timeout=5))
         asked = list(server.authorizations)
     assert asked == ["/simple/torch/?token=s3cr3tvalue"]  # the page on the path, the query kept after it
     assert "s3cr3tvalue" not in reading.reason
@@ -327,5 +328,5 @@ def test_a_token_in_the_index_query_is_not_printed(project: Path, wheel: bytes) 
     with serving(Server({})) as closed:
         gone = closed.url  # nothing listens there once the block ends
     lock = write_lock(project, f"{gone}/simple?token=s3cr3tvalue", hashlib.sha256(wheel).hexdigest())
-    reading = read_locked_wheel(lock, python, "cu130", Network(timeout=5))
+    reading = read_locked_wheel(parse_lock(lock), python, "cu130", Network(timeout=5))
     assert reading.reason == f"{gone}/simple/torch/?<redacted>: connection refused"

@@ -4,12 +4,14 @@ universal lock (one name pinned to several versions under disjoint markers, as `
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from kdkit.core.errors import BadInput
 from kdkit.lock.wheelhouse import wheelhouse_files
+from tests.conftest import invoke
 from tests.tinywheels import build_wheel, lock_line
 
 OLD, NEW = 'python_version < "3.11"', 'python_version >= "3.11"'
@@ -40,3 +42,11 @@ def test_a_pin_under_a_marker_may_be_absent_an_unmarked_one_may_not(universal: t
     files["idna"].unlink()
     with pytest.raises(BadInput, match=r"^--wheelhouse \S+: no file with a locked hash for idna==3\.10; run "):
         wheelhouse_files(files["six-new"].parent, lock)
+
+
+def test_kdkit_wheelhouse_parses_its_lock_once(locked: Path, tmp_path: Path, lock_parses: list[str]) -> None:
+    """Issue 30 §1: the freshness check and the hashes each downloaded file is held to come from one read of
+    the lock (before: two parses)."""
+    result = invoke("wheelhouse", locked, "--out", tmp_path / "wh", "--json")
+    assert result.exit_code == 0, result.output
+    assert lock_parses.count(os.path.realpath(locked / "requirements" / "cpu.txt")) == 1, lock_parses

@@ -7,6 +7,7 @@ and `kdkit check` only reads the pinned torch build.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,16 @@ def test_empty_gpu_name_is_bad_input(project: Path) -> None:
     result = invoke("check", project, "--gpu", "")
     assert result.exit_code == 2
     assert result.stderr.strip() == 'Error: --gpu: empty name; pass an offer of the catalog, e.g. --gpu "RTX 4090"'
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_check_parses_its_lock_once(project: Path, lock_parses: list[str], monkeypatch: pytest.MonkeyPatch,
+                                    offline: bool) -> None:
+    """Issue 30 §1: the lock point, the kernels point's locked wheel and the extension points judge one parse of
+    the lock (before: three, and a lock replaced between them gave points about two locks)."""
+    lock = write_lock(project, "cuda", "2.6.0+cu124", index="http://127.0.0.1:9/simple")
+    monkeypatch.setenv("KDKIT_OFFLINE", "1" if offline else "0")
+    code, report, _ = _check(project, "--gpu", "RTX 4090")
+    assert code == 0 and report["ok"] is True, report
+    assert _points(report)["kernels"]["source"] == "facts"
+    assert lock_parses.count(os.path.realpath(lock)) == 1, lock_parses

@@ -336,3 +336,12 @@ def test_the_dockerfile_writes_the_labels_the_bundle_checks(locked: Path) -> Non
     given = {key for key in image_labels(loaded, backend, sha256_file(backend.lock)) if key.startswith(LABEL)}
     assert written == given
     assert {label for label in TIED_LABELS if label.startswith(LABEL)} <= given
+
+
+def test_a_bundle_parses_its_lock_once(locked: Path, tmp_path: Path, lock_parses: list[str]) -> None:
+    """Issue 30 §1: the freshness check, the machine-local pins, the sha256 bundle.json records and the default
+    tag come from one read of the lock (before: two parses and a third read for the hash)."""
+    info = _bundle(locked, tmp_path / "out", "--no-image")
+    lock = locked / "requirements" / "cpu.txt"
+    assert info["lock_sha256"] == sha256_file(lock)
+    assert lock_parses.count(os.path.realpath(lock)) == 1, lock_parses

@@ -1,9 +1,10 @@
-"""A lock as `kdkit build` reads it: once, into bytes.
+"""A backend's lock as a command reads it: once, into bytes, at the command's edge (a ``LockedBackend``).
 
-Everything a build says of its lock comes from those bytes: the lock parsed (freshness, torch's labels, the
-layers' parts), its sha256 (the ``dev.kdkit.lock.sha256`` label and the default tag), the credential check,
-and the file the build context carries (``lock/<path>``). Read twice, a lock replaced between the reads gave
-an image whose label names another lock than the one it holds.
+Everything `kdkit build` and `kdkit bundle` say of the lock comes from those bytes: the lock parsed
+(freshness, torch's labels, the layers' parts, the machine-local pins), its sha256 (the
+``dev.kdkit.lock.sha256`` label, the default tag, bundle.json), the credential check, and the file the build
+context carries (``lock/<path>``). Read twice, a lock replaced between the reads gave an image whose label
+names another lock than the one it holds. Below the edge nothing reads the lock file again.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ class LockInput:
     @cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
-
 
 
 def _read(path: Path) -> bytes:
@@ -68,9 +68,29 @@ def read_lock_input(path: Path) -> LockInput:
     return LockInput(path, data, text, parse_lock_content(text, path))
 
 
-def read_inputs(project: Project, chosen: Backend, lock_format: str) -> tuple[LockInput, ...]:
-    """The locks a build reads, each once and checked fresh from those bytes: the requirements lock, or the
-    pylock and then the requirements lock it was made from."""
+@dataclass(frozen=True)
+class LockedBackend:
+    """A backend with its lock read once and checked fresh from those bytes (and, for a pylock build, the
+    PEP 751 lock first, then the requirements lock it was made from)."""
+
+    backend: Backend
+    inputs: tuple[LockInput, ...] = field(repr=False)  # (lock,) or (pylock, its requirements twin)
+
+    @property
+    def installed(self) -> LockInput:
+        """The lock the image installs: its sha256 is the image's label."""
+        return self.inputs[0]
+
+    @property
+    def requirements(self) -> LockInput:
+        """The backend's requirements lock (the lock itself, or the one a pylock was made from)."""
+        return self.inputs[-1]
+
+
+def read_locked(project: Project, chosen: Backend, lock_format: str = "requirements") -> LockedBackend:
+    """The backend's locks, each read once and checked fresh from those bytes: the requirements lock, or the
+    pylock and then the requirements lock it was made from; BadInput (exit 2) for a missing, unreadable or
+    stale one."""
     from kdkit.lock.staleness import missing_lock, require_fresh_lock, require_fresh_pylock
 
     if not chosen.lock.is_file():
@@ -78,9 +98,9 @@ def read_inputs(project: Project, chosen: Backend, lock_format: str) -> tuple[Lo
     twin = read_lock_input(chosen.lock)
     require_fresh_lock(project, chosen.name, twin.lock)
     if lock_format != "pylock":
-        return (twin,)
+        return LockedBackend(chosen, (twin,))
     if not chosen.pylock.is_file():
         require_fresh_pylock(project, chosen.name)  # refused, with what to do
     pylock = read_lock_input(chosen.pylock)
     require_fresh_pylock(project, chosen.name, pylock.lock, twin.sha256)
-    return pylock, twin
+    return LockedBackend(chosen, (pylock, twin))
