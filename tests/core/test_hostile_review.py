@@ -16,7 +16,6 @@ import pytest
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_text, parse_json
-from kdkit.core.staging import clean_stale, hold, release
 from tests.conftest import REPO, invoke, tree_snapshot
 from tests.probe.pilot.test_pilot import edit_config, pilot
 from tests.probe.pilot.test_pilot_supervision import make_app
@@ -248,31 +247,6 @@ def test_a_file_added_to_the_packed_project_is_named_whatever_runs_says(project:
     (out / "project" / "torch.py").write_text("raise SystemExit\n")
     result = invoke("verify-bundle", out)
     assert result.exit_code == 1 and "not listed" in result.output + result.stderr, result.output
-
-
-# ---------------------------------------------------------------- staging: the owner's lock decides
-
-
-def test_a_staging_folder_whose_owner_holds_its_lock_is_never_removed(tmp_path: Path) -> None:
-    """Another PID namespace (a second container on the same runs/) sees a dead or reused PID; the
-    lock says the truth. Here the PID in the name is dead, the lock is held by this process."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    final = tmp_path / "R"
-    staging = tmp_path / f".R.partial-{dead}"
-    staging.mkdir()
-    owner = hold(staging)
-    try:
-        assert clean_stale(final) == [] and staging.exists()
-    finally:
-        release(owner)
-    assert clean_stale(final) == [staging] and not staging.exists()
-
-
-def test_a_staging_folder_with_our_own_pid_and_a_free_lock_is_a_predecessors(tmp_path: Path) -> None:
-    staging = tmp_path / f".R.partial-{os.getpid()}"
-    staging.mkdir()
-    assert clean_stale(tmp_path / "R") == [staging]
 
 
 def test_copy_out_with_an_empty_destination_is_refused(project: Path) -> None:

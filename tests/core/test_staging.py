@@ -1,17 +1,23 @@
 """Issue 30 §2: one staging helper. The staging protocol (a folder built as ``.NAME.partial-PID`` beside its final
 path, its owner's flock held on it, renamed into place, removed on any failure) is written once, in
 kdkit.core.staging (staged_beside, and staged_folder on top of it); no other module renames a folder it got from
-``staging_for(...)`` into place, or takes the owner's lock on one, by hand."""
+``staging_for(...)`` into place, or takes the owner's lock on one, by hand.
+
+The staging protocol's own cases live here too: whose a staging folder is (the owner's lock, not its PID).
+The commands that stage are tested in their rooms (a killed bundle's staging: tests/transfer/test_crash_bundle.py;
+the run folder's: tests/core/test_crash_safety.py, tests/core/test_runs_folder_rule.py)."""
 
 from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from kdkit.core.staging import clean_stale, staged_beside, staging_for
+from kdkit.core.staging import clean_stale, hold, release, staged_beside, staging_for
 
 KDKIT = Path(__file__).resolve().parents[2] / "kdkit"
 HELPERS = {KDKIT / "core" / "staging.py", KDKIT / "core" / "noreplace.py"}
@@ -104,3 +110,28 @@ def test_staged_beside_removes_what_is_not_published(tmp_path: Path) -> None:
         (staged.path / "g").write_text("y")
         staged.publish(replace=False)
     assert sorted(os.listdir(tmp_path)) == ["out"] and sorted(os.listdir(final)) == ["f"]
+
+
+# ---------------------------------------------------------------- staging: the owner's lock decides
+
+
+def test_a_staging_folder_whose_owner_holds_its_lock_is_never_removed(tmp_path: Path) -> None:
+    """Another PID namespace (a second container on the same runs/) sees a dead or reused PID; the
+    lock says the truth. Here the PID in the name is dead, the lock is held by this process."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    final = tmp_path / "R"
+    staging = tmp_path / f".R.partial-{dead}"
+    staging.mkdir()
+    owner = hold(staging)
+    try:
+        assert clean_stale(final) == [] and staging.exists()
+    finally:
+        release(owner)
+    assert clean_stale(final) == [staging] and not staging.exists()
+
+
+def test_a_staging_folder_with_our_own_pid_and_a_free_lock_is_a_predecessors(tmp_path: Path) -> None:
+    staging = tmp_path / f".R.partial-{os.getpid()}"
+    staging.mkdir()
+    assert clean_stale(tmp_path / "R") == [staging]
