@@ -41,7 +41,7 @@ class Venvs:
 
 
 def _stale_copy(python: Path) -> None:
-    site = next(python.parents[2].glob("lib/python*/site-packages"))
+    site = next(python.parents[1].glob("lib/python*/site-packages"))
     shutil.copytree(site / "beta-2.0.dist-info", site / "beta-1.9.dist-info")
     meta = site / "beta-1.9.dist-info" / "METADATA"
     meta.write_text(meta.read_text(encoding="utf-8").replace("Version: 2.0", "Version: 1.9"), encoding="utf-8")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from src.oracle import predict as correct
 
-RUNS = Path(__file__).resolve().parents[2] / "runs"
+RUNS = Path(__file__).resolve().parent.parent / "runs"
 
 
 def predict(items):

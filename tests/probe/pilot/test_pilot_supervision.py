@@ -295,7 +295,7 @@ FORGER = '''
 import glob, json, os, threading, time
 from pathlib import Path
 from src.oracle import labels
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 
 def forge():
     run = max(glob.glob(str(ROOT / "runs" / "*")), key=os.path.getmtime)
