@@ -23,8 +23,11 @@ lint: $(STAMP)  ## ruff over the package, tests and benchmarks.
 typecheck: $(STAMP)  ## mypy, strict, on kdkit/.
 	$(BIN)/mypy
 
-unit: $(STAMP)  ## pytest only.
-	$(BIN)/pytest
+# Test workers: pytest-xdist's `auto` (one per CPU); WORKERS=0 runs the suite in one process.
+WORKERS ?= auto
+
+unit: $(STAMP)  ## pytest only (WORKERS=0: in one process, else -n WORKERS, the Docker tests on one of them).
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup
 
 test: lint typecheck unit  ## The test command: ruff, mypy --strict, pytest.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -28,7 +29,9 @@ from kdkit.transfer.imagearchive import expected, rewritten
 from tests.conftest import BASE, invoke, reseal, tree_snapshot
 from tests.transfer.test_bundle import ready_to_bundle
 
-RUN = uuid.uuid4().hex[:12]
+# One per session, and the same on every pytest-xdist worker (their collections must agree, and this names
+# parametrized tests): xdist's run ID where there is one.
+RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID", uuid.uuid4().hex)[:12]
 REF = f"kdkit-test/load-hostile-{RUN}:cpu"
 VICTIM = f"victim-{RUN}:latest"
 Members = list[tuple[tarfile.TarInfo, bytes]]
