@@ -23,11 +23,17 @@ lint: $(STAMP)  ## ruff over the package, tests and benchmarks.
 typecheck: $(STAMP)  ## mypy, strict, on kdkit/.
 	$(BIN)/mypy
 
-# Test workers: pytest-xdist's `auto` (one per CPU); WORKERS=0 runs the suite in one process.
+# Test workers: pytest-xdist's `auto` (one per CPU); WORKERS=0 runs the whole suite in one process.
 WORKERS ?= auto
 
-unit: $(STAMP)  ## pytest only (WORKERS=0: in one process, else -n WORKERS, the Docker tests on one of them).
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup
+unit: $(STAMP)  ## pytest: all but the Docker tests on WORKERS workers (a module each), then the Docker tests.
+ifeq ($(WORKERS),0)
+	$(BIN)/pytest
+else
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile -m "not docker"; first=$$?; \
+	  $(BIN)/pytest -p no:xdist -m docker; second=$$?; \
+	  [ $$first -eq 0 ] && [ $$second -eq 0 ]
+endif
 
 test: lint typecheck unit  ## The test command: ruff, mypy --strict, pytest.
 

@@ -58,14 +58,15 @@ def invoke(*args: str | os.PathLike[str], input: str | None = None) -> Result:
     return runner.invoke(cli, [os.fspath(a) for a in args], input=input, catch_exceptions=False)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs ``-n auto --dist loadgroup``) a test module is the unit a worker takes:
-    its tests run in their order, its module fixtures are made once. Every test that uses the Docker engine
-    runs on one worker, one after the other: they share the session's image and would fight for the engine's
-    cores. Without xdist the group marker is inert."""
+    """A test that uses the Docker engine (through any fixture) is marked ``docker``, so `make test` can run
+    the others on one worker per CPU (pytest-xdist, a whole module per worker) and these in one process after
+    them: they share the session's image and its tags, and would fight for the engine's cores. It runs before
+    ``-m`` selects."""
     for item in items:
-        docker = item.get_closest_marker("docker") or "docker_engine" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("docker" if docker else item.nodeid.split("::")[0]))
+        if "docker_engine" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("docker"):
+            item.add_marker(pytest.mark.docker)
 
 
 @pytest.fixture

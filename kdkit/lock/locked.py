@@ -1,10 +1,12 @@
 """A backend's lock as a command reads it: once, into bytes, at the command's edge (a ``LockedBackend``).
 
-Everything `kdkit build` and `kdkit bundle` say of the lock comes from those bytes: the lock parsed
-(freshness, torch's labels, the layers' parts, the machine-local pins), its sha256 (the
-``dev.kdkit.lock.sha256`` label, the default tag, bundle.json), the credential check, and the file the build
-context carries (``lock/<path>``). Read twice, a lock replaced between the reads gave an image whose label
-names another lock than the one it holds. Below the edge nothing reads the lock file again.
+What `kdkit build`, `kdkit bundle` and `kdkit wheelhouse` judge of the lock comes from those bytes: the lock
+parsed (freshness, torch's labels, the layers' parts, the machine-local pins, the hashes a download is held
+to), its sha256 (the ``dev.kdkit.lock.sha256`` label, the default tag, bundle.json's ``lock_sha256``), the
+credential check, and the file the build context carries (``lock/<path>``). Read twice, a lock replaced
+between the reads gave an image whose label names another lock than the one it holds. Two readers still
+open the file itself: `kdkit bundle` packs it with the project's files, and pip reads it for `kdkit
+wheelhouse` (each downloaded file is then held to the hashes of the read).
 """
 
 from __future__ import annotations
