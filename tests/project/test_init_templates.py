@@ -198,8 +198,11 @@ def test_generate_params_change_the_output_and_sampling_is_seeded_per_item(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("template", list(TEMPLATES))
-def test_each_template_passes_its_own_pilot_on_cpu(tmp_path: Path, template: str) -> None:
+def test_each_template_passes_its_own_pilot_on_cpu(tmp_path: Path, template: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    for name in [name for name in sys.modules if name == "src" or name.startswith("src.")]:
+        monkeypatch.delitem(sys.modules, name)  # another test's app imported in this process (serve-test's)
     project = make(tmp_path, template)
     assert invoke("validate", project).exit_code == 0
     result = invoke("pilot", project, "--json")
