@@ -156,8 +156,8 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     chosen = project.backend(backend)
     if lock_format == "pylock":
         require_image_python(project.python, chosen.pylock, chosen.lock)
-    inputs = read_locked(project, chosen, lock_format).inputs
-    lock = inputs[0]
+    locked = read_locked(project, chosen, lock_format)
+    lock = locked.installed
     pip = plan_pylock_build(project, lock, wheelhouse is not None) if lock_format == "pylock" else None
     labels = image_labels(project, chosen, lock.sha256, lock.path, lock.lock)
     base = base_image or chosen.base_image
@@ -170,7 +170,7 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
         project=project, backend=chosen, lock_sha256=lock.sha256, base_image=base,
         tag=check_tag(tag or default_tag(project, chosen.name, lock.sha256)),
         dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base), labels=labels,
-        ca_bundle=ca_path, ca_data=ca_data, inputs=inputs, files=files,
+        ca_bundle=ca_path, ca_data=ca_data, inputs=locked.inputs, files=files,
         wheels=wheelhouse_files(wheelhouse, lock.lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out,
         warnings=[w for w in [_cpu_warning(project)] if w], lock_format=lock_format, pip=pip)
 
