@@ -1,7 +1,7 @@
 """``kdkit`` (the console script) and ``python -m kdkit``.
 
-A command that also runs in the container (verify-env, torch-arch, diagnose, pilot...) has its options
-defined once, with argparse, in kdkit.probe; click only forwards its command line there
+A command that also runs in the container (verify-env, torch-arch, diagnose, pilot...) has its
+options defined once, with argparse, in kdkit.probe; click only forwards its command line there
 (kdkit.cli.machine.forwarder). So such a command goes straight to kdkit.probe.entry here, without
 loading click and the host's modules: ``kdkit verify-env`` starts as fast as ``python -m kdkit.probe
 verify-env`` (bench/bench_verify_env.py). Everything else, ``--help`` and ``--version`` included, is

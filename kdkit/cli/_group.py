@@ -31,8 +31,9 @@ def debug_enabled() -> bool:
 
 
 class KdkitGroup(click.Group):
-    """The commands of kdkit.core.commands.COMMANDS that run on the host, loaded when one is asked for
-    (``kdkit --help`` imports none of them), listed by section; KdkitError becomes its exit code."""
+    """The commands of kdkit.core.commands.COMMANDS that run on the host, loaded when one is asked
+    for (``kdkit --help`` imports none of them), listed by section; KdkitError becomes its exit
+    code."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*runs_in(HOST), *self.commands})
@@ -48,7 +49,8 @@ class KdkitGroup(click.Group):
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
                                                                             list[str]]:
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
-            for name in runs_in(HOST):  # a name of no command: all are loaded, so click says which was meant
+            # a name of no command: all are loaded, so click says which was meant
+            for name in runs_in(HOST):
                 self.get_command(ctx, name)
         return super().resolve_command(ctx, args)
 

@@ -34,8 +34,8 @@ def force_option(help: str) -> Callable[[F], F]:
 
 
 def ca_bundle_option(help: str) -> Callable[[F], F]:
-    """``--ca-bundle FILE``: a PEM bundle of CA certificates for a TLS-intercepting proxy; ``help`` says
-    where the command uses it."""
+    """``--ca-bundle FILE``: a PEM bundle of CA certificates for a TLS-intercepting proxy; ``help``
+    says where the command uses it."""
     return click.option("--ca-bundle", type=click.Path(dir_okay=False, path_type=Path), default=None,
                         metavar="FILE", help=help)
 
@@ -49,9 +49,9 @@ backend_option = click.option(
 
 
 class FiniteNumber(_NumberType):
-    """A numeric option, read by :func:`kdkit.core.jsonio.finite_number`: NaN, infinities, a literal that
-    overflows (1e999), a word or "" is one line and exit 2 (BadInput), never a traceback. Ranges stay
-    with the domain function that owns them."""
+    """A numeric option, read by :func:`kdkit.core.jsonio.finite_number`: NaN, infinities, a literal
+    that overflows (1e999), a word or "" is one line and exit 2 (BadInput), never a traceback.
+    Ranges stay with the domain function that owns them."""
 
     def __init__(self, example: str, *, integral: bool = False) -> None:
         self.example, self.integral = example, integral

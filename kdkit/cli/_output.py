@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kdkit.core.safetext import json_text
-from kdkit.core.safetext import printable as printable  # the one rule, kdkit.core.safetext's, for every CLI module
+
+# the one rule, kdkit.core.safetext's, for every CLI module
+from kdkit.core.safetext import printable as printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -18,17 +20,18 @@ if TYPE_CHECKING:
 
 
 def plain(value: object) -> Text:
-    """A table cell of plain text: rich never reads markup in it ("[bold]", "[link=...]") and no control
-    character reaches the terminal. A rich Text passes as it is (kdkit's own styling)."""
+    """A table cell of plain text: rich never reads markup in it ("[bold]", "[link=...]") and no
+    control character reaches the terminal. A rich Text passes as it is (kdkit's own styling)."""
     from rich.text import Text
 
     return value if isinstance(value, Text) else Text(printable(value, lines=True))
 
 
 def say(text: object = "", err: bool = False, nl: bool = True) -> None:
-    """The one way the CLI prints a text line (stdout, or stderr with ``err``): every control character in it is
-    shown escaped (``printable``: a path, a name, an app's reason holds ESC, CR or U+009B), kdkit's own newlines
-    between lines kept. tests/cli/test_cli_printing.py holds every other CLI module to it."""
+    """The one way the CLI prints a text line (stdout, or stderr with ``err``): every control
+    character in it is shown escaped (``printable``: a path, a name, an app's reason holds ESC, CR
+    or U+009B), kdkit's own newlines between lines kept. tests/cli/test_cli_printing.py holds every
+    other CLI module to it."""
     click.echo(printable(text, lines=True), err=err, nl=nl)
 
 
@@ -52,13 +55,14 @@ def size_text(n: int) -> str:
 
 
 def container_output(as_json: bool) -> Callable[[bytes], None]:
-    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON document; what
-    reaches the terminal is escaped (kdkit.core.safetext: what runs in a container can write to its output
-    without the pilot, and none of it moves the cursor or hides a line)."""
+    """Where the containers' output goes as it comes: stdout, or stderr when stdout is the JSON
+    document; what reaches the terminal is escaped (kdkit.core.safetext: what runs in a container
+    can write to its output without the pilot, and none of it moves the cursor or hides a line)."""
     import codecs
 
     stream = sys.stderr.buffer if as_json else sys.stdout.buffer
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split between chunks is whole
+    # a character split between chunks is whole
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def show(chunk: bytes) -> None:
         stream.write(printable(decoder.decode(chunk), lines=True).encode("utf-8"))

@@ -1,7 +1,8 @@
-"""The campaign command (help section "Order and campaign"): `kdkit campaign` and `kdkit campaign decide`.
+"""The campaign command (help section "Order and campaign"): `kdkit campaign` and `kdkit campaign
+decide`.
 
-Beside kdkit/cli/order.py, which holds the section's other commands, so that neither module outgrows the
-rule on a module's length.
+Beside kdkit/cli/order.py, which holds the section's other commands, so that neither module outgrows
+the rule on a module's length.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) ->
 
 
 def _campaign_words(words: tuple[str, ...], why: str | None) -> tuple[Path | None, str | None]:
-    """(PROJECT_DIR, the decision or None) from ``[PROJECT_DIR]`` or ``decide DECISION [PROJECT_DIR]``."""
+    """(PROJECT_DIR, the decision or None) from ``[PROJECT_DIR]`` or ``decide DECISION
+    [PROJECT_DIR]``."""
     from kdkit.core.errors import BadInput
 
     decide = bool(words) and words[0] == "decide"

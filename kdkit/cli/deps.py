@@ -1,4 +1,5 @@
-"""Dependency commands: lock, wheelhouse (verify-env and torch-arch are forwarded to kdkit.probe, see machine.py)."""
+"""Dependency commands: lock, wheelhouse (verify-env and torch-arch are forwarded to kdkit.probe,
+see machine.py)."""
 
 from __future__ import annotations
 
@@ -120,5 +121,6 @@ def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, 
         return
     total = sum(size for _name, size in result.files)
     say(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in {result.lock.name}")
-    where = f" {shlex.quote(str(project_dir))}" if project_dir is not None else ""  # a line that works as printed
+    # a line that works as printed
+    where = f" {shlex.quote(str(project_dir))}" if project_dir is not None else ""
     say(f"Next: kdkit build{where} --backend {result.backend} --wheelhouse {shlex.quote(str(result.folder))}")

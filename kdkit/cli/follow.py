@@ -1,6 +1,6 @@
-"""Commands that follow a run from any shell, never from the process that started it: `kdkit status`, `kdkit
-wait` (a detached run's verdict, copy and hand-back) and `kdkit logs`. They read the run folder and the
-engine's labelled containers (kdkit.machine.watch, kdkit.machine.waiting)."""
+"""Commands that follow a run from any shell, never from the process that started it: `kdkit
+status`, `kdkit wait` (a detached run's verdict, copy and hand-back) and `kdkit logs`. They read the
+run folder and the engine's labelled containers (kdkit.machine.watch, kdkit.machine.waiting)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from kdkit.cli._output import container_output, emit_json, printable, say, warn
 
 
 def hand_back(folders: list[Path]) -> None:
-    """Started by root: what the container's user wrote, made readable by everyone, said (machine/handback.py)."""
+    """Started by root: what the container's user wrote, made readable by everyone, said
+    (machine/handback.py)."""
     from kdkit.machine.handback import readable_by_all
 
     for line in readable_by_all(folders):
@@ -72,10 +73,10 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
 
     0 passed, 1 failed, the container's own exit code when it died before its
     summary, 124 when --timeout passed first, 130/143/129 when this wait is
-    interrupted or its terminal is gone (the run goes on). A workers run is gathered once every worker
-    has ended. The ended containers are removed. --copy-to copies the run's
-    folders while waiting and once more at the end, verified at DEST (exit 1
-    when that copy fails): what `kdkit run --copy-to` does for a detached run.
+    interrupted or its terminal is gone (the run goes on). A workers run is gathered once every
+    worker has ended. The ended containers are removed. --copy-to copies the run's folders while
+    waiting and once more at the end, verified at DEST (exit 1 when that copy fails): what `kdkit
+    run --copy-to` does for a detached run.
     """
     from kdkit.core.runfolder import check_run_id
     from kdkit.core.stopsignals import interrupts

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 @contextmanager
 def _build_progress() -> Iterator[Callable[[BuildEvent], None]]:
-    """A progress callback: a live status line on a terminal, plain lines otherwise (both on stderr)."""
+    """A progress callback: a live status line on a terminal, plain lines otherwise (both on
+    stderr)."""
     if not sys.stderr.isatty():
         def line(event: BuildEvent) -> None:
             say(event.text if event.kind != "cached" else "  (cached)", err=True)
@@ -148,7 +149,8 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
         table.add_column("label")
         table.add_column("value", overflow="fold")
         for prefix, group in (("dev.kdkit.", report["kdkit"]), ("org.opencontainers.image.", report["oci"])):
-            for key, value in group.items():  # labels come from whoever built the image: plain text only
+            # labels come from whoever built the image: plain text only
+            for key, value in group.items():
                 table.add_row(plain(prefix + key), plain(value))
         console().print(table)
         say(f"Torch architectures: {printable(_arch_line(report['torch_arch']))}")
@@ -162,7 +164,8 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
 
 
 def _project_line(project: dict[str, Any]) -> str:
-    """inspect_image's project comparison as one line (a difference is no failure: `kdkit run` mounts them)."""
+    """inspect_image's project comparison as one line (a difference is no failure: `kdkit run`
+    mounts them)."""
     if project["matches"] is None:
         return ("Project: no project here to compare with (pass --project DIR)." if project["project_sha256"] is None
                 else "Project: the image has no project label (built before kdkit recorded it).")
@@ -174,7 +177,8 @@ def _project_line(project: dict[str, Any]) -> str:
 
 
 def _arch_line(arch: dict[str, Any]) -> str:
-    """inspect_image's torch_arch as one line: the tokens and their source, none, unknown and why."""
+    """inspect_image's torch_arch as one line: the tokens and their source, none, unknown and
+    why."""
     if not arch["recorded"]:
         return "not recorded (an image built before kdkit recorded them; rebuild with `kdkit build`)"
     if arch["arch_list"] is None:

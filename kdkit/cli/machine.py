@@ -1,9 +1,9 @@
 """Commands on the machine with the GPU: `kdkit run` (and its --workers), and the forwarders of the
 commands that also run inside the container.
 
-A forwarded command's options are defined once, with argparse, in its kdkit.probe module, so the same
-command line works as ``kdkit diagnose ...`` on the host, as ``python -m kdkit.probe diagnose ...``
-inside an image that has no click, and as ``python3 kdkit.pyz diagnose ...``. ``kdkit diagnose
+A forwarded command's options are defined once, with argparse, in its kdkit.probe module, so the
+same command line works as ``kdkit diagnose ...`` on the host, as ``python -m kdkit.probe diagnose
+...`` inside an image that has no click, and as ``python3 kdkit.pyz diagnose ...``. ``kdkit diagnose
 --help`` shows those options.
 """
 
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Launch:
-    """How `kdkit run` follows its containers: in the foreground (default) or detached, copying the run folder
-    to ``copy_to`` every ``copy_every`` seconds and at its end (kdkit.machine.copyto)."""
+    """How `kdkit run` follows its containers: in the foreground (default) or detached, copying the
+    run folder to ``copy_to`` every ``copy_every`` seconds and at its end (kdkit.machine.copyto)."""
 
     detach: bool = False
     copy_to: str | None = None
@@ -55,7 +55,8 @@ def forwarder(name: str, summary: str) -> click.Command:
 
 
 class _CommandAfterDashes(click.Command):
-    """Everything after ``--`` is the container's command, never PROJECT_DIR (click would fill it first)."""
+    """Everything after ``--`` is the container's command, never PROJECT_DIR (click would fill it
+    first)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if "--" in args:
@@ -69,7 +70,8 @@ class _CommandAfterDashes(click.Command):
 
 
 def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str]]) -> bool:
-    """The plan's warnings, then either its shell lines (--print: True, nothing runs) or its host checks."""
+    """The plan's warnings, then either its shell lines (--print: True, nothing runs) or its host
+    checks."""
     for message in base.warnings:
         warn(message)
     if print_only:
@@ -82,7 +84,8 @@ def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str
 
 
 def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
-    """After Ctrl-C or SIGTERM: the lines naming each run folder and how to finish it, on stderr; the JSON too."""
+    """After Ctrl-C or SIGTERM: the lines naming each run folder and how to finish it, on stderr;
+    the JSON too."""
     for line in lines:
         say(line, err=True)
     if as_json:
@@ -207,7 +210,8 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
     copier = copy_during(launch.copy_to, launch.copy_every, plan.runs, [plan.run_id] if plan.run_id else None, warn)
     try:
         with copier:  # --copy-to: copies while it runs (kdkit.machine.copyto)
-            code, folders = execute(plan, container_output(as_json))  # SIGINT/SIGTERM stop the container while it runs
+            # SIGINT/SIGTERM stop the container while it runs
+            code, folders = execute(plan, container_output(as_json))
     except HungUp:
         _lost(plan.run_id, [plan.spec.name or "(unnamed)"])
         raise

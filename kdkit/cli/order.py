@@ -23,7 +23,8 @@ _STATUS_STYLE = {"ok": "green", "fail": "bold red", "unknown": "yellow", "note":
 
 
 def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, header: bool = True) -> None:
-    """A table of plain text: names, paths and sources from the user's files are never read as rich markup."""
+    """A table of plain text: names, paths and sources from the user's files are never read as rich
+    markup."""
     from rich.table import Table
 
     table = Table(title=plain(title), title_justify="left", show_header=header)

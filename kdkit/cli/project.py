@@ -51,7 +51,8 @@ def init(path: Path, name: str | None, backend: str, template: str, force: bool)
         say(line, err=True)
     root = created.root
     say(f"Created {root}")
-    given = str(path)  # a line to paste: the path one word, whatever it holds, and never an option ("-P")
+    # a line to paste: the path one word, whatever it holds, and never an option ("-P")
+    given = str(path)
     shown = shlex.quote(given if not given.startswith("-") else f"./{given}")
     git = init_line(root, shown)
     if git:
@@ -89,7 +90,8 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     else:
         for problem in problems:  # one line each, whatever a file's name holds
             say(printable(f"{root / problem.file}: {problem.where}: {problem.message}"), err=True)
-        shown = [w for w in warnings if not problems or w.where != "git"]  # problems first; --json has it
+        # problems first; --json has it
+        shown = [w for w in warnings if not problems or w.where != "git"]
         for warning in shown:
             say(printable(f"Warning: {root / warning.file}: {warning.where}: {warning.message}"), err=True)
         if not problems:

@@ -1,6 +1,7 @@
 """Moving a project to the rented machine: bundle, verify-bundle, load.
 
-Each command parses its options, calls one domain function of kdkit.transfer.bundle and prints what it returns.
+Each command parses its options, calls one domain function of kdkit.transfer.bundle and prints what
+it returns.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""campaign.json as the host reads it: the question, its threshold on one metric, the frozen corpus, the control
-and the variants (schemas/campaign.schema.json), and the rules a schema cannot say.
+"""campaign.json as the host reads it: the question, its threshold on one metric, the frozen corpus,
+the control and the variants (schemas/campaign.schema.json), and the rules a schema cannot say.
 
-:func:`campaign_problems` lists every problem (`kdkit validate` shows them all); :func:`load_campaign` refuses
-the file on the first, one line naming the file and the JSON path (exit 2). The rules: the schema's (a category
-outside essential / useful / exploratory, a threshold that is not a number; NaN, Infinity and 1e999 are refused
-by the strict reader, kdkit.core.jsonio), then two variants of one name, a variant naming neither a config nor a
-command, a config that does not exist in the project, a control naming no variant, a frozen corpus whose
-manifest is missing or no longer has the SHA-256 frozen, and an order file named that is not there. Here, below
+:func:`campaign_problems` lists every problem (`kdkit validate` shows them all);
+:func:`load_campaign` refuses the file on the first, one line naming the file and the JSON path
+(exit 2). The rules: the schema's (a category outside essential / useful / exploratory, a threshold
+that is not a number; NaN, Infinity and 1e999 are refused by the strict reader, kdkit.core.jsonio),
+then two variants of one name, a variant naming neither a config nor a command, a config that does
+not exist in the project, a control naming no variant, a frozen corpus whose manifest is missing or
+no longer has the SHA-256 frozen, and an order file named that is not there. Here, below
 kdkit.project (validate) and kdkit.order (the campaign's status), which both read it.
 """
 
@@ -68,7 +69,8 @@ class Campaign:
 
 
 def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list[Problem]:
-    """Every problem of campaign.json's ``data`` (its schema's, then the rules above); [] when it is fit."""
+    """Every problem of campaign.json's ``data`` (its schema's, then the rules above); [] when it is
+    fit."""
     problems = schema_problems(data, "campaign", rel)
     if problems or not isinstance(data, dict):
         return problems
@@ -87,12 +89,14 @@ def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list
         problems.append(Problem(rel, "$.control", f"{data['control']!r} names no variant; name one of "
                                 f"{', '.join(seen)}"))
     problems += _path_problems(root, data["corpus"]["manifest"], rel, "$.corpus.manifest")
-    problems += _path_problems(root, data.get("order"), rel, "$.order", must_exist=False)  # saved later
+    # saved later
+    problems += _path_problems(root, data.get("order"), rel, "$.order", must_exist=False)
     return problems + _frozen_problems(root, data["corpus"], rel)
 
 
 def _path_problems(root: Path, value: str | None, rel: Path, where: str, *, must_exist: bool = True) -> list[Problem]:
-    """A path campaign.json names (the schema held it to the path rule): inside the project, and there."""
+    """A path campaign.json names (the schema held it to the path rule): inside the project, and
+    there."""
     if value is None:
         return []
     target = real_inside(root, root / value)
@@ -122,8 +126,8 @@ def _frozen_problems(root: Path, corpus: dict[str, Any], rel: Path) -> list[Prob
 
 
 def read_problems(root: Path, rel: Path = Path(CAMPAIGN)) -> tuple[Any, list[Problem]]:
-    """(campaign.json's data or None, every problem of it): read strictly (kdkit.core.jsonio), a non-finite number
-    named by its JSON path, then checked (campaign_problems)."""
+    """(campaign.json's data or None, every problem of it): read strictly (kdkit.core.jsonio), a
+    non-finite number named by its JSON path, then checked (campaign_problems)."""
     text = ""
     try:
         text = read_text_file(root / rel, "campaign file")
@@ -139,7 +143,8 @@ def read_problems(root: Path, rel: Path = Path(CAMPAIGN)) -> tuple[Any, list[Pro
 
 
 def _nonfinite_path(text: str) -> str:
-    """The JSON path of the first non-finite number in ``text`` (read leniently: NaN, Infinity, 1e999)."""
+    """The JSON path of the first non-finite number in ``text`` (read leniently: NaN, Infinity,
+    1e999)."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -150,7 +155,8 @@ def _nonfinite_path(text: str) -> str:
 
 
 def load_campaign(root: Path) -> Campaign | None:
-    """The project's campaign.json, checked (BadInput naming the first problem); None when there is none."""
+    """The project's campaign.json, checked (BadInput naming the first problem); None when there is
+    none."""
     path = root / CAMPAIGN
     if not path.exists() and not path.is_symlink():
         return None

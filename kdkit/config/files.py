@@ -1,23 +1,24 @@
 """What a bundle carries of a project, decided before anything is written: the allow-list, the
 project's files (its committed tree in a git checkout, else its folder) and the packing plan.
 
-What a project is comes from an allow-list, the same in both modes: ``kdkit.json``, ``campaign.json`` and its
-decisions, ``config/``, ``requirements/``, ``src/``, ``README*``, and what the configs name (the requirements input,
-each backend's lock and the PEP 751 lock beside it, the pilot config, its inputs and manifest, the top-level
-package of the pilot's entry and of the train module). Nothing else travels: ``runs/``, ``.git``, caches and any other
-folder stay home (their top-level names are listed in bundle.json). A file named like a secret
-(:data:`kdkit.core.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``, ``.ssh/``
-...) is left out wherever it is, even inside an allowed folder, and named in bundle.json
+What a project is comes from an allow-list, the same in both modes: ``kdkit.json``,
+``campaign.json`` and its decisions, ``config/``, ``requirements/``, ``src/``, ``README*``, and what
+the configs name (the requirements input, each backend's lock and the PEP 751 lock beside it, the
+pilot config, its inputs and manifest, the top-level package of the pilot's entry and of the train
+module). Nothing else travels: ``runs/``, ``.git``, caches and any other folder stay home (their
+top-level names are listed in bundle.json). A file named like a secret
+(:data:`kdkit.core.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``,
+``.ssh/`` ...) is left out wherever it is, even inside an allowed folder, and named in bundle.json
 (``left_out``) and in the command's output: secrets reach the rented machine at run time only.
 
 Symbolic links: every file the bundle reads must resolve inside the project
 (:func:`kdkit.core.projectfiles.real_inside`, through every link; in git mode the committed link
 is followed inside the committed tree). A link inside the project to a file inside it is carried as
 that file (a bundle holds no links). A link that leads outside the project, to a folder, to nothing
-or to a place a bundle never carries (``.git``, ``runs/``) is refused with exit 2 naming the link and
-where it points: it is decided before anything is written, and a bundle that silently lacked a file
-the project reaches through a link would fail on the rented machine, where the time is paid for.
-A link to a file named like a secret is left out and named, as that file would be.
+or to a place a bundle never carries (``.git``, ``runs/``) is refused with exit 2 naming the link
+and where it points: it is decided before anything is written, and a bundle that silently lacked a
+file the project reaches through a link would fail on the rented machine, where the time is paid
+for. A link to a file named like a secret is left out and named, as that file would be.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, r
 
 # The folders that make a project, besides what its configs name (see the module docstring).
 PROJECT_FOLDERS = ("config", "requirements", "src")
-# The campaign (kdkit.config.campaign, kdkit.order.campaign): carried so that `kdkit campaign` and `decide` work on
-# the rented machine too, its decisions log with it
+# The campaign (kdkit.config.campaign, kdkit.order.campaign): carried so that `kdkit campaign` and
+# `decide` work on the rented machine too, its decisions log with it
 CAMPAIGN_FILES = ("campaign.json", "campaign-decisions.jsonl")
 README = "readme*"
 # Never walked and never carried, anywhere: version control, virtual environments, caches.
@@ -55,14 +56,16 @@ NEVER_CARRIED = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pyte
 
 @dataclass(frozen=True)
 class AllowList:
-    """The places that make a project (relative POSIX paths, files or folders) and its runs folder."""
+    """The places that make a project (relative POSIX paths, files or folders) and its runs
+    folder."""
 
     places: tuple[str, ...]
     runs: str
 
     @classmethod
     def of(cls, project: Project) -> AllowList:
-        """The allow-list of ``project``: :data:`PROJECT_FOLDERS`, README*, and what its configs name."""
+        """The allow-list of ``project``: :data:`PROJECT_FOLDERS`, README*, and what its configs
+        name."""
         root, pilot_file, marker = project.root, project.pilot_config_path, project.root / "kdkit.json"
         named = [(marker, "$.requirements", project.config["requirements"]),
                  (marker, "$.pilot_config", project.config["pilot_config"])]
@@ -72,8 +75,10 @@ class AllowList:
         places += [_relative(root, str(value), file, where) for file, where, value in named]
         places += [_relative(root, os.path.relpath(project.backend(name).pylock, root), marker,
                              f"$.backends.{name}.lock")
-                   for name in project.config["backends"]]  # each lock checked above: its pylock is beside it
-        if real_inside(root, pilot_file) is None:  # read nothing outside the project, even through a link
+                   # each lock checked above: its pylock is beside it
+                   for name in project.config["backends"]]
+        # read nothing outside the project, even through a link
+        if real_inside(root, pilot_file) is None:
             raise BadInput(f"{marker}: $.pilot_config: {pilot_file} leads to {os.path.realpath(pilot_file)}, outside "
                            f"the project {root}; keep the pilot config inside the project")
         pilot = project.pilot_config()
@@ -83,7 +88,8 @@ class AllowList:
             if DOTTED.fullmatch(top):  # the importable package or module the configs name
                 places += [top, f"{top}.py"]
         runs = _relative(root, require(pilot, "runs", str, pilot_file), pilot_file, "$.runs")
-        if (problem := runs_problem(root, runs, places)) is not None:  # the pilot's own rule, on all it carries
+        # the pilot's own rule, on all it carries
+        if (problem := runs_problem(root, runs, places)) is not None:
             raise BadInput(f"{pilot_file}: $.runs: {problem}")
         return cls(tuple(dict.fromkeys(places)), runs)
 
@@ -111,17 +117,20 @@ class AllowList:
 
 
 def _relative(root: Path, value: str, file: Path, where: str) -> str:
-    """A path a config names, relative to the root (BadInput naming the key when it leaves the project)."""
+    """A path a config names, relative to the root (BadInput naming the key when it leaves the
+    project)."""
     target = config_path(root, value, file, where)
     return "." if target == root else target.relative_to(root).as_posix()
 
 
-# ---------------------------------------------------------------- the files of the project, in both modes
+# ---------------------------------------------------------------- the files of the project, in both
+# modes
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One non-folder of the project tree: a regular file, a link (with its target), or something else."""
+    """One non-folder of the project tree: a regular file, a link (with its target), or something
+    else."""
 
     kind: str  # "file", "link", "submodule" or "other" (FIFO, socket, device)
     target: str = ""
@@ -130,7 +139,8 @@ class Entry:
 @dataclass
 class Packing:
     """What goes into ``project/``: each path there and the path of the project it is read from (the
-    same, or a link's target), what was left out and why, and the top-level names outside the allow-list."""
+    same, or a link's target), what was left out and why, and the top-level names outside the
+    allow-list."""
 
     files: dict[str, str] = field(default_factory=dict)
     left_out: list[dict[str, str]] = field(default_factory=list)
@@ -138,11 +148,13 @@ class Packing:
 
 
 def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result | None]]:
-    """(path relative to ``root``, lstat) of every non-folder below ``root``, folder by folder in name order.
+    """(path relative to ``root``, lstat) of every non-folder below ``root``, folder by folder in
+    name order.
 
-    Never enters :data:`NEVER_CARRIED`, the relative folders of ``skip`` or a linked folder (the link
-    itself is yielded). A folder it cannot read is yielded with None: the caller decides (a results
-    folder written by the container's user is not the bundle's business; a source folder is).
+    Never enters :data:`NEVER_CARRIED`, the relative folders of ``skip`` or a linked folder (the
+    link itself is yielded). A folder it cannot read is yielded with None: the caller decides (a
+    results folder written by the container's user is not the bundle's business; a source folder
+    is).
     """
     for rel, path in _walk_paths(root, skip):
         if path is None:
@@ -156,14 +168,15 @@ def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tup
 
 
 def project_names(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[str]:
-    """The paths :func:`walk_project` yields, without an lstat each (a large tree's cost): names only."""
+    """The paths :func:`walk_project` yields, without an lstat each (a large tree's cost): names
+    only."""
     for rel, _path in _walk_paths(root, skip):
         yield rel
 
 
 def _walk_paths(root: Path, skip: frozenset[str]) -> Iterator[tuple[str, str | None]]:
-    """(relative path, path) of every non-folder below ``root``, as :func:`walk_project` walks; (relative path,
-    None) for a folder it cannot read."""
+    """(relative path, path) of every non-folder below ``root``, as :func:`walk_project` walks;
+    (relative path, None) for a folder it cannot read."""
     unreadable: list[str] = []
 
     def note(error: OSError) -> None:
@@ -173,7 +186,8 @@ def _walk_paths(root: Path, skip: frozenset[str]) -> Iterator[tuple[str, str | N
         while unreadable:
             yield unreadable.pop(), None
         base = Path(folder).relative_to(root).as_posix()
-        prefix = "" if base == "." else base + "/"  # as (base / name).as_posix(), without a Path per file
+        # as (base / name).as_posix(), without a Path per file
+        prefix = "" if base == "." else base + "/"
         entries, keep = list(files), list[str]()
         for name in sorted(dirs):
             rel = prefix + name
@@ -203,7 +217,8 @@ def _file_entries(root: Path, allow: AllowList) -> dict[str, Entry]:
 
 
 def _git_entries(root: Path, git: dict[str, Any]) -> dict[str, Entry]:
-    """The committed tree of ``root`` at HEAD: every blob, link and submodule, by path relative to ``root``."""
+    """The committed tree of ``root`` at HEAD: every blob, link and submodule, by path relative to
+    ``root``."""
     # Fails when HEAD has no such folder (the project was never committed): then nothing is, and the
     # essential files are reported as not committed.
     listing = git_output(root, "ls-tree", "-r", "--full-tree", f"HEAD:{git['prefix']}") or ""
@@ -227,8 +242,8 @@ def _git_entries(root: Path, git: dict[str, Any]) -> dict[str, Entry]:
 
 
 def _tree_resolve(rel: str, entries: dict[str, Entry]) -> str | None:
-    """Follow the committed links of ``rel`` inside the tree (lexically, as git stores them); None when
-    the path leaves the project or links loop."""
+    """Follow the committed links of ``rel`` inside the tree (lexically, as git stores them); None
+    when the path leaves the project or links loop."""
     pending, resolved, hops = list(PurePosixPath(rel).parts), list[str](), 0
     while pending:
         part = pending.pop(0)
@@ -257,7 +272,8 @@ def printable_name(rel: str) -> str:
 
 
 def _check_name(rel: str, where: str) -> None:
-    """A carried name must be UTF-8 without control characters or backslashes (SHA256SUMS holds it as is)."""
+    """A carried name must be UTF-8 without control characters or backslashes (SHA256SUMS holds it
+    as is)."""
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
@@ -269,7 +285,8 @@ def _check_name(rel: str, where: str) -> None:
 
 
 def plan_packing(project: Project, allow: AllowList, git: dict[str, Any] | None) -> Packing:
-    """Decide, before anything is written, what goes into ``project/`` (see the module docstring)."""
+    """Decide, before anything is written, what goes into ``project/`` (see the module
+    docstring)."""
     root = project.root
     entries = _git_entries(root, git) if git else _file_entries(root, allow)
     at = f" (committed at {str(git['revision'])[:12]})" if git else ""
@@ -304,8 +321,8 @@ def plan_packing(project: Project, allow: AllowList, git: dict[str, Any] | None)
 
 def _link_source(root: Path, rel: str, entry: Entry, entries: dict[str, Entry], allow: AllowList, where: str,
                  in_git: bool) -> tuple[str, str | None]:
-    """The project file a link stands for, and why it is left out (None when it is carried); BadInput
-    when it leads outside the project, to a folder or to nothing."""
+    """The project file a link stands for, and why it is left out (None when it is carried);
+    BadInput when it leads outside the project, to a folder or to nothing."""
     if in_git:
         target = _tree_resolve(rel, entries)
         shown = entry.target
@@ -343,7 +360,8 @@ def export_git(root: Path, prefix: str, dest: Path, packing: Packing, essentials
     ``packing.left_out`` (BadInput when the rented machine needs it).
     """
     archive = dest.parent / ".project.tar"
-    # From the repository's top: in a sub-folder, git archive would look for the sub-folder inside HEAD:prefix.
+    # From the repository's top: in a sub-folder, git archive would look for the sub-folder inside
+    # HEAD:prefix.
     top = (git_output(root, "rev-parse", "--show-toplevel") or str(root)).strip()
     done = proc.run(["git", "-C", top, "archive", "--format=tar", "-o", str(archive), f"HEAD:{prefix}"])
     if not done.ok:
@@ -366,7 +384,8 @@ def export_git(root: Path, prefix: str, dest: Path, packing: Packing, essentials
 
 
 def copy_files(root: Path, dest: Path, packing: Packing) -> None:
-    """Copy the planned files of the project (no git) into ``dest``, each read without following a link."""
+    """Copy the planned files of the project (no git) into ``dest``, each read without following a
+    link."""
     for rel, src in packing.files.items():
         fd = os.open(root / src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as handle:

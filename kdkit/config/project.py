@@ -27,9 +27,10 @@ class Backend:
 
     @property
     def pylock(self) -> Path:
-        """The backend's PEP 751 lock, ``pylock.<backend>.toml`` beside its requirements lock: `kdkit lock`
-        writes it from the same resolution. The name follows the specification's rule, ``pylock.<name>.toml``
-        with no dot in the name (https://packaging.python.org/en/latest/specifications/pylock-toml/#file-name)."""
+        """The backend's PEP 751 lock, ``pylock.<backend>.toml`` beside its requirements lock:
+        `kdkit lock` writes it from the same resolution. The name follows the specification's rule,
+        ``pylock.<name>.toml`` with no dot in the name
+        (https://packaging.python.org/en/latest/specifications/pylock-toml/#file-name)."""
         return self.lock.parent / f"pylock.{self.name}.toml"
 
 
@@ -64,7 +65,8 @@ class Project:
 
     @property
     def mounts(self) -> dict[str, dict[str, Any]]:
-        """kdkit.json's declared mounts, NAME -> {"path", "writable", "env"} (schema-checked; may be empty)."""
+        """kdkit.json's declared mounts, NAME -> {"path", "writable", "env"} (schema-checked; may be
+        empty)."""
         return dict(self.config.get("mounts", {}))
 
     def backend(self, name: str | None = None) -> Backend:
@@ -83,10 +85,11 @@ class Project:
         return Backend(chosen, spec["base_image"], spec["torch_index"], self.root / spec["lock"])
 
     def pilot_config(self) -> dict[str, Any]:
-        """The pilot config, held to the pilot's own model (kdkit.core.pilotconfig) as `kdkit validate` and the
-        pilot hold it: a host command (bundle, run) never uses a value the pilot would refuse, such as a path
-        outside the safe set, even in a config edited after `kdkit validate`. Read once per Project (made once
-        where a command starts): every part of the command sees the same config."""
+        """The pilot config, held to the pilot's own model (kdkit.core.pilotconfig) as `kdkit
+        validate` and the pilot hold it: a host command (bundle, run) never uses a value the pilot
+        would refuse, such as a path outside the safe set, even in a config edited after `kdkit
+        validate`. Read once per Project (made once where a command starts): every part of the
+        command sees the same config."""
         return self._pilot
 
     @cached_property
@@ -101,8 +104,8 @@ class Project:
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` is not an index URL every tool reads alike (a bracket left open, a port out of range), or
-    None; the scheme and the lack of spaces are the schema's."""
+    """Why ``url`` is not an index URL every tool reads alike (a bracket left open, a port out of
+    range), or None; the scheme and the lack of spaces are the schema's."""
     from urllib.parse import urlsplit
 
     try:
@@ -116,19 +119,21 @@ def url_problem(url: str) -> str | None:
 
 
 def mount_variable(name: str) -> str:
-    """The variable naming a declared mount's place in the container: KDKIT_MOUNT_<NAME>, '.' and '-' as '_'."""
+    """The variable naming a declared mount's place in the container: KDKIT_MOUNT_<NAME>, '.' and
+    '-' as '_'."""
     return "KDKIT_MOUNT_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-# Variables a declared mount's "env" may not take: the cache's (kdkit.machine.mounts sets them), and what the
-# shell, Python and the dynamic loader read before the app runs (names starting LD_ are refused too).
+# Variables a declared mount's "env" may not take: the cache's (kdkit.machine.mounts sets them), and
+# what the shell, Python and the dynamic loader read before the app runs (names starting LD_ are
+# refused too).
 RESERVED_ENV = frozenset({"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "HF_HOME", "TORCH_HOME",
                           "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "TMPDIR"})
 
 
 def mount_problems(root: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
-    """(JSON path, problem) of kdkit.json's ``mounts`` beyond its schema: a path that leaves the project through
-    a link, two names that give one KDKIT_MOUNT_ variable."""
+    """(JSON path, problem) of kdkit.json's ``mounts`` beyond its schema: a path that leaves the
+    project through a link, two names that give one KDKIT_MOUNT_ variable."""
     problems: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
     mounts = config.get("mounts")

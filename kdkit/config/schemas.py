@@ -1,8 +1,8 @@
 """JSON documents against kdkit's schemas, and the one finding type every check reports.
 
-A :class:`Problem` names the file (relative to the project root), the JSON path and what to do; it is
-redacted where it is made, so no finding can show a credential. :func:`load_valid` reads a JSON file
-and refuses it, naming its first problem, unless it matches ``schemas/<name>.schema.json``.
+A :class:`Problem` names the file (relative to the project root), the JSON path and what to do; it
+is redacted where it is made, so no finding can show a credential. :func:`load_valid` reads a JSON
+file and refuses it, naming its first problem, unless it matches ``schemas/<name>.schema.json``.
 :func:`secret_problems` finds credential shapes in a document. Below `kdkit validate` (which
 orchestrates every rule of a project) and below everything that loads a checked file (catalog,
 pairings, orders, kdkit.json, locks), so none of them imports the project-wide rules.
@@ -71,9 +71,9 @@ def _end_anchored(pattern: str) -> str:
 
 
 def _project_path(validator: Any, format: str, instance: Any, schema: Any) -> Any:
-    """JSON Schema's ``format``, asserted for ``"project-path"``: a path a config names, held to the one rule of
-    kdkit.core.projectfiles (the pilot config's model and every reader of such a path apply it too). Other
-    formats stay annotations, as draft 2020-12 says."""
+    """JSON Schema's ``format``, asserted for ``"project-path"``: a path a config names, held to the
+    one rule of kdkit.core.projectfiles (the pilot config's model and every reader of such a path
+    apply it too). Other formats stay annotations, as draft 2020-12 says."""
     from jsonschema.exceptions import ValidationError
 
     if format == "project-path" and isinstance(instance, str) and (problem := config_path_problem(instance)):
@@ -85,7 +85,8 @@ def _validator(name: str) -> Any:
     from jsonschema import Draft202012Validator, validators
 
     with schema_path(name).open(encoding="utf-8") as handle:
-        schema = json.load(handle)  # a valid draft 2020-12 schema: tests/config/test_shipped_schemas.py checks each
+        # a valid draft 2020-12 schema: tests/config/test_shipped_schemas.py checks each
+        schema = json.load(handle)
     strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern, "format": _project_path})
     return strict(schema)
 
@@ -120,18 +121,20 @@ def _describe(error: Any) -> str:
     return f"{error.message}"
 
 
-# Records kdkit writes (an order, a bundle's bundle.json) quote what they found, file names included, and are
-# checked for their shape only; the one-line rule is for the configs a person writes.
+# Records kdkit writes (an order, a bundle's bundle.json) quote what they found, file names
+# included, and are checked for their shape only; the one-line rule is for the configs a person
+# writes.
 RECORDS = frozenset({"order", "bundle"})
-# Free text a config may hold across lines: a manifest entry's expected output (a generation's reference text keeps
-# its line breaks and is compared exactly; it is data, shown escaped, never a command line or a file name).
+# Free text a config may hold across lines: a manifest entry's expected output (a generation's
+# reference text keeps its line breaks and is compared exactly; it is data, shown escaped, never a
+# command line or a file name).
 FREE_TEXT = {"manifest": re.compile(r"\$\.documents\[\d+\]\.expected(?:[.\[]|$)")}
 
 
 def schema_problems(data: Any, schema: str, file: Path) -> list[Problem]:
-    """Every schema violation of ``data``, ordered by place in the document, then, in a config (not one of
-    RECORDS), every string of it (key or value) that breaks a line or holds a control character
-    (:func:`line_problems`), where nothing else is said."""
+    """Every schema violation of ``data``, ordered by place in the document, then, in a config (not
+    one of RECORDS), every string of it (key or value) that breaks a line or holds a control
+    character (:func:`line_problems`), where nothing else is said."""
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
     problems = [Problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
     if schema in RECORDS:
@@ -143,9 +146,10 @@ def schema_problems(data: Any, schema: str, file: Path) -> list[Problem]:
 
 
 def line_problems(data: Any, file: Path) -> list[Problem]:
-    """Each string of a config that holds a line break or a control character (tab too): a config value
-    reaches command lines, file names and one-line messages, where such a character ends the line or
-    steers the terminal (``"cpu.txt\\n--index-url http:"``). One rule for every key, in every schema."""
+    """Each string of a config that holds a line break or a control character (tab too): a config
+    value reaches command lines, file names and one-line messages, where such a character ends the
+    line or steers the terminal (``"cpu.txt\\n--index-url http:"``). One rule for every key, in
+    every schema."""
     problems = []
     for parts, key, value in walk_document(data):
         for text, what in ((key, "key"), (value, "value")):
@@ -171,8 +175,9 @@ def walk_document(data: Any, parts: tuple[Any, ...] = ()) -> Iterator[tuple[tupl
 
 
 def secret_problems(data: Any, file: Path) -> list[Problem]:
-    """Keys named like a secret with a value, and values holding a credential shape, in a JSON document.
-    A number or a boolean is a setting, never a credential: ``"max_new_tokens": 60``, ``"use_auth": true``."""
+    """Keys named like a secret with a value, and values holding a credential shape, in a JSON
+    document. A number or a boolean is a setting, never a credential: ``"max_new_tokens": 60``,
+    ``"use_auth": true``."""
     problems = []
     for parts, key, value in walk_document(data):
         if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}) \
@@ -211,7 +216,8 @@ def raise_first(problems: list[Problem], *, base: Path | None = None, more_hint:
 
 
 def load_valid(path: Path, schema: str, *, what: str, hint: str = "") -> dict[str, Any]:
-    """A JSON file checked against ``schemas/<schema>.schema.json``; BadInput naming the first problem."""
+    """A JSON file checked against ``schemas/<schema>.schema.json``; BadInput naming the first
+    problem."""
     data = load_json(path, what=what)
     raise_first(schema_problems(data, schema, path), hint=hint)
     result: dict[str, Any] = data

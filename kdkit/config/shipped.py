@@ -12,8 +12,8 @@ from pathlib import Path
 from kdkit.core.errors import Unavailable
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # kdkit/, this file being kdkit/config/shipped.py
-# What data_root() holds, each at its place under kdkit/_data in a wheel (pyproject.toml's force-include;
-# a test keeps the two equal).
+# What data_root() holds, each at its place under kdkit/_data in a wheel (pyproject.toml's
+# force-include; a test keeps the two equal).
 DATA_ITEMS = ("schemas", "project-template", "Dockerfile.common", "Dockerfile.cpu", "Dockerfile.cuda",
               "Dockerfile.rocm", "requirements/runtime.txt")
 
@@ -41,7 +41,8 @@ def dockerfile(backend: str) -> Path:
 
 
 def runtime_lock() -> Path:
-    """kdkit's own hashed runtime lock (``requirements/runtime.txt``): what ``kdkit-wheels/`` of a bundle holds."""
+    """kdkit's own hashed runtime lock (``requirements/runtime.txt``): what ``kdkit-wheels/`` of a
+    bundle holds."""
     return data_root() / "requirements" / "runtime.txt"
 
 

@@ -1,25 +1,26 @@
-"""An app's answer checked against the user's JSON Schema (the "json" output kind), standard library only.
+"""An app's answer checked against the user's JSON Schema (the "json" output kind), standard library
+only.
 
 The subset supported, and nothing more:
-type (a string or a list of them; "integer" accepts whole floats like 4.0 as JSON Schema does, booleans
-are never numbers), enum, const, properties, required, additionalProperties (boolean or schema), items (a
-single schema; its list form and prefixItems are not supported), minItems, maxItems, uniqueItems,
-minLength, maxLength (in code points), pattern (a Python regular expression with ``re.search``
-semantics: it matches anywhere in the string unless anchored with ``^``/``$``), minimum, maximum,
-exclusiveMinimum, exclusiveMaximum (numbers, draft 2020-12 meaning), anyOf, oneOf, allOf, not;
-annotation keywords accepted and ignored: $schema, $id, title, description, default, examples,
-$comment. A boolean schema is allowed: ``true`` accepts anything, ``false`` nothing. Everything else
-(e.g. $ref, $defs, format, if/then/else, patternProperties, dependentRequired, unevaluatedProperties,
-contains) is refused by :func:`schema_problems`, never silently accepted; so is a schema nested deeper
-than 64 levels. In enum, const and uniqueItems numbers compare by value (1 equals 1.0) and ``true`` is
-not ``1``.
+type (a string or a list of them; "integer" accepts whole floats like 4.0 as JSON Schema does,
+booleans are never numbers), enum, const, properties, required, additionalProperties (boolean or
+schema), items (a single schema; its list form and prefixItems are not supported), minItems,
+maxItems, uniqueItems, minLength, maxLength (in code points), pattern (a Python regular expression
+with ``re.search`` semantics: it matches anywhere in the string unless anchored with ``^``/``$``),
+minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, draft 2020-12 meaning), anyOf, oneOf,
+allOf, not; annotation keywords accepted and ignored: $schema, $id, title, description, default,
+examples, $comment. A boolean schema is allowed: ``true`` accepts anything, ``false`` nothing.
+Everything else (e.g. $ref, $defs, format, if/then/else, patternProperties, dependentRequired,
+unevaluatedProperties, contains) is refused by :func:`schema_problems`, never silently accepted; so
+is a schema nested deeper than 64 levels. In enum, const and uniqueItems numbers compare by value (1
+equals 1.0) and ``true`` is not ``1``.
 
-:func:`schema_problems` is called once, at the edge, on the user's schema; :func:`answer_problem` then
-checks each answer. An answer must be plain JSON nested at most 64 levels deep, whatever the schema;
-deeper, or holding NaN/Infinity or a non-JSON Python value, it gets a problem message, never an
-exception. Messages name a JSON path (``$.tags[2]``); an object key that is not a plain ASCII name is
-shown JSON-quoted (control, bidi and non-ASCII characters escaped) and cut at 64 characters, so a
-message never carries an answer's raw text. ``pattern`` runs Python's backtracking ``re``: a
+:func:`schema_problems` is called once, at the edge, on the user's schema; :func:`answer_problem`
+then checks each answer. An answer must be plain JSON nested at most 64 levels deep, whatever the
+schema; deeper, or holding NaN/Infinity or a non-JSON Python value, it gets a problem message, never
+an exception. Messages name a JSON path (``$.tags[2]``); an object key that is not a plain ASCII
+name is shown JSON-quoted (control, bidi and non-ASCII characters escaped) and cut at 64 characters,
+so a message never carries an answer's raw text. ``pattern`` runs Python's backtracking ``re``: a
 pathological pattern can be slow on a long string.
 """
 
@@ -87,7 +88,8 @@ def _message(path: JsonPath, rule: str, limit: int) -> str:
 
 
 def json_type(value: Any) -> str:
-    """The JSON type of a value, "integer" for a whole number (4 and 4.0), "number" for any other."""
+    """The JSON type of a value, "integer" for a whole number (4 and 4.0), "number" for any
+    other."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -110,7 +112,8 @@ def _is_number(value: Any) -> bool:
 
 
 def _not_json(document: Any) -> Problem | None:
-    """The first place where ``document`` is not plain JSON nested at most MAX_DEPTH levels (no recursion)."""
+    """The first place where ``document`` is not plain JSON nested at most MAX_DEPTH levels (no
+    recursion)."""
     stack: list[tuple[Any, JsonPath]] = [(document, ())]
     while stack:
         node, path = stack.pop()
@@ -142,7 +145,8 @@ def _unsupported(keyword: Any) -> str:
 
 
 def schema_problems(schema: Any) -> list[tuple[str, str]]:
-    """Every problem of a schema document, as (JSON path in the schema, message); [] when it is usable.
+    """Every problem of a schema document, as (JSON path in the schema, message); [] when it is
+    usable.
 
     A document that is not plain JSON within 64 levels gets that one problem only.
     """
@@ -228,7 +232,8 @@ _SCHEMA_ARGUMENTS: dict[str, Callable[[Any, JsonPath], list[Problem]]] = {
 
 
 class _BadSchema(Exception):
-    """A schema schema_problems would have refused: raised, so that no ``not`` or ``anyOf`` turns it into a pass."""
+    """A schema schema_problems would have refused: raised, so that no ``not`` or ``anyOf`` turns it
+    into a pass."""
 
     def __init__(self, path: JsonPath, text: str) -> None:
         super().__init__(text)
@@ -239,9 +244,10 @@ def answer_problem(value: Any, schema: Any, limit: int = 200) -> str | None:
     """None when ``value`` satisfies ``schema``, else one message of at most ``limit`` (at least 16)
     characters naming the JSON path in the value and the rule it breaks. Never raises, never prints.
 
-    ``schema`` must be one :func:`schema_problems` found nothing in (checked once, at the edge). Given
-    another, it still never raises: an unsupported or malformed keyword it reaches is the message; but a
-    malformed keyword that does not apply to the value (a string ``minimum``, an object) goes unseen.
+    ``schema`` must be one :func:`schema_problems` found nothing in (checked once, at the edge).
+    Given another, it still never raises: an unsupported or malformed keyword it reaches is the
+    message; but a malformed keyword that does not apply to the value (a string ``minimum``, an
+    object) goes unseen.
     """
     limit = max(limit, 16)
     problem = _not_json(value)
@@ -262,7 +268,8 @@ def _apply(value: Any, schema: Any, path: JsonPath, depth: int) -> Problem | Non
         raise _BadSchema(path, f"the schema here is {json_type(schema)}, not an object or a boolean")
     if depth > MAX_DEPTH:
         raise _BadSchema(path, f"the schema is nested deeper than {MAX_DEPTH} levels")
-    for keyword in sorted(schema, key=lambda k: k != "type"):  # a wrong type first: the clearest message
+    # a wrong type first: the clearest message
+    for keyword in sorted(schema, key=lambda k: k != "type"):
         if keyword in _VALUE_RULES:
             broken = _VALUE_RULES[keyword](value, schema[keyword])
             if broken is not None:

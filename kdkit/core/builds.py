@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-# verify-env reads a lock's torch label here at every start-up of the in-container check: the labels are
-# parsed with string methods, and json (the data tables) is loaded only when a table is read.
+# verify-env reads a lock's torch label here at every start-up of the in-container check: the labels
+# are parsed with string methods, and json (the data tables) is loaded only when a table is read.
 TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
 if TYPE_CHECKING:
     from typing import Any
@@ -23,9 +23,12 @@ if TYPE_CHECKING:
 BACKENDS = ("cuda", "rocm", "cpu")
 GPU_BACKENDS = ("cuda", "rocm")
 PAIRINGS = "data/pairings.json"  # inside the kdkit package
-TORCH_INDEX_URL = "https://download.pytorch.org/whl/{label}"  # PyTorch's wheel index of one build label
-PYPI_SIMPLE = "https://pypi.org/simple"  # PyPI's torch is a plain version; its build is read from the facts
-BUILD_HEADER = "torch-build"  # the lock header line naming the build of a torch without a local label
+# PyTorch's wheel index of one build label
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/{label}"
+# PyPI's torch is a plain version; its build is read from the facts
+PYPI_SIMPLE = "https://pypi.org/simple"
+# the lock header line naming the build of a torch without a local label
+BUILD_HEADER = "torch-build"
 
 _DIGITS = frozenset("0123456789")
 
@@ -39,7 +42,8 @@ def parse_label(label: str) -> tuple[str, str | None] | None:
     if label == "cpu":
         return ("cpu", None)
     digits = label[2:]
-    if label.startswith("cu") and len(digits) == 3 and set(digits) <= _DIGITS:  # cu118 ... cu132: 11.8 ... 13.2
+    # cu118 ... cu132: 11.8 ... 13.2
+    if label.startswith("cu") and len(digits) == 3 and set(digits) <= _DIGITS:
         return ("cuda", f"{digits[:2]}.{digits[2]}")
     parts = label[4:].split(".")
     if label.startswith("rocm") and len(parts) in (2, 3) and all(p and set(p) <= _DIGITS for p in parts):
@@ -54,7 +58,8 @@ def label_backend(label: str) -> str | None:
 
 
 def index_label(url: str) -> str | None:
-    """The build label a PyTorch wheel index serves: its last path segment (``.../whl/cu130`` -> cu130)."""
+    """The build label a PyTorch wheel index serves: its last path segment (``.../whl/cu130`` ->
+    cu130)."""
     from urllib.parse import urlsplit
 
     tail = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
@@ -62,14 +67,16 @@ def index_label(url: str) -> str | None:
 
 
 def is_pypi(url: str, mirrors: tuple[str, ...] = ()) -> bool:
-    """Whether ``url`` is PyPI's simple index (or one of ``mirrors``, e.g. the index-url pip's configuration
-    names): its torch wheels carry no local label, so the build is the pairings' ``pypi`` fact."""
+    """Whether ``url`` is PyPI's simple index (or one of ``mirrors``, e.g. the index-url pip's
+    configuration names): its torch wheels carry no local label, so the build is the pairings'
+    ``pypi`` fact."""
     wanted = {_index_key(u) for u in (PYPI_SIMPLE, *mirrors) if u}
     return _index_key(url) in wanted
 
 
 def _index_key(url: str) -> str:
-    """An index URL as one place: scheme and host in lower case, no user or password, no trailing slash."""
+    """An index URL as one place: scheme and host in lower case, no user or password, no trailing
+    slash."""
     from urllib.parse import urlsplit
 
     try:
@@ -120,8 +127,8 @@ _SHIPPED: dict[str, dict[str, Any]] = {}
 
 
 def shipped_data(member: str) -> dict[str, Any]:
-    """A data table kdkit ships (``data/pairings.json``, ``data/catalog.json``), read from the package
-    folder or from inside kdkit.pyz, once; the host side layers the user's files over it
+    """A data table kdkit ships (``data/pairings.json``, ``data/catalog.json``), read from the
+    package folder or from inside kdkit.pyz, once; the host side layers the user's files over it
     (kdkit.facts.pairings)."""
     if member in _SHIPPED:
         return _SHIPPED[member]
@@ -149,7 +156,8 @@ def shipped_pairings() -> dict[str, Any]:
 
 
 def floor_value(entry: Any) -> str:
-    """A driver entry is ``{"minimum": "580", "source": ...}`` (or, in older files, the bare string)."""
+    """A driver entry is ``{"minimum": "580", "source": ...}`` (or, in older files, the bare
+    string)."""
     return str(entry["minimum"] if isinstance(entry, dict) else entry)
 
 

@@ -1,15 +1,17 @@
-"""Checkpoint folders: written whole or not at all, listed with their hashes, and the newest complete one found.
+"""Checkpoint folders: written whole or not at all, listed with their hashes, and the newest
+complete one found.
 
-A checkpoint is a folder ``checkpoints/step-%08d`` of a training run folder (the Hugging Face Trainer's
-file names where they fit: model.pt or model.safetensors, optimizer.pt, scheduler.pt, scaler.pt,
-rng_state.pth, trainer_state.json). It is staged beside its final name as ``.step-%08d.partial-PID``
-under its owner's lock (kdkit.core.staging.staged_folder); when the writer is done every regular file is
-hashed and fsynced, ``SHA256SUMS`` (kdkit.core.checksums) is written and fsynced, the folder is renamed
-to its final name by a rename that never replaces (kdkit.core.noreplace), and its parent is fsynced.
+A checkpoint is a folder ``checkpoints/step-%08d`` of a training run folder (the Hugging Face
+Trainer's file names where they fit: model.pt or model.safetensors, optimizer.pt, scheduler.pt,
+scaler.pt, rng_state.pth, trainer_state.json). It is staged beside its final name as
+``.step-%08d.partial-PID`` under its owner's lock (kdkit.core.staging.staged_folder); when the
+writer is done every regular file is hashed and fsynced, ``SHA256SUMS`` (kdkit.core.checksums) is
+written and fsynced, the folder is renamed to its final name by a rename that never replaces
+(kdkit.core.noreplace), and its parent is fsynced.
 
-A folder is *complete* when its SHA256SUMS parses, every file it lists is there with that hash, and it
-holds no file it does not list. A staging folder, a folder without SHA256SUMS, or one whose files do not
-verify is never chosen to resume from.
+A folder is *complete* when its SHA256SUMS parses, every file it lists is there with that hash, and
+it holds no file it does not list. A staging folder, a folder without SHA256SUMS, or one whose files
+do not verify is never chosen to resume from.
 
 Standard library only (the loop's helper, kdkit.core.trainapi, loads it at its first save).
 """
@@ -31,7 +33,8 @@ CHUNK = 1 << 20
 
 
 class Published:
-    """A checkpoint being written: ``path`` the staging folder; ``files`` ({name: sha256}) once published."""
+    """A checkpoint being written: ``path`` the staging folder; ``files`` ({name: sha256}) once
+    published."""
 
     __slots__ = ("files", "path")
 
@@ -63,7 +66,8 @@ def _hash_synced(path: Path) -> str:
 
 
 def _files(folder: Path) -> Iterator[tuple[str, Path]]:
-    """Every file under ``folder`` as (relative POSIX name, path); a link or other non-file is refused."""
+    """Every file under ``folder`` as (relative POSIX name, path); a link or other non-file is
+    refused."""
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
@@ -73,7 +77,8 @@ def _files(folder: Path) -> Iterator[tuple[str, Path]]:
 
 
 def seal(folder: Path) -> dict[str, str]:
-    """Hash and fsync every file of ``folder``, write its SHA256SUMS and fsync it and the folders; the digests."""
+    """Hash and fsync every file of ``folder``, write its SHA256SUMS and fsync it and the folders;
+    the digests."""
     digests = {name: _hash_synced(path) for name, path in _files(folder)}
     write_digests(folder, digests)
     for sub in sorted({(folder / name).parent for name in digests} | {folder}, reverse=True):
@@ -83,8 +88,8 @@ def seal(folder: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def publish_checkpoint(parent: Path, name: str) -> Iterator[Published]:
-    """Stage ``parent/name``, seal it when the block ends well and publish it (never replacing); on an exception
-    the staging is removed and nothing is published."""
+    """Stage ``parent/name``, seal it when the block ends well and publish it (never replacing); on
+    an exception the staging is removed and nothing is published."""
     parent.mkdir(parents=True, exist_ok=True)
     with staged_folder(parent / name, "checkpoint") as staged:
         result = Published(staged.path)
@@ -109,8 +114,8 @@ def listed(folder: Path) -> dict[str, str] | None:
 
 
 def missing_files(folder: Path) -> list[str]:
-    """The files ``folder``'s SHA256SUMS lists that are not there (a cheap check: no hashing); SHA256SUMS itself
-    when it is missing or damaged."""
+    """The files ``folder``'s SHA256SUMS lists that are not there (a cheap check: no hashing);
+    SHA256SUMS itself when it is missing or damaged."""
     sums = listed(folder)
     if sums is None:
         return [SUMS]
@@ -118,8 +123,8 @@ def missing_files(folder: Path) -> list[str]:
 
 
 def problem(folder: Path) -> str | None:
-    """Why ``folder`` is not a complete checkpoint, or None: SHA256SUMS missing or damaged, a listed file missing or
-    changed, a file it does not list."""
+    """Why ``folder`` is not a complete checkpoint, or None: SHA256SUMS missing or damaged, a listed
+    file missing or changed, a file it does not list."""
     sums = listed(folder)
     if sums is None:
         return f"{folder.name}: {SUMS} missing or damaged"
@@ -147,7 +152,8 @@ def checkpoint_folders(parent: Path) -> list[tuple[int, Path]]:
 
 
 def newest_complete(parent: Path) -> tuple[int, Path, list[str]] | None:
-    """The newest complete checkpoint under ``parent`` as (step, folder, why each newer one was passed over)."""
+    """The newest complete checkpoint under ``parent`` as (step, folder, why each newer one was
+    passed over)."""
     passed: list[str] = []
     for step, folder in reversed(checkpoint_folders(parent)):
         why = problem(folder)

@@ -22,8 +22,8 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def safe_name(name: object) -> bool:
-    """Whether ``name`` is a relative POSIX path that stays inside its folder: no '..', '.', empty parts,
-    backslash or control character."""
+    """Whether ``name`` is a relative POSIX path that stays inside its folder: no '..', '.', empty
+    parts, backslash or control character."""
     if not isinstance(name, str) or not name or name.startswith("/"):
         return False
     if any(ord(c) < 32 or ord(c) == 127 or c == "\\" for c in name):
@@ -32,8 +32,9 @@ def safe_name(name: object) -> bool:
 
 
 def read_sums(folder: Path, what: str, absent: str) -> dict[str, str]:
-    """``folder``'s SHA256SUMS as {name: sha256}; BadInput with ``absent`` (what the folder should be)
-    when there is none, CheckFailed naming the line when it is damaged (``what``: "bundle", "run folder")."""
+    """``folder``'s SHA256SUMS as {name: sha256}; BadInput with ``absent`` (what the folder should
+    be) when there is none, CheckFailed naming the line when it is damaged (``what``: "bundle", "run
+    folder")."""
     sums = folder / SUMS
     if not sums.is_file():
         raise BadInput(f"{sums}: not found; {absent}")
@@ -58,7 +59,8 @@ def read_sums(folder: Path, what: str, absent: str) -> dict[str, str]:
 
 
 def write_sums(folder: Path, files: Iterable[tuple[str, Path]]) -> int:
-    """SHA256SUMS over ``files`` ((name, path), any order), written last and atomically; returns the count."""
+    """SHA256SUMS over ``files`` ((name, path), any order), written last and atomically; returns the
+    count."""
     return write_digests(folder, {name: sha256_file(path) for name, path in files})
 
 

@@ -20,8 +20,8 @@ from kdkit.core.errors import KdkitError, interrupted_exit
 from kdkit.core.safetext import printable
 
 # typing, collections.abc and types cost the in-container commands' start-up more than a fast
-# verify-env's whole work (bench/bench_verify_env.py); they are needed by the type checker only, which
-# reads this constant as true.
+# verify-env's whole work (bench/bench_verify_env.py); they are needed by the type checker only,
+# which reads this constant as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,14 +98,16 @@ USAGE = {CONTAINER: "python -m kdkit.probe", ZIPAPP: "python3 kdkit.pyz"}
 
 
 def forwarded(name: str) -> bool:
-    """Whether ``name`` runs both on the host and in the container: the host only forwards its command
-    line to its argparse ``main`` (kdkit.cli.machine.forwarder; kdkit.__main__ skips click for it)."""
+    """Whether ``name`` runs both on the host and in the container: the host only forwards its
+    command line to its argparse ``main`` (kdkit.cli.machine.forwarder; kdkit.__main__ skips click
+    for it)."""
     entry = COMMANDS.get(name)
     return entry is not None and HOST in entry[3] and CONTAINER in entry[3]
 
 
 def runs_in(where: str) -> list[str]:
-    """The names of the commands that run ``where`` (host, container or zipapp), in the table's order."""
+    """The names of the commands that run ``where`` (host, container or zipapp), in the table's
+    order."""
     return [name for name, entry in COMMANDS.items() if where in entry[3]]
 
 
@@ -118,7 +120,8 @@ def redact(text: str) -> str:
 
 
 def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-    """sys.excepthook for kdkit's entry points: a crash's traceback, redacted (loaded when it happens)."""
+    """sys.excepthook for kdkit's entry points: a crash's traceback, redacted (loaded when it
+    happens)."""
     from kdkit.core.credentials import redacting_excepthook
 
     redacting_excepthook(kind, value, tb)
@@ -136,11 +139,14 @@ def call(main: Callable[[list[str]], int], argv: list[str]) -> int:
             import traceback
 
             sys.stderr.write(printable(redact(traceback.format_exc()), lines=True))
-        print(f"Error: {printable(redact(str(exc)))}", file=sys.stderr)  # one line, whatever the message quotes
+        # one line, whatever the message quotes
+        print(f"Error: {printable(redact(str(exc)))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         print("Interrupted.", file=sys.stderr)
         return interrupted_exit(exc)
-    except BrokenPipeError:  # the reader left (`kdkit verify-env --json | head -1`): no traceback, as under click
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush would fail again
+    # the reader left (`kdkit verify-env --json | head -1`): no traceback, as under click
+    except BrokenPipeError:
+        # the exit's own flush would fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -1,5 +1,6 @@
-"""One reader for kdkit's small JSON configs (config/train.json, config/service.json): each value checked where it
-is read, a bad one BadInput (exit 2) naming the file, the JSON path and what to give instead.
+"""One reader for kdkit's small JSON configs (config/train.json, config/service.json): each value
+checked where it is read, a bad one BadInput (exit 2) naming the file, the JSON path and what to
+give instead.
 
 Standard library only (the in-container side reads these configs).
 """
@@ -17,8 +18,8 @@ HUGE = 10**18  # no count, size or seed of a config goes past this
 
 
 class ConfigReader:
-    """Reads one JSON config's values, each checked where it is read; a bad one is BadInput naming the file,
-    the JSON path and what to do."""
+    """Reads one JSON config's values, each checked where it is read; a bad one is BadInput naming
+    the file, the JSON path and what to do."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -36,7 +37,8 @@ class ConfigReader:
 
     def number(self, data: dict[str, Any], key: str, where: str, *, minimum: float = 0.0,
                whole: bool = False, above: bool = False) -> float | None:
-        """``data[key]`` checked (None when absent): a finite number at least (or ``above``) ``minimum``."""
+        """``data[key]`` checked (None when absent): a finite number at least (or ``above``)
+        ``minimum``."""
         value = data.get(key)
         if value is None:
             return None
@@ -44,10 +46,12 @@ class ConfigReader:
 
     def checked(self, value: Any, where: str, *, minimum: float = 0.0, whole: bool = False,
                 above: bool = False) -> float:
-        """One value at ``where``: a finite number (whole when asked) at least (or ``above``) ``minimum``."""
+        """One value at ``where``: a finite number (whole when asked) at least (or ``above``)
+        ``minimum``."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
             raise self.bad(where, f"must be {'a whole number' if whole else 'a number'}")
-        if isinstance(value, int) and abs(value) > HUGE:  # math.isfinite of a 400-digit int raises OverflowError
+        # math.isfinite of a 400-digit int raises OverflowError
+        if isinstance(value, int) and abs(value) > HUGE:
             raise self.bad(where, f"must be a number of at most {len(str(HUGE))} digits")
         if not math.isfinite(value) or value < minimum or (above and value == minimum):
             raise self.bad(where, f"must be a finite number {'above' if above else 'at least'} {minimum:g}")

@@ -25,19 +25,23 @@ The token formats come from their issuers' public documentation:
 * GitHub ``ghp_ gho_ ghu_ ghs_ ghr_`` and ``github_pat_``: "Behind GitHub's new authentication token
   formats", https://github.blog/2021-04-05-behind-githubs-new-authentication-token-formats/ and
   https://github.blog/changelog/2021-03-31-authentication-token-format-updates-are-generally-available
-* GitLab ``glpat-`` and the other ``gl*-`` prefixes: https://docs.gitlab.com/security/tokens/#token-prefixes
+* GitLab ``glpat-`` and the other ``gl*-`` prefixes:
+  https://docs.gitlab.com/security/tokens/#token-prefixes
 * Hugging Face ``hf_``: https://huggingface.co/docs/hub/security-tokens
 * OpenAI ``sk-`` / ``sk-proj-``: https://platform.openai.com/docs/api-reference/authentication
-* Anthropic ``sk-ant-``: https://docs.anthropic.com/en/api/overview (keys are shown as ``sk-ant-api03-...``)
-* AWS access key IDs ``AKIA`` / ``ASIA`` / ``ABIA`` / ``ACCA`` and the 40-character secret access key:
-  https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html#identifiers-unique-ids and
-  https://docs.aws.amazon.com/STS/latest/APIReference/API_GetAccessKeyInfo.html
+* Anthropic ``sk-ant-``: https://docs.anthropic.com/en/api/overview (keys are shown as
+  ``sk-ant-api03-...``)
+* AWS access key IDs ``AKIA`` / ``ASIA`` / ``ABIA`` / ``ACCA`` and the 40-character secret access
+  key:
+  https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html#identifiers-unique-ids
+  and https://docs.aws.amazon.com/STS/latest/APIReference/API_GetAccessKeyInfo.html
 * Slack ``xoxb- xoxp- xoxa- xoxe- ...``: https://api.slack.com/authentication/token-types
 * Google API keys ``AIza...`` (39 characters): https://cloud.google.com/docs/authentication/api-keys
 * Stripe ``sk_live_`` / ``rk_live_`` (and their ``_test_`` twins): https://docs.stripe.com/keys
 * npm ``npm_``: https://github.blog/changelog/2021-09-23-npm-has-a-new-access-token-format/
 * PyPI ``pypi-AgE...`` (a macaroon whose serialisation starts so): https://pypi.org/help/#apitoken
-* JSON web tokens (``eyJ``, the base64url of ``{"``): RFC 7519, https://www.rfc-editor.org/rfc/rfc7519
+* JSON web tokens (``eyJ``, the base64url of ``{"``): RFC 7519,
+  https://www.rfc-editor.org/rfc/rfc7519
 * PEM private key blocks: RFC 7468, https://www.rfc-editor.org/rfc/rfc7468 (OpenSSH and PGP keys
   use the same armour)
 
@@ -66,8 +70,8 @@ from kdkit.core.errors import BadInput
 
 
 class _Lazy:
-    """A pattern compiled on first use: these are large, and most runs of kdkit print no error and scan
-    nothing, so importing this module (every command's error path does) costs no compile."""
+    """A pattern compiled on first use: these are large, and most runs of kdkit print no error and
+    scan nothing, so importing this module (every command's error path does) costs no compile."""
 
     __slots__ = ("_compiled", "args")
 
@@ -91,8 +95,8 @@ class _Lazy:
         return self.compiled.finditer(text)
 
 
-# Every pattern starts at a boundary and bounds its repeats: scanning stays linear in the text's length,
-# whatever a hostile value holds (a test times 20 000-character worst cases).
+# Every pattern starts at a boundary and bounds its repeats: scanning stays linear in the text's
+# length, whatever a hostile value holds (a test times 20 000-character worst cases).
 _START = r"(?<![A-Za-z0-9])"
 _END = r"(?![A-Za-z0-9])"
 
@@ -116,11 +120,13 @@ PRIVATE_KEY = _Lazy(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?
                          r"(?:.*?-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|.*)", re.DOTALL)
 URL_PASSWORD = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@'\"]{0,256}:)"
                           r"(?P<password>[^/\s@'\"]{1,256})@")
-# An http(s) URL whose user part is the secret: an index token given as the user name, with no password or an
-# empty one (https://TOKEN@host/simple/, https://TOKEN:@pypi.fury.io/USER/, as Gemfury documents it for pip).
+# An http(s) URL whose user part is the secret: an index token given as the user name, with no
+# password or an empty one (https://TOKEN@host/simple/, https://TOKEN:@pypi.fury.io/USER/, as
+# Gemfury documents it for pip).
 URL_TOKEN = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[Hh][Tt][Tt][Pp][Ss]?://)(?P<token>[^/\s:@'\"]{1,256}):?@")
 AWS_SECRET_SHAPE = _Lazy(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
-MIN_ENTROPY = 4.2  # bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
+# bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
+MIN_ENTROPY = 4.2
 # Names of keys and variables that hold a secret: JSON keys in the configs, ``NAME=value`` in text.
 SECRET_NAME = re.compile(
     r"(token|passw(or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)",
@@ -128,7 +134,8 @@ SECRET_NAME = re.compile(
 )
 _ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
                   r"access[_-]?key|secret[_-]?key|private[_-]?key|client[_-]?secret)")
-# ``name=value`` (value quoted or bare) or ``name: "value"`` (quoted only: ``$.token: key ...`` is prose).
+# ``name=value`` (value quoted or bare) or ``name: "value"`` (quoted only: ``$.token: key ...`` is
+# prose).
 ASSIGNMENT = _Lazy(
     r"(?<![A-Za-z0-9_])(?P<name>(?i:" + _ASSIGNED_NAME + r"))(?P<close>[\"']?)"
     r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]{0,128}\}|<[^<>\n]{0,128}>|\{\{[^}\n]{0,128}\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
@@ -169,7 +176,8 @@ SECRET_FILES: tuple[tuple[str, str], ...] = (
 # Templates that name the variables without their values, and public keys: meant to be shared.
 NOT_SECRET_FILES = (".env.example", ".env.sample", ".env.template", ".env.dist")
 NOT_SECRET_SUFFIXES = (".pub",)
-SCANNED_BYTES = 8 << 20  # a file this large is data, not configuration: it is not read for credentials
+# a file this large is data, not configuration: it is not read for credentials
+SCANNED_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -188,14 +196,16 @@ def _entropy(text: str) -> float:
 
 
 def _random_enough(text: str) -> bool:
-    """Mixed case and digits, spread out, and not a path (a key has few slashes, rarely at an end)."""
+    """Mixed case and digits, spread out, and not a path (a key has few slashes, rarely at an
+    end)."""
     pathlike = text.count("/") >= 3 or text.startswith("/") or text.endswith("/")
     return (not pathlike and any(c.isupper() for c in text) and any(c.islower() for c in text)
             and any(c.isdigit() for c in text) and _entropy(text) >= MIN_ENTROPY)
 
 
 def is_placeholder(value: str) -> bool:
-    """Whether ``value`` stands for a secret given elsewhere (``${X}``, ``<x>``, ``***``), or is empty."""
+    """Whether ``value`` stands for a secret given elsewhere (``${X}``, ``<x>``, ``***``), or is
+    empty."""
     return not value.strip() or PLACEHOLDER.fullmatch(value.strip()) is not None
 
 
@@ -251,7 +261,8 @@ def _candidates(text: str) -> list[tuple[int, int, Finding]]:
 
 
 def find(text: str) -> list[Finding]:
-    """Every credential shape in ``text``, in order, none overlapping (the longest wins at one place)."""
+    """Every credential shape in ``text``, in order, none overlapping (the longest wins at one
+    place)."""
     chosen: list[Finding] = []
     for _start, _order, finding in sorted(_candidates(text), key=lambda c: (c[0], -(c[2].end - c[0]), c[1])):
         if not chosen or finding.start >= chosen[-1].end:
@@ -271,21 +282,23 @@ def redact(text: str) -> str:
     return "".join([*parts, text[last:]])
 
 
-REDACT_MARGIN = 8 << 10  # characters past a cut redacted with what is kept: over ten times the longest bounded shape
-# Appended where a text was cut, before finding: it closes what the cut left open, a quoted value (either
-# quote) or a JSON web token's segments, so a shape that needs its end still matches up to the cut.
+# characters past a cut redacted with what is kept: over ten times the longest bounded shape
+REDACT_MARGIN = 8 << 10
+# Appended where a text was cut, before finding: it closes what the cut left open, a quoted value
+# (either quote) or a JSON web token's segments, so a shape that needs its end still matches up to
+# the cut.
 CUT_CLOSER = ".eyJAAAAAAAAAA.\"'"
 
 
 def redact_head(text: str, limit: int, mark: str = "...") -> str:
     """The first ``limit`` characters of ``text`` redacted, with ``mark`` when anything was cut.
 
-    Only what is kept is redacted, never the whole of a huge text (redaction costs in proportion to what it
-    reads): ``text`` is cut ``REDACT_MARGIN`` characters past the limit, redacted, then cut to the limit. A
-    credential shape that starts in the kept part and crosses the first cut is whole in the margin (every
-    bounded shape is far shorter) or still matches up to the cut (a prefixed token, a bare ``name=value``,
-    a private key block run to the end; a quoted value or a token's segments closed by CUT_CLOSER), and is
-    replaced from its start: none of it is kept unredacted.
+    Only what is kept is redacted, never the whole of a huge text (redaction costs in proportion to
+    what it reads): ``text`` is cut ``REDACT_MARGIN`` characters past the limit, redacted, then cut
+    to the limit. A credential shape that starts in the kept part and crosses the first cut is whole
+    in the margin (every bounded shape is far shorter) or still matches up to the cut (a prefixed
+    token, a bare ``name=value``, a private key block run to the end; a quoted value or a token's
+    segments closed by CUT_CLOSER), and is replaced from its start: none of it is kept unredacted.
     """
     window = text[:limit + REDACT_MARGIN]
     cut = len(window) < len(text)
@@ -302,7 +315,8 @@ def redact_head(text: str, limit: int, mark: str = "...") -> str:
 
 
 def redacting_excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-    """``sys.excepthook`` for kdkit's entry points: a crash's traceback, redacted (it may echo a value)."""
+    """``sys.excepthook`` for kdkit's entry points: a crash's traceback, redacted (it may echo a
+    value)."""
     sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
 
 
@@ -320,9 +334,9 @@ def secret_file(rel: str | PurePosixPath) -> str | None:
 
 
 def file_finding(path: Path, rel: str) -> str | None:
-    """The first credential shape in a text file that is about to travel (into a bundle or an image), as
-    ``rel:line: what (redacted)``, or None. Binary files (a NUL byte) and files over SCANNED_BYTES are
-    not read: weights and data are not where a key is pasted."""
+    """The first credential shape in a text file that is about to travel (into a bundle or an
+    image), as ``rel:line: what (redacted)``, or None. Binary files (a NUL byte) and files over
+    SCANNED_BYTES are not read: weights and data are not where a key is pasted."""
     try:
         if path.stat().st_size > SCANNED_BYTES:
             return None
@@ -333,14 +347,16 @@ def file_finding(path: Path, rel: str) -> str | None:
 
 
 def data_finding(data: bytes, rel: str) -> str | None:
-    """:func:`file_finding` for a file's bytes already read (what is checked is then what travels)."""
+    """:func:`file_finding` for a file's bytes already read (what is checked is then what
+    travels)."""
     if len(data) > SCANNED_BYTES or b"\0" in data:
         return None
     return text_finding(data.decode("utf-8", "replace"), rel)
 
 
 def text_finding(text: str, rel: str) -> str | None:
-    """The first credential shape in a file's text already read, as ``rel:line: what (redacted)``, or None."""
+    """The first credential shape in a file's text already read, as ``rel:line: what (redacted)``,
+    or None."""
     for number, line in enumerate(text.splitlines(), start=1):
         found = find(line)
         if found:
@@ -353,8 +369,8 @@ CREDENTIAL_FIX = ("a secret never travels in a project: put it in .env and pass 
 
 
 def refuse_credentials_in(path: Path, rel: str, data: bytes | None = None) -> None:
-    """BadInput naming the first credential shape in a file that is about to travel (redacted); ``data``: the
-    file's bytes, already read (so what is checked is what travels)."""
+    """BadInput naming the first credential shape in a file that is about to travel (redacted);
+    ``data``: the file's bytes, already read (so what is checked is what travels)."""
     finding = file_finding(path, rel) if data is None else data_finding(data, rel)
     if finding is not None:
         raise BadInput(f"{finding}: a credential would travel; {CREDENTIAL_FIX}")

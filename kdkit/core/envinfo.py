@@ -55,8 +55,9 @@ def marker_environment() -> dict[str, str]:
 
 
 def _started_from(entry: str) -> bool:
-    """Whether ``entry`` is what the interpreter put first on sys.path: the cwd for ``-m``, ``-c`` and
-    stdin, the script's folder, or the zipapp itself (https://docs.python.org/3/library/sys.html#sys.path)."""
+    """Whether ``entry`` is what the interpreter put first on sys.path: the cwd for ``-m``, ``-c``
+    and stdin, the script's folder, or the zipapp itself
+    (https://docs.python.org/3/library/sys.html#sys.path)."""
     if not entry:
         return True
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
@@ -88,13 +89,14 @@ _FIRST = "kdkit-envinfo 1"  # the first line of what encode() writes: the format
 
 
 def _escaped(value: str) -> str:
-    """``value`` on one line of ASCII: newlines, tabs, backslashes and non-ASCII characters escaped."""
+    """``value`` on one line of ASCII: newlines, tabs, backslashes and non-ASCII characters
+    escaped."""
     return value.encode("unicode_escape").decode("ascii")
 
 
 def encode(info: dict[str, object]) -> str:
-    """What :func:`describe` returns, as lines ``key<TAB>value`` (``sys_path`` once per entry, in order;
-    ``marker:<name>`` per marker variable), after a first line naming the format."""
+    """What :func:`describe` returns, as lines ``key<TAB>value`` (``sys_path`` once per entry, in
+    order; ``marker:<name>`` per marker variable), after a first line naming the format."""
     paths, markers = info["sys_path"], info["markers"]
     assert isinstance(paths, list) and isinstance(markers, dict)
     lines = [_FIRST, f"executable\t{_escaped(str(info['executable']))}", f"prefix\t{_escaped(str(info['prefix']))}"]
@@ -104,7 +106,8 @@ def encode(info: dict[str, object]) -> str:
 
 
 def decode(text: str) -> dict[str, object] | None:
-    """:func:`encode`'s text back as :func:`describe`'s dict; None when ``text`` is not such a text."""
+    """:func:`encode`'s text back as :func:`describe`'s dict; None when ``text`` is not such a
+    text."""
     lines = text.splitlines()
     if not lines or lines[0] != _FIRST:
         return None
@@ -125,7 +128,8 @@ def decode(text: str) -> dict[str, object] | None:
                 info[key] = value
     except UnicodeError:
         return None
-    if set(markers) != set(marker_environment()):  # every variable marker_environment() reports, no other
+    # every variable marker_environment() reports, no other
+    if set(markers) != set(marker_environment()):
         return None
     return info
 

@@ -67,5 +67,6 @@ class Interrupted(KeyboardInterrupt):
 
 
 def interrupted_exit(exc: BaseException) -> int:
-    """The exit code of an interrupt: an Interrupted's own, 130 for a bare KeyboardInterrupt (Ctrl-C)."""
+    """The exit code of an interrupt: an Interrupted's own, 130 for a bare KeyboardInterrupt
+    (Ctrl-C)."""
     return exc.exit_code if isinstance(exc, Interrupted) else Interrupted().exit_code

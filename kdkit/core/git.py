@@ -33,7 +33,8 @@ def git_output(root: Path, *args: str, timeout: float = 60) -> str | None:
 
 
 def code_state(root: Path) -> dict[str, Any]:
-    """The code revision of a run (``revision``, ``dirty``); None with a ``note`` where git cannot tell."""
+    """The code revision of a run (``revision``, ``dirty``); None with a ``note`` where git cannot
+    tell."""
     head, why = ask(root, "rev-parse", "HEAD", timeout=30)
     revision = (head or "").strip()
     if head is None or not re.fullmatch(r"[0-9a-f]{40,64}", revision):
@@ -47,7 +48,8 @@ _GIT_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"':
 
 
 def git_path(text: str) -> str:
-    """A path as git prints it (C-quoted when unusual) back to the name (non-UTF-8 bytes as surrogates)."""
+    """A path as git prints it (C-quoted when unusual) back to the name (non-UTF-8 bytes as
+    surrogates)."""
     if len(text) < 2 or text[0] != '"' or text[-1] != '"':
         return text
     body, out, i = text[1:-1], bytearray(), 0
@@ -76,8 +78,9 @@ def public_url(url: str) -> str:
 
 
 def provenance(root: Path) -> tuple[str, str]:
-    """(revision, source) of the checkout holding ``root``; ("unknown", "") outside one. The revision
-    ends in ``-dirty`` when the tree has uncommitted changes; the source carries no credentials."""
+    """(revision, source) of the checkout holding ``root``; ("unknown", "") outside one. The
+    revision ends in ``-dirty`` when the tree has uncommitted changes; the source carries no
+    credentials."""
     revision = (git_output(root, "describe", "--always", "--dirty", "--abbrev=40", "--match=NeVeR") or "").strip()
     source = (git_output(root, "config", "--get", "remote.origin.url") or "").strip()
     return revision or "unknown", public_url(source)

@@ -18,8 +18,9 @@ _DRIVER_IN_PROC = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 
 
 def driver_minimum(cuda_version: str, architecture: str | None = None) -> str | None:
-    """The oldest driver that runs a build for ``cuda_version`` ("12.8") on ``architecture`` (sm_XY), or
-    None if unknown. The floors are pairings.json's (kdkit.core.builds), the host side's too."""
+    """The oldest driver that runs a build for ``cuda_version`` ("12.8") on ``architecture``
+    (sm_XY), or None if unknown. The floors are pairings.json's (kdkit.core.builds), the host side's
+    too."""
     floor = driver_floor(cuda_version, architecture)
     return floor[0] if floor else None
 
@@ -49,7 +50,8 @@ def capabilities_lack_compute(value: str | None) -> bool:
 
 
 def hides_all_devices(name: str, value: str | None) -> bool:
-    """Whether a *_VISIBLE_DEVICES value leaves no GPU visible (``""``, ``-1``, ``void``, ``none``)."""
+    """Whether a *_VISIBLE_DEVICES value leaves no GPU visible (``""``, ``-1``, ``void``,
+    ``none``)."""
     if value is None:
         return False
     text = value.strip().lower()
@@ -109,7 +111,8 @@ def gfx_from_override(value: str) -> str | None:
 
 
 def rocm_arch_verdict(gcn_arch: str, arch_list: list[str], override: str | None) -> ArchVerdict:
-    """ROCm loads code only for the exact gfx name; otherwise "HIP error: invalid device function"."""
+    """ROCm loads code only for the exact gfx name; otherwise "HIP error: invalid device
+    function"."""
     names = {gfx_base(a) for a in arch_list}
     device = gfx_base(gcn_arch)
     if device in names:
@@ -121,8 +124,8 @@ def rocm_arch_verdict(gcn_arch: str, arch_list: list[str], override: str | None)
 
 
 def cuda_arch_fix(capability: tuple[int, int]) -> str:
-    """What to install when the build lacks code for a CUDA device: the newest stable published build that
-    carries it (pairings.json), and the oldest, so the user sees the range."""
+    """What to install when the build lacks code for a CUDA device: the newest stable published
+    build that carries it (pairings.json), and the oldest, so the user sees the range."""
     major, minor = capability
     data = shipped_pairings()
     carrying = []

@@ -130,13 +130,14 @@ def _place_key(text: str, key: str) -> tuple[int, int]:
 
 
 def load_json(path: Path, *, what: str = "file") -> Any:
-    """Parse a JSON file; a missing, unreadable or malformed file, a non-finite number, a key given twice
-    or a lone surrogate is BadInput naming the place."""
+    """Parse a JSON file; a missing, unreadable or malformed file, a non-finite number, a key given
+    twice or a lone surrogate is BadInput naming the place."""
     return parse_json(read_text_file(path, what), str(path))
 
 
 def finite_number(text: str, option: str, *, minimum: float | None = None, integral: bool = False) -> float:
-    """A numeric command-line value: finite, at least ``minimum``, whole when ``integral``; else BadInput."""
+    """A numeric command-line value: finite, at least ``minimum``, whole when ``integral``; else
+    BadInput."""
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -151,8 +152,9 @@ def finite_number(text: str, option: str, *, minimum: float | None = None, integ
 
 
 def require_replaceable(path: Path) -> None:
-    """BadInput when ``path`` exists and is not a regular file: kdkit never replaces a link, a device, a
-    FIFO or a socket (as root, `--out /dev/null` would otherwise replace the machine's /dev/null)."""
+    """BadInput when ``path`` exists and is not a regular file: kdkit never replaces a link, a
+    device, a FIFO or a socket (as root, `--out /dev/null` would otherwise replace the machine's
+    /dev/null)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -177,7 +179,8 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, replace_any: boo
         require_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # the owner's lock (kdkit.core.staging): a cleaner sees it alive until the rename
+    # the owner's lock (kdkit.core.staging): a cleaner sees it alive until the rename
+    fcntl.flock(fd, fcntl.LOCK_EX)
     lock = os.dup(fd)
     size = 0
     try:
@@ -202,7 +205,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, replace_any: bool = False) ->
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """UTF-8; a lone surrogate (never text) is written as its escape, so a write never fails on one."""
+    """UTF-8; a lone surrogate (never text) is written as its escape, so a write never fails on
+    one."""
     atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
@@ -225,7 +229,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def whole_number(option: str) -> Callable[[str], int]:
     """An argparse ``type`` for a count, read by jsonio.finite_number like the host's options: NaN,
-    infinities, 1e999, a word or "" raise BadInput (one line, exit 2 through probe.commands.call)."""
+    infinities, 1e999, a word or "" raise BadInput (one line, exit 2 through
+    probe.commands.call)."""
 
     def convert(text: str) -> int:
         number = finite_number(text, option, integral=True)

@@ -1,9 +1,9 @@
 """A corpus kept as one JSONL file: one record (a JSON object) per line, its ID in a named field.
 
 Read streaming (one line at a time, whatever the file's size) by the pilot, which keeps only where
-each record lies (:class:`Line`), and by `kdkit manifest`. A record is identified by the sha256 of its
-canonical bytes (:func:`canonical`): keys sorted, no spaces, UTF-8; so reformatting the file (spaces,
-key order) is not a different input, and a changed value is.
+each record lies (:class:`Line`), and by `kdkit manifest`. A record is identified by the sha256 of
+its canonical bytes (:func:`canonical`): keys sorted, no spaces, UTF-8; so reformatting the file
+(spaces, key order) is not a different input, and a changed value is.
 
 Standard library only: it runs in the container.
 """
@@ -41,8 +41,9 @@ def canonical(record: Any) -> bytes:
 def parse_record(data: bytes) -> dict[str, Any] | str:
     """The record on one line, or why the line is not one (a JSON object, finite numbers)."""
     try:
-        # What json.loads does, without a decoder made per call (it costs as much as a small record's parse):
-        # UTF-8 as json.loads reads it; a BOM or a NUL among the first two bytes (UTF-16, UTF-32) goes to json.loads.
+        # What json.loads does, without a decoder made per call (it costs as much as a small
+        # record's parse): UTF-8 as json.loads reads it; a BOM or a NUL among the first two bytes
+        # (UTF-16, UTF-32) goes to json.loads.
         if data[:1] in (b"\xef", b"\xfe", b"\xff", b"\x00") or data[1:2] == b"\x00":
             record = json.loads(data, parse_constant=_refuse_constant)
         else:
@@ -62,7 +63,8 @@ def _refuse_constant(token: str) -> Any:
     raise _NonFinite(f"{token} is not a JSON number; write a finite number or null")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)  # made once: stateless, as json.loads's own
+# made once: stateless, as json.loads's own
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -85,14 +87,16 @@ def id_problem(record: dict[str, Any], field: str) -> str:
 
 
 def scan(path: Path, field: str) -> Iterator[tuple[Line, dict[str, Any]]]:
-    """Every record of the file with where it lies, in order; BadInput (exit 2) names the first broken line
-    (its number), a record without a usable ID, or a duplicate ID. Blank lines are skipped."""
+    """Every record of the file with where it lies, in order; BadInput (exit 2) names the first
+    broken line (its number), a record without a usable ID, or a duplicate ID. Blank lines are
+    skipped."""
     for number, start, length, ident, record in _records(path, field):
         yield Line(number, start, length, ident), record
 
 
 def scan_lines(path: Path, field: str) -> Iterator[tuple[int, int, int, str]]:
-    """:func:`scan` without the records: (line number, offset, length, ID) of each, checked alike."""
+    """:func:`scan` without the records: (line number, offset, length, ID) of each, checked
+    alike."""
     for number, start, length, ident, _record in _records(path, field):
         yield number, start, length, ident
 

@@ -1,8 +1,8 @@
 """What really ran, as `kdkit run` tells the container: the KDKIT_LAUNCH variable.
 
-`kdkit run` (kdkit.machine.mounts) writes one compact JSON object into the container's environment: the
-image's ID and ref, the lock's sha256 (the image's label), the host's code revision, the network and
-each mount (name, target, writable, host source). The pilot reads it strictly when it is set and
+`kdkit run` (kdkit.machine.mounts) writes one compact JSON object into the container's environment:
+the image's ID and ref, the lock's sha256 (the image's label), the host's code revision, the network
+and each mount (name, target, writable, host source). The pilot reads it strictly when it is set and
 records it in params.json under ``launch``, beside and outside the parameters its run ID hashes.
 """
 
@@ -21,7 +21,8 @@ _MOUNT_FIELDS: dict[str, type] = {"name": str, "target": str, "writable": bool, 
 
 
 def parse_launch(text: str) -> dict[str, Any]:
-    """KDKIT_LAUNCH's object, each field of its type (``revision`` may be null); BadInput naming the variable."""
+    """KDKIT_LAUNCH's object, each field of its type (``revision`` may be null); BadInput naming the
+    variable."""
     data = parse_json(text, VARIABLE)
     if not isinstance(data, dict):
         raise BadInput(f"{VARIABLE}: $: expected a JSON object; unset it or let `kdkit run` set it")
@@ -45,8 +46,9 @@ def launch_field(environ: Any) -> dict[str, Any]:
 
 def with_launch_revision(state: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
     """The code state a run records: git's where the project is a checkout (``state``, from
-    kdkit.core.git.code_state), else the revision `kdkit run` passed in KDKIT_LAUNCH (the host's checkout,
-    else the image's revision label), so a run in a container never records null where its image knows."""
+    kdkit.core.git.code_state), else the revision `kdkit run` passed in KDKIT_LAUNCH (the host's
+    checkout, else the image's revision label), so a run in a container never records null where its
+    image knows."""
     given = (launch or {}).get("revision")
     if state.get("revision") or not isinstance(given, str) or given in ("", "unknown"):
         return state

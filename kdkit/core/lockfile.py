@@ -43,10 +43,11 @@ from kdkit.core.lockmodel import add_pin, is_name
 from kdkit.core.lockmodel import normalize_name as normalize_name
 from kdkit.core.textfile import read_text_file
 
-# What the in-container verify-env imports at start-up is most of its time (bench/bench_verify_env.py):
-# a lock as pip-compile writes it is read with string methods alone, and ``re`` (with ``enum``), the
-# marker and PEP 440 modules are loaded only for a line that needs them: a marker, an option or a
-# version outside the plain forms, or an error to explain. typing is for the type checker only.
+# What the in-container verify-env imports at start-up is most of its time
+# (bench/bench_verify_env.py): a lock as pip-compile writes it is read with string methods alone,
+# and ``re`` (with ``enum``), the marker and PEP 440 modules are loaded only for a line that needs
+# them: a marker, an option or a version outside the plain forms, or an error to explain. typing is
+# for the type checker only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from os import PathLike
@@ -54,10 +55,12 @@ if TYPE_CHECKING:
 
 HEADER_PREFIX = "# kdkit:"
 # The largest file read as a lock: PyPI's own application lock, hashes and all, is 190 KB
-# (tests/data/locks/warehouse-main.txt); a file a hundred times larger is not a lock, and is not read.
+# (tests/data/locks/warehouse-main.txt); a file a hundred times larger is not a lock, and is not
+# read.
 LOCK_LIMIT = 32 << 20
 
-# Options pip-compile may emit at the top of a lock; they steer where pip looks, not what it installs.
+# Options pip-compile may emit at the top of a lock; they steer where pip looks, not what it
+# installs.
 INDEX_OPTIONS = {
     "-i": "--index-url", "--index-url": "--index-url",
     "--extra-index-url": "--extra-index-url",
@@ -89,9 +92,9 @@ def _re() -> ModuleType:
 
 
 def _plain_version(text: str) -> bool:
-    """Whether ``text`` is a version in the forms pip-compile and uv write (``2.13.0``, ``2.13.0+cu130``,
-    ``1.0rc1``, ``1.0.post2``, ``25.1.dev0``): a strict subset of PEP 440 checked without ``re``. Anything
-    else is left to kdkit.core.versions, which knows every form."""
+    """Whether ``text`` is a version in the forms pip-compile and uv write (``2.13.0``,
+    ``2.13.0+cu130``, ``1.0rc1``, ``1.0.post2``, ``25.1.dev0``): a strict subset of PEP 440 checked
+    without ``re``. Anything else is left to kdkit.core.versions, which knows every form."""
     if not set(text) <= _PLAIN_VERSION_CHARS:
         return False
     public, plus, local = text.partition("+")
@@ -103,7 +106,8 @@ def _plain_version(text: str) -> bool:
         release, rest = release[:-1], "." + rest  # the dot of ".post1" / ".dev0"
     if not all(part.isdigit() for part in release.split(".")):
         return False
-    for labels in (("a", "b", "rc"), (".post",), (".dev",)):  # PEP 440's order, each segment at most once
+    # PEP 440's order, each segment at most once
+    for labels in (("a", "b", "rc"), (".post",), (".dev",)):
         for label in labels:
             if rest.startswith(label) and rest[len(label):len(label) + 1].isdigit():
                 rest = rest[len(label):].lstrip("0123456789")
@@ -123,9 +127,9 @@ def _check_version(where: str, text: str) -> None:
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
-    """Join backslash continuations as pip does (a line that ends with ``\\`` and is no comment goes on in the
-    next; pip joins the pieces as they are, src/pip/_internal/req/req_file.py ``join_lines``); each logical
-    line keeps the number of its first physical line."""
+    """Join backslash continuations as pip does (a line that ends with ``\\`` and is no comment goes
+    on in the next; pip joins the pieces as they are, src/pip/_internal/req/req_file.py
+    ``join_lines``); each logical line keeps the number of its first physical line."""
     out: list[tuple[int, str]] = []
     pending: list[str] = []
     start = 0
@@ -160,8 +164,8 @@ def _read_header_line(line: str, header: dict[str, str]) -> None:
 
 
 def _option_name(body: str) -> tuple[str, str]:
-    r"""(option, value) of an option line, as ``^(-[-A-Za-z]*)(?:=|\s+|$)(.*)$`` splits it; the whole
-    line and no value when it does not match."""
+    r"""(option, value) of an option line, as ``^(-[-A-Za-z]*)(?:=|\s+|$)(.*)$`` splits it; the
+    whole line and no value when it does not match."""
     end = 1
     while end < len(body) and (body[end] == "-" or (body[end].isascii() and body[end].isalpha())):
         end += 1
@@ -212,7 +216,8 @@ def _plain_pin(number: int, body: str) -> Pin | None:
             return None
         index += 1
     name, op, version = spec.partition("==")
-    name, bracket, extras = name.partition("[")  # pip-compile without --strip-extras: celery[redis]==5.6.3
+    # pip-compile without --strip-extras: celery[redis]==5.6.3
+    name, bracket, extras = name.partition("[")
     if bracket and (not extras.endswith("]") or not all(is_name(e) for e in extras[:-1].split(","))):
         return None
     if not op or not hashes or not is_name(name) or not _plain_version(version):
@@ -232,8 +237,8 @@ def _parse_pin(where: str, number: int, body: str) -> Pin:
 
 
 def _full_pin(where: str, number: int, body: str) -> Pin:
-    """Any requirement line by the full rules (regular expressions, PEP 440, PEP 508 markers): the pin,
-    or BadInput saying what is wrong with the line."""
+    """Any requirement line by the full rules (regular expressions, PEP 440, PEP 508 markers): the
+    pin, or BadInput saying what is wrong with the line."""
     if not body.isascii():
         at = next(i for i, char in enumerate(body) if not char.isascii())
         raise BadInput(f"{where}: character U+{ord(body[at]):04X} at column {at + 1} is not ASCII; a lock line is "
@@ -304,7 +309,8 @@ def parse_pylock_text(text: str, path: str | PathLike[str]) -> Lock:
     read = read_pylock(text, path)
     lock = Lock(path, {}, {}, [], {}, "pylock", read.environments, read.requires_python, read.default_groups,
                 read.warnings)
-    for line in text.removeprefix("\ufeff").splitlines():  # kdkit's provenance: comment lines at the top
+    # kdkit's provenance: comment lines at the top
+    for line in text.removeprefix("\ufeff").splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             break
         if line.strip().startswith(HEADER_PREFIX):
@@ -321,21 +327,23 @@ def parse_pylock_text(text: str, path: str | PathLike[str]) -> Lock:
 
 
 def parse_lock(path: str | PathLike[str]) -> Lock:
-    """Read and parse a lock, a PEP 751 one when its name says so; every problem is a one-line BadInput
-    naming ``file:line``."""
+    """Read and parse a lock, a PEP 751 one when its name says so; every problem is a one-line
+    BadInput naming ``file:line``."""
     if not os.path.lexists(path):
         raise BadInput(f"{path}: lock not found; create it with `kdkit lock`")
     return parse_lock_content(read_text_file(path, "lock", limit=LOCK_LIMIT), path)
 
 
 def parse_lock_content(text: str, path: str | PathLike[str]) -> Lock:
-    """Parse a lock's text read from ``path`` (read once by the caller: ``kdkit build`` hashes and sends the same
-    bytes), a PEP 751 one when the path's name says so; ``path`` names the file in messages."""
+    """Parse a lock's text read from ``path`` (read once by the caller: ``kdkit build`` hashes and
+    sends the same bytes), a PEP 751 one when the path's name says so; ``path`` names the file in
+    messages."""
     if "\x00" in text:
         raise BadInput(f"{path}: a binary file (NUL bytes), not a lock; give requirements/<backend>.txt or a "
                        "pylock.toml")
     name = os.path.basename(path)
-    if name.startswith("pylock."):  # the exact rule is kdkit.core.pylock's, loaded only for such a name
+    # the exact rule is kdkit.core.pylock's, loaded only for such a name
+    if name.startswith("pylock."):
         from kdkit.core.pylock import is_pylock_name
 
         if is_pylock_name(name):
@@ -351,7 +359,8 @@ def parse_lock_content(text: str, path: str | PathLike[str]) -> Lock:
 
 
 def machine_local(lock: Lock) -> list[str]:
-    """The pins the lock's header names as found on the locking machine only (``machine-local``, written by
-    `kdkit lock` when a file came from a folder of that machine): no index serves them."""
+    """The pins the lock's header names as found on the locking machine only (``machine-local``,
+    written by `kdkit lock` when a file came from a folder of that machine): no index serves
+    them."""
     said = lock.header.get("machine-local", "none")
     return [name for name in said.split(", ") if name and name != "none"]

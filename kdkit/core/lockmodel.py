@@ -1,6 +1,7 @@
-"""The lock model: a pinned distribution (:class:`Pin`) and a lock (:class:`Lock`), the candidates of
-each name and the rule that merges or keeps them. kdkit.core.lockfile reads requirements locks and PEP 751
-locks into it; kdkit.core.lockfile's docstring says the rules, and re-exports these names.
+"""The lock model: a pinned distribution (:class:`Pin`) and a lock (:class:`Lock`), the candidates
+of each name and the rule that merges or keeps them. kdkit.core.lockfile reads requirements locks
+and PEP 751 locks into it; kdkit.core.lockfile's docstring says the rules, and re-exports these
+names.
 
 Standard library only, and light: the in-container verify-env imports it at every start-up
 (bench/bench_verify_env.py); markers and PEP 440 versions are loaded only when a lock needs them.
@@ -31,7 +32,8 @@ def normalize_name(name: str) -> str:
 
 
 def is_name(text: str) -> bool:
-    """A valid project name (PEP 508): ASCII letters and digits at both ends, ``.``, ``_``, ``-`` between."""
+    """A valid project name (PEP 508): ASCII letters and digits at both ends, ``.``, ``_``, ``-``
+    between."""
     return bool(text) and text[0].isalnum() and text[-1].isalnum() and text.isascii() and set(text) <= _NAME_CHARS
 
 
@@ -47,7 +49,8 @@ class Pin(Record):
     """One locked distribution."""
 
     __slots__ = ("name", "version", "public_version", "local", "marker", "hashes", "line",  # noqa: RUF023
-                 "extras", "source", "requires_python")  # the fields in their order (kdkit.core.record)
+                 # the fields in their order (kdkit.core.record)
+                 "extras", "source", "requires_python")
 
     def __init__(self, name: str, version: str, public_version: str, local: str | None, marker: str | None,
                  hashes: list[str], line: int, extras: tuple[str, ...] = (), source: Source | None = None,
@@ -90,7 +93,8 @@ class Lock(Record):
         return [pin for pins in self.candidates.values() for pin in pins]
 
     def applying(self, key: str, markers: dict[str, str]) -> list[Pin]:
-        """The candidates of ``key`` whose marker holds for ``markers`` (an environment's variables)."""
+        """The candidates of ``key`` whose marker holds for ``markers`` (an environment's
+        variables)."""
         candidates = self.candidates.get(key, [])
         if not any(pin.marker for pin in candidates):
             return list(candidates)
@@ -100,8 +104,8 @@ class Lock(Record):
         return [pin for pin in candidates if not pin.marker or self._holds(pin, env)]
 
     def _holds(self, pin: Pin, env: dict[str, str | frozenset[str]]) -> bool:
-        """Whether ``pin``'s marker holds in ``env``; BadInput naming the line when it cannot be evaluated (a
-        ``~=`` on a value that is no version: PEP 508 gives it no meaning)."""
+        """Whether ``pin``'s marker holds in ``env``; BadInput naming the line when it cannot be
+        evaluated (a ``~=`` on a value that is no version: PEP 508 gives it no meaning)."""
         from kdkit.core.markers import InvalidMarker, evaluate
 
         try:
@@ -111,8 +115,8 @@ class Lock(Record):
                            f"interpreter ({exc}); fix the marker or relock") from None
 
     def pin_for(self, key: str, markers: dict[str, str]) -> Pin | None:
-        """The one candidate of ``key`` for that environment; None when no marker holds; BadInput when
-        two versions both apply (the lock is ambiguous there)."""
+        """The one candidate of ``key`` for that environment; None when no marker holds; BadInput
+        when two versions both apply (the lock is ambiguous there)."""
         pins = self.applying(key, markers)
         if len(pins) > 1:
             raise BadInput(f"{self.path}:{pins[1].line}: {pins[1].name} is pinned to {pins[0].version} (line "

@@ -53,7 +53,8 @@ _LOCK_VARIABLES = frozenset(VARIABLES).difference({"extra"}).union(SET_VARIABLES
 _ALIASES = {"os.name": "os_name", "sys.platform": "sys_platform", "platform.version": "platform_version",
             "platform.machine": "platform_machine", "platform.python_implementation":
             "platform_python_implementation", "python_implementation": "platform_python_implementation"}
-# Compared as PEP 440 versions when the right side is a valid clause (packaging's MARKERS_REQUIRING_VERSION).
+# Compared as PEP 440 versions when the right side is a valid clause (packaging's
+# MARKERS_REQUIRING_VERSION).
 _VERSION_VARIABLES = {"python_version", "python_full_version", "implementation_version", "platform_release"}
 
 _TOKEN = re.compile(
@@ -177,14 +178,16 @@ class _Parser:
 
 def parse_marker(text: str, lock_file: bool = False) -> Node:
     """Parse a marker; raise InvalidMarker with the place that went wrong. ``lock_file``: a PEP 751
-    ``packages.marker``, where ``extras`` and ``dependency_groups`` are known and ``extra`` is not."""
+    ``packages.marker``, where ``extras`` and ``dependency_groups`` are known and ``extra`` is
+    not."""
     return _Parser(text, lock_file).parse()
 
 
 def _compare(left: str, op: str, right: str, versiony: bool) -> bool:
-    """packaging's ``_eval_op``: for a version variable, when ``op right`` is a valid specifier clause, the
-    PEP 440 comparison, false for a left side that is not a version (packaging 26: "an unparsable version
-    now returns False"; ``platform_release`` is often "6.8.0-1015-azure"); otherwise strings, unordered."""
+    """packaging's ``_eval_op``: for a version variable, when ``op right`` is a valid specifier
+    clause, the PEP 440 comparison, false for a left side that is not a version (packaging 26: "an
+    unparsable version now returns False"; ``platform_release`` is often "6.8.0-1015-azure");
+    otherwise strings, unordered."""
     if op == "in":
         return left in right
     if op == "not in":
@@ -194,7 +197,8 @@ def _compare(left: str, op: str, right: str, versiony: bool) -> bool:
             return compare(left, op, right)
         except InvalidVersion:
             return False
-    # Strings are not ordered (packaging 26, pypa/packaging#939): < and > are false, <= and >= are ==.
+    # Strings are not ordered (packaging 26, pypa/packaging#939): < and > are false, <= and >= are
+    # ==.
     table = {"==": left == right, "!=": left != right, "<": False, "<=": left == right, ">": False,
              ">=": left == right}
     if op not in table:  # ~= and ===: packaging's UndefinedComparison

@@ -1,10 +1,11 @@
-"""Renaming without replacing: the one way kdkit claims a final name that another process may claim too.
+"""Renaming without replacing: the one way kdkit claims a final name that another process may claim
+too.
 
 ``os.rename`` replaces what is at the destination (on Linux a file, a link, or an empty folder) and
-``os.replace`` does so everywhere: two writers that both checked the name was free both succeed and one
-result is gone. :func:`rename_no_replace` fails instead, atomically, when anything is there. (rename(2),
-renameat2(2) RENAME_NOREPLACE: https://man7.org/linux/man-pages/man2/rename.2.html; macOS renamex_np(2)
-RENAME_EXCL: https://keith.github.io/xcode-man-pages/renamex_np.2.html)
+``os.replace`` does so everywhere: two writers that both checked the name was free both succeed and
+one result is gone. :func:`rename_no_replace` fails instead, atomically, when anything is there.
+(rename(2), renameat2(2) RENAME_NOREPLACE: https://man7.org/linux/man-pages/man2/rename.2.html;
+macOS renamex_np(2) RENAME_EXCL: https://keith.github.io/xcode-man-pages/renamex_np.2.html)
 
 What is at a name is told apart by (device, inode), and only while a descriptor of it is open
 (:func:`pin`): a freed inode's number is given to the next file made, so an unpinned folder removed
@@ -31,7 +32,8 @@ _UNSUPPORTED = frozenset({errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, getattr(
 
 @functools.lru_cache(maxsize=1)
 def _c_call() -> Callable[[bytes, bytes], int] | None:
-    """The C library's atomic no-replace rename, as a call giving 0 or an errno; None where it has none."""
+    """The C library's atomic no-replace rename, as a call giving 0 or an errno; None where it has
+    none."""
     try:
         import ctypes
 
@@ -58,11 +60,11 @@ def _c_call() -> Callable[[bytes, bytes], int] | None:
 
 
 def rename_no_replace(src: Path, dst: Path) -> None:
-    """Rename ``src`` to ``dst`` unless anything is at ``dst`` (a folder, even an empty one, a file, a dangling
-    link): FileExistsError then, and both stay as they were. One atomic call where the C library and the file
-    system have it (Linux renameat2(2) RENAME_NOREPLACE, macOS renamex_np(2) RENAME_EXCL); elsewhere the name
-    is claimed first (mkdir for a folder, a hard link for a file), so a SIGKILL in that instant can leave an
-    empty folder at ``dst``."""
+    """Rename ``src`` to ``dst`` unless anything is at ``dst`` (a folder, even an empty one, a file,
+    a dangling link): FileExistsError then, and both stay as they were. One atomic call where the C
+    library and the file system have it (Linux renameat2(2) RENAME_NOREPLACE, macOS renamex_np(2)
+    RENAME_EXCL); elsewhere the name is claimed first (mkdir for a folder, a hard link for a file),
+    so a SIGKILL in that instant can leave an empty folder at ``dst``."""
     call = _c_call()
     if call is not None:
         code = call(os.fsencode(src), os.fsencode(dst))
@@ -76,7 +78,8 @@ def rename_no_replace(src: Path, dst: Path) -> None:
         return
     os.mkdir(dst)  # the claim: fails on anything there
     try:
-        os.rename(src, dst)  # replaces only the empty folder just made; ENOTEMPTY once someone filled it
+        # replaces only the empty folder just made; ENOTEMPTY once someone filled it
+        os.rename(src, dst)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.rmdir(dst)
@@ -89,7 +92,8 @@ Identity = tuple[int, int]
 
 
 def identity(path: Path | os.stat_result) -> Identity | None:
-    """(device, inode) of what is at ``path`` (a link itself, not what it names), or of a stat; None if nothing."""
+    """(device, inode) of what is at ``path`` (a link itself, not what it names), or of a stat; None
+    if nothing."""
     try:
         found = path if isinstance(path, os.stat_result) else os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -98,8 +102,9 @@ def identity(path: Path | os.stat_result) -> Identity | None:
 
 
 def pin(path: Path) -> int | None:
-    """A descriptor of the folder at ``path`` (not a link); while it is open the folder's inode cannot be
-    freed, so no other file takes its number and (device, inode) names it alone. None if there is none."""
+    """A descriptor of the folder at ``path`` (not a link); while it is open the folder's inode
+    cannot be freed, so no other file takes its number and (device, inode) names it alone. None if
+    there is none."""
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -111,7 +116,8 @@ def pinned(fd: int | None) -> Identity | None:
 
 
 def put_back(old: Path, final: Path) -> Path:
-    """Return what was moved aside to ``final``, else to a name no cleaner removes; where it is now."""
+    """Return what was moved aside to ``final``, else to a name no cleaner removes; where it is
+    now."""
     for place in (final, final.with_name(f"{final.name}.kept-{os.getpid()}")):
         with contextlib.suppress(OSError):
             rename_no_replace(old, place)

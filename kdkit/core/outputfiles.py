@@ -1,23 +1,28 @@
-"""The file output kind's artifacts: each item's files, staged by the app, checked, hashed and kept whole.
+"""The file output kind's artifacts: each item's files, staged by the app, checked, hashed and kept
+whole.
 
-For a run whose ``output`` is ``{"kind": "file"}`` each item handed to the app carries ``"out_dir"``: a fresh,
-empty folder ``<run>/outputs.staging/<name>/`` made by the harness before every call of the app that holds the
-item. ``<name>`` is the item's ID when it is a safe ID (kdkit.core.projectfiles.is_safe_id: a file name on every
-file system; every input's ID is one today, a manifest's or a JSONL corpus's), else ``_`` and the SHA-256 of the
-ID in hex (a guard for any other ID: a safe ID never starts with ``_``, so the two never meet).
+For a run whose ``output`` is ``{"kind": "file"}`` each item handed to the app carries
+``"out_dir"``: a fresh, empty folder ``<run>/outputs.staging/<name>/`` made by the harness before
+every call of the app that holds the item. ``<name>`` is the item's ID when it is a safe ID
+(kdkit.core.projectfiles.is_safe_id: a file name on every file system; every input's ID is one
+today, a manifest's or a JSONL corpus's), else ``_`` and the SHA-256 of the ID in hex (a guard for
+any other ID: a safe ID never starts with ``_``, so the two never meet).
 
-The app writes its artifact(s) there and answers ``{"id", "output": value}`` (value: null or any JSON data,
-kept as the record's ``output``) or ``{"id", "error": reason}``. On acceptance (:func:`inspect`) the folder must
-hold at least one regular file (an empty ``out_dir`` is that item's rejection), nothing but regular files and
-folders (a symbolic link, a FIFO, a device is that item's rejection: it could lead out of ``out_dir``), and, where
-the config declares ``max_bytes``, at most that many bytes in all. Every file is hashed and fsynced; the record
-keeps ``{"folder": "outputs/<name>", "files": {"relative/path": sha256}}``. The run folder's writer
-(kdkit.core.runresults.RunFolder.append) then renames the folder into ``<run>/outputs/<name>/`` and fsyncs
-``outputs/`` BEFORE the batch's results lines are written: an artifact is durable before the line naming it.
+The app writes its artifact(s) there and answers ``{"id", "output": value}`` (value: null or any
+JSON data, kept as the record's ``output``) or ``{"id", "error": reason}``. On acceptance
+(:func:`inspect`) the folder must hold at least one regular file (an empty ``out_dir`` is that
+item's rejection), nothing but regular files and folders (a symbolic link, a FIFO, a device is that
+item's rejection: it could lead out of ``out_dir``), and, where the config declares ``max_bytes``,
+at most that many bytes in all. Every file is hashed and fsynced; the record keeps ``{"folder":
+"outputs/<name>", "files": {"relative/path": sha256}}``. The run folder's writer
+(kdkit.core.runresults.RunFolder.append) then renames the folder into ``<run>/outputs/<name>/`` and
+fsyncs ``outputs/`` BEFORE the batch's results lines are written: an artifact is durable before the
+line naming it.
 
-On resume the staging folder goes, and every ``outputs/<name>`` no complete results line names (a kill between
-the rename and the line) is removed: the item is redone, nothing is kept twice (:func:`cut_back`).
-SHA256SUMS lists each file as ``outputs/<name>/<relative path>``. Standard library only.
+On resume the staging folder goes, and every ``outputs/<name>`` no complete results line names (a
+kill between the rename and the line) is removed: the item is redone, nothing is kept twice
+(:func:`cut_back`). SHA256SUMS lists each file as ``outputs/<name>/<relative path>``. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -37,20 +42,23 @@ from kdkit.core.projectfiles import is_safe_id
 from kdkit.core.resultlines import stream_records
 
 OUTPUTS = "outputs"  # <run>/outputs/<name>/...: the accepted items' files
-STAGING = "outputs.staging"  # <run>/outputs.staging/<name>/: each item's out_dir while the app works
-FOLDER, FILES = "folder", "files"  # an accepted record's keys: "outputs/<name>", {relative path: sha256}
+# <run>/outputs.staging/<name>/: each item's out_dir while the app works
+STAGING = "outputs.staging"
+# an accepted record's keys: "outputs/<name>", {relative path: sha256}
+FOLDER, FILES = "folder", "files"
 MAX_FILES = 10000  # files of one item's out_dir
 CHUNK = 1 << 20
 
 
 def folder_name(ident: str) -> str:
-    """The item's folder under outputs/ and outputs.staging/: its ID when safe, else ``_<sha256 of the ID>``."""
+    """The item's folder under outputs/ and outputs.staging/: its ID when safe, else ``_<sha256 of
+    the ID>``."""
     return ident if is_safe_id(ident) else "_" + hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def stage(run: Path, idents: Iterable[str]) -> dict[str, str]:
-    """A fresh, empty staging folder for each ID (whatever an earlier call left there removed first):
-    {ID: absolute path of its out_dir}."""
+    """A fresh, empty staging folder for each ID (whatever an earlier call left there removed
+    first): {ID: absolute path of its out_dir}."""
     root = run / STAGING
     root.mkdir(exist_ok=True)
     made = {}
@@ -70,8 +78,8 @@ def _remove(path: Path) -> None:
 
 
 def inspect(run: Path, ident: str, max_bytes: int | None) -> dict[str, Any] | str:
-    """The accepted record's ``folder`` and ``files`` for the item's staged out_dir (each file hashed and
-    fsynced), or the reason the item is rejected."""
+    """The accepted record's ``folder`` and ``files`` for the item's staged out_dir (each file
+    hashed and fsynced), or the reason the item is rejected."""
     name = folder_name(ident)
     top = run / STAGING / name
     if top.is_symlink() or not top.is_dir():
@@ -126,8 +134,9 @@ def _hash_synced(path: Path) -> tuple[str, int]:
 
 
 def keep(run: Path, records: list[dict[str, Any]]) -> dict[str, str]:
-    """Move each accepted record's staged folder into outputs/ (a rename), then fsync outputs/: what the
-    run folder's writer does before the batch's lines. Returns the files kept, {name in SHA256SUMS: sha256}."""
+    """Move each accepted record's staged folder into outputs/ (a rename), then fsync outputs/: what
+    the run folder's writer does before the batch's lines. Returns the files kept, {name in
+    SHA256SUMS: sha256}."""
     moved = [record for record in records if record.get("outcome") == "accepted" and FOLDER in record]
     if not moved:
         return {}
@@ -136,7 +145,8 @@ def keep(run: Path, records: list[dict[str, Any]]) -> dict[str, str]:
     for record in moved:
         name = record[FOLDER].split("/", 1)[1]
         target = run / OUTPUTS / name
-        _remove(target)  # never expected: an ID is answered once; a stale copy never stands for this one
+        # never expected: an ID is answered once; a stale copy never stands for this one
+        _remove(target)
         os.rename(run / STAGING / name, target)
         kept.update({f"{record[FOLDER]}/{rel}": digest for rel, digest in record[FILES].items()})
     for folder in (run / OUTPUTS, run / STAGING):
@@ -163,15 +173,17 @@ def named(records: Iterable[dict[str, Any]]) -> dict[str, str]:
 
 
 def cut_back(run: Path, records: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """A resume: the staging folder removed, every folder outputs/<name> no complete line names removed (anything
-    else there is left, for integrity checks to name: the harness puts only folders there). Returns the
-    files the lines name ({name in SHA256SUMS: sha256}, what the harness vouches for from now on)."""
+    """A resume: the staging folder removed, every folder outputs/<name> no complete line names
+    removed (anything else there is left, for integrity checks to name: the harness puts only
+    folders there). Returns the files the lines name ({name in SHA256SUMS: sha256}, what the harness
+    vouches for from now on)."""
     listed = named(records)
     _remove(run / STAGING)
     folders = {name.split("/")[1] for name in listed}
     top = run / OUTPUTS
     if top.is_dir() and not top.is_symlink():
-        for entry in os.scandir(top):  # a folder renamed before a kill cut its line; a file there is no rename's
+        # a folder renamed before a kill cut its line; a file there is no rename's
+        for entry in os.scandir(top):
             if entry.name not in folders and entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path)
         _fsync_dir(top)
@@ -179,14 +191,16 @@ def cut_back(run: Path, records: Iterable[dict[str, Any]]) -> dict[str, str]:
 
 
 def discard(run: Path, ident: str) -> None:
-    """An item not accepted: its staging folder goes (what the app wrote there is not part of the run)."""
+    """An item not accepted: its staging folder goes (what the app wrote there is not part of the
+    run)."""
     _remove(run / STAGING / folder_name(ident))
 
 
 def staging_strays(run: Path, in_flight: Iterable[str]) -> list[str]:
-    """At close, before the staging folder goes: every entry of it that is not the folder of an item in flight
-    (``in_flight``: the folder names the harness staged for the batch not yet judged), each a problem of the run:
-    the app wrote it outside its item's out_dir (``out_dir/../x``), and it is never kept."""
+    """At close, before the staging folder goes: every entry of it that is not the folder of an item
+    in flight (``in_flight``: the folder names the harness staged for the batch not yet judged),
+    each a problem of the run: the app wrote it outside its item's out_dir (``out_dir/../x``), and
+    it is never kept."""
     top = run / STAGING
     if top.is_symlink() or not top.is_dir():
         return [f"{STAGING}: not the folder the harness made; the run cannot pass"] if top.is_symlink() else []
@@ -204,7 +218,8 @@ def close_staging(run: Path) -> None:
 
 
 def unvouched(run: Path, vouched: Iterable[str]) -> list[str]:
-    """Entries under outputs/ the harness did not keep (an extra file, a link), each named with what it is."""
+    """Entries under outputs/ the harness did not keep (an extra file, a link), each named with what
+    it is."""
     top = run / OUTPUTS
     if top.is_symlink():
         return [f"{OUTPUTS} (a symbolic link)"]
@@ -225,10 +240,10 @@ def unvouched(run: Path, vouched: Iterable[str]) -> list[str]:
 
 def gather_outputs(sources: Iterable[tuple[str, Path, dict[str, str]]], target: Path) -> tuple[dict[str, str],
                                                                                                list[str]]:
-    """The workers' outputs/ joined into ``target/outputs/``: each (worker's name, its verified folder, its
-    SHA256SUMS) gives the files it lists under outputs/, copied, fsynced and hashed again. Returns the files
-    ({name in SHA256SUMS: sha256}) and the problems: an item's folder in two workers (kept from the first), a
-    copy that differs from its worker's checksum."""
+    """The workers' outputs/ joined into ``target/outputs/``: each (worker's name, its verified
+    folder, its SHA256SUMS) gives the files it lists under outputs/, copied, fsynced and hashed
+    again. Returns the files ({name in SHA256SUMS: sha256}) and the problems: an item's folder in
+    two workers (kept from the first), a copy that differs from its worker's checksum."""
     digests: dict[str, str] = {}
     owner: dict[str, str] = {}
     problems = []
@@ -253,9 +268,10 @@ def gather_outputs(sources: Iterable[tuple[str, Path, dict[str, str]]], target: 
 
 
 def kept_problems(folder: Path, sums: dict[str, str], results: Path, file_kind: bool) -> list[str]:
-    """A closed pilot run folder: SHA256SUMS's lines under outputs/ are exactly the files its accepted records
-    name, with the digests the records give (each record's ``files``, :func:`named`); SHA256SUMS already covers
-    every file on the disk. Nothing to check unless the run is of the file kind or holds outputs/ or its lines."""
+    """A closed pilot run folder: SHA256SUMS's lines under outputs/ are exactly the files its
+    accepted records name, with the digests the records give (each record's ``files``,
+    :func:`named`); SHA256SUMS already covers every file on the disk. Nothing to check unless the
+    run is of the file kind or holds outputs/ or its lines."""
     listed = {name: digest for name, digest in sums.items() if name.startswith(f"{OUTPUTS}/")}
     if not (file_kind or listed or os.path.lexists(folder / OUTPUTS)):
         return []
@@ -271,8 +287,9 @@ def kept_problems(folder: Path, sums: dict[str, str], results: Path, file_kind: 
 
 
 def count_problems(folder: Path, rows: Any, items: Any, summary: Path) -> list[str]:
-    """A gathering's summary (``summary``) against what it holds: its ``rows`` those of vectors.npy's header, its
-    ``items`` the item folders under outputs/ (kdkit.probe.pilot.gather writes both)."""
+    """A gathering's summary (``summary``) against what it holds: its ``rows`` those of
+    vectors.npy's header, its ``items`` the item folders under outputs/ (kdkit.probe.pilot.gather
+    writes both)."""
     problems = []
     vectors = folder / vectorfile.VECTORS
     if rows is not None or vectors.exists():

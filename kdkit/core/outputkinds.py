@@ -1,28 +1,34 @@
-"""The one table of output kinds: for each kind, what an answer's value must be, what the record keeps of it,
-how one answer scores against the manifest's expected value, and how the kind is described.
+"""The one table of output kinds: for each kind, what an answer's value must be, what the record
+keeps of it, how one answer scores against the manifest's expected value, and how the kind is
+described.
 
-An answer is ``{"id", "output": value}`` for every kind (``{"id", "category"}`` stays valid for the category
-kind) or ``{"id", "error": reason}``. ``check(output, value)`` gives the fields an accepted record keeps, or the
-problem that makes the answer invalid (one line naming the reason). ``score(output, value, expected)`` is a
-number in [0, 1], or NaN when the score is undefined (NaN is that item's rejection, never a pass):
+An answer is ``{"id", "output": value}`` for every kind (``{"id", "category"}`` stays valid for the
+category kind) or ``{"id", "error": reason}``. ``check(output, value)`` gives the fields an accepted
+record keeps, or the problem that makes the answer invalid (one line naming the reason).
+``score(output, value, expected)`` is a number in [0, 1], or NaN when the score is undefined (NaN is
+that item's rejection, never a pass):
 
-- category: 1 when the category is the expected one (today's accuracy against the manifest's labels);
+- category: 1 when the category is the expected one (today's accuracy against the manifest's
+  labels);
 - text: exact match, 1 or 0 (the whole text, character for character);
-- vector: the cosine of the angle between the answer and the expected vector, negative cosines clamped to 0
-  (opposite or orthogonal vectors both score 0); NaN for a zero vector or an expected vector that is not
-  ``dim`` finite numbers;
-- json: strict equality, 1 or 0 (objects by keys, arrays in order, numbers by value, booleans never numbers);
-- file: strict equality of the answer's ``output`` value with the expected one, as json (the files themselves are
-  kept and hashed, never scored here).
+- vector: the cosine of the angle between the answer and the expected vector, negative cosines
+  clamped to 0 (opposite or orthogonal vectors both score 0); NaN for a zero vector or an expected
+  vector that is not ``dim`` finite numbers;
+- json: strict equality, 1 or 0 (objects by keys, arrays in order, numbers by value, booleans never
+  numbers);
+- file: strict equality of the answer's ``output`` value with the expected one, as json (the files
+  themselves are kept and hashed, never scored here).
 
 The file kind: the app writes each item's artifact(s) into ``item["out_dir"]`` and answers
-``{"id", "output": value}`` with ``value`` null (nothing more to say) or any JSON data (kept as the record's
-``output``), or ``{"id", "error": reason}``. The files in ``out_dir`` are the output: an accepted answer whose
-``out_dir`` holds no file, a link, something other than regular files and folders, or more than ``max_bytes``
-bytes is that item's rejection by the harness with the reason (kdkit.core.outputfiles, which also keeps them).
+``{"id", "output": value}`` with ``value`` null (nothing more to say) or any JSON data (kept as the
+record's ``output``), or ``{"id", "error": reason}``. The files in ``out_dir`` are the output: an
+accepted answer whose ``out_dir`` holds no file, a link, something other than regular files and
+folders, or more than ``max_bytes`` bytes is that item's rejection by the harness with the reason
+(kdkit.core.outputfiles, which also keeps them).
 
-A vector is kept as ``dim`` float32 numbers, little-endian (VECTOR_DATA holds the packed row until the run
-folder's writer appends it to vectors.npy and writes its ``"row"`` number in its place). Standard library only.
+A vector is kept as ``dim`` float32 numbers, little-endian (VECTOR_DATA holds the packed row until
+the run folder's writer appends it to vectors.npy and writes its ``"row"`` number in its place).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from typing import Any
 from kdkit.core.answerschema import answer_problem
 from kdkit.core.pilotkeys import Output
 
-VECTOR_DATA = "vector"  # a record's packed float32 row while in memory; never written to results.jsonl
+# a record's packed float32 row while in memory; never written to results.jsonl
+VECTOR_DATA = "vector"
 ROW = "row"  # the accepted record's row of vectors.npy
 SCORE = "score"  # the accepted record's quality score, where the manifest gives an expected value
 FLOAT32_MAX = 3.4028234663852886e38
@@ -52,8 +59,9 @@ def value_keys(output: Output) -> tuple[str, ...]:
 
 
 def answer_bytes(output: Output) -> int:
-    """The room one answer may take on the wire from the app's process: 64 KiB, plus the declared text's or
-    vector's worst case as JSON (a character as a surrogate pair's escapes, 12 bytes; a float's repr, 32)."""
+    """The room one answer may take on the wire from the app's process: 64 KiB, plus the declared
+    text's or vector's worst case as JSON (a character as a surrogate pair's escapes, 12 bytes; a
+    float's repr, 32)."""
     if output.kind == "text" and output.max_chars:
         return ANSWER_ROOM + 12 * output.max_chars
     if output.kind == "vector" and output.dim:
@@ -86,7 +94,8 @@ def _brief(value: Any) -> str:
 
 
 def check(output: Output, value: Any, shown: Shown) -> dict[str, Any] | str:
-    """The fields an accepted record keeps of ``value``, or the problem (``shown`` renders an odd value)."""
+    """The fields an accepted record keeps of ``value``, or the problem (``shown`` renders an odd
+    value)."""
     return CHECKS[output.kind](output, value, shown)
 
 
@@ -158,7 +167,8 @@ def _is_json(value: Any, depth: int = 0) -> bool:
 
 
 def _check_file(output: Output, value: Any, shown: Shown) -> dict[str, Any] | str:
-    """The answer's value (null, or JSON data kept as ``output``); its files are judged by kdkit.core.outputfiles."""
+    """The answer's value (null, or JSON data kept as ``output``); its files are judged by
+    kdkit.core.outputfiles."""
     if value is None:
         return {}
     if not _is_json(value):
@@ -175,7 +185,8 @@ CHECKS: dict[str, Callable[[Output, Any, Shown], dict[str, Any] | str]] = {
 
 
 def score(output: Output, value: Any, expected: Any) -> float:
-    """One accepted answer's score against the manifest's expected value: in [0, 1], or NaN (undefined)."""
+    """One accepted answer's score against the manifest's expected value: in [0, 1], or NaN
+    (undefined)."""
     return SCORES[output.kind](output, value, expected)
 
 
@@ -191,7 +202,8 @@ def _score_vector(output: Output, value: Any, expected: Any) -> float:
 
 
 def cosine(a: list[float], b: list[float]) -> float:
-    """The cosine of two finite vectors clamped to [0, 1]; NaN when either is zero (no direction)."""
+    """The cosine of two finite vectors clamped to [0, 1]; NaN when either is zero (no
+    direction)."""
     norm_a, norm_b = math.hypot(*a), math.hypot(*b)
     if norm_a == 0 or norm_b == 0 or not math.isfinite(norm_a * norm_b):
         return math.nan
@@ -200,7 +212,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 
 def same_json(a: Any, b: Any) -> bool:
-    """JSON equality: booleans are never numbers, numbers equal by value, objects by keys, arrays in order."""
+    """JSON equality: booleans are never numbers, numbers equal by value, objects by keys, arrays in
+    order."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):

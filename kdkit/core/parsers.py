@@ -4,11 +4,11 @@ the options they share, each defined once. Standard library only.
 No option may be abbreviated (``allow_abbrev=False``): click refuses abbreviations on the host, and
 an abbreviation that works today breaks on the day an option with the same start is added.
 
-argparse costs a command whose whole work takes a few milliseconds more than that work (``verify-env``:
-bench/bench_verify_env.py). Such a command declares its options as :class:`Option` rows: argparse is
-built from the same rows, and :func:`quick_parse` reads a command line made only of those options
-without loading argparse, leaving everything else (``--help``, a mistake, a value that looks like an
-option) to argparse, which answers it as it always did.
+argparse costs a command whose whole work takes a few milliseconds more than that work
+(``verify-env``: bench/bench_verify_env.py). Such a command declares its options as :class:`Option`
+rows: argparse is built from the same rows, and :func:`quick_parse` reads a command line made only
+of those options without loading argparse, leaving everything else (``--help``, a mistake, a value
+that looks like an option) to argparse, which answers it as it always did.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 def command_parser(name: str, description: str, epilog: str, *, preformatted: bool = True) -> argparse.ArgumentParser:
-    """The parser of ``kdkit NAME``; ``preformatted`` keeps the description's and epilog's own lines."""
+    """The parser of ``kdkit NAME``; ``preformatted`` keeps the description's and epilog's own
+    lines."""
     import argparse
 
     formatter = argparse.RawDescriptionHelpFormatter if preformatted else argparse.HelpFormatter
@@ -74,9 +75,10 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> N
 
 
 def quick_parse(argv: Sequence[str], options: Sequence[Option]) -> Parsed | None:
-    """``argv`` read without argparse when it holds only ``options`` (``--name VALUE``, ``--name=VALUE``,
-    ``--flag``; the last of a repeated option wins, as in argparse) and every required one; None for
-    anything else, which argparse then parses (and answers ``--help`` and every mistake)."""
+    """``argv`` read without argparse when it holds only ``options`` (``--name VALUE``,
+    ``--name=VALUE``, ``--flag``; the last of a repeated option wins, as in argparse) and every
+    required one; None for anything else, which argparse then parses (and answers ``--help`` and
+    every mistake)."""
     by_name = {option.name: option for option in options}
     values: dict[str, str | bool | None] = {o.dest: (None if o.takes_value else False) for o in options}
     index = 0

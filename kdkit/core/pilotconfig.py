@@ -53,28 +53,36 @@ DECODE = re.compile("|".join(re.escape(d) for d in DECODES))  # fullmatch
 class PilotConfig:
     root: Path
     config_path: Path
-    inputs_dir: Path  # a folder of inputs; for a JSONL corpus, the folder holding it (what a container mounts)
+    # a folder of inputs; for a JSONL corpus, the folder holding it (what a container mounts)
+    inputs_dir: Path
     manifest_path: Path | None  # None: a JSONL corpus without a manifest (no expectations)
     categories: tuple[str, ...]  # output.categories: empty unless the output is the category kind
     entry: str
     batch_size: int
     device: str
     max_input_bytes: int
-    min_quality: float  # min_quality, or quality.min; 0 where neither is given (nothing can be expected then)
+    # min_quality, or quality.min; 0 where neither is given (nothing can be expected then)
+    min_quality: float
     runs_dir: Path
     max_rejected: int | None
     max_seconds: float | None
-    documents: Sequence[Document]  # a tuple; a JSONL corpus's: pilotmanifest.CorpusDocuments (compact)
+    # a tuple; a JSONL corpus's: pilotmanifest.CorpusDocuments (compact)
+    documents: Sequence[Document]
     max_batch_seconds: float | None = None
     output: Output = Output()  # noqa: RUF009  frozen: one shared default is safe
     decode: str = "utf-8"  # utf-8 | bytes (a file per item); a JSONL corpus's items are records
-    jsonl: Path | None = None  # inputs {"jsonl": ..., "id": ...}: the corpus file (inputs_dir is its folder)
-    id_field: str | None = None  # the JSONL corpus's ID field (default "id"); None for a folder of inputs
+    # inputs {"jsonl": ..., "id": ...}: the corpus file (inputs_dir is its folder)
+    jsonl: Path | None = None
+    # the JSONL corpus's ID field (default "id"); None for a folder of inputs
+    id_field: str | None = None
     model: Model | None = None
-    params: dict[str, Any] | None = None  # None: the config declares none (predict(items) gets none)
+    # None: the config declares none (predict(items) gets none)
+    params: dict[str, Any] | None = None
     corpus_sha256: str | None = None  # the JSONL corpus, hashed once when loaded
-    quality: dict[str, Any] | None = None  # the config's "quality" ({"scorer", "min"}), None where not declared
-    scorer_file: Path | None = None  # quality.scorer's module file in the project (part of the run's identity)
+    # the config's "quality" ({"scorer", "min"}), None where not declared
+    quality: dict[str, Any] | None = None
+    # quality.scorer's module file in the project (part of the run's identity)
+    scorer_file: Path | None = None
 
     def relative(self, path: Path) -> str:
         """A path as the project names it (relative to the root), for reports that travel."""
@@ -84,8 +92,9 @@ class PilotConfig:
             return str(path)
 
     def resolved(self) -> dict[str, Any]:
-        """The parameters the run depends on, defaults filled in; their hash names the run. A config using
-        none of the newer keys (output, a JSONL corpus, decode, model, params) resolves as it always did."""
+        """The parameters the run depends on, defaults filled in; their hash names the run. A config
+        using none of the newer keys (output, a JSONL corpus, decode, model, params) resolves as it
+        always did."""
         manifest = self.manifest_path
         resolved: dict[str, Any] = {
             "config_file": self.relative(self.config_path),
@@ -117,8 +126,8 @@ class PilotConfig:
         return resolved
 
     def output_record(self) -> dict[str, Any]:
-        """The declared output as params.json keeps it: its kind and settings (a json kind's schema file with
-        its sha256)."""
+        """The declared output as params.json keeps it: its kind and settings (a json kind's schema
+        file with its sha256)."""
         out = self.output
         record: dict[str, Any] = {"kind": out.kind}
         if out.kind == "text":
@@ -157,7 +166,8 @@ MAX_SECONDS = 10 * 365 * 24 * 3600  # a stop rule beyond ten years is a typo (nu
 FIELDS: dict[str, Rule] = {
     "$schema": Rule("string", required=False),
     "inputs": Rule("inputs"),
-    "manifest": Rule("path", required=False),  # required for a folder of inputs (pilotkeys.key_problems)
+    # required for a folder of inputs (pilotkeys.key_problems)
+    "manifest": Rule("path", required=False),
     "categories": Rule("categories", required=False),  # or "output" (pilotkeys.key_problems)
     "output": Rule("object", required=False),
     "decode": Rule("string", required=False, pattern=DECODE, hint="use utf-8 or bytes"),
@@ -165,7 +175,8 @@ FIELDS: dict[str, Rule] = {
     "batch_size": Rule("integer", minimum=1, maximum=65536),
     "device": Rule("string", pattern=DEVICE, hint="use auto, cpu, cuda or cuda:N"),
     "max_input_bytes": Rule("integer", minimum=1, maximum=1 << 30),
-    "min_quality": Rule("number", required=False, minimum=0, maximum=1),  # see pilotkeys.quality_key_problems
+    # see pilotkeys.quality_key_problems
+    "min_quality": Rule("number", required=False, minimum=0, maximum=1),
     "quality": Rule("object", required=False),
     "runs": Rule("path"),
     "stop": Rule("object", required=False),
@@ -182,8 +193,8 @@ STOP_FIELDS: dict[str, Rule] = {
 
 
 def config_problems(data: Any) -> Problems:
-    """Every problem of a pilot config document as (JSON path, message), in the keys' order, then the rules
-    between keys (kdkit.core.pilotkeys.key_problems)."""
+    """Every problem of a pilot config document as (JSON path, message), in the keys' order, then
+    the rules between keys (kdkit.core.pilotkeys.key_problems)."""
     if not isinstance(data, dict):
         return [("$", f"expected an object, got {JSON_TYPE.get(type(data), 'value')}")]
     problems = object_problems(data, FIELDS, "$")
@@ -196,8 +207,9 @@ def config_problems(data: Any) -> Problems:
 
 
 def refuse_problems(data: Any, path: Path) -> None:
-    """BadInput naming the first of :func:`config_problems` (and how many follow), if any: what the pilot and
-    every host command reading the pilot config (kdkit.config.project) refuse to go on with."""
+    """BadInput naming the first of :func:`config_problems` (and how many follow), if any: what the
+    pilot and every host command reading the pilot config (kdkit.config.project) refuse to go on
+    with."""
     problems = config_problems(data)
     if problems:
         where, message = problems[0]
@@ -206,9 +218,10 @@ def refuse_problems(data: Any, path: Path) -> None:
 
 
 def named_paths(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """(JSON path, path) of every place the pilot config ``data`` (its model already passed) names besides
-    ``runs``: the inputs folder or the JSONL corpus, the manifest, the answer schema, the model's and its base's
-    folders. What a bundle carries and what ``runs`` must stay apart from (:func:`places`)."""
+    """(JSON path, path) of every place the pilot config ``data`` (its model already passed) names
+    besides ``runs``: the inputs folder or the JSONL corpus, the manifest, the answer schema, the
+    model's and its base's folders. What a bundle carries and what ``runs`` must stay apart from
+    (:func:`places`)."""
     inputs, output, model = data["inputs"], data.get("output"), data.get("model")
     found: list[tuple[str, Any]] = [("$.inputs", inputs)] if isinstance(inputs, str) else \
         [("$.inputs.jsonl", inputs.get("jsonl"))]
@@ -223,14 +236,15 @@ def named_paths(data: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def inputs_folder(data: dict[str, Any]) -> str:
-    """The inputs' folder as the config names it (a folder of inputs, or the JSONL corpus's folder): what a
-    container mounts read-only."""
+    """The inputs' folder as the config names it (a folder of inputs, or the JSONL corpus's folder):
+    what a container mounts read-only."""
     inputs = data["inputs"]
     return inputs if isinstance(inputs, str) else os.path.dirname(os.path.normpath(inputs["jsonl"]))
 
 
 def listing_file(data: dict[str, Any]) -> str:
-    """The file that lists the inputs: the manifest, else (a JSONL corpus without one) the corpus itself."""
+    """The file that lists the inputs: the manifest, else (a JSONL corpus without one) the corpus
+    itself."""
     manifest = data.get("manifest")
     return manifest if isinstance(manifest, str) else str(data["inputs"]["jsonl"])
 
@@ -245,15 +259,15 @@ def places(data: dict[str, Any]) -> tuple[str, ...]:
 
 
 def runs_folder_problem(root: Path, data: dict[str, Any], extra: tuple[str, ...] = ()) -> str | None:
-    """:func:`kdkit.core.projectfiles.runs_problem` for the pilot config ``data`` (its model already passed):
-    ``runs`` apart from the project's folders, what the config names (:func:`places`), and ``extra`` (what
-    other configs name: the bundle's allow-list)."""
+    """:func:`kdkit.core.projectfiles.runs_problem` for the pilot config ``data`` (its model already
+    passed): ``runs`` apart from the project's folders, what the config names (:func:`places`), and
+    ``extra`` (what other configs name: the bundle's allow-list)."""
     return runs_problem(root, str(data["runs"]), (*places(data), *extra))
 
 
 def entry_file(root: Path, entry: str) -> Path | None:
-    """``entry``'s module file under the project root (``module.py`` or ``module/__init__.py``, links resolved
-    inside it), or None."""
+    """``entry``'s module file under the project root (``module.py`` or ``module/__init__.py``,
+    links resolved inside it), or None."""
     base = root.joinpath(*entry.split(":", 1)[0].split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file() and real_inside(root, candidate) is not None:
@@ -262,9 +276,9 @@ def entry_file(root: Path, entry: str) -> Path | None:
 
 
 def entry_problem(root: Path, entry: str) -> str | None:
-    """Why ``entry``'s module is not the project's own (``module.py`` or ``module/__init__.py`` under the
-    root, links resolved inside it), or None. The app is the project's code: ``os:system`` is not; nor is a
-    quality scorer that is not the project's own function."""
+    """Why ``entry``'s module is not the project's own (``module.py`` or ``module/__init__.py``
+    under the root, links resolved inside it), or None. The app is the project's code: ``os:system``
+    is not; nor is a quality scorer that is not the project's own function."""
     if entry_file(root, entry) is not None:
         return None
     module = entry.split(":", 1)[0]
@@ -277,8 +291,9 @@ def _optional(value: Any, kind: type) -> Any:
 
 
 def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
-    """Read and check the pilot config, its documents (a folder's manifest, or a JSONL corpus and its optional
-    manifest), its answer schema and its model (hashed once); BadInput (exit 2) names the first problem.
+    """Read and check the pilot config, its documents (a folder's manifest, or a JSONL corpus and
+    its optional manifest), its answer schema and its model (hashed once); BadInput (exit 2) names
+    the first problem.
 
     Every folder and file the config names is resolved through symbolic links and must stay inside
     the project (projectfiles.require_real_inside, the rule `kdkit validate` applies too).
@@ -325,7 +340,8 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
 
 
 def _quality(root: Path, data: dict[str, Any], path: Path) -> tuple[dict[str, Any] | None, Path | None]:
-    """The declared ``quality`` and its scorer's module file: the project's own (as ``entry``), else BadInput."""
+    """The declared ``quality`` and its scorer's module file: the project's own (as ``entry``), else
+    BadInput."""
     quality = data.get("quality")
     if quality is None:
         return None, None
@@ -340,12 +356,13 @@ def _quality(root: Path, data: dict[str, Any], path: Path) -> tuple[dict[str, An
 
 def load_documents(root: Path, data: dict[str, Any], path: Path,
                output: Output) -> tuple[Path, Path | None, Sequence[Document]]:
-    """(inputs folder, manifest or None, documents): a folder's manifest, or a JSONL corpus with its optional
-    manifest (the inputs folder is then the corpus's folder)."""
+    """(inputs folder, manifest or None, documents): a folder's manifest, or a JSONL corpus with its
+    optional manifest (the inputs folder is then the corpus's folder)."""
     spec = data["inputs"]
     if isinstance(spec, str):
         inputs = _located(root, data, "inputs", path)
-        manifest = _located(root, data, "manifest", path)  # the model requires it for a folder of inputs
+        # the model requires it for a folder of inputs
+        manifest = _located(root, data, "manifest", path)
         return inputs, manifest, load_manifest(manifest, inputs, output)
     jsonl = existing(root, spec["jsonl"], path, "$.inputs.jsonl", "file")
     manifest_path = _located(root, data, "manifest", path) if "manifest" in data else None
@@ -353,14 +370,15 @@ def load_documents(root: Path, data: dict[str, Any], path: Path,
 
 
 def _located(root: Path, data: dict[str, Any], key: str, path: Path) -> Path:
-    """The folder or file under ``key``, as the config names it: lexically inside the project, and still
-    inside with every link resolved (else BadInput naming where the link leads)."""
+    """The folder or file under ``key``, as the config names it: lexically inside the project, and
+    still inside with every link resolved (else BadInput naming where the link leads)."""
     target = inside(root, data[key], path, f"$.{key}")
     require_real_inside(root, target, path, f"$.{key}")
     return target
 
 
 def check_device(device: str) -> None:
-    """``--device``: the pilot config's rule (auto, cpu, cuda, cuda:N), checked before anything runs."""
+    """``--device``: the pilot config's rule (auto, cpu, cuda, cuda:N), checked before anything
+    runs."""
     if not DEVICE.fullmatch(device):
         raise BadInput(f"--device {device!r}: unknown device; use auto, cpu, cuda or cuda:N")

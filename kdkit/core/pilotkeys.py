@@ -1,8 +1,8 @@
-"""The pilot config's keys beyond today's: ``output`` (what an answer is), ``inputs`` as a JSONL corpus,
-``decode``, ``model`` and ``params``: their typed values and the rules of their shape.
+"""The pilot config's keys beyond today's: ``output`` (what an answer is), ``inputs`` as a JSONL
+corpus, ``decode``, ``model`` and ``params``: their typed values and the rules of their shape.
 
-Shape only (no file is read here): kdkit.core.pilotconfig.config_problems calls these for `kdkit validate`
-and the pilot alike; kdkit.core.pilotload reads what they name. Standard library only.
+Shape only (no file is read here): kdkit.core.pilotconfig.config_problems calls these for `kdkit
+validate` and the pilot alike; kdkit.core.pilotload reads what they name. Standard library only.
 """
 
 from __future__ import annotations
@@ -25,14 +25,17 @@ MAX_CHARS = 10**8
 MAX_BYTES = 1 << 50  # a file kind's max_bytes per item
 MAX_PARAMS_BYTES = 64 * 1024  # params, canonical JSON (sorted keys, no spaces, ASCII)
 REVISION = re.compile(r"[0-9a-f]{40}")  # fullmatch: a commit, never a branch or a tag
-HUB = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}")  # fullmatch
-ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
+# fullmatch
+HUB = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+# fullmatch
+ENTRY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 ID_FIELD = re.compile(r"[^\x00-\x1f\x7f]{1,128}")  # fullmatch; a control character is refused first
 
 
 @dataclass(frozen=True)
 class Output:
-    """What an answer is (the pilot config's ``output``; a top-level ``categories`` is the category kind)."""
+    """What an answer is (the pilot config's ``output``; a top-level ``categories`` is the category
+    kind)."""
 
     kind: str = "category"
     categories: tuple[str, ...] = ()
@@ -40,16 +43,18 @@ class Output:
     dim: int | None = None  # vector
     schema: Any = None  # json: the schema document, loaded and checked (kdkit.core.answerschema)
     schema_file: str | None = None  # json: as the config names it
-    # quality.scorer, the project's function scorer(item, answer, expected) -> [0, 1]: imported in the harness's
-    # process only (kdkit.probe.pilot.harness.with_scorer); None: the kind's built-in score (kdkit.core.outputkinds)
+    # quality.scorer, the project's function scorer(item, answer, expected) -> [0, 1]: imported in
+    # the harness's process only (kdkit.probe.pilot.harness.with_scorer); None: the kind's built-in
+    # score (kdkit.core.outputkinds)
     scorer: Callable[[dict[str, Any], Any, Any], Any] | None = field(default=None, compare=False, repr=False)
     max_bytes: int | None = None  # file: the most bytes of one item's files (None: no limit)
 
 
 @dataclass(frozen=True)
 class Model:
-    """The model the run uses: a folder of the project (every file hashed), a hub reference at an exact
-    revision, or both; and an adapter's base. ``record`` is what params.json keeps (part of the run's identity)."""
+    """The model the run uses: a folder of the project (every file hashed), a hub reference at an
+    exact revision, or both; and an adapter's base. ``record`` is what params.json keeps (part of
+    the run's identity)."""
 
     path: str | None = None
     hub: str | None = None
@@ -101,7 +106,8 @@ def output_problems(value: Any, where: str = "$.output") -> Problems:
 
 
 def inputs_problems(value: Any, where: str = "$.inputs") -> Problems:
-    """``inputs`` as an object: ``{"jsonl": FILE, "id": FIELD}`` (a string, a folder, is a path rule's)."""
+    """``inputs`` as an object: ``{"jsonl": FILE, "id": FIELD}`` (a string, a folder, is a path
+    rule's)."""
     if not isinstance(value, dict):
         return []
     problems = object_problems(value, INPUT_FIELDS, where)
@@ -150,7 +156,8 @@ def model_problems(value: Any, where: str = "$.model") -> Problems:
 
 
 def _non_finite(value: Any, where: str) -> tuple[str, str] | None:
-    """The first non-finite number or non-string key below ``value`` (a config built in code can hold one)."""
+    """The first non-finite number or non-string key below ``value`` (a config built in code can
+    hold one)."""
     if isinstance(value, float) and not math.isfinite(value):
         return where, f"{value} is not a finite number; JSON numbers must be finite"
     if isinstance(value, dict):
@@ -167,7 +174,8 @@ def _non_finite(value: Any, where: str) -> tuple[str, str] | None:
 
 
 def params_problems(value: Any, where: str = "$.params") -> Problems:
-    """``params``: a JSON object of finite numbers and string keys, at most :data:`MAX_PARAMS_BYTES` canonical."""
+    """``params``: a JSON object of finite numbers and string keys, at most :data:`MAX_PARAMS_BYTES`
+    canonical."""
     refused = _object(value, where, '{"temperature": 0.2, "max_tokens": 256}')
     if refused is not None:
         return refused
@@ -185,7 +193,8 @@ def params_problems(value: Any, where: str = "$.params") -> Problems:
 
 
 def quality_problems(value: Any, where: str = "$.quality") -> Problems:
-    """``quality``: the project's ``scorer`` ("module:function") and/or the ``min`` mean score, at least one."""
+    """``quality``: the project's ``scorer`` ("module:function") and/or the ``min`` mean score, at
+    least one."""
     refused = _object(value, where, '{"scorer": "src.score:score", "min": 0.9}')
     if refused is not None:
         return refused
@@ -201,10 +210,11 @@ def _category_kind(data: dict[str, Any]) -> bool:
 
 
 def quality_key_problems(data: dict[str, Any], folder: bool) -> Problems:
-    """``min_quality`` or ``quality.min`` (never both) where an answer can have an expected value: a manifest (a
-    folder's, or a JSONL corpus's); not over a JSONL corpus without a manifest, whatever the kind (nothing is
-    expected: the verdict rests on the accounting and each answer's check). A ``scorer``
-    is for the other kinds (the category kind's quality is accuracy against the manifest's labels)."""
+    """``min_quality`` or ``quality.min`` (never both) where an answer can have an expected value: a
+    manifest (a folder's, or a JSONL corpus's); not over a JSONL corpus without a manifest, whatever
+    the kind (nothing is expected: the verdict rests on the accounting and each answer's check). A
+    ``scorer`` is for the other kinds (the category kind's quality is accuracy against the
+    manifest's labels)."""
     quality = data.get("quality")
     has_min = isinstance(quality, dict) and "min" in quality
     problems: Problems = []
@@ -221,9 +231,9 @@ def quality_key_problems(data: dict[str, Any], folder: bool) -> Problems:
 
 
 def key_problems(data: dict[str, Any]) -> Problems:
-    """The rules between keys: ``categories`` or ``output`` (one of them); a folder of inputs needs its
-    ``manifest``; a JSONL corpus is decoded as records, never as bytes; ``min_quality`` where something can be
-    expected (:func:`quality_key_problems`)."""
+    """The rules between keys: ``categories`` or ``output`` (one of them); a folder of inputs needs
+    its ``manifest``; a JSONL corpus is decoded as records, never as bytes; ``min_quality`` where
+    something can be expected (:func:`quality_key_problems`)."""
     problems: Problems = []
     if "categories" in data and "output" in data:
         problems.append(("$", 'both "categories" and "output" are given; keep one: "output" '

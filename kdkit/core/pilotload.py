@@ -1,10 +1,10 @@
-"""What the pilot config's newer keys name, read once: the answer schema of a json output, the model's
-files (each hashed once per load) and the JSONL corpus's digest.
+"""What the pilot config's newer keys name, read once: the answer schema of a json output, the
+model's files (each hashed once per load) and the JSONL corpus's digest.
 
-Every place is held to the one containment rule (kdkit.core.projectfiles: lexically inside the project,
-and still inside with every link resolved). Each reader raises BadInput (exit 2) naming the file and the
-place; `kdkit validate` calls the same readers (without hashing) and lists what they refuse.
-Standard library only.
+Every place is held to the one containment rule (kdkit.core.projectfiles: lexically inside the
+project, and still inside with every link resolved). Each reader raises BadInput (exit 2) naming the
+file and the place; `kdkit validate` calls the same readers (without hashing) and lists what they
+refuse. Standard library only.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from kdkit.core.projectfiles import config_path, require_real_inside
 
 
 def located(root: Path, relative: str, path: Path, where: str) -> Path:
-    """The place ``relative`` names (a path the model passed), inside the project with every link resolved."""
+    """The place ``relative`` names (a path the model passed), inside the project with every link
+    resolved."""
     target = config_path(root, relative, path, where)
     require_real_inside(root, target, path, where)
     return target
@@ -39,8 +40,9 @@ def existing(root: Path, relative: str, path: Path, where: str, kind: str) -> Pa
 
 
 def answer_schema(root: Path, relative: str, path: Path, where: str) -> Any:
-    """The json output's schema: a file of the project, strict JSON, within what kdkit.core.answerschema
-    supports (a keyword outside it is refused, never ignored); BadInput naming the schema file and place."""
+    """The json output's schema: a file of the project, strict JSON, within what
+    kdkit.core.answerschema supports (a keyword outside it is refused, never ignored); BadInput
+    naming the schema file and place."""
     from kdkit.core.answerschema import schema_problems
 
     target = existing(root, relative, path, where, "file")
@@ -54,7 +56,8 @@ def answer_schema(root: Path, relative: str, path: Path, where: str) -> Any:
 
 
 def load_output(root: Path, data: dict[str, Any], path: Path) -> Output:
-    """The declared output (its shape already passed the model); a top-level ``categories`` is the category kind."""
+    """The declared output (its shape already passed the model); a top-level ``categories`` is the
+    category kind."""
     spec = data.get("output")
     if spec is None:
         return Output("category", tuple(data["categories"]))
@@ -71,12 +74,14 @@ def load_output(root: Path, data: dict[str, Any], path: Path) -> Output:
     return Output(kind, schema=schema, schema_file=spec["schema"])
 
 
-SKIPPED = (".", "__pycache__")  # hidden folders (.git, a hub client's .cache) and caches: not the model
+# hidden folders (.git, a hub client's .cache) and caches: not the model
+SKIPPED = (".", "__pycache__")
 
 
 def model_files(root: Path, target: Path, path: Path, where: str) -> Iterator[tuple[str, Path]]:
-    """Each regular file of the model ``target`` (a file, or a folder walked in order), as (path relative to
-    ``target``, path); a link leading out of the project, a loop or a special file is BadInput."""
+    """Each regular file of the model ``target`` (a file, or a folder walked in order), as (path
+    relative to ``target``, path); a link leading out of the project, a loop or a special file is
+    BadInput."""
     if target.is_file():
         yield target.name, target
         return
@@ -96,9 +101,9 @@ def model_files(root: Path, target: Path, path: Path, where: str) -> Iterator[tu
 
 
 def reference_record(root: Path, spec: dict[str, Any], path: Path, where: str, *, digest: bool = True) -> Any:
-    """params.json's record of a model (or its base): ``path`` and ``files`` ({relative path: sha256}, every
-    file hashed once) for a folder, ``hub`` and ``revision`` for a hub reference, ``base`` likewise. Without
-    ``digest`` (`kdkit validate`) the files are checked, never read."""
+    """params.json's record of a model (or its base): ``path`` and ``files`` ({relative path:
+    sha256}, every file hashed once) for a folder, ``hub`` and ``revision`` for a hub reference,
+    ``base`` likewise. Without ``digest`` (`kdkit validate`) the files are checked, never read."""
     record: dict[str, Any] = {}
     if "path" in spec:
         target = existing(root, spec["path"], path, f"{where}.path", "file or folder")

@@ -1,10 +1,11 @@
-"""The pilot's documents: a folder's manifest (every input, its file and what is expected of it), or a JSONL
-corpus (a record per line) with an optional manifest mapping IDs to expectations.
+"""The pilot's documents: a folder's manifest (every input, its file and what is expected of it), or
+a JSONL corpus (a record per line) with an optional manifest mapping IDs to expectations.
 
-A manifest entry: ``id``, ``file`` (a folder's inputs only), ``expect`` (accept | reject), ``label`` (the
-expected category, or null: none), ``expected`` (the reference output of the text, vector and json kinds);
-``sha256``, ``size``, ``line`` and ``note`` (written by `kdkit manifest`, or by hand) are kept out of the way.
-Read fast: ten thousand entries cost milliseconds (no Path per entry). Standard library only.
+A manifest entry: ``id``, ``file`` (a folder's inputs only), ``expect`` (accept | reject), ``label``
+(the expected category, or null: none), ``expected`` (the reference output of the text, vector and
+json kinds); ``sha256``, ``size``, ``line`` and ``note`` (written by `kdkit manifest`, or by hand)
+are kept out of the way. Read fast: ten thousand entries cost milliseconds (no Path per entry).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ from kdkit.core.jsonlcorpus import scan_lines
 from kdkit.core.pilotkeys import Output
 from kdkit.core.projectfiles import PATH_RULE, SAFE_ID_RULE, inside, is_safe_id, is_within, load_object, path_problem
 
-# A bare file name: no separator, no drive, cannot be "." or "..", so it stays in the manifest's folder
-# without the general path check (which costs microseconds per entry, a tenth of a trivial app's time).
+# A bare file name: no separator, no drive, cannot be "." or "..", so it stays in the manifest's
+# folder without the general path check (which costs microseconds per entry, a tenth of a trivial
+# app's time).
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # fullmatch
 
 
 class Document(NamedTuple):
-    """One input. ``location`` comes from the manifest's ``file`` (or is the JSONL corpus), never from the ID.
+    """One input. ``location`` comes from the manifest's ``file`` (or is the JSONL corpus), never
+    from the ID.
 
-    The location is kept as a string: a Path per entry costs more than reading a small file's name. A named
-    tuple (immutable, compared by value): made ten times faster than a frozen dataclass, which matters where a
-    corpus's documents are made as they are asked for (:class:`CorpusDocuments`).
+    The location is kept as a string: a Path per entry costs more than reading a small file's name.
+    A named tuple (immutable, compared by value): made ten times faster than a frozen dataclass,
+    which matters where a corpus's documents are made as they are asked for
+    (:class:`CorpusDocuments`).
     """
 
     id: str
@@ -41,10 +45,12 @@ class Document(NamedTuple):
     location: str
     label: str | None  # the expected category; None: none expected
     expect: str  # accept | reject | any (a JSONL record no manifest entry names)
-    # A record of a JSONL corpus (inputs.jsonl): where its line lies in ``location`` (offset -1: a file per item).
+    # A record of a JSONL corpus (inputs.jsonl): where its line lies in ``location`` (offset -1: a
+    # file per item).
     offset: int = -1
     length: int = 0
-    expected: Any = None  # the manifest's expected output (text, vector, JSON) for the other output kinds
+    # the manifest's expected output (text, vector, JSON) for the other output kinds
+    expected: Any = None
 
     @property
     def path(self) -> Path:
@@ -52,7 +58,8 @@ class Document(NamedTuple):
 
 
 def _at(path: Path, index: int) -> str:
-    """Where an entry is, for a message: built only on error (a string per entry costs as much as its checks)."""
+    """Where an entry is, for a message: built only on error (a string per entry costs as much as
+    its checks)."""
     return f"{path}: $.documents[{index}]"
 
 
@@ -116,8 +123,9 @@ def _id(doc: Any, path: Path, index: int, seen: set[str]) -> str:
 
 
 def load_manifest(path: Path, inputs: Path, output: Output | tuple[str, ...]) -> tuple[Document, ...]:
-    """A folder's documents from its manifest; IDs checked as data, files kept inside the inputs folder.
-    ``output``: the declared output (a tuple of categories is the category kind, as before)."""
+    """A folder's documents from its manifest; IDs checked as data, files kept inside the inputs
+    folder. ``output``: the declared output (a tuple of categories is the category kind, as
+    before)."""
     out_kind = output if isinstance(output, Output) else Output("category", tuple(output))
     seen: set[str] = set()
     out = []
@@ -138,7 +146,8 @@ def load_manifest(path: Path, inputs: Path, output: Output | tuple[str, ...]) ->
 
 
 def _target(name: str, path: Path, index: int, folders: tuple[str, str]) -> str:
-    """The input's location: inside the manifest's folder and inside the inputs folder, else BadInput."""
+    """The input's location: inside the manifest's folder and inside the inputs folder, else
+    BadInput."""
     manifest_folder, inputs = folders
     where = f"$.documents[{index}].file"
     target = os.fspath(inside(manifest_folder, name, path, where))
@@ -148,8 +157,8 @@ def _target(name: str, path: Path, index: int, folders: tuple[str, str]) -> str:
 
 
 def load_expectations(path: Path, output: Output) -> dict[str, tuple[int, str | None, str, Any]]:
-    """A JSONL corpus's manifest: ID -> (entry index, label, expect, expected). Entries name records by ID
-    only (a ``file`` is refused: the corpus is one file)."""
+    """A JSONL corpus's manifest: ID -> (entry index, label, expect, expected). Entries name records
+    by ID only (a ``file`` is refused: the corpus is one file)."""
     seen: set[str] = set()
     found = {}
     for index, doc in enumerate(_entries(path)):
@@ -162,9 +171,10 @@ def load_expectations(path: Path, output: Output) -> dict[str, tuple[int, str | 
 
 
 class CorpusDocuments(Sequence[Document]):
-    """A JSONL corpus's documents, compact whatever its size: the IDs in one list, each record's line number,
-    offset and length in arrays, and the manifest's few expectations by ID; a :class:`Document` is made when
-    one is asked for (indexing, iterating). ``picked``: a view of some of them (:meth:`without`), in order."""
+    """A JSONL corpus's documents, compact whatever its size: the IDs in one list, each record's
+    line number, offset and length in arrays, and the manifest's few expectations by ID; a
+    :class:`Document` is made when one is asked for (indexing, iterating). ``picked``: a view of
+    some of them (:meth:`without`), in order."""
 
     __slots__ = ("expectations", "ids", "lengths", "location", "numbers", "offsets", "picked")
 
@@ -192,8 +202,9 @@ class CorpusDocuments(Sequence[Document]):
         return self._document(at if self.picked is None else self.picked[at])
 
     def __iter__(self) -> Iterator[Document]:
-        # Made here rather than through _document, and without Document's own __new__ (a Python frame): every
-        # pass over a corpus makes a Document per record, and the run makes several passes.
+        # Made here rather than through _document, and without Document's own __new__ (a Python
+        # frame): every pass over a corpus makes a Document per record, and the run makes several
+        # passes.
         ids, numbers, offsets, lengths, location, wanted = (self.ids, self.numbers, self.offsets, self.lengths,
                                                             self.location, self.expectations)
         make, none = tuple.__new__, _NONE_EXPECTED
@@ -217,7 +228,8 @@ class CorpusDocuments(Sequence[Document]):
         return CorpusDocuments(self.location, ids, self.numbers, self.offsets, self.lengths, self.expectations, kept)
 
 
-_NONE_EXPECTED: tuple[str | None, str, Any] = (None, "any", None)  # a record no manifest entry names
+# a record no manifest entry names
+_NONE_EXPECTED: tuple[str | None, str, Any] = (None, "any", None)
 
 
 def document_ids(documents: Sequence[Document]) -> set[str]:
@@ -234,10 +246,10 @@ def remaining(documents: Sequence[Document], finished: Container[str]) -> Sequen
 
 
 def corpus_documents(jsonl: Path, field: str, manifest: Path | None, output: Output) -> CorpusDocuments:
-    """Every record of the corpus as a Document (``file`` "line N", ``location`` the corpus, its offset and
-    length), with the manifest's expectations where it names the ID (else expect "any": accepted or rejected with
-    a reason, nothing expected);
-    an ID of the manifest that the corpus lacks is BadInput. Held compactly (:class:`CorpusDocuments`)."""
+    """Every record of the corpus as a Document (``file`` "line N", ``location`` the corpus, its
+    offset and length), with the manifest's expectations where it names the ID (else expect "any":
+    accepted or rejected with a reason, nothing expected); an ID of the manifest that the corpus
+    lacks is BadInput. Held compactly (:class:`CorpusDocuments`)."""
     wanted = load_expectations(manifest, output) if manifest is not None else {}
     ids: list[str] = []
     numbers, offsets, lengths = array("q"), array("q"), array("q")

@@ -1,7 +1,8 @@
-"""What one key of the pilot config may hold (:class:`Rule`), and the checks that judge a value by it.
+"""What one key of the pilot config may hold (:class:`Rule`), and the checks that judge a value by
+it.
 
-The pilot config's model (kdkit.core.pilotconfig.FIELDS, kdkit.core.pilotkeys' nested keys) is made of
-these rules; `kdkit validate` and the pilot judge with the same functions. Standard library only.
+The pilot config's model (kdkit.core.pilotconfig.FIELDS, kdkit.core.pilotkeys' nested keys) is made
+of these rules; `kdkit validate` and the pilot judge with the same functions. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ Problems = list[tuple[str, str]]  # (JSON path, message)
 class Rule:
     """What one key of the pilot config may hold."""
 
-    kind: str  # path | string | integer | number | categories | object | inputs (a path or an object)
+    # path | string | integer | number | categories | object | inputs (a path or an object)
+    kind: str
     required: bool = True
     minimum: float | None = None
     maximum: float | None = None
@@ -43,8 +45,8 @@ EXPECTED = {"path": "string", "categories": "array", "inputs": "string (a folder
 
 
 def kind_problem(rule: Rule, value: Any) -> str | None:
-    """The type problem of ``value`` under ``rule``, or None. Whole-valued floats (4.0) are integers,
-    as in JSON Schema; booleans are never numbers."""
+    """The type problem of ``value`` under ``rule``, or None. Whole-valued floats (4.0) are
+    integers, as in JSON Schema; booleans are never numbers."""
     if value is None and rule.nullable:
         return None
     fits = isinstance(value, WANTED[rule.kind]) and not isinstance(value, bool)
@@ -76,8 +78,9 @@ def categories_problem(value: list[Any]) -> str | None:
 
 
 def value_problem(rule: Rule, value: Any) -> str | None:
-    """Why ``value`` does not keep ``rule`` (type, range, path, pattern), or None. An object (and the object form
-    of ``inputs``) is judged here by its type only: its keys are the nested rules' (kdkit.core.pilotkeys)."""
+    """Why ``value`` does not keep ``rule`` (type, range, path, pattern), or None. An object (and
+    the object form of ``inputs``) is judged here by its type only: its keys are the nested rules'
+    (kdkit.core.pilotkeys)."""
     problem = kind_problem(rule, value)
     if problem is not None or value is None or isinstance(value, dict):
         return problem
@@ -96,8 +99,8 @@ def value_problem(rule: Rule, value: Any) -> str | None:
 
 
 def object_problems(data: dict[str, Any], fields: dict[str, Rule], where: str, what: str = "") -> Problems:
-    """Unknown keys, missing required keys, then each key's value, in ``fields``' order. ``what`` qualifies the
-    object in messages (e.g. 'for output kind "text"')."""
+    """Unknown keys, missing required keys, then each key's value, in ``fields``' order. ``what``
+    qualifies the object in messages (e.g. 'for output kind "text"')."""
     problems = []
     unknown = sorted(set(data) - set(fields))
     if unknown:

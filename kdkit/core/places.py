@@ -13,8 +13,9 @@ from kdkit.core.errors import BadInput
 
 
 def require_writable(folder: Path, what: str) -> None:
-    """Refuse, before any work, a folder that cannot be made and written there: a read-only mount, no
-    permission, a file in the way. Missing parts are fine (they will be created); nothing is written."""
+    """Refuse, before any work, a folder that cannot be made and written there: a read-only mount,
+    no permission, a file in the way. Missing parts are fine (they will be created); nothing is
+    written."""
     probe = folder
     while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
         probe = probe.parent
@@ -27,15 +28,17 @@ def require_writable(folder: Path, what: str) -> None:
 
 
 def refuse_link(given: Path, what: str) -> None:
-    """Refuse a symbolic link at ``given``, dangling or not, before it is resolved: kdkit writes its folder at the
-    path a person names, never where a link there leads (README: it writes over regular files only)."""
+    """Refuse a symbolic link at ``given``, dangling or not, before it is resolved: kdkit writes its
+    folder at the path a person names, never where a link there leads (README: it writes over
+    regular files only)."""
     if os.path.islink(given):
         raise BadInput(f"{given}: is a symbolic link (to {os.readlink(given)}); kdkit never writes through a link at "
                        f"{what}: give the real path, or move the link away")
 
 
 def make_folder(folder: Path, what: str) -> None:
-    """Create ``folder`` (and its parents); BadInput naming the place when the filesystem refuses."""
+    """Create ``folder`` (and its parents); BadInput naming the place when the filesystem
+    refuses."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

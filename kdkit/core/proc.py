@@ -46,12 +46,14 @@ class Completed:
         return lines[-1] if lines else f"exit status {self.returncode}"
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h; prctl(2): "the signal the calling process will get when its parent dies"
+# linux/prctl.h; prctl(2): "the signal the calling process will get when its parent dies"
+PR_SET_PDEATHSIG = 1
 
 
 @functools.cache
 def _prctl() -> Callable[..., int] | None:
-    """libc's prctl, looked up once in kdkit's own process (never in a forked child); None off Linux."""
+    """libc's prctl, looked up once in kdkit's own process (never in a forked child); None off
+    Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -64,11 +66,12 @@ def _prctl() -> Callable[..., int] | None:
 
 
 def dies_with_kdkit() -> Callable[[], None] | None:
-    """A ``preexec_fn`` after which the program gets SIGKILL when kdkit ends, however it ends (SIGKILL included):
-    Linux's PR_SET_PDEATHSIG, which fires when the thread that started it ends; each helper here waits for its
-    program in that thread, so it fires only when kdkit is gone. A resolver (pip-compile, uv), a compressor or a
-    download never outlives the kdkit that started it. A parent that died before the request took effect is seen
-    in the child (its parent changed) and it ends at once. None where there is no prctl (not Linux)."""
+    """A ``preexec_fn`` after which the program gets SIGKILL when kdkit ends, however it ends
+    (SIGKILL included): Linux's PR_SET_PDEATHSIG, which fires when the thread that started it ends;
+    each helper here waits for its program in that thread, so it fires only when kdkit is gone. A
+    resolver (pip-compile, uv), a compressor or a download never outlives the kdkit that started it.
+    A parent that died before the request took effect is seen in the child (its parent changed) and
+    it ends at once. None where there is no prctl (not Linux)."""
     prctl, parent = _prctl(), os.getpid()
     if prctl is None:
         return None
@@ -83,7 +86,8 @@ def dies_with_kdkit() -> Callable[[], None] | None:
 
 @contextlib.contextmanager
 def _starting(argv: tuple[str, ...]) -> Iterator[None]:
-    """Starting ``argv``: a program that is missing or cannot be run becomes Unavailable, naming it."""
+    """Starting ``argv``: a program that is missing or cannot be run becomes Unavailable, naming
+    it."""
     try:
         yield
     except FileNotFoundError:
@@ -115,7 +119,8 @@ def run(
     return Completed(argv, done.returncode, done.stdout or "", done.stderr or "")
 
 
-# ---------------------------------------------------------------- byte streams (kdkit bundle / load)
+# ---------------------------------------------------------------- byte streams (kdkit bundle /
+# load)
 
 
 def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes], out: Path) -> Completed:

@@ -20,28 +20,33 @@ from kdkit.core.safetext import CONTROLS
 
 MARKER = "kdkit.json"
 # An ID is data that must never be able to steer a path (`kdkit validate` and the pilot share this
-# rule). Patterns here are used with fullmatch only: ``re.match("...$")`` lets a final newline through.
+# rule). Patterns here are used with fullmatch only: ``re.match("...$")`` lets a final newline
+# through.
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SAFE_ID_RULE = "use letters, digits, '.', '_' and '-' (first a letter or digit), at most 128"
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-# A path a config names (each backend's lock, the requirements input, the pilot config, the pilot's inputs,
-# manifest and runs) becomes file names, Docker mounts and words of RUN.md's shell lines: like an ID, it is held
-# to characters that are one plain word to every shell and the same name on every file system. fullmatch only.
+# A path a config names (each backend's lock, the requirements input, the pilot config, the pilot's
+# inputs, manifest and runs) becomes file names, Docker mounts and words of RUN.md's shell lines:
+# like an ID, it is held to characters that are one plain word to every shell and the same name on
+# every file system. fullmatch only.
 _SEGMENT = r"[A-Za-z0-9._][A-Za-z0-9._-]*"
 SAFE_PATH = re.compile(rf"(?!(?:.*/)?\.\.(?:/|$)){_SEGMENT}(?:/{_SEGMENT})*/?")
 PATH_RULE = "a path relative to the project root"
 SAFE_PATH_RULE = ("use ASCII letters, digits, '.', '_' and '-' with '/' between folders, no folder named '..' and "
                   "none starting with '-' (then it is one plain word to every shell)")
-# Lengths (SAFE_PATH is ASCII: a character is a byte). One name holds at most NAME_MAX (255 on ext4, XFS, Btrfs,
-# APFS, NTFS) less what kdkit adds when it stages the name (kdkit.core.staging: ``.NAME.partial-PID``,
-# ``.NAME.old-PID``, ``.NAME.PID.XXXXXXXX.tmp``; a PID has up to 7 digits): 32 bytes. The whole path stays far
-# below PATH_MAX (4096), for the project root in front of it.
+# Lengths (SAFE_PATH is ASCII: a character is a byte). One name holds at most NAME_MAX (255 on ext4,
+# XFS, Btrfs,
+# APFS, NTFS) less what kdkit adds when it stages the name (kdkit.core.staging:
+# ``.NAME.partial-PID``, ``.NAME.old-PID``, ``.NAME.PID.XXXXXXXX.tmp``; a PID has up to 7 digits):
+# 32 bytes. The whole path stays far below PATH_MAX (4096), for the project root in front of it.
 MAX_SEGMENT = 255 - 32
 MAX_PATH = 1024
-# What ends a line or steers a terminal: C0 and C1 controls (tab too), DEL, the separators str.splitlines()
-# splits on besides them (U+2028, U+2029) and Unicode's bidi controls (TR #9). No string of a config holds one
-# (kdkit.config.schemas.line_problems, the pilot config's model): it would reach a command line or a file name.
-CONTROL_CHARACTER = re.compile("[" + "".join(re.escape(chr(code)) for code in sorted(CONTROLS)) + "]")  # safetext's set
+# What ends a line or steers a terminal: C0 and C1 controls (tab too), DEL, the separators
+# str.splitlines() splits on besides them (U+2028, U+2029) and Unicode's bidi controls (TR #9). No
+# string of a config holds one (kdkit.config.schemas.line_problems, the pilot config's model): it
+# would reach a command line or a file name.
+# safetext's set
+CONTROL_CHARACTER = re.compile("[" + "".join(re.escape(chr(code)) for code in sorted(CONTROLS)) + "]")
 
 
 def is_safe_id(value: object) -> TypeGuard[str]:
@@ -50,13 +55,15 @@ def is_safe_id(value: object) -> TypeGuard[str]:
 
 
 def shown(value: str, limit: int = 60) -> str:
-    """``value`` for a one-line message: JSON-quoted in ASCII (a newline shows as \\n), shortened."""
+    """``value`` for a one-line message: JSON-quoted in ASCII (a newline shows as \\n),
+    shortened."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
 def path_problem(value: str) -> str | None:
-    """A path the config names: relative, inside the project, no home folder, no control characters."""
+    """A path the config names: relative, inside the project, no home folder, no control
+    characters."""
     if not value:
         return f"empty; give {PATH_RULE}"
     if CONTROL_CHARACTER.search(value):
@@ -67,14 +74,17 @@ def path_problem(value: str) -> str | None:
         return f"{value!r} is absolute; give {PATH_RULE}"
     if "\\" in value:
         return f"{value!r} holds a backslash; use '/' between folders (the same on every machine)"
-    return None  # leaving the project (.., links) is judged against the real tree: inside(), real_inside()
+    # leaving the project (.., links) is judged against the real tree: inside(), real_inside()
+    return None
 
 
 def config_path_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a path a config names (:func:`path_problem`, then SAFE_PATH), or None.
+    """Why ``value`` cannot be a path a config names (:func:`path_problem`, then SAFE_PATH), or
+    None.
 
-    The one rule for such paths: `kdkit validate` applies it (the schemas' ``"format": "project-path"``, the
-    pilot config's model), and so does each reader where the path is used (:func:`config_path`).
+    The one rule for such paths: `kdkit validate` applies it (the schemas' ``"format":
+    "project-path"``, the pilot config's model), and so does each reader where the path is used
+    (:func:`config_path`).
     """
     problem = path_problem(value)
     if problem is None and not SAFE_PATH.fullmatch(value):
@@ -85,7 +95,8 @@ def config_path_problem(value: str) -> str | None:
 
 
 def _length_problem(value: str) -> str | None:
-    """Why ``value`` (a SAFE_PATH) is too long for a file system, or None: :data:`MAX_SEGMENT`, :data:`MAX_PATH`."""
+    """Why ``value`` (a SAFE_PATH) is too long for a file system, or None: :data:`MAX_SEGMENT`,
+    :data:`MAX_PATH`."""
     if len(value) > MAX_PATH:
         return f"{shown(value)} is {len(value)} characters; give a path of at most {MAX_PATH}"
     longest = max(value.split("/"), key=len)
@@ -96,23 +107,26 @@ def _length_problem(value: str) -> str | None:
 
 
 def config_path(base: Path, relative: str, path: Path, where: str) -> Path:
-    """:func:`inside` for a path a config names, refused first unless it keeps :func:`config_path_problem`'s rule."""
+    """:func:`inside` for a path a config names, refused first unless it keeps
+    :func:`config_path_problem`'s rule."""
     problem = config_path_problem(relative)
     if problem is not None:
         raise BadInput(f"{path}: {where}: {problem}")
     return inside(base, relative, path, where)
 
 
-# What every project is made of besides what its configs name (kdkit.config.files.AllowList carries them all).
+# What every project is made of besides what its configs name (kdkit.config.files.AllowList carries
+# them all).
 PROJECT_PLACES = (MARKER, "config", "requirements", "src")
 
 
 def runs_problem(root: Path, runs: str, places: Iterable[str]) -> str | None:
-    """Why ``runs`` (the pilot config's results folder, a path :func:`config_path_problem` passed) cannot be a
-    folder of its own, or None: it is the project root, or it holds or lies inside :data:`PROJECT_PLACES` or one
-    of ``places`` (what the configs name), compared with every link inside the project resolved (``.``, ``./src``,
-    ``src/.``, a link to ``src``). The one rule of the pilot, `kdkit validate`, bundle, run and sweep: results are
-    written there and never carried, and a pilot cleans its staging leftovers there."""
+    """Why ``runs`` (the pilot config's results folder, a path :func:`config_path_problem` passed)
+    cannot be a folder of its own, or None: it is the project root, or it holds or lies inside
+    :data:`PROJECT_PLACES` or one of ``places`` (what the configs name), compared with every link
+    inside the project resolved (``.``, ``./src``, ``src/.``, a link to ``src``). The one rule of
+    the pilot, `kdkit validate`, bundle, run and sweep: results are written there and never carried,
+    and a pilot cleans its staging leftovers there."""
     real_root = os.path.realpath(root)
     target = os.path.realpath(os.path.join(root, runs))
     if target == real_root:
@@ -129,7 +143,8 @@ def runs_problem(root: Path, runs: str, places: Iterable[str]) -> str | None:
 
 
 def named_places(project: dict[str, Any]) -> tuple[str, ...]:
-    """The paths kdkit.json names (requirements, pilot config, each backend's lock), for :func:`runs_problem`."""
+    """The paths kdkit.json names (requirements, pilot config, each backend's lock), for
+    :func:`runs_problem`."""
     named = [project.get("requirements"), project.get("pilot_config")]
     backends = project.get("backends")
     named += [spec.get("lock") for spec in backends.values() if isinstance(spec, dict)] \
@@ -211,7 +226,8 @@ def is_within(target: str, base: str) -> bool:
 
 
 def real_inside(root: Path | str, path: Path | str) -> Path | None:
-    """``path`` with every symbolic link resolved, or None when that leaves ``root`` (itself resolved).
+    """``path`` with every symbolic link resolved, or None when that leaves ``root`` (itself
+    resolved).
 
     The one containment rule of kdkit: `kdkit validate` applies it to the paths a project names, the
     pilot to its inputs, manifest and runs folder, the bundle to every file it packs.

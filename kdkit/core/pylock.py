@@ -2,10 +2,10 @@
 
 The specification: https://packaging.python.org/en/latest/specifications/pylock-toml/ (its source:
 pypa/packaging.python.org, source/specifications/pylock-toml.rst). Two tools kdkit's users have
-write such files: ``uv pip compile --format pylock.toml``, since uv 0.6.15, which also reads them back
-with ``uv pip sync pylock.toml`` (https://github.com/astral-sh/uv/pull/13019,
-https://docs.astral.sh/uv/reference/cli/#uv-pip-compile), and ``pip lock``, experimental since pip 25.1
-(https://pip.pypa.io/en/stable/cli/pip_lock/).
+write such files: ``uv pip compile --format pylock.toml``, since uv 0.6.15, which also reads them
+back with ``uv pip sync pylock.toml`` (https://github.com/astral-sh/uv/pull/13019,
+https://docs.astral.sh/uv/reference/cli/#uv-pip-compile), and ``pip lock``, experimental since pip
+25.1 (https://pip.pypa.io/en/stable/cli/pip_lock/).
 
 This module checks the file and returns its facts as plain records (:class:`Pylock`, one
 :class:`Entry` per ``[[packages]]`` table); :mod:`kdkit.core.lockfile` turns them into its lock
@@ -18,7 +18,8 @@ in the text):
 * a file that is not TOML, a TOML file with no ``lock-version`` (a ``pyproject.toml``), a
   ``lock-version`` whose major is not 1 (the specification: a tool MUST raise an error); a newer
   minor is read, with a warning naming the keys kdkit does not know (it SHOULD warn);
-* no ``packages`` array (``packages = []``, which uv writes for a project without dependencies, is read);
+* no ``packages`` array (``packages = []``, which uv writes for a project without dependencies, is
+  read);
 * a package without a name, with a version that is not PEP 440, an invalid marker or
   ``requires-python``, no source or two exclusive ones (``vcs``, ``directory``, ``archive``, and
   ``wheels``/``sdist``: the specification makes them mutually exclusive), a file without hashes or
@@ -46,15 +47,16 @@ _TOP_KEYS = frozenset({"lock-version", "environments", "requires-python", "extra
                        "default-groups", "created-by", "packages", "tool"})
 _PACKAGE_KEYS = frozenset({"name", "version", "marker", "requires-python", "dependencies", "vcs", "directory",
                            "archive", "index", "sdist", "wheels", "attestation-identities", "tool"})
-_EXCLUSIVE = ("vcs", "directory", "archive")  # each excludes every other source, wheels and sdist included
+# each excludes every other source, wheels and sdist included
+_EXCLUSIVE = ("vcs", "directory", "archive")
 _HEADER = re.compile(r"""^[ \t]*\[\[[ \t]*(packages|"packages"|'packages')[ \t]*\]\]""", re.MULTILINE)
 _AT = re.compile(r"\(at line (\d+), column (\d+)\)")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 
 
 class Source(NamedTuple):
-    """Where a package's code comes from when no index file is named: ``vcs``, ``directory`` or ``archive``.
-    ``path`` is as written: relative paths are relative to the lock's folder."""
+    """Where a package's code comes from when no index file is named: ``vcs``, ``directory`` or
+    ``archive``. ``path`` is as written: relative paths are relative to the lock's folder."""
 
     kind: str
     url: str | None = None
@@ -167,7 +169,8 @@ def _specifiers(value: Any, where: str, key: str) -> str:
 
 
 def _hashes(value: Any, where: str, what: str) -> list[str]:
-    """``{sha256 = "..."}`` as ``["sha256:..."]``; at least one, each hex of its algorithm's length."""
+    """``{sha256 = "..."}`` as ``["sha256:..."]``; at least one, each hex of its algorithm's
+    length."""
     if not isinstance(value, dict) or not value:
         raise BadInput(f"{where}: {what} has no hashes; a PEP 751 lock hashes every file (relock with "
                        "`uv pip compile --generate-hashes` or `pip lock`)")
@@ -194,9 +197,9 @@ def _located(table: Any, where: str, what: str) -> dict[str, Any]:
 
 
 def _file_version(table: dict[str, Any], sdist: bool) -> str | None:
-    """The version a wheel's or sdist's file name carries (``name``, else the last part of its url or path):
-    ``{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`` (PEP 427), ``{name}-{version}.tar.gz``
-    (PEP 625); None for a name of neither form."""
+    """The version a wheel's or sdist's file name carries (``name``, else the last part of its url
+    or path): ``{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`` (PEP 427),
+    ``{name}-{version}.tar.gz`` (PEP 625); None for a name of neither form."""
     name = table.get("name")
     if not name:
         from urllib.parse import unquote  # a URL's "+" is "%2B" (torch-2.13.0%2Bcpu-...whl)
@@ -231,8 +234,8 @@ def _files(table: dict[str, Any], where: str) -> tuple[list[str], list[str]]:
 
 
 def _version_of_files(version: str, versions: list[str], where: str) -> str:
-    """The package's version, held to the versions its files' names carry (uv refuses a wheel whose name
-    says another version); taken from them when the lock gives none (PEP 751: it SHOULD)."""
+    """The package's version, held to the versions its files' names carry (uv refuses a wheel whose
+    name says another version); taken from them when the lock gives none (PEP 751: it SHOULD)."""
     named = {v for v in versions if v}
     parsed = {}
     for text in named | ({version} if version else set()):
@@ -315,7 +318,8 @@ def _entry(table: Any, path: str | PathLike[str], line: int) -> Entry:
 
 
 def _package_lines(text: str, count: int) -> list[int]:
-    """The line of each ``[[packages]]`` header; for an inline ``packages = [...]``, the line of that key."""
+    """The line of each ``[[packages]]`` header; for an inline ``packages = [...]``, the line of
+    that key."""
     lines = [text.count("\n", 0, match.start()) + 1 for match in _HEADER.finditer(text)]
     if len(lines) == count:
         return lines
@@ -324,14 +328,16 @@ def _package_lines(text: str, count: int) -> list[int]:
 
 
 def read_pylock(text: str, path: str | PathLike[str]) -> Pylock:
-    """Check a PEP 751 lock's text and return its facts; ``path`` only names the file in messages."""
+    """Check a PEP 751 lock's text and return its facts; ``path`` only names the file in
+    messages."""
     data = _load(text, path)
     warnings = _lock_version(data, path)
     if not isinstance(data.get("created-by"), str) or not data["created-by"].strip():
         raise BadInput(f"{path}: no created-by; PEP 751 requires the name of the tool that wrote the lock (write it "
                        "again with that tool)")
     packages = data.get("packages")
-    if not isinstance(packages, list):  # `packages = []` is valid: uv writes it for a project without dependencies
+    # `packages = []` is valid: uv writes it for a project without dependencies
+    if not isinstance(packages, list):
         raise BadInput(f"{path}: no packages array in it; PEP 751 requires one ([[packages]] tables, or "
                        "packages = [] for no dependencies): write it again with the tool that made it")
     environments = _strings(data.get("environments", []), str(path), "environments")
@@ -346,7 +352,8 @@ def read_pylock(text: str, path: str | PathLike[str]) -> Pylock:
 
 
 def toml_hint(text: str, path: str | PathLike[str]) -> str | None:
-    """For a file read as a requirements lock that failed: the one line to say instead when it is TOML."""
+    """For a file read as a requirements lock that failed: the one line to say instead when it is
+    TOML."""
     first = next((line.strip() for line in text.removeprefix("\ufeff").splitlines()
                   if line.strip() and not line.lstrip().startswith("#")), "")
     if not re.match(r"""^(\[.*\]|[A-Za-z0-9_"'][A-Za-z0-9_."'-]*[ \t]*=([^=]|$))""", first):

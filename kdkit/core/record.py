@@ -1,11 +1,11 @@
 """Plain records for what the in-container commands read and report: a pin, a lock, an installed
 distribution, a finding.
 
-``typing.NamedTuple`` would be the usual way, but importing ``typing`` (which imports ``re``) costs an
-in-container ``verify-env`` more than its whole work on fifty distributions (bench/bench_verify_env.py;
-``dataclasses`` costs more still). A record here is a class with ``__slots__`` and its own ``__init__``;
-this base gives it what NamedTuple gives: equality and a repr by its fields, ``_replace`` and ``_asdict``.
-Standard library only, and imports nothing.
+``typing.NamedTuple`` would be the usual way, but importing ``typing`` (which imports ``re``) costs
+an in-container ``verify-env`` more than its whole work on fifty distributions
+(bench/bench_verify_env.py; ``dataclasses`` costs more still). A record here is a class with
+``__slots__`` and its own ``__init__``; this base gives it what NamedTuple gives: equality and a
+repr by its fields, ``_replace`` and ``_asdict``. Standard library only, and imports nothing.
 """
 
 from __future__ import annotations

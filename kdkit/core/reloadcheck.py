@@ -1,23 +1,26 @@
-"""Is a copy of a closed run folder reloadable? A file that exists but cannot be read back is not a verified result.
+"""Is a copy of a closed run folder reloadable? A file that exists but cannot be read back is not a
+verified result.
 
-``reload_problems(folder)`` reads a LOCAL copy (a pilot run folder or a gathering) the way a person who
-reloads it would, beyond its SHA256SUMS (kdkit.core.runfolder.verify_folder: a regenerated SHA256SUMS hides an
-edit from that check, not from this one):
+``reload_problems(folder)`` reads a LOCAL copy (a pilot run folder or a gathering) the way a person
+who reloads it would, beyond its SHA256SUMS (kdkit.core.runfolder.verify_folder: a regenerated
+SHA256SUMS hides an edit from that check, not from this one):
 
-- summary.json, params.json, env.json and stop.json (where the kind has them) parse as JSON objects (the
-  strict reader, kdkit.core.jsonio.load_json: the line and column of a malformed place);
-- no file the kind requires (runfolder.REQUIRED, stop.json when the run stopped) is missing or empty (only
-  whitespace counts as empty), summary.md included; a pilot's params.json names its ``run_id``; results.jsonl
-  may be empty only when the summary counts nothing;
-- results.jsonl, streamed a block at a time (never held whole): each line a JSON object with an ``id`` and an
-  ``outcome`` (the first bad line named by number), and its IDs agree with the summary, counted as the pilot's
-  accounting counts them (kdkit.probe.pilot.accounting.Tally: the first record of each ID decides its outcome;
-  malformed and unrequested answers name no ID of the run): as many accepted and rejected as summary.json
-  states, no more finished IDs than its total, and exactly its total when it says pass;
-- vectors.npy and vectors.ids.jsonl, when there: a header kdkit writes and as many rows as it names, and one
-  ``{"row": n, "id": ...}`` line per row, in order.
+- summary.json, params.json, env.json and stop.json (where the kind has them) parse as JSON objects
+  (the strict reader, kdkit.core.jsonio.load_json: the line and column of a malformed place);
+- no file the kind requires (runfolder.REQUIRED, stop.json when the run stopped) is missing or empty
+  (only whitespace counts as empty), summary.md included; a pilot's params.json names its
+  ``run_id``; results.jsonl may be empty only when the summary counts nothing;
+- results.jsonl, streamed a block at a time (never held whole): each line a JSON object with an
+  ``id`` and an ``outcome`` (the first bad line named by number), and its IDs agree with the
+  summary, counted as the pilot's accounting counts them (kdkit.probe.pilot.accounting.Tally: the
+  first record of each ID decides its outcome; malformed and unrequested answers name no ID of the
+  run): as many accepted and rejected as summary.json states, no more finished IDs than its total,
+  and exactly its total when it says pass;
+- vectors.npy and vectors.ids.jsonl, when there: a header kdkit writes and as many rows as it names,
+  and one ``{"row": n, "id": ...}`` line per row, in order.
 
-Each problem is one line naming the file and the place. Standard library only (it runs in the container too).
+Each problem is one line naming the file and the place. Standard library only (it runs in the
+container too).
 """
 
 from __future__ import annotations
@@ -48,12 +51,13 @@ from kdkit.core.runfolder import (
 )
 from kdkit.core.vectorfile import FLOAT32, HEADER, read_header
 
-NO_ID = frozenset({"malformed", "unrequested"})  # outcomes the accounting never counts against an ID of the run
+# outcomes the accounting never counts against an ID of the run
+NO_ID = frozenset({"malformed", "unrequested"})
 
 
 def reload_problems(folder: Path) -> list[str]:
-    """Why the local copy ``folder`` of a closed run folder cannot be reloaded as what its summary says
-    (see the module's docstring); empty when it can."""
+    """Why the local copy ``folder`` of a closed run folder cannot be reloaded as what its summary
+    says (see the module's docstring); empty when it can."""
     problems: list[str] = []
     summary = _json_object(folder / SUMMARY, problems)
     kind = folder_kind(folder, summary or {})
@@ -65,7 +69,8 @@ def reload_problems(folder: Path) -> list[str]:
             problems.append(f"{folder / name}: $.{RUN_ID} missing (every run's {PARAMS} names its run); the copy "
                             "cannot be reloaded as a run")
     problems += [problem for name in names if name != RESULTS and not name.endswith(".json")
-                 and (problem := _empty(folder / name))]  # summary.md (a JSON file that is empty does not parse)
+                 # summary.md (a JSON file that is empty does not parse)
+                 and (problem := _empty(folder / name))]
     if kind == PILOT and summary is not None:
         problems += results_problems(folder / RESULTS, summary)
     return problems + vector_problems(folder)
@@ -88,8 +93,8 @@ def _json_object(path: Path, problems: list[str]) -> dict[str, Any] | None:
 
 
 def _empty(path: Path) -> str | None:
-    """The problem with a required text file that is missing, empty or only whitespace (the JSON files are parsed
-    apart)."""
+    """The problem with a required text file that is missing, empty or only whitespace (the JSON
+    files are parsed apart)."""
     try:
         with path.open("rb") as handle:
             while chunk := handle.read(1 << 16):
@@ -136,9 +141,9 @@ def results_problems(results: Path, summary: dict[str, Any]) -> list[str]:
 
 
 def _tally(results: Path) -> tuple[int, int, int, int] | str:
-    """(lines, finished IDs, accepted, rejected), the first record of each ID deciding; or the problem with the
-    first line that is an object without an ``id`` or a string ``outcome``. CheckFailed names a line that is
-    not JSON (kdkit.core.resultlines.stream_records)."""
+    """(lines, finished IDs, accepted, rejected), the first record of each ID deciding; or the
+    problem with the first line that is an object without an ``id`` or a string ``outcome``.
+    CheckFailed names a line that is not JSON (kdkit.core.resultlines.stream_records)."""
     seen: set[str] = set()
     lines = finished = accepted = rejected = 0
     for lines, record in enumerate(stream_records(results), start=1):
@@ -155,7 +160,8 @@ def _tally(results: Path) -> tuple[int, int, int, int] | str:
 
 
 def vector_problems(folder: Path) -> list[str]:
-    """vectors.npy and vectors.ids.jsonl, when either is there: reloadable, and one ID line per row in order."""
+    """vectors.npy and vectors.ids.jsonl, when either is there: reloadable, and one ID line per row
+    in order."""
     vectors, ids = folder / VECTORS, folder / VECTOR_IDS
     present = [path for path in (vectors, ids) if os.path.lexists(path)]
     if not present:
@@ -181,7 +187,8 @@ def vector_problems(folder: Path) -> list[str]:
 
 
 def _id_rows(ids: Path) -> int | str:
-    """How many rows vectors.ids.jsonl lists (streamed), or the problem with its first line out of order."""
+    """How many rows vectors.ids.jsonl lists (streamed), or the problem with its first line out of
+    order."""
     count = 0
     for count, entry in enumerate(stream_records(ids), start=1):
         if entry.get("row") != count - 1 or not isinstance(entry.get("id"), str):

@@ -24,8 +24,9 @@ from kdkit.core.errors import CheckFailed
 BLOCK_BYTES = 8 << 20  # bytes parsed per json.loads call when scanning: fast, with bounded memory
 FINISHED = frozenset({"accepted", "rejected", "invalid", "unanswered"})
 _FINISHED_BYTES = frozenset(name.encode() for name in FINISHED)
-# The harness's usual line, as written by encode_batch: a plain ID (no escape) and its outcome first,
-# ending with "}". One regex over a block finds them all, about five times faster than parsing.
+# The harness's usual line, as written by encode_batch: a plain ID (no escape) and its outcome
+# first, ending with "}". One regex over a block finds them all, about five times faster than
+# parsing.
 _USUAL = re.compile(rb'^\{"id":"([^"\\\n]*)","outcome":"([a-z]+)"[^\n]*\}$', re.MULTILINE)
 _ID, _OUTCOME = operator.methodcaller("get", "id"), operator.methodcaller("get", "outcome")
 
@@ -45,19 +46,23 @@ _ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # built once; ASCII es
 
 
 def encode_batch(records: list[dict[str, Any]]) -> bytes:
-    """One batch's lines, each record followed by the batch's line count (how resume spots a torn batch).
+    """One batch's lines, each record followed by the batch's line count (how resume spots a torn
+    batch).
 
-    ASCII escapes: whatever string an app returns (even a lone surrogate) stays valid JSON and UTF-8.
-    The count is spliced in before each record's closing brace rather than copied into a new dict.
+    ASCII escapes: whatever string an app returns (even a lone surrogate) stays valid JSON and
+    UTF-8. The count is spliced in before each record's closing brace rather than copied into a new
+    dict.
     """
     tail = f',"lines":{len(records)}}}\n'
     return "".join([_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode("ascii")
 
 
 def incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
-    """(where the complete lines end, how many to drop): a last batch written only in part is dropped.
+    """(where the complete lines end, how many to drop): a last batch written only in part is
+    dropped.
 
-    Walks back from ``end`` over the lines of the last batch only, so it costs one batch, not the file.
+    Walks back from ``end`` over the lines of the last batch only, so it costs one batch, not the
+    file.
     """
     batch, count, tail, start = None, None, 0, end
     while start > 0:
@@ -98,7 +103,8 @@ def line_number(data: bytes, offset: int) -> int:
 
 
 def blocks(data: bytes, cut: int) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, block) for blocks of about BLOCK_BYTES, each ending with a newline."""
+    """(number of its first line, block) for blocks of about BLOCK_BYTES, each ending with a
+    newline."""
     start, line = 0, 1
     while start < cut:
         stop = data.find(b"\n", min(start + BLOCK_BYTES, cut) - 1) + 1
@@ -109,7 +115,8 @@ def blocks(data: bytes, cut: int) -> Iterator[tuple[int, bytes]]:
 
 
 def parse_block(block: bytes, first: int, path: Path) -> list[dict[str, Any]]:
-    """Every line of a block in one json.loads call (fast); on any doubt, line by line to name the bad one."""
+    """Every line of a block in one json.loads call (fast); on any doubt, line by line to name the
+    bad one."""
     lines = block.count(b"\n")
     try:
         records = json.loads(b"[" + block[:-1].replace(b"\n", b",") + b"]")
@@ -154,8 +161,8 @@ def no_gc() -> Iterator[None]:
 
 
 def stream_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Every record of the results file ``path`` (none when it is missing), streamed a block at a time; a
-    damaged line is CheckFailed."""
+    """Every record of the results file ``path`` (none when it is missing), streamed a block at a
+    time; a damaged line is CheckFailed."""
     if not path.exists():
         return
     with path.open("rb") as handle:

@@ -1,15 +1,19 @@
-"""The run folder: its file names, the keys of its JSON files, its IDs and its one reader, read_run().
+"""The run folder: its file names, the keys of its JSON files, its IDs and its one reader,
+read_run().
 
-Every new run folder, of every kind, is made by ``new_run_folder(runs, kind, what, params_hash=None)``:
-``runs/<new_run_id(kind, params_hash)>`` made atomically (mkdir without exist_ok, in a loop); ``what`` names it
-in the error (kdkit.core.staging.require_writable's wording). A command that must refuse bad input with nothing
-written checks ``runs / new_run_id(kind)`` first and makes the folder last. IDs: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>``
-for a pilot run (workers add ``-w<I>of<N>``, their gathering ``-gathered``); ``sweep-``, ``resume-test-``, ``train-``
-and ``serve-test-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule, ``claim(base, take)``: ``base``, then
-``base-2``... until ``take`` does not raise FileExistsError (a pilot's ``take`` is RunFolder.make: a rename).
+Every new run folder, of every kind, is made by ``new_run_folder(runs, kind, what,
+params_hash=None)``: ``runs/<new_run_id(kind, params_hash)>`` made atomically (mkdir without
+exist_ok, in a loop); ``what`` names it in the error (kdkit.core.staging.require_writable's
+wording). A command that must refuse bad input with nothing written checks ``runs /
+new_run_id(kind)`` first and makes the folder last. IDs: ``<UTC %Y%m%dT%H%M%SZ>-<hash8>`` for a
+pilot run (workers add ``-w<I>of<N>``, their gathering ``-gathered``); ``sweep-``, ``resume-test-``,
+``train-`` and ``serve-test-`` with ``<UTC %Y%m%d-%H%M%S>``. One collision rule, ``claim(base,
+take)``: ``base``, then ``base-2``... until ``take`` does not raise FileExistsError (a pilot's
+``take`` is RunFolder.make: a rename).
 
-The writers (kdkit.core.runresults.RunFolder, the summaries of kdkit.probe.pilot and kdkit.probe.train) write
-the keys named here; read_run() reads exactly those keys, tolerating files that are missing or torn.
+The writers (kdkit.core.runresults.RunFolder, the summaries of kdkit.probe.pilot and
+kdkit.probe.train) write the keys named here; read_run() reads exactly those keys, tolerating files
+that are missing or torn.
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ from typing import Any, TypeVar
 from kdkit.core import checksums, outputfiles, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
-from kdkit.core.heartbeat import HEARTBEAT as HEARTBEAT  # an open run's only: removed before it closes
+
+# an open run's only: removed before it closes
+from kdkit.core.heartbeat import HEARTBEAT as HEARTBEAT
 from kdkit.core.jsonio import drop_cached_pages, sha256_file
 from kdkit.core.outputfiles import OUTPUTS, STAGING
 from kdkit.core.pilotconfig import params_hash
 from kdkit.core.resultlines import Scan, blocks, scan_block
-from kdkit.core.runid import ID_SHAPES as ID_SHAPES  # the run ID's rules live in runid.py; named here too
+
+# the run ID's rules live in runid.py; named here too
+from kdkit.core.runid import ID_SHAPES as ID_SHAPES
 from kdkit.core.runid import RESUME_A_SHARE as RESUME_A_SHARE
 from kdkit.core.runid import WORKER_FOLDER as WORKER_FOLDER
 from kdkit.core.runid import base_id as base_id
@@ -39,7 +47,9 @@ from kdkit.core.runid import check_run_id as check_run_id
 from kdkit.core.runid import gathered_folder as gathered_folder
 from kdkit.core.runid import new_run_id as new_run_id
 from kdkit.core.runid import worker_folder as worker_folder
-from kdkit.core.safetext import md_cell as md_cell  # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
+
+# a run's reports' cells (kdkit.probe.pilot.gather reads it here)
+from kdkit.core.safetext import md_cell as md_cell
 from kdkit.core.staging import require_writable, staged_name
 from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
 from kdkit.core.vectorfile import VECTORS as VECTORS
@@ -50,7 +60,8 @@ T = TypeVar("T")
 
 PARAMS, ENV, RESULTS, STOP = "params.json", "env.json", "results.jsonl", "stop.json"
 SUMMARY, SUMMARY_MD, RELOAD, RELOAD_CHECK = "summary.json", "summary.md", "reload.json", "reload-check.json"
-# A training run's own (kdkit.probe.train): metrics, checkpoint folders and their log, output (reload: above)
+# A training run's own (kdkit.probe.train): metrics, checkpoint folders and their log, output
+# (reload: above)
 METRICS, CHECKPOINTS, CHECKPOINT_LOG, OUTPUT_LOG = "metrics.jsonl", "checkpoints", "checkpoints.jsonl", "output.log"
 # What a closed run folder holds, by kind (stop.json too when its summary says it stopped)
 REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD),
@@ -59,29 +70,36 @@ REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (S
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
 HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS, HEARTBEAT})
-HARNESS_FOLDERS = frozenset({OUTPUTS, STAGING})  # the file output kind's: outputs/ and its staging folder
+# the file output kind's: outputs/ and its staging folder
+HARNESS_FOLDERS = frozenset({OUTPUTS, STAGING})
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 
 # ---------------------------------------------------------------- keys of its JSON files
 
-# params.json (RunFolder.make, kdkit.probe.pilot.command) and summary.json (kdkit.probe.pilot.report, .gather)
+# params.json (RunFolder.make, kdkit.probe.pilot.command) and summary.json
+# (kdkit.probe.pilot.report, .gather)
 RUN_ID, KIND, PARAMS_HASH, SHARE, WORKER, WORKERS = "run_id", "kind", "params_hash", "share", "worker", "workers"
-LAUNCHER = "launcher"  # params.json: the launcher that gave the share (kdkit.probe.pilot.launchers), outside the hash
+# params.json: the launcher that gave the share (kdkit.probe.pilot.launchers), outside the hash
+LAUNCHER = "launcher"
 VERDICT, TOTAL, ACCEPTED, REJECTED, STOPPED, FILES = "verdict", "total", "accepted", "rejected", "stopped", "files"
-VECTOR_ROWS, OUTPUT_ITEMS = "vectors", "outputs"  # a gathering's summary.json: rows of vectors.npy, items' folders
-TIMINGS, SECONDS = "timings", "seconds"  # summary.json: {"timings": {"seconds": wall time of the session}}
-PEAK, BYTES, DEVICE = "peak_memory", "bytes", "device"  # summary.json: {"peak_memory": {"bytes", "device"}}
+# a gathering's summary.json: rows of vectors.npy, items' folders
+VECTOR_ROWS, OUTPUT_ITEMS = "vectors", "outputs"
+# summary.json: {"timings": {"seconds": wall time of the session}}
+TIMINGS, SECONDS = "timings", "seconds"
+# summary.json: {"peak_memory": {"bytes", "device"}}
+PEAK, BYTES, DEVICE = "peak_memory", "bytes", "device"
 REASON = "reason"  # stop.json: why the run stopped
 PILOT, GATHERED, TRAIN = "pilot", "gathered", "train"  # summary.json's kind
 
 # ---------------------------------------------------------------- IDs and folder names
 
-MAX_CLAIMS = 1000  # names tried before giving up: a thousand runs of one kind in one second is no real use
+# names tried before giving up: a thousand runs of one kind in one second is no real use
+MAX_CLAIMS = 1000
 
 
 def claim(base: str, take: Callable[[str], T]) -> T:
-    """The one collision rule: ``take(base)``, then ``take(base-2)``, ``take(base-3)``... while it raises
-    FileExistsError (the name is taken); ``take`` makes the folder atomically or refuses."""
+    """The one collision rule: ``take(base)``, then ``take(base-2)``, ``take(base-3)``... while it
+    raises FileExistsError (the name is taken); ``take`` makes the folder atomically or refuses."""
     for n in range(1, MAX_CLAIMS + 1):
         try:
             return take(base if n == 1 else f"{base}-{n}")
@@ -107,8 +125,8 @@ def new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = N
 
 
 def run_folders(runs: Path) -> list[Path]:
-    """Every folder under ``runs`` in ID order (IDs of one kind start with the UTC time: time order);
-    staging folders (hidden) are not runs."""
+    """Every folder under ``runs`` in ID order (IDs of one kind start with the UTC time: time
+    order); staging folders (hidden) are not runs."""
     if not runs.is_dir():
         return []
     return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -118,9 +136,10 @@ def run_folders(runs: Path) -> list[Path]:
 
 
 def folder_kind(folder: Path, summary: dict[str, Any]) -> str:
-    """What the folder is by what it holds, never by what it says: a folder holding params.json is a pilot run
-    (of a whole manifest or a worker's share), whatever its summary's ``kind``; only a folder without one may be
-    a gathering (which proves nothing by itself: its workers' folders do, kdkit.probe.pilot.gather)."""
+    """What the folder is by what it holds, never by what it says: a folder holding params.json is a
+    pilot run (of a whole manifest or a worker's share), whatever its summary's ``kind``; only a
+    folder without one may be a gathering (which proves nothing by itself: its workers' folders do,
+    kdkit.probe.pilot.gather)."""
     if summary.get(KIND) == TRAIN and os.path.lexists(folder / METRICS) and not os.path.lexists(folder / RESULTS):
         return TRAIN  # a training run (kdkit.probe.train): a metrics series, no results
     return GATHERED if summary.get(KIND) == GATHERED and not os.path.lexists(folder / PARAMS) else PILOT
@@ -141,15 +160,17 @@ def harness_file(name: str) -> bool:
 
 
 def foreign_entries(folder: Path) -> list[str]:
-    """Entries of a pilot run folder the harness did not put there (kdkit.core.staging's temporary files of a
-    write under way excepted), each with what it is: they are never read, followed or listed."""
+    """Entries of a pilot run folder the harness did not put there (kdkit.core.staging's temporary
+    files of a write under way excepted), each with what it is: they are never read, followed or
+    listed."""
     found = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         final = staged_name(entry.name)
         if final is not None and harness_file(final) and not entry.is_symlink():
             continue  # a write of the harness's under way, or left by a kill (cleaned on resume)
         if entry.name in HARNESS_FOLDERS and entry.is_dir(follow_symlinks=False):
-            continue  # the file output kind's folders (what is inside is checked: kdkit.core.outputfiles)
+            # the file output kind's folders (what is inside is checked: kdkit.core.outputfiles)
+            continue
         regular = entry.is_file(follow_symlinks=False)
         if not (regular and harness_file(entry.name)):
             kind = "a symbolic link" if entry.is_symlink() else "a folder" if entry.is_dir() else \
@@ -158,19 +179,22 @@ def foreign_entries(folder: Path) -> list[str]:
     return found
 
 
-# ---------------------------------------------------------------- verifying a closed folder (copy-out, close, gather)
+# ---------------------------------------------------------------- verifying a closed folder
+# (copy-out, close, gather)
 
 
 def read_sums(folder: Path) -> dict[str, str]:
-    """A run folder's SHA256SUMS (kdkit.core.checksums); BadInput when it has none: it was never closed."""
+    """A run folder's SHA256SUMS (kdkit.core.checksums); BadInput when it has none: it was never
+    closed."""
     return checksums.read_sums(folder, "run folder", f"is {folder} a finished run folder?")
 
 
 def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
-    """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs, one
-    that is missing, one not listed, a link, and one the folder's kind requires that neither has; then vectors.npy
-    against the results that name its rows (vectorfile.run_problems), a pilot run's outputs/ against its accepted
-    records' file hashes (output_problems), and a gathering's counts against what it holds (count_problems)."""
+    """Every difference between ``folder`` and ``sums``, each naming the file: a file that differs,
+    one that is missing, one not listed, a link, and one the folder's kind requires that neither
+    has; then vectors.npy against the results that name its rows (vectorfile.run_problems), a pilot
+    run's outputs/ against its accepted records' file hashes (output_problems), and a gathering's
+    counts against what it holds (count_problems)."""
     required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
                 "it (removed with its line?)" for name in required_files(folder) if name not in sums]
     if (folder / SUMS).is_symlink():
@@ -182,8 +206,8 @@ def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
 
 
 def output_problems(folder: Path, sums: dict[str, str]) -> list[str]:
-    """A pilot run folder of the file kind (params.json's output, or an outputs/ there) against its accepted
-    records' file hashes (kdkit.core.outputfiles.kept_problems)."""
+    """A pilot run folder of the file kind (params.json's output, or an outputs/ there) against its
+    accepted records' file hashes (kdkit.core.outputfiles.kept_problems)."""
     if not os.path.lexists(folder / PARAMS):
         return []
     output = _object_in(_object_in(_object(folder / PARAMS), "params"), "output")
@@ -199,8 +223,9 @@ def count_problems(folder: Path) -> list[str]:
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
-    """Listed files that are missing, reached through a symbolic link (the harness writes none: a link makes
-    another file, anywhere, stand for the run's), or whose SHA-256 differs; each re-read from the disk."""
+    """Listed files that are missing, reached through a symbolic link (the harness writes none: a
+    link makes another file, anywhere, stand for the run's), or whose SHA-256 differs; each re-read
+    from the disk."""
     problems = []
     for name, digest in sums.items():
         path, linked = folder / name, _linked_part(folder, name)
@@ -236,9 +261,9 @@ def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
 
 
 def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    """Why a closed run folder does not prove what its summary says (empty when it does): it is a link, has no
-    SHA256SUMS or does not verify against it (verify_folder: copy-out --verify's check), names another run, or,
-    passing, holds results that do not add up to its summary."""
+    """Why a closed run folder does not prove what its summary says (empty when it does): it is a
+    link, has no SHA256SUMS or does not verify against it (verify_folder: copy-out --verify's
+    check), names another run, or, passing, holds results that do not add up to its summary."""
     if folder.is_symlink():
         return [f"{folder}: a symbolic link to {os.readlink(folder)}, not a run folder of its own"]
     try:
@@ -247,10 +272,12 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
         return [f"{folder / SUMS}: not found; the run was never closed (still running, or stopped before closing)"]
     except CheckFailed as exc:
         return [str(exc)]
-    except OSError as exc:  # a file of it that cannot be read: the reader stays tolerant, the run proves nothing
+    # a file of it that cannot be read: the reader stays tolerant, the run proves nothing
+    except OSError as exc:
         return [f"{exc.filename or folder}: cannot be read ({exc.strerror or exc}); the run cannot be verified"]
     kind = folder_kind(folder, summary)
-    if kind in (PILOT, TRAIN):  # a gathering is named after its run; a pilot or training folder after itself
+    # a gathering is named after its run; a pilot or training folder after itself
+    if kind in (PILOT, TRAIN):
         problems += [f"{folder / name}: names run {data.get(RUN_ID)!r}, not its folder {folder.name!r} (a copy of "
                      "another run under a new name?)" for name, data in ((PARAMS, params), (SUMMARY, summary))
                      if (data or name == PARAMS) and data.get(RUN_ID) != folder.name]
@@ -261,7 +288,8 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
 
 
 def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:
-    """A passing pilot summary against its own results.jsonl: every ID once, the counts it states."""
+    """A passing pilot summary against its own results.jsonl: every ID once, the counts it
+    states."""
     if folder_kind(folder, summary) in (GATHERED, TRAIN):
         return []
     scan, path = Scan(), folder / RESULTS
@@ -293,8 +321,9 @@ class Run:
     has_summary: bool
     params_hash: str | None  # params.json's (a gathering's: its summary's)
     manifest_sha256: str | None  # params.json's params.manifest_sha256: the manifest the run read
-    # "pass" or "fail" (the summary's, when the folder verifies), "unverified" (a summary in a folder that does
-    # not: see problems), else "stopped" (a stop.json, the run never closed), else "incomplete"
+    # "pass" or "fail" (the summary's, when the folder verifies), "unverified" (a summary in a
+    # folder that does not: see problems), else "stopped" (a stop.json, the run never closed), else
+    # "incomplete"
     verdict: str
     stop_reason: str | None
     total: int | None
@@ -305,7 +334,8 @@ class Run:
     peak_device: str | None
     share: tuple[int, int] | None  # (worker, workers) of a worker's folder
     workers: int | None  # a gathering's N
-    problems: tuple[str, ...] = ()  # why the folder does not prove its summary (closed_problems); () when it does
+    # why the folder does not prove its summary (closed_problems); () when it does
+    problems: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -313,8 +343,9 @@ class Run:
 
 
 def read_run(folder: Path) -> Run:
-    """One run folder, read tolerantly (a run may have crashed half-way), and verified: a summary's verdict
-    stands only when the folder is what its SHA256SUMS closed (closed_problems); else it is "unverified"."""
+    """One run folder, read tolerantly (a run may have crashed half-way), and verified: a summary's
+    verdict stands only when the folder is what its SHA256SUMS closed (closed_problems); else it is
+    "unverified"."""
     params, summary, stop = _object(folder / PARAMS), _object(folder / SUMMARY), _object(folder / STOP)
     peak, share = _object_in(summary, PEAK), _object_in(params, SHARE)
     worker, workers = _int(share.get(WORKER)), _int(share.get(WORKERS))

@@ -1,5 +1,6 @@
-"""Run IDs: their shapes per kind, a new one, a worker's and a gathering's folder names, and the one rule an ID
-given by a person (an option) or a launcher (a variable) must meet. Standard library only."""
+"""Run IDs: their shapes per kind, a new one, a worker's and a gathering's folder names, and the one
+rule an ID given by a person (an option) or a launcher (a variable) must meet. Standard library
+only."""
 
 from __future__ import annotations
 
@@ -32,13 +33,15 @@ def gathered_folder(run_id: str) -> str:
 
 
 def base_id(folder: str) -> str:
-    """The shared run ID of a worker folder (``X-w0of2`` -> ``X``); a whole-manifest run is its own."""
+    """The shared run ID of a worker folder (``X-w0of2`` -> ``X``); a whole-manifest run is its
+    own."""
     match = WORKER_FOLDER.match(folder)
     return match.group("base") if match else folder
 
 
 def check_run_id(run_id: str, option: str, fix: str = "") -> str:
-    """``run_id`` as a run ID, else BadInput naming ``option`` (``--run-id`` or ``NAME=`` for a variable)."""
+    """``run_id`` as a run ID, else BadInput naming ``option`` (``--run-id`` or ``NAME=`` for a
+    variable)."""
     if not is_safe_id(run_id):
         raise BadInput(f"{option}{run_id!r}: not a valid run ID; {SAFE_ID_RULE}{fix}")
     return run_id
@@ -48,9 +51,10 @@ RESUME_A_SHARE = "; choose an ID without it (to resume a worker's folder, use --
 
 
 def check_new_run_id(run_id: str, option: str, fix: str = "") -> str:
-    """A run ID for a new run: a safe ID that does not end like a worker's folder (``-wIofN``, which kdkit adds
-    itself), so a folder's name always tells its run and share apart. The one rule of a new run's ID, for an
-    option (``--run-id ``) and for a variable (``KDKIT_RUN_ID=``, with ``fix`` saying what to set instead)."""
+    """A run ID for a new run: a safe ID that does not end like a worker's folder (``-wIofN``, which
+    kdkit adds itself), so a folder's name always tells its run and share apart. The one rule of a
+    new run's ID, for an option (``--run-id ``) and for a variable (``KDKIT_RUN_ID=``, with ``fix``
+    saying what to set instead)."""
     check_run_id(run_id, option, fix)
     if WORKER_FOLDER.match(run_id):
         raise BadInput(f"{option}{run_id!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "

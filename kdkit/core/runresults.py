@@ -1,4 +1,5 @@
-"""A run folder's writer: params.json first, then results.jsonl appended, then the checksums that close it.
+"""A run folder's writer: params.json first, then results.jsonl appended, then the checksums that
+close it.
 
 The names and keys of what it writes, and the one reader, are kdkit.core.runfolder's.
 results.jsonl gets one line per finished item, written a batch at a time. A
@@ -56,18 +57,22 @@ class RunFolder:
         self._pool: ThreadPoolExecutor | None = None
         self._syncing: Future[None] | None = None
         self._fd: int | None = None  # results.jsonl, open for appending while the run goes on
-        # results.jsonl as it must be: the prefix kept from earlier sessions (hashed in the background
-        # while the run starts), then every byte this session appended.
+        # results.jsonl as it must be: the prefix kept from earlier sessions (hashed in the
+        # background while the run starts), then every byte this session appended.
         self._prefix: tuple[int, Future[str]] | None = None
         self._appended = hashlib.sha256()
         self._results_digest: str | None = None  # the whole file's sha256, once checked
-        self._vouched: dict[str, str] = {}  # name -> sha256 of each other file as the harness wrote or kept it
-        self._owner: int | None = None  # the folder's owner lock, held while this session writes it (own())
+        # name -> sha256 of each other file as the harness wrote or kept it
+        self._vouched: dict[str, str] = {}
+        # the folder's owner lock, held while this session writes it (own())
+        self._owner: int | None = None
         self._reserve: StopRoom | None = None  # stop.json's room (reserve_stop)
         self._vectors: VectorWriter | None = None  # vectors.npy, open while a vector run writes it
         self._vector_problems: list[str] = []
-        self._outputs_cut = False  # a resumed file-kind run's outputs/ cut back to its complete lines
-        self._resumed = False  # take_over() was called: earlier sessions' files are this session's to vouch for
+        # a resumed file-kind run's outputs/ cut back to its complete lines
+        self._outputs_cut = False
+        # take_over() was called: earlier sessions' files are this session's to vouch for
+        self._resumed = False
 
     @property
     def run_id(self) -> str:
@@ -75,7 +80,8 @@ class RunFolder:
 
     @classmethod
     def create(cls, runs_dir: Path, run_id: str, params: dict[str, Any]) -> RunFolder:
-        """The new run folder ``runs_dir/run_id`` (a name chosen with --run-id): one already there is BadInput."""
+        """The new run folder ``runs_dir/run_id`` (a name chosen with --run-id): one already there
+        is BadInput."""
         try:
             return cls.make(runs_dir / run_id, params)
         except FileExistsError:
@@ -84,19 +90,22 @@ class RunFolder:
 
     @classmethod
     def make(cls, path: Path, params: dict[str, Any]) -> RunFolder:
-        """The new run folder, whole from its first moment: params.json and an empty results file are
-        written in a staging folder beside it (kdkit.core.staging), which is then renamed into place.
-        FileExistsError when the name is taken (kdkit.core.runfolder.claim then tries the next one)."""
+        """The new run folder, whole from its first moment: params.json and an empty results file
+        are written in a staging folder beside it (kdkit.core.staging), which is then renamed into
+        place. FileExistsError when the name is taken (kdkit.core.runfolder.claim then tries the
+        next one)."""
         if os.path.lexists(path):
             raise FileExistsError(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Nothing half-made is left, and no lock held, whatever stops it (a killed run's: clean_stale_in).
+            # Nothing half-made is left, and no lock held, whatever stops it (a killed run's:
+            # clean_stale_in).
             with staged_beside(path, clean=False) as staged:
                 (staged.path / RESULTS).touch()
                 atomic_write_json(staged.path / PARAMS, {RUN_ID: path.name, **params})
                 digest = sha256_file(staged.path / PARAMS)
-                staged.publish()  # fails if another run took the name meanwhile (its folder is not empty)
+                # fails if another run took the name meanwhile (its folder is not empty)
+                staged.publish()
                 lock = staged.take_lock()
         except OSError as exc:
             if os.path.lexists(path):
@@ -106,7 +115,8 @@ class RunFolder:
             raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); {fix}") from None
         run = cls(path)
         run._vouched[PARAMS] = digest
-        run._owner = lock  # the staging folder's lock is the run folder's now: renamed, the same folder
+        # the staging folder's lock is the run folder's now: renamed, the same folder
+        run._owner = lock
         return run
 
     @classmethod
@@ -128,12 +138,13 @@ class RunFolder:
         self._vouched[name] = hashlib.sha256(data).hexdigest()
 
     def reserve_stop(self) -> None:
-        """Set aside stop.json's room now (kdkit.core.stoproom), so that a run the disk fills under can still say
-        where it stopped."""
+        """Set aside stop.json's room now (kdkit.core.stoproom), so that a run the disk fills under
+        can still say where it stopped."""
         self._reserve = StopRoom.reserve(self.path / STOP)
 
     def write_stop(self, data: Any) -> None:
-        """stop.json, written into its reserved room when there is one (no new space needed), else as any file."""
+        """stop.json, written into its reserved room when there is one (no new space needed), else
+        as any file."""
         payload = (dumps(data) + "\n").encode("utf-8", "backslashreplace")
         room, self._reserve = self._reserve, None
         if room is None or len(payload) > STOP_RESERVED:
@@ -156,8 +167,9 @@ class RunFolder:
             room.drop()
 
     def take_over(self) -> None:
-        """A resumed run: vouch for the files the earlier sessions left (as they are now, after --resume
-        checked them), so that SHA256SUMS can list them and a change during this session is seen."""
+        """A resumed run: vouch for the files the earlier sessions left (as they are now, after
+        --resume checked them), so that SHA256SUMS can list them and a change during this session is
+        seen."""
         self._resumed = True
         for entry in os.scandir(self.path):
             if entry.is_file(follow_symlinks=False) and harness_file(entry.name) and \
@@ -168,11 +180,13 @@ class RunFolder:
         """Write one batch's lines once the previous batch is on disk, and start their fsync."""
         if not records:
             return
-        if any(VECTOR_DATA in record for record in records):  # a vector batch's rows, fsynced before its lines
+        # a vector batch's rows, fsynced before its lines
+        if any(VECTOR_DATA in record for record in records):
             with _naming(self.path / VECTORS):
                 self._vectors = append_rows(self._vectors, self.path / VECTORS, records)
         kept: dict[str, str] = {}
-        if any(outputfiles.FOLDER in record for record in records):  # a file batch's folders, moved before its lines
+        # a file batch's folders, moved before its lines
+        if any(outputfiles.FOLDER in record for record in records):
             with _naming(self.path / outputfiles.OUTPUTS):
                 kept = outputfiles.keep(self.path, records)
         payload = encode_batch(records)
@@ -183,7 +197,8 @@ class RunFolder:
         try:
             with _naming(self.results):
                 write_all(self._fd, payload)
-        except OSError:  # a full disk: the part written is taken back (the batch is redone on resume)
+        # a full disk: the part written is taken back (the batch is redone on resume)
+        except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, end)
             raise
@@ -194,8 +209,9 @@ class RunFolder:
         self._syncing = self._pool.submit(os.fsync, self._fd)
 
     def _cut_outputs(self, data: bytes, cut: int) -> None:
-        """A resumed file-kind run: the staging folder and every outputs/<name> no complete line names go
-        (kdkit.core.outputfiles.cut_back); the files the lines name are vouched for as the lines hash them."""
+        """A resumed file-kind run: the staging folder and every outputs/<name> no complete line
+        names go (kdkit.core.outputfiles.cut_back); the files the lines name are vouched for as the
+        lines hash them."""
         if self._outputs_cut or not any(os.path.lexists(self.path / name)
                                         for name in (outputfiles.OUTPUTS, outputfiles.STAGING)):
             return
@@ -205,8 +221,8 @@ class RunFolder:
         self._outputs_cut = True
 
     def finish_outputs(self) -> None:
-        """At close: a resumed file-kind run stopped before its scan is cut back as a scan would (against its
-        complete batches, the file left as it is), and the staging folder goes."""
+        """At close: a resumed file-kind run stopped before its scan is cut back as a scan would
+        (against its complete batches, the file left as it is), and the staging folder goes."""
         if self._resumed and not self._outputs_cut and self.results.is_file():
             data, cut, _ = self._complete_prefix(repair=False)
             self._cut_outputs(data, cut)
@@ -214,10 +230,12 @@ class RunFolder:
             outputfiles.close_staging(self.path)
 
     def finish_vectors(self, model: str | None = None) -> None:
-        """At close: vectors.npy's header rewritten with its final row count and vouched for, vectors.ids.jsonl
-        written from the results, each row with the ``model`` reference (kdkit.core.vectorfile.finish,
-        .model_reference); what does not add up is a problem of the run."""
-        if self._vectors is None and (self.path / VECTORS).is_file():  # resumed, stopped before its scan
+        """At close: vectors.npy's header rewritten with its final row count and vouched for,
+        vectors.ids.jsonl written from the results, each row with the ``model`` reference
+        (kdkit.core.vectorfile.finish, .model_reference); what does not add up is a problem of the
+        run."""
+        # resumed, stopped before its scan
+        if self._vectors is None and (self.path / VECTORS).is_file():
             data = self.results.read_bytes() if self.results.is_file() else b""
             self._vectors = resumed_rows(self.path / VECTORS, data, len(data))
         if self._vectors is not None:
@@ -233,9 +251,10 @@ class RunFolder:
                 syncing.result()
 
     def own(self) -> None:
-        """Hold the folder's owner lock while this session writes it (kdkit.core.staging.hold; the kernel drops
-        it when the process ends, however it ends): a second pilot that would resume the folder meanwhile (a
-        second launch with the same run ID, a pod started while the old one still runs) is refused."""
+        """Hold the folder's owner lock while this session writes it (kdkit.core.staging.hold; the
+        kernel drops it when the process ends, however it ends): a second pilot that would resume
+        the folder meanwhile (a second launch with the same run ID, a pod started while the old one
+        still runs) is refused."""
         if self._owner is not None:
             return
         try:
@@ -247,7 +266,8 @@ class RunFolder:
             raise BadInput(f"{self.path}: cannot open the run folder ({exc.strerror or exc})") from None
 
     def disown(self) -> None:
-        """Let the owner lock go: the session is over, its files written (the summary and SHA256SUMS too)."""
+        """Let the owner lock go: the session is over, its files written (the summary and SHA256SUMS
+        too)."""
         self.drop_reserve()
         if self._vectors is not None:
             self._vectors.close()
@@ -289,8 +309,8 @@ class RunFolder:
         return scan
 
     def _complete_prefix(self, repair: bool = True) -> tuple[bytes, int, int]:
-        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut there
-        unless ``repair`` is False."""
+        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut
+        there unless ``repair`` is False."""
         data = self.results.read_bytes()
         end = data.rfind(b"\n") + 1
         dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
@@ -302,15 +322,16 @@ class RunFolder:
         return data, cut, dropped + tail
 
     def complete_records(self) -> list[dict[str, Any]]:
-        """The records of every complete batch, read without changing the file (what a resume keeps)."""
+        """The records of every complete batch, read without changing the file (what a resume
+        keeps)."""
         if not self.results.exists():
             return []
         data, cut, _ = self._complete_prefix(repair=False)
         return [record for first, block in blocks(data, cut) for record in parse_block(block, first, self.results)]
 
     def _hash_prefix(self, data: bytes, cut: int) -> None:
-        """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a million-line
-        resume does not wait for it; the run is judged only once it is known."""
+        """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a
+        million-line resume does not wait for it; the run is judged only once it is known."""
         if cut == 0:
             return
         hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-hash")
@@ -318,8 +339,8 @@ class RunFolder:
         hasher.shutdown(wait=False)  # the thread ends with its one task
 
     def holds_only_appended(self) -> bool:
-        """Whether results.jsonl is exactly what it must be: the prefix this session started from, then the
-        bytes it appended (each part's SHA-256 against what the harness knows)."""
+        """Whether results.jsonl is exactly what it must be: the prefix this session started from,
+        then the bytes it appended (each part's SHA-256 against what the harness knows)."""
         if not self.results.is_file() or self.results.is_symlink():
             return False
         cut, expected = (self._prefix[0], self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
@@ -331,13 +352,14 @@ class RunFolder:
                 head.update(block[:split])
                 tail.update(block[split:])
                 read += len(block)
-        self._results_digest = whole.hexdigest()  # sealed as it is: when not intact, the run has failed for it
+        # sealed as it is: when not intact, the run has failed for it
+        self._results_digest = whole.hexdigest()
         return read >= cut and head.hexdigest() == expected and tail.hexdigest() == self._appended.hexdigest()
 
     def integrity_problems(self, intact: bool | None = None) -> list[str]:
-        """What something other than the harness did to the run folder while it was open: a file of the
-        harness changed or gone, results.jsonl not what was appended, entries the harness never made.
-        Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
+        """What something other than the harness did to the run folder while it was open: a file of
+        the harness changed or gone, results.jsonl not what was appended, entries the harness never
+        made. Each is a problem of the run (it cannot pass), and none of it reaches SHA256SUMS."""
         problems = list(self._vector_problems)
         for name, digest in sorted(self._vouched.items()):
             path = self.path / name
@@ -358,14 +380,16 @@ class RunFolder:
         return sorted({*self._vouched, RESULTS})
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every record of results.jsonl, streamed a block at a time; a damaged line is CheckFailed."""
+        """Every record of results.jsonl, streamed a block at a time; a damaged line is
+        CheckFailed."""
         return stream_records(self.results)
 
     # ------------------------------------------------------------ closing
 
     def write_sums(self) -> None:
-        """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the folder,
-        so a file changed behind its back fails every later check instead of being blessed)."""
+        """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the
+        folder, so a file changed behind its back fails every later check instead of being
+        blessed)."""
         if self._results_digest is None:
             self.holds_only_appended()
         self.drop_reserve()  # closed without a stop: its room is SHA256SUMS's now
@@ -373,7 +397,8 @@ class RunFolder:
             write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
 
     def numbered(self, stem: str, suffix: str) -> str:
-        """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions' reports)."""
+        """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions'
+        reports)."""
         n = 1
         while (self.path / f"{stem}-{n}{suffix}").exists():
             n += 1
@@ -382,7 +407,8 @@ class RunFolder:
 
 @contextlib.contextmanager
 def _naming(path: Path) -> Iterator[None]:
-    """An OSError raised inside names ``path`` when it names no file of its own (a refused write does not)."""
+    """An OSError raised inside names ``path`` when it names no file of its own (a refused write
+    does not)."""
     try:
         yield
     except OSError as exc:

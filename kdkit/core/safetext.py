@@ -48,7 +48,8 @@ _JSON = {code: f"\\u{code:04x}" for code in CONTROLS if code >= 0x7F}
 def printable(value: object, lines: bool = False) -> str:
     """``value`` as text a terminal shows as it is (see the module's docstring); None is ''."""
     text = "" if value is None else str(value)
-    if text.isprintable():  # no control, bidi or separator character at all: the usual case, at C speed
+    # no control, bidi or separator character at all: the usual case, at C speed
+    if text.isprintable():
         return text
     if lines:
         return text.replace("\r\n", "\n").translate(_LINES)
@@ -61,20 +62,22 @@ def json_text(text: str) -> str:
     return text if text.isascii() and "\x7f" not in text else text.translate(_JSON)
 
 
-# What starts another block at the start of a line (CommonMark 0.31: thematic breaks, ATX headings, fences,
-# block quotes, list items); its first punctuation character is escaped. Setext underlines need a line above.
+# What starts another block at the start of a line (CommonMark 0.31: thematic breaks, ATX headings,
+# fences, block quotes, list items); its first punctuation character is escaped. Setext underlines
+# need a line above.
 BLOCK_START = (r"(?P<number>\d{1,9})[.)](?=\s|$)|#{1,6}(?=\s|$)|>|[-+*](?=\s)|(?:[-*_]\s*){3,}$"
                r"|`{3}|~{3}")
 
 
 def md_cell(value: Any, limit: int | None = 160) -> str:
-    """Text safe as one Markdown table cell or list item (IDs, reasons and names are data, shown, never
-    interpreted), cut at ``limit`` characters; None is —."""
+    """Text safe as one Markdown table cell or list item (IDs, reasons and names are data, shown,
+    never interpreted), cut at ``limit`` characters; None is —."""
     if value is None:
         return "—"
     text = printable(str(value).replace("\\", "\\\\")).lstrip(" ")
     text = text.replace("|", "\\|").replace("<", "\\<")
-    import re  # not on the start-up path of the commands that only print (re.match caches the pattern)
+    # not on the start-up path of the commands that only print (re.match caches the pattern)
+    import re
 
     start = re.match(BLOCK_START, text)
     if start:

@@ -1,6 +1,6 @@
-"""config/service.json: the interactive service ``kdkit serve-test`` measures, declared before it is measured
-(schemas/service.schema.json describes the same file). A bad file is BadInput (exit 2), one line naming the file,
-the JSON path and what to do.
+"""config/service.json: the interactive service ``kdkit serve-test`` measures, declared before it is
+measured (schemas/service.schema.json describes the same file). A bad file is BadInput (exit 2), one
+line naming the file, the JSON path and what to do.
 
     {"max_request_bytes": 65536,
      "latency": {"p95_ms": 300, "p99_ms": 1000},
@@ -38,7 +38,8 @@ DEFAULT_SECONDS_PER_RATE = 60.0
 
 @dataclass(frozen=True)
 class Objective:
-    """``percentile`` % of requests answered within ``ms`` milliseconds, counted from their scheduled arrival."""
+    """``percentile`` % of requests answered within ``ms`` milliseconds, counted from their
+    scheduled arrival."""
 
     percentile: float
     ms: float
@@ -50,7 +51,8 @@ class Objective:
 
 @dataclass(frozen=True)
 class Policy:
-    """A batch goes when it holds ``max_batch`` requests or its oldest has waited ``max_wait_ms``."""
+    """A batch goes when it holds ``max_batch`` requests or its oldest has waited
+    ``max_wait_ms``."""
 
     max_batch: int
     max_wait_ms: float
@@ -65,7 +67,8 @@ class ServiceConfig:
     source: str  # the file read, as given
     max_request_bytes: int
     objectives: tuple[Objective, ...]  # by percentile, lowest first
-    reject_at: int | None  # requests waiting beyond which a new one is refused; None: an unbounded queue
+    # requests waiting beyond which a new one is refused; None: an unbounded queue
+    reject_at: int | None
     policies: tuple[Policy, ...]  # every max_batch with every max_wait_ms
     rates: tuple[float, ...]  # requests per second, lowest first
     requests_per_rate: int
@@ -145,7 +148,8 @@ def _policies(reader: ConfigReader, data: Any) -> tuple[Policy, ...]:
 
 
 def load_service(path: Path) -> ServiceConfig:
-    """The service file read and checked once; BadInput (exit 2) on anything wrong, before anything runs."""
+    """The service file read and checked once; BadInput (exit 2) on anything wrong, before anything
+    runs."""
     if path.is_dir():
         raise BadInput(f"{path}: is a folder, not a service file; give the JSON file (--config FILE)")
     if not path.exists():

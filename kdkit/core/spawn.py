@@ -1,16 +1,17 @@
-"""Running one short program and reading its output, for commands whose whole time is their start-up.
+"""Running one short program and reading its output, for commands whose whole time is their
+start-up.
 
-kdkit.core.proc is where kdkit starts its programs (pip, docker, git...). It stands on ``subprocess``,
-whose import alone costs a fast command more than its work: ``kdkit verify-env --python VENV`` runs a
-standard-library script in VENV's interpreter and reads back a few lines, and its goal is at most twice
-`uv pip sync --dry-run` (bench/bench_verify_env.py). Here the same is done with ``os.posix_spawn``, two
-pipes and ``select``: no ``subprocess``, ``signal``, ``threading`` or ``selectors`` to import. Standard
-library only; POSIX only, as every place kdkit runs.
+kdkit.core.proc is where kdkit starts its programs (pip, docker, git...). It stands on
+``subprocess``, whose import alone costs a fast command more than its work: ``kdkit verify-env
+--python VENV`` runs a standard-library script in VENV's interpreter and reads back a few lines, and
+its goal is at most twice `uv pip sync --dry-run` (bench/bench_verify_env.py). Here the same is done
+with ``os.posix_spawn``, two pipes and ``select``: no ``subprocess``, ``signal``, ``threading`` or
+``selectors`` to import. Standard library only; POSIX only, as every place kdkit runs.
 
-The program is not trusted: it runs in a process group of its own, which is killed after it (nothing it
-left behind lives on), after a timeout and on any interruption; what it writes is read as it comes (a
-full pipe never blocks it) and kept within bounds (the first 4 MiB of stdout, the last 64 KiB of stderr);
-and once it has exited, a descendant still holding its pipes is not waited for.
+The program is not trusted: it runs in a process group of its own, which is killed after it (nothing
+it left behind lives on), after a timeout and on any interruption; what it writes is read as it
+comes (a full pipe never blocks it) and kept within bounds (the first 4 MiB of stdout, the last 64
+KiB of stderr); and once it has exited, a descendant still holding its pipes is not waited for.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from kdkit.core.errors import Unavailable
 _CHUNK = 1 << 16
 KEEP_STDOUT = 1 << 22  # an interpreter's facts are a few KiB
 KEEP_STDERR = 1 << 16  # a message shows stderr's last line
-_GRACE = 0.5  # seconds the pipes are still read after the program exited (what it wrote just before)
+# seconds the pipes are still read after the program exited (what it wrote just before)
+_GRACE = 0.5
 _KILL = 9  # SIGKILL; the signal module's names would cost the import this module avoids
 
 
 def capture(argv: list[str], *, timeout: float) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``argv`` run to completion, stdin empty. ``argv[0]`` is a path (no
-    PATH search); an OSError when it cannot be started is the caller's to word. A program still running
-    after ``timeout`` seconds is killed: Unavailable, naming it."""
+    """(exit code, stdout, stderr) of ``argv`` run to completion, stdin empty. ``argv[0]`` is a path
+    (no PATH search); an OSError when it cannot be started is the caller's to word. A program still
+    running after ``timeout`` seconds is killed: Unavailable, naming it."""
     out_r, out_w = os.pipe()  # both ends close-on-exec; the child gets its own copies as 1 and 2
     err_r, err_w = os.pipe()
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -53,8 +55,8 @@ def capture(argv: list[str], *, timeout: float) -> tuple[int, str, str]:
 
 
 def _end(pid: int) -> int:
-    """Kill what is left of the program's process group (its number is still the program's: not yet reaped),
-    then reap the program; its wait status."""
+    """Kill what is left of the program's process group (its number is still the program's: not yet
+    reaped), then reap the program; its wait status."""
     try:  # noqa: SIM105 (contextlib.suppress: contextlib is not loaded at start-up)
         os.killpg(pid, _KILL)
     except ProcessLookupError:
@@ -63,8 +65,8 @@ def _end(pid: int) -> int:
 
 
 def _read(fd: int, kept: bytearray, head: bool, pending: list[int]) -> None:
-    """One read of a pipe into ``kept``: its first KEEP_STDOUT bytes (``head``) or its last KEEP_STDERR;
-    the pipe leaves ``pending`` at its end."""
+    """One read of a pipe into ``kept``: its first KEEP_STDOUT bytes (``head``) or its last
+    KEEP_STDERR; the pipe leaves ``pending`` at its end."""
     data = os.read(fd, _CHUNK)
     if not data:
         pending.remove(fd)
@@ -76,9 +78,10 @@ def _read(fd: int, kept: bytearray, head: bool, pending: list[int]) -> None:
 
 
 def _drain(pid: int, out_r: int, err_r: int, deadline: float) -> tuple[str, str]:
-    """(stdout, stderr) of the program: both pipes read as the program writes, until both end, or the program
-    has exited and a short grace has passed; TimeoutError past ``deadline``. The pipes are closed on return.
-    The program is never reaped here: as a zombie it keeps its process group's number for _end to kill."""
+    """(stdout, stderr) of the program: both pipes read as the program writes, until both end, or
+    the program has exited and a short grace has passed; TimeoutError past ``deadline``. The pipes
+    are closed on return. The program is never reaped here: as a zombie it keeps its process group's
+    number for _end to kill."""
     import select  # a C module: cheap
 
     out, err = bytearray(), bytearray()
@@ -86,7 +89,8 @@ def _drain(pid: int, out_r: int, err_r: int, deadline: float) -> tuple[str, str]
     try:
         while pending:
             if status is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                status, until = 0, min(deadline, time.monotonic() + _GRACE)  # exited, left unreaped (see _end)
+                # exited, left unreaped (see _end)
+                status, until = 0, min(deadline, time.monotonic() + _GRACE)
             left = until - time.monotonic()
             if left <= 0:
                 if status is None:

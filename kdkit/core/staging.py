@@ -18,10 +18,11 @@ ours), or when it is older than STALE_AFTER_S (staging of a kdkit that held no l
 the instant before its lock was taken).
 
 A folder is published under its final name by a no-replace rename (:func:`staged_folder`): the final
-name is claimed atomically, so two writers (two bundles, two gatherings) to one place never both succeed,
-and nothing another process put there meanwhile (a folder, even an empty one, a file, a link) is ever
-replaced. ``--force`` moves the old folder aside atomically and deletes it only once it is found to be
-the very one that was checked (same inode, same verdict); anything else is put back untouched.
+name is claimed atomically, so two writers (two bundles, two gatherings) to one place never both
+succeed, and nothing another process put there meanwhile (a folder, even an empty one, a file, a
+link) is ever replaced. ``--force`` moves the old folder aside atomically and deletes it only once
+it is found to be the very one that was checked (same inode, same verdict); anything else is put
+back untouched.
 
 Standard library only: the in-container side stages its copies too.
 """
@@ -41,7 +42,9 @@ from pathlib import Path
 
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.noreplace import Identity, identity, pin, pinned, put_back, rename_no_replace
-from kdkit.core.places import make_folder as make_folder  # kdkit.core.places: where kdkit may write, re-exported
+
+# kdkit.core.places: where kdkit may write, re-exported
+from kdkit.core.places import make_folder as make_folder
 from kdkit.core.places import refuse_link as refuse_link
 from kdkit.core.places import require_writable as require_writable
 
@@ -54,12 +57,14 @@ def staging_for(final: Path) -> Path:
 
 
 def temp_prefix(final: Path) -> str:
-    """The prefix of a staging file of ``final`` (``tempfile.mkstemp(prefix=..., suffix=".tmp")``)."""
+    """The prefix of a staging file of ``final`` (``tempfile.mkstemp(prefix=...,
+    suffix=".tmp")``)."""
     return f".{final.name}.{os.getpid()}."
 
 
 def staged_name(name: str) -> str | None:
-    """The final name whose staging ``name`` is (``.results.jsonl.123.ab.tmp`` -> ``results.jsonl``), or None."""
+    """The final name whose staging ``name`` is (``.results.jsonl.123.ab.tmp`` ->
+    ``results.jsonl``), or None."""
     match = _STAGED.match(name)
     return match["name"] if match else None
 
@@ -85,7 +90,8 @@ def release(fd: int | None) -> None:
 
 
 def _held(path: Path) -> bool:
-    """Whether a live owner holds the lock of ``path`` (False for what cannot be opened or locked)."""
+    """Whether a live owner holds the lock of ``path`` (False for what cannot be opened or
+    locked)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -115,7 +121,8 @@ def owner_alive(pid: int) -> bool:
 
 
 def stale_staging(final: Path, folders_only: bool = False) -> list[Path]:
-    """Staging copies of ``final`` left by processes that are gone (only its staging folders: ``folders_only``)."""
+    """Staging copies of ``final`` left by processes that are gone (only its staging folders:
+    ``folders_only``)."""
     try:
         names = os.listdir(final.parent)
     except OSError:
@@ -130,7 +137,8 @@ def stale_staging(final: Path, folders_only: bool = False) -> list[Path]:
             info = os.lstat(path)
         except OSError:
             continue
-        # Only what kdkit makes under such a name: a folder (.partial-, .old-) or a regular file (.tmp), never a link.
+        # Only what kdkit makes under such a name: a folder (.partial-, .old-) or a regular file
+        # (.tmp), never a link.
         if not (stat.S_ISDIR if match["pid"] else stat.S_ISREG)(info.st_mode) or _held(path):
             continue
         old = time.time() - info.st_mtime > STALE_AFTER_S
@@ -153,8 +161,9 @@ def clean_stale(final: Path, folders_only: bool = False) -> list[Path]:
 
 
 def clean_stale_in(folder: Path, folders_only: bool = False) -> list[Path]:
-    """Remove every stale staging entry directly inside ``folder`` (a run folder; a runs folder, where kdkit
-    stages only folders: ``folders_only``). Only a folder kdkit writes in is ever passed here."""
+    """Remove every stale staging entry directly inside ``folder`` (a run folder; a runs folder,
+    where kdkit stages only folders: ``folders_only``). Only a folder kdkit writes in is ever passed
+    here."""
     try:
         names = os.listdir(folder)
     except OSError:
@@ -174,12 +183,13 @@ _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 LOW_SPACE = 256 * 1024  # bytes left below which a failed write is put down to a full disk
 
 
-Replaceable = Callable[[Path], "str | None"]  # why what is at a path is not a copy kdkit may replace, or None
+# why what is at a path is not a copy kdkit may replace, or None
+Replaceable = Callable[[Path], "str | None"]
 
 
 class Staged:
-    """A folder being made: write into ``path``; it becomes ``final`` when the ``with`` block ends well.
-    ``removed``: the staging killed runs had left, removed first."""
+    """A folder being made: write into ``path``; it becomes ``final`` when the ``with`` block ends
+    well. ``removed``: the staging killed runs had left, removed first."""
 
     __slots__ = ("final", "path", "removed")
 
@@ -188,7 +198,8 @@ class Staged:
 
 
 class Beside(Staged):
-    """A staging folder made by :func:`staged_beside`; ``owner``: its lock, None once taken (:meth:`take_lock`)."""
+    """A staging folder made by :func:`staged_beside`; ``owner``: its lock, None once taken
+    (:meth:`take_lock`)."""
 
     __slots__ = ("owner", "published")
 
@@ -198,23 +209,26 @@ class Beside(Staged):
         self.published = False
 
     def publish(self, replace: bool = True) -> None:
-        """Rename the staging folder to ``final``: os.replace (the caller has checked that nothing is there), or
-        with ``replace=False`` :func:`rename_no_replace` (FileExistsError when anything is there)."""
+        """Rename the staging folder to ``final``: os.replace (the caller has checked that nothing
+        is there), or with ``replace=False`` :func:`rename_no_replace` (FileExistsError when
+        anything is there)."""
         (os.replace if replace else rename_no_replace)(self.path, self.final)
         self.published = True
 
     def take_lock(self) -> int | None:
-        """The lock, kept past the block: the folder published is the staging folder renamed, still held."""
+        """The lock, kept past the block: the folder published is the staging folder renamed, still
+        held."""
         owner, self.owner = self.owner, None
         return owner
 
 
 @contextlib.contextmanager
 def staged_beside(final: Path, clean: bool = True, parents: bool = False) -> Iterator[Beside]:
-    """The staging folder of ``final`` made (its missing parents too: ``parents``) and held, after the staging
-    killed runs left is removed (``clean``; ``removed``: the caller says so); removed, and its lock released,
-    however the block ends unless it was published (:meth:`Beside.publish`). Checks and messages are the
-    caller's; :func:`staged_folder` is the one that claims ``final`` without replacing anything."""
+    """The staging folder of ``final`` made (its missing parents too: ``parents``) and held, after
+    the staging killed runs left is removed (``clean``; ``removed``: the caller says so); removed,
+    and its lock released, however the block ends unless it was published (:meth:`Beside.publish`).
+    Checks and messages are the caller's; :func:`staged_folder` is the one that claims ``final``
+    without replacing anything."""
     staged = Beside(final, staging_for(final), clean_stale(final) if clean else [])
     staged.path.mkdir(parents=parents)
     try:
@@ -230,22 +244,25 @@ def staged_beside(final: Path, clean: bool = True, parents: bool = False) -> Ite
 def staged_folder(final: Path, what: str, replaceable: Replaceable | None = None) -> Iterator[Staged]:
     """Stage a folder beside ``final``; publish it there when the block ends without an exception.
 
-    Before anything is written, what is at ``final`` is refused: anything at all, or with ``replaceable``
-    (``--force``) whatever it says kdkit may not replace. Then the staging of ``final`` that killed runs left
-    is removed (``removed``: the caller says so). The staging folder carries the owner's lock until it is
-    renamed into place or removed, whatever ends the block. Publishing claims ``final`` atomically
-    (:func:`rename_no_replace`); a copy to replace is moved aside and deleted only when it is still the one
-    checked. Failing to write there (a full disk, the folder removed meanwhile) is one line, exit 2, naming
-    ``final`` and ``what``, the option that chose it."""
+    Before anything is written, what is at ``final`` is refused: anything at all, or with
+    ``replaceable`` (``--force``) whatever it says kdkit may not replace. Then the staging of
+    ``final`` that killed runs left is removed (``removed``: the caller says so). The staging folder
+    carries the owner's lock until it is renamed into place or removed, whatever ends the block.
+    Publishing claims ``final`` atomically (:func:`rename_no_replace`); a copy to replace is moved
+    aside and deleted only when it is still the one checked. Failing to write there (a full disk,
+    the folder removed meanwhile) is one line, exit 2, naming ``final`` and ``what``, the option
+    that chose it."""
     checked, made = None, False
     folder = pin(final.parent)
     above = [(path, identity(path)) for path in final.parent.parents]
     try:
         checked = _check_final(final, what, replaceable)
-        with staged_beside(final) as staged:  # the staging killed runs left removed; this one made and held
+        # the staging killed runs left removed; this one made and held
+        with staged_beside(final) as staged:
             made = True
             yield staged
-            if identity(staged.path) != pinned(staged.owner):  # removed, made again by a writer in it (mkdir -p)
+            # removed, made again by a writer in it (mkdir -p)
+            if identity(staged.path) != pinned(staged.owner):
                 raise BadInput(_gone(final, what))
             _publish(staged.path, final, what, pinned(checked), replaceable)
             staged.published = True
@@ -267,8 +284,8 @@ def _gone(final: Path, what: str) -> str:
 
 
 def _unmake(above: list[tuple[Path, Identity | None]]) -> None:
-    """Remove the empty folders above the staging that are not the ones there at the start: a writer inside
-    the staging made them again after they were removed (its mkdir -p)."""
+    """Remove the empty folders above the staging that are not the ones there at the start: a writer
+    inside the staging made them again after they were removed (its mkdir -p)."""
     for path, was in above:
         if identity(path) in (was, None):
             return
@@ -279,8 +296,9 @@ def _unmake(above: list[tuple[Path, Identity | None]]) -> None:
 
 
 def _check_final(final: Path, what: str, replaceable: Replaceable | None) -> int | None:
-    """Refuse what is at ``final`` unless kdkit may replace it; then a descriptor pinning it (kdkit.core.noreplace.pin),
-    so that the publish can tell it is still the one checked. None when nothing is there."""
+    """Refuse what is at ``final`` unless kdkit may replace it; then a descriptor pinning it
+    (kdkit.core.noreplace.pin), so that the publish can tell it is still the one checked. None when
+    nothing is there."""
     if not os.path.lexists(final):
         return None
     held = pin(final)
@@ -309,8 +327,9 @@ def _publish(staging: Path, final: Path, what: str, checked: Identity | None, re
 
 
 def _replace(staging: Path, final: Path, what: str, checked: Identity, replaceable: Replaceable) -> None:
-    """``--force``: move what is at ``final`` aside atomically, publish, and delete the old copy only when it is
-    the very one checked (same inode, same verdict); anything else goes back untouched."""
+    """``--force``: move what is at ``final`` aside atomically, publish, and delete the old copy
+    only when it is the very one checked (same inode, same verdict); anything else goes back
+    untouched."""
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
     owner = _hold_quietly(final)  # the lock goes with the inode: held before it has a staging name
     try:
@@ -343,17 +362,19 @@ def _hold_quietly(path: Path) -> int | None:
 
 
 def _write_error(exc: BaseException, final: Path, what: str, folder: Identity | None) -> BadInput | None:
-    """One line for a failure to write at ``final`` (an OSError there, anything once its folder ``final.parent``
-    is no longer the ``folder`` it was, a tool's failure that names a full disk or leaves one there); None for
-    every other exception."""
+    """One line for a failure to write at ``final`` (an OSError there, anything once its folder
+    ``final.parent`` is no longer the ``folder`` it was, a tool's failure that names a full disk or
+    leaves one there); None for every other exception."""
     if isinstance(exc, BadInput) or not isinstance(exc, (OSError, KdkitError)):
         return None
     if identity(final.parent) != folder:
         return BadInput(_gone(final, what))
     if isinstance(exc, OSError) and (exc.errno in _FULL or _names_place(exc, final)):
         reason = exc.strerror or str(exc)
-    elif os.strerror(errno.ENOSPC) in str(exc) or _nearly_full(final.parent):  # a tool (zstd, pip) that failed
-        reason = f"{os.strerror(errno.ENOSPC)}: {exc}"  # writing there, saying so or leaving the disk full
+    # a tool (zstd, pip) that failed
+    elif os.strerror(errno.ENOSPC) in str(exc) or _nearly_full(final.parent):
+        # writing there, saying so or leaving the disk full
+        reason = f"{os.strerror(errno.ENOSPC)}: {exc}"
     else:
         return None
     return BadInput(f"{final}: could not write it ({reason}); nothing was left behind: free space or fix "
@@ -361,7 +382,8 @@ def _write_error(exc: BaseException, final: Path, what: str, folder: Identity | 
 
 
 def _names_place(exc: OSError, final: Path) -> bool:
-    """Whether the error names ``final``, its folder, or a staging entry of ``final`` (or a path inside one)."""
+    """Whether the error names ``final``, its folder, or a staging entry of ``final`` (or a path
+    inside one)."""
     for name in (exc.filename, exc.filename2):
         if not isinstance(name, (str, bytes, os.PathLike)):
             continue
@@ -385,9 +407,11 @@ def _nearly_full(folder: Path) -> bool:
 
 @contextlib.contextmanager
 def scratch_beside(final: Path) -> Iterator[Path]:
-    """A scratch folder under ``final``'s staging name (``.NAME.partial-PID``), its owner's lock held while the
-    block runs, removed after: a process killed meanwhile leaves it to :func:`clean_stale` of ``final``, which
-    the next run of the command calls and reports (`kdkit lock`'s resolver works in one)."""
-    # Cleaned here only when our own name is taken (by a process gone that had our PID, in another container).
+    """A scratch folder under ``final``'s staging name (``.NAME.partial-PID``), its owner's lock
+    held while the block runs, removed after: a process killed meanwhile leaves it to
+    :func:`clean_stale` of ``final``, which the next run of the command calls and reports (`kdkit
+    lock`'s resolver works in one)."""
+    # Cleaned here only when our own name is taken (by a process gone that had our PID, in another
+    # container).
     with staged_beside(final, clean=os.path.lexists(staging_for(final))) as staged:
         yield staged.path

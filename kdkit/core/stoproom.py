@@ -1,8 +1,10 @@
-"""stop.json's room, set aside while a run is open: a run the disk fills under can still say where it stopped.
+"""stop.json's room, set aside while a run is open: a run the disk fills under can still say where
+it stopped.
 
 STOP_RESERVED bytes are allocated (posix_fallocate) to a file named as a staging copy of stop.json
-(kdkit.core.staging: locked while this session lives, removed by the next one if it is killed); stop.json
-is then written into that room and renamed into place, needing no new space. Standard library only.
+(kdkit.core.staging: locked while this session lives, removed by the next one if it is killed);
+stop.json is then written into that room and renamed into place, needing no new space. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pathlib import Path
 from kdkit.core.staging import temp_prefix
 
 FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
-STOP_RESERVED = 32 << 10  # bytes set aside for stop.json while a run is open; a stop.json names at most
+# bytes set aside for stop.json while a run is open; a stop.json names at most
+STOP_RESERVED = 32 << 10
 # 100 IDs of the batch in flight (128 characters each) and a few short reasons
 RESERVED = "reserved.tmp"  # how the name of stop.json's reserved room ends
 
@@ -34,8 +37,8 @@ class StopRoom:
 
     @classmethod
     def reserve(cls, stop: Path) -> StopRoom | None:
-        """The room, or None on a file system that cannot allocate ahead (stop.json is then written as any
-        file); a full disk is raised."""
+        """The room, or None on a file system that cannot allocate ahead (stop.json is then written
+        as any file); a full disk is raised."""
         path = stop.parent / f"{temp_prefix(stop)}{RESERVED}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -55,7 +58,8 @@ class StopRoom:
         return cls(path, fd)
 
     def fill(self, payload: bytes, stop: Path) -> None:
-        """``payload`` written into the room, fsynced and renamed to ``stop``; the room is then closed."""
+        """``payload`` written into the room, fsynced and renamed to ``stop``; the room is then
+        closed."""
         view = memoryview(payload)
         while view:
             view = view[os.pwrite(self.fd, view, len(payload) - len(view)):]

@@ -1,5 +1,6 @@
-"""The two signals that ask kdkit to stop (Ctrl-C's SIGINT, `docker stop`'s SIGTERM), handled for a while; and
-SIGHUP, what a dropped connection sends (:class:`HungUp`): kdkit stops following, what it started runs on.
+"""The two signals that ask kdkit to stop (Ctrl-C's SIGINT, `docker stop`'s SIGTERM), handled for a
+while; and SIGHUP, what a dropped connection sends (:class:`HungUp`): kdkit stops following, what it
+started runs on.
 
 Standard library only: the in-container side uses it too.
 """
@@ -18,14 +19,16 @@ HANGUP_EXIT = 128 + int(signal.SIGHUP)  # 129, as shells report a process ended 
 
 
 class HungUp(Interrupted):
-    """SIGHUP (the terminal or the SSH connection is gone): stop following, leave what runs running."""
+    """SIGHUP (the terminal or the SSH connection is gone): stop following, leave what runs
+    running."""
 
     def __init__(self) -> None:
         super().__init__(int(signal.SIGHUP))
 
 
 def say_lost(line: str) -> None:
-    """Best effort on stderr: after a hangup the terminal may be gone (EIO, EPIPE), which is ignored."""
+    """Best effort on stderr: after a hangup the terminal may be gone (EIO, EPIPE), which is
+    ignored."""
     import sys
 
     try:
@@ -37,7 +40,8 @@ def say_lost(line: str) -> None:
 
 @contextmanager
 def handling_stops(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    """``handler`` for SIGINT and SIGTERM while the block runs (main thread only); the previous handlers after."""
+    """``handler`` for SIGINT and SIGTERM while the block runs (main thread only); the previous
+    handlers after."""
     saved = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
@@ -48,9 +52,10 @@ def handling_stops(handler: Callable[[int, FrameType | None], None]) -> Iterator
 
 @contextmanager
 def interrupts(hangup: bool = False) -> Iterator[None]:
-    """While kdkit waits on what it started (containers), SIGINT and SIGTERM raise Interrupted in the main thread,
-    so what runs is stopped before kdkit ends (SIGTERM's default would end kdkit at once, leaving it); with
-    ``hangup``, SIGHUP raises :class:`HungUp` (the caller leaves what runs running)."""
+    """While kdkit waits on what it started (containers), SIGINT and SIGTERM raise Interrupted in
+    the main thread, so what runs is stopped before kdkit ends (SIGTERM's default would end kdkit at
+    once, leaving it); with ``hangup``, SIGHUP raises :class:`HungUp` (the caller leaves what runs
+    running)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -74,9 +79,9 @@ def interrupts(hangup: bool = False) -> Iterator[None]:
 
 @contextmanager
 def deferred_stops() -> Iterator[None]:
-    """SIGINT and SIGTERM held back while the block runs, then delivered: a step that must end whole (the engine
-    creating a container: once it exists, the caller knows it and can remove it). Main thread only: Python runs
-    its handlers there, so another thread's step is never cut by one."""
+    """SIGINT and SIGTERM held back while the block runs, then delivered: a step that must end whole
+    (the engine creating a container: once it exists, the caller knows it and can remove it). Main
+    thread only: Python runs its handlers there, so another thread's step is never cut by one."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():

@@ -1,7 +1,8 @@
-"""Reading a text file kdkit was given (a config, a lock), with one clear line for each way it can fail.
+"""Reading a text file kdkit was given (a config, a lock), with one clear line for each way it can
+fail.
 
-Standard library only, and nothing but ``os`` and ``stat`` (loaded with the interpreter): the lock reader
-of every in-container ``verify-env`` starts here (bench/bench_verify_env.py).
+Standard library only, and nothing but ``os`` and ``stat`` (loaded with the interpreter): the lock
+reader of every in-container ``verify-env`` starts here (bench/bench_verify_env.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def read_text_file(path: str | PathLike[str], what: str, *, limit: int | None = None) -> str:
-    """A text file kdkit reads (a config, a lock): BadInput when it is missing, a folder, not a regular
-    file (a FIFO would block, /dev/zero never end), larger than ``limit`` bytes or not UTF-8."""
+    """A text file kdkit reads (a config, a lock): BadInput when it is missing, a folder, not a
+    regular file (a FIFO would block, /dev/zero never end), larger than ``limit`` bytes or not
+    UTF-8."""
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):

@@ -1,7 +1,8 @@
-"""The training loop's helper: what a loop run by ``kdkit train`` says to it (standard library only).
+"""The training loop's helper: what a loop run by ``kdkit train`` says to it (standard library
+only).
 
-A loop imports this module and calls four functions; each is a cheap no-op (or None) when the loop runs
-without ``kdkit train``, so one loop runs both ways::
+A loop imports this module and calls four functions; each is a cheap no-op (or None) when the loop
+runs without ``kdkit train``, so one loop runs both ways::
 
     from kdkit.core import trainapi
     trainapi.active() -> bool                  # running under `kdkit train` (env KDKIT_TRAIN_RUN is set)
@@ -16,16 +17,18 @@ supervisor appends it to ``metrics.jsonl`` and fsyncs it, judging the stop rules
 carries ``"at"`` (time.time() of the report); non-finite numbers are written as JSON's NaN/Infinity
 and the supervisor judges them (a NaN loss stops the run).
 
-``checkpoint(step)`` stages ``checkpoints/.step-%08d.partial-PID`` in the run folder (KDKIT_TRAIN_RUN),
-its owner's lock held (kdkit.core.staging); on a clean exit of the block every file is hashed and fsynced,
-its ``SHA256SUMS`` written, the folder renamed to ``checkpoints/step-%08d`` without ever replacing
-anything (kdkit.core.noreplace), the ``checkpoints/`` folder fsynced, and one ``checkpoint`` line goes to
-the supervisor; on an exception the staging is removed. A kill at any instant leaves either the staging
-(never chosen; removed on resume) or a complete folder.
+``checkpoint(step)`` stages ``checkpoints/.step-%08d.partial-PID`` in the run folder
+(KDKIT_TRAIN_RUN), its owner's lock held (kdkit.core.staging); on a clean exit of the block every
+file is hashed and fsynced, its ``SHA256SUMS`` written, the folder renamed to
+``checkpoints/step-%08d`` without ever replacing anything (kdkit.core.noreplace), the
+``checkpoints/`` folder fsynced, and one ``checkpoint`` line goes to the supervisor; on an exception
+the staging is removed. A kill at any instant leaves either the staging (never chosen; removed on
+resume) or a complete folder.
 
-Environment (set by ``kdkit train``): KDKIT_TRAIN_RUN (the run folder, absolute), KDKIT_TRAIN_RUN_ID,
-KDKIT_TRAIN_FD (the channel's descriptor), KDKIT_TRAIN_RESUME (the checkpoint folder to resume from; unset
-on a first session), KDKIT_TRAIN_LOG_EVERY (config/train.json "log_every").
+Environment (set by ``kdkit train``): KDKIT_TRAIN_RUN (the run folder, absolute),
+KDKIT_TRAIN_RUN_ID, KDKIT_TRAIN_FD (the channel's descriptor), KDKIT_TRAIN_RESUME (the checkpoint
+folder to resume from; unset on a first session), KDKIT_TRAIN_LOG_EVERY (config/train.json
+"log_every").
 """
 
 from __future__ import annotations
@@ -85,13 +88,15 @@ def _log_every() -> int:
 
 
 def report(step: int, **metrics: Any) -> None:
-    """One logging step: ``step`` and any metric (loss, lr, samples_per_s, peak_memory_bytes, an eval metric).
-    With config/train.json "log_every" N, only every N-th step is sent, and any step whose loss is not finite."""
+    """One logging step: ``step`` and any metric (loss, lr, samples_per_s, peak_memory_bytes, an
+    eval metric). With config/train.json "log_every" N, only every N-th step is sent, and any step
+    whose loss is not finite."""
     if _channel() is None:
         return
     if step % _log_every():
         loss = metrics.get("loss")
-        if not isinstance(loss, float) or loss - loss == 0.0:  # finite (inf - inf and nan - nan are nan)
+        # finite (inf - inf and nan - nan are nan)
+        if not isinstance(loss, float) or loss - loss == 0.0:
             return
     metrics["step"] = int(step)
     metrics["at"] = time.time()
@@ -104,7 +109,8 @@ def checkpoint_name(step: int) -> str:
 
 @contextlib.contextmanager
 def checkpoint(step: int) -> Iterator[Path]:
-    """A staging folder for the checkpoint of ``step``, published complete as ``checkpoints/step-%08d``."""
+    """A staging folder for the checkpoint of ``step``, published complete as
+    ``checkpoints/step-%08d``."""
     folder = run_folder()
     if folder is None:
         raise RuntimeError("trainapi.checkpoint: not running under `kdkit train` (KDKIT_TRAIN_RUN is not set); "
@@ -120,6 +126,7 @@ def checkpoint(step: int) -> Iterator[Path]:
 
 
 def latest_checkpoint() -> Path | None:
-    """The complete checkpoint folder to resume from (chosen and verified by ``kdkit train --resume``), or None."""
+    """The complete checkpoint folder to resume from (chosen and verified by ``kdkit train
+    --resume``), or None."""
     value = os.environ.get(RESUME_ENV)
     return Path(value) if value else None

@@ -1,6 +1,7 @@
-"""config/train.json: what ``kdkit train`` runs, the stop rules declared before the run, the save policy and the
-adapter's base model (schemas/train.schema.json describes the same file). Every key is optional; no file means
-the defaults. A bad file is BadInput (exit 2), one line naming the file, the JSON path and what to do.
+"""config/train.json: what ``kdkit train`` runs, the stop rules declared before the run, the save
+policy and the adapter's base model (schemas/train.schema.json describes the same file). Every key
+is optional; no file means the defaults. A bad file is BadInput (exit 2), one line naming the file,
+the JSON path and what to do.
 
     {"module": "src.train", "log_every": 1,
      "stop": {"nonfinite_loss": true, "loss_above": {"value": 10.0, "after_steps": 50},
@@ -86,7 +87,8 @@ def _base_model(reader: ConfigReader, data: Any) -> tuple[str, str] | None:
 
 
 def load_train_config(path: Path) -> TrainConfig:
-    """config/train.json read and checked; the defaults when there is no file; BadInput on a bad one."""
+    """config/train.json read and checked; the defaults when there is no file; BadInput on a bad
+    one."""
     if not path.exists():
         return TrainConfig()
     reader = ConfigReader(path)
@@ -105,7 +107,8 @@ def load_train_config(path: Path) -> TrainConfig:
 
 
 def base_model_problem(cfg: TrainConfig) -> str | None:
-    """A warning when the declared base model's revision is not an exact commit (40 lowercase hex), else None."""
+    """A warning when the declared base model's revision is not an exact commit (40 lowercase hex),
+    else None."""
     if cfg.base_model is None:
         return None
     name, revision = cfg.base_model

@@ -1,13 +1,14 @@
-"""vectors.npy: a vector run's rows, float32 little-endian, in a real .npy file written with the standard library.
+"""vectors.npy: a vector run's rows, float32 little-endian, in a real .npy file written with the
+standard library.
 
 The file is ``numpy.load``-able in one call: the magic, version 1.0, and a header dict
-``{'descr': '<f4', 'fortran_order': False, 'shape': (N, dim), }`` padded with spaces to a FIXED length
-(HEADER bytes in all), so it is rewritten in place with the final N when the run closes. While the run is
-open, rows are appended (and fsynced) before the results.jsonl lines that name them (``"row": n``); a resume
-cuts the rows no complete batch names. Beside it, vectors.ids.jsonl pairs each row with its ID, its input's
-sha256 and, when the config names a model, the model's reference (``{"row", "id", "sha256"[, "model"]}`` per line,
-in row order; the reference is :func:`model_reference`'s, the same on every row). The names are
-kdkit.core.runfolder's.
+``{'descr': '<f4', 'fortran_order': False, 'shape': (N, dim), }`` padded with spaces to a FIXED
+length (HEADER bytes in all), so it is rewritten in place with the final N when the run closes.
+While the run is open, rows are appended (and fsynced) before the results.jsonl lines that name them
+(``"row": n``); a resume cuts the rows no complete batch names. Beside it, vectors.ids.jsonl pairs
+each row with its ID, its input's sha256 and, when the config names a model, the model's reference
+(``{"row", "id", "sha256"[, "model"]}`` per line, in row order; the reference is
+:func:`model_reference`'s, the same on every row). The names are kdkit.core.runfolder's.
 """
 
 from __future__ import annotations
@@ -27,21 +28,24 @@ from kdkit.core.outputkinds import ROW, VECTOR_DATA
 from kdkit.core.resultlines import stream_records
 
 VECTORS, VECTOR_IDS = "vectors.npy", "vectors.ids.jsonl"  # a vector run's rows and their IDs
-MODEL = "model"  # vectors.ids.jsonl: each row's model reference (model_reference); absent when no model is named
+# vectors.ids.jsonl: each row's model reference (model_reference); absent when no model is named
+MODEL = "model"
 PARAMS_FILE = "params.json"  # kdkit.core.runfolder.PARAMS (which imports this module)
 
 MAGIC = b"\x93NUMPY\x01\x00"
-HEADER = 128  # bytes before the first row: magic, version, length, the padded dict (a multiple of 64)
+# bytes before the first row: magic, version, length, the padded dict (a multiple of 64)
+HEADER = 128
 _DICT = re.compile(rb"\{'descr': '<f4', 'fortran_order': False, 'shape': \(([0-9]{1,20}), ([0-9]{1,10})\), \} *\n")
 FLOAT32 = 4
 
 
 def model_reference(record: Any) -> str | None:
-    """The one compact reference to the model a row came from, made from params.json's record of the config's
-    model (kdkit.core.pilotload.reference_record, kept as params.json's ``params.model``): ``org/name@<revision>``
-    for a hub reference; ``<path> sha256:<digest>`` for a folder (or file) of the project, the digest the SHA-256
-    of its file list (the JSON object {relative path: sha256}, keys sorted, no spaces); both joined by `` + ``
-    when both are named; an adapter's base appended as `` base <its reference>``. None when there is no model."""
+    """The one compact reference to the model a row came from, made from params.json's record of the
+    config's model (kdkit.core.pilotload.reference_record, kept as params.json's ``params.model``):
+    ``org/name@<revision>`` for a hub reference; ``<path> sha256:<digest>`` for a folder (or file)
+    of the project, the digest the SHA-256 of its file list (the JSON object {relative path:
+    sha256}, keys sorted, no spaces); both joined by `` + `` when both are named; an adapter's base
+    appended as `` base <its reference>``. None when there is no model."""
     if not isinstance(record, dict):
         return None
     parts = []
@@ -56,8 +60,8 @@ def model_reference(record: Any) -> str | None:
 
 
 def params_model(params: Path) -> str | None:
-    """:func:`model_reference` of a run folder's params.json (its ``params.model``); None when there is none or the
-    file cannot be read (its other checks name that)."""
+    """:func:`model_reference` of a run folder's params.json (its ``params.model``); None when there
+    is none or the file cannot be read (its other checks name that)."""
     try:
         data = json.loads(params.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -105,7 +109,8 @@ class VectorWriter:
 
     @classmethod
     def resume(cls, path: Path, rows: int) -> VectorWriter:
-        """The file of an earlier session, cut to its first ``rows`` rows (those the kept results name)."""
+        """The file of an earlier session, cut to its first ``rows`` rows (those the kept results
+        name)."""
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             head = os.pread(fd, HEADER, 0)
@@ -126,8 +131,8 @@ class VectorWriter:
         return cls(path, dim, fd, rows, digest)
 
     def append(self, packed: list[bytes]) -> int:
-        """Write and fsync rows (each ``dim`` float32); return the number of the first. A failed write is
-        taken back (the file as it was) and raised."""
+        """Write and fsync rows (each ``dim`` float32); return the number of the first. A failed
+        write is taken back (the file as it was) and raised."""
         payload = b"".join(packed)
         if len(payload) != len(packed) * self.dim * FLOAT32:
             raise ValueError(f"a row of another width than dim {self.dim}")
@@ -144,8 +149,8 @@ class VectorWriter:
         return first
 
     def finish(self) -> tuple[str, bool]:
-        """Rewrite the header with the final row count; (the file's SHA-256, whether its rows are exactly those
-        this writer knows), read back once from the disk."""
+        """Rewrite the header with the final row count; (the file's SHA-256, whether its rows are
+        exactly those this writer knows), read back once from the disk."""
         _pwrite_all(self.fd, header(self.rows, self.dim), 0)
         os.fsync(self.fd)
         whole, rows = hashlib.sha256(os.pread(self.fd, HEADER, 0)), hashlib.sha256()
@@ -163,8 +168,8 @@ class VectorWriter:
 
 
 def append_rows(writer: VectorWriter | None, path: Path, records: list[dict[str, Any]]) -> VectorWriter:
-    """Append the rows of a batch's records (VECTOR_DATA, packed) in their order; each record's packed row becomes
-    its ``"row"`` number. The first rows of a run make the file."""
+    """Append the rows of a batch's records (VECTOR_DATA, packed) in their order; each record's
+    packed row becomes its ``"row"`` number. The first rows of a run make the file."""
     rows = [record for record in records if VECTOR_DATA in record]
     if writer is None:
         writer = VectorWriter.create(path, len(rows[0][VECTOR_DATA]) // FLOAT32)
@@ -176,22 +181,24 @@ def append_rows(writer: VectorWriter | None, path: Path, records: list[dict[str,
 
 
 def resumed_rows(path: Path, data: bytes, cut: int) -> VectorWriter | None:
-    """An earlier session's vectors.npy cut to the rows results.jsonl's kept bytes ``data[:cut]`` name (rows are
-    fsynced before their lines, so a kill between the two leaves rows no line names); None when there is none."""
+    """An earlier session's vectors.npy cut to the rows results.jsonl's kept bytes ``data[:cut]``
+    name (rows are fsynced before their lines, so a kill between the two leaves rows no line names);
+    None when there is none."""
     if not path.is_file() or path.is_symlink():
         return None
     rows = data.count(b',"row":', 0, cut)
     if rows == 0:
-        path.unlink()  # nothing kept names a row: a session killed before its first vector batch was written
+        # nothing kept names a row: a session killed before its first vector batch was written
+        path.unlink()
         return None
     return VectorWriter.resume(path, rows)
 
 
 def finish(writer: VectorWriter, records: Iterable[dict[str, Any]],
            model: str | None = None) -> tuple[str, bytes, list[str]]:
-    """Close a run's vectors: (vectors.npy's SHA-256 with its final header, vectors.ids.jsonl's bytes (each row
-    with the ``model`` reference, model_reference's), the problems: rows not named once each, or rows other than
-    those the writer appended)."""
+    """Close a run's vectors: (vectors.npy's SHA-256 with its final header, vectors.ids.jsonl's
+    bytes (each row with the ``model`` reference, model_reference's), the problems: rows not named
+    once each, or rows other than those the writer appended)."""
     try:
         digest, intact = writer.finish()
     finally:
@@ -208,8 +215,8 @@ def finish(writer: VectorWriter, records: Iterable[dict[str, Any]],
 
 
 def ids_lines(records: Iterable[dict[str, Any]], model: str | None = None) -> tuple[bytes, list[str]]:
-    """vectors.ids.jsonl's bytes from the run's records (each line with the ``model`` reference when there is
-    one), and the problems (rows not 0..N-1 once each)."""
+    """vectors.ids.jsonl's bytes from the run's records (each line with the ``model`` reference when
+    there is one), and the problems (rows not 0..N-1 once each)."""
     rows: dict[int, tuple[str, str]] = {}
     problems = []
     for record in records:
@@ -229,9 +236,9 @@ def ids_lines(records: Iterable[dict[str, Any]], model: str | None = None) -> tu
 
 
 def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]], model: str | None = None) -> list[str]:
-    """A closed folder's vectors.npy and vectors.ids.jsonl against its results: the header's N rows of dim
-    float32 and nothing more, and the ID list exactly the rows results.jsonl names, each with the ``model``
-    reference of its params.json."""
+    """A closed folder's vectors.npy and vectors.ids.jsonl against its results: the header's N rows
+    of dim float32 and nothing more, and the ID list exactly the rows results.jsonl names, each with
+    the ``model`` reference of its params.json."""
     try:
         with vectors.open("rb") as handle:
             rows, dim = read_header(handle.read(HEADER), vectors)
@@ -253,10 +260,10 @@ def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]],
 
 
 def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Path) -> int:
-    """One array from the workers' verified vectors, in worker order: ``vectors`` (their rows, one header) and
-    ``ids`` (``{"row", "id", "sha256", "worker", "worker_row"}`` per row, and the worker's ``"model"`` reference
-    where it has one); ``folders`` holds (worker, its
-    vectors.npy, its vectors.ids.jsonl). Returns the rows; CheckFailed when the workers' widths differ."""
+    """One array from the workers' verified vectors, in worker order: ``vectors`` (their rows, one
+    header) and ``ids`` (``{"row", "id", "sha256", "worker", "worker_row"}`` per row, and the
+    worker's ``"model"`` reference where it has one); ``folders`` holds (worker, its vectors.npy,
+    its vectors.ids.jsonl). Returns the rows; CheckFailed when the workers' widths differ."""
     shapes = []
     for _, npy, _ in folders:
         with npy.open("rb") as handle:
@@ -286,8 +293,9 @@ def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Pa
 
 
 def gathered_problems(vectors: Path, ids: Path) -> list[str]:
-    """A gathering's vectors.npy against its own ID list (the workers' folders proved each row): N rows of dim
-    float32 and nothing more, rows 0..N-1 listed in order, one model reference (or none) on every row."""
+    """A gathering's vectors.npy against its own ID list (the workers' folders proved each row): N
+    rows of dim float32 and nothing more, rows 0..N-1 listed in order, one model reference (or none)
+    on every row."""
     try:
         with vectors.open("rb") as handle:
             rows, dim = read_header(handle.read(HEADER), vectors)
@@ -324,8 +332,9 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 
 def run_problems(folder: Path, results: Path, params: Path) -> list[str]:
-    """A verified folder's vectors.npy and its ID list against its ``results`` (a pilot run folder, where
-    ``params`` is), or as a gathering's one array (neither is there); one file without the other is a problem."""
+    """A verified folder's vectors.npy and its ID list against its ``results`` (a pilot run folder,
+    where ``params`` is), or as a gathering's one array (neither is there); one file without the
+    other is a problem."""
     has = [name for name in (VECTORS, VECTOR_IDS) if (folder / name).is_file()]
     if not has:
         return []

@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 from functools import total_ordering
 
-# The version itself is ASCII (``(?a:...)``, as packaging's VERSION_PATTERN): without it, IGNORECASE lets
-# a dotless "ı" match "i" and a Kelvin sign match "k" ("1.2.3prevıew1" was read, then failed on its name).
-# The whitespace around it is any (str.strip's, as packaging's ``\s*`` outside that group).
+# The version itself is ASCII (``(?a:...)``, as packaging's VERSION_PATTERN): without it, IGNORECASE
+# lets a dotless "ı" match "i" and a Kelvin sign match "k" ("1.2.3prevıew1" was read, then failed on
+# its name). The whitespace around it is any (str.strip's, as packaging's ``\s*`` outside that
+# group).
 _BODY = r"""
     v?(?a:
     (?:(?P<epoch>[0-9]+)!)?
@@ -70,7 +71,8 @@ class Version:
             dev = int(g["dev_n"] or 0) if g["dev_l"] else None
             release = tuple(int(p) for p in g["release"].split("."))
             epoch = int(g["epoch"] or 0)
-            # packaging: a local segment of digits is an integer, shown without leading zeros (+01 -> +1)
+            # packaging: a local segment of digits is an integer, shown without leading zeros (+01
+            # -> +1)
             local = ".".join(str(int(p)) if p.isdigit() else p
                              for p in re.split(r"[-_.]", g["local"].lower())) if g["local"] else None
         except ValueError:  # a number past Python's limit on the digits int() reads (sys.int_info)
@@ -138,16 +140,16 @@ def _same_release(a: Version, b: Version) -> bool:
 
 
 def _less_than(version: Version, spec: Version) -> bool:
-    """``<V`` (PEP 440 exclusive ordered comparison): below V, and no pre-release of V unless V is one
-    (``<3.14`` excludes 3.14.0rc2: packaging's bound is V.dev0)."""
+    """``<V`` (PEP 440 exclusive ordered comparison): below V, and no pre-release of V unless V is
+    one (``<3.14`` excludes 3.14.0rc2: packaging's bound is V.dev0)."""
     if spec.pre is not None or spec.dev is not None:
         return version < spec
     return version < Version(spec.epoch, spec.release, None, spec.post, 0, None)
 
 
 def _greater_than(version: Version, spec: Version) -> bool:
-    """``>V``: above V, and no post-release nor local version of V unless V is a post-release (then no
-    local of it); for a dev V, no local of it."""
+    """``>V``: above V, and no post-release nor local version of V unless V is a post-release (then
+    no local of it); for a dev V, no local of it."""
     mine = version.public_version()
     if not mine > spec:
         return False
@@ -200,9 +202,9 @@ _CLAUSE_FORMS = {
 
 
 def clause_is_valid(op: str, spec_text: str) -> bool:
-    """Whether ``op spec_text`` is a clause packaging's ``Specifier`` accepts: a local label and ``.*`` only
-    with ``==``/``!=`` (``.*`` right after the release), two release segments at least for ``~=``, and
-    ``===`` takes any text without blanks, ``;`` or ``)``."""
+    """Whether ``op spec_text`` is a clause packaging's ``Specifier`` accepts: a local label and
+    ``.*`` only with ``==``/``!=`` (``.*`` right after the release), two release segments at least
+    for ``~=``, and ``===`` takes any text without blanks, ``;`` or ``)``."""
     if op == "===":
         return re.fullmatch(r"\s*[^\s;)]+\s*", spec_text) is not None
     tail = r"(?:[-_.]?(?:alpha|a|beta|b|preview|pre|c|rc)[-_.]?[0-9]*)?" \
@@ -216,12 +218,13 @@ def clause_is_valid(op: str, spec_text: str) -> bool:
 
 
 def specifier_clauses(text: str) -> list[tuple[str, str]]:
-    """The ``(operator, version)`` clauses of a PEP 440 specifier set (``>=3.10, <4``, ``==3.12.*``), each
-    checked; raise InvalidVersion naming the clause that is not one.
+    """The ``(operator, version)`` clauses of a PEP 440 specifier set (``>=3.10, <4``,
+    ``==3.12.*``), each checked; raise InvalidVersion naming the clause that is not one.
     https://packaging.python.org/en/latest/specifications/version-specifiers/"""
     clauses = []
     for piece in text.split(","):
-        match = re.match(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$", piece)  # compiled on first use, not import
+        # compiled on first use, not import
+        match = re.match(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$", piece)
         if match is None:
             raise InvalidVersion(f"{piece.strip()!r} is not a version specifier (expected e.g. >=3.10)")
         op, version = match.groups()
@@ -235,5 +238,6 @@ def specifier_clauses(text: str) -> list[tuple[str, str]]:
 
 
 def satisfies(version_text: str, specifiers: str) -> bool:
-    """Whether ``version_text`` meets every clause of the specifier set ``specifiers``; raise InvalidVersion."""
+    """Whether ``version_text`` meets every clause of the specifier set ``specifiers``; raise
+    InvalidVersion."""
     return all(compare(version_text, op, spec) for op, spec in specifier_clauses(specifiers))

@@ -1,5 +1,6 @@
-"""The only package that imports ``docker`` (the Docker SDK for Python): the engine here, the container spec in .spec,
-running and stopping containers in .containers, the engine's errors in .errors.
+"""The only package that imports ``docker`` (the Docker SDK for Python): the engine here, the
+container spec in .spec, running and stopping containers in .containers, the engine's errors in
+.errors.
 
 Every docker error is turned into a kdkit error (:func:`docker_errors`), with the image and the
 detail, so the rest of kdkit never sees docker's exception types:
@@ -8,10 +9,12 @@ detail, so the rest of kdkit never sees docker's exception types:
 * an image that is not on the engine -> :class:`Unavailable`, naming how to get it;
 * the NVIDIA device driver missing -> :class:`Unavailable` quoting the error users
   otherwise meet (``could not select device driver "" with capabilities: [[gpu]]``);
-* no docker-init for the containers' init (``--init``) -> :class:`Unavailable` with how to install it.
+* no docker-init for the containers' init (``--init``) -> :class:`Unavailable` with how to install
+  it.
 
-A container kdkit runs is always removed after, and stopped the way ``docker stop`` does when kdkit is
-interrupted (:meth:`Engine.run`, :meth:`Engine.stop`, :class:`Running` for containers side by side).
+A container kdkit runs is always removed after, and stopped the way ``docker stop`` does when kdkit
+is interrupted (:meth:`Engine.run`, :meth:`Engine.stop`, :class:`Running` for containers side by
+side).
 
 Images are never pulled implicitly: kdkit works on machines that reach no
 registry, and a silent pull of a multi-GB base is not what a check should do.
@@ -41,7 +44,8 @@ __all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "SIGNALLED", "STOP_GRACE_S", "Container
            "Labelled", "Mount", "Running", "Stopped", "cli_arguments", "connect", "docker_errors",
            "labelled_containers", "sdk_arguments", "shell_line", "split_reference"]
 
-# Builds stream for many minutes without a byte (pip installing torch): a read timeout must not end them.
+# Builds stream for many minutes without a byte (pip installing torch): a read timeout must not end
+# them.
 BUILD_TIMEOUT_S = 3 * 3600
 
 
@@ -56,7 +60,8 @@ class ImageFacts:
     size: int
     tags: list[str]
     created: str
-    architecture: str = ""  # the engine's names: amd64, arm64, ppc64le ("" when the image does not say)
+    # the engine's names: amd64, arm64, ppc64le ("" when the image does not say)
+    architecture: str = ""
     os: str = ""  # linux, windows
     command: tuple[str, ...] = ()  # its own CMD, run when no command is given
 
@@ -78,7 +83,8 @@ class Engine(ContainerRuns):
         return data
 
     def runtimes(self) -> set[str]:
-        """Names of the container runtimes the engine knows (``nvidia`` once the toolkit is set up)."""
+        """Names of the container runtimes the engine knows (``nvidia`` once the toolkit is set
+        up)."""
         return set(self.info().get("Runtimes") or {})
 
     # ------------------------------------------------------------------ images
@@ -129,9 +135,11 @@ class Engine(ContainerRuns):
 
     def build(self, context: IO[bytes], *, dockerfile: str, buildargs: Mapping[str, str], nocache: bool,
               network: str, labels: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
-        """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is tagged.
+        """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is
+        tagged.
 
-        ``labels`` are set on the image by the builder itself (values are never parsed as Dockerfile text).
+        ``labels`` are set on the image by the builder itself (values are never parsed as Dockerfile
+        text).
         """
         with docker_errors("build"):
             stream = self._client.api.build(
@@ -141,7 +149,8 @@ class Engine(ContainerRuns):
             yield from stream
 
     def read_file(self, image: str, path: str, limit: int = 1 << 20) -> bytes | None:
-        """The bytes of the regular file ``path`` in ``image``, or None when the image has no such file.
+        """The bytes of the regular file ``path`` in ``image``, or None when the image has no such
+        file.
 
         Nothing of the image runs: a container is created (never started), the file is copied out
         of it (``docker cp``'s archive call) and the container removed. A file over ``limit`` bytes,
@@ -171,15 +180,17 @@ class Engine(ContainerRuns):
         return _only_file(bytes(archive), image, path)
 
     def save_image_chunks(self, ref: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-        """``docker save`` of ``ref`` as a stream of byte chunks: `kdkit bundle` compresses while it is still
-        produced (a CUDA image is many GB: no uncompressed copy on disk)."""
+        """``docker save`` of ``ref`` as a stream of byte chunks: `kdkit bundle` compresses while it
+        is still produced (a CUDA image is many GB: no uncompressed copy on disk)."""
         with docker_errors(ref):
             yield from self._client.api.get_image(ref, chunk_size=chunk_size)
 
     def load_image_chunks(self, chunks: Iterator[bytes], subject: str) -> list[str]:
-        """``docker load`` from a stream of (uncompressed) archive chunks; return the tags (or ids) it brought.
+        """``docker load`` from a stream of (uncompressed) archive chunks; return the tags (or ids)
+        it brought.
 
-        `kdkit load` decompresses on the way in: engines before Docker 25 cannot read a zstd archive."""
+        `kdkit load` decompresses on the way in: engines before Docker 25 cannot read a zstd
+        archive."""
         with docker_errors(subject):
             messages: list[dict[str, Any]] = list(self._client.api.load_image(chunks, quiet=True))
         errors = [m.get("error") or m.get("errorDetail", {}).get("message") for m in messages
@@ -193,7 +204,8 @@ class Engine(ContainerRuns):
         return loaded
 
 def _only_file(archive: bytes, image: str, path: str) -> bytes:
-    """The one regular file of a ``get_archive`` tar; Unavailable for a folder, a link or a bad tar."""
+    """The one regular file of a ``get_archive`` tar; Unavailable for a folder, a link or a bad
+    tar."""
     import io
     import tarfile
 
@@ -211,7 +223,8 @@ def _only_file(archive: bytes, image: str, path: str) -> bytes:
 
 
 def connect(timeout: float = 60) -> Engine:
-    """The engine named by the environment (DOCKER_HOST, the active context); Unavailable when none answers."""
+    """The engine named by the environment (DOCKER_HOST, the active context); Unavailable when none
+    answers."""
     import docker
 
     with docker_errors("engine"):

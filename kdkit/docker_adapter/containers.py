@@ -1,6 +1,7 @@
-"""Running containers to their end, and stopping them as ``docker stop`` does, for :class:`kdkit.docker_adapter.Engine`
-(:class:`ContainerRuns`); :class:`Running` for the containers of one command side by side; :class:`Stopped` when the
-stop ended one. Re-exported by :mod:`kdkit.docker_adapter`."""
+"""Running containers to their end, and stopping them as ``docker stop`` does, for
+:class:`kdkit.docker_adapter.Engine` (:class:`ContainerRuns`); :class:`Running` for the containers
+of one command side by side;
+:class:`Stopped` when the stop ended one. Re-exported by :mod:`kdkit.docker_adapter`."""
 
 from __future__ import annotations
 
@@ -15,26 +16,28 @@ from kdkit.core.stopsignals import HungUp, deferred_stops
 from kdkit.docker_adapter.errors import docker_errors
 from kdkit.docker_adapter.spec import ContainerSpec, sdk_arguments
 
-# docker stop's grace, SIGTERM to SIGKILL, when kdkit stops its containers: the pilot closes its run folder
-# within a second of SIGTERM (it kills its app's process, then writes stop.json, the summary, SHA256SUMS:
-# kdkit.probe.pilot.stopguard); 30 s leaves room on a loaded machine. Docker's own default is 10 s
-# (https://docs.docker.com/reference/cli/docker/container/stop/).
+# docker stop's grace, SIGTERM to SIGKILL, when kdkit stops its containers: the pilot closes its run
+# folder within a second of SIGTERM (it kills its app's process, then writes stop.json, the summary,
+# SHA256SUMS: kdkit.probe.pilot.stopguard); 30 s leaves room on a loaded machine. Docker's own
+# default is 10 s (https://docs.docker.com/reference/cli/docker/container/stop/).
 STOP_GRACE_S = 30
-# A container the stop ended exits as a signal ends a process, 128 + N (143: SIGTERM, through the pilot or the
-# init; 137: SIGKILL after the grace); below that, its exit code is its own verdict.
+# A container the stop ended exits as a signal ends a process, 128 + N (143: SIGTERM, through the
+# pilot or the init; 137: SIGKILL after the grace); below that, its exit code is its own verdict.
 SIGNALLED = 128
 
 
 def _timeouts() -> tuple[type[BaseException], ...]:
-    """What the SDK raises when an engine call outlives its timeout (requests, over TCP or the unix socket)."""
+    """What the SDK raises when an engine call outlives its timeout (requests, over TCP or the unix
+    socket)."""
     import requests.exceptions
 
     return requests.exceptions.Timeout, requests.exceptions.ConnectionError
 
 
 class Stopped(Interrupted):
-    """The stop ended the container (it was running when SIGTERM reached it, and it exited as a signal ends a
-    process): ``container_exit`` is its exit code (143 at once, 137 when killed after the grace)."""
+    """The stop ended the container (it was running when SIGTERM reached it, and it exited as a
+    signal ends a process): ``container_exit`` is its exit code (143 at once, 137 when killed after
+    the grace)."""
 
     def __init__(self, signum: int | None, container_exit: int | None) -> None:
         super().__init__(signum)
@@ -42,8 +45,8 @@ class Stopped(Interrupted):
 
 
 class Running:
-    """The containers of one kdkit command side by side, so one stop reaches each of them; a container
-    that starts while the stop is under way stops itself (:meth:`Engine.run`)."""
+    """The containers of one kdkit command side by side, so one stop reaches each of them; a
+    container that starts while the stop is under way stops itself (:meth:`Engine.run`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,21 +73,25 @@ class Running:
 
 
 class ContainerRuns:
-    """The container part of the engine: ``_client`` is the Docker SDK's client (kdkit.docker_adapter.Engine)."""
+    """The container part of the engine: ``_client`` is the Docker SDK's client
+    (kdkit.docker_adapter.Engine)."""
 
     _client: Any
 
     def run(self, spec: ContainerSpec, on_output: Callable[[bytes], None] | None = None,
             running: Running | None = None) -> int:
-        """Run ``spec`` to completion, streaming its output; return its exit code. The container is removed.
+        """Run ``spec`` to completion, streaming its output; return its exit code. The container is
+        removed.
 
         An interrupt in this thread (Ctrl-C, or kdkit's SIGTERM handler) stops the container the way
-        ``docker stop`` does (SIGTERM, :data:`STOP_GRACE_S`, SIGKILL), shows what it printed meanwhile
-        and raises on; a second one ends the grace at once. Whether the run was stopped is judged from the
-        container's end, not from the signal: one that had ended on its own, or that the stop found ending with
-        its verdict (an exit code below 128), returns that code. The create is never cut by a signal (it waits
-        until the container is known), so no created container is left behind. ``running`` registers the
-        container with the others of one command, which :func:`stop` reaches from another thread.
+        ``docker stop`` does (SIGTERM, :data:`STOP_GRACE_S`, SIGKILL), shows what it printed
+        meanwhile and raises on; a second one ends the grace at once. Whether the run was stopped is
+        judged from the container's end, not from the signal: one that had ended on its own, or that
+        the stop found ending with its verdict (an exit code below 128), returns that code. The
+        create is never cut by a signal (it waits until the container is known), so no created
+        container is left behind. ``running`` registers the container with the others of one
+        command, which
+        :func:`stop` reaches from another thread.
         """
         container, code, kept = None, None, False
         with docker_errors(spec.image, init=spec.init):
@@ -94,13 +101,15 @@ class ContainerRuns:
                 with deferred_stops():
                     container = self._client.containers.create(**sdk_arguments(spec))
                 container.start()
-                kept = True  # from here a hangup leaves it running (before, it was never started: removed)
+                # from here a hangup leaves it running (before, it was never started: removed)
+                kept = True
                 if running is not None and not running.add(container.id):
                     self.stop([container.id])  # the stop came while it started: it stops itself
                 code = self._follow(container, on_output)
                 kept = False
             except HungUp:
-                raise  # the connection is gone, not the run: a started container runs on to its verdict
+                # the connection is gone, not the run: a started container runs on to its verdict
+                raise
             except BaseException:
                 kept = False
                 raise
@@ -113,8 +122,9 @@ class ContainerRuns:
         return code
 
     def start(self, spec: ContainerSpec) -> tuple[str, str]:
-        """Create and start ``spec`` and return at once (``kdkit run --detach``): (its ID, its name). It is not
-        removed when it ends, so its exit code waits for ``kdkit wait``, which removes it."""
+        """Create and start ``spec`` and return at once (``kdkit run --detach``): (its ID, its
+        name). It is not removed when it ends, so its exit code waits for ``kdkit wait``, which
+        removes it."""
         with docker_errors(spec.image, init=spec.init), deferred_stops():
             container = self._client.containers.create(**sdk_arguments(spec))
             try:
@@ -131,7 +141,8 @@ class ContainerRuns:
             self._client.api.remove_container(container_id, force=True)
 
     def logs(self, container_id: str, follow: bool) -> Any:
-        """The container's output as chunks of bytes, as it comes when ``follow``; Unavailable when it is gone."""
+        """The container's output as chunks of bytes, as it comes when ``follow``; Unavailable when
+        it is gone."""
         import docker.errors
 
         from kdkit.core.errors import Unavailable
@@ -145,7 +156,8 @@ class ContainerRuns:
 
     @staticmethod
     def _remove(container: Any, ended: bool) -> None:
-        """Remove a container whole; a stop signal meanwhile waits for it, and stops nothing once it has ``ended``."""
+        """Remove a container whole; a stop signal meanwhile waits for it, and stops nothing once it
+        has ``ended``."""
         try:
             with deferred_stops(), contextlib.suppress(Exception):  # already gone: nothing to clean
                 container.remove(force=True)
@@ -171,12 +183,14 @@ class ContainerRuns:
                 raise Stopped(getattr(stop, "signum", None), ended) from None
             return ended  # it had ended on its own, or ended with its verdict: that is the answer
         with contextlib.suppress(KeyboardInterrupt):  # it has ended: a stop now stops nothing
-            self._rest(container, seen, on_output)  # the follow stream can end before the last partial line
+            # the follow stream can end before the last partial line
+            self._rest(container, seen, on_output)
         return code
 
     def _exit_code(self, container_id: str) -> int | None:
-        """The exit code of an ended container; None when the engine cannot say. Asked twice: an interrupt that cut
-        the log stream mid-read can leave a broken connection that fails the first request (the pool opens another)."""
+        """The exit code of an ended container; None when the engine cannot say. Asked twice: an
+        interrupt that cut the log stream mid-read can leave a broken connection that fails the
+        first request (the pool opens another)."""
         for _attempt in range(2):
             with contextlib.suppress(Exception):
                 return int(self._client.api.wait(container_id, timeout=STOP_GRACE_S).get("StatusCode"))
@@ -191,9 +205,10 @@ class ContainerRuns:
             on_output(rest)
 
     def stop(self, container_ids: Sequence[str], grace_s: float = STOP_GRACE_S) -> list[str]:
-        """``docker stop`` for all of them at once: SIGTERM now, SIGKILL to any still running after ``grace_s``
-        (or at a second interrupt); returns once each has ended or been killed. Gone ones are skipped. Returns
-        those the SIGTERM reached (running then: the engine refuses to signal a container that has ended)."""
+        """``docker stop`` for all of them at once: SIGTERM now, SIGKILL to any still running after
+        ``grace_s`` (or at a second interrupt); returns once each has ended or been killed. Gone
+        ones are skipped. Returns those the SIGTERM reached (running then: the engine refuses to
+        signal a container that has ended)."""
         import docker.errors
 
         reached = []
@@ -204,7 +219,8 @@ class ContainerRuns:
         deadline = time.monotonic() + grace_s
         try:
             for container_id in container_ids:
-                with contextlib.suppress(docker.errors.APIError, *_timeouts()):  # timed out: killed below
+                # timed out: killed below
+                with contextlib.suppress(docker.errors.APIError, *_timeouts()):
                     self._client.api.wait(container_id, timeout=max(0.1, deadline - time.monotonic()))
         finally:  # past the grace, or a second interrupt that will not wait for it
             for container_id in container_ids:

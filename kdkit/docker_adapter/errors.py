@@ -1,5 +1,6 @@
-"""The engine's errors as kdkit errors (:func:`docker_errors`), each with the fix users need: no engine answering,
-an image that is not there, a GPU the engine cannot give, an init it does not have. Re-exported by
+"""The engine's errors as kdkit errors (:func:`docker_errors`), each with the fix users need: no
+engine answering, an image that is not there, a GPU the engine cannot give, an init it does not
+have. Re-exported by
 :mod:`kdkit.docker_adapter`."""
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ INIT_FIX = ("kdkit runs every container with Docker's --init (docker-init, which
 
 @contextlib.contextmanager
 def docker_errors(subject: str, *, init: bool = False) -> Iterator[None]:
-    """Turn docker and transport errors raised inside the block into kdkit errors about ``subject``; ``init``:
-    a container with an init is started in the block (an engine without docker-init refuses it)."""
+    """Turn docker and transport errors raised inside the block into kdkit errors about ``subject``;
+    ``init``: a container with an init is started in the block (an engine without docker-init
+    refuses it)."""
     import docker.errors
     import requests.exceptions
 
@@ -41,10 +43,12 @@ def docker_errors(subject: str, *, init: bool = False) -> Iterator[None]:
                           f"(`kdkit load` / `docker load`) or pull it") from None
     except docker.errors.APIError as exc:
         detail = _one_line(exc)
-        if "could not select device driver" in detail:  # the engine's own words, quoted (NVIDIA_ERROR)
+        # the engine's own words, quoted (NVIDIA_ERROR)
+        if "could not select device driver" in detail:
             raise Unavailable(f"{subject}: the Docker engine cannot give the container a GPU ({detail}): its "
                               f"NVIDIA Container Toolkit is missing or broken; {NVIDIA_FIX}") from None
-        if init and "docker-init" in detail:  # moby: exec.LookPath("docker-init") when HostConfig.Init is set
+        # moby: exec.LookPath("docker-init") when HostConfig.Init is set
+        if init and "docker-init" in detail:
             raise Unavailable(f"{subject}: the Docker engine has no init to run the container with ({detail}); "
                               f"{INIT_FIX}") from None
         raise Unavailable(f"{subject}: the Docker engine refused: {detail}") from None

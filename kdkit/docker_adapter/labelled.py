@@ -1,6 +1,7 @@
-"""kdkit's containers found by their labels (``kdkit status``, ``wait``, ``logs``), answered fast: over the
-engine's unix socket, one HTTP/1.0 request written by hand (no SDK, no http.client: ``kdkit status`` answers
-within its budget), through the SDK when DOCKER_HOST names another transport. Re-exported by
+"""kdkit's containers found by their labels (``kdkit status``, ``wait``, ``logs``), answered fast:
+over the engine's unix socket, one HTTP/1.0 request written by hand (no SDK, no http.client: ``kdkit
+status`` answers within its budget), through the SDK when DOCKER_HOST names another transport.
+Re-exported by
 :mod:`kdkit.docker_adapter`.
 """
 
@@ -53,8 +54,8 @@ def _quoted(text: str) -> str:
 
 
 def _get(path: str, target: str) -> tuple[int, bytes]:
-    """One HTTP/1.0 GET over the unix socket ``path`` (the engine closes the connection after its answer, so the
-    body is everything after the headers); (status, body)."""
+    """One HTTP/1.0 GET over the unix socket ``path`` (the engine closes the connection after its
+    answer, so the body is everything after the headers); (status, body)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT_S)
         sock.connect(path)
@@ -76,7 +77,8 @@ def _listed(rows: list[dict[str, Any]]) -> list[Labelled]:
 
 
 def labelled_containers(labels: dict[str, str]) -> list[Labelled] | None:
-    """Every container (running or ended) carrying all of ``labels``; None when no engine answers."""
+    """Every container (running or ended) carrying all of ``labels``; None when no engine
+    answers."""
     filters = json.dumps({"label": [f"{key}={value}" for key, value in labels.items()]})
     path = _socket_path()
     if path is None:
@@ -94,6 +96,7 @@ def _through_sdk(filters: str) -> list[Labelled] | None:
 
     try:
         rows = docker.from_env(timeout=TIMEOUT_S).api.containers(all=True, filters=json.loads(filters))
-    except Exception:  # no engine answering (the SDK's and requests' errors alike): no containers known
+    # no engine answering (the SDK's and requests' errors alike): no containers known
+    except Exception:
         return None
     return _listed(rows)

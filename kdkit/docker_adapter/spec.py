@@ -1,6 +1,8 @@
-"""A container described once (:class:`ContainerSpec`), and its two translations: :func:`sdk_arguments` for the
-Docker SDK's ``containers.create`` and :func:`cli_arguments` for the ``docker run`` command line, so
-``kdkit run --print`` cannot drift from what ``kdkit run`` does. Re-exported by :mod:`kdkit.docker_adapter`.
+"""A container described once (:class:`ContainerSpec`), and its two translations:
+:func:`sdk_arguments` for the Docker SDK's ``containers.create`` and :func:`cli_arguments` for the
+``docker run`` command line, so ``kdkit run --print`` cannot drift from what ``kdkit run`` does.
+Re-exported by
+:mod:`kdkit.docker_adapter`.
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ class ContainerSpec:
     cap_drop: list[str] = field(default_factory=list)
     no_new_privileges: bool = False
     pids_limit: int | None = None
-    # An init as PID 1 (Docker's --init, its docker-init: tini) that passes SIGTERM on to the command and reaps
-    # orphans: a shell or a program as PID 1 ignores a signal it set no handler for (kdkit.image.container).
+    # An init as PID 1 (Docker's --init, its docker-init: tini) that passes SIGTERM on to the
+    # command and reaps orphans: a shell or a program as PID 1 ignores a signal it set no handler
+    # for (kdkit.image.container).
     init: bool = False
-    # Who the container belongs to (kdkit.machine.watch: dev.kdkit.run-id, .project, .role), so one left running
-    # after a lost connection is found by its run; ``name`` the engine's name for it (None: the engine's own).
+    # Who the container belongs to (kdkit.machine.watch: dev.kdkit.run-id, .project, .role), so one
+    # left running after a lost connection is found by its run; ``name`` the engine's name for it
+    # (None: the engine's own).
     labels: Mapping[str, str] = field(default_factory=dict)
     name: str | None = None
 
@@ -117,9 +121,10 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
 
 
 def _csv_field(field: str, always: bool = False) -> str:
-    """A ``--mount`` field as the docker CLI reads the option (a CSV record: docker/cli opts/mount.go reads
-    it with encoding/csv): quoted when it holds a comma, a quote or a shell variable whose value might, and
-    a host path (``source``) always, since the host's folder names are the user's."""
+    """A ``--mount`` field as the docker CLI reads the option (a CSV record: docker/cli
+    opts/mount.go reads it with encoding/csv): quoted when it holds a comma, a quote or a shell
+    variable whose value might, and a host path (``source``) always, since the host's folder names
+    are the user's."""
     if always or any(c in field for c in ',"$\n'):
         return '"' + field.replace('"', '""') + '"'
     return field

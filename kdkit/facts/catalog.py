@@ -10,10 +10,10 @@ The catalog, like the torch build pairings (kdkit.facts.pairings), is JSON valid
 A catalog offer of the same name (ignoring case, spaces and dashes) replaces the earlier one
 whole; other offers are added. Pairings merge key by key.
 
-An offer's ``figure_sources`` names, for each figure it carries (``memory_gb``, ``architecture``, each
-nominal figure), the keys of ``sources`` (of its own file or an earlier layer) that state it. The shipped
-catalog gives it for every offer; a user's offer may leave it out, but one that gives it must cover every
-non-null figure and name only known sources, or the file is refused.
+An offer's ``figure_sources`` names, for each figure it carries (``memory_gb``, ``architecture``,
+each nominal figure), the keys of ``sources`` (of its own file or an earlier layer) that state it.
+The shipped catalog gives it for every offer; a user's offer may leave it out, but one that gives it
+must cover every non-null figure and name only known sources, or the file is refused.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from kdkit.config.shipped import data_file
 from kdkit.core.errors import BadInput
 
 DURATIONS = (3, 7, 30)
-# The most a lot may cost (the catalog's prices and ``kdkit plan --price``): refuses typos, and keeps
-# Decimal's 28 digits exact for a plan's total (1e26 is finite, but no cent of it can be computed).
+# The most a lot may cost (the catalog's prices and ``kdkit plan --price``): refuses typos, and
+# keeps Decimal's 28 digits exact for a plan's total (1e26 is finite, but no cent of it can be
+# computed).
 MAX_LOT_PRICE = Decimal(10_000_000)
 
 
@@ -119,8 +120,8 @@ _TOKEN = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9]*")
 
 
 def model_token(name: str) -> str:
-    """The word of a name that holds its model number: ``"RTX 4090"`` -> ``4090``, ``"A100-80GB"`` -> ``a100``,
-    ``"T4"`` -> ``t4`` (empty when the name has no digit)."""
+    """The word of a name that holds its model number: ``"RTX 4090"`` -> ``4090``, ``"A100-80GB"``
+    -> ``a100``, ``"T4"`` -> ``t4`` (empty when the name has no digit)."""
     match = _TOKEN.search(name)
     return match.group().lower() if match else ""
 
@@ -140,8 +141,9 @@ _FORMS = ("pcie", "sxm", "nvl", "oam")
 _GENERATIONS = ("turing", "volta", "ampere", "ada", "hopper", "blackwell", "cdna", "rdna")
 
 
-# Words that make another card of the same model number (an RTX 4080 SUPER is no RTX 4080, a 3090 Ti no 3090,
-# an RTX 4090 D no RTX 4090); kdkit.probe.diagnose.nominal.TIERS holds the same words for the driver's names.
+# Words that make another card of the same model number (an RTX 4080 SUPER is no RTX 4080, a 3090 Ti
+# no 3090, an RTX 4090 D no RTX 4090); kdkit.probe.diagnose.nominal.TIERS holds the same words for
+# the driver's names.
 _TIERS = {"ti", "super", "d"}
 
 # Words that say nothing about which card it is: vendors and brands, memory kinds, filler.
@@ -150,13 +152,14 @@ _VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "insti
 
 
 def _words(name: str) -> set[str]:
-    """The letter words of a name that tell cards apart (``rtx``, ``pro``, ``sxm``), vendor words left out."""
+    """The letter words of a name that tell cards apart (``rtx``, ``pro``, ``sxm``), vendor words
+    left out."""
     return {w for w in re.findall(r"[a-z]{2,}", name.lower()) if w not in _VENDOR_WORDS}
 
 
 def contradicts(name: str, offer: Offer) -> bool:
-    """Whether ``name`` states something the offer is not: another memory size (``80GB``), another form
-    (``PCIe``, ``SXM4``, ``NVL``) or another generation (``Ada``)."""
+    """Whether ``name`` states something the offer is not: another memory size (``80GB``), another
+    form (``PCIe``, ``SXM4``, ``NVL``) or another generation (``Ada``)."""
     words = re.findall(r"[a-z]+", name.lower())
     if _TIERS & set(words) != _TIERS & set(re.findall(r"[a-z]+", offer.name.lower())):
         return True
@@ -169,7 +172,8 @@ def contradicts(name: str, offer: Offer) -> bool:
         return True
     if any(word == g and g not in offer.generation.lower() for word in words for g in _GENERATIONS):
         return True
-    # Every distinguishing word of the name must be one of the offer's (``RTX PRO 6000`` is no ``RTX 6000 Ada``).
+    # Every distinguishing word of the name must be one of the offer's (``RTX PRO 6000`` is no ``RTX
+    # 6000 Ada``).
     own = set().union(*(_words(spelling) for spelling in (offer.name, *offer.aliases)), {offer.generation.lower()})
     return not all(any(o.startswith(w) for o in own) for w in _words(name))
 
@@ -183,8 +187,9 @@ class Catalog:
         return [o.name for o in self.offers]
 
     def candidates(self, name: str) -> list[Offer]:
-        """The offers ``name`` fits: the one it names (name or alias), else every offer of the same model
-        that the name does not contradict (``V100``: the SXM2 16/32 GB and PCIe offers), else none."""
+        """The offers ``name`` fits: the one it names (name or alias), else every offer of the same
+        model that the name does not contradict (``V100``: the SXM2 16/32 GB and PCIe offers), else
+        none."""
         key = normalize_name(name)
         exact = [offer for offer in self.offers if key and key in offer.match_keys()]
         if exact:
@@ -194,13 +199,15 @@ class Catalog:
                 and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
 
     def find_architecture(self, name: str) -> tuple[Offer, tuple[str, ...]]:
-        """For judging the architecture only (``kdkit check``): the offer ``name`` names, or, when a bare name
-        fits several offers that share architecture, backend and host CPU (``V100``: SXM2 16/32 GB, PCIe),
-        the first of them and the names of all (memory and price then differ: the caller names the choices).
-        Otherwise as :meth:`find` (BadInput). ``plan`` keeps :meth:`find`: it needs the one offer."""
+        """For judging the architecture only (``kdkit check``): the offer ``name`` names, or, when a
+        bare name fits several offers that share architecture, backend and host CPU (``V100``: SXM2
+        16/32 GB, PCIe), the first of them and the names of all (memory and price then differ: the
+        caller names the choices). Otherwise as :meth:`find` (BadInput). ``plan`` keeps
+        :meth:`find`: it needs the one offer."""
         key = normalize_name(name)
         fits = self.candidates(name) if key else []
-        named = all(any(k.startswith(key) for k in o.match_keys()) for o in fits)  # "V100", not "V100 A100"
+        # "V100", not "V100 A100"
+        named = all(any(k.startswith(key) for k in o.match_keys()) for o in fits)
         if len(fits) > 1 and named and len({(o.architecture, o.backend, o.cpu_arch) for o in fits}) == 1:
             return fits[0], tuple(o.name for o in fits)
         offer = self.find(name)
@@ -209,8 +216,9 @@ class Catalog:
     def find(self, name: str) -> Offer:
         """The offer called ``name`` (or one of its aliases).
 
-        BadInput otherwise: a name that fits several offers (``A100``: 40 or 80 GB, PCIe or SXM) lists
-        them and asks; an unknown one names close spellings of the same card, never another card."""
+        BadInput otherwise: a name that fits several offers (``A100``: 40 or 80 GB, PCIe or SXM)
+        lists them and asks; an unknown one names close spellings of the same card, never another
+        card."""
         key = normalize_name(name)
         if not key:
             raise BadInput("--gpu: empty name; pass an offer of the catalog, e.g. --gpu \"RTX 4090\"")
@@ -236,7 +244,8 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
     sources: set[str] = set()
     for path in layer_paths("catalog", project_root, extra):
         data = load_checked(path, "catalog")
-        for secret in secret_problems(data, path)[:1]:  # sources and notes are shown and stored with orders
+        # sources and notes are shown and stored with orders
+        for secret in secret_problems(data, path)[:1]:
             raise BadInput(f"{path}: {secret.where}: {secret.message.split(';')[0]}; a catalog names where its "
                            "figures are published, never a credential: remove it")
         files.append(str(path))
@@ -274,8 +283,8 @@ def _incoherent(entry: dict[str, Any]) -> str | None:
 
 
 def _unusable(entry: dict[str, Any], where: str) -> tuple[str, str | None]:
-    """(JSON path, why) of a field kdkit could not use: a device_pattern that is no regular expression, a
-    price above MAX_LOT_PRICE; (where, None) when none."""
+    """(JSON path, why) of a field kdkit could not use: a device_pattern that is no regular
+    expression, a price above MAX_LOT_PRICE; (where, None) when none."""
     pattern = entry.get("device_pattern")
     if isinstance(pattern, str):
         try:
@@ -295,14 +304,16 @@ FIGURES = ("memory_gb", "architecture", "tf32_dense_tflops", "fp16_dense_tflops"
 
 
 def carried_figures(entry: dict[str, Any]) -> list[str]:
-    """The figures an offer states (not null): memory and architecture always, the nominal ones it gives."""
+    """The figures an offer states (not null): memory and architecture always, the nominal ones it
+    gives."""
     nominal = entry.get("nominal") or {}
     return [f for f in FIGURES if (entry.get(f) if f in ("memory_gb", "architecture") else nominal.get(f)) is not None]
 
 
 def unsourced(entry: dict[str, Any], sources: set[str]) -> str | None:
-    """Why an offer's ``figure_sources`` does not hold (a figure it carries without a source, a source key
-    that no ``sources`` names), or None; an offer without ``figure_sources`` is not judged here."""
+    """Why an offer's ``figure_sources`` does not hold (a figure it carries without a source, a
+    source key that no ``sources`` names), or None; an offer without ``figure_sources`` is not
+    judged here."""
     cited = entry.get("figure_sources")
     if cited is None:
         return None

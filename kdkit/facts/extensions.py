@@ -1,4 +1,5 @@
-"""Facts about the compiled extensions renters use (kdkit/data/extensions.json), and the verdicts they support.
+"""Facts about the compiled extensions renters use (kdkit/data/extensions.json), and the verdicts
+they support.
 
 Each extension names its import modules and a list of rules, one per backend and range of releases:
 ``min_sm`` (the oldest NVIDIA compute capability with code, as 80 for sm_80), ``only_sm`` (the
@@ -49,8 +50,9 @@ class ExtensionFacts:
     path: str
 
     def by_module(self, module: str) -> Extension | None:
-        """The extension whose import module is exactly ``module`` (flash_attn.cute is FlashAttention-4, another
-        distribution than flash_attn's: a submodule is not taken for its package)."""
+        """The extension whose import module is exactly ``module`` (flash_attn.cute is
+        FlashAttention-4, another distribution than flash_attn's: a submodule is not taken for its
+        package)."""
         return next((e for e in self.extensions.values() if module in e.modules), None)
 
     def by_package(self, name: str) -> Extension | None:
@@ -108,7 +110,8 @@ def _checked_through(path: str, where: str, raw: Any, sources: dict[str, Any]) -
 
 
 def parse_facts(data: Any, path: str) -> ExtensionFacts:
-    """The extension facts of ``data`` (extensions.json's content), checked; BadInput names the place."""
+    """The extension facts of ``data`` (extensions.json's content), checked; BadInput names the
+    place."""
     if not isinstance(data, dict) or not isinstance(data.get("sources"), dict) or \
             not isinstance(data.get("extensions"), dict):
         raise BadInput(f"{path}: expected an object with \"sources\" and \"extensions\"")
@@ -188,8 +191,8 @@ def _agree(ext: Extension, rules: list[dict[str, Any]], card: str, prefix: str) 
 
 
 def _beyond(ext: Extension, version: str) -> str | None:
-    """Why ``version`` is past the release ``ext``'s facts were read at (a rule such as ``>=2`` does not speak
-    for releases nobody has read), or None."""
+    """Why ``version`` is past the release ``ext``'s facts were read at (a rule such as ``>=2`` does
+    not speak for releases nobody has read), or None."""
     from kdkit.core.versions import InvalidVersion, Version
 
     if not ext.checked_through:
@@ -205,8 +208,9 @@ def _beyond(ext: Extension, version: str) -> str | None:
 
 
 def label_verdict(name: str, pinned: str, torch_version: str, torch_label: str) -> Verdict | None:
-    """A fail when the pin's local label names a torch minor (``torch2.6``) or a CUDA major (``cu12``) other
-    than the lock's torch: a compiled extension loads only with the torch and CUDA runtime it was built for."""
+    """A fail when the pin's local label names a torch minor (``torch2.6``) or a CUDA major
+    (``cu12``) other than the lock's torch: a compiled extension loads only with the torch and CUDA
+    runtime it was built for."""
     from kdkit.core.builds import parse_label, torch_minor
 
     local = pinned.partition("+")[2].lower()
@@ -228,8 +232,9 @@ def label_verdict(name: str, pinned: str, torch_version: str, torch_label: str) 
 
 
 def judge(ext: Extension, backend: str, card: str, version: str | None, toolkit: str | None = None) -> Verdict:
-    """``ext`` (release ``version``, None when the lock pins none) on a ``backend`` card ``card``, with a torch
-    built for CUDA or ROCm ``toolkit`` ("7.2"; None when not known): rules may name the toolkits they hold for."""
+    """``ext`` (release ``version``, None when the lock pins none) on a ``backend`` card ``card``,
+    with a torch built for CUDA or ROCm ``toolkit`` ("7.2"; None when not known): rules may name the
+    toolkits they hold for."""
     rules = [r for r in ext.rules if r["backend"] == backend and _applies(r, "toolkits", toolkit)]
     built = f" {toolkit}" if toolkit and any("toolkits" in r for r in ext.rules if r["backend"] == backend) else ""
     if not rules:

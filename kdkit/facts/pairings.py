@@ -67,7 +67,8 @@ class Build:
 
 
 def _row(value: dict[str, Any]) -> dict[str, Any]:
-    """A torch release's entry in the current form; the older {label: arch set} form is its builds."""
+    """A torch release's entry in the current form; the older {label: arch set} form is its
+    builds."""
     if "builds" in value:
         return value
     return {"builds": dict(value)}
@@ -94,7 +95,8 @@ class Pairings:
         return sorted(self.data["torch"], key=minor_key)
 
     def labels(self, torch_version: str, cpu_arch: str = "x86_64") -> list[str]:
-        """The index labels ``torch_version`` (any patch release) is published for on ``cpu_arch``."""
+        """The index labels ``torch_version`` (any patch release) is published for on
+        ``cpu_arch``."""
         row = self.data["torch"].get(torch_minor(torch_version))
         if row is None:
             return []
@@ -102,7 +104,8 @@ class Pairings:
         return labels if cpu_arch == "x86_64" else [la for la in labels if la in row.get("aarch64", ())]
 
     def build(self, torch_version: str, label: str, cpu_arch: str = "x86_64") -> Build | None:
-        """The build of ``torch_version`` from index ``label`` for ``cpu_arch``, if it is known to exist."""
+        """The build of ``torch_version`` from index ``label`` for ``cpu_arch``, if it is known to
+        exist."""
         minor = torch_minor(torch_version)
         row = self.data["torch"].get(minor)
         if row is None or label not in self.labels(torch_version, cpu_arch):
@@ -131,20 +134,21 @@ class Pairings:
         return [b for b in self.builds(cpu_arch) if b.backend == backend and b.code_for(card) is not None]
 
     def pypi_entry(self, torch_version: str, cpu_arch: str = "x86_64") -> dict[str, Any]:
-        """The ``pypi`` fact of ``torch_version``'s minor release on ``cpu_arch``: {"label": "cu130" or None
-        (unknown), "source": ...}, or {} when kdkit has none."""
+        """The ``pypi`` fact of ``torch_version``'s minor release on ``cpu_arch``: {"label": "cu130"
+        or None (unknown), "source": ...}, or {} when kdkit has none."""
         entry: dict[str, Any] = (self.data.get("pypi", {}).get(torch_minor(torch_version)) or {}).get(cpu_arch) or {}
         return entry
 
     def pypi_label(self, torch_version: str, cpu_arch: str = "x86_64") -> str | None:
-        """The index label of the build PyPI serves as plain ``torch==<version>`` on ``cpu_arch`` (2.13 x86_64:
-        cu130), or None where kdkit does not know it."""
+        """The index label of the build PyPI serves as plain ``torch==<version>`` on ``cpu_arch``
+        (2.13 x86_64: cu130), or None where kdkit does not know it."""
         label = self.pypi_entry(torch_version, cpu_arch).get("label")
         return str(label) if label else None
 
     def pypi_header_problem(self, torch_version: str, cpu_arch: str, recorded: str | None) -> str | None:
-        """Why a lock's recorded ``torch-build`` for PyPI's plain ``torch==<version>`` is not the build the facts
-        know PyPI serves on ``cpu_arch`` (a header edited by hand, or facts that moved), or None."""
+        """Why a lock's recorded ``torch-build`` for PyPI's plain ``torch==<version>`` is not the
+        build the facts know PyPI serves on ``cpu_arch`` (a header edited by hand, or facts that
+        moved), or None."""
         known = self.pypi_label(torch_version, cpu_arch)
         if recorded is None or known is None or recorded == known:
             return None
@@ -153,9 +157,9 @@ class Pairings:
                 f"{known} build (pairings.json pypi: {source})")
 
     def pypi_build(self, torch_version: str, cpu_arch: str = "x86_64") -> Build | None:
-        """The build PyPI's plain ``torch==<version>`` is on ``cpu_arch``: the architectures the PyPI artifact
-        carries (``arch_set``: PyPI's cu130 has no PTX where download.pytorch.org's has), else its label's
-        build; None where kdkit does not know it."""
+        """The build PyPI's plain ``torch==<version>`` is on ``cpu_arch``: the architectures the
+        PyPI artifact carries (``arch_set``: PyPI's cu130 has no PTX where download.pytorch.org's
+        has), else its label's build; None where kdkit does not know it."""
         entry = self.pypi_entry(torch_version, cpu_arch)
         label = entry.get("label")
         if not label or not entry.get("arch_set"):
@@ -171,7 +175,8 @@ class Pairings:
         return driver_floor(cuda_version, architecture, self.data)
 
     def template_build(self, backend: str) -> Build:
-        """The build `kdkit init` pins for ``backend``; BadInput when the template names one that does not exist."""
+        """The build `kdkit init` pins for ``backend``; BadInput when the template names one that
+        does not exist."""
         template = self.data.get("template") or {}
         torch, label = template.get("torch"), (template.get("builds") or {}).get(backend)
         build = self.build(torch, label) if torch and label else None
@@ -203,7 +208,8 @@ def _merge(merged: dict[str, Any], layer: dict[str, Any]) -> None:
 
 
 def _contradiction(merged: dict[str, Any]) -> str | None:
-    """The first index whose backend or toolkit version is not what its label says (cu130 is CUDA 13.0)."""
+    """The first index whose backend or toolkit version is not what its label says (cu130 is CUDA
+    13.0)."""
     for label, index in merged["indexes"].items():
         parsed = parse_label(label)
         if parsed is None:
@@ -248,7 +254,8 @@ def load_pairings(project_root: Path | None = None, extra: Path | None = None) -
         problem = _contradiction(merged)
         if problem is not None:
             raise BadInput(f"{path}: {problem}")
-    problem = _dangling(merged)  # after every layer: a project file may use an index of --pairings FILE
+    # after every layer: a project file may use an index of --pairings FILE
+    problem = _dangling(merged)
     if problem is not None:
         raise BadInput(f"{files[-1]}: {problem}")
     return Pairings(merged, files)

@@ -1,7 +1,7 @@
 """Which CPU a lock or an image was made for, against the hosts a card comes in.
 
-A lock records the platform it was resolved on (``linux-x86_64``, the lock header's ``platform``); an
-image records its OS and architecture (``linux``/``amd64``). A GH200 or GB200 host is aarch64
+A lock records the platform it was resolved on (``linux-x86_64``, the lock header's ``platform``);
+an image records its OS and architecture (``linux``/``amd64``). A GH200 or GB200 host is aarch64
 (Grace): an x86_64 lock or image does not install there. ``kdkit check`` fails such a pair; ``kdkit
 lock`` and ``kdkit build`` say so when kdkit.json's target_gpu comes in hosts of another CPU.
 """
@@ -22,8 +22,9 @@ def docker_arch(cpu_arch: str) -> str:
 
 
 def linux_arch(platform: str) -> tuple[str | None, bool]:
-    """(CPU architecture, made for Linux) of a recorded platform: ``linux-x86_64`` -> ("x86_64", True),
-    ``darwin-arm64`` -> (None, False), ``win32-AMD64`` -> (None, False), ``""`` -> (None, True)."""
+    """(CPU architecture, made for Linux) of a recorded platform: ``linux-x86_64`` -> ("x86_64",
+    True), ``darwin-arm64`` -> (None, False), ``win32-AMD64`` -> (None, False), ``""`` -> (None,
+    True)."""
     system, _, machine = platform.strip().partition("-")
     if not machine:
         return None, True  # nothing recorded: unknown, not wrong
@@ -33,14 +34,16 @@ def linux_arch(platform: str) -> tuple[str | None, bool]:
 
 
 def image_environment(python: str, platform: str = "") -> dict[str, str]:
-    """The PEP 508 marker variables of a kdkit image, known before it exists: Linux, CPython ``python``
-    (kdkit.json's "python", e.g. "3.11"), on the CPU of ``platform`` (a lock header's ``linux-aarch64``;
-    x86_64 when unsaid or not Linux, as every image kdkit builds is Linux). Read a lock's pin for the image
-    with it: ``lock.pin_for("torch", image_environment(project.python, lock.header.get("platform", "")))``.
+    """The PEP 508 marker variables of a kdkit image, known before it exists: Linux, CPython
+    ``python`` (kdkit.json's "python", e.g. "3.11"), on the CPU of ``platform`` (a lock header's
+    ``linux-aarch64``; x86_64 when unsaid or not Linux, as every image kdkit builds is Linux). Read
+    a lock's pin for the image with it: ``lock.pin_for("torch", image_environment(project.python,
+    lock.header.get("platform", "")))``.
 
-    The values are those CPython gives on Linux (https://peps.python.org/pep-0508/#environment-markers);
-    the patch release is not known before the image is built, so ``python_full_version`` is the ``.0``
-    release and the kernel's ``platform_release``/``platform_version`` are empty.
+    The values are those CPython gives on Linux
+    (https://peps.python.org/pep-0508/#environment-markers); the patch release is not known before
+    the image is built, so ``python_full_version`` is the ``.0`` release and the kernel's
+    ``platform_release``/``platform_version`` are empty.
     """
     machine = linux_arch(platform)[0] or "x86_64"
     return {"implementation_name": "cpython", "implementation_version": f"{python}.0", "os_name": "posix",
@@ -50,8 +53,9 @@ def image_environment(python: str, platform: str = "") -> dict[str, str]:
 
 
 def cpu_mismatch(project: Project, made_for: str, what: str) -> str | None:
-    """Why a lock or image made for ``made_for`` (``linux-x86_64``, ``amd64``) will not install on the
-    hosts of the project's target_gpu, with how to target theirs; None when they agree or no target is set."""
+    """Why a lock or image made for ``made_for`` (``linux-x86_64``, ``amd64``) will not install on
+    the hosts of the project's target_gpu, with how to target theirs; None when they agree or no
+    target is set."""
     target = project.config.get("target_gpu")
     if not target:
         return None

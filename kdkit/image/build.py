@@ -80,14 +80,20 @@ class BuildPlan:
     buildargs: dict[str, str]
     labels: dict[str, str]
     ca_bundle: Path | None = None
-    ca_data: bytes | None = field(default=None, repr=False)  # its bytes, read once: checked, then sent
-    inputs: tuple[LockInput, ...] = field(default=(), repr=False)  # the lock the image installs, then its twin
-    files: list[tuple[str, bytes]] = field(default_factory=list, repr=False)  # the project's files, read once
+    # its bytes, read once: checked, then sent
+    ca_data: bytes | None = field(default=None, repr=False)
+    # the lock the image installs, then its twin
+    inputs: tuple[LockInput, ...] = field(default=(), repr=False)
+    # the project's files, read once
+    files: list[tuple[str, bytes]] = field(default_factory=list, repr=False)
     wheels: list[Path] = field(default_factory=list)
     no_cache: bool = False
-    left_out: list[str] = field(default_factory=list)  # secret-shaped files of config/ and src/, never sent
-    warnings: list[str] = field(default_factory=list)  # e.g. the target card's hosts have another CPU
-    lock_format: str = "requirements"  # or "pylock": the backend's PEP 751 lock (kdkit.image.pylockparts)
+    # secret-shaped files of config/ and src/, never sent
+    left_out: list[str] = field(default_factory=list)
+    # e.g. the target card's hosts have another CPU
+    warnings: list[str] = field(default_factory=list)
+    # or "pylock": the backend's PEP 751 lock (kdkit.image.pylockparts)
+    lock_format: str = "requirements"
     pip: str | None = None  # with a pylock: the version of kdkit's own pip, which the builder runs
 
     @property
@@ -97,17 +103,20 @@ class BuildPlan:
 
     @property
     def lock_input(self) -> LockInput:
-        """The lock the image installs, read once: its sha256 is the label's, its bytes the context's."""
+        """The lock the image installs, read once: its sha256 is the label's, its bytes the
+        context's."""
         return self.inputs[0]
 
     @property
     def twin_input(self) -> LockInput:
-        """The backend's requirements lock, read once (the lock itself, or the one a pylock was made from)."""
+        """The backend's requirements lock, read once (the lock itself, or the one a pylock was made
+        from)."""
         return self.inputs[-1]
 
     @property
     def network(self) -> str:
-        """No network at all from a wheelhouse; else the host's, so a proxy on its loopback is reachable."""
+        """No network at all from a wheelhouse; else the host's, so a proxy on its loopback is
+        reachable."""
         return "none" if self.wheels else "host"
 
 
@@ -137,7 +146,8 @@ OCI_BUILD_ARGS = {"KDKIT_REVISION": "revision", "KDKIT_SOURCE": "source", "KDKIT
 
 
 def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, str]:
-    """Build arguments for Dockerfile.common, from the labels (one source of truth) and the host's proxy."""
+    """Build arguments for Dockerfile.common, from the labels (one source of truth) and the host's
+    proxy."""
     args = {"BASE_IMAGE": base_image, **{arg: plan_labels[f"{LABEL}{key}"] for arg, key in BUILD_ARGS.items()},
             **{arg: plan_labels[f"{OCI}{key}"] for arg, key in OCI_BUILD_ARGS.items()}}
     # Docker's predefined proxy arguments reach RUN steps but are kept out of the image's history.
@@ -148,8 +158,9 @@ def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, s
 def plan_build(project_dir: Path | None, backend: str | None = None, *, base_image: str | None = None,
                tag: str | None = None, ca_bundle: Path | None = None, wheelhouse: Path | None = None,
                no_cache: bool = False, lock_format: str = "requirements") -> BuildPlan:
-    """Check every input of a build and compute its arguments; nothing is written, no engine is needed. Each
-    input of the context is read once, here: what is checked, hashed and labelled is what the image gets."""
+    """Check every input of a build and compute its arguments; nothing is written, no engine is
+    needed. Each input of the context is read once, here: what is checked, hashed and labelled is
+    what the image gets."""
     if lock_format not in LOCK_FORMATS:
         raise BadInput(f"--lock-format {lock_format}: choose one of {', '.join(LOCK_FORMATS)}")
     project = load_project(project_dir)
@@ -161,8 +172,10 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     pip = plan_pylock_build(project, lock, wheelhouse is not None) if lock_format == "pylock" else None
     labels = image_labels(project, chosen, lock.sha256, lock.path, lock.lock)
     base = base_image or chosen.base_image
-    files, left_out = project_files(project.root)  # and a link out or a credential is refused here, before any build
-    labels |= project_labels(files)  # what `kdkit inspect` compares with the project's config/ and src/
+    # and a link out or a credential is refused here, before any build
+    files, left_out = project_files(project.root)
+    # what `kdkit inspect` compares with the project's config/ and src/
+    labels |= project_labels(files)
     refuse_credentials_in(lock.path, lock.path.relative_to(project.root).as_posix()
                           if lock.path.is_relative_to(project.root) else str(lock.path), lock.data)
     ca_path, ca_data = check_ca_bundle(ca_bundle) if ca_bundle else (None, None)
@@ -176,7 +189,8 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
 
 
 def _cpu_warning(project: Project) -> str | None:
-    """The image is built for this engine's CPU (the local machine's); the target card's hosts may differ."""
+    """The image is built for this engine's CPU (the local machine's); the target card's hosts may
+    differ."""
     import platform
 
     return cpu_mismatch(project, f"linux-{platform.machine()}", "the image built here")
@@ -186,10 +200,11 @@ def _cpu_warning(project: Project) -> str | None:
 
 
 def context_entries(plan: BuildPlan, pip_wheel: Path | None = None) -> Iterator[tuple[str, Path | bytes]]:
-    """(name in the context, host file or bytes) for everything the Dockerfile copies; ``pip_wheel``: the
-    pip that installs a pylock (:func:`kdkit.image.pylockparts.download_pip`). The lock, its parts, the CA
-    bundle and the project's files are the bytes :func:`plan_build` read (never their paths read again);
-    kdkit's own files and the wheels (each hash-checked by pip as it installs) are sent from their paths."""
+    """(name in the context, host file or bytes) for everything the Dockerfile copies;
+    ``pip_wheel``: the pip that installs a pylock (:func:`kdkit.image.pylockparts.download_pip`).
+    The lock, its parts, the CA bundle and the project's files are the bytes :func:`plan_build` read
+    (never their paths read again); kdkit's own files and the wheels (each hash-checked by pip as it
+    installs) are sent from their paths."""
     yield "Dockerfile", plan.dockerfile.encode("utf-8")
     yield f"lock/{plan.labels[f'{LABEL}lock.path']}", plan.lock_input.data
     if plan.lock_format == "pylock":
@@ -220,12 +235,14 @@ class Step:
     total: int
     instruction: str
     cached: bool = False
-    cacheable: bool = True  # FROM and the ARGs before the first FROM are never cached, so never "ran"
+    # FROM and the ARGs before the first FROM are never cached, so never "ran"
+    cacheable: bool = True
 
 
 @dataclass(frozen=True)
 class BuildEvent:
-    """Progress of a build: ``note`` (kdkit), ``step`` (started), ``cached`` (reused), ``output`` (a line)."""
+    """Progress of a build: ``note`` (kdkit), ``step`` (started), ``cached`` (reused), ``output`` (a
+    line)."""
 
     kind: str
     text: str
@@ -324,17 +341,20 @@ def _failed(plan: BuildPlan, transcript: _Transcript) -> KdkitError:
     if transcript.steps:
         last = transcript.steps[-1]
         where = f" at step {last.number}/{last.total} ({' '.join(last.instruction.split())[:60]})"
-    cause = first_cause(transcript.lines) or transcript.first_error()  # pip's first real cause, not its last line
+    # pip's first real cause, not its last line
+    cause = first_cause(transcript.lines) or transcript.first_error()
     return KdkitError(f"build of {plan.tag} failed{where}: {cause}; full log: {log}")
 
 
 def _preflight(plan: BuildPlan, report: Progress) -> None:
-    """What the build's pip will need, checked before any layer (kdkit.image.preflight, kdkit.image.fetchable).
-    A pylock names each file by its URL: nothing is machine-local there, and pip reads no index for it."""
+    """What the build's pip will need, checked before any layer (kdkit.image.preflight,
+    kdkit.image.fetchable). A pylock names each file by its URL: nothing is machine-local there, and
+    pip reads no index for it."""
     if plan.lock_format != "requirements":
         return
     refuse_machine_local(plan.inputs[0], plan.project.root, plan.backend.name, bool(plan.wheels))
-    if plan.wheels:  # --no-index: every locked file is in the wheelhouse (kdkit.lock.wheelhouse.wheelhouse_files)
+    # --no-index: every locked file is in the wheelhouse (kdkit.lock.wheelhouse.wheelhouse_files)
+    if plan.wheels:
         return
     from kdkit.image.fetchable import check_fetchable
 
@@ -343,7 +363,8 @@ def _preflight(plan: BuildPlan, report: Progress) -> None:
 
 
 def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResult:
-    """Build ``plan`` through the Docker SDK, streaming events to ``progress``; tag only a complete image.
+    """Build ``plan`` through the Docker SDK, streaming events to ``progress``; tag only a complete
+    image.
 
     This is also the library entry point: ``build_image(plan_build(path, "cuda"))``.
     """
@@ -372,16 +393,19 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
         raise _failed(plan, transcript)
     labels = recorded_arch(engine, transcript.image_id)
     report(BuildEvent("note", f"torch architectures: {labels[ARCH_LIST] or '(none)'} ({labels[ARCH_SOURCE]})"))
-    labels |= {k: v for k, v in plan.labels.items() if k in PROJECT_LABELS}  # labels only: no layer re-runs
+    # labels only: no layer re-runs
+    labels |= {k: v for k, v in plan.labels.items() if k in PROJECT_LABELS}
     engine.tag(add_labels(engine, plan, transcript.image_id, labels), plan.tag)
-    facts = engine.require_image(plan.tag)  # recorded: kdkit.image.buildlog (the hours `kdkit close` counts)
+    # recorded: kdkit.image.buildlog (the hours `kdkit close` counts)
+    facts = engine.require_image(plan.tag)
     return recorded(plan.project.root, plan.backend.name, BuildResult(
         plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps, facts.labels, plan.network))
 
 
 
 def add_labels(engine: Any, plan: BuildPlan, image_id: str, labels: dict[str, str]) -> str:
-    """A child of ``image_id`` carrying ``labels``: ``FROM <id>`` built through the same SDK call, no network.
+    """A child of ``image_id`` carrying ``labels``: ``FROM <id>`` built through the same SDK call,
+    no network.
 
     Labels known only once the image exists (what its torch says) cannot be build arguments of the
     main build; this one-instruction build adds no layer and is cached like any other.

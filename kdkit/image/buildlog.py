@@ -2,10 +2,10 @@
 ``<project>/.kdkit-logs/builds.jsonl`` (never carried by a bundle, never inside ``runs/``):
 ``{"tag", "image_id", "started", "ended", "seconds", "backend"}``, times in UTC ISO-8601.
 
-The line is written with one ``write`` on a file opened for appending, then fsynced: two builds appending
-at once never interleave within a line, and a kill leaves at most one torn last line, which the reader
-(kdkit.order.worklog) skips. A record that cannot be written costs the build nothing: the image is made and
-tagged; `kdkit close` then counts that build's hours as not recorded.
+The line is written with one ``write`` on a file opened for appending, then fsynced: two builds
+appending at once never interleave within a line, and a kill leaves at most one torn last line,
+which the reader (kdkit.order.worklog) skips. A record that cannot be written costs the build
+nothing: the image is made and tagged; `kdkit close` then counts that build's hours as not recorded.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def build_line(result: Built, backend: str, ended: datetime) -> str:
 
 
 def append_line(path: Path, line: str) -> None:
-    """``line`` appended whole to ``path`` (one write, O_APPEND) and fsynced; the folder made when missing."""
+    """``line`` appended whole to ``path`` (one write, O_APPEND) and fsynced; the folder made when
+    missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -52,7 +53,8 @@ def append_line(path: Path, line: str) -> None:
 
 
 def recorded(root: Path, backend: str, result: B) -> B:
-    """``result`` after its record is appended under ``root`` (a refused write is left unsaid: see above)."""
+    """``result`` after its record is appended under ``root`` (a refused write is left unsaid: see
+    above)."""
     with contextlib.suppress(OSError):
         append_line(root / BUILDS, build_line(result, backend, datetime.now(timezone.utc)))
     return result

@@ -28,7 +28,8 @@ from kdkit.probe.diagnose.host import SHM_MINIMUM
 APP = "/app"  # the project's folder inside the image (Dockerfile.common)
 IMAGE_UID = 10001  # the image's non-root user (Dockerfile.common)
 HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every container kdkit starts
-CACHE = "/cache"  # the run's on-disk cache in the container: the project's CACHE_FOLDER, writable, kept
+# the run's on-disk cache in the container: the project's CACHE_FOLDER, writable, kept
+CACHE = "/cache"
 CACHE_FOLDER = ".kdkit-cache"
 CACHE_ENV = {"HF_HOME": f"{CACHE}/huggingface", "TORCH_HOME": f"{CACHE}/torch", "TRITON_CACHE_DIR": f"{CACHE}/triton",
              "XDG_CACHE_HOME": CACHE}
@@ -51,7 +52,8 @@ def pids_limit(cpus: int) -> int:
 
 
 def confinement(uid: str, gid: str, size: str, pids: int) -> dict[str, Any]:
-    """ContainerSpec fields that confine every container kdkit starts (kdkit.machine.run says why)."""
+    """ContainerSpec fields that confine every container kdkit starts (kdkit.machine.run says
+    why)."""
     scratch = f"rw,exec,nosuid,nodev,size={size}"
     return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"], "no_new_privileges": True,
             "pids_limit": pids, "shm_size": size,
@@ -64,9 +66,10 @@ def project_mounts(root: Path, inputs: str, runs: str) -> list[Mount]:
 
 
 def source_mounts(root: Path) -> list[Mount]:
-    """The host project's kdkit.json, config/ and src/ read-only over the image's copies (kdkit.image.context:
-    PROJECT_FOLDERS): what runs is what the user sees, an edit after `kdkit build` runs as edited. Each folder
-    and every link in it must resolve inside the project (projectfiles.real_inside), as for the build context."""
+    """The host project's kdkit.json, config/ and src/ read-only over the image's copies
+    (kdkit.image.context: PROJECT_FOLDERS): what runs is what the user sees, an edit after `kdkit
+    build` runs as edited. Each folder and every link in it must resolve inside the project
+    (projectfiles.real_inside), as for the build context."""
     from kdkit.image.context import PROJECT_FOLDERS
 
     mounts = []
@@ -79,14 +82,16 @@ def source_mounts(root: Path) -> list[Mount]:
                 raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
                                f"`kdkit run` mounts {folder}/ as it is: copy the file in or remove the link")
         mounts.append(Mount(Path(os.path.realpath(base)), f"{APP}/{folder}", True))
-    marker = real_inside(root, root / "kdkit.json")  # the project file too: it names the pilot config, extensions
+    # the project file too: it names the pilot config, extensions
+    marker = real_inside(root, root / "kdkit.json")
     return ([Mount(marker, f"{APP}/kdkit.json", True)] if marker is not None and marker.is_file() else []) + mounts
 
 
 def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[Mount]:
-    """Read-only mounts of what the pilot config names outside the inputs folder and the image's own folders
-    (kdkit.image.context: config/, src/): a model's folder, a manifest or answer schema kept elsewhere. `kdkit
-    run` adds them to its container; a bundle's RUN.md to its ``docker run`` line (bundle.json's ``mounts``)."""
+    """Read-only mounts of what the pilot config names outside the inputs folder and the image's own
+    folders (kdkit.image.context: config/, src/): a model's folder, a manifest or answer schema kept
+    elsewhere. `kdkit run` adds them to its container; a bundle's RUN.md to its ``docker run`` line
+    (bundle.json's ``mounts``)."""
     from kdkit.core.pilotconfig import named_paths
     from kdkit.image.context import PROJECT_FOLDERS
 
@@ -99,7 +104,8 @@ def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[
 
 
 def inside_project(project: Project, rel: str, what: str) -> Path:
-    """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one rule)."""
+    """The folder the container gets, links resolved (projectfiles.real_inside, kdkit's one
+    rule)."""
     path = real_inside(project.root, project.root / rel)
     if path is None:
         raise BadInput(f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
@@ -109,33 +115,37 @@ def inside_project(project: Project, rel: str, what: str) -> Path:
 def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], access: Mapping[str, Any], *,
                    network: str = "none", command: list[str] | None = None, env_file: Path | None = None,
                    env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None) -> ContainerSpec:
-    """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked, and an init as
-    PID 1 (``init``: Docker's ``--init``). The image's command is ``/bin/sh -c "kdkit diagnose && kdkit verify-env
-    && exec kdkit pilot"``; as PID 1 that shell ignores SIGTERM (the kernel delivers no signal to a PID 1 that set
-    no handler for it), so until the ``exec`` a ``docker stop`` would wait out its grace and SIGKILL the run, and
-    so would any command given after ``--``. Docker's init (docker-init, which is tini) is PID 1 instead, passes
-    the signal on and reaps orphans (https://docs.docker.com/reference/cli/docker/container/run/#init): the
-    shell ends at once in diagnose or verify-env, the pilot closes its run folder."""
+    """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked,
+    and an init as PID 1 (``init``: Docker's ``--init``). The image's command is ``/bin/sh -c "kdkit
+    diagnose && kdkit verify-env && exec kdkit pilot"``; as PID 1 that shell ignores SIGTERM (the
+    kernel delivers no signal to a PID 1 that set no handler for it), so until the ``exec`` a
+    ``docker stop`` would wait out its grace and SIGKILL the run, and so would any command given
+    after ``--``. Docker's init (docker-init, which is tini) is PID 1 instead, passes the signal on
+    and reaps orphans (https://docs.docker.com/reference/cli/docker/container/run/#init): the shell
+    ends at once in diagnose or verify-env, the pilot closes its run folder."""
     return ContainerSpec(image=image, command=command or None, network=network, mounts=mounts, workdir=APP,
                          env_file=env_file, env=env or {}, extra_env={**(extra_env or {}), "HOME": HOME}, init=True,
                          **confined,
                          **access)
 
 
-# ---------------------------------------------------------------- the same spec, for a host kdkit has not seen
+# ---------------------------------------------------------------- the same spec, for a host kdkit
+# has not seen
 
 RUNS_OWNER = ("The container runs as you (your uid and gid); started by root, it runs as the image's user "
               f"{IMAGE_UID}, which is given the runs folder (chown; never chmod 777)")
-# A shell variable kdkit puts into the spec is marked with NUL, which no path, image name or config value
-# holds: a "$PWD" or "$kd_uid" spelled by a value is escaped like any other "$" (shell_words).
+# A shell variable kdkit puts into the spec is marked with NUL, which no path, image name or config
+# value holds: a "$PWD" or "$kd_uid" spelled by a value is escaped like any other "$" (shell_words).
 _VARIABLES = {"uid": "\0kd_uid\0", "gid": "\0kd_gid\0", "size": "\0kd_scratch\0", "pids": "\0kd_pids\0"}
-_ROCM_DEVICES = "\0@\0"  # the device flags the prelude collects for ROCm ("$@"), spliced in before the image
+# the device flags the prelude collects for ROCm ("$@"), spliced in before the image
+_ROCM_DEVICES = "\0@\0"
 
 
 def shell_prelude(runs: str, backend: str) -> list[str]:
-    """Shell lines that compute, on the host that runs them, what :func:`portable_line` uses: who runs the
-    container (never root; root hands ``runs`` to IMAGE_UID), the scratch size, the pids limit, and for ROCm
-    /dev/kfd and each render node with the group that owns it. The numbers are this module's."""
+    """Shell lines that compute, on the host that runs them, what :func:`portable_line` uses: who
+    runs the container (never root; root hands ``runs`` to IMAGE_UID), the scratch size, the pids
+    limit, and for ROCm /dev/kfd and each render node with the group that owns it. The numbers are
+    this module's."""
     floor, cap = SHM_MINIMUM >> 20, SCRATCH_CAP >> 20
     lines = [f"mkdir -p {shlex.quote(runs)}",
              "kd_uid=$(id -u) kd_gid=$(id -g)",
@@ -145,7 +155,8 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
              f"if (m < {floor}) m = {floor}; if (m > {cap}) m = {cap}; print m \"m\" }}' /proc/meminfo)",
              f"kd_pids=$(( $(getconf _NPROCESSORS_ONLN) * {PIDS_PER_CPU} )); "
              f'if [ "$kd_pids" -lt {PIDS_FLOOR} ]; then kd_pids={PIDS_FLOOR}; fi']
-    if backend == "rocm":  # as kdkit.machine.run.rocm_access: each node, and each group owning one (not root's)
+    # as kdkit.machine.run.rocm_access: each node, and each group owning one (not root's)
+    if backend == "rocm":
         lines += ["set -- && kd_groups=",
                   'for node in /dev/kfd /dev/dri/renderD*; do set -- "$@" --device "$node"; '
                   'kd_groups="$kd_groups $(stat -c %g "$node")"; done',
@@ -156,12 +167,13 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
 
 def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str,
                   named: Sequence[str] = ()) -> ContainerSpec:
-    """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables; ``root`` is
-    the project's folder on that host, ``$PWD`` or below it (``$PWD/project``); ``named``: the project's paths
-    that :func:`named_mounts` mounts read-only (a model's folder), as the bundle recorded them. Unlike `kdkit run`
-    (kdkit.machine.mounts), it mounts neither config/ and src/ over the image's nor the cache nor kdkit.json's
-    declared mounts: this line runs the bundle's image as it was verified with the bundle, without kdkit; the
-    declared folders (a model) do not travel in a bundle, and `kdkit run` on that host mounts all of them."""
+    """The spec `kdkit run` would make, with the host's facts left as the prelude's shell variables;
+    ``root`` is the project's folder on that host, ``$PWD`` or below it (``$PWD/project``);
+    ``named``: the project's paths that :func:`named_mounts` mounts read-only (a model's folder), as
+    the bundle recorded them. Unlike `kdkit run` (kdkit.machine.mounts), it mounts neither config/
+    and src/ over the image's nor the cache nor kdkit.json's declared mounts: this line runs the
+    bundle's image as it was verified with the bundle, without kdkit; the declared folders (a model)
+    do not travel in a bundle, and `kdkit run` on that host mounts all of them."""
     access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
     confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
     here = Path("\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root)
@@ -170,7 +182,8 @@ def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str,
 
 
 def portable_line(spec: ContainerSpec, backend: str) -> str:
-    """``docker run`` for :func:`portable_spec`: the words of cli_arguments, the host's facts as variables."""
+    """``docker run`` for :func:`portable_spec`: the words of cli_arguments, the host's facts as
+    variables."""
     words = cli_arguments(spec)
     at = words.index("--pids-limit") + 1
     words[at] = _VARIABLES["pids"]
@@ -179,13 +192,15 @@ def portable_line(spec: ContainerSpec, backend: str) -> str:
     return shell_words(words)
 
 
-_SHELL_VARIABLE = re.compile("\0(PWD|kd_[a-z]+)\0")  # the only expansions a RUN.md word may hold, as marked
+# the only expansions a RUN.md word may hold, as marked
+_SHELL_VARIABLE = re.compile("\0(PWD|kd_[a-z]+)\0")
 
 
 def shell_words(words: Sequence[str]) -> str:
-    """A shell line: a word holding one of the prelude's variables (or ``$PWD``) in double quotes, where that
-    variable expands and nothing else does (every other ``$``, quote, backslash and backtick escaped, so a
-    path of the project's cannot run anything); the rest quoted only as needed."""
+    """A shell line: a word holding one of the prelude's variables (or ``$PWD``) in double quotes,
+    where that variable expands and nothing else does (every other ``$``, quote, backslash and
+    backtick escaped, so a path of the project's cannot run anything); the rest quoted only as
+    needed."""
     def quote(word: str) -> str:
         if word == _ROCM_DEVICES:
             return '"$@"'

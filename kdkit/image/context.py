@@ -22,11 +22,12 @@ from kdkit.core.credentials import refuse_credentials_in, secret_file
 from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import real_inside
 
-# /opt/kdkit/bin/kdkit: kdkit's in-container commands (diagnose, verify-env, pilot, copy-out), without click.
-# A Python script run by the venv's interpreter, not `sh` + `python -m kdkit.probe`: each command's start-up
-# is felt on every call (verify-env's goal is uv's time: bench/bench_verify_env.py), and a shell and runpy
-# were a fifth of it. The probe goes first on sys.path, and into PYTHONPATH for the programs a command
-# starts, as the shell line did; `exec kdkit pilot` still leaves Python as the process (PID 1 in the CMD).
+# /opt/kdkit/bin/kdkit: kdkit's in-container commands (diagnose, verify-env, pilot, copy-out),
+# without click. A Python script run by the venv's interpreter, not `sh` + `python -m kdkit.probe`:
+# each command's start-up is felt on every call (verify-env's goal is uv's time:
+# bench/bench_verify_env.py), and a shell and runpy were a fifth of it. The probe goes first on
+# sys.path, and into PYTHONPATH for the programs a command starts, as the shell line did; `exec
+# kdkit pilot` still leaves Python as the process (PID 1 in the CMD).
 SHIM = """#!/opt/kdkit/venv/bin/python
 import os
 import sys
@@ -43,12 +44,13 @@ SKIPPED = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints)(/|$)|\.py[co]$|(^|
 
 
 def project_files(root: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
-    """(the project files an image carries, each read once into its bytes; the secret-shaped ones left out).
+    """(the project files an image carries, each read once into its bytes; the secret-shaped ones
+    left out).
 
-    kdkit.json, config/ and src/; a file named like a secret (kdkit.core.credentials.secret_file: .env*,
-    keys, .netrc...) never goes into an image, and a link leading outside the project is refused
-    (projectfiles.real_inside), as for a bundle. The bytes checked for credentials are the bytes the build
-    context carries: a file is never read twice.
+    kdkit.json, config/ and src/; a file named like a secret (kdkit.core.credentials.secret_file:
+    .env*, keys, .netrc...) never goes into an image, and a link leading outside the project is
+    refused (projectfiles.real_inside), as for a bundle. The bytes checked for credentials are the
+    bytes the build context carries: a file is never read twice.
     """
     files, left_out = [("project/kdkit.json", _read(root / "kdkit.json", "kdkit.json"))], []
     for folder in PROJECT_FOLDERS:

@@ -26,13 +26,16 @@ if TYPE_CHECKING:
 
 LABEL = "dev.kdkit."
 OCI = "org.opencontainers.image."
-# Written in the final stage by `kdkit torch-arch --json` (Dockerfile.common), read back by build_image.
+# Written in the final stage by `kdkit torch-arch --json` (Dockerfile.common), read back by
+# build_image.
 ARCH_FILE = "/opt/kdkit/torch-arch.json"
 ARCH_LIST = f"{LABEL}torch.arch_list"
 ARCH_SOURCE = f"{LABEL}torch.arch_source"
 UNKNOWN_ARCH = "unknown"
-PROJECT_SHA256 = f"{LABEL}project.sha256"  # config/ and src/ as the build context took them (project_digest)
-PROJECT_FILES = f"{LABEL}project.files"  # their files' hashes (project_labels), for inspect to name what changed
+# config/ and src/ as the build context took them (project_digest)
+PROJECT_SHA256 = f"{LABEL}project.sha256"
+# their files' hashes (project_labels), for inspect to name what changed
+PROJECT_FILES = f"{LABEL}project.files"
 PROJECT_FILES_MAX = 32 << 10
 CHANGED_SHOWN = 20
 PROJECT_LABELS = (PROJECT_SHA256, PROJECT_FILES)
@@ -47,16 +50,17 @@ def default_tag(project: Project, backend: str, lock_sha256: str) -> str:
 
 
 def default_tags(project: Project, backend: Backend) -> list[str]:
-    """The default tag of each image `kdkit build` makes from this backend's locks that exist: from its
-    requirements lock first, then from its pylock (``--lock-format pylock``)."""
+    """The default tag of each image `kdkit build` makes from this backend's locks that exist: from
+    its requirements lock first, then from its pylock (``--lock-format pylock``)."""
     return [default_tag(project, backend.name, sha256_file(lock)) for lock in (backend.lock, backend.pylock)
             if lock.is_file()]
 
 
 def built_image(engine: Any, project: Project, backend: Backend) -> str:
-    """The image `kdkit run` and `kdkit bundle` take by default: of those `kdkit build` made from the backend's
-    current locks (:func:`default_tags`) that the engine holds, the newest (Docker's RFC 3339 creation times
-    order as text); the requirements lock's tag when it holds none, which the caller then reports missing."""
+    """The image `kdkit run` and `kdkit bundle` take by default: of those `kdkit build` made from
+    the backend's current locks (:func:`default_tags`) that the engine holds, the newest (Docker's
+    RFC 3339 creation times order as text); the requirements lock's tag when it holds none, which
+    the caller then reports missing."""
     tags = default_tags(project, backend)
     found = [(facts.created, tag) for tag in tags if (facts := engine.image(tag)) is not None]
     return max(found)[1] if found else tags[0]
@@ -64,16 +68,18 @@ def built_image(engine: Any, project: Project, backend: Backend) -> str:
 
 def torch_build(lock_path: Path | Lock, backend: Backend, python: str,
                 pairings: Pairings | None = None) -> tuple[str, str, str]:
-    """(torch version, CUDA version, ROCm version) promised by the lock's torch pin for the image (Linux,
-    CPython ``python``, the lock's CPU: a lock for several environments pins one torch per marker) and its
-    label; empty when the lock pins no torch there, or one with no version (a vcs checkout). A PyPI pin's
-    recorded build that the facts contradict is BadInput (the image would promise the wrong CUDA)."""
+    """(torch version, CUDA version, ROCm version) promised by the lock's torch pin for the image
+    (Linux, CPython ``python``, the lock's CPU: a lock for several environments pins one torch per
+    marker) and its label; empty when the lock pins no torch there, or one with no version (a vcs
+    checkout). A PyPI pin's recorded build that the facts contradict is BadInput (the image would
+    promise the wrong CUDA)."""
     from kdkit.core.builds import header_build, parse_label
     from kdkit.core.lockfile import parse_lock
     from kdkit.facts.platforms import image_environment, linux_arch
     from kdkit.lock.lock import backend_label
 
-    lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)  # parsed once by `kdkit build`
+    # parsed once by `kdkit build`
+    lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)
     platform = lock.header.get("platform", "")
     pin = lock.pin_for("torch", image_environment(python, platform))
     if pin is None or not pin.version:
@@ -90,9 +96,10 @@ def torch_build(lock_path: Path | Lock, backend: Backend, python: str,
 
 def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Path | None = None,
                  parsed: Lock | None = None) -> dict[str, str]:
-    """The labels an image of this project gets: OCI's and kdkit's own. ``lock`` is the lock it installs
-    (default: the backend's requirements lock; ``backend.pylock`` for `kdkit build --lock-format pylock`);
-    ``parsed``: that lock as the build parsed it from the bytes it hashed (then it is not read again)."""
+    """The labels an image of this project gets: OCI's and kdkit's own. ``lock`` is the lock it
+    installs (default: the backend's requirements lock; ``backend.pylock`` for `kdkit build
+    --lock-format pylock`); ``parsed``: that lock as the build parsed it from the bytes it hashed
+    (then it is not read again)."""
     lock = lock or backend.lock
     revision, source = provenance(project.root)
     torch, cuda, rocm = torch_build(parsed or lock, backend, project.python, load_pairings(project.root))
@@ -127,9 +134,9 @@ def project_lock(project: Project, labels: dict[str, str]) -> Path:
 def arch_labels(answer: Any) -> dict[str, str]:
     """The two arch labels from the ``kdkit torch-arch --json`` answer read out of an image.
 
-    ``arch_list``: torch's tokens, space-separated ("" for a CPU build) or "unknown"; ``arch_source``:
-    where they were read, or ``unknown: <reason>``. Anything not of the answer's shape is unknown:
-    the file comes from the image, and a list is never made up.
+    ``arch_list``: torch's tokens, space-separated ("" for a CPU build) or "unknown";
+    ``arch_source``: where they were read, or ``unknown: <reason>``. Anything not of the answer's
+    shape is unknown: the file comes from the image, and a list is never made up.
     """
     from kdkit.core.credentials import redact
     from kdkit.probe.env.torcharch import SOURCE_CPU, SOURCE_FLAGS, SOURCE_HEADER, TORCH_TOKEN
@@ -153,7 +160,8 @@ def arch_labels(answer: Any) -> dict[str, str]:
 
 
 def recorded_arch(engine: Any, image_id: str) -> dict[str, str]:
-    """The arch labels of a built image, from its ARCH_FILE; never raises: a failure is "unknown" with why."""
+    """The arch labels of a built image, from its ARCH_FILE; never raises: a failure is "unknown"
+    with why."""
     from kdkit.core.jsonio import parse_json
 
     try:
@@ -194,8 +202,8 @@ def _project_for(project_dir: Path | None) -> Project | None:
 
 
 def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
-    """Whether ``project``'s current lock for the image's backend is the one baked into the image (its
-    requirements lock, or its pylock for an image built from that: :func:`project_lock`)."""
+    """Whether ``project``'s current lock for the image's backend is the one baked into the image
+    (its requirements lock, or its pylock for an image built from that: :func:`project_lock`)."""
     baked = labels.get(f"{LABEL}lock.sha256", "")
     if project is None:
         return {"image_sha256": baked, "project_lock": None, "project_sha256": None, "matches": None}
@@ -214,16 +222,18 @@ def _file_hashes(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
 
 
 def project_digest(files: Iterable[tuple[str, bytes]]) -> str:
-    """sha256 over the config/ and src/ files of a build context (kdkit.image.context.project_files: its names
-    ``project/<rel>`` and bytes): one line ``<rel> NUL <sha256 of the bytes>`` per file, sorted. `kdkit build`
-    labels the image with it; `kdkit inspect` computes it again from the project to compare."""
+    """sha256 over the config/ and src/ files of a build context (kdkit.image.context.project_files:
+    its names ``project/<rel>`` and bytes): one line ``<rel> NUL <sha256 of the bytes>`` per file,
+    sorted. `kdkit build` labels the image with it; `kdkit inspect` computes it again from the
+    project to compare."""
     lines = sorted(f"{rel}\0{digest}\n" for rel, digest in _file_hashes(files).items())
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def project_labels(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
-    """PROJECT_SHA256, and PROJECT_FILES (each file's sha256, 16 hex digits, as compact JSON) unless that would be
-    over PROJECT_FILES_MAX bytes: then `kdkit inspect` tells that config/ or src/ differ, not which files."""
+    """PROJECT_SHA256, and PROJECT_FILES (each file's sha256, 16 hex digits, as compact JSON) unless
+    that would be over PROJECT_FILES_MAX bytes: then `kdkit inspect` tells that config/ or src/
+    differ, not which files."""
     files = list(files)
     hashes = json.dumps({rel: digest[:16] for rel, digest in sorted(_file_hashes(files).items())},
                         separators=(",", ":"))
@@ -232,11 +242,13 @@ def project_labels(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
 
 
 def _changed(labels: dict[str, str], files: list[tuple[str, bytes]]) -> list[str] | None:
-    """The config/ and src/ files that differ from the image's PROJECT_FILES label; None without a readable one."""
+    """The config/ and src/ files that differ from the image's PROJECT_FILES label; None without a
+    readable one."""
     try:
         then = json.loads(labels.get(PROJECT_FILES, ""))
     except ValueError:
-        return None  # no label (an older build, too many files) or another builder's: which files stays unknown
+        # no label (an older build, too many files) or another builder's: which files stays unknown
+        return None
     if not isinstance(then, dict):
         return None
     now = {rel: digest[:16] for rel, digest in _file_hashes(files).items()}
@@ -244,9 +256,9 @@ def _changed(labels: dict[str, str], files: list[tuple[str, bytes]]) -> list[str
 
 
 def project_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
-    """Whether the project's config/ and src/ are the image's (None: no project here, or an image built before
-    the label), and the files that differ (``changed``, at most CHANGED_SHOWN; None where the image has no
-    PROJECT_FILES label)."""
+    """Whether the project's config/ and src/ are the image's (None: no project here, or an image
+    built before the label), and the files that differ (``changed``, at most CHANGED_SHOWN; None
+    where the image has no PROJECT_FILES label)."""
     baked, current, changed = labels.get(PROJECT_SHA256) or None, None, None
     if project is not None:
         from kdkit.image.context import project_files
@@ -270,8 +282,9 @@ PILOT_TAIL = "kdkit pilot /app"
 
 
 def resumed_command(facts: ImageFacts, run_id: str) -> list[str]:
-    """The image's own command with its pilot finishing run ``run_id`` (``kdkit pilot /app --resume ID``):
-    diagnose and verify-env run first, as in every run, and the verdict is still the exit code."""
+    """The image's own command with its pilot finishing run ``run_id`` (``kdkit pilot /app --resume
+    ID``): diagnose and verify-env run first, as in every run, and the verdict is still the exit
+    code."""
     shell, flag, chain = (*facts.command, "", "", "")[:3]
     if (shell, flag) != ("/bin/sh", "-c") or not chain.rstrip().endswith(PILOT_TAIL) or len(facts.command) != 3:
         raise BadInput(f"image {facts.ref}: its command is not kdkit's (`{' '.join(facts.command)}`); resume by "
@@ -280,7 +293,8 @@ def resumed_command(facts: ImageFacts, run_id: str) -> list[str]:
 
 
 def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:
-    """Labels, size, user and the lock comparison of image ``ref`` (BadInput without kdkit's labels)."""
+    """Labels, size, user and the lock comparison of image ``ref`` (BadInput without kdkit's
+    labels)."""
     from kdkit.docker_adapter import connect
 
     facts = connect().require_image(ref)

@@ -33,8 +33,8 @@ from kdkit.core.lockfile import Lock, normalize_name, parse_lock_text
 if TYPE_CHECKING:
     from kdkit.lock.locked import LockInput
 
-# The locks `kdkit build` installs from (--lock-format): the requirements lock, split here, or the backend's
-# PEP 751 lock, split by kdkit.image.pylockparts.
+# The locks `kdkit build` installs from (--lock-format): the requirements lock, split here, or the
+# backend's PEP 751 lock, split by kdkit.image.pylockparts.
 LOCK_FORMATS = ("requirements", "pylock")
 SEEDS = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm", "pip", "setuptools", "wheel"})
 SEED_PREFIXES = ("nvidia-", "cuda-")
@@ -51,8 +51,10 @@ def is_seed(key: str) -> bool:
 
 
 def _parents(line: str, collecting: bool) -> tuple[list[str] | None, bool]:
-    """(the parents a ``# via`` line names, or None for any other line; whether a ``# via`` list goes on)."""
-    if (via := _VIA_ONE.match(line)) is not None:  # "# via torch", or "# via jinja2, torch" (line style)
+    """(the parents a ``# via`` line names, or None for any other line; whether a ``# via`` list
+    goes on)."""
+    # "# via torch", or "# via jinja2, torch" (line style)
+    if (via := _VIA_ONE.match(line)) is not None:
         return [p.strip() for p in via.group(1).split(",")], False
     if _VIA_START.match(line):  # the split style: "# via" then one "#   name" per line
         return [], True
@@ -62,7 +64,8 @@ def _parents(line: str, collecting: bool) -> tuple[list[str] | None, bool]:
 
 
 def _blocks(text: str) -> tuple[list[str], list[tuple[str, list[str], set[str]]]]:
-    """(the lock's option lines, its requirements as (key, physical lines, parents named by ``# via``))."""
+    """(the lock's option lines, its requirements as (key, physical lines, parents named by ``#
+    via``))."""
     options: list[str] = []
     blocks: list[tuple[str, list[str], set[str]]] = []
     continued = collecting = False
@@ -100,7 +103,8 @@ def torch_keys(text: str) -> set[str]:
 
 
 def split_lock_text(text: str) -> tuple[str, str]:
-    """(torch's part, the rest) of a lock's text; each a lock of its own, hash lines kept as written."""
+    """(torch's part, the rest) of a lock's text; each a lock of its own, hash lines kept as
+    written."""
     options, blocks = _blocks(text)
     keys = torch_keys(text)
     parts: dict[bool, list[str]] = {True: [], False: []}
@@ -128,7 +132,8 @@ def check_part(part: str, lock: Path, name: str) -> None:
 
 
 def split_files(files: Iterable[Path], lock: Lock, keys: set[str]) -> tuple[list[Path], list[Path]]:
-    """(torch's files, the rest) of a wheelhouse's files for ``lock``: by the wheel's name, or its hash."""
+    """(torch's files, the rest) of a wheelhouse's files for ``lock``: by the wheel's name, or its
+    hash."""
     from kdkit.core.jsonio import sha256_file
     from kdkit.lock.wheelhouse import locked_hashes
 
@@ -136,7 +141,8 @@ def split_files(files: Iterable[Path], lock: Lock, keys: set[str]) -> tuple[list
     ours: list[Path] = []
     rest: list[Path] = []
     for path in files:
-        if path.name.endswith(".whl"):  # PEP 427: {distribution}-{version}-..., the name escaped with "_"
+        # PEP 427: {distribution}-{version}-..., the name escaped with "_"
+        if path.name.endswith(".whl"):
             key = normalize_name(path.name.split("-", 1)[0])
         else:
             by_hash = by_hash if by_hash is not None else locked_hashes(lock)
@@ -146,7 +152,8 @@ def split_files(files: Iterable[Path], lock: Lock, keys: set[str]) -> tuple[list
 
 
 def ca_entries(ca_bundle: bytes | None) -> Iterator[tuple[str, Path | bytes]]:
-    """build/ca/: the builder stage's CA bundle (--ca-bundle: its bytes, as checked), whatever the lock's format."""
+    """build/ca/: the builder stage's CA bundle (--ca-bundle: its bytes, as checked), whatever the
+    lock's format."""
     yield "build/ca/README", b"Builder-stage input: ca.pem (--ca-bundle), never in the final image.\n"
     if ca_bundle is not None:
         yield "build/ca/ca.pem", ca_bundle
@@ -154,7 +161,8 @@ def ca_entries(ca_bundle: bytes | None) -> Iterator[tuple[str, Path | bytes]]:
 
 def builder_entries(lock: LockInput, ca_bundle: bytes | None,
                     wheels: list[Path]) -> Iterator[tuple[str, Path | bytes]]:
-    """The builder stage's part of the build context: build/ca/, build/torch/ and build/rest/ (Dockerfile.common).
+    """The builder stage's part of the build context: build/ca/, build/torch/ and build/rest/
+    (Dockerfile.common).
 
     Each install step copies only its own folder, so torch's step is reused from the cache while its
     part of the lock and its wheels are unchanged, whatever the rest does.

@@ -1,10 +1,11 @@
 """Why pip inside a build failed, in one line: its first real cause, not its last line.
 
-pip behind a TLS-intercepting proxy, or without a route to its index, ends with ``ERROR: Could not find a
-version that satisfies the requirement X`` (every page it could not fetch is skipped); the cause is an earlier
-``Could not fetch URL ...: There was a problem confirming the ssl certificate: [SSL:
-CERTIFICATE_VERIFY_FAILED]`` or a ``Retrying ... after connection broken by`` warning
-(pypa/pip ``src/pip/_internal/index/collector.py``, ``_handle_get_simple_fail``; urllib3's retry warning).
+pip behind a TLS-intercepting proxy, or without a route to its index, ends with ``ERROR: Could not
+find a version that satisfies the requirement X`` (every page it could not fetch is skipped); the
+cause is an earlier ``Could not fetch URL ...: There was a problem confirming the ssl certificate:
+[SSL: CERTIFICATE_VERIFY_FAILED]`` or a ``Retrying ... after connection broken by`` warning
+(pypa/pip ``src/pip/_internal/index/collector.py``, ``_handle_get_simple_fail``; urllib3's retry
+warning).
 :func:`first_cause` finds such a line in a build's transcript and says what to do about it.
 """
 

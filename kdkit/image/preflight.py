@@ -1,11 +1,12 @@
-"""What a build's pip will need, checked before the first layer: the certificate it trusts, and a source for
-each locked file.
+"""What a build's pip will need, checked before the first layer: the certificate it trusts, and a
+source for each locked file.
 
-A lock whose pins came from a folder of the locking machine only (``kdkit lock --torch-find-links``; its
-header's ``machine-local``) cannot be installed from any index: the build's pip would fail at its install
-layer with ``No matching distribution`` after minutes of work. Without ``--wheelhouse`` it is refused once
-the engine answers, before the base image is pulled or a layer runs, with the commands that make a wheelhouse.
-Each other locked file is looked for on the indexes the build's pip reads by kdkit.image.fetchable.
+A lock whose pins came from a folder of the locking machine only (``kdkit lock --torch-find-links``;
+its header's ``machine-local``) cannot be installed from any index: the build's pip would fail at
+its install layer with ``No matching distribution`` after minutes of work. Without ``--wheelhouse``
+it is refused once the engine answers, before the base image is pulled or a layer runs, with the
+commands that make a wheelhouse. Each other locked file is looked for on the indexes the build's pip
+reads by kdkit.image.fetchable.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+-----EN
 
 
 def check_ca_bundle(path: Path) -> tuple[Path, bytes]:
-    """A readable PEM file that Python's TLS stack accepts as CA certificates, and its bytes (read once)."""
+    """A readable PEM file that Python's TLS stack accepts as CA certificates, and its bytes (read
+    once)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -40,8 +42,9 @@ def check_ca_bundle(path: Path) -> tuple[Path, bytes]:
 
 
 def refuse_machine_local(lock: LockInput, root: Path, backend: str, wheelhouse: bool) -> None:
-    """BadInput, before any layer, when the lock has machine-local pins and no wheelhouse (--wheelhouse, its
-    every locked file checked by kdkit.lock.wheelhouse.wheelhouse_files) carries them."""
+    """BadInput, before any layer, when the lock has machine-local pins and no wheelhouse
+    (--wheelhouse, its every locked file checked by kdkit.lock.wheelhouse.wheelhouse_files) carries
+    them."""
     local = machine_local(lock.lock)
     if not local or wheelhouse:
         return

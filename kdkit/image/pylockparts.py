@@ -1,30 +1,31 @@
-"""A build from the backend's PEP 751 lock (`kdkit build --lock-format pylock`): the lock split into the
-image's two layers, and the pip that installs them.
+"""A build from the backend's PEP 751 lock (`kdkit build --lock-format pylock`): the lock split into
+the image's two layers, and the pip that installs them.
 
-pip installs from a pylock itself since 26.1 (``pip install -r pylock.toml``, experimental: pip's changelog
-for 26.1, https://github.com/pypa/pip/pull/13876). For each package whose marker holds it picks, of the
-package's files, the wheel whose tags the interpreter supports, takes exactly that file from where the lock
-says (``path`` before ``url``), never from an index or ``--find-links``, and checks it against the lock's
-hash (pip's src/pip/_internal/utils/pylock.py, req/constructors.py and index/package_finder.py "locked
-links"). Such an install is not a direct URL one: pip writes no ``direct_url.json``, so the image's
-``verify-env`` sees index installs, as for a requirements lock. The builder's venv holds the base image's
-own pip (ensurepip's, older), so the pip of kdkit's interpreter travels in the build context as its wheel
-(``pip download --only-binary :all:``) and the venv's Python runs it from that file, ``python
-pip-X.whl/pip install``, a use pip supports (its ``__main__.py``): nothing of that pip lands in the venv.
+pip installs from a pylock itself since 26.1 (``pip install -r pylock.toml``, experimental: pip's
+changelog for 26.1, https://github.com/pypa/pip/pull/13876). For each package whose marker holds it
+picks, of the package's files, the wheel whose tags the interpreter supports, takes exactly that
+file from where the lock says (``path`` before ``url``), never from an index or ``--find-links``,
+and checks it against the lock's hash (pip's src/pip/_internal/utils/pylock.py, req/constructors.py
+and index/package_finder.py "locked links"). Such an install is not a direct URL one: pip writes no
+``direct_url.json``, so the image's ``verify-env`` sees index installs, as for a requirements lock.
+The builder's venv holds the base image's own pip (ensurepip's, older), so the pip of kdkit's
+interpreter travels in the build context as its wheel (``pip download --only-binary :all:``) and the
+venv's Python runs it from that file, ``python pip-X.whl/pip install``, a use pip supports (its
+``__main__.py``): nothing of that pip lands in the venv.
 
 The parts. As for a requirements lock (:mod:`kdkit.image.layers`), torch's part holds the seeds and
-what they require: by the packages' ``dependencies`` tables where the lock has them (the specification
-calls them informational; ``uv pip compile --no-deps`` writes none), and by the torch part of the
-requirements lock the pylock was made from (its header's ``requirements-lock``; pip-compile's ``# via``).
-Each part is the lock's top-level keys and its ``[[packages]]`` blocks, each copied as written; the head's
-comment lines stay out (kdkit's header changes with every lock), so a part's bytes change only when its
-packages do, which is what the builder's cache compares. Each part is read back and must hold exactly the
-packages it was cut for.
+what they require: by the packages' ``dependencies`` tables where the lock has them (the
+specification calls them informational; ``uv pip compile --no-deps`` writes none), and by the torch
+part of the requirements lock the pylock was made from (its header's ``requirements-lock``;
+pip-compile's ``# via``). Each part is the lock's top-level keys and its ``[[packages]]`` blocks,
+each copied as written; the head's comment lines stay out (kdkit's header changes with every lock),
+so a part's bytes change only when its packages do, which is what the builder's cache compares. Each
+part is read back and must hold exactly the packages it was cut for.
 
 With ``--wheelhouse``, pip would still fetch each locked file from its url; so each part names the
-wheelhouse's files instead, by a ``path`` relative to the part (``wheels/<file>``, PEP 751: "path ...
-relative to the lock file"), written from the parsed lock: the packages whose marker holds for the
-image, each with its files that the wheelhouse has.
+wheelhouse's files instead, by a ``path`` relative to the part (``wheels/<file>``, PEP 751: "path
+... relative to the lock file"), written from the parsed lock: the packages whose marker holds for
+the image, each with its files that the wheelhouse has.
 """
 
 from __future__ import annotations
@@ -49,21 +50,25 @@ if TYPE_CHECKING:
     from kdkit.core.report import Progress
     from kdkit.lock.locked import LockInput
 
-PIP_FLOOR = "26.1"  # the first pip that installs from a pylock (its changelog, 26.1: "-r pylock.toml")
+# the first pip that installs from a pylock (its changelog, 26.1: "-r pylock.toml")
+PIP_FLOOR = "26.1"
 PYTHON_FLOOR = (3, 11)  # the image's verify-env reads the pylock with tomllib, new in Python 3.11
 HEADER = ("# {part} of the project's PEP 751 lock, derived by `kdkit build` (kdkit.image.pylockparts); the "
           "builder installs it with pip >= " + PIP_FLOOR + ", --require-hashes --no-deps\n")
 _PACKAGES = re.compile(r"^\[\[[ \t]*packages[ \t]*\]\][ \t]*(#.*)?$")
-_PACKAGE_TABLE = re.compile(r"^\[\[?[ \t]*packages[ \t]*\.")  # [packages.vcs], [[packages.wheels]], ...
+# [packages.vcs], [[packages.wheels]], ...
+_PACKAGE_TABLE = re.compile(r"^\[\[?[ \t]*packages[ \t]*\.")
 _FILE_KEYS = ("wheels", "sdist", "archive")
-_PACKAGE_KEYS = ("name", "version", "marker", "requires-python")  # what a wheelhouse part keeps of a package
+# what a wheelhouse part keeps of a package
+_PACKAGE_KEYS = ("name", "version", "marker", "requires-python")
 
 
 # ---------------------------------------------------------------- what a pylock build needs
 
 
 def require_image_python(python: str, pylock: Path, requirements: Path) -> None:
-    """BadInput unless the image's Python reads TOML: its verify-env checks the environment against the pylock."""
+    """BadInput unless the image's Python reads TOML: its verify-env checks the environment against
+    the pylock."""
     try:
         release = Version.parse(python).release
     except InvalidVersion:
@@ -76,7 +81,8 @@ def require_image_python(python: str, pylock: Path, requirements: Path) -> None:
 
 
 def installer_pip() -> str:
-    """The version of the pip in kdkit's interpreter, the one the builder will run; Unavailable below 26.1."""
+    """The version of the pip in kdkit's interpreter, the one the builder will run; Unavailable
+    below 26.1."""
     from importlib import metadata
 
     fix = (f"upgrade it (`{sys.executable} -m pip install --upgrade 'pip>={PIP_FLOOR}'`), or build from the "
@@ -93,9 +99,9 @@ def installer_pip() -> str:
 
 
 def check_pylock(lock: Lock, python: str, local_files_ok: bool, data: dict[str, Any] | None = None) -> None:
-    """BadInput for a package the image (CPython ``python``) would install but cannot prove or reach: one from a
-    vcs or a directory (no file hash), or, without a wheelhouse, one whose file lies on this machine (a ``path``,
-    a ``file:`` url)."""
+    """BadInput for a package the image (CPython ``python``) would install but cannot prove or
+    reach: one from a vcs or a directory (no file hash), or, without a wheelhouse, one whose file
+    lies on this machine (a ``path``, a ``file:`` url)."""
     environment = image_environment(python, lock.header.get("platform", ""))
     for pin in (p for key in lock.candidates for p in lock.applying(key, environment)):
         if pin.source is not None and pin.source.kind in ("vcs", "directory"):
@@ -113,16 +119,16 @@ def check_pylock(lock: Lock, python: str, local_files_ok: bool, data: dict[str, 
 
 
 def plan_pylock_build(project: Project, pylock: LockInput, wheelhouse: bool) -> str:
-    """What a build from the backend's pylock needs, checked before any build (its Python and freshness were,
-    as it was read: kdkit.lock.locked.read_locked): every installed file hashed and reachable, and a pip that
-    installs from it (its version, returned)."""
+    """What a build from the backend's pylock needs, checked before any build (its Python and
+    freshness were, as it was read: kdkit.lock.locked.read_locked): every installed file hashed and
+    reachable, and a pip that installs from it (its version, returned)."""
     check_pylock(pylock.lock, project.python, wheelhouse, _loads(pylock.text))
     return installer_pip()
 
 
 def download_pip(dest: Path, version: str, report: Progress | None = None) -> Path:
-    """pip ``version``'s wheel, fetched into ``dest`` by kdkit's own pip (its configuration: index, certificate,
-    proxy)."""
+    """pip ``version``'s wheel, fetched into ``dest`` by kdkit's own pip (its configuration: index,
+    certificate, proxy)."""
     if report is not None:
         report(f"pip {version} for the builder, which installs from the pylock")
     done = proc.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
@@ -135,7 +141,8 @@ def download_pip(dest: Path, version: str, report: Progress | None = None) -> Pa
     return wheels[0]
 
 
-# ---------------------------------------------------------------- reading the pylock's text and data
+# ---------------------------------------------------------------- reading the pylock's text and
+# data
 
 
 def _data(path: Path) -> dict[str, Any]:
@@ -150,8 +157,9 @@ def _loads(text: str) -> dict[str, Any]:
 
 
 def applying_packages(lock: Lock, data: dict[str, Any], environment: dict[str, str]) -> list[dict[str, Any]]:
-    """The ``[[packages]]`` tables the image installs: those of a name and version whose marker holds there
-    (:meth:`Lock.applying`, PEP 751's rules: no extra, the default dependency groups)."""
+    """The ``[[packages]]`` tables the image installs: those of a name and version whose marker
+    holds there (:meth:`Lock.applying`, PEP 751's rules: no extra, the default dependency
+    groups)."""
     wanted = {(pin.key, pin.version) for key in lock.candidates for pin in lock.applying(key, environment)}
     return [package for package in data["packages"]
             if (normalize_name(package["name"]), str(package.get("version", ""))) in wanted]
@@ -169,9 +177,9 @@ def _file_tables(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def pylock_torch_keys(data: dict[str, Any], twin: Path | None, twin_text: str | None = None) -> set[str]:
-    """The normalized names of torch's part: the seeds, the torch part of the requirements lock ``twin`` (the
-    one the pylock was made from, when given; ``twin_text``: its text, already read), and what their
-    ``dependencies`` tables name, transitively."""
+    """The normalized names of torch's part: the seeds, the torch part of the requirements lock
+    ``twin`` (the one the pylock was made from, when given; ``twin_text``: its text, already read),
+    and what their ``dependencies`` tables name, transitively."""
     children: dict[str, set[str]] = {}
     for package in data["packages"]:
         named = package.get("dependencies")
@@ -192,14 +200,16 @@ def pylock_torch_keys(data: dict[str, Any], twin: Path | None, twin_text: str | 
 
 
 def _pieces(text: str) -> tuple[list[str], list[str]]:
-    """(the head's key lines, comments and blank lines left out; each ``[[packages]]`` block as written)."""
+    """(the head's key lines, comments and blank lines left out; each ``[[packages]]`` block as
+    written)."""
     head: list[str] = []
     blocks: list[list[str]] = []
     place = "head"
     for line in text.removeprefix("\ufeff").splitlines():
         package = _PACKAGES.match(line) is not None
         if package or (line.startswith("[") and not _PACKAGE_TABLE.match(line)):
-            place = "package" if package else "other"  # other: a top-level table ([tool.x]), which no install needs
+            # other: a top-level table ([tool.x]), which no install needs
+            place = "package" if package else "other"
             blocks += [[line]] if package else []
         elif place == "package":
             blocks[-1].append(line)
@@ -228,7 +238,8 @@ def _check_part(part: str, data: dict[str, Any], packages: list[dict[str, Any]],
 
 
 def split_pylock_text(text: str, data: dict[str, Any], keys: set[str], path: Path) -> tuple[str, str]:
-    """(torch's part, the rest) of a pylock's text, each a pylock of its own, every package block as written."""
+    """(torch's part, the rest) of a pylock's text, each a pylock of its own, every package block as
+    written."""
     head, blocks = _pieces(text)
     packages: list[dict[str, Any]] = data["packages"]
     ours = [normalize_name(package["name"]) in keys for package in packages]
@@ -252,8 +263,8 @@ def _toml(value: Any) -> str:
 
 
 def _located_files(package: dict[str, Any], key: str, files: dict[str, Path]) -> list[dict[str, Any]]:
-    """The package's ``key`` tables (wheels, sdist, archive) whose file the wheelhouse has, each naming that
-    file by its path in the part's folder (an archive table has no name key)."""
+    """The package's ``key`` tables (wheels, sdist, archive) whose file the wheelhouse has, each
+    naming that file by its path in the part's folder (an archive table has no name key)."""
     found = []
     for table in _file_tables({key: package.get(key)}):
         digest = str(table.get("hashes", {}).get("sha256", "")).lower()
@@ -264,7 +275,8 @@ def _located_files(package: dict[str, Any], key: str, files: dict[str, Path]) ->
 
 
 def _wheelhouse_block(package: dict[str, Any], files: dict[str, Path]) -> str | None:
-    """A package's block naming only the wheelhouse's files (sha256 -> file); None when it has none of them."""
+    """A package's block naming only the wheelhouse's files (sha256 -> file); None when it has none
+    of them."""
     sources = [f"{key} = {_toml(found if key == 'wheels' else found[0])}" for key in _FILE_KEYS
                if (found := _located_files(package, key, files))]
     if not sources:
@@ -275,8 +287,8 @@ def _wheelhouse_block(package: dict[str, Any], files: dict[str, Path]) -> str | 
 
 def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, Any]], keys: set[str],
                      wheels: list[Path]) -> tuple[str, str]:
-    """(torch's part, the rest) for a build from a wheelhouse: the packages the image installs, each naming the
-    wheelhouse's files of it; BadInput for one that has none there."""
+    """(torch's part, the rest) for a build from a wheelhouse: the packages the image installs, each
+    naming the wheelhouse's files of it; BadInput for one that has none there."""
     files = {sha256_file(path): path for path in wheels}
     head = _pieces(text)[0]
     parts: dict[bool, list[str]] = {True: [], False: []}
@@ -292,9 +304,10 @@ def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, A
 
 def pylock_builder_entries(pylock: LockInput, twin: LockInput, python: str, ca_bundle: bytes | None,
                            wheels: list[Path], pip_wheel: Path) -> Iterator[tuple[str, Path | bytes]]:
-    """The builder stage's part of the build context for a pylock: build/ca/, and build/torch/ and build/rest/
-    each with its ``pylock.toml``, the pip that installs it (``pip/``) and, with a wheelhouse, its ``wheels/``.
-    ``pylock`` and ``twin`` (its requirements lock) as the build read them, once."""
+    """The builder stage's part of the build context for a pylock: build/ca/, and build/torch/ and
+    build/rest/ each with its ``pylock.toml``, the pip that installs it (``pip/``) and, with a
+    wheelhouse, its ``wheels/``. ``pylock`` and ``twin`` (its requirements lock) as the build read
+    them, once."""
     text, data, lock = pylock.text, _loads(pylock.text), pylock.lock
     keys = pylock_torch_keys(data, None, twin.text)
     if wheels:

@@ -1,7 +1,7 @@
-"""The network of `kdkit lock`'s index checks, reached as pip reaches it: pip's ``cert``, ``proxy`` and
-``trusted-host`` options and the proxy variables honoured, the URL's ``user:password@`` sent as Basic
-auth to that host only, at most :data:`TIMEOUT` seconds a request by the wall clock (a page that
-trickles a byte every few seconds does not reset it) and :data:`MAX_PAGE` bytes a page.
+"""The network of `kdkit lock`'s index checks, reached as pip reaches it: pip's ``cert``, ``proxy``
+and ``trusted-host`` options and the proxy variables honoured, the URL's ``user:password@`` sent as
+Basic auth to that host only, at most :data:`TIMEOUT` seconds a request by the wall clock (a page
+that trickles a byte every few seconds does not reset it) and :data:`MAX_PAGE` bytes a page.
 
 An index that does not answer is ``Unavailable`` (exit 3) naming the URL, its place and the reason.
 No click here.
@@ -22,8 +22,10 @@ from urllib.parse import unquote, urlsplit
 from kdkit.core.errors import Unavailable
 
 TIMEOUT = 10.0  # seconds a request may take; pip's own timeout applies when it is shorter
-RETRIES = 1  # what pip-compile's pip gets (--retries): the preflight already knows the index answers
-MAX_PAGE = 32 << 20  # bytes: download.pytorch.org's every-build torch/ page is a few MB; more is not an index
+# what pip-compile's pip gets (--retries): the preflight already knows the index answers
+RETRIES = 1
+# bytes: download.pytorch.org's every-build torch/ page is a few MB; more is not an index
+MAX_PAGE = 32 << 20
 GRACE = 0.5  # seconds past the timeout the fetch may take (the socket's own timeout fires first)
 TORCH_FIX = ("check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a local folder "
              "with --torch-find-links")
@@ -32,7 +34,8 @@ INDEX_FIX = "check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy)
 
 @dataclass(frozen=True)
 class Network:
-    """How to reach an index: the timeout and what pip's configuration says about TLS and proxies."""
+    """How to reach an index: the timeout and what pip's configuration says about TLS and
+    proxies."""
 
     timeout: float = TIMEOUT
     cafile: str | None = None
@@ -41,7 +44,8 @@ class Network:
 
     @classmethod
     def from_pip(cls, pip_config: dict[str, str], ca_bundle: Path | None = None) -> Network:
-        """From pip's timeout (when under :data:`TIMEOUT`), cert (or --ca-bundle), proxy and trusted-host."""
+        """From pip's timeout (when under :data:`TIMEOUT`), cert (or --ca-bundle), proxy and
+        trusted-host."""
         timeout = TIMEOUT
         for key in ("timeout", "default-timeout"):
             try:
@@ -61,15 +65,18 @@ class Network:
         if host in self.trusted_hosts:  # pip's trusted-host: no certificate check for that host
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        if self.proxy:  # pip's --proxy holds for every host: NO_PROXY does not apply to it (urllib's would)
+        # pip's --proxy holds for every host: NO_PROXY does not apply to it (urllib's would)
+        if self.proxy:
             return urllib.request.build_opener(urllib.request.ProxyHandler({}), _EveryHost(self.proxy),
                                                urllib.request.HTTPSHandler(context=context))
-        proxies = urllib.request.getproxies()  # HTTP(S)_PROXY and their lower-case forms; NO_PROXY applies
+        # HTTP(S)_PROXY and their lower-case forms; NO_PROXY applies
+        proxies = urllib.request.getproxies()
         return urllib.request.build_opener(urllib.request.ProxyHandler(proxies),
                                            urllib.request.HTTPSHandler(context=context))
 
     def proxy_for(self, url: str) -> tuple[str, str] | None:
-        """(proxy URL without userinfo, where it was set) that a request for ``url`` goes through, or None."""
+        """(proxy URL without userinfo, where it was set) that a request for ``url`` goes through,
+        or None."""
         if self.proxy:
             return without_userinfo(self.proxy if "://" in self.proxy else f"http://{self.proxy}")[0], "pip's proxy"
         parts = urlsplit(url)
@@ -80,14 +87,16 @@ class Network:
 
     def get(self, url: str, what: str, *, body: bool = True, fix: str = TORCH_FIX,
             outcome: str = "nothing was locked") -> str | None:
-        """The text at ``url``; None when the server answers 404/410; Unavailable when it does not answer,
-        or not all of the page within the timeout (however slowly it trickles), or a page over MAX_PAGE.
+        """The text at ``url``; None when the server answers 404/410; Unavailable when it does not
+        answer, or not all of the page within the timeout (however slowly it trickles), or a page
+        over MAX_PAGE.
 
         ``what`` names the URL's place in messages (``backends.cuda.torch_index in kdkit.json``)."""
         url, authorization = without_userinfo(url)
         host = urlsplit(url).hostname or ""
         request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "kdkit"})
-        if authorization:  # as pip does: the URL's user and password go as Basic auth, to that host only
+        # as pip does: the URL's user and password go as Basic auth, to that host only
+        if authorization:
             request.add_unredirected_header("Authorization", authorization)
         fetch = self._fetch(request, host, body)
         if fetch.done and fetch.error is None:
@@ -97,8 +106,9 @@ class Network:
         raise Unavailable(f"{url} ({what}): {self._failure(fetch, host, url)}; {outcome}: {fix}")
 
     def _fetch(self, request: urllib.request.Request, host: str, body: bool) -> _Fetch:
-        """The request run in a thread: the socket's timeout holds per read, and a byte every few seconds
-        resets it; the join bounds the whole fetch (name lookup, connection, every read) by the wall clock."""
+        """The request run in a thread: the socket's timeout holds per read, and a byte every few
+        seconds resets it; the join bounds the whole fetch (name lookup, connection, every read) by
+        the wall clock."""
         fetch = _Fetch()
         worker = threading.Thread(target=fetch.run, args=(self._opener(host), request, self.timeout, body),
                                   name="kdkit-index-fetch", daemon=True)
@@ -110,7 +120,8 @@ class Network:
         return fetch
 
     def _failure(self, fetch: _Fetch, host: str, url: str) -> str:
-        """Why a fetch that did not return a page failed, for the message; an unexpected error is raised."""
+        """Why a fetch that did not return a page failed, for the message; an unexpected error is
+        raised."""
         if not fetch.done:
             return (f"the page was not complete after {self.timeout:g} s ({fetch.received} bytes came)"
                     if fetch.answered else f"no answer after {self.timeout:g} s")
@@ -159,7 +170,8 @@ def without_userinfo(url: str) -> tuple[str, str | None]:
 
 
 class _EveryHost(urllib.request.BaseHandler):
-    """pip's ``proxy`` option: every request goes through it, whatever NO_PROXY says (pip ignores it for --proxy)."""
+    """pip's ``proxy`` option: every request goes through it, whatever NO_PROXY says (pip ignores it
+    for --proxy)."""
 
     handler_order = 100  # before the HTTP(S) handlers, as urllib's ProxyHandler
 
@@ -204,7 +216,8 @@ class _Fetch:
                     self.text = ""
                     return
                 chunks = []
-                while not self.stop.is_set() and (chunk := response.read1(1 << 16)):  # what has come, at once
+                # what has come, at once
+                while not self.stop.is_set() and (chunk := response.read1(1 << 16)):
                     self.received += len(chunk)
                     if self.received > MAX_PAGE:
                         raise _TooLarge

@@ -1,4 +1,5 @@
-"""`kdkit lock`: one hashed lock per backend (pip-tools or uv), with its provenance, and stale-lock detection.
+"""`kdkit lock`: one hashed lock per backend (pip-tools or uv), with its provenance, and stale-lock
+detection.
 
 How the torch index is used. pip has no per-package index, so kdkit makes the
 backend's PyTorch wheel index (``backends.<name>.torch_index`` in kdkit.json)
@@ -18,12 +19,11 @@ the URL and the reason, one without a torch build for the requirement, the
 project's Python and the image's platform is exit 2 naming the builds the index
 family offers. pip itself is bounded too (``--pip-args "--timeout N --retries 1"``).
 
-Where the files came from (:mod:`kdkit.lock.provenance`). After pip-compile, the lock's hashes are compared
-with the torch index's sha256 fragments and with the machine-local sources of
-pip's configuration (find-links folders, file:// indexes): the header's
-``torch-source`` names the index and the wheel, torch taken only from a local
-source the user did not name is refused, and pins whose every file is on this
-machine only are listed in ``machine-local`` (and warned about).
+Where the files came from (:mod:`kdkit.lock.provenance`). After pip-compile, the lock's hashes are
+compared with the torch index's sha256 fragments and with the machine-local sources of pip's
+configuration (find-links folders, file:// indexes): the header's ``torch-source`` names the index
+and the wheel, torch taken only from a local source the user did not name is refused, and pins whose
+every file is on this machine only are listed in ``machine-local`` (and warned about).
 
 Locks travel. A lock carries only what another machine can use: pip-compile
 emits no index or find-links lines (``--no-emit-index-url --no-emit-find-links``);
@@ -36,12 +36,13 @@ local folder of wheels; the label check still holds, against the label that
 kdkit.json's index promises, and the header records the replacement.
 
 The resolver is pip-tools' pip-compile (:mod:`kdkit.lock.pipcompile`) or, with ``--resolver uv``
-or kdkit.json's ``"resolver": "uv"``, ``uv pip compile`` (:mod:`kdkit.lock.uvcompile`), given the same
-indexes and the same part of pip's configuration; either runs as a subprocess, on this host or in the
-backend's base image (:mod:`kdkit.lock.resolvers`). Everything above holds for both: the preflight, the
-torch label, provenance, the index lines. kdkit writes its own ``# kdkit: key = value`` header (see
-:mod:`kdkit.core.lockfile`; ``resolver`` names the tool and its version). The previous lock is handed
-to the resolver so unchanged pins stay put unless ``--upgrade`` / ``--upgrade-package`` says
+or kdkit.json's ``"resolver": "uv"``, ``uv pip compile`` (:mod:`kdkit.lock.uvcompile`), given the
+same indexes and the same part of pip's configuration; either runs as a subprocess, on this host or
+in the backend's base image (:mod:`kdkit.lock.resolvers`). Everything above holds for both: the
+preflight, the torch label, provenance, the index lines. kdkit writes its own ``# kdkit: key =
+value`` header (see
+:mod:`kdkit.core.lockfile`; ``resolver`` names the tool and its version). The previous lock is
+handed to the resolver so unchanged pins stay put unless ``--upgrade`` / ``--upgrade-package`` says
 otherwise, and the new lock replaces the old one atomically only when everything succeeded. Stale
 locks: :mod:`kdkit.lock.staleness`.
 """
@@ -111,7 +112,8 @@ class LockResult:
 
 
 def pip_configuration(python: str = sys.executable) -> dict[str, str]:
-    """The user's effective pip options (``pip config list``): environment over install over global."""
+    """The user's effective pip options (``pip config list``): environment over install over
+    global."""
     done = proc.run([python, "-m", "pip", "config", "list"], timeout=60)
     ranks = {":env:": 3, "install": 2, "global": 1}
     best: dict[str, tuple[int, str]] = {}
@@ -149,7 +151,8 @@ def torch_find_links(option: Path | None) -> Path | None:
 
 
 def backend_label(backend: Backend) -> str | None:
-    """The torch local label a backend's index serves: the index URL's last segment (cu128, rocm6.4, cpu)."""
+    """The torch local label a backend's index serves: the index URL's last segment (cu128, rocm6.4,
+    cpu)."""
     return index_label(backend.torch_index)
 
 
@@ -157,7 +160,8 @@ def backend_label(backend: Backend) -> str | None:
 
 def build_header(project: Project, backend: Backend, resolution: Resolution, indexes: Sequence[tuple[str, str]],
                  origin: Provenance, torch_build: str | None = None) -> str:
-    """The provenance block above the lock's index lines and the resolver's output (``torch_build``: PyPI's)."""
+    """The provenance block above the lock's index lines and the resolver's output (``torch_build``:
+    PyPI's)."""
     fields: list[tuple[str, str]] = [
         ("kdkit-version", __version__),
         ("backend", backend.name),
@@ -202,11 +206,12 @@ def platform_warnings(project: Project, backend: Backend) -> list[str]:
 def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: TorchPage | None = None,
                       inputs: Sequence[Path] = (), python: str = "", tool: str = "pip-compile",
                       mirrors: tuple[str, ...] = ()) -> str | None:
-    """torch must carry the label of the backend's index; a bare version would accept any build. An index
-    of another family, or one whose label kdkit cannot read, is BadInput (a torch it locks is no build of
-    the backend's). The fix names the input file that requires torch and, from the preflight's ``page``,
-    the newest build of the index that fits; ``tool`` is the resolver that chose the pin. PyPI (or one of
-    ``mirrors``): returns the plain pin's build from the facts (the header's ``torch-build``)."""
+    """torch must carry the label of the backend's index; a bare version would accept any build. An
+    index of another family, or one whose label kdkit cannot read, is BadInput (a torch it locks is
+    no build of the backend's). The fix names the input file that requires torch and, from the
+    preflight's ``page``, the newest build of the index that fits; ``tool`` is the resolver that
+    chose the pin. PyPI (or one of ``mirrors``): returns the plain pin's build from the facts (the
+    header's ``torch-build``)."""
     pin = lock.pins.get("torch")
     if pin is None:
         return None
@@ -228,7 +233,8 @@ def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: Tor
 
 
 def _naming_torch(inputs: Sequence[Path], root: Path) -> str:
-    """The input file (relative to the project) whose requirement lines name torch; the first otherwise."""
+    """The input file (relative to the project) whose requirement lines name torch; the first
+    otherwise."""
     for path in inputs:
         if re.search(r"^\s*torch\s*(?:[\[=<>!~;@]|$)", path.read_text(encoding="utf-8"), re.MULTILINE | re.IGNORECASE):
             return relative(root, path)
@@ -247,8 +253,9 @@ def chosen_backends(project: Project, backend: str | None) -> list[Backend]:
 
 def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
               network: Network) -> TorchPage:
-    """Before the resolver: the torch index answers and serves a build the project can install, and every
-    other http(s) index kdkit hands to pip answers (pip would wait minutes on one that does not)."""
+    """Before the resolver: the torch index answers and serves a build the project can install, and
+    every other http(s) index kdkit hands to pip answers (pip would wait minutes on one that does
+    not)."""
     inputs = input_files(project.requirements)
     requirement = torch_requirement(inputs, project.python, TARGET_PLATFORM)
     page = index_preflight(backend.torch_index, backend.name, requirement, project.python, TARGET_PLATFORM,
@@ -260,8 +267,8 @@ def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
 
 
 def _refuse_early(project: Project, backend: Backend, local_torch: Path | None) -> dict[str, str]:
-    """Before anything runs: no credential in the inputs, a torch index of the backend's build (or PyPI),
-    the ``--torch-find-links`` folder holding that build. Returns pip's configuration."""
+    """Before anything runs: no credential in the inputs, a torch index of the backend's build (or
+    PyPI), the ``--torch-find-links`` folder holding that build. Returns pip's configuration."""
     inputs = input_files(project.requirements)  # a missing .in is bad input before anything runs
     for path in inputs:
         refuse_credentials_in(path, relative(project.root, path))
@@ -280,8 +287,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                  upgrade_packages: Sequence[str] = (), in_container: bool = False,
                  ca_bundle: Path | None = None, local_torch: Path | None = None,
                  resolver: Resolver | None = None) -> LockResult:
-    """Resolve (pip-tools unless ``resolver`` says otherwise), check and write ``backend.lock``; nothing is
-    written unless every step succeeded."""
+    """Resolve (pip-tools unless ``resolver`` says otherwise), check and write ``backend.lock``;
+    nothing is written unless every step succeeded."""
     resolver = resolver or prepare("pip-tools")
     config_file = project.root / "kdkit.json"
     pip_config = _refuse_early(project, backend, local_torch)
@@ -300,7 +307,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                                     project.python, resolver.tool, mirrors)
     indexes = emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
                               torch_from_index=local_torch is None)
-    # the indexes a machine installing the lock asks: those it names, and its own (pip's default here)
+    # the indexes a machine installing the lock asks: those it names, and its own (pip's default
+    # here)
     asked = [url for _option, url in indexes]
     asked += [pip_config["index-url"]] if pip_config.get("index-url") and pip_config["index-url"] not in asked else []
     origin = provenance(lock, page, asked, local_sources(pip_config, local_torch), local_torch, network,
@@ -312,8 +320,10 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     left = [line for path in (backend.lock, backend.pylock) for line in describe_removed(clean_stale(path))]
     for path, content in writes:  # a credential in either: refused before either is written
         _refuse_credentials(path, content)
-    for number, (path, content) in enumerate(writes):  # the lock first: a kill between leaves the old pylock,
-        _write(path, content, [done for done, _text in writes[:number]], project)  # which validate finds stale
+    # the lock first: a kill between leaves the old pylock,
+    for number, (path, content) in enumerate(writes):
+        # which validate finds stale
+        _write(path, content, [done for done, _text in writes[:number]], project)
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
     elsewhere = cpu_mismatch(project, resolution.platform, relative(project.root, backend.lock))
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
@@ -352,13 +362,15 @@ def pylock_text(resolver: Resolver, job: Job, head: str, text: str) -> tuple[str
 def _refuse_credentials(path: Path, text: str) -> None:
     """BadInput, naming the line, when the lock would carry a credential."""
     for number, line in enumerate(text.splitlines(), start=1):
-        if found := find(line):  # e.g. an index URL with a password or a token taken from pip's configuration
+        # e.g. an index URL with a password or a token taken from pip's configuration
+        if found := find(line):
             raise BadInput(f"{path}:{number}: the lock would carry {found[0].what} ({found[0].redacted}); "
                            f"nothing was written: {CREDENTIAL_FIX}")
 
 
 def _write(path: Path, text: str, written: Sequence[Path], project: Project) -> None:
-    """Write ``path`` atomically; a folder that refuses it is one line naming what was written before it."""
+    """Write ``path`` atomically; a folder that refuses it is one line naming what was written
+    before it."""
     try:
         atomic_write_text(path, text)
     except OSError as exc:
@@ -372,10 +384,12 @@ def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrad
                  upgrade_packages: Sequence[str] = (), in_container: bool = False,
                  ca_bundle: Path | None = None, torch_links: Path | None = None,
                  progress: Progress | None = None, resolver: str | None = None) -> list[LockResult]:
-    """Lock each chosen backend of the project at ``project_dir`` with ``resolver`` (pip-tools or uv; None:
-    kdkit.json's ``resolver``, else pip-tools). The library entry point of `kdkit lock`."""
+    """Lock each chosen backend of the project at ``project_dir`` with ``resolver`` (pip-tools or
+    uv; None: kdkit.json's ``resolver``, else pip-tools). The library entry point of `kdkit
+    lock`."""
     project = load_project(project_dir)
-    for problem in secret_problems(project.config, project.root / "kdkit.json"):  # as `kdkit validate` refuses
+    # as `kdkit validate` refuses
+    for problem in secret_problems(project.config, project.root / "kdkit.json"):
         raise BadInput(f"{problem}; nothing was locked")
     if ca_bundle is not None and not ca_bundle.is_file():
         raise BadInput(f"--ca-bundle {ca_bundle}: not a file; give a PEM file of CA certificates")

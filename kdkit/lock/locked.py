@@ -1,12 +1,14 @@
-"""A backend's lock as a command reads it: once, into bytes, at the command's edge (a ``LockedBackend``).
+"""A backend's lock as a command reads it: once, into bytes, at the command's edge (a
+``LockedBackend``).
 
-What `kdkit build`, `kdkit bundle` and `kdkit wheelhouse` judge of the lock comes from those bytes: the lock
-parsed (freshness, torch's labels, the layers' parts, the machine-local pins, the hashes a download is held
-to), its sha256 (the ``dev.kdkit.lock.sha256`` label, the default tag, bundle.json's ``lock_sha256``), the
-credential check, and the file the build context carries (``lock/<path>``). Read twice, a lock replaced
-between the reads gave an image whose label names another lock than the one it holds. Two readers still
-open the file itself: `kdkit bundle` packs it with the project's files, and pip reads it for `kdkit
-wheelhouse` (each downloaded file is then held to the hashes of the read).
+What `kdkit build`, `kdkit bundle` and `kdkit wheelhouse` judge of the lock comes from those bytes:
+the lock parsed (freshness, torch's labels, the layers' parts, the machine-local pins, the hashes a
+download is held to), its sha256 (the ``dev.kdkit.lock.sha256`` label, the default tag,
+bundle.json's ``lock_sha256``), the credential check, and the file the build context carries
+(``lock/<path>``). Read twice, a lock replaced between the reads gave an image whose label names
+another lock than the one it holds. Two readers still open the file itself: `kdkit bundle` packs it
+with the project's files, and pip reads it for `kdkit wheelhouse` (each downloaded file is then held
+to the hashes of the read).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class LockInput:
 
     path: Path
     data: bytes = field(repr=False)
-    text: str = field(repr=False)  # the bytes decoded as a text read decodes them (UTF-8, universal newlines)
+    # the bytes decoded as a text read decodes them (UTF-8, universal newlines)
+    text: str = field(repr=False)
     lock: Lock = field(repr=False)
 
     @cached_property
@@ -39,7 +42,8 @@ class LockInput:
 
 
 def _read(path: Path) -> bytes:
-    """The bytes of a regular file of at most LOCK_LIMIT bytes, from one open (checked on that open file)."""
+    """The bytes of a regular file of at most LOCK_LIMIT bytes, from one open (checked on that open
+    file)."""
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -61,7 +65,8 @@ def _read(path: Path) -> bytes:
 
 
 def read_lock_input(path: Path) -> LockInput:
-    """Read the lock at ``path`` once and parse it (BadInput naming ``file:line``, as :func:`parse_lock`)."""
+    """Read the lock at ``path`` once and parse it (BadInput naming ``file:line``, as
+    :func:`parse_lock`)."""
     data = _read(path)
     try:
         text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
@@ -72,8 +77,8 @@ def read_lock_input(path: Path) -> LockInput:
 
 @dataclass(frozen=True)
 class LockedBackend:
-    """A backend with its lock read once and checked fresh from those bytes (and, for a pylock build, the
-    PEP 751 lock first, then the requirements lock it was made from)."""
+    """A backend with its lock read once and checked fresh from those bytes (and, for a pylock
+    build, the PEP 751 lock first, then the requirements lock it was made from)."""
 
     backend: Backend
     inputs: tuple[LockInput, ...] = field(repr=False)  # (lock,) or (pylock, its requirements twin)
@@ -90,9 +95,9 @@ class LockedBackend:
 
 
 def read_locked(project: Project, chosen: Backend, lock_format: str = "requirements") -> LockedBackend:
-    """The backend's locks, each read once and checked fresh from those bytes: the requirements lock, or the
-    pylock and then the requirements lock it was made from; BadInput (exit 2) for a missing, unreadable or
-    stale one."""
+    """The backend's locks, each read once and checked fresh from those bytes: the requirements
+    lock, or the pylock and then the requirements lock it was made from; BadInput (exit 2) for a
+    missing, unreadable or stale one."""
     from kdkit.lock.staleness import missing_lock, require_fresh_lock, require_fresh_pylock
 
     if not chosen.lock.is_file():

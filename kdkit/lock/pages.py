@@ -1,6 +1,6 @@
-"""What pip reads before it installs anything, as kdkit reads it: PEP 503 project pages (the files they
-link to, their sha256 fragments, Requires-Python and PEP 592 yanking), distribution file names and
-whether a wheel's tags fit the image, and what the requirement files ask of torch.
+"""What pip reads before it installs anything, as kdkit reads it: PEP 503 project pages (the files
+they link to, their sha256 fragments, Requires-Python and PEP 592 yanking), distribution file names
+and whether a wheel's tags fit the image, and what the requirement files ask of torch.
 
 No click, no network here (:mod:`kdkit.lock.fetch` fetches the pages).
 """
@@ -47,9 +47,11 @@ class _Anchors(HTMLParser):
 
 
 def parse_page(text: str, page_url: str) -> list[IndexFile]:
-    """The files a PEP 503 page links to, with their sha256 fragments (``#sha256=HEX``) where given."""
+    """The files a PEP 503 page links to, with their sha256 fragments (``#sha256=HEX``) where
+    given."""
     parser = _Anchors()
-    with contextlib.suppress(AssertionError):  # html.parser on a malformed declaration (`<![ x`): links before it
+    # html.parser on a malformed declaration (`<![ x`): links before it
+    with contextlib.suppress(AssertionError):
         parser.feed(text)
     files = []
     for attrs in parser.found:
@@ -81,7 +83,8 @@ def parse_filename(filename: str) -> tuple[str, str, tuple[str, str, str] | None
 
 
 def fits(tags: tuple[str, str, str], python: str, target: tuple[str, str]) -> bool:
-    """Whether a wheel with ``tags`` installs on CPython ``python`` (``"3.11"``) on ``target`` (linux, x86_64)."""
+    """Whether a wheel with ``tags`` installs on CPython ``python`` (``"3.11"``) on ``target``
+    (linux, x86_64)."""
     major, minor = [*python.split("."), "0"][:2]
     pythons = {f"cp{major}{minor}", f"py{major}{minor}", f"py{major}", f"cp{major}"}
     abis = {f"cp{major}{minor}", "abi3", "none"}
@@ -101,8 +104,8 @@ def wheel_fits(filename: str, python: str, target: tuple[str, str]) -> bool:
 
 
 def python_allows(requires_python: str | None, python: str) -> bool:
-    """Whether a file's Requires-Python (``>=3.12``) admits CPython ``python`` (``3.11``: some 3.11.x does);
-    a specifier kdkit cannot read admits it (pip will say)."""
+    """Whether a file's Requires-Python (``>=3.12``) admits CPython ``python`` (``3.11``: some
+    3.11.x does); a specifier kdkit cannot read admits it (pip will say)."""
     clauses = [_CLAUSE.match(piece) for piece in (requires_python or "").split(",") if piece.strip()]
     if not all(clauses):
         return True
@@ -114,8 +117,8 @@ def python_allows(requires_python: str | None, python: str) -> bool:
 
 
 def local_path(value: str) -> str:
-    """The path a pip option value names on this machine: a ``file:`` URL's path, percent-decoded as pip
-    reads it, or the value itself (a plain path)."""
+    """The path a pip option value names on this machine: a ``file:`` URL's path, percent-decoded as
+    pip reads it, or the value itself (a plain path)."""
     return url2pathname(urlsplit(value).path) if value.startswith("file:") else value
 
 
@@ -129,7 +132,8 @@ def and_list(items: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Requirement:
-    """The clauses the input files put on torch (``==2.13.0``, ``>=2.12,<2.14``); none means any release."""
+    """The clauses the input files put on torch (``==2.13.0``, ``>=2.12,<2.14``); none means any
+    release."""
 
     clauses: tuple[tuple[str, str], ...]
 
@@ -140,7 +144,8 @@ class Requirement:
             return False
 
     def pinned(self) -> bool:
-        """One ``==`` (or ``===``) clause without a wildcard: pip then takes a yanked file too (PEP 592)."""
+        """One ``==`` (or ``===``) clause without a wildcard: pip then takes a yanked file too (PEP
+        592)."""
         return len(self.clauses) == 1 and self.clauses[0][0] in ("==", "===") and "*" not in self.clauses[0][1]
 
     def text(self) -> str:
@@ -151,8 +156,9 @@ class Requirement:
 
 
 def torch_requirement(files: Sequence[Path], python: str, target: tuple[str, str]) -> Requirement | None:
-    """What the input files (``kdkit.lock.inputs.input_files``) require of torch for the image (markers evaluated
-    for it); None when they do not name torch, or name it by URL (``torch @ https://...``, no index needed)."""
+    """What the input files (``kdkit.lock.inputs.input_files``) require of torch for the image
+    (markers evaluated for it); None when they do not name torch, or name it by URL (``torch @
+    https://...``, no index needed)."""
     environment = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": target[0],
                    "platform_system": target[0].capitalize(), "platform_machine": target[1], "os_name": "posix",
                    "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
@@ -174,8 +180,8 @@ def torch_requirement(files: Sequence[Path], python: str, target: tuple[str, str
 
 
 def _torch_clauses(line: str, environment: dict[str, str]) -> str | None:
-    """What follows ``torch`` on a requirement line whose marker holds in ``environment`` (``>=2.12,<2.14``,
-    ``@ URL``, or empty); None for another line."""
+    """What follows ``torch`` on a requirement line whose marker holds in ``environment``
+    (``>=2.12,<2.14``, ``@ URL``, or empty); None for another line."""
     if not line or line.startswith("-"):
         return None
     match = _REQUIREMENT.match(line)

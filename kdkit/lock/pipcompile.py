@@ -1,10 +1,12 @@
-"""pip-compile for `kdkit lock` (``--resolver pip-tools``, the default): its options (kdkit's index options,
-pip bounded like the preflight), and running it on this host or inside the backend's base image (pip-tools
-brought in from the host, pip's configuration, proxies, CA bundle and local paths handed over).
+"""pip-compile for `kdkit lock` (``--resolver pip-tools``, the default): its options (kdkit's index
+options, pip bounded like the preflight), and running it on this host or inside the backend's base
+image (pip-tools brought in from the host, pip's configuration, proxies, CA bundle and local paths
+handed over).
 
 pip-compile runs as a subprocess (``python -m piptools compile``; its Python API is internal) with
 ``--generate-hashes --allow-unsafe --strip-extras --no-header --no-config``. It reads pip's own
-configuration itself (pip.conf and ``PIP_*``); what both resolvers share is :mod:`kdkit.lock.resolution`.
+configuration itself (pip.conf and ``PIP_*``); what both resolvers share is
+:mod:`kdkit.lock.resolution`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from kdkit.lock.inputs import relative
 from kdkit.lock.resolution import CONTAINER_CA, ContainerRun, Resolution, host_facts, index_arguments, run_in_container
 
 TOOL = "pip-compile"
-# --no-emit-*: a find-links folder or a file:// index is a path on one machine, and the lock travels;
-# kdkit writes the index lines itself (provenance.option_lines).
+# --no-emit-*: a find-links folder or a file:// index is a path on one machine, and the lock
+# travels; kdkit writes the index lines itself (provenance.option_lines).
 COMPILE_FLAGS = ("--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header", "--no-config",
                  "--no-emit-find-links", "--no-emit-index-url")
 
@@ -58,7 +60,8 @@ def compile_on_host(project: Project, args: list[str], output: Path, ca_bundle: 
 
 
 def _pip_tools_wheels(dest: Path, python_version: str) -> None:
-    """Download the host's pip-tools version (pure-Python wheels) for the container, via the host's pip."""
+    """Download the host's pip-tools version (pure-Python wheels) for the container, via the host's
+    pip."""
     done = proc.run([sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest), "--only-binary=:all:",
                      "--python-version", python_version, f"pip-tools=={metadata.version('pip-tools')}"], timeout=600)
     if not done.ok:

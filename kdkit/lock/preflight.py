@@ -4,10 +4,10 @@ serves a torch build the project can install, read the way pip reads it.
 pip waits minutes on an index that does not answer (its timeout times its retries, for every page),
 then takes whatever a find-links folder of its configuration holds. kdkit asks first
 (:class:`kdkit.lock.fetch.Network`): the torch index's ``torch/`` page (PEP 503), filtered by the
-requirement on torch in the input files, the project's Python and the image's platform. An index that
-does not answer is ``Unavailable`` (exit 3), one that answers without such a build is ``BadInput``
-(exit 2) naming the builds the index family offers: the ``torch/`` page beside the label
-(``.../whl/torch/`` for ``.../whl/cu130``) lists them all, as download.pytorch.org does.
+requirement on torch in the input files, the project's Python and the image's platform. An index
+that does not answer is ``Unavailable`` (exit 3), one that answers without such a build is
+``BadInput`` (exit 2) naming the builds the index family offers: the ``torch/`` page beside the
+label (``.../whl/torch/`` for ``.../whl/cu130``) lists them all, as download.pytorch.org does.
 
 After pip-compile, :mod:`kdkit.lock.provenance` says where each locked file came from.
 No click here; errors are kdkit errors with one-line messages.
@@ -45,7 +45,8 @@ class TorchPage:
     index: str
     url: str
     files: tuple[IndexFile, ...]
-    builds: tuple[str, ...] = ()  # versions of the torch builds that fit the requirement, Python and label
+    # versions of the torch builds that fit the requirement, Python and label
+    builds: tuple[str, ...] = ()
 
     def newest(self) -> str | None:
         """The newest of :attr:`builds` (``2.12.0+cu128``), or None."""
@@ -60,9 +61,9 @@ class TorchPage:
 
 def _torch_builds(files: Iterable[IndexFile], requirement: Requirement, python: str,
                   target: tuple[str, str], *, requires_python: bool = True) -> list[tuple[str, IndexFile]]:
-    """(version, file) of the torch wheels that ``requirement`` allows and the image can install, as pip
-    chooses them: a yanked file only for an exact pin, a file whose Requires-Python excludes ``python``
-    never (unless ``requires_python`` is False)."""
+    """(version, file) of the torch wheels that ``requirement`` allows and the image can install, as
+    pip chooses them: a yanked file only for an exact pin, a file whose Requires-Python excludes
+    ``python`` never (unless ``requires_python`` is False)."""
     found = []
     for item in files:
         parsed = parse_filename(item.filename)
@@ -96,12 +97,12 @@ def example_index(backend: str, project_root: Path | None = None) -> str:
 
 def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, torch_needed: bool = True,
                          mirrors: tuple[str, ...] = ()) -> None:
-    """BadInput unless ``torch_index`` is a plain URL whose build label is of ``backend``'s family: a cuda
-    backend with ``.../whl/cpu`` would lock +cpu torch, one with ``.../whl/xpu`` +xpu. PyPI's index (or one of
-    ``mirrors``, the index pip's configuration names) serves a plain torch whose build the pairings' ``pypi``
-    facts give: accepted for the backends it builds (:mod:`kdkit.lock.pypitorch`). An index whose label
-    kdkit cannot read is refused only when ``torch_needed`` (the inputs name torch): without torch it is any
-    package index."""
+    """BadInput unless ``torch_index`` is a plain URL whose build label is of ``backend``'s family:
+    a cuda backend with ``.../whl/cpu`` would lock +cpu torch, one with ``.../whl/xpu`` +xpu. PyPI's
+    index (or one of ``mirrors``, the index pip's configuration names) serves a plain torch whose
+    build the pairings' ``pypi`` facts give: accepted for the backends it builds
+    (:mod:`kdkit.lock.pypitorch`). An index whose label kdkit cannot read is refused only when
+    ``torch_needed`` (the inputs name torch): without torch it is any package index."""
     place = f"{config_file}: $.backends.{backend}.torch_index {torch_index}"
     example = example_index(backend, config_file.parent)
     parts = urlsplit(torch_index)
@@ -130,9 +131,10 @@ def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, t
 
 def preflight(torch_index: str, backend: str, requirement: Requirement | None, python: str,
               target: tuple[str, str], network: Network, config_file: Path, mirrors: tuple[str, ...] = ()) -> TorchPage:
-    """Refuse, before pip-compile runs, an index that does not answer (Unavailable) or serves no build of
-    ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the index must only answer.
-    PyPI (or one of ``mirrors``): its plain-version torch wheels are the builds."""
+    """Refuse, before pip-compile runs, an index that does not answer (Unavailable) or serves no
+    build of ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the
+    index must only answer. PyPI (or one of ``mirrors``): its plain-version torch wheels are the
+    builds."""
     refuse_foreign_index(torch_index, backend, config_file, torch_needed=requirement is not None, mirrors=mirrors)
     plain = index_label(torch_index) is None and is_pypi(torch_index, mirrors)
     place = f"backends.{backend}.torch_index in {config_file}"
@@ -165,8 +167,9 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
 
 def _refuse_with_the_family(message: str, index: str, label: str, backend: str, wanted: Requirement, python: str,
                             target: tuple[str, str], network: Network, place: str) -> NoReturn:
-    """BadInput naming the builds of ``wanted`` that the index family's ``torch/`` page (beside ``label``)
-    lists: the backend's own (set the index to the newest), another backend's, or none."""
+    """BadInput naming the builds of ``wanted`` that the index family's ``torch/`` page (beside
+    ``label``) lists: the backend's own (set the index to the newest), another backend's, or
+    none."""
     family = index[: -len(label)].rstrip("/")
     listing = f"{family}/torch/"
     try:
@@ -191,9 +194,9 @@ def _refuse_with_the_family(message: str, index: str, label: str, backend: str, 
 
 def check_find_links(folder: Path, label: str | None, requirement: Requirement | None, python: str,
                      target: tuple[str, str], *, plain: bool = False) -> None:
-    """BadInput unless the folder of ``--torch-find-links`` holds a torch wheel that ``requirement`` allows,
-    with the backend's ``label`` (``plain``: PyPI's, with no label), for ``python`` on ``target``: pip would
-    take torch from anywhere else."""
+    """BadInput unless the folder of ``--torch-find-links`` holds a torch wheel that ``requirement``
+    allows, with the backend's ``label`` (``plain``: PyPI's, with no label), for ``python`` on
+    ``target``: pip would take torch from anywhere else."""
     if requirement is None:
         return
     files = [IndexFile(entry.name, entry.as_uri(), None) for entry in sorted(folder.iterdir()) if entry.is_file()]
@@ -209,5 +212,6 @@ def check_find_links(folder: Path, label: str | None, requirement: Requirement |
 
 
 def check_answers(url: str, place: str, network: Network) -> None:
-    """Unavailable unless the index at ``url`` answers (any HTTP status does): pip would wait minutes on it."""
+    """Unavailable unless the index at ``url`` answers (any HTTP status does): pip would wait
+    minutes on it."""
     network.get(f"{url.rstrip('/')}/torch/", place, body=False, fix=INDEX_FIX)

@@ -1,11 +1,11 @@
 """Where each file of a lock pip-compile wrote can come from, and the index lines the lock carries.
 
-pip-compile hashes every file of a pinned version that any source offers, so a lock's hashes say where
-its files can come from. They are compared with the torch index's sha256 fragments and with the
-machine-local sources of pip's configuration (find-links folders and ``file://`` indexes, where only
-files named like a pin are hashed). A pin whose every hash is on this machine only cannot be installed
-elsewhere from the lock; before calling it machine-local, kdkit asks the http(s) indexes the lock
-names whether they serve one of its hashes (a local mirror holds copies of PyPI's files).
+pip-compile hashes every file of a pinned version that any source offers, so a lock's hashes say
+where its files can come from. They are compared with the torch index's sha256 fragments and with
+the machine-local sources of pip's configuration (find-links folders and ``file://`` indexes, where
+only files named like a pin are hashed). A pin whose every hash is on this machine only cannot be
+installed elsewhere from the lock; before calling it machine-local, kdkit asks the http(s) indexes
+the lock names whether they serve one of its hashes (a local mirror holds copies of PyPI's files).
 
 No click here; errors are kdkit errors with one-line messages.
 """
@@ -45,7 +45,8 @@ def is_remote(value: str) -> bool:
 
 
 def local_sources(pip_config: dict[str, str], torch_links: Path | None) -> list[LocalSource]:
-    """The machine-local sources pip resolves from: find-links folders and file:// indexes of its configuration."""
+    """The machine-local sources pip resolves from: find-links folders and file:// indexes of its
+    configuration."""
     sources = [LocalSource("find-links", str(torch_links), "--torch-find-links")] if torch_links else []
     for key in ("find-links", "index-url", "extra-index-url"):
         for token in pip_config.get(key, "").split():
@@ -78,7 +79,8 @@ def _sha256_of(path: Path, _size: int, _mtime_ns: int, _inode: int) -> str:
 
 
 def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
-    """(sha256, file name) of the files of ``source`` named like ``pin`` (name and exact version)."""
+    """(sha256, file name) of the files of ``source`` named like ``pin`` (name and exact
+    version)."""
     if source.kind == "find-links":
         folder = Path(source.location)
         entries = sorted(folder.iterdir()) if folder.is_dir() else []
@@ -104,7 +106,8 @@ def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
 
 @dataclass
 class Provenance:
-    """Where the lock's files came from: the header's torch-source and machine-local fields, and warnings."""
+    """Where the lock's files came from: the header's torch-source and machine-local fields, and
+    warnings."""
 
     torch_source: str
     machine_local: list[str] = field(default_factory=list)
@@ -116,7 +119,8 @@ def _hashes(pin: Pin) -> set[str]:
 
 
 class _Remote:
-    """The http(s) indexes a lock names, asked at most once per page; an index that fails is not asked again."""
+    """The http(s) indexes a lock names, asked at most once per page; an index that fails is not
+    asked again."""
 
     def __init__(self, indexes: Sequence[str], network: Network) -> None:
         self.indexes = [i.rstrip("/") for i in indexes if is_remote(i)]
@@ -124,7 +128,8 @@ class _Remote:
         self.down: set[str] = set()
 
     def serving(self, name: str, hashes: set[str]) -> tuple[str, str] | None:
-        """(index, file name) of the first index whose page of ``name`` carries one of ``hashes``."""
+        """(index, file name) of the first index whose page of ``name`` carries one of
+        ``hashes``."""
         for index in self.indexes:
             if index in self.down:
                 continue
@@ -142,8 +147,9 @@ class _Remote:
 
 def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sources: Sequence[LocalSource],
                torch_links: Path | None, network: Network, python: str, target: tuple[str, str]) -> Provenance:
-    """Compare the lock's hashes with the torch page and the machine-local sources; BadInput when torch's
-    file is only on this machine and the user did not name that folder with --torch-find-links."""
+    """Compare the lock's hashes with the torch page and the machine-local sources; BadInput when
+    torch's file is only on this machine and the user did not name that folder with
+    --torch-find-links."""
     remote = _Remote(indexes, network)
     local: dict[str, dict[str, LocalSource]] = {}
     for pin in lock.pins.values():
@@ -178,7 +184,8 @@ def _offline(lock: Lock) -> str:
 
 def _torch_strays(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource],
                   sources: Sequence[LocalSource]) -> list[str]:
-    """Warnings when pip may install, on this machine, a file of torch other than the torch index's."""
+    """Warnings when pip may install, on this machine, a file of torch other than the torch
+    index's."""
     served = set(page.by_hash()) if page else set()
     strays = {s.describe() for d, s in local.items() if d in _hashes(torch) - served}
     if strays and served & _hashes(torch):
@@ -194,8 +201,8 @@ def _torch_strays(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[st
 
 
 def _only_here(pin: Pin, mine: dict[str, LocalSource], served: set[str], remote: _Remote) -> bool:
-    """Whether every file of ``pin`` is on this machine only: no torch page (for torch) nor index the lock
-    names serves one of its hashes."""
+    """Whether every file of ``pin`` is on this machine only: no torch page (for torch) nor index
+    the lock names serves one of its hashes."""
     hashes = _hashes(pin)
     if not hashes or not hashes <= set(mine):
         return False
@@ -251,9 +258,9 @@ def _torch_source(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[st
 
 def emitted_indexes(torch_index: str, pip_config: dict[str, str], default_index: str, *,
                     torch_from_index: bool = True) -> list[tuple[str, str]]:
-    """The index options a lock carries, as (option, URL): the torch index first when torch came from it,
-    then the http(s) indexes of pip's configuration (the user's index only when it is not pip's default,
-    as pip-compile does, unless the torch index needs it beside it).
+    """The index options a lock carries, as (option, URL): the torch index first when torch came
+    from it, then the http(s) indexes of pip's configuration (the user's index only when it is not
+    pip's default, as pip-compile does, unless the torch index needs it beside it).
 
     file:// indexes and find-links are paths of this machine; another machine cannot use them."""
     urls = [torch_index] if torch_from_index else []
@@ -270,5 +277,6 @@ def emitted_indexes(torch_index: str, pip_config: dict[str, str], default_index:
 
 
 def option_lines(indexes: Sequence[tuple[str, str]]) -> str:
-    """The index options kdkit writes at the top of a lock (pip-compile writes none: --no-emit-index-url)."""
+    """The index options kdkit writes at the top of a lock (pip-compile writes none:
+    --no-emit-index-url)."""
     return "".join(f"{option} {url}\n" for option, url in indexes) + ("\n" if indexes else "")

@@ -1,13 +1,13 @@
-"""The backend's PEP 751 lock, ``requirements/pylock.<backend>.toml``, written by `kdkit lock` from the same
-resolution as ``requirements/<backend>.txt``.
+"""The backend's PEP 751 lock, ``requirements/pylock.<backend>.toml``, written by `kdkit lock` from
+the same resolution as ``requirements/<backend>.txt``.
 
 kdkit writes no TOML of its own: uv writes the file (``uv pip compile --format pylock.toml``,
 https://docs.astral.sh/uv/reference/cli/#uv-pip-compile). Its input is the requirements lock's pins,
-each exact, with ``--no-deps``: uv resolves nothing anew, it names the files of those versions. It is
-asked for the image's platform and Python (Linux, the lock's CPU, the glibc of torch's own Linux wheels,
-``manylinux_2_28``: ``torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl``; kdkit.json's
-``python``) and given only the http(s) indexes the requirements lock names, never a find-links folder
-or a ``file://`` index: every URL in the pylock is one the rented machine can reach.
+each exact, with ``--no-deps``: uv resolves nothing anew, it names the files of those versions. It
+is asked for the image's platform and Python (Linux, the lock's CPU, the glibc of torch's own Linux
+wheels, ``manylinux_2_28``: ``torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl``; kdkit.json's
+``python``) and given only the http(s) indexes the requirements lock names, never a find-links
+folder or a ``file://`` index: every URL in the pylock is one the rented machine can reach.
 
 Before anything is written, kdkit reads uv's file back with its own reader and holds it to the
 requirements lock: the same names and versions, each file's sha256 among its pin's hashes, every URL
@@ -44,7 +44,8 @@ class NoPylock(KdkitError):
 
 
 def _pins_only(lock: Lock) -> str:
-    """uv's input: each pin of the lock with its hashes, no index line (uv gets the indexes as options)."""
+    """uv's input: each pin of the lock with its hashes, no index line (uv gets the indexes as
+    options)."""
     lines = []
     for pin in lock.every_pin():
         marker = f" ; {pin.marker}" if pin.marker else ""
@@ -53,8 +54,8 @@ def _pins_only(lock: Lock) -> str:
 
 
 def _index_arguments(lock: Lock) -> list[str]:
-    """The lock's http(s) indexes as uv options, in the lock's order (the torch index first); the last is
-    uv's default index, so PyPI is not added when the lock does not name it."""
+    """The lock's http(s) indexes as uv options, in the lock's order (the torch index first); the
+    last is uv's default index, so PyPI is not added when the lock does not name it."""
     urls = [url for option, url in lock.options if option in ("--index-url", "--extra-index-url") and is_remote(url)]
     if not urls:
         raise NoPylock(f"{lock.name} names no http(s) index, so no file of it has a URL another machine can reach")
@@ -64,10 +65,12 @@ def _index_arguments(lock: Lock) -> list[str]:
 
 def run_uv(uv: Path, lock: Lock, python: str, machine: str, env: dict[str, str], cert: str | None,
            pylock: Path) -> str:
-    """uv's pylock text for ``lock``'s pins, for Linux on ``machine`` and CPython ``python`` (X.Y)."""
+    """uv's pylock text for ``lock``'s pins, for Linux on ``machine`` and CPython ``python``
+    (X.Y)."""
     from kdkit.lock.uvcompile import UV_FLAGS
 
-    with scratch_beside(pylock) as tmp:  # the pylock's staging: a killed lock leaves it to the next (its resolver)
+    # the pylock's staging: a killed lock leaves it to the next (its resolver)
+    with scratch_beside(pylock) as tmp:
         source, output = tmp / "pins.txt", tmp / "pylock.out.toml"
         source.write_text(_pins_only(lock), encoding="utf-8")
         argv = [str(uv), "pip", "compile", *UV_FLAGS, "--no-deps", "--format", "pylock.toml",
@@ -80,8 +83,8 @@ def run_uv(uv: Path, lock: Lock, python: str, machine: str, env: dict[str, str],
 
 
 def check_against(text: str, lock: Lock, where: Path) -> None:
-    """NoPylock unless uv's pylock ``text`` names exactly ``lock``'s pins, each file with one of its pin's
-    hashes and an http(s) URL."""
+    """NoPylock unless uv's pylock ``text`` names exactly ``lock``'s pins, each file with one of its
+    pin's hashes and an http(s) URL."""
     if sys.version_info < (3, 11):
         raise NoPylock("reading a pylock back needs Python 3.11 or newer (tomllib)")
     import tomllib
@@ -104,7 +107,8 @@ def check_against(text: str, lock: Lock, where: Path) -> None:
 
 
 def header(lock_header: str, project: Project, backend: Backend, lock_text: str) -> str:
-    """kdkit's lines on top of the pylock: the requirements lock's own header, then the lock it was made from."""
+    """kdkit's lines on top of the pylock: the requirements lock's own header, then the lock it was
+    made from."""
     digest = hashlib.sha256(lock_text.encode("utf-8")).hexdigest()
     rel = relative(project.root, backend.lock)
     fields = [line for line in lock_header.splitlines() if line.startswith(HEADER_PREFIX)]
@@ -120,8 +124,9 @@ def header(lock_header: str, project: Project, backend: Backend, lock_text: str)
 
 def make_pylock(uv: Path | None, lock: Lock, project: Project, backend: Backend, lock_header: str, lock_text: str,
                 env: dict[str, str], cert: str | None, machine: str) -> str:
-    """The pylock's whole text (kdkit's header and uv's file), checked against ``lock`` (the requirements lock
-    as written, ``lock_text``, its index lines included); NoPylock saying why there is none."""
+    """The pylock's whole text (kdkit's header and uv's file), checked against ``lock`` (the
+    requirements lock as written, ``lock_text``, its index lines included); NoPylock saying why
+    there is none."""
     if uv is None:
         from kdkit.lock.uvcompile import GET_UV
 
@@ -139,8 +144,8 @@ def relative_pylock(project: Project, backend: Backend) -> str:
 
 
 def stale_note(project: Project, backend: Backend, lock_text: str) -> str:
-    """What a pylock left from an earlier lock now is, when this one could make none: stale, unless it was
-    made from the very lock now written (the same text)."""
+    """What a pylock left from an earlier lock now is, when this one could make none: stale, unless
+    it was made from the very lock now written (the same text)."""
     if not os.path.isfile(backend.pylock):
         return ""
     made_from = f"{REQUIREMENTS_LOCK} = {relative(project.root, backend.lock)} sha256:"

@@ -1,12 +1,14 @@
-"""PyPI as a torch source: a backend whose ``torch_index`` is PyPI's simple index (or the index the user's
-pip configuration names, a mirror of it) locks a plain ``torch==2.13.0``, whose build is read from the facts.
+"""PyPI as a torch source: a backend whose ``torch_index`` is PyPI's simple index (or the index the
+user's pip configuration names, a mirror of it) locks a plain ``torch==2.13.0``, whose build is read
+from the facts.
 
-PyPI's Linux torch wheel carries no local label in its file name, yet it is one build: 2.13.0 for x86_64 is
-the +cu130 build inside (its ``torch/version.py``), with its CUDA libraries as ``nvidia-*`` and
-``cuda-toolkit`` wheels. Which build each release is, per CPU, is data (kdkit/data/pairings.json ``pypi``,
-read from the released artifacts). The lock's header records it (``# kdkit: torch-build = cu130 (...)``),
-so ``check``, ``build``, ``verify-env`` and ``diagnose`` read the build from the lock, as they read a label.
-No click here; errors are kdkit errors with one-line messages.
+PyPI's Linux torch wheel carries no local label in its file name, yet it is one build: 2.13.0 for
+x86_64 is the +cu130 build inside (its ``torch/version.py``), with its CUDA libraries as
+``nvidia-*`` and ``cuda-toolkit`` wheels. Which build each release is, per CPU, is data
+(kdkit/data/pairings.json ``pypi``, read from the released artifacts). The lock's header records it
+(``# kdkit: torch-build = cu130 (...)``), so ``check``, ``build``, ``verify-env`` and ``diagnose``
+read the build from the lock, as they read a label. No click here; errors are kdkit errors with
+one-line messages.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from kdkit.facts.pairings import Pairings, load_pairings
 
 
 def mirrors(pip_config: dict[str, str]) -> tuple[str, ...]:
-    """The indexes taken as PyPI besides PyPI's own: the ``index-url`` of the user's pip configuration (a
-    company mirror of PyPI), when it names one."""
+    """The indexes taken as PyPI besides PyPI's own: the ``index-url`` of the user's pip
+    configuration (a company mirror of PyPI), when it names one."""
     user = pip_config.get("index-url", "")
     return (user,) if user else ()
 
 
 def pypi_backends(pairings: Pairings) -> set[str]:
-    """The backends whose torch PyPI serves on some release (today: cuda), from the ``pypi`` facts."""
+    """The backends whose torch PyPI serves on some release (today: cuda), from the ``pypi``
+    facts."""
     found = set()
     for platforms in pairings.data.get("pypi", {}).values():
         for entry in platforms.values():
@@ -37,8 +40,8 @@ def pypi_backends(pairings: Pairings) -> set[str]:
 
 
 def refuse_pypi_backend(torch_index: str, backend: str, config_file: Path) -> None:
-    """BadInput when PyPI's torch is never a build of ``backend`` (a rocm or cpu backend on PyPI would lock
-    PyPI's CUDA torch)."""
+    """BadInput when PyPI's torch is never a build of ``backend`` (a rocm or cpu backend on PyPI
+    would lock PyPI's CUDA torch)."""
     if backend in pypi_backends(load_pairings(config_file.parent)):
         return
     raise BadInput(f"{config_file}: $.backends.{backend}.torch_index {torch_index} is PyPI's index, whose Linux "
@@ -47,9 +50,10 @@ def refuse_pypi_backend(torch_index: str, backend: str, config_file: Path) -> No
 
 
 def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path, index: str = PYPI_SIMPLE) -> str:
-    """The header value of the ``torch-build`` line for PyPI's plain ``torch==version`` on ``cpu_arch``
-    (``cu130 (PyPI torch 2.13 on x86_64: pypi_2_13_0, pypi_artifacts: 2.13.0+cu130)``); BadInput, one line,
-    when the facts do not know that release's build or it is not a ``backend`` build."""
+    """The header value of the ``torch-build`` line for PyPI's plain ``torch==version`` on
+    ``cpu_arch`` (``cu130 (PyPI torch 2.13 on x86_64: pypi_2_13_0, pypi_artifacts: 2.13.0+cu130)``);
+    BadInput, one line, when the facts do not know that release's build or it is not a ``backend``
+    build."""
     pairings = load_pairings(config_file.parent)
     entry = pairings.pypi_entry(version, cpu_arch)
     label = pairings.pypi_label(version, cpu_arch)
@@ -73,15 +77,16 @@ def known_releases(pairings: Pairings, cpu_arch: str) -> str:
 
 
 def is_pypi_source(torch_index: str, pip_config: dict[str, str]) -> bool:
-    """Whether a backend's ``torch_index`` is PyPI (or the mirror the user's pip configuration names)."""
+    """Whether a backend's ``torch_index`` is PyPI (or the mirror the user's pip configuration
+    names)."""
     return is_pypi(torch_index, mirrors(pip_config))
 
 
 def locked_build(version: str, local: str | None, platform: str, backend: str, config_file: Path,
                  tool: str, index: str = PYPI_SIMPLE) -> str:
     """The ``torch-build`` header value of a torch ``version`` locked from PyPI for ``platform``
-    (``linux-x86_64``); KdkitError when the resolver took a labelled build instead (from another index of
-    pip's configuration), BadInput when the facts do not know the plain release's build."""
+    (``linux-x86_64``); KdkitError when the resolver took a labelled build instead (from another
+    index of pip's configuration), BadInput when the facts do not know the plain release's build."""
     from kdkit.core.errors import KdkitError
 
     if local is not None:

@@ -1,7 +1,8 @@
-"""What both resolvers of `kdkit lock` share (pip-tools' pip-compile, :mod:`kdkit.lock.pipcompile`, and
-uv's ``uv pip compile``, :mod:`kdkit.lock.uvcompile`): the :class:`Resolution` each hands back, the index
-options kdkit adds for a backend, the facts of this host, and running a resolver inside the backend's
-base image (the host's version of the tool brought in as wheels, pip's local paths mounted read-only).
+"""What both resolvers of `kdkit lock` share (pip-tools' pip-compile, :mod:`kdkit.lock.pipcompile`,
+and uv's ``uv pip compile``, :mod:`kdkit.lock.uvcompile`): the :class:`Resolution` each hands back,
+the index options kdkit adds for a backend, the facts of this host, and running a resolver inside
+the backend's base image (the host's version of the tool brought in as wheels, pip's local paths
+mounted read-only).
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ class Resolution:
     text: str
     python: str
     platform: str
-    resolver: str  # the tool and its version, as the header records it: "pip-tools 7.6.2", "uv 0.13.9"
+    # the tool and its version, as the header records it: "pip-tools 7.6.2", "uv 0.13.9"
+    resolver: str
     resolved_in: str
 
 
 def index_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None) -> list[str]:
-    """The index options kdkit adds for ``backend``; the rest of pip's configuration still applies."""
+    """The index options kdkit adds for ``backend``; the rest of pip's configuration still
+    applies."""
     if local_torch is not None:
         return ["--find-links", str(local_torch)]
     user_index = pip_config.get("index-url", "")
@@ -83,7 +86,8 @@ exec {command} "$@"
 
 @dataclass(frozen=True)
 class ContainerRun:
-    """One resolver run inside the backend's base image: the tool, its arguments and its environment."""
+    """One resolver run inside the backend's base image: the tool, its arguments and its
+    environment."""
 
     tool: str  # the name in messages: "pip-compile", "uv pip compile"
     package: str  # the distribution in the wheels folder: "pip-tools", "uv"
@@ -94,8 +98,9 @@ class ContainerRun:
 
 def run_in_container(project: Project, backend: Backend, run: ContainerRun, workdir: Path, output: Path,
                      pip_config: dict[str, str], ca_bundle: Path | None, local_torch: Path | None) -> Resolution:
-    """Run ``run`` in ``backend.base_image`` with the wheels of ``workdir/wheels``: the project read-only, the
-    output folder, pip's local paths and ``local_torch`` at their own paths, --ca-bundle at CONTAINER_CA."""
+    """Run ``run`` in ``backend.base_image`` with the wheels of ``workdir/wheels``: the project
+    read-only, the output folder, pip's local paths and ``local_torch`` at their own paths,
+    --ca-bundle at CONTAINER_CA."""
     mounts: list[tuple[Path, str, str]] = [(project.root, "/kdkit/project", "ro"), (workdir, "/kdkit/out", "rw"),
                                            (workdir / "wheels", "/kdkit/wheels", "ro")]
     shared = {p.resolve() for p in local_paths([pip_config.get(k, "") for k in PATH_OPTIONS])}

@@ -1,6 +1,6 @@
-"""The resolvers of `kdkit lock`: which one runs (``--resolver``, else kdkit.json's ``resolver``, else
-pip-tools), and running it for one backend in a scratch folder seeded with the previous lock, on this
-host or inside the backend's base image.
+"""The resolvers of `kdkit lock`: which one runs (``--resolver``, else kdkit.json's ``resolver``,
+else pip-tools), and running it for one backend in a scratch folder seeded with the previous lock,
+on this host or inside the backend's base image.
 
 Both write the same hashed requirements format into the scratch folder; :mod:`kdkit.lock.lock` then
 checks it (the torch label, provenance) and writes the lock with its header, whichever ran.
@@ -8,8 +8,8 @@ checks it (the torch label, provenance) and writes the lock with its header, whi
 The previous lock keeps unchanged pins in place unless ``--upgrade`` / ``--upgrade-package`` says
 otherwise. pip-compile is handed the lock as it is (it recomputes every hash). uv is handed its pins
 only: uv takes the hashes of a pin it keeps from the existing output file without asking the index
-(seen with uv 0.13.9: a wrong hash there came through into the new lock), and a lock's hashes must be
-the index's.
+(seen with uv 0.13.9: a wrong hash there came through into the new lock), and a lock's hashes must
+be the index's.
 """
 
 from __future__ import annotations
@@ -25,19 +25,21 @@ from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import MARKER
 from kdkit.core.staging import scratch_beside
 
-if TYPE_CHECKING:  # the CLI imports RESOLVERS for --resolver's choices: nothing heavy at import time
+# the CLI imports RESOLVERS for --resolver's choices: nothing heavy at import time
+if TYPE_CHECKING:
     from kdkit.config.project import Backend, Project
     from kdkit.lock.resolution import Resolution
 
-RESOLVERS = ("pip-tools", "uv")  # kdkit.json's "resolver" enum (schemas/kdkit.schema.json) names the same
+# kdkit.json's "resolver" enum (schemas/kdkit.schema.json) names the same
+RESOLVERS = ("pip-tools", "uv")
 DEFAULT_RESOLVER = "pip-tools"
 CONFIG_KEY = "resolver"
 _PIN_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s*===?\s*[^\s;\\#]+", re.MULTILINE)
 
 
 def chosen_resolver(option: str | None, project: Project) -> str:
-    """``--resolver`` when given, else kdkit.json's ``resolver``, else pip-tools; BadInput for a name kdkit
-    does not know (click refuses the option's first; kdkit.json's schema the key's)."""
+    """``--resolver`` when given, else kdkit.json's ``resolver``, else pip-tools; BadInput for a
+    name kdkit does not know (click refuses the option's first; kdkit.json's schema the key's)."""
     if option is not None and option not in RESOLVERS:
         raise BadInput(f"--resolver {option}: unknown resolver; choose one of {', '.join(RESOLVERS)}")
     value = option or project.config.get(CONFIG_KEY, DEFAULT_RESOLVER)
@@ -49,8 +51,8 @@ def chosen_resolver(option: str | None, project: Project) -> str:
 
 @dataclass(frozen=True)
 class Resolver:
-    """A resolver ready to run: its name, the tool's name in messages, the header's ``resolver`` value (the
-    host's tool and version) and uv's binary (None for pip-tools)."""
+    """A resolver ready to run: its name, the tool's name in messages, the header's ``resolver``
+    value (the host's tool and version) and uv's binary (None for pip-tools)."""
 
     name: str
     tool: str
@@ -59,8 +61,8 @@ class Resolver:
 
 
 def prepare(name: str) -> Resolver:
-    """The resolver ``name``, its tool found and asked its version: uv missing, or a binary that is not uv, is
-    Unavailable (exit 3) before anything is asked or written."""
+    """The resolver ``name``, its tool found and asked its version: uv missing, or a binary that is
+    not uv, is Unavailable (exit 3) before anything is asked or written."""
     if name == "uv":
         from kdkit.lock import uvcompile
 
@@ -87,12 +89,14 @@ class Job:
 
 
 def resolve(resolver: Resolver, job: Job) -> Resolution:
-    """The resolver's output for ``job.backend``, produced in a scratch folder seeded with the previous lock.
+    """The resolver's output for ``job.backend``, produced in a scratch folder seeded with the
+    previous lock.
 
-    The folder is the lock's staging (kdkit.core.staging: ``.<lock>.partial-PID`` beside it, its owner's lock held
-    while the resolver runs), removed at the end. A kdkit killed meanwhile (SIGKILL: no ``finally`` runs) leaves
-    it, and its resolver dies with it (kdkit.core.proc); the next `kdkit lock` of that backend removes the folder
-    and says so (kdkit.lock.lock: ``clean_stale`` of the lock)."""
+    The folder is the lock's staging (kdkit.core.staging: ``.<lock>.partial-PID`` beside it, its
+    owner's lock held while the resolver runs), removed at the end. A kdkit killed meanwhile
+    (SIGKILL: no ``finally`` runs) leaves it, and its resolver dies with it (kdkit.core.proc); the
+    next `kdkit lock` of that backend removes the folder and says so (kdkit.lock.lock:
+    ``clean_stale`` of the lock)."""
     with scratch_beside(job.backend.lock) as workdir:
         output = workdir / job.backend.lock.name
         if job.backend.lock.is_file():
@@ -103,7 +107,8 @@ def resolve(resolver: Resolver, job: Job) -> Resolution:
 
 
 def _seed(previous: Path, output: Path, *, pins_only: bool) -> None:
-    """The previous lock where the resolver reads it (its pins only, for uv: see the module's docstring)."""
+    """The previous lock where the resolver reads it (its pins only, for uv: see the module's
+    docstring)."""
     if not pins_only:
         shutil.copyfile(previous, output)
         return

@@ -1,12 +1,13 @@
-"""Stale locks: a lock no longer matches its inputs when the torch index, the requirements input or an
-input file's content changed since `kdkit lock` wrote it (its header records them). `kdkit validate`
-lists stale locks; `kdkit build` refuses one.
+"""Stale locks: a lock no longer matches its inputs when the torch index, the requirements input or
+an input file's content changed since `kdkit lock` wrote it (its header records them). `kdkit
+validate` lists stale locks; `kdkit build` refuses one.
 
-A backend's PEP 751 lock (``pylock.<backend>.toml`` beside its requirements lock: ``Backend.pylock``)
-carries the same header as TOML comment lines, and one line more, ``requirements-lock = <path>
-sha256:<hex>``: the requirements lock it was made from (`kdkit lock` writes both from one
-resolution). It is judged by the same rules, and it is also stale once that requirements lock is no
-longer the one its header names. A pylock is optional: a project without one has nothing stale.
+A backend's PEP 751 lock (``pylock.<backend>.toml`` beside its requirements lock:
+``Backend.pylock``) carries the same header as TOML comment lines, and one line more,
+``requirements-lock = <path> sha256:<hex>``: the requirements lock it was made from (`kdkit lock`
+writes both from one resolution). It is judged by the same rules, and it is also stale once that
+requirements lock is no longer the one its header names. A pylock is optional: a project without one
+has nothing stale.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def staleness(root: Path, requirements: str, backend: str, torch_index: str, loc
 
 
 def _twin_staleness(root: Path, chosen: Backend, pylock: Lock, twin_sha256: str | None = None) -> str | None:
-    """Why a pylock no longer goes with the backend's requirements lock (its header's requirements-lock), or None;
-    ``twin_sha256``: that lock's sha256 when its bytes were read already (`kdkit build` reads each input once)."""
+    """Why a pylock no longer goes with the backend's requirements lock (its header's
+    requirements-lock), or None; ``twin_sha256``: that lock's sha256 when its bytes were read
+    already (`kdkit build` reads each input once)."""
     fix, rel = _fix(chosen.name), relative(root, chosen.lock)
     named = pylock.header.get(REQUIREMENTS_LOCK)
     if named is None:
@@ -77,9 +79,10 @@ def _twin_staleness(root: Path, chosen: Backend, pylock: Lock, twin_sha256: str 
 
 def pylock_staleness(root: Path, requirements: str, chosen: Backend, parsed: Lock | None = None,
                      twin_sha256: str | None = None) -> str | None:
-    """Why the backend's pylock no longer matches its inputs or its requirements lock, or None when it is fresh.
-    Unavailable (exit 3) where this Python cannot read TOML (3.10: no tomllib). ``parsed``, ``twin_sha256``: the
-    pylock and its requirements lock as the caller read them (then neither file is read here)."""
+    """Why the backend's pylock no longer matches its inputs or its requirements lock, or None when
+    it is fresh. Unavailable (exit 3) where this Python cannot read TOML (3.10: no tomllib).
+    ``parsed``, ``twin_sha256``: the pylock and its requirements lock as the caller read them (then
+    neither file is read here)."""
     try:
         pylock = parsed or parse_lock(chosen.pylock)
     except BadInput as exc:
@@ -93,9 +96,10 @@ def _requirements_rel(root: Path, config: dict[str, Any]) -> str:
 
 
 def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Problem]:
-    """The `kdkit validate` check: every existing lock and pylock whose inputs changed. A missing lock is not a
-    problem here (a fresh project has none; `kdkit build` requires one through :func:`require_fresh_lock`), nor
-    a missing pylock, nor one this Python cannot read (3.10 has no tomllib; `kdkit build` says so)."""
+    """The `kdkit validate` check: every existing lock and pylock whose inputs changed. A missing
+    lock is not a problem here (a fresh project has none; `kdkit build` requires one through
+    :func:`require_fresh_lock`), nor a missing pylock, nor one this Python cannot read (3.10 has no
+    tomllib; `kdkit build` says so)."""
     problems = []
     requirements = _requirements_rel(root, config)
     for name, spec in config.get("backends", {}).items():
@@ -121,8 +125,9 @@ def missing_lock(chosen: Backend) -> BadInput:
 
 
 def require_fresh_lock(project: Project, backend: str, parsed: Lock | None = None) -> Path:
-    """The lock of ``backend`` when it exists and is fresh; BadInput otherwise (used by `kdkit build`, which
-    passes the lock it ``parsed`` from the bytes it read: then the file is not read again here)."""
+    """The lock of ``backend`` when it exists and is fresh; BadInput otherwise (used by `kdkit
+    build`, which passes the lock it ``parsed`` from the bytes it read: then the file is not read
+    again here)."""
     chosen = project.backend(backend)
     if parsed is None and not chosen.lock.is_file():
         raise missing_lock(chosen)
@@ -136,8 +141,8 @@ def require_fresh_lock(project: Project, backend: str, parsed: Lock | None = Non
 
 def require_fresh_pylock(project: Project, backend: str, parsed: Lock | None = None,
                          twin_sha256: str | None = None) -> Path:
-    """The PEP 751 lock of ``backend`` when it exists and is fresh; BadInput otherwise (`kdkit build --lock-format
-    pylock`; ``parsed``, ``twin_sha256``: as :func:`pylock_staleness`)."""
+    """The PEP 751 lock of ``backend`` when it exists and is fresh; BadInput otherwise (`kdkit build
+    --lock-format pylock`; ``parsed``, ``twin_sha256``: as :func:`pylock_staleness`)."""
     chosen = project.backend(backend)
     if parsed is None and not chosen.pylock.is_file():
         rel = relative(project.root, chosen.lock)

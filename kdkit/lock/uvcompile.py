@@ -1,24 +1,27 @@
-"""uv for `kdkit lock --resolver uv`: ``uv pip compile`` given what pip-compile takes from pip's configuration,
-on this host or inside the backend's base image.
+"""uv for `kdkit lock --resolver uv`: ``uv pip compile`` given what pip-compile takes from pip's
+configuration, on this host or inside the backend's base image.
 
-uv reads no pip configuration (https://docs.astral.sh/uv/pip/compatibility/#configuration-files-and-environment-variables),
-so kdkit translates the part of it that pip-compile applies (``pip config list``, :func:`uv_arguments`):
+uv reads no pip configuration
+(https://docs.astral.sh/uv/pip/compatibility/#configuration-files-and-environment-variables), so
+kdkit translates the part of it that pip-compile applies (``pip config list``,
+:func:`uv_arguments`):
 
-* the indexes: kdkit's own (the backend's torch index first, :func:`kdkit.lock.resolution.index_arguments`),
-  then the user's index and extra indexes; ``no-index``; find-links, ``--torch-find-links`` included;
+* the indexes: kdkit's own (the backend's torch index first,
+  :func:`kdkit.lock.resolution.index_arguments`), then the user's index and extra indexes;
+  ``no-index``; find-links, ``--torch-find-links`` included;
 * TLS: ``--ca-bundle`` or pip's ``cert`` as ``--cert``; without either, pip uses the system's store
   (truststore, pip 24.2 and later: https://pip.pypa.io/en/stable/topics/https-certificates/), uv its bundled
   roots unless ``--system-certs``; pip's ``client-cert`` as SSL_CLIENT_CERT, ``trusted-host`` as
   ``--allow-insecure-host`` (https://docs.astral.sh/uv/reference/environment/);
-* the network: pip's ``proxy`` as the proxy variables for every host (pip ignores NO_PROXY for it), the
-  timeout and retries the preflight gives pip (UV_HTTP_TIMEOUT, UV_HTTP_RETRIES).
+* the network: pip's ``proxy`` as the proxy variables for every host (pip ignores NO_PROXY for it),
+  the timeout and retries the preflight gives pip (UV_HTTP_TIMEOUT, UV_HTTP_RETRIES).
 
-pip's ``constraint`` option is not handed over: pip-compile does not apply it either (pip-tools takes
-constraints from its own ``-c`` option and the input files), so both resolvers pin the same.
+pip's ``constraint`` option is not handed over: pip-compile does not apply it either (pip-tools
+takes constraints from its own ``-c`` option and the input files), so both resolvers pin the same.
 
 uv's own configuration is kept out, as pip-compile's is (``--no-config``): no uv.toml, no ``UV_*``
-variable but the cache folder. The binary is ``KDKIT_UV``, else the ``uv`` package of kdkit's interpreter
-(``uv.find_uv_bin()``), else ``uv`` on PATH (:func:`find_uv`).
+variable but the cache folder. The binary is ``KDKIT_UV``, else the ``uv`` package of kdkit's
+interpreter (``uv.find_uv_bin()``), else ``uv`` on PATH (:func:`find_uv`).
 """
 
 from __future__ import annotations
@@ -44,15 +47,18 @@ GET_UV = "install it with `pip install 'kdkit[uv]'` (or `pip install uv`)"
 INSTALL = f"{GET_UV}, or lock with --resolver pip-tools"
 UV_FLAGS = (
     "--generate-hashes", "--no-header", "--quiet",
-    "--no-config",  # no uv.toml or [tool.uv]: pip's configuration only, as pip-compile runs with --no-config
-    # pip takes the best version among the candidates of every index and find-links; uv by default stops at
-    # the first index that has the name (against dependency confusion). unsafe-best-match is uv's option that
+    # no uv.toml or [tool.uv]: pip's configuration only, as pip-compile runs with --no-config
+    "--no-config",
+    # pip takes the best version among the candidates of every index and find-links; uv by default
+    # stops at the first index that has the name (against dependency confusion). unsafe-best-match
+    # is uv's option that
     # searches every index for the best version, as pip does:
     # https://docs.astral.sh/uv/pip/compatibility/#packages-that-exist-on-multiple-indexes
     "--index-strategy", "unsafe-best-match",
 )
-# What pip-compile needs flags for is uv's default: extras stripped (--strip-extras), pip and setuptools pinned
-# (--allow-unsafe; uv warns that it "has no effect"), no index or find-links lines (--no-emit-index-url,
+# What pip-compile needs flags for is uv's default: extras stripped (--strip-extras), pip and
+# setuptools pinned (--allow-unsafe; uv warns that it "has no effect"), no index or find-links lines
+# (--no-emit-index-url,
 # --no-emit-find-links): `uv pip compile --help`.
 _KEPT = ("UV_CACHE_DIR",)  # the one uv variable passed on: where its cache is changes no pin
 _PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -61,8 +67,8 @@ _WHEEL_PLATFORM = "manylinux2014_{machine}"
 
 
 def find_uv() -> Path:
-    """The uv binary: $KDKIT_UV, else the ``uv`` package of kdkit's interpreter, else ``uv`` on PATH;
-    Unavailable (exit 3) saying how to install it."""
+    """The uv binary: $KDKIT_UV, else the ``uv`` package of kdkit's interpreter, else ``uv`` on
+    PATH; Unavailable (exit 3) saying how to install it."""
     chosen = os.environ.get(UV_ENV)
     if chosen:
         path = Path(chosen).absolute()  # uv runs from the project's folder, not this one
@@ -107,10 +113,11 @@ def _pip_flag(pip_config: dict[str, str], key: str) -> bool:
 
 
 def uv_index_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None) -> list[str]:
-    """The indexes and find-links pip-compile uses, as uv options. pip has no order among indexes; uv's order
-    decides whose files of a version it hashes (the first index serving it), so the torch index comes first,
-    then the http(s) indexes, whose pages list every file of a version as pip-compile's hashes do, and a
-    local mirror's ``file://`` pages last. The last index is uv's ``--default-index`` (no PyPI added)."""
+    """The indexes and find-links pip-compile uses, as uv options. pip has no order among indexes;
+    uv's order decides whose files of a version it hashes (the first index serving it), so the torch
+    index comes first, then the http(s) indexes, whose pages list every file of a version as
+    pip-compile's hashes do, and a local mirror's ``file://`` pages last. The last index is uv's
+    ``--default-index`` (no PyPI added)."""
     given = index_arguments(backend, pip_config, local_torch)
     pairs = list(zip(given[::2], given[1::2], strict=True))
     links = _unique([url for option, url in pairs if option == "--find-links"]
@@ -130,7 +137,8 @@ def uv_index_arguments(backend: Backend, pip_config: dict[str, str], local_torch
 
 def uv_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None, upgrade: bool,
                  upgrade_packages: Sequence[str], cert: str | None) -> list[str]:
-    """``uv pip compile``'s options for one backend, without the interpreter, input and output files."""
+    """``uv pip compile``'s options for one backend, without the interpreter, input and output
+    files."""
     args = [*UV_FLAGS, *uv_index_arguments(backend, pip_config, local_torch)]
     args += ["--cert", cert] if cert else ["--system-certs"]
     for host in pip_config.get("trusted-host", "").split():
@@ -143,7 +151,8 @@ def uv_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path
 
 
 def uv_environment(pip_config: dict[str, str], base: Mapping[str, str]) -> dict[str, str]:
-    """uv's environment: ``base`` without uv's own variables, plus the network part of pip's configuration."""
+    """uv's environment: ``base`` without uv's own variables, plus the network part of pip's
+    configuration."""
     env = {name: value for name, value in base.items() if not name.startswith("UV_") or name in _KEPT}
     network = Network.from_pip(pip_config)
     env.update(UV_HTTP_TIMEOUT=str(max(1, math.ceil(network.timeout))), UV_HTTP_RETRIES=str(RETRIES))
@@ -177,7 +186,8 @@ def compile_on_host(uv: Path, version: str, project: Project, args: list[str], o
 
 
 def _uv_wheel(dest: Path, version: str, machine: str) -> None:
-    """Download the host's uv version for the container (a Linux wheel of the binary), via the host's pip."""
+    """Download the host's uv version for the container (a Linux wheel of the binary), via the
+    host's pip."""
     done = proc.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(dest),
                      "--only-binary=:all:", "--platform", _WHEEL_PLATFORM.format(machine=machine),
                      f"uv=={version}"], timeout=600)
@@ -188,7 +198,8 @@ def _uv_wheel(dest: Path, version: str, machine: str) -> None:
 def compile_in_container(version: str, project: Project, backend: Backend, args: list[str], workdir: Path,
                          output: Path, pip_config: dict[str, str], ca_bundle: Path | None,
                          local_torch: Path | None, machine: str) -> Resolution:
-    """``uv pip compile`` in the backend's base image, for its Python, with the host's uv ``version``."""
+    """``uv pip compile`` in the backend's base image, for its Python, with the host's uv
+    ``version``."""
     _uv_wheel(workdir / "wheels", version.split()[1], machine)
     proxies = {name: os.environ[name] for name in proc.PROXY_VARIABLES if os.environ.get(name)}
     run = ContainerRun(TOOL, "uv", '/tmp/kdkit-resolver/bin/uv pip compile --python "$PY"', args,
@@ -197,8 +208,8 @@ def compile_in_container(version: str, project: Project, backend: Backend, args:
 
 
 def uv_cert(pip_config: dict[str, str], ca_bundle: Path | None, *, in_container: bool) -> str | None:
-    """uv's --cert: --ca-bundle (in the container, where it is mounted), else pip's cert (mounted at its own
-    path), else None (the system's store, as pip)."""
+    """uv's --cert: --ca-bundle (in the container, where it is mounted), else pip's cert (mounted at
+    its own path), else None (the system's store, as pip)."""
     if ca_bundle is not None:
         return CONTAINER_CA if in_container else str(ca_bundle)
     return pip_config.get("cert") or None

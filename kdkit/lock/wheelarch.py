@@ -1,20 +1,23 @@
-"""The compiled architecture list of the torch wheel a lock names, read from the wheel itself on its index
-without downloading it: HTTP range requests for the end of the zip (its end-of-central-directory record,
-and the ZIP64 locator and record when present), its central directory, then the local header and data of
-the one member that holds the list (``torch/include/ATen/cuda/CUDAConfig.h`` for CUDA builds, parsed by
+"""The compiled architecture list of the torch wheel a lock names, read from the wheel itself on its
+index without downloading it: HTTP range requests for the end of the zip (its
+end-of-central-directory record, and the ZIP64 locator and record when present), its central
+directory, then the local header and data of the one member that holds the list
+(``torch/include/ATen/cuda/CUDAConfig.h`` for CUDA builds, parsed by
 :func:`kdkit.probe.env.torcharch.parse_config_header`).
 
-The wheel is the file of the lock's torch pin: the file of the index's ``torch/`` page (an index the lock
-names with ``--index-url``/``--extra-index-url``) whose sha256 fragment is one of the pin's hashes and that
-installs on the image. A server that ignores ``Range`` (200 with the whole body) is told from its status
-and left after the headers: nothing of the body is read. Every request and the central directory are
-bounded (:data:`MAX_TAIL`, :data:`MAX_DIRECTORY`, :data:`MAX_MEMBER`). Whatever goes wrong is a
-:class:`WheelReading` with no list and the reason, never an exception: ``kdkit check`` then takes the
-pairings' answer and says why.
+The wheel is the file of the lock's torch pin: the file of the index's ``torch/`` page (an index the
+lock names with ``--index-url``/``--extra-index-url``) whose sha256 fragment is one of the pin's
+hashes and that installs on the image. A server that ignores ``Range`` (200 with the whole body) is
+told from its status and left after the headers: nothing of the body is read. Every request and the
+central directory are bounded (:data:`MAX_TAIL`, :data:`MAX_DIRECTORY`, :data:`MAX_MEMBER`).
+Whatever goes wrong is a
+:class:`WheelReading` with no list and the reason, never an exception: ``kdkit check`` then takes
+the pairings' answer and says why.
 
 ROCm wheels: their gfx targets are compiled into ``torch/lib/libtorch_python.so`` (the string
-``torch._C._cuda_getArchFlags()`` returns); kdkit knows no small member of a ROCm wheel that lists them
-(its ``CUDAConfig.h`` says ``AT_ROCM_ENABLED() 1`` and holds no targets), so a ROCm wheel is not read.
+``torch._C._cuda_getArchFlags()`` returns); kdkit knows no small member of a ROCm wheel that lists
+them (its ``CUDAConfig.h`` says ``AT_ROCM_ENABLED() 1`` and holds no targets), so a ROCm wheel is
+not read.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from kdkit.lock.fetch import Network, without_userinfo
 from kdkit.lock.pages import IndexFile, parse_filename, parse_page, wheel_fits
 
 CUDA_MEMBER = "torch/include/ATen/cuda/CUDAConfig.h"
-MAX_TAIL = (1 << 16) + 22 + 20 + 56  # the EOCD with the longest comment, the ZIP64 locator and record
+# the EOCD with the longest comment, the ZIP64 locator and record
+MAX_TAIL = (1 << 16) + 22 + 20 + 56
 MAX_DIRECTORY = 16 << 20  # bytes: a real torch wheel's central directory is a few MB
 MAX_MEMBER = 1 << 20  # bytes, compressed and uncompressed: the header is a few kB
 REQUEST_TIMEOUT = 10.0
-READ_BUDGET = 30.0  # seconds all the range requests of one wheel may take by the wall clock (a trickle included)
+# seconds all the range requests of one wheel may take by the wall clock (a trickle included)
+READ_BUDGET = 30.0
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 _EOCD = struct.Struct("<4s4H2LH")
 _LOCATOR = struct.Struct("<4sLQL")
@@ -75,11 +80,13 @@ class Unread(Exception):
 
 
 class RangeReader:
-    """Byte ranges of one URL, each a request answered 206 with its Content-Range; counts what came."""
+    """Byte ranges of one URL, each a request answered 206 with its Content-Range; counts what
+    came."""
 
     def __init__(self, url: str, network: Network, authorization: str | None = None) -> None:
         self.url, own = without_userinfo(url)
-        self.authorization = own or authorization  # the index's credentials, when the wheel is on its host
+        # the index's credentials, when the wheel is on its host
+        self.authorization = own or authorization
         self.shown = shown_url(self.url)
         self.network = network
         self.deadline = time.monotonic() + READ_BUDGET
@@ -147,7 +154,8 @@ class RangeReader:
 
 
 def _directory_place(reader: RangeReader, tail_at: int, tail: bytes) -> tuple[int, int]:
-    """(offset, size) of the central directory, from the EOCD (and the ZIP64 record when it says so)."""
+    """(offset, size) of the central directory, from the EOCD (and the ZIP64 record when it says
+    so)."""
     at = tail.rfind(b"PK\x05\x06", 0, max(0, len(tail) - _EOCD.size + 4))
     if at < 0:
         raise Unread("no end-of-central-directory record: not a zip file")
@@ -168,7 +176,8 @@ def _directory_place(reader: RangeReader, tail_at: int, tail: bytes) -> tuple[in
 
 
 def _zip64_extra(extra: bytes, needed: list[bool]) -> list[int]:
-    """The ZIP64 extended-information values (uncompressed, compressed, offset) for the fields that need them."""
+    """The ZIP64 extended-information values (uncompressed, compressed, offset) for the fields that
+    need them."""
     at = 0
     while at + 4 <= len(extra):
         kind, size = struct.unpack_from("<HH", extra, at)
@@ -205,7 +214,8 @@ def find_member(directory: bytes, name: str) -> tuple[int, int, int, int, int]:
 
 
 def read_member(reader: RangeReader, name: str) -> bytes:
-    """The uncompressed bytes of ``name``: the tail, the central directory, the member (2 to 4 requests)."""
+    """The uncompressed bytes of ``name``: the tail, the central directory, the member (2 to 4
+    requests)."""
     tail_at, tail = reader.tail(MAX_TAIL)
     offset, size = _directory_place(reader, tail_at, tail)
     if size > MAX_DIRECTORY:
@@ -217,7 +227,8 @@ def read_member(reader: RangeReader, name: str) -> bytes:
     local_at, compressed, length, method, crc = find_member(directory, name)
     if compressed > MAX_MEMBER or length > MAX_MEMBER:
         raise Unread(f"{name} is {max(compressed, length)} bytes, over kdkit's bound of {MAX_MEMBER >> 10} KiB")
-    slack = 30 + len(name.encode("utf-8")) + 1024  # the local header, its name and (usually) its extra field
+    # the local header, its name and (usually) its extra field
+    slack = 30 + len(name.encode("utf-8")) + 1024
     chunk = reader.read(local_at, min(slack + compressed, (reader.size or 0) - local_at))
     if chunk[:4] != b"PK\x03\x04":
         raise Unread(f"no local header where the central directory puts {name}")
@@ -263,13 +274,14 @@ def read_wheel_arch(url: str, network: Network, wheel: str = "", authorization: 
     return WheelReading(tokens, "", wheel, reader.requests, reader.received)
 
 
-# ---------------------------------------------------------------- which wheel: the lock's, on its index
+# ---------------------------------------------------------------- which wheel: the lock's, on its
+# index
 
 
 def shown_url(url: str) -> str:
-    """``url`` fit to print: no ``user:password@``, the query (a token) redacted, no fragment; never raises.
-    Nothing before the URL's last ``@`` is shown, so a password holding ``/``, ``#`` or ``?`` (a URL no parser
-    splits as its writer meant) never shows either."""
+    """``url`` fit to print: no ``user:password@``, the query (a token) redacted, no fragment; never
+    raises. Nothing before the URL's last ``@`` is shown, so a password holding ``/``, ``#`` or
+    ``?`` (a URL no parser splits as its writer meant) never shows either."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
@@ -279,7 +291,8 @@ def shown_url(url: str) -> str:
 
 
 def _same_origin(a: str, b: str) -> bool:
-    """Whether two URLs share scheme, host and port (pip sends an index's credentials to such URLs only)."""
+    """Whether two URLs share scheme, host and port (pip sends an index's credentials to such URLs
+    only)."""
     ports = {"http": 80, "https": 443}
     first, second = urlsplit(a), urlsplit(b)
     return (first.scheme.lower(), first.hostname, first.port or ports.get(first.scheme.lower())) == \
@@ -287,10 +300,12 @@ def _same_origin(a: str, b: str) -> bool:
 
 
 def _carries(filename: str, version: str) -> bool:
-    """Whether the distribution file is of ``version`` (PEP 440 equality, the local label included)."""
+    """Whether the distribution file is of ``version`` (PEP 440 equality, the local label
+    included)."""
     parsed = parse_filename(filename)
     try:
-        return parsed is not None and Version.parse(parsed[1]) == Version.parse(version)  # local included
+        # local included
+        return parsed is not None and Version.parse(parsed[1]) == Version.parse(version)
     except InvalidVersion:
         return False
 
@@ -336,8 +351,9 @@ def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFil
 
 
 def _locked_file(lock: Lock, python: str, network: Network) -> tuple[IndexFile, str | None] | str:
-    """The index file of the lock's torch pin for the image and the credentials it may carry, or why there
-    is none (one line). A URL urlsplit refuses (``http://[::1/simple``) is a reason, never a traceback."""
+    """The index file of the lock's torch pin for the image and the credentials it may carry, or why
+    there is none (one line). A URL urlsplit refuses (``http://[::1/simple``) is a reason, never a
+    traceback."""
     name = os.path.basename(lock.path)
     try:
         platform = lock.header.get("platform", "")
@@ -366,8 +382,9 @@ def _locked_file(lock: Lock, python: str, network: Network) -> tuple[IndexFile, 
 
 
 def read_locked_wheel(lock: Lock, python: str, label: str, network: Network | None = None) -> WheelReading:
-    """The arch list of the torch wheel the parsed ``lock`` pins for the image (CPython ``python``), read from its
-    index with range requests; None and the reason when the index, the wheel or the member is not there."""
+    """The arch list of the torch wheel the parsed ``lock`` pins for the image (CPython ``python``),
+    read from its index with range requests; None and the reason when the index, the wheel or the
+    member is not there."""
     parsed = parse_label(label)
     if parsed is None or parsed[0] != "cuda":
         return WheelReading(None, f"a {label} wheel lists its targets only inside torch/lib/libtorch_python.so; "

@@ -43,7 +43,8 @@ class Wheelhouse:
     lock: Path
     folder: Path
     files: list[tuple[str, int]]  # (file name, size in bytes), one per locked pin
-    removed: list[Path] = field(default_factory=list)  # staging a killed run had left beside the folder
+    # staging a killed run had left beside the folder
+    removed: list[Path] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "lock": str(self.lock), "folder": str(self.folder),
@@ -56,7 +57,8 @@ def default_folder(project: Project, backend: str) -> Path:
 
 
 def target_arguments(python: str) -> list[str]:
-    """pip's target options when this host is not the image's platform (Linux x86_64, ``python``)."""
+    """pip's target options when this host is not the image's platform (Linux x86_64,
+    ``python``)."""
     host_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if sys.platform == "linux" and platform.machine() == "x86_64" and host_python == python:
         return []
@@ -67,7 +69,8 @@ def target_arguments(python: str) -> list[str]:
 
 
 def download_arguments(lock: Path, dest: Path, known: Path, python: str) -> list[str]:
-    """``pip download`` of exactly the lock: hashes required, no resolver, files already in ``known`` reused."""
+    """``pip download`` of exactly the lock: hashes required, no resolver, files already in
+    ``known`` reused."""
     args = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--progress-bar", "off",
             "--dest", str(dest), "-r", str(lock)]
     if known.is_dir():
@@ -92,7 +95,8 @@ def _accept(staging: Path, out: Path, hashes: dict[str, str]) -> list[tuple[str,
 
 def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
                         out: Path | None = None) -> Wheelhouse:
-    """Download every locked file for ``backend`` into ``out`` (default ``wheelhouse/<backend>``)."""
+    """Download every locked file for ``backend`` into ``out`` (default
+    ``wheelhouse/<backend>``)."""
     from kdkit.lock.locked import read_locked
 
     project = load_project(project_dir)
@@ -101,7 +105,8 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
     lock, hashes = read.path, locked_hashes(read.lock)
     folder = (out or default_folder(project, chosen.name)).resolve()
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with staged_beside(folder) as staged:  # never published: the files move out of it, and it is removed
+    # never published: the files move out of it, and it is removed
+    with staged_beside(folder) as staged:
         done = proc.run(download_arguments(lock, staged.path, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
         if not done.ok:
             raise KdkitError(f"{lock}: pip download failed: {done.first_error_line()}; check pip's "
@@ -116,9 +121,10 @@ def locked_hashes(lock: Lock) -> dict[str, str]:
 
 
 def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
-    """The files of ``wheelhouse`` whose sha256 the lock names, one per locked hash (every candidate of a
-    name pinned under several markers keeps its own); every unconditional pin must have one."""
-    lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)  # `kdkit build` parsed it once
+    """The files of ``wheelhouse`` whose sha256 the lock names, one per locked hash (every candidate
+    of a name pinned under several markers keeps its own); every unconditional pin must have one."""
+    # `kdkit build` parsed it once
+    lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)
     if not wheelhouse.is_dir():
         raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with {_fill_line(wheelhouse, lock)}")
     wanted = locked_hashes(lock)
@@ -139,8 +145,8 @@ def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
 
 
 def wheelhouse_command(root: Path, backend: str, out: Path | None = None) -> str:
-    """The `kdkit wheelhouse` command for ``backend`` of the project at ``root`` (into ``out``), as printed: it
-    works from any folder."""
+    """The `kdkit wheelhouse` command for ``backend`` of the project at ``root`` (into ``out``), as
+    printed: it works from any folder."""
     import shlex
 
     into = f" --out {shlex.quote(str(out))}" if out is not None else ""
@@ -148,12 +154,13 @@ def wheelhouse_command(root: Path, backend: str, out: Path | None = None) -> str
 
 
 def offline_build(root: Path, backend: str) -> str:
-    """How to build ``backend``'s image of the project at ``root`` from a wheelhouse, in commands that work as
-    printed (kdkit wheelhouse names the project in its "Next:" build line)."""
+    """How to build ``backend``'s image of the project at ``root`` from a wheelhouse, in commands
+    that work as printed (kdkit wheelhouse names the project in its "Next:" build line)."""
     return f"`{wheelhouse_command(root, backend)}`, then the `kdkit build` line it prints"
 
 
 def _fill_line(wheelhouse: Path, lock: Lock) -> str:
-    """The command that fills ``wheelhouse`` for ``lock`` (``P/requirements/B.txt`` or its pylock), as printed."""
+    """The command that fills ``wheelhouse`` for ``lock`` (``P/requirements/B.txt`` or its pylock),
+    as printed."""
     path = Path(lock.path)
     return f"`{wheelhouse_command(path.parent.parent, path.stem.removeprefix('pylock.'), wheelhouse)}`"

@@ -1,15 +1,17 @@
-"""`kdkit run --copy-to DEST --copy-every S`: the run folder copied off the machine while the container runs,
-and once more, verified there, when it has closed.
+"""`kdkit run --copy-to DEST --copy-every S`: the run folder copied off the machine while the
+container runs, and once more, verified there, when it has closed.
 
-While the run is open a background thread looks at each run folder once a second; when its results.jsonl has
-grown or its heartbeat.json was rewritten (a batch closed) and S seconds have passed since the last copy, it
-takes a snapshot of complete lines (results.jsonl cut at its last newline, the other files as they are) into a
-scratch folder kept between copies, and syncs that to ``DEST/.<run-id>.kdkit-partial`` (a name only kdkit
-makes; a link or a file there is refused, never followed) (rsync, sftp, rclone sync or a
-local copy). The thread only reads and starts a copy program: the container never waits for it. A periodic
-copy that fails is a warning line. At the end :meth:`CopyTo.finish` copies each closed folder with
-``kdkit copy-out`` (kdkit.probe.results.copyout.copy_run), which reuses that staging folder so only what changed
-travels, verifies it where it lies and renames it to ``DEST/<run-id>``; a failure there makes the exit 1.
+While the run is open a background thread looks at each run folder once a second; when its
+results.jsonl has grown or its heartbeat.json was rewritten (a batch closed) and S seconds have
+passed since the last copy, it takes a snapshot of complete lines (results.jsonl cut at its last
+newline, the other files as they are) into a scratch folder kept between copies, and syncs that to
+``DEST/.<run-id>.kdkit-partial`` (a name only kdkit makes; a link or a file there is refused, never
+followed) (rsync, sftp, rclone sync or a local copy). The thread only reads and starts a copy
+program: the container never waits for it. A periodic copy that fails is a warning line. At the end
+:meth:`CopyTo.finish` copies each closed folder with ``kdkit copy-out``
+(kdkit.probe.results.copyout.copy_run), which reuses that staging folder so only what changed
+travels, verifies it where it lies and renames it to ``DEST/<run-id>``; a failure there makes the
+exit 1.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ Say = Callable[[str], None]
 
 
 def snapshot(run: Path, scratch: Path) -> None:
-    """Bring ``scratch`` up to ``run``'s closed part: each changed regular file copied (hidden staging names
-    skipped), results.jsonl cut at its last newline, files gone from ``run`` removed."""
+    """Bring ``scratch`` up to ``run``'s closed part: each changed regular file copied (hidden
+    staging names skipped), results.jsonl cut at its last newline, files gone from ``run``
+    removed."""
     seen: set[Path] = set()
     for path in sorted(run.rglob("*")):
         name = path.relative_to(run)
@@ -144,7 +147,8 @@ class CopyTo:
         transport.upload(local, staging)
 
     def finish(self, folders: list[Path], code: int, say: Say) -> int:
-        """The final verified copy of each closed folder; the exit code (1 when a copy failed, else ``code``)."""
+        """The final verified copy of each closed folder; the exit code (1 when a copy failed, else
+        ``code``)."""
         if self.place is None:
             return code
         if self.scratch is not None:
@@ -164,13 +168,15 @@ class CopyTo:
 
 
 def copy_during(dest: str | None, every: float, runs: Path, run_ids: list[str] | None, warn: Say) -> CopyTo:
-    """A :class:`CopyTo` for ``kdkit run``; ``run_ids`` when known, else the folders that appear in ``runs``."""
+    """A :class:`CopyTo` for ``kdkit run``; ``run_ids`` when known, else the folders that appear in
+    ``runs``."""
     return CopyTo(dest, every, runs, run_ids, warn)
 
 
 def copy_while_waiting(dest: str | None, every: float, runs: Path, run_id: str, warn: Say) -> CopyTo:
-    """A :class:`CopyTo` for ``kdkit wait --copy-to``: the run's folders as they are named now (its own, or its
-    workers'), copied while the wait lasts; :func:`ended_folders` names the ones its final copy takes."""
+    """A :class:`CopyTo` for ``kdkit wait --copy-to``: the run's folders as they are named now (its
+    own, or its workers'), copied while the wait lasts; :func:`ended_folders` names the ones its
+    final copy takes."""
     from kdkit.machine.watch import folders_of
 
     return CopyTo(dest, every, runs, [folder.name for folder in folders_of(runs, run_id)] or [run_id], warn)

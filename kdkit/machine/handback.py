@@ -1,11 +1,12 @@
 """What a run started by root leaves readable: the choice, said where it is made.
 
-Started by root, the container runs as the image's user 10001 (kdkit.machine.run), which owns what it writes,
-files 0600 and folders 0700: readable by root only, a surprise for the person who ran ``sudo kdkit run`` and
-then reads or copies the run as themself. Each run folder the run made is therefore made readable by everyone
-once the container has ended (``chmod -R a+rX``: read, and enter folders; nothing becomes writable or
-executable), and its owner stays 10001, so a ``--resume`` in a container can still write it. kdkit says what
-it did and the command that undoes it. A run not started by root is its starter's own: nothing is changed.
+Started by root, the container runs as the image's user 10001 (kdkit.machine.run), which owns what
+it writes, files 0600 and folders 0700: readable by root only, a surprise for the person who ran
+``sudo kdkit run`` and then reads or copies the run as themself. Each run folder the run made is
+therefore made readable by everyone once the container has ended (``chmod -R a+rX``: read, and enter
+folders; nothing becomes writable or executable), and its owner stays 10001, so a ``--resume`` in a
+container can still write it. kdkit says what it did and the command that undoes it. A run not
+started by root is its starter's own: nothing is changed.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ from kdkit.image.container import IMAGE_UID
 
 READ_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 ENTER = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
-# Every name is opened relative to its folder's descriptor and never through a link (O_NOFOLLOW), and each mode
-# is changed on the open descriptor (fchmod): the container's user, who can rename and link inside its run
-# folder while the walk goes on, cannot make it change anything outside (a checked path swapped for a link).
+# Every name is opened relative to its folder's descriptor and never through a link (O_NOFOLLOW),
+# and each mode is changed on the open descriptor (fchmod): the container's user, who can rename and
+# link inside its run folder while the walk goes on, cannot make it change anything outside (a
+# checked path swapped for a link).
 OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 def _widen(fd: int) -> bool:
-    """Read (and enter, for a folder) for everyone on the open folder or regular file ``fd``; whether it is a
-    folder to enter. A file with another name elsewhere (a hard link) keeps its mode: that name's too."""
+    """Read (and enter, for a folder) for everyone on the open folder or regular file ``fd``;
+    whether it is a folder to enter. A file with another name elsewhere (a hard link) keeps its
+    mode: that name's too."""
     info = os.fstat(fd)
     if stat.S_ISDIR(info.st_mode):
         extra = READ_FILE | ENTER
@@ -43,15 +46,16 @@ def _widen(fd: int) -> bool:
 
 
 def _entry(folder: int, name: str) -> int | None:
-    """``name`` in the open ``folder`` made readable: its descriptor when it is a folder to enter, else None (a
-    link is neither followed nor entered; a device, FIFO or socket is never opened)."""
+    """``name`` in the open ``folder`` made readable: its descriptor when it is a folder to enter,
+    else None (a link is neither followed nor entered; a device, FIFO or socket is never opened)."""
     info = os.lstat(name, dir_fd=folder)
     if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
         return None
     try:
         fd = os.open(name, OPEN, dir_fd=folder)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):  # swapped for a link, gone, a socket meanwhile
+        # swapped for a link, gone, a socket meanwhile
+        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):
             return None
         raise
     try:
@@ -65,8 +69,8 @@ def _entry(folder: int, name: str) -> int | None:
 
 
 def _share(folder: Path) -> str | None:
-    """Every folder and file below ``folder`` made readable, depth first with one open descriptor per level (any
-    depth the descriptor limit allows, no recursion); why not, if not."""
+    """Every folder and file below ``folder`` made readable, depth first with one open descriptor
+    per level (any depth the descriptor limit allows, no recursion); why not, if not."""
     stack: list[tuple[int, list[str]]] = []
     try:
         top = os.open(folder, OPEN | os.O_DIRECTORY)
@@ -91,10 +95,10 @@ def _share(folder: Path) -> str | None:
 
 
 def readable_by_all(folders: Sequence[Path], started_by_root: bool | None = None, owner: int = IMAGE_UID) -> list[str]:
-    """Make each run folder in ``folders`` readable by everyone when root started the run: this process is root
-    and the folder is the image user's (``owner``: a run root started, kdkit.machine.run; a run a user started
-    is that user's, and a root `kdkit wait` leaves it so). The lines saying so (or why one could not be, whole:
-    the run's verdict stands either way)."""
+    """Make each run folder in ``folders`` readable by everyone when root started the run: this
+    process is root and the folder is the image user's (``owner``: a run root started,
+    kdkit.machine.run; a run a user started is that user's, and a root `kdkit wait` leaves it so).
+    The lines saying so (or why one could not be, whole: the run's verdict stands either way)."""
     if not (os.geteuid() == 0 if started_by_root is None else started_by_root):
         return []
     lines = []

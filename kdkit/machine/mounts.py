@@ -2,18 +2,20 @@
 
 * The host project's ``config/`` and ``src/``, read-only over the image's copies
   (:func:`kdkit.image.container.source_mounts`): what runs is what the user sees, with no rebuild.
-* The folders kdkit.json declares under ``mounts`` (a model, a dataset), each at ``/mnt/NAME``, read-only
-  unless declared ``writable``; ``kdkit run --mount SRC:NAME`` supplies or overrides NAME's folder with one
-  the user names (it may lie outside the project: the user named it). Every folder is resolved through its
-  links; a declared path must stay inside the project (projectfiles.real_inside). The container gets
-  ``KDKIT_MOUNT_<NAME>`` (and the declared ``env`` variable) set to ``/mnt/NAME``.
+* The folders kdkit.json declares under ``mounts`` (a model, a dataset), each at ``/mnt/NAME``,
+  read-only unless declared ``writable``; ``kdkit run --mount SRC:NAME`` supplies or overrides
+  NAME's folder with one the user names (it may lie outside the project: the user named it). Every
+  folder is resolved through its links; a declared path must stay inside the project
+  (projectfiles.real_inside). The container gets ``KDKIT_MOUNT_<NAME>`` (and the declared ``env``
+  variable) set to ``/mnt/NAME``.
 * ``<project>/.kdkit-cache/`` writable at ``/cache`` (HF_HOME, TORCH_HOME, TRITON_CACHE_DIR,
   XDG_CACHE_HOME below it): on disk, kept between runs, never in an image or a bundle.
-* KDKIT_LAUNCH (:mod:`kdkit.core.launchrecord`): the image's ID, ref and lock, the host's code revision,
-  the network and every mount, recorded by the pilot in params.json.
+* KDKIT_LAUNCH (:mod:`kdkit.core.launchrecord`): the image's ID, ref and lock, the host's code
+  revision, the network and every mount, recorded by the pilot in params.json.
 
-A fixed ``/mnt/NAME`` rather than ``/app/<path>``: the app finds the folder at one address whether the
-project's own copy or a folder named on the command line supplies it, and the variable says where.
+A fixed ``/mnt/NAME`` rather than ``/app/<path>``: the app finds the folder at one address whether
+the project's own copy or a folder named on the command line supplies it, and the variable says
+where.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from kdkit.image.labels import LABEL, OCI
 
 @dataclass(frozen=True)
 class Declared:
-    """A declared mount as this run gets it: its name, the host folder (links resolved), writable or not."""
+    """A declared mount as this run gets it: its name, the host folder (links resolved), writable or
+    not."""
 
     name: str
     source: Path
@@ -59,8 +62,8 @@ class Declared:
 
 
 def parse_mount_options(values: Sequence[str]) -> dict[str, Path]:
-    """``--mount SRC:NAME`` options as NAME -> the folder, links resolved; BadInput for a malformed option,
-    a name given twice or a SRC that is not an existing folder."""
+    """``--mount SRC:NAME`` options as NAME -> the folder, links resolved; BadInput for a malformed
+    option, a name given twice or a SRC that is not an existing folder."""
     given: dict[str, Path] = {}
     for value in values:
         source, sep, name = value.rpartition(":")
@@ -77,8 +80,9 @@ def parse_mount_options(values: Sequence[str]) -> dict[str, Path]:
 
 
 def declared_mounts(project: Project, values: Sequence[str] = ()) -> list[Declared]:
-    """Each mount kdkit.json declares, its folder from ``--mount`` or its ``path``; BadInput (exit 2) for an
-    undeclared ``--mount`` name, a declared path outside the project or missing, a name with no folder."""
+    """Each mount kdkit.json declares, its folder from ``--mount`` or its ``path``; BadInput (exit
+    2) for an undeclared ``--mount`` name, a declared path outside the project or missing, a name
+    with no folder."""
     given, declared, file = parse_mount_options(values), project.mounts, project.root / MARKER
     for name in given:
         if name not in declared:
@@ -108,7 +112,8 @@ def _declared_folder(project: Project, name: str, spec: dict[str, Any]) -> Path:
 
 
 def cache_folder(project: Project) -> Path:
-    """``<project>/.kdkit-cache``, links resolved inside the project (created by a host step when missing)."""
+    """``<project>/.kdkit-cache``, links resolved inside the project (created by a host step when
+    missing)."""
     real = real_inside(project.root, project.root / CACHE_FOLDER)
     if real is None:
         raise BadInput(f"{project.root / CACHE_FOLDER}: leads outside the project (a link); remove the link, "
@@ -117,7 +122,8 @@ def cache_folder(project: Project) -> Path:
 
 
 def extra_mounts(project: Project, declared: Sequence[Declared]) -> tuple[list[Mount], dict[str, str]]:
-    """(config/ and src/, the declared mounts and the cache; the variables that name them in the container)."""
+    """(config/ and src/, the declared mounts and the cache; the variables that name them in the
+    container)."""
     mounts = source_mounts(project.root) + [Mount(d.source, d.target, not d.writable) for d in declared]
     mounts.append(Mount(cache_folder(project), CACHE, False))
     env = dict(CACHE_ENV)
@@ -129,7 +135,8 @@ def extra_mounts(project: Project, declared: Sequence[Declared]) -> tuple[list[M
 
 
 def revision(project: Project, facts: ImageFacts) -> str | None:
-    """The host's git revision (``+dirty`` when the tree has changes), else the image's revision label."""
+    """The host's git revision (``+dirty`` when the tree has changes), else the image's revision
+    label."""
     state = code_state(project.root)
     if state["revision"]:
         return str(state["revision"]) + ("+dirty" if state["dirty"] else "")
@@ -138,7 +145,8 @@ def revision(project: Project, facts: ImageFacts) -> str | None:
 
 def launch_env(project: Project, facts: ImageFacts, network: str, mounts: Sequence[Mount],
                declared: Sequence[Declared]) -> dict[str, str]:
-    """``{"KDKIT_LAUNCH": compact JSON}``: what the pilot records in params.json of what really ran."""
+    """``{"KDKIT_LAUNCH": compact JSON}``: what the pilot records in params.json of what really
+    ran."""
     names = {d.target: d.name for d in declared} | {CACHE: "cache"}
     record = {"image_id": facts.id, "image": facts.ref, "lock_sha256": facts.labels.get(f"{LABEL}lock.sha256", ""),
               "revision": revision(project, facts), "network": network,
@@ -149,8 +157,9 @@ def launch_env(project: Project, facts: ImageFacts, network: str, mounts: Sequen
 
 def run_mounts(project: Project, pilot: dict[str, Any], inputs: Path, runs: Path, facts: ImageFacts, network: str,
                options: Sequence[str]) -> tuple[list[Mount], dict[str, str]]:
-    """(every mount of `kdkit run`'s container, the variables naming them and KDKIT_LAUNCH): the pilot's inputs,
-    runs and named paths (kdkit.image.container), then config/, src/, the declared mounts and the cache."""
+    """(every mount of `kdkit run`'s container, the variables naming them and KDKIT_LAUNCH): the
+    pilot's inputs, runs and named paths (kdkit.image.container), then config/, src/, the declared
+    mounts and the cache."""
     declared = declared_mounts(project, options)
     bound = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
                            runs.relative_to(project.root).as_posix()) + named_mounts(project, pilot, inputs)

@@ -80,7 +80,9 @@ from kdkit.core.safetext import printable
 from kdkit.core.stopsignals import interrupts
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
 from kdkit.image import container
-from kdkit.image.container import APP as APP  # re-exported: kdkit.machine.workers and tests name it here
+
+# re-exported: kdkit.machine.workers and tests name it here
+from kdkit.image.container import APP as APP
 from kdkit.image.container import HOME as HOME
 from kdkit.image.container import IMAGE_UID, container_spec, inside_project
 from kdkit.image.container import named_mounts as named_mounts  # re-exported: tests name it here
@@ -102,7 +104,8 @@ class HostFacts:
     gid: int
     cpus: int = 1  # of the engine's host (sizes --pids-limit)
     memory_bytes: int = 0  # of the engine's host (sizes /dev/shm, /tmp and HOME)
-    nvidia_gpus: list[str] | None = None  # index and UUID of each GPU; None when nvidia-smi is absent
+    # index and UUID of each GPU; None when nvidia-smi is absent
+    nvidia_gpus: list[str] | None = None
     nvidia_driver: str | None = None
     nvidia_runtime: bool = False  # the engine can serve a GPU device request
     kfd: bool = False
@@ -195,7 +198,8 @@ def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str,
             raise BadInput(f"--gpus {','.join(gpus)}: no GPU {unknown[0]} on this host (GPUs: {have}); "
                            "see `nvidia-smi -L`")
     cuda = labels.get(f"{LABEL}torch.cuda", "")
-    floor = driver_floor(cuda) if cuda else None  # pairings.json's floor, as diagnose and check apply it
+    # pairings.json's floor, as diagnose and check apply it
+    floor = driver_floor(cuda) if cuda else None
     needed = floor[0] if floor else None
     if needed and host.nvidia_driver and version_tuple(host.nvidia_driver) < version_tuple(needed):
         raise Unavailable(f"NVIDIA driver {host.nvidia_driver} is older than CUDA {cuda} in the image needs "
@@ -205,7 +209,8 @@ def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str,
 
 
 def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]:
-    """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them; nothing more."""
+    """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them;
+    nothing more."""
     if not host.kfd:
         raise Unavailable("/dev/kfd: not present, so no AMD GPU is usable here (the amdgpu kernel driver is "
                           "not loaded); install the AMD GPU driver (`amdgpu-install --usecase=dkms`) and reboot, "
@@ -226,7 +231,8 @@ def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]
 
 def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
                   labels: dict[str, str]) -> dict[str, Any]:
-    """ContainerSpec fields giving ``backend`` its devices; raises with the fix when the host cannot."""
+    """ContainerSpec fields giving ``backend`` its devices; raises with the fix when the host
+    cannot."""
     if backend == "cuda":
         return cuda_access(host, gpus, labels)
     if backend == "rocm":
@@ -242,7 +248,8 @@ def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
 
 @dataclass(frozen=True)
 class HostStep:
-    """A change to the host the run needs (a folder to create, an owner to set), shown before it is made."""
+    """A change to the host the run needs (a folder to create, an owner to set), shown before it is
+    made."""
 
     description: str
     shell: str
@@ -258,8 +265,10 @@ class RunPlan:
     host_steps: list[HostStep]
     runs: Path
     warnings: list[str]
-    host: HostFacts | None = None  # the facts the plan was checked against (kdkit run --workers counts GPUs)
-    run_id: str | None = None  # chosen on the host (kdkit.machine.watch.with_run_id); None: the pilot's own
+    # the facts the plan was checked against (kdkit run --workers counts GPUs)
+    host: HostFacts | None = None
+    # chosen on the host (kdkit.machine.watch.with_run_id); None: the pilot's own
+    run_id: str | None = None
 
 
 def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostStep]]:
@@ -273,10 +282,11 @@ def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostSt
 
 
 def writable_steps(host: HostFacts, folder: Path, what: str, project_root: Path | None = None) -> list[HostStep]:
-    """What ``folder`` (runs/, the cache, a writable declared mount) needs so the container's user can write it:
-    created when missing; handed to the image's user IMAGE_UID when root runs kdkit (chown, never chmod 777).
-    A folder outside ``project_root`` (one the user named with --mount) is never handed over: its owner is the
-    user's to change, so one the container's user cannot write is refused (exit 2) with the line that would."""
+    """What ``folder`` (runs/, the cache, a writable declared mount) needs so the container's user
+    can write it: created when missing; handed to the image's user IMAGE_UID when root runs kdkit
+    (chown, never chmod 777). A folder outside ``project_root`` (one the user named with --mount) is
+    never handed over: its owner is the user's to change, so one the container's user cannot write
+    is refused (exit 2) with the line that would."""
     steps = []
     if not folder.exists():
         steps.append(HostStep(f"create {folder}", f"mkdir -p {shlex.quote(str(folder))}",
@@ -296,15 +306,17 @@ def writable_steps(host: HostFacts, folder: Path, what: str, project_root: Path 
 
 
 def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
-    """ContainerSpec fields that confine every container `kdkit run` starts (the module's docstring says why),
-    sized for this host (kdkit.image.container holds the rules, which a bundle's RUN.md shares)."""
+    """ContainerSpec fields that confine every container `kdkit run` starts (the module's docstring
+    says why), sized for this host (kdkit.image.container holds the rules, which a bundle's RUN.md
+    shares)."""
     return container.confinement(str(uid), str(gid), container.scratch_size(host.memory_bytes),
                                  container.pids_limit(host.cpus))
 
 
 def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
-    """The image to run: ``image``, else the newest that `kdkit build` made from the backend's current
-    requirements lock or pylock (``--lock-format pylock``): :func:`kdkit.image.labels.built_image`."""
+    """The image to run: ``image``, else the newest that `kdkit build` made from the backend's
+    current requirements lock or pylock (``--lock-format pylock``):
+    :func:`kdkit.image.labels.built_image`."""
     if image is None:
         chosen = project.backend(backend)
         if not chosen.lock.is_file():
@@ -331,14 +343,16 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
         raise BadInput(f"--network {network}: choose one of {', '.join(NETWORKS)}")
     wanted_gpus = parse_gpus(gpus)
     if resume is not None:
-        check_run_id(resume, "--resume ")  # an ID is data: refused before the engine is asked anything
+        # an ID is data: refused before the engine is asked anything
+        check_run_id(resume, "--resume ")
         if command:
             raise BadInput("--resume ID and a command after --: give one or the other")
     env = read_env_file(env_file) if env_file is not None else {}
     project = load_project(project_dir)
     engine = engine or connect()
     facts = _resolve_image(engine, project, backend, image)
-    if resume is not None:  # the image's own diagnose -> verify-env -> pilot, the pilot finishing that run
+    # the image's own diagnose -> verify-env -> pilot, the pilot finishing that run
+    if resume is not None:
         command = resumed_command(facts, resume)
     chosen = facts.labels[f"{LABEL}backend"]
     host = host or host_facts(engine, chosen)
@@ -349,7 +363,8 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     if not inputs.is_dir():
         raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)
-    bound, extra = run_mounts(project, pilot, inputs, runs, facts, network, mounts)  # kdkit.machine.mounts
+    # kdkit.machine.mounts
+    bound, extra = run_mounts(project, pilot, inputs, runs, facts, network, mounts)
     spec = container_spec(facts.ref, bound, confinement(host, uid, gid), access, network=network, command=command,
                           env_file=env_file.resolve() if env_file else None, env=env,
                           extra_env={k: v for k, v in extra.items() if k not in env or k == VARIABLE})
@@ -380,10 +395,10 @@ def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
             engine: Engine | None = None) -> tuple[int, list[Path]]:
     """Make the host steps, run the container to its end; return (exit code, new run folders).
 
-    SIGINT or SIGTERM meanwhile stops it (:meth:`Engine.run`: Stopped, an Interrupted, when the stop ended it);
-    SIGHUP (a lost connection) raises HungUp and leaves the container running, labelled with its run;
-    once the container's exit code is known the run has ended on its own, and a signal stops nothing: that
-    code is the answer."""
+    SIGINT or SIGTERM meanwhile stops it (:meth:`Engine.run`: Stopped, an Interrupted, when the stop
+    ended it); SIGHUP (a lost connection) raises HungUp and leaves the container running, labelled
+    with its run; once the container's exit code is known the run has ended on its own, and a signal
+    stops nothing: that code is the answer."""
     from kdkit.docker_adapter import connect
 
     for step in plan.host_steps:
@@ -391,7 +406,8 @@ def execute(plan: RunPlan, on_output: Callable[[bytes], None] | None = None,
     before = set(run_folders(plan.runs))
     code = None
     try:
-        with interrupts(hangup=True):  # SIGHUP: kdkit stops following (HungUp), the container runs on
+        # SIGHUP: kdkit stops following (HungUp), the container runs on
+        with interrupts(hangup=True):
             code = (engine or connect()).run(plan.spec, on_output)
     except Interrupted:
         if code is None:

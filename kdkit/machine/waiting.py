@@ -1,12 +1,13 @@
-"""``kdkit wait`` and ``kdkit logs``, a status shown in lines, the GPUs' use (kdkit.machine.watch says what a run
-is made of), and what kdkit says when its
-connection is lost (SIGHUP) while it follows a run.
+"""``kdkit wait`` and ``kdkit logs``, a status shown in lines, the GPUs' use (kdkit.machine.watch
+says what a run is made of), and what kdkit says when its connection is lost (SIGHUP) while it
+follows a run.
 
-``kdkit wait RUN_ID`` polls the run's state (its folder and its containers, as ``kdkit status`` reads them) until
-it no longer runs; a workers run is then gathered (kdkit.probe.pilot.gather, as ``kdkit run --workers`` does in
-the foreground). Its exit code is the verdict: 0 pass, 1 fail, the container's own code when it died before its
-summary; :data:`TIMED_OUT` when ``--timeout`` passed first (the run goes on). The ended containers it waited on
-are removed.
+``kdkit wait RUN_ID`` polls the run's state (its folder and its containers, as ``kdkit status``
+reads them) until it no longer runs; a workers run is then gathered (kdkit.probe.pilot.gather, as
+``kdkit run
+--workers`` does in the foreground). Its exit code is the verdict: 0 pass, 1 fail, the container's
+own code when it died before its summary; :data:`TIMED_OUT` when ``--timeout`` passed first (the run
+goes on). The ended containers it waited on are removed.
 """
 
 from __future__ import annotations
@@ -59,14 +60,15 @@ def _gathered(project: Place, run_id: str) -> dict[str, Any]:
 
 def wait_run(project: Place, run_id: str, timeout: float | None = None,
              sleep: Callable[[float], None] = time.sleep) -> tuple[int, dict[str, Any]]:
-    """Block until run ``run_id`` no longer runs; (its verdict's exit code, its status). Ctrl-C or SIGTERM
-    (kdkit.core.stopsignals.interrupts, in the caller) stops the waiting, never the run."""
+    """Block until run ``run_id`` no longer runs; (its verdict's exit code, its status). Ctrl-C or
+    SIGTERM (kdkit.core.stopsignals.interrupts, in the caller) stops the waiting, never the run."""
     check_run_id(run_id, "RUN_ID ")
     if timeout is not None and timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected 0 or more seconds, e.g. --timeout 600")
     deadline = None if timeout is None else time.monotonic() + timeout
     report = run_status(project, run_id)
-    while report["state"] == "running" or _still_up(report):  # a closed folder's container ends a moment later
+    # a closed folder's container ends a moment later
+    while report["state"] == "running" or _still_up(report):
         if deadline is not None and time.monotonic() >= deadline:
             return TIMED_OUT, report
         sleep(WAIT_POLL_S)
@@ -83,14 +85,15 @@ def _still_up(report: dict[str, Any]) -> bool:
 
 
 def saved_log(project: Place, container_name: str) -> Path:
-    """Where `kdkit wait` keeps an ended container's output before removing it: ``<project>/.kdkit-logs/<name>.log``
-    (the name is kdkit's own, ``kdkit-<run-id>[-w<i>]``); `kdkit logs` reads it once the container is gone."""
+    """Where `kdkit wait` keeps an ended container's output before removing it:
+    ``<project>/.kdkit-logs/<name>.log`` (the name is kdkit's own, ``kdkit-<run-id>[-w<i>]``);
+    `kdkit logs` reads it once the container is gone."""
     return project.root / LOGS_FOLDER / f"{container_name}.log"
 
 
 def _remove_ended(project: Place, report: dict[str, Any]) -> None:
-    """Remove the run's containers that have ended (their exit code is read: the verdict above holds it), each
-    one's output kept first (:func:`saved_log`)."""
+    """Remove the run's containers that have ended (their exit code is read: the verdict above holds
+    it), each one's output kept first (:func:`saved_log`)."""
     ended = [part["container"] for part in report.get("workers") or [report]
              if part.get("container") and part["container"].get("state") in ("exited", "dead")]
     if not ended:
@@ -100,9 +103,11 @@ def _remove_ended(project: Place, report: dict[str, Any]) -> None:
     from kdkit.docker_adapter import connect
 
     engine = connect()
-    inside = real_inside(project.root, project.root / LOGS_FOLDER) is not None  # a link out: nothing is kept
+    # a link out: nothing is kept
+    inside = real_inside(project.root, project.root / LOGS_FOLDER) is not None
     for container in ended:
-        with contextlib.suppress(KdkitError, OSError):  # gone meanwhile, or no room: the removal still happens
+        # gone meanwhile, or no room: the removal still happens
+        with contextlib.suppress(KdkitError, OSError):
             if inside:
                 atomic_write_chunks(saved_log(project, container["name"]), engine.logs(container["id"], False))
         engine.remove_container(container["id"])
@@ -112,8 +117,9 @@ def _remove_ended(project: Place, report: dict[str, Any]) -> None:
 
 
 def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, bytes], None]) -> int:
-    """Each of the run's containers' output to ``sink(label, chunk)`` (label "" for a one-container run, else
-    "w<i>"); followed as it comes with ``follow``. Unavailable (exit 3) when no container of it is left."""
+    """Each of the run's containers' output to ``sink(label, chunk)`` (label "" for a one-container
+    run, else "w<i>"); followed as it comes with ``follow``. Unavailable (exit 3) when no container
+    of it is left."""
     from kdkit.docker_adapter import connect, labelled_containers
 
     check_run_id(run_id, "RUN_ID ")
@@ -159,7 +165,8 @@ def _saved_logs(project: Place, run_id: str, sink: Callable[[str, bytes], None])
 
 
 def lost_line(run_id: str | None, containers: list[str]) -> str:
-    """What kdkit says (best effort) when SIGHUP ends its following: the run goes on, where to watch it."""
+    """What kdkit says (best effort) when SIGHUP ends its following: the run goes on, where to watch
+    it."""
     return (f"connection lost: run {run_id or '(unnamed)'} continues in container {', '.join(containers)}; "
             f"follow it with kdkit status {run_id or ''}".rstrip())
 
@@ -206,11 +213,14 @@ def part_words(part: dict[str, Any]) -> list[str]:
 
 
 def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
-    """Each GPU's utilisation (%) and memory (MiB) from nvidia-smi (or amd-smi), or None when none answers."""
+    """Each GPU's utilisation (%) and memory (MiB) from nvidia-smi (or amd-smi), or None when none
+    answers."""
     import shutil
 
     from kdkit.core import proc
-    from kdkit.probe.diagnose.smi_values import number as _number  # the one reader of nvidia-smi's numbers
+
+    # the one reader of nvidia-smi's numbers
+    from kdkit.probe.diagnose.smi_values import number as _number
 
     if shutil.which("nvidia-smi") is None:
         return _amd_usage(timeout) if shutil.which("amd-smi") else None
@@ -228,7 +238,8 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
 
 
 def _amd_usage(timeout: float) -> list[dict[str, Any]] | None:
-    """amd-smi's ``metric --usage --mem-usage`` per GPU, read by kdkit.probe.diagnose.smi_amd's readers."""
+    """amd-smi's ``metric --usage --mem-usage`` per GPU, read by kdkit.probe.diagnose.smi_amd's
+    readers."""
     from kdkit.probe.diagnose.smi_amd import dig, entries, json_answer
 
     data, failure, _ = json_answer(["amd-smi", "metric", "--usage", "--mem-usage", "--json"], timeout)

@@ -1,15 +1,17 @@
-"""Runs followed from any shell: the run ID chosen on the host, the labels on every container kdkit starts,
-``kdkit run --detach``, ``kdkit status``, ``kdkit wait`` and ``kdkit logs``.
+"""Runs followed from any shell: the run ID chosen on the host, the labels on every container kdkit
+starts, ``kdkit run --detach``, ``kdkit status``, ``kdkit wait`` and ``kdkit logs``.
 
 The unit that survives a lost connection is the container: it carries ``dev.kdkit.run-id``,
-``dev.kdkit.project`` and ``dev.kdkit.role`` (run or worker), so one left running is found by its run. What a
-run has done is read from its folder, never from the process that started it: the heartbeat of a pilot or a
-training while open (:mod:`kdkit.core.heartbeat`), summary.json and stop.json once closed (never results.jsonl).
+``dev.kdkit.project`` and ``dev.kdkit.role`` (run or worker), so one left running is found by its
+run. What a run has done is read from its folder, never from the process that started it: the
+heartbeat of a pilot or a training while open (:mod:`kdkit.core.heartbeat`), summary.json and
+stop.json once closed (never results.jsonl).
 
-A detached container is not removed when it ends, so its exit code is kept; ``kdkit wait`` reads it and removes
-the container. The verdict is the run folder's when it has one (0 pass, 1 fail), else the container's exit code
-(a run that died before its summary). A workers run (``--workers N``) is gathered by ``kdkit wait`` once every
-worker has ended, as ``kdkit run --workers`` does in the foreground (kdkit.probe.pilot.gather).
+A detached container is not removed when it ends, so its exit code is kept; ``kdkit wait`` reads it
+and removes the container. The verdict is the run folder's when it has one (0 pass, 1 fail), else
+the container's exit code (a run that died before its summary). A workers run (``--workers N``) is
+gathered by ``kdkit wait`` once every worker has ended, as ``kdkit run --workers`` does in the
+foreground (kdkit.probe.pilot.gather).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from kdkit.core.heartbeat import age_seconds, process_alive, read_heartbeat
 from kdkit.core.runid import check_run_id, gathered_folder  # one rule of a run ID, one folder name
 from kdkit.docker_adapter import Labelled, labelled_containers
 
-# kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it stands on:
-# a third of status's 150 ms); tests/core/test_heartbeat.py checks that they agree.
+# kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it
+# stands on: a third of status's 150 ms); tests/core/test_heartbeat.py checks that they agree.
 PARAMS, STOP, SUMMARY, KIND, TRAIN = "params.json", "stop.json", "summary.json", "kind", "train"
 WORKER_FOLDER = re.compile(r"^(?P<base>.+)-w(?P<worker>\d+)of(?P<workers>\d+)$")
-RUN_ID_VAR = "KDKIT_RUN_ID"  # kdkit.probe.pilot.launchers.RUN_ID_VAR: the pilot names its folder with it
+# kdkit.probe.pilot.launchers.RUN_ID_VAR: the pilot names its folder with it
+RUN_ID_VAR = "KDKIT_RUN_ID"
 LABEL_RUN, LABEL_PROJECT, LABEL_ROLE = "dev.kdkit.run-id", "dev.kdkit.project", "dev.kdkit.role"
 STALE_S = 300.0  # a heartbeat older than this, with no container and no live process, is a lost run
 WAIT_POLL_S = 1.0
@@ -48,8 +51,9 @@ def container_name(run_id: str, worker: int | None = None) -> str:
 
 
 def host_run_id(project: Any, runs: Path, names: Any = None) -> str:
-    """A new run ID chosen on the host, as the pilot chooses one (kdkit.core.runfolder.new_run_id and its one
-    collision rule): free when none of ``names(candidate)`` (default: the folder of that name) exists in runs/."""
+    """A new run ID chosen on the host, as the pilot chooses one (kdkit.core.runfolder.new_run_id
+    and its one collision rule): free when none of ``names(candidate)`` (default: the folder of that
+    name) exists in runs/."""
     from kdkit.core.pilotconfig import load_pilot, params_hash
     from kdkit.core.runfolder import PILOT, claim, new_run_id
 
@@ -62,23 +66,25 @@ def host_run_id(project: Any, runs: Path, names: Any = None) -> str:
 
 
 def with_run_id(plan: Any) -> Any:
-    """``plan`` (a kdkit.machine.run.RunPlan) with its run named and its container labelled: the image's own
-    pilot gets the host's run ID as KDKIT_RUN_ID (a --resume names its run itself; a command after ``--`` is
-    the user's, unnamed)."""
+    """``plan`` (a kdkit.machine.run.RunPlan) with its run named and its container labelled: the
+    image's own pilot gets the host's run ID as KDKIT_RUN_ID (a --resume names its run itself; a
+    command after ``--`` is the user's, unnamed)."""
     spec = plan.spec
     run_id = resumed_id(spec.command)
     if spec.command is None:
         run_id = host_run_id(plan.project, plan.runs)
         spec = replace(spec, extra_env={**spec.extra_env, RUN_ID_VAR: run_id})
     name = container_name(run_id) if run_id and spec.command is None else None
-    if run_id and name is None:  # a resume: the run's earlier container may still be there, ended, under its name
+    # a resume: the run's earlier container may still be there, ended, under its name
+    if run_id and name is None:
         name = f"{container_name(run_id)}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     spec = replace(spec, labels={**spec.labels, **labels_for(plan.project.root, run_id, "run")}, name=name)
     return replace(plan, spec=spec, run_id=run_id)
 
 
 def resumed_id(command: list[str] | None) -> str | None:
-    """The run a ``--resume`` command finishes (kdkit.image.labels.resumed_command ends ``--resume ID``)."""
+    """The run a ``--resume`` command finishes (kdkit.image.labels.resumed_command ends ``--resume
+    ID``)."""
     text = " ".join(command or [])
     marker = "--resume "
     if marker not in text:
@@ -98,8 +104,9 @@ def follow_lines(run_id: str, project_root: Path) -> list[str]:
 
 
 def detached_lines(plan: Any) -> list[str]:
-    """``--detach --print``: the host steps, then ``docker run --detach``: the container kept once it has ended (its
-    exit code read, then removed, by `kdkit wait`), as :func:`detach` starts it."""
+    """``--detach --print``: the host steps, then ``docker run --detach``: the container kept once
+    it has ended (its exit code read, then removed, by `kdkit wait`), as :func:`detach` starts
+    it."""
     from kdkit.docker_adapter import cli_arguments, shell_line
 
     words = cli_arguments(plan.spec)
@@ -108,7 +115,8 @@ def detached_lines(plan: Any) -> list[str]:
 
 
 def detach(plan: Any, engine: Any = None) -> dict[str, Any]:
-    """Start the run's container and return at once: its run ID, its container and how to follow it."""
+    """Start the run's container and return at once: its run ID, its container and how to follow
+    it."""
     from kdkit.docker_adapter import connect
 
     for step in plan.host_steps:
@@ -135,16 +143,18 @@ def detach_workers(plan: Any, engine: Any = None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Place:
-    """Where a project's runs are, as the readers (status, wait, logs) need it: its root and its runs/."""
+    """Where a project's runs are, as the readers (status, wait, logs) need it: its root and its
+    runs/."""
 
     root: Path
     runs: Path
 
 
 def place(project_dir: Path | None) -> Place:
-    """The project (PROJECT_DIR, or found upward from cwd) and its runs/ (the pilot config's ``runs``, links
-    resolved inside the project; runs/ when there is no config/pilot.json and kdkit.json names none). Read, not
-    validated: a reader needs one path, and answers within its 150 ms."""
+    """The project (PROJECT_DIR, or found upward from cwd) and its runs/ (the pilot config's
+    ``runs``, links resolved inside the project; runs/ when there is no config/pilot.json and
+    kdkit.json names none). Read, not validated: a reader needs one path, and answers within its 150
+    ms."""
     from kdkit.core.projectfiles import MARKER, project_root, real_inside
 
     root = project_root(project_dir)
@@ -159,7 +169,8 @@ def place(project_dir: Path | None) -> Place:
 
 
 def _read_object(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object the reader needs (json alone: kdkit.core.jsonio's strict reader costs status 30 ms)."""
+    """A JSON object the reader needs (json alone: kdkit.core.jsonio's strict reader costs status 30
+    ms)."""
     import json
 
     try:
@@ -201,7 +212,8 @@ def _seconds_between(start: Any, end: Any) -> float | None:
 
 
 def _closed(summary: dict[str, Any], stop: dict[str, Any], limit: Any) -> dict[str, Any]:
-    if summary.get(KIND) == TRAIN:  # a training run always writes stop.json: its verdict says how it ended
+    # a training run always writes stop.json: its verdict says how it ended
+    if summary.get(KIND) == TRAIN:
         return _closed_training(summary, stop)
     stopped = stop or summary.get("stopped")
     state = "stopped" if stopped else "passed" if summary.get("verdict") == "pass" else "failed"
@@ -225,7 +237,8 @@ def _closed_training(summary: dict[str, Any], stop: dict[str, Any]) -> dict[str,
 
 
 def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> dict[str, Any]:
-    """A run whose folder is open: its heartbeat's counts, and whether it still runs (container, process, age)."""
+    """A run whose folder is open: its heartbeat's counts, and whether it still runs (container,
+    process, age)."""
     age = age_seconds(beat, now)
     alive = process_alive(beat)
     if container is not None:
@@ -256,9 +269,10 @@ def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> di
 
 def folder_status(folder: Path, container: Labelled | None, now: datetime | None = None,
                   engine: bool = False) -> dict[str, Any]:
-    """One run folder's state from its summary, stop.json or heartbeat (never results.jsonl), and its container;
-    ``engine``: the engine answered, so a run `kdkit run` started (params.json's ``launch``) whose labelled
-    container is not there is lost at once, whatever the age of its heartbeat."""
+    """One run folder's state from its summary, stop.json or heartbeat (never results.jsonl), and
+    its container; ``engine``: the engine answered, so a run `kdkit run` started (params.json's
+    ``launch``) whose labelled container is not there is lost at once, whatever the age of its
+    heartbeat."""
     now = now or datetime.now(timezone.utc)
     summary, stop = _object(folder / SUMMARY), _object(folder / STOP)
     if summary:
@@ -289,7 +303,8 @@ def _shown(container: Labelled | None) -> dict[str, Any] | None:
 
 
 def _container_for(containers: list[Labelled], folder: Path, run_id: str) -> Labelled | None:
-    """The container of one folder: a worker's by its name; a run's own, the one running (a resume's), else any."""
+    """The container of one folder: a worker's by its name; a run's own, the one running (a
+    resume's), else any."""
     match = WORKER_FOLDER.match(folder.name)
     if match and folder.name != run_id:
         return next((c for c in containers if c.name == container_name(run_id, int(match.group("worker")))), None)
@@ -303,8 +318,9 @@ def _engine_containers(project: Place, run_id: str | None) -> list[Labelled] | N
 
 
 def run_status(project: Place, run_id: str, containers: list[Labelled] | None = None) -> dict[str, Any]:
-    """Where run ``run_id`` stands: its folders' states (a workers run: each worker's, and its gathering's) and
-    its containers; BadInput when neither a folder nor a container of this project names it."""
+    """Where run ``run_id`` stands: its folders' states (a workers run: each worker's, and its
+    gathering's) and its containers; BadInput when neither a folder nor a container of this project
+    names it."""
     check_run_id(run_id, "RUN_ID ")
     runs = project.runs
     if containers is None:
@@ -329,7 +345,8 @@ def run_status(project: Place, run_id: str, containers: list[Labelled] | None = 
 
 
 def _overall(parts: list[dict[str, Any]], gathered: Path) -> dict[str, Any]:
-    """A run's one state: its only folder's; for workers, the gathering's verdict, else running while any runs."""
+    """A run's one state: its only folder's; for workers, the gathering's verdict, else running
+    while any runs."""
     summary = _object(gathered / SUMMARY)
     if summary:
         return {"state": "passed" if summary.get("verdict") == "pass" else "failed", "gathered": str(gathered),
@@ -343,8 +360,8 @@ def _overall(parts: list[dict[str, Any]], gathered: Path) -> dict[str, Any]:
 
 
 def recent_runs(runs: Path, containers: list[Labelled] | None) -> list[str]:
-    """The runs `kdkit status` shows without an ID: those with a container or a running heartbeat, and the most
-    recent folder."""
+    """The runs `kdkit status` shows without an ID: those with a container or a running heartbeat,
+    and the most recent folder."""
     ids = {c.labels[LABEL_RUN] for c in containers or [] if c.labels.get(LABEL_RUN)}
     newest: tuple[float, str] | None = None
     with os.scandir(runs) if runs.is_dir() else _nothing() as entries:
@@ -376,7 +393,8 @@ class _nothing:
 
 
 def project_status(project: Place) -> dict[str, Any]:
-    """Every run of the project still followed (a container, a running heartbeat) and the most recent one."""
+    """Every run of the project still followed (a container, a running heartbeat) and the most
+    recent one."""
     runs = project.runs
     containers = _engine_containers(project, None)
     found = []

@@ -1,4 +1,5 @@
-"""`kdkit run --workers N`: one container per GPU over separate shares of the pilot, then one gathering.
+"""`kdkit run --workers N`: one container per GPU over separate shares of the pilot, then one
+gathering.
 
 Worker ``i`` gets GPU ``i`` only (CUDA: a device request for device id ``i``; ROCm: the
 ``i``-th render node; the cpu backend: no device, and no GPU limit) and runs the image's own
@@ -44,12 +45,14 @@ from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_ru
 from kdkit.machine.watch import container_name, host_run_id, labels_for
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
-MAX_WORKERS = 256  # containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
+# containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
+MAX_WORKERS = 256
 STEPS = 'kdkit diagnose --expect "$KDKIT_BACKEND" && kdkit verify-env --lock "$KDKIT_LOCK_FILE" && '
 
 
 def gpu_count(backend: str, host: HostFacts) -> int | None:
-    """GPUs this host offers ``backend``: nvidia-smi's rows, or the render nodes; None (no limit) on cpu."""
+    """GPUs this host offers ``backend``: nvidia-smi's rows, or the render nodes; None (no limit) on
+    cpu."""
     if backend == "cuda":
         return len(host.nvidia_gpus or []) // 2  # host_facts keeps index and UUID of each GPU
     if backend == "rocm":
@@ -58,7 +61,8 @@ def gpu_count(backend: str, host: HostFacts) -> int | None:
 
 
 def check_workers(workers: int, backend: str, host: HostFacts) -> None:
-    """One worker per GPU: more workers than GPUs is BadInput (exit 2), with where the count came from."""
+    """One worker per GPU: more workers than GPUs is BadInput (exit 2), with where the count came
+    from."""
     count = gpu_count(backend, host)
     if count is not None and workers > count:
         source = "`nvidia-smi -L`" if backend == "cuda" else "/dev/dri/renderD*"
@@ -76,20 +80,22 @@ class WorkersPlan:
 
 
 def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> ContainerSpec:
-    """Worker ``worker``'s container: the base spec, its own GPU, the pilot restricted to its share."""
+    """Worker ``worker``'s container: the base spec, its own GPU, the pilot restricted to its
+    share."""
     assert base.host is not None
     gpus = None if base.backend == "cpu" else [str(worker)]
     access: dict[str, Any] = {"gpus": None, "devices": [], "group_add": [],
                               **device_access(base.backend, base.host, gpus, base.image.labels)}
-    pilot = f"exec kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"  # gets SIGTERM
+    # gets SIGTERM
+    pilot = f"exec kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"
     return replace(base.spec, command=["/bin/sh", "-c", STEPS + pilot], **access)
 
 
 def _run_id(base: RunPlan, workers: int) -> str:
-    """The run's shared ID: the pilot's own (kdkit.core.runfolder.new_run_id and its one collision rule),
-    free for every worker folder and the gathering (kdkit.machine.watch.host_run_id). The containers make the
-    folders; a run that takes the name meanwhile makes their pilots refuse it (RunFolder.create never reuses a
-    folder)."""
+    """The run's shared ID: the pilot's own (kdkit.core.runfolder.new_run_id and its one collision
+    rule), free for every worker folder and the gathering (kdkit.machine.watch.host_run_id). The
+    containers make the folders; a run that takes the name meanwhile makes their pilots refuse it
+    (RunFolder.create never reuses a folder)."""
     return host_run_id(base.project, base.runs, lambda candidate: [
         *(worker_folder(candidate, i, workers) for i in range(workers)), gathered_folder(candidate)])
 
@@ -123,7 +129,8 @@ def gather_line(plan: WorkersPlan) -> list[str]:
 
 
 def print_worker_lines(plan: WorkersPlan) -> list[str]:
-    """Host steps, the N ``docker run`` lines (in the background, side by side), ``wait``, the gathering."""
+    """Host steps, the N ``docker run`` lines (in the background, side by side), ``wait``, the
+    gathering."""
     from kdkit.docker_adapter import cli_arguments
 
     runs = [shell_line(cli_arguments(spec)) + " &" for spec in plan.specs]
@@ -131,7 +138,8 @@ def print_worker_lines(plan: WorkersPlan) -> list[str]:
 
 
 class Prefixed:
-    """One worker's output, a whole line at a time behind ``[w<i>]``, so side-by-side logs stay readable."""
+    """One worker's output, a whole line at a time behind ``[w<i>]``, so side-by-side logs stay
+    readable."""
 
     def __init__(self, label: str, sink: Callable[[bytes], None]) -> None:
         self.prefix, self.sink, self.rest = f"[{label}] ".encode(), sink, b""
@@ -150,8 +158,10 @@ class Prefixed:
 
 @dataclass(frozen=True)
 class WorkersResult:
-    codes: list[int | None]  # each container's exit code; None for one never started (the stop came first)
-    gathered: Any  # kdkit.probe.pilot.gather.Gathered, or None when no worker left a folder or it was stopped
+    # each container's exit code; None for one never started (the stop came first)
+    codes: list[int | None]
+    # kdkit.probe.pilot.gather.Gathered, or None when no worker left a folder or it was stopped
+    gathered: Any
     exit_code: int
     interrupted: Interrupted | None = None  # the signal that stopped the run
 
@@ -160,20 +170,23 @@ def _run_one(spec: ContainerSpec, output: Prefixed, engine: Engine | None, runni
     from kdkit.docker_adapter import connect
 
     try:
-        return (engine or connect()).run(spec, output, running)  # a connection per thread: the SDK's is not shared
+        # a connection per thread: the SDK's is not shared
+        return (engine or connect()).run(spec, output, running)
     finally:
         output.flush()
 
 
 def _stop_all(running: Running, futures: list[Future[int]], engine: Engine | None,
               signum: int) -> tuple[list[int | None], bool]:
-    """Stop every container of the run (docker stop, side by side), then each one's exit code once it ended, and
-    whether the stop ended any: one the SIGTERM reached exited as a signal ends a process, or one never started.
-    When none, every container had ended on its own before the stop, with its verdict."""
+    """Stop every container of the run (docker stop, side by side), then each one's exit code once
+    it ended, and whether the stop ended any: one the SIGTERM reached exited as a signal ends a
+    process, or one never started. When none, every container had ended on its own before the stop,
+    with its verdict."""
     from kdkit.docker_adapter import connect
 
     reached: list[str] | None = None
-    with suppress(KeyboardInterrupt):  # a second interrupt: the stop has killed them without the grace
+    # a second interrupt: the stop has killed them without the grace
+    with suppress(KeyboardInterrupt):
         reached = (engine or connect()).stop(running.begin_stop(signum))
     codes = [None if future.exception() is not None else future.result() for future in futures]
     return codes, reached is None or None in codes or (bool(reached) and any(c >= SIGNALLED for c in codes if c))
@@ -181,8 +194,8 @@ def _stop_all(running: Running, futures: list[Future[int]], engine: Engine | Non
 
 def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None = None,
                     engine: Engine | None = None) -> WorkersResult:
-    """Make the host steps, run the N containers side by side to their end, then gather; an interrupt
-    stops them all (the module's docstring) and gathers nothing."""
+    """Make the host steps, run the N containers side by side to their end, then gather; an
+    interrupt stops them all (the module's docstring) and gathers nothing."""
     from kdkit.probe.pilot.gather import gather
 
     for step in plan.base.host_steps:
@@ -199,7 +212,8 @@ def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None
                    for i, spec in enumerate(plan.specs)]
         try:
             codes: list[int | None] = [future.result() for future in futures]
-        except HungUp as lost:  # the connection is gone, not the run: every container runs on, nothing waits
+        # the connection is gone, not the run: every container runs on, nothing waits
+        except HungUp as lost:
             hung_up = True
             return WorkersResult([None] * len(futures), None, lost.exit_code, lost)
         except KeyboardInterrupt as exc:
@@ -208,7 +222,8 @@ def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None
             if stopped:
                 return WorkersResult(codes, None, stop.exit_code, stop)
     finally:
-        pool.shutdown(wait=not hung_up)  # after a hangup the caller leaves at once (os._exit), threads and all
+        # after a hangup the caller leaves at once (os._exit), threads and all
+        pool.shutdown(wait=not hung_up)
     present = [folder for folder in plan.folders if folder.is_dir()]
     if not present:
         return WorkersResult(codes, None, next((c for c in codes if c), 1))
@@ -220,7 +235,8 @@ def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None
 
 
 def folder_state(folder: Path) -> str:
-    """What a stop left in one run folder: closed with its stop reason, left open, or no folder at all."""
+    """What a stop left in one run folder: closed with its stop reason, left open, or no folder at
+    all."""
     if not folder.is_dir():
         return f"{folder}: no run folder (the stop came before its pilot began)"
     run = read_run(folder)
@@ -231,7 +247,8 @@ def folder_state(folder: Path) -> str:
 
 
 def _run_again(plan: RunPlan, gpu: str | None) -> list[str]:
-    """``kdkit run`` with the options that give the same container again (image, GPU, network, env file)."""
+    """``kdkit run`` with the options that give the same container again (image, GPU, network, env
+    file)."""
     spec = plan.spec
     return ["kdkit", "run", str(plan.project.root), "--image", plan.image.ref,
             *(["--gpus", gpu] if gpu is not None and plan.backend != "cpu" else []),
@@ -240,8 +257,8 @@ def _run_again(plan: RunPlan, gpu: str | None) -> list[str]:
 
 
 def stopped_lines(plan: WorkersPlan, stop: Interrupted) -> list[str]:
-    """One line per worker after a stop: where its folder is, in what state, and how to finish it; then the
-    gathering to run once every worker is finished."""
+    """One line per worker after a stop: where its folder is, in what state, and how to finish it;
+    then the gathering to run once every worker is finished."""
     lines = [f"Stopped by {stop.name}: every container was stopped and removed; nothing was gathered."]
     for i, folder in enumerate(plan.folders):
         how = "start it again" if not folder.is_dir() else "finish it"
@@ -254,8 +271,10 @@ def stopped_lines(plan: WorkersPlan, stop: Interrupted) -> list[str]:
 
 
 def stopped_run_lines(plan: RunPlan, folders: list[Path], stop: Interrupted) -> list[str]:
-    """The same for a plain ``kdkit run``: its container was stopped; each new folder and ``--resume``."""
-    ended = getattr(stop, "container_exit", None)  # kdkit.docker_adapter.Stopped: how the stop ended it
+    """The same for a plain ``kdkit run``: its container was stopped; each new folder and
+    ``--resume``."""
+    # kdkit.docker_adapter.Stopped: how the stop ended it
+    ended = getattr(stop, "container_exit", None)
     killed = ": killed after the grace" if ended == SIGNALLED + signal.SIGKILL else ""
     how = f" (exit {ended}{killed})" if ended is not None else ""
     lines = [f"Stopped by {stop.name}: the container was stopped{how} and removed."]

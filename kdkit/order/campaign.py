@@ -1,18 +1,19 @@
-"""The campaign (campaign.json, kdkit.config.campaign): each variant's runs and result against the threshold and
-the control, the conclusion, and the decisions log (``kdkit campaign decide``). Its status over time and the
-window is kdkit.order.campaignview.
+"""The campaign (campaign.json, kdkit.config.campaign): each variant's runs and result against the
+threshold and the control, the conclusion, and the decisions log (``kdkit campaign decide``). Its
+status over time and the window is kdkit.order.campaignview.
 
-A run belongs to a variant when its params.json says ``"variant": NAME`` (``kdkit train --variant NAME``), or
-names the variant's config (params.json's ``config_file``, or a pilot's ``params.config_file``). A run is read
-lightly, so a thousand folders take well under a second: params.json, summary.json and stop.json, and
-SHA256SUMS, against which the summary and the params read are checked (a summary edited after closing is
-"unverified"); results.jsonl and the other files are never read (``kdkit close`` verifies them whole). A
-variant's value is its newest passing run's: a train run's last value of the metric (summary.json
-``metrics``), a pilot run's summary key of that name, else its ``quality`` (the pilot's score against the
-manifest). Never the best of several runs: picking the best of N is not a measurement.
+A run belongs to a variant when its params.json says ``"variant": NAME`` (``kdkit train --variant
+NAME``), or names the variant's config (params.json's ``config_file``, or a pilot's
+``params.config_file``). A run is read lightly, so a thousand folders take well under a second:
+params.json, summary.json and stop.json, and SHA256SUMS, against which the summary and the params
+read are checked (a summary edited after closing is "unverified"); results.jsonl and the other files
+are never read (``kdkit close`` verifies them whole). A variant's value is its newest passing run's:
+a train run's last value of the metric (summary.json ``metrics``), a pilot run's summary key of that
+name, else its ``quality`` (the pilot's score against the manifest). Never the best of several runs:
+picking the best of N is not a measurement.
 
-Decisions are appended to campaign-decisions.jsonl, one JSON line each, written in one write and fsynced; the
-file is never rewritten. A line a kill cut short is skipped when read, and named.
+Decisions are appended to campaign-decisions.jsonl, one JSON line each, written in one write and
+fsynced; the file is never rewritten. A line a kill cut short is skipped when read, and named.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class RunView:
     kind: str  # "train", "pilot", or "other" (a folder without params.json: a sweep's, a gathering)
     variant: str | None
     config_files: tuple[str, ...]
-    verdict: str  # the summary's (pass, fail, stopped), "unverified", "stopped" (stop.json only) or "open"
+    # the summary's (pass, fail, stopped), "unverified", "stopped" (stop.json only) or "open"
+    verdict: str
     value: float | None  # the campaign's metric in this run (see the module's docstring)
     seconds: float | None
     items_per_second: float | None  # a pilot's per-item rate: items / (app + harness seconds)
@@ -112,7 +114,8 @@ def _rate(summary: dict[str, Any]) -> float | None:
 
 
 def read_run_view(folder: Path, metric: str) -> RunView:
-    """One run folder as the campaign reads it (see the module's docstring); tolerant of torn files."""
+    """One run folder as the campaign reads it (see the module's docstring); tolerant of torn
+    files."""
     params_raw, params = _read(folder / PARAMS)
     summary_raw, summary = _read(folder / SUMMARY)
     stopped = (folder / STOP).is_file()
@@ -132,7 +135,8 @@ def read_run_view(folder: Path, metric: str) -> RunView:
 
 
 def read_runs(runs: Path, metric: str) -> list[RunView]:
-    """Every run folder under ``runs`` in ID order, a worker's share excepted (its run is the whole)."""
+    """Every run folder under ``runs`` in ID order, a worker's share excepted (its run is the
+    whole)."""
     return [read_run_view(folder, metric) for folder in run_folders(runs) if not WORKER_FOLDER.match(folder.name)]
 
 
@@ -141,8 +145,8 @@ def read_runs(runs: Path, metric: str) -> list[RunView]:
 
 @dataclass(frozen=True)
 class VariantResult:
-    """One variant: its runs, its value (its newest passing run's), and whether that passes the threshold
-    (None: not measured yet)."""
+    """One variant: its runs, its value (its newest passing run's), and whether that passes the
+    threshold (None: not measured yet)."""
 
     name: str
     category: str
@@ -161,7 +165,8 @@ def _belongs(run: RunView, name: str, config: str | None) -> bool:
 
 
 def variant_results(root: Path, campaign: Campaign, runs: list[RunView] | None = None) -> list[VariantResult]:
-    """Each variant of ``campaign`` with its runs (under the pilot config's runs folder unless ``runs``)."""
+    """Each variant of ``campaign`` with its runs (under the pilot config's runs folder unless
+    ``runs``)."""
     if runs is None:
         runs = read_runs(runs_path(root), campaign.metric)
     cut = {d.get("variant") for d in read_decisions(root) if d.get("decision") == "cut"}
@@ -195,8 +200,8 @@ def against_control(campaign: Campaign, results: list[VariantResult]) -> dict[st
 
 
 def conclusion(campaign: Campaign, results: list[VariantResult]) -> str:
-    """What the results say of the question: a variant that reaches the threshold, none (a negative result is a
-    result, once every variant not cut is measured), or what is still open."""
+    """What the results say of the question: a variant that reaches the threshold, none (a negative
+    result is a result, once every variant not cut is measured), or what is still open."""
     goal = f"{campaign.threshold:g}"
     reached = [r for r in results if r.passed]
     if reached:
@@ -215,7 +220,8 @@ def conclusion(campaign: Campaign, results: list[VariantResult]) -> str:
 
 
 def parse_decision(campaign: Campaign, said: str) -> tuple[str, str | None]:
-    """("continue" | "cut" | "change the question", the variant cut or None); BadInput for anything else."""
+    """("continue" | "cut" | "change the question", the variant cut or None); BadInput for anything
+    else."""
     words = said.split()
     if words == ["continue"]:
         return "continue", None
@@ -229,7 +235,8 @@ def parse_decision(campaign: Campaign, said: str) -> tuple[str, str | None]:
 
 
 def decision_record(campaign: Campaign, said: str, why: str) -> dict[str, Any]:
-    """The line a decision appends, checked first: a known verb, a variant the campaign has, a reason."""
+    """The line a decision appends, checked first: a known verb, a variant the campaign has, a
+    reason."""
     verb, variant = parse_decision(campaign, said)
     reason = why.strip()
     if not reason:
@@ -241,8 +248,9 @@ def decision_record(campaign: Campaign, said: str, why: str) -> dict[str, Any]:
 
 
 def append_decision(root: Path, said: str, why: str) -> dict[str, Any]:
-    """``kdkit campaign decide``: one timestamped line appended to campaign-decisions.jsonl and fsynced (the
-    file is never rewritten); BadInput with nothing written for a bad decision or no campaign."""
+    """``kdkit campaign decide``: one timestamped line appended to campaign-decisions.jsonl and
+    fsynced (the file is never rewritten); BadInput with nothing written for a bad decision or no
+    campaign."""
     campaign = load_campaign(root)
     if campaign is None:
         raise BadInput(f"{root / 'campaign.json'}: not found; a decision needs a campaign (kdkit init writes one)")
@@ -287,7 +295,8 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def decision_log(root: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """(every decision in order, the line numbers that are not one: cut short by a kill, or edited)."""
+    """(every decision in order, the line numbers that are not one: cut short by a kill, or
+    edited)."""
     try:
         text = (root / DECISIONS).read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
@@ -310,5 +319,6 @@ def decision_log(root: Path) -> tuple[list[dict[str, Any]], list[int]]:
 
 
 def read_decisions(root: Path) -> list[dict[str, Any]]:
-    """Every decision of campaign-decisions.jsonl, in the order taken (unreadable lines left out)."""
+    """Every decision of campaign-decisions.jsonl, in the order taken (unreadable lines left
+    out)."""
     return decision_log(root)[0]

@@ -1,25 +1,25 @@
 """``kdkit campaign``: where the campaign stands, at any time.
 
-What is done and passed per variant, each against the threshold and the control (kdkit.order.campaign); what
-remains per category (variants not done and not cut) against the time left in the window; what to cut first;
-the decisions taken; the conclusion.
+What is done and passed per variant, each against the threshold and the control
+(kdkit.order.campaign); what remains per category (variants not done and not cut) against the time
+left in the window; what to cut first; the decisions taken; the conclusion.
 
-- **Time left** = the order's window (``kdkit plan --save``: ``--order FILE``, else campaign.json's ``order``)
-  less the observed machine hours: the union of the intervals of recorded work (kdkit.order.worklog), so
-  parallel workers count once. The booked hours are shown beside it; the plan is never an obligation to fill
-  every hour.
-- **What to cut first**: the exploratory variants still to run, then the useful ones, the longest first in each
-  category; the essential work is never proposed. ``to_cut`` is the shortest prefix of that order after which
-  the remaining work fits the time left.
-- **The updated duration estimate**, once a pilot or a sweep has measured a rate. The measured rate is the
-  newest passing pilot run's items / (app + harness seconds): the per-item work, without the run's one-time
-  start (diagnose, model load); with no such pilot, the newest sweep's best rate (over its batch sizes, the
-  items completed over the seconds taken across every length group, a batch size with an error left out).
-  One pass over the corpus then takes ``corpus items / measured rate`` (the corpus items: campaign.json's
-  ``corpus.items``, else the manifest's documents). When campaign.json says what rate the estimates assumed
-  (``assumed_items_per_second``), each variant's estimated machine_hours is scaled by assumed / measured (the
-  measured hours per pass over the assumed ones); without it the hours per pass are shown and the estimates
-  stand as written.
+- **Time left** = the order's window (``kdkit plan --save``: ``--order FILE``, else campaign.json's
+  ``order``) less the observed machine hours: the union of the intervals of recorded work
+  (kdkit.order.worklog), so parallel workers count once. The booked hours are shown beside it; the
+  plan is never an obligation to fill every hour.
+- **What to cut first**: the exploratory variants still to run, then the useful ones, the longest
+  first in each category; the essential work is never proposed. ``to_cut`` is the shortest prefix of
+  that order after which the remaining work fits the time left.
+- **The updated duration estimate**, once a pilot or a sweep has measured a rate. The measured rate
+  is the newest passing pilot run's items / (app + harness seconds): the per-item work, without the
+  run's one-time start (diagnose, model load); with no such pilot, the newest sweep's best rate
+  (over its batch sizes, the items completed over the seconds taken across every length group, a
+  batch size with an error left out). One pass over the corpus then takes ``corpus items / measured
+  rate`` (the corpus items: campaign.json's ``corpus.items``, else the manifest's documents). When
+  campaign.json says what rate the estimates assumed (``assumed_items_per_second``), each variant's
+  estimated machine_hours is scaled by assumed / measured (the measured hours per pass over the
+  assumed ones); without it the hours per pass are shown and the estimates stand as written.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ SWEEP_FILE = "sweep.json"
 
 
 def sig(value: float) -> float:
-    """``value`` to 4 significant digits: a rate, an hour count or a factor as it is shown (0.0000469, not 0)."""
+    """``value`` to 4 significant digits: a rate, an hour count or a factor as it is shown
+    (0.0000469, not 0)."""
     return float(f"{value:.4g}")
 
 
@@ -57,7 +58,8 @@ def sig(value: float) -> float:
 
 
 def sweep_rate(folder: Path) -> float | None:
-    """A sweep's best whole rate: per batch size, items completed / seconds over every group (no errors)."""
+    """A sweep's best whole rate: per batch size, items completed / seconds over every group (no
+    errors)."""
     try:
         rows = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get("rows")
     except (OSError, ValueError, AttributeError):
@@ -81,7 +83,8 @@ def _finite(value: Any) -> float | None:
 
 
 def measured_rate(runs: Path, views: list[RunView]) -> tuple[float, str, str] | None:
-    """(items per second, "pilot" or "sweep", the run it is from), by the rule of the module's docstring."""
+    """(items per second, "pilot" or "sweep", the run it is from), by the rule of the module's
+    docstring."""
     pilot = next((v for v in reversed(views) if v.kind == "pilot" and v.verdict == "pass" and v.items_per_second),
                  None)
     if pilot is not None and pilot.items_per_second is not None:
@@ -104,7 +107,8 @@ def corpus_items(root: Path, campaign: Campaign) -> int | None:
 
 
 def estimate(root: Path, campaign: Campaign, runs: Path, views: list[RunView]) -> dict[str, Any] | None:
-    """The updated duration estimate (see the module's docstring), or None before any measurement."""
+    """The updated duration estimate (see the module's docstring), or None before any
+    measurement."""
     found = measured_rate(runs, views)
     if found is None:
         return None
@@ -120,7 +124,8 @@ def estimate(root: Path, campaign: Campaign, runs: Path, views: list[RunView]) -
 
 
 def window(root: Path, campaign: Campaign, order: Path | None, runs: Path) -> dict[str, Any]:
-    """The order's window and booked hours, the observed hours (union of recorded work) and the time left."""
+    """The order's window and booked hours, the observed hours (union of recorded work) and the time
+    left."""
     from kdkit.order.plan import load_order
     from kdkit.order.worklog import observed_hours, work_intervals
 
@@ -155,7 +160,8 @@ def remaining(results: list[VariantResult], factor: float | None) -> dict[str, f
 
 
 def cuts(results: list[VariantResult], factor: float | None, left: float | None) -> tuple[list[str], list[str]]:
-    """(what to cut first: exploratory, then useful, longest first; the shortest prefix of it that fits ``left``)."""
+    """(what to cut first: exploratory, then useful, longest first; the shortest prefix of it that
+    fits ``left``)."""
     pending = [r for r in results if not r.done and not r.cut]
     order = [r for category in ("exploratory", "useful") for r in sorted(
         (p for p in pending if p.category == category), key=lambda p: -p.machine_hours)]
@@ -218,8 +224,8 @@ def campaign_status(root: Path, order: Path | None = None) -> dict[str, Any]:
 
 
 def corpus_state(root: Path, campaign: Campaign) -> dict[str, Any]:
-    """The corpus's manifest: its SHA-256 now, the one campaign.json froze (None: not frozen yet; a frozen one that
-    differs is refused when campaign.json is read, kdkit.config.campaign)."""
+    """The corpus's manifest: its SHA-256 now, the one campaign.json froze (None: not frozen yet; a
+    frozen one that differs is refused when campaign.json is read, kdkit.config.campaign)."""
     path = real_inside(root, root / campaign.manifest)
     now = sha256_file(path) if path is not None and path.is_file() else None
     return {"manifest": campaign.manifest, "sha256": now, "frozen": campaign.manifest_sha256}

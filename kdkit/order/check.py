@@ -45,7 +45,8 @@ ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
 
 
 def _preferred(builds: list[Build], subject: Subject | None, pairings: Pairings) -> Build:
-    """The build to suggest: the same torch release, else the template's, else the newest stable one."""
+    """The build to suggest: the same torch release, else the template's, else the newest stable
+    one."""
     stable = [b for b in builds if not b.experimental] or builds
     if subject is not None:
         same = [b for b in stable if b.torch == torch_minor(subject.version)]
@@ -60,7 +61,8 @@ def _preferred(builds: list[Build], subject: Subject | None, pairings: Pairings)
 
 
 def instead(offer: Offer, pairings: Pairings, subject: Subject | None = None) -> str:
-    """What to lock instead: a published build known to carry code for the card, and the range of them."""
+    """What to lock instead: a published build known to carry code for the card, and the range of
+    them."""
     cpu_arch = offer.cpu_arch
     builds = pairings.builds_for(offer.architecture, offer.backend, cpu_arch)
     if not builds:
@@ -81,7 +83,8 @@ def instead(offer: Offer, pairings: Pairings, subject: Subject | None = None) ->
 
 
 def _prerelease(version: str) -> bool:
-    """A nightly or release candidate (``2.13.0.dev20260101``, ``2.13.0rc1``): not on the release indexes."""
+    """A nightly or release candidate (``2.13.0.dev20260101``, ``2.13.0rc1``): not on the release
+    indexes."""
     from kdkit.core.versions import InvalidVersion, Version
 
     try:
@@ -92,7 +95,8 @@ def _prerelease(version: str) -> bool:
 
 
 def _ranges(builds: list[Build]) -> str:
-    """``cu126 2.6-2.14, cu128 2.7-2.11 (2.7 experimental)``: each label with the releases that have it."""
+    """``cu126 2.6-2.14, cu128 2.7-2.11 (2.7 experimental)``: each label with the releases that have
+    it."""
     by_label: dict[str, list[Build]] = {}
     for build in builds:
         by_label.setdefault(build.label, []).append(build)
@@ -156,17 +160,20 @@ def _build_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
 
 def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
     card = offer.architecture
-    if subject.arch_list is None and subject.wheel_lock is not None:  # a lock: its torch wheel, read on its index
+    # a lock: its torch wheel, read on its index
+    if subject.arch_list is None and subject.wheel_lock is not None:
         from kdkit.lock.wheelarch import WheelReading, read_locked_wheel
 
         reading = WheelReading(None) if subject.offline else \
             read_locked_wheel(subject.wheel_lock, subject.python, subject.label)
-        if reading.arch_list is None:  # offline (the user's choice: no note), or the reason it could not be read
+        # offline (the user's choice: no note), or the reason it could not be read
+        if reading.arch_list is None:
             point = _table_kernel_point(offer, subject, pairings)
             why = f"; the locked wheel was not read ({reading.reason}), so this is the pairings' answer"
             return replace(point, detail=point.detail + (why if reading.reason else ""), source="facts")
         subject = replace(subject, arch_list=reading.arch_list, arch_source=reading.where())
-    if subject.arch_list is not None:  # the image's own torch, or the locked wheel: the strongest evidence there is
+    # the image's own torch, or the locked wheel: the strongest evidence there is
+    if subject.arch_list is not None:
         image = subject.what.startswith("image ")
         whose, source = ("the image's torch", "image") if image else (f"torch {subject.version}", "wheel")
         carried = ", ".join(subject.arch_list) or "no GPU code"
@@ -179,7 +186,8 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
                      f"for {offer.name}'s {card}; on the machine this is 'no kernel image is available for "
                      "execution on the device'", instead(offer, pairings, subject), source=source)
     point = replace(_table_kernel_point(offer, subject, pairings), source="facts")
-    if subject.what.startswith("image "):  # an image whose own list is not known: say so, then the table's answer
+    # an image whose own list is not known: say so, then the table's answer
+    if subject.what.startswith("image "):
         why = subject.arch_source or "no dev.kdkit.torch.arch_list label: built before kdkit recorded it"
         point = replace(point, detail=f"{point.detail}; the image's own arch list is unknown ({why}), so this is "
                                       "the pairings' answer")
@@ -242,7 +250,8 @@ def _driver_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
 
 
 def _memory_point(project: Project, offer: Offer) -> Point:
-    """The lower bound from kdkit.json's memory section, and the pilot's measured peak, against a card."""
+    """The lower bound from kdkit.json's memory section, and the pilot's measured peak, against a
+    card."""
     from kdkit.order.memory import DOES_NOT_FIT, estimate_memory, job_from_config, measured_verdict, pilot_peak
     from kdkit.order.plan import runs_folder
 
@@ -268,8 +277,8 @@ def _memory_point(project: Project, offer: Offer) -> Point:
 
 
 def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[Point]:
-    """cpu, then build, then kernels and driver: a lock for another CPU or backend is not judged further
-    (its kernels would be another machine's)."""
+    """cpu, then build, then kernels and driver: a lock for another CPU or backend is not judged
+    further (its kernels would be another machine's)."""
     points = [_cpu_point(offer, subject)]
     if points[0].status == "fail":
         return points
@@ -284,9 +293,9 @@ def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[
 
 def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
                  pairings: Pairings | None = None) -> Subject | Point:
-    """The parsed lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock for several
-    environments pins one torch per marker) as a subject, or the failing point that stops the check (None: no
-    lock yet)."""
+    """The parsed lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock
+    for several environments pins one torch per marker) as a subject, or the failing point that
+    stops the check (None: no lock yet)."""
     if lock is None:
         return Point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
     platform = lock.header.get("platform", "")
@@ -298,8 +307,8 @@ def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
     if not pin.version:
         return Point("lock", "fail", f"{relative}:{pin.line}: torch comes from {pin.source}, with no version kdkit "
                      "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
-    # The build: the pin's local label, else (a hashed pin fixes the file) the build the header records for
-    # PyPI's plain torch, else the torch index the lock names.
+    # The build: the pin's local label, else (a hashed pin fixes the file) the build the header
+    # records for PyPI's plain torch, else the torch index the lock names.
     recorded = None if pin.local else header_build(lock.header)
     problem = (pairings or load_pairings()).pypi_header_problem(pin.version, linux_arch(platform)[0] or "x86_64",
                                                                 recorded)
@@ -315,8 +324,9 @@ def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
 
 def _index_build(options: list[tuple[str, str]], version: str, platform: str,
                  pairings: Pairings | None) -> str | None:
-    """The build label of the lock's ``--index-url``: PyTorch's index names it; PyPI's plain torch is the
-    build the pairings' ``pypi`` facts give for the lock's CPU (a lock without kdkit's torch-build line)."""
+    """The build label of the lock's ``--index-url``: PyTorch's index names it; PyPI's plain torch
+    is the build the pairings' ``pypi`` facts give for the lock's CPU (a lock without kdkit's
+    torch-build line)."""
     url = next((value for option, value in options if option == "--index-url"), "")
     if index_label(url) or not is_pypi(url):
         return index_label(url)
@@ -346,9 +356,9 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
 
 
 def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Point]]:
-    """The offer judged, the one whose memory is judged, and a note naming the choices: a bare name that fits
-    several offers of one architecture (``V100``) is judged on their shared architecture and on the smallest
-    memory among them."""
+    """The offer judged, the one whose memory is judged, and a note naming the choices: a bare name
+    that fits several offers of one architecture (``V100``) is judged on their shared architecture
+    and on the smallest memory among them."""
     offer, names = catalog.find_architecture(name)
     if len(names) == 1:
         return offer, offer, []
@@ -363,9 +373,9 @@ def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Point]]:
 def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
                 catalog_file: Path | None = None, pairings_file: Path | None = None,
                 image: str | None = None, offline: bool = False) -> dict[str, Any]:
-    """Every point that must hold before ordering ``gpu`` for this project, each with its reason and fix.
-    The kernels point reads the locked torch wheel on its index (range requests) unless ``offline`` (or
-    KDKIT_OFFLINE is set), else answers from the pairings."""
+    """Every point that must hold before ordering ``gpu`` for this project, each with its reason and
+    fix. The kernels point reads the locked torch wheel on its index (range requests) unless
+    ``offline`` (or KDKIT_OFFLINE is set), else answers from the pairings."""
     from kdkit.config.project import load_project
     from kdkit.order.extensions import blocks, extension_points
 

@@ -1,6 +1,6 @@
-"""The values of `kdkit check`: a point of its report and the subject judged (a lock's torch pin or an
-image's torch). Kept apart from kdkit.order.check so that the point makers beside it (kdkit.order.extensions)
-import them without importing check back."""
+"""The values of `kdkit check`: a point of its report and the subject judged (a lock's torch pin or
+an image's torch). Kept apart from kdkit.order.check so that the point makers beside it
+(kdkit.order.extensions) import them without importing check back."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from kdkit.core.lockfile import Lock
 
 @dataclass(frozen=True)
 class Point:
-    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to confirm)."""
+    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to
+    confirm)."""
 
     name: str
     status: str
     detail: str
     fix: str | None = None
-    source: str | None = None  # the kernels point's evidence: "image", "wheel" (the locked wheel read) or "facts"
+    # the kernels point's evidence: "image", "wheel" (the locked wheel read) or "facts"
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,9 @@ class Subject:
     arch_list: tuple[str, ...] | None = None  # from the image's own torch; None: use the pairings
     arch_source: str = ""
     platform: str = ""  # as recorded: "linux-x86_64" (a lock's header), "linux-amd64" (an image)
-    wheel_lock: Lock | None = None  # the lock whose torch wheel is read on its index (None: offline, or an image)
+    # the lock whose torch wheel is read on its index (None: offline, or an image)
+    wheel_lock: Lock | None = None
     python: str = ""  # the image's Python, which chooses that wheel
-    pypi: bool = False  # a plain pin (PyPI's torch): its build is the pairings' ``pypi`` fact, not the index's
+    # a plain pin (PyPI's torch): its build is the pairings' ``pypi`` fact, not the index's
+    pypi: bool = False
     offline: bool = False  # --offline or KDKIT_OFFLINE: the wheel is not read, the pairings answer

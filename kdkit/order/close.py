@@ -6,27 +6,29 @@ Markdown report for a person and a JSON report that reloads (``load_report``), b
 
 Only a run that proves it counts: a passing run's folder must verify against its SHA256SUMS and hold
 every file a closed run holds (kdkit.core.runfolder.read_run, the check of ``copy-out --verify``),
-name itself, and hold results that add up to its summary; it must have run the project's current pilot
-parameters over its whole manifest; a worker's share counts only with all the shares of its run, proven
-together as `kdkit gather` proves them (kdkit.order.closeruns). Any other folder with a summary (forged
-beside a real run, edited after closing, a link to another run, a copy under another name) is
-"unverified": counted neither as a pass nor in the observed hours, and named among the deviations
-with the reason. Hours come only from folders that verify; a summary's seconds in a folder that does not
-(never closed, or unverified) are shown apart, never added. The runs folder is the pilot's own (its
-config's ``runs``, held to the pilot's rule): a bad value is bad input, never a fallback.
+name itself, and hold results that add up to its summary; it must have run the project's current
+pilot parameters over its whole manifest; a worker's share counts only with all the shares of its
+run, proven together as `kdkit gather` proves them (kdkit.order.closeruns). Any other folder with a
+summary (forged beside a real run, edited after closing, a link to another run, a copy under another
+name) is "unverified": counted neither as a pass nor in the observed hours, and named among the
+deviations with the reason. Hours come only from folders that verify; a summary's seconds in a
+folder that does not (never closed, or unverified) are shown apart, never added. The runs folder is
+the pilot's own (its config's ``runs``, held to the pilot's rule): a bad value is bad input, never a
+fallback.
 
 Accepted outputs are counted once per configuration: repeating one corpus five times to time it
 is not five corpora, so passing runs that share a config hash count as one output.
 
-Observed hours are the machine's busy time, not a sum of seconds (kdkit.order.worklog, kdkit.order.closework):
-the union of the intervals in which recorded work ran (builds, verified pilot runs and each worker's share,
-trainings, sweeps, resume tests, each from its own records), so parallel workers count once and the idle gaps
-between work are listed. They are compared with the booked hours in total and per stage (the order's schedule
-when `kdkit plan --schedule` saved one, else per kind of work). The report also states the campaign's variants
-against its threshold and the conclusion (a negative result is a result), the decisions log, other expenses
-(``--expense``, kept apart from the rental and its cost per output) and the provider's order number and status
-as the order declares them; ``measured_durations`` holds the hours per kind and per stage that the next plan
-can start from. A bad ``--expense`` is bad input before anything is read or written.
+Observed hours are the machine's busy time, not a sum of seconds (kdkit.order.worklog,
+kdkit.order.closework): the union of the intervals in which recorded work ran (builds, verified
+pilot runs and each worker's share, trainings, sweeps, resume tests, each from its own records), so
+parallel workers count once and the idle gaps between work are listed. They are compared with the
+booked hours in total and per stage (the order's schedule when `kdkit plan --schedule` saved one,
+else per kind of work). The report also states the campaign's variants against its threshold and the
+conclusion (a negative result is a result), the decisions log, other expenses (``--expense``, kept
+apart from the rental and its cost per output) and the provider's order number and status as the
+order declares them; ``measured_durations`` holds the hours per kind and per stage that the next
+plan can start from. A bad ``--expense`` is bad input before anything is read or written.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ REPORT_JSON = "campaign-report.json"
 
 
 def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """Proven outputs (closeruns.outputs) counted once per configuration: (counted run ids, deviations for the
-    repeats)."""
+    """Proven outputs (closeruns.outputs) counted once per configuration: (counted run ids,
+    deviations for the repeats)."""
     counted: dict[str, str] = {}
     repeats = []
     for run in runs:
@@ -70,9 +72,11 @@ def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def _hours(order: dict[str, Any], runs: list[dict[str, Any]], intervals: list[Interval]) -> dict[str, Any]:
-    apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]  # a folder that does
+    # a folder that does
+    apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]
     # not verify proves no hour: its summary's seconds are shown apart (not_counted), never added
-    observed = round(Decimal(str(observed_hours(intervals))), 2) if intervals else None  # the union, not a sum
+    # the union, not a sum
+    observed = round(Decimal(str(observed_hours(intervals))), 2) if intervals else None
     booked = order["schedule"]["booked_hours"]
     difference = None if observed is None or booked is None else float(observed - Decimal(str(booked)))
     return {"window": order["schedule"]["window_hours"], "booked": booked,
@@ -104,7 +108,8 @@ def _run_deviations(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _run_deviation(run: dict[str, Any]) -> str | None:
-    """What one run that does not pass says: failed, stopped, unfinished, or unverified (no pass, no hours)."""
+    """What one run that does not pass says: failed, stopped, unfinished, or unverified (no pass, no
+    hours)."""
     if run["verdict"] == "fail":
         return f"run {run['run_id']} failed" + (f": {run['stop_reason']}" if run["stop_reason"] else "")
     if run["verdict"] == "stopped":
@@ -130,8 +135,8 @@ def _planned_deviation(order: dict[str, Any], accepted: int) -> list[str]:
 def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: str | None = None,
                     accepted: int | None = None, expenses: list[dict[str, str]] | None = None,
                     campaign: Campaign | None = None) -> dict[str, Any]:
-    """The comparison of the order with what the runs show (``accepted`` overrides the count; ``expenses``
-    are closework.parse_expense's, after the ones ``campaign`` declares)."""
+    """The comparison of the order with what the runs show (``accepted`` overrides the count;
+    ``expenses`` are closework.parse_expense's, after the ones ``campaign`` declares)."""
     order = load_order(order_path)
     run_list = [run_row(run) for run in read_runs(runs)]
     candidates, gathered, proofs = outputs(run_list, runs, cfg)
@@ -222,7 +227,8 @@ def close_campaign(project_dir: Path | None, order_path: Path, *, out: Path | No
     from kdkit.config.campaign import load_campaign
     from kdkit.config.project import load_project
 
-    spent = [closework.parse_expense(text) for text in expenses]  # bad input before anything is read
+    # bad input before anything is read
+    spent = [closework.parse_expense(text) for text in expenses]
     project = load_project(project_dir)
     runs = runs_folder(project)  # bad input naming $.runs before anything else is read
     campaign = load_campaign(project.root)  # a bad campaign.json too

@@ -1,16 +1,18 @@
-"""What `kdkit close` counts from a project's runs folder: each folder read and verified, workers' shares
-proven together, and the runs of another configuration told apart.
+"""What `kdkit close` counts from a project's runs folder: each folder read and verified, workers'
+shares proven together, and the runs of another configuration told apart.
 
-A folder counts by what it holds and proves, never by what it says of itself (kdkit.core.runfolder.folder_kind):
+A folder counts by what it holds and proves, never by what it says of itself
+(kdkit.core.runfolder.folder_kind):
 
-- a whole-manifest pilot run is an accepted output when it verifies (read_run), passes, ran the project's
-  current pilot parameters (the params_hash that names the config and the manifest's SHA-256) and answered as
-  many IDs as the manifest holds;
-- a worker's folder (``<run>-wIofN``) is never an output by itself: the N folders of one run are one, when
-  every share is there and they pass the proof of `kdkit gather` (kdkit.probe.pilot.gather.judge: each folder
-  verified, every share present, the project's parameters, every manifest ID answered exactly once by the
-  worker whose share holds it, the pilot's accounting over the whole manifest). A gathering's own folder is
-  never read: it holds no results, only what its workers' folders prove.
+- a whole-manifest pilot run is an accepted output when it verifies (read_run), passes, ran the
+  project's current pilot parameters (the params_hash that names the config and the manifest's
+  SHA-256) and answered as many IDs as the manifest holds;
+- a worker's folder (``<run>-wIofN``) is never an output by itself: the N folders of one run are
+  one, when every share is there and they pass the proof of `kdkit gather`
+  (kdkit.probe.pilot.gather.judge: each folder verified, every share present, the project's
+  parameters, every manifest ID answered exactly once by the worker whose share holds it, the
+  pilot's accounting over the whole manifest). A gathering's own folder is never read: it holds no
+  results, only what its workers' folders prove.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from kdkit.probe.pilot.gather import judge
 
 
 def run_row(run: Run) -> dict[str, Any]:
-    """One run as the report lists it (its keys are the report's, read from kdkit.core.runfolder's model)."""
+    """One run as the report lists it (its keys are the report's, read from kdkit.core.runfolder's
+    model)."""
     share = WORKER_FOLDER.match(run.run_id) if run.share is None else None
     return {"run_id": run.run_id, "config_hash": run.params_hash, "manifest_sha256": run.manifest_sha256,
             "verdict": run.verdict,
@@ -38,17 +41,19 @@ def run_row(run: Run) -> dict[str, Any]:
 
 
 def read_runs(runs: Path) -> list[Run]:
-    """Every pilot run under ``runs``, in id order (ids start with the UTC time, so this is time order).
+    """Every pilot run under ``runs``, in id order (ids start with the UTC time, so this is time
+    order).
 
-    A pilot run writes params.json before its first item; folders without one (a sweep's or a resume test's
-    measurements, a gathering) are not runs of the campaign's protocol, nor is a training (params.json's
-    ``"kind": "train"``: kdkit.order.closework lists those, and counts their hours).
+    A pilot run writes params.json before its first item; folders without one (a sweep's or a resume
+    test's measurements, a gathering) are not runs of the campaign's protocol, nor is a training
+    (params.json's ``"kind": "train"``: kdkit.order.closework lists those, and counts their hours).
     """
     return [run for run in map(read_run, (f for f in run_folders(runs) if not is_training(f))) if run.has_params]
 
 
 def is_training(folder: Path) -> bool:
-    """A `kdkit train` run folder (its params.json says so; a pilot's params.json holds no ``kind``)."""
+    """A `kdkit train` run folder (its params.json says so; a pilot's params.json holds no
+    ``kind``)."""
     try:
         params = json.loads((folder / PARAMS).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
@@ -57,11 +62,12 @@ def is_training(folder: Path) -> bool:
 
 
 def against_project(row: dict[str, Any], cfg: PilotConfig, current: dict[str, Any]) -> tuple[bool, str | None]:
-    """A verified passing whole run against the project as it is now: (counted, what the deviations say).
+    """A verified passing whole run against the project as it is now: (counted, what the deviations
+    say).
 
-    A run of the project's manifest (its params' manifest_sha256) must have answered every ID of it; a run of
-    another configuration or manifest counts as its own output, named as such (its manifest is not here to check
-    its total against)."""
+    A run of the project's manifest (its params' manifest_sha256) must have answered every ID of it;
+    a run of another configuration or manifest counts as its own output, named as such (its manifest
+    is not here to check its total against)."""
     run, total, size, digest = row["run_id"], row["total"], len(cfg.documents), params_hash(current)
     if row["manifest_sha256"] == current["manifest_sha256"] and total != size:
         return False, (f"run {run} answered {total} ID(s) of the project's manifest, which holds {size}: not counted "
@@ -109,13 +115,15 @@ Rows = list[dict[str, Any]]
 
 
 def outputs(rows: Rows, runs: Path, cfg: PilotConfig) -> tuple[Rows, Rows, list[str]]:
-    """(candidate outputs: verified passing whole runs of the current config; the gathered runs; deviations)."""
+    """(candidate outputs: verified passing whole runs of the current config; the gathered runs;
+    deviations)."""
     current = cfg.resolved()
     candidates, deviations, said = [], [], set()
     for row in rows:
         if row["share"] is None and row["verdict"] == "pass":
             counted, why = against_project(row, cfg, current)
-            if why and (not counted or row["config_hash"] not in said):  # a configuration named once
+            # a configuration named once
+            if why and (not counted or row["config_hash"] not in said):
                 deviations.append(why)
                 said.add(row["config_hash"])
             candidates += [row] if counted else []

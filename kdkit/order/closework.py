@@ -1,14 +1,16 @@
-"""What `kdkit close` adds to the runs' verdicts: the machine time observed from every record of work
-(kdkit.order.worklog: the union of the intervals, idle gaps shown), booked against observed per stage,
-the campaign's variants against its threshold with the conclusion and the decisions log
-(kdkit.order.campaign), other expenses kept apart from the rental, and the provider's order number and
-status as the order declares them.
+"""What `kdkit close` adds to the runs' verdicts: the machine time observed from every record of
+work (kdkit.order.worklog: the union of the intervals, idle gaps shown), booked against observed per
+stage, the campaign's variants against its threshold with the conclusion and the decisions log
+(kdkit.order.campaign), other expenses kept apart from the rental, and the provider's order number
+and status as the order declares them.
 
-Which intervals count: a pilot run's or a worker's only when its folder verifies (kdkit.order.closeruns,
-the rule of the whole report: a folder that does not verify proves no hour); builds, trainings, sweeps and
-resume tests as their records say (an open or killed training counts to its last record: the machine was
-busy). A training belongs to the stage (and variant) its params.json names (``kdkit train --variant``),
-every other interval to the stage named like its kind (build, pilot, worker, train, sweep, resume-test).
+Which intervals count: a pilot run's or a worker's only when its folder verifies
+(kdkit.order.closeruns, the rule of the whole report: a folder that does not verify proves no hour);
+builds, trainings, sweeps and resume tests as their records say (an open or killed training counts
+to its last record: the machine was busy). A training belongs to the stage (and variant) its
+params.json names (``kdkit train
+--variant``), every other interval to the stage named like its kind (build, pilot, worker, train,
+sweep, resume-test).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from kdkit.core.safetext import md_cell, printable
 from kdkit.order.worklog import Interval, gaps, hours_by, observed_hours, work_log
 
 CURRENCY = re.compile(r"^[A-Z]{3}$")
-MAX_AMOUNT = Decimal(10) ** 12  # an expense of a campaign, not a number written to overflow a report
+# an expense of a campaign, not a number written to overflow a report
+MAX_AMOUNT = Decimal(10) ** 12
 UNSCHEDULED = "(not in the schedule)"
 
 
@@ -43,8 +46,8 @@ def _when(moment: datetime) -> str:
 
 
 def parse_expense(text: str) -> dict[str, str]:
-    """``"storage 12.50 USD"`` -> {"what", "amount", "currency"}: a label, a finite positive amount, a 3-letter
-    currency; anything else is bad input naming the option and what to write."""
+    """``"storage 12.50 USD"`` -> {"what", "amount", "currency"}: a label, a finite positive amount,
+    a 3-letter currency; anything else is bad input naming the option and what to write."""
     words = text.split()
     fix = 'write it as "WHAT AMOUNT CUR", e.g. --expense "storage 12.50 USD"'
     if len(words) < 3:
@@ -67,7 +70,8 @@ def parse_expense(text: str) -> dict[str, str]:
 
 
 def declared_expenses(campaign: Campaign | None) -> list[dict[str, str]]:
-    """campaign.json's "expenses" (schemas/campaign.schema.json: what, a finite amount, a currency) in the form of
+    """campaign.json's "expenses" (schemas/campaign.schema.json: what, a finite amount, a currency)
+    in the form of
     --expense's, marked as declared there."""
     return [{"what": str(item["what"]), "amount": format(Decimal(str(item["amount"])), "f"),
              "currency": str(item["currency"]), "source": "campaign.json"}
@@ -86,7 +90,8 @@ def expenses_section(expenses: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def counted_intervals(root: Path, runs: Path, rows: list[dict[str, Any]]) -> tuple[list[Interval], list[str]]:
-    """The work intervals that count (see the module's docstring) and the records with no time, named."""
+    """The work intervals that count (see the module's docstring) and the records with no time,
+    named."""
     log = work_log(root, runs)
     proven = {row["run_id"] for row in rows if not row["problems"]}
     kept = [i for i in log.intervals if i.kind not in ("pilot", "worker") or i.name in proven]
@@ -94,9 +99,9 @@ def counted_intervals(root: Path, runs: Path, rows: list[dict[str, Any]]) -> tup
 
 
 def training_rows(intervals: list[Interval]) -> list[dict[str, Any]]:
-    """Each `kdkit train` run: its variant, verdict (its summary's, else "stopped" with a stop.json, else "open"),
-    stop reason and observed hours. A training proves no accepted output here: its hours count, its value is the
-    campaign's to judge (kdkit.order.campaign)."""
+    """Each `kdkit train` run: its variant, verdict (its summary's, else "stopped" with a stop.json,
+    else "open"), stop reason and observed hours. A training proves no accepted output here: its
+    hours count, its value is the campaign's to judge (kdkit.order.campaign)."""
     runs: dict[str, list[Interval]] = {}
     for interval in intervals:
         if interval.kind == "train":
@@ -134,9 +139,11 @@ def work_section(intervals: list[Interval], unread: list[str]) -> dict[str, Any]
 
 
 def scheduled_stages(order: dict[str, Any]) -> list[dict[str, Any]]:
-    """The order's stages as `kdkit plan --schedule` saved them (name and machine_hours), else []."""
+    """The order's stages as `kdkit plan --schedule` saved them (name and machine_hours), else
+    []."""
     stages = order.get("schedule", {}).get("stages")
-    stages = stages.get("stages") if isinstance(stages, dict) else stages  # the placed stages of the schedule
+    # the placed stages of the schedule
+    stages = stages.get("stages") if isinstance(stages, dict) else stages
     if not isinstance(stages, list):
         return []
     return [s for s in stages if isinstance(s, dict) and isinstance(s.get("name"), str)]
@@ -176,7 +183,8 @@ def stage_deviations(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def measured_durations(work: dict[str, Any], stages: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the next `kdkit plan --from-report` starts from: measured machine hours per kind and per stage."""
+    """What the next `kdkit plan --from-report` starts from: measured machine hours per kind and per
+    stage."""
     return {"unit": "hours", "observed_hours": work["observed_hours"], "by_kind": work["by_kind"],
             "by_stage": {row["stage"]: row["observed_hours"] for row in stages}}
 
@@ -185,8 +193,9 @@ def measured_durations(work: dict[str, Any], stages: list[dict[str, Any]]) -> di
 
 
 def order_status(order: dict[str, Any]) -> dict[str, Any]:
-    """The provider's order number and the order's declared status (`kdkit plan --save` records them; each
-    later `plan --order FILE` update is appended to ``order_updates``: the latest said wins), with the updates."""
+    """The provider's order number and the order's declared status (`kdkit plan --save` records
+    them; each later `plan --order FILE` update is appended to ``order_updates``: the latest said
+    wins), with the updates."""
     number, status = order.get("order_number"), order.get("order_status")
     updates = [u for u in order.get("order_updates") or [] if isinstance(u, dict)]
     for update in updates:

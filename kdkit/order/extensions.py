@@ -1,5 +1,5 @@
-"""`kdkit check`'s extension points: every extension kdkit.json lists and every one the lock pins, judged
-against the offer with the facts of kdkit/data/extensions.json (kdkit.facts.extensions).
+"""`kdkit check`'s extension points: every extension kdkit.json lists and every one the lock pins,
+judged against the offer with the facts of kdkit/data/extensions.json (kdkit.facts.extensions).
 
 Each becomes a point named ``extension <name>``: ok, fail with the reason, note, or unknown. An
 extension kdkit has no facts for is unknown ("your diagnose will import it on the machine"), never
@@ -33,8 +33,8 @@ def blocks(name: str, status: str) -> bool:
 
 
 def _lock_versions(lock: Lock | None, python: str, facts: ExtensionFacts) -> dict[str, str]:
-    """{extension name: locked version (its local label included)} of the packages the parsed lock pins for the
-    image (None: an image is judged, or there is no lock)."""
+    """{extension name: locked version (its local label included)} of the packages the parsed lock
+    pins for the image (None: an image is judged, or there is no lock)."""
     from kdkit.facts.platforms import image_environment
 
     if lock is None:
@@ -85,8 +85,9 @@ def _unknown_module(module: str) -> Point:
 
 
 def extension_points(project: Project, offer: Offer, subject: Subject | Point, lock: Lock | None) -> list[Point]:
-    """One point per extension kdkit.json lists or the parsed ``lock`` pins (None when an image is judged),
-    each judged once; none when the lock itself failed (``subject`` is that failing point)."""
+    """One point per extension kdkit.json lists or the parsed ``lock`` pins (None when an image is
+    judged), each judged once; none when the lock itself failed (``subject`` is that failing
+    point)."""
     if isinstance(subject, Point):
         return []
     where = subject.what

@@ -1,4 +1,5 @@
-"""A lower bound on a job's GPU memory, with what it cannot know listed, and the pilot's measured peak.
+"""A lower bound on a job's GPU memory, with what it cannot know listed, and the pilot's measured
+peak.
 
 The parameter count alone never proves that a job fits: activations, library workspaces and
 fragmentation are not counted. So the only verdicts against a card are "does not fit" (the
@@ -62,7 +63,8 @@ class KvShape:
         if len(parts) != 5 or not all(re.fullmatch(r"0*[1-9][0-9]*", p) for p in parts):
             raise BadInput(f"--kv {text!r}: expected five positive integers "
                            "layers,kv_heads,head_dim,seq,batch (e.g. 32,8,128,4096,1)")
-        if any(len(p.lstrip("0")) > 10 or int(p) > MAX_KV for p in parts):  # length first: int() of 10^6 digits
+        # length first: int() of 10^6 digits
+        if any(len(p.lstrip("0")) > 10 or int(p) > MAX_KV for p in parts):
             raise BadInput(f"--kv {text!r}: each of layers,kv_heads,head_dim,seq,batch is at most 10^9; "
                            "give the generation's real shape")
         return cls(*(int(p) for p in parts))
@@ -177,7 +179,8 @@ def job_from_config(config: dict[str, Any], where: Path) -> MemoryJob:
 
 
 def _count(value: Any, maximum: int, where: Path, key: str) -> int:
-    """A count from kdkit.json as an int (JSON Schema's integer also admits 7e9, a float), within bounds."""
+    """A count from kdkit.json as an int (JSON Schema's integer also admits 7e9, a float), within
+    bounds."""
     if isinstance(value, float) and value.is_integer() and value <= maximum:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
@@ -189,7 +192,8 @@ def _count(value: Any, maximum: int, where: Path, key: str) -> int:
 
 
 def pilot_peak(runs: Path) -> dict[str, Any] | None:
-    """The newest run under ``runs`` whose summary.json records a peak memory (run ids sort by time)."""
+    """The newest run under ``runs`` whose summary.json records a peak memory (run ids sort by
+    time)."""
     for run in map(read_run, reversed(run_folders(runs))):
         if run.peak_bytes is not None:
             return {"run_id": run.run_id, "peak_bytes": run.peak_bytes, "peak_gib": _gib(run.peak_bytes),
@@ -198,7 +202,8 @@ def pilot_peak(runs: Path) -> dict[str, Any] | None:
 
 
 def measured_verdict(peak: dict[str, Any], offer: Offer) -> str | None:
-    """A GPU-measured peak above one card's memory cannot fit it; a CPU peak says nothing of a card."""
+    """A GPU-measured peak above one card's memory cannot fit it; a CPU peak says nothing of a
+    card."""
     device = (peak.get("device") or "").lower()
     on_gpu = device.startswith(("cuda", "rocm", "hip", "gpu"))
     if on_gpu and peak["peak_bytes"] > int(Decimal(str(offer.memory_gb)) * GIB):
@@ -207,7 +212,8 @@ def measured_verdict(peak: dict[str, Any], offer: Offer) -> str | None:
 
 
 def estimate_memory(job: MemoryJob, offer: Offer | None = None, runs: Path | None = None) -> dict[str, Any]:
-    """The report of ``kdkit estimate-memory``: estimate, verdict against a card, the pilot's peak."""
+    """The report of ``kdkit estimate-memory``: estimate, verdict against a card, the pilot's
+    peak."""
     report = estimate(job)
     report["against"] = None if offer is None else verdict(report["lower_bound_bytes"], offer)
     report["pilot_peak"] = None if runs is None else pilot_peak(runs)
@@ -219,8 +225,9 @@ def estimate_memory(job: MemoryJob, offer: Offer | None = None, runs: Path | Non
 
 def memory_report(project: Project | None, *, params: str | None, from_config: bool, dtype: str | None,
                   train: str | None, kv: str | None, offer: Offer | None) -> dict[str, Any]:
-    """``kdkit estimate-memory``: the job from --params or kdkit.json's memory section (flags given on
-    the command line win), estimated, against ``offer``, beside the project's last measured peak."""
+    """``kdkit estimate-memory``: the job from --params or kdkit.json's memory section (flags given
+    on the command line win), estimated, against ``offer``, beside the project's last measured
+    peak."""
     if (params is None) == (not from_config):
         raise BadInput("estimate-memory: give exactly one of --params N or --from-config")
     if from_config:

@@ -32,7 +32,8 @@ CENT = Decimal("0.01")
 # can be computed in 28 digits): a lot costs at least a cent and at most ten million USD; a plan
 # books at most a year of machine time (the longest window is 30 days).
 MAX_PRICE = MAX_LOT_PRICE  # the catalog's bound (kdkit.facts.catalog) is --price's
-ORDER_STATUSES = ("paid", "confirmed", "received")  # declared by the user, in this order: paid, the provider
+# declared by the user, in this order: paid, the provider
+ORDER_STATUSES = ("paid", "confirmed", "received")
 # confirmed, the machine was received
 MAX_ORDER_NUMBER = 100
 
@@ -46,7 +47,8 @@ def usd(value: Decimal) -> str:
 
 
 def parse_price(text: str) -> Decimal:
-    """``--price`` as an exact decimal amount in USD: finite (no NaN, sNaN, Infinity), a cent to MAX_PRICE."""
+    """``--price`` as an exact decimal amount in USD: finite (no NaN, sNaN, Infinity), a cent to
+    MAX_PRICE."""
     try:
         value = Decimal(text.strip().removeprefix("$"))
     except InvalidOperation:
@@ -78,7 +80,8 @@ def _check_counts(hours: Decimal | None, accepted: int | None) -> None:
 
 
 def lot_price(offer: Offer, days: int, price: Decimal | None) -> tuple[Decimal, str]:
-    """The price of one lot for ``days``: ``--price`` when given, else the catalog's; never a guess."""
+    """The price of one lot for ``days``: ``--price`` when given, else the catalog's; never a
+    guess."""
     if price is not None:
         return price, "--price"
     known = offer.price(days)
@@ -138,15 +141,17 @@ def schedule(offer: Offer, days: int, lots: int, total: Decimal, hours: Decimal 
 
 @dataclasses.dataclass(frozen=True)
 class Stages:
-    """A schedule file read at the edge (kdkit.order.schedule.load_schedule), measured hours already applied."""
+    """A schedule file read at the edge (kdkit.order.schedule.load_schedule), measured hours already
+    applied."""
 
     file: Path
     stages: tuple[stagelib.Stage, ...]
 
 
 def stage_schedule(offer: Offer, days: int, lots: int, per_lot: Decimal, stages: Stages) -> dict[str, Any]:
-    """The stages placed (kdkit.order.schedule): the end of the last one is the booked time, against the window;
-    when it does not fit, the longer plan, the stages to cut and the lots that would let them spread."""
+    """The stages placed (kdkit.order.schedule): the end of the last one is the booked time, against
+    the window; when it does not fit, the longer plan, the stages to cut and the lots that would let
+    them spread."""
     stagelib.check_gpus(stages.file, stages.stages, lots * offer.cards_per_lot)
     slots = stagelib.timeline(stages.stages)
     end = stagelib.last_end(slots)
@@ -195,7 +200,8 @@ def _stage_suggestions(cut: dict[str, Any] | None, more: dict[str, Any] | None, 
 
 
 def read_stages(path: Path, measured: dict[str, Decimal] | None = None) -> Stages:
-    """``--schedule FILE``, each stage's machine hours replaced by the measured ones of the same name."""
+    """``--schedule FILE``, each stage's machine hours replaced by the measured ones of the same
+    name."""
     stages = stagelib.load_schedule(path)
     if measured:
         stages = tuple(dataclasses.replace(s, machine_hours=measured[s.name]) if s.name in measured else s
@@ -219,8 +225,8 @@ def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decima
               hours: Decimal | None = None, accepted: int | None = None, preparation: str = "ubuntu",
               project: str | None = None, stages: Stages | None = None, from_report: dict[str, Any] | None = None,
               order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
-    """The order summary, its schedule (from ``hours``, or from ``stages`` placed by kdkit.order.schedule) and
-    its cost per accepted output (the order file's content)."""
+    """The order summary, its schedule (from ``hours``, or from ``stages`` placed by
+    kdkit.order.schedule) and its cost per accepted output (the order file's content)."""
     _check_days_lots(days, lots)
     _check_counts(hours, accepted)
     if preparation not in PREPARATIONS:
@@ -265,9 +271,9 @@ def load_order(path: Path) -> dict[str, Any]:
 
 
 def runs_folder(project: Project) -> Path:
-    """The pilot config's runs folder by the pilot's own rule (Project.pilot_config: the model and the runs rule;
-    then inside the project with every link resolved); BadInput naming ``$.runs`` otherwise, never a fallback
-    to another folder."""
+    """The pilot config's runs folder by the pilot's own rule (Project.pilot_config: the model and
+    the runs rule; then inside the project with every link resolved); BadInput naming ``$.runs``
+    otherwise, never a fallback to another folder."""
     from kdkit.core.projectfiles import config_path, require_real_inside
 
     data, where = project.pilot_config(), project.pilot_config_path
@@ -276,12 +282,13 @@ def runs_folder(project: Project) -> Path:
     return runs
 
 
-# ---------------------------------------------------------------- plan: from a closed campaign's report
+# ---------------------------------------------------------------- plan: from a closed campaign's
+# report
 
 
 def from_report(path: Path, schedule_file: Path | None) -> tuple[Decimal | None, Stages | None, dict[str, Any]]:
-    """The next plan's start: with ``--schedule``, its stages' machine hours replaced by the measured ones of the
-    same name; without, the observed hours in all as the booked hours."""
+    """The next plan's start: with ``--schedule``, its stages' machine hours replaced by the
+    measured ones of the same name; without, the observed hours in all as the booked hours."""
     total, measured, record = read_report(path)
     if schedule_file is None:
         if total is None:
@@ -296,11 +303,13 @@ def from_report(path: Path, schedule_file: Path | None) -> tuple[Decimal | None,
     return None, stages, record
 
 
-# ---------------------------------------------------------------- the provider's order number and status
+# ---------------------------------------------------------------- the provider's order number and
+# status
 
 
 def parse_orderas_number(text: str | None) -> str | None:
-    """``--order-number``: the provider's order number as one line of printable text, 1 to 100 characters."""
+    """``--order-number``: the provider's order number as one line of printable text, 1 to 100
+    characters."""
     if text is None:
         return None
     value = text.strip()
@@ -316,8 +325,9 @@ def _check_status(status: str | None) -> None:
 
 
 def update_order(path: Path, number: str | None, status: str | None) -> dict[str, Any]:
-    """``kdkit plan --order FILE``: record the provider's order number and the order's status in a saved order,
-    each change appended to ``order_updates`` with its time; the plan's figures are never rewritten."""
+    """``kdkit plan --order FILE``: record the provider's order number and the order's status in a
+    saved order, each change appended to ``order_updates`` with its time; the plan's figures are
+    never rewritten."""
     number = parse_orderas_number(number)
     _check_status(status)
     if number is None and status is None:
@@ -355,8 +365,9 @@ def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots
                preparation: str = "ubuntu", catalog_file: Path | None = None, save: Path | None = None,
                force: bool = False, schedule_file: Path | None = None, report_file: Path | None = None,
                order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
-    """``kdkit plan``: the plan for ``gpu`` (with the project's catalog.json when inside a project), from
-    ``hours``, a schedule of stages, or a closed campaign's report, saved atomically to ``save`` when given."""
+    """``kdkit plan``: the plan for ``gpu`` (with the project's catalog.json when inside a project),
+    from ``hours``, a schedule of stages, or a closed campaign's report, saved atomically to
+    ``save`` when given."""
     if gpu is None or days is None or lots is None:
         raise BadInput("kdkit plan: --gpu, --days and --lots make a plan (or --order FILE with --order-number "
                        "/ --order-status records those in a saved order)")

@@ -1,9 +1,10 @@
-"""``kdkit plan --from-report``: the measured hours a closed campaign's report holds, read tolerantly.
+"""``kdkit plan --from-report``: the measured hours a closed campaign's report holds, read
+tolerantly.
 
-Where a campaign report (`kdkit close`, kdkit.order.close) may hold its measured hours, read in this order:
-the total, then per stage (the schedule's stage names, else the kind of work: build, pilot, train, ...).
-A report of an older or newer kdkit may hold some and not others; what was read, and where, is recorded
-with the plan. A stage measured at 0 h did not run: its planned hours are kept.
+Where a campaign report (`kdkit close`, kdkit.order.close) may hold its measured hours, read in this
+order: the total, then per stage (the schedule's stage names, else the kind of work: build, pilot,
+train, ...). A report of an older or newer kdkit may hold some and not others; what was read, and
+where, is recorded with the plan. A stage measured at 0 h did not run: its planned hours are kept.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _at(data: Any, keys: tuple[str, ...]) -> Any:
 
 
 def _measured(value: Any) -> Decimal | None:
-    """A measured figure in hours: a finite number, at least 0 (a dict holding one under an hours key)."""
+    """A measured figure in hours: a finite number, at least 0 (a dict holding one under an hours
+    key)."""
     if isinstance(value, dict):
         value = next((value[k] for k in _HOUR_KEYS if k in value), None)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -57,7 +59,8 @@ def _stage_pairs(found: Any) -> list[tuple[Any, Any]]:
 
 
 def read_report(path: Path) -> tuple[Decimal | None, dict[str, Decimal], dict[str, Any]]:
-    """``--from-report FILE``: (observed hours in all, measured hours per stage, what was read and where)."""
+    """``--from-report FILE``: (observed hours in all, measured hours per stage, what was read and
+    where)."""
     data = load_json(path, what="campaign report")
     if not isinstance(data, dict) or data.get("kdkit_report") != 1:
         raise BadInput(f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")

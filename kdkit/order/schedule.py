@@ -1,21 +1,25 @@
-"""A schedule of stages (``kdkit plan --schedule FILE``): when does the last stage end, against the window?
+"""A schedule of stages (``kdkit plan --schedule FILE``): when does the last stage end, against the
+window?
 
 Guide 001 (../shared/domain.md, "Schedule"; seed 001): "distinguish machine-busy periods from human
-preparation; independent periods may overlap; two stages on the same GPU are not parallel because they have
-two rows in a table"; the illustrative schedule books 48 consecutive hours "from the start of preparations to
-the receipt of results". The rules kdkit applies, all in hours from the start of preparations (hour 0):
+preparation; independent periods may overlap; two stages on the same GPU are not parallel because
+they have two rows in a table"; the illustrative schedule books 48 consecutive hours "from the start
+of preparations to the receipt of results". The rules kdkit applies, all in hours from the start of
+preparations (hour 0):
 
 - A stage starts when every stage it waits for (``after``) has ended.
-- Its human preparation (``human_hours``) comes first. It holds no GPU, so it overlaps the machine work of
-  other stages; one person prepares one stage at a time, so two preparations never overlap each other.
-- Its machine work (``machine_hours``) follows, on its GPU (``gpu``, default 0) once that GPU is free: stages
-  on one GPU run one after another, stages on different GPUs (or on none, ``gpu: null``) side by side.
-- Stages are placed one at a time, for good: next is the ready stage (its waits placed) whose machine work
-  can start first, so a GPU never idles while a prepared stage could use it; ties go essential before useful
-  before exploratory (guide 001's triage: what would be cut comes last, so the essential work is done if
-  time runs out), then the longest remaining path (the stage's own hours plus the longest chain waiting on
-  it), then the file's order. No stage is later moved into an earlier gap, so the result is the same on
-  every run.
+- Its human preparation (``human_hours``) comes first. It holds no GPU, so it overlaps the machine
+  work of other stages; one person prepares one stage at a time, so two preparations never overlap
+  each other.
+- Its machine work (``machine_hours``) follows, on its GPU (``gpu``, default 0) once that GPU is
+  free: stages on one GPU run one after another, stages on different GPUs (or on none, ``gpu:
+  null``) side by side.
+- Stages are placed one at a time, for good: next is the ready stage (its waits placed) whose
+  machine work can start first, so a GPU never idles while a prepared stage could use it; ties go
+  essential before useful before exploratory (guide 001's triage: what would be cut comes last, so
+  the essential work is done if time runs out), then the longest remaining path (the stage's own
+  hours plus the longest chain waiting on it), then the file's order. No stage is later moved into
+  an earlier gap, so the result is the same on every run.
 
 Hours are ``Decimal`` end to end, as in kdkit.order.plan: 48 h in a 72 h window leaves exactly 24 h.
 """
@@ -53,8 +57,9 @@ class Stage:
 
 @dataclass(frozen=True)
 class Slot:
-    """One stage placed: when its preparation and its machine work start, when it ends, on which GPU, and the
-    stage whose end held it back (a stage it waits for, or the previous user of its GPU or of the person)."""
+    """One stage placed: when its preparation and its machine work start, when it ends, on which
+    GPU, and the stage whose end held it back (a stage it waits for, or the previous user of its GPU
+    or of the person)."""
 
     stage: Stage
     human_start: Decimal
@@ -78,8 +83,8 @@ def as_number(value: Decimal) -> int | float:
 
 
 def load_schedule(path: Path) -> tuple[Stage, ...]:
-    """The stages of ``path`` (schemas/schedule.schema.json), every name unique, every wait known, no cycle;
-    BadInput naming the file and the JSON path otherwise."""
+    """The stages of ``path`` (schemas/schedule.schema.json), every name unique, every wait known,
+    no cycle; BadInput naming the file and the JSON path otherwise."""
     data = load_valid(path, "schedule", what="schedule file", hint="; see schemas/schedule.schema.json")
     stages = tuple(_stage(index, raw) for index, raw in enumerate(data["stages"]))
     _check_names(path, stages)
@@ -114,7 +119,8 @@ def _check_waits(path: Path, stages: Sequence[Stage]) -> None:
 
 
 def _check_cycles(path: Path, stages: Sequence[Stage]) -> None:
-    """A stage that waits, through any chain, for itself: BadInput naming the stages of the cycle in order."""
+    """A stage that waits, through any chain, for itself: BadInput naming the stages of the cycle in
+    order."""
     by_name = {stage.name: stage for stage in stages}
     state: dict[str, int] = {}  # 1 on the current path, 2 done
     for root in stages:
@@ -125,8 +131,8 @@ def _check_cycles(path: Path, stages: Sequence[Stage]) -> None:
 
 
 def _cycle_from(root: Stage, by_name: dict[str, Stage], state: dict[str, int]) -> list[str]:
-    """Depth first from ``root`` without recursion: the first cycle met (its names, the first repeated last),
-    else [] with every stage reached marked done."""
+    """Depth first from ``root`` without recursion: the first cycle met (its names, the first
+    repeated last), else [] with every stage reached marked done."""
     path_names: list[str] = [root.name]
     iters = [iter(root.after)]
     state[root.name] = 1
@@ -145,7 +151,8 @@ def _cycle_from(root: Stage, by_name: dict[str, Stage], state: dict[str, int]) -
 
 
 def check_gpus(path: Path, stages: Sequence[Stage], cards: int) -> None:
-    """Every stage's GPU exists in the order: GPU 1 of a one-card order is bad input naming the stage."""
+    """Every stage's GPU exists in the order: GPU 1 of a one-card order is bad input naming the
+    stage."""
     for stage in stages:
         if stage.gpu is not None and stage.gpu >= cards:
             raise BadInput(f"{path}: $.stages[{stage.index}].gpu: GPU {stage.gpu}, but the order holds {cards} "
@@ -178,8 +185,8 @@ def _remaining_paths(stages: Sequence[Stage]) -> dict[str, Decimal]:
 
 
 def timeline(stages: Sequence[Stage], spread: int | None = None) -> list[Slot]:
-    """Every stage placed by the module's rules. With ``spread``, a stage that holds a GPU takes whichever of
-    ``spread`` GPUs frees first (what more lots would allow), not the GPU it names."""
+    """Every stage placed by the module's rules. With ``spread``, a stage that holds a GPU takes
+    whichever of ``spread`` GPUs frees first (what more lots would allow), not the GPU it names."""
     known = {stage.name for stage in stages}
     priority = _remaining_paths(stages)
     rank = {category: place for place, category in enumerate(CATEGORIES)}
@@ -203,8 +210,8 @@ def timeline(stages: Sequence[Stage], spread: int | None = None) -> list[Slot]:
 
 def _place(stage: Stage, done: dict[str, Slot], free: dict[object, tuple[Decimal, str]],
            spare: int | None) -> Slot:
-    """Where ``stage`` would go now: after its waits, its preparation when the person is free, its machine
-    work when its GPU (or, spreading, the GPU ``spare`` that frees first) is free."""
+    """Where ``stage`` would go now: after its waits, its preparation when the person is free, its
+    machine work when its GPU (or, spreading, the GPU ``spare`` that frees first) is free."""
     start, why = max(((done[a].end, a) for a in stage.after if a in done), default=(ZERO, None))
     if stage.human_hours > 0 and "person" in free and free["person"][0] > start:
         start, why = free["person"]
@@ -237,7 +244,8 @@ def critical_chain(slots: Sequence[Slot]) -> list[str]:
 
 
 def _cut_group(stage: Stage, kept: Sequence[Stage]) -> list[Stage]:
-    """The stage and every kept stage waiting on it, through any chain (cutting one cuts what needs it)."""
+    """The stage and every kept stage waiting on it, through any chain (cutting one cuts what needs
+    it)."""
     group = [stage]
     names = {stage.name}
     grew = True
@@ -252,8 +260,8 @@ def _cut_group(stage: Stage, kept: Sequence[Stage]) -> list[Stage]:
 
 
 def _cut_groups(stages: Sequence[Stage]) -> list[list[Stage]]:
-    """What may be cut, in the order it is cut: exploratory stages, then useful ones (longest first, then file
-    order), each with what waits on it; never a group a more important stage is in."""
+    """What may be cut, in the order it is cut: exploratory stages, then useful ones (longest first,
+    then file order), each with what waits on it; never a group a more important stage is in."""
     rank = {category: place for place, category in enumerate(CATEGORIES)}
     optional = sorted((s for s in stages if s.category != "essential"),
                       key=lambda s: (-rank[s.category], -(s.machine_hours + s.human_hours), s.index))
@@ -269,9 +277,9 @@ def _cut_groups(stages: Sequence[Stage]) -> list[list[Stage]]:
 
 
 def cut_plan(stages: Sequence[Stage], window: Decimal) -> dict[str, Any] | None:
-    """The fewest groups of :func:`_cut_groups`, taken in order, after which the last stage ends within
-    ``window`` (found by bisection: cutting more never lengthens the schedule), or all of them when even that
-    does not fit. None: nothing may be cut."""
+    """The fewest groups of :func:`_cut_groups`, taken in order, after which the last stage ends
+    within ``window`` (found by bisection: cutting more never lengthens the schedule), or all of
+    them when even that does not fit. None: nothing may be cut."""
     groups = _cut_groups(stages)
     if not groups:
         return None
@@ -295,9 +303,9 @@ def cut_plan(stages: Sequence[Stage], window: Decimal) -> dict[str, Any] | None:
 
 def spread_plan(stages: Sequence[Stage], window: Decimal, lots: int, cards_per_lot: int,
                 max_lots: int) -> dict[str, Any] | None:
-    """The fewest lots (from today's) over whose GPUs the stages, spread, end within ``window``; with
-    ``lots: None`` when even one GPU per stage cannot (the chain of waits alone is too long). None when no
-    stage holds a GPU."""
+    """The fewest lots (from today's) over whose GPUs the stages, spread, end within ``window``;
+    with ``lots: None`` when even one GPU per stage cannot (the chain of waits alone is too long).
+    None when no stage holds a GPU."""
     users = sum(1 for s in stages if s.gpu is not None and s.machine_hours > 0)
     if users == 0:
         return None

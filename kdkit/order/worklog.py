@@ -1,30 +1,32 @@
-"""When recorded work ran: the intervals of builds, pilot runs and their workers, trainings, sweeps, serve tests and
-resume tests, each read from its own records, and their union (the machine's observed busy time).
+"""When recorded work ran: the intervals of builds, pilot runs and their workers, trainings, sweeps,
+serve tests and resume tests, each read from its own records, and their union (the machine's
+observed busy time).
 
 Parallel work is never summed: two workers of one run, or a training beside a sweep, that ran in the
 same hour count one hour (:func:`observed_hours` is the length of the union), and the hours between
-recorded work are idle gaps (:func:`gaps`). Each interval says where its times come from (``source``)
-and whether its record was never closed (``open``: killed, or still running).
+recorded work are idle gaps (:func:`gaps`). Each interval says where its times come from
+(``source``) and whether its record was never closed (``open``: killed, or still running).
 
 What each kind records, and what is read (small JSON files and file times only; results.jsonl and
 metrics.jsonl are never read whole, a metrics series only by its last line):
 
-- a build: ``.kdkit-logs/builds.jsonl`` (kdkit.image.buildlog), one line per image, ``started``/``ended``;
+- a build: ``.kdkit-logs/builds.jsonl`` (kdkit.image.buildlog), one line per image,
+  ``started``/``ended``;
 - a pilot run or a worker's share (``<run>-wIofN``, each folder its own interval): params.json's
   ``created`` (else the time in its ID) for how long summary.json's ``timings.seconds`` says; a resumed
   run's last session ends when its summary was written, each earlier one runs from its ``env-k.json``'s
   ``started`` (the first: ``created``) to its ``stop-k.json``'s ``at``;
   an open one until its heartbeat's ``updated``, its stop.json's ``at``, else its newest file's time;
-- a training (``params.json`` ``"kind": "train"``): summary.json's ``started``/``ended``; an open or killed one
-  from params.json's ``created`` to the latest of its heartbeat, stop.json's ``at``, metrics.jsonl's last
-  ``t`` after the start and its newest file's time;
-- a sweep (``sweep-<time>``): sweep.json, written when the measurements end, less their seconds (warm-up and
-  every cell);
-- a resume test (``resume-test-<time>``) or a serve test (``serve-test-<time>``): the time in its ID to its
-  report.json or serve-test.json (else its newest file).
+- a training (``params.json`` ``"kind": "train"``): summary.json's ``started``/``ended``; an open or
+  killed one from params.json's ``created`` to the latest of its heartbeat, stop.json's ``at``,
+  metrics.jsonl's last ``t`` after the start and its newest file's time;
+- a sweep (``sweep-<time>``): sweep.json, written when the measurements end, less their seconds
+  (warm-up and every cell);
+- a resume test (``resume-test-<time>``) or a serve test (``serve-test-<time>``): the time in its ID
+  to its report.json or serve-test.json (else its newest file).
 
-A gathering (``-gathered``) did no work of its own. A folder with no time to read is left out and named
-(:attr:`WorkLog.unread`).
+A gathering (``-gathered``) did no work of its own. A folder with no time to read is left out and
+named (:attr:`WorkLog.unread`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from kdkit.core.runfolder import ID_SHAPES, WORKER_FOLDER, run_folders, session_
 from kdkit.image.buildlog import BUILDS
 
 KINDS = ("build", "pilot", "worker", "train", "sweep", "resume-test", "serve-test")
-MEASURED = tuple(ID_SHAPES[kind][0] for kind in ("sweep", "resume-test", "serve-test"))  # folders named by kind
+# folders named by kind
+MEASURED = tuple(ID_SHAPES[kind][0] for kind in ("sweep", "resume-test", "serve-test"))
 MAX_SESSIONS = 1000  # a resumed run's sessions read at most (stop-1.json ... stop-1000.json)
 TAIL_BYTES = 8192  # a metrics series is read by its last line only
 PILOT_ID = re.compile(r"^(\d{8}T\d{6}Z)")
@@ -50,7 +53,8 @@ PILOT_ID = re.compile(r"^(\d{8}T\d{6}Z)")
 
 @dataclass(frozen=True)
 class Interval:
-    """One piece of recorded work: ``kind`` (KINDS), ``name`` (a run ID or an image tag), UTC times."""
+    """One piece of recorded work: ``kind`` (KINDS), ``name`` (a run ID or an image tag), UTC
+    times."""
 
     kind: str
     name: str
@@ -59,7 +63,8 @@ class Interval:
     source: str = ""
     open: bool = False
     variant: str | None = None  # a training's params.json "variant" (kdkit train --variant)
-    verdict: str | None = None  # a training's: its summary's (pass, fail, stopped), else "stopped" or "open"
+    # a training's: its summary's (pass, fail, stopped), else "stopped" or "open"
+    verdict: str | None = None
     stop_reason: str | None = None  # a training's stop.json "reason", when it stopped
 
     @property
@@ -81,7 +86,8 @@ class Gap(NamedTuple):
 @dataclass
 class WorkLog:
     intervals: list[Interval] = field(default_factory=list)
-    unread: list[str] = field(default_factory=list)  # records with no time kdkit can read, each with why
+    # records with no time kdkit can read, each with why
+    unread: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- the arithmetic
@@ -104,14 +110,15 @@ def observed_hours(intervals: list[Interval]) -> float:
 
 
 def gaps(intervals: list[Interval]) -> list[Gap]:
-    """The idle gaps between recorded work, in time order (none before the first or after the last)."""
+    """The idle gaps between recorded work, in time order (none before the first or after the
+    last)."""
     spans = merged(intervals)
     return [Gap(a[1], b[0]) for a, b in itertools.pairwise(spans)]
 
 
 def hours_by(intervals: list[Interval], key: str = "kind") -> dict[str, float]:
-    """Observed hours per kind (per ``variant``, else kind, with ``key="stage"``; per run or tag with
-    ``key="name"``), each a union of its own."""
+    """Observed hours per kind (per ``variant``, else kind, with ``key="stage"``; per run or tag
+    with ``key="name"``), each a union of its own."""
     groups: dict[str, list[Interval]] = {}
     for interval in intervals:
         name = interval.kind if key == "kind" else interval.name if key == "name" else (
@@ -150,7 +157,8 @@ def _mtime(path: Path) -> datetime | None:
 
 
 def _newest(folder: Path) -> datetime | None:
-    """The newest modification time of a file in ``folder`` or its subfolders (one level), never followed."""
+    """The newest modification time of a file in ``folder`` or its subfolders (one level), never
+    followed."""
     times = []
     for base in (folder, *(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())):
         times += [t for entry in os.scandir(base) if entry.is_file(follow_symlinks=False)
@@ -176,7 +184,8 @@ def id_time(name: str) -> datetime | None:
 
 
 def last_metric_time(path: Path) -> float | None:
-    """metrics.jsonl's last complete line's ``t`` (seconds since the start), reading only the file's tail."""
+    """metrics.jsonl's last complete line's ``t`` (seconds since the start), reading only the file's
+    tail."""
     try:
         with path.open("rb") as handle:
             start = max(0, handle.seek(0, os.SEEK_END) - TAIL_BYTES)
@@ -195,7 +204,8 @@ def last_metric_time(path: Path) -> float | None:
 
 
 def read_builds(root: Path) -> WorkLog:
-    """The builds recorded in ``root``'s builds.jsonl (a torn or foreign line is named, never fatal)."""
+    """The builds recorded in ``root``'s builds.jsonl (a torn or foreign line is named, never
+    fatal)."""
     log = WorkLog()
     try:
         text = (root / BUILDS).read_text(encoding="utf-8", errors="replace")
@@ -234,8 +244,9 @@ def _pilot(folder: Path, params: dict[str, Any]) -> list[Interval]:
 
 
 def _earlier_sessions(kind: str, folder: Path, created: datetime | None) -> list[Interval]:
-    """A resumed run's sessions before its last: session k from its env-k.json's ``started`` (the first: params.json's
-    ``created``) to its stop-k.json's ``at`` (the pilot keeps both by number when it resumes)."""
+    """A resumed run's sessions before its last: session k from its env-k.json's ``started`` (the
+    first: params.json's ``created``) to its stop-k.json's ``at`` (the pilot keeps both by number
+    when it resumes)."""
     found: list[Interval] = []
     for k in range(1, MAX_SESSIONS + 1):
         stop = read_object(folder / f"stop-{k}.json")
@@ -263,7 +274,8 @@ def _open(kind: str, folder: Path, start: datetime | None, last_t: float | None)
 
 
 def _train(folder: Path, params: dict[str, Any]) -> list[Interval]:
-    """A training run (H1's run folder: summary.json started/ended; else open, see the module's docstring)."""
+    """A training run (H1's run folder: summary.json started/ended; else open, see the module's
+    docstring)."""
     variant = params.get("variant") if isinstance(params.get("variant"), str) else None
     summary = read_object(folder / "summary.json")
     start = utc(summary.get("started")) or utc(params.get("created")) or id_time(folder.name)
@@ -295,7 +307,8 @@ def _sweep(folder: Path) -> list[Interval]:
 
 
 def _id_to_report(kind: str, folder: Path, report: str) -> list[Interval]:
-    """A resume test or a serve test: the time in its ID to its report (else, open, to its newest file)."""
+    """A resume test or a serve test: the time in its ID to its report (else, open, to its newest
+    file)."""
     start, end = id_time(folder.name), _mtime(folder / report)
     if start is not None and end is not None and end >= start:
         return [Interval(kind, folder.name, start, end, f"its ID's time to {report}")]
@@ -318,7 +331,8 @@ def read_folder(folder: Path) -> list[Interval]:
 
 
 def work_log(root: Path, runs: Path | None = None) -> WorkLog:
-    """Every recorded piece of work of the project at ``root`` (runs under ``runs``, default ``root/runs``)."""
+    """Every recorded piece of work of the project at ``root`` (runs under ``runs``, default
+    ``root/runs``)."""
     log = read_builds(root)
     for folder in run_folders(runs if runs is not None else root / "runs"):
         if folder.is_symlink():

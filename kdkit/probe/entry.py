@@ -10,12 +10,13 @@ from kdkit.core.commands import COMMANDS, CONTAINER, USAGE, call, excepthook, ru
 
 
 def safe_output() -> None:
-    """stdout and stderr escape what their encoding cannot hold (``\\xf8``), as Python's stderr does by default:
-    under ``PYTHONIOENCODING=ascii`` or a C locale, a project path outside ASCII or a table's dash prints
-    escaped, never as a traceback after the work is done. Called once, before anything is printed, by
-    every entry point (this module's and the ``kdkit`` console script's)."""
+    """stdout and stderr escape what their encoding cannot hold (``\\xf8``), as Python's stderr does
+    by default: under ``PYTHONIOENCODING=ascii`` or a C locale, a project path outside ASCII or a
+    table's dash prints escaped, never as a traceback after the work is done. Called once, before
+    anything is printed, by every entry point (this module's and the ``kdkit`` console script's)."""
     for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)  # absent on a stream that is not a text file
+        # absent on a stream that is not a text file
+        reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
 
@@ -29,7 +30,8 @@ def run_command(name: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None, where: str = CONTAINER) -> int:
-    """The entry point without click: ``python -m kdkit.probe`` (container) or kdkit.pyz (zipapp)."""
+    """The entry point without click: ``python -m kdkit.probe`` (container) or kdkit.pyz
+    (zipapp)."""
     sys.excepthook = excepthook  # a crash's traceback is redacted too
     safe_output()
     args = list(sys.argv[1:] if argv is None else argv)

@@ -1,7 +1,8 @@
-"""`kdkit validate`'s rules for the project's configs beyond the pilot's: machine-bound paths in any JSON config,
-kdkit.json's "acceptance" (as `kdkit diagnose --accept` judges it), and campaign.json, config/train.json and
-config/service.json, each checked by its own model (kdkit.config.campaign, kdkit.core.trainconfig,
-kdkit.core.serviceconfig): the ones `kdkit campaign`, `kdkit train` and `kdkit serve-test` refuse to start on."""
+"""`kdkit validate`'s rules for the project's configs beyond the pilot's: machine-bound paths in any
+JSON config, kdkit.json's "acceptance" (as `kdkit diagnose --accept` judges it), and campaign.json,
+config/train.json and config/service.json, each checked by its own model (kdkit.config.campaign,
+kdkit.core.trainconfig, kdkit.core.serviceconfig): the ones `kdkit campaign`, `kdkit train` and
+`kdkit serve-test` refuse to start on."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ def machine_path_problems(data: Any, file: Path) -> list[Problem]:
 
 
 def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
-    """kdkit.json's "acceptance" judged as `kdkit diagnose --accept` judges it before its load: rules kdkit
-    ships, values of their kind, a source without a credential (kdkit.probe.diagnose.points)."""
+    """kdkit.json's "acceptance" judged as `kdkit diagnose --accept` judges it before its load:
+    rules kdkit ships, values of their kind, a source without a credential
+    (kdkit.probe.diagnose.points)."""
     if "acceptance" not in project:
         return []
     from kdkit.probe.diagnose.points import check_overrides
@@ -44,7 +46,8 @@ def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
 
 
 def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> list[Problem]:
-    """``load`` (the config's own model) on ``rel``: its message, one Problem at the JSON path or line it names."""
+    """``load`` (the config's own model) on ``rel``: its message, one Problem at the JSON path or
+    line it names."""
     try:
         load(root / rel)
     except BadInput as exc:
@@ -57,8 +60,9 @@ def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> l
 
 
 def campaign_train_problems(root: Path) -> list[Problem]:
-    """campaign.json (kdkit.config.campaign: its schema, then its rules), config/train.json (the train model,
-    kdkit.core.trainconfig) and config/service.json (kdkit.core.serviceconfig), each when the project has one."""
+    """campaign.json (kdkit.config.campaign: its schema, then its rules), config/train.json (the
+    train model, kdkit.core.trainconfig) and config/service.json (kdkit.core.serviceconfig), each
+    when the project has one."""
     from kdkit.config.campaign import CAMPAIGN, read_problems
     from kdkit.core.serviceconfig import SERVICE_CONFIG, load_service
     from kdkit.core.trainconfig import load_train_config

@@ -1,6 +1,7 @@
-"""Whether a project's code revision can be recorded: a run's params.json names the git revision of the code it
-ran (kdkit.core.git.code_state; in a container, the one `kdkit run` passes), so a project outside git, or with
-uncommitted changes, runs code no revision names. `init` says how to start a repository, `validate` warns."""
+"""Whether a project's code revision can be recorded: a run's params.json names the git revision of
+the code it ran (kdkit.core.git.code_state; in a container, the one `kdkit run` passes), so a
+project outside git, or with uncommitted changes, runs code no revision names. `init` says how to
+start a repository, `validate` warns."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ START = "git init -q && git add -A && git commit -qm 'kdkit init'"  # run in the
 
 
 def git_commands(shown: str) -> str:
-    """The commands that put the project at ``shown`` (already quoted for a shell) under git, from here."""
+    """The commands that put the project at ``shown`` (already quoted for a shell) under git, from
+    here."""
     return f"cd {shown} && {START}"
 
 
 def git_warnings(root: Path) -> list[Problem]:
-    """A warning when ``root`` is not in a git checkout, or has uncommitted changes; none otherwise."""
+    """A warning when ``root`` is not in a git checkout, or has uncommitted changes; none
+    otherwise."""
     state = checkout_state(root)
     if state is None:
         return [Problem(Path("."), "git", f"{NOT_GIT}; start one there: `{START}`")]

@@ -1,12 +1,12 @@
 """`kdkit init`: copy the project template into a new folder, all or nothing.
 
-The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.core.staging) and renamed into
-place once complete, so a target is either absent or a whole project, even after a SIGKILL. An
+The project is built as ``.TARGET.partial-PID`` beside the target (kdkit.core.staging) and renamed
+into place once complete, so a target is either absent or a whole project, even after a SIGKILL. An
 existing empty folder (often the shell's current folder, which must stay the same folder) is filled
 in place instead, kdkit.json last: a kill half-way leaves a folder that is not a project. What a
-killed init left is removed by the next init of that target, which says so. A target that
-cannot be written (read-only mount, no permission, a file in the way, a full disk) is exit 2 and
-leaves nothing, not even the parent folders init created.
+killed init left is removed by the next init of that target, which says so. A target that cannot be
+written (read-only mount, no permission, a file in the way, a full disk) is exit 2 and leaves
+nothing, not even the parent folders init created.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def _render(text: str, values: dict[str, str]) -> str:
 
 @dataclass(frozen=True)
 class Created:
-    """What ``kdkit init`` did: the project's root, and the staging of killed inits it removed first."""
+    """What ``kdkit init`` did: the project's root, and the staging of killed inits it removed
+    first."""
 
     root: Path
     removed: list[Path]
@@ -72,13 +73,15 @@ class Created:
 
 def init_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False,
                  template: str = DEFAULT) -> Path:
-    """Create a project at ``target`` from the template and return its resolved path (see create_project)."""
+    """Create a project at ``target`` from the template and return its resolved path (see
+    create_project)."""
     return create_project(target, name, backend, force, template).root
 
 
 def create_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False,
                    template: str = DEFAULT) -> Created:
-    """Create a project at ``target`` from the template called ``template`` (kdkit.project.templates).
+    """Create a project at ``target`` from the template called ``template``
+    (kdkit.project.templates).
 
     An existing non-empty folder is refused unless ``force``; with ``force`` only the
     template's files are written over. A failure part-way leaves no trace behind.
@@ -96,7 +99,8 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
         with staged_beside(target) as staged:  # removed, whatever fails, unless published
             _copy_template(template_dir(), chosen, staged.path, values)
             (staged.path / "runs").mkdir(exist_ok=True)
-            if target.is_dir():  # an empty folder (often the shell's cwd: never replaced), or --force
+            # an empty folder (often the shell's cwd: never replaced), or --force
+            if target.is_dir():
                 _merge(staged.path, target)
             else:
                 staged.publish()  # atomic: absent, or the whole project
@@ -127,15 +131,16 @@ def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> 
         raise BadInput(f"{target}: exists and is not a folder; choose another path")
     existing = _not_empty(target)
     if existing and not force:
-        cleaned = clean_stale(target) if target.parent.is_dir() else []  # a killed init's staging goes anyway
+        # a killed init's staging goes anyway
+        cleaned = clean_stale(target) if target.parent.is_dir() else []
         said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
         raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
     return project_name, existing
 
 
 def _name_problem(name: str, folder: Path | None) -> str:
-    """Why ``name`` cannot be a project's name (kdkit.json's rule, NAME): its length or its characters, and where
-    it came from (--name, or the folder's name when ``folder`` is given)."""
+    """Why ``name`` cannot be a project's name (kdkit.json's rule, NAME): its length or its
+    characters, and where it came from (--name, or the folder's name when ``folder`` is given)."""
     said = f"{name[:40]!r}..." if len(name) > 40 else repr(name)
     if len(name) > NAME_LENGTH:
         reason = f"has {len(name)} characters, more than the {NAME_LENGTH} a project name may have (it names the image)"
@@ -147,9 +152,9 @@ def _name_problem(name: str, folder: Path | None) -> str:
 
 
 def _check_name_length(target: Path) -> None:
-    """Each folder name ``target`` still needs within the file system's limit on one name (NAME_MAX bytes, read
-    from the nearest folder that exists), the last one counting the staging name the project is built under
-    (kdkit.core.staging.staging_for: .NAME.partial-PID)."""
+    """Each folder name ``target`` still needs within the file system's limit on one name (NAME_MAX
+    bytes, read from the nearest folder that exists), the last one counting the staging name the
+    project is built under (kdkit.core.staging.staging_for: .NAME.partial-PID)."""
     existing = target.parent
     while not _is_dir(existing) and existing != existing.parent:
         existing = existing.parent
@@ -184,7 +189,8 @@ def _not_empty(target: Path) -> bool:
 
 
 def _empty(folder: Path) -> None:
-    """Remove what a failed merge moved into ``folder``: it was empty before, so all of it is init's."""
+    """Remove what a failed merge moved into ``folder``: it was empty before, so all of it is
+    init's."""
     with contextlib.suppress(OSError):
         for path in folder.iterdir():
             if path.is_dir() and not path.is_symlink():
@@ -194,14 +200,16 @@ def _empty(folder: Path) -> None:
 
 
 def _make_parents(folder: Path, made: list[Path]) -> None:
-    """Create ``folder`` and its missing parents, outermost first, noting each in ``made`` as it is made."""
+    """Create ``folder`` and its missing parents, outermost first, noting each in ``made`` as it is
+    made."""
     for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
         path.mkdir()
         made.append(path)
 
 
 def _copy_template(source: Path, template: Template, dest: Path, values: dict[str, str]) -> None:
-    """The base template, then the chosen template's overlay over it (kdkit.project.templates.template_files)."""
+    """The base template, then the chosen template's overlay over it
+    (kdkit.project.templates.template_files)."""
     for path, rel in template_files(source, template):
         out = dest / rel.parent / RENAMES.get(rel.name, rel.name)
         if path.is_dir():
@@ -215,8 +223,8 @@ def _copy_template(source: Path, template: Template, dest: Path, values: dict[st
 
 
 def _merge(staging: Path, target: Path) -> None:
-    """Into an existing folder: move each template file over its namesake, kdkit.json last, so a folder
-    that a kill stopped half-way is never taken for a project."""
+    """Into an existing folder: move each template file over its namesake, kdkit.json last, so a
+    folder that a kill stopped half-way is never taken for a project."""
     marker = staging / "kdkit.json"
     for path in [*sorted(p for p in staging.rglob("*") if p != marker), marker]:
         dest = target / path.relative_to(staging)

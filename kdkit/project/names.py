@@ -1,19 +1,20 @@
-"""Names of a project's files that a copy through macOS or Windows loses or changes: `kdkit validate` warns.
+"""Names of a project's files that a copy through macOS or Windows loses or changes: `kdkit
+validate` warns.
 
-Linux keeps every byte of a name; other file systems do not, and a project copied through one of them (a
-laptop, a synced folder, a zip made there) silently keeps one file of two, or none:
+Linux keeps every byte of a name; other file systems do not, and a project copied through one of
+them (a laptop, a synced folder, a zip made there) silently keeps one file of two, or none:
 
-* **case**: APFS (macOS, by default) and NTFS (Windows) are case-insensitive, so ``Data.txt`` and ``data.txt``
-  are one name there;
-* **Unicode normalization**: APFS is normalization-insensitive, so ``café`` written composed (NFC, U+00E9) and
-  decomposed (NFD, ``e`` + U+0301) are one name there
+* **case**: APFS (macOS, by default) and NTFS (Windows) are case-insensitive, so ``Data.txt`` and
+  ``data.txt`` are one name there;
+* **Unicode normalization**: APFS is normalization-insensitive, so ``café`` written composed (NFC,
+  U+00E9) and decomposed (NFD, ``e`` + U+0301) are one name there
   (https://developer.apple.com/documentation/foundation/file_system/about_apple_file_system);
-* **Windows' rules** (https://learn.microsoft.com/en-us/windows/win32/fileio/naming-a-file): the device names
-  CON, PRN, AUX, NUL, COM1-9 and LPT1-9 (with any extension: ``con.txt`` too) name no file; a name ending in a
-  dot or a space loses it; ``< > : " | ? *`` cannot be in a name.
+* **Windows' rules** (https://learn.microsoft.com/en-us/windows/win32/fileio/naming-a-file): the
+  device names CON, PRN, AUX, NUL, COM1-9 and LPT1-9 (with any extension: ``con.txt`` too) name no
+  file; a name ending in a dot or a space loses it; ``< > : " | ? *`` cannot be in a name.
 
-These are warnings, not problems: the project works here and on the rented Linux machine; each names the
-file(s) so they can be renamed before the copy that would lose one.
+These are warnings, not problems: the project works here and on the rented Linux machine; each names
+the file(s) so they can be renamed before the copy that would lose one.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ COPY = "a copy through such a file system keeps one of them; rename one"
 
 
 def folded(rel: str) -> str:
-    """The name macOS and Windows see: composed (NFC), then each character in lower case (one for one, as the
-    file systems' case tables map characters: ``ß`` stays ``ß``)."""
+    """The name macOS and Windows see: composed (NFC), then each character in lower case (one for
+    one, as the file systems' case tables map characters: ``ß`` stays ``ß``)."""
     if rel.isascii():  # NFC keeps ASCII as it is, and lowers each of its letters to one
         return rel.lower()
     return "".join(c.lower() if len(c.lower()) == 1 else c for c in unicodedata.normalize("NFC", rel))
@@ -67,8 +68,9 @@ def _shown(rel: str) -> str:
 
 
 def name_warnings(names: Iterable[str]) -> list[Problem]:
-    """One warning per file whose path is another's on macOS or Windows (naming both), and per path holding a
-    name Windows cannot hold; ``names`` are paths relative to the project root, '/' between folders."""
+    """One warning per file whose path is another's on macOS or Windows (naming both), and per path
+    holding a name Windows cannot hold; ``names`` are paths relative to the project root, '/'
+    between folders."""
     names = list(names)
     if _all_fine(names):
         return []
@@ -86,17 +88,19 @@ def name_warnings(names: Iterable[str]) -> list[Problem]:
     return warnings
 
 
-# What windows_problem refuses, found in lower-case ASCII paths joined by line breaks: a device name as a whole
-# part, with any extension (the match must start a part: the character before it is '/' or a line break), a part
-# ending with a dot or a space, a character Windows refuses. Three searches: one pattern of the three, tried at
-# every character, took three times as long over 100,000 paths.
+# What windows_problem refuses, found in lower-case ASCII paths joined by line breaks: a device name
+# as a whole part, with any extension (the match must start a part: the character before it is '/'
+# or a line break), a part ending with a dot or a space, a character Windows refuses. Three
+# searches: one pattern of the three, tried at every character, took three times as long over
+# 100,000 paths.
 DEVICE_PARTS = re.compile(RESERVED.pattern.lower().replace(r"(\..*)?", r"(?:\.[^/\n]*)?") + r"(?=[/\n])")
 DOT_OR_SPACE_ENDS = (".\n", "./", " \n", " /")
 
 
 def _all_fine(names: list[str]) -> bool:
-    """Whether no warning of name_warnings holds, judged at once: ASCII paths (folded: lower case), none breaking
-    a line, none the same as another once folded, and no part that windows_problem refuses."""
+    """Whether no warning of name_warnings holds, judged at once: ASCII paths (folded: lower case),
+    none breaking a line, none the same as another once folded, and no part that windows_problem
+    refuses."""
     joined = "\n".join(names) + "\n"
     if not joined.isascii() or joined.count("\n") != len(names):
         return False
@@ -110,19 +114,22 @@ def _all_fine(names: list[str]) -> bool:
 
 @cache
 def _folder_problem(folder: str) -> str | None:
-    """The first of the folder's parts that Windows cannot hold, why (a folder is judged once, not per file)."""
+    """The first of the folder's parts that Windows cannot hold, why (a folder is judged once, not
+    per file)."""
     return next((p for p in map(windows_problem, folder.split("/")) if p is not None), None)
 
 
 @cache
 def _secret_shaped() -> re.Pattern[str]:
-    """Any of credentials.SECRET_FILES' patterns, as fnmatch.fnmatchcase matches each (a whole name)."""
+    """Any of credentials.SECRET_FILES' patterns, as fnmatch.fnmatchcase matches each (a whole
+    name)."""
     return re.compile("|".join(fnmatch.translate(pattern) for pattern, _what in SECRET_FILES))
 
 
 def secret_file_warnings(names: list[str]) -> list[Problem]:
-    """Files of the project (``names``, relative to its root) named like secrets: warnings, never problems.
-    credentials.secret_file judges every path one of whose parts matches a pattern; none other can be one."""
+    """Files of the project (``names``, relative to its root) named like secrets: warnings, never
+    problems. credentials.secret_file judges every path one of whose parts matches a pattern; none
+    other can be one."""
     if not names or _no_secret_names(names):
         return []
     match = _secret_shaped().match
@@ -140,41 +147,46 @@ def secret_file_warnings(names: list[str]) -> list[Problem]:
 
 @cache
 def _secret_folder(folder: str) -> bool:
-    """Whether a part of ``folder`` matches a pattern of credentials.SECRET_FILES (once a folder, not per file)."""
+    """Whether a part of ``folder`` matches a pattern of credentials.SECRET_FILES (once a folder,
+    not per file)."""
     return any(_secret_shaped().match(part.lower()) is not None for part in folder.split("/"))
 
 
 def _no_secret_names(names: list[str]) -> bool:
-    """Whether no part of ``names`` (ASCII paths, none breaking a line) matches a pattern of SECRET_FILES, judged
-    at once: the parts one a line, a pattern's literal (_probes) looked for in the whole text, and only the lines
-    holding it matched by the pattern; a part that matches must be one credentials.secret_file passes over
-    (NOT_SECRET_FILES, NOT_SECRET_SUFFIXES)."""
+    """Whether no part of ``names`` (ASCII paths, none breaking a line) matches a pattern of
+    SECRET_FILES, judged at once: the parts one a line, a pattern's literal (_probes) looked for in
+    the whole text, and only the lines holding it matched by the pattern; a part that matches must
+    be one credentials.secret_file passes over (NOT_SECRET_FILES, NOT_SECRET_SUFFIXES)."""
     joined = "\n".join(names)
     if not joined.isascii() or joined.count("\n") != len(names) - 1 or any("[" in p for p, _what in SECRET_FILES):
         return False
     text = "\n" + joined.lower().replace("/", "\n") + "\n"
     hits = {line for probe, at, pattern in _probes() for line in _lines_holding(text, probe, at)
             if pattern.fullmatch(line)}
-    return all(hit in NOT_SECRET_FILES or hit.endswith(NOT_SECRET_SUFFIXES) for hit in hits)  # .env.example
+    # .env.example
+    return all(hit in NOT_SECRET_FILES or hit.endswith(NOT_SECRET_SUFFIXES) for hit in hits)
 
 
 @cache
 def _probes() -> tuple[tuple[str, int, re.Pattern[str]], ...]:
-    """For each pattern of SECRET_FILES: its longest literal run, with a line break before it when the pattern
-    starts with it and after it when the pattern ends with it (every line the pattern matches holds the probe);
-    where the run starts within the probe; and the pattern as fnmatch matches a whole name."""
+    """For each pattern of SECRET_FILES: its longest literal run, with a line break before it when
+    the pattern starts with it and after it when the pattern ends with it (every line the pattern
+    matches holds the probe); where the run starts within the probe; and the pattern as fnmatch
+    matches a whole name."""
     probes = []
     for pattern, _what in SECRET_FILES:
         runs = re.split(r"[*?]", pattern)
         at = max(range(len(runs)), key=lambda n: len(runs[n]))
-        run, lead, trail = runs[at], at == 0, at == len(runs) - 1  # the first run starts the pattern
+        # the first run starts the pattern
+        run, lead, trail = runs[at], at == 0, at == len(runs) - 1
         probe = ("\n" if lead else "") + run + ("\n" if trail else "")
         probes.append((probe, int(lead), re.compile(fnmatch.translate(pattern))))
     return tuple(probes)
 
 
 def _lines_holding(text: str, probe: str, at: int) -> Iterator[str]:
-    """Each line of ``text`` (parts between line breaks) holding ``probe``; its literal run starts ``at`` into it."""
+    """Each line of ``text`` (parts between line breaks) holding ``probe``; its literal run starts
+    ``at`` into it."""
     found = text.find(probe)
     while found != -1:
         start = text.rfind("\n", 0, found + at) + 1

@@ -1,10 +1,11 @@
-"""`kdkit validate`'s look at what the pilot config names beyond its shape, with the pilot's own readers
-(kdkit.core.pilotload, kdkit.core.pilotmanifest): the answer schema of a json output, the model's folders (walked,
-not hashed), a JSONL corpus and the manifest that maps its IDs; and the warnings about a pilot sample.
+"""`kdkit validate`'s look at what the pilot config names beyond its shape, with the pilot's own
+readers (kdkit.core.pilotload, kdkit.core.pilotmanifest): the answer schema of a json output, the
+model's folders (walked, not hashed), a JSONL corpus and the manifest that maps its IDs; and the
+warnings about a pilot sample.
 
-A pilot sample (documents with expectations: a label, an expected output or a planned rejection) should span
-short, usual and near-limit sizes (SAMPLE_RULES); a warning names what it lacks, never an error. A full corpus
-(no expectations) is not a sample and gets no such warning.
+A pilot sample (documents with expectations: a label, an expected output or a planned rejection)
+should span short, usual and near-limit sizes (SAMPLE_RULES); a warning names what it lacks, never
+an error. A full corpus (no expectations) is not a sample and gets no such warning.
 """
 
 from __future__ import annotations
@@ -31,25 +32,27 @@ MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^/(tmp|var/tmp)(/|$)"), "a path into a temporary folder"),
     (re.compile(r"^(/|[A-Za-z]:[\\/]|\\\\)"), "an absolute path"),
 )
-# A manifest entry that no rule of its schema, of line breaks, of machine-bound paths or of credential shapes
-# can refuse (plain_documents): these keys, each text of these characters, ...
+# A manifest entry that no rule of its schema, of line breaks, of machine-bound paths or of
+# credential shapes can refuse (plain_documents): these keys, each text of these characters, ...
 PLAIN_KEYS = frozenset({"id", "file", "label", "expect", "note"})
 PLAIN_TEXTS = re.compile(r"[A-Za-z0-9._ \n-]*")  # fullmatch: the texts, each after a line break
-# ... and none holding what starts a credential shape (kdkit.core.credentials: a prefixed token, a private key
-# block, 40 characters of an AWS secret; a URL or an assignment needs a ':' or '=', which a plain text lacks).
+# ... and none holding what starts a credential shape (kdkit.core.credentials: a prefixed token, a
+# private key block, 40 characters of an AWS secret; a URL or an assignment needs a ':' or '=',
+# which a plain text lacks).
 SHAPE_STARTS = ("sk-", "sk_", "rk_", "github_pat_", "hf_", "xox", "AIza", "npm_", "pypi-", "AKIA", "ASIA", "ABIA",
                 "ACCA", "eyJ", "-----")
 SHAPE_START = re.compile(r"g(?:h[pousr]_|l[a-z]+-)")  # GitHub's and GitLab's prefixes
 AWS_SECRET_RUN = re.compile(r"[A-Za-z0-9]{40}")
-SAFE_IDS = re.compile(f"(?:(?:{SAFE_ID.pattern})\n)*")  # fullmatch: texts each ending in a line break
+# fullmatch: texts each ending in a line break
+SAFE_IDS = re.compile(f"(?:(?:{SAFE_ID.pattern})\n)*")
 PLAIN_NAMES = re.compile(f"(?:(?:{PLAIN_NAME.pattern})\n)*")
 SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_bytes; near-limit: one between "
                 f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
 
 
 def refused(root: Path, exc: BadInput, file: Path) -> Problem:
-    """A reader's one line ("FILE: PLACE: MESSAGE", or strict JSON's "FILE:LINE:COLUMN: MESSAGE") as a Problem
-    of the file it names (else of ``file``)."""
+    """A reader's one line ("FILE: PLACE: MESSAGE", or strict JSON's "FILE:LINE:COLUMN: MESSAGE") as
+    a Problem of the file it names (else of ``file``)."""
     text = str(exc)
     placed = re.match(r"(.+?):(\d+):(\d+): (.*)", text, re.DOTALL)
     if placed:
@@ -64,7 +67,8 @@ def refused(root: Path, exc: BadInput, file: Path) -> Problem:
 
 
 def places(pilot: dict[str, Any]) -> dict[str, str]:
-    """The newer places the pilot config names, by JSON path: what must exist (path_problems names the rest)."""
+    """The newer places the pilot config names, by JSON path: what must exist (path_problems names
+    the rest)."""
     found: dict[str, Any] = {}
     inputs, output, model = pilot.get("inputs"), pilot.get("output"), pilot.get("model")
     if isinstance(inputs, dict):
@@ -81,8 +85,9 @@ def places(pilot: dict[str, Any]) -> dict[str, str]:
 
 def deep_problems(root: Path, pilot: dict[str, Any],
                   rel: Path) -> tuple[list[Problem], Output | None, Sequence[Document] | None]:
-    """What the pilot's readers refuse in the places a valid config names (one problem per reader), the
-    declared output (None when it could not be read) and, for a JSONL corpus the reader took, its documents."""
+    """What the pilot's readers refuse in the places a valid config names (one problem per reader),
+    the declared output (None when it could not be read) and, for a JSONL corpus the reader took,
+    its documents."""
     path = root / rel
     problems = []
     for where, value in places(pilot).items():
@@ -92,7 +97,8 @@ def deep_problems(root: Path, pilot: dict[str, Any],
         except BadInput as exc:
             problems.append(refused(root, exc, rel))
     scorer = (pilot.get("quality") or {}).get("scorer")
-    if isinstance(scorer, str) and (problem := entry_problem(root, scorer)) is not None:  # as the pilot's _quality
+    # as the pilot's _quality
+    if isinstance(scorer, str) and (problem := entry_problem(root, scorer)) is not None:
         problems.append(Problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
     if any(p.where != "$.quality.scorer" for p in problems):
         return problems, None, None
@@ -108,10 +114,11 @@ def deep_problems(root: Path, pilot: dict[str, Any],
 
 
 def plain_documents(data: Any) -> bool:
-    """Whether ``data`` is a manifest with entries, each plain: keys of PLAIN_KEYS, an ID of 1 to 128 characters,
-    "accept" or "reject", a label or null, and every text plain (PLAIN_TEXTS, no SHAPE_STARTS). Such entries are
-    valid by the manifest's schema and hold no control character, machine-bound path or credential shape: the
-    whole document then has the problems of its first entry alone (none) and of what lies beside the list."""
+    """Whether ``data`` is a manifest with entries, each plain: keys of PLAIN_KEYS, an ID of 1 to
+    128 characters, "accept" or "reject", a label or null, and every text plain (PLAIN_TEXTS, no
+    SHAPE_STARTS). Such entries are valid by the manifest's schema and hold no control character,
+    machine-bound path or credential shape: the whole document then has the problems of its first
+    entry alone (none) and of what lies beside the list."""
     documents = data.get("documents") if isinstance(data, dict) else None
     if not isinstance(documents, list) or not documents or not all(type(doc) is dict for doc in documents):
         return False
@@ -128,15 +135,17 @@ def plain_documents(data: Any) -> bool:
         joined = "\n" + "\n".join(texts) + "\n"  # a TypeError when one is not a text
     except TypeError:
         return False
-    return (max(map(len, ids)) <= 128 and joined.count("\n") == len(texts) + 1  # no text breaks a line
+    # no text breaks a line
+    return (max(map(len, ids)) <= 128 and joined.count("\n") == len(texts) + 1
             and "\n\n" not in joined and PLAIN_TEXTS.fullmatch(joined) is not None  # nor is empty
             and not any(start in joined for start in SHAPE_STARTS) and SHAPE_START.search(joined) is None
             and not any(AWS_SECRET_RUN.search(text) for text in texts if len(text) >= 40))
 
 
 def plain_files(root: Path, manifest_file: Path, inputs: Path | None) -> frozenset[str]:
-    """The regular files (no link) of the manifest's folder when it is real (no link on the way) and inside the
-    inputs folder: an entry naming one of them by a plain name (pilotmanifest.PLAIN_NAME) has no file problem."""
+    """The regular files (no link) of the manifest's folder when it is real (no link on the way) and
+    inside the inputs folder: an entry naming one of them by a plain name (pilotmanifest.PLAIN_NAME)
+    has no file problem."""
     folder = (root / manifest_file).parent
     try:
         if os.path.realpath(folder) != str(folder) or not (inputs is None or inputs == folder
@@ -150,8 +159,9 @@ def plain_files(root: Path, manifest_file: Path, inputs: Path | None) -> frozens
 
 def clean_entries(documents: list[Any], plain: frozenset[str], categories: list[str] | None, *, folder: bool,
                   output: Output | None) -> bool:
-    """Whether validate.manifest_problems finds nothing in any entry of a manifest whose shape is valid: IDs safe
-    and unique, files plain names of ``plain`` (a JSONL corpus's: none), labels allowed, no expected output."""
+    """Whether validate.manifest_problems finds nothing in any entry of a manifest whose shape is
+    valid: IDs safe and unique, files plain names of ``plain`` (a JSONL corpus's: none), labels
+    allowed, no expected output."""
     if not all(type(doc) is dict for doc in documents):
         return False
     ids, names = [doc.get("id") for doc in documents], [doc.get("file") for doc in documents]
@@ -170,16 +180,19 @@ def clean_entries(documents: list[Any], plain: frozenset[str], categories: list[
 
 
 def _all_match(lines: re.Pattern[str], texts: list[Any]) -> bool:
-    """Whether every one of ``texts`` is a text that the one-line pattern of ``lines`` matches whole."""
+    """Whether every one of ``texts`` is a text that the one-line pattern of ``lines`` matches
+    whole."""
     try:
         joined = "\n".join(texts) + "\n"  # a TypeError when one is not a text
     except TypeError:
         return False
-    return joined.count("\n") == len(texts) and lines.fullmatch(joined) is not None  # none breaks a line
+    # none breaks a line
+    return joined.count("\n") == len(texts) and lines.fullmatch(joined) is not None
 
 
 def _plain_note(note: Any) -> bool:
-    """A note is prose (any text): plain when no rule the entry's texts meet by their characters refuses it."""
+    """A note is prose (any text): plain when no rule the entry's texts meet by their characters
+    refuses it."""
     return type(note) is str and CONTROL_CHARACTER.search(note) is None and not find(note) and (
         "://" in note or not any(pattern.search(note) for pattern, _what in MACHINE_PATHS))
 
@@ -194,8 +207,9 @@ def _size(location: str, offset: int, length: int) -> int | None:
 
 
 def _sizes(documents: Iterable[Document], limit: int) -> tuple[bool, bool, bool]:
-    """Whether the accepted inputs (those whose size can be read) hold a short one, a near-limit one and USUAL
-    ones; the sizes read up to the first document where all three hold (a stat each: a large sample's cost)."""
+    """Whether the accepted inputs (those whose size can be read) hold a short one, a near-limit one
+    and USUAL ones; the sizes read up to the first document where all three hold (a stat each: a
+    large sample's cost)."""
     short = near = False
     count = 0
     for doc in documents:
@@ -208,9 +222,9 @@ def _sizes(documents: Iterable[Document], limit: int) -> tuple[bool, bool, bool]
 
 
 class PilotSample(NamedTuple):
-    """The pilot's inputs as `kdkit validate` read them, when it found no problem in the pilot config and its
-    manifest: the config, the manifest (absolute) and the documents. A JSONL corpus without a manifest is a full
-    corpus, not a sample: it has none."""
+    """The pilot's inputs as `kdkit validate` read them, when it found no problem in the pilot
+    config and its manifest: the config, the manifest (absolute) and the documents. A JSONL corpus
+    without a manifest is a full corpus, not a sample: it has none."""
 
     config: dict[str, Any]
     manifest: Path
@@ -218,8 +232,8 @@ class PilotSample(NamedTuple):
 
 
 class FolderDocuments:
-    """A folder manifest's entries (checked by validate) as the pilot's Documents, each made when reached: a
-    sample's judgment (sample_warnings) mostly stops at its first entries."""
+    """A folder manifest's entries (checked by validate) as the pilot's Documents, each made when
+    reached: a sample's judgment (sample_warnings) mostly stops at its first entries."""
 
     def __init__(self, entries: list[dict[str, Any]], folder: Path) -> None:
         self.entries, self.folder = entries, str(folder).rstrip(os.sep) + os.sep
@@ -232,8 +246,8 @@ class FolderDocuments:
 
 
 def sample_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
-    """What a pilot sample lacks of SAMPLE_RULES, as one warning; nothing when validate could not read the
-    sample (``sample`` None) or for a full corpus (no expectations)."""
+    """What a pilot sample lacks of SAMPLE_RULES, as one warning; nothing when validate could not
+    read the sample (``sample`` None) or for a full corpus (no expectations)."""
     if sample is None:
         return []
     data, documents = sample.config, sample.documents

@@ -20,18 +20,20 @@ DEFAULT = "classify"
 
 @dataclass(frozen=True)
 class Template:
-    """One template: its name and the base paths its overlay replaces (``kdkit init --help`` says what each
-    app does)."""
+    """One template: its name and the base paths its overlay replaces (``kdkit init --help`` says
+    what each app does)."""
 
     name: str
-    leaves_out: tuple[str, ...] = ()  # relative to project-template/: a file, or a folder and all below it
+    # relative to project-template/: a file, or a folder and all below it
+    leaves_out: tuple[str, ...] = ()
 
 
 _APP_FILES = ("src/classify.py", "src/examples.jsonl", "data/pilot")
 TEMPLATES = {
     "classify": Template("classify"),  # project-template/ itself
     "embed": Template("embed", _APP_FILES),  # a text embedder: output kind vector
-    "generate": Template("generate", _APP_FILES),  # a character-level text generator: output kind text
+    # a character-level text generator: output kind text
+    "generate": Template("generate", _APP_FILES),
 }
 
 
@@ -45,8 +47,9 @@ def find(name: str) -> Template:
 
 
 def template_files(base: Path, template: Template) -> Iterator[tuple[Path, Path]]:
-    """(source, path in the project) for every file and folder of ``template``, the base's first, then its
-    overlay's: an overlay file comes after the base file it replaces. Caches and the overlays are skipped."""
+    """(source, path in the project) for every file and folder of ``template``, the base's first,
+    then its overlay's: an overlay file comes after the base file it replaces. Caches and the
+    overlays are skipped."""
     yield from _walk(base, lambda rel: rel.parts[0] == OVERLAYS or _left_out(rel, template.leaves_out))
     if template.name != DEFAULT:
         yield from _walk(base / OVERLAYS / template.name, lambda rel: False)

@@ -1,11 +1,11 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
 schema cannot express (paths that only exist on one machine, secrets, unsafe IDs). campaign.json,
-config/train.json and config/service.json, when the project has them, are checked by their own models
-(kdkit.project.configchecks). The pilot sample's warning is judged from the manifest these checks parsed
-(check_project): a long manifest is read once.
+config/train.json and config/service.json, when the project has them, are checked by their own
+models (kdkit.project.configchecks). The pilot sample's warning is judged from the manifest these
+checks parsed (check_project): a long manifest is read once.
 
-Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and in
-the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
+Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and
+in the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
 :class:`Problem` is made, so no finding, schema error or echoed value can show a credential.
 Files named like secrets (``.env``, ``*.pem``, ``.ssh/`` ...) are warnings, not problems: every
 real project has a ``.env``, and `kdkit bundle` leaves them out.
@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kdkit.config.project import mount_problems, url_problem  # mounts inside the project; index URLs that parse
+# mounts inside the project; index URLs that parse
+from kdkit.config.project import mount_problems, url_problem
 from kdkit.config.schemas import (
     Problem,
     schema_problems,
@@ -64,7 +65,8 @@ TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requir
 
 
 def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
-    """Credential shapes in a text file of the project (a requirements input, a lock), one per line."""
+    """Credential shapes in a text file of the project (a requirements input, a lock), one per
+    line."""
     path = root / relative
     try:
         if real_inside(root, path) is None or not path.is_file():
@@ -82,8 +84,8 @@ def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
 
 
 def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
-    """The text files scanned for credentials: every file of requirements/, the input kdkit.json names
-    and every backend's lock (relative to the root, each once, in order)."""
+    """The text files scanned for credentials: every file of requirements/, the input kdkit.json
+    names and every backend's lock (relative to the root, each once, in order)."""
     folder = root / "requirements"
     found = [p.relative_to(root) for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
     named = [project.get("requirements")] + [spec.get("lock") for spec in _backends(project)]
@@ -100,9 +102,10 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def file_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
-    """Warnings about the names of the project's files (``root``, resolved), from one walk of it: named like
-    secrets (a project has a .env), or lost by a copy through macOS or Windows (kdkit.project.names); and what the
-    pilot ``sample`` lacks (kdkit.project.pilotchecks.sample_warnings). Never problems."""
+    """Warnings about the names of the project's files (``root``, resolved), from one walk of it:
+    named like secrets (a project has a .env), or lost by a copy through macOS or Windows
+    (kdkit.project.names); and what the pilot ``sample`` lacks
+    (kdkit.project.pilotchecks.sample_warnings). Never problems."""
     from kdkit.config.files import project_names
     from kdkit.project.names import name_warnings
 
@@ -118,12 +121,14 @@ def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, 
     problems = []
     for key, must_exist in keys.items():
         value = data.get(key)
-        if not isinstance(value, str) or config_path_problem(value) is not None:  # the schema or model named it
+        # the schema or model named it
+        if not isinstance(value, str) or config_path_problem(value) is not None:
             continue
         target = real_inside(root, root / value)
         try:
             found = target is not None and target.exists()
-        except OSError as exc:  # too long for this file system under this root, no permission on the way
+        # too long for this file system under this root, no permission on the way
+        except OSError as exc:
             problems.append(Problem(file, f"$.{key}", f"cannot look at {value!r} ({exc.strerror or exc}); use a "
                                     "shorter path, or one you can read"))
             continue
@@ -149,14 +154,16 @@ def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Proble
 def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
                       categories: list[str] | None, inputs: Path | None, *, folder: bool = True,
                       output: Output | None = None) -> list[Problem]:
-    """Every entry's ID, file (a folder's inputs only: a JSONL corpus names records by ID), label (null: no
-    expected category) and expected output (``output``'s kind, when it could be read); a folder's manifest
-    needs a planned rejection (a JSONL sample's lack of one is a warning: pilotchecks.sample_warnings)."""
+    """Every entry's ID, file (a folder's inputs only: a JSONL corpus names records by ID), label
+    (null: no expected category) and expected output (``output``'s kind, when it could be read); a
+    folder's manifest needs a planned rejection (a JSONL sample's lack of one is a warning:
+    pilotchecks.sample_warnings)."""
     problems = []
     seen: dict[str, int] = {}
     docs = manifest.get("documents", [])
     plain = plain_files(root, manifest_file, inputs) if folder else frozenset()
-    clean = clean_entries(docs, plain, categories, folder=folder, output=output)  # a long manifest's usual case
+    # a long manifest's usual case
+    clean = clean_entries(docs, plain, categories, folder=folder, output=output)
     for index, doc in enumerate([] if clean else docs):
         where = f"$.documents[{index}]"
         problems += _id_problems(doc.get("id"), manifest_file, where, seen, index)
@@ -249,8 +256,8 @@ def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem])
     data = _load(root, rel, problems)
     if data is None:
         return None, False
-    # A manifest of plain entries has the problems of its first entry and of what lies beside them: a long one
-    # is checked so, entry by entry it would take seconds.
+    # A manifest of plain entries has the problems of its first entry and of what lies beside them:
+    # a long one is checked so, entry by entry it would take seconds.
     checked = {**data, "documents": data["documents"][:1]} if schema == "manifest" and plain_documents(data) else data
     machine = machine_path_problems(checked, rel)
     taken = {p.where for p in machine}  # a machine-bound path is named once, as such
@@ -268,7 +275,8 @@ def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     """The relative path under ``key`` when it names something inside the project that exists
     (a folder there is reported by the loader: it is not a file)."""
     value = data.get(key)
-    if not isinstance(value, str) or config_path_problem(value) is not None:  # the schema or model named it
+    # the schema or model named it
+    if not isinstance(value, str) or config_path_problem(value) is not None:
         return None
     try:
         found = real_inside(root, root / value) is not None and (root / value).exists()
@@ -299,16 +307,17 @@ def validate_project(root: Path) -> list[Problem]:
 
 
 def check_project(root: Path) -> tuple[list[Problem], list[Problem]]:
-    """`kdkit validate`'s (problems, warnings) of the project at ``root``: the warnings about its files' names
-    and its pilot sample (file_warnings), the sample as the problems' check read it (read once)."""
+    """`kdkit validate`'s (problems, warnings) of the project at ``root``: the warnings about its
+    files' names and its pilot sample (file_warnings), the sample as the problems' check read it
+    (read once)."""
     root = root.resolve()
     problems, sample = validated(root)
     return problems, file_warnings(root, sample)
 
 
 def validated(root: Path) -> tuple[list[Problem], PilotSample | None]:
-    """Every problem of the project at ``root``, and its pilot sample when no problem lies in the pilot config
-    or its manifest (the documents read by the checks, for sample_warnings)."""
+    """Every problem of the project at ``root``, and its pilot sample when no problem lies in the
+    pilot config or its manifest (the documents read by the checks, for sample_warnings)."""
     root = root.resolve()
     problems: list[Problem] = []
     project, project_ok = _check_document(root, Path("kdkit.json"), "kdkit", problems)
@@ -334,7 +343,8 @@ def validated(root: Path) -> tuple[list[Problem], PilotSample | None]:
 
 
 def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tuple[list[Problem], PilotSample | None]:
-    """The problems of the pilot config and its manifest, and the sample they name when there are none."""
+    """The problems of the pilot config and its manifest, and the sample they name when there are
+    none."""
     problems: list[Problem] = []
     pilot, pilot_ok = _check_document(root, pilot_rel, "pilot", problems)
     if pilot is None:
@@ -352,7 +362,8 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
     if manifest is not None and manifest_ok:
         categories = (list(output.categories) if output is not None else pilot.get("categories")) if pilot_ok \
             else None
-        named = pilot.get("inputs")  # a folder the model refused is named once, not once per document
+        # a folder the model refused is named once, not once per document
+        named = pilot.get("inputs")
         inputs = real_inside(root, root / named) if isinstance(named, str) and not config_path_problem(named) else None
         problems += manifest_problems(root, manifest, manifest_rel, categories, inputs,
                                       folder=not isinstance(named, dict), output=output)
@@ -366,10 +377,11 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
 
 def _folder_documents(root: Path, pilot: dict[str, Any], pilot_rel: Path, manifest: dict[str, Any],
                       manifest_rel: Path, output: Output | None) -> tuple[list[Problem], Iterable[Document] | None]:
-    """A folder manifest's documents, once validate found no problem in it. The pilot compares the manifest's
-    folder with the inputs folder as the config writes them (links not followed), where validate's checks
-    resolve links: a manifest not within the inputs folder so (a rare layout, such as inputs named through a
-    link) is read by the pilot's own reader, whose refusal is a problem."""
+    """A folder manifest's documents, once validate found no problem in it. The pilot compares the
+    manifest's folder with the inputs folder as the config writes them (links not followed), where
+    validate's checks resolve links: a manifest not within the inputs folder so (a rare layout, such
+    as inputs named through a link) is read by the pilot's own reader, whose refusal is a
+    problem."""
     folder = os.path.normpath(root / manifest_rel.parent)
     if is_within(folder, os.path.normpath(root / str(pilot["inputs"]))):
         return [], FolderDocuments(manifest["documents"], Path(folder))

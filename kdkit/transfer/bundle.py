@@ -7,22 +7,23 @@ file by file, with the image's id and labels), ``RUN.md`` (the exact commands) a
 (``sha256sum -c`` reads it).
 
 What travels of the project, and how links and secret-shaped files are treated, is decided by
-:mod:`kdkit.config.files`; what a bundle folder is, by :mod:`kdkit.transfer.format`; `kdkit verify-bundle`
-and `kdkit load` are :mod:`kdkit.transfer.verify`.
+:mod:`kdkit.config.files`; what a bundle folder is, by :mod:`kdkit.transfer.format`; `kdkit
+verify-bundle` and `kdkit load` are :mod:`kdkit.transfer.verify`.
 
 ``--out`` must lie outside the project and must not hold it (resolved paths, links included);
 ``--force`` replaces only a folder that kdkit wrote as a bundle: its bundle.json carries
 ``kdkit_bundle`` and every file in it is one its SHA256SUMS lists (results of a run, or any other
 added file, make it refuse). Files are not re-hashed for that: a bundle is derived data.
 
-The folder is assembled as ``.OUT.partial-PID`` beside ``--out`` (:mod:`kdkit.core.staging`) and renamed
-at the end without replacing anything: a failure or a SIGKILL leaves nothing half-written under ``--out``,
-of two bundles to one ``--out`` one is refused, what another program put at ``--out`` meanwhile stays as
-it is (and ``--force`` replaces only the bundle it checked), and the next `kdkit bundle` to the same
-``--out`` removes what a dead process left and says so on stderr. A full disk is bad input (exit 2). The
-image is compressed while ``docker save`` still streams, with zstd by default: measured on the test
-image (bench/bench_bundle.py) it is both smaller and many times faster than ``docker save | gzip``.
-Docker engines before 25 cannot read zstd themselves, so ``kdkit load`` decompresses on the way in.
+The folder is assembled as ``.OUT.partial-PID`` beside ``--out`` (:mod:`kdkit.core.staging`) and
+renamed at the end without replacing anything: a failure or a SIGKILL leaves nothing half-written
+under ``--out``, of two bundles to one ``--out`` one is refused, what another program put at
+``--out`` meanwhile stays as it is (and ``--force`` replaces only the bundle it checked), and the
+next `kdkit bundle` to the same ``--out`` removes what a dead process left and says so on stderr. A
+full disk is bad input (exit 2). The image is compressed while ``docker save`` still streams, with
+zstd by default: measured on the test image (bench/bench_bundle.py) it is both smaller and many
+times faster than ``docker save | gzip``. Docker engines before 25 cannot read zstd themselves, so
+``kdkit load`` decompresses on the way in.
 """
 
 from __future__ import annotations
@@ -80,11 +81,13 @@ class Source:
     lock_sha256: str
     git: dict[str, Any] | None
     parsed: Lock  # the lock, read once
-    local_wheels: list[Path]  # the files of its machine-local pins, from --wheelhouse (kdkit.transfer.localwheels)
+    # the files of its machine-local pins, from --wheelhouse (kdkit.transfer.localwheels)
+    local_wheels: list[Path]
 
     @property
     def machine_local(self) -> list[str]:
-        """The pins whose files only the locking machine had: no index serves them (see localwheels)."""
+        """The pins whose files only the locking machine had: no index serves them (see
+        localwheels)."""
         return machine_local(self.parsed)
 
     @property
@@ -96,8 +99,8 @@ class Source:
         return str(self.git["revision"]) if self.git else None
 
     def expected_labels(self, baked: Path | None = None) -> dict[str, str]:
-        """The image labels that must agree with this source for the image to belong in the bundle; ``baked``:
-        the lock the image was built from when not the requirements lock (its pylock)."""
+        """The image labels that must agree with this source for the image to belong in the bundle;
+        ``baked``: the lock the image was built from when not the requirements lock (its pylock)."""
         lock = baked or self.lock
         expected = {"dev.kdkit.project": self.project.name, "dev.kdkit.backend": self.backend,
                     "dev.kdkit.python": self.project.python,
@@ -112,7 +115,8 @@ def essential_files(project: Project, lock: Path) -> list[str]:
     """Paths (relative to the project) the rented machine cannot do without."""
     pilot = project.pilot_config()
     rel = [Path("kdkit.json"), project.pilot_config_path.relative_to(project.root),
-           lock.relative_to(project.root), Path(listing_file(pilot))]  # the manifest, else the JSONL corpus
+           # the manifest, else the JSONL corpus
+           lock.relative_to(project.root), Path(listing_file(pilot))]
     return [PurePosixPath(os.path.normpath(p)).as_posix() for p in rel]
 
 
@@ -142,7 +146,8 @@ def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
     engine = connect()
     facts = engine.require_image(ref)
     started = time.perf_counter()
-    archive = Counted(engine.save_image_chunks(ref))  # its length bounds `kdkit load` (kdkit.transfer.imagearchive)
+    # its length bounds `kdkit load` (kdkit.transfer.imagearchive)
+    archive = Counted(engine.save_image_chunks(ref))
     done = proc.pipe_to_file(compressor.compress, archive, out)
     if not done.ok:
         raise KdkitError(f"{' '.join(compressor.compress)}: {done.first_error_line()} while compressing {ref}")
@@ -152,10 +157,10 @@ def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
 
 
 def _check_image(image: str | None, source: Source, packing: Packing) -> str:
-    """Before anything is written: the image (``image``, else the newest `kdkit build` made from the current
-    requirements lock or pylock: kdkit.image.labels.built_image) exists and belongs to this project, lock and
-    revision; its ref. An image built from the pylock needs the bundle to carry that pylock (`kdkit load`
-    checks it)."""
+    """Before anything is written: the image (``image``, else the newest `kdkit build` made from the
+    current requirements lock or pylock: kdkit.image.labels.built_image) exists and belongs to this
+    project, lock and revision; its ref. An image built from the pylock needs the bundle to carry
+    that pylock (`kdkit load` checks it)."""
     from kdkit.docker_adapter import connect
     from kdkit.image.labels import built_image, project_lock
 
@@ -188,8 +193,8 @@ def write_sums(folder: Path) -> int:
 
 
 def _prepare_out(out: Path, root: Path, force: bool) -> Path:
-    """``--out`` resolved (links included), outside the project and not holding it; an existing folder
-    only with --force and only when kdkit wrote it as a bundle."""
+    """``--out`` resolved (links included), outside the project and not holding it; an existing
+    folder only with --force and only when kdkit wrote it as a bundle."""
     given, out = out, out.resolve()
     if is_within(os.fspath(out), os.fspath(root)):
         raise BadInput(f"--out {given}: resolves to {out}, the project {root} or a folder inside it; write the "
@@ -213,7 +218,8 @@ def _prepare_out(out: Path, root: Path, force: bool) -> Path:
 
 
 def replaceable_bundle(folder: Path) -> str | None:
-    """Why ``--force`` must not replace what is at ``folder`` (kdkit did not write it as a bundle), or None."""
+    """Why ``--force`` must not replace what is at ``folder`` (kdkit did not write it as a bundle),
+    or None."""
     if folder.is_symlink() or not folder.is_dir():
         return "exists and is not a folder"
     return not_a_bundle(folder)
@@ -223,11 +229,13 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
                 include_image: bool = True, compressor: str = "zstd", force: bool = False,
                 kdkit_wheels: bool = True, progress: Progress | None = None,
                 wheelhouse: Path | None = None) -> dict[str, Any]:
-    """Pack the project for another machine into ``out``; return what bundle.json records plus timings.
+    """Pack the project for another machine into ``out``; return what bundle.json records plus
+    timings.
 
     Everything is checked before the first write (bad input leaves every file as it was); then stale
-    staging of ``out`` left by a killed run is removed (and said), and the bundle is staged and published
-    under ``out`` by kdkit.core.staging.staged_folder (the name claimed atomically: see there).
+    staging of ``out`` left by a killed run is removed (and said), and the bundle is staged and
+    published under ``out`` by kdkit.core.staging.staged_folder (the name claimed atomically: see
+    there).
     """
     say = progress or (lambda _m: None)
     started = time.perf_counter()
@@ -239,10 +247,12 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
             say(line)
         staging = staged.path
         info = _fill(staging, source, allow, packing, say)
-        for path in sorted((staging / PROJECT).rglob("*")):  # what is packed, as packed: nothing secret travels
+        # what is packed, as packed: nothing secret travels
+        for path in sorted((staging / PROJECT).rglob("*")):
             if path.is_file():
                 refuse_credentials_in(path, path.relative_to(staging / PROJECT).as_posix())
-        info["local_wheels"] = carry(staging, source.local_wheels)  # the lock's machine-local pins, if given
+        # the lock's machine-local pins, if given
+        info["local_wheels"] = carry(staging, source.local_wheels)
         if kdkit_wheels:
             say(f"{WHEELS}/ (kdkit and its runtime lock, to install offline)")
             info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.parsed.header), say)
@@ -258,11 +268,13 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
 
 def _plan(project: Project, backend: str | None, image: str | None, include_image: bool,
           compressor: str, wheelhouse: Path | None) -> tuple[Source, AllowList, Packing, str]:
-    """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image, compressor."""
+    """Every check before the first write: fresh lock, allow-list, packing plan, essentials, image,
+    compressor."""
     from kdkit.image.labels import default_tag
     from kdkit.lock.locked import read_locked
 
-    locked = read_locked(project, project.backend(backend))  # the lock read once: parsed, checked fresh, hashed
+    # the lock read once: parsed, checked fresh, hashed
+    locked = read_locked(project, project.backend(backend))
     lock = locked.requirements
     source = Source(project, locked.backend.name, lock.path, lock.sha256, checkout_state(project.root), lock.lock,
                     local_wheel_files(wheelhouse, lock.lock))
@@ -281,7 +293,8 @@ def _plan(project: Project, backend: str | None, image: str | None, include_imag
 
 
 def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say: Progress) -> dict[str, Any]:
-    """Write the project and the zipapp into ``staging``; return the start of bundle.json's content."""
+    """Write the project and the zipapp into ``staging``; return the start of bundle.json's
+    content."""
     project, git = source.project, source.git
     essentials = essential_files(project, source.lock)
     copied = staging / PROJECT
@@ -318,7 +331,8 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
 
 
 def _pylock(source: Source, packing: Packing) -> str | None:
-    """The backend's PEP 751 lock (``Backend.pylock``) when the bundle carries it, relative to the project."""
+    """The backend's PEP 751 lock (``Backend.pylock``) when the bundle carries it, relative to the
+    project."""
     rel = source.project.backend(source.backend).pylock.relative_to(source.project.root).as_posix()
     return rel if rel in packing.files else None
 
@@ -329,23 +343,25 @@ def _pilot_inputs(project: Project) -> str:
 
 
 def _named_mounts(project: Project) -> list[str]:
-    """What the pilot config names outside the inputs and the image's folders (a model's folder), relative to
-    the project: RUN.md's ``docker run`` line mounts each read-only, as `kdkit run` does (one rule for both:
-    kdkit.image.container.named_mounts)."""
+    """What the pilot config names outside the inputs and the image's folders (a model's folder),
+    relative to the project: RUN.md's ``docker run`` line mounts each read-only, as `kdkit run` does
+    (one rule for both: kdkit.image.container.named_mounts)."""
     mounts = named_mounts(project, project.pilot_config(), project.root / _pilot_inputs(project))
     return [PurePosixPath(mount.target).relative_to(APP).as_posix() for mount in mounts]
 
 
 def _lock_arch(header: dict[str, str]) -> str:
-    """The CPU the lock was resolved for (its header's platform), that kdkit-wheels/ serves; x86_64 if unsaid."""
+    """The CPU the lock was resolved for (its header's platform), that kdkit-wheels/ serves; x86_64
+    if unsaid."""
     from kdkit.facts.platforms import linux_arch
 
     return linux_arch(header.get("platform", ""))[0] or "x86_64"
 
 
 def readable_by_all(folder: Path) -> None:
-    """Folders 0755, files 0644 (0755 where the owner may execute), whatever the umask it was made under:
-    on the rented host the container's user (10001, not the one who unpacks the bundle) reads the inputs."""
+    """Folders 0755, files 0644 (0755 where the owner may execute), whatever the umask it was made
+    under: on the rented host the container's user (10001, not the one who unpacks the bundle) reads
+    the inputs."""
     for base, _dirs, files in os.walk(folder):
         os.chmod(base, 0o755)
         for name in files:

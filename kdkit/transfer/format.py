@@ -23,7 +23,9 @@ ZIPAPP = "kdkit.pyz"
 PROJECT = "project"
 # bundle.json's format key: what marks a folder as a bundle kdkit wrote (and --force may replace).
 FORMAT_KEY = "kdkit_bundle"
-FORMAT = 3  # 3: kdkit-wheels/ (bundle.json's kdkit_wheels); a kdkit that reads only 2 refuses it as of another format
+# 3: kdkit-wheels/ (bundle.json's kdkit_wheels); a kdkit that reads only 2 refuses it as of another
+# format
+FORMAT = 3
 READS = (2, 3)  # the formats this kdkit verifies and loads (2: a bundle without kdkit-wheels/)
 # Labels that tie an image to the bundle; `kdkit load` re-checks them after loading.
 TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "dev.kdkit.lock.path",
@@ -33,7 +35,8 @@ TIED_LABELS = ("dev.kdkit.project", "dev.kdkit.backend", "dev.kdkit.python", "de
 
 @dataclass(frozen=True)
 class Compressor:
-    """A command-line compressor: streaming, multi-threaded where it can be, present on most hosts."""
+    """A command-line compressor: streaming, multi-threaded where it can be, present on most
+    hosts."""
 
     name: str
     suffix: str
@@ -58,7 +61,8 @@ class ImageEntry:
     file: str
     compressor: Compressor
     bytes: int  # the compressed file's size
-    archive_bytes: int | None  # the `docker save` archive's, decompressed (None: a bundle made before it was recorded)
+    # the `docker save` archive's, decompressed (None: a bundle made before it was recorded)
+    archive_bytes: int | None
     labels: dict[str, str]
 
     @classmethod
@@ -90,7 +94,8 @@ def bundle_tree(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 
 def not_a_bundle(folder: Path) -> str | None:
-    """Why ``folder`` is not exactly a bundle kdkit wrote (and so --force must not replace it), or None."""
+    """Why ``folder`` is not exactly a bundle kdkit wrote (and so --force must not replace it), or
+    None."""
     try:
         info = load_json(folder / BUNDLE_JSON, what="bundle description")
     except BadInput:

@@ -1,20 +1,20 @@
-"""A bundle's image archive, read as it streams: one image, the bundle's own, named by the bundle's tag only,
-and never longer than bundle.json says.
+"""A bundle's image archive, read as it streams: one image, the bundle's own, named by the bundle's
+tag only, and never longer than bundle.json says.
 
-`kdkit verify-bundle` reads the decompressed ``docker save`` archive once through :func:`rewritten` and
-drops the bytes; `kdkit load` reads it again through the same function into the engine. The engine is
-given the archive as this module writes it (each member's header written anew from what Python's tarfile
-read, its bytes copied as they are, so every digest, and the image id, stays the same), never the bytes as
-they came: what the engine reads is what was checked, and no difference between two tar readers (a global
-pax header, data after a lone zero block, a member named twice) can name a tag unseen. The members that
-name images (manifest.json, index.json, repositories) are held back until the whole archive has been read
-and checked, so an archive refused at its end has given the engine no name to set, and its stream is
-broken off, never ended.
+`kdkit verify-bundle` reads the decompressed ``docker save`` archive once through :func:`rewritten`
+and drops the bytes; `kdkit load` reads it again through the same function into the engine. The
+engine is given the archive as this module writes it (each member's header written anew from what
+Python's tarfile read, its bytes copied as they are, so every digest, and the image id, stays the
+same), never the bytes as they came: what the engine reads is what was checked, and no difference
+between two tar readers (a global pax header, data after a lone zero block, a member named twice)
+can name a tag unseen. The members that name images (manifest.json, index.json, repositories) are
+held back until the whole archive has been read and checked, so an archive refused at its end has
+given the engine no name to set, and its stream is broken off, never ended.
 
-The length is bounded while decompressing, before anything is kept: by ``image.archive_bytes`` (the exact
-length `kdkit bundle` counted) and by :data:`MAX_RATIO` times the compressed file. Bundles made before
-``archive_bytes`` was recorded have the ratio only: ``image.image_bytes`` cannot bound the archive, since
-an engine with the containerd image store has reported the compressed size there
+The length is bounded while decompressing, before anything is kept: by ``image.archive_bytes`` (the
+exact length `kdkit bundle` counted) and by :data:`MAX_RATIO` times the compressed file. Bundles
+made before ``archive_bytes`` was recorded have the ratio only: ``image.image_bytes`` cannot bound
+the archive, since an engine with the containerd image store has reported the compressed size there
 (https://github.com/moby/moby/issues/53398).
 """
 
@@ -35,9 +35,9 @@ from kdkit.docker_adapter.spec import split_reference
 MANIFEST, INDEX, REPOSITORIES = "manifest.json", "index.json", "repositories"
 HELD = (MANIFEST, INDEX, REPOSITORIES)  # the members that name images: read whole, written last
 HELD_LIMIT = 1 << 20  # one image's manifest.json is a few hundred bytes
-# Past deflate's own limit (1032:1, https://zlib.net/zlib_tech.html), so a gzip bundle never reaches it:
-# an image that is mostly zeros can always be bundled with --compressor gzip. zstd -3 reaches ~32000:1 on zeros
-# (1 GiB in 33,679 bytes: the bomb of tests/transfer/test_load_hostile.py).
+# Past deflate's own limit (1032:1, https://zlib.net/zlib_tech.html), so a gzip bundle never reaches
+# it: an image that is mostly zeros can always be bundled with --compressor gzip. zstd -3 reaches
+# ~32000:1 on zeros (1 GiB in 33,679 bytes: the bomb of tests/transfer/test_load_hostile.py).
 MAX_RATIO = 2000
 SLACK = 64 << 20  # what a tiny archive may reach whatever its ratio
 CHUNK = 1 << 20
@@ -58,7 +58,8 @@ class Expected:
 
 
 def expected(ref: str, image_id: str, compressed: int, declared: int | None) -> Expected:
-    """The bound for an archive of ``compressed`` bytes that bundle.json says decompresses to ``declared``."""
+    """The bound for an archive of ``compressed`` bytes that bundle.json says decompresses to
+    ``declared``."""
     ratio_cap = compressed * MAX_RATIO + SLACK
     if declared is not None and declared <= ratio_cap:
         return Expected(ref, image_id, declared, declared, f"the {declared} bytes bundle.json declares "
@@ -89,7 +90,8 @@ class _Capped:
         return bool(chunk)
 
     def read(self, size: int = -1) -> bytes:
-        if not self._buffer and size >= 0:  # the common case, a chunk asked for whole: passed on uncopied
+        # the common case, a chunk asked for whole: passed on uncopied
+        if not self._buffer and size >= 0:
             chunk = self._next()
             if len(chunk) <= size:
                 return chunk
@@ -102,7 +104,8 @@ class _Capped:
         return out
 
     def drain(self) -> None:
-        """Read what follows the tar's end (its padding) under the same bound; then the length must be exact."""
+        """Read what follows the tar's end (its padding) under the same bound; then the length must
+        be exact."""
         while self._more():
             pass
         declared = self._want.declared
@@ -123,7 +126,8 @@ def _padding(size: int) -> bytes:
 
 
 def _name(member: tarfile.TarInfo, seen: set[str]) -> str:
-    """The member's name as an extractor makes it (normalised); CheckFailed for what no `docker save` holds."""
+    """The member's name as an extractor makes it (normalised); CheckFailed for what no `docker
+    save` holds."""
     name = posixpath.normpath(member.name)
     shown = json.dumps(member.name)[:80]
     if not safe_name(name) and name != ".":
@@ -150,7 +154,8 @@ def _held(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str) -> bytes:
 
 
 def _copy(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, configs: dict[str, str]) -> Iterator[bytes]:
-    """The member as written again: its header, its bytes (hashed when it may be the image's config), padding."""
+    """The member as written again: its header, its bytes (hashed when it may be the image's
+    config), padding."""
     yield _header(name, member.type, member.size if member.isreg() else 0, member.mode, member.mtime,
                   posixpath.normpath(member.linkname) if member.islnk() else member.linkname)
     if not member.isreg():
@@ -179,11 +184,12 @@ def _members(tar: tarfile.TarFile, held: dict[str, bytes], configs: dict[str, st
 
 
 def rewritten(chunks: Iterator[bytes], want: Expected) -> Iterator[bytes]:
-    """The archive of ``chunks`` written again, checked as it passes; CheckFailed (the problem, without the
-    file's name) at the first thing a bundle's archive may not be. Nothing that names an image comes out
-    before the whole archive has passed."""
+    """The archive of ``chunks`` written again, checked as it passes; CheckFailed (the problem,
+    without the file's name) at the first thing a bundle's archive may not be. Nothing that names an
+    image comes out before the whole archive has passed."""
     hexid = want.image_id.removeprefix("sha256:")
-    configs = {f"{hexid}.json": "", f"blobs/sha256/{hexid}": ""}  # where docker save puts the config, then its digest
+    # where docker save puts the config, then its digest
+    configs = {f"{hexid}.json": "", f"blobs/sha256/{hexid}": ""}
     source, held = _Capped(chunks, want), dict[str, bytes]()
     try:
         with tarfile.open(fileobj=source, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
@@ -201,9 +207,10 @@ def rewritten(chunks: Iterator[bytes], want: Expected) -> Iterator[bytes]:
 
 
 def normalized_reference(ref: str) -> str:
-    """``ref`` the way the engine names it: the registry ``docker.io`` when the first part names none,
-    ``library/`` before a one-part name there, ``:latest`` when it has no tag or digest. Two references name
-    the same image exactly when these agree (distribution/reference's ParseNormalizedNamed and TagNameOnly:
+    """``ref`` the way the engine names it: the registry ``docker.io`` when the first part names
+    none, ``library/`` before a one-part name there, ``:latest`` when it has no tag or digest. Two
+    references name the same image exactly when these agree (distribution/reference's
+    ParseNormalizedNamed and TagNameOnly:
     https://github.com/distribution/reference/blob/main/normalize.go)."""
     name, at, digest = ref.partition("@")
     first, slash, rest = name.partition("/")
@@ -250,11 +257,13 @@ def _names(held: dict[str, bytes]) -> tuple[list[tuple[str, str]], Any]:
 
 
 def check_names(held: dict[str, bytes], want: Expected, configs: dict[str, str]) -> None:
-    """The archive names one image, the bundle's id, by the bundle's reference and by no other name."""
+    """The archive names one image, the bundle's id, by the bundle's reference and by no other
+    name."""
     names, entry = _names(held)
     own, own_tag = normalized_reference(want.ref), split_reference(want.ref)[1]
     for name, where in names:
-        bare_tag = where == INDEX and "/" not in name and ":" not in name  # OCI's ref.name may be the tag alone
+        # OCI's ref.name may be the tag alone
+        bare_tag = where == INDEX and "/" not in name and ":" not in name
         if not isinstance(name, str) or (name != own_tag if bare_tag else normalized_reference(name) != own):
             raise CheckFailed(f"its {where} names the image {json.dumps(name)[:120]}, not only the bundle's own "
                               f"{want.ref!r}: loading it would set that name on this engine")

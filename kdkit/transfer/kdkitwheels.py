@@ -1,19 +1,21 @@
-"""``kdkit-wheels/``: kdkit itself, for a rented host that has Docker and Python but no kdkit and no index.
+"""``kdkit-wheels/``: kdkit itself, for a rented host that has Docker and Python but no kdkit and no
+index.
 
-The folder holds kdkit's own wheel, the wheels its hashed runtime lock pins (``requirements/runtime.txt``,
-shipped with kdkit), and ``requirements.txt``: that lock plus kdkit's wheel with its hash. So, offline::
+The folder holds kdkit's own wheel, the wheels its hashed runtime lock pins
+(``requirements/runtime.txt``, shipped with kdkit), and ``requirements.txt``: that lock plus kdkit's
+wheel with its hash. So, offline::
 
     python3 -m venv k && k/bin/pip install --no-index --find-links kdkit-wheels \\
         --require-hashes -r kdkit-wheels/requirements.txt
 
-kdkit's wheel is written here from the running kdkit (:func:`write_kdkit_wheel`: the package, its data
-files at their place in an installed wheel, the installed metadata), so it works from an installed kdkit
-and from a checkout alike, and the same files give the same bytes. The locked wheels are fetched with
-``pip download --require-hashes --only-binary :all:`` for Linux on the lock's CPU and for each CPython
-of :data:`PYTHONS` that has every one of them (a wheel with compiled code exists per version, e.g.
-rpds-py); the Pythons served are recorded in bundle.json and said in RUN.md. What is fetched is kept in
-kdkit's cache (:func:`cache_root`, keyed by the lock's hash and the CPU), so later bundles copy it; each
-file is checked against the lock's hashes on every copy.
+kdkit's wheel is written here from the running kdkit (:func:`write_kdkit_wheel`: the package, its
+data files at their place in an installed wheel, the installed metadata), so it works from an
+installed kdkit and from a checkout alike, and the same files give the same bytes. The locked wheels
+are fetched with ``pip download --require-hashes --only-binary :all:`` for Linux on the lock's CPU
+and for each CPython of :data:`PYTHONS` that has every one of them (a wheel with compiled code
+exists per version, e.g. rpds-py); the Pythons served are recorded in bundle.json and said in
+RUN.md. What is fetched is kept in kdkit's cache (:func:`cache_root`, keyed by the lock's hash and
+the CPU), so later bundles copy it; each file is checked against the lock's hashes on every copy.
 """
 
 from __future__ import annotations
@@ -42,15 +44,18 @@ from kdkit.core.staging import clean_stale, staged_beside
 WHEELS = "kdkit-wheels"
 REQUIREMENTS = "requirements.txt"
 MANIFEST = "cache.json"  # in the cache: the Pythons served, those not and why, each file's sha256
-# CPythons a rented host may have as python3 (kdkit needs >= 3.10: pyproject.toml's requires-python).
+# CPythons a rented host may have as python3 (kdkit needs >= 3.10: pyproject.toml's
+# requires-python).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
-# manylinux tags pip is told the host accepts (glibc 2.17 and later covers every current GPU host OS).
+# manylinux tags pip is told the host accepts (glibc 2.17 and later covers every current GPU host
+# OS).
 MANYLINUX = ("manylinux_2_17", "manylinux2014", "manylinux_2_28", "manylinux_2_5", "manylinux1")
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # every member's time: the same files give the same wheel
 
 
 def cache_root() -> Path:
-    """``KDKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/kdkit``, else ``~/.cache/kdkit`` (where pip keeps its own)."""
+    """``KDKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/kdkit``, else ``~/.cache/kdkit`` (where pip keeps
+    its own)."""
     explicit = os.environ.get("KDKIT_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -61,8 +66,8 @@ def cache_root() -> Path:
 
 
 def _files(base: Path, prefix: str) -> list[tuple[str, Path]]:
-    """(name in the wheel, file) below ``base`` (or ``base`` itself): regular files only, never a link
-    (whatever it points at stays where it is), never a cache."""
+    """(name in the wheel, file) below ``base`` (or ``base`` itself): regular files only, never a
+    link (whatever it points at stays where it is), never a cache."""
     paths = sorted(base.rglob("*")) if base.is_dir() else [base]
     return [((f"{prefix}/{path.relative_to(base).as_posix()}" if base.is_dir() else prefix), path) for path in paths
             if path.is_file() and not path.is_symlink()
@@ -71,9 +76,10 @@ def _files(base: Path, prefix: str) -> list[tuple[str, Path]]:
 
 
 def _wheel_members() -> list[tuple[str, Path]]:
-    """(name in the wheel, file), sorted: the package's modules and data tables (layout.DATA), and the
-    shipped data files at their place in an installed wheel. Nothing else under the package travels (a
-    stray ``.env`` beside it, a link), and every data file is scanned for credentials first."""
+    """(name in the wheel, file), sorted: the package's modules and data tables (layout.DATA), and
+    the shipped data files at their place in an installed wheel. Nothing else under the package
+    travels (a stray ``.env`` beside it, a link), and every data file is scanned for credentials
+    first."""
     root = package_root()
     package = [(name, path) for name, path in _files(root, "kdkit")
                if path.suffix == ".py" and not name.startswith("kdkit/_data/")]
@@ -133,16 +139,18 @@ def _download(dest: Path, lock: Path, python: str, arch: str) -> proc.Completed:
 
 
 def _pin_of(wheel: str, pins: dict[str, Pin]) -> Pin | None:
-    """The pin a wheel file is for, by its distribution name (PEP 427: the name before the first ``-``)."""
+    """The pin a wheel file is for, by its distribution name (PEP 427: the name before the first
+    ``-``)."""
     return pins.get(normalize_name(wheel.split("-", 1)[0]))
 
 
 def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
-    """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when complete; when
-    another kdkit's copy got there first, that one is kept and used)."""
+    """Fetch the locked wheels into ``cached`` with its MANIFEST (staged beside it, renamed when
+    complete; when another kdkit's copy got there first, that one is kept and used)."""
     for path in clean_stale(cached):  # said even when the fetch then cannot start
         say(f"removed {path}, left by a killed fetch")
-    with staged_beside(cached, clean=False, parents=True) as staged:  # removed, whatever fails, unless published
+    # removed, whatever fails, unless published
+    with staged_beside(cached, clean=False, parents=True) as staged:
         served, missing = [], {}
         for python in PYTHONS:
             say(f"{WHEELS}: pip download of kdkit's runtime lock for CPython {python} on {arch}")
@@ -162,7 +170,8 @@ def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
 
 
 def _cached(cached: Path, say: Progress) -> dict[str, Any] | None:
-    """The cache's MANIFEST when every file it lists is there, else None (an incomplete cache is removed)."""
+    """The cache's MANIFEST when every file it lists is there, else None (an incomplete cache is
+    removed)."""
     if not (cached / MANIFEST).is_file():
         return None
     manifest: dict[str, Any] = load_json(cached / MANIFEST, what="kdkit's wheel cache")
@@ -175,8 +184,9 @@ def _cached(cached: Path, say: Progress) -> dict[str, Any] | None:
 
 
 def _wheels_source(lock: Path, arch: str, scratch: Path, say: Progress) -> tuple[Path, dict[str, Any]]:
-    """The folder of the locked wheels and its manifest: kdkit's cache (filled first if need be), or, where
-    that cache cannot be read or written (another user's, a read-only HOME), ``scratch`` for this bundle only."""
+    """The folder of the locked wheels and its manifest: kdkit's cache (filled first if need be),
+    or, where that cache cannot be read or written (another user's, a read-only HOME), ``scratch``
+    for this bundle only."""
     cached = cache_root() / WHEELS / f"{sha256_file(lock)[:16]}-{arch}"
     try:
         manifest = _cached(cached, say)
@@ -224,8 +234,9 @@ def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) 
 
 
 def folder_files(info: dict[str, Any], key: str, folder: str) -> list[str] | None:
-    """The files bundle.json's ``key`` (an object naming its ``files`` in ``folder``) says the bundle holds ([] when
-    it carries none), None if malformed: kdkit-wheels/ here, local-wheels/ (kdkit.transfer.localwheels)."""
+    """The files bundle.json's ``key`` (an object naming its ``files`` in ``folder``) says the
+    bundle holds ([] when it carries none), None if malformed: kdkit-wheels/ here, local-wheels/
+    (kdkit.transfer.localwheels)."""
     carried = info.get(key)
     if carried is None:
         return []
@@ -236,5 +247,6 @@ def folder_files(info: dict[str, Any], key: str, folder: str) -> list[str] | Non
 
 
 def listed_files(info: dict[str, Any]) -> list[str] | None:
-    """The files bundle.json's ``kdkit_wheels`` says the bundle holds ([] when it carries none), None if malformed."""
+    """The files bundle.json's ``kdkit_wheels`` says the bundle holds ([] when it carries none),
+    None if malformed."""
     return folder_files(info, "kdkit_wheels", WHEELS)

@@ -3,22 +3,25 @@
 Every indented block is a shell block that runs as written from the bundle's folder (a test extracts
 and runs them: tests/transfer/test_rented.py), for each path the bundle serves:
 
-* **with kdkit, with Docker**: kdkit from ``kdkit-wheels/`` (offline), then `kdkit load` and `kdkit run`,
-  whose container is kdkit.image.container's spec with this host's facts;
-* **with Docker only**: ``docker load`` and the same spec as one ``docker run`` line, the host's facts
-  computed by shell lines made from the same rules (:func:`kdkit.image.container.portable_line`);
+* **with kdkit, with Docker**: kdkit from ``kdkit-wheels/`` (offline), then `kdkit load` and `kdkit
+  run`, whose container is kdkit.image.container's spec with this host's facts;
+* **with Docker only**: ``docker load`` and the same spec as one ``docker run`` line, the host's
+  facts computed by shell lines made from the same rules
+  (:func:`kdkit.image.container.portable_line`);
 * **without Docker**: a venv made from the lock, then ``kdkit.pyz``.
 
-Each path ends with its results copied out of the bundle and the copy verified; the kdkit path copies them off
-the machine (``user@backup-host:kdkit-evidence``, which the user replaces with their own place and the rented-host
-test with its SSH server) and verifies them there. The kdkit path is the rented hour in order: kdkit installed
-offline, the image loaded, the user's secrets in ``../.env`` (made on the host, never in the bundle), the machine
-accepted (`kdkit diagnose --accept` in the image), the run detached (its ID kept in ``../kdkit-run.json``) and
-followed with `kdkit status` and `kdkit wait`, then the evidence.
+Each path ends with its results copied out of the bundle and the copy verified; the kdkit path
+copies them off the machine (``user@backup-host:kdkit-evidence``, which the user replaces with their
+own place and the rented-host test with its SSH server) and verifies them there. The kdkit path is
+the rented hour in order: kdkit installed offline, the image loaded, the user's secrets in
+``../.env`` (made on the host, never in the bundle), the machine accepted (`kdkit diagnose --accept`
+in the image), the run detached (its ID kept in ``../kdkit-run.json``) and followed with `kdkit
+status` and `kdkit wait`, then the evidence.
 
-Every value a block takes from the bundle (the lock, the runs folder, the image, kdkit-wheels/) is one
-shell word quoted with :func:`shlex.quote`, even though kdkit's configs already hold paths to a safe set
-(kdkit.core.projectfiles.SAFE_PATH): what a config says is never run (tests/config/test_hostile_config_values.py).
+Every value a block takes from the bundle (the lock, the runs folder, the image, kdkit-wheels/) is
+one shell word quoted with :func:`shlex.quote`, even though kdkit's configs already hold paths to a
+safe set (kdkit.core.projectfiles.SAFE_PATH): what a config says is never run
+(tests/config/test_hostile_config_values.py).
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ from typing import Any
 from kdkit.image.container import RUNS_OWNER, portable_line, portable_spec, shell_prelude
 from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
 
-# Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load` re-checks it).
-EVIDENCE = "../kdkit-evidence"  # a copy on the same machine: the paths without kdkit, and the fallback
-# A place off the machine, written by the user (tests/transfer/test_rented.py puts its SSH server there).
+# Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load`
+# re-checks it).
+# a copy on the same machine: the paths without kdkit, and the fallback
+EVIDENCE = "../kdkit-evidence"
+# A place off the machine, written by the user (tests/transfer/test_rented.py puts its SSH server
+# there).
 BACKUP = "user@backup-host:kdkit-evidence"
 ENV_FILE = "../.env"  # the user's secrets, made on the rented host, beside the bundle: never in it
 RUN_RECORD = "../kdkit-run.json"  # what `kdkit run --detach --json` printed: the run ID
@@ -51,20 +57,21 @@ def _block(lines: list[str]) -> list[str]:
 
 
 def _kdkit(env: str) -> str:
-    """kdkit from a venv, through its Python: a venv's scripts start with a shebang that breaks on a path
-    holding a space or a ``$``; ``python -m`` does not."""
+    """kdkit from a venv, through its Python: a venv's scripts start with a shebang that breaks on a
+    path holding a space or a ``$``; ``python -m`` does not."""
     return f"{q(env + '/bin/python')} -m kdkit"
 
 
 def _install_kdkit(wheels: dict[str, Any]) -> str:
-    """kdkit into a fresh venv beside the bundle, offline and hash-checked, from kdkit-wheels/ (``--clear``: a
-    newer wheel of the same version is installed, not skipped)."""
+    """kdkit into a fresh venv beside the bundle, offline and hash-checked, from kdkit-wheels/
+    (``--clear``: a newer wheel of the same version is installed, not skipped)."""
     return (f"python3 -m venv --clear {q(KDKIT_ENV)} && {q(KDKIT_ENV + '/bin/python')} -m pip install --quiet "
             f"--no-index --find-links {q(wheels['folder'])} --require-hashes -r {q(wheels['requirements'])}")
 
 
 def _copy_out(kdkit: str, runs: str) -> list[str]:
-    """Each finished run copied out once (a second paste copies only what is new), then every copy verified."""
+    """Each finished run copied out once (a second paste copies only what is new), then every copy
+    verified."""
     evidence = q(EVIDENCE)
     return [f"mkdir -p {evidence}",
             f'for run in {q(f"{PROJECT}/{runs}")}/*/; do [ -d "$run" ] && [ ! -e {evidence}/"$(basename "$run")" ] '
@@ -88,8 +95,9 @@ def _pythons(wheels: dict[str, Any]) -> str:
 
 
 def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[str]:
-    """The rented hour in order: kdkit installed offline, the image loaded, the secrets, the machine accepted, the
-    run detached and followed, its evidence copied off the machine and verified there."""
+    """The rented hour in order: kdkit installed offline, the image loaded, the secrets, the machine
+    accepted, the run detached and followed, its evidence copied off the machine and verified
+    there."""
     wheels, kdkit = info["kdkit_wheels"], _kdkit(KDKIT_ENV)
     run = f"{kdkit} run {q(PROJECT)} --image {q(image['ref'])}"
     return ["## With Docker, through kdkit (recommended)", "",
@@ -169,7 +177,8 @@ def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs:
 
 
 def _machine_local(info: dict[str, Any]) -> list[str]:
-    """The section without Docker for a lock whose pins only the locking machine had: what fails, and why."""
+    """The section without Docker for a lock whose pins only the locking machine had: what fails,
+    and why."""
     pins, lock = ", ".join(info["machine_local"]), f"{PROJECT}/{info['lock']}"
     use = "Use the image (above)" if info["image"] else "Bundle again with the image (without --no-image)"
     return ["## Without Docker: not possible with this lock", "",
@@ -205,7 +214,8 @@ def _without_docker(info: dict[str, Any]) -> list[str]:
 
 
 def _pylock_note(info: dict[str, Any]) -> str:
-    """Where the bundle carries the PEP 751 lock too: why this path installs from the requirements lock."""
+    """Where the bundle carries the PEP 751 lock too: why this path installs from the requirements
+    lock."""
     if not info.get("pylock"):
         return ""
     return (f" (the requirements lock: the PEP 751 lock beside it, `{PROJECT}/{info['pylock']}`, pins the same "
@@ -236,7 +246,8 @@ def run_md(info: dict[str, Any]) -> str:
 
 
 def _numbered(lines: list[str]) -> list[str]:
-    """``## Title`` -> ``## N. Title``, in order: the sections a bundle has, numbered as they come."""
+    """``## Title`` -> ``## N. Title``, in order: the sections a bundle has, numbered as they
+    come."""
     count = 0
     out = []
     for line in lines:

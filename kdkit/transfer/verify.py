@@ -6,9 +6,9 @@ bundle.json does not know, a file that neither lists, or a link, is a failure. T
 a tamperer who re-signs SHA256SUMS could change: bundle.json against schemas/bundle.schema.json (a
 wrong shape is bad input, naming its JSON path), and the image archive, read through with nothing
 loaded (one image, the bundle's id, its own tag only, no longer than declared:
-kdkit.transfer.imagearchive). `kdkit load` verifies, decompresses the image on the way into the engine
-(engines before Docker 25 cannot read zstd themselves), the archive checked again as it streams, and
-checks the loaded image's id and tied labels against the bundle.
+kdkit.transfer.imagearchive). `kdkit load` verifies, decompresses the image on the way into the
+engine (engines before Docker 25 cannot read zstd themselves), the archive checked again as it
+streams, and checks the loaded image's id and tied labels against the bundle.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from kdkit.transfer.localwheels import carried_files
 
 
 def _format_problem(info: Any) -> str | None:
-    """Why bundle.json is of no format this kdkit reads (a bundle of another kdkit, or not kdkit's), or None."""
+    """Why bundle.json is of no format this kdkit reads (a bundle of another kdkit, or not kdkit's),
+    or None."""
     if not isinstance(info, dict) or info.get(FORMAT_KEY) not in READS:
         return (f"has no {FORMAT_KEY!r}: {' or '.join(map(str, READS))} (made by an older or newer kdkit, "
                 "or not by kdkit); make the bundle again with `kdkit bundle` of this kdkit")
@@ -55,8 +56,8 @@ def _format_problem(info: Any) -> str | None:
 
 
 def _required(info: dict[str, Any]) -> tuple[set[str], str | None]:
-    """The files bundle.json (of a format this kdkit reads, valid against its schema) says the bundle holds,
-    and why it cannot say (None when it can): a name that leads out of the bundle."""
+    """The files bundle.json (of a format this kdkit reads, valid against its schema) says the
+    bundle holds, and why it cannot say (None when it can): a name that leads out of the bundle."""
     files, image = info["files"], info["image"]
     named = [info[key] for key in ("lock", "pilot_config", "manifest")]
     if not all(safe_name(f) for f in [*files, *named, "kdkit.json"]):
@@ -74,9 +75,10 @@ def _required(info: dict[str, Any]) -> tuple[set[str], str | None]:
 
 
 def _results_folders(folder: Path, info: Any, listed: Iterable[str]) -> list[Path]:
-    """Where runs write their results inside a bundle (RUN.md's commands: ``runs/`` beside the image,
-    ``project/<runs>`` for kdkit.pyz): new files there are expected. A folder that holds a packed file
-    is never one of them, whatever the pilot config says (``"runs": "src"`` would hide an added file)."""
+    """Where runs write their results inside a bundle (RUN.md's commands: ``runs/`` beside the
+    image, ``project/<runs>`` for kdkit.pyz): new files there are expected. A folder that holds a
+    packed file is never one of them, whatever the pilot config says (``"runs": "src"`` would hide
+    an added file)."""
     runs = info.get("runs") if isinstance(info, dict) else None
     runs = runs if safe_name(runs) else "runs"
     candidates = [folder / "runs", folder / PROJECT / str(runs)]
@@ -85,20 +87,21 @@ def _results_folders(folder: Path, info: Any, listed: Iterable[str]) -> list[Pat
 
 
 def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Check every file against SHA256SUMS and bundle.json's file list, and the image archive's contents,
-    before anything is loaded.
+    """Check every file against SHA256SUMS and bundle.json's file list, and the image archive's
+    contents, before anything is loaded.
 
     Each problem names its file: altered, missing (with its SHA256SUMS line or without), listed in
-    SHA256SUMS but not part of the bundle, present but listed nowhere, or a link (kdkit writes none); an
-    image archive that names another image or tag, or decompresses past what bundle.json declares. A
-    bundle.json that SHA256SUMS vouches for but that does not match schemas/bundle.schema.json is bad
-    input (BadInput naming its JSON path).
+    SHA256SUMS but not part of the bundle, present but listed nowhere, or a link (kdkit writes
+    none); an image archive that names another image or tag, or decompresses past what bundle.json
+    declares. A bundle.json that SHA256SUMS vouches for but that does not match
+    schemas/bundle.schema.json is bad input (BadInput naming its JSON path).
     """
     return _verified(folder, progress)[0]
 
 
 def _verified(folder: Path, progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(verify_bundle's report, bundle.json's content as checked: None when it could not be read)."""
+    """(verify_bundle's report, bundle.json's content as checked: None when it could not be
+    read)."""
     folder = folder.resolve()
     if not folder.is_dir():
         raise BadInput(f"{folder}: not a folder; give the bundle folder made by `kdkit bundle`")
@@ -131,8 +134,8 @@ def _verified(folder: Path, progress: Progress | None) -> tuple[dict[str, Any], 
 
 
 def _image_problems(folder: Path, image: ImageEntry, progress: Progress | None) -> list[dict[str, str]]:
-    """The archive read through (kdkit.transfer.imagearchive) with nothing loaded: its size against bundle.json,
-    its one image and tag, its length against the bound."""
+    """The archive read through (kdkit.transfer.imagearchive) with nothing loaded: its size against
+    bundle.json, its one image and tag, its length against the bound."""
     path = folder / image.file
     size = path.stat().st_size
     if size != image.bytes:
@@ -149,7 +152,8 @@ def _image_problems(folder: Path, image: ImageEntry, progress: Progress | None) 
 
 @contextlib.contextmanager
 def _decompressed(folder: Path, image: ImageEntry) -> Iterator[Iterator[bytes]]:
-    """The image archive decompressed, its decompressor ended when the block ends (early, at a refusal)."""
+    """The image archive decompressed, its decompressor ended when the block ends (early, at a
+    refusal)."""
     chunks = proc.stdout_chunks([*image.compressor.decompress, str(folder / image.file)])
     try:
         yield chunks
@@ -166,7 +170,8 @@ def _archive(folder: Path, image: ImageEntry) -> Iterator[bytes]:
 
 def _check_listed(folder: Path, listed: dict[str, str], present: dict[str, os.stat_result],
                   progress: Progress | None) -> tuple[list[dict[str, str]], set[str]]:
-    """(a problem for each file SHA256SUMS lists that is missing, not plain or altered; the intact ones)."""
+    """(a problem for each file SHA256SUMS lists that is missing, not plain or altered; the intact
+    ones)."""
     problems: list[dict[str, str]] = []
     intact: set[str] = set()
     for name, digest in listed.items():
@@ -188,8 +193,9 @@ def _check_listed(folder: Path, listed: dict[str, str], present: dict[str, os.st
 
 def _description(folder: Path, listed: dict[str, str], present: dict[str, os.stat_result],
                  problems: list[dict[str, str]]) -> dict[str, Any] | None:
-    """bundle.json's content when SHA256SUMS lists it, it is intact and of a format this kdkit reads, else None
-    (with a problem added); BadInput naming the JSON path when it does not match its schema."""
+    """bundle.json's content when SHA256SUMS lists it, it is intact and of a format this kdkit
+    reads, else None (with a problem added); BadInput naming the JSON path when it does not match
+    its schema."""
     path = folder / BUNDLE_JSON
     if BUNDLE_JSON not in listed:
         problems.append({"file": BUNDLE_JSON, "problem": "not listed in SHA256SUMS" if BUNDLE_JSON in present
@@ -227,8 +233,9 @@ def require_verified(report: dict[str, Any]) -> None:
 
 
 def load_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Verify every file and the archive's contents, load the image (the archive as checked, written again as
-    it streams: kdkit.transfer.imagearchive), and check its id and labels against the bundle."""
+    """Verify every file and the archive's contents, load the image (the archive as checked, written
+    again as it streams: kdkit.transfer.imagearchive), and check its id and labels against the
+    bundle."""
     from kdkit.docker_adapter import connect
 
     say = progress or (lambda _m: None)
@@ -246,13 +253,15 @@ def load_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any
     started = time.perf_counter()
     try:
         loaded = engine.load_image_chunks(_archive(folder, image), str(folder / image.file))
-    except CheckFailed as exc:  # changed since it was verified: broken off before any name reached the engine
+    # changed since it was verified: broken off before any name reached the engine
+    except CheckFailed as exc:
         require_verified({"bundle": str(folder), "problems": [{"file": image.file, "problem": str(exc)}]})
         raise
     seconds = time.perf_counter() - started
     facts = engine.require_image(image.ref)
     recorded = {name: image.labels[name] for name in TIED_LABELS}
-    baked = recorded["dev.kdkit.lock.path"]  # the requirements lock, or the pylock the image was built from
+    # the requirements lock, or the pylock the image was built from
+    baked = recorded["dev.kdkit.lock.path"]
     lock_sha256 = sha256_file(folder / PROJECT / (baked if baked in info["files"] else info["lock"]))
     wrong = [] if facts.id == image.id else [f"id: image has {facts.id}, bundle has {image.id}"]
     wrong += label_mismatches(facts.labels, {**recorded, "dev.kdkit.lock.sha256": lock_sha256})

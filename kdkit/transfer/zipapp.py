@@ -14,7 +14,8 @@ from kdkit.core.staging import staging_for
 
 
 def build_zipapp(target: Path) -> int:
-    """``kdkit.pyz``: kdkit's in-container part, runnable as ``python3 kdkit.pyz COMMAND``; returns its size.
+    """``kdkit.pyz``: kdkit's in-container part, runnable as ``python3 kdkit.pyz COMMAND``; returns
+    its size.
 
     Its sources are staged beside ``target`` (inside the bundle's own staging folder), so a kill
     leaves nothing outside it.
@@ -22,10 +23,11 @@ def build_zipapp(target: Path) -> int:
     root = staging_for(target)
     try:
         layout.copy_to(root)
-        # Byte code beside each module (``module.pyc``, the layout zipimport reads), for this Python: a
-        # zipapp cannot cache what it compiles, so without it every command compiles kdkit anew (a
-        # verify-env 7x slower). Another Python finds a magic number it does not know and reads the sources.
-        # quiet=2: a module it cannot compile (a full disk) is not printed; writing the archive then says why.
+        # Byte code beside each module (``module.pyc``, the layout zipimport reads), for this
+        # Python: a zipapp cannot cache what it compiles, so without it every command compiles kdkit
+        # anew (a verify-env 7x slower). Another Python finds a magic number it does not know and
+        # reads the sources. quiet=2: a module it cannot compile (a full disk) is not printed;
+        # writing the archive then says why.
         compileall.compile_dir(root, quiet=2, legacy=True,
                                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
         (root / "__main__.py").write_text(_zipapp_main(), encoding="utf-8")

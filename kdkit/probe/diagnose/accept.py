@@ -1,12 +1,14 @@
-"""`kdkit diagnose --accept`: accept or refuse the machine received, in its first hour, with evidence.
+"""`kdkit diagnose --accept`: accept or refuse the machine received, in its first hour, with
+evidence.
 
 In order: the driver's facts (smi.read: before and without torch, so a broken torch still gets "the
-driver sees 1 H200, torch sees none"), today's diagnose steps, the health points (health.py, judged with
-the CUDA of the torch that imported), then the sustained load (load.py) with the driver sampled about
-once a second. The verdict and the evidence are evidence.py's. Standard library only, plus torch.
+driver sees 1 H200, torch sees none"), today's diagnose steps, the health points (health.py, judged
+with the CUDA of the torch that imported), then the sustained load (load.py) with the driver sampled
+about once a second. The verdict and the evidence are evidence.py's. Standard library only, plus
+torch.
 
-What is expected: ``--expect`` (auto: from the device nodes and torch build). A GPU machine with no GPU
-is refused; ``--expect cpu`` judges a CPU machine by the load alone (no GPU points). The order
+What is expected: ``--expect`` (auto: from the device nodes and torch build). A GPU machine with no
+GPU is refused; ``--expect cpu`` judges a CPU machine by the load alone (no GPU points). The order
 (``--order``, written by `kdkit plan --save`) names the card and the count to hold the machine to;
 without it they are reported, not judged. Thresholds: kdkit/data/acceptance.json, overridden by the
 project's kdkit.json ``"acceptance"``.
@@ -26,7 +28,8 @@ from kdkit.probe.diagnose.core import Context
 from kdkit.probe.diagnose.points import Point, check_overrides, thresholds
 
 DEFAULT_SECONDS = 60.0
-MAX_SECONDS = 3600.0  # an acceptance test fits in the provider's first hour, where a refund is still asked
+# an acceptance test fits in the provider's first hour, where a refund is still asked
+MAX_SECONDS = 3600.0
 
 
 def order_expectation(order: Path | None) -> tuple[str | None, int | None]:
@@ -43,8 +46,8 @@ def order_expectation(order: Path | None) -> tuple[str | None, int | None]:
 
 
 def project_overrides(project: Path | None) -> dict[str, Any] | None:
-    """kdkit.json's ``"acceptance"`` of the project, checked against the shipped rules before any load
-    (points.check_overrides); None without one."""
+    """kdkit.json's ``"acceptance"`` of the project, checked against the shipped rules before any
+    load (points.check_overrides); None without one."""
     if project is None or not (project / "kdkit.json").is_file():
         return None
     where = project / "kdkit.json"
@@ -55,18 +58,22 @@ def project_overrides(project: Path | None) -> dict[str, Any] | None:
     return overrides
 
 
-# What a complete load has judged: without these the machine is not accepted (the run is incomplete).
-ESSENTIAL = ("load.gemm", "load.gemm.sustained", "load.gemm.bitwise", "load.memory.fill")  # load.gemm: the loop
+# What a complete load has judged: without these the machine is not accepted (the run is
+# incomplete).
+# load.gemm: the loop
+ESSENTIAL = ("load.gemm", "load.gemm.sustained", "load.gemm.bitwise", "load.memory.fill")
 # could not allocate (loadio.failure_point); it then leaves no sustained point to be found unknown
-# Held to a card's reference when it has one: unknown with a threshold is a reading that could not be made
-# on a card with a reference (incomplete); unknown without one is "no reference" (reported, not judged).
+# Held to a card's reference when it has one: unknown with a threshold is a reading that could not
+# be made on a card with a reference (incomplete); unknown without one is "no reference" (reported,
+# not judged).
 REFERENCED = ("load.gemm.reference", "load.memory.bandwidth")
 
 
 def _incomplete(ctx: Context, facts: dict[str, Any], steps: dict[str, Any], cpu_only: bool) -> str | None:
-    """Why the evidence cannot be gathered for a reason that is not the machine's, before the load: torch sees
-    none or only some of the GPUs the driver lists (the environment is at fault, not the card), a step
-    failed, the driver's answer for a GPU could not be read. None when the load can run."""
+    """Why the evidence cannot be gathered for a reason that is not the machine's, before the load:
+    torch sees none or only some of the GPUs the driver lists (the environment is at fault, not the
+    card), a step failed, the driver's answer for a GPU could not be read. None when the load can
+    run."""
     failure = steps.get("first_failure")
     seen = [] if cpu_only else facts.get("gpus") or []
     if seen and len(ctx.device_ids) < len(seen):
@@ -85,8 +92,8 @@ def _incomplete(ctx: Context, facts: dict[str, Any], steps: dict[str, Any], cpu_
 
 
 def _unmeasured(points: list[Point]) -> str | None:
-    """Why the load, though it ran, is no evidence: an essential check judged nothing (too few seconds,
-    too little memory to fill)."""
+    """Why the load, though it ran, is no evidence: an essential check judged nothing (too few
+    seconds, too little memory to fill)."""
     missing = [p for p in points if p.section == "load" and p.verdict == "unknown"
                and (p.name in ESSENTIAL or (p.name in REFERENCED and p.threshold is not None))]
     if not missing:
@@ -102,8 +109,8 @@ def _cuda(ctx: Context) -> str | None:
 
 def run_acceptance(expect: str, seconds: float, memory_share: float, project: Path | None,
                    order: Path | None, argv: list[str]) -> dict[str, Any]:
-    """The acceptance report (evidence.report_of); never raises for what it finds. BadInput for an order or a
-    project override that cannot be used, before anything runs."""
+    """The acceptance report (evidence.report_of); never raises for what it finds. BadInput for an
+    order or a project override that cannot be used, before anything runs."""
     from kdkit.probe.diagnose import load
     from kdkit.probe.diagnose.runner import STEPS, run_steps
 

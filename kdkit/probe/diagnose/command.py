@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _named_path(text: str) -> Path:
-    """A path the user gave: an empty one names nothing (Path("") would quietly be the current folder)."""
+    """A path the user gave: an empty one names nothing (Path("") would quietly be the current
+    folder)."""
     if not text.strip():
         raise BadInput("--out '': give the folder for acceptance.json and acceptance.md (with --accept) or the "
                        "report's file")
@@ -128,13 +129,15 @@ def main(argv: list[str]) -> int:
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """0 on a pass; else the failed step's code: 1, or 3 when what it needs is unavailable (/dev/kfd's group)."""
+    """0 on a pass; else the failed step's code: 1, or 3 when what it needs is unavailable
+    (/dev/kfd's group)."""
     failure = report.get("first_failure")
     return 0 if failure is None else int(failure.get("exit_code") or 1)
 
 
 def accept_main(args: argparse.Namespace, project: Path | None, argv: list[str]) -> int:
-    """`kdkit diagnose --accept`: the acceptance report, its evidence in --out DIR, the verdict as exit code."""
+    """`kdkit diagnose --accept`: the acceptance report, its evidence in --out DIR, the verdict as
+    exit code."""
     from kdkit.probe.diagnose import accept, evidence
 
     if not args.accept:

@@ -19,8 +19,9 @@ from kdkit.core.builds import GPU_BACKENDS
 
 
 class StepFailed(Exception):
-    """A step's verdict is fail: what was found, and what the user does about it. ``exit_code`` is diagnose's:
-    1 (the check failed) unless the step names another of kdkit.core.errors' (3: something is unavailable)."""
+    """A step's verdict is fail: what was found, and what the user does about it. ``exit_code`` is
+    diagnose's: 1 (the check failed) unless the step names another of kdkit.core.errors' (3:
+    something is unavailable)."""
 
     def __init__(self, detail: str, fix: str, exit_code: int = 1) -> None:
         super().__init__(detail)
@@ -95,7 +96,8 @@ def synchronize(torch: Any, device: str) -> None:
 
 @contextmanager
 def captured_warnings() -> Iterator[list[warnings.WarningMessage]]:
-    """Collect torch's warnings (e.g. "driver too old") so they land in the report, not on stderr."""
+    """Collect torch's warnings (e.g. "driver too old") so they land in the report, not on
+    stderr."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield caught

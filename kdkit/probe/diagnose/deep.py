@@ -113,7 +113,8 @@ def _matmul_tflops(torch: Any, device: str) -> float:
 
 
 def _copy_gbps(torch: Any, device: str) -> float:
-    """Device-to-device copy, counting bytes read plus bytes written (as vendors' bandwidth does)."""
+    """Device-to-device copy, counting bytes read plus bytes written (as vendors' bandwidth
+    does)."""
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     seconds = _timed(torch, device, lambda: dst.copy_(src), repeats=20)

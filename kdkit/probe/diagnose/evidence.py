@@ -1,11 +1,12 @@
-"""What `kdkit diagnose --accept` leaves for the user and the provider: the machine's verdict and its reasons,
-``acceptance.json`` (everything, for a script or a dispute) and ``acceptance.md`` (for a person), each
-written atomically into ``--out``, and a short paragraph to paste to the provider. Standard library only.
+"""What `kdkit diagnose --accept` leaves for the user and the provider: the machine's verdict and
+its reasons, ``acceptance.json`` (everything, for a script or a dispute) and ``acceptance.md`` (for
+a person), each written atomically into ``--out``, and a short paragraph to paste to the provider.
+Standard library only.
 
-The verdict: ``accept``, ``degraded`` (it works below what was paid for), ``refuse`` (it should go back),
-or ``incomplete`` when the evidence could not be gathered for a reason that is not the machine's (the
-driver sees the cards, torch does not: the environment is at fault, not the card). Only a complete run
-whose every point is within its threshold is ``accept``.
+The verdict: ``accept``, ``degraded`` (it works below what was paid for), ``refuse`` (it should go
+back), or ``incomplete`` when the evidence could not be gathered for a reason that is not the
+machine's (the driver sees the cards, torch does not: the environment is at fault, not the card).
+Only a complete run whose every point is within its threshold is ``accept``.
 """
 
 from __future__ import annotations
@@ -25,41 +26,46 @@ _SHOWN = {"ok": "ok", "info": "info", "unknown": "?", "degraded": "DEGRADED", "r
 
 
 def verdict(points: list[Point], incomplete: str | None) -> str:
-    """The machine's verdict: ``refuse`` when a point refuses it (a refusal stands whatever else failed), else
-    ``incomplete`` when ``incomplete`` says why the evidence is missing, else the worst point's (no point at
-    all is no evidence: refuse)."""
+    """The machine's verdict: ``refuse`` when a point refuses it (a refusal stands whatever else
+    failed), else ``incomplete`` when ``incomplete`` says why the evidence is missing, else the
+    worst point's (no point at all is no evidence: refuse)."""
     if any(point.verdict == "refuse" for point in points):
         return "refuse"
     return "incomplete" if incomplete else machine_verdict(points)
 
 
-IDENTITY = ("index", "name", "serial", "uuid", "bus_id", "memory_mib")  # of each card, as the driver names it
+# of each card, as the driver names it
+IDENTITY = ("index", "name", "serial", "uuid", "bus_id", "memory_mib")
 
 
 def machine_facts(driver: dict[str, Any]) -> dict[str, Any]:
-    """The machine as the evidence names it: host, kernel, driver, and each card's identity (smi.read's facts)."""
+    """The machine as the evidence names it: host, kernel, driver, and each card's identity
+    (smi.read's facts)."""
     gpus = [{key: gpu.get(key) for key in IDENTITY} for gpu in driver.get("gpus") or []]
     return {"hostname": platform.node(), "kernel": platform.release(), "machine": platform.machine(),
             "driver": driver.get("driver_version"), "cuda": driver.get("cuda_version"), "gpus": gpus}
 
 
 def one_line(text: Any) -> str:
-    """``text`` as one line of a table or a paragraph: what a driver prints cannot add a line or a column."""
+    """``text`` as one line of a table or a paragraph: what a driver prints cannot add a line or a
+    column."""
     from kdkit.core.safetext import printable
 
     return printable(" ".join(str(text).split())).replace("|", "\\|")
 
 
 def _md(text: Any) -> str:
-    """``text`` as one line of acceptance.md: controls shown escaped, Markdown syntax shown, not interpreted
-    (safetext.md_cell, the helper summary.md uses); what a driver prints cannot add a line, a column or a heading."""
+    """``text`` as one line of acceptance.md: controls shown escaped, Markdown syntax shown, not
+    interpreted (safetext.md_cell, the helper summary.md uses); what a driver prints cannot add a
+    line, a column or a heading."""
     from kdkit.core.safetext import md_cell
 
     return md_cell(" ".join(str(text).split()), None)
 
 
 def provider_paragraph(report: dict[str, Any]) -> str | None:
-    """The paragraph a user pastes to the provider, for a degraded or refused machine; None otherwise."""
+    """The paragraph a user pastes to the provider, for a degraded or refused machine; None
+    otherwise."""
     if report["verdict"] not in ("refuse", "degraded"):
         return None
     gpus = report["machine"]["gpus"]
@@ -77,8 +83,8 @@ def provider_paragraph(report: dict[str, Any]) -> str | None:
 
 def report_of(points: list[Point], steps: dict[str, Any], *, started: str, seconds: float, incomplete: str | None,
               argv: list[str], extra: dict[str, Any]) -> dict[str, Any]:
-    """The acceptance report: verdict, reasons, the machine, every point, today's diagnose steps, the
-    measurements' series (``extra``), and the commands that reproduce it."""
+    """The acceptance report: verdict, reasons, the machine, every point, today's diagnose steps,
+    the measurements' series (``extra``), and the commands that reproduce it."""
     judged = verdict(points, incomplete)
     report: dict[str, Any] = {
         "command": "diagnose --accept", "verdict": judged, "incomplete": incomplete, "started": started,
@@ -91,7 +97,8 @@ def report_of(points: list[Point], steps: dict[str, Any], *, started: str, secon
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None: acceptance.json and --json stay valid JSON."""
+    """``value`` with every NaN or infinity replaced by None: acceptance.json and --json stay valid
+    JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -109,7 +116,8 @@ def as_json(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def shown(reading: Any, unit: str) -> str:
-    """A reading for a person: a figure to 4 digits, a series by its length (whole in acceptance.json)."""
+    """A reading for a person: a figure to 4 digits, a series by its length (whole in
+    acceptance.json)."""
     if reading is None:
         return "not read"
     if isinstance(reading, list):
@@ -130,7 +138,8 @@ def point_line(point: Point) -> str:
 
 
 def render_text(report: dict[str, Any]) -> str:
-    """The report for a person at the terminal: each section's points, then the verdict and what to do."""
+    """The report for a person at the terminal: each section's points, then the verdict and what to
+    do."""
     lines = [f"kdkit diagnose --accept ({report['started']}, {report['seconds_under_load']:g} s under load)", "steps:"]
     lines += [f"  {step['status']:<8} {step['name']}: {step['detail']}" for step in report["steps"]["steps"]]
     for section in ("health", "load"):
@@ -177,9 +186,9 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def check_folder(folder: Path) -> None:
-    """BadInput, before any load, unless ``folder`` can take acceptance.json and acceptance.md: a folder (or
-    none yet, under a folder) where a file can really be made (a read-only mount, /proc), holding neither
-    name as anything but a regular file (a folder, a link)."""
+    """BadInput, before any load, unless ``folder`` can take acceptance.json and acceptance.md: a
+    folder (or none yet, under a folder) where a file can really be made (a read-only mount, /proc),
+    holding neither name as anything but a regular file (a folder, a link)."""
     import tempfile
 
     from kdkit.core.errors import BadInput

@@ -1,11 +1,12 @@
-"""The health section of `kdkit diagnose --accept`: what the driver says about the machine, read before and
-independent of torch (smi.read), turned into points (points.Point). Standard library only.
+"""The health section of `kdkit diagnose --accept`: what the driver says about the machine, read
+before and independent of torch (smi.read), turned into points (points.Point). Standard library
+only.
 
 ``check()`` reads and judges; ``health_points()`` judges facts already read (the lead keeps them as
-evidence). The machine's points are here: no GPU at all, a driver tool that fails, the driver against the
-lock's CUDA (kdkit/data/pairings.json, through kdkit.core.builds.driver_floor), the GPUs against the order
-(name, count, memory: kdkit/data/catalog.json), NVLink/XGMI links across GPUs; each GPU's are
-health_rules.py's. Thresholds are kdkit/data/acceptance.json's (points.thresholds).
+evidence). The machine's points are here: no GPU at all, a driver tool that fails, the driver
+against the lock's CUDA (kdkit/data/pairings.json, through kdkit.core.builds.driver_floor), the GPUs
+against the order (name, count, memory: kdkit/data/catalog.json), NVLink/XGMI links across GPUs;
+each GPU's are health_rules.py's. Thresholds are kdkit/data/acceptance.json's (points.thresholds).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ def check(cuda: str | None = None, expected_name: str | None = None, expected_co
 
 def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name: str | None = None,
                   expected_count: int | None = None, overrides: dict[str, Any] | None = None) -> list[Point]:
-    """Every health point of ``facts`` (smi.read's). ``cuda``: the lock's CUDA ("12.8"; None for a ROCm or
-    CPU lock or when unknown). ``expected_name``/``expected_count``: the ordered card and count (None when
-    unknown: the readings are then info). ``overrides``: kdkit.json "acceptance"."""
+    """Every health point of ``facts`` (smi.read's). ``cuda``: the lock's CUDA ("12.8"; None for a
+    ROCm or CPU lock or when unknown). ``expected_name``/``expected_count``: the ordered card and
+    count (None when unknown: the readings are then info). ``overrides``: kdkit.json
+    "acceptance"."""
     rules = thresholds(overrides)
     health, load = rules.get("health", {}), rules.get("load", {})
     if not facts["gpus"]:
@@ -47,8 +49,9 @@ def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name:
 
 
 def presence_points(facts: dict[str, Any]) -> list[Point]:
-    """The one point of a machine whose driver lists no GPU: no tool and no device node (refuse: no GPU at
-    all); device nodes but no tool (unknown: the facts cannot be read); a tool that fails or hangs (refuse)."""
+    """The one point of a machine whose driver lists no GPU: no tool and no device node (refuse: no
+    GPU at all); device nodes but no tool (unknown: the facts cannot be read); a tool that fails or
+    hangs (refuse)."""
     nodes = facts.get("device_nodes") or []
     failure = facts.get("failure") or "the driver lists no GPU"
     if facts.get("tool") is None and not nodes:
@@ -69,9 +72,9 @@ def presence_points(facts: dict[str, Any]) -> list[Point]:
 
 
 def query_points(facts: dict[str, Any]) -> list[Point]:
-    """How the driver was read (info, for the evidence): the other spellings used for fields this driver knows
-    only by them (clocks_throttle_reasons.* before R535), the fields it does not know, the lines kdkit could
-    not read."""
+    """How the driver was read (info, for the evidence): the other spellings used for fields this
+    driver knows only by them (clocks_throttle_reasons.* before R535), the fields it does not know,
+    the lines kdkit could not read."""
     query, points = facts.get("query") or {}, []
     if query.get("renamed") or query.get("unknown"):
         families: dict[tuple[str, str], list[str]] = {}
@@ -91,8 +94,8 @@ def query_points(facts: dict[str, Any]) -> list[Point]:
 
 
 def catalog_offer(name: str) -> dict[str, Any] | None:
-    """The catalog's card for a name: as the driver prints it (device_pattern, nominal.lookup) or as an order
-    names it (the card's name or an alias)."""
+    """The catalog's card for a name: as the driver prints it (device_pattern, nominal.lookup) or as
+    an order names it (the card's name or an alias)."""
     offers = shipped_data(nominal.CATALOG)["offers"]
     wanted = name.strip().casefold()
     for offer in offers:
@@ -103,8 +106,8 @@ def catalog_offer(name: str) -> dict[str, Any] | None:
 
 
 def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Point]:
-    """The driver against the lock's CUDA: its version against the floor (pairings.json), and the CUDA it
-    supports (info)."""
+    """The driver against the lock's CUDA: its version against the floor (pairings.json), and the
+    CUDA it supports (info)."""
     version = facts.get("driver_version")
     if facts.get("vendor") != "nvidia":
         return [Point("health", "driver.version", None, version, "", None, "info",
@@ -137,9 +140,9 @@ def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Point]:
 
 def order_points(facts: dict[str, Any], expected_name: str | None = None, expected_count: int | None = None,
                  rules: dict[str, Any] | None = None) -> list[Point]:
-    """The GPUs against the order: how many, which card (``expected_name``, a catalog name or alias, or as the
-    driver prints it), how much memory. None for what the order does not say: the readings are then info.
-    ``rules``: the health section's (the shipped ones when None)."""
+    """The GPUs against the order: how many, which card (``expected_name``, a catalog name or alias,
+    or as the driver prints it), how much memory. None for what the order does not say: the readings
+    are then info. ``rules``: the health section's (the shipped ones when None)."""
     rules = thresholds()["health"] if rules is None else rules
     gpus = facts["gpus"]
     names = sorted({str(gpu.get("name") or "name unread") for gpu in gpus})
@@ -179,10 +182,10 @@ def name_points(gpu: dict[str, Any], expected: str | None) -> list[Point]:
 
 
 def same_card(expected: str, name: str) -> tuple[bool | None, str]:
-    """Whether the driver's name is the ordered card (None: cannot tell), and why. A name the driver gives
-    several cards alike (MI250X/MI250) matches an order of any of them; a name of the ordered model with
-    another tier word (RTX 4090 D, 4080 vs 4080 SUPER) is another card; the ordered name within the
-    driver's, tiers alike, is the card."""
+    """Whether the driver's name is the ordered card (None: cannot tell), and why. A name the driver
+    gives several cards alike (MI250X/MI250) matches an order of any of them; a name of the ordered
+    model with another tier word (RTX 4090 D, 4080 vs 4080 SUPER) is another card; the ordered name
+    within the driver's, tiers alike, is the card."""
     ordered, alike = catalog_offer(expected), nominal.named(name)
     if ordered and len(alike) > 1:
         if ordered["name"] in alike:
@@ -204,7 +207,8 @@ def same_card(expected: str, name: str) -> tuple[bool | None, str]:
 
 
 def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Point]:
-    """The card's memory against its datasheet (catalog memory_gb per device), for a card the catalog knows."""
+    """The card's memory against its datasheet (catalog memory_gb per device), for a card the
+    catalog knows."""
     mib = gpu.get("memory_mib")
     if "memory_mib" not in gpu or gpu.get("unreadable"):
         return []
@@ -226,8 +230,9 @@ def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Point]:
 
 
 def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
-    """NVLink/XGMI: links down on a GPU whose other links are up, or while the machine's other GPUs have
-    links up; XGMI errors. A machine with no link up at all is reported (a PCIe-only machine looks the same)."""
+    """NVLink/XGMI: links down on a GPU whose other links are up, or while the machine's other GPUs
+    have links up; XGMI errors. A machine with no link up at all is reported (a PCIe-only machine
+    looks the same)."""
     rule = rules["links.down"]
     linked = [gpu for gpu in facts["gpus"] if isinstance(gpu.get("links"), dict)]
     any_up = any(gpu["links"]["up"] for gpu in linked)

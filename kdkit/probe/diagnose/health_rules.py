@@ -1,11 +1,12 @@
-"""The health points of one GPU, from the driver's facts (smi.read): ECC, retired pages and remapped rows,
-the pending recovery action, the PCIe link at idle, throttle reasons, power limit, persistence, compute and
-MIG modes, NVLink/XGMI links. Standard library only.
+"""The health points of one GPU, from the driver's facts (smi.read): ECC, retired pages and remapped
+rows, the pending recovery action, the PCIe link at idle, throttle reasons, power limit,
+persistence, compute and MIG modes, NVLink/XGMI links. Standard library only.
 
-Each rule is kdkit/data/acceptance.json's (section "health", by point name; NVIDIA's throttle reasons are
-the load section's "load.throttle", the same rule judged at idle). A reading the driver printed but kdkit
-cannot read ("[N/A]", "[Insufficient Permissions]") is a point with verdict ``unknown``; a reading the
-driver does not report at all (a field older drivers lack) makes no point, unless nothing else stands in.
+Each rule is kdkit/data/acceptance.json's (section "health", by point name; NVIDIA's throttle
+reasons are the load section's "load.throttle", the same rule judged at idle). A reading the driver
+printed but kdkit cannot read ("[N/A]", "[Insufficient Permissions]") is a point with verdict
+``unknown``; a reading the driver does not report at all (a field older drivers lack) makes no
+point, unless nothing else stands in.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ THROTTLE = "throttle."
 
 
 def who(gpu: dict[str, Any]) -> str:
-    """``GPU 0 (NVIDIA H100 80GB HBM3, serial 1652823054321)``: the card as the provider can find it."""
+    """``GPU 0 (NVIDIA H100 80GB HBM3, serial 1652823054321)``: the card as the provider can find
+    it."""
     ident = next((f"{label} {gpu[key]}" for key, label in (("serial", "serial"), ("uuid", "UUID"), ("bus_id", "bus"))
                   if gpu.get(key)), None)
     name = gpu.get("name") or "name unread"
@@ -32,7 +34,8 @@ def tool(gpu: dict[str, Any]) -> str:
 
 def make(name: str, gpu: dict[str, Any] | None, reading: Any, verdict: str, why: str, rule: dict[str, Any] | None,
          unit: str = "", threshold: str | None = None, fix: str | None = None, provider: str | None = None) -> Point:
-    """A health point; its threshold and source are ``rule``'s (``threshold`` words it when given)."""
+    """A health point; its threshold and source are ``rule``'s (``threshold`` words it when
+    given)."""
     shown = threshold if threshold is not None or rule is None else worded(rule.get("value"))
     return Point(SECTION, name, None if gpu is None else gpu["index"], reading, unit, shown, verdict, why,
                  fix, provider, None if rule is None else rule.get("source"))
@@ -61,8 +64,8 @@ def known(gpu: dict[str, Any], key: str) -> bool:
 
 
 def gpu_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict[str, Any]) -> list[Point]:
-    """Every health point of one GPU (the machine's are health.py's); one unknown point for a GPU whose line
-    kdkit could not read."""
+    """Every health point of one GPU (the machine's are health.py's); one unknown point for a GPU
+    whose line kdkit could not read."""
     if gpu.get("unreadable"):
         return [make("gpu.readings", gpu, None, "unknown", f"{gpu['unreadable']}: no reading of this GPU is judged",
                      None)]
@@ -118,7 +121,8 @@ def ecc_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
 
 def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any], texts: tuple[str, str], fix: str,
                 provider: str) -> Point:
-    """A yes/no reading against ``rule``'s value; ``texts``: (why when as the rule wants, why when not)."""
+    """A yes/no reading against ``rule``'s value; ``texts``: (why when as the rule wants, why when
+    not)."""
     value = gpu[key]
     if value is None:
         return unread(name, gpu, key, rule)
@@ -128,9 +132,9 @@ def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any], 
 
 
 def memory_repair_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
-    """Pending page retirement (before Ampere) and row remapping (Ampere and later, which replaces it:
-    NVIDIA GPU memory error management, Row Remapping). The mechanism the card does not use answers "[N/A]"
-    and makes no point while the other is readable."""
+    """Pending page retirement (before Ampere) and row remapping (Ampere and later, which replaces
+    it: NVIDIA GPU memory error management, Row Remapping). The mechanism the card does not use
+    answers "[N/A]" and makes no point while the other is readable."""
     remap_read = isinstance(gpu.get("remap_pending"), bool) or isinstance(gpu.get("remap_failure"), bool)
     retire_read = isinstance(gpu.get("retired_pages_pending"), bool)
     reset = f"with root, no process on the GPU: sudo nvidia-smi -r -i {gpu['index']}"
@@ -165,7 +169,8 @@ RECOVERY_FIX = {"reset": "with root, no process on the GPU: sudo nvidia-smi -r -
 
 
 def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
-    """The driver's pending recovery action (gpu_recovery_action), or the reset status of drivers before it."""
+    """The driver's pending recovery action (gpu_recovery_action), or the reset status of drivers
+    before it."""
     rule = rules["recovery_action"]
     action = gpu.get("recovery_action")
     if isinstance(action, str):
@@ -191,7 +196,8 @@ def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
 
 
 def pcie_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
-    """The PCIe link at idle: at its maximum is ok, below is reported (info) for the load section to judge."""
+    """The PCIe link at idle: at its maximum is ok, below is reported (info) for the load section to
+    judge."""
     rule = rules["pcie.link"]
     points = []
     for name, key, label in (("pcie.gen", "pcie_gen", "Gen{}"), ("pcie.width", "pcie_width", "x{}")):

@@ -27,7 +27,8 @@ ENV_VARS = (
     "ROCR_VISIBLE_DEVICES",
     "HSA_OVERRIDE_GFX_VERSION",
 )
-SHM_MINIMUM = 1 << 30  # DataLoader workers pass batches through /dev/shm; Docker's default is 64 MiB.
+# DataLoader workers pass batches through /dev/shm; Docker's default is 64 MiB.
+SHM_MINIMUM = 1 << 30
 PROC_NVIDIA = Path("/proc/driver/nvidia/version")
 KFD = Path("/dev/kfd")
 KFD_FIX = ("on a host: sudo usermod -aG render,video $USER, then log in again (AMD: rocm.docs.amd.com/projects/"
@@ -193,13 +194,16 @@ def _amd_driver(ctx: Context) -> Outcome:
 
 
 def kfd_refused(path: Path) -> StepFailed:
-    """Why this process may not open ``path`` (/dev/kfd) read-write: the group that owns it, by name and gid,
-    and the fix; exit 3 (Unavailable), since the machine is fine and only the account lacks the group.
+    """Why this process may not open ``path`` (/dev/kfd) read-write: the group that owns it, by name
+    and gid, and the fix; exit 3 (Unavailable), since the machine is fine and only the account lacks
+    the group.
 
-    The group is ``render`` on current systems, ``video`` on older ones (Ubuntu moved /dev/kfd from video
-    to render in 20.04: ROCm/ROCT-Thunk-Interface README). AMD's fix is to add the user to both and log in
-    again: rocm.docs.amd.com/projects/install-on-linux/en/latest/install/prerequisites.html, "Setting
-    permissions for groups"; a container gets the group with ``docker run --group-add`` (ROCm/ROCm-docker#90).
+    The group is ``render`` on current systems, ``video`` on older ones (Ubuntu moved /dev/kfd from
+    video to render in 20.04: ROCm/ROCT-Thunk-Interface README). AMD's fix is to add the user to
+    both and log in again:
+    rocm.docs.amd.com/projects/install-on-linux/en/latest/install/prerequisites.html, "Setting
+    permissions for groups"; a container gets the group with ``docker run --group-add``
+    (ROCm/ROCm-docker#90).
     """
     import grp
 

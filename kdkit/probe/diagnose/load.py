@@ -1,14 +1,16 @@
-"""`kdkit diagnose --accept` under sustained load: every visible GPU (or the CPU) multiplies matrices for a
-bounded time while the driver is sampled, then copies to and from the host, fills its memory, and, with
-several GPUs, copies between them and all-reduces across them. Each reading becomes a Point of section
-"load" (kdkit.probe.diagnose.points), judged against kdkit/data/acceptance.json's "load" rules, or against
-the card's nominal figures (nominal.py) where they are known: never an invented threshold.
+"""`kdkit diagnose --accept` under sustained load: every visible GPU (or the CPU) multiplies
+matrices for a bounded time while the driver is sampled, then copies to and from the host, fills its
+memory, and, with several GPUs, copies between them and all-reduces across them. Each reading
+becomes a Point of section "load" (kdkit.probe.diagnose.points), judged against
+kdkit/data/acceptance.json's "load" rules, or against the card's nominal figures (nominal.py) where
+they are known: never an invented threshold.
 
-The GEMM loop is gpu-burn's method (github.com/wilicc/gpu-burn: compare.cu compares the results of the
-same multiplication repeated on the same inputs): the same product is launched again and again on the
-same operands, and each interval's result is compared bit for bit with the first one. With deterministic
-algorithms on (cuBLAS gives bit-identical results on the same GPU, toolkit and stream, and torch turns
-rocBLAS's atomics off when deterministic algorithms are on), any difference is silent data corruption.
+The GEMM loop is gpu-burn's method (github.com/wilicc/gpu-burn: compare.cu compares the results of
+the same multiplication repeated on the same inputs): the same product is launched again and again
+on the same operands, and each interval's result is compared bit for bit with the first one. With
+deterministic algorithms on (cuBLAS gives bit-identical results on the same GPU, toolkit and stream,
+and torch turns rocBLAS's atomics off when deterministic algorithms are on), any difference is
+silent data corruption.
 
 Standard library only; torch is the context's (imported by the torch-import step).
 """
@@ -30,21 +32,23 @@ from kdkit.probe.diagnose.points import Point, thresholds
 from kdkit.probe.diagnose.steps import _bf16_native
 
 DEFAULT_SECONDS = 60.0
-# The square matrices' side: 8192 in bf16 is 1.1 TFLOP a launch (a few ms on a data-centre card), three
-# operands and the reference take 512 MiB; halved (down to MIN_N) while one launch outlasts half an interval.
+# The square matrices' side: 8192 in bf16 is 1.1 TFLOP a launch (a few ms on a data-centre card),
+# three operands and the reference take 512 MiB; halved (down to MIN_N) while one launch outlasts
+# half an interval.
 GPU_N, MIN_N, CPU_N = 8192, 1024, 256
-CHECKS = 8  # results compared per interval and device (a count of differing elements on the device, no wait)
+# results compared per interval and device (a count of differing elements on the device, no wait)
+CHECKS = 8
 NOMINAL_SOURCE = ("kdkit/data/catalog.json (the offer's nominal dense TFLOP/s and its datasheet); the share: "
                   "kdkit/probe/diagnose/nominal.py FLAG_BELOW")
 
 
 class Repeats:
-    """The silent-data-corruption check: results of identical launches compared bit for bit with the first
-    (NaN included: bits are compared, not values).
+    """The silent-data-corruption check: results of identical launches compared bit for bit with the
+    first (NaN included: bits are compared, not values).
 
-    ``queue`` counts the differing elements on the device, in stream order right after the launch it checks,
-    without waiting; ``collect`` reads the counts once the device is synchronized. ``check`` does both: the
-    seam a test feeds two different results to (it compares, nothing is mocked)."""
+    ``queue`` counts the differing elements on the device, in stream order right after the launch it
+    checks, without waiting; ``collect`` reads the counts once the device is synchronized. ``check``
+    does both: the seam a test feeds two different results to (it compares, nothing is mocked)."""
 
     __slots__ = ("bits", "compares", "elements", "mismatches", "pending")
 
@@ -92,13 +96,15 @@ class Repeats:
 
 
 def _bits(torch: Any, tensor: Any) -> Any:
-    """The tensor's bits as integers of its width, so equal bits compare equal even when they are NaN."""
+    """The tensor's bits as integers of its width, so equal bits compare equal even when they are
+    NaN."""
     width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(tensor.element_size())
     return tensor.view(width) if width is not None and tensor.is_contiguous() else tensor
 
 
 class Lane:
-    """One device's part of the GEMM loop: its operands, its time per launch, its intervals and its check."""
+    """One device's part of the GEMM loop: its operands, its time per launch, its intervals and its
+    check."""
 
     __slots__ = ("a", "b", "c", "device", "dtype", "intervals", "n", "per_launch", "repeats")
 
@@ -129,8 +135,8 @@ def _dtype(torch: Any, device: str) -> Any:
 
 
 def _side(torch: Any, device: str) -> int:
-    """The matrices' side: GPU_N, halved while the four 2-byte matrices would take over a quarter of the
-    free memory; CPU_N on the CPU."""
+    """The matrices' side: GPU_N, halved while the four 2-byte matrices would take over a quarter of
+    the free memory; CPU_N on the CPU."""
     if device == "cpu":
         return CPU_N
     free, n = int(torch.cuda.mem_get_info(int(device.split(":")[1]))[0]), GPU_N
@@ -156,9 +162,10 @@ def _sized_lane(torch: Any, device: str, interval: float) -> Lane:
 
 
 def _interval(torch: Any, lanes: list[Lane], interval: float, deadline: float, log: SensorLog) -> None:
-    """One interval: each lane gets the launches that fill ``interval``, round robin so every device works at
-    once, CHECKS of them compared with the first result; the clock is checked between launches. The driver
-    is sampled while the devices work; then each lane records its TFLOP/s and collects its comparisons."""
+    """One interval: each lane gets the launches that fill ``interval``, round robin so every device
+    works at once, CHECKS of them compared with the first result; the clock is checked between
+    launches. The driver is sampled while the devices work; then each lane records its TFLOP/s and
+    collects its comparisons."""
     wants = [max(1, int(interval / lane.per_launch)) for lane in lanes]
     counts = [0] * len(lanes)
     stop = min(deadline, time.perf_counter() + 2 * interval)
@@ -185,9 +192,10 @@ def _interval(torch: Any, lanes: list[Lane], interval: float, deadline: float, l
 
 @contextmanager
 def deterministic(torch: Any) -> Iterator[None]:
-    """Deterministic algorithms on for the duration, then as they were. Warnings only, and those ignored: torch
-    warns at every GEMM when CUBLAS_WORKSPACE_CONFIG is unset, which only matters across several streams
-    (https://docs.nvidia.com/cuda/cublas/#results-reproducibility); each device here runs on one."""
+    """Deterministic algorithms on for the duration, then as they were. Warnings only, and those
+    ignored: torch warns at every GEMM when CUBLAS_WORKSPACE_CONFIG is unset, which only matters
+    across several streams (https://docs.nvidia.com/cuda/cublas/#results-reproducibility); each
+    device here runs on one."""
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     with warnings.catch_warnings():
@@ -200,10 +208,12 @@ def deterministic(torch: Any) -> Iterator[None]:
 
 
 def burn(torch: Any, devices: list[str], seconds: float, log: SensorLog) -> list[Lane]:
-    """Run the GEMM loop on every device at once for at most ``seconds`` (sizing included): intervals of a
-    twentieth of the run (at most 1 s), none started that would end past the deadline."""
+    """Run the GEMM loop on every device at once for at most ``seconds`` (sizing included):
+    intervals of a twentieth of the run (at most 1 s), none started that would end past the
+    deadline."""
     interval = min(1.0, max(0.05, seconds / 20))
-    with deterministic(torch):  # its first use imports part of torch (a second on a CPU): before the clock
+    # its first use imports part of torch (a second on a CPU): before the clock
+    with deterministic(torch):
         deadline = time.perf_counter() + seconds
         lanes = [_sized_lane(torch, device, interval) for device in devices]
         log.poll("gemm", force=True)
@@ -216,7 +226,8 @@ def burn(torch: Any, devices: list[str], seconds: float, log: SensorLog) -> list
 
 
 def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> Point:
-    """The whole run's TFLOP/s against the card's nominal dense figure for the dtype used, where known."""
+    """The whole run's TFLOP/s against the card's nominal dense figure for the dtype used, where
+    known."""
     rule = rules.get("load.gemm.tflops") or {"value": nominal.FLAG_BELOW, "source": NOMINAL_SOURCE}
     kind = str(lane.dtype).removeprefix("torch.")
     overall = overall_tflops(lane)
@@ -245,7 +256,8 @@ def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) 
 
 
 def overall_tflops(lane: Lane) -> float | None:
-    """The whole run's TFLOP/s (each interval weighted by its seconds); None when no interval completed."""
+    """The whole run's TFLOP/s (each interval weighted by its seconds); None when no interval
+    completed."""
     if not lane.intervals:
         return None
     return sum(i["tflops"] * i["seconds"] for i in lane.intervals) / sum(i["seconds"] for i in lane.intervals)
@@ -277,7 +289,8 @@ def sustained_point(gpu: int | None, device: str, rates: list[float], rules: dic
 
 
 def _figure(value: float) -> str:
-    """A rate for a person: whole numbers from 100, three significant digits below (a CPU's 0.00210)."""
+    """A rate for a person: whole numbers from 100, three significant digits below (a CPU's
+    0.00210)."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
@@ -295,9 +308,9 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
                 rules: dict[str, Any] | None = None) -> list[Point]:
     """The load section's points for every device of ``ctx`` (its GPUs, or the CPU).
 
-    ``seconds``: the GEMM loop's bound (validated by the caller). ``sampler``: the driver's sampler, None
-    without a driver. ``rules``: ``points.thresholds(overrides)`` (None: the shipped ones). Never raises for
-    what it finds: a device that fails under load is a point."""
+    ``seconds``: the GEMM loop's bound (validated by the caller). ``sampler``: the driver's sampler,
+    None without a driver. ``rules``: ``points.thresholds(overrides)`` (None: the shipped ones).
+    Never raises for what it finds: a device that fails under load is a point."""
     torch, devices = ctx.torch, ctx.devices()
     every = thresholds() if rules is None else rules
     load_rules, references = every.get("load", {}), every.get("reference", {})
@@ -306,7 +319,8 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
     points: list[Point] = []
     try:
         lanes = burn(torch, devices, seconds, log)
-    except Exception as exc:  # a device error under load (Xid, ECC) or memory taken by another process
+    # a device error under load (Xid, ECC) or memory taken by another process
+    except Exception as exc:
         points.append(loadio.failure_point("load.gemm", None, "the GEMM loop", exc))
         lanes = []  # the exception (and the tensors its frames hold) goes at the end of this block
     gpus = _driver_indices(torch, devices, log)
@@ -322,7 +336,8 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
 
 
 def _after(ctx: Context, devices: list[str], log: SensorLog, rules: dict[str, Any]) -> list[Point]:
-    """What follows the GEMM loop: copies, memory fill, peers, all-reduce, and the driver's samples."""
+    """What follows the GEMM loop: copies, memory fill, peers, all-reduce, and the driver's
+    samples."""
     torch = ctx.torch
     gpus = _driver_indices(torch, devices, log)
     points = loadio.io_points(torch, devices, gpus, ctx.memory_share, log, rules)

@@ -1,14 +1,14 @@
-"""The load section's all-reduce: one worker process per GPU (torch.distributed, NCCL on CUDA, RCCL on
-ROCm under the same name; gloo on the CPU), a checked sum, then timed all-reduces of one buffer.
+"""The load section's all-reduce: one worker process per GPU (torch.distributed, NCCL on CUDA, RCCL
+on ROCm under the same name; gloo on the CPU), a checked sum, then timed all-reduces of one buffer.
 
-Bus bandwidth is nccl-tests' definition (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md): algbw = bytes /
-seconds, busbw = algbw * 2(n-1)/n for an all-reduce of n ranks, a figure comparable with the links' speed
-whatever n is. kdkit has no nominal interconnect figure per machine, so the reading is a fact (info); a
-wrong sum refuses (the machine corrupts data between GPUs).
+Bus bandwidth is nccl-tests' definition (github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md): algbw =
+bytes / seconds, busbw = algbw * 2(n-1)/n for an all-reduce of n ranks, a figure comparable with the
+links' speed whatever n is. kdkit has no nominal interconnect figure per machine, so the reading is
+a fact (info); a wrong sum refuses (the machine corrupts data between GPUs).
 
-The workers are this interpreter started on this very kdkit (a venv, the image's folder, kdkit.pyz), in
-their own session, killed with their group when they outlast the timeout: a hung NCCL cannot hang diagnose.
-Standard library only; torch is imported by the workers.
+The workers are this interpreter started on this very kdkit (a venv, the image's folder, kdkit.pyz),
+in their own session, killed with their group when they outlast the timeout: a hung NCCL cannot hang
+diagnose. Standard library only; torch is imported by the workers.
 """
 
 from __future__ import annotations
@@ -29,18 +29,21 @@ from kdkit.probe.diagnose.points import Point
 
 GPU_BYTES, CPU_BYTES = 256 << 20, 1 << 20
 ITERATIONS = 20
-TIMEOUT = 180.0  # seconds for the workers together: start, torch import, NCCL rendezvous, the timed loop
+# seconds for the workers together: start, torch import, NCCL rendezvous, the timed loop
+TIMEOUT = 180.0
 
 
 def busbw(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s of an all-reduce of ``nbytes`` per rank in ``seconds`` across ``ranks``."""
+    """(algbw, busbw) in GB/s of an all-reduce of ``nbytes`` per rank in ``seconds`` across
+    ``ranks``."""
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * 2 * (ranks - 1) / ranks
 
 
 def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: int | None = None,
                      timeout: float = TIMEOUT) -> list[Point]:
-    """Run ``world`` workers with ``backend`` (nccl: one per GPU; gloo: on the CPU) and judge the result."""
+    """Run ``world`` workers with ``backend`` (nccl: one per GPU; gloo: on the CPU) and judge the
+    result."""
     rule = rules.get("load.allreduce", {})
     kind = "cpu" if backend == "gloo" else "cuda"
     size = nbytes or (CPU_BYTES if kind == "cpu" else GPU_BYTES)
@@ -71,7 +74,8 @@ def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: in
 
 
 def _command() -> list[str]:
-    """This interpreter, importing the worker from the kdkit this process runs (wherever it lies)."""
+    """This interpreter, importing the worker from the kdkit this process runs (wherever it
+    lies)."""
     import kdkit
 
     home = os.path.dirname(os.path.dirname(os.path.abspath(kdkit.__file__)))
@@ -130,8 +134,8 @@ def _first_error(folder: Path, world: int) -> str:
 
 
 def worker(argument: str) -> int:
-    """One rank: join the group, check one all-reduce's sum, time ``iterations`` all-reduces of ``nbytes``;
-    rank 0 prints the slowest rank's seconds per all-reduce as one JSON line."""
+    """One rank: join the group, check one all-reduce's sum, time ``iterations`` all-reduces of
+    ``nbytes``; rank 0 prints the slowest rank's seconds per all-reduce as one JSON line."""
     from datetime import timedelta
 
     import torch
@@ -159,7 +163,8 @@ def worker(argument: str) -> int:
 
 
 def _timed(torch: Any, dist: Any, buffer: Any, iterations: int, device: Any) -> float:
-    """Seconds per all-reduce of ``buffer``, after two to warm up, from a barrier to the last one's end."""
+    """Seconds per all-reduce of ``buffer``, after two to warm up, from a barrier to the last one's
+    end."""
     for _ in range(2):
         dist.all_reduce(buffer)
     if device.type == "cuda":

@@ -14,15 +14,19 @@ from kdkit.probe.diagnose.core import synchronize
 from kdkit.probe.diagnose.loadsensors import SensorLog, link_of
 from kdkit.probe.diagnose.points import Point
 
-COPY_BYTES = 256 << 20  # per copy: large enough that the launch cost is noise (nvbandwidth uses 512 MiB)
-COPY_SECONDS = 0.5  # queued copies per direction, so the driver is sampled while the link carries them
+# per copy: large enough that the launch cost is noise (nvbandwidth uses 512 MiB)
+COPY_BYTES = 256 << 20
+# queued copies per direction, so the driver is sampled while the link carries them
+COPY_SECONDS = 0.5
 FILL_CHUNK, CPU_FILL = 256 << 20, 16 << 20  # the fill's blocks; on the CPU (tests) a small buffer
 PATTERNS = (0xA5, 0x5A)  # each bit written as 1 and as 0
-PEER_COPIES = 4  # per ordered pair: 56 pairs on 8 GPUs, about 0.2 s each where no peer access stages via the host
+# per ordered pair: 56 pairs on 8 GPUs, about 0.2 s each where no peer access stages via the host
+PEER_COPIES = 4
 
 
 class Mark:
-    """A point in a device's stream of work: a CUDA event, or the clock on the CPU (launches are synchronous)."""
+    """A point in a device's stream of work: a CUDA event, or the clock on the CPU (launches are
+    synchronous)."""
 
     def __init__(self, torch: Any, device: str) -> None:
         self.event = None
@@ -38,7 +42,8 @@ class Mark:
 
 
 def failure_point(name: str, gpu: int | None, what: str, exc: BaseException) -> Point:
-    """A part that raised: memory taken by another process is unknown; a device error under load refuses."""
+    """A part that raised: memory taken by another process is unknown; a device error under load
+    refuses."""
     said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in said.lower():
         return Point("load", name, gpu, None, "", None, "unknown", f"{what} could not allocate: {said}",
@@ -56,8 +61,8 @@ def release(torch: Any, devices: list[str]) -> None:
 
 def io_points(torch: Any, devices: list[str], gpus: dict[str, int], share: float, log: SensorLog,
               rules: dict[str, Any]) -> list[Point]:
-    """Copies (GPUs only: pinned memory needs a driver) and the memory fill, each device in turn. ``gpus``:
-    each GPU's index as the driver numbers it."""
+    """Copies (GPUs only: pinned memory needs a driver) and the memory fill, each device in turn.
+    ``gpus``: each GPU's index as the driver numbers it."""
     points: list[Point] = []
     for device in devices:
         gpu = gpus.get(device)
@@ -77,9 +82,9 @@ def io_points(torch: Any, devices: list[str], gpus: dict[str, int], share: float
 
 def timed_repeats(torch: Any, device: str, kernel: Any, seconds: float, most: int,
                   log: SensorLog | None = None, tag: str = "") -> tuple[int, float]:
-    """(repeats, seconds by the device's events) of ``kernel`` repeated for about ``seconds`` (at least 2, at
-    most ``most`` times), after one run to warm up and one to size the count; with ``log``, the driver is
-    sampled (under ``tag``) while the last kernels run."""
+    """(repeats, seconds by the device's events) of ``kernel`` repeated for about ``seconds`` (at
+    least 2, at most ``most`` times), after one run to warm up and one to size the count; with
+    ``log``, the driver is sampled (under ``tag``) while the last kernels run."""
     kernel()
     synchronize(torch, device)
     started = time.perf_counter()
@@ -97,15 +102,15 @@ def timed_repeats(torch: Any, device: str, kernel: Any, seconds: float, most: in
 
 
 def _rate(torch: Any, device: str, copy: Any, nbytes: int, log: SensorLog) -> float:
-    """GB/s of ``copy`` repeated for about COPY_SECONDS (timed by the device's events), the driver sampled
-    while the copies run."""
+    """GB/s of ``copy`` repeated for about COPY_SECONDS (timed by the device's events), the driver
+    sampled while the copies run."""
     repeats, seconds = timed_repeats(torch, device, copy, COPY_SECONDS, 64, log, "copy")
     return repeats * nbytes / seconds / 1e9
 
 
 def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules: dict[str, Any]) -> list[Point]:
-    """Pinned host->device and device->host GB/s, against the link's nominal (its maximum gen and width).
-    The buffers go when the function returns."""
+    """Pinned host->device and device->host GB/s, against the link's nominal (its maximum gen and
+    width). The buffers go when the function returns."""
     host = torch.empty(COPY_BYTES, dtype=torch.uint8).pin_memory()
     on_device = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     h2d = _rate(torch, device, lambda: on_device.copy_(host, non_blocking=True), COPY_BYTES, log)
@@ -139,7 +144,8 @@ def copy_point(gpu: int | None, device: str, direction: str, gbps: float, link: 
 
 
 def _fill_bytes(torch: Any, device: str, share: float) -> int:
-    """``share`` of the card's free memory, less one block for the comparison's scratch; the CPU: CPU_FILL."""
+    """``share`` of the card's free memory, less one block for the comparison's scratch; the CPU:
+    CPU_FILL."""
     if device == "cpu":
         return CPU_FILL
     free, _total = (int(x) for x in torch.cuda.mem_get_info(int(device.split(":")[1])))
@@ -153,14 +159,15 @@ def write(blocks: list[Any], pattern: int) -> None:
 
 
 def count_wrong(blocks: list[Any], pattern: int) -> int:
-    """The bytes that differ from what ``write`` put there, counted on the device (one read a block)."""
+    """The bytes that differ from what ``write`` put there, counted on the device (one read a
+    block)."""
     return sum(int(block.ne((pattern + number) & 0xFF).sum()) for number, block in enumerate(blocks))
 
 
 def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: dict[str, Any]) -> Point:
-    """Fill most of the free memory block by block, each block its own byte (so two addresses that alias
-    show), read every block back after all are written, for each pattern; more wrong bytes than the rule
-    allows (none) refuses."""
+    """Fill most of the free memory block by block, each block its own byte (so two addresses that
+    alias show), read every block back after all are written, for each pattern; more wrong bytes
+    than the rule allows (none) refuses."""
     rule = rules["load.memory.fill"]
     allowed, want = int(rule["value"]), _fill_bytes(torch, device, share)
     chunk = min(FILL_CHUNK, CPU_FILL // 4 if device == "cpu" else FILL_CHUNK)
@@ -185,8 +192,8 @@ def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: di
 
 
 def peer_points(torch: Any, devices: list[str]) -> list[Point]:
-    """For each ordered pair of GPUs: whether one may access the other directly, and the copy's GB/s. No
-    nominal (NVLink and PCIe switches vary): facts for the report."""
+    """For each ordered pair of GPUs: whether one may access the other directly, and the copy's
+    GB/s. No nominal (NVLink and PCIe switches vary): facts for the report."""
     points: list[Point] = []
     gpus = [int(device.split(":")[1]) for device in devices if device != "cpu"]
     for source in gpus:

@@ -1,12 +1,13 @@
-"""The load section held to measured numbers: the sustained GEMM's TFLOP/s and the device memory's GB/s
-against each card's measured reference (kdkit/data/acceptance.json "reference", each figure with its
-source), degraded below a share of it (load.gemm.reference, load.memory.bandwidth: DCGM's 0.75 of its own
-measurement). A share above 1.0 is fine (GeForce cards boost past their datasheet). A card without a
-reference, and the CPU, get their reading and "no reference": never an invented floor.
+"""The load section held to measured numbers: the sustained GEMM's TFLOP/s and the device memory's
+GB/s against each card's measured reference (kdkit/data/acceptance.json "reference", each figure
+with its source), degraded below a share of it (load.gemm.reference, load.memory.bandwidth: DCGM's
+0.75 of its own measurement). A share above 1.0 is fine (GeForce cards boost past their datasheet).
+A card without a reference, and the CPU, get their reading and "no reference": never an invented
+floor.
 
-The bandwidth is STREAM's copy and triad (BabelStream counts the bytes: copy reads one array and writes
-one, triad reads two and writes one), run by torch on the device after the GEMM loop, timed with the
-device's events like the GEMM (loadio.Mark). On the CPU it runs for real on CPU tensors.
+The bandwidth is STREAM's copy and triad (BabelStream counts the bytes: copy reads one array and
+writes one, triad reads two and writes one), run by torch on the device after the GEMM loop, timed
+with the device's events like the GEMM (loadio.Mark). On the CPU it runs for real on CPU tensors.
 
 Standard library only; torch is passed in.
 """
@@ -22,16 +23,20 @@ from kdkit.probe.diagnose.loadio import failure_point, release, timed_repeats
 from kdkit.probe.diagnose.loadsensors import SensorLog
 from kdkit.probe.diagnose.points import ACCEPTANCE, Point
 
-GPU_ARRAY, CPU_ARRAY = 512 << 20, 32 << 20  # bytes per array: far past any cache (an H100's L2 is 50 MiB)
-STREAM_SECONDS = 0.25  # per kernel, repeated until about this long (the driver is sampled meanwhile)
+# bytes per array: far past any cache (an H100's L2 is 50 MiB)
+GPU_ARRAY, CPU_ARRAY = 512 << 20, 32 << 20
+# per kernel, repeated until about this long (the driver is sampled meanwhile)
+STREAM_SECONDS = 0.25
 ARRAYS = {"copy": 2, "triad": 3}  # arrays each kernel moves, as STREAM and BabelStream count them
 NO_REFERENCE = "no reference"
-MIG_SLICE = re.compile(r"\bMIG\s+\d+g\.\d+gb\b", re.IGNORECASE)  # "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+# "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+MIG_SLICE = re.compile(r"\bMIG\s+\d+g\.\d+gb\b", re.IGNORECASE)
 MIG_WHOSE = "a MIG slice: a fraction of the card"
 
 
 def _array_bytes(torch: Any, device: str) -> int:
-    """GPU_ARRAY, halved while three arrays would take over a quarter of the free memory; CPU_ARRAY on the CPU."""
+    """GPU_ARRAY, halved while three arrays would take over a quarter of the free memory; CPU_ARRAY
+    on the CPU."""
     if device == "cpu":
         return CPU_ARRAY
     free, size = int(torch.cuda.mem_get_info(int(device.split(":")[1]))[0]), GPU_ARRAY
@@ -41,8 +46,8 @@ def _array_bytes(torch: Any, device: str) -> int:
 
 
 def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str, float]:
-    """STREAM copy (c = a) and triad (a = b + s*c) on ``device``, float32: GB/s of each and the array size.
-    The arrays go when the function returns."""
+    """STREAM copy (c = a) and triad (a = b + s*c) on ``device``, float32: GB/s of each and the
+    array size. The arrays go when the function returns."""
     size = _array_bytes(torch, device)
     count = size // 4
     a = torch.full((count,), 1.0, dtype=torch.float32, device=device)
@@ -59,8 +64,8 @@ def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str
 
 
 def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """(the catalog's card name, its reference entry) for a device name as torch reports it; the entry is
-    empty for a card the catalog does not know or the reference section lacks."""
+    """(the catalog's card name, its reference entry) for a device name as torch reports it; the
+    entry is empty for a card the catalog does not know or the reference section lacks."""
     figures = None if MIG_SLICE.search(device_name) else nominal.lookup(device_name)
     if figures is None:
         return None, {}
@@ -69,8 +74,8 @@ def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, d
 
 
 def _source(card: str | None, entry: dict[str, Any], figures: tuple[str, ...], key: str) -> str:
-    """Where the card's ``figures`` come from: their shipped source (``key``), or the project's where its
-    kdkit.json "acceptance" changed one of them (its "source", else kdkit.json itself)."""
+    """Where the card's ``figures`` come from: their shipped source (``key``), or the project's
+    where its kdkit.json "acceptance" changed one of them (its "source", else kdkit.json itself)."""
     if _overridden(card, entry, figures):
         for own in (entry.get(key), entry.get("source")):
             shipped = _shipped(card)
@@ -99,9 +104,11 @@ def _whose(card: str | None, entry: dict[str, Any], figures: tuple[str, ...]) ->
 
 
 def share_verdict(reading: float, reference: float, floor: float) -> tuple[str, float]:
-    """("ok" or "degraded", reading / reference): degraded below ``floor``; no ceiling (a share above 1.0 is ok)."""
+    """("ok" or "degraded", reading / reference): degraded below ``floor``; no ceiling (a share
+    above 1.0 is ok)."""
     if not math.isfinite(reading) or not math.isfinite(reference) or reference <= 0:
-        return "degraded", math.nan  # a reading that is no number is no pass (acceptance.json bounds the reference)
+        # a reading that is no number is no pass (acceptance.json bounds the reference)
+        return "degraded", math.nan
     share = reading / reference
     if not math.isfinite(share):
         return "degraded", math.nan
@@ -109,7 +116,8 @@ def share_verdict(reading: float, reference: float, floor: float) -> tuple[str, 
 
 
 def _figure(value: float) -> str:
-    """A rate for a person: whole numbers from 100, three significant digits below (load._figure's rule)."""
+    """A rate for a person: whole numbers from 100, three significant digits below (load._figure's
+    rule)."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
@@ -119,13 +127,15 @@ def _label(device: str, device_name: str) -> str:
 
 def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overall: float | None,
                references: dict[str, Any], rules: dict[str, Any]) -> Point:
-    """The run's dense GEMM TFLOP/s against the card's measured bf16 reference: ok at or above the rule's share
-    (no ceiling), degraded below; a CPU, an fp16 run or a card without a reference is read, not judged."""
+    """The run's dense GEMM TFLOP/s against the card's measured bf16 reference: ok at or above the
+    rule's share (no ceiling), degraded below; a CPU, an fp16 run or a card without a reference is
+    read, not judged."""
     rule = rules["load.gemm.reference"]
     floor, label = float(rule["value"]), _label(device, device_name)
     card, entry = card_of(device_name, references) if device != "cpu" else (None, {})
     figure = entry.get("value") if kind == "bfloat16" else None
-    if overall is None:  # with a reference, unknown with a threshold: not measured, the run is incomplete
+    # with a reference, unknown with a threshold: not measured, the run is incomplete
+    if overall is None:
         wanted = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})" if figure is not None else None
         return Point("load", "load.gemm.reference", gpu, None, "TFLOP/s", wanted, "unknown",
                      f"{label}: no interval completed, nothing to hold to a reference")
@@ -161,8 +171,9 @@ def _bandwidth_threshold(floor: float, judged: dict[str, float]) -> str:
 
 def _unmeasured(point: Point, device: str, device_name: str, references: dict[str, Any],
                 rules: dict[str, Any]) -> Point:
-    """A STREAM failure on a card with a reference carries the threshold it would have been held to: an
-    unknown with a threshold is a reading not made, and the run is incomplete (accept._unmeasured)."""
+    """A STREAM failure on a card with a reference carries the threshold it would have been held to:
+    an unknown with a threshold is a reading not made, and the run is incomplete
+    (accept._unmeasured)."""
     entry = card_of(device_name, references)[1] if device != "cpu" else {}
     judged = {kind: float(entry[f"{kind}_gb_s"]) for kind in ARRAYS if entry.get(f"{kind}_gb_s")}
     if point.verdict == "unknown" and judged:
@@ -172,8 +183,8 @@ def _unmeasured(point: Point, device: str, device_name: str, references: dict[st
 
 def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dict[str, float],
                     references: dict[str, Any], rules: dict[str, Any]) -> Point:
-    """STREAM copy and triad GB/s against the card's measured ones: each kind with a reference is judged,
-    the worst decides; a CPU or a card without a reference is read, not judged."""
+    """STREAM copy and triad GB/s against the card's measured ones: each kind with a reference is
+    judged, the worst decides; a CPU or a card without a reference is read, not judged."""
     rule = rules["load.memory.bandwidth"]
     floor, label = float(rule["value"]), _label(device, device_name)
     card, entry = card_of(device_name, references) if device != "cpu" else (None, {})
@@ -199,7 +210,8 @@ def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dic
 
 def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names: dict[str, str],
                      log: SensorLog | None, rules: dict[str, Any], references: dict[str, Any]) -> list[Point]:
-    """Each device's STREAM bandwidth, measured and judged; a device that fails is a point (loadio's rule)."""
+    """Each device's STREAM bandwidth, measured and judged; a device that fails is a point (loadio's
+    rule)."""
     points: list[Point] = []
     for device in devices:
         gpu = gpus.get(device)

@@ -1,22 +1,24 @@
-"""What the driver says about each card while `kdkit diagnose --accept` loads it: the samples taken about
-once a second, and the points they make (throttle reasons, clocks, temperature, power, the PCIe link).
+"""What the driver says about each card while `kdkit diagnose --accept` loads it: the samples taken
+about once a second, and the points they make (throttle reasons, clocks, temperature, power, the
+PCIe link).
 
-The sampler is the health section's (a callable passed in, ``None`` where there is no driver): it returns
-``{gpu index: {key: value}}``, each value ``None`` where the driver could not read it, and this module reads
-these keys when present (kdkit.probe.diagnose.smi_nvidia's SAMPLE_KEYS):
+The sampler is the health section's (a callable passed in, ``None`` where there is no driver): it
+returns ``{gpu index: {key: value}}``, each value ``None`` where the driver could not read it, and
+this module reads these keys when present (kdkit.probe.diagnose.smi_nvidia's SAMPLE_KEYS):
 
 - ``sm_clock``, ``sm_clock_max`` (MHz); ``temperature`` (C); ``power_draw``, ``power_limit`` (W, the
   enforced limit);
-- ``throttle.<reason>``: True while that clock event (throttle) reason is active (``throttle.hw_slowdown``,
-  nvidia-smi's ``clocks_event_reasons.*`` names);
-- ``pcie_gen``, ``pcie_width`` (the link now), ``pcie_gen_max``, ``pcie_width_max`` (the most this card and
-  slot can train to);
-- ``bus_id`` (``"00000000:18:00.0"``), when given: matches the driver's index to torch's, which differ when
-  ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` reorders the cards.
+- ``throttle.<reason>``: True while that clock event (throttle) reason is active
+  (``throttle.hw_slowdown``, nvidia-smi's ``clocks_event_reasons.*`` names);
+- ``pcie_gen``, ``pcie_width`` (the link now), ``pcie_gen_max``, ``pcie_width_max`` (the most this
+  card and slot can train to);
+- ``bus_id`` (``"00000000:18:00.0"``), when given: matches the driver's index to torch's, which
+  differ when ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` reorders the cards.
 
-Each sample keeps only these (its evidence stays small), the active reasons as one list ``throttle``. A
-sampler that raises or returns something else is one that returned nothing: the load goes on, and the
-points say the reading could not be taken (verdict ``unknown``). Standard library only.
+Each sample keeps only these (its evidence stays small), the active reasons as one list
+``throttle``. A sampler that raises or returns something else is one that returned nothing: the load
+goes on, and the points say the reading could not be taken (verdict ``unknown``). Standard library
+only.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ THROTTLE = "throttle."
 
 
 class SensorLog:
-    """The samples of one load run, per driver index, each with its time (``t``, seconds since the start)
-    and phase (``gemm`` or ``copy``). ``period``: the least time between two samples."""
+    """The samples of one load run, per driver index, each with its time (``t``, seconds since the
+    start) and phase (``gemm`` or ``copy``). ``period``: the least time between two samples."""
 
     def __init__(self, sampler: Sampler | None, period: float = 1.0) -> None:
         self.sampler, self.period = sampler, period
@@ -46,14 +48,16 @@ class SensorLog:
         self.failures = 0
 
     def poll(self, phase: str, force: bool = False) -> None:
-        """Take a sample when ``period`` has passed since the last one (or ``force``); never raises."""
+        """Take a sample when ``period`` has passed since the last one (or ``force``); never
+        raises."""
         now = time.perf_counter()
         if self.sampler is None or (not force and now - self.last < self.period):
             return
         self.last = now
         try:
             readings = self.sampler()
-        except Exception:  # the sampler's fault must not stop the load: counted, reported as unknown
+        # the sampler's fault must not stop the load: counted, reported as unknown
+        except Exception:
             self.failures += 1
             return
         if not isinstance(readings, dict):
@@ -64,7 +68,8 @@ class SensorLog:
                 self.samples.setdefault(index, []).append(kept(reading, round(now - self.started, 3), phase))
 
     def index_of(self, torch_index: int, bus_id: tuple[int, int, int] | None) -> int:
-        """The driver's index of torch's card ``torch_index``: by PCI address when both sides give one."""
+        """The driver's index of torch's card ``torch_index``: by PCI address when both sides give
+        one."""
         if bus_id is not None:
             for index, entries in self.samples.items():
                 if any(_bus(entry.get("bus_id")) == bus_id for entry in entries):
@@ -73,8 +78,8 @@ class SensorLog:
 
 
 def kept(reading: dict[str, Any], t: float, phase: str) -> dict[str, Any]:
-    """What a sample keeps: its time and phase, FIELDS, and ``throttle``: the active reasons' names (None
-    when the driver gave no reason at all)."""
+    """What a sample keeps: its time and phase, FIELDS, and ``throttle``: the active reasons' names
+    (None when the driver gave no reason at all)."""
     entry: dict[str, Any] = {"t": t, "phase": phase}
     entry.update((key, reading[key]) for key in FIELDS if key in reading)
     reasons = {key.removeprefix(THROTTLE): value for key, value in reading.items() if str(key).startswith(THROTTLE)}
@@ -117,7 +122,8 @@ def sensor_points(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]
 
 
 def throttle_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Point:
-    """Which throttle reasons were active, in how many samples; a hardware or thermal one is degraded."""
+    """Which throttle reasons were active, in how many samples; a hardware or thermal one is
+    degraded."""
     rule = rules["load.throttle"]
     bad = set(rule["value"])
     read = [entry for entry in entries if entry.get("throttle") is not None]
@@ -148,7 +154,8 @@ def _numbers(entries: list[dict[str, Any]], field: str) -> list[float]:
 
 
 def _info_points(gpu: int, entries: list[dict[str, Any]]) -> list[Point]:
-    """Clocks, temperature and power under load: facts without a verdict (the throttle reasons judge)."""
+    """Clocks, temperature and power under load: facts without a verdict (the throttle reasons
+    judge)."""
     points = []
     clocks, top = _numbers(entries, "sm_clock"), _numbers(entries, "sm_clock_max")
     if clocks:
@@ -169,7 +176,8 @@ def _info_points(gpu: int, entries: list[dict[str, Any]]) -> list[Point]:
 
 
 def link_of(entries: list[dict[str, Any]]) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-    """(the best (gen, width) seen under load, the link's maximum (gen, width)), each None when unread."""
+    """(the best (gen, width) seen under load, the link's maximum (gen, width)), each None when
+    unread."""
     seen = [(int(entry["pcie_gen"]), int(entry["pcie_width"])) for entry in entries
             if isinstance(entry.get("pcie_gen"), int) and isinstance(entry.get("pcie_width"), int)]
     tops = [(int(entry["pcie_gen_max"]), int(entry["pcie_width_max"])) for entry in entries
@@ -179,7 +187,8 @@ def link_of(entries: list[dict[str, Any]]) -> tuple[tuple[int, int] | None, tupl
 
 
 def pcie_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Point:
-    """The link under load (the best sample: an idle link trains down to save power) against its maximum."""
+    """The link under load (the best sample: an idle link trains down to save power) against its
+    maximum."""
     rule = rules.get("load.pcie.link", {})
     best, top = link_of(entries)
     reading = None if best is None else {"gen": best[0], "width": best[1]}

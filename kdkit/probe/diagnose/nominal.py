@@ -25,12 +25,14 @@ class Nominal:
     name: str
     bf16_tflops: float | None
     memory_gbps: float | None
-    fp16_tflops: float | None = None  # dense fp16 tensor TFLOP/s: what a card without bf16 (T4, V100) is held to
+    # dense fp16 tensor TFLOP/s: what a card without bf16 (T4, V100) is held to
+    fp16_tflops: float | None = None
 
 
 @lru_cache(maxsize=1)
 def table() -> tuple[tuple[re.Pattern[str], Nominal], ...]:
-    """(device-name pattern, figures per device) of every shipped offer that has a pattern, in catalog order."""
+    """(device-name pattern, figures per device) of every shipped offer that has a pattern, in
+    catalog order."""
     rows = []
     for offer in shipped_data(CATALOG)["offers"]:
         pattern, figures = offer.get("device_pattern"), offer.get("nominal") or {}
@@ -47,21 +49,24 @@ def table() -> tuple[tuple[re.Pattern[str], Nominal], ...]:
 
 
 def lookup(device_name: str) -> Nominal | None:
-    """The nominal figures for a device name as torch reports it, or None if unknown (or ambiguous)."""
+    """The nominal figures for a device name as torch reports it, or None if unknown (or
+    ambiguous)."""
     found = [figures for pattern, figures in table() if pattern.search(device_name)]
     return found[0] if len(found) == 1 else None
 
 
 def named(device_name: str) -> tuple[str, ...]:
-    """The catalog cards a driver name may be: one, none, or several where the driver names them alike
-    (rocm-smi's 'AMD Instinct MI250X/MI250', ROCm 7.2's 'AMD Instinct MI250X / MI250': each part read)."""
+    """The catalog cards a driver name may be: one, none, or several where the driver names them
+    alike (rocm-smi's 'AMD Instinct MI250X/MI250', ROCm 7.2's 'AMD Instinct MI250X / MI250': each
+    part read)."""
     parts = [part for part in re.split(r"\s*/\s*", device_name) if part.strip()]
     found = [lookup(part) for part in (parts if len(parts) > 1 else [device_name])]
     return tuple(dict.fromkeys(figures.name for figures in found if figures is not None))
 
 
 # Words that make another card of the same model number: an RTX 4080 SUPER is no RTX 4080, a 3090 Ti
-# no 3090, an RTX 4090 D no RTX 4090 (kdkit.facts.catalog's tier rule, read here from the name alone).
+# no 3090, an RTX 4090 D no RTX 4090 (kdkit.facts.catalog's tier rule, read here from the name
+# alone).
 TIERS = frozenset({"ti", "super", "d"})
 _MODEL = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9]*")
 
@@ -72,7 +77,8 @@ def tiers(name: str) -> frozenset[str]:
 
 
 def model(name: str) -> str:
-    """The word of a name that holds its model number (``"NVIDIA GeForce RTX 4080"`` -> ``4080``)."""
+    """The word of a name that holds its model number (``"NVIDIA GeForce RTX 4080"`` ->
+    ``4080``)."""
     match = _MODEL.search(name)
     return match.group().lower() if match else ""
 

@@ -1,11 +1,11 @@
-"""What `kdkit diagnose --accept` judges: one point per reading (a fact the driver or a measurement gave),
-its threshold, its verdict, and what to do or to tell the provider; and how points make the machine's
-verdict. Standard library only.
+"""What `kdkit diagnose --accept` judges: one point per reading (a fact the driver or a measurement
+gave), its threshold, its verdict, and what to do or to tell the provider; and how points make the
+machine's verdict. Standard library only.
 
 The thresholds are data: ``kdkit/data/acceptance.json``, each with the public source it was read in,
-overridable per project (kdkit.json ``"acceptance"``). A reading kdkit has no threshold for (an unknown
-card, a field the driver does not give) is reported as read, with the verdict ``unknown`` or ``info``:
-never an invented threshold.
+overridable per project (kdkit.json ``"acceptance"``). A reading kdkit has no threshold for (an
+unknown card, a field the driver does not give) is reported as read, with the verdict ``unknown`` or
+``info``: never an invented threshold.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 ACCEPTANCE = "data/acceptance.json"  # inside the kdkit package; travels (kdkit.core.layout.DATA)
 
 # A point's verdict. ok: within its threshold. info: a fact with no verdict (a MIG slice, the driver
-# version). unknown: no threshold applies (an unknown card) or the reading could not be taken ("[N/A]",
-# "[Insufficient Permissions]"): reported, never judged. degraded: the card works below what was paid for
-# (throttling, a PCIe link trained at x8, a pending row remap). refuse: the machine should go back (an
-# uncorrectable ECC error, a failed row remap, silent data corruption, no GPU).
+# version). unknown: no threshold applies (an unknown card) or the reading could not be taken
+# ("[N/A]", "[Insufficient Permissions]"): reported, never judged. degraded: the card works below
+# what was paid for (throttling, a PCIe link trained at x8, a pending row remap). refuse: the
+# machine should go back (an uncorrectable ECC error, a failed row remap, silent data corruption, no
+# GPU).
 VERDICTS = ("ok", "info", "unknown", "degraded", "refuse")
 # The machine's verdict, from its worst point.
 MACHINE = {"refuse": "refuse", "degraded": "degraded"}  # anything else: accept
@@ -31,14 +32,15 @@ MACHINE = {"refuse": "refuse", "degraded": "degraded"}  # anything else: accept
 class Point(Record):
     """One judged reading.
 
-    ``section``: "steps" (today's diagnose), "health" (the driver's facts, before and without torch) or
-    "load" (under sustained load). ``name``: a stable dotted name (``ecc.volatile_uncorrected``,
-    ``pcie.width``, ``load.throughput_drop``). ``gpu``: the card's index, None for the whole machine.
-    ``reading``: as read (a number, a string, a bool, None when it could not be read), with ``unit``.
-    ``threshold``: the rule in words (``"0"``, ``">= 0.9 of the first 10 %"``), None without one.
-    ``verdict``: one of VERDICTS. ``why``: one line a person reads. ``fix``: what the user does, when
-    something can be done on this machine. ``provider``: the sentence for the provider, when it is
-    theirs to fix. ``source``: where the threshold comes from (a URL or a repository path).
+    ``section``: "steps" (today's diagnose), "health" (the driver's facts, before and without torch)
+    or "load" (under sustained load). ``name``: a stable dotted name (``ecc.volatile_uncorrected``,
+    ``pcie.width``, ``load.throughput_drop``). ``gpu``: the card's index, None for the whole
+    machine. ``reading``: as read (a number, a string, a bool, None when it could not be read), with
+    ``unit``. ``threshold``: the rule in words (``"0"``, ``">= 0.9 of the first 10 %"``), None
+    without one. ``verdict``: one of VERDICTS. ``why``: one line a person reads. ``fix``: what the
+    user does, when something can be done on this machine. ``provider``: the sentence for the
+    provider, when it is theirs to fix. ``source``: where the threshold comes from (a URL or a
+    repository path).
     """
 
     __slots__ = ("section", "name", "gpu", "reading", "unit", "threshold", "verdict",  # noqa: RUF023 (order)
@@ -55,7 +57,8 @@ class Point(Record):
 
 
 def machine_verdict(points: list[Point]) -> str:
-    """accept, degraded or refuse: the worst point decides; no point at all is no evidence (refuse)."""
+    """accept, degraded or refuse: the worst point decides; no point at all is no evidence
+    (refuse)."""
     if not points:
         return "refuse"
     worst = max(VERDICTS.index(point.verdict) for point in points)
@@ -72,9 +75,10 @@ def reasons(points: list[Point]) -> list[Point]:
 
 
 def thresholds(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The shipped thresholds (``kdkit/data/acceptance.json``), each ``{"value": ..., "source": ...}``
-    under its section and name, with a project's ``overrides`` (kdkit.json ``"acceptance"``: the same
-    shape, ``source`` optional) laid over them; an overridden threshold's source says so."""
+    """The shipped thresholds (``kdkit/data/acceptance.json``), each ``{"value": ..., "source":
+    ...}`` under its section and name, with a project's ``overrides`` (kdkit.json ``"acceptance"``:
+    the same shape, ``source`` optional) laid over them; an overridden threshold's source says
+    so."""
     from kdkit.core.builds import shipped_data
 
     merged: dict[str, Any] = {section: dict(rules) for section, rules in shipped_data(ACCEPTANCE).items()
@@ -87,7 +91,8 @@ def thresholds(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
-    """A JSON value's kind, as an override must match the shipped rule's: number, text, flag, list, table."""
+    """A JSON value's kind, as an override must match the shipped rule's: number, text, flag, list,
+    table."""
     if isinstance(value, bool):
         return "flag"
     if isinstance(value, (int, float)):
@@ -98,10 +103,11 @@ def _kind(value: Any) -> str:
 
 
 def check_overrides(overrides: Any, where: str) -> None:
-    """BadInput, one line naming the place, unless ``overrides`` (kdkit.json ``"acceptance"``) only changes
-    rules kdkit ships, each key to a value of the shipped kind (finite numbers), with a ``source`` that is
-    text and carries no credential (it goes into the evidence for the provider). Checked before any load:
-    a misspelt rule would otherwise leave the shipped threshold in force, unsaid."""
+    """BadInput, one line naming the place, unless ``overrides`` (kdkit.json ``"acceptance"``) only
+    changes rules kdkit ships, each key to a value of the shipped kind (finite numbers), with a
+    ``source`` that is text and carries no credential (it goes into the evidence for the provider).
+    Checked before any load: a misspelt rule would otherwise leave the shipped threshold in force,
+    unsaid."""
     from kdkit.core.builds import shipped_data
     from kdkit.core.errors import BadInput
 
@@ -126,7 +132,8 @@ def check_overrides(overrides: Any, where: str) -> None:
 
 
 def _catalog_card(name: str) -> bool:
-    """Whether ``name`` is a card the catalog knows (exactly, as the reference section names cards)."""
+    """Whether ``name`` is a card the catalog knows (exactly, as the reference section names
+    cards)."""
     from kdkit.probe.diagnose import nominal
 
     try:
@@ -137,8 +144,9 @@ def _catalog_card(name: str) -> bool:
 
 
 def _no_credential(place: str, value: Any) -> None:
-    """BadInput naming the JSON path of the first text under ``value`` (keys too) with a credential's
-    shape: every string of an override can land in the evidence for the provider. Never echoes it."""
+    """BadInput naming the JSON path of the first text under ``value`` (keys too) with a
+    credential's shape: every string of an override can land in the evidence for the provider. Never
+    echoes it."""
     from kdkit.core.credentials import find
     from kdkit.core.errors import BadInput
 

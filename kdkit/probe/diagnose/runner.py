@@ -1,6 +1,7 @@
-"""The steps of `kdkit diagnose`, in order, and running them: today's diagnose (``run_diagnose``) and the
-acceptance test's first part (kdkit.probe.diagnose.accept) run the same plan on a Context that keeps what
-the steps learn (torch, the devices). Standard library only, plus torch (imported by its own step).
+"""The steps of `kdkit diagnose`, in order, and running them: today's diagnose (``run_diagnose``)
+and the acceptance test's first part (kdkit.probe.diagnose.accept) run the same plan on a Context
+that keeps what the steps learn (torch, the devices). Standard library only, plus torch (imported by
+its own step).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def run_diagnose(expect: str = "auto", deep: bool = False, memory_share: float =
 
 
 def run_steps(ctx: Context, plan: tuple[tuple[str, StepFn], ...], deep: bool = False) -> dict[str, Any]:
-    """The report of ``plan``'s steps run in order on ``ctx`` (which keeps what they learn: torch, the
-    devices), stopping at the first failure; never raises for what it finds."""
+    """The report of ``plan``'s steps run in order on ``ctx`` (which keeps what they learn: torch,
+    the devices), stopping at the first failure; never raises for what it finds."""
     expect = ctx.expect
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     steps: list[dict[str, Any]] = []

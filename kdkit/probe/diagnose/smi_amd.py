@@ -1,20 +1,24 @@
-"""AMD's facts, from ``amd-smi``'s JSON (``rocm-smi --json`` on stacks that lack amd-smi), before and without
-torch. Standard library only.
+"""AMD's facts, from ``amd-smi``'s JSON (``rocm-smi --json`` on stacks that lack amd-smi), before
+and without torch. Standard library only.
 
-The shapes are those of the AMD SMI command line tool (ROCm/amdsmi, amdsmi_cli/amdsmi_commands.py and
-amdsmi_cli/README.md; https://rocm.docs.amd.com/projects/amdsmi/en/latest/how-to/amdsmi-cli-tool.html):
+The shapes are those of the AMD SMI command line tool (ROCm/amdsmi, amdsmi_cli/amdsmi_commands.py
+and amdsmi_cli/README.md;
+https://rocm.docs.amd.com/projects/amdsmi/en/latest/how-to/amdsmi-cli-tool.html):
 
-- ``amd-smi static --json`` and ``amd-smi metric --json`` print one object per GPU, keyed by ``gpu``: a bare
-  list on older releases, ``{"gpu_data": [...]}`` on ROCm 6.4 and later. A reading is a bare value or
-  ``{"value": 196592, "unit": "MB"}``; "N/A" where the card has none. static: ``asic.market_name``,
-  ``board.product_serial``, ``bus.bdf``, ``bus.max_pcie_width``, ``bus.max_pcie_speed`` (GT/s),
-  ``vram.size`` (MB, that is MiB), ``driver.version``, ``ras.ecc_block_state.UMC``. metric:
+- ``amd-smi static --json`` and ``amd-smi metric --json`` print one object per GPU, keyed by
+  ``gpu``: a bare list on older releases, ``{"gpu_data": [...]}`` on ROCm 6.4 and later. A reading
+  is a bare value or ``{"value": 196592, "unit": "MB"}``; "N/A" where the card has none. static:
+  ``asic.market_name``, ``board.product_serial``, ``bus.bdf``, ``bus.max_pcie_width``,
+  ``bus.max_pcie_speed`` (GT/s), ``vram.size`` (MB, that is MiB), ``driver.version``,
+  ``ras.ecc_block_state.UMC``. metric:
   ``ecc.total_correctable_count``/``total_uncorrectable_count``, ``pcie.width``/``speed``,
-  ``power.socket_power``, ``power.throttle_status`` (THROTTLED/UNTHROTTLED), ``throttle.*_violation_status``
-  (ACTIVE/NOT ACTIVE, ROCm 6.4+), ``clock.gfx_0.clk``/``max_clk``, ``temperature.hotspot``, ``xgmi_err``
-  (an ``amdsmi_xgmi_status_t`` name: AMDSMI_XGMI_STATUS_NO_ERRORS, _ERROR, _MULTIPLE_ERRORS).
-- ``amd-smi xgmi --link-status --json`` (ROCm 6.4+, ROCm/amdsmi CHANGELOG.md "amd_smi_lib for ROCm 6.4.0"):
-  per GPU a ``link_status`` list, each link U (up), D (down) or X (disabled), "SELF" for itself.
+  ``power.socket_power``, ``power.throttle_status`` (THROTTLED/UNTHROTTLED),
+  ``throttle.*_violation_status`` (ACTIVE/NOT ACTIVE, ROCm 6.4+), ``clock.gfx_0.clk``/``max_clk``,
+  ``temperature.hotspot``, ``xgmi_err`` (an ``amdsmi_xgmi_status_t`` name:
+  AMDSMI_XGMI_STATUS_NO_ERRORS, _ERROR, _MULTIPLE_ERRORS).
+- ``amd-smi xgmi --link-status --json`` (ROCm 6.4+, ROCm/amdsmi CHANGELOG.md "amd_smi_lib for ROCm
+  6.4.0"): per GPU a ``link_status`` list, each link U (up), D (down) or X (disabled), "SELF" for
+  itself.
 - ``rocm-smi --showproductname --showmeminfo vram --showbus --json`` (ROCm/rocm_smi_lib
   python_smi_tools/rocm_smi.py): ``{"card0": {"Card Series": ..., "VRAM Total Memory (B)": ..., "PCI Bus":
   ...}}``; it prints its RAS tables only as text, so ECC and XGMI stay unread on that path.
@@ -52,8 +56,8 @@ METRIC: tuple[tuple[tuple[str, ...], str, str], ...] = (
 
 
 def json_answer(argv: list[str], timeout: float) -> tuple[Any, str | None, bool]:
-    """(the JSON a tool printed, None, False), or (None, why not, whether it ran out of time). Text before the
-    JSON (a warning line) is skipped."""
+    """(the JSON a tool printed, None, False), or (None, why not, whether it ran out of time). Text
+    before the JSON (a warning line) is skipped."""
     called = call(argv, timeout)
     if called.done is None:
         return None, called.failure, called.timed_out
@@ -68,7 +72,8 @@ def json_answer(argv: list[str], timeout: float) -> tuple[Any, str | None, bool]
 
 
 def entries(data: Any) -> list[dict[str, Any]]:
-    """The per-GPU objects of an amd-smi answer (a bare list, or under ``gpu_data``), each with a ``gpu`` index."""
+    """The per-GPU objects of an amd-smi answer (a bare list, or under ``gpu_data``), each with a
+    ``gpu`` index."""
     if isinstance(data, dict):
         data = data.get("gpu_data")
     if not isinstance(data, list):
@@ -80,8 +85,8 @@ _ABSENT = object()
 
 
 def lookup(entry: Any, path: tuple[str, ...]) -> Any:
-    """The value at ``path`` (keys matched without case), unwrapped from ``{"value": ..., "unit": ...}``;
-    ``_ABSENT`` when the answer has no such key (an older amd-smi)."""
+    """The value at ``path`` (keys matched without case), unwrapped from ``{"value": ..., "unit":
+    ...}``; ``_ABSENT`` when the answer has no such key (an older amd-smi)."""
     for key in path:
         if not isinstance(entry, dict):
             return _ABSENT
@@ -109,9 +114,9 @@ def fill(gpu: dict[str, Any], entry: dict[str, Any], table: tuple[tuple[tuple[st
 
 
 def generations(gpu: dict[str, Any]) -> None:
-    """``pcie_gen``/``pcie_gen_max`` from amd-smi's GT/s (``pcie_speed``/``pcie_speed_max``), by the PCIe
-    data rates of kdkit/data/acceptance.json (health "pcie.link" gen_gt_s, PCI-SIG), so AMD's link reads as
-    NVIDIA's does; a rate of no generation stays unread."""
+    """``pcie_gen``/``pcie_gen_max`` from amd-smi's GT/s (``pcie_speed``/``pcie_speed_max``), by the
+    PCIe data rates of kdkit/data/acceptance.json (health "pcie.link" gen_gt_s, PCI-SIG), so AMD's
+    link reads as NVIDIA's does; a rate of no generation stays unread."""
     rates = {float(rate): int(gen) for gen, rate in shipped_data(ACCEPTANCE)["health"]["pcie.link"]["gen_gt_s"].items()}
     for speed, gen in (("pcie_speed", "pcie_gen"), ("pcie_speed_max", "pcie_gen_max")):
         if speed in gpu:
@@ -122,7 +127,8 @@ def generations(gpu: dict[str, Any]) -> None:
 
 
 def read(timeout: float) -> dict[str, Any]:
-    """Everything amd-smi (or rocm-smi) says about this machine's GPUs (smi_values.new_facts); never raises."""
+    """Everything amd-smi (or rocm-smi) says about this machine's GPUs (smi_values.new_facts); never
+    raises."""
     if shutil.which(AMD_SMI) is None:
         return read_rocm_smi(timeout)
     facts = new_facts("amd", AMD_SMI)
@@ -162,8 +168,8 @@ def _xgmi(facts: dict[str, Any], gpus: dict[int, dict[str, Any]], timeout: float
 
 
 def link_states(data: Any) -> dict[int, list[str]]:
-    """Per GPU index, the state letters of its XGMI links (U, D, X), found wherever the answer nests them;
-    a status naming several links ("U/U") counts each."""
+    """Per GPU index, the state letters of its XGMI links (U, D, X), found wherever the answer nests
+    them; a status naming several links ("U/U") counts each."""
     found: dict[int, list[str]] = {}
     stack = [data]
     while stack:
@@ -201,13 +207,14 @@ def read_rocm_smi(timeout: float) -> dict[str, Any]:
     return facts
 
 
-# Per amd-smi program: each GPU's maximum PCIe link (static, read once), so that each sample runs amd-smi once.
+# Per amd-smi program: each GPU's maximum PCIe link (static, read once), so that each sample runs
+# amd-smi once.
 _MAXIMA: dict[str, dict[int, dict[str, Any]]] = {}
 
 
 def sample(timeout: float) -> dict[int, dict[str, Any]]:
-    """One reading of clocks, temperature, power, throttle and the PCIe link per GPU index; {} when amd-smi
-    gives none."""
+    """One reading of clocks, temperature, power, throttle and the PCIe link per GPU index; {} when
+    amd-smi gives none."""
     program = shutil.which(AMD_SMI) or AMD_SMI
     if program not in _MAXIMA:
         static, _, _ = json_answer([AMD_SMI, "static", "--json"], timeout)

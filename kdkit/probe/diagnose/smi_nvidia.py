@@ -1,21 +1,23 @@
-"""NVIDIA's facts, from ``nvidia-smi``'s scriptable interface, before and without torch. Standard library only.
+"""NVIDIA's facts, from ``nvidia-smi``'s scriptable interface, before and without torch. Standard
+library only.
 
 The source is NVIDIA's documented scripting interface (nvidia-smi man page,
 https://docs.nvidia.com/deploy/nvidia-smi/index.html, "Selective query options"):
 
-- ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits``: one line per GPU, the values in the
-  order asked, separated by ", ". The field names are ``nvidia-smi --help-query-gpu``'s. A field the
-  driver does not know is refused with ``Field "<name>" is not a valid field to query.`` and exit status
-  2; kdkit then asks again with the field's other spelling (drivers before R535 know the clock event
-  reasons only as ``clocks_throttle_reasons.*``; R535+ accept both) or without it, and records which.
-- ``nvidia-smi --query-remapped-rows=...``: row remapping is its own query (``--help-query-remapped-rows``),
-  one line per GPU, keyed by ``gpu_bus_id``.
-- ``nvidia-smi -q -d COMPUTE``: the ``-q`` header names the driver (``Driver Version``, ``KMD Version`` on
-  R6xx) and the newest CUDA it supports (``CUDA Version``, ``CUDA UMD Version`` on R6xx); no query field
-  gives the CUDA version (``cuda_version`` is refused).
-- ``nvidia-smi nvlink --status``: per GPU a ``GPU <i>: <name> (UUID: ...)`` line, then ``Link <n>: <rate>``
-  or ``Link <n>: <inactive>`` (``nvidia-smi nvlink -h``; link states in NVML's NvLink methods,
-  https://docs.nvidia.com/deploy/nvml-api/group__NvLink.html).
+- ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits``: one line per GPU, the values in
+  the order asked, separated by ", ". The field names are ``nvidia-smi --help-query-gpu``'s. A field
+  the driver does not know is refused with ``Field "<name>" is not a valid field to query.`` and
+  exit status 2; kdkit then asks again with the field's other spelling (drivers before R535 know the
+  clock event reasons only as ``clocks_throttle_reasons.*``; R535+ accept both) or without it, and
+  records which.
+- ``nvidia-smi --query-remapped-rows=...``: row remapping is its own query
+  (``--help-query-remapped-rows``), one line per GPU, keyed by ``gpu_bus_id``.
+- ``nvidia-smi -q -d COMPUTE``: the ``-q`` header names the driver (``Driver Version``, ``KMD
+  Version`` on R6xx) and the newest CUDA it supports (``CUDA Version``, ``CUDA UMD Version`` on
+  R6xx); no query field gives the CUDA version (``cuda_version`` is refused).
+- ``nvidia-smi nvlink --status``: per GPU a ``GPU <i>: <name> (UUID: ...)`` line, then ``Link <n>:
+  <rate>`` or ``Link <n>: <inactive>`` (``nvidia-smi nvlink -h``; link states in NVML's NvLink
+  methods, https://docs.nvidia.com/deploy/nvml-api/group__NvLink.html).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ CSV = "--format=csv,noheader,nounits"
 REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
            "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost")
 # (query field, fact key, kind). ``index`` comes first: it keys each line.
-# gpu_recovery_action: the driver's "action to take to clear fault that previously happened" (None, Reset,
-# Reboot, Drain P2P, Drain and Reset; nvidia-smi man page, "GPU Recovery Action"; NVIDIA GPU memory error
-# management, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html).
+# gpu_recovery_action: the driver's "action to take to clear fault that previously happened" (None,
+# Reset, Reboot, Drain P2P, Drain and Reset; nvidia-smi man page, "GPU Recovery Action"; NVIDIA GPU
+# memory error management,
+# https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html).
 # Drivers before it (R535) answer reset_status.* instead; each driver refuses the other's.
 GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("index", "index", "number"), ("name", "name", "text"), ("serial", "serial", "text"), ("uuid", "uuid", "text"),
@@ -54,8 +57,8 @@ GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("reset_status.drain_and_reset_recommended", "drain_and_reset", "flag"),
     *((f"clocks_event_reasons.{reason}", f"throttle.{reason}", "flag") for reason in REASONS),
 )
-# What the load section samples about once a second (clocks, temperature, power, throttle, PCIe link; the bus
-# address matches the driver's GPU index to torch's).
+# What the load section samples about once a second (clocks, temperature, power, throttle, PCIe
+# link; the bus address matches the driver's GPU index to torch's).
 SAMPLE_KEYS = ("index", "bus_id", "sm_clock", "sm_clock_max", "temperature", "power_draw", "power_limit", "pcie_gen",
                "pcie_gen_max", "pcie_width", "pcie_width_max", *(f"throttle.{reason}" for reason in REASONS))
 SAMPLE_FIELDS = tuple(row for row in GPU_FIELDS if row[1] in SAMPLE_KEYS)
@@ -64,8 +67,8 @@ REMAP_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("gpu_bus_id", "bus_id", "text"), ("remapped_rows.correctable", "remapped_rows_correctable", "number"),
     ("remapped_rows.uncorrectable", "remapped_rows_uncorrectable", "number"),
     ("remapped_rows.pending", "remap_pending", "flag"), ("remapped_rows.failure", "remap_failure", "flag"))
-# Another spelling of a field, tried when a driver refuses the first (--help-query-gpu lists both for R535+;
-# pcie.link.gen.current is "Deprecated, use pcie.link.gen.gpucurrent instead").
+# Another spelling of a field, tried when a driver refuses the first (--help-query-gpu lists both
+# for R535+; pcie.link.gen.current is "Deprecated, use pcie.link.gen.gpucurrent instead").
 ALTERNATIVE = {**{f"clocks_event_reasons.{r}": f"clocks_throttle_reasons.{r}" for r in REASONS},
                "pcie.link.gen.current": "pcie.link.gen.gpucurrent"}
 REFUSED = ('Field "', '" is not a valid field to query')
@@ -73,8 +76,8 @@ PROBLEMS_SHOWN = 20  # odd lines of one answer kept in the evidence
 
 
 class Answer:
-    """The lines of one query, the fields they hold (``names``, in column order, as kdkit names them) and
-    ``asked`` (as the driver knows them), or ``failure``."""
+    """The lines of one query, the fields they hold (``names``, in column order, as kdkit names
+    them) and ``asked`` (as the driver knows them), or ``failure``."""
 
     __slots__ = ("asked", "failure", "lines", "names", "renamed", "timed_out", "unknown")
 
@@ -89,7 +92,8 @@ class Answer:
 
 
 def refused_field(called: Called) -> str | None:
-    """The field nvidia-smi named as not valid to query, if that is why it failed (read whatever the exit status)."""
+    """The field nvidia-smi named as not valid to query, if that is why it failed (read whatever the
+    exit status)."""
     done = called.done
     if done is None:
         return None
@@ -100,8 +104,9 @@ def refused_field(called: Called) -> str | None:
 
 
 def query(switch: str, fields: tuple[str, ...], timeout: float, known: Answer | None = None) -> Answer:
-    """``nvidia-smi --query-<switch>=fields``, asking again with another spelling of each refused field, or
-    without it, until the driver answers. ``known``: an earlier answer whose spellings worked (the sampler's)."""
+    """``nvidia-smi --query-<switch>=fields``, asking again with another spelling of each refused
+    field, or without it, until the driver answers. ``known``: an earlier answer whose spellings
+    worked (the sampler's)."""
     answer = Answer()
     answer.names, answer.asked = (list(known.names), list(known.asked)) if known else (list(fields), list(fields))
     for _ in range(2 * len(fields) + 1):
@@ -111,7 +116,8 @@ def query(switch: str, fields: tuple[str, ...], timeout: float, known: Answer | 
             return _finish(answer, called)
         at = answer.asked.index(refused)
         other = ALTERNATIVE.get(answer.names[at])
-        if other and other != refused:  # the whole family at once (clocks_event_reasons.*): one retry, not eight
+        # the whole family at once (clocks_event_reasons.*): one retry, not eight
+        if other and other != refused:
             family = refused.rsplit(".", 1)[0] + "."
             for i, name in enumerate(answer.names):
                 if answer.asked[i].startswith(family) and ALTERNATIVE.get(name):
@@ -134,8 +140,9 @@ def _finish(answer: Answer, called: Called) -> Answer:
 
 
 def gpu_records(answer: Answer, table: tuple[tuple[str, str, str], ...]) -> tuple[list[dict[str, Any]], list[str]]:
-    """One record per line that starts with a GPU index; a line of the wrong width keeps the GPU with every
-    reading unread; any other line is a problem (a warning nvidia-smi printed among its answers)."""
+    """One record per line that starts with a GPU index; a line of the wrong width keeps the GPU
+    with every reading unread; any other line is a problem (a warning nvidia-smi printed among its
+    answers)."""
     kinds = {field: (key, kind) for field, key, kind in table}
     gpus: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -143,7 +150,8 @@ def gpu_records(answer: Answer, table: tuple[tuple[str, str, str], ...]) -> tupl
         cells = [cell.strip() for cell in line.split(",")]
         index = number(cells[0])
         if not isinstance(index, int):
-            if len(problems) < PROBLEMS_SHOWN:  # a tool that floods its warnings is named, not copied
+            # a tool that floods its warnings is named, not copied
+            if len(problems) < PROBLEMS_SHOWN:
                 problems.append(f"nvidia-smi printed a line kdkit cannot read: {line.strip()[:120]!r}")
             elif len(problems) == PROBLEMS_SHOWN:
                 problems.append("nvidia-smi printed more lines kdkit cannot read (not listed)")
@@ -229,8 +237,8 @@ def _nvlink(facts: dict[str, Any], timeout: float) -> bool:
 
 
 def nvlink_status(text: str) -> dict[int, dict[str, int]]:
-    """Per GPU index: links ``up`` (a rate is shown), ``down`` (``<inactive>``), ``other`` (anything else)
-    and ``total``."""
+    """Per GPU index: links ``up`` (a rate is shown), ``down`` (``<inactive>``), ``other`` (anything
+    else) and ``total``."""
     links: dict[int, dict[str, int]] = {}
     current: dict[str, int] | None = None
     for line in text.splitlines():
@@ -246,8 +254,8 @@ def nvlink_status(text: str) -> dict[int, dict[str, int]]:
     return links
 
 
-# Per nvidia-smi program: its last answer to SAMPLE_FIELDS, whose spellings that driver knows (found once, so
-# each later sample is one run of nvidia-smi).
+# Per nvidia-smi program: its last answer to SAMPLE_FIELDS, whose spellings that driver knows (found
+# once, so each later sample is one run of nvidia-smi).
 _SAMPLED: dict[str, Answer] = {}
 
 

@@ -1,13 +1,14 @@
-"""What the GPU driver's tools answer, turned into facts kdkit can judge: running one tool with a time limit,
-reading one printed value ("81559", "Enabled", "Not Active", "[N/A]", "[Insufficient Permissions]") and the
-fact record of one GPU. Shared by the NVIDIA reader (smi_nvidia.py) and the AMD one (smi_amd.py).
-Standard library only.
+"""What the GPU driver's tools answer, turned into facts kdkit can judge: running one tool with a
+time limit, reading one printed value ("81559", "Enabled", "Not Active", "[N/A]", "[Insufficient
+Permissions]") and the fact record of one GPU. Shared by the NVIDIA reader (smi_nvidia.py) and the
+AMD one (smi_amd.py). Standard library only.
 
-A GPU's facts are a plain dict (it goes to the evidence as JSON): ``index`` and ``vendor``, one key per
-reading (``memory_mib``, ``ecc_uncorrected_volatile``, ``pcie_gen``, ``throttle.hw_thermal_slowdown``...)
-holding the parsed value or None, ``raw`` (what the tool printed for each key) and ``unread`` (why a
-key holds None: "[N/A]", "[Insufficient Permissions]", "not a number: 'x'"); ``unreadable`` when its whole
-line could not be read. A key that is absent was not reported at all (a field the driver does not know).
+A GPU's facts are a plain dict (it goes to the evidence as JSON): ``index`` and ``vendor``, one key
+per reading (``memory_mib``, ``ecc_uncorrected_volatile``, ``pcie_gen``,
+``throttle.hw_thermal_slowdown``...) holding the parsed value or None, ``raw`` (what the tool
+printed for each key) and ``unread`` (why a key holds None: "[N/A]", "[Insufficient Permissions]",
+"not a number: 'x'"); ``unreadable`` when its whole line could not be read. A key that is absent was
+not reported at all (a field the driver does not know).
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ from kdkit.core.errors import KdkitError
 from kdkit.core.proc import Completed
 from kdkit.probe.diagnose.host import hardware_hints
 
-# The words the tools print for a state: nvidia-smi's "Enabled"/"Disabled" (persistence, ECC and MIG modes),
-# "Active"/"Not Active" (clock event reasons), "Yes"/"No" (pending retirement, remapped rows), as its man page
-# describes them (https://docs.nvidia.com/deploy/nvidia-smi/index.html); amd-smi's "ENABLED", "ACTIVE",
-# "THROTTLED"/"UNTHROTTLED" (ROCm/amdsmi amdsmi_cli/amdsmi_commands.py).
+# The words the tools print for a state: nvidia-smi's "Enabled"/"Disabled" (persistence, ECC and MIG
+# modes), "Active"/"Not Active" (clock event reasons), "Yes"/"No" (pending retirement, remapped
+# rows), as its man page describes them (https://docs.nvidia.com/deploy/nvidia-smi/index.html);
+# amd-smi's "ENABLED", "ACTIVE", "THROTTLED"/"UNTHROTTLED" (ROCm/amdsmi
+# amdsmi_cli/amdsmi_commands.py).
 FLAGS = {"enabled": True, "active": True, "yes": True, "on": True, "true": True, "throttled": True,
          "disabled": False, "not active": False, "no": False, "off": False, "false": False,
          "unthrottled": False}
-# Values that say a reading could not be taken: nvidia-smi brackets them ("[N/A]", "[Not Supported]",
-# "[Insufficient Permissions]", "[Unknown Error]"); amd-smi prints "N/A".
+# Values that say a reading could not be taken: nvidia-smi brackets them ("[N/A]", "[Not
+# Supported]", "[Insufficient Permissions]", "[Unknown Error]"); amd-smi prints "N/A".
 NOT_READ = ("N/A", "NA", "UNKNOWN ERROR", "NOT SUPPORTED")
 
 
 class Called:
-    """One run of a driver tool: its answer (``done``), or why there is none (``failure``, one line), and
-    whether it ran out of time (``timed_out``: the caller asks the same tool nothing more)."""
+    """One run of a driver tool: its answer (``done``), or why there is none (``failure``, one
+    line), and whether it ran out of time (``timed_out``: the caller asks the same tool nothing
+    more)."""
 
     __slots__ = ("done", "failure", "timed_out")
 
@@ -43,11 +46,11 @@ class Called:
 
 
 def call(argv: list[str], timeout: float) -> Called:
-    """Run ``argv`` (its program found on PATH) through kdkit.core.spawn.capture, at most ``timeout`` seconds:
-    what it prints is kept within bounds (a tool that floods never fills memory) and read as UTF-8 with
-    replacement (a stray byte never stops the test); the tool and what it left behind are killed after it.
-    A missing program, one that cannot run and one that does not answer in time are a ``failure`` line,
-    never an exception."""
+    """Run ``argv`` (its program found on PATH) through kdkit.core.spawn.capture, at most
+    ``timeout`` seconds: what it prints is kept within bounds (a tool that floods never fills
+    memory) and read as UTF-8 with replacement (a stray byte never stops the test); the tool and
+    what it left behind are killed after it. A missing program, one that cannot run and one that
+    does not answer in time are a ``failure`` line, never an exception."""
     from kdkit.core.spawn import capture
 
     program = shutil.which(argv[0])
@@ -77,7 +80,8 @@ def number(text: str) -> int | float | None:
 
 
 def parse(kind: str, text: str) -> tuple[Any, str | None]:
-    """(value, None), or (None, why) when ``text`` is no reading of ``kind`` (text, number or flag)."""
+    """(value, None), or (None, why) when ``text`` is no reading of ``kind`` (text, number or
+    flag)."""
     shown = text.strip()
     if not shown or shown.startswith("[") or shown.upper() in NOT_READ:
         return None, shown or "empty"
@@ -107,7 +111,8 @@ def put(gpu: dict[str, Any], key: str, kind: str, raw: Any) -> None:
         return
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         value, why = parse(kind, str(raw))
-    elif isinstance(raw, float) and not math.isfinite(raw):  # JSON's NaN and Infinity, as some tools print
+    # JSON's NaN and Infinity, as some tools print
+    elif isinstance(raw, float) and not math.isfinite(raw):
         value, why = None, f"not a finite number: {raw!r}"
     else:
         value, why = (raw, None) if kind == "number" else parse(kind, str(raw))
@@ -118,8 +123,8 @@ def put(gpu: dict[str, Any], key: str, kind: str, raw: Any) -> None:
 
 
 def unread_all(gpu: dict[str, Any], keys: list[str], why: str) -> None:
-    """Mark ``keys`` read but unreadable, and the GPU's whole answer with ``why`` (``unreadable``: a line kdkit
-    cannot split into its fields)."""
+    """Mark ``keys`` read but unreadable, and the GPU's whole answer with ``why`` (``unreadable``: a
+    line kdkit cannot split into its fields)."""
     for key in keys:
         gpu[key] = None
         gpu["unread"][key] = why
@@ -127,10 +132,11 @@ def unread_all(gpu: dict[str, Any], keys: list[str], why: str) -> None:
 
 
 def new_facts(vendor: str | None, tool: str | None) -> dict[str, Any]:
-    """What the driver said about this machine, before asking: ``gpus`` (one record each), the driver and
-    CUDA versions, ``query`` (the field names used, renamed and refused), ``problems`` (odd lines, failed
-    side queries), ``failure`` (why there is no answer at all) and ``device_nodes`` (GPU vendors seen in
-    /dev and /proc, kdkit.probe.diagnose.host.hardware_hints)."""
+    """What the driver said about this machine, before asking: ``gpus`` (one record each), the
+    driver and CUDA versions, ``query`` (the field names used, renamed and refused), ``problems``
+    (odd lines, failed side queries), ``failure`` (why there is no answer at all) and
+    ``device_nodes`` (GPU vendors seen in /dev and /proc,
+    kdkit.probe.diagnose.host.hardware_hints)."""
     return {"vendor": vendor, "tool": tool, "driver_version": None, "cuda_version": None, "gpus": [],
             "query": {"fields": [], "renamed": {}, "unknown": []}, "problems": [], "failure": None,
             "device_nodes": hardware_hints()}

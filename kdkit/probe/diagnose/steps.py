@@ -194,7 +194,8 @@ def _bf16_native(torch: Any, device: str) -> bool:
 
 
 def _operands(torch: Any, n: int) -> tuple[Any, Any, Any]:
-    """Seeded float64 matrices and their product on the CPU: the reference every precision is held to."""
+    """Seeded float64 matrices and their product on the CPU: the reference every precision is held
+    to."""
     gen = torch.Generator().manual_seed(1234)
     a = torch.randn(n, n, generator=gen, dtype=torch.float64)
     b = torch.randn(n, n, generator=gen, dtype=torch.float64)
@@ -202,7 +203,8 @@ def _operands(torch: Any, n: int) -> tuple[Any, Any, Any]:
 
 
 def _checked_matmul(torch: Any, device: str, dtype_name: str, operands: tuple[Any, Any, Any]) -> float:
-    """Relative error of one matmul on ``device`` against the float64 CPU reference; fail above tolerance."""
+    """Relative error of one matmul on ``device`` against the float64 CPU reference; fail above
+    tolerance."""
     dtype, tolerance = getattr(torch, dtype_name), PRECISIONS[dtype_name]
     a, b, reference = operands
     try:
@@ -229,7 +231,8 @@ def _checked_matmul(torch: Any, device: str, dtype_name: str, operands: tuple[An
 
 
 class _ExactFp32:
-    """Disable TF32 for the fp32 check, so the tolerance measures the card, not a chosen shortcut."""
+    """Disable TF32 for the fp32 check, so the tolerance measures the card, not a chosen
+    shortcut."""
 
     def __init__(self, torch: Any) -> None:
         self.matmul = torch.backends.cuda.matmul

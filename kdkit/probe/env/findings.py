@@ -1,5 +1,6 @@
 """What verify-env reports: a finding, one difference between the lock and the environment (what it
-compares, the installed distributions, is :mod:`kdkit.probe.env.installed`'s). Standard library only.
+compares, the installed distributions, is :mod:`kdkit.probe.env.installed`'s). Standard library
+only.
 """
 
 from __future__ import annotations

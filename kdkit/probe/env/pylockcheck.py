@@ -1,7 +1,8 @@
 """What a PEP 751 lock (``pylock.toml``) adds to verify-env. Standard library only.
 
-The specification's installation steps (https://packaging.python.org/en/latest/specifications/pylock-toml/#installation)
-say what an installer MUST refuse; verify-env reports the same as error findings of the environment:
+The specification's installation steps
+(https://packaging.python.org/en/latest/specifications/pylock-toml/#installation) say what an
+installer MUST refuse; verify-env reports the same as error findings of the environment:
 
 * ``requires-python``: the lock's ``requires-python`` not met by the inspected interpreter, or the
   ``requires-python`` of a package whose marker holds;
@@ -35,8 +36,8 @@ _KINDS = {"vcs_info": "vcs", "dir_info": "directory", "archive_info": "archive"}
 
 
 class DirectURL(NamedTuple):
-    """What a direct_url.json says: ``kind`` is vcs, directory or archive; "unknown" when it names none of
-    them, "unreadable" when it could not be read (then ``url`` is its path)."""
+    """What a direct_url.json says: ``kind`` is vcs, directory or archive; "unknown" when it names
+    none of them, "unreadable" when it could not be read (then ``url`` is its path)."""
 
     url: str
     kind: str
@@ -88,7 +89,8 @@ def _platform(markers: dict[str, str]) -> str:
 
 
 def _environment_holds(lock: Lock, marker: str, markers: dict[str, str]) -> bool:
-    """Whether one of the lock's ``environments`` holds; BadInput when it cannot be evaluated here."""
+    """Whether one of the lock's ``environments`` holds; BadInput when it cannot be evaluated
+    here."""
     try:
         return evaluate(marker, markers)
     except InvalidMarker as exc:
@@ -113,8 +115,9 @@ def lock_findings(lock: Lock, markers: dict[str, str]) -> list[Finding]:
 
 
 def _place(where: str, base: str) -> str:
-    """A comparable form of a URL or path: a local file's real path (a ``file:`` URL, or a path relative
-    to the lock's folder ``base``), else the URL without a ``git+``-style prefix or a trailing slash."""
+    """A comparable form of a URL or path: a local file's real path (a ``file:`` URL, or a path
+    relative to the lock's folder ``base``), else the URL without a ``git+``-style prefix or a
+    trailing slash."""
     if where.startswith("file:"):
         from urllib.parse import unquote, urlsplit
 
@@ -131,8 +134,8 @@ def _other_hash(locked: list[str], installed: tuple[str, ...]) -> str | None:
 
 
 def _difference(source: Source, hashes: list[str], direct: DirectURL | None, base: str) -> str | None:
-    """What the installed direct_url.json says that the lock's source (and its archive ``hashes``) does not;
-    None when they agree."""
+    """What the installed direct_url.json says that the lock's source (and its archive ``hashes``)
+    does not; None when they agree."""
     if direct is None:
         return "it was installed from an index (it has no direct_url.json)"
     if direct.kind == "unreadable":
@@ -152,7 +155,8 @@ def _difference(source: Source, hashes: list[str], direct: DirectURL | None, bas
 
 
 def source_finding(pin: Pin, source: Source, have: Installed, severity: str, base: str) -> Finding:
-    """``source`` when the installed distribution did not come from the locked source, else ``direct-source``."""
+    """``source`` when the installed distribution did not come from the locked source, else
+    ``direct-source``."""
     why = _difference(source, pin.hashes, direct_url(have), base)
     installed = have.direct_url or "an index"
     if why is not None:
@@ -165,7 +169,8 @@ def source_finding(pin: Pin, source: Source, have: Installed, severity: str, bas
 
 def pin_findings(pin: Pin, have: Installed | None, markers: dict[str, str], severity: str,
                  base: str) -> list[Finding]:
-    """A package's own requires-python, and where it was installed from when the lock names a source."""
+    """A package's own requires-python, and where it was installed from when the lock names a
+    source."""
     findings = []
     if pin.requires_python and not _meets(markers, pin.requires_python):
         findings.append(Finding("requires-python", pin.name, "error", f"{pin.name} (line {pin.line}) requires Python "

@@ -42,8 +42,9 @@ IMPORT_TIMEOUT_S = 180.0  # a CUDA torch on a cold, slow disk; a CPU torch impor
 MARKER = "KDKIT-TORCH-ARCH "
 
 # What torch itself may print: sm_90, sm_90a, sm_100f, compute_120, gfx942, gfx90a:xnack-.
-# An architecture name as torch prints it: a cubin (sm_90, sm_90a), PTX (compute_120) or a ROCm target with
-# its features (gfx942, gfx90a:sramecc+:xnack-). Anything else in a list is not believed.
+# An architecture name as torch prints it: a cubin (sm_90, sm_90a), PTX (compute_120) or a ROCm
+# target with its features (gfx942, gfx90a:sramecc+:xnack-). Anything else in a list is not
+# believed.
 TORCH_TOKEN = re.compile(r"^(?:(?:sm|compute)_\d{2,4}[a-z]?|gfx[0-9a-f]{3,4}(?::[a-z]+[+-])*)$")
 # What a -gencode code= may name: a cubin (sm_XY) or PTX (compute_XY), with an arch suffix.
 CODE_TOKEN = re.compile(r"^(?:sm|compute)_\d{2,4}[a-z]?$")
@@ -104,7 +105,8 @@ def _text(value: Any) -> str | None:
 def report(arch_list: list[str] | None, source: str, *, torch: str | None = None, cuda: str | None = None,
            hip: str | None = None, python: str = "", reason: str | None = None,
            import_error: str | None = None) -> dict[str, Any]:
-    """The one shape of an answer: ``arch_list`` None and ``source`` "unknown" when it is not known."""
+    """The one shape of an answer: ``arch_list`` None and ``source`` "unknown" when it is not
+    known."""
     return {"arch_list": arch_list, "source": source, "torch": torch, "cuda": cuda, "hip": hip, "python": python,
             "reason": reason, "import_error": import_error}
 
@@ -122,7 +124,8 @@ def import_facts(python: str, timeout: float = IMPORT_TIMEOUT_S) -> dict[str, An
 
     try:
         done = proc.run([python, "-I", "-c", _SCRIPT], timeout=timeout)
-    except KdkitError as exc:  # not runnable, or no answer in time (proc.run's message quotes the script)
+    # not runnable, or no answer in time (proc.run's message quotes the script)
+    except KdkitError as exc:
         if "no answer after" in str(exc):
             return f"importing torch in {python} gave no answer within {timeout:g} s"
         return _one_line(f"cannot run {python}: {str(exc).rsplit(': ', 1)[-1]}")
@@ -141,7 +144,8 @@ def import_facts(python: str, timeout: float = IMPORT_TIMEOUT_S) -> dict[str, An
 
 
 def from_import(facts: dict[str, Any], python: str) -> dict[str, Any] | str:
-    """The answer from an imported torch's facts, or why they do not give one (then the header is read)."""
+    """The answer from an imported torch's facts, or why they do not give one (then the header is
+    read)."""
     if "error" in facts:
         return _one_line(f"import torch failed: {facts['error']}")
     torch, cuda, hip = _text(facts.get("torch")), _text(facts.get("cuda")), _text(facts.get("hip"))
@@ -168,7 +172,8 @@ def from_import(facts: dict[str, Any], python: str) -> dict[str, Any] | str:
 
 
 def parse_config_header(text: str) -> list[str]:
-    """torch's architecture tokens from the text of CUDAConfig.h; ValueError saying what is wrong."""
+    """torch's architecture tokens from the text of CUDAConfig.h; ValueError saying what is
+    wrong."""
     if ROCM_ENABLED.search(text):
         raise ValueError("it is a ROCm build's header (AT_ROCM_ENABLED() 1), which holds no gfx targets")
     defines = NVCC_FLAGS.findall(text)
@@ -202,7 +207,8 @@ def _interpreter_sys_path(python: str | None) -> list[str]:
 
 
 def from_files(python: str | None, why: str) -> dict[str, Any]:
-    """The answer from the installed distribution's files (version.py, CUDAConfig.h), torch not imported."""
+    """The answer from the installed distribution's files (version.py, CUDAConfig.h), torch not
+    imported."""
     from kdkit.probe.env.installed import read_installed, read_torch_build
 
     shown = python or sys.executable
@@ -243,11 +249,13 @@ def _require_interpreter(python: str) -> None:
 
 
 def read_arch_list(python: str | None = None, *, timeout: float = IMPORT_TIMEOUT_S) -> dict[str, Any]:
-    """The compiled architecture list of the torch that ``python`` (default: this interpreter) imports.
+    """The compiled architecture list of the torch that ``python`` (default: this interpreter)
+    imports.
 
     ``{"arch_list": [...] | None, "source": SOURCE_FLAGS | SOURCE_HEADER | SOURCE_CPU | "unknown",
     "torch", "cuda", "hip", "python", "reason" (when unknown), "import_error" (when the header was
-    read)}``. Never raises for what it finds; BadInput only when ``python`` is not an executable file.
+    read)}``. Never raises for what it finds; BadInput only when ``python`` is not an executable
+    file.
     """
     interpreter = python or sys.executable
     if python is not None:
@@ -258,7 +266,8 @@ def read_arch_list(python: str | None = None, *, timeout: float = IMPORT_TIMEOUT
         return answer
     try:
         return from_files(python, answer)
-    except BadInput:  # --python names a program that is not a Python interpreter: the user's input is wrong
+    # --python names a program that is not a Python interpreter: the user's input is wrong
+    except BadInput:
         raise
     except KdkitError as exc:  # the interpreter would not describe its sys.path
         return unknown(f"{answer}; and its installed files cannot be listed ({exc})", python=interpreter,

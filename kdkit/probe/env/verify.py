@@ -47,8 +47,9 @@ from kdkit.core.report import print_result
 from kdkit.probe.env.findings import Finding
 from kdkit.probe.env.installed import Installed, read_installed, read_torch_build
 
-# The whole check on fifty distributions takes less time than importing argparse, json, pathlib or typing:
-# none is loaded on its way (bench/bench_verify_env.py; its goal is uv's time, in the image).
+# The whole check on fifty distributions takes less time than importing argparse, json, pathlib or
+# typing: none is loaded on its way (bench/bench_verify_env.py; its goal is uv's time, in the
+# image).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
@@ -116,13 +117,14 @@ class Report:
 
 
 def _envinfo_source() -> str:
-    """The text of kdkit.core.envinfo, which the other interpreter runs. Read through the module's own
-    loader, which reads a file on disk and a member of kdkit.pyz alike (importlib.resources, the usual
-    way, costs more to import than the whole check)."""
+    """The text of kdkit.core.envinfo, which the other interpreter runs. Read through the module's
+    own loader, which reads a file on disk and a member of kdkit.pyz alike (importlib.resources, the
+    usual way, costs more to import than the whole check)."""
     from kdkit.core import envinfo
 
     get_data = getattr(envinfo.__loader__, "get_data", None)
-    source = str(envinfo.__file__).removesuffix("c")  # kdkit.pyz loads envinfo.pyc; envinfo.py is beside it
+    # kdkit.pyz loads envinfo.pyc; envinfo.py is beside it
+    source = str(envinfo.__file__).removesuffix("c")
     try:
         if get_data is None or not source.endswith(".py"):
             raise OSError("no loader that reads sources")
@@ -138,7 +140,8 @@ def inspect_interpreter(python: str | None) -> dict[str, Any]:
         return describe()
     if not os.path.isfile(python) or not os.access(python, os.X_OK):
         raise BadInput(f"--python {python}: not an executable file; give the path of a Python interpreter")
-    from kdkit.core.spawn import capture  # no subprocess: this is most of the check's time otherwise
+    # no subprocess: this is most of the check's time otherwise
+    from kdkit.core.spawn import capture
 
     try:  # -I: no PYTHONPATH, no user site, no cwd on sys.path; the script is standard library only
         code, stdout, stderr = capture([python, "-I", "-c", _envinfo_source()], timeout=60)
@@ -161,10 +164,10 @@ def _describe_build(build: dict[str, str | None]) -> str:
 
 
 def _built_for(kind: str, wanted: str, build: dict[str, str | None]) -> bool:
-    """Whether torch's version.py says the build a label promises. CUDA: ``cuda`` is the label's version
-    (``13.0`` for cu130). ROCm: ``rocm`` where torch writes it (``6.2.4``, ``7.2.0``), else HIP's major.minor,
-    since HIP's third field is a build number, not ROCm's patch (HIP 6.2.41133 in a ROCm 6.2.0 build log,
-    vllm-project/vllm#10855)."""
+    """Whether torch's version.py says the build a label promises. CUDA: ``cuda`` is the label's
+    version (``13.0`` for cu130). ROCm: ``rocm`` where torch writes it (``6.2.4``, ``7.2.0``), else
+    HIP's major.minor, since HIP's third field is a build number, not ROCm's patch (HIP 6.2.41133 in
+    a ROCm 6.2.0 build log, vllm-project/vllm#10855)."""
     cuda, hip, rocm = build["cuda"], build["hip"], build.get("rocm")
     if kind == "cpu":
         return cuda is None and hip is None
@@ -176,8 +179,9 @@ def _built_for(kind: str, wanted: str, build: dict[str, str | None]) -> bool:
 
 
 def torch_build_finding(pin: Pin, have: Installed, build_label: str | None = None) -> Finding | None:
-    """The torch build check: the lock's label (``build_label``: the build its header records for PyPI's
-    plain torch, ``# kdkit: torch-build = cu130 (...)``) against torch.version.cuda / .hip."""
+    """The torch build check: the lock's label (``build_label``: the build its header records for
+    PyPI's plain torch, ``# kdkit: torch-build = cu130 (...)``) against torch.version.cuda /
+    .hip."""
     def finding(message: str, severity: str = "error") -> Finding:
         return Finding("torch-build", have.name, severity, message, pin.version, have.version, pin.line)
 
@@ -244,7 +248,8 @@ def _stale_findings(installed: dict[str, Installed], severity: str) -> list[Find
 
 def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str], *,
             strict: bool = False, python: str = "") -> Report:
-    """Every finding of ``lock`` against ``installed`` for the interpreter described by ``markers``."""
+    """Every finding of ``lock`` against ``installed`` for the interpreter described by
+    ``markers``."""
     report = Report(str(lock.path), python, strict, len(installed))
     report.format, report.warnings = lock.format, list(lock.warnings)
     severity = "error" if strict else "warning"

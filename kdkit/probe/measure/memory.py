@@ -1,5 +1,6 @@
-"""Peak memory per sweep cell (kdkit.probe.measure.sweep): the GPU allocator's peak, or the resident set's
-high-water mark; and what an out-of-memory failure looks like. Standard library only (torch where present)."""
+"""Peak memory per sweep cell (kdkit.probe.measure.sweep): the GPU allocator's peak, or the resident
+set's high-water mark; and what an out-of-memory failure looks like. Standard library only (torch
+where present)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def _vm_hwm() -> int:
 
 
 def _clear_refs_works() -> bool:
-    """Linux resets the peak RSS when "5" is written to /proc/self/clear_refs (not in every sandbox)."""
+    """Linux resets the peak RSS when "5" is written to /proc/self/clear_refs (not in every
+    sandbox)."""
     try:
         CLEAR_REFS.write_text("5", encoding="ascii")
         return _vm_hwm() > 0

@@ -1,7 +1,8 @@
-"""What `kdkit sweep` and `kdkit resume-test` share, defined once: the project they measure (PROJECT_DIR,
-else the root found upward from the current folder), its runs folder, counts read like every numeric
-option of kdkit (one line and exit 2 for NaN, 1e999, ""), and how a report is shown. The folder each
-measurement writes is named and made by kdkit.core.runfolder.new_run_folder, the one rule.
+"""What `kdkit sweep` and `kdkit resume-test` share, defined once: the project they measure
+(PROJECT_DIR, else the root found upward from the current folder), its runs folder, counts read like
+every numeric option of kdkit (one line and exit 2 for NaN, 1e999, ""), and how a report is shown.
+The folder each measurement writes is named and made by kdkit.core.runfolder.new_run_folder, the one
+rule.
 
 Standard library only: both commands run on the host (``kdkit sweep``), inside the image
 (``python -m kdkit.probe sweep``) and from the bundle's zipapp (``python3 kdkit.pyz sweep``).
@@ -25,8 +26,8 @@ DEFAULT_TRAIN = "src.train"
 
 
 def require_gpu(device: str, count: int, where: str = "--device") -> None:
-    """A ``cuda``/``cuda:N`` device must exist where the work runs: none at all is Unavailable (exit 3),
-    an index beyond the GPUs there is BadInput (exit 2), as `kdkit run --gpus` says."""
+    """A ``cuda``/``cuda:N`` device must exist where the work runs: none at all is Unavailable (exit
+    3), an index beyond the GPUs there is BadInput (exit 2), as `kdkit run --gpus` says."""
     if not device.startswith("cuda"):
         return
     index = int(device.partition(":")[2] or 0)
@@ -39,7 +40,8 @@ def require_gpu(device: str, count: int, where: str = "--device") -> None:
 
 
 class Count:
-    """An argparse ``type`` for a count: kdkit.core.jsonio.whole_number, whose refusal names an example."""
+    """An argparse ``type`` for a count: kdkit.core.jsonio.whole_number, whose refusal names an
+    example."""
 
     integral = True
 
@@ -67,14 +69,16 @@ def train_module(root: Path, given: str | None) -> str:
 
 
 def runs_dir(root: Path) -> Path:
-    """The pilot config's runs folder, held to the one containment rule (inside the project, links resolved)."""
+    """The pilot config's runs folder, held to the one containment rule (inside the project, links
+    resolved)."""
     config = config_file(root, None)
     data = load_object(config, "pilot config")
     relative = data.get("runs", "runs")
     if not isinstance(relative, str):
         raise BadInput(f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
     folder = require_real_inside(root, config_path(root, relative, config, "$.runs"), config, "$.runs")
-    named = places(data) if not config_problems(data) else ()  # the pilot's own rule reports a bad config
+    # the pilot's own rule reports a bad config
+    named = places(data) if not config_problems(data) else ()
     if (problem := runs_problem(root, relative, (*named, config.relative_to(root).as_posix()))) is not None:
         raise BadInput(f"{config}: $.runs: {problem}")
     return folder
@@ -98,8 +102,9 @@ def say(message: str) -> None:
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """``parser.parse_args(argv)``, reading an option's value as the host's click does: the next word, even
-    one that starts with "-" (``--steps -inf`` is refused as a number, not as an unknown option)."""
+    """``parser.parse_args(argv)``, reading an option's value as the host's click does: the next
+    word, even one that starts with "-" (``--steps -inf`` is refused as a number, not as an unknown
+    option)."""
     takes = {flag for action in parser._actions if action.nargs is None for flag in action.option_strings}
     joined, index = [], 0
     while index < len(argv):
@@ -116,7 +121,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 
 
 def show(report: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str], failed: str) -> int:
-    """Print the report (JSON or ``text``); a report that is not ok is CheckFailed (exit 1) saying ``failed``."""
+    """Print the report (JSON or ``text``); a report that is not ok is CheckFailed (exit 1) saying
+    ``failed``."""
     print_result(as_json, report, lambda: text(report))
     if not report["ok"]:
         raise CheckFailed(failed)

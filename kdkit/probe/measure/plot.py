@@ -1,5 +1,5 @@
-"""The sweep's plot, drawn with matplotlib: an optional package (``pip install kdkit[plot]``), imported
-only when a plot is asked for, like torch (kdkit.core.layout.OPTIONAL)."""
+"""The sweep's plot, drawn with matplotlib: an optional package (``pip install kdkit[plot]``),
+imported only when a plot is asked for, like torch (kdkit.core.layout.OPTIONAL)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:
         return None
     if plot.suffix.lower() != ".png":
         raise BadInput(f"--plot {plot}: the plot is a PNG; give a path ending in .png")
-    if plot.is_symlink():  # resolved, it would write (or --force replace) whatever the link points at
+    # resolved, it would write (or --force replace) whatever the link points at
+    if plot.is_symlink():
         raise BadInput(f"--plot {plot}: is a symbolic link; give the path of the file itself")
     path = plot.resolve()
     if not path.parent.is_dir():
@@ -38,7 +39,8 @@ def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:
 
 
 def written(path: Path, write: Callable[[], None]) -> None:
-    """Do ``write``; a filesystem that refuses it after the checks (full, gone read-only) is one line."""
+    """Do ``write``; a filesystem that refuses it after the checks (full, gone read-only) is one
+    line."""
     try:
         write()
     except OSError as exc:
@@ -47,7 +49,8 @@ def written(path: Path, write: Callable[[], None]) -> None:
 
 
 def pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend (no display on a rented machine); Unavailable without matplotlib."""
+    """matplotlib.pyplot on the Agg backend (no display on a rented machine); Unavailable without
+    matplotlib."""
     try:
         import matplotlib
 
@@ -70,7 +73,8 @@ def save_png(plt: Any, figure: Any, out: Path) -> None:
 
 
 def sweep_plot(report: dict[str, Any], out: Path) -> None:
-    """Throughput and peak memory against batch size, one line per length group; limits marked with x."""
+    """Throughput and peak memory against batch size, one line per length group; limits marked with
+    x."""
     plt = pyplot()
     figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
     for group in report["groups"]:

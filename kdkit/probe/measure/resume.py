@@ -2,16 +2,17 @@
 
 Runs the project's train module (its contract: ``python -m MODULE --steps N --checkpoint PATH
 [--resume PATH] [--metrics PATH] [--device D]`` from the project root, see the template's
-``src/train.py``) four times, each a fresh interpreter. PATH is the checkpoint the loop writes: a folder
-in the Hugging Face Trainer layout (the template's) or a single file (an older loop's); states.py reads both:
+``src/train.py``) four times, each a fresh interpreter. PATH is the checkpoint the loop writes: a
+folder in the Hugging Face Trainer layout (the template's) or a single file (an older loop's);
+states.py reads both:
 
   full     N steps uninterrupted                     -> the reference losses and final state
   save     K steps, then the checkpoint              -> what a crash at step K leaves behind
   restore  resume from it with --steps K (no step)   -> the state right after a restore
   resume   resume from it to N                       -> must match ``full``
 
-With ``--nproc-per-node N`` each phase runs under torchrun instead: N processes of the loop in DDP (see
-launch.py), rank 0 writing the checkpoint and the metrics; the verdict is the same.
+With ``--nproc-per-node N`` each phase runs under torchrun instead: N processes of the loop in DDP
+(see launch.py), rank 0 writing the checkpoint and the metrics; the verdict is the same.
 
 Comparing ``restore`` with the checkpoint names what the loop forgets to put back; the keys of the
 checkpoint name what it forgets to save; ``resume`` against ``full`` is the verdict. On a CPU
@@ -86,7 +87,8 @@ class Plan:
     python: str = sys.executable
     device: str = "auto"
     timeout: float | None = None
-    runs: Path | None = None  # set: ``out`` is the default folder, made in ``runs`` by the one rule once checked
+    # set: ``out`` is the default folder, made in ``runs`` by the one rule once checked
+    runs: Path | None = None
     nproc: int | None = None  # set: each phase runs under torchrun with this many processes
 
     def check(self) -> None:
@@ -102,7 +104,8 @@ class Plan:
             raise BadInput(f"{base}.py: train module {self.module!r} not found; write it (see the "
                            "template's src/train.py) or pass --module")
         check_device(self.device)
-        if self.python != sys.executable and not _runs_python(self.python):  # this one runs: it exists
+        # this one runs: it exists
+        if self.python != sys.executable and not _runs_python(self.python):
             raise BadInput(f"--python {self.python}: not an executable interpreter; give the one that has the "
                            "project's torch (default: this one)")
         if self.nproc is not None:
@@ -113,7 +116,8 @@ class Plan:
 
 
 def _runs_python(python: str) -> bool:
-    """Whether ``python`` starts as a Python interpreter (a file that merely exists may not run at all)."""
+    """Whether ``python`` starts as a Python interpreter (a file that merely exists may not run at
+    all)."""
     if shutil.which(python) is None:
         return False
     try:
@@ -124,7 +128,8 @@ def _runs_python(python: str) -> bool:
 
 
 def _gpus_seen_by(python: str) -> int:
-    """How many GPUs torch sees in ``python`` (0 without torch or a GPU): the loop's interpreter, not ours."""
+    """How many GPUs torch sees in ``python`` (0 without torch or a GPU): the loop's interpreter,
+    not ours."""
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     done = run([python, "-c", probe], timeout=300, extra_env=quiet_env())
     lines = done.stdout.strip().splitlines()
@@ -136,7 +141,8 @@ def _gpus_seen_by(python: str) -> int:
 
 def _phase_args(plan: Plan, phase: str) -> tuple[list[str], Path]:
     folder = plan.out / phase
-    checkpoint = plan.out / "save" / "checkpoint"  # a folder (the template's) or a file (an older loop's)
+    # a folder (the template's) or a file (an older loop's)
+    checkpoint = plan.out / "save" / "checkpoint"
     steps = {"full": plan.steps, "save": plan.save_at, "restore": plan.save_at, "resume": plan.steps}[phase]
     target = checkpoint if phase == "save" else folder / "state"
     args = [*launcher(plan.python, plan.nproc, plan.module, folder / "workers"), "--steps", str(steps),
@@ -174,7 +180,8 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
                           "--checkpoint and --metrics")
     metrics: dict[str, Any] = json.loads(metrics_path.read_text(encoding="utf-8"))
     if plan.nproc is not None and metrics.get("processes") != plan.nproc:
-        # A loop that ignores torchrun runs N identical copies: they agree, and prove nothing about DDP.
+        # A loop that ignores torchrun runs N identical copies: they agree, and prove nothing about
+        # DDP.
         raise CheckFailed(f"{metrics_path}: \"processes\" is {metrics.get('processes')!r}, not {plan.nproc}: the "
                           f"loop did not run as one job of {plan.nproc} processes; it must join torchrun's group "
                           "and write \"processes\" in its metrics (see the template's src/train.py)")
@@ -309,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
-    """The test the command line asks for; what is wrong with it is refused before anything is written."""
+    """The test the command line asks for; what is wrong with it is refused before anything is
+    written."""
     given = [folder for folder in (args.project_dir, args.project_option) if folder is not None]
     if len(given) == 2 and given[0].resolve() != given[1].resolve():
         raise BadInput(f"PROJECT_DIR {given[0]} and --project {given[1]}: give the project once")

@@ -1,13 +1,14 @@
-"""Comparing the states and losses of a resume test's phases: which paths differ, which required parts a
-checkpoint lacks, where the losses first diverge. On a CPU values must be identical; on a GPU floats
-may differ by the stated tolerance.
+"""Comparing the states and losses of a resume test's phases: which paths differ, which required
+parts a checkpoint lacks, where the losses first diverge. On a CPU values must be identical; on a
+GPU floats may differ by the stated tolerance.
 
-A checkpoint is one file (a dict of the parts below, the template's format before issue 28) or a folder in
-the Hugging Face Trainer layout: model.pt (or model.safetensors, pytorch_model.bin), optimizer.pt,
-scheduler.pt, scaler.pt, rng_state.pth (or rng_state_<rank>.pth) and trainer_state.json (global_step,
-data_position). A folder is read into the same dict: a part whose file is absent is missing, except the
-scaler (Hugging Face writes scaler.pt only with mixed precision: without it the loop has none). A folder
-with a SHA256SUMS (kdkit train's) must hold every file it lists, unchanged.
+A checkpoint is one file (a dict of the parts below, the template's format before issue 28) or a
+folder in the Hugging Face Trainer layout: model.pt (or model.safetensors, pytorch_model.bin),
+optimizer.pt, scheduler.pt, scaler.pt, rng_state.pth (or rng_state_<rank>.pth) and
+trainer_state.json (global_step, data_position). A folder is read into the same dict: a part whose
+file is absent is missing, except the scaler (Hugging Face writes scaler.pt only with mixed
+precision: without it the loop has none). A folder with a SHA256SUMS (kdkit train's) must hold every
+file it lists, unchanged.
 
 Standard library only, plus torch (imported lazily) to read and compare the checkpoints.
 """
@@ -33,12 +34,14 @@ from kdkit.probe.measure.torchimport import import_torch
 REQUIRED = ("step", "data_position", "model", "optimizer", "scheduler", "scaler", "rng")
 RNG_REQUIRED = ("python", "torch", "cuda", "numpy")
 # What a checkpoint may hold about the run that wrote it rather than about training (the template's
-# torchrun run ID and process count): two runs that train identically differ there, so it is never compared.
+# torchrun run ID and process count): two runs that train identically differ there, so it is never
+# compared.
 META = "meta"
 # Floats on a GPU may differ this much (|a - b| <= ATOL + RTOL * |b|); a CPU must match exactly.
 GPU_RTOL = 1e-5
 GPU_ATOL = 1e-7
-# A checkpoint folder: the files each part is read from (the first found), in the Hugging Face Trainer's names.
+# A checkpoint folder: the files each part is read from (the first found), in the Hugging Face
+# Trainer's names.
 PART_FILES = {"model": ("model.pt", "model.safetensors", "pytorch_model.bin"), "optimizer": ("optimizer.pt",),
               "scheduler": ("scheduler.pt",), "scaler": ("scaler.pt",), "rng": ("rng_state.pth",)}
 OPTIONAL = ("scaler",)  # absent: None, the loop has no such part
@@ -105,7 +108,8 @@ def by_component(paths: Iterator[str]) -> dict[str, list[str]]:
 
 
 def missing_parts(state: Any) -> list[str]:
-    """Required parts a checkpoint leaves out (None counts as present: the loop has no such part)."""
+    """Required parts a checkpoint leaves out (None counts as present: the loop has no such
+    part)."""
     if not isinstance(state, dict):
         return list(REQUIRED)
     missing = [key for key in REQUIRED if key not in state]
@@ -129,8 +133,8 @@ def _cause(exc: Exception) -> str:
 
 
 def _load_file(path: Path) -> Any:
-    """One file of a checkpoint, with torch.load(weights_only=True) (numpy's generator state allowed, as the
-    Hugging Face Trainer's rng_state.pth holds it), or safetensors."""
+    """One file of a checkpoint, with torch.load(weights_only=True) (numpy's generator state
+    allowed, as the Hugging Face Trainer's rng_state.pth holds it), or safetensors."""
     torch = _torch()
     try:
         if path.suffix == ".safetensors":
@@ -162,14 +166,16 @@ def _listed_problems(folder: Path) -> list[str]:
 
 
 def _rng(folder: Path, state: dict[str, Any]) -> None:
-    """rng_state.pth (the template's: lists in rank order; the Trainer's: one process's) or rng_state_<r>.pth."""
+    """rng_state.pth (the template's: lists in rank order; the Trainer's: one process's) or
+    rng_state_<r>.pth."""
     ranks = sorted((int(m.group(1)), path) for path in folder.iterdir() if (m := RANK_RNG.fullmatch(path.name)))
     if "rng" not in state and ranks:
         per_rank = [_load_file(path) for _rank, path in ranks]
         state["rng"] = {key: [own.get(key) for own in per_rank] for key in per_rank[0]}
     rng = state.get("rng")
     if isinstance(rng, dict):
-        if isinstance(rng.get("python"), tuple):  # one process's generators, not lists in rank order
+        # one process's generators, not lists in rank order
+        if isinstance(rng.get("python"), tuple):
             rng = {key: [value] for key, value in rng.items()}
         if "cpu" in rng and "torch" not in rng:  # the Trainer calls torch's CPU generator "cpu"
             rng["torch"] = rng.pop("cpu")
@@ -196,14 +202,16 @@ def load_folder(folder: Path) -> dict[str, Any]:
             raise CheckFailed(f"{folder / TRAINER_STATE}: not JSON ({_cause(exc)})") from None
         if isinstance(trainer, dict) and "global_step" in trainer:
             state["step"] = trainer["global_step"]
-        if isinstance(trainer, dict):  # the Trainer derives the data position from global_step: None, not lost
+        # the Trainer derives the data position from global_step: None, not lost
+        if isinstance(trainer, dict):
             state["data_position"] = trainer.get("data_position")
             state.update({META: trainer[META]} if META in trainer else {})
     return state
 
 
 def load_state(path: Path) -> Any:
-    """A checkpoint's training state (a single file or a checkpoint folder): all of it but its META."""
+    """A checkpoint's training state (a single file or a checkpoint folder): all of it but its
+    META."""
     if path.is_dir():
         state = load_folder(path)
     else:

@@ -1,4 +1,5 @@
-"""Batch-size sweep: each length group of the pilot inputs at each batch size, measured, never averaged.
+"""Batch-size sweep: each length group of the pilot inputs at each batch size, measured, never
+averaged.
 
 The pilot's readable inputs are sorted by size and split into groups (short, usual, near the
 limit). Each group runs at each batch size, smallest first, through the project's
@@ -60,7 +61,8 @@ MAX_BATCH = 1_000_000
 
 
 def parse_batch_sizes(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4]; batch 1 is always added (it is the reference for the order check)."""
+    """``"1,2,4"`` -> [1, 2, 4]; batch 1 is always added (it is the reference for the order
+    check)."""
     sizes = set()
     for part in text.split(","):
         value = part.strip()
@@ -161,7 +163,8 @@ def _order_check(row: dict[str, Any], outputs: list[tuple[Any, ...]], reference:
 
 
 def readable_items(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
-    """The pilot's inputs this harness can read (as the pilot reads them), and the others with their reason."""
+    """The pilot's inputs this harness can read (as the pilot reads them), and the others with their
+    reason."""
     items, skipped = [], []
     with Reader(Reading.of(config, follow_links=False)) as reader:
         for doc in config.documents:
@@ -176,7 +179,8 @@ def readable_items(config: Any) -> tuple[list[Item], list[dict[str, str]]]:
 def pick_device(wanted: str, where: str) -> str:
     """``auto`` resolved; a ``cuda`` device checked against the GPUs torch sees here."""
     try:
-        torch = import_torch("sweep")  # its numpy warning said once, in words (kdkit.probe.measure.torchimport)
+        # its numpy warning said once, in words (kdkit.probe.measure.torchimport)
+        torch = import_torch("sweep")
     except ImportError:
         require_gpu(wanted, 0, where)
         return "cpu"
@@ -189,7 +193,8 @@ def pick_device(wanted: str, where: str) -> str:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A sweep whose every input is checked (config, inputs, groups, device); nothing has run yet."""
+    """A sweep whose every input is checked (config, inputs, groups, device); nothing has run
+    yet."""
 
     config: PilotConfig
     batch_sizes: list[int]
@@ -200,7 +205,8 @@ class SweepPlan:
 
 def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
                   device: str | None = None) -> SweepPlan:
-    """Read the pilot config and its inputs and split them; BadInput before anything runs or is written."""
+    """Read the pilot config and its inputs and split them; BadInput before anything runs or is
+    written."""
     if device is not None:
         check_device(device)
     config = load_pilot(root)
@@ -212,7 +218,8 @@ def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
 
 def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
               progress: Progress | None = None) -> dict[str, Any]:
-    """The whole sweep for the project at ``root``; ``ok`` is False on a scrambled order or an error."""
+    """The whole sweep for the project at ``root``; ``ok`` is False on a scrambled order or an
+    error."""
     return measure(prepare_sweep(root, batch_sizes, groups, device=device), progress)
 
 
@@ -221,7 +228,8 @@ def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]
     say = progress or (lambda _m: None)
     config, chosen = plan.config, plan.device
     set_device(chosen)
-    predict = with_params(load_entry(config.root, config.entry), config.params)  # the pilot's params, if it takes them
+    # the pilot's params, if it takes them
+    predict = with_params(load_entry(config.root, config.entry), config.params)
     if config.output.kind != "file":
         return _measure(plan, predict, say)
     config.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -230,8 +238,8 @@ def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]
 
 
 def with_out_dirs(predict: Predict, scratch: Path) -> Predict:
-    """A file-kind app as the sweep calls it: each item handed an empty out_dir of its own under ``scratch``
-    (the sweep times the app; its files are not kept)."""
+    """A file-kind app as the sweep calls it: each item handed an empty out_dir of its own under
+    ``scratch`` (the sweep times the app; its files are not kept)."""
 
     def call(items: list[dict[str, Any]]) -> Any:
         for number, item in enumerate(items):
@@ -328,8 +336,8 @@ def sweep(args: argparse.Namespace, progress: Progress | None = None) -> dict[st
 
 
 def _failed_batches(row: dict[str, Any]) -> int:
-    """The batches that failed in a cell: its errors, and the out-of-memory batch that set its limit (a limit
-    ends the cell without failing the sweep, but the batch did fail)."""
+    """The batches that failed in a cell: its errors, and the out-of-memory batch that set its limit
+    (a limit ends the cell without failing the sweep, but the batch did fail)."""
     return int(row["errors"]) + (1 if row["limit"] else 0)
 
 

@@ -18,10 +18,12 @@ from kdkit.core.outputkinds import SCORE
 from kdkit.core.pilotconfig import Output
 from kdkit.core.pilotmanifest import CorpusDocuments, Document
 
-CATEGORY_SHAPE, OUTPUT_SHAPE = '{"id": ..., "category": ...}', '{"id": ..., "output": ...}'  # a result's shape
-# The first documents, in manifest order, whose accepted record is kept whole: all summary.md reads of an accepted
-# answer (report.py's table and its near-limit look-ahead). Past them an accepted record is kept slim (its outcome,
-# category and score: what judging needs), so a corpus's generated texts are not all held in memory.
+# a result's shape
+CATEGORY_SHAPE, OUTPUT_SHAPE = '{"id": ..., "category": ...}', '{"id": ..., "output": ...}'
+# The first documents, in manifest order, whose accepted record is kept whole: all summary.md reads
+# of an accepted answer (report.py's table and its near-limit look-ahead). Past them an accepted
+# record is kept slim (its outcome, category and score: what judging needs), so a corpus's generated
+# texts are not all held in memory.
 KEPT_WHOLE = 10_000
 
 
@@ -33,12 +35,14 @@ class Accounting:
     correct: int = 0
     quality: float | None = None
     problems: list[str] = field(default_factory=list)
-    # First record per manifest ID (None: none came): whole where summary.md may show it (every record not
-    # accepted, and the accepted ones of the first KEPT_WHOLE documents), else slim (see Tally). counts: the IDs
-    # that got more than one record, and how many (a first record alone means one).
+    # First record per manifest ID (None: none came): whole where summary.md may show it (every
+    # record not accepted, and the accepted ones of the first KEPT_WHOLE documents), else slim (see
+    # Tally). counts: the IDs that got more than one record, and how many (a first record alone
+    # means one).
     first: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    not_answered: list[str] = field(default_factory=list)  # the IDs no record came for, in manifest order
+    # the IDs no record came for, in manifest order
+    not_answered: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -58,14 +62,17 @@ class Tally:
 
     def __init__(self, documents: Sequence[Document]) -> None:
         self.documents = documents
-        # First record per manifest ID, keyed by the documents' own ID strings (a record's parsed ID is not kept
-        # twice); None until one comes. Its keys are the manifest's IDs, in manifest order.
+        # First record per manifest ID, keyed by the documents' own ID strings (a record's parsed ID
+        # is not kept twice); None until one comes. Its keys are the manifest's IDs, in manifest
+        # order.
         self.first: dict[str, dict[str, Any] | None] = dict.fromkeys(_ids(documents))
-        self.whole = frozenset(islice(self.first, KEPT_WHOLE))  # IDs whose accepted record is kept whole
+        # IDs whose accepted record is kept whole
+        self.whole = frozenset(islice(self.first, KEPT_WHOLE))
         self.counts: dict[str, int] = {}  # the IDs that got more than one record, and how many
         self.stray: list[str] = []  # malformed answers and IDs the app was not given
         self.accepted: dict[str, Any] = {"outcome": "accepted"}  # the slim accepted record, shared
-        self.categories: dict[str, dict[str, Any]] = {}  # a slim accepted record per category, shared
+        # a slim accepted record per category, shared
+        self.categories: dict[str, dict[str, Any]] = {}
 
     def add(self, records: Iterable[dict[str, Any]]) -> None:
         first = self.first
@@ -82,8 +89,8 @@ class Tally:
                 self._count(ident, outcome, record)
 
     def _count(self, ident: str, outcome: Any, record: dict[str, Any]) -> None:
-        """One record of the manifest's ID ``ident``: its first kept (whole, or slim past the first KEPT_WHOLE
-        IDs when accepted), a later one counted."""
+        """One record of the manifest's ID ``ident``: its first kept (whole, or slim past the first
+        KEPT_WHOLE IDs when accepted), a later one counted."""
         first = self.first
         if first[ident] is not None:
             self.counts[ident] = self.counts.get(ident, 1) + 1
@@ -93,8 +100,9 @@ class Tally:
             first[ident] = self._slim(record)
 
     def _slim(self, record: dict[str, Any]) -> dict[str, Any]:
-        """What judging reads of an accepted record: its outcome, its category, its score (only where the
-        manifest gives an expected value); one shared object per category and for all the others."""
+        """What judging reads of an accepted record: its outcome, its category, its score (only
+        where the manifest gives an expected value); one shared object per category and for all the
+        others."""
         category = record.get("category")
         if SCORE in record:
             return {"outcome": "accepted", SCORE: record[SCORE], **({"category": category} if "category" in record
@@ -109,9 +117,10 @@ class Tally:
         return slim
 
     def judge(self, min_quality: float, output: Output | None = None) -> Accounting:
-        """Exactly once per ID, nothing invented, answers of the declared kind, reasons given, expectations met,
-        quality at least ``min_quality`` (a category run: accuracy against the labels; any other kind: the mean
-        score of the answers the manifest gives an expected output for, when there is one)."""
+        """Exactly once per ID, nothing invented, answers of the declared kind, reasons given,
+        expectations met, quality at least ``min_quality`` (a category run: accuracy against the
+        labels; any other kind: the mean score of the answers the manifest gives an expected output
+        for, when there is one)."""
         result = Accounting(total=len(self.documents), first=self.first, counts=self.counts)
         categories = output is None or output.kind == "category"
         misclassified, scores, unexpected = [], [], 0
@@ -159,7 +168,8 @@ def _judge_document(doc: Document, result: Accounting) -> str | None:
     """Count one manifest ID's outcome; the problem with it, if any."""
     record = result.first.get(doc.id)
     if record is None:
-        result.not_answered.append(doc.id)  # one line for them all (not_answered_line), not one each
+        # one line for them all (not_answered_line), not one each
+        result.not_answered.append(doc.id)
         return None
     count = result.counts.get(doc.id, 1)
     outcome = record["outcome"]
@@ -189,7 +199,8 @@ SAMPLE = 5
 
 
 def not_answered_line(ids: Sequence[str]) -> str:
-    """One problem line for every ID the run did not reach: how many, a few of them, where all are listed."""
+    """One problem line for every ID the run did not reach: how many, a few of them, where all are
+    listed."""
     many = len(ids) > 1
     count = f"{len(ids):,} ID{'s' if many else ''}"
     sample = ", ".join(ids[:SAMPLE]) + (", ..." if len(ids) > SAMPLE else "")
@@ -205,8 +216,9 @@ def _check_count(result: Accounting) -> None:
 
 
 def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality: float) -> None:
-    """The mean score of the answers the manifest gives an expected output for; None (and min_quality not
-    required) when there are none. A score that is not a number in [0, 1] (NaN) is a problem, never a pass."""
+    """The mean score of the answers the manifest gives an expected output for; None (and
+    min_quality not required) when there are none. A score that is not a number in [0, 1] (NaN) is a
+    problem, never a pass."""
     bad = [ident for ident, score in scores if isinstance(score, bool) or not isinstance(score, (int, float))
            or not 0 <= score <= 1]
     result.problems += [f"{ident}: accepted without a valid quality score against its expected output"
@@ -224,8 +236,9 @@ def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality
 
 
 def _check_totals(result: Accounting, misclassified: list[str], min_quality: float, unexpected: int = 0) -> None:
-    """Accuracy against the labels over the accepted documents that expect something (``unexpected``: accepted
-    records a full corpus names no label for, left out; with only those there is no quality to judge)."""
+    """Accuracy against the labels over the accepted documents that expect something
+    (``unexpected``: accepted records a full corpus names no label for, left out; with only those
+    there is no quality to judge)."""
     _check_count(result)
     judged = result.accepted - unexpected
     if judged == 0 and unexpected:
@@ -242,7 +255,8 @@ def _check_totals(result: Accounting, misclassified: list[str], min_quality: flo
 
 
 def _below(quality: float, minimum: float) -> str:
-    """``quality`` to three decimals, or to as many as show it below ``minimum`` (0.98999, never "0.990 < 0.99")."""
+    """``quality`` to three decimals, or to as many as show it below ``minimum`` (0.98999, never
+    "0.990 < 0.99")."""
     for digits in range(3, 17):
         shown = f"{quality:.{digits}f}"
         if float(shown) < minimum:

@@ -40,14 +40,16 @@ PR_SET_PDEATHSIG = 1
 
 
 def frame(header: dict[str, Any] | bytes, payload_size: int = 0) -> bytes:
-    """One message's lengths and header (``header`` already encoded when it is bytes); its ``payload_size``
-    bytes of payload are sent after it as they are, never copied into one message."""
+    """One message's lengths and header (``header`` already encoded when it is bytes); its
+    ``payload_size`` bytes of payload are sent after it as they are, never copied into one
+    message."""
     data = header if isinstance(header, bytes) else encode(header)
     return FRAME.pack(len(data), payload_size) + data
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """JSON with finite numbers; a report holding NaN (a failed measurement) is sent with null there."""
+    """JSON with finite numbers; a report holding NaN (a failed measurement) is sent with null
+    there."""
     try:
         return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError):
@@ -67,7 +69,8 @@ def _plain(value: Any) -> Any:
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytearray | None:
-    """``size`` bytes read into one buffer made once (never chunks joined: a big batch is held once)."""
+    """``size`` bytes read into one buffer made once (never chunks joined: a big batch is held
+    once)."""
     buffer = bytearray(size)
     with memoryview(buffer) as view:
         got = 0
@@ -100,11 +103,12 @@ def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], bytearray] | None:
 def _value(value: Any, depth: int = 0) -> list[Any]:
     """One tagged value: ``["v", scalar]``; ``["j", data]`` for a dict or list that is plain JSON;
     ``["f", "nan"|"inf"|"-inf"]`` (named, so a vector's NaN is its
-    reason); ``["l", [tagged...]]`` for a list, or an array's ``tolist()`` (numpy, torch); else its repr (a tuple's
-    too, as JSON-less answers always were)."""
+    reason); ``["l", [tagged...]]`` for a list, or an array's ``tolist()`` (numpy, torch); else its
+    repr (a tuple's too, as JSON-less answers always were)."""
     if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
         return ["v", value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
-    if type(value) in (dict, list):  # plain JSON data goes as it is, whatever its neighbours in the batch are
+    # plain JSON data goes as it is, whatever its neighbours in the batch are
+    if type(value) in (dict, list):
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError, RecursionError):
@@ -137,7 +141,8 @@ def encode_answers(answers: Any) -> dict[str, Any] | bytes:
     """What predict returned, as the reply the parent classifies.
 
     A list of dicts that JSON carries (the usual case) goes as it is, encoded once; anything else
-    goes tagged, each value ``["v", scalar]`` or ``["r", repr]``, each dict answer ``["d", {key: value}]``.
+    goes tagged, each value ``["v", scalar]`` or ``["r", repr]``, each dict answer ``["d", {key:
+    value}]``.
     """
     if not isinstance(answers, list):
         return {"op": "answers", "not_list": type(answers).__name__}
@@ -161,7 +166,8 @@ def encode_answers(answers: Any) -> dict[str, Any] | bytes:
 
 
 def prctl(option: int, value: int = 0, *, read: bool = False) -> int | None:
-    """Linux prctl(2) through ctypes; None where there is none. With ``read``, the int it writes back."""
+    """Linux prctl(2) through ctypes; None where there is none. With ``read``, the int it writes
+    back."""
     try:
         import ctypes
 
@@ -183,10 +189,11 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _items(header: dict[str, Any], payload: bytearray) -> list[dict[str, Any]]:
-    """The batch's items, each value made from its part of ``payload`` (which is then let go: the app's
-    process holds each input once while the app runs): a text decoded, bytes as they are, records
-    json-decoded from their canonical bytes (the batch's in one call); each with its input's sha256
-    (the header's ``sha256``: 64 hex digits an item, in order) and, for the file output kind, its out_dir."""
+    """The batch's items, each value made from its part of ``payload`` (which is then let go: the
+    app's process holds each input once while the app runs): a text decoded, bytes as they are,
+    records json-decoded from their canonical bytes (the batch's in one call); each with its input's
+    sha256 (the header's ``sha256``: 64 hex digits an item, in order) and, for the file output kind,
+    its out_dir."""
     kind, digests, ids = header.get("kind", "text"), header.get("sha256", ""), header["ids"]
     parts, start = [], 0
     with memoryview(payload) as view:
@@ -304,8 +311,9 @@ def peak_memory(device: str) -> dict[str, Any]:
 
 
 def main(parent: int) -> None:
-    """Entry of ``python -c`` (see supervisor.child_command): take the pipes, then serve. ``parent`` is the
-    supervisor's PID (not "whoever is PID 1": the pilot itself is PID 1 in `docker run IMAGE kdkit pilot`)."""
+    """Entry of ``python -c`` (see supervisor.child_command): take the pipes, then serve. ``parent``
+    is the supervisor's PID (not "whoever is PID 1": the pilot itself is PID 1 in `docker run IMAGE
+    kdkit pilot`)."""
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -323,4 +331,5 @@ def main(parent: int) -> None:
         code = 3  # the app ended its own run (reported to the supervisor just before)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
-    os._exit(code)  # no interpreter teardown: an app's atexit or a CUDA teardown cannot change the result
+    # no interpreter teardown: an app's atexit or a CUDA teardown cannot change the result
+    os._exit(code)

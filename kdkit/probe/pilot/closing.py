@@ -1,11 +1,12 @@
-"""Closing a pilot session's run folder: stop.json first (the smallest, written into the room set aside
-for it), then summary.json, summary.md and, last, SHA256SUMS; and what a full disk does to that.
+"""Closing a pilot session's run folder: stop.json first (the smallest, written into the room set
+aside for it), then summary.json, summary.md and, last, SHA256SUMS; and what a full disk does to
+that.
 
 A full disk (ENOSPC, a quota) while the run goes on is the stop rule ``disk-full``: the batch being
 written is taken back from results.jsonl and redone on resume. A full disk while the folder closes
 takes back the closing files already written (no summary of an open folder), leaves stop.json saying
-where the run stopped, and ends the pilot with one line, exit 2, as every full disk does; once space is
-freed, ``--resume`` finishes the run exactly once.
+where the run stopped, and ends the pilot with one line, exit 2, as every full disk does; once space
+is freed, ``--resume`` finishes the run exactly once.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Session:
     tally: Tally | None = None  # the records this session appended, counted as they were written
     peak: dict[str, Any] | None = None  # the app process's own memory report
     runs_before: Snapshot | None = None  # the runs folder's top-level entries before the run opened
-    staged: set[str] = field(default_factory=set)  # file kind: out_dir folders of the batch not yet judged
+    # file kind: out_dir folders of the batch not yet judged
+    staged: set[str] = field(default_factory=set)
 
     def timings(self) -> dict[str, Any]:
         total = time.perf_counter() - self.started
@@ -90,7 +92,8 @@ def _written(exc: OSError) -> str:
 
 
 def failure_stop(exc: Exception) -> tuple[dict[str, Any], int]:
-    """stop.json's record and the exit code of the harness's own failure: a full disk, or an error."""
+    """stop.json's record and the exit code of the harness's own failure: a full disk, or an
+    error."""
     if isinstance(exc, OSError) and disk_full(exc):
         return {"reason": f"the disk is full ({exc.strerror or exc} writing {_written(exc)}); free space there",
                 "rule": DISK_FULL}, DISK_FULL_EXIT
@@ -106,7 +109,8 @@ def stopped_by_full_disk(run: RunFolder, session: Session) -> BadInput | None:
 
 
 def _closing_failed(run: RunFolder, session: Session, exc: OSError, stop_written: bool) -> BadInput:
-    """Take back the closing files written so far, make sure stop.json says where the run stopped."""
+    """Take back the closing files written so far, make sure stop.json says where the run
+    stopped."""
     for name in (SUMS, SUMMARY_MD, SUMMARY):
         with contextlib.suppress(OSError):
             (run.path / name).unlink(missing_ok=True)
@@ -127,7 +131,8 @@ def _closing_failed(run: RunFolder, session: Session, exc: OSError, stop_written
 
 def peak_memory(session: Session, device: str) -> dict[str, Any]:
     """What the app's process measured (torch's peak GPU allocation, or its peak RSS); when it
-    could no longer say (it was stopped or died), the peak RSS of the processes this one waited for."""
+    could no longer say (it was stopped or died), the peak RSS of the processes this one waited
+    for."""
     if session.peak is not None:
         return session.peak
     return {DEVICE: device, "kind": "peak RSS of the app process (ru_maxrss of waited children)",
@@ -135,10 +140,10 @@ def peak_memory(session: Session, device: str) -> dict[str, Any]:
 
 
 def beside(cfg: PilotConfig, run: RunFolder, session: Session) -> list[str]:
-    """What was written where no run keeps it during this session, each a problem of the run: a file kind's
-    entry in outputs.staging/ that is no item in flight's folder (written outside its out_dir, removed at
-    close with the folder), and a top-level entry of the runs folder that no kdkit command made
-    (kdkit.core.runstrays)."""
+    """What was written where no run keeps it during this session, each a problem of the run: a file
+    kind's entry in outputs.staging/ that is no item in flight's folder (written outside its
+    out_dir, removed at close with the folder), and a top-level entry of the runs folder that no
+    kdkit command made (kdkit.core.runstrays)."""
     problems = outputfiles.staging_strays(run.path, session.staged)
     if session.runs_before is not None:
         problems += strays(cfg.runs_dir, session.runs_before, run.path.name, cfg.root)
@@ -161,7 +166,8 @@ def judged(cfg: PilotConfig, run: RunFolder, session: Session, stray: list[str] 
     else:
         try:
             accounting = account(cfg.documents, run.records(), cfg.min_quality, cfg.output)
-        except (KdkitError, OSError):  # unreadable: judge what this session appended, the run fails anyway
+        # unreadable: judge what this session appended, the run fails anyway
+        except (KdkitError, OSError):
             accounting = (session.tally or Tally(cfg.documents)).judge(cfg.min_quality, cfg.output)
     accounting.problems.extend(run.integrity_problems(intact))
     accounting.problems.extend(stray or [])
@@ -169,8 +175,8 @@ def judged(cfg: PilotConfig, run: RunFolder, session: Session, stray: list[str] 
 
 
 def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, Any]:
-    """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS; on a full disk, the
-    one-line BadInput of _closing_failed once stop.json says where the run stopped."""
+    """Write stop.json (if stopped), summary.json, summary.md and, last, SHA256SUMS; on a full disk,
+    the one-line BadInput of _closing_failed once stop.json says where the run stopped."""
     stop_written = False
     try:
         if session.stop is not None:
@@ -181,8 +187,10 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
                 "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
                 "fix": "see stop.json"}})
         stray = beside(cfg, run, session)  # before the staging folder goes
-        run.finish_outputs()  # the file kind: outputs/ as the complete lines name it, the staging folder gone
-        run.finish_vectors(model_reference(cfg.model.record if cfg.model else None))  # vectors.npy's final
+        # the file kind: outputs/ as the complete lines name it, the staging folder gone
+        run.finish_outputs()
+        # vectors.npy's final
+        run.finish_vectors(model_reference(cfg.model.record if cfg.model else None))
         # header, its ID list with the model's reference; what does not add up fails the run
         accounting = judged(cfg, run, session, stray)
         summary = summary_data(run.run_id, cfg, accounting, session.stop, {

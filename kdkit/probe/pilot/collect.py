@@ -1,14 +1,16 @@
-"""Which worker folders a gathering counts: the RUN_DIRs given, and every worker folder below ``--from DIR``.
+"""Which worker folders a gathering counts: the RUN_DIRs given, and every worker folder below
+``--from DIR``.
 
 The workers of one run may come back from several machines in any layout (``node0/runs/R-w0of8``,
 ``copies/R-w5of8``...): ``--from`` searches each DIR, links not followed, hidden (staging) folders
-skipped, for folders holding a params.json with a share (kdkit.probe.pilot.shares); a run folder holds
-no other, so the search does not go below one. ``--run-id`` keeps the workers of that run.
+skipped, for folders holding a params.json with a share (kdkit.probe.pilot.shares); a run folder
+holds no other, so the search does not go below one. ``--run-id`` keeps the workers of that run.
 
 Before anything is counted or written, the folders must be the workers of one run, each share once.
 Each of these is bad input (one line, exit 2, nothing written):
 
-* a folder of another run (its params.json's run ID), of another manifest, or of another pilot config;
+* a folder of another run (its params.json's run ID), of another manifest, or of another pilot
+  config;
 * a folder of another world size (one of 3 workers among folders of 2);
 * two folders for one share with different content: two machines were given the same rank.
 
@@ -51,8 +53,8 @@ class Worker:
 
     @property
     def run(self) -> str:
-        """The run it belongs to: its params.json's run ID without the worker's suffix (the folder's name for an
-        older folder without one)."""
+        """The run it belongs to: its params.json's run ID without the worker's suffix (the folder's
+        name for an older folder without one)."""
         recorded = self.params.get(rf.RUN_ID)
         return rf.base_id(recorded if isinstance(recorded, str) else self.name)
 
@@ -69,7 +71,8 @@ def load_worker(path: Path) -> Worker:
         raise BadInput(f"{params_file}: not found; {path} is not a pilot run folder")
     params = load_object(params_file, "run parameters")
     recorded = params.get(rf.RUN_ID)
-    if recorded is not None and not (isinstance(recorded, str) and is_safe_id(recorded)):  # it names the output
+    # it names the output
+    if recorded is not None and not (isinstance(recorded, str) and is_safe_id(recorded)):
         raise BadInput(f"{params_file}: $.run_id {str(recorded)[:60]!r} is not a run ID ({SAFE_ID_RULE}); the file "
                        "was edited or damaged")
     summary_file = path / rf.SUMMARY
@@ -88,7 +91,8 @@ def search(root: Path) -> list[Worker]:
             try:
                 params = load_object(Path(current) / rf.PARAMS, "run parameters")
             except BadInput:
-                if rf.RESULTS in files:  # a run folder's own params.json, damaged: named, never skipped
+                # a run folder's own params.json, damaged: named, never skipped
+                if rf.RESULTS in files:
                     raise
                 continue  # another tool's params.json (a model's, a sweep's): not a run folder
             if rf.SHARE in params:
@@ -98,7 +102,8 @@ def search(root: Path) -> list[Worker]:
 
 
 def fingerprint(path: Path) -> str:
-    """One digest over a folder's regular files, names and bytes: two copies of one folder have the same."""
+    """One digest over a folder's regular files, names and bytes: two copies of one folder have the
+    same."""
     digest = hashlib.sha256()
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.is_file(follow_symlinks=False):
@@ -107,7 +112,8 @@ def fingerprint(path: Path) -> str:
 
 
 def collect(run_dirs: Sequence[Path], roots: Sequence[Path] = (), run_id: str | None = None) -> list[Worker]:
-    """The workers to gather, in share order: given and found, copies counted once, checked to be one run's."""
+    """The workers to gather, in share order: given and found, copies counted once, checked to be
+    one run's."""
     given = [load_worker(path) for path in run_dirs]
     found = [worker for root in roots for worker in search(root) if run_id is None or worker.run == run_id]
     if roots and not found:
@@ -122,7 +128,8 @@ def collect(run_dirs: Sequence[Path], roots: Sequence[Path] = (), run_id: str | 
 
 
 def _once(workers: list[Worker]) -> list[Worker]:
-    """The workers with each folder once: the same path given twice, or a byte-for-byte copy of one kept.
+    """The workers with each folder once: the same path given twice, or a byte-for-byte copy of one
+    kept.
 
     Only folders of one share of one run are compared, and each folder is hashed at most once."""
     kept: list[Worker] = []
@@ -151,7 +158,8 @@ def _once(workers: list[Worker]) -> list[Worker]:
 
 
 def _one_run(workers: list[Worker], run_id: str | None, several: bool) -> None:
-    """BadInput unless the folders are the workers of one run, each share once (the module's docstring)."""
+    """BadInput unless the folders are the workers of one run, each share once (the module's
+    docstring)."""
     first = workers[0]
     for worker in workers:
         if run_id is not None and worker.run != run_id:

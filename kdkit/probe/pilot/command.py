@@ -75,14 +75,16 @@ IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
 
 
 class Progress:
-    """One line on stderr per second at most: a long run shows it is alive without flooding the log."""
+    """One line on stderr per second at most: a long run shows it is alive without flooding the
+    log."""
 
     def __init__(self, total: int, enabled: bool, heartbeat: Heartbeat | None = None) -> None:
         self.total, self.enabled, self.last, self.heartbeat = total, enabled, 0.0, heartbeat
 
     def __call__(self, done: int, rejected: int, force: bool = False,
                  records: list[dict[str, Any]] | None = None) -> None:
-        if self.heartbeat is not None:  # <run>/heartbeat.json, at most once a second (kdkit status reads it)
+        # <run>/heartbeat.json, at most once a second (kdkit status reads it)
+        if self.heartbeat is not None:
             errors = [r.get("reason") for r in records or () if r.get("outcome") == "rejected"]
             self.heartbeat.beat(done, rejected, last_error=str(errors[-1]) if errors else None, force=force)
         now = time.monotonic()
@@ -96,8 +98,9 @@ class Progress:
 
 def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str],
              share: Share | None = None, placed: Placement | None = None) -> tuple[RunFolder, bool | None]:
-    """A new run folder with its params.json (naming the launcher, if any), or the one to resume (same parameters
-    and share only); (run, None): a restarted worker's folder was finished meanwhile, to be only reported."""
+    """A new run folder with its params.json (naming the launcher, if any), or the one to resume
+    (same parameters and share only); (run, None): a restarted worker's folder was finished
+    meanwhile, to be only reported."""
     params = cfg.resolved()
     digest = params_hash(params)
     chosen = check_new_run_id(run_id, "--run-id ") if run_id else None
@@ -120,11 +123,14 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
             run.disown()
             raise
         return run, True
-    launch = launch_field(os.environ)  # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
-    code = with_launch_revision(code_state(cfg.root), launch.get(LAUNCH))  # before the run folder exists, so
+    # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
+    launch = launch_field(os.environ)
+    # before the run folder exists, so
+    code = with_launch_revision(code_state(cfg.root), launch.get(LAUNCH))
     # it cannot make the tree look dirty
     app = app_record(cfg.root, cfg.entry)
-    for line in describe_removed(clean_stale_in(cfg.runs_dir, folders_only=True)):  # a killed pilot's run folder
+    # a killed pilot's run folder
+    for line in describe_removed(clean_stale_in(cfg.runs_dir, folders_only=True)):
         print(f"pilot: {line}", file=sys.stderr)
     record = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -147,8 +153,10 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
 
 
 def _reopen(run: RunFolder) -> None:
-    """A resumed run is open again: its closing files go, earlier stop and env reports are kept by number."""
-    for name in (SUMS, SUMMARY, SUMMARY_MD, HEARTBEAT):  # a killed session's heartbeat: this one writes its own
+    """A resumed run is open again: its closing files go, earlier stop and env reports are kept by
+    number."""
+    # a killed session's heartbeat: this one writes its own
+    for name in (SUMS, SUMMARY, SUMMARY_MD, HEARTBEAT):
         (run.path / name).unlink(missing_ok=True)
     for stem in ("stop", "env"):  # STOP and ENV, kept as stop-1.json, env-1.json...
         if (run.path / f"{stem}.json").exists():
@@ -178,8 +186,8 @@ def diagnose_blocks(report: dict[str, Any]) -> str | None:
 
 
 def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progress) -> None:
-    """Diagnose, then the batches, both in the app's own process; any stop is recorded in ``session``,
-    never raised."""
+    """Diagnose, then the batches, both in the app's own process; any stop is recorded in
+    ``session``, never raised."""
     try:
         run.reserve_stop()  # stop.json's room, so that a full disk can still be told
         with AppProcess(cfg.max_batch_seconds, cfg.batch_size) as app:
@@ -203,11 +211,13 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
         session.exit_code = stop.exit_code
     except KeyboardInterrupt:
         session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
-    except harness.EntryError as exc:  # the app's code must change: a resume would refuse it (the code is the run's)
+    # the app's code must change: a resume would refuse it (the code is the run's)
+    except harness.EntryError as exc:
         session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": APP_CODE}, 1
     except KdkitError as exc:
         session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": "error"}, 1
-    except Exception as exc:  # the harness's own failure (a full disk: disk-full) still closes the run folder
+    # the harness's own failure (a full disk: disk-full) still closes the run folder
+    except Exception as exc:
         session.stop, session.exit_code = failure_stop(exc)
     finally:
         with contextlib.suppress(OSError):
@@ -218,7 +228,8 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
 
 def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: AppProcess,
           guard: StopGuard, progress: Progress) -> None:
-    pending = remaining(cfg.documents, scan.finished)  # a JSONL corpus's stay compact (pilotmanifest)
+    # a JSONL corpus's stay compact (pilotmanifest)
+    pending = remaining(cfg.documents, scan.finished)
     done, rejected = len(cfg.documents) - len(pending), scan.rejected
     source = harness.batches(pending, cfg.batch_size, Reading.of(cfg), scan.next_batch)
     session.tally = tally = Tally(cfg.documents)
@@ -229,7 +240,8 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: A
             guard.check()
             records = rejections + _app_records(cfg, session, app, guard, number, items, run.path)
             run.append(records)
-            tally.add(records)  # right after the write: the tally and the file's bytes hold the same batches
+            # right after the write: the tally and the file's bytes hold the same batches
+            tally.add(records)
             session.batches += 1
             session.items += len(items) + len(rejections)
             done += len(items) + len(rejections)
@@ -248,13 +260,15 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
     if not items:
         return []
     started = time.perf_counter()
-    app.reply_limit = reply_limit(cfg.batch_size, answer_bytes(cfg.output))  # room for a long text or vector
+    # room for a long text or vector
+    app.reply_limit = reply_limit(cfg.batch_size, answer_bytes(cfg.output))
     try:
         with guard.app_running():
             if cfg.output.kind != "file":
                 return harness.run_batch(app, items, cfg.output, number)
             records = harness.run_batch(filekind.staged_call(app, run, session.staged), items, cfg.output, number)
-            kept = filekind.judged(run, records, cfg.output.max_bytes)  # out_dirs checked, hashed: to be kept
+            # out_dirs checked, hashed: to be kept
+            kept = filekind.judged(run, records, cfg.output.max_bytes)
             session.staged.clear()  # judged: none of the batch's folders is in flight any more
             return kept
     except StopRequested as stop:
@@ -275,7 +289,8 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
              f"  {summary['total']} IDs: accepted {summary['accepted']}, rejected {summary['rejected']}; "
              f"quality {quality} (min {summary['min_quality']:g})"]
     problems = summary["problems"]
-    lines += [f"  - {printable(p)}" for p in problems[:PROBLEMS_SHOWN]]  # one line each, whatever the app said
+    # one line each, whatever the app said
+    lines += [f"  - {printable(p)}" for p in problems[:PROBLEMS_SHOWN]]
     if len(problems) > PROBLEMS_SHOWN:
         lines.append(f"  ... {len(problems) - PROBLEMS_SHOWN} more in summary.json")
     lines.append("PASS: every ID exactly once, expectations met" if summary["verdict"] == "pass"
@@ -284,8 +299,8 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
 
 
 def _copy(run: RunFolder, dest: str | None) -> tuple[dict[str, Any], KdkitError | None]:
-    """--copy-to: the copy verified where it lies (local, SSH or rclone: kdkit.probe.results.copyout), or the
-    error to raise once the summary is printed."""
+    """--copy-to: the copy verified where it lies (local, SSH or rclone:
+    kdkit.probe.results.copyout), or the error to raise once the summary is printed."""
     if dest is None:
         return {}, None
     try:
@@ -295,7 +310,8 @@ def _copy(run: RunFolder, dest: str | None) -> tuple[dict[str, Any], KdkitError 
 
 
 def _finished(run: RunFolder, as_json: bool) -> int:
-    """A worker its launcher started again after it had finished: its summary as it is, its verdict's exit code."""
+    """A worker its launcher started again after it had finished: its summary as it is, its
+    verdict's exit code."""
     summary = load_object(run.path / SUMMARY, "run summary")
     print_result(as_json, {"run_dir": str(run.path), **summary}, lambda: render_text(summary, run), ascii_only=False)
     return 0 if summary.get("verdict") == "pass" else 1
@@ -303,11 +319,13 @@ def _finished(run: RunFolder, as_json: bool) -> int:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.run_id:  # IDs are data, checked before they name any path (a launcher's restart looks for its folder)
+    # IDs are data, checked before they name any path (a launcher's restart looks for its folder)
+    if args.run_id:
         check_new_run_id(args.run_id, "--run-id ")
     if args.resume:
         check_run_id(args.resume, "--resume ")
-    cfg = harness.with_scorer(load_pilot(project_root(args.project_dir), args.config))  # quality.scorer: exit 2 here
+    # quality.scorer: exit 2 here
+    cfg = harness.with_scorer(load_pilot(project_root(args.project_dir), args.config))
     placed = place(cfg, args.worker, args.workers, named=bool(args.run_id or args.resume))
     if placed.node_shares:  # a node's one process: one worker per GPU (kdkit.probe.pilot.fanout)
         return run_node(argv, placed, args.json)
@@ -318,7 +336,8 @@ def main(argv: list[str]) -> int:
         resume, done = continuing(cfg, run_id, share, placed)
         if done is not None:
             return _finished(done, args.json)
-    runs_before = runstrays.snapshot(cfg.runs_dir)  # what is beside the run before it opens (closing.strays)
+    # what is beside the run before it opens (closing.strays)
+    runs_before = runstrays.snapshot(cfg.runs_dir)
     run, resumed = open_run(cfg, None if resume else run_id, resume, argv, share, placed)
     if resumed is None:
         return _finished(run, args.json)
@@ -327,7 +346,8 @@ def main(argv: list[str]) -> int:
     try:  # the run folder is this session's until its summary and SHA256SUMS are written and copied
         beat.beat(0, 0, force=True)
         execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json), heartbeat=beat))
-        beat.remove()  # open runs only: the closed folder's truth is its summary (kdkit.core.heartbeat)
+        # open runs only: the closed folder's truth is its summary (kdkit.core.heartbeat)
+        beat.remove()
         summary = close_run(cfg, run, session)
         copy, copy_error = _copy(run, args.copy_to)
     finally:

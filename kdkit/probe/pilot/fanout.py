@@ -8,8 +8,8 @@ HIP_VISIBLE_DEVICES on AMD): worker i answers share ``node rank * G + i``, in it
 It waits for all of them and exits with the first non-zero exit code in worker order (0 when every
 worker passed). SIGINT and SIGTERM (``docker stop`` on PID 1) are passed to every worker, which
 closes its run folder with the reason; if this process dies, the kernel sends its workers SIGTERM
-(Linux PR_SET_PDEATHSIG). Each worker writes its own lines on stderr; its result (text or ``--json``)
-is printed here in worker order, ``--json`` as one object. Standard library only.
+(Linux PR_SET_PDEATHSIG). Each worker writes its own lines on stderr; its result (text or
+``--json``) is printed here in worker order, ``--json`` as one object. Standard library only.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from kdkit.probe.pilot.launchers import LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, Pla
 
 
 def interpreter() -> list[str]:
-    """This interpreter and its isolation flags: a child started with them runs as this process does."""
+    """This interpreter and its isolation flags: a child started with them runs as this process
+    does."""
     flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site),
                                    ("-E", sys.flags.ignore_environment and not sys.flags.isolated),
                                    ("-s", sys.flags.no_user_site and not sys.flags.isolated),
@@ -43,14 +44,16 @@ def interpreter() -> list[str]:
 
 
 def kdkit_home() -> str:
-    """The folder that holds this very kdkit (a venv's site-packages, /opt/kdkit/lib in the image, kdkit.pyz)."""
+    """The folder that holds this very kdkit (a venv's site-packages, /opt/kdkit/lib in the image,
+    kdkit.pyz)."""
     import kdkit
 
     return os.path.dirname(os.path.dirname(os.path.abspath(kdkit.__file__)))
 
 
 def worker_command(argv: Sequence[str]) -> list[str]:
-    """``kdkit pilot ARGV`` in this interpreter and kdkit, dying (SIGTERM) with the process that started it."""
+    """``kdkit pilot ARGV`` in this interpreter and kdkit, dying (SIGTERM) with the process that
+    started it."""
     boot = (f"import os, sys; sys.path.insert(0, {kdkit_home()!r}); "
             f"from kdkit.probe.pilot.appchild import prctl; prctl({PR_SET_PDEATHSIG}, {int(signal.SIGTERM)}); "
             f"os.getppid() == {os.getpid()} or sys.exit(143); "
@@ -59,7 +62,8 @@ def worker_command(argv: Sequence[str]) -> list[str]:
 
 
 def worker_env(env: Mapping[str, str], index: int, count: int) -> dict[str, str]:
-    """Worker ``index``'s environment: its place on the node and its one GPU (kdkit.probe.pilot.launch.pin)."""
+    """Worker ``index``'s environment: its place on the node and its one GPU
+    (kdkit.probe.pilot.launch.pin)."""
     child = {**env, LOCAL_WORKER_VAR: str(index), LOCAL_WORKERS_VAR: str(count)}
     kept = pin(index, env, count, amd=hardware_hints() == ["amd"])
     if kept is not None:
@@ -80,7 +84,8 @@ def passing_signals(workers: list[subprocess.Popen[bytes]]) -> Iterator[None]:
 
 
 def run_node(argv: Sequence[str], placed: Placement, as_json: bool) -> int:
-    """Start one worker per GPU of this node, wait for them, print their results; the module's docstring."""
+    """Start one worker per GPU of this node, wait for them, print their results; the module's
+    docstring."""
     count = len(placed.node_shares)
     workers: list[subprocess.Popen[bytes]] = []
     outputs: list[bytes] = [b""] * count
@@ -91,8 +96,9 @@ def run_node(argv: Sequence[str], placed: Placement, as_json: bool) -> int:
                                             stdout=subprocess.PIPE, start_new_session=True))
             readers.append(threading.Thread(target=_read, args=(workers[-1], outputs, index), daemon=True))
             readers[-1].start()
-        # a worker killed by a signal (one that had closed its folder and was exiting when SIGTERM came, its
-        # handlers gone) is -N to Popen: 128 + N, as a shell and `docker stop` report it, never -N & 0xff
+        # a worker killed by a signal (one that had closed its folder and was exiting when SIGTERM
+        # came, its handlers gone) is -N to Popen: 128 + N, as a shell and `docker stop` report it,
+        # never -N & 0xff
         codes = [code if code >= 0 else 128 - code for code in (worker.wait() for worker in workers)]
         for reader in readers:
             reader.join()
@@ -116,6 +122,7 @@ def _print(outputs: list[bytes], placed: Placement, codes: list[int], as_json: b
                 docs.append(None)  # the worker failed before its result; its stderr said why
         shares = [{"worker": s.worker, "workers": s.workers} for s in placed.node_shares]
         print_result(True, {"launcher": placed.record(), "shares": shares, "exit_codes": codes, "workers": docs},
-                     "", ascii_only=False)  # kdkit.core.report: no raw control character, valid JSON
+                     # kdkit.core.report: no raw control character, valid JSON
+                     "", ascii_only=False)
     else:
         print_result(False, None, "\n".join(text.rstrip("\n") for text in texts if text.strip()))

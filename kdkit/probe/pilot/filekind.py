@@ -1,6 +1,7 @@
-"""The file output kind in the pilot: each call of the app gets fresh out_dirs, each accepted answer's files are
-judged (kdkit.core.outputfiles.inspect) before the batch's records go to the run folder's writer, which keeps
-them (RunFolder.append: renamed into outputs/ before the lines that name them)."""
+"""The file output kind in the pilot: each call of the app gets fresh out_dirs, each accepted
+answer's files are judged (kdkit.core.outputfiles.inspect) before the batch's records go to the run
+folder's writer, which keeps them (RunFolder.append: renamed into outputs/ before the lines that
+name them)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from kdkit.probe.pilot.inputs import Item
 
 
 def staged_call(app: Call, run: Path, staged: set[str] | None = None) -> Call:
-    """``app`` with each item's out_dir made fresh and empty before every call (a batch retried item by item
-    starts each retry from an empty folder); each folder's name is added to ``staged`` (the items in flight,
-    until the caller has judged the batch: kdkit.core.outputfiles.staging_strays)."""
+    """``app`` with each item's out_dir made fresh and empty before every call (a batch retried item
+    by item starts each retry from an empty folder); each folder's name is added to ``staged`` (the
+    items in flight, until the caller has judged the batch:
+    kdkit.core.outputfiles.staging_strays)."""
 
     def call(items: Sequence[Item]) -> Any:
         if staged is not None:
@@ -30,8 +32,9 @@ def staged_call(app: Call, run: Path, staged: set[str] | None = None) -> Call:
 
 
 def judged(run: Path, records: list[dict[str, Any]], max_bytes: int | None) -> list[dict[str, Any]]:
-    """The batch's records with each accepted one's ``folder`` and ``files``, or the harness's rejection naming
-    why its out_dir cannot be kept; the staging folders of items not accepted are removed."""
+    """The batch's records with each accepted one's ``folder`` and ``files``, or the harness's
+    rejection naming why its out_dir cannot be kept; the staging folders of items not accepted are
+    removed."""
     kept = []
     for record in records:
         ident = record.get("id")

@@ -1,4 +1,5 @@
-"""`kdkit gather [RUN_DIR...] [--from DIR]`: prove that the workers of one run answered every ID exactly once.
+"""`kdkit gather [RUN_DIR...] [--from DIR]`: prove that the workers of one run answered every ID
+exactly once.
 
 Each worker (``kdkit pilot --worker I --workers N``, or placed by a launcher) wrote its own run
 folder. The folders given and those found below ``--from`` must first be the workers of one run,
@@ -88,7 +89,8 @@ def integrity_problems(worker: Worker) -> list[str]:
 
 
 def coverage_problems(workers: Sequence[Worker]) -> list[str]:
-    """Each share 0..N-1 missing from the folders (kdkit.probe.pilot.collect gave each at most once)."""
+    """Each share 0..N-1 missing from the folders (kdkit.probe.pilot.collect gave each at most
+    once)."""
     count, have = workers[0].share.workers, {worker.share.worker for worker in workers}
     base = workers[0].run
     return [f"worker {i} of {count}: no run folder given (expected {rf.worker_folder(base, i, count)}); run or "
@@ -96,7 +98,8 @@ def coverage_problems(workers: Sequence[Worker]) -> list[str]:
 
 
 def project_problems(cfg: PilotConfig, workers: Sequence[Worker]) -> list[str]:
-    """The project's pilot parameters must be the ones the workers ran (so its manifest is theirs)."""
+    """The project's pilot parameters must be the ones the workers ran (so its manifest is
+    theirs)."""
     digest, recorded = params_hash(cfg.resolved()), workers[0].params.get(rf.PARAMS_HASH)
     if digest == recorded:
         return []
@@ -134,7 +137,8 @@ def _some(ids: Sequence[str]) -> str:
 
 
 def _missing_line(ids: Sequence[str], owner: int, count: int) -> str:
-    """The IDs of one share that no worker answered, in one line (all are in summary.json's not_answered)."""
+    """The IDs of one share that no worker answered, in one line (all are in summary.json's
+    not_answered)."""
     if len(ids) == 1:
         return f"{ids[0]}: no result from any worker (its share: worker {owner} of {count}; resume that worker)"
     return (f"worker {owner} of {count}: {len(ids):,} IDs of its share with no result from any worker "
@@ -143,7 +147,8 @@ def _missing_line(ids: Sequence[str], owner: int, count: int) -> str:
 
 def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally: Tally,
                 acc: Accounting) -> list[str]:
-    """Missing, answered by two workers, answered outside its share; then the accounting's own problems."""
+    """Missing, answered by two workers, answered outside its share; then the accounting's own
+    problems."""
     count, problems, named = workers[0].share.workers, [], set()
     for worker in workers:
         if worker.outside:
@@ -160,7 +165,8 @@ def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally:
                             f"({', '.join(workers[i].name for i in answered)}); every ID must appear exactly once")
             named.add(doc.id)
     problems += [_missing_line(ids, owner, count) for owner, ids in sorted(missing.items())]
-    said = not_answered_line(acc.not_answered) if acc.not_answered else None  # the same IDs, said above per share
+    # the same IDs, said above per share
+    said = not_answered_line(acc.not_answered) if acc.not_answered else None
     problems += [p for p in acc.problems if p != said and p.split(": ", 1)[0] not in named]
     return problems
 
@@ -225,11 +231,13 @@ def default_out(workers: Sequence[Worker], roots: Sequence[Path] = ()) -> Path:
     return (roots[0] if roots else workers[0].path.parent) / rf.gathered_folder(workers[0].run)
 
 
-GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS, rf.VECTORS, rf.VECTOR_IDS, OUTPUTS})  # what a gathering holds
+# what a gathering holds
+GATHERING = frozenset({rf.SUMMARY, rf.SUMMARY_MD, SUMS, rf.VECTORS, rf.VECTOR_IDS, OUTPUTS})
 
 
 def replaceable_gathering(folder: Path) -> str | None:
-    """Why ``--force`` must not replace what is at ``folder`` (it is not exactly a gathering kdkit wrote), or None."""
+    """Why ``--force`` must not replace what is at ``folder`` (it is not exactly a gathering kdkit
+    wrote), or None."""
     if folder.is_symlink() or not folder.is_dir():
         return "is not a folder"
     try:
@@ -245,8 +253,9 @@ def replaceable_gathering(folder: Path) -> str | None:
 
 
 def _not_gathered(folder: Path) -> str | None:
-    """Why the content of ``folder`` is not a gathering as kdkit wrote it (its summary.json's kind, then the folder
-    against its own SHA256SUMS: kdkit.core.runfolder.verify_folder, the one verification), or None."""
+    """Why the content of ``folder`` is not a gathering as kdkit wrote it (its summary.json's kind,
+    then the folder against its own SHA256SUMS: kdkit.core.runfolder.verify_folder, the one
+    verification), or None."""
     try:
         kind = load_json(folder / rf.SUMMARY).get(rf.KIND)
     except (BadInput, AttributeError):
@@ -283,10 +292,11 @@ def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
 def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
                   vectors: list[tuple[int, Path, Path]] | None = None,
                   outputs: list[tuple[str, Path, dict[str, str]]] | None = None) -> None:
-    """summary.json, summary.md, the workers' ``vectors`` as one array (vectors.npy, vectors.ids.jsonl), their
-    ``outputs`` (the file kind) joined into one outputs/ (kdkit.core.outputfiles.gather_outputs) and
-    SHA256SUMS in a staging folder published as ``out`` (never over anything but the earlier gathering checked,
-    with ``force``: kdkit.core.staging.staged_folder)."""
+    """summary.json, summary.md, the workers' ``vectors`` as one array (vectors.npy,
+    vectors.ids.jsonl), their ``outputs`` (the file kind) joined into one outputs/
+    (kdkit.core.outputfiles.gather_outputs) and SHA256SUMS in a staging folder published as ``out``
+    (never over anything but the earlier gathering checked, with ``force``:
+    kdkit.core.staging.staged_folder)."""
     with staged_folder(out, "--out", replaceable_gathering if force else None) as staged:
         for line in describe_removed(staged.removed):
             print(f"gather: {line}", file=sys.stderr)
@@ -301,7 +311,8 @@ def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
                 summary["problems"] = [*summary["problems"], *joined]
                 summary[rf.VERDICT] = "fail"
             names += sorted(files)
-        summary[rf.FILES] = sorted({*names, SUMS})  # as a pilot's: a file removed with its line is still missing
+        # as a pilot's: a file removed with its line is still missing
+        summary[rf.FILES] = sorted({*names, SUMS})
         atomic_write_json(staged.path / rf.SUMMARY, summary)
         atomic_write_text(staged.path / rf.SUMMARY_MD, summary_markdown(summary))
         write_sums(staged.path, [(name, staged.path / name) for name in names])
@@ -311,7 +322,8 @@ def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
 
 
 def find_project(given: Path | None, first: Path) -> Path:
-    """--project, else the project around the first run folder (runs/ lives in it), else around cwd."""
+    """--project, else the project around the first run folder (runs/ lives in it), else around
+    cwd."""
     if given is not None:
         return project_root(given)
     found = find_root(first) or find_root()
@@ -337,8 +349,8 @@ def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | Non
 
 def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | None = None,
            force: bool = False, *, roots: Sequence[Path] = (), run_id: str | None = None) -> Gathered:
-    """Check the workers' folders of one run (``run_dirs``, and those below ``roots``: --from) and write its one
-    summary; see the module's docstring."""
+    """Check the workers' folders of one run (``run_dirs``, and those below ``roots``: --from) and
+    write its one summary; see the module's docstring."""
     workers = collect(run_dirs, roots, run_id)
     destination = check_out(out or default_out(workers, roots if not run_dirs else ()), workers, force)
     config = workers[0].params.get("params", {}).get("config_file")
@@ -346,9 +358,11 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     acc, problems = judge(cfg, workers)
     summary = summary_data(workers[0].run, cfg, workers, acc, problems)
     vectors = [(w.share.worker, w.path / rf.VECTORS, w.path / rf.VECTOR_IDS) for w in workers
-               if (w.path / rf.VECTORS).is_file()] if acc is not None else []  # each worker's verified first
+               # each worker's verified first
+               if (w.path / rf.VECTORS).is_file()] if acc is not None else []
     outputs = [(w.name, w.path, rf.read_sums(w.path)) for w in workers
-               if (w.path / OUTPUTS).is_dir()] if acc is not None else []  # verified by judge, as the vectors
+               # verified by judge, as the vectors
+               if (w.path / OUTPUTS).is_dir()] if acc is not None else []
     write_summary(destination, summary, force, vectors, outputs)
     return Gathered(summary, destination)
 

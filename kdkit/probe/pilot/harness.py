@@ -27,7 +27,9 @@ from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.pilotconfig import Output, PilotConfig
 from kdkit.core.pilotmanifest import Document
 from kdkit.core.projectfiles import real_inside
-from kdkit.probe.pilot.inputs import Item as Item  # the inputs' names, as the harness always offered them
+
+# the inputs' names, as the harness always offered them
+from kdkit.probe.pilot.inputs import Item as Item
 from kdkit.probe.pilot.inputs import Reader, Reading
 from kdkit.probe.pilot.inputs import prefetching as prefetching
 from kdkit.probe.pilot.inputs import read_input as read_input
@@ -47,11 +49,13 @@ class EntryError(KdkitError):
 
 
 class NotAList(TypeError):
-    """predict returned something other than a list: the batch is retried item by item, like a raise."""
+    """predict returned something other than a list: the batch is retried item by item, like a
+    raise."""
 
 
 class AppRaised(Exception):
-    """The app raised an exception in its own process (kdkit/probe/pilot/supervisor.py); its type is the app's."""
+    """The app raised an exception in its own process (kdkit/probe/pilot/supervisor.py); its type is
+    the app's."""
 
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(message)
@@ -77,11 +81,13 @@ def short_text(value: Any, limit: int | None = ANSWER_SHOWN) -> str:
 
 def _shown(value: Any) -> Any:
     """An answer's value kept as data: JSON scalars as they are, anything else as short text; a
-    credential shape in it is redacted (kdkit.core.credentials): what the app said may travel and be shown.
-    Only what is kept is redacted (redact_head), so a huge value costs no more than a short one."""
+    credential shape in it is redacted (kdkit.core.credentials): what the app said may travel and be
+    shown. Only what is kept is redacted (redact_head), so a huge value costs no more than a short
+    one."""
     if value is None or isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
         return value
-    return redact_head(short_text(value, limit=None), ANSWER_SHOWN)  # NaN and infinities too: strict JSON kept
+    # NaN and infinities too: strict JSON kept
+    return redact_head(short_text(value, limit=None), ANSWER_SHOWN)
 
 
 def classify_answers(items: Sequence[Item], answers: Any, output: Output, batch: int) -> list[dict[str, Any]]:
@@ -108,9 +114,9 @@ def classify_answers(items: Sequence[Item], answers: Any, output: Output, batch:
 
 def _accepted(answer: Any, asked: dict[str, Item], categories: Sequence[str] | None,
               batch: int) -> dict[str, Any] | None:
-    """The record of the usual category answer, exactly {"id": <asked ID>, "category": <allowed>}, checked in one
-    expression; None for anything else (and for every answer of another kind), which _record then judges rule by
-    rule (and names)."""
+    """The record of the usual category answer, exactly {"id": <asked ID>, "category": <allowed>},
+    checked in one expression; None for anything else (and for every answer of another kind), which
+    _record then judges rule by rule (and names)."""
     if categories is not None and type(answer) is dict and len(answer) == 2:
         ident, category = answer.get("id"), answer.get("category")
         if type(ident) is str and type(category) is str and ident in asked and category in categories:
@@ -125,9 +131,11 @@ def _record(answer: Any, asked: dict[str, Item], output: Output, batch: int) -> 
     ident: str = answer["id"]
     keys = [key for key in outputkinds.value_keys(output) if key in answer]
     if output.kind == "file" and not keys and "error" not in answer and "category" not in answer:
-        answer, keys = {**answer, "output": None}, ["output"]  # {"id"} alone: the files in out_dir are the answer
+        # {"id"} alone: the files in out_dir are the answer
+        answer, keys = {**answer, "output": None}, ["output"]
 
-    def shown() -> dict[str, Any]:  # what an answer that is not accepted keeps of what it said (never built else)
+    # what an answer that is not accepted keeps of what it said (never built else)
+    def shown() -> dict[str, Any]:
         return {k: _shown(answer[k]) for k in ("category", "output", "error") if k in answer}
 
     if ident not in asked:
@@ -164,10 +172,11 @@ def _shape_problem(answer: dict[str, Any], keys: list[str], output: Output) -> s
 
 
 def _scored(record: dict[str, Any], output: Output, value: Any, item: Item) -> dict[str, Any]:
-    """An accepted answer of a kind other than category with its score against the manifest's expected value
-    (where there is one): the project's scorer's (quality.scorer, :func:`project_score`), else the kind's
-    built-in one. A score that is NaN, not a number or outside [0, 1], or a scorer that raised, makes it the
-    harness's rejection with the reason, never a pass."""
+    """An accepted answer of a kind other than category with its score against the manifest's
+    expected value (where there is one): the project's scorer's (quality.scorer,
+    :func:`project_score`), else the kind's built-in one. A score that is NaN, not a number or
+    outside [0, 1], or a scorer that raised, makes it the harness's rejection with the reason, never
+    a pass."""
     expected = item.doc.expected
     if output.kind == "category" or expected is None:
         return record
@@ -187,16 +196,18 @@ def _scored(record: dict[str, Any], output: Output, value: Any, item: Item) -> d
 
 def project_score(scorer: Callable[[dict[str, Any], Any, Any], Any], item: Item, value: Any,
                   expected: Any) -> float | str:
-    """``scorer(item, answer, expected)``: the item as predict got it ({"id", "text" | "bytes" | "record",
-    "sha256"}), the answer's output value and the manifest's expected value (copies: the scorer cannot change
-    what is kept). The score as a float in [0, 1], or the reason it is none (the scorer raised, SystemExit
-    included; NaN, not a number, or out of range). Ctrl-C still stops the run. The scorer runs in this, the
-    harness's, process: one that hangs or calls os._exit is beyond what the harness can turn into a reason."""
+    """``scorer(item, answer, expected)``: the item as predict got it ({"id", "text" | "bytes" |
+    "record", "sha256"}), the answer's output value and the manifest's expected value (copies: the
+    scorer cannot change what is kept). The score as a float in [0, 1], or the reason it is none
+    (the scorer raised, SystemExit included; NaN, not a number, or out of range). Ctrl-C still stops
+    the run. The scorer runs in this, the harness's, process: one that hangs or calls os._exit is
+    beyond what the harness can turn into a reason."""
     try:
         got = scorer(item.app_item(), copy.deepcopy(value), copy.deepcopy(expected))
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # sys.exit() in a scorer is its failure on this item, never the run's end
+    # sys.exit() in a scorer is its failure on this item, never the run's end
+    except BaseException as exc:
         said = first_line(str(exc), REASON_KEPT)
         return f"the quality scorer raised {type(exc).__name__}" + (f": {said}" if said else "")
     if isinstance(got, bool) or not isinstance(got, (int, float)):
@@ -211,9 +222,10 @@ def _reason(text: str) -> str:
 
 
 def first_line(text: str, limit: int) -> str:
-    """The first line of ``text`` (leading space left out) for a reason kept to ``limit`` characters: looked
-    for only in twice the redaction margin past the limit, so a huge message is never split or copied whole
-    (and a line cut there is still longer than redact_head's window: it knows the line was cut)."""
+    """The first line of ``text`` (leading space left out) for a reason kept to ``limit``
+    characters: looked for only in twice the redaction margin past the limit, so a huge message is
+    never split or copied whole (and a line cut there is still longer than redact_head's window: it
+    knows the line was cut)."""
     space = _LEADING_SPACE.match(text)
     start = space.end() if space else 0
     window = text[start:start + limit + 2 * REDACT_MARGIN]
@@ -252,12 +264,14 @@ def run_batch(call: Call, items: Sequence[Item], output: Output, batch: int) -> 
 
 
 def takes_params(predict: Callable[..., Any]) -> bool:
-    """Whether ``predict`` is handed the run's params, decided once from its signature: a second positional
-    parameter without a default (``predict(items, params)``) or named ``params``, or ``*args``, takes them;
-    ``predict(items)`` and ``predict(items, option=default)`` (apps written before params) never do."""
+    """Whether ``predict`` is handed the run's params, decided once from its signature: a second
+    positional parameter without a default (``predict(items, params)``) or named ``params``, or
+    ``*args``, takes them; ``predict(items)`` and ``predict(items, option=default)`` (apps written
+    before params) never do."""
     try:
         parameters = list(inspect.signature(predict).parameters.values())
-    except Exception:  # a builtin or an extension without a signature (or one that raises): called as before
+    # a builtin or an extension without a signature (or one that raises): called as before
+    except Exception:
         return False
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 2:
@@ -266,8 +280,9 @@ def takes_params(predict: Callable[..., Any]) -> bool:
 
 
 def with_params(predict: Callable[..., Any], params: dict[str, Any] | None) -> Predict:
-    """``predict`` as a function of the items alone: handed the run's params (the config's ``params``, ``{}``
-    where it declares none) with every batch when it takes them (:func:`takes_params`)."""
+    """``predict`` as a function of the items alone: handed the run's params (the config's
+    ``params``, ``{}`` where it declares none) with every batch when it takes them
+    (:func:`takes_params`)."""
     if not takes_params(predict):
         return predict
     given = {} if params is None else params
@@ -275,14 +290,15 @@ def with_params(predict: Callable[..., Any], params: dict[str, Any] | None) -> P
 
 
 def in_process(predict: Callable[..., Any], params: dict[str, Any] | None = None) -> Call:
-    """A predict function called in this interpreter, as run_batch calls the app: each item as the app's
-    process gets it (Item.app_item), the params as AppProcess hands them."""
+    """A predict function called in this interpreter, as run_batch calls the app: each item as the
+    app's process gets it (Item.app_item), the params as AppProcess hands them."""
     call = with_params(predict, params)
     return lambda items: call([item.app_item() for item in items])
 
 
 def load_entry(root: Path, entry: str, signature: str = "(items) -> results") -> Predict:
-    """Import ``module:function`` from the project root, fresh (never a same-named module cached earlier)."""
+    """Import ``module:function`` from the project root, fresh (never a same-named module cached
+    earlier)."""
     module_name, function = entry.split(":", 1)
     top = module_name.split(".")[0]
     if (root / top).is_dir() or (root / f"{top}.py").is_file():
@@ -310,9 +326,10 @@ def load_entry(root: Path, entry: str, signature: str = "(items) -> results") ->
 
 
 def with_scorer(cfg: PilotConfig) -> PilotConfig:
-    """``cfg`` with its quality scorer (the project's own function, checked by load_pilot) imported into this, the
-    harness's, process (fresh, as :func:`load_entry` imports the app; no bytecode written into the project), set
-    on its output; BadInput (exit 2) when it does not import or is not callable. Without a scorer, ``cfg``."""
+    """``cfg`` with its quality scorer (the project's own function, checked by load_pilot) imported
+    into this, the harness's, process (fresh, as :func:`load_entry` imports the app; no bytecode
+    written into the project), set on its output; BadInput (exit 2) when it does not import or is
+    not callable. Without a scorer, ``cfg``."""
     entry = (cfg.quality or {}).get("scorer")
     if entry is None:
         return cfg
@@ -330,8 +347,9 @@ def batches(pending: Sequence[Document], size: int, reading: Reading,
             first_batch: int) -> Iterator[tuple[int, list[Item], list[dict[str, Any]]]]:
     """(batch number, items for the app, harness rejections), filling each app batch to ``size``.
 
-    Inputs are read lazily, just before their batch, so a long run holds one batch in memory; a JSONL
-    corpus stays open for the run and a batch's consecutive records are read at once (inputs.Reader).
+    Inputs are read lazily, just before their batch, so a long run holds one batch in memory; a
+    JSONL corpus stays open for the run and a batch's consecutive records are read at once
+    (inputs.Reader).
     """
     number, items, rejected = first_batch, list[Item](), list[dict[str, Any]]()
     with Reader(reading) as reader:

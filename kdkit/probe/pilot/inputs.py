@@ -29,23 +29,27 @@ from kdkit.core.pilotmanifest import Document
 from kdkit.core.projectfiles import real_inside
 
 T = TypeVar("T")
-TEXT, BYTES, RECORD = "text", "bytes", "record"  # what an item holds: the key of its value in the app's item
-UTF8_CHECKED = 1 << 20  # bytes of an input decoded at a time to check it is UTF-8 (no str of the whole file)
+# what an item holds: the key of its value in the app's item
+TEXT, BYTES, RECORD = "text", "bytes", "record"
+# bytes of an input decoded at a time to check it is UTF-8 (no str of the whole file)
+UTF8_CHECKED = 1 << 20
 CHUNK = 4 << 20  # the most bytes of a JSONL corpus read at once: a batch's consecutive records
 CHANGED = "the corpus changed since the run started; restore it, or start a new run on it"
 
 
 @dataclass(slots=True, eq=False)
 class Item:
-    """One input as the harness holds it: the bytes the app gets, read once (checked, hashed, and sent to
-    the app's process from these very bytes), their SHA-256 and their kind. For a text or bytes input
-    they are the file's bytes; for a record, its canonical JSON (kdkit.core.jsonlcorpus.canonical)."""
+    """One input as the harness holds it: the bytes the app gets, read once (checked, hashed, and
+    sent to the app's process from these very bytes), their SHA-256 and their kind. For a text or
+    bytes input they are the file's bytes; for a record, its canonical JSON
+    (kdkit.core.jsonlcorpus.canonical)."""
 
     doc: Document
     data: bytes
     sha256: str
     kind: str = TEXT
-    out_dir: str | None = None  # the file output kind: the item's staging folder (kdkit.core.outputfiles)
+    # the file output kind: the item's staging folder (kdkit.core.outputfiles)
+    out_dir: str | None = None
 
     @property
     def payload(self) -> bytes | memoryview:
@@ -56,13 +60,13 @@ class Item:
 
     @property
     def text(self) -> str:
-        """The text, decoded on demand (the app's process decodes its own copy from the payload); a bytes
-        input's undecodable bytes shown as U+FFFD."""
+        """The text, decoded on demand (the app's process decodes its own copy from the payload); a
+        bytes input's undecodable bytes shown as U+FFFD."""
         return str(self.payload, "utf-8", "strict" if self.kind != BYTES else "replace")
 
     def app_item(self) -> dict[str, Any]:
-        """The item as the app gets it: its ID, its text, bytes or record, its input's sha256 (and its out_dir for
-        the file output kind)."""
+        """The item as the app gets it: its ID, its text, bytes or record, its input's sha256 (and
+        its out_dir for the file output kind)."""
         value: Any = self.text if self.kind == TEXT else self.data if self.kind == BYTES else json.loads(self.data)
         item = {"id": self.doc.id, self.kind: value, "sha256": self.sha256}
         if self.out_dir is not None:
@@ -70,8 +74,8 @@ class Item:
         return item
 
     def excerpt(self, chars: int) -> tuple[str, bool]:
-        """The first ``chars`` characters with each run of whitespace as one space, decoded from the start of
-        the input only; and whether the input goes on past them."""
+        """The first ``chars`` characters with each run of whitespace as one space, decoded from the
+        start of the input only; and whether the input goes on past them."""
         payload = self.payload
         head = payload[:chars * 4 + UTF8_CHECKED]
         errors = "strict" if self.kind != BYTES else "replace"
@@ -82,8 +86,8 @@ class Item:
 
 @dataclass(frozen=True)
 class Reading:
-    """How a run's inputs are read, from its pilot config: a link is followed only when it resolves inside
-    ``root`` (without a root, never)."""
+    """How a run's inputs are read, from its pilot config: a link is followed only when it resolves
+    inside ``root`` (without a root, never)."""
 
     max_bytes: int
     root: str | None = None
@@ -121,8 +125,8 @@ def _open_input(doc: Document, root: str | None) -> tuple[int, int] | str:
 def _open(location: str, name: str, nested: bool, root: str | None) -> tuple[int, int] | str:
     """(descriptor, size) of the regular file at ``location``, or the reason it is refused.
 
-    A link (the file itself, or a folder of a ``nested`` name) is followed only when it resolves inside
-    the project ``root`` (projectfiles.real_inside); without a root, never.
+    A link (the file itself, or a folder of a ``nested`` name) is followed only when it resolves
+    inside the project ``root`` (projectfiles.real_inside); without a root, never.
     """
     try:
         if nested and root is not None and real_inside(root, location) is None:
@@ -170,7 +174,8 @@ def _read_fd(fd: int, limit: int) -> bytes:
 
 
 def read_file(doc: Document, reading: Reading) -> Item | str:
-    """A file per item: its bytes as text (checked to be UTF-8) or as bytes, or the reason it is refused."""
+    """A file per item: its bytes as text (checked to be UTF-8) or as bytes, or the reason it is
+    refused."""
     opened = _open_input(doc, reading.root)
     if isinstance(opened, str):
         return opened
@@ -196,8 +201,8 @@ def read_file(doc: Document, reading: Reading) -> Item | str:
 
 
 def _not_utf8(data: bytes) -> int | None:
-    """The offset of the first byte that is not UTF-8, or None: checked a block at a time, so the text is
-    never held a second time as a str."""
+    """The offset of the first byte that is not UTF-8, or None: checked a block at a time, so the
+    text is never held a second time as a str."""
     if data.isascii():
         return None
     view, start = memoryview(data), 0
@@ -214,12 +219,14 @@ def _not_utf8(data: bytes) -> int | None:
 
 
 class Reader:
-    """Reads a run's inputs. Each JSONL corpus stays open for the run (one descriptor, os.pread at the
-    records' offsets; a batch's consecutive records in one read); a file per item is opened per item."""
+    """Reads a run's inputs. Each JSONL corpus stays open for the run (one descriptor, os.pread at
+    the records' offsets; a batch's consecutive records in one read); a file per item is opened per
+    item."""
 
     def __init__(self, reading: Reading) -> None:
         self.reading = reading
-        self._corpora: dict[str, int | str] = {}  # location: its descriptor, or why it cannot be read
+        # location: its descriptor, or why it cannot be read
+        self._corpora: dict[str, int | str] = {}
         self._chunk, self._chunk_at, self._chunk_of = b"", 0, ""
 
     def __enter__(self) -> Reader:
@@ -235,8 +242,9 @@ class Reader:
                 os.close(fd)
 
     def read(self, doc: Document, among: Sequence[Document] = (), at: int = 0, count: int = 1) -> Item | str:
-        """The item, or the reason the harness refuses it (never handed to the app). A record not read yet is
-        read with those that follow it in ``among[at:at + count]`` (the rest of its batch), in one read."""
+        """The item, or the reason the harness refuses it (never handed to the app). A record not
+        read yet is read with those that follow it in ``among[at:at + count]`` (the rest of its
+        batch), in one read."""
         if doc.offset < 0:
             return read_file(doc, self.reading)
         if not self.holds(doc):
@@ -252,8 +260,9 @@ class Reader:
         return doc.location == self._chunk_of and start >= 0 and start + doc.length <= len(self._chunk)
 
     def ahead(self, docs: Sequence[Document], start: int, count: int) -> str | None:
-        """Read the record ``docs[start]`` and those after it in the same corpus that follow it in the file,
-        up to ``count`` records and CHUNK bytes, in one read; the reason the corpus cannot be read, or None."""
+        """Read the record ``docs[start]`` and those after it in the same corpus that follow it in
+        the file, up to ``count`` records and CHUNK bytes, in one read; the reason the corpus cannot
+        be read, or None."""
         first = docs[start]
         fd = self._corpus(first)
         if isinstance(fd, str):
@@ -279,7 +288,8 @@ class Reader:
         return fd
 
     def _record(self, doc: Document, line: bytes) -> Item | str:
-        """The record on ``line`` as an item: parsed, its ID the one the load found, its canonical bytes."""
+        """The record on ``line`` as an item: parsed, its ID the one the load found, its canonical
+        bytes."""
         data = line.strip()
         if len(line) < doc.length or not data or b"\n" in data:
             return _changed(doc, "its line is no longer there")
@@ -292,7 +302,8 @@ class Reader:
             return _changed(doc, f"its line now holds {said}")
         try:
             body = canonical(record)
-        except (ValueError, RecursionError) as exc:  # a number JSON cannot carry (1e999 reads as infinity)
+        # a number JSON cannot carry (1e999 reads as infinity)
+        except (ValueError, RecursionError) as exc:
             return f"input record {doc.id} ({_where(doc)}) cannot be sent as JSON: {exc}"
         if len(body) > self.reading.max_bytes:
             return (f"input record {doc.id} ({_where(doc)}) is {len(body)} bytes as canonical "
@@ -321,7 +332,8 @@ def _changed(doc: Document, what: str) -> str:
 
 def read_input(doc: Document, max_bytes: int, root: str | None = None, *, decode: str = "utf-8",
                id_field: str | None = None) -> Item | str:
-    """One input read on its own (a JSONL corpus opened for it), or the reason the harness rejects it."""
+    """One input read on its own (a JSONL corpus opened for it), or the reason the harness rejects
+    it."""
     with Reader(Reading(max_bytes, root, decode, id_field)) as reader:
         return reader.read(doc)
 

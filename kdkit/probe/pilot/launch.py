@@ -8,10 +8,10 @@ when its launcher does not.
 A launcher starts the same command again after a failure: torchrun's ``--max-restarts`` restarts
 every worker of the node (TORCHELASTIC_RESTART_COUNT counts them), a Job's pod is retried with the
 same index, Slurm requeues a job with the same ID. So a worker placed by a launcher whose run folder
-already exists continues it (:func:`continuing`): an unfinished run is resumed (``--resume``'s checks first, so
-a changed config, app or input is still refused), a finished one is reported as it is, never
-rewritten. A share given by ``--worker``/``--workers`` keeps the usual rule (an existing folder is
-refused). Standard library only.
+already exists continues it (:func:`continuing`): an unfinished run is resumed (``--resume``'s
+checks first, so a changed config, app or input is still refused), a finished one is reported as it
+is, never rewritten. A share given by ``--worker``/``--workers`` keeps the usual rule (an existing
+folder is refused). Standard library only.
 """
 
 from __future__ import annotations
@@ -33,17 +33,20 @@ from kdkit.probe.pilot.shares import Share, folder_name
 
 
 def place(cfg: PilotConfig, worker: int | None, workers: int | None, named: bool) -> Placement:
-    """This process's place (``named``: --run-id or --resume was given); said on stderr; its GPU kept."""
+    """This process's place (``named``: --run-id or --resume was given); said on stderr; its GPU
+    kept."""
     placed = resolve(os.environ, worker, workers, named=named,
                      count_gpus=lambda: local_gpus(os.environ, cfg.device))
     if placed.local is not None and placed.share is not None:
         kept = pin(placed.local, os.environ, placed.local_size, amd=hardware_hints() == ["amd"])
         if kept is not None:
-            os.environ[kept[0]] = kept[1]  # before the app's process starts: it and its diagnose see one GPU
+            # before the app's process starts: it and its diagnose see one GPU
+            os.environ[kept[0]] = kept[1]
         listed = visible_devices(os.environ)
         if listed is not None and len(listed[1]) == 1:
             placed = replace(placed, device=f"{listed[0]}={listed[1][0]}")
-    if placed.line() and (placed.launched or placed.note):  # --worker/--workers: said when a launcher is overruled
+    # --worker/--workers: said when a launcher is overruled
+    if placed.line() and (placed.launched or placed.note):
         kept_line = f"; keeps {placed.device}" if placed.device else ""
         print(f"kdkit: {placed.line()}{kept_line}", file=sys.stderr, flush=True)
     return placed
@@ -58,7 +61,8 @@ def continuing(cfg: PilotConfig, run_id: str, share: Share | None,
         return None, None
     run = RunFolder(path)
     again = f" (restart {placed.restarts})" if placed.restarts else ""
-    if is_finished(run):  # reported only when it is this very run: the same parameters, app and inputs
+    # reported only when it is this very run: the same parameters, app and inputs
+    if is_finished(run):
         recorded = load_object(path / PARAMS, "run parameters")
         check_resume(cfg, run, recorded, params_hash(cfg.resolved()), restarted=True, finished_ok=True)
         print(f"kdkit: {path} is finished{again}: nothing to do; its summary follows", file=sys.stderr, flush=True)
@@ -71,7 +75,8 @@ def continuing(cfg: PilotConfig, run_id: str, share: Share | None,
 
 
 def visible_devices(env: Mapping[str, str]) -> tuple[str, list[str]] | None:
-    """The first of CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES that is set, and the devices it lists."""
+    """The first of CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES that is set, and the devices it
+    lists."""
     for name in VISIBLE:
         if name in env:
             return name, [item.strip() for item in env[name].split(",") if item.strip()]
@@ -79,8 +84,8 @@ def visible_devices(env: Mapping[str, str]) -> tuple[str, list[str]] | None:
 
 
 def local_gpus(env: Mapping[str, str], device: str) -> int:
-    """The GPUs this process sees: the devices listed for it, else torch's count (imported only here, and
-    not for a CPU pilot)."""
+    """The GPUs this process sees: the devices listed for it, else torch's count (imported only
+    here, and not for a CPU pilot)."""
     listed = visible_devices(env)
     if listed is not None:
         return len(listed[1])
@@ -96,11 +101,13 @@ def local_gpus(env: Mapping[str, str], device: str) -> int:
 
 def pin(local: int, env: Mapping[str, str], local_size: int | None = None, *,
         amd: bool = False) -> tuple[str, str] | None:
-    """The variable and device that keep the process of local rank ``local`` on one GPU (None: leave them).
+    """The variable and device that keep the process of local rank ``local`` on one GPU (None: leave
+    them).
 
-    One device listed (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES): the launcher already gave this process its
-    GPU. Several: the ``local``-th of them, in the same variable (refused when there are fewer). None listed:
-    device ``local`` (HIP_VISIBLE_DEVICES on an AMD machine), unless the process is alone on its node.
+    One device listed (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES): the launcher already gave this
+    process its GPU. Several: the ``local``-th of them, in the same variable (refused when there are
+    fewer). None listed: device ``local`` (HIP_VISIBLE_DEVICES on an AMD machine), unless the
+    process is alone on its node.
     """
     listed = visible_devices(env)
     if listed is not None:

@@ -13,11 +13,11 @@ Two kinds of launcher:
   per worker): the process's rank is its worker number, the size is the number of workers. A
   process that shares its node with others keeps one GPU: its local rank picks one of the devices it
   sees (kdkit.probe.pilot.launch.pin).
-* **per node** (SkyPilot, dstack, Slurm with one task per node): the launcher numbers nodes. Each GPU
-  of each node is one worker: ``share = node rank * GPUs per node + GPU``, out of ``nodes * GPUs per
-  node``. GPUs per node are the launcher's own count (``gpus`` below), else the devices this process
-  sees (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES, else torch's device count, imported only then);
-  a node with no GPU is one worker. The node's one process starts one worker per GPU
+* **per node** (SkyPilot, dstack, Slurm with one task per node): the launcher numbers nodes. Each
+  GPU of each node is one worker: ``share = node rank * GPUs per node + GPU``, out of ``nodes * GPUs
+  per node``. GPUs per node are the launcher's own count (``gpus`` below), else the devices this
+  process sees (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES, else torch's device count, imported only
+  then); a node with no GPU is one worker. The node's one process starts one worker per GPU
   (kdkit.probe.pilot.fanout), telling each its GPU in KDKIT_LOCAL_WORKER and the count in
   KDKIT_LOCAL_WORKERS.
 
@@ -29,8 +29,8 @@ every launcher (the line printed says so); ``--workers N`` alone gives the size 
 ``--workers`` or from KDKIT_WORKERS, which the manifest sets).
 
 The workers of one launch need one run ID: ``--run-id``, else KDKIT_RUN_ID, else the first
-launcher of the table that has a job ID (schedulers before torchrun, whose ``--standalone`` gives each
-node its own). Standard library only.
+launcher of the table that has a job ID (schedulers before torchrun, whose ``--standalone`` gives
+each node its own). Standard library only.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from kdkit.probe.pilot.shares import Share, parse_share
 
 RUN_ID_VAR = "KDKIT_RUN_ID"  # the run ID every worker of one launch shares (any launcher, or none)
 WORKERS_VAR = "KDKIT_WORKERS"  # a Kubernetes Indexed Job's worker count: the Job's completions
-LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR = "KDKIT_LOCAL_WORKER", "KDKIT_LOCAL_WORKERS"  # set by kdkit's fan-out
+# set by kdkit's fan-out
+LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR = "KDKIT_LOCAL_WORKER", "KDKIT_LOCAL_WORKERS"
 # Which devices a process sees: CUDA's variable, and HIP's on AMD
 # (https://rocm.docs.amd.com/projects/HIP/en/latest/reference/env_variables.html).
 VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
@@ -56,7 +57,8 @@ NO_RUN_ID = "none"
 
 @dataclass(frozen=True)
 class Launcher:
-    """One launcher's variables: what each says about this process, and where the launcher documents it."""
+    """One launcher's variables: what each says about this process, and where the launcher documents
+    it."""
 
     name: str
     source: str
@@ -94,8 +96,8 @@ LAUNCHERS = (
              run_id="TORCHELASTIC_RUN_ID", restarts="TORCHELASTIC_RESTART_COUNT"),
 )
 _PLACING = ("rank", "size", "local", "local_size", "node", "nodes")
-# A launcher placed this process when one of its indexes is set; a count alone is not a place (salloc sets
-# SLURM_NNODES and SLURM_NTASKS in an interactive shell, where kdkit runs as a whole).
+# A launcher placed this process when one of its indexes is set; a count alone is not a place
+# (salloc sets SLURM_NNODES and SLURM_NTASKS in an interactive shell, where kdkit runs as a whole).
 _INDEXES = ("rank", "local", "node")
 _COUNTS = ("size", "local_size", "nodes")  # at least 1
 _HALF = ("the launcher sets them together; unset the stray one, or start kdkit under the launcher "
@@ -108,7 +110,8 @@ class Claim:
 
     launcher: Launcher
     read: dict[str, str]  # each of its variables that is set, as set
-    numbers: dict[str, int]  # by field name: rank, size, local, local_size, node, nodes, gpus, restarts
+    # by field name: rank, size, local, local_size, node, nodes, gpus, restarts
+    numbers: dict[str, int]
     per_node: bool
 
     def get(self, name: str) -> int | None:
@@ -124,7 +127,8 @@ def _number(launcher: Launcher, attr: str, read: Mapping[str, str]) -> int | Non
     if not name or name not in read:
         return None
     text = read[name].strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 9:  # a billion workers is no launcher's
+    # a billion workers is no launcher's
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
         raise BadInput(f"{name}={read[name][:20]!r} ({launcher.name}): not a whole number below a billion; the "
                        "launcher sets one here: fix or unset it")
     value = int(text)
@@ -142,7 +146,8 @@ def _partial(launcher: Launcher, present: str, missing: str, read: Mapping[str, 
 
 
 def read_claim(launcher: Launcher, env: Mapping[str, str], size_given: bool = False) -> Claim | None:
-    """This launcher's claim on this process, checked on its own; None when none of its placing variables is set."""
+    """This launcher's claim on this process, checked on its own; None when none of its placing
+    variables is set."""
     read = {name: env[name] for name in launcher.variables if name in env}
     placing = [getattr(launcher, attr) for attr in _INDEXES if getattr(launcher, attr) in read]
     if not placing:
@@ -163,7 +168,8 @@ def read_claim(launcher: Launcher, env: Mapping[str, str], size_given: bool = Fa
 
 
 def _per_node(launcher: Launcher, numbers: Mapping[str, int]) -> bool:
-    """Whether the launcher numbers nodes here: a launcher of nodes only, or Slurm with one task per node."""
+    """Whether the launcher numbers nodes here: a launcher of nodes only, or Slurm with one task per
+    node."""
     if "node" not in numbers and "nodes" not in numbers:
         return False
     if not launcher.rank:
@@ -178,12 +184,14 @@ def _per_node(launcher: Launcher, numbers: Mapping[str, int]) -> bool:
 class Placement:
     """Where this process stands: its share, or the shares of its node's GPUs; and what said so."""
 
-    share: Share | None  # None: the whole manifest, or a node whose process starts one worker per GPU
+    # None: the whole manifest, or a node whose process starts one worker per GPU
+    share: Share | None
     source: str = ""  # the launcher(s) that gave the share, FLAGS, or "" (none)
     read: dict[str, str] = field(default_factory=dict)  # the launchers' variables, as set
     shown: str = ""  # the variables the share was computed from, for the line on stderr
     run_id: str | None = None
-    local: int | None = None  # this process's GPU among its node's devices (None: leave them as they are)
+    # this process's GPU among its node's devices (None: leave them as they are)
+    local: int | None = None
     local_size: int | None = None
     node_shares: tuple[Share, ...] = ()  # a node's one process: one worker per GPU
     restarts: int = 0
@@ -216,9 +224,10 @@ class Placement:
 
 def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, named: bool = False,
             count_gpus: Callable[[], int] = lambda: 0) -> Placement:
-    """This process's place, from ``--worker``/``--workers`` and the launchers' variables (the module's
-    docstring); ``named``: --run-id or --resume was given; ``count_gpus``: the devices this process sees,
-    asked only for a node whose launcher does not count its GPUs. BadInput for what cannot be trusted."""
+    """This process's place, from ``--worker``/``--workers`` and the launchers' variables (the
+    module's docstring); ``named``: --run-id or --resume was given; ``count_gpus``: the devices this
+    process sees, asked only for a node whose launcher does not count its GPUs. BadInput for what
+    cannot be trusted."""
     present = {name: env[name] for launcher in LAUNCHERS for name in launcher.variables if name in env}
     if worker is not None:
         share = parse_share(worker, workers)
@@ -235,7 +244,8 @@ def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, 
     if not claims:
         return Placement(parse_share(None, workers), run_id=None if named else _run_id(env, []))
     placed = _placed(claims, env, workers, count_gpus)
-    run_id = None if named else _run_id(env, claims)  # --run-id wins: the environment's is not even read
+    # --run-id wins: the environment's is not even read
+    run_id = None if named else _run_id(env, claims)
     if run_id is None and not named and (placed.share or placed.node_shares):
         names = ", ".join(claim.launcher.name for claim in claims)
         raise BadInput(f"{names} gives no run ID that every worker shares: set {RUN_ID_VAR} (the same on every "
@@ -279,7 +289,8 @@ def _agree(claims: list[Claim], fields: tuple[str, ...]) -> None:
 
 
 def _nested(inner: Claim, outer: Claim) -> None:
-    """A per-process launcher inside a per-node one: its ranks must number the nodes' GPUs by the node rule."""
+    """A per-process launcher inside a per-node one: its ranks must number the nodes' GPUs by the
+    node rule."""
     rank, size = inner.get("rank"), inner.get("size")
     node, nodes = outer.get("node"), outer.get("nodes")
     per = inner.get("local_size") or max(1, outer.get("gpus") or 0)

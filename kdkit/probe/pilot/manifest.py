@@ -1,17 +1,18 @@
-"""`kdkit manifest PATH`: the manifest of a folder of inputs (one file per item) or of a JSONL corpus.
+"""`kdkit manifest PATH`: the manifest of a folder of inputs (one file per item) or of a JSONL
+corpus.
 
 It writes the manifest the pilot reads (``{"documents": [{"id", "file" | "line", "label", "expect",
-"sha256", "size"}, ...]}``), streaming: the entries are written one by one into a staging file beside
-``--out``, renamed into place at the end (kdkit.core.jsonio.atomic_write_chunks), so memory holds the
-set of IDs and nothing more, and a refusal or a kill leaves nothing behind.
+"sha256", "size"}, ...]}``), streaming: the entries are written one by one into a staging file
+beside ``--out``, renamed into place at the end (kdkit.core.jsonio.atomic_write_chunks), so memory
+holds the set of IDs and nothing more, and a refusal or a kill leaves nothing behind.
 
-- A folder: one entry per regular file, its subfolders included, hidden files and folders skipped, in
-  name order; the ID is the file's name without its extension (which must be a safe ID), ``file`` its
-  path relative to the manifest (so the manifest lies in the folder or above it), ``sha256`` and
+- A folder: one entry per regular file, its subfolders included, hidden files and folders skipped,
+  in name order; the ID is the file's name without its extension (which must be a safe ID), ``file``
+  its path relative to the manifest (so the manifest lies in the folder or above it), ``sha256`` and
   ``size`` its bytes'.
-- A JSONL file: one entry per record (kdkit.core.jsonlcorpus.scan: a broken line, a missing or unsafe
-  ID, a duplicate are refused), ``line`` its line number, ``sha256`` and ``size`` its canonical bytes'
-  (reformatting the file changes neither).
+- A JSONL file: one entry per record (kdkit.core.jsonlcorpus.scan: a broken line, a missing or
+  unsafe ID, a duplicate are refused), ``line`` its line number, ``sha256`` and ``size`` its
+  canonical bytes' (reformatting the file changes neither).
 
 Every entry has ``"label": null, "expect": "accept"``: the expected answers are the user's to add.
 Standard library only: it runs on the host, in the image and in kdkit.pyz.
@@ -47,7 +48,8 @@ from kdkit.core.projectfiles import (
 from kdkit.core.report import print_result
 
 SUFFIX = ".manifest.json"
-OLD_MANIFEST = "manifest.json"  # the name a project keeps its pilot manifest under, inside the inputs folder
+# the name a project keeps its pilot manifest under, inside the inputs folder
+OLD_MANIFEST = "manifest.json"
 READ_CHUNK = 1 << 20
 HELP = """\
 Write the manifest of a folder of inputs (one file per item) or of a JSONL corpus (one
@@ -89,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Tally:
-    """What has been written so far, told on stderr at most once a second (a long corpus shows it is alive)."""
+    """What has been written so far, told on stderr at most once a second (a long corpus shows it is
+    alive)."""
 
     def __init__(self) -> None:
         self.count, self.bytes = 0, 0
@@ -151,7 +154,8 @@ def _source(path: Path) -> tuple[Path, str]:
 
 
 def _default_out(source: Path, project_dir: Path | None) -> Path:
-    """``<parent>/<name without extension>.manifest.json``, refused unless it lies inside the project."""
+    """``<parent>/<name without extension>.manifest.json``, refused unless it lies inside the
+    project."""
     name = source.stem if source.suffix == ".jsonl" else source.name
     out = source.parent / f"{name}{SUFFIX}"
     root = project_root(project_dir) if project_dir is not None else find_root()
@@ -165,8 +169,8 @@ def _default_out(source: Path, project_dir: Path | None) -> Path:
 
 
 def _check_out(out: Path, source: Path, kind: str, force: bool) -> None:
-    """Refuse an --out that exists (without --force), is not a regular file, has no folder, is the corpus itself,
-    or (for a folder) lies where the files cannot be named relative to it."""
+    """Refuse an --out that exists (without --force), is not a regular file, has no folder, is the
+    corpus itself, or (for a folder) lies where the files cannot be named relative to it."""
     require_replaceable(out)
     if out.exists() and not force:
         raise BadInput(f"{out}: exists; give --force to replace it, or another --out")
@@ -203,7 +207,8 @@ def jsonl_entries(path: Path, field: str, tally: Tally) -> Iterator[dict[str, An
 
 
 def folder_entries(folder: Path, out: Path, tally: Tally) -> Iterator[dict[str, Any]]:
-    """One entry per regular file below ``folder`` (not ``out``, nor a top-level manifest.json), IDs unique."""
+    """One entry per regular file below ``folder`` (not ``out``, nor a top-level manifest.json), IDs
+    unique."""
     real_folder = os.path.realpath(folder)
     real_out = os.path.realpath(out)
     base = os.path.dirname(real_out)
@@ -223,8 +228,9 @@ def folder_entries(folder: Path, out: Path, tally: Tally) -> Iterator[dict[str, 
 
 
 def walk(folder: str) -> Iterator[str]:
-    """Every regular file below ``folder``, hidden names skipped: a folder's files in name order, then each
-    subfolder's in name order. A link, a FIFO, a device or a socket is refused (BadInput), never followed."""
+    """Every regular file below ``folder``, hidden names skipped: a folder's files in name order,
+    then each subfolder's in name order. A link, a FIFO, a device or a socket is refused (BadInput),
+    never followed."""
     stack = [folder]
     while stack:
         current = stack.pop()
@@ -253,7 +259,8 @@ def _listing(folder: str) -> list[os.DirEntry[str]]:
 
 
 def _file_id(path: str, folder: str, seen: set[str], skipped: tuple[str, ...]) -> str:
-    """The file's name without its extension, when that is a safe ID not taken yet; else BadInput."""
+    """The file's name without its extension, when that is a safe ID not taken yet; else
+    BadInput."""
     ident = Path(path).stem
     if not is_safe_id(ident):
         raise BadInput(f"{path}: its name without the extension, {shown(ident)}, is not a safe ID ({SAFE_ID_RULE}); "
@@ -266,7 +273,8 @@ def _file_id(path: str, folder: str, seen: set[str], skipped: tuple[str, ...]) -
 
 
 def _relative_name(path: str, base: str) -> str:
-    """``path`` relative to the manifest's folder, with '/' between folders; BadInput if the pilot cannot read it."""
+    """``path`` relative to the manifest's folder, with '/' between folders; BadInput if the pilot
+    cannot read it."""
     name = os.path.relpath(path, base).replace(os.sep, "/")
     try:
         name.encode("utf-8")

@@ -1,4 +1,5 @@
-"""`kdkit pilot`'s command line: its help and options (the run itself is kdkit.probe.pilot.command)."""
+"""`kdkit pilot`'s command line: its help and options (the run itself is
+kdkit.probe.pilot.command)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     ident = parser.add_mutually_exclusive_group()
     ident.add_argument("--run-id", metavar="ID", help="name the new run (default: UTC time + params hash)")
     ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
-    parser.add_argument("--copy-to", metavar="DEST",  # a str: Path would turn ./a:b into a:b (an SSH host)
+    # a str: Path would turn ./a:b into a:b (an SSH host)
+    parser.add_argument("--copy-to", metavar="DEST",
                         help="copy the run folder to DEST/<run-id> (a folder, user@host:path or an rclone "
                              "remote:path, as kdkit copy-out) and verify the copy there against SHA256SUMS")
     add_json(parser, "summary.json")

@@ -31,7 +31,8 @@ NAMED = 3  # differences named in one refusal
 
 
 def app_files(root: Path, entry: str) -> dict[str, str]:
-    """``{path relative to the root: sha256}`` for the code of ``entry``'s top-level package or module."""
+    """``{path relative to the root: sha256}`` for the code of ``entry``'s top-level package or
+    module."""
     top = entry.split(":", 1)[0].split(".")[0]
     folder, module = root / top, root / f"{top}.py"
     if not folder.is_dir():
@@ -59,8 +60,9 @@ def _named(items: list[str]) -> str:
 
 
 def config_changes(recorded: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
-    """Each resolved parameter that differs, ``key: old -> new``; inside an object present on both sides the
-    key that changed is named by its path (``params.temperature``, ``model.files.weights.bin``)."""
+    """Each resolved parameter that differs, ``key: old -> new``; inside an object present on both
+    sides the key that changed is named by its path (``params.temperature``,
+    ``model.files.weights.bin``)."""
     changes = []
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
@@ -106,8 +108,9 @@ def input_changes(cfg: PilotConfig, run: RunFolder) -> list[str]:
 
 
 def corpus_unchanged(cfg: PilotConfig, recorded: dict[str, Any]) -> bool:
-    """Whether the inputs are a JSONL corpus whose whole file's sha256 is the one the run started with: then no
-    record answered can have changed (each is read from those very bytes, under the same parameters), and
+    """Whether the inputs are a JSONL corpus whose whole file's sha256 is the one the run started
+    with: then no record answered can have changed (each is read from those very bytes, under the
+    same parameters), and
     :func:`input_changes` need not read them again."""
     inputs = (recorded.get("params") or {}).get("inputs")
     return (cfg.jsonl is not None and cfg.corpus_sha256 is not None and isinstance(inputs, dict)
@@ -122,9 +125,10 @@ def is_finished(run: RunFolder) -> bool:
 
 def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], digest: str, *,
                  restarted: bool = False, finished_ok: bool = False) -> None:
-    """BadInput, before anything is written, when ``run`` must not be resumed with ``cfg``. ``restarted``: its
-    launcher started the worker again (no --resume was typed: the advice names a new run ID instead);
-    ``finished_ok``: a finished run is only being reported, and must still be the same run."""
+    """BadInput, before anything is written, when ``run`` must not be resumed with ``cfg``.
+    ``restarted``: its launcher started the worker again (no --resume was typed: the advice names a
+    new run ID instead); ``finished_ok``: a finished run is only being reported, and must still be
+    the same run."""
     where = run.path / PARAMS
     anew = ("give this launch a new run ID (KDKIT_RUN_ID, or the launcher's job)" if restarted
             else "start a new run without --resume")

@@ -33,9 +33,11 @@ from kdkit.core.safetext import md_cell, printable
 from kdkit.probe.pilot.accounting import KEPT_WHOLE, NOT_ANSWERED, Accounting
 from kdkit.probe.pilot.harness import read_input
 
-TABLE_ROWS = 500  # at most KEPT_WHOLE: an accepted record past those is kept slim (accounting.Tally)
+# at most KEPT_WHOLE: an accepted record past those is kept slim (accounting.Tally)
+TABLE_ROWS = 500
 SAID = 60  # characters of an accepted text or JSON answer shown in the table
-NEAR_LIMIT_LOOKED = KEPT_WHOLE  # the first documents, among which the largest accepted input is looked for
+# the first documents, among which the largest accepted input is looked for
+NEAR_LIMIT_LOOKED = KEPT_WHOLE
 SHOWN_BESIDE = 3
 EXCERPT = 300
 
@@ -52,8 +54,8 @@ APP_CODE = "app-code"  # stop.json rule: the app's entry did not import or is no
 
 
 def next_step(run_id: str, stop: dict[str, Any]) -> str:
-    """What to do after a stop, as a command that works: a resume, except when the app's own code must change
-    first (a resumed run keeps the code it started with, and refuses a changed one)."""
+    """What to do after a stop, as a command that works: a resume, except when the app's own code
+    must change first (a resumed run keeps the code it started with, and refuses a changed one)."""
     if stop.get("rule") == APP_CODE:
         return "fix the app, then start a new run (kdkit pilot, without --resume: the code is part of a run)"
     return f"resume with {resume_options(run_id)}"
@@ -97,7 +99,8 @@ def _outcome_row(doc_id: str, expect: str, label: str | None, acc: Accounting) -
 
 
 def _said(record: dict[str, Any]) -> str:
-    """What an accepted answer said, in a few characters: its category, its text or JSON cut short, its row."""
+    """What an accepted answer said, in a few characters: its category, its text or JSON cut short,
+    its row."""
     if "category" in record:
         return str(record["category"])
     score = f" (score {record[SCORE]:.3f})" if isinstance(record.get(SCORE), (int, float)) else ""
@@ -151,10 +154,12 @@ def _quality_line(cfg: PilotConfig, quality: str) -> str:
 
 
 def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozenset()) -> list[str]:
-    """The first accepted answer, the first rejected one and the accepted one of the largest input (near the
-    limit), each input's excerpt next to what became of it (``skip``: IDs already shown). The accepted ones are
-    looked for among the first NEAR_LIMIT_LOOKED documents: their records are kept whole (accounting.Tally)."""
-    accepted = [d for d in islice(cfg.documents, NEAR_LIMIT_LOOKED)  # no list of a whole corpus's documents
+    """The first accepted answer, the first rejected one and the accepted one of the largest input
+    (near the limit), each input's excerpt next to what became of it (``skip``: IDs already shown).
+    The accepted ones are looked for among the first NEAR_LIMIT_LOOKED documents: their records are
+    kept whole (accounting.Tally)."""
+    # no list of a whole corpus's documents
+    accepted = [d for d in islice(cfg.documents, NEAR_LIMIT_LOOKED)
                 if (acc.first.get(d.id) or {}).get("outcome") == "accepted"]
     rejected = list(islice((d for d in cfg.documents
                             if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")), 1))
@@ -188,8 +193,9 @@ def _size(doc: Document) -> int:
 
 
 def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
-    """Up to three accepted documents of different categories, input excerpt next to the output, then a rejected
-    one and the near-limit one (:func:`_beside_any`) where they are not among them."""
+    """Up to three accepted documents of different categories, input excerpt next to the output,
+    then a rejected one and the near-limit one (:func:`_beside_any`) where they are not among
+    them."""
     shown, seen_categories, ids = [], set(), set()
     for doc in cfg.documents:
         record = acc.first.get(doc.id)
@@ -200,7 +206,8 @@ def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
             continue
         seen_categories.add(record.get("category"))
         ids.add(doc.id)
-        excerpt, more = item.excerpt(EXCERPT)  # decoded from the file's start only, never the whole input
+        # decoded from the file's start only, never the whole input
+        excerpt, more = item.excerpt(EXCERPT)
         shown += [f"**{md_cell(doc.id)}** -> `{printable(record.get('category'))}` (label: {md_cell(doc.label)})", "",
                   f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
         if len(seen_categories) == SHOWN_BESIDE:

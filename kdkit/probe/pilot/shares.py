@@ -30,7 +30,8 @@ T = TypeVar("T")
 
 
 def worker_of(ident: str, workers: int) -> int:
-    """The worker (0..workers-1) whose share holds ``ident``; stable across processes and machines."""
+    """The worker (0..workers-1) whose share holds ``ident``; stable across processes and
+    machines."""
     digest = hashlib.sha256(ident.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % workers
 
@@ -61,7 +62,8 @@ WHOLE = Share(0, 1)  # a run without --workers answers the whole manifest: worke
 
 
 def parse_share(worker: int | None, workers: int | None) -> Share | None:
-    """``--worker I --workers N`` checked (both or neither, 0 <= I < N); None for a whole-manifest run."""
+    """``--worker I --workers N`` checked (both or neither, 0 <= I < N); None for a whole-manifest
+    run."""
     if worker is None and workers is None:
         return None
     if worker is None or workers is None:
@@ -117,7 +119,8 @@ def folder_name(run_id: str, share: Share | None) -> str:
 
 
 def recorded_share(params: dict[str, Any], where: Path) -> Share:
-    """The share a run folder's params.json records; a run without one answered the whole manifest."""
+    """The share a run folder's params.json records; a run without one answered the whole
+    manifest."""
     value = params.get(SHARE)
     if value is None:
         return WHOLE
@@ -129,7 +132,8 @@ def recorded_share(params: dict[str, Any], where: Path) -> Share:
 
 
 def check_resumed_share(params: dict[str, Any], share: Share | None, where: Path) -> None:
-    """A resumed run keeps its share: resuming a worker's folder as another worker (or the whole) is refused."""
+    """A resumed run keeps its share: resuming a worker's folder as another worker (or the whole) is
+    refused."""
     recorded, given = recorded_share(params, where), share or WHOLE
     if recorded != given:
         flags = f"--worker {recorded.worker} --workers {recorded.workers}" if recorded != WHOLE else "no --worker"

@@ -1,5 +1,5 @@
-"""Stopping a pilot cleanly: Ctrl-C, SIGTERM (docker stop), SIGHUP (a dropped connection: rule ``hangup``, exit
-129, resumable) and the max_seconds rule.
+"""Stopping a pilot cleanly: Ctrl-C, SIGTERM (docker stop), SIGHUP (a dropped connection: rule
+``hangup``, exit 129, resumable) and the max_seconds rule.
 
 A stop that arrives while the app runs interrupts it at once (the batch is not
 recorded and is redone on resume); one that arrives while the harness writes
@@ -18,14 +18,16 @@ from typing import Any
 
 
 class StopRequested(BaseException):
-    """Raised to leave the run loop; a BaseException so an app's ``except Exception`` cannot swallow it."""
+    """Raised to leave the run loop; a BaseException so an app's ``except Exception`` cannot swallow
+    it."""
 
     def __init__(self, reason: str, rule: str, exit_code: int = 1, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.rule = rule
         self.exit_code = exit_code
-        self.details: dict[str, Any] = dict(details or {})  # for stop.json: the app's process, the batch in flight
+        # for stop.json: the app's process, the batch in flight
+        self.details: dict[str, Any] = dict(details or {})
 
 
 class StopGuard:
@@ -48,7 +50,8 @@ class StopGuard:
             self._raise_or_defer(StopRequested("interrupted (Ctrl-C)", "interrupt", 130))
         elif signum == signal.SIGTERM:
             self._raise_or_defer(StopRequested("terminated (SIGTERM)", "terminate", 143))
-        elif signum == signal.SIGHUP:  # the connection that started it is gone: closed, resumable, never half-written
+        # the connection that started it is gone: closed, resumable, never half-written
+        elif signum == signal.SIGHUP:
             self._raise_or_defer(StopRequested("hung up (SIGHUP: the terminal or connection was lost); "
                                                "finish it with kdkit pilot --resume", "hangup", 129))
         else:
@@ -61,7 +64,8 @@ class StopGuard:
     @contextmanager
     def installed(self) -> Iterator[StopGuard]:
         if threading.current_thread() is not threading.main_thread():
-            yield self  # handlers only work in the main thread; the deadline is still checked between batches
+            # handlers only work in the main thread; the deadline is still checked between batches
+            yield self
             return
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
             self._saved[int(sig)] = signal.signal(sig, self._on_signal)

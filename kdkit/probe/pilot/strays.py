@@ -1,8 +1,9 @@
 """The processes an app leaves behind: found in /proc, killed with their process groups, reaped.
 
-kdkit.probe.pilot.supervisor makes the pilot the child subreaper of what it starts, so an orphan of the
-app (a daemon that double-forked and left its group with setsid) becomes the pilot's child; here every
-such process is found and killed before the run is judged. Linux only (/proc); standard library only.
+kdkit.probe.pilot.supervisor makes the pilot the child subreaper of what it starts, so an orphan of
+the app (a daemon that double-forked and left its group with setsid) becomes the pilot's child; here
+every such process is found and killed before the run is judged. Linux only (/proc); standard
+library only.
 """
 
 from __future__ import annotations
@@ -52,24 +53,27 @@ def _descendants(roots: set[int], table: dict[int, tuple[int, int]]) -> set[int]
 
 
 def kill_strays(before: set[int], grace_s: float) -> None:
-    """Whatever this process started since ``before`` (its children then) that is still alive, in the app's
-    group or not: killed and reaped, for at most ``grace_s`` seconds.
+    """Whatever this process started since ``before`` (its children then) that is still alive, in
+    the app's group or not: killed and reaped, for at most ``grace_s`` seconds.
 
-    Looked for again until a look finds none: a process that forks as it is killed leaves a child which,
-    orphaned, becomes this process's (subreaper) and is found by the next look."""
+    Looked for again until a look finds none: a process that forks as it is killed leaves a child
+    which, orphaned, becomes this process's (subreaper) and is found by the next look."""
     until, own_group, me = time.monotonic() + grace_s, os.getpgrp(), os.getpid()
     while True:
-        table = process_table()  # one look: each stray's group read with it, never from a pid reused since
+        # one look: each stray's group read with it, never from a pid reused since
+        table = process_table()
         strays = _descendants(children_of(me, table) - before, table) - {me}
         if not strays or time.monotonic() >= until:
             return
         for group in {table[pid][1] for pid in strays if pid in table} - {own_group}:
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # a group at once: a member that
+            # a group at once: a member that
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)  # forks meanwhile dies with its child
         for pid in strays:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        for pid in strays:  # the orphans among them are our children (subreaper): reaped, gone from /proc
+        # the orphans among them are our children (subreaper): reaped, gone from /proc
+        for pid in strays:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
         time.sleep(0.01)

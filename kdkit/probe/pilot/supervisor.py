@@ -46,15 +46,16 @@ from kdkit.probe.pilot.stopguard import StopRequested
 from kdkit.probe.pilot.strays import children_of, kill_strays
 
 EXIT_GRACE_S = 5.0  # how long a child that was asked to leave may take before it is killed
-# The most bytes one reply of the app's process may take, read from its length header before any of its body:
-# a diagnose report, an error or the answers of a batch. kdkit keeps an ID, a category and 500 characters of
-# a reason per answer, so an answer has 64 KiB on the wire (room for an app's own extra keys); a bigger reply
-# is the app-protocol stop, never read (reply_limit).
+# The most bytes one reply of the app's process may take, read from its length header before any of
+# its body: a diagnose report, an error or the answers of a batch. kdkit keeps an ID, a category and
+# 500 characters of a reason per answer, so an answer has 64 KiB on the wire (room for an app's own
+# extra keys); a bigger reply is the app-protocol stop, never read (reply_limit).
 ANSWER_BYTES = 64 << 10
 REPLY_BYTES = 1 << 20  # any reply's room besides its answers
 REPLY_CEILING = 256 << 20  # whatever the batch size
 RECEIVED = 1 << 20  # bytes read from the pipe at a time
-JOINED = 4 << 20  # a batch's inputs up to this size are sent in one write (larger ones each as it is)
+# a batch's inputs up to this size are sent in one write (larger ones each as it is)
+JOINED = 4 << 20
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 SIGNAL_HINTS = {
     signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the container's "
@@ -114,7 +115,8 @@ def _decode(value: Any) -> Any:
 
 
 def decode_answers(header: dict[str, Any]) -> Any:
-    """The answers as the harness classifies them; NotAList is retried item by item, like a raise."""
+    """The answers as the harness classifies them; NotAList is retried item by item, like a
+    raise."""
     if "not_list" in header:
         raise NotAList(f"predict returned {header['not_list']}, expected a list of results")
     if "plain" in header:
@@ -124,8 +126,9 @@ def decode_answers(header: dict[str, Any]) -> Any:
 
 
 def reply_limit(batch_size: int, answer_bytes: int = ANSWER_BYTES) -> int:
-    """The bytes one reply may take for batches of ``batch_size``: 1 MiB + ``answer_bytes`` per item (64 KiB, or
-    what the declared output needs: kdkit.core.outputkinds.answer_bytes), at most 256 MiB."""
+    """The bytes one reply may take for batches of ``batch_size``: 1 MiB + ``answer_bytes`` per item
+    (64 KiB, or what the declared output needs: kdkit.core.outputkinds.answer_bytes), at most 256
+    MiB."""
     return min(REPLY_BYTES + batch_size * max(answer_bytes, ANSWER_BYTES), REPLY_CEILING)
 
 
@@ -150,7 +153,8 @@ class AppProcess:
         self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, start_new_session=True, close_fds=True, bufsize=0)
         assert self.process.stderr is not None
-        self._output = Relay(self.process.stderr)  # the app's prints, escaped (kdkit.probe.pilot.appoutput)
+        # the app's prints, escaped (kdkit.probe.pilot.appoutput)
+        self._output = Relay(self.process.stderr)
         assert self.process.stdin is not None and self.process.stdout is not None
         os.set_blocking(self.process.stdin.fileno(), False)
         os.set_blocking(self.process.stdout.fileno(), False)
@@ -172,20 +176,23 @@ class AppProcess:
         return report
 
     def load(self, root: Path, entry: str, device: str, params: dict[str, Any] | None = None) -> None:
-        """Import the entry; ``params`` (the config's) are handed to a predict that takes them with every batch."""
+        """Import the entry; ``params`` (the config's) are handed to a predict that takes them with
+        every batch."""
         reply = self._request({"op": "load", "root": str(root), "entry": entry, "device": device, "params": params},
                               f"importing the entry {entry}", deadline=None)
         if reply.get("op") == "entry_error":
             raise EntryError(str(reply.get("message")))
 
     def __call__(self, items: Sequence[Item]) -> Any:
-        """The app's answers for ``items``; AppRaised when it raised, StopRequested when it must stop."""
+        """The app's answers for ``items``; AppRaised when it raised, StopRequested when it must
+        stop."""
         ids = [item.doc.id for item in items]
         parts = [item.payload for item in items]  # the bytes the harness read, sent as they are
         sizes = [len(part) for part in parts]
         header = {"op": "predict", "ids": ids, "sizes": sizes, "kind": items[0].kind if items else "text",
                   "sha256": "".join(item.sha256 for item in items)}  # 64 hex digits an item
-        if any(item.out_dir is not None for item in items):  # the file output kind: each item's out_dir
+        # the file output kind: each item's out_dir
+        if any(item.out_dir is not None for item in items):
             header["out_dirs"] = [item.out_dir for item in items]
         if sum(sizes) <= JOINED:
             parts = [b"".join(parts)]  # small inputs in one write, not one each
@@ -253,7 +260,8 @@ class AppProcess:
         while True:
             if len(buffer) >= FRAME.size:
                 size, payload = FRAME.unpack_from(buffer)
-                if size > self.reply_limit or payload:  # from the length header, before any of the body is read
+                # from the length header, before any of the body is read
+                if size > self.reply_limit or payload:
                     raise self._oversized(what, size, payload)
                 if len(buffer) >= FRAME.size + size:
                     with memoryview(buffer) as view:
@@ -276,7 +284,8 @@ class AppProcess:
             reply = None
         if not isinstance(reply, dict):
             raise self._protocol(what, "a reply that is not a JSON object")
-        if re.search(rb"\\u[dD][89a-fA-F]", data):  # a lone surrogate from the app is data, never a crash
+        # a lone surrogate from the app is data, never a crash
+        if re.search(rb"\\u[dD][89a-fA-F]", data):
             cleaned: dict[str, Any] = _text(reply)
             return cleaned
         return reply
@@ -376,7 +385,8 @@ class AppProcess:
         if self._reaper:
             prctl(PR_SET_CHILD_SUBREAPER, 0)
             self._reaper = False
-        self._output.join(EXIT_GRACE_S)  # its writers are dead: what they wrote is out before the verdict
+        # its writers are dead: what they wrote is out before the verdict
+        self._output.join(EXIT_GRACE_S)
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):

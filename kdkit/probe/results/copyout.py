@@ -1,11 +1,13 @@
-"""`kdkit copy-out RUN_DIR DEST`: copy a run folder (or a checkpoint folder) to a place you control and verify the copy.
+"""`kdkit copy-out RUN_DIR DEST`: copy a run folder (or a checkpoint folder) to a place you control
+and verify the copy.
 
 DEST is a local folder, ``[user@]host:path`` over SSH or an rclone remote ``remote:path``
-(kdkit.probe.results.destinations says how they are told apart; kdkit.probe.results.remote copies and verifies
-there). A folder without SHA256SUMS (a plain checkpoint folder, e.g. a Hugging Face Trainer's) is hashed first,
-copied, verified against those hashes, and its SHA256SUMS is written into the copy, never into the source. A
-checkpoint folder with its own SHA256SUMS (kdkit train's, kdkit.core.checkpoints) is checked against it at the
-source, copied with it, and verified against it where it lands.
+(kdkit.probe.results.destinations says how they are told apart; kdkit.probe.results.remote copies
+and verifies there). A folder without SHA256SUMS (a plain checkpoint folder, e.g. a Hugging Face
+Trainer's) is hashed first, copied, verified against those hashes, and its SHA256SUMS is written
+into the copy, never into the source. A checkpoint folder with its own SHA256SUMS (kdkit train's,
+kdkit.core.checkpoints) is checked against it at the source, copied with it, and verified against it
+where it lands.
 
 Verification re-reads the copy, not the original, against the run's SHA256SUMS
 (after asking the kernel to drop the copy from its page cache where it can), so
@@ -29,7 +31,9 @@ from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.report import print_result
 from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED, required_files, unlisted
-from kdkit.core.runfolder import read_sums as read_sums  # the one verification of a run folder, also close's
+
+# the one verification of a run folder, also close's
+from kdkit.core.runfolder import read_sums as read_sums
 from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.safetext import printable
 from kdkit.core.staging import clean_stale, describe_removed, staged_beside
@@ -45,8 +49,9 @@ def _copy_file(source: Path, target: Path) -> None:
 
 
 def copy_run(run_dir: Path, dest: Path | str | Place) -> Path | Place:
-    """Copy ``run_dir`` (a closed run folder, or a checkpoint folder without SHA256SUMS) to ``dest/<name>`` and
-    verify the copy where it lies; return the copy's path (local) or place (remote)."""
+    """Copy ``run_dir`` (a closed run folder, or a checkpoint folder without SHA256SUMS) to
+    ``dest/<name>`` and verify the copy where it lies; return the copy's path (local) or place
+    (remote)."""
     place = dest if isinstance(dest, Place) else parse_place(str(dest))
     run_dir = run_dir.resolve()
     if not run_dir.is_dir():
@@ -58,14 +63,16 @@ def copy_run(run_dir: Path, dest: Path | str | Place) -> Path | Place:
 
 
 def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
-    """(the folder's {name: sha256}, None) for a closed run folder, checked unchanged since it was closed; for a
-    folder without SHA256SUMS, every file hashed now and the SHA256SUMS text the copy receives."""
+    """(the folder's {name: sha256}, None) for a closed run folder, checked unchanged since it was
+    closed; for a folder without SHA256SUMS, every file hashed now and the SHA256SUMS text the copy
+    receives."""
     if (folder / SUMS).exists() or (folder / SUMS).is_symlink():
         sums = read_sums(folder)
         if not is_run_copy(sums, folder):
             return sums, _checkpoint_sums(folder, sums)
         problems = [f"{folder / name}: missing, and not listed in {SUMS} either" for name in required_files(folder)
-                    if name not in sums] + unlisted(folder, sums)  # never hashed here: hashed where it lands
+                    # never hashed here: hashed where it lands
+                    if name not in sums] + unlisted(folder, sums)
         if problems:
             raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
         return sums, None
@@ -78,8 +85,8 @@ def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
 
 
 def _checkpoint_sums(folder: Path, sums: dict[str, str]) -> str:
-    """A checkpoint folder's own SHA256SUMS, checked at the source (every listed file there and unchanged, none
-    unlisted); its text is what the copy is verified against and receives."""
+    """A checkpoint folder's own SHA256SUMS, checked at the source (every listed file there and
+    unchanged, none unlisted); its text is what the copy is verified against and receives."""
     _refuse_uncopyable(folder)
     problems = [f"{folder / name}: missing, listed in {SUMS}" for name in sums if not (folder / name).is_file()]
     problems = problems or mismatched_only(folder, sums) + unlisted(folder, sums)
@@ -90,16 +97,16 @@ def _checkpoint_sums(folder: Path, sums: dict[str, str]) -> str:
 
 
 def sums_origin(folder: Path) -> str | None:
-    """How a folder about to be copied is verified: "computed" (a folder without SHA256SUMS: hashed at the
-    source), "own" (a checkpoint folder's own SHA256SUMS), None (a run folder's)."""
+    """How a folder about to be copied is verified: "computed" (a folder without SHA256SUMS: hashed
+    at the source), "own" (a checkpoint folder's own SHA256SUMS), None (a run folder's)."""
     if not (folder / SUMS).is_file():
         return "computed"
     return None if is_run_copy(read_sums(folder), folder) else "own"
 
 
 def _refuse_uncopyable(folder: Path) -> None:
-    """A folder without SHA256SUMS that cannot be copied as a checkpoint folder: an open (or killed) run folder,
-    a link inside, a file name SHA256SUMS cannot list."""
+    """A folder without SHA256SUMS that cannot be copied as a checkpoint folder: an open (or killed)
+    run folder, a link inside, a file name SHA256SUMS cannot list."""
     if any(os.path.lexists(folder / name) for name in (PARAMS, HEARTBEAT)):
         raise BadInput(f"{folder}: a run folder that is not closed (no {SUMS}); wait for its end (kdkit wait), or "
                        "`kdkit pilot --resume` a killed one, then copy it")
@@ -120,7 +127,8 @@ def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str 
     for line in describe_removed(clean_stale(final)):  # said even when the copy then cannot start
         print(f"copy-out: {line}", file=sys.stderr)
     try:
-        with staged_beside(final, clean=False, parents=True) as staged:  # removed, whatever fails, unless published
+        # removed, whatever fails, unless published
+        with staged_beside(final, clean=False, parents=True) as staged:
             _fill(run_dir, sums, staged.path, sums_text)
             problems = _local_problems(run_dir, staged.path, sums_text)
             if problems:
@@ -159,10 +167,11 @@ def _same_sums(original: Path, copy: Path) -> list[str]:
 
 
 def verify_copy(folder: Path) -> int:
-    """Verify an existing local copy in place (SHA256SUMS, then reloadable); raise CheckFailed naming the first
-    bad file."""
+    """Verify an existing local copy in place (SHA256SUMS, then reloadable); raise CheckFailed
+    naming the first bad file."""
     sums = read_sums(folder)
-    if not is_run_copy(sums, folder):  # a checkpoint folder's copy: its files against its SHA256SUMS
+    # a checkpoint folder's copy: its files against its SHA256SUMS
+    if not is_run_copy(sums, folder):
         problems = mismatched_only(folder, sums) + unlisted(folder, sums)
     else:
         problems = verify_folder(folder, sums) or reload_problems(folder)
@@ -173,8 +182,8 @@ def verify_copy(folder: Path) -> int:
 
 
 def is_run_copy(sums: dict[str, str], folder: Path | None = None) -> bool:
-    """Whether a copy is of a run folder (any file a run folder or a gathering requires is listed, or there), not
-    of a checkpoint folder."""
+    """Whether a copy is of a run folder (any file a run folder or a gathering requires is listed,
+    or there), not of a checkpoint folder."""
     names = {name for names in REQUIRED.values() for name in names}
     return any(name in sums or (folder is not None and os.path.lexists(folder / name)) for name in names)
 

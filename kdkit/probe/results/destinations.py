@@ -1,18 +1,19 @@
-"""Where a copy goes: a local folder, ``[user@]host:path`` over SSH, or an rclone remote ``remote:path``.
+"""Where a copy goes: a local folder, ``[user@]host:path`` over SSH, or an rclone remote
+``remote:path``.
 
 The rule, in order (``kdkit copy-out --help`` says it too):
 
-1. a DEST that starts with ``/``, ``./``, ``../`` or ``~``, or has no ``:``, or has a ``/`` before its first ``:``
-   is a local folder (``./a:b`` stays local);
+1. a DEST that starts with ``/``, ``./``, ``../`` or ``~``, or has no ``:``, or has a ``/`` before
+   its first ``:`` is a local folder (``./a:b`` stays local);
 2. an ``@`` before the first ``:`` is SSH (``user@host:path``);
-3. ``name:path`` where ``name`` is one of the rclone config's remotes (``rclone listremotes``; the config is
-   ``--rclone-config``, else RCLONE_CONFIG, else rclone's own default) is rclone;
+3. ``name:path`` where ``name`` is one of the rclone config's remotes (``rclone listremotes``; the
+   config is ``--rclone-config``, else RCLONE_CONFIG, else rclone's own default) is rclone;
 4. anything else ``host:path`` is SSH (a host of ~/.ssh/config, or a name the resolver knows).
 
-An empty path after ``:`` is the login folder (SSH) or the remote's root (rclone); ``~/`` before an SSH path is
-dropped (ssh starts in the login folder), ``~user`` is refused. Refused without echo (each may hold a secret):
-``user:password@host:path``, rclone's on-the-fly ``:backend,options:path``, a URL, a control character.
-Standard library only.
+An empty path after ``:`` is the login folder (SSH) or the remote's root (rclone); ``~/`` before an
+SSH path is dropped (ssh starts in the login folder), ``~user`` is refused. Refused without echo
+(each may hold a secret): ``user:password@host:path``, rclone's on-the-fly
+``:backend,options:path``, a URL, a control character. Standard library only.
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ _PASSWORD = re.compile(r"[^/@:]+:[^/@]*@")  # user:pass@host:path
 
 
 def staging_name(name: str) -> str:
-    """The folder a copy of ``name`` is made in before it is verified: a hidden name only kdkit makes."""
+    """The folder a copy of ``name`` is made in before it is verified: a hidden name only kdkit
+    makes."""
     return f".{name}{STAGING_SUFFIX}"
 
 
 @dataclass(frozen=True)
 class Place:
-    """A destination folder: ``kind`` local (``path`` a local path), ssh (``host`` is [user@]host) or rclone
-    (``host`` the remote's name). ``rclone_config`` is the config file rclone is told to read, if any."""
+    """A destination folder: ``kind`` local (``path`` a local path), ssh (``host`` is [user@]host)
+    or rclone (``host`` the remote's name). ``rclone_config`` is the config file rclone is told to
+    read, if any."""
 
     kind: str
     path: str
@@ -60,7 +63,8 @@ class Place:
         return Place(self.kind, joined, self.host, self.rclone_config)
 
     def parent_and_name(self) -> tuple[Place, str]:
-        """(the folder holding this place, its last name): ``host:a/b/ID`` -> (``host:a/b``, ``ID``)."""
+        """(the folder holding this place, its last name): ``host:a/b/ID`` -> (``host:a/b``,
+        ``ID``)."""
         stripped = self.path.rstrip("/")
         head, _, name = stripped.rpartition("/")
         if not name:
@@ -70,7 +74,8 @@ class Place:
 
 
 def rclone_remotes(config: str | None) -> frozenset[str]:
-    """The names of the rclone config's remotes (without the ':'); empty when rclone is absent or has none."""
+    """The names of the rclone config's remotes (without the ':'); empty when rclone is absent or
+    has none."""
     try:
         done = proc.run(["rclone", *config_args(config), "listremotes"], timeout=30)
     except KdkitError:
@@ -84,11 +89,13 @@ def config_args(config: str | None) -> list[str]:
 
 
 def parse_place(text: str, rclone_config: str | None = None) -> Place:
-    """The destination ``text`` names, by the rule of the module's docstring; BadInput when it is empty, holds a
-    password, a control character or a URL, or its host would read as an option (a secret is never echoed)."""
+    """The destination ``text`` names, by the rule of the module's docstring; BadInput when it is
+    empty, holds a password, a control character or a URL, or its host would read as an option (a
+    secret is never echoed)."""
     if not text.strip():
         raise BadInput(f"DEST {text!r}: empty; name the folder that receives the copy")
-    if text.startswith(("/", "./", "../", "~")):  # a local path: no shell, no remote; messages escape it
+    # a local path: no shell, no remote; messages escape it
+    if text.startswith(("/", "./", "../", "~")):
         return Place(LOCAL, text)
     _refuse_unsafe(text)
     if rclone_config and not os.path.isfile(rclone_config):
@@ -106,7 +113,8 @@ def parse_place(text: str, rclone_config: str | None = None) -> Place:
 
 
 def _refuse_unsafe(text: str) -> None:
-    """DEST forms refused before anything is run; none of them is echoed (each may hold a secret)."""
+    """DEST forms refused before anything is run; none of them is echoed (each may hold a
+    secret)."""
     if CONTROL_CHARACTER.search(text):
         raise BadInput("DEST: holds a control character (a newline?); give the destination on one line")
     if text.startswith(":"):

@@ -1,11 +1,12 @@
-"""A copy to an SSH host or an rclone remote, verified there, and an existing remote copy re-verified.
+"""A copy to an SSH host or an rclone remote, verified there, and an existing remote copy
+re-verified.
 
-The copy goes to ``DEST/.<name>.kdkit-partial`` first (a name only kdkit makes; refused when it is a link or not a
-folder) (``kdkit run --copy-to``'s periodic copies go there too, so the
-last copy sends only what changed), is hashed where it lies (sha256sum over SSH, rclone hashsum) and compared
-with the source's SHA256SUMS, its SHA256SUMS and its reloadable files read back into a temporary folder and
-reloaded (kdkit.core.reloadcheck), and only then renamed to ``DEST/<name>``; a copy that fails is removed there
-and never carries the final name. Standard library only.
+The copy goes to ``DEST/.<name>.kdkit-partial`` first (a name only kdkit makes; refused when it is a
+link or not a folder) (``kdkit run --copy-to``'s periodic copies go there too, so the last copy
+sends only what changed), is hashed where it lies (sha256sum over SSH, rclone hashsum) and compared
+with the source's SHA256SUMS, its SHA256SUMS and its reloadable files read back into a temporary
+folder and reloaded (kdkit.core.reloadcheck), and only then renamed to ``DEST/<name>``; a copy that
+fails is removed there and never carries the final name. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from kdkit.core.runfolder import ENV, PARAMS, REQUIRED, RESULTS, STOP, SUMMARY, 
 from kdkit.probe.results.destinations import Place, staging_name
 from kdkit.probe.results.transports import Transport, transport_for
 
-RELOADED = (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP)  # read back to prove the copy reloadable
+# read back to prove the copy reloadable
+RELOADED = (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP)
 
 
 def staging_place(dest: Place, name: str) -> Place:
@@ -30,8 +32,9 @@ def staging_place(dest: Place, name: str) -> Place:
 
 
 def copy_remote(source: Path, sums: dict[str, str], dest: Place, sums_text: str | None = None) -> Place:
-    """Copy ``source`` to ``dest/<source.name>`` and verify it there against ``sums``; ``sums_text`` is a
-    SHA256SUMS to write into the copy (a checkpoint folder has none). Returns the final place."""
+    """Copy ``source`` to ``dest/<source.name>`` and verify it there against ``sums``; ``sums_text``
+    is a SHA256SUMS to write into the copy (a checkpoint folder has none). Returns the final
+    place."""
     transport = transport_for(dest)
     final, staging = dest.child(source.name), staging_place(dest, source.name)
     if transport.prepare(dest, source.name):
@@ -55,8 +58,8 @@ def copy_remote(source: Path, sums: dict[str, str], dest: Place, sums_text: str 
 
 def remote_problems(transport: Transport, place: Place, sums: dict[str, str], reload: bool,
                     expected_sums: bytes | None = None) -> list[str]:
-    """Every difference between the copy at ``place`` and ``sums``, hashed there; then, for a run folder
-    (``reload``), its SHA256SUMS and reloadable files read back and reloaded."""
+    """Every difference between the copy at ``place`` and ``sums``, hashed there; then, for a run
+    folder (``reload``), its SHA256SUMS and reloadable files read back and reloaded."""
     names = sorted(sums)
     found = transport.hashes(place, names)
     problems = [f"{place.child(name)}: missing at the destination" if name not in found else
@@ -79,16 +82,17 @@ def remote_problems(transport: Transport, place: Place, sums: dict[str, str], re
 
 
 def downloaded_mismatches(folder: Path, sums: dict[str, str], place: Place) -> list[str]:
-    """The files read back into ``folder`` hashed here against ``sums`` (a second look that does not trust the
-    remote's hash listing); each mismatch names the file at ``place``."""
+    """The files read back into ``folder`` hashed here against ``sums`` (a second look that does not
+    trust the remote's hash listing); each mismatch names the file at ``place``."""
     return [f"{place.child(path.name)}: SHA-256 of the bytes read back differs from {SUMS}'s {sums[path.name][:12]}..."
             f" (the destination's hash listing does not match its bytes)"
             for path in sorted(folder.iterdir()) if path.name in sums and sha256_file(path) != sums[path.name]]
 
 
 def verify_remote(place: Place) -> int:
-    """Re-verify the copy at ``place`` where it lies: its SHA256SUMS read from there, every file hashed there,
-    its reloadable files read back; CheckFailed naming the first problem. Returns the count of files."""
+    """Re-verify the copy at ``place`` where it lies: its SHA256SUMS read from there, every file
+    hashed there, its reloadable files read back; CheckFailed naming the first problem. Returns the
+    count of files."""
     transport = transport_for(place)
     parent, _name = place.parent_and_name()
     transport.learn(parent)
@@ -98,7 +102,8 @@ def verify_remote(place: Place) -> int:
         listed = Path(scratch) / SUMS
         transport.fetch(place.child(SUMS), listed)
         sums = checksums.read_sums(Path(scratch), "run folder", f"is {place} a copy of a run folder?")
-    reload = any(name in sums for names in REQUIRED.values() for name in names)  # a run folder, not a checkpoint
+    # a run folder, not a checkpoint
+    reload = any(name in sums for names in REQUIRED.values() for name in names)
     problems = remote_problems(transport, place, sums, reload=reload)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""

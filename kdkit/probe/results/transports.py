@@ -1,11 +1,12 @@
-"""The two ways a copy leaves the machine: SSH (rsync where both ends have it, else sftp) and rclone.
+"""The two ways a copy leaves the machine: SSH (rsync where both ends have it, else sftp) and
+rclone.
 
-Every program runs through kdkit.core.proc with an argv list; a command run by the remote shell is built with
-shlex.quote around every path. SSH never prompts (BatchMode=yes), gives up on a silent host (ConnectTimeout) and
-reads the user's ~/.ssh/config, or the file KDKIT_SSH_CONFIG names (``ssh -F``). An SSH error (ssh's exit 255:
-unreachable, refused key, unknown host) and a remote rclone cannot list are Unavailable (exit 3); a copy or a
-hash that fails once connected is CheckFailed (exit 1). Each message names the destination, never a secret.
-Standard library only.
+Every program runs through kdkit.core.proc with an argv list; a command run by the remote shell is
+built with shlex.quote around every path. SSH never prompts (BatchMode=yes), gives up on a silent
+host (ConnectTimeout) and reads the user's ~/.ssh/config, or the file KDKIT_SSH_CONFIG names (``ssh
+-F``). An SSH error (ssh's exit 255: unreachable, refused key, unknown host) and a remote rclone
+cannot list are Unavailable (exit 3); a copy or a hash that fails once connected is CheckFailed
+(exit 1). Each message names the destination, never a secret. Standard library only.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def bad_staging(place: Place) -> BadInput:
 
 
 def digests_from(text: str) -> dict[str, str]:
-    """``sha256sum``'s (and ``rclone hashsum``'s) lines as {name: digest}; names with './' trimmed."""
+    """``sha256sum``'s (and ``rclone hashsum``'s) lines as {name: digest}; names with './'
+    trimmed."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         match = _LINE.fullmatch(line.strip("\r"))
@@ -59,7 +61,8 @@ def digests_from(text: str) -> dict[str, str]:
 
 
 class SshTransport:
-    """A folder on an SSH host: rsync when both ends have it, else sftp; hashes by the remote's sha256sum."""
+    """A folder on an SSH host: rsync when both ends have it, else sftp; hashes by the remote's
+    sha256sum."""
 
     def __init__(self, host: str) -> None:
         self.host = host
@@ -70,8 +73,8 @@ class SshTransport:
         return proc.run([*ssh_command(), "--", self.host, script], input_text=input_text, timeout=3600)
 
     def prepare(self, folder: Place, name: str) -> bool:
-        """Make ``folder``; learn what the remote has; whether ``folder/name`` exists already (BadInput when its
-        staging name is a link or not a folder)."""
+        """Make ``folder``; learn what the remote has; whether ``folder/name`` exists already
+        (BadInput when its staging name is a link or not a folder)."""
         target, staging = shlex.quote(folder.child(name).path), shlex.quote(folder.child(staging_name(name)).path)
         script = (f"mkdir -p -- {shlex.quote(folder.path or '.')} || exit 3; if [ -e {target} ] || [ -L {target} ]; "
                   f"then echo EXISTS; fi; if [ -L {staging} ] || {{ [ -e {staging} ] && [ ! -d {staging} ]; }}; "
@@ -142,8 +145,8 @@ class SshTransport:
         _stream(argv, target, place)
 
     def fetch_many(self, folder: Place, names: list[str], target: Path) -> None:
-        """``names`` in ``folder`` read back into ``target`` in one connection (a tar stream, only those
-        names taken from it, as regular files)."""
+        """``names`` in ``folder`` read back into ``target`` in one connection (a tar stream, only
+        those names taken from it, as regular files)."""
         script = f"cd -- {shlex.quote(folder.path or '.')} && tar -cf - -- {shlex.join(names)}"
         with tempfile.TemporaryFile() as archive:
             try:
@@ -185,7 +188,8 @@ def _sftp_quote(text: str) -> str:
 
 
 def _sftp_batch(source: Path, target: str) -> str:
-    """sftp's batch: the folders made, then each file put (a '-' before mkdir: an existing folder is fine)."""
+    """sftp's batch: the folders made, then each file put (a '-' before mkdir: an existing folder is
+    fine)."""
     lines = [f"-mkdir {_sftp_quote(target)}"]
     for path in sorted(source.rglob("*")):
         name = path.relative_to(source).as_posix()
@@ -206,8 +210,9 @@ def _stream(argv: list[str], target: Path, place: Place) -> None:
 
 
 class RcloneTransport:
-    """A folder on an rclone remote: ``rclone sync`` into the staging name, ``rclone hashsum sha256`` there (or
-    ``--download`` where the remote cannot hash), ``rclone moveto`` into place."""
+    """A folder on an rclone remote: ``rclone sync`` into the staging name, ``rclone hashsum
+    sha256`` there (or ``--download`` where the remote cannot hash), ``rclone moveto`` into
+    place."""
 
     def __init__(self, config: str | None) -> None:
         self.base = ["rclone", *config_args(config), "--retries", "1", "--low-level-retries", "2",
@@ -217,7 +222,8 @@ class RcloneTransport:
         return proc.run([*self.base, *words], input_text=input_text, timeout=None)
 
     def prepare(self, folder: Place, name: str) -> bool:
-        done = self._run("lsf", "--max-depth", "1", "--links", _spec(folder))  # a local link: NAME.rclonelink
+        # a local link: NAME.rclonelink
+        done = self._run("lsf", "--max-depth", "1", "--links", _spec(folder))
         if done.returncode == 3:  # rclone: directory not found
             return False
         if not done.ok:
@@ -245,7 +251,8 @@ class RcloneTransport:
     def hashes(self, folder: Place, names: list[str]) -> dict[str, str]:
         try:
             found = self._hashsum(folder)
-        except CheckFailed:  # the remote cannot hash sha256 (S3, sftp without shell access): download and hash
+        # the remote cannot hash sha256 (S3, sftp without shell access): download and hash
+        except CheckFailed:
             found = {}
         if any(name not in found for name in names if name):
             found = {**found, **self._hashsum(folder, "--download")}

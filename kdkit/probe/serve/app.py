@@ -1,8 +1,9 @@
-"""The project's own app as the in-process server: the pilot's inputs as requests, predict(items) called as the
-pilot calls it, every answer judged as the pilot judges it (the same output kinds, scorer and labels).
+"""The project's own app as the in-process server: the pilot's inputs as requests, predict(items)
+called as the pilot calls it, every answer judged as the pilot judges it (the same output kinds,
+scorer and labels).
 
-Each request is one pilot input under an ID of its own (``<input ID>@<request number>``), so one input asked
-twice in a batch is two requests. Standard library only (torch where present).
+Each request is one pilot input under an ID of its own (``<input ID>@<request number>``), so one
+input asked twice in a batch is two requests. Standard library only (torch where present).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from kdkit.probe.pilot.harness import Item, Predict, classify_answers
 from kdkit.probe.serve.engine import Request
 from kdkit.probe.serve.stats import ANSWERED, APP_ERROR
 
-ANSWERS = frozenset({"accepted", "rejected", "invalid"})  # the pilot's outcomes that answer the request
+# the pilot's outcomes that answer the request
+ANSWERS = frozenset({"accepted", "rejected", "invalid"})
 
 
 def quality(item: Item, record: dict[str, Any] | None, kind: str) -> float | None:
-    """1 or 0 (a category, or a refusal the manifest expects), or the scorer's score; None when the manifest
-    expects nothing of this input."""
+    """1 or 0 (a category, or a refusal the manifest expects), or the scorer's score; None when the
+    manifest expects nothing of this input."""
     doc = item.doc
     if record is None:
         return None
@@ -48,14 +50,14 @@ def quality(item: Item, record: dict[str, Any] | None, kind: str) -> float | Non
 
 
 class BatchTimeout(BaseException):
-    """One call into the app outlived its bound (a BaseException: the app's own ``except Exception`` cannot
-    swallow it)."""
+    """One call into the app outlived its bound (a BaseException: the app's own ``except Exception``
+    cannot swallow it)."""
 
 
 class AppOutput:
-    """The app's own output, kept off the terminal and out of ``--json``: around each call into the app, Python's
-    sys.stdout/sys.stderr and the process's file descriptors 1 and 2 point at a scratch file, kept in the run
-    folder as app-output.log when the app wrote anything."""
+    """The app's own output, kept off the terminal and out of ``--json``: around each call into the
+    app, Python's sys.stdout/sys.stderr and the process's file descriptors 1 and 2 point at a
+    scratch file, kept in the run folder as app-output.log when the app wrote anything."""
 
     def __init__(self) -> None:
         self.file = tempfile.TemporaryFile()  # noqa: SIM115 (open for the whole test, closed by save)
@@ -78,7 +80,8 @@ class AppOutput:
             os.close(saved[1])
 
     def save(self, path: Path) -> int:
-        """Write what the app printed to ``path`` (nothing when it printed nothing); its size in bytes."""
+        """Write what the app printed to ``path`` (nothing when it printed nothing); its size in
+        bytes."""
         self.file.seek(0)
         data = self.text.getvalue().encode("utf-8", "backslashreplace") + self.file.read()
         self.file.close()
@@ -89,15 +92,17 @@ class AppOutput:
 
 @dataclass
 class AppServer:
-    """``serve(indexes)`` for the engine: the requests' items handed to predict, each answer judged; a call
-    bounded by ``timeout`` seconds (SIGALRM, in the main thread), the app's output kept apart."""
+    """``serve(indexes)`` for the engine: the requests' items handed to predict, each answer judged;
+    a call bounded by ``timeout`` seconds (SIGALRM, in the main thread), the app's output kept
+    apart."""
 
     predict: Predict
     config: PilotConfig
     items: list[Item]  # one per request, under the request's own ID
     timeout: float = 0.0  # seconds one call may take; 0: unbounded
     output: AppOutput | None = None
-    errors: list[str] = dataclasses.field(default_factory=list)  # the first few app failures, for the report
+    # the first few app failures, for the report
+    errors: list[str] = dataclasses.field(default_factory=list)
 
     def call(self, items: list[dict[str, Any]]) -> Any:
         """predict(items) with its output kept apart and its time bounded."""
@@ -125,7 +130,8 @@ class AppServer:
         except BatchTimeout:
             return self._failed(f"the app took longer than {self.timeout:g} s (max_seconds_per_rate) on one batch",
                                 len(batch))
-        except Exception as exc:  # the app's failure is data: its requests failed, the next batch goes on
+        # the app's failure is data: its requests failed, the next batch goes on
+        except Exception as exc:
             said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             return self._failed(f"{type(exc).__name__}: {said}".rstrip(": "), len(batch))
         by_id: dict[Any, list[dict[str, Any]]] = {}
@@ -134,7 +140,8 @@ class AppServer:
         return [self._judged(item, by_id.get(item.doc.id, [])) for item in batch]
 
     def _judged(self, item: Item, mine: list[dict[str, Any]]) -> tuple[str, float | None]:
-        """One request's outcome from its records: answered exactly once (the pilot's rule), else an error."""
+        """One request's outcome from its records: answered exactly once (the pilot's rule), else an
+        error."""
         if len(mine) != 1 or mine[0].get("outcome") not in ANSWERS:
             return APP_ERROR, None
         return ANSWERED, quality(item, mine[0], self.config.output.kind)
@@ -145,15 +152,16 @@ def _timed_out(signum: int, frame: Any) -> None:
 
 
 def input_order(inputs: Sequence[Item], seed: int) -> list[Item]:
-    """The inputs in the seeded order requests ask them (request ``i`` asks ``order[i % n]``), the same in process
-    and against a URL."""
+    """The inputs in the seeded order requests ask them (request ``i`` asks ``order[i % n]``), the
+    same in process and against a URL."""
     order = list(inputs)
     random.Random(f"kdkit-serve-test-inputs:{seed}").shuffle(order)
     return order
 
 
 def requests_for(inputs: Sequence[Item], arrivals: Sequence[float], seed: int) -> tuple[list[Request], list[Item]]:
-    """Request ``i`` asks input ``order[i % n]`` (:func:`input_order`); its item under its own ID."""
+    """Request ``i`` asks input ``order[i % n]`` (:func:`input_order`); its item under its own
+    ID."""
     order = input_order(inputs, seed)
     requests, items = [], []
     for index, arrival in enumerate(arrivals):

@@ -1,8 +1,8 @@
 """When requests arrive: seeded Poisson arrivals at a rate, or a recorded trace of arrival times.
 
-Times are seconds from the start of one measured configuration. They are fixed before anything is sent: a
-request's latency is counted from its scheduled arrival, so a generator or a service that falls behind shows
-the whole wait (no coordinated omission). Standard library only.
+Times are seconds from the start of one measured configuration. They are fixed before anything is
+sent: a request's latency is counted from its scheduled arrival, so a generator or a service that
+falls behind shows the whole wait (no coordinated omission). Standard library only.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ MAX_TRACE = MAX_REQUESTS  # arrival times a trace may hold (each one a recorded 
 
 
 def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
-    """``count`` arrival times of a Poisson process at ``rate`` per second; the same seed and rate give the
-    same times (each rate its own stream, so adding a rate changes no other rate's arrivals)."""
+    """``count`` arrival times of a Poisson process at ``rate`` per second; the same seed and rate
+    give the same times (each rate its own stream, so adding a rate changes no other rate's
+    arrivals)."""
     draw = random.Random(f"kdkit-serve-test:{seed}:{rate!r}")
     now, times = 0.0, []
     for _ in range(count):
@@ -30,9 +31,11 @@ def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
 
 
 def read_trace(path: Path) -> list[float]:
-    """A trace file: one arrival time in seconds per line (blank lines and ``#`` comments skipped), never going
-    backwards; returned relative to the first. BadInput naming the line on anything else."""
-    text = read_text_file(path, "trace").removeprefix("\ufeff")  # a regular UTF-8 file (a FIFO would block)
+    """A trace file: one arrival time in seconds per line (blank lines and ``#`` comments skipped),
+    never going backwards; returned relative to the first. BadInput naming the line on anything
+    else."""
+    # a regular UTF-8 file (a FIFO would block)
+    text = read_text_file(path, "trace").removeprefix("\ufeff")
     times: list[float] = []
     for number, line in enumerate(text.splitlines(), 1):
         value = line.split("#", 1)[0].strip()

@@ -1,5 +1,6 @@
-"""``kdkit serve-test``: the same command on the host, as ``python -m kdkit.probe serve-test`` in the image and
-as ``python3 kdkit.pyz serve-test`` from the bundle. Standard library only (matplotlib for --plot, lazily)."""
+"""``kdkit serve-test``: the same command on the host, as ``python -m kdkit.probe serve-test`` in
+the image and as ``python3 kdkit.pyz serve-test`` from the bundle. Standard library only (matplotlib
+for --plot, lazily)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ EPILOG = """examples:
 
 
 class Positive(Count):
-    """A count of at least 1 (a timeout of 0 s would fail every request; 0 tokens would ask for nothing)."""
+    """A count of at least 1 (a timeout of 0 s would fail every request; 0 tokens would ask for
+    nothing)."""
 
     def __call__(self, text: str) -> int:
         value = super().__call__(text)
@@ -115,7 +117,8 @@ def serve_test(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _remote(args: argparse.Namespace) -> Remote | None:
-    """--url and its options checked (the URL probed: exit 3 within seconds when nothing answers there)."""
+    """--url and its options checked (the URL probed: exit 3 within seconds when nothing answers
+    there)."""
     if args.url is None:
         for option, given in (("--template", args.template), ("--model", args.model)):
             if given is not None:
@@ -137,7 +140,8 @@ def _ms(value: Any) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """One row per configuration (latency and queue time apart), then the choice and why the others fail."""
+    """One row per configuration (latency and queue time apart), then the choice and why the others
+    fail."""
     rows = [["rate/s", "policy", "answered", "refused", "cut", "p50 ms", "p95 ms", "p99 ms", "queue p95", "quality",
              "meets"]]
     for result in report["results"]:

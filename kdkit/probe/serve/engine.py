@@ -1,14 +1,15 @@
-"""The in-process service: open-loop arrivals, a batcher with the declared policy, the declared behaviour at
-capacity, and the project's own predict(items) as the server.
+"""The in-process service: open-loop arrivals, a batcher with the declared policy, the declared
+behaviour at capacity, and the project's own predict(items) as the server.
 
-One thread plays the clock, the queue and the server. Arrival times are fixed before the run (arrivals.py);
-while the app computes a batch nobody is dequeued, so the requests that arrived meanwhile are admitted
-afterwards, in order, against the queue as it stood at their arrival: the queue length a capacity check sees
-is exact. Every time is measured from the scheduled arrival, so a stall shows in the wait of everyone who
-arrived during it (no coordinated omission). A batch goes when it is full or when its oldest request has
-waited the policy's maximum. A configuration stops early when an objective is clearly lost (more requests
-already late than the percentile allows of the planned count) or when its time bound passes; what was not
-served is ``cut``. Standard library only.
+One thread plays the clock, the queue and the server. Arrival times are fixed before the run
+(arrivals.py); while the app computes a batch nobody is dequeued, so the requests that arrived
+meanwhile are admitted afterwards, in order, against the queue as it stood at their arrival: the
+queue length a capacity check sees is exact. Every time is measured from the scheduled arrival, so a
+stall shows in the wait of everyone who arrived during it (no coordinated omission). A batch goes
+when it is full or when its oldest request has waited the policy's maximum. A configuration stops
+early when an objective is clearly lost (more requests already late than the percentile allows of
+the planned count) or when its time bound passes; what was not served is ``cut``. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ SPIN = 0.0005  # the last half millisecond before a due time is spun, not slept 
 
 @dataclass(frozen=True)
 class Request:
-    """One request as the generator knows it before the run: its input, its size, its scheduled arrival."""
+    """One request as the generator knows it before the run: its input, its size, its scheduled
+    arrival."""
 
     index: int
     ident: str
@@ -55,8 +57,9 @@ class Bounds:
 
 
 class RealClock:
-    """Wall time from the configuration's start: waits are slept (the last half millisecond spun), a batch's
-    service is the time the app really takes. What a request feels, stalls of the machine included."""
+    """Wall time from the configuration's start: waits are slept (the last half millisecond spun), a
+    batch's service is the time the app really takes. What a request feels, stalls of the machine
+    included."""
 
     name = "real"
 
@@ -80,9 +83,10 @@ class RealClock:
 
 
 class VirtualClock:
-    """Waits skipped, services measured: the app's every batch takes the time it really takes (perf_counter
-    around the call), the time between batches is simulated exactly. A test of many rates in seconds, blind to
-    what idle time does to a device (clocks that drop, caches that cool)."""
+    """Waits skipped, services measured: the app's every batch takes the time it really takes
+    (perf_counter around the call), the time between batches is simulated exactly. A test of many
+    rates in seconds, blind to what idle time does to a device (clocks that drop, caches that
+    cool)."""
 
     name = "virtual"
 
@@ -124,7 +128,8 @@ class Run:
                              "outcome": outcome, "quality": None, **times})
 
     def admit(self, now: float) -> None:
-        """Every request due by ``now``, in arrival order: refused as too large, refused at capacity, or queued."""
+        """Every request due by ``now``, in arrival order: refused as too large, refused at
+        capacity, or queued."""
         requests = self.requests
         while self.next < len(requests) and requests[self.next].arrival <= now:
             request = requests[self.next]
@@ -133,14 +138,16 @@ class Run:
                 self._record(request, TOO_LARGE)
                 self.bounds.judge.note(self.records[-1])
             elif self.reject_at is not None and len(self.queue) >= self.reject_at:
-                # nobody leaves the queue between two batches: its length now is its length at this arrival
+                # nobody leaves the queue between two batches: its length now is its length at this
+                # arrival
                 self._record(request, AT_CAPACITY, end=request.arrival)
                 self.bounds.judge.note(self.records[-1])
             else:
                 self.queue.append(request)
 
     def due(self) -> float:
-        """When the batch at the head of the queue must go: now if full, else its oldest's arrival + the wait."""
+        """When the batch at the head of the queue must go: now if full, else its oldest's arrival +
+        the wait."""
         if len(self.queue) >= self.policy.max_batch:
             return -math.inf
         return self.queue[0].arrival + self.policy.max_wait_ms / 1000
@@ -161,8 +168,8 @@ class Run:
 
 
 def play(run: Run, serve: Serve, clock: Clock | None = None) -> list[dict[str, Any]]:
-    """Play one configuration (in real time unless given a VirtualClock); the records in completion order, times
-    from its start."""
+    """Play one configuration (in real time unless given a VirtualClock); the records in completion
+    order, times from its start."""
     clock = clock or RealClock()
     requests = run.requests
     while run.next < len(requests) or run.queue:

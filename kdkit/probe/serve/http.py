@@ -1,11 +1,11 @@
-"""``kdkit serve-test --url``: a service the user already runs, driven over HTTP with the same open-loop
-arrivals and judged by the same statistics as the in-process mode.
+"""``kdkit serve-test --url``: a service the user already runs, driven over HTTP with the same
+open-loop arrivals and judged by the same statistics as the in-process mode.
 
-Three kinds of API: ``json`` (a POST of a JSON body made from a template, ``"{{text}}"`` in any string value
-replaced by the request's text), ``completions`` and ``chat`` (OpenAI-compatible ``/v1/completions`` and
-``/v1/chat/completions``, streamed: the time to the first token and between tokens are recorded too). The
-URL is checked before anything is sent (BadInput, exit 2) and probed (Unavailable, exit 3, when nothing
-answers there). Standard library only.
+Three kinds of API: ``json`` (a POST of a JSON body made from a template, ``"{{text}}"`` in any
+string value replaced by the request's text), ``completions`` and ``chat`` (OpenAI-compatible
+``/v1/completions`` and ``/v1/chat/completions``, streamed: the time to the first token and between
+tokens are recorded too). The URL is checked before anything is sent (BadInput, exit 2) and probed
+(Unavailable, exit 3, when nothing answers there). Standard library only.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class ParsedUrl:
 
 
 def check_url(url: str) -> ParsedUrl:
-    """``url`` as an http or https URL with a host; BadInput (exit 2), one line, on anything else."""
+    """``url`` as an http or https URL with a host; BadInput (exit 2), one line, on anything
+    else."""
     shown = printable(" ".join(url.split())[:200])
     if not url.isascii():
         raise BadInput(f"--url {shown!r}: holds characters beyond ASCII; percent-encode them (an IDN host as its "
@@ -82,8 +83,8 @@ def check_url(url: str) -> ParsedUrl:
 
 
 def probe(url: str, timeout: float = 5.0) -> ParsedUrl:
-    """``url`` checked, then connected to (and its TLS handshake made, for https) within ``timeout`` seconds;
-    Unavailable (exit 3), one line naming the URL, when nothing answers there."""
+    """``url`` checked, then connected to (and its TLS handshake made, for https) within ``timeout``
+    seconds; Unavailable (exit 3), one line naming the URL, when nothing answers there."""
     parsed = check_url(url)
     try:
         with socket.create_connection((parsed.host, parsed.port), timeout=timeout) as sock:
@@ -98,8 +99,10 @@ def probe(url: str, timeout: float = 5.0) -> ParsedUrl:
 
 
 def load_template(path: Path) -> Any:
-    """A JSON template (``"{{text}}"`` in at least one string value); BadInput (exit 2) naming the file."""
-    # the strict reader: a regular file (a FIFO would block), UTF-8, finite numbers, no key twice, not too deep
+    """A JSON template (``"{{text}}"`` in at least one string value); BadInput (exit 2) naming the
+    file."""
+    # the strict reader: a regular file (a FIFO would block), UTF-8, finite numbers, no key twice,
+    # not too deep
     data = parse_json(read_text_file(path, "request template", limit=MAX_TEMPLATE_BYTES), str(path))
     if not _uses_placeholder(data):
         raise BadInput(f"{path}: no string value holds \"{PLACEHOLDER}\"; put it where the request's text goes")
@@ -117,7 +120,8 @@ def _uses_placeholder(data: Any) -> bool:
 
 
 def fill(template: Any, text: str) -> Any:
-    """The template with ``"{{text}}"`` replaced by ``text`` in every string value (keys are left alone)."""
+    """The template with ``"{{text}}"`` replaced by ``text`` in every string value (keys are left
+    alone)."""
     if isinstance(template, str):
         return template.replace(PLACEHOLDER, text)
     if isinstance(template, dict):
@@ -128,7 +132,8 @@ def fill(template: Any, text: str) -> Any:
 
 
 def request_body(api: str, text: str, template: Any = None, model: str | None = None, max_tokens: int = 16) -> bytes:
-    """One request's JSON body (UTF-8) for an API kind; a model given as None is left out of the body."""
+    """One request's JSON body (UTF-8) for an API kind; a model given as None is left out of the
+    body."""
     if api == "json":
         body = fill(DEFAULT_TEMPLATE if template is None else template, text)
     elif api in ENDPOINTS:
@@ -142,8 +147,9 @@ def request_body(api: str, text: str, template: Any = None, model: str | None = 
 
 
 def endpoint(parsed: ParsedUrl, api: str) -> str:
-    """The request target: the URL's own for ``json``; for the OpenAI kinds, the URL's when it already ends in
-    the endpoint, else the endpoint under the URL's path (``http://h:8000`` and ``http://h:8000/v1`` alike)."""
+    """The request target: the URL's own for ``json``; for the OpenAI kinds, the URL's when it
+    already ends in the endpoint, else the endpoint under the URL's path (``http://h:8000`` and
+    ``http://h:8000/v1`` alike)."""
     if api not in ENDPOINTS:
         return parsed.target
     path, _, query = parsed.target.partition("?")
@@ -166,9 +172,10 @@ def drive(url: str, api: str, template: Any, texts: Sequence[tuple[str, str]], a
           max_request_bytes: int, timeout_s: float, max_seconds: float, objectives: Sequence[Objective],
           model: str | None = None, max_tokens: int = 16,
           concurrency_limit: int = DEFAULT_CONNECTIONS) -> list[dict[str, Any]]:
-    """Send request ``i`` at ``arrivals[i]`` seconds from the start (text ``i % len(texts)``), open loop, and
-    return one record per planned request (see kdkit.probe.serve.stats). ``template`` is a loaded template
-    (:func:`load_template`), a path to one, or None for ``{"text": "{{text}}"}``; ``json`` only."""
+    """Send request ``i`` at ``arrivals[i]`` seconds from the start (text ``i % len(texts)``), open
+    loop, and return one record per planned request (see kdkit.probe.serve.stats). ``template`` is a
+    loaded template (:func:`load_template`), a path to one, or None for ``{"text": "{{text}}"}``;
+    ``json`` only."""
     parsed = check_url(url)
     if api not in API_KINDS:
         raise BadInput(f"--api {api!r}: not a kind of API; give one of {', '.join(API_KINDS)}")

@@ -1,6 +1,7 @@
-"""The open-loop run behind :func:`kdkit.probe.serve.http.drive`: each request is sent at its scheduled time
-whatever the earlier ones are doing (on another connection when all are busy), its latency counted from that
-time, and the run stops early when its time is up or an objective is clearly lost. Standard library only.
+"""The open-loop run behind :func:`kdkit.probe.serve.http.drive`: each request is sent at its
+scheduled time whatever the earlier ones are doing (on another connection when all are busy), its
+latency counted from that time, and the run stops early when its time is up or an objective is
+clearly lost. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from kdkit.probe.serve.wire import Pool, Stale, StreamTimes, exchange
 EARLY = 0.002  # seconds before a due time the scheduler stops sleeping and only yields to the loop
 TICK = 0.01  # seconds: the longest the scheduler sleeps between looks at the stop conditions
 BURST = 64  # requests sent back to back (behind schedule) before the scheduler lets the others run
-REFUSED = {413: TOO_LARGE, 429: AT_CAPACITY, 503: AT_CAPACITY}  # the statuses of a service refusing by design
+# the statuses of a service refusing by design
+REFUSED = {413: TOO_LARGE, 429: AT_CAPACITY, 503: AT_CAPACITY}
 GRACE = 1.0  # seconds the drain waits past timeout_s before it cuts what is still in flight
 FAILURES = (OSError, EOFError, ValueError, asyncio.LimitOverrunError, Stale)
 
@@ -105,8 +107,9 @@ class Run:
                 return False
             if at <= now:
                 return True
-            # The event loop's sleep overshoots by up to a millisecond (epoll rounds its timeout up), and every
-            # overshoot would be counted as latency: sleep to EARLY before the due time, then only yield.
+            # The event loop's sleep overshoots by up to a millisecond (epoll rounds its timeout
+            # up), and every overshoot would be counted as latency: sleep to EARLY before the due
+            # time, then only yield.
             left = min(at - now, TICK, self.max_seconds - now)
             await asyncio.sleep(left - EARLY if left > EARLY else 0)
 
@@ -124,8 +127,8 @@ class Run:
         return late
 
     async def _drain(self) -> None:
-        """Wait for the requests in flight, each up to its own timeout_s from its arrival (then an error);
-        any still going a moment past that (a backstop) is cut."""
+        """Wait for the requests in flight, each up to its own timeout_s from its arrival (then an
+        error); any still going a moment past that (a backstop) is cut."""
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=self.timeout_s + GRACE)
         pending = list(self.tasks)
@@ -134,8 +137,8 @@ class Run:
         await asyncio.gather(*pending, return_exceptions=True)
 
     async def _one(self, i: int) -> None:
-        """Request ``i`` from its arrival to its outcome, cancelled (an error) timeout_s after its arrival:
-        a timer, not asyncio.wait_for, which would cost a second task per request."""
+        """Request ``i`` from its arrival to its outcome, cancelled (an error) timeout_s after its
+        arrival: a timer, not asyncio.wait_for, which would cost a second task per request."""
         record = self.records[i]
         task = asyncio.current_task()
         assert task is not None
@@ -165,7 +168,8 @@ class Run:
         async with self.pool.slots:
             try:
                 status, text, times = await self._attempt(record, request, fresh=False)
-            except Stale:  # the idle connection had been closed by the server: once more on a new one
+            # the idle connection had been closed by the server: once more on a new one
+            except Stale:
                 status, text, times = await self._attempt(record, request, fresh=True)
         record["end"] = self._now()
         self._settle(record, status, text, times)
@@ -187,7 +191,8 @@ class Run:
 
     def _settle(self, record: dict[str, Any], status: int, text: str, times: StreamTimes | None) -> None:
         record["status"] = status
-        if status == 413 and record["bytes"] <= self.max_request_bytes:  # under the declared limit: not by design
+        # under the declared limit: not by design
+        if status == 413 and record["bytes"] <= self.max_request_bytes:
             record.update(outcome=APP_ERROR, error=f"HTTP 413 for {record['bytes']} bytes, within max_request_bytes "
                                                    f"{self.max_request_bytes}")
         elif status in REFUSED:

@@ -1,5 +1,5 @@
-"""The serve test's plot, drawn with matplotlib (optional, imported only when a plot is asked for): latency
-percentiles against the arrival rate, one line per batching policy and percentile."""
+"""The serve test's plot, drawn with matplotlib (optional, imported only when a plot is asked for):
+latency percentiles against the arrival rate, one line per batching policy and percentile."""
 
 from __future__ import annotations
 

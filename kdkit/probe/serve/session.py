@@ -1,9 +1,10 @@
-"""One ``kdkit serve-test``: every input checked first, then each batching policy at each rate (lowest first),
-each configuration's requests appended to ``requests.jsonl`` as it ends, the report written last.
+"""One ``kdkit serve-test``: every input checked first, then each batching policy at each rate
+(lowest first), each configuration's requests appended to ``requests.jsonl`` as it ends, the report
+written last.
 
-A policy whose rate missed the objectives is not tried at higher rates (they are listed as not tried, with the
-rate that failed): with the early stop of a lost objective and the time bound per rate, a test never runs for
-hours. Standard library only (torch where present).
+A policy whose rate missed the objectives is not tried at higher rates (they are listed as not
+tried, with the rate that failed): with the early stop of a lost objective and the time bound per
+rate, a test never runs for hours. Standard library only (torch where present).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class ServeTest:
     skipped: list[dict[str, str]]
     device: str
     trace: list[float] | None  # arrival times replacing the rates' Poisson arrivals
-    clock: str = "real"  # real: waits slept, as a request feels them; virtual: waits simulated (engine.py)
+    # real: waits slept, as a request feels them; virtual: waits simulated (engine.py)
+    clock: str = "real"
 
     @property
     def rates(self) -> tuple[float, ...]:
@@ -61,7 +63,8 @@ class ServeTest:
 
 def prepare(root: Path, service: ServiceConfig, *, trace: list[float] | None = None,
             device: str | None = None, clock: str = "real") -> ServeTest:
-    """The pilot config, its readable inputs and the device; BadInput before anything runs or is written."""
+    """The pilot config, its readable inputs and the device; BadInput before anything runs or is
+    written."""
     pilot = with_scorer(load_pilot(root))
     inputs, skipped = readable_items(pilot)
     if not inputs:
@@ -94,8 +97,9 @@ def policy_dict(policy: Policy | None) -> dict[str, Any]:
 
 
 class Sink:
-    """Where a serve test's files go: its run folder, made when the first configuration has ended (a test refused
-    or failed before then leaves nothing), each configuration's requests appended in one write as it ends."""
+    """Where a serve test's files go: its run folder, made when the first configuration has ended (a
+    test refused or failed before then leaves nothing), each configuration's requests appended in
+    one write as it ends."""
 
     def __init__(self, runs: Path) -> None:
         self.runs = runs
@@ -116,8 +120,9 @@ class Sink:
 
 
 def _started(test: ServeTest) -> tuple[AppServer, float]:
-    """The project's predict imported and called once (the model loaded, outside the timings), its output kept
-    apart, its calls bounded; BadInput when the entry does not import, CheckFailed when its first call fails."""
+    """The project's predict imported and called once (the model loaded, outside the timings), its
+    output kept apart, its calls bounded; BadInput when the entry does not import, CheckFailed when
+    its first call fails."""
     set_device(test.device)
     try:
         predict = with_params(load_entry(test.pilot.root, test.pilot.entry), test.pilot.params)
@@ -137,7 +142,8 @@ def _started(test: ServeTest) -> tuple[AppServer, float]:
 
 
 def measure_in_process(test: ServeTest, sink: Sink, say: Progress) -> dict[str, Any]:
-    """Every policy at every rate through the project's own predict; the report (not yet written)."""
+    """Every policy at every rate through the project's own predict; the report (not yet
+    written)."""
     server, warmup = _started(test)
     memory = Memory(test.device)
     results, not_tried = [], []
@@ -169,7 +175,8 @@ def shown_rate(rate: float) -> float:
 
 @dataclass(frozen=True)
 class Remote:
-    """The service a user already runs: its URL (checked and probed), the kind of API, its request template."""
+    """The service a user already runs: its URL (checked and probed), the kind of API, its request
+    template."""
 
     url: str
     api: str = "json"
@@ -179,8 +186,8 @@ class Remote:
     timeout_s: float = 30.0
 
     def measure(self, test: ServeTest, sink: Sink, say: Progress) -> dict[str, Any]:
-        """Every rate against the URL (the service's own batching and capacity), open loop, lowest rate first;
-        a rate that misses ends the test. The report (not yet written)."""
+        """Every rate against the URL (the service's own batching and capacity), open loop, lowest
+        rate first; a rate that misses ends the test. The report (not yet written)."""
         from kdkit.probe.serve.http import drive
 
         service = test.service
@@ -228,8 +235,8 @@ def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[
 
 def run_serve_test(test: ServeTest, measure: Callable[[ServeTest, Sink, Progress], dict[str, Any]],
                    say: Progress) -> dict[str, Any]:
-    """Measure (in process or against a URL), the run folder made as the first configuration ends, the report
-    written last; return it."""
+    """Measure (in process or against a URL), the run folder made as the first configuration ends,
+    the report written last; return it."""
     sink = Sink(test.pilot.runs_dir)
     report = measure(test, sink, say)
     folder = sink.folder()

@@ -1,13 +1,15 @@
-"""What one measured configuration (a rate and a batching policy) amounts to, and which configuration to choose.
+"""What one measured configuration (a rate and a batching policy) amounts to, and which
+configuration to choose.
 
-Every request has a record (engine.py in process, http.py against an endpoint) with times in seconds from the
-configuration's start: ``arrival`` (scheduled), ``start`` (service began), ``end`` and an ``outcome``. Latency is
-``end - arrival`` and queue time ``start - arrival``, both from the scheduled arrival. A latency objective is
-judged over every request the service was asked to take (all but those refused as too large, which the
-declared limit refuses by design): one refused at capacity, failed or cut counts as late, so a configuration
-that sheds load to look fast does not meet it. A configuration meets its objectives when every percentile is
-within its bound, the answers' quality reaches the pilot's min_quality, no request failed in the app and none
-was cut (a stopped rate was not measured whole). Standard library only.
+Every request has a record (engine.py in process, http.py against an endpoint) with times in seconds
+from the configuration's start: ``arrival`` (scheduled), ``start`` (service began), ``end`` and an
+``outcome``. Latency is ``end - arrival`` and queue time ``start - arrival``, both from the
+scheduled arrival. A latency objective is judged over every request the service was asked to take
+(all but those refused as too large, which the declared limit refuses by design): one refused at
+capacity, failed or cut counts as late, so a configuration that sheds load to look fast does not
+meet it. A configuration meets its objectives when every percentile is within its bound, the
+answers' quality reaches the pilot's min_quality, no request failed in the app and none was cut (a
+stopped rate was not measured whole). Standard library only.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ SHOWN = (50.0, 90.0, 95.0, 99.0)  # the percentiles every configuration reports,
 
 
 def rank(p: float, count: int) -> int:
-    """The nearest rank of the ``p``-th percentile among ``count`` values (1-based; rounded first, so 99.9 % of
-    1000 is the 999th, not the 1000th by a float's last bit)."""
+    """The nearest rank of the ``p``-th percentile among ``count`` values (1-based; rounded first,
+    so 99.9 % of 1000 is the 999th, not the 1000th by a float's last bit)."""
     return min(count, max(1, math.ceil(round(p * count / 100, 9))))
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """The nearest-rank ``p``-th percentile of values sorted ascending (inf among them allowed); nan when empty."""
+    """The nearest-rank ``p``-th percentile of values sorted ascending (inf among them allowed); nan
+    when empty."""
     if not sorted_values:
         return math.nan
     return sorted_values[rank(p, len(sorted_values)) - 1]
@@ -42,7 +45,8 @@ def _ms(value: float) -> float | None:
 
 
 def distribution(values: Iterable[float]) -> dict[str, float | None]:
-    """p50/p90/p95/p99/max and the mean of seconds, in milliseconds (None where there is nothing)."""
+    """p50/p90/p95/p99/max and the mean of seconds, in milliseconds (None where there is
+    nothing)."""
     ordered = sorted(values)
     out = {f"p{p:g}": _ms(percentile(ordered, p)) for p in SHOWN}
     out["max"] = _ms(ordered[-1]) if ordered else None
@@ -51,13 +55,14 @@ def distribution(values: Iterable[float]) -> dict[str, float | None]:
 
 
 class Judge:
-    """Whether an objective is already lost: more requests late (answered past it, refused at capacity,
-    failed, or still in flight past it) than the whole run may have and still meet it."""
+    """Whether an objective is already lost: more requests late (answered past it, refused at
+    capacity, failed, or still in flight past it) than the whole run may have and still meet it."""
 
     def __init__(self, objectives: Sequence[Objective], planned: int) -> None:
         self.objectives = tuple(objectives)
         self.planned = planned
-        self.too_large = 0  # refused as too large: not judged (the declared limit refuses them by design)
+        # refused as too large: not judged (the declared limit refuses them by design)
+        self.too_large = 0
         self.late = [0] * len(self.objectives)
 
     def note(self, record: dict[str, Any]) -> None:
@@ -70,8 +75,8 @@ class Judge:
                 self.late[k] += 1
 
     def lost(self, overdue: Sequence[int]) -> Objective | None:
-        """The first objective no outcome of the rest can meet any more (stats.percentile's nearest rank
-        over the most requests that may be judged), or None."""
+        """The first objective no outcome of the rest can meet any more (stats.percentile's nearest
+        rank over the most requests that may be judged), or None."""
         judged = self.planned - self.too_large
         if judged <= 0:
             return None
@@ -87,7 +92,8 @@ def _late_seconds(record: dict[str, Any]) -> float:
 
 
 def judged(records: Sequence[dict[str, Any]], objectives: Sequence[Objective]) -> list[dict[str, Any]]:
-    """Each objective against the requests the service was asked to take, refused, failed and cut ones late."""
+    """Each objective against the requests the service was asked to take, refused, failed and cut
+    ones late."""
     latencies = sorted(_late_seconds(r) for r in records if r["outcome"] != TOO_LARGE)
     out = []
     for objective in objectives:
@@ -104,8 +110,8 @@ def _quality(records: Sequence[dict[str, Any]]) -> float | None:
 
 def summarize(records: Sequence[dict[str, Any]], objectives: Sequence[Objective],
               min_quality: float | None) -> dict[str, Any]:
-    """One configuration's figures: outcomes, throughput, latency and queue time apart, quality, and whether it
-    meets every objective and the quality criterion (with the reasons it does not)."""
+    """One configuration's figures: outcomes, throughput, latency and queue time apart, quality, and
+    whether it meets every objective and the quality criterion (with the reasons it does not)."""
     answered = [r for r in records if r["outcome"] == ANSWERED]
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in OUTCOMES}
     span = max((r["end"] for r in answered), default=0.0)
@@ -122,7 +128,8 @@ def summarize(records: Sequence[dict[str, Any]], objectives: Sequence[Objective]
             summary[f"{key}_ms"] = distribution(values)
     summary["reasons"] = _reasons(summary, min_quality)
     summary["meets"] = not summary["reasons"]
-    if counts[AT_CAPACITY]:  # the declared behaviour at capacity: counted late, a reason only through an objective
+    # the declared behaviour at capacity: counted late, a reason only through an objective
+    if counts[AT_CAPACITY]:
         summary["notes"] = [f"{counts[AT_CAPACITY]} of {len(records)} refused at capacity"]
     return summary
 
@@ -147,8 +154,8 @@ def _reasons(summary: dict[str, Any], min_quality: float | None) -> list[str]:
 
 
 def choose(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The configuration meeting quality and latency with the highest rate; among equals, the lowest latency at
-    the strictest objective, then the smaller batch. None when none meets them."""
+    """The configuration meeting quality and latency with the highest rate; among equals, the lowest
+    latency at the strictest objective, then the smaller batch. None when none meets them."""
     meeting = [r for r in results if r["summary"]["meets"]]
     if not meeting:
         return None
@@ -161,8 +168,8 @@ def choose(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def knees(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per policy: the highest rate meeting the objectives and the first rate past it that does not (the
-    capacity knee: where latency leaves the objective)."""
+    """Per policy: the highest rate meeting the objectives and the first rate past it that does not
+    (the capacity knee: where latency leaves the objective)."""
     out: dict[str, dict[str, Any]] = {}
     for result in sorted(results, key=lambda r: r["rate"]):
         knee = out.setdefault(result["policy"]["name"], {"highest_met": None, "first_missed": None})

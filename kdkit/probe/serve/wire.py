@@ -1,6 +1,7 @@
-"""HTTP/1.1 on the wire for ``kdkit serve-test --url``: keep-alive connections to one host, a response read
-piece by piece as it arrives (Content-Length, chunked or up to the close), and the times of a stream's token
-chunks (server-sent events, ``data: ...`` lines up to ``data: [DONE]``). Standard library only (asyncio).
+"""HTTP/1.1 on the wire for ``kdkit serve-test --url``: keep-alive connections to one host, a
+response read piece by piece as it arrives (Content-Length, chunked or up to the close), and the
+times of a stream's token chunks (server-sent events, ``data: ...`` lines up to ``data: [DONE]``).
+Standard library only (asyncio).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ async def connect(host: str, port: int, context: ssl.SSLContext | None) -> Conne
 
 
 class Pool:
-    """Connections to the one host of the URL, opened on demand up to ``limit`` at once; idle ones reused
-    last-in first-out (the warmest first)."""
+    """Connections to the one host of the URL, opened on demand up to ``limit`` at once; idle ones
+    reused last-in first-out (the warmest first)."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext | None, limit: int) -> None:
         self.host, self.port, self.context = host, port, context
@@ -71,8 +72,8 @@ class Pool:
 
 
 class StreamTimes:
-    """A server-sent-events body fed as it arrives: when each token chunk came, whether ``[DONE]`` came and
-    the error a ``data:`` object reported, if any."""
+    """A server-sent-events body fed as it arrives: when each token chunk came, whether ``[DONE]``
+    came and the error a ``data:`` object reported, if any."""
 
     def __init__(self) -> None:
         self.buffer = b""
@@ -126,8 +127,8 @@ def _one_line(text: str, limit: int = 120) -> str:
 
 
 async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bool]:
-    """The final response's status, its headers (names lowercase) and whether the connection stays open after
-    it; interim 1xx responses skipped."""
+    """The final response's status, its headers (names lowercase) and whether the connection stays
+    open after it; interim 1xx responses skipped."""
     while True:
         head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -175,7 +176,8 @@ async def _to_close(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
 
 
 def body_of(reader: asyncio.StreamReader, status: int, headers: dict[str, str]) -> AsyncIterator[bytes] | None:
-    """The body's pieces as they arrive; None when the body runs to the close (no length, not chunked)."""
+    """The body's pieces as they arrive; None when the body runs to the close (no length, not
+    chunked)."""
     if status in (204, 304):
         return _sized(reader, 0)
     if "chunked" in headers.get("transfer-encoding", "").lower():
@@ -187,20 +189,23 @@ def body_of(reader: asyncio.StreamReader, status: int, headers: dict[str, str]) 
 
 async def exchange(conn: Connection, request: bytes, sink: Callable[[bytes], bool] | None,
                    sent: Callable[[], None]) -> tuple[int, bool, str]:
-    """Write ``request``, read the response: its status, whether the connection may carry another, and the
-    start of its body when it is not a 2xx (for the error text). A 2xx body goes to ``sink`` piece by piece
-    (True from it: the stream is over). ``sent`` is called as the request is written."""
+    """Write ``request``, read the response: its status, whether the connection may carry another,
+    and the start of its body when it is not a 2xx (for the error text). A 2xx body goes to ``sink``
+    piece by piece (True from it: the stream is over). ``sent`` is called as the request is
+    written."""
     conn.used += 1
     sent()
     conn.writer.write(request)
-    with contextlib.suppress(ConnectionError):  # refused mid-body (a 413 before the body was read): read it
+    # refused mid-body (a 413 before the body was read): read it
+    with contextlib.suppress(ConnectionError):
         await conn.writer.drain()
     try:
         status, headers, keep = await read_head(conn.reader)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
         empty = not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial
         if conn.used > 1 and empty:
-            raise Stale from exc  # an idle connection the server had closed: send again on a new one
+            # an idle connection the server had closed: send again on a new one
+            raise Stale from exc
         raise
     pieces = body_of(conn.reader, status, headers)
     if pieces is None:

@@ -1,8 +1,9 @@
-"""A training run closed: stop.json, summary.json, summary.md, reload.json, then SHA256SUMS over every file.
+"""A training run closed: stop.json, summary.json, summary.md, reload.json, then SHA256SUMS over
+every file.
 
-Checkpoint files are listed by the digests of their own SHA256SUMS when the checkpoint verified as it was
-committed (no second hashing of large files); everything else is hashed here. ``.``-named staging and the
-heartbeat are never listed.
+Checkpoint files are listed by the digests of their own SHA256SUMS when the checkpoint verified as
+it was committed (no second hashing of large files); everything else is hashed here. ``.``-named
+staging and the heartbeat are never listed.
 
 Standard library only.
 """
@@ -32,7 +33,8 @@ def verdict(reason: str, returncode: int | None) -> str:
 
 
 def digests(folder: Path) -> dict[str, str]:
-    """{relative name: sha256} of every file of the closed run folder (staging and the heartbeat left out)."""
+    """{relative name: sha256} of every file of the closed run folder (staging and the heartbeat
+    left out)."""
     found: dict[str, str] = {}
     ckpts = folder / CHECKPOINTS
     known = {}
@@ -72,8 +74,8 @@ def render(summary: dict[str, Any]) -> str:
 
 
 def close(folder: Path, summary: dict[str, Any], reload_argv: list[str] | None) -> None:
-    """Write the closing files (stop.json is already written) and SHA256SUMS last; a checkpoint the stopped loop
-    was writing (its staging) is removed first."""
+    """Write the closing files (stop.json is already written) and SHA256SUMS last; a checkpoint the
+    stopped loop was writing (its staging) is removed first."""
     checkpoints.clean_partials(folder / CHECKPOINTS)
     if reload_argv is not None:
         atomic_write_json(folder / RELOAD, {"argv": reload_argv, "cwd": ".", "checkpoint": summary["final_checkpoint"]})

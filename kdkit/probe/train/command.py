@@ -1,11 +1,13 @@
-"""Run the project's training loop as a run: supervised, stopped by declared rules, resumable, its reload verified.
+"""Run the project's training loop as a run: supervised, stopped by declared rules, resumable, its
+reload verified.
 
     kdkit train [--run-id ID] [--variant NAME] [--config config/train.json] [--copy-to DEST] [--json] [-- ARGS]
     kdkit train --resume RUN_ID [--copy-to DEST] [--json]
     kdkit train --verify-reload RUN_ID [--json]
 
-Exit code: 0 the loop ended with code 0 and no stop rule fired; 1 it failed or a stop rule stopped it;
-2 bad input (config/train.json, an ID); 128+N a signal N stopped kdkit (the loop was stopped first).
+Exit code: 0 the loop ended with code 0 and no stop rule fired; 1 it failed or a stop rule stopped
+it; 2 bad input (config/train.json, an ID); 128+N a signal N stopped kdkit (the loop was stopped
+first).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from kdkit.probe.train.reload import reload_argv, verify_reload
 from kdkit.probe.train.saving import save_policy, transfer
 from kdkit.probe.train.supervise import Outcome, Supervisor, python_argv
 
-WAIT_FOR_DYING_S = 10.0  # a killed session's loop gets SIGKILL from the kernel (PR_SET_PDEATHSIG): moments
+# a killed session's loop gets SIGKILL from the kernel (PR_SET_PDEATHSIG): moments
+WAIT_FOR_DYING_S = 10.0
 
 EPILOG = """\
 Everything after `--` is handed to the loop (ARGS).
@@ -52,7 +55,7 @@ stop.json with the run ID and the reason. reload.json holds the command that rel
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("train", __doc__.split("\n")[0], EPILOG)
+    parser = command_parser("train", " ".join(__doc__.split("\n\n")[0].split()), EPILOG)
     parser.add_argument("--run-id", help="the new run's ID (default: train-<UTC time>-<hash>)")
     parser.add_argument("--resume", metavar="RUN_ID", help="continue that run from its newest complete checkpoint")
     parser.add_argument("--variant", help="the campaign variant this run belongs to (params.json \"variant\")")
@@ -64,8 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def child_env(folder: Path, resume: Path | None, log_every: int = 1) -> dict[str, str]:
-    """The loop's environment: the run folder, its ID, the checkpoint to resume from, kdkit on PYTHONPATH."""
-    home = str(Path(__file__).resolve().parents[3])  # the folder (or kdkit.pyz) that holds the kdkit package
+    """The loop's environment: the run folder, its ID, the checkpoint to resume from, kdkit on
+    PYTHONPATH."""
+    # the folder (or kdkit.pyz) that holds the kdkit package
+    home = str(Path(__file__).resolve().parents[3])
     env = {k: v for k, v in os.environ.items() if k != trainapi.RESUME_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH", "")) if p)
     env.update({trainapi.RUN_ENV: str(folder), trainapi.RUN_ID_ENV: folder.name,
@@ -76,8 +81,8 @@ def child_env(folder: Path, resume: Path | None, log_every: int = 1) -> dict[str
 
 
 def resume_point(folder: Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint; every unusable checkpoint folder newer than it is removed (it would be
-    written again), with a line on stderr."""
+    """The newest complete checkpoint; every unusable checkpoint folder newer than it is removed (it
+    would be written again), with a line on stderr."""
     chosen = checkpoints.newest_complete(folder / runfiles.CHECKPOINTS)
     floor = chosen[0] if chosen else -1
     for step, path in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS):
@@ -88,8 +93,9 @@ def resume_point(folder: Path) -> tuple[int, Path] | None:
 
 
 def lock_run(folder: Path, wait_s: float = 0.0) -> int:
-    """The run folder's lock (flock on the folder), held by kdkit train and inherited by the loop, so that a
-    resume never runs beside a session (or a loop) still alive; waits ``wait_s`` for a dying one."""
+    """The run folder's lock (flock on the folder), held by kdkit train and inherited by the loop,
+    so that a resume never runs beside a session (or a loop) still alive; waits ``wait_s`` for a
+    dying one."""
     fd = os.open(folder, os.O_RDONLY)
     deadline = time.monotonic() + wait_s
     while True:

@@ -1,5 +1,6 @@
-"""A new training run's folder and its params.json: the loop, its arguments, the config, the code's hashes, the
-data and model references, the adapter's base model and exact revision, the code revision, the launch.
+"""A new training run's folder and its params.json: the loop, its arguments, the config, the code's
+hashes, the data and model references, the adapter's base model and exact revision, the code
+revision, the launch.
 
 Standard library only.
 """
@@ -44,8 +45,9 @@ def module_of(root: Path, cfg: TrainConfig) -> str:
 
 
 def runs_dir(root: Path) -> Path:
-    """Where run folders go, as `kdkit status` finds them (kdkit.machine.watch.place): the pilot config's "runs"
-    (kdkit.json's "pilot_config", else config/pilot.json) when it names a safe path, else runs/."""
+    """Where run folders go, as `kdkit status` finds them (kdkit.machine.watch.place): the pilot
+    config's "runs" (kdkit.json's "pilot_config", else config/pilot.json) when it names a safe path,
+    else runs/."""
     try:
         named = json.loads((root / "kdkit.json").read_text(encoding="utf-8")).get("pilot_config")
         pilot = root / (named if isinstance(named, str) and path_problem(named) is None else "config/pilot.json")
@@ -56,7 +58,8 @@ def runs_dir(root: Path) -> Path:
 
 
 def code_hashes(root: Path) -> dict[str, str]:
-    """sha256 of each file under src/ and config/ (caches and hidden files left out), at most MAX_CODE_FILES."""
+    """sha256 of each file under src/ and config/ (caches and hidden files left out), at most
+    MAX_CODE_FILES."""
     found: dict[str, str] = {}
     for top in CODE_FOLDERS:
         for base, dirs, files in os.walk(root / top):
@@ -69,9 +72,10 @@ def code_hashes(root: Path) -> dict[str, str]:
 
 
 def _references(root: Path) -> dict[str, Any]:
-    """The data and model references as the pilot records them (kdkit.core.pilotconfig.load_pilot: the inputs, the
-    manifest and its SHA-256, the model's files each hashed, its hub revision); None for a project without a pilot
-    config. A pilot config that does not load is BadInput, before anything is written."""
+    """The data and model references as the pilot records them (kdkit.core.pilotconfig.load_pilot:
+    the inputs, the manifest and its SHA-256, the model's files each hashed, its hub revision); None
+    for a project without a pilot config. A pilot config that does not load is BadInput, before
+    anything is written."""
     if "pilot_config" not in _project(root) and not (root / "config" / "pilot.json").is_file():
         return {"data": None, "model": None}
     resolved = load_pilot(root).resolved()
@@ -81,7 +85,8 @@ def _references(root: Path) -> dict[str, Any]:
 
 def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id: str | None, variant: str | None,
              args: list[str]) -> tuple[Path, dict[str, Any]]:
-    """Make the run folder (its ID from the parameters' hash, or ``run_id``) and write params.json."""
+    """Make the run folder (its ID from the parameters' hash, or ``run_id``) and write
+    params.json."""
     module, references = module_of(root, cfg), _references(root)
     launch = launch_field(os.environ)  # KDKIT_LAUNCH, read (and checked) before any folder is made
     config = {"module": module, "args": args, "config": cfg.raw, "variant": variant, **references}

@@ -1,12 +1,14 @@
-"""Reload instructions and their check: ``reload.json`` holds the exact command that reloads a run's final
-checkpoint in a new process; ``kdkit train --verify-reload RUN_ID`` runs it and records the result.
+"""Reload instructions and their check: ``reload.json`` holds the exact command that reloads a run's
+final checkpoint in a new process; ``kdkit train --verify-reload RUN_ID`` runs it and records the
+result.
 
-The contract with the loop: ``python -m MODULE --reload CHECKPOINT_DIR`` (cwd the project root) loads that
-checkpoint folder in a fresh process, checks it (every part loads, every number finite), prints one line and
-exits 0; any other exit is a failed reload. reload.json: ``{"argv": [python, "-m", MODULE, "--reload",
-"runs/<id>/checkpoints/step-N"], "cwd": ".", "checkpoint": "step-N"}`` (paths relative to the project root).
-The check is written to ``reload-check.json`` ({"ok", "returncode", "argv", "seconds", "at", "output"}),
-summary.json's "reload" is set to it and the run folder's SHA256SUMS is written again, so the check is listed.
+The contract with the loop: ``python -m MODULE --reload CHECKPOINT_DIR`` (cwd the project root)
+loads that checkpoint folder in a fresh process, checks it (every part loads, every number finite),
+prints one line and exits 0; any other exit is a failed reload. reload.json: ``{"argv": [python,
+"-m", MODULE, "--reload", "runs/<id>/checkpoints/step-N"], "cwd": ".", "checkpoint": "step-N"}``
+(paths relative to the project root). The check is written to ``reload-check.json`` ({"ok",
+"returncode", "argv", "seconds", "at", "output"}), summary.json's "reload" is set to it and the run
+folder's SHA256SUMS is written again, so the check is listed.
 
 Standard library only.
 """
@@ -37,13 +39,15 @@ def reload_argv(module: str, root: Path, folder: Path, checkpoint: str) -> list[
 
 
 def verify_reload(root: Path, folder: Path, env: dict[str, str]) -> dict[str, Any]:
-    """Run reload.json's command in a new process; record the result in the run folder and re-close it."""
+    """Run reload.json's command in a new process; record the result in the run folder and re-close
+    it."""
     if not (folder / SUMMARY).is_file():
         raise BadInput(f"{folder}: the run is not closed (no {SUMMARY}); let it end, or resume it, first")
     spec = load_json(folder / RELOAD, what="reload instructions") if (folder / RELOAD).is_file() else None
     if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list) or not spec["argv"]:
         raise BadInput(f"{folder / RELOAD}: no reload command (the run wrote no checkpoint); nothing to verify")
-    if problems := verify_folder(folder, read_sums(folder)):  # a tampered checkpoint is never "reload OK"
+    # a tampered checkpoint is never "reload OK"
+    if problems := verify_folder(folder, read_sums(folder)):
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CheckFailed(f"{problems[0]}{more}; the run changed since it was closed, so its reload proves nothing "
                           "(copy it back from a verified copy-out)")

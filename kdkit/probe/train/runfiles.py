@@ -1,4 +1,5 @@
-"""The training run folder: its names, params.json, the appended series (fsynced per line), stop.json, reopening.
+"""The training run folder: its names, params.json, the appended series (fsynced per line),
+stop.json, reopening.
 
 Standard library only.
 """
@@ -26,7 +27,8 @@ from kdkit.core.runfolder import TRAIN as TRAIN
 
 
 def finite_json(value: Any) -> Any:
-    """A metric as strict JSON: a non-finite float becomes the string "NaN", "Infinity" or "-Infinity"."""
+    """A metric as strict JSON: a non-finite float becomes the string "NaN", "Infinity" or
+    "-Infinity"."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
@@ -68,8 +70,8 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def cut_after(path: Path, step: int) -> int:
-    """Keep only ``path``'s complete lines with ``"step"`` at most ``step`` (a resume from that checkpoint); the
-    number of lines dropped."""
+    """Keep only ``path``'s complete lines with ``"step"`` at most ``step`` (a resume from that
+    checkpoint); the number of lines dropped."""
     kept = [r for r in read_lines(path) if isinstance(r.get("step"), int) and r["step"] <= step]
     dropped = len(read_lines(path)) - len(kept)
     text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept)
@@ -87,8 +89,8 @@ def numbered(folder: Path, stem: str) -> Path:
 
 
 def reopen(folder: Path) -> list[Path]:
-    """A resumed run is open again: its closing files go, stop.json is kept as stop-N.json, checkpoint staging a
-    killed writer left is removed (returned)."""
+    """A resumed run is open again: its closing files go, stop.json is kept as stop-N.json,
+    checkpoint staging a killed writer left is removed (returned)."""
     for name in (SUMS, SUMMARY, SUMMARY_MD, RELOAD):
         (folder / name).unlink(missing_ok=True)
     if (folder / STOP).exists():
@@ -108,7 +110,8 @@ def listed_checkpoints(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def reconcile(folder: Path, log: Appender) -> None:
-    """List the complete checkpoint folders that checkpoints.jsonl lacks (a kill between the rename and the line)."""
+    """List the complete checkpoint folders that checkpoints.jsonl lacks (a kill between the rename
+    and the line)."""
     known = listed_checkpoints(folder)
     for step, path in checkpoints.checkpoint_folders(folder / CHECKPOINTS):
         if path.name not in known and checkpoints.problem(path) is None:

@@ -1,5 +1,7 @@
-"""The save interval, measured: the median save cost, the share of the time spent saving, the interval (in steps,
-from the measured step rate) that meets max_lost_minutes, and a checkpoint's transfer time to --copy-to.
+"""The save interval, measured: the median save cost, the share of the time spent saving, the
+interval (in steps, from the measured step rate) that meets max_lost_minutes, and a checkpoint's
+transfer time to
+--copy-to.
 
 Standard library only.
 """
@@ -28,7 +30,8 @@ def step_rate(reports: list[dict[str, Any]]) -> float | None:
 
 def save_policy(cfg: TrainConfig, saves: list[dict[str, Any]], reports: list[dict[str, Any]],
                 seconds: float) -> dict[str, Any]:
-    """summary.json's "save": measured cost and share, the recommended interval, and a warning or None."""
+    """summary.json's "save": measured cost and share, the recommended interval, and a warning or
+    None."""
     costs = [s["save_seconds"] for s in saves if isinstance(s.get("save_seconds"), (int, float))]
     median = statistics.median(costs) if costs else None
     share = sum(costs) / seconds if costs and seconds > 0 else None
@@ -51,7 +54,8 @@ def save_policy(cfg: TrainConfig, saves: list[dict[str, Any]], reports: list[dic
 
 
 def transfer(folder: Path, dest: str) -> dict[str, Any]:
-    """Copy ``folder`` (a checkpoint) to ``dest`` with copy-out's copy, verified there; its seconds, or the error."""
+    """Copy ``folder`` (a checkpoint) to ``dest`` with copy-out's copy, verified there; its seconds,
+    or the error."""
     from kdkit.probe.results.copyout import copy_run
 
     started = time.monotonic()

@@ -1,11 +1,12 @@
-"""The loop under supervision: started in a process group of its own, its channel read, the stop rules judged.
+"""The loop under supervision: started in a process group of its own, its channel read, the stop
+rules judged.
 
-The loop runs as ``python -m MODULE ARGS`` (cwd the project root) with the write end of a pipe as its channel
-(kdkit.core.trainapi); its stdout and stderr go into one pipe that a thread copies raw to ``output.log`` and
-escaped to kdkit's stderr. Each report is appended to metrics.jsonl and fsynced, each checkpoint to
-checkpoints.jsonl. A stop rule, a signal to kdkit or ``max_seconds`` ends the loop's whole process group
-(SIGTERM, then SIGKILL after GRACE_S). A loop ended by a SIGKILL kdkit did not send is "oom" when the cgroup's
-oom_kill count rose meanwhile, else "killed".
+The loop runs as ``python -m MODULE ARGS`` (cwd the project root) with the write end of a pipe as
+its channel (kdkit.core.trainapi); its stdout and stderr go into one pipe that a thread copies raw
+to ``output.log`` and escaped to kdkit's stderr. Each report is appended to metrics.jsonl and
+fsynced, each checkpoint to checkpoints.jsonl. A stop rule, a signal to kdkit or ``max_seconds``
+ends the loop's whole process group (SIGTERM, then SIGKILL after GRACE_S). A loop ended by a SIGKILL
+kdkit did not send is "oom" when the cgroup's oom_kill count rose meanwhile, else "killed".
 
 Standard library only.
 """
@@ -48,7 +49,8 @@ class Outcome:
     detail: str
     returncode: int | None
     step: int | None
-    reports: list[dict[str, Any]] = field(default_factory=list)  # first and last of this session (rate)
+    # first and last of this session (rate)
+    reports: list[dict[str, Any]] = field(default_factory=list)
     saves: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     signal: int | None = None
@@ -56,9 +58,10 @@ class Outcome:
 
 
 def events_file() -> Path:
-    """Where the kernel counts the OOM kills of this process's cgroup: cgroup v2's memory.events, else cgroup v1's
-    memory.oom_control; both hold ``oom_kill N`` (torvalds/linux Documentation/admin-guide/cgroup-v2.rst, memory.events;
-    the v1 line is read where present, as this test machine's kernel writes it)."""
+    """Where the kernel counts the OOM kills of this process's cgroup: cgroup v2's memory.events,
+    else cgroup v1's memory.oom_control; both hold ``oom_kill N`` (torvalds/linux
+    Documentation/admin-guide/cgroup-v2.rst, memory.events; the v1 line is read where present, as
+    this test machine's kernel writes it)."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -116,10 +119,12 @@ class Supervisor:
     def __init__(self, cfg: TrainConfig, folder: Path, argv: list[str], env: dict[str, str], cwd: Path,
                  started: float, keep_fds: tuple[int, ...] = ()) -> None:
         self.cfg, self.folder, self.argv, self.env, self.cwd = cfg, folder, argv, env, cwd
-        self.keep_fds = keep_fds  # the run folder's lock: held by the loop too, until the last of them ends
+        # the run folder's lock: held by the loop too, until the last of them ends
+        self.keep_fds = keep_fds
         self.started, self.session_start = started, time.monotonic()
         self.stop: tuple[str, str] | None = None
-        self.stop_step: int | None = None  # the step a rule fired at (the loop may log a few more before it ends)
+        # the step a rule fired at (the loop may log a few more before it ends)
+        self.stop_step: int | None = None
         self.signum: int | None = None
         self.killed_by_us = False
         self.last_save = time.monotonic()
@@ -222,7 +227,8 @@ class Supervisor:
         metrics.append(record)
         self.step = step
         self.outcome.step = step
-        if self.heartbeat is not None:  # the session's first step is where its rate starts (a resumed run's too)
+        # the session's first step is where its rate starts (a resumed run's too)
+        if self.heartbeat is not None:
             (self.heartbeat.beat if self.outcome.reports else self.heartbeat.rebase)(step, 0)
         self.outcome.metrics.update({k: v for k, v in report.items() if k != "step"})
         reports, kept = self.outcome.reports, dict(record, mono=time.monotonic())
@@ -279,7 +285,8 @@ def judge(cfg: TrainConfig, record: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def incomplete(parent: Path, names: list[Any]) -> tuple[str, str] | None:
-    """("checkpoint_incomplete", detail) when a committed checkpoint lacks a file its SHA256SUMS lists."""
+    """("checkpoint_incomplete", detail) when a committed checkpoint lacks a file its SHA256SUMS
+    lists."""
     for name in names:
         if isinstance(name, str) and checkpoints.NAME.match(name):
             missing = checkpoints.missing_files(parent / name)
