@@ -91,7 +91,8 @@ def cli() -> None:
 
 
 def _load(name: str, module: str, summary: str, forwarded: bool) -> click.Command:
-    """The click command of ``name``: a forwarder to its argparse module, or the one its kdkit.cli module defines."""
+    """The click command of ``name``: a forwarder to its argparse module, or the one its kdkit.cli
+    module defines."""
     if forwarded:
         return forwarder(name, summary)
     found = [value for value in vars(importlib.import_module(module)).values()

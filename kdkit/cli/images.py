@@ -108,8 +108,9 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
 
 
 def next_after_build(project_dir: Path | None, backend: str, built: str, tagged: bool) -> str:
-    """The "Next:" line of a build, a command that works as printed: the project named when it was given, the
-    image named when --tag chose it (run and bundle look for the default tag otherwise)."""
+    """The "Next:" line of a build, a command that works as printed: the project named when it was
+    given, the image named when --tag chose it (run and bundle look for the default tag
+    otherwise)."""
     import shlex
 
     where = f" {shlex.quote(str(project_dir))}" if project_dir is not None else ""

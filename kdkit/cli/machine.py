@@ -168,8 +168,9 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
 
 
 def _lost(run_id: str | None, containers: list[str]) -> None:
-    """After SIGHUP: say (if the terminal is still there) where the run goes on, and leave at once with 129, not
-    waiting for the threads that followed the containers (they run on without kdkit)."""
+    """After SIGHUP: say (if the terminal is still there) where the run goes on, and leave at once
+    with 129, not waiting for the threads that followed the containers (they run on without
+    kdkit)."""
     import os
 
     from kdkit.core.stopsignals import HANGUP_EXIT, say_lost
@@ -190,8 +191,8 @@ def _detached(as_json: bool, report: dict[str, Any]) -> None:
 
 
 def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: Launch, **options: Any) -> None:
-    """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker stop); SIGHUP
-    leaves it running (kdkit.machine.watch); --detach starts it and returns."""
+    """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker
+    stop); SIGHUP leaves it running (kdkit.machine.watch); --detach starts it and returns."""
     from kdkit.cli.follow import hand_back
     from kdkit.core.runfolder import run_folders
     from kdkit.core.stopsignals import HungUp
@@ -236,7 +237,8 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
 
 def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, launch: Launch,
                  **options: Any) -> None:
-    """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is the exit code."""
+    """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is
+    the exit code."""
     from kdkit.cli.follow import hand_back
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during

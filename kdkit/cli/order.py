@@ -106,7 +106,8 @@ def _names(names: list[str], shown: int = 5) -> str:
 
 
 def _conclude(report: dict[str, Any], as_json: bool) -> None:
-    """Exit 1 when a point blocks the order; else the summary, naming the extensions still unknown."""
+    """Exit 1 when a point blocks the order; else the summary, naming the extensions still
+    unknown."""
     from kdkit.order.extensions import blocks
 
     failing = [p["name"] for p in report["points"] if blocks(p["name"], p["status"])]
@@ -257,7 +258,8 @@ def plan(project_dir: Path | None, gpu: str | None, days: int | None, lots: int 
 
 
 def _refuse_with_order(order_file: Path, **given: object) -> None:
-    """--order FILE updates a saved order's number and status only: a plan option beside it is bad input."""
+    """--order FILE updates a saved order's number and status only: a plan option beside it is bad
+    input."""
     from kdkit.core.errors import BadInput
 
     named = [f"--{name}" for name, value in given.items() if value is not None]
