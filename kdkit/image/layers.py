@@ -5,10 +5,11 @@ one, so adding or bumping a small package reuses the torch layer from the builde
 torch with its ``nvidia-*`` wheels is about 2.7 GB of downloads). One rule, here:
 
 * the **seeds**: ``torch``, the Triton builds that go with it (``triton``, ``pytorch-triton``,
-  ``pytorch-triton-rocm``), every ``nvidia-*`` and ``cuda-*`` distribution (PyTorch's CUDA wheels
-  on PyPI require ``cuda-toolkit[...]``, ``cuda-bindings``, ``nvidia-cudnn-cu13``, ``nvidia-nccl-cu13``...:
-  torch 2.13.0's METADATA, https://pypi.org/project/torch/2.13.0/), and the venv's own tools
-  (``pip``, ``setuptools``, ``wheel``: they live in the venv the torch layer makes);
+  ``pytorch-triton-rocm``), every ``nvidia-*`` and ``cuda-*`` distribution (PyTorch's CUDA wheels on
+  PyPI require ``cuda-toolkit[...]``, ``cuda-bindings``, ``nvidia-cudnn-cu13``,
+  ``nvidia-nccl-cu13``...: torch 2.13.0's METADATA, https://pypi.org/project/torch/2.13.0/), and the
+  venv's own tools (``pip``, ``setuptools``, ``wheel``: they live in the venv the torch layer
+  makes);
 * and every pin the lock says is required by a member (pip-compile's ``# via`` annotations,
   https://pip-tools.readthedocs.io/ "annotate"), so the torch part imports on its own: the image's
   ``kdkit torch-arch`` step runs on that layer alone.

@@ -167,7 +167,8 @@ def uv_environment(pip_config: dict[str, str], base: Mapping[str, str]) -> dict[
 
 
 def _failure(done: proc.Completed) -> str:
-    """uv's error and its causes on one line (uv prints ``error: ...`` then ``  cause: ...`` lines)."""
+    """uv's error and its causes on one line (uv prints ``error: ...``, then its causes on lines
+    of their own, each indented and starting with ``cause:``)."""
     parts = [line.strip().split(":", 1)[1].strip() for line in done.stderr.splitlines()
              if line.strip().startswith(("error:", "cause:"))]
     return ": ".join(parts) if parts else done.first_error_line()

@@ -13,10 +13,10 @@ metrics.jsonl are never read whole, a metrics series only by its last line):
 - a build: ``.kdkit-logs/builds.jsonl`` (kdkit.image.buildlog), one line per image,
   ``started``/``ended``;
 - a pilot run or a worker's share (``<run>-wIofN``, each folder its own interval): params.json's
-  ``created`` (else the time in its ID) for how long summary.json's ``timings.seconds`` says; a resumed
-  run's last session ends when its summary was written, each earlier one runs from its ``env-k.json``'s
-  ``started`` (the first: ``created``) to its ``stop-k.json``'s ``at``;
-  an open one until its heartbeat's ``updated``, its stop.json's ``at``, else its newest file's time;
+  ``created`` (else the time in its ID) for how long summary.json's ``timings.seconds`` says; a
+  resumed run's last session ends when its summary was written, each earlier one runs from its
+  ``env-k.json``'s ``started`` (the first: ``created``) to its ``stop-k.json``'s ``at``; an open one
+  until its heartbeat's ``updated``, its stop.json's ``at``, else its newest file's time;
 - a training (``params.json`` ``"kind": "train"``): summary.json's ``started``/``ended``; an open or
   killed one from params.json's ``created`` to the latest of its heartbeat, stop.json's ``at``,
   metrics.jsonl's last ``t`` after the start and its newest file's time;

@@ -20,8 +20,8 @@ https://rocm.docs.amd.com/projects/amdsmi/en/latest/how-to/amdsmi-cli-tool.html)
   6.4.0"): per GPU a ``link_status`` list, each link U (up), D (down) or X (disabled), "SELF" for
   itself.
 - ``rocm-smi --showproductname --showmeminfo vram --showbus --json`` (ROCm/rocm_smi_lib
-  python_smi_tools/rocm_smi.py): ``{"card0": {"Card Series": ..., "VRAM Total Memory (B)": ..., "PCI Bus":
-  ...}}``; it prints its RAS tables only as text, so ECC and XGMI stay unread on that path.
+  python_smi_tools/rocm_smi.py): ``{"card0": {"Card Series": ..., "VRAM Total Memory (B)": ..., "PCI
+  Bus": ...}}``; it prints its RAS tables only as text, so ECC and XGMI stay unread on that path.
 """
 
 from __future__ import annotations
