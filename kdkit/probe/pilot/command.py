@@ -105,24 +105,7 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
     digest = params_hash(params)
     chosen = check_new_run_id(run_id, "--run-id ") if run_id else None
     if resume is not None:
-        run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume "), share))
-        run.own()  # a folder another pilot writes right now is never resumed under it
-        try:
-            recorded_params = load_object(run.path / PARAMS, "run parameters")
-            check_resumed_share(recorded_params, share, run.path / PARAMS)
-            restarted = placed is not None and placed.launched
-            check_resume(cfg, run, recorded_params, digest, restarted=restarted, finished_ok=restarted)
-            if restarted and is_finished(run):
-                run.disown()
-                return run, None
-            for line in describe_removed(clean_stale_in(run.path)):
-                print(f"pilot: {line}", file=sys.stderr)
-            _reopen(run)
-            run.take_over()
-        except BaseException:
-            run.disown()
-            raise
-        return run, True
+        return _resumed(cfg, resume, digest, share, placed)
     # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
     launch = launch_field(os.environ)
     # before the run folder exists, so
@@ -150,6 +133,30 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         return RunFolder.create(cfg.runs_dir, folder_name(chosen, share), record), False
     return claim(new_run_id(PILOT, digest), lambda free: RunFolder.make(cfg.runs_dir / folder_name(free, share),
                                                                           record)), False
+
+
+def _resumed(cfg: PilotConfig, resume: str, digest: str, share: Share | None,
+             placed: Placement | None) -> tuple[RunFolder, bool | None]:
+    """The run folder ``resume`` names, taken over once its parameters and share are checked;
+    (run, None): a restarted worker's folder was finished meanwhile, to be only reported."""
+    run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume "), share))
+    run.own()  # a folder another pilot writes right now is never resumed under it
+    try:
+        recorded_params = load_object(run.path / PARAMS, "run parameters")
+        check_resumed_share(recorded_params, share, run.path / PARAMS)
+        restarted = placed is not None and placed.launched
+        check_resume(cfg, run, recorded_params, digest, restarted=restarted, finished_ok=restarted)
+        if restarted and is_finished(run):
+            run.disown()
+            return run, None
+        for line in describe_removed(clean_stale_in(run.path)):
+            print(f"pilot: {line}", file=sys.stderr)
+        _reopen(run)
+        run.take_over()
+    except BaseException:
+        run.disown()
+        raise
+    return run, True
 
 
 def _reopen(run: RunFolder) -> None:
