@@ -155,7 +155,7 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
              f"if (m < {floor}) m = {floor}; if (m > {cap}) m = {cap}; print m \"m\" }}' /proc/meminfo)",
              f"kd_pids=$(( $(getconf _NPROCESSORS_ONLN) * {PIDS_PER_CPU} )); "
              f'if [ "$kd_pids" -lt {PIDS_FLOOR} ]; then kd_pids={PIDS_FLOOR}; fi']
-    # as kdkit.machine.run.rocm_access: each node, and each group owning one (not root's)
+    # as kdkit.machine.host.rocm_access: each node, and each group owning one (not root's)
     if backend == "rocm":
         lines += ["set -- && kd_groups=",
                   'for node in /dev/kfd /dev/dri/renderD*; do set -- "$@" --device "$node"; '

@@ -53,8 +53,8 @@ docker.html), the group a non-root user needs to open them (ROCm/ROCm-docker#90)
 ``--security-opt seccomp=unconfined`` optional (NUMA memory binding for numactl-style
 placement): it is not given, Docker's default seccomp profile stays on.
 
-Host facts (GPUs, driver, device nodes) are gathered by :func:`host_facts`; tests
-stand in a :class:`HostFacts` for NVIDIA and AMD hardware this machine lacks.
+Host facts (GPUs, driver, device nodes) and each backend's device access from them are
+:mod:`kdkit.machine.host`'s.
 """
 
 from __future__ import annotations
@@ -62,23 +62,20 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kdkit.config.project import Project, load_project
-from kdkit.core import proc
-from kdkit.core.builds import driver_floor, version_tuple
-from kdkit.core.errors import BadInput, Interrupted, Unavailable
+from kdkit.core.errors import BadInput, Interrupted
 from kdkit.core.launchrecord import VARIABLE
 from kdkit.core.pilotconfig import inputs_folder
 from kdkit.core.runfolder import check_run_id, run_folders
 from kdkit.core.safetext import printable
 from kdkit.core.stopsignals import interrupts
-from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, Engine, ImageFacts
+from kdkit.docker_adapter import ContainerSpec, Engine, ImageFacts
 from kdkit.image import container
 
 # re-exported: kdkit.machine.workers and tests name it here
@@ -87,76 +84,14 @@ from kdkit.image.container import HOME as HOME
 from kdkit.image.container import IMAGE_UID, container_spec, inside_project
 from kdkit.image.container import named_mounts as named_mounts  # re-exported: tests name it here
 from kdkit.image.labels import LABEL, built_image, project_lock, require_kdkit_labels, resumed_command
+from kdkit.machine.host import HostFacts, device_access, host_facts, parse_gpus
 from kdkit.machine.mounts import run_mounts
 
 NETWORKS = ("none", "bridge", "host")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-# ---------------------------------------------------------------- the host
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """What this machine offers containers; :func:`host_facts` reads the real ones."""
-
-    uid: int
-    gid: int
-    cpus: int = 1  # of the engine's host (sizes --pids-limit)
-    memory_bytes: int = 0  # of the engine's host (sizes /dev/shm, /tmp and HOME)
-    # index and UUID of each GPU; None when nvidia-smi is absent
-    nvidia_gpus: list[str] | None = None
-    nvidia_driver: str | None = None
-    nvidia_runtime: bool = False  # the engine can serve a GPU device request
-    kfd: bool = False
-    render_nodes: list[str] = field(default_factory=list)
-    device_gids: list[int] = field(default_factory=list)
-
-
-def _nvidia_smi() -> tuple[list[str] | None, str | None]:
-    if shutil.which("nvidia-smi") is None:
-        return None, None
-    done = proc.run(["nvidia-smi", "--query-gpu=index,uuid,driver_version", "--format=csv,noheader"], timeout=30)
-    if not done.ok:
-        return [], None
-    rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
-    ids = [cell for row in rows for cell in row[:2]]
-    return ids, rows[0][2] if rows and len(rows[0]) > 2 else None
-
-
-def _amd_nodes() -> tuple[bool, list[str], list[int]]:
-    kfd = Path("/dev/kfd")
-    nodes = sorted(str(p) for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
-    gids = sorted({os.stat(p).st_gid for p in [str(kfd), *nodes] if os.path.exists(p)} - {0})
-    return kfd.exists(), nodes, gids
-
-
-def host_facts(engine: Engine, backend: str) -> HostFacts:
-    """Read the facts ``backend`` needs from this machine and its engine."""
-    info = engine.info()
-    facts = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=int(info.get("NCPU") or os.cpu_count() or 1),
-                      memory_bytes=int(info.get("MemTotal") or 0))
-    if backend == "cuda":
-        gpus, driver = _nvidia_smi()
-        runtime = "nvidia" in engine.runtimes() or shutil.which("nvidia-container-runtime-hook") is not None
-        facts = replace(facts, nvidia_gpus=gpus, nvidia_driver=driver, nvidia_runtime=runtime)
-    elif backend == "rocm":
-        kfd, nodes, gids = _amd_nodes()
-        facts = replace(facts, kfd=kfd, render_nodes=nodes, device_gids=gids)
-    return facts
-
-
 # ---------------------------------------------------------------- inputs
-
-
-def parse_gpus(value: str | None) -> str | list[str] | None:
-    """``all`` or a comma list of GPU indexes or UUIDs; anything else is BadInput."""
-    if value is None or value == "all":
-        return value
-    ids = [part.strip() for part in value.split(",")]
-    if not ids or any(not re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in ids):
-        raise BadInput(f"--gpus {value!r}: expected all or a comma list of GPU indexes or UUIDs, e.g. 0,1")
-    return ids
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -180,67 +115,6 @@ def read_env_file(path: Path) -> dict[str, str]:
                            "fix or comment out that line")
         env[name] = value.rstrip("\r")
     return env
-
-
-# ---------------------------------------------------------------- device access per backend
-
-
-def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str, str]) -> dict[str, Any]:
-    """The device request for CUDA, after checking runtime, GPU ids and driver."""
-    if not host.nvidia_runtime:
-        raise Unavailable(f'the Docker engine has no NVIDIA runtime, so the container would fail with '
-                          f'`{NVIDIA_ERROR}`; {NVIDIA_FIX}')
-    known = host.nvidia_gpus or []
-    if isinstance(gpus, list):
-        unknown = [g for g in gpus if g not in known]
-        if unknown:
-            have = ", ".join(known[::2]) if known else "none"
-            raise BadInput(f"--gpus {','.join(gpus)}: no GPU {unknown[0]} on this host (GPUs: {have}); "
-                           "see `nvidia-smi -L`")
-    cuda = labels.get(f"{LABEL}torch.cuda", "")
-    # pairings.json's floor, as diagnose and check apply it
-    floor = driver_floor(cuda) if cuda else None
-    needed = floor[0] if floor else None
-    if needed and host.nvidia_driver and version_tuple(host.nvidia_driver) < version_tuple(needed):
-        raise Unavailable(f"NVIDIA driver {host.nvidia_driver} is older than CUDA {cuda} in the image needs "
-                          f"(>= {needed}); upgrade the driver or rebuild for an older CUDA (torch_index in "
-                          "kdkit.json, then `kdkit lock` and `kdkit build`)")
-    return {"gpus": gpus or "all"}
-
-
-def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]:
-    """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them;
-    nothing more."""
-    if not host.kfd:
-        raise Unavailable("/dev/kfd: not present, so no AMD GPU is usable here (the amdgpu kernel driver is "
-                          "not loaded); install the AMD GPU driver (`amdgpu-install --usecase=dkms`) and reboot, "
-                          "or run on a machine with an AMD GPU")
-    if not host.render_nodes:
-        raise Unavailable("/dev/dri/renderD*: no render node, so no AMD GPU is usable here although /dev/kfd "
-                          "exists; check the amdgpu driver (`dmesg | grep amdgpu`) and `rocm-smi`")
-    chosen = host.render_nodes
-    if isinstance(gpus, list):
-        chosen = []
-        for gpu in gpus:
-            if not gpu.isdigit() or int(gpu) >= len(host.render_nodes):
-                raise BadInput(f"--gpus {','.join(gpus)}: no GPU {gpu} on this host (render nodes: "
-                               f"{', '.join(host.render_nodes)}); see `rocm-smi`")
-            chosen.append(host.render_nodes[int(gpu)])
-    return {"devices": ["/dev/kfd", *chosen], "group_add": [str(g) for g in host.device_gids]}
-
-
-def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
-                  labels: dict[str, str]) -> dict[str, Any]:
-    """ContainerSpec fields giving ``backend`` its devices; raises with the fix when the host
-    cannot."""
-    if backend == "cuda":
-        return cuda_access(host, gpus, labels)
-    if backend == "rocm":
-        return rocm_access(host, gpus)
-    if gpus is not None:
-        raise BadInput(f"--gpus {gpus if isinstance(gpus, str) else ','.join(gpus)}: the cpu backend uses "
-                       "no GPU; drop --gpus or use --backend cuda|rocm")
-    return {}
 
 
 # ---------------------------------------------------------------- the plan

@@ -41,7 +41,8 @@ from kdkit.core.runfolder import gathered_folder, read_run, worker_folder
 from kdkit.core.stopsignals import HungUp
 from kdkit.core.stopsignals import interrupts as interrupts  # kdkit run's and the CLI's name for it
 from kdkit.docker_adapter import SIGNALLED, ContainerSpec, Engine, Running, shell_line
-from kdkit.machine.run import APP, HostFacts, RunPlan, device_access, prepare_run
+from kdkit.machine.host import HostFacts, device_access
+from kdkit.machine.run import APP, RunPlan, prepare_run
 from kdkit.machine.watch import container_name, host_run_id, labels_for
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.

@@ -1,7 +1,7 @@
 """`kdkit run`: host checks, device access per backend, env files, the printed command.
 
 NVIDIA and AMD hardware is what this machine lacks: where a test needs it, a HostFacts stands
-in for what `kdkit.machine.run.host_facts` reads from the real host (nvidia-smi, /dev/kfd, the
+in for what `kdkit.machine.host.host_facts` reads from the real host (nvidia-smi, /dev/kfd, the
 engine's runtimes). Everything else is real: the engine, the images, the CLI.
 """
 
@@ -19,13 +19,11 @@ from kdkit.core.errors import BadInput, Unavailable
 from kdkit.docker_adapter import ContainerSpec, ImageFacts, Mount, cli_arguments, connect, sdk_arguments
 from kdkit.image.context import write_context
 from kdkit.image.labels import resumed_command
+from kdkit.machine.host import HostFacts, device_access, parse_gpus
 from kdkit.machine.run import (
     HOME,
     IMAGE_UID,
-    HostFacts,
     confinement,
-    device_access,
-    parse_gpus,
     prepare_run,
     print_lines,
     read_env_file,
@@ -461,7 +459,7 @@ def _expected(uid: int, gid: int, host: HostFacts) -> dict[str, object]:
 
 
 def _engine_host() -> HostFacts:
-    from kdkit.machine.run import host_facts
+    from kdkit.machine.host import host_facts
 
     return host_facts(connect(), "cpu")
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from kdkit.core.errors import BadInput
-from kdkit.machine.run import HostFacts
+from kdkit.machine.host import HostFacts
 from kdkit.machine.workers import Prefixed, check_workers, gpu_count
 from kdkit.probe.pilot.shares import Share, parse_share, worker_of
 from kdkit.probe.results.copyout import verify_copy

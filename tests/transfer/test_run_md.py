@@ -19,7 +19,8 @@ import pytest
 from kdkit.config.shipped import DATA_ITEMS
 from kdkit.docker_adapter import cli_arguments
 from kdkit.image.container import container_spec, portable_line, portable_spec, project_mounts, shell_prelude
-from kdkit.machine.run import HostFacts, confinement, rocm_access
+from kdkit.machine.host import HostFacts, rocm_access
+from kdkit.machine.run import confinement
 from tests.conftest import REPO
 
 IMAGE = "proj:cpu-0123456789ab"
