@@ -43,7 +43,7 @@ def answer_schema(root: Path, relative: str, path: Path, where: str) -> Any:
     """The json output's schema: a file of the project, strict JSON, within what
     kdkit.core.answerschema supports (a keyword outside it is refused, never ignored); BadInput
     naming the schema file and place."""
-    from kdkit.core.answerschema import schema_problems
+    from kdkit.core.schemacheck import schema_problems
 
     target = existing(root, relative, path, where, "file")
     schema = load_json(target, what="answer schema")

@@ -1,4 +1,5 @@
-"""kdkit/core/answerschema.py: the JSON Schema subset an app's answers are checked against (issue 25).
+"""kdkit/core/answerschema.py and schemacheck.py: the JSON Schema subset an app's answers are
+checked against (issue 25).
 
 Each keyword is tried on answers it accepts and answers it refuses, the schema checker on every
 keyword it refuses and every malformed value of a keyword it supports; messages are asserted whole.
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from kdkit.core.answerschema import SUPPORTED, answer_problem, schema_problems
+from kdkit.core.answerschema import SUPPORTED, answer_problem
+from kdkit.core.schemacheck import schema_problems
 
 ANNOTATIONS = {"$schema", "$id", "title", "description", "default", "examples", "$comment"}
 
