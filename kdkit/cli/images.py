@@ -1,4 +1,4 @@
-"""Image commands: build, inspect. Thin: parse, call kdkit.image.build, print."""
+"""Image commands: build, inspect. Thin: parse, call kdkit.image.build and .buildrun, print."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kdkit.cli._output import console, emit_json, plain, printable, say, size_te
 from kdkit.image.layers import LOCK_FORMATS
 
 if TYPE_CHECKING:
-    from kdkit.image.build import BuildEvent, BuildResult
+    from kdkit.image.buildrun import BuildEvent, BuildResult
 
 
 @contextmanager
@@ -86,7 +86,8 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
       kdkit wheelhouse --out wh && kdkit build --wheelhouse wh         # no network in the build
       kdkit build --lock-format pylock                                # from requirements/pylock.<backend>.toml
     """
-    from kdkit.image.build import build_image, plan_build
+    from kdkit.image.build import plan_build
+    from kdkit.image.buildrun import build_image
 
     plan = plan_build(project_dir, backend, base_image=base_image, tag=tag, ca_bundle=ca_bundle,
                       wheelhouse=wheelhouse, no_cache=no_cache, lock_format=lock_format)

@@ -135,7 +135,7 @@ def test_build_progress_on_a_terminal_shows_a_hostile_step_escaped_and_its_marku
     script = (
         "from types import SimpleNamespace\n"
         "from kdkit.cli.images import _build_progress\n"
-        "from kdkit.image.build import BuildEvent\n"
+        "from kdkit.image.buildrun import BuildEvent\n"
         "with _build_progress() as show:\n"
         "    step = SimpleNamespace(number=1, total=2, instruction='RUN \\x1b]0;t\\x07')\n"
         "    show(BuildEvent('step', 'Step 1/2 : RUN x\\x1b[2J\\r\\u009b[bold]y[/bold]', step))\n"

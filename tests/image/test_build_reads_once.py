@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from kdkit.image.build import build_image, context_entries, plan_build
+from kdkit.image.build import context_entries, plan_build
+from kdkit.image.buildrun import build_image
 from kdkit.image.context import write_context
 from kdkit.image.labels import LABEL
 from tests.conftest import BASE

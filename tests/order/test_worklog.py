@@ -43,7 +43,7 @@ def write(folder: Path, files: dict[str, Any], when: float | None = None) -> Pat
 
 @dataclass(frozen=True)
 class Result:
-    """What kdkit.image.build.BuildResult carries that the record reads."""
+    """What kdkit.image.buildrun.BuildResult carries that the record reads."""
 
     tag: str
     image_id: str
