@@ -52,7 +52,7 @@ def raw_commands(project: Path, wheels: Path, out: Path) -> dict[str, tuple[list
     """The two tools' command lines and environments, as kdkit builds them for this project."""
     from kdkit.config.project import load_project
     from kdkit.lock import pipcompile, uvcompile
-    from kdkit.lock.lock import pip_configuration
+    from kdkit.lock.pipconfig import pip_configuration
 
     backend = load_project(project).backend("cpu")
     config = pip_configuration()

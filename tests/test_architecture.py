@@ -142,7 +142,7 @@ def test_every_module_has_a_layer_and_each_package_says_what_it_owns() -> None:
 def test_the_graph_sees_function_local_imports() -> None:
     graph = _graph()
     assert "kdkit.order.check" in graph["kdkit.cli.order"]  # imported inside the command function
-    assert "kdkit.core.proc" in graph["kdkit.lock.lock"]  # `from kdkit import __version__, proc`
+    assert "kdkit.core.proc" in graph["kdkit.lock.pipconfig"]  # `from kdkit.core import proc`
 
 
 def test_no_module_imports_itself_back_through_others() -> None:

@@ -33,7 +33,8 @@ itself, never a file:// index or a folder.
 Air-gapped machines (and some tests): ``--torch-find-links DIR`` or the
 environment variable ``KDKIT_TORCH_FIND_LINKS`` replaces the torch index with a
 local folder of wheels; the label check still holds, against the label that
-kdkit.json's index promises, and the header records the replacement.
+kdkit.json's index promises, and the header records the replacement. pip's configuration and that
+folder are read by :mod:`kdkit.lock.pipconfig`.
 
 The resolver is pip-tools' pip-compile (:mod:`kdkit.lock.pipcompile`) or, with ``--resolver uv``
 or kdkit.json's ``"resolver": "uv"``, ``uv pip compile`` (:mod:`kdkit.lock.uvcompile`), given the
@@ -56,25 +57,24 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.project import Backend, Project, load_project
 from kdkit.config.schemas import secret_problems
-from kdkit.core import proc
 from kdkit.core.builds import BACKENDS, BUILD_HEADER, index_label, is_pypi
 from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock_text
-from kdkit.core.staging import clean_stale, describe_removed
+from kdkit.core.stalestaging import clean_stale, describe_removed
 from kdkit.facts.platforms import cpu_mismatch
 from kdkit.lock import pypitorch
 from kdkit.lock.fetch import Network
 from kdkit.lock.inputs import input_files, relative
 from kdkit.lock.pages import and_list, torch_requirement
+from kdkit.lock.pipconfig import pip_configuration, pip_default_index, torch_find_links
 from kdkit.lock.preflight import TorchPage, check_answers, check_find_links, refuse_foreign_index
 from kdkit.lock.preflight import preflight as index_preflight
 from kdkit.lock.provenance import Provenance, emitted_indexes, local_sources, option_lines, provenance
@@ -84,7 +84,6 @@ from kdkit.lock.resolvers import Job, Resolver, chosen_resolver, prepare, resolv
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
 
-TORCH_FIND_LINKS_ENV = "KDKIT_TORCH_FIND_LINKS"
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
 
 
@@ -108,46 +107,7 @@ class LockResult:
                 "pylock": str(self.pylock) if self.pylock else None, "warnings": self.warnings}
 
 
-# ---------------------------------------------------------------- pip configuration and indexes
-
-
-def pip_configuration(python: str = sys.executable) -> dict[str, str]:
-    """The user's effective pip options (``pip config list``): environment over install over
-    global."""
-    done = proc.run([python, "-m", "pip", "config", "list"], timeout=60)
-    ranks = {":env:": 3, "install": 2, "global": 1}
-    best: dict[str, tuple[int, str]] = {}
-    for line in done.stdout.splitlines():
-        match = re.match(r"^(?P<scope>[^.]+)\.(?P<key>[\w-]+)=(?P<value>.*)$", line.strip())
-        if match is None or match.group("scope") not in ranks:
-            continue
-        rank, value = ranks[match.group("scope")], match.group("value").strip("'\"")
-        if rank >= best.get(match.group("key"), (0, ""))[0]:
-            best[match.group("key")] = (rank, value)
-    config = {key: value for key, (_rank, value) in best.items()}
-    if "index-url" not in config:
-        config["index-url"] = pip_default_index(python)
-    return config
-
-
-def pip_default_index(python: str = sys.executable) -> str:
-    """The index pip uses when nothing is configured, asked of pip itself (kdkit names no host)."""
-    return _default_index(python)  # one cache entry per interpreter, however the caller passes it
-
-
-@lru_cache(maxsize=4)
-def _default_index(python: str) -> str:
-    done = proc.run([python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
-                    timeout=60)
-    return done.stdout.strip() if done.ok else ""
-
-
-def torch_find_links(option: Path | None) -> Path | None:
-    """The local folder replacing the torch index, from the option or KDKIT_TORCH_FIND_LINKS."""
-    chosen = option or (Path(os.environ[TORCH_FIND_LINKS_ENV]) if os.environ.get(TORCH_FIND_LINKS_ENV) else None)
-    if chosen is not None and not chosen.is_dir():
-        raise BadInput(f"--torch-find-links {chosen}: not a folder; give the folder holding the torch wheels")
-    return chosen.resolve() if chosen else None
+# ---------------------------------------------------------------- the torch index's label
 
 
 def backend_label(backend: Backend) -> str | None:

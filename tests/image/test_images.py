@@ -424,7 +424,7 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     """No wheelhouse: pip in the builder stage reaches the index through this machine's TLS-intercepting
     proxy, trusting it only through --ca-bundle; the bundle stays out of the final image."""
     from kdkit.docker_adapter import connect
-    from kdkit.lock.lock import pip_default_index
+    from kdkit.lock.pipconfig import pip_default_index
 
     (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")  # small: no torch
     # No PyTorch index is reachable here (and none is needed without torch): the backend's index is

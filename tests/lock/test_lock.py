@@ -19,8 +19,9 @@ from kdkit.config.project import Project, load_project
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import parse_lock
-from kdkit.lock.lock import pip_configuration, platform_warnings
+from kdkit.lock.lock import platform_warnings
 from kdkit.lock.pipcompile import compile_arguments
+from kdkit.lock.pipconfig import pip_configuration
 from kdkit.lock.staleness import require_fresh_lock
 from tests.conftest import invoke, tree_snapshot
 
@@ -126,7 +127,7 @@ def test_index_arguments_per_backend(project: Path, backend: str) -> None:
 
 
 def test_default_index_comes_from_pip_itself() -> None:
-    from kdkit.lock.lock import pip_default_index
+    from kdkit.lock.pipconfig import pip_default_index
 
     assert pip_default_index().startswith("https://")
 
