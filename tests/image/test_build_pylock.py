@@ -335,7 +335,8 @@ def test_the_torch_pin_is_the_one_for_the_image_among_several_under_markers(tmp_
     for Linux on the lock's CPU and kdkit.json's Python, never merely the first."""
     from kdkit.config.project import Backend
     from kdkit.image.labels import torch_build
-    from kdkit.order.check import Point, Subject, lock_subject
+    from kdkit.order.checkmodel import Point, Subject
+    from kdkit.order.checksubject import lock_subject
 
     hashed = "--hash=sha256:" + "ab" * 32
     lock = tmp_path / "cpu.txt"
