@@ -197,8 +197,8 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
     from kdkit.core.runfolder import run_folders
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
+    from kdkit.machine.naming import detach, detached_lines, with_run_id
     from kdkit.machine.run import execute, prepare_run, print_lines
-    from kdkit.machine.watch import detach, detached_lines, with_run_id
     from kdkit.machine.workers import stopped_run_lines
 
     plan = with_run_id(prepare_run(project_dir, **options))
@@ -242,7 +242,7 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
     from kdkit.cli.follow import hand_back
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
-    from kdkit.machine.watch import detach_workers
+    from kdkit.machine.naming import detach_workers
     from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
 
     plan = prepare_workers(project_dir, workers, **options)

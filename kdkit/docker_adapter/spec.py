@@ -56,7 +56,7 @@ class ContainerSpec:
     # command and reaps orphans: a shell or a program as PID 1 ignores a signal it set no handler
     # for (kdkit.image.container).
     init: bool = False
-    # Who the container belongs to (kdkit.machine.watch: dev.kdkit.run-id, .project, .role), so one
+    # Who the container belongs to (kdkit.machine.naming: dev.kdkit.run-id, .project, .role), so one
     # left running after a lost connection is found by its run; ``name`` the engine's name for it
     # (None: the engine's own).
     labels: Mapping[str, str] = field(default_factory=dict)

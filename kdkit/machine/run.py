@@ -141,7 +141,7 @@ class RunPlan:
     warnings: list[str]
     # the facts the plan was checked against (kdkit run --workers counts GPUs)
     host: HostFacts | None = None
-    # chosen on the host (kdkit.machine.watch.with_run_id); None: the pilot's own
+    # chosen on the host (kdkit.machine.naming.with_run_id); None: the pilot's own
     run_id: str | None = None
 
 

@@ -22,15 +22,8 @@ from typing import Any
 
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.runid import check_run_id, gathered_folder
-from kdkit.machine.watch import (
-    LABEL_PROJECT,
-    LABEL_ROLE,
-    LABEL_RUN,
-    WAIT_POLL_S,
-    Place,
-    folders_of,
-    run_status,
-)
+from kdkit.machine.naming import LABEL_PROJECT, LABEL_ROLE, LABEL_RUN
+from kdkit.machine.watch import WAIT_POLL_S, Place, folders_of, run_status
 
 TIMED_OUT = 124  # as timeout(1): the run did not end within --timeout
 LOGS_FOLDER = ".kdkit-logs"  # in the project: the output of the containers `kdkit wait` removed

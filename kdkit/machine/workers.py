@@ -42,8 +42,8 @@ from kdkit.core.stopsignals import HungUp
 from kdkit.core.stopsignals import interrupts as interrupts  # kdkit run's and the CLI's name for it
 from kdkit.docker_adapter import SIGNALLED, ContainerSpec, Engine, Running, shell_line
 from kdkit.machine.host import HostFacts, device_access
+from kdkit.machine.naming import container_name, host_run_id, labels_for
 from kdkit.machine.run import APP, RunPlan, prepare_run
-from kdkit.machine.watch import container_name, host_run_id, labels_for
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
 # containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
@@ -94,7 +94,7 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
 
 def _run_id(base: RunPlan, workers: int) -> str:
     """The run's shared ID: the pilot's own (kdkit.core.runfolder.new_run_id and its one collision
-    rule), free for every worker folder and the gathering (kdkit.machine.watch.host_run_id). The
+    rule), free for every worker folder and the gathering (kdkit.machine.naming.host_run_id). The
     containers make the folders; a run that takes the name meanwhile makes their pilots refuse it
     (RunFolder.create never reuses a folder)."""
     return host_run_id(base.project, base.runs, lambda candidate: [
