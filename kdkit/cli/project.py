@@ -42,7 +42,7 @@ def init(path: Path, name: str | None, backend: str, template: str, force: bool)
                 kind text; params max_new_tokens, temperature, seed;
                 quality: greedy outputs match the manifest's exactly)
     """
-    from kdkit.core.staging import describe_removed
+    from kdkit.core.stalestaging import describe_removed
     from kdkit.project.gitstate import init_line
     from kdkit.project.init import create_project
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from kdkit.core.checksums import SUMS, write_digests
 from kdkit.core.errors import KdkitError
-from kdkit.core.staging import clean_stale_in, staged_folder
+from kdkit.core.staging import staged_folder
+from kdkit.core.stalestaging import clean_stale_in
 
 NAME = re.compile(r"step-(?P<step>[0-9]{8,})\Z")
 CHUNK = 1 << 20

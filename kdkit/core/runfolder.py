@@ -50,7 +50,8 @@ from kdkit.core.runid import worker_folder as worker_folder
 
 # a run's reports' cells (kdkit.probe.pilot.gather reads it here)
 from kdkit.core.safetext import md_cell as md_cell
-from kdkit.core.staging import require_writable, staged_name
+from kdkit.core.staging import require_writable
+from kdkit.core.stalestaging import staged_name
 from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
 from kdkit.core.vectorfile import VECTORS as VECTORS
 

@@ -27,7 +27,7 @@ import re
 import stat
 from pathlib import Path
 
-from kdkit.core.staging import staged_name, stale_staging
+from kdkit.core.stalestaging import staged_name, stale_staging
 
 Snapshot = dict[str, tuple[int, int]]  # top-level name -> (file type bits, inode)
 # kdkit.core.runfolder PARAMS, SUMMARY (not imported: no cycle)

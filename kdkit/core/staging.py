@@ -1,21 +1,17 @@
-"""Staging beside a final path, and the cleaning of what a killed process left there.
+"""Staging beside a final path: made, held by its owner, and renamed into place.
 
 Every command that makes a folder or a big file all at once (init, bundle, copy-out, gather,
 wheelhouse, every atomic write) builds it under a hidden name beside the final path that
 carries the owner's process ID, ``.NAME.partial-PID`` (folders) or ``.NAME.PID.XXXX.tmp``
 (files), and renames it into place at the end (an older NAME it replaces waits as ``.NAME.old-PID``
 until the new one is in place). A SIGKILL leaves that staging behind; the next run of a command
-that writes NAME removes every staging copy of NAME whose owner is gone, and says so. Every staging
-folder is made, held, removed or renamed into place by one helper, :func:`staged_beside`.
+that writes NAME removes every staging copy of NAME whose owner is gone, and says so
+(kdkit.core.stalestaging). Every staging folder is made, held, removed or renamed into place by one
+helper, :func:`staged_beside`.
 
-"Gone" is judged by a lock, not only by the PID in the name: the owner holds an exclusive
-flock(2) on its staging folder or file (:func:`hold`) from the moment it exists until it is
-renamed into place, and the kernel drops that lock when the owner dies, however it dies. A PID
-means something in one PID namespace only: two containers sharing a runs/ folder or a copy
-destination see each other's PIDs as dead (or as their own), but never each other's locks as
-free. A staging entry whose lock is free is stale when its PID is not a live process here (or is
-ours), or when it is older than STALE_AFTER_S (staging of a kdkit that held no lock, or made in
-the instant before its lock was taken).
+The owner holds an exclusive flock(2) on its staging folder or file (:func:`hold`) from the moment
+it exists until it is renamed into place; the kernel drops that lock when the owner dies, however it
+dies, and kdkit.core.stalestaging judges an entry gone by it.
 
 A folder is published under its final name by a no-replace rename (:func:`staged_folder`): the final
 name is claimed atomically, so two writers (two bundles, two gatherings) to one place never both
@@ -26,17 +22,13 @@ back untouched.
 
 Standard library only: the in-container side stages its copies too.
 """
-
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
 import os
-import re
 import shutil
-import stat
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,8 +39,7 @@ from kdkit.core.noreplace import Identity, identity, pin, pinned, put_back, rena
 from kdkit.core.places import make_folder as make_folder
 from kdkit.core.places import refuse_link as refuse_link
 from kdkit.core.places import require_writable as require_writable
-
-_STAGED = re.compile(r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
+from kdkit.core.stalestaging import clean_stale, staged_name
 
 
 def staging_for(final: Path) -> Path:
@@ -60,16 +51,6 @@ def temp_prefix(final: Path) -> str:
     """The prefix of a staging file of ``final`` (``tempfile.mkstemp(prefix=...,
     suffix=".tmp")``)."""
     return f".{final.name}.{os.getpid()}."
-
-
-def staged_name(name: str) -> str | None:
-    """The final name whose staging ``name`` is (``.results.jsonl.123.ab.tmp`` ->
-    ``results.jsonl``), or None."""
-    match = _STAGED.match(name)
-    return match["name"] if match else None
-
-
-STALE_AFTER_S = 60.0
 
 
 def hold(path: Path | str) -> int:
@@ -87,94 +68,6 @@ def release(fd: int | None) -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def _held(path: Path) -> bool:
-    """Whether a live owner holds the lock of ``path`` (False for what cannot be opened or
-    locked)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
-
-
-def owner_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not this process (which cannot have staged yet)."""
-    if pid == os.getpid() or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
-def stale_staging(final: Path, folders_only: bool = False) -> list[Path]:
-    """Staging copies of ``final`` left by processes that are gone (only its staging folders:
-    ``folders_only``)."""
-    try:
-        names = os.listdir(final.parent)
-    except OSError:
-        return []
-    stale = []
-    for name in names:
-        match = _STAGED.match(name)
-        if match is None or match["name"] != final.name or (folders_only and match["tpid"]):
-            continue
-        path = final.parent / name
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        # Only what kdkit makes under such a name: a folder (.partial-, .old-) or a regular file
-        # (.tmp), never a link.
-        if not (stat.S_ISDIR if match["pid"] else stat.S_ISREG)(info.st_mode) or _held(path):
-            continue
-        old = time.time() - info.st_mtime > STALE_AFTER_S
-        if old or not owner_alive(int(match["pid"] or match["tpid"])):
-            stale.append(path)
-    return sorted(stale)
-
-
-def clean_stale(final: Path, folders_only: bool = False) -> list[Path]:
-    """Remove the staging copies of ``final`` whose owner is gone; return what was removed."""
-    removed = []
-    for path in stale_staging(final, folders_only):
-        with contextlib.suppress(OSError):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            removed.append(path)
-    return removed
-
-
-def clean_stale_in(folder: Path, folders_only: bool = False) -> list[Path]:
-    """Remove every stale staging entry directly inside ``folder`` (a run folder; a runs folder,
-    where kdkit stages only folders: ``folders_only``). Only a folder kdkit writes in is ever passed
-    here."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    finals = {m["name"] for n in names if (m := _STAGED.match(n))}
-    return [path for name in sorted(finals) for path in clean_stale(folder / name, folders_only)]
-
-
-def describe_removed(removed: list[Path]) -> list[str]:
-    """One line per removed staging entry, for stderr."""
-    return [f"removed {path} (staging left by a process that no longer runs)" for path in removed]
 
 
 # ---------------------------------------------------------------- claiming the final name

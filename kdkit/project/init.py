@@ -23,7 +23,8 @@ from pathlib import Path
 from kdkit.config.shipped import template_dir
 from kdkit.core.builds import BACKENDS, TORCH_INDEX_URL
 from kdkit.core.errors import BadInput
-from kdkit.core.staging import clean_stale, staged_beside, staging_for
+from kdkit.core.staging import staged_beside, staging_for
+from kdkit.core.stalestaging import clean_stale
 from kdkit.project.templates import DEFAULT, Template, find, template_files
 
 NAME_LENGTH = 63  # kdkit.json's name rule (schemas/kdkit.schema.json), which NAME repeats

@@ -48,7 +48,8 @@ from kdkit.core.lockfile import Lock, machine_local
 from kdkit.core.pilotconfig import inputs_folder, listing_file
 from kdkit.core.projectfiles import is_within
 from kdkit.core.report import Progress
-from kdkit.core.staging import describe_removed, refuse_link, staged_folder
+from kdkit.core.staging import refuse_link, staged_folder
+from kdkit.core.stalestaging import describe_removed
 from kdkit.image.container import APP, named_mounts
 from kdkit.transfer.format import (
     BUNDLE_JSON,

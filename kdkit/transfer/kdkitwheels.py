@@ -39,7 +39,8 @@ from kdkit.core.jsonio import atomic_write_json, load_json, sha256_file
 from kdkit.core.layout import package_root
 from kdkit.core.lockfile import Pin, normalize_name, parse_lock
 from kdkit.core.report import Progress
-from kdkit.core.staging import clean_stale, staged_beside
+from kdkit.core.staging import staged_beside
+from kdkit.core.stalestaging import clean_stale
 
 WHEELS = "kdkit-wheels"
 REQUIREMENTS = "requirements.txt"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.core.staging import clean_stale, hold, release, staged_beside, staging_for
+from kdkit.core.staging import hold, release, staged_beside, staging_for
+from kdkit.core.stalestaging import clean_stale
 
 KDKIT = Path(__file__).resolve().parents[2] / "kdkit"
 HELPERS = {KDKIT / "core" / "staging.py", KDKIT / "core" / "noreplace.py"}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kdkit.core.staging import describe_removed
+from kdkit.core.stalestaging import describe_removed
 from tests.conftest import invoke, tree_snapshot
 from tests.tinywheels import build_wheel
 from tests.transfer.test_bundle import write_fresh_lock

@@ -37,7 +37,7 @@ from kdkit.core.runfolder import (
 )
 from kdkit.core.runresults import RESERVED, RunFolder, disk_full
 from kdkit.core.runstrays import Snapshot, strays
-from kdkit.core.staging import staged_name
+from kdkit.core.stalestaging import staged_name
 from kdkit.core.vectorfile import model_reference
 from kdkit.probe.pilot.accounting import Accounting, Tally, account
 from kdkit.probe.pilot.report import resume_options, summary_data, summary_markdown

@@ -47,7 +47,7 @@ from kdkit.core.runfolder import (
 )
 from kdkit.core.runresults import RunFolder
 from kdkit.core.safetext import printable
-from kdkit.core.staging import clean_stale_in, describe_removed
+from kdkit.core.stalestaging import clean_stale_in, describe_removed
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot import filekind, harness
 from kdkit.probe.pilot.accounting import Tally

@@ -42,7 +42,8 @@ from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
 from kdkit.core.resultlines import FINISHED
 from kdkit.core.runresults import RunFolder
-from kdkit.core.staging import describe_removed, refuse_link, staged_folder
+from kdkit.core.staging import refuse_link, staged_folder
+from kdkit.core.stalestaging import describe_removed
 from kdkit.core.vectorfile import gather_vectors
 from kdkit.probe.pilot.accounting import NOT_ANSWERED, Accounting, account, not_answered_line
 from kdkit.probe.pilot.collect import Worker, collect

@@ -36,7 +36,8 @@ from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED, required_files, un
 from kdkit.core.runfolder import read_sums as read_sums
 from kdkit.core.runfolder import verify_folder as verify_folder
 from kdkit.core.safetext import printable
-from kdkit.core.staging import clean_stale, describe_removed, staged_beside
+from kdkit.core.staging import staged_beside
+from kdkit.core.stalestaging import clean_stale, describe_removed
 from kdkit.probe.results.destinations import LOCAL, Place, parse_place
 from kdkit.probe.results.remote import copy_remote, verify_remote
 
