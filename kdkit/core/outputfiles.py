@@ -288,7 +288,7 @@ def kept_problems(folder: Path, sums: dict[str, str], results: Path, file_kind: 
 
 def count_problems(folder: Path, rows: Any, items: Any, summary: Path) -> list[str]:
     """A gathering's summary (``summary``) against what it holds: its ``rows`` those of
-    vectors.npy's header, its ``items`` the item folders under outputs/ (kdkit.probe.pilot.gather
+    vectors.npy's header, its ``items`` the item folders under outputs/ (kdkit.probe.pilot.gathering
     writes both)."""
     problems = []
     vectors = folder / vectorfile.VECTORS

@@ -48,7 +48,7 @@ from kdkit.core.runid import gathered_folder as gathered_folder
 from kdkit.core.runid import new_run_id as new_run_id
 from kdkit.core.runid import worker_folder as worker_folder
 
-# a run's reports' cells (kdkit.probe.pilot.gather reads it here)
+# a run's reports' cells (kdkit.probe.pilot.gathering reads it here)
 from kdkit.core.safetext import md_cell as md_cell
 from kdkit.core.staging import require_writable
 from kdkit.core.stalestaging import staged_name
