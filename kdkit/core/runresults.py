@@ -2,6 +2,8 @@
 close it.
 
 The names and keys of what it writes, and the one reader, are kdkit.core.runfolder's.
+results.jsonl's SHA-256 as the harness knows it (checked before SHA256SUMS lists it) is
+kdkit.core.resultdigest's.
 results.jsonl gets one line per finished item, written a batch at a time. A
 finished batch is appended and fsynced by a helper thread while the app computes
 the next batch (both release the GIL), and that must complete before the next
@@ -27,6 +29,7 @@ from kdkit.core.checksums import SUMS, write_digests
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
 from kdkit.core.outputkinds import VECTOR_DATA
+from kdkit.core.resultdigest import ResultDigest
 from kdkit.core.resultlines import (
     Scan,
     blocks,
@@ -47,8 +50,6 @@ from kdkit.core.stoproom import STOP_RESERVED, StopRoom
 from kdkit.core.stoproom import disk_full as disk_full
 from kdkit.core.vectorfile import VectorWriter, append_rows, finish, resumed_rows
 
-EMPTY_SHA256 = hashlib.sha256().hexdigest()
-
 
 class RunFolder:
     def __init__(self, path: Path) -> None:
@@ -57,11 +58,7 @@ class RunFolder:
         self._pool: ThreadPoolExecutor | None = None
         self._syncing: Future[None] | None = None
         self._fd: int | None = None  # results.jsonl, open for appending while the run goes on
-        # results.jsonl as it must be: the prefix kept from earlier sessions (hashed in the
-        # background while the run starts), then every byte this session appended.
-        self._prefix: tuple[int, Future[str]] | None = None
-        self._appended = hashlib.sha256()
-        self._results_digest: str | None = None  # the whole file's sha256, once checked
+        self._digest = ResultDigest(self.results)  # results.jsonl as it must be
         # name -> sha256 of each other file as the harness wrote or kept it
         self._vouched: dict[str, str] = {}
         # the folder's owner lock, held while this session writes it (own())
@@ -202,7 +199,7 @@ class RunFolder:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, end)
             raise
-        self._appended.update(payload)
+        self._digest.add(payload)
         self._vouched.update(kept)  # the folders' files, part of the run once their lines are
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-fsync")
@@ -294,7 +291,7 @@ class RunFolder:
         if not self.results.exists():
             return scan
         data, cut, scan.dropped_lines = self._complete_prefix()
-        self._hash_prefix(data, cut)
+        self._digest.hash_prefix(data, cut)
         self._cut_outputs(data, cut)
         if cut == 0:
             return scan
@@ -329,32 +326,9 @@ class RunFolder:
         data, cut, _ = self._complete_prefix(repair=False)
         return [record for first, block in blocks(data, cut) for record in parse_block(block, first, self.results)]
 
-    def _hash_prefix(self, data: bytes, cut: int) -> None:
-        """SHA-256 of the kept prefix in a helper thread (hashlib lets go of the GIL): a
-        million-line resume does not wait for it; the run is judged only once it is known."""
-        if cut == 0:
-            return
-        hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-hash")
-        self._prefix = (cut, hasher.submit(lambda: hashlib.sha256(memoryview(data)[:cut]).hexdigest()))
-        hasher.shutdown(wait=False)  # the thread ends with its one task
-
     def holds_only_appended(self) -> bool:
-        """Whether results.jsonl is exactly what it must be: the prefix this session started from,
-        then the bytes it appended (each part's SHA-256 against what the harness knows)."""
-        if not self.results.is_file() or self.results.is_symlink():
-            return False
-        cut, expected = (self._prefix[0], self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
-        whole, head, tail, read = hashlib.sha256(), hashlib.sha256(), hashlib.sha256(), 0
-        with self.results.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                whole.update(block)
-                split = max(0, min(len(block), cut - read))
-                head.update(block[:split])
-                tail.update(block[split:])
-                read += len(block)
-        # sealed as it is: when not intact, the run has failed for it
-        self._results_digest = whole.hexdigest()
-        return read >= cut and head.hexdigest() == expected and tail.hexdigest() == self._appended.hexdigest()
+        """Whether results.jsonl is exactly what the harness appended (ResultDigest)."""
+        return self._digest.holds_only_appended()
 
     def integrity_problems(self, intact: bool | None = None) -> list[str]:
         """What something other than the harness did to the run folder while it was open: a file of
@@ -390,11 +364,10 @@ class RunFolder:
         """SHA256SUMS, written last, from what the harness knows it wrote (never by re-reading the
         folder, so a file changed behind its back fails every later check instead of being
         blessed)."""
-        if self._results_digest is None:
-            self.holds_only_appended()
+        digest = self._digest.sealed()
         self.drop_reserve()  # closed without a stop: its room is SHA256SUMS's now
         with _naming(self.path / SUMS):
-            write_digests(self.path, {**self._vouched, RESULTS: self._results_digest or EMPTY_SHA256})
+            write_digests(self.path, {**self._vouched, RESULTS: digest})
 
     def numbered(self, stem: str, suffix: str) -> str:
         """The first free name of ``stem-1.suffix``, ``stem-2.suffix``... (earlier sessions'
