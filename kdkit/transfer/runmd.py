@@ -21,7 +21,7 @@ status` and `kdkit wait`, then the evidence.
 Every value a block takes from the bundle (the lock, the runs folder, the image, kdkit-wheels/) is
 one shell word quoted with :func:`shlex.quote`, even though kdkit's configs already hold paths to a
 safe set (kdkit.core.projectfiles.SAFE_PATH): what a config says is never run
-(tests/config/test_hostile_config_values.py).
+(tests/transfer/test_run_md.py).
 """
 
 from __future__ import annotations

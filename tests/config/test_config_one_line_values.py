@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from kdkit.project.init import init_project
-from tests.config.test_hostile_config_values import set_key
 from tests.conftest import invoke, tree_snapshot, valid_outside_git
+from tests.core.test_safe_paths import set_key
 from tests.transfer.test_bundle import write_fresh_lock
 
 CONTROLS = {"newline": "\n--index-url http://evil/", "carriage return": "\r", "tab": "\t", "escape": "\x1b[2J",

@@ -22,6 +22,8 @@ from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import FIELDS, STOP_FIELDS, config_problems, load_pilot
 from kdkit.project.validate import validate_project
 from tests.conftest import invoke, tree_snapshot
+from tests.core.test_safe_paths import HOSTILE
+from tests.probe.pilot.test_pilot import edit_config
 
 TEMPLATE = json.loads((Path(__file__).resolve().parents[2] / "project-template/config/pilot.json").read_text())
 # (key, value) — key "stop.x" for a stop rule. Finite JSON values only: the loader refuses the others.
@@ -158,3 +160,35 @@ def test_a_manifest_file_name_is_judged_alike(project: Path, name: str) -> None:
         assert result.exit_code == 2, (command, result.output)
         assert "$.documents[0].file" in result.stderr and "Traceback" not in result.output, result.output
     assert tree_snapshot(project) == before
+
+
+# ---------------------------------------------------------------- the app is the project's own code
+
+
+@pytest.mark.parametrize("entry", ["os:system", "builtins:print", "collections:OrderedDict", "json:loads"])
+def test_an_entry_outside_the_project_is_refused_by_validate_and_pilot(project: Path, entry: str) -> None:
+    edit_config(project, entry=entry)
+    before = tree_snapshot(project)
+    for command in ("validate", "pilot"):
+        result = invoke(command, project)
+        assert result.exit_code == 2 and "$.entry: module" in result.stderr, (command, result.output)
+    assert tree_snapshot(project) == before
+
+
+@pytest.mark.parametrize(("change", "where"), [
+    ({"runs": "kdkit.json"}, "$.runs: 'kdkit.json' is a file"),
+    ({"inputs": "data/pilot/manifest.json"}, "$.inputs: 'data/pilot/manifest.json' is a file"),
+])
+def test_a_folder_key_naming_a_file_is_refused_by_both(project: Path, change: dict[str, str], where: str) -> None:
+    edit_config(project, **change)
+    assert where in invoke("validate", project).stderr
+    assert invoke("pilot", project).exit_code == 2
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_the_schema_and_the_model_refuse_the_same_pilot_paths(name: str) -> None:
+    """An editor reading schemas/pilot.schema.json and kdkit's pilot model agree on every hostile path."""
+    template = json.loads((Path(__file__).resolve().parents[2] / "project-template/config/pilot.json").read_text())
+    for key in ("inputs", "manifest", "runs"):
+        data = {**template, key: HOSTILE[name](template[key])}
+        assert list(_validator("pilot").iter_errors(data)) and config_problems(data), (key, data[key])

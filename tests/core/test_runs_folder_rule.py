@@ -22,8 +22,8 @@ import pytest
 from kdkit.core.pilotconfig import config_problems
 from kdkit.core.projectfiles import MAX_PATH, MAX_SEGMENT
 from kdkit.core.stalestaging import clean_stale_in
-from tests.config.test_hostile_config_values import PATH_KEYS, _refused, set_key
 from tests.conftest import invoke, tree_snapshot
+from tests.core.test_safe_paths import PATH_KEYS, _refused, set_key
 from tests.transfer.test_bundle import write_fresh_lock
 
 LONG = {

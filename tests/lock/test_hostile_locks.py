@@ -13,10 +13,12 @@ import pytest
 
 from kdkit.core.lockfile import LOCK_LIMIT
 from tests.conftest import invoke, tree_snapshot
+from tests.core.test_safe_paths import HOSTILE, PATH_KEYS, USED, _refused, set_key
 from tests.localindex import Served, serve, torch_index_server
 from tests.lock.test_lock_index import clean_pip, make_project
 from tests.lock.test_lock_resolvers import needs_uv
 from tests.tinywheels import build_wheel, lock_line, make_venv, pip_install
+from tests.transfer.test_bundle_hostile import CREDENTIALS
 
 __all__ = ["clean_pip", "torch_index_server"]
 HASH = "--hash=sha256:" + "ab" * 32
@@ -131,3 +133,21 @@ def test_what_a_killed_lock_left_is_removed_by_the_next(clean_pip: Served, tmp_p
     assert result.exit_code == 0, result.stderr
     assert not left.exists()
     assert f"Warning: removed {left} (staging left by a process that no longer runs)" in result.stderr
+
+
+def test_lock_refuses_a_requirements_input_holding_a_password(project: Path) -> None:
+    with (project / "requirements/base.in").open("a") as handle:
+        handle.write(CREDENTIALS["requirements/base.in"])
+    before = tree_snapshot(project)
+    result = invoke("lock", project, "--backend", "cpu", "--torch-find-links", project)
+    assert result.exit_code == 2 and "requirements/base.in:" in result.stderr
+    assert "Sup3rS3cretPw" not in result.output and "https://bob:<redacted>@" in result.stderr
+    assert tree_snapshot(project) == before
+
+
+@pytest.mark.parametrize("name", USED)
+@pytest.mark.parametrize("where", ["$.backends.cpu.lock", "$.requirements"])
+def test_lock_refuses_a_config_edited_after_validate(project: Path, where: str, name: str) -> None:
+    value = dict((k[1], k[2]) for k in PATH_KEYS)[where]
+    set_key(project, "kdkit.json", where, HOSTILE[name](value))
+    _refused(["lock", project, "--backend", "cpu"], [project], where)

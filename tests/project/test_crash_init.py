@@ -121,3 +121,16 @@ def test_a_killed_init_into_an_empty_folder_never_leaves_a_half_project(tmp_path
         assert sorted(parent.iterdir()) == [target]  # staging gone: removed by the rerun or never left
         assert invoke("validate", target).exit_code == 0
     assert seen["not a project"] >= 2, seen  # the kills did land half-way through the merge
+
+
+def test_init_refuses_before_cleaning_and_cleans_what_a_dead_init_left(tmp_path: Path) -> None:
+    stale = tmp_path / ".proj.partial-999999999"  # a PID that cannot be alive
+    (stale / "config").mkdir(parents=True)
+    (stale / "config" / "pilot.json").write_text("{", encoding="utf-8")
+    bad = invoke("init", tmp_path / "proj", "--name", "Bad Name")  # bad input: nothing touched, not even staging
+    assert bad.exit_code == 2 and stale.is_dir()
+    result = invoke("init", tmp_path / "proj")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"removed {stale} (staging left by a process that no longer runs)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
+    assert invoke("validate", tmp_path / "proj").exit_code == 0

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import invoke, tree_snapshot, valid_outside_git
+from tests.conftest import REPO, invoke, tree_snapshot, valid_outside_git
 
 Edit = Callable[[Path], None]
 
@@ -161,3 +164,13 @@ def test_json_report(project: Path) -> None:
     assert report["valid"] is False
     assert report["problems"][0]["file"] == "config/pilot.json"
     assert report["problems"][0]["where"] == "$.inputs"
+
+
+@pytest.mark.parametrize("which", ["config/pilot.json", "data/pilot/manifest.json"])
+def test_validate_refuses_a_config_that_is_a_fifo_without_waiting(project: Path, which: str) -> None:
+    path = project / which
+    path.unlink()
+    os.mkfifo(path)
+    done = subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], cwd=REPO, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr

@@ -15,6 +15,7 @@ import pytest
 
 from kdkit.core.jsonio import sha256_file
 from tests.conftest import invoke, tree_snapshot
+from tests.core.test_safe_paths import HOSTILE, PATH_KEYS, USED, _refused, set_key
 
 BASE_IMAGE = os.environ.get("KDKIT_TEST_BASE", "kdkit-test/debian-python:3.11")
 
@@ -345,3 +346,14 @@ def test_a_bundle_parses_its_lock_once(locked: Path, tmp_path: Path, lock_parses
     lock = locked / "requirements" / "cpu.txt"
     assert info["lock_sha256"] == sha256_file(lock)
     assert lock_parses.count(os.path.realpath(lock)) == 1, lock_parses
+
+
+@pytest.mark.parametrize("name", USED)
+@pytest.mark.parametrize(("file", "where", "value"), PATH_KEYS, ids=[k[1] for k in PATH_KEYS])
+def test_bundle_refuses_a_config_edited_after_validate(project: Path, tmp_path: Path, file: str, where: str,
+                                                       value: str, name: str) -> None:
+    write_fresh_lock(project)
+    set_key(project, file, where, HOSTILE[name](value))
+    out = tmp_path / "bundle"
+    _refused(["bundle", project, "--out", out, "--no-image", "--no-kdkit-wheels"], [project], where)
+    assert not out.exists() and not any(p.name.startswith(".bundle") for p in tmp_path.iterdir())

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import invoke, tree_snapshot
+from tests.probe.pilot.test_pilot import edit_config
 from tests.transfer.test_bundle import ready_to_bundle, write_fresh_lock
 
 MARKER = b"OUTSIDE-SECRET-MARKER-5d1c"
@@ -643,3 +644,69 @@ def test_results_this_user_cannot_read_do_not_stop_validate_or_bundle(shared: Pa
     assert done.returncode == 2 and done.stderr == (f"Error: {root / 'src' / 'private'}: cannot read this folder of "
                                                     "the project; fix its permissions\n")
     assert tree_snapshot(outs) == before
+
+
+# ---------------------------------------------------------------- nothing secret travels
+
+
+CREDENTIALS = {
+    "requirements/base.in": "--extra-index-url https://bob:Sup3rS3cretPw@pypi.example.com/simple\n",
+    "src/settings.py": 'AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"\n',
+    "src/notes.md": "token: ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8\n",
+    "src/deploy.txt": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA==\n-----END OPENSSH PRIVATE KEY-----\n",
+    "config/extra.json": '{"password": "hunter2hunter2"}\n',
+}
+
+
+@pytest.mark.parametrize("rel", list(CREDENTIALS))
+def test_a_bundle_refuses_to_carry_a_credential_and_names_it_redacted(project: Path, tmp_path: Path,
+                                                                     rel: str) -> None:
+    (project / rel).parent.mkdir(parents=True, exist_ok=True)
+    with (project / rel).open("a") as handle:
+        handle.write(CREDENTIALS[rel])
+    write_fresh_lock(project)  # a lock matching the inputs as they now are
+    out = tmp_path / "bundle"
+    result = invoke("bundle", project, "--no-image", "--out", out)
+    assert result.exit_code == 2, result.output
+    assert f"{rel}:" in result.stderr and "a credential would travel" in result.stderr
+    for secret in ("Sup3rS3cretPw", "wJalrXUtnFEMI", "ghp_a1B2", "hunter2hunter2", "b3BlbnNzaA"):
+        assert secret not in result.output
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".bundle.")]
+
+
+@pytest.mark.parametrize("name", ["id_rsa.bak", "id_ed25519.old", "server.key.txt", "hf_token", "token",
+                                  "backup.gpg", "sa.p8", ".env~", ".envrc.local"])
+def test_secret_shaped_names_the_first_list_missed_are_left_out(project: Path, tmp_path: Path, name: str) -> None:
+    (project / "src" / name).write_text("nothing shaped like a key here\n")
+    write_fresh_lock(project)
+    out = tmp_path / "bundle"
+    assert invoke("bundle", project, "--no-image", "--out", out).exit_code == 0
+    assert not (out / "project" / "src" / name).exists()
+    assert name in json.dumps(json.loads((out / "bundle.json").read_text())["left_out"])
+
+
+def test_a_public_key_is_not_a_secret(project: Path, tmp_path: Path) -> None:
+    (project / "src" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMq ci@example\n")
+    write_fresh_lock(project)
+    out = tmp_path / "bundle"
+    assert invoke("bundle", project, "--no-image", "--out", out).exit_code == 0
+    assert (out / "project" / "src" / "id_ed25519.pub").exists()
+
+
+# ---------------------------------------------------------------- verify-bundle: results folders hide nothing
+
+
+@pytest.mark.parametrize("runs", ["project", "src", "runs"])
+def test_a_file_added_to_the_packed_project_is_named_whatever_runs_says(project: Path, tmp_path: Path,
+                                                                        runs: str) -> None:
+    edit_config(project, runs=runs)
+    write_fresh_lock(project)
+    out = tmp_path / "bundle"
+    made = invoke("bundle", project, "--no-image", "--out", out)
+    if made.exit_code != 0:
+        assert made.exit_code == 2  # refused as a place for results: nothing to verify
+        return
+    (out / "project" / "src" / "extra.py").write_text("x = 1\n")
+    (out / "project" / "torch.py").write_text("raise SystemExit\n")
+    result = invoke("verify-bundle", out)
+    assert result.exit_code == 1 and "not listed" in result.output + result.stderr, result.output

@@ -8,11 +8,15 @@ from the same host facts). A flag added to one and not the other fails here.
 
 from __future__ import annotations
 
+import csv
+import itertools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +25,11 @@ from kdkit.docker_adapter import cli_arguments
 from kdkit.image.container import container_spec, portable_line, portable_spec, project_mounts, shell_prelude
 from kdkit.machine.host import HostFacts, rocm_access
 from kdkit.machine.run import confinement
-from tests.conftest import REPO
+from kdkit.transfer.runmd import run_md
+from tests.conftest import REPO, invoke
+from tests.core.test_safe_paths import set_key
+from tests.transfer.test_bundle import write_fresh_lock
+from tests.transfer.test_rented import sections
 
 IMAGE = "proj:cpu-0123456789ab"
 
@@ -146,7 +154,6 @@ def test_run_md_teaches_the_rented_hour_in_order() -> None:
     """Issue 26 §6: verify the bundle, install kdkit offline, the user's .env, diagnose --accept, run --detach then
     status and wait, the evidence copied off the machine and verified there; the local copy only as a fallback."""
     from kdkit.transfer.runmd import run_md
-    from tests.config.test_hostile_config_values import _info
     from tests.transfer.test_rented import sections
 
     text = run_md(_info(""))
@@ -172,7 +179,6 @@ def test_a_lock_with_a_machine_local_torch_gets_no_install_block_that_cannot_wor
     section without Docker run `pip install -r` against an index that has no such file. It now says so, and
     what to do instead; a lock without machine-local pins keeps the block."""
     from kdkit.transfer.runmd import run_md
-    from tests.config.test_hostile_config_values import _info
     from tests.transfer.test_rented import sections
 
     info = _info("")
@@ -193,7 +199,6 @@ def test_a_bundle_carrying_the_machine_local_files_installs_them_from_its_own_fo
     """Issue 31 §4, the other way: with `kdkit bundle --wheelhouse`, local-wheels/ holds torch's file and the
     venv line looks there too (the rest still from the lock's index)."""
     from kdkit.transfer.runmd import run_md
-    from tests.config.test_hostile_config_values import _info
     from tests.transfer.test_rented import sections
 
     info = {**_info(""), "machine_local": ["torch"],
@@ -203,3 +208,173 @@ def test_a_bundle_carrying_the_machine_local_files_installs_them_from_its_own_fo
     assert title == "Without Docker (python3.11 and the lock's index reachable)"
     assert "--require-hashes --no-deps --find-links local-wheels -r project/requirements/cpu.txt" in text
     assert "torch from `local-wheels/`, which this bundle carries" in text
+
+
+# ---------------------------------------------------------------- RUN.md with hostile values, run for real
+
+# Values put straight into RUN.md's renderer, past every rule: each must stay one word of each command.
+INJECTED = {
+    "semicolon": ";touch PWNED;#",
+    "command substitution": "$(touch PWNED)",
+    "backticks": "`touch PWNED`",
+    "and": " && touch PWNED #",
+    "pipe": "|touch PWNED",
+    "single quotes": "'; touch PWNED; '",
+    "double quotes": '"; touch PWNED; "',
+    "IFS": "${IFS}$(touch${IFS}PWNED)",
+    "escaped": "\\$(touch PWNED)",
+    "globs": "* ?[a]{b,c}",
+    "variable": "$PWD$kd_uid",
+    "option-like": " -rf x",
+    # allowed by the rule, and still worth a look: dashes, dots, underscores where a shell or a tool notices them
+    "allowed dash dot": "-1.0_x",
+    "allowed dots": "..x.",
+}
+# Each call to a file of its own, named by the time it began (two ends of a pipe run at once).
+RECORDER = "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \"$KD_CALLS/$(date +%s%N).$$\"\n"
+
+
+def _info(h: str) -> dict[str, Any]:
+    """bundle.json's keys that RUN.md reads, each holding ``h``."""
+    return {"project": "proj", "backend": f"cpu{h}", "kdkit_version": "0.1.0", "created": "2026-01-01T00:00:00Z",
+            "revision": None, "python": f"3.11{h}", "lock": f"requirements/cpu{h}.txt", "pylock": None,
+            "inputs": f"data{h}", "runs": f"runs{h}",
+            "image": {"ref": f"proj:cpu{h}", "id": "sha256:" + "0" * 64, "file": f"image{h}.tar.zst",
+                      "compressor": "zstd"},
+            "kdkit_wheels": {"folder": f"kdkit-wheels{h}", "requirements": f"kdkit-wheels{h}/requirements.txt",
+                             "pythons": ["3.11"], "arch": "x86_64"}}
+
+
+def _stage(base: Path, h: str) -> tuple[Path, dict[str, str]]:
+    """A bundle folder with one finished run and one earlier copy, and every program RUN.md calls a recorder."""
+    bundle = base / "bundle"
+    (bundle / "project" / f"runs{h}" / "r1").mkdir(parents=True)
+    (base / "kdkit-evidence" / "r0").mkdir(parents=True)
+    stubs = base / "stubs"
+    stubs.mkdir()
+    (base / "calls").mkdir()
+    programs = [stubs / name for name in ("python3", f"python3.11{h}", "docker", "zstd", "sha256sum", "touch")]
+    programs += [base / "kdkit-venv/bin/python", base / "project-venv/bin/python"]
+    for program in programs:
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text(RECORDER, encoding="utf-8")
+        program.chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(base), "KD_CALLS": str(base / "calls"),
+           "LANG": "C.UTF-8"}
+    return bundle, env
+
+
+def _calls(base: Path) -> list[list[str]]:
+    """The calls recorded since the last look, in the order they began (and forgotten)."""
+    records = sorted((base / "calls").iterdir(), key=lambda p: tuple(map(int, p.name.split("."))))
+    calls = [[os.fsdecode(word) for word in record.read_bytes().split(b"\0")[:-1]] for record in records]
+    for record in records:
+        record.unlink()
+    return calls
+
+
+def _expected(h: str, stubs: Path) -> dict[str, list[list[str]]]:
+    """The calls each section's blocks must make, in order: the programs RUN.md means, the values whole."""
+    kv, pv, lock, runs = "../kdkit-venv/bin/python", "../project-venv/bin/python", f"project/requirements/cpu{h}.txt", \
+        f"project/runs{h}/r1/"
+    copies = lambda *tool: [[*tool, "copy-out", runs, "../kdkit-evidence"],  # noqa: E731
+                            [*tool, "copy-out", "--verify", "../kdkit-evidence/r0/"]]
+    python3 = str(stubs / "python3")
+    run_id = [kv, "-c", 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])', "../kdkit-run.json"]
+    return {
+        "Check the copy": [[str(stubs / "sha256sum"), "-c", "--quiet", "SHA256SUMS"]],
+        "With Docker, through kdkit": [
+            [python3, "-m", "venv", "--clear", "../kdkit-venv"],
+            [kv, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", f"kdkit-wheels{h}",
+             "--require-hashes", "-r", f"kdkit-wheels{h}/requirements.txt"],
+            [kv, "-m", "kdkit", "load", "."],
+            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--", "kdkit", "diagnose", "--accept",
+             "--expect", f"cpu{h}"],
+            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--env-file", "../.env", "--detach",
+             "--json"],
+            run_id, [kv, "-m", "kdkit", "status", "", "--project", "project"],  # the stub prints no run ID
+            [kv, "-m", "kdkit", "wait", "", "--project", "project"],
+            run_id, [kv, "-m", "kdkit", "copy-out", f"project/runs{h}/", "user@backup-host:kdkit-evidence"],
+            [kv, "-m", "kdkit", "copy-out", "--verify", "user@backup-host:kdkit-evidence/"]],
+        "With Docker only": [[str(stubs / "zstd"), "-q", "-dc", f"image{h}.tar.zst"], [str(stubs / "docker"), "load"],
+                             ["docker run"], *copies(python3, "kdkit.pyz")],
+        "Without Docker": [
+            [str(stubs / f"python3.11{h}"), "-m", "venv", "../project-venv"],
+            [pv, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", lock],
+            [pv, "kdkit.pyz", "diagnose", "--expect", f"cpu{h}"], [pv, "kdkit.pyz", "verify-env", "--lock", lock],
+            [pv, "kdkit.pyz", "pilot", "project"], *copies(pv, "kdkit.pyz")],
+    }
+
+
+def _mounts(words: list[str]) -> dict[str, dict[str, str]]:
+    """docker run's --mount values (CSV records, as the docker CLI reads them) by target."""
+    found = {}
+    for flag, value in itertools.pairwise(words):
+        if flag == "--mount":
+            fields = dict(field.split("=", 1) if "=" in field else (field, "") for field in next(csv.reader([value])))
+            found[fields["target"]] = fields
+    return found
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+@pytest.mark.parametrize("h", list(INJECTED.values()), ids=list(INJECTED))
+def test_each_run_md_block_runs_only_its_commands_whatever_the_values(tmp_path: Path, h: str, shell: str) -> None:
+    text = run_md(_info(h))
+    bundle, env = _stage(tmp_path, h)
+    expected = _expected(h, tmp_path / "stubs")
+    found = sections(text)
+    assert [t.split(" (")[0].split(",")[0] for t in found] == ["Check the copy before anything else",
+                                                              "With Docker", "With Docker only", "Without Docker"]
+    for title, blocks in found.items():
+        for block in blocks:
+            done = subprocess.run([shell, "-n", "-c", block], capture_output=True, text=True, check=False)
+            assert done.returncode == 0, (block, done.stderr)
+            done = subprocess.run([shell, "-e", "-c", block], cwd=bundle, env=env, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            assert done.returncode == 0, (title, block, done.stderr)
+        calls = _calls(tmp_path)
+        want = next(v for k, v in expected.items() if title.startswith(k))
+        if title.startswith("With Docker only"):
+            assert sorted(calls[:2]) == sorted(want[:2]), calls  # zstd | docker load: either may record first
+            calls[:2], run = want[:2], calls.pop(2)
+            assert run[:2] == [str(tmp_path / "stubs/docker"), "run"] and run[-1] == f"proj:cpu{h}", run
+            mounts = _mounts(run)
+            assert mounts[f"/app/data{h}"]["source"] == f"{bundle}/project/data{h}", mounts
+            assert mounts[f"/app/runs{h}"]["source"] == f"{bundle}/project/runs{h}", mounts
+            assert "readonly" in mounts[f"/app/data{h}"] and "readonly" not in mounts[f"/app/runs{h}"]
+            want = [c for c in want if c != ["docker run"]]
+        assert calls == want, title
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith("PWNED")], "an injected command ran"
+
+
+def test_allowed_values_are_written_as_they_are() -> None:
+    """What the rule allows needs no quoting: RUN.md shows the paths people wrote, as they wrote them."""
+    h = INJECTED["allowed dash dot"]
+    assert shlex.quote(f"project/requirements/cpu{h}.txt") == f"project/requirements/cpu{h}.txt"
+    assert f"-r project/requirements/cpu{h}.txt" in run_md(_info(h))
+
+
+# ---------------------------------------------------------------- a real bundle of allowed, unusual paths
+
+
+def test_a_bundle_of_allowed_unusual_paths_gives_blocks_every_shell_reads(project: Path, tmp_path: Path) -> None:
+    lock = "requirements/.v1/cpu..lock-1_x.txt"
+    (project / lock).parent.mkdir()
+    shutil.move(write_fresh_lock(project), project / lock)
+    (project / "data/pilot").rename(project / "data/.p-1_x")
+    set_key(project, "kdkit.json", "$.backends.cpu.lock", lock)
+    set_key(project, "config/pilot.json", "$.inputs", "data/.p-1_x")
+    set_key(project, "config/pilot.json", "$.manifest", "data/.p-1_x/manifest.json")
+    set_key(project, "config/pilot.json", "$.runs", "._runs-1/x_/")
+    set_key(project, "campaign.json", "$.corpus.manifest", "data/.p-1_x/manifest.json")  # the campaign's corpus too
+    assert invoke("validate", project).exit_code == 0
+    result = invoke("bundle", project, "--out", tmp_path / "bundle", "--no-image", "--no-kdkit-wheels")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "bundle/RUN.md").read_text(encoding="utf-8")
+    assert f"-r project/{lock}" in text and "for run in project/._runs-1/x_/*/" in text
+    blocks = [block for found in sections(text).values() for block in found]
+    assert len(blocks) == 3  # the check, the venv and its pilot, the copies (no image: no Docker sections)
+    for shell in ("sh", "bash"):
+        for block in blocks:
+            done = subprocess.run([shell, "-n", "-c", block], capture_output=True, text=True, check=False)
+            assert done.returncode == 0, (shell, block, done.stderr)

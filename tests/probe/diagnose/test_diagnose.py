@@ -21,6 +21,7 @@ from kdkit.probe.diagnose import nominal
 from kdkit.probe.diagnose import steps as diagsteps
 from kdkit.probe.diagnose.core import Context, StepFailed
 from tests.conftest import DATA, REPO, invoke
+from tests.core.test_jsonio import _special
 
 STEP_NAMES = ["interpreter", "environment", "torch import", "build", "driver", "devices", "arch", "compute",
               "memory", "libraries", "extensions"]
@@ -435,3 +436,9 @@ def test_diagnose_help_lists_every_option() -> None:
     assert result.exit_code == 0
     for option in ("--expect", "--deep", "--json", "--out", "--memory-share", "--project"):
         assert option in result.stdout
+
+
+def test_diagnose_refuses_such_an_out_before_running_its_steps(tmp_path: Path) -> None:
+    fifo = _special(tmp_path)["fifo"]
+    result = invoke("diagnose", "--expect", "cpu", "--out", fifo)
+    assert result.exit_code == 2 and result.stdout == ""  # refused before any step ran (none printed)

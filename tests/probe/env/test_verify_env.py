@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from kdkit.core.lockfile import Pin
 from kdkit.probe.env.verify import Installed, torch_build_finding
 from tests.conftest import REPO, invoke, tree_snapshot
+from tests.core.test_jsonio import _special
 from tests.tinywheels import build_wheel, lock_line, make_venv, pip_install, torch_wheel
 
 
@@ -254,3 +256,14 @@ def test_a_copy_shadowed_by_the_venvs_own_is_no_duplicate(env: Env, tmp_path: Pa
     shutil.copytree(outer_site / "beta-2.1.dist-info", site / "beta-2.1.dist-info")  # the older is now stale
     code, report = run_json(lock, inner)
     assert code == 1 and kinds(report) == {("version", "beta", "error"), ("duplicate", "beta", "warning")}
+
+
+# ---------------------------------------------------------------- regular files only: nothing blocks
+
+
+@pytest.mark.parametrize("which", ["fifo", "/dev/zero", "folder"])
+def test_verify_env_refuses_a_lock_that_is_not_a_regular_file(tmp_path: Path, which: str) -> None:
+    lock = _special(tmp_path)["fifo"] if which == "fifo" else Path(which) if which.startswith("/") else tmp_path
+    done = subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", "--lock", str(lock)], cwd=REPO,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

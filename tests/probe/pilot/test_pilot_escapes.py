@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import invoke, tree_snapshot
+from tests.core.test_safe_paths import HOSTILE, PATH_KEYS, USED, _refused, set_key
 from tests.probe.pilot.test_pilot import edit_config, pilot, use_app
 
 
@@ -173,3 +174,12 @@ def test_runs_as_home_path_is_refused_not_made_literally(project: Path) -> None:
     assert result.exit_code == 2
     assert "$.runs: '~/runs' starts with '~', which kdkit never expands" in result.stderr
     assert not (project / "~").exists() and tree_snapshot(project) == before
+
+
+@pytest.mark.parametrize("name", USED)
+@pytest.mark.parametrize(("file", "where", "value"), [k for k in PATH_KEYS if k[0] != "kdkit.json" or
+                                                      k[1] == "$.pilot_config"], ids=str)
+def test_pilot_refuses_a_config_edited_after_validate(project: Path, file: str, where: str, value: str,
+                                                      name: str) -> None:
+    set_key(project, file, where, HOSTILE[name](value))
+    _refused(["pilot", project, "--run-id", "hostile"], [project], where)

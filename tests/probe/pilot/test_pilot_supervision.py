@@ -392,3 +392,42 @@ def test_a_pilot_that_is_pid_1_runs_its_app(project: Path) -> None:
     if "Operation not permitted" in done.stderr:
         pytest.skip("unshare --pid is not permitted here")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- a lone surrogate is data, never a crash
+
+
+@pytest.mark.parametrize("body", [
+    "out = correct(items)\nout[0] = {'id': out[0]['id'], 'error': 'bad byte \\udc80 here'}\nreturn out",
+    "out = correct(items)\nout[0]['category'] = 'inv\\ud800oice'\nreturn out",
+    "out = correct(items)\nout.append({'id': 'doc-\\udfff', 'category': 'invoice'})\nreturn out",
+    "raise ValueError('cannot read \\udc80')",
+], ids=["reason", "category", "invented id", "exception"])
+def test_an_app_string_with_a_lone_surrogate_is_recorded_and_the_run_closed(project: Path, body: str) -> None:
+    make_app(project, "surrogate", body, "answers with a lone surrogate")
+    code, _summary, stderr = pilot(project, "--run-id", "s")
+    assert "Traceback" not in stderr and code == 1
+    run = project / "runs" / "s"
+    assert (run / "SHA256SUMS").is_file() and invoke("copy-out", run, "--verify").exit_code == 0
+    for name in ("summary.json", "summary.md", "results.jsonl"):
+        (run / name).read_bytes().decode("utf-8")  # valid UTF-8 throughout
+
+
+# ---------------------------------------------------------------- nothing secret the app emits is shown
+
+
+@pytest.mark.parametrize("body", [
+    "return [{'id': i['id'], 'error': 'password=hunter2hunter2 at https://bob:s3cr3tpw@example.com/x'} for i in items]",
+    "raise RuntimeError('AKIAIOSFODNN7EXAMPLE was refused')",
+    "return [{'id': i['id'], 'category': 'ghp_' + 'a1B2c3D4e5' * 3 + 'F6g7h8'} for i in items]",
+])
+def test_credentials_the_app_emits_are_redacted_everywhere_the_run_shows_them(project: Path, body: str) -> None:
+    make_app(project, "leaky", body, "emits credentials")
+    result = invoke("pilot", project, "--run-id", "leak", "--json")
+    run = project / "runs" / "leak"
+    shown = result.output + "".join((run / n).read_text() for n in ("summary.json", "summary.md", "results.jsonl",
+                                                                    *(["stop.json"] if (run / "stop.json").exists()
+                                                                      else [])))
+    for secret in ("hunter2hunter2", "s3cr3tpw", "AKIAIOSFODNN7EXAMPLE", "a1B2c3D4e5a1B2c3D4e5"):
+        assert secret not in shown, secret
+    assert "<redacted" in shown
