@@ -1,6 +1,7 @@
 """Run IDs: their shapes per kind, a new one, a worker's and a gathering's folder names, and the one
-rule an ID given by a person (an option) or a launcher (a variable) must meet. Standard library
-only."""
+rule an ID given by a person (an option) or a launcher (a variable) must meet. An ID given on a
+command line is checked by its parser (:func:`run_id_type`, the option's type) and travels inward
+as a :class:`RunId`, never checked again. Standard library only."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from datetime import datetime, timezone
 
 from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id
+
+TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ID_SHAPES = {"pilot": ("", "%Y%m%dT%H%M%SZ"), "sweep": ("sweep-", "%Y%m%d-%H%M%S"),
              "resume-test": ("resume-test-", "%Y%m%d-%H%M%S"), "train": ("train-", "%Y%m%d-%H%M%S"),
@@ -60,3 +65,25 @@ def check_new_run_id(run_id: str, option: str, fix: str = "") -> str:
         raise BadInput(f"{option}{run_id!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "
                        f"itself{fix or RESUME_A_SHARE}")
     return run_id
+
+
+class RunId(str):
+    """A run ID that met the rule: made by :func:`run_id_type` (a command line's), by a launcher's
+    variable (kdkit.probe.pilot.launchers) or by :func:`new_run_id`'s caller; a function given one
+    takes it as checked."""
+
+    __slots__ = ()
+
+
+def run_id_type(option: str, *, new: bool = False) -> Callable[[str], RunId]:
+    """The parser's type of a run ID option or argument (argparse's ``type=``, kdkit.cli's RUN_ID):
+    the value checked by :func:`check_new_run_id` (``new``: an ID for a new run) or
+    :func:`check_run_id`, its BadInput naming ``option``; argparse and click let a BadInput pass, so
+    it ends the command as one line, exit 2, like every other bad input."""
+    check = check_new_run_id if new else check_run_id
+
+    def parse(value: str) -> RunId:
+        return RunId(check(value, f"{option} "))
+
+    parse.__name__ = "run ID"  # argparse names the type by it
+    return parse

@@ -40,11 +40,10 @@ from kdkit.core.runfolder import (
     PILOT,
     SUMMARY,
     SUMMARY_MD,
-    check_new_run_id,
-    check_run_id,
     claim,
     new_run_id,
 )
+from kdkit.core.runid import RunId
 from kdkit.core.runresults import RunFolder
 from kdkit.core.safetext import printable
 from kdkit.core.stalestaging import clean_stale_in, describe_removed
@@ -96,14 +95,13 @@ class Progress:
 # ---------------------------------------------------------------- opening the run
 
 
-def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: list[str],
+def open_run(cfg: PilotConfig, run_id: RunId | None, resume: RunId | None, argv: list[str],
              share: Share | None = None, placed: Placement | None = None) -> tuple[RunFolder, bool | None]:
     """A new run folder with its params.json (naming the launcher, if any), or the one to resume
     (same parameters and share only); (run, None): a restarted worker's folder was finished
     meanwhile, to be only reported."""
     params = cfg.resolved()
     digest = params_hash(params)
-    chosen = check_new_run_id(run_id, "--run-id ") if run_id else None
     if resume is not None:
         return _resumed(cfg, resume, digest, share, placed)
     # what `kdkit run` started (KDKIT_LAUNCH), outside the hashed params
@@ -129,17 +127,17 @@ def open_run(cfg: PilotConfig, run_id: str | None, resume: str | None, argv: lis
         **share_fields(share),
         **({LAUNCHER: placed.record()} if placed is not None and (placed.launched or placed.read) else {}),
     }
-    if chosen:
-        return RunFolder.create(cfg.runs_dir, folder_name(chosen, share), record), False
+    if run_id:
+        return RunFolder.create(cfg.runs_dir, folder_name(run_id, share), record), False
     return claim(new_run_id(PILOT, digest), lambda free: RunFolder.make(cfg.runs_dir / folder_name(free, share),
                                                                           record)), False
 
 
-def _resumed(cfg: PilotConfig, resume: str, digest: str, share: Share | None,
+def _resumed(cfg: PilotConfig, resume: RunId, digest: str, share: Share | None,
              placed: Placement | None) -> tuple[RunFolder, bool | None]:
     """The run folder ``resume`` names, taken over once its parameters and share are checked;
     (run, None): a restarted worker's folder was finished meanwhile, to be only reported."""
-    run = RunFolder.existing(cfg.runs_dir, folder_name(check_run_id(resume, "--resume "), share))
+    run = RunFolder.existing(cfg.runs_dir, folder_name(resume, share))
     run.own()  # a folder another pilot writes right now is never resumed under it
     try:
         recorded_params = load_object(run.path / PARAMS, "run parameters")
@@ -325,12 +323,8 @@ def _finished(run: RunFolder, as_json: bool) -> int:
 
 
 def main(argv: list[str]) -> int:
+    # IDs are data, checked by the parser before they name any path (kdkit.core.runid.run_id_type)
     args = build_parser().parse_args(argv)
-    # IDs are data, checked before they name any path (a launcher's restart looks for its folder)
-    if args.run_id:
-        check_new_run_id(args.run_id, "--run-id ")
-    if args.resume:
-        check_run_id(args.resume, "--resume ")
     # quality.scorer: exit 2 here
     cfg = harness.with_scorer(load_pilot(project_root(args.project_dir), args.config))
     placed = place(cfg, args.worker, args.workers, named=bool(args.run_id or args.resume))

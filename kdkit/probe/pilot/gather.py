@@ -37,6 +37,7 @@ from kdkit.core.pilotconfig import Document, PilotConfig, load_pilot, params_has
 from kdkit.core.projectfiles import find_root, project_root
 from kdkit.core.report import print_result
 from kdkit.core.resultlines import FINISHED
+from kdkit.core.runid import run_id_type
 from kdkit.core.runresults import RunFolder
 from kdkit.probe.pilot.accounting import Accounting, account, not_answered_line
 from kdkit.probe.pilot.collect import Worker, collect
@@ -240,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--from", dest="roots", type=Path, action="append", default=[], metavar="DIR",
                         help="also every worker folder found below DIR, in any layout (repeatable): the folders "
                              "copied back from several machines")
-    parser.add_argument("--run-id", metavar="ID", help="only the workers of run ID (among those found by --from)")
+    parser.add_argument("--run-id", metavar="ID", type=run_id_type("--run-id"),
+                        help="only the workers of run ID (among those found by --from)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="the summary's new folder (default: <run-id>-gathered in the first --from DIR, else next "
                              "to the first RUN_DIR)")

@@ -25,6 +25,7 @@ from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import PilotConfig, params_hash
 from kdkit.core.projectfiles import load_object
 from kdkit.core.runfolder import PARAMS
+from kdkit.core.runid import RunId
 from kdkit.core.runresults import RunFolder
 from kdkit.probe.diagnose.host import hardware_hints
 from kdkit.probe.pilot.launchers import VISIBLE, Placement, resolve
@@ -52,8 +53,8 @@ def place(cfg: PilotConfig, worker: int | None, workers: int | None, named: bool
     return placed
 
 
-def continuing(cfg: PilotConfig, run_id: str, share: Share | None,
-               placed: Placement) -> tuple[str | None, RunFolder | None]:
+def continuing(cfg: PilotConfig, run_id: RunId, share: Share | None,
+               placed: Placement) -> tuple[RunId | None, RunFolder | None]:
     """For a worker its launcher started again: (the run ID to resume, None), or (None, its finished
     folder); (None, None) when the worker's folder does not exist yet."""
     path = cfg.runs_dir / folder_name(run_id, share)

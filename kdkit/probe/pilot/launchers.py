@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdkit.core.errors import BadInput
-from kdkit.core.runfolder import check_new_run_id
+from kdkit.core.runid import RunId, check_new_run_id
 from kdkit.probe.pilot.shares import Share, parse_share
 
 RUN_ID_VAR = "KDKIT_RUN_ID"  # the run ID every worker of one launch shares (any launcher, or none)
@@ -189,7 +189,7 @@ class Placement:
     source: str = ""  # the launcher(s) that gave the share, FLAGS, or "" (none)
     read: dict[str, str] = field(default_factory=dict)  # the launchers' variables, as set
     shown: str = ""  # the variables the share was computed from, for the line on stderr
-    run_id: str | None = None
+    run_id: RunId | None = None
     # this process's GPU among its node's devices (None: leave them as they are)
     local: int | None = None
     local_size: int | None = None
@@ -255,7 +255,7 @@ def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, 
                      placed.node_shares, restarts, placed.note)
 
 
-def _run_id(env: Mapping[str, str], claims: list[Claim]) -> str | None:
+def _run_id(env: Mapping[str, str], claims: list[Claim]) -> RunId | None:
     """KDKIT_RUN_ID, else the first launcher's job ID (the table's order); checked as a run ID."""
     found = [(RUN_ID_VAR, env[RUN_ID_VAR])] if RUN_ID_VAR in env else []
     found += [(c.launcher.run_id, c.read[c.launcher.run_id]) for c in claims
@@ -263,7 +263,7 @@ def _run_id(env: Mapping[str, str], claims: list[Claim]) -> str | None:
     if not found:
         return None
     name, value = found[0]
-    return check_new_run_id(value, f"{name}=", f"; set {RUN_ID_VAR} to another, or pass --run-id")
+    return RunId(check_new_run_id(value, f"{name}=", f"; set {RUN_ID_VAR} to another, or pass --run-id"))
 
 
 def _placed(claims: list[Claim], env: Mapping[str, str], workers: int | None,

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from kdkit.core.parsers import add_json, command_parser
+from kdkit.core.runid import run_id_type
 from kdkit.probe.pilot.shares import add_share_arguments
 
 HELP = """\
@@ -61,8 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, metavar="FILE",
                         help="pilot config, relative to the project (default: pilot_config in kdkit.json)")
     ident = parser.add_mutually_exclusive_group()
-    ident.add_argument("--run-id", metavar="ID", help="name the new run (default: UTC time + params hash)")
-    ident.add_argument("--resume", metavar="ID", help="finish run ID: skip its finished items, redo the rest")
+    ident.add_argument("--run-id", metavar="ID", type=run_id_type("--run-id", new=True),
+                       help="name the new run (default: UTC time + params hash)")
+    ident.add_argument("--resume", metavar="ID", type=run_id_type("--resume"),
+                       help="finish run ID: skip its finished items, redo the rest")
     # a str: Path would turn ./a:b into a:b (an SSH host)
     parser.add_argument("--copy-to", metavar="DEST",
                         help="copy the run folder to DEST/<run-id> (a folder, user@host:path or an rclone "

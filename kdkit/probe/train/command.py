@@ -29,7 +29,8 @@ from kdkit.core.jsonio import load_json
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.projectfiles import require_root
 from kdkit.core.report import print_result
-from kdkit.core.runfolder import PARAMS, SUMMARY, check_new_run_id, check_run_id
+from kdkit.core.runfolder import PARAMS, SUMMARY
+from kdkit.core.runid import RunId, run_id_type
 from kdkit.core.trainconfig import TRAIN_CONFIG, load_train_config
 from kdkit.probe.train import runfiles
 from kdkit.probe.train.closing import close, verdict
@@ -56,12 +57,15 @@ stop.json with the run ID and the reason. reload.json holds the command that rel
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("train", " ".join(__doc__.split("\n\n")[0].split()), EPILOG)
-    parser.add_argument("--run-id", help="the new run's ID (default: train-<UTC time>-<hash>)")
-    parser.add_argument("--resume", metavar="RUN_ID", help="continue that run from its newest complete checkpoint")
+    parser.add_argument("--run-id", type=run_id_type("--run-id", new=True),
+                        help="the new run's ID (default: train-<UTC time>-<hash>)")
+    parser.add_argument("--resume", metavar="RUN_ID", type=run_id_type("--resume"),
+                        help="continue that run from its newest complete checkpoint")
     parser.add_argument("--variant", help="the campaign variant this run belongs to (params.json \"variant\")")
     parser.add_argument("--config", default=TRAIN_CONFIG, help=f"the training config (default: {TRAIN_CONFIG})")
     parser.add_argument("--copy-to", metavar="DEST", help="measure a checkpoint's transfer time to DEST")
-    parser.add_argument("--verify-reload", metavar="RUN_ID", help="run that run's reload command in a new process")
+    parser.add_argument("--verify-reload", metavar="RUN_ID", type=run_id_type("--verify-reload"),
+                        help="run that run's reload command in a new process")
     add_json(parser)
     return parser
 
@@ -110,8 +114,8 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
             time.sleep(0.05)
 
 
-def reopen(runs: Path, run_id: str) -> tuple[Path, dict[str, Any], Path | None]:
-    folder = runs / check_run_id(run_id, "--resume ")
+def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None]:
+    folder = runs / run_id
     params = load_json(folder / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
     if not isinstance(params, dict) or params.get("kind") != runfiles.TRAIN:
         raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); give a run ID from "
@@ -162,8 +166,7 @@ def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     if args.resume is not None:
         folder, params, point = reopen(runs, args.resume)
     else:
-        run_id = check_new_run_id(args.run_id, "--run-id ") if args.run_id is not None else None
-        folder, params = open_new(root, runs, cfg, args.config, run_id, args.variant, args.loop_args)
+        folder, params = open_new(root, runs, cfg, args.config, args.run_id, args.variant, args.loop_args)
         point = None
     module, started, lock = str(params["module"]), utc_now(), lock_run(folder)
     try:
@@ -215,7 +218,7 @@ def main(argv: list[str]) -> int:
                        "\"args\"); start a new run to change them")
     if args.verify_reload:
         root = require_root()
-        folder = runs_dir(root) / check_run_id(args.verify_reload, "--verify-reload ")
+        folder = runs_dir(root) / args.verify_reload
         record = verify_reload(root, folder, child_env(folder, None))
         print_result(args.json, record, f"reload {'OK' if record['ok'] else 'FAILED'}: {' '.join(record['argv'])}")
         return 0 if record["ok"] else 1

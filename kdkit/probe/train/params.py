@@ -22,6 +22,7 @@ from kdkit.core.launchrecord import launch_field, with_launch_revision
 from kdkit.core.pilotconfig import load_pilot
 from kdkit.core.projectfiles import DOTTED, MARKER, path_problem
 from kdkit.core.runfolder import PARAMS, new_run_folder
+from kdkit.core.runid import RunId
 from kdkit.core.trainconfig import DEFAULT_MODULE, TrainConfig
 from kdkit.probe.train.runfiles import TRAIN
 
@@ -83,7 +84,7 @@ def _references(root: Path) -> dict[str, Any]:
             "model": resolved.get("model")}
 
 
-def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id: str | None, variant: str | None,
+def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id: RunId | None, variant: str | None,
              args: list[str]) -> tuple[Path, dict[str, Any]]:
     """Make the run folder (its ID from the parameters' hash, or ``run_id``) and write
     params.json."""
