@@ -11,9 +11,12 @@ import click
 from kdkit.core.builds import BACKENDS
 
 if TYPE_CHECKING:  # click >= 8.2 makes ParamType generic; older releases do not subscript
+    from kdkit.core.runid import RunId
+
     _NumberType = click.ParamType[int | float, object]
+    _RunIdType = click.ParamType[RunId, object]
 else:
-    _NumberType = click.ParamType
+    _NumberType = _RunIdType = click.ParamType
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,6 +76,21 @@ class FiniteNumber(_NumberType):
             return int(text)  # exact beyond 2^53, where the float is not
         except ValueError:
             return int(number)  # 3.0, 1e3
+
+
+class RunIdType(_RunIdType):
+    """A run ID argument or option, checked by kdkit.core.runid.run_id_type (the in-container
+    commands' type too): the command gets a RunId; a bad ID is one line naming ``label``, exit 2."""
+
+    name = "run_id"
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> RunId:
+        from kdkit.core.runid import RunId, run_id_type
+
+        return value if isinstance(value, RunId) else run_id_type(self.label)(str(value))
 
 
 def whole(example: str) -> FiniteNumber:

@@ -5,12 +5,15 @@ run folder and the engine's labelled containers (kdkit.machine.watch, kdkit.mach
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from kdkit.cli._options import FiniteNumber, json_option, whole
+from kdkit.cli._options import FiniteNumber, RunIdType, json_option, whole
 from kdkit.cli._output import container_output, emit_json, printable, say, warn
+
+if TYPE_CHECKING:
+    from kdkit.core.runid import RunId
 
 
 def hand_back(folders: list[Path]) -> None:
@@ -27,10 +30,10 @@ project_option = click.option("--project", "project_dir", type=click.Path(file_o
 
 
 @click.command("status")
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, type=RunIdType("RUN_ID"))
 @project_option
 @json_option
-def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
+def status(run_id: RunId | None, project_dir: Path | None, as_json: bool) -> None:
     """Where a run stands, from any shell: state, items, rate, ETA, GPUs.
 
     Read from the run folder (the pilot's heartbeat, summary.json, stop.json) and
@@ -58,7 +61,7 @@ def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
 
 
 @click.command("wait")
-@click.argument("run_id")
+@click.argument("run_id", type=RunIdType("RUN_ID"))
 @click.option("--timeout", type=FiniteNumber("600"), metavar="S",
               help="Give up waiting after S seconds (exit 124; the run goes on).")
 @click.option("--copy-to", metavar="DEST", help="Copy the run's folders to DEST while waiting and at the end "
@@ -67,7 +70,7 @@ def status(run_id: str | None, project_dir: Path | None, as_json: bool) -> None:
               help="With --copy-to: copy after a closed batch at most every S seconds.")
 @project_option
 @json_option
-def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: int, project_dir: Path | None,
+def wait(run_id: RunId, timeout: float | None, copy_to: str | None, copy_every: int, project_dir: Path | None,
          as_json: bool) -> None:
     """Wait for a run to end; exit code = its verdict.
 
@@ -78,13 +81,11 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
     waiting and once more at the end, verified at DEST (exit 1 when that copy fails): what `kdkit
     run --copy-to` does for a detached run.
     """
-    from kdkit.core.runfolder import check_run_id
     from kdkit.core.stopsignals import interrupts
     from kdkit.machine.copyto import copy_while_waiting, ended_folders
     from kdkit.machine.waiting import TIMED_OUT, status_lines, wait_run
     from kdkit.machine.watch import place
 
-    check_run_id(run_id, "RUN_ID ")
     project = place(project_dir)
     copier = copy_while_waiting(copy_to, copy_every, project.runs, run_id, warn)
     with interrupts(hangup=True), copier:  # SIGHUP too: 129, the run goes on
@@ -105,10 +106,10 @@ def wait(run_id: str, timeout: float | None, copy_to: str | None, copy_every: in
 
 
 @click.command("logs")
-@click.argument("run_id")
+@click.argument("run_id", type=RunIdType("RUN_ID"))
 @click.option("-f", "--follow", is_flag=True, help="Keep printing as the container writes.")
 @project_option
-def logs(run_id: str, follow: bool, project_dir: Path | None) -> None:
+def logs(run_id: RunId, follow: bool, project_dir: Path | None) -> None:
     """Show (or follow with -f) the output of a run's container, escaped for the terminal."""
     from kdkit.core.stopsignals import interrupts
     from kdkit.machine.waiting import show_logs

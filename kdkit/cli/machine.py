@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kdkit.cli._options import backend_option, json_option, project_argument, whole
+from kdkit.cli._options import RunIdType, backend_option, json_option, project_argument, whole
 from kdkit.cli._output import container_output, emit_json, say, warn
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.probe.entry import run_command
@@ -105,7 +105,7 @@ def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
 @click.option("--workers", type=whole("2"), metavar="N",
               help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot on its share "
                    "of the manifest (stable hash of the ID); then one gathering proves every ID exactly once.")
-@click.option("--resume", metavar="RUN_ID",
+@click.option("--resume", metavar="RUN_ID", type=RunIdType("--resume"),
               help="Finish run RUN_ID (runs/RUN_ID, left by a kill or a stop): diagnose and verify-env first, "
                    "then the pilot skips its finished items and redoes the rest.")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:NAME",

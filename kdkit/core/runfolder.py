@@ -42,8 +42,6 @@ from kdkit.core.runid import ID_SHAPES as ID_SHAPES
 from kdkit.core.runid import RESUME_A_SHARE as RESUME_A_SHARE
 from kdkit.core.runid import WORKER_FOLDER as WORKER_FOLDER
 from kdkit.core.runid import base_id as base_id
-from kdkit.core.runid import check_new_run_id as check_new_run_id
-from kdkit.core.runid import check_run_id as check_run_id
 from kdkit.core.runid import gathered_folder as gathered_folder
 from kdkit.core.runid import new_run_id as new_run_id
 from kdkit.core.runid import worker_folder as worker_folder

@@ -75,6 +75,12 @@ class RunId(str):
     __slots__ = ()
 
 
+def as_run_id(name: str) -> RunId | None:
+    """A name read from the machine (a run folder's, a container label's) as a RunId; None when it
+    is not one, so a reader skips a folder someone else named."""
+    return RunId(name) if is_safe_id(name) else None
+
+
 def run_id_type(option: str, *, new: bool = False) -> Callable[[str], RunId]:
     """The parser's type of a run ID option or argument (argparse's ``type=``, kdkit.cli's RUN_ID):
     the value checked by :func:`check_new_run_id` (``new``: an ID for a new run) or

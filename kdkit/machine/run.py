@@ -72,7 +72,8 @@ from kdkit.config.project import Project, load_project
 from kdkit.core.errors import BadInput, Interrupted
 from kdkit.core.launchrecord import VARIABLE
 from kdkit.core.pilotconfig import inputs_folder
-from kdkit.core.runfolder import check_run_id, run_folders
+from kdkit.core.runfolder import run_folders
+from kdkit.core.runid import RunId
 from kdkit.core.safetext import printable
 from kdkit.core.stopsignals import interrupts
 from kdkit.docker_adapter import ContainerSpec, Engine, ImageFacts
@@ -208,7 +209,7 @@ def _resolve_image(engine: Engine, project: Project, backend: str | None, image:
 
 def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: str | None = None,
                 gpus: str | None = None, network: str = "none", env_file: Path | None = None,
-                command: list[str] | None = None, resume: str | None = None, engine: Engine | None = None,
+                command: list[str] | None = None, resume: RunId | None = None, engine: Engine | None = None,
                 host: HostFacts | None = None, mounts: Sequence[str] = ()) -> RunPlan:
     """Check everything a run needs and describe the container; nothing is written or started."""
     from kdkit.docker_adapter import connect
@@ -216,11 +217,9 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     if network not in NETWORKS:
         raise BadInput(f"--network {network}: choose one of {', '.join(NETWORKS)}")
     wanted_gpus = parse_gpus(gpus)
-    if resume is not None:
-        # an ID is data: refused before the engine is asked anything
-        check_run_id(resume, "--resume ")
-        if command:
-            raise BadInput("--resume ID and a command after --: give one or the other")
+    # --resume's ID is data, checked by its option's type before the engine is asked anything
+    if resume is not None and command:
+        raise BadInput("--resume ID and a command after --: give one or the other")
     env = read_env_file(env_file) if env_file is not None else {}
     project = load_project(project_dir)
     engine = engine or connect()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
-from kdkit.core.runid import check_run_id, gathered_folder
+from kdkit.core.runid import RunId, gathered_folder
 from kdkit.machine.naming import LABEL_PROJECT, LABEL_ROLE, LABEL_RUN
 from kdkit.machine.watch import WAIT_POLL_S, Place, folders_of, run_status
 
@@ -40,7 +40,7 @@ def _verdict(report: dict[str, Any]) -> int:
     return died if died is not None and not any(part.get("verdict") for part in parts) else 1
 
 
-def _gathered(project: Place, run_id: str) -> dict[str, Any]:
+def _gathered(project: Place, run_id: RunId) -> dict[str, Any]:
     """A workers run whose workers have all ended: gathered (once), and its status read again."""
     from kdkit.probe.pilot.gather import gather
 
@@ -51,11 +51,10 @@ def _gathered(project: Place, run_id: str) -> dict[str, Any]:
     return run_status(project, run_id)
 
 
-def wait_run(project: Place, run_id: str, timeout: float | None = None,
+def wait_run(project: Place, run_id: RunId, timeout: float | None = None,
              sleep: Callable[[float], None] = time.sleep) -> tuple[int, dict[str, Any]]:
     """Block until run ``run_id`` no longer runs; (its verdict's exit code, its status). Ctrl-C or
     SIGTERM (kdkit.core.stopsignals.interrupts, in the caller) stops the waiting, never the run."""
-    check_run_id(run_id, "RUN_ID ")
     if timeout is not None and timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected 0 or more seconds, e.g. --timeout 600")
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -109,13 +108,12 @@ def _remove_ended(project: Place, report: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- logs
 
 
-def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, bytes], None]) -> int:
+def show_logs(project: Place, run_id: RunId, follow: bool, sink: Callable[[str, bytes], None]) -> int:
     """Each of the run's containers' output to ``sink(label, chunk)`` (label "" for a one-container
     run, else "w<i>"); followed as it comes with ``follow``. Unavailable (exit 3) when no container
     of it is left."""
     from kdkit.docker_adapter import connect, labelled_containers
 
-    check_run_id(run_id, "RUN_ID ")
     found = labelled_containers({LABEL_PROJECT: str(project.root), LABEL_RUN: run_id})
     if found is None:
         raise Unavailable(f"run {run_id}: the Docker engine does not answer, so no container output can be read; "
@@ -139,7 +137,7 @@ def show_logs(project: Place, run_id: str, follow: bool, sink: Callable[[str, by
     return len(named)
 
 
-def _saved_logs(project: Place, run_id: str, sink: Callable[[str, bytes], None]) -> int:
+def _saved_logs(project: Place, run_id: RunId, sink: Callable[[str, bytes], None]) -> int:
     """An ended run's output as `kdkit wait` kept it; BadInput for a run this project never had."""
     saved = sorted((project.root / LOGS_FOLDER).glob(f"kdkit-{run_id}*.log"))
     saved = [path for path in saved if path.name in (f"kdkit-{run_id}.log",) or WORKER_LOG.fullmatch(

@@ -25,7 +25,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import age_seconds, process_alive, read_heartbeat
-from kdkit.core.runid import check_run_id, gathered_folder  # one rule of a run ID, one folder name
+from kdkit.core.runid import RunId, as_run_id, gathered_folder  # one rule of a run ID, one folder name
 from kdkit.docker_adapter import Labelled, labelled_containers
 from kdkit.machine.naming import LABEL_PROJECT, LABEL_ROLE, LABEL_RUN, container_name
 
@@ -216,11 +216,10 @@ def _engine_containers(project: Place, run_id: str | None) -> list[Labelled] | N
     return labelled_containers(wanted)
 
 
-def run_status(project: Place, run_id: str, containers: list[Labelled] | None = None) -> dict[str, Any]:
+def run_status(project: Place, run_id: RunId, containers: list[Labelled] | None = None) -> dict[str, Any]:
     """Where run ``run_id`` stands: its folders' states (a workers run: each worker's, and its
     gathering's) and its containers; BadInput when neither a folder nor a container of this project
     names it."""
-    check_run_id(run_id, "RUN_ID ")
     runs = project.runs
     if containers is None:
         containers = _engine_containers(project, run_id)
@@ -258,9 +257,9 @@ def _overall(parts: list[dict[str, Any]], gathered: Path) -> dict[str, Any]:
     return {"state": "ended", "gathered": None, "reason": "every worker has ended; `kdkit wait` gathers them"}
 
 
-def recent_runs(runs: Path, containers: list[Labelled] | None) -> list[str]:
+def recent_runs(runs: Path, containers: list[Labelled] | None) -> list[RunId]:
     """The runs `kdkit status` shows without an ID: those with a container or a running heartbeat,
-    and the most recent folder."""
+    and the most recent folder; a name that is no run ID is none of them."""
     ids = {c.labels[LABEL_RUN] for c in containers or [] if c.labels.get(LABEL_RUN)}
     newest: tuple[float, str] | None = None
     with os.scandir(runs) if runs.is_dir() else _nothing() as entries:
@@ -275,7 +274,7 @@ def recent_runs(runs: Path, containers: list[Labelled] | None) -> list[str]:
                 newest = (mtime, _base_id(entry.name))
     if newest is not None:
         ids.add(newest[1])
-    return sorted(ids)
+    return sorted(run_id for run_id in map(as_run_id, ids) if run_id is not None)
 
 
 def _base_id(folder: str) -> str:

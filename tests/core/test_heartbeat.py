@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import Heartbeat, read_heartbeat
 from kdkit.core.runfolder import HEARTBEAT, read_run, run_folders
 from tests.conftest import DATA, REPO, invoke
@@ -160,10 +159,21 @@ def test_the_readers_names_agree_with_the_run_folders() -> None:
     assert watch.WORKER_FOLDER.pattern == runfolder.WORKER_FOLDER.pattern
     assert runfolder.HEARTBEAT in runfolder.HARNESS_FILES
     # The run-ID rule and the gathering's name are the one rule's (kdkit.core.runid), not copies: status imports them.
-    assert watch.check_run_id is runid.check_run_id and watch.gathered_folder is runid.gathered_folder
-    for bad in ("../x", "a b", "x/y"):
-        with pytest.raises(BadInput, match="not a valid run ID"):
-            watch.run_status(watch.Place(Path("/nonexistent"), Path("/nonexistent/runs")), bad, containers=[])
+    assert watch.as_run_id is runid.as_run_id and watch.gathered_folder is runid.gathered_folder
+
+
+def test_status_without_an_id_shows_no_folder_whose_name_is_no_run_id(tmp_path: Path) -> None:
+    """RUN_ID is checked by its argument's type (test_bad_run_ids_are_exit_2); the runs `kdkit status` finds
+    by itself come from folder names and container labels, and one that is no run ID is none of them."""
+    from kdkit.machine import watch
+
+    for name in ("a b", "x;rm -rf", "\u202eevil", "20260101T000000Z-00000000"):
+        (tmp_path / name).mkdir()
+    labelled = [watch.Labelled("c1", "kdkit-up", "running", "Up", {watch.LABEL_RUN: "../up"})]
+    os.utime(tmp_path / "a b", (3e9, 3e9))  # the newest folder, named by no run
+    assert watch.recent_runs(tmp_path, labelled) == []
+    os.utime(tmp_path / "20260101T000000Z-00000000", (4e9, 4e9))
+    assert watch.recent_runs(tmp_path, labelled) == ["20260101T000000Z-00000000"]
 
 
 def test_a_run_kdkit_run_started_whose_container_is_gone_is_lost_at_once(docker_engine: None, project: Path) -> None:

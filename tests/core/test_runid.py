@@ -71,3 +71,18 @@ def test_a_bad_run_id_is_one_line_and_exit_2_before_any_file_is_read(
 
 def test_the_type_names_itself_in_argparse_s_words() -> None:
     assert run_id_type("--run-id").__name__ == "run ID"
+
+
+@pytest.mark.parametrize("argv", [["status", "../x"], ["wait", "../x"], ["logs", "../x"], ["run", "--resume", "../x"]],
+                         ids=["status", "wait", "logs", "run --resume"])
+def test_the_host_s_commands_type_their_run_id_too(argv: list[str], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the project is looked for or the engine asked: the same rule and line as in the container."""
+    from tests.conftest import invoke
+
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*argv)
+    label = "--resume" if "--resume" in argv else "RUN_ID"
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == f"Error: {label} '../x': not a valid run ID; use letters, digits, '.', " \
+                                             "'_' and '-' (first a letter or digit), at most 128"
