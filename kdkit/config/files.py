@@ -73,9 +73,9 @@ class AllowList:
                   for name, spec in project.config["backends"].items()]
         places = ["kdkit.json", *CAMPAIGN_FILES, *PROJECT_FOLDERS]
         places += [_relative(root, str(value), file, where) for file, where, value in named]
+        # each lock checked above: its pylock is beside it
         places += [_relative(root, os.path.relpath(project.backend(name).pylock, root), marker,
                              f"$.backends.{name}.lock")
-                   # each lock checked above: its pylock is beside it
                    for name in project.config["backends"]]
         # read nothing outside the project, even through a link
         if real_inside(root, pilot_file) is None:

@@ -48,8 +48,8 @@ def _same_version(a: str, b: str) -> bool:
 class Pin(Record):
     """One locked distribution."""
 
+    # the fields in their order (kdkit.core.record)
     __slots__ = ("name", "version", "public_version", "local", "marker", "hashes", "line",  # noqa: RUF023
-                 # the fields in their order (kdkit.core.record)
                  "extras", "source", "requires_python")
 
     def __init__(self, name: str, version: str, public_version: str, local: str | None, marker: str | None,

@@ -68,8 +68,8 @@ def reload_problems(folder: Path) -> list[str]:
         if name == PARAMS and data is not None and not isinstance(data.get(RUN_ID), str):
             problems.append(f"{folder / name}: $.{RUN_ID} missing (every run's {PARAMS} names its run); the copy "
                             "cannot be reloaded as a run")
+    # summary.md (a JSON file that is empty does not parse)
     problems += [problem for name in names if name != RESULTS and not name.endswith(".json")
-                 # summary.md (a JSON file that is empty does not parse)
                  and (problem := _empty(folder / name))]
     if kind == PILOT and summary is not None:
         problems += results_problems(folder / RESULTS, summary)

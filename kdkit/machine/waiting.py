@@ -4,10 +4,9 @@ follows a run.
 
 ``kdkit wait RUN_ID`` polls the run's state (its folder and its containers, as ``kdkit status``
 reads them) until it no longer runs; a workers run is then gathered (kdkit.probe.pilot.gather, as
-``kdkit run
---workers`` does in the foreground). Its exit code is the verdict: 0 pass, 1 fail, the container's
-own code when it died before its summary; :data:`TIMED_OUT` when ``--timeout`` passed first (the run
-goes on). The ended containers it waited on are removed.
+``kdkit run --workers`` does in the foreground). Its exit code is the verdict: 0 pass, 1 fail, the
+container's own code when it died before its summary; :data:`TIMED_OUT` when ``--timeout`` passed
+first (the run goes on). The ended containers it waited on are removed.
 """
 
 from __future__ import annotations

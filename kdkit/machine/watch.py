@@ -25,7 +25,7 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import age_seconds, process_alive, read_heartbeat
-from kdkit.core.runid import RunId, as_run_id, gathered_folder  # one rule of a run ID, one folder name
+from kdkit.core.runid import RunId, as_run_id, gathered_folder  # one run-ID rule, one folder name
 from kdkit.docker_adapter import Labelled, labelled_containers
 from kdkit.machine.naming import LABEL_PROJECT, LABEL_ROLE, LABEL_RUN, container_name
 

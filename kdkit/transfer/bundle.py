@@ -115,8 +115,8 @@ class Source:
 def essential_files(project: Project, lock: Path) -> list[str]:
     """Paths (relative to the project) the rented machine cannot do without."""
     pilot = project.pilot_config()
+    # the last: the manifest, else the JSONL corpus
     rel = [Path("kdkit.json"), project.pilot_config_path.relative_to(project.root),
-           # the manifest, else the JSONL corpus
            lock.relative_to(project.root), Path(listing_file(pilot))]
     return [PurePosixPath(os.path.normpath(p)).as_posix() for p in rel]
 

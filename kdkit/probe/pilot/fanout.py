@@ -121,8 +121,8 @@ def _print(outputs: list[bytes], placed: Placement, codes: list[int], as_json: b
             except ValueError:
                 docs.append(None)  # the worker failed before its result; its stderr said why
         shares = [{"worker": s.worker, "workers": s.workers} for s in placed.node_shares]
+        # kdkit.core.report: no raw control character, valid JSON
         print_result(True, {"launcher": placed.record(), "shares": shares, "exit_codes": codes, "workers": docs},
-                     # kdkit.core.report: no raw control character, valid JSON
                      "", ascii_only=False)
     else:
         print_result(False, None, "\n".join(text.rstrip("\n") for text in texts if text.strip()))

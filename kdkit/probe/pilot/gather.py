@@ -205,11 +205,11 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
     acc, problems = judge(cfg, workers)
     summary = summary_data(workers[0].run, cfg, workers, acc, problems)
+    # each worker's vectors, verified first
     vectors = [(w.share.worker, w.path / rf.VECTORS, w.path / rf.VECTOR_IDS) for w in workers
-               # each worker's verified first
                if (w.path / rf.VECTORS).is_file()] if acc is not None else []
+    # each worker's outputs, verified by judge, as the vectors
     outputs = [(w.name, w.path, rf.read_sums(w.path)) for w in workers
-               # verified by judge, as the vectors
                if (w.path / OUTPUTS).is_dir()] if acc is not None else []
     write_summary(destination, summary, force, vectors, outputs)
     return Gathered(summary, destination)

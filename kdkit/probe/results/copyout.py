@@ -71,8 +71,8 @@ def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
         sums = read_sums(folder)
         if not is_run_copy(sums, folder):
             return sums, _checkpoint_sums(folder, sums)
+        # never hashed here: hashed where it lands
         problems = [f"{folder / name}: missing, and not listed in {SUMS} either" for name in required_files(folder)
-                    # never hashed here: hashed where it lands
                     if name not in sums] + unlisted(folder, sums)
         if problems:
             raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
