@@ -51,8 +51,7 @@ UV_FLAGS = (
     "--no-config",
     # pip takes the best version among the candidates of every index and find-links; uv by default
     # stops at the first index that has the name (against dependency confusion). unsafe-best-match
-    # is uv's option that
-    # searches every index for the best version, as pip does:
+    # is uv's option that searches every index for the best version, as pip does:
     # https://docs.astral.sh/uv/pip/compatibility/#packages-that-exist-on-multiple-indexes
     "--index-strategy", "unsafe-best-match",
 )
