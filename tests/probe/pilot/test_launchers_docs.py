@@ -84,11 +84,14 @@ def split_run(words: list[str]) -> tuple[list[str], set[str], list[str]]:
 
 
 def gather_args(name: str) -> list[Any]:
-    """Each `kdkit gather` of an example, parsed by gather's own parser."""
+    """Each `kdkit gather` of an example, parsed by gather's own parser (which checks a run ID), its
+    variables expanded as the shell would on a job: ``$NAME`` to ``NAME-4242``, which says where it
+    came from."""
     script = script_of(name)
     parsed = []
     for line in shell_lines(script):
-        words = shlex.split(line) if "kdkit gather" in line else []
+        expanded = re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", r"\1-4242", line)
+        words = shlex.split(expanded) if "kdkit gather" in line else []
         if words:
             parsed.append(gather_parser().parse_args(words[words.index("gather") + 1:]))
     return parsed
@@ -165,7 +168,7 @@ def test_slurm_runs_one_task_per_node_and_gathers_its_job() -> None:
     assert options["ntasks-per-node"] == "1" and int(options["nodes"]) >= 2 and "exclusive" in options
     assert "srun bash kdkit-node.sh" in sbatch
     (gathered,) = gather_args("pilot.sbatch")
-    assert (gathered.roots, gathered.run_id, gathered.project) == ([Path("/app/runs")], "$SLURM_JOB_ID", Path(APP))
+    assert (gathered.roots, gathered.run_id, gathered.project) == ([Path("/app/runs")], "SLURM_JOB_ID-4242", Path(APP))
 
 
 def _confined(container: dict[str, Any], pod: dict[str, Any]) -> None:
