@@ -90,7 +90,7 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
     else:
         from rich.text import Text
 
-        rows = [(p["name"], Text(p["status"], style=_STATUS_STYLE[p["status"]]), p["detail"], p["fix"])
+        rows = [(p["name"], Text(p["verdict"], style=_STATUS_STYLE[p["verdict"]]), p["why"], p["fix"])
                 for p in report["points"]]
         subject = f"image {report['image']}" if report["image"] else f"the {report['backend']} lock {report['lock']}"
         _table(f"{report['gpu']['name']} with {subject}", ("point", "status", "detail", "fix"), rows)
@@ -110,13 +110,13 @@ def _conclude(report: dict[str, Any], as_json: bool) -> None:
     unknown."""
     from kdkit.order.extensions import blocks
 
-    failing = [p["name"] for p in report["points"] if blocks(p["name"], p["status"])]
+    failing = [p["name"] for p in report["points"] if blocks(p["name"], p["verdict"])]
     if failing:
         where = "in the report's fix fields" if as_json else "above"
         raise CheckFailed(f"{report['gpu']['name']}: not ready ({_names(failing)}); apply the fixes {where}, "
                           "then run `kdkit check` again")
     if not as_json:
-        unknown = [p["name"] for p in report["points"] if p["status"] == "unknown"]
+        unknown = [p["name"] for p in report["points"] if p["verdict"] == "unknown"]
         say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)" if not unknown else
             f"{report['gpu']['name']}: no point fails, but {len(unknown)} unknown ({_names(unknown)}): your "
             "diagnose will import them on the machine (notes are yours to confirm)")

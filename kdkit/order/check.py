@@ -12,7 +12,7 @@ read by :mod:`kdkit.order.checksubject`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from os import environ
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,13 @@ from kdkit.core.builds import (
     version_tuple,
 )
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding, finding_json
 from kdkit.core.lockfile import parse_lock
 from kdkit.core.safetext import printable
 from kdkit.facts.catalog import Catalog, Offer, load_catalog
 from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
 from kdkit.facts.platforms import docker_arch, linux_arch
-from kdkit.order.checkmodel import Point, Subject
+from kdkit.order.checkmodel import Subject, check_point
 from kdkit.order.checksubject import image_subject, lock_subject
 
 OFF = ("", "0", "false", "no", "off")  # KDKIT_OFFLINE values that leave the network on
@@ -113,49 +114,49 @@ def _ranges(builds: list[Build]) -> str:
 # ---------------------------------------------------------------- the points
 
 
-def _backend_point(offer: Offer, backend: str, project: Project) -> Point:
+def _backend_point(offer: Offer, backend: str, project: Project) -> Finding:
     if offer.backend == backend:
-        return Point("backend", "ok", f"{offer.name} ({offer.vendor}) runs the {backend} backend")
+        return check_point("backend", "ok", f"{offer.name} ({offer.vendor}) runs the {backend} backend")
     first = "" if offer.backend in project.config["backends"] else \
         f"add backends.{offer.backend} to kdkit.json (see `kdkit init --help` for its fields), then "
-    return Point("backend", "fail",
-                 f"{offer.name} is an {offer.vendor.upper()} card: it runs the {offer.backend} backend, "
-                 f"not {backend}",
-                 f"{first}check and lock the {offer.backend} backend: `kdkit lock --backend {offer.backend}`, then "
-                 f"`kdkit check --gpu {offer.name!r} --backend {offer.backend}`")
+    return check_point("backend", "fail",
+                       f"{offer.name} is an {offer.vendor.upper()} card: it runs the {offer.backend} backend, "
+                       f"not {backend}",
+                       f"{first}check and lock the {offer.backend} backend: `kdkit lock --backend {offer.backend}`, "
+                       f"then `kdkit check --gpu {offer.name!r} --backend {offer.backend}`")
 
 
-def _cpu_point(offer: Offer, subject: Subject) -> Point:
+def _cpu_point(offer: Offer, subject: Subject) -> Finding:
     docker = docker_arch(offer.cpu_arch)
     if not linux_arch(subject.platform)[1]:
-        return Point("cpu", "fail",
-                     f"{subject.what} was made on {subject.platform}, not Linux: its wheels and markers are that "
-                     f"system's, and {offer.name} hosts run Linux on {offer.cpu_arch}",
-                     f"lock for linux/{docker}: `kdkit lock --in-container` (resolves inside the backend's Linux base "
-                     "image) on a machine with a Docker engine")
+        return check_point("cpu", "fail",
+                           f"{subject.what} was made on {subject.platform}, not Linux: its wheels and markers are that "
+                           f"system's, and {offer.name} hosts run Linux on {offer.cpu_arch}",
+                           f"lock for linux/{docker}: `kdkit lock --in-container` (resolves inside the backend's "
+                           "Linux base image) on a machine with a Docker engine")
     if subject.cpu_arch is None:
-        return Point("cpu", "unknown", f"{subject.what} does not say which CPU architecture it was made for; "
-                     f"{offer.name} hosts are {offer.cpu_arch}", "re-lock with `kdkit lock`, which records it")
+        return check_point("cpu", "unknown", f"{subject.what} does not say which CPU architecture it was made for; "
+                           f"{offer.name} hosts are {offer.cpu_arch}", "re-lock with `kdkit lock`, which records it")
     if subject.cpu_arch == offer.cpu_arch:
-        return Point("cpu", "ok", f"{subject.what} is for {subject.cpu_arch}, as {offer.name} hosts are")
+        return check_point("cpu", "ok", f"{subject.what} is for {subject.cpu_arch}, as {offer.name} hosts are")
     host = f"{offer.name} hosts are {offer.cpu_arch}" + (" (Grace)" if offer.cpu_arch == "aarch64" else "")
-    return Point("cpu", "fail",
-                 f"{subject.what} is for {subject.cpu_arch} but {host}: its wheels and binaries do not run there",
-                 f"make the lock and the image on linux/{docker}: run `kdkit lock --in-container` and `kdkit build` on "
-                 f"an {offer.cpu_arch} machine (or in a linux/{docker} container through QEMU binfmt)")
+    return check_point("cpu", "fail",
+                       f"{subject.what} is for {subject.cpu_arch} but {host}: its wheels and binaries do not run there",
+                       f"make the lock and the image on linux/{docker}: run `kdkit lock --in-container` and `kdkit "
+                       f"build` on an {offer.cpu_arch} machine (or in a linux/{docker} container through QEMU binfmt)")
 
 
-def _build_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+def _build_point(offer: Offer, subject: Subject, pairings: Pairings) -> Finding:
     index = pairings.index(subject.label)
     backend = index["backend"] if index else label_backend(subject.label) or "cpu"
     if backend != offer.backend:
-        return Point("build", "fail",
-                     f"{subject.what} has torch {subject.version}, a {backend} build; {offer.name} "
-                     f"({offer.architecture}) needs a {offer.backend} build", instead(offer, pairings, subject))
-    return Point("build", "ok", f"{subject.what} has torch {subject.version}, a {backend} build")
+        return check_point("build", "fail",
+                           f"{subject.what} has torch {subject.version}, a {backend} build; {offer.name} "
+                           f"({offer.architecture}) needs a {offer.backend} build", instead(offer, pairings, subject))
+    return check_point("build", "ok", f"{subject.what} has torch {subject.version}, a {backend} build")
 
 
-def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Finding:
     card = offer.architecture
     # a lock: its torch wheel, read on its index
     if subject.arch_list is None and subject.wheel_lock is not None:
@@ -167,7 +168,7 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
         if reading.arch_list is None:
             point = _table_kernel_point(offer, subject, pairings)
             why = f"; the locked wheel was not read ({reading.reason}), so this is the pairings' answer"
-            return replace(point, detail=point.detail + (why if reading.reason else ""), source="facts")
+            return point._replace(why=point.why + (why if reading.reason else ""), source="facts")
         subject = replace(subject, arch_list=reading.arch_list, arch_source=reading.where())
     # the image's own torch, or the locked wheel: the strongest evidence there is
     if subject.arch_list is not None:
@@ -176,22 +177,22 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
         carried = ", ".join(subject.arch_list) or "no GPU code"
         code = code_for(card, subject.arch_list)
         if code is not None:
-            return Point("kernels", "ok", f"{whose} carries {code}, which runs on {card} "
-                         f"(read from {subject.arch_source or 'the image'}: {carried})", source=source)
-        return Point("kernels", "fail",
-                     f"{whose} carries {carried} (read from {subject.arch_source or 'the image'}): no code "
-                     f"for {offer.name}'s {card}; on the machine this is 'no kernel image is available for "
-                     "execution on the device'", instead(offer, pairings, subject), source=source)
-    point = replace(_table_kernel_point(offer, subject, pairings), source="facts")
+            return check_point("kernels", "ok", f"{whose} carries {code}, which runs on {card} "
+                               f"(read from {subject.arch_source or 'the image'}: {carried})", source=source)
+        return check_point("kernels", "fail",
+                           f"{whose} carries {carried} (read from {subject.arch_source or 'the image'}): no code "
+                           f"for {offer.name}'s {card}; on the machine this is 'no kernel image is available for "
+                           "execution on the device'", instead(offer, pairings, subject), source=source)
+    point = _table_kernel_point(offer, subject, pairings)._replace(source="facts")
     # an image whose own list is not known: say so, then the table's answer
     if subject.what.startswith("image "):
         why = subject.arch_source or "no dev.kdkit.torch.arch_list label: built before kdkit recorded it"
-        point = replace(point, detail=f"{point.detail}; the image's own arch list is unknown ({why}), so this is "
+        point = point._replace(why=f"{point.why}; the image's own arch list is unknown ({why}), so this is "
                                       "the pairings' answer")
     return point
 
 
-def _table_kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+def _table_kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Finding:
     """The kernels point from the published builds kdkit knows (before any image exists)."""
     card = offer.architecture
     cpu = subject.cpu_arch or "x86_64"
@@ -205,48 +206,49 @@ def _table_kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> P
             where = f"kdkit's pairings list no {cpu} builds of torch {torch_minor(subject.version)}"
         else:
             where = f"kdkit knows torch releases {', '.join(pairings.releases())}"
-        return Point("kernels", "unknown",
-                     f"kdkit's pairings know no {subject.cpu_arch or 'x86_64'} build of torch {subject.version} from "
-                     f"{subject.label} ({where})",
-                     "build the image and run `kdkit check --image IMG`, which reads the architectures of the torch "
-                     "installed in it; or " + instead(offer, pairings, subject))
+        return check_point("kernels", "unknown",
+                           f"kdkit's pairings know no {subject.cpu_arch or 'x86_64'} build of torch "
+                           f"{subject.version} from {subject.label} ({where})",
+                           "build the image and run `kdkit check --image IMG`, which reads the architectures of "
+                           "the torch installed in it; or " + instead(offer, pairings, subject))
     code = build.code_for(card)
     source = f"pairings: torch {build.name}, {build.source}"
     if code is not None:
-        return Point("kernels", "ok", f"torch {subject.version} carries {code}, which runs on {card} ({source})")
+        return check_point("kernels", "ok", f"torch {subject.version} carries {code}, which runs on {card} ({source})")
     carried = ", ".join(build.architectures) or "no GPU code"
     if not build.complete:
-        return Point("kernels", "unknown",
-                     f"{card} is not among the targets kdkit knows for torch {build.name} ({carried}); that list is "
-                     f"partial ({source})",
-                     "build the image and run `kdkit check --image IMG` (it reads the installed torch's own list)")
-    return Point("kernels", "fail",
-                 f"torch {subject.version} carries {carried}: no code for {offer.name}'s {card} ({source}); on the "
-                 "machine this is 'no kernel image is available for execution on the device'",
-                 instead(offer, pairings, subject))
+        return check_point("kernels", "unknown",
+                           f"{card} is not among the targets kdkit knows for torch {build.name} ({carried}); that "
+                           f"list is partial ({source})",
+                           "build the image and run `kdkit check --image IMG` (it reads the installed torch's "
+                           "own list)")
+    return check_point("kernels", "fail",
+                       f"torch {subject.version} carries {carried}: no code for {offer.name}'s {card} ({source}); on "
+                       "the machine this is 'no kernel image is available for execution on the device'",
+                       instead(offer, pairings, subject))
 
 
-def _driver_point(offer: Offer, subject: Subject, pairings: Pairings) -> Point:
+def _driver_point(offer: Offer, subject: Subject, pairings: Pairings) -> Finding:
     if offer.backend == "rocm":
-        return Point("driver", "note", "the host needs the amdgpu kernel driver and /dev/kfd access",
-                     "ask the provider; `kdkit diagnose` checks /dev/kfd on arrival (add the render group)")
+        return check_point("driver", "note", "the host needs the amdgpu kernel driver and /dev/kfd access",
+                           "ask the provider; `kdkit diagnose` checks /dev/kfd on arrival (add the render group)")
     parsed = parse_label(subject.label)
     toolkit = parsed[1] if parsed and parsed[0] == "cuda" else None
     if toolkit is None:
-        return Point("driver", "unknown", f"the CUDA version of {subject.label} is not known",
-                     "add the index to a project pairings.json")
+        return check_point("driver", "unknown", f"the CUDA version of {subject.label} is not known",
+                           "add the index to a project pairings.json")
     floor = pairings.driver_floor(toolkit, offer.architecture)
     if floor is None:
-        return Point("driver", "unknown", f"no minimum driver known for CUDA {toolkit}",
-                     "add it under drivers in a project pairings.json")
+        return check_point("driver", "unknown", f"no minimum driver known for CUDA {toolkit}",
+                           "add it under drivers in a project pairings.json")
     minimum, why = floor
-    return Point("driver", "note",
-                 f"torch {subject.version} (CUDA {toolkit}) on {offer.name} needs an NVIDIA host driver >= {minimum} "
-                 f"(the floor of {why}, pairings.json drivers)",
-                 "ask the provider for the driver version; `kdkit diagnose` checks it on arrival")
+    return check_point("driver", "note",
+                       f"torch {subject.version} (CUDA {toolkit}) on {offer.name} needs an NVIDIA host driver >= "
+                       f"{minimum} (the floor of {why}, pairings.json drivers)",
+                       "ask the provider for the driver version; `kdkit diagnose` checks it on arrival")
 
 
-def _memory_point(project: Project, offer: Offer) -> Point:
+def _memory_point(project: Project, offer: Offer) -> Finding:
     """The lower bound from kdkit.json's memory section, and the pilot's measured peak, against a
     card."""
     from kdkit.order.memory import DOES_NOT_FIT, estimate_memory, job_from_config, measured_verdict, pilot_peak
@@ -268,19 +270,19 @@ def _memory_point(project: Project, offer: Offer) -> Point:
     if peak is not None:
         detail += f"; pilot {peak['run_id']} measured {peak['peak_gib']} GiB on {peak['device'] or 'an unnamed device'}"
     if verdict == DOES_NOT_FIT:
-        return Point("memory", "fail", detail, "a card with more memory, a smaller batch or sequence, or "
-                     "lower precision (validated on your own inputs)")
-    return Point("memory", "note", detail, fix)
+        return check_point("memory", "fail", detail, "a card with more memory, a smaller batch or sequence, or "
+                           "lower precision (validated on your own inputs)")
+    return check_point("memory", "note", detail, fix)
 
 
-def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[Point]:
+def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[Finding]:
     """cpu, then build, then kernels and driver: a lock for another CPU or backend is not judged
     further (its kernels would be another machine's)."""
     points = [_cpu_point(offer, subject)]
-    if points[0].status == "fail":
+    if points[0].verdict == "fail":
         return points
     points.append(_build_point(offer, subject, pairings))
-    if points[-1].status == "ok":
+    if points[-1].verdict == "ok":
         points += [_kernel_point(offer, subject, pairings), _driver_point(offer, subject, pairings)]
     return points
 
@@ -288,7 +290,7 @@ def _subject_points(offer: Offer, subject: Subject, pairings: Pairings) -> list[
 # ---------------------------------------------------------------- the check
 
 
-def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Point]]:
+def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Finding]]:
     """The offer judged, the one whose memory is judged, and a note naming the choices: a bare name
     that fits several offers of one architecture (``V100``) is judged on their shared architecture
     and on the smallest memory among them."""
@@ -297,9 +299,10 @@ def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Point]]:
         return offer, offer, []
     fits = [catalog.find(n) for n in names]
     smallest = min(fits, key=lambda o: o.memory_gb)
-    note = Point("choices", "note", f"{printable(name)} fits {', '.join(names)}: kernels, driver and CPU are judged "
-                 f"on their shared {offer.architecture}, memory on the smallest ({smallest.name}, "
-                 f"{smallest.memory_gb:g} GB)", "pass the exact offer as --gpu to judge its own memory")
+    note = check_point("choices", "note", f"{printable(name)} fits {', '.join(names)}: kernels, driver and CPU are "
+                                          "judged "
+                       f"on their shared {offer.architecture}, memory on the smallest ({smallest.name}, "
+                       f"{smallest.memory_gb:g} GB)", "pass the exact offer as --gpu to judge its own memory")
     return offer, smallest, [note]
 
 
@@ -332,12 +335,12 @@ def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | Non
         if isinstance(found, Subject):
             found = replace(found, wheel_lock=lock, python=project.python,
                             offline=offline or environ.get("KDKIT_OFFLINE", "").strip().lower() not in OFF)
-        points += [found] if isinstance(found, Point) else _subject_points(offer, found, pairings)
+        points += [found] if isinstance(found, Finding) else _subject_points(offer, found, pairings)
     else:
         points, found = points + _subject_points(offer, subject, pairings), subject
     points += [*extension_points(project, offer, found, lock), _memory_point(project, smallest),
                *choices]
     return {"project": str(project.root), "gpu": offer.summary(), "backend": chosen.name,
-            "lock": str(chosen.lock), "image": image, "ok": not any(blocks(p.name, p.status) for p in points),
-            "points": [{k: v for k, v in asdict(p).items() if k != "source" or v is not None} for p in points]}
+            "lock": str(chosen.lock), "image": image, "ok": not any(blocks(p.name, p.verdict) for p in points),
+            "points": [finding_json(p) for p in points]}
 

@@ -1,25 +1,21 @@
-"""The values of `kdkit check`: a point of its report and the subject judged (a lock's torch pin or
-an image's torch). Kept apart from kdkit.order.check so that the point makers beside it
-(kdkit.order.extensions) import them without importing check back."""
+"""The values of `kdkit check`: a point of its report (a finding) and the subject judged (a lock's
+torch pin or an image's torch). Kept apart from kdkit.order.check so that the point makers beside
+it (kdkit.order.extensions) import them without importing check back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdkit.core.finding import Finding
 from kdkit.core.lockfile import Lock
 
 
-@dataclass(frozen=True)
-class Point:
-    """One point of ``kdkit check``: ok, fail, unknown (cannot be shown to hold) or note (to
-    confirm)."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str | None = None
-    # the kernels point's evidence: "image", "wheel" (the locked wheel read) or "facts"
-    source: str | None = None
+def check_point(name: str, verdict: str, why: str, fix: str | None = None,
+                source: str | None = None) -> Finding:
+    """One point of ``kdkit check``, a finding of its ``check`` section: ok, fail, unknown (cannot
+    be shown to hold) or note (to confirm). ``source``: the kernels point's evidence, "image",
+    "wheel" (the locked wheel read) or "facts"."""
+    return Finding("check", name, None, None, "", None, verdict, why, fix, source=source)
 
 
 @dataclass(frozen=True)

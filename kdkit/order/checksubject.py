@@ -11,42 +11,47 @@ from __future__ import annotations
 
 from kdkit.core.builds import header_build, index_label, is_pypi, parse_label, split_version
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.lockfile import Lock
 from kdkit.facts.pairings import Pairings, load_pairings
 from kdkit.facts.platforms import image_environment, linux_arch
-from kdkit.order.checkmodel import Point, Subject
+from kdkit.order.checkmodel import Subject, check_point
 
 ARCH_LABEL = "dev.kdkit.torch.arch_list"
 ARCH_SOURCE_LABEL = "dev.kdkit.torch.arch_source"
 
 
 def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
-                 pairings: Pairings | None = None) -> Subject | Point:
+                 pairings: Pairings | None = None) -> Subject | Finding:
     """The parsed lock's torch pin for the image (Linux, CPython ``python``, the lock's CPU: a lock
     for several environments pins one torch per marker) as a subject, or the failing point that
     stops the check (None: no lock yet)."""
     if lock is None:
-        return Point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
+        return check_point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
     platform = lock.header.get("platform", "")
     pin = lock.pin_for("torch", image_environment(python, platform))
     if pin is None:
         where = f" for the image (Linux, Python {python})" if "torch" in lock.candidates else ""
-        return Point("lock", "fail", f"{relative}: torch is not pinned{where}",
-                     "add torch to requirements/base.in, then `kdkit lock`")
+        return check_point("lock", "fail", f"{relative}: torch is not pinned{where}",
+                           "add torch to requirements/base.in, then `kdkit lock`")
     if not pin.version:
-        return Point("lock", "fail", f"{relative}:{pin.line}: torch comes from {pin.source}, with no version kdkit "
-                     "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
+        return check_point("lock", "fail", f"{relative}:{pin.line}: torch comes from {pin.source}, with no version "
+                                           "kdkit "
+                           "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit "
+                                                       "lock`")
     # The build: the pin's local label, else (a hashed pin fixes the file) the build the header
     # records for PyPI's plain torch, else the torch index the lock names.
     recorded = None if pin.local else header_build(lock.header)
     problem = (pairings or load_pairings()).pypi_header_problem(pin.version, linux_arch(platform)[0] or "x86_64",
                                                                 recorded)
     if problem is not None:
-        return Point("lock", "fail", f"{relative}: {problem}", f"re-lock with `kdkit lock --backend {backend}`")
+        return check_point("lock", "fail", f"{relative}: {problem}", f"re-lock with `kdkit lock --backend {backend}`")
     label = pin.local or recorded or _index_build(lock.options, pin.version, platform, pairings)
     if not label or parse_label(label) is None:
-        return Point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, "
-                     "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
+        return check_point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit "
+                                           "can read, "
+                           "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the "
+                                                                       "label")
     version = pin.version if pin.local else f"{pin.version}+{label}"
     return Subject(relative, version, label, linux_arch(platform)[0], platform=platform, pypi=not pin.local)
 

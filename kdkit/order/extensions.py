@@ -10,6 +10,7 @@ on arrival. A failing one does (exit 1).
 from __future__ import annotations
 
 from kdkit.config.project import Project
+from kdkit.core.finding import Finding
 from kdkit.core.lockfile import Lock
 from kdkit.facts.catalog import Offer
 from kdkit.facts.extensions import (
@@ -21,7 +22,7 @@ from kdkit.facts.extensions import (
     label_verdict,
     load_extension_facts,
 )
-from kdkit.order.checkmodel import Point, Subject
+from kdkit.order.checkmodel import Subject, check_point
 
 PREFIX = "extension "
 DIAGNOSE = "your diagnose will import it on the machine"
@@ -63,7 +64,7 @@ def _verdict(ext: Extension, offer: Offer, subject: Subject, pinned: str | None)
     return judge(ext, offer.backend, offer.architecture, version, toolkit)
 
 
-def _point(ext: Extension, offer: Offer, subject: Subject, version: str | None, where: str) -> Point:
+def _point(ext: Extension, offer: Offer, subject: Subject, version: str | None, where: str) -> Finding:
     verdict = _verdict(ext, offer, subject, version)
     detail = verdict.reason
     if version is None and not ext.torch_pairs:
@@ -76,24 +77,25 @@ def _point(ext: Extension, offer: Offer, subject: Subject, version: str | None, 
     elif verdict.status == "fail":
         fix = (f"choose a card {ext.name} supports, or a release of {ext.name} that supports {offer.name} "
                f"({offer.architecture}), then `kdkit lock`")
-    return Point(PREFIX + ext.name, verdict.status, detail, fix)
+    return check_point(PREFIX + ext.name, verdict.status, detail, fix)
 
 
-def _unknown_module(module: str) -> Point:
-    return Point(PREFIX + module, "unknown", f"no facts for {module}; {DIAGNOSE}",
-                 "`kdkit diagnose` on arrival imports it (and calls its smoke function when kdkit.json names one)")
+def _unknown_module(module: str) -> Finding:
+    return check_point(PREFIX + module, "unknown", f"no facts for {module}; {DIAGNOSE}",
+                       "`kdkit diagnose` on arrival imports it (and calls its smoke function when kdkit.json names "
+                       "one)")
 
 
-def extension_points(project: Project, offer: Offer, subject: Subject | Point, lock: Lock | None) -> list[Point]:
+def extension_points(project: Project, offer: Offer, subject: Subject | Finding, lock: Lock | None) -> list[Finding]:
     """One point per extension kdkit.json lists or the parsed ``lock`` pins (None when an image is
     judged), each judged once; none when the lock itself failed (``subject`` is that failing
     point)."""
-    if isinstance(subject, Point):
+    if isinstance(subject, Finding):
         return []
     where = subject.what
     facts = load_extension_facts()
     versions = _lock_versions(lock, project.python, facts)
-    points: dict[str, Point] = {}
+    points: dict[str, Finding] = {}
     for item in project.extensions:
         module = str(item["module"])
         ext = facts.by_module(module)

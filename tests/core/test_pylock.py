@@ -189,7 +189,7 @@ def run_json(lock: Path, python: Path, *extra: str) -> tuple[int, dict[str, Any]
 
 
 def kinds(report: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {(f["kind"], f["name"], f["severity"]) for f in report["findings"]}
+    return {(f["name"], f["where"], f["verdict"]) for f in report["findings"]}
 
 
 # ---------------------------------------------------------------- the lock model
@@ -236,9 +236,9 @@ def test_verdicts_on_the_tools_locks(world: World, tmp_path: Path, tool: str) ->
     assert (code, report["findings"], report["format"], report["warnings"]) == (0, [], "pylock", [])
     code, report = run_json(lock_with(tmp_path / "pylock.more.toml", "alpha==1.0", "beta==2.1", "zope.thing==1.0"),
                             world.main)
-    assert code == 1 and kinds(report) == {("version", "beta", "error"), ("missing", "zope-thing", "error")}
+    assert code == 1 and kinds(report) == {("version", "beta", "fail"), ("missing", "zope-thing", "fail")}
     extra = lock_with(tmp_path / "pylock.less.toml", "alpha==1.0")
-    assert kinds(run_json(extra, world.main)[1]) == {("extra", "beta", "warning")}
+    assert kinds(run_json(extra, world.main)[1]) == {("extra", "beta", "warn")}
     assert run_json(extra, world.main, "--strict")[0] == 1
 
 
@@ -256,10 +256,10 @@ def test_environments_none_of_which_holds(world: World, tmp_path: Path) -> None:
     lock = write_pylock(tmp_path / "pylock.toml", [alpha(world), beta(world)],
                         environments=["sys_platform == 'win32'", "sys_platform == 'darwin'"])
     code, report = run_json(lock, world.main)
-    assert code == 1 and kinds(report) == {("environment", "python", "error")}
+    assert code == 1 and kinds(report) == {("environment", "python", "fail")}
     finding = report["findings"][0]
-    assert finding["locked"] == "sys_platform == 'win32' | sys_platform == 'darwin'"
-    assert finding["installed"].startswith(f"{sys.platform} ")
+    assert finding["threshold"] == "sys_platform == 'win32' | sys_platform == 'darwin'"
+    assert finding["reading"].startswith(f"{sys.platform} ")
     write_pylock(lock, [alpha(world), beta(world)], environments=["sys_platform == 'win32'",
                                                                   f"sys_platform == '{sys.platform}'"])
     assert run_json(lock, world.main) == (0, {**report, "ok": True, "findings": [], "counts": {
@@ -271,14 +271,15 @@ def test_requires_python_of_the_lock_and_of_a_package(world: World, tmp_path: Pa
     lock = write_pylock(tmp_path / "pylock.toml", [alpha(world), beta(world)], requires_python=">=3.99")
     code, report = run_json(lock, world.main)
     assert code == 1 and report["findings"] == [{
-        "kind": "requires-python", "name": "python", "severity": "error", "locked": ">=3.99", "installed": here,
-        "line": None, "message": f"the lock requires Python >=3.99 and this interpreter is {here}; use a Python "
-                                 "that meets it, or relock on this one"}]
+        "section": "env", "name": "requires-python", "where": "python", "verdict": "fail", "threshold": ">=3.99",
+        "reading": here, "unit": "", "source": None, "gpu": None, "fix": None, "provider": None,
+        "why": f"the lock requires Python >=3.99 and this interpreter is {here}; use a Python "
+               "that meets it, or relock on this one"}]
     write_pylock(lock, [alpha(world, requires_python=">=3.99"), beta(world)], requires_python=f"=={here}")
     code, report = run_json(lock, world.main)
-    assert code == 1 and kinds(report) == {("requires-python", "alpha", "error")}
+    assert code == 1 and kinds(report) == {("requires-python", "alpha", "fail")}
     write_pylock(lock, [alpha(world, requires_python=">=3.99", marker='sys_platform == "win32"'), beta(world)])
-    assert kinds(run_json(lock, world.main)[1]) == {("extra", "alpha", "warning")}  # its marker is false: skipped
+    assert kinds(run_json(lock, world.main)[1]) == {("extra", "alpha", "warn")}  # its marker is false: skipped
 
 
 def test_versions_under_markers_and_dependency_groups(world: World, tmp_path: Path) -> None:
@@ -290,9 +291,9 @@ def test_versions_under_markers_and_dependency_groups(world: World, tmp_path: Pa
     write_pylock(lock, [alpha(world), dev], default_groups=["dev"])
     assert run_json(lock, world.main)[1]["findings"] == []  # dependency_groups is the default groups
     write_pylock(lock, [alpha(world), dev])
-    assert kinds(run_json(lock, world.main)[1]) == {("extra", "beta", "warning")}
+    assert kinds(run_json(lock, world.main)[1]) == {("extra", "beta", "warn")}
     write_pylock(lock, [alpha(world), beta(world, marker='"gpu" in extras')], extras=["gpu"])
-    assert kinds(run_json(lock, world.main)[1]) == {("extra", "beta", "warning")}  # no extra is selected
+    assert kinds(run_json(lock, world.main)[1]) == {("extra", "beta", "warn")}  # no extra is selected
 
 
 def test_vcs_entry_against_the_installed_commit(world: World, tmp_path: Path) -> None:
@@ -300,17 +301,17 @@ def test_vcs_entry_against_the_installed_commit(world: World, tmp_path: Path) ->
     same = world.uv_lock(tmp_path / "pylock.same.toml", f"gamma @ git+{url}@{world.commits[0]}", "alpha==1.0",
                          "beta==2.0")
     code, report = run_json(same, world.git)
-    assert code == 0 and kinds(report) == {("direct-source", "gamma", "warning")}
-    assert report["findings"][0]["locked"] == f"git {url}@{world.commits[0]}"
+    assert code == 0 and kinds(report) == {("direct-source", "gamma", "warn")}
+    assert report["findings"][0]["threshold"] == f"git {url}@{world.commits[0]}"
     assert run_json(same, world.git, "--strict")[0] == 1
     other = world.pip_lock(tmp_path / "pylock.other.toml", f"gamma @ git+{url}@{world.commits[1]}", "alpha==1.0",
                            "beta==2.0")
     code, report = run_json(other, world.git)
     line = parse_lock(other).pins["gamma"].line  # pip sorts the packages by name
-    assert code == 1 and [(f["kind"], f["message"]) for f in report["findings"]] == [
+    assert code == 1 and [(f["name"], f["why"]) for f in report["findings"]] == [
         ("source", f"gamma: locked from git {url}@{world.commits[1]} (line {line}) but the installed git commit is "
                    f"{world.commits[0]}; reinstall it from the lock")]
-    assert kinds(run_json(other, world.main)[1]) == {("missing", "gamma", "error")}
+    assert kinds(run_json(other, world.main)[1]) == {("missing", "gamma", "fail")}
 
 
 def test_directory_and_archive_entries(world: World, tmp_path: Path) -> None:
@@ -318,15 +319,15 @@ def test_directory_and_archive_entries(world: World, tmp_path: Path) -> None:
                          f"gamma @ {world.repo.as_uri()}", "beta==2.0")
     for python in (world.pipdirect, world.uvdirect):
         code, report = run_json(lock, python)
-        assert code == 0 and kinds(report) == {("direct-source", "alpha", "warning"),
-                                               ("direct-source", "gamma", "warning")}
+        assert code == 0 and kinds(report) == {("direct-source", "alpha", "warn"),
+                                               ("direct-source", "gamma", "warn")}
     code, report = run_json(lock, world.main)  # alpha from the index, gamma absent
-    assert code == 1 and kinds(report) == {("source", "alpha", "error"), ("missing", "gamma", "error")}
+    assert code == 1 and kinds(report) == {("source", "alpha", "fail"), ("missing", "gamma", "fail")}
     archive = {"path": str(world.w["alpha09"]), "hashes": {"sha256": sha256(world.w["alpha"])}}
     moved = write_pylock(tmp_path / "pylock.moved.toml", [
         {"name": "gamma", "directory": {"path": "elsewhere"}}, beta(world), {"name": "alpha", "archive": archive}])
     code, report = run_json(moved, world.pipdirect)
-    assert code == 1 and {(f["kind"], f["name"], f["installed"]) for f in report["findings"]} == {
+    assert code == 1 and {(f["name"], f["where"], f["reading"]) for f in report["findings"]} == {
         ("source", "gamma", world.repo.as_uri()), ("source", "alpha", world.w["alpha"].as_uri())}
 
 
@@ -346,11 +347,12 @@ def test_direct_source_and_format_in_json(world: World, tmp_path: Path) -> None:
     lock = world.uv_lock(tmp_path / "pylock.toml", f"gamma @ git+{world.repo.as_uri()}@{world.commits[0]}")
     code, report = run_json(lock, world.git)
     assert code == 0 and report["format"] == "pylock" and report["warnings"] == []
-    assert [f for f in report["findings"] if f["kind"] == "direct-source"] == [{
-        "kind": "direct-source", "name": "gamma", "severity": "warning", "locked": str(parse_lock(lock).pins[
-            "gamma"].source), "installed": world.repo.as_uri(), "line": 7,
-        "message": f"gamma 3.0 is installed from git {world.repo.as_uri()}@{world.commits[0]}, as locked (line 7); "
-                   "no index release and hash prove that code, only where it came from"}]
+    assert [f for f in report["findings"] if f["name"] == "direct-source"] == [{
+        "section": "env", "name": "direct-source", "where": "gamma", "verdict": "warn", "threshold": str(parse_lock(
+            lock).pins["gamma"].source), "reading": world.repo.as_uri(), "unit": "", "source": "line 7", "gpu": None,
+        "fix": None, "provider": None,
+        "why": f"gamma 3.0 is installed from git {world.repo.as_uri()}@{world.commits[0]}, as locked (line 7); "
+               "no index release and hash prove that code, only where it came from"}]
     requirements = tmp_path / "lock.txt"
     requirements.write_text(f"alpha==1.0 --hash=sha256:{sha256(world.w['alpha'])}\n", encoding="utf-8")
     assert run_json(requirements, world.main)[1]["format"] == "requirements"
@@ -511,10 +513,10 @@ def kdkit_plan(lock: Path, python: Path, _v: World) -> Plan:
     if result.exit_code == 2:
         return "refused"
     findings = json.loads(result.stdout)["findings"]
-    if {f["kind"] for f in findings} & REFUSALS:
+    if {f["name"] for f in findings} & REFUSALS:
         return "refused"
-    return ({f["name"] for f in findings if f["kind"] in CHANGES},
-            {f["name"] for f in findings if f["kind"] == "extra"})
+    return ({f["where"] for f in findings if f["name"] in CHANGES},
+            {f["where"] for f in findings if f["name"] == "extra"})
 
 
 def uv_plan(lock: Path, python: Path, v: World) -> Plan:

@@ -46,10 +46,10 @@ def test_mi300x_with_flash_attn_listed_is_judged_not_passed(project: Path) -> No
     write_lock(project, "rocm", "2.13.0+rocm7.2")
     code, points, _ = check(project, "MI300X", "rocm", "--json")
     point = points["extension flash-attn"]
-    assert point["status"] == "unknown", point  # releases before 2.6.2 have no ROCm build: the pin decides
-    assert "fail in releases <2.6.2" in point["detail"]
-    assert "requirements/rocm.txt pins no flash-attn" in point["detail"]
-    assert "your diagnose will import it on the machine" in point["detail"] and point["fix"]
+    assert point["verdict"] == "unknown", point  # releases before 2.6.2 have no ROCm build: the pin decides
+    assert "fail in releases <2.6.2" in point["why"]
+    assert "requirements/rocm.txt pins no flash-attn" in point["why"]
+    assert "your diagnose will import it on the machine" in point["why"] and point["fix"]
     assert code == 0
     code, _, text = check(project, "MI300X", "rocm")
     assert code == 0 and "every point holds" not in text
@@ -60,9 +60,9 @@ def test_mi300x_with_a_pinned_flash_attn_that_builds_gfx942_is_ok(project: Path)
     list_extensions(project, "flash_attn")
     write_lock(project, "rocm", "2.13.0+rocm7.2", "flash-attn==2.8.3")
     code, points, _ = check(project, "MI300X", "rocm", "--json")
-    assert points["extension flash-attn"]["status"] == "ok"
+    assert points["extension flash-attn"]["verdict"] == "ok"
     assert "flash-attn 2.8.3: flash-attn builds kernels for gfx942 (extensions.json: fa_rocm_28)" in \
-        points["extension flash-attn"]["detail"]
+        points["extension flash-attn"]["why"]
     assert code == 0
 
 
@@ -70,7 +70,7 @@ def test_t4_with_flash_attn_2_fails_naming_sm_80(project: Path) -> None:
     write_lock(project, "cuda", "2.13.0+cu130", "flash-attn==2.8.3")
     code, points, _ = check(project, "T4", "cuda", "--json")
     point = points["extension flash-attn"]
-    assert point["status"] == "fail" and "needs sm_80 or newer, and sm_75 is older" in point["detail"]
+    assert point["verdict"] == "fail" and "needs sm_80 or newer, and sm_75 is older" in point["why"]
     assert point["fix"] and code == 1
 
 
@@ -78,21 +78,21 @@ def test_torchvision_of_another_torch_minor_fails(project: Path) -> None:
     write_lock(project, "cuda", "2.13.0+cu130", "torchvision==0.27.0+cu130")
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
     point = points["extension torchvision"]
-    assert point["status"] == "fail" and "torch 2.13 pairs with torchvision 0.28.*" in point["detail"]
+    assert point["verdict"] == "fail" and "torch 2.13 pairs with torchvision 0.28.*" in point["why"]
     assert code == 1
     write_lock(project, "cuda", "2.13.0+cu130", "torchvision==0.28.0+cu130")
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
-    assert points["extension torchvision"]["status"] == "ok" and code == 0
+    assert points["extension torchvision"]["verdict"] == "ok" and code == 0
 
 
 def test_an_extension_without_facts_is_unknown_never_ok(project: Path) -> None:
     list_extensions(project, "my_fused_ops", "xformers")
     write_lock(project, "cuda", "2.13.0+cu130")
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
-    assert points["extension my_fused_ops"]["status"] == "unknown"
-    assert points["extension my_fused_ops"]["detail"] == ("no facts for my_fused_ops; your diagnose will import it "
+    assert points["extension my_fused_ops"]["verdict"] == "unknown"
+    assert points["extension my_fused_ops"]["why"] == ("no facts for my_fused_ops; your diagnose will import it "
                                                           "on the machine")
-    assert points["extension xformers"]["status"] == "unknown"
+    assert points["extension xformers"]["verdict"] == "unknown"
     assert code == 0  # unknown alone: diagnose proves it on arrival
 
 
@@ -100,7 +100,7 @@ def test_a_submodule_is_not_judged_by_its_parent_package_facts(project: Path) ->
     list_extensions(project, "flash_attn.cute")  # FlashAttention-4, distributed as flash-attn-4
     write_lock(project, "cuda", "2.13.0+cu130")
     _, points, _ = check(project, "A100 80GB SXM", "cuda", "--json")
-    assert points["extension flash_attn.cute"]["status"] == "unknown"
+    assert points["extension flash_attn.cute"]["verdict"] == "unknown"
 
 
 def test_a_fail_among_unknowns_is_exit_1(project: Path) -> None:
@@ -138,14 +138,14 @@ def test_a_local_label_naming_another_torch_or_cuda_fails(project: Path, pin: st
     write_lock(project, "cuda", "2.13.0+cu130", pin)
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
     point = points["extension " + pin.split("==")[0]]
-    assert point["status"] == "fail" and said in point["detail"], point
+    assert point["verdict"] == "fail" and said in point["why"], point
     assert code == 1
 
 
 def test_a_local_label_that_agrees_is_judged_by_the_rules(project: Path) -> None:
     write_lock(project, "cuda", "2.13.0+cu130", "flash-attn==2.8.3+cu13torch2.13")
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
-    assert points["extension flash-attn"]["status"] == "ok" and code == 0
+    assert points["extension flash-attn"]["verdict"] == "ok" and code == 0
 
 
 @pytest.mark.parametrize("version", ["99999999999999999999999.0", "2.8.4"])
@@ -153,8 +153,8 @@ def test_a_release_newer_than_the_facts_is_unknown(project: Path, version: str) 
     write_lock(project, "cuda", "2.13.0+cu130", f"flash-attn=={version}")
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
     point = points["extension flash-attn"]
-    assert point["status"] == "unknown", point
-    assert "kdkit's facts were read through flash-attn 2.8.3 (extensions.json: fa_rocm_28)" in point["detail"]
+    assert point["verdict"] == "unknown", point
+    assert "kdkit's facts were read through flash-attn 2.8.3 (extensions.json: fa_rocm_28)" in point["why"]
     assert code == 0
 
 

@@ -335,7 +335,7 @@ def test_the_torch_pin_is_the_one_for_the_image_among_several_under_markers(tmp_
     for Linux on the lock's CPU and kdkit.json's Python, never merely the first."""
     from kdkit.config.project import Backend
     from kdkit.image.labels import torch_build
-    from kdkit.order.checkmodel import Point, Subject
+    from kdkit.order.checkmodel import Subject, check_point
     from kdkit.order.checksubject import lock_subject
 
     hashed = "--hash=sha256:" + "ab" * 32
@@ -349,13 +349,13 @@ def test_the_torch_pin_is_the_one_for_the_image_among_several_under_markers(tmp_
         assert isinstance(subject, Subject) and subject.version == version, platform
         assert torch_build(lock, backend, "3.11") == (version, "", "")
     lock.write_text(f'torch==2.13.0+cpu ; python_version >= "3.12" {hashed}\n', encoding="utf-8")
-    assert lock_subject(parse_lock(lock), "cpu.txt", "cpu", "3.11") == Point(
+    assert lock_subject(parse_lock(lock), "cpu.txt", "cpu", "3.11") == check_point(
         "lock", "fail", "cpu.txt: torch is not pinned for the image (Linux, Python 3.11)",
         "add torch to requirements/base.in, then `kdkit lock`")
     pylock = tmp_path / "pylock.cpu.toml"
     pylock.write_text('lock-version = "1.0"\ncreated-by = "t"\n\n[[packages]]\nname = "torch"\nvcs = { type = "git", '
                       'url = "https://example.org/torch.git", commit-id = "abc" }\n', encoding="utf-8")
-    assert lock_subject(parse_lock(pylock), "pylock.cpu.toml", "cpu", "3.11") == Point(
+    assert lock_subject(parse_lock(pylock), "pylock.cpu.toml", "cpu", "3.11") == check_point(
         "lock", "fail", "pylock.cpu.toml:4: torch comes from git https://example.org/torch.git@abc, with no version "
         "kdkit can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     assert torch_build(pylock, backend, "3.11") == ("", "", "")

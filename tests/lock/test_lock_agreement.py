@@ -95,8 +95,8 @@ def kdkit_plan(lock: Path, python: Path, _v: Venvs) -> Plan:
     assert result.exit_code in (0, 1), result.stdout
     findings = json.loads(result.stdout)["findings"]
     changes = {"missing", "version", "direct-url", "duplicate"}
-    return ({normalize_name(f["name"]) for f in findings if f["kind"] in changes},
-            {normalize_name(f["name"]) for f in findings if f["kind"] == "extra"})
+    return ({normalize_name(f["where"]) for f in findings if f["name"] in changes},
+            {normalize_name(f["where"]) for f in findings if f["name"] == "extra"})
 
 
 def _alpha(v: Venvs, marker: str | None = None) -> str:
@@ -150,7 +150,7 @@ def test_direct_url_and_stale_are_errors_with_strict(venvs: Venvs, tmp_path: Pat
     lock.write_text(_alpha(venvs) + _beta(venvs), encoding="utf-8")
     for python, kind, name in ((venvs.direct, "direct-url", "alpha"), (venvs.stale, "duplicate", "beta")):
         plain = json.loads(invoke("verify-env", "--lock", lock, "--python", python, "--json").stdout)
-        assert [(f["kind"], f["name"], f["severity"]) for f in plain["findings"]] == [(kind, name, "warning")]
+        assert [(f["name"], f["where"], f["verdict"]) for f in plain["findings"]] == [(kind, name, "warn")]
         assert plain["ok"] is True
         strict = invoke("verify-env", "--lock", lock, "--python", python, "--json", "--strict")
-        assert strict.exit_code == 1 and json.loads(strict.stdout)["findings"][0]["severity"] == "error"
+        assert strict.exit_code == 1 and json.loads(strict.stdout)["findings"][0]["verdict"] == "fail"

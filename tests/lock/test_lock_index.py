@@ -460,7 +460,7 @@ def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Se
     assert plan_build(project, "cuda").warnings == [advice.replace("requirements/cuda.txt", "the image built here")]
     checked = invoke("check", project, "--json")
     assert checked.exit_code == 1
-    assert {p["name"]: p for p in json.loads(checked.stdout)["points"]}["cpu"]["status"] == "fail"
+    assert {p["name"]: p for p in json.loads(checked.stdout)["points"]}["cpu"]["verdict"] == "fail"
 
 
 # ---------------------------------------------------------------- the pieces, called directly

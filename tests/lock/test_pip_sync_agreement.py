@@ -68,8 +68,8 @@ def pip_sync_plan(lock: Path, python: Path) -> tuple[set[str], set[str]]:
 def kdkit_plan(lock: Path, python: Path) -> tuple[set[str], set[str], list[dict]]:  # type: ignore[type-arg]
     result = invoke("verify-env", "--lock", lock, "--python", python, "--json")
     findings = json.loads(result.stdout)["findings"]
-    install = {normalize_name(f["name"]) for f in findings if f["kind"] in ("missing", "version")}
-    uninstall = {normalize_name(f["name"]) for f in findings if f["kind"] == "extra"}
+    install = {normalize_name(f["where"]) for f in findings if f["name"] in ("missing", "version")}
+    uninstall = {normalize_name(f["where"]) for f in findings if f["name"] == "extra"}
     return install, uninstall, findings
 
 
@@ -115,7 +115,7 @@ def test_stricter_unlabelled_pin(venvs: Venvs, tmp_path: Path) -> None:
     assert pip_sync_plan(lock, venvs.main) == (set(), set())
     install, uninstall, findings = kdkit_plan(lock, venvs.main)
     assert (install, uninstall) == ({"torch"}, set())
-    assert {(f["kind"], f["severity"]) for f in findings} == {("version", "error"), ("torch-build", "warning")}
+    assert {(f["name"], f["verdict"]) for f in findings} == {("version", "fail"), ("torch-build", "warn")}
 
 
 def test_stricter_torch_build(venvs: Venvs, tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_stricter_torch_build(venvs: Venvs, tmp_path: Path) -> None:
     assert pip_sync_plan(lock, venvs.lying) == (set(), set())
     install, uninstall, findings = kdkit_plan(lock, venvs.lying)
     assert (install, uninstall) == (set(), set())
-    assert [(f["kind"], f["severity"]) for f in findings] == [("torch-build", "error")]
+    assert [(f["name"], f["verdict"]) for f in findings] == [("torch-build", "fail")]
 
 
 def test_pip_and_setuptools_are_not_extras(venvs: Venvs, tmp_path: Path) -> None:

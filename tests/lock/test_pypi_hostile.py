@@ -42,8 +42,8 @@ def test_a_forged_torch_build_header_is_refused_not_believed(tmp_path: Path, for
     lock = pypi_lock(project, forged)
     result = invoke("check", project, "--gpu", "RTX 4090", "--offline", "--json")
     points = {p["name"]: p for p in json.loads(result.stdout)["points"]}
-    assert result.exit_code == 1 and points["lock"]["status"] == "fail", points
-    assert f"torch-build = {forged}" in points["lock"]["detail"] and "the cu130 build" in points["lock"]["detail"]
+    assert result.exit_code == 1 and points["lock"]["verdict"] == "fail", points
+    assert f"torch-build = {forged}" in points["lock"]["why"] and "the cu130 build" in points["lock"]["why"]
     assert "kernels" not in points and "driver" not in points
     from kdkit.config.project import load_project
     from kdkit.image.labels import torch_build
@@ -58,7 +58,7 @@ def test_the_true_header_is_judged_as_its_build(tmp_path: Path) -> None:
     pypi_lock(project, "cu130")
     result = invoke("check", project, "--gpu", "RTX 4090", "--offline", "--json")
     points = {p["name"]: p for p in json.loads(result.stdout)["points"]}
-    assert "2.13.0+cu130" in points["build"]["detail"] and points["kernels"]["status"] == "ok"
+    assert "2.13.0+cu130" in points["build"]["why"] and points["kernels"]["verdict"] == "ok"
 
 
 @pytest.mark.parametrize(("url", "why"), [("http://[::1/whl/cu130", "Invalid IPv6 URL"),
@@ -102,4 +102,4 @@ def test_kdkit_offline_reads_its_spellings(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("KDKIT_OFFLINE", value)
     result = invoke("check", project, "--gpu", "RTX 4090", "--json")
     kernels = {p["name"]: p for p in json.loads(result.stdout)["points"]}["kernels"]
-    assert ("the locked wheel was not read" in kernels["detail"]) is not offline, kernels
+    assert ("the locked wheel was not read" in kernels["why"]) is not offline, kernels

@@ -96,12 +96,12 @@ def test_lock_from_pypi_writes_the_build_in_the_header(pypi: Served, tmp_path: P
 
     ok = invoke("check", project, "--gpu", "RTX 5090", "--json")
     points = {p["name"]: p for p in json.loads(ok.stdout)["points"]}
-    assert points["build"]["status"] == "ok" and "2.13.0+cu130, a cuda build" in points["build"]["detail"]
-    assert points["kernels"]["status"] == "ok" and "sm_120" in points["kernels"]["detail"], points["kernels"]
+    assert points["build"]["verdict"] == "ok" and "2.13.0+cu130, a cuda build" in points["build"]["why"]
+    assert points["kernels"]["verdict"] == "ok" and "sm_120" in points["kernels"]["why"], points["kernels"]
     old = invoke("check", project, "--gpu", "V100 SXM2 16GB", "--json")
     points = {p["name"]: p for p in json.loads(old.stdout)["points"]}
-    assert old.exit_code == 1 and points["kernels"]["status"] == "fail"
-    assert "no code for V100 SXM2 16GB's sm_70" in points["kernels"]["detail"]
+    assert old.exit_code == 1 and points["kernels"]["verdict"] == "fail"
+    assert "no code for V100 SXM2 16GB's sm_70" in points["kernels"]["why"]
 
 
 def test_verify_env_takes_the_installed_cu130_build_for_the_plain_pin(pypi: Served, tmp_path: Path) -> None:
@@ -119,13 +119,13 @@ def test_verify_env_takes_the_installed_cu130_build_for_the_plain_pin(pypi: Serv
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     report = compare(parse_lock(lock_path), read_installed([str(target)]), current_environment())
-    assert not [f for f in report.findings if f.name == "torch"], [f.message for f in report.findings]
+    assert not [f for f in report.findings if f.where == "torch"], [f.why for f in report.findings]
     (target / "torch" / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda = None\nhip = None\n",
                                                  encoding="utf-8")
     report = compare(parse_lock(lock_path), read_installed([str(target)]), current_environment())
-    torch = [f for f in report.findings if f.kind == "torch-build"]
-    assert torch and torch[0].severity == "error"
-    assert "locked 2.13.0 from PyPI, the +cu130 build (lock header torch-build)" in torch[0].message
+    torch = [f for f in report.findings if f.name == "torch-build"]
+    assert torch and torch[0].verdict == "fail"
+    assert "locked 2.13.0 from PyPI, the +cu130 build (lock header torch-build)" in torch[0].why
 
 
 def test_torch_find_links_takes_the_plain_wheel_for_a_pypi_backend(pypi: Served, tmp_path: Path) -> None:

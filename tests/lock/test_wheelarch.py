@@ -218,18 +218,18 @@ def test_check_reads_the_locked_wheel(project: Path, wheel: bytes, monkeypatch: 
         write_lock(project, f"{server.url}/simple", hashlib.sha256(wheel).hexdigest())
         code, points = _check(project, "A100 SXM4 80GB")
         assert code == 0 and points["kernels"]["source"] == "wheel", points["kernels"]
-        assert points["kernels"]["detail"].startswith(
+        assert points["kernels"]["why"].startswith(
             f"torch 2.13.0+cu130 carries cubin sm_80, which runs on sm_80 (read from the locked wheel {name} "
             "(3 range requests, ")
         # The pairings say 2.13 cu130 carries sm_120; this wheel does not, and the wheel decides.
         code, points = _check(project, "RTX 5090")
-        assert code == 1 and points["kernels"]["status"] == "fail" and points["kernels"]["source"] == "wheel"
-        assert "torch 2.13.0+cu130 carries sm_80, sm_90 (read from the locked wheel" in points["kernels"]["detail"]
+        assert code == 1 and points["kernels"]["verdict"] == "fail" and points["kernels"]["source"] == "wheel"
+        assert "torch 2.13.0+cu130 carries sm_80, sm_90 (read from the locked wheel" in points["kernels"]["why"]
         assert server.written < len(wheel) // 50
         code, points = _check(project, "RTX 5090", "--offline")
     assert code == 0 and points["kernels"]["source"] == "facts"
-    assert "locked wheel" not in points["kernels"]["detail"]  # offline is the user's choice: the source says it
-    assert "source" not in points["cpu"]
+    assert "locked wheel" not in points["kernels"]["why"]  # offline is the user's choice: the source says it
+    assert points["cpu"]["source"] is None  # only the kernels point names its evidence
 
 
 def test_check_without_the_index_takes_the_pairings(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -239,9 +239,9 @@ def test_check_without_the_index_takes_the_pairings(project: Path, monkeypatch: 
     write_lock(project, f"{closed}/simple", "ab" * 32)
     code, points = _check(project, "RTX 5090")
     kernels = points["kernels"]
-    assert code == 0 and kernels["status"] == "ok" and kernels["source"] == "facts"
-    assert kernels["detail"].startswith("torch 2.13.0+cu130 carries cubin sm_120, which runs on sm_120 (pairings:")
-    assert kernels["detail"].endswith(f"; the locked wheel was not read ({closed}/simple/torch/: connection "
+    assert code == 0 and kernels["verdict"] == "ok" and kernels["source"] == "facts"
+    assert kernels["why"].startswith("torch 2.13.0+cu130 carries cubin sm_120, which runs on sm_120 (pairings:")
+    assert kernels["why"].endswith(f"; the locked wheel was not read ({closed}/simple/torch/: connection "
                                       "refused), so this is the pairings' answer")
 
 

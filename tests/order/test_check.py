@@ -16,6 +16,10 @@ import pytest
 from tests.conftest import invoke, tree_snapshot
 
 HASH = "sha256:" + "ab" * 32
+# A check point is a finding (kdkit.core.finding) of the "check" section with no reading, threshold,
+# card, provider sentence or place; the kernels point alone names its source.
+NO_READING = {"section": "check", "gpu": None, "reading": None, "unit": "", "threshold": None, "provider": None,
+              "source": None, "where": None}
 
 
 def write_lock(project: Path, backend: str, torch: str | None, *, index: str | None = None) -> Path:
@@ -46,11 +50,11 @@ def test_rtx_4090_with_a_cu124_lock_holds(project: Path) -> None:
     assert code == 0 and report["ok"] is True and report["backend"] == "cuda"
     points = _points(report)
     assert [p["name"] for p in report["points"]] == ["backend", "cpu", "build", "kernels", "driver", "memory"]
-    assert [p["status"] for p in report["points"]] == ["ok", "ok", "ok", "ok", "note", "note"]
-    assert points["cpu"]["detail"] == "requirements/cuda.txt is for x86_64, as RTX 4090 hosts are"
-    assert points["kernels"]["detail"].startswith("torch 2.6.0+cu124 carries cubin sm_86, which runs on sm_89 "
+    assert [p["verdict"] for p in report["points"]] == ["ok", "ok", "ok", "ok", "note", "note"]
+    assert points["cpu"]["why"] == "requirements/cuda.txt is for x86_64, as RTX 4090 hosts are"
+    assert points["kernels"]["why"].startswith("torch 2.6.0+cu124 carries cubin sm_86, which runs on sm_89 "
                                                   "(pairings: torch 2.6 cu124, cuda11_build")
-    assert points["driver"]["detail"] == ("torch 2.6.0+cu124 (CUDA 12.4) on RTX 4090 needs an NVIDIA host driver >= "
+    assert points["driver"]["why"] == ("torch 2.6.0+cu124 (CUDA 12.4) on RTX 4090 needs an NVIDIA host driver >= "
                                           "525.60.13 (the floor of CUDA 12.x builds, pairings.json drivers)")
     text = invoke("check", project, "--gpu", "RTX 4090")
     assert text.exit_code == 0
@@ -63,11 +67,11 @@ def test_b200_with_torch_2_6_cu124_fails_and_says_what_to_lock(project: Path) ->
     code, report, stderr = _check(project, "--gpu", "B200")
     assert code == 1 and report["ok"] is False
     kernels = _points(report)["kernels"]
-    assert kernels["status"] == "fail"
-    assert kernels["detail"].startswith(
+    assert kernels["verdict"] == "fail"
+    assert kernels["why"].startswith(
         "torch 2.6.0+cu124 carries sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90: no code for B200's sm_100 "
         "(pairings: torch 2.6 cu124, cuda11_build")
-    assert kernels["detail"].endswith("on the machine this is 'no kernel image is available for execution on the "
+    assert kernels["why"].endswith("on the machine this is 'no kernel image is available for execution on the "
                                       "device'")
     assert kernels["fix"].startswith("lock torch 2.13.0 from cu130 (published builds that carry sm_100: cu128 2.7-2.11")
     assert kernels["fix"].endswith("set backends.cuda.torch_index to https://download.pytorch.org/whl/cu130, pin "
@@ -83,7 +87,7 @@ def test_rtx_5090_with_torch_2_7_cu128_holds(project: Path) -> None:
     write_lock(project, "cuda", "2.7.1+cu128")
     code, report, _ = _check(project, "--gpu", "RTX 5090")
     assert code == 0
-    assert _points(report)["kernels"]["detail"].startswith(
+    assert _points(report)["kernels"]["why"].startswith(
         "torch 2.7.1+cu128 carries cubin sm_120, which runs on sm_120")
 
 
@@ -92,10 +96,10 @@ def test_mi300x_with_a_cuda_lock_fails(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "MI300X", "--backend", "cuda")
     assert code == 1
     points = _points(report)
-    assert points["backend"]["status"] == "fail"
-    assert points["backend"]["detail"] == "MI300X is an AMD card: it runs the rocm backend, not cuda"
-    assert points["build"]["status"] == "fail"
-    assert points["build"]["detail"] == "requirements/cuda.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) " \
+    assert points["backend"]["verdict"] == "fail"
+    assert points["backend"]["why"] == "MI300X is an AMD card: it runs the rocm backend, not cuda"
+    assert points["build"]["verdict"] == "fail"
+    assert points["build"]["why"] == "requirements/cuda.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) " \
         "needs a rocm build"
     assert points["build"]["fix"].startswith("lock torch 2.6.0 from rocm6.2.4 (published builds that carry gfx942: "
                                              "rocm6.1 2.5-2.6, rocm6.2 2.5, rocm6.2.4 2.6,")
@@ -106,9 +110,9 @@ def test_mi300x_with_a_cuda_build_in_the_rocm_lock_fails(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "MI300X")
     assert code == 1 and report["backend"] == "rocm"
     point = _points(report)["build"]
-    assert point == {"name": "build", "status": "fail",
-                     "detail": "requirements/rocm.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) needs a "
-                               "rocm build", "fix": point["fix"]}
+    assert point == {**NO_READING, "name": "build", "verdict": "fail",
+                     "why": "requirements/rocm.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) needs a "
+                            "rocm build", "fix": point["fix"]}
 
 
 def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
@@ -116,10 +120,10 @@ def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "MI300X")
     assert code == 0
     points = _points(report)
-    assert points["kernels"]["detail"].startswith("torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on "
+    assert points["kernels"]["why"].startswith("torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on "
                                                   "gfx942 (pairings: torch 2.6 rocm6.2.4, uv_torch_arch (rocm6.2.4 "
                                                   "measured")
-    assert points["driver"]["status"] == "note"
+    assert points["driver"]["verdict"] == "note"
 
 
 def test_label_from_the_index_url_when_the_pin_has_none(project: Path) -> None:
@@ -133,8 +137,8 @@ def test_torch_without_a_label_fails(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 1
     assert _points(report)["lock"] == {
-        "name": "lock", "status": "fail",
-        "detail": "requirements/cuda.txt:3: torch==2.8.0 has no build label kdkit can read, so it also matches +cpu "
+        **NO_READING, "name": "lock", "verdict": "fail",
+        "why": "requirements/cuda.txt:3: torch==2.8.0 has no build label kdkit can read, so it also matches +cpu "
                   "and +rocm builds",
         "fix": "re-lock with `kdkit lock`, which pins the label"}
 
@@ -148,7 +152,7 @@ def test_missing_lock_fails_with_the_lock_command(project: Path) -> None:
 def test_torch_not_pinned_fails(project: Path) -> None:
     write_lock(project, "cuda", None)
     code, report, _ = _check(project, "--gpu", "H100 SXM")
-    assert code == 1 and _points(report)["lock"]["detail"].endswith("torch is not pinned")
+    assert code == 1 and _points(report)["lock"]["why"].endswith("torch is not pinned")
 
 
 def test_unknown_torch_release_is_unknown_not_ok(project: Path) -> None:
@@ -156,8 +160,8 @@ def test_unknown_torch_release_is_unknown_not_ok(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "H100 SXM")
     assert code == 1
     kernels = _points(report)["kernels"]
-    assert kernels["status"] == "unknown"
-    assert kernels["detail"] == ("kdkit's pairings know no x86_64 build of torch 2.13.0+cu128 from cu128 (torch 2.13 "
+    assert kernels["verdict"] == "unknown"
+    assert kernels["why"] == ("kdkit's pairings know no x86_64 build of torch 2.13.0+cu128 from cu128 (torch 2.13 "
                                  "is published for cpu, cu126, cu130, cu132, rocm7.1, rocm7.2)")
     assert kernels["fix"].startswith("build the image and run `kdkit check --image IMG`")
     (project / "pairings.json").write_text(json.dumps({"torch": {"2.13": {"cu128": "cu128-2.11"}}}))
@@ -182,10 +186,10 @@ def test_memory_estimate_that_cannot_fit_fails(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 1
     memory = _points(report)["memory"]
-    assert memory["status"] == "fail"
-    assert memory["detail"] == "lower bound 130.39 GiB against 24 GB per card: does not fit"
+    assert memory["verdict"] == "fail"
+    assert memory["why"] == "lower bound 130.39 GiB against 24 GB per card: does not fit"
     code, report, _ = _check(project, "--gpu", "MI300X", "--backend", "rocm")
-    assert _points(report)["memory"]["detail"].endswith(
+    assert _points(report)["memory"]["why"].endswith(
         "against 192 GB per card: may fit — to be measured by the pilot")
 
 
@@ -196,7 +200,7 @@ def test_memory_shows_the_pilots_measured_peak(project: Path) -> None:
     (run / "summary.json").write_text(json.dumps({"peak_memory": {"bytes": 3 * 2**30, "device": "cuda:0"}}))
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 0
-    assert _points(report)["memory"]["detail"] == (
+    assert _points(report)["memory"]["why"] == (
         "no estimate: kdkit.json has no memory section; pilot 20250101T000000Z-abc123 measured 3.0 GiB on cuda:0")
 
 

@@ -105,9 +105,9 @@ def test_verdict(project: Path, gpu: str, torch: str, platform: str, point: str,
     backend = "rocm" if "rocm" in torch else "cuda"
     write_lock(project, backend, torch, f"linux-{platform}")
     code, points = check(project, gpu, backend)
-    assert points[point]["status"] == status, points[point]
-    assert reason in points[point]["detail"], points[point]["detail"]
-    failed = any(p["status"] in ("fail", "unknown") for p in points.values())
+    assert points[point]["verdict"] == status, points[point]
+    assert reason in points[point]["why"], points[point]["why"]
+    failed = any(p["verdict"] in ("fail", "unknown") for p in points.values())
     assert code == (1 if failed else 0)
     if status in ("fail", "unknown"):
         assert points[point]["fix"], points[point]
@@ -144,28 +144,28 @@ def test_a_nightly_is_never_told_to_pin_itself_on_a_release_index(project: Path)
 def test_a_lock_made_on_another_system_fails_the_cpu_point(project: Path, platform: str) -> None:
     write_lock(project, "cuda", "2.13.0+cu130", platform)
     code, points = check(project, "GH200" if "arm" in platform else "H100 SXM")
-    assert code == 1 and points["cpu"]["status"] == "fail"
-    assert points["cpu"]["detail"].startswith(f"requirements/cuda.txt was made on {platform}, not Linux")
+    assert code == 1 and points["cpu"]["verdict"] == "fail"
+    assert points["cpu"]["why"].startswith(f"requirements/cuda.txt was made on {platform}, not Linux")
     assert "kernels" not in points  # another system's wheels are not judged against the card
 
 
 def test_a_lock_for_the_other_cpu_is_not_judged_further(project: Path) -> None:
     write_lock(project, "cuda", "2.8.0+cu129", "linux-aarch64")
     code, points = check(project, "T4")
-    assert code == 1 and points["cpu"]["status"] == "fail" and set(points) == {"backend", "cpu", "memory"}
+    assert code == 1 and points["cpu"]["verdict"] == "fail" and set(points) == {"backend", "cpu", "memory"}
 
 
 def test_driver_floor_of_the_cuda_major_and_of_the_card(project: Path) -> None:
     write_lock(project, "cuda", "2.13.0+cu130")
     _, points = check(project, "H100 SXM")
-    assert points["driver"]["detail"] == ("torch 2.13.0+cu130 (CUDA 13.0) on H100 SXM needs an NVIDIA host driver "
+    assert points["driver"]["why"] == ("torch 2.13.0+cu130 (CUDA 13.0) on H100 SXM needs an NVIDIA host driver "
                                           ">= 580 (the floor of CUDA 13.x builds, pairings.json drivers)")
     write_lock(project, "cuda", "2.8.0+cu128")
     _, points = check(project, "RTX 5090")
-    assert points["driver"]["detail"].endswith("needs an NVIDIA host driver >= 570 (the floor of sm_120 cards, "
+    assert points["driver"]["why"].endswith("needs an NVIDIA host driver >= 570 (the floor of sm_120 cards, "
                                                "pairings.json drivers)")
     _, points = check(project, "RTX 4090")
-    assert ">= 525.60.13 (the floor of CUDA 12.x builds" in points["driver"]["detail"]
+    assert ">= 525.60.13 (the floor of CUDA 12.x builds" in points["driver"]["why"]
 
 
 # ---------------------------------------------------------------- extensions (kdkit/data/extensions.json)
@@ -234,9 +234,9 @@ def test_extension_verdict(project: Path, gpu: str, torch: str, pins: tuple[str,
     _lock_with(project, backend, torch, pins)
     code, points = check(project, gpu, backend)
     point = points[f"extension {name}"]
-    assert point["status"] == status, point
-    assert reason in point["detail"], point["detail"]
-    assert code == (1 if any(blocks(p["name"], p["status"]) for p in points.values()) else 0)
+    assert point["verdict"] == status, point
+    assert reason in point["why"], point["why"]
+    assert code == (1 if any(blocks(p["name"], p["verdict"]) for p in points.values()) else 0)
     if status in ("fail", "unknown"):
         assert point["fix"], point
 
@@ -251,12 +251,12 @@ def test_a_bare_name_of_one_architecture_is_judged_on_it(project: Path) -> None:
     for a CUDA 13 build, memory is judged on the smallest, and a note names the choices."""
     write_lock(project, "cuda", "2.13.0+cu130")
     code, points = check(project, "V100")
-    assert code == 1 and points["kernels"]["status"] == "fail" and "sm_70" in points["kernels"]["detail"]
-    assert "V100 SXM2 16GB, V100 SXM2 32GB, V100 PCIe 16GB" in points["choices"]["detail"]
-    assert points["choices"]["status"] == "note" and "smallest (V100 SXM2 16GB, 16 GB)" in points["choices"]["detail"]
+    assert code == 1 and points["kernels"]["verdict"] == "fail" and "sm_70" in points["kernels"]["why"]
+    assert "V100 SXM2 16GB, V100 SXM2 32GB, V100 PCIe 16GB" in points["choices"]["why"]
+    assert points["choices"]["verdict"] == "note" and "smallest (V100 SXM2 16GB, 16 GB)" in points["choices"]["why"]
     write_lock(project, "cuda", "2.13.0+cu126")
     code, points = check(project, "V100")
-    assert points["kernels"]["status"] == "ok" and "choices" in points
+    assert points["kernels"]["verdict"] == "ok" and "choices" in points
 
 
 def test_a_bare_name_of_several_architectures_is_still_refused(project: Path) -> None:
@@ -272,8 +272,8 @@ def test_a_projects_pypi_fact_decides_a_plain_pin_without_the_header(project: Pa
     (project / "pairings.json").write_text(json.dumps(
         {"pypi": {"2.13": {"x86_64": {"label": "cu126", "source": "a project's own reading"}}}}), encoding="utf-8")
     code, points = check(project, "RTX 5090")
-    assert "2.13.0+cu126" in points["build"]["detail"], points["build"]
-    assert code == 1 and points["kernels"]["status"] == "fail" and "sm_120" in points["kernels"]["detail"]
+    assert "2.13.0+cu126" in points["build"]["why"], points["build"]
+    assert code == 1 and points["kernels"]["verdict"] == "fail" and "sm_120" in points["kernels"]["why"]
 
 
 @pytest.mark.parametrize("gpu", ["V100 A100", "V100 H100", "V100 x", "V100\x1b[31m"])

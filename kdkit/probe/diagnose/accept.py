@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.jsonio import load_json
 from kdkit.probe.diagnose import evidence, health, smi
 from kdkit.probe.diagnose.core import Context
-from kdkit.probe.diagnose.points import Point, check_overrides, thresholds
+from kdkit.probe.diagnose.points import check_overrides, thresholds
 
 DEFAULT_SECONDS = 60.0
 # an acceptance test fits in the provider's first hour, where a refund is still asked
@@ -91,7 +92,7 @@ def _incomplete(ctx: Context, facts: dict[str, Any], steps: dict[str, Any], cpu_
     return None
 
 
-def _unmeasured(points: list[Point]) -> str | None:
+def _unmeasured(points: list[Finding]) -> str | None:
     """Why the load, though it ran, is no evidence: an essential check judged nothing (too few
     seconds, too little memory to fill)."""
     missing = [p for p in points if p.section == "load" and p.verdict == "unknown"
@@ -127,7 +128,7 @@ def run_acceptance(expect: str, seconds: float, memory_share: float, project: Pa
     ctx = Context(expect=expect, memory_share=memory_share, project=project)
     steps = run_steps(ctx, STEPS)
     cpu_only = expect == "cpu"  # a CPU machine on purpose: judged by its load alone
-    points: list[Point] = [] if cpu_only else health.health_points(facts, _cuda(ctx), name, count, overrides)
+    points: list[Finding] = [] if cpu_only else health.health_points(facts, _cuda(ctx), name, count, overrides)
     incomplete = _incomplete(ctx, facts, steps, cpu_only)
     gpu_missing = any(p.name == "gpu.present" and p.verdict == "refuse" for p in points)
     clock = time.perf_counter()

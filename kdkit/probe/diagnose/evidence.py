@@ -11,21 +11,20 @@ Only a complete run whose every point is within its threshold is ``accept``.
 
 from __future__ import annotations
 
-import math
 import platform
 import shlex
 from pathlib import Path
 from typing import Any
 
+from kdkit.core.finding import Finding, finding_json, finding_line, finite, place, shown
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
-from kdkit.probe.diagnose.points import Point, machine_verdict, reasons
+from kdkit.probe.diagnose.points import machine_verdict, reasons
 
 JSON_NAME, MD_NAME = "acceptance.json", "acceptance.md"
 EXIT = {"accept": 0, "degraded": 1, "refuse": 1, "incomplete": 1}
-_SHOWN = {"ok": "ok", "info": "info", "unknown": "?", "degraded": "DEGRADED", "refuse": "REFUSE"}
 
 
-def verdict(points: list[Point], incomplete: str | None) -> str:
+def verdict(points: list[Finding], incomplete: str | None) -> str:
     """The machine's verdict: ``refuse`` when a point refuses it (a refusal stands whatever else
     failed), else ``incomplete`` when ``incomplete`` says why the evidence is missing, else the
     worst point's (no point at all is no evidence: refuse)."""
@@ -81,7 +80,7 @@ def provider_paragraph(report: dict[str, Any]) -> str | None:
             + " The full evidence is attached (acceptance.json, acceptance.md).")
 
 
-def report_of(points: list[Point], steps: dict[str, Any], *, started: str, seconds: float, incomplete: str | None,
+def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, seconds: float, incomplete: str | None,
               argv: list[str], extra: dict[str, Any]) -> dict[str, Any]:
     """The acceptance report: verdict, reasons, the machine, every point, today's diagnose steps,
     the measurements' series (``extra``), and the commands that reproduce it."""
@@ -96,45 +95,11 @@ def report_of(points: list[Point], steps: dict[str, Any], *, started: str, secon
     return report
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None: acceptance.json and --json stay valid
-    JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
 def as_json(report: dict[str, Any]) -> dict[str, Any]:
     """The report with its points as plain dicts (what acceptance.json and --json hold)."""
-    plain: dict[str, Any] = _finite({**report, "reasons": [p._asdict() for p in report["reasons"]],
-                                     "points": [p._asdict() for p in report["points"]]})
+    plain: dict[str, Any] = finite({**report, "reasons": [finding_json(p) for p in report["reasons"]],
+                                     "points": [finding_json(p) for p in report["points"]]})
     return plain
-
-
-def shown(reading: Any, unit: str) -> str:
-    """A reading for a person: a figure to 4 digits, a series by its length (whole in
-    acceptance.json)."""
-    if reading is None:
-        return "not read"
-    if isinstance(reading, list):
-        return f"{len(reading)} values (in acceptance.json)"
-    if isinstance(reading, dict):
-        text = ", ".join(f"{key} {shown(value, '')}" for key, value in reading.items())
-    elif isinstance(reading, float):
-        text = f"{reading:.4g}"
-    else:
-        text = str(reading)
-    return f"{text} {unit}".strip()
-
-
-def point_line(point: Point) -> str:
-    where = "machine" if point.gpu is None else f"gpu{point.gpu}"
-    rule = f" (threshold {point.threshold})" if point.threshold else ""
-    return f"{_SHOWN[point.verdict]:<8} {where:<7} {point.name} = {shown(point.reading, point.unit)}{rule}: {point.why}"
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -145,10 +110,10 @@ def render_text(report: dict[str, Any]) -> str:
     for section in ("health", "load"):
         chosen = [p for p in report["points"] if p.section == section]
         if chosen:
-            lines += [f"{section}:", *(f"  {point_line(p)}" for p in chosen)]
+            lines += [f"{section}:", *(f"  {finding_line(p)}" for p in chosen)]
     why = f": {report['incomplete']}" if report["verdict"] == "incomplete" else ""
     lines.append(f"VERDICT: {report['verdict'].upper()}{why}")
-    lines += [f"  because {point_line(p)}" for p in report["reasons"]]
+    lines += [f"  because {finding_line(p)}" for p in report["reasons"]]
     fixes = list(dict.fromkeys(p.fix for p in report["reasons"] if p.fix))
     lines += [f"Fix: {fix}" for fix in fixes]
     if report["provider_message"]:
@@ -177,8 +142,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     out += ["", "## Readings", "", "| verdict | where | point | reading | threshold | why | source |",
             "|---|---|---|---|---|---|---|"]
     for p in report["points"]:
-        where = "machine" if p.gpu is None else f"gpu{p.gpu}"
-        cells = [p.verdict, where, f"{p.section}: {p.name}", shown(p.reading, p.unit), p.threshold or "", p.why,
+        cells = [p.verdict, place(p), f"{p.section}: {p.name}", shown(p.reading, p.unit), p.threshold or "", p.why,
                  p.source or ""]
         out.append("| " + " | ".join(_md(c) for c in cells) + " |")
     out += ["", "## Reproduce", "", *(f"    {one_line(command)}" for command in report["reproduce"]), ""]

@@ -1,5 +1,5 @@
 """The health section of `kdkit diagnose --accept`: what the driver says about the machine, read
-before and independent of torch (smi.read), turned into points (points.Point). Standard library
+before and independent of torch (smi.read), turned into points (points.Finding). Standard library
 only.
 
 ``check()`` reads and judges; ``health_points()`` judges facts already read (the lead keeps them as
@@ -15,9 +15,10 @@ from typing import Any
 
 from kdkit.core import gpurules
 from kdkit.core.builds import driver_floor, shipped_data, version_tuple
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import nominal, smi
 from kdkit.probe.diagnose.health_rules import gpu_points, make, unread, who
-from kdkit.probe.diagnose.points import Point, thresholds
+from kdkit.probe.diagnose.points import thresholds
 
 GPU_FIX = ("in a container: docker run --gpus all (NVIDIA) or --device /dev/kfd --device /dev/dri (AMD); "
            "on a host: install the GPU driver")
@@ -25,14 +26,14 @@ GPU_FIX = ("in a container: docker run --gpus all (NVIDIA) or --device /dev/kfd 
 
 def check(cuda: str | None = None, expected_name: str | None = None, expected_count: int | None = None,
           overrides: dict[str, Any] | None = None, timeout: float = smi.READ_TIMEOUT) -> tuple[dict[str, Any],
-                                                                                            list[Point]]:
+                                                                                            list[Finding]]:
     """Read the driver's facts (smi.read) and judge them: (facts for the evidence, points)."""
     facts = smi.read(timeout)
     return facts, health_points(facts, cuda, expected_name, expected_count, overrides)
 
 
 def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name: str | None = None,
-                  expected_count: int | None = None, overrides: dict[str, Any] | None = None) -> list[Point]:
+                  expected_count: int | None = None, overrides: dict[str, Any] | None = None) -> list[Finding]:
     """Every health point of ``facts`` (smi.read's). ``cuda``: the lock's CUDA ("12.8"; None for a
     ROCm or CPU lock or when unknown). ``expected_name``/``expected_count``: the ordered card and
     count (None when unknown: the readings are then info). ``overrides``: kdkit.json
@@ -48,30 +49,30 @@ def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name:
     return points + link_points(facts, health)
 
 
-def presence_points(facts: dict[str, Any]) -> list[Point]:
+def presence_points(facts: dict[str, Any]) -> list[Finding]:
     """The one point of a machine whose driver lists no GPU: no tool and no device node (refuse: no
     GPU at all); device nodes but no tool (unknown: the facts cannot be read); a tool that fails or
     hangs (refuse)."""
     nodes = facts.get("device_nodes") or []
     failure = facts.get("failure") or "the driver lists no GPU"
     if facts.get("tool") is None and not nodes:
-        return [Point("health", "gpu.present", None, False, "", "a GPU", "refuse",
-                      "no GPU: no nvidia-smi, amd-smi or rocm-smi on PATH, and no /dev/nvidia*, /dev/kfd or "
-                      "/proc/driver/nvidia", fix=f"if this machine has GPUs, {GPU_FIX}",
-                      provider="The machine shows no GPU at all (no driver tool, no GPU device node); please check "
+        return [Finding("health", "gpu.present", None, False, "", "a GPU", "refuse",
+                        "no GPU: no nvidia-smi, amd-smi or rocm-smi on PATH, and no /dev/nvidia*, /dev/kfd or "
+                        "/proc/driver/nvidia", fix=f"if this machine has GPUs, {GPU_FIX}",
+                        provider="The machine shows no GPU at all (no driver tool, no GPU device node); please check "
                                "the order or give me a machine with the GPUs")]
     if facts.get("tool") is None:
-        return [Point("health", "driver.tool", None, None, "", None, "unknown",
-                      f"GPU device nodes ({', '.join(nodes)}) but no driver tool on PATH: the driver's facts cannot "
-                      "be read", fix="in a container: NVIDIA_DRIVER_CAPABILITIES=compute,utility (utility mounts "
+        return [Finding("health", "driver.tool", None, None, "", None, "unknown",
+                        f"GPU device nodes ({', '.join(nodes)}) but no driver tool on PATH: the driver's facts cannot "
+                        "be read", fix="in a container: NVIDIA_DRIVER_CAPABILITIES=compute,utility (utility mounts "
                                      "nvidia-smi), or use an image with amd-smi (ROCm)")]
-    return [Point("health", "driver.tool", None, False, "", "an answer", "refuse",
-                  f"the driver lists no GPU: {failure}", fix=GPU_FIX,
-                  provider=f"{facts['tool']} fails on this machine ({failure}); please check the driver and GPUs "
+    return [Finding("health", "driver.tool", None, False, "", "an answer", "refuse",
+                    f"the driver lists no GPU: {failure}", fix=GPU_FIX,
+                    provider=f"{facts['tool']} fails on this machine ({failure}); please check the driver and GPUs "
                            "or give me another machine")]
 
 
-def query_points(facts: dict[str, Any]) -> list[Point]:
+def query_points(facts: dict[str, Any]) -> list[Finding]:
     """How the driver was read (info, for the evidence): the other spellings used for fields this
     driver knows only by them (clocks_throttle_reasons.* before R535), the fields it does not know,
     the lines kdkit could not read."""
@@ -83,13 +84,13 @@ def query_points(facts: dict[str, Any]) -> list[Point]:
         renamed = ", ".join(f"{new}.* as {old}.* ({len(pairs)} fields)" if len(pairs) > 1 else pairs[0]
                             for (new, old), pairs in families.items())
         unknown = ", ".join(query.get("unknown", []))
-        points.append(Point("health", "driver.fields", None, len(query.get("unknown", [])), "fields unknown", None,
-                            "info", "; ".join(part for part in (f"read {renamed}" if renamed else "",
+        points.append(Finding("health", "driver.fields", None, len(query.get("unknown", [])), "fields unknown", None,
+                              "info", "; ".join(part for part in (f"read {renamed}" if renamed else "",
                                                                  f"not known to this driver: {unknown}" if unknown
                                                                  else "") if part)))
     if facts.get("problems"):
-        points.append(Point("health", "driver.output", None, len(facts["problems"]), "problems", None, "info",
-                            "; ".join(facts["problems"][:5])))
+        points.append(Finding("health", "driver.output", None, len(facts["problems"]), "problems", None, "info",
+                              "; ".join(facts["problems"][:5])))
     return points
 
 
@@ -105,16 +106,16 @@ def catalog_offer(name: str) -> dict[str, Any] | None:
     return next((dict(offer) for offer in offers if found and offer["name"] == found.name), None)
 
 
-def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Point]:
+def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Finding]:
     """The driver against the lock's CUDA: its version against the floor (pairings.json), and the
     CUDA it supports (info)."""
     version = facts.get("driver_version")
     if facts.get("vendor") != "nvidia":
-        return [Point("health", "driver.version", None, version, "", None, "info",
-                      f"amdgpu driver {version or 'version unread'} ({facts.get('tool')})")]
-    points = [Point("health", "driver.cuda", None, facts.get("cuda_version"), "", None, "info",
-                    f"the driver supports CUDA up to {facts.get('cuda_version') or '(unread)'} (nvidia-smi -q); the "
-                    f"lock's CUDA is {cuda or 'unknown'}")]
+        return [Finding("health", "driver.version", None, version, "", None, "info",
+                        f"amdgpu driver {version or 'version unread'} ({facts.get('tool')})")]
+    points = [Finding("health", "driver.cuda", None, facts.get("cuda_version"), "", None, "info",
+                      f"the driver supports CUDA up to {facts.get('cuda_version') or '(unread)'} (nvidia-smi -q); the "
+                      f"lock's CUDA is {cuda or 'unknown'}")]
     source = "kdkit/data/pairings.json drivers, architecture_drivers (kdkit.core.builds.driver_floor)"
     offer = catalog_offer(facts["gpus"][0].get("name") or "")
     floor = driver_floor(cuda, offer.get("architecture") if offer else None) if cuda else None
@@ -122,24 +123,24 @@ def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Point]:
         why = "the driver version is unread" if version is None else (
             f"no CUDA build to compare with (driver {version})" if not cuda else
             f"kdkit knows no driver floor for CUDA {version_tuple(cuda)[:1]} (driver {version})")
-        return [*points, Point("health", "driver.version", None, version, "", None,
-                               "info" if version and not cuda else "unknown", why, source=source)]
+        return [*points, Finding("health", "driver.version", None, version, "", None,
+                                 "info" if version and not cuda else "unknown", why, source=source)]
     minimum, reason = floor
     if gpurules.driver_new_enough(version, minimum):
-        return [*points, Point("health", "driver.version", None, version, "", f">= {minimum}", "ok",
-                               f"driver {version} >= {minimum}, the floor for {reason}", source=source)]
-    return [*points, Point("health", "driver.version", None, version, "", f">= {minimum}", "refuse",
-                           f"driver {version} is older than {minimum}, the floor for {reason} (the lock's CUDA "
-                           f"{cuda}); torch will not start on it",
-                           fix="lock a torch build for an older CUDA (another torch_index in kdkit.json, then "
+        return [*points, Finding("health", "driver.version", None, version, "", f">= {minimum}", "ok",
+                                 f"driver {version} >= {minimum}, the floor for {reason}", source=source)]
+    return [*points, Finding("health", "driver.version", None, version, "", f">= {minimum}", "refuse",
+                             f"driver {version} is older than {minimum}, the floor for {reason} (the lock's CUDA "
+                             f"{cuda}); torch will not start on it",
+                             fix="lock a torch build for an older CUDA (another torch_index in kdkit.json, then "
                                "`kdkit lock`)",
-                           provider=f"The NVIDIA driver {version} is older than {minimum}, which CUDA {cuda} needs; "
+                             provider=f"The NVIDIA driver {version} is older than {minimum}, which CUDA {cuda} needs; "
                                     f"please update the driver to {minimum} or newer, or give me a machine with one",
-                           source=source)]
+                             source=source)]
 
 
 def order_points(facts: dict[str, Any], expected_name: str | None = None, expected_count: int | None = None,
-                 rules: dict[str, Any] | None = None) -> list[Point]:
+                 rules: dict[str, Any] | None = None) -> list[Finding]:
     """The GPUs against the order: how many, which card (``expected_name``, a catalog name or alias,
     or as the driver prints it), how much memory. None for what the order does not say: the readings
     are then info. ``rules``: the health section's (the shipped ones when None)."""
@@ -148,37 +149,38 @@ def order_points(facts: dict[str, Any], expected_name: str | None = None, expect
     names = sorted({str(gpu.get("name") or "name unread") for gpu in gpus})
     seen = f"{len(gpus)} x {', '.join(names)}"
     if expected_count is None:
-        points = [Point("health", "gpu.count", None, len(gpus), "GPUs", None, "info", f"the driver sees {seen}")]
+        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", None, "info", f"the driver sees {seen}")]
     elif len(gpus) < expected_count:
-        points = [Point("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}", "refuse",
-                        f"the driver sees {seen}; the order is for {expected_count}",
-                        provider=f"The order is for {expected_count} {expected_name or 'GPUs'}; the driver sees "
+        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}", "refuse",
+                          f"the driver sees {seen}; the order is for {expected_count}",
+                          provider=f"The order is for {expected_count} {expected_name or 'GPUs'}; the driver sees "
                                  f"{seen}; please give me the GPUs ordered", source="the order")]
     else:
         verdict = "ok" if len(gpus) == expected_count else "info"
-        points = [Point("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}", verdict,
-                        f"the driver sees {seen}; the order is for {expected_count}", source="the order")]
+        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}", verdict,
+                          f"the driver sees {seen}; the order is for {expected_count}", source="the order")]
     for gpu in gpus:
         points += name_points(gpu, expected_name) + memory_points(gpu, rules["gpu.memory"])
     return points
 
 
-def name_points(gpu: dict[str, Any], expected: str | None) -> list[Point]:
+def name_points(gpu: dict[str, Any], expected: str | None) -> list[Finding]:
     """The card against the ordered one; without an order, the name as read (info)."""
     name = gpu.get("name")
     if name is None or gpu.get("unreadable"):
         return [unread("gpu.name", gpu, "name", None)]
     if expected is None:
-        return [Point("health", "gpu.name", gpu["index"], name, "", None, "info", who(gpu))]
+        return [Finding("health", "gpu.name", gpu["index"], name, "", None, "info", who(gpu))]
     same, why = same_card(expected, name)
     source = "kdkit/data/catalog.json (names, aliases, device_pattern; tier words Ti, SUPER, D)"
     if same is None:
-        return [Point("health", "gpu.name", gpu["index"], name, "", expected, "unknown",
-                      f"kdkit cannot tell whether '{name}' is the ordered '{expected}'", source=source)]
+        return [Finding("health", "gpu.name", gpu["index"], name, "", expected, "unknown",
+                        f"kdkit cannot tell whether '{name}' is the ordered '{expected}'", source=source)]
     if same:
-        return [Point("health", "gpu.name", gpu["index"], name, "", expected, "ok", why, source=source)]
-    return [Point("health", "gpu.name", gpu["index"], name, "", expected, "refuse", why,
-                  provider=f"{who(gpu)} is not the {expected} ordered; please give me the card ordered", source=source)]
+        return [Finding("health", "gpu.name", gpu["index"], name, "", expected, "ok", why, source=source)]
+    return [Finding("health", "gpu.name", gpu["index"], name, "", expected, "refuse", why,
+                    provider=f"{who(gpu)} is not the {expected} ordered; please give me the card ordered",
+                    source=source)]
 
 
 def same_card(expected: str, name: str) -> tuple[bool | None, str]:
@@ -206,7 +208,7 @@ def same_card(expected: str, name: str) -> tuple[bool | None, str]:
     return None, ""
 
 
-def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Point]:
+def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
     """The card's memory against its datasheet (catalog memory_gb per device), for a card the
     catalog knows."""
     mib = gpu.get("memory_mib")
@@ -229,7 +231,7 @@ def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Point]:
                           f"{offer['name']}; please give me the card ordered")]
 
 
-def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """NVLink/XGMI: links down on a GPU whose other links are up, or while the machine's other GPUs
     have links up; XGMI errors. A machine with no link up at all is reported (a PCIe-only machine
     looks the same)."""
@@ -256,7 +258,7 @@ def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
     return points
 
 
-def _xgmi_errors(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Point]:
+def _xgmi_errors(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
     if "xgmi_errors" not in gpu:
         return []
     status = gpu["xgmi_errors"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdkit.probe.diagnose.points import Point
+from kdkit.core.finding import Finding
 
 SECTION = "health"
 THROTTLE = "throttle."
@@ -33,12 +33,12 @@ def tool(gpu: dict[str, Any]) -> str:
 
 
 def make(name: str, gpu: dict[str, Any] | None, reading: Any, verdict: str, why: str, rule: dict[str, Any] | None,
-         unit: str = "", threshold: str | None = None, fix: str | None = None, provider: str | None = None) -> Point:
+         unit: str = "", threshold: str | None = None, fix: str | None = None, provider: str | None = None) -> Finding:
     """A health point; its threshold and source are ``rule``'s (``threshold`` words it when
     given)."""
     shown = threshold if threshold is not None or rule is None else worded(rule.get("value"))
-    return Point(SECTION, name, None if gpu is None else gpu["index"], reading, unit, shown, verdict, why,
-                 fix, provider, None if rule is None else rule.get("source"))
+    return Finding(SECTION, name, None if gpu is None else gpu["index"], reading, unit, shown, verdict, why,
+                   fix, provider, None if rule is None else rule.get("source"))
 
 
 def worded(value: Any) -> str:
@@ -50,7 +50,7 @@ def worded(value: Any) -> str:
     return str(value)
 
 
-def unread(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any] | None, unit: str = "") -> Point:
+def unread(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any] | None, unit: str = "") -> Finding:
     """The point of a reading the driver printed but kdkit could not read."""
     why = gpu["unread"].get(key, "not reported")
     raw = gpu["raw"].get(key)
@@ -63,7 +63,7 @@ def known(gpu: dict[str, Any], key: str) -> bool:
     return key in gpu
 
 
-def gpu_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict[str, Any]) -> list[Point]:
+def gpu_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict[str, Any]) -> list[Finding]:
     """Every health point of one GPU (the machine's are health.py's); one unknown point for a GPU
     whose line kdkit could not read."""
     if gpu.get("unreadable"):
@@ -75,7 +75,7 @@ def gpu_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict[str,
 
 
 def _count_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any], what: str,
-                 provider: str | None) -> list[Point]:
+                 provider: str | None) -> list[Finding]:
     if not known(gpu, key):
         return []
     value = gpu[key]
@@ -88,7 +88,7 @@ def _count_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any],
                  provider=None if provider is None else provider.format(who=who(gpu), n=value))]
 
 
-def ecc_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def ecc_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """ECC mode, and the uncorrectable (and AMD's correctable) error counts."""
     points = []
     if known(gpu, "ecc_mode"):
@@ -120,7 +120,7 @@ def ecc_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
 
 
 def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any], texts: tuple[str, str], fix: str,
-                provider: str) -> Point:
+                provider: str) -> Finding:
     """A yes/no reading against ``rule``'s value; ``texts``: (why when as the rule wants, why when
     not)."""
     value = gpu[key]
@@ -131,7 +131,7 @@ def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any], 
     return make(name, gpu, value, rule["verdict"], texts[1], rule, fix=fix, provider=f"{who(gpu)}: {provider}")
 
 
-def memory_repair_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def memory_repair_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """Pending page retirement (before Ampere) and row remapping (Ampere and later, which replaces
     it: NVIDIA GPU memory error management, Row Remapping). The mechanism the card does not use
     answers "[N/A]" and makes no point while the other is readable."""
@@ -168,7 +168,7 @@ RECOVERY_FIX = {"reset": "with root, no process on the GPU: sudo nvidia-smi -r -
                 "drain and reset": "stop every GPU process, then with root: sudo nvidia-smi -r -i {i}"}
 
 
-def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """The driver's pending recovery action (gpu_recovery_action), or the reset status of drivers
     before it."""
     rule = rules["recovery_action"]
@@ -195,7 +195,7 @@ def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
     return [unread("recovery_action", gpu, present[0], rule)] if present else []
 
 
-def pcie_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def pcie_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """The PCIe link at idle: at its maximum is ok, below is reported (info) for the load section to
     judge."""
     rule = rules["pcie.link"]
@@ -216,7 +216,7 @@ def pcie_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
     return points
 
 
-def throttle_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict[str, Any]) -> list[Point]:
+def throttle_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict[str, Any]) -> list[Finding]:
     """Clock event (throttle) reasons at idle: a slowdown reason active at idle is degraded."""
     reasons = {key[len(THROTTLE):]: value for key, value in gpu.items() if key.startswith(THROTTLE)}
     if not reasons:
@@ -236,7 +236,7 @@ def throttle_points(gpu: dict[str, Any], rules: dict[str, Any], load_rules: dict
                           "failing; please check the machine or give me another one")]
 
 
-def mode_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def mode_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """Persistence, compute and MIG modes."""
     points = []
     if known(gpu, "persistence"):
@@ -262,7 +262,7 @@ def mode_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
     return points
 
 
-def _compute_mode(gpu: dict[str, Any], rule: dict[str, Any]) -> Point:
+def _compute_mode(gpu: dict[str, Any], rule: dict[str, Any]) -> Finding:
     mode = gpu["compute_mode"]
     if mode is None:
         return unread("compute_mode", gpu, "compute_mode", rule)
@@ -275,7 +275,7 @@ def _compute_mode(gpu: dict[str, Any], rule: dict[str, Any]) -> Point:
     return make("compute_mode", gpu, mode, verdict, f"compute mode {mode}{why}", rule)
 
 
-def power_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
+def power_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     """The enforced power limit against the card's default."""
     if not known(gpu, "power_limit") or not known(gpu, "power_default_limit"):
         return []
@@ -295,7 +295,7 @@ def power_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Point]:
                           "the default power limit")]
 
 
-def state_point(gpu: dict[str, Any]) -> Point:
+def state_point(gpu: dict[str, Any]) -> Finding:
     """Temperature, clocks and power as read (info: judged under load)."""
     parts = [f"{gpu['temperature']:g} C" if isinstance(gpu.get("temperature"), (int, float)) else None,
              f"SM clock {gpu['sm_clock']:g} of {gpu['sm_clock_max']:g} MHz"

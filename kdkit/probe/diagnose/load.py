@@ -1,7 +1,7 @@
 """`kdkit diagnose --accept` under sustained load: every visible GPU (or the CPU) multiplies
 matrices for a bounded time while the driver is sampled, then copies to and from the host, fills its
 memory, and, with several GPUs, copies between them and all-reduces across them. Each reading
-becomes a Point of section "load" (kdkit.probe.diagnose.points), judged against
+becomes a Finding of section "load" (kdkit.probe.diagnose.points), judged against
 kdkit/data/acceptance.json's "load" rules, or against the card's nominal figures (nominal.py) where
 they are known: never an invented threshold.
 
@@ -24,11 +24,12 @@ from contextlib import contextmanager
 from statistics import fmean
 from typing import Any
 
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import loadcomm, loadio, loadref, nominal
 from kdkit.probe.diagnose.core import Context, synchronize
 from kdkit.probe.diagnose.loadio import Mark
 from kdkit.probe.diagnose.loadsensors import Sampler, SensorLog, sensor_points, torch_bus_id
-from kdkit.probe.diagnose.points import Point, thresholds
+from kdkit.probe.diagnose.points import thresholds
 from kdkit.probe.diagnose.steps import _bf16_native
 
 DEFAULT_SECONDS = 60.0
@@ -75,24 +76,24 @@ class Repeats:
         self.collect(torch)
         return self.mismatches == before
 
-    def point(self, gpu: int | None, device: str, rules: dict[str, Any]) -> Point:
+    def point(self, gpu: int | None, device: str, rules: dict[str, Any]) -> Finding:
         """ok, or refuse past the rule's allowance (none): gpu-burn's verdict on a faulty card."""
         rule = rules["load.gemm.bitwise"]
         allowed, source = int(rule["value"]), rule.get("source")
         reading, threshold = {"compares": self.compares, "mismatches": self.mismatches}, f"<= {allowed} mismatches"
         if not self.compares:
-            return Point("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "unknown",
-                         f"{device}: no repeated result was compared (the run ended first)", source=source)
+            return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "unknown",
+                           f"{device}: no repeated result was compared (the run ended first)", source=source)
         if self.mismatches <= allowed:
-            return Point("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "ok",
-                         f"{device}: {self.compares - self.mismatches} of {self.compares} repeated results "
-                         "identical to the first, bit for bit", source=source)
-        return Point("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "refuse",
-                     f"{device}: {self.mismatches} of {self.compares} repeated results differ from the first "
-                     f"(up to {self.elements} elements): silent data corruption",
-                     provider=f"GPU {gpu if gpu is not None else device} returns different results for the same "
+            return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "ok",
+                           f"{device}: {self.compares - self.mismatches} of {self.compares} repeated results "
+                           "identical to the first, bit for bit", source=source)
+        return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "refuse",
+                       f"{device}: {self.mismatches} of {self.compares} repeated results differ from the first "
+                       f"(up to {self.elements} elements): silent data corruption",
+                       provider=f"GPU {gpu if gpu is not None else device} returns different results for the same "
                               "matrix product on the same inputs under sustained load (silent data corruption)",
-                     source=source)
+                       source=source)
 
 
 def _bits(torch: Any, tensor: Any) -> Any:
@@ -225,15 +226,15 @@ def burn(torch: Any, devices: list[str], seconds: float, log: SensorLog) -> list
     return lanes
 
 
-def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> Point:
+def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> Finding:
     """The whole run's TFLOP/s against the card's nominal dense figure for the dtype used, where
     known."""
     rule = rules.get("load.gemm.tflops") or {"value": nominal.FLAG_BELOW, "source": NOMINAL_SOURCE}
     kind = str(lane.dtype).removeprefix("torch.")
     overall = overall_tflops(lane)
     if overall is None:
-        return Point("load", "load.gemm.tflops", gpu, None, "TFLOP/s", None, "unknown",
-                     f"{lane.device}: no interval completed within the time given")
+        return Finding("load", "load.gemm.tflops", gpu, None, "TFLOP/s", None, "unknown",
+                       f"{lane.device}: no interval completed within the time given")
     figures = nominal.lookup(name) if lane.device != "cpu" else None
     if figures is not None:
         figure = {"bfloat16": figures.bf16_tflops, "float16": figures.fp16_tflops}.get(kind)
@@ -242,16 +243,16 @@ def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) 
     label = lane.device if name == lane.device else f"{lane.device} {name}"
     text = f"{label}: {kind} GEMM ({lane.n}x{lane.n}) {_figure(overall)} TFLOP/s"
     if figure is None:
-        return Point("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", None, "unknown",
-                     f"{text}; no nominal {kind} figure for this device")
+        return Finding("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", None, "unknown",
+                       f"{text}; no nominal {kind} figure for this device")
     share, floor = overall / figure, float(rule["value"])
     threshold = f">= {floor:.0%} of nominal {figure:,.0f}"
     if share >= floor:
-        return Point("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", threshold, "ok",
-                     f"{text} = {share:.0%} of nominal", source=rule.get("source"))
-    return Point("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", threshold, "degraded",
-                 f"{text} = {share:.0%} of nominal: throttled, shared, or not the card its name says",
-                 provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s in {kind}, {share:.0%} of the {label}'s "
+        return Finding("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", threshold, "ok",
+                       f"{text} = {share:.0%} of nominal", source=rule.get("source"))
+    return Finding("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", threshold, "degraded",
+                   f"{text} = {share:.0%} of nominal: throttled, shared, or not the card its name says",
+                   provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s in {kind}, {share:.0%} of the {label}'s "
                           f"nominal {figure:,.0f}", source=rule.get("source"))
 
 
@@ -263,29 +264,29 @@ def overall_tflops(lane: Lane) -> float | None:
     return sum(i["tflops"] * i["seconds"] for i in lane.intervals) / sum(i["seconds"] for i in lane.intervals)
 
 
-def sustained_point(gpu: int | None, device: str, rates: list[float], rules: dict[str, Any]) -> Point:
+def sustained_point(gpu: int | None, device: str, rates: list[float], rules: dict[str, Any]) -> Finding:
     """The last tenth of the intervals against the first: a drop is thermal or power throttling."""
     rule = rules["load.gemm.sustained"]
     floor, window = float(rule["value"]), float(rule["window"])
     threshold = f">= {floor:.0%} of the first {window:.0%}"
     if len(rates) < 2 or min(rates[:1]) <= 0:
-        return Point("load", "load.gemm.sustained", gpu, None, "share", threshold, "unknown",
-                     f"{device}: {len(rates)} interval(s): too few to compare the start with the end (run longer)",
-                     source=rule.get("source"))
+        return Finding("load", "load.gemm.sustained", gpu, None, "share", threshold, "unknown",
+                       f"{device}: {len(rates)} interval(s): too few to compare the start with the end (run longer)",
+                       source=rule.get("source"))
     size = max(1, round(len(rates) * window))
     first, last = fmean(rates[:size]), fmean(rates[-size:])
     kept = last / first
     text = (f"{device}: last {size} of {len(rates)} intervals {_figure(last)} TFLOP/s, first {size} "
             f"{_figure(first)}: {kept:.1%} kept")
     if kept >= floor:
-        return Point("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "ok", text,
-                     source=rule.get("source"))
-    return Point("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "degraded",
-                 text + ": throughput fell under sustained load (thermal or power throttling)",
-                 fix="see load.throttle for the reason the driver gives",
-                 provider=f"{'GPU ' + str(gpu) if gpu is not None else 'the machine (' + device + ')'} loses "
+        return Finding("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "ok", text,
+                       source=rule.get("source"))
+    return Finding("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "degraded",
+                   text + ": throughput fell under sustained load (thermal or power throttling)",
+                   fix="see load.throttle for the reason the driver gives",
+                   provider=f"{'GPU ' + str(gpu) if gpu is not None else 'the machine (' + device + ')'} loses "
                           f"{1 - kept:.0%} of its throughput under sustained load",
-                 source=rule.get("source"))
+                   source=rule.get("source"))
 
 
 def _figure(value: float) -> str:
@@ -294,18 +295,18 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def lane_points(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> list[Point]:
+def lane_points(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> list[Finding]:
     rates = [interval["tflops"] for interval in lane.intervals]
     kind = str(lane.dtype).removeprefix("torch.")
-    evidence = Point("load", "load.gemm.intervals", gpu, lane.intervals, "TFLOP/s per interval", None, "info",
-                     f"{lane.device}: {len(rates)} intervals of {lane.n}x{lane.n} {kind} GEMM (t: seconds since the "
-                     "start)")
+    evidence = Finding("load", "load.gemm.intervals", gpu, lane.intervals, "TFLOP/s per interval", None, "info",
+                       f"{lane.device}: {len(rates)} intervals of {lane.n}x{lane.n} {kind} GEMM (t: seconds since the "
+                       "start)")
     return [tflops_point(gpu, lane, name, rules), sustained_point(gpu, lane.device, rates, rules), evidence,
             lane.repeats.point(gpu, lane.device, rules)]
 
 
 def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler | None = None,
-                rules: dict[str, Any] | None = None) -> list[Point]:
+                rules: dict[str, Any] | None = None) -> list[Finding]:
     """The load section's points for every device of ``ctx`` (its GPUs, or the CPU).
 
     ``seconds``: the GEMM loop's bound (validated by the caller). ``sampler``: the driver's sampler,
@@ -316,7 +317,7 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
     load_rules, references = every.get("load", {}), every.get("reference", {})
     names = {f"cuda:{dev['index']}": str(dev["name"]) for dev in ctx.facts.get("devices", [])}
     log = SensorLog(sampler)
-    points: list[Point] = []
+    points: list[Finding] = []
     try:
         lanes = burn(torch, devices, seconds, log)
     # a device error under load (Xid, ECC) or memory taken by another process
@@ -335,7 +336,7 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
     return points + _after(ctx, devices, log, load_rules)
 
 
-def _after(ctx: Context, devices: list[str], log: SensorLog, rules: dict[str, Any]) -> list[Point]:
+def _after(ctx: Context, devices: list[str], log: SensorLog, rules: dict[str, Any]) -> list[Finding]:
     """What follows the GEMM loop: copies, memory fill, peers, all-reduce, and the driver's
     samples."""
     torch = ctx.torch

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kdkit.probe.diagnose.points import Point
+from kdkit.core.finding import Finding
 
 GPU_BYTES, CPU_BYTES = 256 << 20, 1 << 20
 ITERATIONS = 20
@@ -41,7 +41,7 @@ def busbw(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
 
 
 def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: int | None = None,
-                     timeout: float = TIMEOUT) -> list[Point]:
+                     timeout: float = TIMEOUT) -> list[Finding]:
     """Run ``world`` workers with ``backend`` (nccl: one per GPU; gloo: on the CPU) and judge the
     result."""
     rule = rules.get("load.allreduce", {})
@@ -56,21 +56,21 @@ def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: in
         shutil.rmtree(folder, ignore_errors=True)
     threshold, source = None, rule.get("source")
     if result is None:
-        return [Point("load", "load.allreduce", None, None, "GB/s", threshold, "unknown",
-                      f"{backend} all-reduce across {world} processes gave no result: {said}",
-                      fix=f"use a torch build with {backend} (the CUDA and ROCm wheels have it); NCCL_DEBUG=WARN "
+        return [Finding("load", "load.allreduce", None, None, "GB/s", threshold, "unknown",
+                        f"{backend} all-reduce across {world} processes gave no result: {said}",
+                        fix=f"use a torch build with {backend} (the CUDA and ROCm wheels have it); NCCL_DEBUG=WARN "
                           "says why it fails", source=source)]
     algbw, bus = busbw(int(result["bytes"]), float(result["seconds"]), world)
     reading = {"busbw": round(bus, 3), "algbw": round(algbw, 3), "bytes": result["bytes"], "ranks": world}
     text = (f"{backend} all-reduce of {result['bytes'] / (1 << 20):,.0f} MiB across {world} ranks: busbw {bus:,.2f} "
             f"GB/s (algbw {algbw:,.2f})")
     if not result["correct"]:
-        return [Point("load", "load.allreduce", None, reading, "GB/s", "the exact sum", "refuse",
-                      text + "; the checked all-reduce returned a wrong sum",
-                      provider="an all-reduce across the GPUs returns a wrong sum: data is corrupted between them",
-                      source=source)]
-    return [Point("load", "load.allreduce", None, reading, "GB/s", threshold, "info",
-                  text + "; sum checked (no nominal figure for this machine's interconnect)", source=source)]
+        return [Finding("load", "load.allreduce", None, reading, "GB/s", "the exact sum", "refuse",
+                        text + "; the checked all-reduce returned a wrong sum",
+                        provider="an all-reduce across the GPUs returns a wrong sum: data is corrupted between them",
+                        source=source)]
+    return [Finding("load", "load.allreduce", None, reading, "GB/s", threshold, "info",
+                    text + "; sum checked (no nominal figure for this machine's interconnect)", source=source)]
 
 
 def _command() -> list[str]:

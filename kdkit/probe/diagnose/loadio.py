@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kdkit.core.finding import Finding
 from kdkit.core.gpurules import gib
 from kdkit.probe.diagnose.core import synchronize
 from kdkit.probe.diagnose.loadsensors import SensorLog, link_of
-from kdkit.probe.diagnose.points import Point
 
 # per copy: large enough that the launch cost is noise (nvbandwidth uses 512 MiB)
 COPY_BYTES = 256 << 20
@@ -41,16 +41,16 @@ class Mark:
         return later.clock - self.clock
 
 
-def failure_point(name: str, gpu: int | None, what: str, exc: BaseException) -> Point:
+def failure_point(name: str, gpu: int | None, what: str, exc: BaseException) -> Finding:
     """A part that raised: memory taken by another process is unknown; a device error under load
     refuses."""
     said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in said.lower():
-        return Point("load", name, gpu, None, "", None, "unknown", f"{what} could not allocate: {said}",
-                     fix="stop the other processes on the GPU (nvidia-smi / amd-smi list them) and rerun")
-    return Point("load", name, gpu, None, "", None, "refuse", f"{what} failed: {type(exc).__name__}: {said}",
-                 fix="check `dmesg` and nvidia-smi -q / amd-smi for Xid or RAS errors",
-                 provider=f"the GPU fails under load ({type(exc).__name__}: {said})")
+        return Finding("load", name, gpu, None, "", None, "unknown", f"{what} could not allocate: {said}",
+                       fix="stop the other processes on the GPU (nvidia-smi / amd-smi list them) and rerun")
+    return Finding("load", name, gpu, None, "", None, "refuse", f"{what} failed: {type(exc).__name__}: {said}",
+                   fix="check `dmesg` and nvidia-smi -q / amd-smi for Xid or RAS errors",
+                   provider=f"the GPU fails under load ({type(exc).__name__}: {said})")
 
 
 def release(torch: Any, devices: list[str]) -> None:
@@ -60,10 +60,10 @@ def release(torch: Any, devices: list[str]) -> None:
 
 
 def io_points(torch: Any, devices: list[str], gpus: dict[str, int], share: float, log: SensorLog,
-              rules: dict[str, Any]) -> list[Point]:
+              rules: dict[str, Any]) -> list[Finding]:
     """Copies (GPUs only: pinned memory needs a driver) and the memory fill, each device in turn.
     ``gpus``: each GPU's index as the driver numbers it."""
-    points: list[Point] = []
+    points: list[Finding] = []
     for device in devices:
         gpu = gpus.get(device)
         if gpu is not None:
@@ -108,7 +108,7 @@ def _rate(torch: Any, device: str, copy: Any, nbytes: int, log: SensorLog) -> fl
     return repeats * nbytes / seconds / 1e9
 
 
-def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules: dict[str, Any]) -> list[Point]:
+def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules: dict[str, Any]) -> list[Finding]:
     """Pinned host->device and device->host GB/s, against the link's nominal (its maximum gen and
     width). The buffers go when the function returns."""
     host = torch.empty(COPY_BYTES, dtype=torch.uint8).pin_memory()
@@ -121,7 +121,7 @@ def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules:
 
 
 def copy_point(gpu: int | None, device: str, direction: str, gbps: float, link: tuple[int, int] | None,
-               rules: dict[str, Any]) -> Point:
+               rules: dict[str, Any]) -> Finding:
     """One direction's GB/s against ``link``'s nominal (PCI-SIG's per-lane rate times the width)."""
     rule, table = rules["load.copy"], rules["load.pcie.lane_gbps"]
     lane = table["value"].get(str(link[0])) if link else None
@@ -129,17 +129,17 @@ def copy_point(gpu: int | None, device: str, direction: str, gbps: float, link: 
     text = f"{device}: pinned {words} {gbps:,.1f} GB/s"
     if link is None or lane is None:
         known = "the link's generation and width are unknown" if link is None else f"no nominal for Gen{link[0]}"
-        return Point("load", name, gpu, round(gbps, 2), "GB/s", None, "unknown", f"{text}; {known}",
-                     source=table.get("source"))
+        return Finding("load", name, gpu, round(gbps, 2), "GB/s", None, "unknown", f"{text}; {known}",
+                       source=table.get("source"))
     figure, floor = float(lane) * link[1], float(rule["value"])
     share = gbps / figure
     threshold = f">= {floor:.0%} of Gen{link[0]} x{link[1]}'s {figure:,.1f} GB/s"
     text += f" = {share:.0%} of Gen{link[0]} x{link[1]}'s nominal {figure:,.1f} GB/s"
     if share >= floor:
-        return Point("load", name, gpu, round(gbps, 2), "GB/s", threshold, "ok", text, source=rule.get("source"))
-    return Point("load", name, gpu, round(gbps, 2), "GB/s", threshold, "degraded",
-                 text + ": the link carries less than a link trained one step down could",
-                 provider=f"GPU {gpu}'s {words} copies run at {gbps:,.1f} GB/s, {share:.0%} of its PCIe "
+        return Finding("load", name, gpu, round(gbps, 2), "GB/s", threshold, "ok", text, source=rule.get("source"))
+    return Finding("load", name, gpu, round(gbps, 2), "GB/s", threshold, "degraded",
+                   text + ": the link carries less than a link trained one step down could",
+                   provider=f"GPU {gpu}'s {words} copies run at {gbps:,.1f} GB/s, {share:.0%} of its PCIe "
                           f"Gen{link[0]} x{link[1]} link", source=rule.get("source"))
 
 
@@ -164,7 +164,7 @@ def count_wrong(blocks: list[Any], pattern: int) -> int:
     return sum(int(block.ne((pattern + number) & 0xFF).sum()) for number, block in enumerate(blocks))
 
 
-def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: dict[str, Any]) -> Point:
+def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: dict[str, Any]) -> Finding:
     """Fill most of the free memory block by block, each block its own byte (so two addresses that
     alias show), read every block back after all are written, for each pattern; more wrong bytes
     than the rule allows (none) refuses."""
@@ -183,18 +183,18 @@ def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: di
     size = gib(total) if total >= 1 << 30 else f"{total / (1 << 20):.0f} MiB"
     text = f"{device}: {size} written twice ({', '.join(hex(p) for p in PATTERNS)}, per block) and read back"
     if wrong <= allowed:
-        return Point("load", "load.memory.fill", gpu, reading, "bytes", threshold, "ok",
-                     f"{text}: {wrong} bytes wrong", source=rule.get("source"))
-    return Point("load", "load.memory.fill", gpu, reading, "bytes", threshold, "refuse",
-                 f"{text}: {wrong} bytes read back wrong",
-                 provider=f"GPU {gpu}'s memory returns bytes other than those written ({wrong} of {total})",
-                 source=rule.get("source"))
+        return Finding("load", "load.memory.fill", gpu, reading, "bytes", threshold, "ok",
+                       f"{text}: {wrong} bytes wrong", source=rule.get("source"))
+    return Finding("load", "load.memory.fill", gpu, reading, "bytes", threshold, "refuse",
+                   f"{text}: {wrong} bytes read back wrong",
+                   provider=f"GPU {gpu}'s memory returns bytes other than those written ({wrong} of {total})",
+                   source=rule.get("source"))
 
 
-def peer_points(torch: Any, devices: list[str]) -> list[Point]:
+def peer_points(torch: Any, devices: list[str]) -> list[Finding]:
     """For each ordered pair of GPUs: whether one may access the other directly, and the copy's
     GB/s. No nominal (NVLink and PCIe switches vary): facts for the report."""
-    points: list[Point] = []
+    points: list[Finding] = []
     gpus = [int(device.split(":")[1]) for device in devices if device != "cpu"]
     for source in gpus:
         for target in gpus:
@@ -203,7 +203,7 @@ def peer_points(torch: Any, devices: list[str]) -> list[Point]:
     return points
 
 
-def _peer_point(torch: Any, source: int, target: int) -> Point:
+def _peer_point(torch: Any, source: int, target: int) -> Finding:
     try:
         access = bool(torch.cuda.can_device_access_peer(source, target))
         src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=f"cuda:{source}")
@@ -221,5 +221,5 @@ def _peer_point(torch: Any, source: int, target: int) -> Point:
     except Exception as exc:
         return failure_point("load.p2p", source, f"cuda:{source} -> cuda:{target} copy", exc)
     way = "directly (peer access)" if access else "through the host (no peer access)"
-    return Point("load", "load.p2p", source, {"peer": target, "gbps": round(gbps, 2), "access": access}, "GB/s",
-                 None, "info", f"cuda:{source} -> cuda:{target}: {gbps:,.1f} GB/s, {way}")
+    return Finding("load", "load.p2p", source, {"peer": target, "gbps": round(gbps, 2), "access": access}, "GB/s",
+                   None, "info", f"cuda:{source} -> cuda:{target}: {gbps:,.1f} GB/s, {way}")

@@ -18,10 +18,11 @@ import math
 import re
 from typing import Any
 
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import nominal
 from kdkit.probe.diagnose.loadio import failure_point, release, timed_repeats
 from kdkit.probe.diagnose.loadsensors import SensorLog
-from kdkit.probe.diagnose.points import ACCEPTANCE, Point
+from kdkit.probe.diagnose.points import ACCEPTANCE
 
 # bytes per array: far past any cache (an H100's L2 is 50 MiB)
 GPU_ARRAY, CPU_ARRAY = 512 << 20, 32 << 20
@@ -126,7 +127,7 @@ def _label(device: str, device_name: str) -> str:
 
 
 def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overall: float | None,
-               references: dict[str, Any], rules: dict[str, Any]) -> Point:
+               references: dict[str, Any], rules: dict[str, Any]) -> Finding:
     """The run's dense GEMM TFLOP/s against the card's measured bf16 reference: ok at or above the
     rule's share (no ceiling), degraded below; a CPU, an fp16 run or a card without a reference is
     read, not judged."""
@@ -137,23 +138,23 @@ def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overal
     # with a reference, unknown with a threshold: not measured, the run is incomplete
     if overall is None:
         wanted = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})" if figure is not None else None
-        return Point("load", "load.gemm.reference", gpu, None, "TFLOP/s", wanted, "unknown",
-                     f"{label}: no interval completed, nothing to hold to a reference")
+        return Finding("load", "load.gemm.reference", gpu, None, "TFLOP/s", wanted, "unknown",
+                       f"{label}: no interval completed, nothing to hold to a reference")
     text = f"{label}: {kind} GEMM {_figure(overall)} TFLOP/s"
     if figure is None:
         whose = "a CPU" if device == "cpu" else f"{card}, {kind}" if card else _nameless(device_name)
-        return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", None, "unknown",
-                     f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
+        return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", None, "unknown",
+                       f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
     verdict, share = share_verdict(overall, float(figure), floor)
     threshold = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})"
     text += f" = {share:.0%} of the {float(figure):,.1f} measured on a healthy {card}"
     source = f"{_source(card, entry, ('value',), 'source')}; the share: {rule.get('source')}"
     if verdict == "ok":
-        return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "ok", text,
-                     source=source)
-    return Point("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "degraded",
-                 text + ": slow from the start (power-capped, throttled, shared, or not the card its name says)",
-                 provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s of dense {kind} GEMM, {share:.0%} of the "
+        return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "ok", text,
+                       source=source)
+    return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "degraded",
+                   text + ": slow from the start (power-capped, throttled, shared, or not the card its name says)",
+                   provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s of dense {kind} GEMM, {share:.0%} of the "
                           f"{float(figure):,.1f} {_whose(card, entry, ('value',))}", source=source)
 
 
@@ -169,8 +170,8 @@ def _bandwidth_threshold(floor: float, judged: dict[str, float]) -> str:
     return f">= {floor:.0%} of the measured " + ", ".join(f"{k} {v:,.0f}" for k, v in judged.items())
 
 
-def _unmeasured(point: Point, device: str, device_name: str, references: dict[str, Any],
-                rules: dict[str, Any]) -> Point:
+def _unmeasured(point: Finding, device: str, device_name: str, references: dict[str, Any],
+                rules: dict[str, Any]) -> Finding:
     """A STREAM failure on a card with a reference carries the threshold it would have been held to:
     an unknown with a threshold is a reading not made, and the run is incomplete
     (accept._unmeasured)."""
@@ -182,7 +183,7 @@ def _unmeasured(point: Point, device: str, device_name: str, references: dict[st
 
 
 def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dict[str, float],
-                    references: dict[str, Any], rules: dict[str, Any]) -> Point:
+                    references: dict[str, Any], rules: dict[str, Any]) -> Finding:
     """STREAM copy and triad GB/s against the card's measured ones: each kind with a reference is
     judged, the worst decides; a CPU or a card without a reference is read, not judged."""
     rule = rules["load.memory.bandwidth"]
@@ -192,27 +193,27 @@ def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dic
     judged = {kind: float(entry[f"{kind}_gb_s"]) for kind in ARRAYS if entry.get(f"{kind}_gb_s")}
     if not judged:
         whose = "a CPU" if device == "cpu" else card or _nameless(device_name)
-        return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", None, "unknown",
-                     f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
+        return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", None, "unknown",
+                       f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
     shares = {kind: share_verdict(reading[kind], figure, floor) for kind, figure in judged.items()}
     worst = min(shares, key=lambda kind: shares[kind][1] if math.isfinite(shares[kind][1]) else -math.inf)
     threshold = _bandwidth_threshold(floor, judged)
     text += " = " + ", ".join(f"{shares[k][1]:.0%} of {k} {judged[k]:,.0f}" for k in judged) + f" ({card})"
     source = f"{_source(card, entry, FIGURES, 'bandwidth_source')}; the share: {rule.get('source')}"
     if shares[worst][0] == "ok":
-        return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "ok", text, source=source)
-    return Point("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "degraded",
-                 text + ": the memory is slower than a healthy card's",
-                 provider=f"GPU {gpu}'s memory moves {reading[worst]:,.0f} GB/s in STREAM {worst}, "
+        return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "ok", text, source=source)
+    return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "degraded",
+                   text + ": the memory is slower than a healthy card's",
+                   provider=f"GPU {gpu}'s memory moves {reading[worst]:,.0f} GB/s in STREAM {worst}, "
                           f"{shares[worst][1]:.0%} of the {judged[worst]:,.0f} {_whose(card, entry, FIGURES)}",
-                 source=source)
+                   source=source)
 
 
 def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names: dict[str, str],
-                     log: SensorLog | None, rules: dict[str, Any], references: dict[str, Any]) -> list[Point]:
+                     log: SensorLog | None, rules: dict[str, Any], references: dict[str, Any]) -> list[Finding]:
     """Each device's STREAM bandwidth, measured and judged; a device that fails is a point (loadio's
     rule)."""
-    points: list[Point] = []
+    points: list[Finding] = []
     for device in devices:
         gpu = gpus.get(device)
         try:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from statistics import median
 from typing import Any
 
-from kdkit.probe.diagnose.points import Point
+from kdkit.core.finding import Finding
 
 Sampler = Callable[[], dict[int, dict[str, Any]]]
 FIELDS = ("sm_clock", "sm_clock_max", "temperature", "power_draw", "power_limit", "pcie_gen", "pcie_width",
@@ -108,20 +108,20 @@ def _bus(text: Any) -> tuple[int, int, int] | None:
         return None
 
 
-def sensor_points(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> list[Point]:
+def sensor_points(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> list[Finding]:
     """The points of one card's samples: throttle reasons, clocks, temperature, power, PCIe link."""
     if not entries:
-        return [Point("load", "load.sensors", gpu, None, "", None, "unknown",
-                      "the driver gave no reading during the load (no nvidia-smi/amd-smi, or it failed)",
-                      fix="check that nvidia-smi (or amd-smi) runs in this container")]
+        return [Finding("load", "load.sensors", gpu, None, "", None, "unknown",
+                        "the driver gave no reading during the load (no nvidia-smi/amd-smi, or it failed)",
+                        fix="check that nvidia-smi (or amd-smi) runs in this container")]
     under_gemm = [entry for entry in entries if entry.get("phase") == "gemm"] or entries
-    evidence = Point("load", "load.samples", gpu, entries, "", None, "info",
-                     f"{len(entries)} driver samples during the load (t: seconds since the start)")
+    evidence = Finding("load", "load.samples", gpu, entries, "", None, "info",
+                       f"{len(entries)} driver samples during the load (t: seconds since the start)")
     return [throttle_point(gpu, entries, rules), *_info_points(gpu, under_gemm), pcie_point(gpu, entries, rules),
             evidence]
 
 
-def throttle_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Point:
+def throttle_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Finding:
     """Which throttle reasons were active, in how many samples; a hardware or thermal one is
     degraded."""
     rule = rules["load.throttle"]
@@ -133,19 +133,19 @@ def throttle_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any
             counts[name] = counts.get(name, 0) + 1
     threshold = "none of " + ", ".join(sorted(bad))
     if not read:
-        return Point("load", "load.throttle", gpu, None, "samples", threshold, "unknown",
-                     "the driver gave no throttle reasons", source=rule.get("source"))
+        return Finding("load", "load.throttle", gpu, None, "samples", threshold, "unknown",
+                       "the driver gave no throttle reasons", source=rule.get("source"))
     found = sorted(name for name in counts if name in bad)
     seen = ", ".join(f"{name} in {count} of {len(read)} samples" for name, count in sorted(counts.items()))
     if found:
-        return Point("load", "load.throttle", gpu, counts, "samples", threshold, "degraded",
-                     f"under load the card slowed itself: {seen}",
-                     fix="check the machine's airflow and power; rerun after it has cooled down",
-                     provider=f"GPU {gpu} throttles under sustained load ({', '.join(found)}): cooling or power "
+        return Finding("load", "load.throttle", gpu, counts, "samples", threshold, "degraded",
+                       f"under load the card slowed itself: {seen}",
+                       fix="check the machine's airflow and power; rerun after it has cooled down",
+                       provider=f"GPU {gpu} throttles under sustained load ({', '.join(found)}): cooling or power "
                               "delivery does not hold the card at its rated clocks",
-                     source=rule.get("source"))
+                       source=rule.get("source"))
     why = f"no hardware or thermal slowdown under load ({seen or 'no reason active'})"
-    return Point("load", "load.throttle", gpu, counts, "samples", threshold, "ok", why, source=rule.get("source"))
+    return Finding("load", "load.throttle", gpu, counts, "samples", threshold, "ok", why, source=rule.get("source"))
 
 
 def _numbers(entries: list[dict[str, Any]], field: str) -> list[float]:
@@ -153,25 +153,25 @@ def _numbers(entries: list[dict[str, Any]], field: str) -> list[float]:
             if isinstance(entry.get(field), (int, float)) and not isinstance(entry.get(field), bool)]
 
 
-def _info_points(gpu: int, entries: list[dict[str, Any]]) -> list[Point]:
+def _info_points(gpu: int, entries: list[dict[str, Any]]) -> list[Finding]:
     """Clocks, temperature and power under load: facts without a verdict (the throttle reasons
     judge)."""
     points = []
     clocks, top = _numbers(entries, "sm_clock"), _numbers(entries, "sm_clock_max")
     if clocks:
         share = f", {median(clocks) / max(top):.0%} of its maximum {max(top):.0f} MHz" if top else ""
-        points.append(Point("load", "load.clocks", gpu, {"median": median(clocks), "min": min(clocks),
+        points.append(Finding("load", "load.clocks", gpu, {"median": median(clocks), "min": min(clocks),
                                                          "max_clock": max(top) if top else None}, "MHz", None,
-                            "info", f"SM clock under load: median {median(clocks):.0f} MHz{share}"))
+                              "info", f"SM clock under load: median {median(clocks):.0f} MHz{share}"))
     temperatures = _numbers(entries, "temperature")
     if temperatures:
-        points.append(Point("load", "load.temperature", gpu, max(temperatures), "C", None, "info",
-                            f"hottest under load: {max(temperatures):.0f} C (first {temperatures[0]:.0f} C)"))
+        points.append(Finding("load", "load.temperature", gpu, max(temperatures), "C", None, "info",
+                              f"hottest under load: {max(temperatures):.0f} C (first {temperatures[0]:.0f} C)"))
     power, limit = _numbers(entries, "power_draw"), _numbers(entries, "power_limit")
     if power:
         share = f", {max(power) / min(limit):.0%} of the enforced limit {min(limit):.0f} W" if limit else ""
-        points.append(Point("load", "load.power", gpu, {"max": max(power), "limit": min(limit) if limit else None},
-                            "W", None, "info", f"highest draw under load: {max(power):.0f} W{share}"))
+        points.append(Finding("load", "load.power", gpu, {"max": max(power), "limit": min(limit) if limit else None},
+                              "W", None, "info", f"highest draw under load: {max(power):.0f} W{share}"))
     return points
 
 
@@ -186,23 +186,23 @@ def link_of(entries: list[dict[str, Any]]) -> tuple[tuple[int, int] | None, tupl
     return best, (tops[-1] if tops else None)
 
 
-def pcie_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Point:
+def pcie_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Finding:
     """The link under load (the best sample: an idle link trains down to save power) against its
     maximum."""
     rule = rules.get("load.pcie.link", {})
     best, top = link_of(entries)
     reading = None if best is None else {"gen": best[0], "width": best[1]}
     if best is None or top is None:
-        return Point("load", "load.pcie.link", gpu, reading, "", None, "unknown",
-                     "the driver did not give the PCIe link's generation and width (now and maximum)",
-                     source=rule.get("source"))
+        return Finding("load", "load.pcie.link", gpu, reading, "", None, "unknown",
+                       "the driver did not give the PCIe link's generation and width (now and maximum)",
+                       source=rule.get("source"))
     threshold = f"Gen{top[0]} x{top[1]} (the link's maximum)"
     text = f"PCIe Gen{best[0]} x{best[1]} under load, maximum Gen{top[0]} x{top[1]}"
     if best[0] >= top[0] and best[1] >= top[1]:
-        return Point("load", "load.pcie.link", gpu, reading, "", threshold, "ok", text, source=rule.get("source"))
-    return Point("load", "load.pcie.link", gpu, reading, "", threshold, "degraded",
-                 text + ": host-device copies run at a fraction of what the slot allows",
-                 fix="reseat the card or move it to another slot, when the machine is yours",
-                 provider=f"GPU {gpu}'s PCIe link trains at Gen{best[0]} x{best[1]} under load instead of "
+        return Finding("load", "load.pcie.link", gpu, reading, "", threshold, "ok", text, source=rule.get("source"))
+    return Finding("load", "load.pcie.link", gpu, reading, "", threshold, "degraded",
+                   text + ": host-device copies run at a fraction of what the slot allows",
+                   fix="reseat the card or move it to another slot, when the machine is yours",
+                   provider=f"GPU {gpu}'s PCIe link trains at Gen{best[0]} x{best[1]} under load instead of "
                           f"Gen{top[0]} x{top[1]}: a riser, slot or BIOS setting limits it",
-                 source=rule.get("source"))
+                   source=rule.get("source"))

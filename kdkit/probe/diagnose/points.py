@@ -1,6 +1,6 @@
-"""What `kdkit diagnose --accept` judges: one point per reading (a fact the driver or a measurement
-gave), its threshold, its verdict, and what to do or to tell the provider; and how points make the
-machine's verdict. Standard library only.
+"""What `kdkit diagnose --accept` judges: one point (a kdkit.core.finding.Finding) per reading (a
+fact the driver or a measurement gave), its threshold, its verdict, and what to do or to tell the
+provider; and how points make the machine's verdict. Standard library only.
 
 The thresholds are data: ``kdkit/data/acceptance.json``, each with the public source it was read in,
 overridable per project (kdkit.json ``"acceptance"``). A reading kdkit has no threshold for (an
@@ -10,11 +10,11 @@ unknown card, a field the driver does not give) is reported as read, with the ve
 
 from __future__ import annotations
 
-from kdkit.core.record import Record
-
 TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
 if TYPE_CHECKING:
     from typing import Any
+
+    from kdkit.core.finding import Finding
 
 ACCEPTANCE = "data/acceptance.json"  # inside the kdkit package; travels (kdkit.core.layout.DATA)
 
@@ -29,34 +29,7 @@ VERDICTS = ("ok", "info", "unknown", "degraded", "refuse")
 MACHINE = {"refuse": "refuse", "degraded": "degraded"}  # anything else: accept
 
 
-class Point(Record):
-    """One judged reading.
-
-    ``section``: "steps" (today's diagnose), "health" (the driver's facts, before and without torch)
-    or "load" (under sustained load). ``name``: a stable dotted name (``ecc.volatile_uncorrected``,
-    ``pcie.width``, ``load.throughput_drop``). ``gpu``: the card's index, None for the whole
-    machine. ``reading``: as read (a number, a string, a bool, None when it could not be read), with
-    ``unit``. ``threshold``: the rule in words (``"0"``, ``">= 0.9 of the first 10 %"``), None
-    without one. ``verdict``: one of VERDICTS. ``why``: one line a person reads. ``fix``: what the
-    user does, when something can be done on this machine. ``provider``: the sentence for the
-    provider, when it is theirs to fix. ``source``: where the threshold comes from (a URL or a
-    repository path).
-    """
-
-    __slots__ = ("section", "name", "gpu", "reading", "unit", "threshold", "verdict",  # noqa: RUF023 (order)
-                 "why", "fix", "provider", "source")
-
-    def __init__(self, section: str, name: str, gpu: int | None, reading: Any, unit: str, threshold: str | None,
-                 verdict: str, why: str, fix: str | None = None, provider: str | None = None,
-                 source: str | None = None) -> None:
-        if verdict not in VERDICTS:
-            raise ValueError(f"verdict {verdict!r} is not one of {VERDICTS}")
-        self.section, self.name, self.gpu, self.reading, self.unit = section, name, gpu, reading, unit
-        self.threshold, self.verdict, self.why = threshold, verdict, why
-        self.fix, self.provider, self.source = fix, provider, source
-
-
-def machine_verdict(points: list[Point]) -> str:
+def machine_verdict(points: list[Finding]) -> str:
     """accept, degraded or refuse: the worst point decides; no point at all is no evidence
     (refuse)."""
     if not points:
@@ -65,7 +38,7 @@ def machine_verdict(points: list[Point]) -> str:
     return MACHINE.get(VERDICTS[worst], "accept")
 
 
-def reasons(points: list[Point]) -> list[Point]:
+def reasons(points: list[Finding]) -> list[Finding]:
     """The points that make the verdict what it is: every refuse point, else every degraded one."""
     for level in ("refuse", "degraded"):
         chosen = [point for point in points if point.verdict == level]

@@ -23,11 +23,12 @@ import re
 from typing import Any, NamedTuple
 
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.lockfile import Lock, Pin
 from kdkit.core.markers import InvalidMarker, evaluate
 from kdkit.core.pylock import Source
 from kdkit.core.versions import InvalidVersion, satisfies
-from kdkit.probe.env.findings import Finding
+from kdkit.probe.env.findings import env_finding
 from kdkit.probe.env.installed import Installed
 
 # PEP 610's info keys by the names PEP 751 gives the same sources
@@ -103,14 +104,14 @@ def lock_findings(lock: Lock, markers: dict[str, str]) -> list[Finding]:
     findings = []
     python = _python(markers)
     if lock.requires_python and not _meets(markers, lock.requires_python):
-        findings.append(Finding("requires-python", "python", "error", f"the lock requires Python "
-                                f"{lock.requires_python} and this interpreter is {python}; use a Python that meets "
-                                "it, or relock on this one", lock.requires_python, python, None))
+        findings.append(env_finding("requires-python", "python", "error", f"the lock requires Python "
+                                    f"{lock.requires_python} and this interpreter is {python}; use a Python that meets "
+                                    "it, or relock on this one", lock.requires_python, python, None))
     if lock.environments and not any(_environment_holds(lock, marker, markers) for marker in lock.environments):
         here, listed = _platform(markers), " | ".join(lock.environments)
-        findings.append(Finding("environment", "python", "error", f"this interpreter ({here}) is in none of the "
-                                f"lock's environments ({listed}); use the lock made for this platform, or relock "
-                                "with it among the environments", listed, here, None))
+        findings.append(env_finding("environment", "python", "error", f"this interpreter ({here}) is in none of the "
+                                    f"lock's environments ({listed}); use the lock made for this platform, or relock "
+                                    "with it among the environments", listed, here, None))
     return findings
 
 
@@ -160,11 +161,12 @@ def source_finding(pin: Pin, source: Source, have: Installed, severity: str, bas
     why = _difference(source, pin.hashes, direct_url(have), base)
     installed = have.direct_url or "an index"
     if why is not None:
-        return Finding("source", pin.name, "error", f"{pin.name}: locked from {source} (line {pin.line}) but {why}; "
-                       "reinstall it from the lock", str(source), installed, pin.line)
-    return Finding("direct-source", pin.name, severity, f"{have.name} {have.version} is installed from {source}, "
-                   f"as locked (line {pin.line}); no index release and hash prove that code, only where it came from",
-                   str(source), installed, pin.line)
+        return env_finding("source", pin.name, "error",
+                           f"{pin.name}: locked from {source} (line {pin.line}) but {why}; reinstall it from the lock",
+                           str(source), installed, pin.line)
+    return env_finding("direct-source", pin.name, severity,
+                       f"{have.name} {have.version} is installed from {source}, as locked (line {pin.line}); no index "
+                       "release and hash prove that code, only where it came from", str(source), installed, pin.line)
 
 
 def pin_findings(pin: Pin, have: Installed | None, markers: dict[str, str], severity: str,
@@ -173,10 +175,10 @@ def pin_findings(pin: Pin, have: Installed | None, markers: dict[str, str], seve
     source."""
     findings = []
     if pin.requires_python and not _meets(markers, pin.requires_python):
-        findings.append(Finding("requires-python", pin.name, "error", f"{pin.name} (line {pin.line}) requires Python "
-                                f"{pin.requires_python} and this interpreter is {_python(markers)}; use a Python "
-                                "that meets it, or relock on this one", pin.requires_python, _python(markers),
-                                pin.line))
+        findings.append(env_finding("requires-python", pin.name, "error",
+                                    f"{pin.name} (line {pin.line}) requires Python {pin.requires_python} and this "
+                                    f"interpreter is {_python(markers)}; use a Python that meets it, or relock on "
+                                    "this one", pin.requires_python, _python(markers), pin.line))
     if pin.source is not None and have is not None:
         findings.append(source_finding(pin, pin.source, have, severity, base))
     return findings

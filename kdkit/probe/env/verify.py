@@ -41,10 +41,11 @@ import sys
 from kdkit.core.builds import header_build, parse_label
 from kdkit.core.envinfo import decode, describe
 from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.finding import Finding, finding_json
 from kdkit.core.lockfile import Lock, Pin, parse_lock
 from kdkit.core.parsers import Option, add_options, command_parser, json_help, quick_parse
 from kdkit.core.report import print_result
-from kdkit.probe.env.findings import Finding
+from kdkit.probe.env.findings import env_finding
 from kdkit.probe.env.installed import Installed, read_installed, read_torch_build
 
 # The whole check on fifty distributions takes less time than importing argparse, json, pathlib or
@@ -98,7 +99,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
+        return not any(f.verdict == "fail" for f in self.findings)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -106,9 +107,9 @@ class Report:
             "python": self.python, "strict": self.strict,
             "counts": {"locked": self.locked, "installed": self.installed,
                        "excluded_by_marker": len(self.excluded),
-                       "errors": sum(f.severity == "error" for f in self.findings),
-                       "warnings": sum(f.severity == "warning" for f in self.findings)},
-            "findings": [f._asdict() for f in self.findings],
+                       "errors": sum(f.verdict == "fail" for f in self.findings),
+                       "warnings": sum(f.verdict == "warn" for f in self.findings)},
+            "findings": [finding_json(f) for f in self.findings],
             "excluded_by_marker": self.excluded,
         }
 
@@ -183,7 +184,7 @@ def torch_build_finding(pin: Pin, have: Installed, build_label: str | None = Non
     PyPI's plain torch, ``# kdkit: torch-build = cu130 (...)``) against torch.version.cuda /
     .hip."""
     def finding(message: str, severity: str = "error") -> Finding:
-        return Finding("torch-build", have.name, severity, message, pin.version, have.version, pin.line)
+        return env_finding("torch-build", have.name, severity, message, pin.version, have.version, pin.line)
 
     label = pin.local or build_label
     if label is None:
@@ -225,25 +226,25 @@ def _check_pin(pin: Pin, have: Installed | None, severity: str, build_label: str
     if have is None:
         locked = f"{pin.name}=={pin.version}" if pin.version else f"{pin.name} from {pin.source}"
         message = f"{locked} is locked (line {pin.line}) but not installed"
-        return [Finding("missing", pin.name, "error", message, pin.version or str(pin.source), None, pin.line)]
+        return [env_finding("missing", pin.name, "error", message, pin.version or str(pin.source), None, pin.line)]
     findings = []
     if pin.version and not same_version(pin.version, have.version):
-        findings.append(Finding("version", pin.name, "error", f"{pin.name}: locked {pin.version} "
-                                f"(line {pin.line}), installed {have.version}", pin.version, have.version,
-                                pin.line))
+        findings.append(env_finding("version", pin.name, "error", f"{pin.name}: locked {pin.version} "
+                                    f"(line {pin.line}), installed {have.version}", pin.version, have.version,
+                                    pin.line))
     elif have.direct_url and pin.source is None:  # a locked source is pylockcheck's
-        findings.append(Finding("direct-url", pin.name, severity, f"{have.name} {have.version} was installed "
-                                f"from {have.direct_url}, not from the lock's index; reinstall it from the lock",
-                                pin.version, have.version, pin.line))
+        findings.append(env_finding("direct-url", pin.name, severity, f"{have.name} {have.version} was installed "
+                                    f"from {have.direct_url}, not from the lock's index; reinstall it from the lock",
+                                    pin.version, have.version, pin.line))
     if pin.key == "torch" and (torch := torch_build_finding(pin, have, build_label)) is not None:
         findings.append(torch)
     return findings
 
 
 def _stale_findings(installed: dict[str, Installed], severity: str) -> list[Finding]:
-    return [Finding("duplicate", have.name, severity, f"{have.name} {have.version} in {have.location} has "
-                    f"another metadata folder {have.stale[0]}; remove the stale one or reinstall {have.name}",
-                    None, have.version, None) for _key, have in sorted(installed.items()) if have.stale]
+    return [env_finding("duplicate", have.name, severity, f"{have.name} {have.version} in {have.location} has "
+                        f"another metadata folder {have.stale[0]}; remove the stale one or reinstall {have.name}",
+                        None, have.version, None) for _key, have in sorted(installed.items()) if have.stale]
 
 
 def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str], *,
@@ -273,8 +274,8 @@ def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str]
     report.findings += _stale_findings(installed, severity)
     for key, have in sorted(installed.items()):
         if key not in required and key not in NEVER_EXTRA:
-            report.findings.append(Finding("extra", have.name, severity, f"{have.name} {have.version} is "
-                                           "installed but not locked", None, have.version, None))
+            report.findings.append(env_finding("extra", have.name, severity, f"{have.name} {have.version} is "
+                                               "installed but not locked", None, have.version, None))
     return report
 
 
@@ -294,9 +295,9 @@ def render_text(report: Report) -> str:
     lines = [f"Lock:   {shown}", f"Python: {report.python}"]
     lines += [f"  {'lock (warning)':<18} {warning}" for warning in report.warnings]
     for f in report.findings:
-        tag = f.kind.upper() if f.severity == "error" else f"{f.kind} (warning)"
-        lines.append(f"  {tag:<18} {f.message}")
-    errors = sum(f.severity == "error" for f in report.findings)
+        tag = f.name.upper() if f.verdict == "fail" else f"{f.name} (warning)"
+        lines.append(f"  {tag:<18} {f.why}")
+    errors = sum(f.verdict == "fail" for f in report.findings)
     warnings = len(report.findings) - errors
     summary = (f"{report.locked} locked, {report.installed} installed, "
                f"{len(report.excluded)} excluded by markers")

@@ -224,14 +224,14 @@ def test_a_driver_line_kdkit_cannot_split_and_a_torch_that_sees_only_some_gpus(t
 
 def test_what_a_driver_prints_cannot_break_the_evidence(tmp_path: Path) -> None:
     """A stray byte, NaN in JSON, a newline or a pipe in a name: a reading, never a traceback or a broken file."""
+    from kdkit.core.finding import Finding
     from kdkit.probe.diagnose import evidence as ev
-    from kdkit.probe.diagnose.points import Point
     from kdkit.probe.diagnose.smi_values import new_gpu, put
 
     gpu = new_gpu(0, "amd")
     put(gpu, "ecc_uncorrected", "number", float("nan"))
     assert gpu["ecc_uncorrected"] is None and gpu["unread"]["ecc_uncorrected"] == "not a finite number: nan"
-    point = Point("health", "gpu.name", 0, "H200\n## Injected | heading", "", None, "info", "a\nb", source=None)
+    point = Finding("health", "gpu.name", 0, "H200\n## Injected | heading", "", None, "info", "a\nb", source=None)
     driver = {"gpus": [{"index": 0, "name": "H200\n## Injected | heading", "memory_mib": float("inf")}]}
     report = ev.report_of([point], {"steps": [], "first_failure": None}, started="2026-12-01T00:00:00+00:00",
                           seconds=0.0, incomplete=None, argv=["diagnose", "--accept"], extra={"driver": driver})

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import health, health_rules, smi, smi_amd, smi_nvidia
 from kdkit.probe.diagnose.host import hardware_hints
-from kdkit.probe.diagnose.points import VERDICTS, Point, machine_verdict, reasons, thresholds
+from kdkit.probe.diagnose.points import VERDICTS, machine_verdict, reasons, thresholds
 from kdkit.probe.diagnose.smi_values import parse
 from tests.smi_standin import LOG, PHASE, install
 
@@ -41,13 +42,13 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return use
 
 
-def by(points: list[Point], name: str, gpu: int | None = None) -> Point:
+def by(points: list[Finding], name: str, gpu: int | None = None) -> Finding:
     found = [point for point in points if point.name == name and point.gpu == gpu]
     assert len(found) == 1, f"{name} GPU {gpu}: {found}"
     return found[0]
 
 
-def verdicts(points: list[Point], verdict: str) -> list[tuple[str, int | None]]:
+def verdicts(points: list[Finding], verdict: str) -> list[tuple[str, int | None]]:
     return [(point.name, point.gpu) for point in points if point.verdict == verdict]
 
 
@@ -55,7 +56,7 @@ def calls(log: Path, start: str = "") -> list[str]:
     return [line for line in log.read_text().splitlines() if line.startswith(start)] if log.exists() else []
 
 
-def well_formed(points: list[Point]) -> None:
+def well_formed(points: list[Finding]) -> None:
     """Every point has a verdict, a one-line why, and a provider sentence where it is the provider's to fix."""
     for point in points:
         assert point.section == "health" and point.verdict in VERDICTS and point.why and "\n" not in point.why

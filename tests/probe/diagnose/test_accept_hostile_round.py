@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import accept, evidence, loadref
 from kdkit.probe.diagnose.load import sustained_point
 from kdkit.probe.diagnose.loadio import failure_point
-from kdkit.probe.diagnose.points import Point, check_overrides, thresholds
+from kdkit.probe.diagnose.points import check_overrides, thresholds
 
 RULES = thresholds()
 LOAD, REFERENCE = RULES["load"], RULES["reference"]
@@ -151,7 +152,7 @@ def test_acceptance_md_escapes_what_the_driver_names() -> None:
     hostile = "NVIDIA H100\x1b]0;pwned\x07\x1b[2J | # x"
     driver = {"gpus": [{"index": 0, "name": hostile, "serial": "\x1b[31m1", "uuid": "GPU-1", "bus_id": "0:1",
                         "memory_mib": 81559}], "driver_version": "550\x1b[2J", "cuda_version": "12.4"}
-    point = Point("load", "load.gemm.reference", 0, 1.0, "TFLOP/s", None, "degraded", f"{hostile}: slow",
+    point = Finding("load", "load.gemm.reference", 0, 1.0, "TFLOP/s", None, "degraded", f"{hostile}: slow",
                   provider=f"GPU 0 {hostile} is slow")
     report = evidence.report_of([point], {"steps": [{"status": "ok", "name": "driver", "detail": hostile}]},
                                 started="2026-12-04T00:00:00+00:00", seconds=1.0, incomplete=None,

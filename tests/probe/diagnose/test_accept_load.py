@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import load
 from kdkit.probe.diagnose.core import Context
 from kdkit.probe.diagnose.load import Lane, Repeats, burn, load_points, sustained_point, tflops_point
 from kdkit.probe.diagnose.loadcomm import allreduce_points, busbw
 from kdkit.probe.diagnose.loadio import copy_point, count_wrong, write
 from kdkit.probe.diagnose.loadsensors import SensorLog, sensor_points
-from kdkit.probe.diagnose.points import VERDICTS, Point, machine_verdict, thresholds
+from kdkit.probe.diagnose.points import VERDICTS, machine_verdict, thresholds
 
 torch = pytest.importorskip("torch")
 RULES = thresholds()["load"]
@@ -30,7 +31,7 @@ def cpu_context() -> Context:
     return ctx
 
 
-def by_name(points: list[Point]) -> dict[str, Point]:
+def by_name(points: list[Finding]) -> dict[str, Finding]:
     return {point.name: point for point in points}
 
 
@@ -38,7 +39,7 @@ def by_name(points: list[Point]) -> dict[str, Point]:
 
 
 @pytest.fixture(scope="module")
-def short_run() -> tuple[list[Point], float, int]:
+def short_run() -> tuple[list[Finding], float, int]:
     """One 2 s run with a sampler that counts its calls and answers nothing (no driver on a CPU)."""
     calls = []
 
@@ -51,7 +52,7 @@ def short_run() -> tuple[list[Point], float, int]:
     return points, time.perf_counter() - started, len(calls)
 
 
-def test_a_short_run_gives_throughput_intervals_as_evidence(short_run: tuple[list[Point], float, int]) -> None:
+def test_a_short_run_gives_throughput_intervals_as_evidence(short_run: tuple[list[Finding], float, int]) -> None:
     points = by_name(short_run[0])
     intervals = points["load.gemm.intervals"].reading
     assert len(intervals) >= 5 and points["load.gemm.intervals"].verdict == "info"
@@ -62,19 +63,19 @@ def test_a_short_run_gives_throughput_intervals_as_evidence(short_run: tuple[lis
     assert points["load.gemm.sustained"].verdict in ("ok", "degraded")  # a shared CPU's rate wanders
 
 
-def test_the_repeated_gemm_is_identical_bit_for_bit(short_run: tuple[list[Point], float, int]) -> None:
+def test_the_repeated_gemm_is_identical_bit_for_bit(short_run: tuple[list[Finding], float, int]) -> None:
     point = by_name(short_run[0])["load.gemm.bitwise"]
     assert point.verdict == "ok"
     assert point.reading["mismatches"] == 0 and point.reading["compares"] >= 5
     assert "gpu-burn" in (point.source or "")
 
 
-def test_a_small_buffer_is_filled_and_read_back(short_run: tuple[list[Point], float, int]) -> None:
+def test_a_small_buffer_is_filled_and_read_back(short_run: tuple[list[Finding], float, int]) -> None:
     point = by_name(short_run[0])["load.memory.fill"]
     assert (point.verdict, point.reading) == ("ok", {"bytes": 16 << 20, "mismatches": 0})
 
 
-def test_every_point_is_of_the_load_section_with_a_known_verdict(short_run: tuple[list[Point], float, int]) -> None:
+def test_every_point_is_of_the_load_section_with_a_known_verdict(short_run: tuple[list[Finding], float, int]) -> None:
     points = short_run[0]
     assert {point.section for point in points} == {"load"}
     assert all(point.verdict in VERDICTS for point in points)
@@ -82,7 +83,7 @@ def test_every_point_is_of_the_load_section_with_a_known_verdict(short_run: tupl
 
 
 def test_the_run_stays_within_its_time_and_samples_about_once_a_second(
-        short_run: tuple[list[Point], float, int]) -> None:
+        short_run: tuple[list[Finding], float, int]) -> None:
     _points, seconds, calls = short_run
     assert seconds < 2.0 + 60  # a loop that ends (its speed is bench/'s, and a loaded machine's import is slow)
     assert 2 <= calls <= 5  # at the start, once a second, at the end

@@ -56,7 +56,7 @@ def test_such_an_installed_version_is_a_mismatch_not_a_traceback(tmp_path: Path)
                     + WHEEL.replace("2.1.3", "1.2.3rc1"), encoding="utf-8")
     installed = {"numpy": Installed("numpy", "1.2.3prevıew1", str(tmp_path))}
     report = verify_compare(parse_lock(lock), installed, current_environment())
-    assert [f.kind for f in report.findings] == ["version"], report.findings
+    assert [f.name for f in report.findings] == ["version"], report.findings
 
 
 # ---------------------------------------------------------------- 2: PEP 440's exclusive < and >

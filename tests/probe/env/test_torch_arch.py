@@ -360,8 +360,8 @@ def test_the_cpu_image_records_no_architectures(built: dict[str, Any], locked: P
     checked = invoke("check", locked, "--gpu", "RTX 4090", "--image", built["tag"], "--json")
     assert checked.exit_code == 1
     points = {p["name"]: p for p in json.loads(checked.stdout)["points"]}
-    assert points["backend"]["detail"] == "RTX 4090 is an NVIDIA card: it runs the cuda backend, not cpu"
-    assert points["build"]["detail"] == (f"image {built['tag']} has torch 2.13.0+cpu, a cpu build; RTX 4090 (sm_89) "
+    assert points["backend"]["why"] == "RTX 4090 is an NVIDIA card: it runs the cuda backend, not cpu"
+    assert points["build"]["why"] == (f"image {built['tag']} has torch 2.13.0+cpu, a cpu build; RTX 4090 (sm_89) "
                                          "needs a cuda build")
 
 
@@ -420,18 +420,18 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
         checked = invoke("check", project, "--gpu", "RTX 5090", "--image", tag, "--json")
         assert checked.exit_code == 0, checked.output
         points = {p["name"]: p for p in json.loads(checked.stdout)["points"]}
-        assert points["cpu"]["detail"] == f"image {tag} is for x86_64, as RTX 5090 hosts are"
-        assert points["kernels"]["detail"] == (
+        assert points["cpu"]["why"] == f"image {tag} is for x86_64, as RTX 5090 hosts are"
+        assert points["kernels"]["why"] == (
             f"the image's torch carries cubin sm_120, which runs on sm_120 (read from {SOURCE_HEADER}: "
             f"{', '.join(CU130_ARCHS)})")
         volta = invoke("check", project, "--gpu", "V100 SXM2 16GB", "--image", tag, "--json")
         assert volta.exit_code == 1
         kernels = {p["name"]: p for p in json.loads(volta.stdout)["points"]}["kernels"]
-        assert kernels["status"] == "fail" and "no code for V100 SXM2 16GB's sm_70" in kernels["detail"]
+        assert kernels["verdict"] == "fail" and "no code for V100 SXM2 16GB's sm_70" in kernels["why"]
         grace = invoke("check", project, "--gpu", "GH200", "--image", tag, "--json")
         cpu = {p["name"]: p for p in json.loads(grace.stdout)["points"]}["cpu"]
-        assert grace.exit_code == 1 and cpu["status"] == "fail"
-        assert cpu["detail"].startswith(f"image {tag} is for x86_64 but GH200 hosts are aarch64 (Grace)")
+        assert grace.exit_code == 1 and cpu["verdict"] == "fail"
+        assert cpu["why"].startswith(f"image {tag} is for x86_64 but GH200 hosts are aarch64 (Grace)")
     finally:
         connect().remove_image(tag)
 
@@ -456,8 +456,8 @@ def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(dock
         assert "[bold red]markup[/]" in shown.stdout and "\x1b" not in shown.stdout
         checked = invoke("check", locked, "--gpu", "H100 SXM", "--image", tag, "--json")
         kernels = {p["name"]: p for p in json.loads(checked.stdout)["points"]}["kernels"]
-        assert kernels["detail"].endswith("so this is the pairings' answer")
-        assert "the image's own arch list is unknown" in kernels["detail"]
+        assert kernels["why"].endswith("so this is the pairings' answer")
+        assert "the image's own arch list is unknown" in kernels["why"]
     finally:
         connect().remove_image(tag)
 

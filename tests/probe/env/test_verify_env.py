@@ -62,7 +62,7 @@ def run_json(lock: Path, python: Path, *extra: str) -> tuple[int, dict]:  # type
 
 
 def kinds(report: dict) -> set[tuple[str, str, str]]:  # type: ignore[type-arg]
-    return {(f["kind"], f["name"], f["severity"]) for f in report["findings"]}
+    return {(f["name"], f["where"], f["verdict"]) for f in report["findings"]}
 
 
 def test_match_through_python_option(env: Env, tmp_path: Path) -> None:
@@ -112,14 +112,15 @@ def test_each_planted_difference(env: Env, tmp_path: Path) -> None:
     )  # gamma installed, not locked: extra
     code, report = run_json(lock, env.python)
     assert code == 1
-    assert kinds(report) == {("version", "beta", "error"), ("missing", "delta", "error"),
-                             ("version", "torch", "error"), ("torch-build", "torch", "error"),
-                             ("extra", "gamma", "warning")}
-    by_kind = {(f["kind"], f["name"]): f for f in report["findings"]}
-    assert by_kind[("version", "beta")] == {"kind": "version", "name": "beta", "severity": "error",
-                                            "message": "beta: locked 2.1 (line 4), installed 2.0",
-                                            "locked": "2.1", "installed": "2.0", "line": 4}
-    assert by_kind[("torch-build", "torch")]["message"] == (
+    assert kinds(report) == {("version", "beta", "fail"), ("missing", "delta", "fail"),
+                             ("version", "torch", "fail"), ("torch-build", "torch", "fail"),
+                             ("extra", "gamma", "warn")}
+    by_kind = {(f["name"], f["where"]): f for f in report["findings"]}
+    assert by_kind[("version", "beta")] == {"section": "env", "name": "version", "where": "beta", "verdict": "fail",
+                                            "why": "beta: locked 2.1 (line 4), installed 2.0", "threshold": "2.1",
+                                            "reading": "2.0", "unit": "", "source": "line 4", "gpu": None,
+                                            "fix": None, "provider": None}
+    assert by_kind[("torch-build", "torch")]["why"] == (
         "locked +cu128 (a CUDA 12.8 build) but the installed torch is a CPU-only build "
         "(torch.version.cuda=None, hip=None); reinstall from the lock")
 
@@ -139,7 +140,7 @@ def test_strict_makes_extras_errors(env: Env, tmp_path: Path) -> None:
     lock = env.lock(tmp_path, *[line for line in env.all_lines() if not line.startswith("gamma")])
     assert run_json(lock, env.python)[0] == 0
     code, report = run_json(lock, env.python, "--strict")
-    assert code == 1 and kinds(report) == {("extra", "gamma", "error")}
+    assert code == 1 and kinds(report) == {("extra", "gamma", "fail")}
 
 
 def test_markers_evaluated_for_the_inspected_interpreter(env: Env, tmp_path: Path) -> None:
@@ -148,7 +149,7 @@ def test_markers_evaluated_for_the_inspected_interpreter(env: Env, tmp_path: Pat
                     *lines[1:], lock_line("delta", "1.0", env.w["delta"], 'python_version < "3.0"'))
     code, report = run_json(lock, env.python)
     assert code == 0
-    assert kinds(report) == {("extra", "alpha", "warning")}  # excluded line, still installed
+    assert kinds(report) == {("extra", "alpha", "warn")}  # excluded line, still installed
     assert [e["name"] for e in report["excluded_by_marker"]] == ["alpha", "delta"]
 
 
@@ -169,41 +170,41 @@ def pin(version: str) -> Pin:
     ("locked", "cuda", "hip", "verdict"),
     [
         ("2.8.0+cu128", "12.8", None, None),
-        ("2.8.0+cu128", "12.6", None, "error"),
+        ("2.8.0+cu128", "12.6", None, "fail"),
         ("2.8.0+cu130", "13.0", None, None),
         ("2.8.0+rocm6.4", None, "6.4.43482-0f2d60242", None),
-        ("2.8.0+rocm6.4", None, None, "error"),
+        ("2.8.0+rocm6.4", None, None, "fail"),
         ("2.8.0+cpu", None, None, None),
-        ("2.8.0+cpu", "12.8", None, "error"),
-        ("2.8.0", "12.8", None, "warning"),  # no label: the build cannot be checked
+        ("2.8.0+cpu", "12.8", None, "fail"),
+        ("2.8.0", "12.8", None, "warn"),  # no label: the build cannot be checked
     ],
 )
 def test_torch_build_against_label(tmp_path: Path, locked: str, cuda: str | None, hip: str | None,
                                    verdict: str | None) -> None:
     finding = torch_build_finding(pin(locked), torch_at(tmp_path, cuda, hip))
-    assert (finding.severity if finding else None) == verdict
+    assert (finding.verdict if finding else None) == verdict
 
 
 @pytest.mark.parametrize(
     ("locked", "hip", "rocm", "verdict"),
     [  # HIP's third field is a build number, not ROCm's patch (vllm-project/vllm#10855: HIP 6.2.41133, ROCm 6.2.0)
         ("2.6.0+rocm6.2.4", "6.2.41134-65d174c3e", None, None),  # pairings.json lists this build
-        ("2.6.0+rocm6.2.4", "6.3.42131-fa1d09cbd", None, "error"),
+        ("2.6.0+rocm6.2.4", "6.3.42131-fa1d09cbd", None, "fail"),
         ("2.9.1+rocm6.4", "6.4.43484-123", "6.4.0", None),  # torch 2.9+ writes rocm itself
         ("2.13.0+rocm7.2", "7.2.26015-1", "7.2.0", None),
-        ("2.13.0+rocm7.2", "7.2.26015-1", "7.1.1", "error"),
+        ("2.13.0+rocm7.2", "7.2.26015-1", "7.1.1", "fail"),
         ("2.6.0+rocm6.2.4", "6.2.41134-65d174c3e", "6.2.4", None),
     ],
 )
 def test_rocm_builds_by_their_rocm_version(tmp_path: Path, locked: str, hip: str, rocm: str | None,
                                            verdict: str | None) -> None:
     finding = torch_build_finding(pin(locked), torch_at(tmp_path, None, hip, rocm))
-    assert (finding.severity if finding else None) == verdict
+    assert (finding.verdict if finding else None) == verdict
 
 
 def test_torch_build_message_rocm(tmp_path: Path) -> None:
     finding = torch_build_finding(pin("2.8.0+rocm6.4"), torch_at(tmp_path, "12.8", None))
-    assert finding is not None and finding.message == (
+    assert finding is not None and finding.why == (
         "locked +rocm6.4 (a ROCm 6.4 build) but the installed torch is a CUDA 12.8 build "
         "(torch.version.cuda='12.8', hip=None); reinstall from the lock")
 
@@ -255,7 +256,7 @@ def test_a_copy_shadowed_by_the_venvs_own_is_no_duplicate(env: Env, tmp_path: Pa
     assert (code, kinds(report)) == (0, set()), report["findings"]
     shutil.copytree(outer_site / "beta-2.1.dist-info", site / "beta-2.1.dist-info")  # the older is now stale
     code, report = run_json(lock, inner)
-    assert code == 1 and kinds(report) == {("version", "beta", "error"), ("duplicate", "beta", "warning")}
+    assert code == 1 and kinds(report) == {("version", "beta", "fail"), ("duplicate", "beta", "warn")}
 
 
 # ---------------------------------------------------------------- regular files only: nothing blocks
