@@ -1,4 +1,5 @@
-"""What diagnose's steps share: the context they fill, and how a step says ok, warn, skip or fail.
+"""What diagnose's steps share: the context they fill, and how a step says ok, warn or skip (a
+finding, kdkit.core.finding) or fail (it raises StepFailed: what failed, and the fix).
 
 Standard library only; torch is imported by the torch-import step and kept here.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.builds import GPU_BACKENDS
+from kdkit.core.finding import Finding
 
 
 class StepFailed(Exception):
@@ -30,22 +32,22 @@ class StepFailed(Exception):
         self.exit_code = exit_code
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # ok | warn | skip (fail is raised as StepFailed)
-    detail: str
+def _step(verdict: str, detail: str) -> Finding:
+    """A step's finding; its name is the step's row (kdkit.probe.diagnose.runner), the runner's to
+    give."""
+    return Finding("steps", "", None, None, "", None, verdict, detail)
 
 
-def ok(detail: str) -> Outcome:
-    return Outcome("ok", detail)
+def ok(detail: str) -> Finding:
+    return _step("ok", detail)
 
 
-def warn(detail: str) -> Outcome:
-    return Outcome("warn", detail)
+def warn(detail: str) -> Finding:
+    return _step("warn", detail)
 
 
-def skip(detail: str) -> Outcome:
-    return Outcome("skip", detail)
+def skip(detail: str) -> Finding:
+    return _step("skip", detail)
 
 
 @dataclass
@@ -75,14 +77,14 @@ class Context:
         """Device strings the compute steps run on: every visible GPU, or the CPU."""
         return [f"cuda:{i}" for i in self.device_ids] if self.gpu_expected else ["cpu"]
 
-    def need_gpu(self, step: str) -> Outcome | None:
+    def need_gpu(self, step: str) -> Finding | None:
         """A skip outcome when no GPU is expected, else None (the step goes on)."""
         if self.gpu_expected:
             return None
         return skip(f"{self.expected} expected; {step} concerns GPUs only")
 
 
-StepFn = Callable[[Context], Outcome]
+StepFn = Callable[[Context], Finding]
 
 
 def import_torch() -> Any:

@@ -9,15 +9,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import nominal
-from kdkit.probe.diagnose.core import Context, Outcome, StepFailed, captured_warnings, ok, skip, synchronize, warn
+from kdkit.probe.diagnose.core import Context, StepFailed, captured_warnings, ok, skip, synchronize, warn
 
 MATMUL_N = 8192
 COPY_BYTES = 1 << 30
 PINNED_BYTES = 256 << 20
 
 
-def compile_step(ctx: Context) -> Outcome:
+def compile_step(ctx: Context) -> Finding:
     """torch.compile of a tiny function: proves Triton (GPU) or the C++ toolchain (CPU) works."""
     torch = ctx.torch
     device = ctx.devices()[0]
@@ -46,7 +47,7 @@ def compile_step(ctx: Context) -> Outcome:
     return ok(f"compiled and ran a tiny function on {device} in {seconds:.1f} s; matches eager mode")
 
 
-def pinned_step(ctx: Context) -> Outcome:
+def pinned_step(ctx: Context) -> Finding:
     """A pinned host buffer copied with non_blocking=True arrives intact."""
     if (skipped := ctx.need_gpu("the pinned copy")) is not None:
         return skipped
@@ -65,7 +66,7 @@ def pinned_step(ctx: Context) -> Outcome:
     return ok(f"pinned {PINNED_BYTES >> 20} MiB host-to-device, non-blocking, intact: " + ", ".join(found))
 
 
-def throughput_step(ctx: Context) -> Outcome:
+def throughput_step(ctx: Context) -> Finding:
     """bf16 matmul TFLOP/s and device-to-device GB/s against the card's nominal figures."""
     if (skipped := ctx.need_gpu("the throughput measurement")) is not None:
         return skipped

@@ -16,8 +16,9 @@ from pathlib import Path
 from kdkit.core import gpurules
 from kdkit.core.builds import version_tuple
 from kdkit.core.errors import KdkitError, Unavailable
+from kdkit.core.finding import Finding
 from kdkit.core.projectfiles import load_object
-from kdkit.probe.diagnose.core import Context, Outcome, StepFailed, env, ok, skip, warn
+from kdkit.probe.diagnose.core import Context, StepFailed, env, ok, skip, warn
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -38,7 +39,7 @@ KFD_FIX = ("on a host: sudo usermod -aG render,video $USER, then log in again (A
 # ---------------------------------------------------------------- interpreter and environment
 
 
-def interpreter(ctx: Context) -> Outcome:
+def interpreter(ctx: Context) -> Finding:
     venv = sys.prefix != sys.base_prefix
     libc, libc_version = platform.libc_ver()
     facts = {
@@ -91,7 +92,7 @@ def shm_bytes() -> int | None:
     return stat.f_frsize * stat.f_blocks
 
 
-def environment(ctx: Context) -> Outcome:
+def environment(ctx: Context) -> Finding:
     values = {name: env(name) for name in ENV_VARS}
     hints = hardware_hints()
     shm = shm_bytes()
@@ -130,7 +131,7 @@ def _visibility_notes(values: dict[str, str | None]) -> list[str]:
 # ---------------------------------------------------------------- driver
 
 
-def driver(ctx: Context) -> Outcome:
+def driver(ctx: Context) -> Finding:
     if ctx.expected == "rocm":
         return _amd_driver(ctx)
     if ctx.expected != "cuda":
@@ -174,7 +175,7 @@ def _nvidia_driver_version() -> tuple[str | None, str | None]:
     return (first[0].strip(), "nvidia-smi") if done.ok and first else (None, None)
 
 
-def _amd_driver(ctx: Context) -> Outcome:
+def _amd_driver(ctx: Context) -> Finding:
     version = _read_first_line(Path("/sys/module/amdgpu/version"))
     renders = sorted(p.name for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
     ctx.facts["driver"] = {"amdgpu": version, "kfd": KFD.exists(), "render_nodes": renders}

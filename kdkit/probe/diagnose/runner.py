@@ -83,7 +83,7 @@ def _run_step(function: StepFn, ctx: Context) -> tuple[str, str, str | None, flo
     code = 1
     try:
         outcome = function(ctx)
-        result: tuple[str, str, str | None] = (outcome.status, outcome.detail, None)
+        result: tuple[str, str, str | None] = (outcome.verdict, outcome.why, None)
     except StepFailed as exc:
         result, code = ("fail", exc.detail, exc.fix), exc.exit_code
     except Exception as exc:  # a step's own bug or an odd torch error must still end in a report

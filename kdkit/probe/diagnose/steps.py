@@ -13,10 +13,10 @@ from typing import Any
 
 from kdkit.core import builds, gpurules
 from kdkit.core.errors import KdkitError
+from kdkit.core.finding import Finding
 from kdkit.core.projectfiles import extensions
 from kdkit.probe.diagnose.core import (
     Context,
-    Outcome,
     StepFailed,
     captured_warnings,
     env,
@@ -36,7 +36,7 @@ PRECISIONS = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
 # ---------------------------------------------------------------- torch
 
 
-def torch_import(ctx: Context) -> Outcome:
+def torch_import(ctx: Context) -> Finding:
     try:
         with captured_warnings():
             torch = import_torch()
@@ -57,7 +57,7 @@ def build_of(torch: Any) -> str:
     return "cuda" if getattr(torch.version, "cuda", None) else "cpu"
 
 
-def build(ctx: Context) -> Outcome:
+def build(ctx: Context) -> Finding:
     torch = ctx.torch
     kind = build_of(torch)
     cuda, hip = getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None)
@@ -82,7 +82,7 @@ def build(ctx: Context) -> Outcome:
 # ---------------------------------------------------------------- devices and arch
 
 
-def devices(ctx: Context) -> Outcome:
+def devices(ctx: Context) -> Finding:
     torch = ctx.torch
     if not ctx.gpu_expected:
         with captured_warnings():
@@ -122,7 +122,7 @@ def _device_facts(torch: Any, index: int) -> dict[str, Any]:
     }
 
 
-def arch(ctx: Context) -> Outcome:
+def arch(ctx: Context) -> Finding:
     if (skipped := ctx.need_gpu("the arch check")) is not None:
         return skipped
     with captured_warnings():
@@ -165,7 +165,7 @@ def _arch_failure(ctx: Context, dev: dict[str, Any], arch_list: list[str], how: 
 # ---------------------------------------------------------------- compute and memory
 
 
-def compute(ctx: Context) -> Outcome:
+def compute(ctx: Context) -> Finding:
     torch = ctx.torch
     results: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -247,7 +247,7 @@ class _ExactFp32:
             self.matmul.allow_tf32 = self.saved
 
 
-def memory(ctx: Context) -> Outcome:
+def memory(ctx: Context) -> Finding:
     if (skipped := ctx.need_gpu("the memory check")) is not None:
         return skipped
     torch, share = ctx.torch, ctx.memory_share
@@ -292,7 +292,7 @@ def _fill(torch: Any, index: int, n_bytes: int) -> int:
 # ---------------------------------------------------------------- libraries and extensions
 
 
-def libraries(ctx: Context) -> Outcome:
+def libraries(ctx: Context) -> Finding:
     if (skipped := ctx.need_gpu("the library check")) is not None:
         return skipped
     torch, notes = ctx.torch, []
@@ -322,7 +322,7 @@ def _nccl_version(torch: Any) -> str | None:
     return ".".join(str(x) for x in raw) if isinstance(raw, tuple) else str(raw)
 
 
-def extensions_step(ctx: Context) -> Outcome:
+def extensions_step(ctx: Context) -> Finding:
     if ctx.project is None:
         return skip("no kdkit.json here or above (pass --project DIR to check its extensions)")
     try:

@@ -169,7 +169,7 @@ def test_arch_step_names_the_hip_error_for_a_missing_gfx() -> None:
 def test_arch_step_accepts_an_h100_with_a_cu128_arch_list() -> None:
     device = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "capability": [9, 0], "arch": "sm_90", "gcn_arch": None}
     outcome = diagsteps.arch(_gpu_context("cuda", device, ["sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]))
-    assert (outcome.status, outcome.detail) == ("ok", "cuda:0 sm_90: cubin sm_90")
+    assert (outcome.verdict, outcome.why) == ("ok", "cuda:0 sm_90: cubin sm_90")
 
 
 def test_driver_step_fails_on_a_driver_too_old_for_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -184,7 +184,7 @@ def test_driver_step_fails_on_a_driver_too_old_for_the_build(tmp_path: Path, mon
     assert failed.value.detail.startswith("NVIDIA driver 520.61.05 is older than 525.60.13, the minimum for "
                                           "CUDA 12.x builds")
     proc.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n")
-    assert diaghost.driver(ctx).status == "ok"
+    assert diaghost.driver(ctx).verdict == "ok"
 
 
 # ---------------------------------------------------------------- real runs on this CPU machine
