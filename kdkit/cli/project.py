@@ -77,6 +77,8 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     too (a run records the code revision it ran; --json always lists it).
     Exit 0 when valid (warnings or not), 2 otherwise.
     """
+    from kdkit.config.schemas import problem_line
+    from kdkit.core.finding import finding_json
     from kdkit.core.projectfiles import project_root
     from kdkit.project.gitstate import git_warnings
     from kdkit.project.validate import check_project
@@ -85,15 +87,15 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     problems, warnings = check_project(root)
     warnings += git_warnings(root)
     if as_json:
-        emit_json({"project": str(root), "valid": not problems, "problems": [p.as_dict() for p in problems],
-                   "warnings": [w.as_dict() for w in warnings]})
+        emit_json({"project": str(root), "valid": not problems, "problems": [finding_json(p) for p in problems],
+                   "warnings": [finding_json(w) for w in warnings]})
     else:
         for problem in problems:  # one line each, whatever a file's name holds
-            say(printable(f"{root / problem.file}: {problem.where}: {problem.message}"), err=True)
+            say(printable(problem_line(problem, root)), err=True)
         # problems first; --json has it
-        shown = [w for w in warnings if not problems or w.where != "git"]
+        shown = [w for w in warnings if not problems or w.name != "git"]
         for warning in shown:
-            say(printable(f"Warning: {root / warning.file}: {warning.where}: {warning.message}"), err=True)
+            say(printable(f"Warning: {problem_line(warning, root)}"), err=True)
         if not problems:
             say(f"{root}: valid" + (f" ({len(shown)} warning(s))" if shown else ""))
     if problems:

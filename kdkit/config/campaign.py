@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdkit.config.schemas import Problem, json_path, raise_first, schema_problems, walk_document
+from kdkit.config.schemas import config_problem, json_path, raise_first, schema_problems, walk_document
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.jsonio import parse_json, read_text_file, sha256_file
 from kdkit.core.projectfiles import real_inside
 
@@ -68,7 +69,7 @@ class Campaign:
         return value >= self.threshold if self.higher_is_better else value <= self.threshold
 
 
-def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list[Problem]:
+def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list[Finding]:
     """Every problem of campaign.json's ``data`` (its schema's, then the rules above); [] when it is
     fit."""
     problems = schema_problems(data, "campaign", rel)
@@ -79,22 +80,22 @@ def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list
     for index, variant in enumerate(variants):
         where, name = f"$.variants[{index}]", variant["name"]
         if name in seen:
-            problems.append(Problem(rel, f"{where}.name", f"{name!r} names a variant twice (first at "
-                                    f"$.variants[{seen[name]}]); give each variant its own name"))
+            problems.append(config_problem(rel, f"{where}.name", f"{name!r} names a variant twice (first at "
+                                           f"$.variants[{seen[name]}]); give each variant its own name"))
         seen.setdefault(name, index)
         if variant.get("config") is None and variant.get("command") is None:
-            problems.append(Problem(rel, where, "names neither a config nor a command; give the one it runs"))
+            problems.append(config_problem(rel, where, "names neither a config nor a command; give the one it runs"))
         problems += _path_problems(root, variant.get("config"), rel, f"{where}.config")
     if data["control"] not in seen:
-        problems.append(Problem(rel, "$.control", f"{data['control']!r} names no variant; name one of "
-                                f"{', '.join(seen)}"))
+        problems.append(config_problem(rel, "$.control", f"{data['control']!r} names no variant; name one of "
+                                       f"{', '.join(seen)}"))
     problems += _path_problems(root, data["corpus"]["manifest"], rel, "$.corpus.manifest")
     # saved later
     problems += _path_problems(root, data.get("order"), rel, "$.order", must_exist=False)
     return problems + _frozen_problems(root, data["corpus"], rel)
 
 
-def _path_problems(root: Path, value: str | None, rel: Path, where: str, *, must_exist: bool = True) -> list[Problem]:
+def _path_problems(root: Path, value: str | None, rel: Path, where: str, *, must_exist: bool = True) -> list[Finding]:
     """A path campaign.json names (the schema held it to the path rule): inside the project, and
     there."""
     if value is None:
@@ -103,29 +104,29 @@ def _path_problems(root: Path, value: str | None, rel: Path, where: str, *, must
     try:
         there = target is not None and target.is_file()
     except OSError as exc:
-        return [Problem(rel, where, f"cannot look at {value!r} ({exc.strerror or exc}); use a shorter path")]
+        return [config_problem(rel, where, f"cannot look at {value!r} ({exc.strerror or exc}); use a shorter path")]
     if target is None:
-        return [Problem(rel, where, f"{value!r} points outside the project folder; keep every path inside it")]
+        return [config_problem(rel, where, f"{value!r} points outside the project folder; keep every path inside it")]
     if must_exist and not there:
-        return [Problem(rel, where, f"{value!r} does not exist in the project folder (or is not a file); create "
-                        "it or fix the path")]
+        return [config_problem(rel, where, f"{value!r} does not exist in the project folder (or is not a file); create "
+                               "it or fix the path")]
     return []
 
 
-def _frozen_problems(root: Path, corpus: dict[str, Any], rel: Path) -> list[Problem]:
+def _frozen_problems(root: Path, corpus: dict[str, Any], rel: Path) -> list[Finding]:
     """The corpus's manifest against the SHA-256 frozen in campaign.json (when one is)."""
     frozen, path = corpus.get("sha256"), root / corpus["manifest"]
     if frozen is None or real_inside(root, path) is None or not path.is_file():
         return []
     actual = sha256_file(path)
     if actual != frozen:
-        return [Problem(rel, "$.corpus.sha256", f"the corpus changed since it was frozen: {corpus['manifest']} "
-                        f"has SHA-256 {actual[:12]}..., the campaign froze {frozen[:12]}...; restore the corpus, "
-                        "or start a new campaign on the new one")]
+        return [config_problem(rel, "$.corpus.sha256", f"the corpus changed since it was frozen: {corpus['manifest']}"
+                               f" has SHA-256 {actual[:12]}..., the campaign froze {frozen[:12]}...; restore the "
+                               "corpus, or start a new campaign on the new one")]
     return []
 
 
-def read_problems(root: Path, rel: Path = Path(CAMPAIGN)) -> tuple[Any, list[Problem]]:
+def read_problems(root: Path, rel: Path = Path(CAMPAIGN)) -> tuple[Any, list[Finding]]:
     """(campaign.json's data or None, every problem of it): read strictly (kdkit.core.jsonio), a
     non-finite number named by its JSON path, then checked (campaign_problems)."""
     text = ""
@@ -136,9 +137,9 @@ def read_problems(root: Path, rel: Path = Path(CAMPAIGN)) -> tuple[Any, list[Pro
         said = str(exc).removeprefix(f"{root / rel}: ").removeprefix(f"{rel}:")
         placed = re.match(r"(\d+):(\d+): (.*)", said)
         if placed and "is not a finite number" in said:
-            return None, [Problem(rel, _nonfinite_path(text), placed[3])]
-        return None, [Problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
-                      else Problem(rel, "$", said.strip())]
+            return None, [config_problem(rel, _nonfinite_path(text), placed[3])]
+        return None, [config_problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+                      else config_problem(rel, "$", said.strip())]
     return data, campaign_problems(root, data, rel)
 
 

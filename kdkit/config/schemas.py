@@ -1,7 +1,8 @@
-"""JSON documents against kdkit's schemas, and the one finding type every check reports.
+"""JSON documents against kdkit's schemas, and the problems a config file has.
 
-A :class:`Problem` names the file (relative to the project root), the JSON path and what to do; it
-is redacted where it is made, so no finding can show a credential. :func:`load_valid` reads a JSON
+A config problem (:func:`config_problem`, a kdkit.core.finding.Finding) names the file (relative to
+the project root), the JSON path and what to do; it is redacted where it is made, so no finding can
+show a credential. :func:`load_valid` reads a JSON
 file and refuses it, naming its first problem, unless it matches ``schemas/<name>.schema.json``.
 :func:`secret_problems` finds credential shapes in a document. Below `kdkit validate` (which
 orchestrates every rule of a project) and below everything that loads a checked file (catalog,
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,33 +21,31 @@ from typing import Any
 from kdkit.config.shipped import schema_path
 from kdkit.core.credentials import SECRET_NAME, find, redact
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.jsonio import load_json
 from kdkit.core.projectfiles import CONTROL_CHARACTER, config_path_problem, shown
 
 ENV_HINT = ".env (see .env.example), passed at run time with --env-file"
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One finding: the file (relative to the project root), the JSON path, and what to do.
+def config_problem(file: Path, where: str, message: str, verdict: str = "fail") -> Finding:
+    """One problem of a config file, a finding of the ``config`` section: its name is the JSON path
+    checked (``$.inputs``, ``line 3``), its place the file (relative to the project root), its why
+    what to do. The path and the message are redacted here, once: whatever a rule or jsonschema
+    echoes, no problem can carry a credential shape."""
+    return Finding("config", redact(where), None, None, "", None, verdict, redact(message), where=str(file))
 
-    ``where`` and ``message`` are redacted here, once: whatever a rule or jsonschema echoes, no
-    problem can carry a credential shape.
-    """
 
-    file: Path
-    where: str
-    message: str
+def config_warning(file: Path, where: str, message: str) -> Finding:
+    """A config finding that leaves the project valid (`kdkit validate` says it, exit 0)."""
+    return config_problem(file, where, message, "warn")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "where", redact(self.where))
-        object.__setattr__(self, "message", redact(self.message))
 
-    def __str__(self) -> str:
-        return f"{self.file}: {self.where}: {self.message}"
-
-    def as_dict(self) -> dict[str, str]:
-        return {"file": str(self.file), "where": self.where, "message": self.message}
+def problem_line(problem: Finding, base: Path | None = None) -> str:
+    """``file: JSON path: what to do``, the file under ``base`` when given: how a config problem is
+    said on one line."""
+    file = base / (problem.where or "") if base is not None else problem.where
+    return f"{file}: {problem.name}: {problem.why}"
 
 
 # ---------------------------------------------------------------- schemas
@@ -131,21 +129,21 @@ RECORDS = frozenset({"order", "bundle"})
 FREE_TEXT = {"manifest": re.compile(r"\$\.documents\[\d+\]\.expected(?:[.\[]|$)")}
 
 
-def schema_problems(data: Any, schema: str, file: Path) -> list[Problem]:
+def schema_problems(data: Any, schema: str, file: Path) -> list[Finding]:
     """Every schema violation of ``data``, ordered by place in the document, then, in a config (not
     one of RECORDS), every string of it (key or value) that breaks a line or holds a control
     character (:func:`line_problems`), where nothing else is said."""
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-    problems = [Problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
+    problems = [config_problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
     if schema in RECORDS:
         return problems
-    said = {problem.where for problem in problems}
+    said = {problem.name for problem in problems}
     free = FREE_TEXT.get(schema)
-    return problems + [problem for problem in line_problems(data, file) if problem.where not in said
-                       and not (free is not None and free.match(problem.where))]
+    return problems + [problem for problem in line_problems(data, file) if problem.name not in said
+                       and not (free is not None and free.match(problem.name))]
 
 
-def line_problems(data: Any, file: Path) -> list[Problem]:
+def line_problems(data: Any, file: Path) -> list[Finding]:
     """Each string of a config that holds a line break or a control character (tab too): a config
     value reaches command lines, file names and one-line messages, where such a character ends the
     line or steers the terminal (``"cpu.txt\\n--index-url http:"``). One rule for every key, in
@@ -154,8 +152,8 @@ def line_problems(data: Any, file: Path) -> list[Problem]:
     for parts, key, value in walk_document(data):
         for text, what in ((key, "key"), (value, "value")):
             if isinstance(text, str) and CONTROL_CHARACTER.search(text):
-                problems.append(Problem(file, json_path(parts), f"the {what} {shown(text)} holds a control "
-                                        "character or a line break; write it on one line"))
+                problems.append(config_problem(file, json_path(parts), f"the {what} {shown(text)} holds a control "
+                                               "character or a line break; write it on one line"))
     return problems
 
 
@@ -174,7 +172,7 @@ def walk_document(data: Any, parts: tuple[Any, ...] = ()) -> Iterator[tuple[tupl
             yield from walk_document(value, (*parts, index))
 
 
-def secret_problems(data: Any, file: Path) -> list[Problem]:
+def secret_problems(data: Any, file: Path) -> list[Finding]:
     """Keys named like a secret with a value, and values holding a credential shape, in a JSON
     document. A number or a boolean is a setting, never a credential: ``"max_new_tokens": 60``,
     ``"use_auth": true``."""
@@ -183,13 +181,13 @@ def secret_problems(data: Any, file: Path) -> list[Problem]:
         if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}) \
                 and not isinstance(value, (bool, int, float)):
             problems.append(
-                Problem(file, json_path(parts), f"key {key!r} looks like a secret; secrets go in .env "
-                        "(see .env.example) and reach the container with `kdkit run --env-file`")
+                config_problem(file, json_path(parts), f"key {key!r} looks like a secret; secrets go in .env "
+                               "(see .env.example) and reach the container with `kdkit run --env-file`")
             )
         elif isinstance(value, str) and (found := find(value)):
             problems.append(
-                Problem(file, json_path(parts), f"value looks like {found[0].what}; remove it and put it in "
-                        f"{ENV_HINT} (the value reads {shown_redacted(value)})")
+                config_problem(file, json_path(parts), f"value looks like {found[0].what}; remove it and put it in "
+                               f"{ENV_HINT} (the value reads {shown_redacted(value)})")
             )
     return problems
 
@@ -200,7 +198,7 @@ def shown_redacted(text: str, limit: int = 120) -> str:
     return repr(shown if len(shown) <= limit else shown[:limit] + "…")
 
 
-def raise_first(problems: list[Problem], *, base: Path | None = None, more_hint: str = "", hint: str = "") -> None:
+def raise_first(problems: list[Finding], *, base: Path | None = None, more_hint: str = "", hint: str = "") -> None:
     """Raise BadInput naming the first problem (and how many follow) when there is any.
 
     ``base`` prefixes the problem's relative file; ``more_hint`` is added to the count of the
@@ -208,11 +206,9 @@ def raise_first(problems: list[Problem], *, base: Path | None = None, more_hint:
     """
     if not problems:
         return
-    first = problems[0]
-    file = base / first.file if base is not None else first.file
     rest = len(problems) - 1
     more = f" (+{rest} more{'; ' + more_hint if more_hint else ''})" if rest else ""
-    raise BadInput(f"{file}: {first.where}: {first.message}{more}{hint}")
+    raise BadInput(f"{problem_line(problems[0], base)}{more}{hint}")
 
 
 def load_valid(path: Path, schema: str, *, what: str, hint: str = "") -> dict[str, Any]:

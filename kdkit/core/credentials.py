@@ -181,8 +181,10 @@ SCANNED_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
-class Finding:
-    """A credential shape in a text: what it is, where, and the text to show instead."""
+class Span:
+    """Where a credential shape lies in a text: what it is, its bounds, and the text to show
+    instead. A scanner's match, not a check's finding: `kdkit validate` makes config findings of
+    them (kdkit.config.schemas.secret_problems)."""
 
     what: str
     start: int
@@ -223,22 +225,22 @@ def _shape(value: str) -> str | None:
     return None
 
 
-def _candidates(text: str) -> list[tuple[int, int, Finding]]:
-    found: list[tuple[int, int, Finding]] = []
+def _candidates(text: str) -> list[tuple[int, int, Span]]:
+    found: list[tuple[int, int, Span]] = []
     for order, (what, pattern) in enumerate(TOKENS):
         for match in pattern.finditer(text):
-            found.append((match.start(), order, Finding(what, match.start(), match.end(),
+            found.append((match.start(), order, Span(what, match.start(), match.end(),
                                                         _label(what, match.end() - match.start()))))
     for match in PRIVATE_KEY.finditer(text):
-        found.append((match.start(), -3, Finding("a private key block", match.start(), match.end(),
+        found.append((match.start(), -3, Span("a private key block", match.start(), match.end(),
                                                  "<redacted: a private key block>")))
     for match in URL_PASSWORD.finditer(text):
         if not is_placeholder(match["password"]):
-            found.append((match.start(), -2, Finding("a password inside a URL", match.start(), match.end(),
+            found.append((match.start(), -2, Span("a password inside a URL", match.start(), match.end(),
                                                      f"{match['head']}<redacted>@")))
     for match in URL_TOKEN.finditer(text):  # a token of a known shape is named by its shape instead
         if not is_placeholder(match["token"]) and _shape(match["token"]) is None:
-            found.append((match.start(), -2, Finding("a user name or token inside a URL", match.start(), match.end(),
+            found.append((match.start(), -2, Span("a user name or token inside a URL", match.start(), match.end(),
                                                      f"{match['head']}<redacted>@")))
     for match in ASSIGNMENT.finditer(text):
         raw = match["value"] if match["value"] is not None else match["quoted"]
@@ -252,33 +254,33 @@ def _candidates(text: str) -> list[tuple[int, int, Finding]]:
         shown = _label(shape, len(value)) if shape else "<redacted>"
         quote = raw[0] if raw[:1] in "\"'" else ""
         head = text[match.start():match.start("value" if match["value"] is not None else "quoted")]
-        found.append((match.start(), -1, Finding(what, match.start(), match.end(), f"{head}{quote}{shown}{quote}")))
+        found.append((match.start(), -1, Span(what, match.start(), match.end(), f"{head}{quote}{shown}{quote}")))
     for match in AWS_SECRET_SHAPE.finditer(text):
         if _random_enough(match.group()):
-            found.append((match.start(), len(TOKENS), Finding(
+            found.append((match.start(), len(TOKENS), Span(
                 f"{AWS_SECRET} (40 random characters)", match.start(), match.end(), _label(AWS_SECRET, 40))))
     return found
 
 
-def find(text: str) -> list[Finding]:
+def find(text: str) -> list[Span]:
     """Every credential shape in ``text``, in order, none overlapping (the longest wins at one
     place)."""
-    chosen: list[Finding] = []
-    for _start, _order, finding in sorted(_candidates(text), key=lambda c: (c[0], -(c[2].end - c[0]), c[1])):
-        if not chosen or finding.start >= chosen[-1].end:
-            chosen.append(finding)
+    chosen: list[Span] = []
+    for _start, _order, span in sorted(_candidates(text), key=lambda c: (c[0], -(c[2].end - c[0]), c[1])):
+        if not chosen or span.start >= chosen[-1].end:
+            chosen.append(span)
     return chosen
 
 
 def redact(text: str) -> str:
     """``text`` with every credential shape replaced by its redacted form; the rest unchanged."""
-    findings = find(text)
-    if not findings:
+    spans = find(text)
+    if not spans:
         return text
     parts, last = [], 0
-    for finding in findings:
-        parts += [text[last:finding.start], finding.redacted]
-        last = finding.end
+    for span in spans:
+        parts += [text[last:span.start], span.redacted]
+        last = span.end
     return "".join([*parts, text[last:]])
 
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # with no verdict. note: holds if the user confirms it. skip: not checked here. unknown: cannot be
 # shown to hold (no threshold applies, or the reading could not be taken). warn: holds, with a
 # caution. degraded: works below what was paid for. fail: does not hold. refuse: the machine should
-# go back. Each family uses its own subset (kdkit.probe.diagnose.points.VERDICTS for acceptance).
+# go back. Each family uses its own subset (kdkit.probe.diagnose.points.VERDICTS for acceptance,
+# checked where the machine's verdict is made).
 # The sections whose findings are measurements: there a missing reading is said ("not read").
 MEASURED = ("health", "load")
 SHOWN = {"ok": "ok", "info": "info", "note": "note", "skip": "skip", "unknown": "?", "warn": "WARN",
@@ -68,10 +69,13 @@ def shown(reading: Any, unit: str) -> str:
 
 
 def place(finding: Finding) -> str:
-    """Where a finding is, in a word: its ``where``, else its card (``gpu0``), else ``machine``."""
+    """Where a finding is, in a word: its ``where``, else its card (``gpu0``), else ``machine`` for
+    a measurement of the whole machine, else ``-`` (a check point of the order, a diagnose step)."""
     if finding.where is not None:
         return finding.where
-    return "machine" if finding.gpu is None else f"gpu{finding.gpu}"
+    if finding.gpu is not None:
+        return f"gpu{finding.gpu}"
+    return "machine" if finding.section in MEASURED else "-"
 
 
 def finding_line(finding: Finding) -> str:

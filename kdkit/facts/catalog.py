@@ -246,7 +246,7 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
         data = load_checked(path, "catalog")
         # sources and notes are shown and stored with orders
         for secret in secret_problems(data, path)[:1]:
-            raise BadInput(f"{path}: {secret.where}: {secret.message.split(';')[0]}; a catalog names where its "
+            raise BadInput(f"{path}: {secret.name}: {secret.why.split(';')[0]}; a catalog names where its "
                            "figures are published, never a credential: remove it")
         files.append(str(path))
         sources |= set(data.get("sources", {}))

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.project import Backend, Project, load_project
-from kdkit.config.schemas import secret_problems
+from kdkit.config.schemas import problem_line, secret_problems
 from kdkit.core.builds import BACKENDS, BUILD_HEADER, index_label, is_pypi
 from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
@@ -350,7 +350,7 @@ def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrad
     project = load_project(project_dir)
     # as `kdkit validate` refuses
     for problem in secret_problems(project.config, project.root / "kdkit.json"):
-        raise BadInput(f"{problem}; nothing was locked")
+        raise BadInput(f"{problem_line(problem)}; nothing was locked")
     if ca_bundle is not None and not ca_bundle.is_file():
         raise BadInput(f"--ca-bundle {ca_bundle}: not a file; give a PEM file of CA certificates")
     local_torch = torch_find_links(torch_links)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.config.project import Backend, Project
-from kdkit.config.schemas import Problem
+from kdkit.config.schemas import config_problem
 from kdkit.core.errors import BadInput, Unavailable
+from kdkit.core.finding import Finding
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import Lock, parse_lock
 from kdkit.lock.inputs import relative
@@ -95,7 +96,7 @@ def _requirements_rel(root: Path, config: dict[str, Any]) -> str:
     return relative(root, root / str(config["requirements"]))
 
 
-def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Problem]:
+def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Finding]:
     """The `kdkit validate` check: every existing lock and pylock whose inputs changed. A missing
     lock is not a problem here (a fresh project has none; `kdkit build` requires one through
     :func:`require_fresh_lock`), nor a missing pylock, nor one this Python cannot read (3.10 has no
@@ -107,7 +108,7 @@ def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Problem]:
         if lock_path.is_file():
             reason = staleness(root, requirements, name, spec["torch_index"], lock_path)
             if reason:
-                problems.append(Problem(Path(spec["lock"]), "header", reason))
+                problems.append(config_problem(Path(spec["lock"]), "header", reason))
         chosen = Project(root, config).backend(name)
         if not chosen.pylock.is_file():
             continue
@@ -116,7 +117,7 @@ def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Problem]:
         except Unavailable:
             continue
         if reason:
-            problems.append(Problem(Path(relative(root, chosen.pylock)), "header", reason))
+            problems.append(config_problem(Path(relative(root, chosen.pylock)), "header", reason))
     return problems
 
 

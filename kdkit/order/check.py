@@ -188,7 +188,7 @@ def _kernel_point(offer: Offer, subject: Subject, pairings: Pairings) -> Finding
     if subject.what.startswith("image "):
         why = subject.arch_source or "no dev.kdkit.torch.arch_list label: built before kdkit recorded it"
         point = point._replace(why=f"{point.why}; the image's own arch list is unknown ({why}), so this is "
-                                      "the pairings' answer")
+                                   "the pairings' answer")
     return point
 
 
@@ -299,10 +299,10 @@ def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Finding]]:
         return offer, offer, []
     fits = [catalog.find(n) for n in names]
     smallest = min(fits, key=lambda o: o.memory_gb)
-    note = check_point("choices", "note", f"{printable(name)} fits {', '.join(names)}: kernels, driver and CPU are "
-                                          "judged "
-                       f"on their shared {offer.architecture}, memory on the smallest ({smallest.name}, "
-                       f"{smallest.memory_gb:g} GB)", "pass the exact offer as --gpu to judge its own memory")
+    note = check_point("choices", "note",
+                       f"{printable(name)} fits {', '.join(names)}: kernels, driver and CPU are judged on their shared "
+                       f"{offer.architecture}, memory on the smallest ({smallest.name}, {smallest.memory_gb:g} GB)",
+                       "pass the exact offer as --gpu to judge its own memory")
     return offer, smallest, [note]
 
 

@@ -35,10 +35,9 @@ def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
         return check_point("lock", "fail", f"{relative}: torch is not pinned{where}",
                            "add torch to requirements/base.in, then `kdkit lock`")
     if not pin.version:
-        return check_point("lock", "fail", f"{relative}:{pin.line}: torch comes from {pin.source}, with no version "
-                                           "kdkit "
-                           "can judge against a card", "lock a torch release (torch==<version>+<label>), then `kdkit "
-                                                       "lock`")
+        return check_point("lock", "fail",
+                           f"{relative}:{pin.line}: torch comes from {pin.source}, with no version kdkit can judge "
+                           "against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     # The build: the pin's local label, else (a hashed pin fixes the file) the build the header
     # records for PyPI's plain torch, else the torch index the lock names.
     recorded = None if pin.local else header_build(lock.header)
@@ -48,10 +47,9 @@ def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
         return check_point("lock", "fail", f"{relative}: {problem}", f"re-lock with `kdkit lock --backend {backend}`")
     label = pin.local or recorded or _index_build(lock.options, pin.version, platform, pairings)
     if not label or parse_label(label) is None:
-        return check_point("lock", "fail", f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit "
-                                           "can read, "
-                           "so it also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the "
-                                                                       "label")
+        return check_point("lock", "fail",
+                           f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, so it "
+                           "also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
     version = pin.version if pin.local else f"{pin.version}+{label}"
     return Subject(relative, version, label, linux_arch(platform)[0], platform=platform, pypi=not pin.local)
 

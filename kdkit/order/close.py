@@ -217,7 +217,7 @@ def load_report(path: Path) -> dict[str, Any]:
         raise BadInput(f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")
     problems = schema_problems(data.get("order"), "order", path)
     if problems:
-        raise BadInput(f"{path}: $.order: {problems[0].where}: {problems[0].message}")
+        raise BadInput(f"{path}: $.order: {problems[0].name}: {problems[0].why}")
     return data
 
 

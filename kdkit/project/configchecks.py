@@ -11,25 +11,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kdkit.config.schemas import Problem, json_path, secret_problems, walk_document
+from kdkit.config.schemas import config_problem, json_path, secret_problems, walk_document
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.project.pilotchecks import MACHINE_PATHS
 
 
-def machine_path_problems(data: Any, file: Path) -> list[Problem]:
+def machine_path_problems(data: Any, file: Path) -> list[Finding]:
     problems = []
     for parts, _key, value in walk_document(data):
         if not isinstance(value, str) or "://" in value:
             continue
         for pattern, what in MACHINE_PATHS:
             if pattern.search(value):
-                problems.append(Problem(file, json_path(parts), f"{value!r} is {what}, which exists on one machine "
-                                        "only; use a path relative to the project root"))
+                problems.append(config_problem(file, json_path(parts), f"{value!r} is {what}, which exists on one "
+                                               "machine only; use a path relative to the project root"))
                 break
     return problems
 
 
-def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
+def acceptance_problems(project: dict[str, Any]) -> list[Finding]:
     """kdkit.json's "acceptance" judged as `kdkit diagnose --accept` judges it before its load:
     rules kdkit ships, values of their kind, a source without a credential
     (kdkit.probe.diagnose.points)."""
@@ -41,12 +42,12 @@ def acceptance_problems(project: dict[str, Any]) -> list[Problem]:
         check_overrides(project["acceptance"], "$.acceptance")
     except BadInput as exc:
         where, _sep, message = str(exc).partition(": ")
-        return [Problem(Path("kdkit.json"), where, message)]
+        return [config_problem(Path("kdkit.json"), where, message)]
     return []
 
 
-def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> list[Problem]:
-    """``load`` (the config's own model) on ``rel``: its message, one Problem at the JSON path or
+def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> list[Finding]:
+    """``load`` (the config's own model) on ``rel``: its message, one Finding at the JSON path or
     line it names."""
     try:
         load(root / rel)
@@ -54,12 +55,12 @@ def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> l
         said = str(exc).removeprefix(f"{root / rel}").removeprefix(f"{rel}")
         placed = re.match(r":(\d+):(\d+): (.*)", said)  # the strict reader's line and column
         where, _sep, message = said.removeprefix(": ").partition(": ")
-        return [Problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
-                Problem(rel, where, message) if where.startswith("$") else Problem(rel, "$", str(exc))]
+        return [config_problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
+                config_problem(rel, where, message) if where.startswith("$") else config_problem(rel, "$", str(exc))]
     return []
 
 
-def campaign_train_problems(root: Path) -> list[Problem]:
+def campaign_train_problems(root: Path) -> list[Finding]:
     """campaign.json (kdkit.config.campaign: its schema, then its rules), config/train.json (the
     train model, kdkit.core.trainconfig) and config/service.json (kdkit.core.serviceconfig), each
     when the project has one."""
@@ -67,7 +68,7 @@ def campaign_train_problems(root: Path) -> list[Problem]:
     from kdkit.core.serviceconfig import SERVICE_CONFIG, load_service
     from kdkit.core.trainconfig import load_train_config
 
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     rel = Path(CAMPAIGN)
     if (root / rel).exists() or (root / rel).is_symlink():
         data, problems = read_problems(root, rel)

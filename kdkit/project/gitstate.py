@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kdkit.config.schemas import Problem
+from kdkit.config.schemas import config_warning
+from kdkit.core.finding import Finding
 from kdkit.core.git import checkout_state
 
 SHOWN = 3  # uncommitted paths named before "+N more"
@@ -21,18 +22,18 @@ def git_commands(shown: str) -> str:
     return f"cd {shown} && {START}"
 
 
-def git_warnings(root: Path) -> list[Problem]:
+def git_warnings(root: Path) -> list[Finding]:
     """A warning when ``root`` is not in a git checkout, or has uncommitted changes; none
     otherwise."""
     state = checkout_state(root)
     if state is None:
-        return [Problem(Path("."), "git", f"{NOT_GIT}; start one there: `{START}`")]
+        return [config_warning(Path("."), "git", f"{NOT_GIT}; start one there: `{START}`")]
     changed = state["uncommitted"]
     if not changed:
         return []
     more = f" (+{len(changed) - SHOWN} more)" if len(changed) > SHOWN else ""
-    return [Problem(Path("."), "git", f"{len(changed)} uncommitted change(s) ({', '.join(changed[:SHOWN])}{more}): "
-                    "a run records its revision as dirty; commit them first")]
+    return [config_warning(Path("."), "git", f"{len(changed)} uncommitted change(s) ({', '.join(changed[:SHOWN])}"
+                           f"{more}): a run records its revision as dirty; commit them first")]
 
 
 def init_line(root: Path, shown: str) -> str | None:

@@ -26,8 +26,9 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
-from kdkit.config.schemas import Problem
+from kdkit.config.schemas import config_warning
 from kdkit.core.credentials import NOT_SECRET_FILES, NOT_SECRET_SUFFIXES, SECRET_FILES, secret_file
+from kdkit.core.finding import Finding
 from kdkit.core.projectfiles import shown
 
 RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
@@ -67,7 +68,7 @@ def _shown(rel: str) -> str:
     return shown(rel, limit=1000)  # whole: two long names may differ only at their ends
 
 
-def name_warnings(names: Iterable[str]) -> list[Problem]:
+def name_warnings(names: Iterable[str]) -> list[Finding]:
     """One warning per file whose path is another's on macOS or Windows (naming both), and per path
     holding a name Windows cannot hold; ``names`` are paths relative to the project root, '/'
     between folders."""
@@ -79,12 +80,12 @@ def name_warnings(names: Iterable[str]) -> list[Problem]:
     for rel in names:
         first = seen.setdefault(folded(rel), rel)
         if first != rel:
-            warnings.append(Problem(Path(rel), "name", f"{_shown(first)} and {_shown(rel)} are {_why(first, rel)}; "
-                                    f"{COPY}"))
+            warnings.append(config_warning(Path(rel), "name",
+                                           f"{_shown(first)} and {_shown(rel)} are {_why(first, rel)}; {COPY}"))
         folder, _sep, name = rel.rpartition("/")
         problem = (_folder_problem(folder) if folder else None) or windows_problem(name)
         if problem is not None:
-            warnings.append(Problem(Path(rel), "name", problem))
+            warnings.append(config_warning(Path(rel), "name", problem))
     return warnings
 
 
@@ -126,7 +127,7 @@ def _secret_shaped() -> re.Pattern[str]:
     return re.compile("|".join(fnmatch.translate(pattern) for pattern, _what in SECRET_FILES))
 
 
-def secret_file_warnings(names: list[str]) -> list[Problem]:
+def secret_file_warnings(names: list[str]) -> list[Finding]:
     """Files of the project (``names``, relative to its root) named like secrets: warnings, never
     problems. credentials.secret_file judges every path one of whose parts matches a pattern; none
     other can be one."""
@@ -140,8 +141,8 @@ def secret_file_warnings(names: list[str]) -> list[Problem]:
             continue
         what = secret_file(rel)
         if what is not None:
-            warnings.append(Problem(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
-                                    "secrets reach the container at run time only (`kdkit run --env-file`)"))
+            warnings.append(config_warning(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
+                                           "secrets reach the container at run time only (`kdkit run --env-file`)"))
     return warnings
 
 

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kdkit.config.schemas import Problem
+from kdkit.config.schemas import config_problem, config_warning
 from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.pilotconfig import entry_problem, load_documents
 from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotload import existing, load_model, load_output
@@ -50,9 +51,9 @@ SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_b
                 f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
 
 
-def refused(root: Path, exc: BadInput, file: Path) -> Problem:
+def refused(root: Path, exc: BadInput, file: Path) -> Finding:
     """A reader's one line ("FILE: PLACE: MESSAGE", or strict JSON's "FILE:LINE:COLUMN: MESSAGE") as
-    a Problem of the file it names (else of ``file``)."""
+    a Finding of the file it names (else of ``file``)."""
     text = str(exc)
     placed = re.match(r"(.+?):(\d+):(\d+): (.*)", text, re.DOTALL)
     if placed:
@@ -61,9 +62,11 @@ def refused(root: Path, exc: BadInput, file: Path) -> Problem:
         named, _sep, rest = text.partition(": ")
         where, _sep, message = rest.partition(": ")
     try:
-        return Problem(Path(named).relative_to(root), where, message) if message else Problem(file, "$", text)
+        if message:
+            return config_problem(Path(named).relative_to(root), where, message)
+        return config_problem(file, "$", text)
     except ValueError:
-        return Problem(file, "$", text)
+        return config_problem(file, "$", text)
 
 
 def places(pilot: dict[str, Any]) -> dict[str, str]:
@@ -84,7 +87,7 @@ def places(pilot: dict[str, Any]) -> dict[str, str]:
 
 
 def deep_problems(root: Path, pilot: dict[str, Any],
-                  rel: Path) -> tuple[list[Problem], Output | None, Sequence[Document] | None]:
+                  rel: Path) -> tuple[list[Finding], Output | None, Sequence[Document] | None]:
     """What the pilot's readers refuse in the places a valid config names (one problem per reader),
     the declared output (None when it could not be read) and, for a JSONL corpus the reader took,
     its documents."""
@@ -99,8 +102,8 @@ def deep_problems(root: Path, pilot: dict[str, Any],
     scorer = (pilot.get("quality") or {}).get("scorer")
     # as the pilot's _quality
     if isinstance(scorer, str) and (problem := entry_problem(root, scorer)) is not None:
-        problems.append(Problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
-    if any(p.where != "$.quality.scorer" for p in problems):
+        problems.append(config_problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
+    if any(p.name != "$.quality.scorer" for p in problems):
         return problems, None, None
     output, documents = None, None
     try:
@@ -245,7 +248,7 @@ class FolderDocuments:
             yield Document(doc["id"], name, location, doc.get("label"), doc["expect"], expected=doc.get("expected"))
 
 
-def sample_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
+def sample_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
     """What a pilot sample lacks of SAMPLE_RULES, as one warning; nothing when validate could not
     read the sample (``sample`` None) or for a full corpus (no expectations)."""
     if sample is None:
@@ -267,5 +270,5 @@ def sample_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
     if not lacks:
         return []
     rel = Path(os.path.relpath(sample.manifest, root))
-    return [Problem(rel, "$.documents", f"the pilot sample lacks {'; '.join(lacks)}: a pilot should show how the app "
-                    "meets short, usual and near-limit inputs and one it must refuse")]
+    return [config_warning(rel, "$.documents", f"the pilot sample lacks {'; '.join(lacks)}: a pilot should show how "
+                           "the app meets short, usual and near-limit inputs and one it must refuse")]

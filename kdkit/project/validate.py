@@ -6,7 +6,7 @@ checks parsed (check_project): a long manifest is read once.
 
 Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and
 in the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
-:class:`Problem` is made, so no finding, schema error or echoed value can show a credential.
+:class:`Finding` is made, so no finding, schema error or echoed value can show a credential.
 Files named like secrets (``.env``, ``*.pem``, ``.ssh/`` ...) are warnings, not problems: every
 real project has a ``.env``, and `kdkit bundle` leaves them out.
 """
@@ -23,13 +23,14 @@ from typing import Any
 # mounts inside the project; index URLs that parse
 from kdkit.config.project import mount_problems, url_problem
 from kdkit.config.schemas import (
-    Problem,
+    config_problem,
     schema_problems,
     secret_problems,
     shown_redacted,
 )
 from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
+from kdkit.core.finding import Finding
 from kdkit.core.jsonio import parse_json, read_text_file
 from kdkit.core.pilotconfig import config_problems, entry_problem, load_documents, runs_folder_problem
 from kdkit.core.pilotkeys import Output
@@ -64,7 +65,7 @@ TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requir
 # ---------------------------------------------------------------- portability rules
 
 
-def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
+def text_secret_problems(root: Path, relative: Path) -> list[Finding]:
     """Credential shapes in a text file of the project (a requirements input, a lock), one per
     line."""
     path = root / relative
@@ -73,13 +74,13 @@ def text_secret_problems(root: Path, relative: Path) -> list[Problem]:
             return []  # outside the project: reported by the path rules, never read
         text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
-        return [Problem(relative, "$", f"cannot read ({exc.strerror or exc})")]
+        return [config_problem(relative, "$", f"cannot read ({exc.strerror or exc})")]
     problems = []
     for number, line in enumerate(text.splitlines(), start=1):
         found = find(line)
         if found:
-            problems.append(Problem(relative, f"line {number}", f"holds {found[0].what} ({shown_redacted(line)}); "
-                                    f"{TEXT_HINT}"))
+            problems.append(config_problem(relative, f"line {number}",
+                                           f"holds {found[0].what} ({shown_redacted(line)}); {TEXT_HINT}"))
     return problems
 
 
@@ -101,7 +102,7 @@ def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
     return [spec for spec in backends.values() if isinstance(spec, dict)] if isinstance(backends, dict) else []
 
 
-def file_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
+def file_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
     """Warnings about the names of the project's files (``root``, resolved), from one walk of it:
     named like secrets (a project has a .env), or lost by a copy through macOS or Windows
     (kdkit.project.names); and what the pilot ``sample`` lacks
@@ -116,7 +117,7 @@ def file_warnings(root: Path, sample: PilotSample | None) -> list[Problem]:
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
 
 
-def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]) -> list[Problem]:
+def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]) -> list[Finding]:
     """Each key's path must stay inside the project; those mapped to True must also exist."""
     problems = []
     for key, must_exist in keys.items():
@@ -129,31 +130,31 @@ def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, 
             found = target is not None and target.exists()
         # too long for this file system under this root, no permission on the way
         except OSError as exc:
-            problems.append(Problem(file, f"$.{key}", f"cannot look at {value!r} ({exc.strerror or exc}); use a "
-                                    "shorter path, or one you can read"))
+            problems.append(config_problem(file, f"$.{key}", f"cannot look at {value!r} ({exc.strerror or exc}); use a "
+                                           "shorter path, or one you can read"))
             continue
         if target is None:
-            problems.append(Problem(file, f"$.{key}", f"{value!r} points outside the project folder; "
-                                    "keep every path inside it"))
+            problems.append(config_problem(file, f"$.{key}", f"{value!r} points outside the project folder; "
+                                           "keep every path inside it"))
         elif must_exist and not found:
-            problems.append(Problem(file, f"$.{key}", f"{value!r} does not exist in the project folder; "
-                                    "create it or fix the path"))
+            problems.append(config_problem(file, f"$.{key}", f"{value!r} does not exist in the project folder; "
+                                           "create it or fix the path"))
         elif key in FOLDER_KEYS and found and not target.is_dir():
-            problems.append(Problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
+            problems.append(config_problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
     return problems
 
 
-def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Problem]:
+def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Finding]:
     entry = pilot.get("entry")
     if not isinstance(entry, str) or ":" not in entry:
         return []
     problem = entry_problem(root, entry)
-    return [] if problem is None else [Problem(file, "$.entry", problem)]
+    return [] if problem is None else [config_problem(file, "$.entry", problem)]
 
 
 def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
                       categories: list[str] | None, inputs: Path | None, *, folder: bool = True,
-                      output: Output | None = None) -> list[Problem]:
+                      output: Output | None = None) -> list[Finding]:
     """Every entry's ID, file (a folder's inputs only: a JSONL corpus names records by ID), label
     (null: no expected category) and expected output (``output``'s kind, when it could be read); a
     folder's manifest needs a planned rejection (a JSONL sample's lack of one is a warning:
@@ -172,81 +173,83 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
             plain_file = isinstance(name, str) and name in plain and PLAIN_NAME.fullmatch(name) is not None
             problems += [] if plain_file else _file_problems(root, name, manifest_file, where, inputs)
         elif name is not None:
-            problems.append(Problem(manifest_file, f"{where}.file", "the inputs are a JSONL corpus, whose records "
-                                    "are named by ID; remove \"file\""))
+            problems.append(config_problem(manifest_file, f"{where}.file", "the inputs are a JSONL corpus, whose "
+                                           "records are named by ID; remove \"file\""))
         label, expect = doc.get("label"), doc.get("expect")
         if expect == "accept" and categories is not None and label is not None and label not in categories:
             allowed = ", ".join(categories) or "none: this output kind has no categories"
-            problems.append(Problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
-                                    f"allowed category ({allowed})"))
+            problems.append(config_problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
+                                           f"allowed category ({allowed})"))
         expected = doc.get("expected")
         if output is not None and expected is not None and (problem := expected_problem(expected, output)):
-            problems.append(Problem(manifest_file, f"{where}.expected", problem))
+            problems.append(config_problem(manifest_file, f"{where}.expected", problem))
     if folder and docs and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
-        problems.append(Problem(manifest_file, "$.documents", "no expected rejection declared; a pilot must "
-                                "include at least one input that a correct pipeline rejects"))
+        problems.append(config_problem(manifest_file, "$.documents", "no expected rejection declared; a pilot must "
+                                       "include at least one input that a correct pipeline rejects"))
     return problems
 
 
-def _id_problems(ident: Any, manifest_file: Path, where: str, seen: dict[str, int], index: int) -> list[Problem]:
+def _id_problems(ident: Any, manifest_file: Path, where: str, seen: dict[str, int], index: int) -> list[Finding]:
     if not isinstance(ident, str):
         return []
     problems = []
     if not ident.strip():
-        problems.append(Problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
+        problems.append(config_problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
     elif not is_safe_id(ident):
-        problems.append(Problem(manifest_file, f"{where}.id", f"ID {ident!r} is unsafe as a file name; {SAFE_ID_RULE}"))
+        problems.append(config_problem(manifest_file, f"{where}.id",
+                                       f"ID {ident!r} is unsafe as a file name; {SAFE_ID_RULE}"))
     if ident in seen:
-        problems.append(Problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
-                                f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
+        problems.append(config_problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
+                                       f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
     else:
         seen[ident] = index
     return problems
 
 
-def _file_problems(root: Path, name: Any, manifest_file: Path, where: str, inputs: Path | None) -> list[Problem]:
+def _file_problems(root: Path, name: Any, manifest_file: Path, where: str, inputs: Path | None) -> list[Finding]:
     if name is None:
-        return [Problem(manifest_file, f"{where}.file", "missing; name the input's file, relative to the manifest")]
+        return [config_problem(manifest_file, f"{where}.file",
+                               "missing; name the input's file, relative to the manifest")]
     if not isinstance(name, str):
         return []
     folder = (root / manifest_file).parent
     path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
     target = real_inside(folder, folder / name) if not path_bad else None
     if path_bad or target is None or (inputs is not None and inputs not in target.parents):
-        return [Problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
-                        "folder; name files relative to the manifest")]
+        return [config_problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
+                               "folder; name files relative to the manifest")]
     if not target.is_file():
-        return [Problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
-                        "file or fix the manifest")]
+        return [config_problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
+                               "file or fix the manifest")]
     return []
 
 
 # ---------------------------------------------------------------- the whole project
 
-def _load(root: Path, relative: Path, problems: list[Problem]) -> Any:
+def _load(root: Path, relative: Path, problems: list[Finding]) -> Any:
     path = root / relative
     if not path.exists():
-        problems.append(Problem(relative, "$", "file not found; create it (kdkit init writes one)"))
+        problems.append(config_problem(relative, "$", "file not found; create it (kdkit init writes one)"))
         return None
     if path.is_dir():
-        problems.append(Problem(relative, "$", "is a folder, not a file; point the key at the JSON file"))
+        problems.append(config_problem(relative, "$", "is a folder, not a file; point the key at the JSON file"))
         return None
     try:
         text = read_text_file(path, "file")
     except BadInput as exc:
-        problems.append(Problem(relative, "$", str(exc).split(": ", 1)[-1]))
+        problems.append(config_problem(relative, "$", str(exc).split(": ", 1)[-1]))
         return None
     try:
         return parse_json(text, str(relative))
     except BadInput as exc:
         rest = str(exc).removeprefix(f"{relative}:")
         placed = re.match(r"(\d+):(\d+): (.*)", rest)
-        problems.append(Problem(relative, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
-                        else Problem(relative, "$", rest.strip()))
+        problems.append(config_problem(relative, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+                        else config_problem(relative, "$", rest.strip()))
         return None
 
 
-def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem]) -> tuple[Any, bool]:
+def _check_document(root: Path, rel: Path, schema: str, problems: list[Finding]) -> tuple[Any, bool]:
     """Load, schema-check and rule-check one JSON file: (data or None, whether its shape is valid).
 
     The pilot config is checked by the pilot's own model (pilotconfig.config_problems), the one
@@ -260,13 +263,14 @@ def _check_document(root: Path, rel: Path, schema: str, problems: list[Problem])
     # a long one is checked so, entry by entry it would take seconds.
     checked = {**data, "documents": data["documents"][:1]} if schema == "manifest" and plain_documents(data) else data
     machine = machine_path_problems(checked, rel)
-    taken = {p.where for p in machine}  # a machine-bound path is named once, as such
+    taken = {p.name for p in machine}  # a machine-bound path is named once, as such
     if schema == "pilot":
-        shape = [Problem(rel, where, message) for where, message in config_problems(checked) if where not in taken]
+        shape = [config_problem(rel, where, message) for where, message in config_problems(checked)
+                 if where not in taken]
         valid = not shape
     else:
         found = schema_problems(checked, schema, rel)
-        shape, valid = [p for p in found if p.where not in taken], not found
+        shape, valid = [p for p in found if p.name not in taken], not found
     problems.extend(shape + machine + secret_problems(checked, rel))
     return (data if isinstance(data, dict) else None), valid
 
@@ -285,19 +289,19 @@ def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     return Path(value) if found else None
 
 
-def _backend_problems(root: Path, project: dict[str, Any]) -> list[Problem]:
+def _backend_problems(root: Path, project: dict[str, Any]) -> list[Finding]:
     """Each backend's lock inside the project, its torch index a URL every tool reads alike."""
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     for name, spec in project["backends"].items():
         if real_inside(root, root / spec["lock"]) is None:
-            problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.lock",
-                                    f"{spec['lock']!r} points outside the project folder"))
+            problems.append(config_problem(Path("kdkit.json"), f"$.backends.{name}.lock",
+                                           f"{spec['lock']!r} points outside the project folder"))
         if (bad_url := url_problem(spec["torch_index"])) is not None:
-            problems.append(Problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
+            problems.append(config_problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
     return problems
 
 
-def validate_project(root: Path) -> list[Problem]:
+def validate_project(root: Path) -> list[Finding]:
     """Every problem of the project at ``root``; an empty list means valid.
 
     A file whose shape is wrong is still followed as far as its keys allow, so
@@ -306,7 +310,7 @@ def validate_project(root: Path) -> list[Problem]:
     return validated(root)[0]
 
 
-def check_project(root: Path) -> tuple[list[Problem], list[Problem]]:
+def check_project(root: Path) -> tuple[list[Finding], list[Finding]]:
     """`kdkit validate`'s (problems, warnings) of the project at ``root``: the warnings about its
     files' names and its pilot sample (file_warnings), the sample as the problems' check read it
     (read once)."""
@@ -315,11 +319,11 @@ def check_project(root: Path) -> tuple[list[Problem], list[Problem]]:
     return problems, file_warnings(root, sample)
 
 
-def validated(root: Path) -> tuple[list[Problem], PilotSample | None]:
+def validated(root: Path) -> tuple[list[Finding], PilotSample | None]:
     """Every problem of the project at ``root``, and its pilot sample when no problem lies in the
     pilot config or its manifest (the documents read by the checks, for sample_warnings)."""
     root = root.resolve()
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     project, project_ok = _check_document(root, Path("kdkit.json"), "kdkit", problems)
     if project is None:
         return problems, None
@@ -332,7 +336,7 @@ def validated(root: Path) -> tuple[list[Problem], PilotSample | None]:
 
         problems += stale_lock_problems(root, project)
         problems += acceptance_problems(project)
-        problems += [Problem(Path("kdkit.json"), where, what) for where, what in mount_problems(root, project)]
+        problems += [config_problem(Path("kdkit.json"), where, what) for where, what in mount_problems(root, project)]
 
     problems += campaign_train_problems(root)
     pilot_rel = _named_file(root, project, "pilot_config")
@@ -342,16 +346,16 @@ def validated(root: Path) -> tuple[list[Problem], PilotSample | None]:
     return problems + found, sample
 
 
-def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tuple[list[Problem], PilotSample | None]:
+def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tuple[list[Finding], PilotSample | None]:
     """The problems of the pilot config and its manifest, and the sample they name when there are
     none."""
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     pilot, pilot_ok = _check_document(root, pilot_rel, "pilot", problems)
     if pilot is None:
         return problems, None
     problems += path_problems(root, pilot, pilot_rel, {"inputs": True, "manifest": True, "runs": False})
     if pilot_ok and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
-        problems.append(Problem(pilot_rel, "$.runs", problem))
+        problems.append(config_problem(pilot_rel, "$.runs", problem))
     problems += entry_problems(root, pilot, pilot_rel)
     deep, output, corpus = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None, None)
     problems += deep
@@ -376,7 +380,7 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
 
 
 def _folder_documents(root: Path, pilot: dict[str, Any], pilot_rel: Path, manifest: dict[str, Any],
-                      manifest_rel: Path, output: Output | None) -> tuple[list[Problem], Iterable[Document] | None]:
+                      manifest_rel: Path, output: Output | None) -> tuple[list[Finding], Iterable[Document] | None]:
     """A folder manifest's documents, once validate found no problem in it. The pilot compares the
     manifest's folder with the inputs folder as the config writes them (links not followed), where
     validate's checks resolve links: a manifest not within the inputs folder so (a rare layout, such

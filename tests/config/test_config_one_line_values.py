@@ -181,7 +181,7 @@ def _warnings(project: Path) -> list[dict[str, str]]:
     assert result.exit_code == 0, result.output
     assert tree_snapshot(project) == before
     warnings: list[dict[str, str]] = json.loads(result.stdout)["warnings"]
-    return [w for w in warnings if w["where"] == "name" and "like" not in w["message"]]
+    return [w for w in warnings if w["name"] == "name" and "like" not in w["why"]]
 
 
 NFC, NFD = unicodedata.normalize("NFC", "caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
@@ -203,7 +203,7 @@ def test_two_names_that_are_one_on_macos_or_windows_are_a_warning_naming_both(pr
         (project / name).write_text(name, encoding="utf-8")
     found = _warnings(project)
     assert len(found) == 1, found
-    message = found[0]["message"]
+    message = found[0]["why"]
     assert why in message and all(json.dumps(name) in message for name in names), message
 
 
@@ -213,8 +213,8 @@ def test_a_name_windows_cannot_hold_is_a_warning(project: Path, name: str) -> No
     (project / name).parent.mkdir(parents=True, exist_ok=True)
     (project / name).write_text("x", encoding="utf-8")
     found = _warnings(project)
-    assert len(found) == 1 and found[0]["file"] == name, found
-    assert "Windows" in found[0]["message"]
+    assert len(found) == 1 and found[0]["where"] == name, found
+    assert "Windows" in found[0]["why"]
 
 
 @pytest.mark.parametrize("names", [["console.txt", "auxiliary.py", "com10", "nully"], ["a.txt", "a.txt.bak"],

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.config.schemas import _validator
+from kdkit.config.schemas import _validator, problem_line
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import config_problems, load_pilot, params_hash
 from kdkit.probe.pilot.origin import config_changes
@@ -274,9 +274,9 @@ def test_a_corpus_manifest_maps_expectations_and_warns_about_the_sample(corpus: 
     assert cfg.resolved()["manifest"] == MANIFEST
     assert validate_project(corpus) == []
     warnings = check_project(corpus)[1]
-    assert [(str(w.file), w.where) for w in warnings] == [(MANIFEST, "$.documents")]
+    assert [(w.where, w.name) for w in warnings] == [(MANIFEST, "$.documents")]
     for lack in ("a near-limit input", 'a planned rejection ("expect": "reject")'):
-        assert lack in warnings[0].message
+        assert lack in warnings[0].why
     write_corpus(corpus, [*records(), {"id": "big", "text": "x" * 20000}])
     expectations({"id": "rec-2", "expect": "accept"}, {"id": "rec-1", "expect": "reject"})(corpus)
     assert check_project(corpus)[1] == []
@@ -298,8 +298,8 @@ def test_a_model_folder_follows_links_inside_the_project(corpus: Path) -> None:
 def test_runs_stays_apart_from_the_corpus_and_the_model(corpus: Path) -> None:
     for runs, place in (("data/corpus/runs", "data/corpus"), ("models/enc/runs", "models/enc")):
         config(runs=runs, model={"path": "models/enc"})(corpus)
-        problems = [p for p in validate_project(corpus) if p.where == "$.runs"]
-        assert problems and place in problems[0].message, problems
+        problems = [p for p in validate_project(corpus) if p.name == "$.runs"]
+        assert problems and place in problems[0].why, problems
         with pytest.raises(BadInput, match=r"\$\.runs"):
             load_pilot(corpus)
 
@@ -366,7 +366,7 @@ def test_a_manifest_of_a_folder_still_needs_its_file_names(project: Path) -> Non
     data = json.loads(manifest.read_text())
     del data["documents"][2]["file"]
     write_json(manifest, data)
-    problems = [str(p) for p in validate_project(project)]
+    problems = [problem_line(p) for p in validate_project(project)]
     assert any("$.documents[2].file: missing" in p for p in problems), problems
     with pytest.raises(BadInput, match=r"\$\.documents\[2\]\.file"):
         load_pilot(project)

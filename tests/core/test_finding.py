@@ -28,10 +28,18 @@ def test_the_text_line_shows_the_reading_and_threshold_only_where_there_are_some
     unread = Finding("health", "driver.tool", None, None, "", None, "unknown", "no nvidia-smi")
     assert finding_line(unread) == "?        machine driver.tool = not read: no nvidia-smi"
     plain = Finding("check", "cpu", None, None, "", None, "fail", "made on macOS")
-    assert finding_line(plain) == "FAIL     machine cpu: made on macOS"
+    assert finding_line(plain) == "FAIL     -       cpu: made on macOS"
     env = Finding("env", "version", None, "2.0", "", "2.1", "fail", "beta: locked 2.1", where="beta")
     assert place(env) == "beta"
     assert finding_line(env) == "FAIL     beta    version = 2.0 (threshold 2.1): beta: locked 2.1"
+
+
+def test_an_acceptance_point_with_a_verdict_of_another_family_is_refused_where_the_verdict_is_made() -> None:
+    from kdkit.probe.diagnose.points import machine_verdict
+
+    with pytest.raises(ValueError, match=r"verdict outside .*: load.x: fail"):
+        machine_verdict([Finding("load", "load.x", 0, 1.0, "", None, "fail", "bad")])
+    assert machine_verdict([Finding("load", "load.x", 0, 1.0, "", None, "degraded", "slow")]) == "degraded"
 
 
 def test_the_json_form_names_every_field_and_is_valid_json() -> None:
@@ -44,11 +52,17 @@ def test_the_json_form_names_every_field_and_is_valid_json() -> None:
 
 
 def test_each_check_family_makes_the_one_type() -> None:
+    from kdkit.config.schemas import config_problem, config_warning, problem_line
     from kdkit.order.checkmodel import check_point
     from kdkit.probe.diagnose.core import skip
     from kdkit.probe.env.findings import env_finding
 
     assert type(skip("no GPU expected")) is Finding and skip("x").verdict == "skip"
+    problem = config_problem(Path("config/pilot.json"), "$.inputs", "missing")
+    assert type(problem) is Finding and (problem.section, problem.where, problem.name) == (
+        "config", "config/pilot.json", "$.inputs")
+    assert problem_line(problem, Path("/p")) == "/p/config/pilot.json: $.inputs: missing"
+    assert config_warning(Path("."), "git", "dirty").verdict == "warn"
 
     point = check_point("kernels", "ok", "carries sm_90", source="facts")
     difference = env_finding("version", "beta", "warning", "beta: locked 2.1", "2.1", "2.0", 4)
@@ -68,6 +82,6 @@ def test_no_module_defines_another_point_or_finding_class() -> None:
     assert found == KNOWN_OTHERS, found
 
 
-# The families not yet moved to the one type (issue 30 §3): this list only shrinks. (A training's
-# Outcome, probe/train/supervise.py, is how a run ended, not what a check found.)
-KNOWN_OTHERS = ["config/schemas.py: Problem", "core/credentials.py: Finding"]
+# The families not yet moved to the one type: none. (A training's Outcome, probe/train/supervise.py,
+# is how a run ended, not what a check found.)
+KNOWN_OTHERS: list[str] = []

@@ -213,14 +213,14 @@ def test_secret_shaped_files_are_warnings_not_problems(project: Path) -> None:
     code, stdout, _stderr = _validate(project, "--json")
     report = json.loads(stdout)
     assert code == 0 and report["valid"] is True and report["problems"] == []
-    assert [w["file"] for w in report["warnings"]] == [".env", ".env.production", ".ssh/id_ed25519",
+    assert [w["where"] for w in report["warnings"]] == [".env", ".env.production", ".ssh/id_ed25519",
                                                       "config/.netrc", "src/secrets.env", "."]
-    assert {w["where"] for w in report["warnings"]} == {"name", "git"}
+    assert {w["name"] for w in report["warnings"]} == {"name", "git"}
 
 
 def test_a_fresh_project_has_no_warnings(project: Path) -> None:
     report = json.loads(invoke("validate", project, "--json").stdout)
-    assert [w["where"] for w in report["warnings"]] == ["git"] and report["valid"] is True  # outside git (a tmp)
+    assert [w["name"] for w in report["warnings"]] == ["git"] and report["valid"] is True  # outside git (a tmp)
 
 
 # ---------------------------------------------------------------- every error line printed for a person

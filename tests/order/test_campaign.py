@@ -171,7 +171,7 @@ BAD = [
 def test_a_bad_campaign_is_one_line_naming_file_and_path(project: Path, change: Any, where: str, said: str) -> None:
     edit_campaign(project, change)
     _data, problems = read_problems(project)
-    assert [(p.where, said in p.message) for p in problems] == [(where, True)]
+    assert [(p.name, said in p.why) for p in problems] == [(where, True)]
     save_order(project)
     before = tree_snapshot(project)
     for args in (("campaign", project), ("campaign", "decide", "continue", project, "--why", "fine")):
@@ -187,7 +187,7 @@ def test_a_threshold_that_is_not_finite_is_named_by_its_path(project: Path, numb
     path.write_text(path.read_text(encoding="utf-8").replace('"threshold": 0.85', f'"threshold": {number}'),
                     encoding="utf-8")
     _data, problems = read_problems(project)
-    assert [(p.where, "is not a finite number" in p.message) for p in problems] == [("$.threshold", True)]
+    assert [(p.name, "is not a finite number" in p.why) for p in problems] == [("$.threshold", True)]
     before = tree_snapshot(project)
     result = invoke("campaign", project)
     assert result.exit_code == 2 and result.stderr.startswith(f"Error: {path}: $.threshold: ")
@@ -212,8 +212,8 @@ def test_a_changed_corpus_is_named(project: Path) -> None:
     assert read_problems(project)[1] == []
     manifest.write_text(manifest.read_text(encoding="utf-8") + "\n", encoding="utf-8")
     _data, problems = read_problems(project)
-    assert [p.where for p in problems] == ["$.corpus.sha256"]
-    assert "the corpus changed since it was frozen" in problems[0].message
+    assert [p.name for p in problems] == ["$.corpus.sha256"]
+    assert "the corpus changed since it was frozen" in problems[0].why
 
 
 def test_validate_lists_every_campaign_problem(project: Path) -> None:
@@ -450,7 +450,7 @@ def test_a_decision_log_that_is_a_link_is_refused(project: Path, tmp_path: Path)
 def test_text_from_the_files_is_printed_escaped(project: Path) -> None:
     edit_campaign(project, lambda d: d.update(question="Does it\u202e work?"))
     _data, problems = read_problems(project)
-    assert [p.where for p in problems] == ["$.question"]  # a config string is one plain line (kdkit.config.schemas)
+    assert [p.name for p in problems] == ["$.question"]  # a config string is one plain line (kdkit.config.schemas)
     edit_campaign(project, lambda d: d.update(question="Does it work?"))
     append_decision(project, "continue", "because\u202e\x1b[31m red")
     result = invoke("campaign", project)

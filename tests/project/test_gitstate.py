@@ -22,7 +22,7 @@ def _kdkit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _git_warnings(cwd: Path) -> list[str]:
     done = _kdkit(cwd, "validate", "proj", "--json")
     assert done.returncode == 0, done.stderr
-    return [w["message"] for w in json.loads(done.stdout)["warnings"] if w["where"] == "git"]
+    return [w["why"] for w in json.loads(done.stdout)["warnings"] if w["name"] == "git"]
 
 
 def test_init_says_how_to_start_git_and_validate_warns_until_it_is_clean(tmp_path: Path) -> None:

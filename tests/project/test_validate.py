@@ -162,8 +162,8 @@ def test_json_report(project: Path) -> None:
     assert result.exit_code == 2
     report = json.loads(result.stdout)
     assert report["valid"] is False
-    assert report["problems"][0]["file"] == "config/pilot.json"
-    assert report["problems"][0]["where"] == "$.inputs"
+    assert report["problems"][0]["where"] == "config/pilot.json"
+    assert report["problems"][0]["name"] == "$.inputs"
 
 
 @pytest.mark.parametrize("which", ["config/pilot.json", "data/pilot/manifest.json"])

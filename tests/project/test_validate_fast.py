@@ -89,7 +89,7 @@ def test_linked_or_missing_inputs_take_the_full_check(project: Path, monkeypatch
     fast = validate.validate_project(project)
     monkeypatch.setattr(validate, "plain_files", lambda *args: frozenset())
     assert fast == validate.validate_project(project)
-    assert any("doc-03.txt" in p.message for p in fast)
+    assert any("doc-03.txt" in p.why for p in fast)
 
 
 def test_secret_name_screen_matches_secret_file() -> None:
@@ -97,14 +97,14 @@ def test_secret_name_screen_matches_secret_file() -> None:
              "data/doc.txt", "secrets/x.txt", "c/api_token", "c/tok.token", "d/service-account-1.json",
              "e/creds-credentials.json", "f/x.key.bak", "g/Readme.md", "h/CREDENTIALS.txt", ".aws/config"]
     expected = [rel for rel in names if secret_file(rel) is not None]
-    assert [str(p.file) for p in secret_file_warnings(names)] == expected
+    assert [p.where for p in secret_file_warnings(names)] == expected
     assert expected  # the screen is tried on names it must let through
 
 
 def test_name_warnings_judge_folders_as_every_part() -> None:
     names = ["ok/a.txt", "CON/a.txt", "ok/nul.txt", "bad./x", "x/y?/z", "Ok/A.txt", "fine"]
     warnings = name_warnings(names)
-    assert [(str(w.file), w.message) for w in warnings if "macOS" not in w.message] == [
+    assert [(w.where, w.why) for w in warnings if "macOS" not in w.why] == [
         (rel, next(p for p in map(windows_problem, rel.split("/")) if p is not None))
         for rel in names if any(map(windows_problem, rel.split("/")))]
 
@@ -175,17 +175,17 @@ def test_the_sample_validate_reads_is_the_pilots_own(project: Path) -> None:
     assert problems == [] and sample is not None
     assert list(sample.documents) == list(load_pilot(project.resolve()).documents)
     _problems, warnings = validate.check_project(project)
-    assert not [w for w in warnings if w.where == "$.documents"], warnings
+    assert not [w for w in warnings if w.name == "$.documents"], warnings
     for name in ("sub/doc-10.txt", "doc-09.txt"):  # the template's own near-limit input too
         (folder / name).write_text("short")
     _problems, warnings = validate.check_project(project)
-    assert [str(w.file) for w in warnings if "a near-limit input" in w.message] == ["data/pilot/manifest.json"]
+    assert [w.where for w in warnings if "a near-limit input" in w.why] == ["data/pilot/manifest.json"]
 
 
 def test_a_pilot_with_a_problem_has_no_sample_to_judge(project: Path) -> None:
     _edit_manifest(project, lambda docs: docs[0].update(label="other"))
     problems, sample = validate.validated(project)
-    assert [p.where for p in problems] == ["$.documents[0].label"] and sample is None
+    assert [p.name for p in problems] == ["$.documents[0].label"] and sample is None
     assert not [w for w in validate.check_project(project)[1] if w.where == "$.documents"]
 
 
@@ -241,8 +241,8 @@ def test_inputs_named_through_a_link_are_refused_as_the_pilot_refuses_them(proje
     with pytest.raises(BadInput, match="not inside the inputs folder") as refused:
         load_pilot(project)
     problems, sample = validate.validated(project)
-    assert [(str(p.file), p.where) for p in problems] == [("data/pilot/manifest.json", "$.documents[0].file")]
-    assert problems[0].message in str(refused.value) and sample is None
+    assert [(p.where, p.name) for p in problems] == [("data/pilot/manifest.json", "$.documents[0].file")]
+    assert problems[0].why in str(refused.value) and sample is None
 
 
 def test_a_manifest_above_its_inputs_folder_is_read_by_the_pilots_reader(project: Path) -> None:

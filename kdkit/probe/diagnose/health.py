@@ -1,6 +1,6 @@
 """The health section of `kdkit diagnose --accept`: what the driver says about the machine, read
-before and independent of torch (smi.read), turned into points (points.Finding). Standard library
-only.
+before and independent of torch (smi.read), turned into points (kdkit.core.finding.Finding).
+Standard library only.
 
 ``check()`` reads and judges; ``health_points()`` judges facts already read (the lead keeps them as
 evidence). The machine's points are here: no GPU at all, a driver tool that fails, the driver

@@ -1,7 +1,7 @@
 """`kdkit diagnose --accept` under sustained load: every visible GPU (or the CPU) multiplies
 matrices for a bounded time while the driver is sampled, then copies to and from the host, fills its
 memory, and, with several GPUs, copies between them and all-reduces across them. Each reading
-becomes a Finding of section "load" (kdkit.probe.diagnose.points), judged against
+becomes a Finding of section "load" (kdkit.core.finding), judged against
 kdkit/data/acceptance.json's "load" rules, or against the card's nominal figures (nominal.py) where
 they are known: never an invented threshold.
 

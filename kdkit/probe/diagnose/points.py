@@ -31,9 +31,13 @@ MACHINE = {"refuse": "refuse", "degraded": "degraded"}  # anything else: accept
 
 def machine_verdict(points: list[Finding]) -> str:
     """accept, degraded or refuse: the worst point decides; no point at all is no evidence
-    (refuse)."""
+    (refuse). ValueError for a point whose verdict is a finding's but not an acceptance point's (a
+    rule's mistake: "fail" or "warn" says nothing of whether the machine goes back)."""
     if not points:
         return "refuse"
+    odd = [f"{point.name}: {point.verdict}" for point in points if point.verdict not in VERDICTS]
+    if odd:
+        raise ValueError(f"acceptance points with a verdict outside {VERDICTS}: {', '.join(odd)}")
     worst = max(VERDICTS.index(point.verdict) for point in points)
     return MACHINE.get(VERDICTS[worst], "accept")
 

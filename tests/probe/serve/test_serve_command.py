@@ -51,8 +51,13 @@ def test_each_policy_at_each_rate_the_knee_and_why_the_others_fail(project: Path
     assert [(r["rate"], r["policy"]["name"]) for r in report["results"]] == [
         (50, "batch 1, wait 0 ms"), (100000, "batch 1, wait 0 ms"), (50, "batch 4, wait 5 ms"),
         (100000, "batch 4, wait 5 ms")]
+    # at 50/s both policies meet the objectives; the one chosen is the lower latency this run measured
+    # (then the smaller batch): which one that is depends on how busy the machine was, not asserted
+    met = [r for r in report["results"] if r["rate"] == 50 and r["summary"]["meets"]]
+    assert len(met) == 2, report["results"]
+    best = min(met, key=lambda r: (max(o["measured_ms"] for o in r["summary"]["objectives"]), r["policy"]["max_batch"]))
     chosen = report["chosen"]
-    assert chosen["rate"] == 50 and chosen["policy"]["name"] == "batch 1, wait 0 ms"  # lower latency than batch 4
+    assert chosen["rate"] == 50 and chosen["policy"]["name"] == best["policy"]["name"]
     assert report["knees"]["batch 1, wait 0 ms"] == {"highest_met": 50, "first_missed": 100000}
     flooded = report["results"][1]
     assert flooded["stopped"].startswith("p95 <= 300 ms lost")
