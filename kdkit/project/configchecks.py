@@ -47,7 +47,7 @@ def acceptance_problems(project: dict[str, Any]) -> list[Finding]:
 
 
 def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> list[Finding]:
-    """``load`` (the config's own model) on ``rel``: its message, one Finding at the JSON path or
+    """``load`` (the config's own model) on ``rel``: its message, one problem at the JSON path or
     line it names."""
     try:
         load(root / rel)

@@ -53,7 +53,7 @@ SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_b
 
 def refused(root: Path, exc: BadInput, file: Path) -> Finding:
     """A reader's one line ("FILE: PLACE: MESSAGE", or strict JSON's "FILE:LINE:COLUMN: MESSAGE") as
-    a Finding of the file it names (else of ``file``)."""
+    a problem of the file it names (else of ``file``)."""
     text = str(exc)
     placed = re.match(r"(.+?):(\d+):(\d+): (.*)", text, re.DOTALL)
     if placed:

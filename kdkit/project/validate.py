@@ -6,7 +6,8 @@ checks parsed (check_project): a long manifest is read once.
 
 Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and
 in the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
-:class:`Finding` is made, so no finding, schema error or echoed value can show a credential.
+config problem is made (kdkit.config.schemas.config_problem), so no finding, schema error or echoed
+value can show a credential.
 Files named like secrets (``.env``, ``*.pem``, ``.ssh/`` ...) are warnings, not problems: every
 real project has a ``.env``, and `kdkit bundle` leaves them out.
 """
