@@ -31,9 +31,10 @@ ENV_HINT = ".env (see .env.example), passed at run time with --env-file"
 def config_problem(file: Path, where: str, message: str, verdict: str = "fail") -> Finding:
     """One problem of a config file, a finding of the ``config`` section: its name is the JSON path
     checked (``$.inputs``, ``line 3``), its place the file (relative to the project root), its why
-    what to do. The path and the message are redacted here, once: whatever a rule or jsonschema
-    echoes, no problem can carry a credential shape."""
-    return Finding("config", redact(where), None, None, "", None, verdict, redact(message), where=str(file))
+    what to do. The file, the path and the message are redacted here, once: whatever a rule or
+    jsonschema echoes, whatever a file is named, no problem can carry a credential shape."""
+    return Finding("config", redact(where), None, None, "", None, verdict, redact(message),
+                   where=redact(str(file)))
 
 
 def config_warning(file: Path, where: str, message: str) -> Finding:

@@ -1,14 +1,16 @@
-"""What a check found: one type for every check family, with one text printer and one JSON form.
+"""What a check found: one type for every check family, with one line form and one JSON form.
 
-A finding says what was checked (``name``, a stable dotted name, within its ``section``), where
-(``where``: a file and line, an image, a lock; ``gpu``: a card's index, None for the whole
-machine), its ``verdict``, the ``reading`` (with its ``unit``) and the ``threshold`` it was judged
-against when there are some, ``why`` in one line a person reads, ``fix`` (what the user does),
-``provider`` (the sentence for a machine's provider, when it is theirs to fix) and ``source`` (where
-the threshold or the fact comes from: a URL, a repository path, "facts").
+A finding says what was checked (``name``, stable within its ``section``: an acceptance rule's
+dotted name, a check point, a kind of difference, a config's JSON path), where (``where``: a file,
+a distribution; ``gpu``: a card's index, None for the whole machine), its ``verdict``, the
+``reading`` (with its ``unit``) and the ``threshold`` it was judged against when there are some,
+``why`` in one line a person reads, ``fix`` (what the user does), ``provider`` (the sentence for a
+machine's provider, when it is theirs to fix) and ``source`` (where the threshold or the fact comes
+from: a URL, a repository path, "facts").
 
-Used by ``kdkit diagnose --accept`` (its points), ``kdkit check`` (its points) and ``verify-env``
-(its findings). Standard library only, and imports nothing at start-up: the in-container commands
+Made by ``kdkit diagnose --accept`` (its points), diagnose's steps, ``kdkit check`` (its points),
+``verify-env`` (its findings) and ``kdkit validate`` (a config's problems and warnings). Standard
+library only, and imports nothing at start-up: the in-container commands
 build findings (kdkit.core.record says why a record is not a NamedTuple).
 """
 

@@ -85,3 +85,12 @@ def test_no_module_defines_another_point_or_finding_class() -> None:
 # The families not yet moved to the one type: none. (A training's Outcome, probe/train/supervise.py,
 # is how a run ended, not what a check found.)
 KNOWN_OTHERS: list[str] = []
+
+
+def test_a_config_problem_carries_no_credential_in_its_file_path_or_message() -> None:
+    from kdkit.config.schemas import config_problem, problem_line
+
+    token = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789AB"
+    problem = config_problem(Path(f"config/{token}.json"), f"$.{token}", f"holds {token}")
+    assert token not in problem_line(problem) and token not in json.dumps(finding_json(problem))
+    assert problem.where.startswith("config/<redacted: ")

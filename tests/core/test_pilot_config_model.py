@@ -70,7 +70,7 @@ def test_the_schema_says_what_the_model_says(case: tuple[str, Any]) -> None:
 def test_validate_and_the_pilot_agree(project: Path, case: tuple[str, Any]) -> None:
     (project / "config/pilot.json").write_text(json.dumps(_config(*case)))
     # What the config itself is judged by (the pilot alone reads the manifest against it).
-    validate_says = [p for p in validate_project(project) if str(p.file) == "config/pilot.json"]
+    validate_says = [p for p in validate_project(project) if p.where == "config/pilot.json"]
     try:
         load_pilot(project)
         pilot_says = None
@@ -78,7 +78,7 @@ def test_validate_and_the_pilot_agree(project: Path, case: tuple[str, Any]) -> N
         pilot_says = str(exc) if "config/pilot.json" in str(exc) else None
     assert (validate_says == []) == (pilot_says is None), (validate_says, pilot_says)
     if pilot_says is not None:  # the pilot's line is validate's first problem
-        assert f"{validate_says[0].where}: {validate_says[0].message}" in pilot_says
+        assert f"{validate_says[0].name}: {validate_says[0].why}" in pilot_says
 
 
 def test_the_model_and_the_schema_list_the_same_keys() -> None:
@@ -100,7 +100,7 @@ def test_paths_validate_and_the_pilot_agree(project: Path, value: str) -> None:
     validate and the pilot both refuse a home, absolute, empty or control-character path."""
     data = _config("runs", value)
     (project / "config/pilot.json").write_text(json.dumps(data))
-    validate_bad = any(p.where == "$.runs" for p in validate_project(project))
+    validate_bad = any(p.name == "$.runs" for p in validate_project(project))
     with pytest.raises(BadInput) if value != "results/pilot" else _nothing():
         load_pilot(project)
     assert validate_bad == (value != "results/pilot")

@@ -186,7 +186,7 @@ def test_a_pilot_with_a_problem_has_no_sample_to_judge(project: Path) -> None:
     _edit_manifest(project, lambda docs: docs[0].update(label="other"))
     problems, sample = validate.validated(project)
     assert [p.name for p in problems] == ["$.documents[0].label"] and sample is None
-    assert not [w for w in validate.check_project(project)[1] if w.where == "$.documents"]
+    assert not [w for w in validate.check_project(project)[1] if w.name == "$.documents"]
 
 
 @pytest.mark.parametrize("names", [["a/x.env"], ["d/service-account-prod.json"], ["a/my_token"], ["tok.token"],
