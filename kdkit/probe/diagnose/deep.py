@@ -40,8 +40,11 @@ def compile_step(ctx: Context) -> Finding:
             f"install {backend} matching this torch, or run the application without torch.compile",
         ) from None
     seconds = time.perf_counter() - started
-    if not bool(torch.allclose(out, tiny(x), atol=1e-5)):
-        raise StepFailed(f"torch.compile on {device} returned values that differ from eager mode",
+    eager = tiny(x)
+    if not bool(torch.allclose(out, eager, atol=1e-5)):
+        largest = float((out - eager).abs().max())
+        raise StepFailed(f"torch.compile on {device} returned values that differ from eager mode (by up to "
+                         f"{largest:.3g})",
                          "report it with the torch version; run without torch.compile meanwhile")
     ctx.facts["compile_seconds"] = seconds
     return ok(f"compiled and ran a tiny function on {device} in {seconds:.1f} s; matches eager mode")

@@ -356,9 +356,14 @@ def test_an_unwritable_out_is_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_deep_compiles_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    code, report = diagnose("--expect", "cpu", "--deep")
+def test_deep_compiles_on_cpu(tmp_path: Path) -> None:
+    """In a process of its own, with its own Inductor cache: torch state an earlier test left in a
+    worker, or another process writing the shared cache, is not the step's to judge (the compile step
+    once failed in a loaded run and passed alone)."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-m", "kdkit", "diagnose", "--json", "--expect", "cpu", "--deep"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    code, report = done.returncode, json.loads(done.stdout)
     assert code == 0, [step for step in report["steps"] if step["status"] not in ("ok", "skip")]  # which, and why
     statuses = {s["name"]: s["status"] for s in report["steps"]}
     assert (statuses["compile"], statuses["pinned copy"], statuses["throughput"]) == ("ok", "skip", "skip")
