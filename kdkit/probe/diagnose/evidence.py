@@ -98,7 +98,7 @@ def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, sec
 def as_json(report: dict[str, Any]) -> dict[str, Any]:
     """The report with its points as plain dicts (what acceptance.json and --json hold)."""
     plain: dict[str, Any] = finite({**report, "reasons": [finding_json(p) for p in report["reasons"]],
-                                     "points": [finding_json(p) for p in report["points"]]})
+                                    "points": [finding_json(p) for p in report["points"]]})
     return plain
 
 
