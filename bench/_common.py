@@ -24,12 +24,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-def timed(argv: Sequence[str], *, expect: int = 0, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+def timed(argv: Sequence[str], *, expect: int = 0, cwd: Path | None = None,
+          env: Mapping[str, str] | None = None,
           timeout: float | None = None) -> float:
     """Seconds ``argv`` takes as a fresh process, its output captured; SystemExit with the tail of its output
     when it exits other than ``expect``."""
     started = time.perf_counter()
-    done = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+    done = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=timeout)
     seconds = time.perf_counter() - started
     if done.returncode != expect:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}, expected {expect}:\n"
@@ -37,7 +39,8 @@ def timed(argv: Sequence[str], *, expect: int = 0, cwd: Path | None = None, env:
     return seconds
 
 
-def interleaved(cases: Mapping[str, Callable[[], float]], runs: int, *, warm: bool = False) -> dict[str, list[float]]:
+def interleaved(cases: Mapping[str, Callable[[], float]], runs: int, *,
+                warm: bool = False) -> dict[str, list[float]]:
     """The seconds of each case over ``runs`` rounds, the cases taking turns within each round, so that drift in
     the machine's load hits every case alike. With ``warm``, each case runs once first, untimed (page cache,
     byte-code caches)."""

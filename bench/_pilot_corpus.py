@@ -65,7 +65,8 @@ with open(corpus, "rb") as source, out.open("w", encoding="utf-8") as sink:
         sink.write(json.dumps(result) + "\\n")
 print(time.perf_counter() - started)
 """
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+         "kappa", "lambda", "mu"]
 
 
 def make_corpus(root: Path, records: int, batch_size: int) -> Path:
@@ -77,9 +78,12 @@ def make_corpus(root: Path, records: int, batch_size: int) -> Path:
         for n in range(records):
             text = " ".join(WORDS[(n + k) % len(WORDS)] for k in range(n % 7 + 10))
             sink.write(json.dumps({"id": f"r{n:07d}", "text": text, "n": n}) + "\n")
-    config = {"inputs": {"jsonl": "data/corpus.jsonl", "id": "id"}, "output": {"kind": "text", "max_chars": 64},
-              "entry": "src.trivial:predict", "batch_size": batch_size, "device": "cpu", "max_input_bytes": 4096,
-              "min_quality": 0.5, "runs": "runs", "stop": {"max_rejected": None, "max_seconds": None}}
+    config = {"inputs": {"jsonl": "data/corpus.jsonl", "id": "id"},
+              "output": {"kind": "text", "max_chars": 64},
+              "entry": "src.trivial:predict", "batch_size": batch_size, "device": "cpu",
+              "max_input_bytes": 4096,
+              "min_quality": 0.5, "runs": "runs",
+              "stop": {"max_rejected": None, "max_seconds": None}}
     (project / "config" / "corpus.json").write_text(json.dumps(config, indent=2))
     return project
 
@@ -103,9 +107,11 @@ finally:
 """
 
 
-def _pilot(project: Path, *args: str, out: Any = subprocess.DEVNULL, rss: Path | None = None) -> subprocess.Popen[str]:
+def _pilot(project: Path, *args: str, out: Any = subprocess.DEVNULL,
+           rss: Path | None = None) -> subprocess.Popen[str]:
     head = ["-c", SELF_RSS, str(rss)] if rss is not None else ["-m", "kdkit.probe"]
-    return subprocess.Popen([sys.executable, *head, "pilot", str(project), "--config", "config/corpus.json", "--json",
+    return subprocess.Popen([sys.executable, *head, "pilot", str(project), "--config",
+                             "config/corpus.json", "--json",
                              "--quiet", *args], stdout=out, stderr=out, text=True, cwd=project,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -128,15 +134,18 @@ def kdkit_run(project: Path, run_id: str) -> dict[str, float]:
 
 def direct_run(project: Path, out: Path, batch_size: int) -> dict[str, float]:
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", DIRECT, str(project), str(project / "data/corpus.jsonl"),
-                                str(out), str(batch_size)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", DIRECT, str(project),
+                                str(project / "data/corpus.jsonl"),
+                                str(out), str(batch_size)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stderr is not None
     stdout, stderr = process.stdout.read(), process.stderr.read()  # little output: no deadlock
     code, rss = _waited(process)
     seconds = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"the direct loop failed ({code}): {stderr[-600:]}")
-    return {"seconds": seconds, "loop_seconds": float(stdout.split()[-1]), "rss": rss, "tree_rss": rss}
+    return {"seconds": seconds, "loop_seconds": float(stdout.split()[-1]),
+            "rss": rss, "tree_rss": rss}
 
 
 def _wait_size(path: Path, size: int, process: subprocess.Popen[str], timeout: float) -> float:
@@ -149,7 +158,8 @@ def _wait_size(path: Path, size: int, process: subprocess.Popen[str], timeout: f
         except FileNotFoundError:
             pass
         if process.poll() is not None:
-            raise SystemExit(f"the pilot exited {process.returncode} before {path} reached {size} bytes")
+            raise SystemExit(
+                f"the pilot exited {process.returncode} before {path} reached {size} bytes")
         time.sleep(0.005)
     raise SystemExit(f"{path} did not grow past {size} bytes in {timeout} s")
 
@@ -187,10 +197,14 @@ def corpus(records: int, runs: int, batch_size: int) -> dict[str, Any]:
 
 
 def _corpus_result(records: int, runs: int, batch_size: int, corpus_bytes: int,
-                   sides: dict[str, list[dict[str, float]]], resumes: list[float]) -> dict[str, Any]:
-    result: dict[str, Any] = {"records": records, "corpus_bytes": corpus_bytes, "batch_size": batch_size,
-                              "runs": runs, "output_kind": "text", "app": "trivial, no torch import"}
-    med = {side: medians({key: [r[key] for r in rows] for key in ("seconds", "loop_seconds", "rss", "tree_rss")})
+                   sides: dict[str, list[dict[str, float]]],
+                   resumes: list[float]) -> dict[str, Any]:
+    result: dict[str, Any] = {"records": records, "corpus_bytes": corpus_bytes,
+                              "batch_size": batch_size,
+                              "runs": runs,
+                              "output_kind": "text", "app": "trivial, no torch import"}
+    med = {side: medians(
+        {key: [r[key] for r in rows] for key in ("seconds", "loop_seconds", "rss", "tree_rss")})
            for side, rows in sides.items()}
     for side, rows in sides.items():
         result[side] = {"median_seconds": round(med[side]["seconds"], 3),
@@ -199,7 +213,8 @@ def _corpus_result(records: int, runs: int, batch_size: int, corpus_bytes: int,
                         "median_peak_rss_mb": round(med[side]["rss"] / 1e6, 1),
                         "peak_rss_mb": rounded([r["rss"] / 1e6 for r in rows], 1),
                         "median_peak_rss_mb_with_children": round(med[side]["tree_rss"] / 1e6, 1)}
-    result["overhead_us_per_item"] = round((med["kdkit"]["seconds"] - med["direct"]["seconds"]) / records * 1e6, 2)
+    result["overhead_us_per_item"] = round((med["kdkit"]["seconds"] - med["direct"]["seconds"])
+                                           / records * 1e6, 2)
     result["loop_overhead_us_per_item"] = round(
         (med["kdkit"]["loop_seconds"] - med["direct"]["loop_seconds"]) / records * 1e6, 2)
     result["resume_first_batch_seconds"] = {"median": round(sorted(resumes)[len(resumes) // 2], 3),
@@ -251,10 +266,12 @@ def vectors(count: int, dim: int, batch: int, runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-vectors.", dir=os.environ.get("TMPDIR")) as tmp:
         work = Path(tmp)
         cases = {"kdkit": lambda: _kdkit_vectors(rows, dim, batch, work / "kdkit.npy"),
-                 "kdkit_one_append": lambda: _kdkit_vectors(rows, dim, count, work / "kdkit-one.npy"),
+                 "kdkit_one_append": lambda: _kdkit_vectors(
+                     rows, dim, count, work / "kdkit-one.npy"),
                  "numpy_save": lambda: _numpy_save(array, work / "numpy.npy", False),
                  "numpy_save_fsync": lambda: _numpy_save(array, work / "numpy-fsync.npy", True),
-                 "numpy_save_fsync_sha256": lambda: _numpy_save(array, work / "numpy-sum.npy", True, True)}
+                 "numpy_save_fsync_sha256": lambda: _numpy_save(
+                     array, work / "numpy-sum.npy", True, True)}
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(runs):
             for name, case in cases.items():
@@ -270,32 +287,38 @@ def vectors(count: int, dim: int, batch: int, runs: int) -> dict[str, Any]:
             "seconds": {name: rounded(values, 4) for name, values in times.items()},
             "speed_vs_numpy_save": round(ratio, 3), "speed_vs_numpy_save_fsync": round(
                 med["numpy_save_fsync"] / med["kdkit"], 3),
-            "speed_vs_numpy_save_fsync_sha256": round(med["numpy_save_fsync_sha256"] / med["kdkit"], 3),
-            "one_append_speed_vs_numpy_save_fsync": round(med["numpy_save_fsync"] / med["kdkit_one_append"], 3),
+            "speed_vs_numpy_save_fsync_sha256": round(med["numpy_save_fsync_sha256"]
+                                                      / med["kdkit"], 3),
+            "one_append_speed_vs_numpy_save_fsync": round(
+                med["numpy_save_fsync"] / med["kdkit_one_append"], 3),
             "bytes": {"kdkit": kd_size, "numpy_save": np_size, "raw_array": raw},
             "size_over_raw": round(kd_size / raw - 1, 7),
-            "goals": {"speed>=0.9x_numpy_save": ratio >= 0.9, "size_within_1%": abs(kd_size / raw - 1) <= 0.01}}
+            "goals": {"speed>=0.9x_numpy_save": ratio >= 0.9,
+                      "size_within_1%": abs(kd_size / raw - 1) <= 0.01}}
 
 
 def main(args: Any) -> int:
     if args.corpus:
         result = corpus(args.records, args.runs, args.batch_size)
         write_result("pilot_corpus", {**result, "machine": machine(load=True)})
-        print(f"{result['records']:,} JSONL records, batch {result['batch_size']}, medians of {result['runs']} runs")
+        print(
+            f"{result['records']:,} JSONL records, batch {result['batch_size']}, medians of "
+            f"{result['runs']} runs")
         for side in ("direct", "kdkit"):
             r = result[side]
-            print(f"  {side:<7} {r['median_seconds']:>8.2f} s whole, {r['median_loop_seconds']:>8.2f} s loop, "
-                  f"peak RSS {r['median_peak_rss_mb']:>7.1f} MB own, "
+            print(f"  {side:<7} {r['median_seconds']:>8.2f} s whole, "
+                  f"{r['median_loop_seconds']:>8.2f} s loop, peak RSS "
+                  f"{r['median_peak_rss_mb']:>7.1f} MB own, "
                   f"{r['median_peak_rss_mb_with_children']:>7.1f} MB with its children")
-        print(f"  overhead {result['overhead_us_per_item']} us/item whole, {result['loop_overhead_us_per_item']} "
-              f"us/item loop (goal <= 3); resume to the first new batch "
-              f"{result['resume_first_batch_seconds']['median']} s (goal <= 5)")
+        print(f"  overhead {result['overhead_us_per_item']} us/item whole, "
+              f"{result['loop_overhead_us_per_item']} us/item loop (goal <= 3); resume to the "
+              f"first new batch {result['resume_first_batch_seconds']['median']} s (goal <= 5)")
     if args.vectors:
         result = vectors(args.vector_rows, 768, args.batch_size, args.runs)
         write_result("pilot_vectors", {**result, "machine": machine(load=True)})
-        print(f"vectors {result['rows']:,} x {result['dim']}: {result['median_seconds']} s; kdkit at "
-              f"{result['speed_vs_numpy_save']}x numpy.save's speed (goal >= 0.9), "
+        print(f"vectors {result['rows']:,} x {result['dim']}: {result['median_seconds']} s; kdkit "
+              f"at {result['speed_vs_numpy_save']}x numpy.save's speed (goal >= 0.9), "
               f"{result['speed_vs_numpy_save_fsync']}x numpy.save+fsync (one append: "
-              f"{result['one_append_speed_vs_numpy_save_fsync']}x); size {result['size_over_raw']:+.5%} "
-              "over the raw array (goal within 1 %)")
+              f"{result['one_append_speed_vs_numpy_save_fsync']}x); size "
+              f"{result['size_over_raw']:+.5%} over the raw array (goal within 1 %)")
     return 0

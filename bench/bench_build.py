@@ -38,7 +38,9 @@ WHEELS = os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels")
 def kdkit(*args: str | Path, expect: int = 0) -> proc.Completed:
     done = proc.run([KDKIT, *map(str, args)], timeout=1800)
     if done.returncode != expect:
-        raise SystemExit(f"kdkit {' '.join(map(str, args))} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        raise SystemExit(
+            f"kdkit {' '.join(map(str, args))} exited "
+            f"{done.returncode}:\n{done.stdout}{done.stderr}")
     return done
 
 
@@ -54,7 +56,8 @@ def prepare_project(tmp: Path) -> tuple[Path, Path]:
 
 def build(project: Path, wheelhouse: Path, *extra: str) -> tuple[float, dict[str, Any]]:
     start = time.perf_counter()
-    done = kdkit("build", project, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+    done = kdkit("build", project, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+                 wheelhouse,
                  "--json", *extra)
     elapsed = time.perf_counter() - start
     return elapsed, json.loads(done.stdout)
@@ -62,7 +65,8 @@ def build(project: Path, wheelhouse: Path, *extra: str) -> tuple[float, dict[str
 
 def ran(result: dict[str, Any]) -> list[str]:
     """The steps that ran: RUN and COPY by their text, the metadata-only steps counted."""
-    steps = [" ".join(s["instruction"].split()) for s in result["steps"] if s["number"] in result["ran"]]
+    steps = [" ".join(s["instruction"].split()) for s in result["steps"]
+             if s["number"] in result["ran"]]
     work = [s[:48] for s in steps if s.startswith(("RUN", "COPY"))]
     return work + ([f"+{len(steps) - len(work)} metadata steps"] if len(steps) > len(work) else [])
 
@@ -76,7 +80,8 @@ def measure(project: Path, wheelhouse: Path, full_runs: int, runs: int) -> dict[
     source = project / "src" / "classify.py"
     edits = []
     for i in range(runs):
-        source.write_text(source.read_text(encoding="utf-8") + f"\n# bench edit {i}\n", encoding="utf-8")
+        source.write_text(source.read_text(encoding="utf-8")
+                          + f"\n# bench edit {i}\n", encoding="utf-8")
         edits.append(build(project, wheelhouse))
     cases["source-only rebuild"] = {"times": [t for t, _ in edits], "ran": ran(edits[-1][1])}
     for case in cases.values():
@@ -94,20 +99,25 @@ def sizes(tag: str, final: int, project: Path) -> dict[str, Any]:
     base = connect().require_image(BASE).size
     # Bytes of the venv's files and links, counted the way the engine sizes a layer.
     # The venv (torch's part) and deps/ (the rest of the lock, kdkit.image.layers).
-    script = "find /opt/kdkit/venv /opt/kdkit/deps ! -type d -printf '%s\\n' 2>/dev/null | awk '{s+=$1} END {print s}'"
-    done = proc.run(["docker", "run", "--rm", "--pull", "never", "--network", "none", tag, "sh", "-c", script])
+    script = (
+        "find /opt/kdkit/venv /opt/kdkit/deps ! -type d -printf '%s\\n' 2>/dev/null | awk '{s+=$1} "
+        "END {print s}'")
+    done = proc.run(
+        ["docker", "run", "--rm", "--pull", "never", "--network", "none", tag, "sh", "-c", script])
     venv = int(done.stdout.split()[0])
     files = [project / "kdkit.json", project / "requirements" / "cpu.txt",
              *[p for folder in ("config", "src") for p in (project / folder).rglob("*")
                if p.is_file() and "__pycache__" not in p.parts]]
     project_bytes = sum(p.stat().st_size for p in files)
     overhead = final - base - venv - project_bytes
-    return {"final": final, "base": base, "venv": venv, "project": project_bytes, "overhead": overhead,
+    return {"final": final, "base": base, "venv": venv, "project": project_bytes,
+            "overhead": overhead,
             "overhead_percent": round(100 * overhead / final, 3)}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full-runs", type=int, default=1,
                         help="full builds with --no-cache (default 1: ~70 s each on 2 cores)")
     parser.add_argument("--runs", type=int, default=5, help="runs of each rebuild (default 5)")
@@ -120,12 +130,15 @@ def main() -> int:
     out = write_result("build", result)
     print(f"{'case':<22} {'median s':>9} {'full/this':>10}  steps that ran")
     for name, case in result["cases"].items():
-        steps = "; ".join(case["ran"]) if len(case["ran"]) <= 3 else f"{len(case['ran']) - 1} RUN/COPY + metadata"
-        print(f"{name:<22} {case['median_s']:>9.2f} {case['full_over_this']:>9.1f}x  {steps or 'none'}")
+        steps = ("; ".join(case["ran"]) if len(case["ran"]) <= 3
+                 else f"{len(case['ran']) - 1} RUN/COPY + metadata")
+        print(
+            f"{name:<22} {case['median_s']:>9.2f} {case['full_over_this']:>9.1f}x  "
+            f"{steps or 'none'}")
     size = result["size"]
-    print(f"image {size['final'] / 1e6:.1f} MB = base {size['base'] / 1e6:.1f} + venv {size['venv'] / 1e6:.1f} "
-          f"+ project {size['project'] / 1e3:.1f} kB + overhead {size['overhead'] / 1e3:.1f} kB "
-          f"({size['overhead_percent']:.3f} %, goal <= 1 %)")
+    print(f"image {size['final'] / 1e6:.1f} MB = base {size['base'] / 1e6:.1f} + venv "
+          f"{size['venv'] / 1e6:.1f} + project {size['project'] / 1e3:.1f} kB + overhead "
+          f"{size['overhead'] / 1e3:.1f} kB ({size['overhead_percent']:.3f} %, goal <= 1 %)")
     print(f"written to {out.relative_to(REPO)}")
     return 0
 

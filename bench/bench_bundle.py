@@ -51,7 +51,8 @@ def largest_image() -> str:
                               capture_output=True, text=True, check=True).stdout.strip()
         sizes.append((int(size), ref))
     if not sizes:
-        raise SystemExit("no tagged image on the engine; run `bash scripts/engine.sh` or pass --image")
+        raise SystemExit(
+            "no tagged image on the engine; run `bash scripts/engine.sh` or pass --image")
     return max(sizes)[1]
 
 
@@ -93,7 +94,8 @@ def kdkit(image: str, out: Path) -> tuple[float, int]:
     return time.perf_counter() - started, int(info["bytes"])
 
 
-def _sized(func: Callable[[str, Path], tuple[float, int]], image: str, out: Path, sizes: dict[str, int],
+def _sized(func: Callable[[str, Path], tuple[float, int]], image: str, out: Path,
+           sizes: dict[str, int],
            name: str) -> Callable[[], float]:
     """One timed run of ``func`` (peer or kdkit) as a case: its seconds; its output's size into ``sizes``."""
     def once() -> float:
@@ -119,9 +121,11 @@ def main() -> int:
     result = {
         "image": image, "uncompressed_bytes": raw, "docker_save_seconds": round(save_seconds, 3),
         "candidates": table, "runs": args.runs,
-        "peer": {"command": f"docker save {image} | gzip", "median_seconds": round(median["peer"], 3),
+        "peer": {"command": f"docker save {image} | gzip",
+                 "median_seconds": round(median["peer"], 3),
                  "bytes": sizes["peer"], "seconds": rounded(times["peer"], 3)},
-        "kdkit": {"command": "kdkit.transfer.bundle.save_image (docker save stream -> zstd -q -T0 -3)",
+        "kdkit": {"command": "kdkit.transfer.bundle.save_image (docker save stream -> zstd -q -T0 "
+                             "-3)",
                   "median_seconds": round(median["kdkit"], 3), "bytes": sizes["kdkit"],
                   "seconds": rounded(times["kdkit"], 3)},
         "speedup": round(median["peer"] / median["kdkit"], 2),
@@ -136,7 +140,9 @@ def main() -> int:
     print(f"\n{'save + compress':<26}{'median s':>9}{'MB':>9}")
     for name in ("peer", "kdkit"):
         print(f"{result[name]['command'][:25]:<26}{median[name]:>9.2f}{sizes[name] / 1e6:>9.1f}")
-    print(f"\nkdkit is {result['speedup']}x faster, {result['size_ratio']:.3f} of the size (goal: >= 3x, < 1)")
+    print(
+        f"\nkdkit is {result['speedup']}x faster, {result['size_ratio']:.3f} of the size (goal: >= "
+        "3x, < 1)")
     return 0
 
 

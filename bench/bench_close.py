@@ -27,7 +27,8 @@ GOAL_S = 1.0
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--folders", type=int, default=1000)
     parser.add_argument("--items", type=int, default=1000)
@@ -40,19 +41,23 @@ def main() -> None:
 
         def close() -> float:
             shutil.rmtree(reports, ignore_errors=True)  # each run writes the report anew
-            return timed([str(BIN / "kdkit"), "close", str(project), "--order", str(order), "--json"])
+            return timed(
+                [str(BIN / "kdkit"), "close", str(project), "--order", str(order), "--json"])
 
-        cases = {"kdkit close --json": close, "kdkit --help": lambda: timed([str(BIN / "kdkit"), "--help"])}
+        cases = {"kdkit close --json": close,
+                 "kdkit --help": lambda: timed([str(BIN / "kdkit"), "--help"])}
         times = interleaved(cases, options.runs, warm=True)
         data_bytes = sum(p.stat().st_size for p in (project / "runs").rglob("*") if p.is_file())
     median = medians(times)
     figure = median["kdkit close --json"]
-    print(f"kdkit close over {options.folders} run folders ({data_bytes / 1e6:.0f} MB): median {figure:.3f} s of "
-          f"{options.runs} runs (goal <= {GOAL_S:g} s); kdkit --help {median['kdkit --help']:.3f} s")
+    print(f"kdkit close over {options.folders} run folders ({data_bytes / 1e6:.0f} MB): median "
+          f"{figure:.3f} s of {options.runs} runs (goal <= {GOAL_S:g} s); kdkit --help "
+          f"{median['kdkit --help']:.3f} s")
     out = write_result("close", {
         "command": "kdkit close PROJECT --order FILE --json", "folders": options.folders,
         "pilot_items": options.items, "run_bytes": data_bytes, "runs": options.runs,
-        "median_seconds": {name: round(value, 4) for name, value in median.items()}, "goal_seconds": GOAL_S,
+        "median_seconds": {name: round(value, 4) for name, value in median.items()},
+        "goal_seconds": GOAL_S,
         "met": figure <= GOAL_S, "machine": machine(load=True)})
     print(f"written to {out.relative_to(REPO)}")
     sys.exit(0 if figure <= GOAL_S else 1)

@@ -48,7 +48,8 @@ def make_run(scratch: Path) -> Path:
     from kdkit.project.init import init_project
 
     project = init_project(scratch / "proj", backend="cpu")
-    done = subprocess.run([str(BIN / "kdkit"), "pilot", str(project), "--json"], capture_output=True, text=True)
+    done = subprocess.run([str(BIN / "kdkit"), "pilot", str(project), "--json"],
+                          capture_output=True, text=True)
     run = Path(json.loads(done.stdout)["run_dir"])
     sums = dict(line.split("  ", 1)[::-1] for line in (run / "SHA256SUMS").read_text().splitlines())
     for n in range(FILES):
@@ -73,32 +74,42 @@ def copy_cases(server: SshServer, run: Path, scratch: Path) -> dict[str, float]:
     def with_kdkit() -> float:
         fresh()
         started = time.perf_counter()
-        subprocess.run([str(BIN / "kdkit"), "copy-out", str(run), f"{server.target}:{dest}"], env=env, check=True,
+        subprocess.run([str(BIN / "kdkit"), "copy-out", str(run), f"{server.target}:{dest}"],
+                       env=env, check=True,
                        capture_output=True)
         return time.perf_counter() - started
 
     def peer() -> float:
         fresh()
         started = time.perf_counter()
-        subprocess.run(["rsync", "-a", "-e", " ".join(ssh), f"{run}/", f"{server.target}:{dest}/{run.name}/"],
+        subprocess.run(["rsync", "-a", "-e",
+                        " ".join(ssh), f"{run}/", f"{server.target}:{dest}/{run.name}/"],
                        check=True, capture_output=True)
-        subprocess.run([*ssh, server.target, f"cd {dest}/{run.name} && sha256sum -c --quiet SHA256SUMS"],
+        subprocess.run([*ssh,
+                        server.target, f"cd {dest}/{run.name} && sha256sum -c --quiet SHA256SUMS"],
                        check=True, capture_output=True)
         return time.perf_counter() - started
 
-    return {"kdkit copy-out": with_kdkit, "rsync -a + ssh sha256sum -c": peer}  # type: ignore[return-value]
+    return {
+        "kdkit copy-out": with_kdkit,
+        "rsync -a + ssh sha256sum -c": peer}  # type: ignore[return-value]
 
 
-def copy_to_cost(server: SshServer, scratch: Path, items: int, runs: int, stress: float) -> dict[str, object]:
-    project = make_project(scratch / f"pilot-{items}", items, 64) if not (scratch / f"pilot-{items}").exists() \
+def copy_to_cost(server: SshServer, scratch: Path, items: int,
+                 runs: int, stress: float) -> dict[str, object]:
+    project = make_project(scratch
+                           / f"pilot-{items}", items, 64) if not (scratch
+                                                                  / f"pilot-{items}").exists() \
         else scratch / f"pilot-{items}" / "proj"
     config = configure(project, "model_1ms", items, 64)
     os.environ["KDKIT_SSH_CONFIG"] = str(server.client_config)
-    rates: dict[str, list[float]] = {"alone": [], "copy-to every 300 s": [], f"copy-to every {stress:g} s": []}
+    rates: dict[str, list[float]] = {"alone": [], "copy-to every 300 s": [],
+                                     f"copy-to every {stress:g} s": []}
     copies: dict[str, list[int]] = {name: [] for name in rates}
     for round_ in range(runs):
         for name in rates:
-            run_id = f"bench-{round_}-{len(rates[name])}-{name.split()[-2] if 'every' in name else 'alone'}"
+            run_id = (
+                f"bench-{round_}-{len(rates[name])}-{name.split()[-2] if 'every' in name else 'alone'}")
             every = 300.0 if "300" in name else stress
             dest = f"{server.target}:{scratch / 'copyto-dest'}" if "every" in name else None
             with copy_during(dest, every, project / "runs", [run_id], print) as copier:

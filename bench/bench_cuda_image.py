@@ -65,12 +65,14 @@ def docker(*args: str, timeout: float = 600) -> str:
 
 def build(project: Path, options: list[str], *extra: str) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
-    done = kdkit("build", project, "--backend", "cuda", "--base-image", BASE, "--json", *options, *extra)
+    done = kdkit("build", project, "--backend", "cuda", "--base-image", BASE, "--json",
+                 *options, *extra)
     return time.perf_counter() - started, json.loads(done.stdout)
 
 
 def ran(result: dict[str, Any]) -> list[str]:
-    steps = [" ".join(s["instruction"].split()) for s in result["steps"] if s["number"] in result["ran"]]
+    steps = [" ".join(s["instruction"].split()) for s in result["steps"]
+             if s["number"] in result["ran"]]
     return [s[:60] for s in steps if s.startswith(("RUN", "COPY"))]
 
 
@@ -79,8 +81,10 @@ def layers(tag: str) -> list[dict[str, Any]]:
     out = docker("history", "--no-trunc", "--format", "{{json .}}", tag)
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     layer_ids = json.loads(docker("image", "inspect", tag, "--format", "{{json .RootFS.Layers}}"))
-    sized = [{"size": _bytes(r["Size"]), "created_by": " ".join(r["CreatedBy"].split())[:120]} for r in rows]
-    return [{**row, "bytes": row["size"]} for row in sized if row["size"]] + [{"layer_ids": layer_ids}]
+    sized = [{"size": _bytes(r["Size"]), "created_by": " ".join(r["CreatedBy"].split())[:120]}
+             for r in rows]
+    return [{**row, "bytes": row["size"]} for row in sized
+            if row["size"]] + [{"layer_ids": layer_ids}]
 
 
 def _bytes(text: str) -> int:
@@ -90,29 +94,35 @@ def _bytes(text: str) -> int:
 
 def cuda_libraries(tag: str) -> dict[str, Any]:
     """Every file of a CUDA library in the image by name, and the names found more than once."""
-    out = docker("run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "sh", tag, "-c",
+    out = docker("run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "sh", tag,
+                 "-c",
                  "find / -xdev -type f -name 'lib*.so*' 2>/dev/null; true")
     paths = [p for p in out.splitlines() if CUDA_LIB.match(os.path.basename(p))]
     counts = collections.Counter(os.path.basename(p) for p in paths)
     return {"files": sorted(paths), "count": len(paths),
-            "more_than_once": {name: [p for p in paths if p.endswith("/" + name)] for name, n in counts.items()
+            "more_than_once": {name: [p for p in paths if p.endswith("/" + name)] for name,
+                               n in counts.items()
                                if n > 1}}
 
 
 def in_image(tag: str, *argv: str) -> proc.Completed:
-    return proc.run(["docker", "run", "--rm", "--pull", "never", "--network", "none", tag, *argv], timeout=600)
+    return proc.run(
+        ["docker", "run", "--rm", "--pull", "never", "--network", "none", tag, *argv], timeout=600)
 
 
 def arch_and_labels(tag: str) -> dict[str, Any]:
-    labels = json.loads(docker("image", "inspect", tag, "--format", "{{json .Config.Labels}}")) or {}
+    labels = json.loads(
+        docker("image", "inspect", tag, "--format", "{{json .Config.Labels}}")) or {}
     env = json.loads(docker("image", "inspect", tag, "--format", "{{json .Config.Env}}")) or []
     arch = in_image(tag, "kdkit", "torch-arch", "--json")
     verify = in_image(tag, "sh", "-c", 'exec kdkit verify-env --lock "$KDKIT_LOCK_FILE"')
     require = next((e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_REQUIRE_CUDA=")), None)
-    return {"labels": {k: v for k, v in labels.items() if "torch" in k or "cuda" in k or "kdkit" in k},
+    return {"labels": {k: v for k,
+                       v in labels.items() if "torch" in k or "cuda" in k or "kdkit" in k},
             "torch_arch": {"exit": arch.returncode, "stdout": arch.stdout.strip()[-4000:],
                            "stderr": arch.stderr.strip()[-1000:]},
-            "verify_env": {"exit": verify.returncode, "output": (verify.stdout + verify.stderr).strip()[-3000:]},
+            "verify_env": {"exit": verify.returncode,
+                           "output": (verify.stdout + verify.stderr).strip()[-3000:]},
             "NVIDIA_REQUIRE_CUDA": require,
             "NVIDIA_REQUIRE_CUDA_constraints": require.split() if require else []}
 
@@ -123,31 +133,40 @@ def floor(wheels: Path | None) -> dict[str, Any] | None:
         return None
     files = sorted(wheels.glob("*.whl"))
     unpacked = sum(sum(i.file_size for i in zipfile.ZipFile(f).infolist()) for f in files)
-    return {"wheels": len(files), "wheel_bytes": sum(f.stat().st_size for f in files), "unpacked_bytes": unpacked}
+    return {"wheels": len(files),
+            "wheel_bytes": sum(f.stat().st_size for f in files), "unpacked_bytes": unpacked}
 
 
 def add_package(project: Path, extra: str, lock_options: list[str]) -> float:
     base_in = project / "requirements" / "base.in"
-    base_in.write_text(base_in.read_text(encoding="utf-8").rstrip("\n") + f"\n{extra}\n", encoding="utf-8")
+    base_in.write_text(base_in.read_text(encoding="utf-8").rstrip("\n")
+                       + f"\n{extra}\n", encoding="utf-8")
     started = time.perf_counter()
     kdkit("lock", project, "--backend", "cuda", *lock_options)
     return time.perf_counter() - started
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--project", type=Path, required=True, help="a project locked for cuda from PyPI")
-    parser.add_argument("--wheelhouse", type=Path, help="build from this folder (kdkit wheelhouse) instead")
-    parser.add_argument("--wheels", type=Path, help="the locked wheels, for the unpacked-size floor")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--project", type=Path,
+                        required=True, help="a project locked for cuda from PyPI")
+    parser.add_argument("--wheelhouse",
+                        type=Path, help="build from this folder (kdkit wheelhouse) instead")
+    parser.add_argument("--wheels",
+                        type=Path, help="the locked wheels, for the unpacked-size floor")
     parser.add_argument("--ca-bundle", help="passed to kdkit build (a TLS-intercepting proxy)")
     parser.add_argument("--extra", default="six", help="the small package added for the reuse case")
     parser.add_argument("--tag", default="kdkit-bench/cuda-pypi:real")
     args = parser.parse_args()
-    options = ["--tag", args.tag] + (["--wheelhouse", str(args.wheelhouse)] if args.wheelhouse else []) \
+    options = ["--tag", args.tag] + (["--wheelhouse", str(args.wheelhouse)] if args.wheelhouse
+                                     else []) \
         + (["--ca-bundle", args.ca_bundle] if args.ca_bundle else [])
     seconds, first = build(args.project, options, "--no-cache")
-    result: dict[str, Any] = {"build_s": round(seconds, 1), "ran": ran(first), "image_bytes": first["size"],
-                              "layers": layers(args.tag), "cuda_libraries": cuda_libraries(args.tag),
+    result: dict[str, Any] = {"build_s": round(seconds, 1), "ran": ran(first),
+                              "image_bytes": first["size"],
+                              "layers": layers(args.tag),
+                              "cuda_libraries": cuda_libraries(args.tag),
                               "image": arch_and_labels(args.tag), "floor": floor(args.wheels)}
     before = result["layers"][-1]["layer_ids"]
     relock = add_package(args.project, args.extra, [])
@@ -160,7 +179,9 @@ def main() -> int:
                                   "leading_layers_shared": shared, "image_bytes": second["size"]}
     result["machine"] = machine(base_image=BASE)
     out = write_result("cuda_image", result)
-    print(json.dumps({k: result[k] for k in ("build_s", "image_bytes", "one_more_package")}, indent=2))
+    print(
+        json.dumps(
+            {k: result[k] for k in ("build_s", "image_bytes", "one_more_package")}, indent=2))
     print(f"written to {out.relative_to(REPO)}")
     return 0
 

@@ -26,7 +26,8 @@ def commands() -> dict[str, list[str]]:
     kdkit = BIN / "kdkit"
     return {
         "peer": [sys.executable, "-c", "import torch"],
-        "kdkit": [str(kdkit) if kdkit.exists() else sys.executable, *([] if kdkit.exists() else ["-m", "kdkit"]),
+        "kdkit": [str(kdkit) if kdkit.exists() else sys.executable,
+                  *([] if kdkit.exists() else ["-m", "kdkit"]),
                   "diagnose", "--expect", "cpu"],
         "probe": [sys.executable, "-m", "kdkit.probe", "diagnose", "--expect", "cpu"],
     }
@@ -37,8 +38,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     argvs = commands()
-    with tempfile.TemporaryDirectory(prefix="bench-diagnose.") as tmp:  # no kdkit.json above: no extensions
-        cases = {name: (lambda argv=argv: timed(argv, cwd=Path(tmp))) for name, argv in argvs.items()}
+    # no kdkit.json above: no extensions
+    with tempfile.TemporaryDirectory(prefix="bench-diagnose.") as tmp:
+        cases = {name: (lambda argv=argv: timed(argv, cwd=Path(tmp))) for name,
+                 argv in argvs.items()}
         times = interleaved(cases, args.runs, warm=True)
     median = medians(times)
     result = {

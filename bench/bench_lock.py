@@ -48,7 +48,8 @@ def scaffold(root: Path) -> Path:
     return project
 
 
-def raw_commands(project: Path, wheels: Path, out: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+def raw_commands(project: Path,
+                 wheels: Path, out: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     """The two tools' command lines and environments, as kdkit builds them for this project."""
     from kdkit.config.project import load_project
     from kdkit.lock import pipcompile, uvcompile
@@ -58,12 +59,14 @@ def raw_commands(project: Path, wheels: Path, out: Path) -> dict[str, tuple[list
     config = pip_configuration()
     cert = uvcompile.uv_cert(config, None, in_container=False)
     uv_args = uvcompile.uv_arguments(backend, config, wheels, False, [], cert)
-    uv = [str(uvcompile.find_uv()), "pip", "compile", *uv_args, "--python", sys.executable, "--output-file",
+    uv = [str(uvcompile.find_uv()), "pip", "compile", *uv_args, "--python", sys.executable,
+          "--output-file",
           str(out), "requirements/base.in"]
     pip_compile = [sys.executable, "-m", "piptools", "compile",
                    *pipcompile.compile_arguments(backend, config, wheels, False, []),
                    "--output-file", str(out), "requirements/base.in"]
-    return {RAW_UV: (uv, uvcompile.uv_environment(config, os.environ)), RAW_PIP_COMPILE: (pip_compile, {**os.environ})}
+    return {RAW_UV: (uv, uvcompile.uv_environment(config, os.environ)),
+            RAW_PIP_COMPILE: (pip_compile, {**os.environ})}
 
 
 def fresh(output: Path, argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None,
@@ -87,20 +90,26 @@ def same_pins(a: Path, b: Path) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each case (default 3)")
-    parser.add_argument("--torch-wheels", type=Path, default=Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS",
-                                                                                  "/opt/wheels")),
-                        help="folder holding torch 2.13.0+cpu for this Python (default: $KDKIT_TEST_TORCH_WHEELS)")
+    parser.add_argument("--torch-wheels", type=Path,
+                        default=Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS",
+                                                     "/opt/wheels")),
+                        help=(
+                            "folder holding torch 2.13.0+cpu for this Python (default: "
+                            "$KDKIT_TEST_TORCH_WHEELS)"))
     args = parser.parse_args()
     wheels = args.torch_wheels.resolve()
     with tempfile.TemporaryDirectory(prefix="kdkit-bench-lock-") as tmp:
         project = scaffold(Path(tmp))
         lock, raw_out = project / "requirements" / "cpu.txt", Path(tmp) / "raw.txt"
         kept = {resolver: Path(tmp) / f"{resolver}.txt" for resolver in ("uv", "pip-tools")}
-        kdkit = [str(BIN / "kdkit"), "lock", str(project), "--backend", "cpu", "--torch-find-links", str(wheels)]
+        kdkit = [str(BIN / "kdkit"), "lock", str(project), "--backend", "cpu", "--torch-find-links",
+                 str(wheels)]
         cases = {KDKIT_UV: fresh(lock, [*kdkit, "--resolver", "uv"], project, keep=kept["uv"]),
-                 KDKIT_PIP_TOOLS: fresh(lock, [*kdkit, "--resolver", "pip-tools"], project, keep=kept["pip-tools"])}
+                 KDKIT_PIP_TOOLS: fresh(lock, [*kdkit, "--resolver", "pip-tools"], project,
+                                        keep=kept["pip-tools"])}
         cases |= {name: fresh(raw_out, argv, project, env) for name, (argv, env) in
                   raw_commands(project, wheels, raw_out).items()}
         times = interleaved(cases, args.runs, warm=True)
@@ -115,22 +124,28 @@ def report(times: dict[str, list[float]], runs: int, agree: bool) -> int:
         "benchmark": "lock",
         "machine": machine(load=True, platform=f"{sys.platform}-{platform.machine()}"),
         "base_in": BASE_IN.splitlines(), "runs": runs, "warm": True, "previous_lock": False,
-        "torch": "--torch-find-links (torch 2.13.0+cpu); the rest through this machine's pip configuration",
-        "cases": {name: {"median_s": round(median[name], 3), "runs_s": rounded(times[name], 3)} for name in times},
+        "torch": "--torch-find-links (torch 2.13.0+cpu); the rest through this machine's pip "
+                 "configuration",
+        "cases": {name: {"median_s": round(median[name], 3), "runs_s": rounded(times[name], 3)}
+                  for name in times},
         "kdkit_overhead_s": {"uv": round(median[KDKIT_UV] - median[RAW_UV], 3),
-                             "pip-tools": round(median[KDKIT_PIP_TOOLS] - median[RAW_PIP_COMPILE], 3)},
+                             "pip-tools": round(median[KDKIT_PIP_TOOLS]
+                                                - median[RAW_PIP_COMPILE], 3)},
         "pip_tools_over_uv": {"kdkit lock": round(ratio, 1),
                               "tools alone": round(median[RAW_PIP_COMPILE] / median[RAW_UV], 1)},
         "same_pins": agree,
-        "goal": f"kdkit lock --resolver pip-tools median / kdkit lock --resolver uv median >= {GOAL:g}",
+        "goal": "kdkit lock --resolver pip-tools median / kdkit lock --resolver uv median >= "
+                f"{GOAL:g}",
         "goal_met": ratio >= GOAL,
     })
-    print(f"{runs} runs each, warm caches, no previous lock; same pins from both resolvers: {agree}")
+    print(
+        f"{runs} runs each, warm caches, no previous lock; same pins from both resolvers: {agree}")
     print(f"{'case':<34} {'median':>9}")
     for name in times:
         print(f"{name:<34} {median[name]:>8.2f}s")
-    print(f"kdkit lock: pip-tools / uv = {ratio:.1f}x (goal {GOAL:g}x: {'met' if ratio >= GOAL else 'NOT met'}); "
-          f"kdkit's own time around uv {median[KDKIT_UV] - median[RAW_UV]:.2f}s")
+    print(f"kdkit lock: pip-tools / uv = {ratio:.1f}x (goal {GOAL:g}x: "
+          f"{'met' if ratio >= GOAL else 'NOT met'}); kdkit's own time around uv "
+          f"{median[KDKIT_UV] - median[RAW_UV]:.2f}s")
     print(f"written: {out.relative_to(REPO)}")
     return 0
 

@@ -50,13 +50,17 @@ from kdkit.core.runresults import RunFolder
 from kdkit.project.init import init_project
 
 WORDS = {
-    "invoice": ["invoice", "payment", "amount", "due", "total", "tax", "billing", "remit", "balance"],
-    "contract": ["agreement", "party", "parties", "clause", "terminate", "liability", "governed", "confidential"],
-    "research": ["dataset", "experiments", "baseline", "accuracy", "ablation", "model", "results", "evaluate"],
+    "invoice": ["invoice", "payment", "amount", "due", "total", "tax",
+                "billing", "remit", "balance"],
+    "contract": ["agreement", "party", "parties", "clause", "terminate",
+                 "liability", "governed", "confidential"],
+    "research": ["dataset", "experiments", "baseline", "accuracy", "ablation",
+                 "model", "results", "evaluate"],
     "support": ["ticket", "help", "account", "password", "refund", "order", "crash", "question"],
 }
 APPS = {"trivial": 0.0, "model_1ms": 1.0}  # module name -> milliseconds of waiting per item
-FILLER = ["the", "of", "and", "a", "to", "in", "is", "for", "on", "with", "as", "by", "this", "that"]
+FILLER = ["the", "of", "and", "a", "to", "in", "is", "for", "on", "with", "as",
+          "by", "this", "that"]
 TRIVIAL_APP = '''"""A trivial app: the category whose keywords occur most often (+ {ms} ms per item of waiting)."""
 
 import time
@@ -113,7 +117,8 @@ def make_project(root: Path, items: int, batch_size: int) -> Path:
             docs.append({"id": ident, "file": f"{ident}.txt", "label": None, "expect": "reject"})
             continue
         label = rng.choice(sorted(WORDS))
-        words = [rng.choice(WORDS[label] if rng.random() < 0.3 else FILLER) for _ in range(rng.randint(50, 500))]
+        words = [rng.choice(WORDS[label] if rng.random() < 0.3 else FILLER)
+                 for _ in range(rng.randint(50, 500))]
         (data / f"{ident}.txt").write_text(" ".join(words), encoding="utf-8")
         docs.append({"id": ident, "file": f"{ident}.txt", "label": label, "expect": "accept"})
     (data / "all.json").write_text(json.dumps({"documents": docs}))
@@ -125,8 +130,10 @@ def make_project(root: Path, items: int, batch_size: int) -> Path:
 def configure(project: Path, app: str, count: int, batch_size: int) -> str:
     """The config (relative path) of ``app`` over the first ``count`` documents."""
     docs = json.loads((project / "data/bench/all.json").read_text())["documents"][:count]
-    (project / "data" / "bench" / f"manifest-{count}.json").write_text(json.dumps({"documents": docs}))
-    config = {"inputs": "data/bench", "manifest": f"data/bench/manifest-{count}.json", "categories": sorted(WORDS),
+    (project / "data" / "bench"
+     / f"manifest-{count}.json").write_text(json.dumps({"documents": docs}))
+    config = {"inputs": "data/bench", "manifest": f"data/bench/manifest-{count}.json",
+              "categories": sorted(WORDS),
               "entry": f"src.{app}:predict", "batch_size": batch_size, "device": "cpu",
               "max_input_bytes": 65536, "min_quality": 0.5, "runs": "runs",
               "stop": {"max_rejected": None, "max_seconds": None}}
@@ -139,8 +146,10 @@ def direct(project: Path, app: str, config: str, out: Path) -> tuple[float, floa
     """The peer, in its own interpreter: (whole seconds, loop seconds by its own clock)."""
     cfg = json.loads((project / config).read_text())
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", DIRECT, str(project), app, cfg["manifest"], str(out),
-                           str(cfg["batch_size"])], check=True, cwd=project, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", DIRECT, str(project), app, cfg["manifest"],
+                           str(out),
+                           str(cfg["batch_size"])], check=True, cwd=project,
+                          capture_output=True, text=True)
     return time.perf_counter() - started, float(done.stdout.split()[-1])
 
 
@@ -149,12 +158,16 @@ def kdkit(source: Path, project: Path, config: str, run_id: str) -> tuple[float,
     clock: the session's seconds less its diagnose)."""
     env = {**os.environ, "PYTHONPATH": str(source)}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--config", config,
-                           "--run-id", run_id, "--json", "--quiet"], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--config",
+                           config,
+                           "--run-id", run_id, "--json", "--quiet"], capture_output=True, text=True,
+                          env=env,
                           cwd=project)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"the pilot of {source} failed ({done.returncode}): {done.stdout[-400:]} {done.stderr[-400:]}")
+        raise SystemExit(
+            f"the pilot of {source} failed ({done.returncode}): {done.stdout[-400:]} "
+            f"{done.stderr[-400:]}")
     timings = json.loads(done.stdout)["timings"]
     return seconds, timings["seconds"] - timings["diagnose_seconds"]
 
@@ -169,20 +182,25 @@ def overhead(project: Path, work: Path, app: str, items: int, batch_size: int, r
     loop: dict[str, list[float]] = {side: [] for side in ("direct", *sources)}
     for run in range(runs):
         for side in whole:
-            seconds, inner = (direct(project, app, config, work / f"direct-{app}-{run}.jsonl") if side == "direct"
+            seconds, inner = (direct(project, app, config, work / f"direct-{app}-{run}.jsonl")
+                              if side == "direct"
                               else kdkit(sources[side], project, config, f"{side}-{app}-{run}"))
             whole[side].append(seconds)
             loop[side].append(inner)
     med_whole, med_loop = medians(whole), medians(loop)
     result: dict[str, object] = {"app": app, "app_wait_ms_per_item": APPS[app], "items": items,
-                                 "batch_size": batch_size, "runs": runs, "goal": "loop overhead <= 0.05"}
+                                 "batch_size": batch_size,
+                                 "runs": runs, "goal": "loop overhead <= 0.05"}
     for side in whole:
-        result[side] = {"median_seconds": round(med_whole[side], 4), "seconds": rounded(whole[side], 4),
-                        "median_loop_seconds": round(med_loop[side], 4), "loop_seconds": rounded(loop[side], 4)}
+        result[side] = {"median_seconds": round(med_whole[side], 4),
+                        "seconds": rounded(whole[side], 4),
+                        "median_loop_seconds": round(med_loop[side], 4),
+                        "loop_seconds": rounded(loop[side], 4)}
         if side != "direct":
             result[side].update({  # type: ignore[attr-defined]
                 "loop_overhead": round(med_loop[side] / med_loop["direct"] - 1, 4),
-                "loop_overhead_us_per_item": round((med_loop[side] - med_loop["direct"]) / items * 1e6, 1),
+                "loop_overhead_us_per_item": round((med_loop[side] - med_loop["direct"]) / items
+                                                   * 1e6, 1),
                 "whole_overhead": round(med_whole[side] / med_whole["direct"] - 1, 4),
                 "whole_extra_seconds": round(med_whole[side] - med_whole["direct"], 3)})
     return result
@@ -192,10 +210,12 @@ def resume_scan(work: Path, lines: int, runs: int) -> dict[str, object]:
     run = RunFolder(work / "scan-run")
     run.path.mkdir()
     batch = 100
-    with run.results.open("w", encoding="utf-8") as sink:  # the harness's line format, written in bulk
+    # the harness's line format, written in bulk
+    with run.results.open("w", encoding="utf-8") as sink:
         for start in range(0, lines, batch):
             for n in range(start, min(start + batch, lines)):
-                record = {"id": f"d{n:07d}", "outcome": "accepted", "category": "invoice", "batch": start // batch,
+                record = {"id": f"d{n:07d}", "outcome": "accepted", "category": "invoice",
+                          "batch": start // batch,
                           "sha256": f"{n:064x}", "lines": batch}
                 sink.write(json.dumps(record, separators=(",", ":")) + "\n")
     measured = [_scan_in_fresh_process(run.path, lines) for _ in range(runs)]
@@ -220,7 +240,8 @@ def _scan_in_fresh_process(run_dir: Path, lines: int) -> tuple[float, float]:
 
     CPU time is given beside wall time: on a shared machine it is the figure load does not inflate.
     """
-    done = subprocess.run([sys.executable, "-c", SCAN, str(run_dir)], capture_output=True, text=True, check=True,
+    done = subprocess.run([sys.executable, "-c", SCAN, str(run_dir)], capture_output=True,
+                          text=True, check=True,
                           cwd=REPO)
     wall, cpu, found = done.stdout.split()
     assert int(found) == lines, done.stdout
@@ -230,20 +251,30 @@ def _scan_in_fresh_process(run_dir: Path, lines: int) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=None,
-                        help="runs of each side and size with the trivial app (default 5; --corpus, --vectors: 3)")
-    parser.add_argument("--model-runs", type=int, default=3, help="runs of each side and size with the 1 ms/item app")
+                        help=(
+                            "runs of each side and size with the trivial app (default 5; --corpus, "
+                            "--vectors: 3)"))
+    parser.add_argument("--model-runs", type=int,
+                        default=3, help="runs of each side and size with the 1 ms/item app")
     parser.add_argument("--items", type=int, default=10_000, help="documents for the trivial app")
-    parser.add_argument("--model-items", type=int, default=2_000, help="documents for the 1 ms/item app")
+    parser.add_argument("--model-items", type=int,
+                        default=2_000, help="documents for the 1 ms/item app")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--scan-lines", type=int, default=1_000_000)
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another kdkit checkout to time the same way (reported as 'baseline')")
     parser.add_argument("--corpus", action="store_true",
-                        help="the full-corpus figures instead (bench/_pilot_corpus.py): results/pilot_corpus.json")
-    parser.add_argument("--records", type=int, default=1_000_000, help="--corpus: records of the JSONL corpus")
+                        help=(
+                            "the full-corpus figures instead (bench/_pilot_corpus.py): "
+                            "results/pilot_corpus.json"))
+    parser.add_argument("--records", type=int,
+                        default=1_000_000, help="--corpus: records of the JSONL corpus")
     parser.add_argument("--vectors", action="store_true",
-                        help="the vectors figure instead (bench/_pilot_corpus.py): bench/results/pilot_vectors.json")
-    parser.add_argument("--vector-rows", type=int, default=100_000, help="--vectors: rows of 768 float32")
+                        help=(
+                            "the vectors figure instead (bench/_pilot_corpus.py): "
+                            "bench/results/pilot_vectors.json"))
+    parser.add_argument("--vector-rows", type=int,
+                        default=100_000, help="--vectors: rows of 768 float32")
     args = parser.parse_args()
     if args.corpus or args.vectors:
         import _pilot_corpus
@@ -257,10 +288,12 @@ def main() -> int:
         work = Path(tmp)
         project = make_project(work, max(args.items, args.model_items), args.batch_size)
         over = [overhead(project, work, "trivial", args.items, args.batch_size, args.runs, sources),
-                overhead(project, work, "model_1ms", args.model_items, args.batch_size, args.model_runs, sources)]
+                overhead(project, work, "model_1ms", args.model_items, args.batch_size,
+                         args.model_runs, sources)]
         scan = resume_scan(work, args.scan_lines, 5)
     write_result("pilot", {"overhead": over, "resume_scan": scan,
-                           "baseline": str(args.baseline) if args.baseline else None, "machine": machine(load=True)})
+                           "baseline": str(args.baseline) if args.baseline else None,
+                           "machine": machine(load=True)})
     print(f"batch {args.batch_size}; medians of alternating runs, each side in its own interpreter")
     print(f"{'app':<11}{'side':<10}{'items':>7}{'direct s':>10}{'side s':>9}{'whole':>8}{'loop d':>8}"
           f"{'loop s':>8}{'loop':>8}{'us/item':>9}")

@@ -54,7 +54,8 @@ DEFAULT_REPEAT = {"verdict": 5, "rebuild": 3, "size": 1}
 GOALS = {"verdict": ("kdkit / floor", 1.25), "rebuild": ("one-package rebuild / full build", 0.2),
          "size": ("overhead, % of the image", 1.0)}
 # Small pure-Python wheels with no dependencies, none of them in the torch lock: one per rebuild.
-EXTRA_PACKAGES = ("termcolor", "tabulate", "six", "toolz", "humanize", "idna", "appdirs", "colorama",
+EXTRA_PACKAGES = ("termcolor", "tabulate", "six", "toolz", "humanize", "idna", "appdirs",
+                  "colorama",
                   "iniconfig", "decorator")
 NAME = "bench-rented"
 MARK = "dev.kdkit.bench"  # the label of the bench's own base, and so of every image built from it
@@ -72,7 +73,8 @@ def say(message: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, metavar="N",
                         help="repetitions of each measure (default: 5 for verdict, 3 for rebuild)")
     parser.add_argument("--quick", action="store_true", help="one repetition of each: a smoke run")
@@ -88,7 +90,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def repeats(args: argparse.Namespace, measure: str) -> int:
     if args.quick:
         return 1
-    return int(args.repeat) if args.repeat is not None and measure != "size" else DEFAULT_REPEAT[measure]
+    return (int(args.repeat) if args.repeat is not None and measure != "size"
+            else DEFAULT_REPEAT[measure])
 
 
 def judged(measure: str, value: float) -> dict[str, Any]:
@@ -102,7 +105,8 @@ def versus(measure: str, times: dict[str, list[float]], mine: str, floor: str) -
     median = medians(times)
     ratio = round(median[mine] / median[floor], 3)
     return {"seconds": {name: rounded(values, 2) for name, values in times.items()},
-            "median_s": {name: round(value, 2) for name, value in median.items()}, **judged(measure, ratio)}
+            "median_s": {name: round(value, 2) for name, value in median.items()},
+            **judged(measure, ratio)}
 
 
 def table(measure: str, result: dict[str, Any]) -> str:
@@ -119,7 +123,9 @@ def table(measure: str, result: dict[str, Any]) -> str:
         lines += ["| part | MB |", "| --- | ---: |"]
         lines += [f"| {name} | {value / 1e6:.1f} |" for name, value in result["bytes"].items()]
     verdict = "PASS" if result["passed"] else "FAIL"
-    return "\n".join([*lines, "", f"{result['compared']}: {result['value']} (goal {result['goal']}): {verdict}", ""])
+    return "\n".join(
+        [*lines,
+         "", f"{result['compared']}: {result['value']} (goal {result['goal']}): {verdict}", ""])
 
 
 # ---------------------------------------------------------------- the engine and the project
@@ -128,10 +134,13 @@ def table(measure: str, result: dict[str, Any]) -> str:
 def run(argv: Sequence[str | Path], *, cwd: Path | None = None, stdin: str | None = None,
         env: dict[str, str] | None = None, timeout: float = 1800) -> str:
     """stdout of ``argv`` (untimed set-up); Invalid naming it and its output's tail when it fails."""
-    done = subprocess.run([str(a) for a in argv], cwd=cwd, input=stdin, env=env, capture_output=True, text=True,
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, input=stdin, env=env,
+                          capture_output=True, text=True,
                           check=False, timeout=timeout)
     if done.returncode != 0:
-        raise Invalid(f"{' '.join(map(str, argv))} exited {done.returncode}: {(done.stdout + done.stderr)[-600:]}")
+        raise Invalid(
+            f"{' '.join(map(str, argv))} exited {done.returncode}: "
+            f"{(done.stdout + done.stderr)[-600:]}")
     return done.stdout
 
 
@@ -139,18 +148,22 @@ def preflight() -> str | None:
     """None when the engine, the base image, the torch wheel and the tools are here; else why not."""
     if not any(Path(WHEELS).glob("torch-*.whl")):
         return f"no torch wheel in {WHEELS} (set KDKIT_TEST_TORCH_WHEELS)"
-    missing = [tool for tool in ("docker", "zstd", "sha256sum", "bash") if shutil.which(tool) is None]
+    missing = [tool for tool in ("docker", "zstd", "sha256sum", "bash")
+               if shutil.which(tool) is None]
     if missing:
         return f"{', '.join(missing)} not found on PATH"
-    if subprocess.run(["docker", "info"], capture_output=True, check=False, timeout=30).returncode != 0:
+    if subprocess.run(["docker", "info"], capture_output=True,
+                      check=False, timeout=30).returncode != 0:
         return "no Docker engine answers `docker info`; run `bash scripts/engine.sh`"
-    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True, check=False).returncode != 0:
+    if subprocess.run(["docker", "image", "inspect", BASE],
+                      capture_output=True, check=False).returncode != 0:
         return f"base image {BASE} is not on the engine; run `bash scripts/engine.sh`"
     return None
 
 
 def present(ref: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False).returncode == 0
+    return subprocess.run(["docker", "image", "inspect", ref],
+                          capture_output=True, check=False).returncode == 0
 
 
 class Session:
@@ -166,8 +179,10 @@ class Session:
     def prepare(self) -> None:
         # A base of the bench's own (BASE plus a label: no new layer, the same bytes): every image the bench
         # builds descends from it and nobody else's build caches on them, so they can all be found and removed.
-        say(f"tagging {self.base} (FROM {BASE}), scaffolding, locking (torch from the local wheels), wheelhouse")
-        run(["docker", "build", "-q", "-t", self.base, "-"], stdin=f"FROM {BASE}\nLABEL {MARK}={self.token}\n",
+        say(f"tagging {self.base} (FROM {BASE}), scaffolding, locking (torch from the local "
+            "wheels), wheelhouse")
+        run(["docker", "build", "-q", "-t", self.base, "-"],
+            stdin=f"FROM {BASE}\nLABEL {MARK}={self.token}\n",
             env={**os.environ, "DOCKER_BUILDKIT": "0"})
         self.tags.append(self.base)
         run([KDKIT, "init", self.project, "--backend", "cpu", "--name", NAME])
@@ -179,7 +194,8 @@ class Session:
 
     def build(self, project: Path, tag: str, *extra: str) -> tuple[float, dict[str, Any]]:
         """Seconds of `kdkit build` (a fresh process) and its JSON answer; the image is recorded for removal."""
-        argv = [KDKIT, "build", str(project), "--backend", "cpu", "--base-image", self.base, "--wheelhouse",
+        argv = [KDKIT, "build", str(project), "--backend", "cpu", "--base-image", self.base,
+                "--wheelhouse",
                 str(self.wheelhouse), "--tag", f"{NAME}/{tag}:{self.token}", "--json", *extra]
         started = time.perf_counter()
         answer = json.loads(run(argv))
@@ -191,22 +207,28 @@ class Session:
         """Remove every image the bench made: its tags, then every image that carries its base's label (the
         builder's intermediate images, the builder stage's included, and the images it loaded), newest first."""
         errors: dict[str, str] = {}
-        for _ in range(2):  # a second pass for a parent met before its child (timestamps of one instant)
+        # a second pass for a parent met before its child (timestamps of one instant)
+        for _ in range(2):
             for ref in [*reversed(self.tags), *self.mine()]:
-                done = subprocess.run(["docker", "rmi", ref], capture_output=True, text=True, check=False)
+                done = subprocess.run(["docker", "rmi", ref], capture_output=True,
+                                      text=True, check=False)
                 if done.returncode != 0 and present(ref):
                     errors[ref] = done.stderr.strip()[:200]
         left = self.mine()
         for ref in left:
             say(f"could not remove {ref}: {errors.get(ref, '?')}")
-        say(f"left on the engine: {', '.join(left)}" if left else "every image the bench made is removed")
+        say(f"left on the engine: {', '.join(left)}" if left
+            else "every image the bench made is removed")
 
     def mine(self) -> list[str]:
         """The ids of the images that descend from the bench's base (labels are inherited), newest first."""
-        ids = run(["docker", "images", "-a", "-q", "--no-trunc", "--filter", f"label={MARK}={self.token}"]).split()
+        ids = run(
+            ["docker", "images", "-a", "-q",
+             "--no-trunc", "--filter", f"label={MARK}={self.token}"]).split()
         if not ids:
             return []
-        rows = run(["docker", "image", "inspect", "--format", "{{.Created}} {{.Id}}", *dict.fromkeys(ids)])
+        rows = run(
+            ["docker", "image", "inspect", "--format", "{{.Created}} {{.Id}}", *dict.fromkeys(ids)])
         return [row.split()[1] for row in sorted(rows.splitlines(), reverse=True)]
 
 
@@ -217,9 +239,11 @@ def shared_layers(image_id: str) -> dict[str, int]:
     """How many of the image's layers other images on the engine hold too (those stay after `docker rmi`,
     so `docker load` skips them, for kdkit and the floor alike)."""
     ids = set(run(["docker", "images", "-q", "--no-trunc"]).split()) - {image_id}
-    layers = json.loads(run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]))
+    layers = json.loads(
+        run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image_id]))
     others: set[str] = set()
-    for row in run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *ids]).splitlines():
+    for row in run(
+        ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *ids]).splitlines():
         others.update(json.loads(row) or [])
     return {"layers": len(layers), "held_by_other_images": sum(layer in others for layer in layers)}
 
@@ -232,14 +256,16 @@ def verdict_commands(bundle: Path, ref: str) -> dict[str, str]:
         raise Invalid(f"kdkit run --print gave no docker run line: {printed}")
     kdkit = (f"{q(KDKIT)} verify-bundle {q(str(bundle))} && {q(KDKIT)} load {q(str(bundle))} && "
              f"(cd {q(str(project))} && {q(KDKIT)} run --image {q(ref)})")
-    floor = (f"cd {q(str(bundle))} && sha256sum -c --quiet SHA256SUMS && zstd -dc image.tar.zst | docker load && "
+    floor = (f"cd {q(str(bundle))} && sha256sum -c --quiet SHA256SUMS && zstd -dc image.tar.zst | "
+             "docker load && "
              + " && ".join(printed))
     return {"kdkit": kdkit, "floor": floor}
 
 
 def passed_once(runs: Path, before: set[str], what: str) -> None:
     """Invalid unless exactly one run folder is new in ``runs`` and its summary's verdict is pass."""
-    new = sorted(p for p in runs.iterdir() if p.is_dir() and p.name not in before) if runs.is_dir() else []
+    new = sorted(p for p in runs.iterdir() if p.is_dir()
+                 and p.name not in before) if runs.is_dir() else []
     if len(new) != 1:
         raise Invalid(f"{what}: {len(new)} new run folders in {runs}, expected 1")
     verdict = read_run(new[0]).verdict
@@ -274,7 +300,8 @@ def measure_verdict(session: Session, n: int) -> dict[str, Any]:
     layers = shared_layers(built["id"])
     lines = verdict_commands(bundle, ref)
     runs = bundle / "project" / "runs"
-    times = interleaved({name: verdict_case(name, line, ref, runs) for name, line in lines.items()}, n)
+    times = interleaved(
+        {name: verdict_case(name, line, ref, runs) for name, line in lines.items()}, n)
     return {**versus("verdict", times, "kdkit", "floor"), "image": ref, "commands": lines,
             "archive_bytes": (bundle / "image.tar.zst").stat().st_size, "image_layers": layers}
 
@@ -310,20 +337,25 @@ def measure_rebuild(session: Session, n: int) -> dict[str, Any]:
 def measure_size(session: Session, _n: int) -> dict[str, Any]:
     ref = session.image or session.build(session.project, "size")[1]["tag"]
     say(f"size: {ref}")
-    image, base = (int(run(["docker", "image", "inspect", "--format", "{{.Size}}", r])) for r in (ref, session.base))
+    image, base = (int(run(["docker", "image", "inspect", "--format", "{{.Size}}", r]))
+                   for r in (ref, session.base))
     # A layer's size is its files' bytes, directories not counted (moby internal/directory/directory.go,
     # https://github.com/moby/moby/blob/v28.3.0/internal/directory/directory.go): the venv is counted alike.
     # The environment is the venv (torch's part) and deps/ (the rest of the lock, kdkit.image.layers).
     script = ("find /opt/kdkit/venv /opt/kdkit/deps ! -type d -printf '%s\\n' 2>/dev/null "
               "| awk '{s+=$1} END {print s}'; "
               "du -sbc /opt/kdkit/venv /opt/kdkit/deps 2>/dev/null | tail -n 1 | cut -f1")
-    venv, du_sb = map(int, run(["docker", "run", "--rm", "--pull", "never", "--network", "none", ref,
-                                "sh", "-c", script]).split())
-    history = run(["docker", "history", "--human=false", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", ref])
+    venv, du_sb = map(int,
+                      run(["docker", "run", "--rm", "--pull", "never", "--network", "none", ref,
+                           "sh", "-c", script]).split())
+    history = run(
+        ["docker", "history", "--human=false", "--no-trunc",
+         "--format", "{{.Size}}\t{{.CreatedBy}}", ref])
     layer = [int(row.split("\t")[0]) for row in history.splitlines()
              if " in /opt/kdkit/venv" in row or " in /opt/kdkit/deps" in row]
     overhead = image - base - venv
-    return {"image": ref, "bytes": {"image": image, "base": base, "venv": venv, "overhead": overhead},
+    return {"image": ref,
+            "bytes": {"image": image, "base": base, "venv": venv, "overhead": overhead},
             "venv_du_sb": du_sb, "venv_layer_from_history": sum(layer) if layer else None,
             **judged("size", round(100 * overhead / image, 3))}
 
@@ -339,7 +371,8 @@ def attempt(measure: str, session: Session, n: int, smoke: bool) -> dict[str, An
         say(f"{measure}: INVALID: {exc}")
         result = {"valid": False, "reason": str(exc)}
     return {"measure": measure, "repeat": n, "smoke": smoke, **result,
-            "wall_s": round(time.perf_counter() - started, 1), "machine": machine(load=True, base_image=BASE)}
+            "wall_s": round(time.perf_counter() - started, 1),
+            "machine": machine(load=True, base_image=BASE)}
 
 
 MEASURE = {"verdict": measure_verdict, "rebuild": measure_rebuild, "size": measure_size}

@@ -24,7 +24,8 @@ from bench_build import BASE, KDKIT, build, kdkit, prepare_project
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each (default 5)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kdkit-bench-run-") as tmp:
@@ -37,14 +38,17 @@ def main() -> int:
                              "docker run (--print)": lambda: timed(plain, timeout=600)}, args.runs)
     median = medians(times)
     ratio = median["kdkit run"] / median["docker run (--print)"]
-    result = {"image": image["tag"], "base_image": BASE, "cpus": os.cpu_count(), "command": lines[-1],
+    result = {"image": image["tag"], "base_image": BASE, "cpus": os.cpu_count(),
+              "command": lines[-1],
               "times": {k: rounded(v, 3) for k, v in times.items()},
               "median_s": {k: round(v, 3) for k, v in median.items()},
               "kdkit_over_docker": round(ratio, 3),
               "kdkit_added_s": round(median["kdkit run"] - median["docker run (--print)"], 3)}
     out = write_result("run", result)
     print_medians("how", "median s", median, width=23, value_width=9, digits=2)
-    print(f"kdkit/docker: {ratio:.2f}x (+{result['kdkit_added_s']:.2f} s)   written to {out.relative_to(REPO)}")
+    print(
+        f"kdkit/docker: {ratio:.2f}x (+{result['kdkit_added_s']:.2f} s)   written to "
+        f"{out.relative_to(REPO)}")
     return 0
 
 

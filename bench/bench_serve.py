@@ -112,7 +112,8 @@ def generator_run(rate: float, count: int, seed: int) -> dict[str, float]:
     wall = time.perf_counter() - started
     answered = [r for r in records if r["outcome"] == stats.ANSWERED]
     added = sorted(r["end"] - r["arrival"] for r in answered)
-    return {"achieved_per_second": len(answered) / wall, "p50_us": stats.percentile(added, 50) * 1e6,
+    return {"achieved_per_second": len(answered) / wall,
+            "p50_us": stats.percentile(added, 50) * 1e6,
             "p99_us": stats.percentile(added, 99) * 1e6, "answered": len(answered)}
 
 
@@ -128,7 +129,8 @@ def generator_section(runs: int, count: int) -> dict[str, Any]:
         for rate in rates:
             got[rate].append(generator_run(rate, count, k))
     at_goal, ceiling, saturated = (median_of(got[rate]) for rate in rates)
-    met = (at_goal["achieved_per_second"] >= KEEP_UP * GENERATOR_RATE and at_goal["p50_us"] <= GENERATOR_MEDIAN_US)
+    met = (at_goal["achieved_per_second"] >= KEEP_UP * GENERATOR_RATE
+           and at_goal["p50_us"] <= GENERATOR_MEDIAN_US)
     return {"count": count, "offered_per_second": GENERATOR_RATE, "median": at_goal,
             "ceiling": {"offered_per_second": CEILING_RATE, "median": ceiling},
             "saturated": {"offered_per_second": SATURATE_RATE, "median": saturated},
@@ -139,7 +141,8 @@ def generator_section(runs: int, count: int) -> dict[str, Any]:
 
 def start_server(root: Path) -> tuple[subprocess.Popen[str], str]:
     """LocalServer with the project's app in a process of its own; the process and its URL."""
-    process = subprocess.Popen([sys.executable, "-c", SERVER, str(REPO), str(root)], stdin=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-c", SERVER, str(REPO), str(root)],
+                               stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
     url = process.stdout.readline().strip()
@@ -161,7 +164,8 @@ def stop_server(process: subprocess.Popen[str]) -> None:
 def kdkit_http(url: str, rate: float, seconds: float, seed: int) -> dict[str, float]:
     """drive() at ``rate`` for ``seconds``: achieved rate, latency p50/p90 in ms (from the scheduled arrival)."""
     arrivals = scheduled(rate, int(rate * seconds), seed)
-    records = drive(url + "/predict", "json", None, [("t", TEXT)], arrivals, max_request_bytes=65536,
+    records = drive(url + "/predict", "json", None, [("t", TEXT)], arrivals,
+                    max_request_bytes=65536,
                     timeout_s=10.0, max_seconds=seconds * 3 + 10, objectives=LOOSE)
     answered = [r for r in records if r["outcome"] == stats.ANSWERED]
     span = max(r["end"] for r in answered)
@@ -178,15 +182,21 @@ def wrk_http(url: str, rate: float, seconds: float, seed: int, script: Path) -> 
     """wrk paced by the Lua delay() hook at ``rate`` for ``seconds``: achieved rate, latency p50/p90 in ms."""
     connections = max(1, round(rate * WRK_SPREAD_S))
     body = json.dumps({"text": TEXT})
-    script.write_text(WRK_LUA % {"body": body, "mean_ms": connections / rate * 1000}, encoding="utf-8")
-    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
+    script.write_text(WRK_LUA
+                      % {"body": body, "mean_ms": connections / rate * 1000}, encoding="utf-8")
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s",
+            str(script),
             url + "/predict", "--", str(seed + 1)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=seconds * 3 + 30)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False,
+                          timeout=seconds * 3 + 30)
     line = next((x for x in done.stdout.splitlines() if x.startswith("{")), None)
     if done.returncode != 0 or line is None:
-        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise SystemExit(
+            f"{' '.join(argv)} exited "
+            f"{done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     got = json.loads(line)
-    return {"achieved_per_second": got["requests"] / (got["duration_us"] / 1e6), "p50_ms": got["p50_us"] / 1000,
+    return {"achieved_per_second": got["requests"] / (got["duration_us"] / 1e6),
+            "p50_ms": got["p50_us"] / 1000,
             "p90_ms": got["p90_us"] / 1000, "errors": got["errors"], "connections": connections}
 
 
@@ -200,11 +210,14 @@ def http_section(url: str, runs: int, seconds: float, work: Path) -> dict[str, A
             got["wrk"].append(wrk_http(url, rate, seconds, k, work / "pace.lua"))
         kdkit, wrk = median_of(got["kdkit"]), median_of(got["wrk"])
         ratios = {"achieved": round(kdkit["achieved_per_second"] / wrk["achieved_per_second"], 4),
-                  "p50": round(kdkit["p50_ms"] / wrk["p50_ms"], 4), "p90": round(kdkit["p90_ms"] / wrk["p90_ms"], 4),
+                  "p50": round(kdkit["p50_ms"] / wrk["p50_ms"], 4),
+                  "p90": round(kdkit["p90_ms"] / wrk["p90_ms"], 4),
                   "p50_from_send": round(kdkit["p50_from_send_ms"] / wrk["p50_ms"], 4)}
         met = abs(ratios["achieved"] - 1) <= WITHIN and abs(ratios["p50"] - 1) <= WITHIN
-        from_send = abs(ratios["achieved"] - 1) <= WITHIN and abs(ratios["p50_from_send"] - 1) <= WITHIN
-        out["rates"][f"{rate:g}"] = {"kdkit": kdkit, "wrk": wrk, "ratio_kdkit_over_wrk": ratios, "met": met,
+        from_send = abs(ratios["achieved"]
+                        - 1) <= WITHIN and abs(ratios["p50_from_send"] - 1) <= WITHIN
+        out["rates"][f"{rate:g}"] = {"kdkit": kdkit, "wrk": wrk, "ratio_kdkit_over_wrk": ratios,
+                                     "met": met,
                                      "met_from_send": from_send, "all_runs": got}
     out["goal"] = f"kdkit / wrk within {WITHIN:.0%} on achieved rate and median latency"
     out["met"] = all(r["met"] for r in out["rates"].values())
@@ -228,9 +241,11 @@ def agreement_section(root: Path, url: str, runs: int) -> dict[str, Any]:
     for k in range(runs):
         arrivals = scheduled(AGREE_RATE, AGREE_COUNT, k)
         requests, server.items = requests_for(inputs, arrivals, 0)
-        records = play(Run(requests, ONE, None, 65536, Bounds(600.0, LOOSE, len(requests))), server, RealClock())
+        records = play(Run(requests, ONE, None, 65536, Bounds(600.0, LOOSE, len(requests))),
+                       server, RealClock())
         got["in_process"].append(_median_ms(records))
-        got["http"].append(_median_ms(drive(url + "/predict", "json", None, texts, arrivals, max_request_bytes=65536,
+        got["http"].append(_median_ms(drive(url + "/predict", "json", None, texts, arrivals,
+                                            max_request_bytes=65536,
                                             timeout_s=10.0, max_seconds=60.0, objectives=LOOSE)))
     in_process, over_http = statistics.median(got["in_process"]), statistics.median(got["http"])
     return {"rate": AGREE_RATE, "count": AGREE_COUNT, "policy": ONE.name, "median_p50_ms": {
@@ -247,26 +262,30 @@ def report(result: dict[str, Any]) -> None:
     """The one-line figures, a line a section."""
     gen = result["generator"]
     med, ceil, sat = gen["median"], gen["ceiling"]["median"], gen["saturated"]["median"]
-    print(f"generator at {GENERATOR_RATE:,.0f}/s: achieved {med['achieved_per_second']:,.0f}/s, added latency "
-          f"p50 {med['p50_us']:.1f} us p99 {med['p99_us']:.1f} us (goal >= {KEEP_UP * GENERATOR_RATE:,.0f}/s, p50 <= "
-          f"{GENERATOR_MEDIAN_US:g} us: {'met' if gen['met'] else 'MISSED'}); at {CEILING_RATE:,.0f}/s offered: "
-          f"{ceil['achieved_per_second']:,.0f}/s, p50 {ceil['p50_us']:.1f} us; saturated ({SATURATE_RATE:,.0f}/s "
-          f"offered): {sat['achieved_per_second']:,.0f}/s")
+    print(f"generator at {GENERATOR_RATE:,.0f}/s: achieved {med['achieved_per_second']:,.0f}/s, "
+          f"added latency p50 {med['p50_us']:.1f} us p99 {med['p99_us']:.1f} us (goal >= "
+          f"{KEEP_UP * GENERATOR_RATE:,.0f}/s, p50 <= {GENERATOR_MEDIAN_US:g} us: "
+          f"{'met' if gen['met'] else 'MISSED'}); at {CEILING_RATE:,.0f}/s offered: "
+          f"{ceil['achieved_per_second']:,.0f}/s, p50 {ceil['p50_us']:.1f} us; saturated "
+          f"({SATURATE_RATE:,.0f}/s offered): {sat['achieved_per_second']:,.0f}/s")
     for rate, row in result["http"]["rates"].items():
         kd, wr, ratio = row["kdkit"], row["wrk"], row["ratio_kdkit_over_wrk"]
-        print(f"HTTP at {rate}/s: kdkit {kd['achieved_per_second']:.1f}/s p50 {kd['p50_ms']:.3f} ms p90 "
-              f"{kd['p90_ms']:.3f} ms; wrk {wr['achieved_per_second']:.1f}/s p50 {wr['p50_ms']:.3f} ms p90 "
-              f"{wr['p90_ms']:.3f} ms; kdkit/wrk rate {ratio['achieved']:.3f} p50 {ratio['p50']:.3f} p90 "
-              f"{ratio['p90']:.3f} ({'met' if row['met'] else 'MISSED'}, goal within {WITHIN:.0%}); kdkit from the "
-              f"send p50 {kd['p50_from_send_ms']:.3f} ms (/wrk {ratio['p50_from_send']:.3f}), send lag p50 "
-              f"{kd['send_lag_p50_ms']:.3f} ms")
+        print(f"HTTP at {rate}/s: kdkit {kd['achieved_per_second']:.1f}/s p50 {kd['p50_ms']:.3f} "
+              f"ms p90 {kd['p90_ms']:.3f} ms; wrk {wr['achieved_per_second']:.1f}/s p50 "
+              f"{wr['p50_ms']:.3f} ms p90 {wr['p90_ms']:.3f} ms; kdkit/wrk rate "
+              f"{ratio['achieved']:.3f} p50 {ratio['p50']:.3f} p90 {ratio['p90']:.3f} "
+              f"({'met' if row['met'] else 'MISSED'}, goal within {WITHIN:.0%}); kdkit from the "
+              f"send p50 {kd['p50_from_send_ms']:.3f} ms (/wrk {ratio['p50_from_send']:.3f}), send "
+              f"lag p50 {kd['send_lag_p50_ms']:.3f} ms")
     agree = result["agreement"]
-    print(f"template app at {AGREE_RATE:g}/s: p50 in process {agree['median_p50_ms']['in_process']:.3f} ms, over "
-          f"HTTP {agree['median_p50_ms']['http']:.3f} ms (+{agree['http_minus_in_process_ms']:.3f} ms)")
+    print(f"template app at {AGREE_RATE:g}/s: p50 in process "
+          f"{agree['median_p50_ms']['in_process']:.3f} ms, over HTTP "
+          f"{agree['median_p50_ms']['http']:.3f} ms (+{agree['http_minus_in_process_ms']:.3f} ms)")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--count", type=int, default=100_000, help="requests a generator run")
     parser.add_argument("--seconds", type=float, default=6.0, help="seconds an HTTP run")
@@ -276,7 +295,8 @@ def main() -> int:
     from kdkit.project.init import init_project
 
     load_at_start = round(os.getloadavg()[0], 2)
-    result: dict[str, Any] = {"runs": options.runs, "generator": generator_section(options.runs, options.count)}
+    result: dict[str, Any] = {"runs": options.runs,
+                              "generator": generator_section(options.runs, options.count)}
     with tempfile.TemporaryDirectory(prefix="bench-serve.") as tmp:
         root = init_project(Path(tmp) / "proj", name="proj", backend="cpu")
         process, url = start_server(root)
@@ -285,12 +305,14 @@ def main() -> int:
             result["agreement"] = agreement_section(root, url, options.runs)
         finally:
             stop_server(process)
-    result["wrk"] = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
+    result["wrk"] = subprocess.run(["wrk", "-v"], capture_output=True,
+                                   text=True, check=False).stdout.split("\n")[0]
     result["met"] = result["generator"]["met"] and result["http"]["met"]
     result["machine"] = machine(load=True, load_average_1m_at_start=load_at_start)
     report(result)
     out = write_result("serve", result)
-    print(f"written to {out.relative_to(REPO)} (load {result['machine']['load_average_1m_at_end']})")
+    print(
+        f"written to {out.relative_to(REPO)} (load {result['machine']['load_average_1m_at_end']})")
     return 0 if result["met"] else 1
 
 

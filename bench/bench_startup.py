@@ -33,7 +33,9 @@ CASES = {
 def export(rev: str, into: Path) -> Path:
     """The tree of ``rev`` (its kdkit package) unpacked under ``into``."""
     archive = into / "tree.tar"
-    subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), rev, "kdkit"], check=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), rev, "kdkit"],
+        check=(True))
     with tarfile.open(archive) as tar:
         tar.extractall(into / "tree", filter="data")
     return into / "tree"
@@ -42,14 +44,16 @@ def export(rev: str, into: Path) -> Path:
 def once(args: list[str], source: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(source)}
     start = time.perf_counter()
-    subprocess.run([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+    subprocess.run([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True,
                    env=env, cwd=source)
     return time.perf_counter() - start
 
 
 def measure(trees: dict[str, Path], runs: int) -> dict[str, dict[str, float]]:
     """Median seconds per tree and command, the trees taking turns within each run."""
-    times: dict[str, dict[str, list[float]]] = {tree: {name: [] for name in CASES} for tree in trees}
+    times: dict[str, dict[str, list[float]]] = {tree: {name: [] for name in CASES}
+                                                for tree in trees}
     for _ in range(runs):
         for name, args in CASES.items():
             for tree, source in trees.items():
@@ -59,9 +63,11 @@ def measure(trees: dict[str, Path], runs: int) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=21)
-    parser.add_argument("--before", metavar="REV", help="also time the tree of this git revision, interleaved")
+    parser.add_argument("--before",
+                        metavar="REV", help="also time the tree of this git revision, interleaved")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": REPO}
@@ -72,9 +78,11 @@ def main() -> None:
     for tree, cases in medians.items():
         base = cases["python -c pass"]
         for name, seconds in cases.items():
-            print(f"{tree:<24}{name:<32}{seconds * 1000:>10.1f}{(seconds - base) * 1000:>+11.1f} ms")
-    out = write_result("startup", {"runs": options.runs, "before": options.before, "median_seconds": medians,
-                                   "machine": machine(load=True)})
+            print(
+                f"{tree:<24}{name:<32}{seconds * 1000:>10.1f}{(seconds - base) * 1000:>+11.1f} ms")
+    out = write_result("startup",
+                       {"runs": options.runs, "before": options.before, "median_seconds": medians,
+                        "machine": machine(load=True)})
     print(f"written to {out.relative_to(REPO)}")
 
 

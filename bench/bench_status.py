@@ -33,7 +33,8 @@ def make_run(root: Path, items: int) -> str:
     (folder / "params.json").write_text(json.dumps({"params": {"stop": {"max_rejected": 100}}}))
     with (folder / "results.jsonl").open("w", encoding="utf-8") as out:
         for start in range(0, items, 10000):
-            out.write("".join(json.dumps({"id": f"doc-{n:07d}", "outcome": "accepted", "category": "invoice",
+            out.write("".join(json.dumps({"id": f"doc-{n:07d}", "outcome": "accepted",
+                                          "category": "invoice",
                                           "batch": n // 32, "sha256": f"{n:064x}"}) + "\n"
                               for n in range(start, min(items, start + 10000))))
     beat = Heartbeat(folder, run_id, items, 100, 86400.0)
@@ -42,7 +43,8 @@ def make_run(root: Path, items: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--items", type=int, default=1_000_000)
     options = parser.parse_args()
@@ -51,17 +53,22 @@ def main() -> None:
         results = Path(project) / "runs" / run_id / "results.jsonl"
         argv = [str(BIN / "kdkit"), "status", run_id, "--project", project, "--json"]
         cases = {"kdkit status ID --json": lambda: timed(argv), "kdkit --help": lambda: timed(
-            [str(BIN / "kdkit"), "--help"]), "python -c pass": lambda: timed([sys.executable, "-c", "pass"])}
-        times = interleaved(cases, options.runs, warm=True)  # the cases take turns: the same load for each
+            [str(BIN / "kdkit"), "--help"]),
+                 "python -c pass": lambda: timed([sys.executable, "-c", "pass"])}
+        # the cases take turns: the same load for each
+        times = interleaved(cases, options.runs, warm=True)
         size = results.stat().st_size
     median = medians(times)
     status = median["kdkit status ID --json"]
-    print(f"kdkit status {run_id} --json over {options.items} items ({size / 1e6:.0f} MB results.jsonl): "
-          f"median {status * 1000:.1f} ms of {options.runs} runs (goal <= {GOAL_S * 1000:.0f} ms); kdkit --help "
-          f"{median['kdkit --help'] * 1000:.1f} ms, python -c pass {median['python -c pass'] * 1000:.1f} ms")
+    print(f"kdkit status {run_id} --json over {options.items} items ({size / 1e6:.0f} MB "
+          f"results.jsonl): median {status * 1000:.1f} ms of {options.runs} runs (goal <= "
+          f"{GOAL_S * 1000:.0f} ms); kdkit --help {median['kdkit --help'] * 1000:.1f} ms, python "
+          f"-c pass {median['python -c pass'] * 1000:.1f} ms")
     out = write_result("status", {
-        "command": "kdkit status RUN_ID --project DIR --json", "items": options.items, "results_bytes": size,
-        "runs": options.runs, "median_seconds": {name: round(value, 4) for name, value in median.items()},
+        "command": "kdkit status RUN_ID --project DIR --json", "items": options.items,
+        "results_bytes": size,
+        "runs": options.runs,
+        "median_seconds": {name: round(value, 4) for name, value in median.items()},
         "goal_seconds": GOAL_S, "met": status <= GOAL_S, "machine": machine(load=True)})
     print(f"written to {out.relative_to(REPO)}")
     sys.exit(0 if status <= GOAL_S else 1)

@@ -39,13 +39,19 @@ def main() -> int:
             cells = sum(r["seconds"] for r in report["rows"])
             overhead = sum(r["overhead_seconds"] for r in report["rows"])
             rows.append({"wall_seconds": wall, "cell_seconds": cells, "overhead_seconds": overhead,
-                         "timed_work_seconds": cells - overhead, "warmup_seconds": report["warmup_seconds"]})
+                         "timed_work_seconds": cells - overhead,
+                         "warmup_seconds": report["warmup_seconds"]})
     median = medians({key: [r[key] for r in rows] for key in rows[0]})
     ratio = median["overhead_seconds"] / median["timed_work_seconds"]
-    write_result("sweep", {"runs": args.runs, "cells": 12, "median": {k: round(v, 6) for k, v in median.items()},
-                           "overhead_over_timed_work": round(ratio, 4), "all_runs": rows, "machine": machine()})
+    write_result("sweep",
+                 {"runs": args.runs, "cells": 12,
+                  "median": {k: round(v, 6) for k, v in median.items()},
+                  "overhead_over_timed_work": round(ratio, 4), "all_runs": rows,
+                  "machine": machine()})
     print_medians(f"median over {args.runs} runs", "seconds", median, width=28, digits=4)
-    print(f"\nsweep overhead = {ratio:.1%} of the timed predict() work (12 cells, 11 inputs each size)")
+    print(
+        f"\nsweep overhead = {ratio:.1%} of the timed predict() work (12 cells, 11 inputs each "
+        "size)")
     return 0
 
 

@@ -48,7 +48,8 @@ def report_cost(calls: int = 20000) -> float:
     os.environ["KDKIT_TRAIN_RUN"], os.environ["KDKIT_TRAIN_FD"] = "/nonexistent", str(write_end)
     from kdkit.core import trainapi
 
-    drain = threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read_end, 1 << 16), b"")], daemon=True)
+    drain = threading.Thread(
+        target=lambda: [None for _ in iter(lambda: os.read(read_end, 1 << 16), b"")], daemon=True)
     drain.start()
     started = time.perf_counter()
     for step in range(calls):
@@ -64,7 +65,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                        help="torch's threads (OMP_NUM_THREADS), both ways; default: one core left to the supervisor")
+                        help=(
+                            "torch's threads (OMP_NUM_THREADS), both ways; default: one core left "
+                            "to the supervisor"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([str(BIN / "kdkit"), "init", "p", "--backend", "cpu"], cwd=tmp, check=True,
@@ -72,15 +75,21 @@ def main() -> int:
         project = Path(tmp) / "p"
         alone, harnessed = [], []
         for run in range(args.runs):  # interleaved, so a neighbour's load falls on both alike
-            alone.append(loop_step(project, False, args.steps, Path(tmp) / f"alone-{run}.json", args.threads))
-            harnessed.append(loop_step(project, True, args.steps, Path(tmp) / f"harnessed-{run}.json", args.threads))
+            alone.append(
+                loop_step(project, False, args.steps,
+                          Path(tmp) / f"alone-{run}.json", args.threads))
+            harnessed.append(
+                loop_step(project, True, args.steps,
+                          Path(tmp) / f"harnessed-{run}.json", args.threads))
     report = report_cost()
     step_alone, step_harnessed = statistics.median(alone), statistics.median(harnessed)
     overhead = (step_harnessed + report) / step_alone - 1
     result: dict[str, Any] = {
-        "machine": machine(load=True), "steps": args.steps, "runs": args.runs, "torch_threads": args.threads,
+        "machine": machine(load=True), "steps": args.steps, "runs": args.runs,
+        "torch_threads": args.threads,
         "step_seconds_alone": alone, "step_seconds_harnessed": harnessed, "report_seconds": report,
-        "report_share": round(report / step_alone, 6), "overhead_share": round(overhead, 5), "goal": 0.02,
+        "report_share": round(report / step_alone, 6), "overhead_share": round(overhead, 5),
+        "goal": 0.02,
         "met": overhead <= 0.02}
     print(json.dumps(result, indent=2))
     write_result("train", result)

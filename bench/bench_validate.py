@@ -46,7 +46,8 @@ def make_project(tmp: Path, documents: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--documents", type=int, default=100_000)
     options = parser.parse_args()
@@ -61,8 +62,9 @@ def main() -> None:
         times = interleaved(cases, options.runs, warm=True)
     median = medians(times)
     ratio = median["kdkit validate"] / median["load_pilot"]
-    print(f"kdkit validate over {options.documents} documents: median {median['kdkit validate']:.3f} s; the pilot's "
-          f"own read (load_pilot) {median['load_pilot']:.3f} s; ratio {ratio:.2f} (goal <= {GOAL_RATIO:g})")
+    print(f"kdkit validate over {options.documents} documents: median "
+          f"{median['kdkit validate']:.3f} s; the pilot's own read (load_pilot) "
+          f"{median['load_pilot']:.3f} s; ratio {ratio:.2f} (goal <= {GOAL_RATIO:g})")
     out = write_result("validate", {
         "command": "kdkit validate PROJECT", "peer": "python -c 'load_pilot(Path(PROJECT))'",
         "documents": options.documents, "runs": options.runs,

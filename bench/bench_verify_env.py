@@ -54,8 +54,10 @@ def prepare(root: Path, count: int) -> tuple[Path, Path, int]:
     python = make_venv(root / "venv", with_pip=True)
     pip_install(python, wheels, [f"{name}==1.{i}.0" for i, name in enumerate(names)])
     lock = root / "lock.txt"
-    lock.write_text("".join(lock_line(n, f"1.{i}.0", built[n]) for i, n in enumerate(names)), encoding="utf-8")
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
+    lock.write_text(
+        "".join(lock_line(n, f"1.{i}.0", built[n]) for i, n in enumerate(names)), encoding="utf-8")
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"],
+                            capture_output=True, text=True,
                             check=True)
     return python, lock, len(json.loads(listed.stdout))
 
@@ -68,7 +70,8 @@ def image_probe(root: Path, python: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     subprocess.run([str(python), "-m", "compileall", "-q", str(root / "lib")], check=True)
-    text = SHIM.replace("/opt/kdkit/venv/bin/python", str(python)).replace("/opt/kdkit/lib", str(root / "lib"))
+    text = SHIM.replace("/opt/kdkit/venv/bin/python",
+                        str(python)).replace("/opt/kdkit/lib", str(root / "lib"))
     if "/opt/kdkit" in text:
         raise SystemExit(f"the shim names a path this bench does not move:\n{SHIM}")
     shim = root / "bin" / "kdkit"
@@ -79,8 +82,10 @@ def image_probe(root: Path, python: Path) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dists", type=int, default=49, help="tiny distributions locked and installed (default 49)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dists", type=int,
+                        default=49, help="tiny distributions locked and installed (default 49)")
     parser.add_argument("--runs", type=int, default=15, help="runs of each tool (default 15)")
     args = parser.parse_args()
     uv = shutil.which("uv", path=str(BIN))
@@ -91,14 +96,22 @@ def main() -> int:
         shim = image_probe(Path(tmp) / "image", python)
         host_env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         host_env["UV_CACHE_DIR"] = str(Path(tmp) / "uv-cache")
-        image_env = {**host_env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}  # the image's ENV
+        # the image's ENV
+        image_env = {**host_env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
         tools = {
             IN_IMAGE: ([str(shim), "verify-env", "--lock", str(lock)], image_env),
-            HOST: ([str(BIN / "kdkit"), "verify-env", "--lock", str(lock), "--python", str(python)], host_env),
-            UV: ([uv, "pip", "sync", "--dry-run", "--offline", "--python", str(python), str(lock)], host_env),
-            PIP_SYNC: ([str(BIN / "pip-sync"), "--dry-run", "--python-executable", str(python), str(lock)], host_env),
+            HOST: (
+                [str(BIN / "kdkit"), "verify-env", "--lock", str(lock), "--python", str(python)],
+                host_env),
+            UV: (
+                [uv, "pip", "sync", "--dry-run", "--offline", "--python", str(python), str(lock)],
+                host_env),
+            PIP_SYNC: (
+                [str(BIN / "pip-sync"), "--dry-run", "--python-executable", str(python), str(lock)],
+                host_env),
         }
-        cases = {name: (lambda argv=argv, env=env: timed(argv, env=env)) for name, (argv, env) in tools.items()}
+        cases = {name: (lambda argv=argv, env=env: timed(argv, env=env)) for name,
+                 (argv, env) in tools.items()}
         times = interleaved(cases, args.runs, warm=True)
     median = medians(times)
     peer = median[UV]
@@ -109,12 +122,14 @@ def main() -> int:
         "distributions_installed": dists, "locked": args.dists, "runs": args.runs,
         "tools": {name: {"median_s": round(median[name], 4), "runs_s": rounded(times[name], 4),
                          "over_uv": round(median[name] / peer, 2)} for name in tools},
-        "goals": {name: {"at_most_times_uv": goal, "met": verdicts[name]} for name, goal in GOALS.items()},
+        "goals": {name: {"at_most_times_uv": goal, "met": verdicts[name]} for name,
+                  goal in GOALS.items()},
     })
     print(f"{dists} installed distributions, {args.dists} locked, {args.runs} runs each (medians)")
     print(f"{'tool':<40} {'median':>9} {'/ uv':>7}  goal")
     for name in tools:
-        goal = f"<= {GOALS[name]:.0f}x uv: {'MET' if verdicts[name] else 'NOT MET'}" if name in GOALS else ""
+        goal = (f"<= {GOALS[name]:.0f}x uv: {'MET' if verdicts[name] else 'NOT MET'}"
+                if name in GOALS else "")
         print(f"{name:<40} {median[name] * 1000:>7.1f}ms {median[name] / peer:>6.2f}x  {goal}")
     print(f"written: {out.relative_to(REPO)}")
     return 0 if all(verdicts.values()) else 1

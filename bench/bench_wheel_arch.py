@@ -54,13 +54,16 @@ def by_range(url: str) -> tuple[float, tuple[str, ...], int]:
 
 
 def by_download(index: str, version: str) -> tuple[float, tuple[str, ...], int]:
-    env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"} | {"PIP_CONFIG_FILE": os.devnull}
+    env = {k: v for k,
+           v in os.environ.items() if k != "PIP_FIND_LINKS"} | {"PIP_CONFIG_FILE": os.devnull}
     import subprocess
 
     with tempfile.TemporaryDirectory(prefix="kdkit-bench-wheel-") as tmp:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--index-url", index,
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--only-binary=:all:",
+                        "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
+                        "--index-url", index,
                         "-d", tmp, f"torch=={version}"], check=True, env=env)
         wheel = Path(tmp) / WHEEL
         with zipfile.ZipFile(wheel) as archive:
@@ -70,12 +73,14 @@ def by_download(index: str, version: str) -> tuple[float, tuple[str, ...], int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--index", default="https://pypi.org/simple")
     args = parser.parse_args()
     url = wheel_url(args.index, WHEEL)
-    cases: dict[str, dict[str, Any]] = {"range read (kdkit)": {"times": []}, "pip download + read": {"times": []}}
+    cases: dict[str, dict[str, Any]] = {"range read (kdkit)": {"times": []},
+                                        "pip download + read": {"times": []}}
     for _ in range(args.runs):
         for name, run in (("range read (kdkit)", lambda: by_range(url)),
                           ("pip download + read", lambda: by_download(args.index, "2.13.0"))):
@@ -85,13 +90,15 @@ def main() -> int:
     for case in cases.values():
         case["median_s"] = round(statistics.median(case["times"]), 3)
     fastest_peer = cases["pip download + read"]["median_s"]
-    cases["range read (kdkit)"]["peer_over_kdkit"] = round(fastest_peer / cases["range read (kdkit)"]["median_s"], 1)
+    cases["range read (kdkit)"]["peer_over_kdkit"] = round(
+        fastest_peer / cases["range read (kdkit)"]["median_s"], 1)
     same = cases["range read (kdkit)"]["arch_list"] == cases["pip download + read"]["arch_list"]
-    result = {"wheel": WHEEL, "url": url, "same_arch_list": same, "cases": cases, "machine": machine()}
+    result = {"wheel": WHEEL, "url": url, "same_arch_list": same, "cases": cases,
+              "machine": machine()}
     out = write_result("wheel_arch", result)
     for name, case in cases.items():
-        print(f"{name:<22} median {case['median_s']:8.3f} s  {case['bytes_fetched'] / 1e6:9.1f} MB  "
-              f"{' '.join(case['arch_list'])}")
+        print(f"{name:<22} median {case['median_s']:8.3f} s  {case['bytes_fetched'] / 1e6:9.1f} MB "
+              f" {' '.join(case['arch_list'])}")
     print(f"same list: {same}; written to {out.relative_to(REPO)}")
     return 0
 

@@ -40,14 +40,16 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.delenv("KDKIT_DEBUG", raising=False)
-    monkeypatch.setenv("KDKIT_OFFLINE", "1")  # `kdkit check` reads no index wheel unless a test serves one
+    # `kdkit check` reads no index wheel unless a test serves one
+    monkeypatch.setenv("KDKIT_OFFLINE", "1")
     # A suite run by a launcher (srun, torchrun) must not give every pilot a share; a pilot run in-process
     # under a launcher's variables may set the visible devices, which are put back after each test.
     from kdkit.probe.pilot.launchers import LAUNCHERS, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, RUN_ID_VAR, VISIBLE
 
     launcher_vars = {name for launcher in LAUNCHERS for name in launcher.variables}
     for name in sorted(launcher_vars | {RUN_ID_VAR, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, *VISIBLE}):
-        monkeypatch.setenv(name, os.environ.get(name, ""))  # recorded: restored, or removed, after the test
+        # recorded: restored, or removed, after the test
+        monkeypatch.setenv(name, os.environ.get(name, ""))
         if name not in VISIBLE or not os.environ[name]:
             monkeypatch.delenv(name)
 
@@ -65,7 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     them: they share the session's image and its tags, and would fight for the engine's cores. It runs before
     ``-m`` selects."""
     for item in items:
-        if "docker_engine" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("docker"):
+        if "docker_engine" in getattr(item, "fixturenames", ()) \
+                and not item.get_closest_marker("docker"):
             item.add_marker(pytest.mark.docker)
 
 
@@ -81,7 +84,8 @@ def tree_snapshot(root: Path) -> dict[str, bytes]:
     """Every file below root with its bytes: compare before/after to prove nothing was written."""
     if not root.exists():
         return {}
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
 
 
 def docker_available() -> str | None:
@@ -101,7 +105,8 @@ def docker_engine() -> Iterator[None]:
     """Skip loudly without an engine; with KDKIT_REQUIRE_DOCKER=1, fail instead."""
     reason = docker_available()
     if reason is not None:
-        message = f"no Docker engine reachable ({reason}); run `make engine` to install and start one"
+        message = (
+            f"no Docker engine reachable ({reason}); run `make engine` to install and start one")
         if os.environ.get("KDKIT_REQUIRE_DOCKER") == "1":
             pytest.fail(f"KDKIT_REQUIRE_DOCKER=1 but {message}", pytrace=False)
         sys.stderr.write(f"\nSKIPPING DOCKER TESTS: {message}\n")
@@ -113,7 +118,8 @@ def docker_engine() -> Iterator[None]:
 def locked_copy(locked: Path, tmp_path: Path) -> Path:
     """A private copy of the session's locked project (same name and lock, so the same image) with no runs/:
     for tests that change it or run it."""
-    return Path(shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
+    return Path(
+        shutil.copytree(locked, tmp_path / "kdkit-e2e", ignore=shutil.ignore_patterns("runs")))
 
 
 def copy_tree(src: Path, dest: Path) -> Path:
@@ -132,7 +138,8 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
     from kdkit.project.init import init_project
 
-    root = init_project(tmp_path_factory.mktemp("e2e") / "kdkit-e2e", name="kdkit-e2e", backend="cpu")
+    root = init_project(tmp_path_factory.mktemp("e2e") / "kdkit-e2e",
+                        name="kdkit-e2e", backend="cpu")
     result = invoke("lock", root, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)
     assert result.exit_code == 0, result.output
     return root
@@ -159,9 +166,11 @@ def ca_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
 
 
 @pytest.fixture(scope="session")
-def built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> dict[str, Any]:
+def built(docker_engine: None, locked: Path, wheelhouse: Path,
+          ca_bundle: tuple[Path, bytes]) -> dict[str, Any]:
     """The session's image: built offline from the wheelhouse, with a CA bundle that must not leak."""
-    result = invoke("build", locked, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+    result = invoke("build", locked, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+                    wheelhouse,
                     "--ca-bundle", ca_bundle[0], "--json")
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
@@ -186,7 +195,8 @@ def reseal(folder: Path) -> None:
     edits a closed run and covers their tracks would do (kdkit itself never re-reads to seal)."""
     from kdkit.core.checksums import SUMS, write_sums
 
-    names = [line.split("  ", 1)[1] for line in (folder / SUMS).read_text().splitlines() if "  " in line]
+    names = [line.split("  ", 1)[1] for line in (folder / SUMS).read_text().splitlines()
+             if "  " in line]
     write_sums(folder, [(name, folder / name) for name in names])
 
 
@@ -195,7 +205,9 @@ def valid_outside_git(project: Path) -> str:
     lives in a temporary folder, outside any git checkout (kdkit.project.gitstate)."""
     from kdkit.project.gitstate import NOT_GIT, START
 
-    return f"Warning: {project}: git: {NOT_GIT}; start one there: `{START}`\n{project}: valid (1 warning(s))"
+    return (
+        f"Warning: {project}: git: {NOT_GIT}; start one there: `{START}`\n{project}: valid (1 "
+        "warning(s))")
 
 
 @pytest.fixture

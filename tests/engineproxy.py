@@ -31,7 +31,8 @@ def engine_socket() -> str:
 class SignalingProxy:
     def __init__(self, pattern: bytes, signum: int) -> None:
         self.pattern, self.signum = re.compile(pattern, re.MULTILINE), signum
-        self.folder = Path(tempfile.mkdtemp(prefix="kd-proxy-"))  # short: a socket path holds 108 bytes at most
+        # short: a socket path holds 108 bytes at most
+        self.folder = Path(tempfile.mkdtemp(prefix="kd-proxy-"))
         self.path = self.folder / "engine.sock"
         self.fired = threading.Event()
         self._pid: int | None = None
@@ -52,7 +53,8 @@ class SignalingProxy:
         threading.Thread(target=self._accept, daemon=True).start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._server.close()
         for sock in list(self._open):
             with contextlib.suppress(OSError):
@@ -70,11 +72,15 @@ class SignalingProxy:
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.connect(engine_socket())
             self._open += [client, upstream]
-            armed = threading.Event()  # this connection's last request matched: its answer fires the signal
-            threading.Thread(target=self._pump, args=(client, upstream, armed, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, armed, False), daemon=True).start()
+            # this connection's last request matched: its answer fires the signal
+            armed = threading.Event()
+            threading.Thread(target=self._pump,
+                             args=(client, upstream, armed, True), daemon=True).start()
+            threading.Thread(target=self._pump,
+                             args=(upstream, client, armed, False), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, armed: threading.Event, asking: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket,
+              armed: threading.Event, asking: bool) -> None:
         try:
             while data := source.recv(1 << 16):
                 if asking and not self.fired.is_set() and self.pattern.search(data):

@@ -42,9 +42,11 @@ from urllib.parse import quote
 
 import pytest
 
-ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can hold: fixed, so every build is byte-identical
+# the earliest a zip can hold: fixed, so every build is byte-identical
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 LINUX = "manylinux_2_28_x86_64"
-CUDNN = ("nvidia-cudnn-cu13", "9.13.0.50")  # what the stand-in +cu13x torch requires, as the real one does
+# what the stand-in +cu13x torch requires, as the real one does
+CUDNN = ("nvidia-cudnn-cu13", "9.13.0.50")
 # Compiled architectures by CUDA major, as the real builds list them (the caller may pass its own).
 DEFAULT_ARCHES = {
     "12": ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
@@ -74,7 +76,8 @@ def sha256(path: Path) -> str:
 
 
 def build_wheel(dest: Path, name: str, version: str, tag: str, files: dict[str, str], *,
-                requires: Sequence[str] = (), requires_python: str | None = None, purelib: bool = True,
+                requires: Sequence[str] = (), requires_python: str | None = None,
+                purelib: bool = True,
                 summary: str = "") -> Path:
     """``{dist}-{version}-{tag}.whl`` in ``dest`` with a proper .dist-info (METADATA, WHEEL, RECORD)."""
     dist = dist_name(name)
@@ -88,13 +91,15 @@ def build_wheel(dest: Path, name: str, version: str, tag: str, files: dict[str, 
     contents[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: kdkit-tests (1.0)\n"
                                  f"Root-Is-Purelib: {'true' if purelib else 'false'}\nTag: {tag}\n")
     contents[f"{info}/top_level.txt"] = name.split("-")[0].split(".")[0] + "\n"
-    record = [f"{path},{_record_hash(text.encode())},{len(text.encode())}" for path, text in sorted(contents.items())]
+    record = [f"{path},{_record_hash(text.encode())},{len(text.encode())}" for path,
+              text in sorted(contents.items())]
     contents[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
     dest.mkdir(parents=True, exist_ok=True)
     wheel = dest / f"{dist}-{version}-{tag}.whl"
     with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path in [*sorted(p for p in contents if ".dist-info/" not in p),
-                     *sorted(p for p in contents if ".dist-info/" in p and not p.endswith("RECORD")),
+                     *sorted(p for p in contents if ".dist-info/" in p
+                             and not p.endswith("RECORD")),
                      f"{info}/RECORD"]:
             member = zipfile.ZipInfo(path, date_time=ZIP_TIME)
             member.external_attr = 0o644 << 16
@@ -103,7 +108,8 @@ def build_wheel(dest: Path, name: str, version: str, tag: str, files: dict[str, 
     return wheel
 
 
-def version_py(version: str, cuda: str | None, hip: str | None, rocm: str | None, git_version: str) -> str:
+def version_py(version: str, cuda: str | None, hip: str | None,
+               rocm: str | None, git_version: str) -> str:
     """torch/version.py as real wheels write it (2.9 onwards, with ``rocm``)."""
     return ("from typing import Optional\n\n"
             "__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'rocm', 'xpu']\n"
@@ -143,7 +149,8 @@ def _build_facts(label: str | None) -> tuple[str | None, str | None, str | None]
     """(cuda, hip, rocm) of torch/version.py for a local label."""
     from kdkit.core.builds import parse_label
 
-    parsed = parse_label(label) if label else ("cuda", "13.0")  # PyPI's label-less Linux torch is a CUDA build
+    # PyPI's label-less Linux torch is a CUDA build
+    parsed = parse_label(label) if label else ("cuda", "13.0")
     if parsed is None or parsed[0] == "cpu":
         return None, None, None
     kind, number = parsed
@@ -167,27 +174,33 @@ def torch_wheel(dest: Path, version: str, *, python: str | None = None, platform
     cuda, hip, rocm = _build_facts(label or None)
     git = hashlib.sha1(version.encode()).hexdigest()
     files = {
-        "torch/__init__.py": ('"""A stand-in torch built by kdkit\'s tests: its metadata and build facts, no '
-                              'tensors."""\n\nfrom torch import version as version\n\n'
+        "torch/__init__.py": ('"""A stand-in torch built by kdkit\'s tests: its metadata and build '
+                              'facts, no tensors."""\n\nfrom torch import version as version\n\n'
                               "__version__ = version.__version__\n"),
         "torch/version.py": version_py(version, cuda, hip, rocm, git),
     }
     if cuda is not None:
-        chosen = arches if arches is not None else DEFAULT_ARCHES.get(cuda.split(".")[0], DEFAULT_ARCHES["13"])
+        chosen = arches if arches is not None else DEFAULT_ARCHES.get(
+            cuda.split(".")[0], DEFAULT_ARCHES["13"])
         files["torch/include/ATen/cuda/CUDAConfig.h"] = cuda_config_h(chosen)
     if requires is None:
-        requires = [f'{CUDNN[0]}=={CUDNN[1]}; platform_system == "Linux"'] if (cuda or "").startswith("13") else []
+        requires = ([f'{CUDNN[0]}=={CUDNN[1]}; platform_system == "Linux"']
+                    if (cuda or "").startswith("13") else [])
     tag = python_tag(python)
     return build_wheel(dest, "torch", version, f"{tag}-{tag}-{platform}", files, requires=requires,
                        requires_python=">=3.10", purelib=False,
-                       summary=f"Tensors and Dynamic neural networks in Python ({public}, kdkit test stand-in)")
+                       summary=(
+                           f"Tensors and Dynamic neural networks in Python ({public}, kdkit test "
+                           "stand-in)"))
 
 
-def dependency_wheel(dest: Path, name: str, version: str, tag: str = "py3-none-manylinux_2_27_x86_64") -> Path:
+def dependency_wheel(dest: Path, name: str, version: str,
+                     tag: str = "py3-none-manylinux_2_27_x86_64") -> Path:
     """A stand-in dependency wheel (e.g. ``nvidia-cudnn-cu13``), a namespace-style package with one module."""
     parts = name.split("-")
     # nvidia-cudnn-cu13 installs nvidia/cudnn/, as the real one does
-    module = "nvidia/" + "_".join(p for p in parts[1:] if not p[2:].isdigit()) if parts[0] == "nvidia" \
+    module = "nvidia/" + "_".join(p for p in parts[1:]
+                                  if not p[2:].isdigit()) if parts[0] == "nvidia" \
         else dist_name(name)
     files = {f"{module}/__init__.py": f'"""{name} {version}, a test stand-in."""\n'}
     return build_wheel(dest, name, version, tag, files, requires_python=">=3.8")
@@ -212,8 +225,8 @@ def _anchor(href: str, wheel: Path, requires_python: str | None) -> str:
 
 
 def _page(title: str, anchors: Sequence[str]) -> str:
-    return (f"<!DOCTYPE html>\n<html>\n  <head><title>{html.escape(title)}</title></head>\n  <body>\n"
-            f"    <h1>{html.escape(title)}</h1>\n{''.join(anchors)}  </body>\n</html>\n")
+    return (f"<!DOCTYPE html>\n<html>\n  <head><title>{html.escape(title)}</title></head>\n  "
+            f"<body>\n    <h1>{html.escape(title)}</h1>\n{''.join(anchors)}  </body>\n</html>\n")
 
 
 @dataclass
@@ -252,18 +265,24 @@ class LocalIndex:
                 if _project_of(wheel) == "torch":
                     all_torch.append(anchor)
             for project, anchors in projects.items():
-                _write(self.root / "whl" / label / project / "index.html", _page(f"Links for {project}", anchors))
+                _write(self.root / "whl" / label / project / "index.html",
+                       _page(f"Links for {project}", anchors))
             _write(self.root / "whl" / label / "index.html",
-                   _page("Simple index", [f'    <a href="/whl/{label}/{p}/">{p}</a><br/>\n' for p in sorted(projects)]))
-        _write(self.root / "whl" / "torch" / "index.html", _page("Links for torch", sorted(all_torch)))
+                   _page("Simple index",
+                         [f'    <a href="/whl/{label}/{p}/">{p}</a><br/>\n'
+                          for p in sorted(projects)]))
+        _write(self.root / "whl" / "torch" / "index.html",
+               _page("Links for torch", sorted(all_torch)))
         by_project: dict[str, list[str]] = {}
         for wheel in sorted(self.simple, key=lambda w: w.name):
             by_project.setdefault(_project_of(wheel), []).append(
                 _anchor(f"../../files/{quote(wheel.name)}", wheel, None))
         for project, anchors in by_project.items():
-            _write(self.root / "simple" / project / "index.html", _page(f"Links for {project}", anchors))
+            _write(self.root / "simple" / project / "index.html",
+                   _page(f"Links for {project}", anchors))
         _write(self.root / "simple" / "index.html",
-               _page("Simple index", [f'    <a href="{p}/">{p}</a><br/>\n' for p in sorted(by_project)]))
+               _page("Simple index",
+                     [f'    <a href="{p}/">{p}</a><br/>\n' for p in sorted(by_project)]))
         return self
 
 
@@ -300,7 +319,8 @@ class _QuietHandler(SimpleHTTPRequestHandler):
     """SimpleHTTPRequestHandler that records each request path instead of logging it to stderr."""
 
     requests: list[str]
-    authorization: str | None = None  # the Authorization header every request must carry (None: any)
+    # the Authorization header every request must carry (None: any)
+    authorization: str | None = None
     authorized: list[str]  # the paths asked with it (set per server by serve)
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -339,13 +359,15 @@ def serve(root: Path, basic_auth: str | None = None) -> Iterator[Served]:
     """Serve ``root`` on 127.0.0.1 (a free port) from a thread until the block ends; with ``basic_auth``
     (``user:password``) every request must carry it, as Basic auth (``Served.authorized`` lists those that did)."""
     expected = "Basic " + base64.b64encode(basic_auth.encode()).decode() if basic_auth else None
-    handler = type("Handler", (_QuietHandler,), {"requests": [], "authorization": expected, "authorized": []})
+    handler = type("Handler", (_QuietHandler,),
+                   {"requests": [], "authorization": expected, "authorized": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="localindex", daemon=True)
     thread.start()
     try:
-        yield Served(root, f"http://127.0.0.1:{server.server_address[1]}", handler.requests, handler.authorized)
+        yield Served(root, f"http://127.0.0.1:{server.server_address[1]}",
+                     handler.requests, handler.authorized)
     finally:
         server.shutdown()
         server.server_close()

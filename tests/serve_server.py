@@ -38,11 +38,13 @@ def load_app(root: Path, entry: str = "src.classify:predict") -> Predict:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms wait on the client's delayed ACK
+    # headers and body are two writes: no 40 ms wait on the client's delayed ACK
+    disable_nagle_algorithm = True
     server: _Server
 
     def setup(self) -> None:
-        self.timeout = self.server.owner.idle_s  # an idle keep-alive connection is closed after this
+        # an idle keep-alive connection is closed after this
+        self.timeout = self.server.owner.idle_s
         super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -70,7 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": "not JSON"})
             return
         owner.seen(body)
-        routes = {"/predict": self._predict, "/v1/completions": self._openai, "/v1/chat/completions": self._openai}
+        routes = {"/predict": self._predict, "/v1/completions": self._openai,
+                  "/v1/chat/completions": self._openai}
         route = routes.get(self.path.split("?", 1)[0])
         if route is None:
             self._send(404, {"error": f"no route {self.path}"})
@@ -89,8 +92,12 @@ class _Handler(BaseHTTPRequestHandler):
         text = body["messages"][-1]["content"] if chat else body["prompt"]
         category = str(owner.answer(text).get("category", "error"))
         if not body.get("stream"):
-            choice = {"message": {"role": "assistant", "content": category}} if chat else {"text": category}
-            self._send(200, {"object": "chat.completion" if chat else "text_completion", "choices": [choice]})
+            choice = {
+                "message": {"role": "assistant", "content": category}} if chat else {
+                    "text": category}
+            self._send(200,
+                       {"object": "chat.completion" if chat else "text_completion",
+                        "choices": [choice]})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -100,7 +107,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
         for char in category:
             time.sleep(owner.token_delay_s)
-            self._chunk({"choices": [{"index": 0, "delta": {"content": char}} if chat else {"index": 0, "text": char}]})
+            self._chunk(
+                {"choices": [{"index": 0, "delta": {"content": char}} if chat
+                             else {"index": 0, "text": char}]})
         self._chunk("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 
@@ -129,7 +138,8 @@ class LocalServer:
     ``url`` is ``http://127.0.0.1:PORT``; ``bodies`` the first requests' JSON bodies; ``most_in_flight``
     the most requests it held at once."""
 
-    def __init__(self, root: Path, entry: str = "src.classify:predict", *, predict: Predict | None = None,
+    def __init__(self, root: Path, entry: str = "src.classify:predict", *,
+                 predict: Predict | None = None,
                  max_bytes: int | None = None, capacity: int | None = None, delay_s: float = 0.0,
                  token_delay_s: float = 0.0, stall_marker: str | None = None, stall_s: float = 1.0,
                  idle_s: float = 30.0) -> None:
@@ -154,7 +164,8 @@ class LocalServer:
             self.predict = load_app(self.root, self.entry)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
                                         daemon=True)
         self._thread.start()
         return self
@@ -188,7 +199,8 @@ class LocalServer:
 
     def answer(self, text: str) -> dict[str, Any]:
         """The app's answer to one text, after the configured delay (and the stall, for a marked text)."""
-        wait = self.delay_s + (self.stall_s if self.stall_marker and self.stall_marker in text else 0.0)
+        wait = self.delay_s + (self.stall_s if self.stall_marker and self.stall_marker in text
+                               else 0.0)
         if wait:
             time.sleep(wait)
         assert self.predict is not None

@@ -33,7 +33,8 @@ HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "data" / "smi"
 PHASE = "SMI_STANDIN_PHASE"
 LOG = "SMI_STANDIN_LOG"
-USAGE = {"nvidia-smi": "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.",
+USAGE = {"nvidia-smi": "Invalid combination of input arguments. Please run 'nvidia-smi -h' for "
+                       "help.",
          "amd-smi": "amd-smi: error: unrecognized arguments: {args}",
          "rocm-smi": "rocm-smi: error: unrecognized arguments: {args}"}
 
@@ -45,8 +46,8 @@ def install(bin_dir: Path, scenario: str) -> Path:
     for program in sorted(path.name for path in folder.iterdir() if path.is_dir()):
         script = bin_dir / program
         script.write_text(f"#!{sys.executable} -S\nimport sys\nsys.path.insert(0, {str(HERE)!r})\n"
-                          f"import smi_standin\nsys.exit(smi_standin.main({program!r}, {str(folder)!r}, "
-                          "sys.argv[1:]))\n", encoding="utf-8")
+                          f"import smi_standin\nsys.exit(smi_standin.main({program!r}, "
+                          f"{str(folder)!r}, sys.argv[1:]))\n", encoding="utf-8")
         script.chmod(0o755)
     return bin_dir
 
@@ -63,7 +64,9 @@ def recorded(folder: Path, name: str) -> Path:
 
 def main(program: str, scenario: str, args: list[str]) -> int:
     folder = Path(scenario) / program
-    sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]  # a recorded stray byte goes out as is
+    sys.stdout.reconfigure(
+        errors=(
+            "surrogateescape"))  # type: ignore[union-attr]  # a recorded stray byte goes out as is
     if os.environ.get(LOG):
         with open(os.environ[LOG], "a", encoding="utf-8") as log:
             log.write(" ".join([program, *args]) + "\n")
@@ -80,7 +83,8 @@ def main(program: str, scenario: str, args: list[str]) -> int:
     answers = json.loads((folder / "answers.json").read_text(encoding="utf-8"))
     name = answers.get(" ".join(args))
     if name is None:
-        print(USAGE[program].format(args=" ".join(args)), file=sys.stderr if program != "nvidia-smi" else sys.stdout)
+        print(USAGE[program].format(args=" ".join(args)),
+              file=sys.stderr if program != "nvidia-smi" else sys.stdout)
         return 2
     sys.stdout.write(recorded(folder, name).read_text(encoding="utf-8", errors="surrogateescape"))
     return 0

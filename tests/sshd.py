@@ -52,7 +52,8 @@ class SshServer:
         return f"root@{HOST}"
 
     def ssh(self, script: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ssh", "-F", str(self.client_config), self.target, script], capture_output=True,
+        return subprocess.run(["ssh", "-F", str(self.client_config), self.target, script],
+                              capture_output=True,
                               text=True, timeout=60, check=False)
 
     def stop(self) -> None:
@@ -72,24 +73,29 @@ class SshServer:
         authorized.write_text((folder / "user_key.pub").read_text())
         port = free_port()
         config = folder / "sshd_config"
-        config.write_text(f"Port {port}\nListenAddress {HOST}\nHostKey {host_key}\nUsePAM no\nStrictModes no\n"
-                          f"PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                          f"KbdInteractiveAuthentication no\nAuthorizedKeysFile {authorized}\n"
-                          f"PidFile {folder / 'sshd.pid'}\nSubsystem sftp internal-sftp\nLogLevel ERROR\n")
+        config.write_text(f"Port {port}\nListenAddress {HOST}\nHostKey {host_key}\nUsePAM "
+                          "no\nStrictModes no\nPermitRootLogin "
+                          "prohibit-password\nPasswordAuthentication "
+                          "no\nKbdInteractiveAuthentication no\nAuthorizedKeysFile "
+                          f"{authorized}\nPidFile {folder / 'sshd.pid'}\nSubsystem sftp "
+                          "internal-sftp\nLogLevel ERROR\n")
         Path("/run/sshd").mkdir(exist_ok=True)
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-        process = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stderr=(folder / "sshd.log").open("wb"))
+        process = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)],
+                                   stderr=(folder / "sshd.log").open("wb"))
         known = folder / "known_hosts"
-        known.write_text(f"[{HOST}]:{port} {(folder / 'host_key.pub').read_text().split(' ', 2)[0]} "
+        known.write_text(f"[{HOST}]:{port} "
+                         f"{(folder / 'host_key.pub').read_text().split(' ', 2)[0]} "
                          f"{(folder / 'host_key.pub').read_text().split(' ', 2)[1]}\n")
         client = folder / "ssh_config"
         client.write_text(f"Host {HOST} kdtest\n  HostName {HOST}\n  Port {port}\n  User root\n"
-                          f"  IdentityFile {user_key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
-                          "  StrictHostKeyChecking yes\n")
+                          f"  IdentityFile {user_key}\n  IdentitiesOnly yes\n  UserKnownHostsFile "
+                          f"{known}\n  StrictHostKeyChecking yes\n")
         rclone = folder / "rclone.conf"
         rclone.write_text(f"[kdsftp]\ntype = sftp\nhost = {HOST}\nport = {port}\nuser = root\n"
                           f"key_file = {user_key}\nknown_hosts_file = {known}\nshell_type = unix\n"
-                          "md5sum_command = md5sum\nsha1sum_command = sha1sum\n\n[kdlocal]\ntype = local\n")
+                          "md5sum_command = md5sum\nsha1sum_command = sha1sum\n\n[kdlocal]\ntype = "
+                          "local\n")
         server = cls(folder, port, process, user_key, client, rclone)
         _wait_ready(server)
         return server

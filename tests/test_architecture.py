@@ -28,7 +28,8 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name in modules}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("kdkit"):
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("kdkit"):
             subs = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
             found |= subs or ({node.module} & set(modules))
             if subs and len(subs) < len(node.names) and node.module in modules:
@@ -104,7 +105,8 @@ LAYERS: tuple[tuple[int, str], ...] = (
 
 
 def _group(module: str) -> tuple[int, str]:
-    named = [(rank, group) for rank, group in LAYERS if module == group or module.startswith(group + ".")]
+    named = [(rank, group) for rank,
+             group in LAYERS if module == group or module.startswith(group + ".")]
     return max(named, key=lambda layer: len(layer[1]))
 
 
@@ -124,16 +126,18 @@ def test_no_arrow_runs_up_or_sideways_between_layers() -> None:
 
 
 def test_the_layer_check_sees_an_upward_and_a_sideways_arrow() -> None:
-    graph = {"kdkit.core.jsonio": {"kdkit.image.build"}, "kdkit.probe.env.verify": {"kdkit.probe.diagnose.host"},
+    graph = {"kdkit.core.jsonio": {"kdkit.image.build"},
+             "kdkit.probe.env.verify": {"kdkit.probe.diagnose.host"},
              "kdkit.cli.order": {"kdkit.order.check", "kdkit.core.errors"}}
     assert _upward(graph) == ["kdkit.core.jsonio (kdkit.core) -> kdkit.image.build (kdkit.image)",
-                              "kdkit.probe.env.verify (kdkit.probe.env) -> kdkit.probe.diagnose.host "
-                              "(kdkit.probe.diagnose)"]
+                              "kdkit.probe.env.verify (kdkit.probe.env) -> "
+                              "kdkit.probe.diagnose.host (kdkit.probe.diagnose)"]
 
 
 def test_every_module_has_a_layer_and_each_package_says_what_it_owns() -> None:
     for name, path in _modules().items():
-        assert name == "kdkit" or _group(name)[1] != "kdkit", f"{path}: a module of no layer; add it to LAYERS"
+        assert name == "kdkit" or _group(
+            name)[1] != "kdkit", f"{path}: a module of no layer; add it to LAYERS"
         if path.name == "__init__.py" and name != "kdkit":
             docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
             assert docstring, f"{path}: a package's __init__.py says in its docstring what the package owns"
@@ -178,5 +182,6 @@ def _third_party(path: Path) -> set[str]:
 def test_click_rich_and_docker_are_each_imported_in_one_home_only() -> None:
     strays = [f"{name} imports {package}" for name, path in sorted(_modules().items())
               for package, home in ONE_HOME.items()
-              if package in _third_party(path) and not (name == home or name.startswith(home + "."))]
+              if package in _third_party(path)
+              and not (name == home or name.startswith(home + "."))]
     assert strays == []

@@ -24,18 +24,22 @@ def bench() -> ModuleType:
         sys.path.remove(str(BENCH))
 
 
-def test_repetitions_default_per_measure_quick_is_one_and_repeat_applies_to_timed_measures(bench: ModuleType) -> None:
+def test_repetitions_default_per_measure_quick_is_one_and_repeat_applies_to_timed_measures(
+    bench: ModuleType) -> None:
     plain = bench.parse_args([])
     assert [bench.repeats(plain, m) for m in ("verdict", "rebuild", "size")] == [5, 3, 1]
     quick = bench.parse_args(["--quick", "--only", "verdict"])
-    assert quick.only == "verdict" and bench.repeats(quick, "verdict") == 1 and bench.repeats(quick, "rebuild") == 1
+    assert quick.only == "verdict" and bench.repeats(quick, "verdict") == 1 and bench.repeats(quick,
+                                                                                              "rebuild") == 1
     seven = bench.parse_args(["--repeat", "7"])
     assert [bench.repeats(seven, m) for m in ("verdict", "rebuild", "size")] == [7, 7, 1]
 
 
-@pytest.mark.parametrize("argv", [["--repeat", "0"], ["--repeat", "11"], ["--quick", "--repeat", "3"],
-                                  ["--only", "speed"]])
-def test_bad_options_exit_2(bench: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("argv",
+                         [["--repeat", "0"], ["--repeat", "11"], ["--quick", "--repeat", "3"],
+                          ["--only", "speed"]])
+def test_bad_options_exit_2(bench: ModuleType, argv: list[str],
+                            capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         bench.parse_args(argv)
     assert exit_.value.code == 2
@@ -45,7 +49,8 @@ def test_bad_options_exit_2(bench: ModuleType, argv: list[str], capsys: pytest.C
 def test_one_distinct_package_per_rebuild_none_of_them_in_the_torch_lock(bench: ModuleType) -> None:
     packages = bench.EXTRA_PACKAGES
     assert len(set(packages)) == len(packages) == 10
-    assert not set(packages) & {"torch", "filelock", "fsspec", "jinja2", "markupsafe", "mpmath", "networkx",
+    assert not set(packages) & {"torch", "filelock", "fsspec", "jinja2", "markupsafe", "mpmath",
+                                "networkx",
                                 "sympy", "typing-extensions", "setuptools"}
 
 
@@ -73,9 +78,12 @@ def test_table_shows_medians_goal_verdict_and_labels_a_smoke_run(bench: ModuleTy
 
 
 def test_table_of_sizes_and_of_an_invalid_measure(bench: ModuleType) -> None:
-    sizes = {"bytes": {"image": 1_000_000_000, "base": 120_000_000, "venv": 870_000_000, "overhead": 10_000_000},
+    sizes = {"bytes": {"image": 1_000_000_000, "base": 120_000_000,
+                       "venv": 870_000_000, "overhead": 10_000_000},
              **bench.judged("size", 1.0)}
     text = bench.table("size", sizes)
     assert "SMOKE" not in text and "| overhead | 10.0 |" in text and text.rstrip().endswith("PASS")
-    invalid = bench.table("verdict", {"valid": False, "reason": "floor: run x has the verdict 'fail', not pass"})
+    invalid = bench.table("verdict",
+                          {"valid": False,
+                           "reason": "floor: run x has the verdict 'fail', not pass"})
     assert "INVALID: floor: run x" in invalid and "PASS" not in invalid.replace("not pass", "")

@@ -14,7 +14,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kdkit"
 MODULE_LINES, FUNCTION_LINES, NESTING, PROSE_WIDTH = 400, 50, 4, 100
-DIRECTIVE = re.compile(r"#\s*(noqa|type:\s*ignore|pragma)")  # its place is its line: it cannot move above
+# its place is its line: it cannot move above
+DIRECTIVE = re.compile(r"#\s*(noqa|type:\s*ignore|pragma)")
 BULLET = re.compile(r"\s*([-*] |\d+\. )")
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -40,9 +41,11 @@ def shape_problems(path: Path, name: str) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             if length > FUNCTION_LINES:
-                problems.append(f"{name}:{node.lineno} {node.name}: {length} lines (at most {FUNCTION_LINES})")
+                problems.append(
+                    f"{name}:{node.lineno} {node.name}: {length} lines (at most {FUNCTION_LINES})")
             if (depth := nesting(node)) > NESTING:
-                problems.append(f"{name}:{node.lineno} {node.name}: nests {depth} deep (at most {NESTING})")
+                problems.append(
+                    f"{name}:{node.lineno} {node.name}: nests {depth} deep (at most {NESTING})")
     return problems
 
 
@@ -53,9 +56,9 @@ def test_module_functions_and_nesting_fit_the_rules(path: Path) -> None:
 
 def test_the_rules_see_a_long_function_and_deep_nesting(tmp_path: Path) -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(50))
-    deep = "def deep(a):\n    if a:\n        for b in a:\n            while b:\n                with b:\n" \
-           "                    try:\n                        pass\n                    finally:\n" \
-           "                        pass\n"
+    deep = ("def deep(a):\n    if a:\n        for b in a:\n            while b:\n                "
+            "with b:\n                    try:\n                        pass\n                    "
+            "finally:\n                        pass\n")
     source = tmp_path / "shapes.py"
     source.write_text(f"def long():\n{body}\n\n{deep}" + "\n" * 400, encoding="utf-8")
     assert shape_problems(source, "shapes.py") == ["shapes.py: 462 lines (at most 400)",
@@ -77,7 +80,8 @@ def _verbatim(lines: list[str], first: int, last: int, base: int) -> set[int]:
         block = text in ("\\b", '"""\\b') or (block and bool(text))
         if block or "://" in text:
             kept.add(number)
-        elif number > first and _indent(lines[number - 1]) > base and not BULLET.match(lines[number - 1]):
+        elif number > first and _indent(lines[number - 1]) > base \
+                and not BULLET.match(lines[number - 1]):
             head = number - 1
             while head > first and lines[head - 1].strip() and _indent(lines[head - 1]) > base:
                 head -= 1
@@ -95,9 +99,11 @@ def prose_too_wide(text: str, name: str) -> list[str]:
                 and ast.get_docstring(node, clean=False) is not None:
             doc = node.body[0]
             kept = _verbatim(lines, doc.lineno, doc.end_lineno or doc.lineno, doc.col_offset)
-            wide |= {n for n in range(doc.lineno, (doc.end_lineno or doc.lineno) + 1) if n not in kept}
+            wide |= {n for n in range(doc.lineno, (doc.end_lineno or doc.lineno) + 1)
+                     if n not in kept}
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        if token.type == tokenize.COMMENT and not DIRECTIVE.search(token.string) and "://" not in token.string:
+        if token.type == tokenize.COMMENT and not DIRECTIVE.search(token.string) \
+                and "://" not in token.string:
             wide.add(token.start[0])
     return [f"{name}:{n}: {len(lines[n - 1])} columns of prose (at most {PROSE_WIDTH})"
             for n in sorted(wide) if len(lines[n - 1]) > PROSE_WIDTH]
@@ -105,12 +111,15 @@ def prose_too_wide(text: str, name: str) -> list[str]:
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_comments_and_docstrings_fit_in_100_columns(path: Path) -> None:
-    assert prose_too_wide(path.read_text(encoding="utf-8"), path.relative_to(PACKAGE.parent).as_posix()) == []
+    assert prose_too_wide(path.read_text(encoding="utf-8"),
+                          path.relative_to(PACKAGE.parent).as_posix()) == []
 
 
 def test_the_width_rule_sees_long_prose_and_lets_verbatim_lines_be() -> None:
     long = "word " * 22
     text = (f'"""{long}\n\nExample:\n    {long}\n\\b\n{long}\n\nhttps://example.org/{long}\n\n'
             f'- a bullet\n  {long}\n"""\n\n\n'
-            f'def f():\n    """{long}"""\n    # {long}\n    x = 1  # noqa: E501 {long}\n    return x  # {long}\n')
-    assert [problem.split(":")[1] for problem in prose_too_wide(text, "m.py")] == ["1", "11", "16", "17", "19"]
+            f'def f():\n    """{long}"""\n    # {long}\n    x = 1  # noqa: E501 {long}\n    return '
+            f'x  # {long}\n')
+    assert [problem.split(":")[1]
+            for problem in prose_too_wide(text, "m.py")] == ["1", "11", "16", "17", "19"]

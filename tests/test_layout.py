@@ -9,12 +9,14 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 KDKIT = TESTS.parent / "kdkit"
-TREE_WIDE = {"test_architecture.py", "test_code_shape.py", "test_bench_rented.py", "test_layout.py", "test_wheel.py"}
+TREE_WIDE = {"test_architecture.py", "test_code_shape.py",
+             "test_bench_rented.py", "test_layout.py", "test_wheel.py"}
 NOT_TESTS = {"data", "__pycache__"}
 
 
 def _test_modules() -> list[Path]:
-    return sorted(p for p in TESTS.rglob("test_*.py") if not set(p.relative_to(TESTS).parts) & NOT_TESTS)
+    return sorted(p for p in TESTS.rglob("test_*.py") if not set(p.relative_to(TESTS).parts)
+                  & NOT_TESTS)
 
 
 def test_every_folder_of_tests_is_a_room_of_kdkit() -> None:
@@ -40,7 +42,8 @@ def _bare_imports(path: Path, bare: set[str]) -> list[str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in bare:
             found.append(f"{path.relative_to(TESTS)}:{node.lineno}: from {node.module}")
         elif isinstance(node, ast.Import):
-            found += [f"{path.relative_to(TESTS)}:{node.lineno}: import {a.name}" for a in node.names
+            found += [f"{path.relative_to(TESTS)}:{node.lineno}: import {a.name}"
+                      for a in node.names
                       if a.name.split(".")[0] in bare]
     return found
 
@@ -49,5 +52,6 @@ def test_tests_import_one_another_by_their_full_name() -> None:
     """A bare `from test_lock import ...` works only while pytest has put that room on sys.path first: the
     order of collection decides. `from tests.lock.test_lock import ...` always works."""
     bare = {p.stem for p in _test_modules()} | {p.stem for p in TESTS.glob("*.py")}
-    found = [line for p in [*_test_modules(), *TESTS.glob("*.py")] for line in _bare_imports(p, bare)]
+    found = [line for p in [*_test_modules(), *TESTS.glob("*.py")]
+             for line in _bare_imports(p, bare)]
     assert found == [], found

@@ -69,7 +69,8 @@ def main() -> int:
         if step == args.kill_self_at:
             os.kill(os.getpid(), 9)
         if step == args.hog_at:
-            hog = [b"x" * (1 << 24) for _ in range(1 << 12)]  # 64 GiB, page by page: the cgroup's limit comes first
+            # 64 GiB, page by page: the cgroup's limit comes first
+            hog = [b"x" * (1 << 24) for _ in range(1 << 12)]
             print(len(hog))
     print(f"done w={w!r}")
     return 0

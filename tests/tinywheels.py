@@ -21,10 +21,13 @@ def build_wheel(dest: Path, name: str, version: str, files: dict[str, str] | Non
     """A pure-Python wheel ``name-version-py3-none-any.whl`` in ``dest``; ``files`` maps path -> text."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    contents = dict(files or {f"{dist.lower()}/__init__.py": f'"""{name} {version}, a test wheel."""\n'})
+    contents = dict(files
+                    or {f"{dist.lower()}/__init__.py": f'"""{name} {version}, a test wheel."""\n'})
     contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n"
-    contents[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: kdkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = [f"{path},{_record_hash(text.encode())},{len(text.encode())}" for path, text in contents.items()]
+    contents[f"{info}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: kdkit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    record = [f"{path},{_record_hash(text.encode())},{len(text.encode())}" for path,
+              text in contents.items()]
     contents[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
     dest.mkdir(parents=True, exist_ok=True)
     wheel = dest / f"{dist}-{version}-py3-none-any.whl"
@@ -37,7 +40,8 @@ def build_wheel(dest: Path, name: str, version: str, files: dict[str, str] | Non
 def torch_wheel(dest: Path, version: str, cuda: str | None = None, hip: str | None = None) -> Path:
     """A fake torch whose torch/version.py says which build it is (never imported by kdkit)."""
     version_py = f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = {hip!r}\n"
-    return build_wheel(dest, "torch", version, {"torch/__init__.py": "", "torch/version.py": version_py})
+    return build_wheel(dest, "torch", version,
+                       {"torch/__init__.py": "", "torch/version.py": version_py})
 
 
 def sha256(path: Path) -> str:
@@ -58,5 +62,6 @@ def make_venv(path: Path, with_pip: bool) -> Path:
 
 def pip_install(python: Path, wheels: Path, requirements: list[str]) -> None:
     """Install from the local folder only (--no-index), with the host's pip aimed at ``python``."""
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-index",
                     "--no-deps", "--find-links", str(wheels), *requirements], check=True)

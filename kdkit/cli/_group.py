@@ -46,7 +46,8 @@ class KdkitGroup(click.Group):
             self.add_command(_load(cmd_name, entry[0], entry[2], forwarded(cmd_name)))
         return self.commands[cmd_name]
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None,
                                                                             list[str]]:
         if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
             # a name of no command: all are loaded, so click says which was meant
@@ -75,7 +76,8 @@ class KdkitGroup(click.Group):
             raise click.exceptions.Exit(130) from None
 
 
-@click.group(cls=KdkitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=KdkitGroup, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="kdkit")
 def cli() -> None:
     """kdkit: check a GPU project before you rent the machine, and prove it on the one you get.

@@ -39,7 +39,8 @@ def force_option(help: str) -> Callable[[F], F]:
 def ca_bundle_option(help: str) -> Callable[[F], F]:
     """``--ca-bundle FILE``: a PEM bundle of CA certificates for a TLS-intercepting proxy; ``help``
     says where the command uses it."""
-    return click.option("--ca-bundle", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    return click.option("--ca-bundle", type=click.Path(dir_okay=False, path_type=Path),
+                        default=None,
                         metavar="FILE", help=help)
 
 
@@ -60,7 +61,8 @@ class FiniteNumber(_NumberType):
         self.example, self.integral = example, integral
         self.name = "integer" if integral else "number"
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | float:
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | float:
         from kdkit.core.errors import BadInput
         from kdkit.core.jsonio import finite_number
 
@@ -87,7 +89,8 @@ class RunIdType(_RunIdType):
     def __init__(self, label: str) -> None:
         self.label = label
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> RunId:
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> RunId:
         from kdkit.core.runid import RunId, run_id_type
 
         return value if isinstance(value, RunId) else run_id_type(self.label)(str(value))

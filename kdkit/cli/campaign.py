@@ -38,13 +38,14 @@ def _campaign_words(words: tuple[str, ...], why: str | None) -> tuple[Path | Non
     decide = bool(words) and words[0] == "decide"
     rest = words[2:] if decide else words
     if decide and len(words) < 2:
-        raise BadInput("kdkit campaign decide: give the decision: \"continue\", \"cut VARIANT\" or \"change the "
-                       "question\", with --why")
+        raise BadInput("kdkit campaign decide: give the decision: \"continue\", \"cut VARIANT\" or "
+                       "\"change the question\", with --why")
     if decide and words[1] in ("cut", "change") and len(words) > 2:
-        raise BadInput(f"kdkit campaign decide {words[1]} ...: quote the decision as one word, e.g. "
-                       "kdkit campaign decide \"cut VARIANT\" --why \"...\"")
+        raise BadInput(f"kdkit campaign decide {words[1]} ...: quote the decision as one word, "
+                       "e.g. kdkit campaign decide \"cut VARIANT\" --why \"...\"")
     if len(rest) > 1:
-        raise BadInput(f"kdkit campaign: one PROJECT_DIR at most, got {len(rest)} words after the decision")
+        raise BadInput(
+            f"kdkit campaign: one PROJECT_DIR at most, got {len(rest)} words after the decision")
     if why is not None and not decide:
         raise BadInput("--why: goes with `kdkit campaign decide DECISION --why \"...\"`")
     return (Path(rest[0]) if rest else None), (words[1] if decide else None)
@@ -58,19 +59,25 @@ def _print_campaign(status: dict[str, Any]) -> None:
 
     rows = [(v["name"] + (" (control)" if v["control"] else ""), v["category"],
              "cut" if v["cut"] else "done" if v["done"] else "to run", shown(v["value"]),
-             "-" if v["passed"] is None else "yes" if v["passed"] else "no", shown(v["vs_control"], True),
-             f"{v['machine_hours']:g} h" + ("" if v["updated_hours"] is None else f" → {v['updated_hours']:g} h"),
+             "-" if v["passed"] is None else "yes" if v["passed"] else "no",
+             shown(v["vs_control"], True),
+             f"{v['machine_hours']:g} h"
+             + ("" if v["updated_hours"] is None else f" → {v['updated_hours']:g} h"),
              len(v["runs"])) for v in status["variants"]]
     _table(f"{status['question']} ({status['metric']}, threshold {status['threshold']:g})",
-           ("variant", "category", "state", status["metric"], "passes", "vs control", "estimate", "runs"), rows)
+           ("variant", "category", "state", status["metric"], "passes",
+            "vs control", "estimate", "runs"), rows)
     rest, time, est = status["remaining_hours"], status["window"], status["estimate"]
-    say("Remaining: " + ", ".join(f"{k} {rest[k]:g} h" for k in ("essential", "useful", "exploratory"))
+    say("Remaining: "
+        + ", ".join(f"{k} {rest[k]:g} h" for k in ("essential", "useful", "exploratory"))
         + f" (total {rest['total']:g} h); observed {time['observed_hours']:g} h"
-        + ("" if time["window_hours"] is None else f" of a {time['window_hours']} h window, {time['left_hours']:g} h "
+        + ("" if time["window_hours"] is None
+           else f" of a {time['window_hours']} h window, {time['left_hours']:g} h "
            f"left (booked {time['booked_hours']} h)"))
     if est is not None:
-        per_pass = "" if est["hours_per_pass"] is None else f", {est['hours_per_pass']:g} h per pass over " \
-            f"{est['corpus_items']} items"
+        per_pass = ("" if est["hours_per_pass"] is None
+                    else f", {est['hours_per_pass']:g} h per pass over "
+                    f"{est['corpus_items']} items")
         scaled = "" if est["factor"] is None else f"; estimates × {est['factor']:g} (assumed " \
             f"{est['assumed_items_per_second']:g} items/s)"
         source = f"{est['source']} {printable(est['run'])}"
@@ -79,21 +86,26 @@ def _print_campaign(status: dict[str, Any]) -> None:
     say(f"Advice: {printable(status['advice'])}")
     for decision in status["decisions"][-5:]:
         said = decision["decision"] + (f" {decision['variant']}" if decision.get("variant") else "")
-        say(f"Decision {printable(decision.get('at'))}: {printable(said)}: {printable(decision.get('why'))}")
+        say(f"Decision {printable(decision.get('at'))}: {printable(said)}: "
+            f"{printable(decision.get('why'))}")
     say(f"Conclusion: {printable(status['conclusion'])}")
     corpus = status["corpus"]
     if corpus["frozen"] is None and corpus["sha256"] is not None:
-        say(f"Corpus not frozen yet: once {printable(corpus['manifest'])} is final, write \"sha256\": "
-            f"\"{corpus['sha256']}\" under \"corpus\" in campaign.json; a later change is then refused")
+        say(f"Corpus not frozen yet: once {printable(corpus['manifest'])} is final, write "
+            f"\"sha256\": \"{corpus['sha256']}\" under \"corpus\" in campaign.json; a later change "
+            "is then refused")
 
 
 @click.command("campaign")
 @click.argument("words", nargs=-1, metavar="[PROJECT_DIR] | decide DECISION [PROJECT_DIR]")
 @click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="The order written by `kdkit plan --save` (default: campaign.json's \"order\"): its window.")
+              help=(
+                  "The order written by `kdkit plan --save` (default: campaign.json's \"order\"): "
+                  "its window."))
 @click.option("--why", metavar="TEXT", help="With decide: why (kept with the decision).")
 @json_option
-def campaign(words: tuple[str, ...], order_file: Path | None, why: str | None, as_json: bool) -> None:
+def campaign(words: tuple[str, ...], order_file: Path | None,
+             why: str | None, as_json: bool) -> None:
     """The campaign: what is done and passed, what remains, what to cut first.
 
     \b
@@ -128,7 +140,8 @@ def campaign(words: tuple[str, ...], order_file: Path | None, why: str | None, a
             emit_json(record)
         else:
             said = record["decision"] + (f" {record['variant']}" if record["variant"] else "")
-            say(f"Decision recorded in {printable(root / DECISIONS)}: {printable(said)} ({record['at']})")
+            say(f"Decision recorded in {printable(root / DECISIONS)}: {printable(said)} "
+                f"({record['at']})")
         return
     from kdkit.order.campaignview import campaign_status
 

@@ -22,23 +22,27 @@ if TYPE_CHECKING:
 @project_argument
 @click.option("--backend", type=click.Choice([*BACKENDS, "all"]), default=None,
               help="Backend to lock, or 'all' (default: default_backend in kdkit.json).")
-@click.option("--upgrade", is_flag=True, help="Re-resolve every package to its newest allowed version.")
+@click.option("--upgrade",
+              is_flag=True, help="Re-resolve every package to its newest allowed version.")
 @click.option("--upgrade-package", "upgrade_packages", multiple=True, metavar="NAME",
               help="Re-resolve only NAME (repeatable); other pins stay as locked.")
 @click.option("--in-container", is_flag=True,
               help="Resolve inside the backend's base image (Docker engine), so Linux-only and "
                    "Python-specific dependencies match the image.")
-@ca_bundle_option("PEM file of CA certificates for a TLS-intercepting proxy; passed to pip (PIP_CERT), "
-                  "mounted read-only into the container with --in-container.")
+@ca_bundle_option("PEM file of CA certificates for a TLS-intercepting proxy; passed to pip "
+                  "(PIP_CERT), mounted read-only into the container with --in-container.")
 @click.option("--torch-find-links", "torch_links", type=click.Path(file_okay=False, path_type=Path),
               default=None, envvar="KDKIT_TORCH_FIND_LINKS", show_envvar=True,
-              help="Air-gapped: take torch from this folder of wheels instead of the backend's torch index.")
+              help=(
+                  "Air-gapped: take torch from this folder of wheels instead of the backend's "
+                  "torch index."))
 @click.option("--resolver", type=click.Choice(RESOLVERS), default=None,
-              help="pip-tools (pip-compile) or uv (uv pip compile), same lock either way (default: \"resolver\" "
-                   "in kdkit.json, else pip-tools). uv is $KDKIT_UV, else the uv package of kdkit's Python, "
-                   "else uv on PATH.")
+              help="pip-tools (pip-compile) or uv (uv pip compile), same lock either way (default: "
+                   "\"resolver\" in kdkit.json, else pip-tools). uv is $KDKIT_UV, else the uv "
+                   "package of kdkit's Python, else uv on PATH.")
 @json_option
-def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_packages: tuple[str, ...],
+def lock(project_dir: Path | None, backend: str | None, upgrade: bool,
+         upgrade_packages: tuple[str, ...],
          in_container: bool, ca_bundle: Path | None, torch_links: Path | None, resolver: str | None,
          as_json: bool) -> None:
     """Write requirements/<backend>.txt: a hashed lock of requirements/base.in.
@@ -71,7 +75,7 @@ def lock(project_dir: Path | None, backend: str | None, upgrade: bool, upgrade_p
       kdkit lock --backend rocm --in-container --ca-bundle corp-ca.pem
       kdkit lock --backend cpu --torch-find-links /srv/wheels     # no access to download.pytorch.org
       kdkit lock --resolver uv                                    # seconds instead of a minute
-    """
+    """  # noqa: E501 (verbatim text, as printed)
     from kdkit.lock.lock import lock_project
 
     progress = None if as_json else (lambda line: say(line, err=True))
@@ -103,7 +107,8 @@ def _said(result: LockResult) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Folder to fill (default: wheelhouse/<backend> in the project).")
 @json_option
-def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, as_json: bool) -> None:
+def wheelhouse(project_dir: Path | None, backend: str | None,
+               out: Path | None, as_json: bool) -> None:
     """Download the locked files, hash-checked, for offline builds.
 
     Runs `pip download --require-hashes --no-deps -r requirements/<backend>.txt` on
@@ -120,7 +125,9 @@ def wheelhouse(project_dir: Path | None, backend: str | None, out: Path | None, 
         emit_json(result.as_dict())
         return
     total = sum(size for _name, size in result.files)
-    say(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in {result.lock.name}")
+    say(f"{result.folder}: {len(result.files)} files, {size_text(total)}, every sha256 in "
+        f"{result.lock.name}")
     # a line that works as printed
     where = f" {shlex.quote(str(project_dir))}" if project_dir is not None else ""
-    say(f"Next: kdkit build{where} --backend {result.backend} --wheelhouse {shlex.quote(str(result.folder))}")
+    say(f"Next: kdkit build{where} --backend {result.backend} --wheelhouse "
+        f"{shlex.quote(str(result.folder))}")

@@ -25,8 +25,10 @@ def hand_back(folders: list[Path]) -> None:
         say(line, err=True)
 
 
-project_option = click.option("--project", "project_dir", type=click.Path(file_okay=False, path_type=Path),
-                              metavar="DIR", help="The project (default: found upward from the current folder).")
+project_option = click.option("--project", "project_dir",
+                              type=click.Path(file_okay=False, path_type=Path),
+                              metavar="DIR",
+                              help=("The project (default: found upward from the current folder)."))
 
 
 @click.command("status")
@@ -56,21 +58,23 @@ def status(run_id: RunId | None, project_dir: Path | None, as_json: bool) -> Non
     if run_id is None and not report["runs"]:
         say(f"No runs in {report['runs_folder']}")
     for gpu in report["gpus"] or []:
-        say(f"GPU {gpu['index']} {printable(str(gpu['name']))}: {gpu['utilization_percent']}% busy, "
-            f"{gpu['memory_used_mib']} of {gpu['memory_total_mib']} MiB")
+        say(f"GPU {gpu['index']} {printable(str(gpu['name']))}: {gpu['utilization_percent']}% "
+            f"busy, {gpu['memory_used_mib']} of {gpu['memory_total_mib']} MiB")
 
 
 @click.command("wait")
 @click.argument("run_id", type=RunIdType("RUN_ID"))
 @click.option("--timeout", type=FiniteNumber("600"), metavar="S",
               help="Give up waiting after S seconds (exit 124; the run goes on).")
-@click.option("--copy-to", metavar="DEST", help="Copy the run's folders to DEST while waiting and at the end "
+@click.option("--copy-to", metavar="DEST",
+              help="Copy the run's folders to DEST while waiting and at the end "
               "(a folder, user@host:path or an rclone remote:path), verified there.")
 @click.option("--copy-every", type=whole("300"), default=300, show_default=True, metavar="S",
               help="With --copy-to: copy after a closed batch at most every S seconds.")
 @project_option
 @json_option
-def wait(run_id: RunId, timeout: float | None, copy_to: str | None, copy_every: int, project_dir: Path | None,
+def wait(run_id: RunId, timeout: float | None, copy_to: str | None, copy_every: int,
+         project_dir: Path | None,
          as_json: bool) -> None:
     """Wait for a run to end; exit code = its verdict.
 

@@ -32,7 +32,10 @@ def _build_progress() -> Iterator[Callable[[BuildEvent], None]]:
     with out.status("Starting the build...") as status:
         def live(event: BuildEvent) -> None:
             if event.kind == "step" and event.step:
-                status.update(plain(f"Step {event.step.number}/{event.step.total}: {event.step.instruction[:90]}"))
+                status.update(
+                    plain(
+                        f"Step {event.step.number}/{event.step.total}: "
+                        f"{event.step.instruction[:90]}"))
                 out.print(plain(event.text), style="bold", highlight=False)
             elif event.kind == "cached":
                 out.print("  [green](cached)[/green]", markup=True)
@@ -51,19 +54,27 @@ def _summary(result: BuildResult) -> str:
 @click.command("build")
 @project_argument
 @backend_option
-@click.option("--base-image", metavar="IMG", help="Image to start from (default: backends.<b>.base_image).")
-@click.option("--tag", metavar="T", help="Image tag (default: <project>:<backend>-<first 12 of the lock sha256>).")
-@ca_bundle_option("PEM CA bundle for a TLS-intercepting proxy; used by pip in the builder stage only, "
-                  "in no layer of the final image.")
+@click.option("--base-image",
+              metavar="IMG", help="Image to start from (default: backends.<b>.base_image).")
+@click.option("--tag",
+              metavar="T",
+              help=("Image tag (default: <project>:<backend>-<first 12 of the lock sha256>)."))
+@ca_bundle_option("PEM CA bundle for a TLS-intercepting proxy; used by pip in the builder stage "
+                  "only, in no layer of the final image.")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), metavar="DIR",
-              help="Install from this folder (`kdkit wheelhouse`) with --no-index: the build uses no network.")
-@click.option("--lock-format", type=click.Choice(LOCK_FORMATS), default="requirements", show_default=True,
-              help="Install from requirements/<backend>.txt, or from requirements/pylock.<backend>.toml (PEP 751, "
-                   "installed by pip >= 26.1; the image's Python must be 3.11 or newer).")
+              help=(
+                  "Install from this folder (`kdkit wheelhouse`) with --no-index: the build uses "
+                  "no network."))
+@click.option("--lock-format", type=click.Choice(LOCK_FORMATS), default="requirements",
+              show_default=True,
+              help="Install from requirements/<backend>.txt, or from "
+                   "requirements/pylock.<backend>.toml (PEP 751, installed by pip >= 26.1; the "
+                   "image's Python must be 3.11 or newer).")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @json_option
 def build(project_dir: Path | None, backend: str | None, base_image: str | None, tag: str | None,
-          ca_bundle: Path | None, wheelhouse: Path | None, lock_format: str, no_cache: bool, as_json: bool) -> None:
+          ca_bundle: Path | None, wheelhouse: Path | None, lock_format: str,
+          no_cache: bool, as_json: bool) -> None:
     """Build the project's image from its lock, through the Docker SDK.
 
     A builder stage makes a venv and installs requirements/<backend>.txt with
@@ -85,7 +96,7 @@ def build(project_dir: Path | None, backend: str | None, base_image: str | None,
       kdkit build --ca-bundle /etc/ssl/certs/ca-certificates.crt     # TLS-intercepting proxy
       kdkit wheelhouse --out wh && kdkit build --wheelhouse wh         # no network in the build
       kdkit build --lock-format pylock                                # from requirements/pylock.<backend>.toml
-    """
+    """  # noqa: E501 (verbatim text, as printed)
     from kdkit.image.build import plan_build
     from kdkit.image.buildrun import build_image
 
@@ -122,8 +133,11 @@ def next_after_build(project_dir: Path | None, backend: str, built: str, tagged:
 
 @click.command("inspect")
 @click.argument("image")
-@click.option("--project", "project_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Project whose current lock to compare (default: the one around the current folder).")
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, path_type=Path),
+              metavar="DIR",
+              help=(
+                  "Project whose current lock to compare (default: the one around the current "
+                  "folder)."))
 @json_option
 def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     """Show an image's labels and whether the project's lock still matches.
@@ -146,11 +160,13 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
         from rich.table import Table
 
         platform = "/".join(p for p in (report["os"], report["architecture"]) if p)
-        table = Table(title=plain(f"{image}  ({platform + ', ' if platform else ''}{size_text(report['size'])}, "
+        where = platform + ", " if platform else ""
+        table = Table(title=plain(f"{image}  ({where}{size_text(report['size'])}, "
                                   f"user {report['user'] or 'root'})"))
         table.add_column("label")
         table.add_column("value", overflow="fold")
-        for prefix, group in (("dev.kdkit.", report["kdkit"]), ("org.opencontainers.image.", report["oci"])):
+        for prefix, group in (("dev.kdkit.", report["kdkit"]),
+                              ("org.opencontainers.image.", report["oci"])):
             # labels come from whoever built the image: plain text only
             for key, value in group.items():
                 table.add_row(plain(prefix + key), plain(value))
@@ -169,20 +185,22 @@ def _project_line(project: dict[str, Any]) -> str:
     """inspect_image's project comparison as one line (a difference is no failure: `kdkit run`
     mounts them)."""
     if project["matches"] is None:
-        return ("Project: no project here to compare with (pass --project DIR)." if project["project_sha256"] is None
+        return ("Project: no project here to compare with (pass --project DIR)."
+                if project["project_sha256"] is None
                 else "Project: the image has no project label (built before kdkit recorded it).")
     if project["matches"]:
         return "Project: config/ and src/ match the image's."
     changed = f" Changed: {printable(', '.join(project['changed']))}." if project["changed"] else ""
-    return ("Project: config/ and src/ differ from the image's (kdkit run mounts the project's own; "
-            f"`kdkit build` to bake them).{changed}")
+    return ("Project: config/ and src/ differ from the image's (kdkit run mounts the project's "
+            f"own; `kdkit build` to bake them).{changed}")
 
 
 def _arch_line(arch: dict[str, Any]) -> str:
     """inspect_image's torch_arch as one line: the tokens and their source, none, unknown and
     why."""
     if not arch["recorded"]:
-        return "not recorded (an image built before kdkit recorded them; rebuild with `kdkit build`)"
+        return (
+            "not recorded (an image built before kdkit recorded them; rebuild with `kdkit build`)")
     if arch["arch_list"] is None:
         return arch["source"] or "unknown"
     if not arch["arch_list"]:

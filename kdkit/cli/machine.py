@@ -95,35 +95,41 @@ def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
 @click.command("run", cls=_CommandAfterDashes)
 @project_argument
 @backend_option
-@click.option("--image", metavar="IMG", help="Image to run (default: <project>:<backend>-<lock sha256 12>).")
+@click.option("--image",
+              metavar="IMG", help="Image to run (default: <project>:<backend>-<lock sha256 12>).")
 @click.option("--gpus", metavar="all|0,1", help="CUDA: all GPUs (default) or these indexes/UUIDs; "
               "ROCm: only these GPUs' render nodes.")
-@click.option("--network", type=click.Choice(["none", "bridge", "host"]), default="none", show_default=True,
+@click.option("--network", type=click.Choice(["none", "bridge", "host"]), default="none",
+              show_default=True,
               help="Container network; none keeps the pilot from reaching anything.")
 @click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), metavar="F",
-              help="NAME=VALUE lines passed as environment at run time only: never printed, logged or baked.")
+              help=(
+                  "NAME=VALUE lines passed as environment at run time only: never printed, logged "
+                  "or baked."))
 @click.option("--workers", type=whole("2"), metavar="N",
-              help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot on its share "
-                   "of the manifest (stable hash of the ID); then one gathering proves every ID exactly once.")
+              help="N containers, one per GPU (cpu backend: no GPU limit), each running the pilot "
+                   "on its share of the manifest (stable hash of the ID); then one gathering "
+                   "proves every ID exactly once.")
 @click.option("--resume", metavar="RUN_ID", type=RunIdType("--resume"),
-              help="Finish run RUN_ID (runs/RUN_ID, left by a kill or a stop): diagnose and verify-env first, "
-                   "then the pilot skips its finished items and redoes the rest.")
+              help="Finish run RUN_ID (runs/RUN_ID, left by a kill or a stop): diagnose and "
+                   "verify-env first, then the pilot skips its finished items and redoes the rest.")
 @click.option("--mount", "mounts", multiple=True, metavar="SRC:NAME",
-              help="Also mount folder SRC as the project's declared mount NAME (kdkit.json \"mounts\"), "
-                   "read-only unless declared writable; repeatable.")
+              help="Also mount folder SRC as the project's declared mount NAME (kdkit.json "
+                   "\"mounts\"), read-only unless declared writable; repeatable.")
 @click.option("--detach", is_flag=True,
-              help="Start the container and return at once with its run ID; follow it with `kdkit status`, "
-                   "`kdkit wait`, `kdkit logs`.")
+              help="Start the container and return at once with its run ID; follow it with `kdkit "
+                   "status`, `kdkit wait`, `kdkit logs`.")
 @click.option("--copy-to", metavar="DEST",
-              help="Copy the run folder during the run and at its end to DEST (a folder, user@host:path or an "
-                   "rclone remote:path), verified there.")
+              help="Copy the run folder during the run and at its end to DEST (a folder, "
+                   "user@host:path or an rclone remote:path), verified there.")
 @click.option("--copy-every", type=whole("300"), default=300, show_default=True, metavar="S",
               help="With --copy-to: copy after a closed batch at most every S seconds.")
 @click.option("--print", "print_only", is_flag=True,
               help="Print the equivalent shell lines (docker run ...) instead of running.")
 @json_option
 @click.pass_context
-def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, print_only: bool, as_json: bool,
+def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, print_only: bool,
+        as_json: bool,
         **options: Any) -> None:
     """Run the image here: diagnose, verify-env, pilot; exit code = verdict.
 
@@ -154,13 +160,15 @@ def run(ctx: click.Context, /, project_dir: Path | None, workers: int | None, pr
     launch = Launch(detach=options.pop("detach"), copy_to=options.pop("copy_to"),
                     copy_every=options.pop("copy_every"))
     if launch.detach and options["command"]:
-        raise BadInput("--detach with a command after --: a detached run is the image's own pilot (or --resume), "
-                       "followed by its run ID; run the command in the foreground")
+        raise BadInput("--detach with a command after --: a detached run is the image's own pilot "
+                       "(or --resume), followed by its run ID; run the command in the foreground")
     if launch.detach and launch.copy_to:
-        raise BadInput("--copy-to with --detach: nothing of kdkit stays to copy a detached run; start it, then "
-                       "`kdkit wait RUN_ID --copy-to DEST` copies it while it runs and at its end")
+        raise BadInput("--copy-to with --detach: nothing of kdkit stays to copy a detached run; "
+                       "start it, then `kdkit wait RUN_ID --copy-to DEST` copies it while it runs "
+                       "and at its end")
     if workers is not None and options["resume"] is not None:
-        raise BadInput("--resume with --workers: --resume finishes one run in one container; drop --workers")
+        raise BadInput(
+            "--resume with --workers: --resume finishes one run in one container; drop --workers")
     if workers is not None:
         _run_workers(project_dir, workers, print_only, as_json, launch, **options)
     else:
@@ -185,12 +193,14 @@ def _detached(as_json: bool, report: dict[str, Any]) -> None:
         emit_json(report)
         return
     names = report.get("containers") or [report.get("container")]
-    say(f"Run {report['run_id']} started in container {', '.join(map(str, names))}; follow it with:")
+    say(f"Run {report['run_id']} started in container {', '.join(map(str, names))}; follow it "
+        "with:")
     for line in report["follow"]:
         say(f"  {line}")
 
 
-def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: Launch, **options: Any) -> None:
+def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: Launch,
+             **options: Any) -> None:
     """`kdkit run`: one container; its exit code is the verdict. Ctrl-C or SIGTERM stops it (docker
     stop); SIGHUP leaves it running (kdkit.machine.watch); --detach starts it and returns."""
     from kdkit.cli.follow import hand_back
@@ -202,13 +212,15 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
     from kdkit.machine.workers import stopped_run_lines
 
     plan = with_run_id(prepare_run(project_dir, **options))
-    if _announced(plan, print_only, lambda: detached_lines(plan) if launch.detach else print_lines(plan)):
+    if _announced(plan, print_only,
+                  lambda: detached_lines(plan) if launch.detach else print_lines(plan)):
         return
     if launch.detach:
         _detached(as_json, detach(plan))
         return
     before = set(run_folders(plan.runs))
-    copier = copy_during(launch.copy_to, launch.copy_every, plan.runs, [plan.run_id] if plan.run_id else None, warn)
+    copier = copy_during(launch.copy_to, launch.copy_every, plan.runs,
+                         [plan.run_id] if plan.run_id else None, warn)
     try:
         with copier:  # --copy-to: copies while it runs (kdkit.machine.copyto)
             # SIGINT/SIGTERM stop the container while it runs
@@ -218,9 +230,10 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
         raise
     except Interrupted as stop:
         new = [folder for folder in run_folders(plan.runs) if folder not in before]
-        _stopped(as_json, {"image": plan.image.ref, "backend": plan.backend, "exit_code": stop.exit_code,
-                           "container_exit_code": getattr(stop, "container_exit", None),
-                           "run_folders": [str(f) for f in new]}, stopped_run_lines(plan, new, stop))
+        _stopped(as_json,
+                 {"image": plan.image.ref, "backend": plan.backend, "exit_code": stop.exit_code,
+                  "container_exit_code": getattr(stop, "container_exit", None),
+                  "run_folders": [str(f) for f in new]}, stopped_run_lines(plan, new, stop))
         raise click.exceptions.Exit(stop.exit_code) from None
     hand_back(folders)
     if as_json:
@@ -235,7 +248,8 @@ def _run_one(project_dir: Path | None, print_only: bool, as_json: bool, launch: 
         raise click.exceptions.Exit(code)
 
 
-def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool, launch: Launch,
+def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_json: bool,
+                 launch: Launch,
                  **options: Any) -> None:
     """`kdkit run --workers N`: the N containers side by side, then the gathering; its verdict is
     the exit code."""
@@ -243,7 +257,13 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
     from kdkit.core.stopsignals import HungUp
     from kdkit.machine.copyto import copy_during
     from kdkit.machine.naming import detach_workers
-    from kdkit.machine.workers import execute_workers, interrupts, prepare_workers, print_worker_lines, stopped_lines
+    from kdkit.machine.workers import (
+        execute_workers,
+        interrupts,
+        prepare_workers,
+        print_worker_lines,
+        stopped_lines,
+    )
 
     plan = prepare_workers(project_dir, workers, **options)
     if _announced(plan.base, print_only, lambda: print_worker_lines(plan)):
@@ -251,24 +271,28 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
     if launch.detach:  # kdkit wait gathers them once every worker has ended
         _detached(as_json, detach_workers(plan))
         return
-    copier = copy_during(launch.copy_to, launch.copy_every, plan.base.runs, [f.name for f in plan.folders], warn)
+    copier = copy_during(launch.copy_to, launch.copy_every, plan.base.runs,
+                         [f.name for f in plan.folders], warn)
     with interrupts(hangup=True), copier:
         result = execute_workers(plan, container_output(as_json))
     if isinstance(result.interrupted, HungUp):
         _lost(plan.run_id, [spec.name or "(unnamed)" for spec in plan.specs])
     summary = result.gathered.summary if result.gathered else None
     if result.interrupted is not None:
-        _stopped(as_json, {"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
-                           "exit_code": result.exit_code, "container_exit_codes": result.codes,
-                           "run_folders": [str(f) for f in plan.folders if f.is_dir()], "gathered": None,
-                           "summary": None, "stopped_by": result.interrupted.name},
+        _stopped(as_json,
+                 {"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
+                  "exit_code": result.exit_code, "container_exit_codes": result.codes,
+                  "run_folders": [str(f) for f in plan.folders if f.is_dir()], "gathered": None,
+                  "summary": None, "stopped_by": result.interrupted.name},
                  stopped_lines(plan, result.interrupted))
         raise click.exceptions.Exit(result.exit_code)
     if as_json:
-        emit_json({"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
+        emit_json({"image": plan.base.image.ref, "backend": plan.base.backend,
+                   "run_id": plan.run_id,
                    "exit_code": result.exit_code, "container_exit_codes": result.codes,
                    "run_folders": [str(f) for f in plan.folders if f.is_dir()],
-                   "gathered": str(result.gathered.out) if result.gathered else None, "summary": summary})
+                   "gathered": str(result.gathered.out) if result.gathered
+                   else None, "summary": summary})
     else:
         codes = ", ".join(f"w{i} exit {c}" for i, c in enumerate(result.codes))
         say(f"Workers: {codes}", err=True)
@@ -277,7 +301,8 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
         where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
         say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
-    copied = [*(f for f in plan.folders if f.is_dir()), *([result.gathered.out] if result.gathered else [])]
+    copied = [*(f for f in plan.folders if f.is_dir()),
+              *([result.gathered.out] if result.gathered else [])]
     hand_back(copied)
     code = copier.finish(copied, result.exit_code, lambda line: say(line, err=True))
     if code:

@@ -14,15 +14,18 @@ from kdkit.core.errors import CheckFailed
 
 catalog_option = click.option(
     "--catalog", "catalog_file", type=click.Path(dir_okay=False, path_type=Path),
-    help="Your own catalog (schemas/catalog.schema.json): its offers add to, or replace by name, the "
-         "shipped ones and a project catalog.json.",
+    help="Your own catalog (schemas/catalog.schema.json): its offers add to, or replace by name, "
+         "the shipped ones and a project catalog.json.",
 )
-gpu_option = click.option("--gpu", metavar="NAME", help="Catalog offer, e.g. \"RTX 4090\", \"B200\", \"MI300X\".")
+gpu_option = click.option("--gpu",
+                          metavar="NAME",
+                          help=("Catalog offer, e.g. \"RTX 4090\", \"B200\", \"MI300X\"."))
 
 _STATUS_STYLE = {"ok": "green", "fail": "bold red", "unknown": "yellow", "note": "cyan"}
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, header: bool = True) -> None:
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
+           header: bool = True) -> None:
     """A table of plain text: names, paths and sources from the user's files are never read as rich
     markup."""
     from rich.table import Table
@@ -42,17 +45,26 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
 @project_argument
 @gpu_option
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Backend whose lock is checked (default: the image's with --image, else the offer's own).")
+              help=(
+                  "Backend whose lock is checked (default: the image's with --image, else the "
+                  "offer's own)."))
 @click.option("--image", metavar="IMG", default=None,
-              help="Judge this image built by `kdkit build` (its torch's own arch list) instead of the lock.")
+              help=(
+                  "Judge this image built by `kdkit build` (its torch's own arch list) instead of "
+                  "the lock."))
 @catalog_option
 @click.option("--pairings", "pairings_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Extra torch build pairings (schemas/pairings.schema.json), merged over the shipped ones.")
+              help=(
+                  "Extra torch build pairings (schemas/pairings.schema.json), merged over the "
+                  "shipped ones."))
 @click.option("--offline", is_flag=True,
-              help="Do not read the locked torch wheel on its index (also KDKIT_OFFLINE=1); the pairings answer.")
+              help=(
+                  "Do not read the locked torch wheel on its index (also KDKIT_OFFLINE=1); the "
+                  "pairings answer."))
 @json_option
 def check(project_dir: Path | None, gpu: str | None, backend: str | None, image: str | None,
-          catalog_file: Path | None, pairings_file: Path | None, offline: bool, as_json: bool) -> None:
+          catalog_file: Path | None, pairings_file: Path | None,
+          offline: bool, as_json: bool) -> None:
     """Before ordering: will the locked build run on this GPU offer?
 
     \b
@@ -90,10 +102,13 @@ def check(project_dir: Path | None, gpu: str | None, backend: str | None, image:
     else:
         from rich.text import Text
 
-        rows = [(p["name"], Text(p["verdict"], style=_STATUS_STYLE[p["verdict"]]), p["why"], p["fix"])
+        rows = [(p["name"], Text(p["verdict"], style=_STATUS_STYLE[p["verdict"]]), p["why"],
+                 p["fix"])
                 for p in report["points"]]
-        subject = f"image {report['image']}" if report["image"] else f"the {report['backend']} lock {report['lock']}"
-        _table(f"{report['gpu']['name']} with {subject}", ("point", "status", "detail", "fix"), rows)
+        subject = (f"image {report['image']}" if report["image"]
+                   else f"the {report['backend']} lock {report['lock']}")
+        _table(f"{report['gpu']['name']} with {subject}",
+               ("point", "status", "detail", "fix"), rows)
     _conclude(report, as_json)
 
 
@@ -113,26 +128,32 @@ def _conclude(report: dict[str, Any], as_json: bool) -> None:
     failing = [p["name"] for p in report["points"] if blocks(p["name"], p["verdict"])]
     if failing:
         where = "in the report's fix fields" if as_json else "above"
-        raise CheckFailed(f"{report['gpu']['name']}: not ready ({_names(failing)}); apply the fixes {where}, "
-                          "then run `kdkit check` again")
+        raise CheckFailed(f"{report['gpu']['name']}: not ready ({_names(failing)}); apply the "
+                          f"fixes {where}, then run `kdkit check` again")
     if not as_json:
         unknown = [p["name"] for p in report["points"] if p["verdict"] == "unknown"]
-        say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)" if not unknown else
-            f"{report['gpu']['name']}: no point fails, but {len(unknown)} unknown ({_names(unknown)}): your "
-            "diagnose will import them on the machine (notes are yours to confirm)")
+        say(f"{report['gpu']['name']}: every point holds (notes are yours to confirm)"
+            if not unknown else
+            f"{report['gpu']['name']}: no point fails, but {len(unknown)} unknown "
+            f"({_names(unknown)}): your diagnose will import them on the machine (notes are yours "
+            "to confirm)")
 
 
 # ---------------------------------------------------------------- plan
 
 
 def _print_stages(stages: dict[str, Any]) -> None:
-    rows = [(s["name"], s["category"], "-" if s["gpu"] is None else s["gpu"], ", ".join(s["after"]) or "-",
-             s["human_hours"], s["machine_hours"], s["start"], s["machine_start"], s["end"]) for s in stages["stages"]]
-    _table(f"Stages ({stages['file']})", ("stage", "category", "gpu", "after", "human h", "machine h", "starts",
-                                          "machine from", "ends"), rows)
+    rows = [(s["name"], s["category"], "-" if s["gpu"] is None else s["gpu"],
+             ", ".join(s["after"]) or "-",
+             s["human_hours"], s["machine_hours"], s["start"], s["machine_start"], s["end"])
+            for s in stages["stages"]]
+    _table(f"Stages ({stages['file']})",
+           ("stage", "category", "gpu", "after", "human h", "machine h", "starts",
+            "machine from", "ends"), rows)
     busy = ", ".join(f"GPU {g['gpu']} {g['busy_hours']} h" for g in stages["gpus"]) or "no GPU"
-    say(f"Last stage ends at {stages['last_end_hours']} h (chain: {' → '.join(stages['critical_chain'])}); "
-        f"machine busy: {busy}; human preparation {stages['human_hours']} h.")
+    say(f"Last stage ends at {stages['last_end_hours']} h (chain: "
+        f"{' → '.join(stages['critical_chain'])}); machine busy: {busy}; human preparation "
+        f"{stages['human_hours']} h.")
 
 
 def _print_order_fields(order: dict[str, Any]) -> None:
@@ -142,33 +163,39 @@ def _print_order_fields(order: dict[str, Any]) -> None:
 
 
 def _print_from_report(report: dict[str, Any]) -> None:
-    used = ", ".join(f"{r['stage']} {r['planned']} → {r['measured']} h" for r in report["replaced"]) or "none used"
+    used = ", ".join(f"{r['stage']} {r['planned']} → {r['measured']} h"
+                     for r in report["replaced"]) or "none used"
     only = f"; in the report only: {', '.join(report['unmatched'])}" if report["unmatched"] else ""
-    say(f"From {report['file']}: observed {report['observed_hours']} h in all; stages measured: {used}{only}")
+    say(f"From {report['file']}: observed {report['observed_hours']} h in all; stages measured: "
+        f"{used}{only}")
 
 
 def _print_plan(order: dict[str, Any]) -> None:
     offer, sched, cost = order["offer"], order["schedule"], order["cost_per_accepted"]
-    per_card = f" ({offer['cards_per_lot']} cards per lot, price covers them)" if offer["cards_per_lot"] > 1 else ""
+    per_card = (f" ({offer['cards_per_lot']} cards per lot, price covers them)"
+                if offer["cards_per_lot"] > 1 else "")
     _table("Order", ("", ""), [
-        ("offer", f"{offer['name']} — {offer['memory_gb']} GB, {offer['architecture']}, {offer['backend']}"),
+        ("offer",
+         f"{offer['name']} — {offer['memory_gb']} GB, {offer['architecture']}, {offer['backend']}"),
         ("duration", f"{order['days']} days"),
         ("lots", f"{order['lots']}{per_card}"),
         ("total cards", order["cards"]),
-        ("preparation", f"{order['preparation']} (a need, not a proof: `kdkit diagnose` checks what arrives)"),
+        ("preparation",
+         f"{order['preparation']} (a need, not a proof: `kdkit diagnose` checks what arrives)"),
         ("price per lot", f"{order['price_per_lot_usd']} USD ({order['price_source']})"),
-        ("total", f"{order['total_usd']} USD = {order['price_per_lot_usd']} × {order['lots']} lot(s)"),
+        ("total",
+         f"{order['total_usd']} USD = {order['price_per_lot_usd']} × {order['lots']} lot(s)"),
     ], header=False)
     if sched.get("stages") is not None:
         _print_stages(sched["stages"])
     if sched.get("from_report") is not None:
         _print_from_report(sched["from_report"])
     if sched["fits"] is True:
-        say(f"Schedule: {sched['booked_hours']} h booked in a {sched['window_hours']} h window leaves "
-                   f"{sched['left_hours']} h.")
+        say(f"Schedule: {sched['booked_hours']} h booked in a {sched['window_hours']} h window "
+                   f"leaves {sched['left_hours']} h.")
     elif sched["fits"] is False:
-        say(f"Schedule: {sched['booked_hours']} h booked exceeds the {sched['window_hours']} h window "
-                   f"by {sched['over_hours']} h.")
+        say(f"Schedule: {sched['booked_hours']} h booked exceeds the {sched['window_hours']} h "
+                   f"window by {sched['over_hours']} h.")
     for suggestion in sched["suggestions"]:
         say(f"  - {suggestion}")
     if cost is not None:
@@ -182,32 +209,53 @@ def _print_plan(order: dict[str, Any]) -> None:
 
 @click.command("plan")
 @project_argument
-@click.option("--gpu", metavar="NAME", help="Catalog offer, e.g. \"RTX 4090\" (required to make a plan).")
-@click.option("--days", type=whole("3"), help="Duration of the plan: 3, 7 or 30 (required to make a plan).")
-@click.option("--lots", type=whole("1"), help="Lots to order, 1 to 10 (a B200 lot is 2 cards; required for a plan).")
-@click.option("--price", metavar="USD", help="Price of ONE lot for the duration; required when the catalog's is null.")
+@click.option("--gpu",
+              metavar="NAME", help="Catalog offer, e.g. \"RTX 4090\" (required to make a plan).")
+@click.option("--days",
+              type=whole("3"), help="Duration of the plan: 3, 7 or 30 (required to make a plan).")
+@click.option("--lots",
+              type=whole("1"),
+              help=("Lots to order, 1 to 10 (a B200 lot is 2 cards; required for a plan)."))
+@click.option("--price",
+              metavar="USD",
+              help=("Price of ONE lot for the duration; required when the catalog's is null."))
 @click.option("--hours", type=FiniteNumber("48"),
               help="Machine-busy hours planned end to end: install, checks, compute, export.")
 @click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Stages (schemas/schedule.schema.json) instead of --hours: kdkit computes when the last ends.")
+              help=(
+                  "Stages (schemas/schedule.schema.json) instead of --hours: kdkit computes when "
+                  "the last ends."))
 @click.option("--from-report", "report_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="A closed campaign's campaign-report.json: its measured hours (per stage with --schedule).")
-@click.option("--accepted", type=whole("2"), help="Accepted outputs expected (or obtained): gives the cost per output.")
-@click.option("--preparation", type=click.Choice(["ubuntu", "pytorch", "blender", "custom"]), default="ubuntu",
+              help=(
+                  "A closed campaign's campaign-report.json: its measured hours (per stage with "
+                  "--schedule)."))
+@click.option("--accepted",
+              type=whole("2"),
+              help=("Accepted outputs expected (or obtained): gives the cost per output."))
+@click.option("--preparation", type=click.Choice(["ubuntu", "pytorch", "blender", "custom"]),
+              default="ubuntu",
               show_default=True, help="Machine preparation to ask the provider for.")
 @catalog_option
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the order (schemas/order.schema.json) to FILE, for `kdkit close --order FILE`.")
+              help=(
+                  "Write the order (schemas/order.schema.json) to FILE, for `kdkit close --order "
+                  "FILE`."))
 @force_option("With --save: replace an existing order file.")
 @click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="A saved order to update with --order-number / --order-status only (its plan is never rewritten).")
-@click.option("--order-number", metavar="TEXT", help="The provider's order number (with --save or --order).")
+              help=(
+                  "A saved order to update with --order-number / --order-status only (its plan is "
+                  "never rewritten)."))
+@click.option("--order-number",
+              metavar="TEXT", help="The provider's order number (with --save or --order).")
 @click.option("--order-status", type=click.Choice(["paid", "confirmed", "received"]),
               help="The order's status as you declare it (with --save or --order).")
 @json_option
-def plan(project_dir: Path | None, gpu: str | None, days: int | None, lots: int | None, price: str | None,
-         hours: float | None, schedule_file: Path | None, report_file: Path | None, accepted: int | None,
-         preparation: str, catalog_file: Path | None, save: Path | None, force: bool, order_file: Path | None,
+def plan(project_dir: Path | None, gpu: str | None, days: int | None, lots: int | None,
+         price: str | None,
+         hours: float | None, schedule_file: Path | None, report_file: Path | None,
+         accepted: int | None,
+         preparation: str, catalog_file: Path | None, save: Path | None, force: bool,
+         order_file: Path | None,
          order_number: str | None, order_status: str | None, as_json: bool) -> None:
     """The order summary, its schedule and the cost per accepted output.
 
@@ -241,9 +289,12 @@ def plan(project_dir: Path | None, gpu: str | None, days: int | None, lots: int 
                            schedule=schedule_file, report=report_file, accepted=accepted, save=save)
         order = update_order(order_file, order_number, order_status)
     else:
-        order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours, accepted=accepted,
-                           preparation=preparation, catalog_file=catalog_file, save=save, force=force,
-                           schedule_file=schedule_file, report_file=report_file, order_number=order_number,
+        order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours,
+                           accepted=accepted,
+                           preparation=preparation, catalog_file=catalog_file, save=save,
+                           force=force,
+                           schedule_file=schedule_file, report_file=report_file,
+                           order_number=order_number,
                            order_status=order_status)
     if as_json:
         emit_json(order)
@@ -264,8 +315,9 @@ def _refuse_with_order(order_file: Path, **given: object) -> None:
 
     named = [f"--{name}" for name, value in given.items() if value is not None]
     if named:
-        raise BadInput(f"--order {order_file} records the order number and status only; the plan is never "
-                       f"rewritten: leave out {', '.join(named)} (or make a new plan with --save)")
+        raise BadInput(f"--order {order_file} records the order number and status only; the plan "
+                       f"is never rewritten: leave out {', '.join(named)} (or make a new plan with "
+                       "--save)")
 
 
 # ---------------------------------------------------------------- estimate-memory
@@ -273,8 +325,11 @@ def _refuse_with_order(order_file: Path, **given: object) -> None:
 
 def _print_memory(report: dict[str, Any]) -> None:
     rows = [(i["item"], f"{i['gib']:.2f} GiB", i["formula"]) for i in report["items"]]
-    rows.append(("lower bound", f"{report['lower_bound_gib']:.2f} GiB", f"{report['lower_bound_bytes']:,} bytes"))
-    _table(f"Memory lower bound: {report['parameters']:,} parameters, {report['dtype']}, train={report['train']}",
+    rows.append(
+        ("lower bound", f"{report['lower_bound_gib']:.2f} GiB",
+         f"{report['lower_bound_bytes']:,} bytes"))
+    _table(f"Memory lower bound: {report['parameters']:,} parameters, {report['dtype']}, "
+           f"train={report['train']}",
            ("item", "size", "how"), rows)
     say("Not counted (unmeasured):")
     for item in report["unmeasured"]:
@@ -282,7 +337,8 @@ def _print_memory(report: dict[str, Any]) -> None:
     peak = report["pilot_peak"]
     if peak is not None:
         say(f"Pilot {peak['run_id']} measured a peak of {peak['peak_gib']} GiB on "
-                   f"{peak['device'] or 'an unnamed device'} (estimate: {report['lower_bound_gib']} GiB).")
+                   f"{peak['device'] or 'an unnamed device'} (estimate: "
+                   f"{report['lower_bound_gib']} GiB).")
     against = report["against"]
     if against is not None:
         say(f"Against one {against['gpu']} ({against['card_memory_gb']} GB): {against['verdict']}")
@@ -293,16 +349,20 @@ def _print_memory(report: dict[str, Any]) -> None:
 @project_argument
 @click.option("--params", metavar="N", help="Parameter count: 7B, 350M, 1.5e9 or a plain integer.")
 @click.option("--from-config", is_flag=True, help="Read the job from kdkit.json's memory section.")
-@click.option("--dtype", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "int8", "int4"]), default=None,
+@click.option("--dtype", type=click.Choice(["fp32", "fp16", "bf16", "fp8", "int8", "int4"]),
+              default=None,
               help="Weight dtype (default bf16, or the config's).")
 @click.option("--train", type=click.Choice(["none", "sgd", "adam"]), default=None,
-              help="Training adds gradients, fp32 master weights under mixed precision and, for Adam, two "
-                   "fp32 moments (default none).")
-@click.option("--kv", metavar="L,H,D,S,B", help="KV cache of generation: layers,kv_heads,head_dim,seq,batch.")
+              help="Training adds gradients, fp32 master weights under mixed precision and, for "
+                   "Adam, two fp32 moments (default none).")
+@click.option("--kv",
+              metavar="L,H,D,S,B",
+              help=("KV cache of generation: layers,kv_heads,head_dim,seq,batch."))
 @gpu_option
 @catalog_option
 @json_option
-def estimate_memory(project_dir: Path | None, params: str | None, from_config: bool, dtype: str | None,
+def estimate_memory(project_dir: Path | None, params: str | None, from_config: bool,
+                    dtype: str | None,
                     train: str | None, kv: str | None, gpu: str | None, catalog_file: Path | None,
                     as_json: bool) -> None:
     """A lower bound on GPU memory, with what it cannot know listed.
@@ -322,8 +382,10 @@ def estimate_memory(project_dir: Path | None, params: str | None, from_config: b
     from kdkit.order.plan import optional_project
 
     project = optional_project(project_dir)
-    offer = None if gpu is None else load_catalog(None if project is None else project.root, catalog_file).find(gpu)
-    report = memory_report(project, params=params, from_config=from_config, dtype=dtype, train=train, kv=kv,
+    offer = None if gpu is None else load_catalog(None if project is None
+                                                  else project.root, catalog_file).find(gpu)
+    report = memory_report(project, params=params, from_config=from_config, dtype=dtype,
+                           train=train, kv=kv,
                            offer=offer)
     if as_json:
         emit_json(report)
@@ -336,15 +398,20 @@ def estimate_memory(project_dir: Path | None, params: str | None, from_config: b
 
 @click.command("close")
 @project_argument
-@click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("--order", "order_file", type=click.Path(dir_okay=False, path_type=Path),
+              required=True,
               help="The order written by `kdkit plan --save` (read, never rewritten).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for campaign-report.md and campaign-report.json (default: <project>/reports).")
+              help=(
+                  "Folder for campaign-report.md and campaign-report.json (default: "
+                  "<project>/reports)."))
 @click.option("--accepted", type=whole("2"),
-              help="Accepted outputs, when they are not the pilot's passing runs (default: one per passing "
-                   "configuration under runs/).")
+              help="Accepted outputs, when they are not the pilot's passing runs (default: one per "
+                   "passing configuration under runs/).")
 @click.option("--expense", "expenses", multiple=True, metavar='"WHAT AMOUNT CUR"',
-              help='Another expense, kept apart from the rental, e.g. --expense "storage 12.50 USD" (repeatable).')
+              help=(
+                  'Another expense, kept apart from the rental, e.g. --expense "storage 12.50 USD" '
+                  '(repeatable).'))
 @json_option
 def close(project_dir: Path | None, order_file: Path, out: Path | None, accepted: int | None,
           expenses: tuple[str, ...], as_json: bool) -> None:
@@ -364,18 +431,20 @@ def close(project_dir: Path | None, order_file: Path, out: Path | None, accepted
     """
     from kdkit.order.close import close_campaign
 
-    report, md, js = close_campaign(project_dir, order_file, out=out, accepted=accepted, expenses=expenses)
+    report, md, js = close_campaign(project_dir, order_file, out=out,
+                                    accepted=accepted, expenses=expenses)
     if as_json:
         emit_json(report)
         return
     cost, work, hours = report["cost"], report["work"], report["hours"]
-    per_output = f"{cost['per_output_usd']} USD" if cost["per_output_usd"] is not None else "undefined"
+    per_output = (f"{cost['per_output_usd']} USD" if cost["per_output_usd"] is not None
+                  else "undefined")
     say(f"{len(report['runs'])} run(s), {report['accepted_outputs']['count']} accepted output(s), "
                f"{cost['cost_incurred_usd']} USD spent, {per_output} per accepted output, "
                f"{len(report['deviations'])} deviation(s).")
     booked = "no hours booked" if hours["booked"] is None else f"{hours['booked']} h booked"
-    say(f"Observed {work['observed_hours']} h of machine time ({booked}); idle {work['idle_hours']} h in "
-        f"{len(work['gaps'])} gap(s).")
+    say(f"Observed {work['observed_hours']} h of machine time ({booked}); idle "
+        f"{work['idle_hours']} h in {len(work['gaps'])} gap(s).")
     if report["campaign"] is not None:
         from kdkit.core.safetext import printable
 

@@ -87,7 +87,8 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
     problems, warnings = check_project(root)
     warnings += git_warnings(root)
     if as_json:
-        emit_json({"project": str(root), "valid": not problems, "problems": [finding_json(p) for p in problems],
+        emit_json({"project": str(root), "valid": not problems,
+                   "problems": [finding_json(p) for p in problems],
                    "warnings": [finding_json(w) for w in warnings]})
     else:
         for problem in problems:  # one line each, whatever a file's name holds
@@ -99,4 +100,5 @@ def validate(project_dir: Path | None, as_json: bool) -> None:
         if not problems:
             say(f"{root}: valid" + (f" ({len(shown)} warning(s))" if shown else ""))
     if problems:
-        raise BadInput(f"{root}: {len(problems)} problem(s) found; fix them and run `kdkit validate` again")
+        raise BadInput(
+            f"{root}: {len(problems)} problem(s) found; fix them and run `kdkit validate` again")

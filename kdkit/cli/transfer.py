@@ -26,22 +26,30 @@ def size_mb(size: int) -> str:
 @click.command("bundle")
 @project_argument
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
-              help="New folder outside the project to write the bundle to (refused if it exists, unless --force).")
+              help=(
+                  "New folder outside the project to write the bundle to (refused if it exists, "
+                  "unless --force)."))
 @backend_option
-@click.option("--image", default=None, help="Image to pack (default: the tag `kdkit build` gives this lock).")
+@click.option("--image",
+              default=None, help="Image to pack (default: the tag `kdkit build` gives this lock).")
 @click.option("--no-image", is_flag=True, help="Leave the image out: for a host without Docker.")
-@click.option("--compressor", type=click.Choice(["zstd", "gzip"]), default="zstd", show_default=True,
-              help="How the image archive is compressed (zstd: smaller and far faster; gzip: everywhere).")
+@click.option("--compressor", type=click.Choice(["zstd", "gzip"]), default="zstd",
+              show_default=True,
+              help=(
+                  "How the image archive is compressed (zstd: smaller and far faster; gzip: "
+                  "everywhere)."))
 @click.option("--no-kdkit-wheels", is_flag=True,
               help="Leave out kdkit-wheels/ (kdkit itself, to install offline on the rented host).")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), default=None, metavar="DIR",
-              help="The lock's files (`kdkit wheelhouse`): those of pins only this machine had (the lock's "
-                   "machine-local, e.g. torch from --torch-find-links) travel in local-wheels/ for RUN.md's path "
-                   "without Docker.")
-@force_option("Replace an existing bundle that kdkit wrote at --out (only once the new one is complete).")
+              help="The lock's files (`kdkit wheelhouse`): those of pins only this machine had "
+                   "(the lock's machine-local, e.g. torch from --torch-find-links) travel in "
+                   "local-wheels/ for RUN.md's path without Docker.")
+@force_option(
+    "Replace an existing bundle that kdkit wrote at --out (only once the new one is complete).")
 @json_option
 def bundle_command(project_dir: Path | None, out: Path, backend: str | None, image: str | None,
-                   no_image: bool, compressor: str, no_kdkit_wheels: bool, wheelhouse: Path | None, force: bool,
+                   no_image: bool, compressor: str, no_kdkit_wheels: bool, wheelhouse: Path | None,
+                   force: bool,
                    as_json: bool) -> None:
     """Pack everything the rented machine needs into one verified folder.
 
@@ -87,19 +95,21 @@ def _print_bundle(info: dict[str, Any]) -> None:
     from kdkit.config.files import printable_name
 
     if info["uncommitted"]:
-        warn(f"{len(info['uncommitted'])} uncommitted change(s) are NOT in the bundle (it holds revision "
-             f"{str(info['revision'])[:12]}): {', '.join(info['uncommitted'][:3])}; commit them and bundle again")
+        warn(f"{len(info['uncommitted'])} uncommitted change(s) are NOT in the bundle (it holds "
+             f"revision {str(info['revision'])[:12]}): {', '.join(info['uncommitted'][:3])}; "
+             "commit them and bundle again")
     if info["left_out"]:
         left = [printable_name(f"{item['file']} ({item['why']})") for item in info["left_out"]]
         more = f" (+{len(left) - 3} more, see bundle.json)" if len(left) > 3 else ""
-        warn(f"left out {len(left)} file(s): {'; '.join(left[:3])}{more}; secrets reach the rented machine at "
-             "run time only (`kdkit run --env-file`)")
+        warn(f"left out {len(left)} file(s): {'; '.join(left[:3])}{more}; secrets reach the rented "
+             "machine at run time only (`kdkit run --env-file`)")
     wheels = info["kdkit_wheels"]
     wheels_line = "not carried (--no-kdkit-wheels)" if not wheels else (
-        f"{wheels['folder']}/: {len(wheels['files'])} files, offline for python3 {', '.join(wheels['pythons'])}")
+        f"{wheels['folder']}/: {len(wheels['files'])} files, offline for python3 "
+        f"{', '.join(wheels['pythons'])}")
     image_line = "no image (--no-image)" if not info["image"] else (
-        f"{info['image']['ref']}: {size_mb(info['image']['bytes'])} ({info['image']['compressor']}, "
-        f"{info['image']['seconds']:.1f} s)")
+        f"{info['image']['ref']}: {size_mb(info['image']['bytes'])} "
+        f"({info['image']['compressor']}, {info['image']['seconds']:.1f} s)")
     say(f"Bundle written to {info['out']} in {info['seconds']:.1f} s\n"
         f"  project  {info['project_files']} files at {info['revision'] or 'no git revision'}\n"
         f"  image    {image_line}\n"

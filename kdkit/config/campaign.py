@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdkit.config.schemas import config_problem, json_path, raise_first, schema_problems, walk_document
+from kdkit.config.schemas import (
+    config_problem,
+    json_path,
+    raise_first,
+    schema_problems,
+    walk_document,
+)
 from kdkit.core.errors import BadInput
 from kdkit.core.finding import Finding
 from kdkit.core.jsonio import parse_json, read_text_file, sha256_file
@@ -80,14 +86,21 @@ def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list
     for index, variant in enumerate(variants):
         where, name = f"$.variants[{index}]", variant["name"]
         if name in seen:
-            problems.append(config_problem(rel, f"{where}.name", f"{name!r} names a variant twice (first at "
-                                           f"$.variants[{seen[name]}]); give each variant its own name"))
+            problems.append(config_problem(rel,
+                                           f"{where}.name",
+                                           f"{name!r} names a variant twice (first at "
+                                           f"$.variants[{seen[name]}]); give each variant its own "
+                                           "name"))
         seen.setdefault(name, index)
         if variant.get("config") is None and variant.get("command") is None:
-            problems.append(config_problem(rel, where, "names neither a config nor a command; give the one it runs"))
+            problems.append(
+                config_problem(
+                    rel, where, "names neither a config nor a command; give the one it runs"))
         problems += _path_problems(root, variant.get("config"), rel, f"{where}.config")
     if data["control"] not in seen:
-        problems.append(config_problem(rel, "$.control", f"{data['control']!r} names no variant; name one of "
+        problems.append(config_problem(rel,
+                                       "$.control",
+                                       f"{data['control']!r} names no variant; name one of "
                                        f"{', '.join(seen)}"))
     problems += _path_problems(root, data["corpus"]["manifest"], rel, "$.corpus.manifest")
     # saved later
@@ -95,7 +108,8 @@ def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list
     return problems + _frozen_problems(root, data["corpus"], rel)
 
 
-def _path_problems(root: Path, value: str | None, rel: Path, where: str, *, must_exist: bool = True) -> list[Finding]:
+def _path_problems(root: Path, value: str | None, rel: Path, where: str, *,
+                   must_exist: bool = True) -> list[Finding]:
     """A path campaign.json names (the schema held it to the path rule): inside the project, and
     there."""
     if value is None:
@@ -104,12 +118,20 @@ def _path_problems(root: Path, value: str | None, rel: Path, where: str, *, must
     try:
         there = target is not None and target.is_file()
     except OSError as exc:
-        return [config_problem(rel, where, f"cannot look at {value!r} ({exc.strerror or exc}); use a shorter path")]
+        return [
+            config_problem(
+                rel, where,
+                f"cannot look at {value!r} ({exc.strerror or exc}); use a shorter path")]
     if target is None:
-        return [config_problem(rel, where, f"{value!r} points outside the project folder; keep every path inside it")]
+        return [
+            config_problem(
+                rel, where,
+                f"{value!r} points outside the project folder; keep every path inside it")]
     if must_exist and not there:
-        return [config_problem(rel, where, f"{value!r} does not exist in the project folder (or is not a file); create "
-                               "it or fix the path")]
+        return [config_problem(rel,
+                               where,
+                               f"{value!r} does not exist in the project folder (or is not a "
+                               "file); create it or fix the path")]
     return []
 
 
@@ -120,9 +142,11 @@ def _frozen_problems(root: Path, corpus: dict[str, Any], rel: Path) -> list[Find
         return []
     actual = sha256_file(path)
     if actual != frozen:
-        return [config_problem(rel, "$.corpus.sha256", f"the corpus changed since it was frozen: {corpus['manifest']}"
-                               f" has SHA-256 {actual[:12]}..., the campaign froze {frozen[:12]}...; restore the "
-                               "corpus, or start a new campaign on the new one")]
+        return [config_problem(rel, "$.corpus.sha256",
+                               f"the corpus changed since it was frozen: {corpus['manifest']}"
+                               f" has SHA-256 {actual[:12]}..., the campaign froze "
+                               f"{frozen[:12]}...; restore the corpus, or start a new campaign on "
+                               "the new one")]
     return []
 
 
@@ -138,7 +162,8 @@ def read_problems(root: Path, rel: Path = Path(CAMPAIGN)) -> tuple[Any, list[Fin
         placed = re.match(r"(\d+):(\d+): (.*)", said)
         if placed and "is not a finite number" in said:
             return None, [config_problem(rel, _nonfinite_path(text), placed[3])]
-        return None, [config_problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+        return None, [config_problem(rel, f"line {placed[1]} column {placed[2]}", placed[3])
+                      if placed
                       else config_problem(rel, "$", said.strip())]
     return data, campaign_problems(root, data, rel)
 
@@ -167,15 +192,20 @@ def load_campaign(root: Path) -> Campaign | None:
 
 
 def _campaign(path: Path, data: dict[str, Any]) -> Campaign:
-    variants = tuple(Variant(name=v["name"], category=v["category"], machine_hours=float(v["machine_hours"]),
+    variants = tuple(Variant(name=v["name"], category=v["category"],
+                             machine_hours=float(v["machine_hours"]),
                              config=v.get("config"), command=None if v.get("command") is None else
                              tuple(v["command"]), gpu=v.get("gpu")) for v in data["variants"])
     corpus, assumed = data["corpus"], data.get("assumed_items_per_second")
     return Campaign(
-        path=path, question=data["question"], metric=data["metric"], threshold=float(data["threshold"]),
-        higher_is_better=data.get("higher_is_better", True), control=data["control"], variants=variants,
-        manifest=corpus["manifest"], manifest_sha256=corpus.get("sha256"), corpus_items=corpus.get("items"),
-        assumed_items_per_second=None if assumed is None else float(assumed), order=data.get("order"),
+        path=path, question=data["question"], metric=data["metric"],
+        threshold=float(data["threshold"]),
+        higher_is_better=data.get("higher_is_better", True), control=data["control"],
+        variants=variants,
+        manifest=corpus["manifest"], manifest_sha256=corpus.get("sha256"),
+        corpus_items=corpus.get("items"),
+        assumed_items_per_second=None if assumed is None else float(assumed),
+        order=data.get("order"),
         deliverables=tuple(data.get("deliverables", ())), decision_point=data.get("decision_point"),
         expenses=tuple(data.get("expenses", ())))
 
@@ -186,6 +216,6 @@ def require_variant(campaign: Campaign, name: str, what: str) -> Variant:
     if found is None:
         from kdkit.core.safetext import printable
 
-        raise BadInput(f"{what} {printable(name[:60])!r}: {campaign.path} has no such variant; name one of "
-                       f"{', '.join(v.name for v in campaign.variants)}")
+        raise BadInput(f"{what} {printable(name[:60])!r}: {campaign.path} has no such variant; "
+                       f"name one of {', '.join(v.name for v in campaign.variants)}")
     return found

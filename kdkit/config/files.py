@@ -48,7 +48,8 @@ PROJECT_FOLDERS = ("config", "requirements", "src")
 CAMPAIGN_FILES = ("campaign.json", "campaign-decisions.jsonl")
 README = "readme*"
 # Never walked and never carried, anywhere: version control, virtual environments, caches.
-NEVER_CARRIED = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+NEVER_CARRIED = frozenset(
+    {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 
 
 # ---------------------------------------------------------------- what a project is: the allow-list
@@ -66,7 +67,8 @@ class AllowList:
     def of(cls, project: Project) -> AllowList:
         """The allow-list of ``project``: :data:`PROJECT_FOLDERS`, README*, and what its configs
         name."""
-        root, pilot_file, marker = project.root, project.pilot_config_path, project.root / "kdkit.json"
+        root, pilot_file, marker = (project.root, project.pilot_config_path,
+                                    project.root / "kdkit.json")
         named = [(marker, "$.requirements", project.config["requirements"]),
                  (marker, "$.pilot_config", project.config["pilot_config"])]
         named += [(marker, f"$.backends.{name}.lock", spec["lock"])
@@ -79,8 +81,9 @@ class AllowList:
                    for name in project.config["backends"]]
         # read nothing outside the project, even through a link
         if real_inside(root, pilot_file) is None:
-            raise BadInput(f"{marker}: $.pilot_config: {pilot_file} leads to {os.path.realpath(pilot_file)}, outside "
-                           f"the project {root}; keep the pilot config inside the project")
+            raise BadInput(f"{marker}: $.pilot_config: {pilot_file} leads to "
+                           f"{os.path.realpath(pilot_file)}, outside the project {root}; keep the "
+                           "pilot config inside the project")
         pilot = project.pilot_config()
         places += [_relative(root, value, pilot_file, where) for where, value in named_paths(pilot)]
         for value in (pilot.get("entry"), project.config.get("train")):
@@ -147,7 +150,8 @@ class Packing:
     outside_allow_list: list[str] = field(default_factory=list)
 
 
-def walk_project(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result | None]]:
+def walk_project(root: Path,
+                 skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, os.stat_result | None]]:
     """(path relative to ``root``, lstat) of every non-folder below ``root``, folder by folder in
     name order.
 
@@ -206,8 +210,10 @@ def _file_entries(root: Path, allow: AllowList) -> dict[str, Entry]:
     entries = {}
     for rel, info in walk_project(root, frozenset({allow.runs})):
         if info is None:
-            if allow.never(rel) is None and (allow.allows(rel) or any(p.startswith(rel + "/") for p in allow.places)):
-                raise BadInput(f"{root / rel}: cannot read this folder of the project; fix its permissions")
+            if allow.never(rel) is None \
+                    and (allow.allows(rel) or any(p.startswith(rel + "/") for p in allow.places)):
+                raise BadInput(
+                    f"{root / rel}: cannot read this folder of the project; fix its permissions")
             continue
         if stat.S_ISLNK(info.st_mode):
             entries[rel] = Entry("link", os.readlink(root / rel))
@@ -233,11 +239,12 @@ def _git_entries(root: Path, git: dict[str, Any]) -> dict[str, Entry]:
             except UnicodeDecodeError:
                 target = None
             if target is None:
-                raise BadInput(f"{rel}: a committed link whose target git cannot give as UTF-8 text; "
-                               "replace the link by the file")
+                raise BadInput(f"{rel}: a committed link whose target git cannot give as UTF-8 "
+                               "text; replace the link by the file")
             entries[rel] = Entry("link", target)
         else:
-            entries[rel] = Entry({"100644": "file", "100755": "file", "160000": "submodule"}.get(mode, "other"))
+            entries[rel] = Entry(
+                {"100644": "file", "100755": "file", "160000": "submodule"}.get(mode, "other"))
     return entries
 
 
@@ -277,11 +284,11 @@ def _check_name(rel: str, where: str) -> None:
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
-        raise BadInput(f"{where}: the file name is not UTF-8; rename it (bundle.json and SHA256SUMS list "
-                       "names as UTF-8)") from None
+        raise BadInput(f"{where}: the file name is not UTF-8; rename it (bundle.json and "
+                       "SHA256SUMS list names as UTF-8)") from None
     if any(ord(c) < 32 or ord(c) == 127 or c == "\\" for c in rel):
-        raise BadInput(f"{where}: the file name holds a control character or a backslash; rename it "
-                       "(SHA256SUMS lists one name a line)")
+        raise BadInput(f"{where}: the file name holds a control character or a backslash; rename "
+                       "it (SHA256SUMS lists one name a line)")
 
 
 def plan_packing(project: Project, allow: AllowList, git: dict[str, Any] | None) -> Packing:
@@ -303,10 +310,13 @@ def plan_packing(project: Project, allow: AllowList, git: dict[str, Any] | None)
             outside.add(rel.split("/", 1)[0])
             continue
         if entry.kind == "submodule":
-            packing.left_out.append({"file": rel, "why": "a git submodule: git archive does not carry it"})
+            packing.left_out.append(
+                {"file": rel, "why": "a git submodule: git archive does not carry it"})
             continue
         if entry.kind == "other":
-            raise BadInput(f"{where}: not a regular file (a FIFO, socket or device); remove it from the project")
+            raise BadInput(
+                f"{where}: not a regular file (a FIFO, socket or device); remove it from the "
+                "project")
         source = rel
         if entry.kind == "link":
             source, left = _link_source(root, rel, entry, entries, allow, where, git is not None)
@@ -319,7 +329,8 @@ def plan_packing(project: Project, allow: AllowList, git: dict[str, Any] | None)
     return packing
 
 
-def _link_source(root: Path, rel: str, entry: Entry, entries: dict[str, Entry], allow: AllowList, where: str,
+def _link_source(root: Path, rel: str, entry: Entry, entries: dict[str, Entry], allow: AllowList,
+                 where: str,
                  in_git: bool) -> tuple[str, str | None]:
     """The project file a link stands for, and why it is left out (None when it is carried);
     BadInput when it leads outside the project, to a folder or to nothing."""
@@ -332,20 +343,24 @@ def _link_source(root: Path, rel: str, entry: Entry, entries: dict[str, Entry], 
     else:
         real = real_inside(root, root / rel)
         shown = os.path.realpath(root / rel)
-        target = None if real is None else ("." if real == root else real.relative_to(root).as_posix())
+        target = None if real is None else ("." if real == root
+                                            else real.relative_to(root).as_posix())
         kind = ("folder" if real.is_dir() else "file" if real.is_file() else
                 "missing" if not real.exists() else "other") if real is not None else "missing"
     if target is None:
-        raise BadInput(f"{where}: a symbolic link to {shown}, outside the project {root}; a bundle carries "
-                       "the project's own files only: copy the file into the project or remove the link")
+        raise BadInput(f"{where}: a symbolic link to {shown}, outside the project {root}; a bundle "
+                       "carries the project's own files only: copy the file into the project or "
+                       "remove the link")
     if kind != "file":
-        is_what = {"folder": "a folder", "missing": "nothing (a broken link)"}.get(kind, "not a regular file")
-        raise BadInput(f"{where}: a symbolic link to {shown}, which is {is_what}; a bundle carries files, not "
-                       "links: replace the link by the file itself")
+        is_what = {
+            "folder": "a folder", "missing": "nothing (a broken link)"}.get(kind,
+                                                                            "not a regular file")
+        raise BadInput(f"{where}: a symbolic link to {shown}, which is {is_what}; a bundle carries "
+                       "files, not links: replace the link by the file itself")
     never = allow.never(target)
     if never is not None:
-        raise BadInput(f"{where}: a symbolic link to {target}, which a bundle never carries ({never}); "
-                       "replace the link by a copy of the file")
+        raise BadInput(f"{where}: a symbolic link to {target}, which a bundle never carries "
+                       f"({never}); replace the link by a copy of the file")
     what = secret_file(target)
     return target, (f"a link to {target}, named like {what}" if what is not None else None)
 
@@ -353,7 +368,8 @@ def _link_source(root: Path, rel: str, entry: Entry, entries: dict[str, Entry], 
 # ---------------------------------------------------------------- writing the plan into project/
 
 
-def export_git(root: Path, prefix: str, dest: Path, packing: Packing, essentials: list[str]) -> None:
+def export_git(root: Path, prefix: str, dest: Path, packing: Packing,
+               essentials: list[str]) -> None:
     """Write the planned files of the committed tree of ``root`` (HEAD) into ``dest``.
 
     ``git archive`` honours ``export-ignore``: a planned file it leaves out is named in
@@ -363,7 +379,8 @@ def export_git(root: Path, prefix: str, dest: Path, packing: Packing, essentials
     # From the repository's top: in a sub-folder, git archive would look for the sub-folder inside
     # HEAD:prefix.
     top = (git_output(root, "rev-parse", "--show-toplevel") or str(root)).strip()
-    done = proc.run(["git", "-C", top, "archive", "--format=tar", "-o", str(archive), f"HEAD:{prefix}"])
+    done = proc.run(
+        ["git", "-C", top, "archive", "--format=tar", "-o", str(archive), f"HEAD:{prefix}"])
     if not done.ok:
         raise KdkitError(f"{root}: git archive failed ({done.first_error_line()})")
     with tarfile.open(archive) as tar:
@@ -372,10 +389,11 @@ def export_git(root: Path, prefix: str, dest: Path, packing: Packing, essentials
             member = members.get(src)
             if member is None:
                 if rel in essentials:
-                    raise BadInput(f"{rel}: left out by `git archive` (export-ignore in .gitattributes?); the "
-                                   "bundle must carry it")
+                    raise BadInput(f"{rel}: left out by `git archive` (export-ignore in "
+                                   ".gitattributes?); the bundle must carry it")
                 del packing.files[rel]
-                packing.left_out.append({"file": rel, "why": "export-ignore: git archive leaves it out"})
+                packing.left_out.append(
+                    {"file": rel, "why": "export-ignore: git archive leaves it out"})
                 continue
             handle = tar.extractfile(member)
             assert handle is not None  # a regular member always has content

@@ -73,7 +73,8 @@ class Project:
         """The named backend (default: default_backend); BadInput if kdkit.json lacks it."""
         chosen = name or self.default_backend
         if chosen not in BACKENDS:
-            raise BadInput(f"--backend {chosen}: unknown backend; choose one of {', '.join(BACKENDS)}")
+            raise BadInput(
+                f"--backend {chosen}: unknown backend; choose one of {', '.join(BACKENDS)}")
         spec = self.config["backends"].get(chosen)
         if spec is None:
             raise BadInput(
@@ -127,7 +128,8 @@ def mount_variable(name: str) -> str:
 # Variables a declared mount's "env" may not take: the cache's (kdkit.machine.mounts sets them), and
 # what the shell, Python and the dynamic loader read before the app runs (names starting LD_ are
 # refused too).
-RESERVED_ENV = frozenset({"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "HF_HOME", "TORCH_HOME",
+RESERVED_ENV = frozenset({"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "HF_HOME",
+                          "TORCH_HOME",
                           "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "TMPDIR"})
 
 
@@ -139,19 +141,24 @@ def mount_problems(root: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
     mounts = config.get("mounts")
     for name, spec in sorted(mounts.items()) if isinstance(mounts, dict) else []:
         if (other := seen.setdefault(mount_variable(name), name)) != name:
-            problems.append((f"$.mounts.{name}", f"gives the same variable {mount_variable(name)} as {other!r}; "
-                                                 "rename one"))
+            problems.append((f"$.mounts.{name}",
+                             f"gives the same variable {mount_variable(name)} as {other!r}; "
+                             "rename one"))
         env = spec.get("env") if isinstance(spec, dict) else None
         if isinstance(env, str) and (env in RESERVED_ENV or env.startswith("LD_")):
-            problems.append((f"$.mounts.{name}.env", f"{env} is the container's own (kdkit sets it, or the loader and "
-                                                     "Python read it); choose another name"))
+            problems.append((f"$.mounts.{name}.env",
+                             f"{env} is the container's own (kdkit sets it, or the loader and "
+                             "Python read it); choose another name"))
         elif isinstance(env, str) and (other := seen.setdefault(f"env:{env}", name)) != name:
-            problems.append((f"$.mounts.{name}.env", f"{env} is also the env of {other!r}; give each mount its own"))
+            problems.append(
+                (f"$.mounts.{name}.env",
+                 f"{env} is also the env of {other!r}; give each mount its own"))
         path = spec.get("path") if isinstance(spec, dict) else None
         if isinstance(path, str) and projectfiles.real_inside(root, root / path) is None:
-            problems.append((f"$.mounts.{name}.path", f"{path!r} leads to {os.path.realpath(root / path)}, outside "
-                                                      "the project (a link?); keep it inside, or name the folder "
-                                                      f"with `kdkit run --mount SRC:{name}`"))
+            problems.append((f"$.mounts.{name}.path",
+                             f"{path!r} leads to {os.path.realpath(root / path)}, outside "
+                             "the project (a link?); keep it inside, or name the folder "
+                             f"with `kdkit run --mount SRC:{name}`"))
     return problems
 
 
@@ -160,5 +167,6 @@ def load_project(project_dir: Path | None = None) -> Project:
     root = projectfiles.project_root(project_dir)
     path = root / MARKER
     data = load_json(path, what="project file")
-    raise_first(schema_problems(data, "kdkit", path.relative_to(root)), base=root, more_hint="run `kdkit validate`")
+    raise_first(schema_problems(data, "kdkit", path.relative_to(root)),
+                base=root, more_hint="run `kdkit validate`")
     return Project(root, data)

@@ -66,7 +66,8 @@ def _whole_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> 
 
 @cache
 def _end_anchored(pattern: str) -> str:
-    return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+    return (pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$")
+            else pattern)
 
 
 def _project_path(validator: Any, format: str, instance: Any, schema: Any) -> Any:
@@ -75,7 +76,8 @@ def _project_path(validator: Any, format: str, instance: Any, schema: Any) -> An
     apply it too). Other formats stay annotations, as draft 2020-12 says."""
     from jsonschema.exceptions import ValidationError
 
-    if format == "project-path" and isinstance(instance, str) and (problem := config_path_problem(instance)):
+    if format == "project-path" and isinstance(instance, str) \
+            and (problem := config_path_problem(instance)):
         yield ValidationError(problem)
 
 
@@ -86,7 +88,8 @@ def _validator(name: str) -> Any:
     with schema_path(name).open(encoding="utf-8") as handle:
         # a valid draft 2020-12 schema: tests/config/test_shipped_schemas.py checks each
         schema = json.load(handle)
-    strict = validators.extend(Draft202012Validator, {"pattern": _whole_pattern, "format": _project_path})
+    strict = validators.extend(Draft202012Validator,
+                               {"pattern": _whole_pattern, "format": _project_path})
     return strict(schema)
 
 
@@ -116,7 +119,8 @@ def _describe(error: Any) -> str:
         return f"{json.dumps(value)} is not allowed; expected one of {choices}"
     if kind == "pattern":
         hint = schema.get("description", "")
-        return f"{json.dumps(value)} does not match {error.validator_value}" + (f" ({hint})" if hint else "")
+        return f"{json.dumps(value)} does not match {error.validator_value}" + (
+            f" ({hint})" if hint else "")
     return f"{error.message}"
 
 
@@ -134,7 +138,8 @@ def schema_problems(data: Any, schema: str, file: Path) -> list[Finding]:
     """Every schema violation of ``data``, ordered by place in the document, then, in a config (not
     one of RECORDS), every string of it (key or value) that breaks a line or holds a control
     character (:func:`line_problems`), where nothing else is said."""
-    errors = sorted(_validator(schema).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(_validator(schema).iter_errors(data),
+                    key=lambda e: [str(p) for p in e.absolute_path])
     problems = [config_problem(file, json_path(e.absolute_path), _describe(e)) for e in errors]
     if schema in RECORDS:
         return problems
@@ -153,7 +158,9 @@ def line_problems(data: Any, file: Path) -> list[Finding]:
     for parts, key, value in walk_document(data):
         for text, what in ((key, "key"), (value, "value")):
             if isinstance(text, str) and CONTROL_CHARACTER.search(text):
-                problems.append(config_problem(file, json_path(parts), f"the {what} {shown(text)} holds a control "
+                problems.append(config_problem(file,
+                                               json_path(parts),
+                                               f"the {what} {shown(text)} holds a control "
                                                "character or a line break; write it on one line"))
     return problems
 
@@ -161,7 +168,8 @@ def line_problems(data: Any, file: Path) -> list[Finding]:
 # ---------------------------------------------------------------- secrets in a document
 
 
-def walk_document(data: Any, parts: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any, Any]]:
+def walk_document(data: Any,
+                  parts: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any, Any]]:
     """Yield (path, key, value) for every value in a JSON document."""
     if isinstance(data, dict):
         for key, value in data.items():
@@ -182,12 +190,17 @@ def secret_problems(data: Any, file: Path) -> list[Finding]:
         if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "", [], {}) \
                 and not isinstance(value, (bool, int, float)):
             problems.append(
-                config_problem(file, json_path(parts), f"key {key!r} looks like a secret; secrets go in .env "
-                               "(see .env.example) and reach the container with `kdkit run --env-file`")
+                config_problem(file,
+                               json_path(parts),
+                               f"key {key!r} looks like a secret; secrets go in .env "
+                               "(see .env.example) and reach the container with `kdkit run "
+                               "--env-file`")
             )
         elif isinstance(value, str) and (found := find(value)):
             problems.append(
-                config_problem(file, json_path(parts), f"value looks like {found[0].what}; remove it and put it in "
+                config_problem(file,
+                               json_path(parts),
+                               f"value looks like {found[0].what}; remove it and put it in "
                                f"{ENV_HINT} (the value reads {shown_redacted(value)})")
             )
     return problems
@@ -199,7 +212,8 @@ def shown_redacted(text: str, limit: int = 120) -> str:
     return repr(shown if len(shown) <= limit else shown[:limit] + "…")
 
 
-def raise_first(problems: list[Finding], *, base: Path | None = None, more_hint: str = "", hint: str = "") -> None:
+def raise_first(problems: list[Finding], *, base: Path | None = None, more_hint: str = "",
+                hint: str = "") -> None:
     """Raise BadInput naming the first problem (and how many follow) when there is any.
 
     ``base`` prefixes the problem's relative file; ``more_hint`` is added to the count of the

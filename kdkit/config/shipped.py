@@ -14,7 +14,8 @@ from kdkit.core.errors import Unavailable
 _PACKAGE = Path(__file__).resolve().parent.parent  # kdkit/, this file being kdkit/config/shipped.py
 # What data_root() holds, each at its place under kdkit/_data in a wheel (pyproject.toml's
 # force-include; a test keeps the two equal).
-DATA_ITEMS = ("schemas", "project-template", "Dockerfile.common", "Dockerfile.cpu", "Dockerfile.cuda",
+DATA_ITEMS = ("schemas", "project-template", "Dockerfile.common", "Dockerfile.cpu",
+              "Dockerfile.cuda",
               "Dockerfile.rocm", "requirements/runtime.txt")
 
 

@@ -36,10 +36,12 @@ from typing import Any, TypeAlias
 MAX_DEPTH = 64
 KEY_SHOWN = 64  # characters of an object key shown in a path
 TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
-VALIDATION = ("type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
+VALIDATION = ("type", "enum", "const", "properties", "required", "additionalProperties", "items",
+              "minItems",
               "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "minimum", "maximum",
               "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "not")
-ANNOTATIONS = frozenset({"$schema", "$id", "title", "description", "default", "examples", "$comment"})
+ANNOTATIONS = frozenset(
+    {"$schema", "$id", "title", "description", "default", "examples", "$comment"})
 SUPPORTED: frozenset[str] = frozenset(VALIDATION) | ANNOTATIONS
 
 JsonPath: TypeAlias = tuple[Any, ...]  # str keys and int indexes, from the root down
@@ -164,8 +166,11 @@ def answer_problem(value: Any, schema: Any, limit: int = 200) -> str | None:
             problem = _apply(value, schema, (), 1)
         except _BadSchema as bad:
             problem = bad.problem
-        except (TypeError, ValueError, AttributeError, OverflowError, RecursionError, re.error) as error:
-            problem = (), f"the schema cannot be applied ({type(error).__name__}); check it with schema_problems"
+        except (TypeError, ValueError, AttributeError, OverflowError,
+                RecursionError, re.error) as error:
+            problem = ((),
+                       f"the schema cannot be applied ({type(error).__name__}); check it with "
+                       "schema_problems")
     return None if problem is None else _message(*problem, limit)
 
 
@@ -173,7 +178,8 @@ def _apply(value: Any, schema: Any, path: JsonPath, depth: int) -> Problem | Non
     if isinstance(schema, bool):
         return None if schema else (path, "no value is allowed here (the schema is false)")
     if not isinstance(schema, dict):
-        raise _BadSchema(path, f"the schema here is {json_type(schema)}, not an object or a boolean")
+        raise _BadSchema(path,
+                         f"the schema here is {json_type(schema)}, not an object or a boolean")
     if depth > MAX_DEPTH:
         raise _BadSchema(path, f"the schema is nested deeper than {MAX_DEPTH} levels")
     # a wrong type first: the clearest message
@@ -187,7 +193,9 @@ def _apply(value: Any, schema: Any, path: JsonPath, depth: int) -> Problem | Non
             if problem is not None:
                 return problem
         elif keyword not in ANNOTATIONS:
-            raise _BadSchema(path, f"unsupported keyword {_quoted(keyword)} in the schema (see schema_problems)")
+            raise _BadSchema(path,
+                             f"unsupported keyword {_quoted(keyword)} in the schema (see "
+                             "schema_problems)")
     return None
 
 
@@ -216,30 +224,35 @@ def _sizes(kind: type[list[Any]] | type[str], keyword: str) -> Callable[[Any, An
     unit, fewer = ("items" if kind is list else "characters"), keyword.startswith("min")
 
     def broken(value: Any, bound: Any) -> str | None:
-        if not isinstance(value, kind) or not ((len(value) < bound) if fewer else (len(value) > bound)):
+        if not isinstance(value, kind) \
+                or not ((len(value) < bound) if fewer else (len(value) > bound)):
             return None
         return f"{len(value)} {unit}, {'fewer' if fewer else 'more'} than {keyword} {_shown(bound)}"
     return broken
 
 
-def _bounds(keyword: str, holds: Callable[[Any, Any], bool], says: str) -> Callable[[Any, Any], str | None]:
+def _bounds(keyword: str,
+            holds: Callable[[Any, Any], bool], says: str) -> Callable[[Any, Any], str | None]:
     """minimum / maximum / exclusiveMinimum / exclusiveMaximum."""
     def broken(value: Any, bound: Any) -> str | None:
-        return None if not _is_number(value) or holds(value, bound) else f"{says} {keyword} {_shown(bound)}"
+        return (None if not _is_number(value) or holds(value, bound)
+                else f"{says} {keyword} {_shown(bound)}")
     return broken
 
 
 _VALUE_RULES: dict[str, Callable[[Any, Any], str | None]] = {
     "type": _type_broken,
-    "enum": lambda v, a: None if _key(v) in {_key(x) for x in a} else f"not one of the enum values {_shown(a)}",
+    "enum": lambda v,
+    a: None if _key(v) in {_key(x) for x in a} else f"not one of the enum values {_shown(a)}",
     "const": lambda v, a: None if _key(v) == _key(a) else f"not the const value {_shown(a)}",
     "required": lambda v, a: next((f"missing required property {_quoted(name)}" for name in a
-                                   if isinstance(v, dict) and name not in v), None),
+                 if isinstance(v, dict) and name not in v), None),
     "pattern": lambda v, a: (f"does not match the pattern {_quoted(a)}"
-                             if isinstance(v, str) and re.search(a, v) is None else None),
+           if isinstance(v, str) and re.search(a, v) is None else None),
     "minItems": _sizes(list, "minItems"), "maxItems": _sizes(list, "maxItems"),
     "minLength": _sizes(str, "minLength"), "maxLength": _sizes(str, "maxLength"),
-    "minimum": _bounds("minimum", operator.ge, "less than"), "maximum": _bounds("maximum", operator.le, "greater than"),
+    "minimum": _bounds("minimum", operator.ge, "less than"),
+    "maximum": _bounds("maximum", operator.le, "greater than"),
     "exclusiveMinimum": _bounds("exclusiveMinimum", operator.gt, "not greater than"),
     "exclusiveMaximum": _bounds("exclusiveMaximum", operator.lt, "not less than"),
 }
@@ -249,13 +262,16 @@ def _first(problems: Iterable[Problem | None]) -> Problem | None:
     return next((problem for problem in problems if problem is not None), None)
 
 
-def _properties(value: Any, argument: Any, schema: dict[str, Any], path: JsonPath, depth: int) -> Problem | None:
+def _properties(value: Any, argument: Any, schema: dict[str, Any],
+                path: JsonPath, depth: int) -> Problem | None:
     if not isinstance(value, dict):
         return None
-    return _first(_apply(value[name], sub, (*path, name), depth) for name, sub in argument.items() if name in value)
+    return _first(_apply(value[name], sub, (*path, name), depth) for name,
+                  sub in argument.items() if name in value)
 
 
-def _additional(value: Any, argument: Any, schema: dict[str, Any], path: JsonPath, depth: int) -> Problem | None:
+def _additional(value: Any, argument: Any, schema: dict[str, Any],
+                path: JsonPath, depth: int) -> Problem | None:
     if not isinstance(value, dict):
         return None
     known = schema.get("properties")
@@ -265,13 +281,15 @@ def _additional(value: Any, argument: Any, schema: dict[str, Any], path: JsonPat
     return _first(_apply(value[name], argument, (*path, name), depth) for name in extra)
 
 
-def _items(value: Any, argument: Any, schema: dict[str, Any], path: JsonPath, depth: int) -> Problem | None:
+def _items(value: Any, argument: Any, schema: dict[str, Any],
+           path: JsonPath, depth: int) -> Problem | None:
     if not isinstance(value, list):
         return None
     return _first(_apply(item, argument, (*path, i), depth) for i, item in enumerate(value))
 
 
-def _unique(value: Any, argument: Any, schema: dict[str, Any], path: JsonPath, depth: int) -> Problem | None:
+def _unique(value: Any, argument: Any, schema: dict[str, Any],
+            path: JsonPath, depth: int) -> Problem | None:
     if argument is True and isinstance(value, list):
         seen: dict[Any, int] = {}
         for i, item in enumerate(value):
@@ -286,27 +304,31 @@ def _none_matched(keyword: str, count: int, first: Problem | None) -> str:
     return f"matches none of the {count} schemas of {keyword}{said}"
 
 
-def _any_of(value: Any, argument: Any, schema: dict[str, Any], path: JsonPath, depth: int) -> Problem | None:
+def _any_of(value: Any, argument: Any, schema: dict[str, Any],
+            path: JsonPath, depth: int) -> Problem | None:
     first = _apply(value, argument[0], path, depth)
     if first is None or any(_apply(value, sub, path, depth) is None for sub in argument[1:]):
         return None
     return path, _none_matched("anyOf", len(argument), first)
 
 
-def _one_of(value: Any, argument: Any, schema: dict[str, Any], path: JsonPath, depth: int) -> Problem | None:
+def _one_of(value: Any, argument: Any, schema: dict[str, Any],
+            path: JsonPath, depth: int) -> Problem | None:
     problems = [_apply(value, sub, path, depth) for sub in argument]
     matched = [i for i, problem in enumerate(problems) if problem is None]
     if len(matched) == 1:
         return None
     if not matched:
         return path, _none_matched("oneOf", len(argument), problems[0] if problems else None)
-    return path, (f"matches {len(matched)} schemas of oneOf (oneOf[{matched[0]}] and oneOf[{matched[1]}]), "
-                  "not exactly one")
+    return path, (f"matches {len(matched)} schemas of oneOf (oneOf[{matched[0]}] and "
+                  f"oneOf[{matched[1]}]), not exactly one")
 
 
 _NESTED_RULES: dict[str, Callable[[Any, Any, dict[str, Any], JsonPath, int], Problem | None]] = {
-    "properties": _properties, "additionalProperties": _additional, "items": _items, "uniqueItems": _unique,
+    "properties": _properties, "additionalProperties": _additional, "items": _items,
+    "uniqueItems": _unique,
     "anyOf": _any_of, "oneOf": _one_of,
     "allOf": lambda v, a, s, p, d: _first(_apply(v, sub, p, d) for sub in a),
-    "not": lambda v, a, s, p, d: (p, 'matches the schema under "not"') if _apply(v, a, p, d) is None else None,
+    "not": lambda v, a, s, p,
+    d: (p, 'matches the schema under "not"') if _apply(v, a, p, d) is None else None,
 }

@@ -46,7 +46,8 @@ def parse_label(label: str) -> tuple[str, str | None] | None:
     if label.startswith("cu") and len(digits) == 3 and set(digits) <= _DIGITS:
         return ("cuda", f"{digits[:2]}.{digits[2]}")
     parts = label[4:].split(".")
-    if label.startswith("rocm") and len(parts) in (2, 3) and all(p and set(p) <= _DIGITS for p in parts):
+    if label.startswith("rocm") and len(parts) in (2, 3) \
+            and all(p and set(p) <= _DIGITS for p in parts):
         return ("rocm", ".".join(parts))  # rocm7.2, rocm6.2.4
     return None
 
@@ -84,7 +85,8 @@ def _index_key(url: str) -> str:
         port = f":{parts.port}" if parts.port is not None else ""
     except ValueError:  # not a URL: only itself
         return url
-    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}{port}{parts.path.rstrip('/')}"
+    return (
+        f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}{port}{parts.path.rstrip('/')}")
 
 
 def header_build(header: dict[str, str]) -> str | None:

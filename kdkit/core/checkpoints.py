@@ -72,7 +72,9 @@ def _files(folder: Path) -> Iterator[tuple[str, Path]]:
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
-            raise KdkitError(f"{path}: a checkpoint holds regular files and folders only (not a link or a device)")
+            raise KdkitError(
+                f"{path}: a checkpoint holds regular files and folders only (not a link or a "
+                "device)")
         if path.is_file() and name != SUMS:
             yield name, path
 

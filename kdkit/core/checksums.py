@@ -41,8 +41,8 @@ def read_sums(folder: Path, what: str, absent: str) -> dict[str, str]:
     try:
         text = sums.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CheckFailed(f"{sums}: not UTF-8 (byte at offset {exc.start}); the {what} is damaged, copy it "
-                          "again") from None
+        raise CheckFailed(f"{sums}: not UTF-8 (byte at offset {exc.start}); the {what} is damaged, "
+                          "copy it again") from None
     except OSError as exc:
         raise CheckFailed(f"{sums}: cannot read ({exc.strerror or exc}); check the copy") from None
     listed: dict[str, str] = {}
@@ -52,8 +52,8 @@ def read_sums(folder: Path, what: str, absent: str) -> dict[str, str]:
             continue  # after the final newline
         digest, sep, name = line.partition("  ")
         if not sep or not _DIGEST.fullmatch(digest) or not safe_name(name) or name in listed:
-            raise CheckFailed(f"{sums}:{number}: malformed line (not '<sha256>  <relative path>', or a name listed "
-                              f"twice); the {what} is damaged, copy it again")
+            raise CheckFailed(f"{sums}:{number}: malformed line (not '<sha256>  <relative path>', "
+                              f"or a name listed twice); the {what} is damaged, copy it again")
         listed[name] = digest
     return listed
 

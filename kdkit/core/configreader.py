@@ -32,7 +32,8 @@ class ConfigReader:
             raise self.bad(where, "must be an object")
         for key in data:
             if key not in allowed:
-                raise self.bad(f"{where}.{key}"[:120], f"unknown key; use one of {', '.join(sorted(allowed))}")
+                raise self.bad(
+                    f"{where}.{key}"[:120], f"unknown key; use one of {', '.join(sorted(allowed))}")
         return data
 
     def number(self, data: dict[str, Any], key: str, where: str, *, minimum: float = 0.0,
@@ -48,17 +49,22 @@ class ConfigReader:
                 above: bool = False) -> float:
         """One value at ``where``: a finite number (whole when asked) at least (or ``above``)
         ``minimum``."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or (whole and not isinstance(value, int)):
             raise self.bad(where, f"must be {'a whole number' if whole else 'a number'}")
         # math.isfinite of a 400-digit int raises OverflowError
         if isinstance(value, int) and abs(value) > HUGE:
             raise self.bad(where, f"must be a number of at most {len(str(HUGE))} digits")
         if not math.isfinite(value) or value < minimum or (above and value == minimum):
-            raise self.bad(where, f"must be a finite number {'above' if above else 'at least'} {minimum:g}")
+            raise self.bad(where,
+                           f"must be a finite number {'above' if above else 'at least'} "
+                           f"{minimum:g}")
         return value
 
     def text(self, data: dict[str, Any], key: str, where: str) -> str:
         value = data.get(key)
-        if not isinstance(value, str) or not value.strip() or CONTROL_CHARACTER.search(value) or len(value) > 300:
-            raise self.bad(f"{where}.{key}", "must be a non-empty string without control characters (300 at most)")
+        if not isinstance(value, str) or not value.strip() or CONTROL_CHARACTER.search(value) \
+                or len(value) > 300:
+            raise self.bad(f"{where}.{key}",
+                           "must be a non-empty string without control characters (300 at most)")
         return value

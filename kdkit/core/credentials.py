@@ -103,9 +103,12 @@ _END = r"(?![A-Za-z0-9])"
 # (what it is, its shape). Order breaks ties between shapes that match the same span.
 TOKENS: tuple[tuple[str, _Lazy], ...] = (
     ("an Anthropic API key", _Lazy(_START + r"sk-ant-[A-Za-z0-9_-]{20,}")),
-    ("an OpenAI API key", _Lazy(_START + r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}")),
-    ("a GitHub token", _Lazy(_START + r"(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,})" + _END)),
-    ("a GitLab token", _Lazy(_START + r"gl(?:pat|dt|ptt|rt|soat|cbt|ffct|agent|imt|oas|wt)-[A-Za-z0-9_.-]{20,}")),
+    ("an OpenAI API key",
+     _Lazy(_START + r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}")),
+    ("a GitHub token",
+     _Lazy(_START + r"(?:gh[pousr]_[A-Za-z0-9]{36,251}|github_pat_[A-Za-z0-9_]{22,})" + _END)),
+    ("a GitLab token",
+     _Lazy(_START + r"gl(?:pat|dt|ptt|rt|soat|cbt|ffct|agent|imt|oas|wt)-[A-Za-z0-9_.-]{20,}")),
     ("a Hugging Face token", _Lazy(_START + r"hf_[A-Za-z0-9]{30,}" + _END)),
     ("a Slack token", _Lazy(_START + r"xox[a-z](?:\.xox[a-z])?-[A-Za-z0-9-]{10,}")),
     ("a Slack webhook URL", _Lazy(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{10,}")),
@@ -114,7 +117,8 @@ TOKENS: tuple[tuple[str, _Lazy], ...] = (
     ("an npm token", _Lazy(_START + r"npm_[A-Za-z0-9]{36}" + _END)),
     ("a PyPI token", _Lazy(_START + r"pypi-AgE[A-Za-z0-9_-]{50,}")),
     ("an AWS access key ID", _Lazy(_START + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _END)),
-    ("a JSON web token", _Lazy(_START + r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")),
+    ("a JSON web token",
+     _Lazy(_START + r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*")),
 )
 PRIVATE_KEY = _Lazy(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----"
                          r"(?:.*?-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|.*)", re.DOTALL)
@@ -123,7 +127,8 @@ URL_PASSWORD = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}:
 # An http(s) URL whose user part is the secret: an index token given as the user name, with no
 # password or an empty one (https://TOKEN@host/simple/, https://TOKEN:@pypi.fury.io/USER/, as
 # Gemfury documents it for pip).
-URL_TOKEN = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[Hh][Tt][Tt][Pp][Ss]?://)(?P<token>[^/\s:@'\"]{1,256}):?@")
+URL_TOKEN = (
+    _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[Hh][Tt][Tt][Pp][Ss]?://)(?P<token>[^/\s:@'\"]{1,256}):?@"))
 AWS_SECRET_SHAPE = _Lazy(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 # bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
 MIN_ENTROPY = 4.2
@@ -132,7 +137,8 @@ SECRET_NAME = re.compile(
     r"(token|passw(or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)",
     re.IGNORECASE,
 )
-_ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
+_ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}"
+                  r"(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
                   r"access[_-]?key|secret[_-]?key|private[_-]?key|client[_-]?secret)")
 # ``name=value`` (value quoted or bare) or ``name: "value"`` (quoted only: ``$.token: key ...`` is
 # prose).
@@ -149,15 +155,20 @@ AWS_SECRET = "an AWS secret access key"
 
 # Files and folders that hold secrets, matched against every component of a path (case ignored).
 SECRET_FILES: tuple[tuple[str, str], ...] = (
-    (".env", "an environment file"), (".env?*", "an environment file"), ("*.env", "an environment file"),
+    (".env", "an environment file"), (".env?*", "an environment file"),
+    ("*.env", "an environment file"),
     (".envrc", "an environment file"),
-    ("*.pem", "a PEM key or certificate"), ("*.key", "a private key"), ("*.p12", "a PKCS#12 key store"),
+    ("*.pem", "a PEM key or certificate"), ("*.key", "a private key"),
+    ("*.p12", "a PKCS#12 key store"),
     ("*.pfx", "a PKCS#12 key store"), ("*.jks", "a Java key store"), ("*.keystore", "a key store"),
     ("*.ppk", "a PuTTY private key"), ("*.kdbx", "a KeePass database"),
-    ("id_rsa", "an SSH private key"), ("id_dsa", "an SSH private key"), ("id_ecdsa", "an SSH private key"),
+    ("id_rsa", "an SSH private key"), ("id_dsa", "an SSH private key"),
+    ("id_ecdsa", "an SSH private key"),
     ("id_ed25519", "an SSH private key"), ("id_ecdsa_sk", "an SSH private key"),
-    ("id_ed25519_sk", "an SSH private key"), ("id_rsa.*", "an SSH private key"), ("id_dsa.*", "an SSH private key"),
-    ("id_ecdsa.*", "an SSH private key"), ("id_ed25519.*", "an SSH private key"), ("*.key.*", "a private key"),
+    ("id_ed25519_sk", "an SSH private key"), ("id_rsa.*", "an SSH private key"),
+    ("id_dsa.*", "an SSH private key"),
+    ("id_ecdsa.*", "an SSH private key"), ("id_ed25519.*", "an SSH private key"),
+    ("*.key.*", "a private key"),
     ("*.p8", "a PKCS#8 private key"), ("*.gpg", "a GnuPG file"), ("token", "a token file"),
     ("*_token", "a token file"), ("*.token", "a token file"),
     (".netrc", "a netrc password file"), ("_netrc", "a netrc password file"),
@@ -165,13 +176,15 @@ SECRET_FILES: tuple[tuple[str, str], ...] = (
     (".git-credentials", "a git credentials file"), (".pgpass", "a PostgreSQL password file"),
     (".htpasswd", "a password file"), (".dockercfg", "a Docker credentials file"),
     (".vault-token", "a Vault token"), (".s3cfg", "S3 credentials"), (".boto", "cloud credentials"),
-    ("credentials*", "a credentials file"), ("secrets*", "a secrets file"), ("*.secret", "a secrets file"),
+    ("credentials*", "a credentials file"), ("secrets*", "a secrets file"),
+    ("*.secret", "a secrets file"),
     ("*.secrets", "a secrets file"),
     (".ssh", "an SSH folder"), (".aws", "an AWS credentials folder"), (".gnupg", "a GnuPG keyring"),
     (".docker", "a Docker credentials folder"), (".kube", "a Kubernetes credentials folder"),
     (".azure", "an Azure credentials folder"), (".password-store", "a password store"),
     ("application_default_credentials.json", "Google Cloud credentials"),
-    ("service-account*.json", "a cloud service-account key"), ("*-credentials.json", "a credentials file"),
+    ("service-account*.json", "a cloud service-account key"),
+    ("*-credentials.json", "a credentials file"),
 )
 # Templates that name the variables without their values, and public keys: meant to be shared.
 NOT_SECRET_FILES = (".env.example", ".env.sample", ".env.template", ".env.dist")
@@ -236,12 +249,14 @@ def _candidates(text: str) -> list[tuple[int, int, Span]]:
                                                  "<redacted: a private key block>")))
     for match in URL_PASSWORD.finditer(text):
         if not is_placeholder(match["password"]):
-            found.append((match.start(), -2, Span("a password inside a URL", match.start(), match.end(),
-                                                     f"{match['head']}<redacted>@")))
+            found.append((match.start(), -2,
+                          Span("a password inside a URL", match.start(), match.end(),
+                                  f"{match['head']}<redacted>@")))
     for match in URL_TOKEN.finditer(text):  # a token of a known shape is named by its shape instead
         if not is_placeholder(match["token"]) and _shape(match["token"]) is None:
-            found.append((match.start(), -2, Span("a user name or token inside a URL", match.start(), match.end(),
-                                                     f"{match['head']}<redacted>@")))
+            found.append((match.start(), -2,
+                          Span("a user name or token inside a URL", match.start(), match.end(),
+                                  f"{match['head']}<redacted>@")))
     for match in ASSIGNMENT.finditer(text):
         raw = match["value"] if match["value"] is not None else match["quoted"]
         value = raw[1:-1] if raw[:1] in "\"'" and len(raw) >= 2 else raw
@@ -254,11 +269,14 @@ def _candidates(text: str) -> list[tuple[int, int, Span]]:
         shown = _label(shape, len(value)) if shape else "<redacted>"
         quote = raw[0] if raw[:1] in "\"'" else ""
         head = text[match.start():match.start("value" if match["value"] is not None else "quoted")]
-        found.append((match.start(), -1, Span(what, match.start(), match.end(), f"{head}{quote}{shown}{quote}")))
+        found.append(
+            (match.start(), -1,
+             Span(what, match.start(), match.end(), f"{head}{quote}{shown}{quote}")))
     for match in AWS_SECRET_SHAPE.finditer(text):
         if _random_enough(match.group()):
             found.append((match.start(), len(TOKENS), Span(
-                f"{AWS_SECRET} (40 random characters)", match.start(), match.end(), _label(AWS_SECRET, 40))))
+                f"{AWS_SECRET} (40 random characters)", match.start(), match.end(),
+                _label(AWS_SECRET, 40))))
     return found
 
 
@@ -266,7 +284,8 @@ def find(text: str) -> list[Span]:
     """Every credential shape in ``text``, in order, none overlapping (the longest wins at one
     place)."""
     chosen: list[Span] = []
-    for _start, _order, span in sorted(_candidates(text), key=lambda c: (c[0], -(c[2].end - c[0]), c[1])):
+    for _start, _order, span in sorted(_candidates(text),
+                                       key=lambda c: (c[0], -(c[2].end - c[0]), c[1])):
         if not chosen or span.start >= chosen[-1].end:
             chosen.append(span)
     return chosen
@@ -316,7 +335,8 @@ def redact_head(text: str, limit: int, mark: str = "...") -> str:
     return head + (mark if cut else "")
 
 
-def redacting_excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+def redacting_excepthook(kind: type[BaseException], value: BaseException,
+                         tb: TracebackType | None) -> None:
     """``sys.excepthook`` for kdkit's entry points: a crash's traceback, redacted (it may echo a
     value)."""
     sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
@@ -366,8 +386,9 @@ def text_finding(text: str, rel: str) -> str | None:
     return None
 
 
-CREDENTIAL_FIX = ("a secret never travels in a project: put it in .env and pass it at run time with --env-file; "
-                  "in requirements use ${VARIABLE} (pip expands it), e.g. https://user:${PIP_PASSWORD}@host/simple")
+CREDENTIAL_FIX = ("a secret never travels in a project: put it in .env and pass it at run time "
+                  "with --env-file; in requirements use ${VARIABLE} (pip expands it), e.g. "
+                  "https://user:${PIP_PASSWORD}@host/simple")
 
 
 def refuse_credentials_in(path: Path, rel: str, data: bytes | None = None) -> None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-_IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}
+_IMPLEMENTATIONS = {"cpython": "CPython", "pypy": "PyPy",
+                    "ironpython": "IronPython", "jython": "Jython"}
 
 
 def _implementation_version() -> str:
@@ -44,7 +45,8 @@ def marker_environment() -> dict[str, str]:
         "implementation_version": _implementation_version(),
         "os_name": os.name,
         "platform_machine": machine,
-        "platform_python_implementation": _IMPLEMENTATIONS.get(sys.implementation.name, sys.implementation.name),
+        "platform_python_implementation": _IMPLEMENTATIONS.get(
+            sys.implementation.name, sys.implementation.name),
         "platform_release": release,
         "platform_system": system,
         "platform_version": version,
@@ -60,7 +62,8 @@ def _started_from(entry: str) -> bool:
     (https://docs.python.org/3/library/sys.html#sys.path)."""
     if not entry:
         return True
-    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in (
+        "", "-c", "-m") else ""
     starts = {os.getcwd(), script, os.path.dirname(script)} - {""}
     return os.path.realpath(entry) in {os.path.realpath(path) for path in starts}
 
@@ -99,7 +102,9 @@ def encode(info: dict[str, object]) -> str:
     order; ``marker:<name>`` per marker variable), after a first line naming the format."""
     paths, markers = info["sys_path"], info["markers"]
     assert isinstance(paths, list) and isinstance(markers, dict)
-    lines = [_FIRST, f"executable\t{_escaped(str(info['executable']))}", f"prefix\t{_escaped(str(info['prefix']))}"]
+    lines = [
+        _FIRST, f"executable\t{_escaped(str(info['executable']))}",
+        f"prefix\t{_escaped(str(info['prefix']))}"]
     lines += [f"sys_path\t{_escaped(str(entry))}" for entry in paths]
     lines += [f"marker:{name}\t{_escaped(str(value))}" for name, value in markers.items()]
     return "\n".join(lines) + "\n"

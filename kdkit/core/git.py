@@ -21,7 +21,8 @@ def ask(root: Path, *args: str, timeout: float = 60) -> tuple[str | None, str | 
     names hold; :func:`git_path` reads them back.
     """
     try:
-        done = proc.run(["git", "-C", str(root), "-c", "core.quotePath=true", *args], timeout=timeout)
+        done = proc.run(
+            ["git", "-C", str(root), "-c", "core.quotePath=true", *args], timeout=timeout)
     except Unavailable as exc:
         return None, str(exc)  # no git on this host (or no answer): the caller goes on without it
     return (done.stdout, None) if done.ok else (None, done.first_error_line())
@@ -41,7 +42,8 @@ def code_state(root: Path) -> dict[str, Any]:
         note = why if head is None else f"unexpected git output {revision[:60]!r}"
         return {"revision": None, "dirty": None, "note": note}
     status, why = ask(root, "status", "--porcelain")
-    return {"revision": revision, "dirty": bool(status.strip()) if status is not None else None, "note": why}
+    return {"revision": revision,
+            "dirty": bool(status.strip()) if status is not None else None, "note": why}
 
 
 _GIT_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
@@ -81,7 +83,8 @@ def provenance(root: Path) -> tuple[str, str]:
     """(revision, source) of the checkout holding ``root``; ("unknown", "") outside one. The
     revision ends in ``-dirty`` when the tree has uncommitted changes; the source carries no
     credentials."""
-    revision = (git_output(root, "describe", "--always", "--dirty", "--abbrev=40", "--match=NeVeR") or "").strip()
+    revision = (git_output(root, "describe", "--always", "--dirty", "--abbrev=40", "--match=NeVeR")
+                or "").strip()
     source = (git_output(root, "config", "--get", "remote.origin.url") or "").strip()
     return revision or "unknown", public_url(source)
 
@@ -94,7 +97,8 @@ def checkout_state(root: Path) -> dict[str, Any] | None:
     revision, source = provenance(root)
     prefix = (git_output(root, "rev-parse", "--show-prefix") or "").strip()
     # Porcelain paths are relative to the repository's top, whatever the current folder.
-    status = git_output(root, "status", "--porcelain", "--untracked-files=all", "--no-renames", "--", ".") or ""
+    status = git_output(root, "status", "--porcelain", "--untracked-files=all",
+                        "--no-renames", "--", ".") or ""
     paths = [git_path(line[3:]) for line in status.splitlines() if line.strip()]
     return {"revision": revision.removesuffix("-dirty"), "source": source, "prefix": prefix,
             "uncommitted": [p.removeprefix(prefix) for p in paths if p.startswith(prefix)]}

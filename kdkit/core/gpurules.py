@@ -91,9 +91,13 @@ def cuda_arch_verdict(capability: tuple[int, int], arch_list: list[str]) -> Arch
         return ArchVerdict(True, f"cubin {max(cubins)[1]}")
     for entry in arch_list:
         ptx = _PTX.match(entry)
-        if ptx is not None and ptx.group(2) == "" and divmod(int(ptx.group(1)), 10) <= (major, minor):
+        if ptx is not None and ptx.group(2) == "" \
+                and divmod(int(ptx.group(1)), 10) <= (major, minor):
             return ArchVerdict(True, f"PTX {entry}, compiled by the driver at first load")
-    return ArchVerdict(False, f"no cubin for sm_{major}{minor} and no PTX at or below compute_{major}{minor}")
+    return (
+        ArchVerdict(False,
+                    f"no cubin for sm_{major}{minor} and no PTX at or below "
+                    f"compute_{major}{minor}"))
 
 
 def gfx_base(name: str) -> str:
@@ -119,7 +123,8 @@ def rocm_arch_verdict(gcn_arch: str, arch_list: list[str], override: str | None)
         return ArchVerdict(True, f"code object for {device}")
     forced = gfx_from_override(override) if override else None
     if forced and forced in names:
-        return ArchVerdict(True, f"code object for {forced} via HSA_OVERRIDE_GFX_VERSION={override}")
+        return (
+            ArchVerdict(True, f"code object for {forced} via HSA_OVERRIDE_GFX_VERSION={override}"))
     return ArchVerdict(False, f"no code object for {device}")
 
 
@@ -131,18 +136,24 @@ def cuda_arch_fix(capability: tuple[int, int]) -> str:
     carrying = []
     for release in sorted(data.get("torch", {}), key=version_tuple):
         for label, ref in data["torch"][release].get("builds", data["torch"][release]).items():
-            name, experimental = (ref["arch_set"], ref.get("experimental", False)) if isinstance(ref, dict) \
+            name, experimental = (ref["arch_set"],
+                                  ref.get("experimental", False)) if isinstance(ref, dict) \
                 else (ref, False)
-            if not experimental and cuda_arch_verdict(capability, data["arch_sets"][name]["architectures"]).ok:
+            if not experimental \
+                    and cuda_arch_verdict(capability, data["arch_sets"][name]["architectures"]).ok:
                 carrying.append((release, label))
     if not carrying:
-        return (f"no published torch build kdkit knows carries sm_{major}{minor}; install one whose "
-                "torch.cuda.get_arch_list() covers it (torch_index in kdkit.json, then `kdkit lock`)")
+        return (f"no published torch build kdkit knows carries sm_{major}{minor}; install one "
+                "whose torch.cuda.get_arch_list() covers it (torch_index in kdkit.json, then "
+                "`kdkit lock`)")
     template = data.get("template", {})
-    chosen = (".".join(template.get("torch", "").split(".")[:2]), template.get("builds", {}).get("cuda"))
-    (first, first_label), (newest, label) = carrying[0], chosen if chosen in carrying else carrying[-1]
-    return (f"sm_{major}{minor} needs a torch build that carries it (torch {first} {first_label} and later): install "
-            f"torch {newest} from {TORCH_INDEX_URL.format(label=label)} (set torch_index in kdkit.json, re-lock)")
+    chosen = (".".join(template.get("torch", "").split(".")[:2]),
+              template.get("builds", {}).get("cuda"))
+    (first, first_label), (newest, label) = (carrying[0],
+                                             chosen if chosen in carrying else carrying[-1])
+    return (f"sm_{major}{minor} needs a torch build that carries it (torch {first} {first_label} "
+            f"and later): install torch {newest} from {TORCH_INDEX_URL.format(label=label)} (set "
+            "torch_index in kdkit.json, re-lock)")
 
 
 def cudnn_version_text(raw: int | None) -> str | None:

@@ -38,7 +38,8 @@ class Heartbeat:
     closes."""
 
     def __init__(self, folder: Path, run_id: str, total: int | None, rejection_limit: int | None,
-                 max_seconds: float | None, done: int = 0, rejected: int = 0, kind: str | None = None) -> None:
+                 max_seconds: float | None, done: int = 0, rejected: int = 0,
+                 kind: str | None = None) -> None:
         self.path = folder / HEARTBEAT
         self.first_done = done
         self.started_at = time.monotonic()
@@ -46,7 +47,8 @@ class Heartbeat:
         self.record: dict[str, Any] = {
             "run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "state": RUNNING,
             "done": done, "total": total, "accepted": done - rejected, "rejected": rejected,
-            "rejection_limit": rejection_limit, "last_error": None, "started": utc_now(), "updated": utc_now(),
+            "rejection_limit": rejection_limit, "last_error": None, "started": utc_now(),
+            "updated": utc_now(),
             "max_seconds": max_seconds, "rate": 0.0}
         # a training run's (kdkit.probe.train): done counts its steps, no total, no rejections
         if kind is not None:
@@ -58,15 +60,18 @@ class Heartbeat:
         self.first_done, self.started_at = done, time.monotonic()
         self.beat(done, rejected, force=True)
 
-    def beat(self, done: int, rejected: int, accepted: int | None = None, last_error: str | None = None,
+    def beat(self, done: int, rejected: int, accepted: int | None = None,
+             last_error: str | None = None,
              force: bool = False) -> None:
         """Record the counts; write them when a second has passed since the last write (or
         ``force``). A write that fails (a full disk) is skipped: the heartbeat never stops the
         run."""
         now = time.monotonic()
         elapsed = now - self.started_at
-        self.record.update(done=done, rejected=rejected, accepted=done - rejected if accepted is None else accepted,
-                           rate=round((done - self.first_done) / elapsed, 3) if elapsed > 0 else 0.0)
+        self.record.update(done=done, rejected=rejected,
+                           accepted=done - rejected if accepted is None else accepted,
+                           rate=round((done - self.first_done) / elapsed, 3) if elapsed > 0
+                           else 0.0)
         if last_error is not None:
             self.record["last_error"] = last_error[:500]
         if not force and now - self.last < EVERY_S:

@@ -57,7 +57,8 @@ def lone_surrogate(value: Any, where: str = "$") -> str | None:
         return where if any("\ud800" <= c <= "\udfff" for c in value) else None
     if isinstance(value, dict):
         for key, item in value.items():
-            found = lone_surrogate(key, f"{where}.{key!r}") or lone_surrogate(item, f"{where}.{key}")
+            found = (lone_surrogate(key, f"{where}.{key!r}")
+                     or lone_surrogate(item, f"{where}.{key}"))
             if found:
                 return found
     elif isinstance(value, list):
@@ -96,15 +97,18 @@ def _place(text: str, token: str) -> tuple[int, int]:
 def parse_json(text: str, source: str) -> Any:
     """``text`` as JSON with finite numbers only; BadInput naming ``source``, line and column."""
     try:
-        data = json.loads(text, parse_constant=_constant, parse_float=_float, object_pairs_hook=_pairs)
+        data = json.loads(text, parse_constant=_constant,
+                          parse_float=_float, object_pairs_hook=_pairs)
     except _Duplicate as exc:
         line, column = _place_key(text, exc.key)
-        raise BadInput(f"{source}:{line}:{column}: key {json.dumps(exc.key)[:60]} appears twice in one object; "
-                       "keep one (a reader sees the first, kdkit would take the last)") from None
+        raise BadInput(f"{source}:{line}:{column}: key {json.dumps(exc.key)[:60]} appears twice in "
+                       "one object; keep one (a reader sees the first, kdkit would take the "
+                       "last)") from None
     except _NonFinite as exc:
         line, column = _place(text, exc.token)
-        raise BadInput(f"{source}:{line}:{column}: {exc.token[:40]} is not a finite number; JSON numbers "
-                       "here must be finite (write a number, or null where the key allows it)") from None
+        raise BadInput(f"{source}:{line}:{column}: {exc.token[:40]} is not a finite number; JSON "
+                       "numbers here must be finite (write a number, or null where the key allows "
+                       "it)") from None
     except json.JSONDecodeError as exc:
         raise BadInput(
             f"{source}:{exc.lineno}:{exc.colno}: malformed JSON ({exc.msg}); fix the syntax there"
@@ -116,8 +120,8 @@ def parse_json(text: str, source: str) -> Any:
     if re.search(r"\\u[dD][89a-fA-F]", text):  # only an escape makes one
         where = lone_surrogate(data)
         if where is not None:
-            raise BadInput(f"{source}: {where}: a string holds a lone surrogate (\\udXXX escape), which is not "
-                           "text; write the character itself or remove it")
+            raise BadInput(f"{source}: {where}: a string holds a lone surrogate (\\udXXX escape), "
+                           "which is not text; write the character itself or remove it")
     return data
 
 
@@ -135,7 +139,8 @@ def load_json(path: Path, *, what: str = "file") -> Any:
     return parse_json(read_text_file(path, what), str(path))
 
 
-def finite_number(text: str, option: str, *, minimum: float | None = None, integral: bool = False) -> float:
+def finite_number(text: str, option: str, *, minimum: float | None = None,
+                  integral: bool = False) -> float:
     """A numeric command-line value: finite, at least ``minimum``, whole when ``integral``; else
     BadInput."""
     try:
@@ -160,11 +165,14 @@ def require_replaceable(path: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise BadInput(f"{path}: cannot look at it ({exc.strerror or exc}); choose another path") from None
+        raise BadInput(
+            f"{path}: cannot look at it ({exc.strerror or exc}); choose another path") from None
     if not stat.S_ISREG(mode):
         what = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else \
             "a device, FIFO or socket"
-        raise BadInput(f"{path}: exists and is {what}; kdkit writes over regular files only: choose another path")
+        raise BadInput(
+            f"{path}: exists and is {what}; kdkit writes over regular files only: choose another "
+            "path")
 
 
 def atomic_write_chunks(path: Path, chunks: Iterable[bytes], *, replace_any: bool = False) -> int:

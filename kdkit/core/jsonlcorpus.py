@@ -65,7 +65,8 @@ def _refuse_constant(token: str) -> Any:
 
 # made once: stateless, as json.loads's own
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"),
+                            ensure_ascii=False, allow_nan=False)
 
 
 def record_id(record: dict[str, Any], field: str) -> str | None:
@@ -121,7 +122,8 @@ def _records(path: Path, field: str) -> Iterator[tuple[int, int, int, str, dict[
             if not is_safe_id(ident):
                 raise BadInput(f"{path}: line {number}: {id_problem(record, field)}")
             if ident in seen:
-                raise BadInput(f"{path}: line {number}: duplicate ID {ident!r}; every ID must be unique")
+                raise BadInput(
+                    f"{path}: line {number}: duplicate ID {ident!r}; every ID must be unique")
             seen.add(ident)
             yield number, start, len(raw), ident, record
 

@@ -15,7 +15,8 @@ from kdkit.core.jsonio import parse_json
 
 VARIABLE = "KDKIT_LAUNCH"
 KEY = "launch"  # params.json's key
-_FIELDS: dict[str, type] = {"image_id": str, "image": str, "lock_sha256": str, "revision": str, "network": str,
+_FIELDS: dict[str, type] = {"image_id": str, "image": str, "lock_sha256": str, "revision": str,
+                            "network": str,
                             "mounts": list}
 _MOUNT_FIELDS: dict[str, type] = {"name": str, "target": str, "writable": bool, "source": str}
 
@@ -29,12 +30,14 @@ def parse_launch(text: str) -> dict[str, Any]:
     for key, kind in _FIELDS.items():
         value = data.get(key)
         if not (isinstance(value, kind) or (key == "revision" and value is None)):
-            raise BadInput(f"{VARIABLE}: $.{key}: expected a {kind.__name__}; unset it or let `kdkit run` set it")
+            raise BadInput(
+                f"{VARIABLE}: $.{key}: expected a {kind.__name__}; unset it or let `kdkit run` set "
+                "it")
     for i, mount in enumerate(data["mounts"]):
         for key, kind in _MOUNT_FIELDS.items():
             if not isinstance(mount, dict) or not isinstance(mount.get(key), kind):
-                raise BadInput(f"{VARIABLE}: $.mounts[{i}].{key}: expected a {kind.__name__}; unset it or let "
-                               "`kdkit run` set it")
+                raise BadInput(f"{VARIABLE}: $.mounts[{i}].{key}: expected a {kind.__name__}; "
+                               "unset it or let `kdkit run` set it")
     return data
 
 
@@ -54,4 +57,5 @@ def with_launch_revision(state: dict[str, Any], launch: dict[str, Any] | None) -
         return state
     dirty = given.endswith(("+dirty", "-dirty"))
     return {"revision": given.removesuffix("+dirty").removesuffix("-dirty"), "dirty": dirty,
-            "note": f"from {VARIABLE} (kdkit run: the host's git checkout, else the image's revision label)"}
+            "note": f"from {VARIABLE} (kdkit run: the host's git checkout, else the image's "
+                    "revision label)"}

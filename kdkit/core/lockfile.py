@@ -218,7 +218,8 @@ def _plain_pin(number: int, body: str) -> Pin | None:
     name, op, version = spec.partition("==")
     # pip-compile without --strip-extras: celery[redis]==5.6.3
     name, bracket, extras = name.partition("[")
-    if bracket and (not extras.endswith("]") or not all(is_name(e) for e in extras[:-1].split(","))):
+    if bracket \
+            and (not extras.endswith("]") or not all(is_name(e) for e in extras[:-1].split(","))):
         return None
     if not op or not hashes or not is_name(name) or not _plain_version(version):
         return None
@@ -241,8 +242,9 @@ def _full_pin(where: str, number: int, body: str) -> Pin:
     pin, or BadInput saying what is wrong with the line."""
     if not body.isascii():
         at = next(i for i, char in enumerate(body) if not char.isascii())
-        raise BadInput(f"{where}: character U+{ord(body[at]):04X} at column {at + 1} is not ASCII; a lock line is "
-                       "(pip and uv refuse it): write it again, or regenerate with `kdkit lock`")
+        raise BadInput(f"{where}: character U+{ord(body[at]):04X} at column {at + 1} is not ASCII; "
+                       "a lock line is (pip and uv refuse it): write it again, or regenerate with "
+                       "`kdkit lock`")
     re = _re()
     hashes = [m.group("value") for m in re.finditer(_HASH, body)]
     spec = re.sub(_HASH, "", body).strip()
@@ -260,7 +262,8 @@ def _full_pin(where: str, number: int, body: str) -> Pin:
     for value in hashes:
         algorithm, _colon, digest = value.partition(":")
         if len(digest) != _HASH_LENGTHS.get(algorithm) or not set(digest) <= _HEX:
-            raise BadInput(f"{where}: bad hash {value!r}; expected sha256:<64 hex digits> (or sha384, sha512)")
+            raise BadInput(
+                f"{where}: bad hash {value!r}; expected sha256:<64 hex digits> (or sha384, sha512)")
     _check_version(where, match.group("version"))
     marker = match.group("marker") or None
     if marker:
@@ -272,8 +275,8 @@ def _full_pin(where: str, number: int, body: str) -> Pin:
             raise BadInput(f"{where}: {exc}") from None
     extras = tuple(e.strip() for e in (match.group("extras") or "").split(",") if e.strip())
     if not all(is_name(extra) for extra in extras):
-        raise BadInput(f"{where}: extras [{match.group('extras')}] are not names (PEP 508); fix the line or "
-                       "regenerate with `kdkit lock`")
+        raise BadInput(f"{where}: extras [{match.group('extras')}] are not names (PEP 508); fix "
+                       "the line or regenerate with `kdkit lock`")
     text = match.group("version")
     public, _plus, local = text.partition("+")
     return Pin(match.group("name"), text, public, local or None, marker, hashes, number, extras)
@@ -297,8 +300,9 @@ def parse_lock_text(text: str, path: str | PathLike[str]) -> Lock:
         add_pin(where, lock.candidates, _parse_pin(where, number, body))
     lock.pins.update((key, pins[0]) for key, pins in lock.candidates.items())
     if not lock.pins:
-        raise BadInput(f"{path}: no pinned requirement in it (empty, or comments only): this is not a lock, and "
-                       "an empty lock would prove nothing; regenerate it with `kdkit lock`")
+        raise BadInput(f"{path}: no pinned requirement in it (empty, or comments only): this is "
+                       "not a lock, and an empty lock would prove nothing; regenerate it with "
+                       "`kdkit lock`")
     return lock
 
 
@@ -307,7 +311,8 @@ def parse_pylock_text(text: str, path: str | PathLike[str]) -> Lock:
     from kdkit.core.pylock import read_pylock  # and tomllib: only when a pylock is read
 
     read = read_pylock(text, path)
-    lock = Lock(path, {}, {}, [], {}, "pylock", read.environments, read.requires_python, read.default_groups,
+    lock = Lock(path, {}, {}, [], {}, "pylock", read.environments, read.requires_python,
+                read.default_groups,
                 read.warnings)
     # kdkit's provenance: comment lines at the top
     for line in text.removeprefix("\ufeff").splitlines():
@@ -318,10 +323,12 @@ def parse_pylock_text(text: str, path: str | PathLike[str]) -> Lock:
     for entry in read.entries:
         where = f"{path}:{entry.line}"
         if not is_name(entry.name):
-            raise BadInput(f"{where}: {entry.name!r} is not a package name (PEP 508); fix it or relock")
+            raise BadInput(
+                f"{where}: {entry.name!r} is not a package name (PEP 508); fix it or relock")
         public, _plus, local = entry.version.partition("+")
-        add_pin(where, lock.candidates, Pin(entry.name, entry.version, public, local or None, entry.marker,
-                                             entry.hashes, entry.line, (), entry.source, entry.requires_python))
+        add_pin(where, lock.candidates,
+                Pin(entry.name, entry.version, public, local or None, entry.marker,
+                     entry.hashes, entry.line, (), entry.source, entry.requires_python))
     lock.pins.update((key, pins[0]) for key, pins in lock.candidates.items())
     return lock
 
@@ -339,8 +346,8 @@ def parse_lock_content(text: str, path: str | PathLike[str]) -> Lock:
     sends the same bytes), a PEP 751 one when the path's name says so; ``path`` names the file in
     messages."""
     if "\x00" in text:
-        raise BadInput(f"{path}: a binary file (NUL bytes), not a lock; give requirements/<backend>.txt or a "
-                       "pylock.toml")
+        raise BadInput(f"{path}: a binary file (NUL bytes), not a lock; give "
+                       "requirements/<backend>.txt or a pylock.toml")
     name = os.path.basename(path)
     # the exact rule is kdkit.core.pylock's, loaded only for such a name
     if name.startswith("pylock."):

@@ -34,7 +34,8 @@ def normalize_name(name: str) -> str:
 def is_name(text: str) -> bool:
     """A valid project name (PEP 508): ASCII letters and digits at both ends, ``.``, ``_``, ``-``
     between."""
-    return bool(text) and text[0].isalnum() and text[-1].isalnum() and text.isascii() and set(text) <= _NAME_CHARS
+    return (bool(text) and text[0].isalnum() and text[-1].isalnum() and text.isascii()
+            and set(text) <= _NAME_CHARS)
 
 
 def _same_version(a: str, b: str) -> bool:
@@ -49,13 +50,16 @@ class Pin(Record):
     """One locked distribution."""
 
     # the fields in their order (kdkit.core.record)
-    __slots__ = ("name", "version", "public_version", "local", "marker", "hashes", "line",  # noqa: RUF023
-                 "extras", "source", "requires_python")
+    __slots__ = ("name", "version", "public_version", "local", "marker", "hashes",  # noqa: RUF023
+                 "line", "extras", "source", "requires_python")
 
-    def __init__(self, name: str, version: str, public_version: str, local: str | None, marker: str | None,
-                 hashes: list[str], line: int, extras: tuple[str, ...] = (), source: Source | None = None,
+    def __init__(self, name: str, version: str, public_version: str, local: str | None,
+                 marker: str | None,
+                 hashes: list[str], line: int, extras: tuple[str, ...] = (),
+                 source: Source | None = None,
                  requires_python: str | None = None) -> None:
-        self.name, self.version, self.public_version, self.local = name, version, public_version, local
+        self.name, self.version, self.public_version, self.local = (
+            name, version, public_version, local)
         self.marker, self.hashes, self.line, self.extras = marker, hashes, line, extras
         self.source = source  # a PEP 751 vcs, directory or archive entry (then version may be "")
         self.requires_python = requires_python  # a PEP 751 package's own requires-python
@@ -69,14 +73,17 @@ class Lock(Record):
     """A parsed lock: its pins by normalized name (the first candidate of each), every candidate
     by name (more than one only under markers), its provenance header and its index options."""
 
-    __slots__ = ("path", "pins", "header", "options", "candidates", "format",  # noqa: RUF023 (their order)
+    # the fields in their order
+    __slots__ = ("path", "pins", "header", "options", "candidates", "format",  # noqa: RUF023
                  "environments", "requires_python", "default_groups", "warnings")
 
     def __init__(self, path: str | PathLike[str], pins: dict[str, Pin], header: dict[str, str],
-                 options: list[tuple[str, str]], candidates: dict[str, list[Pin]], format: str = "requirements",
+                 options: list[tuple[str, str]], candidates: dict[str, list[Pin]],
+                 format: str = "requirements",
                  environments: tuple[str, ...] = (), requires_python: str | None = None,
                  default_groups: tuple[str, ...] = (), warnings: tuple[str, ...] = ()) -> None:
-        self.path, self.pins, self.header, self.options, self.candidates = path, pins, header, options, candidates
+        self.path, self.pins, self.header, self.options, self.candidates = (
+            path, pins, header, options, candidates)
         self.format = format  # or "pylock" (PEP 751)
         self.environments = environments  # PEP 751: markers of which one must hold
         self.requires_python = requires_python  # PEP 751: the interpreter's version must meet it
@@ -111,17 +118,18 @@ class Lock(Record):
         try:
             return evaluate(pin.marker or "", env)
         except InvalidMarker as exc:
-            raise BadInput(f"{self.path}:{pin.line}: the marker of {pin.name} cannot be evaluated for this "
-                           f"interpreter ({exc}); fix the marker or relock") from None
+            raise BadInput(f"{self.path}:{pin.line}: the marker of {pin.name} cannot be evaluated "
+                           f"for this interpreter ({exc}); fix the marker or relock") from None
 
     def pin_for(self, key: str, markers: dict[str, str]) -> Pin | None:
         """The one candidate of ``key`` for that environment; None when no marker holds; BadInput
         when two versions both apply (the lock is ambiguous there)."""
         pins = self.applying(key, markers)
         if len(pins) > 1:
-            raise BadInput(f"{self.path}:{pins[1].line}: {pins[1].name} is pinned to {pins[0].version} (line "
-                           f"{pins[0].line}) and {pins[1].version} and both markers hold for this "
-                           "interpreter; make the markers disjoint (regenerate with `kdkit lock`)")
+            raise BadInput(f"{self.path}:{pins[1].line}: {pins[1].name} is pinned to "
+                           f"{pins[0].version} (line {pins[0].line}) and {pins[1].version} and "
+                           "both markers hold for this interpreter; make the markers disjoint "
+                           "(regenerate with `kdkit lock`)")
         return pins[0] if pins else None
 
     def inputs(self) -> dict[str, str]:
@@ -142,7 +150,8 @@ def add_pin(where: str, candidates: dict[str, list[Pin]], pin: Pin) -> None:
                                                    and _same_version(previous.version, pin.version))
         if same and previous.source == pin.source:
             merged = previous.hashes + [h for h in pin.hashes if h not in previous.hashes]
-            pins[index] = previous._replace(marker=_either(previous.marker, pin.marker), hashes=merged)
+            pins[index] = previous._replace(
+                marker=_either(previous.marker, pin.marker), hashes=merged)
             return
     if pins and not all(p.marker for p in [*pins, pin]):
         previous = pins[0]

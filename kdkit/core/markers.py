@@ -50,12 +50,15 @@ VARIABLES = (
 SET_VARIABLES = ("extras", "dependency_groups")
 _LOCK_VARIABLES = frozenset(VARIABLES).difference({"extra"}).union(SET_VARIABLES)
 # Aliases PEP 345 / old setuptools still emit.
-_ALIASES = {"os.name": "os_name", "sys.platform": "sys_platform", "platform.version": "platform_version",
+_ALIASES = {"os.name": "os_name", "sys.platform": "sys_platform",
+            "platform.version": "platform_version",
             "platform.machine": "platform_machine", "platform.python_implementation":
-            "platform_python_implementation", "python_implementation": "platform_python_implementation"}
+            "platform_python_implementation",
+            "python_implementation": "platform_python_implementation"}
 # Compared as PEP 440 versions when the right side is a valid clause (packaging's
 # MARKERS_REQUIRING_VERSION).
-_VERSION_VARIABLES = {"python_version", "python_full_version", "implementation_version", "platform_release"}
+_VERSION_VARIABLES = {"python_version",
+                      "python_full_version", "implementation_version", "platform_release"}
 
 _TOKEN = re.compile(
     r"""\s*(?:

@@ -27,7 +27,8 @@ _AT_FDCWD = -100  # linux/fcntl.h
 _RENAME_NOREPLACE = 1  # linux/fs.h, renameat2(2)
 _RENAME_EXCL = 0x4  # macOS sys/stdio.h, renamex_np(2)
 # The call exists but this kernel or file system does not do it: claim the name first instead.
-_UNSUPPORTED = frozenset({errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
+_UNSUPPORTED = frozenset(
+    {errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,10 +43,12 @@ def _c_call() -> Callable[[bytes, bytes], int] | None:
         return None
     if hasattr(libc, "renameat2"):  # Linux 3.15+ with glibc 2.28+
         linux = libc.renameat2
-        linux.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        linux.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                          ctypes.c_char_p, ctypes.c_uint]
 
         def call(src: bytes, dst: bytes) -> int:
-            return 0 if linux(_AT_FDCWD, src, _AT_FDCWD, dst, _RENAME_NOREPLACE) == 0 else ctypes.get_errno()
+            return 0 if linux(_AT_FDCWD, src,
+                              _AT_FDCWD, dst, _RENAME_NOREPLACE) == 0 else ctypes.get_errno()
 
         return call
     if hasattr(libc, "renamex_np"):  # macOS 10.12+
@@ -106,7 +109,8 @@ def pin(path: Path) -> int | None:
     cannot be freed, so no other file takes its number and (device, inode) names it alone. None if
     there is none."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        return os.open(path,
+                       os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
 

@@ -53,7 +53,8 @@ CHUNK = 1 << 20
 def folder_name(ident: str) -> str:
     """The item's folder under outputs/ and outputs.staging/: its ID when safe, else ``_<sha256 of
     the ID>``."""
-    return ident if is_safe_id(ident) else "_" + hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
+    return ident if is_safe_id(ident) else "_" + hashlib.sha256(
+        ident.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def stage(run: Path, idents: Iterable[str]) -> dict[str, str]:
@@ -83,7 +84,9 @@ def inspect(run: Path, ident: str, max_bytes: int | None) -> dict[str, Any] | st
     name = folder_name(ident)
     top = run / STAGING / name
     if top.is_symlink() or not top.is_dir():
-        return "its out_dir is gone or was replaced (not a folder the harness made); nothing can be kept"
+        return (
+            "its out_dir is gone or was replaced (not a folder the harness made); nothing can be "
+            "kept")
     files: dict[str, str] = {}
     total = 0
     for folder, dirs, names in os.walk(top):
@@ -94,12 +97,15 @@ def inspect(run: Path, ident: str, max_bytes: int | None) -> dict[str, Any] | st
             if stat.S_ISDIR(mode):
                 continue
             if stat.S_ISLNK(mode):
-                return f"out_dir holds a symbolic link {relative!a}; write files, never links (a link leads out)"
+                return (
+                    f"out_dir holds a symbolic link {relative!a}; write files, never links (a link "
+                    "leads out)")
             if not stat.S_ISREG(mode):
                 return f"out_dir holds {relative!a}, which is not a regular file"
             if not _plain_name(relative):
-                return f"out_dir holds a file named {relative!a}; use names without control characters, " \
-                       "backslashes or undecodable bytes (SHA256SUMS lists every file by name)"
+                return (f"out_dir holds a file named {relative!a}; use names without control "
+                        "characters, backslashes or undecodable bytes (SHA256SUMS lists every file "
+                        "by name)")
             if len(files) >= MAX_FILES:
                 return f"out_dir holds more than {MAX_FILES} files"
             digest, size = _hash_synced(path)
@@ -137,7 +143,8 @@ def keep(run: Path, records: list[dict[str, Any]]) -> dict[str, str]:
     """Move each accepted record's staged folder into outputs/ (a rename), then fsync outputs/: what
     the run folder's writer does before the batch's lines. Returns the files kept, {name in
     SHA256SUMS: sha256}."""
-    moved = [record for record in records if record.get("outcome") == "accepted" and FOLDER in record]
+    moved = [record for record in records if record.get("outcome") == "accepted"
+             and FOLDER in record]
     if not moved:
         return {}
     (run / OUTPUTS).mkdir(exist_ok=True)
@@ -167,7 +174,8 @@ def named(records: Iterable[dict[str, Any]]) -> dict[str, str]:
     listed: dict[str, str] = {}
     for record in records:
         folder, files = record.get(FOLDER), record.get(FILES)
-        if record.get("outcome") == "accepted" and isinstance(folder, str) and isinstance(files, dict):
+        if record.get("outcome") == "accepted" and isinstance(folder, str) \
+                and isinstance(files, dict):
             listed.update({f"{folder}/{rel}": str(digest) for rel, digest in files.items()})
     return listed
 
@@ -203,13 +211,14 @@ def staging_strays(run: Path, in_flight: Iterable[str]) -> list[str]:
     it is never kept."""
     top = run / STAGING
     if top.is_symlink() or not top.is_dir():
-        return [f"{STAGING}: not the folder the harness made; the run cannot pass"] if top.is_symlink() else []
+        return ([f"{STAGING}: not the folder the harness made; the run cannot pass"]
+                if top.is_symlink() else [])
     staged = set(in_flight)
     with os.scandir(top) as entries:
         found = sorted(entry.name for entry in entries
                        if not (entry.name in staged and entry.is_dir(follow_symlinks=False)))
-    return [f"{STAGING}/{name}: written outside its item's out_dir during this session; not part of the run: the "
-            "run cannot pass" for name in found]
+    return [f"{STAGING}/{name}: written outside its item's out_dir during this session; not part "
+            "of the run: the run cannot pass" for name in found]
 
 
 def close_staging(run: Path) -> None:
@@ -238,7 +247,8 @@ def unvouched(run: Path, vouched: Iterable[str]) -> list[str]:
     return found
 
 
-def gather_outputs(sources: Iterable[tuple[str, Path, dict[str, str]]], target: Path) -> tuple[dict[str, str],
+def gather_outputs(
+    sources: Iterable[tuple[str, Path, dict[str, str]]], target: Path) -> tuple[dict[str, str],
                                                                                                list[str]]:
     """The workers' outputs/ joined into ``target/outputs/``: each (worker's name, its verified
     folder, its SHA256SUMS) gives the files it lists under outputs/, copied, fsynced and hashed
@@ -254,15 +264,17 @@ def gather_outputs(sources: Iterable[tuple[str, Path, dict[str, str]]], target: 
                 continue
             first = owner.setdefault(parts[1], worker)
             if first != worker:
-                problems.append(f"{OUTPUTS}/{parts[1]}: kept by both {first} and {worker}; an item's files belong to "
-                                "one worker (its ID answered twice?)")
+                problems.append(f"{OUTPUTS}/{parts[1]}: kept by both {first} and {worker}; an "
+                                "item's files belong to one worker (its ID answered twice?)")
                 continue
             copy = target / name
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / name, copy, follow_symlinks=False)
             copied, _size = _hash_synced(copy)
             if copied != digest:
-                problems.append(f"{folder / name}: its copy's SHA-256 differs from {worker}'s checksum; gather again")
+                problems.append(
+                    f"{folder / name}: its copy's SHA-256 differs from {worker}'s checksum; gather "
+                    "again")
             digests[name] = copied
     return digests, list(dict.fromkeys(problems))
 
@@ -278,11 +290,15 @@ def kept_problems(folder: Path, sums: dict[str, str], results: Path, file_kind: 
     try:
         kept = named(stream_records(results))
     except (OSError, CheckFailed) as exc:
-        return [f"{results}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be checked"]
-    problems = [f"{folder / name}: {results.name} names SHA-256 {digest[:12]}... for it, but {SUMS} "
+        return (
+            [f"{results}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be "
+             "checked"])
+    problems = [f"{folder / name}: {results.name} names SHA-256 {digest[:12]}... for it, but "
+                f"{SUMS} "
                 + (f"says {listed[name][:12]}..." if name in listed else "does not list it")
                 for name, digest in kept.items() if listed.get(name) != digest]
-    return problems + [f"{folder / name}: named by no accepted record of {results.name} (not a file the run kept)"
+    return problems + [f"{folder / name}: named by no accepted record of {results.name} (not a "
+                       "file the run kept)"
                        for name in sorted(listed) if name not in kept]
 
 
@@ -299,10 +315,13 @@ def count_problems(folder: Path, rows: Any, items: Any, summary: Path) -> list[s
         except (OSError, CheckFailed) as exc:
             held = f"none readable ({exc})"
         if held != rows:
-            problems.append(f"{summary}: says {rows!r} vector rows, but {vectors.name} holds {held}")
+            problems.append(
+                f"{summary}: says {rows!r} vector rows, but {vectors.name} holds {held}")
     if items is not None or (folder / OUTPUTS).exists():
         top = folder / OUTPUTS
-        held = sum(1 for entry in os.scandir(top) if entry.is_dir(follow_symlinks=False)) if top.is_dir() else 0
+        held = sum(1 for entry in os.scandir(top)
+                   if entry.is_dir(follow_symlinks=False)) if top.is_dir() else 0
         if held != items:
-            problems.append(f"{summary}: says {items!r} items' output folders, but {OUTPUTS}/ holds {held}")
+            problems.append(
+                f"{summary}: says {items!r} items' output folders, but {OUTPUTS}/ holds {held}")
     return problems

@@ -76,7 +76,8 @@ def describe(output: Output) -> str:
     if output.kind == "vector":
         return f"a vector of {output.dim} numbers"
     if output.kind == "file":
-        return "files written into out_dir" + (f" (at most {output.max_bytes} bytes)" if output.max_bytes else "")
+        return "files written into out_dir" + (f" (at most {output.max_bytes} bytes)"
+                                               if output.max_bytes else "")
     if output.kind == "json":
         return f"JSON valid against {output.schema_file}" if output.schema_file else "JSON"
     return f"a category ({', '.join(output.categories)})"
@@ -121,9 +122,13 @@ def vector_values(output: Output, value: Any) -> list[float] | str:
         return f"the vector has {len(value)} numbers, not dim {output.dim}"
     for index, number in enumerate(value):
         if isinstance(number, bool) or not isinstance(number, (int, float)):
-            return f"the vector's number {index} is {type(number).__name__} {_brief(number)}, not a number"
+            return (
+                f"the vector's number {index} is {type(number).__name__} {_brief(number)}, not a "
+                "number")
         if not math.isfinite(number):
-            return f"the vector's number {index} is {number!r} (NaN and infinities are not numbers of a vector)"
+            return (
+                f"the vector's number {index} is {number!r} (NaN and infinities are not numbers of "
+                "a vector)")
         if abs(number) > FLOAT32_MAX:
             return f"the vector's number {index} ({number:g}) is beyond float32's range"
     return [float(n) for n in value]
@@ -144,7 +149,9 @@ def _check_vector(output: Output, value: Any, shown: Shown) -> dict[str, Any] | 
 
 def _check_json(output: Output, value: Any, shown: Shown) -> dict[str, Any] | str:
     if not _is_json(value):
-        return f"the output is not JSON data (NaN, an infinity or a value JSON cannot hold): {_brief(shown(value))}"
+        return (
+            "the output is not JSON data (NaN, an infinity or a value JSON cannot hold): "
+            f"{_brief(shown(value))}")
     if output.schema is not None:
         problem = answer_problem(value, output.schema)
         if problem is not None:
@@ -172,7 +179,9 @@ def _check_file(output: Output, value: Any, shown: Shown) -> dict[str, Any] | st
     if value is None:
         return {}
     if not _is_json(value):
-        return f"the output is not JSON data (NaN, an infinity or a value JSON cannot hold): {_brief(shown(value))}"
+        return (
+            "the output is not JSON data (NaN, an infinity or a value JSON cannot hold): "
+            f"{_brief(shown(value))}")
     return {"output": value}
 
 

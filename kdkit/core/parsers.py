@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def command_parser(name: str, description: str, epilog: str, *, preformatted: bool = True) -> argparse.ArgumentParser:
+def command_parser(name: str, description: str, epilog: str, *,
+                   preformatted: bool = True) -> argparse.ArgumentParser:
     """The parser of ``kdkit NAME``; ``preformatted`` keeps the description's and epilog's own
     lines."""
     import argparse
@@ -36,7 +37,8 @@ def json_help(what: str) -> str:
     return f"print {what} on stdout instead of text"
 
 
-def add_json(parser: argparse.ArgumentParser, what: str = "one JSON document", dest: str = "json") -> None:
+def add_json(parser: argparse.ArgumentParser, what: str = "one JSON document",
+             dest: str = "json") -> None:
     """``--json``: print ``what`` on stdout instead of text (``args.<dest>``)."""
     parser.add_argument("--json", action="store_true", dest=dest, help=json_help(what))
 
@@ -46,8 +48,10 @@ class Option(Record):
 
     __slots__ = ("name", "dest", "help", "metavar", "required")  # noqa: RUF023 (their order)
 
-    def __init__(self, name: str, dest: str, help: str, metavar: str | None = None, required: bool = False) -> None:
-        self.name, self.dest, self.help, self.metavar, self.required = name, dest, help, metavar, required
+    def __init__(self, name: str, dest: str, help: str, metavar: str | None = None,
+                 required: bool = False) -> None:
+        self.name, self.dest, self.help, self.metavar, self.required = (
+            name, dest, help, metavar, required)
 
     @property
     def takes_value(self) -> bool:
@@ -68,10 +72,12 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> N
     """The ``options`` rows as argparse arguments."""
     for option in options:
         if option.takes_value:
-            parser.add_argument(option.name, dest=option.dest, metavar=option.metavar, required=option.required,
+            parser.add_argument(option.name, dest=option.dest, metavar=option.metavar,
+                                required=option.required,
                                 default=None, help=option.help)
         else:
-            parser.add_argument(option.name, dest=option.dest, action="store_true", help=option.help)
+            parser.add_argument(option.name, dest=option.dest, action="store_true",
+                                help=option.help)
 
 
 def quick_parse(argv: Sequence[str], options: Sequence[Option]) -> Parsed | None:
@@ -80,7 +86,8 @@ def quick_parse(argv: Sequence[str], options: Sequence[Option]) -> Parsed | None
     required one; None for anything else, which argparse then parses (and answers ``--help`` and
     every mistake)."""
     by_name = {option.name: option for option in options}
-    values: dict[str, str | bool | None] = {o.dest: (None if o.takes_value else False) for o in options}
+    values: dict[str, str | bool | None] = {o.dest: (None if o.takes_value else False)
+                                            for o in options}
     index = 0
     while index < len(argv):
         name, equals, value = argv[index].partition("=")

@@ -110,7 +110,8 @@ class PilotConfig:
             "min_quality": self.min_quality,
             "runs": self.relative(self.runs_dir),
             "stop": {"max_rejected": self.max_rejected, "max_seconds": self.max_seconds,
-                     **({"max_batch_seconds": self.max_batch_seconds} if self.max_batch_seconds else {})},
+                     **({"max_batch_seconds": self.max_batch_seconds} if self.max_batch_seconds
+                        else {})},
         }
         if self.output.kind != "category":
             resolved["output"] = self.output_record()
@@ -122,7 +123,8 @@ class PilotConfig:
             resolved["params"] = self.params
         if self.quality is not None:
             resolved["quality"] = {**self.quality, **({} if self.scorer_file is None else {
-                "scorer_file": self.relative(self.scorer_file), "scorer_sha256": sha256_file(self.scorer_file)})}
+                "scorer_file": self.relative(self.scorer_file),
+                "scorer_sha256": sha256_file(self.scorer_file)})}
         return resolved
 
     def output_record(self) -> dict[str, Any]:
@@ -185,7 +187,8 @@ FIELDS: dict[str, Rule] = {
 }
 STOP_FIELDS: dict[str, Rule] = {
     "max_rejected": Rule("integer", required=False, minimum=0, maximum=10**9, nullable=True),
-    "max_seconds": Rule("number", required=False, minimum=0, exclusive_minimum=True, maximum=MAX_SECONDS,
+    "max_seconds": Rule("number", required=False, minimum=0, exclusive_minimum=True,
+                        maximum=MAX_SECONDS,
                         nullable=True),
     "max_batch_seconds": Rule("number", required=False, minimum=0, exclusive_minimum=True,
                               maximum=MAX_SECONDS, nullable=True),
@@ -213,7 +216,8 @@ def refuse_problems(data: Any, path: Path) -> None:
     problems = config_problems(data)
     if problems:
         where, message = problems[0]
-        more = f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1 else ""
+        more = (f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1
+                else "")
         raise BadInput(f"{path}: {where}: {message}{more}")
 
 
@@ -254,11 +258,13 @@ def places(data: dict[str, Any]) -> tuple[str, ...]:
     named: list[str] = []
     for where, value in named_paths(data):
         folder = os.path.dirname(os.path.normpath(value))
-        named += [value, *([folder] if folder and where in ("$.manifest", "$.inputs.jsonl") else [])]
+        named += [value,
+                  *([folder] if folder and where in ("$.manifest", "$.inputs.jsonl") else [])]
     return tuple(named)
 
 
-def runs_folder_problem(root: Path, data: dict[str, Any], extra: tuple[str, ...] = ()) -> str | None:
+def runs_folder_problem(root: Path, data: dict[str, Any],
+                        extra: tuple[str, ...] = ()) -> str | None:
     """:func:`kdkit.core.projectfiles.runs_problem` for the pilot config ``data`` (its model already
     passed): ``runs`` apart from the project's folders, what the config names (:func:`places`), and
     ``extra`` (what other configs name: the bundle's allow-list)."""
@@ -283,7 +289,9 @@ def entry_problem(root: Path, entry: str) -> str | None:
         return None
     module = entry.split(":", 1)[0]
     rel = PurePosixPath(*module.split("."))
-    return f"module {module!r} not found: expected {rel}.py or {rel}/__init__.py under the project root"
+    return (
+        f"module {module!r} not found: expected {rel}.py or {rel}/__init__.py under the project "
+        "root")
 
 
 def _optional(value: Any, kind: type) -> Any:
@@ -339,7 +347,8 @@ def load_pilot(root: Path, given: Path | None = None) -> PilotConfig:
     )
 
 
-def _quality(root: Path, data: dict[str, Any], path: Path) -> tuple[dict[str, Any] | None, Path | None]:
+def _quality(root: Path,
+             data: dict[str, Any], path: Path) -> tuple[dict[str, Any] | None, Path | None]:
     """The declared ``quality`` and its scorer's module file: the project's own (as ``entry``), else
     BadInput."""
     quality = data.get("quality")
@@ -350,7 +359,9 @@ def _quality(root: Path, data: dict[str, Any], path: Path) -> tuple[dict[str, An
         return dict(quality), None
     found = entry_file(root, scorer)
     if found is None:
-        raise BadInput(f"{path}: $.quality.scorer: not the project's own function: {entry_problem(root, scorer)}")
+        raise BadInput(
+            f"{path}: $.quality.scorer: not the project's own function: "
+            f"{entry_problem(root, scorer)}")
     return dict(quality), found
 
 
@@ -366,7 +377,8 @@ def load_documents(root: Path, data: dict[str, Any], path: Path,
         return inputs, manifest, load_manifest(manifest, inputs, output)
     jsonl = existing(root, spec["jsonl"], path, "$.inputs.jsonl", "file")
     manifest_path = _located(root, data, "manifest", path) if "manifest" in data else None
-    return jsonl.parent, manifest_path, corpus_documents(jsonl, spec.get("id", "id"), manifest_path, output)
+    return jsonl.parent, manifest_path, corpus_documents(
+        jsonl, spec.get("id", "id"), manifest_path, output)
 
 
 def _located(root: Path, data: dict[str, Any], key: str, path: Path) -> Path:

@@ -46,7 +46,8 @@ class Output:
     # quality.scorer, the project's function scorer(item, answer, expected) -> [0, 1]: imported in
     # the harness's process only (kdkit.probe.pilot.harness.with_scorer); None: the kind's built-in
     # score (kdkit.core.outputkinds)
-    scorer: Callable[[dict[str, Any], Any, Any], Any] | None = field(default=None, compare=False, repr=False)
+    scorer: Callable[[dict[str, Any], Any, Any], Any] | None = field(
+        default=None, compare=False, repr=False)
     max_bytes: int | None = None  # file: the most bytes of one item's files (None: no limit)
 
 
@@ -67,11 +68,13 @@ OUTPUT_FIELDS: dict[str, dict[str, Rule]] = {
     "text": {"kind": Rule("string"), "max_chars": Rule("integer", minimum=1, maximum=MAX_CHARS)},
     "vector": {"kind": Rule("string"), "dim": Rule("integer", minimum=1, maximum=MAX_DIM)},
     "json": {"kind": Rule("string"), "schema": Rule("path")},
-    "file": {"kind": Rule("string"), "max_bytes": Rule("integer", required=False, minimum=1, maximum=MAX_BYTES)},
+    "file": {"kind": Rule("string"),
+             "max_bytes": Rule("integer", required=False, minimum=1, maximum=MAX_BYTES)},
 }
 INPUT_FIELDS: dict[str, Rule] = {
     "jsonl": Rule("path"),
-    "id": Rule("string", required=False, pattern=ID_FIELD, hint="a field name of 1 to 128 characters"),
+    "id": Rule("string", required=False,
+               pattern=ID_FIELD, hint="a field name of 1 to 128 characters"),
 }
 REFERENCE_FIELDS: dict[str, Rule] = {
     "path": Rule("path", required=False),
@@ -80,7 +83,8 @@ REFERENCE_FIELDS: dict[str, Rule] = {
 }
 MODEL_FIELDS: dict[str, Rule] = {**REFERENCE_FIELDS, "base": Rule("object", required=False)}
 QUALITY_FIELDS: dict[str, Rule] = {
-    "scorer": Rule("string", required=False, pattern=ENTRY, hint='"module:function" (e.g. src.score:score)'),
+    "scorer": Rule("string", required=False,
+                   pattern=ENTRY, hint='"module:function" (e.g. src.score:score)'),
     "min": Rule("number", required=False, minimum=0, maximum=1),
 }
 
@@ -113,9 +117,10 @@ def inputs_problems(value: Any, where: str = "$.inputs") -> Problems:
     problems = object_problems(value, INPUT_FIELDS, where)
     jsonl = value.get("jsonl")
     if isinstance(jsonl, str) and not problems and not os.path.dirname(os.path.normpath(jsonl)):
-        problems.append((f"{where}.jsonl", f"{shown(jsonl)} lies in the project's root; put the corpus in a folder "
-                                           "of its own (e.g. data/corpus.jsonl): that folder is what a container "
-                                           "mounts as the inputs"))
+        problems.append((f"{where}.jsonl",
+                         f"{shown(jsonl)} lies in the project's root; put the corpus in a folder "
+                         "of its own (e.g. data/corpus.jsonl): that folder is what a container "
+                         "mounts as the inputs"))
     return problems
 
 
@@ -124,25 +129,30 @@ def revision_problem(value: Any) -> str | None:
         return f"expected the 40-hex commit of the hub repository, got {value_shown(value)}"
     if REVISION.fullmatch(value):
         return None
-    return (f"{shown(value)} is not a commit: a branch or a tag moves, so the same run could not be made again; "
-            "give the 40-hex commit (lowercase) the hub shows for it")
+    return (f"{shown(value)} is not a commit: a branch or a tag moves, so the same run could not "
+            "be made again; give the 40-hex commit (lowercase) the hub shows for it")
 
 
 def reference_problems(value: Any, where: str, fields: dict[str, Rule]) -> Problems:
     """A model or base reference: ``path`` and/or ``hub`` with its exact ``revision``."""
-    refused = _object(value, where, '{"path": "models/my-model"} or {"hub": "org/name", "revision": "<40 hex>"}')
+    refused = _object(
+        value, where, '{"path": "models/my-model"} or {"hub": "org/name", "revision": "<40 hex>"}')
     if refused is not None:
         return refused
     problems = object_problems(value, fields, where)
     if "path" not in value and "hub" not in value:
-        problems.append((where, 'missing "path" or "hub"; name the model\'s folder in the project, its hub '
-                                "repository with an exact revision, or both"))
+        problems.append((where,
+                         'missing "path" or "hub"; name the model\'s folder in the project, its '
+                         "hub repository with an exact revision, or both"))
     if "hub" in value and "revision" not in value:
-        problems.append((where, f'missing "revision" for hub {value_shown(value["hub"])}; give the 40-hex commit '
-                                "(a branch or a tag moves)"))
+        problems.append((where,
+                         f'missing "revision" for hub {value_shown(value["hub"])}; give the 40-hex '
+                         "commit (a branch or a tag moves)"))
     if "revision" in value:
         if "hub" not in value:
-            problems.append((f"{where}.revision", 'a revision without "hub"; name the hub repository it belongs to'))
+            problems.append(
+                (f"{where}.revision",
+                 'a revision without "hub"; name the hub repository it belongs to'))
         elif (problem := revision_problem(value["revision"])) is not None:
             problems.append((f"{where}.revision", problem))
     return problems
@@ -187,8 +197,9 @@ def params_problems(value: Any, where: str = "$.params") -> Problems:
         return [found]
     size = len(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True))
     if size > MAX_PARAMS_BYTES:
-        return [(where, f"{size} bytes as canonical JSON; keep params under {MAX_PARAMS_BYTES} (they travel with "
-                        "every batch): put large data in a file of the project")]
+        return [(where,
+                 f"{size} bytes as canonical JSON; keep params under {MAX_PARAMS_BYTES} (they "
+                 "travel with every batch): put large data in a file of the project")]
     return []
 
 
@@ -200,7 +211,9 @@ def quality_problems(value: Any, where: str = "$.quality") -> Problems:
         return refused
     problems = object_problems(value, QUALITY_FIELDS, where)
     if not value:
-        problems.append((where, 'empty; give "scorer" (the project\'s "module:function"), "min" (0 to 1) or both'))
+        problems.append(
+            (where,
+             'empty; give "scorer" (the project\'s "module:function"), "min" (0 to 1) or both'))
     return problems
 
 
@@ -219,14 +232,17 @@ def quality_key_problems(data: dict[str, Any], folder: bool) -> Problems:
     has_min = isinstance(quality, dict) and "min" in quality
     problems: Problems = []
     if "min_quality" in data and has_min:
-        problems.append(("$.quality.min", 'both "min_quality" and "quality.min" are given; keep one ("quality.min" '
-                                          'replaces "min_quality")'))
+        problems.append(("$.quality.min",
+                         'both "min_quality" and "quality.min" are given; keep one ("quality.min" '
+                         'replaces "min_quality")'))
     elif "min_quality" not in data and not has_min and (folder or "manifest" in data):
-        problems.append(("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): a "
-                              "manifest's labels and expected answers are judged against it"))
+        problems.append(("$",
+                         "missing required key 'min_quality'; add it (or \"quality\": {\"min\": "
+                         "...}): a manifest's labels and expected answers are judged against it"))
     if isinstance(quality, dict) and "scorer" in quality and _category_kind(data):
-        problems.append(("$.quality.scorer", "the category kind's quality is accuracy against the manifest's labels; "
-                                             'drop "scorer" (a scorer is for the text, vector, json and file kinds)'))
+        problems.append(("$.quality.scorer",
+                         "the category kind's quality is accuracy against the manifest's labels; "
+                         'drop "scorer" (a scorer is for the text, vector, json and file kinds)'))
     return problems
 
 
@@ -237,17 +253,24 @@ def key_problems(data: dict[str, Any]) -> Problems:
     problems: Problems = []
     if "categories" in data and "output" in data:
         problems.append(("$", 'both "categories" and "output" are given; keep one: "output" '
-                              '({"kind": "category", "categories": [...]} is what "categories" says)'))
+                              '({"kind": "category", "categories": [...]} is what "categories" '
+                              'says)'))
     elif "categories" not in data and "output" not in data:
-        problems.append(("$", "missing required key 'categories'; add it (or declare \"output\": {\"kind\": ...})"))
+        problems.append(
+            ("$",
+             "missing required key 'categories'; add it (or declare \"output\": {\"kind\": ...})"))
     folder = "inputs" not in data or isinstance(data["inputs"], str)
     if folder and "manifest" not in data:
-        problems.append(("$", "missing required key 'manifest'; a folder of inputs needs one listing every input"))
+        problems.append(
+            ("$",
+             "missing required key 'manifest'; a folder of inputs needs one listing every input"))
     if not folder and data.get("decode") == "bytes":
-        problems.append(("$.decode", '"bytes" is for a folder of inputs (a file per item); a JSONL corpus\'s items '
-                                     'are its records: drop "decode" or give "utf-8"'))
+        problems.append(("$.decode",
+                         '"bytes" is for a folder of inputs (a file per item); a JSONL corpus\'s '
+                         'items are its records: drop "decode" or give "utf-8"'))
     return problems + quality_key_problems(data, folder)
 
 
-NESTED = {"output": output_problems, "inputs": inputs_problems, "model": model_problems, "params": params_problems,
+NESTED = {"output": output_problems, "inputs": inputs_problems, "model": model_problems,
+          "params": params_problems,
           "quality": quality_problems}

@@ -32,7 +32,9 @@ def existing(root: Path, relative: str, path: Path, where: str, kind: str) -> Pa
     """:func:`located`, which must exist as a ``kind`` ("file", "folder" or "file or folder")."""
     target = located(root, relative, path, where)
     if not target.exists():
-        raise BadInput(f"{path}: {where}: {relative!r} does not exist in the project folder; create it or fix the path")
+        raise BadInput(
+            f"{path}: {where}: {relative!r} does not exist in the project folder; create it or fix "
+            "the path")
     is_dir = target.is_dir()
     if (kind == "file" and (is_dir or not target.is_file())) or (kind == "folder" and not is_dir):
         raise BadInput(f"{path}: {where}: {relative!r} is not a {kind}; name the {kind}")
@@ -50,7 +52,8 @@ def answer_schema(root: Path, relative: str, path: Path, where: str) -> Any:
     problems = schema_problems(schema)
     if problems:
         place, message = problems[0]
-        more = f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1 else ""
+        more = (f" (+{len(problems) - 1} more: `kdkit validate` lists them)" if len(problems) > 1
+                else "")
         raise BadInput(f"{target}: {place}: {message}{more}")
     return schema
 
@@ -69,7 +72,8 @@ def load_output(root: Path, data: dict[str, Any], path: Path) -> Output:
     if kind == "vector":
         return Output(kind, dim=int(spec["dim"]))
     if kind == "file":
-        return Output(kind, max_bytes=None if spec.get("max_bytes") is None else int(spec["max_bytes"]))
+        return Output(kind,
+                      max_bytes=None if spec.get("max_bytes") is None else int(spec["max_bytes"]))
     schema = answer_schema(root, spec["schema"], path, "$.output.schema")
     return Output(kind, schema=schema, schema_file=spec["schema"])
 
@@ -89,28 +93,36 @@ def model_files(root: Path, target: Path, path: Path, where: str) -> Iterator[tu
     for current, dirs, names in os.walk(target, followlinks=True):
         real = require_real_inside(root, Path(current), path, where)
         if str(real) in seen:
-            raise BadInput(f"{path}: {where}: {current} is reached twice through links (a loop?); keep one copy")
+            raise BadInput(
+                f"{path}: {where}: {current} is reached twice through links (a loop?); keep one "
+                "copy")
         seen.add(str(real))
         dirs[:] = sorted(d for d in dirs if not d.startswith(SKIPPED))
         for name in sorted(names):
             full = Path(current) / name
             require_real_inside(root, full, path, where)
             if not full.is_file():
-                raise BadInput(f"{path}: {where}: {full} is not a regular file; a model folder holds files only")
+                raise BadInput(
+                    f"{path}: {where}: {full} is not a regular file; a model folder holds files "
+                    "only")
             yield full.relative_to(target).as_posix(), full
 
 
-def reference_record(root: Path, spec: dict[str, Any], path: Path, where: str, *, digest: bool = True) -> Any:
+def reference_record(root: Path, spec: dict[str, Any], path: Path, where: str, *,
+                     digest: bool = True) -> Any:
     """params.json's record of a model (or its base): ``path`` and ``files`` ({relative path:
     sha256}, every file hashed once) for a folder, ``hub`` and ``revision`` for a hub reference,
     ``base`` likewise. Without ``digest`` (`kdkit validate`) the files are checked, never read."""
     record: dict[str, Any] = {}
     if "path" in spec:
         target = existing(root, spec["path"], path, f"{where}.path", "file or folder")
-        files = {rel: sha256_file(full) if digest else "" for rel, full in model_files(root, target, path,
-                                                                                       f"{where}.path")}
+        files = {rel: sha256_file(full) if digest else "" for rel,
+                 full in model_files(root, target, path,
+                                     f"{where}.path")}
         if not files:
-            raise BadInput(f"{path}: {where}.path: {spec['path']!r} holds no file; put the model's files there")
+            raise BadInput(
+                f"{path}: {where}.path: {spec['path']!r} holds no file; put the model's files "
+                "there")
         record["path"] = Path(os.path.normpath(spec["path"])).as_posix()
         record["files"] = files
     if "hub" in spec:
@@ -120,7 +132,8 @@ def reference_record(root: Path, spec: dict[str, Any], path: Path, where: str, *
     return record
 
 
-def load_model(root: Path, data: dict[str, Any], path: Path, *, digest: bool = True) -> Model | None:
+def load_model(root: Path, data: dict[str, Any], path: Path, *,
+               digest: bool = True) -> Model | None:
     spec = data.get("model")
     if spec is None:
         return None

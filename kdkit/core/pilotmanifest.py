@@ -22,7 +22,15 @@ from typing import Any, NamedTuple, overload
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonlcorpus import scan_lines
 from kdkit.core.pilotkeys import Output
-from kdkit.core.projectfiles import PATH_RULE, SAFE_ID_RULE, inside, is_safe_id, is_within, load_object, path_problem
+from kdkit.core.projectfiles import (
+    PATH_RULE,
+    SAFE_ID_RULE,
+    inside,
+    is_safe_id,
+    is_within,
+    load_object,
+    path_problem,
+)
 
 # A bare file name: no separator, no drive, cannot be "." or "..", so it stays in the manifest's
 # folder without the general path check (which costs microseconds per entry, a tenth of a trivial
@@ -67,8 +75,8 @@ def _entries(path: Path) -> list[Any]:
     data = load_object(path, "manifest")
     documents = data.get("documents")
     if not isinstance(documents, list):
-        raise BadInput(f"{path}: $.documents: expected a list of entries (id, file, label, expect); run "
-                       "`kdkit validate`")
+        raise BadInput(f"{path}: $.documents: expected a list of entries (id, file, label, "
+                       "expect); run `kdkit validate`")
     if not documents:
         raise BadInput(f"{path}: $.documents: empty; list every pilot input")
     return documents
@@ -82,28 +90,37 @@ def expected_problem(value: Any, output: Output) -> str | None:
         if not isinstance(value, str):
             return f"expected the reference text, got {type(value).__name__}"
         over = output.max_chars is not None and len(value) > output.max_chars
-        return f"{len(value)} characters, over max_chars {output.max_chars}; no answer could match it" if over else None
+        return (
+            f"{len(value)} characters, over max_chars {output.max_chars}; no answer could match it"
+            if over else None)
     if output.kind == "vector":
         fits = isinstance(value, list) and len(value) == output.dim and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)
-        return None if fits else f"expected a list of {output.dim} finite numbers (the reference vector)"
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            for x in value)
+        return (None if fits
+                else f"expected a list of {output.dim} finite numbers (the reference vector)")
     from kdkit.core.answerschema import answer_problem
 
     problem = answer_problem(value, output.schema)
     return None if problem is None else f"does not fit the answer schema: {problem}"
 
 
-def expectation(doc: dict[str, Any], path: Path, index: int, output: Output) -> tuple[str | None, str, Any]:
+def expectation(doc: dict[str, Any], path: Path,
+                index: int, output: Output) -> tuple[str | None, str, Any]:
     """(label, expect, expected) of one manifest entry, checked against the declared output."""
     expect, label = doc.get("expect"), doc.get("label")
     if expect not in ("accept", "reject"):
-        raise BadInput(f"{_at(path, index)}.expect: {json.dumps(expect)}; use \"accept\" or \"reject\"")
+        raise BadInput(
+            f"{_at(path, index)}.expect: {json.dumps(expect)}; use \"accept\" or \"reject\"")
     if label is not None:
         if not isinstance(label, str):
             raise BadInput(f"{_at(path, index)}.label: expected a category or null")
         if expect == "accept" and label not in output.categories:
-            allowed = ", ".join(output.categories) or f"none: output kind {output.kind!r} has no categories"
-            raise BadInput(f"{_at(path, index)}.label: {json.dumps(label)} is not an allowed category ({allowed})")
+            allowed = (", ".join(output.categories)
+                       or f"none: output kind {output.kind!r} has no categories")
+            raise BadInput(
+                f"{_at(path, index)}.label: {json.dumps(label)} is not an allowed category "
+                f"({allowed})")
     expected = doc.get("expected")
     if expected is not None and (problem := expected_problem(expected, output)) is not None:
         raise BadInput(f"{_at(path, index)}.expected: {problem}")
@@ -115,14 +132,16 @@ def _id(doc: Any, path: Path, index: int, seen: set[str]) -> str:
         raise BadInput(f"{_at(path, index)}: expected an object with id, file, label, expect")
     ident = doc.get("id")
     if not is_safe_id(ident):
-        raise BadInput(f"{_at(path, index)}.id: {json.dumps(ident)} is not a safe ID; {SAFE_ID_RULE}")
+        raise BadInput(
+            f"{_at(path, index)}.id: {json.dumps(ident)} is not a safe ID; {SAFE_ID_RULE}")
     if ident in seen:
         raise BadInput(f"{_at(path, index)}.id: duplicate ID {ident!r}; every ID must be unique")
     seen.add(ident)
     return ident
 
 
-def load_manifest(path: Path, inputs: Path, output: Output | tuple[str, ...]) -> tuple[Document, ...]:
+def load_manifest(path: Path, inputs: Path,
+                  output: Output | tuple[str, ...]) -> tuple[Document, ...]:
     """A folder's documents from its manifest; IDs checked as data, files kept inside the inputs
     folder. ``output``: the declared output (a tuple of categories is the category kind, as
     before)."""
@@ -135,11 +154,16 @@ def load_manifest(path: Path, inputs: Path, output: Output | tuple[str, ...]) ->
         ident = _id(doc, path, index, seen)
         name = doc.get("file")
         if not isinstance(name, str):
-            raise BadInput(f"{_at(path, index)}.file: expected the input's file name, relative to the manifest")
+            raise BadInput(
+                f"{_at(path, index)}.file: expected the input's file name, relative to the "
+                "manifest")
         plain = plain_ok and PLAIN_NAME.fullmatch(name) is not None
         if not plain and (problem := path_problem(name)) is not None:
-            raise BadInput(f"{_at(path, index)}.file: {problem.replace(PATH_RULE, 'a name relative to the manifest')}")
-        target = folders[0].rstrip(os.sep) + os.sep + name if plain else _target(name, path, index, folders)
+            raise BadInput(
+                f"{_at(path, index)}.file: "
+                f"{problem.replace(PATH_RULE, 'a name relative to the manifest')}")
+        target = folders[0].rstrip(os.sep) + os.sep + name if plain else _target(
+            name, path, index, folders)
         label, expect, expected = expectation(doc, path, index, out_kind)
         out.append(Document(ident, name, target, label, expect, expected=expected))
     return tuple(out)
@@ -164,8 +188,8 @@ def load_expectations(path: Path, output: Output) -> dict[str, tuple[int, str | 
     for index, doc in enumerate(_entries(path)):
         ident = _id(doc, path, index, seen)
         if "file" in doc:
-            raise BadInput(f"{_at(path, index)}.file: the inputs are a JSONL corpus, whose records are named by "
-                           "ID; remove \"file\"")
+            raise BadInput(f"{_at(path, index)}.file: the inputs are a JSONL corpus, whose records "
+                           "are named by ID; remove \"file\"")
         found[ident] = (index, *expectation(doc, path, index, output))
     return found
 
@@ -178,9 +202,12 @@ class CorpusDocuments(Sequence[Document]):
 
     __slots__ = ("expectations", "ids", "lengths", "location", "numbers", "offsets", "picked")
 
-    def __init__(self, location: str, ids: list[str], numbers: array[int], offsets: array[int], lengths: array[int],
-                 expectations: dict[str, tuple[str | None, str, Any]], picked: array[int] | None = None) -> None:
-        self.location, self.ids, self.numbers, self.offsets, self.lengths = location, ids, numbers, offsets, lengths
+    def __init__(self, location: str, ids: list[str], numbers: array[int], offsets: array[int],
+                 lengths: array[int],
+                 expectations: dict[str, tuple[str | None, str, Any]],
+                 picked: array[int] | None = None) -> None:
+        self.location, self.ids, self.numbers, self.offsets, self.lengths = (
+            location, ids, numbers, offsets, lengths)
         self.expectations, self.picked = expectations, picked
 
     def __len__(self) -> int:
@@ -205,19 +232,23 @@ class CorpusDocuments(Sequence[Document]):
         # Made here rather than through _document, and without Document's own __new__ (a Python
         # frame): every pass over a corpus makes a Document per record, and the run makes several
         # passes.
-        ids, numbers, offsets, lengths, location, wanted = (self.ids, self.numbers, self.offsets, self.lengths,
+        ids, numbers, offsets, lengths, location, wanted = (self.ids, self.numbers, self.offsets,
+                                                            self.lengths,
                                                             self.location, self.expectations)
         make, none = tuple.__new__, _NONE_EXPECTED
         for n in range(len(ids)) if self.picked is None else self.picked:
             ident = ids[n]
             label, expect, expected = wanted.get(ident, none) if wanted else none
-            yield make(Document, (ident, f"line {numbers[n]}", location, label, expect, offsets[n], lengths[n],
-                                  expected))
+            yield make(Document,
+                       (ident, f"line {numbers[n]}", location, label, expect, offsets[n],
+                        lengths[n],
+                        expected))
 
     def _document(self, n: int) -> Document:
         ident = self.ids[n]
         label, expect, expected = self.expectations.get(ident, _NONE_EXPECTED)
-        return Document(ident, f"line {self.numbers[n]}", self.location, label, expect, self.offsets[n],
+        return Document(ident, f"line {self.numbers[n]}", self.location, label, expect,
+                        self.offsets[n],
                         self.lengths[n], expected)
 
     def without(self, finished: Container[str]) -> CorpusDocuments:
@@ -225,7 +256,8 @@ class CorpusDocuments(Sequence[Document]):
         ids = self.ids
         kept = array("q", (n for n in (range(len(ids)) if self.picked is None else self.picked)
                            if ids[n] not in finished))
-        return CorpusDocuments(self.location, ids, self.numbers, self.offsets, self.lengths, self.expectations, kept)
+        return CorpusDocuments(self.location, ids, self.numbers, self.offsets, self.lengths,
+                               self.expectations, kept)
 
 
 # a record no manifest entry names
@@ -234,7 +266,8 @@ _NONE_EXPECTED: tuple[str | None, str, Any] = (None, "any", None)
 
 def document_ids(documents: Sequence[Document]) -> set[str]:
     """The documents' IDs (a corpus's without making a Document each)."""
-    return set(documents.ids) if isinstance(documents, CorpusDocuments) and documents.picked is None else {
+    return set(documents.ids) if isinstance(documents,
+                                            CorpusDocuments) and documents.picked is None else {
         doc.id for doc in documents}
 
 
@@ -245,7 +278,8 @@ def remaining(documents: Sequence[Document], finished: Container[str]) -> Sequen
     return [doc for doc in documents if doc.id not in finished]
 
 
-def corpus_documents(jsonl: Path, field: str, manifest: Path | None, output: Output) -> CorpusDocuments:
+def corpus_documents(jsonl: Path, field: str,
+                     manifest: Path | None, output: Output) -> CorpusDocuments:
     """Every record of the corpus as a Document (``file`` "line N", ``location`` the corpus, its
     offset and length), with the manifest's expectations where it names the ID (else expect "any":
     accepted or rejected with a reason, nothing expected); an ID of the manifest that the corpus
@@ -265,7 +299,8 @@ def corpus_documents(jsonl: Path, field: str, manifest: Path | None, output: Out
     if missing:
         ident, (index, *_rest) = min(missing.items(), key=lambda item: item[1][0])
         raise BadInput(f"{_at(manifest or jsonl, index)}.id: {ident!r} is not in the corpus {jsonl}"
-                       f"{f' (+{len(missing) - 1} more)' if len(missing) > 1 else ''}; fix the ID or drop the entry")
+                       f"{f' (+{len(missing) - 1} more)' if len(missing) > 1 else ''}; fix the ID "
+                       "or drop the entry")
     if not ids:
         raise BadInput(f"{jsonl}: no record; a corpus holds one JSON object per line")
     expectations = {ident: (entry[1], entry[2], entry[3]) for ident, entry in wanted.items()}

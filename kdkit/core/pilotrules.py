@@ -14,7 +14,8 @@ from typing import Any
 
 from kdkit.core.projectfiles import CONTROL_CHARACTER, config_path_problem, shown
 
-JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+             dict: "object",
              type(None): "null"}
 Problems = list[tuple[str, str]]  # (JSON path, message)
 
@@ -39,9 +40,12 @@ def value_shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
 
 
-WANTED: dict[str, tuple[type, ...]] = {"path": (str,), "string": (str,), "categories": (list,), "object": (dict,),
-                                       "integer": (int,), "number": (int, float), "inputs": (str, dict)}
-EXPECTED = {"path": "string", "categories": "array", "inputs": "string (a folder) or object ({\"jsonl\": ...})"}
+WANTED: dict[str, tuple[type, ...]] = {"path": (str,), "string": (str,), "categories": (list,),
+                                       "object": (dict,),
+                                       "integer": (int,), "number": (int, float),
+                                       "inputs": (str, dict)}
+EXPECTED = {"path": "string",
+            "categories": "array", "inputs": "string (a folder) or object ({\"jsonl\": ...})"}
 
 
 def kind_problem(rule: Rule, value: Any) -> str | None:
@@ -55,26 +59,32 @@ def kind_problem(rule: Rule, value: Any) -> str | None:
     if fits:
         return None
     expected = EXPECTED.get(rule.kind, rule.kind)
-    return f"expected {expected}{' or null' if rule.nullable else ''}, got {type(value).__name__} {value_shown(value)}"
+    return (
+        f"expected {expected}{' or null' if rule.nullable else ''}, got {type(value).__name__} "
+        f"{value_shown(value)}")
 
 
 def range_problem(rule: Rule, value: float) -> str | None:
-    low = rule.minimum is not None and (value <= rule.minimum if rule.exclusive_minimum else value < rule.minimum)
+    low = rule.minimum is not None and (value <= rule.minimum if rule.exclusive_minimum
+                                        else value < rule.minimum)
     high = rule.maximum is not None and value > rule.maximum
     if not (low or high):
         return None
-    bounds = [f"{'>' if rule.exclusive_minimum else '>='} {rule.minimum:g}" if rule.minimum is not None else "",
+    bounds = [f"{'>' if rule.exclusive_minimum else '>='} {rule.minimum:g}"
+              if rule.minimum is not None else "",
               f"<= {rule.maximum:g}" if rule.maximum is not None else ""]
     return f"{value:g} is out of range; use a value {' and '.join(b for b in bounds if b)}" + \
         (" (or null for no limit)" if rule.nullable else "")
 
 
 def categories_problem(value: list[Any]) -> str | None:
-    if not value or not all(isinstance(c, str) and c for c in value) or len(set(value)) != len(value):
+    if not value or not all(isinstance(c, str) and c for c in value) \
+            or len(set(value)) != len(value):
         return "expected a non-empty list of distinct, non-empty strings"
     bad = next((c for c in value if CONTROL_CHARACTER.search(c)), None)  # no category breaks a line
-    return None if bad is None else f"the category {shown(bad)} holds a control character or a line break; " \
-        "write it on one line"
+    return (None if bad is None
+            else f"the category {shown(bad)} holds a control character or a line break; "
+            "write it on one line")
 
 
 def value_problem(rule: Rule, value: Any) -> str | None:
@@ -98,18 +108,21 @@ def value_problem(rule: Rule, value: Any) -> str | None:
     return None
 
 
-def object_problems(data: dict[str, Any], fields: dict[str, Rule], where: str, what: str = "") -> Problems:
+def object_problems(data: dict[str, Any], fields: dict[str, Rule], where: str,
+                    what: str = "") -> Problems:
     """Unknown keys, missing required keys, then each key's value, in ``fields``' order. ``what``
     qualifies the object in messages (e.g. 'for output kind "text"')."""
     problems = []
     unknown = sorted(set(data) - set(fields))
     if unknown:
         allowed = ", ".join(k for k in sorted(fields) if not k.startswith("$"))
-        problems.append((where, f"unknown key {', '.join(repr(k) for k in unknown)}{what}; allowed keys: {allowed} "
-                                "(a typo?)"))
+        problems.append((where,
+                         f"unknown key {', '.join(repr(k) for k in unknown)}{what}; allowed keys: "
+                         f"{allowed} (a typo?)"))
     missing = [k for k, rule in fields.items() if rule.required and k not in data]
     if missing:
-        problems.append((where, f"missing required key {', '.join(repr(k) for k in missing)}{what}; add it"))
+        problems.append(
+            (where, f"missing required key {', '.join(repr(k) for k in missing)}{what}; add it"))
     for key, rule in fields.items():
         if key in data and (problem := value_problem(rule, data[key])) is not None:
             problems.append((f"{where}.{key}", problem))

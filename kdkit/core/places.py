@@ -22,9 +22,10 @@ def require_writable(folder: Path, what: str) -> None:
     if not probe.is_dir():
         raise BadInput(f"{folder}: {probe} is not a folder; move it away or choose another {what}")
     if not os.access(probe, os.W_OK | os.X_OK):
-        reason = "read-only file system" if os.statvfs(probe).f_flag & os.ST_RDONLY else "permission denied"
-        raise BadInput(f"{folder}: cannot write there ({probe}: {reason}); make it writable or choose another "
-                       f"{what}")
+        reason = ("read-only file system" if os.statvfs(probe).f_flag & os.ST_RDONLY
+                  else "permission denied")
+        raise BadInput(f"{folder}: cannot write there ({probe}: {reason}); make it writable or "
+                       f"choose another {what}")
 
 
 def refuse_link(given: Path, what: str) -> None:
@@ -32,8 +33,8 @@ def refuse_link(given: Path, what: str) -> None:
     folder at the path a person names, never where a link there leads (README: it writes over
     regular files only)."""
     if os.path.islink(given):
-        raise BadInput(f"{given}: is a symbolic link (to {os.readlink(given)}); kdkit never writes through a link at "
-                       f"{what}: give the real path, or move the link away")
+        raise BadInput(f"{given}: is a symbolic link (to {os.readlink(given)}); kdkit never writes "
+                       f"through a link at {what}: give the real path, or move the link away")
 
 
 def make_folder(folder: Path, what: str) -> None:
@@ -42,5 +43,5 @@ def make_folder(folder: Path, what: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or choose "
-                       f"another {what}") from None
+        raise BadInput(f"{folder}: cannot create it ({exc.strerror or exc}); make it writable or "
+                       f"choose another {what}") from None

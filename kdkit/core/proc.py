@@ -93,7 +93,8 @@ def _starting(argv: tuple[str, ...]) -> Iterator[None]:
     except FileNotFoundError:
         raise Unavailable(f"{argv[0]}: program not found; install it or put it on PATH") from None
     except OSError as exc:  # not executable, a wrong binary format, a folder
-        raise Unavailable(f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
+        raise Unavailable(
+            f"{argv[0]}: cannot be run ({exc.strerror or exc}); install a working one") from None
 
 
 def run(
@@ -112,7 +113,8 @@ def run(
         full_env.update(extra_env)
     try:
         with _starting(argv):
-            done = subprocess.run(argv, cwd=cwd, env=full_env, input=input_text, capture_output=True, text=True,
+            done = subprocess.run(argv, cwd=cwd, env=full_env, input=input_text,
+                                  capture_output=True, text=True,
                                   timeout=timeout, check=False, preexec_fn=dies_with_kdkit())
     except subprocess.TimeoutExpired:
         raise Unavailable(f"{shlex.join(argv)}: no answer after {timeout:.0f} s") from None
@@ -123,7 +125,8 @@ def run(
 # load)
 
 
-def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes], out: Path) -> Completed:
+def pipe_to_file(args: Sequence[str | os.PathLike[str]],
+                 chunks: Iterable[bytes], out: Path) -> Completed:
     """Feed ``chunks`` to a program's stdin and write its stdout to ``out`` (a compressor).
 
     Nothing is held in memory: an image archive of many GB streams through. stderr goes to a
@@ -148,12 +151,14 @@ def pipe_to_file(args: Sequence[str | os.PathLike[str]], chunks: Iterable[bytes]
         return Completed(argv, returncode, "", errors.read().decode("utf-8", errors="replace"))
 
 
-def stdout_chunks(args: Sequence[str | os.PathLike[str]], chunk_size: int = 1 << 20) -> Iterator[bytes]:
+def stdout_chunks(args: Sequence[str | os.PathLike[str]],
+                  chunk_size: int = 1 << 20) -> Iterator[bytes]:
     """A program's stdout as chunks (a decompressor); CheckFailed naming its error if it fails."""
     argv = tuple(os.fspath(a) for a in args)
     with tempfile.TemporaryFile() as errors:
         with _starting(argv):
-            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, preexec_fn=dies_with_kdkit())
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors,
+                                     preexec_fn=dies_with_kdkit())
         assert child.stdout is not None
         try:
             while chunk := child.stdout.read(chunk_size):

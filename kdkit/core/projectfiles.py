@@ -32,8 +32,9 @@ DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _SEGMENT = r"[A-Za-z0-9._][A-Za-z0-9._-]*"
 SAFE_PATH = re.compile(rf"(?!(?:.*/)?\.\.(?:/|$)){_SEGMENT}(?:/{_SEGMENT})*/?")
 PATH_RULE = "a path relative to the project root"
-SAFE_PATH_RULE = ("use ASCII letters, digits, '.', '_' and '-' with '/' between folders, no folder named '..' and "
-                  "none starting with '-' (then it is one plain word to every shell)")
+SAFE_PATH_RULE = ("use ASCII letters, digits, '.', '_' and '-' with '/' between folders, no folder "
+                  "named '..' and none starting with '-' (then it is one plain word to every "
+                  "shell)")
 # Lengths (SAFE_PATH is ASCII: a character is a byte). One name holds at most NAME_MAX (255 on ext4,
 # XFS, Btrfs,
 # APFS, NTFS) less what kdkit adds when it stages the name (kdkit.core.staging:
@@ -46,7 +47,8 @@ MAX_PATH = 1024
 # string of a config holds one (kdkit.config.schemas.line_problems, the pilot config's model): it
 # would reach a command line or a file name.
 # safetext's set
-CONTROL_CHARACTER = re.compile("[" + "".join(re.escape(chr(code)) for code in sorted(CONTROLS)) + "]")
+CONTROL_CHARACTER = re.compile("[" + "".join(re.escape(chr(code)) for code in sorted(CONTROLS))
+                               + "]")
 
 
 def is_safe_id(value: object) -> TypeGuard[str]:
@@ -69,7 +71,9 @@ def path_problem(value: str) -> str | None:
     if CONTROL_CHARACTER.search(value):
         return f"{shown(value)} holds a control character; give {PATH_RULE}"
     if value.startswith("~"):
-        return f"{value!r} starts with '~', which kdkit never expands (it would be a folder named ~); give {PATH_RULE}"
+        return (
+            f"{value!r} starts with '~', which kdkit never expands (it would be a folder named ~); "
+            f"give {PATH_RULE}")
     if PurePosixPath(value.replace("\\", "/")).is_absolute() or re.match(r"[A-Za-z]:", value):
         return f"{value!r} is absolute; give {PATH_RULE}"
     if "\\" in value:
@@ -101,8 +105,8 @@ def _length_problem(value: str) -> str | None:
         return f"{shown(value)} is {len(value)} characters; give a path of at most {MAX_PATH}"
     longest = max(value.split("/"), key=len)
     if len(longest) > MAX_SEGMENT:
-        return (f"{shown(value)} holds a name of {len(longest)} characters; give names of at most {MAX_SEGMENT} "
-                "(a file system's 255, less what kdkit adds while it writes one)")
+        return (f"{shown(value)} holds a name of {len(longest)} characters; give names of at most "
+                f"{MAX_SEGMENT} (a file system's 255, less what kdkit adds while it writes one)")
     return None
 
 
@@ -130,15 +134,18 @@ def runs_problem(root: Path, runs: str, places: Iterable[str]) -> str | None:
     real_root = os.path.realpath(root)
     target = os.path.realpath(os.path.join(root, runs))
     if target == real_root:
-        return f"{runs!r} is the project folder itself; give the results a folder of their own (e.g. \"runs\")"
+        return (
+            f"{runs!r} is the project folder itself; give the results a folder of their own (e.g. "
+            "\"runs\")")
     for place in dict.fromkeys((*PROJECT_PLACES, *places)):
         other = os.path.realpath(os.path.join(root, place))
         if other == real_root:
             continue
         if is_within(other, target) or is_within(target, other):
-            relation = "is" if other == target else "holds" if is_within(other, target) else "is inside"
-            return (f"{runs!r} {relation} {place!r}, a part of the project; give the results a folder of their own "
-                    "(e.g. \"runs\")")
+            relation = ("is" if other == target else "holds" if is_within(other, target)
+                        else "is inside")
+            return (f"{runs!r} {relation} {place!r}, a part of the project; give the results a "
+                    "folder of their own (e.g. \"runs\")")
     return None
 
 
@@ -149,7 +156,8 @@ def named_places(project: dict[str, Any]) -> tuple[str, ...]:
     backends = project.get("backends")
     named += [spec.get("lock") for spec in backends.values() if isinstance(spec, dict)] \
         if isinstance(backends, dict) else []
-    return tuple(value for value in named if isinstance(value, str) and config_path_problem(value) is None)
+    return tuple(value for value in named if isinstance(value, str)
+                 and config_path_problem(value) is None)
 
 
 def find_root(start: Path | None = None) -> Path | None:
@@ -165,8 +173,9 @@ def require_root(start: Path | None = None) -> Path:
     """find_root, or why there is no project to act on (BadInput)."""
     found = find_root(start)
     if found is None:
-        raise BadInput(f"{(start or Path.cwd()).resolve()}: no {MARKER} here or in any parent folder; pass "
-                       "PROJECT_DIR, run inside a project, or make one with `kdkit init PATH`")
+        raise BadInput(f"{(start or Path.cwd()).resolve()}: no {MARKER} here or in any parent "
+                       "folder; pass PROJECT_DIR, run inside a project, or make one with `kdkit "
+                       "init PATH`")
     return found
 
 
@@ -178,7 +187,8 @@ def project_root(project_dir: Path | None) -> Path:
     if root.exists() and not root.is_dir():
         raise BadInput(f"PROJECT_DIR {project_dir}: is a file; give the project's folder")
     if not (root / MARKER).is_file():
-        raise BadInput(f"{root / MARKER}: not found; is {project_dir} a kdkit project (`kdkit init`)?")
+        raise BadInput(
+            f"{root / MARKER}: not found; is {project_dir} a kdkit project (`kdkit init`)?")
     return root
 
 
@@ -197,7 +207,8 @@ def require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path:
     value = data[key]
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
         names = " or ".join(k.__name__ for k in _as_tuple(kind))
-        raise BadInput(f"{path}: $.{key}: expected {names}, got {type(value).__name__}; fix the value")
+        raise BadInput(
+            f"{path}: $.{key}: expected {names}, got {type(value).__name__}; fix the value")
     return value
 
 
@@ -243,8 +254,8 @@ def require_real_inside(root: Path, path: Path, file: Path, where: str) -> Path:
     """:func:`real_inside`, or BadInput naming the key that led there and where the link points."""
     real = real_inside(root, path)
     if real is None:
-        raise BadInput(f"{file}: {where}: {path} leads to {os.path.realpath(path)}, outside the project "
-                       f"{root} (a symbolic link?); keep it inside the project")
+        raise BadInput(f"{file}: {where}: {path} leads to {os.path.realpath(path)}, outside the "
+                       f"project {root} (a symbolic link?); keep it inside the project")
     return real
 
 

@@ -43,13 +43,16 @@ from kdkit.core.versions import InvalidVersion, Version, specifier_clauses
 # The specification's file name rule: pylock.toml, or pylock.<name>.toml with no dot in the name.
 FILE_NAME = re.compile(r"^pylock\.([^.]+\.)?toml$")
 MAJOR, MINOR = 1, 0  # the lock-version kdkit reads
-_TOP_KEYS = frozenset({"lock-version", "environments", "requires-python", "extras", "dependency-groups",
+_TOP_KEYS = frozenset({"lock-version", "environments", "requires-python", "extras",
+                       "dependency-groups",
                        "default-groups", "created-by", "packages", "tool"})
-_PACKAGE_KEYS = frozenset({"name", "version", "marker", "requires-python", "dependencies", "vcs", "directory",
+_PACKAGE_KEYS = frozenset({"name", "version", "marker", "requires-python", "dependencies", "vcs",
+                           "directory",
                            "archive", "index", "sdist", "wheels", "attestation-identities", "tool"})
 # each excludes every other source, wheels and sdist included
 _EXCLUSIVE = ("vcs", "directory", "archive")
-_HEADER = re.compile(r"""^[ \t]*\[\[[ \t]*(packages|"packages"|'packages')[ \t]*\]\]""", re.MULTILINE)
+_HEADER = re.compile(
+    r"""^[ \t]*\[\[[ \t]*(packages|"packages"|'packages')[ \t]*\]\]""", re.MULTILINE)
 _AT = re.compile(r"\(at line (\d+), column (\d+)\)")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 
@@ -102,44 +105,51 @@ def _load(text: str, path: str | PathLike[str]) -> dict[str, Any]:
     try:
         import tomllib
     except ImportError:
-        raise Unavailable(f"{path}: reading a pylock.toml needs Python 3.11 or newer (tomllib); on this Python "
-                          "use the requirements lock kdkit writes beside it (requirements/<backend>.txt)") from None
+        raise Unavailable(f"{path}: reading a pylock.toml needs Python 3.11 or newer (tomllib); on "
+                          "this Python use the requirements lock kdkit writes beside it "
+                          "(requirements/<backend>.txt)") from None
     try:
         return tomllib.loads(text)
     except RecursionError:  # tomllib recurses once per level of nesting
-        raise BadInput(f"{path}: its tables or arrays nest too deep to be a lock; write it again with the tool "
-                       "that made it") from None
+        raise BadInput(f"{path}: its tables or arrays nest too deep to be a lock; write it again "
+                       "with the tool that made it") from None
     except tomllib.TOMLDecodeError as exc:
         said = str(exc)
         at = _AT.search(said)
         place = f"{path}:{at.group(1)}:{at.group(2)}" if at else str(path)
         reason = _AT.sub("", said).strip()
-        raise BadInput(f"{place}: not valid TOML ({reason}); fix the file or write it again with the tool that "
-                       "made it") from None
+        raise BadInput(f"{place}: not valid TOML ({reason}); fix the file or write it again with "
+                       "the tool that made it") from None
 
 
 def _lock_version(data: dict[str, Any], path: str | PathLike[str]) -> list[str]:
     """Refuse a file that is no PEP 751 lock or one of an unknown major; warn for a newer minor."""
     if "lock-version" not in data:
-        known = "a pyproject.toml (project metadata)" if {"project", "build-system"} & data.keys() else "TOML"
-        raise BadInput(f"{path}: this is {known}, not a PEP 751 lock: it has no lock-version key; give the "
-                       "lock (pylock.toml, or requirements/<backend>.txt)")
+        known = ("a pyproject.toml (project metadata)" if {"project", "build-system"} & data.keys()
+                 else "TOML")
+        raise BadInput(f"{path}: this is {known}, not a PEP 751 lock: it has no lock-version key; "
+                       "give the lock (pylock.toml, or requirements/<backend>.txt)")
     value = data["lock-version"]
     match = re.fullmatch(r"(\d+)\.(\d+)", value) if isinstance(value, str) else None
     if match is None:
-        raise BadInput(f"{path}: lock-version {value!r} is not a \"MAJOR.MINOR\" string; write lock-version = "
-                       "\"1.0\", or relock")
+        raise BadInput(f"{path}: lock-version {value!r} is not a \"MAJOR.MINOR\" string; write "
+                       "lock-version = \"1.0\", or relock")
     if int(match.group(1)) != MAJOR:
-        raise BadInput(f"{path}: lock-version {value!r} is not one kdkit reads (major {MAJOR}, {MAJOR}.x); "
-                       "write the lock with a tool that writes lock-version 1.0, or use a kdkit that knows it")
+        raise BadInput(f"{path}: lock-version {value!r} is not one kdkit reads (major {MAJOR}, "
+                       f"{MAJOR}.x); write the lock with a tool that writes lock-version 1.0, or "
+                       "use a kdkit that knows it")
     if int(match.group(2)) <= MINOR:
         return []
     unknown = sorted(data.keys() - _TOP_KEYS)
     packages = data["packages"] if isinstance(data.get("packages"), list) else []
-    unknown += sorted({f"packages.{key}" for p in packages if isinstance(p, dict) for key in p.keys() - _PACKAGE_KEYS})
-    ignored = f"keys it does not know were ignored: {', '.join(unknown)}" if unknown else "it has no key kdkit " \
-        "does not know"
-    return [f"{path}: lock-version {value} is newer than the {MAJOR}.{MINOR} kdkit knows; {ignored}"]
+    unknown += sorted(
+        {f"packages.{key}" for p in packages if isinstance(p, dict) for key in p.keys()
+         - _PACKAGE_KEYS})
+    ignored = (f"keys it does not know were ignored: {', '.join(unknown)}" if unknown
+               else "it has no key kdkit "
+               "does not know")
+    return (
+        [f"{path}: lock-version {value} is newer than the {MAJOR}.{MINOR} kdkit knows; {ignored}"])
 
 
 def _strings(value: Any, where: str, key: str) -> tuple[str, ...]:
@@ -164,7 +174,9 @@ def _specifiers(value: Any, where: str, key: str) -> str:
             raise InvalidVersion(f"{value!r} is not a string")
         specifier_clauses(value)
     except InvalidVersion as exc:
-        raise BadInput(f"{where}: {key} {value!r} is not a version specifier set ({exc}); fix it or relock") from None
+        raise BadInput(
+            f"{where}: {key} {value!r} is not a version specifier set ({exc}); fix it or "
+            "relock") from None
     return value
 
 
@@ -172,15 +184,17 @@ def _hashes(value: Any, where: str, what: str) -> list[str]:
     """``{sha256 = "..."}`` as ``["sha256:..."]``; at least one, each hex of its algorithm's
     length."""
     if not isinstance(value, dict) or not value:
-        raise BadInput(f"{where}: {what} has no hashes; a PEP 751 lock hashes every file (relock with "
-                       "`uv pip compile --generate-hashes` or `pip lock`)")
+        raise BadInput(f"{where}: {what} has no hashes; a PEP 751 lock hashes every file (relock "
+                       "with `uv pip compile --generate-hashes` or `pip lock`)")
     import hashlib
 
     found = []
     for algorithm, digest in value.items():
-        known = algorithm.lower() in hashlib.algorithms_guaranteed and not algorithm.lower().startswith("shake")
+        known = (algorithm.lower() in hashlib.algorithms_guaranteed
+                 and not algorithm.lower().startswith("shake"))
         size = hashlib.new(algorithm.lower()).digest_size if known else None
-        if not isinstance(digest, str) or not _HEX.match(digest) or (size and len(digest) != 2 * size):
+        if not isinstance(digest, str) or not _HEX.match(digest) \
+                or (size and len(digest) != 2 * size):
             raise BadInput(f"{where}: {what} has a bad {algorithm} hash {digest!r}; expected "
                            f"{2 * size if size else 'the'} hex digits")
         found.append(f"{algorithm.lower()}:{digest.lower()}")
@@ -204,7 +218,8 @@ def _file_version(table: dict[str, Any], sdist: bool) -> str | None:
     if not name:
         from urllib.parse import unquote  # a URL's "+" is "%2B" (torch-2.13.0%2Bcpu-...whl)
 
-        name = unquote(str(table.get("url") or table.get("path") or "").rstrip("/").rsplit("/", 1)[-1])
+        name = unquote(
+            str(table.get("url") or table.get("path") or "").rstrip("/").rsplit("/", 1)[-1])
     if not isinstance(name, str):
         return None
     if sdist:
@@ -220,11 +235,14 @@ def _files(table: dict[str, Any], where: str) -> tuple[list[str], list[str]]:
     if not isinstance(wheels, list):
         raise BadInput(f"{where}: wheels must be an array of tables")
     if not wheels and "sdist" not in table:
-        raise BadInput(f"{where}: no file (wheels is empty and there is no sdist); name where the package comes from")
+        raise BadInput(
+            f"{where}: no file (wheels is empty and there is no sdist); name where the package "
+            "comes from")
     hashes: list[str] = []
     versions: list[str] = []
     for number, wheel in enumerate(wheels, start=1):
-        what = f"wheel {number}" + (f" ({wheel['name']})" if isinstance(wheel, dict) and "name" in wheel else "")
+        what = f"wheel {number}" + (f" ({wheel['name']})" if isinstance(wheel, dict)
+                                    and "name" in wheel else "")
         hashes += _hashes(_located(wheel, where, what).get("hashes"), where, what)
         versions.append(_file_version(wheel, sdist=False) or "")
     if "sdist" in table:
@@ -242,13 +260,15 @@ def _version_of_files(version: str, versions: list[str], where: str) -> str:
         try:
             parsed[text] = Version.parse(text)
         except InvalidVersion:
-            raise BadInput(f"{where}: a file named with version {text!r}, which is not PEP 440; relock") from None
+            raise BadInput(
+                f"{where}: a file named with version {text!r}, which is not PEP 440; "
+                "relock") from None
     if len(set(parsed.values())) > 1:
-        raise BadInput(f"{where}: version {version or '(none)'} and files named {', '.join(sorted(named))} disagree; "
-                       "relock")
+        raise BadInput(f"{where}: version {version or '(none)'} and files named "
+                       f"{', '.join(sorted(named))} disagree; relock")
     if not version and (not named or "" in versions):
-        raise BadInput(f"{where}: no version, and not every file's name says one; add version = \"...\" (PEP 751) "
-                       "or relock")
+        raise BadInput(f"{where}: no version, and not every file's name says one; add version = "
+                       "\"...\" (PEP 751) or relock")
     return version or sorted(named)[0]
 
 
@@ -261,11 +281,14 @@ def _source(table: dict[str, Any], kind: str, where: str) -> tuple[Source, list[
         return Source(kind, path=data["path"], subdirectory=_text(data, "subdirectory", where),
                       editable=data.get("editable") is True), []
     data = _located(data, where, kind)
-    url, at, sub = _text(data, "url", where), _text(data, "path", where), _text(data, "subdirectory", where)
+    url, at, sub = _text(data, "url", where), _text(data, "path", where), _text(
+        data, "subdirectory", where)
     if kind == "archive":
-        return Source(kind, url, at, subdirectory=sub), _hashes(data.get("hashes"), where, "archive")
+        return Source(kind, url,
+                      at, subdirectory=sub), _hashes(data.get("hashes"), where, "archive")
     if not isinstance(data.get("type"), str) or not isinstance(data.get("commit-id"), str):
-        raise BadInput(f"{where}: vcs needs a type (git, hg, svn, bzr) and a commit-id (the exact revision)")
+        raise BadInput(
+            f"{where}: vcs needs a type (git, hg, svn, bzr) and a commit-id (the exact revision)")
     return Source(kind, url, at, data["type"], data["commit-id"], sub), []
 
 
@@ -273,11 +296,11 @@ def _sources(table: dict[str, Any], where: str) -> tuple[Source | None, list[str
     given = [key for key in (*_EXCLUSIVE, "wheels", "sdist") if key in table]
     exclusive = [key for key in given if key in _EXCLUSIVE]
     if not given:
-        raise BadInput(f"{where}: no source (wheels, sdist, vcs, directory or archive); name where the "
-                       "package comes from")
+        raise BadInput(f"{where}: no source (wheels, sdist, vcs, directory or archive); name where "
+                       "the package comes from")
     if exclusive and len(given) > 1:
-        raise BadInput(f"{where}: two sources ({' and '.join(given)}); {exclusive[0]} excludes every other, "
-                       "keep one")
+        raise BadInput(f"{where}: two sources ({' and '.join(given)}); {exclusive[0]} excludes "
+                       "every other, keep one")
     if exclusive:
         return _source(table, exclusive[0], where)
     hashes, versions = _files(table, where)
@@ -306,13 +329,15 @@ def _entry(table: Any, path: str | PathLike[str], line: int) -> Entry:
         raise BadInput(f"{where}: a [[packages]] entry must be a table")
     name = table.get("name")
     if not isinstance(name, str) or not name:
-        raise BadInput(f"{where}: package without a name; every [[packages]] entry needs name = \"...\"")
+        raise BadInput(
+            f"{where}: package without a name; every [[packages]] entry needs name = \"...\"")
     where = f"{where}: {name}"
     version = table.get("version", "")
     if "version" in table and not _is_version(version):
         raise BadInput(f"{where}: version {version!r} is not a PEP 440 version; fix it or relock")
     marker = _marker(table["marker"], where, "marker", True) if "marker" in table else None
-    python = _specifiers(table["requires-python"], where, "requires-python") if "requires-python" in table else None
+    python = _specifiers(
+        table["requires-python"], where, "requires-python") if "requires-python" in table else None
     source, hashes = _sources(table, where)  # index files: the version checked against their names
     return Entry(name, table.get("version", ""), marker, hashes, line, source, python)
 
@@ -333,17 +358,19 @@ def read_pylock(text: str, path: str | PathLike[str]) -> Pylock:
     data = _load(text, path)
     warnings = _lock_version(data, path)
     if not isinstance(data.get("created-by"), str) or not data["created-by"].strip():
-        raise BadInput(f"{path}: no created-by; PEP 751 requires the name of the tool that wrote the lock (write it "
-                       "again with that tool)")
+        raise BadInput(f"{path}: no created-by; PEP 751 requires the name of the tool that wrote "
+                       "the lock (write it again with that tool)")
     packages = data.get("packages")
     # `packages = []` is valid: uv writes it for a project without dependencies
     if not isinstance(packages, list):
-        raise BadInput(f"{path}: no packages array in it; PEP 751 requires one ([[packages]] tables, or "
-                       "packages = [] for no dependencies): write it again with the tool that made it")
+        raise BadInput(f"{path}: no packages array in it; PEP 751 requires one ([[packages]] "
+                       "tables, or packages = [] for no dependencies): write it again with the "
+                       "tool that made it")
     environments = _strings(data.get("environments", []), str(path), "environments")
     for marker in environments:
         _marker(marker, str(path), "environments", False)
-    python = _specifiers(data["requires-python"], str(path), "requires-python") if "requires-python" in data \
+    python = _specifiers(data["requires-python"],
+                         str(path), "requires-python") if "requires-python" in data \
         else None
     groups = _strings(data.get("default-groups", []), str(path), "default-groups")
     lines = _package_lines(text, len(packages))
@@ -358,8 +385,9 @@ def toml_hint(text: str, path: str | PathLike[str]) -> str | None:
                   if line.strip() and not line.lstrip().startswith("#")), "")
     if not re.match(r"""^(\[.*\]|[A-Za-z0-9_"'][A-Za-z0-9_."'-]*[ \t]*=([^=]|$))""", first):
         return None
-    if os.path.basename(path) == "pyproject.toml" or re.match(r"^\[(project|build-system|tool\b)", first):
+    if os.path.basename(path) == "pyproject.toml" \
+            or re.match(r"^\[(project|build-system|tool\b)", first):
         return (f"{path}: this is a pyproject.toml (project metadata), not a lock; give the lock: "
                 "requirements/<backend>.txt, or a PEP 751 pylock.toml")
-    return (f"{path}: looks like TOML, not a requirements lock; a PEP 751 lock must be named pylock.toml or "
-            "pylock.<name>.toml")
+    return (f"{path}: looks like TOML, not a requirements lock; a PEP 751 lock must be named "
+            "pylock.toml or pylock.<name>.toml")

@@ -22,12 +22,15 @@ class Record:
 
     def __eq__(self, other: object) -> bool:
         fields: tuple[str, ...] = self.__slots__
-        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in fields)
+        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n)
+                                                 for n in fields)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable fields (lists, dicts): as for a NamedTuple holding them
+    # mutable fields (lists, dicts): as for a NamedTuple holding them
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._asdict().items())})"
+        return (
+            f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._asdict().items())})")
 
     def _replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied, as NamedTuple._replace."""

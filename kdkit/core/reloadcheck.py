@@ -61,13 +61,15 @@ def reload_problems(folder: Path) -> list[str]:
     problems: list[str] = []
     summary = _json_object(folder / SUMMARY, problems)
     kind = folder_kind(folder, summary or {})
-    names = [*REQUIRED[kind], *([STOP] if kind == PILOT and summary and summary.get(STOPPED) else [])]
-    optional = [STOP] if kind == PILOT and STOP not in names and os.path.lexists(folder / STOP) else []
+    names = [*REQUIRED[kind],
+             *([STOP] if kind == PILOT and summary and summary.get(STOPPED) else [])]
+    optional = ([STOP] if kind == PILOT and STOP not in names and os.path.lexists(folder / STOP)
+                else [])
     for name in [n for n in names if n.endswith(".json") and n != SUMMARY] + optional:
         data = _json_object(folder / name, problems)  # params.json, env.json, stop.json
         if name == PARAMS and data is not None and not isinstance(data.get(RUN_ID), str):
-            problems.append(f"{folder / name}: $.{RUN_ID} missing (every run's {PARAMS} names its run); the copy "
-                            "cannot be reloaded as a run")
+            problems.append(f"{folder / name}: $.{RUN_ID} missing (every run's {PARAMS} names its "
+                            "run); the copy cannot be reloaded as a run")
     # summary.md (a JSON file that is empty does not parse)
     problems += [problem for name in names if name != RESULTS and not name.endswith(".json")
                  and (problem := _empty(folder / name))]
@@ -115,8 +117,8 @@ def results_problems(results: Path, summary: dict[str, Any]) -> list[str]:
     counts = {key: _count(summary, key) for key in (TOTAL, ACCEPTED, REJECTED)}
     bad = [key for key, value in counts.items() if value is None]
     if bad:
-        return [f"{results.parent / SUMMARY}: $.{bad[0]} is not a count ({summary.get(bad[0])!r}); the summary "
-                "cannot be checked against results.jsonl"]
+        return [f"{results.parent / SUMMARY}: $.{bad[0]} is not a count ({summary.get(bad[0])!r}); "
+                "the summary cannot be checked against results.jsonl"]
     if not results.is_file():
         return [f"{results}: missing; a closed pilot run folder holds it"]
     try:
@@ -129,14 +131,15 @@ def results_problems(results: Path, summary: dict[str, Any]) -> list[str]:
         return [tally]
     lines, finished, accepted, rejected = tally
     if lines == 0 and (counts[ACCEPTED] or counts[REJECTED] or summary.get(VERDICT) == "pass"):
-        return [f"{results}: empty (0 bytes), but {SUMMARY} says {summary.get(VERDICT)} with {counts[ACCEPTED]} "
-                f"accepted and {counts[REJECTED]} rejected"]
+        return [f"{results}: empty (0 bytes), but {SUMMARY} says {summary.get(VERDICT)} with "
+                f"{counts[ACCEPTED]} accepted and {counts[REJECTED]} rejected"]
     total = counts[TOTAL] or 0
     if (accepted, rejected) != (counts[ACCEPTED], counts[REJECTED]) or finished > total or (
             summary.get(VERDICT) == "pass" and finished != total):
-        return [f"{results}: {lines} line(s), {finished} finished ID(s) ({accepted} accepted, {rejected} rejected), "
-                f"but {SUMMARY} states {summary.get(VERDICT)} with {total} ID(s) ({counts[ACCEPTED]} accepted, "
-                f"{counts[REJECTED]} rejected); an ID is missing or was added"]
+        return [f"{results}: {lines} line(s), {finished} finished ID(s) ({accepted} accepted, "
+                f"{rejected} rejected), but {SUMMARY} states {summary.get(VERDICT)} with {total} "
+                f"ID(s) ({counts[ACCEPTED]} accepted, {counts[REJECTED]} rejected); an ID is "
+                "missing or was added"]
     return []
 
 
@@ -149,7 +152,9 @@ def _tally(results: Path) -> tuple[int, int, int, int] | str:
     for lines, record in enumerate(stream_records(results), start=1):
         ident, outcome = record.get("id"), record.get("outcome")
         if "id" not in record or not isinstance(outcome, str):
-            return f"{results}:{lines}: a record without an \"id\" or an \"outcome\"; the file was edited or damaged"
+            return (
+                f"{results}:{lines}: a record without an \"id\" or an \"outcome\"; the file was "
+                "edited or damaged")
         if not isinstance(ident, str) or outcome in NO_ID or ident in seen:
             continue
         seen.add(ident)
@@ -167,7 +172,9 @@ def vector_problems(folder: Path) -> list[str]:
     if not present:
         return []
     if len(present) == 1:
-        return [f"{present[0]}: without its partner {(ids if present[0] == vectors else vectors).name}"]
+        return (
+            [f"{present[0]}: without its partner "
+             f"{(ids if present[0] == vectors else vectors).name}"])
     try:
         with vectors.open("rb") as handle:
             rows, dim = read_header(handle.read(HEADER), vectors)
@@ -176,9 +183,12 @@ def vector_problems(folder: Path) -> list[str]:
     except CheckFailed as exc:
         return [f"{exc}; the copy cannot be reloaded"]
     except OSError as exc:
-        return [f"{exc.filename or vectors}: cannot be read ({exc.strerror or exc}); the copy cannot be reloaded"]
+        return (
+            [f"{exc.filename or vectors}: cannot be read ({exc.strerror or exc}); the copy cannot "
+             "be reloaded"])
     problems = [] if size == HEADER + rows * dim * FLOAT32 else [
-        f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's {rows} x {dim} rows"]
+        f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's {rows} "
+        f"x {dim} rows"]
     if isinstance(listed, str):
         return [*problems, listed]
     if listed != rows:
@@ -192,7 +202,9 @@ def _id_rows(ids: Path) -> int | str:
     count = 0
     for count, entry in enumerate(stream_records(ids), start=1):
         if entry.get("row") != count - 1 or not isinstance(entry.get("id"), str):
-            return f"{ids}:{count}: not the line of row {count - 1} ({{\"row\": {count - 1}, \"id\": ...}})"
+            return (
+                f"{ids}:{count}: not the line of row {count - 1} ({{\"row\": {count - 1}, \"id\": "
+                "...})")
     return count
 
 

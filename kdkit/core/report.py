@@ -23,7 +23,8 @@ else:
     Progress = None
 
 
-def print_result(as_json: bool, data: Any, text: str | Callable[[], str], *, ascii_only: bool = True,
+def print_result(as_json: bool, data: Any, text: str | Callable[[], str], *,
+                 ascii_only: bool = True,
                  default: Callable[[Any], Any] | None = None) -> None:
     """Print ``data`` as indented JSON when ``as_json``, else ``text`` (a string, or what a call of
     it returns: the text is rendered only when it is printed); then flush stdout."""

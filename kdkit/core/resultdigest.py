@@ -34,7 +34,8 @@ class ResultDigest:
         if cut == 0:
             return
         hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdkit-hash")
-        self._prefix = (cut, hasher.submit(lambda: hashlib.sha256(memoryview(data)[:cut]).hexdigest()))
+        self._prefix = (cut,
+                        hasher.submit(lambda: hashlib.sha256(memoryview(data)[:cut]).hexdigest()))
         hasher.shutdown(wait=False)  # the thread ends with its one task
 
     def holds_only_appended(self) -> bool:
@@ -42,7 +43,8 @@ class ResultDigest:
         then the bytes it appended (each part's SHA-256 against what the harness knows)."""
         if not self.results.is_file() or self.results.is_symlink():
             return False
-        cut, expected = (self._prefix[0], self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
+        cut, expected = (self._prefix[0],
+                         self._prefix[1].result()) if self._prefix else (0, EMPTY_SHA256)
         whole, head, tail, read = hashlib.sha256(), hashlib.sha256(), hashlib.sha256(), 0
         with self.results.open("rb") as handle:
             while block := handle.read(1 << 20):
@@ -53,7 +55,8 @@ class ResultDigest:
                 read += len(block)
         # sealed as it is: when not intact, the run has failed for it
         self._results_digest = whole.hexdigest()
-        return read >= cut and head.hexdigest() == expected and tail.hexdigest() == self._appended.hexdigest()
+        return (read >= cut and head.hexdigest() == expected
+                and tail.hexdigest() == self._appended.hexdigest())
 
     def sealed(self) -> str:
         """The whole file's SHA-256 for SHA256SUMS, checked first if it was not yet (when not

@@ -54,7 +54,9 @@ def encode_batch(records: list[dict[str, Any]]) -> bytes:
     dict.
     """
     tail = f',"lines":{len(records)}}}\n'
-    return "".join([_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode("ascii")
+    return "".join(
+        [_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode(
+            "ascii")
 
 
 def incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
@@ -67,7 +69,8 @@ def incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:
     batch, count, tail, start = None, None, 0, end
     while start > 0:
         previous = data.rfind(b"\n", 0, start - 1) + 1
-        record = parse_line(data[previous:start - 1], functools.partial(line_number, data, previous), path)
+        record = parse_line(data[previous:start - 1],
+                            functools.partial(line_number, data, previous), path)
         if tail == 0:
             batch, count = record.get("batch"), record.get("lines")
         elif record.get("batch") != batch:
@@ -94,7 +97,8 @@ def scan_block(scan: Scan, block: bytes, first: int, path: Path) -> None:
         records = parse_block(block, first, path)
         texts = list(map(_OUTCOME, records))  # map + methodcaller: the loop runs in C
         scan.rejected += texts.count("rejected")
-        scan.finished.update(itertools.compress(map(_ID, records), map(FINISHED.__contains__, texts)))
+        scan.finished.update(
+            itertools.compress(map(_ID, records), map(FINISHED.__contains__, texts)))
     scan.lines += lines
 
 
@@ -123,7 +127,8 @@ def parse_block(block: bytes, first: int, path: Path) -> list[dict[str, Any]]:
     except json.JSONDecodeError:
         records = None
     if records is None or len(records) != lines or set(map(type, records)) != {dict}:
-        records = [parse_line(text, first + i, path) for i, text in enumerate(block[:-1].split(b"\n"))]
+        records = [parse_line(text, first + i, path) for i,
+                   text in enumerate(block[:-1].split(b"\n"))]
     return records  # type: ignore[no-any-return]
 
 
@@ -135,8 +140,8 @@ def parse_line(line: bytes, number: int | Callable[[], int], path: Path) -> dict
         record = None
     if not isinstance(record, dict):
         where = number if isinstance(number, int) else number()
-        raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a torn "
-                          "last line is repaired)")
+        raise CheckFailed(f"{path}:{where}: not valid JSON; the file was edited or damaged (only a "
+                          "torn last line is repaired)")
     return record
 
 

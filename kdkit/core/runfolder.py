@@ -58,17 +58,21 @@ T = TypeVar("T")
 # ---------------------------------------------------------------- file names
 
 PARAMS, ENV, RESULTS, STOP = "params.json", "env.json", "results.jsonl", "stop.json"
-SUMMARY, SUMMARY_MD, RELOAD, RELOAD_CHECK = "summary.json", "summary.md", "reload.json", "reload-check.json"
+SUMMARY, SUMMARY_MD, RELOAD, RELOAD_CHECK = ("summary.json",
+                                             "summary.md", "reload.json", "reload-check.json")
 # A training run's own (kdkit.probe.train): metrics, checkpoint folders and their log, output
 # (reload: above)
-METRICS, CHECKPOINTS, CHECKPOINT_LOG, OUTPUT_LOG = "metrics.jsonl", "checkpoints", "checkpoints.jsonl", "output.log"
+METRICS, CHECKPOINTS, CHECKPOINT_LOG, OUTPUT_LOG = ("metrics.jsonl",
+                                                    "checkpoints", "checkpoints.jsonl",
+                                                    "output.log")
 # What a closed run folder holds, by kind (stop.json too when its summary says it stopped)
 REQUIRED = {"pilot": (PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD), "gathered": (SUMMARY, SUMMARY_MD),
             "train": (PARAMS, METRICS, STOP, SUMMARY, SUMMARY_MD)}
 # The only files the harness puts in a pilot run folder: its own, and earlier sessions' reports kept
 # by number on resume. Anything else there (or any of these that is not a regular file) was put
 # there by something else, and is never listed in SHA256SUMS.
-HARNESS_FILES = frozenset({PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS, HEARTBEAT})
+HARNESS_FILES = frozenset(
+    {PARAMS, ENV, RESULTS, SUMMARY, SUMMARY_MD, STOP, SUMS, VECTORS, VECTOR_IDS, HEARTBEAT})
 # the file output kind's: outputs/ and its staging folder
 HARNESS_FOLDERS = frozenset({OUTPUTS, STAGING})
 NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
@@ -77,10 +81,12 @@ NUMBERED = re.compile(r"(stop|env)-[0-9]{1,6}\.json")
 
 # params.json (RunFolder.make, kdkit.probe.pilot.command) and summary.json
 # (kdkit.probe.pilot.report, .gather)
-RUN_ID, KIND, PARAMS_HASH, SHARE, WORKER, WORKERS = "run_id", "kind", "params_hash", "share", "worker", "workers"
+RUN_ID, KIND, PARAMS_HASH, SHARE, WORKER, WORKERS = ("run_id", "kind", "params_hash",
+                                                     "share", "worker", "workers")
 # params.json: the launcher that gave the share (kdkit.probe.pilot.launchers), outside the hash
 LAUNCHER = "launcher"
-VERDICT, TOTAL, ACCEPTED, REJECTED, STOPPED, FILES = "verdict", "total", "accepted", "rejected", "stopped", "files"
+VERDICT, TOTAL, ACCEPTED, REJECTED, STOPPED, FILES = ("verdict", "total", "accepted",
+                                                      "rejected", "stopped", "files")
 # a gathering's summary.json: rows of vectors.npy, items' folders
 VECTOR_ROWS, OUTPUT_ITEMS = "vectors", "outputs"
 # summary.json: {"timings": {"seconds": wall time of the session}}
@@ -104,7 +110,8 @@ def claim(base: str, take: Callable[[str], T]) -> T:
             return take(base if n == 1 else f"{base}-{n}")
         except FileExistsError:
             continue
-    raise BadInput(f"{base}: {MAX_CLAIMS} run folders of that name exist; wait a second and start again")
+    raise BadInput(
+        f"{base}: {MAX_CLAIMS} run folders of that name exist; wait a second and start again")
 
 
 def new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = None) -> Path:
@@ -119,8 +126,8 @@ def new_run_folder(runs: Path, kind: str, what: str, params_hash: str | None = N
         return claim(base, take)
     except OSError as exc:
         require_writable(runs / base, what)  # the refusal in its usual words
-        raise BadInput(f"{runs / base}: cannot create it ({exc.strerror or exc}); make {runs} writable or choose "
-                       f"another {what}") from None
+        raise BadInput(f"{runs / base}: cannot create it ({exc.strerror or exc}); make {runs} "
+                       f"writable or choose another {what}") from None
 
 
 def run_folders(runs: Path) -> list[Path]:
@@ -139,9 +146,11 @@ def folder_kind(folder: Path, summary: dict[str, Any]) -> str:
     pilot run (of a whole manifest or a worker's share), whatever its summary's ``kind``; only a
     folder without one may be a gathering (which proves nothing by itself: its workers' folders do,
     kdkit.probe.pilot.gather)."""
-    if summary.get(KIND) == TRAIN and os.path.lexists(folder / METRICS) and not os.path.lexists(folder / RESULTS):
+    if summary.get(KIND) == TRAIN and os.path.lexists(folder / METRICS) \
+            and not os.path.lexists(folder / RESULTS):
         return TRAIN  # a training run (kdkit.probe.train): a metrics series, no results
-    return GATHERED if summary.get(KIND) == GATHERED and not os.path.lexists(folder / PARAMS) else PILOT
+    return (GATHERED if summary.get(KIND) == GATHERED and not os.path.lexists(folder / PARAMS)
+            else PILOT)
 
 
 def required_files(folder: Path) -> list[str]:
@@ -149,7 +158,8 @@ def required_files(folder: Path) -> list[str]:
     summary = _object(folder / SUMMARY)
     kind = folder_kind(folder, summary)
     listed = summary.get(FILES)  # a closed pilot run names every file it holds
-    named = [str(f) for f in listed if safe_name(f) and f != SUMS] if isinstance(listed, list) else []
+    named = [str(f) for f in listed if safe_name(f)
+             and f != SUMS] if isinstance(listed, list) else []
     required = [*REQUIRED[kind], *([STOP] if kind == PILOT and summary.get(STOPPED) else [])]
     return required + [name for name in named if name not in required]
 
@@ -194,8 +204,9 @@ def verify_folder(folder: Path, sums: dict[str, str]) -> list[str]:
     has; then vectors.npy against the results that name its rows (vectorfile.run_problems), a pilot
     run's outputs/ against its accepted records' file hashes (output_problems), and a gathering's
     counts against what it holds (count_problems)."""
-    required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder always holds "
-                "it (removed with its line?)" for name in required_files(folder) if name not in sums]
+    required = [f"{folder / name}: missing, and not listed in {SUMS} either; a closed run folder "
+                "always holds it (removed with its line?)" for name in required_files(folder)
+                if name not in sums]
     if (folder / SUMS).is_symlink():
         required.append(f"{folder / SUMS}: a symbolic link, not the folder's own {SUMS}")
     problems = required + mismatched(folder, sums) + unlisted(folder, sums)
@@ -218,7 +229,8 @@ def count_problems(folder: Path) -> list[str]:
     summary = _object(folder / SUMMARY)
     if folder_kind(folder, summary) != GATHERED:
         return []
-    return outputfiles.count_problems(folder, summary.get(VECTOR_ROWS), summary.get(OUTPUT_ITEMS), folder / SUMMARY)
+    return outputfiles.count_problems(folder, summary.get(VECTOR_ROWS),
+                                      summary.get(OUTPUT_ITEMS), folder / SUMMARY)
 
 
 def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
@@ -237,7 +249,8 @@ def mismatched(folder: Path, sums: dict[str, str]) -> list[str]:
         drop_cached_pages(path)
         actual = sha256_file(path)
         if actual != digest:
-            problems.append(f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
+            problems.append(
+                f"{path}: SHA-256 {actual[:12]}... differs from {SUMS} ({digest[:12]}...)")
     return problems
 
 
@@ -268,21 +281,27 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
     try:
         problems = verify_folder(folder, read_sums(folder))
     except BadInput:
-        return [f"{folder / SUMS}: not found; the run was never closed (still running, or stopped before closing)"]
+        return (
+            [f"{folder / SUMS}: not found; the run was never closed (still running, or stopped "
+             "before closing)"])
     except CheckFailed as exc:
         return [str(exc)]
     # a file of it that cannot be read: the reader stays tolerant, the run proves nothing
     except OSError as exc:
-        return [f"{exc.filename or folder}: cannot be read ({exc.strerror or exc}); the run cannot be verified"]
+        return (
+            [f"{exc.filename or folder}: cannot be read ({exc.strerror or exc}); the run cannot be "
+             "verified"])
     kind = folder_kind(folder, summary)
     # a gathering is named after its run; a pilot or training folder after itself
     if kind in (PILOT, TRAIN):
-        problems += [f"{folder / name}: names run {data.get(RUN_ID)!r}, not its folder {folder.name!r} (a copy of "
-                     "another run under a new name?)" for name, data in ((PARAMS, params), (SUMMARY, summary))
+        problems += [f"{folder / name}: names run {data.get(RUN_ID)!r}, not its folder "
+                     f"{folder.name!r} (a copy of another run under a new name?)" for name,
+                     data in ((PARAMS, params), (SUMMARY, summary))
                      if (data or name == PARAMS) and data.get(RUN_ID) != folder.name]
     if kind == PILOT and (not params.get(PARAMS_HASH)
                           or params.get(PARAMS_HASH) != params_hash(_object_in(params, "params"))):
-        problems.append(f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
+        problems.append(
+            f"{folder / PARAMS}: its params_hash is not the hash of its params (edited?)")
     return problems or (results_problems(folder, summary) if summary.get(VERDICT) == "pass" else [])
 
 
@@ -297,13 +316,17 @@ def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:
         for first, block in blocks(data, len(data)):
             scan_block(scan, block, first, path)
     except (OSError, CheckFailed) as exc:
-        return [f"{path}: cannot be read back ({exc}); the summary's pass is not shown by its results"]
+        return (
+            [f"{path}: cannot be read back ({exc}); the summary's pass is not shown by its "
+             "results"])
     total, rejected, accepted = summary.get(TOTAL), summary.get(REJECTED), summary.get(ACCEPTED)
-    if summary.get("problems") or not (scan.lines == len(scan.finished) == total and scan.rejected == rejected
-                                       and isinstance(total, int) and accepted == total - scan.rejected):
-        return [f"{folder / SUMMARY}: says pass with {total} IDs ({accepted} accepted, {rejected} rejected) and its "
-                f"problems {summary.get('problems')!r}, but {RESULTS} holds {scan.lines} line(s) for "
-                f"{len(scan.finished)} ID(s), {scan.rejected} rejected"]
+    if summary.get("problems") \
+            or not (scan.lines == len(scan.finished) == total and scan.rejected == rejected
+                                       and isinstance(total, int) and accepted == total
+                    - scan.rejected):
+        return [f"{folder / SUMMARY}: says pass with {total} IDs ({accepted} accepted, {rejected} "
+                f"rejected) and its problems {summary.get('problems')!r}, but {RESULTS} holds "
+                f"{scan.lines} line(s) for {len(scan.finished)} ID(s), {scan.rejected} rejected"]
     return []
 
 
@@ -345,7 +368,8 @@ def read_run(folder: Path) -> Run:
     """One run folder, read tolerantly (a run may have crashed half-way), and verified: a summary's
     verdict stands only when the folder is what its SHA256SUMS closed (closed_problems); else it is
     "unverified"."""
-    params, summary, stop = _object(folder / PARAMS), _object(folder / SUMMARY), _object(folder / STOP)
+    params, summary, stop = _object(folder
+                                    / PARAMS), _object(folder / SUMMARY), _object(folder / STOP)
     peak, share = _object_in(summary, PEAK), _object_in(params, SHARE)
     worker, workers = _int(share.get(WORKER)), _int(share.get(WORKERS))
     problems = tuple(closed_problems(folder, params, summary))
@@ -356,11 +380,15 @@ def read_run(folder: Path) -> Run:
         has_params=(folder / PARAMS).is_file(), has_summary=bool(summary),
         params_hash=_str(params.get(PARAMS_HASH)) or _str(summary.get(PARAMS_HASH)),
         manifest_sha256=_str(_object_in(params, "params").get("manifest_sha256")),
-        verdict=verdict or ("stopped" if stop else "incomplete"), stop_reason=_str(stop.get(REASON)),
-        total=_int(summary.get(TOTAL)), accepted=_int(summary.get(ACCEPTED)), rejected=_int(summary.get(REJECTED)),
-        seconds=session_seconds(summary), peak_bytes=_int(peak.get(BYTES)), peak_device=_str(peak.get(DEVICE)),
+        verdict=verdict or ("stopped" if stop else "incomplete"),
+        stop_reason=_str(stop.get(REASON)),
+        total=_int(summary.get(TOTAL)), accepted=_int(summary.get(ACCEPTED)),
+        rejected=_int(summary.get(REJECTED)),
+        seconds=session_seconds(summary), peak_bytes=_int(peak.get(BYTES)),
+        peak_device=_str(peak.get(DEVICE)),
         share=None if worker is None or workers is None else (worker, workers),
-        workers=_int(summary.get(WORKERS)) if folder_kind(folder, summary) == GATHERED else None, problems=problems,
+        workers=_int(summary.get(WORKERS)) if folder_kind(folder, summary) == GATHERED else None,
+        problems=problems,
     )
 
 

@@ -62,8 +62,8 @@ def check_new_run_id(run_id: str, option: str, fix: str = "") -> str:
     saying what to set instead)."""
     check_run_id(run_id, option, fix)
     if WORKER_FOLDER.match(run_id):
-        raise BadInput(f"{option}{run_id!r}: ends like a worker's folder (-wIofN), which kdkit adds to the run ID "
-                       f"itself{fix or RESUME_A_SHARE}")
+        raise BadInput(f"{option}{run_id!r}: ends like a worker's folder (-wIofN), which kdkit "
+                       f"adds to the run ID itself{fix or RESUME_A_SHARE}")
     return run_id
 
 

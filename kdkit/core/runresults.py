@@ -43,7 +43,16 @@ from kdkit.core.resultlines import (
     stream_records,
     write_all,
 )
-from kdkit.core.runfolder import PARAMS, RESULTS, RUN_ID, STOP, VECTOR_IDS, VECTORS, foreign_entries, harness_file
+from kdkit.core.runfolder import (
+    PARAMS,
+    RESULTS,
+    RUN_ID,
+    STOP,
+    VECTOR_IDS,
+    VECTORS,
+    foreign_entries,
+    harness_file,
+)
 from kdkit.core.staging import hold, release, staged_beside
 from kdkit.core.stoproom import RESERVED as RESERVED
 from kdkit.core.stoproom import STOP_RESERVED, StopRoom
@@ -82,8 +91,8 @@ class RunFolder:
         try:
             return cls.make(runs_dir / run_id, params)
         except FileExistsError:
-            raise BadInput(f"{runs_dir / run_id}: run folder exists; resume it with --resume {run_id} or choose "
-                           "another --run-id") from None
+            raise BadInput(f"{runs_dir / run_id}: run folder exists; resume it with --resume "
+                           f"{run_id} or choose another --run-id") from None
 
     @classmethod
     def make(cls, path: Path, params: dict[str, Any]) -> RunFolder:
@@ -109,7 +118,8 @@ class RunFolder:
                 raise FileExistsError(path) from None
             fix = (f"free space on {path.parent}" if disk_full(exc) else
                    f"make {path.parent} writable (in a container: mount runs/ read-write)")
-            raise BadInput(f"{path}: cannot create the run folder ({exc.strerror}); {fix}") from None
+            raise BadInput(
+                f"{path}: cannot create the run folder ({exc.strerror}); {fix}") from None
         run = cls(path)
         run._vouched[PARAMS] = digest
         # the staging folder's lock is the run folder's now: renamed, the same folder
@@ -120,7 +130,8 @@ class RunFolder:
     def existing(cls, runs_dir: Path, run_id: str) -> RunFolder:
         path = runs_dir / run_id
         if not (path / PARAMS).is_file():
-            raise BadInput(f"{path}: no such run (params.json missing); list {runs_dir} for run IDs")
+            raise BadInput(
+                f"{path}: no such run (params.json missing); list {runs_dir} for run IDs")
         return cls(path)
 
     def write_json(self, name: str, data: Any) -> None:
@@ -212,7 +223,8 @@ class RunFolder:
         if self._outputs_cut or not any(os.path.lexists(self.path / name)
                                         for name in (outputfiles.OUTPUTS, outputfiles.STAGING)):
             return
-        records = (record for first, block in blocks(data, cut) for record in parse_block(block, first, self.results))
+        records = (record for first,
+                   block in blocks(data, cut) for record in parse_block(block, first, self.results))
         with _naming(self.path / outputfiles.OUTPUTS):
             self._vouched.update(outputfiles.cut_back(self.path, records))
         self._outputs_cut = True
@@ -237,7 +249,8 @@ class RunFolder:
             self._vectors = resumed_rows(self.path / VECTORS, data, len(data))
         if self._vectors is not None:
             with _naming(self.path / VECTORS):
-                self._vouched[VECTORS], listed, self._vector_problems = finish(self._vectors, self.records(), model)
+                self._vouched[VECTORS], listed, self._vector_problems = finish(
+                    self._vectors, self.records(), model)
             self._write(VECTOR_IDS, listed)
 
     def wait_synced(self) -> None:
@@ -257,10 +270,11 @@ class RunFolder:
         try:
             self._owner = hold(self.path)
         except BlockingIOError:
-            raise BadInput(f"{self.path}: another pilot is writing this run folder right now; wait for it to end, "
-                           "or give this launch another run ID") from None
+            raise BadInput(f"{self.path}: another pilot is writing this run folder right now; wait "
+                           "for it to end, or give this launch another run ID") from None
         except OSError as exc:
-            raise BadInput(f"{self.path}: cannot open the run folder ({exc.strerror or exc})") from None
+            raise BadInput(
+                f"{self.path}: cannot open the run folder ({exc.strerror or exc})") from None
 
     def disown(self) -> None:
         """Let the owner lock go: the session is over, its files written (the summary and SHA256SUMS
@@ -301,7 +315,8 @@ class RunFolder:
             for first, block in blocks(data, cut):
                 scan_block(scan, block, first, self.results)
         last = data.rfind(b"\n", 0, cut - 1) + 1
-        record = parse_line(data[last:cut - 1], functools.partial(line_number, data, last), self.results)
+        record = parse_line(data[last:cut - 1],
+                            functools.partial(line_number, data, last), self.results)
         scan.next_batch = int(record.get("batch", -1)) + 1  # batches are appended in order
         return scan
 
@@ -324,7 +339,8 @@ class RunFolder:
         if not self.results.exists():
             return []
         data, cut, _ = self._complete_prefix(repair=False)
-        return [record for first, block in blocks(data, cut) for record in parse_block(block, first, self.results)]
+        return [record for first,
+                block in blocks(data, cut) for record in parse_block(block, first, self.results)]
 
     def holds_only_appended(self) -> bool:
         """Whether results.jsonl is exactly what the harness appended (ResultDigest)."""
@@ -338,14 +354,17 @@ class RunFolder:
         for name, digest in sorted(self._vouched.items()):
             path = self.path / name
             if path.is_symlink() or not path.is_file() or sha256_file(path) != digest:
-                problems.append(f"{name}: changed by something other than the harness while the run was open; "
-                                "the run cannot pass (was the app writing into its run folder?)")
+                problems.append(f"{name}: changed by something other than the harness while the "
+                                "run was open; the run cannot pass (was the app writing into its "
+                                "run folder?)")
         if not (self.holds_only_appended() if intact is None else intact):
-            problems.append(f"{RESULTS}: not the results the harness appended (changed by something else while the "
-                            "run was open); the run cannot pass")
-        problems += [f"{entry}: in the run folder but not put there by the harness; it is not part of the run"
+            problems.append(f"{RESULTS}: not the results the harness appended (changed by "
+                            "something else while the run was open); the run cannot pass")
+        problems += [f"{entry}: in the run folder but not put there by the harness; it is not part "
+                     "of the run"
                      for entry in foreign_entries(self.path)]
-        problems += [f"{entry}: in {outputfiles.OUTPUTS}/ but not kept there by the harness; the run cannot pass"
+        problems += [f"{entry}: in {outputfiles.OUTPUTS}/ but not kept there by the harness; the "
+                     "run cannot pass"
                      for entry in outputfiles.unvouched(self.path, self._vouched)]
         return problems
 

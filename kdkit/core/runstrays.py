@@ -63,8 +63,8 @@ def strays(runs: Path, before: Snapshot, own: str, root: Path) -> list[str]:
     for name, seen in sorted(snapshot(runs).items()):
         if name == own or before.get(name) == seen or _kdkits(runs, name, seen[0]):
             continue
-        problems.append(f"{where}/{name}: written into {where}/ beside the run during this session; not part of "
-                        "any run: the run cannot pass")
+        problems.append(f"{where}/{name}: written into {where}/ beside the run during this "
+                        "session; not part of any run: the run cannot pass")
     return problems
 
 

@@ -61,7 +61,8 @@ def _check_schema(schema: Any, path: JsonPath) -> list[Problem]:
 
 def _distinct(argument: Any, kinds: tuple[str, ...]) -> bool:
     """A list of distinct strings, each one of ``kinds`` (any string when empty)."""
-    return (isinstance(argument, list) and all(isinstance(a, str) and (not kinds or a in kinds) for a in argument)
+    return (isinstance(argument, list)
+            and all(isinstance(a, str) and (not kinds or a in kinds) for a in argument)
             and len(set(argument)) == len(argument))
 
 
@@ -80,37 +81,45 @@ def _check_pattern(argument: Any, where: JsonPath) -> list[Problem]:
 def _check_properties(argument: Any, where: JsonPath) -> list[Problem]:
     if not isinstance(argument, dict):
         return [(where, "must be an object mapping property names to schemas")]
-    return [problem for name, sub in argument.items() for problem in _check_schema(sub, (*where, name))]
+    return [problem for name,
+            sub in argument.items() for problem in _check_schema(sub, (*where, name))]
 
 
 def _check_subschema(argument: Any, where: JsonPath) -> list[Problem]:
     if where[-1] == "items" and isinstance(argument, list):
-        return [(where, "must be one schema (an object or a boolean); the list form (and prefixItems) "
-                        "is not supported")]
+        return [(where,
+                 "must be one schema (an object or a boolean); the list form (and prefixItems) "
+                 "is not supported")]
     return _check_schema(argument, where)
 
 
 def _check_schema_list(argument: Any, where: JsonPath) -> list[Problem]:
     if not isinstance(argument, list) or not argument:
         return [(where, "must be a non-empty list of schemas")]
-    return [problem for i, sub in enumerate(argument) for problem in _check_schema(sub, (*where, i))]
+    return [problem for i,
+            sub in enumerate(argument) for problem in _check_schema(sub, (*where, i))]
 
 
 _COUNT = (lambda a: json_type(a) == "integer" and a >= 0, "must be a non-negative integer")
 _BOUND = (_is_number, "must be a number")
-_EXCLUSIVE = (_is_number, "must be a number (draft 2020-12; the boolean form of draft 4 is not supported)")
+_EXCLUSIVE = (
+    (_is_number, "must be a number (draft 2020-12; the boolean form of draft 4 is not supported)"))
 _PLAIN_ARGUMENTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "type": (lambda a: _distinct(a if isinstance(a, list) else [a], TYPES) and a != [],
-             f"must be one of the JSON types ({', '.join(TYPES)}) or a non-empty list of distinct ones"),
-    "enum": (lambda a: isinstance(a, list) and a != [], "must be a non-empty list of the values allowed"),
+             f"must be one of the JSON types ({', '.join(TYPES)}) or a non-empty list of distinct "
+             "ones"),
+    "enum": (lambda a: isinstance(a, list)
+             and a != [], "must be a non-empty list of the values allowed"),
     "const": (lambda a: True, ""),  # any JSON value: _not_json has checked it is one
     "required": (lambda a: _distinct(a, ()), "must be a list of distinct property names (strings)"),
     "uniqueItems": (lambda a: isinstance(a, bool), "must be true or false"),
     "minItems": _COUNT, "maxItems": _COUNT, "minLength": _COUNT, "maxLength": _COUNT,
-    "minimum": _BOUND, "maximum": _BOUND, "exclusiveMinimum": _EXCLUSIVE, "exclusiveMaximum": _EXCLUSIVE,
+    "minimum": _BOUND, "maximum": _BOUND, "exclusiveMinimum": _EXCLUSIVE,
+    "exclusiveMaximum": _EXCLUSIVE,
 }
 _SCHEMA_ARGUMENTS: dict[str, Callable[[Any, JsonPath], list[Problem]]] = {
-    "properties": _check_properties, "additionalProperties": _check_subschema, "items": _check_subschema,
+    "properties": _check_properties, "additionalProperties": _check_subschema,
+    "items": _check_subschema,
     "not": _check_subschema, "anyOf": _check_schema_list, "oneOf": _check_schema_list,
     "allOf": _check_schema_list, "pattern": _check_pattern,
 }

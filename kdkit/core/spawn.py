@@ -88,7 +88,8 @@ def _drain(pid: int, out_r: int, err_r: int, deadline: float) -> tuple[str, str]
     pending, status, until = [out_r, err_r], None, deadline
     try:
         while pending:
-            if status is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            if status is None \
+                    and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 # exited, left unreaped (see _end)
                 status, until = 0, min(deadline, time.monotonic() + _GRACE)
             left = until - time.monotonic()
@@ -96,7 +97,8 @@ def _drain(pid: int, out_r: int, err_r: int, deadline: float) -> tuple[str, str]
                 if status is None:
                     raise TimeoutError
                 break  # exited; a descendant holds the pipes open
-            ready, _w, _x = select.select(pending, [], [], min(left, 0.05) if status is None else left)
+            ready, _w, _x = select.select(pending, [], [],
+                                          min(left, 0.05) if status is None else left)
             for fd in ready:
                 _read(fd, out if fd == out_r else err, fd == out_r, pending)
     finally:

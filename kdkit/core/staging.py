@@ -134,7 +134,8 @@ def staged_beside(final: Path, clean: bool = True, parents: bool = False) -> Ite
 
 
 @contextlib.contextmanager
-def staged_folder(final: Path, what: str, replaceable: Replaceable | None = None) -> Iterator[Staged]:
+def staged_folder(final: Path, what: str,
+                  replaceable: Replaceable | None = None) -> Iterator[Staged]:
     """Stage a folder beside ``final``; publish it there when the block ends without an exception.
 
     Before anything is written, what is at ``final`` is refused: anything at all, or with
@@ -172,8 +173,9 @@ def staged_folder(final: Path, what: str, replaceable: Replaceable | None = None
 
 
 def _gone(final: Path, what: str) -> str:
-    return (f"{final}: {final.parent} was removed or replaced while kdkit was writing there; nothing was published "
-            f"or left behind: make the folder again (or choose another {what}) and retry")
+    return (f"{final}: {final.parent} was removed or replaced while kdkit was writing there; "
+            "nothing was published or left behind: make the folder again (or choose another "
+            f"{what}) and retry")
 
 
 def _unmake(above: list[tuple[Path, Identity | None]]) -> None:
@@ -205,11 +207,13 @@ def _check_final(final: Path, what: str, replaceable: Replaceable | None) -> int
 
 
 def _appeared(final: Path, what: str) -> str:
-    return (f"{final}: appeared while kdkit was writing it (another kdkit or another program made it); it was "
-            f"left as it is and nothing was published: choose another {what}, or move it away and retry")
+    return (f"{final}: appeared while kdkit was writing it (another kdkit or another program made "
+            f"it); it was left as it is and nothing was published: choose another {what}, or move "
+            "it away and retry")
 
 
-def _publish(staging: Path, final: Path, what: str, checked: Identity | None, replaceable: Replaceable | None) -> None:
+def _publish(staging: Path, final: Path, what: str, checked: Identity | None,
+             replaceable: Replaceable | None) -> None:
     try:
         rename_no_replace(staging, final)
         return
@@ -219,7 +223,8 @@ def _publish(staging: Path, final: Path, what: str, checked: Identity | None, re
     _replace(staging, final, what, checked, replaceable)
 
 
-def _replace(staging: Path, final: Path, what: str, checked: Identity, replaceable: Replaceable) -> None:
+def _replace(staging: Path, final: Path, what: str,
+             checked: Identity, replaceable: Replaceable) -> None:
     """``--force``: move what is at ``final`` aside atomically, publish, and delete the old copy
     only when it is the very one checked (same inode, same verdict); anything else goes back
     untouched."""
@@ -234,8 +239,8 @@ def _replace(staging: Path, final: Path, what: str, checked: Identity, replaceab
         if why is not None:
             where = put_back(old, final)
             kept = "left as it is" if where == final else f"kept at {where}"
-            raise BadInput(f"{final}: changed while kdkit was writing it ({why}); it was {kept} and nothing was "
-                           f"published: move it away and retry")
+            raise BadInput(f"{final}: changed while kdkit was writing it ({why}); it was {kept} "
+                           "and nothing was published: move it away and retry")
         try:
             rename_no_replace(staging, final)
         except FileExistsError:
@@ -254,7 +259,8 @@ def _hold_quietly(path: Path) -> int | None:
         return None
 
 
-def _write_error(exc: BaseException, final: Path, what: str, folder: Identity | None) -> BadInput | None:
+def _write_error(exc: BaseException, final: Path, what: str,
+                 folder: Identity | None) -> BadInput | None:
     """One line for a failure to write at ``final`` (an OSError there, anything once its folder
     ``final.parent`` is no longer the ``folder`` it was, a tool's failure that names a full disk or
     leaves one there); None for every other exception."""
@@ -270,8 +276,8 @@ def _write_error(exc: BaseException, final: Path, what: str, folder: Identity | 
         reason = f"{os.strerror(errno.ENOSPC)}: {exc}"
     else:
         return None
-    return BadInput(f"{final}: could not write it ({reason}); nothing was left behind: free space or fix "
-                    f"permissions (or choose another {what}) and retry")
+    return BadInput(f"{final}: could not write it ({reason}); nothing was left behind: free space "
+                    f"or fix permissions (or choose another {what}) and retry")
 
 
 def _names_place(exc: OSError, final: Path) -> bool:

@@ -26,7 +26,9 @@ import stat
 import time
 from pathlib import Path
 
-_STAGED = re.compile(r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z")
+_STAGED = (
+    re.compile(
+        r"\.(?P<name>.+)\.(?:(?:partial|old)-(?P<pid>[0-9]+)|(?P<tpid>[0-9]+)\.[^./]+\.tmp)\Z"))
 STALE_AFTER_S = 60.0
 
 
@@ -41,7 +43,8 @@ def _held(path: Path) -> bool:
     """Whether a live owner holds the lock of ``path`` (False for what cannot be opened or
     locked)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path,
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
     try:

@@ -26,15 +26,18 @@ def read_text_file(path: str | PathLike[str], what: str, *, limit: int | None = 
         if stat.S_ISDIR(info.st_mode):
             raise BadInput(f"{path}: {what} is a folder, not a file; give the file")
         if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"{path}: {what} is not a regular file (a FIFO, socket or device?); give the file")
+            raise BadInput(
+                f"{path}: {what} is not a regular file (a FIFO, socket or device?); give the file")
         if limit is not None and info.st_size > limit:
-            raise BadInput(f"{path}: {info.st_size} bytes, too large to be a {what} (at most {limit}); give the "
-                           f"{what}")
+            raise BadInput(f"{path}: {info.st_size} bytes, too large to be a {what} (at most "
+                           f"{limit}); give the {what}")
         with open(path, encoding="utf-8") as handle:
             return handle.read()
     except FileNotFoundError:
         raise BadInput(f"{path}: {what} not found; create it or pass the right path") from None
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}: {what} is not UTF-8 (byte at offset {exc.start}); save it as UTF-8") from None
+        raise BadInput(
+            f"{path}: {what} is not UTF-8 (byte at offset {exc.start}); save it as UTF-8") from None
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read {what} ({exc.strerror or exc}); check the file") from None
+        raise BadInput(
+            f"{path}: cannot read {what} ({exc.strerror or exc}); check the file") from None

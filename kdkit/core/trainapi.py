@@ -5,11 +5,11 @@ A loop imports this module and calls four functions; each is a cheap no-op (or N
 runs without ``kdkit train``, so one loop runs both ways::
 
     from kdkit.core import trainapi
-    trainapi.active() -> bool                  # running under `kdkit train` (env KDKIT_TRAIN_RUN is set)
-    trainapi.report(step, loss=..., lr=...)    # one logging step (any finite or non-finite number)
-    with trainapi.checkpoint(step) as folder:  # a staging folder: write the checkpoint's files in it
+    trainapi.active() -> bool        # under `kdkit train` (env KDKIT_TRAIN_RUN is set)
+    trainapi.report(step, loss=...)  # one logging step (any finite or non-finite number)
+    with trainapi.checkpoint(step) as folder:  # a staging folder: write the files in it
         torch.save(model.state_dict(), folder / "model.pt")
-    trainapi.latest_checkpoint() -> Path|None  # the complete checkpoint the supervisor chose to resume from
+    trainapi.latest_checkpoint() -> Path|None  # the complete checkpoint to resume from
 
 The channel: ``kdkit train`` opens a pipe and hands its write end to the loop (env KDKIT_TRAIN_FD);
 ``report`` writes one JSON line there (a few microseconds: the loop never waits for a disk), and the
@@ -113,8 +113,9 @@ def checkpoint(step: int) -> Iterator[Path]:
     ``checkpoints/step-%08d``."""
     folder = run_folder()
     if folder is None:
-        raise RuntimeError("trainapi.checkpoint: not running under `kdkit train` (KDKIT_TRAIN_RUN is not set); "
-                           "save the checkpoint yourself when trainapi.active() is False")
+        raise RuntimeError("trainapi.checkpoint: not running under `kdkit train` (KDKIT_TRAIN_RUN "
+                           "is not set); save the checkpoint yourself when trainapi.active() is "
+                           "False")
     from kdkit.core.checkpoints import publish_checkpoint  # loaded at the first save only
 
     started = time.monotonic()

@@ -28,7 +28,8 @@ from kdkit.core.projectfiles import DOTTED
 TRAIN_CONFIG = "config/train.json"
 DEFAULT_MODULE = "src.train"
 COMMIT = re.compile(r"[0-9a-f]{40}")
-_TOP = {"module", "log_every", "stop", "max_lost_minutes", "max_save_share", "base_model", "$schema", "description"}
+_TOP = {"module", "log_every", "stop", "max_lost_minutes", "max_save_share",
+        "base_model", "$schema", "description"}
 _STOP = {"nonfinite_loss", "loss_above", "eval_below", "max_checkpoint_gap_minutes", "max_seconds"}
 
 
@@ -66,7 +67,8 @@ def _stop(reader: ConfigReader, data: Any) -> StopRules:
         value = reader.number(rule, "value", "$.stop.loss_above", minimum=-math.inf)
         if value is None:
             raise reader.bad("$.stop.loss_above.value", "is required: the loss bound")
-        loss_above = (float(value), int(reader.number(rule, "after_steps", "$.stop.loss_above", whole=True) or 0))
+        loss_above = (float(value),
+                      int(reader.number(rule, "after_steps", "$.stop.loss_above", whole=True) or 0))
     eval_below = None
     if stop.get("eval_below") is not None:
         rule = reader.keys(stop["eval_below"], "$.stop.eval_below", {"metric", "value"})
@@ -83,7 +85,8 @@ def _base_model(reader: ConfigReader, data: Any) -> tuple[str, str] | None:
     if data is None:
         return None
     model = reader.keys(data, "$.base_model", {"name", "revision"})
-    return reader.text(model, "name", "$.base_model"), reader.text(model, "revision", "$.base_model")
+    return reader.text(model, "name", "$.base_model"), reader.text(
+        model, "revision", "$.base_model")
 
 
 def load_train_config(path: Path) -> TrainConfig:
@@ -94,16 +97,20 @@ def load_train_config(path: Path) -> TrainConfig:
     reader = ConfigReader(path)
     data = reader.keys(load_json(path, what="training config"), "$", _TOP)
     module = data.get("module")
-    if module is not None and (not isinstance(module, str) or not DOTTED.fullmatch(module) or len(module) > 200):
+    if module is not None \
+            and (not isinstance(module, str) or not DOTTED.fullmatch(module) or len(module) > 200):
         raise reader.bad("$.module", "must be a dotted module name such as src.train")
     log_every = reader.number(data, "log_every", "$", minimum=1, whole=True)
     share = reader.number(data, "max_save_share", "$", above=True)
     if share is not None and share > 1:
-        raise reader.bad("$.max_save_share", "must be a share between 0 and 1 (0.1 = a tenth of the time)")
-    return TrainConfig(module=module, log_every=int(log_every or 1), stop=_stop(reader, data.get("stop")),
+        raise reader.bad("$.max_save_share",
+                         "must be a share between 0 and 1 (0.1 = a tenth of the time)")
+    return TrainConfig(module=module, log_every=int(log_every or 1),
+                       stop=_stop(reader, data.get("stop")),
                        max_lost_minutes=reader.number(data, "max_lost_minutes", "$", above=True),
                        max_save_share=0.1 if share is None else float(share),
-                       base_model=_base_model(reader, data.get("base_model")), source=str(path), raw=dict(data))
+                       base_model=_base_model(reader, data.get("base_model")), source=str(path),
+                       raw=dict(data))
 
 
 def base_model_problem(cfg: TrainConfig) -> str | None:
@@ -114,5 +121,6 @@ def base_model_problem(cfg: TrainConfig) -> str | None:
     name, revision = cfg.base_model
     if COMMIT.fullmatch(revision):
         return None
-    return (f"{cfg.source or TRAIN_CONFIG}: $.base_model.revision: {revision[:60]!r} is not an exact commit (40 hex "
-            f"characters); a branch or tag of {name[:80]!r} can move: pin the commit the adapter was trained on")
+    return (f"{cfg.source or TRAIN_CONFIG}: $.base_model.revision: {revision[:60]!r} is not an "
+            f"exact commit (40 hex characters); a branch or tag of {name[:80]!r} can move: pin the "
+            "commit the adapter was trained on")

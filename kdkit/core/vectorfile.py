@@ -35,7 +35,8 @@ PARAMS_FILE = "params.json"  # kdkit.core.runfolder.PARAMS (which imports this m
 MAGIC = b"\x93NUMPY\x01\x00"
 # bytes before the first row: magic, version, length, the padded dict (a multiple of 64)
 HEADER = 128
-_DICT = re.compile(rb"\{'descr': '<f4', 'fortran_order': False, 'shape': \(([0-9]{1,20}), ([0-9]{1,10})\), \} *\n")
+_DICT = re.compile(rb"\{'descr': '<f4', 'fortran_order': False, "
+                   rb"'shape': \(([0-9]{1,20}), ([0-9]{1,10})\), \} *\n")
 FLOAT32 = 4
 
 
@@ -52,8 +53,10 @@ def model_reference(record: Any) -> str | None:
     if isinstance(record.get("hub"), str):
         parts.append(f"{record['hub']}@{record.get('revision')}")
     if isinstance(record.get("path"), str):
-        listing = json.dumps(record.get("files"), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        parts.append(f"{record['path']} sha256:{hashlib.sha256(listing.encode('ascii')).hexdigest()}")
+        listing = json.dumps(record.get("files"), sort_keys=True,
+                             separators=(",", ":"), ensure_ascii=True)
+        parts.append(
+            f"{record['path']} sha256:{hashlib.sha256(listing.encode('ascii')).hexdigest()}")
     base = model_reference(record.get("base"))
     reference = " + ".join(parts) + (f" base {base}" if base else "")
     return reference or None
@@ -79,11 +82,14 @@ def header(rows: int, dim: int) -> bytes:
 
 def read_header(data: bytes, path: Path) -> tuple[int, int]:
     """(rows, dim) of a header this module wrote; CheckFailed naming the file for anything else."""
-    if len(data) < HEADER or not data.startswith(MAGIC) or struct.unpack("<H", data[8:10])[0] != HEADER - 10:
-        raise CheckFailed(f"{path}: not a vectors file of kdkit (magic, version or header length); damaged?")
+    if len(data) < HEADER or not data.startswith(MAGIC) \
+            or struct.unpack("<H", data[8:10])[0] != HEADER - 10:
+        raise CheckFailed(
+            f"{path}: not a vectors file of kdkit (magic, version or header length); damaged?")
     match = _DICT.fullmatch(data[10:HEADER])
     if match is None:
-        raise CheckFailed(f"{path}: its .npy header is not the one kdkit writes ('<f4', C order, 2 dimensions)")
+        raise CheckFailed(
+            f"{path}: its .npy header is not the one kdkit writes ('<f4', C order, 2 dimensions)")
     rows, dim = int(match.group(1)), int(match.group(2))
     if dim < 1:
         raise CheckFailed(f"{path}: its header names {dim} columns")
@@ -98,7 +104,8 @@ class VectorWriter:
 
     @classmethod
     def create(cls, path: Path, dim: int) -> VectorWriter:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path,
+                     os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             _pwrite_all(fd, header(0, dim), 0)
             os.fsync(fd)
@@ -118,8 +125,8 @@ class VectorWriter:
             size = os.fstat(fd).st_size
             have = (size - HEADER) // (dim * FLOAT32)
             if have < rows:
-                raise CheckFailed(f"{path}: holds {have} whole rows, but results.jsonl names {rows}; the run folder "
-                                  "was damaged")
+                raise CheckFailed(f"{path}: holds {have} whole rows, but results.jsonl names "
+                                  f"{rows}; the run folder was damaged")
             os.ftruncate(fd, HEADER + rows * dim * FLOAT32)
             os.fsync(fd)
             digest = hashlib.sha256()
@@ -158,7 +165,8 @@ class VectorWriter:
         for block in _blocks(self.fd, HEADER, size - HEADER):
             whole.update(block)
             rows.update(block)
-        intact = size == HEADER + self.rows * self.dim * FLOAT32 and rows.hexdigest() == self.digest.hexdigest()
+        intact = (size == HEADER + self.rows * self.dim * FLOAT32
+                  and rows.hexdigest() == self.digest.hexdigest())
         return whole.hexdigest(), intact
 
     def close(self) -> None:
@@ -167,7 +175,8 @@ class VectorWriter:
             os.close(fd)
 
 
-def append_rows(writer: VectorWriter | None, path: Path, records: list[dict[str, Any]]) -> VectorWriter:
+def append_rows(writer: VectorWriter | None, path: Path,
+                records: list[dict[str, Any]]) -> VectorWriter:
     """Append the rows of a batch's records (VECTOR_DATA, packed) in their order; each record's
     packed row becomes its ``"row"`` number. The first rows of a run make the file."""
     rows = [record for record in records if VECTOR_DATA in record]
@@ -209,12 +218,13 @@ def finish(writer: VectorWriter, records: Iterable[dict[str, Any]],
         listed, problems = b"", [str(exc)]
     problems = [f"{writer.path.name}: {p}" for p in problems]
     if not intact:
-        problems.append(f"{writer.path.name}: not the rows the harness appended (changed by something else while "
-                        "the run was open); the run cannot pass")
+        problems.append(f"{writer.path.name}: not the rows the harness appended (changed by "
+                        "something else while the run was open); the run cannot pass")
     return digest, listed, problems
 
 
-def ids_lines(records: Iterable[dict[str, Any]], model: str | None = None) -> tuple[bytes, list[str]]:
+def ids_lines(records: Iterable[dict[str, Any]],
+              model: str | None = None) -> tuple[bytes, list[str]]:
     """vectors.ids.jsonl's bytes from the run's records (each line with the ``model`` reference when
     there is one), and the problems (rows not 0..N-1 once each)."""
     rows: dict[int, tuple[str, str]] = {}
@@ -230,12 +240,14 @@ def ids_lines(records: Iterable[dict[str, Any]], model: str | None = None) -> tu
     if sorted(rows) != list(range(len(rows))):
         problems.append(f"the rows named in results.jsonl are not 0..{len(rows) - 1}, each once")
     named = {} if model is None else {MODEL: model}
-    lines = [json.dumps({"row": row, "id": rows[row][0], "sha256": rows[row][1], **named}, separators=(",", ":"))
+    lines = [json.dumps({"row": row, "id": rows[row][0], "sha256": rows[row][1], **named},
+                        separators=(",", ":"))
              for row in sorted(rows)]
     return "".join(line + "\n" for line in lines).encode("ascii"), problems
 
 
-def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]], model: str | None = None) -> list[str]:
+def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]],
+                    model: str | None = None) -> list[str]:
     """A closed folder's vectors.npy and vectors.ids.jsonl against its results: the header's N rows
     of dim float32 and nothing more, and the ID list exactly the rows results.jsonl names, each with
     the ``model`` reference of its params.json."""
@@ -248,11 +260,12 @@ def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]],
     except (OSError, CheckFailed) as exc:
         return [f"{vectors}: cannot be checked ({exc})"]
     if size != HEADER + rows * dim * FLOAT32:
-        problems.append(f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's "
-                        f"{rows} x {dim} rows")
+        problems.append(f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its "
+                        f"header's {rows} x {dim} rows")
     if listed != expected:
         problems.append(f"{ids}: not the rows, IDs and input hashes results.jsonl names"
-                        + (f", each with the model reference {model!r} of {PARAMS_FILE}" if model else ""))
+                        + (f", each with the model reference {model!r} of {PARAMS_FILE}" if model
+                           else ""))
     named = expected.count(b"\n")
     if named != rows:
         problems.append(f"{vectors}: holds {rows} rows, but results.jsonl names {named}")
@@ -269,7 +282,8 @@ def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Pa
         with npy.open("rb") as handle:
             shapes.append(read_header(handle.read(HEADER), npy))
     if len({dim for _, dim in shapes}) > 1:
-        raise CheckFailed(f"{vectors}: the workers' vectors differ in width ({sorted({d for _, d in shapes})})")
+        raise CheckFailed(
+            f"{vectors}: the workers' vectors differ in width ({sorted({d for _, d in shapes})})")
     total, row = sum(rows for rows, _ in shapes), 0
     with vectors.open("wb") as out, ids.open("wb") as listed:
         out.write(header(total, shapes[0][1] if shapes else 1))
@@ -281,8 +295,10 @@ def gather_vectors(folders: list[tuple[int, Path, Path]], vectors: Path, ids: Pa
             for line in named.read_bytes().splitlines():
                 entry = json.loads(line)
                 model = {MODEL: entry[MODEL]} if MODEL in entry else {}
-                listed.write((json.dumps({"row": row, "id": entry["id"], "sha256": entry["sha256"], **model,
-                                          "worker": worker, "worker_row": entry["row"]}, separators=(",", ":"))
+                listed.write((json.dumps({"row": row, "id": entry["id"], "sha256": entry["sha256"],
+                                          **model,
+                                          "worker": worker, "worker_row": entry["row"]},
+                                         separators=(",", ":"))
                               + "\n").encode("ascii"))
                 row += 1
         out.flush()
@@ -306,11 +322,13 @@ def gathered_problems(vectors: Path, ids: Path) -> list[str]:
     except (OSError, ValueError, AttributeError, CheckFailed) as exc:
         return [f"{vectors}: cannot be checked ({exc})"]
     problems = [] if size == HEADER + rows * dim * FLOAT32 else [
-        f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's {rows} x {dim} rows"]
+        f"{vectors}: {size} bytes, not the {HEADER + rows * dim * FLOAT32} of its header's {rows} "
+        f"x {dim} rows"]
     if listed != list(range(rows)):
         problems.append(f"{ids}: does not list the rows 0..{rows - 1} of {vectors.name} in order")
     if len(models) > 1 or not all(isinstance(json.loads(m), (str, type(None))) for m in models):
-        problems.append(f"{ids}: its rows do not all name one model reference (the workers ran one config)")
+        problems.append(
+            f"{ids}: its rows do not all name one model reference (the workers ran one config)")
     return problems
 
 
@@ -339,7 +357,9 @@ def run_problems(folder: Path, results: Path, params: Path) -> list[str]:
     if not has:
         return []
     if len(has) == 1:
-        return [f"{folder / has[0]}: without its partner {VECTOR_IDS if has[0] == VECTORS else VECTORS}"]
+        return (
+            [f"{folder / has[0]}: without its partner "
+             f"{VECTOR_IDS if has[0] == VECTORS else VECTORS}"])
     if not os.path.lexists(params) and not os.path.lexists(results):  # a gathering's one array
         return gathered_problems(folder / VECTORS, folder / VECTOR_IDS)
     try:

@@ -51,9 +51,11 @@ class Version:
 
     __slots__ = ("dev", "epoch", "local", "post", "pre", "release")
 
-    def __init__(self, epoch: int, release: tuple[int, ...], pre: tuple[str, int] | None, post: int | None,
+    def __init__(self, epoch: int, release: tuple[int, ...], pre: tuple[str, int] | None,
+                 post: int | None,
                  dev: int | None, local: str | None) -> None:
-        self.epoch, self.release, self.pre, self.post, self.dev, self.local = epoch, release, pre, post, dev, local
+        self.epoch, self.release, self.pre, self.post, self.dev, self.local = (
+            epoch, release, pre, post, dev, local)
 
     def __repr__(self) -> str:
         return f"Version({str(self)!r})"
@@ -74,9 +76,11 @@ class Version:
             # packaging: a local segment of digits is an integer, shown without leading zeros (+01
             # -> +1)
             local = ".".join(str(int(p)) if p.isdigit() else p
-                             for p in re.split(r"[-_.]", g["local"].lower())) if g["local"] else None
+                             for p in re.split(r"[-_.]",
+                                               g["local"].lower())) if g["local"] else None
         except ValueError:  # a number past Python's limit on the digits int() reads (sys.int_info)
-            raise InvalidVersion(f"{text[:40]!r}...: a number in it is too long to be a version") from None
+            raise InvalidVersion(
+                f"{text[:40]!r}...: a number in it is too long to be a version") from None
         return cls(epoch, release, pre, post, dev, local)
 
     @property
@@ -226,13 +230,14 @@ def specifier_clauses(text: str) -> list[tuple[str, str]]:
         # compiled on first use, not import
         match = re.match(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$", piece)
         if match is None:
-            raise InvalidVersion(f"{piece.strip()!r} is not a version specifier (expected e.g. >=3.10)")
+            raise InvalidVersion(
+                f"{piece.strip()!r} is not a version specifier (expected e.g. >=3.10)")
         op, version = match.groups()
         if op != "===":
             compare("0", op, version)  # parses the version, and refuses ~=3 (one segment)
         if not clause_is_valid(op, version):  # a local label or .* where PEP 440 allows none
-            raise InvalidVersion(f"{piece.strip()!r} is not a version specifier (a +local label or .* only "
-                                 "with == and !=, .* right after the release)")
+            raise InvalidVersion(f"{piece.strip()!r} is not a version specifier (a +local label or "
+                                 ".* only with == and !=, .* right after the release)")
         clauses.append((op, version))
     return clauses
 

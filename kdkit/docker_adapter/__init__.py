@@ -38,9 +38,17 @@ from kdkit.core.errors import Unavailable
 from kdkit.docker_adapter.containers import SIGNALLED, STOP_GRACE_S, ContainerRuns, Running, Stopped
 from kdkit.docker_adapter.errors import NVIDIA_ERROR, NVIDIA_FIX, _one_line, docker_errors
 from kdkit.docker_adapter.labelled import Labelled, labelled_containers
-from kdkit.docker_adapter.spec import ContainerSpec, Mount, cli_arguments, sdk_arguments, shell_line, split_reference
+from kdkit.docker_adapter.spec import (
+    ContainerSpec,
+    Mount,
+    cli_arguments,
+    sdk_arguments,
+    shell_line,
+    split_reference,
+)
 
-__all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "SIGNALLED", "STOP_GRACE_S", "ContainerSpec", "Engine", "ImageFacts",
+__all__ = ["NVIDIA_ERROR", "NVIDIA_FIX", "SIGNALLED", "STOP_GRACE_S", "ContainerSpec", "Engine",
+           "ImageFacts",
            "Labelled", "Mount", "Running", "Stopped", "cli_arguments", "connect", "docker_errors",
            "labelled_containers", "sdk_arguments", "shell_line", "split_reference"]
 
@@ -68,7 +76,8 @@ class ImageFacts:
     @property
     def platform(self) -> str:
         """``os/architecture`` as Docker writes a platform (``linux/amd64``), or "" when unknown."""
-        return f"{self.os}/{self.architecture}" if self.os and self.architecture else self.os or self.architecture
+        return (f"{self.os}/{self.architecture}" if self.os and self.architecture else self.os
+                or self.architecture)
 
 
 class Engine(ContainerRuns):
@@ -99,7 +108,8 @@ class Engine(ContainerRuns):
             except docker.errors.ImageNotFound:
                 return None
         config = attrs.get("Config") or {}
-        return ImageFacts(ref, attrs["Id"], dict(config.get("Labels") or {}), str(config.get("User") or ""),
+        return ImageFacts(ref, attrs["Id"], dict(config.get("Labels") or {}),
+                          str(config.get("User") or ""),
                           int(attrs.get("Size") or 0), list(attrs.get("RepoTags") or []),
                           str(attrs.get("Created") or ""), str(attrs.get("Architecture") or ""),
                           str(attrs.get("Os") or ""), tuple(config.get("Cmd") or ()))
@@ -107,8 +117,8 @@ class Engine(ContainerRuns):
     def require_image(self, ref: str) -> ImageFacts:
         facts = self.image(ref)
         if facts is None:
-            raise Unavailable(f"image {ref}: not on this Docker engine; build it (`kdkit build`) or load it "
-                              "(`kdkit load` / `docker load`)")
+            raise Unavailable(f"image {ref}: not on this Docker engine; build it (`kdkit build`) "
+                              "or load it (`kdkit load` / `docker load`)")
         return facts
 
     def pull(self, ref: str) -> None:
@@ -120,7 +130,8 @@ class Engine(ContainerRuns):
             self._client.api.pull(repository, tag=tag)
         except docker.errors.DockerException as exc:
             raise Unavailable(f"image {ref}: not on this Docker engine and it cannot be pulled "
-                              f"({_one_line(exc)}); `docker load` it or pass another --base-image") from None
+                              f"({_one_line(exc)}); `docker load` it or pass another "
+                              "--base-image") from None
 
     def tag(self, image_id: str, ref: str) -> None:
         repository, tag = split_reference(ref)
@@ -133,7 +144,8 @@ class Engine(ContainerRuns):
         with docker_errors(ref), contextlib.suppress(docker.errors.ImageNotFound):
             self._client.api.remove_image(ref, force=True)
 
-    def build(self, context: IO[bytes], *, dockerfile: str, buildargs: Mapping[str, str], nocache: bool,
+    def build(self, context: IO[bytes], *, dockerfile: str, buildargs: Mapping[str, str],
+              nocache: bool,
               network: str, labels: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
         """Stream the classic builder's decoded events for a prepared tar ``context``; nothing is
         tagged.
@@ -143,8 +155,10 @@ class Engine(ContainerRuns):
         """
         with docker_errors("build"):
             stream = self._client.api.build(
-                fileobj=context, custom_context=True, dockerfile=dockerfile, buildargs=dict(buildargs),
-                nocache=nocache, rm=True, forcerm=True, pull=False, decode=True, network_mode=network,
+                fileobj=context, custom_context=True, dockerfile=dockerfile,
+                buildargs=dict(buildargs),
+                nocache=nocache, rm=True, forcerm=True, pull=False, decode=True,
+                network_mode=network,
                 timeout=BUILD_TIMEOUT_S, labels=dict(labels) if labels else None)
             yield from stream
 
@@ -167,13 +181,15 @@ class Engine(ContainerRuns):
                 except docker.errors.NotFound:
                     return None
                 if int(stat.get("size") or 0) > limit:
-                    raise Unavailable(f"image {image}: {path} is {stat.get('size')} bytes, over the {limit} "
-                                      "kdkit reads; rebuild the image with `kdkit build`")
+                    raise Unavailable(f"image {image}: {path} is {stat.get('size')} bytes, over "
+                                      f"the {limit} kdkit reads; rebuild the image with `kdkit "
+                                      "build`")
                 archive = bytearray()
                 for chunk in stream:
                     archive += chunk
                     if len(archive) > limit + (64 << 10):  # the tar's own headers and padding
-                        raise Unavailable(f"image {image}: {path} is over the {limit} bytes kdkit reads")
+                        raise Unavailable(
+                            f"image {image}: {path} is over the {limit} bytes kdkit reads")
             finally:
                 with contextlib.suppress(Exception):  # already gone: nothing to clean
                     self._client.api.remove_container(container["Id"], force=True)
@@ -200,7 +216,8 @@ class Engine(ContainerRuns):
         loaded = []
         for message in messages:
             stream = str(message.get("stream", "")).strip()
-            loaded += [stream[len(p):] for p in ("Loaded image: ", "Loaded image ID: ") if stream.startswith(p)]
+            loaded += [stream[len(p):] for p in ("Loaded image: ", "Loaded image ID: ")
+                       if stream.startswith(p)]
         return loaded
 
 def _only_file(archive: bytes, image: str, path: str) -> bytes:
@@ -213,13 +230,14 @@ def _only_file(archive: bytes, image: str, path: str) -> bytes:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
             members = tar.getmembers()
             if len(members) != 1 or not members[0].isfile():
-                raise Unavailable(f"image {image}: {path} is not a regular file; rebuild the image with "
-                                  "`kdkit build`")
+                raise Unavailable(f"image {image}: {path} is not a regular file; rebuild the image "
+                                  "with `kdkit build`")
             handle = tar.extractfile(members[0])
             assert handle is not None  # a regular file always has one
             return handle.read()
     except tarfile.TarError as exc:
-        raise Unavailable(f"image {image}: the engine's copy of {path} is not a readable tar ({exc})") from None
+        raise Unavailable(
+            f"image {image}: the engine's copy of {path} is not a readable tar ({exc})") from None
 
 
 def connect(timeout: float = 60) -> Engine:
@@ -246,7 +264,8 @@ def run_to_completion(image: str, command: Sequence[str], mounts: Sequence[tuple
     engine.require_image(image)
     spec = ContainerSpec(
         image=image, command=list(command), network=network or "bridge", workdir=workdir,
-        mounts=[Mount(host, inside, mode == "ro") for host, inside, mode in mounts], extra_env=dict(env))
+        mounts=[Mount(host, inside, mode == "ro") for host, inside, mode in mounts],
+        extra_env=dict(env))
     output: list[bytes] = []
     code = engine.run(spec, output.append)
     return code, b"".join(output).decode("utf-8", errors="replace")

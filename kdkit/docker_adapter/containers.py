@@ -149,7 +149,8 @@ class ContainerRuns:
 
         try:
             if follow:
-                return self._client.api.logs(container_id, stream=True, follow=True, stdout=True, stderr=True)
+                return self._client.api.logs(container_id, stream=True, follow=True,
+                                             stdout=True, stderr=True)
             return iter([self._client.api.logs(container_id, stdout=True, stderr=True)])
         except docker.errors.NotFound:
             raise Unavailable(f"container {container_id}: gone (removed)") from None
@@ -193,7 +194,8 @@ class ContainerRuns:
         first request (the pool opens another)."""
         for _attempt in range(2):
             with contextlib.suppress(Exception):
-                return int(self._client.api.wait(container_id, timeout=STOP_GRACE_S).get("StatusCode"))
+                return int(
+                    self._client.api.wait(container_id, timeout=STOP_GRACE_S).get("StatusCode"))
         return None
 
     @staticmethod
@@ -221,7 +223,8 @@ class ContainerRuns:
             for container_id in container_ids:
                 # timed out: killed below
                 with contextlib.suppress(docker.errors.APIError, *_timeouts()):
-                    self._client.api.wait(container_id, timeout=max(0.1, deadline - time.monotonic()))
+                    self._client.api.wait(container_id,
+                                          timeout=max(0.1, deadline - time.monotonic()))
         finally:  # past the grace, or a second interrupt that will not wait for it
             for container_id in container_ids:
                 with contextlib.suppress(docker.errors.APIError):  # ended: nothing to kill

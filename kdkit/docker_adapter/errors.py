@@ -11,10 +11,12 @@ from collections.abc import Iterator
 
 from kdkit.core.errors import Unavailable
 
-ENGINE_FIX = "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set DOCKER_HOST"
+ENGINE_FIX = (
+    "start it (`sudo systemctl start docker`, or `make engine` in a kdkit checkout) or set "
+    "DOCKER_HOST")
 NVIDIA_ERROR = 'could not select device driver "" with capabilities: [[gpu]]'
-NVIDIA_FIX = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker "
-              "&& sudo systemctl restart docker`")
+NVIDIA_FIX = ("install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure "
+              "--runtime=docker && sudo systemctl restart docker`")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -23,9 +25,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 INIT_FIX = ("kdkit runs every container with Docker's --init (docker-init, which is tini: "
-            "https://docs.docker.com/reference/cli/docker/container/run/#init); install it (Debian and Ubuntu: the "
-            "tini package, which docker.io depends on; Docker CE ships docker-init) or set \"init-path\" in "
-            "/etc/docker/daemon.json, then restart the engine")
+            "https://docs.docker.com/reference/cli/docker/container/run/#init); install it (Debian "
+            "and Ubuntu: the tini package, which docker.io depends on; Docker CE ships "
+            "docker-init) or set \"init-path\" in /etc/docker/daemon.json, then restart the engine")
 
 
 @contextlib.contextmanager
@@ -39,18 +41,19 @@ def docker_errors(subject: str, *, init: bool = False) -> Iterator[None]:
     try:
         yield
     except docker.errors.ImageNotFound:
-        raise Unavailable(f"image {subject}: not on this Docker engine; build it (`kdkit build`), load it "
-                          f"(`kdkit load` / `docker load`) or pull it") from None
+        raise Unavailable(f"image {subject}: not on this Docker engine; build it (`kdkit build`), "
+                          "load it (`kdkit load` / `docker load`) or pull it") from None
     except docker.errors.APIError as exc:
         detail = _one_line(exc)
         # the engine's own words, quoted (NVIDIA_ERROR)
         if "could not select device driver" in detail:
-            raise Unavailable(f"{subject}: the Docker engine cannot give the container a GPU ({detail}): its "
-                              f"NVIDIA Container Toolkit is missing or broken; {NVIDIA_FIX}") from None
+            raise Unavailable(f"{subject}: the Docker engine cannot give the container a GPU "
+                              f"({detail}): its NVIDIA Container Toolkit is missing or broken; "
+                              f"{NVIDIA_FIX}") from None
         # moby: exec.LookPath("docker-init") when HostConfig.Init is set
         if init and "docker-init" in detail:
-            raise Unavailable(f"{subject}: the Docker engine has no init to run the container with ({detail}); "
-                              f"{INIT_FIX}") from None
+            raise Unavailable(f"{subject}: the Docker engine has no init to run the container with "
+                              f"({detail}); {INIT_FIX}") from None
         raise Unavailable(f"{subject}: the Docker engine refused: {detail}") from None
     except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
         address = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"

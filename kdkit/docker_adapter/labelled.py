@@ -72,7 +72,8 @@ def _get(path: str, target: str) -> tuple[int, bytes]:
 
 def _listed(rows: list[dict[str, Any]]) -> list[Labelled]:
     return [Labelled(str(row.get("Id", "")), str((row.get("Names") or ["/"])[0]).lstrip("/"),
-                     str(row.get("State", "")), str(row.get("Status", "")), dict(row.get("Labels") or {}))
+                     str(row.get("State", "")), str(row.get("Status", "")),
+                     dict(row.get("Labels") or {}))
             for row in rows]
 
 
@@ -95,7 +96,8 @@ def _through_sdk(filters: str) -> list[Labelled] | None:
     import docker
 
     try:
-        rows = docker.from_env(timeout=TIMEOUT_S).api.containers(all=True, filters=json.loads(filters))
+        rows = docker.from_env(timeout=TIMEOUT_S).api.containers(
+            all=True, filters=json.loads(filters))
     # no engine answering (the SDK's and requests' errors alike): no containers known
     except Exception:
         return None

@@ -75,10 +75,12 @@ def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
         "network_mode": spec.network,
         "working_dir": spec.workdir,
         "environment": {**spec.env, **spec.extra_env},
-        "mounts": [SdkMount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in spec.mounts],
+        "mounts": [SdkMount(m.target, str(m.source), type="bind", read_only=m.read_only)
+                   for m in spec.mounts],
         "devices": [f"{d}:{d}:rwm" for d in spec.devices],
         "group_add": list(spec.group_add),
-        "security_opt": (["no-new-privileges"] if spec.no_new_privileges else []) + list(spec.security_opt),
+        "security_opt": (["no-new-privileges"] if spec.no_new_privileges else [])
+        + list(spec.security_opt),
         "shm_size": spec.shm_size,
         "ipc_mode": spec.ipc_mode,
         "read_only": spec.read_only or None,
@@ -92,7 +94,8 @@ def sdk_arguments(spec: ContainerSpec) -> dict[str, Any]:
     if spec.gpus == "all":
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     elif spec.gpus:
-        kwargs["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus), capabilities=[["gpu"]])]
+        kwargs["device_requests"] = [
+            DeviceRequest(device_ids=list(spec.gpus), capabilities=[["gpu"]])]
     return {key: value for key, value in kwargs.items() if value not in (None, [], {})}
 
 
@@ -102,9 +105,11 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
     ``--rm`` because kdkit removes its containers; ``--pull never`` because kdkit never pulls.
     """
     gpus = "all" if spec.gpus == "all" else f'"device={",".join(spec.gpus)}"' if spec.gpus else None
-    mounts = [f"type=bind,{_csv_field(f'source={m.source}', always=True)},{_csv_field(f'target={m.target}')}"
-              + (",readonly" if m.read_only else "") for m in spec.mounts]
-    return ["docker", "run", "--rm", "--pull", "never", *(["--init"] if spec.init else []), "--network", spec.network,
+    mounts = [f"type=bind,{_csv_field(f'source={m.source}', always=True)},"
+              f"{_csv_field(f'target={m.target}')}" + (",readonly" if m.read_only else "")
+              for m in spec.mounts]
+    return ["docker", "run", "--rm", "--pull", "never", *(["--init"] if spec.init else []),
+            "--network", spec.network,
             *_flags("--user", [spec.user]), *(["--read-only"] if spec.read_only else []),
             *_flags("--tmpfs", [f"{path}:{options}" for path, options in spec.tmpfs.items()]),
             *_flags("--cap-drop", spec.cap_drop),
@@ -113,7 +118,8 @@ def cli_arguments(spec: ContainerSpec) -> list[str]:
             *_flags("--mount", mounts), *_flags("--workdir", [spec.workdir]),
             *_flags("--env-file", [None if spec.env_file is None else str(spec.env_file)]),
             *_flags("--env", [f"{name}={value}" for name, value in spec.extra_env.items()]),
-            *_flags("--gpus", [gpus]), *_flags("--device", spec.devices), *_flags("--group-add", spec.group_add),
+            *_flags("--gpus", [gpus]), *_flags("--device", spec.devices),
+            *_flags("--group-add", spec.group_add),
             *_flags("--security-opt", spec.security_opt), *_flags("--shm-size", [spec.shm_size]),
             *_flags("--ipc", [spec.ipc_mode]), *_flags("--name", [spec.name]),
             *_flags("--label", [f"{k}={v}" for k, v in spec.labels.items()]),

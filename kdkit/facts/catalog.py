@@ -87,14 +87,16 @@ class Offer:
             architecture=data["architecture"],
             cards_per_lot=data["cards_per_lot"],
             # str() first: the JSON literal 47.14 becomes exactly Decimal("47.14").
-            prices={d: None if prices[str(d)] is None else Decimal(str(prices[str(d)])) for d in DURATIONS},
+            prices={d: None if prices[str(d)] is None else Decimal(str(prices[str(d)]))
+                    for d in DURATIONS},
             generation=data.get("generation", ""),
             aliases=tuple(data.get("aliases", ())),
             nominal=data.get("nominal"),
             note=data.get("note", ""),
             origin=str(origin),
             cpu_arch=data.get("cpu_arch", "x86_64"),
-            figure_sources={key: tuple(keys) for key, keys in data.get("figure_sources", {}).items()},
+            figure_sources={key: tuple(keys) for key,
+                            keys in data.get("figure_sources", {}).items()},
         )
 
     def match_keys(self) -> set[str]:
@@ -106,12 +108,14 @@ class Offer:
     def summary(self) -> dict[str, Any]:
         """The fields an order records about the offer."""
         return {"name": self.name, "vendor": self.vendor, "backend": self.backend,
-                "memory_gb": self.memory_gb, "architecture": self.architecture, "cpu_arch": self.cpu_arch,
+                "memory_gb": self.memory_gb, "architecture": self.architecture,
+                "cpu_arch": self.cpu_arch,
                 "cards_per_lot": self.cards_per_lot}
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.summary(), "generation": self.generation, "aliases": list(self.aliases),
-                "price_per_lot_usd": {str(d): None if p is None else str(p) for d, p in self.prices.items()},
+                "price_per_lot_usd": {str(d): None if p is None else str(p) for d,
+                                      p in self.prices.items()},
                 "nominal": self.nominal, "note": self.note, "origin": self.origin,
                 "figure_sources": {key: list(keys) for key, keys in self.figure_sources.items()}}
 
@@ -147,7 +151,8 @@ _GENERATIONS = ("turing", "volta", "ampere", "ada", "hopper", "blackwell", "cdna
 _TIERS = {"ti", "super", "d"}
 
 # Words that say nothing about which card it is: vendors and brands, memory kinds, filler.
-_VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "gb", "hbm", "gddr", "edition",
+_VENDOR_WORDS = {"nvidia", "geforce", "tesla", "quadro", "amd", "radeon", "instinct", "gb", "hbm",
+                 "gddr", "edition",
                  "generation", "gpu", "card"}
 
 
@@ -174,7 +179,8 @@ def contradicts(name: str, offer: Offer) -> bool:
         return True
     # Every distinguishing word of the name must be one of the offer's (``RTX PRO 6000`` is no ``RTX
     # 6000 Ada``).
-    own = set().union(*(_words(spelling) for spelling in (offer.name, *offer.aliases)), {offer.generation.lower()})
+    own = set().union(*(_words(spelling) for spelling in (offer.name, *offer.aliases)),
+                      {offer.generation.lower()})
     return not all(any(o.startswith(w) for o in own) for w in _words(name))
 
 
@@ -196,7 +202,8 @@ class Catalog:
             return exact[:1]
         model = model_token(name)
         return [o for o in self.offers if not contradicts(name, o)
-                and any(same_model(model, model_token(spelling)) for spelling in (o.name, *o.aliases))]
+                and any(same_model(model, model_token(spelling))
+                        for spelling in (o.name, *o.aliases))]
 
     def find_architecture(self, name: str) -> tuple[Offer, tuple[str, ...]]:
         """For judging the architecture only (``kdkit check``): the offer ``name`` names, or, when a
@@ -208,7 +215,8 @@ class Catalog:
         fits = self.candidates(name) if key else []
         # "V100", not "V100 A100"
         named = all(any(k.startswith(key) for k in o.match_keys()) for o in fits)
-        if len(fits) > 1 and named and len({(o.architecture, o.backend, o.cpu_arch) for o in fits}) == 1:
+        if len(fits) > 1 and named \
+                and len({(o.architecture, o.backend, o.cpu_arch) for o in fits}) == 1:
             return fits[0], tuple(o.name for o in fits)
         offer = self.find(name)
         return offer, (offer.name,)
@@ -221,20 +229,25 @@ class Catalog:
         card."""
         key = normalize_name(name)
         if not key:
-            raise BadInput("--gpu: empty name; pass an offer of the catalog, e.g. --gpu \"RTX 4090\"")
+            raise BadInput(
+                "--gpu: empty name; pass an offer of the catalog, e.g. --gpu \"RTX 4090\"")
         name = name if len(name) <= 80 else name[:77] + "..."
         for offer in self.offers:
             if key in offer.match_keys():
                 return offer
         near = [o.name for o in self.candidates(name)]
-        fix = "pass one of them as --gpu (add your own with a project catalog.json or --catalog FILE)"
+        fix = (
+            "pass one of them as --gpu (add your own with a project catalog.json or --catalog "
+            "FILE)")
         if len(near) > 1:
             raise BadInput(f"--gpu {name!r}: fits {len(near)} offers: {', '.join(near)}; {fix}")
         if near:
-            raise BadInput(f"--gpu {name!r}: no such offer in the catalog; did you mean {near[0]!r}? pass that name "
-                           "(or add your own with a project catalog.json or --catalog FILE)")
-        raise BadInput(f"--gpu {name!r}: no such offer in the catalog (offers: {', '.join(self.names())}); "
-                       "add your own with a project catalog.json or --catalog FILE")
+            raise BadInput(f"--gpu {name!r}: no such offer in the catalog; did you mean "
+                           f"{near[0]!r}? pass that name (or add your own with a project "
+                           "catalog.json or --catalog FILE)")
+        raise BadInput(f"--gpu {name!r}: no such offer in the catalog (offers: "
+                       f"{', '.join(self.names())}); add your own with a project catalog.json or "
+                       "--catalog FILE")
 
 
 def load_catalog(project_root: Path | None = None, extra: Path | None = None) -> Catalog:
@@ -246,8 +259,8 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
         data = load_checked(path, "catalog")
         # sources and notes are shown and stored with orders
         for secret in secret_problems(data, path)[:1]:
-            raise BadInput(f"{path}: {secret.name}: {secret.why.split(';')[0]}; a catalog names where its "
-                           "figures are published, never a credential: remove it")
+            raise BadInput(f"{path}: {secret.name}: {secret.why.split(';')[0]}; a catalog names "
+                           "where its figures are published, never a credential: remove it")
         files.append(str(path))
         sources |= set(data.get("sources", {}))
         for number, entry in enumerate(data["offers"]):
@@ -263,8 +276,9 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
         for key in offer.match_keys():
             other = owners.setdefault(key, offer)
             if other is not offer:
-                raise BadInput(f"{offer.origin}: offer {offer.name!r} answers to {key!r} like {other.name!r} of "
-                               f"{other.origin}; rename one (an alias must name one card)")
+                raise BadInput(f"{offer.origin}: offer {offer.name!r} answers to {key!r} like "
+                               f"{other.name!r} of {other.origin}; rename one (an alias must name "
+                               "one card)")
     return Catalog(list(merged.values()), files)
 
 
@@ -277,8 +291,9 @@ def _incoherent(entry: dict[str, Any]) -> str | None:
         return "name is blank; give the card's name"
     backend, prefix = _VENDOR_RULES[entry["vendor"]]
     if entry["backend"] != backend or not entry["architecture"].startswith(prefix):
-        return (f"{entry['vendor']} card {entry['name']!r} has backend {entry['backend']} and architecture "
-                f"{entry['architecture']}; an {entry['vendor']} card runs {backend} with an {prefix}... architecture")
+        return (f"{entry['vendor']} card {entry['name']!r} has backend {entry['backend']} and "
+                f"architecture {entry['architecture']}; an {entry['vendor']} card runs {backend} "
+                f"with an {prefix}... architecture")
     return None
 
 
@@ -290,16 +305,20 @@ def _unusable(entry: dict[str, Any], where: str) -> tuple[str, str | None]:
         try:
             re.compile(pattern, re.IGNORECASE)
         except (re.error, RecursionError, OverflowError) as error:
-            return f"{where}.device_pattern", (f"not a regular expression ({error}); write one that matches the "
-                                               "device name the driver prints, e.g. \\bRTX 4090\\b")
+            return f"{where}.device_pattern", (f"not a regular expression ({error}); write one "
+                                               "that matches the device name the driver prints, "
+                                               "e.g. \\bRTX 4090\\b")
     for days, price in entry["price_per_lot_usd"].items():
-        if price is not None and (not Decimal(str(price)).is_finite() or Decimal(str(price)) > MAX_LOT_PRICE):
-            return f"{where}.price_per_lot_usd.{days}", (f"{price} USD for one lot is more than {MAX_LOT_PRICE} USD; "
-                                                         "give the provider's price of one lot (or null)")
+        if price is not None \
+                and (not Decimal(str(price)).is_finite() or Decimal(str(price)) > MAX_LOT_PRICE):
+            return f"{where}.price_per_lot_usd.{days}", (f"{price} USD for one lot is more than "
+                                                         f"{MAX_LOT_PRICE} USD; give the "
+                                                         "provider's price of one lot (or null)")
     return where, None
 
 
-FIGURES = ("memory_gb", "architecture", "tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops",
+FIGURES = ("memory_gb", "architecture", "tf32_dense_tflops", "fp16_dense_tflops",
+           "bf16_dense_tflops",
            "memory_bandwidth_gb_s")
 
 
@@ -307,7 +326,8 @@ def carried_figures(entry: dict[str, Any]) -> list[str]:
     """The figures an offer states (not null): memory and architecture always, the nominal ones it
     gives."""
     nominal = entry.get("nominal") or {}
-    return [f for f in FIGURES if (entry.get(f) if f in ("memory_gb", "architecture") else nominal.get(f)) is not None]
+    return [f for f in FIGURES
+            if (entry.get(f) if f in ("memory_gb", "architecture") else nominal.get(f)) is not None]
 
 
 def unsourced(entry: dict[str, Any], sources: set[str]) -> str | None:
@@ -319,10 +339,10 @@ def unsourced(entry: dict[str, Any], sources: set[str]) -> str | None:
         return None
     missing = [f for f in carried_figures(entry) if f not in cited]
     if missing:
-        return (f"figure_sources names no source for {', '.join(missing)}; add the keys of $.sources that state "
-                "them (or remove figure_sources from this offer)")
+        return (f"figure_sources names no source for {', '.join(missing)}; add the keys of "
+                "$.sources that state them (or remove figure_sources from this offer)")
     unknown = sorted({key for keys in cited.values() for key in keys} - sources)
     if unknown:
-        return (f"figure_sources cites {', '.join(unknown)}, which no $.sources names; add them to $.sources "
-                "(a key and where the figure is published)")
+        return (f"figure_sources cites {', '.join(unknown)}, which no $.sources names; add them to "
+                "$.sources (a key and where the figure is published)")
     return None

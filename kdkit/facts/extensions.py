@@ -58,7 +58,8 @@ class ExtensionFacts:
     def by_package(self, name: str) -> Extension | None:
         """The extension distributed as ``name`` (PEP 503 normalized)."""
         wanted = re.sub(r"[-_.]+", "-", name).lower()
-        return self.extensions.get(wanted) or next((e for e in self.extensions.values() if wanted in e.packages), None)
+        return self.extensions.get(wanted) or next(
+            (e for e in self.extensions.values() if wanted in e.packages), None)
 
 
 def _check_rule(path: str, where: str, rule: Any, sources: dict[str, Any]) -> None:
@@ -69,8 +70,8 @@ def _check_rule(path: str, where: str, rule: Any, sources: dict[str, Any]) -> No
     if sum(kind in rule for kind in _KINDS) != 1:
         raise BadInput(f"{path}: {where}: expected exactly one of {', '.join(_KINDS)}")
     if rule.get("source") not in sources:
-        raise BadInput(f"{path}: {where}.source: {rule.get('source')!r} is not a key of $.sources; name the fact's "
-                       "source there")
+        raise BadInput(f"{path}: {where}.source: {rule.get('source')!r} is not a key of $.sources; "
+                       "name the fact's source there")
     for key in ("versions", "toolkits"):
         try:
             if key in rule:
@@ -87,10 +88,13 @@ def _extension(path: str, name: str, raw: Any, sources: dict[str, Any]) -> Exten
         _check_rule(path, f"{where}.rules[{index}]", rule, sources)
     pairs = raw.get("torch_pairs", {})
     if (pairs or "source" in raw) and raw.get("source") not in sources:
-        raise BadInput(f"{path}: {where}.source: expected a key of $.sources (torch_pairs need their source)")
+        raise BadInput(
+            f"{path}: {where}.source: expected a key of $.sources (torch_pairs need their source)")
     through, through_source = _checked_through(path, where, raw.get("checked_through"), sources)
-    return Extension(name, tuple(raw["modules"]), tuple(raw.get("packages", [])), tuple(raw.get("rules", [])),
-                     dict(pairs), str(raw.get("about", "")), str(raw.get("source", "")), through, through_source)
+    return Extension(name, tuple(raw["modules"]), tuple(raw.get("packages", [])),
+                     tuple(raw.get("rules", [])),
+                     dict(pairs), str(raw.get("about", "")),
+                     str(raw.get("source", "")), through, through_source)
 
 
 def _checked_through(path: str, where: str, raw: Any, sources: dict[str, Any]) -> tuple[str, str]:
@@ -99,9 +103,10 @@ def _checked_through(path: str, where: str, raw: Any, sources: dict[str, Any]) -
 
     if raw is None:
         return "", ""
-    if not isinstance(raw, dict) or not isinstance(raw.get("version"), str) or raw.get("source") not in sources:
-        raise BadInput(f"{path}: {where}.checked_through: expected {{\"version\": the newest release the facts were "
-                       "read at, \"source\": a key of $.sources}")
+    if not isinstance(raw, dict) or not isinstance(raw.get("version"), str) \
+            or raw.get("source") not in sources:
+        raise BadInput(f"{path}: {where}.checked_through: expected {{\"version\": the newest "
+                       "release the facts were read at, \"source\": a key of $.sources}")
     try:
         Version.parse(raw["version"])
     except InvalidVersion as exc:
@@ -149,14 +154,21 @@ def _rule_verdict(ext: Extension, rule: dict[str, Any], card: str) -> Verdict:
             return Verdict("fail", f"{ext.name} has no {rule['backend']} build at all ({source})")
         if card in targets:
             return Verdict("ok", f"{ext.name} builds kernels for {card} ({source})")
-        return Verdict("fail", f"{ext.name} builds for {', '.join(targets)}: not for {card} ({source})")
+        return (
+            Verdict("fail",
+                    f"{ext.name} builds for {', '.join(targets)}: not for {card} ({source})"))
     capability = _capability(card)
     if capability is None:
         return Verdict("unknown", f"{card} is not an NVIDIA compute capability ({source})")
     if "min_sm" in rule:
         if capability >= rule["min_sm"]:
-            return Verdict("ok", f"{ext.name} needs sm_{rule['min_sm']} or newer; {card} is ({source})")
-        return Verdict("fail", f"{ext.name} needs sm_{rule['min_sm']} or newer, and {card} is older ({source})")
+            return (
+                Verdict("ok",
+                        f"{ext.name} needs sm_{rule['min_sm']} or newer; {card} is ({source})"))
+        return (
+            Verdict("fail",
+                    f"{ext.name} needs sm_{rule['min_sm']} or newer, and {card} is older "
+                    f"({source})"))
     only = ", ".join(f"sm_{c}" for c in rule["only_sm"])
     if capability in rule["only_sm"]:
         return Verdict("ok", f"{ext.name} runs on {only} only; {card} is one ({source})")
@@ -187,7 +199,9 @@ def _agree(ext: Extension, rules: list[dict[str, Any]], card: str, prefix: str) 
         tail = "" if len(verdicts) == 1 else ", in every release and build kdkit has facts for"
         return Verdict(verdicts[0][0].status, f"{prefix}{verdicts[0][0].reason}{tail}")
     spans = "; ".join(f"{v.status} in {_span(r)}" for v, r in verdicts)
-    return Verdict("unknown", f"{prefix}{ext.name} on {card} depends on its release and build ({spans})")
+    return (
+        Verdict("unknown",
+                f"{prefix}{ext.name} on {card} depends on its release and build ({spans})"))
 
 
 def _beyond(ext: Extension, version: str) -> str | None:
@@ -217,26 +231,31 @@ def label_verdict(name: str, pinned: str, torch_version: str, torch_label: str) 
     minor = torch_minor(torch_version)
     named = re.search(r"torch([0-9]+)[._-]([0-9]+)", local)
     if named and f"{int(named[1])}.{int(named[2])}" != minor:
-        return Verdict("fail", f"{name} {pinned} is built for torch {int(named[1])}.{int(named[2])} (its local "
-                               f"label), and the lock's torch is {torch_version}: a compiled extension loads only "
-                               "with the torch it was built against")
+        return Verdict("fail",
+                       f"{name} {pinned} is built for torch {int(named[1])}.{int(named[2])} (its "
+                       f"local label), and the lock's torch is {torch_version}: a compiled "
+                       "extension loads only with the torch it was built against")
     cuda = re.search(r"(?<![a-z])cu([0-9]{2,3})(?![0-9])", local)
     built = parse_label(torch_label)
-    theirs = built[1].split(".")[0] if built is not None and built[0] == "cuda" and built[1] else None
+    theirs = (built[1].split(".")[0] if built is not None and built[0] == "cuda" and built[1]
+              else None)
     if cuda and str(int(cuda[1][:2])) != theirs:
         what = f"CUDA {theirs}" if theirs else f"a {torch_label or 'non-CUDA'} build"
-        return Verdict("fail", f"{name} {pinned} is built for CUDA {int(cuda[1][:2])} (its local label), and the "
-                               f"lock's torch {torch_version} is {what}: its CUDA runtime is not the one the "
-                               "extension links")
+        return Verdict("fail",
+                       f"{name} {pinned} is built for CUDA {int(cuda[1][:2])} (its local label), "
+                       f"and the lock's torch {torch_version} is {what}: its CUDA runtime is not "
+                       "the one the extension links")
     return None
 
 
-def judge(ext: Extension, backend: str, card: str, version: str | None, toolkit: str | None = None) -> Verdict:
+def judge(ext: Extension, backend: str, card: str, version: str | None,
+          toolkit: str | None = None) -> Verdict:
     """``ext`` (release ``version``, None when the lock pins none) on a ``backend`` card ``card``,
     with a torch built for CUDA or ROCm ``toolkit`` ("7.2"; None when not known): rules may name the
     toolkits they hold for."""
     rules = [r for r in ext.rules if r["backend"] == backend and _applies(r, "toolkits", toolkit)]
-    built = f" {toolkit}" if toolkit and any("toolkits" in r for r in ext.rules if r["backend"] == backend) else ""
+    built = f" {toolkit}" if toolkit and any("toolkits" in r for r in ext.rules
+                                             if r["backend"] == backend) else ""
     if not rules:
         about = f" ({ext.about})" if ext.about else ""
         return Verdict("unknown", f"no facts for {ext.name} on {backend}{built}{about}")
@@ -244,11 +263,15 @@ def judge(ext: Extension, backend: str, card: str, version: str | None, toolkit:
         return _agree(ext, rules, card, "")
     beyond = _beyond(ext, version)
     if beyond is not None:
-        return Verdict("unknown", f"no facts for {ext.name} {version} on {backend}{built}: {beyond}")
+        return (
+            Verdict("unknown", f"no facts for {ext.name} {version} on {backend}{built}: {beyond}"))
     found = [r for r in rules if _applies(r, "versions", version)]
     if not found:
         spans = "; ".join(_span(r) for r in rules)
-        return Verdict("unknown", f"no facts for {ext.name} {version} on {backend}{built} (kdkit's cover {spans})")
+        return (
+            Verdict("unknown",
+                    f"no facts for {ext.name} {version} on {backend}{built} (kdkit's cover "
+                    f"{spans})"))
     return _agree(ext, found, card, f"{ext.name} {version}: ")
 
 
@@ -260,11 +283,18 @@ def judge_pair(ext: Extension, torch_version: str, version: str | None) -> Verdi
     minor = torch_minor(torch_version)
     expected = ext.torch_pairs.get(minor)
     if version is None:
-        return Verdict("unknown", f"the lock pins no {ext.name}, so its pairing with torch {minor} is not known")
+        return (
+            Verdict("unknown",
+                    f"the lock pins no {ext.name}, so its pairing with torch {minor} is not known"))
     if expected is None:
-        return Verdict("unknown", f"no facts for the {ext.name} of torch {minor} (kdkit knows torch "
-                                  f"{', '.join(ext.torch_pairs)}; {source})")
+        return Verdict("unknown",
+                       f"no facts for the {ext.name} of torch {minor} (kdkit knows torch "
+                       f"{', '.join(ext.torch_pairs)}; {source})")
     if torch_minor(version) == expected:
-        return Verdict("ok", f"{ext.name} {version} is the {expected} release that belongs to torch {minor} ({source})")
-    return Verdict("fail", f"{ext.name} {version} does not belong to torch {minor}: torch {minor} pairs with "
-                           f"{ext.name} {expected}.* ({source})")
+        return (
+            Verdict("ok",
+                    f"{ext.name} {version} is the {expected} release that belongs to torch {minor} "
+                    f"({source})"))
+    return Verdict("fail",
+                   f"{ext.name} {version} does not belong to torch {minor}: torch {minor} pairs "
+                   f"with {ext.name} {expected}.* ({source})")

@@ -101,7 +101,8 @@ class Pairings:
         if row is None:
             return []
         labels = list(row["builds"])
-        return labels if cpu_arch == "x86_64" else [la for la in labels if la in row.get("aarch64", ())]
+        return labels if cpu_arch == "x86_64" else [la for la in labels
+                                                    if la in row.get("aarch64", ())]
 
     def build(self, torch_version: str, label: str, cpu_arch: str = "x86_64") -> Build | None:
         """The build of ``torch_version`` from index ``label`` for ``cpu_arch``, if it is known to
@@ -115,7 +116,8 @@ class Pairings:
         if cpu_arch == "x86_64":
             archs, complete = arch_set["architectures"], arch_set["complete"]
         else:  # an aarch64 wheel whose arch list kdkit does not know yet is partial, never empty
-            archs, complete = arch_set.get("aarch64", []), arch_set["complete"] and "aarch64" in arch_set
+            archs, complete = (arch_set.get("aarch64", []),
+                               arch_set["complete"] and "aarch64" in arch_set)
         return Build(minor, label, index["backend"], index["version"], tuple(archs), complete,
                      arch_set["source"], experimental, cpu_arch)
 
@@ -131,12 +133,14 @@ class Pairings:
 
     def builds_for(self, card: str, backend: str, cpu_arch: str = "x86_64") -> list[Build]:
         """The builds of ``backend`` that carry code for ``card``, oldest torch first."""
-        return [b for b in self.builds(cpu_arch) if b.backend == backend and b.code_for(card) is not None]
+        return [b for b in self.builds(cpu_arch) if b.backend == backend
+                and b.code_for(card) is not None]
 
     def pypi_entry(self, torch_version: str, cpu_arch: str = "x86_64") -> dict[str, Any]:
         """The ``pypi`` fact of ``torch_version``'s minor release on ``cpu_arch``: {"label": "cu130"
         or None (unknown), "source": ...}, or {} when kdkit has none."""
-        entry: dict[str, Any] = (self.data.get("pypi", {}).get(torch_minor(torch_version)) or {}).get(cpu_arch) or {}
+        entry: dict[str, Any] = (self.data.get("pypi", {}).get(torch_minor(torch_version))
+                                 or {}).get(cpu_arch) or {}
         return entry
 
     def pypi_label(self, torch_version: str, cpu_arch: str = "x86_64") -> str | None:
@@ -145,7 +149,8 @@ class Pairings:
         label = self.pypi_entry(torch_version, cpu_arch).get("label")
         return str(label) if label else None
 
-    def pypi_header_problem(self, torch_version: str, cpu_arch: str, recorded: str | None) -> str | None:
+    def pypi_header_problem(self, torch_version: str, cpu_arch: str,
+                            recorded: str | None) -> str | None:
         """Why a lock's recorded ``torch-build`` for PyPI's plain ``torch==<version>`` is not the
         build the facts know PyPI serves on ``cpu_arch`` (a header edited by hand, or facts that
         moved), or None."""
@@ -153,8 +158,8 @@ class Pairings:
         if recorded is None or known is None or recorded == known:
             return None
         source = self.pypi_entry(torch_version, cpu_arch).get("source", "")
-        return (f"its header says torch-build = {recorded}, but PyPI's torch {torch_version} on {cpu_arch} is the "
-                f"{known} build (pairings.json pypi: {source})")
+        return (f"its header says torch-build = {recorded}, but PyPI's torch {torch_version} on "
+                f"{cpu_arch} is the {known} build (pairings.json pypi: {source})")
 
     def pypi_build(self, torch_version: str, cpu_arch: str = "x86_64") -> Build | None:
         """The build PyPI's plain ``torch==<version>`` is on ``cpu_arch``: the architectures the
@@ -167,10 +172,12 @@ class Pairings:
         arch_set, index = self.data["arch_sets"][entry["arch_set"]], self.data["indexes"][label]
         archs = arch_set["architectures"] if cpu_arch == "x86_64" else arch_set.get("aarch64", [])
         complete = arch_set["complete"] and (cpu_arch == "x86_64" or "aarch64" in arch_set)
-        return Build(torch_minor(torch_version), label, index["backend"], index["version"], tuple(archs), complete,
+        return Build(torch_minor(torch_version), label, index["backend"], index["version"],
+                     tuple(archs), complete,
                      arch_set["source"], False, cpu_arch)
 
-    def driver_floor(self, cuda_version: str, architecture: str | None = None) -> tuple[str, str] | None:
+    def driver_floor(self, cuda_version: str,
+                     architecture: str | None = None) -> tuple[str, str] | None:
         """(minimum driver, why) for a CUDA build on ``architecture`` (see kdkit.core.builds)."""
         return driver_floor(cuda_version, architecture, self.data)
 
@@ -182,8 +189,9 @@ class Pairings:
         build = self.build(torch, label) if torch and label else None
         if build is None or build.backend != backend:
             where = self.files[-1] if self.files else "pairings.json"
-            raise BadInput(f"{where}: $.template names torch {torch} {label} for backend {backend}, which is not a "
-                           f"{backend} build under $.torch; name a published build")
+            raise BadInput(f"{where}: $.template names torch {torch} {label} for backend "
+                           f"{backend}, which is not a {backend} build under $.torch; name a "
+                           "published build")
         return build
 
     def base_image(self, label: str, python: str) -> str | None:
@@ -216,8 +224,9 @@ def _contradiction(merged: dict[str, Any]) -> str | None:
             return f"$.indexes.{label}: not a build label kdkit can read (cpu, cuXYZ, rocmX.Y)"
         backend, version = parsed
         if index["backend"] != backend or index["version"] != (version or ""):
-            return (f"$.indexes.{label}: says backend {index['backend']} {index['version'] or '(no version)'}, but "
-                    f"{label} is {backend} {version or '(no version)'}; fix the entry")
+            return (f"$.indexes.{label}: says backend {index['backend']} "
+                    f"{index['version'] or '(no version)'}, but {label} is {backend} "
+                    f"{version or '(no version)'}; fix the entry")
     return None
 
 
@@ -228,17 +237,23 @@ def _dangling(merged: dict[str, Any]) -> str | None:
             if not isinstance(entry, dict):
                 continue  # the release's note
             if entry.get("label") and entry["label"] not in merged["indexes"]:
-                return f"$.pypi.{minor}.{cpu_arch}.label: index {entry['label']!r} is not under $.indexes; add it there"
+                return (
+                    f"$.pypi.{minor}.{cpu_arch}.label: index {entry['label']!r} is not under "
+                    "$.indexes; add it there")
             if entry.get("arch_set") and entry["arch_set"] not in merged["arch_sets"]:
-                return (f"$.pypi.{minor}.{cpu_arch}.arch_set: {entry['arch_set']!r} is not under $.arch_sets; "
-                        "add it there")
+                return (f"$.pypi.{minor}.{cpu_arch}.arch_set: {entry['arch_set']!r} is not under "
+                        "$.arch_sets; add it there")
     for minor, row in merged["torch"].items():
         for label, ref in row["builds"].items():
             set_name = _ref(ref)[0]
             if label not in merged["indexes"]:
-                return f"$.torch.{minor}.{label}: index {label!r} is not under $.indexes; add it there"
+                return (
+                    f"$.torch.{minor}.{label}: index {label!r} is not under $.indexes; add it "
+                    "there")
             if set_name not in merged["arch_sets"]:
-                return f"$.torch.{minor}.{label}: arch set {set_name!r} is not under $.arch_sets; add it there"
+                return (
+                    f"$.torch.{minor}.{label}: arch set {set_name!r} is not under $.arch_sets; add "
+                    "it there")
     return None
 
 

@@ -46,9 +46,12 @@ def image_environment(python: str, platform: str = "") -> dict[str, str]:
     ``platform_release``/``platform_version`` are empty.
     """
     machine = linux_arch(platform)[0] or "x86_64"
-    return {"implementation_name": "cpython", "implementation_version": f"{python}.0", "os_name": "posix",
-            "platform_machine": machine, "platform_python_implementation": "CPython", "platform_release": "",
-            "platform_system": "Linux", "platform_version": "", "python_full_version": f"{python}.0",
+    return {"implementation_name": "cpython", "implementation_version": f"{python}.0",
+            "os_name": "posix",
+            "platform_machine": machine, "platform_python_implementation": "CPython",
+            "platform_release": "",
+            "platform_system": "Linux", "platform_version": "",
+            "python_full_version": f"{python}.0",
             "python_version": python, "sys_platform": "linux", "extra": ""}
 
 
@@ -67,6 +70,7 @@ def cpu_mismatch(project: Project, made_for: str, what: str) -> str | None:
     if here is None or here == offer.cpu_arch:
         return None
     docker = docker_arch(offer.cpu_arch)
-    return (f"{what} is for {here}, but kdkit.json's target_gpu {offer.name} comes in {offer.cpu_arch} hosts, where "
-            f"it will not install: make the lock and the image on linux/{docker} (run `kdkit lock --in-container` and "
-            f"`kdkit build` on an {offer.cpu_arch} machine, or in a linux/{docker} container through QEMU binfmt)")
+    return (f"{what} is for {here}, but kdkit.json's target_gpu {offer.name} comes in "
+            f"{offer.cpu_arch} hosts, where it will not install: make the lock and the image on "
+            f"linux/{docker} (run `kdkit lock --in-container` and `kdkit build` on an "
+            f"{offer.cpu_arch} machine, or in a linux/{docker} container through QEMU binfmt)")

@@ -116,23 +116,29 @@ def check_tag(tag: str) -> str:
 
 # Build arguments of Dockerfile.common -> the label that holds each value (one source of truth).
 BUILD_ARGS = {"KDKIT_PYTHON": "python", "KDKIT_BACKEND": "backend", "KDKIT_LOCK": "lock.path",
-              "KDKIT_PROJECT": "project", "KDKIT_LOCK_SHA256": "lock.sha256", "KDKIT_TORCH_VERSION": "torch.version",
-              "KDKIT_TORCH_CUDA": "torch.cuda", "KDKIT_TORCH_ROCM": "torch.rocm", "KDKIT_VERSION": "version"}
-OCI_BUILD_ARGS = {"KDKIT_REVISION": "revision", "KDKIT_SOURCE": "source", "KDKIT_IMAGE_VERSION": "version"}
+              "KDKIT_PROJECT": "project", "KDKIT_LOCK_SHA256": "lock.sha256",
+              "KDKIT_TORCH_VERSION": "torch.version",
+              "KDKIT_TORCH_CUDA": "torch.cuda",
+              "KDKIT_TORCH_ROCM": "torch.rocm", "KDKIT_VERSION": "version"}
+OCI_BUILD_ARGS = {"KDKIT_REVISION": "revision",
+                  "KDKIT_SOURCE": "source", "KDKIT_IMAGE_VERSION": "version"}
 
 
 def build_arguments(plan_labels: dict[str, str], base_image: str) -> dict[str, str]:
     """Build arguments for Dockerfile.common, from the labels (one source of truth) and the host's
     proxy."""
-    args = {"BASE_IMAGE": base_image, **{arg: plan_labels[f"{LABEL}{key}"] for arg, key in BUILD_ARGS.items()},
+    args = {"BASE_IMAGE": base_image,
+            **{arg: plan_labels[f"{LABEL}{key}"] for arg, key in BUILD_ARGS.items()},
             **{arg: plan_labels[f"{OCI}{key}"] for arg, key in OCI_BUILD_ARGS.items()}}
     # Docker's predefined proxy arguments reach RUN steps but are kept out of the image's history.
     args.update({name: os.environ[name] for name in proc.PROXY_VARIABLES if os.environ.get(name)})
     return args
 
 
-def plan_build(project_dir: Path | None, backend: str | None = None, *, base_image: str | None = None,
-               tag: str | None = None, ca_bundle: Path | None = None, wheelhouse: Path | None = None,
+def plan_build(project_dir: Path | None, backend: str | None = None, *,
+               base_image: str | None = None,
+               tag: str | None = None, ca_bundle: Path | None = None,
+               wheelhouse: Path | None = None,
                no_cache: bool = False, lock_format: str = "requirements") -> BuildPlan:
     """Check every input of a build and compute its arguments; nothing is written, no engine is
     needed. Each input of the context is read once, here: what is checked, hashed and labelled is
@@ -145,7 +151,8 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
         require_image_python(project.python, chosen.pylock, chosen.lock)
     locked = read_locked(project, chosen, lock_format)
     lock = locked.installed
-    pip = plan_pylock_build(project, lock, wheelhouse is not None) if lock_format == "pylock" else None
+    pip = plan_pylock_build(project, lock,
+                            wheelhouse is not None) if lock_format == "pylock" else None
     labels = image_labels(project, chosen, lock.sha256, lock.path, lock.lock)
     base = base_image or chosen.base_image
     # and a link out or a credential is refused here, before any build
@@ -158,9 +165,11 @@ def plan_build(project_dir: Path | None, backend: str | None = None, *, base_ima
     return BuildPlan(
         project=project, backend=chosen, lock_sha256=lock.sha256, base_image=base,
         tag=check_tag(tag or default_tag(project, chosen.name, lock.sha256)),
-        dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base), labels=labels,
+        dockerfile=render_dockerfile(chosen.name), buildargs=build_arguments(labels, base),
+        labels=labels,
         ca_bundle=ca_path, ca_data=ca_data, inputs=locked.inputs, files=files,
-        wheels=wheelhouse_files(wheelhouse, lock.lock) if wheelhouse else [], no_cache=no_cache, left_out=left_out,
+        wheels=wheelhouse_files(wheelhouse, lock.lock) if wheelhouse else [], no_cache=no_cache,
+        left_out=left_out,
         warnings=[w for w in [_cpu_warning(project)] if w], lock_format=lock_format, pip=pip)
 
 
@@ -175,7 +184,8 @@ def _cpu_warning(project: Project) -> str | None:
 # ---------------------------------------------------------------- the build context
 
 
-def context_entries(plan: BuildPlan, pip_wheel: Path | None = None) -> Iterator[tuple[str, Path | bytes]]:
+def context_entries(plan: BuildPlan,
+                    pip_wheel: Path | None = None) -> Iterator[tuple[str, Path | bytes]]:
     """(name in the context, host file or bytes) for everything the Dockerfile copies;
     ``pip_wheel``: the pip that installs a pylock (:func:`kdkit.image.pylockparts.download_pip`).
     The lock, its parts, the CA bundle and the project's files are the bytes :func:`plan_build` read
@@ -187,9 +197,10 @@ def context_entries(plan: BuildPlan, pip_wheel: Path | None = None) -> Iterator[
         from kdkit.image.pylockparts import pylock_builder_entries
 
         if pip_wheel is None:
-            raise KdkitError(f"{plan.lock}: a build from a pylock needs the wheel of the pip that installs it "
-                             "(kdkit.image.pylockparts.download_pip)")
-        yield from pylock_builder_entries(plan.lock_input, plan.twin_input, plan.project.python, plan.ca_data,
+            raise KdkitError(f"{plan.lock}: a build from a pylock needs the wheel of the pip that "
+                             "installs it (kdkit.image.pylockparts.download_pip)")
+        yield from pylock_builder_entries(plan.lock_input, plan.twin_input, plan.project.python,
+                                          plan.ca_data,
                                           plan.wheels, pip_wheel)
     else:
         yield from builder_entries(plan.lock_input, plan.ca_data, plan.wheels)

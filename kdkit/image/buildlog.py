@@ -36,8 +36,10 @@ def build_line(result: Built, backend: str, ended: datetime) -> str:
     """The record of one build as one JSON line (its start is its end less its measured seconds)."""
     started = ended - timedelta(seconds=result.seconds)
     return json.dumps({"tag": result.tag, "image_id": result.image_id,
-                       "started": started.isoformat(timespec="seconds"), "ended": ended.isoformat(timespec="seconds"),
-                       "seconds": round(result.seconds, 2), "backend": backend}, sort_keys=True) + "\n"
+                       "started": started.isoformat(timespec="seconds"),
+                       "ended": ended.isoformat(timespec="seconds"),
+                       "seconds": round(result.seconds, 2), "backend": backend},
+                      sort_keys=True) + "\n"
 
 
 def append_line(path: Path, line: str) -> None:

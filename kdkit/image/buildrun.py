@@ -72,8 +72,10 @@ class BuildResult:
         return [s for s in self.steps if s.cacheable and not s.cached]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tag": self.tag, "id": self.image_id, "size": self.size, "seconds": round(self.seconds, 2),
-                "network": self.network, "labels": self.labels, "steps": [asdict(s) for s in self.steps],
+        return {"tag": self.tag, "id": self.image_id, "size": self.size,
+                "seconds": round(self.seconds, 2),
+                "network": self.network, "labels": self.labels,
+                "steps": [asdict(s) for s in self.steps],
                 "ran": [s.number for s in self.ran]}
 
 
@@ -120,7 +122,8 @@ class _Transcript:
             self.progress(BuildEvent("cached", line, self.steps[-1]))
         elif line.strip():
             self.progress(BuildEvent("output", line, self.steps[-1] if self.steps else None))
-        if (match := re.match(r"^Successfully built ([0-9a-f]+)$", line.strip())) and not self.image_id:
+        if (match := re.match(r"^Successfully built ([0-9a-f]+)$", line.strip())) \
+                and not self.image_id:
             self.image_id = match.group(1)
 
     def first_error(self) -> str:
@@ -132,12 +135,14 @@ class _Transcript:
 
 def _log_path(plan: BuildPlan) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    return Path(tempfile.gettempdir()) / "kdkit" / f"build-{plan.project.name}-{plan.backend.name}-{stamp}.log"
+    name = f"build-{plan.project.name}-{plan.backend.name}-{stamp}.log"
+    return Path(tempfile.gettempdir()) / "kdkit" / name
 
 
 def _ensure_base(engine: Any, plan: BuildPlan, progress: Progress) -> None:
     if engine.image(plan.base_image) is None:
-        progress(BuildEvent("note", f"base image {plan.base_image} is not on this engine; pulling it"))
+        progress(
+            BuildEvent("note", f"base image {plan.base_image} is not on this engine; pulling it"))
         engine.pull(plan.base_image)
 
 
@@ -166,7 +171,10 @@ def _preflight(plan: BuildPlan, report: Progress) -> None:
     from kdkit.image.fetchable import check_fetchable
 
     offline = offline_build(plan.project.root, plan.backend.name)
-    report(BuildEvent("note", check_fetchable(plan.inputs[0].lock, plan.inputs[0].path, plan.ca_bundle, offline)))
+    report(
+        BuildEvent("note",
+                   check_fetchable(plan.inputs[0].lock, plan.inputs[0].path,
+                                   plan.ca_bundle, offline)))
 
 
 def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResult:
@@ -185,12 +193,14 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     transcript = _Transcript(report)
     with tempfile.TemporaryDirectory(prefix="kdkit-tools-") as tools, \
             tempfile.TemporaryFile(prefix="kdkit-context-") as context:
-        pip_wheel = download_pip(Path(tools), plan.pip, lambda line: report(BuildEvent("note", line))) \
+        pip_wheel = download_pip(Path(tools), plan.pip,
+                                 lambda line: report(BuildEvent("note", line))) \
             if plan.pip else None
         count = write_context(context_entries(plan, pip_wheel), context)
         size_mb = context.seek(0, 2) / 1e6
         context.seek(0)
-        report(BuildEvent("note", f"context: {count} files, {size_mb:.1f} MB; network {plan.network}"))
+        report(
+            BuildEvent("note", f"context: {count} files, {size_mb:.1f} MB; network {plan.network}"))
         for event in engine.build(context, dockerfile="Dockerfile", buildargs=plan.buildargs,
                                   nocache=plan.no_cache, network=plan.network):
             transcript.feed(event)
@@ -199,14 +209,17 @@ def build_image(plan: BuildPlan, progress: Progress | None = None) -> BuildResul
     if transcript.error or not transcript.image_id:
         raise _failed(plan, transcript)
     labels = recorded_arch(engine, transcript.image_id)
-    report(BuildEvent("note", f"torch architectures: {labels[ARCH_LIST] or '(none)'} ({labels[ARCH_SOURCE]})"))
+    report(
+        BuildEvent("note",
+                   f"torch architectures: {labels[ARCH_LIST] or '(none)'} ({labels[ARCH_SOURCE]})"))
     # labels only: no layer re-runs
     labels |= {k: v for k, v in plan.labels.items() if k in PROJECT_LABELS}
     engine.tag(add_labels(engine, plan, transcript.image_id, labels), plan.tag)
     # recorded: kdkit.image.buildlog (the hours `kdkit close` counts)
     facts = engine.require_image(plan.tag)
     return recorded(plan.project.root, plan.backend.name, BuildResult(
-        plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps, facts.labels, plan.network))
+        plan.tag, facts.id, facts.size, time.monotonic() - started, transcript.steps,
+        facts.labels, plan.network))
 
 
 def add_labels(engine: Any, plan: BuildPlan, image_id: str, labels: dict[str, str]) -> str:
@@ -219,7 +232,8 @@ def add_labels(engine: Any, plan: BuildPlan, image_id: str, labels: dict[str, st
     transcript = _Transcript(lambda _event: None)
     with tempfile.TemporaryFile(prefix="kdkit-labels-") as context:
         write_context([("Dockerfile", f"FROM {image_id}\n".encode())], context)
-        for event in engine.build(context, dockerfile="Dockerfile", buildargs={}, nocache=False, network="none",
+        for event in engine.build(context, dockerfile="Dockerfile", buildargs={}, nocache=False,
+                                  network="none",
                                   labels=labels):
             transcript.feed(event)
             if transcript.error:

@@ -31,7 +31,8 @@ HOME = "/home/kdkit"  # that user's home in the image; a tmpfs in every containe
 # the run's on-disk cache in the container: the project's CACHE_FOLDER, writable, kept
 CACHE = "/cache"
 CACHE_FOLDER = ".kdkit-cache"
-CACHE_ENV = {"HF_HOME": f"{CACHE}/huggingface", "TORCH_HOME": f"{CACHE}/torch", "TRITON_CACHE_DIR": f"{CACHE}/triton",
+CACHE_ENV = {"HF_HOME": f"{CACHE}/huggingface", "TORCH_HOME": f"{CACHE}/torch",
+             "TRITON_CACHE_DIR": f"{CACHE}/triton",
              "XDG_CACHE_HOME": CACHE}
 MOUNTS = "/mnt"  # a declared mount NAME of kdkit.json is at /mnt/NAME
 PIDS_PER_CPU = 64
@@ -55,14 +56,17 @@ def confinement(uid: str, gid: str, size: str, pids: int) -> dict[str, Any]:
     """ContainerSpec fields that confine every container kdkit starts (kdkit.machine.run says
     why)."""
     scratch = f"rw,exec,nosuid,nodev,size={size}"
-    return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"], "no_new_privileges": True,
+    return {"user": f"{uid}:{gid}", "read_only": True, "cap_drop": ["ALL"],
+            "no_new_privileges": True,
             "pids_limit": pids, "shm_size": size,
-            "tmpfs": {"/tmp": f"{scratch},mode=1777", HOME: f"{scratch},uid={uid},gid={gid},mode=0700"}}
+            "tmpfs": {
+                "/tmp": f"{scratch},mode=1777", HOME: f"{scratch},uid={uid},gid={gid},mode=0700"}}
 
 
 def project_mounts(root: Path, inputs: str, runs: str) -> list[Mount]:
     """The pilot inputs read-only and the runs folder writable, each at its place under APP."""
-    return [Mount(root / inputs, f"{APP}/{inputs}", True), Mount(root / runs, f"{APP}/{runs}", False)]
+    return [Mount(root / inputs, f"{APP}/{inputs}", True),
+            Mount(root / runs, f"{APP}/{runs}", False)]
 
 
 def source_mounts(root: Path) -> list[Mount]:
@@ -79,12 +83,14 @@ def source_mounts(root: Path) -> list[Mount]:
             continue
         for path in [base, *(p for p in base.rglob("*") if p.is_symlink())]:
             if real_inside(root, path) is None:
-                raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
-                               f"`kdkit run` mounts {folder}/ as it is: copy the file in or remove the link")
+                raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a "
+                               f"symbolic link); `kdkit run` mounts {folder}/ as it is: copy the "
+                               "file in or remove the link")
         mounts.append(Mount(Path(os.path.realpath(base)), f"{APP}/{folder}", True))
     # the project file too: it names the pilot config, extensions
     marker = real_inside(root, root / "kdkit.json")
-    return ([Mount(marker, f"{APP}/kdkit.json", True)] if marker is not None and marker.is_file() else []) + mounts
+    return ([Mount(marker, f"{APP}/kdkit.json", True)] if marker is not None and marker.is_file()
+            else []) + mounts
 
 
 def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[Mount]:
@@ -97,8 +103,11 @@ def named_mounts(project: Project, pilot: dict[str, Any], inputs: Path) -> list[
 
     held, mounts = [inputs, *(project.root / folder for folder in PROJECT_FOLDERS)], []
     for where, value in ((w, os.path.normpath(v)) for w, v in named_paths(pilot)):
-        if not any(base == project.root / value or base in (project.root / value).parents for base in held):
-            mounts.append(Mount(inside_project(project, value, where), f"{APP}/{Path(value).as_posix()}", True))
+        if not any(base == project.root / value or base in (project.root / value).parents
+                   for base in held):
+            mounts.append(
+                Mount(
+                    inside_project(project, value, where), f"{APP}/{Path(value).as_posix()}", True))
             held.append(project.root / value)
     return mounts
 
@@ -108,13 +117,17 @@ def inside_project(project: Project, rel: str, what: str) -> Path:
     rule)."""
     path = real_inside(project.root, project.root / rel)
     if path is None:
-        raise BadInput(f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
+        raise BadInput(
+            f"{project.pilot_config_path}: {what} {rel!r} leaves the project; keep it inside")
     return path
 
 
-def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], access: Mapping[str, Any], *,
-                   network: str = "none", command: list[str] | None = None, env_file: Path | None = None,
-                   env: Mapping[str, str] | None = None, extra_env: Mapping[str, str] | None = None) -> ContainerSpec:
+def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any],
+                   access: Mapping[str, Any], *,
+                   network: str = "none", command: list[str] | None = None,
+                   env_file: Path | None = None,
+                   env: Mapping[str, str] | None = None,
+                   extra_env: Mapping[str, str] | None = None) -> ContainerSpec:
     """The one container spec: the project's image at APP, HOME a tmpfs, no network unless asked,
     and an init as PID 1 (``init``: Docker's ``--init``). The image's command is ``/bin/sh -c "kdkit
     diagnose && kdkit verify-env && exec kdkit pilot"``; as PID 1 that shell ignores SIGTERM (the
@@ -123,8 +136,10 @@ def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], ac
     after ``--``. Docker's init (docker-init, which is tini) is PID 1 instead, passes the signal on
     and reaps orphans (https://docs.docker.com/reference/cli/docker/container/run/#init): the shell
     ends at once in diagnose or verify-env, the pilot closes its run folder."""
-    return ContainerSpec(image=image, command=command or None, network=network, mounts=mounts, workdir=APP,
-                         env_file=env_file, env=env or {}, extra_env={**(extra_env or {}), "HOME": HOME}, init=True,
+    return ContainerSpec(image=image, command=command or None, network=network, mounts=mounts,
+                         workdir=APP,
+                         env_file=env_file, env=env or {},
+                         extra_env={**(extra_env or {}), "HOME": HOME}, init=True,
                          **confined,
                          **access)
 
@@ -132,11 +147,12 @@ def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any], ac
 # ---------------------------------------------------------------- the same spec, for a host kdkit
 # has not seen
 
-RUNS_OWNER = ("The container runs as you (your uid and gid); started by root, it runs as the image's user "
-              f"{IMAGE_UID}, which is given the runs folder (chown; never chmod 777)")
+RUNS_OWNER = ("The container runs as you (your uid and gid); started by root, it runs as the "
+              f"image's user {IMAGE_UID}, which is given the runs folder (chown; never chmod 777)")
 # A shell variable kdkit puts into the spec is marked with NUL, which no path, image name or config
 # value holds: a "$PWD" or "$kd_uid" spelled by a value is escaped like any other "$" (shell_words).
-_VARIABLES = {"uid": "\0kd_uid\0", "gid": "\0kd_gid\0", "size": "\0kd_scratch\0", "pids": "\0kd_pids\0"}
+_VARIABLES = {"uid": "\0kd_uid\0", "gid": "\0kd_gid\0",
+              "size": "\0kd_scratch\0", "pids": "\0kd_pids\0"}
 # the device flags the prelude collects for ROCm ("$@"), spliced in before the image
 _ROCM_DEVICES = "\0@\0"
 
@@ -152,7 +168,8 @@ def shell_prelude(runs: str, backend: str) -> list[str]:
              f'if [ "$kd_uid" = 0 ]; then kd_uid={IMAGE_UID} kd_gid={IMAGE_UID}; '
              f"chown {IMAGE_UID}:{IMAGE_UID} {shlex.quote(runs)}; fi",
              "kd_scratch=$(awk '/^MemTotal:/ { m = int($2 / 4096); "
-             f"if (m < {floor}) m = {floor}; if (m > {cap}) m = {cap}; print m \"m\" }}' /proc/meminfo)",
+             f"if (m < {floor}) m = {floor}; if (m > {cap}) m = {cap}; print m \"m\" }}' "
+             "/proc/meminfo)",
              f"kd_pids=$(( $(getconf _NPROCESSORS_ONLN) * {PIDS_PER_CPU} )); "
              f'if [ "$kd_pids" -lt {PIDS_FLOOR} ]; then kd_pids={PIDS_FLOOR}; fi']
     # as kdkit.machine.host.rocm_access: each node, and each group owning one (not root's)
@@ -177,7 +194,8 @@ def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str,
     access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
     confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
     here = Path("\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root)
-    mounts = project_mounts(here, inputs, runs) + [Mount(here / rel, f"{APP}/{rel}", True) for rel in named]
+    mounts = project_mounts(here, inputs, runs) + [Mount(here / rel, f"{APP}/{rel}", True)
+                                                   for rel in named]
     return container_spec(image, mounts, confined, access)
 
 

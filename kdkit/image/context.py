@@ -33,7 +33,8 @@ import os
 import sys
 
 LIB = "/opt/kdkit/lib"
-os.environ["PYTHONPATH"] = LIB + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+os.environ["PYTHONPATH"] = LIB + (os.pathsep + os.environ["PYTHONPATH"]
+                                  if os.environ.get("PYTHONPATH") else "")
 sys.path[0] = LIB  # in place of the folder of this script, which holds nothing to import
 from kdkit.probe.entry import main  # noqa: E402
 
@@ -63,8 +64,9 @@ def project_files(root: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
                 left_out.append(rel)
                 continue
             if real_inside(root, path) is None:
-                raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a symbolic link); "
-                               "an image carries only the project's own files: copy it in or remove the link")
+                raise BadInput(f"{path}: leads to {os.path.realpath(path)}, outside the project (a "
+                               "symbolic link); an image carries only the project's own files: "
+                               "copy it in or remove the link")
             data = _read(path, rel)
             refuse_credentials_in(path, rel, data)
             files.append((f"project/{rel}", data))
@@ -75,7 +77,8 @@ def _read(path: Path, rel: str) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read {rel} ({exc.strerror or exc}); check the file") from None
+        raise BadInput(
+            f"{path}: cannot read {rel} ({exc.strerror or exc}); check the file") from None
 
 
 def probe_files() -> Iterator[tuple[str, Path]]:
@@ -105,7 +108,8 @@ def write_context(entries: Iterable[tuple[str, Path | bytes]], out: IO[bytes]) -
                 continue
             seen.add(name)
             if isinstance(source, bytes):
-                tar.addfile(_tar_info(name, len(source)), None if name.endswith("/") else io.BytesIO(source))
+                tar.addfile(_tar_info(name, len(source)),
+                            None if name.endswith("/") else io.BytesIO(source))
             else:
                 with source.open("rb") as handle:
                     tar.addfile(_tar_info(name, source.stat().st_size), handle)

@@ -59,13 +59,15 @@ class Sources:
         """From the lock's option lines, as pip reads them: the last --index-url wins over pip's
         default."""
         options = lock.options
-        index = [value for option, value in options if option in ("--index-url", "-i")][-1:] or [PIP_DEFAULT_INDEX]
+        index = [value for option,
+                 value in options if option in ("--index-url", "-i")][-1:] or [PIP_DEFAULT_INDEX]
         extras = [value for option, value in options if option == "--extra-index-url"]
         pages = [value for option, value in options
                  if option in ("--find-links", "-f") and value.startswith(("http://", "https://"))]
         for url in (*index, *extras, *pages):
             _checked_url(url, lock_path)
-        trusted = frozenset(value.split(":")[0] for option, value in options if option == "--trusted-host")
+        trusted = frozenset(value.split(":")[0] for option,
+                            value in options if option == "--trusted-host")
         no_index = any(option == "--no-index" for option, _value in options)
         return cls(tuple([] if no_index else [*index, *extras]), tuple(pages), trusted)
 
@@ -76,12 +78,14 @@ def _checked_url(url: str, lock_path: Path) -> None:
     URL parser)."""
     try:
         parts = urlsplit(url)
-        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (
+            parts.port or 0) >= 0
     except ValueError:
         usable = False
     if not usable:
-        raise BadInput(f"{lock_path}: {shown_url(url)} is not an http(s) URL with a host the build's pip can read; "
-                       "fix the lock's index line (a character of a password such as / # ? @ is written %XX)")
+        raise BadInput(f"{lock_path}: {shown_url(url)} is not an http(s) URL with a host the "
+                       "build's pip can read; fix the lock's index line (a character of a password "
+                       "such as / # ? @ is written %XX)")
 
 
 def build_trust(ca_bundle: Path | None) -> tuple[str | None, str]:
@@ -111,7 +115,8 @@ def _public_ca_list() -> Path | None:
 def _same_release(pin: Pin, filename: str) -> bool:
     parsed = parse_filename(filename)
     try:
-        return parsed is not None and parsed[0] == pin.key and Version.parse(parsed[1]) == Version.parse(pin.version)
+        return (parsed is not None and parsed[0] == pin.key
+                and Version.parse(parsed[1]) == Version.parse(pin.version))
     except InvalidVersion:
         return False
 
@@ -154,7 +159,8 @@ class _Reader:
             return []
         shown = shown_url(url)
         try:
-            text = self.network.get(url, f"read as the build's pip will, trusting {self.trust}", fix=self.offline,
+            text = self.network.get(url, f"read as the build's pip will, trusting {self.trust}",
+                                    fix=self.offline,
                                     outcome="nothing was built")
         except Unavailable as exc:
             # the build's pip reads no configuration of here
@@ -185,7 +191,8 @@ class _Reader:
 
     def shown(self, sources: Sources) -> str:
         read = [shown_url(url) for url in (*sources.indexes, *sources.pages) if url in self.read]
-        return ", ".join(read) or ("none (--no-index)" if not sources.indexes and not sources.pages else "none")
+        return ", ".join(read) or ("none (--no-index)" if not sources.indexes and not sources.pages
+                                   else "none")
 
 
 def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, offline: str) -> str:
@@ -202,16 +209,23 @@ def check_fetchable(lock: Lock, lock_path: Path, ca_bundle: Path | None, offline
     for pin in lock.every_pin():
         by_name.setdefault(pin.key, []).append(pin)
     with ThreadPoolExecutor(max_workers=PAGE_WORKERS, thread_name_prefix="kdkit-preflight") as pool:
-        missing = [pin for pins in pool.map(lambda pins: reader.found(pins, sources, flat), by_name.values())
+        missing = [pin
+                   for pins in pool.map(lambda pins: reader.found(pins, sources, flat),
+                                        by_name.values())
                    for pin in pins]
     count = sum(map(len, by_name.values()))
     if missing and reader.down:
         raise Unavailable(next(iter(reader.down.values())))
     if missing:
-        named = ", ".join(printable(f"{pin.name}=={pin.version}") for pin in missing[:SHOWN_MISSING])
+        named = ", ".join(printable(f"{pin.name}=={pin.version}")
+                          for pin in missing[:SHOWN_MISSING])
         more = f" and {len(missing) - SHOWN_MISSING} more" if len(missing) > SHOWN_MISSING else ""
-        raise BadInput(f"{lock_path}: {len(missing)} of {count} pins have no file on any index the build's "
-                       f"pip will read ({reader.shown(sources)}): {named}{more}; nothing was built: lock again "
-                       f"against an index that has them (`kdkit lock`), or {offline}")
-    skipped = "".join(f"; not read: {why.split('; nothing was built', 1)[0]}" for why in reader.down.values())
-    return f"preflight: each of the {count} pins has its file on {reader.shown(sources)}, read through {trust}{skipped}"
+        raise BadInput(f"{lock_path}: {len(missing)} of {count} pins have no file on any index the "
+                       f"build's pip will read ({reader.shown(sources)}): {named}{more}; nothing "
+                       "was built: lock again against an index that has them (`kdkit lock`), or "
+                       f"{offline}")
+    skipped = "".join(f"; not read: {why.split('; nothing was built', 1)[0]}"
+                      for why in reader.down.values())
+    return (
+        f"preflight: each of the {count} pins has its file on {reader.shown(sources)}, read "
+        f"through {trust}{skipped}")

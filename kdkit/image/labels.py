@@ -52,7 +52,8 @@ def default_tag(project: Project, backend: str, lock_sha256: str) -> str:
 def default_tags(project: Project, backend: Backend) -> list[str]:
     """The default tag of each image `kdkit build` makes from this backend's locks that exist: from
     its requirements lock first, then from its pylock (``--lock-format pylock``)."""
-    return [default_tag(project, backend.name, sha256_file(lock)) for lock in (backend.lock, backend.pylock)
+    return [default_tag(project, backend.name, sha256_file(lock))
+            for lock in (backend.lock, backend.pylock)
             if lock.is_file()]
 
 
@@ -85,13 +86,18 @@ def torch_build(lock_path: Path | Lock, backend: Backend, python: str,
     if pin is None or not pin.version:
         return "", "", ""
     recorded = None if pin.local else header_build(lock.header)
-    problem = (pairings or load_pairings()).pypi_header_problem(pin.version, linux_arch(platform)[0] or "x86_64",
+    problem = (pairings
+               or load_pairings()).pypi_header_problem(pin.version,
+                                                       linux_arch(platform)[0] or "x86_64",
                                                                 recorded)
     if problem is not None:
-        raise BadInput(f"{backend.lock}: {printable(problem)}; re-lock with `kdkit lock --backend {backend.name}`")
+        raise BadInput(
+            f"{backend.lock}: {printable(problem)}; re-lock with `kdkit lock --backend "
+            f"{backend.name}`")
     build = parse_label(pin.local or recorded or backend_label(backend) or "")  # PyPI: the header
     kind, version = build if build else ("", None)
-    return pin.version, (version or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
+    return pin.version, (version
+                         or "") if kind == "cuda" else "", (version or "") if kind == "rocm" else ""
 
 
 def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Path | None = None,
@@ -102,7 +108,8 @@ def image_labels(project: Project, backend: Backend, lock_sha256: str, lock: Pat
     (then it is not read again)."""
     lock = lock or backend.lock
     revision, source = provenance(project.root)
-    torch, cuda, rocm = torch_build(parsed or lock, backend, project.python, load_pairings(project.root))
+    torch, cuda, rocm = torch_build(parsed or lock, backend, project.python,
+                                    load_pairings(project.root))
     return {
         f"{OCI}title": project.name,
         f"{OCI}revision": revision,
@@ -150,12 +157,17 @@ def arch_labels(answer: Any) -> dict[str, str]:
     arch_list, source = answer.get("arch_list"), answer.get("source")
     if arch_list is None:
         reason = answer.get("reason")
-        return unknown(reason if isinstance(reason, str) and reason.strip() else "kdkit torch-arch gave no reason")
+        return unknown(reason if isinstance(reason, str) and reason.strip()
+                       else "kdkit torch-arch gave no reason")
     if not isinstance(arch_list, list) or len(arch_list) > 128 or not all(
             isinstance(token, str) and TORCH_TOKEN.fullmatch(token) for token in arch_list):
         return unknown(f"{ARCH_FILE}: arch_list is not a list of architecture names")
-    if source not in (SOURCE_FLAGS, SOURCE_HEADER, SOURCE_CPU) or (source == SOURCE_CPU) != (not arch_list):
-        return unknown(f"{ARCH_FILE}: source {str(source)[:60]!r} does not go with arch_list {arch_list[:4]}")
+    if source not in (SOURCE_FLAGS, SOURCE_HEADER, SOURCE_CPU) \
+            or (source == SOURCE_CPU) != (not arch_list):
+        return (
+            unknown(
+                f"{ARCH_FILE}: source {str(source)[:60]!r} does not go with arch_list "
+                f"{arch_list[:4]}"))
     return {ARCH_LIST: " ".join(arch_list), ARCH_SOURCE: source}
 
 
@@ -167,14 +179,17 @@ def recorded_arch(engine: Any, image_id: str) -> dict[str, str]:
     try:
         data = engine.read_file(image_id, ARCH_FILE, limit=64 << 10)
     except KdkitError as exc:
-        return arch_labels({"arch_list": None, "reason": f"cannot copy {ARCH_FILE} out of the image: {exc}"})
+        return arch_labels(
+            {"arch_list": None, "reason": f"cannot copy {ARCH_FILE} out of the image: {exc}"})
     if data is None:
-        return arch_labels({"arch_list": None, "reason": f"the image has no {ARCH_FILE} (its torch-arch step "
-                                                         "wrote nothing; see the build log)"})
+        return arch_labels({"arch_list": None,
+                            "reason": f"the image has no {ARCH_FILE} (its torch-arch step "
+                                      "wrote nothing; see the build log)"})
     try:
         answer = parse_json(data.decode("utf-8"), ARCH_FILE)
     except (UnicodeDecodeError, BadInput) as exc:
-        return arch_labels({"arch_list": None, "reason": f"{ARCH_FILE} is not readable JSON ({exc})"})
+        return arch_labels(
+            {"arch_list": None, "reason": f"{ARCH_FILE} is not readable JSON ({exc})"})
     return arch_labels(answer)
 
 
@@ -206,7 +221,8 @@ def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any
     (its requirements lock, or its pylock for an image built from that: :func:`project_lock`)."""
     baked = labels.get(f"{LABEL}lock.sha256", "")
     if project is None:
-        return {"image_sha256": baked, "project_lock": None, "project_sha256": None, "matches": None}
+        return {"image_sha256": baked, "project_lock": None,
+                "project_sha256": None, "matches": None}
     lock = project_lock(project, labels)
     current = sha256_file(lock) if lock.is_file() else None
     return {"image_sha256": baked, "project_lock": str(lock), "project_sha256": current,
@@ -237,8 +253,9 @@ def project_labels(files: Iterable[tuple[str, bytes]]) -> dict[str, str]:
     files = list(files)
     hashes = json.dumps({rel: digest[:16] for rel, digest in sorted(_file_hashes(files).items())},
                         separators=(",", ":"))
-    return {PROJECT_SHA256: project_digest(files), **({PROJECT_FILES: hashes} if len(hashes) <= PROJECT_FILES_MAX
-                                                      else {})}
+    return {PROJECT_SHA256: project_digest(files),
+            **({PROJECT_FILES: hashes} if len(hashes) <= PROJECT_FILES_MAX
+               else {})}
 
 
 def _changed(labels: dict[str, str], files: list[tuple[str, bytes]]) -> list[str] | None:
@@ -252,7 +269,8 @@ def _changed(labels: dict[str, str], files: list[tuple[str, bytes]]) -> list[str
     if not isinstance(then, dict):
         return None
     now = {rel: digest[:16] for rel, digest in _file_hashes(files).items()}
-    return sorted(rel for rel in set(now) | set(then) if now.get(rel) != then.get(rel))[:CHANGED_SHOWN]
+    return sorted(rel for rel in set(now) | set(then)
+                  if now.get(rel) != then.get(rel))[:CHANGED_SHOWN]
 
 
 def project_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
@@ -267,13 +285,15 @@ def project_match(labels: dict[str, str], project: Project | None) -> dict[str, 
         current = project_digest(files)
         changed = _changed(labels, files) if baked and baked != current else None
     matches = None if baked is None or current is None else baked == current
-    return {"matches": matches, "image_sha256": baked, "project_sha256": current, "changed": changed}
+    return {"matches": matches, "image_sha256": baked,
+            "project_sha256": current, "changed": changed}
 
 
 def require_kdkit_labels(ref: str, labels: dict[str, str]) -> None:
     if not labels.get(f"{LABEL}backend") or not labels.get(f"{LABEL}lock.sha256"):
         raise BadInput(f"image {ref}: has no kdkit labels ({LABEL}backend, {LABEL}lock.sha256); "
-                       "it was not made by `kdkit build`; build the project's image with `kdkit build`")
+                       "it was not made by `kdkit build`; build the project's image with `kdkit "
+                       "build`")
 
 
 # The end of the command an image of `kdkit build` runs by default (Dockerfile.common's CMD): after
@@ -286,9 +306,11 @@ def resumed_command(facts: ImageFacts, run_id: str) -> list[str]:
     ID``): diagnose and verify-env run first, as in every run, and the verdict is still the exit
     code."""
     shell, flag, chain = (*facts.command, "", "", "")[:3]
-    if (shell, flag) != ("/bin/sh", "-c") or not chain.rstrip().endswith(PILOT_TAIL) or len(facts.command) != 3:
-        raise BadInput(f"image {facts.ref}: its command is not kdkit's (`{' '.join(facts.command)}`); resume by "
-                       f"hand: `kdkit run -- kdkit pilot /app --resume {run_id}`")
+    if (shell, flag) != ("/bin/sh", "-c") or not chain.rstrip().endswith(PILOT_TAIL) \
+            or len(facts.command) != 3:
+        raise BadInput(f"image {facts.ref}: its command is not kdkit's "
+                       f"(`{' '.join(facts.command)}`); resume by hand: `kdkit run -- kdkit pilot "
+                       f"/app --resume {run_id}`")
     return [shell, flag, f"{chain.rstrip()} --resume {shlex.quote(run_id)}"]
 
 
@@ -300,9 +322,11 @@ def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:
     facts = connect().require_image(ref)
     require_kdkit_labels(ref, facts.labels)
     project = _project_for(project_dir)
-    return {"image": ref, "id": facts.id, "size": facts.size, "created": facts.created, "user": facts.user,
+    return {"image": ref, "id": facts.id, "size": facts.size, "created": facts.created,
+            "user": facts.user,
             "os": facts.os, "architecture": facts.architecture,
-            "kdkit": {k[len(LABEL):]: v for k, v in sorted(facts.labels.items()) if k.startswith(LABEL)},
+            "kdkit": {k[len(LABEL):]: v for k,
+                      v in sorted(facts.labels.items()) if k.startswith(LABEL)},
             "oci": {k[len(OCI):]: v for k, v in sorted(facts.labels.items()) if k.startswith(OCI)},
             "torch_arch": torch_arch(facts.labels), "lock": lock_match(facts.labels, project),
             "project": project_match(facts.labels, project)}
@@ -312,6 +336,6 @@ def require_lock_match(report: dict[str, Any]) -> None:
     """CheckFailed when the project's lock moved on since the image was built."""
     lock = report["lock"]
     if lock["matches"] is False:
-        raise CheckFailed(f"image {report['image']}: built from lock {lock['image_sha256'][:12]}, but "
-                          f"{lock['project_lock']} is now {str(lock['project_sha256'])[:12]}; rebuild "
-                          "with `kdkit build`")
+        raise CheckFailed(f"image {report['image']}: built from lock {lock['image_sha256'][:12]}, "
+                          f"but {lock['project_lock']} is now {str(lock['project_sha256'])[:12]}; "
+                          "rebuild with `kdkit build`")

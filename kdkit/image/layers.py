@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 # The locks `kdkit build` installs from (--lock-format): the requirements lock, split here, or the
 # backend's PEP 751 lock, split by kdkit.image.pylockparts.
 LOCK_FORMATS = ("requirements", "pylock")
-SEEDS = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm", "pip", "setuptools", "wheel"})
+SEEDS = frozenset(
+    {"torch", "triton", "pytorch-triton", "pytorch-triton-rocm", "pip", "setuptools", "wheel"})
 SEED_PREFIXES = ("nvidia-", "cuda-")
-HEADER = ("# {part} of the project's lock, derived by `kdkit build` (kdkit.image.layers); the builder "
-          "installs it with --require-hashes --no-deps\n")
+HEADER = ("# {part} of the project's lock, derived by `kdkit build` (kdkit.image.layers); the "
+          "builder installs it with --require-hashes --no-deps\n")
 _REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
 _VIA_ONE = re.compile(r"^\s+#\s+via\s+(\S.*)$")
 _VIA_START = re.compile(r"^\s+#\s+via\s*$")
@@ -93,7 +94,8 @@ def torch_keys(text: str) -> set[str]:
     _options, blocks = _blocks(text)
     parents: dict[str, set[str]] = {key: set() for key, _lines, _via in blocks}
     for key, _lines, via in blocks:
-        parents[key] |= {normalize_name(re.sub(r"\[.*$", "", p)) for p in via if not p.startswith("-")}
+        parents[key] |= {normalize_name(re.sub(r"\[.*$", "", p)) for p in via
+                         if not p.startswith("-")}
     part = {key for key in parents if is_seed(key)}
     grown = True
     while grown:
@@ -112,7 +114,8 @@ def split_lock_text(text: str) -> tuple[str, str]:
     for key, lines, _via in blocks:
         parts[key in keys].extend(lines)
     head = [line for line in options if line.strip()]
-    torch_part, rest = (HEADER.format(part=name) + "".join(f"{line}\n" for line in head + parts[which])
+    torch_part, rest = (HEADER.format(part=name)
+                        + "".join(f"{line}\n" for line in head + parts[which])
                         for name, which in (("torch's part", True), ("the rest", False)))
     return torch_part, rest
 
@@ -155,7 +158,8 @@ def split_files(files: Iterable[Path], lock: Lock, keys: set[str]) -> tuple[list
 def ca_entries(ca_bundle: bytes | None) -> Iterator[tuple[str, Path | bytes]]:
     """build/ca/: the builder stage's CA bundle (--ca-bundle: its bytes, as checked), whatever the
     lock's format."""
-    yield "build/ca/README", b"Builder-stage input: ca.pem (--ca-bundle), never in the final image.\n"
+    yield ("build/ca/README",
+           b"Builder-stage input: ca.pem (--ca-bundle), never in the final image.\n")
     if ca_bundle is not None:
         yield "build/ca/ca.pem", ca_bundle
 
@@ -173,7 +177,8 @@ def builder_entries(lock: LockInput, ca_bundle: bytes | None,
     for part, name in zip(parts, ("torch's part", "the rest"), strict=True):
         check_part(part, lock.path, name)
     yield from ca_entries(ca_bundle)
-    for folder, part, files in zip(("torch", "rest"), parts, split_files(wheels, lock.lock, keys), strict=True):
+    for folder, part, files in zip(("torch", "rest"), parts,
+                                   split_files(wheels, lock.lock, keys), strict=True):
         yield f"build/{folder}/requirements.lock", part.encode("utf-8")
         for wheel in files:
             yield f"build/{folder}/wheels/{wheel.name}", wheel

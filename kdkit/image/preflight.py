@@ -29,10 +29,13 @@ def check_ca_bundle(path: Path) -> tuple[Path, bytes]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise BadInput(f"--ca-bundle {path}: cannot read it ({exc.strerror or exc}); give a PEM file") from None
+        raise BadInput(
+            f"--ca-bundle {path}: cannot read it ({exc.strerror or exc}); give a PEM "
+            "file") from None
     if not PEM_BLOCK.search(data):
-        raise BadInput(f"--ca-bundle {path}: not a PEM bundle (no -----BEGIN CERTIFICATE----- block); give "
-                       "the CA file your proxy's certificate chains to, e.g. /etc/ssl/certs/ca-certificates.crt")
+        raise BadInput(f"--ca-bundle {path}: not a PEM bundle (no -----BEGIN CERTIFICATE----- "
+                       "block); give the CA file your proxy's certificate chains to, e.g. "
+                       "/etc/ssl/certs/ca-certificates.crt")
     try:
         ssl.create_default_context(cadata=data.decode("ascii", "replace"))
     except (ssl.SSLError, ValueError) as exc:
@@ -49,8 +52,9 @@ def refuse_machine_local(lock: LockInput, root: Path, backend: str, wheelhouse: 
     if not local or wheelhouse:
         return
     project, folder = shlex.quote(str(root)), shlex.quote(str(root / "wheelhouse" / backend))
-    raise BadInput(f"{lock.path}: {', '.join(local)} came only from a folder of the machine that locked it (the "
-                   "lock's machine-local), so the build's pip cannot fetch it from any index; copy its files from "
-                   f"the folder you locked with (--torch-find-links) into {folder}, then `kdkit wheelhouse "
-                   f"{project} --backend {backend}` and `kdkit build {project} --backend {backend} --wheelhouse "
-                   f"{folder}`")
+    raise BadInput(f"{lock.path}: {', '.join(local)} came only from a folder of the machine that "
+                   "locked it (the lock's machine-local), so the build's pip cannot fetch it from "
+                   "any index; copy its files from the folder you locked with "
+                   f"(--torch-find-links) into {folder}, then `kdkit wheelhouse {project} "
+                   f"--backend {backend}` and `kdkit build {project} --backend {backend} "
+                   f"--wheelhouse {folder}`")

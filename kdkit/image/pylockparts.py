@@ -53,8 +53,9 @@ if TYPE_CHECKING:
 # the first pip that installs from a pylock (its changelog, 26.1: "-r pylock.toml")
 PIP_FLOOR = "26.1"
 PYTHON_FLOOR = (3, 11)  # the image's verify-env reads the pylock with tomllib, new in Python 3.11
-HEADER = ("# {part} of the project's PEP 751 lock, derived by `kdkit build` (kdkit.image.pylockparts); the "
-          "builder installs it with pip >= " + PIP_FLOOR + ", --require-hashes --no-deps\n")
+HEADER = ("# {part} of the project's PEP 751 lock, derived by `kdkit build` "
+          "(kdkit.image.pylockparts); the builder installs it with pip >= " + PIP_FLOOR
+          + ", --require-hashes --no-deps\n")
 _PACKAGES = re.compile(r"^\[\[[ \t]*packages[ \t]*\]\][ \t]*(#.*)?$")
 # [packages.vcs], [[packages.wheels]], ...
 _PACKAGE_TABLE = re.compile(r"^\[\[?[ \t]*packages[ \t]*\.")
@@ -74,10 +75,11 @@ def require_image_python(python: str, pylock: Path, requirements: Path) -> None:
     except InvalidVersion:
         return  # kdkit.json's schema reports it
     if release[:2] < PYTHON_FLOOR:
-        raise BadInput(f"kdkit.json: \"python\" is {python}, but an image built from {pylock.name} checks itself "
-                       "against it with verify-env, which reads a pylock with tomllib (Python 3.11 or newer); build "
-                       f"from {requirements.name} (--lock-format requirements), or set \"python\" to 3.11 or newer "
-                       "and relock")
+        raise BadInput(f"kdkit.json: \"python\" is {python}, but an image built from {pylock.name} "
+                       "checks itself against it with verify-env, which reads a pylock with "
+                       f"tomllib (Python 3.11 or newer); build from {requirements.name} "
+                       "(--lock-format requirements), or set \"python\" to 3.11 or newer and "
+                       "relock")
 
 
 def installer_pip() -> str:
@@ -85,37 +87,41 @@ def installer_pip() -> str:
     below 26.1."""
     from importlib import metadata
 
-    fix = (f"upgrade it (`{sys.executable} -m pip install --upgrade 'pip>={PIP_FLOOR}'`), or build from the "
-           "requirements lock (--lock-format requirements)")
+    fix = (f"upgrade it (`{sys.executable} -m pip install --upgrade 'pip>={PIP_FLOOR}'`), or build "
+           "from the requirements lock (--lock-format requirements)")
     try:
         version = metadata.version("pip")
     except metadata.PackageNotFoundError:
-        raise Unavailable(f"{sys.executable}: has no pip, and installing from a pylock needs pip {PIP_FLOOR} or "
-                          f"newer; {fix}") from None
+        raise Unavailable(f"{sys.executable}: has no pip, and installing from a pylock needs pip "
+                          f"{PIP_FLOOR} or newer; {fix}") from None
     if Version.parse(version) < Version.parse(PIP_FLOOR):
-        raise Unavailable(f"{sys.executable}: pip {version} cannot install from a pylock (pip {PIP_FLOOR} or newer "
-                          f"can); {fix}")
+        raise Unavailable(f"{sys.executable}: pip {version} cannot install from a pylock (pip "
+                          f"{PIP_FLOOR} or newer can); {fix}")
     return version
 
 
-def check_pylock(lock: Lock, python: str, local_files_ok: bool, data: dict[str, Any] | None = None) -> None:
+def check_pylock(lock: Lock, python: str, local_files_ok: bool,
+                 data: dict[str, Any] | None = None) -> None:
     """BadInput for a package the image (CPython ``python``) would install but cannot prove or
     reach: one from a vcs or a directory (no file hash), or, without a wheelhouse, one whose file
     lies on this machine (a ``path``, a ``file:`` url)."""
     environment = image_environment(python, lock.header.get("platform", ""))
     for pin in (p for key in lock.candidates for p in lock.applying(key, environment)):
         if pin.source is not None and pin.source.kind in ("vcs", "directory"):
-            raise BadInput(f"{lock.path}:{pin.line}: {pin.name} comes from {pin.source}, which no file hash "
-                           "proves, and the image installs only hash-checked files; lock a release of it, or build "
-                           "from the requirements lock (--lock-format requirements)")
+            raise BadInput(f"{lock.path}:{pin.line}: {pin.name} comes from {pin.source}, which no "
+                           "file hash proves, and the image installs only hash-checked files; lock "
+                           "a release of it, or build from the requirements lock (--lock-format "
+                           "requirements)")
     if local_files_ok:
         return
-    for package in applying_packages(lock, data if data is not None else _data(Path(lock.path)), environment):
+    for package in applying_packages(lock,
+                                     data if data is not None
+                                     else _data(Path(lock.path)), environment):
         if any("path" in table or str(table.get("url", "")).lower().startswith("file:")
                for table in _file_tables(package)):
-            raise BadInput(f"{lock.path}: {package['name']}: its file lies on this machine (a path or a file: url), "
-                           "out of the builder's reach; pass --wheelhouse DIR (`kdkit wheelhouse`), or lock against "
-                           "an index")
+            raise BadInput(f"{lock.path}: {package['name']}: its file lies on this machine (a path "
+                           "or a file: url), out of the builder's reach; pass --wheelhouse DIR "
+                           "(`kdkit wheelhouse`), or lock against an index")
 
 
 def plan_pylock_build(project: Project, pylock: LockInput, wheelhouse: bool) -> str:
@@ -131,13 +137,15 @@ def download_pip(dest: Path, version: str, report: Progress | None = None) -> Pa
     certificate, proxy)."""
     if report is not None:
         report(f"pip {version} for the builder, which installs from the pylock")
-    done = proc.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+    done = proc.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                     "--only-binary=:all:",
                      "--dest", str(dest), f"pip=={version}"], timeout=600)
     wheels = sorted(dest.glob(f"pip-{version}-*.whl"))
     if not done.ok or not wheels:
-        raise Unavailable(f"cannot download pip {version} for the image's builder ({done.first_error_line()}); "
-                          "check the network and pip's configuration (`pip config list`), or build from the "
-                          "requirements lock (--lock-format requirements)")
+        raise Unavailable(f"cannot download pip {version} for the image's builder "
+                          f"({done.first_error_line()}); check the network and pip's configuration "
+                          "(`pip config list`), or build from the requirements lock (--lock-format "
+                          "requirements)")
     return wheels[0]
 
 
@@ -156,11 +164,13 @@ def _loads(text: str) -> dict[str, Any]:
     return data
 
 
-def applying_packages(lock: Lock, data: dict[str, Any], environment: dict[str, str]) -> list[dict[str, Any]]:
+def applying_packages(lock: Lock, data: dict[str, Any],
+                      environment: dict[str, str]) -> list[dict[str, Any]]:
     """The ``[[packages]]`` tables the image installs: those of a name and version whose marker
     holds there (:meth:`Lock.applying`, PEP 751's rules: no extra, the default dependency
     groups)."""
-    wanted = {(pin.key, pin.version) for key in lock.candidates for pin in lock.applying(key, environment)}
+    wanted = {(pin.key, pin.version) for key in lock.candidates
+              for pin in lock.applying(key, environment)}
     return [package for package in data["packages"]
             if (normalize_name(package["name"]), str(package.get("version", ""))) in wanted]
 
@@ -168,7 +178,8 @@ def applying_packages(lock: Lock, data: dict[str, Any], environment: dict[str, s
 def _file_tables(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for key in _FILE_KEYS:
         value = package.get(key)
-        for table in value if isinstance(value, list) else [value] if isinstance(value, dict) else []:
+        for table in value if isinstance(value, list) else [value] if isinstance(value,
+                                                                                 dict) else []:
             if isinstance(table, dict):
                 yield table
 
@@ -176,7 +187,8 @@ def _file_tables(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- the parts
 
 
-def pylock_torch_keys(data: dict[str, Any], twin: Path | None, twin_text: str | None = None) -> set[str]:
+def pylock_torch_keys(data: dict[str, Any], twin: Path | None,
+                      twin_text: str | None = None) -> set[str]:
     """The normalized names of torch's part: the seeds, the torch part of the requirements lock
     ``twin`` (the one the pylock was made from, when given; ``twin_text``: its text, already read),
     and what their ``dependencies`` tables name, transitively."""
@@ -219,10 +231,12 @@ def _pieces(text: str) -> tuple[list[str], list[str]]:
 
 
 def _part_text(name: str, head: list[str], blocks: list[str]) -> str:
-    return HEADER.format(part=name) + "".join(f"{line}\n" for line in head) + "".join(f"\n{b}" for b in blocks)
+    return HEADER.format(part=name) + "".join(f"{line}\n"
+                                              for line in head) + "".join(f"\n{b}" for b in blocks)
 
 
-def _check_part(part: str, data: dict[str, Any], packages: list[dict[str, Any]], path: Path) -> None:
+def _check_part(part: str, data: dict[str, Any],
+                packages: list[dict[str, Any]], path: Path) -> None:
     """BadInput unless ``part`` reads as the lock's top-level keys and exactly ``packages``."""
     import tomllib
 
@@ -232,12 +246,14 @@ def _check_part(part: str, data: dict[str, Any], packages: list[dict[str, Any]],
     except tomllib.TOMLDecodeError:
         read = {}
     if read.pop("packages", []) != packages or read != expected:
-        raise BadInput(f"{path}: its text cannot be cut into the image's two layers as written (a [[packages]] "
-                       "table or a top-level key kdkit did not find whole); write it again with `kdkit lock`, or "
-                       "build from the requirements lock (--lock-format requirements)")
+        raise BadInput(f"{path}: its text cannot be cut into the image's two layers as written (a "
+                       "[[packages]] table or a top-level key kdkit did not find whole); write it "
+                       "again with `kdkit lock`, or build from the requirements lock "
+                       "(--lock-format requirements)")
 
 
-def split_pylock_text(text: str, data: dict[str, Any], keys: set[str], path: Path) -> tuple[str, str]:
+def split_pylock_text(text: str, data: dict[str, Any],
+                      keys: set[str], path: Path) -> tuple[str, str]:
     """(torch's part, the rest) of a pylock's text, each a pylock of its own, every package block as
     written."""
     head, blocks = _pieces(text)
@@ -249,7 +265,8 @@ def split_pylock_text(text: str, data: dict[str, Any], keys: set[str], path: Pat
     for name, which in (("torch's part", True), ("the rest", False)):
         chosen = [block for block, mine in zip(blocks, ours, strict=False) if mine == which]
         parts.append(_part_text(name, head, chosen))
-        _check_part(parts[-1], data, [p for p, mine in zip(packages, ours, strict=True) if mine == which], path)
+        _check_part(parts[-1], data,
+                    [p for p, mine in zip(packages, ours, strict=True) if mine == which], path)
     return parts[0], parts[1]
 
 
@@ -262,7 +279,8 @@ def _toml(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _located_files(package: dict[str, Any], key: str, files: dict[str, Path]) -> list[dict[str, Any]]:
+def _located_files(package: dict[str, Any], key: str,
+                   files: dict[str, Path]) -> list[dict[str, Any]]:
     """The package's ``key`` tables (wheels, sdist, archive) whose file the wheelhouse has, each
     naming that file by its path in the part's folder (an archive table has no name key)."""
     found = []
@@ -270,7 +288,8 @@ def _located_files(package: dict[str, Any], key: str, files: dict[str, Path]) ->
         digest = str(table.get("hashes", {}).get("sha256", "")).lower()
         if digest in files:
             name = {} if key == "archive" else {"name": files[digest].name}
-            found.append({**name, "path": f"wheels/{files[digest].name}", "hashes": {"sha256": digest}})
+            found.append(
+                {**name, "path": f"wheels/{files[digest].name}", "hashes": {"sha256": digest}})
     return found
 
 
@@ -281,11 +300,13 @@ def _wheelhouse_block(package: dict[str, Any], files: dict[str, Path]) -> str | 
                if (found := _located_files(package, key, files))]
     if not sources:
         return None
-    keys = [f"{key} = {_toml(package[key])}" for key in _PACKAGE_KEYS if isinstance(package.get(key), str)]
+    keys = [f"{key} = {_toml(package[key])}" for key in _PACKAGE_KEYS
+            if isinstance(package.get(key), str)]
     return "\n".join(["[[packages]]", *keys, *sources]) + "\n"
 
 
-def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, Any]], keys: set[str],
+def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, Any]],
+                     keys: set[str],
                      wheels: list[Path]) -> tuple[str, str]:
     """(torch's part, the rest) for a build from a wheelhouse: the packages the image installs, each
     naming the wheelhouse's files of it; BadInput for one that has none there."""
@@ -296,14 +317,16 @@ def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, A
         block = _wheelhouse_block(package, files)
         if block is None:
             version = f"=={package['version']}" if isinstance(package.get("version"), str) else ""
-            raise BadInput(f"--wheelhouse: no file with a hash the pylock names for {package['name']}{version}, "
-                           "which the image installs; run `kdkit wheelhouse` again")
+            raise BadInput("--wheelhouse: no file with a hash the pylock names for "
+                           f"{package['name']}{version}, which the image installs; run `kdkit "
+                           "wheelhouse` again")
         parts[normalize_name(package["name"]) in keys].append(block)
     return _part_text("torch's part", head, parts[True]), _part_text("the rest", head, parts[False])
 
 
 def pylock_builder_entries(pylock: LockInput, twin: LockInput, python: str, ca_bundle: bytes | None,
-                           wheels: list[Path], pip_wheel: Path) -> Iterator[tuple[str, Path | bytes]]:
+                           wheels: list[Path],
+                           pip_wheel: Path) -> Iterator[tuple[str, Path | bytes]]:
     """The builder stage's part of the build context for a pylock: build/ca/, and build/torch/ and
     build/rest/ each with its ``pylock.toml``, the pip that installs it (``pip/``) and, with a
     wheelhouse, its ``wheels/``. ``pylock`` and ``twin`` (its requirements lock) as the build read
@@ -312,7 +335,8 @@ def pylock_builder_entries(pylock: LockInput, twin: LockInput, python: str, ca_b
     keys = pylock_torch_keys(data, None, twin.text)
     if wheels:
         environment = image_environment(python, lock.header.get("platform", ""))
-        parts = wheelhouse_parts(text, data, applying_packages(lock, data, environment), keys, wheels)
+        parts = wheelhouse_parts(text, data,
+                                 applying_packages(lock, data, environment), keys, wheels)
         split = split_files(wheels, lock, keys)
     else:
         parts, split = split_pylock_text(text, data, keys, pylock.path), ([], [])

@@ -27,9 +27,11 @@ RETRIES = 1
 # bytes: download.pytorch.org's every-build torch/ page is a few MB; more is not an index
 MAX_PAGE = 32 << 20
 GRACE = 0.5  # seconds past the timeout the fetch may take (the socket's own timeout fires first)
-TORCH_FIX = ("check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a local folder "
-             "with --torch-find-links")
-INDEX_FIX = "check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or change pip's configuration"
+TORCH_FIX = ("check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a "
+             "local folder with --torch-find-links")
+INDEX_FIX = (
+    "check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or change pip's "
+    "configuration")
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,15 @@ class Network:
         return f"--timeout {self.timeout:g} --retries {RETRIES}"
 
     def _opener(self, host: str) -> urllib.request.OpenerDirector:
-        context = ssl.create_default_context(cafile=self.cafile) if self.cafile else ssl.create_default_context()
+        context = ssl.create_default_context(
+            cafile=self.cafile) if self.cafile else ssl.create_default_context()
         if host in self.trusted_hosts:  # pip's trusted-host: no certificate check for that host
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         # pip's --proxy holds for every host: NO_PROXY does not apply to it (urllib's would)
         if self.proxy:
-            return urllib.request.build_opener(urllib.request.ProxyHandler({}), _EveryHost(self.proxy),
+            return urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                               _EveryHost(self.proxy),
                                                urllib.request.HTTPSHandler(context=context))
         # HTTP(S)_PROXY and their lower-case forms; NO_PROXY applies
         proxies = urllib.request.getproxies()
@@ -78,7 +82,8 @@ class Network:
         """(proxy URL without userinfo, where it was set) that a request for ``url`` goes through,
         or None."""
         if self.proxy:
-            return without_userinfo(self.proxy if "://" in self.proxy else f"http://{self.proxy}")[0], "pip's proxy"
+            return without_userinfo(self.proxy if "://" in self.proxy
+                                    else f"http://{self.proxy}")[0], "pip's proxy"
         parts = urlsplit(url)
         proxy = urllib.request.getproxies().get(parts.scheme)
         if not proxy or urllib.request.proxy_bypass(parts.netloc):
@@ -94,14 +99,16 @@ class Network:
         ``what`` names the URL's place in messages (``backends.cuda.torch_index in kdkit.json``)."""
         url, authorization = without_userinfo(url)
         host = urlsplit(url).hostname or ""
-        request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "kdkit"})
+        request = urllib.request.Request(url,
+                                         headers={"Accept": "text/html", "User-Agent": "kdkit"})
         # as pip does: the URL's user and password go as Basic auth, to that host only
         if authorization:
             request.add_unredirected_header("Authorization", authorization)
         fetch = self._fetch(request, host, body)
         if fetch.done and fetch.error is None:
             return fetch.text
-        if fetch.done and isinstance(fetch.error, urllib.error.HTTPError) and fetch.error.code in (404, 410):
+        if fetch.done and isinstance(fetch.error, urllib.error.HTTPError) \
+                and fetch.error.code in (404, 410):
             return None
         raise Unavailable(f"{url} ({what}): {self._failure(fetch, host, url)}; {outcome}: {fix}")
 
@@ -110,7 +117,8 @@ class Network:
         seconds resets it; the join bounds the whole fetch (name lookup, connection, every read) by
         the wall clock."""
         fetch = _Fetch()
-        worker = threading.Thread(target=fetch.run, args=(self._opener(host), request, self.timeout, body),
+        worker = threading.Thread(target=fetch.run,
+                                  args=(self._opener(host), request, self.timeout, body),
                                   name="kdkit-index-fetch", daemon=True)
         worker.start()
         worker.join(self.timeout + GRACE)
@@ -123,13 +131,15 @@ class Network:
         """Why a fetch that did not return a page failed, for the message; an unexpected error is
         raised."""
         if not fetch.done:
-            return (f"the page was not complete after {self.timeout:g} s ({fetch.received} bytes came)"
+            return (f"the page was not complete after {self.timeout:g} s ({fetch.received} bytes "
+                    "came)"
                     if fetch.answered else f"no answer after {self.timeout:g} s")
         if isinstance(fetch.error, _TooLarge):
             return f"the page is over {MAX_PAGE >> 20} MiB, no index page is that large"
         if isinstance(fetch.error, urllib.error.HTTPError):
             return f"HTTP {fetch.error.code} {fetch.error.reason}"
-        if isinstance(fetch.error, (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)):
+        if isinstance(fetch.error,
+                      (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)):
             return self._reason(fetch.error, host, self.proxy_for(url))
         assert fetch.error is not None
         raise fetch.error
@@ -148,8 +158,8 @@ class Network:
         if isinstance(exc, OSError) and exc.__class__.__name__ == "gaierror":
             return f"cannot resolve host {host}"
         if isinstance(exc, ssl.SSLCertVerificationError):
-            return (f"TLS certificate not trusted ({exc.verify_message}); pass the proxy's CA with --ca-bundle FILE "
-                    "or set pip's cert")
+            return (f"TLS certificate not trusted ({exc.verify_message}); pass the proxy's CA with "
+                    "--ca-bundle FILE or set pip's cert")
         if isinstance(exc, urllib.error.URLError):
             return str(exc.reason)
         if isinstance(exc, OSError) and exc.strerror:  # a missing cert file names itself
@@ -207,7 +217,8 @@ class _Fetch:
         self.text: str | None = None
         self.error: BaseException | None = None
 
-    def run(self, opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout: float,
+    def run(self, opener: urllib.request.OpenerDirector, request: urllib.request.Request,
+            timeout: float,
             body: bool) -> None:
         try:
             with opener.open(request, timeout=timeout) as response:

@@ -14,8 +14,8 @@ _INCLUDE = re.compile(r"^\s*(-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)")
 def input_files(requirements: Path) -> list[Path]:
     """The .in file and every file it includes with -r / -c, recursively, in order."""
     if not requirements.is_file():
-        raise BadInput(f"{requirements}: requirements input not found; create it (one requirement a line, "
-                       "e.g. torch==2.13.0) or fix $.requirements in kdkit.json")
+        raise BadInput(f"{requirements}: requirements input not found; create it (one requirement "
+                       "a line, e.g. torch==2.13.0) or fix $.requirements in kdkit.json")
     seen: list[Path] = []
     pending = [requirements.resolve()]
     while pending:
@@ -28,7 +28,8 @@ def input_files(requirements: Path) -> list[Path]:
             if match:
                 included = (path.parent / match.group(2)).resolve()
                 if not included.is_file():
-                    raise BadInput(f"{path}:{number}: includes {match.group(2)}, which does not exist")
+                    raise BadInput(
+                        f"{path}:{number}: includes {match.group(2)}, which does not exist")
                 pending.append(included)
     return seen
 

@@ -77,7 +77,13 @@ from kdkit.lock.pages import and_list, torch_requirement
 from kdkit.lock.pipconfig import pip_configuration, pip_default_index, torch_find_links
 from kdkit.lock.preflight import TorchPage, check_answers, check_find_links, refuse_foreign_index
 from kdkit.lock.preflight import preflight as index_preflight
-from kdkit.lock.provenance import Provenance, emitted_indexes, local_sources, option_lines, provenance
+from kdkit.lock.provenance import (
+    Provenance,
+    emitted_indexes,
+    local_sources,
+    option_lines,
+    provenance,
+)
 from kdkit.lock.resolution import Resolution
 from kdkit.lock.resolvers import Job, Resolver, chosen_resolver, prepare, resolve
 
@@ -102,7 +108,8 @@ class LockResult:
     pylock: Path | None = None  # the PEP 751 lock written beside it, when one could be made
 
     def as_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "lock": str(self.path), "pins": self.pins, "torch": self.torch,
+        return {"backend": self.backend, "lock": str(self.path), "pins": self.pins,
+                "torch": self.torch,
                 "resolved_in": self.resolved_in, "python": self.python, "platform": self.platform,
                 "pylock": str(self.pylock) if self.pylock else None, "warnings": self.warnings}
 
@@ -118,7 +125,8 @@ def backend_label(backend: Backend) -> str | None:
 
 # ---------------------------------------------------------------- inputs and the header
 
-def build_header(project: Project, backend: Backend, resolution: Resolution, indexes: Sequence[tuple[str, str]],
+def build_header(project: Project, backend: Backend, resolution: Resolution,
+                 indexes: Sequence[tuple[str, str]],
                  origin: Provenance, torch_build: str | None = None) -> str:
     """The provenance block above the lock's index lines and the resolver's output (``torch_build``:
     PyPI's)."""
@@ -135,7 +143,8 @@ def build_header(project: Project, backend: Backend, resolution: Resolution, ind
         ("indexes", "; ".join(f"{opt} {value}" for opt, value in indexes) or "(pip defaults)"),
         ("machine-local", ", ".join(origin.machine_local) or "none"),
     ]
-    fields += [(f"input:{relative(project.root, p)}", sha256_file(p)) for p in input_files(project.requirements)]
+    fields += [(f"input:{relative(project.root, p)}", sha256_file(p))
+               for p in input_files(project.requirements)]
     lines = [
         "# Hashed lock written by `kdkit lock`; do not edit. Change the .in file(s) and run",
         f"#   kdkit lock --backend {backend.name}",
@@ -154,16 +163,19 @@ def platform_warnings(project: Project, backend: Backend) -> list[str]:
     host_python = ".".join(platform.python_version_tuple()[:2])
     warnings = []
     if host_python != project.python:
-        warnings.append(f"resolving with Python {host_python} but kdkit.json targets Python {project.python}; "
-                        "markers and wheels may differ in the image (use --in-container)")
+        warnings.append(f"resolving with Python {host_python} but kdkit.json targets Python "
+                        f"{project.python}; markers and wheels may differ in the image (use "
+                        "--in-container)")
     here = (sys.platform, platform.machine())
     if here != TARGET_PLATFORM:
-        warnings.append(f"resolving on {here[0]}-{here[1]} for a {'-'.join(TARGET_PLATFORM)} image: Linux-only "
-                        f"dependencies (nvidia-*) may be missing from the {backend.name} lock (use --in-container)")
+        warnings.append(f"resolving on {here[0]}-{here[1]} for a {'-'.join(TARGET_PLATFORM)} "
+                        "image: Linux-only dependencies (nvidia-*) may be missing from the "
+                        f"{backend.name} lock (use --in-container)")
     return warnings
 
 
-def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: TorchPage | None = None,
+def check_torch_label(lock: Lock, backend: Backend, config_file: Path,
+                      page: TorchPage | None = None,
                       inputs: Sequence[Path] = (), python: str = "", tool: str = "pip-compile",
                       mirrors: tuple[str, ...] = ()) -> str | None:
     """torch must carry the label of the backend's index; a bare version would accept any build. An
@@ -178,7 +190,8 @@ def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: Tor
     refuse_foreign_index(backend.torch_index, backend.name, config_file, mirrors=mirrors)
     label = backend_label(backend)
     if label is None and is_pypi(backend.torch_index, mirrors):
-        return pypitorch.locked_build(pin.public_version, pin.local, "-".join(TARGET_PLATFORM), backend.name,
+        return pypitorch.locked_build(pin.public_version, pin.local, "-".join(TARGET_PLATFORM),
+                                      backend.name,
                                       config_file, tool, backend.torch_index)
     if label is None or pin.local == label:
         return None
@@ -187,16 +200,18 @@ def check_torch_label(lock: Lock, backend: Backend, config_file: Path, page: Tor
     build = newest or f"{pin.public_version}+{label}"
     why = f" (the newest build {backend.torch_index} serves for Python {python})" if newest else ""
     where = _naming_torch(inputs, config_file.parent) if inputs else Path(lock.path).name
-    raise KdkitError(f"{tool} resolved torch=={pin.version} ({got}) for backend {backend.name}, whose index "
-                     f"{backend.torch_index} serves +{label} builds; pin torch=={build} in {where}{why} "
-                     "or check the indexes in your pip configuration")
+    raise KdkitError(f"{tool} resolved torch=={pin.version} ({got}) for backend {backend.name}, "
+                     f"whose index {backend.torch_index} serves +{label} builds; pin "
+                     f"torch=={build} in {where}{why} or check the indexes in your pip "
+                     "configuration")
 
 
 def _naming_torch(inputs: Sequence[Path], root: Path) -> str:
     """The input file (relative to the project) whose requirement lines name torch; the first
     otherwise."""
     for path in inputs:
-        if re.search(r"^\s*torch\s*(?:[\[=<>!~;@]|$)", path.read_text(encoding="utf-8"), re.MULTILINE | re.IGNORECASE):
+        if re.search(r"^\s*torch\s*(?:[\[=<>!~;@]|$)", path.read_text(encoding="utf-8"),
+                     re.MULTILINE | re.IGNORECASE):
             return relative(root, path)
     return relative(root, inputs[0])
 
@@ -218,7 +233,8 @@ def preflight(project: Project, backend: Backend, pip_config: dict[str, str],
     not)."""
     inputs = input_files(project.requirements)
     requirement = torch_requirement(inputs, project.python, TARGET_PLATFORM)
-    page = index_preflight(backend.torch_index, backend.name, requirement, project.python, TARGET_PLATFORM,
+    page = index_preflight(backend.torch_index, backend.name, requirement, project.python,
+                           TARGET_PLATFORM,
                            network, project.root / "kdkit.json", pypitorch.mirrors(pip_config))
     for _option, url in emitted_indexes(backend.torch_index, pip_config, pip_default_index())[1:]:
         key = "index-url" if url == pip_config.get("index-url") else "extra-index-url"
@@ -238,7 +254,8 @@ def _refuse_early(project: Project, backend: Backend, local_torch: Path | None) 
     refuse_foreign_index(backend.torch_index, backend.name, project.root / "kdkit.json",
                          torch_needed=requirement is not None, mirrors=mirrors)
     if local_torch is not None:
-        check_find_links(local_torch, backend_label(backend), requirement, project.python, TARGET_PLATFORM,
+        check_find_links(local_torch, backend_label(backend), requirement, project.python,
+                         TARGET_PLATFORM,
                          plain=is_pypi(backend.torch_index, mirrors))
     return pip_config
 
@@ -255,29 +272,35 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     mirrors = pypitorch.mirrors(pip_config)
     network = Network.from_pip(pip_config, ca_bundle)
     page = None if local_torch else preflight(project, backend, pip_config, network)
-    job = Job(project, backend, pip_config, TARGET_PLATFORM, ca_bundle, local_torch, upgrade, tuple(upgrade_packages),
+    job = Job(project, backend, pip_config, TARGET_PLATFORM, ca_bundle, local_torch, upgrade,
+              tuple(upgrade_packages),
               in_container)
     resolution = resolve(resolver, job)
     warnings = [] if in_container else platform_warnings(project, backend)
     try:
         lock = parse_lock_text(resolution.text, backend.lock)
     except BadInput as exc:  # the resolver's output, not the user's file: name it so
-        raise KdkitError(f"{resolver.tool} wrote a lock kdkit cannot read, nothing was written: {exc}") from None
-    torch_build = check_torch_label(lock, backend, config_file, page, input_files(project.requirements),
+        raise KdkitError(
+            f"{resolver.tool} wrote a lock kdkit cannot read, nothing was written: {exc}") from None
+    torch_build = check_torch_label(lock, backend, config_file, page,
+                                    input_files(project.requirements),
                                     project.python, resolver.tool, mirrors)
     indexes = emitted_indexes(backend.torch_index, pip_config, pip_default_index(),
                               torch_from_index=local_torch is None)
     # the indexes a machine installing the lock asks: those it names, and its own (pip's default
     # here)
     asked = [url for _option, url in indexes]
-    asked += [pip_config["index-url"]] if pip_config.get("index-url") and pip_config["index-url"] not in asked else []
-    origin = provenance(lock, page, asked, local_sources(pip_config, local_torch), local_torch, network,
+    asked += ([pip_config["index-url"]] if pip_config.get("index-url")
+              and pip_config["index-url"] not in asked else [])
+    origin = provenance(lock, page, asked, local_sources(pip_config, local_torch), local_torch,
+                        network,
                         project.python, TARGET_PLATFORM)
     head = build_header(project, backend, resolution, indexes, origin, torch_build)
     text = head + option_lines(indexes) + resolution.text.lstrip("\n")
     pylock, why_not = pylock_text(resolver, job, head, text)
     writes = [(backend.lock, text), *([(backend.pylock, pylock)] if pylock is not None else [])]
-    left = [line for path in (backend.lock, backend.pylock) for line in describe_removed(clean_stale(path))]
+    left = [line for path in (backend.lock, backend.pylock)
+            for line in describe_removed(clean_stale(path))]
     for path, content in writes:  # a credential in either: refused before either is written
         _refuse_credentials(path, content)
     # the lock first: a kill between leaves the old pylock,
@@ -288,7 +311,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     elsewhere = cpu_mismatch(project, resolution.platform, relative(project.root, backend.lock))
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
                       resolution.python, resolution.platform,
-                      [*warnings, *origin.warnings, *([elsewhere] if elsewhere else []), *why_not, *left],
+                      [*warnings, *origin.warnings, *([elsewhere] if elsewhere else []),
+                       *why_not, *left],
                       backend.pylock if pylock is not None else None)
 
 
@@ -300,8 +324,9 @@ def pylock_text(resolver: Resolver, job: Job, head: str, text: str) -> tuple[str
     project, backend = job.project, job.backend
     try:
         if job.local_torch is not None:
-            raise pylockwrite.NoPylock("torch came from --torch-find-links, a folder of this machine, and a pylock "
-                                       "names each file by a URL another machine can reach")
+            raise pylockwrite.NoPylock("torch came from --torch-find-links, a folder of this "
+                                       "machine, and a pylock names each file by a URL another "
+                                       "machine can reach")
         uv = resolver.uv
         if uv is None:
             try:
@@ -310,11 +335,13 @@ def pylock_text(resolver: Resolver, job: Job, head: str, text: str) -> tuple[str
                 uv = None
         env = uvcompile.uv_environment(job.pip_config, os.environ)
         cert = uvcompile.uv_cert(job.pip_config, job.ca_bundle, in_container=False)
-        made = pylockwrite.make_pylock(uv, parse_lock_text(text, backend.lock), project, backend, head, text, env,
+        made = pylockwrite.make_pylock(uv, parse_lock_text(text, backend.lock), project, backend,
+                                       head, text, env,
                                        cert, job.target[1])
     except pylockwrite.NoPylock as exc:
         rel = pylockwrite.relative_pylock(project, backend)
-        return None, [f"{rel} not written: {exc}; {relative(project.root, backend.lock)} is complete on its own"
+        return None, [f"{rel} not written: {exc}; {relative(project.root, backend.lock)} is "
+                      "complete on its own"
                       + pylockwrite.stale_note(project, backend, text)]
     return made, []
 
@@ -324,8 +351,8 @@ def _refuse_credentials(path: Path, text: str) -> None:
     for number, line in enumerate(text.splitlines(), start=1):
         # e.g. an index URL with a password or a token taken from pip's configuration
         if found := find(line):
-            raise BadInput(f"{path}:{number}: the lock would carry {found[0].what} ({found[0].redacted}); "
-                           f"nothing was written: {CREDENTIAL_FIX}")
+            raise BadInput(f"{path}:{number}: the lock would carry {found[0].what} "
+                           f"({found[0].redacted}); nothing was written: {CREDENTIAL_FIX}")
 
 
 def _write(path: Path, text: str, written: Sequence[Path], project: Project) -> None:
@@ -334,10 +361,11 @@ def _write(path: Path, text: str, written: Sequence[Path], project: Project) -> 
     try:
         atomic_write_text(path, text)
     except OSError as exc:
-        before = f"; {and_list([relative(project.root, p) for p in written])} was written before it" if written else \
-            "; nothing was written"
-        raise BadInput(f"{path}: cannot write the lock ({exc.strerror or exc}){before}; check the folder's "
-                       "permissions and free space, then lock again") from None
+        before = (f"; {and_list([relative(project.root, p) for p in written])} was written before "
+                  "it" if written else
+                  "; nothing was written")
+        raise BadInput(f"{path}: cannot write the lock ({exc.strerror or exc}){before}; check the "
+                       "folder's permissions and free space, then lock again") from None
 
 
 def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrade: bool = False,
@@ -359,16 +387,20 @@ def lock_project(project_dir: Path | None, backend: str | None = None, *, upgrad
     for chosen in chosen_backends(project, backend):
         if progress:
             where = f"in {chosen.base_image}" if in_container else "on this host"
-            progress(f"Locking {chosen.name}: {tool.tool} {shlex.quote(str(project.requirements.name))} {where}")
+            progress(
+                f"Locking {chosen.name}: {tool.tool} {shlex.quote(str(project.requirements.name))} "
+                f"{where}")
         try:
-            results.append(lock_backend(project, chosen, upgrade=upgrade, upgrade_packages=upgrade_packages,
-                                        in_container=in_container, ca_bundle=ca_bundle, local_torch=local_torch,
+            results.append(lock_backend(project, chosen, upgrade=upgrade,
+                                        upgrade_packages=upgrade_packages,
+                                        in_container=in_container, ca_bundle=ca_bundle,
+                                        local_torch=local_torch,
                                         resolver=tool))
         except KdkitError as exc:
             if not results:
                 raise
             written = and_list([f"{r.backend} ({relative(project.root, r.path)})" for r in results])
-            exc.args = (f"{exc} [backend {chosen.name}; before it, kdkit lock wrote {written}, which stay"
-                        f"{'s' if len(results) == 1 else ''}]", *exc.args[1:])
+            exc.args = (f"{exc} [backend {chosen.name}; before it, kdkit lock wrote {written}, "
+                        f"which stay{'s' if len(results) == 1 else ''}]", *exc.args[1:])
             raise
     return results

@@ -50,17 +50,20 @@ def _read(path: Path) -> bytes:
             if stat.S_ISDIR(info.st_mode):
                 raise BadInput(f"{path}: lock is a folder, not a file; give the file")
             if not stat.S_ISREG(info.st_mode):
-                raise BadInput(f"{path}: lock is not a regular file (a FIFO, socket or device?); give the file")
+                raise BadInput(
+                    f"{path}: lock is not a regular file (a FIFO, socket or device?); give the "
+                    "file")
             data = handle.read(LOCK_LIMIT + 1)
     except FileNotFoundError:
         raise BadInput(f"{path}: lock not found; create it with `kdkit lock`") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: lock is a folder, not a file; give the file") from None
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read lock ({exc.strerror or exc}); check the file") from None
+        raise BadInput(
+            f"{path}: cannot read lock ({exc.strerror or exc}); check the file") from None
     if len(data) > LOCK_LIMIT:
-        raise BadInput(f"{path}: over {LOCK_LIMIT} bytes, too large to be a lock (at most {LOCK_LIMIT}); give the "
-                       "lock")
+        raise BadInput(f"{path}: over {LOCK_LIMIT} bytes, too large to be a lock (at most "
+                       f"{LOCK_LIMIT}); give the lock")
     return data
 
 
@@ -71,7 +74,8 @@ def read_lock_input(path: Path) -> LockInput:
     try:
         text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}: lock is not UTF-8 (byte at offset {exc.start}); save it as UTF-8") from None
+        raise BadInput(
+            f"{path}: lock is not UTF-8 (byte at offset {exc.start}); save it as UTF-8") from None
     return LockInput(path, data, text, parse_lock_content(text, path))
 
 
@@ -94,7 +98,8 @@ class LockedBackend:
         return self.inputs[-1]
 
 
-def read_locked(project: Project, chosen: Backend, lock_format: str = "requirements") -> LockedBackend:
+def read_locked(project: Project, chosen: Backend,
+                lock_format: str = "requirements") -> LockedBackend:
     """The backend's locks, each read once and checked fresh from those bytes: the requirements
     lock, or the pylock and then the requirements lock it was made from; BadInput (exit 2) for a
     missing, unreadable or stale one."""

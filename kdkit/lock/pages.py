@@ -21,8 +21,8 @@ from kdkit.core.markers import InvalidMarker, evaluate
 from kdkit.core.versions import InvalidVersion, compare
 
 _CLAUSE = re.compile(r"^\s*(===|==|!=|~=|<=|>=|<|>)\s*(\S+)\s*$")
-_REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?P<rest>[^;]*?)\s*"
-                          r"(?:;\s*(?P<marker>.*))?$")
+_REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?"
+                          r"\s*(?P<rest>[^;]*?)\s*(?:;\s*(?P<marker>.*))?$")
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,11 @@ def parse_page(text: str, page_url: str) -> list[IndexFile]:
         url = urljoin(page_url, href)
         parts = urlsplit(url)
         name = unquote(parts.path.rsplit("/", 1)[-1])
-        digest = parts.fragment[len("sha256="):].lower() if parts.fragment.startswith("sha256=") else None
+        digest = (parts.fragment[len("sha256="):].lower() if parts.fragment.startswith("sha256=")
+                  else None)
         if name and parse_filename(name) is not None:
-            files.append(IndexFile(name, url.split("#", 1)[0], digest, attrs.get("data-requires-python"),
+            files.append(IndexFile(name, url.split("#", 1)[0], digest,
+                                   attrs.get("data-requires-python"),
                                    "data-yanked" in attrs))
     return files
 
@@ -89,7 +91,8 @@ def fits(tags: tuple[str, str, str], python: str, target: tuple[str, str]) -> bo
     pythons = {f"cp{major}{minor}", f"py{major}{minor}", f"py{major}", f"cp{major}"}
     abis = {f"cp{major}{minor}", "abi3", "none"}
     system, machine = target
-    platforms = re.compile(rf"any|(?:many)?{re.escape(system)}(?:\d+|_\d+_\d+)?_{re.escape(machine)}")
+    platforms = (
+        re.compile(rf"any|(?:many)?{re.escape(system)}(?:\d+|_\d+_\d+)?_{re.escape(machine)}"))
     python_tags, abi_tags, platform_tags = (tag.split(".") for tag in tags)
     if "abi3" in abi_tags:  # the stable ABI of CPython 3.N holds for every later 3.x
         pythons |= {f"cp{major}{n}" for n in range(2, int(minor) + 1)} if minor.isdigit() else set()
@@ -106,7 +109,8 @@ def wheel_fits(filename: str, python: str, target: tuple[str, str]) -> bool:
 def python_allows(requires_python: str | None, python: str) -> bool:
     """Whether a file's Requires-Python (``>=3.12``) admits CPython ``python`` (``3.11``: some
     3.11.x does); a specifier kdkit cannot read admits it (pip will say)."""
-    clauses = [_CLAUSE.match(piece) for piece in (requires_python or "").split(",") if piece.strip()]
+    clauses = [_CLAUSE.match(piece) for piece in (requires_python or "").split(",")
+               if piece.strip()]
     if not all(clauses):
         return True
     try:
@@ -146,22 +150,29 @@ class Requirement:
     def pinned(self) -> bool:
         """One ``==`` (or ``===``) clause without a wildcard: pip then takes a yanked file too (PEP
         592)."""
-        return len(self.clauses) == 1 and self.clauses[0][0] in ("==", "===") and "*" not in self.clauses[0][1]
+        return (len(self.clauses) == 1 and self.clauses[0][0] in ("==", "===")
+                and "*" not in self.clauses[0][1])
 
     def text(self) -> str:
         """``torch 2.13.0`` for one exact pin, ``torch>=2.12,<2.14`` otherwise."""
-        if len(self.clauses) == 1 and self.clauses[0][0] == "==" and not self.clauses[0][1].endswith("*"):
+        if len(self.clauses) == 1 and self.clauses[0][0] == "==" \
+                and not self.clauses[0][1].endswith("*"):
             return f"torch {self.clauses[0][1]}"
-        return "torch" + ",".join(op + spec for op, spec in self.clauses) if self.clauses else "torch"
+        return "torch" + ",".join(op + spec for op,
+                                  spec in self.clauses) if self.clauses else "torch"
 
 
-def torch_requirement(files: Sequence[Path], python: str, target: tuple[str, str]) -> Requirement | None:
+def torch_requirement(files: Sequence[Path], python: str,
+                      target: tuple[str, str]) -> Requirement | None:
     """What the input files (``kdkit.lock.inputs.input_files``) require of torch for the image
     (markers evaluated for it); None when they do not name torch, or name it by URL (``torch @
     https://...``, no index needed)."""
-    environment = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": target[0],
-                   "platform_system": target[0].capitalize(), "platform_machine": target[1], "os_name": "posix",
-                   "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    environment = {"python_version": python, "python_full_version": f"{python}.0",
+                   "sys_platform": target[0],
+                   "platform_system": target[0].capitalize(), "platform_machine": target[1],
+                   "os_name": "posix",
+                   "implementation_name": "cpython",
+                   "platform_python_implementation": "CPython", "extra": ""}
     clauses: list[tuple[str, str]] = []
     named = False
     for path in files:

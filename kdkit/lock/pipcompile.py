@@ -22,12 +22,20 @@ from kdkit.core import proc
 from kdkit.core.errors import KdkitError
 from kdkit.lock.fetch import Network
 from kdkit.lock.inputs import relative
-from kdkit.lock.resolution import CONTAINER_CA, ContainerRun, Resolution, host_facts, index_arguments, run_in_container
+from kdkit.lock.resolution import (
+    CONTAINER_CA,
+    ContainerRun,
+    Resolution,
+    host_facts,
+    index_arguments,
+    run_in_container,
+)
 
 TOOL = "pip-compile"
 # --no-emit-*: a find-links folder or a file:// index is a path on one machine, and the lock
 # travels; kdkit writes the index lines itself (provenance.option_lines).
-COMPILE_FLAGS = ("--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header", "--no-config",
+COMPILE_FLAGS = ("--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header",
+                 "--no-config",
                  "--no-emit-find-links", "--no-emit-index-url")
 
 
@@ -48,10 +56,12 @@ def version() -> str:
     return f"pip-tools {metadata.version('pip-tools')}"
 
 
-def compile_on_host(project: Project, args: list[str], output: Path, ca_bundle: Path | None) -> Resolution:
+def compile_on_host(project: Project, args: list[str], output: Path,
+                    ca_bundle: Path | None) -> Resolution:
     env = {"PIP_CERT": str(ca_bundle)} if ca_bundle else None
     rel_in = relative(project.root, project.requirements)
-    done = proc.run([sys.executable, "-m", "piptools", "compile", *args, "--output-file", str(output), rel_in],
+    done = proc.run([sys.executable, "-m", "piptools", "compile", *args, "--output-file",
+                     str(output), rel_in],
                     cwd=project.root, extra_env=env, timeout=1800)
     if not done.ok:
         raise KdkitError(f"pip-compile failed for {rel_in}: {done.first_error_line()}")
@@ -62,8 +72,10 @@ def compile_on_host(project: Project, args: list[str], output: Path, ca_bundle: 
 def _pip_tools_wheels(dest: Path, python_version: str) -> None:
     """Download the host's pip-tools version (pure-Python wheels) for the container, via the host's
     pip."""
-    done = proc.run([sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest), "--only-binary=:all:",
-                     "--python-version", python_version, f"pip-tools=={metadata.version('pip-tools')}"], timeout=600)
+    done = proc.run([sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest),
+                     "--only-binary=:all:",
+                     "--python-version", python_version,
+                     f"pip-tools=={metadata.version('pip-tools')}"], timeout=600)
     if not done.ok:
         raise KdkitError(f"cannot download pip-tools for the container: {done.first_error_line()}")
 
@@ -76,10 +88,13 @@ def _container_environment(pip_config: dict[str, str], ca_bundle: Path | None) -
     return env
 
 
-def compile_in_container(project: Project, backend: Backend, args: list[str], workdir: Path, output: Path,
+def compile_in_container(project: Project, backend: Backend, args: list[str], workdir: Path,
+                         output: Path,
                          pip_config: dict[str, str], ca_bundle: Path | None,
                          local_torch: Path | None) -> Resolution:
     _pip_tools_wheels(workdir / "wheels", project.python)
-    run = ContainerRun(TOOL, "pip-tools", "/tmp/kdkit-resolver/bin/python -m piptools compile", args,
+    run = ContainerRun(TOOL, "pip-tools", "/tmp/kdkit-resolver/bin/python -m piptools compile",
+                       args,
                        _container_environment(pip_config, ca_bundle))
-    return run_in_container(project, backend, run, workdir, output, pip_config, ca_bundle, local_torch)
+    return run_in_container(project, backend, run, workdir, output,
+                            pip_config, ca_bundle, local_torch)

@@ -45,14 +45,17 @@ def pip_default_index(python: str = sys.executable) -> str:
 
 @lru_cache(maxsize=4)
 def _default_index(python: str) -> str:
-    done = proc.run([python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+    done = proc.run([
+        python, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
                     timeout=60)
     return done.stdout.strip() if done.ok else ""
 
 
 def torch_find_links(option: Path | None) -> Path | None:
     """The local folder replacing the torch index, from the option or KDKIT_TORCH_FIND_LINKS."""
-    chosen = option or (Path(os.environ[TORCH_FIND_LINKS_ENV]) if os.environ.get(TORCH_FIND_LINKS_ENV) else None)
+    chosen = option or (Path(os.environ[TORCH_FIND_LINKS_ENV])
+                        if os.environ.get(TORCH_FIND_LINKS_ENV) else None)
     if chosen is not None and not chosen.is_dir():
-        raise BadInput(f"--torch-find-links {chosen}: not a folder; give the folder holding the torch wheels")
+        raise BadInput(
+            f"--torch-find-links {chosen}: not a folder; give the folder holding the torch wheels")
     return chosen.resolve() if chosen else None

@@ -35,7 +35,15 @@ from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.versions import InvalidVersion, Version
 from kdkit.facts.pairings import load_pairings
 from kdkit.lock.fetch import INDEX_FIX, Network
-from kdkit.lock.pages import IndexFile, Requirement, and_list, fits, parse_filename, parse_page, python_allows
+from kdkit.lock.pages import (
+    IndexFile,
+    Requirement,
+    and_list,
+    fits,
+    parse_filename,
+    parse_page,
+    python_allows,
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,8 @@ class TorchPage:
 
 
 def _torch_builds(files: Iterable[IndexFile], requirement: Requirement, python: str,
-                  target: tuple[str, str], *, requires_python: bool = True) -> list[tuple[str, IndexFile]]:
+                  target: tuple[str, str], *,
+                  requires_python: bool = True) -> list[tuple[str, IndexFile]]:
     """(version, file) of the torch wheels that ``requirement`` allows and the image can install, as
     pip chooses them: a yanked file only for an exact pin, a file whose Requires-Python excludes
     ``python`` never (unless ``requires_python`` is False)."""
@@ -84,18 +93,22 @@ def _label_key(label: str) -> tuple[int, ...]:
     return minor_key(parsed[1] or "") if parsed else ()
 
 
-_FAMILY = {"cuda": "CUDA index (cuXYZ, e.g. cu130)", "rocm": "ROCm index (rocmX.Y, e.g. rocm7.2)", "cpu": "cpu index"}
+_FAMILY = {"cuda": "CUDA index (cuXYZ, e.g. cu130)",
+           "rocm": "ROCm index (rocmX.Y, e.g. rocm7.2)", "cpu": "cpu index"}
 
 
 def example_index(backend: str, project_root: Path | None = None) -> str:
     """The torch index `kdkit init` would write for ``backend`` (the pairings' template build)."""
     try:
-        return TORCH_INDEX_URL.format(label=load_pairings(project_root).template_build(backend).label)
+        return TORCH_INDEX_URL.format(
+            label=load_pairings(project_root).template_build(backend).label)
     except BadInput:
-        return TORCH_INDEX_URL.format(label={"cuda": "cu130", "rocm": "rocm7.2"}.get(backend, "cpu"))
+        return TORCH_INDEX_URL.format(
+            label={"cuda": "cu130", "rocm": "rocm7.2"}.get(backend, "cpu"))
 
 
-def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, torch_needed: bool = True,
+def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *,
+                         torch_needed: bool = True,
                          mirrors: tuple[str, ...] = ()) -> None:
     """BadInput unless ``torch_index`` is a plain URL whose build label is of ``backend``'s family:
     a cuda backend with ``.../whl/cpu`` would lock +cpu torch, one with ``.../whl/xpu`` +xpu. PyPI's
@@ -107,9 +120,10 @@ def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, t
     example = example_index(backend, config_file.parent)
     parts = urlsplit(torch_index)
     if parts.query or parts.fragment:
-        extra = ("?" + parts.query if parts.query else "") + ("#" + parts.fragment if parts.fragment else "")
-        raise BadInput(f"{place} has a query or fragment ({extra}), which no index URL takes: give the index's "
-                       f"plain URL, e.g. {example}")
+        extra = ("?" + parts.query if parts.query
+                 else "") + ("#" + parts.fragment if parts.fragment else "")
+        raise BadInput(f"{place} has a query or fragment ({extra}), which no index URL takes: give "
+                       f"the index's plain URL, e.g. {example}")
     label = index_label(torch_index)
     if label is None and is_pypi(torch_index, mirrors):
         if torch_needed:
@@ -126,16 +140,19 @@ def refuse_foreign_index(torch_index: str, backend: str, config_file: Path, *, t
     tail = parts.path.rstrip("/").rsplit("/", 1)[-1] or parts.path
     if (parts.hostname or "").lower() == "pypi.org" and backend == "cuda":
         want += f", or PyPI's own index, {PYPI_SIMPLE}"
-    raise BadInput(f"{place} ends in {tail!r}, not a build label kdkit can read (cuXYZ, rocmX.Y, cpu): {want}")
+    raise BadInput(
+        f"{place} ends in {tail!r}, not a build label kdkit can read (cuXYZ, rocmX.Y, cpu): {want}")
 
 
 def preflight(torch_index: str, backend: str, requirement: Requirement | None, python: str,
-              target: tuple[str, str], network: Network, config_file: Path, mirrors: tuple[str, ...] = ()) -> TorchPage:
+              target: tuple[str, str], network: Network, config_file: Path,
+              mirrors: tuple[str, ...] = ()) -> TorchPage:
     """Refuse, before pip-compile runs, an index that does not answer (Unavailable) or serves no
     build of ``requirement`` for ``python`` on ``target`` (BadInput); ``requirement`` None: the
     index must only answer. PyPI (or one of ``mirrors``): its plain-version torch wheels are the
     builds."""
-    refuse_foreign_index(torch_index, backend, config_file, torch_needed=requirement is not None, mirrors=mirrors)
+    refuse_foreign_index(torch_index, backend, config_file,
+                         torch_needed=requirement is not None, mirrors=mirrors)
     plain = index_label(torch_index) is None and is_pypi(torch_index, mirrors)
     place = f"backends.{backend}.torch_index in {config_file}"
     index = torch_index.rstrip("/")
@@ -153,11 +170,13 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
     served = "has no torch/ page" if text is None else f"serves no {for_what}"
     message = f"{config_file}: backends.{backend}.torch_index {index} {served}"
     excluded = sorted({f"{item.filename} has Requires-Python {item.requires_python}"
-                       for version, item in _torch_builds(files, wanted, python, target, requires_python=False)
+                       for version,
+                       item in _torch_builds(files, wanted, python, target, requires_python=False)
                        if (label is None and not plain) or split_version(version)[1] == label})
     if excluded:
-        raise BadInput(f"{message}: {and_list(excluded)} (data-requires-python), and kdkit.json's python is {python}; "
-                       "change kdkit.json's python or the torch requirement in the input files")
+        raise BadInput(f"{message}: {and_list(excluded)} (data-requires-python), and kdkit.json's "
+                       f"python is {python}; change kdkit.json's python or the torch requirement "
+                       "in the input files")
     if label is None:
         plain_fix = "pin a torch release PyPI serves for that Python, or " if plain else ""
         raise BadInput(f"{message}; {plain_fix}point it at the PyTorch index of the build you want "
@@ -165,7 +184,8 @@ def preflight(torch_index: str, backend: str, requirement: Requirement | None, p
     _refuse_with_the_family(message, index, label, backend, wanted, python, target, network, place)
 
 
-def _refuse_with_the_family(message: str, index: str, label: str, backend: str, wanted: Requirement, python: str,
+def _refuse_with_the_family(message: str, index: str, label: str, backend: str, wanted: Requirement,
+                            python: str,
                             target: tuple[str, str], network: Network, place: str) -> NoReturn:
     """BadInput naming the builds of ``wanted`` that the index family's ``torch/`` page (beside
     ``label``) lists: the backend's own (set the index to the newest), another backend's, or
@@ -176,20 +196,22 @@ def _refuse_with_the_family(message: str, index: str, label: str, backend: str, 
         every = network.get(listing, f"the torch builds beside {place}")
     except Unavailable:
         every = None
-    labels = sorted({split_version(v)[1] or "" for v, _f in _torch_builds(parse_page(every or "", listing), wanted,
-                                                                        python, target)} - {""}, key=_label_key)
+    labels = sorted({split_version(v)[1] or "" for v,
+                     _f in _torch_builds(parse_page(every or "", listing), wanted,
+                                       python, target)} - {""}, key=_label_key)
     mine = [lb for lb in labels if (parse_label(lb) or ("",))[0] == backend]
     if mine:
-        raise BadInput(f"{message}; {wanted.text()} has {and_list(['+' + lb for lb in mine])} at {listing}; "
-                       f"set backends.{backend}.torch_index to {family}/{mine[-1]}")
+        raise BadInput(f"{message}; {wanted.text()} has {and_list(['+' + lb for lb in mine])} at "
+                       f"{listing}; set backends.{backend}.torch_index to {family}/{mine[-1]}")
     if labels:
-        raise BadInput(f"{message}; {listing} has {wanted.text()} only as {and_list(['+' + lb for lb in labels])}; "
-                       f"change the torch requirement in the input files or the backend")
+        raise BadInput(f"{message}; {listing} has {wanted.text()} only as "
+                       f"{and_list(['+' + lb for lb in labels])}; change the torch requirement in "
+                       "the input files or the backend")
     if every is None:
-        raise BadInput(f"{message}, and {listing} lists no builds: point it at a PyTorch wheel index "
-                       f"(.../whl/<label>, e.g. cu130, rocm7.2, cpu)")
-    raise BadInput(f"{message}; {listing} lists no {backend} build of it for that Python either: change the torch "
-                   "requirement in the input files or kdkit.json's python")
+        raise BadInput(f"{message}, and {listing} lists no builds: point it at a PyTorch wheel "
+                       "index (.../whl/<label>, e.g. cu130, rocm7.2, cpu)")
+    raise BadInput(f"{message}; {listing} lists no {backend} build of it for that Python either: "
+                   "change the torch requirement in the input files or kdkit.json's python")
 
 
 def check_find_links(folder: Path, label: str | None, requirement: Requirement | None, python: str,
@@ -199,16 +221,19 @@ def check_find_links(folder: Path, label: str | None, requirement: Requirement |
     ``target``: pip would take torch from anywhere else."""
     if requirement is None:
         return
-    files = [IndexFile(entry.name, entry.as_uri(), None) for entry in sorted(folder.iterdir()) if entry.is_file()]
+    files = [IndexFile(entry.name, entry.as_uri(), None) for entry in sorted(folder.iterdir())
+             if entry.is_file()]
     builds = _torch_builds(files, requirement, python, target)
-    if any((label is None and not plain) or split_version(version)[1] == label for version, _f in builds):
+    if any((label is None and not plain) or split_version(version)[1] == label
+           for version, _f in builds):
         return
-    torch = [f.filename for f in files if (parsed := parse_filename(f.filename)) and parsed[0] == "torch"]
+    torch = [f.filename for f in files if (parsed := parse_filename(f.filename))
+             and parsed[0] == "torch"]
     holds = f"it holds {and_list(torch)}" if torch else "it holds no torch wheel"
     build = f" +{label}" if label else " plain-version (PyPI's, no local label)" if plain else ""
-    raise BadInput(f"--torch-find-links {folder}: no {requirement.text()}{build} wheel for Python {python} on "
-                   f"{'-'.join(target)} ({holds}); put that wheel there, or lock from the torch index without "
-                   "--torch-find-links")
+    raise BadInput(f"--torch-find-links {folder}: no {requirement.text()}{build} wheel for Python "
+                   f"{python} on {'-'.join(target)} ({holds}); put that wheel there, or lock from "
+                   "the torch index without --torch-find-links")
 
 
 def check_answers(url: str, place: str, network: Network) -> None:

@@ -47,7 +47,8 @@ def is_remote(value: str) -> bool:
 def local_sources(pip_config: dict[str, str], torch_links: Path | None) -> list[LocalSource]:
     """The machine-local sources pip resolves from: find-links folders and file:// indexes of its
     configuration."""
-    sources = [LocalSource("find-links", str(torch_links), "--torch-find-links")] if torch_links else []
+    sources = [
+        LocalSource("find-links", str(torch_links), "--torch-find-links")] if torch_links else []
     for key in ("find-links", "index-url", "extra-index-url"):
         for token in pip_config.get(key, "").split():
             if is_remote(token):
@@ -86,7 +87,8 @@ def _local_files(source: LocalSource, pin: Pin) -> Iterable[tuple[str, str]]:
         entries = sorted(folder.iterdir()) if folder.is_dir() else []
         for entry in entries:
             parsed = parse_filename(entry.name)
-            if parsed and parsed[0] == pin.key and _same_version(parsed[1], pin.version) and entry.is_file():
+            if parsed and parsed[0] == pin.key and _same_version(parsed[1], pin.version) \
+                    and entry.is_file():
                 yield _sha256(entry), entry.name
         return
     root = local_path(source.location)
@@ -145,8 +147,10 @@ class _Remote:
         return None
 
 
-def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sources: Sequence[LocalSource],
-               torch_links: Path | None, network: Network, python: str, target: tuple[str, str]) -> Provenance:
+def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str],
+               sources: Sequence[LocalSource],
+               torch_links: Path | None, network: Network, python: str,
+               target: tuple[str, str]) -> Provenance:
     """Compare the lock's hashes with the torch page and the machine-local sources; BadInput when
     torch's file is only on this machine and the user did not name that folder with
     --torch-find-links."""
@@ -161,16 +165,19 @@ def provenance(lock: Lock, page: TorchPage | None, indexes: Sequence[str], sourc
     if torch is not None and torch_links is not None:
         _from_the_folder(lock, torch, torch_links, local.get("torch", {}))
     if torch is not None and torch_links is None:
-        result.torch_source = _torch_source(lock, torch, page, local.get("torch", {}), remote, python, target)
+        result.torch_source = _torch_source(lock, torch, page, local.get("torch", {}),
+                                            remote, python, target)
         result.warnings += _torch_strays(lock, torch, page, local.get("torch", {}), sources)
     served = set(page.by_hash()) if page is not None else set()
     result.machine_local = [pin.key for pin in sorted(lock.pins.values(), key=lambda p: p.key)
                             if _only_here(pin, local.get(pin.key, {}), served, remote)]
     if result.machine_local:
-        where = and_list(sorted({s.describe() for key in result.machine_local for s in local[key].values()}))
-        result.warnings.append(f"{lock.name}: {and_list(result.machine_local)} came only from this machine "
-                               f"({where}); another machine cannot install this lock from its indexes: publish those "
-                               f"files on an index, or build the image here offline: {_offline(lock)}")
+        where = and_list(
+            sorted({s.describe() for key in result.machine_local for s in local[key].values()}))
+        result.warnings.append(f"{lock.name}: {and_list(result.machine_local)} came only from this "
+                               f"machine ({where}); another machine cannot install this lock from "
+                               "its indexes: publish those files on an index, or build the image "
+                               f"here offline: {_offline(lock)}")
     return result
 
 
@@ -189,14 +196,15 @@ def _torch_strays(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[st
     served = set(page.by_hash()) if page else set()
     strays = {s.describe() for d, s in local.items() if d in _hashes(torch) - served}
     if strays and served & _hashes(torch):
-        return [f"{lock.name}: torch=={torch.version} also matches a file of this machine that the torch "
-                f"index does not serve ({and_list(sorted(strays))}); pip may install that one here: remove it from "
-                "pip's configuration (`pip config list`)"]
+        return [f"{lock.name}: torch=={torch.version} also matches a file of this machine that the "
+                f"torch index does not serve ({and_list(sorted(strays))}); pip may install that "
+                "one here: remove it from pip's configuration (`pip config list`)"]
     if page is not None and not served and (here := _torch_files_here(torch, sources)):
-        return [f"{lock.name}: {page.url} gives no sha256 of its files, so torch=={torch.version}'s hashes "
-                f"cannot be attributed to the torch index; {and_list(here)} "
-                f"{'is a file' if len(here) == 1 else 'are files'} of this machine that pip may install here "
-                "instead: remove it from pip's configuration (`pip config list`)"]
+        return [f"{lock.name}: {page.url} gives no sha256 of its files, so "
+                f"torch=={torch.version}'s hashes cannot be attributed to the torch index; "
+                f"{and_list(here)} {'is a file' if len(here) == 1 else 'are files'} of this "
+                "machine that pip may install here instead: remove it from pip's configuration "
+                "(`pip config list`)"]
     return []
 
 
@@ -219,9 +227,10 @@ def _from_the_folder(lock: Lock, torch: Pin, folder: Path, local: dict[str, Loca
         return
     others = sorted({local[digest].describe() for digest in hashes if digest in local})
     where = and_list(others) if others else "an index of pip's configuration"
-    raise BadInput(f"{lock.path}: torch=={torch.version} came only from {where}, not from --torch-find-links "
-                   f"{folder}; nothing was written: remove that source from pip's configuration (`pip config list`), "
-                   "or put the torch you want in the folder")
+    raise BadInput(f"{lock.path}: torch=={torch.version} came only from {where}, not from "
+                   f"--torch-find-links {folder}; nothing was written: remove that source from "
+                   "pip's configuration (`pip config list`), or put the torch you want in the "
+                   "folder")
 
 
 def _torch_files_here(torch: Pin, sources: Sequence[LocalSource]) -> list[str]:
@@ -231,26 +240,31 @@ def _torch_files_here(torch: Pin, sources: Sequence[LocalSource]) -> list[str]:
                    for digest, name in _local_files(source, torch) if digest in hashes})
 
 
-def _torch_source(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource], remote: _Remote,
+def _torch_source(lock: Lock, torch: Pin, page: TorchPage | None, local: dict[str, LocalSource],
+                  remote: _Remote,
                   python: str, target: tuple[str, str]) -> str:
     hashes = _hashes(torch)
     if page is not None:
         on_page = [f for digest, f in page.by_hash().items() if digest in hashes]
         if on_page:
-            best = sorted(on_page, key=lambda f: (not wheel_fits(f.filename, python, target), f.filename))[0]
+            best = sorted(on_page,
+                          key=lambda f: (not wheel_fits(f.filename, python, target), f.filename))[0]
             return f"{page.index} ({best.filename})"
     if hashes and hashes <= set(local):
         sources = and_list(sorted({s.describe() for s in local.values()}))
         index = page.index if page else "the backend's torch index"
-        raise BadInput(f"{lock.path}: torch=={torch.version} came only from {sources}, not from {index}; nothing was "
-                       "written (another machine could not install it): remove that source from pip's configuration "
-                       "(`pip config list`), or lock from it on purpose with --torch-find-links FOLDER")
+        raise BadInput(f"{lock.path}: torch=={torch.version} came only from {sources}, not from "
+                       f"{index}; nothing was written (another machine could not install it): "
+                       "remove that source from pip's configuration (`pip config list`), or lock "
+                       "from it on purpose with --torch-find-links FOLDER")
     served = remote.serving("torch", hashes)
     if served is not None:
         return f"{served[0]} ({served[1]}, not the torch index)"
     if page is not None:
-        named = sorted(f.filename for f in page.files if (p := parse_filename(f.filename)) and p[0] == "torch"
-                       and _same_version(p[1], torch.version) and wheel_fits(f.filename, python, target))
+        named = sorted(f.filename for f in page.files if (p := parse_filename(f.filename))
+                       and p[0] == "torch"
+                       and _same_version(p[1], torch.version)
+                       and wheel_fits(f.filename, python, target))
         if named:
             return f"{page.index} ({named[0]}, unverified: the index gives no sha256 of it)"
     return "unknown (no index the lock names serves its hash)"
@@ -273,7 +287,8 @@ def emitted_indexes(torch_index: str, pip_config: dict[str, str], default_index:
         if url.rstrip("/") not in {u.rstrip("/") for u in unique}:
             unique.append(url)
     primary = bool(unique) and (torch_from_index or unique[0] == user)
-    return [("--index-url" if n == 0 and primary else "--extra-index-url", url) for n, url in enumerate(unique)]
+    return [("--index-url" if n == 0 and primary else "--extra-index-url", url) for n,
+            url in enumerate(unique)]
 
 
 def option_lines(indexes: Sequence[tuple[str, str]]) -> str:

@@ -49,16 +49,21 @@ def _pins_only(lock: Lock) -> str:
     lines = []
     for pin in lock.every_pin():
         marker = f" ; {pin.marker}" if pin.marker else ""
-        lines.append(f"{pin.name}=={pin.version}{marker} " + " ".join(f"--hash={h}" for h in pin.hashes))
+        lines.append(f"{pin.name}=={pin.version}{marker} "
+                     + " ".join(f"--hash={h}" for h in pin.hashes))
     return "\n".join(lines) + "\n"
 
 
 def _index_arguments(lock: Lock) -> list[str]:
     """The lock's http(s) indexes as uv options, in the lock's order (the torch index first); the
     last is uv's default index, so PyPI is not added when the lock does not name it."""
-    urls = [url for option, url in lock.options if option in ("--index-url", "--extra-index-url") and is_remote(url)]
+    urls = [url for option,
+            url in lock.options if option in ("--index-url", "--extra-index-url")
+            and is_remote(url)]
     if not urls:
-        raise NoPylock(f"{lock.name} names no http(s) index, so no file of it has a URL another machine can reach")
+        raise NoPylock(
+            f"{lock.name} names no http(s) index, so no file of it has a URL another machine can "
+            "reach")
     return [word for number, url in enumerate(urls, start=1)
             for word in ("--default-index" if number == len(urls) else "--index", url)]
 
@@ -74,8 +79,10 @@ def run_uv(uv: Path, lock: Lock, python: str, machine: str, env: dict[str, str],
         source, output = tmp / "pins.txt", tmp / "pylock.out.toml"
         source.write_text(_pins_only(lock), encoding="utf-8")
         argv = [str(uv), "pip", "compile", *UV_FLAGS, "--no-deps", "--format", "pylock.toml",
-                "--python-version", python, "--python-platform", f"{machine}-{GLIBC}", *_index_arguments(lock),
-                *(["--cert", cert] if cert else ["--system-certs"]), "--output-file", str(output), str(source)]
+                "--python-version", python, "--python-platform", f"{machine}-{GLIBC}",
+                *_index_arguments(lock),
+                *(["--cert", cert] if cert else ["--system-certs"]), "--output-file", str(output),
+                str(source)]
         done = proc.run(argv, env=env, timeout=1800)
         if not done.ok:
             raise NoPylock(f"uv could not name the files of {lock.name}: {done.first_error_line()}")
@@ -94,16 +101,22 @@ def check_against(text: str, lock: Lock, where: Path) -> None:
     got = {(pin.key, pin.version) for pin in written.every_pin()}
     if got != wanted:
         differ = sorted(got ^ wanted)[:3]
-        raise NoPylock(f"uv's pylock names other pins than {lock.name} ({', '.join(f'{k}=={v}' for k, v in differ)})")
+        raise NoPylock(
+            f"uv's pylock names other pins than {lock.name} "
+            f"({', '.join(f'{k}=={v}' for k, v in differ)})")
     hashes = {(pin.key, pin.version): set(pin.hashes) for pin in lock.every_pin()}
     for pin in written.every_pin():
         if not set(pin.hashes) <= hashes[(pin.key, pin.version)]:
-            raise NoPylock(f"uv's pylock gives {pin.name}=={pin.version} a file whose sha256 {lock.name} does not list")
+            raise NoPylock(
+                f"uv's pylock gives {pin.name}=={pin.version} a file whose sha256 {lock.name} does "
+                "not list")
     for package in tomllib.loads(text)["packages"]:
-        files = [package.get("sdist") or {}, package.get("archive") or {}, *package.get("wheels", [])]
+        files = [package.get("sdist") or {}, package.get("archive") or {},
+                 *package.get("wheels", [])]
         where_from = [f.get("url") or f.get("path") or "" for f in files if f]
         if not all(is_remote(url) for url in where_from):
-            raise NoPylock(f"uv's pylock names a file of {package.get('name')} by a path of this machine")
+            raise NoPylock(
+                f"uv's pylock names a file of {package.get('name')} by a path of this machine")
 
 
 def header(lock_header: str, project: Project, backend: Backend, lock_text: str) -> str:
@@ -113,7 +126,8 @@ def header(lock_header: str, project: Project, backend: Backend, lock_text: str)
     rel = relative(project.root, backend.lock)
     fields = [line for line in lock_header.splitlines() if line.startswith(HEADER_PREFIX)]
     return "\n".join([
-        f"# PEP 751 lock written by `kdkit lock` from {rel}: the same resolution, the files of the image's",
+        f"# PEP 751 lock written by `kdkit lock` from {rel}: the same resolution, the files of the "
+        "image's",
         "# platform as uv names them; do not edit. Install with pip 26.1 or later:",
         f"#   pip install -r {relative_pylock(project, backend)}",
         *fields,
@@ -122,7 +136,8 @@ def header(lock_header: str, project: Project, backend: Backend, lock_text: str)
     ]) + "\n"
 
 
-def make_pylock(uv: Path | None, lock: Lock, project: Project, backend: Backend, lock_header: str, lock_text: str,
+def make_pylock(uv: Path | None, lock: Lock, project: Project, backend: Backend, lock_header: str,
+                lock_text: str,
                 env: dict[str, str], cert: str | None, machine: str) -> str:
     """The pylock's whole text (kdkit's header and uv's file), checked against ``lock`` (the
     requirements lock as written, ``lock_text``, its index lines included); NoPylock saying why
@@ -153,4 +168,6 @@ def stale_note(project: Project, backend: Backend, lock_text: str) -> str:
     with open(backend.pylock, encoding="utf-8", errors="replace") as handle:
         if f"{made_from}{digest}" in handle.read(1 << 16):  # the header lines are at the top
             return ""
-    return f"; the {relative_pylock(project, backend)} from before is now stale (`kdkit validate` says so)"
+    return (
+        f"; the {relative_pylock(project, backend)} from before is now stale (`kdkit validate` "
+        "says so)")

@@ -44,12 +44,14 @@ def refuse_pypi_backend(torch_index: str, backend: str, config_file: Path) -> No
     would lock PyPI's CUDA torch)."""
     if backend in pypi_backends(load_pairings(config_file.parent)):
         return
-    raise BadInput(f"{config_file}: $.backends.{backend}.torch_index {torch_index} is PyPI's index, whose Linux "
-                   f"torch is a CUDA build (pairings $.pypi): a {backend} backend needs PyTorch's index of its "
-                   f"build (.../whl/<label>); PyPI serves only a cuda backend")
+    raise BadInput(f"{config_file}: $.backends.{backend}.torch_index {torch_index} is PyPI's "
+                   f"index, whose Linux torch is a CUDA build (pairings $.pypi): a {backend} "
+                   "backend needs PyTorch's index of its build (.../whl/<label>); PyPI serves only "
+                   "a cuda backend")
 
 
-def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path, index: str = PYPI_SIMPLE) -> str:
+def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path,
+                    index: str = PYPI_SIMPLE) -> str:
     """The header value of the ``torch-build`` line for PyPI's plain ``torch==version`` on
     ``cpu_arch`` (``cu130 (PyPI torch 2.13 on x86_64: pypi_2_13_0, pypi_artifacts: 2.13.0+cu130)``);
     BadInput, one line, when the facts do not know that release's build or it is not a ``backend``
@@ -59,20 +61,23 @@ def pypi_build_line(version: str, cpu_arch: str, backend: str, config_file: Path
     label = pairings.pypi_label(version, cpu_arch)
     minor = ".".join(version.split("+")[0].split(".")[:2])
     if label is None:
-        raise BadInput(f"{config_file}: torch=={version} from PyPI ({index}) is a build kdkit has no facts for "
-                       f"on {cpu_arch} (pairings.json $.pypi.{minor}.{cpu_arch}); pin a release it knows "
-                       f"({known_releases(pairings, cpu_arch)}), add the fact to the project's pairings.json, or "
-                       "set the torch_index to PyTorch's index of the build (.../whl/<label>)")
+        raise BadInput(f"{config_file}: torch=={version} from PyPI ({index}) is a build kdkit has "
+                       f"no facts for on {cpu_arch} (pairings.json $.pypi.{minor}.{cpu_arch}); pin "
+                       f"a release it knows ({known_releases(pairings, cpu_arch)}), add the fact "
+                       "to the project's pairings.json, or set the torch_index to PyTorch's index "
+                       "of the build (.../whl/<label>)")
     if label_backend(label) != backend:
-        raise BadInput(f"{config_file}: torch=={version} from PyPI is the +{label} build on {cpu_arch} (pairings.json "
-                       f"$.pypi.{minor}.{cpu_arch}), not a {backend} build; set backends.{backend}.torch_index to "
-                       "PyTorch's index of the build you want (.../whl/<label>)")
+        raise BadInput(f"{config_file}: torch=={version} from PyPI is the +{label} build on "
+                       f"{cpu_arch} (pairings.json $.pypi.{minor}.{cpu_arch}), not a {backend} "
+                       f"build; set backends.{backend}.torch_index to PyTorch's index of the build "
+                       "you want (.../whl/<label>)")
     return f"{label} (PyPI torch {minor} on {cpu_arch}: {entry.get('source', 'pairings $.pypi')})"
 
 
 def known_releases(pairings: Pairings, cpu_arch: str) -> str:
     """``2.5-2.15`` style list of the releases whose PyPI build on ``cpu_arch`` kdkit knows."""
-    known = [minor for minor in pairings.data.get("pypi", {}) if pairings.pypi_label(minor, cpu_arch)]
+    known = [minor for minor in pairings.data.get("pypi", {})
+             if pairings.pypi_label(minor, cpu_arch)]
     return f"{known[0]}-{known[-1]}" if known else "none"
 
 
@@ -90,7 +95,8 @@ def locked_build(version: str, local: str | None, platform: str, backend: str, c
     from kdkit.core.errors import KdkitError
 
     if local is not None:
-        raise KdkitError(f"{tool} resolved torch=={version} (+{local}) for backend {backend}, whose index is PyPI "
-                         "(plain versions, no local label); check the indexes in your pip configuration")
+        raise KdkitError(f"{tool} resolved torch=={version} (+{local}) for backend {backend}, "
+                         "whose index is PyPI (plain versions, no local label); check the indexes "
+                         "in your pip configuration")
     cpu_arch = platform.rsplit("-", 1)[-1] or "x86_64"
     return pypi_build_line(version, cpu_arch, backend, config_file, index)

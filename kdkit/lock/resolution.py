@@ -37,7 +37,8 @@ class Resolution:
     resolved_in: str
 
 
-def index_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None) -> list[str]:
+def index_arguments(backend: Backend, pip_config: dict[str, str],
+                    local_torch: Path | None) -> list[str]:
     """The index options kdkit adds for ``backend``; the rest of pip's configuration still
     applies."""
     if local_torch is not None:
@@ -81,7 +82,7 @@ json.dump({{"python": platform.python_version(), "platform": sys.platform + "-" 
            "resolver": "{package} " + version("{package}")}}, open("/kdkit/out/env.json", "w"))'
 cd /kdkit/project
 exec {command} "$@"
-"""
+"""  # noqa: E501 (a script, as run)
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,15 @@ class ContainerRun:
     env: Mapping[str, str]
 
 
-def run_in_container(project: Project, backend: Backend, run: ContainerRun, workdir: Path, output: Path,
-                     pip_config: dict[str, str], ca_bundle: Path | None, local_torch: Path | None) -> Resolution:
+def run_in_container(project: Project, backend: Backend, run: ContainerRun, workdir: Path,
+                     output: Path,
+                     pip_config: dict[str, str], ca_bundle: Path | None,
+                     local_torch: Path | None) -> Resolution:
     """Run ``run`` in ``backend.base_image`` with the wheels of ``workdir/wheels``: the project
     read-only, the output folder, pip's local paths and ``local_torch`` at their own paths,
     --ca-bundle at CONTAINER_CA."""
-    mounts: list[tuple[Path, str, str]] = [(project.root, "/kdkit/project", "ro"), (workdir, "/kdkit/out", "rw"),
+    mounts: list[tuple[Path, str, str]] = [(project.root, "/kdkit/project", "ro"),
+                                           (workdir, "/kdkit/out", "rw"),
                                            (workdir / "wheels", "/kdkit/wheels", "ro")]
     shared = {p.resolve() for p in local_paths([pip_config.get(k, "") for k in PATH_OPTIONS])}
     shared |= {local_torch} if local_torch else set()
@@ -110,11 +114,15 @@ def run_in_container(project: Project, backend: Backend, run: ContainerRun, work
         mounts.append((ca_bundle.resolve(), CONTAINER_CA, "ro"))
     rel_in = relative(project.root, project.requirements)
     script = _CONTAINER_SCRIPT.format(package=run.package, command=run.command)
-    command = ["sh", "-c", script, "kdkit-lock", *run.args, "--output-file", f"/kdkit/out/{output.name}", rel_in]
-    code, logs = docker_adapter.run_to_completion(backend.base_image, command, mounts, run.env, network="host")
+    command = ["sh", "-c", script, "kdkit-lock", *run.args,
+               "--output-file", f"/kdkit/out/{output.name}", rel_in]
+    code, logs = docker_adapter.run_to_completion(backend.base_image, command, mounts,
+                                                  run.env, network="host")
     if code != 0:
         last = [ln for ln in logs.splitlines() if ln.strip()][-1:] or [f"exit status {code}"]
-        raise KdkitError(f"{run.tool} in {backend.base_image} failed for {rel_in}: {last[0].strip()}")
+        raise KdkitError(
+            f"{run.tool} in {backend.base_image} failed for {rel_in}: {last[0].strip()}")
     facts = load_json(workdir / "env.json", what="container facts")
-    return Resolution(output.read_text(encoding="utf-8"), str(facts["python"]), str(facts["platform"]),
+    return Resolution(output.read_text(encoding="utf-8"), str(facts["python"]),
+                      str(facts["platform"]),
                       str(facts["resolver"]), f"container {backend.base_image}")

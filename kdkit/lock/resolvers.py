@@ -34,18 +34,21 @@ if TYPE_CHECKING:
 RESOLVERS = ("pip-tools", "uv")
 DEFAULT_RESOLVER = "pip-tools"
 CONFIG_KEY = "resolver"
-_PIN_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s*===?\s*[^\s;\\#]+", re.MULTILINE)
+_PIN_LINE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?\s*===?\s*[^\s;\\#]+", re.MULTILINE)
 
 
 def chosen_resolver(option: str | None, project: Project) -> str:
     """``--resolver`` when given, else kdkit.json's ``resolver``, else pip-tools; BadInput for a
     name kdkit does not know (click refuses the option's first; kdkit.json's schema the key's)."""
     if option is not None and option not in RESOLVERS:
-        raise BadInput(f"--resolver {option}: unknown resolver; choose one of {', '.join(RESOLVERS)}")
+        raise BadInput(
+            f"--resolver {option}: unknown resolver; choose one of {', '.join(RESOLVERS)}")
     value = option or project.config.get(CONFIG_KEY, DEFAULT_RESOLVER)
     if value not in RESOLVERS:
-        raise BadInput(f"{project.root / MARKER}: $.{CONFIG_KEY}: {value!r} is not a resolver kdkit knows; "
-                       f"choose one of {', '.join(RESOLVERS)}, or remove the key (default {DEFAULT_RESOLVER})")
+        raise BadInput(f"{project.root / MARKER}: $.{CONFIG_KEY}: {value!r} is not a resolver "
+                       f"kdkit knows; choose one of {', '.join(RESOLVERS)}, or remove the key "
+                       f"(default {DEFAULT_RESOLVER})")
     return str(value)
 
 
@@ -113,7 +116,8 @@ def _seed(previous: Path, output: Path, *, pins_only: bool) -> None:
         shutil.copyfile(previous, output)
         return
     text = previous.read_text(encoding="utf-8", errors="replace")
-    output.write_text("".join(match.group(0) + "\n" for match in _PIN_LINE.finditer(text)), encoding="utf-8")
+    output.write_text(
+        "".join(match.group(0) + "\n" for match in _PIN_LINE.finditer(text)), encoding="utf-8")
 
 
 def _pip_tools(job: Job, workdir: Path, output: Path) -> Resolution:
@@ -122,7 +126,8 @@ def _pip_tools(job: Job, workdir: Path, output: Path) -> Resolution:
     args = pipcompile.compile_arguments(job.backend, job.pip_config, job.local_torch, job.upgrade,
                                         job.upgrade_packages)
     if job.in_container:
-        return pipcompile.compile_in_container(job.project, job.backend, args, workdir, output, job.pip_config,
+        return pipcompile.compile_in_container(job.project, job.backend, args, workdir, output,
+                                               job.pip_config,
                                                job.ca_bundle, job.local_torch)
     return pipcompile.compile_on_host(job.project, args, output, job.ca_bundle)
 
@@ -131,9 +136,12 @@ def _uv(uv: Path, version: str, job: Job, workdir: Path, output: Path) -> Resolu
     from kdkit.lock import uvcompile
 
     cert = uvcompile.uv_cert(job.pip_config, job.ca_bundle, in_container=job.in_container)
-    args = uvcompile.uv_arguments(job.backend, job.pip_config, job.local_torch, job.upgrade, job.upgrade_packages,
+    args = uvcompile.uv_arguments(job.backend, job.pip_config, job.local_torch, job.upgrade,
+                                  job.upgrade_packages,
                                   cert)
     if job.in_container:
-        return uvcompile.compile_in_container(version, job.project, job.backend, args, workdir, output,
-                                              job.pip_config, job.ca_bundle, job.local_torch, job.target[1])
+        return uvcompile.compile_in_container(version, job.project, job.backend, args, workdir,
+                                              output,
+                                              job.pip_config, job.ca_bundle, job.local_torch,
+                                              job.target[1])
     return uvcompile.compile_on_host(uv, version, job.project, args, output, job.pip_config)

@@ -37,11 +37,13 @@ def _stale(root: Path, requirements: str, backend: str, torch_index: str, lock: 
     if "kdkit-version" not in lock.header:
         return f"no kdkit provenance header (not written by `kdkit lock`); {fix}"
     if lock.header.get("torch-index") != torch_index:
-        return (f"locked against torch index {lock.header.get('torch-index')}, kdkit.json now names "
-                f"{torch_index}; {fix}")
+        return (f"locked against torch index {lock.header.get('torch-index')}, kdkit.json now "
+                f"names {torch_index}; {fix}")
     recorded = lock.inputs()
     if requirements not in recorded:
-        return f"made from {', '.join(recorded) or 'unknown inputs'}, kdkit.json now names {requirements}; {fix}"
+        return (
+            f"made from {', '.join(recorded) or 'unknown inputs'}, kdkit.json now names "
+            f"{requirements}; {fix}")
     for rel, digest in recorded.items():
         path = root / rel
         if not path.is_file():
@@ -51,7 +53,8 @@ def _stale(root: Path, requirements: str, backend: str, torch_index: str, lock: 
     return None
 
 
-def staleness(root: Path, requirements: str, backend: str, torch_index: str, lock_path: Path) -> str | None:
+def staleness(root: Path, requirements: str, backend: str,
+              torch_index: str, lock_path: Path) -> str | None:
     """Why the lock at ``lock_path`` no longer matches its inputs, or None when it is fresh."""
     try:
         lock = parse_lock(lock_path)
@@ -60,17 +63,22 @@ def staleness(root: Path, requirements: str, backend: str, torch_index: str, loc
     return _stale(root, requirements, backend, torch_index, lock)
 
 
-def _twin_staleness(root: Path, chosen: Backend, pylock: Lock, twin_sha256: str | None = None) -> str | None:
+def _twin_staleness(root: Path, chosen: Backend, pylock: Lock,
+                    twin_sha256: str | None = None) -> str | None:
     """Why a pylock no longer goes with the backend's requirements lock (its header's
     requirements-lock), or None; ``twin_sha256``: that lock's sha256 when its bytes were read
     already (`kdkit build` reads each input once)."""
     fix, rel = _fix(chosen.name), relative(root, chosen.lock)
     named = pylock.header.get(REQUIREMENTS_LOCK)
     if named is None:
-        return f"its header names no {REQUIREMENTS_LOCK} (the requirements lock it was made from); {fix}"
+        return (
+            f"its header names no {REQUIREMENTS_LOCK} (the requirements lock it was made from); "
+            f"{fix}")
     path, sep, digest = named.rpartition(" sha256:")
     if not sep or path != rel:
-        return f"made from {path or named}, but backend {chosen.name}'s requirements lock is {rel}; {fix}"
+        return (
+            f"made from {path or named}, but backend {chosen.name}'s requirements lock is {rel}; "
+            f"{fix}")
     if twin_sha256 is None and not chosen.lock.is_file():
         return f"made from {rel}, which no longer exists; {fix}"
     if (twin_sha256 or sha256_file(chosen.lock)) != digest.strip().lower():
@@ -122,7 +130,10 @@ def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Finding]:
 
 
 def missing_lock(chosen: Backend) -> BadInput:
-    return BadInput(f"{chosen.lock}: no lock for backend {chosen.name}; run `kdkit lock --backend {chosen.name}`")
+    return (
+        BadInput(
+            f"{chosen.lock}: no lock for backend {chosen.name}; run `kdkit lock --backend "
+            f"{chosen.name}`"))
 
 
 def require_fresh_lock(project: Project, backend: str, parsed: Lock | None = None) -> Path:
@@ -133,7 +144,8 @@ def require_fresh_lock(project: Project, backend: str, parsed: Lock | None = Non
     if parsed is None and not chosen.lock.is_file():
         raise missing_lock(chosen)
     requirements = _requirements_rel(project.root, project.config)
-    reason = (staleness(project.root, requirements, chosen.name, chosen.torch_index, chosen.lock) if parsed is None
+    reason = (staleness(project.root, requirements, chosen.name, chosen.torch_index, chosen.lock)
+              if parsed is None
               else _stale(project.root, requirements, chosen.name, chosen.torch_index, parsed))
     if reason:
         raise BadInput(f"{chosen.lock}: {reason}")
@@ -147,9 +159,11 @@ def require_fresh_pylock(project: Project, backend: str, parsed: Lock | None = N
     chosen = project.backend(backend)
     if parsed is None and not chosen.pylock.is_file():
         rel = relative(project.root, chosen.lock)
-        raise BadInput(f"{chosen.pylock}: no PEP 751 lock for backend {chosen.name}; `kdkit lock --backend "
-                       f"{chosen.name}` writes it beside {rel}, or build from {rel} (--lock-format requirements)")
-    reason = pylock_staleness(project.root, _requirements_rel(project.root, project.config), chosen, parsed,
+        raise BadInput(f"{chosen.pylock}: no PEP 751 lock for backend {chosen.name}; `kdkit lock "
+                       f"--backend {chosen.name}` writes it beside {rel}, or build from {rel} "
+                       "(--lock-format requirements)")
+    reason = pylock_staleness(project.root, _requirements_rel(project.root, project.config), chosen,
+                              parsed,
                               twin_sha256)
     if reason:
         raise BadInput(f"{chosen.pylock}: {reason}")

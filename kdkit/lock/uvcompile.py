@@ -10,8 +10,9 @@ kdkit translates the part of it that pip-compile applies (``pip config list``,
   :func:`kdkit.lock.resolution.index_arguments`), then the user's index and extra indexes;
   ``no-index``; find-links, ``--torch-find-links`` included;
 * TLS: ``--ca-bundle`` or pip's ``cert`` as ``--cert``; without either, pip uses the system's store
-  (truststore, pip 24.2 and later: https://pip.pypa.io/en/stable/topics/https-certificates/), uv its bundled
-  roots unless ``--system-certs``; pip's ``client-cert`` as SSL_CLIENT_CERT, ``trusted-host`` as
+  (truststore, pip 24.2 and later:
+  https://pip.pypa.io/en/stable/topics/https-certificates/), uv its bundled roots unless
+  ``--system-certs``; pip's ``client-cert`` as SSL_CLIENT_CERT, ``trusted-host`` as
   ``--allow-insecure-host`` (https://docs.astral.sh/uv/reference/environment/);
 * the network: pip's ``proxy`` as the proxy variables for every host (pip ignores NO_PROXY for it),
   the timeout and retries the preflight gives pip (UV_HTTP_TIMEOUT, UV_HTTP_RETRIES).
@@ -39,7 +40,14 @@ from kdkit.core.errors import KdkitError, Unavailable
 from kdkit.lock.fetch import RETRIES, Network
 from kdkit.lock.inputs import relative
 from kdkit.lock.provenance import is_remote
-from kdkit.lock.resolution import CONTAINER_CA, ContainerRun, Resolution, host_facts, index_arguments, run_in_container
+from kdkit.lock.resolution import (
+    CONTAINER_CA,
+    ContainerRun,
+    Resolution,
+    host_facts,
+    index_arguments,
+    run_in_container,
+)
 
 TOOL = "uv pip compile"
 UV_ENV = "KDKIT_UV"
@@ -72,8 +80,8 @@ def find_uv() -> Path:
     if chosen:
         path = Path(chosen).absolute()  # uv runs from the project's folder, not this one
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise Unavailable(f"{UV_ENV}={chosen}: no executable uv there; point {UV_ENV} at the uv binary, or unset "
-                              f"it and {INSTALL}")
+            raise Unavailable(f"{UV_ENV}={chosen}: no executable uv there; point {UV_ENV} at the "
+                              f"uv binary, or unset it and {INSTALL}")
         return path
     try:
         from uv import find_uv_bin
@@ -83,8 +91,8 @@ def find_uv() -> Path:
         pass
     found = shutil.which("uv")
     if found is None:
-        raise Unavailable(f"uv not found ({UV_ENV} unset, no uv package in {sys.executable}, no uv on PATH); "
-                          f"{INSTALL}")
+        raise Unavailable(f"uv not found ({UV_ENV} unset, no uv package in {sys.executable}, no uv "
+                          f"on PATH); {INSTALL}")
     return Path(found)
 
 
@@ -93,7 +101,8 @@ def uv_version(uv: Path) -> str:
     done = proc.run([str(uv), "--version"], timeout=60)
     words = done.stdout.split()
     if not done.ok or len(words) < 2 or words[0] != "uv":
-        raise Unavailable(f"{uv} --version: {done.first_error_line() if not done.ok else done.stdout.strip()!r}, "
+        raise Unavailable(f"{uv} --version: "
+                          f"{done.first_error_line() if not done.ok else done.stdout.strip()!r}, "
                           f"not uv's answer; {INSTALL}")
     return f"uv {words[1]}"
 
@@ -111,7 +120,8 @@ def _pip_flag(pip_config: dict[str, str], key: str) -> bool:
     return pip_config.get(key, "").strip().lower() in ("1", "y", "yes", "t", "true", "on")
 
 
-def uv_index_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None) -> list[str]:
+def uv_index_arguments(backend: Backend, pip_config: dict[str, str],
+                       local_torch: Path | None) -> list[str]:
     """The indexes and find-links pip-compile uses, as uv options. pip has no order among indexes;
     uv's order decides whose files of a version it hashes (the first index serving it), so the torch
     index comes first, then the http(s) indexes, whose pages list every file of a version as
@@ -124,7 +134,8 @@ def uv_index_arguments(backend: Backend, pip_config: dict[str, str], local_torch
     args = [word for link in links for word in ("--find-links", link)]
     if _pip_flag(pip_config, "no-index"):
         return ["--no-index", *args]
-    primary = [url for option, url in pairs if option == "--index-url"] or [pip_config.get("index-url", "")]
+    primary = [url for option,
+               url in pairs if option == "--index-url"] or [pip_config.get("index-url", "")]
     extras = [url for option, url in pairs if option == "--extra-index-url"]
     indexes = _unique([*primary, *extras, *pip_config.get("extra-index-url", "").split()])
     torch = backend.torch_index if local_torch is None else None
@@ -134,7 +145,8 @@ def uv_index_arguments(backend: Backend, pip_config: dict[str, str], local_torch
     return args
 
 
-def uv_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None, upgrade: bool,
+def uv_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path | None,
+                 upgrade: bool,
                  upgrade_packages: Sequence[str], cert: str | None) -> list[str]:
     """``uv pip compile``'s options for one backend, without the interpreter, input and output
     files."""
@@ -152,9 +164,11 @@ def uv_arguments(backend: Backend, pip_config: dict[str, str], local_torch: Path
 def uv_environment(pip_config: dict[str, str], base: Mapping[str, str]) -> dict[str, str]:
     """uv's environment: ``base`` without uv's own variables, plus the network part of pip's
     configuration."""
-    env = {name: value for name, value in base.items() if not name.startswith("UV_") or name in _KEPT}
+    env = {name: value for name,
+           value in base.items() if not name.startswith("UV_") or name in _KEPT}
     network = Network.from_pip(pip_config)
-    env.update(UV_HTTP_TIMEOUT=str(max(1, math.ceil(network.timeout))), UV_HTTP_RETRIES=str(RETRIES))
+    env.update(UV_HTTP_TIMEOUT=str(max(1, math.ceil(network.timeout))),
+               UV_HTTP_RETRIES=str(RETRIES))
     if network.proxy:  # pip's proxy holds for every host, NO_PROXY aside (kdkit.lock.fetch.Network)
         proxy = network.proxy if "://" in network.proxy else f"http://{network.proxy}"
         env.update(dict.fromkeys(_PROXIES, proxy))
@@ -177,8 +191,10 @@ def compile_on_host(uv: Path, version: str, project: Project, args: list[str], o
                     pip_config: dict[str, str]) -> Resolution:
     """``uv pip compile`` for this host's interpreter (the one pip-compile would run in)."""
     rel_in = relative(project.root, project.requirements)
-    argv = [str(uv), "pip", "compile", *args, "--python", sys.executable, "--output-file", str(output), rel_in]
-    done = proc.run(argv, cwd=project.root, env=uv_environment(pip_config, os.environ), timeout=1800)
+    argv = [str(uv), "pip", "compile", *args, "--python", sys.executable, "--output-file",
+            str(output), rel_in]
+    done = proc.run(argv, cwd=project.root,
+                    env=uv_environment(pip_config, os.environ), timeout=1800)
     if not done.ok:
         raise KdkitError(f"{TOOL} failed for {rel_in}: {_failure(done)}")
     python, plat = host_facts()
@@ -188,14 +204,17 @@ def compile_on_host(uv: Path, version: str, project: Project, args: list[str], o
 def _uv_wheel(dest: Path, version: str, machine: str) -> None:
     """Download the host's uv version for the container (a Linux wheel of the binary), via the
     host's pip."""
-    done = proc.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(dest),
+    done = proc.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest",
+                     str(dest),
                      "--only-binary=:all:", "--platform", _WHEEL_PLATFORM.format(machine=machine),
                      f"uv=={version}"], timeout=600)
     if not done.ok:
-        raise KdkitError(f"cannot download uv {version} for the container: {done.first_error_line()}")
+        raise KdkitError(
+            f"cannot download uv {version} for the container: {done.first_error_line()}")
 
 
-def compile_in_container(version: str, project: Project, backend: Backend, args: list[str], workdir: Path,
+def compile_in_container(version: str, project: Project, backend: Backend, args: list[str],
+                         workdir: Path,
                          output: Path, pip_config: dict[str, str], ca_bundle: Path | None,
                          local_torch: Path | None, machine: str) -> Resolution:
     """``uv pip compile`` in the backend's base image, for its Python, with the host's uv
@@ -204,10 +223,12 @@ def compile_in_container(version: str, project: Project, backend: Backend, args:
     proxies = {name: os.environ[name] for name in proc.PROXY_VARIABLES if os.environ.get(name)}
     run = ContainerRun(TOOL, "uv", '/tmp/kdkit-resolver/bin/uv pip compile --python "$PY"', args,
                        uv_environment(pip_config, proxies))
-    return run_in_container(project, backend, run, workdir, output, pip_config, ca_bundle, local_torch)
+    return run_in_container(project, backend, run, workdir, output,
+                            pip_config, ca_bundle, local_torch)
 
 
-def uv_cert(pip_config: dict[str, str], ca_bundle: Path | None, *, in_container: bool) -> str | None:
+def uv_cert(pip_config: dict[str, str], ca_bundle: Path | None,
+            *, in_container: bool) -> str | None:
     """uv's --cert: --ca-bundle (in the container, where it is mounted), else pip's cert (mounted at
     its own path), else None (the system's store, as pip)."""
     if ca_bundle is not None:

@@ -72,7 +72,9 @@ class WheelReading:
     def where(self) -> str:
         """``the locked wheel torch-...whl (3 range requests, 70 kB)``."""
         many = "request" if self.requests == 1 else "requests"
-        return f"the locked wheel {self.wheel} ({self.requests} range {many}, {max(1, round(self.received / 1000))} kB)"
+        return (
+            f"the locked wheel {self.wheel} ({self.requests} range {many}, "
+            f"{max(1, round(self.received / 1000))} kB)")
 
 
 class Unread(Exception):
@@ -116,20 +118,23 @@ class RangeReader:
         opener = self.network._opener(urlsplit(self.url).hostname or "")
         try:
             with opener.open(request, timeout=self.network.timeout) as response:
-                return self._body(response.status, response.headers.get("Content-Range", ""), response, length)
+                return self._body(response.status,
+                                  response.headers.get("Content-Range", ""), response, length)
         except urllib.error.HTTPError as exc:
             raise Unread(f"HTTP {exc.code} {exc.reason} for a range of {self.shown}") from None
         except http.client.HTTPException as exc:  # a body cut short, a malformed status line
-            raise Unread(f"{self.shown} answered a broken response ({type(exc).__name__})") from None
+            raise Unread(
+                f"{self.shown} answered a broken response ({type(exc).__name__})") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise Unread(f"{self.shown} did not answer ({reason})") from None
 
-    def _body(self, status: int, content_range: str, response: object, length: int) -> tuple[int, bytes]:
+    def _body(self, status: int, content_range: str,
+              response: object, length: int) -> tuple[int, bytes]:
         """The body of a 206 answer, at most ``length`` bytes read; a 200 is left unread."""
         if status != 206:
-            raise Unread(f"the server ignores Range (HTTP {status} instead of 206 Partial Content); the wheel was "
-                         "not downloaded")
+            raise Unread(f"the server ignores Range (HTTP {status} instead of 206 Partial "
+                         "Content); the wheel was not downloaded")
         match = _CONTENT_RANGE.fullmatch(content_range.strip())
         if match is None:
             raise Unread(f"a 206 answer without a readable Content-Range ({content_range[:60]!r})")
@@ -138,13 +143,16 @@ class RangeReader:
             raise Unread(f"the file changed size between requests ({self.size} then {size} bytes)")
         self.size = size
         if last < first or last - first + 1 > length:
-            raise Unread(f"the server answered {last - first + 1} bytes where at most {length} were asked")
+            raise Unread(
+                f"the server answered {last - first + 1} bytes where at most {length} were asked")
         data, wanted = bytearray(), last - first + 1
-        while len(data) < wanted and (chunk := response.read1(wanted - len(data))):  # type: ignore[attr-defined]
+        while len(data) < wanted \
+                and (chunk := response.read1(wanted - len(data))):  # type: ignore[attr-defined]
             data += chunk
             self.received += len(chunk)
             if time.monotonic() > self.deadline:
-                raise Unread(f"the wheel's ranges took over {READ_BUDGET:g} s ({self.received} bytes came)")
+                raise Unread(
+                    f"the wheel's ranges took over {READ_BUDGET:g} s ({self.received} bytes came)")
         if len(data) != wanted:
             raise Unread(f"the answer ended after {len(data)} of {wanted} bytes")
         return first, bytes(data)
@@ -182,7 +190,8 @@ def _zip64_extra(extra: bytes, needed: list[bool]) -> list[int]:
     while at + 4 <= len(extra):
         kind, size = struct.unpack_from("<HH", extra, at)
         if kind == 1:
-            values = [struct.unpack_from("<Q", extra, at + 4 + 8 * i)[0] for i in range(min(sum(needed), size // 8))]
+            values = [struct.unpack_from("<Q", extra, at + 4 + 8 * i)[0]
+                      for i in range(min(sum(needed), size // 8))]
             if len(values) < sum(needed):
                 break
             return values
@@ -194,7 +203,8 @@ def find_member(directory: bytes, name: str) -> tuple[int, int, int, int, int]:
     """(local header offset, compressed size, uncompressed size, method, crc32) of ``name``."""
     wanted, at = name.encode("utf-8"), 0
     while at < len(directory):
-        fields = _CENTRAL.unpack_from(directory, at) if at + _CENTRAL.size <= len(directory) else (b"",)
+        fields = (_CENTRAL.unpack_from(directory, at) if at + _CENTRAL.size <= len(directory)
+                  else (b"",))
         if fields[0] != b"PK\x01\x02":
             raise Unread(f"the central directory is damaged at byte {at}")
         flags, method, crc, compressed, size = fields[3], fields[4], fields[7], fields[8], fields[9]
@@ -205,9 +215,11 @@ def find_member(directory: bytes, name: str) -> tuple[int, int, int, int, int]:
                 raise Unread(f"{name} is encrypted")
             big = [size == 0xFFFFFFFF, compressed == 0xFFFFFFFF, offset == 0xFFFFFFFF]
             if any(big):
-                values = iter(_zip64_extra(directory[start + name_len:start + name_len + extra_len], big))
+                values = iter(
+                    _zip64_extra(directory[start + name_len:start + name_len + extra_len], big))
                 size, compressed, offset = (next(values) if b else v
-                                            for b, v in zip(big, (size, compressed, offset), strict=True))
+                                            for b,
+                                            v in zip(big, (size, compressed, offset), strict=True))
             return offset, compressed, size, method, crc
         at = start + name_len + extra_len + comment_len
     raise Unread(f"the wheel has no {name}")
@@ -219,14 +231,17 @@ def read_member(reader: RangeReader, name: str) -> bytes:
     tail_at, tail = reader.tail(MAX_TAIL)
     offset, size = _directory_place(reader, tail_at, tail)
     if size > MAX_DIRECTORY:
-        raise Unread(f"a central directory of {size} bytes, over kdkit's bound of {MAX_DIRECTORY >> 20} MiB")
+        raise Unread(
+            f"a central directory of {size} bytes, over kdkit's bound of {MAX_DIRECTORY >> 20} MiB")
     if tail_at <= offset and offset + size <= tail_at + len(tail):
         directory = tail[offset - tail_at:offset - tail_at + size]
     else:
         directory = reader.read(offset, size)
     local_at, compressed, length, method, crc = find_member(directory, name)
     if compressed > MAX_MEMBER or length > MAX_MEMBER:
-        raise Unread(f"{name} is {max(compressed, length)} bytes, over kdkit's bound of {MAX_MEMBER >> 10} KiB")
+        raise Unread(
+            f"{name} is {max(compressed, length)} bytes, over kdkit's bound of {MAX_MEMBER >> 10} "
+            "KiB")
     # the local header, its name and (usually) its extra field
     slack = 30 + len(name.encode("utf-8")) + 1024
     chunk = reader.read(local_at, min(slack + compressed, (reader.size or 0) - local_at))
@@ -254,7 +269,8 @@ def _inflate(data: bytes, method: int, length: int, crc: int, name: str) -> byte
     return plain
 
 
-def read_wheel_arch(url: str, network: Network, wheel: str = "", authorization: str | None = None) -> WheelReading:
+def read_wheel_arch(url: str, network: Network, wheel: str = "",
+                    authorization: str | None = None) -> WheelReading:
     """The CUDA arch list of the wheel at ``url`` (its CUDAConfig.h), or None and the reason.
     ``authorization`` (a Basic value) goes with every range request."""
     from kdkit.probe.env.torcharch import parse_config_header
@@ -263,7 +279,8 @@ def read_wheel_arch(url: str, network: Network, wheel: str = "", authorization: 
     try:
         reader = RangeReader(url, network, authorization)
     except ValueError as exc:  # urlsplit: "Invalid IPv6 URL", a bad port
-        return WheelReading(None, f"{wheel}: {shown_url(url)} is not a URL kdkit can read ({exc})", wheel)
+        return WheelReading(
+            None, f"{wheel}: {shown_url(url)} is not a URL kdkit can read ({exc})", wheel)
     try:
         text = read_member(reader, CUDA_MEMBER).decode("utf-8", errors="replace")
         tokens = tuple(parse_config_header(text))
@@ -295,7 +312,8 @@ def _same_origin(a: str, b: str) -> bool:
     only)."""
     ports = {"http": 80, "https": 443}
     first, second = urlsplit(a), urlsplit(b)
-    return (first.scheme.lower(), first.hostname, first.port or ports.get(first.scheme.lower())) == \
+    return (first.scheme.lower(), first.hostname,
+            first.port or ports.get(first.scheme.lower())) == \
         (second.scheme.lower(), second.hostname, second.port or ports.get(second.scheme.lower()))
 
 
@@ -321,7 +339,8 @@ class _Wanted:
     named: str  # the lock header's torch-source file name, preferred among equals
 
 
-def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFile, str | None] | str:
+def _index_file(index: str,
+                wanted: _Wanted, network: Network) -> tuple[IndexFile, str | None] | str:
     """The index's file of the pin and the Basic credentials it may carry, or why not (one line)."""
     from kdkit.core.errors import Unavailable
 
@@ -344,8 +363,8 @@ def _index_file(index: str, wanted: _Wanted, network: Network) -> tuple[IndexFil
         chosen = sorted(found, key=lambda f: (f.filename not in wanted.named, f.filename))[0]
         return chosen, authorization if authorization and _same_origin(chosen.url, bare) else None
     if hashed:
-        return (f"the index file with the locked hash is {printable(hashed[0].filename)}, not torch "
-                f"{printable(wanted.version)}: the lock's pin and hashes disagree")
+        return (f"the index file with the locked hash is {printable(hashed[0].filename)}, not "
+                f"torch {printable(wanted.version)}: the lock's pin and hashes disagree")
     return (f"{shown} lists no torch wheel with the lock's sha256 for Python {wanted.python} on "
             f"{wanted.target[0]} {wanted.target[1]}")
 
@@ -360,10 +379,12 @@ def _locked_file(lock: Lock, python: str, network: Network) -> tuple[IndexFile, 
         pin = lock.pin_for("torch", image_environment(python, platform))
     except KdkitError as exc:
         return str(exc)
-    hashes = frozenset(h[7:].lower() for h in (pin.hashes if pin else []) if h.startswith("sha256:"))
+    hashes = frozenset(h[7:].lower() for h in (pin.hashes if pin else [])
+                       if h.startswith("sha256:"))
     if pin is None or not hashes:
         return f"{name} gives no sha256 of its torch file"
-    indexes = [value for option, value in lock.options if option in ("--index-url", "-i", "--extra-index-url")
+    indexes = [value for option,
+               value in lock.options if option in ("--index-url", "-i", "--extra-index-url")
                and value.startswith(("http://", "https://"))]
     if not indexes:
         return f"{name} names no http(s) index to read the wheel from"
@@ -381,14 +402,17 @@ def _locked_file(lock: Lock, python: str, network: Network) -> tuple[IndexFile, 
     return "; ".join(failures)
 
 
-def read_locked_wheel(lock: Lock, python: str, label: str, network: Network | None = None) -> WheelReading:
+def read_locked_wheel(lock: Lock, python: str, label: str,
+                      network: Network | None = None) -> WheelReading:
     """The arch list of the torch wheel the parsed ``lock`` pins for the image (CPython ``python``),
     read from its index with range requests; None and the reason when the index, the wheel or the
     member is not there."""
     parsed = parse_label(label)
     if parsed is None or parsed[0] != "cuda":
-        return WheelReading(None, f"a {label} wheel lists its targets only inside torch/lib/libtorch_python.so; "
-                                  "kdkit reads the header of CUDA wheels only")
+        return WheelReading(None,
+                            f"a {label} wheel lists its targets only inside "
+                            "torch/lib/libtorch_python.so; kdkit reads the header of CUDA wheels "
+                            "only")
     network = network or Network(timeout=REQUEST_TIMEOUT)
     found = _locked_file(lock, python, network)
     if isinstance(found, str):

@@ -31,7 +31,8 @@ from kdkit.core.lockfile import Lock, normalize_name, parse_lock
 from kdkit.core.staging import staged_beside
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+PLATFORMS = ("manylinux_2_28_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 DOWNLOAD_TIMEOUT_S = 3 * 3600
 
 
@@ -49,7 +50,8 @@ class Wheelhouse:
     def as_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "lock": str(self.lock), "folder": str(self.folder),
                 "files": [{"name": n, "size": s} for n, s in self.files],
-                "bytes": sum(s for _n, s in self.files), "removed_staging": [str(p) for p in self.removed]}
+                "bytes": sum(s for _n, s in self.files),
+                "removed_staging": [str(p) for p in self.removed]}
 
 
 def default_folder(project: Project, backend: str) -> Path:
@@ -71,7 +73,8 @@ def target_arguments(python: str) -> list[str]:
 def download_arguments(lock: Path, dest: Path, known: Path, python: str) -> list[str]:
     """``pip download`` of exactly the lock: hashes required, no resolver, files already in
     ``known`` reused."""
-    args = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "--progress-bar", "off",
+    args = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps",
+            "--progress-bar", "off",
             "--dest", str(dest), "-r", str(lock)]
     if known.is_dir():
         args += ["--find-links", str(known)]
@@ -83,8 +86,9 @@ def _accept(staging: Path, out: Path, hashes: dict[str, str]) -> list[tuple[str,
     files = []
     for path in sorted(staging.iterdir()):
         if sha256_file(path) not in hashes:
-            raise KdkitError(f"{path.name}: downloaded but its sha256 is not in the lock; nothing was "
-                             f"added to {out}; check pip's configuration and re-run `kdkit lock`")
+            raise KdkitError(f"{path.name}: downloaded but its sha256 is not in the lock; nothing "
+                             f"was added to {out}; check pip's configuration and re-run `kdkit "
+                             "lock`")
     out.mkdir(parents=True, exist_ok=True)
     for path in sorted(staging.iterdir()):
         size = path.stat().st_size
@@ -107,7 +111,9 @@ def download_wheelhouse(project_dir: Path | None, backend: str | None = None,
     folder.parent.mkdir(parents=True, exist_ok=True)
     # never published: the files move out of it, and it is removed
     with staged_beside(folder) as staged:
-        done = proc.run(download_arguments(lock, staged.path, folder, project.python), timeout=DOWNLOAD_TIMEOUT_S)
+        done = proc.run(
+            download_arguments(lock, staged.path, folder, project.python),
+            timeout=(DOWNLOAD_TIMEOUT_S))
         if not done.ok:
             raise KdkitError(f"{lock}: pip download failed: {done.first_error_line()}; check pip's "
                              "configuration (`pip config list`) and the network, then retry")
@@ -126,7 +132,9 @@ def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
     # `kdkit build` parsed it once
     lock = lock_path if isinstance(lock_path, Lock) else parse_lock(lock_path)
     if not wheelhouse.is_dir():
-        raise BadInput(f"--wheelhouse {wheelhouse}: not a folder; create it with {_fill_line(wheelhouse, lock)}")
+        raise BadInput(
+            f"--wheelhouse {wheelhouse}: not a folder; create it with "
+            f"{_fill_line(wheelhouse, lock)}")
     wanted = locked_hashes(lock)
     prefixes = tuple(f"{key}-" for key in lock.candidates)
     chosen: dict[str, Path] = {}  # sha256 -> the first file with it
@@ -139,8 +147,9 @@ def wheelhouse_files(wheelhouse: Path, lock_path: Path | Lock) -> list[Path]:
                and not any(h.split(":", 1)[1].lower() in chosen for h in pin.hashes)]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise BadInput(f"--wheelhouse {wheelhouse}: no file with a locked hash for {missing[0].name}=="
-                       f"{missing[0].version}{more}; run {_fill_line(wheelhouse, lock)}")
+        raise BadInput(f"--wheelhouse {wheelhouse}: no file with a locked hash for "
+                       f"{missing[0].name}=={missing[0].version}{more}; run "
+                       f"{_fill_line(wheelhouse, lock)}")
     return sorted(chosen.values())
 
 
@@ -163,4 +172,5 @@ def _fill_line(wheelhouse: Path, lock: Lock) -> str:
     """The command that fills ``wheelhouse`` for ``lock`` (``P/requirements/B.txt`` or its pylock),
     as printed."""
     path = Path(lock.path)
-    return f"`{wheelhouse_command(path.parent.parent, path.stem.removeprefix('pylock.'), wheelhouse)}`"
+    backend = path.stem.removeprefix("pylock.")
+    return f"`{wheelhouse_command(path.parent.parent, backend, wheelhouse)}`"

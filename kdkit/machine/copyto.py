@@ -43,7 +43,8 @@ def snapshot(run: Path, scratch: Path) -> None:
     seen: set[Path] = set()
     for path in sorted(run.rglob("*")):
         name = path.relative_to(run)
-        if any(part.startswith(".") for part in name.parts) or not path.is_file() or path.is_symlink():
+        if any(part.startswith(".") for part in name.parts) or not path.is_file() \
+                or path.is_symlink():
             continue
         target = scratch / name
         seen.add(target)
@@ -75,9 +76,12 @@ def _signature(run: Path) -> tuple[int, int]:
 class CopyTo:
     """The copies of one `kdkit run` (see the module's docstring); a no-op when ``dest`` is None."""
 
-    def __init__(self, dest: str | None, every: float, runs: Path, run_ids: list[str] | None, warn: Say) -> None:
+    def __init__(self, dest: str | None, every: float, runs: Path,
+                 run_ids: list[str] | None, warn: Say) -> None:
         if dest and every < 1:
-            raise BadInput(f"--copy-every {every:g}: expected at least 1 second between copies, e.g. --copy-every 300")
+            raise BadInput(
+                f"--copy-every {every:g}: expected at least 1 second between copies, e.g. "
+                "--copy-every 300")
         self.place = parse_place(dest) if dest else None
         self.every, self.runs, self.warn = every, runs, warn
         self.run_ids = run_ids
@@ -93,7 +97,8 @@ class CopyTo:
 
     def _folders(self) -> list[Path]:
         names = self.run_ids if self.run_ids else sorted(self._present() - self.before)
-        return [self.runs / name for name in names if not name.startswith(".") and (self.runs / name).is_dir()]
+        return [self.runs / name for name in names if not name.startswith(".")
+                and (self.runs / name).is_dir()]
 
     def __enter__(self) -> CopyTo:
         if self.place is not None:
@@ -126,7 +131,8 @@ class CopyTo:
             self.copy_open(run)
             self.copies += 1
         except (KdkitError, OSError) as exc:
-            self.warn(f"the periodic copy of {run.name} to {self.place} failed ({exc}); the run goes on")
+            self.warn(
+                f"the periodic copy of {run.name} to {self.place} failed ({exc}); the run goes on")
 
     def copy_open(self, run: Path) -> None:
         """One snapshot of the open ``run`` synced to DEST/.<run-id>.kdkit-partial."""
@@ -167,19 +173,22 @@ class CopyTo:
         return code or int(failed)
 
 
-def copy_during(dest: str | None, every: float, runs: Path, run_ids: list[str] | None, warn: Say) -> CopyTo:
+def copy_during(dest: str | None, every: float, runs: Path,
+                run_ids: list[str] | None, warn: Say) -> CopyTo:
     """A :class:`CopyTo` for ``kdkit run``; ``run_ids`` when known, else the folders that appear in
     ``runs``."""
     return CopyTo(dest, every, runs, run_ids, warn)
 
 
-def copy_while_waiting(dest: str | None, every: float, runs: Path, run_id: str, warn: Say) -> CopyTo:
+def copy_while_waiting(dest: str | None, every: float, runs: Path,
+                       run_id: str, warn: Say) -> CopyTo:
     """A :class:`CopyTo` for ``kdkit wait --copy-to``: the run's folders as they are named now (its
     own, or its workers'), copied while the wait lasts; :func:`ended_folders` names the ones its
     final copy takes."""
     from kdkit.machine.watch import folders_of
 
-    return CopyTo(dest, every, runs, [folder.name for folder in folders_of(runs, run_id)] or [run_id], warn)
+    return CopyTo(dest, every, runs,
+                  [folder.name for folder in folders_of(runs, run_id)] or [run_id], warn)
 
 
 def ended_folders(runs: Path, run_id: str) -> list[Path]:

@@ -94,7 +94,8 @@ def _share(folder: Path) -> str | None:
     return None
 
 
-def readable_by_all(folders: Sequence[Path], started_by_root: bool | None = None, owner: int = IMAGE_UID) -> list[str]:
+def readable_by_all(folders: Sequence[Path], started_by_root: bool | None = None,
+                    owner: int = IMAGE_UID) -> list[str]:
     """Make each run folder in ``folders`` readable by everyone when root started the run: this
     process is root and the folder is the image user's (``owner``: a run root started,
     kdkit.machine.run; a run a user started is that user's, and a root `kdkit wait` leaves it so).
@@ -108,9 +109,10 @@ def readable_by_all(folders: Sequence[Path], started_by_root: bool | None = None
         shown = shlex.quote(str(folder))
         failed = _share(folder)
         if failed:
-            lines.append(f"{folder}: not all of it could be made readable by everyone ({failed}); what was is "
-                         f"undone with: chmod -R go-rX {shown}")
+            lines.append(f"{folder}: not all of it could be made readable by everyone ({failed}); "
+                         f"what was is undone with: chmod -R go-rX {shown}")
             continue
-        lines.append(f"{folder}: made readable by everyone (chmod -R a+rX; the container's user 10001 still owns "
-                     f"it, so a resume can write it); undo with: chmod -R go-rX {shown}")
+        lines.append(f"{folder}: made readable by everyone (chmod -R a+rX; the container's user "
+                     "10001 still owns it, so a resume can write it); undo with: chmod -R go-rX "
+                     f"{shown}")
     return lines

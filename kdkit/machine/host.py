@@ -47,17 +47,21 @@ class HostFacts:
 def _nvidia_smi() -> tuple[list[str] | None, str | None]:
     if shutil.which("nvidia-smi") is None:
         return None, None
-    done = proc.run(["nvidia-smi", "--query-gpu=index,uuid,driver_version", "--format=csv,noheader"], timeout=30)
+    done = proc.run(
+        ["nvidia-smi", "--query-gpu=index,uuid,driver_version", "--format=csv,noheader"],
+        timeout=(30))
     if not done.ok:
         return [], None
-    rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+    rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines()
+            if line.strip()]
     ids = [cell for row in rows for cell in row[:2]]
     return ids, rows[0][2] if rows and len(rows[0]) > 2 else None
 
 
 def _amd_nodes() -> tuple[bool, list[str], list[int]]:
     kfd = Path("/dev/kfd")
-    nodes = sorted(str(p) for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
+    nodes = sorted(str(p)
+                   for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
     gids = sorted({os.stat(p).st_gid for p in [str(kfd), *nodes] if os.path.exists(p)} - {0})
     return kfd.exists(), nodes, gids
 
@@ -65,11 +69,13 @@ def _amd_nodes() -> tuple[bool, list[str], list[int]]:
 def host_facts(engine: Engine, backend: str) -> HostFacts:
     """Read the facts ``backend`` needs from this machine and its engine."""
     info = engine.info()
-    facts = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=int(info.get("NCPU") or os.cpu_count() or 1),
+    facts = HostFacts(uid=os.getuid(), gid=os.getgid(),
+                      cpus=int(info.get("NCPU") or os.cpu_count() or 1),
                       memory_bytes=int(info.get("MemTotal") or 0))
     if backend == "cuda":
         gpus, driver = _nvidia_smi()
-        runtime = "nvidia" in engine.runtimes() or shutil.which("nvidia-container-runtime-hook") is not None
+        runtime = ("nvidia" in engine.runtimes()
+                   or shutil.which("nvidia-container-runtime-hook") is not None)
         facts = replace(facts, nvidia_gpus=gpus, nvidia_driver=driver, nvidia_runtime=runtime)
     elif backend == "rocm":
         kfd, nodes, gids = _amd_nodes()
@@ -86,33 +92,35 @@ def parse_gpus(value: str | None) -> str | list[str] | None:
         return value
     ids = [part.strip() for part in value.split(",")]
     if not ids or any(not re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in ids):
-        raise BadInput(f"--gpus {value!r}: expected all or a comma list of GPU indexes or UUIDs, e.g. 0,1")
+        raise BadInput(
+            f"--gpus {value!r}: expected all or a comma list of GPU indexes or UUIDs, e.g. 0,1")
     return ids
 
 
 # ---------------------------------------------------------------- device access per backend
 
 
-def cuda_access(host: HostFacts, gpus: str | list[str] | None, labels: dict[str, str]) -> dict[str, Any]:
+def cuda_access(host: HostFacts, gpus: str | list[str] | None,
+                labels: dict[str, str]) -> dict[str, Any]:
     """The device request for CUDA, after checking runtime, GPU ids and driver."""
     if not host.nvidia_runtime:
-        raise Unavailable(f'the Docker engine has no NVIDIA runtime, so the container would fail with '
-                          f'`{NVIDIA_ERROR}`; {NVIDIA_FIX}')
+        raise Unavailable('the Docker engine has no NVIDIA runtime, so the container would fail '
+                          f'with `{NVIDIA_ERROR}`; {NVIDIA_FIX}')
     known = host.nvidia_gpus or []
     if isinstance(gpus, list):
         unknown = [g for g in gpus if g not in known]
         if unknown:
             have = ", ".join(known[::2]) if known else "none"
-            raise BadInput(f"--gpus {','.join(gpus)}: no GPU {unknown[0]} on this host (GPUs: {have}); "
-                           "see `nvidia-smi -L`")
+            raise BadInput(f"--gpus {','.join(gpus)}: no GPU {unknown[0]} on this host (GPUs: "
+                           f"{have}); see `nvidia-smi -L`")
     cuda = labels.get(f"{LABEL}torch.cuda", "")
     # pairings.json's floor, as diagnose and check apply it
     floor = driver_floor(cuda) if cuda else None
     needed = floor[0] if floor else None
     if needed and host.nvidia_driver and version_tuple(host.nvidia_driver) < version_tuple(needed):
-        raise Unavailable(f"NVIDIA driver {host.nvidia_driver} is older than CUDA {cuda} in the image needs "
-                          f"(>= {needed}); upgrade the driver or rebuild for an older CUDA (torch_index in "
-                          "kdkit.json, then `kdkit lock` and `kdkit build`)")
+        raise Unavailable(f"NVIDIA driver {host.nvidia_driver} is older than CUDA {cuda} in the "
+                          f"image needs (>= {needed}); upgrade the driver or rebuild for an older "
+                          "CUDA (torch_index in kdkit.json, then `kdkit lock` and `kdkit build`)")
     return {"gpus": gpus or "all"}
 
 
@@ -120,12 +128,13 @@ def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]
     """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them;
     nothing more."""
     if not host.kfd:
-        raise Unavailable("/dev/kfd: not present, so no AMD GPU is usable here (the amdgpu kernel driver is "
-                          "not loaded); install the AMD GPU driver (`amdgpu-install --usecase=dkms`) and reboot, "
-                          "or run on a machine with an AMD GPU")
+        raise Unavailable("/dev/kfd: not present, so no AMD GPU is usable here (the amdgpu kernel "
+                          "driver is not loaded); install the AMD GPU driver (`amdgpu-install "
+                          "--usecase=dkms`) and reboot, or run on a machine with an AMD GPU")
     if not host.render_nodes:
-        raise Unavailable("/dev/dri/renderD*: no render node, so no AMD GPU is usable here although /dev/kfd "
-                          "exists; check the amdgpu driver (`dmesg | grep amdgpu`) and `rocm-smi`")
+        raise Unavailable("/dev/dri/renderD*: no render node, so no AMD GPU is usable here "
+                          "although /dev/kfd exists; check the amdgpu driver (`dmesg | grep "
+                          "amdgpu`) and `rocm-smi`")
     chosen = host.render_nodes
     if isinstance(gpus, list):
         chosen = []
@@ -146,6 +155,6 @@ def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
     if backend == "rocm":
         return rocm_access(host, gpus)
     if gpus is not None:
-        raise BadInput(f"--gpus {gpus if isinstance(gpus, str) else ','.join(gpus)}: the cpu backend uses "
-                       "no GPU; drop --gpus or use --backend cuda|rocm")
+        raise BadInput(f"--gpus {gpus if isinstance(gpus, str) else ','.join(gpus)}: the cpu "
+                       "backend uses no GPU; drop --gpus or use --backend cuda|rocm")
     return {}

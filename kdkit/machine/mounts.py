@@ -68,13 +68,15 @@ def parse_mount_options(values: Sequence[str]) -> dict[str, Path]:
     for value in values:
         source, sep, name = value.rpartition(":")
         if not sep or not source or not is_safe_id(name):
-            raise BadInput(f"--mount {shown(value)}: expected SRC:NAME, a folder and a name kdkit.json declares "
-                           "under \"mounts\" (letters, digits, '.', '_', '-')")
+            raise BadInput(f"--mount {shown(value)}: expected SRC:NAME, a folder and a name "
+                           "kdkit.json declares under \"mounts\" (letters, digits, '.', '_', '-')")
         if name in given:
             raise BadInput(f"--mount ...:{name}: given twice; give each name once")
         real = Path(os.path.realpath(Path(source).expanduser()))
         if not real.is_dir():
-            raise BadInput(f"--mount {shown(value)}: {shown(str(real))} is not an existing folder; name a folder")
+            raise BadInput(
+                f"--mount {shown(value)}: {shown(str(real))} is not an existing folder; name a "
+                "folder")
         given[name] = real
     return given
 
@@ -87,10 +89,11 @@ def declared_mounts(project: Project, values: Sequence[str] = ()) -> list[Declar
     for name in given:
         if name not in declared:
             have = ", ".join(sorted(declared)) or "none"
-            raise BadInput(f"--mount ...:{name}: {file} declares no mount {name!r} (declared: {have}); declare it "
-                           "under \"mounts\" or fix the name")
+            raise BadInput(f"--mount ...:{name}: {file} declares no mount {name!r} (declared: "
+                           f"{have}); declare it under \"mounts\" or fix the name")
     for where, what in mount_problems(project.root, project.config):
-        overridden = where.endswith(".path") and where.removeprefix("$.mounts.").removesuffix(".path") in given
+        overridden = (where.endswith(".path")
+                      and where.removeprefix("$.mounts.").removesuffix(".path") in given)
         if not overridden:  # a declared path leaving the project matters only when it is used
             raise BadInput(f"{file}: {where}: {what}")
     mounts = []
@@ -106,8 +109,8 @@ def _declared_folder(project: Project, name: str, spec: dict[str, Any]) -> Path:
         raise BadInput(f"{where}: no path; give the folder with `kdkit run --mount SRC:{name}`")
     real = real_inside(project.root, project.root / spec["path"])
     if real is None or not real.is_dir():
-        raise BadInput(f"{where}.path: {spec['path']!r} is not a folder of the project; create it, fix the path "
-                       f"or give the folder with `kdkit run --mount SRC:{name}`")
+        raise BadInput(f"{where}.path: {spec['path']!r} is not a folder of the project; create it, "
+                       f"fix the path or give the folder with `kdkit run --mount SRC:{name}`")
     return real
 
 
@@ -116,15 +119,17 @@ def cache_folder(project: Project) -> Path:
     missing)."""
     real = real_inside(project.root, project.root / CACHE_FOLDER)
     if real is None:
-        raise BadInput(f"{project.root / CACHE_FOLDER}: leads outside the project (a link); remove the link, "
-                       "kdkit creates the folder")
+        raise BadInput(f"{project.root / CACHE_FOLDER}: leads outside the project (a link); remove "
+                       "the link, kdkit creates the folder")
     return real
 
 
-def extra_mounts(project: Project, declared: Sequence[Declared]) -> tuple[list[Mount], dict[str, str]]:
+def extra_mounts(project: Project,
+                 declared: Sequence[Declared]) -> tuple[list[Mount], dict[str, str]]:
     """(config/ and src/, the declared mounts and the cache; the variables that name them in the
     container)."""
-    mounts = source_mounts(project.root) + [Mount(d.source, d.target, not d.writable) for d in declared]
+    mounts = source_mounts(project.root) + [Mount(d.source, d.target, not d.writable)
+                                            for d in declared]
     mounts.append(Mount(cache_folder(project), CACHE, False))
     env = dict(CACHE_ENV)
     for mount in declared:
@@ -148,21 +153,25 @@ def launch_env(project: Project, facts: ImageFacts, network: str, mounts: Sequen
     """``{"KDKIT_LAUNCH": compact JSON}``: what the pilot records in params.json of what really
     ran."""
     names = {d.target: d.name for d in declared} | {CACHE: "cache"}
-    record = {"image_id": facts.id, "image": facts.ref, "lock_sha256": facts.labels.get(f"{LABEL}lock.sha256", ""),
+    record = {"image_id": facts.id, "image": facts.ref,
+              "lock_sha256": facts.labels.get(f"{LABEL}lock.sha256", ""),
               "revision": revision(project, facts), "network": network,
-              "mounts": [{"name": names.get(m.target, m.target.removeprefix(f"{APP}/")), "target": m.target,
+              "mounts": [{"name": names.get(m.target, m.target.removeprefix(f"{APP}/")),
+                          "target": m.target,
                           "writable": not m.read_only, "source": str(m.source)} for m in mounts]}
     return {VARIABLE: json.dumps(record, separators=(",", ":"))}
 
 
-def run_mounts(project: Project, pilot: dict[str, Any], inputs: Path, runs: Path, facts: ImageFacts, network: str,
+def run_mounts(project: Project, pilot: dict[str, Any], inputs: Path, runs: Path, facts: ImageFacts,
+               network: str,
                options: Sequence[str]) -> tuple[list[Mount], dict[str, str]]:
     """(every mount of `kdkit run`'s container, the variables naming them and KDKIT_LAUNCH): the
     pilot's inputs, runs and named paths (kdkit.image.container), then config/, src/, the declared
     mounts and the cache."""
     declared = declared_mounts(project, options)
     bound = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
-                           runs.relative_to(project.root).as_posix()) + named_mounts(project, pilot, inputs)
+                           runs.relative_to(project.root).as_posix()) + named_mounts(
+                               project, pilot, inputs)
     more, env = extra_mounts(project, declared)
     bound += more
     return bound, env | launch_env(project, facts, network, bound, declared)

@@ -24,7 +24,8 @@ LABEL_RUN, LABEL_PROJECT, LABEL_ROLE = "dev.kdkit.run-id", "dev.kdkit.project", 
 
 
 def labels_for(project_root: Path, run_id: str | None, role: str) -> dict[str, str]:
-    return {LABEL_PROJECT: str(project_root), LABEL_ROLE: role, **({LABEL_RUN: run_id} if run_id else {})}
+    return {LABEL_PROJECT: str(project_root), LABEL_ROLE: role,
+            **({LABEL_RUN: run_id} if run_id else {})}
 
 
 def container_name(run_id: str, worker: int | None = None) -> str:
@@ -39,7 +40,8 @@ def host_run_id(project: Any, runs: Path, names: Any = None) -> str:
     from kdkit.core.runfolder import PILOT, claim, new_run_id
 
     def free(candidate: str) -> str:
-        if any(os.path.lexists(runs / name) for name in (names(candidate) if names else [candidate])):
+        if any(os.path.lexists(runs / name)
+               for name in (names(candidate) if names else [candidate])):
             raise FileExistsError(candidate)
         return candidate
 
@@ -59,7 +61,9 @@ def with_run_id(plan: Any) -> Any:
     # a resume: the run's earlier container may still be there, ended, under its name
     if run_id and name is None:
         name = f"{container_name(run_id)}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
-    spec = replace(spec, labels={**spec.labels, **labels_for(plan.project.root, run_id, "run")}, name=name)
+    spec = replace(spec,
+                   labels={**spec.labels, **labels_for(plan.project.root, run_id, "run")},
+                   name=(name))
     return replace(plan, spec=spec, run_id=run_id)
 
 
@@ -81,7 +85,9 @@ def resumed_id(command: list[str] | None) -> str | None:
 
 def follow_lines(run_id: str, project_root: Path) -> list[str]:
     where = f" --project {project_root}" if Path.cwd().resolve() != project_root else ""
-    return [f"kdkit status {run_id}{where}", f"kdkit wait {run_id}{where}", f"kdkit logs {run_id} -f{where}"]
+    return [
+        f"kdkit status {run_id}{where}", f"kdkit wait {run_id}{where}",
+        f"kdkit logs {run_id} -f{where}"]
 
 
 def detached_lines(plan: Any) -> list[str]:
@@ -103,8 +109,10 @@ def detach(plan: Any, engine: Any = None) -> dict[str, Any]:
     for step in plan.host_steps:
         step.action()
     container_id, name = (engine or connect()).start(plan.spec)
-    return {"run_id": plan.run_id, "container": name, "container_id": container_id, "image": plan.image.ref,
-            "backend": plan.backend, "follow": follow_lines(plan.run_id, plan.project.root) if plan.run_id else []}
+    return {"run_id": plan.run_id, "container": name, "container_id": container_id,
+            "image": plan.image.ref,
+            "backend": plan.backend,
+            "follow": follow_lines(plan.run_id, plan.project.root) if plan.run_id else []}
 
 
 def detach_workers(plan: Any, engine: Any = None) -> dict[str, Any]:
@@ -115,5 +123,7 @@ def detach_workers(plan: Any, engine: Any = None) -> dict[str, Any]:
         step.action()
     engine = engine or connect()
     started = [engine.start(spec) for spec in plan.specs]
-    return {"run_id": plan.run_id, "containers": [name for _, name in started], "image": plan.base.image.ref,
-            "backend": plan.base.backend, "follow": follow_lines(plan.run_id, plan.base.project.root)}
+    return {"run_id": plan.run_id, "containers": [name for _, name in started],
+            "image": plan.base.image.ref,
+            "backend": plan.base.backend,
+            "follow": follow_lines(plan.run_id, plan.base.project.root)}

@@ -84,7 +84,13 @@ from kdkit.image.container import APP as APP
 from kdkit.image.container import HOME as HOME
 from kdkit.image.container import IMAGE_UID, container_spec, inside_project
 from kdkit.image.container import named_mounts as named_mounts  # re-exported: tests name it here
-from kdkit.image.labels import LABEL, built_image, project_lock, require_kdkit_labels, resumed_command
+from kdkit.image.labels import (
+    LABEL,
+    built_image,
+    project_lock,
+    require_kdkit_labels,
+    resumed_command,
+)
 from kdkit.machine.host import HostFacts, device_access, host_facts, parse_gpus
 from kdkit.machine.mounts import run_mounts
 
@@ -104,7 +110,9 @@ def read_env_file(path: Path) -> dict[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"--env-file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        raise BadInput(
+            f"--env-file {path}: cannot read it "
+            f"({getattr(exc, 'strerror', None) or exc})") from None
     env: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.lstrip()
@@ -112,8 +120,8 @@ def read_env_file(path: Path) -> dict[str, str]:
             continue
         name, sep, value = line.partition("=")
         if not sep or not ENV_NAME.fullmatch(name):
-            raise BadInput(f"--env-file {path}:{number}: expected NAME=VALUE (NAME of letters, digits and _); "
-                           "fix or comment out that line")
+            raise BadInput(f"--env-file {path}:{number}: expected NAME=VALUE (NAME of letters, "
+                           "digits and _); fix or comment out that line")
         env[name] = value.rstrip("\r")
     return env
 
@@ -156,7 +164,8 @@ def _identity(host: HostFacts, runs: Path) -> tuple[tuple[int, int], list[HostSt
     return who, writable_steps(host, runs, "run folders")
 
 
-def writable_steps(host: HostFacts, folder: Path, what: str, project_root: Path | None = None) -> list[HostStep]:
+def writable_steps(host: HostFacts, folder: Path, what: str,
+                   project_root: Path | None = None) -> list[HostStep]:
     """What ``folder`` (runs/, the cache, a writable declared mount) needs so the container's user
     can write it: created when missing; handed to the image's user IMAGE_UID when root runs kdkit
     (chown, never chmod 777). A folder outside ``project_root`` (one the user named with --mount) is
@@ -171,11 +180,14 @@ def writable_steps(host: HostFacts, folder: Path, what: str, project_root: Path 
     info = folder.stat() if folder.exists() else None
     if info is None or (info.st_uid != IMAGE_UID and not info.st_mode & stat.S_IWOTH):
         chown = f"chown {IMAGE_UID}:{IMAGE_UID} {shlex.quote(str(folder))}"
-        if project_root is not None and project_root != folder and project_root not in folder.parents:
-            raise BadInput(f"--mount {printable(str(folder))}: writable, but the container's user {IMAGE_UID} cannot "
-                           f"write it and kdkit changes no owner outside the project; `{printable(chown)}` if that "
-                           "folder may be given to it, or mount a folder of the project")
-        steps.append(HostStep(f"give {folder} to the image's user {IMAGE_UID} so it can write its {what}", chown,
+        if project_root is not None and project_root != folder \
+                and project_root not in folder.parents:
+            raise BadInput(f"--mount {printable(str(folder))}: writable, but the container's user "
+                           f"{IMAGE_UID} cannot write it and kdkit changes no owner outside the "
+                           f"project; `{printable(chown)}` if that folder may be given to it, or "
+                           "mount a folder of the project")
+        steps.append(HostStep(f"give {folder} to the image's user {IMAGE_UID} so it can write its "
+                              f"{what}", chown,
                               lambda: os.chown(folder, IMAGE_UID, IMAGE_UID)))
     return steps
 
@@ -188,28 +200,30 @@ def confinement(host: HostFacts, uid: int, gid: int) -> dict[str, Any]:
                                  container.pids_limit(host.cpus))
 
 
-def _resolve_image(engine: Engine, project: Project, backend: str | None, image: str | None) -> ImageFacts:
+def _resolve_image(engine: Engine, project: Project, backend: str | None,
+                   image: str | None) -> ImageFacts:
     """The image to run: ``image``, else the newest that `kdkit build` made from the backend's
     current requirements lock or pylock (``--lock-format pylock``):
     :func:`kdkit.image.labels.built_image`."""
     if image is None:
         chosen = project.backend(backend)
         if not chosen.lock.is_file():
-            raise BadInput(f"{chosen.lock}: no lock, so no image to run; `kdkit lock` and `kdkit build`, "
-                           "or pass --image")
+            raise BadInput(f"{chosen.lock}: no lock, so no image to run; `kdkit lock` and `kdkit "
+                           "build`, or pass --image")
         image = built_image(engine, project, chosen)
     facts = engine.require_image(image)
     require_kdkit_labels(image, facts.labels)
     baked = facts.labels[f"{LABEL}backend"]
     if backend is not None and backend != baked:
-        raise BadInput(f"--backend {backend}: image {image} was built for {baked}; pass --backend {baked} "
-                       "or the image of that backend")
+        raise BadInput(f"--backend {backend}: image {image} was built for {baked}; pass --backend "
+                       f"{baked} or the image of that backend")
     return facts
 
 
 def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: str | None = None,
                 gpus: str | None = None, network: str = "none", env_file: Path | None = None,
-                command: list[str] | None = None, resume: RunId | None = None, engine: Engine | None = None,
+                command: list[str] | None = None, resume: RunId | None = None,
+                engine: Engine | None = None,
                 host: HostFacts | None = None, mounts: Sequence[str] = ()) -> RunPlan:
     """Check everything a run needs and describe the container; nothing is written or started."""
     from kdkit.docker_adapter import connect
@@ -234,13 +248,17 @@ def prepare_run(project_dir: Path | None, *, backend: str | None = None, image: 
     inputs = inside_project(project, inputs_folder(pilot), "inputs")  # a JSONL corpus: its folder
     runs = inside_project(project, str(pilot["runs"]), "runs")
     if not inputs.is_dir():
-        raise BadInput(f"{inputs}: pilot inputs folder not found; restore it (see {project.pilot_config_path})")
+        raise BadInput(
+            f"{inputs}: pilot inputs folder not found; restore it (see "
+            f"{project.pilot_config_path})")
     (uid, gid), steps = _identity(host, runs)
     # kdkit.machine.mounts
     bound, extra = run_mounts(project, pilot, inputs, runs, facts, network, mounts)
-    spec = container_spec(facts.ref, bound, confinement(host, uid, gid), access, network=network, command=command,
+    spec = container_spec(facts.ref, bound, confinement(host, uid, gid), access, network=network,
+                          command=command,
                           env_file=env_file.resolve() if env_file else None, env=env,
-                          extra_env={k: v for k, v in extra.items() if k not in env or k == VARIABLE})
+                          extra_env={k: v for k,
+                                     v in extra.items() if k not in env or k == VARIABLE})
     steps += [step for m in bound if not m.read_only and m.source != runs
               for step in writable_steps(host, m.source, "files", project.root)]
     warnings = []

@@ -34,7 +34,8 @@ def _verdict(report: dict[str, Any]) -> int:
     if report["state"] == "passed":
         return 0
     parts = report.get("workers") or [report]
-    codes = [(part.get("container") or {}).get("exit_code") for part in parts if part.get("state") == "failed"]
+    codes = [(part.get("container") or {}).get("exit_code") for part in parts
+             if part.get("state") == "failed"]
     died = next((code for code in codes if isinstance(code, int) and code > 1), None)
     return died if died is not None and not any(part.get("verdict") for part in parts) else 1
 
@@ -100,14 +101,16 @@ def _remove_ended(project: Place, report: dict[str, Any]) -> None:
         # gone meanwhile, or no room: the removal still happens
         with contextlib.suppress(KdkitError, OSError):
             if inside:
-                atomic_write_chunks(saved_log(project, container["name"]), engine.logs(container["id"], False))
+                atomic_write_chunks(saved_log(project, container["name"]),
+                                    engine.logs(container["id"], False))
         engine.remove_container(container["id"])
 
 
 # ---------------------------------------------------------------- logs
 
 
-def show_logs(project: Place, run_id: RunId, follow: bool, sink: Callable[[str, bytes], None]) -> int:
+def show_logs(project: Place, run_id: RunId, follow: bool,
+              sink: Callable[[str, bytes], None]) -> int:
     """Each of the run's containers' output to ``sink(label, chunk)`` (label "" for a one-container
     run, else "w<i>"); followed as it comes with ``follow``. Unavailable (exit 3) when no container
     of it is left."""
@@ -115,15 +118,17 @@ def show_logs(project: Place, run_id: RunId, follow: bool, sink: Callable[[str, 
 
     found = labelled_containers({LABEL_PROJECT: str(project.root), LABEL_RUN: run_id})
     if found is None:
-        raise Unavailable(f"run {run_id}: the Docker engine does not answer, so no container output can be read; "
-                          f"start it (`sudo systemctl start docker`), or `kdkit status {run_id}` reads the run folder")
+        raise Unavailable(f"run {run_id}: the Docker engine does not answer, so no container "
+                          "output can be read; start it (`sudo systemctl start docker`), or "
+                          f"`kdkit status {run_id}` reads the run folder")
     if not found:
         return _saved_logs(project, run_id, sink)
     engine = connect()
     named = sorted(found, key=lambda c: c.name)
 
     def one(container: Any) -> None:
-        label = "" if container.labels.get(LABEL_ROLE) == "run" else container.name.rsplit("-", 1)[-1]
+        label = ("" if container.labels.get(LABEL_ROLE) == "run"
+                 else container.name.rsplit("-", 1)[-1])
         for chunk in engine.logs(container.id, follow):
             sink(label, chunk)
 
@@ -139,12 +144,14 @@ def show_logs(project: Place, run_id: RunId, follow: bool, sink: Callable[[str, 
 def _saved_logs(project: Place, run_id: RunId, sink: Callable[[str, bytes], None]) -> int:
     """An ended run's output as `kdkit wait` kept it; BadInput for a run this project never had."""
     saved = sorted((project.root / LOGS_FOLDER).glob(f"kdkit-{run_id}*.log"))
-    saved = [path for path in saved if path.name in (f"kdkit-{run_id}.log",) or WORKER_LOG.fullmatch(
+    saved = [path for path in saved if path.name in (f"kdkit-{run_id}.log",)
+             or WORKER_LOG.fullmatch(
         path.name.removeprefix(f"kdkit-{run_id}"))]
     if not saved:
         run_status(project, run_id)  # BadInput when neither a folder nor a container names it
-        raise Unavailable(f"run {run_id}: no container of it is left and no output was kept (`kdkit wait` keeps "
-                          f"it in {project.root / LOGS_FOLDER}); `kdkit status {run_id}` reads its folder")
+        raise Unavailable(f"run {run_id}: no container of it is left and no output was kept "
+                          f"(`kdkit wait` keeps it in {project.root / LOGS_FOLDER}); `kdkit status "
+                          f"{run_id}` reads its folder")
     for path in saved:
         label = "" if path.name == f"kdkit-{run_id}.log" else path.stem.rsplit("-", 1)[-1]
         sink(label, path.read_bytes())
@@ -157,8 +164,8 @@ def _saved_logs(project: Place, run_id: RunId, sink: Callable[[str, bytes], None
 def lost_line(run_id: str | None, containers: list[str]) -> str:
     """What kdkit says (best effort) when SIGHUP ends its following: the run goes on, where to watch
     it."""
-    return (f"connection lost: run {run_id or '(unnamed)'} continues in container {', '.join(containers)}; "
-            f"follow it with kdkit status {run_id or ''}".rstrip())
+    return (f"connection lost: run {run_id or '(unnamed)'} continues in container "
+            f"{', '.join(containers)}; follow it with kdkit status {run_id or ''}".rstrip())
 
 
 # ---------------------------------------------------------------- shown
@@ -170,7 +177,8 @@ def status_lines(run: dict[str, Any]) -> list[str]:
 
     parts = run.get("workers") or [run]
     lines = [f"Run {run['run_id']}: {run['state']}" + (f" ({printable(str(run['reason']))})"
-                                                       if run.get("reason") and len(parts) > 1 else "")]
+                                                       if run.get("reason") and len(parts) > 1
+                                                       else "")]
     for part in parts:
         lines.append("  " + "; ".join(part_words(part)))
     return lines
@@ -183,20 +191,23 @@ def part_words(part: dict[str, Any]) -> list[str]:
     if part.get("reason"):
         words.append(printable(str(part["reason"])))
     if part.get("step") is not None:  # a training run's (kdkit train)
-        words.append(f"step {part['step']}" + (f", {part['rate']} steps/s" if part.get("rate") else ""))
+        words.append(f"step {part['step']}"
+                     + (f", {part['rate']} steps/s" if part.get("rate") else ""))
     if part.get("done") is not None:
         words.append(f"{part['done']} of {part.get('total')} done")
     if part.get("rate") and part.get("kind") != "train":
-        words.append(f"{part['rate']} items/s" + (f", ETA {part['eta_seconds']:.0f} s" if part.get("eta_seconds")
-                                                    is not None else ""))
+        words.append(f"{part['rate']} items/s"
+                     + (f", ETA {part['eta_seconds']:.0f} s" if part.get("eta_seconds")
+                          is not None else ""))
     if part.get("rejected") is not None:
         words.append(f"rejected {part['rejected']} (limit {part.get('rejection_limit')})")
     if part.get("last_error"):
         words.append(f"last error: {printable(str(part['last_error']))[:200]}")
     if part.get("elapsed_seconds") is not None:
         left = part.get("remaining_seconds")
-        words.append(f"elapsed {part['elapsed_seconds']:.0f} s" + (f", {left:.0f} s left of max_seconds"
-                                                                   if left is not None else ""))
+        words.append(f"elapsed {part['elapsed_seconds']:.0f} s"
+                     + (f", {left:.0f} s left of max_seconds"
+                        if left is not None else ""))
     if part.get("container"):
         words.append(f"container {part['container']['name']} ({part['container']['status']})")
     return words
@@ -214,7 +225,8 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
 
     if shutil.which("nvidia-smi") is None:
         return _amd_usage(timeout) if shutil.which("amd-smi") else None
-    done = proc.run(["nvidia-smi", "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
+    done = proc.run(["nvidia-smi",
+                     "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
                      "--format=csv,noheader,nounits"], timeout=timeout)
     if not done.ok:
         return None
@@ -222,8 +234,10 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
     for line in done.stdout.splitlines():
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) == 5:
-            gpus.append({"index": cells[0], "name": cells[1], "utilization_percent": _number(cells[2]),
-                         "memory_used_mib": _number(cells[3]), "memory_total_mib": _number(cells[4])})
+            gpus.append({"index": cells[0], "name": cells[1],
+                         "utilization_percent": _number(cells[2]),
+                         "memory_used_mib": _number(cells[3]),
+                         "memory_total_mib": _number(cells[4])})
     return gpus
 
 
@@ -232,9 +246,12 @@ def _amd_usage(timeout: float) -> list[dict[str, Any]] | None:
     readers."""
     from kdkit.probe.diagnose.smi_amd import dig, entries, json_answer
 
-    data, failure, _ = json_answer(["amd-smi", "metric", "--usage", "--mem-usage", "--json"], timeout)
+    data, failure, _ = json_answer(
+        ["amd-smi", "metric", "--usage", "--mem-usage", "--json"], timeout)
     if failure is not None:
         return None
-    return [{"index": str(entry["gpu"]), "name": "", "utilization_percent": dig(entry, ("usage", "gfx_activity")),
+    return [{"index": str(entry["gpu"]), "name": "",
+             "utilization_percent": dig(entry, ("usage", "gfx_activity")),
              "memory_used_mib": dig(entry, ("mem_usage", "used_vram")),
-             "memory_total_mib": dig(entry, ("mem_usage", "total_vram"))} for entry in entries(data)]
+             "memory_total_mib": dig(entry, ("mem_usage", "total_vram"))}
+            for entry in entries(data)]

@@ -59,7 +59,8 @@ def place(project_dir: Path | None) -> Place:
     root = project_root(project_dir)
     config = _read_object(root / MARKER, "project file")
     pilot_path = root / str(config.get("pilot_config", "config/pilot.json"))
-    pilot = _read_object(pilot_path, "pilot config") if "pilot_config" in config or pilot_path.exists() else {}
+    pilot = (_read_object(pilot_path, "pilot config") if "pilot_config" in config
+             or pilot_path.exists() else {})
     rel = str(pilot.get("runs", "runs"))
     runs = real_inside(root, root / rel)
     if runs is None:
@@ -105,7 +106,8 @@ def folders_of(runs: Path, run_id: str) -> list[Path]:
 
 def _seconds_between(start: Any, end: Any) -> float | None:
     try:
-        return (datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds()
+        return (datetime.fromisoformat(str(end))
+                - datetime.fromisoformat(str(start))).total_seconds()
     except ValueError:
         return None
 
@@ -120,18 +122,24 @@ def _closed(summary: dict[str, Any], stop: dict[str, Any], limit: Any) -> dict[s
     done = accepted + rejected if isinstance(accepted, int) and isinstance(rejected, int) else None
     timings = summary.get("timings") if isinstance(summary.get("timings"), dict) else {}
     seconds = timings.get("seconds") if isinstance(timings, dict) else None
-    return {"state": state, "verdict": summary.get("verdict"), "reason": (stopped or {}).get("reason")
-            if isinstance(stopped, dict) else None, "rule": (stopped or {}).get("rule") if isinstance(stopped, dict)
-            else None, "done": done, "total": summary.get("total"), "accepted": accepted, "rejected": rejected,
+    return {"state": state, "verdict": summary.get("verdict"),
+            "reason": (stopped or {}).get("reason")
+            if isinstance(stopped, dict) else None,
+            "rule": (stopped or {}).get("rule") if isinstance(stopped, dict)
+            else None, "done": done, "total": summary.get("total"), "accepted": accepted,
+            "rejected": rejected,
             "rejection_limit": limit, "elapsed_seconds": seconds,
-            "rate": round(done / seconds, 3) if done and isinstance(seconds, (int, float)) and seconds > 0 else None}
+            "rate": round(done / seconds, 3) if done and isinstance(seconds, (int, float))
+            and seconds > 0 else None}
 
 
 def _closed_training(summary: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
     verdict = summary.get("verdict")
     timings = summary.get("timings")
-    return {"state": {"pass": "passed", "fail": "failed"}.get(str(verdict), "stopped"), "verdict": verdict,
-            "kind": TRAIN, "reason": None if verdict == "pass" else stop.get("reason"), "step": summary.get("steps"),
+    return {"state": {"pass": "passed", "fail": "failed"}.get(str(verdict), "stopped"),
+            "verdict": verdict,
+            "kind": TRAIN, "reason": None if verdict == "pass" else stop.get("reason"),
+            "step": summary.get("steps"),
             "elapsed_seconds": timings.get("seconds") if isinstance(timings, dict) else None}
 
 
@@ -145,25 +153,34 @@ def _open(beat: dict[str, Any], container: Labelled | None, now: datetime) -> di
     else:
         running = bool(alive) or (alive is None and age is not None and age < STALE_S)
     if beat.get(KIND) == TRAIN:  # a training run's: its step and steps per second
-        return {"state": "running" if running else "lost", "verdict": None, "kind": TRAIN, "reason": None if running
-                else "no heartbeat for a while and its process is gone; `kdkit train --resume` goes on from its "
-                "newest checkpoint", "step": beat.get("done"), "rate": beat.get("rate"),
+        return {"state": "running" if running else "lost", "verdict": None, "kind": TRAIN,
+                "reason": None if running
+                else "no heartbeat for a while and its process is gone; `kdkit train --resume` "
+                "goes on from its newest checkpoint", "step": beat.get("done"),
+                "rate": beat.get("rate"),
                 "elapsed_seconds": _seconds_between(beat.get("started"), now.isoformat()),
                 "heartbeat_age_seconds": round(age, 1) if age is not None else None}
     done, total, rate = beat.get("done"), beat.get("total"), beat.get("rate")
     eta = None
-    if isinstance(done, (int, float)) and isinstance(total, (int, float)) and isinstance(rate, (int, float)):
+    if isinstance(done, (int, float)) and isinstance(total, (int, float)) \
+            and isinstance(rate, (int, float)):
         eta = round((total - done) / rate, 1) if running and rate > 0 else None
     elapsed = _seconds_between(beat.get("started"), now.isoformat())
     limit = beat.get("max_seconds")
-    return {"state": "running" if running else "lost", "verdict": None, "reason": None if running else
+    return {"state": "running" if running else "lost", "verdict": None,
+            "reason": None if running else
             "no container and no heartbeat for a while: the process that ran it is gone; resume it",
-            "done": done, "total": total, "accepted": beat.get("accepted"), "rejected": beat.get("rejected"),
-            "rejection_limit": beat.get("rejection_limit"), "last_error": beat.get("last_error"), "rate": rate,
+            "done": done, "total": total, "accepted": beat.get("accepted"),
+            "rejected": beat.get("rejected"),
+            "rejection_limit": beat.get("rejection_limit"), "last_error": beat.get("last_error"),
+            "rate": rate,
             "eta_seconds": eta,
-            "elapsed_seconds": round(elapsed, 1) if elapsed is not None else None, "max_seconds": limit,
-            "remaining_seconds": round(limit - elapsed, 1) if isinstance(limit, (int, float)) and elapsed is not None
-            and running else None, "heartbeat_age_seconds": round(age, 1) if age is not None else None}
+            "elapsed_seconds": round(elapsed, 1) if elapsed is not None else None,
+            "max_seconds": limit,
+            "remaining_seconds": round(limit - elapsed, 1) if isinstance(limit, (int, float))
+            and elapsed is not None
+            and running else None,
+            "heartbeat_age_seconds": round(age, 1) if age is not None else None}
 
 
 def folder_status(folder: Path, container: Labelled | None, now: datetime | None = None,
@@ -176,13 +193,17 @@ def folder_status(folder: Path, container: Labelled | None, now: datetime | None
     summary, stop = _object(folder / SUMMARY), _object(folder / STOP)
     if summary:
         rules = _object(folder / PARAMS).get("params", {})
-        state = _closed(summary, stop, (rules.get("stop") or {}).get("max_rejected") if isinstance(rules, dict)
+        state = _closed(summary, stop,
+                        (rules.get("stop") or {}).get("max_rejected") if isinstance(rules, dict)
                         else None)
     elif (beat := read_heartbeat(folder)) is not None:
         state = _open(beat, container, now)
-        if state["state"] == "running" and container is None and engine and "launch" in _object(folder / PARAMS):
+        if state["state"] == "running" and container is None and engine \
+                and "launch" in _object(folder / PARAMS):
             state.update(state="lost", eta_seconds=None, remaining_seconds=None,
-                         reason="its container is gone and it wrote no summary; `kdkit run --resume` finishes it")
+                         reason=(
+                             "its container is gone and it wrote no summary; `kdkit run --resume` "
+                             "finishes it"))
     elif container is not None and not container.ended:
         state = {"state": "running", "reason": "starting (diagnose, verify-env)"}
     elif stop:
@@ -190,14 +211,17 @@ def folder_status(folder: Path, container: Labelled | None, now: datetime | None
     else:
         state = {"state": "lost", "reason": "no summary, no heartbeat and no container running"}
     if state["state"] != "running" and container is not None and container.ended and not summary:
-        state.update(state="failed", reason=f"its container exited with {container.exit_code} before the summary")
+        state.update(
+            state="failed",
+            reason=(f"its container exited with {container.exit_code} before the summary"))
     return {"folder": str(folder), **state, "container": _shown(container)}
 
 
 def _shown(container: Labelled | None) -> dict[str, Any] | None:
     if container is None:
         return None
-    return {"name": container.name, "id": container.id[:12], "state": container.state, "status": container.status,
+    return {"name": container.name, "id": container.id[:12], "state": container.state,
+            "status": container.status,
             "exit_code": container.exit_code, "labels": container.labels}
 
 
@@ -206,8 +230,11 @@ def _container_for(containers: list[Labelled], folder: Path, run_id: str) -> Lab
     resume's), else any."""
     match = WORKER_FOLDER.match(folder.name)
     if match and folder.name != run_id:
-        return next((c for c in containers if c.name == container_name(run_id, int(match.group("worker")))), None)
-    own = sorted((c for c in containers if c.labels.get(LABEL_ROLE) == "run"), key=lambda c: c.ended)
+        return next(
+            (c for c in containers if c.name == container_name(run_id, int(match.group("worker")))),
+            None)
+    own = sorted((c for c in containers if c.labels.get(LABEL_ROLE) == "run"),
+                 key=lambda c: c.ended)
     return own[0] if own else None
 
 
@@ -216,7 +243,8 @@ def _engine_containers(project: Place, run_id: str | None) -> list[Labelled] | N
     return labelled_containers(wanted)
 
 
-def run_status(project: Place, run_id: RunId, containers: list[Labelled] | None = None) -> dict[str, Any]:
+def run_status(project: Place, run_id: RunId,
+               containers: list[Labelled] | None = None) -> dict[str, Any]:
     """Where run ``run_id`` stands: its folders' states (a workers run: each worker's, and its
     gathering's) and its containers; BadInput when neither a folder nor a container of this project
     names it."""
@@ -227,15 +255,19 @@ def run_status(project: Place, run_id: RunId, containers: list[Labelled] | None 
     folders = folders_of(runs, run_id)
     gathered = runs / gathered_folder(run_id)
     if not folders and not mine and not gathered.is_dir():
-        raise BadInput(f"run {run_id}: no run folder in {runs} and no container of this project labelled with it; "
-                       "see `kdkit status` for the runs there are")
-    parts = [folder_status(folder, _container_for(mine, folder, run_id), engine=containers is not None)
+        raise BadInput(f"run {run_id}: no run folder in {runs} and no container of this project "
+                       "labelled with it; see `kdkit status` for the runs there are")
+    parts = [folder_status(folder, _container_for(mine, folder, run_id),
+                           engine=containers is not None)
              for folder in folders]
     if not parts:
         parts = [{"folder": None, "state": "running" if any(not c.ended for c in mine) else "lost",
-                  "reason": "starting (diagnose, verify-env)", "container": _shown(c)} for c in mine]
-    report = {"run_id": run_id, "runs": str(runs), "engine": containers is not None, **_overall(parts, gathered),
-              "workers": parts if len(folders) > 1 or WORKER_FOLDER.match(folders[0].name if folders else "")
+                  "reason": "starting (diagnose, verify-env)", "container": _shown(c)}
+                 for c in mine]
+    report = {"run_id": run_id, "runs": str(runs), "engine": containers is not None,
+              **_overall(parts, gathered),
+              "workers": parts if len(folders) > 1
+              or WORKER_FOLDER.match(folders[0].name if folders else "")
               else None}
     if report["workers"] is None and parts:
         report.update({k: v for k, v in parts[0].items() if k not in report})
@@ -247,14 +279,17 @@ def _overall(parts: list[dict[str, Any]], gathered: Path) -> dict[str, Any]:
     while any runs."""
     summary = _object(gathered / SUMMARY)
     if summary:
-        return {"state": "passed" if summary.get("verdict") == "pass" else "failed", "gathered": str(gathered),
-                "done": (summary.get("accepted") or 0) + (summary.get("rejected") or 0), "total": summary.get("total")}
+        return {"state": "passed" if summary.get("verdict") == "pass" else "failed",
+                "gathered": str(gathered),
+                "done": (summary.get("accepted") or 0) + (summary.get("rejected") or 0),
+                "total": summary.get("total")}
     states = [part["state"] for part in parts]
     if len(parts) == 1:
         return {"state": states[0]}
     if "running" in states:
         return {"state": "running", "gathered": None}
-    return {"state": "ended", "gathered": None, "reason": "every worker has ended; `kdkit wait` gathers them"}
+    return {"state": "ended",
+            "gathered": None, "reason": "every worker has ended; `kdkit wait` gathers them"}
 
 
 def recent_runs(runs: Path, containers: list[Labelled] | None) -> list[RunId]:
@@ -301,4 +336,5 @@ def project_status(project: Place) -> dict[str, Any]:
             found.append(run_status(project, run_id, containers))
         except BadInput:
             continue
-    return {"project": str(project.root), "runs_folder": str(runs), "engine": containers is not None, "runs": found}
+    return {"project": str(project.root), "runs_folder": str(runs),
+            "engine": containers is not None, "runs": found}

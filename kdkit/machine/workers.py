@@ -67,8 +67,8 @@ def check_workers(workers: int, backend: str, host: HostFacts) -> None:
     count = gpu_count(backend, host)
     if count is not None and workers > count:
         source = "`nvidia-smi -L`" if backend == "cuda" else "/dev/dri/renderD*"
-        raise BadInput(f"--workers {workers}: this host has {count} GPU(s) ({source}); one worker per GPU, "
-                       f"so use --workers {count} or fewer")
+        raise BadInput(f"--workers {workers}: this host has {count} GPU(s) ({source}); one worker "
+                       f"per GPU, so use --workers {count} or fewer")
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ def _run_id(base: RunPlan, workers: int) -> str:
     containers make the folders; a run that takes the name meanwhile makes their pilots refuse it
     (RunFolder.create never reuses a folder)."""
     return host_run_id(base.project, base.runs, lambda candidate: [
-        *(worker_folder(candidate, i, workers) for i in range(workers)), gathered_folder(candidate)])
+        *(worker_folder(candidate, i, workers) for i in range(workers)),
+        gathered_folder(candidate)])
 
 
 def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None = None,
@@ -107,8 +108,8 @@ def prepare_workers(project_dir: Path | None, workers: int, *, gpus: str | None 
     if workers < 1:
         raise BadInput(f"--workers {workers}: expected a whole number >= 1")
     if workers > MAX_WORKERS:
-        raise BadInput(f"--workers {workers}: at most {MAX_WORKERS} containers side by side on one host; "
-                       "use fewer (one per GPU)")
+        raise BadInput(f"--workers {workers}: at most {MAX_WORKERS} containers side by side on one "
+                       "host; use fewer (one per GPU)")
     if gpus is not None:
         raise BadInput(f"--gpus {gpus} with --workers: worker i uses GPU i; drop --gpus")
     if command:
@@ -135,7 +136,8 @@ def print_worker_lines(plan: WorkersPlan) -> list[str]:
     from kdkit.docker_adapter import cli_arguments
 
     runs = [shell_line(cli_arguments(spec)) + " &" for spec in plan.specs]
-    return [step.shell for step in plan.base.host_steps] + runs + ["wait", shell_line(gather_line(plan))]
+    return [step.shell
+            for step in plan.base.host_steps] + runs + ["wait", shell_line(gather_line(plan))]
 
 
 class Prefixed:
@@ -190,7 +192,8 @@ def _stop_all(running: Running, futures: list[Future[int]], engine: Engine | Non
     with suppress(KeyboardInterrupt):
         reached = (engine or connect()).stop(running.begin_stop(signum))
     codes = [None if future.exception() is not None else future.result() for future in futures]
-    return codes, reached is None or None in codes or (bool(reached) and any(c >= SIGNALLED for c in codes if c))
+    return codes, reached is None or None in codes or (bool(reached)
+                                                       and any(c >= SIGNALLED for c in codes if c))
 
 
 def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None = None,
@@ -207,7 +210,8 @@ def execute_workers(plan: WorkersPlan, on_output: Callable[[bytes], None] | None
         with lock:
             (on_output or sys.stdout.buffer.write)(data)
 
-    pool, hung_up = ThreadPoolExecutor(max_workers=len(plan.specs), thread_name_prefix="kdkit-worker"), False
+    pool, hung_up = ThreadPoolExecutor(
+        max_workers=len(plan.specs), thread_name_prefix="kdkit-worker"), False
     try:
         futures = [pool.submit(_run_one, spec, Prefixed(f"w{i}", sink), engine, running)
                    for i, spec in enumerate(plan.specs)]
@@ -260,10 +264,12 @@ def _run_again(plan: RunPlan, gpu: str | None) -> list[str]:
 def stopped_lines(plan: WorkersPlan, stop: Interrupted) -> list[str]:
     """One line per worker after a stop: where its folder is, in what state, and how to finish it;
     then the gathering to run once every worker is finished."""
-    lines = [f"Stopped by {stop.name}: every container was stopped and removed; nothing was gathered."]
+    lines = (
+        [f"Stopped by {stop.name}: every container was stopped and removed; nothing was gathered."])
     for i, folder in enumerate(plan.folders):
         how = "start it again" if not folder.is_dir() else "finish it"
-        pilot = ["kdkit", "pilot", APP, *(["--resume"] if folder.is_dir() else ["--run-id"]), plan.run_id,
+        pilot = ["kdkit", "pilot", APP, *(["--resume"] if folder.is_dir() else ["--run-id"]),
+                 plan.run_id,
                  "--worker", str(i), "--workers", str(len(plan.folders))]
         lines.append(f"  w{i}: {folder_state(folder)}; {how}: "
                      f"{shell_line([*_run_again(plan.base, str(i)), '--', *pilot])}")
@@ -279,6 +285,7 @@ def stopped_run_lines(plan: RunPlan, folders: list[Path], stop: Interrupted) -> 
     killed = ": killed after the grace" if ended == SIGNALLED + signal.SIGKILL else ""
     how = f" (exit {ended}{killed})" if ended is not None else ""
     lines = [f"Stopped by {stop.name}: the container was stopped{how} and removed."]
-    lines += [f"  {folder_state(folder)}; finish it: {shell_line([*_run_again(plan, None), '--resume', folder.name])}"
+    lines += [f"  {folder_state(folder)}; finish it: "
+              f"{shell_line([*_run_again(plan, None), '--resume', folder.name])}"
               for folder in folders]
     return lines if folders else [*lines, "  no run folder was made; run it again"]

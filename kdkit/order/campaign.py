@@ -74,7 +74,8 @@ def _sums(folder: Path) -> dict[str, str] | None:
         text = (folder / SUMS).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return {name: digest for digest, _sep, name in (line.partition("  ") for line in text.splitlines())}
+    return {name: digest for digest, _sep,
+            name in (line.partition("  ") for line in text.splitlines())}
 
 
 def _number(value: Any) -> float | None:
@@ -106,7 +107,8 @@ def _rate(summary: dict[str, Any]) -> float | None:
     timings = summary.get("timings")
     if not isinstance(timings, dict):
         return None
-    items, app, harness = (_number(timings.get(k)) for k in ("items", "app_seconds", "harness_seconds"))
+    items, app, harness = (_number(timings.get(k))
+                           for k in ("items", "app_seconds", "harness_seconds"))
     if items is None or app is None or items <= 0:
         return None
     busy = app + (harness or 0.0)
@@ -119,9 +121,11 @@ def read_run_view(folder: Path, metric: str) -> RunView:
     params_raw, params = _read(folder / PARAMS)
     summary_raw, summary = _read(folder / SUMMARY)
     stopped = (folder / STOP).is_file()
-    kind = "train" if "train" in (params.get("kind"), summary.get("kind")) else "pilot" if params else "other"
+    kind = "train" if "train" in (params.get("kind"),
+                                  summary.get("kind")) else "pilot" if params else "other"
     inner = params.get("params")
-    configs = [params.get("config_file"), inner.get("config_file") if isinstance(inner, dict) else None]
+    configs = [params.get("config_file"),
+               inner.get("config_file") if isinstance(inner, dict) else None]
     timings = summary.get("timings")
     variant = params.get("variant")
     return RunView(
@@ -137,7 +141,8 @@ def read_run_view(folder: Path, metric: str) -> RunView:
 def read_runs(runs: Path, metric: str) -> list[RunView]:
     """Every run folder under ``runs`` in ID order, a worker's share excepted (its run is the
     whole)."""
-    return [read_run_view(folder, metric) for folder in run_folders(runs) if not WORKER_FOLDER.match(folder.name)]
+    return [read_run_view(folder, metric) for folder in run_folders(runs)
+            if not WORKER_FOLDER.match(folder.name)]
 
 
 # ---------------------------------------------------------------- variants against the threshold
@@ -161,10 +166,12 @@ class VariantResult:
 
 
 def _belongs(run: RunView, name: str, config: str | None) -> bool:
-    return run.variant == name or (run.variant is None and config is not None and config in run.config_files)
+    return run.variant == name or (run.variant is None and config is not None
+                                   and config in run.config_files)
 
 
-def variant_results(root: Path, campaign: Campaign, runs: list[RunView] | None = None) -> list[VariantResult]:
+def variant_results(root: Path, campaign: Campaign,
+                    runs: list[RunView] | None = None) -> list[VariantResult]:
     """Each variant of ``campaign`` with its runs (under the pilot config's runs folder unless
     ``runs``)."""
     if runs is None:
@@ -177,8 +184,10 @@ def variant_results(root: Path, campaign: Campaign, runs: list[RunView] | None =
         measured = next((run for run in reversed(passing) if run.value is not None), None)
         value = None if measured is None else measured.value
         results.append(VariantResult(
-            name=variant.name, category=variant.category, runs=tuple(r.run_id for r in mine), value=value,
-            passed=None if value is None else campaign.passes(value), machine_hours=variant.machine_hours,
+            name=variant.name, category=variant.category, runs=tuple(r.run_id for r in mine),
+            value=value,
+            passed=None if value is None else campaign.passes(value),
+            machine_hours=variant.machine_hours,
             done=bool(passing), run=None if measured is None else measured.run_id,
             seconds=sum(r.seconds or 0.0 for r in mine if r.verdict in ("pass", "fail", "stopped")),
             cut=variant.name in cut))
@@ -196,7 +205,8 @@ def runs_path(root: Path) -> Path:
 def against_control(campaign: Campaign, results: list[VariantResult]) -> dict[str, float | None]:
     """Each variant's value minus the control's (None where either is not measured)."""
     control = next((r.value for r in results if r.name == campaign.control), None)
-    return {r.name: None if r.value is None or control is None else r.value - control for r in results}
+    return {r.name: None if r.value is None or control is None else r.value - control
+            for r in results}
 
 
 def conclusion(campaign: Campaign, results: list[VariantResult]) -> str:
@@ -205,15 +215,16 @@ def conclusion(campaign: Campaign, results: list[VariantResult]) -> str:
     goal = f"{campaign.threshold:g}"
     reached = [r for r in results if r.passed]
     if reached:
-        best = max(reached, key=lambda r: (r.value or 0.0) * (1 if campaign.higher_is_better else -1))
+        best = max(reached,
+                   key=lambda r: (r.value or 0.0) * (1 if campaign.higher_is_better else -1))
         names = ", ".join(r.name for r in reached)
-        return (f"{names} reach{'es' if len(reached) == 1 else ''} {goal} (best: {best.name}, {campaign.metric} "
-                f"{best.value:.4g}): the question is answered")
+        return (f"{names} reach{'es' if len(reached) == 1 else ''} {goal} (best: {best.name}, "
+                f"{campaign.metric} {best.value:.4g}): the question is answered")
     waiting = [r.name for r in results if r.value is None and not r.cut]
     if not waiting:
         return f"no variant reaches {goal}: the question is answered"
-    return (f"no variant reaches {goal} yet; {len(waiting)} not measured ({', '.join(waiting)}): the question is "
-            "open")
+    return (f"no variant reaches {goal} yet; {len(waiting)} not measured ({', '.join(waiting)}): "
+            "the question is open")
 
 
 # ---------------------------------------------------------------- decisions
@@ -230,8 +241,8 @@ def parse_decision(campaign: Campaign, said: str) -> tuple[str, str | None]:
     if len(words) == 2 and words[0] == "cut":
         return "cut", require_variant(campaign, words[1], "cut").name
     shown = printable(said[:60])
-    raise BadInput(f"decision {shown!r}: not a decision; decide \"continue\", \"cut VARIANT\" or \"change the "
-                   "question\"")
+    raise BadInput(f"decision {shown!r}: not a decision; decide \"continue\", \"cut VARIANT\" or "
+                   "\"change the question\"")
 
 
 def decision_record(campaign: Campaign, said: str, why: str) -> dict[str, Any]:
@@ -253,12 +264,16 @@ def append_decision(root: Path, said: str, why: str) -> dict[str, Any]:
     campaign."""
     campaign = load_campaign(root)
     if campaign is None:
-        raise BadInput(f"{root / 'campaign.json'}: not found; a decision needs a campaign (kdkit init writes one)")
+        raise BadInput(
+            f"{root / 'campaign.json'}: not found; a decision needs a campaign (kdkit init writes "
+            "one)")
     record = decision_record(campaign, said, why)
     line = (json.dumps(record, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
     path = root / DECISIONS
     if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise BadInput(f"{path}: not a regular file; move it away (decisions are appended to a file of their own)")
+        raise BadInput(
+            f"{path}: not a regular file; move it away (decisions are appended to a file of their "
+            "own)")
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:

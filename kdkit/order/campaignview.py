@@ -68,12 +68,15 @@ def sweep_rate(folder: Path) -> float | None:
     for row in rows if isinstance(rows, list) else []:
         if not isinstance(row, dict):
             continue
-        items, seconds, errors = (_finite(row.get(key)) for key in ("completed", "seconds", "errors"))
+        items, seconds, errors = (_finite(row.get(key))
+                                  for key in ("completed", "seconds", "errors"))
         if items is None or seconds is None:
             continue
         tally = done.setdefault(row.get("batch_size"), [0.0, 0.0, 0.0])
-        tally[0], tally[1], tally[2] = tally[0] + items, tally[1] + seconds, tally[2] + (errors or 0.0)
-    rates = [items / seconds for items, seconds, errors in done.values() if seconds > 0 and items > 0 and not errors]
+        tally[0], tally[1], tally[2] = (tally[0] + items, tally[1] + seconds,
+                                        tally[2] + (errors or 0.0))
+    rates = [items / seconds for items, seconds,
+             errors in done.values() if seconds > 0 and items > 0 and not errors]
     return max(rates) if rates else None
 
 
@@ -85,7 +88,8 @@ def _finite(value: Any) -> float | None:
 def measured_rate(runs: Path, views: list[RunView]) -> tuple[float, str, str] | None:
     """(items per second, "pilot" or "sweep", the run it is from), by the rule of the module's
     docstring."""
-    pilot = next((v for v in reversed(views) if v.kind == "pilot" and v.verdict == "pass" and v.items_per_second),
+    pilot = next((v for v in reversed(views) if v.kind == "pilot" and v.verdict == "pass"
+                  and v.items_per_second),
                  None)
     if pilot is not None and pilot.items_per_second is not None:
         return pilot.items_per_second, "pilot", pilot.run_id
@@ -100,13 +104,15 @@ def corpus_items(root: Path, campaign: Campaign) -> int | None:
     if campaign.corpus_items is not None:
         return campaign.corpus_items
     try:
-        documents = json.loads((root / campaign.manifest).read_text(encoding="utf-8")).get("documents")
+        documents = json.loads(
+            (root / campaign.manifest).read_text(encoding="utf-8")).get("documents")
     except (OSError, ValueError, AttributeError):
         return None
     return len(documents) if isinstance(documents, list) else None
 
 
-def estimate(root: Path, campaign: Campaign, runs: Path, views: list[RunView]) -> dict[str, Any] | None:
+def estimate(root: Path, campaign: Campaign, runs: Path,
+             views: list[RunView]) -> dict[str, Any] | None:
     """The updated duration estimate (see the module's docstring), or None before any
     measurement."""
     found = measured_rate(runs, views)
@@ -117,7 +123,8 @@ def estimate(root: Path, campaign: Campaign, runs: Path, views: list[RunView]) -
     assumed = campaign.assumed_items_per_second
     return {"source": source, "run": run, "items_per_second": sig(rate), "corpus_items": items,
             "hours_per_pass": None if items is None else sig(items / rate / 3600),
-            "assumed_items_per_second": assumed, "factor": None if assumed is None else sig(assumed / rate)}
+            "assumed_items_per_second": assumed,
+            "factor": None if assumed is None else sig(assumed / rate)}
 
 
 # ---------------------------------------------------------------- the window
@@ -136,7 +143,9 @@ def window(root: Path, campaign: Campaign, order: Path | None, runs: Path) -> di
     if path is None:
         return out
     if not path.is_file():
-        raise BadInput(f"{path}: the order file is not there; write it with `kdkit plan --save` or fix the path")
+        raise BadInput(
+            f"{path}: the order file is not there; write it with `kdkit plan --save` or fix the "
+            "path")
     schedule = load_order(path)["schedule"]
     out.update(window_hours=schedule["window_hours"], booked_hours=schedule["booked_hours"],
                left_hours=round(schedule["window_hours"] - observed, 4))
@@ -159,7 +168,8 @@ def remaining(results: list[VariantResult], factor: float | None) -> dict[str, f
     return {**{k: round(v, 4) for k, v in out.items()}, "total": round(sum(out.values()), 4)}
 
 
-def cuts(results: list[VariantResult], factor: float | None, left: float | None) -> tuple[list[str], list[str]]:
+def cuts(results: list[VariantResult], factor: float | None,
+         left: float | None) -> tuple[list[str], list[str]]:
     """(what to cut first: exploratory, then useful, longest first; the shortest prefix of it that
     fits ``left``)."""
     pending = [r for r in results if not r.done and not r.cut]
@@ -179,20 +189,22 @@ def advice(rest: dict[str, float], left: float | None, to_cut: list[str]) -> str
     if left is None:
         return "no order window to compare with: pass --order FILE (written by `kdkit plan --save`)"
     if rest["total"] <= left:
-        return (f"{rest['total']:g} h of work remain in {left:g} h left: it fits (the hours left are not an "
-                "obligation)")
+        return (f"{rest['total']:g} h of work remain in {left:g} h left: it fits (the hours left "
+                "are not an obligation)")
     if rest["essential"] > left:
-        return (f"the essential work alone ({rest['essential']:g} h) exceeds the {left:g} h left: change the "
-                "question, reduce the protocol or take a longer plan")
+        return (f"the essential work alone ({rest['essential']:g} h) exceeds the {left:g} h left: "
+                "change the question, reduce the protocol or take a longer plan")
     return f"{rest['total']:g} h of work remain in {left:g} h left: cut {', '.join(to_cut)} first"
 
 
 # ---------------------------------------------------------------- the status
 
 
-def variant_rows(campaign: Campaign, results: list[VariantResult], factor: float | None) -> list[dict[str, Any]]:
+def variant_rows(campaign: Campaign, results: list[VariantResult],
+                 factor: float | None) -> list[dict[str, Any]]:
     deltas = against_control(campaign, results)
-    return [{"name": r.name, "category": r.category, "control": r.name == campaign.control, "runs": list(r.runs),
+    return [{"name": r.name, "category": r.category, "control": r.name == campaign.control,
+             "runs": list(r.runs),
              "run": r.run, "done": r.done, "cut": r.cut, "value": r.value, "passed": r.passed,
              "vs_control": deltas[r.name], "machine_hours": r.machine_hours,
              "updated_hours": None if factor is None else sig(r.machine_hours * factor),
@@ -203,8 +215,8 @@ def campaign_status(root: Path, order: Path | None = None) -> dict[str, Any]:
     """``kdkit campaign``: the status of the project's campaign (see the module's docstring)."""
     campaign = load_campaign(root)
     if campaign is None:
-        raise BadInput(f"{root / 'campaign.json'}: not found; write one (`kdkit init` scaffolds it, "
-                       "schemas/campaign.schema.json says what it holds)")
+        raise BadInput(f"{root / 'campaign.json'}: not found; write one (`kdkit init` scaffolds "
+                       "it, schemas/campaign.schema.json says what it holds)")
     runs = runs_path(root)
     views = read_runs(runs, campaign.metric)
     results = variant_results(root, campaign, views)
@@ -214,11 +226,13 @@ def campaign_status(root: Path, order: Path | None = None) -> dict[str, Any]:
     rest = remaining(results, factor)
     first, to_cut = cuts(results, factor, time["left_hours"])
     decisions, unreadable = decision_log(root)
-    return {"campaign": str(campaign.path), "question": campaign.question, "metric": campaign.metric,
+    return {"campaign": str(campaign.path), "question": campaign.question,
+            "metric": campaign.metric,
             "threshold": campaign.threshold, "higher_is_better": campaign.higher_is_better,
             "control": campaign.control, "variants": variant_rows(campaign, results, factor),
             "conclusion": conclusion(campaign, results), "remaining_hours": rest, "window": time,
-            "cut_first": first, "to_cut": to_cut, "advice": advice(rest, time["left_hours"], to_cut),
+            "cut_first": first, "to_cut": to_cut,
+            "advice": advice(rest, time["left_hours"], to_cut),
             "estimate": est, "decision_point": campaign.decision_point, "decisions": decisions,
             "unreadable_decision_lines": unreadable, "corpus": corpus_state(root, campaign)}
 

@@ -27,7 +27,8 @@ def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
     for several environments pins one torch per marker) as a subject, or the failing point that
     stops the check (None: no lock yet)."""
     if lock is None:
-        return check_point("lock", "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
+        return check_point("lock",
+                           "fail", f"{relative}: no lock yet", f"`kdkit lock --backend {backend}`")
     platform = lock.header.get("platform", "")
     pin = lock.pin_for("torch", image_environment(python, platform))
     if pin is None:
@@ -36,22 +37,29 @@ def lock_subject(lock: Lock | None, relative: str, backend: str, python: str,
                            "add torch to requirements/base.in, then `kdkit lock`")
     if not pin.version:
         return check_point("lock", "fail",
-                           f"{relative}:{pin.line}: torch comes from {pin.source}, with no version kdkit can judge "
-                           "against a card", "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
+                           f"{relative}:{pin.line}: torch comes from {pin.source}, with no version "
+                           "kdkit can judge against a card",
+                           "lock a torch release (torch==<version>+<label>), then `kdkit lock`")
     # The build: the pin's local label, else (a hashed pin fixes the file) the build the header
     # records for PyPI's plain torch, else the torch index the lock names.
     recorded = None if pin.local else header_build(lock.header)
-    problem = (pairings or load_pairings()).pypi_header_problem(pin.version, linux_arch(platform)[0] or "x86_64",
+    problem = (pairings
+               or load_pairings()).pypi_header_problem(pin.version,
+                                                       linux_arch(platform)[0] or "x86_64",
                                                                 recorded)
     if problem is not None:
-        return check_point("lock", "fail", f"{relative}: {problem}", f"re-lock with `kdkit lock --backend {backend}`")
+        return check_point("lock",
+                           "fail", f"{relative}: {problem}",
+                           f"re-lock with `kdkit lock --backend {backend}`")
     label = pin.local or recorded or _index_build(lock.options, pin.version, platform, pairings)
     if not label or parse_label(label) is None:
         return check_point("lock", "fail",
-                           f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit can read, so it "
-                           "also matches +cpu and +rocm builds", "re-lock with `kdkit lock`, which pins the label")
+                           f"{relative}:{pin.line}: torch=={pin.version} has no build label kdkit "
+                           "can read, so it also matches +cpu and +rocm builds",
+                           "re-lock with `kdkit lock`, which pins the label")
     version = pin.version if pin.local else f"{pin.version}+{label}"
-    return Subject(relative, version, label, linux_arch(platform)[0], platform=platform, pypi=not pin.local)
+    return Subject(relative, version, label, linux_arch(platform)[0], platform=platform,
+                   pypi=not pin.local)
 
 
 def _index_build(options: list[tuple[str, str]], version: str, platform: str,
@@ -75,13 +83,15 @@ def image_subject(ref: str) -> tuple[Subject, dict[str, str]]:
     version = facts.labels.get(f"{LABEL}torch.version", "")
     label = split_version(version)[1] or ""
     if not version or parse_label(label) is None:
-        raise BadInput(f"image {ref}: its torch ({version or 'none'}) carries no build label kdkit can read; "
-                       "rebuild it from a lock made by `kdkit lock`")
+        raise BadInput(f"image {ref}: its torch ({version or 'none'}) carries no build label kdkit "
+                       "can read; rebuild it from a lock made by `kdkit lock`")
     from kdkit.probe.env.torcharch import TORCH_TOKEN
 
     raw = facts.labels.get(ARCH_LABEL)
-    tokens = None if raw is None or raw.strip() == "unknown" else tuple(raw.replace(",", " ").split())
-    arch_list = tokens if tokens is not None and all(TORCH_TOKEN.fullmatch(t) for t in tokens) else None
+    tokens = None if raw is None or raw.strip() == "unknown" else tuple(
+        raw.replace(",", " ").split())
+    arch_list = tokens if tokens is not None and all(TORCH_TOKEN.fullmatch(t)
+                                                     for t in tokens) else None
     platform = f"{facts.os}-{facts.architecture}" if facts.os and facts.architecture else ""
     return (Subject(f"image {ref}", version, label, linux_arch(platform)[0], arch_list,
                     facts.labels.get(ARCH_SOURCE_LABEL, ""), platform), facts.labels)

@@ -41,7 +41,13 @@ from typing import Any
 from kdkit.config.campaign import Campaign
 from kdkit.config.schemas import schema_problems
 from kdkit.core.errors import BadInput
-from kdkit.core.jsonio import atomic_write_json, atomic_write_text, load_json, require_replaceable, sha256_file
+from kdkit.core.jsonio import (
+    atomic_write_json,
+    atomic_write_text,
+    load_json,
+    require_replaceable,
+    sha256_file,
+)
 from kdkit.core.pilotconfig import PilotConfig, load_pilot
 from kdkit.core.safetext import md_cell
 from kdkit.order import closework
@@ -71,16 +77,19 @@ def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return list(counted.values()), repeats
 
 
-def _hours(order: dict[str, Any], runs: list[dict[str, Any]], intervals: list[Interval]) -> dict[str, Any]:
+def _hours(order: dict[str, Any], runs: list[dict[str, Any]],
+           intervals: list[Interval]) -> dict[str, Any]:
     # a folder that does
     apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]
     # not verify proves no hour: its summary's seconds are shown apart (not_counted), never added
     # the union, not a sum
     observed = round(Decimal(str(observed_hours(intervals))), 2) if intervals else None
     booked = order["schedule"]["booked_hours"]
-    difference = None if observed is None or booked is None else float(observed - Decimal(str(booked)))
+    difference = None if observed is None or booked is None else float(
+        observed - Decimal(str(booked)))
     return {"window": order["schedule"]["window_hours"], "booked": booked,
-            "observed": None if observed is None else float(observed), "observed_minus_booked": difference,
+            "observed": None if observed is None else float(observed),
+            "observed_minus_booked": difference,
             "runs_without_duration": [r["run_id"] for r in runs if r["seconds"] is None],
             "not_counted": float(round(Decimal(str(sum(apart))) / 3600, 2)) if apart else None}
 
@@ -88,15 +97,19 @@ def _hours(order: dict[str, Any], runs: list[dict[str, Any]], intervals: list[In
 def _hour_deviations(hours: dict[str, Any]) -> list[str]:
     out = []
     if hours["booked"] is None:
-        out.append("the order has no booked hours (`kdkit plan --hours`): observed time cannot be compared")
+        out.append(
+            "the order has no booked hours (`kdkit plan --hours`): observed time cannot be "
+            "compared")
     elif hours["observed_minus_booked"] is not None and hours["observed_minus_booked"] > 0:
         out.append(f"observed {hours['observed']} h exceeds the {hours['booked']} h booked by "
                    f"{round(hours['observed_minus_booked'], 2)} h")
     if hours["runs_without_duration"]:
-        out.append(f"no duration recorded for {', '.join(hours['runs_without_duration'])}: observed hours "
-                   "undercount")
+        out.append(f"no duration recorded for {', '.join(hours['runs_without_duration'])}: "
+                   "observed hours undercount")
     if hours["not_counted"] is not None:
-        out.append(f"{hours['not_counted']} h in folders that do not verify (their summaries' timings), not counted")
+        out.append(
+            f"{hours['not_counted']} h in folders that do not verify (their summaries' timings), "
+            "not counted")
     return out
 
 
@@ -111,7 +124,8 @@ def _run_deviation(run: dict[str, Any]) -> str | None:
     """What one run that does not pass says: failed, stopped, unfinished, or unverified (no pass, no
     hours)."""
     if run["verdict"] == "fail":
-        return f"run {run['run_id']} failed" + (f": {run['stop_reason']}" if run["stop_reason"] else "")
+        return f"run {run['run_id']} failed" + (f": {run['stop_reason']}" if run["stop_reason"]
+                                                else "")
     if run["verdict"] == "stopped":
         return f"run {run['run_id']} stopped: {run['stop_reason'] or 'no reason recorded'}"
     if run["verdict"] == "incomplete":
@@ -120,8 +134,8 @@ def _run_deviation(run: dict[str, Any]) -> str | None:
         return f"run {run['run_id']} {said}: unfinished or crashed; resume it or explain"
     if run["verdict"] == "unverified":
         more = f" (+{len(run['problems']) - 1} more)" if len(run["problems"]) > 1 else ""
-        return (f"run {run['run_id']} is unverified: {run['problems'][0]}{more}; counted neither as a pass nor in "
-                "the observed hours")
+        return (f"run {run['run_id']} is unverified: {run['problems'][0]}{more}; counted neither "
+                "as a pass nor in the observed hours")
     return None
 
 
@@ -148,19 +162,27 @@ def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: 
     hours, work = _hours(order, run_list, intervals), closework.work_section(intervals, unread)
     stages, trainings = closework.stage_rows(order, intervals), closework.training_rows(intervals)
     cost = cost_per_accepted(Decimal(order["total_usd"]), count)
-    deviations = (_hour_deviations(hours) + closework.stage_deviations(stages) + unread + _run_deviations(run_list)
-                  + closework.training_deviations(trainings) + proofs + repeats + _planned_deviation(order, count)
+    deviations = (_hour_deviations(hours) + closework.stage_deviations(stages) + unread
+                  + _run_deviations(run_list)
+                  + closework.training_deviations(trainings) + proofs + repeats
+                  + _planned_deviation(order, count)
                   + ([cost["reason"]] if cost and cost["reason"] else []))
     return {
-        "kdkit_report": 1, "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "kdkit_report": 1,
+        "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "project": project, "order_file": str(order_path), "order_sha256": sha256_file(order_path),
-        "order": order, "order_status": closework.order_status(order), "runs_folder": str(runs), "hours": hours,
-        "work": work, "stages": stages, "measured_durations": closework.measured_durations(work, stages),
+        "order": order, "order_status": closework.order_status(order), "runs_folder": str(runs),
+        "hours": hours,
+        "work": work, "stages": stages,
+        "measured_durations": closework.measured_durations(work, stages),
         "runs": run_list, "gathered_runs": gathered, "trainings": trainings,
         "accepted_outputs": {"count": count, "source": "runs" if accepted is None else "--accepted",
-                             "counted_runs": counted},
-        "cost": cost, "expenses": closework.expenses_section(closework.declared_expenses(campaign) + (expenses or [])),
-        "campaign": closework.campaign_section(cfg.root, campaign, intervals), "deviations": deviations,
+          "counted_runs": counted},
+        "cost": cost,
+        "expenses": closework.expenses_section(closework.declared_expenses(campaign)
+                                               + (expenses or [])),
+        "campaign": closework.campaign_section(cfg.root, campaign, intervals),
+        "deviations": deviations,
     }
 
 
@@ -169,29 +191,35 @@ def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: 
 
 def render_markdown(report: dict[str, Any]) -> str:
     """The report for a person: order, hours, runs, outputs and cost, deviations."""
-    order, hours, cost, status = report["order"], report["hours"], report["cost"], report.get("order_status") or {}
+    order, hours, cost, status = (report["order"], report["hours"], report["cost"],
+                                  report.get("order_status") or {})
     per_output = cost["per_output_usd"] if cost["per_output_usd"] is not None else "undefined"
     lines = [
-        f"# Campaign report{' — ' + md_cell(report['project'], None) if report['project'] else ''}", "",
+        f"# Campaign report{' — ' + md_cell(report['project'], None) if report['project'] else ''}",
+        "",
         f"Order: {order['lots']} × {order['offer']['name']} lot(s) ({order['cards']} card(s)) for "
-        f"{order['days']} days, {order['total_usd']} USD ({order['price_per_lot_usd']} USD per lot, "
-        f"{order['price_source']}). Saved {order['created']}; the plan is quoted, never rewritten "
-        f"(sha256 {report['order_sha256'][:12]}).", "",
-        f"Provider's order number: {md_cell(status.get('order_number'))}; status: {md_cell(status.get('status'))} "
-        "(as declared).", "",
+        f"{order['days']} days, {order['total_usd']} USD ({order['price_per_lot_usd']} USD per "
+        f"lot, {order['price_source']}). Saved {order['created']}; the plan is quoted, never "
+        f"rewritten (sha256 {report['order_sha256'][:12]}).", "",
+        f"Provider's order number: {md_cell(status.get('order_number'))}; status: "
+        f"{md_cell(status.get('status'))} (as declared).", "",
         "## Hours", "", "| window | booked | observed | observed − booked |", "|---|---|---|---|",
         f"| {hours['window']} h | {md_cell(hours['booked'])} h | {md_cell(hours['observed'])} h | "
         f"{md_cell(hours['observed_minus_booked'])} h |", "", *closework.work_markdown(report),
-        "## Runs", "", "| run | config hash | verdict | stop reason | accepted | rejected | seconds |",
+        "## Runs", "",
+        "| run | config hash | verdict | stop reason | accepted | rejected | seconds |",
         "|---|---|---|---|---|---|---|",
-        *(f"| {md_cell(r['run_id'])} | {md_cell(r['config_hash'])} | {r['verdict']} | {md_cell(r['stop_reason'])} | "
-          f"{md_cell(r['accepted'])} | {md_cell(r['rejected'])} | {md_cell(r['seconds'])} |" for r in report["runs"]),
+        *(f"| {md_cell(r['run_id'])} | {md_cell(r['config_hash'])} | {r['verdict']} | "
+          f"{md_cell(r['stop_reason'])} | {md_cell(r['accepted'])} | {md_cell(r['rejected'])} | "
+          f"{md_cell(r['seconds'])} |" for r in report["runs"]),
         "", "## Outputs and cost", "",
-        f"- accepted outputs: {report['accepted_outputs']['count']} (from {report['accepted_outputs']['source']}; "
-        "one per configuration)",
-        f"- cost incurred: {cost['cost_incurred_usd']} USD", f"- cost per accepted output: {per_output}"
+        f"- accepted outputs: {report['accepted_outputs']['count']} (from "
+        f"{report['accepted_outputs']['source']}; one per configuration)",
+        f"- cost incurred: {cost['cost_incurred_usd']} USD",
+        f"- cost per accepted output: {per_output}"
         + (" USD" if cost["per_output_usd"] is not None else f" — {cost['reason']}"),
-        "", "## Deviations", "", *([f"- {md_cell(d, None)}" for d in report["deviations"]] or ["- none"]), "",
+        "", "## Deviations", "",
+        *([f"- {md_cell(d, None)}" for d in report["deviations"]] or ["- none"]), "",
     ]
     return "\n".join(lines)
 
@@ -200,7 +228,9 @@ def write_report(report: dict[str, Any], out: Path, order_path: Path) -> tuple[P
     """Write JSON then Markdown atomically into ``out``; the order file itself is never a target."""
     md, js = out / REPORT_MD, out / REPORT_JSON
     if order_path.resolve() in (md.resolve(), js.resolve()):
-        raise BadInput(f"--out {out}: the report would overwrite the order {order_path}; choose another folder")
+        raise BadInput(
+            f"--out {out}: the report would overwrite the order {order_path}; choose another "
+            "folder")
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: not a folder")
     for target in (js, md):  # both checked before either is written
@@ -214,7 +244,8 @@ def load_report(path: Path) -> dict[str, Any]:
     """Reload a JSON report written by ``kdkit close``; its embedded order is checked again."""
     data = load_json(path, what="campaign report")
     if not isinstance(data, dict) or data.get("kdkit_report") != 1:
-        raise BadInput(f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")
+        raise BadInput(
+            f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")
     problems = schema_problems(data.get("order"), "order", path)
     if problems:
         raise BadInput(f"{path}: $.order: {problems[0].name}: {problems[0].why}")
@@ -222,7 +253,8 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def close_campaign(project_dir: Path | None, order_path: Path, *, out: Path | None = None,
-                   accepted: int | None = None, expenses: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path, Path]:
+                   accepted: int | None = None,
+                   expenses: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path, Path]:
     """``kdkit close``: build the report from the project's runs and the order, and write it."""
     from kdkit.config.campaign import load_campaign
     from kdkit.config.project import load_project
@@ -232,7 +264,8 @@ def close_campaign(project_dir: Path | None, order_path: Path, *, out: Path | No
     project = load_project(project_dir)
     runs = runs_folder(project)  # bad input naming $.runs before anything else is read
     campaign = load_campaign(project.root)  # a bad campaign.json too
-    report = campaign_report(order_path, runs, load_pilot(project.root), project=project.name, accepted=accepted,
+    report = campaign_report(order_path, runs, load_pilot(project.root), project=project.name,
+                             accepted=accepted,
                              expenses=spent, campaign=campaign)
     md, js = write_report(report, out or project.root / "reports", order_path)
     return report, md, js

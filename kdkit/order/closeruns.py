@@ -32,9 +32,11 @@ def run_row(run: Run) -> dict[str, Any]:
     """One run as the report lists it (its keys are the report's, read from kdkit.core.runfolder's
     model)."""
     share = WORKER_FOLDER.match(run.run_id) if run.share is None else None
-    return {"run_id": run.run_id, "config_hash": run.params_hash, "manifest_sha256": run.manifest_sha256,
+    return {"run_id": run.run_id, "config_hash": run.params_hash,
+            "manifest_sha256": run.manifest_sha256,
             "verdict": run.verdict,
-            "stop_reason": run.stop_reason, "total": run.total, "accepted": run.accepted, "rejected": run.rejected,
+            "stop_reason": run.stop_reason, "total": run.total, "accepted": run.accepted,
+            "rejected": run.rejected,
             "seconds": run.seconds, "has_summary": run.has_summary, "problems": list(run.problems),
             "share": (f"{run.share[0]}/{run.share[1]}" if run.share else
                       f"{share['worker']}/{share['workers']}" if share else None)}
@@ -48,7 +50,8 @@ def read_runs(runs: Path) -> list[Run]:
     test's measurements, a gathering) are not runs of the campaign's protocol, nor is a training
     (params.json's ``"kind": "train"``: kdkit.order.closework lists those, and counts their hours).
     """
-    return [run for run in map(read_run, (f for f in run_folders(runs) if not is_training(f))) if run.has_params]
+    return [run for run in map(read_run, (f for f in run_folders(runs) if not is_training(f)))
+            if run.has_params]
 
 
 def is_training(folder: Path) -> bool:
@@ -61,7 +64,8 @@ def is_training(folder: Path) -> bool:
     return isinstance(params, dict) and params.get("kind") == "train"
 
 
-def against_project(row: dict[str, Any], cfg: PilotConfig, current: dict[str, Any]) -> tuple[bool, str | None]:
+def against_project(row: dict[str, Any], cfg: PilotConfig,
+                    current: dict[str, Any]) -> tuple[bool, str | None]:
     """A verified passing whole run against the project as it is now: (counted, what the deviations
     say).
 
@@ -70,12 +74,12 @@ def against_project(row: dict[str, Any], cfg: PilotConfig, current: dict[str, An
     is not here to check its total against)."""
     run, total, size, digest = row["run_id"], row["total"], len(cfg.documents), params_hash(current)
     if row["manifest_sha256"] == current["manifest_sha256"] and total != size:
-        return False, (f"run {run} answered {total} ID(s) of the project's manifest, which holds {size}: not counted "
-                       "as an accepted output")
+        return False, (f"run {run} answered {total} ID(s) of the project's manifest, which holds "
+                       f"{size}: not counted as an accepted output")
     if row["config_hash"] != digest:
-        return True, (f"run {run} ran another pilot configuration or manifest than the project's now (params hash "
-                      f"{str(row['config_hash'])[:8]}, now {digest[:8]}): its {total} ID(s) are not checked against a "
-                      "manifest")
+        return True, (f"run {run} ran another pilot configuration or manifest than the project's "
+                      f"now (params hash {str(row['config_hash'])[:8]}, now {digest[:8]}): its "
+                      f"{total} ID(s) are not checked against a manifest")
     return True, None
 
 
@@ -88,24 +92,29 @@ def share_groups(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
-def gathered_row(run: str, members: list[dict[str, Any]], runs: Path, cfg: PilotConfig) -> dict[str, Any]:
+def gathered_row(run: str, members: list[dict[str, Any]],
+                 runs: Path, cfg: PilotConfig) -> dict[str, Any]:
     """The N shares of one run as one output, proven as `kdkit gather` proves them; else why not."""
     counts = {int(row["share"].split("/")[1]) for row in members}
     workers = max(counts)
     have = {int(row["share"].split("/")[0]) for row in members if row["verdict"] in ("pass", "fail")
             and not row["problems"]}
     row = {"run_id": run, "config_hash": members[0]["config_hash"], "workers": workers,
-           "folders": [m["run_id"] for m in members], "verdict": "incomplete", "total": None, "accepted": None,
+           "folders": [m["run_id"] for m in members], "verdict": "incomplete", "total": None,
+           "accepted": None,
            "rejected": None, "problems": []}
     if len(counts) > 1 or len(have) < workers:
-        row["problems"] = [f"run {run}: {len(have)} of {workers} shares closed and verified, not gathered"
-                           + ("" if len(counts) == 1 else f" (folders of {len(counts)} different worker counts)")]
+        row["problems"] = [f"run {run}: {len(have)} of {workers} shares closed and verified, not "
+                           "gathered"
+                           + ("" if len(counts) == 1
+                              else f" (folders of {len(counts)} different worker counts)")]
         return row
     try:
         acc, problems = judge(cfg, collect([runs / name for name in row["folders"]]))
     except BadInput as exc:
         acc, problems = None, [str(exc)]
-    row.update(verdict="fail" if problems else "pass", problems=[f"run {run}: {p}" for p in problems],
+    row.update(verdict="fail" if problems else "pass",
+               problems=[f"run {run}: {p}" for p in problems],
                total=len(cfg.documents), accepted=acc.accepted if acc else None,
                rejected=acc.rejected if acc else None)
     return row
@@ -127,7 +136,8 @@ def outputs(rows: Rows, runs: Path, cfg: PilotConfig) -> tuple[Rows, Rows, list[
                 deviations.append(why)
                 said.add(row["config_hash"])
             candidates += [row] if counted else []
-    gathered = [gathered_row(run, members, runs, cfg) for run, members in share_groups(rows).items()]
+    gathered = [gathered_row(run, members, runs, cfg) for run,
+                members in share_groups(rows).items()]
     for row in gathered:
         more = f" (+{len(row['problems']) - 1} more)" if len(row["problems"]) > 1 else ""
         deviations += [row["problems"][0] + more] if row["problems"] else []

@@ -51,7 +51,8 @@ def parse_expense(text: str) -> dict[str, str]:
     words = text.split()
     fix = 'write it as "WHAT AMOUNT CUR", e.g. --expense "storage 12.50 USD"'
     if len(words) < 3:
-        raise BadInput(f"--expense {printable(text)!r}: expected a label, an amount and a currency; {fix}")
+        raise BadInput(
+            f"--expense {printable(text)!r}: expected a label, an amount and a currency; {fix}")
     *what, amount, currency = words
     if CONTROL_CHARACTER.search(text):
         raise BadInput(f"--expense {shown(text)}: holds a control character; {fix}")
@@ -60,12 +61,16 @@ def parse_expense(text: str) -> dict[str, str]:
     except InvalidOperation:
         value = Decimal("NaN")
     if not value.is_finite() or value <= 0:
-        raise BadInput(f"--expense {printable(text)!r}: {printable(amount)!r} is not a finite positive amount; {fix}")
+        raise BadInput(
+            f"--expense {printable(text)!r}: {printable(amount)!r} is not a finite positive "
+            f"amount; {fix}")
     if value >= MAX_AMOUNT:
-        raise BadInput(f"--expense {printable(text)!r}: {printable(amount)!r} is {MAX_AMOUNT:,} or more; {fix}")
+        raise BadInput(
+            f"--expense {printable(text)!r}: {printable(amount)!r} is {MAX_AMOUNT:,} or more; "
+            f"{fix}")
     if not CURRENCY.match(currency):
-        raise BadInput(f"--expense {printable(text)!r}: {printable(currency)!r} is not a 3-letter currency code "
-                       f"(USD, EUR...); {fix}")
+        raise BadInput(f"--expense {printable(text)!r}: {printable(currency)!r} is not a 3-letter "
+                       f"currency code (USD, EUR...); {fix}")
     return {"what": " ".join(what), "amount": format(value, "f"), "currency": currency}
 
 
@@ -82,14 +87,16 @@ def expenses_section(expenses: list[dict[str, str]]) -> dict[str, Any]:
     """The other expenses and their totals per currency (never added to the rental's USD)."""
     totals: dict[str, Decimal] = {}
     for item in expenses:
-        totals[item["currency"]] = totals.get(item["currency"], Decimal(0)) + Decimal(item["amount"])
+        totals[item["currency"]] = totals.get(item["currency"],
+                                              Decimal(0)) + Decimal(item["amount"])
     return {"items": expenses, "totals": {cur: str(total) for cur, total in sorted(totals.items())}}
 
 
 # ---------------------------------------------------------------- machine time
 
 
-def counted_intervals(root: Path, runs: Path, rows: list[dict[str, Any]]) -> tuple[list[Interval], list[str]]:
+def counted_intervals(root: Path, runs: Path,
+                      rows: list[dict[str, Any]]) -> tuple[list[Interval], list[str]]:
     """The work intervals that count (see the module's docstring) and the records with no time,
     named."""
     log = work_log(root, runs)
@@ -112,13 +119,16 @@ def training_rows(intervals: list[Interval]) -> list[dict[str, Any]]:
 
 
 def training_deviations(rows: list[dict[str, Any]]) -> list[str]:
-    said = {"fail": "failed", "stopped": "stopped", "open": "was never closed (killed, or still running)"}
+    said = {"fail": "failed",
+            "stopped": "stopped", "open": "was never closed (killed, or still running)"}
     return [f"training {printable(r['run_id'])} {said[r['verdict']]}"
-            + (f": {printable(r['stop_reason'])}" if r["stop_reason"] else "") for r in rows if r["verdict"] in said]
+            + (f": {printable(r['stop_reason'])}" if r["stop_reason"] else "") for r in rows
+            if r["verdict"] in said]
 
 
 def _row(interval: Interval) -> dict[str, Any]:
-    return {"kind": interval.kind, "name": interval.name, "start": _when(interval.start), "end": _when(interval.end),
+    return {"kind": interval.kind, "name": interval.name, "start": _when(interval.start),
+            "end": _when(interval.end),
             "hours": _h(interval.hours), "open": interval.open, "variant": interval.variant,
             "source": interval.source}
 
@@ -126,13 +136,17 @@ def _row(interval: Interval) -> dict[str, Any]:
 def work_section(intervals: list[Interval], unread: list[str]) -> dict[str, Any]:
     """Observed machine time: each interval, the union per kind, the idle gaps, the span."""
     idle = gaps(intervals)
-    first, last = (min(i.start for i in intervals), max(i.end for i in intervals)) if intervals else (None, None)
+    first, last = (min(i.start for i in intervals),
+                   max(i.end for i in intervals)) if intervals else (None, None)
     return {
-        "observed_hours": _h(observed_hours(intervals)), "summed_hours": _h(sum(i.hours for i in intervals)),
-        "span": None if first is None or last is None else {"start": _when(first), "end": _when(last),
-                                                            "hours": _h((last - first).total_seconds() / 3600)},
+        "observed_hours": _h(observed_hours(intervals)),
+        "summed_hours": _h(sum(i.hours for i in intervals)),
+        "span": None if first is None or last is None
+        else {"start": _when(first), "end": _when(last),
+           "hours": _h((last - first).total_seconds() / 3600)},
         "by_kind": {kind: _h(h) for kind, h in sorted(hours_by(intervals).items())},
-        "gaps": [{"start": _when(g.start), "end": _when(g.end), "hours": _h(g.hours)} for g in idle],
+        "gaps": [{"start": _when(g.start), "end": _when(g.end), "hours": _h(g.hours)}
+                 for g in idle],
         "idle_hours": _h(sum(g.hours for g in idle)),
         "intervals": [_row(i) for i in intervals], "unread": unread,
     }
@@ -164,7 +178,8 @@ def stage_rows(order: dict[str, Any], intervals: list[Interval]) -> list[dict[st
         planned = booked.get(name)
         seen = _h(observed_hours(members))
         rows.append({"stage": name, "booked_hours": planned, "observed_hours": seen,
-                     "observed_minus_booked": None if not isinstance(planned, (int, float)) else _h(seen - planned),
+                     "observed_minus_booked": None if not isinstance(planned, (int, float))
+                     else _h(seen - planned),
                      "intervals": len(members)})
     return rows
 
@@ -174,11 +189,11 @@ def stage_deviations(rows: list[dict[str, Any]]) -> list[str]:
     for row in rows:
         diff, name = row["observed_minus_booked"], printable(row["stage"])
         if diff is not None and diff > 0:
-            out.append(f"stage {name}: observed {row['observed_hours']} h exceeds the {row['booked_hours']} h booked "
-                       f"by {diff} h")
+            out.append(f"stage {name}: observed {row['observed_hours']} h exceeds the "
+                       f"{row['booked_hours']} h booked by {diff} h")
         elif row["stage"] == UNSCHEDULED and row["intervals"]:
-            out.append(f"{row['intervals']} piece(s) of work ({row['observed_hours']} h) match no stage of the "
-                       "schedule")
+            out.append(f"{row['intervals']} piece(s) of work ({row['observed_hours']} h) match no "
+                       "stage of the schedule")
     return out
 
 
@@ -207,7 +222,8 @@ def _plain(value: Any) -> Any:
     return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
 
 
-def campaign_section(root: Path, campaign: Campaign | None, intervals: list[Interval]) -> dict[str, Any] | None:
+def campaign_section(root: Path, campaign: Campaign | None,
+                     intervals: list[Interval]) -> dict[str, Any] | None:
     """The campaign's variants against its threshold, the conclusion and the decisions (None without
     campaign.json)."""
     from kdkit.order.campaign import conclusion, read_decisions, variant_results
@@ -217,8 +233,10 @@ def campaign_section(root: Path, campaign: Campaign | None, intervals: list[Inte
     results = variant_results(root, campaign)
     spent = hours_by([i for i in intervals if i.variant], key="stage")
     variants = [{**_plain(r), "observed_hours": _h(spent.get(r.name, 0.0))} for r in results]
-    return {"question": campaign.question, "metric": campaign.metric, "threshold": campaign.threshold,
-            "higher_is_better": campaign.higher_is_better, "control": campaign.control, "variants": variants,
+    return {"question": campaign.question, "metric": campaign.metric,
+            "threshold": campaign.threshold,
+            "higher_is_better": campaign.higher_is_better, "control": campaign.control,
+            "variants": variants,
             "conclusion": conclusion(campaign, results), "decisions": list(read_decisions(root))}
 
 
@@ -236,24 +254,30 @@ def work_markdown(report: dict[str, Any]) -> list[str]:
     """The report's sections on machine time, stages, the campaign and other expenses."""
     work = report["work"]
     lines = ["## Machine time observed", "",
-             f"Observed {work['observed_hours']} h: the union of {len(work['intervals'])} recorded piece(s) of work "
-             f"(their sum, counting parallel work twice, is {work['summed_hours']} h); idle between them: "
-             f"{work['idle_hours']} h in {len(work['gaps'])} gap(s).", "",
+             f"Observed {work['observed_hours']} h: the union of {len(work['intervals'])} recorded "
+             "piece(s) of work (their sum, counting parallel work twice, is "
+             f"{work['summed_hours']} h); idle between them: {work['idle_hours']} h in "
+             f"{len(work['gaps'])} gap(s).", "",
              "| kind | observed (union) |", "|---|---|",
              *(f"| {kind} | {hours} h |" for kind, hours in work["by_kind"].items()), ""]
     if work["gaps"]:
         lines += ["| idle from | to | hours |", "|---|---|---|",
-                  *(f"| {g['start']} | {g['end']} | {g['hours']} |" for g in work["gaps"][:GAPS_SHOWN])]
-        lines += [f"| +{len(work['gaps']) - GAPS_SHOWN} more | | |"] if len(work["gaps"]) > GAPS_SHOWN else []
+                  *(f"| {g['start']} | {g['end']} | {g['hours']} |"
+                    for g in work["gaps"][:GAPS_SHOWN])]
+        lines += ([f"| +{len(work['gaps']) - GAPS_SHOWN} more | | |"]
+                  if len(work["gaps"]) > GAPS_SHOWN else [])
         lines.append("")
-    lines += ["## Stages: booked against observed", "", "| stage | booked | observed | observed − booked |",
+    lines += ["## Stages: booked against observed", "",
+              "| stage | booked | observed | observed − booked |",
               "|---|---|---|---|",
               *(f"| {_cell(s['stage'])} | {_cell(s['booked_hours'])} h | {s['observed_hours']} h | "
                 f"{_cell(s['observed_minus_booked'])} h |" for s in report["stages"]), ""]
     if report["trainings"]:
-        lines += ["## Trainings", "", "| run | variant | verdict | stop reason | observed |", "|---|---|---|---|---|",
-                  *(f"| {_cell(t['run_id'])} | {_cell(t['variant'])} | {t['verdict']} | {_cell(t['stop_reason'])} | "
-                    f"{t['hours']} h |" for t in report["trainings"]), ""]
+        lines += ["## Trainings", "", "| run | variant | verdict | stop reason | observed |",
+                  "|---|---|---|---|---|",
+                  *(f"| {_cell(t['run_id'])} | {_cell(t['variant'])} | {t['verdict']} | "
+                    f"{_cell(t['stop_reason'])} | {t['hours']} h |" for t in report["trainings"]),
+                  ""]
     return lines + _campaign_markdown(report["campaign"]) + _expenses_markdown(report["expenses"])
 
 
@@ -261,12 +285,15 @@ def _campaign_markdown(campaign: dict[str, Any] | None) -> list[str]:
     if campaign is None:
         return []
     side = "≥" if campaign["higher_is_better"] else "≤"
-    lines = ["## Variants against the threshold", "", f"Question: {_cell(campaign['question'])}", "",
+    lines = ["## Variants against the threshold", "", f"Question: {_cell(campaign['question'])}",
+             "",
              f"Threshold: {_cell(campaign['metric'])} {side} {campaign['threshold']} (control: "
-             f"{_cell(campaign['control'])}).", "", "| variant | category | value | passed | observed |",
+             f"{_cell(campaign['control'])}).", "",
+             "| variant | category | value | passed | observed |",
              "|---|---|---|---|---|",
              *(f"| {_cell(v.get('name'))} | {_cell(v.get('category'))} | {_cell(v.get('value'))} | "
-               f"{_cell(v.get('passed'))} | {v['observed_hours']} h |" for v in campaign["variants"]),
+               f"{_cell(v.get('passed'))} | {v['observed_hours']} h |"
+               for v in campaign["variants"]),
              "", f"**Conclusion:** {_cell(campaign['conclusion'])}", "", "## Decisions", ""]
     said = [f"- {_cell(d.get('at'))}: {_cell(d.get('decision'))} — {_cell(d.get('why'))}"
             for d in campaign["decisions"] if isinstance(d, dict)]
@@ -275,6 +302,7 @@ def _campaign_markdown(campaign: dict[str, Any] | None) -> list[str]:
 
 def _expenses_markdown(expenses: dict[str, Any]) -> list[str]:
     lines = ["## Other expenses (apart from the rental)", ""]
-    lines += [f"- {_cell(e['what'])}: {e['amount']} {e['currency']}" for e in expenses["items"]] or ["- none"]
+    lines += [f"- {_cell(e['what'])}: {e['amount']} {e['currency']}"
+              for e in expenses["items"]] or ["- none"]
     totals = ", ".join(f"{amount} {cur}" for cur, amount in expenses["totals"].items())
     return lines + ([f"- total: {totals}"] if totals else []) + [""]

@@ -64,7 +64,8 @@ def _verdict(ext: Extension, offer: Offer, subject: Subject, pinned: str | None)
     return judge(ext, offer.backend, offer.architecture, version, toolkit)
 
 
-def _point(ext: Extension, offer: Offer, subject: Subject, version: str | None, where: str) -> Finding:
+def _point(ext: Extension, offer: Offer, subject: Subject,
+           version: str | None, where: str) -> Finding:
     verdict = _verdict(ext, offer, subject, version)
     detail = verdict.reason
     if version is None and not ext.torch_pairs:
@@ -72,21 +73,22 @@ def _point(ext: Extension, offer: Offer, subject: Subject, version: str | None, 
     fix: str | None = None
     if verdict.status == "unknown":
         detail += f"; {DIAGNOSE}"
-        fix = (f"pin {ext.name} in requirements/base.in and re-lock, or let `kdkit diagnose` prove it on "
-               "arrival (kdkit.json extensions)")
+        fix = (f"pin {ext.name} in requirements/base.in and re-lock, or let `kdkit diagnose` prove "
+               "it on arrival (kdkit.json extensions)")
     elif verdict.status == "fail":
-        fix = (f"choose a card {ext.name} supports, or a release of {ext.name} that supports {offer.name} "
-               f"({offer.architecture}), then `kdkit lock`")
+        fix = (f"choose a card {ext.name} supports, or a release of {ext.name} that supports "
+               f"{offer.name} ({offer.architecture}), then `kdkit lock`")
     return check_point(PREFIX + ext.name, verdict.status, detail, fix)
 
 
 def _unknown_module(module: str) -> Finding:
     return check_point(PREFIX + module, "unknown", f"no facts for {module}; {DIAGNOSE}",
-                       "`kdkit diagnose` on arrival imports it (and calls its smoke function when kdkit.json names "
-                       "one)")
+                       "`kdkit diagnose` on arrival imports it (and calls its smoke function when "
+                       "kdkit.json names one)")
 
 
-def extension_points(project: Project, offer: Offer, subject: Subject | Finding, lock: Lock | None) -> list[Finding]:
+def extension_points(project: Project, offer: Offer, subject: Subject | Finding,
+                     lock: Lock | None) -> list[Finding]:
     """One point per extension kdkit.json lists or the parsed ``lock`` pins (None when an image is
     judged), each judged once; none when the lock itself failed (``subject`` is that failing
     point)."""

@@ -65,8 +65,8 @@ class KvShape:
                            "layers,kv_heads,head_dim,seq,batch (e.g. 32,8,128,4096,1)")
         # length first: int() of 10^6 digits
         if any(len(p.lstrip("0")) > 10 or int(p) > MAX_KV for p in parts):
-            raise BadInput(f"--kv {text!r}: each of layers,kv_heads,head_dim,seq,batch is at most 10^9; "
-                           "give the generation's real shape")
+            raise BadInput(f"--kv {text!r}: each of layers,kv_heads,head_dim,seq,batch is at most "
+                           "10^9; give the generation's real shape")
         return cls(*(int(p) for p in parts))
 
     def elements(self) -> int:
@@ -86,7 +86,9 @@ class MemoryJob:
         if self.parameters <= 0:
             raise BadInput(f"--params {self.parameters}: the parameter count must be positive")
         if self.parameters > MAX_PARAMETERS:
-            raise BadInput(f"--params {self.parameters:.3g}: more than 10^15 parameters; give the model's count")
+            raise BadInput(
+                f"--params {self.parameters:.3g}: more than 10^15 parameters; give the model's "
+                "count")
         if self.dtype not in DTYPE_BYTES:
             raise BadInput(f"--dtype {self.dtype}: unknown; choose one of {', '.join(DTYPE_BYTES)}")
         if self.train not in TRAIN_MODES:
@@ -95,7 +97,8 @@ class MemoryJob:
 
 def parse_params(text: str) -> int:
     """``7B``, ``350M``, ``1.5e9`` or ``7000000000`` -> an integer count."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kmbgt]?)\s*", text, re.IGNORECASE)
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kmbgt]?)\s*",
+                         text, re.IGNORECASE)
     if match is None:
         raise BadInput(f"--params {text!r}: expected a parameter count such as 7B, 350M or 1.5e9")
     try:
@@ -104,11 +107,13 @@ def parse_params(text: str) -> int:
         number = Decimal(MAX_PARAMETERS + 1)
     # Exact (Fraction, not Decimal's 28-digit context) and bounded before any arithmetic:
     # 1e999999999 would otherwise be a billion-digit int.
-    value = Fraction(number) * _SUFFIX[match.group(2).lower()] if number.adjusted() <= 15 else MAX_PARAMETERS + 1
+    value = (Fraction(number) * _SUFFIX[match.group(2).lower()] if number.adjusted() <= 15
+             else MAX_PARAMETERS + 1)
     if value <= 0 or value.denominator != 1:
         raise BadInput(f"--params {text!r}: the parameter count must be a positive whole number")
     if value > MAX_PARAMETERS:
-        raise BadInput(f"--params {text!r}: more than 10^15 parameters; give the model's count, e.g. 7B")
+        raise BadInput(
+            f"--params {text!r}: more than 10^15 parameters; give the model's count, e.g. 7B")
     return int(value)
 
 
@@ -139,8 +144,8 @@ def estimate(job: MemoryJob) -> dict[str, Any]:
     if job.kv is not None:
         kv = job.kv
         items.append(_item("KV cache", kv.elements() * size,
-                           f"2 x {kv.layers} layers x {kv.kv_heads} kv heads x {kv.head_dim} head dim x "
-                           f"{kv.seq} seq x {kv.batch} batch x {size} B"))
+                           f"2 x {kv.layers} layers x {kv.kv_heads} kv heads x {kv.head_dim} head "
+                           f"dim x {kv.seq} seq x {kv.batch} batch x {size} B"))
     else:
         unmeasured.append("KV cache of generation (not given: pass --kv)")
     if job.train == "sgd":
@@ -162,7 +167,8 @@ def verdict(lower_bound_bytes: int, offer: Offer) -> dict[str, Any]:
     fits_not = lower_bound_bytes > capacity
     return {"gpu": offer.name, "card_memory_gb": offer.memory_gb, "capacity_bytes": capacity,
             "verdict": DOES_NOT_FIT if fits_not else MAY_FIT,
-            "note": "per card: several cards do not pool their memory nor split a program by themselves"}
+            "note": "per card: several cards do not pool their memory nor split a program by "
+                    "themselves"}
 
 
 def job_from_config(config: dict[str, Any], where: Path) -> MemoryJob:
@@ -174,8 +180,9 @@ def job_from_config(config: dict[str, Any], where: Path) -> MemoryJob:
     kv = section.get("kv")
     parameters = _count(section["parameters"], MAX_PARAMETERS, where, "$.memory.parameters")
     return MemoryJob(parameters, section.get("dtype", "bf16"), section.get("train", "none"),
-                     None if kv is None else KvShape(*(_count(kv[key], MAX_KV, where, f"$.memory.kv.{key}")
-                                                       for key in ("layers", "kv_heads", "head_dim", "seq", "batch"))))
+                     None if kv is None
+                     else KvShape(*(_count(kv[key], MAX_KV, where, f"$.memory.kv.{key}")
+                                    for key in ("layers", "kv_heads", "head_dim", "seq", "batch"))))
 
 
 def _count(value: Any, maximum: int, where: Path, key: str) -> int:
@@ -184,7 +191,9 @@ def _count(value: Any, maximum: int, where: Path, key: str) -> int:
     if isinstance(value, float) and value.is_integer() and value <= maximum:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
-        raise BadInput(f"{where}: {key}: {value!r:.40} is not a whole number from 1 to {maximum:,}; fix the value")
+        raise BadInput(
+            f"{where}: {key}: {value!r:.40} is not a whole number from 1 to {maximum:,}; fix the "
+            "value")
     return value
 
 
@@ -196,7 +205,8 @@ def pilot_peak(runs: Path) -> dict[str, Any] | None:
     time)."""
     for run in map(read_run, reversed(run_folders(runs))):
         if run.peak_bytes is not None:
-            return {"run_id": run.run_id, "peak_bytes": run.peak_bytes, "peak_gib": _gib(run.peak_bytes),
+            return {"run_id": run.run_id, "peak_bytes": run.peak_bytes,
+                    "peak_gib": _gib(run.peak_bytes),
                     "device": run.peak_device, "file": str(run.path / SUMMARY)}
     return None
 
@@ -211,7 +221,8 @@ def measured_verdict(peak: dict[str, Any], offer: Offer) -> str | None:
     return None
 
 
-def estimate_memory(job: MemoryJob, offer: Offer | None = None, runs: Path | None = None) -> dict[str, Any]:
+def estimate_memory(job: MemoryJob, offer: Offer | None = None,
+                    runs: Path | None = None) -> dict[str, Any]:
     """The report of ``kdkit estimate-memory``: estimate, verdict against a card, the pilot's
     peak."""
     report = estimate(job)
@@ -223,7 +234,8 @@ def estimate_memory(job: MemoryJob, offer: Offer | None = None, runs: Path | Non
     return report
 
 
-def memory_report(project: Project | None, *, params: str | None, from_config: bool, dtype: str | None,
+def memory_report(project: Project | None, *, params: str | None, from_config: bool,
+                  dtype: str | None,
                   train: str | None, kv: str | None, offer: Offer | None) -> dict[str, Any]:
     """``kdkit estimate-memory``: the job from --params or kdkit.json's memory section (flags given
     on the command line win), estimated, against ``offer``, beside the project's last measured
@@ -232,7 +244,8 @@ def memory_report(project: Project | None, *, params: str | None, from_config: b
         raise BadInput("estimate-memory: give exactly one of --params N or --from-config")
     if from_config:
         if project is None:
-            raise BadInput("--from-config: no kdkit.json here or above; pass PROJECT_DIR or --params N")
+            raise BadInput(
+                "--from-config: no kdkit.json here or above; pass PROJECT_DIR or --params N")
         base = job_from_config(project.config, project.root / "kdkit.json")
     else:
         base = MemoryJob(parse_params(params or ""))

@@ -54,9 +54,12 @@ def parse_price(text: str) -> Decimal:
     except InvalidOperation:
         value = Decimal(0)
     if not value.is_finite() or value <= 0:
-        raise BadInput(f"--price {text!r}: expected a positive amount in USD for one lot, e.g. 47.14")
+        raise BadInput(
+            f"--price {text!r}: expected a positive amount in USD for one lot, e.g. 47.14")
     if not CENT <= value <= MAX_PRICE:
-        raise BadInput(f"--price {text!r}: expected {usd(CENT)} to {usd(MAX_PRICE)} USD for one lot, e.g. 47.14")
+        raise BadInput(
+            f"--price {text!r}: expected {usd(CENT)} to {usd(MAX_PRICE)} USD for one lot, e.g. "
+            "47.14")
     return value
 
 
@@ -64,17 +67,20 @@ def _check_days_lots(days: int, lots: int) -> None:
     if days not in DURATIONS:
         raise BadInput(f"--days {days}: a plan lasts 3, 7 or 30 days; choose one of them")
     if not 1 <= lots <= MAX_LOTS:
-        raise BadInput(f"--lots {lots}: an order holds 1 to {MAX_LOTS} lots; choose a number in that range")
+        raise BadInput(
+            f"--lots {lots}: an order holds 1 to {MAX_LOTS} lots; choose a number in that range")
 
 
 def _check_counts(hours: Decimal | None, accepted: int | None) -> None:
     if hours is not None and not hours.is_finite():
-        raise BadInput(f"--hours {hours}: not a finite number; give the machine-busy hours, e.g. 48")
+        raise BadInput(
+            f"--hours {hours}: not a finite number; give the machine-busy hours, e.g. 48")
     if hours is not None and hours < 0:
         raise BadInput(f"--hours {as_number(hours)}: booked hours cannot be negative")
     if hours is not None and hours > MAX_HOURS:
-        raise BadInput(f"--hours {float(hours):g}: more than a year ({MAX_HOURS} h) of machine time; give the "
-                       "machine-busy hours of this plan (3, 7 or 30 days: 72, 168 or 720 h)")
+        raise BadInput(f"--hours {float(hours):g}: more than a year ({MAX_HOURS} h) of machine "
+                       "time; give the machine-busy hours of this plan (3, 7 or 30 days: 72, 168 "
+                       "or 720 h)")
     if accepted is not None and accepted < 0:
         raise BadInput(f"--accepted {accepted}: the number of accepted outputs cannot be negative")
 
@@ -86,8 +92,9 @@ def lot_price(offer: Offer, days: int, price: Decimal | None) -> tuple[Decimal, 
         return price, "--price"
     known = offer.price(days)
     if known is None:
-        raise BadInput(f"--gpu {offer.name!r}: the catalog has no {days}-day price; pass --price USD "
-                       f"(the provider's price of one lot for {days} days) — kdkit never invents one")
+        raise BadInput(f"--gpu {offer.name!r}: the catalog has no {days}-day price; pass --price "
+                       f"USD (the provider's price of one lot for {days} days) — kdkit never "
+                       "invents one")
     return known, "catalog"
 
 
@@ -101,12 +108,13 @@ def _longer_plan(offer: Offer, days: int, lots: int, total: Decimal) -> dict[str
     price = offer.price(longer)
     if price is None:
         return {"days": longer, "total_usd": None, "difference_usd": None}
-    return {"days": longer, "total_usd": usd(price * lots), "difference_usd": usd(price * lots - total)}
+    return {"days": longer, "total_usd": usd(price * lots),
+            "difference_usd": usd(price * lots - total)}
 
 
 def _over_suggestions(over: Decimal, window: int, longer: dict[str, Any] | None) -> list[str]:
-    reduce = (f"or reduce the protocol by {as_number(over)} h to fit {window} h: keep the essential work, "
-              "move useful and exploratory runs out")
+    reduce = (f"or reduce the protocol by {as_number(over)} h to fit {window} h: keep the "
+              "essential work, move useful and exploratory runs out")
     if longer is None:
         return ["no longer plan exists: reduce the protocol by "
                 f"{as_number(over)} h, or split independent inputs across lots as workers"]
@@ -118,14 +126,16 @@ def _over_suggestions(over: Decimal, window: int, longer: dict[str, Any] | None)
     return [first, reduce]
 
 
-def schedule(offer: Offer, days: int, lots: int, total: Decimal, hours: Decimal | None) -> dict[str, Any]:
+def schedule(offer: Offer, days: int, lots: int, total: Decimal,
+             hours: Decimal | None) -> dict[str, Any]:
     """Booked machine-busy hours against the window (stages on one GPU run one after another)."""
     window = days * 24
     base: dict[str, Any] = {"window_hours": window, "booked_hours": None, "left_hours": None,
-                            "over_hours": None, "fits": None, "longer_plan": None, "suggestions": []}
+                            "over_hours": None, "fits": None, "longer_plan": None,
+                            "suggestions": []}
     if hours is None:
-        base["suggestions"] = ["pass --hours H: the machine-busy hours of installation, checks, compute "
-                               "and export, end to end"]
+        base["suggestions"] = ["pass --hours H: the machine-busy hours of installation, checks, "
+                               "compute and export, end to end"]
         return base
     base["booked_hours"] = as_number(hours)
     if hours <= window:
@@ -148,7 +158,8 @@ class Stages:
     stages: tuple[stagelib.Stage, ...]
 
 
-def stage_schedule(offer: Offer, days: int, lots: int, per_lot: Decimal, stages: Stages) -> dict[str, Any]:
+def stage_schedule(offer: Offer, days: int, lots: int,
+                   per_lot: Decimal, stages: Stages) -> dict[str, Any]:
     """The stages placed (kdkit.order.schedule): the end of the last one is the booked time, against
     the window; when it does not fit, the longer plan, the stages to cut and the lots that would let
     them spread."""
@@ -156,8 +167,8 @@ def stage_schedule(offer: Offer, days: int, lots: int, per_lot: Decimal, stages:
     slots = stagelib.timeline(stages.stages)
     end = stagelib.last_end(slots)
     if end > MAX_HOURS:
-        raise BadInput(f"{stages.file}: $.stages: the last stage ends after {float(end):g} h, more than a year "
-                       f"({MAX_HOURS} h); check the hours")
+        raise BadInput(f"{stages.file}: $.stages: the last stage ends after {float(end):g} h, more "
+                       f"than a year ({MAX_HOURS} h); check the hours")
     out = schedule(offer, days, lots, per_lot * lots, end)
     window = Decimal(days * 24)
     section: dict[str, Any] = {
@@ -168,7 +179,8 @@ def stage_schedule(offer: Offer, days: int, lots: int, per_lot: Decimal, stages:
     if end > window:
         section["cut"] = stagelib.cut_plan(stages.stages, window)
         more = stagelib.spread_plan(stages.stages, window, lots, offer.cards_per_lot, MAX_LOTS)
-        section["more_lots"] = None if more is None else {**more, **_lots_price(more["lots"], lots, per_lot)}
+        section["more_lots"] = None if more is None else {
+            **more, **_lots_price(more["lots"], lots, per_lot)}
         out["suggestions"] += _stage_suggestions(section["cut"], section["more_lots"], window, lots)
     return {**out, "stages": section}
 
@@ -183,19 +195,24 @@ def _stage_suggestions(cut: dict[str, Any] | None, more: dict[str, Any] | None, 
                        lots: int) -> list[str]:
     out = []
     if cut is not None:
-        names = ", ".join(f"{c['name']} ({c['category']}, {c['machine_hours']} h)" for c in cut["stages"])
+        names = ", ".join(f"{c['name']} ({c['category']}, {c['machine_hours']} h)"
+                          for c in cut["stages"])
         verdict = (f"within the {as_number(window)} h window" if cut["fits"]
-                   else f"still {as_number(Decimal(str(cut['last_end_hours'])) - window)} h over the window")
-        out.append(f"or cut, exploratory first, then useful: {printable(names)}: the last stage then ends at "
-                   f"{cut['last_end_hours']} h, {verdict}")
+                   else f"still {as_number(Decimal(str(cut['last_end_hours'])) - window)} h over "
+                        "the window")
+        out.append(f"or cut, exploratory first, then useful: {printable(names)}: the last stage "
+                   f"then ends at {cut['last_end_hours']} h, {verdict}")
     if more is not None and more["lots"] is None:
-        out.append(f"more lots do not help: the chain of waits alone ends at {more['last_end_hours']} h")
+        out.append(
+            f"more lots do not help: the chain of waits alone ends at {more['last_end_hours']} h")
     elif more is not None:
-        how = (f"spread the stages over the {more['gpus']} GPU(s) already ordered" if more["lots"] == lots else
-               f"or order {more['lots']} lots ({more['gpus']} GPUs, {more['total_usd']} USD in total, "
-               f"{more['difference_usd']} USD more) and spread the stages over them")
-        out.append(f"{how}: the last stage ends at {more['last_end_hours']} h — only if your environment runs "
-                   "independent stages apart; more lots never shorten one stage nor pool memory")
+        how = (f"spread the stages over the {more['gpus']} GPU(s) already ordered"
+               if more["lots"] == lots else
+               f"or order {more['lots']} lots ({more['gpus']} GPUs, {more['total_usd']} USD in "
+               f"total, {more['difference_usd']} USD more) and spread the stages over them")
+        out.append(f"{how}: the last stage ends at {more['last_end_hours']} h — only if your "
+                   "environment runs independent stages apart; more lots never shorten one stage "
+                   "nor pool memory")
     return out
 
 
@@ -204,7 +221,8 @@ def read_stages(path: Path, measured: dict[str, Decimal] | None = None) -> Stage
     name."""
     stages = stagelib.load_schedule(path)
     if measured:
-        stages = tuple(dataclasses.replace(s, machine_hours=measured[s.name]) if s.name in measured else s
+        stages = tuple(dataclasses.replace(s, machine_hours=measured[s.name]) if s.name in measured
+                       else s
                        for s in stages)
     return Stages(path, stages)
 
@@ -215,15 +233,18 @@ def cost_per_accepted(total: Decimal, accepted: int | None) -> dict[str, Any] | 
         return None
     if accepted == 0:
         return {"accepted": 0, "per_output_usd": None, "cost_incurred_usd": usd(total),
-                "reason": f"0 accepted outputs: {usd(total)} USD was spent and nothing was accepted, so the "
-                          "cost per output is undefined (not zero)"}
-    return {"accepted": accepted, "per_output_usd": usd(total / accepted), "cost_incurred_usd": usd(total),
+                "reason": f"0 accepted outputs: {usd(total)} USD was spent and nothing was "
+                          "accepted, so the cost per output is undefined (not zero)"}
+    return {"accepted": accepted, "per_output_usd": usd(total / accepted),
+            "cost_incurred_usd": usd(total),
             "reason": None}
 
 
 def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decimal | None = None,
-              hours: Decimal | None = None, accepted: int | None = None, preparation: str = "ubuntu",
-              project: str | None = None, stages: Stages | None = None, from_report: dict[str, Any] | None = None,
+              hours: Decimal | None = None, accepted: int | None = None,
+              preparation: str = "ubuntu",
+              project: str | None = None, stages: Stages | None = None,
+              from_report: dict[str, Any] | None = None,
               order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
     """The order summary, its schedule (from ``hours``, or from ``stages`` placed by
     kdkit.order.schedule) and its cost per accepted output (the order file's content)."""
@@ -232,8 +253,8 @@ def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decima
     if preparation not in PREPARATIONS:
         raise BadInput(f"--preparation {preparation}: choose one of {', '.join(PREPARATIONS)}")
     if stages is not None and hours is not None:
-        raise BadInput(f"--hours {as_number(hours)} and --schedule {stages.file}: the schedule gives the hours; "
-                       "pass one of them")
+        raise BadInput(f"--hours {as_number(hours)} and --schedule {stages.file}: the schedule "
+                       "gives the hours; pass one of them")
     offer = catalog.find(gpu)
     per_lot, source = lot_price(offer, days, price)
     total = per_lot * lots
@@ -245,7 +266,8 @@ def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decima
         "kdkit_order": 1, "created": _utc_now(), "kdkit_version": __version__, "project": project,
         "offer": offer.summary(), "days": days, "lots": lots, "cards": lots * offer.cards_per_lot,
         "preparation": preparation, "price_per_lot_usd": usd(per_lot), "price_source": source,
-        "total_usd": usd(total), "schedule": sched, "cost_per_accepted": cost_per_accepted(total, accepted),
+        "total_usd": usd(total), "schedule": sched,
+        "cost_per_accepted": cost_per_accepted(total, accepted),
         "order_number": order_number, "order_status": order_status,
     }
 
@@ -259,7 +281,8 @@ def _utc_now() -> str:
 def save_order(order: dict[str, Any], path: Path, *, force: bool = False) -> None:
     """Write the order atomically; an existing order is a record and is kept unless ``force``."""
     if path.exists() and not force:
-        raise BadInput(f"{path}: already exists; an order is a record — choose another name or pass --force")
+        raise BadInput(
+            f"{path}: already exists; an order is a record — choose another name or pass --force")
     if not path.parent.is_dir():
         raise BadInput(f"{path.parent}: folder does not exist; create it first")
     atomic_write_json(path, order)
@@ -286,14 +309,15 @@ def runs_folder(project: Project) -> Path:
 # report
 
 
-def from_report(path: Path, schedule_file: Path | None) -> tuple[Decimal | None, Stages | None, dict[str, Any]]:
+def from_report(path: Path,
+                schedule_file: Path | None) -> tuple[Decimal | None, Stages | None, dict[str, Any]]:
     """The next plan's start: with ``--schedule``, its stages' machine hours replaced by the
     measured ones of the same name; without, the observed hours in all as the booked hours."""
     total, measured, record = read_report(path)
     if schedule_file is None:
         if total is None:
-            raise BadInput(f"{path}: $.measured_durations.observed_hours: the report holds no observed hours (nor "
-                           "$.hours.observed); plan with --hours or --schedule")
+            raise BadInput(f"{path}: $.measured_durations.observed_hours: the report holds no "
+                           "observed hours (nor $.hours.observed); plan with --hours or --schedule")
         return total, None, record
     stages = read_stages(schedule_file, measured)
     planned = {s.name: s.machine_hours for s in stagelib.load_schedule(schedule_file)}
@@ -331,8 +355,8 @@ def update_order(path: Path, number: str | None, status: str | None) -> dict[str
     number = parse_orderas_number(number)
     _check_status(status)
     if number is None and status is None:
-        raise BadInput(f"--order {path}: nothing to record; pass --order-number TEXT and/or --order-status "
-                       f"{'|'.join(ORDER_STATUSES)}")
+        raise BadInput(f"--order {path}: nothing to record; pass --order-number TEXT and/or "
+                       f"--order-status {'|'.join(ORDER_STATUSES)}")
     order = load_order(path)
     require_replaceable(path)
     changed = {k: v for k, v in (("order_number", number), ("order_status", status))
@@ -362,18 +386,20 @@ def optional_project(project_dir: Path | None) -> Project | None:
 
 def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots: int | None, *,
                price: str | None = None, hours: float | None = None, accepted: int | None = None,
-               preparation: str = "ubuntu", catalog_file: Path | None = None, save: Path | None = None,
-               force: bool = False, schedule_file: Path | None = None, report_file: Path | None = None,
+               preparation: str = "ubuntu", catalog_file: Path | None = None,
+               save: Path | None = None,
+               force: bool = False, schedule_file: Path | None = None,
+               report_file: Path | None = None,
                order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
     """``kdkit plan``: the plan for ``gpu`` (with the project's catalog.json when inside a project),
     from ``hours``, a schedule of stages, or a closed campaign's report, saved atomically to
     ``save`` when given."""
     if gpu is None or days is None or lots is None:
-        raise BadInput("kdkit plan: --gpu, --days and --lots make a plan (or --order FILE with --order-number "
-                       "/ --order-status records those in a saved order)")
+        raise BadInput("kdkit plan: --gpu, --days and --lots make a plan (or --order FILE with "
+                       "--order-number / --order-status records those in a saved order)")
     if (order_number is not None or order_status is not None) and save is None:
-        raise BadInput("--order-number/--order-status are recorded in the order: pass --save FILE (or update a "
-                       "saved order with --order FILE)")
+        raise BadInput("--order-number/--order-status are recorded in the order: pass --save FILE "
+                       "(or update a saved order with --order FILE)")
     number = parse_orderas_number(order_number)
     _check_status(order_status)
     booked = None if hours is None else Decimal(str(hours))
@@ -381,14 +407,17 @@ def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots
     record: dict[str, Any] | None = None
     if report_file is not None:
         if hours is not None:
-            raise BadInput(f"--hours {hours:g} and --from-report {report_file}: the report gives the hours; "
-                           "pass one of them")
+            raise BadInput(f"--hours {hours:g} and --from-report {report_file}: the report gives "
+                           "the hours; pass one of them")
         booked, stages, record = from_report(report_file, schedule_file)
     project = optional_project(project_dir)
     catalog = load_catalog(None if project is None else project.root, catalog_file)
-    order = make_plan(catalog, gpu, days, lots, price=None if price is None else parse_price(price), hours=booked,
-                      accepted=accepted, preparation=preparation, project=None if project is None else project.name,
-                      stages=stages, from_report=record, order_number=number, order_status=order_status)
+    order = make_plan(catalog, gpu, days, lots, price=None if price is None else parse_price(price),
+                      hours=booked,
+                      accepted=accepted, preparation=preparation,
+                      project=None if project is None else project.name,
+                      stages=stages, from_report=record,
+                      order_number=number, order_status=order_status)
     if save is not None:
         save_order(order, save, force=force)
     return order

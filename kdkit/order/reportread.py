@@ -19,9 +19,11 @@ from kdkit.order.schedule import as_number
 
 MAX_HOURS = 365 * 24  # a year of machine time: the most any plan books (kdkit plan --hours too)
 
-REPORT_TOTALS = (("measured_durations", "observed_hours"), ("work", "observed_hours"), ("hours", "observed"),
+REPORT_TOTALS = (("measured_durations", "observed_hours"), ("work", "observed_hours"),
+                 ("hours", "observed"),
                  ("observed", "hours"), ("observed",))
-REPORT_STAGES = (("measured_durations", "by_stage"), ("stages",), ("hours", "stages"), ("hours", "by_stage"),
+REPORT_STAGES = (("measured_durations", "by_stage"), ("stages",), ("hours", "stages"),
+                 ("hours", "by_stage"),
                  ("measured_durations", "by_kind"), ("work", "by_kind"))
 _HOUR_KEYS = ("observed", "observed_hours", "hours")
 _NAME_KEYS = ("stage", "name", "variant")
@@ -63,7 +65,8 @@ def read_report(path: Path) -> tuple[Decimal | None, dict[str, Decimal], dict[st
     where)."""
     data = load_json(path, what="campaign report")
     if not isinstance(data, dict) or data.get("kdkit_report") != 1:
-        raise BadInput(f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")
+        raise BadInput(
+            f"{path}: $.kdkit_report: not a kdkit campaign report; write one with `kdkit close`")
     total, total_at = None, None
     for keys in REPORT_TOTALS:
         if (total := _measured(_at(data, keys))) is not None:
@@ -78,7 +81,9 @@ def read_report(path: Path) -> tuple[Decimal | None, dict[str, Decimal], dict[st
             stages, stages_at = dict(pairs), "$." + ".".join(keys)
             break
     record: dict[str, Any] = {
-        "file": str(path), "sha256": sha256_file(path), "observed_hours": None if total is None else as_number(total),
-        "observed_from": total_at, "stages_from": stages_at, "stages": {n: as_number(h) for n, h in stages.items()},
+        "file": str(path), "sha256": sha256_file(path),
+        "observed_hours": None if total is None else as_number(total),
+        "observed_from": total_at, "stages_from": stages_at,
+        "stages": {n: as_number(h) for n, h in stages.items()},
         "replaced": [], "unmatched": []}
     return total, stages, record

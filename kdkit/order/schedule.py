@@ -38,10 +38,11 @@ from kdkit.core.safetext import printable
 
 CATEGORIES = ("essential", "useful", "exploratory")
 ZERO = Decimal(0)
-RULE = ("stages start when the stages they wait for end; human preparation comes first, holds no GPU and "
-        "overlaps other stages' machine work, one preparation at a time; stages on one GPU run one after "
-        "another, on different GPUs side by side; next comes the ready stage whose machine work can start "
-        "first, ties going essential, useful, exploratory, then longest remaining path, then file order")
+RULE = ("stages start when the stages they wait for end; human preparation comes first, holds no "
+        "GPU and overlaps other stages' machine work, one preparation at a time; stages on one GPU "
+        "run one after another, on different GPUs side by side; next comes the ready stage whose "
+        "machine work can start first, ties going essential, useful, exploratory, then longest "
+        "remaining path, then file order")
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def as_number(value: Decimal) -> int | float:
 def load_schedule(path: Path) -> tuple[Stage, ...]:
     """The stages of ``path`` (schemas/schedule.schema.json), every name unique, every wait known,
     no cycle; BadInput naming the file and the JSON path otherwise."""
-    data = load_valid(path, "schedule", what="schedule file", hint="; see schemas/schedule.schema.json")
+    data = load_valid(path, "schedule",
+                      what="schedule file", hint="; see schemas/schedule.schema.json")
     stages = tuple(_stage(index, raw) for index, raw in enumerate(data["stages"]))
     _check_names(path, stages)
     _check_waits(path, stages)
@@ -96,15 +98,17 @@ def load_schedule(path: Path) -> tuple[Stage, ...]:
 def _stage(index: int, raw: dict[str, Any]) -> Stage:
     return Stage(name=raw["name"], machine_hours=hours(raw["machine_hours"]),
                  human_hours=hours(raw.get("human_hours", 0)), gpu=raw.get("gpu", 0),
-                 after=tuple(raw.get("after", ())), category=raw.get("category", "essential"), index=index)
+                 after=tuple(raw.get("after", ())),
+                 category=raw.get("category", "essential"), index=index)
 
 
 def _check_names(path: Path, stages: Sequence[Stage]) -> None:
     first: dict[str, int] = {}
     for stage in stages:
         if stage.name in first:
-            raise BadInput(f"{path}: $.stages[{stage.index}].name: {printable(stage.name)!r} is also the name of "
-                           f"$.stages[{first[stage.name]}]; give each stage its own name")
+            raise BadInput(f"{path}: $.stages[{stage.index}].name: {printable(stage.name)!r} is "
+                           f"also the name of $.stages[{first[stage.name]}]; give each stage its "
+                           "own name")
         first[stage.name] = stage.index
 
 
@@ -114,8 +118,9 @@ def _check_waits(path: Path, stages: Sequence[Stage]) -> None:
         for place, wanted in enumerate(stage.after):
             if wanted not in names:
                 known = ", ".join(sorted(names)[:10])
-                raise BadInput(f"{path}: $.stages[{stage.index}].after[{place}]: {printable(wanted)!r} is no stage "
-                               f"of this schedule (stages: {printable(known)}); fix the name or add the stage")
+                raise BadInput(f"{path}: $.stages[{stage.index}].after[{place}]: "
+                               f"{printable(wanted)!r} is no stage of this schedule (stages: "
+                               f"{printable(known)}); fix the name or add the stage")
 
 
 def _check_cycles(path: Path, stages: Sequence[Stage]) -> None:
@@ -155,9 +160,9 @@ def check_gpus(path: Path, stages: Sequence[Stage], cards: int) -> None:
     stage."""
     for stage in stages:
         if stage.gpu is not None and stage.gpu >= cards:
-            raise BadInput(f"{path}: $.stages[{stage.index}].gpu: GPU {stage.gpu}, but the order holds {cards} "
-                           f"card(s) (GPU 0 to {cards - 1}); order more lots (--lots) or put the stage on a GPU "
-                           "it holds")
+            raise BadInput(f"{path}: $.stages[{stage.index}].gpu: GPU {stage.gpu}, but the order "
+                           f"holds {cards} card(s) (GPU 0 to {cards - 1}); order more lots "
+                           "(--lots) or put the stage on a GPU it holds")
 
 
 # ---------------------------------------------------------------- placing the stages
@@ -195,10 +200,12 @@ def timeline(stages: Sequence[Stage], spread: int | None = None) -> list[Slot]:
     remaining = list(stages)
     while remaining:
         ready = [s for s in remaining if all(a in done or a not in known for a in s.after)]
-        spare = None if spread is None else min(range(spread), key=lambda g: (free.get(g, (ZERO, ""))[0], g))
+        spare = None if spread is None else min(range(spread),
+                                                key=lambda g: (free.get(g, (ZERO, ""))[0], g))
         tried = [_place(s, done, free, spare) for s in ready]
-        slot = min(tried, key=lambda t: (t.machine_start, rank[t.stage.category], -priority[t.stage.name],
-                                         t.stage.index))
+        slot = min(tried,
+                   key=lambda t: (t.machine_start, rank[t.stage.category], -priority[t.stage.name],
+                                  t.stage.index))
         remaining.remove(slot.stage)
         done[slot.stage.name] = slot
         if slot.stage.human_hours > 0:
@@ -264,7 +271,8 @@ def _cut_groups(stages: Sequence[Stage]) -> list[list[Stage]]:
     then file order), each with what waits on it; never a group a more important stage is in."""
     rank = {category: place for place, category in enumerate(CATEGORIES)}
     optional = sorted((s for s in stages if s.category != "essential"),
-                      key=lambda s: (-rank[s.category], -(s.machine_hours + s.human_hours), s.index))
+                      key=lambda s: (-rank[s.category],
+                                     -(s.machine_hours + s.human_hours), s.index))
     kept, groups = list(stages), []
     for stage in optional:
         if stage not in kept:
@@ -321,9 +329,12 @@ def spread_plan(stages: Sequence[Stage], window: Decimal, lots: int, cards_per_l
 
 def stage_rows(slots: Sequence[Slot]) -> list[dict[str, Any]]:
     """The timeline as JSON rows, in the file's order."""
-    return [{"name": s.stage.name, "category": s.stage.category, "gpu": s.gpu, "after": list(s.stage.after),
-             "human_hours": as_number(s.stage.human_hours), "machine_hours": as_number(s.stage.machine_hours),
-             "start": as_number(s.human_start), "machine_start": as_number(s.machine_start), "end": as_number(s.end),
+    return [{"name": s.stage.name, "category": s.stage.category, "gpu": s.gpu,
+             "after": list(s.stage.after),
+             "human_hours": as_number(s.stage.human_hours),
+             "machine_hours": as_number(s.stage.machine_hours),
+             "start": as_number(s.human_start), "machine_start": as_number(s.machine_start),
+             "end": as_number(s.end),
              "waited_for": s.waited_for} for s in slots]
 
 

@@ -138,7 +138,8 @@ def utc(value: Any) -> datetime | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return moment.replace(
+        tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
 def read_object(path: Path) -> dict[str, Any]:
@@ -167,14 +168,16 @@ def _newest(folder: Path) -> datetime | None:
 
 
 def _number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and value >= 0
+    ok = isinstance(value,
+                    (int, float)) and not isinstance(value, bool) and value == value and value >= 0
     return float(value) if ok and value != float("inf") else None
 
 
 def id_time(name: str) -> datetime | None:
     """The UTC time a run ID starts with (a pilot's, or a sweep's, resume test's or training's)."""
     match = PILOT_ID.match(name)
-    shapes = [(prefix, stamp) for prefix, stamp in ID_SHAPES.values() if prefix and name.startswith(prefix)]
+    shapes = [(prefix, stamp) for prefix,
+              stamp in ID_SHAPES.values() if prefix and name.startswith(prefix)]
     text, stamp = (match.group(1), "%Y%m%dT%H%M%SZ") if match else (
         (name[len(shapes[0][0]):][:15], shapes[0][1]) if shapes else ("", ""))
     try:
@@ -219,10 +222,12 @@ def read_builds(root: Path) -> WorkLog:
         record = record if isinstance(record, dict) else {}
         start, end = utc(record.get("started")), utc(record.get("ended"))
         if start is None or end is None or end < start:
-            log.unread.append(f"{root / BUILDS}: line {number}: no started/ended times; not counted")
+            log.unread.append(
+                f"{root / BUILDS}: line {number}: no started/ended times; not counted")
             continue
         name = str(record["tag"]) if isinstance(record.get("tag"), str) else "?"
-        log.intervals.append(Interval("build", name, start, end, f"{BUILDS.as_posix()} line {number}"))
+        log.intervals.append(
+            Interval("build", name, start, end, f"{BUILDS.as_posix()} line {number}"))
     return log
 
 
@@ -233,12 +238,14 @@ def _pilot(folder: Path, params: dict[str, Any]) -> list[Interval]:
     summary = read_object(folder / "summary.json")
     seconds = session_seconds(summary) if summary.get("verdict") else None
     if seconds is not None and created is not None and not summary.get("resumed"):
-        return [Interval(kind, folder.name, created, created + timedelta(seconds=seconds), "params.json created + "
+        return [Interval(kind, folder.name, created,
+                         created + timedelta(seconds=seconds), "params.json created + "
                          "summary.json timings.seconds")]
     if seconds is not None:
         end = _mtime(folder / "summary.json")
         return _earlier_sessions(kind, folder, created) + (
-            [Interval(kind, folder.name, end - timedelta(seconds=seconds), end, "summary.json written, less its "
+            [Interval(kind, folder.name, end - timedelta(seconds=seconds),
+                      end, "summary.json written, less its "
                       "timings.seconds (a resumed run's last session)")] if end else [])
     return _open(kind, folder, created, None)
 
@@ -252,10 +259,12 @@ def _earlier_sessions(kind: str, folder: Path, created: datetime | None) -> list
         stop = read_object(folder / f"stop-{k}.json")
         if not stop:
             break
-        start = (created if k == 1 else None) or utc(read_object(folder / f"env-{k}.json").get("started"))
+        start = (created if k == 1
+                 else None) or utc(read_object(folder / f"env-{k}.json").get("started"))
         end = utc(stop.get("at"))
         if start is not None and end is not None and end >= start:
-            said = "params.json created" if k == 1 and created is not None else f"env-{k}.json started"
+            said = ("params.json created" if k == 1 and created is not None
+                    else f"env-{k}.json started")
             found.append(Interval(kind, folder.name, start, end, f"{said} to stop-{k}.json at"))
     return found
 
@@ -270,7 +279,9 @@ def _open(kind: str, folder: Path, start: datetime | None, last_t: float | None)
     start = start or utc(beat.get("started"))
     if start is None or not ends or max(ends) < start:
         return []
-    return [Interval(kind, folder.name, start, max(ends), "never closed: its start to its latest record", open=True)]
+    return [
+        Interval(kind, folder.name, start, max(ends),
+                 "never closed: its start to its latest record", open=True)]
 
 
 def _train(folder: Path, params: dict[str, Any]) -> list[Interval]:
@@ -288,17 +299,20 @@ def _train(folder: Path, params: dict[str, Any]) -> list[Interval]:
     reason = stop.get("reason") if isinstance(stop.get("reason"), str) else None
     verdict = said or ("stopped" if stop else "open")
     if start is not None and end is not None and end >= start:
-        return [Interval("train", folder.name, start, end, "summary.json started/ended", False, variant, verdict,
+        return [Interval("train", folder.name, start, end, "summary.json started/ended", False,
+                         variant, verdict,
                          reason)]
     found = _open("train", folder, start, last_metric_time(folder / "metrics.jsonl"))
-    return [Interval(i.kind, i.name, i.start, i.end, i.source, True, variant, verdict, reason) for i in found]
+    return [Interval(i.kind, i.name, i.start, i.end, i.source, True, variant, verdict, reason)
+            for i in found]
 
 
 def _sweep(folder: Path) -> list[Interval]:
     report = read_object(folder / "sweep.json")
     end = _mtime(folder / "sweep.json")
     rows: list[Any] = report["rows"] if isinstance(report.get("rows"), list) else []
-    spent = [_number(report.get("warmup_seconds"))] + [_number(r.get("seconds")) for r in rows if isinstance(r, dict)]
+    spent = [_number(report.get("warmup_seconds"))] + [_number(r.get("seconds")) for r in rows
+                                                       if isinstance(r, dict)]
     if end is None or not report:
         return []
     seconds = sum(s for s in spent if s is not None)

@@ -24,8 +24,11 @@ def machine_path_problems(data: Any, file: Path) -> list[Finding]:
             continue
         for pattern, what in MACHINE_PATHS:
             if pattern.search(value):
-                problems.append(config_problem(file, json_path(parts), f"{value!r} is {what}, which exists on one "
-                                               "machine only; use a path relative to the project root"))
+                problems.append(config_problem(file,
+                                               json_path(parts),
+                                               f"{value!r} is {what}, which exists on one "
+                                               "machine only; use a path relative to the project "
+                                               "root"))
                 break
     return problems
 
@@ -55,8 +58,10 @@ def _loader_problems(root: Path, rel: Path, load: Callable[[Path], object]) -> l
         said = str(exc).removeprefix(f"{root / rel}").removeprefix(f"{rel}")
         placed = re.match(r":(\d+):(\d+): (.*)", said)  # the strict reader's line and column
         where, _sep, message = said.removeprefix(": ").partition(": ")
-        return [config_problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed else
-                config_problem(rel, where, message) if where.startswith("$") else config_problem(rel, "$", str(exc))]
+        return [config_problem(rel, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+                else
+                config_problem(rel, where, message) if where.startswith("$")
+                else config_problem(rel, "$", str(exc))]
     return []
 
 
@@ -74,7 +79,8 @@ def campaign_train_problems(root: Path) -> list[Finding]:
         data, problems = read_problems(root, rel)
         if data is not None:
             problems += machine_path_problems(data, rel) + secret_problems(data, rel)
-    for config, load in ((Path("config/train.json"), load_train_config), (Path(SERVICE_CONFIG), load_service)):
+    for config, load in ((Path("config/train.json"), load_train_config),
+                         (Path(SERVICE_CONFIG), load_service)):
         if (root / config).exists():
             problems += _loader_problems(root, config, load)
     return problems

@@ -32,7 +32,9 @@ def git_warnings(root: Path) -> list[Finding]:
     if not changed:
         return []
     more = f" (+{len(changed) - SHOWN} more)" if len(changed) > SHOWN else ""
-    return [config_warning(Path("."), "git", f"{len(changed)} uncommitted change(s) ({', '.join(changed[:SHOWN])}"
+    return [config_warning(Path("."),
+                           "git",
+                           f"{len(changed)} uncommitted change(s) ({', '.join(changed[:SHOWN])}"
                            f"{more}): a run records its revision as dirty; commit them first")]
 
 
@@ -40,4 +42,6 @@ def init_line(root: Path, shown: str) -> str | None:
     """What `init` says when the new project is not in a git checkout: how to start one."""
     if checkout_state(root) is not None:
         return None
-    return f"Not under git: a run records no code revision until it is; start it with: {git_commands(shown)}"
+    return (
+        "Not under git: a run records no code revision until it is; start it with: "
+        f"{git_commands(shown)}")

@@ -51,7 +51,9 @@ def template_builds(python: str) -> dict[str, str]:
         build = pairings.template_build(backend)
         image = pairings.base_image(build.label, python)
         if image is None:
-            raise BadInput(f"{pairings.files[-1]}: $.indexes.{build.label} has no base_image for the template; add it")
+            raise BadInput(
+                f"{pairings.files[-1]}: $.indexes.{build.label} has no base_image for the "
+                "template; add it")
         values[f"{backend}_index"] = TORCH_INDEX_URL.format(label=build.label)
         values[f"{backend}_image"] = image
     return values
@@ -79,7 +81,8 @@ def init_project(target: Path, name: str | None = None, backend: str = "cuda", f
     return create_project(target, name, backend, force, template).root
 
 
-def create_project(target: Path, name: str | None = None, backend: str = "cuda", force: bool = False,
+def create_project(target: Path, name: str | None = None, backend: str = "cuda",
+                   force: bool = False,
                    template: str = DEFAULT) -> Created:
     """Create a project at ``target`` from the template called ``template``
     (kdkit.project.templates).
@@ -112,10 +115,12 @@ def create_project(target: Path, name: str | None = None, backend: str = "cuda",
             with contextlib.suppress(OSError):
                 folder.rmdir()
         if exc.errno == errno.ENAMETOOLONG:
-            raise BadInput(f"{target}: a folder name on the way is longer than the file system allows ("
-                           f"{exc.strerror}); nothing was left behind, choose a shorter path") from None
-        raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing was left "
-                       "behind, free space or fix permissions (or choose another place) and retry") from None
+            raise BadInput(f"{target}: a folder name on the way is longer than the file system "
+                           f"allows ({exc.strerror}); nothing was left behind, choose a shorter "
+                           "path") from None
+        raise BadInput(f"{target}: could not write the project ({exc.strerror or exc}); nothing "
+                       "was left behind, free space or fix permissions (or choose another place) "
+                       "and retry") from None
     return Created(target, staged.removed)
 
 
@@ -134,8 +139,10 @@ def _check_inputs(target: Path, name: str | None, backend: str, force: bool) -> 
     if existing and not force:
         # a killed init's staging goes anyway
         cleaned = clean_stale(target) if target.parent.is_dir() else []
-        said = f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})" if cleaned else ""
-        raise BadInput(f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
+        said = (f" (removed {len(cleaned)} staging folder(s) left by a killed init: {cleaned[0]})"
+                if cleaned else "")
+        raise BadInput(
+            f"{target}: folder exists and is not empty; choose a new path or pass --force{said}")
     return project_name, existing
 
 
@@ -144,12 +151,16 @@ def _name_problem(name: str, folder: Path | None) -> str:
     characters, and where it came from (--name, or the folder's name when ``folder`` is given)."""
     said = f"{name[:40]!r}..." if len(name) > 40 else repr(name)
     if len(name) > NAME_LENGTH:
-        reason = f"has {len(name)} characters, more than the {NAME_LENGTH} a project name may have (it names the image)"
+        reason = (
+            f"has {len(name)} characters, more than the {NAME_LENGTH} a project name may have (it "
+            "names the image)")
     else:
         reason = "use lowercase letters, digits, '.', '_' or '-' (it becomes the image name)"
     if folder is None:
         return f"--name {said}: {reason}"
-    return f"{folder}: the project name made from the folder's name, {said}, {reason}; pass --name NAME"
+    return (
+        f"{folder}: the project name made from the folder's name, {said}, {reason}; pass --name "
+        "NAME")
 
 
 def _check_name_length(target: Path) -> None:
@@ -165,14 +176,15 @@ def _check_name_length(target: Path) -> None:
         limit = 255  # the limit of ext4, XFS, Btrfs, APFS and NTFS
     for part in target.relative_to(existing).parts[:-1]:
         if len(os.fsencode(part)) > limit:
-            raise BadInput(f"{target}: the folder name {part[:40]!r}... on the way is {len(os.fsencode(part))} "
-                           f"bytes, longer than the file system allows ({limit} bytes in a name); choose a shorter "
-                           "path")
+            raise BadInput(f"{target}: the folder name {part[:40]!r}... on the way is "
+                           f"{len(os.fsencode(part))} bytes, longer than the file system allows "
+                           f"({limit} bytes in a name); choose a shorter path")
     size, staged = len(os.fsencode(target.name)), len(os.fsencode(staging_for(target).name))
     if staged > limit:
-        raise BadInput(f"{target}: the folder's name is {size} bytes; this file system allows {limit} bytes in a "
-                       f"name and init builds the project under {staged - size} more (.NAME.partial-PID); choose a "
-                       f"name of at most {limit - (staged - size)} bytes")
+        raise BadInput(f"{target}: the folder's name is {size} bytes; this file system allows "
+                       f"{limit} bytes in a name and init builds the project under {staged - size} "
+                       "more (.NAME.partial-PID); choose a name of at most "
+                       f"{limit - (staged - size)} bytes")
 
 
 def _is_dir(path: Path) -> bool:
@@ -186,7 +198,8 @@ def _not_empty(target: Path) -> bool:
     try:
         return target.is_dir() and any(target.iterdir())
     except OSError as exc:  # a folder this user cannot list
-        raise BadInput(f"{target}: cannot read the folder ({exc.strerror}); choose another path") from None
+        raise BadInput(
+            f"{target}: cannot read the folder ({exc.strerror}); choose another path") from None
 
 
 def _empty(folder: Path) -> None:

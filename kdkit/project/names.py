@@ -31,7 +31,9 @@ from kdkit.core.credentials import NOT_SECRET_FILES, NOT_SECRET_SUFFIXES, SECRET
 from kdkit.core.finding import Finding
 from kdkit.core.projectfiles import shown
 
-RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
+RESERVED = re.compile(
+    r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?",
+    re.IGNORECASE)
 FORBIDDEN = re.compile(r'[<>:"|?*]')
 COPY = "a copy through such a file system keeps one of them; rename one"
 
@@ -41,24 +43,32 @@ def folded(rel: str) -> str:
     one, as the file systems' case tables map characters: ``ß`` stays ``ß``)."""
     if rel.isascii():  # NFC keeps ASCII as it is, and lowers each of its letters to one
         return rel.lower()
-    return "".join(c.lower() if len(c.lower()) == 1 else c for c in unicodedata.normalize("NFC", rel))
+    return "".join(c.lower() if len(c.lower()) == 1 else c
+                   for c in unicodedata.normalize("NFC", rel))
 
 
 def windows_problem(part: str) -> str | None:
     """Why Windows cannot hold a file or folder named ``part``, or None."""
     if RESERVED.fullmatch(part):
-        return (f"{_shown(part)} is a device name on Windows (CON, PRN, AUX, NUL, COM1-9, LPT1-9, whatever the "
-                "extension), which names no file there; a copy through Windows loses it: rename it")
+        return (f"{_shown(part)} is a device name on Windows (CON, PRN, AUX, NUL, COM1-9, LPT1-9, "
+                "whatever the extension), which names no file there; a copy through Windows loses "
+                "it: rename it")
     if part.endswith((".", " ")):
-        return f"{_shown(part)} ends with a dot or a space, which Windows drops from a name; rename it"
+        return (
+            f"{_shown(part)} ends with a dot or a space, which Windows drops from a name; rename "
+            "it")
     if FORBIDDEN.search(part):
-        return f"{_shown(part)} holds a character Windows refuses in a name (< > : \" | ? *); rename it"
+        return (
+            f"{_shown(part)} holds a character Windows refuses in a name (< > : \" | ? *); rename "
+            "it")
     return None
 
 
 def _why(first: str, rel: str) -> str:
     if unicodedata.normalize("NFC", first) == unicodedata.normalize("NFC", rel):
-        return "the same letters in Unicode's composed and decomposed forms (NFC, NFD): one name on macOS"
+        return (
+            "the same letters in Unicode's composed and decomposed forms (NFC, NFD): one name on "
+            "macOS")
     if first.lower() == rel.lower():
         return "the same but for case: one name on macOS and Windows"
     return "the same but for case and Unicode's form (NFC, NFD): one name on macOS"
@@ -81,7 +91,8 @@ def name_warnings(names: Iterable[str]) -> list[Finding]:
         first = seen.setdefault(folded(rel), rel)
         if first != rel:
             warnings.append(config_warning(Path(rel), "name",
-                                           f"{_shown(first)} and {_shown(rel)} are {_why(first, rel)}; {COPY}"))
+                                           f"{_shown(first)} and {_shown(rel)} are "
+                                           f"{_why(first, rel)}; {COPY}"))
         folder, _sep, name = rel.rpartition("/")
         problem = (_folder_problem(folder) if folder else None) or windows_problem(name)
         if problem is not None:
@@ -94,7 +105,8 @@ def name_warnings(names: Iterable[str]) -> list[Finding]:
 # or a line break), a part ending with a dot or a space, a character Windows refuses. Three
 # searches: one pattern of the three, tried at every character, took three times as long over
 # 100,000 paths.
-DEVICE_PARTS = re.compile(RESERVED.pattern.lower().replace(r"(\..*)?", r"(?:\.[^/\n]*)?") + r"(?=[/\n])")
+DEVICE_PARTS = re.compile(RESERVED.pattern.lower().replace(r"(\..*)?", r"(?:\.[^/\n]*)?")
+                          + r"(?=[/\n])")
 DOT_OR_SPACE_ENDS = (".\n", "./", " \n", " /")
 
 
@@ -110,7 +122,8 @@ def _all_fine(names: list[str]) -> bool:
         return False
     if any(end in joined for end in DOT_OR_SPACE_ENDS):
         return False
-    return all(found.start() > 0 and low[found.start() - 1] not in "/\n" for found in DEVICE_PARTS.finditer(low))
+    return all(found.start() > 0 and low[found.start() - 1] not in "/\n"
+               for found in DEVICE_PARTS.finditer(low))
 
 
 @cache
@@ -141,8 +154,11 @@ def secret_file_warnings(names: list[str]) -> list[Finding]:
             continue
         what = secret_file(rel)
         if what is not None:
-            warnings.append(config_warning(Path(rel), "name", f"named like {what}, so `kdkit bundle` leaves it out; "
-                                           "secrets reach the container at run time only (`kdkit run --env-file`)"))
+            warnings.append(config_warning(Path(rel),
+                                           "name",
+                                           f"named like {what}, so `kdkit bundle` leaves it out; "
+                                           "secrets reach the container at run time only (`kdkit "
+                                           "run --env-file`)"))
     return warnings
 
 
@@ -159,7 +175,8 @@ def _no_secret_names(names: list[str]) -> bool:
     the whole text, and only the lines holding it matched by the pattern; a part that matches must
     be one credentials.secret_file passes over (NOT_SECRET_FILES, NOT_SECRET_SUFFIXES)."""
     joined = "\n".join(names)
-    if not joined.isascii() or joined.count("\n") != len(names) - 1 or any("[" in p for p, _what in SECRET_FILES):
+    if not joined.isascii() or joined.count("\n") != len(names) - 1 \
+            or any("[" in p for p, _what in SECRET_FILES):
         return False
     text = "\n" + joined.lower().replace("/", "\n") + "\n"
     hits = {line for probe, at, pattern in _probes() for line in _lines_holding(text, probe, at)

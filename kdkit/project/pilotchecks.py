@@ -40,15 +40,17 @@ PLAIN_TEXTS = re.compile(r"[A-Za-z0-9._ \n-]*")  # fullmatch: the texts, each af
 # ... and none holding what starts a credential shape (kdkit.core.credentials: a prefixed token, a
 # private key block, 40 characters of an AWS secret; a URL or an assignment needs a ':' or '=',
 # which a plain text lacks).
-SHAPE_STARTS = ("sk-", "sk_", "rk_", "github_pat_", "hf_", "xox", "AIza", "npm_", "pypi-", "AKIA", "ASIA", "ABIA",
+SHAPE_STARTS = ("sk-", "sk_", "rk_", "github_pat_", "hf_", "xox", "AIza", "npm_", "pypi-", "AKIA",
+                "ASIA", "ABIA",
                 "ACCA", "eyJ", "-----")
 SHAPE_START = re.compile(r"g(?:h[pousr]_|l[a-z]+-)")  # GitHub's and GitLab's prefixes
 AWS_SECRET_RUN = re.compile(r"[A-Za-z0-9]{40}")
 # fullmatch: texts each ending in a line break
 SAFE_IDS = re.compile(f"(?:(?:{SAFE_ID.pattern})\n)*")
 PLAIN_NAMES = re.compile(f"(?:(?:{PLAIN_NAME.pattern})\n)*")
-SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_bytes; near-limit: one between "
-                f"{NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and one planned rejection")
+SAMPLE_RULES = (f"short: an accepted input of at most {SHORT:.0%} of max_input_bytes; near-limit: "
+                f"one between {NEAR:.0%} and 100%; usual: at least {USUAL} accepted inputs; and "
+                "one planned rejection")
 
 
 def refused(root: Path, exc: BadInput, file: Path) -> Finding:
@@ -102,7 +104,8 @@ def deep_problems(root: Path, pilot: dict[str, Any],
     scorer = (pilot.get("quality") or {}).get("scorer")
     # as the pilot's _quality
     if isinstance(scorer, str) and (problem := entry_problem(root, scorer)) is not None:
-        problems.append(config_problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
+        problems.append(
+            config_problem(rel, "$.quality.scorer", f"not the project's own function: {problem}"))
     if any(p.name != "$.quality.scorer" for p in problems):
         return problems, None, None
     output, documents = None, None
@@ -123,13 +126,15 @@ def plain_documents(data: Any) -> bool:
     machine-bound path or credential shape: the whole document then has the problems of its first
     entry alone (none) and of what lies beside the list."""
     documents = data.get("documents") if isinstance(data, dict) else None
-    if not isinstance(documents, list) or not documents or not all(type(doc) is dict for doc in documents):
+    if not isinstance(documents, list) or not documents \
+            or not all(type(doc) is dict for doc in documents):
         return False
     if not all(doc.keys() <= PLAIN_KEYS for doc in documents) or not all(_plain_note(doc["note"])
-                                                                         for doc in documents if "note" in doc):
+                                                                         for doc in documents
+                                                                         if "note" in doc):
         return False
-    if not {doc.get("expect") for doc in documents} <= {"accept", "reject"} or not all("id" in doc
-                                                                                 for doc in documents):
+    if not {doc.get("expect") for doc in documents} <= {"accept", "reject"} \
+            or not all("id" in doc for doc in documents):
         return False
     ids = [doc.get("id") for doc in documents]
     texts = [value for doc in documents for key, value in doc.items() if key != "note"
@@ -141,7 +146,8 @@ def plain_documents(data: Any) -> bool:
     # no text breaks a line
     return (max(map(len, ids)) <= 128 and joined.count("\n") == len(texts) + 1
             and "\n\n" not in joined and PLAIN_TEXTS.fullmatch(joined) is not None  # nor is empty
-            and not any(start in joined for start in SHAPE_STARTS) and SHAPE_START.search(joined) is None
+            and not any(start in joined for start in SHAPE_STARTS)
+            and SHAPE_START.search(joined) is None
             and not any(AWS_SECRET_RUN.search(text) for text in texts if len(text) >= 40))
 
 
@@ -155,12 +161,14 @@ def plain_files(root: Path, manifest_file: Path, inputs: Path | None) -> frozens
                                                             or inputs in folder.parents):
             return frozenset()
         with os.scandir(folder) as entries:  # one listing, not a stat per entry
-            return frozenset(entry.name for entry in entries if entry.is_file(follow_symlinks=False))
+            return frozenset(entry.name for entry in entries
+                             if entry.is_file(follow_symlinks=False))
     except OSError:
         return frozenset()
 
 
-def clean_entries(documents: list[Any], plain: frozenset[str], categories: list[str] | None, *, folder: bool,
+def clean_entries(documents: list[Any], plain: frozenset[str], categories: list[str] | None, *,
+                  folder: bool,
                   output: Output | None) -> bool:
     """Whether validate.manifest_problems finds nothing in any entry of a manifest whose shape is
     valid: IDs safe and unique, files plain names of ``plain`` (a JSONL corpus's: none), labels
@@ -218,7 +226,8 @@ def _sizes(documents: Iterable[Document], limit: int) -> tuple[bool, bool, bool]
     for doc in documents:
         if doc.expect == "reject" or (size := _size(doc.location, doc.offset, doc.length)) is None:
             continue
-        short, near, count = short or size <= SHORT * limit, near or NEAR * limit <= size <= limit, count + 1
+        short, near, count = (short or size <= SHORT * limit,
+                              near or NEAR * limit <= size <= limit, count + 1)
         if short and near and count >= USUAL:
             break
     return short, near, count >= USUAL
@@ -244,8 +253,10 @@ class FolderDocuments:
     def __iter__(self) -> Iterator[Document]:
         for doc in self.entries:
             name = doc["file"]
-            location = self.folder + name if PLAIN_NAME.fullmatch(name) else os.path.normpath(self.folder + name)
-            yield Document(doc["id"], name, location, doc.get("label"), doc["expect"], expected=doc.get("expected"))
+            location = self.folder + name if PLAIN_NAME.fullmatch(name) else os.path.normpath(
+                self.folder + name)
+            yield Document(doc["id"], name, location, doc.get("label"), doc["expect"],
+                           expected=doc.get("expected"))
 
 
 def sample_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
@@ -254,7 +265,8 @@ def sample_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
     if sample is None:
         return []
     data, documents = sample.config, sample.documents
-    if not any(d.label is not None or d.expected is not None or d.expect == "reject" for d in documents):
+    if not any(d.label is not None or d.expected is not None or d.expect == "reject"
+               for d in documents):
         return []
     limit = int(data["max_input_bytes"])
     short, near, usual = _sizes(documents, limit)
@@ -270,5 +282,8 @@ def sample_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
     if not lacks:
         return []
     rel = Path(os.path.relpath(sample.manifest, root))
-    return [config_warning(rel, "$.documents", f"the pilot sample lacks {'; '.join(lacks)}: a pilot should show how "
-                           "the app meets short, usual and near-limit inputs and one it must refuse")]
+    return [config_warning(rel,
+                           "$.documents",
+                           f"the pilot sample lacks {'; '.join(lacks)}: a pilot should show how "
+                           "the app meets short, usual and near-limit inputs and one it must "
+                           "refuse")]

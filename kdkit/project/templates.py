@@ -50,7 +50,8 @@ def template_files(base: Path, template: Template) -> Iterator[tuple[Path, Path]
     """(source, path in the project) for every file and folder of ``template``, the base's first,
     then its overlay's: an overlay file comes after the base file it replaces. Caches and the
     overlays are skipped."""
-    yield from _walk(base, lambda rel: rel.parts[0] == OVERLAYS or _left_out(rel, template.leaves_out))
+    yield from _walk(base,
+                     lambda rel: rel.parts[0] == OVERLAYS or _left_out(rel, template.leaves_out))
     if template.name != DEFAULT:
         yield from _walk(base / OVERLAYS / template.name, lambda rel: False)
 

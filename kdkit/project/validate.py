@@ -33,7 +33,12 @@ from kdkit.core.credentials import find
 from kdkit.core.errors import BadInput
 from kdkit.core.finding import Finding
 from kdkit.core.jsonio import parse_json, read_text_file
-from kdkit.core.pilotconfig import config_problems, entry_problem, load_documents, runs_folder_problem
+from kdkit.core.pilotconfig import (
+    config_problems,
+    entry_problem,
+    load_documents,
+    runs_folder_problem,
+)
 from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotmanifest import PLAIN_NAME, Document, expected_problem
 from kdkit.core.projectfiles import (
@@ -45,7 +50,11 @@ from kdkit.core.projectfiles import (
     path_problem,
     real_inside,
 )
-from kdkit.project.configchecks import acceptance_problems, campaign_train_problems, machine_path_problems
+from kdkit.project.configchecks import (
+    acceptance_problems,
+    campaign_train_problems,
+    machine_path_problems,
+)
 from kdkit.project.names import secret_file_warnings
 from kdkit.project.pilotchecks import (
     FolderDocuments,
@@ -81,7 +90,8 @@ def text_secret_problems(root: Path, relative: Path) -> list[Finding]:
         found = find(line)
         if found:
             problems.append(config_problem(relative, f"line {number}",
-                                           f"holds {found[0].what} ({shown_redacted(line)}); {TEXT_HINT}"))
+                                           f"holds {found[0].what} ({shown_redacted(line)}); "
+                                           f"{TEXT_HINT}"))
     return problems
 
 
@@ -89,9 +99,11 @@ def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
     """The text files scanned for credentials: every file of requirements/, the input kdkit.json
     names and every backend's lock (relative to the root, each once, in order)."""
     folder = root / "requirements"
-    found = [p.relative_to(root) for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
+    found = [p.relative_to(root) for p in sorted(folder.rglob("*"))
+             if p.is_file()] if folder.is_dir() else []
     named = [project.get("requirements")] + [spec.get("lock") for spec in _backends(project)]
-    found += [Path(value) for value in named if isinstance(value, str) and not config_path_problem(value)]
+    found += [Path(value) for value in named if isinstance(value, str)
+              and not config_path_problem(value)]
     unique: dict[str, Path] = {}
     for rel in found:
         unique.setdefault(PurePosixPath(rel.as_posix()).as_posix(), rel)
@@ -100,7 +112,8 @@ def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
 
 def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
     backends = project.get("backends")
-    return [spec for spec in backends.values() if isinstance(spec, dict)] if isinstance(backends, dict) else []
+    return [spec for spec in backends.values()
+            if isinstance(spec, dict)] if isinstance(backends, dict) else []
 
 
 def file_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
@@ -118,7 +131,8 @@ def file_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
 
 
-def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, bool]) -> list[Finding]:
+def path_problems(root: Path, data: dict[str, Any], file: Path,
+                  keys: dict[str, bool]) -> list[Finding]:
     """Each key's path must stay inside the project; those mapped to True must also exist."""
     problems = []
     for key, must_exist in keys.items():
@@ -131,17 +145,24 @@ def path_problems(root: Path, data: dict[str, Any], file: Path, keys: dict[str, 
             found = target is not None and target.exists()
         # too long for this file system under this root, no permission on the way
         except OSError as exc:
-            problems.append(config_problem(file, f"$.{key}", f"cannot look at {value!r} ({exc.strerror or exc}); use a "
-                                           "shorter path, or one you can read"))
+            problems.append(config_problem(file,
+                                           f"$.{key}",
+                                           f"cannot look at {value!r} ({exc.strerror or exc}); use "
+                                           "a shorter path, or one you can read"))
             continue
         if target is None:
-            problems.append(config_problem(file, f"$.{key}", f"{value!r} points outside the project folder; "
+            problems.append(config_problem(file,
+                                           f"$.{key}",
+                                           f"{value!r} points outside the project folder; "
                                            "keep every path inside it"))
         elif must_exist and not found:
-            problems.append(config_problem(file, f"$.{key}", f"{value!r} does not exist in the project folder; "
+            problems.append(config_problem(file,
+                                           f"$.{key}",
+                                           f"{value!r} does not exist in the project folder; "
                                            "create it or fix the path"))
         elif key in FOLDER_KEYS and found and not target.is_dir():
-            problems.append(config_problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
+            problems.append(
+                config_problem(file, f"$.{key}", f"{value!r} is a file; it must name a folder"))
     return problems
 
 
@@ -171,43 +192,57 @@ def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
         problems += _id_problems(doc.get("id"), manifest_file, where, seen, index)
         name = doc.get("file")
         if folder:
-            plain_file = isinstance(name, str) and name in plain and PLAIN_NAME.fullmatch(name) is not None
-            problems += [] if plain_file else _file_problems(root, name, manifest_file, where, inputs)
+            plain_file = (isinstance(name, str) and name in plain
+                          and PLAIN_NAME.fullmatch(name) is not None)
+            problems += [] if plain_file else _file_problems(
+                root, name, manifest_file, where, inputs)
         elif name is not None:
-            problems.append(config_problem(manifest_file, f"{where}.file", "the inputs are a JSONL corpus, whose "
+            problems.append(config_problem(manifest_file,
+                                           f"{where}.file", "the inputs are a JSONL corpus, whose "
                                            "records are named by ID; remove \"file\""))
         label, expect = doc.get("label"), doc.get("expect")
-        if expect == "accept" and categories is not None and label is not None and label not in categories:
+        if expect == "accept" and categories is not None and label is not None \
+                and label not in categories:
             allowed = ", ".join(categories) or "none: this output kind has no categories"
-            problems.append(config_problem(manifest_file, f"{where}.label", f"{json.dumps(label)} is not an "
+            problems.append(config_problem(manifest_file,
+                                           f"{where}.label", f"{json.dumps(label)} is not an "
                                            f"allowed category ({allowed})"))
         expected = doc.get("expected")
-        if output is not None and expected is not None and (problem := expected_problem(expected, output)):
+        if output is not None and expected is not None \
+                and (problem := expected_problem(expected, output)):
             problems.append(config_problem(manifest_file, f"{where}.expected", problem))
-    if folder and docs and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
-        problems.append(config_problem(manifest_file, "$.documents", "no expected rejection declared; a pilot must "
-                                       "include at least one input that a correct pipeline rejects"))
+    if folder and docs \
+            and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
+        problems.append(config_problem(manifest_file,
+                                       "$.documents",
+                                       "no expected rejection declared; a pilot must "
+                                       "include at least one input that a correct pipeline "
+                                       "rejects"))
     return problems
 
 
-def _id_problems(ident: Any, manifest_file: Path, where: str, seen: dict[str, int], index: int) -> list[Finding]:
+def _id_problems(ident: Any, manifest_file: Path, where: str,
+                 seen: dict[str, int], index: int) -> list[Finding]:
     if not isinstance(ident, str):
         return []
     problems = []
     if not ident.strip():
-        problems.append(config_problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
+        problems.append(
+            config_problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
     elif not is_safe_id(ident):
         problems.append(config_problem(manifest_file, f"{where}.id",
                                        f"ID {ident!r} is unsafe as a file name; {SAFE_ID_RULE}"))
     if ident in seen:
         problems.append(config_problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
-                                       f"(first at $.documents[{seen[ident]}]); every ID must be unique"))
+                                       f"(first at $.documents[{seen[ident]}]); every ID must be "
+                                       "unique"))
     else:
         seen[ident] = index
     return problems
 
 
-def _file_problems(root: Path, name: Any, manifest_file: Path, where: str, inputs: Path | None) -> list[Finding]:
+def _file_problems(root: Path, name: Any, manifest_file: Path, where: str,
+                   inputs: Path | None) -> list[Finding]:
     if name is None:
         return [config_problem(manifest_file, f"{where}.file",
                                "missing; name the input's file, relative to the manifest")]
@@ -230,10 +265,13 @@ def _file_problems(root: Path, name: Any, manifest_file: Path, where: str, input
 def _load(root: Path, relative: Path, problems: list[Finding]) -> Any:
     path = root / relative
     if not path.exists():
-        problems.append(config_problem(relative, "$", "file not found; create it (kdkit init writes one)"))
+        problems.append(
+            config_problem(relative, "$", "file not found; create it (kdkit init writes one)"))
         return None
     if path.is_dir():
-        problems.append(config_problem(relative, "$", "is a folder, not a file; point the key at the JSON file"))
+        problems.append(
+            config_problem(
+                relative, "$", "is a folder, not a file; point the key at the JSON file"))
         return None
     try:
         text = read_text_file(path, "file")
@@ -245,12 +283,14 @@ def _load(root: Path, relative: Path, problems: list[Finding]) -> Any:
     except BadInput as exc:
         rest = str(exc).removeprefix(f"{relative}:")
         placed = re.match(r"(\d+):(\d+): (.*)", rest)
-        problems.append(config_problem(relative, f"line {placed[1]} column {placed[2]}", placed[3]) if placed
+        problems.append(config_problem(relative, f"line {placed[1]} column {placed[2]}", placed[3])
+                        if placed
                         else config_problem(relative, "$", rest.strip()))
         return None
 
 
-def _check_document(root: Path, rel: Path, schema: str, problems: list[Finding]) -> tuple[Any, bool]:
+def _check_document(root: Path, rel: Path, schema: str,
+                    problems: list[Finding]) -> tuple[Any, bool]:
     """Load, schema-check and rule-check one JSON file: (data or None, whether its shape is valid).
 
     The pilot config is checked by the pilot's own model (pilotconfig.config_problems), the one
@@ -262,7 +302,9 @@ def _check_document(root: Path, rel: Path, schema: str, problems: list[Finding])
         return None, False
     # A manifest of plain entries has the problems of its first entry and of what lies beside them:
     # a long one is checked so, entry by entry it would take seconds.
-    checked = {**data, "documents": data["documents"][:1]} if schema == "manifest" and plain_documents(data) else data
+    checked = {**data,
+               "documents": data["documents"][:1]} if schema == "manifest" and plain_documents(
+                   data) else data
     machine = machine_path_problems(checked, rel)
     taken = {p.name for p in machine}  # a machine-bound path is named once, as such
     if schema == "pilot":
@@ -298,7 +340,8 @@ def _backend_problems(root: Path, project: dict[str, Any]) -> list[Finding]:
             problems.append(config_problem(Path("kdkit.json"), f"$.backends.{name}.lock",
                                            f"{spec['lock']!r} points outside the project folder"))
         if (bad_url := url_problem(spec["torch_index"])) is not None:
-            problems.append(config_problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
+            problems.append(
+                config_problem(Path("kdkit.json"), f"$.backends.{name}.torch_index", bad_url))
     return problems
 
 
@@ -328,7 +371,8 @@ def validated(root: Path) -> tuple[list[Finding], PilotSample | None]:
     project, project_ok = _check_document(root, Path("kdkit.json"), "kdkit", problems)
     if project is None:
         return problems, None
-    problems += path_problems(root, project, Path("kdkit.json"), {"requirements": True, "pilot_config": True})
+    problems += path_problems(root, project, Path("kdkit.json"),
+                              {"requirements": True, "pilot_config": True})
     for text in requirement_texts(root, project):
         problems += text_secret_problems(root, text)
     if project_ok:
@@ -337,7 +381,8 @@ def validated(root: Path) -> tuple[list[Finding], PilotSample | None]:
 
         problems += stale_lock_problems(root, project)
         problems += acceptance_problems(project)
-        problems += [config_problem(Path("kdkit.json"), where, what) for where, what in mount_problems(root, project)]
+        problems += [config_problem(Path("kdkit.json"), where, what) for where,
+                     what in mount_problems(root, project)]
 
     problems += campaign_train_problems(root)
     pilot_rel = _named_file(root, project, "pilot_config")
@@ -347,15 +392,19 @@ def validated(root: Path) -> tuple[list[Finding], PilotSample | None]:
     return problems + found, sample
 
 
-def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tuple[list[Finding], PilotSample | None]:
+def _pilot_problems(root: Path,
+                    project: dict[str, Any],
+                    pilot_rel: Path) -> tuple[list[Finding], PilotSample | None]:
     """The problems of the pilot config and its manifest, and the sample they name when there are
     none."""
     problems: list[Finding] = []
     pilot, pilot_ok = _check_document(root, pilot_rel, "pilot", problems)
     if pilot is None:
         return problems, None
-    problems += path_problems(root, pilot, pilot_rel, {"inputs": True, "manifest": True, "runs": False})
-    if pilot_ok and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
+    problems += path_problems(root, pilot, pilot_rel,
+                              {"inputs": True, "manifest": True, "runs": False})
+    if pilot_ok \
+            and (problem := runs_folder_problem(root, pilot, named_places(project))) is not None:
         problems.append(config_problem(pilot_rel, "$.runs", problem))
     problems += entry_problems(root, pilot, pilot_rel)
     deep, output, corpus = deep_problems(root, pilot, pilot_rel) if pilot_ok else ([], None, None)
@@ -365,11 +414,15 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
         return problems, None
     manifest, manifest_ok = _check_document(root, manifest_rel, "manifest", problems)
     if manifest is not None and manifest_ok:
-        categories = (list(output.categories) if output is not None else pilot.get("categories")) if pilot_ok \
+        categories = (list(output.categories) if output is not None
+                      else pilot.get("categories")) if pilot_ok \
             else None
         # a folder the model refused is named once, not once per document
         named = pilot.get("inputs")
-        inputs = real_inside(root, root / named) if isinstance(named, str) and not config_path_problem(named) else None
+        inputs = real_inside(root, root
+                             / named) if isinstance(named,
+                                                    str) and not config_path_problem(
+                                                        named) else None
         problems += manifest_problems(root, manifest, manifest_rel, categories, inputs,
                                       folder=not isinstance(named, dict), output=output)
     if problems or not (pilot_ok and manifest_ok):
@@ -377,11 +430,15 @@ def _pilot_problems(root: Path, project: dict[str, Any], pilot_rel: Path) -> tup
     if corpus is not None:  # a JSONL corpus: the documents the pilot's reader made
         return problems, PilotSample(pilot, root / manifest_rel, corpus)
     refusal, documents = _folder_documents(root, pilot, pilot_rel, manifest, manifest_rel, output)
-    return problems + refusal, PilotSample(pilot, root / manifest_rel, documents) if documents is not None else None
+    return problems + refusal, PilotSample(pilot,
+                                           root
+                                           / manifest_rel,
+                                           documents) if documents is not None else None
 
 
 def _folder_documents(root: Path, pilot: dict[str, Any], pilot_rel: Path, manifest: dict[str, Any],
-                      manifest_rel: Path, output: Output | None) -> tuple[list[Finding], Iterable[Document] | None]:
+                      manifest_rel: Path,
+                      output: Output | None) -> tuple[list[Finding], Iterable[Document] | None]:
     """A folder manifest's documents, once validate found no problem in it. The pilot compares the
     manifest's folder with the inputs folder as the config writes them (links not followed), where
     validate's checks resolve links: a manifest not within the inputs folder so (a rare layout, such

@@ -128,13 +128,13 @@ def require_essentials(source: Source, packing: Packing) -> None:
             continue
         left = next((item["why"] for item in packing.left_out if item["file"] == rel), None)
         if left is not None:
-            raise BadInput(f"{rel}: {left}, so no bundle carries it, yet the rented machine needs it; rename "
-                           "it and update the config that names it")
+            raise BadInput(f"{rel}: {left}, so no bundle carries it, yet the rented machine needs "
+                           "it; rename it and update the config that names it")
         if source.git:
-            raise BadInput(f"{rel}: not committed at revision {str(source.revision)[:12]}; the bundle must "
-                           f"carry it (git add {rel} && git commit)")
-        raise BadInput(f"{source.project.root / rel}: missing; the bundle must carry it (create it, see "
-                       "`kdkit validate`)")
+            raise BadInput(f"{rel}: not committed at revision {str(source.revision)[:12]}; the "
+                           f"bundle must carry it (git add {rel} && git commit)")
+        raise BadInput(f"{source.project.root / rel}: missing; the bundle must carry it (create "
+                       "it, see `kdkit validate`)")
 
 
 # ---------------------------------------------------------------- the image
@@ -151,8 +151,10 @@ def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
     archive = Counted(engine.save_image_chunks(ref))
     done = proc.pipe_to_file(compressor.compress, archive, out)
     if not done.ok:
-        raise KdkitError(f"{' '.join(compressor.compress)}: {done.first_error_line()} while compressing {ref}")
-    return {"ref": ref, "id": facts.id, "labels": facts.labels, "file": out.name, "compressor": compressor.name,
+        raise KdkitError(
+            f"{' '.join(compressor.compress)}: {done.first_error_line()} while compressing {ref}")
+    return {"ref": ref, "id": facts.id, "labels": facts.labels, "file": out.name,
+            "compressor": compressor.name,
             "bytes": out.stat().st_size, "archive_bytes": archive.total, "image_bytes": facts.size,
             "seconds": round(time.perf_counter() - started, 3)}
 
@@ -168,16 +170,19 @@ def _check_image(image: str | None, source: Source, packing: Packing) -> str:
     engine = connect()
     ref = image or built_image(engine, source.project, source.project.backend(source.backend))
     facts = engine.require_image(ref)
-    baked = project_lock(source.project, facts.labels) if facts.labels.get("dev.kdkit.backend") == source.backend \
+    baked = project_lock(
+        source.project, facts.labels) if facts.labels.get("dev.kdkit.backend") == source.backend \
         else source.lock
-    wrong = label_mismatches(facts.labels, source.expected_labels(None if baked == source.lock else baked))
+    wrong = label_mismatches(facts.labels,
+                             source.expected_labels(None if baked == source.lock else baked))
     if wrong:
         raise CheckFailed(f"image {ref}: does not match the project ({wrong[0]}); rebuild it with "
                           f"`kdkit build --backend {source.backend}` or pass --image")
     rel = baked.relative_to(source.project.root).as_posix()
     if rel not in packing.files:
-        raise BadInput(f"{rel}: image {ref} was built from it, but the bundle would not carry it (commit it, or "
-                       f"build from {source.lock_rel} with `kdkit build --lock-format requirements`)")
+        raise BadInput(f"{rel}: image {ref} was built from it, but the bundle would not carry it "
+                       f"(commit it, or build from {source.lock_rel} with `kdkit build "
+                       "--lock-format requirements`)")
     return ref
 
 
@@ -186,7 +191,8 @@ def _check_image(image: str | None, source: Source, packing: Packing) -> str:
 
 def write_sums(folder: Path) -> int:
     """``SHA256SUMS`` over every file of the bundle (kdkit.core.checksums); returns the count."""
-    files = [(p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file() and p != folder / SUMS]
+    files = [(p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file()
+             and p != folder / SUMS]
     return checksums.write_sums(folder, files)
 
 
@@ -198,21 +204,23 @@ def _prepare_out(out: Path, root: Path, force: bool) -> Path:
     folder only with --force and only when kdkit wrote it as a bundle."""
     given, out = out, out.resolve()
     if is_within(os.fspath(out), os.fspath(root)):
-        raise BadInput(f"--out {given}: resolves to {out}, the project {root} or a folder inside it; write the "
-                       f"bundle outside the project (e.g. --out {root.parent / (root.name + '-bundle')})")
+        raise BadInput(f"--out {given}: resolves to {out}, the project {root} or a folder inside "
+                       "it; write the bundle outside the project (e.g. --out "
+                       f"{root.parent / (root.name + '-bundle')})")
     if is_within(os.fspath(root), os.fspath(out)):
-        raise BadInput(f"--out {given}: resolves to {out}, which holds the project {root}; write the bundle "
-                       "to a new folder outside the project")
+        raise BadInput(f"--out {given}: resolves to {out}, which holds the project {root}; write "
+                       "the bundle to a new folder outside the project")
     refuse_link(given, "--out")
     if out.exists() and not force:
-        raise BadInput(f"{out}: already exists; choose a new --out folder or pass --force to replace it")
+        raise BadInput(
+            f"{out}: already exists; choose a new --out folder or pass --force to replace it")
     if out.exists():
         why = replaceable_bundle(out)
         if why == "exists and is not a folder":
             raise BadInput(f"{out}: exists and is not a folder; choose another --out")
         if why is not None:
-            raise BadInput(f"{out}: {why}; --force replaces only a bundle that kdkit wrote: choose a new --out "
-                           "or move the folder away first")
+            raise BadInput(f"{out}: {why}; --force replaces only a bundle that kdkit wrote: choose "
+                           "a new --out or move the folder away first")
     if not out.parent.is_dir():
         raise BadInput(f"{out.parent}: folder does not exist; create it or choose another --out")
     return out
@@ -226,7 +234,8 @@ def replaceable_bundle(folder: Path) -> str | None:
     return not_a_bundle(folder)
 
 
-def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = None, image: str | None = None,
+def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = None,
+                image: str | None = None,
                 include_image: bool = True, compressor: str = "zstd", force: bool = False,
                 kdkit_wheels: bool = True, progress: Progress | None = None,
                 wheelhouse: Path | None = None) -> dict[str, Any]:
@@ -242,7 +251,8 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
     started = time.perf_counter()
     project = load_project(project_dir)
     out = _prepare_out(out, project.root, force)
-    source, allow, packing, ref = _plan(project, backend, image, include_image, compressor, wheelhouse)
+    source, allow, packing, ref = _plan(project, backend, image,
+                                        include_image, compressor, wheelhouse)
     with staged_folder(out, "--out", replaceable_bundle if force else None) as staged:
         for line in describe_removed(staged.removed):
             say(line)
@@ -259,7 +269,9 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
             info["kdkit_wheels"] = add_kdkit_wheels(staging, _lock_arch(source.parsed.header), say)
         if include_image:
             say(f"image {ref}: docker save | {' '.join(COMPRESSORS[compressor].compress)}")
-            info["image"] = save_image(ref, COMPRESSORS[compressor], staging / f"image{COMPRESSORS[compressor].suffix}")
+            info["image"] = save_image(ref,
+                                       COMPRESSORS[compressor], staging
+                                       / f"image{COMPRESSORS[compressor].suffix}")
         _seal(staging, info, say)
     info["out"] = str(out)
     info["removed_staging"] = [str(path) for path in staged.removed]
@@ -277,7 +289,8 @@ def _plan(project: Project, backend: str | None, image: str | None, include_imag
     # the lock read once: parsed, checked fresh, hashed
     locked = read_locked(project, project.backend(backend))
     lock = locked.requirements
-    source = Source(project, locked.backend.name, lock.path, lock.sha256, checkout_state(project.root), lock.lock,
+    source = Source(project, locked.backend.name, lock.path, lock.sha256,
+                    checkout_state(project.root), lock.lock,
                     local_wheel_files(wheelhouse, lock.lock))
     allow = AllowList.of(project)
     packing = plan_packing(project, allow, source.git)
@@ -287,13 +300,14 @@ def _plan(project: Project, backend: str | None, image: str | None, include_imag
         raise BadInput(f"--compressor {compressor}: choose one of {', '.join(COMPRESSORS)}")
     if include_image:
         if shutil.which(COMPRESSORS[compressor].compress[0]) is None:
-            raise Unavailable(f"{compressor}: program not found; install it (apt-get install {compressor}) "
-                              "or pass --compressor gzip")
+            raise Unavailable(f"{compressor}: program not found; install it (apt-get install "
+                              f"{compressor}) or pass --compressor gzip")
         ref = _check_image(image, source, packing)
     return source, allow, packing, ref
 
 
-def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say: Progress) -> dict[str, Any]:
+def _fill(staging: Path, source: Source, allow: AllowList,
+          packing: Packing, say: Progress) -> dict[str, Any]:
     """Write the project and the zipapp into ``staging``; return the start of bundle.json's
     content."""
     project, git = source.project, source.git
@@ -308,9 +322,9 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         copy_files(project.root, copied, packing)
     say(f"{ZIPAPP} (kdkit's in-container part)")
     if source.machine_local and not source.local_wheels:
-        say(f"warning: {source.lock_rel} pins {', '.join(source.machine_local)} from a folder of this machine only; "
-            "RUN.md's path without Docker cannot install them on the rented host unless the bundle carries them "
-            "(--wheelhouse DIR, from `kdkit wheelhouse`)")
+        say(f"warning: {source.lock_rel} pins {', '.join(source.machine_local)} from a folder of "
+            "this machine only; RUN.md's path without Docker cannot install them on the rented "
+            "host unless the bundle carries them (--wheelhouse DIR, from `kdkit wheelhouse`)")
     build_zipapp(staging / ZIPAPP)
     pilot_config, manifest = essentials[1], essentials[3]
     return {
@@ -322,7 +336,8 @@ def _fill(staging: Path, source: Source, allow: AllowList, packing: Packing, say
         "project_files": len(packing.files), "files": sorted(packing.files),
         "left_out": sorted(packing.left_out, key=lambda item: item["file"]),
         "outside_allow_list": packing.outside_allow_list,
-        "lock": source.lock_rel, "lock_sha256": source.lock_sha256, "pylock": _pylock(source, packing),
+        "lock": source.lock_rel, "lock_sha256": source.lock_sha256,
+        "pylock": _pylock(source, packing),
         "machine_local": source.machine_local,
         "pilot_config": pilot_config,
         "manifest": manifest, "inputs": _pilot_inputs(project), "mounts": _named_mounts(project),

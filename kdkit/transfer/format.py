@@ -46,7 +46,8 @@ class Compressor:
 
 COMPRESSORS = {
     # Chosen by measurement (bench/results/bundle.json): level 3 on all cores.
-    "zstd": Compressor("zstd", ".tar.zst", ("zstd", "-q", "-T0", "-3", "-c"), ("zstd", "-q", "-dc")),
+    "zstd": Compressor("zstd", ".tar.zst", ("zstd", "-q", "-T0", "-3", "-c"),
+                       ("zstd", "-q", "-dc")),
     # The universal fallback: every engine and host reads gzip.
     "gzip": Compressor("gzip", ".tar.gz", ("gzip", "-6", "-c"), ("gzip", "-dc")),
 }
@@ -67,7 +68,8 @@ class ImageEntry:
 
     @classmethod
     def of(cls, image: dict[str, Any]) -> ImageEntry:
-        return cls(image["ref"], image["id"], image["file"], COMPRESSORS[image["compressor"]], image["bytes"],
+        return cls(image["ref"], image["id"], image["file"], COMPRESSORS[image["compressor"]],
+                   image["bytes"],
                    image.get("archive_bytes"), dict(image["labels"]))
 
 
@@ -79,7 +81,8 @@ def label_mismatches(labels: dict[str, str], expected: dict[str, str]) -> list[s
 
 def read_sums(folder: Path) -> dict[str, str]:
     """A bundle's SHA256SUMS (kdkit.core.checksums); BadInput when it has none."""
-    return checksums.read_sums(folder, "bundle", f"{folder} is not a kdkit bundle (made by `kdkit bundle`)")
+    return checksums.read_sums(
+        folder, "bundle", f"{folder} is not a kdkit bundle (made by `kdkit bundle`)")
 
 
 def bundle_tree(folder: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -109,6 +112,7 @@ def not_a_bundle(folder: Path) -> str | None:
     foreign = [rel for rel, info_ in bundle_tree(folder)
                if rel != SUMS and (rel not in listed or stat.S_ISLNK(info_.st_mode))]
     if foreign:
-        return (f"holds {len(foreign)} file(s) that `kdkit bundle` did not write (e.g. {printable_name(foreign[0])}: "
-                "results of a run, or an edit), which --force would delete")
+        return (f"holds {len(foreign)} file(s) that `kdkit bundle` did not write (e.g. "
+                f"{printable_name(foreign[0])}: results of a run, or an edit), which --force would "
+                "delete")
     return None

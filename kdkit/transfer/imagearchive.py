@@ -41,7 +41,8 @@ HELD_LIMIT = 1 << 20  # one image's manifest.json is a few hundred bytes
 MAX_RATIO = 2000
 SLACK = 64 << 20  # what a tiny archive may reach whatever its ratio
 CHUNK = 1 << 20
-_KINDS = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "folder", tarfile.SYMTYPE: "link",
+_KINDS = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "folder",
+          tarfile.SYMTYPE: "link",
           tarfile.LNKTYPE: "link"}
 
 
@@ -62,7 +63,8 @@ def expected(ref: str, image_id: str, compressed: int, declared: int | None) -> 
     ``declared``."""
     ratio_cap = compressed * MAX_RATIO + SLACK
     if declared is not None and declared <= ratio_cap:
-        return Expected(ref, image_id, declared, declared, f"the {declared} bytes bundle.json declares "
+        return Expected(ref, image_id, declared,
+                        declared, f"the {declared} bytes bundle.json declares "
                         "($.image.archive_bytes)")
     why = f"{MAX_RATIO} times its {compressed} compressed bytes and {SLACK >> 20} MiB"
     return Expected(ref, image_id, ratio_cap, declared, why + (f" (bundle.json declares {declared})"
@@ -81,7 +83,8 @@ class _Capped:
         chunk = next(self._chunks, b"")
         self.total += len(chunk)
         if self.total > self._want.limit:
-            raise CheckFailed(f"decompresses past {self._want.why_limit}; stopped there, nothing loaded")
+            raise CheckFailed(
+                f"decompresses past {self._want.why_limit}; stopped there, nothing loaded")
         return chunk
 
     def _more(self) -> bool:
@@ -110,14 +113,15 @@ class _Capped:
             pass
         declared = self._want.declared
         if declared is not None and self.total != declared:
-            raise CheckFailed(f"decompresses to {self.total} bytes, bundle.json declares {declared} "
-                              "($.image.archive_bytes)")
+            raise CheckFailed(f"decompresses to {self.total} bytes, bundle.json declares "
+                              f"{declared} ($.image.archive_bytes)")
 
 
 def _header(name: str, kind: bytes, size: int = 0, mode: int = 0o644, mtime: float = 0,
             linkname: str = "") -> bytes:
     info = tarfile.TarInfo(name)
-    info.type, info.size, info.mode, info.mtime, info.linkname = kind, size, mode & 0o7777, max(0, int(mtime)), linkname
+    info.type, info.size, info.mode, info.mtime, info.linkname = kind, size, mode & 0o7777, max(
+        0, int(mtime)), linkname
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
@@ -133,15 +137,17 @@ def _name(member: tarfile.TarInfo, seen: set[str]) -> str:
     if not safe_name(name) and name != ".":
         raise CheckFailed(f"holds a member named {shown}, outside the archive")
     if member.type not in _KINDS or member.sparse is not None:
-        raise CheckFailed(f"holds {shown} of tar type {member.type!r}; a `docker save` archive holds only files, "
-                          "folders and links")
+        raise CheckFailed(f"holds {shown} of tar type {member.type!r}; a `docker save` archive "
+                          "holds only files, folders and links")
     if name in seen:
         raise CheckFailed(f"holds {shown} twice")
     seen.add(name)
-    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), member.linkname)) if member.issym() \
+    target = posixpath.normpath(
+        posixpath.join(posixpath.dirname(name), member.linkname)) if member.issym() \
         else posixpath.normpath(member.linkname)
     if _KINDS[member.type] == "link" and not safe_name(target):
-        raise CheckFailed(f"holds {shown}, a link to {json.dumps(member.linkname)[:80]} outside the archive")
+        raise CheckFailed(
+            f"holds {shown}, a link to {json.dumps(member.linkname)[:80]} outside the archive")
     return name
 
 
@@ -153,10 +159,12 @@ def _held(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str) -> bytes:
     return handle.read()
 
 
-def _copy(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, configs: dict[str, str]) -> Iterator[bytes]:
+def _copy(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str,
+          configs: dict[str, str]) -> Iterator[bytes]:
     """The member as written again: its header, its bytes (hashed when it may be the image's
     config), padding."""
-    yield _header(name, member.type, member.size if member.isreg() else 0, member.mode, member.mtime,
+    yield _header(name, member.type, member.size if member.isreg() else 0, member.mode,
+                  member.mtime,
                   posixpath.normpath(member.linkname) if member.islnk() else member.linkname)
     if not member.isreg():
         return
@@ -172,7 +180,8 @@ def _copy(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, configs: dic
     yield _padding(member.size)
 
 
-def _members(tar: tarfile.TarFile, held: dict[str, bytes], configs: dict[str, str]) -> Iterator[bytes]:
+def _members(tar: tarfile.TarFile, held: dict[str, bytes],
+             configs: dict[str, str]) -> Iterator[bytes]:
     """Every member written again as it is read, but those that name images: kept in ``held``."""
     seen: set[str] = set()
     for member in tar:
@@ -192,7 +201,8 @@ def rewritten(chunks: Iterator[bytes], want: Expected) -> Iterator[bytes]:
     configs = {f"{hexid}.json": "", f"blobs/sha256/{hexid}": ""}
     source, held = _Capped(chunks, want), dict[str, bytes]()
     try:
-        with tarfile.open(fileobj=source, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=source, mode="r|",  # type: ignore[call-overload]
+                          bufsize=CHUNK) as tar:
             yield from _members(tar, held, configs)
     except tarfile.TarError as exc:
         raise CheckFailed(f"is not a readable tar archive once decompressed ({exc})") from None
@@ -214,7 +224,9 @@ def normalized_reference(ref: str) -> str:
     https://github.com/distribution/reference/blob/main/normalize.go)."""
     name, at, digest = ref.partition("@")
     first, slash, rest = name.partition("/")
-    if not slash or (not any(c in first for c in ".:") and first != "localhost" and first.lower() == first):
+    if not slash \
+            or (not any(c in first for c in ".:") and first != "localhost"
+                and first.lower() == first):
         domain, rest = "docker.io", name
     else:
         domain = "docker.io" if first == "index.docker.io" else first
@@ -239,19 +251,24 @@ def _names(held: dict[str, bytes]) -> tuple[list[tuple[str, str]], Any]:
     if manifest is None:
         raise CheckFailed(f"holds no {MANIFEST}: not an archive `docker save` wrote")
     if not isinstance(manifest, list) or len(manifest) != 1 or not isinstance(manifest[0], dict):
-        raise CheckFailed(f"its {MANIFEST} does not list exactly one image; a bundle's archive holds one")
+        raise CheckFailed(
+            f"its {MANIFEST} does not list exactly one image; a bundle's archive holds one")
     tags = manifest[0].get("RepoTags") or []
     names = [(tag, MANIFEST) for tag in tags] if isinstance(tags, list) else [(str(tags), MANIFEST)]
     if repositories is not None:
-        if not isinstance(repositories, dict) or not all(isinstance(t, dict) for t in repositories.values()):
+        if not isinstance(repositories, dict) \
+                or not all(isinstance(t, dict) for t in repositories.values()):
             raise CheckFailed(f"its {REPOSITORIES} is not the object `docker save` writes")
-        names += [(f"{repo}:{tag}", REPOSITORIES) for repo, by_tag in repositories.items() for tag in by_tag]
+        names += [(f"{repo}:{tag}", REPOSITORIES) for repo,
+                  by_tag in repositories.items() for tag in by_tag]
     if index is not None:
         entries = index.get("manifests") if isinstance(index, dict) else None
         if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
-            raise CheckFailed(f"its {INDEX} does not list exactly one image; a bundle's archive holds one")
+            raise CheckFailed(
+                f"its {INDEX} does not list exactly one image; a bundle's archive holds one")
         notes = entries[0].get("annotations") or {}
-        names += [(str(notes[key]), INDEX) for key in ("io.containerd.image.name", "org.opencontainers.image.ref.name")
+        names += [(str(notes[key]), INDEX)
+                  for key in ("io.containerd.image.name", "org.opencontainers.image.ref.name")
                   if isinstance(notes, dict) and key in notes]
     return names, manifest[0]
 
@@ -264,17 +281,19 @@ def check_names(held: dict[str, bytes], want: Expected, configs: dict[str, str])
     for name, where in names:
         # OCI's ref.name may be the tag alone
         bare_tag = where == INDEX and "/" not in name and ":" not in name
-        if not isinstance(name, str) or (name != own_tag if bare_tag else normalized_reference(name) != own):
-            raise CheckFailed(f"its {where} names the image {json.dumps(name)[:120]}, not only the bundle's own "
-                              f"{want.ref!r}: loading it would set that name on this engine")
+        if not isinstance(name, str) \
+                or (name != own_tag if bare_tag else normalized_reference(name) != own):
+            raise CheckFailed(f"its {where} names the image {json.dumps(name)[:120]}, not only the "
+                              f"bundle's own {want.ref!r}: loading it would set that name on this "
+                              "engine")
     if not any(where == MANIFEST for _name, where in names):
-        raise CheckFailed(f"its {MANIFEST} names no tag: loading it would leave an image without a name, not "
-                          f"{want.ref!r}")
+        raise CheckFailed(f"its {MANIFEST} names no tag: loading it would leave an image without a "
+                          f"name, not {want.ref!r}")
     config = entry.get("Config")
     hexid = want.image_id.removeprefix("sha256:")
     if not isinstance(config, str) or configs.get(posixpath.normpath(config)) != hexid:
-        raise CheckFailed(f"its {MANIFEST} does not give the bundle's image {want.image_id} (its config "
-                          f"{json.dumps(config)[:100]} is not that image's)")
+        raise CheckFailed(f"its {MANIFEST} does not give the bundle's image {want.image_id} (its "
+                          f"config {json.dumps(config)[:100]} is not that image's)")
 
 
 class Counted:

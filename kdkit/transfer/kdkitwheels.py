@@ -70,7 +70,8 @@ def _files(base: Path, prefix: str) -> list[tuple[str, Path]]:
     """(name in the wheel, file) below ``base`` (or ``base`` itself): regular files only, never a
     link (whatever it points at stays where it is), never a cache."""
     paths = sorted(base.rglob("*")) if base.is_dir() else [base]
-    return [((f"{prefix}/{path.relative_to(base).as_posix()}" if base.is_dir() else prefix), path) for path in paths
+    return [((f"{prefix}/{path.relative_to(base).as_posix()}" if base.is_dir() else prefix), path)
+            for path in paths
             if path.is_file() and not path.is_symlink()
             and not any((base / p).is_symlink() for p in path.relative_to(base).parents)
             and "__pycache__" not in path.parts and path.suffix != ".pyc"]
@@ -98,11 +99,11 @@ def _metadata() -> tuple[str, str]:
     try:
         dist = metadata.distribution("kdkit")
     except metadata.PackageNotFoundError:
-        raise Unavailable("kdkit: not installed as a package here, so it cannot pack its own wheel; "
-                          "`pip install .` in a kdkit checkout") from None
+        raise Unavailable("kdkit: not installed as a package here, so it cannot pack its own "
+                          "wheel; `pip install .` in a kdkit checkout") from None
     if dist.version != __version__:
-        raise Unavailable(f"kdkit: installed metadata says {dist.version} but the code is {__version__}; "
-                          "reinstall kdkit (`pip install .`)")
+        raise Unavailable(f"kdkit: installed metadata says {dist.version} but the code is "
+                          f"{__version__}; reinstall kdkit (`pip install .`)")
     return dist.read_text("METADATA") or "", dist.read_text("entry_points.txt") or ""
 
 
@@ -115,10 +116,13 @@ def write_kdkit_wheel(folder: Path) -> Path:
     metadata_text, entry_points = _metadata()
     info = f"kdkit-{__version__}.dist-info"
     members = [(name, path.read_bytes()) for name, path in _wheel_members()]
-    members += [(f"{info}/METADATA", metadata_text.encode()), (f"{info}/entry_points.txt", entry_points.encode()),
-                (f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: kdkit {__version__}\nRoot-Is-Purelib: true\n"
-                                  "Tag: py3-none-any\n".encode())]
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in members) + f"{info}/RECORD,,\n"
+    members += [(f"{info}/METADATA", metadata_text.encode()),
+                (f"{info}/entry_points.txt", entry_points.encode()),
+                (f"{info}/WHEEL",
+                 f"Wheel-Version: 1.0\nGenerator: kdkit {__version__}\nRoot-Is-Purelib: true\n"
+                 "Tag: py3-none-any\n".encode())]
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n"
+                     for name, data in members) + f"{info}/RECORD,,\n"
     target = folder / f"kdkit-{__version__}-py3-none-any.whl"
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
         for name, data in [*members, (f"{info}/RECORD", record.encode())]:
@@ -134,8 +138,10 @@ def write_kdkit_wheel(folder: Path) -> Path:
 
 def _download(dest: Path, lock: Path, python: str, arch: str) -> proc.Completed:
     platforms = [part for tag in MANYLINUX for part in ("--platform", f"{tag}_{arch}")]
-    return proc.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                     "--no-deps", "--require-hashes", "--only-binary", ":all:", "--dest", dest, "-r", lock,
+    return proc.run([sys.executable, "-m", "pip", "download", "--quiet",
+                     "--disable-pip-version-check",
+                     "--no-deps", "--require-hashes", "--only-binary", ":all:", "--dest", dest,
+                     "-r", lock,
                      "--python-version", python, "--implementation", "cp", *platforms], timeout=600)
 
 
@@ -161,10 +167,12 @@ def _fill_cache(cached: Path, lock: Path, arch: str, say: Progress) -> None:
             else:
                 missing[python] = done.first_error_line()
         if not served:
-            raise Unavailable(f"{lock}: pip download found no complete set of wheels ({missing[PYTHONS[-1]]}); "
-                              "reach an index (pip config) or pass --no-kdkit-wheels")
+            raise Unavailable(f"{lock}: pip download found no complete set of wheels "
+                              f"({missing[PYTHONS[-1]]}); reach an index (pip config) or pass "
+                              "--no-kdkit-wheels")
         files = {p.name: sha256_file(p) for p in sorted(staged.path.glob("*.whl")) if p.is_file()}
-        atomic_write_json(staged.path / MANIFEST, {"pythons": served, "missing": missing, "files": files})
+        atomic_write_json(staged.path / MANIFEST,
+                          {"pythons": served, "missing": missing, "files": files})
         # Another kdkit filled the cache meanwhile (two bundles at once): its copy is kept and used.
         with contextlib.suppress(FileExistsError):
             staged.publish(replace=False)
@@ -184,7 +192,8 @@ def _cached(cached: Path, say: Progress) -> dict[str, Any] | None:
     return None
 
 
-def _wheels_source(lock: Path, arch: str, scratch: Path, say: Progress) -> tuple[Path, dict[str, Any]]:
+def _wheels_source(lock: Path, arch: str,
+                   scratch: Path, say: Progress) -> tuple[Path, dict[str, Any]]:
     """The folder of the locked wheels and its manifest: kdkit's cache (filled first if need be),
     or, where that cache cannot be read or written (another user's, a read-only HOME), ``scratch``
     for this bundle only."""
@@ -196,7 +205,8 @@ def _wheels_source(lock: Path, arch: str, scratch: Path, say: Progress) -> tuple
             manifest = load_json(cached / MANIFEST, what="kdkit's wheel cache")
         return cached, manifest
     except OSError as exc:
-        say(f"{cached}: kdkit's cache is not usable ({exc.strerror or exc}); fetching for this bundle only")
+        say(f"{cached}: kdkit's cache is not usable ({exc.strerror or exc}); fetching for this "
+            "bundle only")
     _fill_cache(scratch, lock, arch, say)
     return scratch, load_json(scratch / MANIFEST, what="kdkit's wheel cache")
 
@@ -207,8 +217,8 @@ def _copy_checked(source: Path, names: list[str], lock: Path, folder: Path) -> N
     for name in names:
         pin = _pin_of(name, pins)
         if pin is None or f"sha256:{sha256_file(source / name)}" not in pin.hashes:
-            raise KdkitError(f"{source / name}: its hash is not the lock's for it ({lock}); remove {source} and "
-                             "bundle again")
+            raise KdkitError(f"{source / name}: its hash is not the lock's for it ({lock}); remove "
+                             f"{source} and bundle again")
         shutil.copyfile(source / name, folder / name)
 
 
@@ -225,11 +235,14 @@ def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) 
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for python, why in manifest.get("missing", {}).items():
-        say(f"{WHEELS}: none for CPython {python} ({why}); there, RUN.md's Docker-only way needs no kdkit")
+        say(f"{WHEELS}: none for CPython {python} ({why}); there, RUN.md's Docker-only way needs "
+            "no kdkit")
     own = write_kdkit_wheel(folder)
-    (folder / REQUIREMENTS).write_text(lock.read_text(encoding="utf-8") + f"kdkit=={__version__} \\\n"
+    (folder / REQUIREMENTS).write_text(lock.read_text(encoding="utf-8")
+                                       + f"kdkit=={__version__} \\\n"
                                        f"    --hash=sha256:{sha256_file(own)}\n", encoding="utf-8")
-    return {"folder": WHEELS, "requirements": f"{WHEELS}/{REQUIREMENTS}", "wheel": own.name, "arch": arch,
+    return {"folder": WHEELS, "requirements": f"{WHEELS}/{REQUIREMENTS}", "wheel": own.name,
+            "arch": arch,
             "pythons": manifest["pythons"], "pythons_missing": manifest.get("missing", {}),
             "files": sorted(path.name for path in folder.iterdir())}
 
@@ -242,7 +255,8 @@ def folder_files(info: dict[str, Any], key: str, folder: str) -> list[str] | Non
     if carried is None:
         return []
     files = carried.get("files") if isinstance(carried, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, str) and f and "/" not in f for f in files):
+    if not isinstance(files, list) \
+            or not all(isinstance(f, str) and f and "/" not in f for f in files):
         return None
     return [f"{folder}/{name}" for name in files]
 

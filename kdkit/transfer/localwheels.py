@@ -31,7 +31,8 @@ def local_wheel_files(wheelhouse: Path | None, lock: Lock) -> list[Path]:
     from kdkit.lock.wheelhouse import wheelhouse_files
 
     wanted = tuple(f"{normalize_name(name.split('==', 1)[0])}-" for name in names)
-    return [path for path in wheelhouse_files(wheelhouse, lock) if normalize_name(path.name).startswith(wanted)]
+    return [path for path in wheelhouse_files(wheelhouse, lock)
+            if normalize_name(path.name).startswith(wanted)]
 
 
 def carry(staging: Path, files: list[Path]) -> dict[str, Any] | None:

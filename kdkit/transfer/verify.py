@@ -50,8 +50,8 @@ def _format_problem(info: Any) -> str | None:
     """Why bundle.json is of no format this kdkit reads (a bundle of another kdkit, or not kdkit's),
     or None."""
     if not isinstance(info, dict) or info.get(FORMAT_KEY) not in READS:
-        return (f"has no {FORMAT_KEY!r}: {' or '.join(map(str, READS))} (made by an older or newer kdkit, "
-                "or not by kdkit); make the bundle again with `kdkit bundle` of this kdkit")
+        return (f"has no {FORMAT_KEY!r}: {' or '.join(map(str, READS))} (made by an older or newer "
+                "kdkit, or not by kdkit); make the bundle again with `kdkit bundle` of this kdkit")
     return None
 
 
@@ -99,7 +99,8 @@ def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, A
     return _verified(folder, progress)[0]
 
 
-def _verified(folder: Path, progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _verified(folder: Path,
+              progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(verify_bundle's report, bundle.json's content as checked: None when it could not be
     read)."""
     folder = folder.resolve()
@@ -121,27 +122,36 @@ def _verified(folder: Path, progress: Progress | None) -> tuple[dict[str, Any], 
     unlisted = {name for name in present if name not in listed and name != SUMS
                 and not any(r in (folder / name).parents for r in results)} - {BUNDLE_JSON}
     for name in sorted(required - set(listed)):
-        problems.append({"file": name, "problem": "missing, and its SHA256SUMS line too (bundle.json lists it)"
-                         if name not in present else "not listed in SHA256SUMS (bundle.json lists it)"})
+        problems.append({"file": name,
+                         "problem": "missing, and its SHA256SUMS line too (bundle.json lists it)"
+                         if name not in present
+                         else "not listed in SHA256SUMS (bundle.json lists it)"})
         unlisted.discard(name)
     if info is not None and why is None:
-        problems += [{"file": name, "problem": "listed in SHA256SUMS but not part of the bundle (bundle.json "
+        problems += [{"file": name,
+                      "problem": "listed in SHA256SUMS but not part of the bundle (bundle.json "
                       "does not list it)"} for name in sorted(set(listed) - required)]
-    problems += [{"file": printable_name(name), "problem": "not listed in SHA256SUMS (added after bundling)"}
+    problems += [{
+        "file": printable_name(name), "problem": "not listed in SHA256SUMS (added after bundling)"}
                  for name in sorted(unlisted)]
     report = {"bundle": str(folder), "files": len(listed), "ok": not problems, "problems": problems}
     return report, info if why is None else None
 
 
-def _image_problems(folder: Path, image: ImageEntry, progress: Progress | None) -> list[dict[str, str]]:
+def _image_problems(folder: Path, image: ImageEntry,
+                    progress: Progress | None) -> list[dict[str, str]]:
     """The archive read through (kdkit.transfer.imagearchive) with nothing loaded: its size against
     bundle.json, its one image and tag, its length against the bound."""
     path = folder / image.file
     size = path.stat().st_size
     if size != image.bytes:
-        return [{"file": image.file, "problem": f"{size} bytes, bundle.json declares {image.bytes} ($.image.bytes)"}]
+        return [
+            {"file": image.file,
+             "problem": f"{size} bytes, bundle.json declares {image.bytes} ($.image.bytes)"}]
     if progress is not None:
-        progress(f"reading {image.file} through {image.compressor.decompress[0]}: one image, its own tag, its length")
+        progress(
+            f"reading {image.file} through {image.compressor.decompress[0]}: one image, its own "
+            "tag, its length")
     try:
         for _chunk in _archive(folder, image):
             pass
@@ -165,7 +175,8 @@ def _decompressed(folder: Path, image: ImageEntry) -> Iterator[Iterator[bytes]]:
 def _archive(folder: Path, image: ImageEntry) -> Iterator[bytes]:
     """The archive as the engine gets it: decompressed, checked and written again as it streams."""
     with _decompressed(folder, image) as chunks:
-        yield from rewritten(chunks, expected(image.ref, image.id, image.bytes, image.archive_bytes))
+        yield from rewritten(chunks,
+                             expected(image.ref, image.id, image.bytes, image.archive_bytes))
 
 
 def _check_listed(folder: Path, listed: dict[str, str], present: dict[str, os.stat_result],
@@ -180,12 +191,15 @@ def _check_listed(folder: Path, listed: dict[str, str], present: dict[str, os.st
             problems.append({"file": name, "problem": "missing"})
             continue
         if stat.S_ISLNK(info_.st_mode) or not stat.S_ISREG(info_.st_mode):
-            problems.append({"file": name, "problem": "a link or special file where a bundle holds a plain file"})
+            problems.append(
+                {"file": name,
+                 "problem": "a link or special file where a bundle holds a plain file"})
             continue
         if progress is not None and info_.st_size > 1 << 26:
             progress(f"checking {name} ({info_.st_size / 1e9:.2f} GB)")
         if sha256_file(folder / name) != digest:
-            problems.append({"file": name, "problem": "altered: its sha256 differs from SHA256SUMS"})
+            problems.append(
+                {"file": name, "problem": "altered: its sha256 differs from SHA256SUMS"})
         else:
             intact.add(name)
     return problems, intact
@@ -198,7 +212,8 @@ def _description(folder: Path, listed: dict[str, str], present: dict[str, os.sta
     its schema."""
     path = folder / BUNDLE_JSON
     if BUNDLE_JSON not in listed:
-        problems.append({"file": BUNDLE_JSON, "problem": "not listed in SHA256SUMS" if BUNDLE_JSON in present
+        problems.append({"file": BUNDLE_JSON,
+                         "problem": "not listed in SHA256SUMS" if BUNDLE_JSON in present
                          else "missing, and its SHA256SUMS line too"})
         return None
     if BUNDLE_JSON not in present or not stat.S_ISREG(present[BUNDLE_JSON].st_mode):
@@ -245,28 +260,32 @@ def load_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any
     assert info is not None  # verified: bundle.json was read and checked
     folder = Path(verified["bundle"])
     if info["image"] is None:
-        raise BadInput(f"{folder / BUNDLE_JSON}: this bundle has no image (made with --no-image); use "
-                       f"{ZIPAPP} as RUN.md says, or bundle again with the image")
+        raise BadInput(f"{folder / BUNDLE_JSON}: this bundle has no image (made with --no-image); "
+                       f"use {ZIPAPP} as RUN.md says, or bundle again with the image")
     image = ImageEntry.of(info["image"])
     engine = connect()
-    say(f"loading {image.file} ({image.bytes / 1e6:.0f} MB) through {image.compressor.decompress[0]}")
+    say(f"loading {image.file} ({image.bytes / 1e6:.0f} MB) through "
+        f"{image.compressor.decompress[0]}")
     started = time.perf_counter()
     try:
         loaded = engine.load_image_chunks(_archive(folder, image), str(folder / image.file))
     # changed since it was verified: broken off before any name reached the engine
     except CheckFailed as exc:
-        require_verified({"bundle": str(folder), "problems": [{"file": image.file, "problem": str(exc)}]})
+        require_verified(
+            {"bundle": str(folder), "problems": [{"file": image.file, "problem": str(exc)}]})
         raise
     seconds = time.perf_counter() - started
     facts = engine.require_image(image.ref)
     recorded = {name: image.labels[name] for name in TIED_LABELS}
     # the requirements lock, or the pylock the image was built from
     baked = recorded["dev.kdkit.lock.path"]
-    lock_sha256 = sha256_file(folder / PROJECT / (baked if baked in info["files"] else info["lock"]))
+    lock_sha256 = sha256_file(folder / PROJECT
+                              / (baked if baked in info["files"] else info["lock"]))
     wrong = [] if facts.id == image.id else [f"id: image has {facts.id}, bundle has {image.id}"]
     wrong += label_mismatches(facts.labels, {**recorded, "dev.kdkit.lock.sha256": lock_sha256})
     if wrong:
         raise CheckFailed(f"image {image.ref}: loaded, but does not match the bundle ({wrong[0]}); "
                           "the bundle is inconsistent: make it again with `kdkit bundle`")
     return {"bundle": str(folder), "image": image.ref, "id": facts.id, "loaded": loaded,
-            "labels_checked": list(TIED_LABELS), "seconds": round(seconds, 3), "files": verified["files"]}
+            "labels_checked": list(TIED_LABELS), "seconds": round(seconds, 3),
+            "files": verified["files"]}

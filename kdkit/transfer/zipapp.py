@@ -39,5 +39,6 @@ def build_zipapp(target: Path) -> int:
 
 def _zipapp_main() -> str:
     """The zipapp's __main__: the commands kdkit.core.commands.COMMANDS says run in the zipapp."""
-    return (f'"""kdkit {__version__}, in-container part: python3 kdkit.pyz COMMAND [ARGS] (--help lists them)."""\n'
-            "import sys\n\nfrom kdkit.probe.entry import main\n\nsys.exit(main(where=\"zipapp\"))\n")
+    return (f'"""kdkit {__version__}, in-container part: python3 kdkit.pyz COMMAND [ARGS] (--help '
+            "lists them).\"\"\"\nimport sys\n\nfrom kdkit.probe.entry import "
+            "main\n\nsys.exit(main(where=\"zipapp\"))\n")

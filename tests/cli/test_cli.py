@@ -23,7 +23,9 @@ def test_help_groups_commands_and_lists_exit_codes() -> None:
     assert result.exit_code == 0
     for heading in ("Project:", "Dependencies:", "On the rented machine:"):
         assert heading in result.output
-    for line in ("0  ok", "1  a check ran and failed", "2  bad input", "3  a needed component is unavailable"):
+    for line in ("0  ok",
+                 "1  a check ran and failed", "2  bad input",
+                 "3  a needed component is unavailable"):
         assert line in result.output
 
 
@@ -36,7 +38,8 @@ def test_usage_error_is_exit_2() -> None:
 def test_error_is_one_line_without_traceback(tmp_path: Path) -> None:
     (tmp_path / "kdkit.json").write_text("{")
     result = subprocess.run(
-        [sys.executable, "-m", "kdkit", "validate", str(tmp_path)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "kdkit", "validate", str(tmp_path)], capture_output=True, text=True,
+        check=False
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -49,7 +52,8 @@ def test_error_is_one_line_without_traceback(tmp_path: Path) -> None:
 def test_kdkit_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "kdkit", "validate", str(tmp_path)],
-        capture_output=True, text=True, check=False, env={"KDKIT_DEBUG": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=False,
+        env={"KDKIT_DEBUG": "1", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2
     assert "Traceback (most recent call last)" in result.stderr
@@ -64,9 +68,10 @@ def test_start_up_imports_no_heavy_package(argv: list[str]) -> None:
         "from kdkit.cli import cli\n"
         f"try:\n    cli.main({argv!r}, standalone_mode=False)\n"
         "except SystemExit:\n    pass\n"
-        "heavy = sorted(m for m in ('rich', 'jsonschema', 'docker', 'torch', 'piptools', 'matplotlib')"
-        " if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('rich', 'jsonschema', 'docker', 'torch', 'piptools', "
+        "'matplotlib') if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=REPO, check=False)
     assert result.stdout.strip().splitlines()[-1] == "HEAVY=", result.stdout + result.stderr

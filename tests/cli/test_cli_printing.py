@@ -64,7 +64,8 @@ def shown_escaped(code: int, output: bytes, expected: int = 0) -> str:
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
-def test_init_validate_plan_and_close_print_a_hostile_path_escaped(tmp_path: Path, hostile: str) -> None:
+def test_init_validate_plan_and_close_print_a_hostile_path_escaped(
+    tmp_path: Path, hostile: str) -> None:
     target = tmp_path / f"j{hostile}"
     text = shown_escaped(*on_a_terminal("init", target, "--name", "j", "--backend", "cpu"))
     assert f"Created {tmp_path}/j{printable(hostile)}\n" in text and "Next: kdkit validate" in text
@@ -72,7 +73,8 @@ def test_init_validate_plan_and_close_print_a_hostile_path_escaped(tmp_path: Pat
     text = shown_escaped(*on_a_terminal("validate", target))
     assert text == valid_outside_git(Path(f"{tmp_path}/j{printable(hostile)}")) + "\n"
     order = tmp_path / f"ord{hostile}.json"
-    text = shown_escaped(*on_a_terminal("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--save", order))
+    text = shown_escaped(
+        *on_a_terminal("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--save", order))
     assert f"Order written to {tmp_path}/ord{printable(hostile)}.json\n" in text and order.is_file()
     report = tmp_path / f"rep{hostile}"
     report.mkdir()
@@ -82,11 +84,14 @@ def test_init_validate_plan_and_close_print_a_hostile_path_escaped(tmp_path: Pat
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
-def test_bundle_and_verify_bundle_print_a_hostile_out_escaped(project: Path, tmp_path: Path, hostile: str) -> None:
+def test_bundle_and_verify_bundle_print_a_hostile_out_escaped(
+    project: Path, tmp_path: Path, hostile: str) -> None:
     write_fresh_lock(project)
     out = tmp_path / f"bo{hostile}"
-    text = shown_escaped(*on_a_terminal("bundle", project, "--out", out, "--no-image", "--no-kdkit-wheels"))
-    assert f"Bundle written to {tmp_path}/bo{printable(hostile)} in " in text and (out / "SHA256SUMS").is_file()
+    text = shown_escaped(
+        *on_a_terminal("bundle", project, "--out", out, "--no-image", "--no-kdkit-wheels"))
+    assert f"Bundle written to {tmp_path}/bo{printable(hostile)} in " in text and (out
+                                                                                   / "SHA256SUMS").is_file()
     assert "\nNext: copy the folder" in text
     text = shown_escaped(*on_a_terminal("verify-bundle", out))
     assert text.startswith("OK: ") and text.endswith(f" in {tmp_path}/bo{printable(hostile)}\n")
@@ -95,7 +100,9 @@ def test_bundle_and_verify_bundle_print_a_hostile_out_escaped(project: Path, tmp
 def test_an_error_naming_a_hostile_path_is_one_escaped_line(tmp_path: Path) -> None:
     missing = tmp_path / f"nothing{HOSTILE[0]}"
     text = shown_escaped(*on_a_terminal("verify-bundle", missing), expected=2)
-    assert len(text.splitlines()) == 1 and text.startswith("Error: ") and "nothing\\x1b[2J\\r\\x9b\\x07" in text
+    assert len(
+        text.splitlines()) == 1 and text.startswith(
+            "Error: ") and "nothing\\x1b[2J\\r\\x9b\\x07" in text
 
 
 def _direct_prints(path: Path) -> list[str]:
@@ -124,8 +131,10 @@ def test_no_cli_module_prints_around_the_one_printing_point() -> None:
 
 def test_the_rule_finds_a_direct_print(tmp_path: Path) -> None:
     sneaky = tmp_path / "sneaky.py"
-    sneaky.write_text("import click\nfrom click import echo\nclick.echo('x')\nclick.secho('y')\nprint('z')\n")
-    assert _direct_prints(sneaky) == ["sneaky.py:2: from click import echo", "sneaky.py:3: click.echo(...)",
+    sneaky.write_text(
+        "import click\nfrom click import echo\nclick.echo('x')\nclick.secho('y')\nprint('z')\n")
+    assert _direct_prints(sneaky) == ["sneaky.py:2: from click import echo",
+                                      "sneaky.py:3: click.echo(...)",
                                       "sneaky.py:4: click.secho(...)", "sneaky.py:5: print(...)"]
 
 
@@ -141,4 +150,5 @@ def test_build_progress_on_a_terminal_shows_a_hostile_step_escaped_and_its_marku
         "    show(BuildEvent('step', 'Step 1/2 : RUN x\\x1b[2J\\r\\u009b[bold]y[/bold]', step))\n"
         "    show(BuildEvent('line', 'out \\x1b[8mhidden\\r\\u009b'))\n")
     text = shown_escaped(*terminal([sys.executable, "-c", script]))
-    assert text.splitlines() == ["Step 1/2 : RUN x\\x1b[2J\\r\\x9b[bold]y[/bold]", "  out \\x1b[8mhidden\\r\\x9b"]
+    assert text.splitlines() == ["Step 1/2 : RUN x\\x1b[2J\\r\\x9b[bold]y[/bold]",
+                                 "  out \\x1b[8mhidden\\r\\x9b"]

@@ -22,7 +22,8 @@ from tests.conftest import invoke, tree_snapshot
 
 # Hostile values for any number, then variants of our own.
 NOT_NUMBERS = ["nan", "inf", "-inf", "1e999", "1e400", "", "many",
-               "NaN", "-nan", "+inf", "Infinity", "-1e309", "9" * 400, "1e999999999999", " ", "0x10", "1,5",
+               "NaN", "-nan", "+inf", "Infinity", "-1e309", "9" * 400, "1e999999999999", " ",
+               "0x10", "1,5",
                "1e", "3 4", "1e-", "0b1", "-"]
 NOT_WHOLE = ["3.5", "1e-3", "0.1"]
 
@@ -52,7 +53,8 @@ def numeric_options() -> list[tuple[str, str, bool]]:
 
 def _commands() -> dict[str, click.Command]:
     with click.Context(cli) as ctx:
-        return {name: command for name in cli.list_commands(ctx) if (command := cli.get_command(ctx, name))}
+        return {name: command for name in cli.list_commands(ctx)
+                if (command := cli.get_command(ctx, name))}
 
 
 def _forwarded_counts(name: str) -> list[tuple[str, str, bool]]:
@@ -62,20 +64,25 @@ def _forwarded_counts(name: str) -> list[tuple[str, str, bool]]:
     from kdkit.probe.measure.options import Count
 
     module, _section, _summary, where = COMMANDS[name]
-    parser = getattr(importlib.import_module(module), "build_parser", None) if CONTAINER in where else None
+    parser = getattr(
+        importlib.import_module(module), "build_parser", None) if CONTAINER in where else None
     actions = parser()._actions if parser is not None else []
-    return [(name, action.option_strings[0], True) for action in actions if isinstance(action.type, Count)]
+    return [(name, action.option_strings[0], True) for action in actions
+            if isinstance(action.type, Count)]
 
 
 def test_every_numeric_option_goes_through_the_finite_type() -> None:
     assert numeric_options() == [
         ("close", "--accepted", True), ("plan", "--days", True), ("plan", "--lots", True),
         ("plan", "--hours", False), ("plan", "--accepted", True), ("resume-test", "--steps", True),
-        ("resume-test", "--save-at", True), ("resume-test", "--nproc-per-node", True), ("run", "--workers", True),
-        ("run", "--copy-every", True), ("serve-test", "--max-tokens", True), ("serve-test", "--timeout", True),
+        ("resume-test", "--save-at", True), ("resume-test", "--nproc-per-node", True),
+        ("run", "--workers", True),
+        ("run", "--copy-every", True), ("serve-test", "--max-tokens", True),
+        ("serve-test", "--timeout", True),
         ("sweep", "--groups", True), ("wait", "--timeout", False),
         ("wait", "--copy-every", True)]
-    plain = [(name, param.opts[0]) for name, command in _commands().items() for param in command.params
+    plain = [(name, param.opts[0]) for name,
+             command in _commands().items() for param in command.params
              if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))]
     assert plain == []  # click's int/float accept "nan"/"inf" or print usage: none is left
 
@@ -93,7 +100,8 @@ CASES = [(command, option, value) for command, option, whole in numeric_options(
 
 
 @pytest.mark.parametrize(("command", "option", "value"), CASES)
-def test_a_hostile_number_is_one_line_and_exit_2(project: Path, command: str, option: str, value: str) -> None:
+def test_a_hostile_number_is_one_line_and_exit_2(project: Path, command: str,
+                                                 option: str, value: str) -> None:
     (project / "order.json").write_text("{}", encoding="utf-8")
     before = tree_snapshot(project.parent)
     result = invoke(*_line(project, command, option, value))
@@ -106,8 +114,9 @@ def test_a_hostile_number_is_one_line_and_exit_2(project: Path, command: str, op
     assert tree_snapshot(project.parent) == before
 
 
-@pytest.mark.parametrize(("value", "number"), [("3", 3), ("3.0", 3), ("+3", 3), (" 3 ", 3), ("1e1", 10),
-                                               ("12345678901234567891", 12345678901234567891)])
+@pytest.mark.parametrize(("value", "number"),
+                         [("3", 3), ("3.0", 3), ("+3", 3), (" 3 ", 3), ("1e1", 10),
+                          ("12345678901234567891", 12345678901234567891)])
 def test_whole_numbers_are_read_exactly(value: str, number: int) -> None:
     from kdkit.cli._options import whole
 
@@ -115,7 +124,8 @@ def test_whole_numbers_are_read_exactly(value: str, number: int) -> None:
 
 
 def test_valid_numbers_still_plan() -> None:
-    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3.0", "--lots", "2", "--hours", "48.5", "--json")
+    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3.0", "--lots", "2",
+                    "--hours", "48.5", "--json")
     assert result.exit_code == 0, result.output
     order = json.loads(result.stdout)
     assert (order["days"], order["lots"], order["schedule"]["booked_hours"]) == (3, 2, 48.5)
@@ -124,8 +134,10 @@ def test_valid_numbers_still_plan() -> None:
 # ---------------------------------------------------------------- money and bounds owned by the domain
 
 
-PRICES = ["nan", "NaN", "sNaN", "-sNaN", "inf", "Infinity", "-Infinity", "1e999", "1e400", "1e999999999999999999",
-          "1e-999", "0.001", "0.004", "10000000.01", "1e8", "", "$", "abc", "47,14", "0", "-0", "-3"]
+PRICES = ["nan", "NaN", "sNaN", "-sNaN", "inf", "Infinity", "-Infinity", "1e999", "1e400",
+          "1e999999999999999999",
+          "1e-999", "0.001", "0.004", "10000000.01", "1e8", "", "$", "abc", "47,14",
+          "0", "-0", "-3"]
 
 
 @pytest.mark.parametrize("price", PRICES)
@@ -133,17 +145,19 @@ def test_money_refuses_what_is_not_an_amount(tmp_path: Path, price: str) -> None
     result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--price", price,
                     "--save", tmp_path / "order.json")
     assert result.exit_code == 2, result.output
-    assert result.output.splitlines() in ([f"Error: --price {price!r}: expected a positive amount in USD for one "
-                                           "lot, e.g. 47.14"],
-                                          [f"Error: --price {price!r}: expected 0.01 to 10000000.00 USD for one "
-                                           "lot, e.g. 47.14"])
+    assert result.output.splitlines() in ([f"Error: --price {price!r}: expected a positive amount "
+                                           "in USD for one lot, e.g. 47.14"],
+                                          [f"Error: --price {price!r}: expected 0.01 to "
+                                           "10000000.00 USD for one lot, e.g. 47.14"])
     assert tree_snapshot(tmp_path) == {}
 
 
-@pytest.mark.parametrize(("price", "total"), [("0.01", "0.03"), ("10000000", "30000000.00"), ("$47.14", "141.42"),
-                                              ("47.145", "141.44"), ("4.714e1", "141.42")])
+@pytest.mark.parametrize(("price", "total"),
+                         [("0.01", "0.03"), ("10000000", "30000000.00"), ("$47.14", "141.42"),
+                          ("47.145", "141.44"), ("4.714e1", "141.42")])
 def test_money_at_the_bounds_is_exact(price: str, total: str) -> None:
-    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "3", "--price", price, "--json")
+    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "3",
+                    "--price", price, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["total_usd"] == total
     assert parse_price(price) > 0
@@ -155,32 +169,41 @@ def test_hours_beyond_a_year_are_refused(tmp_path: Path, hours: str) -> None:
                     "--save", tmp_path / "order.json")
     assert result.exit_code == 2
     assert result.output.splitlines() == [
-        f"Error: --hours {float(hours):g}: more than a year (8760 h) of machine time; give the machine-busy hours "
-        "of this plan (3, 7 or 30 days: 72, 168 or 720 h)"]
+        f"Error: --hours {float(hours):g}: more than a year (8760 h) of machine time; give the "
+        "machine-busy hours of this plan (3, 7 or 30 days: 72, 168 or 720 h)"]
     assert tree_snapshot(tmp_path) == {}
 
 
-@pytest.mark.parametrize("params", ["1e400", "1e16", "1e999999999", "1e9999999999999999999", "2000000T",
-                                    "1.0000000000000000000000000000001", "nan", "inf", "-inf", "", "seven", "7 B B"])
+@pytest.mark.parametrize("params",
+                         ["1e400", "1e16", "1e999999999", "1e9999999999999999999", "2000000T",
+                          "1.0000000000000000000000000000001", "nan", "inf", "-inf",
+                          "", "seven", "7 B B"])
 def test_parameter_counts_are_bounded_before_any_arithmetic(params: str) -> None:
     result = invoke("estimate-memory", "--params", params)
     assert result.exit_code == 2, result.output
-    assert len(result.output.splitlines()) == 1 and result.output.startswith(f"Error: --params {params!r}: ")
+    assert len(
+        result.output.splitlines()) == 1 and result.output.startswith(
+            f"Error: --params {params!r}: ")
 
 
-@pytest.mark.parametrize("kv", ["²,1,1,1,1", "1,1,1,1,99999999999", "1," * 4 + "9" * 5000, "1,1,1,1,1e3",
-                                "1,1,1,1,nan", "1,1,1,1"])
+@pytest.mark.parametrize("kv",
+                         ["²,1,1,1,1", "1,1,1,1,99999999999", "1," * 4 + "9" * 5000, "1,1,1,1,1e3",
+                          "1,1,1,1,nan", "1,1,1,1"])
 def test_kv_shapes_are_ascii_and_bounded(kv: str) -> None:
     result = invoke("estimate-memory", "--params", "7B", "--kv", kv)
     assert result.exit_code == 2, result.output
-    assert len(result.output.splitlines()) == 1 and result.output.startswith(f"Error: --kv {kv!r}: ")
+    assert len(
+        result.output.splitlines()) == 1 and result.output.startswith(f"Error: --kv {kv!r}: ")
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    (7e9, None), (1e300, "$.memory.parameters: 1e+300 is not a whole number from 1 to 1,000,000,000,000,000"),
-    (10**400, "$.memory.parameters: 1000000000000000000000000000000000000000 is not a whole number"),
+    (7e9, None),
+    (1e300, "$.memory.parameters: 1e+300 is not a whole number from 1 to 1,000,000,000,000,000"),
+    (10**400,
+     "$.memory.parameters: 1000000000000000000000000000000000000000 is not a whole number"),
     (1.5, "$.memory.parameters: expected integer, got float 1.5")])  # the schema says so first
-def test_counts_from_kdkit_json_are_whole_and_bounded(project: Path, value: object, message: str | None) -> None:
+def test_counts_from_kdkit_json_are_whole_and_bounded(project: Path, value: object,
+                                                      message: str | None) -> None:
     config = json.loads((project / "kdkit.json").read_text())
     config["memory"] = {"parameters": value}
     (project / "kdkit.json").write_text(json.dumps(config))
@@ -201,16 +224,19 @@ def test_counts_from_kdkit_json_are_whole_and_bounded(project: Path, value: obje
                                                 ("kdkit.probe.measure.resume", "--steps"),
                                                 ("kdkit.probe.measure.resume", "--save-at")])
 @pytest.mark.parametrize("value", ["nan", "inf", "1e999", "1e400", "", "many", "2.5"])
-def test_probe_counts_are_one_line_and_exit_2(project: Path, tmp_path: Path, module: str, option: str,
+def test_probe_counts_are_one_line_and_exit_2(project: Path, tmp_path: Path, module: str,
+                                              option: str,
                                               value: str) -> None:
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
-    extra = ["--project", str(project), "--out", str(tmp_path / "out")] if module.endswith("resume") else [str(project)]
+    extra = ["--project", str(project), "--out",
+             str(tmp_path / "out")] if module.endswith("resume") else [str(project)]
     before = tree_snapshot(project)
-    done = subprocess.run([sys.executable, "-m", module, *extra, option, value], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", module, *extra, option, value],
+                          capture_output=True, text=True,
                           cwd=REPO, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr

@@ -37,7 +37,8 @@ PAYLOADS = {
 ALL = "".join(PAYLOADS.values())
 ARGUMENT = ALL.replace("\x00", "")  # a command line cannot hold NUL
 # C0 but tab and newline, DEL, C1, the bidi controls, and the Unicode line and paragraph separators.
-RAW = frozenset({*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F,
+RAW = frozenset({*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E,
+                 0x200F,
                  *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029})
 
 APP = f'''\
@@ -67,10 +68,12 @@ def raw(data: bytes | str) -> list[str]:
     return sorted({f"U+{ord(c):04X}" for c in text if ord(c) in RAW})
 
 
-def kdkit(*args: str | Path, cwd: Path | None = None, module: str = "kdkit") -> subprocess.CompletedProcess[bytes]:
+def kdkit(*args: str | Path, cwd: Path | None = None,
+          module: str = "kdkit") -> subprocess.CompletedProcess[bytes]:
     """kdkit in a process of its own: its stdout and stderr as the terminal would get them, bytes."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONIOENCODING": "utf-8"}
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True,
                           timeout=600, check=False)
 
 
@@ -86,27 +89,31 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     project = init_project(tmp_path_factory.mktemp("hostile") / "proj", name="proj", backend="cpu")
     use_app(project, "oracle")
     (project / "src" / "hostile.py").write_text(APP)
-    edit_config(project, entry="src.hostile:predict", stop={"max_rejected": None, "max_seconds": None})
+    edit_config(project, entry="src.hostile:predict",
+                stop={"max_rejected": None, "max_seconds": None})
     text = kdkit("pilot", project, "--run-id", "hostile")
     as_json = kdkit("pilot", project, "--run-id", "hostile-json", "--json")
     return {"project": project, "text": text, "json": as_json, "run": project / "runs" / "hostile"}
 
 
-def test_the_pilot_prints_every_hostile_text_escaped_and_its_real_verdict_last(hostile: dict[str, Any]) -> None:
+def test_the_pilot_prints_every_hostile_text_escaped_and_its_real_verdict_last(
+    hostile: dict[str, Any]) -> None:
     text = hostile["text"]
     assert text.returncode == 1, text.stderr
     assert raw(text.stdout) == [] and raw(text.stderr) == []
     out = text.stdout.decode().splitlines()
     summary = json.loads((hostile["run"] / "summary.json").read_text())
     problems = summary["problems"]
-    assert len(problems) == len(PAYLOADS) + 2  # each rejection, the exception, the invented ID, and no more
+    # each rejection, the exception, the invented ID, and no more
+    assert len(problems) == len(PAYLOADS) + 2
     assert len(out) == 2 + len(problems) + 1  # each problem on its one line, whatever it holds
     assert out[-1] == f"FAIL: {len(problems)} problem(s); details in {hostile['run'] / 'summary.md'}"
     assert not any(line.startswith("PASS") for line in out)
     assert [line[4:] for line in out[2:-1]] == [printable(p) for p in problems]
     assert "\\x1b[2J\\x1b[HPASS" in out[2]  # shown, escaped: a reader sees what the app tried
     errors = text.stderr.decode()
-    assert "app stdout: x\\x1b[2J" in errors and "app stderr: x\\x1b[2J" in errors  # the app's prints, relayed
+    # the app's prints, relayed
+    assert "app stdout: x\\x1b[2J" in errors and "app stderr: x\\x1b[2J" in errors
 
 
 def test_summary_md_holds_every_hostile_text_as_one_cell_or_line(hostile: dict[str, Any]) -> None:
@@ -114,7 +121,8 @@ def test_summary_md_holds_every_hostile_text_as_one_cell_or_line(hostile: dict[s
     assert raw(md) == []
     lines = md.splitlines()
     assert [line for line in lines if line.startswith("#")] == [
-        "# Pilot run hostile: FAIL", "## Problems", "## Every ID", "## A few outputs beside their inputs"]
+        "# Pilot run hostile: FAIL",
+        "## Problems", "## Every ID", "## A few outputs beside their inputs"]
     rows = [line for line in lines if line.startswith("| doc-")]
     assert len(rows) == 12 and all(unescaped_pipes(row) == 6 for row in rows), rows
     problems = [line for line in lines if line.startswith("- ")][-(len(PAYLOADS) + 2):]
@@ -127,7 +135,8 @@ def test_json_stays_valid_and_carries_the_app_s_strings_exactly(hostile: dict[st
     assert as_json.returncode == 1 and raw(as_json.stdout) == [] and raw(as_json.stderr) == []
     data = json.loads(as_json.stdout)
     for name, payload in PAYLOADS.items():
-        assert any(payload in p for p in data["problems"]), name  # JSON escapes it; a reader gets it back whole
+        # JSON escapes it; a reader gets it back whole
+        assert any(payload in p for p in data["problems"]), name
     assert "exception: x" in "".join(data["problems"])
 
 
@@ -142,19 +151,25 @@ def test_a_stop_reason_from_the_app_is_one_escaped_line(tmp_path: Path) -> None:
     stop = json.loads((project / "runs" / "broken" / "stop.json").read_text())
     assert "\x1b[2J" in stop["reason"]  # kept as data in the run's JSON
     md = (project / "runs" / "broken" / "summary.md").read_text()
-    assert raw(md) == [] and len([line for line in md.splitlines() if line.startswith("- Stopped early: ")]) == 1
+    assert raw(md) == [] and len(
+        [line for line in md.splitlines() if line.startswith("- Stopped early: ")]) == 1
     out = result.stdout.decode().splitlines()
     assert out[-1].startswith("FAIL: ") and sum("stopped early: " in line for line in out) == 1
 
 
-def test_close_shows_hostile_folder_names_and_reasons_escaped(hostile: dict[str, Any], tmp_path: Path) -> None:
+def test_close_shows_hostile_folder_names_and_reasons_escaped(
+    hostile: dict[str, Any], tmp_path: Path) -> None:
     project = hostile["project"]
     forged = project / "runs" / "20990101T000000Z-x|y\x1b[2J\u202e# z"
     forged.mkdir()
-    (forged / "params.json").write_text(json.dumps({"run_id": forged.name, "params_hash": "h|\x1b[31m"}))
-    (forged / "summary.json").write_text(json.dumps({"run_id": forged.name, "verdict": "pass", "total": 1}))
+    (forged
+     / "params.json").write_text(json.dumps({"run_id": forged.name, "params_hash": "h|\x1b[31m"}))
+    (forged
+     / "summary.json").write_text(
+         json.dumps({"run_id": forged.name, "verdict": "pass", "total": 1}))
     order = tmp_path / "order.json"
-    assert invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--save", order).exit_code == 0
+    assert invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots",
+                  "1", "--save", order).exit_code == 0
     try:
         result = kdkit("close", project, "--order", order, "--out", tmp_path / "out")
         assert result.returncode == 0, result.stderr
@@ -168,10 +183,12 @@ def test_close_shows_hostile_folder_names_and_reasons_escaped(hostile: dict[str,
             file.unlink()
         forged.rmdir()
     assert raw(md) == []
-    rows = [line for line in md.splitlines() if line.startswith("| 20990101T") or line.startswith("| hostile")]
+    rows = [line for line in md.splitlines() if line.startswith("| 20990101T")
+            or line.startswith("| hostile")]
     assert len(rows) == 3 and all(unescaped_pipes(row) == 8 for row in rows), rows
     section = md.split("## Deviations\n\n", 1)[1].strip().splitlines()
-    assert len(section) == len(report["deviations"]) and all(line.startswith("- ") for line in section)
+    assert len(section) == len(report["deviations"]) and all(
+        line.startswith("- ") for line in section)
     assert forged.name in {r["run_id"] for r in report["runs"]}  # the JSON keeps the name as it is
 
 
@@ -198,14 +215,16 @@ def test_a_host_only_command_s_error_is_one_escaped_line(project: Path, tmp_path
 @pytest.mark.parametrize("code", sorted(RAW))
 def test_each_control_character_is_escaped_by_the_one_rule(code: int) -> None:
     char = chr(code)
-    for text in (printable(f"a{char}b"), md_cell(f"a{char}b"), printable(f"a{char}b", lines=True).replace("\n", "")):
+    for text in (printable(f"a{char}b"), md_cell(f"a{char}b"),
+                 printable(f"a{char}b", lines=True).replace("\n", "")):
         assert raw(text) == [] and text.startswith("a") and text.endswith("b")
     document = json_text(json.dumps({"k": char}, ensure_ascii=False))
     assert raw(document) == [] and json.loads(document) == {"k": char}
 
 
 @pytest.mark.parametrize(("text", "shown"), [
-    ("# heading", "\\# heading"), ("> quote", "\\> quote"), ("- item", "\\- item"), ("1. item", "1\\. item"),
+    ("# heading", "\\# heading"), ("> quote", "\\> quote"), ("- item", "\\- item"),
+    ("1. item", "1\\. item"),
     ("---", "\\---"), ("```", "\\```"), ("a | b", "a \\| b"), ("<img src=x>", "\\<img src=x>"),
     ("#tag", "#tag"), ("12.5", "12.5"), ("-3", "-3"), ("a\tb", "a\tb"), ("a\\|b", "a\\\\\\|b"),
 ])
@@ -213,7 +232,8 @@ def test_markdown_cells_cannot_start_another_block(text: str, shown: str) -> Non
     assert md_cell(text) == shown
 
 
-def test_kdkit_run_shows_a_container_s_output_escaped(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_kdkit_run_shows_a_container_s_output_escaped(
+    capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     """What a container writes to its own output without the pilot (a process of the app's that opened the
     pilot's stdout) is escaped by `kdkit run` on the host too, a character split between chunks kept whole."""
     from kdkit.cli._output import container_output
@@ -223,4 +243,5 @@ def test_kdkit_run_shows_a_container_s_output_escaped(capsysbinary: pytest.Captu
     for at in range(0, len(data), 3):  # chunks that cut escape sequences and UTF-8 characters apart
         show(data[at:at + 3])
     out = capsysbinary.readouterr().out
-    assert raw(out) == [] and out.decode().startswith("é x\\x1b[2J") and out.decode().endswith(" ü\n")
+    assert raw(out) == [] and out.decode().startswith("é x\\x1b[2J") and out.decode().endswith(
+        " ü\n")

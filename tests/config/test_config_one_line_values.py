@@ -29,9 +29,11 @@ from tests.conftest import invoke, tree_snapshot, valid_outside_git
 from tests.core.test_safe_paths import set_key
 from tests.transfer.test_bundle import write_fresh_lock
 
-CONTROLS = {"newline": "\n--index-url http://evil/", "carriage return": "\r", "tab": "\t", "escape": "\x1b[2J",
+CONTROLS = {"newline": "\n--index-url http://evil/", "carriage return": "\r", "tab": "\t",
+            "escape": "\x1b[2J",
             "nul": "\x00", "delete": "\x7f", "next line (C1)": "\x85", "CSI (C1)": "\x9b2J",
-            "line separator": "\u2028", "paragraph separator": "\u2029", "right-to-left override": "\u202e"}
+            "line separator": "\u2028",
+            "paragraph separator": "\u2029", "right-to-left override": "\u202e"}
 # (file, JSON path, a good value) of strings that reach a command line, a file name or a message.
 STRINGS = [
     ("kdkit.json", "$.backends.cpu.base_image", "python:3.11-slim-bookworm"),
@@ -58,12 +60,14 @@ def _json_path(where: str) -> str:
     return "$" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
 
 
-CASES = [(file, where, good, name, text) for file, where, good in STRINGS for name, text in CONTROLS.items()]
+CASES = [(file, where, good, name, text) for file, where, good in STRINGS for name,
+         text in CONTROLS.items()]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{c[3]}" for c in CASES])
 def test_a_control_character_in_any_config_string_is_one_line_of_validate(project: Path,
-                                                                          case: tuple[str, ...]) -> None:
+                                                                          case: tuple[str,
+                                                                                      ...]) -> None:
     file, where, good, _name, text = case
     set_key(project, file, where, good + text)
     before = tree_snapshot(project)
@@ -73,21 +77,25 @@ def test_a_control_character_in_any_config_string_is_one_line_of_validate(projec
     named = [line for line in lines if line.startswith(f"{project}/{file}: {_json_path(where)}: ")]
     assert len(named) == 1, result.output
     assert lines[-1].startswith("Error: ") and "problem(s) found" in lines[-1]
-    assert all(line.isprintable() for line in lines), result.output  # every line is one line of the terminal
+    # every line is one line of the terminal
+    assert all(line.isprintable() for line in lines), result.output
     assert tree_snapshot(project) == before
 
 
 @pytest.mark.parametrize("name", ["newline", "escape", "nul", "line separator", "CSI (C1)"])
 @pytest.mark.parametrize("where", ["$.backends.cpu.base_image", "$.backends.cpu.torch_index",
                                    "$.backends.cpu.lock"])
-def test_the_commands_reading_kdkit_json_refuse_it(project: Path, tmp_path: Path, where: str, name: str) -> None:
+def test_the_commands_reading_kdkit_json_refuse_it(project: Path, tmp_path: Path,
+                                                   where: str, name: str) -> None:
     """The issue's case: a lock path with a newline made a folder ``cpu.txt\\n--index-url http:``; now the
     command reading kdkit.json refuses it first, in one line, and makes nothing."""
     good = dict((s[1], s[2]) for s in STRINGS)[where]
-    value = f"requirements/cpu.txt{CONTROLS[name]}/x.txt" if where.endswith("lock") else good + CONTROLS[name]
+    value = (f"requirements/cpu.txt{CONTROLS[name]}/x.txt" if where.endswith("lock") else good
+             + CONTROLS[name])
     set_key(project, "kdkit.json", where, value)
     before, outside = tree_snapshot(project), sorted(tmp_path.iterdir())
-    for args in (["lock", project, "--backend", "cpu"], ["bundle", project, "--out", tmp_path / "b", "--no-image"],
+    for args in (["lock", project, "--backend", "cpu"],
+                 ["bundle", project, "--out", tmp_path / "b", "--no-image"],
                  ["wheelhouse", project, "--backend", "cpu", "--out", tmp_path / "w"],
                  ["check", project, "--gpu", "RTX 4090"]):
         result = invoke(*args)
@@ -95,23 +103,29 @@ def test_the_commands_reading_kdkit_json_refuse_it(project: Path, tmp_path: Path
         lines = result.stderr.splitlines()  # a progress line may come first (wheelhouse)
         errors = [line for line in lines if line.startswith("Error: ")]
         assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
-        assert errors[0].startswith(f"Error: {project}/kdkit.json: {where}: ") and errors[0].isprintable(), errors
+        assert errors[0].startswith(
+            f"Error: {project}/kdkit.json: {where}: ") and errors[0].isprintable(), errors
     assert tree_snapshot(project) == before and sorted(tmp_path.iterdir()) == outside
 
 
 # ---------------------------------------------------------------- output the terminal cannot encode
 
 
-def _kdkit(*args: str | Path, env: dict[str, str], module: str = "kdkit") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], env={**os.environ, **env},
-                          capture_output=True, text=True, encoding="utf-8", errors="strict", timeout=600,
+def _kdkit(*args: str | Path, env: dict[str, str],
+           module: str = "kdkit") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)],
+                          env={**os.environ, **env},
+                          capture_output=True, text=True, encoding="utf-8", errors="strict",
+                          timeout=600,
                           check=False)
 
 
-@pytest.mark.parametrize(("folder", "encoding"), [("pr\u00f8j", "ascii"), ("\u6f22\u5b57-proj", "latin-1"),
-                                                  ("caf\u00e9 \u2014 x", "ascii")], ids=["o-slash", "cjk", "dash"])
+@pytest.mark.parametrize(("folder", "encoding"),
+                         [("pr\u00f8j", "ascii"), ("\u6f22\u5b57-proj", "latin-1"),
+                          ("caf\u00e9 \u2014 x", "ascii")], ids=["o-slash", "cjk", "dash"])
 @pytest.mark.parametrize("module", ["kdkit", "kdkit.probe"])
-def test_a_project_path_the_terminal_cannot_encode_prints_escaped(tmp_path: Path, folder: str, encoding: str,
+def test_a_project_path_the_terminal_cannot_encode_prints_escaped(tmp_path: Path, folder: str,
+                                                                  encoding: str,
                                                                   module: str) -> None:
     root = init_project(tmp_path / folder, name="proj", backend="cpu")
     env = {"PYTHONIOENCODING": encoding, "KDKIT_DEBUG": ""}
@@ -119,17 +133,20 @@ def test_a_project_path_the_terminal_cannot_encode_prints_escaped(tmp_path: Path
     assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
     assert "PASS" in done.stdout and ("\\x" in done.stdout or "\\u" in done.stdout), done.stdout
     assert done.stdout.isascii() or encoding != "ascii"
-    assert invoke("copy-out", root / "runs" / "enc", "--verify").exit_code == 0  # written whole, before printing
+    # written whole, before printing
+    assert invoke("copy-out", root / "runs" / "enc", "--verify").exit_code == 0
 
 
 @pytest.mark.parametrize("args", [["validate", "{root}"], ["validate", "{root}", "--json"],
                                   ["plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1"],
-                                  ["validate", "{root}/missing"]], ids=["validate", "json", "plan table", "error"])
+                                  ["validate", "{root}/missing"]],
+                         ids=["validate", "json", "plan table", "error"])
 def test_host_commands_print_escaped_too(tmp_path: Path, args: list[str]) -> None:
     root = init_project(tmp_path / "pr\u00f8j", name="proj", backend="cpu")
     done = _kdkit(*[a.format(root=root) for a in args], env={"PYTHONIOENCODING": "ascii"})
     assert done.returncode == (2 if "missing" in args[-1] else 0), done.stderr
-    assert "Traceback" not in done.stdout + done.stderr and (done.stdout + done.stderr).strip(), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and (
+        done.stdout + done.stderr).strip(), done.stderr
     # click writes UTF-8 to a stream that says ASCII (it takes ASCII for a misconfigured locale); rich and print
     # escape: either way nothing raises.
 
@@ -159,8 +176,10 @@ def test_a_name_of_63_characters_and_a_long_folder_with_name_are_taken(tmp_path:
     assert invoke("init", tmp_path / ("b" * 200), "--name", "ok", "--backend", "cpu").exit_code == 0
 
 
-@pytest.mark.parametrize("folder", ["c" * 250, "c" * 300, "\u00e9" * 130], ids=["250", "300", "260 bytes"])
-def test_a_folder_name_past_the_file_systems_limit_blames_that_limit(tmp_path: Path, folder: str) -> None:
+@pytest.mark.parametrize("folder", ["c" * 250, "c" * 300, "\u00e9" * 130],
+                         ids=["250", "300", "260 bytes"])
+def test_a_folder_name_past_the_file_systems_limit_blames_that_limit(
+    tmp_path: Path, folder: str) -> None:
     limit = os.pathconf(tmp_path, "PC_NAME_MAX")
     line = _refused_init(tmp_path, str(tmp_path / folder), "--name", "ok", "--backend", "cpu")
     assert f"the folder's name is {len(folder.encode())} bytes; this file system allows {limit} bytes" in line
@@ -195,8 +214,10 @@ COLLISIONS = [
 ]
 
 
-@pytest.mark.parametrize(("names", "why"), COLLISIONS, ids=[c[1] + "-" + ascii(c[0][0]) for c in COLLISIONS])
-def test_two_names_that_are_one_on_macos_or_windows_are_a_warning_naming_both(project: Path, names: list[str],
+@pytest.mark.parametrize(("names", "why"), COLLISIONS,
+                         ids=[c[1] + "-" + ascii(c[0][0]) for c in COLLISIONS])
+def test_two_names_that_are_one_on_macos_or_windows_are_a_warning_naming_both(project: Path,
+                                                                              names: list[str],
                                                                               why: str) -> None:
     for name in names:
         (project / name).parent.mkdir(parents=True, exist_ok=True)
@@ -207,8 +228,9 @@ def test_two_names_that_are_one_on_macos_or_windows_are_a_warning_naming_both(pr
     assert why in message and all(json.dumps(name) in message for name in names), message
 
 
-@pytest.mark.parametrize("name", ["aux", "con.txt", "nul", "com1", "NUL.tar.gz", "src/Aux.py", "LPT9.log",
-                                  "prn", "x.", "y ", "src/dir./m.py", "a:b", "what?.txt", "a|b", "x*y"])
+@pytest.mark.parametrize("name",
+                         ["aux", "con.txt", "nul", "com1", "NUL.tar.gz", "src/Aux.py", "LPT9.log",
+                          "prn", "x.", "y ", "src/dir./m.py", "a:b", "what?.txt", "a|b", "x*y"])
 def test_a_name_windows_cannot_hold_is_a_warning(project: Path, name: str) -> None:
     (project / name).parent.mkdir(parents=True, exist_ok=True)
     (project / name).write_text("x", encoding="utf-8")
@@ -217,8 +239,9 @@ def test_a_name_windows_cannot_hold_is_a_warning(project: Path, name: str) -> No
     assert "Windows" in found[0]["why"]
 
 
-@pytest.mark.parametrize("names", [["console.txt", "auxiliary.py", "com10", "nully"], ["a.txt", "a.txt.bak"],
-                                   ["stra\u00dfe", "strasse"], [".hidden", "x.y.z"]], ids=str)
+@pytest.mark.parametrize("names",
+                         [["console.txt", "auxiliary.py", "com10", "nully"], ["a.txt", "a.txt.bak"],
+                          ["stra\u00dfe", "strasse"], [".hidden", "x.y.z"]], ids=str)
 def test_names_that_stay_apart_are_no_warning(project: Path, names: list[str]) -> None:
     for name in names:
         (project / name).write_text(name, encoding="utf-8")
@@ -231,8 +254,10 @@ def test_a_record_kdkit_writes_may_quote_any_name(project: Path, tmp_path: Path)
     and the bundle still verifies (a rule on every schema refused it)."""
     write_fresh_lock(project)
     (project / "notes\nfrom\x1b[2Jhome").write_text("x", encoding="utf-8")
-    assert invoke("bundle", project, "--out", tmp_path / "b", "--no-image", "--no-kdkit-wheels").exit_code == 0
-    assert "notes\nfrom\x1b[2Jhome" in json.loads((tmp_path / "b/bundle.json").read_text())["outside_allow_list"]
+    assert invoke("bundle", project, "--out",
+                  tmp_path / "b", "--no-image", "--no-kdkit-wheels").exit_code == 0
+    assert "notes\nfrom\x1b[2Jhome" in json.loads(
+        (tmp_path / "b/bundle.json").read_text())["outside_allow_list"]
     result = invoke("verify-bundle", tmp_path / "b")
     assert result.exit_code == 0, result.output
 
@@ -244,6 +269,8 @@ def test_a_warning_about_a_hostile_name_is_one_escaped_line(project: Path, name:
         (project / "data\r.txt").write_text("x", encoding="utf-8")
     result = invoke("validate", project)
     assert result.exit_code == 0, result.output
-    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning: ") and ": git: " not in line]
-    assert len(warnings) == 1 and len(result.stderr.splitlines()) == 2, result.stderr  # and the one about git
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning: ")
+                and ": git: " not in line]
+    # and the one about git
+    assert len(warnings) == 1 and len(result.stderr.splitlines()) == 2, result.stderr
     assert warnings[0].isprintable() and "\x1b" not in result.output, result.stderr

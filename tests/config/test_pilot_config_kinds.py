@@ -52,11 +52,13 @@ def records(count: int = 6) -> list[dict[str, Any]]:
 def write_corpus(root: Path, rows: list[Any]) -> None:
     path = root / CORPUS
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    path.write_text(
+        "".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
 
 
 def corpus_config(**change: Any) -> dict[str, Any]:
-    data = {key: value for key, value in TODAY.items() if key not in ("categories", "manifest", "inputs")}
+    data = {key: value for key,
+            value in TODAY.items() if key not in ("categories", "manifest", "inputs")}
     data.update(inputs={"jsonl": CORPUS, "id": "id"}, output={"kind": "vector", "dim": 3})
     data.update(change)
     return {key: value for key, value in data.items() if value is not None}
@@ -69,8 +71,9 @@ def corpus(project: Path) -> Path:
     (project / "models/enc").mkdir(parents=True)
     (project / "models/enc/weights.bin").write_bytes(b"\x00\x01weights")
     (project / "models/enc/config.json").write_text("{}")
-    write_json(project / CONFIG, corpus_config(model={"path": "models/enc", "hub": "org/enc", "revision": REVISION},
-                                               params={"temperature": 0.2, "seed": 7}))
+    write_json(project / CONFIG,
+               corpus_config(model={"path": "models/enc", "hub": "org/enc", "revision": REVISION},
+                             params={"temperature": 0.2, "seed": 7}))
     return project
 
 
@@ -106,7 +109,8 @@ MANIFEST = "data/corpus/manifest.json"
 
 
 def expectations(*docs: dict[str, Any], **change: Any) -> Edit:
-    return both(text(MANIFEST, json.dumps({"documents": list(docs)})), config(manifest=MANIFEST, **change))
+    return both(text(MANIFEST, json.dumps({"documents": list(docs)})),
+                config(manifest=MANIFEST, **change))
 
 
 # (name, edit of the corpus project, file named, place named: "VALIDATE|PILOT" where strict JSON's line and column
@@ -115,19 +119,26 @@ BAD: list[tuple[str, Edit, str, str]] = [
     ("unknown output kind", config(output={"kind": "audio"}), CONFIG, "$.output.kind"),
     ("vector without dim", config(output={"kind": "vector"}), CONFIG, "$.output"),
     ("dim out of range", config(output={"kind": "vector", "dim": 65537}), CONFIG, "$.output.dim"),
-    ("max_chars zero", config(output={"kind": "text", "max_chars": 0}), CONFIG, "$.output.max_chars"),
-    ("a setting of another kind", config(output={"kind": "text", "max_chars": 9, "dim": 3}), CONFIG, "$.output"),
+    ("max_chars zero",
+     config(output={"kind": "text", "max_chars": 0}), CONFIG, "$.output.max_chars"),
+    ("a setting of another kind",
+     config(output={"kind": "text", "max_chars": 9, "dim": 3}), CONFIG, "$.output"),
     ("categories and output", config(categories=["a"]), CONFIG, "$"),
     ("schema not JSON", both(config(output={"kind": "json", "schema": "config/answer.schema.json"}),
-                             text("config/answer.schema.json", "{nope")), "config/answer.schema.json",
+                             text("config/answer.schema.json", "{nope")),
+     "config/answer.schema.json",
      "line 1 column 2|:1:2"),
-    ("schema keyword unsupported", both(config(output={"kind": "json", "schema": "config/answer.schema.json"}),
-                                        text("config/answer.schema.json", '{"type": "object", "if": {}}')),
+    ("schema keyword unsupported",
+     both(config(output={"kind": "json", "schema": "config/answer.schema.json"}),
+          text("config/answer.schema.json", '{"type": "object", "if": {}}')),
      "config/answer.schema.json", "$"),
-    ("schema file missing", config(output={"kind": "json", "schema": "config/none.json"}), CONFIG, "$.output.schema"),
-    ("a broken line", lambda r: write_corpus(r, [*records(2), "{broken", *records(1)]), CORPUS, "line 3"),
+    ("schema file missing",
+     config(output={"kind": "json", "schema": "config/none.json"}), CONFIG, "$.output.schema"),
+    ("a broken line",
+     lambda r: write_corpus(r, [*records(2), "{broken", *records(1)]), CORPUS, "line 3"),
     ("a duplicate ID", lambda r: write_corpus(r, [*records(2), {"id": "rec-1"}]), CORPUS, "line 3"),
-    ("an ID field missing", lambda r: write_corpus(r, [*records(2), {"text": "x"}]), CORPUS, "line 3"),
+    ("an ID field missing",
+     lambda r: write_corpus(r, [*records(2), {"text": "x"}]), CORPUS, "line 3"),
     ("an ID not a string", lambda r: write_corpus(r, [{"id": 5}]), CORPUS, "line 1"),
     ("an unsafe ID", lambda r: write_corpus(r, [{"id": "../x"}]), CORPUS, "line 1"),
     ("decode bytes for a corpus", config(decode="bytes"), CONFIG, "$.decode"),
@@ -135,35 +146,44 @@ BAD: list[tuple[str, Edit, str, str]] = [
     ("a manifest ID not in the corpus", expectations({"id": "rec-1", "expect": "accept"},
                                                      {"id": "ghost", "expect": "reject"}), MANIFEST,
      "$.documents[1].id"),
-    ("a vector of the wrong length", expectations({"id": "rec-1", "expect": "accept", "expected": [1, 2]}),
+    ("a vector of the wrong length",
+     expectations({"id": "rec-1", "expect": "accept", "expected": [1, 2]}),
      MANIFEST, "$.documents[0].expected"),
-    ("a label for a vector", expectations({"id": "rec-1", "expect": "accept", "label": "x"}), MANIFEST,
+    ("a label for a vector", expectations({"id": "rec-1", "expect": "accept", "label": "x"}),
+     MANIFEST,
      "$.documents[0].label"),
-    ("a branch as revision", config(model={"hub": "org/enc", "revision": "main"}), CONFIG, "$.model.revision"),
+    ("a branch as revision",
+     config(model={"hub": "org/enc", "revision": "main"}), CONFIG, "$.model.revision"),
     ("a hub without revision", config(model={"hub": "org/enc"}), CONFIG, "$.model"),
-    ("a base at a tag", config(model={"path": "models/enc", "base": {"hub": "o/b", "revision": "v1.0"}}), CONFIG,
+    ("a base at a tag",
+     config(model={"path": "models/enc", "base": {"hub": "o/b", "revision": "v1.0"}}), CONFIG,
      "$.model.base.revision"),
     ("params not an object", config(params=[1, 2]), CONFIG, "$.params"),
-    ("params holding NaN", text(CONFIG, json.dumps(corpus_config())[:-1] + ', "params": {"t": NaN}}'), CONFIG,
+    ("params holding NaN",
+     text(CONFIG, json.dumps(corpus_config())[:-1] + ', "params": {"t": NaN}}'), CONFIG,
      "line 1 column|:1:"),
     ("params too large", config(params={"blob": "x" * 70000}), CONFIG, "$.params"),
     ("a model folder outside", config(model={"path": "../elsewhere"}), CONFIG, "$.model.path"),
-    ("a model led out by a link", both(link_out, config(model={"path": "models/enc"})), CONFIG, "$.model.path"),
-    ("an empty model folder", both(lambda r: (r / "models/none").mkdir(), config(model={"path": "models/none"})),
+    ("a model led out by a link",
+     both(link_out, config(model={"path": "models/enc"})), CONFIG, "$.model.path"),
+    ("an empty model folder",
+     both(lambda r: (r / "models/none").mkdir(), config(model={"path": "models/none"})),
      CONFIG, "$.model.path"),
     ("a missing model folder", config(model={"path": "models/gone"}), CONFIG, "$.model.path"),
 ]
 
 
 @pytest.mark.parametrize(("name", "edit", "file", "place"), BAD, ids=[case[0] for case in BAD])
-def test_a_bad_input_is_one_line_exit_2_and_nothing_written(corpus: Path, name: str, edit: Edit, file: str,
+def test_a_bad_input_is_one_line_exit_2_and_nothing_written(corpus: Path, name: str, edit: Edit,
+                                                            file: str,
                                                             place: str) -> None:
     edit(corpus)
     before = tree_snapshot(corpus)
     validate_place, _sep, pilot_place = place.partition("|")
     checked = invoke("validate", corpus)
     assert checked.exit_code == 2, (name, checked.output)
-    named = [line for line in checked.stderr.splitlines() if f"{corpus / file}: {validate_place}" in line]
+    named = [line for line in checked.stderr.splitlines()
+             if f"{corpus / file}: {validate_place}" in line]
     assert named, (name, checked.stderr)
     piloted = invoke("pilot", corpus)
     assert piloted.exit_code == 2, (name, piloted.output)
@@ -180,18 +200,23 @@ def test_a_corpus_project_validates_and_loads(corpus: Path) -> None:
     assert cfg.jsonl == corpus / CORPUS and cfg.inputs_dir == corpus / "data/corpus" and cfg.id_field == "id"
     assert [d.id for d in cfg.documents] == [f"rec-{n}" for n in range(1, 7)]
     first = cfg.documents[1]
-    assert (first.file, first.location, first.expect, first.label) == ("line 2", str(corpus / CORPUS), "any", None)
+    assert (first.file, first.location,
+            first.expect, first.label) == ("line 2", str(corpus / CORPUS), "any", None)
     raw = (corpus / CORPUS).read_bytes()
-    assert raw[first.offset:first.offset + first.length] == (json.dumps(records()[1]) + "\n").encode()
+    assert raw[first.offset:first.offset + first.length] == (
+        json.dumps(records()[1]) + "\n").encode()
     assert cfg.output.kind == "vector" and cfg.output.dim == 3 and cfg.categories == ()
     assert cfg.params == {"temperature": 0.2, "seed": 7} and cfg.manifest_path is None
     resolved = cfg.resolved()
-    assert resolved["inputs"] == {"jsonl": CORPUS, "id": "id", "sha256": hashlib.sha256(raw).hexdigest()}
+    assert resolved["inputs"] == {"jsonl": CORPUS, "id": "id",
+                                  "sha256": hashlib.sha256(raw).hexdigest()}
     assert resolved["output"] == {"kind": "vector", "dim": 3}
     assert resolved["params"] == {"temperature": 0.2, "seed": 7} and "decode" not in resolved
     weights = hashlib.sha256(b"\x00\x01weights").hexdigest()
     assert resolved["model"] == {"path": "models/enc", "hub": "org/enc", "revision": REVISION,
-                                 "files": {"config.json": hashlib.sha256(b"{}").hexdigest(), "weights.bin": weights}}
+                                 "files": {
+                                     "config.json": hashlib.sha256(b"{}").hexdigest(),
+                                     "weights.bin": weights}}
 
 
 def test_a_changed_model_file_or_param_is_another_run_named_by_its_key(corpus: Path) -> None:
@@ -203,7 +228,8 @@ def test_a_changed_model_file_or_param_is_another_run_named_by_its_key(corpus: P
     data = json.loads((corpus / CONFIG).read_text())
     data["params"]["temperature"] = 0.7
     write_json(corpus / CONFIG, data)
-    assert config_changes(after, load_pilot(corpus).resolved()) == ["params.temperature: 0.2 -> 0.7"]
+    assert config_changes(after,
+                          load_pilot(corpus).resolved()) == ["params.temperature: 0.2 -> 0.7"]
 
 
 def test_todays_config_resolves_byte_for_byte_as_before(project: Path) -> None:
@@ -213,8 +239,10 @@ def test_todays_config_resolves_byte_for_byte_as_before(project: Path) -> None:
     expected = {
         "config_file": CONFIG, "inputs": "data/pilot", "manifest": "data/pilot/manifest.json",
         "manifest_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
-        "categories": ["invoice", "contract", "research", "support"], "entry": "src.classify:predict",
-        "batch_size": 4, "device": "auto", "max_input_bytes": 65536, "min_quality": 0.9, "runs": "runs",
+        "categories": ["invoice", "contract", "research", "support"],
+        "entry": "src.classify:predict",
+        "batch_size": 4, "device": "auto", "max_input_bytes": 65536, "min_quality": 0.9,
+        "runs": "runs",
         "stop": {"max_rejected": 3, "max_seconds": 600.0, "max_batch_seconds": 300.0},
     }
     assert json.dumps(cfg.resolved()) == json.dumps(expected)  # keys, order and values
@@ -222,7 +250,8 @@ def test_todays_config_resolves_byte_for_byte_as_before(project: Path) -> None:
         ("category", "utf-8", None, None, None, None)
     assert all(d.offset == -1 and d.expected is None for d in cfg.documents)
     result = invoke("validate", project)
-    assert result.exit_code == 0 and result.output.strip() == valid_outside_git(project), result.output
+    assert result.exit_code == 0 and result.output.strip() == valid_outside_git(
+        project), result.output
     assert check_project(project)[1] == []
 
 
@@ -230,7 +259,8 @@ def test_the_category_kind_said_as_output_is_the_same_run(project: Path) -> None
     write_json(project / CONFIG, TODAY)
     today = load_pilot(project).resolved()
     said = {key: value for key, value in TODAY.items() if key != "categories"}
-    write_json(project / CONFIG, {**said, "output": {"kind": "category", "categories": TODAY["categories"]}})
+    write_json(project / CONFIG,
+               {**said, "output": {"kind": "category", "categories": TODAY["categories"]}})
     assert load_pilot(project).resolved() == today
 
 
@@ -243,18 +273,21 @@ def test_a_folder_of_bytes_with_text_answers_and_null_labels(project: Path) -> N
     data["documents"][0]["expected"] = "a reference answer"
     write_json(manifest, data)
     said = {key: value for key, value in TODAY.items() if key != "categories"}
-    write_json(project / CONFIG, {**said, "output": {"kind": "text", "max_chars": 2000}, "decode": "bytes"})
+    write_json(project / CONFIG,
+               {**said, "output": {"kind": "text", "max_chars": 2000}, "decode": "bytes"})
     assert validate_project(project) == []
     cfg = load_pilot(project)
     assert cfg.decode == "bytes" and cfg.documents[0].expected == "a reference answer"
-    assert cfg.resolved()["decode"] == "bytes" and cfg.resolved()["output"] == {"kind": "text", "max_chars": 2000}
+    assert cfg.resolved()["decode"] == "bytes" and cfg.resolved()["output"] == {
+        "kind": "text", "max_chars": 2000}
 
 
 def test_a_json_output_records_its_schema(corpus: Path) -> None:
     schema = {"type": "object", "properties": {"score": {"type": "number"}}, "required": ["score"]}
     write_json(corpus / "config/answer.schema.json", schema)
     json_output = {"kind": "json", "schema": "config/answer.schema.json"}
-    expectations({"id": "rec-1", "expect": "accept", "expected": {"score": 1}}, output=json_output)(corpus)
+    expectations(
+        {"id": "rec-1", "expect": "accept", "expected": {"score": 1}}, output=json_output)(corpus)
     assert validate_project(corpus) == []
     cfg = load_pilot(corpus)
     assert cfg.output.schema == schema and cfg.output.schema_file == "config/answer.schema.json"
@@ -262,8 +295,10 @@ def test_a_json_output_records_its_schema(corpus: Path) -> None:
     assert cfg.resolved()["output"] == {"kind": "json", "schema": "config/answer.schema.json",
                                         "schema_sha256": digest}
     assert cfg.documents[0].expected == {"score": 1} and cfg.documents[1].expected is None
-    expectations({"id": "rec-1", "expect": "accept", "expected": {"score": "high"}}, output=json_output)(corpus)
-    with pytest.raises(BadInput, match=r"\$\.documents\[0\]\.expected: does not fit the answer schema"):
+    expectations(
+        {"id": "rec-1", "expect": "accept", "expected": {"score": "high"}}, output=json_output)(corpus)
+    with pytest.raises(
+        BadInput, match=r"\$\.documents\[0\]\.expected: does not fit the answer schema"):
         load_pilot(corpus)
 
 
@@ -280,7 +315,8 @@ def test_a_corpus_manifest_maps_expectations_and_warns_about_the_sample(corpus: 
     write_corpus(corpus, [*records(), {"id": "big", "text": "x" * 20000}])
     expectations({"id": "rec-2", "expect": "accept"}, {"id": "rec-1", "expect": "reject"})(corpus)
     assert check_project(corpus)[1] == []
-    write_json(corpus / CONFIG, corpus_config())  # a full corpus: no expectations, no sample to judge
+    # a full corpus: no expectations, no sample to judge
+    write_json(corpus / CONFIG, corpus_config())
     assert check_project(corpus)[1] == []
 
 
@@ -345,9 +381,12 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("model revision alone", corpus_config(model={"path": "m", "revision": REVISION})),
     ("model empty", corpus_config(model={})),
     ("model extra", corpus_config(model={"path": "m", "url": "x"})),
-    ("model base", corpus_config(model={"path": "m", "base": {"hub": "o/b", "revision": REVISION}})),
-    ("model base branch", corpus_config(model={"path": "m", "base": {"hub": "o/b", "revision": "main"}})),
-    ("model base nested", corpus_config(model={"path": "m", "base": {"path": "b", "base": {"path": "c"}}})),
+    ("model base",
+     corpus_config(model={"path": "m", "base": {"hub": "o/b", "revision": REVISION}})),
+    ("model base branch",
+     corpus_config(model={"path": "m", "base": {"hub": "o/b", "revision": "main"}})),
+    ("model base nested",
+     corpus_config(model={"path": "m", "base": {"path": "b", "base": {"path": "c"}}})),
     ("model a string", corpus_config(model="models/x")),
     ("params", corpus_config(params={"temperature": 0.1, "stop": ["\n"]})),
     ("params empty", corpus_config(params={})),
@@ -356,7 +395,8 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("name", "data"), SHAPES, ids=[case[0] for case in SHAPES])
-def test_the_schema_says_what_the_model_says_of_the_new_keys(name: str, data: dict[str, Any]) -> None:
+def test_the_schema_says_what_the_model_says_of_the_new_keys(
+    name: str, data: dict[str, Any]) -> None:
     schema_ok = not list(_validator("pilot").iter_errors(data))
     assert schema_ok == (config_problems(data) == []), (name, config_problems(data))
 
@@ -375,7 +415,8 @@ def test_a_manifest_of_a_folder_still_needs_its_file_names(project: Path) -> Non
 def test_a_resume_with_other_params_is_refused_naming_the_key(corpus: Path) -> None:
     write_json(corpus / CONFIG, {**TODAY, "params": {"temperature": 0.2}})
     first = invoke("pilot", corpus, "--run-id", "p1", "--json")
-    assert first.exit_code in (0, 1), first.output  # a run, passed or not: its params.json is written
+    # a run, passed or not: its params.json is written
+    assert first.exit_code in (0, 1), first.output
     recorded = json.loads((corpus / "runs/p1/params.json").read_text())
     assert recorded["params"]["params"] == {"temperature": 0.2}
     write_json(corpus / CONFIG, {**TODAY, "params": {"temperature": 0.9}})
@@ -395,7 +436,8 @@ def test_the_host_reads_the_same_model_for_bundle_and_run(corpus: Path) -> None:
     allow = AllowList.of(project)
     assert allow.carries(CORPUS) and allow.carries("models/enc/weights.bin")
     assert not allow.carries("data/other.txt")
-    assert essential_files(project, project.backend().lock)[3] == CORPUS  # no manifest: the corpus lists the inputs
+    # no manifest: the corpus lists the inputs
+    assert essential_files(project, project.backend().lock)[3] == CORPUS
     assert _pilot_inputs(project) == "data/corpus"  # what RUN.md mounts read-only
 
 

@@ -30,7 +30,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
-def test_a_bundle_reads_the_pilot_config_once(project: Path, tmp_path: Path, reads: list[str]) -> None:
+def test_a_bundle_reads_the_pilot_config_once(project: Path, tmp_path: Path,
+                                              reads: list[str]) -> None:
     ready_to_bundle(project)
     result = invoke("bundle", project, "--out", tmp_path / "bundle", "--no-image", "--json")
     assert result.exit_code == 0, result.stderr

@@ -50,7 +50,8 @@ NOT_CALLABLE = 3
 '''
 
 
-def with_scorer(project: Path, docs: list[tuple[str, str, dict[str, Any]]], quality: dict[str, Any] | None,
+def with_scorer(project: Path, docs: list[tuple[str, str, dict[str, Any]]],
+                quality: dict[str, Any] | None,
                 drop_min: bool = False, **config: Any) -> Path:
     """A text-kind project (its app answers each input upper-cased) with src/score.py and ``quality``."""
     extra = {} if quality is None else {"quality": quality}
@@ -75,36 +76,42 @@ def with_scorer(project: Path, docs: list[tuple[str, str, dict[str, Any]]], qual
     ("TRUE", "the quality scorer returned True (bool), not a number in [0, 1]"),
     ("EXIT", "the quality scorer raised SystemExit: 0"),
 ])
-def test_a_bad_score_is_that_items_rejection_with_its_reason(project: Path, word: str, reason: str) -> None:
+def test_a_bad_score_is_that_items_rejection_with_its_reason(
+    project: Path, word: str, reason: str) -> None:
     docs = [("good", "abc", {"expected": "ABC"}), ("odd", f"{word} x", {"expected": "anything"})]
     with_scorer(project, docs, {"scorer": "src.score:score", "min": 0.0}, drop_min=True)
     code, summary = pilot(project)
     assert code == 1 and summary["verdict"] == "fail", summary
     kept = records(Path(summary["run_dir"]))
-    assert (kept["odd"]["outcome"], kept["odd"]["by"], kept["odd"]["reason"]) == ("rejected", "harness", reason)
+    assert (kept["odd"]["outcome"], kept["odd"]["by"],
+            kept["odd"]["reason"]) == ("rejected", "harness", reason)
     assert "score" not in kept["odd"] and kept["good"]["score"] == 1.0
     assert f"odd: expected acceptance, but rejected: {reason}" in summary["problems"]
 
 
 def test_a_good_scorer_below_min_fails_naming_the_lowest(project: Path) -> None:
-    docs = [("right", "abc", {"expected": "ABC"}), ("wrong", "def", {"expected": "nope"}), ("free", "ghi", {})]
+    docs = [("right", "abc", {"expected": "ABC"}), ("wrong", "def", {"expected": "nope"}),
+            ("free", "ghi", {})]
     with_scorer(project, docs, {"scorer": "src.score:score", "min": 0.9}, drop_min=True)
     code, summary = pilot(project)
     assert code == 1 and summary["quality"] == pytest.approx(0.625)
     assert summary["min_quality"] == 0.9
-    assert any(p.startswith("quality 0.625 < min_quality 0.9 over 2 scored answer(s): lowest wrong (0.250)")
+    assert any(p.startswith(
+        "quality 0.625 < min_quality 0.9 over 2 scored answer(s): lowest wrong (0.250)")
                for p in summary["problems"]), summary["problems"]
     kept = records(Path(summary["run_dir"]))
     assert kept["right"]["score"] == 1.0 and kept["wrong"]["score"] == 0.25 and "score" not in kept["free"]
 
 
 def test_a_good_scorer_above_min_passes(project: Path) -> None:
-    docs = [("right", "abc", {"expected": "ABC"}), ("wrong", "def", {"expected": "nope"}), ("free", "ghi", {}),
+    docs = [("right", "abc", {"expected": "ABC"}), ("wrong", "def", {"expected": "nope"}),
+            ("free", "ghi", {}),
             ("refused", "ERROR no", {"expect": "reject"})]
     with_scorer(project, docs, {"scorer": "src.score:score", "min": 0.6}, drop_min=True)
     code, summary = pilot(project)
     assert code == 0, summary["problems"]
-    assert (summary["verdict"], summary["quality"], summary["min_quality"]) == ("pass", pytest.approx(0.625), 0.6)
+    assert (summary["verdict"], summary["quality"],
+            summary["min_quality"]) == ("pass", pytest.approx(0.625), 0.6)
     params = json.loads((Path(summary["run_dir"]) / "params.json").read_text())
     text = json.dumps(params)
     assert "src/score.py" in text and hashlib.sha256(SCORER.encode()).hexdigest() in text
@@ -114,7 +121,8 @@ def test_min_quality_alone_still_judges_a_scorer(project: Path) -> None:
     docs = [("right", "abc", {"expected": "ABC"}), ("wrong", "def", {"expected": "nope"})]
     with_scorer(project, docs, {"scorer": "src.score:score"}, min_quality=0.7)
     code, summary = pilot(project)
-    assert code == 1 and summary["min_quality"] == 0.7 and summary["quality"] == pytest.approx(0.625)
+    assert code == 1 and summary["min_quality"] == 0.7 and summary["quality"] == pytest.approx(
+        0.625)
 
 
 # ---------------------------------------------------------------- a scorer that is not the project's own
@@ -125,12 +133,14 @@ def _refused(project: Path, place: str, said: str, *, validate_too: bool = True)
     if validate_too:
         checked = invoke("validate", project)
         assert checked.exit_code == 2, checked.output
-        assert any(f"{project / CONFIG}: {place}" in line and said in line for line in checked.stderr.splitlines()), \
+        assert any(f"{project / CONFIG}: {place}" in line and said in line
+                   for line in checked.stderr.splitlines()), \
             checked.stderr
     piloted = invoke("pilot", project)
     assert piloted.exit_code == 2, piloted.output
     lines = piloted.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"{project / CONFIG}: {place}: " in lines[0] and said in lines[0], piloted.stderr
+    assert len(
+        lines) == 1 and f"{project / CONFIG}: {place}: " in lines[0] and said in lines[0], piloted.stderr
     assert "Traceback" not in piloted.output
     assert tree_snapshot(project) == before  # no run folder, no bytecode
 
@@ -140,21 +150,25 @@ def _refused(project: Path, place: str, said: str, *, validate_too: bool = True)
     ("json.decoder:scanstring", "not the project's own function: module 'json.decoder' not found"),
     ("src.nowhere:score", "not the project's own function: module 'src.nowhere' not found"),
 ])
-def test_a_scorer_outside_the_project_is_exit_2_nothing_written(project: Path, scorer: str, said: str) -> None:
+def test_a_scorer_outside_the_project_is_exit_2_nothing_written(
+    project: Path, scorer: str, said: str) -> None:
     with_scorer(project, [("a", "abc", {"expected": "ABC"})], {"scorer": scorer})
     _refused(project, "$.quality.scorer", said)
 
 
 @pytest.mark.parametrize(("scorer", "said"), [
-    ("src.score:NOT_CALLABLE", "src.score has no function 'NOT_CALLABLE' (entry src.score:NOT_CALLABLE); define "
-                               "NOT_CALLABLE(item, answer, expected) -> a number in [0, 1]"),
+    ("src.score:NOT_CALLABLE",
+     "src.score has no function 'NOT_CALLABLE' (entry src.score:NOT_CALLABLE); define "
+     "NOT_CALLABLE(item, answer, expected) -> a number in [0, 1]"),
     ("src.score:missing", "src.score has no function 'missing'"),
     ("src.broken:score", "cannot import src.broken (entry src.broken:score)"),
 ])
-def test_a_scorer_that_is_not_a_function_is_exit_2_nothing_written(project: Path, scorer: str, said: str) -> None:
+def test_a_scorer_that_is_not_a_function_is_exit_2_nothing_written(
+    project: Path, scorer: str, said: str) -> None:
     with_scorer(project, [("a", "abc", {"expected": "ABC"})], {"scorer": scorer})
     (project / "src/broken.py").write_text("raise RuntimeError('broken at import')\n")
-    _refused(project, "$.quality.scorer", said, validate_too=False)  # validate never runs the project's code
+    # validate never runs the project's code
+    _refused(project, "$.quality.scorer", said, validate_too=False)
 
 
 def test_a_scorer_for_the_category_kind_is_refused(project: Path) -> None:
@@ -162,7 +176,9 @@ def test_a_scorer_for_the_category_kind_is_refused(project: Path) -> None:
     data = json.loads(path.read_text())
     data["quality"] = {"scorer": "src.classify:predict"}
     path.write_text(json.dumps(data, indent=2))
-    _refused(project, "$.quality.scorer", "the category kind's quality is accuracy against the manifest's labels")
+    _refused(
+        project, "$.quality.scorer",
+        "the category kind's quality is accuracy against the manifest's labels")
 
 
 def test_min_quality_and_quality_min_together_are_refused(project: Path) -> None:
@@ -172,7 +188,8 @@ def test_min_quality_and_quality_min_together_are_refused(project: Path) -> None
 
 @pytest.mark.parametrize(("quality", "place"), [({}, "$.quality"), ({"min": 2}, "$.quality.min"),
                                                 ({"scorer": "src/score.py"}, "$.quality.scorer"),
-                                                ({"scorer": "src.score:score", "weight": 1}, "$.quality"),
+                                                ({"scorer": "src.score:score", "weight": 1},
+                                                 "$.quality"),
                                                 ("src.score:score", "$.quality")])
 def test_a_malformed_quality_is_refused(project: Path, quality: Any, place: str) -> None:
     with_scorer(project, [("a", "abc", {"expected": "ABC"})], quality, drop_min=True)
@@ -190,7 +207,8 @@ def predict(items):
 def corpus_project(project: Path, output: dict[str, Any], **extra: Any) -> Path:
     corpus = project / "data/corpus/corpus.jsonl"
     corpus.parent.mkdir(parents=True)
-    corpus.write_text("".join(json.dumps({"id": f"r-{n}", "text": "word " * n}) + "\n" for n in range(1, 6)))
+    corpus.write_text(
+        "".join(json.dumps({"id": f"r-{n}", "text": "word " * n}) + "\n" for n in range(1, 6)))
     (project / "src/corpusapp.py").write_text(CORPUS_APP)
     path = project / CONFIG
     data = json.loads(path.read_text())
@@ -217,18 +235,22 @@ def test_a_corpus_without_expectations_still_fails_on_its_accounting(project: Pa
     corpus_project(project, {"kind": "text", "max_chars": 8})  # "WORD WORD WORD" is longer
     code, summary = pilot(project)
     assert code == 1 and summary["accepted"] == 1
-    assert any(p.startswith("r-2: the output is 10 characters, over max_chars 8") for p in summary["problems"])
+    assert any(p.startswith("r-2: the output is 10 characters, over max_chars 8")
+               for p in summary["problems"])
 
 
 def test_min_quality_stays_required_where_something_can_be_expected(project: Path) -> None:
-    corpus_project(project, TEXT, manifest="data/corpus/manifest.json")  # a manifest can hold expected answers
+    # a manifest can hold expected answers
+    corpus_project(project, TEXT, manifest="data/corpus/manifest.json")
     data = json.loads((project / CONFIG).read_text())
-    assert ("$", "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): a manifest's "
-                 "labels and expected answers are judged against it") in config_problems(data)
+    assert ("$",
+            "missing required key 'min_quality'; add it (or \"quality\": {\"min\": ...}): a "
+            "manifest's labels and expected answers are judged against it") in config_problems(data)
 
 
 def test_a_category_corpus_without_a_manifest_needs_no_min_quality(project: Path) -> None:
-    corpus_project(project, {"kind": "category", "categories": ["a"]})  # no labels: nothing to be accurate against
+    # no labels: nothing to be accurate against
+    corpus_project(project, {"kind": "category", "categories": ["a"]})
     assert config_problems(json.loads((project / CONFIG).read_text())) == []
 
 
@@ -250,8 +272,10 @@ def test_todays_template_resolves_as_before(project: Path) -> None:
     expected = {
         "config_file": CONFIG, "inputs": "data/pilot", "manifest": "data/pilot/manifest.json",
         "manifest_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
-        "categories": template["categories"], "entry": template["entry"], "batch_size": template["batch_size"],
-        "device": template["device"], "max_input_bytes": template["max_input_bytes"], "min_quality": 0.9,
+        "categories": template["categories"], "entry": template["entry"],
+        "batch_size": template["batch_size"],
+        "device": template["device"], "max_input_bytes": template["max_input_bytes"],
+        "min_quality": 0.9,
         "runs": "runs", "stop": {key: float(v) if key != "max_rejected" and v is not None else v
                                  for key, v in template["stop"].items()},
     }
@@ -260,11 +284,13 @@ def test_todays_template_resolves_as_before(project: Path) -> None:
 
 
 def test_the_scorer_and_its_code_are_part_of_the_run(project: Path) -> None:
-    with_scorer(project, [("a", "abc", {"expected": "ABC"})], {"scorer": "src.score:score", "min": 0.5},
+    with_scorer(project, [("a", "abc", {"expected": "ABC"})],
+                {"scorer": "src.score:score", "min": 0.5},
                 drop_min=True)
     first = load_pilot(project).resolved()
     assert first["min_quality"] == 0.5
-    assert first["quality"] == {"scorer": "src.score:score", "min": 0.5, "scorer_file": "src/score.py",
+    assert first["quality"] == {"scorer": "src.score:score", "min": 0.5,
+                                "scorer_file": "src/score.py",
                                 "scorer_sha256": hashlib.sha256(SCORER.encode()).hexdigest()}
     (project / "src/score.py").write_text(SCORER + "\n# changed\n")
     assert params_hash(load_pilot(project).resolved()) != params_hash(first)
@@ -275,18 +301,23 @@ def test_the_scorer_and_its_code_are_part_of_the_run(project: Path) -> None:
 
 @pytest.mark.parametrize(("output", "expected", "said"), [
     (TEXT, 42, "expected the reference text, got int"),
-    ({"kind": "text", "max_chars": 5}, "ABCDEF", "6 characters, over max_chars 5; no answer could match it"),
-    ({"kind": "vector", "dim": 3}, [1.0, 2.0], "expected a list of 3 finite numbers (the reference vector)"),
-    ({"kind": "vector", "dim": 3}, [1.0, "2", 3.0], "expected a list of 3 finite numbers (the reference vector)"),
+    ({"kind": "text", "max_chars": 5}, "ABCDEF",
+     "6 characters, over max_chars 5; no answer could match it"),
+    ({"kind": "vector", "dim": 3},
+     [1.0, 2.0], "expected a list of 3 finite numbers (the reference vector)"),
+    ({"kind": "vector", "dim": 3},
+     [1.0, "2", 3.0], "expected a list of 3 finite numbers (the reference vector)"),
 ])
 def test_validate_refuses_an_expected_output_of_another_shape(project: Path, output: dict[str, Any],
                                                               expected: Any, said: str) -> None:
-    make_project(project, output, TEXT_ANSWERS, [("a", "abc", {}), ("b", "abd", {"expected": expected})])
+    make_project(project, output, TEXT_ANSWERS,
+                 [("a", "abc", {}), ("b", "abd", {"expected": expected})])
     before = tree_snapshot(project)
     manifest = project / "data/pilot/manifest.json"
     checked = invoke("validate", project)
     assert checked.exit_code == 2, checked.output
-    assert any(f"{manifest}: $.documents[1].expected: {said}" in line for line in checked.stderr.splitlines()), \
+    assert any(f"{manifest}: $.documents[1].expected: {said}" in line
+               for line in checked.stderr.splitlines()), \
         checked.stderr
     piloted = invoke("pilot", project)
     lines = piloted.stderr.strip().splitlines()
@@ -304,7 +335,9 @@ def test_an_expected_text_with_line_breaks_is_kept_and_compared_exactly(project:
     make_project(project, TEXT, TEXT_ANSWERS, docs, min_quality=0.5)
     checked = invoke("validate", project)
     assert checked.exit_code == 0, checked.output
-    assert [d.expected for d in load_pilot(project).documents] == ["LINE ONE\nLINE TWO", "LINE ONE\r\nLINE TWO", None]
+    assert [d.expected
+            for d in load_pilot(project).documents] == [
+                "LINE ONE\nLINE TWO", "LINE ONE\r\nLINE TWO", None]
     code, summary = pilot(project)
     assert code == 0, summary["problems"]
     kept = records(Path(summary["run_dir"]))
@@ -315,24 +348,29 @@ def test_an_expected_text_with_line_breaks_is_kept_and_compared_exactly(project:
 # ---------------------------------------------------------------- the schema editors read says the same
 
 TODAY = {"inputs": "data/pilot", "manifest": "data/pilot/manifest.json", "categories": ["a", "b"],
-         "entry": "src.classify:predict", "batch_size": 4, "device": "auto", "max_input_bytes": 65536,
+         "entry": "src.classify:predict", "batch_size": 4, "device": "auto",
+         "max_input_bytes": 65536,
          "min_quality": 0.9, "runs": "runs"}
-CORPUS = {**{k: v for k, v in TODAY.items() if k not in ("inputs", "manifest", "categories", "min_quality")},
+CORPUS = {**{k: v for k,
+             v in TODAY.items() if k not in ("inputs", "manifest", "categories", "min_quality")},
           "inputs": {"jsonl": "data/corpus/corpus.jsonl"}, "output": TEXT}
 SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("today", TODAY),
     ("today without min_quality", {k: v for k, v in TODAY.items() if k != "min_quality"}),
-    ("today with quality.min", {**{k: v for k, v in TODAY.items() if k != "min_quality"}, "quality": {"min": 0.5}}),
+    ("today with quality.min",
+     {**{k: v for k, v in TODAY.items() if k != "min_quality"}, "quality": {"min": 0.5}}),
     ("today with both", {**TODAY, "quality": {"min": 0.5}}),
     ("today with a scorer", {**TODAY, "quality": {"scorer": "src.score:score"}}),
     ("corpus without min", CORPUS),
     ("corpus with a manifest, without min", {**CORPUS, "manifest": "data/corpus/manifest.json"}),
     ("corpus with a manifest and quality", {**CORPUS, "manifest": "data/corpus/manifest.json",
                                             "quality": {"scorer": "src.score:score", "min": 0.8}}),
-    ("corpus of categories without min", {**CORPUS, "output": {"kind": "category", "categories": ["a"]}}),
+    ("corpus of categories without min",
+     {**CORPUS, "output": {"kind": "category", "categories": ["a"]}}),
     ("corpus with a scorer alone", {**CORPUS, "quality": {"scorer": "src.score:score"}}),
-    ("folder of text without min", {**{k: v for k, v in TODAY.items() if k not in ("categories", "min_quality")},
-                                    "output": TEXT}),
+    ("folder of text without min",
+     {**{k: v for k, v in TODAY.items() if k not in ("categories", "min_quality")},
+      "output": TEXT}),
     ("quality empty", {**CORPUS, "quality": {}}),
     ("quality min out of range", {**CORPUS, "quality": {"min": 1.5}}),
     ("quality scorer a path", {**CORPUS, "quality": {"scorer": "src/score.py"}}),

@@ -27,7 +27,8 @@ def test_each_shipped_schema_is_a_valid_draft_2020_12_schema(path: Path) -> None
     schema = json.loads(path.read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     name = path.name.removesuffix(".schema.json")
-    assert json.loads(schema_path(name).read_text(encoding="utf-8")) == schema  # the copy kdkit loads
+    # the copy kdkit loads
+    assert json.loads(schema_path(name).read_text(encoding="utf-8")) == schema
 
 
 def test_a_broken_schema_is_caught_by_that_check() -> None:

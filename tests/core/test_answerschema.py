@@ -31,7 +31,8 @@ def nested(depth: int, kind: str = "list") -> Any:
 
 def test_supported_is_the_subset_and_nothing_more() -> None:
     assert ANNOTATIONS | {
-        "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
+        "type", "enum", "const", "properties", "required", "additionalProperties", "items",
+        "minItems",
         "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "minimum", "maximum",
         "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "not"} == SUPPORTED
 
@@ -40,39 +41,47 @@ def test_supported_is_the_subset_and_nothing_more() -> None:
 
 
 GOOD_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "x", "title": "t", "description": "d",
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "x", "title": "t",
+    "description": "d",
     "default": {}, "examples": [{}], "$comment": "c",
     "type": "object", "required": ["label", "tags"], "additionalProperties": False,
     "properties": {
         "label": {"enum": ["cat", "dog"]}, "kind": {"const": "pet"},
-        "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 9, "pattern": "^[a-z]+$"},
+        "tags": {"type": "array",
+                 "items": {"type": "string", "minLength": 1, "maxLength": 9, "pattern": "^[a-z]+$"},
                  "minItems": 0, "maxItems": 5, "uniqueItems": True},
         "score": {"type": ["number", "null"], "minimum": 0, "maximum": 1.5, "exclusiveMinimum": -1,
                   "exclusiveMaximum": 2},
-        "extra": {"anyOf": [{"type": "string"}, True], "oneOf": [{"type": "string"}, {"not": {"type": "string"}}],
+        "extra": {"anyOf": [{"type": "string"}, True],
+                  "oneOf": [{"type": "string"}, {"not": {"type": "string"}}],
                   "allOf": [{}, {"not": False}]},
         "any": True, "none": False,
     },
 }
 
 
-@pytest.mark.parametrize("schema", [GOOD_SCHEMA, True, False, {}, {"additionalProperties": {"type": "integer"}},
-                                    {"minItems": 3.0}, {"type": ["integer"]}, {"required": []}])
+@pytest.mark.parametrize("schema",
+                         [GOOD_SCHEMA, True, False, {},
+                          {"additionalProperties": {"type": "integer"}},
+                          {"minItems": 3.0}, {"type": ["integer"]}, {"required": []}])
 def test_a_schema_of_the_subset_has_no_problem(schema: Any) -> None:
     assert schema_problems(schema) == []
 
 
 @pytest.mark.parametrize("keyword", ["$ref", "$defs", "definitions", "format", "if", "then", "else",
                                      "patternProperties", "dependentRequired", "dependentSchemas",
-                                     "unevaluatedProperties", "unevaluatedItems", "contains", "prefixItems",
-                                     "propertyNames", "minProperties", "multipleOf", "$anchor", "nullable"])
+                                     "unevaluatedProperties", "unevaluatedItems", "contains",
+                                     "prefixItems",
+                                     "propertyNames", "minProperties",
+                                     "multipleOf", "$anchor", "nullable"])
 def test_every_other_keyword_is_refused_naming_it_and_the_supported_ones(keyword: str) -> None:
     problems = schema_problems({"type": "object", "properties": {"name": {keyword: {}}}})
     assert len(problems) == 1
     path, message = problems[0]
     assert path == f"$.properties.name[{json.dumps(keyword)}]" if keyword.startswith("$") else \
         path == f"$.properties.name.{keyword}"
-    assert message.startswith(f"unsupported keyword {json.dumps(keyword)}; supported: type, enum, const,")
+    assert message.startswith(
+        f"unsupported keyword {json.dumps(keyword)}; supported: type, enum, const,")
     assert all(supported in message for supported in SUPPORTED)
 
 
@@ -88,9 +97,12 @@ def test_every_other_keyword_is_refused_naming_it_and_the_supported_ones(keyword
     ({"required": ["a", 1]}, "$.required", "must be a list of distinct property names (strings)"),
     ({"required": ["a", "a"]}, "$.required", "must be a list of distinct property names (strings)"),
     ({"properties": []}, "$.properties", "must be an object mapping property names to schemas"),
-    ({"properties": {"a": 1}}, "$.properties.a", "a schema must be an object or a boolean, not integer"),
-    ({"additionalProperties": "no"}, "$.additionalProperties", "a schema must be an object or a boolean, not string"),
-    ({"items": [{"type": "string"}]}, "$.items", "must be one schema (an object or a boolean); the list form"),
+    ({"properties": {"a": 1}}, "$.properties.a",
+     "a schema must be an object or a boolean, not integer"),
+    ({"additionalProperties": "no"}, "$.additionalProperties",
+     "a schema must be an object or a boolean, not string"),
+    ({"items": [{"type": "string"}]}, "$.items",
+     "must be one schema (an object or a boolean); the list form"),
     ({"items": None}, "$.items", "a schema must be an object or a boolean, not null"),
     ({"minItems": -1}, "$.minItems", "must be a non-negative integer"),
     ({"maxItems": 1.5}, "$.maxItems", "must be a non-negative integer"),
@@ -98,11 +110,14 @@ def test_every_other_keyword_is_refused_naming_it_and_the_supported_ones(keyword
     ({"maxLength": "3"}, "$.maxLength", "must be a non-negative integer"),
     ({"uniqueItems": 1}, "$.uniqueItems", "must be true or false"),
     ({"pattern": 5}, "$.pattern", "must be a string (a Python regular expression)"),
-    ({"pattern": "["}, "$.pattern", "not a valid Python regular expression: unterminated character set"),
-    ({"pattern": "a{99999999999}"}, "$.pattern", "not a usable Python regular expression (OverflowError)"),
+    ({"pattern": "["}, "$.pattern",
+     "not a valid Python regular expression: unterminated character set"),
+    ({"pattern": "a{99999999999}"}, "$.pattern",
+     "not a usable Python regular expression (OverflowError)"),
     ({"minimum": "0"}, "$.minimum", "must be a number"),
     ({"maximum": True}, "$.maximum", "must be a number"),
-    ({"exclusiveMinimum": True}, "$.exclusiveMinimum", "must be a number (draft 2020-12; the boolean form"),
+    ({"exclusiveMinimum": True}, "$.exclusiveMinimum",
+     "must be a number (draft 2020-12; the boolean form"),
     ({"exclusiveMaximum": None}, "$.exclusiveMaximum", "must be a number (draft 2020-12"),
     ({"anyOf": {}}, "$.anyOf", "must be a non-empty list of schemas"),
     ({"oneOf": []}, "$.oneOf", "must be a non-empty list of schemas"),
@@ -114,7 +129,8 @@ def test_every_other_keyword_is_refused_naming_it_and_the_supported_ones(keyword
     ({"enum": [{1: 2}]}, "$.enum[0]", "an object key that is not a string (not JSON)"),
     ({"const": {1, 2}}, "$.const", "not a JSON value (a Python set)"),
 ])
-def test_a_malformed_keyword_value_is_a_problem_at_its_path(schema: Any, path: str, message: str) -> None:
+def test_a_malformed_keyword_value_is_a_problem_at_its_path(
+    schema: Any, path: str, message: str) -> None:
     problems = schema_problems(schema)
     assert len(problems) == 1, problems
     assert problems[0][0] == path
@@ -146,7 +162,8 @@ def test_a_schema_nested_deeper_than_64_levels_is_refused_once() -> None:
     for _ in range(63):
         at_limit = {"not": at_limit}
     assert schema_problems(at_limit) == []
-    assert schema_problems({"not": at_limit}) == [("$" + ".not" * 64, "nested deeper than 64 levels")]
+    assert schema_problems({"not": at_limit}) == [
+        ("$" + ".not" * 64, "nested deeper than 64 levels")]
 
 
 def test_a_key_with_control_characters_is_escaped_in_the_path() -> None:
@@ -210,7 +227,8 @@ def test_a_key_with_control_characters_is_escaped_in_the_path() -> None:
      "$.b: property not allowed (additionalProperties is false)"),
     ({"additionalProperties": False}, {}, None),
     ({"additionalProperties": True}, {"z": 1}, None),
-    ({"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}, {"a": "x", "b": 2, "c": 3}, None),
+    ({"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+     {"a": "x", "b": 2, "c": 3}, None),
     ({"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}, {"a": "x", "b": 2.5},
      "$.b: expected integer, got number"),
     # items, minItems, maxItems, uniqueItems
@@ -226,7 +244,8 @@ def test_a_key_with_control_characters_is_escaped_in_the_path() -> None:
     ({"maxItems": 1}, [1, 2], "$: 2 items, more than maxItems 1"),
     ({"uniqueItems": True}, [1, "1", True, None, [1], {"a": 1}], None),
     ({"uniqueItems": True}, [1, 2, 1.0], "$[2]: a duplicate of item 0 (uniqueItems)"),
-    ({"uniqueItems": True}, [{"a": 1, "b": 2}, {"b": 2, "a": 1}], "$[1]: a duplicate of item 0 (uniqueItems)"),
+    ({"uniqueItems": True},
+     [{"a": 1, "b": 2}, {"b": 2, "a": 1}], "$[1]: a duplicate of item 0 (uniqueItems)"),
     ({"uniqueItems": False}, [1, 1], None),
     # minLength, maxLength (code points), pattern (re.search)
     ({"minLength": 2}, "ab", None),
@@ -283,16 +302,19 @@ def test_a_wrong_type_is_named_before_other_rules_whatever_the_order() -> None:
 
 
 def test_nested_paths_name_the_place_in_the_value() -> None:
-    assert answer_problem(GOOD_SCHEMA["examples"][0], GOOD_SCHEMA) == '$: missing required property "label"'
+    assert answer_problem(
+        GOOD_SCHEMA["examples"][0], GOOD_SCHEMA) == '$: missing required property "label"'
     answer = {"label": "cat", "tags": ["ok", "Bad"]}
     assert answer_problem(answer, GOOD_SCHEMA) == '$.tags[1]: does not match the pattern "^[a-z]+$"'
     assert answer_problem({"label": "cat", "tags": [], "score": True}, GOOD_SCHEMA) == \
         "$.score: expected number or null, got boolean"
     assert answer_problem({"label": "cat", "tags": [], "none": 1}, GOOD_SCHEMA) == \
         "$.none: no value is allowed here (the schema is false)"
-    assert answer_problem({"label": "cat", "tags": [], "score": 0.5, "any": [{}]}, GOOD_SCHEMA) is None
+    assert answer_problem(
+        {"label": "cat", "tags": [], "score": 0.5, "any": [{}]}, GOOD_SCHEMA) is None
     deep = {"properties": {"a b": {"items": {"properties": {"c": {"type": "string"}}}}}}
-    assert answer_problem({"a b": [{"c": "x"}, {"c": 1}]}, deep) == '$["a b"][1].c: expected string, got integer'
+    assert answer_problem(
+        {"a b": [{"c": "x"}, {"c": 1}]}, deep) == '$["a b"][1].c: expected string, got integer'
 
 
 def test_an_odd_key_of_the_answer_is_escaped_and_cut_in_the_message() -> None:
@@ -310,7 +332,8 @@ def test_the_message_fits_the_limit_and_keeps_the_rule() -> None:
     full = answer_problem(value, schema, limit=1000)
     assert full == f"$[0][0][0].{'x' * 60}: expected string, got integer"
     short = answer_problem(value, schema, limit=60)
-    assert short is not None and len(short) <= 60 and short.endswith(": expected string, got integer")
+    assert short is not None and len(short) <= 60 and short.endswith(
+        ": expected string, got integer")
     assert short.startswith("$…")
     tiny = answer_problem(value, schema, limit=1)
     assert tiny is not None and 0 < len(tiny) <= 16
@@ -320,7 +343,8 @@ def test_the_message_fits_the_limit_and_keeps_the_rule() -> None:
 def test_a_10000_deep_answer_is_a_problem_not_a_crash(kind: str) -> None:
     value = nested(10_000, kind)
     for schema in (True, {}, {"type": ["array", "object"]}, {"items": {"items": {}}},
-                   {"properties": {"a": {"properties": {"a": {}}}}}, {"uniqueItems": True}, {"enum": [1]}):
+                   {"properties": {"a": {"properties": {"a": {}}}}}, {"uniqueItems": True},
+                   {"enum": [1]}):
         message = answer_problem(value, schema)
         assert message is not None and message.endswith(": nested deeper than 64 levels"), message
 
@@ -328,7 +352,8 @@ def test_a_10000_deep_answer_is_a_problem_not_a_crash(kind: str) -> None:
 def test_an_answer_of_64_levels_is_checked_and_65_is_refused() -> None:
     assert answer_problem(nested(64), {"type": "array"}) is None
     assert answer_problem(nested(64, "dict"), {"const": nested(64, "dict")}) is None
-    assert answer_problem(nested(65), True, limit=400) == "$" + "[0]" * 64 + ": nested deeper than 64 levels"
+    assert answer_problem(nested(65),
+                          True, limit=400) == "$" + "[0]" * 64 + ": nested deeper than 64 levels"
 
 
 @pytest.mark.parametrize(("value", "message"), [
@@ -343,13 +368,17 @@ def test_a_value_that_is_not_json_is_a_problem(value: Any, message: str) -> None
 
 
 @pytest.mark.parametrize(("schema", "value"), [
-    ({"format": "email"}, "x"), ({"minimum": "3"}, 5), ({"type": 5}, 5), ({"pattern": "["}, "x"), ({"enum": 5}, 1),
-    ({"items": [{}]}, [1]), ({"properties": [1]}, {"a": 1}), ({"anyOf": 7}, 1), ("schema", 1), ({"const": {1}}, 1),
-    (nested(5_000, "dict"), {"a": 1}), ({"not": {"format": "email"}}, "x"), ({"not": {"not": {"not": "x"}}}, 1),
+    ({"format": "email"}, "x"), ({"minimum": "3"}, 5), ({"type": 5}, 5), ({"pattern": "["}, "x"),
+    ({"enum": 5}, 1),
+    ({"items": [{}]}, [1]), ({"properties": [1]}, {"a": 1}), ({"anyOf": 7}, 1), ("schema", 1),
+    ({"const": {1}}, 1),
+    (nested(5_000, "dict"), {"a": 1}), ({"not": {"format": "email"}}, "x"),
+    ({"not": {"not": {"not": "x"}}}, 1),
     ({"anyOf": [{"$ref": "#"}, {"type": "string"}]}, 1), ({"oneOf": [{"$ref": "#"}]}, 1),
     ({"allOf": [{"not": {"not": {"$ref": "#"}}}]}, 1),
 ])
-def test_an_unchecked_bad_schema_that_applies_gives_a_message_never_an_exception(schema: Any, value: Any) -> None:
+def test_an_unchecked_bad_schema_that_applies_gives_a_message_never_an_exception(
+    schema: Any, value: Any) -> None:
     message = answer_problem(value, schema)
     assert isinstance(message, str) and message.startswith("$"), message
 

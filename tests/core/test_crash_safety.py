@@ -39,7 +39,8 @@ def predict(items):
 '''
 # Where a trial's kill falls: a third each from the start (interpreter, git, the run folder, the app's
 # process and its torch), the batches (after the first line), and the closing (after summary.json).
-WINDOWS = (("start", None, 0.6), ("batches", "results.jsonl", 1.0), ("closing", "summary.json", 0.004))
+WINDOWS = (("start", None, 0.6), ("batches", "results.jsonl", 1.0),
+           ("closing", "summary.json", 0.004))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def staged(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name or p.name.endswith(".tmp")) \
+    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name
+                  or p.name.endswith(".tmp")) \
         if folder.is_dir() else []
 
 
@@ -73,10 +75,13 @@ def test_sigkill_of_the_pilot_at_a_random_point(template: Path, tmp_path: Path, 
     window, after, longest = WINDOWS[trial % len(WINDOWS)]
     delay = random.Random(trial).uniform(0.0, longest)
     run_dir = project / "runs" / "crash"
-    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--run-id", "crash",
-                                "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project),
+                                "--run-id", "crash",
+                                "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while after is not None and not ((after == "results.jsonl" and phase(run_dir) == "during the batches")
+    while after is not None \
+            and not ((after == "results.jsonl" and phase(run_dir) == "during the batches")
                                      or (after == "summary.json" and (run_dir / after).exists())):
         assert process.poll() is None and time.monotonic() < deadline, "the pilot ended before the kill"
         time.sleep(0.005)
@@ -88,7 +93,8 @@ def test_sigkill_of_the_pilot_at_a_random_point(template: Path, tmp_path: Path, 
     if run_dir.exists():  # never half-written: the folder appears whole, with its parameters
         assert json.loads((run_dir / "params.json").read_text())["run_id"] == "crash"
         assert (run_dir / "results.jsonl").is_file()
-        complete = (run_dir / "results.jsonl").read_bytes().split(b"\n")[:-1]  # a torn last line may follow
+        # a torn last line may follow
+        complete = (run_dir / "results.jsonl").read_bytes().split(b"\n")[:-1]
         ids = Counter(json.loads(line)["id"] for line in complete)
         assert all(n == 1 for n in ids.values()), ids
 
@@ -96,7 +102,8 @@ def test_sigkill_of_the_pilot_at_a_random_point(template: Path, tmp_path: Path, 
         result = invoke("pilot", project, "--run-id", "crash", "--json")
     elif (run_dir / "SHA256SUMS").exists():
         result = invoke("pilot", project, "--resume", "crash", "--json")
-        assert result.exit_code == 2 and "finished" in result.stderr  # the finished run is kept as it was
+        # the finished run is kept as it was
+        assert result.exit_code == 2 and "finished" in result.stderr
         assert invoke("copy-out", run_dir, "--verify").exit_code == 0
     else:
         result = invoke("pilot", project, "--resume", "crash", "--json")
@@ -104,13 +111,16 @@ def test_sigkill_of_the_pilot_at_a_random_point(template: Path, tmp_path: Path, 
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["verdict"] == "pass"
     lines = (run_dir / "results.jsonl").read_text().splitlines()
-    assert Counter(json.loads(line)["id"] for line in lines) == Counter(f"doc-{n:02d}" for n in range(1, 13))
+    assert Counter(json.loads(line)["id"]
+                   for line in lines) == Counter(f"doc-{n:02d}" for n in range(1, 13))
     assert staged(project / "runs") == [] and staged(run_dir) == []
 
 
-def test_the_next_pilot_removes_what_a_killed_one_was_making_and_says_so(template: Path, tmp_path: Path) -> None:
+def test_the_next_pilot_removes_what_a_killed_one_was_making_and_says_so(
+    template: Path, tmp_path: Path) -> None:
     project = shutil.copytree(template, tmp_path / "proj")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True,
                           check=True).stdout.strip()
     left = project / "runs" / f".crash.partial-{dead}"
     left.mkdir(parents=True)
@@ -131,12 +141,14 @@ def big_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.mkdir()
     run = RunFolder(path)
     for batch in range(300):
-        run.append([{"id": f"d{batch:04d}-{k:03d}", "outcome": "accepted", "category": "invoice", "batch": batch,
+        run.append([{"id": f"d{batch:04d}-{k:03d}", "outcome": "accepted", "category": "invoice",
+                     "batch": batch,
                      "sha256": "0" * 64, "note": "x" * 600} for k in range(128)])
     run.close()
     for name, data in (("params.json", {"run_id": path.name}), ("env.json", {"verdict": "pass"}),
-                       ("summary.json", {"kind": "pilot", "verdict": "pass", "stopped": None, "total": 300 * 128,
-                                         "accepted": 300 * 128, "rejected": 0})):  # reloadable: counts agree
+                       ("summary.json",
+                        {"kind": "pilot", "verdict": "pass", "stopped": None, "total": 300 * 128,
+                         "accepted": 300 * 128, "rejected": 0})):  # reloadable: counts agree
         run.write_json(name, data)
     run.write_text("summary.md", "# big\n")
     run.write_sums()
@@ -148,7 +160,8 @@ def test_sigkill_of_copy_out_at_a_random_point(big_run: Path, tmp_path: Path, tr
     dest = tmp_path / "dest"
     dest.mkdir()
     delay = random.Random(1000 + trial).uniform(0.0, 0.6)
-    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "copy-out", str(big_run), str(dest)], cwd=REPO,
+    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "copy-out", str(big_run),
+                                str(dest)], cwd=REPO,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
     process.send_signal(signal.SIGKILL)

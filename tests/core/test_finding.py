@@ -18,18 +18,22 @@ KDKIT = Path(__file__).resolve().parents[2] / "kdkit"
 def test_a_verdict_outside_the_list_is_refused() -> None:
     with pytest.raises(ValueError, match="verdict 'passed' is not one of"):
         Finding("check", "cpu", None, None, "", None, "passed", "why")
-    assert set(VERDICTS) >= {"ok", "info", "note", "skip", "unknown", "warn", "degraded", "fail", "refuse"}
+    assert set(VERDICTS) >= {"ok", "info", "note", "skip", "unknown", "warn",
+                             "degraded", "fail", "refuse"}
 
 
 def test_the_text_line_shows_the_reading_and_threshold_only_where_there_are_some() -> None:
-    measured = Finding("load", "load.gemm.sustained", 0, 0.5, "of the first 10 %", ">= 0.9", "degraded", "slow")
-    assert finding_line(measured) == ("DEGRADED gpu0    load.gemm.sustained = 0.5 of the first 10 % (threshold >= 0.9)"
-                                      ": slow")
+    measured = Finding("load", "load.gemm.sustained", 0, 0.5, "of the first 10 %",
+                       ">= 0.9", "degraded", "slow")
+    assert finding_line(
+        measured) == ("DEGRADED gpu0    load.gemm.sustained = 0.5 of the first 10 % (threshold >= "
+                                      "0.9): slow")
     unread = Finding("health", "driver.tool", None, None, "", None, "unknown", "no nvidia-smi")
     assert finding_line(unread) == "?        machine driver.tool = not read: no nvidia-smi"
     plain = Finding("check", "cpu", None, None, "", None, "fail", "made on macOS")
     assert finding_line(plain) == "FAIL     -       cpu: made on macOS"
-    env = Finding("env", "version", None, "2.0", "", "2.1", "fail", "beta: locked 2.1", where="beta")
+    env = Finding("env", "version", None, "2.0", "", "2.1", "fail",
+                  "beta: locked 2.1", where="beta")
     assert place(env) == "beta"
     assert finding_line(env) == "FAIL     beta    version = 2.0 (threshold 2.1): beta: locked 2.1"
 
@@ -39,11 +43,13 @@ def test_an_acceptance_point_with_a_verdict_of_another_family_is_refused_where_t
 
     with pytest.raises(ValueError, match=r"verdict outside .*: load.x: fail"):
         machine_verdict([Finding("load", "load.x", 0, 1.0, "", None, "fail", "bad")])
-    assert machine_verdict([Finding("load", "load.x", 0, 1.0, "", None, "degraded", "slow")]) == "degraded"
+    assert machine_verdict(
+        [Finding("load", "load.x", 0, 1.0, "", None, "degraded", "slow")]) == "degraded"
 
 
 def test_the_json_form_names_every_field_and_is_valid_json() -> None:
-    finding = Finding("load", "load.io", 1, [1.0, math.nan, {"x": math.inf}], "GB/s", None, "ok", "fine",
+    finding = Finding("load", "load.io", 1, [1.0, math.nan, {"x": math.inf}], "GB/s", None, "ok",
+                      "fine",
                       source="acceptance.json")
     plain = finding_json(finding)
     assert list(plain) == list(Finding.__slots__)
@@ -66,19 +72,24 @@ def test_each_check_family_makes_the_one_type() -> None:
 
     point = check_point("kernels", "ok", "carries sm_90", source="facts")
     difference = env_finding("version", "beta", "warning", "beta: locked 2.1", "2.1", "2.0", 4)
-    assert type(point) is Finding and (point.section, point.verdict, point.why) == ("check", "ok", "carries sm_90")
+    assert type(point) is Finding and (point.section,
+                                       point.verdict, point.why) == ("check", "ok", "carries sm_90")
     assert type(difference) is Finding
-    assert (difference.verdict, difference.where, difference.threshold, difference.reading, difference.source) == (
+    assert (difference.verdict, difference.where, difference.threshold,
+            difference.reading, difference.source) == (
         "warn", "beta", "2.1", "2.0", "line 4")
 
 
 def test_no_module_defines_another_point_or_finding_class() -> None:
     """A new check family makes kdkit.core.finding.Finding; it does not grow a result class of its
     own."""
-    found = [f"{path.relative_to(KDKIT).as_posix()}: {node.name}" for path in sorted(KDKIT.rglob("*.py"))
+    found = [f"{path.relative_to(KDKIT).as_posix()}: {node.name}"
+             for path in sorted(KDKIT.rglob("*.py"))
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-             if isinstance(node, ast.ClassDef) and node.name in ("Point", "Finding", "Outcome", "Problem")
-             and path.relative_to(KDKIT).as_posix() not in ("core/finding.py", "probe/train/supervise.py")]
+             if isinstance(node, ast.ClassDef)
+             and node.name in ("Point", "Finding", "Outcome", "Problem")
+             and path.relative_to(KDKIT).as_posix() not in ("core/finding.py",
+                                                            "probe/train/supervise.py")]
     assert found == KNOWN_OTHERS, found
 
 

@@ -20,7 +20,8 @@ from kdkit.core.heartbeat import Heartbeat, read_heartbeat
 from kdkit.core.runfolder import HEARTBEAT, read_run, run_folders
 from tests.conftest import DATA, REPO, invoke
 
-KEYS = {"run_id", "pid", "host", "state", "done", "total", "accepted", "rejected", "rejection_limit", "last_error",
+KEYS = {"run_id", "pid", "host", "state", "done", "total", "accepted", "rejected",
+        "rejection_limit", "last_error",
         "started", "updated", "max_seconds", "rate"}
 
 
@@ -36,13 +37,16 @@ def slow_project(project: Path, seconds: str = "0.2", **stop: Any) -> Path:
     return project
 
 
-def start_pilot(project: Path, logs: Path, *args: str, seconds: str = "0.2") -> subprocess.Popen[bytes]:
+def start_pilot(project: Path, logs: Path, *args: str,
+                seconds: str = "0.2") -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), *args], cwd=REPO,
                             env={**os.environ, "SLOW_SECONDS": seconds},
-                            stdout=logs.with_suffix(".out").open("wb"), stderr=logs.with_suffix(".err").open("wb"))
+                            stdout=logs.with_suffix(".out").open("wb"),
+                            stderr=logs.with_suffix(".err").open("wb"))
 
 
-def until(condition: Any, process: subprocess.Popen[bytes] | None = None, timeout: float = 300) -> Any:
+def until(condition: Any, process: subprocess.Popen[bytes] | None = None,
+          timeout: float = 300) -> Any:
     """Poll ``condition`` until it is truthy (a hang guard only, never a timing assertion)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -82,7 +86,8 @@ def test_the_writer_writes_at_most_once_a_second_and_atomically(tmp_path: Path) 
     assert read_heartbeat(tmp_path) is None
 
 
-def test_a_running_pilot_beats_and_status_reads_it_then_the_closed_run(project: Path, tmp_path: Path) -> None:
+def test_a_running_pilot_beats_and_status_reads_it_then_the_closed_run(
+    project: Path, tmp_path: Path) -> None:
     slow_project(project, max_rejected=7)
     process = start_pilot(project, tmp_path / "pilot", seconds="0.3")
     beat = until(lambda: running_heartbeat(project / "runs"), process)
@@ -95,7 +100,8 @@ def test_a_running_pilot_beats_and_status_reads_it_then_the_closed_run(project: 
     assert report["total"] == beat["total"] and report["rejection_limit"] == 7 and report["rate"] is not None
     assert process.wait(timeout=600) == 0
     (folder,) = run_folders(project / "runs")
-    assert not (folder / HEARTBEAT).exists()  # gone before the folder closed: SHA256SUMS never lists it
+    # gone before the folder closed: SHA256SUMS never lists it
+    assert not (folder / HEARTBEAT).exists()
     assert HEARTBEAT not in (folder / "SHA256SUMS").read_text()
     assert read_run(folder).verdict == "pass"
     done = json.loads(invoke("status", beat["run_id"], "--project", project, "--json").stdout)
@@ -104,7 +110,8 @@ def test_a_running_pilot_beats_and_status_reads_it_then_the_closed_run(project: 
     assert [run["run_id"] for run in listed["runs"]] == [beat["run_id"]]  # the most recent run
 
 
-def test_sighup_to_a_host_pilot_closes_it_resumably_and_resume_finishes(project: Path, tmp_path: Path) -> None:
+def test_sighup_to_a_host_pilot_closes_it_resumably_and_resume_finishes(
+    project: Path, tmp_path: Path) -> None:
     slow_project(project)
     process = start_pilot(project, tmp_path / "pilot", "--json", seconds="0.3")
     beat = until(lambda: running_heartbeat(project / "runs"), process)
@@ -116,8 +123,10 @@ def test_sighup_to_a_host_pilot_closes_it_resumably_and_resume_finishes(project:
     assert not (folder / HEARTBEAT).exists() and (folder / "SHA256SUMS").is_file()
     stopped = json.loads(invoke("status", beat["run_id"], "--project", project, "--json").stdout)
     assert stopped["state"] == "stopped" and stopped["rule"] == "hangup"
-    resumed = subprocess.run([sys.executable, "-m", "kdkit", "pilot", str(project), "--resume", beat["run_id"],
-                              "--json", "--quiet"], cwd=REPO, env={**os.environ, "SLOW_SECONDS": "0"},
+    resumed = subprocess.run([sys.executable, "-m", "kdkit", "pilot", str(project), "--resume",
+                              beat["run_id"],
+                              "--json", "--quiet"], cwd=REPO,
+                             env={**os.environ, "SLOW_SECONDS": "0"},
                              capture_output=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert read_run(folder).verdict == "pass"
@@ -127,9 +136,11 @@ def test_a_heartbeat_with_no_process_and_no_container_is_lost(project: Path) -> 
     folder = project / "runs" / "20260101T000000Z-deadbeef"
     folder.mkdir(parents=True)
     (folder / HEARTBEAT).write_text(json.dumps({
-        "run_id": folder.name, "pid": 2 ** 22 + 7, "host": os.uname().nodename, "state": "running", "done": 3,
+        "run_id": folder.name, "pid": 2 ** 22 + 7, "host": os.uname().nodename, "state": "running",
+        "done": 3,
         "total": 10, "accepted": 3, "rejected": 0, "rejection_limit": None, "last_error": None,
-        "started": "2026-01-01T00:00:00+00:00", "updated": "2026-01-01T00:00:05+00:00", "max_seconds": None,
+        "started": "2026-01-01T00:00:00+00:00", "updated": "2026-01-01T00:00:05+00:00",
+        "max_seconds": None,
         "rate": 0.5}))
     report = json.loads(invoke("status", folder.name, "--project", project, "--json").stdout)
     assert report["state"] == "lost" and report["done"] == 3 and report["eta_seconds"] is None
@@ -146,7 +157,8 @@ def test_bad_run_ids_are_exit_2(project: Path, bad: str) -> None:
 def test_an_unknown_run_is_exit_2(project: Path) -> None:
     result = invoke("status", "20260101T000000Z-00000000", "--project", project)
     assert result.exit_code == 2
-    assert result.output.strip().splitlines()[-1].startswith("Error: run 20260101T000000Z-00000000: no run folder")
+    assert result.output.strip().splitlines()[-1].startswith(
+        "Error: run 20260101T000000Z-00000000: no run folder")
 
 
 def test_the_readers_names_agree_with_the_run_folders() -> None:
@@ -154,7 +166,8 @@ def test_the_readers_names_agree_with_the_run_folders() -> None:
     from kdkit.core import runfolder, runid
     from kdkit.machine import watch
 
-    assert (watch.PARAMS, watch.STOP, watch.SUMMARY) == (runfolder.PARAMS, runfolder.STOP, runfolder.SUMMARY)
+    assert (watch.PARAMS,
+            watch.STOP, watch.SUMMARY) == (runfolder.PARAMS, runfolder.STOP, runfolder.SUMMARY)
     assert (watch.KIND, watch.TRAIN) == (runfolder.KIND, runfolder.TRAIN)
     assert watch.WORKER_FOLDER.pattern == runfolder.WORKER_FOLDER.pattern
     assert runfolder.HEARTBEAT in runfolder.HARNESS_FILES
@@ -176,7 +189,8 @@ def test_status_without_an_id_shows_no_folder_whose_name_is_no_run_id(tmp_path: 
     assert watch.recent_runs(tmp_path, labelled) == ["20260101T000000Z-00000000"]
 
 
-def test_a_run_kdkit_run_started_whose_container_is_gone_is_lost_at_once(docker_engine: None, project: Path) -> None:
+def test_a_run_kdkit_run_started_whose_container_is_gone_is_lost_at_once(
+    docker_engine: None, project: Path) -> None:
     """A fresh heartbeat written in a container (another host name, its own PID 7): with the engine answering and no
     container labelled with the run, a run `kdkit run` started (params.json's launch) is lost now, not in 5 minutes;
     one started by a plain `docker run` (no launch: no label to look for) still reads as running."""
@@ -186,23 +200,28 @@ def test_a_run_kdkit_run_started_whose_container_is_gone_is_lost_at_once(docker_
     folder.mkdir(parents=True)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (folder / HEARTBEAT).write_text(json.dumps({
-        "run_id": folder.name, "pid": 7, "host": "0123456789ab", "state": "running", "done": 3, "total": 10,
-        "accepted": 3, "rejected": 0, "rejection_limit": None, "last_error": None, "started": now, "updated": now,
+        "run_id": folder.name, "pid": 7, "host": "0123456789ab", "state": "running", "done": 3,
+        "total": 10,
+        "accepted": 3, "rejected": 0, "rejection_limit": None, "last_error": None, "started": now,
+        "updated": now,
         "max_seconds": None, "rate": 0.5}))
     (folder / "params.json").write_text(json.dumps({"run_id": folder.name}))
     report = json.loads(invoke("status", folder.name, "--project", project, "--json").stdout)
     assert report["state"] == "running"
-    (folder / "params.json").write_text(json.dumps({"run_id": folder.name, "launch": {"image": "x"}}))
+    (folder
+     / "params.json").write_text(json.dumps({"run_id": folder.name, "launch": {"image": "x"}}))
     report = json.loads(invoke("status", folder.name, "--project", project, "--json").stdout)
     assert report["state"] == "lost" and "container is gone" in report["reason"] and report["eta_seconds"] is None
     waited = invoke("wait", folder.name, "--project", project, "--timeout", "600")
     assert waited.exit_code == 1
 
 
-def test_a_negative_timeout_or_a_copy_every_under_a_second_is_exit_2(project: Path, tmp_path: Path) -> None:
+def test_a_negative_timeout_or_a_copy_every_under_a_second_is_exit_2(
+    project: Path, tmp_path: Path) -> None:
     run_id = "20260101T000000Z-00000000"
     timeout = invoke("wait", run_id, "--project", project, "--timeout", "-1")
     assert timeout.exit_code == 2 and "--timeout -1: expected 0 or more seconds" in timeout.output
-    every = invoke("wait", run_id, "--project", project, "--copy-to", tmp_path / "x", "--copy-every", "0")
+    every = invoke("wait", run_id, "--project", project, "--copy-to",
+                   tmp_path / "x", "--copy-every", "0")
     assert every.exit_code == 2 and "--copy-every 0: expected at least 1 second" in every.output
     assert not (tmp_path / "x").exists()

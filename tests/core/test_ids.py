@@ -51,12 +51,15 @@ PLACES: dict[str, Callable[[Path, str], tuple[Result, ...]]] = {
     "run --resume": lambda p, v: (invoke("run", p, "--resume", v, "--print"),),
     "resume-test --module": lambda p, v: (invoke("resume-test", p, "--module", v),),
 }
-GOOD = {"manifest id": "doc-01", "kdkit.json name": "proj", "pilot --run-id": "run-1", "pilot --resume": "run-1",
-        "init --name": "newproj", "build --tag": "proj:cpu", "run --gpus": "0", "run --resume": "run-1",
+GOOD = {"manifest id": "doc-01", "kdkit.json name": "proj", "pilot --run-id": "run-1",
+        "pilot --resume": "run-1",
+        "init --name": "newproj", "build --tag": "proj:cpu", "run --gpus": "0",
+        "run --resume": "run-1",
         "resume-test --module": "src.train"}
 # --resume needs a real run to refuse (else "no such run" would hide the ID check): the appended variants only.
 CASES = [(place, value) for place in PLACES
-         for value in (variants(GOOD[place]) if place != "pilot --resume" else [GOOD[place] + c for c in BAD])]
+         for value in (variants(GOOD[place]) if place != "pilot --resume"
+                       else [GOOD[place] + c for c in BAD])]
 
 
 @pytest.mark.parametrize(("place", "value"), CASES, ids=[f"{p}-{v!a}" for p, v in CASES])
@@ -72,11 +75,13 @@ def test_control_characters_are_refused_in_every_id(project: Path, place: str, v
         assert lines[-1].startswith("Error: "), lines
         # one line per problem (validate lists them all), each naming its file; the character shown escaped
         assert all(line.startswith(("Error: ", str(project))) for line in lines), lines
-        assert not any(c in result.output for c in BAD if c not in (" ", "\n")), ascii(result.output)
+        assert not any(c in result.output for c in BAD
+                       if c not in (" ", "\n")), ascii(result.output)
         assert "Traceback" not in result.output
     after = tree_snapshot(project.parent)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    assert changed <= {"proj/data/pilot/manifest.json", "proj/kdkit.json"}, changed  # only the edit itself
+    # only the edit itself
+    assert changed <= {"proj/data/pilot/manifest.json", "proj/kdkit.json"}, changed
 
 
 def test_the_good_ids_pass_the_same_checks(project: Path) -> None:

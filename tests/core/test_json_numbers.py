@@ -33,13 +33,15 @@ FILES = [("config/pilot.json", "min_quality"), ("config/pilot.json", "batch_size
 
 @pytest.mark.parametrize("token", TOKENS)
 @pytest.mark.parametrize(("file", "key"), FILES)
-def test_validate_and_pilot_refuse_a_non_finite_number(project: Path, file: str, key: str, token: str) -> None:
+def test_validate_and_pilot_refuse_a_non_finite_number(project: Path, file: str,
+                                                       key: str, token: str) -> None:
     put_raw(project / file, key, token)
     before = tree_snapshot(project)
     for command in ("validate", "pilot"):
         result = invoke(command, project)
         assert result.exit_code == 2, (command, result.output)
-        assert re.search(rf"{re.escape(file)}(:\d+:\d+|: line \d+ column \d+): {re.escape(token[:40])} is not a "
+        assert re.search(fr"{re.escape(file)}(:\d+:\d+|: line \d+ column \d+): "
+                         fr"{re.escape(token[:40])} is not a "
                          "finite number", result.stderr), result.stderr
         assert "Traceback" not in result.output
     assert tree_snapshot(project) == before
@@ -67,7 +69,8 @@ def test_the_place_is_the_token_not_a_string_that_spells_it() -> None:
         parse_json(text, "f.json")
 
 
-@pytest.mark.parametrize("text", ['{"a": 1.5}', '{"a": -0.0}', '{"a": 1e308}', '{"a": "NaN"}', '[1e-400]'])
+@pytest.mark.parametrize("text",
+                         ['{"a": 1.5}', '{"a": -0.0}', '{"a": 1e308}', '{"a": "NaN"}', '[1e-400]'])
 def test_finite_numbers_and_strings_still_read(text: str) -> None:
     assert parse_json(text, "f.json") == json.loads(text)
 

@@ -16,7 +16,8 @@ from tests.conftest import invoke, tree_snapshot
 # ---------------------------------------------------------------- a lone surrogate is data, never a crash
 
 
-@pytest.mark.parametrize("text", ['{"a": "\\udc80"}', '{"\\ud800": 1}', '["ok", {"x": ["\\udfff"]}]'])
+@pytest.mark.parametrize("text",
+                         ['{"a": "\\udc80"}', '{"\\ud800": 1}', '["ok", {"x": ["\\udfff"]}]'])
 def test_a_file_holding_a_lone_surrogate_is_refused_where_it_is_read(text: str) -> None:
     with pytest.raises(BadInput, match="a string holds a lone surrogate"):
         parse_json(text, "f.json")
@@ -46,7 +47,8 @@ def test_a_key_given_twice_is_refused_with_its_place(text: str, key: str) -> Non
 
 def test_validate_and_pilot_refuse_a_config_with_a_key_twice(project: Path) -> None:
     path = project / "config/pilot.json"
-    path.write_text(path.read_text().replace('"min_quality": 0.9,', '"min_quality": 0.9, "min_quality": 0.0,'))
+    path.write_text(
+        path.read_text().replace('"min_quality": 0.9,', '"min_quality": 0.9, "min_quality": 0.0,'))
     before = tree_snapshot(project)
     for command in ("validate", "pilot"):
         result = invoke(command, project)

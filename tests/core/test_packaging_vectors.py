@@ -53,7 +53,8 @@ def _vectors(file: str, test: str) -> list[Any]:
 def test_the_data_names_its_source() -> None:
     for file in ("test_version.json", "test_specifiers.json", "test_markers.json"):
         data = json.loads((DATA / file).read_text(encoding="utf-8"))
-        assert data["repository"] == "pypa/packaging" and re.fullmatch(r"[0-9a-f]{40}", data["commit"])
+        assert data["repository"] == "pypa/packaging" and re.fullmatch(
+            r"[0-9a-f]{40}", data["commit"])
         assert data["source"].endswith(data["path"]) and data["vectors"]
 
 
@@ -71,7 +72,8 @@ def test_invalid_version(text: str) -> None:
         Version.parse(text)
 
 
-@pytest.mark.parametrize(("text", "normalized"), _vectors("test_version.json", "TestVersion.test_normalized_versions"))
+@pytest.mark.parametrize(("text", "normalized"),
+                         _vectors("test_version.json", "TestVersion.test_normalized_versions"))
 def test_normalized_version(text: str, normalized: str) -> None:
     assert str(Version.parse(text)) == str(PVersion(text)) == normalized
 
@@ -94,7 +96,8 @@ def test_version_order_over_every_pair() -> None:
     for op in (operator.lt, operator.le, operator.eq, operator.ne, operator.ge, operator.gt):
         for i in range(len(texts)):
             for j in range(len(texts)):
-                assert op(mine[i], mine[j]) == op(theirs[i], theirs[j]), (texts[i], op.__name__, texts[j])
+                assert op(mine[i], mine[j]) == op(theirs[i],
+                                                  theirs[j]), (texts[i], op.__name__, texts[j])
 
 
 # ---------------------------------------------------------------- specifiers
@@ -116,14 +119,18 @@ def _valid_for_kdkit(spec: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("spec", _vectors("test_specifiers.json", "TestSpecifier.test_specifiers_valid")
-                         + _vectors("test_specifiers.json", "TestSpecifier.test_specifiers_invalid"))
+@pytest.mark.parametrize("spec",
+                         _vectors("test_specifiers.json", "TestSpecifier.test_specifiers_valid")
+                         + _vectors("test_specifiers.json",
+                                    "TestSpecifier.test_specifiers_invalid"))
 def test_specifier_validity(spec: str) -> None:
     assert _valid_for_kdkit(spec) == _valid_for_packaging(spec)
 
 
-_CONTAINS = ([(v, s) for v, s, _ in _vectors("test_specifiers.json", "TestSpecifier.test_specifiers")]
-             + [(v, s) for v, s, _ in _vectors("test_specifiers.json", "TestSpecifier.test_arbitrary_equality")]
+_CONTAINS = ([(v, s) for v, s,
+              _ in _vectors("test_specifiers.json", "TestSpecifier.test_specifiers")]
+             + [(v, s) for v, s,
+                _ in _vectors("test_specifiers.json", "TestSpecifier.test_arbitrary_equality")]
              + [(v, s) for s, v, _ in _vectors("test_specifiers.json",
                                                "TestSpecifier.test_arbitrary_equality_normalization")]
              + [(v, s) for s, _, v, _ in _vectors("test_specifiers.json",
@@ -132,7 +139,8 @@ _CONTAINS = ([(v, s) for v, s, _ in _vectors("test_specifiers.json", "TestSpecif
                                                "TestSpecifierSet.test_contains_post_release_boundary_intersection")]
              + [(v, s) for v, s, _ in _vectors("test_specifiers.json",
                                                "TestSpecifierSet.test_comparison_ignores_local")]
-             + [(v, s) for s, v, _ in _vectors("test_specifiers.json", "test_boundary_closure_short_release")])
+             + [(v, s) for s, v,
+                _ in _vectors("test_specifiers.json", "test_boundary_closure_short_release")])
 
 
 @pytest.mark.parametrize(("version", "spec"), _CONTAINS)
@@ -148,7 +156,8 @@ def test_a_version_that_is_not_one(spec: str, version: str, _expected: bool) -> 
         assert satisfies(version, spec) == theirs
         return
     assert not theirs
-    with pytest.raises(InvalidVersion):  # deviation: the caller decides (see the module's docstring)
+    # deviation: the caller decides (see the module's docstring)
+    with pytest.raises(InvalidVersion):
         satisfies(version, spec)
 
 
@@ -183,25 +192,32 @@ def test_marker_parsing(group: str) -> None:
     assert not disagree, disagree[:20]
 
 
-_EVALUATE = [(m, e) for group in ("TestMarker.test_evaluates", "TestMarker.test_evaluate_pep345_markers",
-                                  "TestMarker.test_version_like_equality")
+_EVALUATE = [(m, e)
+             for group in ("TestMarker.test_evaluates", "TestMarker.test_evaluate_pep345_markers",
+                           "TestMarker.test_version_like_equality")
              for m, e, _ in _vectors("test_markers.json", group)]
 
 
 @pytest.mark.parametrize(("marker", "environment"), _EVALUATE)
 def test_marker_evaluation(marker: str, environment: dict[str, str] | None) -> None:
     theirs = Marker(marker).evaluate(environment)
-    mine = evaluate(marker, {**current_environment(), **default_environment(), "extra": "", **(environment or {})})
+    mine = evaluate(marker,
+                    {**current_environment(), **default_environment(), "extra": "",
+                     **(environment or {})})
     assert mine == theirs
 
 
 # ---------------------------------------------------------------- kdkit's own grid, same oracle
 
-_GRID_VERSIONS = ["1.0", "1.0.0", "1.0.dev0", "1.0.dev1", "1.0a1", "1.0a1.dev1", "1.0a1.post1", "1.0rc2", "1.0.post1",
-                  "1.0.post1.dev0", "1.0.post2", "1.0+loc", "1.0.post1+loc", "1.0.dev1+x", "1.0a1+l", "0.9", "1.1",
-                  "1.1.dev0", "2.0", "1!1.0", "1!2.0", "1!2.5", "1!3.0", "3.14.0rc2", "3.14", "6.8.0-1015-azure"]
+_GRID_VERSIONS = ["1.0", "1.0.0", "1.0.dev0", "1.0.dev1", "1.0a1", "1.0a1.dev1", "1.0a1.post1",
+                  "1.0rc2", "1.0.post1",
+                  "1.0.post1.dev0", "1.0.post2", "1.0+loc", "1.0.post1+loc", "1.0.dev1+x",
+                  "1.0a1+l", "0.9", "1.1",
+                  "1.1.dev0", "2.0", "1!1.0", "1!2.0", "1!2.5", "1!3.0",
+                  "3.14.0rc2", "3.14", "6.8.0-1015-azure"]
 _GRID_OPS = ["<", "<=", ">", ">=", "==", "!=", "~=", "==="]
-_GRID_SPECS = ["1.0", "1.0a1", "1.0.post1", "1.0.dev1", "1.0a1.dev1", "1.0a1.post1", "1!2.0", "3.14", "1.0.0", "0.9",
+_GRID_SPECS = ["1.0", "1.0a1", "1.0.post1", "1.0.dev1", "1.0a1.dev1", "1.0a1.post1", "1!2.0",
+               "3.14", "1.0.0", "0.9",
                "1.0+loc", "1.0.*", "1!2.*", "1", "6.8.0-1015-azure"]
 
 
@@ -229,8 +245,9 @@ def _is_version(text: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("variable", ["python_version", "python_full_version", "implementation_version",
-                                      "platform_release", "platform_version", "os_name"])
+@pytest.mark.parametrize("variable",
+                         ["python_version", "python_full_version", "implementation_version",
+                          "platform_release", "platform_version", "os_name"])
 def test_marker_comparison_grid(variable: str) -> None:
     """packaging's _eval_op: a version variable compares as PEP 440 when the right side makes a valid clause
     (False for a value that is not a version), as strings otherwise; other variables as strings."""

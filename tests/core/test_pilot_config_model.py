@@ -25,20 +25,25 @@ from tests.conftest import invoke, tree_snapshot
 from tests.core.test_safe_paths import HOSTILE
 from tests.probe.pilot.test_pilot import edit_config
 
-TEMPLATE = json.loads((Path(__file__).resolve().parents[2] / "project-template/config/pilot.json").read_text())
+TEMPLATE = json.loads(
+    (Path(__file__).resolve().parents[2] / "project-template/config/pilot.json").read_text())
 # (key, value) — key "stop.x" for a stop rule. Finite JSON values only: the loader refuses the others.
 VALUES: list[tuple[str, Any]] = [
     *[("batch_size", v) for v in (1, 4, 4.0, 65536, 65537, 0, -1, 1e30, 2.5, True, "4", None, [4])],
-    *[("max_input_bytes", v) for v in (1, 65536, 1 << 30, (1 << 30) + 1, 1e30, 0, 1.5, False, "big")],
+    *[("max_input_bytes", v)
+      for v in (1, 65536, 1 << 30, (1 << 30) + 1, 1e30, 0, 1.5, False, "big")],
     *[("min_quality", v) for v in (0, 0.5, 1, 1.0, 1.0000001, -0.1, 2, True, "0.9", None)],
-    *[("device", v) for v in ("auto", "cpu", "cuda", "cuda:0", "cuda:12", "gpu", "cuda:", "CPU", "cpu\n", 0)],
+    *[("device", v)
+      for v in ("auto", "cpu", "cuda", "cuda:0", "cuda:12", "gpu", "cuda:", "CPU", "cpu\n", 0)],
     *[("entry", v) for v in ("src.classify:predict", "a:b", "src/classify.py", "src.classify", ":x",
                              "src.classify:predict\n", "1src:f", 3)],
     *[("categories", v) for v in (["a"], ["a", "b"], [], ["a", "a"], [""], ["a", 1], "a", None)],
     *[("stop.max_rejected", v) for v in (0, 3, None, 10**9, 10**9 + 1, -1, 1.5, 2.0, True, "3")],
-    *[("stop.max_seconds", v) for v in (0.5, 600, None, 315360000, 315360001, 0, -5, 1e30, True, "60")],
+    *[("stop.max_seconds", v)
+      for v in (0.5, 600, None, 315360000, 315360001, 0, -5, 1e30, True, "60")],
     *[("stop.max_batch_seconds", v) for v in (1, 0.25, None, 0, -1, 1e300, "1")],
-    *[("stop", v) for v in ({}, {"max_rejected": 1}, {"max_rejected": 1, "extra": 2}, [], None, "x")],
+    *[("stop", v)
+      for v in ({}, {"max_rejected": 1}, {"max_rejected": 1, "extra": 2}, [], None, "x")],
     *[("unknown_key", v) for v in (1, "x")],
 ]
 
@@ -82,7 +87,8 @@ def test_validate_and_the_pilot_agree(project: Path, case: tuple[str, Any]) -> N
 
 
 def test_the_model_and_the_schema_list_the_same_keys() -> None:
-    schema = json.loads((Path(__file__).resolve().parents[2] / "schemas/pilot.schema.json").read_text())
+    schema = json.loads(
+        (Path(__file__).resolve().parents[2] / "schemas/pilot.schema.json").read_text())
     assert set(schema["properties"]) == set(FIELDS)
     assert set(schema["properties"]["stop"]["properties"]) == set(STOP_FIELDS)
     assert set(schema["required"]) == {k for k, rule in FIELDS.items() if rule.required}
@@ -91,7 +97,8 @@ def test_the_model_and_the_schema_list_the_same_keys() -> None:
         assert spec.get("minimum") == rule.minimum and spec.get("maximum") == rule.maximum, key
 
 
-PATH_VALUES = ["results/pilot", "", "~/runs", "~", "/abs/runs", "C:\\runs", "runs\n", "ru\x00ns", "runs\t"]
+PATH_VALUES = ["results/pilot", "", "~/runs", "~", "/abs/runs", "C:\\runs",
+               "runs\n", "ru\x00ns", "runs\t"]
 
 
 @pytest.mark.parametrize("value", PATH_VALUES, ids=ascii)
@@ -119,7 +126,8 @@ class _nothing:
     ({"batch_size": 1e30}, "$.batch_size: 1e+30 is out of range"),
     ({"stop": {"max_seconds": 1e30}}, "$.stop.max_seconds: 1e+30 is out of range"),
 ])
-def test_the_issue_cases_are_refused_by_both_with_exit_2(project: Path, change: dict[str, Any], words: str) -> None:
+def test_the_issue_cases_are_refused_by_both_with_exit_2(
+    project: Path, change: dict[str, Any], words: str) -> None:
     (project / "config/pilot.json").write_text(json.dumps({**TEMPLATE, **change}))
     before = tree_snapshot(project)
     for command in ("validate", "pilot"):
@@ -135,20 +143,23 @@ def test_a_whole_float_batch_size_is_taken_by_both(project: Path) -> None:
 
 
 @pytest.mark.parametrize("which", ["config/pilot.json", "data/pilot/manifest.json"])
-def test_a_config_or_manifest_that_is_a_folder_is_refused_by_both(project: Path, which: str) -> None:
+def test_a_config_or_manifest_that_is_a_folder_is_refused_by_both(
+    project: Path, which: str) -> None:
     path = project / which
     saved = path.read_bytes()
     path.unlink()
     path.mkdir()
     for command in ("validate", "pilot"):
         result = invoke(command, project)
-        assert result.exit_code == 2 and "is a folder, not a file" in result.stderr, (command, result.output)
+        assert result.exit_code == 2 and "is a folder, not a file" in result.stderr, (
+            command, result.output)
     shutil.rmtree(path)
     path.write_bytes(saved)
 
 
-@pytest.mark.parametrize("name", ["doc\x00.txt", "doc\n.txt", "~/doc.txt", "/etc/passwd", "", "C:\\x.txt",
-                                  "../../kdkit.json", "sub/../../../etc/passwd"], ids=ascii)
+@pytest.mark.parametrize("name",
+                         ["doc\x00.txt", "doc\n.txt", "~/doc.txt", "/etc/passwd", "", "C:\\x.txt",
+                          "../../kdkit.json", "sub/../../../etc/passwd"], ids=ascii)
 def test_a_manifest_file_name_is_judged_alike(project: Path, name: str) -> None:
     path = project / "data/pilot/manifest.json"
     data = json.loads(path.read_text())
@@ -165,13 +176,16 @@ def test_a_manifest_file_name_is_judged_alike(project: Path, name: str) -> None:
 # ---------------------------------------------------------------- the app is the project's own code
 
 
-@pytest.mark.parametrize("entry", ["os:system", "builtins:print", "collections:OrderedDict", "json:loads"])
-def test_an_entry_outside_the_project_is_refused_by_validate_and_pilot(project: Path, entry: str) -> None:
+@pytest.mark.parametrize("entry",
+                         ["os:system", "builtins:print", "collections:OrderedDict", "json:loads"])
+def test_an_entry_outside_the_project_is_refused_by_validate_and_pilot(
+    project: Path, entry: str) -> None:
     edit_config(project, entry=entry)
     before = tree_snapshot(project)
     for command in ("validate", "pilot"):
         result = invoke(command, project)
-        assert result.exit_code == 2 and "$.entry: module" in result.stderr, (command, result.output)
+        assert result.exit_code == 2 and "$.entry: module" in result.stderr, (
+            command, result.output)
     assert tree_snapshot(project) == before
 
 
@@ -179,7 +193,8 @@ def test_an_entry_outside_the_project_is_refused_by_validate_and_pilot(project: 
     ({"runs": "kdkit.json"}, "$.runs: 'kdkit.json' is a file"),
     ({"inputs": "data/pilot/manifest.json"}, "$.inputs: 'data/pilot/manifest.json' is a file"),
 ])
-def test_a_folder_key_naming_a_file_is_refused_by_both(project: Path, change: dict[str, str], where: str) -> None:
+def test_a_folder_key_naming_a_file_is_refused_by_both(project: Path,
+                                                       change: dict[str, str], where: str) -> None:
     edit_config(project, **change)
     assert where in invoke("validate", project).stderr
     assert invoke("pilot", project).exit_code == 2
@@ -188,7 +203,9 @@ def test_a_folder_key_naming_a_file_is_refused_by_both(project: Path, change: di
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_the_schema_and_the_model_refuse_the_same_pilot_paths(name: str) -> None:
     """An editor reading schemas/pilot.schema.json and kdkit's pilot model agree on every hostile path."""
-    template = json.loads((Path(__file__).resolve().parents[2] / "project-template/config/pilot.json").read_text())
+    template = json.loads(
+        (Path(__file__).resolve().parents[2] / "project-template/config/pilot.json").read_text())
     for key in ("inputs", "manifest", "runs"):
         data = {**template, key: HOSTILE[name](template[key])}
-        assert list(_validator("pilot").iter_errors(data)) and config_problems(data), (key, data[key])
+        assert list(_validator("pilot").iter_errors(data)) and config_problems(data), (
+            key, data[key])

@@ -50,14 +50,15 @@ def test_the_closed_runs_reload(made: dict[str, Path], copy: Path) -> None:
 def test_an_emptied_summary_md_is_refused(copy: Path) -> None:
     (copy / "summary.md").write_bytes(b"")
     problems = _sealed_but(copy)
-    assert problems == [f"{copy / 'summary.md'}: empty (or only whitespace); a closed run folder's summary.md is "
-                        "never empty"]
+    assert problems == [f"{copy / 'summary.md'}: empty (or only whitespace); a closed run folder's "
+                        "summary.md is never empty"]
 
 
 @pytest.mark.parametrize("text", [b" \n\t\n", b"\n" * 10])
 def test_a_summary_md_of_only_whitespace_is_empty(copy: Path, text: bytes) -> None:
     (copy / "summary.md").write_bytes(text)
-    assert _sealed_but(copy) == [f"{copy / 'summary.md'}: empty (or only whitespace); a closed run folder's "
+    assert _sealed_but(
+        copy) == [f"{copy / 'summary.md'}: empty (or only whitespace); a closed run folder's "
                                  "summary.md is never empty"]
 
 
@@ -67,7 +68,8 @@ def test_params_json_names_its_run(copy: Path) -> None:
     del params["run_id"]
     (copy / "params.json").write_text(json.dumps(params), encoding="utf-8")
     problems = _sealed_but(copy)
-    assert len(problems) == 1 and problems[0].startswith(f"{copy / 'params.json'}: $.run_id missing"), problems
+    assert len(problems) == 1 and problems[0].startswith(
+        f"{copy / 'params.json'}: $.run_id missing"), problems
 
 
 def test_a_broken_results_line_is_named_by_its_number(copy: Path) -> None:
@@ -75,7 +77,8 @@ def test_a_broken_results_line_is_named_by_its_number(copy: Path) -> None:
     lines[4] = lines[4][: len(lines[4]) // 2] + b"\n"  # line 5 torn in the middle
     (copy / "results.jsonl").write_bytes(b"".join(lines))
     problems = _sealed_but(copy)
-    assert len(problems) == 1 and problems[0].startswith(f"{copy / 'results.jsonl'}:5: not valid JSON"), problems
+    assert len(problems) == 1 and problems[0].startswith(
+        f"{copy / 'results.jsonl'}:5: not valid JSON"), problems
 
 
 def test_a_line_without_an_id_is_named(copy: Path) -> None:
@@ -83,7 +86,8 @@ def test_a_line_without_an_id_is_named(copy: Path) -> None:
     lines[2] = b'{"outcome":"accepted"}\n'
     (copy / "results.jsonl").write_bytes(b"".join(lines))
     problems = _sealed_but(copy)
-    assert len(problems) == 1 and problems[0].startswith(f"{copy / 'results.jsonl'}:3: a record without"), problems
+    assert len(problems) == 1 and problems[0].startswith(
+        f"{copy / 'results.jsonl'}:3: a record without"), problems
 
 
 def test_an_id_missing_against_the_summary_is_refused(copy: Path) -> None:
@@ -92,8 +96,9 @@ def test_an_id_missing_against_the_summary_is_refused(copy: Path) -> None:
     (copy / "results.jsonl").write_bytes(b"".join(lines[:accepted] + lines[accepted + 1:]))
     problems = _sealed_but(copy)
     assert len(problems) == 1, problems
-    assert problems[0].startswith(f"{copy / 'results.jsonl'}: 11 line(s), 11 finished ID(s) (10 accepted, 1 "
-                                  "rejected), but summary.json states pass with 12 ID(s) (11 accepted, 1 rejected)")
+    assert problems[0].startswith(f"{copy / 'results.jsonl'}: 11 line(s), 11 finished ID(s) (10 "
+                                  "accepted, 1 rejected), but summary.json states pass with 12 "
+                                  "ID(s) (11 accepted, 1 rejected)")
 
 
 def test_a_repeated_line_counts_once_as_the_pilot_counts_it(copy: Path) -> None:
@@ -118,13 +123,17 @@ def test_vectors_whose_id_list_lost_a_row(tmp_path: Path) -> None:
 
     folder = tmp_path / "gathered"
     folder.mkdir()
-    (folder / "summary.json").write_text(json.dumps({"kind": "gathered", "verdict": "pass"}), encoding="utf-8")
+    (folder
+     / "summary.json").write_text(
+         json.dumps({"kind": "gathered", "verdict": "pass"}), encoding="utf-8")
     (folder / "summary.md").write_text("# gathered\n", encoding="utf-8")
     (folder / "vectors.npy").write_bytes(header(2, 2) + struct.pack("<4f", 1.0, 2.0, 3.0, 4.0))
-    (folder / "vectors.ids.jsonl").write_text('{"row":0,"id":"a"}\n{"row":1,"id":"b"}\n', encoding="utf-8")
+    (folder
+     / "vectors.ids.jsonl").write_text('{"row":0,"id":"a"}\n{"row":1,"id":"b"}\n', encoding="utf-8")
     assert reload_problems(folder) == []
     (folder / "vectors.ids.jsonl").write_text('{"row":0,"id":"a"}\n', encoding="utf-8")
-    assert reload_problems(folder) == [f"{folder / 'vectors.ids.jsonl'}: lists 1 row(s), but vectors.npy's "
+    assert reload_problems(
+        folder) == [f"{folder / 'vectors.ids.jsonl'}: lists 1 row(s), but vectors.npy's "
                                        "header names 2"]
 
 
@@ -141,8 +150,10 @@ def test_a_million_lines_stream(tmp_path: Path) -> None:
             outcome = "rejected" if n % 10 == 0 else "accepted"
             out.write(f'{{"id":"d{n:07d}","outcome":"{outcome}","category":"a","batch":{n // 64},'
                       f'"sha256":"{sha}","lines":64}}\n')
-    summary = {"kind": "pilot", "verdict": "pass", "total": 1_000_000, "accepted": 900_000, "rejected": 100_000}
-    for name, data in (("summary.json", summary), ("params.json", {"run_id": "big"}), ("env.json", {})):
+    summary = {"kind": "pilot", "verdict": "pass", "total": 1_000_000,
+               "accepted": 900_000, "rejected": 100_000}
+    for name, data in (("summary.json", summary), ("params.json", {"run_id": "big"}),
+                       ("env.json", {})):
         (folder / name).write_text(json.dumps(data), encoding="utf-8")
     (folder / "summary.md").write_text("# big\n", encoding="utf-8")
     tracemalloc.start()

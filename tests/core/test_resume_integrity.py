@@ -39,17 +39,23 @@ def refused(project: Path, run_id: str, *words: str) -> str:
 
 
 CODE_CHANGES: list[tuple[str, Callable[[Path], None], str]] = [
-    ("edited", lambda p: (p / "src/oracle.py").write_text((p / "src/oracle.py").read_text() + "\n# v2\n"),
+    ("edited",
+     lambda p: (p / "src/oracle.py").write_text((p / "src/oracle.py").read_text() + "\n# v2\n"),
      "src/oracle.py changed"),
     ("added", lambda p: (p / "src/helper.py").write_text("X = 1\n"), "src/helper.py added"),
     ("removed", lambda p: (p / "src/train.py").unlink(), "src/train.py removed"),
-    ("data file", lambda p: (p / "src/examples.jsonl").write_text("{}\n"), "src/examples.jsonl changed"),
-    ("nested", lambda p: (p / "src/sub").mkdir() or (p / "src/sub/m.py").write_text(""), "src/sub/m.py added"),
+    ("data file",
+     lambda p: (p / "src/examples.jsonl").write_text("{}\n"), "src/examples.jsonl changed"),
+    ("nested",
+     lambda p: (p / "src/sub").mkdir()
+     or (p / "src/sub/m.py").write_text(""), "src/sub/m.py added"),
 ]
 
 
-@pytest.mark.parametrize(("name", "change", "named"), CODE_CHANGES, ids=[c[0] for c in CODE_CHANGES])
-def test_a_changed_app_is_not_resumed(project: Path, name: str, change: Callable[[Path], None], named: str) -> None:
+@pytest.mark.parametrize(("name", "change", "named"), CODE_CHANGES,
+                         ids=[c[0] for c in CODE_CHANGES])
+def test_a_changed_app_is_not_resumed(project: Path, name: str,
+                                      change: Callable[[Path], None], named: str) -> None:
     stopped_run(project)
     change(project)
     refused(project, "r", "the app's code changed since this run started", named, "start a new run")
@@ -66,14 +72,18 @@ def test_byte_code_caches_are_not_code_changes(project: Path) -> None:
 CONFIG_CHANGES: list[tuple[str, dict[str, object], str]] = [
     ("quality", {"min_quality": 0.5}, "min_quality: 0.9 -> 0.5"),
     ("batch", {"batch_size": 3}, "batch_size: 2 -> 3"),
-    ("categories", {"categories": ["invoice", "contract", "research", "support", "spam"]}, "categories:"),
-    ("entry", {"entry": "src.oracle:predict"}, "entry: \"src.raises:predict\" -> \"src.oracle:predict\""),
+    ("categories",
+     {"categories": ["invoice", "contract", "research", "support", "spam"]}, "categories:"),
+    ("entry",
+     {"entry": "src.oracle:predict"}, "entry: \"src.raises:predict\" -> \"src.oracle:predict\""),
 ]
 
 
-@pytest.mark.parametrize(("name", "change", "named"), CONFIG_CHANGES, ids=[c[0] for c in CONFIG_CHANGES])
+@pytest.mark.parametrize(("name", "change", "named"), CONFIG_CHANGES,
+                         ids=[c[0] for c in CONFIG_CHANGES])
 def test_a_changed_config_is_not_resumed_and_the_change_is_named(project: Path, name: str,
-                                                                 change: dict[str, object], named: str) -> None:
+                                                                 change: dict[str, object],
+                                                                 named: str) -> None:
     stopped_run(project)
     edit_config(project, **change)
     refused(project, "r", "the parameters changed since this run started", named, "drop --resume")
@@ -92,16 +102,22 @@ INPUT_CHANGES: list[tuple[str, Callable[[Path], None], str]] = [
     ("content", lambda p: (p / "data/pilot/doc-01.txt").write_text("something else"),
      "doc-01.txt (doc-01): its content changed"),
     ("one byte", lambda p: (p / "data/pilot/doc-02.txt").write_bytes(
-        (p / "data/pilot/doc-02.txt").read_bytes()[:-1] + b"!"), "doc-02.txt (doc-02): its content changed"),
-    ("removed", lambda p: (p / "data/pilot/doc-01.txt").unlink(), "doc-01.txt (doc-01): now refused by the harness"),
+        (p / "data/pilot/doc-02.txt").read_bytes()[:-1] + b"!"),
+     "doc-02.txt (doc-02): its content changed"),
+    ("removed",
+     lambda p: (p / "data/pilot/doc-01.txt").unlink(),
+     "doc-01.txt (doc-01): now refused by the harness"),
     ("replaced by a link", lambda p: ((p / "data/pilot/doc-01.txt").unlink(),
                                       (p / "data/pilot/doc-01.txt").symlink_to("/etc/hostname")),
-     "now refused by the harness (input file doc-01.txt is a symbolic link leading outside the project"),
+     "now refused by the harness (input file doc-01.txt is a symbolic link leading outside the "
+     "project"),
 ]
 
 
-@pytest.mark.parametrize(("name", "change", "named"), INPUT_CHANGES, ids=[c[0] for c in INPUT_CHANGES])
-def test_an_answered_input_that_changed_is_not_resumed(project: Path, name: str, change: Callable[[Path], None],
+@pytest.mark.parametrize(("name", "change", "named"), INPUT_CHANGES,
+                         ids=[c[0] for c in INPUT_CHANGES])
+def test_an_answered_input_that_changed_is_not_resumed(project: Path, name: str,
+                                                       change: Callable[[Path], None],
                                                       named: str) -> None:
     stopped_run(project)
     change(project)
@@ -110,7 +126,8 @@ def test_an_answered_input_that_changed_is_not_resumed(project: Path, name: str,
 
 def test_an_input_not_yet_answered_may_change(project: Path) -> None:
     run_dir = stopped_run(project)
-    answered = {json.loads(line)["id"] for line in (run_dir / "results.jsonl").read_text().splitlines()}
+    answered = {json.loads(line)["id"]
+                for line in (run_dir / "results.jsonl").read_text().splitlines()}
     assert "doc-11" not in answered
     (project / "data/pilot/doc-11.txt").write_text("support ticket: my password reset fails")
     edit_config(project, entry="src.raises:predict")
@@ -143,7 +160,8 @@ def test_a_finished_run_is_never_rewritten(project: Path, tmp_path: Path, app: s
 
 def test_a_finished_worker_run_is_never_rewritten(project: Path) -> None:
     use_app(project, "oracle")
-    assert invoke("pilot", project, "--run-id", "w", "--worker", "0", "--workers", "2").exit_code == 0
+    assert invoke("pilot", project, "--run-id", "w", "--worker",
+                  "0", "--workers", "2").exit_code == 0
     before = tree_snapshot(project)
     result = invoke("pilot", project, "--resume", "w", "--worker", "0", "--workers", "2")
     assert result.exit_code == 2 and "this run is finished" in result.stderr

@@ -29,10 +29,13 @@ def _copy(run: Path, tmp_path: Path) -> Path:
 def _drop_with_line(run: Path, name: str) -> None:
     (run / name).unlink()
     sums = run / "SHA256SUMS"
-    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if not line.endswith(f"  {name}")))
+    sums.write_text(
+        "".join(line + "\n" for line in sums.read_text().splitlines()
+                if not line.endswith(f"  {name}")))
 
 
-@pytest.mark.parametrize("name", ["params.json", "env.json", "results.jsonl", "summary.json", "summary.md"])
+@pytest.mark.parametrize("name",
+                         ["params.json", "env.json", "results.jsonl", "summary.json", "summary.md"])
 def test_a_required_file_removed_with_its_line_is_missing(closed: dict[str, Path], tmp_path: Path,
                                                          name: str) -> None:
     run = _copy(closed["passed"], tmp_path)
@@ -41,12 +44,14 @@ def test_a_required_file_removed_with_its_line_is_missing(closed: dict[str, Path
     assert result.exit_code == 1
     assert f"{run / name}: missing, and not listed in SHA256SUMS either" in result.stderr, result.stderr
     before = tree_snapshot(tmp_path)
-    copy = invoke("copy-out", run, tmp_path / "dest")  # nor is such a folder copied as if it were whole
+    # nor is such a folder copied as if it were whole
+    copy = invoke("copy-out", run, tmp_path / "dest")
     assert copy.exit_code == 1 and not (tmp_path / "dest" / run.name).exists()
     assert {k for k in tree_snapshot(tmp_path) if k not in before} == set()
 
 
-def test_a_stopped_run_without_its_stop_json_is_incomplete(closed: dict[str, Path], tmp_path: Path) -> None:
+def test_a_stopped_run_without_its_stop_json_is_incomplete(
+    closed: dict[str, Path], tmp_path: Path) -> None:
     run = _copy(closed["stopped"], tmp_path)
     assert invoke("copy-out", run, "--verify").exit_code == 0
     _drop_with_line(run, "stop.json")
@@ -54,7 +59,8 @@ def test_a_stopped_run_without_its_stop_json_is_incomplete(closed: dict[str, Pat
     assert result.exit_code == 1 and "stop.json: missing, and not listed" in result.stderr
 
 
-def test_an_earlier_sessions_numbered_reports_are_not_required(closed: dict[str, Path], tmp_path: Path) -> None:
+def test_an_earlier_sessions_numbered_reports_are_not_required(
+    closed: dict[str, Path], tmp_path: Path) -> None:
     run = _copy(closed["passed"], tmp_path)
     assert invoke("copy-out", run, "--verify").exit_code == 0
 
@@ -67,7 +73,8 @@ def test_an_earlier_sessions_numbered_reports_are_not_required(closed: dict[str,
     (b"0" * 64 + b"  /etc/passwd\n", "malformed line"),
     (b"0" * 64 + b"  a\n" + b"1" * 64 + b"  a\n", "malformed line"),
 ], ids=["utf16", "garbage", "not hex", "escape", "absolute", "twice"])
-def test_a_damaged_sha256sums_is_one_clean_line(closed: dict[str, Path], tmp_path: Path, content: bytes,
+def test_a_damaged_sha256sums_is_one_clean_line(closed: dict[str, Path], tmp_path: Path,
+                                                content: bytes,
                                                 words: str) -> None:
     run = _copy(closed["passed"], tmp_path)
     (run / "SHA256SUMS").write_bytes(content)
@@ -100,9 +107,11 @@ def test_a_gathered_folder_needs_only_its_own_files(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- §13: an empty lock is not a lock
 
 
-@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "# kdkit: header=1\n#\n", "   \n\t\n",
-                                  "\ufeff", "--index-url https://pypi.org/simple\n"],
-                         ids=["empty", "blank lines", "comment", "header only", "whitespace", "bom", "options only"])
+@pytest.mark.parametrize("text",
+                         ["", "\n\n", "# only a comment\n", "# kdkit: header=1\n#\n", "   \n\t\n",
+                          "\ufeff", "--index-url https://pypi.org/simple\n"],
+                         ids=["empty", "blank lines", "comment", "header only",
+                              "whitespace", "bom", "options only"])
 def test_verify_env_refuses_a_lock_without_pins(tmp_path: Path, text: str) -> None:
     lock = tmp_path / "cpu.txt"
     lock.write_text(text, encoding="utf-8")
@@ -121,7 +130,8 @@ def test_the_in_image_form_refuses_it_too(tmp_path: Path) -> None:
 
     lock = tmp_path / "cpu.txt"
     lock.write_text("# nothing\n")
-    done = subprocess.run([sys.executable, "-I", "-m", "kdkit.probe", "verify-env", "--lock", str(lock), "--json"],
+    done = subprocess.run([sys.executable, "-I", "-m", "kdkit.probe", "verify-env", "--lock",
+                           str(lock), "--json"],
                           capture_output=True, text=True, cwd=REPO, check=False)
     assert done.returncode == 2 and "no pinned requirement" in done.stderr
     assert json.loads(done.stdout or "null") is None
@@ -136,7 +146,8 @@ def test_an_earlier_sessions_report_removed_with_its_line_is_missing(tmp_path: P
     use_app(project, "raises", batch_size=2, stop={"max_rejected": 0, "max_seconds": None})
     assert pilot(project, "--run-id", "r")[0] == 1
     run = project / "runs" / "r"
-    assert pilot(project, "--resume", "r")[0] == 1  # stops again on the same rule; the first stop.json is kept
+    # stops again on the same rule; the first stop.json is kept
+    assert pilot(project, "--resume", "r")[0] == 1
     summary = json.loads((run / "summary.json").read_text())
     assert "stop-1.json" in summary["files"] and "env-1.json" in summary["files"]
     assert invoke("copy-out", run, "--verify").exit_code == 0
@@ -157,13 +168,15 @@ def test_read_run_reads_exactly_what_the_pilot_wrote(closed: dict[str, Path]) ->
     assert (passed.run_id, passed.kind, passed.verdict, passed.has_params, passed.has_summary) == \
         ("passed", "pilot", "pass", True, True)
     assert passed.params_hash == params["params_hash"] and passed.share is None and passed.workers is None
-    assert passed.total == (passed.accepted or 0) + (passed.rejected or 0) and passed.seconds is not None
+    assert passed.total == (passed.accepted or 0) + (passed.rejected
+                                                     or 0) and passed.seconds is not None
     assert passed.peak_device == "cpu" and (passed.peak_bytes or 0) > 0
     stop = json.loads((closed["stopped"] / "stop.json").read_text())
     assert stopped.verdict == "fail" and stopped.stop_reason == stop["reason"]
 
 
-def test_a_taken_name_gets_the_next_counter_and_a_new_folder_is_made_atomically(tmp_path: Path) -> None:
+def test_a_taken_name_gets_the_next_counter_and_a_new_folder_is_made_atomically(
+    tmp_path: Path) -> None:
     import re
 
     from kdkit.core.runfolder import claim, new_run_folder
@@ -176,7 +189,8 @@ def test_a_taken_name_gets_the_next_counter_and_a_new_folder_is_made_atomically(
     made = [new_run_folder(tmp_path / "runs", "sweep", "runs folder") for _ in range(2)]
     assert made[0] != made[1] and all(p.is_dir() and not any(p.iterdir()) for p in made)
     assert all(re.fullmatch(r"sweep-\d{8}-\d{6}(-\d+)?", p.name) for p in made)
-    assert re.fullmatch(r"resume-test-\d{8}-\d{6}", new_run_folder(tmp_path / "runs", "resume-test", "x").name)
+    assert re.fullmatch(r"resume-test-\d{8}-\d{6}",
+                        new_run_folder(tmp_path / "runs", "resume-test", "x").name)
 
 
 def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
@@ -184,5 +198,6 @@ def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     from kdkit.core.runfolder import new_run_folder
 
     (tmp_path / "runs").write_text("a file")
-    with pytest.raises(BadInput, match=r"runs is not a folder; move it away or choose another runs folder$"):
+    with pytest.raises(
+        BadInput, match=r"runs is not a folder; move it away or choose another runs folder$"):
         new_run_folder(tmp_path / "runs", "sweep", "runs folder")

@@ -31,22 +31,29 @@ BAD = ["../elsewhere", "", "-starts-with-a-dash", "a/b", "x" * 129, "tab\there"]
 
 
 @pytest.mark.parametrize(("command", "parser", "option", "new"), OPTIONS, ids=IDS)
-def test_the_parser_hands_on_a_run_id(command: str, parser: Callable[[], argparse.ArgumentParser], option: str,
+def test_the_parser_hands_on_a_run_id(command: str, parser: Callable[[], argparse.ArgumentParser],
+                                      option: str,
                                       new: bool) -> None:
-    value = vars(parser().parse_args([f"{option}=20260101T120000Z-1a2b3c4d"]))[option[2:].replace("-", "_")]
+    value = vars(
+        parser().parse_args([f"{option}=20260101T120000Z-1a2b3c4d"]))[option[2:].replace("-", "_")]
     assert type(value) is RunId and value == "20260101T120000Z-1a2b3c4d"
 
 
 @pytest.mark.parametrize(("command", "parser", "option", "new"), OPTIONS, ids=IDS)
 @pytest.mark.parametrize("bad", BAD, ids=range(len(BAD)))
-def test_the_parser_refuses_a_bad_run_id_naming_its_option(command: str, parser: Callable[[], argparse.ArgumentParser],
-                                                           option: str, new: bool, bad: str) -> None:
+def test_the_parser_refuses_a_bad_run_id_naming_its_option(command: str,
+                                                           parser: Callable[[],
+                                                                            argparse.ArgumentParser],
+                                                           option: str,
+                                                           new: bool, bad: str) -> None:
     with pytest.raises(BadInput, match=f"^{option} .*: not a valid run ID; use letters"):
         parser().parse_args([f"{option}={bad}"])
 
 
 @pytest.mark.parametrize(("command", "parser", "option", "new"), OPTIONS, ids=IDS)
-def test_only_a_new_run_refuses_a_worker_folder_s_name(command: str, parser: Callable[[], argparse.ArgumentParser],
+def test_only_a_new_run_refuses_a_worker_folder_s_name(command: str,
+                                                       parser: Callable[[],
+                                                                        argparse.ArgumentParser],
                                                        option: str, new: bool) -> None:
     argv = [f"{option}=r1-w0of2"]
     if new:
@@ -58,9 +65,11 @@ def test_only_a_new_run_refuses_a_worker_folder_s_name(command: str, parser: Cal
 
 @pytest.mark.parametrize(("command", "parser", "option", "new"), OPTIONS, ids=IDS)
 def test_a_bad_run_id_is_one_line_and_exit_2_before_any_file_is_read(
-        command: str, parser: Callable[[], argparse.ArgumentParser], option: str, new: bool, tmp_path: Path,
+        command: str, parser: Callable[[], argparse.ArgumentParser], option: str, new: bool,
+        tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)  # no project here: a file read first would fail with another message
+    # no project here: a file read first would fail with another message
+    monkeypatch.chdir(tmp_path)
     assert probe_main([command, option, "../x\x1b[31m"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
@@ -73,7 +82,9 @@ def test_the_type_names_itself_in_argparse_s_words() -> None:
     assert run_id_type("--run-id").__name__ == "run ID"
 
 
-@pytest.mark.parametrize("argv", [["status", "../x"], ["wait", "../x"], ["logs", "../x"], ["run", "--resume", "../x"]],
+@pytest.mark.parametrize("argv",
+                         [["status", "../x"], ["wait", "../x"], ["logs", "../x"],
+                          ["run", "--resume", "../x"]],
                          ids=["status", "wait", "logs", "run --resume"])
 def test_the_host_s_commands_type_their_run_id_too(argv: list[str], tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,7 +48,8 @@ def _validate_refuses(project: Path, file: str, where: str) -> str:
 
 @pytest.mark.parametrize("name", list(LONG))
 @pytest.mark.parametrize(("file", "where", "value"), PATH_KEYS, ids=[k[1] for k in PATH_KEYS])
-def test_validate_refuses_a_path_too_long_in_one_line(project: Path, file: str, where: str, value: str,
+def test_validate_refuses_a_path_too_long_in_one_line(project: Path, file: str, where: str,
+                                                      value: str,
                                                       name: str) -> None:
     set_key(project, file, where, LONG[name](value))
     _validate_refuses(project, file, where)
@@ -56,7 +57,8 @@ def test_validate_refuses_a_path_too_long_in_one_line(project: Path, file: str, 
 
 @pytest.mark.parametrize("name", ["one name of 300", "past PATH_MAX"])
 @pytest.mark.parametrize(("file", "where", "value"), PATH_KEYS, ids=[k[1] for k in PATH_KEYS])
-def test_bundle_refuses_a_path_too_long(project: Path, tmp_path: Path, file: str, where: str, value: str,
+def test_bundle_refuses_a_path_too_long(project: Path, tmp_path: Path, file: str, where: str,
+                                        value: str,
                                         name: str) -> None:
     write_fresh_lock(project)
     set_key(project, file, where, LONG[name](value))
@@ -82,7 +84,8 @@ def test_pilot_refuses_a_path_too_long(project: Path, key: str, name: str) -> No
 def test_the_longest_allowed_name_and_path_pass_the_rule() -> None:
     """The caps refuse no more than they must."""
     template = {"inputs": "data/pilot", "manifest": "data/pilot/manifest.json", "categories": ["a"],
-                "entry": "src.app:predict", "batch_size": 1, "device": "cpu", "max_input_bytes": 1, "min_quality": 0}
+                "entry": "src.app:predict", "batch_size": 1, "device": "cpu",
+                "max_input_bytes": 1, "min_quality": 0}
     for runs in ("r" * MAX_SEGMENT, "/".join(["e" * 99] * (MAX_PATH // 100)) + "/f"):
         assert len(runs) <= MAX_PATH
         assert config_problems({**template, "runs": runs}) == [], runs
@@ -90,8 +93,10 @@ def test_the_longest_allowed_name_and_path_pass_the_rule() -> None:
 
 # ---------------------------------------------------------------- runs: a folder of its own
 
-NOT_OWN = [".", "./.", "./", "src", "./src", "src/.", "src/", "src/sub", "data", "data/pilot", "data/pilot/.",
-           "data/pilot/runs", "config", "config/runs", "requirements", "requirements/runs", "src/../src"]
+NOT_OWN = [".", "./.", "./", "src", "./src", "src/.", "src/", "src/sub", "data", "data/pilot",
+           "data/pilot/.",
+           "data/pilot/runs", "config", "config/runs",
+           "requirements", "requirements/runs", "src/../src"]
 
 
 def _runs_case(project: Path, value: str) -> None:
@@ -102,19 +107,22 @@ def _runs_case(project: Path, value: str) -> None:
 
 
 @pytest.mark.parametrize("value", NOT_OWN)
-def test_validate_refuses_a_runs_folder_that_is_part_of_the_project(project: Path, value: str) -> None:
+def test_validate_refuses_a_runs_folder_that_is_part_of_the_project(
+    project: Path, value: str) -> None:
     _runs_case(project, value)
     line = _validate_refuses(project, "config/pilot.json", "$.runs")
     assert "give the results a folder of their own" in line, line
 
 
 @pytest.mark.parametrize("value", NOT_OWN)
-def test_pilot_and_bundle_refuse_the_same_runs_folders(project: Path, tmp_path: Path, value: str) -> None:
+def test_pilot_and_bundle_refuse_the_same_runs_folders(project: Path,
+                                                       tmp_path: Path, value: str) -> None:
     write_fresh_lock(project)
     _runs_case(project, value)
     _refused(["pilot", project, "--run-id", "own"], [project], "$.runs")
     out = tmp_path / "bundle"
-    _refused(["bundle", project, "--out", out, "--no-image", "--no-kdkit-wheels"], [project], "$.runs")
+    _refused(["bundle", project, "--out", out, "--no-image", "--no-kdkit-wheels"],
+             [project], "$.runs")
     assert not out.exists()
 
 
@@ -151,7 +159,8 @@ def test_the_runs_cleanup_removes_only_staging_folders(tmp_path: Path) -> None:
     assert tree_snapshot(tmp_path) == before
 
 
-def test_a_run_folders_cleanup_never_removes_a_folder_named_like_a_staging_file(tmp_path: Path) -> None:
+def test_a_run_folders_cleanup_never_removes_a_folder_named_like_a_staging_file(
+    tmp_path: Path) -> None:
     folder = tmp_path / ".notes.4242424.x.tmp"
     folder.mkdir()
     (folder / "keep").write_text("x")
@@ -163,7 +172,8 @@ def test_a_run_folders_cleanup_never_removes_a_folder_named_like_a_staging_file(
     assert (folder / "keep").read_text() == "x"
 
 
-def test_staging_named_files_in_the_root_survive_a_pilot_whose_runs_is_the_root(project: Path) -> None:
+def test_staging_named_files_in_the_root_survive_a_pilot_whose_runs_is_the_root(
+    project: Path) -> None:
     names = [".weights.partial-999999", ".notes.4242424.x.tmp", ".runs.partial-999999"]
     for name in names:
         (project / name).write_bytes(b"precious")
@@ -176,6 +186,7 @@ def test_staging_named_files_in_the_root_survive_a_pilot_whose_runs_is_the_root(
 # ---------------------------------------------------------------- categories
 
 def test_a_category_with_a_control_character_is_shown_alone(project: Path) -> None:
-    set_key(project, "config/pilot.json", "$.categories", ["invoice", "contract", "research\x1b[2J", "support"])
+    set_key(project, "config/pilot.json", "$.categories",
+            ["invoice", "contract", "research\x1b[2J", "support"])
     line = _validate_refuses(project, "config/pilot.json", "$.categories")
     assert '"research\\u001b[2J"' in line and "invoicecontract" not in line, line

@@ -94,8 +94,10 @@ def test_a_file_written_into_runs_beside_the_run_fails_it(project: Path) -> None
     make(project, [*DOCS[:2], ("odd", "SNEAKY", {})])
     summary = failed_naming(project, "runs/sneaky.txt")
     assert "written into runs/ beside the run during this session" in " ".join(summary["problems"])
-    assert records(Path(summary["run_dir"]))["odd"]["outcome"] == "accepted"  # the item itself is fine
-    assert (project / "runs" / "sneaky.txt").read_text() == "beside the run"  # named, never removed or read
+    # the item itself is fine
+    assert records(Path(summary["run_dir"]))["odd"]["outcome"] == "accepted"
+    # named, never removed or read
+    assert (project / "runs" / "sneaky.txt").read_text() == "beside the run"
 
 
 def test_a_folder_of_side_vectors_in_runs_fails_the_run(project: Path) -> None:
@@ -117,14 +119,16 @@ def test_a_file_written_outside_its_out_dir_into_staging_fails_the_run(project: 
     make(project, [*DOCS[:2], ("odd", "UP", {})])
     summary = failed_naming(project, f"{outputfiles.STAGING}/x")
     assert "written outside its item's out_dir" in " ".join(summary["problems"])
-    assert not (Path(summary["run_dir"]) / outputfiles.STAGING).exists()  # removed at close, once named
+    # removed at close, once named
+    assert not (Path(summary["run_dir"]) / outputfiles.STAGING).exists()
 
 
 # ---------------------------------------------------------------- what kdkit makes there meanwhile
 
 
 def _popen_pilot(project: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json", "--quiet", *args],
+    return subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json",
+                             "--quiet", *args],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -139,8 +143,10 @@ def test_two_workers_started_at_once_both_pass(project: Path) -> None:
     make(project, docs)
     runs = project / "runs"
     both = os.pathsep.join(str(runs / f"W-w{i}of2" / "params.json") for i in (0, 1))
-    env = {**os.environ, "STRAY_WAIT_FOR": both, "SLOW_APP": "0.05"}  # each app waits for its sibling's folder
-    workers = [_popen_pilot(project, env, "--run-id", "W", "--worker", str(i), "--workers", "2") for i in (0, 1)]
+    # each app waits for its sibling's folder
+    env = {**os.environ, "STRAY_WAIT_FOR": both, "SLOW_APP": "0.05"}
+    workers = [_popen_pilot(project, env, "--run-id", "W", "--worker", str(i), "--workers", "2")
+               for i in (0, 1)]
     for code, summary in map(_finished, workers):
         assert code == 0 and summary["verdict"] == "pass", summary["problems"]
     assert sorted(p.name for p in runs.iterdir()) == ["W-w0of2", "W-w1of2"]
@@ -154,7 +160,8 @@ def test_a_sweep_run_beside_the_pilot_does_not_fail_it(project: Path, tmp_path: 
         deadline = time.monotonic() + 60
         while not (project / "runs" / "P" / "params.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        result = invoke("sweep", project, "--batch-sizes", "1,2", "--json")  # its own folder, its scratch folder
+        # its own folder, its scratch folder
+        result = invoke("sweep", project, "--batch-sizes", "1,2", "--json")
         assert result.exit_code == 0, result.output
     finally:
         gate.touch()
@@ -193,10 +200,11 @@ def test_the_snapshot_rule_entry_by_entry(tmp_path: Path) -> None:
         found = runstrays.strays(runs, before, "own", root)
     finally:
         release(owner)
-    assert [p.split(":")[0] for p in found] == [f"runs/{n}" for n in (".gone.partial-999999999", "fake", "link",
-                                                                      "params.json", "replaced")]
-    assert found[0].endswith("written into runs/ beside the run during this session; not part of any run: the "
-                             "run cannot pass")
+    assert [p.split(":")[0] for p in found] == [f"runs/{n}"
+                                                for n in (".gone.partial-999999999", "fake", "link",
+                                                          "params.json", "replaced")]
+    assert found[0].endswith("written into runs/ beside the run during this session; not part of "
+                             "any run: the run cannot pass")
 
 
 def test_staging_strays_spare_the_items_in_flight(tmp_path: Path) -> None:
@@ -207,4 +215,5 @@ def test_staging_strays_spare_the_items_in_flight(tmp_path: Path) -> None:
     (staging / "b").mkdir()
     (staging / "x").write_text("up")
     found = outputfiles.staging_strays(tmp_path, ["a", "x"])
-    assert [p.split(":")[0] for p in found] == [f"{outputfiles.STAGING}/b", f"{outputfiles.STAGING}/x"]
+    assert [p.split(":")[0]
+            for p in found] == [f"{outputfiles.STAGING}/b", f"{outputfiles.STAGING}/x"]

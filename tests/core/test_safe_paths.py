@@ -49,7 +49,8 @@ def _fullwidth(text: str) -> str:
 def _cyrillic(text: str) -> str:
     """The first of a, e, o, u as its Cyrillic look-alike (U+0430, U+0435, U+043E, U+0443)."""
     latin = next(c for c in text if c in "aeou")
-    return text.replace(latin, {"a": "\u0430", "e": "\u0435", "o": "\u043e", "u": "\u0443"}[latin], 1)
+    return text.replace(latin,
+                        {"a": "\u0430", "e": "\u0435", "o": "\u043e", "u": "\u0443"}[latin], 1)
 
 
 # How each hostile value is made from the key's own value: the issue's cases first, then variants.
@@ -103,7 +104,8 @@ def set_key(root: Path, file: str, where: str, value: Any) -> None:
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
 
 
-CASES = [(file, where, name, make(value)) for file, where, value in PATH_KEYS for name, make in HOSTILE.items()]
+CASES = [(file, where, name, make(value)) for file, where, value in PATH_KEYS for name,
+         make in HOSTILE.items()]
 
 
 def _id(case: tuple[str, str, str, str]) -> str:
@@ -130,5 +132,6 @@ def _refused(args: list[Any], watched: list[Path], where: str) -> None:
     assert [tree_snapshot(path) for path in watched] == before
 
 
-USED = ["semicolon", "command substitution", "backticks", "space", "newline", "leading dash", "dotdot inside",
+USED = ["semicolon", "command substitution", "backticks", "space", "newline", "leading dash",
+        "dotdot inside",
         "fullwidth look-alike", "glob star", "colon (a mount's separator)"]

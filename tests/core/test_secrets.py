@@ -39,13 +39,16 @@ SHAPES: list[tuple[str, str, str]] = [
     ("a Stripe secret key", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "{}"),
     ("a Stripe secret key", "rk_live_51H8abcDEFghiJKLmnoPQRstu", "{}"),
     ("an npm token", "npm_" + "a1B2c3D4e5" * 3 + "F6g7h8", "//registry.npmjs.org/:_authToken={}"),
-    ("a PyPI token", "pypi-AgEIcHlwaS5vcmc" + "CJDAwMDAwMDAwLTAwMDAtMDAwMC0wMDAwLTAwMDAwMDAwMDAwMAAC", "{}"),
-    ("a JSON web token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N", "Bearer {}"),
+    ("a PyPI token",
+     "pypi-AgEIcHlwaS5vcmc" + "CJDAwMDAwMDAwLTAwMDAtMDAwMC0wMDAwLTAwMDAwMDAwMDAwMAAC", "{}"),
+    ("a JSON web token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+     "Bearer {}"),
     ("a private key block", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
      "-----END OPENSSH PRIVATE KEY-----", "{}"),
     ("a private key block", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA", "key: {}"),
     ("a private key block", "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF", "{}"),
-    ("a password inside a URL", "s3cr3t-Pa55", "--extra-index-url https://ana:{}@pypi.corp.example/simple"),
+    ("a password inside a URL", "s3cr3t-Pa55",
+     "--extra-index-url https://ana:{}@pypi.corp.example/simple"),
     ("a password inside a URL", "hunter2", "postgres://app:{}@db:5432/x"),
     ("a secret assigned to password", "hunter2", "--password={} --user ana"),
     ("a secret assigned to passwd", "correct-horse", "passwd = {}"),
@@ -56,7 +59,8 @@ SHAPES: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("what", "secret", "text"), SHAPES, ids=[f"{i}-{s[0]}" for i, s in enumerate(SHAPES)])
+@pytest.mark.parametrize(("what", "secret", "text"), SHAPES,
+                         ids=[f"{i}-{s[0]}" for i, s in enumerate(SHAPES)])
 def test_each_shape_is_found_and_redacted(what: str, secret: str, text: str) -> None:
     line = text.format(secret)
     found = find(line)
@@ -67,10 +71,12 @@ def test_each_shape_is_found_and_redacted(what: str, secret: str, text: str) -> 
 
 
 def test_redacted_forms_keep_what_and_where() -> None:
-    assert redact("https://ana:s3cret@mirror.example/whl") == "https://ana:<redacted>@mirror.example/whl"
+    assert redact(
+        "https://ana:s3cret@mirror.example/whl") == "https://ana:<redacted>@mirror.example/whl"
     assert redact("password=hunter2;") == "password=<redacted>;"
     token = "ghp_" + "A1b2" * 9
-    assert redact(f"GITHUB_TOKEN={token}") == "GITHUB_TOKEN=<redacted: a GitHub token, 40 characters>"
+    assert redact(
+        f"GITHUB_TOKEN={token}") == "GITHUB_TOKEN=<redacted: a GitHub token, 40 characters>"
     assert redact(f"$.name: \"{'AKIAIOSFODNN7EXAMPLE'}\" does not match") == (
         '$.name: "<redacted: an AWS access key ID, 20 characters>" does not match')
 
@@ -85,8 +91,10 @@ NOT_SECRETS = [
     "revision 0123456789abcdef0123456789abcdef01234567 (40 hex digits)",
     "--hash=sha256:" + "ab" * 32, "/Users/AnaSmith/Projects/MyProj2/config1",
     "https://download.pytorch.org/whl/cu128", "git+ssh://git@github.com:org/repo.git",
-    "https://host:8080/path", "max_tokens=512", "kdkit.json: $.hf_token: key 'hf_token' looks like a secret",
-    "sk-learn-is-not-a-key-at-all-really", "torch==2.8.0+cu128", "ThisIsMyVeryLongCamelCaseIdentifierName",
+    "https://host:8080/path", "max_tokens=512",
+    "kdkit.json: $.hf_token: key 'hf_token' looks like a secret",
+    "sk-learn-is-not-a-key-at-all-really",
+    "torch==2.8.0+cu128", "ThisIsMyVeryLongCamelCaseIdentifierName",
 ]
 
 
@@ -96,11 +104,14 @@ def test_placeholders_and_ordinary_text_are_left_alone(text: str) -> None:
     assert redact(text) == text
 
 
-SECRET_FILES = [".env", ".env.production", "secrets.env", "prod.env", ".ssh/id_ed25519", ".ssh/config",
+SECRET_FILES = [".env", ".env.production", "secrets.env", "prod.env", ".ssh/id_ed25519",
+                ".ssh/config",
                 "id_rsa", "keys/id_ecdsa", ".netrc", ".pypirc", ".npmrc", ".git-credentials",
                 "credentials.json", "secrets.yaml", "server.pem", "config/api.key", "cert.p12",
-                ".aws/credentials", "src/.env", "data/pilot/.ENV.local", "deploy/service-account-prod.json"]
-ORDINARY_FILES = [".env.example", ".env.sample", "id_rsa.pub", "src/classify.py", "config/pilot.json",
+                ".aws/credentials",
+                "src/.env", "data/pilot/.ENV.local", "deploy/service-account-prod.json"]
+ORDINARY_FILES = [".env.example", ".env.sample", "id_rsa.pub", "src/classify.py",
+                  "config/pilot.json",
                   "requirements/base.in", "README.md", "data/pilot/doc-01.txt", "keyboard.py"]
 
 
@@ -136,10 +147,12 @@ def _validate(project: Path, *args: str) -> tuple[int, str, str]:
 # (what the user did, file to write, its text, the secret, the expected line of the report)
 TEXT_CASES = [
     ("password in an index URL", "requirements/base.in",
-     "--extra-index-url https://ana:Sup3rSecret@pypi.corp.example/simple\ntorch==2.8.0\n", "Sup3rSecret",
+     "--extra-index-url https://ana:Sup3rSecret@pypi.corp.example/simple\ntorch==2.8.0\n",
+     "Sup3rSecret",
      "requirements/base.in: line 1: holds a password inside a URL ('--extra-index-url "
      "https://ana:<redacted>@pypi.corp.example/simple'); name an environment variable instead"),
-    ("token in a second .in", "requirements/extra.in", "# token for the mirror\ntoken=tok-998877\n", "tok-998877",
+    ("token in a second .in", "requirements/extra.in", "# token for the mirror\ntoken=tok-998877\n",
+     "tok-998877",
      "requirements/extra.in: line 2: holds a secret assigned to token ('token=<redacted>')"),
     ("GitHub token in a VCS requirement", "requirements/base.in",
      "torch==2.8.0\nmylib @ git+https://ghp_" + "Q1w2E3r4T5" * 3 + "y6U7i8@github.com/o/mylib\n",
@@ -149,12 +162,15 @@ TEXT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("edit", "rel", "text", "secret", "expected"), TEXT_CASES, ids=[c[0] for c in TEXT_CASES])
-def test_validate_finds_credentials_in_requirements_and_locks(project: Path, edit: str, rel: str, text: str | None,
+@pytest.mark.parametrize(("edit", "rel", "text", "secret", "expected"), TEXT_CASES,
+                         ids=[c[0] for c in TEXT_CASES])
+def test_validate_finds_credentials_in_requirements_and_locks(project: Path, edit: str, rel: str,
+                                                              text: str | None,
                                                               secret: str, expected: str) -> None:
     if text is None:
         lock = write_fresh_lock(project)
-        lock.write_text(lock.read_text(encoding="utf-8") + f"# aws_secret_access_key={secret}\n", encoding="utf-8")
+        lock.write_text(lock.read_text(encoding="utf-8")
+                        + f"# aws_secret_access_key={secret}\n", encoding="utf-8")
     else:
         (project / rel).write_text(text, encoding="utf-8")
     code, stdout, stderr = _validate(project)
@@ -171,15 +187,21 @@ JSON_CASES = [
     ("AWS secret as the target GPU", "kdkit.json", ["target_gpu"], AWS_SECRET,
      "kdkit.json: $.target_gpu: value looks like an AWS secret access key (40 random characters)"),
     ("password= inside a value", "kdkit.json", ["target_gpu"], "RTX 4090 --password=hunter22",
-     "kdkit.json: $.target_gpu: value looks like a secret assigned to password; remove it and put it in .env"),
-    ("token as an unknown key's name", "config/pilot.json", ["ghp_" + "Zx9Cv8Bn7M" * 3 + "l1K2j3"], 1,
+     "kdkit.json: $.target_gpu: value looks like a secret assigned to password; remove it and put "
+     "it in .env"),
+    ("token as an unknown key's name", "config/pilot.json", ["ghp_" + "Zx9Cv8Bn7M" * 3 + "l1K2j3"],
+     1,
      "config/pilot.json: $: unknown key '<redacted: a GitHub token, 40 characters>'"),
-    ("token as a wrong type", "config/pilot.json", ["batch_size"], "hf_" + "Qw3Er4Ty5U" * 3 + "i6O7",
+    ("token as a wrong type", "config/pilot.json", ["batch_size"],
+     "hf_" + "Qw3Er4Ty5U" * 3 + "i6O7",
      'config/pilot.json: $.batch_size: expected integer, got str "<redacted: a Hugging Face token'),
     ("token in an enum", "kdkit.json", ["default_backend"], "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
-     'kdkit.json: $.default_backend: "<redacted: a Stripe secret key, 32 characters>" is not allowed'),
-    ("token against a pattern", "config/pilot.json", ["device"], "npm_" + "a1B2c3D4e5" * 3 + "F6g7h8",
-     "config/pilot.json: $.device: '<redacted: an npm token, 40 characters>'; use auto, cpu, cuda or cuda:N"),
+     'kdkit.json: $.default_backend: "<redacted: a Stripe secret key, 32 characters>" is not '
+     'allowed'),
+    ("token against a pattern", "config/pilot.json", ["device"],
+     "npm_" + "a1B2c3D4e5" * 3 + "F6g7h8",
+     "config/pilot.json: $.device: '<redacted: an npm token, 40 characters>'; use auto, cpu, cuda "
+     "or cuda:N"),
     ("URL password as a path", "config/pilot.json", ["inputs"], "https://u:pw123456@host/data",
      "config/pilot.json: $.inputs: value looks like a password inside a URL"),
 ]
@@ -187,7 +209,8 @@ JSON_CASES = [
 
 @pytest.mark.parametrize(("rel", "keys", "value", "expected"), [c[1:] for c in JSON_CASES],
                          ids=[c[0] for c in JSON_CASES])
-def test_no_validate_message_echoes_a_secret(project: Path, rel: str, keys: list[str], value: object,
+def test_no_validate_message_echoes_a_secret(project: Path, rel: str, keys: list[str],
+                                             value: object,
                                             expected: str) -> None:
     _set(project / rel, keys, value)
     secrets = [str(value), *keys] if isinstance(value, str) else keys[-1:]
@@ -206,21 +229,24 @@ def test_secret_shaped_files_are_warnings_not_problems(project: Path) -> None:
         (project / rel).write_text("API_TOKEN=made-up-but-private\n", encoding="utf-8")
     code, stdout, stderr = _validate(project)
     assert code == 0
-    assert stdout == f"{project}: valid (6 warning(s))\n"  # and the one about git (tests/conftest.valid_outside_git)
-    assert (f"Warning: {project}/.ssh/id_ed25519: name: named like an SSH private key, so `kdkit bundle` "
-            "leaves it out") in stderr
+    # and the one about git (tests/conftest.valid_outside_git)
+    assert stdout == f"{project}: valid (6 warning(s))\n"
+    assert (f"Warning: {project}/.ssh/id_ed25519: name: named like an SSH private key, so `kdkit "
+            "bundle` leaves it out") in stderr
     assert "made-up-but-private" not in stdout + stderr
     code, stdout, _stderr = _validate(project, "--json")
     report = json.loads(stdout)
     assert code == 0 and report["valid"] is True and report["problems"] == []
-    assert [w["where"] for w in report["warnings"]] == [".env", ".env.production", ".ssh/id_ed25519",
+    assert [w["where"] for w in report["warnings"]] == [".env", ".env.production",
+                                                        ".ssh/id_ed25519",
                                                       "config/.netrc", "src/secrets.env", "."]
     assert {w["name"] for w in report["warnings"]} == {"name", "git"}
 
 
 def test_a_fresh_project_has_no_warnings(project: Path) -> None:
     report = json.loads(invoke("validate", project, "--json").stdout)
-    assert [w["name"] for w in report["warnings"]] == ["git"] and report["valid"] is True  # outside git (a tmp)
+    # outside git (a tmp)
+    assert [w["name"] for w in report["warnings"]] == ["git"] and report["valid"] is True
 
 
 # ---------------------------------------------------------------- every error line printed for a person
@@ -258,7 +284,8 @@ def test_probe_call_redacts_any_kdkit_error(capsys: pytest.CaptureFixture[str]) 
     assert call(main, []) == 2
     err = capsys.readouterr().err
     assert AWS_SECRET not in err and err == (
-        "Error: config.json: $.x: <redacted: an AWS secret access key, 40 characters> is not allowed\n")
+        "Error: config.json: $.x: <redacted: an AWS secret access key, 40 characters> is not "
+        "allowed\n")
 
 
 def test_a_crash_traceback_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,7 +300,8 @@ def test_a_crash_traceback_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 WORST_CASES = {"dotted words": "a." * 10000, "one long word": "a" * 20000, "colons": "a:" * 10000,
                "open placeholders": "password=" + "${" * 10000, "schemes": "a://b:" * 4000,
-               "assignments": "password=" * 2500, "dashed words": "a-" * 10000, "token prefixes": "eyJ" * 7000}
+               "assignments": "password=" * 2500, "dashed words": "a-" * 10000,
+               "token prefixes": "eyJ" * 7000}
 
 
 @pytest.mark.parametrize("text", WORST_CASES.values(), ids=WORST_CASES.keys())
@@ -294,4 +322,5 @@ def test_a_token_given_as_a_urls_user_name_is_a_secret(url: str) -> None:
     """Gemfury documents https://TOKEN:@pypi.fury.io/USER/ for pip; a lock or a message must not carry it."""
     assert [f.what for f in find(url)] == ["a user name or token inside a URL"]
     assert "ZkQ9" not in redact(url) and "deploy-token" not in redact(url)
-    assert find("https://${PIP_TOKEN}@pypi.fury.io/someone/") == [] and find("git+ssh://git@github.com/o/r") == []
+    assert find("https://${PIP_TOKEN}@pypi.fury.io/someone/") == [] and find(
+        "git+ssh://git@github.com/o/r") == []

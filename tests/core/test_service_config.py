@@ -17,8 +17,10 @@ from kdkit.core.serviceconfig import SERVICE_CONFIG, Objective, Policy, load_ser
 from tests.conftest import invoke, tree_snapshot
 
 EXAMPLE: dict[str, Any] = {
-    "max_request_bytes": 65536, "latency": {"p99_ms": 1000, "p95_ms": 300}, "at_capacity": {"reject": 64},
-    "batching": {"max_batch": [8, 1, 4], "max_wait_ms": [20, 5]}, "rates": [50, 5, 20], "requests_per_rate": 400,
+    "max_request_bytes": 65536, "latency": {"p99_ms": 1000, "p95_ms": 300},
+    "at_capacity": {"reject": 64},
+    "batching": {"max_batch": [8, 1, 4], "max_wait_ms": [20, 5]}, "rates": [50, 5, 20],
+    "requests_per_rate": 400,
     "seed": 1}
 MINIMAL: dict[str, Any] = {"max_request_bytes": 1024, "latency": {"p99.9_ms": 50}, "rates": [10]}
 
@@ -46,26 +48,33 @@ def test_the_example_is_read_sorted(tmp_path: Path) -> None:
     assert cfg.objectives == (Objective(95.0, 300.0), Objective(99.0, 1000.0))
     assert cfg.reject_at == 64 and cfg.capacity == "reject beyond 64 waiting"
     assert cfg.rates == (5, 20, 50) and cfg.max_seconds_per_rate == 30.0
-    assert cfg.policies == (Policy(1, 0.0), Policy(4, 5.0), Policy(4, 20.0), Policy(8, 5.0), Policy(8, 20.0))
+    assert cfg.policies == (Policy(1, 0.0), Policy(4, 5.0), Policy(4, 20.0), Policy(8, 5.0),
+                            Policy(8, 20.0))
     assert [o.name for o in cfg.objectives] == ["p95 <= 300 ms", "p99 <= 1000 ms"]
     assert schema_errors(EXAMPLE) == []
 
 
 def test_the_defaults(tmp_path: Path) -> None:
     cfg = load_service(write(tmp_path, MINIMAL))
-    assert (cfg.requests_per_rate, cfg.seed, cfg.max_seconds_per_rate, cfg.reject_at) == (400, 0, 60.0, 64)
+    assert (cfg.requests_per_rate, cfg.seed,
+            cfg.max_seconds_per_rate, cfg.reject_at) == (400, 0, 60.0, 64)
     assert cfg.policies == (Policy(1, 0.0),) and cfg.objectives == (Objective(99.9, 50.0),)
     unbounded = load_service(write(tmp_path, {**MINIMAL, "at_capacity": {"queue": "unbounded"}}))
     assert unbounded.reject_at is None and unbounded.capacity == "an unbounded queue"
-    assert schema_errors(MINIMAL) == [] and schema_errors({**MINIMAL, "at_capacity": {"queue": "unbounded"}}) == []
+    assert schema_errors(MINIMAL) == [] and schema_errors(
+        {**MINIMAL, "at_capacity": {"queue": "unbounded"}}) == []
 
 
 def test_every_batch_with_every_wait_and_a_batch_of_one_never_waits(tmp_path: Path) -> None:
-    cfg = load_service(write(tmp_path, with_(batching={"max_batch": [1, 4], "max_wait_ms": [5, 20]})))
+    cfg = load_service(
+        write(tmp_path, with_(batching={"max_batch": [1, 4], "max_wait_ms": [5, 20]})))
     assert cfg.policies == (Policy(1, 0.0), Policy(4, 5.0), Policy(4, 20.0))
-    assert [p.name for p in cfg.policies] == ["batch 1, wait 0 ms", "batch 4, wait 5 ms", "batch 4, wait 20 ms"]
+    assert [p.name
+            for p in cfg.policies] == [
+                "batch 1, wait 0 ms", "batch 4, wait 5 ms", "batch 4, wait 20 ms"]
     no_wait = load_service(write(tmp_path, with_(batching={"max_batch": [4, 4]})))
-    assert no_wait.policies == (Policy(4, 0.0),)  # no max_wait_ms: a batch goes when full or at once
+    # no max_wait_ms: a batch goes when full or at once
+    assert no_wait.policies == (Policy(4, 0.0),)
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
@@ -92,12 +101,15 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("capacity both", with_(at_capacity={"reject": 4, "queue": "unbounded"}), "$.at_capacity"),
     ("unknown capacity key", with_(at_capacity={"drop": 4}), "$.at_capacity.drop"),
     ("unknown top key", with_(rate=[5]), "$.rate"),
-    ("unknown batching key", with_(batching={"max_batch": [1], "wait_ms": [5]}), "$.batching.wait_ms"),
+    ("unknown batching key",
+     with_(batching={"max_batch": [1], "wait_ms": [5]}), "$.batching.wait_ms"),
     ("max_batch not whole", with_(batching={"max_batch": [1, 1.5]}), "$.batching.max_batch[1]"),
     ("max_batch zero", with_(batching={"max_batch": [0]}), "$.batching.max_batch[0]"),
     ("max_batch missing", with_(batching={"max_wait_ms": [5]}), "$.batching.max_batch"),
-    ("max_wait_ms negative", with_(batching={"max_batch": [4], "max_wait_ms": [5, -1]}), "$.batching.max_wait_ms[1]"),
-    ("max_wait_ms null", with_(batching={"max_batch": [4], "max_wait_ms": None}), "$.batching.max_wait_ms"),
+    ("max_wait_ms negative",
+     with_(batching={"max_batch": [4], "max_wait_ms": [5, -1]}), "$.batching.max_wait_ms[1]"),
+    ("max_wait_ms null",
+     with_(batching={"max_batch": [4], "max_wait_ms": None}), "$.batching.max_wait_ms"),
     ("max_request_bytes missing", with_(max_request_bytes=...), "$.max_request_bytes"),
     ("max_request_bytes zero", with_(max_request_bytes=0), "$.max_request_bytes"),
     ("requests_per_rate not whole", with_(requests_per_rate=2.5), "$.requests_per_rate"),
@@ -108,7 +120,8 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("data", "where"), [case[1:] for case in BAD], ids=[case[0] for case in BAD])
+@pytest.mark.parametrize(("data", "where"), [case[1:] for case in BAD],
+                         ids=[case[0] for case in BAD])
 def test_bad_input_is_one_line_naming_file_and_path_and_the_schema_agrees(tmp_path: Path, data: Any,
                                                                           where: str) -> None:
     path = write(tmp_path, data)
@@ -140,7 +153,8 @@ def test_the_scaffold_passes_the_loader_and_the_schema_and_is_small(project: Pat
     cfg = load_service(project / SERVICE_CONFIG)
     # the open-loop schedule alone: every policy offers requests_per_rate at every rate, one after another
     schedule = len(cfg.policies) * sum(cfg.requests_per_rate / rate for rate in cfg.rates)
-    assert schedule <= 40 and max(cfg.requests_per_rate / rate for rate in cfg.rates) <= cfg.max_seconds_per_rate
+    assert schedule <= 40 and max(cfg.requests_per_rate / rate
+                                  for rate in cfg.rates) <= cfg.max_seconds_per_rate
     assert invoke("validate", project).exit_code == 0
 
 
@@ -153,14 +167,16 @@ def test_the_scaffold_passes_the_loader_and_the_schema_and_is_small(project: Pat
     (with_(batching={"max_batch": [4], "max_wait_ms": [-1]}), "$.batching.max_wait_ms[0]"),
     (with_(colour="red"), "$.colour"),
 ])
-def test_validate_reports_a_bad_service_file_in_one_line(project: Path, data: dict[str, Any], where: str) -> None:
+def test_validate_reports_a_bad_service_file_in_one_line(
+    project: Path, data: dict[str, Any], where: str) -> None:
     service = project / SERVICE_CONFIG
     service.write_text(json.dumps(data), encoding="utf-8")
     before = tree_snapshot(project)
     result = invoke("validate", project)
     assert result.exit_code == 2
     named = [line for line in result.stderr.splitlines() if "service.json" in line]
-    assert named == [line for line in named if line.startswith(f"{service}: {where}: ")] and len(named) == 1
+    assert named == [line for line in named
+                     if line.startswith(f"{service}: {where}: ")] and len(named) == 1
     assert "1 problem(s) found" in result.stderr
     assert tree_snapshot(project) == before  # validate writes nothing
 

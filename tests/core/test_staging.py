@@ -31,7 +31,8 @@ def _calls(node: ast.AST, name: str) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
+    return (isinstance(func, ast.Name)
+            and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
 
 
 def _names(target: ast.AST) -> set[str]:
@@ -64,24 +65,34 @@ def hand_written(source: str, where: str = "<source>") -> list[str]:
         names = _staging_names(function)
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             func, args = call.func, [*call.args, *(k.value for k in call.keywords)]
-            module = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
-            attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            module = func.value.id if isinstance(func, ast.Attribute) and isinstance(
+                func.value, ast.Name) else None
+            attr = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(
+                func, ast.Name) else None
             renames = (module, attr) in RENAMES or attr == "rename_no_replace"
             if (renames or attr == "hold") and any(_is_staging(arg, names) for arg in args):
-                found.append(f"{where}:{call.lineno}: {function.name}() calls {attr}() on a staging_for() folder")
-            elif attr in METHODS and isinstance(func, ast.Attribute) and _is_staging(func.value, names):
-                found.append(f"{where}:{call.lineno}: {function.name}() calls .{attr}() on a staging_for() folder")
+                found.append(
+                    f"{where}:{call.lineno}: {function.name}() calls {attr}() on a staging_for() "
+                    "folder")
+            elif attr in METHODS and isinstance(func, ast.Attribute) \
+                    and _is_staging(func.value, names):
+                found.append(
+                    f"{where}:{call.lineno}: {function.name}() calls .{attr}() on a staging_for() "
+                    "folder")
     return found
 
 
 def test_no_module_stages_a_folder_by_hand() -> None:
     found = [line for path in sorted(KDKIT.rglob("*.py")) if path not in HELPERS
-             for line in hand_written(path.read_text(encoding="utf-8"), str(path.relative_to(KDKIT.parent)))]
-    assert found == [], "use kdkit.core.staging.staged_beside (or staged_folder):\n" + "\n".join(found)
+             for line in hand_written(path.read_text(encoding="utf-8"),
+                                      str(path.relative_to(KDKIT.parent)))]
+    assert found == [], "use kdkit.core.staging.staged_beside (or staged_folder):\n" + "\n".join(
+        found)
 
 
 @pytest.mark.parametrize("body", [
-    "staging, lock = staging_for(target), None\n    staging.mkdir()\n    os.replace(staging, target)",
+    "staging, lock = staging_for(target), None\n    staging.mkdir()\n    os.replace(staging, "
+    "target)",
     "staging = staging_for(path)\n    os.rename(staging, path)",
     "staging = staging_for(cached)\n    rename_no_replace(staging, cached)",
     "staging_for(final).rename(final)",
@@ -91,7 +102,8 @@ def test_the_scan_finds_a_hand_written_copy(body: str) -> None:
     """The scan flags the shapes the modules had before issue 30 §2 (init, copy-out, the run folder, kdkit's wheel
     cache, the wheelhouse), and not a str.replace of a staging path's text."""
     assert len(hand_written(f"def make(target, path, cached, final, folder):\n    {body}\n")) == 1
-    assert hand_written("def f(p):\n    staging = staging_for(p)\n    str(staging).replace('a', 'b')\n") == []
+    assert hand_written(
+        "def f(p):\n    staging = staging_for(p)\n    str(staging).replace('a', 'b')\n") == []
 
 
 def test_staged_beside_removes_what_is_not_published(tmp_path: Path) -> None:
@@ -105,7 +117,8 @@ def test_staged_beside_removes_what_is_not_published(tmp_path: Path) -> None:
         (staged.path / "f").write_text("x")
         staged.publish()
         lock = staged.take_lock()
-    assert sorted(os.listdir(tmp_path)) == ["out"] and (final / "f").read_text() == "x" and lock is not None
+    assert sorted(os.listdir(tmp_path)) == ["out"] and (final
+                                                        / "f").read_text() == "x" and lock is not None
     os.close(lock)
     with pytest.raises(FileExistsError), staged_beside(final) as staged:
         (staged.path / "g").write_text("y")
@@ -119,7 +132,8 @@ def test_staged_beside_removes_what_is_not_published(tmp_path: Path) -> None:
 def test_a_staging_folder_whose_owner_holds_its_lock_is_never_removed(tmp_path: Path) -> None:
     """Another PID namespace (a second container on the same runs/) sees a dead or reused PID; the
     lock says the truth. Here the PID in the name is dead, the lock is held by this process."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True,
                           check=True).stdout.strip()
     final = tmp_path / "R"
     staging = tmp_path / f".R.partial-{dead}"
@@ -132,7 +146,8 @@ def test_a_staging_folder_whose_owner_holds_its_lock_is_never_removed(tmp_path: 
     assert clean_stale(final) == [staging] and not staging.exists()
 
 
-def test_a_staging_folder_with_our_own_pid_and_a_free_lock_is_a_predecessors(tmp_path: Path) -> None:
+def test_a_staging_folder_with_our_own_pid_and_a_free_lock_is_a_predecessors(
+    tmp_path: Path) -> None:
     staging = tmp_path / f".R.partial-{os.getpid()}"
     staging.mkdir()
     assert clean_stale(tmp_path / "R") == [staging]

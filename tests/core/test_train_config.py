@@ -25,7 +25,8 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     cfg = load_train_config(write(tmp_path, {
         "module": "src.train", "log_every": 2, "max_lost_minutes": 20, "max_save_share": 0.2,
         "stop": {"nonfinite_loss": False, "loss_above": {"value": 10.0, "after_steps": 50},
-                 "eval_below": {"metric": "accuracy", "value": 0.5}, "max_checkpoint_gap_minutes": 30,
+                 "eval_below": {"metric": "accuracy", "value": 0.5},
+                 "max_checkpoint_gap_minutes": 30,
                  "max_seconds": 86400},
         "base_model": {"name": "org/m", "revision": "a" * 40}}))
     assert cfg.module == "src.train" and cfg.log_every == 2 and cfg.max_lost_minutes == 20

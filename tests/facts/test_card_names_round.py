@@ -30,12 +30,14 @@ def _name(order: str, driver: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("driver", ["AMD Instinct MI250X/MI250", "AMD Instinct MI250X / MI250"])
 @pytest.mark.parametrize("order", ["MI250", "MI250X"])
-def test_the_name_rocm_smi_gives_both_mi250s_matches_an_order_of_either(order: str, driver: str) -> None:
+def test_the_name_rocm_smi_gives_both_mi250s_matches_an_order_of_either(
+    order: str, driver: str) -> None:
     """Both spellings (ROCm 7.2 spaces the slash), both orders: ok, saying the driver names them alike."""
     verdict, why = _name(order, driver)
     assert verdict == "ok" and "names MI250X and MI250 alike" in why
     assert named(driver) == ("MI250X", "MI250")
-    figures = lookup(driver)  # the figures and memory are still read as the MI250X's, for either spelling
+    # the figures and memory are still read as the MI250X's, for either spelling
+    figures = lookup(driver)
     assert figures is not None and figures.name == "MI250X"
 
 
@@ -47,14 +49,16 @@ def test_the_mi250_name_is_still_another_cards(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("series", ["AMD Instinct MI250X/MI250", "AMD Instinct MI250X / MI250"])
 @pytest.mark.parametrize("order", ["MI250", "MI250X"])
-def test_a_recorded_mi250_is_accepted_as_the_ordered_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_recorded_mi250_is_accepted_as_the_ordered_card(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
                                                           series: str, order: str) -> None:
     """`kdkit plan --gpu MI250`, then the rocm-smi recording with the name rocm-smi gives an MI250 (and an
     MI250X): no 'is not the ordered MI250', and the memory is judged (64 GB per GCD either way)."""
     scenarios = tmp_path / "scenarios"
     shutil.copytree(smi_standin.SCENARIOS / "mi250x-rocm-smi", scenarios / "mi250")
     recording = scenarios / "mi250" / "rocm-smi" / "rocm-smi.json"
-    recording.write_text(recording.read_text(encoding="utf-8").replace('"AMD Instinct MI250X"', json.dumps(series)),
+    recording.write_text(recording.read_text(encoding="utf-8").replace(
+        '"AMD Instinct MI250X"', json.dumps(series)),
                          encoding="utf-8")
     monkeypatch.setattr(smi_standin, "SCENARIOS", scenarios)
     monkeypatch.setenv("PATH", str(smi_standin.install(tmp_path / "bin", "mi250")))
@@ -81,7 +85,8 @@ def test_an_unlisted_tier_says_which_card_the_driver_names() -> None:
 
 @pytest.mark.parametrize(("order", "driver"), [
     ("RTX 4090", "NVIDIA GeForce RTX 4090"), ("rtx4090", "NVIDIA GeForce RTX 4090"),
-    ("RTX 4080 SUPER", "NVIDIA GeForce RTX 4080 SUPER"), ("4080 SUPER", "NVIDIA GeForce RTX 4080 SUPER")])
+    ("RTX 4080 SUPER", "NVIDIA GeForce RTX 4080 SUPER"),
+    ("4080 SUPER", "NVIDIA GeForce RTX 4080 SUPER")])
 def test_the_same_card_in_another_spelling_stays_ok(order: str, driver: str) -> None:
     assert _name(order, driver)[0] == "ok"
 
@@ -95,10 +100,13 @@ def test_a_tier_word_is_no_near_name_to_suggest() -> None:
 
 
 def _catalog(tmp_path: Path, sources: dict[str, str] | None = None, **extra: object) -> Path:
-    offer = {"name": "Foo 9000", "vendor": "nvidia", "backend": "cuda", "memory_gb": 24, "architecture": "sm_89",
+    offer = {"name": "Foo 9000", "vendor": "nvidia", "backend": "cuda", "memory_gb": 24,
+             "architecture": "sm_89",
              "cards_per_lot": 1, "price_per_lot_usd": {"3": 10, "7": 20, "30": 50}, **extra}
     path = tmp_path / "catalog.json"
-    path.write_text(json.dumps({"sources": sources or {"mine": "my sheet"}, "offers": [offer]}), encoding="utf-8")
+    path.write_text(
+        json.dumps({"sources": sources or {"mine": "my sheet"}, "offers": [offer]}),
+        encoding=("utf-8"))
     return path
 
 
@@ -118,18 +126,23 @@ def test_a_catalog_carrying_a_credential_is_refused(tmp_path: Path, sources: dic
 
 def test_a_device_pattern_that_is_no_regex_is_refused_at_load(tmp_path: Path) -> None:
     path = _catalog(tmp_path, device_pattern="([unclosed")
-    with pytest.raises(BadInput, match=r"\$\.offers\[0\]\.device_pattern: not a regular expression"):
+    with pytest.raises(
+        BadInput, match=r"\$\.offers\[0\]\.device_pattern: not a regular expression"):
         load_catalog(None, path)
 
 
 @pytest.mark.parametrize("price", [1e26, 10_000_000.01])
-def test_a_price_past_the_bound_is_refused_at_load_not_a_traceback(tmp_path: Path, price: float) -> None:
+def test_a_price_past_the_bound_is_refused_at_load_not_a_traceback(
+    tmp_path: Path, price: float) -> None:
     path = _catalog(tmp_path, price_per_lot_usd={"3": price, "7": None, "30": None})
-    with pytest.raises(BadInput, match=r"\$\.offers\[0\]\.price_per_lot_usd\.3: .* more than 10000000 USD"):
+    with pytest.raises(
+        BadInput, match=r"\$\.offers\[0\]\.price_per_lot_usd\.3: .* more than 10000000 USD"):
         load_catalog(None, path)
 
 
 def test_a_price_at_the_bound_still_plans(tmp_path: Path) -> None:
-    catalog = load_catalog(None, _catalog(tmp_path, price_per_lot_usd={"3": 10_000_000, "7": None, "30": None}))
+    catalog = load_catalog(None,
+                           _catalog(tmp_path,
+                                    price_per_lot_usd={"3": 10_000_000, "7": None, "30": None}))
     order = make_plan(catalog, "Foo 9000", 3, 10)
     assert Decimal(order["total_usd"]) == Decimal(100_000_000)

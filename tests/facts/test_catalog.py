@@ -14,13 +14,18 @@ from kdkit.facts.catalog import load_catalog
 from kdkit.facts.pairings import code_for, load_pairings
 
 # The cards people rent (issue 11): each must be in the shipped catalog.
-RENTED = ("T4", "L4", "A10", "A10G", "RTX 3090", "RTX A6000", "RTX 4090", "RTX 5090", "RTX 6000 Ada",
-          "RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell Server Edition", "L40", "L40S",
-          "A100 40GB PCIe", "A100 40GB SXM", "A100 80GB PCIe", "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H100 NVL",
+RENTED = ("T4", "L4", "A10", "A10G", "RTX 3090", "RTX A6000", "RTX 4090", "RTX 5090",
+          "RTX 6000 Ada",
+          "RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell Server Edition",
+          "L40", "L40S",
+          "A100 40GB PCIe", "A100 40GB SXM", "A100 80GB PCIe", "A100 80GB SXM", "H100 PCIe",
+          "H100 SXM", "H100 NVL",
           "H200", "GH200", "B200", "B300", "MI250X", "MI300X", "MI325X", "MI355X", "RX 7900 XTX",
           # issue 27: RunPod's GPU types and DCGM's SKU table
-          "A40", "A30", "RTX A4000", "RTX A4500", "RTX A5000", "RTX 2000 Ada", "RTX 4000 Ada", "RTX 5000 Ada",
-          "RTX 4080 SUPER", "RTX 5080", "RTX 3090 Ti", "V100 PCIe 16GB", "L20", "H20", "MI210", "MI250")
+          "A40", "A30", "RTX A4000", "RTX A4500", "RTX A5000", "RTX 2000 Ada", "RTX 4000 Ada",
+          "RTX 5000 Ada",
+          "RTX 4080 SUPER", "RTX 5080", "RTX 3090 Ti", "V100 PCIe 16GB", "L20",
+          "H20", "MI210", "MI250")
 
 
 def _offer(name: str, **extra: object) -> dict[str, object]:
@@ -39,9 +44,11 @@ def test_shipped_catalog_has_the_rented_cards_with_sourced_facts() -> None:
     catalog = load_catalog()
     assert len(catalog.offers) >= 25 and set(RENTED) <= set(catalog.names())
     arch = {o.name: o.architecture for o in catalog.offers}
-    assert {n: arch[n] for n in ("T4", "A10G", "RTX 4090", "RTX 5090", "A100 40GB SXM", "H200", "B200", "B300",
-                                 "MI250X", "MI300X", "MI355X", "RX 7900 XTX")} == {
-        "T4": "sm_75", "A10G": "sm_86", "RTX 4090": "sm_89", "RTX 5090": "sm_120", "A100 40GB SXM": "sm_80",
+    assert {n: arch[n]
+            for n in ("T4", "A10G", "RTX 4090", "RTX 5090", "A100 40GB SXM", "H200", "B200", "B300",
+                      "MI250X", "MI300X", "MI355X", "RX 7900 XTX")} == {
+        "T4": "sm_75", "A10G": "sm_86", "RTX 4090": "sm_89", "RTX 5090": "sm_120",
+        "A100 40GB SXM": "sm_80",
         "H200": "sm_90", "B200": "sm_100", "B300": "sm_103", "MI250X": "gfx90a", "MI300X": "gfx942",
         "MI355X": "gfx950", "RX 7900 XTX": "gfx1100"}
     assert {o.name: o.cards_per_lot for o in catalog.offers if o.cards_per_lot != 1} == {"B200": 2}
@@ -50,19 +57,24 @@ def test_shipped_catalog_has_the_rented_cards_with_sourced_facts() -> None:
     sources = json.loads(data_file("catalog.json").read_text())["sources"]
     for offer in catalog.offers:
         nominal = offer.nominal or {}
-        assert set(nominal) >= {"tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops", "source"}, offer.name
+        assert set(nominal) >= {"tf32_dense_tflops",
+                                "fp16_dense_tflops", "bf16_dense_tflops", "source"}, offer.name
         cited = {key for key in sources if key in nominal["source"]}
         assert cited, f"{offer.name}: its figures cite no source of $.sources"
         for field in ("tf32_dense_tflops", "fp16_dense_tflops", "bf16_dense_tflops"):
             assert nominal[field] is not None or offer.note, f"{offer.name}: null {field} is not explained"
     for citation in sources.values():
-        assert citation.startswith(("http", "NVIDIA", "AMD", "Stas", "AWS", "Baseten", "Guru3D", "TechPowerUp",
-                                    "LLVM", "Lightning", "ROCm", "Older")) or "github" in citation or "://" in citation
+        assert citation.startswith(("http", "NVIDIA", "AMD", "Stas", "AWS", "Baseten", "Guru3D",
+                                    "TechPowerUp",
+                                    "LLVM",
+                                    "Lightning", "ROCm",
+                                    "Older")) or "github" in citation or "://" in citation
 
 
 def test_nominal_figures_of_well_known_cards_are_the_datasheets_dense_ones() -> None:
     catalog = load_catalog()
-    nominal = {name: catalog.find(name).nominal or {} for name in ("RTX 4090", "H100 SXM", "MI300X", "A100 80GB SXM")}
+    nominal = {name: catalog.find(name).nominal or {}
+               for name in ("RTX 4090", "H100 SXM", "MI300X", "A100 80GB SXM")}
     assert nominal["RTX 4090"]["bf16_dense_tflops"] == 165.2 and nominal["RTX 4090"]["memory_bandwidth_gb_s"] == 1008
     assert nominal["H100 SXM"]["bf16_dense_tflops"] == 989.5 and nominal["H100 SXM"]["tf32_dense_tflops"] == 494.5
     assert nominal["MI300X"]["bf16_dense_tflops"] == 1307.4
@@ -72,13 +84,15 @@ def test_nominal_figures_of_well_known_cards_are_the_datasheets_dense_ones() -> 
 
 def test_only_the_rtx_4090_has_prices_and_they_are_exact() -> None:
     catalog = load_catalog()
-    assert catalog.find("RTX 4090").prices == {3: Decimal("47.14"), 7: Decimal("110"), 30: Decimal("390")}
+    assert catalog.find("RTX 4090").prices == {3: Decimal("47.14"), 7: Decimal("110"),
+                                               30: Decimal("390")}
     for offer in catalog.offers:
         if offer.name != "RTX 4090":
             assert set(offer.prices.values()) == {None}, offer.name
 
 
-@pytest.mark.parametrize("spelling", ["RTX 4090", "rtx-4090", "rtx4090", "GeForce RTX 4090", "4090"])
+@pytest.mark.parametrize("spelling",
+                         ["RTX 4090", "rtx-4090", "rtx4090", "GeForce RTX 4090", "4090"])
 def test_names_match_ignoring_case_spaces_and_dashes(spelling: str) -> None:
     assert load_catalog().find(spelling).name == "RTX 4090"
 
@@ -88,29 +102,38 @@ def test_names_match_ignoring_case_spaces_and_dashes(spelling: str) -> None:
     ("A100 80GB", "A100 80GB PCIe, A100 80GB SXM"),
     ("H100", "H100 PCIe, H100 SXM, H100 NVL"),
     ("V100", "V100 SXM2 16GB, V100 SXM2 32GB, V100 PCIe 16GB"),
-    ("RTX PRO 6000", "RTX PRO 6000 Blackwell Workstation Edition, RTX PRO 6000 Blackwell Server Edition"),
+    ("RTX PRO 6000",
+     "RTX PRO 6000 Blackwell Workstation Edition, RTX PRO 6000 Blackwell Server Edition"),
 ])
 def test_a_name_that_fits_several_offers_asks(name: str, offers: str) -> None:
     with pytest.raises(BadInput) as caught:
         load_catalog().find(name)
     count = offers.count(",") + 1
-    assert str(caught.value) == (f"--gpu {name!r}: fits {count} offers: {offers}; pass one of them as --gpu (add your "
-                                 "own with a project catalog.json or --catalog FILE)")
+    assert str(
+        caught.value) == (f"--gpu {name!r}: fits {count} offers: {offers}; pass one of them as "
+                                 "--gpu (add your own with a project catalog.json or --catalog "
+                                 "FILE)")
 
 
 @pytest.mark.parametrize(("name", "same"), [
-    ("Tesla T4 16GB", "T4"), ("MI300", "MI300X"), ("Radeon 7900", "RX 7900 XTX"), ("B200 x2", "B200"),
-    ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("V100 32GB", "V100 SXM2 32GB"), ("A100 SXM 80GB", "A100 80GB SXM"),
+    ("Tesla T4 16GB", "T4"), ("MI300", "MI300X"), ("Radeon 7900", "RX 7900 XTX"),
+    ("B200 x2", "B200"),
+    ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("V100 32GB", "V100 SXM2 32GB"),
+    ("A100 SXM 80GB", "A100 80GB SXM"),
     ("NVIDIA H100 SXM5 80GB", "H100 SXM")])
 def test_an_unknown_spelling_gets_the_same_card(name: str, same: str) -> None:
     with pytest.raises(BadInput) as caught:
         load_catalog().find(name)
-    assert str(caught.value) == (f"--gpu {name!r}: no such offer in the catalog; did you mean {same!r}? pass that "
-                                 "name (or add your own with a project catalog.json or --catalog FILE)")
+    assert str(
+        caught.value) == (f"--gpu {name!r}: no such offer in the catalog; did you mean {same!r}? "
+                                 "pass that name (or add your own with a project catalog.json or "
+                                 "--catalog FILE)")
 
 
-@pytest.mark.parametrize("name", ["RTX 4080", "T40", "A1000", "RTX 4900", "zzzzzz", "GB200", "RTX 3080 Ti", "A6000 Ada",
-                                  "H100 PCIe 96GB"])
+@pytest.mark.parametrize("name",
+                         ["RTX 4080", "T40", "A1000", "RTX 4900", "zzzzzz", "GB200", "RTX 3080 Ti",
+                          "A6000 Ada",
+                          "H100 PCIe 96GB"])
 def test_an_unknown_card_is_never_offered_a_different_one(name: str) -> None:
     """T4 once got "closest: RTX 4090": a different model number is a different card."""
     with pytest.raises(BadInput) as caught:
@@ -123,11 +146,13 @@ def test_project_then_command_line_catalog_override_by_name(tmp_path: Path) -> N
     project = tmp_path / "proj"
     project.mkdir()
     _write(project / "catalog.json", {"offers": [
-        _offer("H100 SXM", memory_gb=80, architecture="sm_90", price_per_lot_usd={"3": 300, "7": 600, "30": None}),
+        _offer("H100 SXM", memory_gb=80, architecture="sm_90",
+               price_per_lot_usd={"3": 300, "7": 600, "30": None}),
         _offer("My Card"),
     ]})
-    extra = _write(tmp_path / "mine.json", {"offers": [_offer("h100-sxm", memory_gb=80, architecture="sm_90",
-                                                                price_per_lot_usd={"3": 250, "7": None, "30": None})]})
+    extra = _write(tmp_path / "mine.json",
+                   {"offers": [_offer("h100-sxm", memory_gb=80, architecture="sm_90",
+                                        price_per_lot_usd={"3": 250, "7": None, "30": None})]})
     from_project = load_catalog(project)
     assert from_project.find("H100 SXM").price(3) == Decimal("300")
     assert from_project.find("My Card").origin == str(project / "catalog.json")
@@ -141,7 +166,8 @@ def test_project_then_command_line_catalog_override_by_name(tmp_path: Path) -> N
 
 
 def test_user_catalog_is_checked_by_the_same_schema(tmp_path: Path) -> None:
-    bad = _write(tmp_path / "cat.json", {"offers": [_offer("X", price_per_lot_usd={"3": -1, "7": None, "30": None})]})
+    bad = _write(tmp_path / "cat.json",
+                 {"offers": [_offer("X", price_per_lot_usd={"3": -1, "7": None, "30": None})]})
     with pytest.raises(BadInput) as caught:
         load_catalog(None, bad)
     assert str(caught.value).startswith(f"{bad}: $.offers[0].price_per_lot_usd.3: ")
@@ -167,7 +193,8 @@ def test_missing_catalog_file_is_bad_input(tmp_path: Path) -> None:
 
 def test_shipped_pairings_carry_every_published_build_2_5_to_2_14() -> None:
     pairings = load_pairings()
-    published = {minor: sorted(la for la in pairings.labels(minor) if la != "cpu") for minor in pairings.releases()}
+    published = {minor: sorted(la for la in pairings.labels(minor) if la != "cpu")
+                 for minor in pairings.releases()}
     assert published == {
         "2.5": ["cu118", "cu121", "cu124", "rocm6.1", "rocm6.2"],
         "2.6": ["cu118", "cu124", "cu126", "rocm6.1", "rocm6.2.4"],
@@ -177,12 +204,16 @@ def test_shipped_pairings_carry_every_published_build_2_5_to_2_14() -> None:
         "2.10": ["cu126", "cu128", "cu130", "rocm7.0", "rocm7.1"],
         "2.11": ["cu126", "cu128", "cu130", "rocm7.1", "rocm7.2"],
         "2.12": ["cu126", "cu130", "cu132", "rocm7.1", "rocm7.2"],
-        "2.13": ["cu126", "cu130", "cu132", "rocm7.1", "rocm7.2"],  # rocm7.1: test-infra's 2.13 release matrix
-        "2.14": ["cu126", "cu130", "cu132", "rocm7.14", "rocm7.2"],  # rocm7.2: test-infra's 2.14 matrix
+        # rocm7.1: test-infra's 2.13 release matrix
+        "2.13": ["cu126", "cu130", "cu132", "rocm7.1", "rocm7.2"],
+        # rocm7.2: test-infra's 2.14 matrix
+        "2.14": ["cu126", "cu130", "cu132", "rocm7.14", "rocm7.2"],
     }
     experimental = {b.name for b in pairings.builds() if b.experimental}
-    assert experimental == {"2.6 cu126 (experimental)", "2.7 cu128 (experimental)", "2.8 cu129 (experimental)",
-                            "2.9 cu130 (experimental)", "2.10 cu130 (experimental)", "2.12 cu132 (experimental)",
+    assert experimental == {"2.6 cu126 (experimental)", "2.7 cu128 (experimental)",
+                            "2.8 cu129 (experimental)",
+                            "2.9 cu130 (experimental)", "2.10 cu130 (experimental)",
+                            "2.12 cu132 (experimental)",
                             "2.13 cu132 (experimental)"}
     assert pairings.labels("2.13", "aarch64") == ["cpu", "cu126", "cu130", "cu132"]
     assert pairings.labels("2.7", "aarch64") == []
@@ -191,7 +222,8 @@ def test_shipped_pairings_carry_every_published_build_2_5_to_2_14() -> None:
 def test_driver_floors_per_cuda_major_and_per_card() -> None:
     pairings = load_pairings()
     assert [pairings.driver_floor(v) for v in ("11.8", "12.4", "12.8", "13.0", "10.2")] == [
-        ("450.80.02", "CUDA 11.x builds"), ("525.60.13", "CUDA 12.x builds"), ("525.60.13", "CUDA 12.x builds"),
+        ("450.80.02", "CUDA 11.x builds"), ("525.60.13", "CUDA 12.x builds"),
+        ("525.60.13", "CUDA 12.x builds"),
         ("580", "CUDA 13.x builds"), None]
     # Blackwell needs R570 even when the CUDA 12 floor is 525; CUDA 13's own floor is higher still.
     assert pairings.driver_floor("12.8", "sm_120") == ("570", "sm_120 cards")
@@ -211,7 +243,8 @@ def test_blackwell_needs_cuda_12_8_and_torch_2_7() -> None:
         {"rocm6.1", "rocm6.2", "rocm6.2.4", "rocm6.3", "rocm6.4", "rocm7.0", "rocm7.1", "rocm7.2"}
     # 2.9 rocm6.4: uv measured no gfx950 where the 6.4.4 builder lists it, so it is not among the confirmed targets
     assert {b.name for b in pairings.builds_for("gfx950", "rocm")} == {
-        "2.10 rocm7.0", "2.10 rocm7.1", "2.11 rocm7.1", "2.11 rocm7.2", "2.12 rocm7.1", "2.12 rocm7.2",
+        "2.10 rocm7.0", "2.10 rocm7.1", "2.11 rocm7.1", "2.11 rocm7.2", "2.12 rocm7.1",
+        "2.12 rocm7.2",
         "2.13 rocm7.1", "2.13 rocm7.2", "2.14 rocm7.2"}
 
 
@@ -219,7 +252,8 @@ def test_cuda_13_builds_drop_volta_and_2_11_drops_it_from_cu128() -> None:
     pairings = load_pairings()
     assert pairings.builds_for("sm_70", "cuda")[-1].name == "2.14 cu126"
     assert not any(b.code_for("sm_70") for b in pairings.builds() if b.label in ("cu130", "cu132"))
-    assert pairings.build("2.10.0", "cu128").code_for("sm_70") == "cubin sm_70"  # type: ignore[union-attr]
+    assert pairings.build("2.10.0",
+                          "cu128").code_for("sm_70") == "cubin sm_70"  # type: ignore[union-attr]
     assert pairings.build("2.11.0", "cu128").code_for("sm_70") is None  # type: ignore[union-attr]
 
 
@@ -239,12 +273,14 @@ def test_kernel_rules(card: str, carried: list[str], expected: str | None) -> No
 
 def test_project_pairings_extend_a_new_torch_release(tmp_path: Path) -> None:
     # The older form {label: arch set} and the current one both extend the shipped builds, label by label.
-    _write(tmp_path / "pairings.json", {"torch": {"2.15": {"cu130": "cu130-2.13"}, "2.13": {"builds": {"cu128": {
+    _write(tmp_path / "pairings.json",
+           {"torch": {"2.15": {"cu130": "cu130-2.13"}, "2.13": {"builds": {"cu128": {
         "arch_set": "cu128-2.11", "experimental": True}}}}})
     pairings = load_pairings(tmp_path)
     build = pairings.build("2.15.0", "cu130")
     assert build is not None and "sm_120" in build.architectures
-    assert pairings.labels("2.13") == ["cpu", "cu126", "cu130", "cu132", "rocm7.1", "rocm7.2", "cu128"]
+    assert pairings.labels("2.13") == ["cpu", "cu126", "cu130", "cu132",
+                                       "rocm7.1", "rocm7.2", "cu128"]
     assert pairings.build("2.13.1", "cu128").experimental  # type: ignore[union-attr]
 
 
@@ -252,7 +288,8 @@ def test_dangling_pairing_is_bad_input(tmp_path: Path) -> None:
     extra = _write(tmp_path / "p.json", {"torch": {"2.13": {"cu128": "no-such-set"}}})
     with pytest.raises(BadInput) as caught:
         load_pairings(None, extra)
-    assert str(caught.value) == (f"{extra}: $.torch.2.13.cu128: arch set 'no-such-set' is not under "
+    assert str(
+        caught.value) == (f"{extra}: $.torch.2.13.cu128: arch set 'no-such-set' is not under "
                                  "$.arch_sets; add it there")
 
 
@@ -264,9 +301,12 @@ def test_schemas_are_strict() -> None:
 
 
 def test_an_offer_that_contradicts_itself_is_refused(tmp_path: Path) -> None:
-    bad = _write(tmp_path / "c.json", {"offers": [_offer("Odd", vendor="amd", backend="rocm", architecture="sm_90")]})
-    with pytest.raises(BadInput, match=r"\$\.offers\[0\]: amd card 'Odd' has backend rocm and architecture sm_90; an "
-                                       r"amd card runs rocm with an gfx\.\.\. architecture"):
+    bad = _write(tmp_path / "c.json",
+                 {"offers": [_offer("Odd", vendor="amd", backend="rocm", architecture="sm_90")]})
+    with pytest.raises(BadInput,
+                       match=r"\$\.offers\[0\]: amd card 'Odd' has backend rocm and architecture "
+                             r"sm_90; an "
+                             r"amd card runs rocm with an gfx\.\.\. architecture"):
         load_catalog(None, bad)
     blank = _write(tmp_path / "b.json", {"offers": [_offer("   ")]})
     with pytest.raises(BadInput, match="name is blank"):
@@ -280,14 +320,17 @@ def test_an_alias_that_names_another_card_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_index_whose_facts_contradict_its_label_is_refused(tmp_path: Path) -> None:
-    extra = _write(tmp_path / "p.json", {"indexes": {"cu130": {"backend": "rocm", "version": "13.0"}}})
+    extra = _write(tmp_path / "p.json",
+                   {"indexes": {"cu130": {"backend": "rocm", "version": "13.0"}}})
     with pytest.raises(BadInput) as caught:
         load_pairings(None, extra)
-    assert str(caught.value) == (f"{extra}: $.indexes.cu130: says backend rocm 13.0, but cu130 is cuda 13.0; "
-                                 "fix the entry")
+    assert str(
+        caught.value) == (f"{extra}: $.indexes.cu130: says backend rocm 13.0, but cu130 is cuda "
+                                 "13.0; fix the entry")
 
 
 def test_a_project_file_may_use_an_index_of_the_command_line_file(tmp_path: Path) -> None:
     _write(tmp_path / "pairings.json", {"torch": {"2.15": {"cu134": "cu130-2.13"}}})
-    extra = _write(tmp_path / "extra.json", {"indexes": {"cu134": {"backend": "cuda", "version": "13.4"}}})
+    extra = _write(tmp_path / "extra.json",
+                   {"indexes": {"cu134": {"backend": "cuda", "version": "13.4"}}})
     assert load_pairings(tmp_path, extra).build("2.15.0", "cu134") is not None

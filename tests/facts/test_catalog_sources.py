@@ -37,7 +37,8 @@ def test_every_figure_a_card_carries_names_a_source(offer: dict[str, Any]) -> No
         assert figure in FIGURES
         for key in keys:
             assert key in SHIPPED["sources"], f"{offer['name']}: {figure} cites {key}, not a key of $.sources"
-            assert _named(key, offer["nominal"]["source"]), f"{offer['name']}: nominal.source does not name {key}"
+            assert _named(key,
+                          offer["nominal"]["source"]), f"{offer['name']}: nominal.source does not name {key}"
 
 
 @pytest.mark.parametrize("offer", OFFERS, ids=[o["name"] for o in OFFERS])
@@ -50,7 +51,8 @@ def test_a_null_figure_says_why(offer: dict[str, Any]) -> None:
 
 
 def _offer(**extra: object) -> dict[str, object]:
-    base: dict[str, object] = {"name": "My Card", "vendor": "nvidia", "backend": "cuda", "memory_gb": 24,
+    base: dict[str, object] = {"name": "My Card", "vendor": "nvidia", "backend": "cuda",
+                               "memory_gb": 24,
                                "architecture": "sm_89", "cards_per_lot": 1,
                                "price_per_lot_usd": {"3": 10, "7": 20, "30": 80},
                                "nominal": {"bf16_dense_tflops": 100, "source": "mine"}}
@@ -80,13 +82,16 @@ def test_a_user_offer_with_an_uncovered_figure_is_refused(tmp_path: Path) -> Non
         _offer(figure_sources={"memory_gb": ["mine"], "architecture": ["mine"]})]})
     with pytest.raises(BadInput) as caught:
         load_catalog(None, path)
-    assert str(caught.value).startswith(f"{path}: $.offers[0]: figure_sources names no source for bf16_dense_tflops")
+    assert str(caught.value).startswith(
+        f"{path}: $.offers[0]: figure_sources names no source for bf16_dense_tflops")
 
 
 def test_a_user_offer_citing_an_unknown_source_is_refused(tmp_path: Path) -> None:
-    cited = {"memory_gb": ["nowhere"], "architecture": ["cuda_gpus"], "bf16_dense_tflops": ["cuda_gpus"]}
+    cited = {"memory_gb": ["nowhere"], "architecture": ["cuda_gpus"],
+             "bf16_dense_tflops": ["cuda_gpus"]}
     path = _write(tmp_path / "cat.json", {"offers": [_offer(figure_sources=cited)]})
-    with pytest.raises(BadInput, match=r"\$\.offers\[0\]: figure_sources cites nowhere, which no \$\.sources names"):
+    with pytest.raises(
+        BadInput, match=r"\$\.offers\[0\]: figure_sources cites nowhere, which no \$\.sources names"):
         load_catalog(None, path)
 
 
@@ -109,16 +114,20 @@ def test_each_name_and_alias_finds_exactly_its_card(offer: dict[str, Any]) -> No
 
 # The name nvidia-smi / torch.cuda.get_device_name() / rocm-smi print for these cards.
 DRIVER_NAMES = [
-    ("NVIDIA A40", "A40"), ("NVIDIA A30", "A30"), ("NVIDIA RTX A4000", "RTX A4000"), ("NVIDIA RTX A4500", "RTX A4500"),
+    ("NVIDIA A40", "A40"), ("NVIDIA A30", "A30"), ("NVIDIA RTX A4000", "RTX A4000"),
+    ("NVIDIA RTX A4500", "RTX A4500"),
     ("NVIDIA RTX A5000", "RTX A5000"), ("NVIDIA RTX 2000 Ada Generation", "RTX 2000 Ada"),
-    ("NVIDIA RTX 4000 Ada Generation", "RTX 4000 Ada"), ("NVIDIA RTX 5000 Ada Generation", "RTX 5000 Ada"),
+    ("NVIDIA RTX 4000 Ada Generation", "RTX 4000 Ada"),
+    ("NVIDIA RTX 5000 Ada Generation", "RTX 5000 Ada"),
     ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080 SUPER"), ("NVIDIA GeForce RTX 5080", "RTX 5080"),
-    ("NVIDIA GeForce RTX 3090 Ti", "RTX 3090 Ti"), ("Tesla V100-PCIE-16GB", "V100 PCIe 16GB"), ("NVIDIA L20", "L20"),
+    ("NVIDIA GeForce RTX 3090 Ti", "RTX 3090 Ti"), ("Tesla V100-PCIE-16GB", "V100 PCIe 16GB"),
+    ("NVIDIA L20", "L20"),
     ("NVIDIA H20", "H20"), ("AMD Instinct MI210", "MI210"), ("AMD Instinct MI250", "MI250"),
     # Their neighbours keep their own card.
     ("NVIDIA GeForce RTX 3090", "RTX 3090"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
     ("NVIDIA GeForce RTX 5090", "RTX 5090"),
-    ("NVIDIA RTX A6000", "RTX A6000"), ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"), ("NVIDIA L40", "L40"),
+    ("NVIDIA RTX A6000", "RTX A6000"), ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+    ("NVIDIA L40", "L40"),
     ("NVIDIA L4", "L4"), ("NVIDIA H200", "H200"), ("Tesla V100-SXM2-16GB", "V100 SXM2 16GB"),
     ("AMD Instinct MI250X", "MI250X"),
 ]
@@ -132,7 +141,8 @@ def test_a_driver_printed_name_resolves_to_exactly_its_card(device: str, name: s
 
 
 @pytest.mark.parametrize("device", ["NVIDIA GeForce RTX 4080", "NVIDIA RTX 4000 SFF Ada Generation",
-                                    "NVIDIA GeForce RTX 3080 Ti", "Tesla V100-PCIE-32GB", "NVIDIA RTX A2000"])
+                                    "NVIDIA GeForce RTX 3080 Ti", "Tesla V100-PCIE-32GB",
+                                    "NVIDIA RTX A2000"])
 def test_a_card_the_catalog_lacks_gets_no_neighbours_figures(device: str) -> None:
     assert lookup(device) is None
 
@@ -164,7 +174,8 @@ def test_a_bare_v100_fits_offers_that_share_one_architecture() -> None:
 def test_find_architecture_takes_a_bare_name_whose_offers_share_one() -> None:
     catalog = load_catalog()
     offer, names = catalog.find_architecture("V100")
-    assert offer.architecture == "sm_70" and names == ("V100 SXM2 16GB", "V100 SXM2 32GB", "V100 PCIe 16GB")
+    assert offer.architecture == "sm_70" and names == (
+        "V100 SXM2 16GB", "V100 SXM2 32GB", "V100 PCIe 16GB")
     assert catalog.find_architecture("A40") == (catalog.find("A40"), ("A40",))
     # A100's offers share sm_80; H100's share sm_90; a name whose offers differ still asks.
     assert catalog.find_architecture("A100")[0].architecture == "sm_80"

@@ -21,10 +21,13 @@ HASH = "sha256:" + "ab" * 32
 
 
 def write_lock(project: Path, backend: str, torch: str, *pins: str) -> None:
-    lines = ["# kdkit: kdkit-version = 0.0.0", f"# kdkit: backend = {backend}", "# kdkit: platform = linux-x86_64"]
+    lines = [
+        "# kdkit: kdkit-version = 0.0.0", f"# kdkit: backend = {backend}",
+        "# kdkit: platform = linux-x86_64"]
     for pin in (f"torch=={torch}", *pins):
         lines += [f"{pin} \\", f"    --hash={HASH}"]
-    (project / "requirements" / f"{backend}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (project / "requirements"
+     / f"{backend}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def list_extensions(project: Path, *modules: str) -> None:
@@ -34,7 +37,8 @@ def list_extensions(project: Path, *modules: str) -> None:
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
-def check(project: Path, gpu: str, backend: str, *extra: str) -> tuple[int, dict[str, dict[str, Any]], str]:
+def check(project: Path, gpu: str, backend: str,
+          *extra: str) -> tuple[int, dict[str, dict[str, Any]], str]:
     result = invoke("check", project, "--gpu", gpu, "--backend", backend, *extra)
     if "--json" not in extra:
         return result.exit_code, {}, result.stdout + result.stderr
@@ -46,7 +50,8 @@ def test_mi300x_with_flash_attn_listed_is_judged_not_passed(project: Path) -> No
     write_lock(project, "rocm", "2.13.0+rocm7.2")
     code, points, _ = check(project, "MI300X", "rocm", "--json")
     point = points["extension flash-attn"]
-    assert point["verdict"] == "unknown", point  # releases before 2.6.2 have no ROCm build: the pin decides
+    # releases before 2.6.2 have no ROCm build: the pin decides
+    assert point["verdict"] == "unknown", point
     assert "fail in releases <2.6.2" in point["why"]
     assert "requirements/rocm.txt pins no flash-attn" in point["why"]
     assert "your diagnose will import it on the machine" in point["why"] and point["fix"]
@@ -90,8 +95,8 @@ def test_an_extension_without_facts_is_unknown_never_ok(project: Path) -> None:
     write_lock(project, "cuda", "2.13.0+cu130")
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
     assert points["extension my_fused_ops"]["verdict"] == "unknown"
-    assert points["extension my_fused_ops"]["why"] == ("no facts for my_fused_ops; your diagnose will import it "
-                                                          "on the machine")
+    assert points["extension my_fused_ops"]["why"] == ("no facts for my_fused_ops; your diagnose "
+                                                          "will import it on the machine")
     assert points["extension xformers"]["verdict"] == "unknown"
     assert code == 0  # unknown alone: diagnose proves it on arrival
 
@@ -118,8 +123,9 @@ def test_every_shipped_rule_names_a_source() -> None:
 
 
 def test_a_rule_without_a_source_is_refused() -> None:
-    data = {"sources": {}, "extensions": {"x": {"modules": ["x"], "rules": [{"backend": "cuda", "min_sm": 80,
-                                                                               "source": "nowhere"}]}}}
+    data = {"sources": {},
+            "extensions": {"x": {"modules": ["x"], "rules": [{"backend": "cuda", "min_sm": 80,
+                                                                "source": "nowhere"}]}}}
     with pytest.raises(BadInput, match=r"\$\.extensions\.x\.rules\[0\]\.source"):
         parse_facts(data, "extensions.json")
 
@@ -128,13 +134,16 @@ def test_a_rule_without_a_source_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("pin", "said"), [
-    ("flash-attn==2.8.3+cu12torch2.6cxx11abiFALSE", "is built for torch 2.6 (its local label), and the lock's torch "
-                                                    "is 2.13.0+cu130"),
-    ("flash-attn==2.8.3+cu12torch2.13", "is built for CUDA 12 (its local label), and the lock's torch 2.13.0+cu130 "
-                                        "is CUDA 13"),
+    ("flash-attn==2.8.3+cu12torch2.6cxx11abiFALSE",
+     "is built for torch 2.6 (its local label), and the lock's torch "
+     "is 2.13.0+cu130"),
+    ("flash-attn==2.8.3+cu12torch2.13",
+     "is built for CUDA 12 (its local label), and the lock's torch 2.13.0+cu130 "
+     "is CUDA 13"),
     ("torchvision==0.28.0+cu126", "is built for CUDA 12 (its local label)"),
 ])
-def test_a_local_label_naming_another_torch_or_cuda_fails(project: Path, pin: str, said: str) -> None:
+def test_a_local_label_naming_another_torch_or_cuda_fails(
+    project: Path, pin: str, said: str) -> None:
     write_lock(project, "cuda", "2.13.0+cu130", pin)
     code, points, _ = check(project, "H100 SXM", "cuda", "--json")
     point = points["extension " + pin.split("==")[0]]
@@ -159,8 +168,9 @@ def test_a_release_newer_than_the_facts_is_unknown(project: Path, version: str) 
 
 
 def test_checked_through_needs_a_source() -> None:
-    data = {"sources": {}, "extensions": {"x": {"modules": ["x"], "checked_through": {"version": "1.0",
-                                                                                       "source": "nowhere"}}}}
+    data = {"sources": {},
+            "extensions": {"x": {"modules": ["x"], "checked_through": {"version": "1.0",
+                                                                        "source": "nowhere"}}}}
     with pytest.raises(BadInput, match=r"\$\.extensions\.x\.checked_through"):
         parse_facts(data, "extensions.json")
 
@@ -169,7 +179,8 @@ def test_the_summary_names_five_unknowns_then_a_count(project: Path) -> None:
     list_extensions(project, *(f"ext_{i:04d}" for i in range(1000)))
     write_lock(project, "cuda", "2.13.0+cu130")
     code, _, text = check(project, "H100 SXM", "cuda")
-    summary = [line for line in text.splitlines() if "no point fails" in line or "unknown (" in line]
+    summary = [line for line in text.splitlines() if "no point fails" in line
+               or "unknown (" in line]
     joined = " ".join(text.split())
     assert code == 0 and "1000 unknown (extension ext_0000, extension ext_0001, extension ext_0002, extension " \
         "ext_0003, extension ext_0004, +995 more)" in joined, summary

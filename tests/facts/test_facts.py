@@ -25,13 +25,15 @@ PAIRINGS = json.loads(data_file("pairings.json").read_text(encoding="utf-8"))
 
 
 def _cited(text: str) -> set[str]:
-    return {key for key in PAIRINGS["sources"] if re.search(rf"(^|[\s,(;:]){re.escape(key)}($|[\s,);:])", text)}
+    return {key for key in PAIRINGS["sources"]
+            if re.search(rf"(^|[\s,(;:]){re.escape(key)}($|[\s,);:])", text)}
 
 
 def test_every_fact_names_a_source_of_the_sources_table() -> None:
     for name, arch_set in PAIRINGS["arch_sets"].items():
         if name != "cpu":
-            assert _cited(arch_set["source"]), f"arch set {name}: {arch_set['source']!r} cites no source"
+            assert _cited(
+                arch_set["source"]), f"arch set {name}: {arch_set['source']!r} cites no source"
     for minor, row in PAIRINGS["torch"].items():
         assert _cited(row["source"]), f"torch {minor}: {row['source']!r} cites no source"
     for section in ("drivers", "architecture_drivers"):
@@ -45,35 +47,44 @@ def test_every_fact_names_a_source_of_the_sources_table() -> None:
 
 def test_sources_are_public_never_a_path_of_this_machine() -> None:
     for key, citation in PAIRINGS["sources"].items():
-        assert re.search(r"https?://|[\w.-]+/[\w.-]+ [.\w/-]+ @[0-9a-f]{40}", citation), f"{key}: no URL or repo@commit"
-        assert not re.search(r"(^|\s)/(work|tmp|home|root|opt|srv)/", citation), f"{key}: names a local path"
+        assert re.search(r"https?://|[\w.-]+/[\w.-]+ [.\w/-]+ @[0-9a-f]{40}",
+                         citation), f"{key}: no URL or repo@commit"
+        assert not re.search(r"(^|\s)/(work|tmp|home|root|opt|srv)/",
+                             citation), f"{key}: names a local path"
     commits = re.findall(r"@([0-9a-f]+)", json.dumps(PAIRINGS["sources"]))
     assert commits and all(len(c) == 40 for c in commits)
 
 
 def test_pairings_cover_torch_2_5_to_2_14_with_the_matrix_builds() -> None:
     pairings = load_pairings()
-    assert pairings.releases() == ["2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14"]
+    assert pairings.releases() == ["2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11",
+                                   "2.12", "2.13", "2.14"]
     # The release matrix: 2.14 CUDA 12.6, 13.0, 13.2 and ROCm 7.2, 7.14 (test-infra's 2.14 matrix; cu134 built, not
     # advertised); 2.13 12.6, 13.0, exp. 13.2, ROCm 7.1 (test-infra's release matrix) and 7.2; 2.11 12.6, 12.8, 13.0
     # and ROCm 7.2. No cu128 and no rocm6 after 2.11.
     assert [b.name for b in pairings.builds() if b.torch == "2.13"] == [
-        "2.13 cpu", "2.13 cu126", "2.13 cu130", "2.13 cu132 (experimental)", "2.13 rocm7.1", "2.13 rocm7.2"]
+        "2.13 cpu", "2.13 cu126", "2.13 cu130",
+        "2.13 cu132 (experimental)", "2.13 rocm7.1", "2.13 rocm7.2"]
     assert [b.name for b in pairings.builds() if b.torch == "2.14"] == [
         "2.14 cpu", "2.14 cu126", "2.14 cu130", "2.14 cu132", "2.14 rocm7.2", "2.14 rocm7.14"]
-    assert {b.label for b in pairings.builds() if b.torch == "2.11"} == {"cpu", "cu126", "cu128", "cu130",
+    assert {b.label for b in pairings.builds()
+            if b.torch == "2.11"} == {"cpu", "cu126", "cu128", "cu130",
                                                                          "rocm7.1", "rocm7.2"}
     for later in ("2.12", "2.13", "2.14"):
         assert not [la for la in pairings.labels(later) if la == "cu128" or la.startswith("rocm6")]
 
 
 def test_rocm7_wheels_carry_the_instinct_and_radeon_targets() -> None:
-    rocm72 = set(load_pairings().build("2.13.0", "rocm7.2").architectures)  # type: ignore[union-attr]
+    rocm72 = set(
+        load_pairings().build("2.13.0", "rocm7.2").architectures)  # type: ignore[union-attr]
     # uv's list measured on the rocm7.2 wheel (astral-sh/uv#18730): the builder's gfx1103 is not in it
-    assert rocm72 == {"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101",
+    assert rocm72 == {"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030",
+                      "gfx1100", "gfx1101",
                       "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201"}
-    rocm71 = set(load_pairings().build("2.13.0", "rocm7.1").architectures)  # type: ignore[union-attr]
-    assert rocm71 == rocm72 - {"gfx1150", "gfx1151"}  # measured on rocm7.0/7.1 wheels: no Strix (Halo) code
+    rocm71 = set(
+        load_pairings().build("2.13.0", "rocm7.1").architectures)  # type: ignore[union-attr]
+    # measured on rocm7.0/7.1 wheels: no Strix (Halo) code
+    assert rocm71 == rocm72 - {"gfx1150", "gfx1151"}
 
 
 # ---------------------------------------------------------------- the template, by construction
@@ -86,7 +97,8 @@ def test_template_names_published_builds_of_one_release() -> None:
         build = pairings.template_build(backend)
         assert build.backend == backend and not build.experimental
         assert build.label in pairings.labels(torch)
-    assert (PAIRINGS["template"]["builds"]["cuda"], PAIRINGS["template"]["builds"]["rocm"]) == ("cu130", "rocm7.2")
+    assert (PAIRINGS["template"]["builds"]["cuda"],
+            PAIRINGS["template"]["builds"]["rocm"]) == ("cu130", "rocm7.2")
 
 
 def test_a_template_naming_an_unpublished_build_is_refused(tmp_path: Path) -> None:
@@ -94,8 +106,10 @@ def test_a_template_naming_an_unpublished_build_is_refused(tmp_path: Path) -> No
 
     (tmp_path / "pairings.json").write_text(json.dumps({"template": {"torch": "2.13.0", "builds": {
         "cuda": "cu128", "rocm": "rocm7.2", "cpu": "cpu"}}}))
-    with pytest.raises(BadInput, match=r"\$\.template names torch 2\.13\.0 cu128 for backend cuda, which is not a "
-                                       r"cuda build under \$\.torch"):
+    with pytest.raises(BadInput,
+                       match=r"\$\.template names torch 2\.13\.0 cu128 for backend cuda, which is "
+                             r"not a "
+                             r"cuda build under \$\.torch"):
         load_pairings(tmp_path).template_build("cuda")
 
 
@@ -105,10 +119,13 @@ def test_a_new_project_pins_the_template_build(tmp_path: Path, backend: str) -> 
     config = json.loads((root / "kdkit.json").read_text())
     pairings = load_pairings()
     base_in = (root / "requirements" / "base.in").read_text()
-    assert re.search(r"^torch==(\S+)$", base_in, re.M).group(1) == PAIRINGS["template"]["torch"]  # type: ignore[union-attr]
+    assert re.search(r"^torch==(\S+)$",
+                     base_in,
+                     re.M).group(1) == PAIRINGS["template"]["torch"]  # type: ignore[union-attr]
     for spec in config["backends"].values():
         label = builds.index_label(spec["torch_index"])
-        assert label is not None and pairings.build(PAIRINGS["template"]["torch"], label) is not None, spec
+        assert label is not None and pairings.build(
+            PAIRINGS["template"]["torch"], label) is not None, spec
         assert spec["torch_index"] == builds.TORCH_INDEX_URL.format(label=label)
         assert spec["base_image"] == pairings.base_image(label, config["python"])
     for path in root.rglob("*"):
@@ -157,16 +174,20 @@ def test_label_parsing_backends_and_proxies_have_one_home() -> None:
         if rel != "kdkit/core/builds.py":
             assert not label_regex.search(text), f"{rel} parses torch labels itself"
             for node in ast.walk(tree):
-                if isinstance(node, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Constant) for e in node.elts):
+                if isinstance(node, (ast.Tuple, ast.List)) \
+                        and all(isinstance(e, ast.Constant) for e in node.elts):
                     values = [e.value for e in node.elts]  # type: ignore[attr-defined]
-                    assert values[:3] != ["cuda", "rocm", "cpu"], f"{rel}:{node.lineno} repeats the backend list"
+                    assert values[:3] != [
+                        "cuda", "rocm", "cpu"], f"{rel}:{node.lineno} repeats the backend list"
         if rel != "kdkit/core/proc.py":
             assert '"HTTPS_PROXY", "NO_PROXY"' not in text, f"{rel} repeats the proxy variables"
 
 
 @pytest.mark.parametrize(("label", "parsed"), [
-    ("cu130", ("cuda", "13.0")), ("cu118", ("cuda", "11.8")), ("cu132", ("cuda", "13.2")), ("rocm7.2", ("rocm", "7.2")),
-    ("rocm6.2.4", ("rocm", "6.2.4")), ("rocm7.14", ("rocm", "7.14")), ("cpu", ("cpu", None)), ("xpu", None),
+    ("cu130", ("cuda", "13.0")), ("cu118", ("cuda", "11.8")), ("cu132", ("cuda", "13.2")),
+    ("rocm7.2", ("rocm", "7.2")),
+    ("rocm6.2.4", ("rocm", "6.2.4")), ("rocm7.14", ("rocm", "7.14")), ("cpu", ("cpu", None)),
+    ("xpu", None),
     ("cu12", None), ("rocm", None), ("cu130.post1", None),
 ])
 def test_the_one_label_parser(label: str, parsed: tuple[str, str | None] | None) -> None:
@@ -188,6 +209,8 @@ def test_every_acceptance_rule_has_a_value_and_a_public_source() -> None:
             assert "value" in rule, f"{where} has no value"
             source = rule.get("source")
             assert isinstance(source, str) and source.strip(), f"{where} names no source"
-            assert re.search(r"https?://|\bkdkit/data/\w+\.json\b|[\w.-]+/[\w.-]+ [\w./-]+", source), \
+            assert re.search(r"https?://|\bkdkit/data/\w+\.json\b|[\w.-]+/[\w.-]+ [\w./-]+",
+                             source), \
                 f"{where}: {source!r} is no URL or repository path"
-            assert not re.search(r"(^|\s)/(work|tmp|home|root|opt|srv)/", source), f"{where}: names a local path"
+            assert not re.search(r"(^|\s)/(work|tmp|home|root|opt|srv)/",
+                                 source), f"{where}: names a local path"

@@ -39,7 +39,8 @@ class Watch:
         self.path: str | None = None
         self.opens: list[str] = []
         self.replacement: Path | None = None
-        self.after = 0  # replace at the after-th open of any file once the watched path was first opened
+        # replace at the after-th open of any file once the watched path was first opened
+        self.after = 0
         self.seen = -1  # opens since the watched path's first open (-1: not opened yet)
         self.replaced_at: str | None = None
         self.busy = False
@@ -49,17 +50,20 @@ WATCH = Watch()
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event != "open" or WATCH.path is None or WATCH.busy or not isinstance(args[0], (str, bytes, os.PathLike)):
+    if event != "open" or WATCH.path is None or WATCH.busy \
+            or not isinstance(args[0], (str, bytes, os.PathLike)):
         return
     opened = os.fsdecode(args[0])
     if opened == WATCH.path:
         WATCH.opens.append(opened)
     if WATCH.seen >= 0:
         WATCH.seen += 1
-        if WATCH.replacement is not None and WATCH.replaced_at is None and WATCH.seen >= WATCH.after:
+        if WATCH.replacement is not None and WATCH.replaced_at is None \
+                and WATCH.seen >= WATCH.after:
             WATCH.busy = True
             try:
-                os.replace(WATCH.replacement, WATCH.path)  # the whole file at once, as an editor or a git checkout
+                # the whole file at once, as an editor or a git checkout
+                os.replace(WATCH.replacement, WATCH.path)
             finally:
                 WATCH.busy = False
             WATCH.replaced_at = opened
@@ -100,18 +104,23 @@ def sha256(data: bytes) -> str:
 # ---------------------------------------------------------------- the context, without an engine
 
 
-def test_a_build_opens_its_lock_once(locked_copy: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> None:
+def test_a_build_opens_its_lock_once(locked_copy: Path, wheelhouse: Path,
+                                     ca_bundle: tuple[Path, bytes]) -> None:
     lock = locked_copy / LOCK
-    for options in ({}, {"wheelhouse": wheelhouse}, {"wheelhouse": wheelhouse, "ca_bundle": ca_bundle[0]}):
+    for options in ({}, {"wheelhouse": wheelhouse},
+                    {"wheelhouse": wheelhouse, "ca_bundle": ca_bundle[0]}):
         with watching(lock) as watch:
             plan = plan_build(locked_copy, "cpu", **options)
             context = io.BytesIO()
             write_context(context_entries(plan), context)
-        assert watch.opens == [str(lock)], options  # read once: checked, parsed, hashed and sent from those bytes
-        assert sha256(carried_lock(context.getvalue(), LOCK.as_posix())) == plan.labels[f"{LABEL}lock.sha256"]
+        # read once: checked, parsed, hashed and sent from those bytes
+        assert watch.opens == [str(lock)], options
+        assert sha256(
+            carried_lock(context.getvalue(), LOCK.as_posix())) == plan.labels[f"{LABEL}lock.sha256"]
 
 
-def test_a_build_parses_its_lock_once(locked_copy: Path, wheelhouse: Path, lock_parses: list[str]) -> None:
+def test_a_build_parses_its_lock_once(locked_copy: Path, wheelhouse: Path,
+                                      lock_parses: list[str]) -> None:
     """Issue 30: the lock is parsed once per build (plan, context, labels, preflight): each Lock made from the
     lock's path is counted, whatever module made it (the split parts' own check names another path)."""
     for options in ({}, {"wheelhouse": wheelhouse}):
@@ -122,7 +131,8 @@ def test_a_build_parses_its_lock_once(locked_copy: Path, wheelhouse: Path, lock_
 
 
 @pytest.mark.parametrize("after", [1, 2, 3, 5, 8, 13, 21, 34])
-def test_a_lock_replaced_during_the_build_is_not_what_the_label_names(locked_copy: Path, after: int) -> None:
+def test_a_lock_replaced_during_the_build_is_not_what_the_label_names(
+    locked_copy: Path, after: int) -> None:
     lock = locked_copy / LOCK
     original = lock.read_bytes()
     with watching(lock, replace_after=after) as watch:
@@ -143,7 +153,8 @@ def test_a_project_file_replaced_after_its_check_is_not_sent(locked_copy: Path) 
     source = locked_copy / "src" / "classify.py"
     checked = source.read_bytes()
     plan = plan_build(locked_copy, "cpu")
-    source.write_bytes(checked + b'TOKEN = "ghp_' + b"A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8" + b'"\n')
+    source.write_bytes(checked + b'TOKEN = "ghp_' + b"A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+                       + b'"\n')
     context = io.BytesIO()
     write_context(context_entries(plan), context)
     with tarfile.open(fileobj=io.BytesIO(context.getvalue())) as tar:
@@ -154,7 +165,8 @@ def test_a_project_file_replaced_after_its_check_is_not_sent(locked_copy: Path) 
 # ---------------------------------------------------------------- the image, through the engine
 
 
-def test_the_image_holds_the_lock_its_label_names(built: dict[str, Any], locked_copy: Path, wheelhouse: Path,
+def test_the_image_holds_the_lock_its_label_names(built: dict[str, Any], locked_copy: Path,
+                                                  wheelhouse: Path,
                                                   ca_bundle: tuple[Path, bytes]) -> None:
     from kdkit.docker_adapter import connect
 

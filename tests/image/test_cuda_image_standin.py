@@ -30,19 +30,22 @@ pytestmark = pytest.mark.docker
 
 
 def in_image(tag: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", "run", "--rm", "--pull", "never", "--network", "none", tag, "sh", "-c", script],
+    return subprocess.run(["docker", "run", "--rm", "--pull", "never", "--network", "none", tag,
+                           "sh", "-c", script],
                           capture_output=True, text=True, check=False, timeout=300)
 
 
 def built(project: Path, tag: str) -> dict[str, Any]:
-    result = invoke("build", project, "--backend", "cuda", "--base-image", BASE, "--tag", tag, "--json")
+    result = invoke("build", project, "--backend", "cuda", "--base-image", BASE,
+                    "--tag", tag, "--json")
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads(result.stdout)
     return data
 
 
 def test_a_cuda_image_from_pypi_says_its_build_and_checks_itself(
-        docker_engine: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_server: Served) -> None:
+        docker_engine: None, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, torch_index_server: Served) -> None:
     index_tests.isolate_pip(monkeypatch, tmp_path)
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("PIP_INDEX_URL", torch_index_server.simple)
@@ -55,7 +58,8 @@ def test_a_cuda_image_from_pypi_says_its_build_and_checks_itself(
         labels = data["labels"]
         assert labels["dev.kdkit.backend"] == "cuda" and labels["dev.kdkit.torch.cuda"] == "13.0"
         assert labels["dev.kdkit.torch.arch_list"] == "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
-        env = subprocess.run(["docker", "image", "inspect", tag, "--format", "{{json .Config.Env}}"],
+        env = subprocess.run(["docker", "image", "inspect",
+                              tag, "--format", "{{json .Config.Env}}"],
                              capture_output=True, text=True, check=True).stdout
         assert "NVIDIA_REQUIRE_CUDA=cuda>=13.0" in json.loads(env)
         arch = in_image(tag, "exec kdkit torch-arch --json")
@@ -64,7 +68,9 @@ def test_a_cuda_image_from_pypi_says_its_build_and_checks_itself(
         verify = in_image(tag, 'exec kdkit verify-env --lock "$KDKIT_LOCK_FILE"')
         assert verify.returncode == 0 and "MATCH: 0 error(s)" in verify.stdout, verify.stdout + verify.stderr
         # cuDNN is torch's: it lies in the venv (torch's layers), once, not in the rest's deps/.
-        found = in_image(tag, "find /opt/kdkit -path '*/nvidia/cudnn/__init__.py'; true").stdout.split()
+        found = (
+            in_image(tag,
+                     "find /opt/kdkit -path '*/nvidia/cudnn/__init__.py'; true").stdout.split())
         assert len(found) == 1 and found[0].startswith("/opt/kdkit/venv/"), found
         assert CUDNN[0] in (project / "requirements" / "cuda.txt").read_text(encoding="utf-8")
     finally:

@@ -49,23 +49,27 @@ def test_a_file_on_the_extra_index_is_found_after_the_first_index_lacks_it(
         torch_index_server: Served, tmp_path: Path) -> None:
     version, digest = served_torch(torch_index_server)
     extra = torch_index_server.torch_index("cpu")
-    lock, path = lock_of(tmp_path, f"--index-url {torch_index_server.simple}\n--extra-index-url {extra}\n"
-                                   f"torch=={version} --hash=sha256:{digest}\n")
+    lock, path = lock_of(tmp_path,
+                         f"--index-url {torch_index_server.simple}\n--extra-index-url {extra}\n"
+                         f"torch=={version} --hash=sha256:{digest}\n")
     line = check_fetchable(lock, path, None, OFFLINE)
-    assert line.startswith(f"preflight: each of the 1 pins has its file on {torch_index_server.simple}, "
-                           f"{torch_index_server.torch_index('cpu')}, read through ")
+    assert line.startswith("preflight: each of the 1 pins has its file on "
+                           f"{torch_index_server.simple}, {torch_index_server.torch_index('cpu')}, "
+                           "read through ")
     assert {"/simple/torch/", "/whl/cpu/torch/"} <= set(torch_index_server.requests)
 
 
-def test_a_hash_no_index_lists_is_named_and_nothing_is_built(torch_index_server: Served, tmp_path: Path) -> None:
+def test_a_hash_no_index_lists_is_named_and_nothing_is_built(
+    torch_index_server: Served, tmp_path: Path) -> None:
     version, _digest = served_torch(torch_index_server)
     lock, path = lock_of(tmp_path, f"--index-url {torch_index_server.torch_index('cpu')}\n"
                                    f"torch=={version} --hash=sha256:{'0' * 64}\n")
     with pytest.raises(BadInput) as raised:
         check_fetchable(lock, path, None, OFFLINE)
-    assert str(raised.value).startswith(f"{path}: 1 of 1 pins have no file on any index the build's pip will read "
-                                        f"({torch_index_server.torch_index('cpu')}): torch=={version}; nothing was "
-                                        "built: lock again")
+    assert str(
+        raised.value).startswith(f"{path}: 1 of 1 pins have no file on any index the build's pip "
+                                        f"will read ({torch_index_server.torch_index('cpu')}): "
+                                        f"torch=={version}; nothing was built: lock again")
     assert str(raised.value).endswith(f"or build offline from a wheelhouse instead: {OFFLINE}")
 
 
@@ -78,7 +82,8 @@ def test_a_closed_port_is_unavailable_and_names_the_way_out(tmp_path: Path) -> N
     with pytest.raises(Unavailable) as raised:
         check_fetchable(lock, path, None, OFFLINE)
     said = str(raised.value)
-    assert said.startswith(f"http://127.0.0.1:{port}/simple/demo/ (read as the build's pip will, trusting ")
+    assert said.startswith(
+        f"http://127.0.0.1:{port}/simple/demo/ (read as the build's pip will, trusting ")
     assert f"connection refused; nothing was built: build offline from a wheelhouse instead: {OFFLINE}" in said
     assert "secret" not in said
 
@@ -88,12 +93,15 @@ def https_index(tmp_path: Path) -> Iterator[tuple[str, Path, str]]:
     """(index URL, the certificate that alone trusts it, the demo wheel's sha256) of an HTTPS index whose
     pages give no hashes: what a proxy's own certificate looks like to a pip that lacks it."""
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out",
+                    str(cert), "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True, timeout=120)
     root = tmp_path / "served"
     (root / "simple" / "demo").mkdir(parents=True)
-    (root / "simple" / "demo" / "index.html").write_text(f'<a href="../../{WHEEL}">{WHEEL}</a>\n', encoding="utf-8")
+    (root / "simple" / "demo"
+     / "index.html").write_text(f'<a href="../../{WHEEL}">{WHEEL}</a>\n', encoding="utf-8")
     (root / WHEEL).write_bytes(b"not really a wheel")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
@@ -102,7 +110,8 @@ def https_index(tmp_path: Path) -> Iterator[tuple[str, Path, str]]:
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"https://127.0.0.1:{server.server_address[1]}/simple/", cert, hashlib.sha256(b"x").hexdigest()
+        yield (f"https://127.0.0.1:{server.server_address[1]}/simple/", cert,
+               hashlib.sha256(b"x").hexdigest())
     finally:
         server.shutdown()
 
@@ -112,15 +121,18 @@ def test_a_certificate_the_build_would_not_trust_is_named_with_ca_bundle(
     index, cert, digest = https_index
     lock, path = lock_of(tmp_path, f"--index-url {index}\ndemo==1.0 --hash=sha256:{digest}\n")
     with pytest.raises(Unavailable) as raised:
-        check_fetchable(lock, path, None, OFFLINE)  # pip's own CA list, as a build without --ca-bundle has
+        # pip's own CA list, as a build without --ca-bundle has
+        check_fetchable(lock, path, None, OFFLINE)
     said = str(raised.value)
-    assert said.startswith(f"{index}demo/ (read as the build's pip will, trusting pip's own CA list")
+    assert said.startswith(
+        f"{index}demo/ (read as the build's pip will, trusting pip's own CA list")
     assert "TLS certificate not trusted" in said and "pass the proxy's CA with --ca-bundle FILE;" in said
     assert "pip's cert" not in said  # the build's pip reads no pip configuration of this machine
     # With the certificate as --ca-bundle, the page is read; it gives no hashes, so name and version suffice.
     assert check_fetchable(lock, path, cert, OFFLINE) == (
         f"preflight: each of the 1 pins has its file on {index}, read through --ca-bundle {cert}")
-    other, other_path = lock_of(tmp_path, f"--index-url {index}\ndemo==1.1 --hash=sha256:{digest}\n")
+    other, other_path = (
+        lock_of(tmp_path, f"--index-url {index}\ndemo==1.1 --hash=sha256:{digest}\n"))
     with pytest.raises(BadInput, match=r"1 of 1 pins have no file on any index .*: demo==1\.1;"):
         check_fetchable(other, other_path, cert, OFFLINE)
 
@@ -137,7 +149,8 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])  # closed when the block ends: nothing listens there
 
 
-def test_what_pip_accepts_the_preflight_accepts(https_index: tuple[str, Path, str], tmp_path: Path) -> None:
+def test_what_pip_accepts_the_preflight_accepts(
+    https_index: tuple[str, Path, str], tmp_path: Path) -> None:
     """A hostile review's finds, each a build pip would run that the preflight refused: the lock's --trusted-host
     (no certificate check for that host), an index that does not answer while another lists the file (pip skips
     it), a pin hashed with sha512 only, and a --find-links URL naming the file itself (never fetched)."""
@@ -147,28 +160,35 @@ def test_what_pip_accepts_the_preflight_accepts(https_index: tuple[str, Path, st
     first = check_fetchable(lock, path, None, OFFLINE)
     assert first.startswith(f"preflight: each of the 1 pins has its file on {index}")
     port = closed_port()
-    lock, path = lock_of(tmp_path, f"--index-url http://127.0.0.1:{port}/simple\n--extra-index-url {index}\n"
-                                   f"--trusted-host 127.0.0.1\ndemo==1.0 --hash=sha256:{digest}\n")
+    lock, path = lock_of(tmp_path,
+                         f"--index-url http://127.0.0.1:{port}/simple\n--extra-index-url {index}\n"
+                         f"--trusted-host 127.0.0.1\ndemo==1.0 --hash=sha256:{digest}\n")
     line = check_fetchable(lock, path, None, OFFLINE)
     assert line.startswith(f"preflight: each of the 1 pins has its file on {index}, read through ")
-    assert line.endswith(f"; not read: http://127.0.0.1:{port}/simple/demo/ (read as the build's pip will, trusting "
-                         "pip's own CA list, as the build's pip has no --ca-bundle): connection refused")
+    assert line.endswith(f"; not read: http://127.0.0.1:{port}/simple/demo/ (read as the build's "
+                         "pip will, trusting pip's own CA list, as the build's pip has no "
+                         "--ca-bundle): connection refused")
     lock, path = lock_of(tmp_path, f"{trusted}demo==1.0 --hash=sha512:{'c' * 128}\n")
     assert check_fetchable(lock, path, None, OFFLINE).startswith("preflight: each of the 1 pins")
     direct = f"http://127.0.0.1:{closed_port()}/files/{WHEEL}"
     lock, path = lock_of(tmp_path, f"--no-index\n-f {direct}\ndemo==1.0 --hash=sha256:{digest}\n")
-    assert check_fetchable(lock, path, None, OFFLINE) == (f"preflight: each of the 1 pins has its file on {direct}, "
-                                                          "read through pip's own CA list, as the build's pip has no "
-                                                          "--ca-bundle")
+    assert check_fetchable(lock,
+                           path, None,
+                           OFFLINE) == (f"preflight: each of the 1 pins has its file on {direct}, "
+                                                          "read through pip's own CA list, as the "
+                                                          "build's pip has no --ca-bundle")
 
 
 @pytest.mark.parametrize("password", ["pa/ssW0rdXY", "se#cretW0rdXY", "se?cretW0rdXY"])
-def test_a_password_no_url_parser_splits_right_is_never_shown(password: str, tmp_path: Path) -> None:
-    lock, path = lock_of(tmp_path, f"--index-url http://user:{password}@127.0.0.1:{closed_port()}/simple/\n"
-                                   f"demo==1.0 --hash=sha256:{'3' * 64}\n")
+def test_a_password_no_url_parser_splits_right_is_never_shown(
+    password: str, tmp_path: Path) -> None:
+    lock, path = lock_of(tmp_path,
+                         f"--index-url http://user:{password}@127.0.0.1:{closed_port()}/simple/\n"
+                         f"demo==1.0 --hash=sha256:{'3' * 64}\n")
     with pytest.raises(KdkitError) as raised:
         check_fetchable(lock, path, None, OFFLINE)
-    assert "W0rdXY" not in str(raised.value) and password[:3] not in str(raised.value).replace(str(path), "")
+    assert "W0rdXY" not in str(raised.value) and password[:3] not in str(raised.value).replace(
+        str(path), "")
 
 
 def test_a_malformed_declaration_keeps_the_links_before_it() -> None:
@@ -185,6 +205,8 @@ def test_finding_pips_ca_list_leaves_torch_compile_working() -> None:
     code = ("from kdkit.image.fetchable import build_trust; import sys; build_trust(None); "
             "assert 'pip' not in sys.modules; import torch\n"
             "def tiny(x):\n    return torch.sin(x) * 2 + x\n"
-            "x = torch.linspace(-3, 3, 64); assert torch.allclose(torch.compile(tiny)(x), tiny(x))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
+            "x = torch.linspace(-3, 3, 64); assert torch.allclose(torch.compile(tiny)(x), "
+            "tiny(x))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -15,7 +15,8 @@ from kdkit.image.build import context_entries, plan_build
 from kdkit.image.context import write_context
 from tests.conftest import copy_tree, invoke
 
-SECRET_NAMED = ["config/.env", "config/.env.production", "src/id_rsa", "src/id_ed25519", "src/.netrc",
+SECRET_NAMED = ["config/.env", "config/.env.production", "src/id_rsa", "src/id_ed25519",
+                "src/.netrc",
                 "src/secrets.env", "src/server.pem", "src/deploy.key", "config/credentials.json"]
 
 
@@ -48,7 +49,8 @@ def test_a_link_out_of_the_project_is_refused_before_any_build(project: Path, ta
     (project / "src" / "linked").symlink_to(target)
     if not (project / "src" / "linked").exists():
         pytest.skip(f"{target} does not exist here")
-    with pytest.raises(BadInput, match=r"src/linked: leads to .*, outside the project \(a symbolic link\)"):
+    with pytest.raises(
+        BadInput, match=r"src/linked: leads to .*, outside the project \(a symbolic link\)"):
         plan_build(project, "cpu")
     result = invoke("build", project, "--backend", "cpu")
     assert result.exit_code == 2 and "outside the project" in result.stderr

@@ -69,11 +69,13 @@ def _blocks(part: str) -> list[str]:
 
 
 def test_torch_part_is_the_seeds_and_what_they_require() -> None:
-    assert torch_keys(LOCK) == {"torch", "triton", "cuda-toolkit", "nvidia-cublas", "filelock", "jinja2",
+    assert torch_keys(LOCK) == {"torch", "triton", "cuda-toolkit", "nvidia-cublas", "filelock",
+                                "jinja2",
                                 "markupsafe", "networkx", "setuptools"}
     torch_part, rest = split_lock_text(LOCK)
     assert [b.split("==")[0] for b in _blocks(rest)] == ["flask"]
-    for part in (torch_part, rest):  # each is a lock: the index option kept, every hash line as written
+    # each is a lock: the index option kept, every hash line as written
+    for part in (torch_part, rest):
         assert "--index-url https://pypi.org/simple\n" in part and "# via" not in part
         assert all(block in LOCK for block in _blocks(part))
         parse_lock_text(part, Path("part.txt"))
@@ -82,13 +84,16 @@ def test_torch_part_is_the_seeds_and_what_they_require() -> None:
 
 def test_a_small_package_added_or_bumped_leaves_the_torch_part_as_it_was() -> None:
     torch_part = split_lock_text(LOCK)[0]
-    added = LOCK.replace("jinja2==3.1.6", f"idna==3.10 \\\n{H}\n    # via -r requirements/base.in\njinja2==3.1.6")
+    added = (
+        LOCK.replace("jinja2==3.1.6",
+                     f"idna==3.10 \\\n{H}\n    # via -r requirements/base.in\njinja2==3.1.6"))
     bumped = LOCK.replace("flask==3.1.0", "flask==3.1.2")
     for text in (added, bumped):
         assert split_lock_text(text)[0] == torch_part
         assert split_lock_text(text)[1] != split_lock_text(LOCK)[1]
     alone = "\n".join([*LOCK.splitlines()[:3], "torch==2.13.0 \\", H])
-    assert has_requirements(split_lock_text(alone)[0]) and not has_requirements(split_lock_text(alone)[1])
+    assert has_requirements(split_lock_text(alone)[0]) and not has_requirements(
+        split_lock_text(alone)[1])
 
 
 # ---------------------------------------------------------------- the images (engine)
@@ -115,16 +120,19 @@ def _step(data: dict[str, Any], pattern: str) -> dict[str, Any]:
     return step
 
 
-@pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")), reason=f"no torch wheel in {TORCH_WHEELS}")
+@pytest.mark.skipif(
+    not any(TORCH_WHEELS.glob("torch-*.whl")), reason=f"no torch wheel in {TORCH_WHEELS}")
 def test_one_more_small_package_reuses_the_torch_layers_and_the_image_still_passes(
-        built: dict[str, Any], locked_copy: Path, tmp_path: Path, ca_bundle: tuple[Path, bytes]) -> None:
+        built: dict[str, Any], locked_copy: Path, tmp_path: Path,
+        ca_bundle: tuple[Path, bytes]) -> None:
     base_in = locked_copy / "requirements/base.in"
     base_in.write_text(base_in.read_text(encoding="utf-8") + "idna==3.10\n", encoding="utf-8")
     locked = invoke("lock", locked_copy, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)
     assert locked.exit_code == 0, locked.output
     wheels = invoke("wheelhouse", locked_copy, "--out", tmp_path / "wh", "--json")
     assert wheels.exit_code == 0, wheels.output
-    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", tmp_path / "wh",
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+                    tmp_path / "wh",
                     "--ca-bundle", ca_bundle[0], "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -136,19 +144,23 @@ def test_one_more_small_package_reuses_the_torch_layers_and_the_image_still_pass
         # The rest is another layer (idna in it). Not asserted through "Using cache": an engine that built this
         # very lock before (an earlier session) serves the rest from its cache too, rightly.
         assert _layer(data["tag"], "/opt/kdkit/deps") != _layer(built["tag"], "/opt/kdkit/deps")
-        assert _venv_layer(data["tag"]) == _venv_layer(built["tag"])  # the very layer, shared by both images
-        if _step(data, r"^COPY kdkit/ ")["cached"]:  # unless kdkit's own files changed since the session's build
+        # the very layer, shared by both images
+        assert _venv_layer(data["tag"]) == _venv_layer(built["tag"])
+        # unless kdkit's own files changed since the session's build
+        if _step(data, r"^COPY kdkit/ ")["cached"]:
             assert _step(data, r"^RUN .*torch-arch")["cached"]
         assert data["labels"]["dev.kdkit.torch.arch_source"] == "cpu build"
         run = invoke("run", locked_copy)
         assert run.exit_code == 0, run.output
-        assert "MATCH: 0 error(s)" in run.output  # verify-env sees torch's part and the rest (with idna)
+        # verify-env sees torch's part and the rest (with idna)
+        assert "MATCH: 0 error(s)" in run.output
         assert "PASS: every ID exactly once" in run.output
     finally:
         proc.run(["docker", "image", "rm", "-f", data["tag"]])
 
 
-def test_the_cuda_image_refuses_a_driver_older_than_its_torch(docker_engine: None, tmp_path: Path) -> None:
+def test_the_cuda_image_refuses_a_driver_older_than_its_torch(
+    docker_engine: None, tmp_path: Path) -> None:
     """Dockerfile.cuda's closing part, built for real: NVIDIA_REQUIRE_CUDA from the lock's CUDA version."""
     from kdkit.docker_adapter import connect
     from kdkit.image.context import write_context
@@ -160,13 +172,16 @@ def test_the_cuda_image_refuses_a_driver_older_than_its_torch(docker_engine: Non
         dockerfile = f"FROM {BASE}\nARG KDKIT_TORCH_CUDA=\n{tail}"
         with (tmp_path / f"ctx{cuda}").open("w+b") as context:
             write_context([("Dockerfile", dockerfile.encode())], context)
-            events = list(engine.build(context, dockerfile="Dockerfile", buildargs={"KDKIT_TORCH_CUDA": cuda},
+            events = list(engine.build(context, dockerfile="Dockerfile",
+                                       buildargs={"KDKIT_TORCH_CUDA": cuda},
                                        nocache=False, network="none"))
-        image = next(e["aux"]["ID"] for e in events if isinstance(e.get("aux"), dict) and "ID" in e["aux"])
+        image = next(e["aux"]["ID"] for e in events if isinstance(e.get("aux"), dict)
+                     and "ID" in e["aux"])
         done = proc.run(["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image])
         env = dict(item.split("=", 1) for item in json.loads(done.stdout))
         assert env["NVIDIA_REQUIRE_CUDA"] == expected
-        assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "compute,utility")
+        assert (env["NVIDIA_VISIBLE_DEVICES"],
+                env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "compute,utility")
 
 
 def test_the_pilot_is_execd_so_docker_stop_reaches_it() -> None:
@@ -179,4 +194,5 @@ def test_the_pilot_is_execd_so_docker_stop_reaches_it() -> None:
     assert line is not None
     shell, flag, chain = json.loads(line.group(1))
     assert (shell, flag) == ("/bin/sh", "-c") and chain.endswith(f" && exec {PILOT_TAIL}")
-    assert SHIM.startswith("#!/opt/kdkit/venv/bin/python\n")  # the kernel starts Python itself: no shell between
+    # the kernel starts Python itself: no shell between
+    assert SHIM.startswith("#!/opt/kdkit/venv/bin/python\n")

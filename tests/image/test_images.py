@@ -25,10 +25,13 @@ from kdkit.image.build import render_dockerfile
 from kdkit.image.labels import LABEL
 from tests.conftest import BASE, TORCH_WHEELS, invoke, tree_snapshot
 
-MISSING_BASE = "localhost:1/kdkit-no-such-base:none"  # a pull fails at once, without leaving this machine
+# a pull fails at once, without leaving this machine
+MISSING_BASE = "localhost:1/kdkit-no-such-base:none"
 
 needs_torch_wheels = pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")),
-                                        reason=f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
+                                        reason=(
+                                            f"no torch wheel in {TORCH_WHEELS} "
+                                            "(KDKIT_TEST_TORCH_WHEELS)"))
 
 
 def error_line(result: Any) -> str:
@@ -47,7 +50,8 @@ def engine_tags() -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def secret_run(built: dict[str, Any], locked: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def secret_run(built: dict[str, Any], locked: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One `kdkit run` of the default command with an env file holding a secret."""
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     env_file = tmp_path_factory.mktemp("env") / ".env"
@@ -64,7 +68,8 @@ def test_dockerfile_is_the_shared_body_with_backend_defaults(backend: str) -> No
     text = render_dockerfile(backend)
     assert not re.search(r"^# kdkit:include", text, re.MULTILINE)
     assert re.search(r"^ARG BASE_IMAGE=\S+", text, re.MULTILINE)
-    assert "--mount" not in text.replace("# ", "")  # no BuildKit-only syntax for the classic builder
+    # no BuildKit-only syntax for the classic builder
+    assert "--mount" not in text.replace("# ", "")
     assert [m.group(1) for m in re.finditer(r"^FROM \S+ AS (\w+)", text, re.MULTILINE)] == \
         ["base", "builder", "final"]
     assert "pip install --require-hashes --no-deps" in text
@@ -89,7 +94,8 @@ def test_build_refuses_a_missing_lock(project: Path) -> None:
     before = tree_snapshot(project)
     result = invoke("build", project, "--backend", "cpu")
     assert result.exit_code == 2
-    assert error_line(result) == (f"Error: {project / 'requirements/cpu.txt'}: no lock for backend cpu; "
+    assert error_line(
+        result) == (f"Error: {project / 'requirements/cpu.txt'}: no lock for backend cpu; "
                                   "run `kdkit lock --backend cpu`")
     assert tree_snapshot(project) == before
 
@@ -106,8 +112,10 @@ def test_build_refuses_a_stale_lock(locked_copy: Path) -> None:
     before = tree_snapshot(locked_copy)
     result = invoke("build", locked_copy, "--backend", "cpu")
     assert result.exit_code == 2
-    assert error_line(result) == (f"Error: {locked_copy / 'requirements/cpu.txt'}: stale: requirements/base.in "
-                                  "changed since this lock was written; run `kdkit lock --backend cpu`")
+    assert error_line(
+        result) == (f"Error: {locked_copy / 'requirements/cpu.txt'}: stale: requirements/base.in "
+                                  "changed since this lock was written; run `kdkit lock --backend "
+                                  "cpu`")
     assert tree_snapshot(locked_copy) == before
 
 
@@ -127,19 +135,24 @@ def test_build_refuses_a_ca_bundle_that_is_not_pem(locked_copy: Path, tmp_path: 
     result = invoke("build", locked_copy, "--backend", "cpu", "--ca-bundle", bogus)
     assert result.exit_code == 2
     assert error_line(result) == (
-        f"Error: --ca-bundle {bogus}: not a PEM bundle (no -----BEGIN CERTIFICATE----- block); give the CA "
-        "file your proxy's certificate chains to, e.g. /etc/ssl/certs/ca-certificates.crt")
+        f"Error: --ca-bundle {bogus}: not a PEM bundle (no -----BEGIN CERTIFICATE----- block); "
+        "give the CA file your proxy's certificate chains to, e.g. "
+        "/etc/ssl/certs/ca-certificates.crt")
     assert tree_snapshot(locked_copy) == before
 
 
-def test_build_refuses_a_wheelhouse_missing_a_locked_file(locked_copy: Path, tmp_path: Path) -> None:
+def test_build_refuses_a_wheelhouse_missing_a_locked_file(
+    locked_copy: Path, tmp_path: Path) -> None:
     empty = tmp_path / "wh"
     empty.mkdir()
     result = invoke("build", locked_copy, "--backend", "cpu", "--wheelhouse", empty)
     assert result.exit_code == 2
-    assert re.fullmatch(rf"Error: --wheelhouse {empty}: no file with a locked hash for \S+==\S+ \(and 9 more\); "
-                        rf"run `kdkit wheelhouse {locked_copy} --backend cpu --out {empty}`", error_line(result))
-    (fill,) = re.findall(r"`kdkit ([^`]+)`", error_line(result))  # issue 31: the hint works as printed
+    assert re.fullmatch(fr"Error: --wheelhouse {empty}: no file with a locked hash for \S+==\S+ "
+                        r"\(and 9 more\); "
+                        rf"run `kdkit wheelhouse {locked_copy} --backend cpu --out {empty}`",
+                        error_line(result))
+    # issue 31: the hint works as printed
+    (fill,) = re.findall(r"`kdkit ([^`]+)`", error_line(result))
     assert invoke(*shlex.split(fill)).exit_code == 0
     from kdkit.lock.wheelhouse import wheelhouse_files
 
@@ -149,13 +162,15 @@ def test_build_refuses_a_wheelhouse_missing_a_locked_file(locked_copy: Path, tmp
 def test_build_refuses_an_invalid_tag(locked_copy: Path) -> None:
     result = invoke("build", locked_copy, "--backend", "cpu", "--tag", "Bad Tag!")
     assert result.exit_code == 2
-    assert error_line(result) == ("Error: --tag 'Bad Tag!': not a valid image reference; use lowercase "
+    assert error_line(
+        result) == ("Error: --tag 'Bad Tag!': not a valid image reference; use lowercase "
                                   "name[:tag], e.g. myproj:cuda-test")
 
 
 def test_engine_unreachable_is_exit_3(locked_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/kdkit-test.sock")
-    for args in (("build", locked_copy, "--backend", "cpu"), ("run", locked_copy), ("inspect", "x:y")):
+    for args in (("build", locked_copy, "--backend", "cpu"), ("run", locked_copy),
+                 ("inspect", "x:y")):
         result = invoke(*args)
         assert result.exit_code == 3, result.output
         assert error_line(result).startswith(
@@ -209,7 +224,8 @@ def test_inspect_reports_labels_and_the_lock_match(built: dict[str, Any], locked
     assert report["lock"]["matches"] is True
 
 
-def test_inspect_says_when_the_project_lock_moved_on(built: dict[str, Any], locked_copy: Path) -> None:
+def test_inspect_says_when_the_project_lock_moved_on(
+    built: dict[str, Any], locked_copy: Path) -> None:
     lock = locked_copy / "requirements/cpu.txt"
     lock.write_text(lock.read_text(encoding="utf-8") + "\n", encoding="utf-8")
     result = invoke("inspect", built["tag"], "--project", locked_copy)
@@ -218,7 +234,8 @@ def test_inspect_says_when_the_project_lock_moved_on(built: dict[str, Any], lock
     assert error_line(result).endswith("rebuild with `kdkit build`")
 
 
-def test_run_in_the_container_passes_and_writes_the_run_folder(secret_run: dict[str, Any], locked: Path) -> None:
+def test_run_in_the_container_passes_and_writes_the_run_folder(
+    secret_run: dict[str, Any], locked: Path) -> None:
     result = secret_run["result"]
     assert result.exit_code == 0, result.output
     assert "PASS: torch computes on cpu" in result.output  # diagnose
@@ -231,17 +248,20 @@ def test_run_in_the_container_passes_and_writes_the_run_folder(secret_run: dict[
     assert secret_run["secret"] not in result.output
 
 
-def test_container_user_is_not_root(built: dict[str, Any], locked: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_container_user_is_not_root(built: dict[str, Any], locked: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(locked / "src")  # the project is found upward; `--` ends kdkit's arguments
     result = invoke("run", "--", "id", "-u")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().splitlines()[0] != "0"
 
 
-def test_env_file_values_reach_the_container_only(built: dict[str, Any], locked: Path, tmp_path: Path) -> None:
+def test_env_file_values_reach_the_container_only(built: dict[str, Any],
+                                                  locked: Path, tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_text("HF_TOKEN=abc=def\"q\"\n", encoding="utf-8")
-    result = invoke("run", locked, "--env-file", env_file, "--", "sh", "-c", 'printf "%s" "$HF_TOKEN"')
+    result = invoke("run", locked, "--env-file", env_file, "--",
+                    "sh", "-c", 'printf "%s" "$HF_TOKEN"')
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith('abc=def"q"')  # taken as written, like docker run --env-file
     printed = invoke("run", locked, "--env-file", env_file, "--print")
@@ -304,7 +324,8 @@ def test_no_layer_holds_the_ca_bundle_or_an_env_file_value(
         built: dict[str, Any], secret_run: dict[str, Any], ca_bundle: tuple[Path, bytes]) -> None:
     from kdkit.docker_adapter import connect
 
-    present = b"# kdkit: backend = cpu"  # the baked lock's header: proves the scan sees file contents
+    # the baked lock's header: proves the scan sees file contents
+    present = b"# kdkit: backend = cpu"
     secret = secret_run["secret"].encode()
     hits = files_holding(connect().save_image_chunks(built["tag"]), [ca_bundle[1], secret, present])
     assert hits[ca_bundle[1]] == []  # any copy of the bundle would hold its marker line
@@ -312,7 +333,8 @@ def test_no_layer_holds_the_ca_bundle_or_an_env_file_value(
     assert any(name.endswith("app/requirements/cpu.txt") for name in hits[present])
 
 
-def test_print_gives_the_same_verdict_through_the_docker_cli(secret_run: dict[str, Any], locked: Path) -> None:
+def test_print_gives_the_same_verdict_through_the_docker_cli(
+    secret_run: dict[str, Any], locked: Path) -> None:
     printed = invoke("run", locked, "--env-file", secret_run["env_file"], "--print")
     assert printed.exit_code == 0, printed.output
     lines = printed.stdout.strip().splitlines()
@@ -323,23 +345,31 @@ def test_print_gives_the_same_verdict_through_the_docker_cli(secret_run: dict[st
 
 
 def test_no_op_and_source_only_rebuilds_reuse_the_installed_dependencies(
-        built: dict[str, Any], locked_copy: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> None:
-    args = ("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+        built: dict[str, Any], locked_copy: Path, wheelhouse: Path,
+        ca_bundle: tuple[Path, bytes]) -> None:
+    args = ("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+            wheelhouse,
             "--ca-bundle", ca_bundle[0], "--tag", "kdkit-e2e:source-change", "--json")
-    for _attempt in range(2):  # the first may pick up kdkit's own files edited since the session's build
+    # the first may pick up kdkit's own files edited since the session's build
+    for _attempt in range(2):
         again = invoke(*args)
         assert again.exit_code == 0, again.output
     noop = json.loads(again.stdout)
-    assert noop["ran"] == [], [s for s in noop["steps"] if s["number"] in noop["ran"]]  # runs nothing
+    # runs nothing
+    assert noop["ran"] == [], [s for s in noop["steps"] if s["number"] in noop["ran"]]
     (locked_copy / "src/classify.py").write_text(
-        (locked_copy / "src/classify.py").read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+        (locked_copy / "src/classify.py").read_text(encoding="utf-8")
+        + "\n# changed\n", encoding="utf-8")
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     ran = [s["instruction"] for s in data["steps"] if s["number"] in data["ran"]]
-    assert not any("pip install" in s or s.startswith("COPY build/") or s.startswith("COPY --from") for s in ran)
-    assert not any("torch-arch" in s for s in ran)  # torch's architectures are read again only for a new venv
-    assert (data["labels"][f"{LABEL}torch.arch_list"], data["labels"][f"{LABEL}torch.arch_source"]) == ("", "cpu build")
+    assert not any("pip install" in s or s.startswith("COPY build/") or s.startswith("COPY --from")
+                   for s in ran)
+    # torch's architectures are read again only for a new venv
+    assert not any("torch-arch" in s for s in ran)
+    assert (data["labels"][f"{LABEL}torch.arch_list"],
+            data["labels"][f"{LABEL}torch.arch_source"]) == ("", "cpu build")
     assert "COPY project/src/ /app/src/" in ran
     from kdkit.docker_adapter import connect
 
@@ -351,10 +381,13 @@ def test_no_op_and_source_only_rebuilds_reuse_the_installed_dependencies(
 
 def test_a_base_image_that_cannot_be_pulled_is_exit_3(docker_engine: None, locked_copy: Path,
                                                        wheelhouse: Path) -> None:
-    before = engine_tags()  # from the wheelhouse: the lock's torch is on this machine only (refused before a pull)
-    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", MISSING_BASE, "--wheelhouse", wheelhouse)
+    # from the wheelhouse: the lock's torch is on this machine only (refused before a pull)
+    before = engine_tags()
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image",
+                    MISSING_BASE, "--wheelhouse", wheelhouse)
     assert result.exit_code == 3
-    assert error_line(result).startswith(f"Error: image {MISSING_BASE}: not on this Docker engine and it cannot "
+    assert error_line(
+        result).startswith(f"Error: image {MISSING_BASE}: not on this Docker engine and it cannot "
                                          "be pulled (")
     assert error_line(result).endswith("`docker load` it or pass another --base-image")
     assert engine_tags() == before
@@ -366,12 +399,16 @@ def test_a_failed_build_keeps_its_log_and_tags_nothing(docker_engine: None, lock
     config["python"] = "3.12"  # the base has 3.11: the builder stage stops with kdkit's message
     (locked_copy / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
     before = engine_tags()
-    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--tag", "kdkit-e2e:broken",
-                    "--wheelhouse", wheelhouse)  # the torch of the lock is on this machine only (see below)
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--tag",
+                    "kdkit-e2e:broken",
+                    # the torch of the lock is on this machine only (see below)
+                    "--wheelhouse", wheelhouse)
     assert result.exit_code == 1
     line = error_line(result)
-    assert re.match(r"Error: build of kdkit-e2e:broken failed at step \d+/\d+ \(RUN set -eu; .*\): ERROR: kdkit: "
-                    r"the base image's Python is 3\.11 \(/usr/bin/python3\) but the lock is for Python 3\.12;", line)
+    assert re.match(r"Error: build of kdkit-e2e:broken failed at step \d+/\d+ \(RUN set -eu; .*\): "
+                    r"ERROR: kdkit: "
+                    r"the base image's Python is 3\.11 \(/usr/bin/python3\) but the lock is for "
+                    r"Python 3\.12;", line)
     log = Path(line.rsplit("full log: ", 1)[1])
     assert "Step 1/" in log.read_text(encoding="utf-8")
     assert engine_tags() == before
@@ -387,15 +424,18 @@ def test_a_machine_local_torch_is_refused_before_a_layer_and_the_hint_builds(doc
     assert result.exit_code == 2, result.output
     line = error_line(result)
     folder = locked_copy / "wheelhouse" / "cpu"
-    assert line.startswith(f"Error: {locked_copy / 'requirements/cpu.txt'}: torch came only from a folder of the "
-                           "machine that locked it (the lock's machine-local), so the build's pip cannot fetch it")
+    assert line.startswith(f"Error: {locked_copy / 'requirements/cpu.txt'}: torch came only from a "
+                           "folder of the machine that locked it (the lock's machine-local), so "
+                           "the build's pip cannot fetch it")
     assert "Step 1/" not in result.output and engine_tags() == before
     wheelhouse_cmd, build_cmd = re.findall(r"`kdkit ([^`]+)`", line)
     folder.mkdir(parents=True)
-    for wheel in TORCH_WHEELS.glob("torch-*.whl"):  # "copy its files from the folder you locked with"
+    # "copy its files from the folder you locked with"
+    for wheel in TORCH_WHEELS.glob("torch-*.whl"):
         (folder / wheel.name).symlink_to(wheel)
     assert invoke(*shlex.split(wheelhouse_cmd)).exit_code == 0
-    built = invoke(*shlex.split(build_cmd), "--base-image", BASE, "--tag", "kdkit-e2e:hint", "--json")
+    built = invoke(*shlex.split(build_cmd), "--base-image", BASE,
+                   "--tag", "kdkit-e2e:hint", "--json")
     assert built.exit_code == 0, built.output
     proc.run(["docker", "rmi", "-f", "kdkit-e2e:hint"], timeout=120)
 
@@ -413,7 +453,8 @@ def _intercepted(index: str) -> bool:
 
     try:
         context = ssl.create_default_context(cafile=build_trust(None)[0])
-        urllib.request.urlopen(urllib.request.Request(index, method="HEAD"), timeout=60, context=context).close()
+        urllib.request.urlopen(urllib.request.Request(index, method="HEAD"),
+                               timeout=60, context=context).close()
     except urllib.error.URLError as exc:
         return isinstance(exc.reason, ssl.SSLCertVerificationError)
     return False
@@ -426,7 +467,8 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     from kdkit.docker_adapter import connect
     from kdkit.lock.pipconfig import pip_default_index
 
-    (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")  # small: no torch
+    # small: no torch
+    (project / "requirements/base.in").write_text("idna==3.10\n", encoding="utf-8")
     # No PyTorch index is reachable here (and none is needed without torch): the backend's index is
     # pip's own default, so every request goes to the package index through the proxy, nowhere else.
     config = json.loads((project / "kdkit.json").read_text())
@@ -434,29 +476,35 @@ def test_build_through_the_intercepting_proxy_with_the_ca_bundle(
     (project / "kdkit.json").write_text(json.dumps(config, indent=2))
     assert invoke("lock", project, "--backend", "cpu").exit_code == 0
     before = engine_tags()
-    untrusted = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--tag", "kdkit-e2e:proxy")
-    if _intercepted(pip_default_index()):  # issue 31 §1: named before the first layer, with --ca-bundle
+    untrusted = invoke("build", project, "--backend", "cpu", "--base-image",
+                       BASE, "--tag", "kdkit-e2e:proxy")
+    # issue 31 §1: named before the first layer, with --ca-bundle
+    if _intercepted(pip_default_index()):
         assert untrusted.exit_code == 3, untrusted.output
         line = error_line(untrusted)
         assert "TLS certificate not trusted" in line and "pass the proxy's CA with --ca-bundle FILE" in line
         assert "Step 1/" not in untrusted.output and engine_tags() == before
-    result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--ca-bundle", ca_bundle[0],
+    result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--ca-bundle",
+                    ca_bundle[0],
                     "--tag", "kdkit-e2e:proxy", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["network"] == "host"
     try:
-        assert files_holding(connect().save_image_chunks("kdkit-e2e:proxy"), [ca_bundle[1]]) == {ca_bundle[1]: []}
+        assert files_holding(connect().save_image_chunks("kdkit-e2e:proxy"),
+                             [ca_bundle[1]]) == {ca_bundle[1]: []}
     finally:
         connect().remove_image("kdkit-e2e:proxy")
 
 
 def test_the_next_line_after_a_tagged_build_runs_as_printed(
-        built: dict[str, Any], locked_copy: Path, wheelhouse: Path, ca_bundle: tuple[Path, bytes]) -> None:
+        built: dict[str, Any], locked_copy: Path, wheelhouse: Path,
+        ca_bundle: tuple[Path, bytes]) -> None:
     """`build --tag` used to say `Next: kdkit run --backend cpu`, which looked for the default tag (exit 3); the
     line now names the project and the image, and running it literally passes the pilot."""
     import shlex
 
-    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+    result = invoke("build", locked_copy, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+                    wheelhouse,
                     "--ca-bundle", ca_bundle[0], "--tag", "kdkit-e2e:next-hint")
     assert result.exit_code == 0, result.output
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("Next: ")]

@@ -24,8 +24,10 @@ __all__ = ["clean_pip", "torch_index_server"]
 HASH = "--hash=sha256:" + "ab" * 32
 
 
-def probe(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", *map(str, args)], capture_output=True,
+def probe(*args: str | os.PathLike[str],
+          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", *map(str, args)],
+                          capture_output=True,
                           text=True, timeout=120, check=False, cwd=cwd)
 
 
@@ -39,15 +41,21 @@ def alpha(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize(("name", "text", "said"), [
-    ("tilde.txt", f'alpha==1.0 ; platform_release ~= "5" {HASH}\n', ":1: the marker of alpha cannot be evaluated for "
+    ("tilde.txt",
+     f'alpha==1.0 ; platform_release ~= "5" {HASH}\n',
+     ":1: the marker of alpha cannot be evaluated for "
      "this interpreter ("),
-    ("pylock.toml", 'lock-version = "1.0"\ncreated-by = "t"\nenvironments = ["sys_platform ~= \'linux\'"]\n'
-     '[[packages]]\nname = "alpha"\nversion = "1.0"\nwheels = [{ name = "alpha-1.0-py3-none-any.whl", url = '
-     f'"https://x/alpha-1.0-py3-none-any.whl", hashes = {{ sha256 = "{"ab" * 32}" }} }}]\n',
+    ("pylock.toml",
+     'lock-version = "1.0"\ncreated-by = "t"\nenvironments = ["sys_platform ~= \'linux\'"]\n'
+     '[[packages]]\nname = "alpha"\nversion = "1.0"\nwheels = [{ name = '
+     '"alpha-1.0-py3-none-any.whl", url = "https://x/alpha-1.0-py3-none-any.whl", hashes = { '
+     f'sha256 = "{"ab" * 32}" }} }}]\n',
      ": the environment \"sys_platform ~= 'linux'\" cannot be evaluated for this interpreter ("),
-    ("space.txt", f"alpha==1.0 \\ \n    {HASH}\n", ":1: cannot parse 'alpha==1.0 \\\\'"),  # pip: no continuation
+    # pip: no continuation
+    ("space.txt", f"alpha==1.0 \\ \n    {HASH}\n", ":1: cannot parse 'alpha==1.0 \\\\'"),
 ])
-def test_a_lock_that_cannot_be_read_here_is_one_line(alpha: tuple[Path, Path], tmp_path: Path, name: str, text: str,
+def test_a_lock_that_cannot_be_read_here_is_one_line(alpha: tuple[Path, Path], tmp_path: Path,
+                                                     name: str, text: str,
                                                      said: str) -> None:
     python, _wheel = alpha
     lock = tmp_path / name
@@ -57,7 +65,8 @@ def test_a_lock_that_cannot_be_read_here_is_one_line(alpha: tuple[Path, Path], t
     assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
 
 
-def test_a_version_of_5000_digits_is_a_verdict_not_a_traceback(alpha: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_version_of_5000_digits_is_a_verdict_not_a_traceback(
+    alpha: tuple[Path, Path], tmp_path: Path) -> None:
     python, _wheel = alpha
     lock = tmp_path / "long.txt"
     lock.write_text(f"alpha==1.{'9' * 5000} {HASH}\n", encoding="utf-8")
@@ -70,28 +79,35 @@ def test_a_lock_too_large_to_be_one_is_not_read(tmp_path: Path) -> None:
     with lock.open("wb") as handle:
         handle.truncate(LOCK_LIMIT + 1)  # sparse: nothing to write
     done = probe("--lock", lock)
-    assert done.returncode == 2 and done.stderr == (f"Error: {lock}: {LOCK_LIMIT + 1} bytes, too large to be a lock "
-                                                    f"(at most {LOCK_LIMIT}); give the lock\n")
+    assert done.returncode == 2 and done.stderr == (f"Error: {lock}: {LOCK_LIMIT + 1} bytes, too "
+                                                    f"large to be a lock (at most {LOCK_LIMIT}); "
+                                                    "give the lock\n")
 
 
-def test_a_reader_that_leaves_early_gets_no_traceback(alpha: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_reader_that_leaves_early_gets_no_traceback(
+    alpha: tuple[Path, Path], tmp_path: Path) -> None:
     """`kdkit verify-env ... --json | head -c 1`: the pipe closes under the writer, as click handles it."""
     python, wheel = alpha
     lock = tmp_path / "lock.txt"
     lock.write_text(lock_line("alpha", "1.0", wheel) * 1, encoding="utf-8")
     for entry in ("kdkit", "kdkit.probe"):
-        line = f"{sys.executable} -m {entry} verify-env --lock {lock} --python {python} --json | head -c 1"
-        done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=120, check=False)
+        line = (
+            f"{sys.executable} -m {entry} verify-env --lock {lock} --python {python} --json | head "
+            "-c 1")
+        done = subprocess.run(["sh", "-c", line], capture_output=True, text=True,
+                              timeout=120, check=False)
         assert (done.stdout, done.stderr) == ("{", ""), entry
 
 
 @needs_uv
-def test_a_token_in_the_users_index_never_reaches_a_lock(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+def test_a_token_in_the_users_index_never_reaches_a_lock(clean_pip: Served,
+                                                         monkeypatch: pytest.MonkeyPatch,
                                                          tmp_path: Path) -> None:
     """PIP_INDEX_URL=http://TOKEN@host/simple/ (a token as the user name, as Gemfury gives it to pip): both
     locks would carry it; nothing is written, and the token is not printed."""
     with serve(clean_pip.root) as index:
-        monkeypatch.setenv("PIP_INDEX_URL", index.simple.replace("http://", "http://ZkQ9wX2mRt7LpV4nB8cY@"))
+        monkeypatch.setenv("PIP_INDEX_URL",
+                           index.simple.replace("http://", "http://ZkQ9wX2mRt7LpV4nB8cY@"))
         project = make_project(tmp_path / "proj", "cpu", clean_pip.torch_index("cpu"))
         before = tree_snapshot(project)
         for resolver in ("pip-tools", "uv"):
@@ -105,10 +121,12 @@ def test_a_token_in_the_users_index_never_reaches_a_lock(clean_pip: Served, monk
 @needs_uv
 def test_a_folder_that_refuses_the_lock_is_one_line(clean_pip: Served, tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", "cpu", clean_pip.torch_index("cpu"))
-    (project / "requirements" / "cpu.txt").mkdir()  # where the lock goes: a folder, which no rename replaces
+    # where the lock goes: a folder, which no rename replaces
+    (project / "requirements" / "cpu.txt").mkdir()
     result = invoke("lock", project, "--backend", "cpu", "--resolver", "uv")
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.stderr.splitlines()[-1].startswith(f"Error: {project / 'requirements' / 'cpu.txt'}: ")
+    assert result.stderr.splitlines()[-1].startswith(
+        f"Error: {project / 'requirements' / 'cpu.txt'}: ")
 
 
 @needs_uv
@@ -127,7 +145,8 @@ def test_a_relative_kdkit_uv_is_taken_from_where_it_was_given(clean_pip: Served,
 def test_what_a_killed_lock_left_is_removed_by_the_next(clean_pip: Served, tmp_path: Path) -> None:
     """SIGKILL during the rename leaves the staging file beside the lock; the next lock removes it, and says so."""
     project = make_project(tmp_path / "proj", "cpu", clean_pip.torch_index("cpu"))
-    left = project / "requirements" / ".cpu.txt.999999.x1y2.tmp"  # a process that no longer runs wrote it
+    # a process that no longer runs wrote it
+    left = project / "requirements" / ".cpu.txt.999999.x1y2.tmp"
     left.write_text("torch==2.13.0+cpu \\\n", encoding="utf-8")
     result = invoke("lock", project, "--backend", "cpu", "--resolver", "uv")
     assert result.exit_code == 0, result.stderr

@@ -27,7 +27,9 @@ from tests.conftest import invoke, tree_snapshot
 
 TORCH_WHEELS = Path(os.environ.get("KDKIT_TEST_TORCH_WHEELS", "/opt/wheels"))
 needs_torch_wheels = pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")),
-                                        reason=f"no torch wheel in {TORCH_WHEELS} (KDKIT_TEST_TORCH_WHEELS)")
+                                        reason=(
+                                            f"no torch wheel in {TORCH_WHEELS} "
+                                            "(KDKIT_TEST_TORCH_WHEELS)"))
 
 
 def lock_cpu(project: Path, *extra: str) -> object:
@@ -47,15 +49,19 @@ def test_lock_cpu_writes_hashed_lock_with_provenance(project: Path) -> None:
     header = lock.header
     assert header["backend"] == "cpu" and header["resolved-in"] == "host"
     assert header["torch-index"] == "https://download.pytorch.org/whl/cpu"
-    assert header["torch-source"] == "find-links (replaces torch-index)"  # the folder is a path of this machine
-    assert {"kdkit-version", "python", "platform", "resolver", "indexes", "machine-local"} <= set(header)
-    assert re.fullmatch(r"pip-tools \d+\.\d+\.\d+", header["resolver"])  # the default resolver, and its version
+    # the folder is a path of this machine
+    assert header["torch-source"] == "find-links (replaces torch-index)"
+    assert {"kdkit-version", "python", "platform",
+            "resolver", "indexes", "machine-local"} <= set(header)
+    # the default resolver, and its version
+    assert re.fullmatch(r"pip-tools \d+\.\d+\.\d+", header["resolver"])
     # torch came from the folder, not the torch index: the lock names only the http(s) indexes pip used
     assert all(value.startswith(("http://", "https://")) and "download.pytorch.org" not in value
                for _option, value in lock.options)
     text = lock_path.read_text(encoding="utf-8")
     assert "file:/" not in text and str(TORCH_WHEELS) not in text and "--find-links" not in text
-    assert lock.inputs() == {"requirements/base.in": sha256_file(project / "requirements" / "base.in")}
+    assert lock.inputs() == {
+        "requirements/base.in": sha256_file(project / "requirements" / "base.in")}
 
 
 @needs_torch_wheels
@@ -69,12 +75,15 @@ def test_stale_lock_reported_by_validate_and_build(project: Path) -> None:
     base_in.write_text(base_in.read_text(encoding="utf-8") + "filelock\n", encoding="utf-8")
     stale = invoke("validate", project)
     assert stale.exit_code == 2
-    message = ("stale: requirements/base.in changed since this lock was written; run `kdkit lock --backend cpu`")
+    message = (
+        "stale: requirements/base.in changed since this lock was written; run `kdkit lock "
+         "--backend cpu`")
     assert f"{project / 'requirements' / 'cpu.txt'}: header: {message}" in stale.stdout + stale.stderr
     with pytest.raises(BadInput, match=r"cpu.txt: stale: requirements/base.in changed"):
         require_fresh_lock(load_project(project), "cpu")
 
-    assert lock_cpu(project, "--upgrade-package", "filelock").exit_code == 0  # type: ignore[attr-defined]
+    assert lock_cpu(
+        project, "--upgrade-package", "filelock").exit_code == 0  # type: ignore[attr-defined]
     assert "filelock" in parse_lock(project / "requirements" / "cpu.txt").pins
     require_fresh_lock(load_project(project), "cpu")
 
@@ -82,14 +91,16 @@ def test_stale_lock_reported_by_validate_and_build(project: Path) -> None:
 def test_build_needs_a_lock(project: Path) -> None:
     with pytest.raises(BadInput) as caught:
         require_fresh_lock(load_project(project), "cuda")
-    assert str(caught.value) == (f"{project / 'requirements' / 'cuda.txt'}: no lock for backend cuda; "
+    assert str(
+        caught.value) == (f"{project / 'requirements' / 'cuda.txt'}: no lock for backend cuda; "
                                  "run `kdkit lock --backend cuda`")
 
 
 @needs_torch_wheels
 def test_label_of_another_backend_is_refused(project: Path) -> None:
     """Locking cuda from a folder that only holds the +cpu wheel: refused before pip-compile, nothing written."""
-    index = load_project(project).backend("cuda").torch_index  # the scaffold's default, from kdkit's pairings
+    # the scaffold's default, from kdkit's pairings
+    index = load_project(project).backend("cuda").torch_index
     label = index.rsplit("/", 1)[-1]
     before = tree_snapshot(project)
     result = invoke("lock", project, "--backend", "cuda", "--torch-find-links", TORCH_WHEELS)
@@ -97,9 +108,9 @@ def test_label_of_another_backend_is_refused(project: Path) -> None:
     held = _and_names(sorted(p.name for p in TORCH_WHEELS.glob("torch-*.whl")))
     python = load_project(project).python
     assert result.stderr.splitlines()[-1] == (
-        f"Error: --torch-find-links {TORCH_WHEELS.resolve()}: no torch 2.13.0 +{label} wheel for Python {python} "
-        f"on linux-x86_64 (it holds {held}); put that wheel there, or lock from the torch index without "
-        "--torch-find-links")
+        f"Error: --torch-find-links {TORCH_WHEELS.resolve()}: no torch 2.13.0 +{label} wheel for "
+        f"Python {python} on linux-x86_64 (it holds {held}); put that wheel there, or lock from "
+        "the torch index without --torch-find-links")
     assert tree_snapshot(project) == before
 
 
@@ -112,18 +123,24 @@ def test_index_arguments_per_backend(project: Path, backend: str) -> None:
     chosen = load_project(project).backend(backend)
     index = chosen.torch_index
     assert index.startswith("https://download.pytorch.org/whl/")
-    args = compile_arguments(chosen, {"index-url": "https://mirror.example/simple"}, None, False, ["numpy"])
-    assert args == ["--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header", "--no-config",
+    args = compile_arguments(chosen, {"index-url": "https://mirror.example/simple"}, None,
+                             False, ["numpy"])
+    assert args == ["--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header",
+                    "--no-config",
                     "--no-emit-find-links", "--no-emit-index-url", "--index-url", index,
-                    "--extra-index-url", "https://mirror.example/simple", "--pip-args", "--timeout 10 --retries 1",
+                    "--extra-index-url", "https://mirror.example/simple", "--pip-args",
+                    "--timeout 10 --retries 1",
                     "--upgrade-package", "numpy"]
     assert compile_arguments(chosen, {}, None, True, [])[7:] == ["--index-url", index, "--pip-args",
-                                                                 "--timeout 10 --retries 1", "--upgrade"]
+                                                                 "--timeout 10 --retries 1",
+                                                                 "--upgrade"]
     assert compile_arguments(chosen, {}, Path("/srv/wheels"), False, [])[7:] == [
         "--find-links", "/srv/wheels", "--pip-args", "--timeout 10 --retries 1"]
     # pip is bounded like the preflight: its own shorter timeout holds, a longer one (180 s) is cut to 10 s
-    assert compile_arguments(chosen, {"timeout": "3"}, None, False, [])[-1] == "--timeout 3 --retries 1"
-    assert compile_arguments(chosen, {"default-timeout": "180"}, None, False, [])[-1] == "--timeout 10 --retries 1"
+    assert compile_arguments(chosen, {"timeout": "3"}, None,
+                             False, [])[-1] == "--timeout 3 --retries 1"
+    assert compile_arguments(chosen, {"default-timeout": "180"}, None,
+                             False, [])[-1] == "--timeout 10 --retries 1"
 
 
 def test_default_index_comes_from_pip_itself() -> None:
@@ -141,23 +158,28 @@ def test_platform_warning_when_python_differs(project: Path) -> None:
     loaded = load_project(project)
     other = Project(loaded.root, {**loaded.config, "python": "3.9"})
     warnings = platform_warnings(other, other.backend("cpu"))
-    assert any(w.endswith("but kdkit.json targets Python 3.9; markers and wheels may differ in the image "
-                          "(use --in-container)") for w in warnings)
+    assert any(w.endswith("but kdkit.json targets Python 3.9; markers and wheels may differ in the "
+                          "image (use --in-container)") for w in warnings)
 
 
 @pytest.mark.parametrize(
     ("setup", "args", "message"),
     [
-        ("drop-in", [], "{p}/requirements/base.in: requirements input not found; create it (one requirement a "
-                        "line, e.g. torch==2.13.0) or fix $.requirements in kdkit.json"),
-        (None, ["--torch-find-links", "{p}/nope"], "--torch-find-links {p}/nope: not a folder; give the folder "
-                                                   "holding the torch wheels"),
-        (None, ["--ca-bundle", "{p}/ca.pem"], "--ca-bundle {p}/ca.pem: not a file; give a PEM file of CA "
-                                              "certificates"),
+        ("drop-in",
+         [], "{p}/requirements/base.in: requirements input not found; create it (one requirement a "
+             "line, e.g. torch==2.13.0) or fix $.requirements in kdkit.json"),
+        (None,
+         ["--torch-find-links", "{p}/nope"],
+         "--torch-find-links {p}/nope: not a folder; give the folder "
+         "holding the torch wheels"),
+        (None,
+         ["--ca-bundle", "{p}/ca.pem"], "--ca-bundle {p}/ca.pem: not a file; give a PEM file of CA "
+                                        "certificates"),
     ],
     ids=["missing-in", "torch-find-links", "ca-bundle"],
 )
-def test_bad_input_exit_2_nothing_written(project: Path, setup: str | None, args: list[str], message: str) -> None:
+def test_bad_input_exit_2_nothing_written(project: Path, setup: str | None,
+                                          args: list[str], message: str) -> None:
     if setup == "drop-in":
         (project / "requirements" / "base.in").unlink()
     before = tree_snapshot(project)
@@ -175,7 +197,8 @@ def test_in_container(project: Path, docker_engine: None) -> None:
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["backends"]["cpu"]["base_image"] = image
     config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
-    result = lock_cpu(project, "--in-container", "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "--json")
+    result = lock_cpu(project, "--in-container",
+                      "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "--json")
     assert result.exit_code == 0, result.stderr  # type: ignore[attr-defined]
     report = json.loads(result.stdout)["locks"][0]  # type: ignore[attr-defined]
     assert report["resolved_in"] == f"container {image}" and report["torch"] == "2.13.0+cpu"

@@ -58,7 +58,8 @@ def test_stand_in_torch_wheel_is_named_and_described_like_the_real_one(tmp_path:
     assert "Name: torch\nVersion: 2.13.0+cu130\n" in metadata
     assert 'Requires-Dist: nvidia-cudnn-cu13==9.13.0.50; platform_system == "Linux"' in metadata
     assert re.search(r"^torch/version\.py,sha256=[-_A-Za-z0-9]{43},\d+$", record, re.MULTILINE)
-    assert sha256(cuda) == sha256(torch_wheel(tmp_path / "b", "2.13.0+cu130", arches=["sm_75", "sm_120"]))
+    assert sha256(cuda) == sha256(
+        torch_wheel(tmp_path / "b", "2.13.0+cu130", arches=["sm_75", "sm_120"]))
 
     rocm = torch_wheel(tmp_path / "c", "2.13.0+rocm7.2")
     with zipfile.ZipFile(rocm) as archive:
@@ -77,19 +78,26 @@ def test_served_pages_have_the_layout_of_download_pytorch_org(torch_index_server
     assert re.findall(r'href="([^"#]+)#sha256=[0-9a-f]{64}"', cu130) == [
         f"/whl/cu130/torch-2.13.0%2Bcu130-{python_tag()}-{python_tag()}-manylinux_2_28_x86_64.whl"]
     every = page("/whl/torch/")
-    assert {m for m in re.findall(r"torch-2\.13\.0\+(\w+\.?\w*)-", every)} >= {"cu126", "cu130", "rocm7.2", "cpu"}
+    assert {m
+            for m in re.findall(r"torch-2\.13\.0\+(\w+\.?\w*)-", every)} >= {
+                "cu126", "cu130", "rocm7.2", "cpu"}
     assert 'href="../../files/nvidia_cudnn_cu13-9.13.0.50-py3-none-manylinux_2_27_x86_64.whl#sha256=' \
         in page("/simple/nvidia-cudnn-cu13/")
 
 
-def test_pip_installs_the_stand_in_from_the_served_index(torch_index_server: Served, tmp_path: Path) -> None:
+def test_pip_installs_the_stand_in_from_the_served_index(
+    torch_index_server: Served, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--isolated", "--no-cache-dir",
-                           "--target", str(target), "--index-url", torch_index_server.torch_index("cu130"),
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--isolated",
+                           "--no-cache-dir",
+                           "--target", str(target), "--index-url",
+                           torch_index_server.torch_index("cu130"),
                            "--extra-index-url", torch_index_server.simple, "torch==2.13.0"],
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"})
+                          capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": "/dev/null"})
     assert done.returncode == 0, done.stderr
-    probe = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import torch; "
+    probe = subprocess.run([sys.executable, "-I", "-c",
+                            "import sys; sys.path.insert(0, sys.argv[1]); import torch; "
                             "print(torch.__version__, torch.version.cuda)", str(target)],
                            capture_output=True, text=True)
     assert probe.stdout == "2.13.0+cu130 13.0\n", probe.stderr
@@ -109,9 +117,11 @@ class Machine:
         self.torch_same_name = torch_wheel(self.links, "2.13.0+cu130", arches=["sm_80"])
         self.torch_newer = torch_wheel(self.links, "2.13.1+cu130")
         torch_wheel(self.other_links, "2.13.0+cpu", arches=[])
-        self.mirror = LocalIndex(root / "mirror")  # a file:// index: a copy of PyPI's cuDNN and a local-only package
+        # a file:// index: a copy of PyPI's cuDNN and a local-only package
+        self.mirror = LocalIndex(root / "mirror")
         self.mirror.add_simple(next((served.root / "files").glob("nvidia_cudnn_cu13-*.whl")))
-        self.helper = self.mirror.add_simple(dependency_wheel(root / "build", "kdkit-local-helper", "1.0",
+        self.helper = self.mirror.add_simple(dependency_wheel(root / "build", "kdkit-local-helper",
+                                                              "1.0",
                                                               "py3-none-any"))
         self.mirror.write()
         self.paths = (str(root), root.as_uri())
@@ -126,7 +136,8 @@ def isolate_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def clean_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_server: Served) -> Served:
+def clean_pip(monkeypatch: pytest.MonkeyPatch,
+              tmp_path: Path, torch_index_server: Served) -> Served:
     """No pip configuration at all (PIP_CONFIG_FILE=os.devnull); the user's index is the local /simple/."""
     isolate_pip(monkeypatch, tmp_path)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
@@ -135,14 +146,16 @@ def clean_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_serve
 
 
 @pytest.fixture
-def hostile_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_index_server: Served) -> Machine:
+def hostile_pip(monkeypatch: pytest.MonkeyPatch,
+                tmp_path: Path, torch_index_server: Served) -> Machine:
     """pip as on a machine with local wheels: a config file naming a find-links folder, a file:// extra
     index and a 180 s timeout, and PIP_FIND_LINKS naming two folders; the user's index is the local /simple/."""
     isolate_pip(monkeypatch, tmp_path)
     machine = Machine(tmp_path / "machine", torch_index_server)
     config = tmp_path / "pip.conf"
-    config.write_text(f"[global]\nindex-url = {torch_index_server.simple}\nfind-links = {machine.links}\n"
-                      f"extra-index-url = {machine.mirror.root.as_uri()}/simple\ndefault-timeout = 180\n",
+    config.write_text(f"[global]\nindex-url = {torch_index_server.simple}\nfind-links = "
+                      f"{machine.links}\nextra-index-url = "
+                      f"{machine.mirror.root.as_uri()}/simple\ndefault-timeout = 180\n",
                       encoding="utf-8")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
     monkeypatch.setenv("PIP_FIND_LINKS", f"{machine.links} {machine.other_links}")
@@ -180,9 +193,11 @@ def assert_travels(lock_text: str, *local: str) -> None:
 # ---------------------------------------------------------------- a. the build exists
 
 
-@pytest.mark.parametrize(("backend", "label", "pins"), [("cuda", "cu130", 2), ("rocm", "rocm7.2", 1),
-                                                        ("cpu", "cpu", 1)])
-def test_lock_through_the_index(clean_pip: Served, tmp_path: Path, backend: str, label: str, pins: int) -> None:
+@pytest.mark.parametrize(("backend", "label", "pins"),
+                         [("cuda", "cu130", 2), ("rocm", "rocm7.2", 1),
+                          ("cpu", "cpu", 1)])
+def test_lock_through_the_index(clean_pip: Served, tmp_path: Path, backend: str,
+                                label: str, pins: int) -> None:
     project = make_project(tmp_path / "proj", backend, clean_pip.torch_index(label))
     started = time.monotonic()
     result = invoke("lock", project, "--backend", backend)
@@ -209,10 +224,12 @@ def test_lock_installs_on_another_machine(clean_pip: Served, tmp_path: Path) -> 
     project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
     assert invoke("lock", project, "--backend", "cuda").exit_code == 0
     target = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir", "--target", str(target),
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir",
+                           "--target", str(target),
                            "--require-hashes", "-r", str(project / "requirements" / "cuda.txt")],
                           capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull})
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                               "PIP_CONFIG_FILE": os.devnull})
     assert done.returncode == 0, done.stderr
     assert (target / "torch" / "version.py").read_text().count("cuda: Optional[str] = '13.0'") == 1
 
@@ -222,11 +239,13 @@ def test_lock_installs_on_another_machine(clean_pip: Served, tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("backend", "label", "served"),
-    [("cuda", "cu128", "serves no torch 2.13.0 for Python {py} on linux-x86_64"),  # 2.12.0, and 2.13.0 for cp314
+    # 2.12.0, and 2.13.0 for cp314
+    [("cuda", "cu128", "serves no torch 2.13.0 for Python {py} on linux-x86_64"),
      ("cuda", "cu999", "has no torch/ page")],
     ids=["other-releases", "no-page"],
 )
-def test_index_without_the_build_is_refused_before_pip_compile(clean_pip: Served, tmp_path: Path, backend: str,
+def test_index_without_the_build_is_refused_before_pip_compile(clean_pip: Served, tmp_path: Path,
+                                                               backend: str,
                                                                label: str, served: str) -> None:
     project = make_project(tmp_path / "proj", backend, clean_pip.torch_index(label))
     before, seen = tree_snapshot(project), len(clean_pip.requests)
@@ -234,9 +253,9 @@ def test_index_without_the_build_is_refused_before_pip_compile(clean_pip: Served
     assert result.exit_code == 2
     index, py = clean_pip.torch_index(label), ".".join(map(str, sys.version_info[:2]))
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {index} {served.format(py=py)}; "
-        f"torch 2.13.0 has +cu126 and +cu130 at {clean_pip.url}/whl/torch/; "
-        f"set backends.cuda.torch_index to {clean_pip.url}/whl/cu130")
+        f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {index} "
+        f"{served.format(py=py)}; torch 2.13.0 has +cu126 and +cu130 at "
+        f"{clean_pip.url}/whl/torch/; set backends.cuda.torch_index to {clean_pip.url}/whl/cu130")
     assert tree_snapshot(project) == before
     # pip-compile never ran: the only pages asked for are the preflight's two
     assert clean_pip.requests[seen:] == [f"/whl/{label}/torch/", "/whl/torch/"]
@@ -250,8 +269,10 @@ def test_requirement_and_python_filter_the_builds(clean_pip: Served, tmp_path: P
     assert result.stderr.splitlines()[-1].endswith(
         f"torch 2.13.0 has +rocm7.2 at {clean_pip.url}/whl/torch/; "
         f"set backends.rocm.torch_index to {clean_pip.url}/whl/rocm7.2")
-    project = make_project(tmp_path / "cuda", "cuda", clean_pip.torch_index("cu128"), "torch>=2.12,<2.13\n")
-    assert invoke("lock", project, "--backend", "cuda").exit_code == 0  # 2.12.0+cu128 fits the range
+    project = make_project(tmp_path / "cuda", "cuda",
+                           clean_pip.torch_index("cu128"), "torch>=2.12,<2.13\n")
+    # 2.12.0+cu128 fits the range
+    assert invoke("lock", project, "--backend", "cuda").exit_code == 0
     assert parse_lock(project / "requirements" / "cuda.txt").pins["torch"].version == "2.12.0+cu128"
 
 
@@ -283,13 +304,14 @@ def test_closed_port_fails_at_once(hostile_pip: Machine, tmp_path: Path) -> None
     assert result.exit_code == 3  # type: ignore[attr-defined]
     assert elapsed < HANG_S, f"took {elapsed:.1f} s"
     assert result.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
-        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): connection refused; "
-        "nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a "
-        "local folder with --torch-find-links")
+        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): connection "
+        "refused; nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, pip's "
+        "proxy), or lock from a local folder with --torch-find-links")
     assert tree_snapshot(project) == before
 
 
-def test_silent_index_fails_within_seconds_whatever_pip_says(hostile_pip: Machine, tmp_path: Path) -> None:
+def test_silent_index_fails_within_seconds_whatever_pip_says(
+    hostile_pip: Machine, tmp_path: Path) -> None:
     """A server that takes the connection and never answers, with pip configured for 180 s: 10 s, not minutes
     (pip itself took 3 min 48 s here, then locked torch from a find-links folder of its configuration)."""
     with socket.socket() as silent:
@@ -301,7 +323,8 @@ def test_silent_index_fails_within_seconds_whatever_pip_says(hostile_pip: Machin
     assert result.exit_code == 3  # type: ignore[attr-defined]
     assert 9 < elapsed < HANG_S, f"took {elapsed:.1f} s"  # kdkit's own 10 s bound, not pip's 180 s
     assert result.stderr.splitlines()[-1].startswith(  # type: ignore[attr-defined]
-        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): no answer after 10 s; ")
+        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): no answer "
+        "after 10 s; ")
     assert not (project / "requirements" / "cuda.txt").exists()
 
 
@@ -314,7 +337,8 @@ def _answers(host: str, port: int) -> bool:
         return False
 
 
-def test_blackholed_address_with_pips_short_timeout(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+def test_blackholed_address_with_pips_short_timeout(clean_pip: Served,
+                                                    monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:
     """A non-routable address: no route or no answer, either way seconds (pip's own 2 s timeout holds). Where the
     network intercepts every connection and answers for it, that answer is what kdkit reports (a 404 here)."""
@@ -326,24 +350,28 @@ def test_blackholed_address_with_pips_short_timeout(clean_pip: Served, monkeypat
     line = result.stderr.splitlines()[-1]  # type: ignore[attr-defined]
     if _answers("10.255.255.1", 80):
         assert result.exit_code in (2, 3), line  # type: ignore[attr-defined]
-        assert line.startswith(f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {url} has no torch/ "
-                               "page") or line.startswith(f"Error: {url}/torch/ "), line
+        assert line.startswith(f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {url} "
+                               "has no torch/ page") or line.startswith(
+                                   f"Error: {url}/torch/ "), line
         return
     assert result.exit_code == 3, line  # type: ignore[attr-defined]
-    assert re.fullmatch(rf"Error: {re.escape(url)}/torch/ \(backends\.cuda\.torch_index in .*kdkit\.json\): "
-                        r"(no answer after 2 s|[^;]*unreachable[^;]*); nothing was locked: .*", line), line
+    assert re.fullmatch(fr"Error: {re.escape(url)}/torch/ \(backends\.cuda\.torch_index in "
+                        r".*kdkit\.json\): "
+                        r"(no answer after 2 s|[^;]*unreachable[^;]*); nothing was locked: .*",
+                        line), line
 
 
-def test_users_index_that_does_not_answer(clean_pip: Served, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_users_index_that_does_not_answer(clean_pip: Served,
+                                          monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     user = f"http://127.0.0.1:{_free_port()}/simple/"
     monkeypatch.setenv("PIP_INDEX_URL", user)
     project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
     result, elapsed = _timed_lock(project)
     assert result.exit_code == 3 and elapsed < HANG_S  # type: ignore[attr-defined]
     assert result.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
-        f"Error: {user}torch/ (index-url of pip's configuration, `pip config list`): connection refused; nothing "
-        "was locked: check the URL, the network and the proxy (HTTPS_PROXY, pip's proxy), or change pip's "
-        "configuration")
+        f"Error: {user}torch/ (index-url of pip's configuration, `pip config list`): connection "
+        "refused; nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, pip's "
+        "proxy), or change pip's configuration")
 
 
 # ---------------------------------------------------------------- d. where each file came from
@@ -362,25 +390,29 @@ def test_hostile_configuration_the_header_names_the_index(hostile_pip: Machine, 
     wheel = f"torch-2.13.0+cu130-{tag}-{tag}-manylinux_2_28_x86_64.whl"
     assert lock.header["torch-source"] == f"{torch_index_server.torch_index('cu130')} ({wheel})"
     assert lock.header["machine-local"] == "none"
-    assert f"sha256:{sha256(hostile_pip.torch_same_name)}" in lock.pins["torch"].hashes  # pip-tools hashed both
+    # pip-tools hashed both
+    assert f"sha256:{sha256(hostile_pip.torch_same_name)}" in lock.pins["torch"].hashes
     assert "file:" not in lock.header["indexes"]
     assert_travels(lock_path.read_text(encoding="utf-8"), *hostile_pip.paths, str(tmp_path))
     assert "torch==2.13.0+cu130 also matches a file of this machine" in result.stderr
     assert str(hostile_pip.links) in result.stderr
 
 
-def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: Machine, tmp_path: Path,
+def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: Machine,
+                                                                   tmp_path: Path,
                                                                    torch_index_server: Served) -> None:
     """The index has 2.13.0+cu130, the find-links folder a newer 2.13.1+cu130 that pip prefers: refused."""
-    project = make_project(tmp_path / "proj", "cuda", torch_index_server.torch_index("cu130"), "torch>=2.13,<2.14\n")
+    project = make_project(tmp_path / "proj", "cuda",
+                           torch_index_server.torch_index("cu130"), "torch>=2.13,<2.14\n")
     before = tree_snapshot(project)
     result = invoke("lock", project, "--backend", "cuda")
     assert result.exit_code == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {project / 'requirements' / 'cuda.txt'}: torch==2.13.1+cu130 came only from find-links "
-        f"{hostile_pip.links} (pip's configuration), not from {torch_index_server.torch_index('cu130')}; nothing "
-        "was written (another machine could not install it): remove that source from pip's configuration "
-        "(`pip config list`), or lock from it on purpose with --torch-find-links FOLDER")
+        f"Error: {project / 'requirements' / 'cuda.txt'}: torch==2.13.1+cu130 came only from "
+        f"find-links {hostile_pip.links} (pip's configuration), not from "
+        f"{torch_index_server.torch_index('cu130')}; nothing was written (another machine could "
+        "not install it): remove that source from pip's configuration (`pip config list`), or lock "
+        "from it on purpose with --torch-find-links FOLDER")
     assert tree_snapshot(project) == before
 
     named = invoke("lock", project, "--backend", "cuda", "--torch-find-links", hostile_pip.links)
@@ -390,10 +422,12 @@ def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: 
     assert lock.header["torch-source"] == "find-links (replaces torch-index)"
     assert lock.header["machine-local"] == "torch"
     assert "warning:" in named.stderr.lower() and "torch came only from this machine" in named.stderr
-    assert_travels((project / "requirements" / "cuda.txt").read_text(encoding="utf-8"), *hostile_pip.paths)
+    assert_travels((project / "requirements" / "cuda.txt").read_text(encoding="utf-8"),
+                   *hostile_pip.paths)
     # Issue 31 §4: the bundle says its path without Docker cannot install that torch, and RUN.md has no block
     # that would try (pip install -r against an index without the file).
-    bundled = invoke("bundle", project, "--backend", "cuda", "--no-image", "--no-kdkit-wheels", "--out",
+    bundled = invoke("bundle", project, "--backend", "cuda", "--no-image", "--no-kdkit-wheels",
+                     "--out",
                      tmp_path / "bundle")
     assert bundled.exit_code == 0, bundled.stderr
     assert "requirements/cuda.txt pins torch from a folder of this machine only" in bundled.stderr
@@ -402,11 +436,14 @@ def test_torch_only_from_a_folder_of_pips_configuration_is_refused(hostile_pip: 
     empty = tmp_path / "empty-wheelhouse"
     empty.mkdir()
     before = tree_snapshot(project)
-    refused = invoke("bundle", project, "--backend", "cuda", "--no-image", "--no-kdkit-wheels", "--wheelhouse", empty,
+    refused = invoke("bundle", project, "--backend", "cuda", "--no-image", "--no-kdkit-wheels",
+                     "--wheelhouse", empty,
                      "--out", tmp_path / "bundle-2")
     assert refused.exit_code == 2 and refused.stderr.splitlines()[-1].startswith(f"Error: --wheelhouse {empty}: no "
-                                                                                "file with a locked hash for ")
-    assert not (tmp_path / "bundle-2").exists() and tree_snapshot(project) == before  # checked before any write
+                                                                                "file with a "
+                                                                                "locked hash for ")
+    # checked before any write
+    assert not (tmp_path / "bundle-2").exists() and tree_snapshot(project) == before
 
 
 def test_pins_only_on_this_machine_are_named(hostile_pip: Machine, tmp_path: Path,
@@ -419,8 +456,9 @@ def test_pins_only_on_this_machine_are_named(hostile_pip: Machine, tmp_path: Pat
     lock = parse_lock(lock_path)
     assert lock.header["machine-local"] == "kdkit-local-helper"  # names only, no paths
     assert lock.pins["kdkit-local-helper"].hashes == [f"sha256:{sha256(hostile_pip.helper)}"]
-    assert (f"cuda.txt: kdkit-local-helper came only from this machine (index {hostile_pip.mirror.root.as_uri()}"
-            "/simple (pip's configuration)); another machine cannot install this lock") in result.stderr
+    assert ("cuda.txt: kdkit-local-helper came only from this machine (index "
+            f"{hostile_pip.mirror.root.as_uri()}/simple (pip's configuration)); another machine "
+            "cannot install this lock") in result.stderr
     assert_travels(lock_path.read_text(encoding="utf-8"), *hostile_pip.paths)
 
 
@@ -441,7 +479,8 @@ def test_init_lock_check_end_to_end(clean_pip: Served, tmp_path: Path) -> None:
     assert "RTX 5090: every point holds" in checked.stdout
 
 
-def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Served, tmp_path: Path) -> None:
+def test_a_target_on_another_cpu_is_said_when_locking_and_building(
+    clean_pip: Served, tmp_path: Path) -> None:
     """GH200 hosts are aarch64 (Grace): a lock made here is for x86_64, and lock and build say how to target arm64."""
     from kdkit.image.build import plan_build
 
@@ -453,11 +492,13 @@ def test_a_target_on_another_cpu_is_said_when_locking_and_building(clean_pip: Se
     (project / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
     locked = invoke("lock", project, "--backend", "cuda", "--json")
     assert locked.exit_code == 0, locked.stderr
-    advice = ("requirements/cuda.txt is for x86_64, but kdkit.json's target_gpu GH200 comes in aarch64 hosts, where it "
-              "will not install: make the lock and the image on linux/arm64 (run `kdkit lock --in-container` and "
-              "`kdkit build` on an aarch64 machine, or in a linux/arm64 container through QEMU binfmt)")
+    advice = ("requirements/cuda.txt is for x86_64, but kdkit.json's target_gpu GH200 comes in "
+              "aarch64 hosts, where it will not install: make the lock and the image on "
+              "linux/arm64 (run `kdkit lock --in-container` and `kdkit build` on an aarch64 "
+              "machine, or in a linux/arm64 container through QEMU binfmt)")
     assert advice in json.loads(locked.stdout)["locks"][0]["warnings"]
-    assert plan_build(project, "cuda").warnings == [advice.replace("requirements/cuda.txt", "the image built here")]
+    assert plan_build(project, "cuda").warnings == [
+        advice.replace("requirements/cuda.txt", "the image built here")]
     checked = invoke("check", project, "--json")
     assert checked.exit_code == 1
     assert {p["name"]: p for p in json.loads(checked.stdout)["points"]}["cpu"]["verdict"] == "fail"
@@ -470,16 +511,22 @@ def test_torch_requirement_read_from_the_input_files(tmp_path: Path) -> None:
     from kdkit.lock.pages import torch_requirement
 
     base, extra = tmp_path / "base.in", tmp_path / "extra.in"
-    extra.write_text("torch<2.14 ; python_version >= '3.10'\ntorch>=9 ; sys_platform == 'win32'\n", encoding="utf-8")
+    extra.write_text(
+        "torch<2.14 ; python_version >= '3.10'\ntorch>=9 ; sys_platform == 'win32'\n",
+        encoding=("utf-8"))
     base.write_text("-r extra.in\nnumpy\nTorch >= 2.12, != 2.13.1  # comment\n", encoding="utf-8")
     found = torch_requirement([base, extra], "3.11", ("linux", "x86_64"))
     assert found is not None and found.clauses == ((">=", "2.12"), ("!=", "2.13.1"), ("<", "2.14"))
-    assert found.allows("2.13.0+cu130") and not found.allows("2.13.1+cu130") and not found.allows("2.14.0")
+    assert found.allows("2.13.0+cu130") and not found.allows("2.13.1+cu130") and not found.allows(
+        "2.14.0")
     assert found.text() == "torch>=2.12,!=2.13.1,<2.14"
     base.write_text("torch==2.13.0+cu126\n", encoding="utf-8")
     exact = torch_requirement([base], "3.11", ("linux", "x86_64"))
-    assert exact is not None and exact.text() == "torch 2.13.0+cu126" and not exact.allows("2.13.0+cu130")
-    base.write_text("torch @ https://example.invalid/torch-2.13.0-cp311-cp311-linux_x86_64.whl\n", encoding="utf-8")
+    assert exact is not None and exact.text() == "torch 2.13.0+cu126" and not exact.allows(
+        "2.13.0+cu130")
+    base.write_text(
+        "torch @ https://example.invalid/torch-2.13.0-cp311-cp311-linux_x86_64.whl\n",
+        encoding=("utf-8"))
     assert torch_requirement([base], "3.11", ("linux", "x86_64")) is None
     base.write_text("numpy\n", encoding="utf-8")
     assert torch_requirement([base], "3.11", ("linux", "x86_64")) is None
@@ -515,11 +562,13 @@ def test_pep503_page_parsing() -> None:
 
     page = ('<a href="/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=ABC123" '
             'data-requires-python="&gt;=3.10">torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>'
-            '<a href="../../files/filelock-3.0.tar.gz">filelock-3.0.tar.gz</a><a href="/whl/cu130/">not a file</a>')
+            '<a href="../../files/filelock-3.0.tar.gz">filelock-3.0.tar.gz</a><a '
+            'href="/whl/cu130/">not a file</a>')
     files = parse_page(page, "http://h/simple/torch/")
     assert [(f.filename, f.url, f.sha256, f.requires_python) for f in files] == [
         ("torch-2.13.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
-         "http://h/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl", "abc123", ">=3.10"),
+         "http://h/whl/cu130/torch-2.13.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl", "abc123",
+         ">=3.10"),
         ("filelock-3.0.tar.gz", "http://h/files/filelock-3.0.tar.gz", None, None)]
 
 
@@ -534,7 +583,8 @@ def test_pep503_page_parsing() -> None:
      ("cpu", "cu130", "is a CUDA index (+cu130 builds)")],
     ids=["cuda-cpu", "cuda-rocm", "cuda-xpu", "cpu-cu130"],
 )
-def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Served, tmp_path: Path, backend: str,
+def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Served, tmp_path: Path,
+                                                                  backend: str,
                                                                   label: str, what: str) -> None:
     """cuda with .../whl/cpu wrote cuda.txt with +cpu torch and exited 0; now: exit 2, no request made."""
     index = clean_pip.torch_index(label)
@@ -545,8 +595,8 @@ def test_an_index_of_another_family_is_refused_before_pip_compile(clean_pip: Ser
     want = {"cuda": "a CUDA index (cuXYZ, e.g. cu130), e.g. https://download.pytorch.org/whl/cu130",
             "cpu": "a cpu index, e.g. https://download.pytorch.org/whl/cpu"}[backend]
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {project / 'kdkit.json'}: $.backends.{backend}.torch_index {index} {what}: a {backend} backend "
-        f"needs {want}")
+        f"Error: {project / 'kdkit.json'}: $.backends.{backend}.torch_index {index} {what}: a "
+        f"{backend} backend needs {want}")
     assert tree_snapshot(project) == before and clean_pip.requests[seen:] == []
 
 
@@ -556,20 +606,24 @@ def test_the_label_check_after_pip_compile_refuses_an_unreadable_label(tmp_path:
     from kdkit.lock.lock import check_torch_label
 
     project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/xpu")
-    lock = parse_lock_text("torch==2.13.0+xpu \\\n    --hash=sha256:" + "0" * 64 + "\n", project / "cuda.txt")
-    with pytest.raises(BadInput, match=r"torch_index https://download.pytorch.org/whl/xpu ends in 'xpu'"):
+    lock = parse_lock_text("torch==2.13.0+xpu \\\n    --hash=sha256:" + "0" * 64 + "\n", project
+                           / "cuda.txt")
+    with pytest.raises(
+        BadInput, match=r"torch_index https://download.pytorch.org/whl/xpu ends in 'xpu'"):
         check_torch_label(lock, load_project(project).backend("cuda"), project / "kdkit.json")
 
 
 @pytest.mark.parametrize("tail", ["?x=1", "#frag"])
-def test_an_index_url_with_a_query_or_fragment_is_refused(clean_pip: Served, tmp_path: Path, tail: str) -> None:
+def test_an_index_url_with_a_query_or_fragment_is_refused(
+    clean_pip: Served, tmp_path: Path, tail: str) -> None:
     index = clean_pip.torch_index("cu130") + tail
     project = make_project(tmp_path / "proj", "cuda", index)
     result = invoke("lock", project, "--backend", "cuda")
     assert result.exit_code == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index {index} has a query or fragment ({tail}), "
-        "which no index URL takes: give the index's plain URL, e.g. https://download.pytorch.org/whl/cu130")
+        f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index {index} has a query or "
+        f"fragment ({tail}), which no index URL takes: give the index's plain URL, e.g. "
+        "https://download.pytorch.org/whl/cu130")
 
 
 @contextlib.contextmanager
@@ -616,7 +670,8 @@ def _trickle(conn: socket.socket, done: threading.Event) -> None:
         conn.sendall(b"<")
 
 
-def test_a_page_that_trickles_fails_within_the_timeout(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+def test_a_page_that_trickles_fails_within_the_timeout(clean_pip: Served,
+                                                       monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
     """A torch/ page sent a byte every 0.5 s kept `kdkit lock` running for minutes (each byte reset the socket's
     timeout): the whole fetch is bounded by the wall clock (pip's 2 s here, to keep the test short; 10.9 s
@@ -629,7 +684,8 @@ def test_a_page_that_trickles_fails_within_the_timeout(clean_pip: Served, monkey
     assert result.exit_code == 3, result.stderr  # type: ignore[attr-defined]
     assert elapsed < HANG_S, f"took {elapsed:.1f} s"
     assert re.fullmatch(
-        rf"Error: {re.escape(url)}/torch/ \(backends\.cuda\.torch_index in .*kdkit\.json\): the page was not "
+        fr"Error: {re.escape(url)}/torch/ \(backends\.cuda\.torch_index in .*kdkit\.json\): the "
+        r"page was not "
         r"complete after 2 s \(\d+ bytes came\); nothing was locked: .*",
         result.stderr.splitlines()[-1]), result.stderr  # type: ignore[attr-defined]
 
@@ -651,8 +707,8 @@ def test_a_page_over_32_mib_is_refused(clean_pip: Served, tmp_path: Path) -> Non
         result = invoke("lock", project, "--backend", "cuda")
     assert result.exit_code == 3, result.stderr  # type: ignore[attr-defined]
     assert result.stderr.splitlines()[-1].startswith(  # type: ignore[attr-defined]
-        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the page is over 32 MiB, "
-        "no index page is that large; nothing was locked: ")
+        f"Error: {url}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the page is "
+        "over 32 MiB, no index page is that large; nothing was locked: ")
 
 
 def _one_wheel_index(root: Path, served: Served, attributes: str, *, fragment: bool = True) -> Path:
@@ -670,21 +726,23 @@ def _one_wheel_index(root: Path, served: Served, attributes: str, *, fragment: b
     return folder / wheel
 
 
-def test_a_build_for_another_python_by_its_requires_python_is_refused(clean_pip: Served, tmp_path: Path) -> None:
+def test_a_build_for_another_python_by_its_requires_python_is_refused(
+    clean_pip: Served, tmp_path: Path) -> None:
     """The only cu130 wheel says data-requires-python >=3.(N+1): pip skips it and took PyPI's label-less torch
     (exit 1, confusing); the preflight now says which Requires-Python excluded it."""
     major, minor = sys.version_info[:2]
-    wheel = _one_wheel_index(tmp_path / "idx", clean_pip, f'data-requires-python="&gt;={major}.{minor + 1}"')
+    wheel = _one_wheel_index(tmp_path
+                             / "idx", clean_pip, f'data-requires-python="&gt;={major}.{minor + 1}"')
     with serve(tmp_path / "idx") as served:
         index = served.torch_index("cu130")
         project = make_project(tmp_path / "proj", "cuda", index)
         result = invoke("lock", project, "--backend", "cuda")
     assert result.exit_code == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {index} serves no torch 2.13.0 for Python "
-        f"{major}.{minor} on linux-x86_64: {wheel.name} has Requires-Python >={major}.{minor + 1} "
-        f"(data-requires-python), and kdkit.json's python is {major}.{minor}; change kdkit.json's python or the "
-        "torch requirement in the input files")
+        f"Error: {project / 'kdkit.json'}: backends.cuda.torch_index {index} serves no torch "
+        f"2.13.0 for Python {major}.{minor} on linux-x86_64: {wheel.name} has Requires-Python "
+        f">={major}.{minor + 1} (data-requires-python), and kdkit.json's python is "
+        f"{major}.{minor}; change kdkit.json's python or the torch requirement in the input files")
 
 
 def test_a_yanked_build_counts_only_for_an_exact_pin(clean_pip: Served, tmp_path: Path) -> None:
@@ -697,7 +755,8 @@ def test_a_yanked_build_counts_only_for_an_exact_pin(clean_pip: Served, tmp_path
     with serve(tmp_path / "idx") as served:
         index = served.torch_index("cu130")
         args = (python, ("linux", "x86_64"), Network(), tmp_path / "kdkit.json")
-        assert preflight(index, "cuda", Requirement((("==", "2.13.0"),)), *args).files  # pip takes it: pinned
+        # pip takes it: pinned
+        assert preflight(index, "cuda", Requirement((("==", "2.13.0"),)), *args).files
         with pytest.raises(BadInput, match=r"cu130 serves no torch>=2\.13 for Python"):
             preflight(index, "cuda", Requirement(((">=", "2.13"),)), *args)
 
@@ -712,13 +771,15 @@ def test_unpinned_torch_taken_from_pypi_names_the_input_and_a_build_that_exists(
     assert result.exit_code == 1, result.stderr
     python = ".".join(map(str, sys.version_info[:2]))
     assert result.stderr.splitlines()[-1] == (
-        f"Error: pip-compile resolved torch==2.13.0 (no local label) for backend cuda, whose index {index} serves "
-        f"+cu128 builds; pin torch==2.12.0+cu128 in requirements/base.in (the newest build {index} serves for "
-        f"Python {python}) or check the indexes in your pip configuration")
+        "Error: pip-compile resolved torch==2.13.0 (no local label) for backend cuda, whose index "
+        f"{index} serves +cu128 builds; pin torch==2.12.0+cu128 in requirements/base.in (the "
+        f"newest build {index} serves for Python {python}) or check the indexes in your pip "
+        "configuration")
     assert not (project / "requirements" / "cuda.txt").exists()
 
 
-def test_a_password_in_the_torch_index_is_refused_as_validate_refuses_it(clean_pip: Served, tmp_path: Path) -> None:
+def test_a_password_in_the_torch_index_is_refused_as_validate_refuses_it(
+    clean_pip: Served, tmp_path: Path) -> None:
     """http://user:pw@host/whl/cu130 in kdkit.json gave exit 3 "cannot resolve host 127.0.0.1"."""
     index = clean_pip.torch_index("cu130").replace("http://", "http://user:pw@")
     project = make_project(tmp_path / "proj", "cuda", index)
@@ -727,14 +788,15 @@ def test_a_password_in_the_torch_index_is_refused_as_validate_refuses_it(clean_p
     result = invoke("lock", project, "--backend", "cuda")
     assert validated.exit_code == 2 and result.exit_code == 2, result.stderr
     line = result.stderr.splitlines()[-1]
-    assert line == (f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index: value looks like a password "
-                    f"inside a URL; remove it and put it in .env (see .env.example), passed at run time with "
-                    f"--env-file (the value reads 'http://user:<redacted>@{index.split('@')[1]}'); nothing was "
-                    "locked"), line
+    assert line == (f"Error: {project / 'kdkit.json'}: $.backends.cuda.torch_index: value looks "
+                    "like a password inside a URL; remove it and put it in .env (see "
+                    ".env.example), passed at run time with --env-file (the value reads "
+                    f"'http://user:<redacted>@{index.split('@')[1]}'); nothing was locked"), line
     assert ":pw@" not in result.output and tree_snapshot(project) == before
 
 
-def test_the_users_index_with_a_password_is_asked_with_basic_auth(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+def test_the_users_index_with_a_password_is_asked_with_basic_auth(clean_pip: Served,
+                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
     """PIP_INDEX_URL=http://alice:pw@127.0.0.1:PORT/simple/: the preflight sends alice:pw as Basic auth (urllib
     took "alice:pw@127.0.0.1" for the host: exit 3), pip-compile resolves, and the lock, which would carry the
@@ -763,8 +825,9 @@ def test_torch_find_links_must_hold_the_build(hostile_pip: Machine, tmp_path: Pa
     assert result.exit_code == 2, result.stderr
     python = ".".join(map(str, sys.version_info[:2]))
     assert result.stderr.splitlines()[-1] == (
-        f"Error: --torch-find-links {empty}: no torch 2.13.0 +cu130 wheel for Python {python} on linux-x86_64 (it "
-        "holds no torch wheel); put that wheel there, or lock from the torch index without --torch-find-links")
+        f"Error: --torch-find-links {empty}: no torch 2.13.0 +cu130 wheel for Python {python} on "
+        "linux-x86_64 (it holds no torch wheel); put that wheel there, or lock from the torch "
+        "index without --torch-find-links")
     assert tree_snapshot(project) == before
 
 
@@ -775,18 +838,21 @@ def test_torch_not_from_the_named_folder_is_refused(hostile_pip: Machine, tmp_pa
     folder.mkdir()
     for wheel in (torch_index_server.root / "whl" / "cu130").glob("*.whl"):
         (folder / wheel.name).write_bytes(wheel.read_bytes())
-    project = make_project(tmp_path / "proj", "cuda", "https://download.pytorch.org/whl/cu130", "torch>=2.13,<2.14\n")
+    project = make_project(tmp_path / "proj",
+                           "cuda", "https://download.pytorch.org/whl/cu130", "torch>=2.13,<2.14\n")
     before = tree_snapshot(project)
     result = invoke("lock", project, "--backend", "cuda", "--torch-find-links", folder)
     assert result.exit_code == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"Error: {project / 'requirements' / 'cuda.txt'}: torch==2.13.1+cu130 came only from find-links "
-        f"{hostile_pip.links} (pip's configuration), not from --torch-find-links {folder}; nothing was written: "
-        "remove that source from pip's configuration (`pip config list`), or put the torch you want in the folder")
+        f"Error: {project / 'requirements' / 'cuda.txt'}: torch==2.13.1+cu130 came only from "
+        f"find-links {hostile_pip.links} (pip's configuration), not from --torch-find-links "
+        f"{folder}; nothing was written: remove that source from pip's configuration (`pip config "
+        "list`), or put the torch you want in the folder")
     assert tree_snapshot(project) == before
 
 
-def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served, monkeypatch: pytest.MonkeyPatch,
+def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served,
+                                                   monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path: Path) -> None:
     """PIP_PROXY with NO_PROXY=127.0.0.1: urllib bypassed the proxy, pip's --proxy does not; a dead proxy is named
     as what refused, not the index."""
@@ -800,18 +866,21 @@ def test_pips_proxy_is_used_whatever_no_proxy_says(clean_pip: Served, monkeypatc
     result, elapsed = _timed_lock(project)
     assert result.exit_code == 3 and elapsed < HANG_S, result.stderr  # type: ignore[attr-defined]
     assert result.stderr.splitlines()[-1] == (  # type: ignore[attr-defined]
-        f"Error: {index}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the proxy {dead} (pip's "
-        "proxy) refused the connection; nothing was locked: check the URL, the network and the proxy (HTTPS_PROXY, "
-        "pip's proxy), or lock from a local folder with --torch-find-links")
+        f"Error: {index}/torch/ (backends.cuda.torch_index in {project / 'kdkit.json'}): the proxy "
+        f"{dead} (pip's proxy) refused the connection; nothing was locked: check the URL, the "
+        "network and the proxy (HTTPS_PROXY, pip's proxy), or lock from a local folder with "
+        "--torch-find-links")
     assert clean_pip.requests[seen:] == []  # nothing went around the proxy
     from kdkit.lock.fetch import Network
 
     # a live "proxy" (the stand-in server records the absolute URL a proxy is asked for), NO_PROXY still set
-    assert Network(proxy=clean_pip.url).get("http://index.invalid/whl/cu130/torch/", "a test") is None
+    assert Network(
+        proxy=clean_pip.url).get("http://index.invalid/whl/cu130/torch/", "a test") is None
     assert clean_pip.requests[-1] == "http://index.invalid/whl/cu130/torch/"
 
 
-def test_a_stray_local_torch_is_named_when_the_index_gives_no_hashes(hostile_pip: Machine, tmp_path: Path,
+def test_a_stray_local_torch_is_named_when_the_index_gives_no_hashes(hostile_pip: Machine,
+                                                                     tmp_path: Path,
                                                                      torch_index_server: Served) -> None:
     """An index page without sha256 fragments: the find-links torch of the same name (other bytes) went unwarned."""
     _one_wheel_index(tmp_path / "idx", torch_index_server, "", fragment=False)
@@ -821,12 +890,14 @@ def test_a_stray_local_torch_is_named_when_the_index_gives_no_hashes(hostile_pip
         result = invoke("lock", project, "--backend", "cuda")
     assert result.exit_code == 0, result.stderr
     name = hostile_pip.torch_same_name.name
-    assert (f"cuda.txt: {index}/torch/ gives no sha256 of its files, so torch==2.13.0+cu130's hashes cannot be "
-            f"attributed to the torch index; {name} in find-links {hostile_pip.links} (pip's configuration) is a file "
-            "of this machine that pip may install here instead") in " ".join(result.stderr.split())
+    assert (f"cuda.txt: {index}/torch/ gives no sha256 of its files, so torch==2.13.0+cu130's "
+            f"hashes cannot be attributed to the torch index; {name} in find-links "
+            f"{hostile_pip.links} (pip's configuration) is a file of this machine that pip may "
+            "install here instead") in " ".join(result.stderr.split())
 
 
-def test_backend_all_says_which_locks_were_written_before_a_failure(clean_pip: Served, tmp_path: Path) -> None:
+def test_backend_all_says_which_locks_were_written_before_a_failure(
+    clean_pip: Served, tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj", "cuda", clean_pip.torch_index("cu130"))
     set_torch_index(project, "rocm", clean_pip.torch_index("rocm6.4"))  # lacks the build: exit 2
     result = invoke("lock", project, "--backend", "all")
@@ -834,4 +905,5 @@ def test_backend_all_says_which_locks_were_written_before_a_failure(clean_pip: S
     assert (project / "requirements" / "cuda.txt").is_file()
     last = result.stderr.splitlines()[-1]
     assert last.startswith(f"Error: {project / 'kdkit.json'}: backends.rocm.torch_index "), last
-    assert last.endswith(" [backend rocm; before it, kdkit lock wrote cuda (requirements/cuda.txt), which stays]")
+    assert last.endswith(
+        " [backend rocm; before it, kdkit lock wrote cuda (requirements/cuda.txt), which stays]")

@@ -47,7 +47,8 @@ def holding_index() -> Iterator[tuple[str, Holding]]:
             pass
 
         def do_GET(self) -> None:
-            if self.headers.get("User-Agent", "").startswith("kdkit"):  # kdkit's own check: any answer will do
+            # kdkit's own check: any answer will do
+            if self.headers.get("User-Agent", "").startswith("kdkit"):
                 self.send_error(404)
                 return
             seen.asked.set()
@@ -96,18 +97,23 @@ def until(condition: object, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.skipif(not any(TORCH_WHEELS.glob("torch-*.whl")), reason=f"no torch wheel in {TORCH_WHEELS}")
+@pytest.mark.skipif(
+    not any(TORCH_WHEELS.glob("torch-*.whl")), reason=f"no torch wheel in {TORCH_WHEELS}")
 @pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
-def test_sigkill_of_lock_kills_its_resolver_and_the_next_lock_removes_its_folder(project: Path, tmp_path: Path,
+def test_sigkill_of_lock_kills_its_resolver_and_the_next_lock_removes_its_folder(project: Path,
+                                                                                 tmp_path: Path,
                                                                                resolver: str) -> None:
     marker = uuid.uuid4().hex
     lock = project / "requirements" / "cpu.txt"
     with holding_index() as (url, seen):
         env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
         env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": url, MARKER: marker})
-        process = subprocess.Popen([sys.executable, "-m", "kdkit", "lock", str(project), "--backend", "cpu",
-                                    "--resolver", resolver, "--torch-find-links", str(TORCH_WHEELS)], cwd=REPO,
-                                   env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "lock.err").open("wb"))
+        process = subprocess.Popen([sys.executable, "-m", "kdkit", "lock", str(project),
+                                    "--backend", "cpu",
+                                    "--resolver", resolver, "--torch-find-links",
+                                    str(TORCH_WHEELS)], cwd=REPO,
+                                   env=env, stdout=subprocess.DEVNULL,
+                                   stderr=(tmp_path / "lock.err").open("wb"))
         until(lambda: seen.asked.is_set() or process.poll() is not None, "the resolver's request")
         assert process.poll() is None, (tmp_path / "lock.err").read_text()
         scratch = lock.parent / f".{lock.name}.partial-{process.pid}"
@@ -116,9 +122,11 @@ def test_sigkill_of_lock_kills_its_resolver_and_the_next_lock_removes_its_folder
         assert resolvers, "no resolver process found"
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
-        until(seen.closed.is_set, "the resolver's end of its connection closing")  # it died, or never will
+        # it died, or never will
+        until(seen.closed.is_set, "the resolver's end of its connection closing")
         until(lambda: not marked(marker), "every process of the killed lock ending")
-    assert not lock.exists() and scratch.is_dir()  # nothing written; the folder waits for the next lock
+    # nothing written; the folder waits for the next lock
+    assert not lock.exists() and scratch.is_dir()
 
     again = invoke("lock", project, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS)
     assert again.exit_code == 0, again.output

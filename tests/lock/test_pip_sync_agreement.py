@@ -22,14 +22,17 @@ from kdkit.core.lockfile import normalize_name
 from tests.conftest import invoke
 from tests.tinywheels import build_wheel, lock_line, make_venv, pip_install, torch_wheel
 
-PIP_SYNC = shutil.which("pip-sync", path=str(Path(__file__).resolve().parents[2] / ".venv" / "bin")) or "pip-sync"
+PIP_SYNC = shutil.which("pip-sync",
+                        path=str(Path(__file__).resolve().parents[2] / ".venv"
+                                 / "bin")) or "pip-sync"
 
 
 @dataclass
 class Venvs:
     wheels: Path
     w: dict[str, Path]
-    main: Path  # alpha 1.0, beta 2.0, gamma 3.0, torch 2.8.0+cpu (a CPU build), plus pip and setuptools
+    # alpha 1.0, beta 2.0, gamma 3.0, torch 2.8.0+cpu (a CPU build), plus pip and setuptools
+    main: Path
     lying: Path  # torch 2.8.0+cu128 whose torch/version.py says CPU-only
 
 
@@ -50,7 +53,8 @@ def venvs(tmp_path_factory: pytest.TempPathFactory) -> Venvs:
 
 def pip_sync_plan(lock: Path, python: Path) -> tuple[set[str], set[str]]:
     """(would install, would uninstall) by normalized name, from pip-sync's dry run."""
-    done = proc.run([PIP_SYNC, "--dry-run", "--python-executable", str(python), str(lock)], timeout=300)
+    done = proc.run(
+        [PIP_SYNC, "--dry-run", "--python-executable", str(python), str(lock)], timeout=300)
     assert done.returncode in (0, 1), done.stderr
     install: set[str] = set()
     uninstall: set[str] = set()
@@ -65,7 +69,8 @@ def pip_sync_plan(lock: Path, python: Path) -> tuple[set[str], set[str]]:
     return install, uninstall
 
 
-def kdkit_plan(lock: Path, python: Path) -> tuple[set[str], set[str], list[dict]]:  # type: ignore[type-arg]
+def kdkit_plan(
+    lock: Path, python: Path) -> tuple[set[str], set[str], list[dict]]:  # type: ignore[type-arg]
     result = invoke("verify-env", "--lock", lock, "--python", python, "--json")
     findings = json.loads(result.stdout)["findings"]
     install = {normalize_name(f["where"]) for f in findings if f["name"] in ("missing", "version")}
@@ -86,14 +91,18 @@ def full(v: Venvs) -> list[str]:
 
 CASES = {
     "all-match": (lambda v: full(v), set(), set()),
-    "one-missing": (lambda v: [*full(v), lock_line("delta", "1.0", v.w["delta"])], {"delta"}, set()),
-    "version-mismatch": (lambda v: [full(v)[0], lock_line("beta", "2.1", v.w["beta21"]), *full(v)[2:]],
+    "one-missing": (lambda v: [*full(v), lock_line("delta", "1.0", v.w["delta"])],
+                    {"delta"}, set()),
+    "version-mismatch": (lambda v: [full(v)[0], lock_line("beta", "2.1", v.w["beta21"]),
+                                    *full(v)[2:]],
                          {"beta"}, set()),
     "one-extra": (lambda v: [ln for ln in full(v) if not ln.startswith("gamma")], set(), {"gamma"}),
     "marker-excludes-missing-line": (
-        lambda v: [*full(v), lock_line("delta", "1.0", v.w["delta"], 'python_version < "3.0"')], set(), set()),
+        lambda v: [*full(v), lock_line("delta", "1.0", v.w["delta"], 'python_version < "3.0"')],
+        set(), set()),
     "marker-excludes-installed-line": (
-        lambda v: [lock_line("alpha", "1.0", v.w["alpha"], 'sys_platform == "win32"'), *full(v)[1:]],
+        lambda v: [lock_line("alpha", "1.0", v.w["alpha"], 'sys_platform == "win32"'),
+                   *full(v)[1:]],
         set(), {"alpha"}),
 }
 
@@ -115,7 +124,8 @@ def test_stricter_unlabelled_pin(venvs: Venvs, tmp_path: Path) -> None:
     assert pip_sync_plan(lock, venvs.main) == (set(), set())
     install, uninstall, findings = kdkit_plan(lock, venvs.main)
     assert (install, uninstall) == ({"torch"}, set())
-    assert {(f["name"], f["verdict"]) for f in findings} == {("version", "fail"), ("torch-build", "warn")}
+    assert {(f["name"], f["verdict"])
+            for f in findings} == {("version", "fail"), ("torch-build", "warn")}
 
 
 def test_stricter_torch_build(venvs: Venvs, tmp_path: Path) -> None:
@@ -133,4 +143,5 @@ def test_pip_and_setuptools_are_not_extras(venvs: Venvs, tmp_path: Path) -> None
     lock = write_lock(tmp_path, full(venvs))
     result = invoke("verify-env", "--lock", lock, "--python", venvs.main, "--json", "--strict")
     report = json.loads(result.stdout)
-    assert result.exit_code == 0 and report["counts"]["installed"] >= 5  # pip (and setuptools) are there
+    # pip (and setuptools) are there
+    assert result.exit_code == 0 and report["counts"]["installed"] >= 5

@@ -28,9 +28,11 @@ def cuda_project(tmp_path: Path, torch_index: str = "https://pypi.org/simple") -
 def pypi_lock(project: Path, build: str) -> Path:
     lock = project / "requirements" / "cuda.txt"
     lock.write_text("\n".join([
-        "# kdkit: kdkit-version = 0.0.0", "# kdkit: backend = cuda", "# kdkit: platform = linux-x86_64",
+        "# kdkit: kdkit-version = 0.0.0", "# kdkit: backend = cuda",
+        "# kdkit: platform = linux-x86_64",
         f"# kdkit: torch-build = {build} (PyPI torch 2.13 on x86_64: edited)",
-        "--index-url https://pypi.org/simple", "torch==2.13.0 \\", f"    --hash={HASH}"]) + "\n", encoding="utf-8")
+        "--index-url https://pypi.org/simple", "torch==2.13.0 \\", f"    --hash={HASH}"])
+                    + "\n", encoding="utf-8")
     return lock
 
 
@@ -49,7 +51,8 @@ def test_a_forged_torch_build_header_is_refused_not_believed(tmp_path: Path, for
     from kdkit.image.labels import torch_build
 
     loaded = load_project(project)
-    with pytest.raises(BadInput, match=f"torch-build = {forged}, but PyPI's torch 2.13.0 on x86_64 is the cu130"):
+    with pytest.raises(
+        BadInput, match=f"torch-build = {forged}, but PyPI's torch 2.13.0 on x86_64 is the cu130"):
         torch_build(lock, loaded.backend("cuda"), loaded.python)
 
 
@@ -89,15 +92,18 @@ def test_pypi_org_without_simple_is_told_the_index(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "or PyPI's own index, https://pypi.org/simple" in result.stderr
 
 
-@pytest.mark.parametrize(("value", "offline"), [("1", True), ("yes", True), ("0", False), ("false", False),
-                                                ("No", False), ("off", False), ("", False)])
-def test_kdkit_offline_reads_its_spellings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str,
+@pytest.mark.parametrize(("value", "offline"),
+                         [("1", True), ("yes", True), ("0", False), ("false", False),
+                          ("No", False), ("off", False), ("", False)])
+def test_kdkit_offline_reads_its_spellings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           value: str,
                                            offline: bool) -> None:
     """The lock names no http(s) index here: online, the kernels point says why the wheel was not read;
     offline (the user's choice) it says nothing of the wheel."""
     project = cuda_project(tmp_path)
     lock = pypi_lock(project, "cu130")
-    lock.write_text(lock.read_text(encoding="utf-8").replace("--index-url https://pypi.org/simple\n", ""),
+    lock.write_text(lock.read_text(encoding="utf-8").replace(
+        "--index-url https://pypi.org/simple\n", ""),
                     encoding="utf-8")
     monkeypatch.setenv("KDKIT_OFFLINE", value)
     result = invoke("check", project, "--gpu", "RTX 4090", "--json")

@@ -30,16 +30,19 @@ def _declare(root: Path, mounts: dict[str, object]) -> None:
 def declared(project: Path) -> Path:
     (project / "models" / "m").mkdir(parents=True)
     (project / "scratch").mkdir()
-    _declare(project, {"model": {"path": "models/m", "env": "MODEL_DIR"}, "out-dir": {"path": "scratch",
-                                                                                      "writable": True}})
+    _declare(project,
+             {"model": {"path": "models/m", "env": "MODEL_DIR"}, "out-dir": {"path": "scratch",
+                                                                             "writable": True}})
     return project
 
 
-def test_declared_mounts_are_at_mnt_name_read_only_unless_writable_with_their_variables(declared: Path) -> None:
+def test_declared_mounts_are_at_mnt_name_read_only_unless_writable_with_their_variables(
+    declared: Path) -> None:
     project = load_project(declared)
     mounts = declared_mounts(project)
     assert [(m.name, m.source, m.writable) for m in mounts] == [
-        ("model", (declared / "models/m").resolve(), False), ("out-dir", (declared / "scratch").resolve(), True)]
+        ("model", (declared / "models/m").resolve(), False),
+        ("out-dir", (declared / "scratch").resolve(), True)]
     bound, env = extra_mounts(project, mounts)
     assert Mount((declared / "models/m").resolve(), "/mnt/model", True) in bound
     assert Mount((declared / "scratch").resolve(), "/mnt/out-dir", False) in bound
@@ -60,7 +63,8 @@ def test_mount_option_overrides_a_declared_folder_with_one_outside_the_project(d
 
 
 @pytest.mark.parametrize("value, message", [
-    ("no-colon", "expected SRC:NAME"), (":model", "expected SRC:NAME"), ("/tmp:bad name", "expected SRC:NAME"),
+    ("no-colon", "expected SRC:NAME"), (":model", "expected SRC:NAME"),
+    ("/tmp:bad name", "expected SRC:NAME"),
     ("/no/such/folder:model", "is not an existing folder"),
 ])
 def test_a_malformed_mount_option_is_bad_input(value: str, message: str) -> None:
@@ -82,18 +86,22 @@ def test_a_declared_path_leaving_the_project_through_a_link_is_refused_unless_ov
     outside.mkdir()
     (project / "models").symlink_to(outside)
     _declare(project, {"model": {"path": "models"}})
-    with pytest.raises(BadInput, match=r"\$\.mounts\.model\.path: 'models' leads to .*outside the project"):
+    with pytest.raises(
+        BadInput, match=r"\$\.mounts\.model\.path: 'models' leads to .*outside the project"):
         declared_mounts(load_project(project))
-    assert declared_mounts(load_project(project), [f"{outside}:model"])[0].source == outside.resolve()
+    assert declared_mounts(
+        load_project(project), [f"{outside}:model"])[0].source == outside.resolve()
     result = invoke("validate", project)
     assert result.exit_code != 0 and "$.mounts.model.path" in result.output
 
 
 def test_a_declared_name_without_a_path_needs_the_option(project: Path, tmp_path: Path) -> None:
     _declare(project, {"data": {}})
-    with pytest.raises(BadInput, match=r"\$\.mounts\.data: no path; give the folder with `kdkit run --mount"):
+    with pytest.raises(
+        BadInput, match=r"\$\.mounts\.data: no path; give the folder with `kdkit run --mount"):
         declared_mounts(load_project(project))
-    assert declared_mounts(load_project(project), [f"{tmp_path}:data"])[0].source == tmp_path.resolve()
+    assert declared_mounts(
+        load_project(project), [f"{tmp_path}:data"])[0].source == tmp_path.resolve()
 
 
 def test_the_schema_holds_names_and_variables(project: Path) -> None:
@@ -105,7 +113,8 @@ def test_the_schema_holds_names_and_variables(project: Path) -> None:
     assert invoke("validate", project).exit_code == 2
 
 
-def test_config_and_src_are_mounted_read_only_and_a_link_out_is_refused(project: Path, tmp_path: Path) -> None:
+def test_config_and_src_are_mounted_read_only_and_a_link_out_is_refused(
+    project: Path, tmp_path: Path) -> None:
     mounts = source_mounts(project)
     assert [(m.target, m.read_only) for m in mounts] == [
         (f"{APP}/kdkit.json", True), (f"{APP}/config", True), (f"{APP}/src", True)]
@@ -118,7 +127,8 @@ def test_config_and_src_are_mounted_read_only_and_a_link_out_is_refused(project:
 def test_launch_names_image_lock_revision_network_and_mounts(declared: Path) -> None:
     project = load_project(declared)
     facts = ImageFacts("p:cpu-1", "sha256:" + "a" * 64, {"dev.kdkit.lock.sha256": "b" * 64,
-                                                         "org.opencontainers.image.revision": "c" * 40},
+                                                         "org.opencontainers.image.revision": "c"
+                                                         * 40},
                        "kdkit", 1, [], "", "amd64", "linux", ())
     mounts = declared_mounts(project)
     bound, _ = extra_mounts(project, mounts)
@@ -147,10 +157,13 @@ def test_a_bad_launch_variable_is_bad_input_naming_it(text: str, where: str) -> 
 
 @pytest.mark.parametrize(("given", "expected"), [
     ("a" * 40, {"revision": "a" * 40, "dirty": False}),
-    ("b" * 40 + "+dirty", {"revision": "b" * 40, "dirty": True}),  # the host's checkout (kdkit.machine.mounts)
-    ("c" * 40 + "-dirty", {"revision": "c" * 40, "dirty": True}),  # the image's label (git describe --dirty)
+    # the host's checkout (kdkit.machine.mounts)
+    ("b" * 40 + "+dirty", {"revision": "b" * 40, "dirty": True}),
+    # the image's label (git describe --dirty)
+    ("c" * 40 + "-dirty", {"revision": "c" * 40, "dirty": True}),
 ])
-def test_a_container_run_records_the_revision_kdkit_run_passed(given: str, expected: dict[str, object]) -> None:
+def test_a_container_run_records_the_revision_kdkit_run_passed(
+    given: str, expected: dict[str, object]) -> None:
     """Issue 31: no git checkout in the container (revision null) -> the launch record's revision, said so."""
     state = with_launch_revision({"revision": None, "dirty": None, "note": "not a git repository"},
                                  {"revision": given})
@@ -165,7 +178,8 @@ def test_the_project_digest_follows_config_and_src_only(project: Path) -> None:
     before = project_digest(project_files(project)[0])
     (project / "README.md").write_text("changed")
     assert project_digest(project_files(project)[0]) == before
-    (project / "config" / "pilot.json").write_text((project / "config" / "pilot.json").read_text() + " ")
+    (project / "config" / "pilot.json").write_text((project / "config" / "pilot.json").read_text()
+                                                   + " ")
     assert project_digest(project_files(project)[0]) != before
 
 
@@ -176,18 +190,22 @@ def test_inspect_names_the_files_that_differ_from_the_images_labels(project: Pat
     (project / "src" / "new.py").write_text("new", encoding="utf-8")
     report = project_match(labels, load_project(project))
     assert (report["matches"], report["changed"]) == (False, ["src/classify.py", "src/new.py"])
-    without = project_match({k: v for k, v in labels.items() if k.endswith("sha256")}, load_project(project))
-    assert (without["matches"], without["changed"]) == (False, None)  # an image with the digest only
+    without = project_match({k: v for k, v in labels.items() if k.endswith("sha256")},
+                            load_project(project))
+    # an image with the digest only
+    assert (without["matches"], without["changed"]) == (False, None)
     assert project_match({}, load_project(project))["matches"] is None  # built before the label
 
 
 @pytest.mark.parametrize("mounts, words", [
-    ({"a": {"path": "src", "env": "MODEL"}, "b": {"path": "config", "env": "MODEL"}}, "also the env of"),
+    ({"a": {"path": "src", "env": "MODEL"}, "b": {"path": "config", "env": "MODEL"}},
+     "also the env of"),
     ({"a": {"path": "src", "env": "PYTHONPATH"}}, "the container's own"),
     ({"a": {"path": "src", "env": "LD_PRELOAD"}}, "the container's own"),
     ({"a": {"path": "src", "env": "HF_HOME"}}, "the container's own"),
 ])
-def test_a_mounts_env_is_its_own_and_never_one_the_container_reads_first(project: Path, mounts: dict[str, object],
+def test_a_mounts_env_is_its_own_and_never_one_the_container_reads_first(project: Path,
+                                                                         mounts: dict[str, object],
                                                                            words: str) -> None:
     _declare(project, mounts)
     checked = invoke("validate", project)

@@ -37,14 +37,17 @@ def image(built: dict[str, Any]) -> Iterator[str]:
 
 def kdkit(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """`kdkit ARGS` in a new process, as another shell would run it."""
-    return subprocess.run([sys.executable, "-m", "kdkit", *map(str, args)], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kdkit", *map(str, args)], cwd=REPO,
+                          capture_output=True,
                           text=True, timeout=timeout)
 
 
 def labelled(run_id: str) -> list[dict[str, Any]]:
     import docker
 
-    return list(docker.from_env().api.containers(all=True, filters={"label": [f"dev.kdkit.run-id={run_id}"]}))
+    return list(
+        docker.from_env().api.containers(all=True,
+                                         filters={"label": [f"dev.kdkit.run-id={run_id}"]}))
 
 
 def test_print_shows_the_labels_and_the_name(image: str, locked_copy: Path) -> None:
@@ -53,8 +56,10 @@ def test_print_shows_the_labels_and_the_name(image: str, locked_copy: Path) -> N
     line = printed.stdout.splitlines()[-1]
     assert "--label dev.kdkit.role=run" in line and f"--label dev.kdkit.project={locked_copy}" in line
     assert "--label dev.kdkit.run-id=" in line and "--name kdkit-" in line and "--env KDKIT_RUN_ID=" in line
-    detached = kdkit("run", locked_copy, "--image", image, "--print", "--detach").stdout.splitlines()[-1]
-    assert detached.startswith("docker run --detach --pull never ") and "--rm" not in detached.split()
+    detached = kdkit("run", locked_copy, "--image",
+                     image, "--print", "--detach").stdout.splitlines()[-1]
+    assert detached.startswith(
+        "docker run --detach --pull never ") and "--rm" not in detached.split()
 
 
 def test_detach_then_status_logs_and_wait_from_new_processes(image: str, locked_copy: Path) -> None:
@@ -82,13 +87,16 @@ def test_detach_then_status_logs_and_wait_from_new_processes(image: str, locked_
     folder = locked_copy / "runs" / run_id  # the run ID chosen on the host is the folder's name
     assert read_run(folder).verdict == "pass" and read_run(folder).total == total
     assert labelled(run_id) == []  # wait removed the container it waited on
-    if os.geteuid() == 0:  # issue 31 §6: a detached run is handed back by wait as `run` hands back its own
+    # issue 31 §6: a detached run is handed back by wait as `run` hands back its own
+    if os.geteuid() == 0:
         assert all(p.stat().st_mode & stat.S_IROTH for p in [folder, *folder.rglob("*")])
         assert f"{folder}: made readable by everyone" in waited.stderr
 
     after = json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
-    assert (after["state"], after["done"], after["total"], after["container"]) == ("passed", total, total, None)
-    kept = kdkit("logs", run_id, "--project", locked_copy)  # the output wait kept before removing the container
+    assert (after["state"], after["done"], after["total"],
+            after["container"]) == ("passed", total, total, None)
+    # the output wait kept before removing the container
+    kept = kdkit("logs", run_id, "--project", locked_copy)
     assert kept.returncode == 0 and "PASS" in kept.stdout
     assert (locked_copy / ".kdkit-logs" / f"kdkit-{run_id}.log").is_file()
     (locked_copy / ".kdkit-logs" / f"kdkit-{run_id}.log").unlink()
@@ -112,31 +120,37 @@ def test_logs_show_the_containers_output(image: str, locked_copy: Path) -> None:
 
 def test_wait_copies_a_detached_run_and_detach_refuses_copy_to(image: str, locked_copy: Path,
                                                                 tmp_path: Path) -> None:
-    refused = kdkit("run", locked_copy, "--image", image, "--detach", "--copy-to", tmp_path / "x", timeout=120)
+    refused = kdkit("run", locked_copy, "--image", image, "--detach", "--copy-to",
+                    tmp_path / "x", timeout=120)
     assert refused.returncode == 2 and "kdkit wait RUN_ID --copy-to DEST" in refused.stderr
     assert not (tmp_path / "x").exists()
     started = kdkit("run", locked_copy, "--image", image, "--detach", "--json", timeout=120)
     run_id = json.loads(started.stdout)["run_id"]
-    waited = kdkit("wait", run_id, "--project", locked_copy, "--copy-to", tmp_path / "evidence", "--copy-every", "1")
+    waited = kdkit("wait", run_id, "--project", locked_copy, "--copy-to",
+                   tmp_path / "evidence", "--copy-every", "1")
     assert waited.returncode == 0, waited.stderr
     assert "verified there" in waited.stderr
     copy = tmp_path / "evidence" / run_id
     assert read_run(copy).verdict == "pass"
-    verified = subprocess.run([sys.executable, "-m", "kdkit", "copy-out", "--verify", str(copy)], cwd=REPO,
+    verified = subprocess.run([sys.executable, "-m", "kdkit", "copy-out", "--verify", str(copy)],
+                              cwd=REPO,
                               capture_output=True, text=True, timeout=600)
     assert verified.returncode == 0, verified.stderr
     assert labelled(run_id) == []
 
 
-def test_run_copy_to_copies_during_the_run_and_verifies_the_end(image: str, locked_copy: Path, tmp_path: Path) -> None:
+def test_run_copy_to_copies_during_the_run_and_verifies_the_end(
+    image: str, locked_copy: Path, tmp_path: Path) -> None:
     """`kdkit run --copy-to DEST` in the foreground: the closed run folder lands at DEST/<run-id>, verified there."""
     slow_inputs(locked_copy, copies=10)
-    ran = kdkit("run", locked_copy, "--image", image, "--copy-to", tmp_path / "evidence", "--copy-every", "1",
+    ran = kdkit("run", locked_copy, "--image", image, "--copy-to", tmp_path / "evidence",
+                "--copy-every", "1",
                 "--json")
     assert ran.returncode == 0, ran.stderr
     (folder,) = json.loads(ran.stdout)["run_folders"]
     copy = tmp_path / "evidence" / Path(folder).name
     assert "verified there" in ran.stderr and read_run(copy).verdict == "pass"
-    assert sorted(p.name for p in (tmp_path / "evidence").iterdir()) == [copy.name]  # no staging left beside it
+    # no staging left beside it
+    assert sorted(p.name for p in (tmp_path / "evidence").iterdir()) == [copy.name]
     verified = kdkit("copy-out", "--verify", copy)
     assert verified.returncode == 0, verified.stderr

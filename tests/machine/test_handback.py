@@ -34,12 +34,14 @@ def test_root_run_folders_become_readable_and_the_undo_line_restores_them(tmp_pa
     folder = _tree(tmp_path)
     link_target = Path("/etc/hostname").lstat().st_mode if Path("/etc/hostname").exists() else None
     (line,) = readable_by_all([folder], started_by_root=True, owner=os.geteuid())
-    modes = {p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*")
+    modes = {p.relative_to(folder).as_posix(): stat.S_IMODE(p.stat().st_mode)
+             for p in folder.rglob("*")
              if not p.is_symlink()}
     assert modes == {"summary.json": 0o644, "outputs": 0o755, "outputs/a.txt": 0o644}
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755
     if link_target is not None:
-        assert Path("/etc/hostname").lstat().st_mode == link_target  # a link's target is never changed
+        # a link's target is never changed
+        assert Path("/etc/hostname").lstat().st_mode == link_target
     undo = line.split("undo with: ", 1)[1]
     subprocess.run(["sh", "-e", "-c", undo], check=True, timeout=60)  # as printed
     assert stat.S_IMODE((folder / "summary.json").stat().st_mode) == 0o600
@@ -64,18 +66,21 @@ def test_a_hard_link_a_device_and_a_deep_tree_are_handled(tmp_path: Path) -> Non
     os.link(outside, folder / "hardlink")
     with contextlib.suppress(PermissionError):  # not root: no device node to try
         os.mknod(folder / "null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    deep = folder / ("d/" * 300)  # deeper than the lowered limit below: os.walk recursed once per level
+    # deeper than the lowered limit below: os.walk recursed once per level
+    deep = folder / ("d/" * 300)
     deep.mkdir(parents=True)
     (deep / "leaf.txt").write_text("x")
     (deep / "leaf.txt").chmod(0o600)
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(200)  # not a 1,100-deep tree: pytest's own clean-up of tmp_path recurses too
+    # not a 1,100-deep tree: pytest's own clean-up of tmp_path recurses too
+    sys.setrecursionlimit(200)
     try:
         (line,) = readable_by_all([folder], started_by_root=True, owner=os.geteuid())
     finally:
         sys.setrecursionlimit(limit)
     assert "made readable by everyone" in line
-    assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and stat.S_IMODE((folder / "hardlink").stat().st_mode) == 0o600
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and stat.S_IMODE(
+        (folder / "hardlink").stat().st_mode) == 0o600
     if (folder / "null").exists():
         assert stat.S_IMODE((folder / "null").lstat().st_mode) == 0o600
     assert stat.S_IMODE((deep / "leaf.txt").stat().st_mode) == 0o644
@@ -102,7 +107,8 @@ def test_a_folder_swapped_for_a_link_during_the_walk_changes_nothing_outside(
     listdir, scandir = os.listdir, os.scandir
 
     def swap(names: list[str]) -> None:
-        if "outputs" in names and (folder / "outputs").is_dir() and not (folder / "outputs").is_symlink():
+        if "outputs" in names and (folder / "outputs").is_dir() \
+                and not (folder / "outputs").is_symlink():
             shutil.rmtree(folder / "outputs")
             (folder / "outputs").symlink_to(secret)  # after the listing, before the walk reaches it
 
@@ -121,7 +127,8 @@ def test_a_folder_swapped_for_a_link_during_the_walk_changes_nothing_outside(
     monkeypatch.setattr(os, "scandir", scanning)
     (line,) = readable_by_all([folder], started_by_root=True, owner=os.geteuid())
     assert "made readable by everyone" in line
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o700 and stat.S_IMODE((secret / "key").stat().st_mode) == 0o600
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o700 and stat.S_IMODE(
+        (secret / "key").stat().st_mode) == 0o600
     assert stat.S_IMODE((folder / "summary.json").stat().st_mode) == 0o644
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from kdkit.core.runfolder import read_run
-from tests.machine.test_detach_status import image as image  # the fixture: the session's image tagged kdkit-b26
+
+# the fixture: the session's image tagged kdkit-b26
+from tests.machine.test_detach_status import image as image
 from tests.machine.test_detach_status import kdkit, labelled
 from tests.machine.test_run_stop import slow_inputs, start_kdkit, wait_until_batches
 
@@ -33,7 +35,8 @@ def test_sighup_to_kdkit_run_leaves_the_container_to_its_verdict(image: str, loc
     assert len(labelled(run_id)) == 1  # labelled with its run, still there
 
     status = json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
-    assert status["state"] in ("running", "passed") and status["container"]["name"] == f"kdkit-{run_id}"
+    assert status["state"] in ("running",
+                               "passed") and status["container"]["name"] == f"kdkit-{run_id}"
     waited = kdkit("wait", run_id, "--project", locked_copy)
     assert waited.returncode == 0, waited.stderr
     run = read_run(folder)
@@ -43,9 +46,11 @@ def test_sighup_to_kdkit_run_leaves_the_container_to_its_verdict(image: str, loc
     assert after["state"] == "passed"
 
 
-def test_sighup_to_kdkit_run_workers_then_wait_gathers(image: str, locked_copy: Path, tmp_path: Path) -> None:
+def test_sighup_to_kdkit_run_workers_then_wait_gathers(image: str,
+                                                       locked_copy: Path, tmp_path: Path) -> None:
     total = slow_inputs(locked_copy, copies=60)
-    process = start_kdkit("run", locked_copy, "--image", image, "--workers", "2", logs=tmp_path / "kdkit")
+    process = start_kdkit("run", locked_copy, "--image", image, "--workers", "2",
+                          logs=tmp_path / "kdkit")
     folders = wait_until_batches(locked_copy / "runs", 2, process)
     process.send_signal(signal.SIGHUP)
     assert process.wait(timeout=120) == 129
@@ -54,11 +59,14 @@ def test_sighup_to_kdkit_run_workers_then_wait_gathers(image: str, locked_copy: 
     assert f"connection lost: run {run_id} continues in container kdkit-{run_id}-w0, kdkit-{run_id}-w1;" in err
     assert {c["Labels"]["dev.kdkit.role"] for c in labelled(run_id)} == {"worker"}
 
-    status: dict[str, Any] = json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
+    status: dict[str, Any] = json.loads(
+        kdkit("status", run_id, "--project", locked_copy, "--json").stdout)
     assert status["state"] in ("running", "ended") and len(status["workers"]) == 2
     waited = kdkit("wait", run_id, "--project", locked_copy, "--json")
     assert waited.returncode == 0, waited.stderr
-    gathered = json.loads((locked_copy / "runs" / f"{run_id}-gathered" / "summary.json").read_text())
+    gathered = json.loads(
+        (locked_copy / "runs" / f"{run_id}-gathered" / "summary.json").read_text())
     assert (gathered["verdict"], gathered["total"], gathered["workers"]) == ("pass", total, 2)
     assert labelled(run_id) == []
-    assert json.loads(kdkit("status", run_id, "--project", locked_copy, "--json").stdout)["state"] == "passed"
+    assert json.loads(
+        kdkit("status", run_id, "--project", locked_copy, "--json").stdout)["state"] == "passed"

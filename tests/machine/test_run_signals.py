@@ -52,7 +52,8 @@ def containers_of(project: Path) -> list[str]:
     import docker
 
     return [c["Id"][:12] for c in docker.from_env().api.containers(all=True)
-            if any(str(m.get("Source", "")).startswith(str(project)) for m in c.get("Mounts") or [])]
+            if any(str(m.get("Source", "")).startswith(str(project)) for m in c.get("Mounts")
+                   or [])]
 
 
 def gated(project: Path, phase: str) -> Path:
@@ -66,10 +67,12 @@ def gated(project: Path, phase: str) -> Path:
     return env_file
 
 
-def start(args: list[str | Path], logs: Path, docker_host: str | None = None) -> subprocess.Popen[bytes]:
+def start(args: list[str | Path], logs: Path,
+          docker_host: str | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, **({"DOCKER_HOST": docker_host} if docker_host else {})}
     return subprocess.Popen([sys.executable, "-m", "kdkit", *map(str, args)], cwd=REPO, env=env,
-                            stdout=logs.with_suffix(".out").open("wb"), stderr=logs.with_suffix(".err").open("wb"))
+                            stdout=logs.with_suffix(".out").open("wb"),
+                            stderr=logs.with_suffix(".err").open("wb"))
 
 
 def wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 300) -> None:
@@ -100,10 +103,12 @@ def test_every_container_kdkit_starts_has_an_init(built: dict[str, Any], locked_
     assert printed.exit_code == 0, printed.output
     assert " --init " in printed.stdout.splitlines()[-1]
     for backend in ("cpu", "cuda", "rocm"):  # RUN.md's docker run line is the same spec
-        assert " --init " in portable_line(portable_spec("IMG", "$PWD", "data/pilot", "runs", backend), backend)
+        assert " --init " in portable_line(
+            portable_spec("IMG", "$PWD", "data/pilot", "runs", backend), backend)
     workers = invoke("run", locked_copy, "--workers", "2", "--print")
     assert workers.exit_code == 0, workers.output
-    assert all(" --init " in line for line in workers.stdout.splitlines() if line.startswith("docker run "))
+    assert all(" --init " in line for line in workers.stdout.splitlines()
+               if line.startswith("docker run "))
 
 
 # ---------------------------------------------------------------- a stop before the pilot has begun
@@ -111,18 +116,22 @@ def test_every_container_kdkit_starts_has_an_init(built: dict[str, Any], locked_
 
 @pytest.mark.parametrize(("phase", "name"), [("diagnose", "SIGTERM"), ("diagnose", "SIGINT"),
                                              ("verify-env", "SIGTERM"), ("pilot", "SIGTERM")])
-def test_a_stop_before_the_pilot_ends_the_container_at_once(built: dict[str, Any], locked_copy: Path,
-                                                            tmp_path: Path, phase: str, name: str) -> None:
+def test_a_stop_before_the_pilot_ends_the_container_at_once(built: dict[str, Any],
+                                                            locked_copy: Path,
+                                                            tmp_path: Path,
+                                                            phase: str, name: str) -> None:
     signum, exit_code = SIGNALS[name]
     env_file = gated(locked_copy, phase)
     process = start(["run", locked_copy, "--env-file", env_file, "--json"], tmp_path / "kdkit")
-    wait_for(locked_copy / "runs" / GATE / f"at-{phase}", process)  # that phase's command has started
+    # that phase's command has started
+    wait_for(locked_copy / "runs" / GATE / f"at-{phase}", process)
     process.send_signal(signum)
     code, out, err = finished(process, tmp_path / "kdkit")
 
     assert code == exit_code, err
     report = json.loads(out)
-    assert report["container_exit_code"] == 143, err  # SIGTERM ended it; 137 would be the SIGKILL after 30 s
+    # SIGTERM ended it; 137 would be the SIGKILL after 30 s
+    assert report["container_exit_code"] == 143, err
     assert f"Stopped by {'Ctrl-C (SIGINT)' if name == 'SIGINT' else 'SIGTERM'}: the container was stopped " \
            "(exit 143) and removed." in err
     assert "no run folder was made; run it again" in err
@@ -139,13 +148,16 @@ def test_a_stop_before_the_pilot_ends_the_container_at_once(built: dict[str, Any
     (["sh", "-c", "exit 3"], 3, "SIGINT"),
     (["sh", "-c", "exit 0"], 0, "SIGINT"),
 ])
-def test_a_run_that_ended_before_the_stop_reports_its_verdict(built: dict[str, Any], locked_copy: Path,
-                                                              tmp_path: Path, command: list[str], expected: int,
+def test_a_run_that_ended_before_the_stop_reports_its_verdict(built: dict[str, Any],
+                                                              locked_copy: Path,
+                                                              tmp_path: Path, command: list[str],
+                                                              expected: int,
                                                               name: str) -> None:
     signum, _code = SIGNALS[name]
     # The engine answers "wait" once the container has exited: the signal lands before kdkit hears its code.
     with SignalingProxy(rb"^POST /v[0-9.]+/containers/[0-9a-f]+/wait", signum) as proxy:
-        process = start(["run", locked_copy, *(["--", *command] if command else [])], tmp_path / "kdkit",
+        process = start(["run", locked_copy, *(["--", *command] if command else [])],
+                        tmp_path / "kdkit",
                         proxy.url)
         proxy.target(process.pid)
         code, _out, err = finished(process, tmp_path / "kdkit")
@@ -165,11 +177,14 @@ def test_a_run_that_ended_before_the_stop_reports_its_verdict(built: dict[str, A
 
 
 @pytest.mark.parametrize(("request_line", "name"), [
-    (rb"^POST /v[0-9.]+/containers/create", "SIGTERM"),  # the engine has made it; kdkit does not know its ID yet
+    # the engine has made it; kdkit does not know its ID yet
+    (rb"^POST /v[0-9.]+/containers/create", "SIGTERM"),
     (rb"^POST /v[0-9.]+/containers/create", "SIGINT"),
-    (rb"^POST /v[0-9.]+/containers/[0-9a-f]+/start", "SIGTERM"),  # started; the log stream not yet followed
+    # started; the log stream not yet followed
+    (rb"^POST /v[0-9.]+/containers/[0-9a-f]+/start", "SIGTERM"),
 ])
-def test_a_stop_while_the_container_is_made_leaves_none(built: dict[str, Any], locked_copy: Path, tmp_path: Path,
+def test_a_stop_while_the_container_is_made_leaves_none(built: dict[str, Any], locked_copy: Path,
+                                                        tmp_path: Path,
                                                         request_line: bytes, name: str) -> None:
     signum, exit_code = SIGNALS[name]
     assert containers_of(locked_copy) == []
@@ -180,5 +195,6 @@ def test_a_stop_while_the_container_is_made_leaves_none(built: dict[str, Any], l
     assert proxy.fired.is_set()
     assert code == exit_code, err
     assert "Traceback" not in err and "Stopped by " in err
-    assert containers_of(locked_copy) == []  # not even a Created one, with the project's folders mounted
+    # not even a Created one, with the project's folders mounted
+    assert containers_of(locked_copy) == []
     assert run_folders(locked_copy / "runs") == []

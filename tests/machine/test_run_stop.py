@@ -36,7 +36,8 @@ def slow_inputs(project: Path, copies: int) -> int:
     for doc in docs:
         text = (inputs / doc["file"]).read_text() + "\n"
         (inputs / f"big-{doc['file']}").write_text(text * (60000 // len(text)))
-    many = [{**d, "id": f"{d['id']}-{n:04d}", "file": f"big-{d['file']}"} for n in range(copies) for d in docs]
+    many = [{**d, "id": f"{d['id']}-{n:04d}", "file": f"big-{d['file']}"} for n in range(copies)
+            for d in docs]
     (inputs / "manifest.json").write_text(json.dumps({"documents": many}))
     return len(many)
 
@@ -44,10 +45,12 @@ def slow_inputs(project: Path, copies: int) -> int:
 def start_kdkit(*args: str | Path, logs: Path) -> subprocess.Popen[bytes]:
     """`kdkit ARGS` in its own process (a signal must reach kdkit, not pytest), output to ``logs``.*"""
     return subprocess.Popen([sys.executable, "-m", "kdkit", *map(str, args)], cwd=REPO,
-                            stdout=(logs.with_suffix(".out")).open("wb"), stderr=(logs.with_suffix(".err")).open("wb"))
+                            stdout=(logs.with_suffix(".out")).open("wb"),
+                            stderr=(logs.with_suffix(".err")).open("wb"))
 
 
-def wait_until_batches(runs: Path, folders: int, process: subprocess.Popen[bytes], timeout: float = 300) -> list[Path]:
+def wait_until_batches(runs: Path, folders: int, process: subprocess.Popen[bytes],
+                       timeout: float = 300) -> list[Path]:
     """The run folders once ``folders`` of them each hold a recorded batch: every pilot is in its run loop,
     where its stop guard has taken SIGTERM over (before that, as PID 1, it would not see it)."""
     deadline = time.monotonic() + timeout
@@ -57,7 +60,8 @@ def wait_until_batches(runs: Path, folders: int, process: subprocess.Popen[bytes
         if len(found) >= folders:
             return found
         if process.poll() is not None:
-            pytest.fail(f"kdkit ended before every pilot recorded a batch (exit {process.returncode})")
+            pytest.fail(
+                f"kdkit ended before every pilot recorded a batch (exit {process.returncode})")
         time.sleep(0.05)
     process.kill()
     pytest.fail(f"no {folders} run folder(s) with a batch under {runs} within {timeout} s")
@@ -69,7 +73,8 @@ def containers_of(project: Path) -> list[str]:
 
     client = docker.from_env()
     return [c.short_id for c in client.containers.list(all=True)
-            if any(str(m.get("Source", "")).startswith(str(project)) for m in c.attrs.get("Mounts") or [])]
+            if any(str(m.get("Source", "")).startswith(str(project)) for m in c.attrs.get("Mounts")
+                   or [])]
 
 
 def stopped(folder: Path, reason: str) -> None:
@@ -80,8 +85,10 @@ def stopped(folder: Path, reason: str) -> None:
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["stopped"]["rule"] == "terminate"
     share = WORKER_FOLDER.match(folder.name)
-    hint = (f"--resume {share['base']} --worker {share['worker']} --workers {share['workers']}" if share
-            else f"--resume {folder.name}")  # the options that do finish it (a worker's share named too)
+    hint = (f"--resume {share['base']} --worker {share['worker']} --workers {share['workers']}"
+            if share
+            # the options that do finish it (a worker's share named too)
+            else f"--resume {folder.name}")
     assert summary["problems"][0] == f"stopped early: {reason}; resume with {hint}"
 
 
@@ -99,7 +106,8 @@ def test_the_workers_hand_their_pilot_the_signal(built: dict[str, Any], locked_c
     result = invoke("run", locked_copy, "--workers", "2", "--print")
     assert result.exit_code == 0, result.output
     runs = [ln for ln in result.stdout.splitlines() if ln.startswith("docker run ")]
-    assert all("&& exec kdkit pilot /app --run-id " in ln for ln in runs)  # the pilot replaces /bin/sh as PID 1
+    # the pilot replaces /bin/sh as PID 1
+    assert all("&& exec kdkit pilot /app --run-id " in ln for ln in runs)
 
 
 # ---------------------------------------------------------------- Ctrl-C during kdkit run --workers 2
@@ -127,7 +135,8 @@ def test_ctrl_c_stops_every_worker_and_each_folder_is_closed_with_its_reason(
     assert f"-- kdkit pilot /app --resume {run_id} --worker 1 --workers 2" in err
     assert not (locked_copy / "runs" / f"{run_id}-gathered").exists()
     assert "[w0] FAIL: " in out and "[w1] FAIL: " in out  # each pilot's closing words were shown
-    assert took < 30, f"the stop took {took:.1f} s"  # each pilot closed at once, no SIGKILL after the grace
+    # each pilot closed at once, no SIGKILL after the grace
+    assert took < 30, f"the stop took {took:.1f} s"
     print(f"SIGINT to kdkit exit: {took:.2f} s for 2 workers")
 
     # What kdkit said to do finishes the run: each worker's line, then the gathering.
@@ -138,14 +147,16 @@ def test_ctrl_c_stops_every_worker_and_each_folder_is_closed_with_its_reason(
         assert argv[0] == "kdkit"
         result = invoke(*argv[1:])
         assert result.exit_code == 0, result.output
-    gathered = json.loads((locked_copy / "runs" / f"{run_id}-gathered" / "summary.json").read_text())
+    gathered = json.loads(
+        (locked_copy / "runs" / f"{run_id}-gathered" / "summary.json").read_text())
     assert (gathered["verdict"], gathered["total"], gathered["workers"]) == ("pass", 2200, 2)
 
 
 # ---------------------------------------------------------------- SIGTERM during kdkit run, then --resume
 
 
-def test_sigterm_stops_kdkit_run_and_resume_finishes_that_run(built: dict[str, Any], locked_copy: Path,
+def test_sigterm_stops_kdkit_run_and_resume_finishes_that_run(built: dict[str, Any],
+                                                              locked_copy: Path,
                                                                tmp_path: Path) -> None:
     total = slow_inputs(locked_copy, copies=100)  # 1100 documents: ~13 s of app time
     process = start_kdkit("run", locked_copy, logs=tmp_path / "kdkit")
@@ -166,28 +177,33 @@ def test_sigterm_stops_kdkit_run_and_resume_finishes_that_run(built: dict[str, A
     resumed = invoke("run", locked_copy, "--resume", folder.name, "--json")
     assert resumed.exit_code == 0, resumed.output
     summary = json.loads((folder / "summary.json").read_text())
-    assert (summary["verdict"], summary["total"], summary["accepted"], summary["resumed"]) == ("pass", total, total,
+    assert (summary["verdict"], summary["total"], summary["accepted"],
+            summary["resumed"]) == ("pass", total, total,
                                                                                               True)
-    assert (folder / "stop-1.json").is_file() and not (folder / "stop.json").exists()  # the stop, kept by number
+    # the stop, kept by number
+    assert (folder / "stop-1.json").is_file() and not (folder / "stop.json").exists()
     assert containers_of(locked_copy) == []
 
 
 # ---------------------------------------------------------------- the engine refuses a GPU
 
 
-def test_the_engines_own_gpu_refusal_is_exit_3_with_the_fix(built: dict[str, Any], locked_copy: Path) -> None:
+def test_the_engines_own_gpu_refusal_is_exit_3_with_the_fix(
+    built: dict[str, Any], locked_copy: Path) -> None:
     """A host whose engine lists a GPU runtime but cannot serve a device request (the toolkit's hook
     registered, the toolkit broken or absent): the real engine answers the start with the error, quoted."""
     if "nvidia" in connect().runtimes():
         pytest.skip("this engine has the NVIDIA runtime")
     plan = prepare_run(locked_copy)
-    plan = replace(plan, spec=replace(plan.spec, gpus="all"))  # what cuda_access gives once it sees a runtime
+    # what cuda_access gives once it sees a runtime
+    plan = replace(plan, spec=replace(plan.spec, gpus="all"))
     with pytest.raises(Unavailable) as caught:
         execute(plan)
     message = str(caught.value)
     assert caught.value.exit_code == 3
     assert f"({NVIDIA_ERROR})" in message and message.endswith(NVIDIA_FIX)
-    assert message.startswith(f"{plan.image.ref}: the Docker engine cannot give the container a GPU (")
+    assert message.startswith(
+        f"{plan.image.ref}: the Docker engine cannot give the container a GPU (")
     assert containers_of(locked_copy) == []  # created, refused at start, removed
     assert run_folders(locked_copy / "runs") == []
 
@@ -195,6 +211,7 @@ def test_the_engines_own_gpu_refusal_is_exit_3_with_the_fix(built: dict[str, Any
 def test_the_refusal_comes_from_the_engine_for_a_bare_image(docker_engine: None) -> None:
     if "nvidia" in connect().runtimes():
         pytest.skip("this engine has the NVIDIA runtime")
-    with pytest.raises(Unavailable, match=r"could not select device driver \"\" with capabilities: \[\[gpu\]\]"):
+    with pytest.raises(
+        Unavailable, match=r"could not select device driver \"\" with capabilities: \[\[gpu\]\]"):
         connect().run(ContainerSpec(image=BASE, command=["true"], gpus=["0"]))
 

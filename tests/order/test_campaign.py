@@ -38,40 +38,50 @@ def close_folder(folder: Path) -> None:
     write_sums(folder, [(p.name, p) for p in sorted(folder.iterdir()) if p.is_file()])
 
 
-def train_run(runs: Path, run_id: str, *, variant: str | None, metrics: dict[str, float], verdict: str = "pass",
+def train_run(runs: Path, run_id: str, *, variant: str | None, metrics: dict[str, float],
+              verdict: str = "pass",
               started: str = "2026-12-04T08:00:00Z", ended: str = "2026-12-04T09:00:00Z",
               config_file: str | None = None, closed: bool = True) -> Path:
     """A train run folder with the files of the plan's interface (H1's `kdkit train`)."""
     folder = runs / run_id
     (folder / "checkpoints" / "step-00000010").mkdir(parents=True)
-    write_json(folder / "params.json", {"run_id": run_id, "kind": "train", "created": started, "module": "src.train",
-                                        "args": ["--steps", "10"], "variant": variant, "config_file": config_file,
-                                        "code": {}, "base_model": None, "revision": None, "launch": None})
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "t": s * 1.0, "loss": 1.0 / s, "lr": 0.01,
-                                                              "samples_per_s": 100.0, "peak_memory_bytes": 1})
+    write_json(folder / "params.json",
+               {"run_id": run_id, "kind": "train", "created": started, "module": "src.train",
+                "args": ["--steps", "10"], "variant": variant, "config_file": config_file,
+                "code": {}, "base_model": None, "revision": None, "launch": None})
+    (folder
+     / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "t": s * 1.0, "loss": 1.0 / s,
+                                                       "lr": 0.01,
+                                                              "samples_per_s": 100.0,
+                                                       "peak_memory_bytes": 1})
                                                   + "\n" for s in range(1, 11)), encoding="utf-8")
-    write_json(folder / "stop.json", {"reason": "exit", "detail": "the loop ended", "step": 10, "at": ended})
-    write_json(folder / "summary.json", {"run_id": run_id, "kind": "train", "verdict": verdict, "started": started,
-                                         "ended": ended, "timings": {"seconds": 3600.0}, "steps": 10,
-                                         "metrics": {"loss": 0.1, **metrics}, "final_checkpoint": "step-00000010",
-                                         "save": {}, "reload": None})
+    write_json(folder / "stop.json",
+               {"reason": "exit", "detail": "the loop ended", "step": 10, "at": ended})
+    write_json(folder / "summary.json",
+               {"run_id": run_id, "kind": "train", "verdict": verdict, "started": started,
+                "ended": ended, "timings": {"seconds": 3600.0}, "steps": 10,
+                "metrics": {"loss": 0.1, **metrics}, "final_checkpoint": "step-00000010",
+                "save": {}, "reload": None})
     if closed:
         close_folder(folder)
     return folder
 
 
 def pilot_run(runs: Path, run_id: str, *, quality: float | None, verdict: str = "pass",
-              config_file: str = "config/pilot.json", items: int = 100, app_seconds: float = 1.0) -> Path:
+              config_file: str = "config/pilot.json", items: int = 100,
+              app_seconds: float = 1.0) -> Path:
     """A pilot run folder: params.json naming its config, a summary with its quality and timings."""
     folder = runs / run_id
     folder.mkdir(parents=True)
     write_json(folder / "params.json", {"run_id": run_id, "created": "2026-12-04T07:00:00+00:00",
-                                        "params": {"config_file": config_file}, "params_hash": "0" * 64})
+                                        "params": {"config_file": config_file},
+                                        "params_hash": "0" * 64})
     (folder / "results.jsonl").write_text("", encoding="utf-8")
-    write_json(folder / "summary.json", {"run_id": run_id, "kind": "pilot", "verdict": verdict, "total": items,
-                                         "accepted": items, "rejected": 0, "quality": quality, "min_quality": 0.5,
-                                         "timings": {"seconds": 10.0, "app_seconds": app_seconds,
-                                                     "harness_seconds": 0.0, "items": items}})
+    write_json(folder / "summary.json",
+               {"run_id": run_id, "kind": "pilot", "verdict": verdict, "total": items,
+                "accepted": items, "rejected": 0, "quality": quality, "min_quality": 0.5,
+                "timings": {"seconds": 10.0, "app_seconds": app_seconds,
+                            "harness_seconds": 0.0, "items": items}})
     close_folder(folder)
     return folder
 
@@ -93,7 +103,8 @@ def variants(project: Path, rows: list[tuple[str, str, float]], control: str | N
 
 
 def save_order(project: Path, hours: int = 48) -> Path:
-    result = invoke("plan", project, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours", str(hours),
+    result = invoke("plan", project, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours",
+                    str(hours),
                     "--save", project / "order.json")
     assert result.exit_code == 0, result.output
     return project / "order.json"
@@ -107,19 +118,22 @@ def test_init_scaffolds_a_campaign_on_its_corpus(project: Path) -> None:
     assert problems == []
     campaign = load_campaign(project)
     assert campaign is not None
-    assert campaign.manifest == "data/pilot/manifest.json" and campaign.manifest_sha256 is None  # frozen by the user
+    # frozen by the user
+    assert campaign.manifest == "data/pilot/manifest.json" and campaign.manifest_sha256 is None
     assert [v.category for v in campaign.variants] == ["essential", "useful", "exploratory"]
     assert campaign.control == "control" and data["deliverables"][-1] == "reloadable artifact"
 
 
 @pytest.mark.parametrize("template", ["embed", "generate"])
-def test_every_template_has_a_campaign_on_its_own_corpus_not_yet_frozen(tmp_path: Path, template: str) -> None:
+def test_every_template_has_a_campaign_on_its_own_corpus_not_yet_frozen(
+    tmp_path: Path, template: str) -> None:
     from kdkit.project.init import init_project
 
     root = init_project(tmp_path / template, backend="cpu", template=template)
     campaign = load_campaign(root)
     assert campaign is not None and campaign.manifest == "data/pilot/manifest.json"
-    assert campaign.manifest_sha256 is None and campaign_status(root)["corpus"]["sha256"] == sha256_file(
+    assert campaign.manifest_sha256 is None and campaign_status(
+        root)["corpus"]["sha256"] == sha256_file(
         root / "data/pilot/manifest.json")
 
 
@@ -168,26 +182,31 @@ BAD = [
 
 
 @pytest.mark.parametrize(("change", "where", "said"), BAD, ids=[b[0].__name__ for b in BAD])
-def test_a_bad_campaign_is_one_line_naming_file_and_path(project: Path, change: Any, where: str, said: str) -> None:
+def test_a_bad_campaign_is_one_line_naming_file_and_path(
+    project: Path, change: Any, where: str, said: str) -> None:
     edit_campaign(project, change)
     _data, problems = read_problems(project)
     assert [(p.name, said in p.why) for p in problems] == [(where, True)]
     save_order(project)
     before = tree_snapshot(project)
-    for args in (("campaign", project), ("campaign", "decide", "continue", project, "--why", "fine")):
+    for args in (("campaign", project),
+                 ("campaign", "decide", "continue", project, "--why", "fine")):
         result = invoke(*args)
         assert result.exit_code == 2
-        assert result.stderr.count("\n") == 1 and f"campaign.json: {where}: " in result.stderr, result.stderr
+        assert result.stderr.count(
+            "\n") == 1 and f"campaign.json: {where}: " in result.stderr, result.stderr
     assert tree_snapshot(project) == before
 
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_a_threshold_that_is_not_finite_is_named_by_its_path(project: Path, number: str) -> None:
     path = project / "campaign.json"
-    path.write_text(path.read_text(encoding="utf-8").replace('"threshold": 0.85', f'"threshold": {number}'),
+    path.write_text(path.read_text(encoding="utf-8").replace('"threshold": 0.85',
+                                                             f'"threshold": {number}'),
                     encoding="utf-8")
     _data, problems = read_problems(project)
-    assert [(p.name, "is not a finite number" in p.why) for p in problems] == [("$.threshold", True)]
+    assert [(p.name, "is not a finite number" in p.why)
+            for p in problems] == [("$.threshold", True)]
     before = tree_snapshot(project)
     result = invoke("campaign", project)
     assert result.exit_code == 2 and result.stderr.startswith(f"Error: {path}: $.threshold: ")
@@ -243,14 +262,16 @@ def test_variants_against_threshold_and_control(project: Path) -> None:
     rows = {v["name"]: v for v in status["variants"]}
     assert rows["control"]["value"] == 0.80 and rows["control"]["passed"] is False and rows["control"]["control"]
     assert rows["fine-tuned"]["passed"] is True and rows["fine-tuned"]["vs_control"] == pytest.approx(0.11)
-    assert rows["high-lr"]["passed"] is False and rows["high-lr"]["vs_control"] == pytest.approx(-0.18)
+    assert rows["high-lr"]["passed"] is False and rows["high-lr"]["vs_control"] == pytest.approx(
+        -0.18)
     assert all(row["done"] for row in rows.values()) and status["remaining_hours"]["total"] == 0
     assert status["conclusion"] == "fine-tuned reaches 0.85 (best: fine-tuned, quality 0.91): the question is answered"
 
 
 def test_lower_is_better_turns_the_comparison(project: Path) -> None:
     edit_campaign(project, lambda d: d.update(metric="loss", threshold=0.2, higher_is_better=False))
-    train_run(project / "runs", "train-20261204-080000", variant="fine-tuned", metrics={})  # loss 0.1
+    # loss 0.1
+    train_run(project / "runs", "train-20261204-080000", variant="fine-tuned", metrics={})
     rows = {v["name"]: v for v in campaign_status(project)["variants"]}
     assert rows["fine-tuned"]["value"] == 0.1 and rows["fine-tuned"]["passed"] is True
 
@@ -267,25 +288,29 @@ def test_a_negative_result_is_a_result(project: Path) -> None:
     assert conclusion(campaign, variant_results(project, campaign)) == \
         "no variant reaches 0.85: the question is answered"
     train_run(runs, "train-20261204-090000", variant="high-lr", metrics={"quality": 0.5})
-    assert campaign_status(project)["conclusion"] == "no variant reaches 0.85: the question is answered"
+    assert campaign_status(
+        project)["conclusion"] == "no variant reaches 0.85: the question is answered"
 
 
 def test_the_newest_passing_run_counts_not_the_best(project: Path) -> None:
     runs = project / "runs"
     train_run(runs, "train-20261204-080000", variant="fine-tuned", metrics={"quality": 0.95})
     train_run(runs, "train-20261204-090000", variant="fine-tuned", metrics={"quality": 0.81})
-    train_run(runs, "train-20261204-100000", variant="fine-tuned", metrics={"quality": 0.99}, verdict="fail")
+    train_run(runs, "train-20261204-100000", variant="fine-tuned",
+              metrics={"quality": 0.99}, verdict="fail")
     row = next(v for v in campaign_status(project)["variants"] if v["name"] == "fine-tuned")
     assert row["value"] == 0.81 and row["run"] == "train-20261204-090000" and len(row["runs"]) == 3
 
 
 def test_a_run_edited_after_closing_or_never_closed_does_not_count(project: Path) -> None:
     runs = project / "runs"
-    folder = train_run(runs, "train-20261204-080000", variant="fine-tuned", metrics={"quality": 0.5})
+    folder = train_run(runs, "train-20261204-080000", variant="fine-tuned",
+                       metrics={"quality": 0.5})
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     summary["metrics"]["quality"] = 0.99
     write_json(folder / "summary.json", summary)
-    train_run(runs, "train-20261204-090000", variant="high-lr", metrics={"quality": 0.99}, closed=False)
+    train_run(runs, "train-20261204-090000", variant="high-lr",
+              metrics={"quality": 0.99}, closed=False)
     rows = {v["name"]: v for v in campaign_status(project)["variants"]}
     assert rows["fine-tuned"]["value"] is None and not rows["fine-tuned"]["done"]
     assert rows["high-lr"]["value"] is None and not rows["high-lr"]["done"]
@@ -304,20 +329,27 @@ def test_a_run_belongs_to_a_variant_by_its_config_file(project: Path) -> None:
 
 
 def test_remaining_work_against_the_window_and_what_to_cut(project: Path) -> None:
-    variants(project, [("control", "essential", 30), ("more-data", "useful", 20), ("small-lr", "useful", 10),
-                       ("wild", "exploratory", 12), ("wilder", "exploratory", 6)])
+    variants(project,
+             [("control", "essential", 30), ("more-data", "useful", 20), ("small-lr", "useful", 10),
+              ("wild", "exploratory", 12), ("wilder", "exploratory", 6)])
     order = save_order(project)
-    train_run(project / "runs", "train-20261204-080000", variant="control", metrics={"quality": 0.9},
+    train_run(project / "runs", "train-20261204-080000", variant="control",
+              metrics={"quality": 0.9},
               started="2026-12-04T00:00:00Z", ended="2026-12-05T00:00:00Z")  # 24 h observed
     status = campaign_status(project, order)
     window = status["window"]
-    assert (window["window_hours"], window["booked_hours"], window["observed_hours"]) == (72, 48, 24)
+    assert (window["window_hours"], window["booked_hours"],
+            window["observed_hours"]) == (72, 48, 24)
     assert window["left_hours"] == 48
-    assert status["remaining_hours"] == {"essential": 0, "useful": 30, "exploratory": 18, "total": 48}
-    assert status["cut_first"] == ["wild", "wilder", "more-data", "small-lr"] and status["to_cut"] == []
+    assert status["remaining_hours"] == {"essential": 0, "useful": 30,
+                                         "exploratory": 18, "total": 48}
+    assert status["cut_first"] == ["wild",
+                                   "wilder", "more-data", "small-lr"] and status["to_cut"] == []
     assert "it fits" in status["advice"]
-    train_run(project / "runs", "train-20261205-000000", variant="small-lr", metrics={}, verdict="fail",
-              started="2026-12-05T00:00:00Z", ended="2026-12-05T16:00:00Z")  # 16 h more, small-lr to rerun
+    train_run(project / "runs", "train-20261205-000000", variant="small-lr", metrics={},
+              verdict="fail",
+              # 16 h more, small-lr to rerun
+              started="2026-12-05T00:00:00Z", ended="2026-12-05T16:00:00Z")
     status = campaign_status(project, order)
     assert status["window"]["left_hours"] == 32 and status["remaining_hours"]["total"] == 48
     assert status["to_cut"] == ["wild", "wilder"] and "cut wild, wilder first" in status["advice"]
@@ -326,7 +358,8 @@ def test_remaining_work_against_the_window_and_what_to_cut(project: Path) -> Non
 def test_essential_work_is_never_proposed_for_a_cut(project: Path) -> None:
     variants(project, [("control", "essential", 80), ("extra", "exploratory", 1)])
     status = campaign_status(project, save_order(project))
-    assert status["to_cut"] == ["extra"] and "the essential work alone (80 h) exceeds" in status["advice"]
+    assert status["to_cut"] == [
+        "extra"] and "the essential work alone (80 h) exceeds" in status["advice"]
 
 
 def test_a_cut_variant_no_longer_remains(project: Path) -> None:
@@ -364,7 +397,8 @@ def test_a_real_pilot_updates_the_duration_estimate(project: Path) -> None:
     assert est["factor"] == pytest.approx(50 / rate, rel=1e-3)
     rows = {v["name"]: v for v in status["variants"]}
     assert rows["fine-tuned"]["updated_hours"] == pytest.approx(4 * 50 / rate, rel=1e-3)
-    assert rows["control"]["done"] and rows["control"]["passed"] is True  # quality 1.0 on the template
+    # quality 1.0 on the template
+    assert rows["control"]["done"] and rows["control"]["passed"] is True
     assert status["remaining_hours"]["useful"] == pytest.approx(4 * 50 / rate, rel=1e-3)
 
 
@@ -373,12 +407,16 @@ def test_a_sweep_gives_the_rate_when_no_pilot_did(project: Path) -> None:
     folder = project / "runs" / "sweep-20261204-080000"
     folder.mkdir(parents=True)
     rows = [{"group": g, "batch_size": b, "completed": 10, "seconds": s, "errors": e}
-            for g, b, s, e in (("short", 1, 1.0, 0), ("long", 1, 3.0, 0), ("short", 8, 0.1, 0), ("long", 8, 0.4, 1),
-                               ("short", 4, 0.2, 0), ("long", 4, 0.3, 0))]
+            for g, b, s,
+            e in (("short", 1, 1.0, 0), ("long", 1, 3.0, 0), ("short", 8, 0.1, 0),
+                  ("long", 8, 0.4, 1),
+                  ("short", 4, 0.2, 0), ("long", 4, 0.3, 0))]
     write_json(folder / "sweep.json", {"rows": rows})
-    assert sweep_rate(folder) == pytest.approx(40.0)  # batch 4: 20 items in 0.5 s; batch 8 had an error
+    # batch 4: 20 items in 0.5 s; batch 8 had an error
+    assert sweep_rate(folder) == pytest.approx(40.0)
     est = campaign_status(project)["estimate"]
-    assert (est["source"], est["items_per_second"], est["hours_per_pass"], est["factor"]) == ("sweep", 40, 0.25, 1.25)
+    assert (est["source"], est["items_per_second"], est["hours_per_pass"],
+            est["factor"]) == ("sweep", 40, 0.25, 1.25)
 
 
 # ---------------------------------------------------------------- decisions: appended, never rewritten
@@ -389,16 +427,20 @@ def test_decisions_are_appended_and_never_rewritten(project: Path) -> None:
     assert first.exit_code == 0, first.output
     log = project / DECISIONS
     kept = log.read_bytes()
-    second = invoke("campaign", "decide", "cut high-lr", project, "--why", "2x slower than assumed", "--json")
+    second = invoke("campaign", "decide", "cut high-lr", project,
+                    "--why", "2x slower than assumed", "--json")
     assert second.exit_code == 0, second.output
     assert json.loads(second.stdout)["variant"] == "high-lr"
-    third = invoke("campaign", "decide", "change the question", project, "--why", "the control is enough")
+    third = invoke("campaign", "decide", "change the question",
+                   project, "--why", "the control is enough")
     assert third.exit_code == 0
     assert log.read_bytes().startswith(kept)
     decisions = read_decisions(project)
-    assert [(d["decision"], d["variant"]) for d in decisions] == [("continue", None), ("cut", "high-lr"),
+    assert [(d["decision"], d["variant"])
+            for d in decisions] == [("continue", None), ("cut", "high-lr"),
                                                                    ("change the question", None)]
-    assert all(d["at"].endswith("Z") for d in decisions) and decisions[1]["why"] == "2x slower than assumed"
+    assert all(d["at"].endswith("Z")
+               for d in decisions) and decisions[1]["why"] == "2x slower than assumed"
     status = invoke("campaign", project)
     assert status.exit_code == 0 and "cut high-lr: 2x slower than assumed" in status.stdout
 
@@ -414,7 +456,8 @@ def test_a_bad_decision_writes_nothing(project: Path, args: tuple[str, ...], sai
     append_decision(project, "continue", "a first decision")
     before = tree_snapshot(project)
     result = invoke("campaign", "decide", args[0], project, *args[1:])
-    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and said in result.stderr, result.stderr
+    assert result.exit_code == 2 and result.stderr.count(
+        "\n") == 1 and said in result.stderr, result.stderr
     assert tree_snapshot(project) == before
 
 
@@ -450,7 +493,8 @@ def test_a_decision_log_that_is_a_link_is_refused(project: Path, tmp_path: Path)
 def test_text_from_the_files_is_printed_escaped(project: Path) -> None:
     edit_campaign(project, lambda d: d.update(question="Does it\u202e work?"))
     _data, problems = read_problems(project)
-    assert [p.name for p in problems] == ["$.question"]  # a config string is one plain line (kdkit.config.schemas)
+    # a config string is one plain line (kdkit.config.schemas)
+    assert [p.name for p in problems] == ["$.question"]
     edit_campaign(project, lambda d: d.update(question="Does it work?"))
     append_decision(project, "continue", "because\u202e\x1b[31m red")
     result = invoke("campaign", project)

@@ -18,7 +18,8 @@ from tests.conftest import invoke, tree_snapshot
 HASH = "sha256:" + "ab" * 32
 # A check point is a finding (kdkit.core.finding) of the "check" section with no reading, threshold,
 # card, provider sentence or place; the kernels point alone names its source.
-NO_READING = {"section": "check", "gpu": None, "reading": None, "unit": "", "threshold": None, "provider": None,
+NO_READING = {"section": "check", "gpu": None, "reading": None, "unit": "", "threshold": None,
+              "provider": None,
               "source": None, "where": None}
 
 
@@ -49,13 +50,16 @@ def test_rtx_4090_with_a_cu124_lock_holds(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 0 and report["ok"] is True and report["backend"] == "cuda"
     points = _points(report)
-    assert [p["name"] for p in report["points"]] == ["backend", "cpu", "build", "kernels", "driver", "memory"]
+    assert [p["name"] for p in report["points"]] == ["backend", "cpu", "build",
+                                                     "kernels", "driver", "memory"]
     assert [p["verdict"] for p in report["points"]] == ["ok", "ok", "ok", "ok", "note", "note"]
     assert points["cpu"]["why"] == "requirements/cuda.txt is for x86_64, as RTX 4090 hosts are"
-    assert points["kernels"]["why"].startswith("torch 2.6.0+cu124 carries cubin sm_86, which runs on sm_89 "
-                                                  "(pairings: torch 2.6 cu124, cuda11_build")
-    assert points["driver"]["why"] == ("torch 2.6.0+cu124 (CUDA 12.4) on RTX 4090 needs an NVIDIA host driver >= "
-                                          "525.60.13 (the floor of CUDA 12.x builds, pairings.json drivers)")
+    assert points["kernels"]["why"].startswith("torch 2.6.0+cu124 carries cubin sm_86, which runs "
+                                                  "on sm_89 (pairings: torch 2.6 cu124, "
+                                                  "cuda11_build")
+    assert points["driver"]["why"] == ("torch 2.6.0+cu124 (CUDA 12.4) on RTX 4090 needs an NVIDIA "
+                                          "host driver >= 525.60.13 (the floor of CUDA 12.x "
+                                          "builds, pairings.json drivers)")
     text = invoke("check", project, "--gpu", "RTX 4090")
     assert text.exit_code == 0
     assert "RTX 4090: every point holds (notes are yours to confirm)" in text.stdout
@@ -69,15 +73,17 @@ def test_b200_with_torch_2_6_cu124_fails_and_says_what_to_lock(project: Path) ->
     kernels = _points(report)["kernels"]
     assert kernels["verdict"] == "fail"
     assert kernels["why"].startswith(
-        "torch 2.6.0+cu124 carries sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90: no code for B200's sm_100 "
-        "(pairings: torch 2.6 cu124, cuda11_build")
-    assert kernels["why"].endswith("on the machine this is 'no kernel image is available for execution on the "
-                                      "device'")
-    assert kernels["fix"].startswith("lock torch 2.13.0 from cu130 (published builds that carry sm_100: cu128 2.7-2.11")
-    assert kernels["fix"].endswith("set backends.cuda.torch_index to https://download.pytorch.org/whl/cu130, pin "
-                                   "torch==2.13.0 in requirements/base.in, then `kdkit lock --backend cuda`")
-    assert stderr.strip() == ("Error: B200: not ready (kernels); apply the fixes in the report's fix fields, then run "
-                              "`kdkit check` again")
+        "torch 2.6.0+cu124 carries sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90: no code for "
+        "B200's sm_100 (pairings: torch 2.6 cu124, cuda11_build")
+    assert kernels["why"].endswith("on the machine this is 'no kernel image is available for "
+                                      "execution on the device'")
+    assert kernels["fix"].startswith(
+        "lock torch 2.13.0 from cu130 (published builds that carry sm_100: cu128 2.7-2.11")
+    assert kernels["fix"].endswith("set backends.cuda.torch_index to "
+                                   "https://download.pytorch.org/whl/cu130, pin torch==2.13.0 in "
+                                   "requirements/base.in, then `kdkit lock --backend cuda`")
+    assert stderr.strip() == ("Error: B200: not ready (kernels); apply the fixes in the report's "
+                              "fix fields, then run `kdkit check` again")
     assert invoke("check", project, "--gpu", "B200").stderr.strip() == (
         "Error: B200: not ready (kernels); apply the fixes above, then run `kdkit check` again")
     assert tree_snapshot(project) == before
@@ -101,8 +107,9 @@ def test_mi300x_with_a_cuda_lock_fails(project: Path) -> None:
     assert points["build"]["verdict"] == "fail"
     assert points["build"]["why"] == "requirements/cuda.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) " \
         "needs a rocm build"
-    assert points["build"]["fix"].startswith("lock torch 2.6.0 from rocm6.2.4 (published builds that carry gfx942: "
-                                             "rocm6.1 2.5-2.6, rocm6.2 2.5, rocm6.2.4 2.6,")
+    assert points["build"]["fix"].startswith("lock torch 2.6.0 from rocm6.2.4 (published builds "
+                                             "that carry gfx942: rocm6.1 2.5-2.6, rocm6.2 2.5, "
+                                             "rocm6.2.4 2.6,")
 
 
 def test_mi300x_with_a_cuda_build_in_the_rocm_lock_fails(project: Path) -> None:
@@ -111,8 +118,8 @@ def test_mi300x_with_a_cuda_build_in_the_rocm_lock_fails(project: Path) -> None:
     assert code == 1 and report["backend"] == "rocm"
     point = _points(report)["build"]
     assert point == {**NO_READING, "name": "build", "verdict": "fail",
-                     "why": "requirements/rocm.txt has torch 2.6.0+cu124, a cuda build; MI300X (gfx942) needs a "
-                            "rocm build", "fix": point["fix"]}
+                     "why": "requirements/rocm.txt has torch 2.6.0+cu124, a cuda build; MI300X "
+                            "(gfx942) needs a rocm build", "fix": point["fix"]}
 
 
 def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
@@ -120,8 +127,9 @@ def test_mi300x_with_a_rocm_lock_holds(project: Path) -> None:
     code, report, _ = _check(project, "--gpu", "MI300X")
     assert code == 0
     points = _points(report)
-    assert points["kernels"]["why"].startswith("torch 2.6.0+rocm6.2.4 carries code object for gfx942, which runs on "
-                                                  "gfx942 (pairings: torch 2.6 rocm6.2.4, uv_torch_arch (rocm6.2.4 "
+    assert points["kernels"]["why"].startswith("torch 2.6.0+rocm6.2.4 carries code object for "
+                                                  "gfx942, which runs on gfx942 (pairings: torch "
+                                                  "2.6 rocm6.2.4, uv_torch_arch (rocm6.2.4 "
                                                   "measured")
     assert points["driver"]["verdict"] == "note"
 
@@ -138,8 +146,8 @@ def test_torch_without_a_label_fails(project: Path) -> None:
     assert code == 1
     assert _points(report)["lock"] == {
         **NO_READING, "name": "lock", "verdict": "fail",
-        "why": "requirements/cuda.txt:3: torch==2.8.0 has no build label kdkit can read, so it also matches +cpu "
-                  "and +rocm builds",
+        "why": "requirements/cuda.txt:3: torch==2.8.0 has no build label kdkit can read, so it "
+                  "also matches +cpu and +rocm builds",
         "fix": "re-lock with `kdkit lock`, which pins the label"}
 
 
@@ -161,8 +169,9 @@ def test_unknown_torch_release_is_unknown_not_ok(project: Path) -> None:
     assert code == 1
     kernels = _points(report)["kernels"]
     assert kernels["verdict"] == "unknown"
-    assert kernels["why"] == ("kdkit's pairings know no x86_64 build of torch 2.13.0+cu128 from cu128 (torch 2.13 "
-                                 "is published for cpu, cu126, cu130, cu132, rocm7.1, rocm7.2)")
+    assert kernels["why"] == ("kdkit's pairings know no x86_64 build of torch 2.13.0+cu128 from "
+                                 "cu128 (torch 2.13 is published for cpu, cu126, cu130, cu132, "
+                                 "rocm7.1, rocm7.2)")
     assert kernels["fix"].startswith("build the image and run `kdkit check --image IMG`")
     (project / "pairings.json").write_text(json.dumps({"torch": {"2.13": {"cu128": "cu128-2.11"}}}))
     code, report, _ = _check(project, "--gpu", "H100 SXM")
@@ -197,11 +206,14 @@ def test_memory_shows_the_pilots_measured_peak(project: Path) -> None:
     write_lock(project, "cuda", "2.6.0+cu124")
     run = project / "runs" / "20250101T000000Z-abc123"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"peak_memory": {"bytes": 3 * 2**30, "device": "cuda:0"}}))
+    (run
+     / "summary.json").write_text(
+         json.dumps({"peak_memory": {"bytes": 3 * 2**30, "device": "cuda:0"}}))
     code, report, _ = _check(project, "--gpu", "RTX 4090")
     assert code == 0
     assert _points(report)["memory"]["why"] == (
-        "no estimate: kdkit.json has no memory section; pilot 20250101T000000Z-abc123 measured 3.0 GiB on cuda:0")
+        "no estimate: kdkit.json has no memory section; pilot 20250101T000000Z-abc123 measured 3.0 "
+        "GiB on cuda:0")
 
 
 # ---------------------------------------------------------------- bad input
@@ -211,16 +223,17 @@ def test_unknown_gpu_exits_2_with_closest_names(project: Path) -> None:
     before = tree_snapshot(project)
     result = invoke("check", project, "--gpu", "MI300")
     assert result.exit_code == 2
-    assert result.stderr.strip() == ("Error: --gpu 'MI300': no such offer in the catalog; did you mean 'MI300X'? pass "
-                                     "that name (or add your own with a project catalog.json or --catalog FILE)")
+    assert result.stderr.strip() == ("Error: --gpu 'MI300': no such offer in the catalog; did you "
+                                     "mean 'MI300X'? pass that name (or add your own with a "
+                                     "project catalog.json or --catalog FILE)")
     assert tree_snapshot(project) == before
 
 
 def test_no_gpu_at_all_exits_2(project: Path) -> None:
     result = invoke("check", project)
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"Error: {project / 'kdkit.json'}: $.target_gpu is null; pass --gpu NAME "
-                                     "or set it")
+    assert result.stderr.strip() == (f"Error: {project / 'kdkit.json'}: $.target_gpu is null; pass "
+                                     "--gpu NAME or set it")
 
 
 def test_unhashed_lock_exits_2(project: Path) -> None:
@@ -234,7 +247,8 @@ def test_unhashed_lock_exits_2(project: Path) -> None:
 @pytest.mark.parametrize("option", ["--catalog", "--pairings"])
 def test_bad_extra_data_file_exits_2(project: Path, tmp_path: Path, option: str) -> None:
     bad = tmp_path / "extra.json"
-    bad.write_text(json.dumps({"offers": 3} if option == "--catalog" else {"drivers": {"12": "new"}}))
+    bad.write_text(
+        json.dumps({"offers": 3} if option == "--catalog" else {"drivers": {"12": "new"}}))
     result = invoke("check", project, "--gpu", "RTX 4090", option, bad)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {bad}: $.")
@@ -244,7 +258,9 @@ def test_user_text_is_printed_as_text_never_as_markup(project: Path) -> None:
     """A source or name holding rich markup ("[/]", "[bold red]") once crashed the table with a traceback."""
     write_lock(project, "cuda", "2.15.0+cu130")
     (project / "pairings.json").write_text(json.dumps({
-        "arch_sets": {"mine": {"architectures": ["sm_90"], "complete": True, "source": "[/]my [bold red]notes"}},
+        "arch_sets": {
+            "mine": {"architectures": ["sm_90"],
+                     "complete": True, "source": "[/]my [bold red]notes"}},
         "torch": {"2.15": {"cu130": "mine"}}}))
     result = invoke("check", project, "--gpu", "H100 SXM")
     assert result.exit_code == 0, result.output
@@ -258,7 +274,8 @@ def test_empty_gpu_name_is_bad_input(project: Path) -> None:
 
 
 @pytest.mark.parametrize("offline", [False, True])
-def test_check_parses_its_lock_once(project: Path, lock_parses: list[str], monkeypatch: pytest.MonkeyPatch,
+def test_check_parses_its_lock_once(project: Path, lock_parses: list[str],
+                                    monkeypatch: pytest.MonkeyPatch,
                                     offline: bool) -> None:
     """Issue 30 §1: the lock point, the kernels point's locked wheel and the extension points judge one parse of
     the lock (before: three, and a lock replaced between them gave points about two locks)."""

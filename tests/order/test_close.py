@@ -17,12 +17,14 @@ from tests.conftest import invoke, tree_snapshot
 
 def _order(tmp_path: Path, *args: str) -> Path:
     path = tmp_path / "order.json"
-    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", *args, "--save", path)
+    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1",
+                    *args, "--save", path)
     assert result.exit_code == 0, result.output
     return path
 
 
-def _run(project: Path, run_id: str, *, params: object = None, summary: object = None, stop: object = None) -> None:
+def _run(project: Path, run_id: str, *, params: object = None, summary: object = None,
+         stop: object = None) -> None:
     """A run folder left open (never closed by SHA256SUMS): what a stopped or crashed pilot leaves."""
     folder = project / "runs" / run_id
     folder.mkdir(parents=True)
@@ -35,21 +37,27 @@ def config_hash(config: str) -> str:
     return params_hash({"config": config})
 
 
-def closed_run(project: Path, run_id: str, config: str, *, verdict: str = "pass", seconds: float = 60,
+def closed_run(project: Path, run_id: str, config: str, *, verdict: str = "pass",
+               seconds: float = 60,
                total: int = 12, rejected: int = 1) -> Path:
     """A run folder closed as the pilot closes one: every file it holds, self-consistent, sealed by SHA256SUMS
     (tests/order/test_close_verified.py builds real ones with `kdkit pilot`)."""
     folder = project / "runs" / run_id
     folder.mkdir(parents=True)
     params = {"run_id": run_id, "params": {"config": config}, "params_hash": config_hash(config)}
-    lines = [{"id": f"doc-{n:02d}", "outcome": "rejected" if n <= rejected else "accepted", "batch": n, "lines": 1}
+    lines = [{"id": f"doc-{n:02d}", "outcome": "rejected" if n <= rejected else "accepted",
+              "batch": n, "lines": 1}
              for n in range(1, total + 1)]
-    summary = {"run_id": run_id, "kind": "pilot", "verdict": verdict, "total": total, "accepted": total - rejected,
+    summary = {"run_id": run_id, "kind": "pilot", "verdict": verdict, "total": total,
+               "accepted": total - rejected,
                "rejected": rejected, "problems": [] if verdict == "pass" else ["a problem"],
                "timings": {"seconds": seconds}, "stopped": None,
-               "files": ["SHA256SUMS", "env.json", "params.json", "results.jsonl", "summary.json", "summary.md"]}
-    files = {"params.json": json.dumps(params), "env.json": "{}", "summary.json": json.dumps(summary),
-             "results.jsonl": "".join(json.dumps(line) + "\n" for line in lines), "summary.md": "# run\n"}
+               "files": ["SHA256SUMS", "env.json", "params.json",
+                         "results.jsonl", "summary.json", "summary.md"]}
+    files = {"params.json": json.dumps(params), "env.json": "{}",
+             "summary.json": json.dumps(summary),
+             "results.jsonl": "".join(json.dumps(line) + "\n" for line in lines),
+             "summary.md": "# run\n"}
     for name, text in files.items():
         (folder / name).write_text(text)
     write_sums(folder, [(name, folder / name) for name in files])
@@ -63,7 +71,8 @@ def _campaign(project: Path) -> None:
     closed_run(project, "20250101T160000Z-aaaaaa", "a", seconds=3600)
     _run(project, "20250101T180000Z-cccccc", params={"params_hash": "cccccc"},
          stop={"reason": "max_rejected exceeded (4 > 3)"})
-    _run(project, "20250101T190000Z-dddddd", params={"params_hash": "dddddd"}, summary='{"verdict": "pa')
+    _run(project, "20250101T190000Z-dddddd",
+         params={"params_hash": "dddddd"}, summary='{"verdict": "pa')
 
 
 def _close(project: Path, order: Path, *args: str) -> dict[str, Any]:
@@ -73,17 +82,23 @@ def _close(project: Path, order: Path, *args: str) -> dict[str, Any]:
     return data
 
 
-def test_report_counts_each_configuration_once_and_lists_deviations(project: Path, tmp_path: Path) -> None:
+def test_report_counts_each_configuration_once_and_lists_deviations(
+    project: Path, tmp_path: Path) -> None:
     order = _order(tmp_path, "--hours", "5", "--accepted", "2")
     order_bytes = order.read_bytes()
     _campaign(project)
     report = _close(project, order)
-    now = params_hash(load_pilot(project).resolved())  # the synthetic runs ran configs "a" and "b", not the project's
+    # the synthetic runs ran configs "a" and "b", not the project's
+    now = params_hash(load_pilot(project).resolved())
     assert report["accepted_outputs"] == {"count": 2, "source": "runs",
-                                          "counted_runs": ["20250101T080000Z-aaaaaa", "20250101T120000Z-bbbbbb"]}
-    assert report["cost"] == {"accepted": 2, "per_output_usd": "23.57", "cost_incurred_usd": "47.14", "reason": None}
-    assert report["hours"] == {"window": 72, "booked": 5, "observed": 6.0, "observed_minus_booked": 1.0,
-                               "runs_without_duration": ["20250101T180000Z-cccccc", "20250101T190000Z-dddddd"],
+                                          "counted_runs": ["20250101T080000Z-aaaaaa",
+                                                           "20250101T120000Z-bbbbbb"]}
+    assert report["cost"] == {"accepted": 2, "per_output_usd": "23.57",
+                              "cost_incurred_usd": "47.14", "reason": None}
+    assert report["hours"] == {"window": 72, "booked": 5, "observed": 6.0,
+                               "observed_minus_booked": 1.0,
+                               "runs_without_duration": ["20250101T180000Z-cccccc",
+                                                         "20250101T190000Z-dddddd"],
                                "not_counted": None}
     runs = {r["run_id"]: r for r in report["runs"]}
     assert runs["20250101T120000Z-bbbbbb"]["config_hash"] == config_hash("b")
@@ -92,14 +107,17 @@ def test_report_counts_each_configuration_once_and_lists_deviations(project: Pat
     assert runs["20250101T190000Z-dddddd"]["verdict"] == "incomplete"
     assert report["deviations"] == [
         "observed 6.0 h exceeds the 5 h booked by 1.0 h",
-        "no duration recorded for 20250101T180000Z-cccccc, 20250101T190000Z-dddddd: observed hours undercount",
+        "no duration recorded for 20250101T180000Z-cccccc, 20250101T190000Z-dddddd: observed hours "
+        "undercount",
         "run 20250101T180000Z-cccccc stopped: max_rejected exceeded (4 > 3)",
-        "run 20250101T190000Z-dddddd has no readable summary.json: unfinished or crashed; resume it or explain",
-        *(f"run {run} ran another pilot configuration or manifest than the project's now (params hash "
-          f"{config_hash(c)[:8]}, now {now[:8]}): its 12 ID(s) are not checked against a manifest"
+        "run 20250101T190000Z-dddddd has no readable summary.json: unfinished or crashed; resume "
+        "it or explain",
+        *(f"run {run} ran another pilot configuration or manifest than the project's now (params "
+          f"hash {config_hash(c)[:8]}, now {now[:8]}): its 12 ID(s) are not checked against a "
+          "manifest"
           for run, c in (("20250101T080000Z-aaaaaa", "a"), ("20250101T120000Z-bbbbbb", "b"))),
-        f"run 20250101T160000Z-aaaaaa repeats the configuration of run 20250101T080000Z-aaaaaa (hash "
-        f"{config_hash('a')}): not counted as another accepted output",
+        "run 20250101T160000Z-aaaaaa repeats the configuration of run 20250101T080000Z-aaaaaa "
+        f"(hash {config_hash('a')}): not counted as another accepted output",
     ]
     assert order.read_bytes() == order_bytes  # the plan is never rewritten
     assert report["order"] == json.loads(order_bytes)
@@ -110,21 +128,27 @@ def test_markdown_and_json_are_written_and_the_json_reloads(project: Path, tmp_p
     _campaign(project)
     result = invoke("close", project, "--order", order)
     assert result.exit_code == 0
-    md, js = project / "reports" / "campaign-report.md", project / "reports" / "campaign-report.json"
+    md, js = (project / "reports" / "campaign-report.md",
+              project / "reports" / "campaign-report.json")
     report = load_report(js)
     assert result.stdout.splitlines() == [
-        "5 run(s), 2 accepted output(s), 47.14 USD spent, 23.57 USD per accepted output, 6 deviation(s).",
-        "Observed 6.0 h of machine time (48 h booked); idle 3.0 h in 2 gap(s).",  # the union, gaps shown (issue 28)
-        *([f"Conclusion: {report['campaign']['conclusion']}"] if report["campaign"] else []),  # campaign.json's
+        "5 run(s), 2 accepted output(s), 47.14 USD spent, 23.57 USD per accepted output, 6 "
+        "deviation(s).",
+        # the union, gaps shown (issue 28)
+        "Observed 6.0 h of machine time (48 h booked); idle 3.0 h in 2 gap(s).",
+        # campaign.json's
+        *([f"Conclusion: {report['campaign']['conclusion']}"] if report["campaign"] else []),
         f"Wrote {md}", f"Wrote {js}"]
     report = load_report(js)
     assert md.read_text() == render_markdown(report)
     text = md.read_text()
-    for needle in (f"| 20250101T120000Z-bbbbbb | {config_hash('b')} | pass | — | 11 | 1 | 10800.0 |",
+    for needle in (f"| 20250101T120000Z-bbbbbb | {config_hash('b')} | pass | — | 11 | 1 | 10800.0 "
+                   "|",
                    "| 20250101T180000Z-cccccc | cccccc | stopped | max_rejected exceeded (4 > 3) |",
                    "| 72 h | 48 h | 6.0 h | -42.0 h |", "- cost per accepted output: 23.57 USD"):
         assert needle in text
-    assert sorted(p.name for p in md.parent.iterdir()) == ["campaign-report.json", "campaign-report.md"]
+    assert sorted(p.name
+                  for p in md.parent.iterdir()) == ["campaign-report.json", "campaign-report.md"]
 
 
 def test_zero_accepted_is_undefined_with_the_cost_shown(project: Path, tmp_path: Path) -> None:
@@ -166,8 +190,8 @@ def test_invalid_order_exits_2_and_writes_nothing(project: Path, tmp_path: Path)
     before = tree_snapshot(project)
     result = invoke("close", project, "--order", order)
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"Error: {order}: $.total_usd: expected string, got float 94.28; "
-                                     "write it with `kdkit plan --save`")
+    assert result.stderr.strip() == (f"Error: {order}: $.total_usd: expected string, got float "
+                                     "94.28; write it with `kdkit plan --save`")
     assert tree_snapshot(project) == before
 
 
@@ -186,8 +210,8 @@ def test_report_never_overwrites_the_order(project: Path, tmp_path: Path) -> Non
     before = clash.read_bytes()
     result = invoke("close", project, "--order", clash, "--out", tmp_path)
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"Error: --out {tmp_path}: the report would overwrite the order {clash}; "
-                                     "choose another folder")
+    assert result.stderr.strip() == (f"Error: --out {tmp_path}: the report would overwrite the "
+                                     f"order {clash}; choose another folder")
     assert clash.read_bytes() == before and not (tmp_path / "campaign-report.md").exists()
 
 

@@ -61,14 +61,17 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (forging / "src" / "forger.py").write_text(FORGER)
     edit_config(forging, entry="src.forger:predict")
     code, summary, _ = pilot(forging, "--run-id", "real")
-    assert code == 0 and summary["verdict"] == "pass"  # the app's own run is sound: the forgery is beside it
-    return {"real": project / "runs" / "real", "stopped": project / "runs" / "stopped", "forging": forging}
+    # the app's own run is sound: the forgery is beside it
+    assert code == 0 and summary["verdict"] == "pass"
+    return {"real": project / "runs" / "real",
+            "stopped": project / "runs" / "stopped", "forging": forging}
 
 
 @pytest.fixture
 def order(tmp_path: Path) -> Path:
     path = tmp_path / "order.json"
-    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--price", "100", "--hours", "10",
+    result = invoke("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--price", "100",
+                    "--hours", "10",
                     "--save", path)
     assert result.exit_code == 0, result.output
     return path
@@ -76,7 +79,8 @@ def order(tmp_path: Path) -> Path:
 
 def _with(project: Path, *runs: Path) -> dict[str, Path]:
     """Copies of real runs in the project's runs/ (the originals stay as the pilot closed them)."""
-    return {run.name: Path(shutil.copytree(run, project / "runs" / run.name, symlinks=True)) for run in runs}
+    return {run.name: Path(shutil.copytree(run, project / "runs" / run.name, symlinks=True))
+            for run in runs}
 
 
 def _close(project: Path, order: Path) -> dict[str, Any]:
@@ -103,19 +107,23 @@ def _seconds(run: Path) -> float:
     return float(json.loads((run / "summary.json").read_text())["timings"]["seconds"])
 
 
-def test_a_real_pass_counts_once_at_the_whole_price(made: dict[str, Path], project: Path, order: Path) -> None:
+def test_a_real_pass_counts_once_at_the_whole_price(made: dict[str, Path],
+                                                    project: Path, order: Path) -> None:
     runs = _with(project, made["real"], made["stopped"])
     report = _close(project, order)
     assert report["accepted_outputs"]["counted_runs"] == ["real"]
     assert report["cost"]["per_output_usd"] == "100.00"
     rows = {r["run_id"]: r for r in report["runs"]}
     assert rows["real"]["verdict"] == "pass" and rows["real"]["problems"] == []
-    assert rows["stopped"]["verdict"] == "fail" and rows["stopped"]["stop_reason"]  # closed by its stop: it verifies
-    assert report["hours"]["observed"] == round((_seconds(runs["real"]) + _seconds(runs["stopped"])) / 3600, 2)
+    # closed by its stop: it verifies
+    assert rows["stopped"]["verdict"] == "fail" and rows["stopped"]["stop_reason"]
+    assert report["hours"]["observed"] == round((_seconds(runs["real"]) + _seconds(runs["stopped"]))
+                                                / 3600, 2)
     assert not any("unverified" in d for d in report["deviations"])
 
 
-def test_folders_an_app_forged_during_its_pilot_are_not_counted(made: dict[str, Path], order: Path) -> None:
+def test_folders_an_app_forged_during_its_pilot_are_not_counted(
+    made: dict[str, Path], order: Path) -> None:
     """The issue's case: before, 4 accepted outputs at 25.00 USD each; the forged folders have no SHA256SUMS."""
     forging = made["forging"]
     report = _close(forging, order)
@@ -124,7 +132,8 @@ def test_folders_an_app_forged_during_its_pilot_are_not_counted(made: dict[str, 
     for n in range(3):
         line = _unverified(report, f"20990101T00000{n}Z-f0rged{n}")
         assert "SHA256SUMS: not found; the run was never closed" in line
-    assert report["hours"]["observed"] == round(_seconds(forging / "runs" / "real") / 3600, 2)  # not +3 h
+    # not +3 h
+    assert report["hours"]["observed"] == round(_seconds(forging / "runs" / "real") / 3600, 2)
     markdown = (forging / "reports" / "campaign-report.md").read_text()
     assert "| 20990101T000000Z-f0rged0 | forged0 | unverified |" in markdown
 
@@ -144,7 +153,8 @@ def _forge_sealed(project: Path, real: Path, name: str, drop: tuple[str, ...]) -
 
 
 @pytest.mark.parametrize("drop", [("env.json",), ("results.jsonl",), ("summary.md", "env.json")])
-def test_a_sealed_forgery_missing_required_files_is_not_counted(made: dict[str, Path], project: Path, order: Path,
+def test_a_sealed_forgery_missing_required_files_is_not_counted(made: dict[str, Path],
+                                                                project: Path, order: Path,
                                                                drop: tuple[str, ...]) -> None:
     _forge_sealed(project, made["real"], "20990101T000000Z-sealed", drop)
     report = _close(project, order)
@@ -161,8 +171,10 @@ def _edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
 
 
 EDITS: dict[str, Callable[[Path], None]] = {
-    "params.json": lambda run: _edit_json(run / "params.json", lambda d: d["params"].update(batch_size=3)),
-    "summary.json": lambda run: _edit_json(run / "summary.json", lambda d: d.update(accepted=12, rejected=0)),
+    "params.json": lambda run: _edit_json(run / "params.json",
+                                          lambda d: d["params"].update(batch_size=3)),
+    "summary.json": lambda run: _edit_json(run / "summary.json",
+                                           lambda d: d.update(accepted=12, rejected=0)),
     "results.jsonl": lambda run: (run / "results.jsonl").write_text(
         "".join((run / "results.jsonl").read_text().splitlines(keepends=True)[:-1])),
     "summary.md": lambda run: (run / "summary.md").write_text("# Pilot run real: PASS\n"),
@@ -170,7 +182,8 @@ EDITS: dict[str, Callable[[Path], None]] = {
 
 
 @pytest.mark.parametrize("name", sorted(EDITS))
-def test_a_real_run_edited_after_closing_is_not_counted(made: dict[str, Path], project: Path, order: Path,
+def test_a_real_run_edited_after_closing_is_not_counted(made: dict[str, Path], project: Path,
+                                                        order: Path,
                                                        name: str) -> None:
     run = _with(project, made["real"])["real"]
     EDITS[name](run)
@@ -184,7 +197,8 @@ def test_a_real_run_edited_after_closing_is_not_counted(made: dict[str, Path], p
     ("summary.json", "summary.json: says pass with 12 IDs (12 accepted, 0 rejected)"),
     ("results.jsonl", "summary.json: says pass with 12 IDs"),
 ])
-def test_an_edit_covered_by_a_new_sha256sums_is_still_caught(made: dict[str, Path], project: Path, order: Path,
+def test_an_edit_covered_by_a_new_sha256sums_is_still_caught(made: dict[str, Path], project: Path,
+                                                             order: Path,
                                                              name: str, said: str) -> None:
     """Someone who edits a closed run and rewrites SHA256SUMS over it: the folder verifies, but its parameters no
     longer hash to its params_hash, or its summary no longer adds up from its own results."""
@@ -199,7 +213,8 @@ def test_an_edit_covered_by_a_new_sha256sums_is_still_caught(made: dict[str, Pat
 
 
 @pytest.mark.parametrize("line", ["../outside.json", "/etc/passwd", "./params.json", "a/../../x"])
-def test_sha256sums_naming_a_path_outside_the_folder_is_unverified(made: dict[str, Path], project: Path,
+def test_sha256sums_naming_a_path_outside_the_folder_is_unverified(made: dict[str, Path],
+                                                                   project: Path,
                                                                    order: Path, line: str) -> None:
     run = _with(project, made["real"])["real"]
     (project / "runs" / "outside.json").write_text("{}")
@@ -209,8 +224,10 @@ def test_sha256sums_naming_a_path_outside_the_folder_is_unverified(made: dict[st
     assert "SHA256SUMS:" in reason and "malformed line" in reason
 
 
-def test_a_listed_file_replaced_by_a_link_to_the_same_bytes_is_unverified(made: dict[str, Path], project: Path,
-                                                                         order: Path, tmp_path: Path) -> None:
+def test_a_listed_file_replaced_by_a_link_to_the_same_bytes_is_unverified(made: dict[str, Path],
+                                                                          project: Path,
+                                                                         order: Path,
+                                                                          tmp_path: Path) -> None:
     run = _with(project, made["real"])["real"]
     elsewhere = tmp_path / "env.json"
     shutil.copy(run / "env.json", elsewhere)
@@ -220,7 +237,8 @@ def test_a_listed_file_replaced_by_a_link_to_the_same_bytes_is_unverified(made: 
     assert f"{run / 'env.json'}: a symbolic link (listed in SHA256SUMS), not a file of the run" in reason
 
 
-def test_a_sha256sums_that_is_a_link_is_unverified(made: dict[str, Path], project: Path, order: Path,
+def test_a_sha256sums_that_is_a_link_is_unverified(made: dict[str, Path], project: Path,
+                                                   order: Path,
                                                    tmp_path: Path) -> None:
     run = _with(project, made["real"])["real"]
     elsewhere = tmp_path / "SHA256SUMS"
@@ -231,7 +249,8 @@ def test_a_sha256sums_that_is_a_link_is_unverified(made: dict[str, Path], projec
     assert f"{run / 'SHA256SUMS'}: a symbolic link, not the folder's own SHA256SUMS" in reason
 
 
-def test_an_unlisted_link_in_a_run_folder_is_unverified(made: dict[str, Path], project: Path, order: Path) -> None:
+def test_an_unlisted_link_in_a_run_folder_is_unverified(made: dict[str, Path],
+                                                        project: Path, order: Path) -> None:
     run = _with(project, made["real"])["real"]
     (run / "extra").symlink_to(run / "summary.json")
     reason = _unverified(_close(project, order), "real")
@@ -245,23 +264,27 @@ def test_a_run_folder_that_links_to_another_run_counts_nothing(made: dict[str, P
     report = _close(project, order)
     assert f"a symbolic link to {run}" in _unverified(report, "real-again")
     assert report["accepted_outputs"]["counted_runs"] == ["real"]
-    assert report["hours"]["observed"] == round(_seconds(run) / 3600, 2)  # its hours once, not twice
+    # its hours once, not twice
+    assert report["hours"]["observed"] == round(_seconds(run) / 3600, 2)
 
 
-def test_a_copy_under_another_name_is_not_another_output(made: dict[str, Path], project: Path, order: Path) -> None:
+def test_a_copy_under_another_name_is_not_another_output(
+    made: dict[str, Path], project: Path, order: Path) -> None:
     """A copy of a real run under a new folder name still names the run it is (params.json and summary.json
     carry the run ID): unverified. Renamed inside and resealed, it verifies, but it is the same configuration:
     counted once either way."""
     _with(project, made["real"])
     shutil.copytree(made["real"], project / "runs" / "zz-copy")
     report = _close(project, order)
-    assert "params.json: names run 'real', not its folder 'zz-copy'" in _unverified(report, "zz-copy")
+    assert "params.json: names run 'real', not its folder 'zz-copy'" in _unverified(report,
+                                                                                    "zz-copy")
     assert report["accepted_outputs"]["counted_runs"] == ["real"]
     shutil.rmtree(project / "runs" / "zz-copy")
     _forge_sealed(project, made["real"], "zz-copy", ())
     report = _close(project, order)
     assert report["accepted_outputs"]["counted_runs"] == ["real"]
-    assert any(d.startswith("run zz-copy repeats the configuration of run real") for d in report["deviations"])
+    assert any(d.startswith("run zz-copy repeats the configuration of run real")
+               for d in report["deviations"])
 
 
 def test_an_open_run_proves_no_pass_and_keeps_its_old_place(made: dict[str, Path], project: Path,
@@ -291,8 +314,10 @@ def shares(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = init_project(tmp_path_factory.mktemp("shares") / "proj", name="proj", backend="cpu")
     use_app(project, "oracle")
     for args in (("0", "2", "R"), ("1", "2", "R"), ("0", "4", "R3")):
-        code, summary, err = pilot(project, "--worker", args[0], "--workers", args[1], "--run-id", args[2])
-        assert code == 0 and summary["verdict"] == "pass", err  # each worker passes over its own share
+        code, summary, err = pilot(project, "--worker", args[0], "--workers", args[1], "--run-id",
+                                   args[2])
+        # each worker passes over its own share
+        assert code == 0 and summary["verdict"] == "pass", err
     return project
 
 
@@ -308,14 +333,17 @@ def runs_of(shares: Path, project: Path) -> Callable[..., None]:
 
 
 @pytest.mark.parametrize("params", ["{}", None, '{"run_id": "R-gathered", "params_hash": "x"}'])
-def test_a_forged_gathering_is_never_counted(project: Path, order: Path, params: str | None) -> None:
+def test_a_forged_gathering_is_never_counted(project: Path, order: Path,
+                                             params: str | None) -> None:
     """Before: a folder saying kind "gathered", verdict pass, with `{}` as params.json and a matching SHA256SUMS
     was 1 accepted output. A folder holding params.json is a pilot run whatever it says; one without is not a run."""
     folder = project / "runs" / "R-gathered"
     folder.mkdir(parents=True)
-    summary = {"run_id": "R", "kind": "gathered", "verdict": "pass", "workers": 2, "total": 12, "accepted": 12,
+    summary = {"run_id": "R", "kind": "gathered", "verdict": "pass", "workers": 2, "total": 12,
+               "accepted": 12,
                "rejected": 0, "problems": [], "timings": {"seconds": 3600}}
-    files = {"summary.json": json.dumps(summary), "summary.md": "", **({"params.json": params} if params else {})}
+    files = {"summary.json": json.dumps(summary), "summary.md": "",
+             **({"params.json": params} if params else {})}
     for name, text in files.items():
         (folder / name).write_text(text)
     write_sums(folder, [(name, folder / name) for name in files])
@@ -327,7 +355,8 @@ def test_a_forged_gathering_is_never_counted(project: Path, order: Path, params:
         assert report["runs"] == []
 
 
-def test_the_shares_of_one_run_count_once_and_one_share_never(runs_of: Callable[..., None], project: Path,
+def test_the_shares_of_one_run_count_once_and_one_share_never(runs_of: Callable[..., None],
+                                                              project: Path,
                                                               order: Path) -> None:
     """Before: R3-w0of4 (2 of 12 IDs) was 1 accepted output with no deviation."""
     runs_of("R3-w0of4")
@@ -335,30 +364,37 @@ def test_the_shares_of_one_run_count_once_and_one_share_never(runs_of: Callable[
     assert report["accepted_outputs"]["count"] == 0
     assert "run R3: 1 of 4 shares closed and verified, not gathered" in report["deviations"]
     runs_of("R-w0of2")
-    assert "run R: 1 of 2 shares closed and verified, not gathered" in _close(project, order)["deviations"]
+    assert "run R: 1 of 2 shares closed and verified, not gathered" in _close(project,
+                                                                              order)["deviations"]
     runs_of("R-w1of2")
     report = _close(project, order)
-    assert report["accepted_outputs"]["counted_runs"] == ["R"] and report["cost"]["per_output_usd"] == "100.00"
+    assert report["accepted_outputs"]["counted_runs"] == [
+        "R"] and report["cost"]["per_output_usd"] == "100.00"
     assert [g["verdict"] for g in report["gathered_runs"]] == ["pass", "incomplete"]
 
 
-def test_a_share_edited_and_resealed_breaks_its_run(runs_of: Callable[..., None], project: Path, order: Path) -> None:
+def test_a_share_edited_and_resealed_breaks_its_run(runs_of: Callable[..., None],
+                                                    project: Path, order: Path) -> None:
     runs_of("R-w0of2", "R-w1of2")
     share = project / "runs" / "R-w1of2"
     EDITS["results.jsonl"](share)
     reseal(share)
     report = _close(project, order)
     assert report["accepted_outputs"]["count"] == 0
-    assert any(d.startswith("run R: 1 of 2 shares closed and verified") for d in report["deviations"])
+    assert any(d.startswith("run R: 1 of 2 shares closed and verified")
+               for d in report["deviations"])
 
 
-def test_a_run_of_one_id_of_the_manifest_is_not_an_output(made: dict[str, Path], project: Path, order: Path) -> None:
+def test_a_run_of_one_id_of_the_manifest_is_not_an_output(
+    made: dict[str, Path], project: Path, order: Path) -> None:
     """A sealed run of the project's manifest whose results and summary hold 1 of its 12 IDs."""
     run = _with(project, made["real"])["real"]
-    (run / "results.jsonl").write_text((run / "results.jsonl").read_text().splitlines(keepends=True)[0])
+    (run
+     / "results.jsonl").write_text((run / "results.jsonl").read_text().splitlines(keepends=True)[0])
     line = json.loads((run / "results.jsonl").read_text())
-    _edit_json(run / "summary.json", lambda d: d.update(total=1, accepted=int(line["outcome"] != "rejected"),
-                                                         rejected=int(line["outcome"] == "rejected")))
+    _edit_json(run / "summary.json",
+               lambda d: d.update(total=1, accepted=int(line["outcome"] != "rejected"),
+                                   rejected=int(line["outcome"] == "rejected")))
     reseal(run)
     report = _close(project, order)
     assert report["accepted_outputs"]["count"] == 0
@@ -367,7 +403,8 @@ def test_a_run_of_one_id_of_the_manifest_is_not_an_output(made: dict[str, Path],
 
 
 @pytest.mark.parametrize("runs", ["linkout", "../x", "/tmp", "a b", "linkout/sub"])
-def test_a_runs_folder_the_pilot_refuses_is_bad_input(made: dict[str, Path], project: Path, order: Path,
+def test_a_runs_folder_the_pilot_refuses_is_bad_input(made: dict[str, Path], project: Path,
+                                                      order: Path,
                                                       tmp_path: Path, runs: str) -> None:
     """Before: a runs value leading out of the project was followed (and a bad one fell back to runs/)."""
     outside = tmp_path / "outside"
@@ -383,8 +420,10 @@ def test_a_runs_folder_the_pilot_refuses_is_bad_input(made: dict[str, Path], pro
 
 
 @pytest.mark.parametrize("stop", [None, {"reason": "killed"}])
-def test_hours_of_a_folder_that_does_not_verify_are_shown_apart(made: dict[str, Path], project: Path, order: Path,
-                                                                stop: dict[str, str] | None) -> None:
+def test_hours_of_a_folder_that_does_not_verify_are_shown_apart(made: dict[str, Path],
+                                                                project: Path, order: Path,
+                                                                stop: dict[str, str]
+                                                                | None) -> None:
     """Before: an open folder's summary {"timings": {"seconds": 360000}} made observed 100 h more."""
     runs = _with(project, made["real"], made["stopped"])
     folder = project / "runs" / "20990101T000000Z-open"
@@ -394,7 +433,8 @@ def test_hours_of_a_folder_that_does_not_verify_are_shown_apart(made: dict[str, 
     if stop:
         (folder / "stop.json").write_text(json.dumps(stop))
     report = _close(project, order)
-    assert report["hours"]["observed"] == round((_seconds(runs["real"]) + _seconds(runs["stopped"])) / 3600, 2)
+    assert report["hours"]["observed"] == round((_seconds(runs["real"]) + _seconds(runs["stopped"]))
+                                                / 3600, 2)
     assert report["hours"]["not_counted"] == 100.0
     assert "100.0 h in folders that do not verify (their summaries' timings), not counted" in report["deviations"]
     said = "stopped: killed" if stop else "was never closed (its summary.json has no verdict)"
@@ -402,7 +442,8 @@ def test_hours_of_a_folder_that_does_not_verify_are_shown_apart(made: dict[str, 
 
 
 @pytest.mark.parametrize("target", ["campaign-report.md", "campaign-report.json"])
-def test_out_with_a_link_writes_neither_report(project: Path, order: Path, tmp_path: Path, target: str) -> None:
+def test_out_with_a_link_writes_neither_report(project: Path, order: Path,
+                                               tmp_path: Path, target: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / target).symlink_to(tmp_path / "elsewhere")

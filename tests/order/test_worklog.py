@@ -74,7 +74,8 @@ def campaign_folders(root: Path) -> None:
     write(runs / "sweep-20250301-143000", {"sweep.json": {
         "warmup_seconds": 600, "rows": [{"seconds": 1800}, {"seconds": 0}]}}, when=14.5)
     killed = {"params.json": {"kind": "train", "created": iso(16), "variant": "high-lr"},
-              "metrics.jsonl": "".join(json.dumps({"step": n, "t": n * 60.0, "loss": 1.0}) + "\n" for n in range(31)),
+              "metrics.jsonl": "".join(json.dumps({"step": n, "t": n * 60.0, "loss": 1.0}) + "\n"
+                                       for n in range(31)),
               "stop.json": {"reason": "killed", "at": iso(16.25)}}
     write(runs / "train-20250301-160000", killed, when=16.1)
     write(runs / "resume-test-20250301-170000", {"report.json": {"ok": True}}, when=17.25)
@@ -91,7 +92,8 @@ def test_each_kind_is_read_from_its_own_records(tmp_path: Path) -> None:
         ("worker", "20250301T090000Z-abcdef12-w1of2", at(9 + 1 / 6), at(10 + 1 / 6), False),
         ("train", "train-20250301-120000", at(12), at(14), False),
         ("sweep", "sweep-20250301-143000", at(14.5) - timedelta(seconds=2400), at(14.5), False),
-        ("train", "train-20250301-160000", at(16), at(16.5), True),  # metrics.jsonl's last t (1800 s) is latest
+        # metrics.jsonl's last t (1800 s) is latest
+        ("train", "train-20250301-160000", at(16), at(16.5), True),
         ("resume-test", "resume-test-20250301-170000", at(17), at(17.25), False),
     ]
     assert [i.variant for i in log.intervals if i.kind == "train"] == ["control", "high-lr"]
@@ -116,18 +118,23 @@ def test_union_arithmetic() -> None:
         return Interval("pilot", f"{a}-{b}", at(a), at(b))
 
     assert observed_hours([]) == 0 and gaps([]) == []
-    assert observed_hours([iv(0, 2), iv(1, 3), iv(3, 4), iv(6, 7), iv(6.5, 6.75)]) == pytest.approx(5)
+    assert observed_hours(
+        [iv(0, 2), iv(1, 3), iv(3, 4), iv(6, 7), iv(6.5, 6.75)]) == pytest.approx(5)
     assert gaps([iv(6, 7), iv(0, 2), iv(1, 3)]) == [(at(3), at(6))]
-    assert observed_hours([iv(0, 1), iv(0, 1), iv(0, 1)]) == pytest.approx(1)  # three parallel workers: one hour
+    # three parallel workers: one hour
+    assert observed_hours([iv(0, 1), iv(0, 1), iv(0, 1)]) == pytest.approx(1)
 
 
 def test_pilot_runs_open_resumed_and_named_by_time(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write(runs / "20250301T100000Z-aaaaaaaa", {"params.json": {},  # no "created": its ID's time
-                                                "summary.json": {"verdict": "fail", "timings": {"seconds": 1800}}})
+                                                "summary.json": {
+                                                    "verdict": "fail",
+                                                    "timings": {"seconds": 1800}}})
     write(runs / "resumed", {"params.json": {"created": iso(11)}, "stop-1.json": {"at": iso(11.5)},
                              "env-2.json": {"started": iso(12)}, "stop-2.json": {"at": iso(12.25)},
-                             "summary.json": {"verdict": "pass", "resumed": True, "timings": {"seconds": 900}}},
+                             "summary.json": {"verdict": "pass", "resumed": True,
+                                              "timings": {"seconds": 900}}},
           when=13)
     write(runs / "open", {"params.json": {"created": iso(14)}, "results.jsonl": "{}\n"}, when=14.2)
     write(runs / "open", {"heartbeat.json": {"started": iso(14), "updated": iso(14.75)}}, when=14.1)
@@ -136,8 +143,10 @@ def test_pilot_runs_open_resumed_and_named_by_time(tmp_path: Path) -> None:
     got = [(i.name, i.start, i.end, i.open) for i in log.intervals]
     assert got == [("20250301T100000Z-aaaaaaaa", at(10), at(10.5), False),
                    ("resumed", at(11), at(11.5), False),  # its first session, to where it stopped
-                   ("resumed", at(12), at(12.25), False),  # its second: from its env report to its stop
-                   ("resumed", at(13) - timedelta(seconds=900), at(13), False),  # its last, to its summary
+                   # its second: from its env report to its stop
+                   ("resumed", at(12), at(12.25), False),
+                   # its last, to its summary
+                   ("resumed", at(13) - timedelta(seconds=900), at(13), False),
                    ("open", at(14), at(14.75), True)]  # to its heartbeat, later than its files
     assert log.unread == [f"{runs / 'nothing'}: no start or end time recorded; not counted"]
 
@@ -161,7 +170,8 @@ def test_build_records_are_appended_and_torn_lines_named(tmp_path: Path) -> None
     lines = (tmp_path / BUILDS).read_text().splitlines()
     first = json.loads(lines[0])
     assert sorted(first) == ["backend", "ended", "image_id", "seconds", "started", "tag"]
-    assert (first["tag"], first["image_id"], first["backend"], first["seconds"]) == ("proj:cpu-0123", "sha256:ab",
+    assert (first["tag"], first["image_id"], first["backend"],
+            first["seconds"]) == ("proj:cpu-0123", "sha256:ab",
                                                                                      "cpu", 90.0)
     log = work_log(tmp_path)
     assert [(i.kind, i.name, round(i.hours * 3600)) for i in log.intervals] == [
@@ -177,8 +187,8 @@ def test_a_refused_build_record_costs_the_build_nothing(tmp_path: Path) -> None:
 
 def test_parallel_appends_never_interleave(tmp_path: Path) -> None:
     script = ("import sys\nfrom pathlib import Path\nfrom kdkit.image.buildlog import recorded\n"
-              "class R:\n    tag = 'p:' + 'x' * 2000\n    image_id = 'sha256:1'\n    seconds = 1.0\n"
-              "for _ in range(50):\n    recorded(Path(sys.argv[1]), 'cpu', R())\n")
+              "class R:\n    tag = 'p:' + 'x' * 2000\n    image_id = 'sha256:1'\n    seconds = "
+              "1.0\nfor _ in range(50):\n    recorded(Path(sys.argv[1]), 'cpu', R())\n")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)]) for _ in range(4)]
     assert all(p.wait() == 0 for p in procs)
     lines = (tmp_path / BUILDS).read_text().splitlines()

@@ -29,7 +29,8 @@ def _init(target: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([KDKIT, "init", str(target)], capture_output=True, text=True, timeout=60)
 
 
-def _kill_when(parent: Path, child: subprocess.Popen[bytes], rng: random.Random, aimed: bool, life: float) -> None:
+def _kill_when(parent: Path, child: subprocess.Popen[bytes], rng: random.Random,
+               aimed: bool, life: float) -> None:
     if aimed:
         deadline = time.monotonic() + 30
         while child.poll() is None and time.monotonic() < deadline:
@@ -55,15 +56,19 @@ def test_a_killed_init_leaves_the_target_absent_or_complete(tmp_path: Path) -> N
         parent = tmp_path / f"trial-{trial}"
         parent.mkdir()
         target = parent / "proj"
-        child = subprocess.Popen([KDKIT, "init", str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen([KDKIT, "init", str(target)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         _kill_when(parent, child, rng, aimed=trial % 2 == 1, life=life)
 
         left = sorted(p for p in parent.iterdir() if p != target)
-        assert all(p.name == f".proj.partial-{child.pid}" for p in left), left  # only its own staging
+        # only its own staging
+        assert all(p.name == f".proj.partial-{child.pid}" for p in left), left
         if target.exists():  # renamed into place before the kill: the whole project, byte for byte
             assert tree_snapshot(target) == whole
-            assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_dir()) == \
-                sorted(p.relative_to(reference).as_posix() for p in reference.rglob("*") if p.is_dir())
+            assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")
+                          if p.is_dir()) == \
+                sorted(p.relative_to(reference).as_posix() for p in reference.rglob("*")
+                       if p.is_dir())
             assert invoke("validate", target).exit_code == 0
             seen["complete"] += 1
             assert left == []
@@ -71,7 +76,8 @@ def test_a_killed_init_leaves_the_target_absent_or_complete(tmp_path: Path) -> N
         seen["staging left" if left else "nothing yet"] += 1
         again = _init(target)  # the next init: cleans, says so, makes the project
         assert again.returncode == 0, again.stderr
-        assert again.stderr.splitlines() == [f"removed {p} (staging left by a process that no longer runs)"
+        assert again.stderr.splitlines() == [f"removed {p} (staging left by a process that no "
+                                             "longer runs)"
                                              for p in left]
         assert sorted(parent.iterdir()) == [target]
         assert tree_snapshot(target) == whole
@@ -94,10 +100,12 @@ def test_a_killed_init_into_an_empty_folder_never_leaves_a_half_project(tmp_path
         parent = tmp_path / f"trial-{trial}"
         target = parent / "proj"
         target.mkdir(parents=True)
-        child = subprocess.Popen([KDKIT, "init", str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen([KDKIT, "init", str(target)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         if trial % 2:  # aimed at the merge itself: as soon as the first file lands in the folder
             deadline = time.monotonic() + 30
-            while child.poll() is None and not any(os.scandir(target)) and time.monotonic() < deadline:
+            while child.poll() is None and not any(os.scandir(target)) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.0001)
             child.send_signal(signal.SIGKILL)
             child.wait()
@@ -107,18 +115,23 @@ def test_a_killed_init_into_an_empty_folder_never_leaves_a_half_project(tmp_path
             assert tree_snapshot(target) == whole
             seen["complete"] += 1
             left = [p for p in parent.iterdir() if p != target]
-            again = subprocess.run([KDKIT, "init", str(target)], capture_output=True, text=True, timeout=60)
-            assert again.returncode == 2  # a project is there: refused, but a killed init's staging goes
+            again = subprocess.run([KDKIT, "init", str(target)], capture_output=True,
+                                   text=True, timeout=60)
+            # a project is there: refused, but a killed init's staging goes
+            assert again.returncode == 2
             if left:
                 assert "staging folder(s) left by a killed init" in again.stderr, again.stderr
         else:
-            assert invoke("validate", target).exit_code == 2  # not a project: nothing can take it for one
+            # not a project: nothing can take it for one
+            assert invoke("validate", target).exit_code == 2
             seen["not a project" if any(target.iterdir()) else "empty"] += 1
-            again = subprocess.run([KDKIT, "init", str(target), "--force"], capture_output=True, text=True,
+            again = subprocess.run([KDKIT, "init", str(target), "--force"], capture_output=True,
+                                   text=True,
                                    timeout=60)
             assert again.returncode == 0, again.stderr
             assert tree_snapshot(target) == whole
-        assert sorted(parent.iterdir()) == [target]  # staging gone: removed by the rerun or never left
+        # staging gone: removed by the rerun or never left
+        assert sorted(parent.iterdir()) == [target]
         assert invoke("validate", target).exit_code == 0
     assert seen["not a project"] >= 2, seen  # the kills did land half-way through the merge
 
@@ -127,10 +140,12 @@ def test_init_refuses_before_cleaning_and_cleans_what_a_dead_init_left(tmp_path:
     stale = tmp_path / ".proj.partial-999999999"  # a PID that cannot be alive
     (stale / "config").mkdir(parents=True)
     (stale / "config" / "pilot.json").write_text("{", encoding="utf-8")
-    bad = invoke("init", tmp_path / "proj", "--name", "Bad Name")  # bad input: nothing touched, not even staging
+    # bad input: nothing touched, not even staging
+    bad = invoke("init", tmp_path / "proj", "--name", "Bad Name")
     assert bad.exit_code == 2 and stale.is_dir()
     result = invoke("init", tmp_path / "proj")
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines() == [f"removed {stale} (staging left by a process that no longer runs)"]
+    assert result.stderr.splitlines() == [
+        f"removed {stale} (staging left by a process that no longer runs)"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
     assert invoke("validate", tmp_path / "proj").exit_code == 0

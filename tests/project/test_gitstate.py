@@ -14,8 +14,10 @@ GIT_ID = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMM
 
 
 def _kdkit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **GIT_ID, "HOME": str(cwd)}  # no global git config: only the project's own repository
-    return subprocess.run([sys.executable, "-m", "kdkit", *args], cwd=cwd, env=env, capture_output=True, text=True,
+    # no global git config: only the project's own repository
+    env = {**os.environ, **GIT_ID, "HOME": str(cwd)}
+    return subprocess.run([sys.executable, "-m", "kdkit", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True,
                           timeout=300)
 
 
@@ -30,21 +32,25 @@ def test_init_says_how_to_start_git_and_validate_warns_until_it_is_clean(tmp_pat
     assert made.returncode == 0, made.stderr
     (line,) = [ln for ln in made.stdout.splitlines() if ln.startswith("Not under git")]
     assert _git_warnings(tmp_path) == [
-        "not a git checkout (or no git here), so a run records no code revision; start one there: `git init -q && "
-        "git add -A && git commit -qm 'kdkit init'`"]
+        "not a git checkout (or no git here), so a run records no code revision; start one there: "
+        "`git init -q && git add -A && git commit -qm 'kdkit init'`"]
     command = line.split("start it with: ", 1)[1]
     assert command == "cd proj && git init -q && git add -A && git commit -qm 'kdkit init'"
     env = {**os.environ, **GIT_ID, "HOME": str(tmp_path)}
-    subprocess.run(["sh", "-e", "-c", command], cwd=tmp_path, env=env, check=True, timeout=120)  # as printed
+    # as printed
+    subprocess.run(["sh", "-e", "-c", command], cwd=tmp_path, env=env, check=True, timeout=120)
     assert _git_warnings(tmp_path) == []
     (tmp_path / "proj" / "src" / "classify.py").write_text("# changed\n", encoding="utf-8")
     assert _git_warnings(tmp_path) == [
-        "1 uncommitted change(s) (src/classify.py): a run records its revision as dirty; commit them first"]
-    again = _kdkit(tmp_path / "proj", "init", "inner", "--backend", "cpu")  # inside a checkout: nothing to say
+        "1 uncommitted change(s) (src/classify.py): a run records its revision as dirty; commit "
+        "them first"]
+    # inside a checkout: nothing to say
+    again = _kdkit(tmp_path / "proj", "init", "inner", "--backend", "cpu")
     assert again.returncode == 0 and "Not under git" not in again.stdout
 
 
-def test_a_project_named_like_an_option_gets_lines_that_never_read_it_as_one(tmp_path: Path) -> None:
+def test_a_project_named_like_an_option_gets_lines_that_never_read_it_as_one(
+    tmp_path: Path) -> None:
     """A hostile review's find: `init -- -P` printed `cd -P && git init ...`, which went to $HOME and committed it."""
     made = _kdkit(tmp_path, "init", "--backend", "cpu", "--", "-P")
     assert made.returncode == 0, made.stderr

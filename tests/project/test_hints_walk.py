@@ -21,12 +21,14 @@ pytestmark = pytest.mark.docker
 
 GIT_ID = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
           "GIT_COMMITTER_EMAIL": "t@example.org"}
-HANG_S = 1800  # a bound that only catches a hang: a build from cached layers takes a minute, a cold one several
+# a bound that only catches a hang: a build from cached layers takes a minute, a cold one several
+HANG_S = 1800
 
 
 def pasted(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``line`` run as a person pastes it into bash; it must succeed."""
-    done = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S,
+    done = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=HANG_S,
                           check=False)
     assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
     return done
@@ -56,6 +58,7 @@ def test_each_hint_of_the_main_path_runs_as_printed(docker_engine: None, tmp_pat
     try:
         ran = pasted(run, tmp_path, env)
     finally:
-        subprocess.run(["docker", "rmi", "-f", "kdkit-e2e:hints"], capture_output=True, timeout=HANG_S, check=False)
+        subprocess.run(["docker", "rmi", "-f", "kdkit-e2e:hints"], capture_output=True,
+                       timeout=HANG_S, check=False)
     assert "PASS: every ID exactly once" in ran.stdout
     assert "Verdict: passed" in ran.stderr

@@ -20,7 +20,8 @@ def test_init_creates_a_complete_project(tmp_path: Path) -> None:
     assert config["default_backend"] == "rocm"
     assert set(config["backends"]) == {"cuda", "rocm", "cpu"}
     assert "doc-classifier" in (root / "README.md").read_text()
-    for rel in ("config/pilot.json", "requirements/base.in", ".gitignore", ".env.example", "src/classify.py"):
+    for rel in ("config/pilot.json", "requirements/base.in",
+                ".gitignore", ".env.example", "src/classify.py"):
         assert (root / rel).is_file(), rel
     assert (root / "runs").is_dir()
     assert "runs/" in (root / ".gitignore").read_text()
@@ -87,7 +88,8 @@ def test_init_bad_options_write_nothing(tmp_path: Path, args: list[str], message
     assert not (tmp_path / "p").exists()
 
 
-def test_init_failure_half_way_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_init_failure_half_way_leaves_nothing(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     copied = 0
     real_copyfile = scaffold.shutil.copyfile
 
@@ -114,7 +116,8 @@ def test_init_dot_in_an_empty_folder_keeps_that_folder(tmp_path: Path) -> None:
     folder = tmp_path / "p"
     folder.mkdir()
     inode = folder.stat().st_ino
-    done = subprocess.run([str(REPO / ".venv/bin/kdkit"), "init", "."], cwd=folder, capture_output=True, text=True)
+    done = subprocess.run([str(REPO / ".venv/bin/kdkit"), "init", "."], cwd=folder,
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert folder.stat().st_ino == inode and (folder / "kdkit.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no staging left beside it

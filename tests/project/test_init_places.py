@@ -41,18 +41,20 @@ def _works(argv: list[str]) -> bool:
 @pytest.fixture(scope="module")
 def namespaces() -> None:
     if not _works(["unshare", "--mount", "sh", "-c", "mount -t tmpfs none /mnt"]):
-        pytest.skip("no private mount namespace here (unshare --mount needs CAP_SYS_ADMIN): read-only mounts "
-                    "cannot be made")
+        pytest.skip("no private mount namespace here (unshare --mount needs CAP_SYS_ADMIN): "
+                    "read-only mounts cannot be made")
 
 
 @pytest.fixture(scope="module")
 def setpriv() -> None:
-    if shutil.which("setpriv") is None or not _works(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+    if shutil.which("setpriv") is None \
+            or not _works(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
                                                       "--clear-groups", "true"]):
         pytest.skip("setpriv (util-linux) cannot switch user here")
 
 
-def kdkit(*args: object, user: int | None = None, read_only: Path | None = None) -> subprocess.CompletedProcess[str]:
+def kdkit(*args: object, user: int | None = None,
+          read_only: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, as ``user`` and/or with ``read_only`` mounted read-only."""
     argv = [KDKIT, *map(str, args)]
     if user is not None:
@@ -83,8 +85,8 @@ def shared() -> Iterator[Path]:
 
 
 def _init_message(target: Path, reason: str) -> str:
-    return (f"Error: {target}: could not write the project ({reason}); nothing was left behind, free space or fix "
-            "permissions (or choose another place) and retry")
+    return (f"Error: {target}: could not write the project ({reason}); nothing was left behind, "
+            "free space or fix permissions (or choose another place) and retry")
 
 
 @pytest.mark.parametrize("target", ["proj", "a/b/proj"])
@@ -99,7 +101,8 @@ def test_init_into_an_empty_folder_of_a_read_only_mount(namespaces: None, tmp_pa
     (tmp_path / "empty").mkdir()
     line = one_error(kdkit("init", tmp_path / "empty", read_only=tmp_path))
     assert line == _init_message(tmp_path / "empty", "Read-only file system")
-    assert [p.name for p in tmp_path.iterdir()] == ["empty"] and list((tmp_path / "empty").iterdir()) == []
+    assert [p.name
+            for p in tmp_path.iterdir()] == ["empty"] and list((tmp_path / "empty").iterdir()) == []
 
 
 @pytest.mark.parametrize("target", ["proj", "new/deeper/proj"])
@@ -115,14 +118,16 @@ def test_init_where_a_file_stands_in_the_path(tmp_path: Path) -> None:
     before = tree_snapshot(tmp_path)
     result = invoke("init", tmp_path / "notes" / "proj")
     assert result.exit_code == 2
-    assert result.output.splitlines() == [_init_message(tmp_path / "notes" / "proj", "Not a directory")]
+    assert result.output.splitlines() == [
+        _init_message(tmp_path / "notes" / "proj", "Not a directory")]
     assert tree_snapshot(tmp_path) == before
 
 
 def test_init_under_proc(tmp_path: Path) -> None:
     result = invoke("init", "/proc/kdkit-nowhere/proj")
     assert result.exit_code == 2
-    assert result.output.splitlines() == [_init_message(Path("/proc/kdkit-nowhere/proj"), "No such file or directory")]
+    assert result.output.splitlines() == [
+        _init_message(Path("/proc/kdkit-nowhere/proj"), "No such file or directory")]
     assert not Path("/proc/kdkit-nowhere").exists()
 
 
@@ -133,5 +138,6 @@ def test_init_on_a_full_disk_leaves_nothing(namespaces: None, tmp_path: Path) ->
     done = subprocess.run(["unshare", "--mount", "sh", "-c", script, "sh", str(tmp_path), KDKIT],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.splitlines() == [_init_message(tmp_path / "deep" / "proj", "No space left on device")]
+    assert done.stderr.splitlines() == [
+        _init_message(tmp_path / "deep" / "proj", "No space left on device")]
     assert "LEFT" not in done.stdout  # not the staging, not the parent folder init made

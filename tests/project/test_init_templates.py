@@ -18,7 +18,8 @@ from tests.conftest import invoke, tree_snapshot, valid_outside_git
 
 APPS = {"classify": "src/classify.py", "embed": "src/embed.py", "generate": "src/generate.py"}
 # template: (inputs, accepted, the planned rejection's ID)
-PILOTS = {"classify": (12, 11, "doc-12"), "embed": (10, 9, "text-10"), "generate": (8, 7, "prompt-08")}
+PILOTS = {"classify": (12, 11, "doc-12"), "embed": (10, 9, "text-10"),
+          "generate": (8, 7, "prompt-08")}
 
 
 def make(tmp_path: Path, template: str) -> Path:
@@ -46,7 +47,9 @@ def pilot_items(project: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
     items = []
     for doc in documents:
         try:
-            items.append({"id": doc["id"], "text": (manifest.parent / doc["file"]).read_bytes().decode("utf-8")})
+            items.append(
+                {"id": doc["id"],
+                 "text": (manifest.parent / doc["file"]).read_bytes().decode("utf-8")})
         except UnicodeDecodeError:
             continue  # the harness rejects it before the app sees it
     return documents, items
@@ -56,8 +59,10 @@ def pilot_items(project: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
 def test_init_writes_the_template_and_never_the_overlays(tmp_path: Path, template: str) -> None:
     project = make(tmp_path, template)
     assert not (project / OVERLAYS).exists()
-    for rel in ("kdkit.json", "config/pilot.json", "requirements/base.in", ".gitignore", ".env.example",
-                "src/__init__.py", "src/train.py", "README.md", "data/pilot/manifest.json", APPS[template]):
+    for rel in ("kdkit.json", "config/pilot.json", "requirements/base.in", ".gitignore",
+                ".env.example",
+                "src/__init__.py", "src/train.py", "README.md", "data/pilot/manifest.json",
+                APPS[template]):
         assert (project / rel).is_file(), rel
     assert (project / "runs").is_dir()
     others = [app for name, app in APPS.items() if name != template]
@@ -66,7 +71,8 @@ def test_init_writes_the_template_and_never_the_overlays(tmp_path: Path, templat
     assert config["entry"] == f"src.{template}:predict"
     documents = json.loads((project / "data/pilot/manifest.json").read_text())["documents"]
     shipped = {doc["file"] for doc in documents} | {"manifest.json"}
-    assert {p.name for p in (project / "data/pilot").iterdir()} == shipped  # none of another template's inputs
+    # none of another template's inputs
+    assert {p.name for p in (project / "data/pilot").iterdir()} == shipped
     assert [doc["expect"] for doc in documents].count("reject") == 1
     readme = (project / "README.md").read_text()
     assert template in readme and "{{" not in readme and f"# {template}\n" in readme
@@ -116,7 +122,8 @@ def test_default_template_is_classify(tmp_path: Path) -> None:
 
 
 def test_classify_predict_answers_categories(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     project = make(tmp_path, "classify")
     app = load_app(project, "classify")
     documents, items = pilot_items(project)
@@ -127,7 +134,8 @@ def test_classify_predict_answers_categories(tmp_path: Path) -> None:
 
 
 def test_embed_predict_answers_unit_vectors_close_to_the_references(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     project = make(tmp_path, "embed")
     app = load_app(project, "embed")
     dim = json.loads((project / "config/pilot.json").read_text())["output"]["dim"]
@@ -140,7 +148,8 @@ def test_embed_predict_answers_unit_vectors_close_to_the_references(tmp_path: Pa
             assert set(answer) == {"id", "error"} and "no words" in answer["error"]
             continue
         vector = answer["output"]
-        assert len(vector) == dim == app.DIM and all(isinstance(v, float) and math.isfinite(v) for v in vector)
+        assert len(vector) == dim == app.DIM and all(isinstance(v, float) and math.isfinite(v)
+                                                     for v in vector)
         assert abs(math.fsum(v * v for v in vector) - 1) < 1e-5
         expected = doc["expected"]
         cosine = math.fsum(a * b for a, b in zip(vector, expected, strict=True)) / math.sqrt(
@@ -149,15 +158,21 @@ def test_embed_predict_answers_unit_vectors_close_to_the_references(tmp_path: Pa
 
 
 def test_embed_vectors_place_paraphrases_together(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     app = load_app(make(tmp_path, "embed"), "embed")
-    rain, storm, cake = app.embed(["Heavy rain on the coast tomorrow", "Storms and showers by the sea",
+    rain, storm, cake = app.embed(["Heavy rain on the coast tomorrow",
+                                   "Storms and showers by the sea",
                                    "Bake the cake for forty minutes"])
-    assert sum(a * b for a, b in zip(rain, storm, strict=True)) > sum(a * b for a, b in zip(rain, cake, strict=True))
+    assert sum(a * b for a,
+               b in zip(rain, storm, strict=True)) > sum(
+                   a * b for a, b in zip(rain, cake, strict=True))
 
 
-def test_generate_predict_matches_the_greedy_references_with_the_config_params(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+def test_generate_predict_matches_the_greedy_references_with_the_config_params(
+    tmp_path: Path) -> None:
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     project = make(tmp_path, "generate")
     app = load_app(project, "generate")
     config = json.loads((project / "config/pilot.json").read_text())
@@ -172,13 +187,15 @@ def test_generate_predict_matches_the_greedy_references_with_the_config_params(t
             assert set(answer) == {"id", "error"} and "empty prompt" in answer["error"]
             continue
         assert isinstance(answer["output"], str)
-        assert len(answer["output"]) == config["params"]["max_new_tokens"] <= config["output"]["max_chars"]
+        assert len(
+            answer["output"]) == config["params"]["max_new_tokens"] <= config["output"]["max_chars"]
         if "expected" in doc:
             assert answer["output"] == doc["expected"], doc["id"]
 
 
 def test_generate_params_change_the_output_and_sampling_is_seeded_per_item(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     app = load_app(make(tmp_path, "generate"), "generate")
     items = [{"id": "a", "text": "the keeper "}, {"id": "b", "text": "the keeper "}]
     short = app.predict(items, {"max_new_tokens": 5, "temperature": 0, "seed": 0})
@@ -190,7 +207,9 @@ def test_generate_params_change_the_output_and_sampling_is_seeded_per_item(tmp_p
     assert together[0]["output"] != together[1]["output"]  # each item draws from its own generator
     assert app.predict(items[:1], {**sampled, "seed": 8})[0] != together[0]
     refused = app.predict(items, {"max_new_tokens": "many"})
-    assert [set(a) for a in refused] == [{"id", "error"}] * 2 and "params.max_new_tokens" in refused[0]["error"]
+    assert [set(a)
+            for a in refused] == [
+                {"id", "error"}] * 2 and "params.max_new_tokens" in refused[0]["error"]
 
 
 # ---------------------------------------------------------------- each template's own pilot
@@ -200,9 +219,11 @@ def test_generate_params_change_the_output_and_sampling_is_seeded_per_item(tmp_p
 @pytest.mark.parametrize("template", list(TEMPLATES))
 def test_each_template_passes_its_own_pilot_on_cpu(tmp_path: Path, template: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     for name in [name for name in sys.modules if name == "src" or name.startswith("src.")]:
-        monkeypatch.delitem(sys.modules, name)  # another test's app imported in this process (serve-test's)
+        # another test's app imported in this process (serve-test's)
+        monkeypatch.delitem(sys.modules, name)
     project = make(tmp_path, template)
     assert invoke("validate", project).exit_code == 0
     result = invoke("pilot", project, "--json")
@@ -211,14 +232,17 @@ def test_each_template_passes_its_own_pilot_on_cpu(tmp_path: Path, template: str
     total, accepted, rejection = PILOTS[template]
     assert (summary["verdict"], summary["total"], summary["accepted"], summary["rejected"]) == (
         "pass", total, accepted, total - accepted)
-    assert summary["quality"] >= json.loads((project / "config/pilot.json").read_text())["min_quality"]
+    assert summary["quality"] >= json.loads(
+        (project / "config/pilot.json").read_text())["min_quality"]
     run_dir = Path(summary["run_dir"])
-    records = {r["id"]: r for r in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())}
+    records = {r["id"]: r
+               for r in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())}
     assert len(records) == total and records[rejection]["outcome"] == "rejected"
     assert sys.modules.get(f"src.{template}") is None  # the app ran in the pilot's own process
 
 
-def test_validate_takes_a_token_count_in_params_for_a_setting_and_still_refuses_a_token(tmp_path: Path) -> None:
+def test_validate_takes_a_token_count_in_params_for_a_setting_and_still_refuses_a_token(
+    tmp_path: Path) -> None:
     """A number or a boolean under a key named like a secret (max_new_tokens) is a setting; a string is not."""
     project = make(tmp_path, "generate")
     result = invoke("validate", project)
@@ -236,13 +260,15 @@ def test_validate_takes_a_token_count_in_params_for_a_setting_and_still_refuses_
 def test_the_training_loop_resumes_in_a_project_without_categories(tmp_path: Path) -> None:
     """src/train.py (kdkit.json's "train") gives each document a class of its own when the output is not a
     category: `kdkit resume-test` works on the embed and generate templates as on classify."""
-    pytest.importorskip("torch", reason="the template apps are PyTorch apps: torch is not installed")
+    pytest.importorskip(
+        "torch", reason="the template apps are PyTorch apps: torch is not installed")
     import subprocess
 
     from tests.conftest import REPO
 
     project = make(tmp_path, "embed")
-    done = subprocess.run([str(REPO / ".venv/bin/kdkit"), "resume-test", str(project)], capture_output=True,
+    done = subprocess.run([str(REPO / ".venv/bin/kdkit"), "resume-test", str(project)],
+                          capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK: resume from step" in done.stdout

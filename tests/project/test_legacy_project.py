@@ -18,7 +18,8 @@ from kdkit.core.pilotconfig import load_pilot, params_hash
 from tests.conftest import REPO, invoke, valid_outside_git
 
 LEGACY = REPO / "tests" / "data" / "legacy-project"
-OLD_HASH = "d588ee6d0ddad6a86bc0861d749610aac6b8ee58856e807eccfe495f230d8274"  # 7546dc7's params_hash of this config
+# 7546dc7's params_hash of this config
+OLD_HASH = "d588ee6d0ddad6a86bc0861d749610aac6b8ee58856e807eccfe495f230d8274"
 
 
 @pytest.fixture
@@ -30,22 +31,28 @@ def legacy(tmp_path: Path) -> Path:
 
 def test_the_legacy_config_has_the_run_identity_it_had(legacy: Path) -> None:
     cfg = load_pilot(legacy)
-    assert (cfg.output.kind, cfg.jsonl, cfg.model, cfg.params, cfg.decode) == ("category", None, None, None, "utf-8")
+    assert (cfg.output.kind, cfg.jsonl, cfg.model,
+            cfg.params, cfg.decode) == ("category", None, None, None, "utf-8")
     assert params_hash(cfg.resolved()) == OLD_HASH
-    assert json.loads((legacy / "runs" / "old-pass" / "params.json").read_text())["params_hash"] == OLD_HASH
+    assert json.loads(
+        (legacy / "runs" / "old-pass" / "params.json").read_text())["params_hash"] == OLD_HASH
 
 
 def test_the_legacy_project_validates_and_pilots_as_before(legacy: Path) -> None:
     result = invoke("validate", legacy)
-    assert result.exit_code == 0 and result.output.strip() == valid_outside_git(legacy), result.output
+    assert result.exit_code == 0 and result.output.strip() == valid_outside_git(
+        legacy), result.output
     result = invoke("pilot", legacy, "--run-id", "today", "--json")
     summary = json.loads(result.stdout)
     assert result.exit_code == 0 and summary["verdict"] == "pass", summary.get("problems")
     assert (summary["total"], summary["accepted"], summary["rejected"]) == (12, 11, 1)
     params = json.loads((legacy / "runs" / "today" / "params.json").read_text())
-    assert params["params_hash"] == OLD_HASH  # the same parameters: the same run, by today's rule too
-    old = [json.loads(line) for line in (legacy / "runs" / "old-pass" / "results.jsonl").read_text().splitlines()]
-    new = [json.loads(line) for line in (legacy / "runs" / "today" / "results.jsonl").read_text().splitlines()]
+    # the same parameters: the same run, by today's rule too
+    assert params["params_hash"] == OLD_HASH
+    old = [json.loads(line)
+           for line in (legacy / "runs" / "old-pass" / "results.jsonl").read_text().splitlines()]
+    new = [json.loads(line)
+           for line in (legacy / "runs" / "today" / "results.jsonl").read_text().splitlines()]
     assert [(r["id"], r["outcome"], r.get("category")) for r in new] == \
         [(r["id"], r["outcome"], r.get("category")) for r in old]
 
@@ -55,7 +62,9 @@ def test_the_old_run_verifies_and_the_cut_one_resumes_exactly_once(legacy: Path)
     result = invoke("pilot", legacy, "--resume", "old-cut", "--json")
     summary = json.loads(result.stdout)
     assert result.exit_code == 0 and summary["verdict"] == "pass", summary.get("problems")
-    lines = [json.loads(line) for line in (legacy / "runs" / "old-cut" / "results.jsonl").read_text().splitlines()]
+    lines = [json.loads(line)
+             for line in (legacy / "runs" / "old-cut" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in lines) == [f"doc-{n:02d}" for n in range(1, 13)]  # each once
-    assert [r["batch"] for r in lines[:8]] == [0, 0, 0, 0, 1, 1, 1, 1]  # the old batches kept, not redone
+    # the old batches kept, not redone
+    assert [r["batch"] for r in lines[:8]] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert invoke("copy-out", legacy / "runs" / "old-cut", "--verify").exit_code == 0

@@ -35,7 +35,8 @@ def _ready(tmp_path: Path, template: str) -> Path:
     steps = [("init", root, "--name", TAG, "--backend", "cpu", "--template", template),
              ("lock", root, "--backend", "cpu", "--torch-find-links", TORCH_WHEELS),
              ("wheelhouse", root, "--out", tmp_path / "wheelhouse", "--json"),
-             ("build", root, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", tmp_path / "wheelhouse",
+             ("build", root, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+              tmp_path / "wheelhouse",
               "--tag", f"{TAG}:{template}", "--json")]
     for step in steps:
         result = invoke(*step)
@@ -44,7 +45,8 @@ def _ready(tmp_path: Path, template: str) -> Path:
 
 
 @pytest.mark.parametrize("template", list(PILOTS))
-def test_each_template_passes_kdkit_run_in_the_cpu_image(docker_engine: None, tmp_path: Path, template: str) -> None:
+def test_each_template_passes_kdkit_run_in_the_cpu_image(
+    docker_engine: None, tmp_path: Path, template: str) -> None:
     root = _ready(tmp_path, template)
     result = invoke("run", root, "--image", f"{TAG}:{template}")
     assert result.exit_code == 0, result.output

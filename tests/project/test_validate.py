@@ -78,7 +78,8 @@ def test_validate_outside_a_project(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 CASES: list[tuple[str, Edit, str]] = [
     ("malformed JSON", write("kdkit.json", '{\n  "name": "x",\n  "python": 3.11,,\n}'),
-     "kdkit.json: line 3 column 18: malformed JSON (Expecting property name enclosed in double quotes)"),
+     "kdkit.json: line 3 column 18: malformed JSON (Expecting property name enclosed in double "
+     "quotes)"),
     ("wrong type", set_key("config/pilot.json", ["batch_size"], "4"),
      'config/pilot.json: $.batch_size: expected integer, got str "4"'),
     ("unknown backend", set_key("kdkit.json", ["default_backend"], "tpu"),
@@ -90,7 +91,8 @@ CASES: list[tuple[str, Edit, str]] = [
     ("unknown key (typo)", set_key("config/pilot.json", ["batch_szie"], 2),
      "config/pilot.json: $: unknown key 'batch_szie'; allowed keys:"),
     ("absolute path", set_key("config/pilot.json", ["inputs"], "/data/pilot"),
-     "config/pilot.json: $.inputs: '/data/pilot' is an absolute path, which exists on one machine only"),
+     "config/pilot.json: $.inputs: '/data/pilot' is an absolute path, which exists on one machine "
+     "only"),
     ("home path", set_key("config/pilot.json", ["runs"], "~/runs"),
      "config/pilot.json: $.runs: '~/runs' is a path into a home folder"),
     ("/home path", set_key("kdkit.json", ["requirements"], "/home/ana/req.in"),
@@ -106,25 +108,31 @@ CASES: list[tuple[str, Edit, str]] = [
     ("secret-like key", set_key("config/pilot.json", ["stop", "api_key"], "abc"),
      "config/pilot.json: $.stop: unknown key 'api_key'"),
     ("secret key at the root of kdkit.json", set_key("kdkit.json", ["hf_token"], "x"),
-     "kdkit.json: $.hf_token: key 'hf_token' looks like a secret; secrets go in .env (see .env.example)"),
+     "kdkit.json: $.hf_token: key 'hf_token' looks like a secret; secrets go in .env (see "
+     ".env.example)"),
     ("credential-shaped value", set_key("kdkit.json", ["target_gpu"], "hf_" + "a" * 34),
-     "kdkit.json: $.target_gpu: value looks like a Hugging Face token; remove it and put it in .env"),
+     "kdkit.json: $.target_gpu: value looks like a Hugging Face token; remove it and put it in "
+     ".env"),
     ("password in a URL", set_key("kdkit.json", ["backends", "cpu", "torch_index"],
                                   "https://ana:s3cret@mirror.example/whl/cpu"),
      "kdkit.json: $.backends.cpu.torch_index: value looks like a password inside a URL"),
     ("entry module missing", set_key("config/pilot.json", ["entry"], "src.nope:predict"),
      "config/pilot.json: $.entry: module 'src.nope' not found: expected src/nope.py"),
     ("duplicate ID", manifest_docs(lambda docs: docs[1].update(id=docs[0]["id"])),
-     "data/pilot/manifest.json: $.documents[1].id: duplicate ID 'doc-01' (first at $.documents[0])"),
+     "data/pilot/manifest.json: $.documents[1].id: duplicate ID 'doc-01' (first at "
+     "$.documents[0])"),
     ("unsafe ID", manifest_docs(lambda docs: docs[2].update(id="../../etc/passwd")),
      "data/pilot/manifest.json: $.documents[2].id: ID '../../etc/passwd' is unsafe as a file name"),
     ("empty ID", manifest_docs(lambda docs: docs[3].update(id=" ")),
      "data/pilot/manifest.json: $.documents[3].id: empty ID"),
     ("manifest file missing", manifest_docs(lambda docs: docs[4].update(file="gone.txt")),
      "data/pilot/manifest.json: $.documents[4].file: 'gone.txt' does not exist"),
-    ("manifest file escaping the inputs", manifest_docs(lambda docs: docs[4].update(file="../../kdkit.json")),
-     "data/pilot/manifest.json: $.documents[4].file: '../../kdkit.json' is not inside the inputs folder"),
-    ("no expected rejection", manifest_docs(lambda docs: docs[11].update(expect="accept", label="invoice")),
+    ("manifest file escaping the inputs",
+     manifest_docs(lambda docs: docs[4].update(file="../../kdkit.json")),
+     "data/pilot/manifest.json: $.documents[4].file: '../../kdkit.json' is not inside the inputs "
+     "folder"),
+    ("no expected rejection",
+     manifest_docs(lambda docs: docs[11].update(expect="accept", label="invoice")),
      "data/pilot/manifest.json: $.documents: no expected rejection declared"),
     ("label outside the categories", manifest_docs(lambda docs: docs[0].update(label="memo")),
      'data/pilot/manifest.json: $.documents[0].label: "memo" is not an allowed category'),
@@ -167,10 +175,12 @@ def test_json_report(project: Path) -> None:
 
 
 @pytest.mark.parametrize("which", ["config/pilot.json", "data/pilot/manifest.json"])
-def test_validate_refuses_a_config_that_is_a_fifo_without_waiting(project: Path, which: str) -> None:
+def test_validate_refuses_a_config_that_is_a_fifo_without_waiting(
+    project: Path, which: str) -> None:
     path = project / which
     path.unlink()
     os.mkfifo(path)
-    done = subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], cwd=REPO, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], cwd=REPO,
+                          capture_output=True,
                           text=True, timeout=30, check=False)
     assert done.returncode == 2 and "not a regular file" in done.stderr, done.stderr

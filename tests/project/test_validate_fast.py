@@ -62,7 +62,8 @@ def _edit_manifest(root: Path, change: Callable[[Docs], None]) -> None:
 
 
 @pytest.mark.parametrize("change", ODD_ENTRIES)
-def test_plain_manifest_shortcut_finds_what_the_full_check_finds(project: Path, change: Callable[[Docs], None],
+def test_plain_manifest_shortcut_finds_what_the_full_check_finds(project: Path,
+                                                                 change: Callable[[Docs], None],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     _edit_manifest(project, change)
     fast = validate.validate_project(project)
@@ -79,7 +80,8 @@ def test_the_template_manifest_is_plain(project: Path) -> None:
     assert not pilotchecks.plain_documents(data)
 
 
-def test_linked_or_missing_inputs_take_the_full_check(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_linked_or_missing_inputs_take_the_full_check(project: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     folder = project / "data" / "pilot"
     (folder / "doc-02.txt").unlink()
     os.symlink("doc-01.txt", folder / "doc-02.txt")
@@ -93,9 +95,12 @@ def test_linked_or_missing_inputs_take_the_full_check(project: Path, monkeypatch
 
 
 def test_secret_name_screen_matches_secret_file() -> None:
-    names = ["a/.env", "a/.env.example", "b/key.pem", "b/key.pub", ".ssh/config", "x/.ssh/known", "deep/id_rsa",
-             "data/doc.txt", "secrets/x.txt", "c/api_token", "c/tok.token", "d/service-account-1.json",
-             "e/creds-credentials.json", "f/x.key.bak", "g/Readme.md", "h/CREDENTIALS.txt", ".aws/config"]
+    names = ["a/.env", "a/.env.example", "b/key.pem", "b/key.pub", ".ssh/config", "x/.ssh/known",
+             "deep/id_rsa",
+             "data/doc.txt", "secrets/x.txt", "c/api_token", "c/tok.token",
+             "d/service-account-1.json",
+             "e/creds-credentials.json", "f/x.key.bak",
+             "g/Readme.md", "h/CREDENTIALS.txt", ".aws/config"]
     expected = [rel for rel in names if secret_file(rel) is not None]
     assert [p.where for p in secret_file_warnings(names)] == expected
     assert expected  # the screen is tried on names it must let through
@@ -114,7 +119,8 @@ def test_project_names_are_the_walks(project: Path) -> None:
     assert list(project_names(project)) == [rel for rel, _info in walk_project(project)]
 
 
-SHAPES = ["sk-proj-" + "a1" * 12, "gho_" + "Ab1" * 12, "glpat-" + "x" * 20, "xoxb-12345678901", "AIza" + "a" * 35,
+SHAPES = ["sk-proj-" + "a1" * 12, "gho_" + "Ab1" * 12, "glpat-" + "x" * 20, "xoxb-12345678901",
+          "AIza" + "a" * 35,
           "npm_" + "a" * 36, "pypi-AgE" + "a" * 50, "eyJabcdefghijk.eyJabcdefghijk.x",
           "-----BEGIN RSA PRIVATE KEY-----", "Ab1/" * 10, "aB3dE5gH7jK9" * 4]
 
@@ -127,10 +133,14 @@ def test_a_credential_shape_is_never_plain(text: str) -> None:
     assert not pilotchecks.plain_documents(data)
 
 
-@pytest.mark.parametrize("names", [["a/b.txt", "a/c.txt", "d"], ["a/B.txt", "a/b.txt"], ["con"], ["x/aux.tar.gz/y"],
-                                   ["com1x/a"], ["a./b"], ["a /b"], ["a/b."], ["a?b"], ["caf\u00e9", "cafe\u0301"],
-                                   ["a\nb"], ["", "a"], ["a", "a"], ["LPT1.txt"], ["prn.", "ok"]])
-def test_name_warnings_at_once_find_what_the_loop_finds(names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("names",
+                         [["a/b.txt", "a/c.txt", "d"], ["a/B.txt", "a/b.txt"], ["con"],
+                          ["x/aux.tar.gz/y"],
+                          ["com1x/a"], ["a./b"], ["a /b"], ["a/b."], ["a?b"],
+                          ["caf\u00e9", "cafe\u0301"],
+                          ["a\nb"], ["", "a"], ["a", "a"], ["LPT1.txt"], ["prn.", "ok"]])
+def test_name_warnings_at_once_find_what_the_loop_finds(names: list[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from kdkit.project import names as module
 
     fast = name_warnings(names)
@@ -152,7 +162,8 @@ def test_secret_names_are_judged_at_once(monkeypatch: pytest.MonkeyPatch) -> Non
     clean = ["data/doc.txt", "src/app.py", "a/key.pub", "tokens.md"]
     assert module._no_secret_names(clean) and secret_file_warnings(clean) == []
     assert module._no_secret_names([".env.example", "a/id_rsa.pub"])
-    for odd in (["a/.ENV"], ["x/.ssh/config"], ["deep/id_rsa"], ["a/b.key.bak"], ["caf\u00e9/.env"], ["a\n.env"]):
+    for odd in (["a/.ENV"], ["x/.ssh/config"], ["deep/id_rsa"], ["a/b.key.bak"],
+                ["caf\u00e9/.env"], ["a\n.env"]):
         fast = secret_file_warnings(odd)
         monkeypatch.setattr(module, "_no_secret_names", lambda names: False)
         assert fast == secret_file_warnings(odd) and fast
@@ -166,7 +177,8 @@ def test_the_sample_validate_reads_is_the_pilots_own(project: Path) -> None:
 
     folder = project / "data" / "pilot"
     (folder / "sub").mkdir()
-    (folder / "sub" / "doc-10.txt").write_text("x" * 20000)  # near the limit: the sample then lacks nothing
+    # near the limit: the sample then lacks nothing
+    (folder / "sub" / "doc-10.txt").write_text("x" * 20000)
 
     def in_sub(docs: Docs) -> None:
         docs[9]["file"] = "sub/doc-10.txt"
@@ -179,7 +191,8 @@ def test_the_sample_validate_reads_is_the_pilots_own(project: Path) -> None:
     for name in ("sub/doc-10.txt", "doc-09.txt"):  # the template's own near-limit input too
         (folder / name).write_text("short")
     _problems, warnings = validate.check_project(project)
-    assert [w.where for w in warnings if "a near-limit input" in w.why] == ["data/pilot/manifest.json"]
+    assert [w.where for w in warnings
+            if "a near-limit input" in w.why] == ["data/pilot/manifest.json"]
 
 
 def test_a_pilot_with_a_problem_has_no_sample_to_judge(project: Path) -> None:
@@ -189,11 +202,16 @@ def test_a_pilot_with_a_problem_has_no_sample_to_judge(project: Path) -> None:
     assert not [w for w in validate.check_project(project)[1] if w.name == "$.documents"]
 
 
-@pytest.mark.parametrize("names", [["a/x.env"], ["d/service-account-prod.json"], ["a/my_token"], ["tok.token"],
-                                   ["a/credentialsfile"], [".env"], ["a/.env.local"], ["k/id_ed25519_sk"], ["x.p8"],
-                                   ["secretsx/y"], [".envrc"], ["a/.env.sample"], ["ok/id_rsa.pub", "b/.netrc"],
-                                   ["a/x.envy"], ["tokens/a"], ["a/token"], ["x.key.y/z"], ["a/b.txt"]])
-def test_the_secret_name_probes_find_what_the_patterns_find(names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("names",
+                         [["a/x.env"], ["d/service-account-prod.json"], ["a/my_token"],
+                          ["tok.token"],
+                          ["a/credentialsfile"], [".env"], ["a/.env.local"], ["k/id_ed25519_sk"],
+                          ["x.p8"],
+                          ["secretsx/y"], [".envrc"], ["a/.env.sample"],
+                          ["ok/id_rsa.pub", "b/.netrc"],
+                          ["a/x.envy"], ["tokens/a"], ["a/token"], ["x.key.y/z"], ["a/b.txt"]])
+def test_the_secret_name_probes_find_what_the_patterns_find(
+    names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The screen's literal probes (names._probes) miss no name a pattern of SECRET_FILES matches."""
     from kdkit.project import names as module
 
@@ -202,12 +220,15 @@ def test_the_secret_name_probes_find_what_the_patterns_find(names: list[str], mo
     assert fast == secret_file_warnings(names)
 
 
-@pytest.mark.parametrize("names", [["a/con.x/b"], ["xcon/a"], ["a/nulx"], ["x/com3.tar"], ["a/b\"c"], ["aux"],
-                                   ["a/lpt9.x.y"], ["con"], ["a/coN"], ["dir /x"], ["a/prn/b"]])
+@pytest.mark.parametrize("names",
+                         [["a/con.x/b"], ["xcon/a"], ["a/nulx"], ["x/com3.tar"], ["a/b\"c"],
+                          ["aux"],
+                          ["a/lpt9.x.y"], ["con"], ["a/coN"], ["dir /x"], ["a/prn/b"]])
 def test_the_windows_screen_finds_what_windows_problem_finds(names: list[str]) -> None:
     from kdkit.project.names import _all_fine
 
-    assert _all_fine(names) == (not any(windows_problem(part) for rel in names for part in rel.split("/")))
+    assert _all_fine(names) == (
+        not any(windows_problem(part) for rel in names for part in rel.split("/")))
 
 
 def test_a_probe_is_placed_by_where_its_run_stands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,7 +262,8 @@ def test_inputs_named_through_a_link_are_refused_as_the_pilot_refuses_them(proje
     with pytest.raises(BadInput, match="not inside the inputs folder") as refused:
         load_pilot(project)
     problems, sample = validate.validated(project)
-    assert [(p.where, p.name) for p in problems] == [("data/pilot/manifest.json", "$.documents[0].file")]
+    assert [(p.where, p.name)
+            for p in problems] == [("data/pilot/manifest.json", "$.documents[0].file")]
     assert problems[0].why in str(refused.value) and sample is None
 
 

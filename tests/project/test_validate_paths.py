@@ -13,15 +13,18 @@ from tests.core.test_safe_paths import CASES, _id, set_key
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
-def test_validate_refuses_each_hostile_path_in_one_line(project: Path, case: tuple[str, str, str, str]) -> None:
+def test_validate_refuses_each_hostile_path_in_one_line(project: Path,
+                                                        case: tuple[str, str, str, str]) -> None:
     file, where, _name, value = case
     set_key(project, file, where, value)
     before = tree_snapshot(project)
     result = invoke("validate", project)
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if ": git: " not in line]  # outside git: a tmp folder
+    # outside git: a tmp folder
+    lines = [line for line in result.output.splitlines() if ": git: " not in line]
     assert len(lines) == 2, result.output  # the problem, then the count: each on one line
     assert lines[0].startswith(f"{project}/{file}: {where}: "), result.output
     assert lines[1] == f"Error: {project}: 1 problem(s) found; fix them and run `kdkit validate` again"
-    assert value not in result.output or (value.isascii() and value.isprintable())  # else shown escaped
+    # else shown escaped
+    assert value not in result.output or (value.isascii() and value.isprintable())
     assert tree_snapshot(project) == before

@@ -68,22 +68,30 @@ def test_no_image_bundle_holds_project_zipapp_run_md_and_sums(locked: Path, tmp_
     out = tmp_path / "bundle"
     info = _bundle(locked, out, "--no-image")
     files = _files(out)
-    assert {"RUN.md", "SHA256SUMS", "bundle.json", "kdkit.pyz", "project/kdkit.json", "project/config/pilot.json",
-            "project/requirements/cpu.txt", "project/data/pilot/manifest.json", "project/data/pilot/doc-12.txt",
-            "project/src/train.py", "project/campaign.json"} <= set(files)  # the campaign goes along (issue 28)
-    assert not [f for f in files if f.startswith(("project/runs", "project/.env")) and f != "project/.env.example"]
+    assert {"RUN.md", "SHA256SUMS", "bundle.json", "kdkit.pyz", "project/kdkit.json",
+            "project/config/pilot.json",
+            "project/requirements/cpu.txt", "project/data/pilot/manifest.json",
+            "project/data/pilot/doc-12.txt",
+            # the campaign goes along (issue 28)
+            "project/src/train.py", "project/campaign.json"} <= set(files)
+    assert not [f for f in files if f.startswith(("project/runs", "project/.env"))
+                and f != "project/.env.example"]
     assert info["image"] is None and info["revision"] is None and info["lock"] == "requirements/cpu.txt"
     assert info["lock_sha256"] == sha256_file(locked / "requirements" / "cpu.txt")
     # The pilot documents travel byte for byte (doc-12 is deliberately not UTF-8).
-    assert (out / "project/data/pilot/doc-12.txt").read_bytes() == (locked / "data/pilot/doc-12.txt").read_bytes()
+    assert (out
+            / "project/data/pilot/doc-12.txt").read_bytes() == (locked
+                                                                / "data/pilot/doc-12.txt").read_bytes()
     # SHA256SUMS is what the coreutils tool reads, and lists every other file.
-    check = subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=out, capture_output=True, check=False)
+    check = subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=out,
+                           capture_output=True, check=False)
     assert check.returncode == 0, check.stdout
     listed = [line.split("  ", 1)[1] for line in (out / "SHA256SUMS").read_text().splitlines()]
     assert listed == [f for f in files if f != "SHA256SUMS"]
     run_md = (out / "RUN.md").read_text(encoding="utf-8")
-    assert ("../project-venv/bin/python kdkit.pyz diagnose --expect cpu && ../project-venv/bin/python kdkit.pyz "
-            "verify-env --lock project/requirements/cpu.txt") in run_md
+    assert ("../project-venv/bin/python kdkit.pyz diagnose --expect cpu && "
+            "../project-venv/bin/python kdkit.pyz verify-env --lock "
+            "project/requirements/cpu.txt") in run_md
     assert "docker" not in run_md
     result = invoke("verify-bundle", out)
     assert result.exit_code == 0
@@ -95,11 +103,13 @@ def test_zipapp_runs_diagnose_without_kdkit_installed(locked: Path, tmp_path: Pa
     out = tmp_path / "bundle"
     _bundle(locked, out, "--no-image")
     # -I: isolated mode, so the kdkit of this checkout cannot be imported from anywhere but the zipapp.
-    done = subprocess.run([sys.executable, "-I", "kdkit.pyz", "diagnose", "--expect", "cpu"], cwd=out,
+    done = subprocess.run([sys.executable, "-I", "kdkit.pyz", "diagnose", "--expect", "cpu"],
+                          cwd=out,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS: torch computes on cpu" in done.stdout
-    listing = subprocess.run([sys.executable, "-I", "kdkit.pyz", "--help"], cwd=out, capture_output=True,
+    listing = subprocess.run([sys.executable, "-I", "kdkit.pyz", "--help"], cwd=out,
+                             capture_output=True,
                              text=True, check=False)
     assert listing.returncode == 0
     from kdkit.core.commands import ZIPAPP, runs_in
@@ -108,22 +118,23 @@ def test_zipapp_runs_diagnose_without_kdkit_installed(locked: Path, tmp_path: Pa
     assert "gather" in runs_in(ZIPAPP) and "sweep" in runs_in(ZIPAPP)
 
 
-def test_existing_out_is_refused_without_force_and_replaced_with_it(locked: Path, tmp_path: Path) -> None:
+def test_existing_out_is_refused_without_force_and_replaced_with_it(
+    locked: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     out.mkdir()
     (out / "keep.txt").write_text("old\n", encoding="utf-8")
     before = tree_snapshot(tmp_path)
     result = invoke("bundle", locked, "--out", out, "--no-image")
     assert result.exit_code == 2
-    assert result.stderr == (f"Error: {out}: already exists; choose a new --out folder or pass --force "
-                             "to replace it\n")
+    assert result.stderr == (f"Error: {out}: already exists; choose a new --out folder or pass "
+                             "--force to replace it\n")
     assert tree_snapshot(tmp_path) == before
     # Issue 10: --force used to delete any folder; it now replaces only a bundle kdkit wrote.
     result = invoke("bundle", locked, "--out", out, "--no-image", "--force")
     assert result.exit_code == 2
-    assert result.stderr == (f"Error: {out}: holds no readable bundle.json, so kdkit did not write it as a "
-                             "bundle; --force replaces only a bundle that kdkit wrote: choose a new --out or "
-                             "move the folder away first\n")
+    assert result.stderr == (f"Error: {out}: holds no readable bundle.json, so kdkit did not write "
+                             "it as a bundle; --force replaces only a bundle that kdkit wrote: "
+                             "choose a new --out or move the folder away first\n")
     assert tree_snapshot(tmp_path) == before
     (out / "keep.txt").unlink()
     out.rmdir()
@@ -132,7 +143,8 @@ def test_existing_out_is_refused_without_force_and_replaced_with_it(locked: Path
     (locked / "src" / "train.py").write_text("# a new revision of the loop\n", encoding="utf-8")
     _bundle(locked, out, "--no-image", "--force")
     assert (out / "SHA256SUMS").read_bytes() != old_sums
-    assert (out / "project/src/train.py").read_text(encoding="utf-8") == "# a new revision of the loop\n"
+    assert (out
+            / "project/src/train.py").read_text(encoding="utf-8") == "# a new revision of the loop\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
@@ -155,8 +167,8 @@ def test_verify_bundle_names_the_damaged_file(locked: Path, tmp_path: Path, dama
         problem = "not listed in SHA256SUMS (added after bundling)"
     result = invoke("verify-bundle", out)
     assert result.exit_code == 1
-    assert result.stderr == (f"Error: {target}: {problem}; the bundle was changed or damaged in transfer: "
-                             "copy it again\n")
+    assert result.stderr == (f"Error: {target}: {problem}; the bundle was changed or damaged in "
+                             "transfer: copy it again\n")
     report = json.loads(invoke("verify-bundle", out, "--json").stdout)
     assert report["problems"] == [{"file": target.relative_to(out).as_posix(), "problem": problem}]
 
@@ -172,7 +184,8 @@ def test_results_written_inside_the_bundle_are_not_damage(locked: Path, tmp_path
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        ("no-lock", "requirements/cpu.txt: no lock for backend cpu; run `kdkit lock --backend cpu`"),
+        ("no-lock",
+         "requirements/cpu.txt: no lock for backend cpu; run `kdkit lock --backend cpu`"),
         ("no-parent", "folder does not exist; create it or choose another --out"),
     ],
 )
@@ -191,8 +204,8 @@ def test_bad_bundle_input_exits_2_and_writes_nothing(project: Path, tmp_path: Pa
 def test_verify_bundle_of_a_folder_without_sums_is_bad_input(tmp_path: Path) -> None:
     result = invoke("verify-bundle", tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == (f"Error: {tmp_path / 'SHA256SUMS'}: not found; {tmp_path} is not a kdkit bundle "
-                             "(made by `kdkit bundle`)\n")
+    assert result.stderr == (f"Error: {tmp_path / 'SHA256SUMS'}: not found; {tmp_path} is not a "
+                             "kdkit bundle (made by `kdkit bundle`)\n")
 
 
 # ---------------------------------------------------------------- a git checkout
@@ -201,7 +214,8 @@ def test_verify_bundle_of_a_folder_without_sums_is_bad_input(tmp_path: Path) -> 
 def _git(root: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
-    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          env=env, check=True)
     return done.stdout.strip()
 
 
@@ -227,8 +241,9 @@ def test_git_project_whose_lock_is_not_committed_is_refused(locked: Path, tmp_pa
     result = invoke("bundle", locked, "--out", tmp_path / "bundle", "--no-image")
     assert result.exit_code == 2
     revision = _git(locked, "rev-parse", "HEAD")[:12]
-    assert result.stderr == (f"Error: requirements/cpu.txt: not committed at revision {revision}; the bundle "
-                             "must carry it (git add requirements/cpu.txt && git commit)\n")
+    assert result.stderr == (f"Error: requirements/cpu.txt: not committed at revision {revision}; "
+                             "the bundle must carry it (git add requirements/cpu.txt && git "
+                             "commit)\n")
     assert tree_snapshot(tmp_path) == before
 
 
@@ -263,7 +278,8 @@ def image(locked: Path, docker_engine: None) -> Iterator[str]:
 
 
 @pytest.mark.docker
-def test_bundle_with_image_then_load_checks_id_and_labels(locked: Path, tmp_path: Path, image: str) -> None:
+def test_bundle_with_image_then_load_checks_id_and_labels(
+    locked: Path, tmp_path: Path, image: str) -> None:
     out = tmp_path / "bundle"
     info = _bundle(locked, out)
     recorded = info["image"]
@@ -281,7 +297,8 @@ def test_bundle_with_image_then_load_checks_id_and_labels(locked: Path, tmp_path
 
 
 @pytest.mark.docker
-def test_load_refuses_an_altered_archive_before_loading(locked: Path, tmp_path: Path, image: str) -> None:
+def test_load_refuses_an_altered_archive_before_loading(locked: Path,
+                                                        tmp_path: Path, image: str) -> None:
     out = tmp_path / "bundle"
     _bundle(locked, out)
     subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=True)
@@ -293,32 +310,36 @@ def test_load_refuses_an_altered_archive_before_loading(locked: Path, tmp_path: 
         handle.write(bytes([byte[0] ^ 0xFF]))
     result = invoke("load", out)
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1] == (f"Error: {archive}: altered: its sha256 differs from SHA256SUMS; "
-                                              "the bundle was changed or damaged in transfer: copy it again")
-    inspect = subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False)
+    assert result.stderr.splitlines()[-1] == (f"Error: {archive}: altered: its sha256 differs from "
+                                              "SHA256SUMS; the bundle was changed or damaged in "
+                                              "transfer: copy it again")
+    inspect = subprocess.run(["docker", "image", "inspect", image],
+                             capture_output=True, check=False)
     assert inspect.returncode != 0  # nothing was loaded
 
 
 @pytest.mark.docker
-def test_image_of_another_lock_is_refused_and_nothing_written(locked: Path, tmp_path: Path, image: str) -> None:
+def test_image_of_another_lock_is_refused_and_nothing_written(
+    locked: Path, tmp_path: Path, image: str) -> None:
     _labelled_image(locked, image, lock_sha256=hashlib.sha256(b"another lock").hexdigest())
     before = tree_snapshot(tmp_path)
     result = invoke("bundle", locked, "--out", tmp_path / "bundle")
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"Error: image {image}: does not match the project (dev.kdkit.lock.sha256: "
-                                    "image has '")
+    assert result.stderr.startswith(f"Error: image {image}: does not match the project "
+                                    "(dev.kdkit.lock.sha256: image has '")
     assert tree_snapshot(tmp_path) == before
 
 
 @pytest.mark.docker
-def test_load_of_a_bundle_without_image_is_bad_input(locked: Path, tmp_path: Path, docker_engine: None) -> None:
+def test_load_of_a_bundle_without_image_is_bad_input(locked: Path,
+                                                     tmp_path: Path, docker_engine: None) -> None:
     out = tmp_path / "bundle"
     _bundle(locked, out, "--no-image")
     result = invoke("load", out)
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == (f"Error: {out / 'bundle.json'}: this bundle has no image (made "
-                                              "with --no-image); use kdkit.pyz as RUN.md says, or bundle again "
-                                              "with the image")
+    assert result.stderr.splitlines()[-1] == (f"Error: {out / 'bundle.json'}: this bundle has no "
+                                              "image (made with --no-image); use kdkit.pyz as "
+                                              "RUN.md says, or bundle again with the image")
 
 
 def test_the_dockerfile_writes_the_labels_the_bundle_checks(locked: Path) -> None:
@@ -331,15 +352,19 @@ def test_the_dockerfile_writes_the_labels_the_bundle_checks(locked: Path) -> Non
     from kdkit.image.labels import LABEL, image_labels
     from kdkit.transfer.format import TIED_LABELS
 
-    written = set(re.findall(r"^\s+(dev\.kdkit\.[a-z0-9_.]+)=", dockerfile("common").read_text(), re.MULTILINE))
+    written = set(
+        re.findall(r"^\s+(dev\.kdkit\.[a-z0-9_.]+)=",
+                   dockerfile("common").read_text(), re.MULTILINE))
     loaded = load_project(locked)
     backend = loaded.backend("cpu")
-    given = {key for key in image_labels(loaded, backend, sha256_file(backend.lock)) if key.startswith(LABEL)}
+    given = {key for key in image_labels(loaded, backend, sha256_file(backend.lock))
+             if key.startswith(LABEL)}
     assert written == given
     assert {label for label in TIED_LABELS if label.startswith(LABEL)} <= given
 
 
-def test_a_bundle_parses_its_lock_once(locked: Path, tmp_path: Path, lock_parses: list[str]) -> None:
+def test_a_bundle_parses_its_lock_once(locked: Path, tmp_path: Path,
+                                       lock_parses: list[str]) -> None:
     """Issue 30 §1: the freshness check, the machine-local pins, the sha256 bundle.json records and the default
     tag come from one read of the lock (before: two parses and a third read for the hash)."""
     info = _bundle(locked, tmp_path / "out", "--no-image")
@@ -350,7 +375,8 @@ def test_a_bundle_parses_its_lock_once(locked: Path, tmp_path: Path, lock_parses
 
 @pytest.mark.parametrize("name", USED)
 @pytest.mark.parametrize(("file", "where", "value"), PATH_KEYS, ids=[k[1] for k in PATH_KEYS])
-def test_bundle_refuses_a_config_edited_after_validate(project: Path, tmp_path: Path, file: str, where: str,
+def test_bundle_refuses_a_config_edited_after_validate(project: Path, tmp_path: Path, file: str,
+                                                       where: str,
                                                        value: str, name: str) -> None:
     write_fresh_lock(project)
     set_key(project, file, where, HOSTILE[name](value))

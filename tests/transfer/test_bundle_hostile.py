@@ -46,7 +46,8 @@ def _refused(args: list[str | os.PathLike[str]], watched: Path, code: int = 2) -
     assert result.exit_code == code, result.output
     lines = result.stderr.splitlines()
     errors = [line for line in lines if line.startswith("Error: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr  # progress lines may come first (load)
+    # progress lines may come first (load)
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
     assert tree_snapshot(watched) == before
     assert MARKER.decode() not in result.output
     return errors[0].removeprefix("Error: ")
@@ -85,7 +86,8 @@ OUTS: list[tuple[str, Callable[[Path, Path], Path], str]] = [
     ("data/pilot", lambda root, _t: root / "data" / "pilot", INSIDE),
     ("a new folder in config", lambda root, _t: root / "config" / "bundle", INSIDE),
     ("a dotted detour back in", lambda root, _t: root / ".." / root.name / "src", INSIDE),
-    ("a link outside pointing at runs", lambda root, t: _link(t / "to-runs", root / "runs"), INSIDE),
+    ("a link outside pointing at runs", lambda root,
+     t: _link(t / "to-runs", root / "runs"), INSIDE),
     ("a link outside pointing at the project", lambda root, t: _link(t / "to-proj", root), INSIDE),
     ("the parent", lambda root, _t: root.parent, HOLDS),
     ("the filesystem root", lambda root, _t: Path("/"), HOLDS),
@@ -100,12 +102,15 @@ def _link(path: Path, target: Path) -> Path:
 
 @pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
 @pytest.mark.parametrize(("make_out", "expected"), [o[1:] for o in OUTS], ids=[o[0] for o in OUTS])
-def test_out_inside_or_around_the_project_is_refused(ready: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     make_out: Callable[[Path, Path], Path], expected: str,
+def test_out_inside_or_around_the_project_is_refused(ready: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     make_out: Callable[[Path, Path], Path],
+                                                     expected: str,
                                                      force: bool) -> None:
     monkeypatch.chdir(ready)
     out = make_out(ready, tmp_path)
-    message = _refused(["bundle", ready, "--out", out, "--no-image", *(["--force"] if force else [])], tmp_path)
+    message = _refused(
+        ["bundle", ready, "--out", out, "--no-image", *(["--force"] if force else [])], tmp_path)
     assert message.startswith(f"--out {out}: resolves to {out.resolve()}, ")
     assert message.endswith(expected.format(root=ready)) or expected.format(root=ready) in message
 
@@ -117,7 +122,9 @@ def _fake_folder(out: Path) -> None:
 
 def _foreign_bundle_json(out: Path) -> None:
     _fake_folder(out)
-    (out / "bundle.json").write_text(json.dumps({"format": 1, "note": "not from kdkit"}), encoding="utf-8")
+    (out
+     / "bundle.json").write_text(
+         json.dumps({"format": 1, "note": "not from kdkit"}), encoding="utf-8")
 
 
 def _results_in_bundle(out: Path) -> None:
@@ -143,20 +150,27 @@ def _no_sums(out: Path) -> None:
 
 
 FORCED: list[tuple[str, Callable[[Path], None], bool, str]] = [
-    ("an ordinary folder", _fake_folder, False, "holds no readable bundle.json, so kdkit did not write it"),
-    ("a bundle.json not from kdkit", _foreign_bundle_json, False, "its bundle.json has no 'kdkit_bundle' key"),
+    ("an ordinary folder",
+     _fake_folder, False, "holds no readable bundle.json, so kdkit did not write it"),
+    ("a bundle.json not from kdkit",
+     _foreign_bundle_json, False, "its bundle.json has no 'kdkit_bundle' key"),
     ("results of a run (Docker path)", _results_in_bundle, True,
-     "holds 1 file(s) that `kdkit bundle` did not write (e.g. runs/pilot-1/summary.json: results of a run"),
+     "holds 1 file(s) that `kdkit bundle` did not write (e.g. runs/pilot-1/summary.json: results "
+     "of a run"),
     ("results of a run (kdkit.pyz path)", _results_in_project_copy, True,
      "holds 1 file(s) that `kdkit bundle` did not write (e.g. project/runs/pilot-2/results.jsonl"),
-    ("a file added by hand", _extra_file, True, "(e.g. project/notes.md: results of a run, or an edit)"),
-    ("a link added by hand", _link_inside, True, "(e.g. project/home: results of a run, or an edit)"),
+    ("a file added by hand",
+     _extra_file, True, "(e.g. project/notes.md: results of a run, or an edit)"),
+    ("a link added by hand",
+     _link_inside, True, "(e.g. project/home: results of a run, or an edit)"),
     ("a bundle without SHA256SUMS", _no_sums, True, "its SHA256SUMS is missing or unreadable"),
 ]
 
 
-@pytest.mark.parametrize(("damage", "from_bundle", "why"), [f[1:] for f in FORCED], ids=[f[0] for f in FORCED])
-def test_force_replaces_only_a_bundle_kdkit_wrote(ready: Path, tmp_path: Path, damage: Callable[[Path], None],
+@pytest.mark.parametrize(("damage", "from_bundle", "why"), [f[1:] for f in FORCED],
+                         ids=[f[0] for f in FORCED])
+def test_force_replaces_only_a_bundle_kdkit_wrote(ready: Path, tmp_path: Path,
+                                                  damage: Callable[[Path], None],
                                                   from_bundle: bool, why: str) -> None:
     out = tmp_path / "bundle"
     if from_bundle:
@@ -164,8 +178,8 @@ def test_force_replaces_only_a_bundle_kdkit_wrote(ready: Path, tmp_path: Path, d
     damage(out)
     message = _refused(["bundle", ready, "--out", out, "--no-image", "--force"], tmp_path)
     assert message.startswith(f"{out}: ") and why in message
-    assert message.endswith("--force replaces only a bundle that kdkit wrote: choose a new --out or move the "
-                            "folder away first")
+    assert message.endswith("--force replaces only a bundle that kdkit wrote: choose a new --out "
+                            "or move the folder away first")
 
 
 def test_force_over_a_file_is_refused(ready: Path, tmp_path: Path) -> None:
@@ -182,7 +196,8 @@ def test_force_over_an_untouched_bundle_replaces_it(ready: Path, tmp_path: Path)
     info = _bundle(ready, out, "--force")
     assert "src/extra.py" in info["files"]  # type: ignore[operator]
     assert invoke("verify-bundle", out).exit_code == 0
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging, no old copy left
+    # no staging, no old copy left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 # ---------------------------------------------------------------- class 2: links
@@ -220,22 +235,28 @@ def _fifo(root: Path, _outside: Path) -> Path:
     return root / "src" / "pipe"
 
 
-OUTSIDE_LINK = "a symbolic link to {target}, outside the project {root}; a bundle carries the project's own files only"
+OUTSIDE_LINK = (
+    "a symbolic link to {target}, outside the project {root}; a bundle carries the project's own "
+    "files only")
 LINKS: list[tuple[str, Callable[[Path, Path], Path], str]] = [
     ("/etc/shadow in src", _plain("src/shadow", lambda _r, _o: "/etc/shadow"), OUTSIDE_LINK),
     ("absolute, in config", _plain("config/leak.json", lambda _r, o: o / "shadow"), OUTSIDE_LINK),
-    ("relative escape among the inputs", _plain("data/pilot/doc-99.txt", lambda _r, _o: "../../../outside/shadow"),
+    ("relative escape among the inputs",
+     _plain("data/pilot/doc-99.txt", lambda _r, _o: "../../../outside/shadow"),
      OUTSIDE_LINK),
     ("a folder outside", _plain("src/lib", lambda _r, o: o), OUTSIDE_LINK),
     ("the inputs folder is a link out", _move_pilot_out, OUTSIDE_LINK),
     ("kdkit.json is a link out", _kdkit_json_elsewhere, OUTSIDE_LINK),
     ("a chain of links that ends outside", _chain, OUTSIDE_LINK),
     ("in a README", _plain("README.txt", lambda _r, o: o / "shadow"), OUTSIDE_LINK),
-    ("a broken link", _plain("src/gone.py", lambda _r, _o: "nowhere.py"), "which is nothing (a broken link)"),
+    ("a broken link",
+     _plain("src/gone.py", lambda _r, _o: "nowhere.py"), "which is nothing (a broken link)"),
     ("a folder inside", _plain("src/data", lambda _r, _o: "../data"), "which is a folder"),
     ("into the runs", _plain("src/res.jsonl", lambda _r, _o: "../runs/old-run/results.jsonl"),
      "which a bundle never carries (results (runs/) are copied out"),
-    ("into .venv", _plain("src/cfg", lambda r, _o: _venv_file(r)), "which a bundle never carries (.venv/ is never"),
+    ("into .venv",
+     _plain("src/cfg", lambda r, _o: _venv_file(r)),
+     "which a bundle never carries (.venv/ is never"),
     ("a FIFO", _fifo, "not a regular file (a FIFO, socket or device); remove it from the project"),
 ]
 
@@ -247,8 +268,10 @@ def _venv_file(root: Path) -> str:
 
 
 @pytest.mark.parametrize(("make", "expected"), [c[1:] for c in LINKS], ids=[c[0] for c in LINKS])
-def test_a_link_that_leads_out_is_refused_before_anything_is_written(ready: Path, tmp_path: Path, outside: Path,
-                                                                     make: Callable[[Path, Path], Path],
+def test_a_link_that_leads_out_is_refused_before_anything_is_written(ready: Path, tmp_path: Path,
+                                                                     outside: Path,
+                                                                     make: Callable[[Path,
+                                                                                     Path], Path],
                                                                      expected: str) -> None:
     link = make(ready, outside)
     message = _refused(["bundle", ready, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
@@ -263,21 +286,28 @@ def test_a_link_inside_to_a_file_inside_travels_as_that_file(ready: Path, tmp_pa
     (ready / "src" / "env.txt").symlink_to("../.env")
     info = _bundle(ready, tmp_path / "bundle")
     copy = tmp_path / "bundle" / "project" / "src" / "alias.py"
-    assert not copy.is_symlink() and copy.read_bytes() == (ready / "src" / "classify.py").read_bytes()
-    assert {"file": "src/env.txt", "why": "a link to .env, named like an environment file"} in info["left_out"]  # type: ignore[operator]
+    assert not copy.is_symlink() and copy.read_bytes() == (
+        ready / "src" / "classify.py").read_bytes()
+    assert {
+        "file": "src/env.txt",
+        "why": "a link to .env, named like an environment "
+               "file"} in info["left_out"]  # type: ignore[operator]
     assert not (tmp_path / "bundle" / "project" / "src" / "env.txt").exists()
 
 
 GIT_LINKS: list[tuple[str, str, str, str]] = [
-    ("absolute /etc/shadow", "src/shadow", "/etc/shadow", "a symbolic link to /etc/shadow, outside the project"),
-    ("relative escape", "data/pilot/x.txt", "../../../../etc/passwd", "a symbolic link to ../../../../etc/passwd"),
+    ("absolute /etc/shadow",
+     "src/shadow", "/etc/shadow", "a symbolic link to /etc/shadow, outside the project"),
+    ("relative escape",
+     "data/pilot/x.txt", "../../../../etc/passwd", "a symbolic link to ../../../../etc/passwd"),
     ("a loop", "src/loop.py", "loop.py", "a symbolic link to loop.py, outside the project"),
     ("a broken link", "src/gone.py", "nowhere.py", "which is nothing (a broken link)"),
     ("into .git", "config/gitconfig", "../.git/config", "which is nothing (a broken link)"),
 ]
 
 
-@pytest.mark.parametrize(("rel", "target", "expected"), [c[1:] for c in GIT_LINKS], ids=[c[0] for c in GIT_LINKS])
+@pytest.mark.parametrize(("rel", "target", "expected"), [c[1:] for c in GIT_LINKS],
+                         ids=[c[0] for c in GIT_LINKS])
 def test_git_mode_carries_no_link_that_leads_out(ready: Path, tmp_path: Path, rel: str, target: str,
                                                  expected: str) -> None:
     (ready / rel).symlink_to(target)
@@ -293,11 +323,12 @@ def test_git_mode_refuses_a_link_out_of_a_project_nested_in_a_repository(tmp_pat
     root = init_project(repo / "apps" / "proj", name="proj", backend="cpu")
     write_fresh_lock(root)
     (repo / "apps" / "shared.py").write_text("SECRET = 1\n", encoding="utf-8")
-    (root / "src" / "shared.py").symlink_to("../../shared.py")  # inside the repository, outside the project
+    # inside the repository, outside the project
+    (root / "src" / "shared.py").symlink_to("../../shared.py")
     revision = _commit_all(repo)
     message = _refused(["bundle", root, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
-    assert message.startswith(f"src/shared.py (committed at {revision}): a symbolic link to ../../shared.py, "
-                              f"outside the project {root}")
+    assert message.startswith(f"src/shared.py (committed at {revision}): a symbolic link to "
+                              f"../../shared.py, outside the project {root}")
 
 
 def test_git_mode_carries_a_link_inside_as_its_file(ready: Path, tmp_path: Path) -> None:
@@ -306,24 +337,29 @@ def test_git_mode_carries_a_link_inside_as_its_file(ready: Path, tmp_path: Path)
     info = _bundle(ready, tmp_path / "bundle")
     copy = tmp_path / "bundle" / "project" / "src" / "alias.py"
     assert "src/alias.py" in info["files"]  # type: ignore[operator]
-    assert not copy.is_symlink() and copy.read_bytes() == (ready / "src" / "classify.py").read_bytes()
+    assert not copy.is_symlink() and copy.read_bytes() == (
+        ready / "src" / "classify.py").read_bytes()
 
 
 # ---------------------------------------------------------------- class 3: an allow-list, secrets named
 
-SECRETS = [".env.production", "secrets.env", ".ssh/id_ed25519", ".netrc", ".pypirc", ".npmrc", "credentials.json",
-           "server.pem", ".aws/credentials", "config/api.key", "config/.env", "src/.env.local", "src/id_rsa",
+SECRETS = [".env.production", "secrets.env", ".ssh/id_ed25519", ".netrc", ".pypirc", ".npmrc",
+           "credentials.json",
+           "server.pem", ".aws/credentials", "config/api.key", "config/.env", "src/.env.local",
+           "src/id_rsa",
            "data/pilot/.netrc", "requirements/.pypirc", ".git-credentials"]
 NOT_PROJECT = ["notes/todo.txt", "scratch.py", "Makefile", "wheelhouse/cpu/x.whl"]
 EXTRA = ["config/extra.json", "src/extra.py", "README.md"]
 
 
 @pytest.mark.parametrize("mode", ["files", "git"])
-def test_bundle_carries_the_project_and_names_every_secret_it_leaves_out(ready: Path, tmp_path: Path,
+def test_bundle_carries_the_project_and_names_every_secret_it_leaves_out(ready: Path,
+                                                                         tmp_path: Path,
                                                                          mode: str) -> None:
     for index, rel in enumerate(SECRETS + NOT_PROJECT + EXTRA[:2]):
         (ready / rel).parent.mkdir(parents=True, exist_ok=True)
-        (ready / rel).write_bytes(MARKER + f"-{index}\n".encode() if rel in SECRETS else b"ordinary\n")
+        (ready / rel).write_bytes(MARKER + f"-{index}\n".encode() if rel in SECRETS
+                                  else b"ordinary\n")
     if mode == "git":
         _commit_all(ready)
         (ready / "src" / ".env.local").write_text("changed, uncommitted\n", encoding="utf-8")
@@ -333,7 +369,8 @@ def test_bundle_carries_the_project_and_names_every_secret_it_leaves_out(ready: 
     info = json.loads(result.stdout)
     left = {item["file"] for item in info["left_out"]}
     assert left == {*SECRETS, ".env"}
-    assert set(info["files"]) >= {"kdkit.json", "config/pilot.json", "requirements/cpu.txt", "src/train.py",
+    assert set(info["files"]) >= {"kdkit.json", "config/pilot.json", "requirements/cpu.txt",
+                                  "src/train.py",
                                   "data/pilot/manifest.json", *EXTRA}
     assert not set(info["files"]) & {*SECRETS, *NOT_PROJECT}
     assert {"notes", "scratch.py", "Makefile", "wheelhouse"} <= set(info["outside_allow_list"])
@@ -354,15 +391,15 @@ def test_a_required_file_named_like_a_secret_is_refused(ready: Path, tmp_path: P
     data["pilot_config"] = "config/secrets.json"
     (ready / "kdkit.json").write_text(json.dumps(data), encoding="utf-8")
     assert _refused(["bundle", ready, "--out", tmp_path / "bundle", "--no-image"], tmp_path) == (
-        "config/secrets.json: named like a secrets file, so no bundle carries it, yet the rented machine needs "
-        "it; rename it and update the config that names it")
+        "config/secrets.json: named like a secrets file, so no bundle carries it, yet the rented "
+        "machine needs it; rename it and update the config that names it")
 
 
 def test_a_carried_name_with_a_newline_is_refused(ready: Path, tmp_path: Path) -> None:
     (ready / "src" / "bad\nname.py").write_text("x = 1\n", encoding="utf-8")
     message = _refused(["bundle", ready, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
-    assert message.endswith("the file name holds a control character or a backslash; rename it (SHA256SUMS "
-                            "lists one name a line)")
+    assert message.endswith("the file name holds a control character or a backslash; rename it "
+                            "(SHA256SUMS lists one name a line)")
 
 
 # ---------------------------------------------------------------- class 5: a bundle trimmed to pass
@@ -376,7 +413,9 @@ def _drop(name: str) -> Callable[[Path], None]:
     def damage(out: Path) -> None:
         (out / name).unlink()
         sums = out / "SHA256SUMS"
-        sums.write_text("".join(line for line in sums.read_text(encoding="utf-8").splitlines(keepends=True)
+        sums.write_text("".join(line
+                                for line in sums.read_text(encoding="utf-8").splitlines(
+                                    keepends=True)
                                 if not line.endswith(f"  {name}\n")), encoding="utf-8")
     return damage
 
@@ -421,34 +460,45 @@ def _first(text: str) -> str:
 
 MISSING_TOO = "missing, and its SHA256SUMS line too (bundle.json lists it)"
 DAMAGES: list[tuple[str, Callable[[Path], None], str, str]] = [
-    ("a project file and its line", _drop("project/src/train.py"), "project/src/train.py", MISSING_TOO),
+    ("a project file and its line",
+     _drop("project/src/train.py"), "project/src/train.py", MISSING_TOO),
     ("kdkit.json and its line", _drop("project/kdkit.json"), "project/kdkit.json", MISSING_TOO),
-    ("the lock and its line", _drop("project/requirements/cpu.txt"), "project/requirements/cpu.txt", MISSING_TOO),
-    ("the manifest and its line", _drop("project/data/pilot/manifest.json"), "project/data/pilot/manifest.json",
+    ("the lock and its line",
+     _drop("project/requirements/cpu.txt"), "project/requirements/cpu.txt", MISSING_TOO),
+    ("the manifest and its line", _drop("project/data/pilot/manifest.json"),
+     "project/data/pilot/manifest.json",
      MISSING_TOO),
-    ("a pilot input and its line", _drop("project/data/pilot/doc-12.txt"), "project/data/pilot/doc-12.txt",
+    ("a pilot input and its line", _drop("project/data/pilot/doc-12.txt"),
+     "project/data/pilot/doc-12.txt",
      MISSING_TOO),
     ("RUN.md and its line", _drop("RUN.md"), "RUN.md", MISSING_TOO),
     ("kdkit.pyz and its line", _drop("kdkit.pyz"), "kdkit.pyz", MISSING_TOO),
-    ("bundle.json and its line", _drop("bundle.json"), "bundle.json", "missing, and its SHA256SUMS line too"),
+    ("bundle.json and its line",
+     _drop("bundle.json"), "bundle.json", "missing, and its SHA256SUMS line too"),
     ("a file added with its line", _add_listed, "project/src/evil.py",
      "listed in SHA256SUMS but not part of the bundle (bundle.json does not list it)"),
     ("a file swapped for a link", _swap_for_link, "project/src/train.py",
      "a link or special file where a bundle holds a plain file"),
-    ("bundle.json of another format", _rewrite_bundle_json(lambda d: d.pop("kdkit_bundle")), "bundle.json",
-     "has no 'kdkit_bundle': 2 or 3 (made by an older or newer kdkit, or not by kdkit); make the bundle again "
-     "with `kdkit bundle` of this kdkit"),
-    ("bundle.json naming a path out", _rewrite_bundle_json(lambda d: d.update(files=["../../etc/passwd"])),
+    ("bundle.json of another format", _rewrite_bundle_json(lambda d: d.pop("kdkit_bundle")),
+     "bundle.json",
+     "has no 'kdkit_bundle': 2 or 3 (made by an older or newer kdkit, or not by kdkit); make the "
+     "bundle again with `kdkit bundle` of this kdkit"),
+    ("bundle.json naming a path out",
+     _rewrite_bundle_json(lambda d: d.update(files=["../../etc/passwd"])),
      "bundle.json", "its file list ($.files, $.lock, $.pilot_config, $.manifest) is malformed"),
-    ("kdkit-wheels naming a path out", _rewrite_bundle_json(lambda d: d.update(kdkit_wheels={"files": ["../x"]})),
+    ("kdkit-wheels naming a path out",
+     _rewrite_bundle_json(lambda d: d.update(kdkit_wheels={"files": ["../x"]})),
      "bundle.json", "its $.kdkit_wheels.files is malformed"),
-    ("a kdkit wheel and its line", _drop("kdkit-wheels/requirements.txt"), "kdkit-wheels/requirements.txt",
+    ("a kdkit wheel and its line", _drop("kdkit-wheels/requirements.txt"),
+     "kdkit-wheels/requirements.txt",
      MISSING_TOO),
 ]
 
 
-@pytest.mark.parametrize(("damage", "name", "problem"), [d[1:] for d in DAMAGES], ids=[d[0] for d in DAMAGES])
-def test_verify_bundle_knows_what_a_bundle_must_hold(ready: Path, tmp_path: Path, damage: Callable[[Path], None],
+@pytest.mark.parametrize(("damage", "name", "problem"), [d[1:] for d in DAMAGES],
+                         ids=[d[0] for d in DAMAGES])
+def test_verify_bundle_knows_what_a_bundle_must_hold(ready: Path, tmp_path: Path,
+                                                     damage: Callable[[Path], None],
                                                      name: str, problem: str) -> None:
     out = tmp_path / "bundle"
     _bundle(ready, out)
@@ -462,19 +512,26 @@ def test_verify_bundle_knows_what_a_bundle_must_hold(ready: Path, tmp_path: Path
 
 
 MALFORMED: list[tuple[str, Callable[[Path], None], str]] = [
-    ("not UTF-8", _sums_text(lambda t: t.encode("utf-8") + b"\xff\xfe  project/x\n"), "not UTF-8 (byte at offset"),
+    ("not UTF-8",
+     _sums_text(lambda t: t.encode("utf-8") + b"\xff\xfe  project/x\n"),
+     "not UTF-8 (byte at offset"),
     ("no two-space separator", _sums_text(lambda t: t.replace("  RUN.md", " RUN.md")), ":"),
-    ("a digest in capitals", _sums_text(lambda t: t.replace(_first(t)[:64], _first(t)[:64].upper())), ":1: "),
+    ("a digest in capitals",
+     _sums_text(lambda t: t.replace(_first(t)[:64], _first(t)[:64].upper())), ":1: "),
     ("a short digest", _sums_text(lambda t: t[1:]), ":1: "),
-    ("an absolute name", _sums_text(lambda t: t + f"{'0' * 64}  /etc/passwd\n"), ": malformed line"),
-    ("a name with ..", _sums_text(lambda t: t + f"{'0' * 64}  project/../../x\n"), ": malformed line"),
+    ("an absolute name",
+     _sums_text(lambda t: t + f"{'0' * 64}  /etc/passwd\n"), ": malformed line"),
+    ("a name with ..",
+     _sums_text(lambda t: t + f"{'0' * 64}  project/../../x\n"), ": malformed line"),
     ("a line listed twice", _sums_text(lambda t: t + _first(t) + "\n"), ": malformed line"),
     ("CRLF line ends", _sums_text(lambda t: t.replace("\n", "\r\n")), ":1: malformed line"),
 ]
 
 
-@pytest.mark.parametrize(("damage", "expected"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
-def test_a_malformed_sha256sums_is_one_clean_line(ready: Path, tmp_path: Path, damage: Callable[[Path], None],
+@pytest.mark.parametrize(("damage", "expected"), [m[1:] for m in MALFORMED],
+                         ids=[m[0] for m in MALFORMED])
+def test_a_malformed_sha256sums_is_one_clean_line(ready: Path, tmp_path: Path,
+                                                  damage: Callable[[Path], None],
                                                   expected: str) -> None:
     out = tmp_path / "bundle"
     _bundle(ready, out)
@@ -504,13 +561,18 @@ def _pilot(root: Path, **changes: object) -> None:
 
 
 STEERING: list[tuple[str, Callable[[Path, Path], None], str]] = [
-    ("runs is the project", lambda r, _o: _pilot(r, runs="."), "$.runs: '.' is the project folder itself"),
-    ("runs is src", lambda r, _o: _pilot(r, runs="src"), "config/pilot.json: $.runs: 'src' is 'src', a part of"),
-    ("runs holds the inputs", lambda r, _o: _pilot(r, runs="data"), "$.runs: 'data' holds 'data/pilot', a part of"),
-    ("inputs outside", lambda r, _o: _pilot(r, inputs="../outside"), "$.inputs: '../outside' points outside"),
+    ("runs is the project", lambda r,
+     _o: _pilot(r, runs="."), "$.runs: '.' is the project folder itself"),
+    ("runs is src", lambda r,
+     _o: _pilot(r, runs="src"), "config/pilot.json: $.runs: 'src' is 'src', a part of"),
+    ("runs holds the inputs", lambda r,
+     _o: _pilot(r, runs="data"), "$.runs: 'data' holds 'data/pilot', a part of"),
+    ("inputs outside", lambda r,
+     _o: _pilot(r, inputs="../outside"), "$.inputs: '../outside' points outside"),
     ("manifest absolute", lambda r, _o: _pilot(r, manifest="/etc/passwd"),
      "$.manifest: '/etc/passwd' is absolute; give a path relative to the project root"),
-    ("no manifest key", lambda r, _o: _pilot(r, manifest=None), "$.manifest: expected string, got NoneType null"),
+    ("no manifest key", lambda r,
+     _o: _pilot(r, manifest=None), "$.manifest: expected string, got NoneType null"),
     ("pilot config linked out", lambda r, o: _link_pilot_config(r, o), "$.pilot_config: "),
 ]
 
@@ -520,9 +582,12 @@ def _link_pilot_config(root: Path, outside: Path) -> None:
     (root / "config" / "pilot.json").symlink_to(outside / "pilot.json")
 
 
-@pytest.mark.parametrize(("edit", "expected"), [c[1:] for c in STEERING], ids=[c[0] for c in STEERING])
-def test_a_config_cannot_steer_the_bundle_out_of_the_project(ready: Path, tmp_path: Path, outside: Path,
-                                                             edit: Callable[[Path, Path], None], expected: str) -> None:
+@pytest.mark.parametrize(("edit", "expected"), [c[1:] for c in STEERING],
+                         ids=[c[0] for c in STEERING])
+def test_a_config_cannot_steer_the_bundle_out_of_the_project(ready: Path, tmp_path: Path,
+                                                             outside: Path,
+                                                             edit: Callable[[Path, Path], None],
+                                                             expected: str) -> None:
     edit(ready, outside)
     message = _refused(["bundle", ready, "--out", tmp_path / "bundle", "--no-image"], tmp_path)
     assert expected in message
@@ -543,7 +608,8 @@ def nested(tmp_path: Path) -> Path:
     return root
 
 
-def test_a_project_nested_in_a_repository_is_bundled_at_its_revision(nested: Path, tmp_path: Path) -> None:
+def test_a_project_nested_in_a_repository_is_bundled_at_its_revision(
+    nested: Path, tmp_path: Path) -> None:
     (nested / "src" / "données.py").write_text("X = 'é'\n", encoding="utf-8")
     revision = _commit_all(nested.parent.parent)
     (nested / "src" / "train.py").write_text("# an uncommitted edit\n", encoding="utf-8")
@@ -552,8 +618,10 @@ def test_a_project_nested_in_a_repository_is_bundled_at_its_revision(nested: Pat
     info = _bundle(nested, out)
     assert str(info["revision"]).startswith(revision) and info["uncommitted"] == ["src/train.py"]
     assert (out / "project" / "src" / "données.py").read_text(encoding="utf-8") == "X = 'é'\n"
-    assert (out / "project" / "src" / "train.py").read_text(encoding="utf-8") != "# an uncommitted edit\n"
-    assert not (out / "project" / "top.txt").exists() and "top.txt" not in info["files"]  # type: ignore[operator]
+    assert (out / "project" / "src"
+            / "train.py").read_text(encoding="utf-8") != "# an uncommitted edit\n"
+    assert not (out / "project"
+                / "top.txt").exists() and "top.txt" not in info["files"]  # type: ignore[operator]
     assert invoke("verify-bundle", out).exit_code == 0
 
 
@@ -564,8 +632,8 @@ def test_a_nested_project_never_committed_is_refused(nested: Path, tmp_path: Pat
     _git(repo, "commit", "-q", "-m", "top only")
     revision = _git(repo, "rev-parse", "HEAD")[:12]
     assert _refused(["bundle", nested, "--out", tmp_path / "bundle", "--no-image"], tmp_path) == (
-        f"kdkit.json: not committed at revision {revision}; the bundle must carry it (git add kdkit.json && "
-        "git commit)")
+        f"kdkit.json: not committed at revision {revision}; the bundle must carry it (git add "
+        "kdkit.json && git commit)")
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -587,14 +655,17 @@ def test_git_archive_export_ignore_is_named_or_refused(ready: Path, tmp_path: Pa
     (ready / ".gitattributes").write_text("src/local_only.py export-ignore\n", encoding="utf-8")
     _commit_all(ready)
     info = _bundle(ready, tmp_path / "bundle")
-    assert {"file": "src/local_only.py", "why": "export-ignore: git archive leaves it out"} in info["left_out"]  # type: ignore[operator]
+    assert {
+        "file": "src/local_only.py",
+        "why": "export-ignore: git archive leaves it "
+               "out"} in info["left_out"]  # type: ignore[operator]
     assert "src/local_only.py" not in info["files"]  # type: ignore[operator]
     assert invoke("verify-bundle", tmp_path / "bundle").exit_code == 0
     (ready / ".gitattributes").write_text("config/pilot.json export-ignore\n", encoding="utf-8")
     _git(ready, "commit", "-q", "-a", "-m", "ignore the pilot config")
     message = _refused(["bundle", ready, "--out", tmp_path / "second", "--no-image"], tmp_path)
-    assert message == ("config/pilot.json: left out by `git archive` (export-ignore in .gitattributes?); the bundle "
-                       "must carry it")
+    assert message == ("config/pilot.json: left out by `git archive` (export-ignore in "
+                       ".gitattributes?); the bundle must carry it")
 
 
 # ---------------------------------------------------------------- folders this user may not read
@@ -604,7 +675,8 @@ def _as_nobody(*args: object) -> subprocess.CompletedProcess[str]:
     import sys
 
     kdkit = Path(sys.executable).parent / "kdkit"
-    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(kdkit), *map(str, args)]
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(kdkit),
+            *map(str, args)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
@@ -641,8 +713,9 @@ def test_results_this_user_cannot_read_do_not_stop_validate_or_bundle(shared: Pa
     (root / "src" / "private").chmod(0o700)
     before = tree_snapshot(outs)
     done = _as_nobody("bundle", root, "--out", outs / "second", "--no-image", "--no-kdkit-wheels")
-    assert done.returncode == 2 and done.stderr == (f"Error: {root / 'src' / 'private'}: cannot read this folder of "
-                                                    "the project; fix its permissions\n")
+    assert done.returncode == 2 and done.stderr == (f"Error: {root / 'src' / 'private'}: cannot "
+                                                    "read this folder of the project; fix its "
+                                                    "permissions\n")
     assert tree_snapshot(outs) == before
 
 
@@ -653,7 +726,8 @@ CREDENTIALS = {
     "requirements/base.in": "--extra-index-url https://bob:Sup3rS3cretPw@pypi.example.com/simple\n",
     "src/settings.py": 'AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"\n',
     "src/notes.md": "token: ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8\n",
-    "src/deploy.txt": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA==\n-----END OPENSSH PRIVATE KEY-----\n",
+    "src/deploy.txt": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA==\n-----END OPENSSH PRIVATE "
+                      "KEY-----\n",
     "config/extra.json": '{"password": "hunter2hunter2"}\n',
 }
 
@@ -674,9 +748,11 @@ def test_a_bundle_refuses_to_carry_a_credential_and_names_it_redacted(project: P
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".bundle.")]
 
 
-@pytest.mark.parametrize("name", ["id_rsa.bak", "id_ed25519.old", "server.key.txt", "hf_token", "token",
-                                  "backup.gpg", "sa.p8", ".env~", ".envrc.local"])
-def test_secret_shaped_names_the_first_list_missed_are_left_out(project: Path, tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name",
+                         ["id_rsa.bak", "id_ed25519.old", "server.key.txt", "hf_token", "token",
+                          "backup.gpg", "sa.p8", ".env~", ".envrc.local"])
+def test_secret_shaped_names_the_first_list_missed_are_left_out(
+    project: Path, tmp_path: Path, name: str) -> None:
     (project / "src" / name).write_text("nothing shaped like a key here\n")
     write_fresh_lock(project)
     out = tmp_path / "bundle"
@@ -686,7 +762,8 @@ def test_secret_shaped_names_the_first_list_missed_are_left_out(project: Path, t
 
 
 def test_a_public_key_is_not_a_secret(project: Path, tmp_path: Path) -> None:
-    (project / "src" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMq ci@example\n")
+    (project / "src"
+     / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMq ci@example\n")
     write_fresh_lock(project)
     out = tmp_path / "bundle"
     assert invoke("bundle", project, "--no-image", "--out", out).exit_code == 0
@@ -697,7 +774,8 @@ def test_a_public_key_is_not_a_secret(project: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("runs", ["project", "src", "runs"])
-def test_a_file_added_to_the_packed_project_is_named_whatever_runs_says(project: Path, tmp_path: Path,
+def test_a_file_added_to_the_packed_project_is_named_whatever_runs_says(project: Path,
+                                                                        tmp_path: Path,
                                                                         runs: str) -> None:
     edit_config(project, runs=runs)
     write_fresh_lock(project)

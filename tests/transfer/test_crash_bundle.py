@@ -25,7 +25,8 @@ from tests.conftest import invoke, tree_snapshot
 from tests.tinywheels import build_wheel
 from tests.transfer.test_bundle import write_fresh_lock
 
-KDKIT = Path(sys.executable).parent / "kdkit"  # the installed console script, a real process of its own
+# the installed console script, a real process of its own
+KDKIT = Path(sys.executable).parent / "kdkit"
 STAGED = re.compile(r"\.bundle\.(partial|old)-[0-9]+")
 
 
@@ -82,7 +83,8 @@ def test_refused_bundle_leaves_stale_staging_alone(project: Path, tmp_path: Path
     assert result.exit_code == 2 and stale.is_dir() and tree_snapshot(tmp_path) == before
 
 
-def test_wheelhouse_stages_beside_out_and_cleans_what_a_killed_run_left(project: Path, tmp_path: Path,
+def test_wheelhouse_stages_beside_out_and_cleans_what_a_killed_run_left(project: Path,
+                                                                        tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     wheel = build_wheel(tmp_path / "wheels", "tinypkg", "1.0")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
@@ -93,7 +95,8 @@ def test_wheelhouse_stages_beside_out_and_cleans_what_a_killed_run_left(project:
     lock.write_text(header + f"tinypkg==1.0 \\\n    --hash=sha256:{digest}\n", encoding="utf-8")
     out = tmp_path / "wh" / "cpu"
     out.mkdir(parents=True)
-    (out / wheel.name).write_bytes(wheel.read_bytes())  # pip finds it there (--find-links): no network
+    # pip finds it there (--find-links): no network
+    (out / wheel.name).write_bytes(wheel.read_bytes())
     stale = out.parent / f".cpu.partial-{_dead_pid()}"
     stale.mkdir()
     (stale / "half.whl").write_bytes(b"PK\x03\x04")
@@ -114,7 +117,8 @@ HANG = 600  # seconds a killed bundle process may take to be reaped: only a hang
 
 
 def _run(project: Path, out: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([str(KDKIT), "bundle", str(project), "--out", str(out), "--no-image", "--force"],
+    return subprocess.Popen([str(KDKIT), "bundle", str(project), "--out",
+                             str(out), "--no-image", "--force"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -133,16 +137,19 @@ def _window(project: Path, out: Path) -> tuple[float, float]:
     return (first if first is not None else total * 0.6), total
 
 
-@pytest.mark.skipif(not KDKIT.is_file(), reason=f"{KDKIT}: the installed kdkit console script is needed")
+@pytest.mark.skipif(
+    not KDKIT.is_file(), reason=f"{KDKIT}: the installed kdkit console script is needed")
 def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     project_before = tree_snapshot(ready)
-    first, total = _window(ready, out)  # a first bundle, then one that replaces it (what --force adds)
+    # a first bundle, then one that replaces it (what --force adds)
+    first, total = _window(ready, out)
     first, total = map(max, zip((first, total), _window(ready, out), strict=True))
     rng = random.Random(SEED)
     outcomes = {"finished": 0, "absent": 0, "complete": 0, "staging left": 0, "cleaned and said": 0}
     left: list[Path] = []
-    for trial in range(TRIALS):  # bounded by trials, never by the clock: a loaded machine only makes it slower
+    # bounded by trials, never by the clock: a loaded machine only makes it slower
+    for trial in range(TRIALS):
         if trial % 2 == 0 and out.exists():
             shutil.rmtree(out)  # even trials make a first bundle, odd ones replace one (--force)
         process = _run(ready, out)
@@ -159,10 +166,12 @@ def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_pa
             time.sleep(rng.uniform(0.0, total * 1.3))
         delay = time.monotonic() - started
         process.send_signal(signal.SIGKILL)
-        _stdout, stderr = process.communicate(timeout=HANG)  # a killed process that never ends is a hang
+        # a killed process that never ends is a hang
+        _stdout, stderr = process.communicate(timeout=HANG)
         if process.returncode == 0:
             outcomes["finished"] += 1
-            for line in describe_removed(left):  # a run that got through cleaned what the last kill left
+            # a run that got through cleaned what the last kill left
+            for line in describe_removed(left):
                 assert line in stderr.decode(), f"trial {trial}: {stderr.decode()}"
             outcomes["cleaned and said"] += bool(left)
         if out.exists():
@@ -173,7 +182,8 @@ def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_pa
             outcomes["absent"] += 1
         left = _staged(tmp_path)
         outcomes["staging left"] += bool(left)
-        assert all(STAGED.fullmatch(p.name) for p in tmp_path.iterdir() if p.name.startswith(".")), \
+        assert all(STAGED.fullmatch(p.name) for p in tmp_path.iterdir()
+                   if p.name.startswith(".")), \
             f"trial {trial}: {sorted(p.name for p in tmp_path.iterdir())}"
         assert tree_snapshot(ready) == project_before, f"trial {trial}: the project changed"
     assert outcomes["staging left"] > 0, f"no kill landed while staging ({outcomes}, window {first:.3f}-{total:.3f} s)"
@@ -191,5 +201,5 @@ def test_sigkill_at_random_points_never_leaves_half_a_bundle(ready: Path, tmp_pa
         assert line in stderr.decode()
     assert _staged(tmp_path) == []
     assert invoke("verify-bundle", out).exit_code == 0
-    print(f"\n{TRIALS} SIGKILLs, window {first:.3f}-{total:.3f} s: {outcomes}; {len(left)} staging cleaned by the "
-          "next run")
+    print(f"\n{TRIALS} SIGKILLs, window {first:.3f}-{total:.3f} s: {outcomes}; {len(left)} staging "
+          "cleaned by the next run")

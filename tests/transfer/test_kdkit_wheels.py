@@ -30,10 +30,12 @@ def test_the_wheel_holds_the_package_and_its_data_and_nothing_else(tmp_path: Pat
     names = zipfile.ZipFile(wheel).namelist()
     assert "kdkit/_data/requirements/runtime.txt" in names and "kdkit/_data/project-template/kdkit.json" in names
     assert "kdkit/data/pairings.json" in names and "kdkit/cli/__init__.py" in names
-    odd = [n for n in names if not n.startswith(("kdkit/_data/", "kdkit-")) and not n.endswith((".py", ".json"))]
+    odd = [n for n in names if not n.startswith(("kdkit/_data/", "kdkit-"))
+           and not n.endswith((".py", ".json"))]
     assert odd == []
     (tmp_path / "again").mkdir()
-    assert write_kdkit_wheel(tmp_path / "again").read_bytes() == wheel.read_bytes()  # same files, same bytes
+    # same files, same bytes
+    assert write_kdkit_wheel(tmp_path / "again").read_bytes() == wheel.read_bytes()
 
 
 def test_links_and_caches_never_travel_in_the_wheel(tmp_path: Path) -> None:
@@ -52,16 +54,19 @@ def test_kdkit_installs_offline_from_a_bundle_and_verifies_it(locked: Path, tmp_
     folder, env = tmp_path / "bundle" / WHEELS, tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", env], check=True)
     offline = {**os.environ, "PIP_CONFIG_FILE": os.devnull}  # no local wheels, no index
-    done = subprocess.run([env / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+    done = subprocess.run([env / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-index",
+                           "--find-links",
                            folder, "--require-hashes", "-r", folder / "requirements.txt"],
                           env=offline, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    verified = subprocess.run([env / "bin" / "python", "-m", "kdkit", "verify-bundle", tmp_path / "bundle"],
+    verified = subprocess.run([env / "bin" / "python", "-m", "kdkit",
+                               "verify-bundle", tmp_path / "bundle"],
                               env=offline, capture_output=True, text=True, check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-def test_a_bundle_made_under_umask_077_is_readable_by_the_containers_user(locked: Path, tmp_path: Path) -> None:
+def test_a_bundle_made_under_umask_077_is_readable_by_the_containers_user(
+    locked: Path, tmp_path: Path) -> None:
     old = os.umask(0o077)
     try:
         _bundle(locked, tmp_path / "bundle")
@@ -75,7 +80,8 @@ def test_a_bundle_made_under_umask_077_is_readable_by_the_containers_user(locked
 
 
 @pytest.mark.slow
-def test_the_cache_is_refetched_when_incomplete_and_refused_when_altered(locked: Path, tmp_path: Path,
+def test_the_cache_is_refetched_when_incomplete_and_refused_when_altered(locked: Path,
+                                                                         tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KDKIT_CACHE_DIR", str(tmp_path / "cache"))
     _bundle(locked, tmp_path / "first")
@@ -86,7 +92,8 @@ def test_the_cache_is_refetched_when_incomplete_and_refused_when_altered(locked:
     info = _bundle(locked, tmp_path / "second")
     assert click in info["kdkit_wheels"]["files"] and (cached / click).is_file()
     rich = next(name for name in listed if name.startswith("rich-"))
-    shutil.copyfile(cached / click, cached / rich)  # a wheel swapped for another: refused, nothing written
+    # a wheel swapped for another: refused, nothing written
+    shutil.copyfile(cached / click, cached / rich)
     before = tree_snapshot(tmp_path / "third")
     result = invoke("bundle", locked, "--out", tmp_path / "third", "--no-image")
     assert result.exit_code == 1 and f"{cached / rich}: its hash is not the lock's for it" in result.stderr

@@ -28,11 +28,13 @@ import pytest
 from tests.conftest import invoke
 from tests.transfer.test_bundle import write_fresh_lock
 
-KDKIT = Path(sys.executable).parent / "kdkit"  # the installed console script, a real process of its own
+# the installed console script, a real process of its own
+KDKIT = Path(sys.executable).parent / "kdkit"
 FAST = ("--no-image", "--no-kdkit-wheels")
 TRIES = 40  # stops that land after the publish are tried again, this many times at most
 
-pytestmark = pytest.mark.skipif(not KDKIT.is_file(), reason=f"{KDKIT}: the installed kdkit console script is needed")
+pytestmark = pytest.mark.skipif(
+    not KDKIT.is_file(), reason=f"{KDKIT}: the installed kdkit console script is needed")
 
 
 def listing(root: Path) -> dict[str, object]:
@@ -58,11 +60,13 @@ def listing(root: Path) -> dict[str, object]:
 
 def staged(folder: Path) -> list[str]:
     """Staging entries (``.NAME.partial-PID``, ``.NAME.old-PID``, ...) left in ``folder``."""
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) if folder.is_dir() else []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name.startswith(".")) if folder.is_dir() else []
 
 
 def start(*args: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(KDKIT), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([str(KDKIT), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
@@ -122,11 +126,13 @@ def ready(project: Path) -> Path:
 
 
 def appeared(out: Path) -> str:
-    return (f"{out}: appeared while kdkit was writing it (another kdkit or another program made it); it was left as "
-            "it is and nothing was published: choose another --out, or move it away and retry")
+    return (f"{out}: appeared while kdkit was writing it (another kdkit or another program made "
+            "it); it was left as it is and nothing was published: choose another --out, or move it "
+            "away and retry")
 
 
-def test_two_bundles_into_one_out_one_is_refused_and_the_other_verifies(ready: Path, tmp_path: Path) -> None:
+def test_two_bundles_into_one_out_one_is_refused_and_the_other_verifies(
+    ready: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     first = stopped(["bundle", ready, "--out", out, *FAST], out)  # checked --out: free; staging
     second = start("bundle", ready, "--out", out, *FAST)  # checks --out: still free
@@ -139,7 +145,8 @@ def test_two_bundles_into_one_out_one_is_refused_and_the_other_verifies(ready: P
     assert invoke("verify-bundle", out).exit_code == 0
 
 
-def test_two_bundles_started_together_one_wins_whatever_the_order(ready: Path, tmp_path: Path) -> None:
+def test_two_bundles_started_together_one_wins_whatever_the_order(
+    ready: Path, tmp_path: Path) -> None:
     """No stop: whichever order the two take, one publishes and the other is refused in one line."""
     out = tmp_path / "bundle"
     processes = [start("bundle", ready, "--out", out, *FAST) for _ in range(2)]
@@ -147,8 +154,10 @@ def test_two_bundles_started_together_one_wins_whatever_the_order(ready: Path, t
     assert sorted(code for code, _err in results) == [0, 2], results
     line = error_line(*next(r for r in results if r[0] == 2))
     assert line in (appeared(out),  # checked before the other published, refused at its own publish
-                    f"{out}: already exists; choose a new --out folder or pass --force to replace it",  # after
-                    f"{out}: already exists; choose another --out or move it away first")  # between the two checks
+                    f"{out}: already exists; choose a new --out folder or pass --force to replace "
+                    "it",  # after
+                    # between the two checks
+                    f"{out}: already exists; choose another --out or move it away first")
     assert staged(tmp_path) == [] and invoke("verify-bundle", out).exit_code == 0
 
 
@@ -176,8 +185,10 @@ def _dangling_link(out: Path) -> None:
     out.symlink_to(out.parent / "nowhere")
 
 
-@pytest.mark.parametrize("make", [_user_folder, _empty_folder, _file, _link_to_folder, _dangling_link])
-def test_what_a_person_puts_at_out_mid_bundle_is_left_untouched(ready: Path, tmp_path: Path, make: object) -> None:
+@pytest.mark.parametrize("make",
+                         [_user_folder, _empty_folder, _file, _link_to_folder, _dangling_link])
+def test_what_a_person_puts_at_out_mid_bundle_is_left_untouched(
+    ready: Path, tmp_path: Path, make: object) -> None:
     out = tmp_path / "bundle"
     refused_untouched(stopped(["bundle", ready, "--out", out, *FAST], out), out, make)
 
@@ -205,13 +216,16 @@ def test_outs_parent_gone_mid_bundle_is_one_line_and_nothing_made_again(ready: P
         parent.write_text("not a folder\n", encoding="utf-8")
     before = listing(tmp_path)
     code, err = finish(process)
-    assert error_line(code, err) == (f"{out}: {parent} was removed or replaced while kdkit was writing there; nothing "
-                                     "was published or left behind: make the folder again (or choose another --out) "
-                                     "and retry")
-    assert listing(tmp_path) == before  # the folder is not made again by a writer inside the staging
+    assert error_line(code,
+                      err) == (f"{out}: {parent} was removed or replaced while kdkit was writing "
+                                     "there; nothing was published or left behind: make the folder "
+                                     "again (or choose another --out) and retry")
+    # the folder is not made again by a writer inside the staging
+    assert listing(tmp_path) == before
 
 
-def test_two_bundles_filling_a_cold_wheel_cache_both_succeed_and_share_it(ready: Path, tmp_path: Path,
+def test_two_bundles_filling_a_cold_wheel_cache_both_succeed_and_share_it(ready: Path,
+                                                                          tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """kdkit-wheels/ comes from kdkit's cache: the second fetch to finish keeps the first one's cache and uses it
     (it was replaced, or refused as unusable and fetched again, before)."""
@@ -221,13 +235,15 @@ def test_two_bundles_filling_a_cold_wheel_cache_both_succeed_and_share_it(ready:
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("KDKIT_CACHE_DIR", str(cache))
-    cached = cache / WHEELS / f"{sha256_file(runtime_lock())[:16]}-x86_64"  # kdkit's own lock, for the project's CPU
+    # kdkit's own lock, for the project's CPU
+    cached = cache / WHEELS / f"{sha256_file(runtime_lock())[:16]}-x86_64"
 
     def reset() -> None:
         for path in (cache, tmp_path / "one"):
             shutil.rmtree(path, ignore_errors=True)
 
-    first = stopped(["bundle", ready, "--out", tmp_path / "one", "--no-image"], cached, reset)  # fetching, not kept
+    # fetching, not kept
+    first = stopped(["bundle", ready, "--out", tmp_path / "one", "--no-image"], cached, reset)
     second = start("bundle", ready, "--out", tmp_path / "two", "--no-image")
     _o, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
@@ -269,13 +285,15 @@ def _swap_for_another_bundle(out: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    (_add_notes, "holds 1 file(s) that `kdkit bundle` did not write (e.g. notes.txt: results of a run, or an edit), "
-                 "which --force would delete"),
+    (_add_notes,
+     "holds 1 file(s) that `kdkit bundle` did not write (e.g. notes.txt: results of a run, or an "
+     "edit), which --force would delete"),
     (_swap_for_a_folder, "another folder is there now"),
     (_swap_for_a_link, "another folder is there now"),
     (_swap_for_another_bundle, "another folder is there now"),
 ])
-def test_force_never_replaces_what_stopped_being_the_bundle_it_checked(ready: Path, tmp_path: Path, change: object,
+def test_force_never_replaces_what_stopped_being_the_bundle_it_checked(ready: Path, tmp_path: Path,
+                                                                       change: object,
                                                                        why: str) -> None:
     out = tmp_path / "bundle"
     _bundle(ready, out)
@@ -284,8 +302,9 @@ def test_force_never_replaces_what_stopped_being_the_bundle_it_checked(ready: Pa
     change(out)
     before = listing(tmp_path)
     code, err = finish(process)
-    assert error_line(code, err) == (f"{out}: changed while kdkit was writing it ({why}); it was left as it is and "
-                                     "nothing was published: move it away and retry")
+    assert error_line(code,
+                      err) == (f"{out}: changed while kdkit was writing it ({why}); it was left as "
+                                     "it is and nothing was published: move it away and retry")
     assert listing(tmp_path) == before and staged(tmp_path) == []
 
 
@@ -294,7 +313,8 @@ def test_force_replaces_the_bundle_it_checked_or_publishes_when_it_went(ready: P
                                                                        change: str) -> None:
     out = tmp_path / "bundle"
     _bundle(ready, out)
-    (out / "bundle.json").touch()  # a mark of the old copy (its mtime); the new one is written afresh
+    # a mark of the old copy (its mtime); the new one is written afresh
+    (out / "bundle.json").touch()
     old_inode = out.stat().st_ino
     process = stopped(["bundle", ready, "--out", out, *FAST, "--force"], out)
     if change == "removed":
@@ -305,17 +325,22 @@ def test_force_replaces_the_bundle_it_checked_or_publishes_when_it_went(ready: P
     assert invoke("verify-bundle", out).exit_code == 0
 
 
-def test_two_forced_bundles_over_one_bundle_one_replaces_it_the_other_is_refused(ready: Path, tmp_path: Path) -> None:
+def test_two_forced_bundles_over_one_bundle_one_replaces_it_the_other_is_refused(
+    ready: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     _bundle(ready, out)
-    first = stopped(["bundle", ready, "--out", out, *FAST, "--force"], out)  # checked the first bundle
-    second = start("bundle", ready, "--out", out, *FAST, "--force")  # checks it too, and replaces it
+    # checked the first bundle
+    first = stopped(["bundle", ready, "--out", out, *FAST, "--force"], out)
+    # checks it too, and replaces it
+    second = start("bundle", ready, "--out", out, *FAST, "--force")
     _o, err = second.communicate(timeout=300)
     assert second.returncode == 0, err
     published = listing(tmp_path)
     code, err = finish(first)
-    assert error_line(code, err) == (f"{out}: changed while kdkit was writing it (another folder is there now); it "
-                                     "was left as it is and nothing was published: move it away and retry")
+    assert error_line(code,
+                      err) == (f"{out}: changed while kdkit was writing it (another folder is "
+                                     "there now); it was left as it is and nothing was published: "
+                                     "move it away and retry")
     assert listing(tmp_path) == published and staged(tmp_path) == []
     assert invoke("verify-bundle", out).exit_code == 0
 
@@ -334,8 +359,8 @@ def small_disk(tmp_path: Path) -> Iterator[object]:
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}): a full disk needs "
-                        "root and CAP_SYS_ADMIN")
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}): a "
+                        "full disk needs root and CAP_SYS_ADMIN")
         mounted.append(where)
         return where
 
@@ -349,7 +374,8 @@ def small_disk(tmp_path: Path) -> Iterator[object]:
     ("2m", FAST),  # kdkit.pyz
     ("5m", ("--no-image",)),  # kdkit-wheels/
 ])
-def test_bundle_on_a_full_disk_is_bad_input_and_leaves_nothing(ready: Path, small_disk: object, size: str,
+def test_bundle_on_a_full_disk_is_bad_input_and_leaves_nothing(ready: Path, small_disk: object,
+                                                               size: str,
                                                                options: tuple[str, ...]) -> None:
     assert callable(small_disk)
     disk: Path = small_disk(size)
@@ -357,12 +383,13 @@ def test_bundle_on_a_full_disk_is_bad_input_and_leaves_nothing(ready: Path, smal
     before = listing(ready)
     result = invoke("bundle", ready, "--out", out, *options)
     line = error_line(result.exit_code, result.stderr)
-    assert line == (f"{out}: could not write it (No space left on device); nothing was left behind: free space or fix "
-                    "permissions (or choose another --out) and retry")
+    assert line == (f"{out}: could not write it (No space left on device); nothing was left "
+                    "behind: free space or fix permissions (or choose another --out) and retry")
     assert list(disk.iterdir()) == [] and listing(ready) == before
 
 
-def test_gathering_on_a_full_disk_is_bad_input_and_leaves_nothing(workers: list[Path], small_disk: object) -> None:
+def test_gathering_on_a_full_disk_is_bad_input_and_leaves_nothing(
+    workers: list[Path], small_disk: object) -> None:
     assert callable(small_disk)
     disk: Path = small_disk("64k")
     filler = disk / "filler"
@@ -375,11 +402,12 @@ def test_gathering_on_a_full_disk_is_bad_input_and_leaves_nothing(workers: list[
     finally:
         os.close(fd)
     before = listing(disk)
-    done = subprocess.run([str(KDKIT), "gather", *map(str, workers), "--out", str(disk / "gathered")],
+    done = subprocess.run([str(KDKIT), "gather", *map(str, workers), "--out",
+                           str(disk / "gathered")],
                           capture_output=True, text=True, timeout=300, check=False)
     assert error_line(done.returncode, done.stderr) == (
-        f"{disk / 'gathered'}: could not write it (No space left on device); nothing was left behind: free space or "
-        "fix permissions (or choose another --out) and retry")
+        f"{disk / 'gathered'}: could not write it (No space left on device); nothing was left "
+        "behind: free space or fix permissions (or choose another --out) and retry")
     assert listing(disk) == before and staged(disk) == []
 
 
@@ -399,9 +427,11 @@ def rename(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> o
     return noreplace.rename_no_replace
 
 
-@pytest.mark.parametrize("make", [_user_folder, _empty_folder, _file, _link_to_folder, _dangling_link])
+@pytest.mark.parametrize("make",
+                         [_user_folder, _empty_folder, _file, _link_to_folder, _dangling_link])
 @pytest.mark.parametrize("kind", ["folder", "file"])
-def test_the_rename_never_replaces_anything(rename: object, tmp_path: Path, make: object, kind: str) -> None:
+def test_the_rename_never_replaces_anything(rename: object, tmp_path: Path,
+                                            make: object, kind: str) -> None:
     source = tmp_path / "staged"
     if kind == "folder":
         source.mkdir()
@@ -416,27 +446,33 @@ def test_the_rename_never_replaces_anything(rename: object, tmp_path: Path, make
     assert listing(tmp_path) == before
     (tmp_path / "free").mkdir()
     rename(source, tmp_path / "free" / "final")
-    moved = {".": ("file", b"new\n")} if kind == "file" else {".": ("folder",), "new.txt": ("file", b"new\n")}
+    moved = {".": ("file", b"new\n")} if kind == "file" else {
+        ".": ("folder",), "new.txt": ("file", b"new\n")}
     assert listing(tmp_path / "free" / "final") == moved
     assert not os.path.lexists(source)
 
 
 @pytest.mark.docker
-def test_bundle_whose_image_fills_the_disk_is_bad_input(ready: Path, small_disk: object, docker_engine: None) -> None:
+def test_bundle_whose_image_fills_the_disk_is_bad_input(ready: Path,
+                                                        small_disk: object,
+                                                        docker_engine: None) -> None:
     """`docker save | zstd` fails on the full disk: zstd's failure is put down to it (the disk is full when it
     fails), one line, exit 2, nothing left."""
     from tests.transfer.test_bundle import _labelled_image
 
     assert callable(small_disk)
-    tag = f"kdkit-test/out-claims:{uuid.uuid4().hex[:12]}"  # this test's own image, removed at the end
+    # this test's own image, removed at the end
+    tag = f"kdkit-test/out-claims:{uuid.uuid4().hex[:12]}"
     _labelled_image(ready, tag)
     try:
         disk: Path = small_disk("8m")  # the project and kdkit.pyz fit, the image does not
         out = disk / "bundle"
         result = invoke("bundle", ready, "--out", out, "--image", tag, "--no-kdkit-wheels")
         line = error_line(result.exit_code, result.stderr)
-        assert line.startswith(f"{out}: could not write it (No space left on device: zstd") and line.endswith(
-            "; nothing was left behind: free space or fix permissions (or choose another --out) and retry"), line
+        assert line.startswith(
+            f"{out}: could not write it (No space left on device: zstd") and line.endswith(
+            "; nothing was left behind: free space or fix permissions (or choose another --out) "
+            "and retry"), line
         assert list(disk.iterdir()) == []
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
@@ -466,11 +502,15 @@ def test_two_gatherings_into_one_out_one_is_refused(workers: list[Path], tmp_pat
     assert sorted(published) == [".", "SHA256SUMS", "summary.json", "summary.md"]
 
 
-@pytest.mark.parametrize("make", [_user_folder, _empty_folder, _file, _link_to_folder, _dangling_link])
-def test_what_a_person_puts_at_out_mid_gathering_is_left_untouched(workers: list[Path], tmp_path: Path,
+@pytest.mark.parametrize("make",
+                         [_user_folder, _empty_folder, _file, _link_to_folder, _dangling_link])
+def test_what_a_person_puts_at_out_mid_gathering_is_left_untouched(workers: list[Path],
+                                                                   tmp_path: Path,
                                                                    make: object) -> None:
     out = tmp_path / "gathered"
-    refused_untouched(stopped(["gather", *workers, "--out", out], out, reset=lambda: shutil.rmtree(out)), out, make)
+    refused_untouched(
+        stopped(["gather", *workers, "--out", out], out, reset=lambda: shutil.rmtree(out)), out,
+        make)
 
 
 def test_gathering_force_never_replaces_what_is_no_longer_the_gathering_it_checked(workers: list[Path],
@@ -483,17 +523,19 @@ def test_gathering_force_never_replaces_what_is_no_longer_the_gathering_it_check
     before = listing(tmp_path)
     code, err = finish(process)
     assert error_line(code, err) == (
-        f"{out}: changed while kdkit was writing it (holds 1 file(s) a gathering does not write (e.g. 'notes.md'), "
-        "which --force would delete); it was left as it is and nothing was published: move it away and retry")
+        f"{out}: changed while kdkit was writing it (holds 1 file(s) a gathering does not write "
+        "(e.g. 'notes.md'), which --force would delete); it was left as it is and nothing was "
+        "published: move it away and retry")
     assert listing(tmp_path) == before
     refused = invoke("gather", *workers, "--out", out, "--force")  # now refused before any work
     assert refused.exit_code == 2 and refused.stderr.splitlines() == [
-        f"Error: {out}: exists and holds 1 file(s) a gathering does not write (e.g. 'notes.md'), which --force would "
-        "delete; choose another --out or move it away first"]
+        f"Error: {out}: exists and holds 1 file(s) a gathering does not write (e.g. 'notes.md'), "
+        "which --force would delete; choose another --out or move it away first"]
     assert listing(tmp_path) == before
     (out / "notes.md").unlink()
     assert listing(out) == checked
-    assert invoke("gather", *workers, "--out", out, "--force").exit_code == 0  # the gathering it is replaced
+    # the gathering it is replaced
+    assert invoke("gather", *workers, "--out", out, "--force").exit_code == 0
 
 
 # ---------------------------------------------------------------- --force over what is not a gathering, a link at --out
@@ -504,7 +546,8 @@ def _notes_by_a_person(out: Path) -> None:  # the names a gathering writes, a pe
     (out / "summary.md").write_text("my notes\n", encoding="utf-8")
 
 
-def _with_sums_of_their_own(out: Path) -> None:  # a SHA256SUMS that matches, but not a gathering's summary
+# a SHA256SUMS that matches, but not a gathering's summary
+def _with_sums_of_their_own(out: Path) -> None:
     from kdkit.core.checksums import write_sums
 
     _notes_by_a_person(out)
@@ -520,7 +563,8 @@ def _summary_not_an_object(out: Path) -> None:
     (out / "summary.json").write_text('["kind", "gathered"]\n', encoding="utf-8")
 
 
-NOT_A_GATHERING = ("its summary.json is not a gathering's (kind 'gathered'), so it is not an earlier gathering")
+NOT_A_GATHERING = (
+    "its summary.json is not a gathering's (kind 'gathered'), so it is not an earlier gathering")
 
 
 @pytest.mark.parametrize(("make", "why"), [
@@ -529,7 +573,8 @@ NOT_A_GATHERING = ("its summary.json is not a gathering's (kind 'gathered'), so 
     (_summary_not_an_object, NOT_A_GATHERING),
     (_kind_gathered_no_sums, "holds no readable SHA256SUMS, so it is not an earlier gathering"),
 ])
-def test_gathering_force_refuses_a_folder_that_is_not_a_gathering(workers: list[Path], tmp_path: Path, make: object,
+def test_gathering_force_refuses_a_folder_that_is_not_a_gathering(workers: list[Path],
+                                                                  tmp_path: Path, make: object,
                                                                    why: str) -> None:
     out = tmp_path / "victim"
     out.mkdir()
@@ -543,11 +588,13 @@ def test_gathering_force_refuses_a_folder_that_is_not_a_gathering(workers: list[
 
 
 @pytest.mark.parametrize("edit", ["summary.md", "summary.json", "SHA256SUMS"])
-def test_gathering_force_refuses_a_gathering_edited_since_it_was_written(workers: list[Path], tmp_path: Path,
+def test_gathering_force_refuses_a_gathering_edited_since_it_was_written(workers: list[Path],
+                                                                         tmp_path: Path,
                                                                          edit: str) -> None:
     out = tmp_path / "gathered"
     assert invoke("gather", *workers, "--out", out).exit_code == 0
-    with (out / edit).open("a", encoding="utf-8") as file:  # a person's line: the file no longer matches its sum
+    # a person's line: the file no longer matches its sum
+    with (out / edit).open("a", encoding="utf-8") as file:
         file.write("\n" if edit == "summary.json" else "my line\n")
     before = listing(tmp_path)
     refused = invoke("gather", *workers, "--out", out, "--force")
@@ -555,7 +602,8 @@ def test_gathering_force_refuses_a_gathering_edited_since_it_was_written(workers
     line, = refused.stderr.splitlines()
     assert line.startswith(f"Error: {out}: exists and ") and "so it is not" in line, line
     assert listing(tmp_path) == before
-    assert invoke("gather", *workers, "--out", tmp_path / "other").exit_code == 0  # the workers themselves are fine
+    # the workers themselves are fine
+    assert invoke("gather", *workers, "--out", tmp_path / "other").exit_code == 0
 
 
 def _link_nowhere(out: Path) -> Path:
@@ -580,31 +628,35 @@ def link_refused(argv: list[str | Path], out: Path, target: Path) -> None:
     refused = invoke(*argv)
     assert refused.exit_code == 2, refused.output
     assert refused.stderr.splitlines() == [
-        f"Error: {out}: is a symbolic link (to {target}); kdkit never writes through a link at --out: give the real "
-        "path, or move the link away"]
+        f"Error: {out}: is a symbolic link (to {target}); kdkit never writes through a link at "
+        "--out: give the real path, or move the link away"]
     assert listing(out.parent) == before and staged(out.parent) == []
 
 
 @pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
 @pytest.mark.parametrize("make", [_link_nowhere, _link_to_empty_folder, _link_into_missing_folder])
-def test_bundle_refuses_a_link_at_out(ready: Path, tmp_path: Path, make: object, force: list[str]) -> None:
+def test_bundle_refuses_a_link_at_out(ready: Path, tmp_path: Path, make: object,
+                                      force: list[str]) -> None:
     out = tmp_path / "dang"
     assert callable(make)
     link_refused(["bundle", ready, "--out", out, *FAST, *force], out, make(out))
 
 
-def test_bundle_refuses_a_link_to_a_kdkit_bundle_even_with_force(ready: Path, tmp_path: Path) -> None:
+def test_bundle_refuses_a_link_to_a_kdkit_bundle_even_with_force(
+    ready: Path, tmp_path: Path) -> None:
     real = tmp_path / "real"
     assert invoke("bundle", ready, "--out", real, *FAST).exit_code == 0
     out = tmp_path / "alias"
     out.symlink_to(real, target_is_directory=True)
     link_refused(["bundle", ready, "--out", out, *FAST, "--force"], out, real)
-    assert invoke("bundle", ready, "--out", real, *FAST, "--force").exit_code == 0  # the real path: replaced
+    # the real path: replaced
+    assert invoke("bundle", ready, "--out", real, *FAST, "--force").exit_code == 0
 
 
 @pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
 @pytest.mark.parametrize("make", [_link_nowhere, _link_to_empty_folder, _link_into_missing_folder])
-def test_gather_refuses_a_link_at_out(workers: list[Path], tmp_path: Path, make: object, force: list[str]) -> None:
+def test_gather_refuses_a_link_at_out(workers: list[Path], tmp_path: Path, make: object,
+                                      force: list[str]) -> None:
     out = tmp_path / "dang"
     assert callable(make)
     link_refused(["gather", *workers, "--out", out, *force], out, make(out))

@@ -38,7 +38,8 @@ from tests.sshd import SshServer, missing_tools, running_as_root
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # no kdkit, no venv of the test session
-BACKUP = "user@backup-host:kdkit-evidence"  # RUN.md's place off the machine, which the user replaces with theirs
+# RUN.md's place off the machine, which the user replaces with theirs
+BACKUP = "user@backup-host:kdkit-evidence"
 RENTED = "kdkit-d26-rented"  # this module's own project and image name
 
 
@@ -77,7 +78,8 @@ def host_env(home: Path, **extra: str) -> dict[str, str]:
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
     if "DOCKER_HOST" in os.environ:
         env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
-    assert shutil.which("kdkit", path=env["PATH"]) is None, "the rented host must not have kdkit already"
+    assert shutil.which("kdkit",
+                        path=env["PATH"]) is None, "the rented host must not have kdkit already"
     return env
 
 
@@ -85,7 +87,8 @@ def play(folder: Path, blocks: list[str], env: dict[str, str]) -> list[str]:
     """Run each block in ``sh -e`` from ``folder``, as pasted; every one must succeed. Returns their outputs."""
     outputs = []
     for block in blocks:
-        done = subprocess.run(["sh", "-e", "-c", block], cwd=folder, env=env, capture_output=True, text=True,
+        done = subprocess.run(["sh", "-e", "-c", block], cwd=folder, env=env, capture_output=True,
+                              text=True,
                               timeout=1200, check=False)
         assert done.returncode == 0, f"RUN.md block failed ({done.returncode}):\n{block}\n{done.stdout}{done.stderr}"
         outputs.append(done.stdout + done.stderr)
@@ -93,7 +96,8 @@ def play(folder: Path, blocks: list[str], env: dict[str, str]) -> list[str]:
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=600)
+    return subprocess.run(["docker", *args], capture_output=True, text=True,
+                          check=check, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +107,10 @@ def rented_built(docker_engine: None, locked: Path, wheelhouse: Path, ca_bundle:
     project = Path(shutil.copytree(locked, tmp_path_factory.mktemp("rented-project") / RENTED,
                                    ignore=shutil.ignore_patterns("runs")))
     config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
-    (project / "kdkit.json").write_text(json.dumps({**config, "name": RENTED}, indent=2), encoding="utf-8")
-    result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--wheelhouse", wheelhouse,
+    (project
+     / "kdkit.json").write_text(json.dumps({**config, "name": RENTED}, indent=2), encoding="utf-8")
+    result = invoke("build", project, "--backend", "cpu", "--base-image", BASE, "--wheelhouse",
+                    wheelhouse,
                     "--ca-bundle", ca_bundle[0], "--json")
     assert result.exit_code == 0, result.output
     return project, json.loads(result.stdout)
@@ -116,7 +122,8 @@ def built(rented_built: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def made(rented_built: tuple[Path, dict[str, Any]], wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def made(rented_built: tuple[Path, dict[str, Any]], wheelhouse: Path,
+         tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundle, as `kdkit bundle` writes it on the machine that built the image; its lock's torch came from a
     folder of this machine (--torch-find-links), so it carries that file (--wheelhouse: local-wheels/)."""
     out = tmp_path_factory.mktemp("made") / "bundle"
@@ -131,13 +138,16 @@ def backup_host(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     replaces RUN.md's BACKUP, the environment its clients need: ssh's and rclone's configs, the folder the copies
     land in)."""
     if missing_tools() or not running_as_root():
-        pytest.skip(f"the SSH destination needs {', '.join(missing_tools()) or 'root (the server logs in as root)'}")
+        pytest.skip(
+            "the SSH destination needs "
+            f"{', '.join(missing_tools()) or 'root (the server logs in as root)'}")
     server = SshServer.start(tmp_path / "sshd")
     landing = tmp_path / "backup"
     landing.mkdir()
     try:
         yield (f"{server.target}:{landing}/kdkit-evidence",
-               {"KDKIT_SSH_CONFIG": str(server.client_config), "RCLONE_CONFIG": str(server.rclone_config)}, landing)
+               {"KDKIT_SSH_CONFIG": str(server.client_config),
+                "RCLONE_CONFIG": str(server.rclone_config)}, landing)
     finally:
         server.stop()
 
@@ -154,7 +164,8 @@ def image_gone(built: dict[str, Any], made: Path) -> Iterator[str]:
         yield image_id
     finally:
         if docker("image", "inspect", image_id, check=False).returncode != 0:
-            subprocess.run(f"zstd -q -dc {made / 'image.tar.zst'} | docker load", shell=True, check=True)
+            subprocess.run(f"zstd -q -dc {made / 'image.tar.zst'} | docker load",
+                           shell=True, check=True)
         for tag in tags:
             docker("tag", image_id, tag)
 
@@ -174,7 +185,8 @@ def assert_verdict_and_evidence(folder: Path, evidence: Path | None = None) -> N
     assert len(runs) == 1, runs
     run = read_run(runs[0])
     assert (run.verdict, run.total, run.accepted, run.rejected) == ("pass", 12, 11, 1)
-    ids = {json.loads(line)["id"] for line in (runs[0] / RESULTS).read_text(encoding="utf-8").splitlines()}
+    ids = {json.loads(line)["id"]
+           for line in (runs[0] / RESULTS).read_text(encoding="utf-8").splitlines()}
     assert len(ids) == 12
     copy = (evidence or folder.parent / "kdkit-evidence") / runs[0].name
     assert verify_copy(copy) > 0
@@ -185,7 +197,8 @@ def assert_verdict_and_evidence(folder: Path, evidence: Path | None = None) -> N
 def play_accept(folder: Path, block: str, env: dict[str, str]) -> str:
     """RUN.md's acceptance block, as written: exit 0 and ACCEPT, or (a shared CPU machine's throughput wavers)
     exit 1 and DEGRADED, the judgement a person reads and acts on; never a block that cannot run."""
-    done = subprocess.run(["sh", "-e", "-c", block], cwd=folder, env=env, capture_output=True, text=True,
+    done = subprocess.run(["sh", "-e", "-c", block], cwd=folder, env=env, capture_output=True,
+                          text=True,
                           timeout=1200, check=False)
     said = done.stdout + done.stderr
     assert (done.returncode, "VERDICT: ACCEPT" in said) == (0, True) or (
@@ -193,43 +206,55 @@ def play_accept(folder: Path, block: str, env: dict[str, str]) -> str:
     return said
 
 
-def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, image_gone: str, locked: Path,
-                                                               backup_host: tuple[str, dict[str, str], Path],
+def test_run_md_with_docker_through_kdkit_from_the_bundle_alone(made: Path, image_gone: str,
+                                                                locked: Path,
+                                                               backup_host: tuple[str,
+                                                                                  dict[str, str],
+                                                                                  Path],
                                                                tmp_path: Path) -> None:
     folder, home = rented_copy(made, tmp_path)
     place, ssh_env, landing = backup_host
     text = (folder / "RUN.md").read_text(encoding="utf-8")
     assert BACKUP in text and "--env-file ../.env" in text and "diagnose --accept" in text
-    blocks = [block.replace(BACKUP, place) for block in blocks_of(text, "Check the copy", "With Docker, through kdkit")]
+    blocks = [block.replace(BACKUP, place)
+              for block in blocks_of(text, "Check the copy", "With Docker, through kdkit")]
     env = host_env(home, **ssh_env)
     accept = [i for i, block in enumerate(blocks) if "diagnose --accept" in block]
     assert len(accept) == 1 and accept[0] < next(i for i, b in enumerate(blocks) if "--detach" in b)
     outputs = play(folder, blocks[:accept[0]], env)
-    assert docker("image", "inspect", image_gone, check=False).returncode == 0, "kdkit load did not load the image"
-    secrets = folder.parent / ".env"  # made on the host, beside the bundle, owner-only: never in the bundle
+    assert docker("image", "inspect",
+                  image_gone, check=False).returncode == 0, "kdkit load did not load the image"
+    # made on the host, beside the bundle, owner-only: never in the bundle
+    secrets = folder.parent / ".env"
     assert secrets.is_file() and secrets.stat().st_mode & 0o077 == 0
-    secrets.write_text(secrets.read_text(encoding="utf-8") + "KD_RENTED_TOKEN=not-a-real-token\n", encoding="utf-8")
+    secrets.write_text(secrets.read_text(encoding="utf-8")
+                       + "KD_RENTED_TOKEN=not-a-real-token\n", encoding="utf-8")
     outputs.append(play_accept(folder, blocks[accept[0]], env))
     outputs += play(folder, blocks[accept[0] + 1:], env)
     assert_verdict_and_evidence(folder, landing / "kdkit-evidence")
     assert "not-a-real-token" not in "".join(outputs)
     last = blocks[-1].splitlines()
-    play(folder, [f"{last[0]}\n{last[-1]}"], env)  # the copy verified again where it lies, later, from anywhere
+    # the copy verified again where it lies, later, from anywhere
+    play(folder, [f"{last[0]}\n{last[-1]}"], env)
     # RUN.md's rclone form, as its sentence gives it: the same server through rclone's sftp backend.
     rclone = re.search(r"With rclone: `([^`]*)`, then `([^`]*)`", text)
     assert rclone, "RUN.md gives no rclone form"
     run_id = next(p for p in (folder / "project" / "runs").iterdir() if p.is_dir()).name
-    play(folder, [line.replace("RUN_ID", run_id).replace("myremote:kdkit-evidence", f"kdsftp:{landing}/rclone")
-                  for line in rclone.groups()], env)
+    play(folder,
+         [line.replace("RUN_ID", run_id).replace("myremote:kdkit-evidence",
+                                                 f"kdsftp:{landing}/rclone")
+          for line in rclone.groups()], env)
     assert verify_copy(landing / "rclone" / run_id) > 0
     # The campaign closes there too: the order made before renting, copied beside the bundle, and RUN.md's line.
-    order = invoke("plan", locked, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours", "40",
+    order = invoke("plan", locked, "--gpu", "RTX 4090", "--days", "3", "--lots", "1", "--hours",
+                   "40",
                    "--save", folder.parent / "order.json")
     assert order.exit_code == 0, order.output
     close = re.search(r"`([^`]* close [^`]*)`", text)
     assert close, "RUN.md names no close command"
     play(folder, [close.group(1)], host_env(home))
-    report = json.loads((folder.parent / "kdkit-reports" / "campaign-report.json").read_text(encoding="utf-8"))
+    report = json.loads(
+        (folder.parent / "kdkit-reports" / "campaign-report.json").read_text(encoding="utf-8"))
     assert report["runs"] and not [p for p in (folder / "project").rglob("*") if "report" in p.name]
     assert not [block for blocks in sections(text).values() for block in blocks if "chmod" in block]
     assert "pass" in "".join(outputs).lower()
@@ -241,14 +266,17 @@ def test_run_md_with_docker_only_runs_the_same_container_as_kdkit_run(made: Path
     text = (folder / "RUN.md").read_text(encoding="utf-8")
     play(folder, blocks_of(text, "Check the copy", "With Docker only"), host_env(home))
     assert_verdict_and_evidence(folder)
-    line = next(b for b in blocks_of(text, "With Docker only") if "docker run" in b).splitlines()[-1]
-    for flag in ("--read-only", "--cap-drop ALL", "--security-opt no-new-privileges", '--user "$kd_uid:$kd_gid"',
+    line = next(b for b in blocks_of(text, "With Docker only")
+                if "docker run" in b).splitlines()[-1]
+    for flag in ("--read-only", "--cap-drop ALL", "--security-opt no-new-privileges",
+                 '--user "$kd_uid:$kd_gid"',
                  '--pids-limit "$kd_pids"', "target=/app/data/pilot,readonly", "target=/app/runs\"",
                  "--network none"):
         assert flag in line, (flag, line)
 
 
-def test_run_md_without_docker_from_a_venv_made_from_the_lock(made: Path, wheelhouse: Path, tmp_path: Path) -> None:
+def test_run_md_without_docker_from_a_venv_made_from_the_lock(
+    made: Path, wheelhouse: Path, tmp_path: Path) -> None:
     folder, home = rented_copy(made, tmp_path)
     text = (folder / "RUN.md").read_text(encoding="utf-8")
     # The lock's index stood in for by a folder of the locked files but torch: torch, which no index has (the

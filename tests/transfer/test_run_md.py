@@ -43,19 +43,23 @@ def _meminfo_bytes() -> int:
 
 def _as_the_shell_passes_it(folder: Path, backend: str) -> list[str]:
     """The prelude and RUN.md's line run by sh in ``folder``; the arguments `docker` would have received."""
-    line = portable_line(portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", backend), backend)
+    line = portable_line(
+        portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", backend), backend)
     assert line.startswith("docker run ")
-    script = "\n".join([*shell_prelude("project/runs", backend), "printf '%s\\0' " + line.removeprefix("docker ")])
+    script = "\n".join(
+        [*shell_prelude("project/runs", backend), "printf '%s\\0' " + line.removeprefix("docker ")])
     done = subprocess.run(["sh", "-e", "-c", script], cwd=folder, capture_output=True, check=True)
     return done.stdout.decode().split("\0")[:-1]
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
-def test_run_md_line_gives_docker_the_words_kdkit_run_gives_the_engine(backend: str, tmp_path: Path) -> None:
+def test_run_md_line_gives_docker_the_words_kdkit_run_gives_the_engine(
+    backend: str, tmp_path: Path) -> None:
     words = _as_the_shell_passes_it(tmp_path, backend)
     root_runs = os.getuid() == 0
     uid, gid = (10001, 10001) if root_runs else (os.getuid(), os.getgid())
-    host = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=os.cpu_count() or 1, memory_bytes=_meminfo_bytes())
+    host = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=os.cpu_count() or 1,
+                     memory_bytes=_meminfo_bytes())
     access = {"gpus": "all"} if backend == "cuda" else {}
     spec = container_spec(IMAGE, project_mounts(tmp_path / "project", "data/pilot", "runs"),
                           confinement(host, uid, gid), access)
@@ -66,22 +70,26 @@ def test_run_md_line_gives_docker_the_words_kdkit_run_gives_the_engine(backend: 
         assert (info.st_uid, info.st_mode & 0o002) == (10001, 0)
 
 
-FAKE_DEV = ("mount -t tmpfs none /dev && mkdir /dev/dri && touch /dev/kfd /dev/dri/renderD128 /dev/dri/renderD129 "
-            "&& chgrp 44 /dev/dri/renderD128 /dev/dri/renderD129")  # /dev/kfd stays root's: no --group-add 0
+FAKE_DEV = ("mount -t tmpfs none /dev && mkdir /dev/dri && touch /dev/kfd /dev/dri/renderD128 "
+            # /dev/kfd stays root's: no --group-add 0
+            "/dev/dri/renderD129 && chgrp 44 /dev/dri/renderD128 /dev/dri/renderD129")
 
 
-def test_rocm_line_collects_kfd_and_each_render_node_with_the_groups_kdkit_run_adds(tmp_path: Path) -> None:
+def test_rocm_line_collects_kfd_and_each_render_node_with_the_groups_kdkit_run_adds(
+    tmp_path: Path) -> None:
     """Played in a private mount namespace whose /dev has an AMD GPU's nodes (this machine has none)."""
     if os.getuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) to give a private /dev the nodes of an AMD GPU")
     line = portable_line(portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", "rocm"), "rocm")
     script = "\n".join([FAKE_DEV, *shell_prelude("project/runs", "rocm"), "printf '%s\\0' \"$@\""])
-    done = subprocess.run(["unshare", "-m", "sh", "-e", "-c", script], cwd=tmp_path, capture_output=True, check=False)
+    done = subprocess.run(["unshare", "-m", "sh", "-e", "-c", script], cwd=tmp_path,
+                          capture_output=True, check=False)
     if done.returncode and b"unshare" in done.stderr:
         pytest.skip(f"unshare -m refused here: {done.stderr.decode().strip()}")
     assert done.returncode == 0, done.stderr
     nodes = ["/dev/dri/renderD128", "/dev/dri/renderD129"]
-    access = rocm_access(HostFacts(uid=0, gid=0, kfd=True, render_nodes=nodes, device_gids=[44]), None)
+    access = rocm_access(
+        HostFacts(uid=0, gid=0, kfd=True, render_nodes=nodes, device_gids=[44]), None)
     expected = [word for device in access["devices"] for word in ("--device", device)]
     expected += [word for group in access["group_add"] for word in ("--group-add", group)]
     assert done.stdout.decode().split("\0")[:-1] == expected
@@ -92,9 +100,11 @@ def test_a_path_of_the_project_cannot_run_anything_in_the_line(tmp_path: Path) -
     """Only the prelude's variables and $PWD expand: a pilot inputs folder named like a command stays a name."""
     inputs = "data/pi$(touch pwned)`touch pwned2`$HOME"
     line = portable_line(portable_spec(IMAGE, "$PWD/project", inputs, "runs", "cpu"), "cpu")
-    script = "\n".join([*shell_prelude("project/runs", "cpu"), "printf '%s\\0' " + line.removeprefix("docker ")])
+    script = "\n".join(
+        [*shell_prelude("project/runs", "cpu"), "printf '%s\\0' " + line.removeprefix("docker ")])
     done = subprocess.run(["sh", "-e", "-c", script], cwd=tmp_path, capture_output=True, check=True)
-    mount = next(w for w in done.stdout.decode().split("\0") if w.startswith("type=bind") and "readonly" in w)
+    mount = next(w for w in done.stdout.decode().split("\0") if w.startswith("type=bind")
+                 and "readonly" in w)
     assert mount == f'type=bind,"source={tmp_path}/project/{inputs}","target=/app/{inputs}",readonly'
     assert not list(tmp_path.glob("pwned*"))
 
@@ -106,7 +116,8 @@ def test_wheel_force_include_is_the_shipped_data_list() -> None:
     assert included == {item: f"kdkit/_data/{item}" for item in DATA_ITEMS}
 
 
-def test_the_model_folder_the_pilot_config_names_is_mounted_read_only_as_kdkit_run_mounts_it(tmp_path: Path) -> None:
+def test_the_model_folder_the_pilot_config_names_is_mounted_read_only_as_kdkit_run_mounts_it(
+    tmp_path: Path) -> None:
     """A pilot config naming ``"model": {"path": ...}``: the bundle records the folder (by kdkit run's own rule,
     kdkit.image.container.named_mounts), RUN.md's line mounts it read-only, one shell word where only $PWD
     expands, and the shell gives Docker exactly the words `kdkit run` gives the engine."""
@@ -123,31 +134,42 @@ def test_the_model_folder_the_pilot_config_names_is_mounted_read_only_as_kdkit_r
     (root / "models/enc").mkdir(parents=True)
     (root / "models/enc/weights.bin").write_bytes(b"\x00weights")
     config = json.loads((root / "config/pilot.json").read_text(encoding="utf-8"))
-    (root / "config/pilot.json").write_text(json.dumps({**config, "model": {"path": "models/enc"}}), encoding="utf-8")
+    (root
+     / "config/pilot.json").write_text(
+         json.dumps({**config, "model": {"path": "models/enc"}}), encoding="utf-8")
     project = load_project(root)
     recorded = _named_mounts(project)
     assert recorded == ["models/enc"]
-    word = r'"type=bind,\"source=$PWD/project/models/enc\",target=/app/models/enc,readonly"'  # as the inputs'
-    info = {"project": "proj", "backend": "cpu", "kdkit_version": "0", "created": "2026-12-03T00:00:00Z",
+    # as the inputs'
+    word = r'"type=bind,\"source=$PWD/project/models/enc\",target=/app/models/enc,readonly"'
+    info = {"project": "proj", "backend": "cpu", "kdkit_version": "0",
+            "created": "2026-12-03T00:00:00Z",
             "revision": None, "python": "3.11", "lock": "requirements/cpu.txt", "pylock": None,
             "inputs": "data/pilot", "runs": "runs", "mounts": recorded, "kdkit_wheels": None,
-            "image": {"ref": IMAGE, "id": "sha256:" + "0" * 64, "compressor": "zstd", "file": "image.tar.zst"}}
+            "image": {"ref": IMAGE, "id": "sha256:" + "0" * 64,
+                      "compressor": "zstd", "file": "image.tar.zst"}}
     (line,) = [ln for ln in run_md(info).splitlines() if ln.lstrip().startswith("docker run ")]
     assert f" --mount {word} " in line, line
-    old = run_md({**info, "mounts": []})  # a bundle.json without it (or naming nothing) mounts only the two
+    # a bundle.json without it (or naming nothing) mounts only the two
+    old = run_md({**info, "mounts": []})
     assert "models/enc" not in old and "/app/runs" in old
 
-    line = portable_line(portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", "cpu", recorded), "cpu")
-    script = "\n".join([*shell_prelude("project/runs", "cpu"), "printf '%s\\0' " + line.removeprefix("docker ")])
+    line = portable_line(
+        portable_spec(IMAGE, "$PWD/project", "data/pilot", "runs", "cpu", recorded), "cpu")
+    script = "\n".join(
+        [*shell_prelude("project/runs", "cpu"), "printf '%s\\0' " + line.removeprefix("docker ")])
     done = subprocess.run(["sh", "-e", "-c", script], cwd=folder, capture_output=True, check=True)
     root_runs = os.getuid() == 0
     uid, gid = (10001, 10001) if root_runs else (os.getuid(), os.getgid())
-    host = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=os.cpu_count() or 1, memory_bytes=_meminfo_bytes())
-    mounts = project_mounts(root, "data/pilot", "runs") + named_mounts(project, project.pilot_config(),
+    host = HostFacts(uid=os.getuid(), gid=os.getgid(), cpus=os.cpu_count() or 1,
+                     memory_bytes=_meminfo_bytes())
+    mounts = project_mounts(
+        root, "data/pilot", "runs") + named_mounts(project, project.pilot_config(),
                                                                        root / "data/pilot")
     spec = container_spec(IMAGE, mounts, confinement(host, uid, gid), {})
     assert done.stdout.decode().split("\0")[:-1] == cli_arguments(spec)[1:]
-    assert f'type=bind,"source={root}/models/enc",target=/app/models/enc,readonly' in cli_arguments(spec)
+    assert f'type=bind,"source={root}/models/enc",target=/app/models/enc,readonly' in cli_arguments(
+        spec)
 
 
 def test_run_md_teaches_the_rented_hour_in_order() -> None:
@@ -160,21 +182,25 @@ def test_run_md_teaches_the_rented_hour_in_order() -> None:
     found = sections(text)
     first = next(blocks for title, blocks in found.items() if title.startswith("Check the copy"))
     assert first == ["sha256sum -c --quiet SHA256SUMS"]
-    kdkit = "\n".join(next(blocks for title, blocks in found.items() if title.startswith("With Docker, through")))
+    kdkit = "\n".join(
+        next(blocks for title, blocks in found.items() if title.startswith("With Docker, through")))
     steps = ["--no-index --find-links kdkit-wheels", "-m kdkit load .", "> ../.env",
-             "-- kdkit diagnose --accept --expect cpu", "--env-file ../.env --detach --json > ../kdkit-run.json",
+             "-- kdkit diagnose --accept --expect cpu",
+             "--env-file ../.env --detach --json > ../kdkit-run.json",
              'status "$run_id" --project project', 'wait "$run_id" --project project',
              'copy-out project/runs/"$run_id" user@backup-host:kdkit-evidence',
              'copy-out --verify user@backup-host:kdkit-evidence/"$run_id"']
     at = [kdkit.find(step) for step in steps]
     assert -1 not in at and at == sorted(at), dict(zip(steps, at, strict=True))
-    assert "../kdkit-evidence" not in kdkit  # a copy on the same machine is named in the prose, as a fallback only
+    # a copy on the same machine is named in the prose, as a fallback only
+    assert "../kdkit-evidence" not in kdkit
     assert "password manager" in text and "dashboard" in text and "lost with the machine" in text
     assert "myremote:kdkit-evidence" in text  # the rclone form
 
 
 @pytest.mark.parametrize("image", [True, False])
-def test_a_lock_with_a_machine_local_torch_gets_no_install_block_that_cannot_work(image: bool) -> None:
+def test_a_lock_with_a_machine_local_torch_gets_no_install_block_that_cannot_work(
+    image: bool) -> None:
     """Issue 31 §4: a lock whose torch came from a local folder (the header's machine-local) made RUN.md's
     section without Docker run `pip install -r` against an index that has no such file. It now says so, and
     what to do instead; a lock without machine-local pins keeps the block."""
@@ -191,7 +217,8 @@ def test_a_lock_with_a_machine_local_torch_gets_no_install_block_that_cannot_wor
     (title,) = [t for t in found if t.startswith("Without Docker")]
     assert title == "Without Docker: not possible with this lock" and found[title] == []
     assert "pins torch==2.13.0+cpu from a folder on the machine that locked it" in text
-    assert ("Use the image (above)" if image else "Bundle again with the image (without --no-image)") in text
+    assert ("Use the image (above)" if image
+            else "Bundle again with the image (without --no-image)") in text
     assert "-r project/requirements/" not in text.split("Without Docker: not possible", 1)[1]
 
 
@@ -202,7 +229,8 @@ def test_a_bundle_carrying_the_machine_local_files_installs_them_from_its_own_fo
     from tests.transfer.test_rented import sections
 
     info = {**_info(""), "machine_local": ["torch"],
-            "local_wheels": {"folder": "local-wheels", "files": ["torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]}}
+            "local_wheels": {"folder": "local-wheels",
+                             "files": ["torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]}}
     text = run_md(info)
     (title,) = [t for t in sections(text) if t.startswith("Without Docker")]
     assert title == "Without Docker (python3.11 and the lock's index reachable)"
@@ -236,12 +264,16 @@ RECORDER = "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \"$KD_CALLS/$(date +%s%N).
 
 def _info(h: str) -> dict[str, Any]:
     """bundle.json's keys that RUN.md reads, each holding ``h``."""
-    return {"project": "proj", "backend": f"cpu{h}", "kdkit_version": "0.1.0", "created": "2026-01-01T00:00:00Z",
-            "revision": None, "python": f"3.11{h}", "lock": f"requirements/cpu{h}.txt", "pylock": None,
+    return {"project": "proj", "backend": f"cpu{h}", "kdkit_version": "0.1.0",
+            "created": "2026-01-01T00:00:00Z",
+            "revision": None, "python": f"3.11{h}", "lock": f"requirements/cpu{h}.txt",
+            "pylock": None,
             "inputs": f"data{h}", "runs": f"runs{h}",
-            "image": {"ref": f"proj:cpu{h}", "id": "sha256:" + "0" * 64, "file": f"image{h}.tar.zst",
+            "image": {"ref": f"proj:cpu{h}", "id": "sha256:" + "0" * 64,
+                      "file": f"image{h}.tar.zst",
                       "compressor": "zstd"},
-            "kdkit_wheels": {"folder": f"kdkit-wheels{h}", "requirements": f"kdkit-wheels{h}/requirements.txt",
+            "kdkit_wheels": {"folder": f"kdkit-wheels{h}",
+                             "requirements": f"kdkit-wheels{h}/requirements.txt",
                              "pythons": ["3.11"], "arch": "x86_64"}}
 
 
@@ -253,13 +285,15 @@ def _stage(base: Path, h: str) -> tuple[Path, dict[str, str]]:
     stubs = base / "stubs"
     stubs.mkdir()
     (base / "calls").mkdir()
-    programs = [stubs / name for name in ("python3", f"python3.11{h}", "docker", "zstd", "sha256sum", "touch")]
+    programs = [stubs / name
+                for name in ("python3", f"python3.11{h}", "docker", "zstd", "sha256sum", "touch")]
     programs += [base / "kdkit-venv/bin/python", base / "project-venv/bin/python"]
     for program in programs:
         program.parent.mkdir(parents=True, exist_ok=True)
         program.write_text(RECORDER, encoding="utf-8")
         program.chmod(0o755)
-    env = {"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(base), "KD_CALLS": str(base / "calls"),
+    env = {"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(base),
+           "KD_CALLS": str(base / "calls"),
            "LANG": "C.UTF-8"}
     return bundle, env
 
@@ -267,7 +301,8 @@ def _stage(base: Path, h: str) -> tuple[Path, dict[str, str]]:
 def _calls(base: Path) -> list[list[str]]:
     """The calls recorded since the last look, in the order they began (and forgotten)."""
     records = sorted((base / "calls").iterdir(), key=lambda p: tuple(map(int, p.name.split("."))))
-    calls = [[os.fsdecode(word) for word in record.read_bytes().split(b"\0")[:-1]] for record in records]
+    calls = [[os.fsdecode(word) for word in record.read_bytes().split(b"\0")[:-1]]
+             for record in records]
     for record in records:
         record.unlink()
     return calls
@@ -275,33 +310,44 @@ def _calls(base: Path) -> list[list[str]]:
 
 def _expected(h: str, stubs: Path) -> dict[str, list[list[str]]]:
     """The calls each section's blocks must make, in order: the programs RUN.md means, the values whole."""
-    kv, pv, lock, runs = "../kdkit-venv/bin/python", "../project-venv/bin/python", f"project/requirements/cpu{h}.txt", \
-        f"project/runs{h}/r1/"
+    kv, pv, lock, runs = ("../kdkit-venv/bin/python", "../project-venv/bin/python",
+                          f"project/requirements/cpu{h}.txt",
+                          f"project/runs{h}/r1/")
     copies = lambda *tool: [[*tool, "copy-out", runs, "../kdkit-evidence"],  # noqa: E731
                             [*tool, "copy-out", "--verify", "../kdkit-evidence/r0/"]]
     python3 = str(stubs / "python3")
-    run_id = [kv, "-c", 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])', "../kdkit-run.json"]
+    run_id = [kv,
+              "-c", 'import json, sys; print(json.load(open(sys.argv[1]))["run_id"])',
+              "../kdkit-run.json"]
     return {
         "Check the copy": [[str(stubs / "sha256sum"), "-c", "--quiet", "SHA256SUMS"]],
         "With Docker, through kdkit": [
             [python3, "-m", "venv", "--clear", "../kdkit-venv"],
-            [kv, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", f"kdkit-wheels{h}",
+            [kv, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+             f"kdkit-wheels{h}",
              "--require-hashes", "-r", f"kdkit-wheels{h}/requirements.txt"],
             [kv, "-m", "kdkit", "load", "."],
-            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--", "kdkit", "diagnose", "--accept",
+            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--", "kdkit",
+             "diagnose", "--accept",
              "--expect", f"cpu{h}"],
-            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--env-file", "../.env", "--detach",
+            [kv, "-m", "kdkit", "run", "project", "--image", f"proj:cpu{h}", "--env-file",
+             "../.env", "--detach",
              "--json"],
-            run_id, [kv, "-m", "kdkit", "status", "", "--project", "project"],  # the stub prints no run ID
+            # the stub prints no run ID
+            run_id, [kv, "-m", "kdkit", "status", "", "--project", "project"],
             [kv, "-m", "kdkit", "wait", "", "--project", "project"],
-            run_id, [kv, "-m", "kdkit", "copy-out", f"project/runs{h}/", "user@backup-host:kdkit-evidence"],
+            run_id,
+            [kv, "-m", "kdkit", "copy-out", f"project/runs{h}/", "user@backup-host:kdkit-evidence"],
             [kv, "-m", "kdkit", "copy-out", "--verify", "user@backup-host:kdkit-evidence/"]],
-        "With Docker only": [[str(stubs / "zstd"), "-q", "-dc", f"image{h}.tar.zst"], [str(stubs / "docker"), "load"],
+        "With Docker "
+        "only": [[str(stubs / "zstd"), "-q", "-dc", f"image{h}.tar.zst"],
+                 [str(stubs / "docker"), "load"],
                              ["docker run"], *copies(python3, "kdkit.pyz")],
         "Without Docker": [
             [str(stubs / f"python3.11{h}"), "-m", "venv", "../project-venv"],
             [pv, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", lock],
-            [pv, "kdkit.pyz", "diagnose", "--expect", f"cpu{h}"], [pv, "kdkit.pyz", "verify-env", "--lock", lock],
+            [pv, "kdkit.pyz", "diagnose", "--expect", f"cpu{h}"],
+            [pv, "kdkit.pyz", "verify-env", "--lock", lock],
             [pv, "kdkit.pyz", "pilot", "project"], *copies(pv, "kdkit.pyz")],
     }
 
@@ -311,40 +357,49 @@ def _mounts(words: list[str]) -> dict[str, dict[str, str]]:
     found = {}
     for flag, value in itertools.pairwise(words):
         if flag == "--mount":
-            fields = dict(field.split("=", 1) if "=" in field else (field, "") for field in next(csv.reader([value])))
+            fields = dict(field.split("=", 1) if "=" in field else (field, "")
+                          for field in next(csv.reader([value])))
             found[fields["target"]] = fields
     return found
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 @pytest.mark.parametrize("h", list(INJECTED.values()), ids=list(INJECTED))
-def test_each_run_md_block_runs_only_its_commands_whatever_the_values(tmp_path: Path, h: str, shell: str) -> None:
+def test_each_run_md_block_runs_only_its_commands_whatever_the_values(
+    tmp_path: Path, h: str, shell: str) -> None:
     text = run_md(_info(h))
     bundle, env = _stage(tmp_path, h)
     expected = _expected(h, tmp_path / "stubs")
     found = sections(text)
-    assert [t.split(" (")[0].split(",")[0] for t in found] == ["Check the copy before anything else",
-                                                              "With Docker", "With Docker only", "Without Docker"]
+    assert [t.split(" (")[0].split(",")[0]
+            for t in found] == ["Check the copy before anything else",
+                                                              "With Docker", "With Docker only",
+                                "Without Docker"]
     for title, blocks in found.items():
         for block in blocks:
-            done = subprocess.run([shell, "-n", "-c", block], capture_output=True, text=True, check=False)
+            done = subprocess.run([shell, "-n", "-c", block], capture_output=True,
+                                  text=True, check=False)
             assert done.returncode == 0, (block, done.stderr)
-            done = subprocess.run([shell, "-e", "-c", block], cwd=bundle, env=env, capture_output=True, text=True,
+            done = subprocess.run([shell, "-e", "-c", block], cwd=bundle, env=env,
+                                  capture_output=True, text=True,
                                   timeout=120, check=False)
             assert done.returncode == 0, (title, block, done.stderr)
         calls = _calls(tmp_path)
         want = next(v for k, v in expected.items() if title.startswith(k))
         if title.startswith("With Docker only"):
-            assert sorted(calls[:2]) == sorted(want[:2]), calls  # zstd | docker load: either may record first
+            # zstd | docker load: either may record first
+            assert sorted(calls[:2]) == sorted(want[:2]), calls
             calls[:2], run = want[:2], calls.pop(2)
-            assert run[:2] == [str(tmp_path / "stubs/docker"), "run"] and run[-1] == f"proj:cpu{h}", run
+            assert run[:2] == [
+                str(tmp_path / "stubs/docker"), "run"] and run[-1] == f"proj:cpu{h}", run
             mounts = _mounts(run)
             assert mounts[f"/app/data{h}"]["source"] == f"{bundle}/project/data{h}", mounts
             assert mounts[f"/app/runs{h}"]["source"] == f"{bundle}/project/runs{h}", mounts
             assert "readonly" in mounts[f"/app/data{h}"] and "readonly" not in mounts[f"/app/runs{h}"]
             want = [c for c in want if c != ["docker run"]]
         assert calls == want, title
-    assert not [p for p in tmp_path.rglob("*") if p.name.startswith("PWNED")], "an injected command ran"
+    assert not [p for p in tmp_path.rglob("*")
+                if p.name.startswith("PWNED")], "an injected command ran"
 
 
 def test_allowed_values_are_written_as_they_are() -> None:
@@ -357,7 +412,8 @@ def test_allowed_values_are_written_as_they_are() -> None:
 # ---------------------------------------------------------------- a real bundle of allowed, unusual paths
 
 
-def test_a_bundle_of_allowed_unusual_paths_gives_blocks_every_shell_reads(project: Path, tmp_path: Path) -> None:
+def test_a_bundle_of_allowed_unusual_paths_gives_blocks_every_shell_reads(
+    project: Path, tmp_path: Path) -> None:
     lock = "requirements/.v1/cpu..lock-1_x.txt"
     (project / lock).parent.mkdir()
     shutil.move(write_fresh_lock(project), project / lock)
@@ -366,15 +422,19 @@ def test_a_bundle_of_allowed_unusual_paths_gives_blocks_every_shell_reads(projec
     set_key(project, "config/pilot.json", "$.inputs", "data/.p-1_x")
     set_key(project, "config/pilot.json", "$.manifest", "data/.p-1_x/manifest.json")
     set_key(project, "config/pilot.json", "$.runs", "._runs-1/x_/")
-    set_key(project, "campaign.json", "$.corpus.manifest", "data/.p-1_x/manifest.json")  # the campaign's corpus too
+    # the campaign's corpus too
+    set_key(project, "campaign.json", "$.corpus.manifest", "data/.p-1_x/manifest.json")
     assert invoke("validate", project).exit_code == 0
-    result = invoke("bundle", project, "--out", tmp_path / "bundle", "--no-image", "--no-kdkit-wheels")
+    result = invoke("bundle", project, "--out",
+                    tmp_path / "bundle", "--no-image", "--no-kdkit-wheels")
     assert result.exit_code == 0, result.output
     text = (tmp_path / "bundle/RUN.md").read_text(encoding="utf-8")
     assert f"-r project/{lock}" in text and "for run in project/._runs-1/x_/*/" in text
     blocks = [block for found in sections(text).values() for block in found]
-    assert len(blocks) == 3  # the check, the venv and its pilot, the copies (no image: no Docker sections)
+    # the check, the venv and its pilot, the copies (no image: no Docker sections)
+    assert len(blocks) == 3
     for shell in ("sh", "bash"):
         for block in blocks:
-            done = subprocess.run([shell, "-n", "-c", block], capture_output=True, text=True, check=False)
+            done = subprocess.run([shell, "-n", "-c", block], capture_output=True,
+                                  text=True, check=False)
             assert done.returncode == 0, (shell, block, done.stderr)

@@ -40,9 +40,10 @@ def order_expectation(order: Path | None) -> tuple[str | None, int | None]:
     data = load_json(order, what="order (kdkit plan --save)")
     offer = data.get("offer") if isinstance(data, dict) else None
     cards = data.get("cards") if isinstance(data, dict) else None
-    if not isinstance(offer, dict) or not isinstance(offer.get("name"), str) or not isinstance(cards, int):
-        raise BadInput(f"{order}: not an order written by `kdkit plan --save` (no offer.name or cards); give that "
-                       "file, or leave --order out")
+    if not isinstance(offer, dict) or not isinstance(offer.get("name"), str) \
+            or not isinstance(cards, int):
+        raise BadInput(f"{order}: not an order written by `kdkit plan --save` (no offer.name or "
+                       "cards); give that file, or leave --order out")
     return offer["name"], cards
 
 
@@ -70,7 +71,8 @@ ESSENTIAL = ("load.gemm", "load.gemm.sustained", "load.gemm.bitwise", "load.memo
 REFERENCED = ("load.gemm.reference", "load.memory.bandwidth")
 
 
-def _incomplete(ctx: Context, facts: dict[str, Any], steps: dict[str, Any], cpu_only: bool) -> str | None:
+def _incomplete(ctx: Context, facts: dict[str, Any],
+                steps: dict[str, Any], cpu_only: bool) -> str | None:
     """Why the evidence cannot be gathered for a reason that is not the machine's, before the load:
     torch sees none or only some of the GPUs the driver lists (the environment is at fault, not the
     card), a step failed, the driver's answer for a GPU could not be read. None when the load can
@@ -81,14 +83,15 @@ def _incomplete(ctx: Context, facts: dict[str, Any], steps: dict[str, Any], cpu_
         names = sorted({str(g.get("name") or "GPU") for g in seen})
         torch = f"only {len(ctx.device_ids)}" if ctx.device_ids else "none"
         why = f"; {failure['step']}: {failure['detail']}" if failure else ""
-        return (f"the driver sees {len(seen)} x {', '.join(names)} and torch sees {torch}: the environment is at "
-                f"fault, not the card (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, the container's --gpus){why}")
+        return (f"the driver sees {len(seen)} x {', '.join(names)} and torch sees {torch}: the "
+                "environment is at fault, not the card (CUDA_VISIBLE_DEVICES, "
+                f"HIP_VISIBLE_DEVICES, the container's --gpus){why}")
     if failure:
         return f"diagnose stopped at {failure['step']}: {failure['detail']} (fix: {failure['fix']})"
     unread = [f"GPU {g.get('index')}: {g['unreadable']}" for g in seen if g.get("unreadable")]
     if unread:
-        return f"the driver's answer could not be read ({'; '.join(unread[:3])}); rerun, or read it with " \
-               f"{facts.get('tool') or 'the driver tool'} yourself"
+        return (f"the driver's answer could not be read ({'; '.join(unread[:3])}); rerun, or read "
+                f"it with {facts.get('tool') or 'the driver tool'} yourself")
     return None
 
 
@@ -99,7 +102,8 @@ def _unmeasured(points: list[Finding]) -> str | None:
                and (p.name in ESSENTIAL or (p.name in REFERENCED and p.threshold is not None))]
     if not missing:
         return None
-    return "the load measured too little to judge: " + "; ".join(f"{p.name}: {p.why}" for p in missing[:3]) + \
+    return "the load measured too little to judge: " + "; ".join(
+        f"{p.name}: {p.why}" for p in missing[:3]) + \
         " (give more --seconds, or more --memory-share)"
 
 
@@ -119,8 +123,8 @@ def run_acceptance(expect: str, seconds: float, memory_share: float, project: Pa
     if expect == "cpu" and name is not None and count:
         from kdkit.core.safetext import printable
 
-        raise BadInput(f"--expect cpu judges a CPU machine; {order} orders {count} x {printable(name)}: drop "
-                       "--expect cpu or the order")
+        raise BadInput(f"--expect cpu judges a CPU machine; {order} orders {count} x "
+                       f"{printable(name)}: drop --expect cpu or the order")
     overrides = project_overrides(project)
     rules = thresholds(overrides)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -128,7 +132,8 @@ def run_acceptance(expect: str, seconds: float, memory_share: float, project: Pa
     ctx = Context(expect=expect, memory_share=memory_share, project=project)
     steps = run_steps(ctx, STEPS)
     cpu_only = expect == "cpu"  # a CPU machine on purpose: judged by its load alone
-    points: list[Finding] = [] if cpu_only else health.health_points(facts, _cuda(ctx), name, count, overrides)
+    points: list[Finding] = [] if cpu_only else health.health_points(
+        facts, _cuda(ctx), name, count, overrides)
     incomplete = _incomplete(ctx, facts, steps, cpu_only)
     gpu_missing = any(p.name == "gpu.present" and p.verdict == "refuse" for p in points)
     clock = time.perf_counter()
@@ -136,8 +141,11 @@ def run_acceptance(expect: str, seconds: float, memory_share: float, project: Pa
         sampler = (lambda: smi.sample()) if facts.get("tool") else None
         points += load.load_points(ctx, seconds, sampler, rules)
         incomplete = _unmeasured(points)
-    under_load = round(time.perf_counter() - clock, 1) if any(p.section == "load" for p in points) else 0.0
-    extra = {"expect": expect, "expected": ctx.expected, "driver": facts, "order": {"card": name, "count": count},
+    under_load = round(time.perf_counter()
+                       - clock, 1) if any(p.section == "load" for p in points) else 0.0
+    extra = {"expect": expect, "expected": ctx.expected, "driver": facts,
+             "order": {"card": name, "count": count},
              "commands": smi.commands(facts)}
-    return evidence.report_of(points, steps, started=started, seconds=under_load, incomplete=incomplete,
+    return evidence.report_of(points, steps, started=started, seconds=under_load,
+                              incomplete=incomplete,
                               argv=argv, extra=extra)

@@ -31,14 +31,17 @@ from kdkit.probe.diagnose.runner import DEFAULT_MEMORY_SHARE, run_diagnose
 def render_text(report: dict[str, Any]) -> str:
     """The report for a person: one line per step, then the verdict and the fix."""
     lines = [f"kdkit diagnose (expect {report['expect']}"
-             + (f" -> {report['expected']}" if report["expected"] and report["expect"] == "auto" else "") + ")"]
+             + (f" -> {report['expected']}" if report["expected"] and report["expect"] == "auto"
+                else "") + ")"]
     width = max(len(s["name"]) for s in report["steps"])
     for number, step in enumerate(report["steps"], start=1):
-        lines.append(f"{number:>3}  {step['name']:<{width}}  {step['status']:<4}  {step['seconds']:6.2f} s  "
-                     f"{step['detail']}")
+        lines.append(f"{number:>3}  {step['name']:<{width}}  {step['status']:<4}  "
+                     f"{step['seconds']:6.2f} s  {step['detail']}")
     failure = report["first_failure"]
     if failure:
-        lines.append(f"FAIL at step {failure['number']} of {failure['of']} ({failure['step']}): {failure['detail']}")
+        lines.append(
+            f"FAIL at step {failure['number']} of {failure['of']} ({failure['step']}): "
+            f"{failure['detail']}")
         lines.append(f"Fix: {failure['fix']}")
         if report["not_reached"]:
             lines.append(f"Not reached: {', '.join(report['not_reached'])}")
@@ -52,41 +55,59 @@ def render_text(report: dict[str, Any]) -> str:
 def _share(text: str) -> float:
     value = finite_number(text, "--memory-share")
     if not 0 < value <= 0.95:
-        raise BadInput(f"--memory-share {text!r}: outside (0, 0.95]; leave room for the CUDA context")
+        raise BadInput(
+            f"--memory-share {text!r}: outside (0, 0.95]; leave room for the CUDA context")
     return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
-        "diagnose", "Prove this machine's GPU really computes: ordered, timed steps from the interpreter to "
-                    "real kernels, stopping at the first failure with the step reached and the fix.",
-        "Exit 0 pass (warnings allowed), 1 a step failed, 2 bad usage. Example on the rented machine: "
-        "kdkit diagnose --expect cuda --deep --out diagnose.json", preformatted=False)
+        "diagnose",
+        "Prove this machine's GPU really computes: ordered, timed steps from the interpreter to "
+        "real kernels, stopping at the first failure with the step reached and the fix.",
+        "Exit 0 pass (warnings allowed), 1 a step failed, 2 bad usage. Example on the rented "
+        "machine: kdkit diagnose --expect cuda --deep --out diagnose.json", preformatted=False)
     parser.add_argument("--expect", choices=("auto", *BACKENDS), default="auto",
-                        help="backend this machine must provide (auto: from its device nodes and torch build)")
+                        help=(
+                            "backend this machine must provide (auto: from its device nodes and "
+                            "torch build)"))
     parser.add_argument("--deep", action="store_true",
-                        help="also torch.compile, a pinned non-blocking copy, and bf16 TFLOP/s and copy GB/s "
-                             "against the card's nominal figures (takes longer)")
+                        help="also torch.compile, a pinned non-blocking copy, and bf16 TFLOP/s and "
+                             "copy GB/s against the card's nominal figures (takes longer)")
     add_json(parser, "the JSON report")
     parser.add_argument("--out", type=_named_path, metavar="FILE",
-                        help="also write the JSON report to FILE (atomically, even when the verdict is fail)")
-    parser.add_argument("--memory-share", type=_share, default=DEFAULT_MEMORY_SHARE, metavar="SHARE",
-                        help=f"share of each card's memory to allocate and write (default {DEFAULT_MEMORY_SHARE})")
+                        help=(
+                            "also write the JSON report to FILE (atomically, even when the verdict "
+                            "is fail)"))
+    parser.add_argument("--memory-share", type=_share, default=DEFAULT_MEMORY_SHARE,
+                        metavar="SHARE",
+                        help=(
+                            "share of each card's memory to allocate and write (default "
+                            f"{DEFAULT_MEMORY_SHARE})"))
     parser.add_argument("--project", type=Path, metavar="DIR",
-                        help="project whose kdkit.json extensions to import (default: found upward from cwd)")
+                        help=(
+                            "project whose kdkit.json extensions to import (default: found upward "
+                            "from cwd)"))
     accept = parser.add_argument_group(
-        "acceptance (--accept)", "Accept or refuse the machine received: the steps above, then the driver's health "
-        "facts (ECC, retired and remapped memory, PCIe link, throttling, power cap, compute and MIG mode, pending "
-        "recovery, NVLink/XGMI) and a sustained load (a GEMM loop: throughput over time, clocks, temperature, power, "
-        "the same GEMM compared bit for bit, pinned copies against the PCIe link, a memory fill-and-check, peer "
-        "copies and all-reduce across GPUs). Verdict accept, degraded, refuse or incomplete, each point with its "
-        "reading, threshold and source; --out DIR gets acceptance.json and acceptance.md, with a paragraph for the "
-        "provider. Exit 0 accept, 1 otherwise. Example: kdkit diagnose --accept --order order.json --out accept/")
+        "acceptance (--accept)",
+        "Accept or refuse the machine received: the steps above, then the driver's health "
+        "facts (ECC, retired and remapped memory, PCIe link, throttling, power cap, compute and "
+        "MIG mode, pending recovery, NVLink/XGMI) and a sustained load (a GEMM loop: throughput "
+        "over time, clocks, temperature, power, the same GEMM compared bit for bit, pinned copies "
+        "against the PCIe link, a memory fill-and-check, peer copies and all-reduce across GPUs). "
+        "Verdict accept, degraded, refuse or incomplete, each point with its reading, threshold "
+        "and source; --out DIR gets acceptance.json and acceptance.md, with a paragraph for the "
+        "provider. Exit 0 accept, 1 otherwise. Example: kdkit diagnose --accept --order order.json "
+        "--out accept/")
     accept.add_argument("--accept", action="store_true", help="run the acceptance test (see above)")
     accept.add_argument("--seconds", type=_seconds, default=None, metavar="N",
-                        help=f"seconds of sustained load (default {DEFAULT_SECONDS:g}, at most {MAX_SECONDS:g})")
+                        help=(
+                            f"seconds of sustained load (default {DEFAULT_SECONDS:g}, at most "
+                            f"{MAX_SECONDS:g})"))
     accept.add_argument("--order", type=Path, metavar="FILE",
-                        help="the order `kdkit plan --save` wrote: the card and count the machine is held to")
+                        help=(
+                            "the order `kdkit plan --save` wrote: the card and count the machine "
+                            "is held to"))
     return parser
 
 
@@ -94,16 +115,16 @@ def _named_path(text: str) -> Path:
     """A path the user gave: an empty one names nothing (Path("") would quietly be the current
     folder)."""
     if not text.strip():
-        raise BadInput("--out '': give the folder for acceptance.json and acceptance.md (with --accept) or the "
-                       "report's file")
+        raise BadInput("--out '': give the folder for acceptance.json and acceptance.md (with "
+                       "--accept) or the report's file")
     return Path(text)
 
 
 def _seconds(text: str) -> float:
     value = finite_number(text, "--seconds")
     if not 0 < value <= MAX_SECONDS:
-        raise BadInput(f"--seconds {text!r}: outside (0, {MAX_SECONDS:g}]; the acceptance test runs in the "
-                       "provider's first hour")
+        raise BadInput(f"--seconds {text!r}: outside (0, {MAX_SECONDS:g}]; the acceptance test "
+                       "runs in the provider's first hour")
     return value
 
 
@@ -117,13 +138,17 @@ def main(argv: list[str]) -> int:
             require_replaceable(args.out)
             require_writable(args.out.parent, "folder for --out")
         except BadInput as exc:
-            raise BadInput(f"{args.out}: cannot write the report there ({str(exc).split(': ', 1)[-1]})") from None
+            raise BadInput(
+                f"{args.out}: cannot write the report there "
+                f"({str(exc).split(': ', 1)[-1]})") from None
     report = run_diagnose(args.expect, args.deep, args.memory_share, project)
     if args.out is not None:
         try:
             atomic_write_json(args.out, report)
         except OSError as exc:
-            raise BadInput(f"{args.out}: cannot write the report ({exc.strerror}); choose a writable path") from None
+            raise BadInput(
+                f"{args.out}: cannot write the report ({exc.strerror}); choose a writable "
+                "path") from None
     print_result(args.json, report, lambda: render_text(report), ascii_only=False, default=str)
     return exit_code(report)
 
@@ -143,17 +168,20 @@ def accept_main(args: argparse.Namespace, project: Path | None, argv: list[str])
     if not args.accept:
         raise BadInput("--seconds and --order belong to the acceptance test; add --accept")
     if args.deep:
-        raise BadInput("--deep and --accept: the acceptance test measures under load already; drop --deep")
+        raise BadInput(
+            "--deep and --accept: the acceptance test measures under load already; drop --deep")
     if args.out is not None:  # refused before a minute of load, not after
         evidence.check_folder(args.out)
-    report = accept.run_acceptance(args.expect, args.seconds or DEFAULT_SECONDS, args.memory_share, project,
+    report = accept.run_acceptance(args.expect, args.seconds or DEFAULT_SECONDS, args.memory_share,
+                                   project,
                                    args.order, ["diagnose", *argv])
     if args.out is not None:
         try:
             evidence.write_evidence(args.out, report)
         except OSError as exc:
-            raise BadInput(f"{args.out}: cannot write the evidence ({exc.strerror}); choose a writable folder") \
-                from None
-    print_result(args.json, evidence.as_json(report), lambda: evidence.render_text(report), ascii_only=False,
+            raise BadInput(f"{args.out}: cannot write the evidence ({exc.strerror}); choose a "
+                           "writable folder") from None
+    print_result(args.json, evidence.as_json(report), lambda: evidence.render_text(report),
+                 ascii_only=False,
                  default=str)
     return evidence.exit_code(report)

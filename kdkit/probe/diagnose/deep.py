@@ -11,7 +11,15 @@ from typing import Any
 
 from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import nominal
-from kdkit.probe.diagnose.core import Context, StepFailed, captured_warnings, ok, skip, synchronize, warn
+from kdkit.probe.diagnose.core import (
+    Context,
+    StepFailed,
+    captured_warnings,
+    ok,
+    skip,
+    synchronize,
+    warn,
+)
 
 MATMUL_N = 8192
 COPY_BYTES = 1 << 30
@@ -34,20 +42,23 @@ def compile_step(ctx: Context) -> Finding:
             out = compiled(x)
             synchronize(torch, device)
     except Exception as exc:
-        backend = "Triton (it ships with the CUDA/ROCm torch wheels)" if device != "cpu" else "a C++ compiler"
+        backend = ("Triton (it ships with the CUDA/ROCm torch wheels)" if device != "cpu"
+                   else "a C++ compiler")
         raise StepFailed(
-            f"torch.compile on {device} failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+            f"torch.compile on {device} failed: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0]}",
             f"install {backend} matching this torch, or run the application without torch.compile",
         ) from None
     seconds = time.perf_counter() - started
     eager = tiny(x)
     if not bool(torch.allclose(out, eager, atol=1e-5)):
         largest = float((out - eager).abs().max())
-        raise StepFailed(f"torch.compile on {device} returned values that differ from eager mode (by up to "
-                         f"{largest:.3g})",
+        raise StepFailed(f"torch.compile on {device} returned values that differ from eager mode "
+                         f"(by up to {largest:.3g})",
                          "report it with the torch version; run without torch.compile meanwhile")
     ctx.facts["compile_seconds"] = seconds
-    return ok(f"compiled and ran a tiny function on {device} in {seconds:.1f} s; matches eager mode")
+    return (
+        ok(f"compiled and ran a tiny function on {device} in {seconds:.1f} s; matches eager mode"))
 
 
 def pinned_step(ctx: Context) -> Finding:
@@ -66,7 +77,8 @@ def pinned_step(ctx: Context) -> Finding:
                              "the host-device link corrupts data: report it to the provider")
         found.append(f"{device} {PINNED_BYTES / seconds / 1e9:.1f} GB/s")
     ctx.facts["pinned_copy"] = found
-    return ok(f"pinned {PINNED_BYTES >> 20} MiB host-to-device, non-blocking, intact: " + ", ".join(found))
+    return ok(f"pinned {PINNED_BYTES >> 20} MiB host-to-device, non-blocking, intact: "
+              + ", ".join(found))
 
 
 def throughput_step(ctx: Context) -> Finding:
@@ -81,9 +93,11 @@ def throughput_step(ctx: Context) -> Finding:
         tflops = _matmul_tflops(ctx.torch, device)
         gbps = _copy_gbps(ctx.torch, device)
         figures = nominal.lookup(dev["name"])
-        good_mm, text_mm = nominal.judge(tflops, figures.bf16_tflops if figures else None, "TFLOP/s",
+        good_mm, text_mm = nominal.judge(tflops, figures.bf16_tflops if figures else None,
+                                         "TFLOP/s",
                                           "bf16 matmul")
-        good_cp, text_cp = nominal.judge(gbps, figures.memory_gbps if figures else None, "GB/s", "copy")
+        good_cp, text_cp = nominal.judge(gbps,
+                                         figures.memory_gbps if figures else None, "GB/s", "copy")
         measured.append({"device": device, "bf16_tflops": tflops, "copy_gbps": gbps,
                          "nominal": figures.name if figures else None})
         texts.append(f"{device} {dev['name']}: {text_mm}, {text_cp}")
@@ -92,8 +106,8 @@ def throughput_step(ctx: Context) -> Finding:
     ctx.facts["throughput"] = measured
     detail = "; ".join(texts)
     if flagged:
-        return warn(f"{detail}; below {nominal.FLAG_BELOW:.0%} of nominal on {', '.join(flagged)}: throttled "
-                    "(power cap, heat), shared, or not the card its name says")
+        return warn(f"{detail}; below {nominal.FLAG_BELOW:.0%} of nominal on {', '.join(flagged)}: "
+                    "throttled (power cap, heat), shared, or not the card its name says")
     return ok(detail)
 
 

@@ -41,8 +41,10 @@ def machine_facts(driver: dict[str, Any]) -> dict[str, Any]:
     """The machine as the evidence names it: host, kernel, driver, and each card's identity
     (smi.read's facts)."""
     gpus = [{key: gpu.get(key) for key in IDENTITY} for gpu in driver.get("gpus") or []]
-    return {"hostname": platform.node(), "kernel": platform.release(), "machine": platform.machine(),
-            "driver": driver.get("driver_version"), "cuda": driver.get("cuda_version"), "gpus": gpus}
+    return {"hostname": platform.node(), "kernel": platform.release(),
+            "machine": platform.machine(),
+            "driver": driver.get("driver_version"),
+            "cuda": driver.get("cuda_version"), "gpus": gpus}
 
 
 def one_line(text: Any) -> str:
@@ -73,20 +75,24 @@ def provider_paragraph(report: dict[str, Any]) -> str | None:
     asked = any(point.provider for point in report["reasons"])  # their own sentences ask already
     ask = "" if asked else (" Please replace the card or the machine, or refund the rental."
                             if report["verdict"] == "refuse" else
-                            " It runs below the specification we paid for: please replace it or adjust the price.")
-    return (f"On {report['started']} the machine {one_line(report['machine']['hostname'])}{cards} failed our "
-            f"acceptance test (kdkit diagnose --accept, {report['seconds_under_load']:g} s under load): "
+                            " It runs below the specification we paid for: please replace it or "
+                            "adjust the price.")
+    return (f"On {report['started']} the machine {one_line(report['machine']['hostname'])}{cards} "
+            "failed our acceptance test (kdkit diagnose --accept, "
+            f"{report['seconds_under_load']:g} s under load): "
             + " ".join(line.rstrip(".") + "." for line in lines) + ask
             + " The full evidence is attached (acceptance.json, acceptance.md).")
 
 
-def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, seconds: float, incomplete: str | None,
+def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, seconds: float,
+              incomplete: str | None,
               argv: list[str], extra: dict[str, Any]) -> dict[str, Any]:
     """The acceptance report: verdict, reasons, the machine, every point, today's diagnose steps,
     the measurements' series (``extra``), and the commands that reproduce it."""
     judged = verdict(points, incomplete)
     report: dict[str, Any] = {
-        "command": "diagnose --accept", "verdict": judged, "incomplete": incomplete, "started": started,
+        "command": "diagnose --accept", "verdict": judged, "incomplete": incomplete,
+        "started": started,
         "seconds_under_load": seconds, "machine": machine_facts(extra.get("driver") or {}),
         "reasons": reasons(points), "points": points, "steps": steps, **extra,
         "reproduce": ["kdkit " + shlex.join(argv), *extra.get("commands", [])],
@@ -97,7 +103,8 @@ def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, sec
 
 def as_json(report: dict[str, Any]) -> dict[str, Any]:
     """The report with its points as plain dicts (what acceptance.json and --json hold)."""
-    plain: dict[str, Any] = finite({**report, "reasons": [finding_json(p) for p in report["reasons"]],
+    plain: dict[str, Any] = finite({**report,
+                                    "reasons": [finding_json(p) for p in report["reasons"]],
                                     "points": [finding_json(p) for p in report["points"]]})
     return plain
 
@@ -105,8 +112,11 @@ def as_json(report: dict[str, Any]) -> dict[str, Any]:
 def render_text(report: dict[str, Any]) -> str:
     """The report for a person at the terminal: each section's points, then the verdict and what to
     do."""
-    lines = [f"kdkit diagnose --accept ({report['started']}, {report['seconds_under_load']:g} s under load)", "steps:"]
-    lines += [f"  {step['status']:<8} {step['name']}: {step['detail']}" for step in report["steps"]["steps"]]
+    lines = (
+        [f"kdkit diagnose --accept ({report['started']}, {report['seconds_under_load']:g} s under "
+         "load)", "steps:"])
+    lines += [f"  {step['status']:<8} {step['name']}: {step['detail']}"
+              for step in report["steps"]["steps"]]
     for section in ("health", "load"):
         chosen = [p for p in report["points"] if p.section == section]
         if chosen:
@@ -133,19 +143,26 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["provider_message"]:
         out += ["## For the provider", "", _md(report["provider_message"]), ""]
     machine = report["machine"]
-    out += ["## GPUs", "", f"Driver {_md(machine['driver'] or 'unknown')}, CUDA {_md(machine['cuda'] or 'unknown')}.",
-            "", "| index | name | memory (MiB) | serial | uuid | bus |", "|---|---|---|---|---|---|"]
+    out += ["## GPUs", "",
+            f"Driver {_md(machine['driver'] or 'unknown')}, CUDA "
+            f"{_md(machine['cuda'] or 'unknown')}.",
+            "", "| index | name | memory (MiB) | serial | uuid | bus |",
+            "|---|---|---|---|---|---|"]
     out += ["| " + " | ".join(_md(g[key] if g[key] is not None else "") for key in IDENTITY) + " |"
             for g in report["machine"]["gpus"]] or ["| - | no GPU seen | | | | |"]
     out += ["", "## Diagnose steps", ""]
-    out += [f"- {_md(step['status'])}: {_md(step['name'])}: {_md(step['detail'])}" for step in report["steps"]["steps"]]
-    out += ["", "## Readings", "", "| verdict | where | point | reading | threshold | why | source |",
+    out += [f"- {_md(step['status'])}: {_md(step['name'])}: {_md(step['detail'])}"
+            for step in report["steps"]["steps"]]
+    out += ["", "## Readings", "",
+            "| verdict | where | point | reading | threshold | why | source |",
             "|---|---|---|---|---|---|---|"]
     for p in report["points"]:
-        cells = [p.verdict, place(p), f"{p.section}: {p.name}", shown(p.reading, p.unit), p.threshold or "", p.why,
+        cells = [p.verdict, place(p), f"{p.section}: {p.name}", shown(p.reading, p.unit),
+                 p.threshold or "", p.why,
                  p.source or ""]
         out.append("| " + " | ".join(_md(c) for c in cells) + " |")
-    out += ["", "## Reproduce", "", *(f"    {one_line(command)}" for command in report["reproduce"]), ""]
+    out += ["", "## Reproduce", "",
+            *(f"    {one_line(command)}" for command in report["reproduce"]), ""]
     return "\n".join(out)
 
 
@@ -160,17 +177,20 @@ def check_folder(folder: Path) -> None:
     from kdkit.core.staging import require_writable
 
     if folder.exists() and not folder.is_dir():
-        raise BadInput(f"{folder}: not a folder; --out with --accept names the folder for acceptance.json and "
-                       "acceptance.md")
+        raise BadInput(f"{folder}: not a folder; --out with --accept names the folder for "
+                       "acceptance.json and acceptance.md")
     require_writable(folder, "folder for --out")
     for name in (JSON_NAME, MD_NAME):
         require_replaceable(folder / name)
     probe = folder if folder.is_dir() else next(p for p in folder.parents if p.is_dir())
     try:
-        handle = tempfile.NamedTemporaryFile(dir=probe, prefix=".kdkit-probe-")  # noqa: SIM115 (closed below)
+        # closed below
+        handle = tempfile.NamedTemporaryFile(dir=probe, prefix=".kdkit-probe-")  # noqa: SIM115
         handle.close()
     except OSError as exc:
-        raise BadInput(f"{folder}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
+        raise BadInput(
+            f"{folder}: cannot write there ({exc.strerror or exc}); choose a writable "
+            "folder") from None
 
 
 def write_evidence(folder: Path, report: dict[str, Any]) -> list[Path]:

@@ -20,12 +20,14 @@ from kdkit.probe.diagnose import nominal, smi
 from kdkit.probe.diagnose.health_rules import gpu_points, make, unread, who
 from kdkit.probe.diagnose.points import thresholds
 
-GPU_FIX = ("in a container: docker run --gpus all (NVIDIA) or --device /dev/kfd --device /dev/dri (AMD); "
-           "on a host: install the GPU driver")
+GPU_FIX = ("in a container: docker run --gpus all (NVIDIA) or --device /dev/kfd --device /dev/dri "
+           "(AMD); on a host: install the GPU driver")
 
 
-def check(cuda: str | None = None, expected_name: str | None = None, expected_count: int | None = None,
-          overrides: dict[str, Any] | None = None, timeout: float = smi.READ_TIMEOUT) -> tuple[dict[str, Any],
+def check(cuda: str | None = None, expected_name: str | None = None,
+          expected_count: int | None = None,
+          overrides: dict[str, Any] | None = None,
+          timeout: float = smi.READ_TIMEOUT) -> tuple[dict[str, Any],
                                                                                             list[Finding]]:
     """Read the driver's facts (smi.read) and judge them: (facts for the evidence, points)."""
     facts = smi.read(timeout)
@@ -33,7 +35,8 @@ def check(cuda: str | None = None, expected_name: str | None = None, expected_co
 
 
 def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name: str | None = None,
-                  expected_count: int | None = None, overrides: dict[str, Any] | None = None) -> list[Finding]:
+                  expected_count: int | None = None,
+                  overrides: dict[str, Any] | None = None) -> list[Finding]:
     """Every health point of ``facts`` (smi.read's). ``cuda``: the lock's CUDA ("12.8"; None for a
     ROCm or CPU lock or when unknown). ``expected_name``/``expected_count``: the ordered card and
     count (None when unknown: the readings are then info). ``overrides``: kdkit.json
@@ -42,7 +45,8 @@ def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name:
     health, load = rules.get("health", {}), rules.get("load", {})
     if not facts["gpus"]:
         return presence_points(facts)
-    points = driver_points(facts, cuda) + query_points(facts) + order_points(facts, expected_name, expected_count,
+    points = driver_points(facts, cuda) + query_points(facts) + order_points(facts, expected_name,
+                                                                             expected_count,
                                                                               health)
     for gpu in facts["gpus"]:
         points += gpu_points(gpu, health, load)
@@ -57,19 +61,21 @@ def presence_points(facts: dict[str, Any]) -> list[Finding]:
     failure = facts.get("failure") or "the driver lists no GPU"
     if facts.get("tool") is None and not nodes:
         return [Finding("health", "gpu.present", None, False, "", "a GPU", "refuse",
-                        "no GPU: no nvidia-smi, amd-smi or rocm-smi on PATH, and no /dev/nvidia*, /dev/kfd or "
-                        "/proc/driver/nvidia", fix=f"if this machine has GPUs, {GPU_FIX}",
-                        provider="The machine shows no GPU at all (no driver tool, no GPU device node); please check "
-                               "the order or give me a machine with the GPUs")]
+                        "no GPU: no nvidia-smi, amd-smi or rocm-smi on PATH, and no /dev/nvidia*, "
+                        "/dev/kfd or /proc/driver/nvidia",
+                        fix=f"if this machine has GPUs, {GPU_FIX}",
+                        provider="The machine shows no GPU at all (no driver tool, no GPU device "
+                               "node); please check the order or give me a machine with the GPUs")]
     if facts.get("tool") is None:
         return [Finding("health", "driver.tool", None, None, "", None, "unknown",
-                        f"GPU device nodes ({', '.join(nodes)}) but no driver tool on PATH: the driver's facts cannot "
-                        "be read", fix="in a container: NVIDIA_DRIVER_CAPABILITIES=compute,utility (utility mounts "
-                                     "nvidia-smi), or use an image with amd-smi (ROCm)")]
+                        f"GPU device nodes ({', '.join(nodes)}) but no driver tool on PATH: the "
+                        "driver's facts cannot be read",
+                        fix="in a container: NVIDIA_DRIVER_CAPABILITIES=compute,utility (utility "
+                                     "mounts nvidia-smi), or use an image with amd-smi (ROCm)")]
     return [Finding("health", "driver.tool", None, False, "", "an answer", "refuse",
                     f"the driver lists no GPU: {failure}", fix=GPU_FIX,
-                    provider=f"{facts['tool']} fails on this machine ({failure}); please check the driver and GPUs "
-                           "or give me another machine")]
+                    provider=f"{facts['tool']} fails on this machine ({failure}); please check the "
+                           "driver and GPUs or give me another machine")]
 
 
 def query_points(facts: dict[str, Any]) -> list[Finding]:
@@ -80,16 +86,22 @@ def query_points(facts: dict[str, Any]) -> list[Finding]:
     if query.get("renamed") or query.get("unknown"):
         families: dict[tuple[str, str], list[str]] = {}
         for new, old in query.get("renamed", {}).items():
-            families.setdefault((new.rsplit(".", 1)[0], old.rsplit(".", 1)[0]), []).append(f"{new} as {old}")
-        renamed = ", ".join(f"{new}.* as {old}.* ({len(pairs)} fields)" if len(pairs) > 1 else pairs[0]
+            families.setdefault(
+                (new.rsplit(".", 1)[0], old.rsplit(".", 1)[0]), []).append(f"{new} as {old}")
+        renamed = ", ".join(f"{new}.* as {old}.* ({len(pairs)} fields)" if len(pairs) > 1
+                            else pairs[0]
                             for (new, old), pairs in families.items())
         unknown = ", ".join(query.get("unknown", []))
-        points.append(Finding("health", "driver.fields", None, len(query.get("unknown", [])), "fields unknown", None,
-                              "info", "; ".join(part for part in (f"read {renamed}" if renamed else "",
-                                                                 f"not known to this driver: {unknown}" if unknown
-                                                                 else "") if part)))
+        points.append(Finding("health", "driver.fields", None, len(query.get("unknown", [])),
+                              "fields unknown", None,
+                              "info",
+                              "; ".join(part for part in (f"read {renamed}" if renamed else "",
+                                                         f"not known to this driver: {unknown}"
+                                                          if unknown
+                                                         else "") if part)))
     if facts.get("problems"):
-        points.append(Finding("health", "driver.output", None, len(facts["problems"]), "problems", None, "info",
+        points.append(Finding("health", "driver.output", None, len(facts["problems"]), "problems",
+                              None, "info",
                               "; ".join(facts["problems"][:5])))
     return points
 
@@ -114,9 +126,10 @@ def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Finding]:
         return [Finding("health", "driver.version", None, version, "", None, "info",
                         f"amdgpu driver {version or 'version unread'} ({facts.get('tool')})")]
     points = [Finding("health", "driver.cuda", None, facts.get("cuda_version"), "", None, "info",
-                      f"the driver supports CUDA up to {facts.get('cuda_version') or '(unread)'} (nvidia-smi -q); the "
-                      f"lock's CUDA is {cuda or 'unknown'}")]
-    source = "kdkit/data/pairings.json drivers, architecture_drivers (kdkit.core.builds.driver_floor)"
+                      f"the driver supports CUDA up to {facts.get('cuda_version') or '(unread)'} "
+                      f"(nvidia-smi -q); the lock's CUDA is {cuda or 'unknown'}")]
+    source = (
+        "kdkit/data/pairings.json drivers, architecture_drivers (kdkit.core.builds.driver_floor)")
     offer = catalog_offer(facts["gpus"][0].get("name") or "")
     floor = driver_floor(cuda, offer.get("architecture") if offer else None) if cuda else None
     if version is None or floor is None:
@@ -127,19 +140,23 @@ def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Finding]:
                                  "info" if version and not cuda else "unknown", why, source=source)]
     minimum, reason = floor
     if gpurules.driver_new_enough(version, minimum):
-        return [*points, Finding("health", "driver.version", None, version, "", f">= {minimum}", "ok",
-                                 f"driver {version} >= {minimum}, the floor for {reason}", source=source)]
-    return [*points, Finding("health", "driver.version", None, version, "", f">= {minimum}", "refuse",
-                             f"driver {version} is older than {minimum}, the floor for {reason} (the lock's CUDA "
-                             f"{cuda}); torch will not start on it",
-                             fix="lock a torch build for an older CUDA (another torch_index in kdkit.json, then "
-                               "`kdkit lock`)",
-                             provider=f"The NVIDIA driver {version} is older than {minimum}, which CUDA {cuda} needs; "
-                                    f"please update the driver to {minimum} or newer, or give me a machine with one",
-                             source=source)]
+        return [*points,
+                Finding("health", "driver.version", None, version, "", f">= {minimum}", "ok",
+                        f"driver {version} >= {minimum}, the floor for {reason}", source=source)]
+    return [*points,
+            Finding("health", "driver.version", None, version, "", f">= {minimum}", "refuse",
+                    f"driver {version} is older than {minimum}, the floor for {reason} (the lock's "
+                    f"CUDA {cuda}); torch will not start on it",
+                    fix="lock a torch build for an older CUDA (another torch_index in kdkit.json, "
+                      "then `kdkit lock`)",
+                    provider=f"The NVIDIA driver {version} is older than {minimum}, which CUDA "
+                           f"{cuda} needs; please update the driver to {minimum} or newer, or give "
+                           "me a machine with one",
+                    source=source)]
 
 
-def order_points(facts: dict[str, Any], expected_name: str | None = None, expected_count: int | None = None,
+def order_points(facts: dict[str, Any], expected_name: str | None = None,
+                 expected_count: int | None = None,
                  rules: dict[str, Any] | None = None) -> list[Finding]:
     """The GPUs against the order: how many, which card (``expected_name``, a catalog name or alias,
     or as the driver prints it), how much memory. None for what the order does not say: the readings
@@ -149,16 +166,21 @@ def order_points(facts: dict[str, Any], expected_name: str | None = None, expect
     names = sorted({str(gpu.get("name") or "name unread") for gpu in gpus})
     seen = f"{len(gpus)} x {', '.join(names)}"
     if expected_count is None:
-        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", None, "info", f"the driver sees {seen}")]
+        points = [
+            Finding("health", "gpu.count", None, len(gpus), "GPUs",
+                    None, "info", f"the driver sees {seen}")]
     elif len(gpus) < expected_count:
-        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}", "refuse",
+        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}",
+                          "refuse",
                           f"the driver sees {seen}; the order is for {expected_count}",
-                          provider=f"The order is for {expected_count} {expected_name or 'GPUs'}; the driver sees "
-                                 f"{seen}; please give me the GPUs ordered", source="the order")]
+                          provider=f"The order is for {expected_count} {expected_name or 'GPUs'}; "
+                                   f"the driver sees {seen}; please give me the GPUs ordered",
+                          source="the order")]
     else:
         verdict = "ok" if len(gpus) == expected_count else "info"
-        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}", verdict,
-                          f"the driver sees {seen}; the order is for {expected_count}", source="the order")]
+        points = [Finding("health", "gpu.count", None, len(gpus), "GPUs", f">= {expected_count}",
+                          verdict, f"the driver sees {seen}; the order is for {expected_count}",
+                          source="the order")]
     for gpu in gpus:
         points += name_points(gpu, expected_name) + memory_points(gpu, rules["gpu.memory"])
     return points
@@ -175,11 +197,15 @@ def name_points(gpu: dict[str, Any], expected: str | None) -> list[Finding]:
     source = "kdkit/data/catalog.json (names, aliases, device_pattern; tier words Ti, SUPER, D)"
     if same is None:
         return [Finding("health", "gpu.name", gpu["index"], name, "", expected, "unknown",
-                        f"kdkit cannot tell whether '{name}' is the ordered '{expected}'", source=source)]
+                        f"kdkit cannot tell whether '{name}' is the ordered '{expected}'",
+                        source=source)]
     if same:
-        return [Finding("health", "gpu.name", gpu["index"], name, "", expected, "ok", why, source=source)]
+        return [
+            Finding("health", "gpu.name", gpu["index"], name, "", expected, "ok",
+                    why, source=source)]
     return [Finding("health", "gpu.name", gpu["index"], name, "", expected, "refuse", why,
-                    provider=f"{who(gpu)} is not the {expected} ordered; please give me the card ordered",
+                    provider=f"{who(gpu)} is not the {expected} ordered; please give me the card "
+                             "ordered",
                     source=source)]
 
 
@@ -202,7 +228,9 @@ def same_card(expected: str, name: str) -> tuple[bool | None, str]:
     card = ordered["name"] if ordered else expected
     model = nominal.model(card)
     if model and model == nominal.model(name) and nominal.tiers(card) != nominal.tiers(name):
-        return False, f"the driver names a {name}; the order is {expected} (Ti, SUPER and D make other cards)"
+        return (False,
+                f"the driver names a {name}; the order is {expected} (Ti, SUPER and D make other "
+                "cards)")
     if expected.casefold() in name.casefold() or card.casefold() in name.casefold():
         return True, f"{name}, as ordered ({expected})"
     return None, ""
@@ -218,17 +246,21 @@ def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
         return [unread("gpu.memory", gpu, "memory_mib", rule, "MiB")]
     offer = catalog_offer(str(gpu.get("name") or ""))
     if offer is None or gpu.get("mig_mode") or not offer.get("memory_gb"):
-        why = "a MIG slice" if gpu.get("mig_mode") else f"kdkit has no datasheet memory for '{gpu.get('name')}'"
-        return [make("gpu.memory", gpu, mib, "unknown", f"{mib:g} MiB; not judged: {why}", rule, "MiB")]
+        why = ("a MIG slice" if gpu.get("mig_mode")
+               else f"kdkit has no datasheet memory for '{gpu.get('name')}'")
+        return [
+            make("gpu.memory", gpu, mib, "unknown", f"{mib:g} MiB; not judged: {why}", rule, "MiB")]
     expected = offer["memory_gb"] / offer.get("devices_per_card", 1)
     have = mib * 2**20 / 1e9
     shown = f">= {rule['value'] * expected:g} GB ({offer['name']}: {expected:g} GB per device)"
     if have >= rule["value"] * expected:
-        return [make("gpu.memory", gpu, mib, "ok", f"{mib:g} MiB = {have:.1f} GB", rule, "MiB", shown)]
-    return [make("gpu.memory", gpu, mib, rule["verdict"], f"{mib:g} MiB = {have:.1f} GB, less than the "
+        return [
+            make("gpu.memory", gpu, mib, "ok", f"{mib:g} MiB = {have:.1f} GB", rule, "MiB", shown)]
+    return [make("gpu.memory", gpu, mib, rule["verdict"],
+                 f"{mib:g} MiB = {have:.1f} GB, less than the "
                  f"{expected:g} GB of a {offer['name']}", rule, "MiB", shown,
-                 provider=f"{who(gpu)} reports {have:.1f} GB of memory, less than the {expected:g} GB of a "
-                          f"{offer['name']}; please give me the card ordered")]
+                 provider=f"{who(gpu)} reports {have:.1f} GB of memory, less than the {expected:g} "
+                          f"GB of a {offer['name']}; please give me the card ordered")]
 
 
 def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
@@ -241,18 +273,23 @@ def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     points = []
     for gpu in linked:
         links = gpu["links"]
-        kind, up, down = links["kind"].upper().replace("NVLINK", "NVLink"), links["up"], links["down"]
+        kind, up, down = (links["kind"].upper().replace("NVLINK", "NVLink"), links["up"],
+                          links["down"])
         shown = f"{up} of {links['total']} {kind} links up"
         if down == 0:
             points.append(make("links.down", gpu, down, "ok", shown, rule, "links"))
         elif up or any_up or kind == "XGMI":
-            points.append(make("links.down", gpu, down, rule["verdict"], f"{shown}, {down} down", rule, "links",
-                               fix="ask for another machine (a link down is a cable, bridge or fabric fault)",
-                               provider=f"{who(gpu)} has {down} of {links['total']} {kind} links down; please repair "
-                                        "the links or give me another machine"))
+            points.append(make("links.down", gpu, down, rule["verdict"], f"{shown}, {down} down",
+                               rule, "links",
+                               fix="ask for another machine (a link down is a cable, bridge or "
+                                   "fabric fault)",
+                               provider=f"{who(gpu)} has {down} of {links['total']} {kind} links "
+                                        "down; please repair the links or give me another machine"))
         else:
-            points.append(make("links.down", gpu, down, "info", f"no {kind} link up on any GPU: a PCIe-only machine, "
-                               "or links down everywhere (the load section's all-reduce tells)", rule, "links"))
+            points.append(make("links.down", gpu, down, "info",
+                               f"no {kind} link up on any GPU: a PCIe-only machine, "
+                               "or links down everywhere (the load section's all-reduce tells)",
+                               rule, "links"))
     for gpu in facts["gpus"]:
         points += _xgmi_errors(gpu, rules["xgmi.errors"])
     return points
@@ -267,5 +304,5 @@ def _xgmi_errors(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
     if status.upper().endswith("NO_ERRORS"):
         return [make("xgmi.errors", gpu, status, "ok", "no XGMI errors", rule)]
     return [make("xgmi.errors", gpu, status, rule["verdict"], f"XGMI errors: {status}", rule,
-                 provider=f"{who(gpu)} reports XGMI link errors ({status}); please check the links or give me "
-                          "another machine")]
+                 provider=f"{who(gpu)} reports XGMI link errors ({status}); please check the links "
+                          "or give me another machine")]

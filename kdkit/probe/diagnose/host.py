@@ -32,8 +32,9 @@ ENV_VARS = (
 SHM_MINIMUM = 1 << 30
 PROC_NVIDIA = Path("/proc/driver/nvidia/version")
 KFD = Path("/dev/kfd")
-KFD_FIX = ("on a host: sudo usermod -aG render,video $USER, then log in again (AMD: rocm.docs.amd.com/projects/"
-           "install-on-linux/en/latest/install/prerequisites.html, setting permissions for groups)")
+KFD_FIX = ("on a host: sudo usermod -aG render,video $USER, then log in again (AMD: "
+           "rocm.docs.amd.com/projects/install-on-linux/en/latest/install/prerequisites.html, "
+           "setting permissions for groups)")
 
 
 # ---------------------------------------------------------------- interpreter and environment
@@ -58,7 +59,8 @@ def interpreter(ctx: Context) -> Finding:
     wanted = _project_python(ctx)
     here = ".".join(platform.python_version_tuple()[:2])
     if wanted and wanted != here:
-        return warn(f"{detail}; the project is made for Python {wanted} (kdkit.json), this is {here}")
+        return (
+            warn(f"{detail}; the project is made for Python {wanted} (kdkit.json), this is {here}"))
     return ok(detail)
 
 
@@ -106,15 +108,18 @@ def environment(ctx: Context) -> Finding:
     if gpurules.capabilities_lack_compute(caps):
         problem = (f"NVIDIA_DRIVER_CAPABILITIES={caps} lacks 'compute': the container gets no CUDA "
                    "driver libraries")
-        fix = "set NVIDIA_DRIVER_CAPABILITIES=compute,utility (docker run -e ... or in the image), or unset it"
+        fix = (
+            "set NVIDIA_DRIVER_CAPABILITIES=compute,utility (docker run -e ... or in the image), "
+            "or unset it")
         if ctx.expected == "cuda":
             raise StepFailed(problem, fix)
         notes.append(problem)
     if shm is not None and shm < SHM_MINIMUM:
-        notes.append(f"/dev/shm is {gpurules.gib(shm)}: DataLoader workers need more; run the container "
-                     "with --shm-size=8g or --ipc=host")
+        notes.append(f"/dev/shm is {gpurules.gib(shm)}: DataLoader workers need more; run the "
+                     "container with --shm-size=8g or --ipc=host")
     ctx.causes.extend(n for n in notes if "VISIBLE" in n)
-    seen = ", ".join(f"{k}={v}" for k, v in values.items() if v is not None) or "no GPU variables set"
+    seen = ", ".join(f"{k}={v}" for k,
+                     v in values.items() if v is not None) or "no GPU variables set"
     detail = f"{seen}; GPU device nodes: {', '.join(hints) or 'none'}; /dev/shm " + (
         gpurules.gib(shm) if shm is not None else "absent")
     return warn(f"{detail}; " + "; ".join(notes)) if notes else ok(detail)
@@ -123,7 +128,8 @@ def environment(ctx: Context) -> Finding:
 def _visibility_notes(values: dict[str, str | None]) -> list[str]:
     return [
         f"{name}={values[name]!r} hides every GPU; unset it or list the GPUs to use"
-        for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+        for name in ("CUDA_VISIBLE_DEVICES",
+                     "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
         if gpurules.hides_all_devices(name, values[name])
     ]
 
@@ -140,9 +146,9 @@ def driver(ctx: Context) -> Finding:
     cuda = ctx.facts["build"]["cuda"]
     ctx.facts["driver"] = {"nvidia": version, "source": source}
     if version is None:
-        ctx.causes.append("no NVIDIA driver found (/proc/driver/nvidia/version and nvidia-smi absent): on a "
-                          "host install the driver; in a container run it with --gpus all (NVIDIA Container "
-                          "Toolkit)")
+        ctx.causes.append("no NVIDIA driver found (/proc/driver/nvidia/version and nvidia-smi "
+                          "absent): on a host install the driver; in a container run it with "
+                          "--gpus all (NVIDIA Container Toolkit)")
         return warn("no NVIDIA driver found (no /proc/driver/nvidia/version, no nvidia-smi)")
     minimum = gpurules.driver_minimum(cuda) if cuda else None
     if minimum is None:
@@ -152,8 +158,8 @@ def driver(ctx: Context) -> Finding:
             f"NVIDIA driver {version} is older than {minimum}, the minimum for CUDA "
             f"{version_tuple(cuda)[0]}.x builds (this torch is built for CUDA {cuda}); torch will "
             "say \"The NVIDIA driver on your system is too old\"",
-            f"ask for a machine with driver >= {minimum}, or install a torch build for an older CUDA "
-            "(another torch_index in kdkit.json, then `kdkit lock`)",
+            f"ask for a machine with driver >= {minimum}, or install a torch build for an older "
+            "CUDA (another torch_index in kdkit.json, then `kdkit lock`)",
         )
     return ok(f"NVIDIA driver {version} (from {source}) >= {minimum} needed by CUDA {cuda}")
 
@@ -168,7 +174,8 @@ def _nvidia_driver_version() -> tuple[str | None, str | None]:
     from kdkit.core.proc import run
 
     try:
-        done = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=30)
+        done = run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=30)
     except KdkitError:
         return None, None
     first = done.stdout.strip().splitlines()[:1]
@@ -177,11 +184,13 @@ def _nvidia_driver_version() -> tuple[str | None, str | None]:
 
 def _amd_driver(ctx: Context) -> Finding:
     version = _read_first_line(Path("/sys/module/amdgpu/version"))
-    renders = sorted(p.name for p in Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
+    renders = sorted(p.name
+                     for p in Path("/dev/dri").glob("renderD*")) if Path(
+                         "/dev/dri").is_dir() else []
     ctx.facts["driver"] = {"amdgpu": version, "kfd": KFD.exists(), "render_nodes": renders}
     if not KFD.exists():
-        ctx.causes.append("/dev/kfd is absent: run the container with --device /dev/kfd --device /dev/dri "
-                          "(or install the amdgpu driver on the host)")
+        ctx.causes.append("/dev/kfd is absent: run the container with --device /dev/kfd --device "
+                          "/dev/dri (or install the amdgpu driver on the host)")
         return warn("/dev/kfd is absent")
     try:
         fd = os.open(KFD, os.O_RDWR)
@@ -189,9 +198,11 @@ def _amd_driver(ctx: Context) -> Finding:
     except PermissionError:
         raise kfd_refused(KFD) from None
     except OSError as exc:
-        raise StepFailed(f"cannot open /dev/kfd: {exc}", "check the amdgpu driver is loaded (dmesg)") from None
+        raise StepFailed(f"cannot open /dev/kfd: {exc}",
+                         "check the amdgpu driver is loaded (dmesg)") from None
     readable = f"amdgpu {version}" if version else "amdgpu version not readable (in-kernel driver)"
-    return ok(f"/dev/kfd opens read-write; {readable}; render nodes: {', '.join(renders) or 'none'}")
+    return (
+        ok(f"/dev/kfd opens read-write; {readable}; render nodes: {', '.join(renders) or 'none'}"))
 
 
 def kfd_refused(path: Path) -> StepFailed:
@@ -216,10 +227,13 @@ def kfd_refused(path: Path) -> StepFailed:
         group = f"{grp.getgrgid(info.st_gid).gr_name} (gid {info.st_gid})"
     except KeyError:  # a gid this system's group database does not name (a container's, often)
         group = f"gid {info.st_gid}"
-    return StepFailed(f"{path}: cannot open it read-write (Permission denied): it belongs to group {group}, "
-                      f"mode {stat.S_IMODE(info.st_mode):04o}, and this process (uid {os.getuid()}, groups "
-                      f"{', '.join(map(str, sorted(set(os.getgroups()) | {os.getgid()})))}) is not in it",
-                      f"{KFD_FIX}; in a container: docker run --group-add {info.st_gid} (kdkit run adds it)",
+    return StepFailed(f"{path}: cannot open it read-write (Permission denied): it belongs to group "
+                      f"{group}, mode {stat.S_IMODE(info.st_mode):04o}, and this process (uid "
+                      f"{os.getuid()}, groups "
+                      f"{', '.join(map(str, sorted(set(os.getgroups()) | {os.getgid()})))}) is not "
+                      "in it",
+                      f"{KFD_FIX}; in a container: docker run --group-add {info.st_gid} (kdkit run "
+                      "adds it)",
                       exit_code=Unavailable.exit_code)
 
 

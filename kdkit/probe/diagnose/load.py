@@ -39,8 +39,8 @@ DEFAULT_SECONDS = 60.0
 GPU_N, MIN_N, CPU_N = 8192, 1024, 256
 # results compared per interval and device (a count of differing elements on the device, no wait)
 CHECKS = 8
-NOMINAL_SOURCE = ("kdkit/data/catalog.json (the offer's nominal dense TFLOP/s and its datasheet); the share: "
-                  "kdkit/probe/diagnose/nominal.py FLAG_BELOW")
+NOMINAL_SOURCE = ("kdkit/data/catalog.json (the offer's nominal dense TFLOP/s and its datasheet); "
+                  "the share: kdkit/probe/diagnose/nominal.py FLAG_BELOW")
 
 
 class Repeats:
@@ -62,7 +62,8 @@ class Repeats:
         self.pending.append(torch.count_nonzero(torch.ne(_bits(torch, result), self.bits)))
 
     def collect(self, torch: Any) -> None:
-        counts = [int(count) for count in torch.stack(self.pending).tolist()] if self.pending else []
+        counts = [int(count)
+                  for count in torch.stack(self.pending).tolist()] if self.pending else []
         self.pending = []
         self.compares += len(counts)
         for count in counts:
@@ -80,26 +81,31 @@ class Repeats:
         """ok, or refuse past the rule's allowance (none): gpu-burn's verdict on a faulty card."""
         rule = rules["load.gemm.bitwise"]
         allowed, source = int(rule["value"]), rule.get("source")
-        reading, threshold = {"compares": self.compares, "mismatches": self.mismatches}, f"<= {allowed} mismatches"
+        reading, threshold = {"compares": self.compares,
+                              "mismatches": self.mismatches}, f"<= {allowed} mismatches"
         if not self.compares:
-            return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "unknown",
-                           f"{device}: no repeated result was compared (the run ended first)", source=source)
+            return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold,
+                           "unknown",
+                           f"{device}: no repeated result was compared (the run ended first)",
+                           source=(source))
         if self.mismatches <= allowed:
             return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "ok",
-                           f"{device}: {self.compares - self.mismatches} of {self.compares} repeated results "
-                           "identical to the first, bit for bit", source=source)
+                           f"{device}: {self.compares - self.mismatches} of {self.compares} "
+                           "repeated results identical to the first, bit for bit", source=source)
         return Finding("load", "load.gemm.bitwise", gpu, reading, "results", threshold, "refuse",
-                       f"{device}: {self.mismatches} of {self.compares} repeated results differ from the first "
-                       f"(up to {self.elements} elements): silent data corruption",
-                       provider=f"GPU {gpu if gpu is not None else device} returns different results for the same "
-                              "matrix product on the same inputs under sustained load (silent data corruption)",
+                       f"{device}: {self.mismatches} of {self.compares} repeated results differ "
+                       f"from the first (up to {self.elements} elements): silent data corruption",
+                       provider=f"GPU {gpu if gpu is not None else device} returns different "
+                              "results for the same matrix product on the same inputs under "
+                              "sustained load (silent data corruption)",
                        source=source)
 
 
 def _bits(torch: Any, tensor: Any) -> Any:
     """The tensor's bits as integers of its width, so equal bits compare equal even when they are
     NaN."""
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(tensor.element_size())
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32,
+             8: torch.int64}.get(tensor.element_size())
     return tensor.view(width) if width is not None and tensor.is_contiguous() else tensor
 
 
@@ -162,7 +168,8 @@ def _sized_lane(torch: Any, device: str, interval: float) -> Lane:
         n //= 2
 
 
-def _interval(torch: Any, lanes: list[Lane], interval: float, deadline: float, log: SensorLog) -> None:
+def _interval(torch: Any, lanes: list[Lane], interval: float,
+              deadline: float, log: SensorLog) -> None:
     """One interval: each lane gets the launches that fill ``interval``, round robin so every device
     works at once, CHECKS of them compared with the first result; the clock is checked between
     launches. The driver is sampled while the devices work; then each lane records its TFLOP/s and
@@ -186,7 +193,8 @@ def _interval(torch: Any, lanes: list[Lane], interval: float, deadline: float, l
         synchronize(torch, lane.device)
         seconds = max(marks[number].seconds_to(ends[number]), 1e-9)
         lane.per_launch = seconds / counts[number]
-        lane.intervals.append({"t": round(time.perf_counter() - log.started, 3), "seconds": round(seconds, 6),
+        lane.intervals.append({"t": round(time.perf_counter() - log.started, 3),
+                               "seconds": round(seconds, 6),
                                "tflops": counts[number] * lane.flops / seconds / 1e12})
         lane.repeats.collect(torch)
 
@@ -251,9 +259,10 @@ def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) 
         return Finding("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", threshold, "ok",
                        f"{text} = {share:.0%} of nominal", source=rule.get("source"))
     return Finding("load", "load.gemm.tflops", gpu, overall, "TFLOP/s", threshold, "degraded",
-                   f"{text} = {share:.0%} of nominal: throttled, shared, or not the card its name says",
-                   provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s in {kind}, {share:.0%} of the {label}'s "
-                          f"nominal {figure:,.0f}", source=rule.get("source"))
+                   f"{text} = {share:.0%} of nominal: throttled, shared, or not the card its name "
+                   "says",
+                   provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s in {kind}, {share:.0%} of "
+                          f"the {label}'s nominal {figure:,.0f}", source=rule.get("source"))
 
 
 def overall_tflops(lane: Lane) -> float | None:
@@ -261,31 +270,34 @@ def overall_tflops(lane: Lane) -> float | None:
     completed."""
     if not lane.intervals:
         return None
-    return sum(i["tflops"] * i["seconds"] for i in lane.intervals) / sum(i["seconds"] for i in lane.intervals)
+    return sum(i["tflops"] * i["seconds"]
+               for i in lane.intervals) / sum(i["seconds"] for i in lane.intervals)
 
 
-def sustained_point(gpu: int | None, device: str, rates: list[float], rules: dict[str, Any]) -> Finding:
+def sustained_point(gpu: int | None, device: str, rates: list[float],
+                    rules: dict[str, Any]) -> Finding:
     """The last tenth of the intervals against the first: a drop is thermal or power throttling."""
     rule = rules["load.gemm.sustained"]
     floor, window = float(rule["value"]), float(rule["window"])
     threshold = f">= {floor:.0%} of the first {window:.0%}"
     if len(rates) < 2 or min(rates[:1]) <= 0:
         return Finding("load", "load.gemm.sustained", gpu, None, "share", threshold, "unknown",
-                       f"{device}: {len(rates)} interval(s): too few to compare the start with the end (run longer)",
-                       source=rule.get("source"))
+                       f"{device}: {len(rates)} interval(s): too few to compare the start with the "
+                       "end (run longer)", source=rule.get("source"))
     size = max(1, round(len(rates) * window))
     first, last = fmean(rates[:size]), fmean(rates[-size:])
     kept = last / first
-    text = (f"{device}: last {size} of {len(rates)} intervals {_figure(last)} TFLOP/s, first {size} "
-            f"{_figure(first)}: {kept:.1%} kept")
+    text = (f"{device}: last {size} of {len(rates)} intervals {_figure(last)} TFLOP/s, first "
+            f"{size} {_figure(first)}: {kept:.1%} kept")
     if kept >= floor:
-        return Finding("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "ok", text,
-                       source=rule.get("source"))
-    return Finding("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "degraded",
+        return Finding("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold, "ok",
+                       text, source=rule.get("source"))
+    who = f"GPU {gpu}" if gpu is not None else f"the machine ({device})"
+    return Finding("load", "load.gemm.sustained", gpu, round(kept, 4), "share", threshold,
+                   "degraded",
                    text + ": throughput fell under sustained load (thermal or power throttling)",
                    fix="see load.throttle for the reason the driver gives",
-                   provider=f"{'GPU ' + str(gpu) if gpu is not None else 'the machine (' + device + ')'} loses "
-                          f"{1 - kept:.0%} of its throughput under sustained load",
+                   provider=f"{who} loses {1 - kept:.0%} of its throughput under sustained load",
                    source=rule.get("source"))
 
 
@@ -298,10 +310,12 @@ def _figure(value: float) -> str:
 def lane_points(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> list[Finding]:
     rates = [interval["tflops"] for interval in lane.intervals]
     kind = str(lane.dtype).removeprefix("torch.")
-    evidence = Finding("load", "load.gemm.intervals", gpu, lane.intervals, "TFLOP/s per interval", None, "info",
-                       f"{lane.device}: {len(rates)} intervals of {lane.n}x{lane.n} {kind} GEMM (t: seconds since the "
-                       "start)")
-    return [tflops_point(gpu, lane, name, rules), sustained_point(gpu, lane.device, rates, rules), evidence,
+    evidence = Finding("load", "load.gemm.intervals", gpu, lane.intervals, "TFLOP/s per interval",
+                       None, "info",
+                       f"{lane.device}: {len(rates)} intervals of {lane.n}x{lane.n} {kind} GEMM "
+                       "(t: seconds since the start)")
+    return [tflops_point(gpu, lane, name, rules), sustained_point(gpu, lane.device, rates, rules),
+            evidence,
             lane.repeats.point(gpu, lane.device, rules)]
 
 
@@ -328,7 +342,8 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
     for lane in lanes:
         name, kind = names.get(lane.device, lane.device), str(lane.dtype).removeprefix("torch.")
         points += lane_points(gpus.get(lane.device), lane, name, load_rules)
-        points.append(loadref.gemm_point(gpus.get(lane.device), lane.device, name, kind, overall_tflops(lane),
+        points.append(loadref.gemm_point(gpus.get(lane.device), lane.device, name, kind,
+                                         overall_tflops(lane),
                                          references, load_rules))
     del lanes
     loadio.release(torch, devices)
@@ -336,7 +351,8 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
     return points + _after(ctx, devices, log, load_rules)
 
 
-def _after(ctx: Context, devices: list[str], log: SensorLog, rules: dict[str, Any]) -> list[Finding]:
+def _after(ctx: Context, devices: list[str], log: SensorLog,
+           rules: dict[str, Any]) -> list[Finding]:
     """What follows the GEMM loop: copies, memory fill, peers, all-reduce, and the driver's
     samples."""
     torch = ctx.torch
@@ -353,4 +369,5 @@ def _after(ctx: Context, devices: list[str], log: SensorLog, rules: dict[str, An
 def _driver_indices(torch: Any, devices: list[str], log: SensorLog) -> dict[str, int]:
     """Each GPU's index as the driver numbers it (the CPU has none)."""
     indices = {device: int(device.split(":")[1]) for device in devices if device != "cpu"}
-    return {device: log.index_of(index, torch_bus_id(torch, index)) for device, index in indices.items()}
+    return {device: log.index_of(index, torch_bus_id(torch, index)) for device,
+            index in indices.items()}

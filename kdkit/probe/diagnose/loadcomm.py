@@ -50,7 +50,8 @@ def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: in
     folder = Path(tempfile.mkdtemp(prefix="kdkit-allreduce-"))
     try:
         result, said = _run_workers(world, {"backend": backend, "device": kind, "nbytes": size,
-                                            "iterations": ITERATIONS, "init": (folder / "rendezvous").as_uri()},
+                                            "iterations": ITERATIONS,
+                                            "init": (folder / "rendezvous").as_uri()},
                                     folder, timeout)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -58,19 +59,22 @@ def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: in
     if result is None:
         return [Finding("load", "load.allreduce", None, None, "GB/s", threshold, "unknown",
                         f"{backend} all-reduce across {world} processes gave no result: {said}",
-                        fix=f"use a torch build with {backend} (the CUDA and ROCm wheels have it); NCCL_DEBUG=WARN "
-                          "says why it fails", source=source)]
+                        fix=f"use a torch build with {backend} (the CUDA and ROCm wheels have it); "
+                          "NCCL_DEBUG=WARN says why it fails", source=source)]
     algbw, bus = busbw(int(result["bytes"]), float(result["seconds"]), world)
-    reading = {"busbw": round(bus, 3), "algbw": round(algbw, 3), "bytes": result["bytes"], "ranks": world}
-    text = (f"{backend} all-reduce of {result['bytes'] / (1 << 20):,.0f} MiB across {world} ranks: busbw {bus:,.2f} "
-            f"GB/s (algbw {algbw:,.2f})")
+    reading = {"busbw": round(bus, 3), "algbw": round(algbw, 3),
+               "bytes": result["bytes"], "ranks": world}
+    text = (f"{backend} all-reduce of {result['bytes'] / (1 << 20):,.0f} MiB across {world} ranks: "
+            f"busbw {bus:,.2f} GB/s (algbw {algbw:,.2f})")
     if not result["correct"]:
         return [Finding("load", "load.allreduce", None, reading, "GB/s", "the exact sum", "refuse",
                         text + "; the checked all-reduce returned a wrong sum",
-                        provider="an all-reduce across the GPUs returns a wrong sum: data is corrupted between them",
+                        provider="an all-reduce across the GPUs returns a wrong sum: data is "
+                                 "corrupted between them",
                         source=source)]
     return [Finding("load", "load.allreduce", None, reading, "GB/s", threshold, "info",
-                    text + "; sum checked (no nominal figure for this machine's interconnect)", source=source)]
+                    text + "; sum checked (no nominal figure for this machine's interconnect)",
+                    source=source)]
 
 
 def _command() -> list[str]:
@@ -79,8 +83,8 @@ def _command() -> list[str]:
     import kdkit
 
     home = os.path.dirname(os.path.dirname(os.path.abspath(kdkit.__file__)))
-    boot = (f"import sys; sys.path.insert(0, {home!r}); from kdkit.probe.diagnose.loadcomm import worker; "
-            "raise SystemExit(worker(sys.argv[1]))")
+    boot = (f"import sys; sys.path.insert(0, {home!r}); from kdkit.probe.diagnose.loadcomm import "
+            "worker; raise SystemExit(worker(sys.argv[1]))")
     return [sys.executable, "-c", boot]
 
 
@@ -93,8 +97,10 @@ def _run_workers(world: int, config: dict[str, Any], folder: Path,
     children = []
     for rank in range(world):
         errors = (folder / f"rank{rank}.err").open("wb")
-        children.append(subprocess.Popen([*_command(), json.dumps({**config, "rank": rank, "world": world})],
-                                         stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+        children.append(subprocess.Popen([*_command(),
+                                          json.dumps({**config, "rank": rank, "world": world})],
+                                         stdout=subprocess.PIPE if rank == 0
+                                         else subprocess.DEVNULL,
                                          stderr=errors, stdin=subprocess.DEVNULL, env=env,
                                          start_new_session=True, close_fds=True))
         errors.close()
@@ -143,7 +149,8 @@ def worker(argument: str) -> int:
 
     config = json.loads(argument)
     rank, world = int(config["rank"]), int(config["world"])
-    dist.init_process_group(config["backend"], init_method=config["init"], rank=rank, world_size=world,
+    dist.init_process_group(config["backend"], init_method=config["init"], rank=rank,
+                            world_size=world,
                             timeout=timedelta(seconds=TIMEOUT))
     device = torch.device("cpu")
     if config["device"] == "cuda":
@@ -157,7 +164,10 @@ def worker(argument: str) -> int:
     slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(json.dumps({"seconds": float(slowest.item()), "bytes": int(buffer.numel()) * 4, "correct": correct}))
+        print(
+            json.dumps(
+                {"seconds": float(slowest.item()),
+                 "bytes": int(buffer.numel()) * 4, "correct": correct}))
     dist.destroy_process_group()
     return 0
 

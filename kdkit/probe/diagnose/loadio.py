@@ -46,9 +46,13 @@ def failure_point(name: str, gpu: int | None, what: str, exc: BaseException) -> 
     refuses."""
     said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in said.lower():
-        return Finding("load", name, gpu, None, "", None, "unknown", f"{what} could not allocate: {said}",
-                       fix="stop the other processes on the GPU (nvidia-smi / amd-smi list them) and rerun")
-    return Finding("load", name, gpu, None, "", None, "refuse", f"{what} failed: {type(exc).__name__}: {said}",
+        return Finding("load", name, gpu, None, "", None, "unknown",
+                       f"{what} could not allocate: {said}",
+                       fix=(
+                           "stop the other processes on the GPU (nvidia-smi / amd-smi list them) "
+                           "and rerun"))
+    return Finding("load", name, gpu, None, "", None, "refuse",
+                   f"{what} failed: {type(exc).__name__}: {said}",
                    fix="check `dmesg` and nvidia-smi -q / amd-smi for Xid or RAS errors",
                    provider=f"the GPU fails under load ({type(exc).__name__}: {said})")
 
@@ -70,7 +74,8 @@ def io_points(torch: Any, devices: list[str], gpus: dict[str, int], share: float
             try:
                 points += copy_points(torch, device, gpu, log, rules)
             except Exception as exc:
-                points.append(failure_point("load.copy", gpu, f"{device}: the host<->device copy", exc))
+                points.append(
+                    failure_point("load.copy", gpu, f"{device}: the host<->device copy", exc))
             release(torch, devices)
         try:
             points.append(fill_point(torch, device, gpu, share, rules))
@@ -108,7 +113,8 @@ def _rate(torch: Any, device: str, copy: Any, nbytes: int, log: SensorLog) -> fl
     return repeats * nbytes / seconds / 1e9
 
 
-def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules: dict[str, Any]) -> list[Finding]:
+def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog,
+                rules: dict[str, Any]) -> list[Finding]:
     """Pinned host->device and device->host GB/s, against the link's nominal (its maximum gen and
     width). The buffers go when the function returns."""
     host = torch.empty(COPY_BYTES, dtype=torch.uint8).pin_memory()
@@ -117,30 +123,36 @@ def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog, rules:
     d2h = _rate(torch, device, lambda: host.copy_(on_device, non_blocking=True), COPY_BYTES, log)
     best, top = link_of(log.samples.get(gpu if gpu is not None else -1, []))
     link = top or best
-    return [copy_point(gpu, device, "h2d", h2d, link, rules), copy_point(gpu, device, "d2h", d2h, link, rules)]
+    return [copy_point(gpu, device, "h2d", h2d, link, rules),
+            copy_point(gpu, device, "d2h", d2h, link, rules)]
 
 
-def copy_point(gpu: int | None, device: str, direction: str, gbps: float, link: tuple[int, int] | None,
+def copy_point(gpu: int | None, device: str, direction: str, gbps: float,
+               link: tuple[int, int] | None,
                rules: dict[str, Any]) -> Finding:
     """One direction's GB/s against ``link``'s nominal (PCI-SIG's per-lane rate times the width)."""
     rule, table = rules["load.copy"], rules["load.pcie.lane_gbps"]
     lane = table["value"].get(str(link[0])) if link else None
-    name, words = f"load.copy.{direction}", {"h2d": "host->device", "d2h": "device->host"}[direction]
+    name, words = f"load.copy.{direction}", {
+        "h2d": "host->device", "d2h": "device->host"}[direction]
     text = f"{device}: pinned {words} {gbps:,.1f} GB/s"
     if link is None or lane is None:
-        known = "the link's generation and width are unknown" if link is None else f"no nominal for Gen{link[0]}"
-        return Finding("load", name, gpu, round(gbps, 2), "GB/s", None, "unknown", f"{text}; {known}",
+        known = ("the link's generation and width are unknown" if link is None
+                 else f"no nominal for Gen{link[0]}")
+        return Finding("load", name, gpu, round(gbps, 2), "GB/s", None, "unknown",
+                       f"{text}; {known}",
                        source=table.get("source"))
     figure, floor = float(lane) * link[1], float(rule["value"])
     share = gbps / figure
     threshold = f">= {floor:.0%} of Gen{link[0]} x{link[1]}'s {figure:,.1f} GB/s"
     text += f" = {share:.0%} of Gen{link[0]} x{link[1]}'s nominal {figure:,.1f} GB/s"
     if share >= floor:
-        return Finding("load", name, gpu, round(gbps, 2), "GB/s", threshold, "ok", text, source=rule.get("source"))
+        return Finding("load", name, gpu, round(gbps, 2), "GB/s", threshold, "ok", text,
+                       source=rule.get("source"))
     return Finding("load", name, gpu, round(gbps, 2), "GB/s", threshold, "degraded",
                    text + ": the link carries less than a link trained one step down could",
-                   provider=f"GPU {gpu}'s {words} copies run at {gbps:,.1f} GB/s, {share:.0%} of its PCIe "
-                          f"Gen{link[0]} x{link[1]} link", source=rule.get("source"))
+                   provider=f"GPU {gpu}'s {words} copies run at {gbps:,.1f} GB/s, {share:.0%} of "
+                          f"its PCIe Gen{link[0]} x{link[1]} link", source=rule.get("source"))
 
 
 def _fill_bytes(torch: Any, device: str, share: float) -> int:
@@ -161,10 +173,12 @@ def write(blocks: list[Any], pattern: int) -> None:
 def count_wrong(blocks: list[Any], pattern: int) -> int:
     """The bytes that differ from what ``write`` put there, counted on the device (one read a
     block)."""
-    return sum(int(block.ne((pattern + number) & 0xFF).sum()) for number, block in enumerate(blocks))
+    return sum(int(block.ne((pattern + number) & 0xFF).sum()) for number,
+               block in enumerate(blocks))
 
 
-def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: dict[str, Any]) -> Finding:
+def fill_point(torch: Any, device: str, gpu: int | None, share: float,
+               rules: dict[str, Any]) -> Finding:
     """Fill most of the free memory block by block, each block its own byte (so two addresses that
     alias show), read every block back after all are written, for each pattern; more wrong bytes
     than the rule allows (none) refuses."""
@@ -181,13 +195,16 @@ def fill_point(torch: Any, device: str, gpu: int | None, share: float, rules: di
     del blocks
     reading, threshold = {"bytes": total, "mismatches": wrong}, f"<= {allowed} mismatches"
     size = gib(total) if total >= 1 << 30 else f"{total / (1 << 20):.0f} MiB"
-    text = f"{device}: {size} written twice ({', '.join(hex(p) for p in PATTERNS)}, per block) and read back"
+    text = (
+        f"{device}: {size} written twice ({', '.join(hex(p) for p in PATTERNS)}, per block) and "
+        "read back")
     if wrong <= allowed:
         return Finding("load", "load.memory.fill", gpu, reading, "bytes", threshold, "ok",
                        f"{text}: {wrong} bytes wrong", source=rule.get("source"))
     return Finding("load", "load.memory.fill", gpu, reading, "bytes", threshold, "refuse",
                    f"{text}: {wrong} bytes read back wrong",
-                   provider=f"GPU {gpu}'s memory returns bytes other than those written ({wrong} of {total})",
+                   provider=f"GPU {gpu}'s memory returns bytes other than those written ({wrong} "
+                            f"of {total})",
                    source=rule.get("source"))
 
 
@@ -221,5 +238,6 @@ def _peer_point(torch: Any, source: int, target: int) -> Finding:
     except Exception as exc:
         return failure_point("load.p2p", source, f"cuda:{source} -> cuda:{target} copy", exc)
     way = "directly (peer access)" if access else "through the host (no peer access)"
-    return Finding("load", "load.p2p", source, {"peer": target, "gbps": round(gbps, 2), "access": access}, "GB/s",
+    return Finding("load", "load.p2p", source,
+                   {"peer": target, "gbps": round(gbps, 2), "access": access}, "GB/s",
                    None, "info", f"cuda:{source} -> cuda:{target}: {gbps:,.1f} GB/s, {way}")

@@ -101,7 +101,8 @@ def _overridden(card: str | None, entry: dict[str, Any], figures: tuple[str, ...
 
 def _whose(card: str | None, entry: dict[str, Any], figures: tuple[str, ...]) -> str:
     """Whose figure the provider is told: a healthy card's, or the project's own reference."""
-    return f"the project's reference for {card}" if _overridden(card, entry, figures) else f"a healthy {card} measures"
+    return f"the project's reference for {card}" if _overridden(
+        card, entry, figures) else f"a healthy {card} measures"
 
 
 def share_verdict(reading: float, reference: float, floor: float) -> tuple[str, float]:
@@ -137,25 +138,33 @@ def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overal
     figure = entry.get("value") if kind == "bfloat16" else None
     # with a reference, unknown with a threshold: not measured, the run is incomplete
     if overall is None:
-        wanted = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})" if figure is not None else None
+        wanted = (f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})"
+                  if figure is not None else None)
         return Finding("load", "load.gemm.reference", gpu, None, "TFLOP/s", wanted, "unknown",
                        f"{label}: no interval completed, nothing to hold to a reference")
     text = f"{label}: {kind} GEMM {_figure(overall)} TFLOP/s"
     if figure is None:
-        whose = "a CPU" if device == "cpu" else f"{card}, {kind}" if card else _nameless(device_name)
-        return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", None, "unknown",
+        whose = ("a CPU" if device == "cpu" else f"{card}, {kind}" if card
+                 else _nameless(device_name))
+        return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", None,
+                       "unknown",
                        f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
     verdict, share = share_verdict(overall, float(figure), floor)
     threshold = f">= {floor:.0%} of the measured {float(figure):,.1f} ({card})"
     text += f" = {share:.0%} of the {float(figure):,.1f} measured on a healthy {card}"
     source = f"{_source(card, entry, ('value',), 'source')}; the share: {rule.get('source')}"
     if verdict == "ok":
-        return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "ok", text,
+        return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold,
+                       "ok", text,
                        source=source)
-    return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold, "degraded",
-                   text + ": slow from the start (power-capped, throttled, shared, or not the card its name says)",
-                   provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s of dense {kind} GEMM, {share:.0%} of the "
-                          f"{float(figure):,.1f} {_whose(card, entry, ('value',))}", source=source)
+    return Finding("load", "load.gemm.reference", gpu, round(overall, 3), "TFLOP/s", threshold,
+                   "degraded",
+                   text
+                   + ": slow from the start (power-capped, throttled, shared, or not the card its "
+                     "name says)",
+                   provider=f"GPU {gpu} sustains {overall:,.0f} TFLOP/s of dense {kind} GEMM, "
+                     f"{share:.0%} of the {float(figure):,.1f} {_whose(card, entry, ('value',))}",
+                   source=(source))
 
 
 FIGURES = tuple(f"{kind}_gb_s" for kind in ARRAYS)
@@ -167,7 +176,8 @@ def _nameless(device_name: str) -> str:
 
 
 def _bandwidth_threshold(floor: float, judged: dict[str, float]) -> str:
-    return f">= {floor:.0%} of the measured " + ", ".join(f"{k} {v:,.0f}" for k, v in judged.items())
+    return f">= {floor:.0%} of the measured " + ", ".join(
+        f"{k} {v:,.0f}" for k, v in judged.items())
 
 
 def _unmeasured(point: Finding, device: str, device_name: str, references: dict[str, Any],
@@ -178,7 +188,8 @@ def _unmeasured(point: Finding, device: str, device_name: str, references: dict[
     entry = card_of(device_name, references)[1] if device != "cpu" else {}
     judged = {kind: float(entry[f"{kind}_gb_s"]) for kind in ARRAYS if entry.get(f"{kind}_gb_s")}
     if point.verdict == "unknown" and judged:
-        point.threshold = _bandwidth_threshold(float(rules["load.memory.bandwidth"]["value"]), judged)
+        point.threshold = _bandwidth_threshold(
+            float(rules["load.memory.bandwidth"]["value"]), judged)
     return point
 
 
@@ -196,21 +207,26 @@ def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dic
         return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", None, "unknown",
                        f"{text}; {NO_REFERENCE} ({whose}): reported, not judged")
     shares = {kind: share_verdict(reading[kind], figure, floor) for kind, figure in judged.items()}
-    worst = min(shares, key=lambda kind: shares[kind][1] if math.isfinite(shares[kind][1]) else -math.inf)
+    worst = min(shares,
+                key=lambda kind: shares[kind][1] if math.isfinite(shares[kind][1]) else -math.inf)
     threshold = _bandwidth_threshold(floor, judged)
-    text += " = " + ", ".join(f"{shares[k][1]:.0%} of {k} {judged[k]:,.0f}" for k in judged) + f" ({card})"
+    text += " = " + ", ".join(f"{shares[k][1]:.0%} of {k} {judged[k]:,.0f}"
+                              for k in judged) + f" ({card})"
     source = f"{_source(card, entry, FIGURES, 'bandwidth_source')}; the share: {rule.get('source')}"
     if shares[worst][0] == "ok":
-        return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "ok", text, source=source)
+        return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "ok",
+                       text, source=source)
     return Finding("load", "load.memory.bandwidth", gpu, reading, "GB/s", threshold, "degraded",
                    text + ": the memory is slower than a healthy card's",
-                   provider=f"GPU {gpu}'s memory moves {reading[worst]:,.0f} GB/s in STREAM {worst}, "
-                          f"{shares[worst][1]:.0%} of the {judged[worst]:,.0f} {_whose(card, entry, FIGURES)}",
+                   provider=f"GPU {gpu}'s memory moves {reading[worst]:,.0f} GB/s in STREAM "
+                          f"{worst}, {shares[worst][1]:.0%} of the {judged[worst]:,.0f} "
+                          f"{_whose(card, entry, FIGURES)}",
                    source=source)
 
 
 def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names: dict[str, str],
-                     log: SensorLog | None, rules: dict[str, Any], references: dict[str, Any]) -> list[Finding]:
+                     log: SensorLog | None, rules: dict[str, Any],
+                     references: dict[str, Any]) -> list[Finding]:
     """Each device's STREAM bandwidth, measured and judged; a device that fails is a point (loadio's
     rule)."""
     points: list[Finding] = []
@@ -219,9 +235,11 @@ def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names
         try:
             reading = bandwidth(torch, device, log)
         except Exception as exc:  # memory taken by another process, or a device error
-            failed = failure_point("load.memory.bandwidth", gpu, f"{device}: the STREAM kernels", exc)
+            failed = failure_point("load.memory.bandwidth",
+                                   gpu, f"{device}: the STREAM kernels", exc)
             points.append(_unmeasured(failed, device, names.get(device, device), references, rules))
         else:
-            points.append(bandwidth_point(gpu, device, names.get(device, device), reading, references, rules))
+            points.append(
+                bandwidth_point(gpu, device, names.get(device, device), reading, references, rules))
         release(torch, devices)
     return points

@@ -58,12 +58,14 @@ def thresholds(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     so."""
     from kdkit.core.builds import shipped_data
 
-    merged: dict[str, Any] = {section: dict(rules) for section, rules in shipped_data(ACCEPTANCE).items()
+    merged: dict[str, Any] = {section: dict(rules) for section,
+                              rules in shipped_data(ACCEPTANCE).items()
                               if isinstance(rules, dict)}
     for section, rules in (overrides or {}).items():
         for name, rule in rules.items():
             base = merged.setdefault(section, {}).get(name, {})
-            merged[section][name] = {**base, **rule, "source": rule.get("source", "kdkit.json (this project)")}
+            merged[section][name] = {**base, **rule,
+                                     "source": rule.get("source", "kdkit.json (this project)")}
     return merged
 
 
@@ -90,8 +92,8 @@ def check_overrides(overrides: Any, where: str) -> None:
 
     shipped = shipped_data(ACCEPTANCE)
     if not isinstance(overrides, dict):
-        raise BadInput(f"{where}: expected sections of rules, e.g. {{\"load\": {{\"load.gemm.sustained\": "
-                       "{\"value\": 0.9}}}}")
+        raise BadInput(f"{where}: expected sections of rules, e.g. {{\"load\": "
+                       "{\"load.gemm.sustained\": {\"value\": 0.9}}}}")
     for section, rules in overrides.items():
         known = shipped.get(section)
         if section == "about" or not isinstance(known, dict) or not isinstance(rules, dict):
@@ -99,11 +101,11 @@ def check_overrides(overrides: Any, where: str) -> None:
         for name, rule in rules.items():
             _no_credential(f"{where}.{section}.{name}", rule)
             if name not in known and section == "reference" and _catalog_card(name):
-                raise BadInput(f"{where}.{section}: kdkit ships no reference for {name}; a project can change a "
-                               "shipped reference, not add one")
+                raise BadInput(f"{where}.{section}: kdkit ships no reference for {name}; a project "
+                               "can change a shipped reference, not add one")
             if name not in known or not isinstance(rule, dict):
-                raise BadInput(f"{where}.{section}: {name!r} is not a rule kdkit knows; the rules are in "
-                               f"kdkit/data/acceptance.json (e.g. {next(iter(known))!r})")
+                raise BadInput(f"{where}.{section}: {name!r} is not a rule kdkit knows; the rules "
+                               f"are in kdkit/data/acceptance.json (e.g. {next(iter(known))!r})")
             for key, value in rule.items():
                 _check_key(f"{where}.{section}.{name}.{key}", key, value, known[name])
 
@@ -135,8 +137,8 @@ def _no_credential(place: str, value: Any) -> None:
         for index, item in enumerate(value):
             _no_credential(f"{place}[{index}]", item)
     elif isinstance(value, str) and (found := find(value)):
-        raise BadInput(f"{place}: carries {found[0].what}; it would go into the evidence for the provider: "
-                       "remove it")
+        raise BadInput(f"{place}: carries {found[0].what}; it would go into the evidence for the "
+                       "provider: remove it")
 
 
 def _finite(value: Any) -> bool:
@@ -169,5 +171,5 @@ def _check_key(place: str, key: str, value: Any, shipped: dict[str, Any]) -> Non
     if (low is not None and value <= low) or (high is not None and value > high):
         above = f"above {low}" if low is not None else ""
         upto = f"at most {high}" if high is not None else ""
-        raise BadInput(f"{place}: expected a number {' and '.join(w for w in (above, upto) if w)}, like the shipped "
-                       f"{shipped[key]!r}, got {value!r}")
+        raise BadInput(f"{place}: expected a number {' and '.join(w for w in (above, upto) if w)}, "
+                       f"like the shipped {shipped[key]!r}, got {value!r}")

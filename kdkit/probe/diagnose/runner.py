@@ -39,14 +39,16 @@ DEEP_STEPS: tuple[tuple[str, StepFn], ...] = (
 DEFAULT_MEMORY_SHARE = 0.8
 
 
-def run_diagnose(expect: str = "auto", deep: bool = False, memory_share: float = DEFAULT_MEMORY_SHARE,
+def run_diagnose(expect: str = "auto", deep: bool = False,
+                 memory_share: float = DEFAULT_MEMORY_SHARE,
                  project: Path | None = None) -> dict[str, Any]:
     """Run the steps in order and return the report; never raises for what it finds."""
     ctx = Context(expect=expect, memory_share=memory_share, project=project)
     return run_steps(ctx, STEPS + (DEEP_STEPS if deep else ()), deep)
 
 
-def run_steps(ctx: Context, plan: tuple[tuple[str, StepFn], ...], deep: bool = False) -> dict[str, Any]:
+def run_steps(ctx: Context, plan: tuple[tuple[str, StepFn], ...],
+              deep: bool = False) -> dict[str, Any]:
     """The report of ``plan``'s steps run in order on ``ctx`` (which keeps what they learn: torch,
     the devices), stopping at the first failure; never raises for what it finds."""
     expect = ctx.expect
@@ -55,9 +57,11 @@ def run_steps(ctx: Context, plan: tuple[tuple[str, StepFn], ...], deep: bool = F
     failure: dict[str, Any] | None = None
     for number, (name, function) in enumerate(plan, start=1):
         status, detail, fix, seconds, code = _run_step(function, ctx)
-        steps.append({"name": name, "status": status, "detail": detail, "seconds": round(seconds, 4)})
+        steps.append(
+            {"name": name, "status": status, "detail": detail, "seconds": round(seconds, 4)})
         if status == "fail":
-            failure = {"step": name, "number": number, "of": len(plan), "detail": detail, "fix": fix,
+            failure = {"step": name, "number": number, "of": len(plan), "detail": detail,
+                       "fix": fix,
                        "exit_code": code}
             break
     reached = len(steps)

@@ -60,7 +60,10 @@ def commands(facts: dict[str, Any]) -> list[str]:
     tool = facts.get("tool")
     if tool == smi_nvidia.NVIDIA_SMI:
         fields = ",".join(facts.get("query", {}).get("fields") or [])
-        return [f"{tool} --query-gpu={fields} {smi_nvidia.CSV}", f"{tool} -q -d COMPUTE", f"{tool} nvlink --status"]
+        return [
+            f"{tool} --query-gpu={fields} {smi_nvidia.CSV}", f"{tool} -q -d COMPUTE",
+            f"{tool} nvlink --status"]
     if tool == smi_amd.AMD_SMI:
-        return [f"{tool} static --json", f"{tool} metric --json", f"{tool} xgmi --link-status --json"]
+        return [
+            f"{tool} static --json", f"{tool} metric --json", f"{tool} xgmi --link-status --json"]
     return [f"{tool} --showproductname --showmeminfo vram --showbus --json"] if tool else []

@@ -37,21 +37,27 @@ from kdkit.probe.diagnose.smi_values import call, new_facts, new_gpu, number, pu
 AMD_SMI = "amd-smi"
 ROCM_SMI = "rocm-smi"
 # The violation states of `amd-smi metric --throttle` (ROCm 6.4+), each ACTIVE or NOT ACTIVE.
-VIOLATIONS = ("prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal", "gfx_clk_below_host_limit")
+VIOLATIONS = ("prochot", "ppt", "socket_thermal",
+              "vr_thermal", "hbm_thermal", "gfx_clk_below_host_limit")
 STATIC: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("asic", "market_name"), "name", "text"), (("board", "product_serial"), "serial", "text"),
     (("bus", "bdf"), "bus_id", "text"), (("vram", "size"), "memory_mib", "number"),
-    (("bus", "max_pcie_width"), "pcie_width_max", "number"), (("bus", "max_pcie_speed"), "pcie_speed_max", "number"),
-    (("driver", "version"), "driver_version", "text"), (("ras", "ecc_block_state", "umc"), "ecc_mode", "flag"),
+    (("bus", "max_pcie_width"), "pcie_width_max", "number"),
+    (("bus", "max_pcie_speed"), "pcie_speed_max", "number"),
+    (("driver", "version"), "driver_version", "text"),
+    (("ras", "ecc_block_state", "umc"), "ecc_mode", "flag"),
 )
 METRIC: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("ecc", "total_uncorrectable_count"), "ecc_uncorrected", "number"),
     (("ecc", "total_correctable_count"), "ecc_corrected", "number"),
     (("pcie", "width"), "pcie_width", "number"), (("pcie", "speed"), "pcie_speed", "number"),
-    (("power", "socket_power"), "power_draw", "number"), (("clock", "gfx_0", "clk"), "sm_clock", "number"),
-    (("clock", "gfx_0", "max_clk"), "sm_clock_max", "number"), (("temperature", "hotspot"), "temperature", "number"),
+    (("power", "socket_power"), "power_draw", "number"),
+    (("clock", "gfx_0", "clk"), "sm_clock", "number"),
+    (("clock", "gfx_0", "max_clk"), "sm_clock_max", "number"),
+    (("temperature", "hotspot"), "temperature", "number"),
     (("power", "throttle_status"), "throttle.any", "flag"), (("xgmi_err",), "xgmi_errors", "text"),
-    *((("throttle", f"{name}_violation_status"), f"throttle.{name}", "flag") for name in VIOLATIONS),
+    *((("throttle", f"{name}_violation_status"), f"throttle.{name}", "flag")
+      for name in VIOLATIONS),
 )
 
 
@@ -62,13 +68,18 @@ def json_answer(argv: list[str], timeout: float) -> tuple[Any, str | None, bool]
     if called.done is None:
         return None, called.failure, called.timed_out
     if not called.done.ok:
-        return None, f"{' '.join(argv)}: exit {called.done.returncode}: {called.done.first_error_line()}", False
+        return (
+            None,
+            f"{' '.join(argv)}: exit {called.done.returncode}: {called.done.first_error_line()}",
+            False)
     text = called.done.stdout
     starts = [at for at in (text.find("["), text.find("{")) if at >= 0]
     try:
         return json.JSONDecoder().raw_decode(text, min(starts))[0], None, False
     except (ValueError, json.JSONDecodeError):
-        return None, f"{' '.join(argv)}: printed no JSON kdkit can read: {text.strip()[:120]!r}", False
+        return (
+            None, f"{' '.join(argv)}: printed no JSON kdkit can read: {text.strip()[:120]!r}",
+            False)
 
 
 def entries(data: Any) -> list[dict[str, Any]]:
@@ -78,7 +89,8 @@ def entries(data: Any) -> list[dict[str, Any]]:
         data = data.get("gpu_data")
     if not isinstance(data, list):
         return []
-    return [entry for entry in data if isinstance(entry, dict) and isinstance(entry.get("gpu"), int)]
+    return [entry for entry in data if isinstance(entry, dict)
+            and isinstance(entry.get("gpu"), int)]
 
 
 _ABSENT = object()
@@ -102,7 +114,8 @@ def dig(entry: Any, path: tuple[str, ...]) -> Any:
     return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
 
 
-def fill(gpu: dict[str, Any], entry: dict[str, Any], table: tuple[tuple[tuple[str, ...], str, str], ...]) -> None:
+def fill(gpu: dict[str, Any], entry: dict[str, Any],
+         table: tuple[tuple[tuple[str, ...], str, str], ...]) -> None:
     """Put each reading of ``table`` the answer has (a key it lacks stays absent: not reported)."""
     for path, key, kind in table:
         if lookup(entry, path) is not _ABSENT:
@@ -117,11 +130,13 @@ def generations(gpu: dict[str, Any]) -> None:
     """``pcie_gen``/``pcie_gen_max`` from amd-smi's GT/s (``pcie_speed``/``pcie_speed_max``), by the
     PCIe data rates of kdkit/data/acceptance.json (health "pcie.link" gen_gt_s, PCI-SIG), so AMD's
     link reads as NVIDIA's does; a rate of no generation stays unread."""
-    rates = {float(rate): int(gen) for gen, rate in shipped_data(ACCEPTANCE)["health"]["pcie.link"]["gen_gt_s"].items()}
+    rates = {float(rate): int(gen) for gen,
+             rate in shipped_data(ACCEPTANCE)["health"]["pcie.link"]["gen_gt_s"].items()}
     for speed, gen in (("pcie_speed", "pcie_gen"), ("pcie_speed_max", "pcie_gen_max")):
         if speed in gpu:
             value = gpu[speed]
-            put(gpu, gen, "number", rates.get(float(value)) if isinstance(value, (int, float)) else None)
+            put(gpu, gen, "number",
+                rates.get(float(value)) if isinstance(value, (int, float)) else None)
             if gpu[gen] is None:
                 gpu["unread"][gen] = f"{gpu['raw'].get(speed, 'no')} GT/s is no PCIe generation"
 
@@ -134,7 +149,8 @@ def read(timeout: float) -> dict[str, Any]:
     facts = new_facts("amd", AMD_SMI)
     static, failure, late = json_answer([AMD_SMI, "static", "--json"], timeout)
     if failure is not None or not entries(static):
-        facts["failure"] = failure or f"amd-smi static --json listed no GPU: {json.dumps(static)[:120]}"
+        facts["failure"] = (failure
+                            or f"amd-smi static --json listed no GPU: {json.dumps(static)[:120]}")
         return read_rocm_smi(timeout) if shutil.which(ROCM_SMI) and not late else facts
     gpus = {}
     for entry in entries(static):
@@ -163,8 +179,10 @@ def _xgmi(facts: dict[str, Any], gpus: dict[int, dict[str, Any]], timeout: float
         return
     for index, states in link_states(data).items():
         if index in gpus:
-            counts = {"up": states.count("U"), "down": states.count("D"), "disabled": states.count("X")}
-            gpus[index]["links"] = {"kind": "xgmi", **counts, "total": sum(counts.values())} if states else None
+            counts = {"up": states.count("U"), "down": states.count("D"),
+                      "disabled": states.count("X")}
+            gpus[index]["links"] = {"kind": "xgmi", **counts,
+                                    "total": sum(counts.values())} if states else None
 
 
 def link_states(data: Any) -> dict[int, list[str]]:
@@ -179,7 +197,8 @@ def link_states(data: Any) -> dict[int, list[str]]:
         elif isinstance(item, dict):
             status = item.get("link_status")
             if isinstance(item.get("gpu"), int) and isinstance(status, list):
-                letters = [part.strip().upper() for state in status for part in str(state).split("/")]
+                letters = [part.strip().upper() for state in status
+                           for part in str(state).split("/")]
                 found[item["gpu"]] = [letter for letter in letters if letter in ("U", "D", "X")]
             else:
                 stack.extend(item.values())
@@ -189,10 +208,12 @@ def link_states(data: Any) -> dict[int, list[str]]:
 def read_rocm_smi(timeout: float) -> dict[str, Any]:
     """What rocm-smi's JSON gives: name, memory and bus per card (older ROCm stacks)."""
     facts = new_facts("amd", ROCM_SMI)
-    data, failure, _ = json_answer([ROCM_SMI, "--showproductname", "--showmeminfo", "vram", "--showbus", "--json"],
+    data, failure, _ = json_answer([ROCM_SMI, "--showproductname", "--showmeminfo",
+                                    "vram", "--showbus", "--json"],
                                    timeout)
     cards = {int(name[4:]): card for name, card in (data if isinstance(data, dict) else {}).items()
-             if isinstance(name, str) and name.startswith("card") and name[4:].isdigit() and isinstance(card, dict)}
+             if isinstance(name, str) and name.startswith("card") and name[4:].isdigit()
+             and isinstance(card, dict)}
     if failure is not None or not cards:
         facts["failure"] = failure or "rocm-smi --json listed no GPU"
         return facts

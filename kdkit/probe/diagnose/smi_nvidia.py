@@ -25,13 +25,22 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from kdkit.probe.diagnose.smi_values import Called, call, new_facts, new_gpu, number, put, unread_all
+from kdkit.probe.diagnose.smi_values import (
+    Called,
+    call,
+    new_facts,
+    new_gpu,
+    number,
+    put,
+    unread_all,
+)
 
 NVIDIA_SMI = "nvidia-smi"
 CSV = "--format=csv,noheader,nounits"
 # nvidia-smi --help-query-gpu, "clocks_event_reasons" section (NVML's clocks event reasons,
 # https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html).
-REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
+REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+           "hw_thermal_slowdown",
            "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost")
 # (query field, fact key, kind). ``index`` comes first: it keys each line.
 # gpu_recovery_action: the driver's "action to take to clear fault that previously happened" (None,
@@ -40,17 +49,21 @@ REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdo
 # https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html).
 # Drivers before it (R535) answer reset_status.* instead; each driver refuses the other's.
 GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("index", "index", "number"), ("name", "name", "text"), ("serial", "serial", "text"), ("uuid", "uuid", "text"),
+    ("index", "index", "number"), ("name", "name", "text"), ("serial", "serial", "text"),
+    ("uuid", "uuid", "text"),
     ("pci.bus_id", "bus_id", "text"), ("driver_version", "driver_version", "text"),
     ("memory.total", "memory_mib", "number"), ("ecc.mode.current", "ecc_mode", "flag"),
     ("ecc.errors.uncorrected.volatile.total", "ecc_uncorrected_volatile", "number"),
     ("ecc.errors.uncorrected.aggregate.total", "ecc_uncorrected_aggregate", "number"),
     ("retired_pages.pending", "retired_pages_pending", "flag"),
-    ("pcie.link.gen.current", "pcie_gen", "number"), ("pcie.link.gen.max", "pcie_gen_max", "number"),
-    ("pcie.link.width.current", "pcie_width", "number"), ("pcie.link.width.max", "pcie_width_max", "number"),
+    ("pcie.link.gen.current", "pcie_gen", "number"),
+    ("pcie.link.gen.max", "pcie_gen_max", "number"),
+    ("pcie.link.width.current", "pcie_width", "number"),
+    ("pcie.link.width.max", "pcie_width_max", "number"),
     ("clocks.sm", "sm_clock", "number"), ("clocks.max.sm", "sm_clock_max", "number"),
     ("temperature.gpu", "temperature", "number"), ("power.draw", "power_draw", "number"),
-    ("enforced.power.limit", "power_limit", "number"), ("power.default_limit", "power_default_limit", "number"),
+    ("enforced.power.limit", "power_limit", "number"),
+    ("power.default_limit", "power_default_limit", "number"),
     ("persistence_mode", "persistence", "flag"), ("compute_mode", "compute_mode", "text"),
     ("mig.mode.current", "mig_mode", "flag"), ("gpu_recovery_action", "recovery_action", "text"),
     ("reset_status.reset_required", "reset_required", "flag"),
@@ -59,14 +72,18 @@ GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 # What the load section samples about once a second (clocks, temperature, power, throttle, PCIe
 # link; the bus address matches the driver's GPU index to torch's).
-SAMPLE_KEYS = ("index", "bus_id", "sm_clock", "sm_clock_max", "temperature", "power_draw", "power_limit", "pcie_gen",
-               "pcie_gen_max", "pcie_width", "pcie_width_max", *(f"throttle.{reason}" for reason in REASONS))
+SAMPLE_KEYS = ("index", "bus_id", "sm_clock", "sm_clock_max", "temperature", "power_draw",
+               "power_limit", "pcie_gen",
+               "pcie_gen_max", "pcie_width", "pcie_width_max",
+               *(f"throttle.{reason}" for reason in REASONS))
 SAMPLE_FIELDS = tuple(row for row in GPU_FIELDS if row[1] in SAMPLE_KEYS)
 # nvidia-smi --help-query-remapped-rows (Ampere and newer; other GPUs answer "[N/A]").
 REMAP_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("gpu_bus_id", "bus_id", "text"), ("remapped_rows.correctable", "remapped_rows_correctable", "number"),
+    ("gpu_bus_id", "bus_id", "text"),
+    ("remapped_rows.correctable", "remapped_rows_correctable", "number"),
     ("remapped_rows.uncorrectable", "remapped_rows_uncorrectable", "number"),
-    ("remapped_rows.pending", "remap_pending", "flag"), ("remapped_rows.failure", "remap_failure", "flag"))
+    ("remapped_rows.pending", "remap_pending", "flag"),
+    ("remapped_rows.failure", "remap_failure", "flag"))
 # Another spelling of a field, tried when a driver refuses the first (--help-query-gpu lists both
 # for R535+; pcie.link.gen.current is "Deprecated, use pcie.link.gen.gpucurrent instead").
 ALTERNATIVE = {**{f"clocks_event_reasons.{r}": f"clocks_throttle_reasons.{r}" for r in REASONS},
@@ -103,12 +120,14 @@ def refused_field(called: Called) -> str | None:
     return text[start + len(REFUSED[0]):end] if end > start else None
 
 
-def query(switch: str, fields: tuple[str, ...], timeout: float, known: Answer | None = None) -> Answer:
+def query(switch: str, fields: tuple[str, ...], timeout: float,
+          known: Answer | None = None) -> Answer:
     """``nvidia-smi --query-<switch>=fields``, asking again with another spelling of each refused
     field, or without it, until the driver answers. ``known``: an earlier answer whose spellings
     worked (the sampler's)."""
     answer = Answer()
-    answer.names, answer.asked = (list(known.names), list(known.asked)) if known else (list(fields), list(fields))
+    answer.names, answer.asked = (list(known.names),
+                                  list(known.asked)) if known else (list(fields), list(fields))
     for _ in range(2 * len(fields) + 1):
         called = call([NVIDIA_SMI, f"--query-{switch}={','.join(answer.asked)}", CSV], timeout)
         refused = refused_field(called)
@@ -125,7 +144,8 @@ def query(switch: str, fields: tuple[str, ...], timeout: float, known: Answer | 
         else:
             answer.unknown.append(answer.names.pop(at))
             answer.asked.pop(at)
-    answer.failure = f"nvidia-smi refused every spelling of the fields kdkit asked for (--query-{switch})"
+    answer.failure = (
+        f"nvidia-smi refused every spelling of the fields kdkit asked for (--query-{switch})")
     return answer
 
 
@@ -133,13 +153,15 @@ def _finish(answer: Answer, called: Called) -> Answer:
     if called.done is None:
         answer.failure, answer.timed_out = called.failure, called.timed_out
     elif not called.done.ok:
-        answer.failure = f"nvidia-smi exited {called.done.returncode}: {called.done.first_error_line()}"
+        answer.failure = (
+            f"nvidia-smi exited {called.done.returncode}: {called.done.first_error_line()}")
     else:
         answer.lines = [line for line in called.done.stdout.splitlines() if line.strip()]
     return answer
 
 
-def gpu_records(answer: Answer, table: tuple[tuple[str, str, str], ...]) -> tuple[list[dict[str, Any]], list[str]]:
+def gpu_records(answer: Answer,
+                table: tuple[tuple[str, str, str], ...]) -> tuple[list[dict[str, Any]], list[str]]:
     """One record per line that starts with a GPU index; a line of the wrong width keeps the GPU
     with every reading unread; any other line is a problem (a warning nvidia-smi printed among its
     answers)."""
@@ -152,7 +174,8 @@ def gpu_records(answer: Answer, table: tuple[tuple[str, str, str], ...]) -> tupl
         if not isinstance(index, int):
             # a tool that floods its warnings is named, not copied
             if len(problems) < PROBLEMS_SHOWN:
-                problems.append(f"nvidia-smi printed a line kdkit cannot read: {line.strip()[:120]!r}")
+                problems.append(
+                    f"nvidia-smi printed a line kdkit cannot read: {line.strip()[:120]!r}")
             elif len(problems) == PROBLEMS_SHOWN:
                 problems.append("nvidia-smi printed more lines kdkit cannot read (not listed)")
             continue
@@ -196,7 +219,8 @@ def _remapped_rows(facts: dict[str, Any], timeout: float) -> bool:
         cells = [cell.strip() for cell in line.split(",")]
         gpu = by_bus.get(cells[0].upper())
         if gpu is None or len(cells) != len(answer.names):
-            facts["problems"].append(f"remapped rows: a line kdkit cannot match to a GPU: {line.strip()[:120]!r}")
+            facts["problems"].append(
+                f"remapped rows: a line kdkit cannot match to a GPU: {line.strip()[:120]!r}")
             continue
         for name, cell in zip(answer.names[1:], cells[1:], strict=True):
             put(gpu, kinds[name][0], kinds[name][1], cell)
@@ -217,7 +241,8 @@ def _versions(facts: dict[str, Any], timeout: float) -> bool:
     for line in called.done.stdout.splitlines():
         label, colon, value = line.partition(":")
         label, value = label.strip(), value.strip()
-        if colon and label in ("Driver Version", "KMD Version") and value and facts["driver_version"] is None:
+        if colon and label in ("Driver Version", "KMD Version") and value \
+                and facts["driver_version"] is None:
             facts["driver_version"] = value
         if colon and label in ("CUDA Version", "CUDA UMD Version") and number(value) is not None:
             facts["cuda_version"] = value
@@ -262,7 +287,8 @@ _SAMPLED: dict[str, Answer] = {}
 def sample(timeout: float) -> dict[int, dict[str, Any]]:
     """One reading of SAMPLE_KEYS per GPU index; {} when nvidia-smi gives none."""
     program = shutil.which(NVIDIA_SMI) or NVIDIA_SMI
-    answer = query("gpu", tuple(field for field, _, _ in SAMPLE_FIELDS), timeout, _SAMPLED.get(program))
+    answer = query("gpu", tuple(field for field, _, _ in SAMPLE_FIELDS), timeout,
+                   _SAMPLED.get(program))
     if answer.failure is not None:
         return {}
     _SAMPLED[program] = answer

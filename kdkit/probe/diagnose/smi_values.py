@@ -41,7 +41,8 @@ class Called:
 
     __slots__ = ("done", "failure", "timed_out")
 
-    def __init__(self, done: Completed | None, failure: str | None, timed_out: bool = False) -> None:
+    def __init__(self, done: Completed | None, failure: str | None,
+                 timed_out: bool = False) -> None:
         self.done, self.failure, self.timed_out = done, failure, timed_out
 
 
@@ -137,6 +138,7 @@ def new_facts(vendor: str | None, tool: str | None) -> dict[str, Any]:
     (odd lines, failed side queries), ``failure`` (why there is no answer at all) and
     ``device_nodes`` (GPU vendors seen in /dev and /proc,
     kdkit.probe.diagnose.host.hardware_hints)."""
-    return {"vendor": vendor, "tool": tool, "driver_version": None, "cuda_version": None, "gpus": [],
+    return {"vendor": vendor, "tool": tool, "driver_version": None, "cuda_version": None,
+            "gpus": [],
             "query": {"fields": [], "renamed": {}, "unknown": []}, "problems": [], "failure": None,
             "device_nodes": hardware_hints()}

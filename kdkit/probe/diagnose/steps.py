@@ -42,12 +42,15 @@ def torch_import(ctx: Context) -> Finding:
             torch = import_torch()
     except Exception as exc:  # ImportError, or OSError for a missing libcudart/libamdhip64
         raise StepFailed(
-            f"`import torch` failed in {sys.executable}: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "install the project's locked packages into this interpreter (pip install --require-hashes -r "
-            "requirements/<backend>.txt), or run the interpreter that has them (check `which python`)",
+            f"`import torch` failed in {sys.executable}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0]}",
+            "install the project's locked packages into this interpreter (pip install "
+            "--require-hashes -r requirements/<backend>.txt), or run the interpreter that has them "
+            "(check `which python`)",
         ) from exc
     ctx.torch = torch
-    ctx.facts["torch"] = {"version": str(torch.__version__), "file": str(getattr(torch, "__file__", ""))}
+    ctx.facts["torch"] = {"version": str(torch.__version__),
+                          "file": str(getattr(torch, "__file__", ""))}
     return ok(f"torch {torch.__version__} from {torch.__file__}")
 
 
@@ -62,17 +65,20 @@ def build(ctx: Context) -> Finding:
     kind = build_of(torch)
     cuda, hip = getattr(torch.version, "cuda", None), getattr(torch.version, "hip", None)
     ctx.facts["build"] = {"backend": kind, "cuda": cuda, "hip": hip}
-    described = {"cuda": f"CUDA {cuda} build", "rocm": f"ROCm/HIP {hip} build", "cpu": "CPU-only build"}[kind]
+    described = {"cuda": f"CUDA {cuda} build",
+                 "rocm": f"ROCm/HIP {hip} build", "cpu": "CPU-only build"}[kind]
     if ctx.expected is None:  # auto, and no GPU device node: a GPU build that sees a GPU decides
         with captured_warnings():
             ctx.expected = kind if kind != "cpu" and torch.cuda.is_available() else "cpu"
     detail = f"{described} (torch {torch.__version__}); expected {ctx.expected}"
     if kind == ctx.expected or ctx.expected == "cpu":
         return ok(detail)
-    index = builds.shipped_pairings().get("template", {}).get("builds", {}).get(ctx.expected, ctx.expected)
+    index = builds.shipped_pairings().get("template", {}).get("builds", {}).get(
+        ctx.expected, ctx.expected)
     cause = (f"torch {torch.__version__} is a {described}, not a {ctx.gpu_kind} build: install the "
-             f"{ctx.expected} lock (pip install --require-hashes -r requirements/{ctx.expected}.txt, torch "
-             f"from the index in kdkit.json, e.g. {builds.TORCH_INDEX_URL.format(label=index)})")
+             f"{ctx.expected} lock (pip install --require-hashes -r "
+             f"requirements/{ctx.expected}.txt, torch from the index in kdkit.json, e.g. "
+             f"{builds.TORCH_INDEX_URL.format(label=index)})")
     if kind != "cpu":  # the wrong GPU vendor's build: nothing later can work
         raise StepFailed(detail, cause)
     ctx.causes.append(cause)
@@ -92,17 +98,21 @@ def devices(ctx: Context) -> Finding:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
         said = warning_text(caught)
-        default = ("make the GPU visible: docker run --gpus all (NVIDIA), and check `nvidia-smi` lists it"
+        default = ("make the GPU visible: docker run --gpus all (NVIDIA), and check `nvidia-smi` "
+                   "lists it"
                    if ctx.expected == "cuda" else
-                   "make the GPU visible: `kdkit run --backend rocm` passes /dev/kfd and the GPU's /dev/dri/renderD* "
-                   "node with their groups (by hand: docker run --device /dev/kfd --device /dev/dri/renderD128 "
-                   "--group-add <their gid>), and check `rocm-smi` lists it")
-        raise StepFailed(f"torch sees no {ctx.gpu_kind} device" + (f" (torch said: {said})" if said else ""),
+                   "make the GPU visible: `kdkit run --backend rocm` passes /dev/kfd and the GPU's "
+                   "/dev/dri/renderD* node with their groups (by hand: docker run --device "
+                   "/dev/kfd --device /dev/dri/renderD128 --group-add <their gid>), and check "
+                   "`rocm-smi` lists it")
+        raise StepFailed(f"torch sees no {ctx.gpu_kind} device"
+                         + (f" (torch said: {said})" if said else ""),
                          "; ".join(ctx.causes) or default)
     listed = [_device_facts(torch, i) for i in range(count)]
     ctx.device_ids = list(range(count))
     ctx.facts["devices"] = listed
-    names = ", ".join(f"cuda:{d['index']} {d['name']} ({gpurules.gib(d['total_memory'])}, {d['arch']})"
+    names = ", ".join(f"cuda:{d['index']} {d['name']} ({gpurules.gib(d['total_memory'])}, "
+                      f"{d['arch']})"
                       for d in listed)
     return ok(f"{count} device(s): {names}")
 
@@ -141,7 +151,8 @@ def arch(ctx: Context) -> Finding:
 
 def _arch_verdict(ctx: Context, dev: dict[str, Any], arch_list: list[str]) -> gpurules.ArchVerdict:
     if ctx.expected == "rocm":
-        return gpurules.rocm_arch_verdict(dev["gcn_arch"] or "", arch_list, env("HSA_OVERRIDE_GFX_VERSION"))
+        return gpurules.rocm_arch_verdict(dev["gcn_arch"] or "", arch_list,
+                                          env("HSA_OVERRIDE_GFX_VERSION"))
     return gpurules.cuda_arch_verdict((dev["capability"][0], dev["capability"][1]), arch_list)
 
 
@@ -149,15 +160,15 @@ def _arch_failure(ctx: Context, dev: dict[str, Any], arch_list: list[str], how: 
     listed = ", ".join(arch_list)
     if ctx.expected == "rocm":
         return StepFailed(
-            f"{dev['name']} ({dev['arch']}): {how} in this build ({listed}); its first kernel would fail with "
-            "\"HIP error: invalid device function\" (hipErrorNoBinaryForGpu)",
-            f"install a ROCm torch build that lists {dev['arch']} (a newer rocmX.Y index in kdkit.json); "
-            "HSA_OVERRIDE_GFX_VERSION only helps for a close, unsupported relative",
+            f"{dev['name']} ({dev['arch']}): {how} in this build ({listed}); its first kernel "
+            "would fail with \"HIP error: invalid device function\" (hipErrorNoBinaryForGpu)",
+            f"install a ROCm torch build that lists {dev['arch']} (a newer rocmX.Y index in "
+            "kdkit.json); HSA_OVERRIDE_GFX_VERSION only helps for a close, unsupported relative",
         )
     capability = (dev["capability"][0], dev["capability"][1])
     return StepFailed(
-        f"{dev['name']} ({dev['arch']}): {how} in this build ({listed}); its first kernel would fail with "
-        "\"CUDA error: no kernel image is available for execution on the device\"",
+        f"{dev['name']} ({dev['arch']}): {how} in this build ({listed}); its first kernel would "
+        "fail with \"CUDA error: no kernel image is available for execution on the device\"",
         gpurules.cuda_arch_fix(capability),
     )
 
@@ -173,12 +184,15 @@ def compute(ctx: Context) -> Finding:
         operands = _operands(torch, 128 if device == "cpu" else 512)
         for dtype in PRECISIONS:
             if dtype == "bfloat16" and not _bf16_native(torch, device):
-                notes.append(f"{device}: bf16 not supported without emulation; use fp16 or fp32 on this card")
+                notes.append(
+                    f"{device}: bf16 not supported without emulation; use fp16 or fp32 on this "
+                    "card")
                 continue
             error = _checked_matmul(torch, device, dtype, operands)
             results.append({"device": device, "dtype": dtype, "relative_error": error})
     ctx.facts["compute"] = results
-    worst = {r["dtype"]: max(x["relative_error"] for x in results if x["dtype"] == r["dtype"]) for r in results}
+    worst = {r["dtype"]: max(x["relative_error"] for x in results if x["dtype"] == r["dtype"])
+             for r in results}
     detail = "matmul vs float64 CPU reference, max relative error: " + ", ".join(
         f"{k} {v:.1e}" for k, v in worst.items())
     return warn(detail + "; " + "; ".join(notes)) if notes else ok(detail)
@@ -202,30 +216,34 @@ def _operands(torch: Any, n: int) -> tuple[Any, Any, Any]:
     return a, b, a @ b
 
 
-def _checked_matmul(torch: Any, device: str, dtype_name: str, operands: tuple[Any, Any, Any]) -> float:
+def _checked_matmul(torch: Any, device: str, dtype_name: str,
+                    operands: tuple[Any, Any, Any]) -> float:
     """Relative error of one matmul on ``device`` against the float64 CPU reference; fail above
     tolerance."""
     dtype, tolerance = getattr(torch, dtype_name), PRECISIONS[dtype_name]
     a, b, reference = operands
     try:
         with _ExactFp32(torch):
-            out = (a.to(device=device, dtype=dtype) @ b.to(device=device, dtype=dtype)).to("cpu", torch.float64)
+            out = (a.to(device=device, dtype=dtype)
+                   @ b.to(device=device, dtype=dtype)).to("cpu", torch.float64)
             synchronize(torch, device)
     except RuntimeError as exc:
         message = str(exc).splitlines()[0]
-        fix = ("the build has no code for this card: see the arch step; " if "kernel image" in message
+        fix = ("the build has no code for this card: see the arch step; "
+               if "kernel image" in message
                or "invalid device function" in message else "")
         raise StepFailed(f"{dtype_name} matmul on {device} raised: {message}",
-                         fix + "read the message; check `dmesg` and nvidia-smi/rocm-smi for Xid or RAS "
+                         fix
+                         + "read the message; check `dmesg` and nvidia-smi/rocm-smi for Xid or RAS "
                          "errors, and ask the provider for another machine") from None
     error = float("inf") if not bool(torch.isfinite(out).all()) else gpurules.relative_error(
         float((out - reference).abs().max()), float(reference.abs().max()))
     if not error <= tolerance:
         raise StepFailed(
-            f"{dtype_name} matmul on {device} differs from the CPU reference: relative error {error:.1e} > "
-            f"{tolerance:.0e}",
-            "this device computes wrong results: do not use it; report it to the provider (check ECC errors "
-            "with nvidia-smi -q / rocm-smi) and ask for another machine",
+            f"{dtype_name} matmul on {device} differs from the CPU reference: relative error "
+            f"{error:.1e} > {tolerance:.0e}",
+            "this device computes wrong results: do not use it; report it to the provider (check "
+            "ECC errors with nvidia-smi -q / rocm-smi) and ask for another machine",
         )
     return error
 
@@ -257,15 +275,18 @@ def memory(ctx: Context) -> Finding:
         want = int(total * share)
         if want > free:
             raise StepFailed(
-                f"cuda:{index}: {share:.0%} of {gpurules.gib(total)} is {gpurules.gib(want)}, but only "
-                f"{gpurules.gib(free)} is free: another process holds {gpurules.gib(total - free)}",
-                "stop the other process (nvidia-smi / rocm-smi list it) or pass a lower --memory-share",
+                f"cuda:{index}: {share:.0%} of {gpurules.gib(total)} is {gpurules.gib(want)}, but "
+                f"only {gpurules.gib(free)} is free: another process holds "
+                f"{gpurules.gib(total - free)}",
+                "stop the other process (nvidia-smi / rocm-smi list it) or pass a lower "
+                "--memory-share",
             )
         peak = _fill(torch, index, want)
         found.append({"device": f"cuda:{index}", "allocated": want, "peak": peak, "total": total})
     ctx.facts["memory"] = found
     return ok("; ".join(f"{m['device']}: {gpurules.gib(m['allocated'])} allocated and written "
-                        f"({share:.0%} of {gpurules.gib(m['total'])}), peak {gpurules.gib(m['peak'])}"
+                        f"({share:.0%} of {gpurules.gib(m['total'])}), peak "
+                        f"{gpurules.gib(m['peak'])}"
                         for m in found))
 
 
@@ -278,8 +299,10 @@ def _fill(torch: Any, index: int, n_bytes: int) -> int:
         block.fill_(0xA5)
         ends = (int(block[0]), int(block[-1]))
     except RuntimeError as exc:  # torch.cuda.OutOfMemoryError is a RuntimeError
-        raise StepFailed(f"{device}: allocating {gpurules.gib(n_bytes)} failed: {str(exc).splitlines()[0]}",
-                         "pass a lower --memory-share, or check nvidia-smi / rocm-smi for other users") from None
+        raise StepFailed(f"{device}: allocating {gpurules.gib(n_bytes)} failed: "
+                         f"{str(exc).splitlines()[0]}",
+                         "pass a lower --memory-share, or check nvidia-smi / rocm-smi for other "
+                         "users") from None
     peak = int(torch.cuda.max_memory_allocated(index))
     del block
     torch.cuda.empty_cache()
@@ -299,7 +322,8 @@ def libraries(ctx: Context) -> Finding:
     dnn_name, comm_name = ("MIOpen", "RCCL") if ctx.expected == "rocm" else ("cuDNN", "NCCL")
     with captured_warnings():
         dnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    dnn_text = (gpurules.cudnn_version_text(dnn) if ctx.expected == "cuda" else str(dnn)) if dnn else None
+    dnn_text = (gpurules.cudnn_version_text(dnn) if ctx.expected == "cuda"
+                else str(dnn)) if dnn else None
     comm = _nccl_version(torch)
     ctx.facts["libraries"] = {dnn_name: dnn_text, comm_name: comm}
     if dnn_text is None:
@@ -336,7 +360,9 @@ def extensions_step(ctx: Context) -> Finding:
         for item in listed:
             done.append(_check_extension(ctx, item))
     ctx.facts["extensions"] = done
-    return ok("; ".join(f"{d['module']} imported" + (", smoke passed" if d.get("smoke") else "") for d in done))
+    return ok(
+        "; ".join(f"{d['module']} imported" + (", smoke passed" if d.get("smoke") else "")
+                  for d in done))
 
 
 def _check_extension(ctx: Context, item: dict[str, str]) -> dict[str, str]:
@@ -357,7 +383,7 @@ def _check_extension(ctx: Context, item: dict[str, str]) -> dict[str, str]:
         raise StepFailed(
             f"extension {module}: {stage} failed: {type(exc).__name__}: {said}",
             f"rebuild or reinstall {module} against this torch ({ctx.torch.__version__}, "
-            f"{ctx.facts['build']['backend']} build){rocm}; 'undefined symbol' means it was compiled for "
-            "another torch version",
+            f"{ctx.facts['build']['backend']} build){rocm}; 'undefined symbol' means it was "
+            "compiled for another torch version",
         ) from None
     return {"module": module, **({"smoke": smoke} if smoke else {})}

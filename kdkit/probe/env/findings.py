@@ -20,5 +20,6 @@ def env_finding(kind: str, name: str, severity: str, message: str, locked: str |
     the lock says (the threshold) and what is installed (the reading), the lock's ``line`` (the
     source of what it says) and the message with its fix."""
     source = None if line is None else f"line {line}"
-    return Finding("env", kind, None, installed, "", locked, VERDICT[severity], message, source=source,
+    return Finding("env", kind, None, installed, "", locked, VERDICT[severity], message,
+                   source=source,
                    where=name)

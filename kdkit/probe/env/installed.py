@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 class Installed(Record):
     """One installed distribution, as its metadata file says."""
 
-    __slots__ = ("name", "version", "location", "direct_url", "stale", "metadata", "direct")  # noqa: RUF023 (order)
+    # the fields in their order
+    __slots__ = ("name", "version", "location", "direct_url", "stale", "metadata",  # noqa: RUF023
+                 "direct")
 
     def __init__(self, name: str, version: str, location: str, direct_url: str | None = None,
-                 stale: tuple[str, ...] = (), metadata: str = "", direct: dict[str, Any] | None = None) -> None:
+                 stale: tuple[str, ...] = (), metadata: str = "",
+                 direct: dict[str, Any] | None = None) -> None:
         self.name, self.version = name, version
         self.location = location  # the sys.path folder it was found in
         self.direct_url = direct_url  # PEP 610: installed from this URL, not from an index

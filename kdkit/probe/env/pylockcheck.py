@@ -66,7 +66,8 @@ def direct_url(have: Installed) -> DirectURL | None:
     key = next((key for key in _KINDS if isinstance(have.direct.get(key), dict)), None)
     info: dict[str, Any] = have.direct[key] if key else {}
     subdirectory = have.direct.get("subdirectory")
-    return DirectURL(have.direct_url, _KINDS[key] if key else "unknown", info.get("vcs"), info.get("commit_id"),
+    return DirectURL(have.direct_url, _KINDS[key] if key else "unknown", info.get("vcs"),
+                     info.get("commit_id"),
                      subdirectory if isinstance(subdirectory, str) else None,
                      _archive_hashes(info) if key == "archive_info" else ())
 
@@ -95,8 +96,8 @@ def _environment_holds(lock: Lock, marker: str, markers: dict[str, str]) -> bool
     try:
         return evaluate(marker, markers)
     except InvalidMarker as exc:
-        raise BadInput(f"{lock.path}: the environment {marker!r} cannot be evaluated for this interpreter ({exc}); "
-                       "fix it or relock") from None
+        raise BadInput(f"{lock.path}: the environment {marker!r} cannot be evaluated for this "
+                       f"interpreter ({exc}); fix it or relock") from None
 
 
 def lock_findings(lock: Lock, markers: dict[str, str]) -> list[Finding]:
@@ -104,14 +105,19 @@ def lock_findings(lock: Lock, markers: dict[str, str]) -> list[Finding]:
     findings = []
     python = _python(markers)
     if lock.requires_python and not _meets(markers, lock.requires_python):
-        findings.append(env_finding("requires-python", "python", "error", f"the lock requires Python "
-                                    f"{lock.requires_python} and this interpreter is {python}; use a Python that meets "
-                                    "it, or relock on this one", lock.requires_python, python, None))
-    if lock.environments and not any(_environment_holds(lock, marker, markers) for marker in lock.environments):
+        findings.append(env_finding("requires-python", "python", "error",
+                                    f"the lock requires Python "
+                                    f"{lock.requires_python} and this interpreter is {python}; use "
+                                    "a Python that meets it, or relock on this one",
+                                    lock.requires_python, python, None))
+    if lock.environments \
+            and not any(_environment_holds(lock, marker, markers) for marker in lock.environments):
         here, listed = _platform(markers), " | ".join(lock.environments)
-        findings.append(env_finding("environment", "python", "error", f"this interpreter ({here}) is in none of the "
-                                    f"lock's environments ({listed}); use the lock made for this platform, or relock "
-                                    "with it among the environments", listed, here, None))
+        findings.append(env_finding("environment", "python", "error",
+                                    f"this interpreter ({here}) is in none of the "
+                                    f"lock's environments ({listed}); use the lock made for this "
+                                    "platform, or relock with it among the environments",
+                                    listed, here, None))
     return findings
 
 
@@ -131,10 +137,13 @@ def _place(where: str, base: str) -> str:
 def _other_hash(locked: list[str], installed: tuple[str, ...]) -> str | None:
     """An archive hash of direct_url.json that differs from the lock's of the same algorithm."""
     mine = dict(value.split(":", 1) for value in locked)
-    return next((value for value in installed if value.split(":", 1)[0] in mine and value not in locked), None)
+    return next(
+        (value for value in installed if value.split(":", 1)[0] in mine and value not in locked),
+        None)
 
 
-def _difference(source: Source, hashes: list[str], direct: DirectURL | None, base: str) -> str | None:
+def _difference(source: Source, hashes: list[str],
+                direct: DirectURL | None, base: str) -> str | None:
     """What the installed direct_url.json says that the lock's source (and its archive ``hashes``)
     does not; None when they agree."""
     if direct is None:
@@ -162,11 +171,13 @@ def source_finding(pin: Pin, source: Source, have: Installed, severity: str, bas
     installed = have.direct_url or "an index"
     if why is not None:
         return env_finding("source", pin.name, "error",
-                           f"{pin.name}: locked from {source} (line {pin.line}) but {why}; reinstall it from the lock",
+                           f"{pin.name}: locked from {source} (line {pin.line}) but {why}; "
+                           "reinstall it from the lock",
                            str(source), installed, pin.line)
     return env_finding("direct-source", pin.name, severity,
-                       f"{have.name} {have.version} is installed from {source}, as locked (line {pin.line}); no index "
-                       "release and hash prove that code, only where it came from", str(source), installed, pin.line)
+                       f"{have.name} {have.version} is installed from {source}, as locked (line "
+                       f"{pin.line}); no index release and hash prove that code, only where it "
+                       "came from", str(source), installed, pin.line)
 
 
 def pin_findings(pin: Pin, have: Installed | None, markers: dict[str, str], severity: str,
@@ -176,8 +187,9 @@ def pin_findings(pin: Pin, have: Installed | None, markers: dict[str, str], seve
     findings = []
     if pin.requires_python and not _meets(markers, pin.requires_python):
         findings.append(env_finding("requires-python", pin.name, "error",
-                                    f"{pin.name} (line {pin.line}) requires Python {pin.requires_python} and this "
-                                    f"interpreter is {_python(markers)}; use a Python that meets it, or relock on "
+                                    f"{pin.name} (line {pin.line}) requires Python "
+                                    f"{pin.requires_python} and this interpreter is "
+                                    f"{_python(markers)}; use a Python that meets it, or relock on "
                                     "this one", pin.requires_python, _python(markers), pin.line))
     if pin.source is not None and have is not None:
         findings.append(source_finding(pin, pin.source, have, severity, base))

@@ -48,7 +48,8 @@ MARKER = "KDKIT-TORCH-ARCH "
 TORCH_TOKEN = re.compile(r"^(?:(?:sm|compute)_\d{2,4}[a-z]?|gfx[0-9a-f]{3,4}(?::[a-z]+[+-])*)$")
 # What a -gencode code= may name: a cubin (sm_XY) or PTX (compute_XY), with an arch suffix.
 CODE_TOKEN = re.compile(r"^(?:sm|compute)_\d{2,4}[a-z]?$")
-NVCC_FLAGS = re.compile(r'^[ \t]*#[ \t]*define[ \t]+NVCC_FLAGS_EXTRA[ \t]+"(?P<flags>[^"\n]*)"[ \t]*$', re.MULTILINE)
+NVCC_FLAGS = re.compile(
+    r'^[ \t]*#[ \t]*define[ \t]+NVCC_FLAGS_EXTRA[ \t]+"(?P<flags>[^"\n]*)"[ \t]*$', re.MULTILINE)
 ROCM_ENABLED = re.compile(r"^[ \t]*#[ \t]*define[ \t]+AT_ROCM_ENABLED\(\)[ \t]+1\b", re.MULTILINE)
 GENCODE = re.compile(r"arch=(?P<arch>[^,;\s]*),code=(?P<code>\[[^\]]*\]|[^;\s]*)")
 
@@ -102,12 +103,14 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def report(arch_list: list[str] | None, source: str, *, torch: str | None = None, cuda: str | None = None,
+def report(arch_list: list[str] | None, source: str, *, torch: str | None = None,
+           cuda: str | None = None,
            hip: str | None = None, python: str = "", reason: str | None = None,
            import_error: str | None = None) -> dict[str, Any]:
     """The one shape of an answer: ``arch_list`` None and ``source`` "unknown" when it is not
     known."""
-    return {"arch_list": arch_list, "source": source, "torch": torch, "cuda": cuda, "hip": hip, "python": python,
+    return {"arch_list": arch_list, "source": source, "torch": torch, "cuda": cuda, "hip": hip,
+            "python": python,
             "reason": reason, "import_error": import_error}
 
 
@@ -138,7 +141,8 @@ def import_facts(python: str, timeout: float = IMPORT_TIMEOUT_S) -> dict[str, An
             if isinstance(facts, dict):
                 return facts
             break
-    how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+    how = (f"killed by signal {-done.returncode}" if done.returncode < 0
+           else f"exit status {done.returncode}")
     said = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return _one_line(f"importing torch in {python} ended without an answer ({how}: {said})")
 
@@ -155,14 +159,16 @@ def from_import(facts: dict[str, Any], python: str) -> dict[str, Any] | str:
         tokens = flags.split()
         odd = [t for t in tokens if not TORCH_TOKEN.fullmatch(t)]
         if odd:
-            return _one_line(f"{SOURCE_FLAGS}() returned {flags[:80]!r}, with {odd[0][:40]!r} not an "
-                             "architecture name")
+            return _one_line(f"{SOURCE_FLAGS}() returned {flags[:80]!r}, with {odd[0][:40]!r} not "
+                             "an architecture name")
         return report(list(dict.fromkeys(tokens)), SOURCE_FLAGS, **known)
     if cuda is None and hip is None:
         return report([], SOURCE_CPU, **known)
     build = f"a CUDA {cuda} build" if cuda else f"a ROCm build (HIP {hip})"
     if "flags_error" in facts:
-        return _one_line(f"torch {torch} is {build} but {SOURCE_FLAGS}() failed: {facts['flags_error']}")
+        return (
+            _one_line(
+                f"torch {torch} is {build} but {SOURCE_FLAGS}() failed: {facts['flags_error']}"))
     if not facts.get("has_flags"):
         return f"torch {torch} is {build} but torch._C has no _cuda_getArchFlags"
     return f"torch {torch} is {build} but {SOURCE_FLAGS}() returned nothing"
@@ -175,7 +181,8 @@ def parse_config_header(text: str) -> list[str]:
     """torch's architecture tokens from the text of CUDAConfig.h; ValueError saying what is
     wrong."""
     if ROCM_ENABLED.search(text):
-        raise ValueError("it is a ROCm build's header (AT_ROCM_ENABLED() 1), which holds no gfx targets")
+        raise ValueError(
+            "it is a ROCm build's header (AT_ROCM_ENABLED() 1), which holds no gfx targets")
     defines = NVCC_FLAGS.findall(text)
     if not defines:
         raise ValueError("no #define NVCC_FLAGS_EXTRA \"...\" line")
@@ -191,12 +198,15 @@ def parse_config_header(text: str) -> list[str]:
         codes = code[1:-1].split(",") if code.startswith("[") else [code]
         if not re.fullmatch(r"compute_\d{2,4}[a-z]?", arch) or not codes or \
                 not all(CODE_TOKEN.fullmatch(c) for c in codes):
-            raise ValueError(f"-gencode entry {pair.group(0)[:80]!r} is not arch=compute_XY,code=sm_XY|compute_XY")
+            raise ValueError(
+                f"-gencode entry {pair.group(0)[:80]!r} is not "
+                "arch=compute_XY,code=sm_XY|compute_XY")
         tokens += codes
     leftover = [part for part in re.split(r"[;\s]+", GENCODE.sub("", flags))
                 if part not in ("", "-gencode", "--generate-code", "--generate-code=")]
     if leftover:
-        raise ValueError(f"NVCC_FLAGS_EXTRA holds more than -gencode pairs ({';'.join(leftover)[:80]!r})")
+        raise ValueError(
+            f"NVCC_FLAGS_EXTRA holds more than -gencode pairs ({';'.join(leftover)[:80]!r})")
     return list(dict.fromkeys(tokens))
 
 
@@ -214,16 +224,18 @@ def from_files(python: str | None, why: str) -> dict[str, Any]:
     shown = python or sys.executable
     installed = read_installed(_interpreter_sys_path(python)).get("torch")
     if installed is None:
-        return unknown(f"torch is not installed for {shown} (no torch distribution on its sys.path); {why}",
+        return unknown(f"torch is not installed for {shown} (no torch distribution on its "
+                       f"sys.path); {why}",
                        python=shown, import_error=why)
     build = read_torch_build(installed.location) or {}
-    known: dict[str, Any] = {"torch": build.get("__version__") or installed.version, "cuda": build.get("cuda"),
+    known: dict[str, Any] = {"torch": build.get("__version__") or installed.version,
+                             "cuda": build.get("cuda"),
              "hip": build.get("hip"), "python": shown, "import_error": why}
     if build and not build.get("cuda") and not build.get("hip"):
         return report([], SOURCE_CPU, **known)
     if build.get("hip"):
-        return unknown(f"torch {known['torch']} is a ROCm build (HIP {build['hip']}): its gfx targets are read "
-                       f"only by importing it, and that failed: {why}", **known)
+        return unknown(f"torch {known['torch']} is a ROCm build (HIP {build['hip']}): its gfx "
+                       f"targets are read only by importing it, and that failed: {why}", **known)
     header = Path(installed.location) / SOURCE_HEADER
     try:
         if not stat.S_ISREG(os.stat(header).st_mode):  # a FIFO would block the read
@@ -245,10 +257,12 @@ def from_files(python: str | None, why: str) -> dict[str, Any]:
 def _require_interpreter(python: str) -> None:
     path = Path(python)
     if not path.is_file() or not os.access(path, os.X_OK):
-        raise BadInput(f"--python {python}: not an executable file; give the path of a Python interpreter")
+        raise BadInput(
+            f"--python {python}: not an executable file; give the path of a Python interpreter")
 
 
-def read_arch_list(python: str | None = None, *, timeout: float = IMPORT_TIMEOUT_S) -> dict[str, Any]:
+def read_arch_list(python: str | None = None, *,
+                   timeout: float = IMPORT_TIMEOUT_S) -> dict[str, Any]:
     """The compiled architecture list of the torch that ``python`` (default: this interpreter)
     imports.
 
@@ -270,7 +284,8 @@ def read_arch_list(python: str | None = None, *, timeout: float = IMPORT_TIMEOUT
     except BadInput:
         raise
     except KdkitError as exc:  # the interpreter would not describe its sys.path
-        return unknown(f"{answer}; and its installed files cannot be listed ({exc})", python=interpreter,
+        return unknown(f"{answer}; and its installed files cannot be listed ({exc})",
+                       python=interpreter,
                        import_error=answer)
 
 
@@ -294,8 +309,8 @@ def render_text(result: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("torch-arch", DESCRIPTION, EPILOG)
     parser.add_argument("--python", metavar="PATH", default=None,
-                        help="interpreter whose torch to read (default: this one); torch is imported only in "
-                             "a subprocess of it, under -I")
+                        help="interpreter whose torch to read (default: this one); torch is "
+                             "imported only in a subprocess of it, under -I")
     parser.add_argument("--timeout", type=float, default=IMPORT_TIMEOUT_S, metavar="S",
                         help=f"seconds the torch import may take before the header is read instead "
                              f"(default {IMPORT_TIMEOUT_S:.0f})")

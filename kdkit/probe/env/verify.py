@@ -131,8 +131,8 @@ def _envinfo_source() -> str:
             raise OSError("no loader that reads sources")
         return bytes(get_data(source)).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise Unavailable(f"{source}: kdkit's envinfo module is not readable as source ({exc}); reinstall "
-                          "kdkit") from None
+        raise Unavailable(f"{source}: kdkit's envinfo module is not readable as source ({exc}); "
+                          "reinstall kdkit") from None
 
 
 def inspect_interpreter(python: str | None) -> dict[str, Any]:
@@ -140,15 +140,16 @@ def inspect_interpreter(python: str | None) -> dict[str, Any]:
     if python is None:
         return describe()
     if not os.path.isfile(python) or not os.access(python, os.X_OK):
-        raise BadInput(f"--python {python}: not an executable file; give the path of a Python interpreter")
+        raise BadInput(
+            f"--python {python}: not an executable file; give the path of a Python interpreter")
     # no subprocess: this is most of the check's time otherwise
     from kdkit.core.spawn import capture
 
     try:  # -I: no PYTHONPATH, no user site, no cwd on sys.path; the script is standard library only
         code, stdout, stderr = capture([python, "-I", "-c", _envinfo_source()], timeout=60)
     except OSError as exc:
-        raise BadInput(f"--python {python}: cannot run it ({exc.strerror or exc}); give a Python interpreter") \
-            from None
+        raise BadInput(f"--python {python}: cannot run it ({exc.strerror or exc}); give a Python "
+                       "interpreter") from None
     info = decode(stdout) if code == 0 else None
     if info is None or not info["sys_path"] or not info["markers"] or "executable" not in info:
         said = (stderr.strip().splitlines() or [f"exit status {code}, no answer on stdout"])[-1]
@@ -179,17 +180,19 @@ def _built_for(kind: str, wanted: str, build: dict[str, str | None]) -> bool:
     return hip is not None and hip.split(".")[:2] == wanted.split(".")[:2]
 
 
-def torch_build_finding(pin: Pin, have: Installed, build_label: str | None = None) -> Finding | None:
+def torch_build_finding(pin: Pin, have: Installed,
+                        build_label: str | None = None) -> Finding | None:
     """The torch build check: the lock's label (``build_label``: the build its header records for
     PyPI's plain torch, ``# kdkit: torch-build = cu130 (...)``) against torch.version.cuda /
     .hip."""
     def finding(message: str, severity: str = "error") -> Finding:
-        return env_finding("torch-build", have.name, severity, message, pin.version, have.version, pin.line)
+        return env_finding("torch-build", have.name, severity, message, pin.version,
+                           have.version, pin.line)
 
     label = pin.local or build_label
     if label is None:
-        return finding(f"torch is locked as {pin.version} without a local label, so any build matches; "
-                       "relock with `kdkit lock` to pin torch==X+label", "warning")
+        return finding(f"torch is locked as {pin.version} without a local label, so any build "
+                       "matches; relock with `kdkit lock` to pin torch==X+label", "warning")
     expected = parse_label(label)
     if expected is None:
         return finding(f"unknown torch label +{label}; the build cannot be checked", "warning")
@@ -200,11 +203,14 @@ def torch_build_finding(pin: Pin, have: Installed, build_label: str | None = Non
     kind, wanted = expected
     if _built_for(kind, wanted or "", build):
         return None
-    promised = "a CPU-only build" if kind == "cpu" else f"a {kind.upper() if kind == 'cuda' else 'ROCm'} " \
-        f"{wanted} build"
-    locked = f"+{label}" if pin.local else f"{pin.version} from PyPI, the +{label} build (lock header torch-build),"
-    return finding(f"locked {locked} ({promised}) but the installed torch is {_describe_build(build)} "
-                   f"(torch.version.cuda={build['cuda']!r}, hip={build['hip']!r}); reinstall from the lock")
+    promised = ("a CPU-only build" if kind == "cpu"
+                else f"a {kind.upper() if kind == 'cuda' else 'ROCm'} "
+                f"{wanted} build")
+    locked = (f"+{label}" if pin.local
+              else f"{pin.version} from PyPI, the +{label} build (lock header torch-build),")
+    return finding(f"locked {locked} ({promised}) but the installed torch is "
+                   f"{_describe_build(build)} (torch.version.cuda={build['cuda']!r}, "
+                   f"hip={build['hip']!r}); reinstall from the lock")
 
 
 # ---------------------------------------------------------------- the comparison
@@ -222,19 +228,26 @@ def same_version(locked: str, installed: str) -> bool:
         return locked.strip().lower() == installed.strip().lower()
 
 
-def _check_pin(pin: Pin, have: Installed | None, severity: str, build_label: str | None = None) -> list[Finding]:
+def _check_pin(pin: Pin, have: Installed | None, severity: str,
+               build_label: str | None = None) -> list[Finding]:
     if have is None:
         locked = f"{pin.name}=={pin.version}" if pin.version else f"{pin.name} from {pin.source}"
         message = f"{locked} is locked (line {pin.line}) but not installed"
-        return [env_finding("missing", pin.name, "error", message, pin.version or str(pin.source), None, pin.line)]
+        return [
+            env_finding("missing", pin.name, "error", message, pin.version or str(pin.source),
+                        None, pin.line)]
     findings = []
     if pin.version and not same_version(pin.version, have.version):
-        findings.append(env_finding("version", pin.name, "error", f"{pin.name}: locked {pin.version} "
-                                    f"(line {pin.line}), installed {have.version}", pin.version, have.version,
+        findings.append(env_finding("version", pin.name, "error",
+                                    f"{pin.name}: locked {pin.version} "
+                                    f"(line {pin.line}), installed {have.version}", pin.version,
+                                    have.version,
                                     pin.line))
     elif have.direct_url and pin.source is None:  # a locked source is pylockcheck's
-        findings.append(env_finding("direct-url", pin.name, severity, f"{have.name} {have.version} was installed "
-                                    f"from {have.direct_url}, not from the lock's index; reinstall it from the lock",
+        findings.append(env_finding("direct-url", pin.name, severity,
+                                    f"{have.name} {have.version} was installed "
+                                    f"from {have.direct_url}, not from the lock's index; reinstall "
+                                    "it from the lock",
                                     pin.version, have.version, pin.line))
     if pin.key == "torch" and (torch := torch_build_finding(pin, have, build_label)) is not None:
         findings.append(torch)
@@ -242,9 +255,12 @@ def _check_pin(pin: Pin, have: Installed | None, severity: str, build_label: str
 
 
 def _stale_findings(installed: dict[str, Installed], severity: str) -> list[Finding]:
-    return [env_finding("duplicate", have.name, severity, f"{have.name} {have.version} in {have.location} has "
-                        f"another metadata folder {have.stale[0]}; remove the stale one or reinstall {have.name}",
-                        None, have.version, None) for _key, have in sorted(installed.items()) if have.stale]
+    return [env_finding("duplicate", have.name, severity,
+                        f"{have.name} {have.version} in {have.location} has "
+                        f"another metadata folder {have.stale[0]}; remove the stale one or "
+                        f"reinstall {have.name}",
+                        None, have.version, None) for _key,
+            have in sorted(installed.items()) if have.stale]
 
 
 def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str], *,
@@ -269,13 +285,16 @@ def compare(lock: Lock, installed: dict[str, Installed], markers: dict[str, str]
             report.findings += _check_pin(pin, have, severity, header_build(lock.header))
             if lock.format == "pylock":
                 report.findings += pylockcheck.pin_findings(pin, have, markers, severity,
-                                                            os.path.dirname(os.path.abspath(lock.path)))
+                                                            os.path.dirname(
+                                                                os.path.abspath(lock.path)))
     report.locked = len(required)
     report.findings += _stale_findings(installed, severity)
     for key, have in sorted(installed.items()):
         if key not in required and key not in NEVER_EXTRA:
-            report.findings.append(env_finding("extra", have.name, severity, f"{have.name} {have.version} is "
-                                               "installed but not locked", None, have.version, None))
+            report.findings.append(env_finding("extra", have.name, severity,
+                                               f"{have.name} {have.version} is "
+                                               "installed but not locked", None,
+                                               have.version, None))
     return report
 
 
@@ -284,7 +303,8 @@ def verify(lock_path: str | PathLike[str], python: str | None, *, strict: bool =
     lock = parse_lock(lock_path)
     info = inspect_interpreter(python)
     installed = read_installed([str(p) for p in info["sys_path"]])
-    return compare(lock, installed, info["markers"], strict=strict, python=str(info.get("executable", "")))
+    return compare(lock, installed, info["markers"], strict=strict,
+                   python=str(info.get("executable", "")))
 
 
 # ---------------------------------------------------------------- command line
@@ -307,9 +327,11 @@ def render_text(report: Report) -> str:
 
 
 OPTIONS = (
-    Option("--lock", "lock", "the lock: requirements/<backend>.txt written by `kdkit lock`, or a PEP 751 "
+    Option("--lock", "lock",
+           "the lock: requirements/<backend>.txt written by `kdkit lock`, or a PEP 751 "
            "pylock.toml / pylock.<name>.toml (read by its name)", metavar="FILE", required=True),
-    Option("--python", "python", "interpreter whose environment to inspect (default: this one); it runs only "
+    Option("--python", "python",
+           "interpreter whose environment to inspect (default: this one); it runs only "
            "a standard-library script under -I, nothing is imported into it", metavar="PATH"),
     Option("--strict", "strict", "distributions installed but not locked are errors, not warnings"),
     Option("--json", "as_json", json_help("one JSON document with every finding and its fields")),

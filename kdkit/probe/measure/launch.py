@@ -51,7 +51,8 @@ def launcher(python: str, nproc: int | None, module: str, logs: Path) -> list[st
     running it, their output kept below ``logs``."""
     if nproc is None:
         return [python, "-m", module]
-    return [python, *TORCHRUN, OPTION, str(nproc), "--log-dir", str(logs), "--tee", "3", "-m", module]
+    return [python, *TORCHRUN, OPTION, str(nproc), "--log-dir", str(logs), "--tee",
+            "3", "-m", module]
 
 
 def usable_cpus() -> int:
@@ -69,13 +70,14 @@ def check_launch(python: str, nproc: int, device: str) -> None:
     if nproc < 1:
         raise BadInput(f"{OPTION} {nproc}: needs at least 1 process; e.g. {OPTION} 2")
     if device.startswith("cuda:"):
-        raise BadInput(f"--device {device} with {OPTION}: each process takes cuda:LOCAL_RANK; give --device cuda "
-                       "(or auto)")
+        raise BadInput(f"--device {device} with {OPTION}: each process takes cuda:LOCAL_RANK; give "
+                       "--device cuda (or auto)")
     facts = _facts(python)
     if not facts.get("torchrun"):
         raise Unavailable(f"{python}: torchrun is missing (python -m torch.distributed.run: "
-                          f"{facts.get('error', 'not importable')}); it comes with torch: install the project's "
-                          "torch in that environment (pip install torch) or give --python the interpreter that has it")
+                          f"{facts.get('error', 'not importable')}); it comes with torch: install "
+                          "the project's torch in that environment (pip install torch) or give "
+                          "--python the interpreter that has it")
     gpus = int(str(facts.get("gpus", 0)))
     if device == "cuda" or (device == "auto" and gpus > 0):
         check_gpus(python, nproc, device, gpus, bool(facts.get("nccl")), facts.get("torch"))
@@ -102,18 +104,18 @@ def check_gpus(python: str, nproc: int, device: str, gpus: int, nccl: bool, torc
                           "install a CUDA build of torch or use --device cpu")
     if nproc > gpus:
         # NCCL refuses two ranks on one GPU ("Duplicate GPU detected", NVIDIA/Megatron-LM#661).
-        raise BadInput(f"{OPTION} {nproc} with --device {device}: torch sees {gpus} GPU(s) here and NCCL needs one "
-                       f"per process; give at most {gpus}, or --device cpu")
+        raise BadInput(f"{OPTION} {nproc} with --device {device}: torch sees {gpus} GPU(s) here "
+                       f"and NCCL needs one per process; give at most {gpus}, or --device cpu")
 
 
 def _check_cpus(python: str, nproc: int, facts: dict[str, object]) -> None:
     if not facts.get("gloo"):
-        raise Unavailable(f"{python}: torch {facts.get('torch')} has no gloo, which the workers need on a CPU; "
-                          "install a torch build with it")
+        raise Unavailable(f"{python}: torch {facts.get('torch')} has no gloo, which the workers "
+                          "need on a CPU; install a torch build with it")
     cpus = usable_cpus()
     if nproc > cpus:
-        raise BadInput(f"{OPTION} {nproc}: {cpus} CPU(s) are usable here and gloo on the CPU runs one process per "
-                       f"CPU; give at most {cpus}")
+        raise BadInput(f"{OPTION} {nproc}: {cpus} CPU(s) are usable here and gloo on the CPU runs "
+                       f"one process per CPU; give at most {cpus}")
 
 
 def worker_output(done: Completed) -> Completed:
@@ -129,7 +131,8 @@ def worker_output(done: Completed) -> Completed:
                 rest = rest.split("]:", 1)[1].lstrip(" ")
             workers.setdefault(worker, []).append(rest)
     said = [lines for lines in workers.values() if any(line.strip() for line in lines)]
-    tracebacks = [lines for lines in said if any(line.startswith("Traceback (most recent call") for line in lines)]
+    tracebacks = [lines for lines in said
+                  if any(line.startswith("Traceback (most recent call") for line in lines)]
     if not said:
         return done
     return Completed(done.args, done.returncode, "", "\n".join((tracebacks or said)[0]))

@@ -19,7 +19,13 @@ from typing import Any
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import whole_number
 from kdkit.core.pilotconfig import config_file, config_problems, places
-from kdkit.core.projectfiles import MARKER, config_path, load_object, require_real_inside, runs_problem
+from kdkit.core.projectfiles import (
+    MARKER,
+    config_path,
+    load_object,
+    require_real_inside,
+    runs_problem,
+)
 from kdkit.core.report import print_result
 
 DEFAULT_TRAIN = "src.train"
@@ -32,11 +38,11 @@ def require_gpu(device: str, count: int, where: str = "--device") -> None:
         return
     index = int(device.partition(":")[2] or 0)
     if count == 0:
-        raise Unavailable(f"{where} {device}: torch sees no GPU here; run where the GPU is (`kdkit diagnose` says "
-                          "why not) or use cpu")
+        raise Unavailable(f"{where} {device}: torch sees no GPU here; run where the GPU is (`kdkit "
+                          "diagnose` says why not) or use cpu")
     if index >= count:
-        raise BadInput(f"{where} {device}: torch sees {count} GPU(s) here (cuda:0..cuda:{count - 1}); choose one of "
-                       "them")
+        raise BadInput(f"{where} {device}: torch sees {count} GPU(s) here "
+                       f"(cuda:0..cuda:{count - 1}); choose one of them")
 
 
 class Count:
@@ -75,11 +81,14 @@ def runs_dir(root: Path) -> Path:
     data = load_object(config, "pilot config")
     relative = data.get("runs", "runs")
     if not isinstance(relative, str):
-        raise BadInput(f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
-    folder = require_real_inside(root, config_path(root, relative, config, "$.runs"), config, "$.runs")
+        raise BadInput(
+            f"{config}: $.runs: expected a folder path inside the project; run `kdkit validate`")
+    folder = require_real_inside(root,
+                                 config_path(root, relative, config, "$.runs"), config, "$.runs")
     # the pilot's own rule reports a bad config
     named = places(data) if not config_problems(data) else ()
-    if (problem := runs_problem(root, relative, (*named, config.relative_to(root).as_posix()))) is not None:
+    if (problem := runs_problem(root, relative,
+                                (*named, config.relative_to(root).as_posix()))) is not None:
         raise BadInput(f"{config}: $.runs: {problem}")
     return folder
 
@@ -92,7 +101,8 @@ def text_table(rows: list[list[str]], right: frozenset[int] = frozenset()) -> st
     """Rows of plain text in aligned columns (the columns numbered in ``right`` aligned right)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.rjust(width) if i in right else cell.ljust(width)
-                               for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+                               for i,
+                               (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
                      for row in rows)
 
 
@@ -105,7 +115,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     """``parser.parse_args(argv)``, reading an option's value as the host's click does: the next
     word, even one that starts with "-" (``--steps -inf`` is refused as a number, not as an unknown
     option)."""
-    takes = {flag for action in parser._actions if action.nargs is None for flag in action.option_strings}
+    takes = {flag for action in parser._actions if action.nargs is None
+             for flag in action.option_strings}
     joined, index = [], 0
     while index < len(argv):
         if argv[index] == "--":
@@ -120,7 +131,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     return parser.parse_args(joined)
 
 
-def show(report: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str], failed: str) -> int:
+def show(report: dict[str, Any], as_json: bool,
+         text: Callable[[dict[str, Any]], str], failed: str) -> int:
     """Print the report (JSON or ``text``); a report that is not ok is CheckFailed (exit 1) saying
     ``failed``."""
     print_result(as_json, report, lambda: text(report))

@@ -31,7 +31,8 @@ def check_plot_path(plot: Path | None, force: bool = False) -> Path | None:
     if path.is_dir():
         raise BadInput(f"--plot {plot}: is a folder; give a file name ending in .png")
     if path.exists() and not force:
-        raise BadInput(f"--plot {plot}: already exists; pass --force to replace it, or choose another name")
+        raise BadInput(
+            f"--plot {plot}: already exists; pass --force to replace it, or choose another name")
     require_writable(path.parent, "folder for --plot")
     if importlib.util.find_spec("matplotlib") is None:
         raise Unavailable(NO_MATPLOTLIB)
@@ -44,8 +45,8 @@ def written(path: Path, write: Callable[[], None]) -> None:
     try:
         write()
     except OSError as exc:
-        raise BadInput(f"{path}: cannot write it ({exc.strerror or exc}); free space or make the folder "
-                       "writable and run the sweep again") from None
+        raise BadInput(f"{path}: cannot write it ({exc.strerror or exc}); free space or make the "
+                       "folder writable and run the sweep again") from None
 
 
 def pyplot() -> Any:
@@ -81,20 +82,24 @@ def sweep_plot(report: dict[str, Any], out: Path) -> None:
         rows = [r for r in report["rows"] if r["group"] == group["name"]]
         done = [r for r in rows if not r["limit"]]
         label = f"{group['name']} ({group['min_bytes']}-{group['max_bytes']} B)"
-        line, = speed.plot([r["batch_size"] for r in done], [r["items_per_second"] for r in done], marker="o",
+        line, = speed.plot([r["batch_size"] for r in done], [r["items_per_second"] for r in done],
+                           marker="o",
                            label=label)
-        memory.plot([r["batch_size"] for r in done], [r["peak_memory_bytes"] / 2**20 for r in done], marker="o",
+        memory.plot([r["batch_size"] for r in done], [r["peak_memory_bytes"] / 2**20 for r in done],
+                    marker="o",
                     color=line.get_color(), label=label)
         for row in rows:
             if row["limit"] or row["errors"] or row["same_as_batch_1"] is False:
                 # A failure is drawn where it happened, never folded into a line.
                 speed.scatter([row["batch_size"]], [0], marker="x", s=80, color=line.get_color())
-    for axes, title in ((speed, "completed inputs / s"), (memory, f"peak memory, MiB\n{report['memory_kind']}")):
+    for axes, title in ((speed, "completed inputs / s"),
+                        (memory, f"peak memory, MiB\n{report['memory_kind']}")):
         axes.set_xscale("log", base=2)
         axes.set_xticks(report["batch_sizes"], [str(b) for b in report["batch_sizes"]])
         axes.set_xlabel("batch size")
         axes.set_title(title, fontsize=10)
         axes.grid(True, alpha=0.3)
     speed.legend(fontsize=8)
-    figure.suptitle(f"kdkit sweep: {report['entry']} on {report['device']} (x: limit or error)", fontsize=11)
+    figure.suptitle(
+        f"kdkit sweep: {report['entry']} on {report['device']} (x: limit or error)", fontsize=11)
     save_png(plt, figure, out)

@@ -94,9 +94,11 @@ class Plan:
     def check(self) -> None:
         """Refuse an impossible plan before anything runs or is written."""
         if self.steps < 2:
-            raise BadInput(f"--steps {self.steps}: need at least 2 steps so a resume can happen in between")
+            raise BadInput(
+                f"--steps {self.steps}: need at least 2 steps so a resume can happen in between")
         if not 1 <= self.save_at < self.steps:
-            raise BadInput(f"--save-at {self.save_at}: must be between 1 and --steps - 1 ({self.steps - 1})")
+            raise BadInput(
+                f"--save-at {self.save_at}: must be between 1 and --steps - 1 ({self.steps - 1})")
         if not self.root.is_dir():
             raise BadInput(f"{self.root}: project folder not found")
         base = self.root.joinpath(*self.module.split("."))
@@ -106,8 +108,8 @@ class Plan:
         check_device(self.device)
         # this one runs: it exists
         if self.python != sys.executable and not _runs_python(self.python):
-            raise BadInput(f"--python {self.python}: not an executable interpreter; give the one that has the "
-                           "project's torch (default: this one)")
+            raise BadInput(f"--python {self.python}: not an executable interpreter; give the one "
+                           "that has the project's torch (default: this one)")
         if self.nproc is not None:
             check_launch(self.python, self.nproc, self.device)
         elif self.device.startswith("cuda"):
@@ -143,10 +145,13 @@ def _phase_args(plan: Plan, phase: str) -> tuple[list[str], Path]:
     folder = plan.out / phase
     # a folder (the template's) or a file (an older loop's)
     checkpoint = plan.out / "save" / "checkpoint"
-    steps = {"full": plan.steps, "save": plan.save_at, "restore": plan.save_at, "resume": plan.steps}[phase]
+    steps = {"full": plan.steps, "save": plan.save_at, "restore": plan.save_at,
+             "resume": plan.steps}[phase]
     target = checkpoint if phase == "save" else folder / "state"
-    args = [*launcher(plan.python, plan.nproc, plan.module, folder / "workers"), "--steps", str(steps),
-            "--checkpoint", str(target), "--metrics", str(folder / "metrics.json"), "--device", plan.device]
+    args = [*launcher(plan.python, plan.nproc, plan.module, folder / "workers"), "--steps",
+            str(steps),
+            "--checkpoint", str(target), "--metrics", str(folder / "metrics.json"),
+            "--device", plan.device]
     if phase in ("restore", "resume"):
         args += ["--resume", str(checkpoint)]
     return args, target
@@ -165,8 +170,9 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
     args, state = _phase_args(plan, phase)
     (plan.out / phase).mkdir(parents=True, exist_ok=True)
     # cuBLAS needs a fixed workspace to be deterministic; harmless elsewhere.
-    done = run(args, cwd=plan.root, timeout=plan.timeout, extra_env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-                                                                          **quiet_env()})
+    done = run(args, cwd=plan.root, timeout=plan.timeout,
+               extra_env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+                               **quiet_env()})
     log = plan.out / phase / "output.log"
     log.write_text(f"$ {' '.join(args)}\n{done.stdout}{done.stderr}", encoding="utf-8")
     if not done.ok:
@@ -176,15 +182,16 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
     metrics_path = plan.out / phase / "metrics.json"
     if not state.exists() or not metrics_path.is_file():
         missing = state if not state.exists() else metrics_path
-        raise CheckFailed(f"{missing}: the {phase} phase wrote no such file; the train module must honour "
-                          "--checkpoint and --metrics")
+        raise CheckFailed(f"{missing}: the {phase} phase wrote no such file; the train module must "
+                          "honour --checkpoint and --metrics")
     metrics: dict[str, Any] = json.loads(metrics_path.read_text(encoding="utf-8"))
     if plan.nproc is not None and metrics.get("processes") != plan.nproc:
         # A loop that ignores torchrun runs N identical copies: they agree, and prove nothing about
         # DDP.
-        raise CheckFailed(f"{metrics_path}: \"processes\" is {metrics.get('processes')!r}, not {plan.nproc}: the "
-                          f"loop did not run as one job of {plan.nproc} processes; it must join torchrun's group "
-                          "and write \"processes\" in its metrics (see the template's src/train.py)")
+        raise CheckFailed(f"{metrics_path}: \"processes\" is {metrics.get('processes')!r}, not "
+                          f"{plan.nproc}: the loop did not run as one job of {plan.nproc} "
+                          "processes; it must join torchrun's group and write \"processes\" in its "
+                          "metrics (see the template's src/train.py)")
     return state, metrics
 
 
@@ -201,8 +208,8 @@ def verdict_line(report: dict[str, Any]) -> str:
         how = "identical" if report["tolerance"] is None else f"within {report['tolerance']}"
         nproc = report.get("nproc_per_node")
         where = "a new process" if nproc is None else f"{nproc} new processes under torchrun"
-        return (f"resume from step {report['save_at']} reproduces steps {report['save_at']}..{report['steps']} "
-                f"in {where} ({how})")
+        return (f"resume from step {report['save_at']} reproduces steps "
+                f"{report['save_at']}..{report['steps']} in {where} ({how})")
     causes = []
     if report["missing"]:
         causes.append("the checkpoint lacks " + ", ".join(report["missing"]))
@@ -234,16 +241,19 @@ def run_resume_test(plan: Plan, progress: Progress | None = None) -> dict[str, A
     return report
 
 
-def compare(plan: Plan, states: dict[str, Path], metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def compare(plan: Plan, states: dict[str, Path],
+            metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The verdict from the phases' states and metrics."""
     gpu = str(metrics["full"].get("device", "cpu")).startswith("cuda")
     checkpoint = load_state(states["save"])
     restored = by_component(differences(checkpoint, load_state(states["restore"]), gpu=gpu))
-    final = by_component(differences(load_state(states["full"]), load_state(states["resume"]), gpu=gpu))
+    final = by_component(
+        differences(load_state(states["full"]), load_state(states["resume"]), gpu=gpu))
     reference = [float(x) for x in metrics["full"]["losses"]]
     first = first_divergence(reference[:plan.save_at], metrics["save"]["losses"], 0, gpu)
     if first is None:
-        first = first_divergence(reference[plan.save_at:], metrics["resume"]["losses"], plan.save_at, gpu)
+        first = first_divergence(reference[plan.save_at:], metrics["resume"]["losses"],
+                                 plan.save_at, gpu)
     missing = missing_parts(checkpoint)
     report = {
         "module": plan.module, "steps": plan.steps, "save_at": plan.save_at,
@@ -289,7 +299,9 @@ runs/resume-test-<time>/report.json (or --out). Exit 1 when the resume is not ex
 With --nproc-per-node N each phase is `python -m torch.distributed.run --standalone
 --nproc-per-node N -m MODULE ...` (the interpreter's own torchrun): N processes in
 DDP, gloo on a CPU (at most one per CPU), NCCL on a GPU (one per GPU)."""
-EPILOG = "examples:\n  kdkit resume-test --steps 20 --save-at 7\n  kdkit resume-test --nproc-per-node 2 --device cpu"
+EPILOG = (
+    "examples:\n  kdkit resume-test --steps 20 --save-at 7\n  kdkit resume-test --nproc-per-node 2 "
+    "--device cpu")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,16 +313,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="steps of the uninterrupted run (default: 8)")
     parser.add_argument("--save-at", type=Count("--save-at", "7"), default=3, metavar="K",
                         help="step at which the checkpoint is taken (default: 3)")
-    parser.add_argument("--module", default=None, help='train module (default: "train" in kdkit.json, else src.train)')
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N, passed on (default: auto)")
+    parser.add_argument("--module",
+                        default=None,
+                        help=('train module (default: "train" in kdkit.json, else src.train)'))
+    parser.add_argument("--device",
+                        default="auto", help="auto, cpu, cuda or cuda:N, passed on (default: auto)")
     parser.add_argument("--python", default=None, metavar="PATH",
                         help="interpreter that runs the loop (default: this one)")
-    parser.add_argument("--nproc-per-node", type=Count("--nproc-per-node", "2"), default=None, metavar="N",
-                        help="run each phase under torchrun with N processes in DDP (default: one process, no "
-                             "torchrun)")
+    parser.add_argument("--nproc-per-node", type=Count("--nproc-per-node", "2"), default=None,
+                        metavar="N",
+                        help="run each phase under torchrun with N processes in DDP (default: one "
+                             "process, no torchrun)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="new folder for the phases and report.json (default: resume-test-<time> in the "
-                             "pilot config's runs folder)")
+                        help="new folder for the phases and report.json (default: "
+                             "resume-test-<time> in the pilot config's runs folder)")
     add_json(parser)
     return parser
 
@@ -327,23 +343,29 @@ def plan_of(args: argparse.Namespace) -> Plan:
         raise BadInput(f"{args.out}: already exists; choose a new folder for this test")
     runs = runs_dir(root) if args.out is None else None
     out = args.out.resolve() if runs is None else runs / new_run_id("resume-test")
-    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable, args.device, runs=runs,
+    return Plan(root, module, args.steps, args.save_at, out, args.python or sys.executable,
+                args.device, runs=runs,
                 nproc=args.nproc_per_node)
 
 
 def render(report: dict[str, Any]) -> str:
-    rows = [["steps", f"{report['steps']} uninterrupted vs {report['save_at']} + checkpoint + resume"],
+    rows = [["steps",
+             f"{report['steps']} uninterrupted vs {report['save_at']} + checkpoint + resume"],
             ["checkpoint", f"{report['checkpoint_bytes'] / 1e6:.2f} MB  {report['checkpoint']}"],
-            ["save / restore", f"{seconds_text(report['save_seconds'])} / {seconds_text(report['restore_seconds'])}"],
+            ["save / restore",
+             f"{seconds_text(report['save_seconds'])} / {seconds_text(report['restore_seconds'])}"],
             ["one step", seconds_text(report["step_seconds"])]]
     if report["save_seconds"] and report["step_seconds"]:
         # What a save costs in steps of lost work: the figure that sets the save interval.
-        rows.append(["one save costs", f"{report['save_seconds'] / report['step_seconds']:.2f} steps"])
+        rows.append(
+            ["one save costs", f"{report['save_seconds'] / report['step_seconds']:.2f} steps"])
     rows.append(["tolerance", report["tolerance"] or "none: identical on CPU"])
     rows += [[name.replace("_", " "), ", ".join(report[name]) or "none"]
              for name in ("missing", "not_restored", "final_differences")]
-    processes = "" if report.get("nproc_per_node") is None else f" x {report['nproc_per_node']} (torchrun)"
-    return "\n".join([f"Resume test of {report['module']} on {report['device']}{processes}", text_table(rows),
+    processes = ("" if report.get("nproc_per_node") is None
+                 else f" x {report['nproc_per_node']} (torchrun)")
+    return "\n".join([f"Resume test of {report['module']} on {report['device']}{processes}",
+                      text_table(rows),
                       ("OK: " if report["ok"] else "FAILED: ") + report["verdict"]])
 
 

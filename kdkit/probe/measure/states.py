@@ -42,7 +42,8 @@ GPU_RTOL = 1e-5
 GPU_ATOL = 1e-7
 # A checkpoint folder: the files each part is read from (the first found), in the Hugging Face
 # Trainer's names.
-PART_FILES = {"model": ("model.pt", "model.safetensors", "pytorch_model.bin"), "optimizer": ("optimizer.pt",),
+PART_FILES = {"model": ("model.pt", "model.safetensors", "pytorch_model.bin"),
+              "optimizer": ("optimizer.pt",),
               "scheduler": ("scheduler.pt",), "scaler": ("scaler.pt",), "rng": ("rng_state.pth",)}
 OPTIONAL = ("scaler",)  # absent: None, the loop has no such part
 TRAINER_STATE = "trainer_state.json"
@@ -51,7 +52,8 @@ RANK_RNG = re.compile(r"rng_state_([0-9]{1,5})\.pth")
 
 def _close(a: float, b: float, gpu: bool) -> bool:
     if gpu:
-        return math.isclose(a, b, rel_tol=GPU_RTOL, abs_tol=GPU_ATOL) or (math.isnan(a) and math.isnan(b))
+        return math.isclose(a, b,
+                            rel_tol=GPU_RTOL, abs_tol=GPU_ATOL) or (math.isnan(a) and math.isnan(b))
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
@@ -61,7 +63,8 @@ def _tensor_differs(a: Any, b: Any, gpu: bool) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return True
     if gpu and a.is_floating_point():
-        return not torch.allclose(a.double(), b.double(), rtol=GPU_RTOL, atol=GPU_ATOL, equal_nan=True)
+        return not torch.allclose(a.double(), b.double(), rtol=GPU_RTOL,
+                                  atol=GPU_ATOL, equal_nan=True)
     return not torch.equal(a, b)
 
 
@@ -123,8 +126,8 @@ def _torch() -> Any:
     try:
         torch = import_torch("resume-test")  # its numpy warning said once, in words
     except ImportError:
-        raise Unavailable(f"{sys.executable}: torch is not importable here; run resume-test with the "
-                          "project's interpreter (--python) or inside the image") from None
+        raise Unavailable(f"{sys.executable}: torch is not importable here; run resume-test with "
+                          "the project's interpreter (--python) or inside the image") from None
     return torch
 
 
@@ -144,7 +147,9 @@ def _load_file(path: Path) -> Any:
     except ImportError:
         raise Unavailable(f"{path}: reading it needs the safetensors package; install it") from None
     except Exception as exc:  # torch raises many types (pickle, zip, unsupported global)
-        raise CheckFailed(f"{path}: cannot be loaded with torch.load(weights_only=True) ({_cause(exc)})") from None
+        raise CheckFailed(
+            f"{path}: cannot be loaded with torch.load(weights_only=True) "
+            f"({_cause(exc)})") from None
 
 
 def _numpy_globals() -> list[Any]:
@@ -160,15 +165,17 @@ def _listed_problems(folder: Path) -> list[str]:
     if not (folder / SUMS).is_file():
         return []
     sums = read_checksums(folder, "checkpoint folder", "")
-    return [f"{folder / name}: listed in {SUMS} but {'missing' if not (folder / name).is_file() else 'changed'}; "
-            "the checkpoint is incomplete" for name, digest in sums.items()
+    return [f"{folder / name}: listed in {SUMS} but "
+            f"{'missing' if not (folder / name).is_file() else 'changed'}; the checkpoint is "
+            "incomplete" for name, digest in sums.items()
             if not (folder / name).is_file() or sha256_file(folder / name) != digest]
 
 
 def _rng(folder: Path, state: dict[str, Any]) -> None:
     """rng_state.pth (the template's: lists in rank order; the Trainer's: one process's) or
     rng_state_<r>.pth."""
-    ranks = sorted((int(m.group(1)), path) for path in folder.iterdir() if (m := RANK_RNG.fullmatch(path.name)))
+    ranks = sorted((int(m.group(1)), path) for path in folder.iterdir()
+                   if (m := RANK_RNG.fullmatch(path.name)))
     if "rng" not in state and ranks:
         per_rank = [_load_file(path) for _rank, path in ranks]
         state["rng"] = {key: [own.get(key) for own in per_rank] for key in per_rank[0]}
@@ -221,7 +228,8 @@ def load_state(path: Path) -> Any:
         except Exception as exc:  # torch raises many types (pickle, zip, unsupported global)
             raise CheckFailed(f"{path}: cannot be loaded with torch.load(weights_only=True) "
                               f"({_cause(exc)})") from None
-    return {key: value for key, value in state.items() if key != META} if isinstance(state, dict) else state
+    return {key: value for key,
+            value in state.items() if key != META} if isinstance(state, dict) else state
 
 
 def state_bytes(path: Path) -> int:
@@ -231,7 +239,8 @@ def state_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
-def first_divergence(reference: list[float], resumed: list[float], offset: int, gpu: bool) -> int | None:
+def first_divergence(reference: list[float], resumed: list[float],
+                     offset: int, gpu: bool) -> int | None:
     """The first step whose loss differs (or is missing), counted from step 0."""
     for index, expected in enumerate(reference):
         if index >= len(resumed) or not _close(float(expected), float(resumed[index]), gpu):

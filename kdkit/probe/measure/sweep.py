@@ -48,7 +48,14 @@ from kdkit.probe.measure.options import (
 )
 from kdkit.probe.measure.plot import check_plot_path, sweep_plot, written
 from kdkit.probe.measure.torchimport import import_torch
-from kdkit.probe.pilot.harness import Item, Predict, classify_answers, load_entry, set_device, with_params
+from kdkit.probe.pilot.harness import (
+    Item,
+    Predict,
+    classify_answers,
+    load_entry,
+    set_device,
+    with_params,
+)
 from kdkit.probe.pilot.inputs import Reader, Reading
 
 if TYPE_CHECKING:
@@ -68,10 +75,12 @@ def parse_batch_sizes(text: str) -> list[int]:
         value = part.strip()
         # ASCII digits ("²".isdigit() is true and int("²") raises), few enough for int() to read.
         if not re.fullmatch(r"[0-9]{1,20}", value) or int(value) < 1:
-            raise BadInput(f"--batch-sizes {text[:80]}: {value[:40]!r} is not a positive integer; give e.g. 1,2,4")
+            raise BadInput(
+                f"--batch-sizes {text[:80]}: {value[:40]!r} is not a positive integer; give e.g. "
+                "1,2,4")
         if int(value) > MAX_BATCH:
-            raise BadInput(f"--batch-sizes {text[:80]}: {value[:40]} is more than {MAX_BATCH:,}; give batch sizes "
-                           "a card can hold, e.g. 1,2,4,8")
+            raise BadInput(f"--batch-sizes {text[:80]}: {value[:40]} is more than {MAX_BATCH:,}; "
+                           "give batch sizes a card can hold, e.g. 1,2,4,8")
         sizes.add(int(value))
     return sorted(sizes | {1})
 
@@ -90,7 +99,8 @@ class Group:
 def split_groups(items: Sequence[Item], count: int) -> list[Group]:
     """Sort by size and cut into ``count`` groups of near-equal length (the larger ones first)."""
     if not 1 <= count <= len(items):
-        raise BadInput(f"--groups {count}: must be between 1 and the number of readable inputs ({len(items)})")
+        raise BadInput(
+            f"--groups {count}: must be between 1 and the number of readable inputs ({len(items)})")
     ordered = sorted(items, key=lambda item: (len(item.payload), item.doc.id))
     names = GROUP_NAMES.get(count) or tuple(f"group {i + 1}" for i in range(count))
     groups, start = [], 0
@@ -105,7 +115,8 @@ def split_groups(items: Sequence[Item], count: int) -> list[Group]:
 
 
 def _outputs(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(r.get("id"), r.get("outcome"), r.get("category"), r.get("reason"), r.get("output")) for r in records]
+    return [(r.get("id"), r.get("outcome"), r.get("category"), r.get("reason"), r.get("output"))
+            for r in records]
 
 
 def run_cell(predict: Predict, group: Group, size: int, output: Output,
@@ -125,7 +136,9 @@ def run_cell(predict: Predict, group: Group, size: int, output: Output,
             got = classify_answers(batch, answers, output, number)
         except Exception as exc:  # the app's failure is data: recorded, shown, never averaged away
             in_predict += time.perf_counter() - called
-            message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            message = (
+                f"{type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
             if is_out_of_memory(exc):
                 limit = f"out of memory at batch {number} ({message})"
                 break
@@ -135,28 +148,34 @@ def run_cell(predict: Predict, group: Group, size: int, output: Output,
         completed += sum(1 for r in got if r["outcome"] in ("accepted", "rejected"))
     seconds = time.perf_counter() - started
     peak = memory.peak()
-    row = {"group": group.name, "batch_size": size, "inputs": len(group.items), "completed": completed,
-           "seconds": round(seconds, 6), "items_per_second": round(completed / seconds, 3) if seconds else None,
-           "peak_memory_bytes": peak, "errors": len(errors), "first_error": errors[0] if errors else None,
+    row = {"group": group.name, "batch_size": size, "inputs": len(group.items),
+           "completed": completed,
+           "seconds": round(seconds, 6),
+           "items_per_second": round(completed / seconds, 3) if seconds else None,
+           "peak_memory_bytes": peak, "errors": len(errors),
+           "first_error": errors[0] if errors else None,
            "limit": limit, "overhead_seconds": round(seconds - in_predict, 6)}
     if limit:
         memory.reset()  # free what the failed batch held before the next group
     return row, _outputs(records)
 
 
-def _order_check(row: dict[str, Any], outputs: list[tuple[Any, ...]], reference: list[tuple[Any, ...]]) -> None:
+def _order_check(row: dict[str, Any], outputs: list[tuple[Any, ...]],
+                 reference: list[tuple[Any, ...]]) -> None:
     if row["limit"]:
         row["same_as_batch_1"] = None
         return
     row["same_as_batch_1"] = outputs == reference
     if outputs != reference:
-        mismatch = next((i for i, (a, b) in enumerate(zip(outputs, reference, strict=False)) if a != b),
+        mismatch = next((i for i,
+                         (a, b) in enumerate(zip(outputs, reference, strict=False)) if a != b),
                         min(len(outputs), len(reference)))
         got = outputs[mismatch] if mismatch < len(outputs) else ("(nothing)",)
         want = reference[mismatch] if mismatch < len(reference) else ("(nothing)",)
-        row["difference"] = f"output {mismatch + 1}: {got[0]} {got[2] or got[3]} vs batch 1: {want[0]} " \
-                            f"{want[2] or want[3]}" if len(got) > 1 and len(want) > 1 else \
-                            f"output {mismatch + 1}: {got[0]} vs batch 1: {want[0]}"
+        row["difference"] = (f"output {mismatch + 1}: {got[0]} {got[2] or got[3]} vs batch 1: "
+                             f"{want[0]} {want[2] or want[3]}" if len(got) > 1 and len(want) > 1
+                             else
+                             f"output {mismatch + 1}: {got[0]} vs batch 1: {want[0]}")
 
 
 # ---------------------------------------------------------------- the sweep
@@ -213,7 +232,8 @@ def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
     items, skipped = readable_items(config)
     split = split_groups(items, groups)
     where = "--device" if device is not None else f"{config.config_path}: $.device"
-    return SweepPlan(config, sorted(batch_sizes), split, skipped, pick_device(device or config.device, where))
+    return SweepPlan(config, sorted(batch_sizes), split, skipped,
+                     pick_device(device or config.device, where))
 
 
 def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
@@ -273,7 +293,8 @@ def _measure(plan: SweepPlan, predict: Predict, say: Progress) -> dict[str, Any]
                 break
     ok = all(r["errors"] == 0 and r["same_as_batch_1"] is not False for r in rows)
     return {"device": chosen, "memory_kind": memory.kind, "entry": config.entry,
-            "batch_sizes": batch_sizes, "groups": [g.describe() for g in split], "skipped": plan.skipped,
+            "batch_sizes": batch_sizes, "groups": [g.describe() for g in split],
+            "skipped": plan.skipped,
             "warmup_seconds": round(warmup, 6), "rows": rows, "ok": ok}
 
 
@@ -298,15 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("sweep", DESCRIPTION, EPILOG)
     add_project(parser)
     parser.add_argument("--batch-sizes", default="1,2,4", metavar="N,N,...",
-                        help="comma-separated positive integers; 1 is always run, the reference for the order "
-                             "check (default: 1,2,4)")
+                        help="comma-separated positive integers; 1 is always run, the reference "
+                             "for the order check (default: 1,2,4)")
     parser.add_argument("--groups", type=Count("--groups", "3"), default=3, metavar="N",
                         help="length groups the inputs are split into (default: 3)")
     parser.add_argument("--device", default=None,
                         help="auto, cpu, cuda or cuda:N (default: the pilot config's device)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
-                        help="write a PNG: throughput and peak memory against batch size, one line per group")
-    parser.add_argument("--force", action="store_true", help="with --plot: replace an existing file")
+                        help=(
+                            "write a PNG: throughput and peak memory against batch size, one line "
+                            "per group"))
+    parser.add_argument("--force",
+                        action="store_true", help="with --plot: replace an existing file")
     add_json(parser)
     return parser
 
@@ -343,19 +367,24 @@ def _failed_batches(row: dict[str, Any]) -> int:
 
 def render(report: dict[str, Any]) -> str:
     """The report as a person reads it: one row per cell, failures in their own row."""
-    rows = [["group", "batch", "done", "time", "items/s", "peak memory", "errors", "same as batch 1"]]
+    rows = [
+        ["group", "batch", "done", "time", "items/s", "peak memory", "errors", "same as batch 1"]]
     for row in report["rows"]:
         problem = row["limit"] or row["first_error"] or ""
-        same = {True: "yes", False: f"NO: {row.get('difference', '')}", None: "-"}[row["same_as_batch_1"]]
+        same = {True: "yes",
+                False: f"NO: {row.get('difference', '')}", None: "-"}[row["same_as_batch_1"]]
         rows.append([row["group"], str(row["batch_size"]), f"{row['completed']}/{row['inputs']}",
                      seconds_text(row["seconds"]), f"{row['items_per_second'] or 0:.1f}",
-                     f"{row['peak_memory_bytes'] / 1e6:.1f} MB", f"{_failed_batches(row)} {problem}".strip(), same])
-    groups = "; ".join(f"{g['name']} {g['min_bytes']}-{g['max_bytes']} B ({len(g['ids'])})" for g in report["groups"])
+                     f"{row['peak_memory_bytes'] / 1e6:.1f} MB",
+                     f"{_failed_batches(row)} {problem}".strip(), same])
+    groups = "; ".join(f"{g['name']} {g['min_bytes']}-{g['max_bytes']} B ({len(g['ids'])})"
+                       for g in report["groups"])
     lines = [f"Batch-size sweep of {report['entry']} on {report['device']}",
              text_table(rows, right=frozenset(range(1, 6))),
              f"Peak memory: {report['memory_kind']}. Groups: {groups}"]
     lines += [f"Not swept: {skipped['id']}: {skipped['reason']}" for skipped in report["skipped"]]
-    lines.append(f"Saved {report['out']}" + (f"; plot {report['plot']}" if report.get("plot") else ""))
+    lines.append(f"Saved {report['out']}"
+                 + (f"; plot {report['plot']}" if report.get("plot") else ""))
     return "\n".join(lines)
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 NUMPY_WARNING = "Failed to initialize NumPy"  # the start of torch's message
 QUIET = f"ignore:{NUMPY_WARNING}"  # a -W / PYTHONWARNINGS entry: message matched from its start
-NOTE = ("{command}: note: numpy is not importable for {python}; torch runs without it (its '" + NUMPY_WARNING
+NOTE = ("{command}: note: numpy is not importable for {python}; torch runs without it (its '"
+        + NUMPY_WARNING
         + "' warning is not shown); add numpy to requirements/*.in if the app needs it")
 
 

@@ -79,11 +79,13 @@ class Tally:
         for record in records:
             ident, outcome = record.get("id"), record.get("outcome")
             if outcome == "malformed":
-                self.stray.append(f"batch {record.get('batch')}: malformed result {_name(record.get('answer'))}; "
-                                  f"each result must be {CATEGORY_SHAPE} or {{\"id\": ..., \"error\": ...}}")
+                self.stray.append(f"batch {record.get('batch')}: malformed result "
+                                  f"{_name(record.get('answer'))}; each result must be "
+                                  f"{CATEGORY_SHAPE} or {{\"id\": ..., \"error\": ...}}")
             elif outcome == "unrequested":
-                self.stray.append(f"{_name(ident)}: the app answered an ID it was not given in batch "
-                                  f"{record.get('batch')}" if ident in first else f"{_name(ident)}: invented ID, "
+                self.stray.append(f"{_name(ident)}: the app answered an ID it was not given in "
+                                  f"batch {record.get('batch')}" if ident in first
+                                  else f"{_name(ident)}: invented ID, "
                                   f"not in the manifest (batch {record.get('batch')})")
             elif isinstance(ident, str) and ident in first:
                 self._count(ident, outcome, record)
@@ -105,8 +107,9 @@ class Tally:
         others."""
         category = record.get("category")
         if SCORE in record:
-            return {"outcome": "accepted", SCORE: record[SCORE], **({"category": category} if "category" in record
-                                                                    else {})}
+            return {"outcome": "accepted", SCORE: record[SCORE],
+                    **({"category": category} if "category" in record
+                       else {})}
         if "category" not in record:
             return self.accepted
         if not isinstance(category, str):
@@ -134,13 +137,15 @@ class Tally:
             if categories and doc.expect == "any" and doc.label is None:
                 unexpected += 1  # a full corpus's record: no label, so never right or wrong
             elif categories and first.get("category") != doc.label:
-                misclassified.append(f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
+                misclassified.append(
+                    f"{doc.id} ({doc.label or 'no label'} -> {first.get('category')})")
             elif not categories and doc.expected is not None:
                 scores.append((doc.id, first.get(SCORE)))
         if result.not_answered:
             result.problems.insert(0, not_answered_line(result.not_answered))
-        result.problems.extend(self.stray if categories else [p.replace(CATEGORY_SHAPE, OUTPUT_SHAPE)
-                                                              for p in self.stray])
+        result.problems.extend(self.stray if categories
+                               else [p.replace(CATEGORY_SHAPE, OUTPUT_SHAPE)
+                                     for p in self.stray])
         if categories:
             _check_totals(result, misclassified, min_quality, unexpected)
         else:
@@ -205,23 +210,26 @@ def not_answered_line(ids: Sequence[str]) -> str:
     count = f"{len(ids):,} ID{'s' if many else ''}"
     sample = ", ".join(ids[:SAMPLE]) + (", ..." if len(ids) > SAMPLE else "")
     where = f"; all {len(ids):,} in summary.json's {NOT_ANSWERED}" if len(ids) > SAMPLE else ""
-    return (f"{count} not yet answered (the run did not reach {'them' if many else 'it'}; resume the run): "
-            f"{sample}{where}")
+    return (f"{count} not yet answered (the run did not reach {'them' if many else 'it'}; resume "
+            f"the run): {sample}{where}")
 
 
 def _check_count(result: Accounting) -> None:
     if result.accepted + result.rejected != result.total:
         result.problems.append(f"accepted {result.accepted} + rejected {result.rejected} = "
-                               f"{result.accepted + result.rejected}, not the {result.total} IDs of the manifest")
+                               f"{result.accepted + result.rejected}, not the {result.total} IDs "
+                               "of the manifest")
 
 
 def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality: float) -> None:
     """The mean score of the answers the manifest gives an expected output for; None (and
     min_quality not required) when there are none. A score that is not a number in [0, 1] (NaN) is a
     problem, never a pass."""
-    bad = [ident for ident, score in scores if isinstance(score, bool) or not isinstance(score, (int, float))
+    bad = [ident for ident,
+           score in scores if isinstance(score, bool) or not isinstance(score, (int, float))
            or not 0 <= score <= 1]
-    result.problems += [f"{ident}: accepted without a valid quality score against its expected output"
+    result.problems += [f"{ident}: accepted without a valid quality score against its expected "
+                        "output"
                         for ident in bad]
     valid = sorted((float(score), ident) for ident, score in scores if ident not in bad)
     if not valid:
@@ -235,7 +243,8 @@ def _check_scores(result: Accounting, scores: list[tuple[str, Any]], min_quality
                                f"scored answer(s): lowest {lowest}")
 
 
-def _check_totals(result: Accounting, misclassified: list[str], min_quality: float, unexpected: int = 0) -> None:
+def _check_totals(result: Accounting, misclassified: list[str], min_quality: float,
+                  unexpected: int = 0) -> None:
     """Accuracy against the labels over the accepted documents that expect something
     (``unexpected``: accepted records a full corpus names no label for, left out; with only those
     there is no quality to judge)."""
@@ -248,10 +257,11 @@ def _check_totals(result: Accounting, misclassified: list[str], min_quality: flo
         return
     result.quality = result.correct / judged
     if result.quality < min_quality:
-        shown = ", ".join(misclassified[:10]) + (f" (+{len(misclassified) - 10} more)" if len(misclassified) > 10
+        shown = ", ".join(misclassified[:10]) + (f" (+{len(misclassified) - 10} more)"
+                                                 if len(misclassified) > 10
                                                  else "")
-        result.problems.append(f"quality {_below(result.quality, min_quality)} < min_quality {min_quality:g}: "
-                               f"misclassified {shown}")
+        result.problems.append(f"quality {_below(result.quality, min_quality)} < min_quality "
+                               f"{min_quality:g}: misclassified {shown}")
 
 
 def _below(quality: float, minimum: float) -> str:

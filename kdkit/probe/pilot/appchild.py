@@ -75,7 +75,8 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytearray | None:
     with memoryview(buffer) as view:
         got = 0
         while got < size:
-            count = stream.readinto(view[got:])  # type: ignore[attr-defined]  # a raw FileIO: blocks, never None
+            # a raw FileIO: blocks, never None
+            count = stream.readinto(view[got:])  # type: ignore[attr-defined]
             if not count:
                 return None
             got += count
@@ -105,8 +106,10 @@ def _value(value: Any, depth: int = 0) -> list[Any]:
     ``["f", "nan"|"inf"|"-inf"]`` (named, so a vector's NaN is its
     reason); ``["l", [tagged...]]`` for a list, or an array's ``tolist()`` (numpy, torch); else its
     repr (a tuple's too, as JSON-less answers always were)."""
-    if value is None or isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
-        return ["v", value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
+    if value is None or isinstance(value, (bool, int, str)) \
+            or (isinstance(value, float) and math.isfinite(value)):
+        return ["v",
+                value if type(value) in (bool, int, float, str, type(None)) else _scalar(value)]
     # plain JSON data goes as it is, whatever its neighbours in the batch are
     if type(value) in (dict, list):
         try:
@@ -117,7 +120,8 @@ def _value(value: Any, depth: int = 0) -> list[Any]:
             return ["j", value]
     if isinstance(value, float):
         return ["f", repr(float(value))]
-    if depth < LIST_DEPTH and not isinstance(value, list) and callable(getattr(value, "tolist", None)):
+    if depth < LIST_DEPTH and not isinstance(value, list) \
+            and callable(getattr(value, "tolist", None)):
         try:
             value = value.tolist()
         except Exception:
@@ -241,7 +245,8 @@ class Server:
 
     def serve(self) -> None:
         handlers: dict[Any, Callable[[dict[str, Any], bytearray], dict[str, Any] | bytes]] = {
-            "predict": self.run_predict, "diagnose": self.diagnose, "load": lambda header, _: self.load(header),
+            "predict": self.run_predict, "diagnose": self.diagnose, "load": lambda header,
+            _: self.load(header),
             "peak": lambda _header, _payload: {"op": "peak", "memory": peak_memory(self.device)}}
         while (request := read_frame(self.requests)) is not None:
             header, payload = request
@@ -253,7 +258,8 @@ class Server:
     def diagnose(self, header: dict[str, Any], _payload: bytearray) -> dict[str, Any]:
         from kdkit.probe.diagnose.runner import run_diagnose
 
-        return {"op": "diagnosed", "report": run_diagnose(header["expect"], project=_path(header.get("project")))}
+        return {"op": "diagnosed",
+                "report": run_diagnose(header["expect"], project=_path(header.get("project")))}
 
     def load(self, header: dict[str, Any]) -> dict[str, Any]:
         from pathlib import Path
@@ -264,7 +270,8 @@ class Server:
         self.device = header["device"]
         set_device(self.device)
         try:
-            self.predict = with_params(load_entry(Path(header["root"]), header["entry"]), header.get("params"))
+            self.predict = with_params(load_entry(Path(header["root"]), header["entry"]),
+                                       header.get("params"))
         except KdkitError as exc:
             return {"op": "entry_error", "message": str(exc)}
         except BaseException as exc:  # the import itself exited or raised something harsher

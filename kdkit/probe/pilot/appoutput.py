@@ -29,7 +29,8 @@ class Relay:
     escaped."""
 
     def __init__(self, source: IO[bytes], target: int = 2) -> None:
-        self._thread = threading.Thread(target=_relay, args=(source, target), name="kdkit-app-output", daemon=True)
+        self._thread = threading.Thread(target=_relay, args=(source, target),
+                                        name="kdkit-app-output", daemon=True)
         self._thread.start()
 
     def join(self, timeout: float) -> None:

@@ -95,7 +95,8 @@ def failure_stop(exc: Exception) -> tuple[dict[str, Any], int]:
     """stop.json's record and the exit code of the harness's own failure: a full disk, or an
     error."""
     if isinstance(exc, OSError) and disk_full(exc):
-        return {"reason": f"the disk is full ({exc.strerror or exc} writing {_written(exc)}); free space there",
+        return {"reason": f"the disk is full ({exc.strerror or exc} writing {_written(exc)}); free "
+                          "space there",
                 "rule": DISK_FULL}, DISK_FULL_EXIT
     return {"reason": f"error: {type(exc).__name__}: {exc}", "rule": "error"}, 1
 
@@ -104,8 +105,8 @@ def stopped_by_full_disk(run: RunFolder, session: Session) -> BadInput | None:
     """The one line a run stopped by a full disk ends with (its summary written), or None."""
     if session.stop is None or session.stop.get("rule") != DISK_FULL:
         return None
-    return BadInput(f"{run.path}: stopped: {session.stop['reason']}; then finish the run with kdkit pilot "
-                    f"{resume_options(run.run_id)}")
+    return BadInput(f"{run.path}: stopped: {session.stop['reason']}; then finish the run with "
+                    f"kdkit pilot {resume_options(run.run_id)}")
 
 
 def _closing_failed(run: RunFolder, session: Session, exc: OSError, stop_written: bool) -> BadInput:
@@ -115,15 +116,18 @@ def _closing_failed(run: RunFolder, session: Session, exc: OSError, stop_written
         with contextlib.suppress(OSError):
             (run.path / name).unlink(missing_ok=True)
     if not stop_written:
-        stop = session.stop or {**failure_stop(exc)[0], "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        stop = session.stop or {**failure_stop(exc)[0],
+                                "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         try:
             run.write_stop(stop)
             stop_written = True
         except OSError:
             pass
-    said = "stop.json says where the run stopped" if stop_written else "not even stop.json could be written"
-    return BadInput(f"{run.path}: the disk is full ({exc.strerror or exc} writing {_written(exc)}); {said}: free "
-                    f"space, then finish the run with kdkit pilot {resume_options(run.run_id)}")
+    said = ("stop.json says where the run stopped" if stop_written
+            else "not even stop.json could be written")
+    return BadInput(f"{run.path}: the disk is full ({exc.strerror or exc} writing "
+                    f"{_written(exc)}); {said}: free space, then finish the run with kdkit pilot "
+                    f"{resume_options(run.run_id)}")
 
 
 # ---------------------------------------------------------------- closing
@@ -150,7 +154,8 @@ def beside(cfg: PilotConfig, run: RunFolder, session: Session) -> list[str]:
     return problems
 
 
-def judged(cfg: PilotConfig, run: RunFolder, session: Session, stray: list[str] | None = None) -> Accounting:
+def judged(cfg: PilotConfig, run: RunFolder, session: Session,
+           stray: list[str] | None = None) -> Accounting:
     """The run's accounting, never of anything but what the harness wrote.
 
     When results.jsonl is byte for byte what it must be (SHA-256 of the file against the running
@@ -183,8 +188,11 @@ def close_run(cfg: PilotConfig, run: RunFolder, session: Session) -> dict[str, A
             run.write_stop(session.stop)  # first: the smallest, into its own room
             stop_written = True
         if not (run.path / ENV).exists():  # the diagnose itself did not come back: say so there
-            run.write_json(ENV, {"command": "diagnose", "verdict": "fail", "steps": [], "first_failure": {
-                "step": "(the app's process)", "detail": (session.stop or {}).get("reason", "no report"),
+            run.write_json(ENV,
+                           {"command": "diagnose", "verdict": "fail", "steps": [],
+                            "first_failure": {
+                "step": "(the app's process)",
+                "detail": (session.stop or {}).get("reason", "no report"),
                 "fix": "see stop.json"}})
         stray = beside(cfg, run, session)  # before the staging folder goes
         # the file kind: outputs/ as the complete lines name it, the staging folder gone

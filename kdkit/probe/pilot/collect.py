@@ -59,7 +59,8 @@ class Worker:
         return rf.base_id(recorded if isinstance(recorded, str) else self.name)
 
     def param(self, key: str) -> str:
-        return str(self.params.get("params", {}).get(key) if key == "manifest_sha256" else self.params.get(key))
+        return str(self.params.get("params", {}).get(key) if key == "manifest_sha256"
+                   else self.params.get(key))
 
 
 def load_worker(path: Path) -> Worker:
@@ -73,8 +74,8 @@ def load_worker(path: Path) -> Worker:
     recorded = params.get(rf.RUN_ID)
     # it names the output
     if recorded is not None and not (isinstance(recorded, str) and is_safe_id(recorded)):
-        raise BadInput(f"{params_file}: $.run_id {str(recorded)[:60]!r} is not a run ID ({SAFE_ID_RULE}); the file "
-                       "was edited or damaged")
+        raise BadInput(f"{params_file}: $.run_id {str(recorded)[:60]!r} is not a run ID "
+                       f"({SAFE_ID_RULE}); the file was edited or damaged")
     summary_file = path / rf.SUMMARY
     summary = load_object(summary_file, "run summary") if summary_file.is_file() else None
     return Worker(path.resolve(), params, recorded_share(params, params_file), summary)
@@ -83,7 +84,8 @@ def load_worker(path: Path) -> Worker:
 def search(root: Path) -> list[Worker]:
     """Every worker folder below ``root`` (root itself included), in path order."""
     if not root.is_dir():
-        raise BadInput(f"--from {root}: not a folder; give the folder the workers' folders were copied into")
+        raise BadInput(
+            f"--from {root}: not a folder; give the folder the workers' folders were copied into")
     found = []
     for current, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -107,21 +109,28 @@ def fingerprint(path: Path) -> str:
     digest = hashlib.sha256()
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.is_file(follow_symlinks=False):
-            digest.update(f"{entry.name}\0{sha256_file(Path(entry.path))}\n".encode("utf-8", "surrogateescape"))
+            digest.update(
+                f"{entry.name}\0{sha256_file(Path(entry.path))}\n".encode("utf-8",
+                                                                          "surrogateescape"))
     return digest.hexdigest()
 
 
-def collect(run_dirs: Sequence[Path], roots: Sequence[Path] = (), run_id: str | None = None) -> list[Worker]:
+def collect(run_dirs: Sequence[Path], roots: Sequence[Path] = (),
+            run_id: str | None = None) -> list[Worker]:
     """The workers to gather, in share order: given and found, copies counted once, checked to be
     one run's."""
     given = [load_worker(path) for path in run_dirs]
-    found = [worker for root in roots for worker in search(root) if run_id is None or worker.run == run_id]
+    found = [worker for root in roots for worker in search(root) if run_id is None
+             or worker.run == run_id]
     if roots and not found:
         where = ", ".join(str(root) for root in roots)
-        raise BadInput(f"--from {where}: no worker run folder below it" + (f" of run {run_id}" if run_id else "")
+        raise BadInput(f"--from {where}: no worker run folder below it"
+                       + (f" of run {run_id}" if run_id else "")
                        + " (a folder holding a params.json with a share)")
     if not given and not found:
-        raise BadInput("give the workers' run folders (RUN_DIR...) or --from DIR (e.g. runs/R-w0of2 runs/R-w1of2)")
+        raise BadInput(
+            "give the workers' run folders (RUN_DIR...) or --from DIR (e.g. runs/R-w0of2 "
+            "runs/R-w1of2)")
     workers = _once(given + found)
     _one_run(workers, run_id, several=bool(roots) and run_id is None)
     return sorted(workers, key=lambda worker: worker.share.worker)
@@ -152,7 +161,8 @@ def _once(workers: list[Worker]) -> list[Worker]:
             others.append(worker)
             paths.add(worker.path)
         else:
-            print(f"gather: {worker.path} is a copy of {twin.path} (the same files, byte for byte); counted once",
+            print(f"gather: {worker.path} is a copy of {twin.path} (the same files, byte for "
+                  "byte); counted once",
                   file=sys.stderr)
     return kept
 
@@ -163,25 +173,29 @@ def _one_run(workers: list[Worker], run_id: str | None, several: bool) -> None:
     first = workers[0]
     for worker in workers:
         if run_id is not None and worker.run != run_id:
-            raise BadInput(f"{worker.path}: a worker of run {worker.run}, not of --run-id {run_id}; give the folders "
-                           "of that run")
+            raise BadInput(f"{worker.path}: a worker of run {worker.run}, not of --run-id "
+                           f"{run_id}; give the folders of that run")
         if worker.run != first.run:
             pick = "; pick one with --run-id" if several else ""
-            raise BadInput(f"{worker.path}: a worker of run {worker.run}, not of run {first.run} ({first.path}); "
-                           f"gather the folders of one run{pick}")
+            raise BadInput(f"{worker.path}: a worker of run {worker.run}, not of run {first.run} "
+                           f"({first.path}); gather the folders of one run{pick}")
     for worker in workers[1:]:
         for key, what in (("manifest_sha256", "manifest sha256"), (rf.PARAMS_HASH, "params hash")):
             if worker.param(key) != first.param(key):
-                reads = "read the same manifest" if key == "manifest_sha256" else "run the same pilot config"
-                raise BadInput(f"{worker.path}: {what} {worker.param(key)[:12]} differs from {first.path}'s "
-                               f"{first.param(key)[:12]}; every worker of a run must {reads}")
+                reads = ("read the same manifest" if key == "manifest_sha256"
+                         else "run the same pilot config")
+                raise BadInput(f"{worker.path}: {what} {worker.param(key)[:12]} differs from "
+                               f"{first.path}'s {first.param(key)[:12]}; every worker of a run "
+                               f"must {reads}")
         if worker.share.workers != first.share.workers:
-            raise BadInput(f"{worker.path}: one of {worker.share.workers} workers, but {first.path} is one of "
-                           f"{first.share.workers}: another world size; gather the folders of one launch")
+            raise BadInput(f"{worker.path}: one of {worker.share.workers} workers, but "
+                           f"{first.path} is one of {first.share.workers}: another world size; "
+                           "gather the folders of one launch")
     by_share: dict[int, Worker] = {}
     for worker in workers:
         other = by_share.setdefault(worker.share.worker, worker)
         if other is not worker:
-            raise BadInput(f"worker {worker.share.worker} of {worker.share.workers}: two different folders "
-                           f"({other.path}, {worker.path}): two machines ran the same share (given the same rank?); "
-                           "keep the one to count and move the other out of the way")
+            raise BadInput(f"worker {worker.share.worker} of {worker.share.workers}: two different "
+                           f"folders ({other.path}, {worker.path}): two machines ran the same "
+                           "share (given the same rank?); keep the one to count and move the other "
+                           "out of the way")

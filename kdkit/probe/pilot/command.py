@@ -85,18 +85,21 @@ class Progress:
         # <run>/heartbeat.json, at most once a second (kdkit status reads it)
         if self.heartbeat is not None:
             errors = [r.get("reason") for r in records or () if r.get("outcome") == "rejected"]
-            self.heartbeat.beat(done, rejected, last_error=str(errors[-1]) if errors else None, force=force)
+            self.heartbeat.beat(done, rejected,
+                                last_error=str(errors[-1]) if errors else None, force=force)
         now = time.monotonic()
         if self.enabled and (force or now - self.last >= 1.0):
             self.last = now
-            print(f"pilot: {done}/{self.total} IDs done, {rejected} rejected", file=sys.stderr, flush=True)
+            print(f"pilot: {done}/{self.total} IDs done, {rejected} rejected",
+                  file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- opening the run
 
 
 def open_run(cfg: PilotConfig, run_id: RunId | None, resume: RunId | None, argv: list[str],
-             share: Share | None = None, placed: Placement | None = None) -> tuple[RunFolder, bool | None]:
+             share: Share | None = None,
+             placed: Placement | None = None) -> tuple[RunFolder, bool | None]:
     """A new run folder with its params.json (naming the launcher, if any), or the one to resume
     (same parameters and share only); (run, None): a restarted worker's folder was finished
     meanwhile, to be only reported."""
@@ -125,12 +128,14 @@ def open_run(cfg: PilotConfig, run_id: RunId | None, resume: RunId | None, argv:
         "executable": sys.executable,
         "command": ["kdkit", "pilot", *argv],
         **share_fields(share),
-        **({LAUNCHER: placed.record()} if placed is not None and (placed.launched or placed.read) else {}),
+        **({LAUNCHER: placed.record()} if placed is not None and (placed.launched or placed.read)
+           else {}),
     }
     if run_id:
         return RunFolder.create(cfg.runs_dir, folder_name(run_id, share), record), False
-    return claim(new_run_id(PILOT, digest), lambda free: RunFolder.make(cfg.runs_dir / folder_name(free, share),
-                                                                          record)), False
+    return claim(new_run_id(PILOT, digest),
+                 lambda free: RunFolder.make(cfg.runs_dir / folder_name(free, share),
+                                               record)), False
 
 
 def _resumed(cfg: PilotConfig, resume: RunId, digest: str, share: Share | None,
@@ -215,7 +220,8 @@ def execute(cfg: PilotConfig, run: RunFolder, session: Session, progress: Progre
         session.stop = {"reason": stop.reason, "rule": stop.rule, **stop.details}
         session.exit_code = stop.exit_code
     except KeyboardInterrupt:
-        session.stop, session.exit_code = {"reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
+        session.stop, session.exit_code = {
+            "reason": "interrupted (Ctrl-C)", "rule": "interrupt"}, 130
     # the app's code must change: a resume would refuse it (the code is the run's)
     except harness.EntryError as exc:
         session.stop, session.exit_code = {"reason": f"error: {exc}", "rule": APP_CODE}, 1
@@ -253,8 +259,8 @@ def _loop(cfg: PilotConfig, run: RunFolder, session: Session, scan: Scan, app: A
             rejected += sum(r["outcome"] == "rejected" for r in records)
             progress(done, rejected, records=records)
             if cfg.max_rejected is not None and rejected > cfg.max_rejected:
-                raise StopRequested(f"stop rule: {rejected} inputs rejected, more than max_rejected "
-                                    f"{cfg.max_rejected}", "max_rejected")
+                raise StopRequested(f"stop rule: {rejected} inputs rejected, more than "
+                                    f"max_rejected {cfg.max_rejected}", "max_rejected")
     progress(done, rejected, force=True)
 
 
@@ -271,7 +277,8 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
         with guard.app_running():
             if cfg.output.kind != "file":
                 return harness.run_batch(app, items, cfg.output, number)
-            records = harness.run_batch(filekind.staged_call(app, run, session.staged), items, cfg.output, number)
+            records = harness.run_batch(filekind.staged_call(app, run, session.staged), items,
+                                        cfg.output, number)
             # out_dirs checked, hashed: to be kept
             kept = filekind.judged(run, records, cfg.output.max_bytes)
             session.staged.clear()  # judged: none of the batch's folders is in flight any more
@@ -291,8 +298,8 @@ def _app_records(cfg: PilotConfig, session: Session, app: AppProcess, guard: Sto
 def render_text(summary: dict[str, Any], run: RunFolder) -> str:
     quality = "undefined" if summary["quality"] is None else f"{summary['quality']:.3f}"
     lines = [f"Run {run.path}" + (" (resumed)" if summary["resumed"] else ""),
-             f"  {summary['total']} IDs: accepted {summary['accepted']}, rejected {summary['rejected']}; "
-             f"quality {quality} (min {summary['min_quality']:g})"]
+             f"  {summary['total']} IDs: accepted {summary['accepted']}, rejected "
+             f"{summary['rejected']}; quality {quality} (min {summary['min_quality']:g})"]
     problems = summary["problems"]
     # one line each, whatever the app said
     lines += [f"  - {printable(p)}" for p in problems[:PROBLEMS_SHOWN]]
@@ -318,7 +325,8 @@ def _finished(run: RunFolder, as_json: bool) -> int:
     """A worker its launcher started again after it had finished: its summary as it is, its
     verdict's exit code."""
     summary = load_object(run.path / SUMMARY, "run summary")
-    print_result(as_json, {"run_dir": str(run.path), **summary}, lambda: render_text(summary, run), ascii_only=False)
+    print_result(as_json, {"run_dir": str(run.path), **summary},
+                 lambda: render_text(summary, run), ascii_only=False)
     return 0 if summary.get("verdict") == "pass" else 1
 
 
@@ -346,7 +354,8 @@ def main(argv: list[str]) -> int:
     beat = Heartbeat(run.path, run.run_id, len(cfg.documents), cfg.max_rejected, cfg.max_seconds)
     try:  # the run folder is this session's until its summary and SHA256SUMS are written and copied
         beat.beat(0, 0, force=True)
-        execute(cfg, run, session, Progress(len(cfg.documents), enabled=not (args.quiet or args.json), heartbeat=beat))
+        execute(cfg, run, session,
+                Progress(len(cfg.documents), enabled=not (args.quiet or args.json), heartbeat=beat))
         # open runs only: the closed folder's truth is its summary (kdkit.core.heartbeat)
         beat.remove()
         summary = close_run(cfg, run, session)
@@ -355,7 +364,8 @@ def main(argv: list[str]) -> int:
         run.disown()
     copied = (f"\nCopied to {copy['copy']['path']}, verified against SHA256SUMS"
               if copy.get("copy", {}).get("verified") else "")
-    print_result(args.json, {"run_dir": str(run.path), **summary, **copy}, lambda: render_text(summary, run) + copied,
+    print_result(args.json, {"run_dir": str(run.path), **summary, **copy},
+                 lambda: render_text(summary, run) + copied,
                  ascii_only=False)
     if copy_error is not None:
         raise copy_error

@@ -55,8 +55,8 @@ def worker_command(argv: Sequence[str]) -> list[str]:
     """``kdkit pilot ARGV`` in this interpreter and kdkit, dying (SIGTERM) with the process that
     started it."""
     boot = (f"import os, sys; sys.path.insert(0, {kdkit_home()!r}); "
-            f"from kdkit.probe.pilot.appchild import prctl; prctl({PR_SET_PDEATHSIG}, {int(signal.SIGTERM)}); "
-            f"os.getppid() == {os.getpid()} or sys.exit(143); "
+            f"from kdkit.probe.pilot.appchild import prctl; prctl({PR_SET_PDEATHSIG}, "
+            f"{int(signal.SIGTERM)}); os.getppid() == {os.getpid()} or sys.exit(143); "
             "from kdkit.probe.entry import main; sys.exit(main(['pilot', *sys.argv[1:]]))")
     return [*interpreter(), "-c", boot, *argv]
 
@@ -92,14 +92,17 @@ def run_node(argv: Sequence[str], placed: Placement, as_json: bool) -> int:
     readers: list[threading.Thread] = []
     with passing_signals(workers):
         for index in range(count):
-            workers.append(subprocess.Popen(worker_command(argv), env=worker_env(os.environ, index, count),
+            workers.append(subprocess.Popen(worker_command(argv),
+                                            env=worker_env(os.environ, index, count),
                                             stdout=subprocess.PIPE, start_new_session=True))
-            readers.append(threading.Thread(target=_read, args=(workers[-1], outputs, index), daemon=True))
+            readers.append(
+                threading.Thread(target=_read, args=(workers[-1], outputs, index), daemon=True))
             readers[-1].start()
         # a worker killed by a signal (one that had closed its folder and was exiting when SIGTERM
         # came, its handlers gone) is -N to Popen: 128 + N, as a shell and `docker stop` report it,
         # never -N & 0xff
-        codes = [code if code >= 0 else 128 - code for code in (worker.wait() for worker in workers)]
+        codes = [code if code >= 0 else 128 - code
+                 for code in (worker.wait() for worker in workers)]
         for reader in readers:
             reader.join()
     _print(outputs, placed, codes, as_json)
@@ -122,7 +125,9 @@ def _print(outputs: list[bytes], placed: Placement, codes: list[int], as_json: b
                 docs.append(None)  # the worker failed before its result; its stderr said why
         shares = [{"worker": s.worker, "workers": s.workers} for s in placed.node_shares]
         # kdkit.core.report: no raw control character, valid JSON
-        print_result(True, {"launcher": placed.record(), "shares": shares, "exit_codes": codes, "workers": docs},
+        print_result(True,
+                     {"launcher": placed.record(), "shares": shares,
+                      "exit_codes": codes, "workers": docs},
                      "", ascii_only=False)
     else:
         print_result(False, None, "\n".join(text.rstrip("\n") for text in texts if text.strip()))

@@ -58,7 +58,7 @@ examples:
   kdkit gather backup/R-w* --project . --out results/R       results copied back
   kdkit gather --from copies --run-id R --project .         each machine's runs/ copied under copies/
 
-exit: 0 pass, 1 fail (each problem named), 2 bad input"""
+exit: 0 pass, 1 fail (each problem named), 2 bad input"""  # noqa: E501 (verbatim text, as printed)
 
 
 @dataclass
@@ -74,9 +74,9 @@ def integrity_problems(worker: Worker) -> list[str]:
     """The folder against its SHA256SUMS; a folder without one was never closed."""
     if not (worker.path / SUMS).is_file():
         share = worker.share
-        return [f"{worker.path}: not closed (no {SUMS}); worker {share.worker} of {share.workers} did not finish: "
-                f"resume it with `kdkit pilot --resume {worker.name} --worker {share.worker} "
-                f"--workers {share.workers}`"]
+        return [f"{worker.path}: not closed (no {SUMS}); worker {share.worker} of {share.workers} "
+                f"did not finish: resume it with `kdkit pilot --resume {worker.name} --worker "
+                f"{share.worker} --workers {share.workers}`"]
     try:
         return verify_folder(worker.path, read_sums(worker.path))
     except CheckFailed as exc:
@@ -88,8 +88,9 @@ def coverage_problems(workers: Sequence[Worker]) -> list[str]:
     once)."""
     count, have = workers[0].share.workers, {worker.share.worker for worker in workers}
     base = workers[0].run
-    return [f"worker {i} of {count}: no run folder given (expected {rf.worker_folder(base, i, count)}); run or "
-            "resume it" for i in range(count) if i not in have]
+    return [f"worker {i} of {count}: no run folder given (expected "
+            f"{rf.worker_folder(base, i, count)}); run or resume it" for i in range(count)
+            if i not in have]
 
 
 def project_problems(cfg: PilotConfig, workers: Sequence[Worker]) -> list[str]:
@@ -98,9 +99,9 @@ def project_problems(cfg: PilotConfig, workers: Sequence[Worker]) -> list[str]:
     digest, recorded = params_hash(cfg.resolved()), workers[0].params.get(rf.PARAMS_HASH)
     if digest == recorded:
         return []
-    return [f"{cfg.config_path}: the project's pilot parameters (hash {digest[:8]}) are not the workers' "
-            f"({str(recorded)[:8]}): the config or the manifest changed since; gather against the project at the "
-            "revision the workers ran (--project)"]
+    return [f"{cfg.config_path}: the project's pilot parameters (hash {digest[:8]}) are not the "
+            f"workers' ({str(recorded)[:8]}): the config or the manifest changed since; gather "
+            "against the project at the revision the workers ran (--project)"]
 
 
 # ---------------------------------------------------------------- the IDs
@@ -117,7 +118,8 @@ class Tally:
         for index, worker in enumerate(workers):
             for record in RunFolder(worker.path).records():
                 ident = record.get("id")
-                if record.get("outcome") in FINISHED and isinstance(ident, str) and ident in self.known:
+                if record.get("outcome") in FINISHED and isinstance(ident, str) \
+                        and ident in self.known:
                     answered = self.by.setdefault(ident, [])
                     if index not in answered:
                         answered.append(index)
@@ -135,9 +137,11 @@ def _missing_line(ids: Sequence[str], owner: int, count: int) -> str:
     """The IDs of one share that no worker answered, in one line (all are in summary.json's
     not_answered)."""
     if len(ids) == 1:
-        return f"{ids[0]}: no result from any worker (its share: worker {owner} of {count}; resume that worker)"
-    return (f"worker {owner} of {count}: {len(ids):,} IDs of its share with no result from any worker "
-            f"({_some(ids)}); resume that worker")
+        return (
+            f"{ids[0]}: no result from any worker (its share: worker {owner} of {count}; resume "
+            "that worker)")
+    return (f"worker {owner} of {count}: {len(ids):,} IDs of its share with no result from any "
+            f"worker ({_some(ids)}); resume that worker")
 
 
 def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally: Tally,
@@ -147,8 +151,9 @@ def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally:
     count, problems, named = workers[0].share.workers, [], set()
     for worker in workers:
         if worker.outside:
-            problems.append(f"{worker.name}: {len(worker.outside)} ID(s) outside its share {worker.share.label} "
-                            f"({_some(worker.outside)}); it ran with another share, N or manifest")
+            problems.append(f"{worker.name}: {len(worker.outside)} ID(s) outside its share "
+                            f"{worker.share.label} ({_some(worker.outside)}); it ran with another "
+                            "share, N or manifest")
             named.update(worker.outside)
     missing: dict[int, list[str]] = {}
     for doc in documents:
@@ -157,7 +162,8 @@ def id_problems(documents: Sequence[Document], workers: Sequence[Worker], tally:
             missing.setdefault(worker_of(doc.id, count), []).append(doc.id)
         elif len(answered) > 1:
             problems.append(f"{doc.id}: answered by {len(answered)} workers "
-                            f"({', '.join(workers[i].name for i in answered)}); every ID must appear exactly once")
+                            f"({', '.join(workers[i].name for i in answered)}); every ID must "
+                            "appear exactly once")
             named.add(doc.id)
     problems += [_missing_line(ids, owner, count) for owner, ids in sorted(missing.items())]
     # the same IDs, said above per share
@@ -176,8 +182,8 @@ def find_project(given: Path | None, first: Path) -> Path:
         return project_root(given)
     found = find_root(first) or find_root()
     if found is None:
-        raise BadInput(f"{first}: no kdkit project around it or the current folder; pass --project DIR (the "
-                       "project the workers ran, for its manifest)")
+        raise BadInput(f"{first}: no kdkit project around it or the current folder; pass --project "
+                       "DIR (the project the workers ran, for its manifest)")
     return found
 
 
@@ -196,13 +202,16 @@ def judge(cfg: PilotConfig, workers: Sequence[Worker]) -> tuple[Accounting | Non
 
 
 def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | None = None,
-           force: bool = False, *, roots: Sequence[Path] = (), run_id: str | None = None) -> Gathered:
+           force: bool = False, *, roots: Sequence[Path] = (),
+           run_id: str | None = None) -> Gathered:
     """Check the workers' folders of one run (``run_dirs``, and those below ``roots``: --from) and
     write its one summary; see the module's docstring."""
     workers = collect(run_dirs, roots, run_id)
-    destination = check_out(out or default_out(workers, roots if not run_dirs else ()), workers, force)
+    destination = check_out(out
+                            or default_out(workers, roots if not run_dirs else ()), workers, force)
     config = workers[0].params.get("params", {}).get("config_file")
-    cfg = load_pilot(find_project(project, workers[0].path), Path(config) if isinstance(config, str) else None)
+    cfg = load_pilot(find_project(project, workers[0].path),
+                     Path(config) if isinstance(config, str) else None)
     acc, problems = judge(cfg, workers)
     summary = summary_data(workers[0].run, cfg, workers, acc, problems)
     # each worker's vectors, verified first
@@ -221,41 +230,51 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
 def render_text(gathered: Gathered) -> str:
     summary = gathered.summary
     folders = summary["per_worker"]
-    lines = [f"Gathered {len(folders)} folder(s) of the {summary['workers']} worker(s) of run {summary['run_id']} "
-             f"into {gathered.out}"]
+    lines = [f"Gathered {len(folders)} folder(s) of the {summary['workers']} worker(s) of run "
+             f"{summary['run_id']} into {gathered.out}"]
     if summary["accepted"] is not None:  # None: a check failed before the IDs were counted
         lines += [f"  {w['folder']}: {w['answered']} IDs" for w in folders]
     lines += [f"  - {p}" for p in summary["problems"][:20]]
     if len(summary["problems"]) > 20:
         lines.append(f"  ... {len(summary['problems']) - 20} more in summary.json")
-    lines.append(f"PASS: all {summary['total']} IDs exactly once across the workers, expectations met"
-                 if summary["verdict"] == "pass" else f"FAIL: {len(summary['problems'])} problem(s)")
+    lines.append(f"PASS: all {summary['total']} IDs exactly once across the workers, expectations "
+                 "met"
+                 if summary["verdict"] == "pass"
+                 else f"FAIL: {len(summary['problems'])} problem(s)")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
-        "gather", "Prove that the workers of one pilot run (kdkit pilot --worker I --workers N) answered every "
-                  "manifest ID exactly once, and write one summary for the whole run.", EPILOG)
-    parser.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR", help="each worker's run folder")
-    parser.add_argument("--from", dest="roots", type=Path, action="append", default=[], metavar="DIR",
-                        help="also every worker folder found below DIR, in any layout (repeatable): the folders "
-                             "copied back from several machines")
+        "gather",
+        "Prove that the workers of one pilot run (kdkit pilot --worker I --workers N) answered "
+        "every manifest ID exactly once, and write one summary for the whole run.", EPILOG)
+    parser.add_argument("run_dirs", type=Path, nargs="*",
+                        metavar="RUN_DIR", help="each worker's run folder")
+    parser.add_argument("--from", dest="roots", type=Path, action="append", default=[],
+                        metavar="DIR",
+                        help="also every worker folder found below DIR, in any layout "
+                             "(repeatable): the folders copied back from several machines")
     parser.add_argument("--run-id", metavar="ID", type=run_id_type("--run-id"),
                         help="only the workers of run ID (among those found by --from)")
     parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="the summary's new folder (default: <run-id>-gathered in the first --from DIR, else next "
-                             "to the first RUN_DIR)")
+                        help="the summary's new folder (default: <run-id>-gathered in the first "
+                             "--from DIR, else next to the first RUN_DIR)")
     parser.add_argument("--project", type=Path, metavar="DIR",
-                        help="the project the workers ran, for its manifest (default: found upward from RUN_DIR)")
-    parser.add_argument("--force", action="store_true", help="replace an earlier gathering in --out")
+                        help=(
+                            "the project the workers ran, for its manifest (default: found upward "
+                            "from RUN_DIR)"))
+    parser.add_argument("--force",
+                        action="store_true", help="replace an earlier gathering in --out")
     add_json(parser, 'summary.json (with "out")')
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    gathered = gather(args.run_dirs, args.out, args.project, args.force, roots=args.roots, run_id=args.run_id)
-    print_result(args.json, {"out": str(gathered.out), **gathered.summary}, lambda: render_text(gathered),
+    gathered = gather(args.run_dirs, args.out, args.project, args.force, roots=args.roots,
+                      run_id=args.run_id)
+    print_result(args.json, {"out": str(gathered.out), **gathered.summary},
+                 lambda: render_text(gathered),
                  ascii_only=False)
     return 0 if gathered.summary["verdict"] == "pass" else 1

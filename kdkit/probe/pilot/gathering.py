@@ -65,20 +65,26 @@ def _worker_row(worker: Worker) -> dict[str, Any]:
 def summary_markdown(summary: dict[str, Any]) -> str:
     quality = "undefined" if summary["quality"] is None else f"{summary['quality']:.3f}"
     lines = [f"# Gathered run {summary['run_id']}: {summary['verdict'].upper()}", "",
-             f"- Workers: {summary['workers']}; params hash {str(summary['params_hash'])[:12]}, manifest sha256 "
-             f"{str(summary['manifest_sha256'])[:12]}",
+             f"- Workers: {summary['workers']}; params hash {str(summary['params_hash'])[:12]}, "
+             f"manifest sha256 {str(summary['manifest_sha256'])[:12]}",
              f"- IDs in the manifest: {summary['total']}; accepted {summary['accepted']}, rejected "
              f"{summary['rejected']}",
-             f"- Quality against the manifest's labels: {quality} (minimum {summary['min_quality']:g})",
+             f"- Quality against the manifest's labels: {quality} (minimum "
+             f"{summary['min_quality']:g})",
              "", "## Problems", ""]
     lines += [f"- {rf.md_cell(p)}" for p in summary["problems"][:TABLE_ROWS]] or [
         "None: every ID answered exactly once, by the worker whose share holds it."]
-    lines += ["", "## Workers", "", "| worker | folder | IDs answered | its own verdict | seconds |",
+    lines += ["", "## Workers", "",
+              "| worker | folder | IDs answered | its own verdict | seconds |",
               "|---|---|---|---|---|"]
-    lines += [f"| {w['worker']} | {rf.md_cell(w['folder'])} | {w['answered']} | {w['verdict']} | {w['seconds']} |"
+    lines += [f"| {w['worker']} | {rf.md_cell(w['folder'])} | {w['answered']} | {w['verdict']} | "
+              f"{w['seconds']} |"
               for w in summary["per_worker"]]
-    lines += ["", "Each worker's own verdict is over its share only; the verdict above is over the whole manifest.",
-              "Files: summary.json, summary.md, SHA256SUMS; the results stay in the workers' folders."]
+    lines += ["",
+              "Each worker's own verdict is over its share only; the verdict above is over the "
+              "whole manifest.",
+              "Files: summary.json, summary.md, SHA256SUMS; the results stay in the workers' "
+              "folders."]
     return "\n".join(lines) + "\n"
 
 
@@ -120,7 +126,9 @@ def _not_gathered(folder: Path) -> str | None:
     except (BadInput, AttributeError):
         kind = None
     if kind != rf.GATHERED:
-        return f"its {rf.SUMMARY} is not a gathering's (kind {rf.GATHERED!r}), so it is not an earlier gathering"
+        return (
+            f"its {rf.SUMMARY} is not a gathering's (kind {rf.GATHERED!r}), so it is not an "
+            "earlier gathering")
     try:
         problems = verify_folder(folder, read_sums(folder))
     except (BadInput, CheckFailed):  # none, or malformed
@@ -128,7 +136,9 @@ def _not_gathered(folder: Path) -> str | None:
     except OSError as exc:
         return f"cannot be read ({exc.strerror})"
     if problems:
-        return f"does not match its own {SUMS} ({problems[0]}), so it is not a gathering as kdkit wrote it"
+        return (
+            f"does not match its own {SUMS} ({problems[0]}), so it is not a gathering as kdkit "
+            "wrote it")
     return None
 
 
@@ -137,7 +147,8 @@ def check_out(out: Path, workers: Sequence[Worker], force: bool) -> Path:
     out = out.resolve()
     for worker in workers:
         if out == worker.path or worker.path in out.parents:
-            raise BadInput(f"--out {out}: inside the run folder {worker.path}; it would break its {SUMS}")
+            raise BadInput(
+                f"--out {out}: inside the run folder {worker.path}; it would break its {SUMS}")
     why = replaceable_gathering(out) if os.path.lexists(out) else None
     if why is not None:
         raise BadInput(f"{out}: exists and {why}; choose another --out or move it away first")
@@ -161,7 +172,8 @@ def write_summary(out: Path, summary: dict[str, Any], force: bool = False,
             print(f"gather: {line}", file=sys.stderr)
         names = [rf.SUMMARY, rf.SUMMARY_MD]
         if vectors:
-            summary["vectors"] = gather_vectors(vectors, staged.path / rf.VECTORS, staged.path / rf.VECTOR_IDS)
+            summary["vectors"] = gather_vectors(vectors, staged.path / rf.VECTORS,
+                                                staged.path / rf.VECTOR_IDS)
             names += [rf.VECTORS, rf.VECTOR_IDS]
         if outputs:  # the file kind: every worker's outputs/<name>/ joined, each item's once
             files, joined = gather_outputs(outputs, staged.path)

@@ -84,13 +84,15 @@ def _shown(value: Any) -> Any:
     credential shape in it is redacted (kdkit.core.credentials): what the app said may travel and be
     shown. Only what is kept is redacted (redact_head), so a huge value costs no more than a short
     one."""
-    if value is None or isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+    if value is None or isinstance(value, (bool, int)) \
+            or (isinstance(value, float) and math.isfinite(value)):
         return value
     # NaN and infinities too: strict JSON kept
     return redact_head(short_text(value, limit=None), ANSWER_SHOWN)
 
 
-def classify_answers(items: Sequence[Item], answers: Any, output: Output, batch: int) -> list[dict[str, Any]]:
+def classify_answers(items: Sequence[Item], answers: Any,
+                     output: Output, batch: int) -> list[dict[str, Any]]:
     """One record per answer, plus one per item the app left unanswered.
 
     Raises NotAList when ``answers`` is not a list: the caller treats that as the
@@ -102,13 +104,15 @@ def classify_answers(items: Sequence[Item], answers: Any, output: Output, batch:
     records, answered = [], set()
     categories = output.categories if output.kind == "category" else None
     for answer in answers:
-        record = _accepted(answer, asked, categories, batch) or _record(answer, asked, output, batch)
+        record = _accepted(answer,
+                           asked, categories, batch) or _record(answer, asked, output, batch)
         records.append(record)
         if record["outcome"] in ANSWERED:
             answered.add(record["id"])
     for ident, item in asked.items():
         if ident not in answered:
-            records.append({"id": ident, "outcome": "unanswered", "batch": batch, "sha256": item.sha256})
+            records.append(
+                {"id": ident, "outcome": "unanswered", "batch": batch, "sha256": item.sha256})
     return records
 
 
@@ -119,7 +123,8 @@ def _accepted(answer: Any, asked: dict[str, Item], categories: Sequence[str] | N
     _record then judges rule by rule (and names)."""
     if categories is not None and type(answer) is dict and len(answer) == 2:
         ident, category = answer.get("id"), answer.get("category")
-        if type(ident) is str and type(category) is str and ident in asked and category in categories:
+        if type(ident) is str and type(category) is str and ident in asked \
+                and category in categories:
             return {"id": ident, "outcome": "accepted", "category": category, "batch": batch,
                     "sha256": asked[ident].sha256}
     return None
@@ -147,27 +152,31 @@ def _record(answer: Any, asked: dict[str, Item], output: Output, batch: int) -> 
     if not keys:
         error = answer.get("error")
         if not (isinstance(error, str) and error.strip()):
-            return {"id": ident, "outcome": "invalid", **shown(), "problem": "rejected without a reason (empty error)",
+            return {"id": ident, "outcome": "invalid", **shown(),
+                    "problem": "rejected without a reason (empty error)",
                     **where}
         return {"id": ident, "outcome": "rejected", "by": "app", "reason": _reason(error), **where}
     value = answer[keys[0]]
     kept = outputkinds.check(output, value, _shown)
     if isinstance(kept, str):
         return {"id": ident, "outcome": "invalid", **shown(), **where, "problem": kept}
-    return _scored({"id": ident, "outcome": "accepted", **kept, **where}, output, value, asked[ident])
+    return _scored({"id": ident, "outcome": "accepted", **kept, **where}, output, value,
+                   asked[ident])
 
 
 def _shape_problem(answer: dict[str, Any], keys: list[str], output: Output) -> str | None:
     """Why the answer is neither exactly one value nor exactly one error, or None."""
     has_err = "error" in answer
     if output.kind != "category" and "category" in answer and not keys:
-        return (f"the result has a category, but this run's output is {outputkinds.describe(output)}: answer "
-                '{"id": ..., "output": ...}')
+        return ("the result has a category, but this run's output is "
+                f'{outputkinds.describe(output)}: answer {{"id": ..., "output": ...}}')
     if len(keys) > 1:
         return "the result has both a category and an output"
     if bool(keys) == has_err:
-        what = "a category" if output.kind == "category" and (not keys or keys[0] == "category") else "an output"
-        return f"the result has both {what} and an error" if has_err else f"the result has neither {what} nor an error"
+        what = "a category" if output.kind == "category" and (
+            not keys or keys[0] == "category") else "an output"
+        return (f"the result has both {what} and an error" if has_err
+                else f"the result has neither {what} nor an error")
     return None
 
 
@@ -185,10 +194,11 @@ def _scored(record: dict[str, Any], output: Output, value: Any, item: Item) -> d
     else:
         score = outputkinds.score(output, value, expected)
         if math.isnan(score):
-            score = ("the quality score against the manifest's expected output is undefined (NaN: a zero vector, "
-                     "or an expected value of another shape)")
+            score = ("the quality score against the manifest's expected output is undefined (NaN: "
+                     "a zero vector, or an expected value of another shape)")
     if isinstance(score, str):
-        return {"id": record["id"], "outcome": "rejected", "by": "harness", "reason": _reason(score),
+        return {"id": record["id"], "outcome": "rejected", "by": "harness",
+                "reason": _reason(score),
                 "batch": record["batch"], "sha256": record["sha256"]}
     record[outputkinds.SCORE] = score
     return record
@@ -211,9 +221,13 @@ def project_score(scorer: Callable[[dict[str, Any], Any, Any], Any], item: Item,
         said = first_line(str(exc), REASON_KEPT)
         return f"the quality scorer raised {type(exc).__name__}" + (f": {said}" if said else "")
     if isinstance(got, bool) or not isinstance(got, (int, float)):
-        return f"the quality scorer returned {short_text(got)} ({type(got).__name__}), not a number in [0, 1]"
+        return (
+            f"the quality scorer returned {short_text(got)} ({type(got).__name__}), not a number "
+            "in [0, 1]")
     if not 0 <= got <= 1:  # NaN fails both comparisons
-        return f"the quality scorer returned {got!r}, {'NaN' if got != got else 'outside [0, 1]'}: not a score"
+        return (
+            f"the quality scorer returned {got!r}, {'NaN' if got != got else 'outside [0, 1]'}: "
+            "not a score")
     return float(got)
 
 
@@ -241,14 +255,16 @@ def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str,
     else:
         name = exc.type_name if isinstance(exc, AppRaised) else type(exc).__name__
         by, reason = "app-exception", f"the app raised {name}" + (f": {said}" if said else "")
-    return {"id": item.doc.id, "outcome": "rejected", "by": by, "reason": _reason(reason), "batch": batch,
+    return {"id": item.doc.id, "outcome": "rejected", "by": by, "reason": _reason(reason),
+            "batch": batch,
             "sha256": item.sha256}
 
 
 # ---------------------------------------------------------------- calling the app
 
 
-def run_batch(call: Call, items: Sequence[Item], output: Output, batch: int) -> list[dict[str, Any]]:
+def run_batch(call: Call, items: Sequence[Item],
+              output: Output, batch: int) -> list[dict[str, Any]]:
     """Records for one batch; a batch that raises is retried one item at a time.
 
     ``call`` hands the items to the app and returns its answers: the app's own process
@@ -311,12 +327,12 @@ def load_entry(root: Path, entry: str, signature: str = "(items) -> results") ->
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise EntryError(f"cannot import {module_name} (entry {entry}) from {root}: {type(exc).__name__}: "
-                         f"{exc}") from exc
+        raise EntryError(f"cannot import {module_name} (entry {entry}) from {root}: "
+                         f"{type(exc).__name__}: {exc}") from exc
     where = getattr(module, "__file__", None)
     if not where or real_inside(os.path.realpath(root), where) is None:
-        raise EntryError(f"{module_name} (entry {entry}) was imported from {where or 'no file'}, not from the project "
-                         f"{root}; the app must be the project's own code")
+        raise EntryError(f"{module_name} (entry {entry}) was imported from {where or 'no file'}, "
+                         f"not from the project {root}; the app must be the project's own code")
     predict = getattr(module, function, None)
     if not callable(predict):
         raise EntryError(f"{module_name} has no function {function!r} (entry {entry}); define "
@@ -335,7 +351,8 @@ def with_scorer(cfg: PilotConfig) -> PilotConfig:
         return cfg
     kept, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
-        scorer: Callable[..., Any] = load_entry(cfg.root, entry, "(item, answer, expected) -> a number in [0, 1]")
+        scorer: Callable[..., Any] = load_entry(
+            cfg.root, entry, "(item, answer, expected) -> a number in [0, 1]")
     except EntryError as exc:
         raise BadInput(f"{cfg.config_path}: $.quality.scorer: {exc}") from exc
     finally:

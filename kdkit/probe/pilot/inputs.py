@@ -67,7 +67,8 @@ class Item:
     def app_item(self) -> dict[str, Any]:
         """The item as the app gets it: its ID, its text, bytes or record, its input's sha256 (and
         its out_dir for the file output kind)."""
-        value: Any = self.text if self.kind == TEXT else self.data if self.kind == BYTES else json.loads(self.data)
+        value: Any = (self.text if self.kind == TEXT else self.data if self.kind == BYTES
+                      else json.loads(self.data))
         item = {"id": self.doc.id, self.kind: value, "sha256": self.sha256}
         if self.out_dir is not None:
             item["out_dir"] = self.out_dir
@@ -130,7 +131,8 @@ def _open(location: str, name: str, nested: bool, root: str | None) -> tuple[int
     """
     try:
         if nested and root is not None and real_inside(root, location) is None:
-            return f"input file {name} leads outside the project (a symbolic link); copy the file in"
+            return (
+                f"input file {name} leads outside the project (a symbolic link); copy the file in")
         fd = os.open(location, OPEN_FLAGS)
     except FileNotFoundError:
         return f"input file {name} not found"
@@ -139,7 +141,9 @@ def _open(location: str, name: str, nested: bool, root: str | None) -> tuple[int
             return _unopenable(location, name, exc)
         real = real_inside(root, location) if root is not None else None
         if real is None:
-            return f"input file {name} is a symbolic link leading outside the project; copy the file in"
+            return (
+                f"input file {name} is a symbolic link leading outside the project; copy the file "
+                "in")
         try:
             fd = os.open(real, OPEN_FLAGS)
         except OSError as again:
@@ -190,13 +194,15 @@ def read_file(doc: Document, reading: Reading) -> Item | str:
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # it grew while being read
-        return f"input file {doc.file} is more than {max_bytes} bytes, over max_input_bytes {max_bytes}"
+        return (
+            f"input file {doc.file} is more than {max_bytes} bytes, over max_input_bytes "
+            f"{max_bytes}")
     if reading.decode == "bytes":
         return Item(doc, data, hashlib.sha256(data).hexdigest(), BYTES)
     bad = _not_utf8(data)
     if bad is not None:
-        return (f"input file {doc.file} is not valid UTF-8 (byte 0x{data[bad]:02x} at offset {bad}); "
-                "convert it to UTF-8 or keep it as a planned rejection")
+        return (f"input file {doc.file} is not valid UTF-8 (byte 0x{data[bad]:02x} at offset "
+                f"{bad}); convert it to UTF-8 or keep it as a planned rejection")
     return Item(doc, data, hashlib.sha256(data).hexdigest())
 
 
@@ -241,7 +247,8 @@ class Reader:
             if isinstance(fd, int):
                 os.close(fd)
 
-    def read(self, doc: Document, among: Sequence[Document] = (), at: int = 0, count: int = 1) -> Item | str:
+    def read(self, doc: Document, among: Sequence[Document] = (), at: int = 0,
+             count: int = 1) -> Item | str:
         """The item, or the reason the harness refuses it (never handed to the app). A record not
         read yet is read with those that follow it in ``among[at:at + count]`` (the rest of its
         batch), in one read."""
@@ -257,7 +264,8 @@ class Reader:
     def holds(self, doc: Document) -> bool:
         """Whether the record's line is in the bytes read last."""
         start = doc.offset - self._chunk_at
-        return doc.location == self._chunk_of and start >= 0 and start + doc.length <= len(self._chunk)
+        return (doc.location == self._chunk_of and start >= 0 and start
+                + doc.length <= len(self._chunk))
 
     def ahead(self, docs: Sequence[Document], start: int, count: int) -> str | None:
         """Read the record ``docs[start]`` and those after it in the same corpus that follow it in
@@ -269,7 +277,8 @@ class Reader:
             return fd
         end = first.offset + first.length
         for doc in docs[start + 1:start + count] if count > 1 else ():
-            if doc.offset < end or doc.location != first.location or doc.offset + doc.length - first.offset > CHUNK:
+            if doc.offset < end or doc.location != first.location \
+                    or doc.offset + doc.length - first.offset > CHUNK:
                 break
             end = doc.offset + doc.length
         try:
@@ -298,7 +307,8 @@ class Reader:
             return _changed(doc, f"its line no longer parses: {record}")
         field = self.reading.id_field
         if field is not None and record.get(field) != doc.id:
-            said = f"the ID {_short(record[field])}" if field in record else f"no ID field {_short(field)}"
+            said = (f"the ID {_short(record[field])}" if field in record
+                    else f"no ID field {_short(field)}")
             return _changed(doc, f"its line now holds {said}")
         try:
             body = canonical(record)

@@ -65,8 +65,10 @@ def continuing(cfg: PilotConfig, run_id: RunId, share: Share | None,
     # reported only when it is this very run: the same parameters, app and inputs
     if is_finished(run):
         recorded = load_object(path / PARAMS, "run parameters")
-        check_resume(cfg, run, recorded, params_hash(cfg.resolved()), restarted=True, finished_ok=True)
-        print(f"kdkit: {path} is finished{again}: nothing to do; its summary follows", file=sys.stderr, flush=True)
+        check_resume(cfg, run, recorded, params_hash(cfg.resolved()),
+                     restarted=True, finished_ok=True)
+        print(f"kdkit: {path} is finished{again}: nothing to do; its summary follows",
+              file=sys.stderr, flush=True)
         return None, run
     print(f"kdkit: {path} exists{again}: resuming it", file=sys.stderr, flush=True)
     return run_id, None
@@ -116,8 +118,9 @@ def pin(local: int, env: Mapping[str, str], local_size: int | None = None, *,
         if len(devices) <= 1:
             return None
         if local >= len(devices):
-            raise BadInput(f"{name}={env[name]} lists {len(devices)} GPUs for the processes of this node, but this "
-                           f"one is local worker {local}; start one process per listed GPU")
+            raise BadInput(f"{name}={env[name]} lists {len(devices)} GPUs for the processes of "
+                           f"this node, but this one is local worker {local}; start one process "
+                           "per listed GPU")
         return name, devices[local]
     if local_size == 1:
         return None

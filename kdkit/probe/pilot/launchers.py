@@ -75,23 +75,29 @@ class Launcher:
     @property
     def variables(self) -> tuple[str, ...]:
         """Every variable of this launcher that kdkit reads."""
-        return tuple(name for name in (self.rank, self.size, self.local, self.local_size, self.node, self.nodes,
-                                       self.gpus, self.run_id, self.restarts) if name)
+        return tuple(name
+                     for name in (self.rank, self.size, self.local, self.local_size, self.node,
+                                  self.nodes,
+                                  self.gpus, self.run_id, self.restarts) if name)
 
 
 LAUNCHERS = (
     Launcher("slurm", "https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES",
              rank="SLURM_PROCID", size="SLURM_NTASKS", local="SLURM_LOCALID", node="SLURM_NODEID",
              nodes="SLURM_NNODES", gpus="SLURM_GPUS_ON_NODE", run_id="SLURM_JOB_ID"),
-    Launcher("kubernetes", "https://kubernetes.io/docs/concepts/workloads/controllers/job/#completion-mode",
+    Launcher("kubernetes",
+             "https://kubernetes.io/docs/concepts/workloads/controllers/job/#completion-mode",
              rank="JOB_COMPLETION_INDEX", size=WORKERS_VAR),
-    Launcher("skypilot", "https://docs.skypilot.co/en/latest/running-jobs/environment-variables.html",
-             node="SKYPILOT_NODE_RANK", nodes="SKYPILOT_NUM_NODES", gpus="SKYPILOT_NUM_GPUS_PER_NODE",
+    Launcher("skypilot",
+             "https://docs.skypilot.co/en/latest/running-jobs/environment-variables.html",
+             node="SKYPILOT_NODE_RANK", nodes="SKYPILOT_NUM_NODES",
+             gpus="SKYPILOT_NUM_GPUS_PER_NODE",
              run_id="SKYPILOT_TASK_ID"),
     Launcher("dstack", "https://dstack.ai/docs/reference/environment-variables/",
              node="DSTACK_NODE_RANK", nodes="DSTACK_NODES_NUM", gpus="DSTACK_GPUS_PER_NODE",
              run_id="DSTACK_RUN_NAME"),
-    Launcher("torchrun", "https://docs.pytorch.org/docs/stable/elastic/run.html#environment-variables",
+    Launcher("torchrun",
+             "https://docs.pytorch.org/docs/stable/elastic/run.html#environment-variables",
              rank="RANK", size="WORLD_SIZE", local="LOCAL_RANK", local_size="LOCAL_WORLD_SIZE",
              run_id="TORCHELASTIC_RUN_ID", restarts="TORCHELASTIC_RESTART_COUNT"),
 )
@@ -118,7 +124,8 @@ class Claim:
         return self.numbers.get(name)
 
     def shown(self, *names: str) -> str:
-        return ", ".join(f"{getattr(self.launcher, n)}={self.read[getattr(self.launcher, n)]}" for n in names
+        return ", ".join(f"{getattr(self.launcher, n)}={self.read[getattr(self.launcher, n)]}"
+                         for n in names
                          if getattr(self.launcher, n) in self.read)
 
 
@@ -129,8 +136,8 @@ def _number(launcher: Launcher, attr: str, read: Mapping[str, str]) -> int | Non
     text = read[name].strip()
     # a billion workers is no launcher's
     if not (text.isascii() and text.isdigit()) or len(text) > 9:
-        raise BadInput(f"{name}={read[name][:20]!r} ({launcher.name}): not a whole number below a billion; the "
-                       "launcher sets one here: fix or unset it")
+        raise BadInput(f"{name}={read[name][:20]!r} ({launcher.name}): not a whole number below a "
+                       "billion; the launcher sets one here: fix or unset it")
     value = int(text)
     if attr in _COUNTS and value < 1:
         raise BadInput(f"{name}={value} ({launcher.name}): expected a count >= 1")
@@ -139,13 +146,14 @@ def _number(launcher: Launcher, attr: str, read: Mapping[str, str]) -> int | Non
 
 def _partial(launcher: Launcher, present: str, missing: str, read: Mapping[str, str]) -> BadInput:
     if missing == WORKERS_VAR:
-        return BadInput(f"{present}={read[present]} ({launcher.name}) without a worker count: a Job's completions "
-                        f"are not in its pods' environment; set {WORKERS_VAR} to the Job's completions in the "
-                        "manifest, or pass --workers N")
+        return BadInput(f"{present}={read[present]} ({launcher.name}) without a worker count: a "
+                        f"Job's completions are not in its pods' environment; set {WORKERS_VAR} to "
+                        "the Job's completions in the manifest, or pass --workers N")
     return BadInput(f"{present}={read[present]} ({launcher.name}) without {missing}: {_HALF}")
 
 
-def read_claim(launcher: Launcher, env: Mapping[str, str], size_given: bool = False) -> Claim | None:
+def read_claim(launcher: Launcher, env: Mapping[str, str],
+               size_given: bool = False) -> Claim | None:
     """This launcher's claim on this process, checked on its own; None when none of its placing
     variables is set."""
     read = {name: env[name] for name in launcher.variables if name in env}
@@ -162,8 +170,9 @@ def read_claim(launcher: Launcher, env: Mapping[str, str], size_given: bool = Fa
         raise _partial(launcher, getattr(launcher, index), getattr(launcher, count), read)
     for first, second in ((index, count), ("local", "local_size")):
         if first in numbers and second in numbers and numbers[first] >= numbers[second]:
-            raise BadInput(f"{getattr(launcher, first)}={numbers[first]} >= {getattr(launcher, second)}="
-                           f"{numbers[second]} ({launcher.name}): it counts from 0 and must be below the count")
+            raise BadInput(f"{getattr(launcher, first)}={numbers[first]} >= "
+                           f"{getattr(launcher, second)}={numbers[second]} ({launcher.name}): it "
+                           "counts from 0 and must be below the count")
     return Claim(launcher, read, numbers, per_node)
 
 
@@ -207,8 +216,9 @@ class Placement:
         """What kdkit says on stderr about where the share came from."""
         if self.node_shares:
             first, last = self.node_shares[0], self.node_shares[-1]
-            what = (f"shares {first.worker}..{last.worker} of {first.workers} from {self.source} ({self.shown}): "
-                    f"one worker per GPU, share = node rank x {len(self.node_shares)} + GPU")
+            what = (f"shares {first.worker}..{last.worker} of {first.workers} from {self.source} "
+                    f"({self.shown}): one worker per GPU, share = node rank x "
+                    f"{len(self.node_shares)} + GPU")
         elif self.share is not None:
             what = f"share {self.share.worker} of {self.share.workers} from {self.source}" + (
                 f" ({self.shown})" if self.shown else "")
@@ -218,7 +228,8 @@ class Placement:
 
     def record(self) -> dict[str, Any]:
         """params.json's ``launcher`` (outside the parameters' hash, like ``share``)."""
-        return {"from": self.source, "variables": dict(sorted(self.read.items())), "local_gpu": self.local,
+        return {"from": self.source, "variables": dict(sorted(self.read.items())),
+                "local_gpu": self.local,
                 "visible_devices": self.device, "restarts": self.restarts}
 
 
@@ -228,19 +239,23 @@ def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, 
     module's docstring); ``named``: --run-id or --resume was given; ``count_gpus``: the devices this
     process sees, asked only for a node whose launcher does not count its GPUs. BadInput for what
     cannot be trusted."""
-    present = {name: env[name] for launcher in LAUNCHERS for name in launcher.variables if name in env}
+    present = {name: env[name] for launcher in LAUNCHERS for name in launcher.variables
+               if name in env}
     if worker is not None:
         share = parse_share(worker, workers)
         ignored = ", ".join(f"{k}={v}" for k, v in present.items())
         present.update((name, env[name]) for name in (RUN_ID_VAR,) if name in env)
         return Placement(share, FLAGS, present, run_id=None if named else _run_id(env, []),
                          note=f"{ignored} ignored" if ignored else "")
-    present.update((name, env[name]) for name in (RUN_ID_VAR, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR) if name in env)
-    claims = [claim for launcher in LAUNCHERS if (claim := read_claim(launcher, env, workers is not None))]
+    present.update((name, env[name]) for name in (RUN_ID_VAR, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR)
+                   if name in env)
+    claims = [claim for launcher in LAUNCHERS
+              if (claim := read_claim(launcher, env, workers is not None))]
     local_vars = [name for name in (LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR) if name in env]
     if local_vars and not any(claim.per_node for claim in claims):
-        raise BadInput(f"{local_vars[0]}={env[local_vars[0]]}: kdkit sets it for the workers it starts on a node of "
-                       "SkyPilot, dstack or Slurm (one task per node), and none of them placed this process; unset it")
+        raise BadInput(f"{local_vars[0]}={env[local_vars[0]]}: kdkit sets it for the workers it "
+                       "starts on a node of SkyPilot, dstack or Slurm (one task per node), and "
+                       "none of them placed this process; unset it")
     if not claims:
         return Placement(parse_share(None, workers), run_id=None if named else _run_id(env, []))
     placed = _placed(claims, env, workers, count_gpus)
@@ -248,10 +263,11 @@ def resolve(env: Mapping[str, str], worker: int | None, workers: int | None, *, 
     run_id = None if named else _run_id(env, claims)
     if run_id is None and not named and (placed.share or placed.node_shares):
         names = ", ".join(claim.launcher.name for claim in claims)
-        raise BadInput(f"{names} gives no run ID that every worker shares: set {RUN_ID_VAR} (the same on every "
-                       "node) or pass --run-id ID")
+        raise BadInput(f"{names} gives no run ID that every worker shares: set {RUN_ID_VAR} (the "
+                       "same on every node) or pass --run-id ID")
     restarts = max((claim.get("restarts") or 0 for claim in claims), default=0)
-    return Placement(placed.share, placed.source, present, placed.shown, run_id, placed.local, placed.local_size,
+    return Placement(placed.share, placed.source, present, placed.shown, run_id, placed.local,
+                     placed.local_size,
                      placed.node_shares, restarts, placed.note)
 
 
@@ -263,7 +279,8 @@ def _run_id(env: Mapping[str, str], claims: list[Claim]) -> RunId | None:
     if not found:
         return None
     name, value = found[0]
-    return RunId(check_new_run_id(value, f"{name}=", f"; set {RUN_ID_VAR} to another, or pass --run-id"))
+    return RunId(
+        check_new_run_id(value, f"{name}=", f"; set {RUN_ID_VAR} to another, or pass --run-id"))
 
 
 def _placed(claims: list[Claim], env: Mapping[str, str], workers: int | None,
@@ -283,9 +300,9 @@ def _agree(claims: list[Claim], fields: tuple[str, ...]) -> None:
     for other in claims[1:]:
         if any(other.get(f) != claims[0].get(f) for f in fields):
             first = claims[0]
-            raise BadInput(f"{first.launcher.name} ({first.shown(*fields)}) and {other.launcher.name} "
-                           f"({other.shown(*fields)}) disagree about this process; start kdkit under one launcher, "
-                           "or make them agree")
+            raise BadInput(f"{first.launcher.name} ({first.shown(*fields)}) and "
+                           f"{other.launcher.name} ({other.shown(*fields)}) disagree about this "
+                           "process; start kdkit under one launcher, or make them agree")
 
 
 def _nested(inner: Claim, outer: Claim) -> None:
@@ -298,9 +315,10 @@ def _nested(inner: Claim, outer: Claim) -> None:
         return
     if size != nodes * per or rank // per != node:
         raise BadInput(f"{inner.launcher.name} ({inner.shown('rank', 'size', 'local_size')}) and "
-                       f"{outer.launcher.name} ({outer.shown('node', 'nodes', 'gpus')}) disagree: node {node} of "
-                       f"{nodes} holds ranks {node * per}..{node * per + per - 1} of {nodes * per}; give torchrun "
-                       "--nnodes, --node-rank and --nproc-per-node from the node launcher's variables")
+                       f"{outer.launcher.name} ({outer.shown('node', 'nodes', 'gpus')}) disagree: "
+                       f"node {node} of {nodes} holds ranks {node * per}..{node * per + per - 1} "
+                       f"of {nodes * per}; give torchrun --nnodes, --node-rank and "
+                       "--nproc-per-node from the node launcher's variables")
 
 
 def _per_process(claim: Claim, workers: int | None, names: list[str]) -> Placement:
@@ -313,9 +331,10 @@ def _per_process(claim: Claim, workers: int | None, names: list[str]) -> Placeme
         size = workers
     assert size is not None
     if rank >= size:
-        raise BadInput(f"{claim.shown('rank')} ({claim.launcher.name}) >= --workers {size}: the rank must be below "
-                       "the number of workers")
-    shown = claim.shown("rank") + (f", {claim.shown('size')}" if workers is None else f"; --workers {workers}")
+        raise BadInput(f"{claim.shown('rank')} ({claim.launcher.name}) >= --workers {size}: the "
+                       "rank must be below the number of workers")
+    shown = claim.shown("rank") + (f", {claim.shown('size')}" if workers is None
+                                   else f"; --workers {workers}")
     return Placement(Share(rank, size), " and ".join(names), shown=shown, local=claim.get("local"),
                      local_size=claim.get("local_size"), note=note)
 
@@ -329,29 +348,36 @@ def _per_node_place(claim: Claim, env: Mapping[str, str], workers: int | None,
         local, per = given.get("rank"), given.get("size")
         assert local is not None and per is not None
         if claim.get("gpus") is not None and max(1, claim.get("gpus") or 0) != per:
-            raise BadInput(f"{LOCAL_WORKERS_VAR}={per} but {claim.shown('gpus')} ({claim.launcher.name}): the node's "
-                           "GPU count differs between the node's process and its workers")
+            raise BadInput(f"{LOCAL_WORKERS_VAR}={per} but {claim.shown('gpus')} "
+                           f"({claim.launcher.name}): the node's GPU count differs between the "
+                           "node's process and its workers")
         shown = f"{claim.shown('node', 'nodes')}, {given.shown('rank', 'size')}"
         share, note = _within(claim, node * per + local, nodes * per, workers, shown)
-        return Placement(share, claim.launcher.name, shown=shown, local=local, local_size=per, note=note)
+        return Placement(share, claim.launcher.name, shown=shown, local=local,
+                         local_size=per, note=note)
     gpus = claim.get("gpus")
     per = max(1, count_gpus() if gpus is None else gpus)
-    shown = claim.shown("node", "nodes", "gpus") + ("" if gpus is not None else f"; {per} GPU(s) seen here")
+    shown = claim.shown("node", "nodes", "gpus") + ("" if gpus is not None
+                                                    else f"; {per} GPU(s) seen here")
     placed = [_within(claim, node * per + i, nodes * per, workers, shown) for i in range(per)]
     if per == 1:
         return Placement(placed[0][0], claim.launcher.name, shown=shown, note=placed[0][1])
-    return Placement(None, claim.launcher.name, shown=shown, node_shares=tuple(s for s, _ in placed),
+    return Placement(None, claim.launcher.name, shown=shown,
+                     node_shares=tuple(s for s, _ in placed),
                      note=placed[0][1])
 
 
-_LOCAL_ROW = Launcher("kdkit", "kdkit.probe.pilot.fanout", rank=LOCAL_WORKER_VAR, size=LOCAL_WORKERS_VAR)
+_LOCAL_ROW = Launcher("kdkit", "kdkit.probe.pilot.fanout",
+                      rank=LOCAL_WORKER_VAR, size=LOCAL_WORKERS_VAR)
 
 
-def _within(claim: Claim, worker: int, count: int, workers: int | None, shown: str) -> tuple[Share, str]:
+def _within(claim: Claim, worker: int, count: int,
+            workers: int | None, shown: str) -> tuple[Share, str]:
     """Share ``worker`` of ``count``, or of ``--workers`` when given (it wins; the note says so)."""
     if workers is None:
         return Share(worker, count), ""
     if worker >= workers:
-        raise BadInput(f"{claim.launcher.name} ({shown}) places this worker at {worker}, not below --workers "
-                       f"{workers}")
-    return Share(worker, workers), (f"--workers {workers} wins over {count}" if count != workers else "")
+        raise BadInput(f"{claim.launcher.name} ({shown}) places this worker at {worker}, not below "
+                       f"--workers {workers}")
+    return Share(worker, workers), (f"--workers {workers} wins over {count}" if count != workers
+                                    else "")

@@ -77,15 +77,17 @@ exit: 0 written, 2 bad input (nothing written)"""
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("manifest", HELP, EPILOG)
-    parser.add_argument("path", type=Path, metavar="PATH", help="a folder of inputs, or a .jsonl corpus")
+    parser.add_argument("path", type=Path,
+                        metavar="PATH", help="a folder of inputs, or a .jsonl corpus")
     parser.add_argument("--out", type=Path, metavar="FILE",
-                        help=f"the manifest to write (default: <PATH without extension>{SUFFIX} beside PATH, "
-                             "inside the project)")
-    parser.add_argument("--id", dest="field", metavar="FIELD", help='a JSONL record\'s ID field (default: "id")')
+                        help=f"the manifest to write (default: <PATH without extension>{SUFFIX} "
+                             "beside PATH, inside the project)")
+    parser.add_argument("--id", dest="field",
+                        metavar="FIELD", help='a JSONL record\'s ID field (default: "id")')
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     parser.add_argument("--project-dir", type=Path, metavar="DIR",
-                        help="the project the default --out must lie in (default: found upward from the current "
-                             "folder)")
+                        help="the project the default --out must lie in (default: found upward "
+                             "from the current folder)")
     add_json(parser, "the result (out, kind, count, bytes)")
     return parser
 
@@ -105,15 +107,18 @@ class Tally:
         now = time.monotonic()
         if now - self.last >= 1.0:
             self.last = now
-            print(f"manifest: {self.count} entries, {self.bytes} bytes so far", file=sys.stderr, flush=True)
+            print(f"manifest: {self.count} entries, {self.bytes} bytes so far",
+                  file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     source, kind = _source(args.path)
     if kind == "folder" and args.field is not None:
-        raise BadInput(f"--id {args.field}: applies to a JSONL corpus only; {args.path} is a folder")
-    out = Path(os.path.abspath(args.out)) if args.out is not None else _default_out(source, args.project_dir)
+        raise BadInput(
+            f"--id {args.field}: applies to a JSONL corpus only; {args.path} is a folder")
+    out = Path(os.path.abspath(args.out)) if args.out is not None else _default_out(
+        source, args.project_dir)
     _check_out(out, source, kind, args.force)
     tally = Tally()
     if kind == "folder":
@@ -121,7 +126,8 @@ def main(argv: list[str]) -> int:
     else:
         entries = jsonl_entries(source, args.field or "id", tally)
     atomic_write_chunks(out, document_chunks(entries, source))
-    result = {"out": str(out), "kind": kind, "source": str(source), "count": tally.count, "bytes": tally.bytes,
+    result = {"out": str(out), "kind": kind, "source": str(source), "count": tally.count,
+              "bytes": tally.bytes,
               "skipped": tally.skipped}
     print_result(args.json, result, lambda: _text(result), ascii_only=False)
     return 0
@@ -131,8 +137,8 @@ def _text(result: dict[str, Any]) -> str:
     lines = [f"Wrote {result['out']}: {result['count']} entries, {result['bytes']} bytes of input "
              f"({result['kind']} {result['source']})."]
     lines += [f"Skipped {name}: a manifest, not an input." for name in result["skipped"]]
-    lines.append('Every entry says "label": null, "expect": "accept"; add the expected answers and planned '
-                 "rejections of a pilot sample by hand.")
+    lines.append('Every entry says "label": null, "expect": "accept"; add the expected answers and '
+                 "planned rejections of a pilot sample by hand.")
     return "\n".join(lines)
 
 
@@ -142,15 +148,17 @@ def _source(path: Path) -> tuple[Path, str]:
     try:
         mode = os.stat(absolute).st_mode
     except FileNotFoundError:
-        raise BadInput(f"{path}: does not exist; give a folder of inputs or a .jsonl corpus") from None
+        raise BadInput(
+            f"{path}: does not exist; give a folder of inputs or a .jsonl corpus") from None
     except OSError as exc:
-        raise BadInput(f"{path}: cannot look at it ({exc.strerror or exc}); give a readable path") from None
+        raise BadInput(
+            f"{path}: cannot look at it ({exc.strerror or exc}); give a readable path") from None
     if stat.S_ISDIR(mode):
         return absolute, "folder"
     if stat.S_ISREG(mode) and absolute.suffix == ".jsonl":
         return absolute, "jsonl"
-    raise BadInput(f"{path}: not a folder or a regular .jsonl file; give a folder of inputs (one file per item) "
-                   "or a JSONL corpus (one JSON object per line)")
+    raise BadInput(f"{path}: not a folder or a regular .jsonl file; give a folder of inputs (one "
+                   "file per item) or a JSONL corpus (one JSON object per line)")
 
 
 def _default_out(source: Path, project_dir: Path | None) -> Path:
@@ -160,11 +168,12 @@ def _default_out(source: Path, project_dir: Path | None) -> Path:
     out = source.parent / f"{name}{SUFFIX}"
     root = project_root(project_dir) if project_dir is not None else find_root()
     if root is None:
-        raise BadInput(f"{Path.cwd()}: no kdkit.json here or in any parent folder, so the default {out} may lie "
-                       "outside a project; run inside a project, pass --project-dir, or name the file with --out")
+        raise BadInput(f"{Path.cwd()}: no kdkit.json here or in any parent folder, so the default "
+                       f"{out} may lie outside a project; run inside a project, pass "
+                       "--project-dir, or name the file with --out")
     if not is_within(os.path.realpath(out.parent), os.fspath(root)):
-        raise BadInput(f"{out}: the default manifest path lies outside the project {root}; name the file with "
-                       "--out to write it there")
+        raise BadInput(f"{out}: the default manifest path lies outside the project {root}; name "
+                       "the file with --out to write it there")
     return out
 
 
@@ -175,13 +184,15 @@ def _check_out(out: Path, source: Path, kind: str, force: bool) -> None:
     if out.exists() and not force:
         raise BadInput(f"{out}: exists; give --force to replace it, or another --out")
     if not os.path.isdir(out.parent):
-        raise BadInput(f"{out}: its folder {out.parent} does not exist; create it first or choose another --out")
+        raise BadInput(
+            f"{out}: its folder {out.parent} does not exist; create it first or choose another "
+            "--out")
     real_out, real_source = os.path.realpath(out), os.path.realpath(source)
     if real_out == real_source:
         raise BadInput(f"{out}: is the corpus {source} itself; choose another --out")
     if kind == "folder" and not is_within(real_source, os.path.dirname(real_out)):
-        raise BadInput(f"{out}: a folder's manifest names its files relative to itself, so it must lie in "
-                       f"{source} or a folder above it; choose such an --out")
+        raise BadInput(f"{out}: a folder's manifest names its files relative to itself, so it must "
+                       f"lie in {source} or a folder above it; choose such an --out")
 
 
 def document_chunks(entries: Iterable[dict[str, Any]], source: Path) -> Iterator[bytes]:
@@ -193,7 +204,9 @@ def document_chunks(entries: Iterable[dict[str, Any]], source: Path) -> Iterator
         yield separator + json.dumps(entry, ensure_ascii=False, allow_nan=False).encode("utf-8")
         separator, empty = b",\n    ", False
     if empty:
-        raise BadInput(f"{source}: holds no input (hidden files and blank lines are skipped); add the inputs first")
+        raise BadInput(
+            f"{source}: holds no input (hidden files and blank lines are skipped); add the inputs "
+            "first")
     yield b"\n  ]\n}\n"
 
 
@@ -224,7 +237,8 @@ def folder_entries(folder: Path, out: Path, tally: Tally) -> Iterator[dict[str, 
         digest, size = _hash_file(path)
         seen.add(ident)
         tally.add(size)
-        yield {"id": ident, "file": name, "label": None, "expect": "accept", "sha256": digest, "size": size}
+        yield {"id": ident, "file": name, "label": None, "expect": "accept",
+               "sha256": digest, "size": size}
 
 
 def walk(folder: str) -> Iterator[str]:
@@ -244,8 +258,8 @@ def walk(folder: str) -> Iterator[str]:
                 files.append(entry.path)
             else:
                 what = "a symbolic link" if entry.is_symlink() else "a FIFO, socket or device"
-                raise BadInput(f"{entry.path}: is {what}, not a regular file; replace it with the file itself or "
-                               "move it out of the folder")
+                raise BadInput(f"{entry.path}: is {what}, not a regular file; replace it with the "
+                               "file itself or move it out of the folder")
         yield from sorted(files)
         stack.extend(sorted(folders, reverse=True))
 
@@ -255,7 +269,8 @@ def _listing(folder: str) -> list[os.DirEntry[str]]:
         with os.scandir(folder) as entries:
             return list(entries)
     except OSError as exc:
-        raise BadInput(f"{folder}: cannot list it ({exc.strerror or exc}); make it readable") from None
+        raise BadInput(
+            f"{folder}: cannot list it ({exc.strerror or exc}); make it readable") from None
 
 
 def _file_id(path: str, folder: str, seen: set[str], skipped: tuple[str, ...]) -> str:
@@ -263,12 +278,14 @@ def _file_id(path: str, folder: str, seen: set[str], skipped: tuple[str, ...]) -
     BadInput."""
     ident = Path(path).stem
     if not is_safe_id(ident):
-        raise BadInput(f"{path}: its name without the extension, {shown(ident)}, is not a safe ID ({SAFE_ID_RULE}); "
-                       "rename the file")
+        raise BadInput(f"{path}: its name without the extension, {shown(ident)}, is not a safe ID "
+                       f"({SAFE_ID_RULE}); rename the file")
     if ident in seen:
-        other = next((p for p in walk(folder) if Path(p).stem == ident and p not in (path, *skipped)), "another file")
-        raise BadInput(f"{path}: its ID {ident!r} is also the ID of {other}; file names without their extensions "
-                       "must be unique: rename one")
+        other = next(
+            (p for p in walk(folder) if Path(p).stem == ident and p not in (path, *skipped)),
+            "another file")
+        raise BadInput(f"{path}: its ID {ident!r} is also the ID of {other}; file names without "
+                       "their extensions must be unique: rename one")
     return ident
 
 
@@ -296,5 +313,7 @@ def _hash_file(path: str) -> tuple[str, int]:
                 digest.update(block)
                 size += len(block)
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read it ({exc.strerror or exc}); make it readable or move it out") from None
+        raise BadInput(
+            f"{path}: cannot read it ({exc.strerror or exc}); make it readable or move it "
+            "out") from None
     return digest.hexdigest(), size

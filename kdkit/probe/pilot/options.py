@@ -52,7 +52,7 @@ examples:
                                        srun, a Kubernetes Indexed Job, SkyPilot, dstack) give it;
                                        a node of G GPUs runs G workers (docs/launchers.md)
 
-exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""
+exit: 0 pass, 1 fail (problems listed) or stopped, 2 bad input, 130 Ctrl-C, 143 SIGTERM (docker stop)"""  # noqa: E501 (verbatim text, as printed)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("project_dir", type=Path, nargs="?", metavar="PROJECT_DIR",
                         help="the project (default: found upward from the current folder)")
     parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="pilot config, relative to the project (default: pilot_config in kdkit.json)")
+                        help=(
+                            "pilot config, relative to the project (default: pilot_config in "
+                            "kdkit.json)"))
     ident = parser.add_mutually_exclusive_group()
     ident.add_argument("--run-id", metavar="ID", type=run_id_type("--run-id", new=True),
                        help="name the new run (default: UTC time + params hash)")
@@ -68,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="finish run ID: skip its finished items, redo the rest")
     # a str: Path would turn ./a:b into a:b (an SSH host)
     parser.add_argument("--copy-to", metavar="DEST",
-                        help="copy the run folder to DEST/<run-id> (a folder, user@host:path or an rclone "
-                             "remote:path, as kdkit copy-out) and verify the copy there against SHA256SUMS")
+                        help="copy the run folder to DEST/<run-id> (a folder, user@host:path or an "
+                             "rclone remote:path, as kdkit copy-out) and verify the copy there "
+                             "against SHA256SUMS")
     add_json(parser, "summary.json")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_share_arguments(parser)

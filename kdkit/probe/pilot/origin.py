@@ -36,7 +36,8 @@ def app_files(root: Path, entry: str) -> dict[str, str]:
     top = entry.split(":", 1)[0].split(".")[0]
     folder, module = root / top, root / f"{top}.py"
     if not folder.is_dir():
-        return {module.relative_to(root).as_posix(): sha256_file(module)} if module.is_file() else {}
+        return {
+            module.relative_to(root).as_posix(): sha256_file(module)} if module.is_file() else {}
     files = {}
     for current, dirs, names in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
@@ -56,10 +57,12 @@ def app_record(root: Path, entry: str) -> dict[str, Any]:
 
 
 def _named(items: list[str]) -> str:
-    return "; ".join(items[:NAMED]) + (f" (+{len(items) - NAMED} more)" if len(items) > NAMED else "")
+    return "; ".join(items[:NAMED]) + (f" (+{len(items) - NAMED} more)" if len(items) > NAMED
+                                       else "")
 
 
-def config_changes(recorded: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+def config_changes(recorded: dict[str, Any], current: dict[str, Any],
+                   prefix: str = "") -> list[str]:
     """Each resolved parameter that differs, ``key: old -> new``; inside an object present on both
     sides the key that changed is named by its path (``params.temperature``,
     ``model.files.weights.bin``)."""
@@ -94,7 +97,8 @@ def input_changes(cfg: PilotConfig, run: RunFolder) -> list[str]:
     changes = []
     for record in run.complete_records():
         doc = by_id.get(record.get("id"))  # type: ignore[arg-type]
-        if doc is None or record.get("outcome") not in ("accepted", "rejected", "invalid", "unanswered"):
+        if doc is None \
+                or record.get("outcome") not in ("accepted", "rejected", "invalid", "unanswered"):
             continue
         now = read_input(doc, cfg.max_input_bytes, root, decode=cfg.decode, id_field=cfg.id_field)
         if isinstance(now, str):
@@ -134,21 +138,23 @@ def check_resume(cfg: PilotConfig, run: RunFolder, recorded: dict[str, Any], dig
             else "start a new run without --resume")
     if recorded.get("params_hash") != digest:
         changes = config_changes(dict(recorded.get("params") or {}), cfg.resolved())
-        raise BadInput(f"{where}: the parameters changed since this run started ({_named(changes) or 'its hash'}"
-                       f"); a new configuration gets a new run: {anew if restarted else 'drop --resume'}")
+        raise BadInput(f"{where}: the parameters changed since this run started "
+                       f"({_named(changes) or 'its hash'}); a new configuration gets a new run: "
+                       f"{anew if restarted else 'drop --resume'}")
     if is_finished(run) and not finished_ok:
-        raise BadInput(f"{run.path}: this run is finished and closed by its {SUMS}; a finished run is never "
-                       f"rewritten (its copies must keep verifying): {anew}")
+        raise BadInput(f"{run.path}: this run is finished and closed by its {SUMS}; a finished run "
+                       f"is never rewritten (its copies must keep verifying): {anew}")
     foreign = foreign_entries(run.path)
     if foreign:
-        raise BadInput(f"{run.path}: holds {_named(foreign)}, which the harness did not put there; a run folder "
-                       "holds only the harness's files: move it out, then resume")
+        raise BadInput(f"{run.path}: holds {_named(foreign)}, which the harness did not put there; "
+                       "a run folder holds only the harness's files: move it out, then resume")
     app = recorded.get("app")
     if isinstance(app, dict):
         changes = code_changes(dict(app.get("files") or {}), app_files(cfg.root, cfg.entry))
         if changes:
-            raise BadInput(f"{where}: the app's code changed since this run started ({_named(changes)}); one run "
-                           f"is one app version: {anew}")
+            raise BadInput(f"{where}: the app's code changed since this run started "
+                           f"({_named(changes)}); one run is one app version: {anew}")
     changes = [] if corpus_unchanged(cfg, recorded) else input_changes(cfg, run)
     if changes:
-        raise BadInput(f"{where}: inputs changed since this run answered them ({_named(changes)}); {anew}")
+        raise BadInput(
+            f"{where}: inputs changed since this run answered them ({_named(changes)}); {anew}")

@@ -47,7 +47,9 @@ def resume_options(run_id: str) -> str:
     share = WORKER_FOLDER.match(run_id)
     if share is None:
         return f"--resume {run_id}"
-    return f"--resume {share.group('base')} --worker {share.group('worker')} --workers {share.group('workers')}"
+    return (
+        f"--resume {share.group('base')} --worker {share.group('worker')} --workers "
+        f"{share.group('workers')}")
 
 
 APP_CODE = "app-code"  # stop.json rule: the app's entry did not import or is not callable
@@ -57,7 +59,9 @@ def next_step(run_id: str, stop: dict[str, Any]) -> str:
     """What to do after a stop, as a command that works: a resume, except when the app's own code
     must change first (a resumed run keeps the code it started with, and refuses a changed one)."""
     if stop.get("rule") == APP_CODE:
-        return "fix the app, then start a new run (kdkit pilot, without --resume: the code is part of a run)"
+        return (
+            "fix the app, then start a new run (kdkit pilot, without --resume: the code is part of "
+            "a run)")
     return f"resume with {resume_options(run_id)}"
 
 
@@ -80,7 +84,8 @@ def summary_data(run_id: str, cfg: PilotConfig, acc: Accounting, stop: dict[str,
         STOPPED: stop,
         **({NOT_ANSWERED: acc.not_answered} if acc.not_answered else {}),
         **({} if cfg.output.kind == "category" else {"output": {"kind": cfg.output.kind,
-                                                                 "described": describe(cfg.output)}}),
+                                                                 "described": describe(
+                                                                     cfg.output)}}),
         **extra,
     }
 
@@ -95,7 +100,9 @@ def _outcome_row(doc_id: str, expect: str, label: str | None, acc: Accounting) -
         said = f"{record.get('by')}: {said}"
     times = acc.counts.get(doc_id, 1)  # only the IDs that got more than one record are counted
     flag = f" (x{times})" if times > 1 else ""
-    return f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | {outcome}{flag} | {md_cell(said or '')} |"
+    return (
+        f"| {md_cell(doc_id)} | {expect} | {md_cell(label or '-')} | {outcome}{flag} | "
+        f"{md_cell(said or '')} |")
 
 
 def _said(record: dict[str, Any]) -> str:
@@ -125,7 +132,8 @@ def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting)
     if summary.get("stopped"):
         lines.append(f"- Stopped early: {md_cell(summary['stopped']['reason'], None)}")
     lines += ["", "## Problems", ""]
-    lines += [f"- {md_cell(p)}" for p in summary["problems"]] or ["None: every rule of the accounting holds."]
+    lines += [f"- {md_cell(p)}"
+              for p in summary["problems"]] or ["None: every rule of the accounting holds."]
     said = "category" if cfg.output.kind == "category" else "output"
     lines += ["", "## Every ID", "", f"| ID | expected | label | outcome | {said} or reason |",
               "|---|---|---|---|---|"]
@@ -135,11 +143,13 @@ def summary_markdown(summary: dict[str, Any], cfg: PilotConfig, acc: Accounting)
         lines.append(f"\n({len(cfg.documents) - TABLE_ROWS} more IDs: see results.jsonl)")
     beside = _beside(cfg, acc) if cfg.output.kind == "category" else _beside_any(cfg, acc)
     lines += ["", "## A few outputs beside their inputs", "", *beside]
-    lines += ["", "Files: params.json (parameters, code revision), env.json (diagnose report), results.jsonl "
-              "(one line per item), summary.json, SHA256SUMS (verify a copy with `kdkit copy-out`)."]
+    lines += ["",
+              "Files: params.json (parameters, code revision), env.json (diagnose report), "
+              "results.jsonl (one line per item), summary.json, SHA256SUMS (verify a copy with "
+              "`kdkit copy-out`)."]
     if cfg.output.kind == "vector":
-        lines.append("Vectors: vectors.npy (`numpy.load`, one float32 row per accepted item) and vectors.ids.jsonl "
-                     "(each row's ID and input sha256, in row order).")
+        lines.append("Vectors: vectors.npy (`numpy.load`, one float32 row per accepted item) and "
+                     "vectors.ids.jsonl (each row's ID and input sha256, in row order).")
     return "\n".join(lines) + "\n"
 
 
@@ -147,10 +157,11 @@ def _quality_line(cfg: PilotConfig, quality: str) -> str:
     if cfg.output.kind == "category":
         return f"- Quality against the manifest's labels: {quality} (minimum {cfg.min_quality:g})"
     if quality == "undefined":
-        return (f"- Output: {md_cell(describe(cfg.output))}; quality not scored (no accepted answer has an expected "
-                "output in the manifest): the verdict rests on the accounting and each answer's check")
-    return (f"- Output: {md_cell(describe(cfg.output))}; quality against the manifest's expected outputs: {quality} "
-            f"(minimum {cfg.min_quality:g})")
+        return (f"- Output: {md_cell(describe(cfg.output))}; quality not scored (no accepted "
+                "answer has an expected output in the manifest): the verdict rests on the "
+                "accounting and each answer's check")
+    return (f"- Output: {md_cell(describe(cfg.output))}; quality against the manifest's expected "
+            f"outputs: {quality} (minimum {cfg.min_quality:g})")
 
 
 def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozenset()) -> list[str]:
@@ -162,23 +173,29 @@ def _beside_any(cfg: PilotConfig, acc: Accounting, skip: frozenset[str] = frozen
     accepted = [d for d in islice(cfg.documents, NEAR_LIMIT_LOOKED)
                 if (acc.first.get(d.id) or {}).get("outcome") == "accepted"]
     rejected = list(islice((d for d in cfg.documents
-                            if (acc.first.get(d.id) or {}).get("outcome") in ("rejected", "invalid")), 1))
+                            if (acc.first.get(d.id)
+                                or {}).get("outcome") in ("rejected", "invalid")), 1))
     largest = max(accepted, key=_size, default=None)
     first = [] if skip else accepted[:1]
-    picked = [d for d in {d.id: d for d in (first + rejected + ([largest] if largest else []))}.values()
+    picked = [d
+              for d in {d.id: d
+                        for d in (first + rejected + ([largest] if largest else []))}.values()
               if d.id not in skip]
     shown: list[str] = []
     for doc in picked:
         record = acc.first[doc.id] or {}
-        said = _said(record) if record["outcome"] == "accepted" else record.get("reason") or record.get("problem")
+        said = (_said(record) if record["outcome"] == "accepted" else record.get("reason")
+                or record.get("problem"))
         item = read_input(doc, cfg.max_input_bytes, decode=cfg.decode, id_field=cfg.id_field)
         if isinstance(item, str):
             excerpt, more = ("(the input was refused before the app saw it)" if item == said else
                              "(input not readable: " + item + ")"), False
         else:
             excerpt, more = item.excerpt(EXCERPT)
-        near = " (the largest input looked at)" if largest is not None and doc.id == largest.id else ""
-        shown += [f"**{md_cell(doc.id)}** ({record['outcome']}{near}) -> `{printable(str(said))}`", "",
+        near = (" (the largest input looked at)" if largest is not None and doc.id == largest.id
+                else "")
+        shown += [f"**{md_cell(doc.id)}** ({record['outcome']}{near}) -> `{printable(str(said))}`",
+                  "",
                   f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
     return shown or ([] if skip else ["No output to show."])
 
@@ -199,7 +216,8 @@ def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
     shown, seen_categories, ids = [], set(), set()
     for doc in cfg.documents:
         record = acc.first.get(doc.id)
-        if not record or record["outcome"] != "accepted" or record.get("category") in seen_categories:
+        if not record or record["outcome"] != "accepted" \
+                or record.get("category") in seen_categories:
             continue
         item = read_input(doc, cfg.max_input_bytes, decode=cfg.decode, id_field=cfg.id_field)
         if isinstance(item, str):
@@ -208,7 +226,8 @@ def _beside(cfg: PilotConfig, acc: Accounting) -> list[str]:
         ids.add(doc.id)
         # decoded from the file's start only, never the whole input
         excerpt, more = item.excerpt(EXCERPT)
-        shown += [f"**{md_cell(doc.id)}** -> `{printable(record.get('category'))}` (label: {md_cell(doc.label)})", "",
+        shown += [f"**{md_cell(doc.id)}** -> `{printable(record.get('category'))}` (label: "
+                  f"{md_cell(doc.label)})", "",
                   f"> {md_cell(excerpt, None)}{'...' if more else ''}", ""]
         if len(seen_categories) == SHOWN_BESIDE:
             break

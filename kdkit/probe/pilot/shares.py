@@ -67,11 +67,15 @@ def parse_share(worker: int | None, workers: int | None) -> Share | None:
     if worker is None and workers is None:
         return None
     if worker is None or workers is None:
-        raise BadInput("--worker and --workers go together: give both (e.g. --worker 0 --workers 2) or neither")
+        raise BadInput(
+            "--worker and --workers go together: give both (e.g. --worker 0 --workers 2) or "
+            "neither")
     if workers < 1:
         raise BadInput(f"--workers {workers}: expected a whole number >= 1")
     if not 0 <= worker < workers:
-        raise BadInput(f"--worker {worker}: expected 0..{workers - 1} for --workers {workers} (workers count from 0)")
+        raise BadInput(
+            f"--worker {worker}: expected 0..{workers - 1} for --workers {workers} (workers count "
+            "from 0)")
     return Share(worker, workers)
 
 
@@ -79,14 +83,16 @@ def add_share_arguments(parser: argparse.ArgumentParser) -> None:
     """The pilot's --worker/--workers options, defined once here."""
     group = parser.add_argument_group("workers (several GPUs or machines over one manifest)")
     group.add_argument("--worker", type=whole_number("--worker"), metavar="I",
-                       help="answer only worker I's share: IDs with sha256(id) mod N == I; the run folder is "
-                            "<run-id>-wIofN (use the same --run-id on every worker)")
+                       help="answer only worker I's share: IDs with sha256(id) mod N == I; the run "
+                            "folder is <run-id>-wIofN (use the same --run-id on every worker)")
     group.add_argument("--workers", type=whole_number("--workers"), metavar="N",
-                       help="how many workers share the manifest (alone: the count for a launcher's rank, e.g. a "
-                            "Kubernetes Job's completions); without these, a launcher's variables give the share")
+                       help="how many workers share the manifest (alone: the count for a "
+                            "launcher's rank, e.g. a Kubernetes Job's completions); without these, "
+                            "a launcher's variables give the share")
 
 
-def share_of(items: Sequence[T], share: Share | None, ident: Any = lambda item: item.id) -> tuple[T, ...]:
+def share_of(items: Sequence[T], share: Share | None,
+             ident: Any = lambda item: item.id) -> tuple[T, ...]:
     """The items of ``share``, in manifest order; all of them without a share.
 
     An empty share is refused: a worker with nothing to answer cannot pass its accounting,
@@ -96,8 +102,8 @@ def share_of(items: Sequence[T], share: Share | None, ident: Any = lambda item: 
         return tuple(items)
     mine = tuple(item for item in items if share.holds(ident(item)))
     if not mine:
-        raise BadInput(f"--worker {share.worker} --workers {share.workers}: this share of the manifest is empty "
-                       f"({len(items)} IDs); use fewer workers")
+        raise BadInput(f"--worker {share.worker} --workers {share.workers}: this share of the "
+                       f"manifest is empty ({len(items)} IDs); use fewer workers")
     return mine
 
 
@@ -126,8 +132,8 @@ def recorded_share(params: dict[str, Any], where: Path) -> Share:
         return WHOLE
     worker, workers = (value.get(k) if isinstance(value, dict) else None for k in (WORKER, WORKERS))
     if not (isinstance(worker, int) and isinstance(workers, int) and 0 <= worker < workers):
-        raise BadInput(f"{where}: $.share: expected {{\"worker\": I, \"workers\": N}} with 0 <= I < N; "
-                       "the file was edited or damaged")
+        raise BadInput(f"{where}: $.share: expected {{\"worker\": I, \"workers\": N}} with 0 <= I "
+                       "< N; the file was edited or damaged")
     return Share(worker, workers)
 
 
@@ -136,9 +142,10 @@ def check_resumed_share(params: dict[str, Any], share: Share | None, where: Path
     refused."""
     recorded, given = recorded_share(params, where), share or WHOLE
     if recorded != given:
-        flags = f"--worker {recorded.worker} --workers {recorded.workers}" if recorded != WHOLE else "no --worker"
-        raise BadInput(f"{where}: this run answers share {recorded.label} but {given.label} was asked; resume it "
-                       f"with {flags}")
+        flags = (f"--worker {recorded.worker} --workers {recorded.workers}" if recorded != WHOLE
+                 else "no --worker")
+        raise BadInput(f"{where}: this run answers share {recorded.label} but {given.label} was "
+                       f"asked; resume it with {flags}")
 
 
 def share_fields(share: Share | None) -> dict[str, Any]:

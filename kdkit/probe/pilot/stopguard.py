@@ -21,7 +21,8 @@ class StopRequested(BaseException):
     """Raised to leave the run loop; a BaseException so an app's ``except Exception`` cannot swallow
     it."""
 
-    def __init__(self, reason: str, rule: str, exit_code: int = 1, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, reason: str, rule: str, exit_code: int = 1,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.rule = rule
@@ -52,13 +53,15 @@ class StopGuard:
             self._raise_or_defer(StopRequested("terminated (SIGTERM)", "terminate", 143))
         # the connection that started it is gone: closed, resumable, never half-written
         elif signum == signal.SIGHUP:
-            self._raise_or_defer(StopRequested("hung up (SIGHUP: the terminal or connection was lost); "
-                                               "finish it with kdkit pilot --resume", "hangup", 129))
+            self._raise_or_defer(StopRequested("hung up (SIGHUP: the terminal or connection was "
+                                               "lost); finish it with kdkit pilot --resume",
+                                               "hangup", 129))
         else:
             self._raise_or_defer(self._deadline_stop())
 
     def _deadline_stop(self) -> StopRequested:
-        return StopRequested(f"stop rule: the run took longer than max_seconds {self.max_seconds:g}",
+        return StopRequested("stop rule: the run took longer than max_seconds "
+                             f"{self.max_seconds:g}",
                              "max_seconds")
 
     @contextmanager

@@ -35,7 +35,8 @@ def process_table() -> dict[int, tuple[int, int]]:
 
 def children_of(pid: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
     """The processes whose parent is ``pid``."""
-    return {child for child, (parent, _group) in (process_table() if table is None else table).items()
+    return {child for child,
+            (parent, _group) in (process_table() if table is None else table).items()
             if parent == pid}
 
 

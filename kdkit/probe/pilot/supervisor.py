@@ -58,10 +58,11 @@ RECEIVED = 1 << 20  # bytes read from the pipe at a time
 JOINED = 4 << 20
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 SIGNAL_HINTS = {
-    signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the container's "
-                    "OOMKilled state); lower batch_size or the model's memory",
+    signal.SIGKILL: "the kernel's out-of-memory killer sends SIGKILL (see `dmesg` or the "
+                    "container's OOMKilled state); lower batch_size or the model's memory",
     signal.SIGSEGV: "the interpreter or a native library (CUDA, a C extension) crashed",
-    signal.SIGBUS: "the interpreter or a native library crashed (a bus error; often a full /dev/shm)",
+    signal.SIGBUS: "the interpreter or a native library crashed (a bus error; often a full "
+                   "/dev/shm)",
     signal.SIGABRT: "a native library aborted (a CUDA error or a failed assertion in C++)",
     signal.SIGFPE: "a native library divided by zero",
 }
@@ -149,9 +150,12 @@ class AppProcess:
 
     def __enter__(self) -> AppProcess:
         self._before = children_of(os.getpid())  # the pilot's own children, never touched
-        self._reaper = prctl(PR_GET_CHILD_SUBREAPER, read=True) == 0 and prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
-        self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, start_new_session=True, close_fds=True, bufsize=0)
+        self._reaper = prctl(
+            PR_GET_CHILD_SUBREAPER, read=True) == 0 and prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+        self.process = subprocess.Popen(child_command(), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True,
+                                        close_fds=True, bufsize=0)
         assert self.process.stderr is not None
         # the app's prints, escaped (kdkit.probe.pilot.appoutput)
         self._output = Relay(self.process.stderr)
@@ -170,15 +174,18 @@ class AppProcess:
     # ------------------------------------------------------------ requests
 
     def diagnose(self, expect: str, project: Path) -> dict[str, Any]:
-        reply = self._request({"op": "diagnose", "expect": expect, "project": str(project)}, "the diagnose",
+        reply = self._request({"op": "diagnose", "expect": expect, "project": str(project)},
+                              "the diagnose",
                               deadline=None)
         report: dict[str, Any] = reply["report"]
         return report
 
-    def load(self, root: Path, entry: str, device: str, params: dict[str, Any] | None = None) -> None:
+    def load(self, root: Path, entry: str, device: str,
+             params: dict[str, Any] | None = None) -> None:
         """Import the entry; ``params`` (the config's) are handed to a predict that takes them with
         every batch."""
-        reply = self._request({"op": "load", "root": str(root), "entry": entry, "device": device, "params": params},
+        reply = self._request({"op": "load", "root": str(root), "entry": entry,
+                               "device": device, "params": params},
                               f"importing the entry {entry}", deadline=None)
         if reply.get("op") == "entry_error":
             raise EntryError(str(reply.get("message")))
@@ -189,7 +196,8 @@ class AppProcess:
         ids = [item.doc.id for item in items]
         parts = [item.payload for item in items]  # the bytes the harness read, sent as they are
         sizes = [len(part) for part in parts]
-        header = {"op": "predict", "ids": ids, "sizes": sizes, "kind": items[0].kind if items else "text",
+        header = {"op": "predict", "ids": ids, "sizes": sizes,
+                  "kind": items[0].kind if items else "text",
                   "sha256": "".join(item.sha256 for item in items)}  # 64 hex digits an item
         # the file output kind: each item's out_dir
         if any(item.out_dir is not None for item in items):
@@ -235,11 +243,14 @@ class AppProcess:
 
     def _wait(self, fd: int, write: bool, until: float | None, what: str) -> None:
         timeout = None if until is None else max(0.0, until - time.monotonic())
-        ready = select.select([], [fd], [], timeout) if write else select.select([fd], [], [], timeout)
+        ready = select.select([], [fd],
+                              [], timeout) if write else select.select([fd], [], [], timeout)
         if not any(ready):
             self.kill()
-            limit = f"max_batch_seconds {self.batch_seconds:g}" if self.batch_seconds else f"{EXIT_GRACE_S:g} s"
-            raise StopRequested(f"stop rule: the app took longer than {limit} on {what}; its process was stopped",
+            limit = (f"max_batch_seconds {self.batch_seconds:g}" if self.batch_seconds
+                     else f"{EXIT_GRACE_S:g} s")
+            raise StopRequested(f"stop rule: the app took longer than {limit} on {what}; its "
+                                "process was stopped",
                                 "max_batch_seconds", details=self._details())
 
     def _send(self, data: bytes | memoryview, what: str, until: float | None) -> None:
@@ -320,42 +331,51 @@ class AppProcess:
         self._wait_gone()
         status = self.status or {}
         if self.stopped_by_us:
-            return StopRequested(f"the app's process closed its pipe to the harness during {what} but did not end; "
-                                 "it was killed", "app-protocol", details=self._details())
+            return StopRequested(f"the app's process closed its pipe to the harness during {what} "
+                                 "but did not end; it was killed", "app-protocol",
+                                 details=self._details())
         if status.get("signal"):
             number = int(status["signal"])
             hint = next((text for sig, text in SIGNAL_HINTS.items() if sig == number), None)
-            reason = (f"the app's process was killed by signal {number} ({status['signal_name']}) during {what}"
+            reason = (f"the app's process was killed by signal {number} ({status['signal_name']}) "
+                      f"during {what}"
                       + (f"; {hint}" if hint else ""))
             return StopRequested(reason, "app-crash", details=self._details())
-        reason = (f"the app's process exited with status {status.get('exit_status')} during {what}, without "
-                  "answering; an app must return its results (os._exit or a native library ending the process?)")
+        reason = (f"the app's process exited with status {status.get('exit_status')} during "
+                  f"{what}, without answering; an app must return its results (os._exit or a "
+                  "native library ending the process?)")
         return StopRequested(reason, "app-exit", details=self._details())
 
     def _fatal(self, reply: dict[str, Any], what: str) -> StopRequested:
-        kind, said = str(reply.get("type")), redact_head(first_line(str(reply.get("message") or ""), 200), 200, "")
+        kind, said = str(reply.get("type")), redact_head(
+            first_line(str(reply.get("message") or ""), 200), 200, "")
         if kind == "SystemExit":
             code = redact_head(repr(reply.get("code")), 200)
             reason = (f"the app called sys.exit({code}) during {what}; an app must return its "
                       "results, never end the process")
             return StopRequested(reason, "app-exit", details=self._details())
-        reason = (f"the app raised {redact_head(kind, 200)}" + (f": {said}" if said else "") + f" during {what}; "
+        reason = (f"the app raised {redact_head(kind, 200)}" + (f": {said}" if said else "")
+                  + f" during {what}; "
                   "only exceptions derived from Exception are taken as a failed item")
         return StopRequested(reason, "app-fatal", details=self._details())
 
     def _protocol(self, what: str, problem: str,
                   hint: str = "something in the app writes to the harness's pipe") -> StopRequested:
         self.kill()
-        return StopRequested(f"the app's process sent {problem} during {what}; {hint}", "app-protocol",
+        return StopRequested(f"the app's process sent {problem} during {what}; {hint}",
+                             "app-protocol",
                              details=self._details())
 
     def _oversized(self, what: str, size: int, payload: int) -> StopRequested:
         if payload:
-            return self._protocol(what, f"a reply with {payload} bytes of payload (replies have none)")
-        return self._protocol(what, f"a reply of {size} bytes (more than the {self.reply_limit} a reply may take "
-                                    f"with batch_size {self.batch_size}; not read)",
-                              "answer with an ID and a category or a short error, not data (or something in the "
-                              "app writes to the harness's pipe)")
+            return (
+                self._protocol(what,
+                               f"a reply with {payload} bytes of payload (replies have none)"))
+        return self._protocol(what,
+                              f"a reply of {size} bytes (more than the {self.reply_limit} a reply "
+                              f"may take with batch_size {self.batch_size}; not read)",
+                              "answer with an ID and a category or a short error, not data (or "
+                              "something in the app writes to the harness's pipe)")
 
     # ------------------------------------------------------------ ending
 

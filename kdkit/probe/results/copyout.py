@@ -56,7 +56,8 @@ def copy_run(run_dir: Path, dest: Path | str | Place) -> Path | Place:
     place = dest if isinstance(dest, Place) else parse_place(str(dest))
     run_dir = run_dir.resolve()
     if not run_dir.is_dir():
-        raise BadInput(f"{run_dir}: not a folder; give a run folder (runs/<run-id>) or a checkpoint folder")
+        raise BadInput(
+            f"{run_dir}: not a folder; give a run folder (runs/<run-id>) or a checkpoint folder")
     sums, sums_text = _source_sums(run_dir)
     if place.kind != LOCAL:
         return copy_remote(run_dir, sums, place, sums_text)
@@ -72,13 +73,15 @@ def _source_sums(folder: Path) -> tuple[dict[str, str], str | None]:
         if not is_run_copy(sums, folder):
             return sums, _checkpoint_sums(folder, sums)
         # never hashed here: hashed where it lands
-        problems = [f"{folder / name}: missing, and not listed in {SUMS} either" for name in required_files(folder)
+        problems = [f"{folder / name}: missing, and not listed in {SUMS} either"
+                    for name in required_files(folder)
                     if name not in sums] + unlisted(folder, sums)
         if problems:
             raise CheckFailed(f"{problems[0]}; the run folder changed after it was closed")
         return sums, None
     _refuse_uncopyable(folder)
-    digests = {path.relative_to(folder).as_posix(): sha256_file(path) for path in sorted(folder.rglob("*"))
+    digests = {path.relative_to(folder).as_posix(): sha256_file(path)
+               for path in sorted(folder.rglob("*"))
                if path.is_file()}
     if not digests:
         raise BadInput(f"{folder}: holds no file; nothing to copy")
@@ -89,11 +92,12 @@ def _checkpoint_sums(folder: Path, sums: dict[str, str]) -> str:
     """A checkpoint folder's own SHA256SUMS, checked at the source (every listed file there and
     unchanged, none unlisted); its text is what the copy is verified against and receives."""
     _refuse_uncopyable(folder)
-    problems = [f"{folder / name}: missing, listed in {SUMS}" for name in sums if not (folder / name).is_file()]
+    problems = [f"{folder / name}: missing, listed in {SUMS}" for name in sums
+                if not (folder / name).is_file()]
     problems = problems or mismatched_only(folder, sums) + unlisted(folder, sums)
     if problems:
-        raise CheckFailed(f"{problems[0]}; the checkpoint folder is incomplete or changed since it was written: "
-                          "copy a complete one")
+        raise CheckFailed(f"{problems[0]}; the checkpoint folder is incomplete or changed since it "
+                          "was written: copy a complete one")
     return (folder / SUMS).read_text(encoding="utf-8")
 
 
@@ -109,14 +113,16 @@ def _refuse_uncopyable(folder: Path) -> None:
     """A folder without SHA256SUMS that cannot be copied as a checkpoint folder: an open (or killed)
     run folder, a link inside, a file name SHA256SUMS cannot list."""
     if any(os.path.lexists(folder / name) for name in (PARAMS, HEARTBEAT)):
-        raise BadInput(f"{folder}: a run folder that is not closed (no {SUMS}); wait for its end (kdkit wait), or "
-                       "`kdkit pilot --resume` a killed one, then copy it")
+        raise BadInput(f"{folder}: a run folder that is not closed (no {SUMS}); wait for its end "
+                       "(kdkit wait), or `kdkit pilot --resume` a killed one, then copy it")
     for path in sorted(folder.rglob("*")):
         if path.is_symlink():
-            raise BadInput(f"{path}: a symbolic link; a folder copied without {SUMS} holds regular files only")
+            raise BadInput(
+                f"{path}: a symbolic link; a folder copied without {SUMS} holds regular files only")
         if not safe_name(path.relative_to(folder).as_posix()):
-            raise BadInput(f"{folder}/{printable(path.relative_to(folder).as_posix())}: a file name {SUMS} cannot "
-                           "list (a newline, a backslash or a control character); rename it, then copy the folder")
+            raise BadInput(f"{folder}/{printable(path.relative_to(folder).as_posix())}: a file "
+                           f"name {SUMS} cannot list (a newline, a backslash or a control "
+                           "character); rename it, then copy the folder")
 
 
 def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str | None) -> Path:
@@ -133,11 +139,13 @@ def _copy_local(run_dir: Path, sums: dict[str, str], dest: Path, sums_text: str 
             _fill(run_dir, sums, staged.path, sums_text)
             problems = _local_problems(run_dir, staged.path, sums_text)
             if problems:
-                raise CheckFailed(problems[0].replace(str(staged.path), str(final)) + "; the copy was removed, "
+                raise CheckFailed(problems[0].replace(str(staged.path), str(final))
+                                  + "; the copy was removed, "
                                   "copy again")
             staged.publish()
     except OSError as exc:
-        raise BadInput(f"{final}: cannot copy there ({exc.strerror}); choose a writable DEST") from None
+        raise BadInput(
+            f"{final}: cannot copy there ({exc.strerror}); choose a writable DEST") from None
     return final
 
 
@@ -186,7 +194,8 @@ def is_run_copy(sums: dict[str, str], folder: Path | None = None) -> bool:
     """Whether a copy is of a run folder (any file a run folder or a gathering requires is listed,
     or there), not of a checkpoint folder."""
     names = {name for names in REQUIRED.values() for name in names}
-    return any(name in sums or (folder is not None and os.path.lexists(folder / name)) for name in names)
+    return any(name in sums or (folder is not None and os.path.lexists(folder / name))
+               for name in names)
 
 
 def verify_place(text: str, rclone_config: str | None) -> tuple[str, int]:
@@ -203,28 +212,35 @@ def _destination(text: str) -> str:
     return text
 
 
-PLACE_RULE = ("DEST/PLACE: a path starting with /, ./, ../ or ~, one with no ':', or one with a '/' before its first "
-              "':' is a local folder; user@host:path is SSH (rsync when both ends have it, else sftp; "
-              "~/.ssh/config is read, or the file KDKIT_SSH_CONFIG names); name:path is rclone when name is one of "
-              "`rclone listremotes` (--rclone-config, else RCLONE_CONFIG), else SSH to the host name.")
+PLACE_RULE = ("DEST/PLACE: a path starting with /, ./, ../ or ~, one with no ':', or one with a "
+              "'/' before its first ':' is a local folder; user@host:path is SSH (rsync when both "
+              "ends have it, else sftp; ~/.ssh/config is read, or the file KDKIT_SSH_CONFIG "
+              "names); name:path is rclone when name is one of `rclone listremotes` "
+              "(--rclone-config, else RCLONE_CONFIG), else SSH to the host name.")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
-        "copy-out", "Copy a pilot run folder (or a checkpoint folder) to a place you control (a folder, an SSH host, "
-                    "an rclone remote) and verify the copy where it lies: every file hashed there against the run's "
-                    "SHA256SUMS, its summary and results reloaded. With --verify, check an existing copy instead.",
-        PLACE_RULE + " Exit 0 verified, 1 a file differs (named), 2 bad input, 3 unreachable or a tool missing. "
-        "Examples: kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup; kdkit copy-out runs/ID "
-        "me@backup.example:kdkit-evidence; kdkit copy-out runs/ID/ckpt s3remote:bucket/ckpt; "
-        "kdkit copy-out --verify me@backup.example:kdkit-evidence/ID", preformatted=False)
+        "copy-out",
+        "Copy a pilot run folder (or a checkpoint folder) to a place you control (a folder, an SSH "
+        "host, an rclone remote) and verify the copy where it lies: every file hashed there "
+        "against the run's SHA256SUMS, its summary and results reloaded. With --verify, check an "
+        "existing copy instead.",
+        PLACE_RULE
+        + " Exit 0 verified, 1 a file differs (named), 2 bad input, 3 unreachable or a tool "
+        "missing. Examples: kdkit copy-out runs/20260101T120000Z-1a2b3c4d /mnt/backup; kdkit "
+        "copy-out runs/ID me@backup.example:kdkit-evidence; kdkit copy-out runs/ID/ckpt "
+        "s3remote:bucket/ckpt; kdkit copy-out --verify me@backup.example:kdkit-evidence/ID",
+        preformatted=(False))
     parser.add_argument("run_dir", metavar="RUN_DIR",
-                        help="the run folder (runs/<run-id>) or a checkpoint folder; with --verify, the copy "
-                             "(local, user@host:path/ID or remote:path/ID)")
+                        help="the run folder (runs/<run-id>) or a checkpoint folder; with "
+                             "--verify, the copy (local, user@host:path/ID or remote:path/ID)")
     parser.add_argument("dest", type=_destination, nargs="?", metavar="DEST",
                         help="where DEST/<run-id> is made (not with --verify)")
-    parser.add_argument("--verify", action="store_true", help="only verify RUN_DIR (e.g. an earlier copy)")
-    parser.add_argument("--rclone-config", metavar="FILE", help="the rclone config to read (default: RCLONE_CONFIG, "
+    parser.add_argument("--verify",
+                        action="store_true", help="only verify RUN_DIR (e.g. an earlier copy)")
+    parser.add_argument("--rclone-config", metavar="FILE",
+                        help="the rclone config to read (default: RCLONE_CONFIG, "
                         "else rclone's own)")
     add_json(parser, "the result as JSON")
     return parser
@@ -247,7 +263,9 @@ def main(argv: list[str]) -> int:
         message = f"Copied to {copy}; every file, hashed where the copy lies, matches {SUMS}"
         if origin is not None:
             result["sums"] = origin
-            message += (f" (computed at the source: the folder had no {SUMS}; written into the copy only)"
-                        if origin == "computed" else " (the checkpoint folder's own, checked at the source first)")
+            message += (f" (computed at the source: the folder had no {SUMS}; written into the "
+                        "copy only)"
+                        if origin == "computed"
+                        else " (the checkpoint folder's own, checked at the source first)")
     print_result(args.json, result, message)
     return 0

@@ -80,7 +80,8 @@ def rclone_remotes(config: str | None) -> frozenset[str]:
         done = proc.run(["rclone", *config_args(config), "listremotes"], timeout=30)
     except KdkitError:
         return frozenset()
-    return frozenset(line.strip().rstrip(":") for line in done.stdout.splitlines() if line.strip()) if done.ok \
+    return frozenset(line.strip().rstrip(":") for line in done.stdout.splitlines()
+                     if line.strip()) if done.ok \
         else frozenset()
 
 
@@ -99,14 +100,16 @@ def parse_place(text: str, rclone_config: str | None = None) -> Place:
         return Place(LOCAL, text)
     _refuse_unsafe(text)
     if rclone_config and not os.path.isfile(rclone_config):
-        raise BadInput(f"--rclone-config {printable(rclone_config)}: not found; name an existing rclone config file")
+        raise BadInput(
+            f"--rclone-config {printable(rclone_config)}: not found; name an existing rclone "
+            "config file")
     config = rclone_config or os.environ.get("RCLONE_CONFIG") or None
     head, colon, rest = text.partition(":")
     if text.startswith(("/", "./", "../", "~")) or not colon or "/" in head:
         return Place(LOCAL, text)
     if head.startswith("-") or any(c.isspace() for c in head):
-        raise BadInput(f"DEST {printable(text)!r}: the host {printable(head)!r} is not a host name; write "
-                       "user@host:path")
+        raise BadInput(f"DEST {printable(text)!r}: the host {printable(head)!r} is not a host "
+                       "name; write user@host:path")
     if "@" not in head and head in rclone_remotes(config):
         return Place(RCLONE, rest, head, config)
     return Place(SSH, _ssh_path(rest), head)
@@ -116,12 +119,14 @@ def _refuse_unsafe(text: str) -> None:
     """DEST forms refused before anything is run; none of them is echoed (each may hold a
     secret)."""
     if CONTROL_CHARACTER.search(text):
-        raise BadInput("DEST: holds a control character (a newline?); give the destination on one line")
+        raise BadInput(
+            "DEST: holds a control character (a newline?); give the destination on one line")
     if text.startswith(":"):
-        raise BadInput("DEST: an rclone on-the-fly remote (':backend,options:path') is not taken (it may hold "
-                       "secrets); name a remote of your rclone config: remote:path")
+        raise BadInput("DEST: an rclone on-the-fly remote (':backend,options:path') is not taken "
+                       "(it may hold secrets); name a remote of your rclone config: remote:path")
     if _URL.match(text):
-        raise BadInput("DEST: a URL is not a destination; use user@host:path or an rclone remote:path")
+        raise BadInput(
+            "DEST: a URL is not a destination; use user@host:path or an rclone remote:path")
     if _PASSWORD.match(text):
         raise BadInput("DEST: a password in DEST is never used; use an SSH key: user@host:path")
 
@@ -131,6 +136,6 @@ def _ssh_path(path: str) -> str:
     if path == "~" or path.startswith("~/"):
         return path[2:]
     if path.startswith("~"):
-        raise BadInput("DEST: '~user' paths are not expanded over SSH; write the folder's full path "
-                       "(user@host:/home/user/path)")
+        raise BadInput("DEST: '~user' paths are not expanded over SSH; write the folder's full "
+                       "path (user@host:/home/user/path)")
     return path

@@ -31,7 +31,8 @@ def staging_place(dest: Place, name: str) -> Place:
     return dest.child(staging_name(name))
 
 
-def copy_remote(source: Path, sums: dict[str, str], dest: Place, sums_text: str | None = None) -> Place:
+def copy_remote(source: Path, sums: dict[str, str], dest: Place,
+                sums_text: str | None = None) -> Place:
     """Copy ``source`` to ``dest/<source.name>`` and verify it there against ``sums``; ``sums_text``
     is a SHA256SUMS to write into the copy (a checkpoint folder has none). Returns the final
     place."""
@@ -44,10 +45,12 @@ def copy_remote(source: Path, sums: dict[str, str], dest: Place, sums_text: str 
         if sums_text is not None:
             transport.put_text(staging, SUMS, sums_text)
         original = (source / SUMS).read_bytes() if sums_text is None else None
-        problems = remote_problems(transport, staging, sums, reload=sums_text is None, expected_sums=original)
+        problems = remote_problems(transport, staging, sums,
+                                   reload=sums_text is None, expected_sums=original)
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise CheckFailed(problems[0].replace(str(staging), str(final)) + more + "; the copy was removed, copy "
+            raise CheckFailed(problems[0].replace(str(staging), str(final)) + more
+                              + "; the copy was removed, copy "
                               "again")
         transport.publish(staging, final)
     except KdkitError:
@@ -63,10 +66,12 @@ def remote_problems(transport: Transport, place: Place, sums: dict[str, str], re
     names = sorted(sums)
     found = transport.hashes(place, names)
     problems = [f"{place.child(name)}: missing at the destination" if name not in found else
-                f"{place.child(name)}: SHA-256 {found[name][:12]}... differs from {SUMS}'s {sums[name][:12]}..."
+                f"{place.child(name)}: SHA-256 {found[name][:12]}... differs from {SUMS}'s "
+                f"{sums[name][:12]}..."
                 for name in names if found.get(name) != sums[name]]
     present = transport.files(place)
-    problems += [f"{place.child(name)}: not listed in {SUMS}" for name in present if name not in sums and name != SUMS]
+    problems += [f"{place.child(name)}: not listed in {SUMS}" for name in present
+                 if name not in sums and name != SUMS]
     if problems or not reload:
         return problems
     with tempfile.TemporaryDirectory(prefix="kdkit-reload-") as scratch:
@@ -84,9 +89,10 @@ def remote_problems(transport: Transport, place: Place, sums: dict[str, str], re
 def downloaded_mismatches(folder: Path, sums: dict[str, str], place: Place) -> list[str]:
     """The files read back into ``folder`` hashed here against ``sums`` (a second look that does not
     trust the remote's hash listing); each mismatch names the file at ``place``."""
-    return [f"{place.child(path.name)}: SHA-256 of the bytes read back differs from {SUMS}'s {sums[path.name][:12]}..."
-            f" (the destination's hash listing does not match its bytes)"
-            for path in sorted(folder.iterdir()) if path.name in sums and sha256_file(path) != sums[path.name]]
+    return [f"{place.child(path.name)}: SHA-256 of the bytes read back differs from {SUMS}'s "
+            f"{sums[path.name][:12]}... (the destination's hash listing does not match its bytes)"
+            for path in sorted(folder.iterdir()) if path.name in sums
+            and sha256_file(path) != sums[path.name]]
 
 
 def verify_remote(place: Place) -> int:
@@ -101,7 +107,8 @@ def verify_remote(place: Place) -> int:
     with tempfile.TemporaryDirectory(prefix="kdkit-sums-") as scratch:
         listed = Path(scratch) / SUMS
         transport.fetch(place.child(SUMS), listed)
-        sums = checksums.read_sums(Path(scratch), "run folder", f"is {place} a copy of a run folder?")
+        sums = checksums.read_sums(
+            Path(scratch), "run folder", f"is {place} a copy of a run folder?")
     # a run folder, not a checkpoint
     reload = any(name in sums for names in REQUIRED.values() for name in names)
     problems = remote_problems(transport, place, sums, reload=reload)

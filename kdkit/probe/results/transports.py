@@ -34,19 +34,23 @@ _LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
 
 def ssh_command() -> list[str]:
     config = os.environ.get("KDKIT_SSH_CONFIG")
-    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", *(["-F", config] if config else [])]
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15",
+            *(["-F", config] if config else [])]
 
 
 def _failed(place: Place, done: proc.Completed, what: str) -> KdkitError:
     line = printable(done.first_error_line())
     if done.returncode == SSH_EXIT:
-        return Unavailable(f"{place}: unreachable over SSH ({line}); check the host, the key and ~/.ssh/config")
+        return (
+            Unavailable(
+                f"{place}: unreachable over SSH ({line}); check the host, the key and "
+                "~/.ssh/config"))
     return CheckFailed(f"{place}: {what} failed ({line}); nothing local was changed")
 
 
 def bad_staging(place: Place) -> BadInput:
-    return BadInput(f"{place}: a link or a file where kdkit keeps its unverified copy; kdkit never reuses it: "
-                    "remove it, or choose another DEST")
+    return BadInput(f"{place}: a link or a file where kdkit keeps its unverified copy; kdkit never "
+                    "reuses it: remove it, or choose another DEST")
 
 
 def digests_from(text: str) -> dict[str, str]:
@@ -70,16 +74,19 @@ class SshTransport:
         self.sha256sum = True
 
     def shell(self, script: str, input_text: str | None = None) -> proc.Completed:
-        return proc.run([*ssh_command(), "--", self.host, script], input_text=input_text, timeout=3600)
+        return proc.run([*ssh_command(), "--", self.host, script],
+                        input_text=input_text, timeout=3600)
 
     def prepare(self, folder: Place, name: str) -> bool:
         """Make ``folder``; learn what the remote has; whether ``folder/name`` exists already
         (BadInput when its staging name is a link or not a folder)."""
-        target, staging = shlex.quote(folder.child(name).path), shlex.quote(folder.child(staging_name(name)).path)
-        script = (f"mkdir -p -- {shlex.quote(folder.path or '.')} || exit 3; if [ -e {target} ] || [ -L {target} ]; "
-                  f"then echo EXISTS; fi; if [ -L {staging} ] || {{ [ -e {staging} ] && [ ! -d {staging} ]; }}; "
-                  "then echo BADSTAGING; fi; command -v rsync >/dev/null 2>&1 && echo RSYNC; "
-                  "command -v sha256sum >/dev/null 2>&1 && echo SHA256SUM; exit 0")
+        target, staging = shlex.quote(folder.child(name).path), shlex.quote(
+            folder.child(staging_name(name)).path)
+        script = (f"mkdir -p -- {shlex.quote(folder.path or '.')} || exit 3; if [ -e {target} ] || "
+                  f"[ -L {target} ]; then echo EXISTS; fi; if [ -L {staging} ] || {{ [ -e "
+                  f"{staging} ] && [ ! -d {staging} ]; }}; then echo BADSTAGING; fi; command -v "
+                  "rsync >/dev/null 2>&1 && echo RSYNC; command -v sha256sum >/dev/null 2>&1 && "
+                  "echo SHA256SUM; exit 0")
         done = self.shell(script)
         if not done.ok:
             raise _failed(folder, done, "making the destination folder")
@@ -101,7 +108,8 @@ class SshTransport:
         """``source``'s files mirrored into ``staging`` (made, extra files removed)."""
         if self.rsync:
             rsh = shlex.join(ssh_command())
-            done = proc.run(["rsync", "-a", "--delete", "--protect-args", "-e", rsh, "--", f"{source}/",
+            done = proc.run(["rsync", "-a", "--delete", "--protect-args", "-e", rsh, "--",
+                             f"{source}/",
                              f"{self.host}:{staging.path}/"], timeout=None)
         else:
             self.remove(staging)
@@ -128,14 +136,18 @@ class SshTransport:
     def _download_hash(self, place: Place) -> str:
         digest = hashlib.sha256()
         try:
-            for chunk in proc.stdout_chunks([*ssh_command(), "--", self.host, f"cat -- {shlex.quote(place.path)}"]):
+            for chunk in proc.stdout_chunks(
+                [*ssh_command(), "--", self.host, f"cat -- {shlex.quote(place.path)}"]):
                 digest.update(chunk)
         except CheckFailed:
             return ""
         return digest.hexdigest()
 
     def files(self, folder: Place) -> list[str]:
-        done = self.shell(f"cd -- {shlex.quote(folder.path or '.')} && find . \\( -type f -o -type l \\) -print")
+        done = (
+            self.shell(
+                f"cd -- {shlex.quote(folder.path or '.')} && find . \\( -type f -o -type l \\) "
+                "-print"))
         if not done.ok:
             raise _failed(folder, done, "listing the copy")
         return sorted(line.removeprefix("./") for line in done.stdout.splitlines() if line.strip())
@@ -153,8 +165,8 @@ class SshTransport:
                 for chunk in proc.stdout_chunks([*ssh_command(), "--", self.host, script]):
                     archive.write(chunk)
             except CheckFailed as exc:
-                raise CheckFailed(f"{folder}: cannot be read back ({printable(str(exc).rpartition(': ')[2])})") \
-                    from None
+                why = printable(str(exc).rpartition(": ")[2])
+                raise CheckFailed(f"{folder}: cannot be read back ({why})") from None
             archive.seek(0)
             _untar(archive, set(names), target)
 
@@ -179,7 +191,8 @@ def _untar(archive: IO[bytes], wanted: set[str], target: Path) -> None:
 
 
 def _local_rsync() -> bool:
-    return any(os.access(Path(folder) / "rsync", os.X_OK) for folder in os.environ.get("PATH", "").split(os.pathsep)
+    return any(os.access(Path(folder) / "rsync", os.X_OK)
+               for folder in os.environ.get("PATH", "").split(os.pathsep)
                if folder)
 
 
@@ -206,7 +219,8 @@ def _stream(argv: list[str], target: Path, place: Place) -> None:
             for chunk in proc.stdout_chunks(argv):
                 sink.write(chunk)
     except CheckFailed as exc:
-        raise CheckFailed(f"{place}: cannot be read back ({printable(str(exc).rpartition(': ')[2])})") from None
+        raise CheckFailed(
+            f"{place}: cannot be read back ({printable(str(exc).rpartition(': ')[2])})") from None
 
 
 class RcloneTransport:
@@ -228,7 +242,9 @@ class RcloneTransport:
             return False
         if not done.ok:
             line = printable(done.first_error_line())
-            raise Unavailable(f"{folder}: the rclone remote cannot be listed ({line}); check the remote and its config")
+            raise Unavailable(
+                f"{folder}: the rclone remote cannot be listed ({line}); check the remote and its "
+                "config")
         listed = {line.removesuffix(LINK) for line in done.stdout.splitlines()}
         if staging_name(name) in listed:  # a file or a link (a folder is listed with its '/')
             raise bad_staging(folder.child(staging_name(name)))
@@ -240,13 +256,14 @@ class RcloneTransport:
     def upload(self, source: Path, staging: Place) -> None:
         done = self._run("sync", str(source), _spec(staging))
         if not done.ok:
-            raise CheckFailed(f"{staging}: the copy failed ({printable(done.first_error_line())}); nothing local "
-                              "was changed")
+            raise CheckFailed(f"{staging}: the copy failed ({printable(done.first_error_line())}); "
+                              "nothing local was changed")
 
     def put_text(self, folder: Place, name: str, text: str) -> None:
         done = self._run("rcat", _spec(folder.child(name)), input_text=text)
         if not done.ok:
-            raise CheckFailed(f"{folder.child(name)}: writing failed ({printable(done.first_error_line())})")
+            raise CheckFailed(
+                f"{folder.child(name)}: writing failed ({printable(done.first_error_line())})")
 
     def hashes(self, folder: Place, names: list[str]) -> dict[str, str]:
         try:
@@ -261,13 +278,15 @@ class RcloneTransport:
     def _hashsum(self, folder: Place, *extra: str) -> dict[str, str]:
         done = self._run("hashsum", "sha256", *extra, _spec(folder))
         if not done.ok and not done.stdout:
-            raise CheckFailed(f"{folder}: hashing there failed ({printable(done.first_error_line())})")
+            raise CheckFailed(
+                f"{folder}: hashing there failed ({printable(done.first_error_line())})")
         return digests_from(done.stdout)
 
     def files(self, folder: Place) -> list[str]:
         done = self._run("lsf", "-R", "--files-only", _spec(folder))
         if not done.ok:
-            raise CheckFailed(f"{folder}: listing the copy failed ({printable(done.first_error_line())})")
+            raise CheckFailed(
+                f"{folder}: listing the copy failed ({printable(done.first_error_line())})")
         return sorted(line for line in done.stdout.splitlines() if line.strip())
 
     def fetch(self, place: Place, target: Path) -> None:
@@ -280,7 +299,9 @@ class RcloneTransport:
     def publish(self, staging: Place, final: Place) -> None:
         parent, name = final.parent_and_name()
         if self.prepare(parent, name):
-            raise CheckFailed(f"{final}: appeared while the copy was verified; the verified copy stays at {staging}")
+            raise CheckFailed(
+                f"{final}: appeared while the copy was verified; the verified copy stays at "
+                f"{staging}")
         done = self._run("moveto", _spec(staging), _spec(final))
         if not done.ok:
             raise CheckFailed(f"{final}: renaming the verified copy into place failed "
@@ -298,7 +319,8 @@ Transport = SshTransport | RcloneTransport
 
 
 def transport_for(place: Place) -> Transport:
-    return RcloneTransport(place.rclone_config) if place.kind == RCLONE else SshTransport(place.host)
+    return (RcloneTransport(place.rclone_config) if place.kind == RCLONE
+            else SshTransport(place.host))
 
 
 __all__ = ["SUMS", "Transport", "digests_from", "transport_for"]

@@ -43,10 +43,12 @@ def quality(item: Item, record: dict[str, Any] | None, kind: str) -> float | Non
     if doc.expect == "reject":
         return 1.0 if outcome == "rejected" else 0.0
     if kind == "category":
-        return None if doc.label is None else float(outcome == "accepted" and record.get("category") == doc.label)
+        return None if doc.label is None else float(outcome == "accepted"
+                                                    and record.get("category") == doc.label)
     if doc.expected is None:
         return None
-    return float(record[SCORE]) if outcome == "accepted" and isinstance(record.get(SCORE), (int, float)) else 0.0
+    return float(record[SCORE]) if outcome == "accepted" and isinstance(
+        record.get(SCORE), (int, float)) else 0.0
 
 
 class BatchTimeout(BaseException):
@@ -60,7 +62,8 @@ class AppOutput:
     scratch file, kept in the run folder as app-output.log when the app wrote anything."""
 
     def __init__(self) -> None:
-        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (open for the whole test, closed by save)
+        # open for the whole test, closed by save
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115
         self.text = io.StringIO()
 
     @contextlib.contextmanager
@@ -126,9 +129,11 @@ class AppServer:
     def __call__(self, indexes: Sequence[int]) -> list[tuple[str, float | None]]:
         batch = [self.items[i] for i in indexes]
         try:
-            records = classify_answers(batch, self.call([item.app_item() for item in batch]), self.config.output, 0)
+            records = classify_answers(batch, self.call([item.app_item() for item in batch]),
+                                       self.config.output, 0)
         except BatchTimeout:
-            return self._failed(f"the app took longer than {self.timeout:g} s (max_seconds_per_rate) on one batch",
+            return self._failed(f"the app took longer than {self.timeout:g} s "
+                                "(max_seconds_per_rate) on one batch",
                                 len(batch))
         # the app's failure is data: its requests failed, the next batch goes on
         except Exception as exc:
@@ -159,7 +164,8 @@ def input_order(inputs: Sequence[Item], seed: int) -> list[Item]:
     return order
 
 
-def requests_for(inputs: Sequence[Item], arrivals: Sequence[float], seed: int) -> tuple[list[Request], list[Item]]:
+def requests_for(inputs: Sequence[Item],
+                 arrivals: Sequence[float], seed: int) -> tuple[list[Request], list[Item]]:
     """Request ``i`` asks input ``order[i % n]`` (:func:`input_order`); its item under its own
     ID."""
     order = input_order(inputs, seed)

@@ -46,19 +46,19 @@ def read_trace(path: Path) -> list[float]:
         except ValueError:
             when = math.nan
         if not math.isfinite(when) or when < 0:
-            raise BadInput(f"{path}: line {number}: {value[:40]!r} is not a time in seconds (a finite number, 0 or "
-                           "more)")
+            raise BadInput(f"{path}: line {number}: {value[:40]!r} is not a time in seconds (a "
+                           "finite number, 0 or more)")
         if times and when < times[-1]:
-            raise BadInput(f"{path}: line {number}: {when:g} s comes before the previous line's {times[-1]:g} s; "
-                           "a trace's times must never go backwards")
+            raise BadInput(f"{path}: line {number}: {when:g} s comes before the previous line's "
+                           f"{times[-1]:g} s; a trace's times must never go backwards")
         times.append(when)
         if len(times) > MAX_TRACE:
             raise BadInput(f"{path}: more than {MAX_TRACE:,} arrival times; cut the trace")
     if len(times) < 2:
         raise BadInput(f"{path}: a trace needs at least two arrival times")
     if not trace_rate(times) <= MAX_RATE:
-        raise BadInput(f"{path}: {len(times)} arrivals within {times[-1] - times[0]:g} s is faster than "
-                       f"{MAX_RATE:,g} requests/s; give times in seconds")
+        raise BadInput(f"{path}: {len(times)} arrivals within {times[-1] - times[0]:g} s is faster "
+                       f"than {MAX_RATE:,g} requests/s; give times in seconds")
     first = times[0]
     return [when - first for when in times]
 

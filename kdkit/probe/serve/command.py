@@ -56,8 +56,8 @@ class Positive(Count):
     def __call__(self, text: str) -> int:
         value = super().__call__(text)
         if value < 1:
-            raise BadInput(f"{self.option} {printable(text)[:40]}: must be at least 1; e.g. {self.option} "
-                           f"{self.example}")
+            raise BadInput(f"{self.option} {printable(text)[:40]}: must be at least 1; e.g. "
+                           f"{self.option} {self.example}")
         return value
 
 
@@ -67,29 +67,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=None, metavar="FILE",
                         help=f"the service file (default: {SERVICE_CONFIG} in the project)")
     parser.add_argument("--trace", type=Path, default=None, metavar="FILE",
-                        help="arrival times in seconds, one per line, never going backwards: replaces the rates")
+                        help=(
+                            "arrival times in seconds, one per line, never going backwards: "
+                            "replaces the rates"))
     parser.add_argument("--clock", default="real", metavar="real|virtual",
-                        help="real (default): waits slept, what a request feels; virtual: each batch's service timed "
-                             "for real, the waits between simulated: many rates in seconds, blind to what idle time "
-                             "does to a device")
+                        help="real (default): waits slept, what a request feels; virtual: each "
+                             "batch's service timed for real, the waits between simulated: many "
+                             "rates in seconds, blind to what idle time does to a device")
     parser.add_argument("--url", default=None, metavar="URL",
-                        help="drive a service you already run at this http(s) URL instead of the project's predict "
-                             "(its own batching and capacity; kdkit sends nothing anywhere else)")
+                        help="drive a service you already run at this http(s) URL instead of the "
+                             "project's predict (its own batching and capacity; kdkit sends "
+                             "nothing anywhere else)")
     parser.add_argument("--api", default="json", metavar="json|completions|chat",
-                        help="with --url: a JSON POST from --template (default), or OpenAI-compatible "
-                             "/v1/completions or /v1/chat/completions streamed (time to first token, between tokens)")
+                        help="with --url: a JSON POST from --template (default), or "
+                             "OpenAI-compatible /v1/completions or /v1/chat/completions streamed "
+                             "(time to first token, between tokens)")
     parser.add_argument("--template", type=Path, default=None, metavar="FILE",
-                        help='with --api json: the request body, "{{text}}" in a string replaced by each input '
-                             '(default: {"text": "{{text}}"})')
-    parser.add_argument("--model", default=None, help="with --api completions or chat: the model field to send")
-    parser.add_argument("--max-tokens", type=Positive("--max-tokens", "16"), default=16, metavar="N",
-                        help="with --api completions or chat: tokens asked per request (default: 16)")
+                        help='with --api json: the request body, "{{text}}" in a string replaced '
+                             'by each input (default: {"text": "{{text}}"})')
+    parser.add_argument("--model",
+                        default=None,
+                        help=("with --api completions or chat: the model field to send"))
+    parser.add_argument("--max-tokens", type=Positive("--max-tokens", "16"), default=16,
+                        metavar="N",
+                        help=(
+                            "with --api completions or chat: tokens asked per request (default: "
+                            "16)"))
     parser.add_argument("--timeout", type=Positive("--timeout", "30"), default=30, metavar="S",
-                        help="with --url: seconds a request may take from its scheduled arrival (default: 30)")
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (default: the pilot config's)")
+                        help=(
+                            "with --url: seconds a request may take from its scheduled arrival "
+                            "(default: 30)"))
+    parser.add_argument("--device",
+                        default=None,
+                        help=("auto, cpu, cuda or cuda:N (default: the pilot config's)"))
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="write a PNG: latency percentiles against rate, one line per policy")
-    parser.add_argument("--force", action="store_true", help="with --plot: replace an existing file")
+    parser.add_argument("--force",
+                        action="store_true", help="with --plot: replace an existing file")
     add_json(parser)
     return parser
 
@@ -97,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 def serve_test(args: argparse.Namespace) -> dict[str, Any]:
     """Check every option and input, measure, keep the run folder and draw the plot when asked."""
     if args.clock not in CLOCKS:
-        raise BadInput(f"--clock {printable(args.clock)[:40]}: give real (what a request feels) or virtual (waits "
-                       "simulated, services timed)")
+        raise BadInput(f"--clock {printable(args.clock)[:40]}: give real (what a request feels) or "
+                       "virtual (waits simulated, services timed)")
     if args.device is not None:
         check_device(args.device)
     plot = check_plot_path(args.plot, args.force)
@@ -106,7 +120,8 @@ def serve_test(args: argparse.Namespace) -> dict[str, Any]:
     service = load_service(args.config if args.config is not None else root / SERVICE_CONFIG)
     trace = read_trace(args.trace) if args.trace is not None else None
     remote = _remote(args)
-    test = prepare(root, service, trace=trace, device=args.device if remote is None else "cpu", clock=args.clock)
+    test = prepare(root, service, trace=trace, device=args.device if remote is None else "cpu",
+                   clock=args.clock)
     report = run_serve_test(test, measure_in_process if remote is None else remote.measure, say)
     if plot is not None:
         from kdkit.probe.serve.plot import latency_plot
@@ -122,14 +137,16 @@ def _remote(args: argparse.Namespace) -> Remote | None:
     if args.url is None:
         for option, given in (("--template", args.template), ("--model", args.model)):
             if given is not None:
-                raise BadInput(f"{option}: only with --url (the in-process mode calls the project's predict)")
+                raise BadInput(
+                    f"{option}: only with --url (the in-process mode calls the project's predict)")
         return None
     from kdkit.probe.serve.http import API_KINDS, load_template, probe
 
     if args.api not in API_KINDS:
         raise BadInput(f"--api {printable(args.api)[:40]}: give one of {', '.join(API_KINDS)}")
     if args.template is not None and args.api != "json":
-        raise BadInput(f"--template: only with --api json (--api {args.api} sends the OpenAI-compatible body)")
+        raise BadInput(
+            f"--template: only with --api json (--api {args.api} sends the OpenAI-compatible body)")
     template = load_template(args.template) if args.template is not None else None
     probe(args.url)
     return Remote(args.url, args.api, template, args.model, args.max_tokens, float(args.timeout))
@@ -142,15 +159,19 @@ def _ms(value: Any) -> str:
 def render(report: dict[str, Any]) -> str:
     """One row per configuration (latency and queue time apart), then the choice and why the others
     fail."""
-    rows = [["rate/s", "policy", "answered", "refused", "cut", "p50 ms", "p95 ms", "p99 ms", "queue p95", "quality",
+    rows = [["rate/s", "policy", "answered", "refused", "cut", "p50 ms", "p95 ms", "p99 ms",
+             "queue p95", "quality",
              "meets"]]
     for result in report["results"]:
         s = result["summary"]
         refused = s["outcomes"]["rejected_at_capacity"] + s["outcomes"]["rejected_too_large"]
-        rows.append([f"{result['rate']:g}", result["policy"]["name"], f"{s['outcomes']['answered']}/{s['requests']}",
-                     str(refused), str(s["outcomes"]["cut"]), _ms(s["latency_ms"]["p50"]), _ms(s["latency_ms"]["p95"]),
+        rows.append([f"{result['rate']:g}", result["policy"]["name"],
+                     f"{s['outcomes']['answered']}/{s['requests']}",
+                     str(refused), str(s["outcomes"]["cut"]), _ms(s["latency_ms"]["p50"]),
+                     _ms(s["latency_ms"]["p95"]),
                      _ms(s["latency_ms"]["p99"]), _ms(s["queue_ms"]["p95"]),
-                     "-" if s["quality"] is None else f"{s['quality']:.3f}", "yes" if s["meets"] else "no"])
+                     "-" if s["quality"] is None else f"{s['quality']:.3f}",
+                     "yes" if s["meets"] else "no"])
     target = report.get("url") or report.get("entry")
     lines = [f"Serve test of {target} ({report['mode']}, {report.get('device', 'remote')}): "
              f"{', '.join(report['objectives'])}; at capacity: {report['at_capacity']}",
@@ -165,13 +186,16 @@ def render(report: dict[str, Any]) -> str:
                                                 "no answer had an expected value"))
         lines.append(f"Chosen: {chosen['policy']['name']} at {chosen['rate']:g} requests/s "
                      f"(the highest rate meeting {', '.join(report['objectives'])}{quality})")
-    lines += [f"  {w['policy']} at {w['rate']:g}/s: {'; '.join(w['reasons'])}" for w in report["why_not"]]
-    lines += [f"  {n['policy']} at {n['rate']:g}/s: not tried ({n['reason']})" for n in report["not_tried"]]
+    lines += [f"  {w['policy']} at {w['rate']:g}/s: {'; '.join(w['reasons'])}"
+              for w in report["why_not"]]
+    lines += [f"  {n['policy']} at {n['rate']:g}/s: not tried ({n['reason']})"
+              for n in report["not_tried"]]
     if report.get("app_errors"):
         lines.append("The app failed: " + "; ".join(printable(e) for e in report["app_errors"]))
     if report.get("app_output"):
         lines.append(f"The app's own output: {report['app_output']}")
-    lines.append(f"Saved {report['out']}" + (f"; plot {report['plot']}" if report.get("plot") else ""))
+    lines.append(f"Saved {report['out']}"
+                 + (f"; plot {report['plot']}" if report.get("plot") else ""))
     return "\n".join(lines)
 
 
@@ -179,7 +203,8 @@ def main(argv: list[str]) -> int:
     args = parse(build_parser(), argv)
     report = serve_test(args)
     return show(report, args.json, render, "" if report["ok"] else
-                "serve-test: no configuration meets the objectives and the quality criterion; see why above")
+                "serve-test: no configuration meets the objectives and the quality criterion; see "
+                "why above")
 
 
 if __name__ == "__main__":

@@ -113,7 +113,8 @@ Clock = RealClock | VirtualClock
 class Run:
     """One configuration (a rate's arrivals, a policy, a capacity) played against ``serve``."""
 
-    def __init__(self, requests: Sequence[Request], policy: Policy, reject_at: int | None, max_request_bytes: int,
+    def __init__(self, requests: Sequence[Request], policy: Policy, reject_at: int | None,
+                 max_request_bytes: int,
                  bounds: Bounds) -> None:
         self.requests, self.policy, self.reject_at = requests, policy, reject_at
         self.max_bytes, self.bounds = max_request_bytes, bounds
@@ -184,5 +185,6 @@ def play(run: Run, serve: Serve, clock: Clock | None = None) -> list[dict[str, A
             run.serve_batch(serve, clock)
             continue
         following = requests[run.next].arrival if run.next < len(requests) else math.inf
-        clock.wait_until(min(run.due() if run.queue else math.inf, following, run.bounds.max_seconds + 1e-3))
+        clock.wait_until(
+            min(run.due() if run.queue else math.inf, following, run.bounds.max_seconds + 1e-3))
     return run.records

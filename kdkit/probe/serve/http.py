@@ -60,8 +60,8 @@ def check_url(url: str) -> ParsedUrl:
     else."""
     shown = printable(" ".join(url.split())[:200])
     if not url.isascii():
-        raise BadInput(f"--url {shown!r}: holds characters beyond ASCII; percent-encode them (an IDN host as its "
-                       "xn-- form)")
+        raise BadInput(f"--url {shown!r}: holds characters beyond ASCII; percent-encode them (an "
+                       "IDN host as its xn-- form)")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -69,17 +69,22 @@ def check_url(url: str) -> ParsedUrl:
         raise BadInput(f"--url {shown!r}: not a URL ({exc}); give http://HOST:PORT/PATH") from exc
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise BadInput(f"--url {shown!r}: only http:// and https:// URLs can be driven; give http://HOST:PORT/PATH")
+        raise BadInput(
+            f"--url {shown!r}: only http:// and https:// URLs can be driven; give "
+            "http://HOST:PORT/PATH")
     if not parts.hostname:
         raise BadInput(f"--url {shown!r}: names no host; give http://HOST:PORT/PATH")
     if parts.username is not None or parts.password is not None:
-        raise BadInput(f"--url {shown!r}: credentials in the URL are not sent; give the URL without user:password@")
+        raise BadInput(
+            f"--url {shown!r}: credentials in the URL are not sent; give the URL without "
+            "user:password@")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         raise BadInput(f"--url {shown!r}: holds spaces or control characters; percent-encode them")
     if port == 0:
         raise BadInput(f"--url {shown!r}: port 0 is no service's port; give the port it listens on")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return ParsedUrl(url, scheme, parts.hostname, port or (443 if scheme == "https" else 80), target)
+    return ParsedUrl(url, scheme, parts.hostname,
+                     port or (443 if scheme == "https" else 80), target)
 
 
 def probe(url: str, timeout: float = 5.0) -> ParsedUrl:
@@ -93,8 +98,8 @@ def probe(url: str, timeout: float = 5.0) -> ParsedUrl:
                     pass
     except (OSError, ValueError) as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else " ".join(str(exc).split())[:120]
-        raise Unavailable(f"{parsed.url}: nothing answers there ({type(exc).__name__}: {reason}); start the "
-                          "service or correct --url") from exc
+        raise Unavailable(f"{parsed.url}: nothing answers there ({type(exc).__name__}: {reason}); "
+                          "start the service or correct --url") from exc
     return parsed
 
 
@@ -105,7 +110,9 @@ def load_template(path: Path) -> Any:
     # not too deep
     data = parse_json(read_text_file(path, "request template", limit=MAX_TEMPLATE_BYTES), str(path))
     if not _uses_placeholder(data):
-        raise BadInput(f"{path}: no string value holds \"{PLACEHOLDER}\"; put it where the request's text goes")
+        raise BadInput(
+            f"{path}: no string value holds \"{PLACEHOLDER}\"; put it where the request's text "
+            "goes")
     return data
 
 
@@ -131,13 +138,15 @@ def fill(template: Any, text: str) -> Any:
     return template
 
 
-def request_body(api: str, text: str, template: Any = None, model: str | None = None, max_tokens: int = 16) -> bytes:
+def request_body(api: str, text: str, template: Any = None, model: str | None = None,
+                 max_tokens: int = 16) -> bytes:
     """One request's JSON body (UTF-8) for an API kind; a model given as None is left out of the
     body."""
     if api == "json":
         body = fill(DEFAULT_TEMPLATE if template is None else template, text)
     elif api in ENDPOINTS:
-        body = {"prompt": text} if api == "completions" else {"messages": [{"role": "user", "content": text}]}
+        body = {"prompt": text} if api == "completions" else {
+            "messages": [{"role": "user", "content": text}]}
         body.update({"max_tokens": max_tokens, "stream": True})
         if model is not None:
             body = {"model": model, **body}
@@ -163,13 +172,16 @@ def endpoint(parsed: ParsedUrl, api: str) -> str:
 def request_bytes(parsed: ParsedUrl, api: str, body: bytes) -> bytes:
     """The whole HTTP/1.1 request: head and body."""
     accept = "text/event-stream" if api in ENDPOINTS else "application/json"
-    head = (f"POST {endpoint(parsed, api)} HTTP/1.1\r\nHost: {parsed.host_header}\r\nUser-Agent: kdkit-serve-test\r\n"
-            f"Accept: {accept}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    head = (f"POST {endpoint(parsed, api)} HTTP/1.1\r\nHost: {parsed.host_header}\r\nUser-Agent: "
+            f"kdkit-serve-test\r\nAccept: {accept}\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
 
 
-def drive(url: str, api: str, template: Any, texts: Sequence[tuple[str, str]], arrivals: Sequence[float], *,
-          max_request_bytes: int, timeout_s: float, max_seconds: float, objectives: Sequence[Objective],
+def drive(url: str, api: str, template: Any, texts: Sequence[tuple[str, str]],
+          arrivals: Sequence[float], *,
+          max_request_bytes: int, timeout_s: float, max_seconds: float,
+          objectives: Sequence[Objective],
           model: str | None = None, max_tokens: int = 16,
           concurrency_limit: int = DEFAULT_CONNECTIONS) -> list[dict[str, Any]]:
     """Send request ``i`` at ``arrivals[i]`` seconds from the start (text ``i % len(texts)``), open
@@ -185,7 +197,8 @@ def drive(url: str, api: str, template: Any, texts: Sequence[tuple[str, str]], a
         template = load_template(template)
     bodies = [request_body(api, text, template, model, max_tokens) for _, text in texts]
     requests = [request_bytes(parsed, api, body) for body in bodies]
-    run = Run(parsed.host, parsed.port, tls=parsed.tls, streaming=api in ENDPOINTS, ids=[key for key, _ in texts],
+    run = Run(parsed.host, parsed.port, tls=parsed.tls, streaming=api in ENDPOINTS,
+              ids=[key for key, _ in texts],
               requests=requests, sizes=[len(body) for body in bodies], arrivals=list(arrivals),
               max_request_bytes=max_request_bytes, timeout_s=timeout_s, max_seconds=max_seconds,
               objectives=tuple(objectives), connections=max(1, concurrency_limit))

@@ -37,12 +37,15 @@ class Run:
     """One measured configuration against the URL; :meth:`go` returns its records."""
 
     def __init__(self, host: str, port: int, *, tls: bool, streaming: bool, ids: Sequence[str],
-                 requests: Sequence[bytes], sizes: Sequence[int], arrivals: Sequence[float], max_request_bytes: int,
-                 timeout_s: float, max_seconds: float, objectives: Sequence[Objective], connections: int) -> None:
+                 requests: Sequence[bytes], sizes: Sequence[int], arrivals: Sequence[float],
+                 max_request_bytes: int,
+                 timeout_s: float, max_seconds: float,
+                 objectives: Sequence[Objective], connections: int) -> None:
         self.host, self.port, self.tls = host, port, tls
         self.streaming, self.requests = streaming, requests
         self.arrivals = list(arrivals)
-        self.max_request_bytes, self.timeout_s, self.max_seconds = max_request_bytes, timeout_s, max_seconds
+        self.max_request_bytes, self.timeout_s, self.max_seconds = (
+            max_request_bytes, timeout_s, max_seconds)
         self.connections = connections
         self.judge = Judge(objectives, len(self.arrivals))
         self.records = [self._record(i, ids[i % len(ids)], sizes[i % len(sizes)], at)
@@ -56,8 +59,10 @@ class Run:
         self.stop_reason = ""
 
     def _record(self, index: int, key: str, size: int, arrival: float) -> dict[str, Any]:
-        record: dict[str, Any] = {"index": index, "id": key, "bytes": size, "arrival": arrival, "start": None,
-                                  "end": None, "batch": 1, "outcome": CUT, "quality": None, "status": None}
+        record: dict[str, Any] = {"index": index, "id": key, "bytes": size, "arrival": arrival,
+                                  "start": None,
+                                  "end": None, "batch": 1, "outcome": CUT,
+                                  "quality": None, "status": None}
         if self.streaming:
             record.update(ttft=None, itl=[])
         return record
@@ -77,7 +82,8 @@ class Run:
         for record in self.records:
             if record["outcome"] == CUT:
                 record["error"] = (f"not sent: {self.stop_reason}" if record["index"] >= sent else
-                                   f"still in flight {self.timeout_s:g} s after sending stopped ({self.stop_reason})")
+                                   f"still in flight {self.timeout_s:g} s after sending stopped "
+                                   f"({self.stop_reason})")
         return self.records
 
     async def _schedule(self) -> int:
@@ -189,18 +195,21 @@ class Run:
             self.pool.give(conn, keep)
         return status, text, times
 
-    def _settle(self, record: dict[str, Any], status: int, text: str, times: StreamTimes | None) -> None:
+    def _settle(self, record: dict[str, Any], status: int, text: str,
+                times: StreamTimes | None) -> None:
         record["status"] = status
         # under the declared limit: not by design
         if status == 413 and record["bytes"] <= self.max_request_bytes:
-            record.update(outcome=APP_ERROR, error=f"HTTP 413 for {record['bytes']} bytes, within max_request_bytes "
-                                                   f"{self.max_request_bytes}")
+            record.update(outcome=APP_ERROR,
+                          error=f"HTTP 413 for {record['bytes']} bytes, within max_request_bytes "
+                                f"{self.max_request_bytes}")
         elif status in REFUSED:
             record["outcome"] = REFUSED[status]
         elif not 200 <= status < 300:
             record.update(outcome=APP_ERROR, error=f"HTTP {status}" + (f": {text}" if text else ""))
         elif times is not None and (times.error or not times.done):
-            record.update(outcome=APP_ERROR, error=times.error or "the stream ended before data: [DONE]")
+            record.update(outcome=APP_ERROR,
+                          error=times.error or "the stream ended before data: [DONE]")
         else:
             record["outcome"] = ANSWERED
         if record["outcome"] == ANSWERED and record["bytes"] > self.max_request_bytes:

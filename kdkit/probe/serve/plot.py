@@ -16,13 +16,15 @@ def latency_plot(report: dict[str, Any], out: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(8, 4.5))
     for name in dict.fromkeys(r["policy"]["name"] for r in report["results"]):
-        results = sorted((r for r in report["results"] if r["policy"]["name"] == name), key=lambda r: r["rate"])
+        results = sorted((r for r in report["results"] if r["policy"]["name"] == name),
+                         key=lambda r: r["rate"])
         colour = None
         for key, style in STYLES.items():
             points = [(r["rate"], r["summary"]["latency_ms"][key]) for r in results
                       if r["summary"]["latency_ms"][key] is not None]
             if points:
-                line, = axes.plot(*zip(*points, strict=True), style, marker="o", color=colour, label=f"{name} {key}")
+                line, = axes.plot(*zip(*points, strict=True), style, marker="o",
+                                  color=colour, label=f"{name} {key}")
                 colour = line.get_color()
     for objective in report["results"][0]["summary"]["objectives"] if report["results"] else []:
         axes.axhline(objective["objective_ms"], color="grey", linewidth=0.8)
@@ -31,5 +33,7 @@ def latency_plot(report: dict[str, Any], out: Path) -> None:
     axes.set_yscale("log")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7)
-    axes.set_title(f"kdkit serve-test: {report.get('url') or report.get('entry')} (grey: objectives)", fontsize=10)
+    axes.set_title(
+        f"kdkit serve-test: {report.get('url') or report.get('entry')} (grey: objectives)",
+        fontsize=(10))
     save_png(plt, figure, out)

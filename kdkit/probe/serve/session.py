@@ -25,7 +25,14 @@ from kdkit.core.serviceconfig import Policy, ServiceConfig
 from kdkit.core.staging import require_writable
 from kdkit.probe.measure.memory import Memory
 from kdkit.probe.measure.sweep import pick_device, readable_items
-from kdkit.probe.pilot.harness import EntryError, Item, load_entry, set_device, with_params, with_scorer
+from kdkit.probe.pilot.harness import (
+    EntryError,
+    Item,
+    load_entry,
+    set_device,
+    with_params,
+    with_scorer,
+)
 from kdkit.probe.serve import stats
 from kdkit.probe.serve.app import AppOutput, AppServer, BatchTimeout, input_order, requests_for
 from kdkit.probe.serve.arrivals import poisson_arrivals, trace_rate
@@ -68,11 +75,12 @@ def prepare(root: Path, service: ServiceConfig, *, trace: list[float] | None = N
     pilot = with_scorer(load_pilot(root))
     inputs, skipped = readable_items(pilot)
     if not inputs:
-        raise BadInput(f"{pilot.config_path}: none of the pilot's inputs can be read ({len(skipped)} skipped); "
-                       "serve-test sends the pilot's inputs as requests")
+        raise BadInput(f"{pilot.config_path}: none of the pilot's inputs can be read "
+                       f"({len(skipped)} skipped); serve-test sends the pilot's inputs as requests")
     where = "--device" if device is not None else f"{pilot.config_path}: $.device"
     require_writable(pilot.runs_dir / new_run_id("serve-test"), RUNS)  # refused before the work
-    return ServeTest(service, pilot, inputs, skipped, pick_device(device or pilot.device, where), trace, clock)
+    return ServeTest(service, pilot, inputs, skipped,
+                     pick_device(device or pilot.device, where), trace, clock)
 
 
 def _configuration(test: ServeTest, server: AppServer, memory: Memory, rate: float,
@@ -133,11 +141,13 @@ def _started(test: ServeTest) -> tuple[AppServer, float]:
     try:
         server.call([test.inputs[0].app_item()])
     except BatchTimeout:
-        raise CheckFailed(f"{test.pilot.entry}: its first call took longer than max_seconds_per_rate "
-                          f"({test.service.max_seconds_per_rate:g} s)") from None
+        raise CheckFailed(f"{test.pilot.entry}: its first call took longer than "
+                          f"max_seconds_per_rate ({test.service.max_seconds_per_rate:g} "
+                          "s)") from None
     except Exception as exc:
         said = " ".join(str(exc).split())[:200]
-        raise CheckFailed(f"{test.pilot.entry}: its first call failed: {type(exc).__name__}: {said}") from None
+        raise CheckFailed(
+            f"{test.pilot.entry}: its first call failed: {type(exc).__name__}: {said}") from None
     return server, time.perf_counter() - started
 
 
@@ -152,7 +162,8 @@ def measure_in_process(test: ServeTest, sink: Sink, say: Progress) -> dict[str, 
         for rate in test.rates:
             if missed is not None:
                 not_tried.append({"rate": shown_rate(rate), "policy": policy.name,
-                                  "reason": f"{policy.name} already missed the objectives at {missed:g}/s"})
+                                  "reason": f"{policy.name} already missed the objectives at "
+                                            f"{missed:g}/s"})
                 continue
             say(f"{policy.name}: {rate:g} requests/s")
             result, records = _configuration(test, server, memory, rate, policy)
@@ -198,21 +209,26 @@ class Remote:
         for rate in test.rates:
             if results and not results[-1]["summary"]["meets"]:
                 not_tried.append({"rate": shown_rate(rate), "policy": policy["name"],
-                                  "reason": f"the service already missed the objectives at {results[-1]['rate']:g}/s"})
+                                  "reason": "the service already missed the objectives at "
+                                            f"{results[-1]['rate']:g}/s"})
                 continue
             say(f"{printable(self.url)}: {rate:g} requests/s")
             records = drive(self.url, self.api, self.template, texts, test.arrivals(rate),
                             max_request_bytes=service.max_request_bytes, timeout_s=self.timeout_s,
                             max_seconds=service.max_seconds_per_rate, objectives=service.objectives,
                             model=self.model, max_tokens=self.max_tokens)
-            cut = next((r["error"] for r in records if r["outcome"] == stats.CUT and r.get("error")), None)
-            result = {"rate": shown_rate(rate), "policy": policy, "stopped": cut, "peak_memory_bytes": None,
+            cut = next(
+                (r["error"] for r in records if r["outcome"] == stats.CUT and r.get("error")), None)
+            result = {"rate": shown_rate(rate), "policy": policy, "stopped": cut,
+                      "peak_memory_bytes": None,
                       "summary": stats.summarize(records, service.objectives, None)}
             sink.append(result, records)
             results.append(result)
         return finish(test, results, not_tried, {"mode": "http", "url": self.url, "api": self.api,
-                                                 "at_capacity": "the service's own", "min_quality": None,
-                                                 "quality": "not judged over HTTP (the pilot judges the answers)"})
+                                                 "at_capacity": "the service's own",
+                                                 "min_quality": None,
+                                                 "quality": "not judged over HTTP (the pilot "
+                                                            "judges the answers)"})
 
 
 def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[str, Any]],
@@ -221,15 +237,18 @@ def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[
     service = test.service
     chosen = stats.choose(results)
     why_not = [{"rate": r["rate"], "policy": r["policy"]["name"],
-                "reasons": r["summary"]["reasons"] + ([f"stopped early: {r['stopped']}"] if r["stopped"] else [])}
+                "reasons": r["summary"]["reasons"]
+                + ([f"stopped early: {r['stopped']}"] if r["stopped"] else [])}
                for r in results if not r["summary"]["meets"]]
     return {"service_config": service.source, "objectives": [o.name for o in service.objectives],
             "at_capacity": service.capacity, "max_request_bytes": service.max_request_bytes,
-            "min_quality": test.pilot.min_quality, **head, "requests_per_rate": service.requests_per_rate,
+            "min_quality": test.pilot.min_quality, **head,
+            "requests_per_rate": service.requests_per_rate,
             "seed": service.seed, "trace": test.trace is not None, "skipped_inputs": test.skipped,
             "results": results, "not_tried": not_tried, "knees": stats.knees(results),
-            "chosen": None if chosen is None else {"rate": chosen["rate"], "policy": chosen["policy"],
-                                                   "summary": chosen["summary"]},
+            "chosen": None if chosen is None
+            else {"rate": chosen["rate"], "policy": chosen["policy"],
+                  "summary": chosen["summary"]},
             "why_not": why_not, "ok": chosen is not None}
 
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from kdkit.core.serviceconfig import Objective
 
-ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT = "answered", "rejected_at_capacity", "rejected_too_large", \
-    "error", "cut"
+ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT = ("answered", "rejected_at_capacity",
+                                                    "rejected_too_large",
+                                                    "error", "cut")
 OUTCOMES = (ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT)
 SHOWN = (50.0, 90.0, 95.0, 99.0)  # the percentiles every configuration reports, plus max
 
@@ -91,20 +92,23 @@ def _late_seconds(record: dict[str, Any]) -> float:
     return record["end"] - record["arrival"] if record["outcome"] == ANSWERED else math.inf
 
 
-def judged(records: Sequence[dict[str, Any]], objectives: Sequence[Objective]) -> list[dict[str, Any]]:
+def judged(records: Sequence[dict[str, Any]],
+           objectives: Sequence[Objective]) -> list[dict[str, Any]]:
     """Each objective against the requests the service was asked to take, refused, failed and cut
     ones late."""
     latencies = sorted(_late_seconds(r) for r in records if r["outcome"] != TOO_LARGE)
     out = []
     for objective in objectives:
         value = percentile(latencies, objective.percentile)
-        out.append({"percentile": objective.percentile, "objective_ms": objective.ms, "measured_ms": _ms(value),
+        out.append({"percentile": objective.percentile, "objective_ms": objective.ms,
+                    "measured_ms": _ms(value),
                     "met": bool(latencies) and value * 1000 <= objective.ms})
     return out
 
 
 def _quality(records: Sequence[dict[str, Any]]) -> float | None:
-    scores = [r["quality"] for r in records if r["outcome"] == ANSWERED and r.get("quality") is not None]
+    scores = [r["quality"] for r in records if r["outcome"] == ANSWERED
+              and r.get("quality") is not None]
     return math.fsum(scores) / len(scores) if scores else None
 
 
@@ -120,7 +124,8 @@ def summarize(records: Sequence[dict[str, Any]], objectives: Sequence[Objective]
         "throughput_per_second": round(len(answered) / span, 3) if span > 0 else None,
         "latency_ms": distribution(r["end"] - r["arrival"] for r in answered),
         "queue_ms": distribution(r["start"] - r["arrival"] for r in answered),
-        "mean_batch": round(math.fsum(r["batch"] for r in answered) / len(answered), 3) if answered else None,
+        "mean_batch": round(math.fsum(r["batch"] for r in answered) / len(answered), 3) if answered
+        else None,
         "objectives": judged(records, objectives), "quality": _quality(records)}
     for key in ("ttft", "itl"):
         values = [v for r in answered for v in _listed(r.get(key)) if isinstance(v, (int, float))]
@@ -139,9 +144,10 @@ def _listed(value: Any) -> list[Any]:
 
 
 def _reasons(summary: dict[str, Any], min_quality: float | None) -> list[str]:
-    reasons = [f"p{o['percentile']:g} " + (f"beyond reach: more than {100 - o['percentile']:g} % refused, failed or "
-                                          "cut" if o["measured_ms"] is None else
-                                          f"{o['measured_ms']:g} ms > {o['objective_ms']:g} ms")
+    reasons = [f"p{o['percentile']:g} "
+               + (f"beyond reach: more than {100 - o['percentile']:g} % refused, failed or "
+                 "cut" if o["measured_ms"] is None else
+                 f"{o['measured_ms']:g} ms > {o['objective_ms']:g} ms")
                for o in summary["objectives"] if not o["met"]]
     quality = summary["quality"]
     if min_quality is not None and quality is not None and quality < min_quality:

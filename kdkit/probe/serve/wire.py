@@ -36,7 +36,8 @@ class Connection:
 
 async def connect(host: str, port: int, context: ssl.SSLContext | None) -> Connection:
     reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=HEAD_LIMIT,
-                                                   server_hostname=host if context is not None else None)
+                                                   server_hostname=host if context is not None
+                                                   else None)
     return Connection(reader, writer)
 
 
@@ -175,7 +176,8 @@ async def _to_close(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         yield piece
 
 
-def body_of(reader: asyncio.StreamReader, status: int, headers: dict[str, str]) -> AsyncIterator[bytes] | None:
+def body_of(reader: asyncio.StreamReader, status: int,
+            headers: dict[str, str]) -> AsyncIterator[bytes] | None:
     """The body's pieces as they arrive; None when the body runs to the close (no length, not
     chunked)."""
     if status in (204, 304):

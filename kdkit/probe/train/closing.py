@@ -60,11 +60,14 @@ def seal(folder: Path) -> int:
 
 def render(summary: dict[str, Any]) -> str:
     save = summary.get("save") or {}
-    rows = [("run", summary["run_id"]), ("verdict", summary["verdict"]), ("stop", summary["stop"]["reason"]),
+    rows = [("run", summary["run_id"]), ("verdict", summary["verdict"]),
+            ("stop", summary["stop"]["reason"]),
             ("detail", summary["stop"]["detail"]), ("steps", summary["steps"]),
-            ("seconds", summary["timings"]["seconds"]), ("final checkpoint", summary["final_checkpoint"]),
+            ("seconds", summary["timings"]["seconds"]),
+            ("final checkpoint", summary["final_checkpoint"]),
             ("save median s", save.get("seconds_median")), ("save share", save.get("share")),
-            ("save every (steps)", save.get("recommended_every_steps")), ("save warning", save.get("warning"))]
+            ("save every (steps)", save.get("recommended_every_steps")),
+            ("save warning", save.get("warning"))]
     lines = [f"# Training run {md_cell(str(summary['run_id']))}", "", "| | |", "| --- | --- |"]
     lines += [f"| {name} | {md_cell(str(value))} |" for name, value in rows]
     metrics = summary.get("metrics") or {}
@@ -78,7 +81,9 @@ def close(folder: Path, summary: dict[str, Any], reload_argv: list[str] | None) 
     stopped loop was writing (its staging) is removed first."""
     checkpoints.clean_partials(folder / CHECKPOINTS)
     if reload_argv is not None:
-        atomic_write_json(folder / RELOAD, {"argv": reload_argv, "cwd": ".", "checkpoint": summary["final_checkpoint"]})
+        atomic_write_json(folder / RELOAD,
+                          {"argv": reload_argv, "cwd": ".",
+                           "checkpoint": summary["final_checkpoint"]})
     atomic_write_json(folder / SUMMARY, summary)
     atomic_write_text(folder / SUMMARY_MD, render(summary))
     (folder / HEARTBEAT).unlink(missing_ok=True)

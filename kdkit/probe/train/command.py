@@ -1,7 +1,8 @@
 """Run the project's training loop as a run: supervised, stopped by declared rules, resumable, its
 reload verified.
 
-    kdkit train [--run-id ID] [--variant NAME] [--config config/train.json] [--copy-to DEST] [--json] [-- ARGS]
+    kdkit train [--run-id ID] [--variant NAME] [--config config/train.json] [--copy-to DEST]
+                [--json] [-- ARGS]
     kdkit train --resume RUN_ID [--copy-to DEST] [--json]
     kdkit train --verify-reload RUN_ID [--json]
 
@@ -52,7 +53,7 @@ checkpoint a --resume continues from. A loop that uses none of it is still super
 output.log, its exit recorded in stop.json. Stop rules come from config/train.json "stop"; every stop writes
 stop.json with the run ID and the reason. reload.json holds the command that reloads the final checkpoint
 (`python -m MODULE --reload DIR`, exit 0 when it loads); --verify-reload runs it in a new process.
-"""
+"""  # noqa: E501 (verbatim text, as printed)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,9 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the new run's ID (default: train-<UTC time>-<hash>)")
     parser.add_argument("--resume", metavar="RUN_ID", type=run_id_type("--resume"),
                         help="continue that run from its newest complete checkpoint")
-    parser.add_argument("--variant", help="the campaign variant this run belongs to (params.json \"variant\")")
-    parser.add_argument("--config", default=TRAIN_CONFIG, help=f"the training config (default: {TRAIN_CONFIG})")
-    parser.add_argument("--copy-to", metavar="DEST", help="measure a checkpoint's transfer time to DEST")
+    parser.add_argument(
+        "--variant", help="the campaign variant this run belongs to (params.json \"variant\")")
+    parser.add_argument("--config",
+                        default=TRAIN_CONFIG, help=f"the training config (default: {TRAIN_CONFIG})")
+    parser.add_argument("--copy-to",
+                        metavar="DEST", help="measure a checkpoint's transfer time to DEST")
     parser.add_argument("--verify-reload", metavar="RUN_ID", type=run_id_type("--verify-reload"),
                         help="run that run's reload command in a new process")
     add_json(parser)
@@ -109,24 +113,28 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
         except BlockingIOError:
             if time.monotonic() > deadline:
                 os.close(fd)
-                raise BadInput(f"{folder}: the run is still running (its kdkit train or its loop holds it); "
-                               "stop it first, or wait for it to end") from None
+                raise BadInput(f"{folder}: the run is still running (its kdkit train or its loop "
+                               "holds it); stop it first, or wait for it to end") from None
             time.sleep(0.05)
 
 
 def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None]:
     folder = runs / run_id
-    params = load_json(folder / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
+    params = load_json(folder
+                       / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
     if not isinstance(params, dict) or params.get("kind") != runfiles.TRAIN:
-        raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); give a run ID from "
-                       f"`kdkit train`")
+        raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); "
+                       "give a run ID from `kdkit train`")
     os.close(lock_run(folder, WAIT_FOR_DYING_S))
-    summary = load_json(folder / SUMMARY, what="run summary") if (folder / SUMMARY).is_file() else None
+    summary = load_json(folder
+                        / SUMMARY, what="run summary") if (folder / SUMMARY).is_file() else None
     if isinstance(summary, dict) and summary.get("verdict") == "pass":
-        raise BadInput(f"{folder}: the run finished (summary.json: pass at step {summary.get('steps')}); nothing to "
-                       "resume: start a new run with `kdkit train`")
+        raise BadInput(f"{folder}: the run finished (summary.json: pass at step "
+                       f"{summary.get('steps')}); nothing to resume: start a new run with `kdkit "
+                       "train`")
     for removed in runfiles.reopen(folder):
-        print(f"kdkit train: removed {removed.name} (a checkpoint half-written when the run was killed)",
+        print(f"kdkit train: removed {removed.name} (a checkpoint half-written when the run was "
+              "killed)",
               file=sys.stderr)
     point = resume_point(folder)
     runfiles.cut_after(folder / runfiles.METRICS, point[0] if point else -1)
@@ -135,25 +143,32 @@ def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None
         runfiles.reconcile(folder, with_log)
     finally:
         with_log.close()
-    kept = {n for _s, p in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS) for n in [p.name]}
-    lines = [r for r in runfiles.read_lines(folder / runfiles.CHECKPOINT_LOG) if r.get("name") in kept]
+    kept = {n for _s,
+            p in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS) for n in [p.name]}
+    lines = [r for r in runfiles.read_lines(folder / runfiles.CHECKPOINT_LOG)
+             if r.get("name") in kept]
     (folder / runfiles.CHECKPOINT_LOG).write_text("".join(json.dumps(r) + "\n" for r in lines))
     return folder, params, point[1] if point else None
 
 
-def summarize(folder: Path, params: dict[str, Any], outcome: Outcome, started: str, cfg: Any) -> dict[str, Any]:
+def summarize(folder: Path, params: dict[str, Any], outcome: Outcome,
+              started: str, cfg: Any) -> dict[str, Any]:
     final = checkpoints.newest_complete(folder / runfiles.CHECKPOINTS)
     stop = runfiles.write_stop(folder, folder.name, outcome.reason, outcome.detail, outcome.step,
                                returncode=outcome.returncode)
-    steps = max([r["step"] for r in runfiles.read_lines(folder / runfiles.METRICS) if isinstance(r.get("step"), int)],
+    steps = max([r["step"] for r in runfiles.read_lines(folder / runfiles.METRICS)
+                 if isinstance(r.get("step"), int)],
                 default=0)
-    return {"run_id": folder.name, "kind": runfiles.TRAIN, "verdict": verdict(outcome.reason, outcome.returncode),
+    return {"run_id": folder.name, "kind": runfiles.TRAIN,
+            "verdict": verdict(outcome.reason, outcome.returncode),
             "started": params.get("created"), "session_started": started, "ended": utc_now(),
-            "timings": {"seconds": round(outcome.seconds, 3)}, "steps": steps, "exit_code": outcome.returncode,
+            "timings": {"seconds": round(outcome.seconds, 3)}, "steps": steps,
+            "exit_code": outcome.returncode,
             "stop": {k: stop[k] for k in ("reason", "detail", "step")},
             "metrics": {k: runfiles.finite_json(v) for k, v in outcome.metrics.items()},
             "final_checkpoint": final[1].name if final else None,
-            "save": save_policy(cfg, outcome.saves, outcome.reports, outcome.seconds), "reload": None,
+            "save": save_policy(cfg, outcome.saves, outcome.reports, outcome.seconds),
+            "reload": None,
             "variant": params.get("variant")}
 
 
@@ -166,21 +181,25 @@ def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     if args.resume is not None:
         folder, params, point = reopen(runs, args.resume)
     else:
-        folder, params = open_new(root, runs, cfg, args.config, args.run_id, args.variant, args.loop_args)
+        folder, params = open_new(root, runs, cfg, args.config, args.run_id,
+                                  args.variant, args.loop_args)
         point = None
     module, started, lock = str(params["module"]), utc_now(), lock_run(folder)
     try:
         env = child_env(folder, point, cfg.log_every)
-        sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root, time.time(), (lock,))
+        sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root,
+                         time.time(), (lock,))
         outcome = sup.run()
     finally:
         os.close(lock)
     summary = summarize(folder, params, outcome, started, cfg)
     summary["resumed_from"] = point.name if point else None
     if args.copy_to and summary["final_checkpoint"]:
-        summary["save"]["transfer"] = transfer(folder / runfiles.CHECKPOINTS / summary["final_checkpoint"],
+        summary["save"]["transfer"] = transfer(folder / runfiles.CHECKPOINTS
+                                               / summary["final_checkpoint"],
                                                args.copy_to)
-    reload = reload_argv(module, root, folder, summary["final_checkpoint"]) if summary["final_checkpoint"] else None
+    reload = reload_argv(module, root, folder,
+                         summary["final_checkpoint"]) if summary["final_checkpoint"] else None
     close(folder, summary, reload)
     code = 0 if summary["verdict"] == "pass" else 1
     return summary, 128 + outcome.signal if outcome.signal else code
@@ -188,12 +207,15 @@ def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
 def _save_line(save: dict[str, Any]) -> str:
     if not save.get("saves"):
-        return "save: no checkpoint was written (trainapi.checkpoint); a killed run restarts from step 0"
+        return (
+            "save: no checkpoint was written (trainapi.checkpoint); a killed run restarts from "
+            "step 0")
     every = save.get("recommended_every_steps")
     share = save.get("share")
     return (f"save: {save['saves']} checkpoint(s), median {save['seconds_median']:.3g} s each"
             + (f", {share:.1%} of the time" if isinstance(share, (int, float)) else "")
-            + (f"; save every {every} steps to lose at most max_lost_minutes" if every is not None else
+            + (f"; save every {every} steps to lose at most max_lost_minutes" if every is not None
+               else
                "; set max_lost_minutes in config/train.json for a recommended save interval"))
 
 
@@ -214,13 +236,15 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv[:cut])
     args.loop_args = argv[cut + 1:]
     if args.loop_args and args.resume:
-        raise BadInput("--resume with -- ARGS: a resumed run keeps the arguments it was started with (params.json "
-                       "\"args\"); start a new run to change them")
+        raise BadInput("--resume with -- ARGS: a resumed run keeps the arguments it was started "
+                       "with (params.json \"args\"); start a new run to change them")
     if args.verify_reload:
         root = require_root()
         folder = runs_dir(root) / args.verify_reload
         record = verify_reload(root, folder, child_env(folder, None))
-        print_result(args.json, record, f"reload {'OK' if record['ok'] else 'FAILED'}: {' '.join(record['argv'])}")
+        print_result(
+            args.json, record,
+            f"reload {'OK' if record['ok'] else 'FAILED'}: {' '.join(record['argv'])}")
         return 0 if record["ok"] else 1
     summary, code = train(args)
     print_result(args.json, summary, lambda: render(summary))

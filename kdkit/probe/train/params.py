@@ -41,7 +41,8 @@ def module_of(root: Path, cfg: TrainConfig) -> str:
         return cfg.module
     declared = _project(root).get("train", DEFAULT_MODULE)
     if not isinstance(declared, str) or not DOTTED.fullmatch(declared):
-        raise BadInput(f"{root / MARKER}: $.train: must be a dotted module name such as {DEFAULT_MODULE}")
+        raise BadInput(
+            f"{root / MARKER}: $.train: must be a dotted module name such as {DEFAULT_MODULE}")
     return declared
 
 
@@ -51,8 +52,10 @@ def runs_dir(root: Path) -> Path:
     else runs/."""
     try:
         named = json.loads((root / "kdkit.json").read_text(encoding="utf-8")).get("pilot_config")
-        pilot = root / (named if isinstance(named, str) and path_problem(named) is None else "config/pilot.json")
-        runs = json.loads(pilot.read_text(encoding="utf-8")).get("runs") if pilot.is_file() else None
+        pilot = root / (named if isinstance(named, str) and path_problem(named) is None
+                        else "config/pilot.json")
+        runs = json.loads(
+            pilot.read_text(encoding="utf-8")).get("runs") if pilot.is_file() else None
     except (OSError, ValueError, AttributeError):
         runs = None
     return root / runs if isinstance(runs, str) and path_problem(runs) is None else root / "runs"
@@ -84,7 +87,8 @@ def _references(root: Path) -> dict[str, Any]:
             "model": resolved.get("model")}
 
 
-def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id: RunId | None, variant: str | None,
+def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id: RunId | None,
+             variant: str | None,
              args: list[str]) -> tuple[Path, dict[str, Any]]:
     """Make the run folder (its ID from the parameters' hash, or ``run_id``) and write
     params.json."""
@@ -96,13 +100,17 @@ def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id:
         try:
             (runs / run_id).mkdir(parents=True)
         except FileExistsError:
-            raise BadInput(f"{runs / run_id}: already exists; choose another --run-id, or --resume it") from None
+            raise BadInput(
+                f"{runs / run_id}: already exists; choose another --run-id, or --resume "
+                "it") from None
         folder = runs / run_id
     else:
         folder = new_run_folder(runs, TRAIN, "runs folder", digest)
     base = {"name": cfg.base_model[0], "revision": cfg.base_model[1]} if cfg.base_model else None
-    params = {"run_id": folder.name, "kind": TRAIN, "created": utc_now(), "module": module, "args": args,
-              "variant": variant, "config_file": config_file if cfg.source else None, "config": cfg.raw,
+    params = {"run_id": folder.name, "kind": TRAIN, "created": utc_now(), "module": module,
+              "args": args,
+              "variant": variant, "config_file": config_file if cfg.source else None,
+              "config": cfg.raw,
               "params_hash": digest, "code": code_hashes(root), **references, "base_model": base,
               "revision": with_launch_revision(code_state(root), launch.get(LAUNCH)), **launch}
     atomic_write_json(folder / PARAMS, params)

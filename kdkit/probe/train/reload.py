@@ -42,26 +42,32 @@ def verify_reload(root: Path, folder: Path, env: dict[str, str]) -> dict[str, An
     """Run reload.json's command in a new process; record the result in the run folder and re-close
     it."""
     if not (folder / SUMMARY).is_file():
-        raise BadInput(f"{folder}: the run is not closed (no {SUMMARY}); let it end, or resume it, first")
-    spec = load_json(folder / RELOAD, what="reload instructions") if (folder / RELOAD).is_file() else None
+        raise BadInput(
+            f"{folder}: the run is not closed (no {SUMMARY}); let it end, or resume it, first")
+    spec = load_json(folder
+                     / RELOAD, what="reload instructions") if (folder / RELOAD).is_file() else None
     if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list) or not spec["argv"]:
-        raise BadInput(f"{folder / RELOAD}: no reload command (the run wrote no checkpoint); nothing to verify")
+        raise BadInput(
+            f"{folder / RELOAD}: no reload command (the run wrote no checkpoint); nothing to "
+            "verify")
     # a tampered checkpoint is never "reload OK"
     if problems := verify_folder(folder, read_sums(folder)):
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CheckFailed(f"{problems[0]}{more}; the run changed since it was closed, so its reload proves nothing "
-                          "(copy it back from a verified copy-out)")
+        raise CheckFailed(f"{problems[0]}{more}; the run changed since it was closed, so its "
+                          "reload proves nothing (copy it back from a verified copy-out)")
     argv = [str(word) for word in spec["argv"]]
     if not os.path.exists(argv[0]):
         argv[0] = sys.executable  # the interpreter that trained is not here: this one
     started = time.monotonic()
     try:
-        done = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+        done = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True,
                               timeout=TIMEOUT_S, check=False)
         code, output = done.returncode, (done.stdout + done.stderr).decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
         code, output = None, f"no answer within {TIMEOUT_S:g} s"
-    record = {"ok": code == 0, "returncode": code, "argv": argv, "seconds": round(time.monotonic() - started, 3),
+    record = {"ok": code == 0, "returncode": code, "argv": argv,
+              "seconds": round(time.monotonic() - started, 3),
               "at": utc_now(), "output": printable(output[-2000:], lines=True)}
     atomic_write_json(folder / RELOAD_CHECK, record)
     summary = load_json(folder / SUMMARY, what="run summary")

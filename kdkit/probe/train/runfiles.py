@@ -42,7 +42,8 @@ class Appender:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
     def append(self, record: dict[str, Any]) -> None:
-        data = (json.dumps({k: finite_json(v) for k, v in record.items()}, separators=(",", ":")) + "\n").encode()
+        data = (json.dumps({k: finite_json(v) for k, v in record.items()}, separators=(",", ":"))
+                + "\n").encode()
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
@@ -98,15 +99,18 @@ def reopen(folder: Path) -> list[Path]:
     return checkpoints.clean_partials(folder / CHECKPOINTS)
 
 
-def write_stop(folder: Path, run_id: str, reason: str, detail: str, step: int | None, **extra: Any) -> dict[str, Any]:
-    record = {"run_id": run_id, "reason": reason, "detail": detail, "step": step, "at": utc_now(), **extra}
+def write_stop(folder: Path, run_id: str, reason: str, detail: str, step: int | None,
+               **extra: Any) -> dict[str, Any]:
+    record = {"run_id": run_id, "reason": reason, "detail": detail, "step": step,
+              "at": utc_now(), **extra}
     atomic_write_json(folder / STOP, record)
     return record
 
 
 def listed_checkpoints(folder: Path) -> dict[str, dict[str, Any]]:
     """checkpoints.jsonl's records by name (the last of a name wins)."""
-    return {r["name"]: r for r in read_lines(folder / CHECKPOINT_LOG) if isinstance(r.get("name"), str)}
+    return {r["name"]: r for r in read_lines(folder / CHECKPOINT_LOG)
+            if isinstance(r.get("name"), str)}
 
 
 def reconcile(folder: Path, log: Appender) -> None:

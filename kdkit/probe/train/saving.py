@@ -25,7 +25,8 @@ def step_rate(reports: list[dict[str, Any]]) -> float | None:
         return None
     first, last = reports[0], reports[-1]
     seconds = last["mono"] - first["mono"]
-    return (last["step"] - first["step"]) / seconds if seconds > 0 and last["step"] > first["step"] else None
+    return (last["step"]
+            - first["step"]) / seconds if seconds > 0 and last["step"] > first["step"] else None
 
 
 def save_policy(cfg: TrainConfig, saves: list[dict[str, Any]], reports: list[dict[str, Any]],
@@ -45,10 +46,12 @@ def save_policy(cfg: TrainConfig, saves: list[dict[str, Any]], reports: list[dic
         steps = [s["step"] for s in saves if isinstance(s.get("step"), int)]
         gaps = [b - a for a, b in itertools.pairwise(steps)]
         if every is not None and gaps and statistics.median(gaps) > every:
-            warnings.append(f"the loop saves every {statistics.median(gaps):g} steps: too rarely for "
-                            f"max_lost_minutes {cfg.max_lost_minutes:g}; save every {every} steps")
+            warnings.append(f"the loop saves every {statistics.median(gaps):g} steps: too rarely "
+                            f"for max_lost_minutes {cfg.max_lost_minutes:g}; save every {every} "
+                            "steps")
     if share is not None and share > cfg.max_save_share:
-        warnings.append(f"saving took {share:.1%} of the time, above max_save_share {cfg.max_save_share:g}")
+        warnings.append(
+            f"saving took {share:.1%} of the time, above max_save_share {cfg.max_save_share:g}")
     return {"saves": len(costs), "seconds_median": median, "share": share, "steps_per_second": rate,
             "recommended_every_steps": every, "warning": "; ".join(warnings) or None}
 
@@ -64,4 +67,5 @@ def transfer(folder: Path, dest: str) -> dict[str, Any]:
     except KdkitError as exc:
         return {"checkpoint": folder.name, "dest": dest, "seconds": None, "error": str(exc)[:300]}
     seconds = round(time.monotonic() - started, 3)
-    return {"checkpoint": folder.name, "dest": dest, "copy": str(where), "seconds": seconds, "error": None}
+    return {"checkpoint": folder.name, "dest": dest, "copy": str(where),
+            "seconds": seconds, "error": None}

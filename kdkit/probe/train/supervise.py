@@ -116,7 +116,8 @@ def _write(fd: int, text: str) -> None:
 class Supervisor:
     """One session of the loop: ``run()`` returns its Outcome."""
 
-    def __init__(self, cfg: TrainConfig, folder: Path, argv: list[str], env: dict[str, str], cwd: Path,
+    def __init__(self, cfg: TrainConfig, folder: Path, argv: list[str], env: dict[str, str],
+                 cwd: Path,
                  started: float, keep_fds: tuple[int, ...] = ()) -> None:
         self.cfg, self.folder, self.argv, self.env, self.cwd = cfg, folder, argv, env, cwd
         # the run folder's lock: held by the loop too, until the last of them ends
@@ -142,9 +143,11 @@ class Supervisor:
         out_read, out_write = os.pipe()
         env = {**self.env, trainapi.FD_ENV: str(write_end)}
         before = oom_kills()
-        saved = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        saved = {s: signal.signal(s, self._on_signal)
+                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            process = subprocess.Popen(self.argv, cwd=self.cwd, env=env, pass_fds=(write_end, *self.keep_fds),
+            process = subprocess.Popen(self.argv, cwd=self.cwd, env=env,
+                                       pass_fds=(write_end, *self.keep_fds),
                                        stdin=subprocess.DEVNULL, stdout=out_write, stderr=out_write,
                                        start_new_session=True, preexec_fn=dies_with_kdkit())
             os.close(write_end)
@@ -163,7 +166,8 @@ class Supervisor:
 
     def _follow(self, process: subprocess.Popen[bytes], channel: int) -> None:
         metrics, saves = Appender(self.folder / METRICS), Appender(self.folder / CHECKPOINT_LOG)
-        self.heartbeat = Heartbeat(self.folder, self.folder.name, None, None, self.cfg.stop.max_seconds,
+        self.heartbeat = Heartbeat(self.folder, self.folder.name, None, None,
+                                   self.cfg.stop.max_seconds,
                                    kind=TRAIN)  # kdkit status reads it; closing removes it
         self.heartbeat.beat(0, 0, force=True)
         pending, deadline = b"", None
@@ -201,7 +205,8 @@ class Supervisor:
         if self.stop is not None:
             return
         if rules.max_seconds is not None and now - self.session_start > rules.max_seconds:
-            self.stop = ("max_seconds", f"the session ran past max_seconds ({rules.max_seconds:g} s)")
+            self.stop = (
+                ("max_seconds", f"the session ran past max_seconds ({rules.max_seconds:g} s)"))
         gap = rules.max_checkpoint_gap_minutes
         if gap is not None and now - self.last_save > gap * 60:
             self.stop = ("no_checkpoint", f"no usable checkpoint for more than {gap:g} minutes")
@@ -223,7 +228,8 @@ class Supervisor:
         if not isinstance(step, int):
             return
         at = report.pop("at", None)
-        record = {"step": step, "t": round(at - self.started, 3) if isinstance(at, float) else None, **report}
+        record = {"step": step,
+                  "t": round(at - self.started, 3) if isinstance(at, float) else None, **report}
         metrics.append(record)
         self.step = step
         self.outcome.step = step
@@ -239,12 +245,14 @@ class Supervisor:
 
     def _checkpoint(self, record: dict[str, Any], saves: Appender) -> None:
         if isinstance(record.get("at"), float):
-            record["at"] = datetime.fromtimestamp(record["at"], timezone.utc).isoformat(timespec="seconds")
+            record["at"] = datetime.fromtimestamp(
+                record["at"], timezone.utc).isoformat(timespec="seconds")
         saves.append(record)
         self.last_save = time.monotonic()
         self.outcome.saves.append(record)
         if self.stop is None:
-            self.stop = incomplete(self.folder / CHECKPOINTS, [r.get("name") for r in self.outcome.saves])
+            self.stop = incomplete(self.folder / CHECKPOINTS,
+                                   [r.get("name") for r in self.outcome.saves])
 
     def _judge_exit(self, returncode: int, before: int | None) -> None:
         outcome = self.outcome
@@ -262,7 +270,9 @@ class Supervisor:
             outcome.detail = ("the loop was killed by the OOM killer (cgroup oom_kill rose)" if oom
                               else "the loop was killed by SIGKILL (not sent by kdkit)")
         elif returncode < 0:
-            outcome.reason, outcome.detail = "killed", f"the loop was ended by {signal.Signals(-returncode).name}"
+            outcome.reason, outcome.detail = ("killed",
+                                              "the loop was ended by "
+                                              f"{signal.Signals(-returncode).name}")
         else:
             outcome.reason, outcome.detail = "exit", f"the loop exited with code {returncode}"
 
@@ -273,13 +283,15 @@ def judge(cfg: TrainConfig, record: dict[str, Any]) -> tuple[str, str] | None:
     if isinstance(loss, (int, float)) and not isinstance(loss, bool):
         if rules.nonfinite_loss and not math.isfinite(loss):
             return "nan_loss", f"the loss is {loss} at step {step}"
-        if rules.loss_above is not None and step >= rules.loss_above[1] and loss > rules.loss_above[0]:
-            return "loss_bound", (f"the loss {loss:.6g} at step {step} is above {rules.loss_above[0]:g} "
-                                  f"(after {rules.loss_above[1]} steps)")
+        if rules.loss_above is not None and step >= rules.loss_above[1] \
+                and loss > rules.loss_above[0]:
+            return "loss_bound", (f"the loss {loss:.6g} at step {step} is above "
+                                  f"{rules.loss_above[0]:g} (after {rules.loss_above[1]} steps)")
     if rules.eval_below is not None:
         metric, threshold = rules.eval_below
         value = record.get(metric)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= threshold:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not value >= threshold:
             return "eval_below", f"{metric} {value:.6g} at step {step} is below {threshold:g}"
     return None
 
@@ -291,7 +303,8 @@ def incomplete(parent: Path, names: list[Any]) -> tuple[str, str] | None:
         if isinstance(name, str) and checkpoints.NAME.match(name):
             missing = checkpoints.missing_files(parent / name)
             if missing:
-                return "checkpoint_incomplete", f"checkpoint {name} is missing {missing[0]}, which it listed"
+                return ("checkpoint_incomplete",
+                        f"checkpoint {name} is missing {missing[0]}, which it listed")
     return None
 
 

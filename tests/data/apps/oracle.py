@@ -11,7 +11,8 @@ MANIFEST = Path(__file__).resolve().parent.parent / "data" / "pilot" / "manifest
 
 
 def labels():
-    return {d["id"]: d["label"] for d in json.loads(MANIFEST.read_text(encoding="utf-8"))["documents"]}
+    return {d["id"]: d["label"]
+            for d in json.loads(MANIFEST.read_text(encoding="utf-8"))["documents"]}
 
 
 def spy(items):

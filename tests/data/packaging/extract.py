@@ -22,18 +22,24 @@ from typing import Any
 
 WANT = {
     "tests/test_version.py": [
-        "TestVersion.test_valid_versions", "TestVersion.test_invalid_versions", "TestVersion.test_normalized_versions",
-        "TestVersion.test_version_public", "TestVersion.test_version_base_version", "TestVersion.test_version_epoch",
-        "TestVersion.test_version_release", "TestVersion.test_version_local", "TestVersion.test_version_pre",
+        "TestVersion.test_valid_versions", "TestVersion.test_invalid_versions",
+        "TestVersion.test_normalized_versions",
+        "TestVersion.test_version_public", "TestVersion.test_version_base_version",
+        "TestVersion.test_version_epoch",
+        "TestVersion.test_version_release", "TestVersion.test_version_local",
+        "TestVersion.test_version_pre",
         "TestVersion.test_version_dev", "TestVersion.test_version_post"],
     "tests/test_specifiers.py": [
-        "TestSpecifier.test_specifiers_valid", "TestSpecifier.test_specifiers_invalid", "TestSpecifier.test_specifiers",
+        "TestSpecifier.test_specifiers_valid", "TestSpecifier.test_specifiers_invalid",
+        "TestSpecifier.test_specifiers",
         "TestSpecifier.test_invalid_version", "TestSpecifier.test_arbitrary_equality",
-        "TestSpecifier.test_arbitrary_equality_normalization", "TestSpecifierSet.test_contains_exclusionary_bridges",
+        "TestSpecifier.test_arbitrary_equality_normalization",
+        "TestSpecifierSet.test_contains_exclusionary_bridges",
         "TestSpecifierSet.test_contains_post_release_boundary_intersection",
         "TestSpecifierSet.test_comparison_ignores_local", "test_boundary_closure_short_release"],
     "tests/test_markers.py": [
-        "TestMarker.test_parses_valid", "TestMarker.test_parses_invalid", "TestMarker.test_evaluates",
+        "TestMarker.test_parses_valid", "TestMarker.test_parses_invalid",
+        "TestMarker.test_evaluates",
         "TestMarker.test_parses_pep345_valid", "TestMarker.test_evaluate_pep345_markers",
         "TestMarker.test_parses_setuptools_legacy_valid", "TestMarker.test_version_like_equality"],
 }
@@ -60,24 +66,29 @@ def vectors(test: Any) -> dict[str, Any]:
             values.append(plain(value))
         except TypeError:
             skipped += 1
-    argnames = list(names) if isinstance(names, (list, tuple)) else [a.strip() for a in names.split(",")]
+    argnames = list(names) if isinstance(names,
+                                         (list, tuple)) else [a.strip() for a in names.split(",")]
     return {"argnames": argnames, "values": values, "skipped": skipped}
 
 
 def main(checkout: Path, commit: str) -> None:
     sys.path.insert(0, str(checkout))
-    commit = commit or subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True,
+    commit = commit or subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"],
+                                      capture_output=True,
                                       text=True, check=True).stdout.strip()
     for path, names in WANT.items():
         module = importlib.import_module(path[:-3].replace("/", "."))
         data: dict[str, Any] = {
-            "source": f"https://github.com/pypa/packaging/blob/{commit}/{path}", "repository": "pypa/packaging",
+            "source": f"https://github.com/pypa/packaging/blob/{commit}/{path}",
+            "repository": "pypa/packaging",
             "path": path, "commit": commit,
             "note": "pytest.mark.parametrize argument values of the named tests, copied as data by "
-                    "tests/data/packaging/extract.py; values that are not JSON are left out (counted in skipped)",
+                    "tests/data/packaging/extract.py; values that are not JSON are left out "
+                    "(counted in skipped)",
             "vectors": {}}
         if path.endswith("test_version.py"):
-            data["vectors"]["VERSIONS (ascending order)"] = {"argnames": ["version"], "values": list(module.VERSIONS),
+            data["vectors"]["VERSIONS (ascending order)"] = {"argnames": ["version"],
+                                                             "values": list(module.VERSIONS),
                                                              "skipped": 0}
         for name in names:
             test: Any = module

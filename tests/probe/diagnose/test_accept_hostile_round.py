@@ -35,9 +35,12 @@ def refused(override: Any) -> str:
 
 
 def diagnose(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kdkit", "diagnose", "--accept", "--expect", "cpu", "--seconds", "60",
-                           "--out", str(tmp_path / "ev"), *args], capture_output=True, text=True, timeout=300,
-                          check=False, env={**os.environ, "PATH": "/usr/local/bin:/usr/bin:/bin"}, cwd=tmp_path)
+    return subprocess.run([sys.executable, "-m", "kdkit", "diagnose", "--accept", "--expect", "cpu",
+                           "--seconds", "60",
+                           "--out", str(tmp_path / "ev"), *args], capture_output=True, text=True,
+                          timeout=300,
+                          check=False,
+                          env={**os.environ, "PATH": "/usr/local/bin:/usr/bin:/bin"}, cwd=tmp_path)
 
 
 # ---------------------------------------------------------------- 2: a credential in any string of an override
@@ -46,12 +49,15 @@ def diagnose(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("override", "place"), [
     ({"reference": {"H100 SXM": {"copy_gb_s": 2000.0, "bandwidth_source": f"our run {TOKEN}"}}},
      "$.acceptance.reference.H100 SXM.bandwidth_source"),
-    ({"reference": {"H100 SXM": {"unit": f"TFLOP/s {TOKEN}"}}}, "$.acceptance.reference.H100 SXM.unit"),
+    ({"reference": {"H100 SXM": {"unit": f"TFLOP/s {TOKEN}"}}},
+     "$.acceptance.reference.H100 SXM.unit"),
     ({"load": {"load.gemm.reference": {"about": "x https://me:hunter2secret@example.com/ y"}}},
      "$.acceptance.load.load.gemm.reference.about"),
-    ({"load": {"load.throttle": {"value": ["hw_slowdown", TOKEN]}}}, "$.acceptance.load.load.throttle.value[1]"),
+    ({"load": {"load.throttle": {"value": ["hw_slowdown", TOKEN]}}},
+     "$.acceptance.load.load.throttle.value[1]"),
 ])
-def test_a_credential_in_any_string_of_an_override_is_refused_unechoed(override: Any, place: str) -> None:
+def test_a_credential_in_any_string_of_an_override_is_refused_unechoed(
+    override: Any, place: str) -> None:
     said = refused(override)
     assert said.startswith(f"{WHERE.split(':')[0]}: {place}: carries "), said
     assert TOKEN not in said and "hunter2secret" not in said
@@ -60,11 +66,13 @@ def test_a_credential_in_any_string_of_an_override_is_refused_unechoed(override:
 def test_diagnose_refuses_a_credential_in_bandwidth_source_before_any_load(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     project.mkdir()
-    override = {"reference": {"H100 SXM": {"copy_gb_s": 2000.0, "bandwidth_source": f"run by {TOKEN}"}}}
+    override = {
+        "reference": {"H100 SXM": {"copy_gb_s": 2000.0, "bandwidth_source": f"run by {TOKEN}"}}}
     (project / "kdkit.json").write_text(json.dumps({"acceptance": override}), encoding="utf-8")
     done = diagnose(tmp_path, "--project", str(project))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.startswith(f"Error: {project / 'kdkit.json'}: $.acceptance.reference.H100 SXM.bandwidth_source")
+    assert done.stderr.startswith(
+        f"Error: {project / 'kdkit.json'}: $.acceptance.reference.H100 SXM.bandwidth_source")
     assert len(done.stderr.strip().splitlines()) == 1 and TOKEN not in done.stderr + done.stdout
     assert not (tmp_path / "ev").exists()
 
@@ -77,8 +85,8 @@ def test_expect_cpu_with_an_order_for_gpus_is_bad_input_before_any_load(tmp_path
     order.write_text(json.dumps({"offer": {"name": "H100 SXM"}, "cards": 8}), encoding="utf-8")
     done = diagnose(tmp_path, "--order", str(order))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.strip() == (f"Error: --expect cpu judges a CPU machine; {order} orders 8 x H100 SXM: drop "
-                                   "--expect cpu or the order")
+    assert done.stderr.strip() == (f"Error: --expect cpu judges a CPU machine; {order} orders 8 x "
+                                   "H100 SXM: drop --expect cpu or the order")
     assert not (tmp_path / "ev").exists()
 
 
@@ -88,7 +96,8 @@ def test_expect_cpu_with_an_order_for_gpus_is_bad_input_before_any_load(tmp_path
 @pytest.mark.parametrize("name", [MIG, "NVIDIA H100 80GB HBM3 MIG 1g.10gb"])
 def test_a_mig_slice_is_reported_against_no_reference_and_the_run_stays_complete(name: str) -> None:
     gemm = loadref.gemm_point(0, "cuda:0", name, "bfloat16", 30.0, REFERENCE, LOAD)
-    stream = loadref.bandwidth_point(0, "cuda:0", name, {"copy": 200.0, "triad": 210.0}, REFERENCE, LOAD)
+    stream = loadref.bandwidth_point(0, "cuda:0", name,
+                                     {"copy": 200.0, "triad": 210.0}, REFERENCE, LOAD)
     for point in (gemm, stream):
         assert (point.verdict, point.threshold, point.provider) == ("unknown", None, None), point
         assert "no reference (a MIG slice: a fraction of the card)" in point.why
@@ -112,7 +121,8 @@ def test_validate_refuses_a_huge_integer_in_an_override(project: Path) -> None:
     config = json.loads((project / "kdkit.json").read_text(encoding="utf-8"))
     config["acceptance"] = {"load": {"load.copy": {"value": 7 ** 1000}}}
     (project / "kdkit.json").write_text(json.dumps(config), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "kdkit", "validate", str(project)],
+                          capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 2, done.stdout + done.stderr
     said = done.stdout + done.stderr
@@ -139,10 +149,13 @@ def test_no_gemm_interval_on_a_card_with_a_reference_is_incomplete_without_one_i
     for name, kind in (("NVIDIA Quantum Q9", "bfloat16"), (H100, "float16")):
         point = loadref.gemm_point(0, "cuda:0", name, kind, None, REFERENCE, LOAD)
         assert point.verdict == "unknown" and accept._unmeasured([point]) is None
-    oom = failure_point("load.memory.bandwidth", None, "cpu: the STREAM kernels", RuntimeError("out of memory"))
+    oom = failure_point("load.memory.bandwidth", None, "cpu: the STREAM kernels",
+                        RuntimeError("out of memory"))
     assert accept._unmeasured([loadref._unmeasured(oom, "cpu", "cpu", REFERENCE, LOAD)]) is None
-    l40s = failure_point("load.memory.bandwidth", 0, "cuda:0: the STREAM kernels", RuntimeError("out of memory"))
-    assert accept._unmeasured([loadref._unmeasured(l40s, "cuda:0", "NVIDIA L40S", REFERENCE, LOAD)]) is None
+    l40s = failure_point("load.memory.bandwidth", 0, "cuda:0: the STREAM kernels",
+                         RuntimeError("out of memory"))
+    assert accept._unmeasured(
+        [loadref._unmeasured(l40s, "cuda:0", "NVIDIA L40S", REFERENCE, LOAD)]) is None
 
 
 # ---------------------------------------------------------------- 9: the driver's text in acceptance.md
@@ -150,11 +163,15 @@ def test_no_gemm_interval_on_a_card_with_a_reference_is_incomplete_without_one_i
 
 def test_acceptance_md_escapes_what_the_driver_names() -> None:
     hostile = "NVIDIA H100\x1b]0;pwned\x07\x1b[2J | # x"
-    driver = {"gpus": [{"index": 0, "name": hostile, "serial": "\x1b[31m1", "uuid": "GPU-1", "bus_id": "0:1",
-                        "memory_mib": 81559}], "driver_version": "550\x1b[2J", "cuda_version": "12.4"}
-    point = Finding("load", "load.gemm.reference", 0, 1.0, "TFLOP/s", None, "degraded", f"{hostile}: slow",
+    driver = {"gpus": [{"index": 0, "name": hostile, "serial": "\x1b[31m1", "uuid": "GPU-1",
+                        "bus_id": "0:1",
+                        "memory_mib": 81559}],
+              "driver_version": "550\x1b[2J", "cuda_version": "12.4"}
+    point = Finding("load", "load.gemm.reference", 0, 1.0, "TFLOP/s", None, "degraded",
+                    f"{hostile}: slow",
                   provider=f"GPU 0 {hostile} is slow")
-    report = evidence.report_of([point], {"steps": [{"status": "ok", "name": "driver", "detail": hostile}]},
+    report = evidence.report_of([point],
+                                {"steps": [{"status": "ok", "name": "driver", "detail": hostile}]},
                                 started="2026-12-04T00:00:00+00:00", seconds=1.0, incomplete=None,
                                 argv=["diagnose", "--accept"], extra={"driver": driver})
     text = evidence.render_markdown(report)
@@ -165,11 +182,13 @@ def test_acceptance_md_escapes_what_the_driver_names() -> None:
 # ---------------------------------------------------------------- 10: bounds and numbers that are no number
 
 
-@pytest.mark.parametrize(("key", "value"), [("value", -5), ("value", 0), ("value", 1e300), ("window", -5),
-                                            ("window", 0), ("window", 1e300), ("window", 0.6)])
+@pytest.mark.parametrize(("key", "value"),
+                         [("value", -5), ("value", 0), ("value", 1e300), ("window", -5),
+                          ("window", 0), ("window", 1e300), ("window", 0.6)])
 def test_the_drift_rule_is_bounded(key: str, value: float) -> None:
     said = refused({"load": {"load.gemm.sustained": {key: value}}})
-    assert said.startswith(f"{WHERE}.load.load.gemm.sustained.{key}: expected a number above 0 and at most "), said
+    assert said.startswith(
+        f"{WHERE}.load.load.gemm.sustained.{key}: expected a number above 0 and at most "), said
 
 
 def test_a_reference_so_small_the_share_is_infinite_is_refused_and_division_is_guarded() -> None:
@@ -180,10 +199,12 @@ def test_a_reference_so_small_the_share_is_infinite_is_refused_and_division_is_g
     assert loadref.share_verdict(100.0, 0.0, 0.75)[0] == "degraded"
     assert loadref.share_verdict(1e308, 1e-308, 0.75)[0] == "degraded"
     assert loadref.share_verdict(math.nan, 100.0, 0.75)[0] == "degraded"
-    check_overrides({"load": {"load.gemm.sustained": {"value": 0.9, "window": 0.2}}}, WHERE)  # in bounds
+    # in bounds
+    check_overrides({"load": {"load.gemm.sustained": {"value": 0.9, "window": 0.2}}}, WHERE)
 
 
-@pytest.mark.parametrize("reading", [{"copy": math.nan, "triad": 2900.0}, {"copy": 2800.0, "triad": math.nan}])
+@pytest.mark.parametrize("reading",
+                         [{"copy": math.nan, "triad": 2900.0}, {"copy": 2800.0, "triad": math.nan}])
 def test_a_nan_copy_or_triad_reading_is_not_ok(reading: dict[str, float]) -> None:
     point = loadref.bandwidth_point(0, "cuda:0", H100, reading, REFERENCE, LOAD)
     assert point.verdict == "degraded", point
@@ -194,14 +215,15 @@ def test_a_nan_copy_or_triad_reading_is_not_ok(reading: dict[str, float]) -> Non
 
 def test_an_override_of_a_catalog_card_without_a_shipped_reference_says_so() -> None:
     said = refused({"reference": {"A40": {"value": 100.0}}})
-    assert said == (f"{WHERE}.reference: kdkit ships no reference for A40; a project can change a shipped "
-                    "reference, not add one")
+    assert said == (f"{WHERE}.reference: kdkit ships no reference for A40; a project can change a "
+                    "shipped reference, not add one")
 
 
 def test_the_provider_is_told_the_projects_reference_not_a_healthy_cards() -> None:
     own = thresholds({"reference": {"H100 SXM": {"value": 900.0, "copy_gb_s": 3200.0}}})
     gemm = loadref.gemm_point(0, "cuda:0", H100, "bfloat16", 400.0, own["reference"], LOAD)
-    stream = loadref.bandwidth_point(0, "cuda:0", H100, {"copy": 1000.0, "triad": 2900.0}, own["reference"], LOAD)
+    stream = loadref.bandwidth_point(0, "cuda:0", H100, {"copy": 1000.0, "triad": 2900.0},
+                                     own["reference"], LOAD)
     for point in (gemm, stream):
         assert point.verdict == "degraded" and "the project's reference for H100 SXM" in point.provider
         assert "healthy" not in point.provider
@@ -215,7 +237,8 @@ def test_a_cpu_that_slows_down_is_not_called_gpu_none() -> None:
 
 
 def test_a_gemm_loop_that_could_not_allocate_is_incomplete() -> None:
-    oom = failure_point("load.gemm", None, "the GEMM loop", RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
+    oom = failure_point("load.gemm", None, "the GEMM loop",
+                        RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
     assert oom.verdict == "unknown"
     why = accept._unmeasured([oom])
     assert why and "load.gemm: the GEMM loop could not allocate" in why

@@ -52,30 +52,36 @@ def short_run() -> tuple[list[Finding], float, int]:
     return points, time.perf_counter() - started, len(calls)
 
 
-def test_a_short_run_gives_throughput_intervals_as_evidence(short_run: tuple[list[Finding], float, int]) -> None:
+def test_a_short_run_gives_throughput_intervals_as_evidence(
+    short_run: tuple[list[Finding], float, int]) -> None:
     points = by_name(short_run[0])
     intervals = points["load.gemm.intervals"].reading
     assert len(intervals) >= 5 and points["load.gemm.intervals"].verdict == "info"
     assert all(i["tflops"] > 0 and i["seconds"] > 0 for i in intervals)
     assert [i["t"] for i in intervals] == sorted(i["t"] for i in intervals)
     assert points["load.gemm.tflops"].reading > 0
-    assert points["load.gemm.tflops"].verdict == "unknown"  # no nominal figure for a CPU: read, never judged
-    assert points["load.gemm.sustained"].verdict in ("ok", "degraded")  # a shared CPU's rate wanders
+    # no nominal figure for a CPU: read, never judged
+    assert points["load.gemm.tflops"].verdict == "unknown"
+    # a shared CPU's rate wanders
+    assert points["load.gemm.sustained"].verdict in ("ok", "degraded")
 
 
-def test_the_repeated_gemm_is_identical_bit_for_bit(short_run: tuple[list[Finding], float, int]) -> None:
+def test_the_repeated_gemm_is_identical_bit_for_bit(
+    short_run: tuple[list[Finding], float, int]) -> None:
     point = by_name(short_run[0])["load.gemm.bitwise"]
     assert point.verdict == "ok"
     assert point.reading["mismatches"] == 0 and point.reading["compares"] >= 5
     assert "gpu-burn" in (point.source or "")
 
 
-def test_a_small_buffer_is_filled_and_read_back(short_run: tuple[list[Finding], float, int]) -> None:
+def test_a_small_buffer_is_filled_and_read_back(
+    short_run: tuple[list[Finding], float, int]) -> None:
     point = by_name(short_run[0])["load.memory.fill"]
     assert (point.verdict, point.reading) == ("ok", {"bytes": 16 << 20, "mismatches": 0})
 
 
-def test_every_point_is_of_the_load_section_with_a_known_verdict(short_run: tuple[list[Finding], float, int]) -> None:
+def test_every_point_is_of_the_load_section_with_a_known_verdict(
+    short_run: tuple[list[Finding], float, int]) -> None:
     points = short_run[0]
     assert {point.section for point in points} == {"load"}
     assert all(point.verdict in VERDICTS for point in points)
@@ -85,7 +91,8 @@ def test_every_point_is_of_the_load_section_with_a_known_verdict(short_run: tupl
 def test_the_run_stays_within_its_time_and_samples_about_once_a_second(
         short_run: tuple[list[Finding], float, int]) -> None:
     _points, seconds, calls = short_run
-    assert seconds < 2.0 + 60  # a loop that ends (its speed is bench/'s, and a loaded machine's import is slow)
+    # a loop that ends (its speed is bench/'s, and a loaded machine's import is slow)
+    assert seconds < 2.0 + 60
     assert 2 <= calls <= 5  # at the start, once a second, at the end
 
 
@@ -94,13 +101,15 @@ def test_a_one_second_loop_ends_on_time() -> None:
     lanes = burn(torch, ["cpu"], 1.0, SensorLog(None))
     elapsed = time.perf_counter() - started
     # bounded, not timed (speed is bench/'s): the first call also imports part of torch (about 1 s here)
-    assert lanes[0].intervals and elapsed < 1.0 + 60  # ends: not a timing (a loaded machine is slow)
+    # ends: not a timing (a loaded machine is slow)
+    assert lanes[0].intervals and elapsed < 1.0 + 60
     started = time.perf_counter()
     burn(torch, ["cpu"], 1.0, SensorLog(None))
     assert time.perf_counter() - started < 1.0 + 60
 
 
-def test_a_slow_gemm_is_made_smaller_and_still_ends_on_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_gemm_is_made_smaller_and_still_ends_on_time(
+    monkeypatch: pytest.MonkeyPatch) -> None:
     # 17 GFLOP a launch: about 0.1 s on the 2-core machines this runs on, four times half of a 50 ms interval,
     # so the size is halved however quiet the machine (1024 was too little: on a quiet one it was not halved);
     # the sizing counts against the run's own second, so a larger start would leave no time for intervals
@@ -121,11 +130,13 @@ def test_a_sampler_that_fails_or_says_nothing_is_tolerated(answer: str) -> None:
         return {} if answer == "empty" else None
 
     log = SensorLog(sampler, period=0)
-    points = load_points(cpu_context(), seconds=2.0, sampler=sampler)  # 0.5 s left no interval on a loaded machine
+    # 0.5 s left no interval on a loaded machine
+    points = load_points(cpu_context(), seconds=2.0, sampler=sampler)
     assert by_name(points)["load.gemm.bitwise"].verdict == "ok"
     log.poll("gemm")
     assert log.samples == {} and log.failures == (0 if answer == "empty" else 1)
-    assert by_name(sensor_points(0, log.samples.get(0, []), RULES))["load.sensors"].verdict == "unknown"
+    assert by_name(
+        sensor_points(0, log.samples.get(0, []), RULES))["load.sensors"].verdict == "unknown"
 
 
 # ---------------------------------------------------------------- the corruption detector can fail
@@ -162,8 +173,10 @@ def test_the_repeat_check_compares_bits_so_identical_nans_agree() -> None:
 
 def recorded(thermal: bool, width: int) -> dict[int, dict[str, Any]]:
     """One nvidia-smi sample of an H100 as the health section's sampler returns it."""
-    return {0: {"index": 0, "vendor": "nvidia", "sm_clock": 1410, "sm_clock_max": 1980, "temperature": 88,
-                "power_draw": 698.2, "power_limit": 700.0, "pcie_gen": 5, "pcie_width": width, "pcie_gen_max": 5,
+    return {0: {"index": 0, "vendor": "nvidia", "sm_clock": 1410, "sm_clock_max": 1980,
+                "temperature": 88,
+                "power_draw": 698.2, "power_limit": 700.0, "pcie_gen": 5, "pcie_width": width,
+                "pcie_gen_max": 5,
                 "pcie_width_max": 16, "throttle.gpu_idle": False, "throttle.sw_power_cap": True,
                 "throttle.hw_slowdown": False, "throttle.hw_thermal_slowdown": thermal,
                 "throttle.sw_thermal_slowdown": None, "raw": {"sm_clock": "1410"}, "unread": {}}}
@@ -178,18 +191,21 @@ def samples(*answers: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_thermal_throttling_and_a_link_at_x8_under_load_are_degraded() -> None:
-    points = by_name(sensor_points(0, samples(recorded(False, 8), recorded(True, 8), recorded(True, 8)), RULES))
+    points = by_name(
+        sensor_points(0, samples(recorded(False, 8), recorded(True, 8), recorded(True, 8)), RULES))
     throttle = points["load.throttle"]
     assert throttle.verdict == "degraded"
     assert throttle.reading == {"sw_power_cap": 3, "hw_thermal_slowdown": 2}
-    assert "hw_thermal_slowdown" in (throttle.provider or "") and "nvml" in (throttle.source or "").lower()
+    assert "hw_thermal_slowdown" in (throttle.provider
+                                     or "") and "nvml" in (throttle.source or "").lower()
     link = points["load.pcie.link"]
     assert (link.verdict, link.reading) == ("degraded", {"gen": 5, "width": 8})
     assert link.threshold == "Gen5 x16 (the link's maximum)"
     assert "x8" in (link.provider or "")
     assert (points["load.temperature"].reading, points["load.temperature"].verdict) == (88, "info")
     assert points["load.power"].reading == {"max": 698.2, "limit": 700.0}
-    assert len(points["load.samples"].reading) == 3 and "raw" not in points["load.samples"].reading[0]
+    assert len(
+        points["load.samples"].reading) == 3 and "raw" not in points["load.samples"].reading[0]
 
 
 def test_a_card_at_its_power_cap_on_a_full_link_is_ok() -> None:
@@ -208,17 +224,20 @@ def test_a_driver_that_gives_no_link_or_reasons_is_unknown() -> None:
 
 
 def test_host_copies_are_judged_against_the_link_they_run_on() -> None:
-    assert copy_point(0, "cuda:0", "h2d", 26.0, (4, 16), RULES).verdict == "ok"  # 83 % of Gen4 x16's 31.5
+    # 83 % of Gen4 x16's 31.5
+    assert copy_point(0, "cuda:0", "h2d", 26.0, (4, 16), RULES).verdict == "ok"
     slow = copy_point(0, "cuda:0", "d2h", 12.0, (4, 16), RULES)
     assert slow.verdict == "degraded" and "31.5 GB/s" in (slow.threshold or "")
     assert copy_point(0, "cuda:0", "h2d", 12.0, None, RULES).verdict == "unknown"
-    assert copy_point(0, "cuda:0", "h2d", 3.0, (2, 16), RULES).verdict == "unknown"  # no Gen2 figure: not judged
+    # no Gen2 figure: not judged
+    assert copy_point(0, "cuda:0", "h2d", 3.0, (2, 16), RULES).verdict == "unknown"
 
 
 def a_lane(dtype: Any, rates: list[float]) -> Lane:
     lane = Lane(torch, "cpu", 64)
     lane.device, lane.dtype = "cuda:0", dtype
-    lane.intervals = [{"t": float(i), "seconds": 1.0, "tflops": rate} for i, rate in enumerate(rates)]
+    lane.intervals = [{"t": float(i), "seconds": 1.0, "tflops": rate} for i,
+                      rate in enumerate(rates)]
     return lane
 
 
@@ -227,7 +246,8 @@ def test_gemm_throughput_is_judged_only_against_a_known_nominal() -> None:
     assert tflops_point(0, a_lane(torch.bfloat16, [700.0] * 4), h100, RULES).verdict == "ok"
     slow = tflops_point(0, a_lane(torch.bfloat16, [300.0] * 4), h100, RULES)
     assert slow.verdict == "degraded" and slow.reading == pytest.approx(300.0)
-    assert tflops_point(0, a_lane(torch.float16, [50.0] * 4), "Tesla T4", RULES).verdict == "ok"  # fp16 65
+    # fp16 65
+    assert tflops_point(0, a_lane(torch.float16, [50.0] * 4), "Tesla T4", RULES).verdict == "ok"
     unknown = tflops_point(0, a_lane(torch.bfloat16, [300.0] * 4), "NVIDIA GeForce RTX 4080", RULES)
     assert (unknown.verdict, unknown.threshold) == ("unknown", None)
 
@@ -262,13 +282,15 @@ def test_all_reduce_with_gloo_across_two_processes_gives_a_busbw_reading() -> No
     [point] = allreduce_points(2, "gloo", RULES)
     assert point.verdict == "info", point.why
     assert point.reading["ranks"] == 2 and point.reading["bytes"] == 1 << 20
-    assert point.reading["busbw"] > 0 and point.reading["busbw"] == pytest.approx(point.reading["algbw"], rel=1e-2)
+    assert point.reading["busbw"] > 0 and point.reading["busbw"] == pytest.approx(
+        point.reading["algbw"], rel=1e-2)
     assert "sum checked" in point.why and "nccl-tests" in (point.source or "")
     assert time.perf_counter() - started < 60
 
 
 def test_all_reduce_workers_that_fail_or_hang_give_an_unknown_point_in_time() -> None:
-    [failed] = allreduce_points(2, "nccl", RULES)  # a CPU build of torch has no NCCL: the workers exit 1
+    # a CPU build of torch has no NCCL: the workers exit 1
+    [failed] = allreduce_points(2, "nccl", RULES)
     assert failed.verdict == "unknown" and "rank" in failed.why
     started = time.perf_counter()
     [late] = allreduce_points(2, "gloo", RULES, timeout=0.5)  # killed before they import torch

@@ -13,7 +13,8 @@ OFFERS = load_catalog().offers
 
 @pytest.mark.parametrize("offer", OFFERS, ids=[o.name for o in OFFERS])
 def test_every_offer_is_recognised_by_its_own_name(offer: Offer) -> None:
-    figures = lookup(f"NVIDIA {offer.name}" if offer.vendor == "nvidia" else f"AMD Instinct {offer.name}")
+    figures = lookup(f"NVIDIA {offer.name}" if offer.vendor == "nvidia"
+                     else f"AMD Instinct {offer.name}")
     if offer.name == "RX 7900 XTX":
         figures = lookup("AMD Radeon RX 7900 XTX")
     assert figures is not None and figures.name == offer.name
@@ -31,9 +32,11 @@ def test_every_offer_is_recognised_by_its_own_name(offer: Offer) -> None:
 @pytest.mark.parametrize(("device", "name"), [
     ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
     ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"), ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", "H100 NVL"),
     ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", "H200 NVL"), ("NVIDIA GH200 480GB", "GH200"),
-    ("NVIDIA B200", "B200"), ("Tesla T4", "T4"), ("NVIDIA L4", "L4"), ("NVIDIA A10", "A10"), ("NVIDIA A10G", "A10G"),
+    ("NVIDIA B200", "B200"), ("Tesla T4", "T4"), ("NVIDIA L4", "L4"), ("NVIDIA A10", "A10"),
+    ("NVIDIA A10G", "A10G"),
     ("NVIDIA L40", "L40"), ("NVIDIA L40S", "L40S"), ("NVIDIA GeForce RTX 4090", "RTX 4090"),
     ("NVIDIA GeForce RTX 5090", "RTX 5090"), ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
     ("NVIDIA RTX A6000", "RTX A6000"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
@@ -47,8 +50,9 @@ def test_device_names_as_torch_reports_them(device: str, name: str) -> None:
     assert figures is not None and figures.name == name
 
 
-@pytest.mark.parametrize("device", ["NVIDIA GeForce RTX 3080 Ti", "NVIDIA A100", "NVIDIA GeForce RTX 4080",
-                                    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "cpu", ""])
+@pytest.mark.parametrize("device",
+                         ["NVIDIA GeForce RTX 3080 Ti", "NVIDIA A100", "NVIDIA GeForce RTX 4080",
+                          "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "cpu", ""])
 def test_other_cards_get_no_figures_rather_than_a_neighbours(device: str) -> None:
     assert lookup(device) is None
 
@@ -58,6 +62,7 @@ def test_each_pattern_claims_only_its_own_card() -> None:
     for offer in OFFERS:
         spellings = [offer.name, *offer.aliases]
         for spelling in spellings:
-            claimed = [n for pattern, figures in table() for n in [figures.name] if pattern.search(spelling)]
+            claimed = [n for pattern,
+                       figures in table() for n in [figures.name] if pattern.search(spelling)]
             assert claimed in ([], [offer.name]), (spelling, claimed)
     assert len(names) == len(set(names))

@@ -31,9 +31,11 @@ from tests.tinywheels import build_wheel, lock_line, make_venv, pip_install
 
 REPO = Path(__file__).resolve().parents[3]
 LOCKS = Path(__file__).resolve().parents[2] / "data" / "locks"
-REAL_LOCKS = [LOCKS / "warehouse-main.txt", LOCKS / "uv-universal.txt", REPO / "requirements" / "dev.txt",
+REAL_LOCKS = [LOCKS / "warehouse-main.txt", LOCKS / "uv-universal.txt",
+              REPO / "requirements" / "dev.txt",
               REPO / "requirements" / "runtime.txt"]
-HEAVY = ("re", "typing", "json", "argparse", "pathlib", "ast", "subprocess", "dataclasses", "enum", "click")
+HEAVY = ("re", "typing", "json", "argparse", "pathlib", "ast", "subprocess",
+         "dataclasses", "enum", "click")
 
 
 def pin_lines(path: Path) -> list[tuple[int, str]]:
@@ -55,7 +57,8 @@ def test_every_line_of_a_real_lock_reads_the_same_fast_and_in_full(path: Path) -
         if plain is not None:
             assert plain == full, line
             fast += 1
-    if "universal" not in path.name:  # pip-compile's output, no marker: every line takes the fast path
+    # pip-compile's output, no marker: every line takes the fast path
+    if "universal" not in path.name:
         assert fast == len(lines)
     else:  # uv's universal lock: the lines under a marker are the full reader's
         assert fast == sum(";" not in line for _n, line in lines) and fast < len(lines)
@@ -100,11 +103,16 @@ def test_the_fast_reader_answers_as_the_full_rules_or_not_at_all(line: str) -> N
         pytest.fail(f"the fast reader should take {line!r}")
 
 
-@pytest.mark.parametrize("text", ["1", "2.13.0", "2.13.0+cu130", "2.13.0+rocm7.2", "1.0a1", "1.0b2", "1.0rc10",
-                                  "1.0.post1", "1.0.dev0", "1.0rc1.post2.dev3", "2026.6", "0.0.0+a.b.c", "01.2",
-                                  "1.0b1rc2", "1.0.", ".1", "1..0", "1.0+", "1.0+a..b", "1.0.post", "1.0-1", "v1.0",
-                                  "1.0a", "1!1.0", "1.0RC1", "1.0_1", "1.0+a-b", "", "+cpu", "1.0.dev1.post1",
-                                  "1.0.post1a1"])
+@pytest.mark.parametrize("text",
+                         ["1", "2.13.0", "2.13.0+cu130", "2.13.0+rocm7.2", "1.0a1", "1.0b2",
+                          "1.0rc10",
+                          "1.0.post1", "1.0.dev0", "1.0rc1.post2.dev3", "2026.6", "0.0.0+a.b.c",
+                          "01.2",
+                          "1.0b1rc2", "1.0.", ".1", "1..0", "1.0+", "1.0+a..b", "1.0.post", "1.0-1",
+                          "v1.0",
+                          "1.0a", "1!1.0", "1.0RC1", "1.0_1", "1.0+a-b", "", "+cpu",
+                          "1.0.dev1.post1",
+                          "1.0.post1a1"])
 def test_the_plain_version_check_is_a_subset_of_pep_440(text: str) -> None:
     try:
         Version.parse(text)
@@ -120,8 +128,9 @@ def test_the_plain_version_check_takes_what_the_tools_write() -> None:
         assert _plain_version(text), text
 
 
-@pytest.mark.parametrize("name", ["six", "Six", "typing_extensions", "zope.interface", "A__b..C", "a-_-b",
-                                  "Foo.-_Bar", "x"])
+@pytest.mark.parametrize("name",
+                         ["six", "Six", "typing_extensions", "zope.interface", "A__b..C", "a-_-b",
+                          "Foo.-_Bar", "x"])
 def test_name_normalization_is_pep_503s(name: str) -> None:
     assert normalize_name(name) == re.sub(r"[-_.]+", "-", name).lower()
 
@@ -130,9 +139,12 @@ def test_name_normalization_is_pep_503s(name: str) -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    ["--lock", "a.txt"], ["--lock=a.txt"], ["--lock", "a.txt", "--python", "/p/python", "--strict", "--json"],
-    ["--json", "--lock", "a.txt", "--lock", "b.txt"], ["--lock=-odd"], ["--strict", "--strict", "--lock", "x"],
-    ["--lock"], ["--lock", "-x"], [], ["--python", "p"], ["--lock", "a", "extra"], ["--strict=yes", "--lock", "a"],
+    ["--lock", "a.txt"], ["--lock=a.txt"],
+    ["--lock", "a.txt", "--python", "/p/python", "--strict", "--json"],
+    ["--json", "--lock", "a.txt", "--lock", "b.txt"], ["--lock=-odd"],
+    ["--strict", "--strict", "--lock", "x"],
+    ["--lock"], ["--lock", "-x"], [], ["--python", "p"], ["--lock", "a", "extra"],
+    ["--strict=yes", "--lock", "a"],
     ["--lo", "a"], ["-h"], ["--help"], ["--lock", "a", "--"], ["--lock", "-"],
 ])
 def test_the_quick_reader_answers_as_argparse_or_leaves_it_to_argparse(argv: list[str]) -> None:
@@ -143,7 +155,8 @@ def test_the_quick_reader_answers_as_argparse_or_leaves_it_to_argparse(argv: lis
         expected = None
     if quick is not None:
         assert vars(quick) == expected
-    common = argv[:1] in (["--lock"], ["--json"], ["--lock=a.txt"]) and expected is not None and "-" not in argv
+    common = argv[:1] in (["--lock"],
+                          ["--json"], ["--lock=a.txt"]) and expected is not None and "-" not in argv
     assert quick is not None or not common, argv
 
 
@@ -153,8 +166,10 @@ def test_the_quick_reader_answers_as_argparse_or_leaves_it_to_argparse(argv: lis
 def test_torch_version_py_is_read_as_the_real_file_says() -> None:
     torch = pytest.importorskip("torch")
     location = str(Path(torch.__file__).parent.parent)
-    assert read_torch_build(location) == {"__version__": torch.__version__, "cuda": torch.version.cuda,
-                                           "hip": torch.version.hip, "rocm": getattr(torch.version, "rocm", None)}
+    assert read_torch_build(location) == {"__version__": torch.__version__,
+                                          "cuda": torch.version.cuda,
+                                           "hip": torch.version.hip,
+                                          "rocm": getattr(torch.version, "rocm", None)}
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -168,7 +183,8 @@ def test_torch_version_py_is_read_as_the_real_file_says() -> None:
     ("__version__ = '2.13.0'\nif True:\n    cuda = '12.8'\n",
      {"__version__": "2.13.0", "cuda": None, "hip": None, "rocm": None}),
 ])
-def test_torch_version_py_read_as_text(tmp_path: Path, text: str, expected: dict[str, str | None] | None) -> None:
+def test_torch_version_py_read_as_text(tmp_path: Path, text: str,
+                                       expected: dict[str, str | None] | None) -> None:
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "version.py").write_text(text, encoding="utf-8")
     assert read_torch_build(str(tmp_path)) == expected
@@ -178,19 +194,25 @@ def test_torch_version_py_read_as_text(tmp_path: Path, text: str, expected: dict
 
 
 def test_the_interpreters_answer_round_trips_whatever_its_paths_hold() -> None:
-    info: dict[str, object] = {"executable": "/opt/py thon/bin/python", "prefix": "/opt/\u00e9t\u00e9",
-                               "sys_path": ["/a\tb", "/new\nline", "C:\\back\\slash", "/\udc80surrogate", "/\u4e2d"],
-                               "markers": {**envinfo.marker_environment(), "platform_version": "#1 SMP\tx"}}
+    info: dict[str, object] = {"executable": "/opt/py thon/bin/python",
+                               "prefix": "/opt/\u00e9t\u00e9",
+                               "sys_path": ["/a\tb", "/new\nline",
+                                            "C:\\back\\slash", "/\udc80surrogate", "/\u4e2d"],
+                               "markers": {
+                                   **envinfo.marker_environment(), "platform_version": "#1 SMP\tx"}}
     text = envinfo.encode(info)
-    assert text.isascii() and len(text.splitlines()) == 1 + 2 + 5 + len(envinfo.marker_environment())
+    assert text.isascii() and len(text.splitlines()) == 1 + 2 + 5 + len(
+        envinfo.marker_environment())
     assert envinfo.decode(text) == info
-    short = "".join(line + "\n" for line in text.splitlines() if not line.startswith("marker:sys_platform"))
+    short = "".join(line + "\n" for line in text.splitlines()
+                    if not line.startswith("marker:sys_platform"))
     assert envinfo.decode(short) is None  # a marker variable missing would compare as ""
     assert envinfo.decode(envinfo.encode(envinfo.describe())) == envinfo.describe()
 
 
-@pytest.mark.parametrize("text", ["", "hello\n", '{"sys_path": []}', "kdkit-envinfo 1\nno tab here\n",
-                                  "kdkit-envinfo 2\nprefix\t/x\n", "kdkit-envinfo 1\nprefix\t\\N{bogus}\n"])
+@pytest.mark.parametrize("text",
+                         ["", "hello\n", '{"sys_path": []}', "kdkit-envinfo 1\nno tab here\n",
+                          "kdkit-envinfo 2\nprefix\t/x\n", "kdkit-envinfo 1\nprefix\t\\N{bogus}\n"])
 def test_anything_else_is_not_an_answer(text: str) -> None:
     assert envinfo.decode(text) is None
 
@@ -203,7 +225,9 @@ def test_capture_reads_both_streams_whatever_their_size_and_keeps_a_bounded_part
     last KEEP_STDERR bytes (its last line is what a message shows): a flood never fills memory."""
     from kdkit.core.spawn import KEEP_STDERR, KEEP_STDOUT
 
-    script = "import sys; sys.stdout.write('o' * 300000); sys.stderr.write('e' * 300000 + 'last'); sys.exit(3)"
+    script = (
+        "import sys; sys.stdout.write('o' * 300000); sys.stderr.write('e' * 300000 + 'last'); "
+        "sys.exit(3)")
     code, out, err = capture([sys.executable, "-c", script], timeout=60)
     assert (code, len(out), set(out), len(err), err[-4:]) == (3, 300000, {"o"}, KEEP_STDERR, "last")
     flood = "import sys\nfor _ in range(200): sys.stdout.write('x' * 100000)\nprint('end')"
@@ -221,7 +245,8 @@ def test_capture_does_not_wait_for_what_the_program_left_behind(tmp_path: Path) 
 
     code, out, _err = capture([str(wrapper)], timeout=30)
     assert (code, out) == (0, "answer\n")
-    assert not marker.exists()  # the wait ended with the wrapper, not with the child's 3 s (load only slows both)
+    # the wait ended with the wrapper, not with the child's 3 s (load only slows both)
+    assert not marker.exists()
     time.sleep(3.5)
     assert not marker.exists()  # and the child was killed
 
@@ -234,7 +259,9 @@ def test_capture_kills_a_program_that_does_not_answer() -> None:
 def test_capture_of_a_missing_program_is_the_callers_oserror(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         capture([str(tmp_path / "nope"), "-c", "pass"], timeout=5)
-    signalled = capture([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], timeout=30)
+    signalled = capture(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        timeout=(30))
     assert signalled[0] == -9
 
 
@@ -248,11 +275,13 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     wheels = root / "wheels"
     six = build_wheel(wheels, "six", "1.17.0")
     torch = build_wheel(wheels, "torch", "2.13.0+cpu", {
-        "torch/__init__.py": "", "torch/version.py": "__version__ = '2.13.0+cpu'\ncuda = None\nhip = None\n"})
+        "torch/__init__.py": "",
+        "torch/version.py": "__version__ = '2.13.0+cpu'\ncuda = None\nhip = None\n"})
     python = make_venv(root / "venv", with_pip=False)
     pip_install(python, wheels, ["six==1.17.0", "torch==2.13.0+cpu"])
     lock = root / "cpu.txt"
-    lock.write_text("--index-url https://download.pytorch.org/whl/cpu\n\n" + lock_line("six", "1.17.0", six)
+    lock.write_text("--index-url https://download.pytorch.org/whl/cpu\n\n"
+                    + lock_line("six", "1.17.0", six)
                     + lock_line("torch", "2.13.0+cpu", torch), encoding="utf-8")
     return python, lock
 
@@ -276,28 +305,35 @@ def test_verify_env_loads_nothing_heavy(plain_venv: tuple[Path, Path], where: st
     `kdkit verify-env --python VENV` through kdkit's console entry, which skips click for it."""
     python, lock = plain_venv
     if where == "container":
-        argv, module, interpreter = ["kdkit", "verify-env", "--lock", str(lock)], "kdkit.probe.entry", str(python)
+        argv, module, interpreter = ["kdkit", "verify-env", "--lock",
+                                     str(lock)], "kdkit.probe.entry", str(python)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
     else:
         argv = ["kdkit", "verify-env", "--lock", str(lock), "--python", str(python)]
         module, interpreter, env = "kdkit.__main__", sys.executable, None
     code = LOADED.format(heavy=HEAVY, argv=argv, module=module)
-    done = subprocess.run([interpreter, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    done = subprocess.run([interpreter, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
     assert "MATCH: 0 error(s), 0 warning(s)" in done.stdout
 
 
-def test_the_fast_host_path_says_what_the_probe_says(plain_venv: tuple[Path, Path], tmp_path: Path) -> None:
+def test_the_fast_host_path_says_what_the_probe_says(
+    plain_venv: tuple[Path, Path], tmp_path: Path) -> None:
     python, lock = plain_venv
     bad = tmp_path / "bad.txt"
     bad.write_text("six>=1\n", encoding="utf-8")
-    for args in (["--lock", str(lock), "--python", str(python), "--json"], ["--lock", str(bad)], ["--lock"],
+    for args in (["--lock", str(lock), "--python", str(python), "--json"], ["--lock", str(bad)],
+                 ["--lock"],
                  ["--lock", str(lock), "--python", str(tmp_path)]):
-        host = subprocess.run([sys.executable, "-m", "kdkit", "verify-env", *args], capture_output=True, text=True,
+        host = subprocess.run([sys.executable, "-m", "kdkit", "verify-env", *args],
+                              capture_output=True, text=True,
                               timeout=120, check=False)
-        probe = subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", *args], capture_output=True,
+        probe = subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", *args],
+                               capture_output=True,
                                text=True, timeout=120, check=False)
-        assert (host.returncode, host.stdout, host.stderr) == (probe.returncode, probe.stdout, probe.stderr), args
+        assert (host.returncode,
+                host.stdout, host.stderr) == (probe.returncode, probe.stdout, probe.stderr), args
     assert parse_lock(lock).pins["torch"].version == "2.13.0+cpu"
 
 
@@ -312,7 +348,10 @@ def test_the_zipapp_carries_byte_code_and_still_sends_envinfos_source(plain_venv
     python, lock = plain_venv
     build_zipapp(tmp_path / "kdkit.pyz")
     names = set(zipfile.ZipFile(tmp_path / "kdkit.pyz").namelist())
-    assert {"kdkit/core/envinfo.py", "kdkit/core/envinfo.pyc", "kdkit/probe/env/verify.pyc"} <= names
-    done = subprocess.run([sys.executable, "-I", str(tmp_path / "kdkit.pyz"), "verify-env", "--lock", str(lock),
-                           "--python", str(python)], capture_output=True, text=True, timeout=120, check=False)
+    assert {
+        "kdkit/core/envinfo.py", "kdkit/core/envinfo.pyc", "kdkit/probe/env/verify.pyc"} <= names
+    done = subprocess.run([sys.executable, "-I", str(tmp_path / "kdkit.pyz"), "verify-env",
+                           "--lock", str(lock),
+                           "--python", str(python)], capture_output=True, text=True,
+                          timeout=120, check=False)
     assert done.returncode == 0 and "MATCH: 0 error(s), 0 warning(s)" in done.stdout, done.stdout + done.stderr

@@ -19,8 +19,9 @@ from kdkit.probe.env.verify import same_version
 from tests.conftest import invoke
 
 HEAD = 'lock-version = "1.0"\ncreated-by = "uv"\n'
-WHEEL = ('wheels = [{ url = "https://files.example/numpy-2.1.3-cp313-cp313-manylinux_2_17_x86_64.whl", '
-         'hashes = { sha256 = "' + "ab" * 32 + '" } }]\n')
+WHEEL = ('wheels = [{ url = '
+         '"https://files.example/numpy-2.1.3-cp313-cp313-manylinux_2_17_x86_64.whl", hashes = { '
+         'sha256 = "' + "ab" * 32 + '" } }]\n')
 
 # ---------------------------------------------------------------- 1: the version is ASCII (re.ASCII)
 
@@ -37,10 +38,12 @@ def test_a_letter_that_folds_to_ascii_is_not_a_version(text: str) -> None:
 
 def test_such_a_version_in_a_pylock_is_one_line_exit_2(tmp_path: Path) -> None:
     lock = tmp_path / "pylock.toml"
-    lock.write_text(HEAD + '[[packages]]\nname = "numpy"\nversion = "1.2.3prevıew1"\n' + WHEEL, encoding="utf-8")
+    lock.write_text(HEAD + '[[packages]]\nname = "numpy"\nversion = "1.2.3prevıew1"\n'
+                    + WHEEL, encoding="utf-8")
     result = invoke("verify-env", "--lock", lock, "--python", sys.executable)
     assert result.exit_code == 2, result.output
-    assert "is not a PEP 440 version" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "is not a PEP 440 version" in result.stderr and len(
+        result.stderr.strip().splitlines()) == 1
 
 
 def test_such_a_version_in_a_marker_is_compared_as_text() -> None:
@@ -82,7 +85,8 @@ def test_a_uv_lock_on_python_314_rc_requires_nothing_below_314(tmp_path: Path) -
     lock = tmp_path / "pylock.toml"
     lock.write_text(HEAD + '[[packages]]\nname = "numpy"\nversion = "2.1.3"\n'
                     'marker = "python_full_version < \'3.14\'"\n' + WHEEL, encoding="utf-8")
-    markers = {**current_environment(), "python_full_version": "3.14.0rc2", "python_version": "3.14"}
+    markers = {**current_environment(),
+               "python_full_version": "3.14.0rc2", "python_version": "3.14"}
     markers.pop("extra")
     report = verify_compare(parse_lock(lock), {}, markers)
     assert report.locked == 0 and report.ok, report.findings
@@ -110,7 +114,8 @@ def test_compatible_release_keeps_the_epoch() -> None:
     ("6.8.0-1015-azure", "platform_release >= '5.0'", False),
     ("6.8.0-1015-azure", "platform_release == '6.8.0-1015-azure'", True),
 ])
-def test_platform_release_compares_as_packaging_does(release: str, marker: str, expected: bool) -> None:
+def test_platform_release_compares_as_packaging_does(release: str,
+                                                     marker: str, expected: bool) -> None:
     assert evaluate(marker, {**current_environment(), "platform_release": release}) is expected
 
 
@@ -145,5 +150,6 @@ def test_a_wildcard_clause_with_a_trailing_blank_matches_as_packaging_does() -> 
 
 @pytest.mark.parametrize(("text", "shown"), [("1.0+01", "1.0+1"), ("1.0+abc.007", "1.0+abc.7"),
                                               ("1.0+0", "1.0+0"), ("1.0+cu126", "1.0+cu126")])
-def test_an_integer_local_segment_is_normalized_without_leading_zeros(text: str, shown: str) -> None:
+def test_an_integer_local_segment_is_normalized_without_leading_zeros(
+    text: str, shown: str) -> None:
     assert str(Version.parse(text)) == shown

@@ -41,13 +41,13 @@ def config_header(flags: str | None = CU130_FLAGS, rocm: int = 0) -> str:
     define = "" if flags is None else f'#define NVCC_FLAGS_EXTRA "{flags}"\n'
     return ("#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)\n#pragma once\n\n"
             "// Test these using #if AT_CUDNN_ENABLED(), not #ifdef, so that it's\n"
-            "#define AT_CUDNN_ENABLED() 1\n#define AT_CUSPARSELT_ENABLED() 1\n#define AT_HIPSPARSELT_ENABLED() 0\n"
-            f"#define AT_ROCM_ENABLED() {rocm}\n#define AT_MAGMA_ENABLED() 1\n\n"
-            "// Needed for hipMAGMA to correctly identify implementation\n"
+            "#define AT_CUDNN_ENABLED() 1\n#define AT_CUSPARSELT_ENABLED() 1\n#define "
+            f"AT_HIPSPARSELT_ENABLED() 0\n#define AT_ROCM_ENABLED() {rocm}\n#define "
+            "AT_MAGMA_ENABLED() 1\n\n// Needed for hipMAGMA to correctly identify implementation\n"
             "#if (AT_ROCM_ENABLED() && AT_MAGMA_ENABLED())\n#define HAVE_HIP 1\n#endif\n\n"
-            f"{define}\n#else\n#error \"This file should not be included when either TORCH_STABLE_ONLY or "
-            "TORCH_TARGET_VERSION is defined.\"\n#endif  // !defined(TORCH_STABLE_ONLY) && "
-            "!defined(TORCH_TARGET_VERSION)\n")
+            f"{define}\n#else\n#error \"This file should not be included when either "
+            "TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined.\"\n#endif  // "
+            "!defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)\n")
 
 
 IMPORT_FAILS = ('raise ImportError("libcudnn.so.9: cannot open shared object file: No such file or '
@@ -57,13 +57,15 @@ IMPORT_FAILS = ('raise ImportError("libcudnn.so.9: cannot open shared object fil
 def flags_module(flags: str | None, cuda: str | None, hip: str | None = None) -> str:
     """torch/__init__.py of a stand-in that imports and answers like torch (version, _C._cuda_getArchFlags)."""
     return (f"__version__ = '2.13.0'\nclass version:\n    cuda = {cuda!r}\n    hip = {hip!r}\n"
-            f"class _C:\n    @staticmethod\n    def _cuda_getArchFlags():\n        return {flags!r}\n")
+            "class _C:\n    @staticmethod\n    def _cuda_getArchFlags():\n        return "
+            f"{flags!r}\n")
 
 
 @pytest.fixture
 def stand_in(tmp_path: Path) -> Any:
     """A factory: a venv (no pip, no torch) and, when asked, a torch distribution in its site-packages."""
-    def make(init: str | None = IMPORT_FAILS, *, version: str = "2.13.0+cu130", cuda: str | None = "13.0",
+    def make(init: str | None = IMPORT_FAILS, *, version: str = "2.13.0+cu130",
+             cuda: str | None = "13.0",
              hip: str | None = None, header: str | None = None) -> Path:
         python = make_venv(tmp_path / "venv", with_pip=False)
         if init is None:
@@ -73,14 +75,17 @@ def stand_in(tmp_path: Path) -> Any:
         site = Path(purelib)
         (site / "torch").mkdir(parents=True)
         (site / "torch/__init__.py").write_text(init, encoding="utf-8")
-        (site / "torch/version.py").write_text(f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = {hip!r}\n",
+        (site
+         / "torch/version.py").write_text(f"__version__ = {version!r}\ncuda = {cuda!r}\nhip = "
+                                          f"{hip!r}\n",
                                                encoding="utf-8")
         if header is not None:
             (site / "torch/include/ATen/cuda").mkdir(parents=True)
             (site / "torch/include/ATen/cuda/CUDAConfig.h").write_text(header, encoding="utf-8")
         info = site / f"torch-{version.split('+')[0]}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\n",
+        (info
+         / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\n",
                                        encoding="utf-8")
         return python
 
@@ -101,7 +106,8 @@ def test_command_reads_another_interpreter_as_json() -> None:
     result = invoke("torch-arch", "--json", "--python", sys.executable)
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert (answer["arch_list"], answer["source"], answer["python"]) == ([], SOURCE_CPU, sys.executable)
+    assert (answer["arch_list"], answer["source"],
+            answer["python"]) == ([], SOURCE_CPU, sys.executable)
     text = invoke("torch-arch")
     assert text.exit_code == 0
     assert "torch 2.13.0+cpu (no GPU runtime): no GPU architectures (cpu build)" in text.stdout
@@ -114,7 +120,8 @@ def test_command_is_listed_among_the_in_container_commands() -> None:
     shown = invoke("torch-arch", "--help")
     assert shown.exit_code == 0
     assert "usage: kdkit torch-arch [-h] [--python PATH] [--timeout S] [--json]" in shown.stdout
-    assert "torch-arch  Show the GPU architectures the installed torch was compiled for." in invoke("--help").stdout
+    assert "torch-arch  Show the GPU architectures the installed torch was compiled for." in invoke(
+        "--help").stdout
 
 
 # ---------------------------------------------------------------- torch imports: its own string
@@ -123,15 +130,18 @@ def test_command_is_listed_among_the_in_container_commands() -> None:
 def test_an_importable_cuda_torch_answers_with_its_flags(stand_in: Any) -> None:
     python = stand_in(flags_module("sm_75 sm_80 sm_90 compute_90", "13.0"))
     result = read_arch_list(str(python))
-    assert (result["arch_list"], result["source"]) == (["sm_75", "sm_80", "sm_90", "compute_90"], SOURCE_FLAGS)
+    assert (result["arch_list"],
+            result["source"]) == (["sm_75", "sm_80", "sm_90", "compute_90"], SOURCE_FLAGS)
     assert (result["cuda"], result["import_error"]) == ("13.0", None)
 
 
 def test_a_rocm_torch_answers_with_its_gfx_targets(stand_in: Any) -> None:
     """ROCm builds hold their gfx targets in the same function; untested against a real ROCm wheel."""
-    python = stand_in(flags_module("gfx90a gfx942 gfx1100", None, "6.4.43482"), cuda=None, hip="6.4.43482")
+    python = stand_in(flags_module("gfx90a gfx942 gfx1100", None, "6.4.43482"),
+                      cuda=None, hip="6.4.43482")
     result = read_arch_list(str(python))
-    assert (result["arch_list"], result["source"], result["hip"]) == (["gfx90a", "gfx942", "gfx1100"],
+    assert (result["arch_list"], result["source"],
+            result["hip"]) == (["gfx90a", "gfx942", "gfx1100"],
                                                                       SOURCE_FLAGS, "6.4.43482")
 
 
@@ -139,16 +149,16 @@ def test_a_cuda_torch_whose_flags_are_none_falls_back_to_the_header(stand_in: An
     python = stand_in(flags_module(None, "13.0"), header=config_header())
     result = read_arch_list(str(python))
     assert (result["arch_list"], result["source"]) == (CU130_ARCHS, SOURCE_HEADER)
-    assert result["import_error"] == ("torch 2.13.0 is a CUDA 13.0 build but torch._C._cuda_getArchFlags() "
-                                      "returned nothing")
+    assert result["import_error"] == ("torch 2.13.0 is a CUDA 13.0 build but "
+                                      "torch._C._cuda_getArchFlags() returned nothing")
 
 
 def test_flags_that_are_not_architecture_names_are_not_believed(stand_in: Any) -> None:
     python = stand_in(flags_module('sm_90 "; rm -rf', "13.0"))
     result = read_arch_list(str(python))
     assert result["arch_list"] is None and result["source"] == "unknown"
-    assert result["reason"].startswith("torch._C._cuda_getArchFlags() returned 'sm_90 \"; rm -rf', with '\";' "
-                                       "not an architecture name; and ")
+    assert result["reason"].startswith("torch._C._cuda_getArchFlags() returned 'sm_90 \"; rm -rf', "
+                                       "with '\";' not an architecture name; and ")
 
 
 # ---------------------------------------------------------------- torch does not import: its header
@@ -160,17 +170,19 @@ def test_the_stand_in_cu130_wheel_installed_by_pip_is_read_from_its_header(tmp_p
     python = make_venv(tmp_path / "venv", with_pip=False)
     pip_install(python, wheel.parent, ["torch==2.13.0+cu130"])
     result = read_arch_list(str(python))
-    assert (result["arch_list"], result["source"], result["cuda"]) == (CU130_ARCHS, SOURCE_HEADER, "13.0")
+    assert (result["arch_list"], result["source"],
+            result["cuda"]) == (CU130_ARCHS, SOURCE_HEADER, "13.0")
     assert result["import_error"] == "torch 2.13.0+cu130 is a CUDA 13.0 build but torch._C has no _cuda_getArchFlags"
 
 
 def test_a_torch_that_fails_to_import_is_read_from_its_header(stand_in: Any) -> None:
     python = stand_in(header=config_header())
     result = read_arch_list(str(python))
-    assert (result["arch_list"], result["source"], result["reason"]) == (CU130_ARCHS, SOURCE_HEADER, None)
+    assert (result["arch_list"], result["source"],
+            result["reason"]) == (CU130_ARCHS, SOURCE_HEADER, None)
     assert (result["torch"], result["cuda"]) == ("2.13.0+cu130", "13.0")
-    assert result["import_error"] == ("import torch failed: ImportError: libcudnn.so.9: cannot open shared "
-                                      "object file: No such file or directory")
+    assert result["import_error"] == ("import torch failed: ImportError: libcudnn.so.9: cannot "
+                                      "open shared object file: No such file or directory")
     shown = invoke("torch-arch", "--python", python)
     assert shown.exit_code == 0
     assert shown.stdout.splitlines()[1:] == [
@@ -186,7 +198,8 @@ def test_ptx_entries_are_torchs_compute_tokens(stand_in: Any) -> None:
 
 
 def test_a_torch_import_that_crashes_is_read_from_its_header(stand_in: Any) -> None:
-    python = stand_in("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", header=config_header())
+    python = stand_in("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+                      header=config_header())
     result = read_arch_list(str(python))
     assert (result["arch_list"], result["source"]) == (CU130_ARCHS, SOURCE_HEADER)
     assert result["import_error"].startswith(f"importing torch in {python} ended without an answer "
@@ -203,16 +216,18 @@ def test_a_torch_import_that_hangs_is_bounded(stand_in: Any) -> None:
 def test_a_cpu_torch_that_fails_to_import_is_a_cpu_build_by_its_version_file(stand_in: Any) -> None:
     python = stand_in(version="2.13.0+cpu", cuda=None)
     result = read_arch_list(str(python))
-    assert (result["arch_list"], result["source"], result["torch"]) == ([], SOURCE_CPU, "2.13.0+cpu")
+    assert (result["arch_list"], result["source"],
+            result["torch"]) == ([], SOURCE_CPU, "2.13.0+cpu")
 
 
 def test_a_rocm_torch_that_fails_to_import_is_unknown(stand_in: Any) -> None:
     python = stand_in(version="2.13.0+rocm7.2", cuda=None, hip="7.2.0")
     result = read_arch_list(str(python))
     assert (result["arch_list"], result["source"]) == (None, "unknown")
-    assert result["reason"] == ("torch 2.13.0+rocm7.2 is a ROCm build (HIP 7.2.0): its gfx targets are read only "
-                                "by importing it, and that failed: import torch failed: ImportError: libcudnn.so.9: "
-                                "cannot open shared object file: No such file or directory")
+    assert result["reason"] == ("torch 2.13.0+rocm7.2 is a ROCm build (HIP 7.2.0): its gfx targets "
+                                "are read only by importing it, and that failed: import torch "
+                                "failed: ImportError: libcudnn.so.9: cannot open shared object "
+                                "file: No such file or directory")
 
 
 # ---------------------------------------------------------------- unknown, with the reason
@@ -221,7 +236,8 @@ def test_a_rocm_torch_that_fails_to_import_is_unknown(stand_in: Any) -> None:
 @pytest.mark.parametrize(("text", "why"), [
     (config_header(None), 'no #define NVCC_FLAGS_EXTRA "..." line'),
     (config_header(""), "NVCC_FLAGS_EXTRA holds no arch=...,code=... pair ('')"),
-    (config_header(CU130_FLAGS) + config_header(CU130_FLAGS), "#define NVCC_FLAGS_EXTRA appears 2 times"),
+    (config_header(CU130_FLAGS)
+     + config_header(CU130_FLAGS), "#define NVCC_FLAGS_EXTRA appears 2 times"),
     (config_header("-gencode;arch=compute_90,code=banana"),
      "-gencode entry 'arch=compute_90,code=banana' is not arch=compute_XY,code=sm_XY|compute_XY"),
     (config_header("-gencode;arch=sm_90,code=sm_90"),
@@ -249,7 +265,8 @@ def test_a_malformed_header_is_unknown_naming_the_file(stand_in: Any) -> None:
     assert (result["arch_list"], result["source"]) == (None, "unknown")
     header = python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
         "site-packages" / SOURCE_HEADER
-    assert result["reason"].endswith(f"; and {header}: -gencode entry 'arch=compute_90,code=banana' is not "
+    assert result["reason"].endswith(f"; and {header}: -gencode entry "
+                                     "'arch=compute_90,code=banana' is not "
                                      "arch=compute_XY,code=sm_XY|compute_XY")
     shown = invoke("torch-arch", "--python", python, "--json")
     assert shown.exit_code == 3
@@ -267,8 +284,9 @@ def test_no_torch_is_unknown(stand_in: Any) -> None:
     python = stand_in(None)
     result = read_arch_list(str(python))
     assert (result["arch_list"], result["source"]) == (None, "unknown")
-    assert result["reason"] == (f"torch is not installed for {python} (no torch distribution on its sys.path); "
-                                "import torch failed: ModuleNotFoundError: No module named 'torch'")
+    assert result["reason"] == (f"torch is not installed for {python} (no torch distribution on "
+                                "its sys.path); import torch failed: ModuleNotFoundError: No "
+                                "module named 'torch'")
     shown = invoke("torch-arch", "--python", python)
     assert shown.exit_code == 3
     assert shown.stdout.splitlines()[1] == f"torch: architectures unknown: {result['reason']}"
@@ -277,8 +295,8 @@ def test_no_torch_is_unknown(stand_in: Any) -> None:
 def test_not_an_interpreter_is_bad_input(tmp_path: Path) -> None:
     result = invoke("torch-arch", "--python", tmp_path / "nope")
     assert result.exit_code == 2
-    assert result.output.strip() == (f"Error: --python {tmp_path / 'nope'}: not an executable file; give the path "
-                                     "of a Python interpreter")
+    assert result.output.strip() == (f"Error: --python {tmp_path / 'nope'}: not an executable "
+                                     "file; give the path of a Python interpreter")
     assert invoke("torch-arch", "--timeout", "nan").exit_code == 2
 
 
@@ -295,11 +313,14 @@ def test_labels_from_an_answer() -> None:
 
 @pytest.mark.parametrize(("answer", "why"), [
     ([], f"{ARCH_FILE} does not hold a JSON object"),
-    ({"arch_list": "sm_90", "source": SOURCE_FLAGS}, f"{ARCH_FILE}: arch_list is not a list of architecture names"),
-    ({"arch_list": ["sm 90"], "source": SOURCE_FLAGS}, f"{ARCH_FILE}: arch_list is not a list of architecture names"),
+    ({"arch_list": "sm_90", "source": SOURCE_FLAGS},
+     f"{ARCH_FILE}: arch_list is not a list of architecture names"),
+    ({"arch_list": ["sm 90"], "source": SOURCE_FLAGS},
+     f"{ARCH_FILE}: arch_list is not a list of architecture names"),
     ({"arch_list": ["sm_90"], "source": "a guess"},
      f"{ARCH_FILE}: source 'a guess' does not go with arch_list ['sm_90']"),
-    ({"arch_list": [], "source": SOURCE_FLAGS}, f"{ARCH_FILE}: source '{SOURCE_FLAGS}' does not go with arch_list []"),
+    ({"arch_list": [], "source": SOURCE_FLAGS},
+     f"{ARCH_FILE}: source '{SOURCE_FLAGS}' does not go with arch_list []"),
     ({"arch_list": None}, "kdkit torch-arch gave no reason"),
 ])
 def test_an_answer_of_another_shape_is_unknown(answer: Any, why: str) -> None:
@@ -325,19 +346,24 @@ def test_what_the_image_holds_becomes_labels_and_a_failure_never_raises() -> Non
     good = json.dumps(torcharch.report(CU130_ARCHS, SOURCE_HEADER)).encode()
     assert recorded_arch(_Engine(good), "sha256:x")[ARCH_LIST] == " ".join(CU130_ARCHS)
     assert recorded_arch(_Engine(None), "sha256:x") == {ARCH_LIST: "unknown", ARCH_SOURCE: (
-        f"unknown: the image has no {ARCH_FILE} (its torch-arch step wrote nothing; see the build log)")}
+        f"unknown: the image has no {ARCH_FILE} (its torch-arch step wrote nothing; see the build "
+        "log)")}
     assert recorded_arch(_Engine(b'{"arch_list": [}'), "sha256:x")[ARCH_SOURCE].startswith(
         f"unknown: {ARCH_FILE} is not readable JSON ({ARCH_FILE}:1:")
-    assert recorded_arch(_Engine(Unavailable("image x: the Docker engine refused: boom")), "sha256:x") == {
+    assert recorded_arch(
+        _Engine(Unavailable("image x: the Docker engine refused: boom")), "sha256:x") == {
         ARCH_LIST: "unknown",
-        ARCH_SOURCE: f"unknown: cannot copy {ARCH_FILE} out of the image: image x: the Docker engine refused: boom"}
+        ARCH_SOURCE: f"unknown: cannot copy {ARCH_FILE} out of the image: image x: the Docker "
+                     "engine refused: boom"}
 
 
 def test_inspect_reads_the_labels_back() -> None:
     assert torch_arch({}) == {"recorded": False, "arch_list": None, "source": None}
-    assert torch_arch({ARCH_LIST: "", ARCH_SOURCE: SOURCE_CPU}) == {"recorded": True, "arch_list": [],
+    assert torch_arch(
+        {ARCH_LIST: "", ARCH_SOURCE: SOURCE_CPU}) == {"recorded": True, "arch_list": [],
                                                                    "source": SOURCE_CPU}
-    assert torch_arch({ARCH_LIST: "sm_90 compute_90", ARCH_SOURCE: SOURCE_FLAGS})["arch_list"] == ["sm_90",
+    assert torch_arch(
+        {ARCH_LIST: "sm_90 compute_90", ARCH_SOURCE: SOURCE_FLAGS})["arch_list"] == ["sm_90",
                                                                                                   "compute_90"]
     assert torch_arch({ARCH_LIST: "unknown", ARCH_SOURCE: "unknown: why"}) == {
         "recorded": True, "arch_list": None, "source": "unknown: why"}
@@ -352,7 +378,8 @@ def test_the_cpu_image_records_no_architectures(built: dict[str, Any], locked: P
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["torch_arch"] == {"recorded": True, "arch_list": [], "source": SOURCE_CPU}
-    assert (report["kdkit"]["torch.arch_list"], report["kdkit"]["torch.arch_source"]) == ("", SOURCE_CPU)
+    assert (report["kdkit"]["torch.arch_list"],
+            report["kdkit"]["torch.arch_source"]) == ("", SOURCE_CPU)
     assert (report["os"], report["architecture"]) == ("linux", "amd64")
     shown = invoke("inspect", built["tag"], "--project", locked)
     assert "Torch architectures: none (cpu build)" in shown.stdout
@@ -361,20 +388,25 @@ def test_the_cpu_image_records_no_architectures(built: dict[str, Any], locked: P
     assert checked.exit_code == 1
     points = {p["name"]: p for p in json.loads(checked.stdout)["points"]}
     assert points["backend"]["why"] == "RTX 4090 is an NVIDIA card: it runs the cuda backend, not cpu"
-    assert points["build"]["why"] == (f"image {built['tag']} has torch 2.13.0+cpu, a cpu build; RTX 4090 (sm_89) "
-                                         "needs a cuda build")
+    assert points["build"]["why"] == (f"image {built['tag']} has torch 2.13.0+cpu, a cpu build; "
+                                         "RTX 4090 (sm_89) needs a cuda build")
 
 
 def test_the_file_in_the_image_is_roots_and_read_only(built: dict[str, Any]) -> None:
     from kdkit.core import proc
 
-    script = f"stat -c '%u:%g %a' {ARCH_FILE}; echo x >>{ARCH_FILE} 2>/dev/null && echo written; cat {ARCH_FILE}"
-    done = proc.run(["docker", "run", "--rm", "--network", "none", built["tag"], "sh", "-c", script], timeout=120)
+    script = (
+        f"stat -c '%u:%g %a' {ARCH_FILE}; echo x >>{ARCH_FILE} 2>/dev/null && echo written; cat "
+        f"{ARCH_FILE}")
+    done = proc.run(
+        ["docker", "run", "--rm", "--network", "none", built["tag"], "sh", "-c", script],
+        timeout=(120))
     assert done.ok, done.stderr
     first, _, rest = done.stdout.partition("\n")
     assert first == "0:0 444"  # and the image's user (10001) cannot write it: no "written"
     answer = json.loads(rest)
-    assert (answer["arch_list"], answer["source"], answer["python"]) == ([], SOURCE_CPU, "/opt/kdkit/venv/bin/python")
+    assert (answer["arch_list"], answer["source"],
+            answer["python"]) == ([], SOURCE_CPU, "/opt/kdkit/venv/bin/python")
 
 
 def test_the_zipapp_reads_the_architectures_too(tmp_path: Path) -> None:
@@ -383,14 +415,18 @@ def test_the_zipapp_reads_the_architectures_too(tmp_path: Path) -> None:
     from kdkit.transfer.zipapp import build_zipapp
 
     build_zipapp(tmp_path / "kdkit.pyz")
-    done = subprocess.run([sys.executable, "-I", str(tmp_path / "kdkit.pyz"), "torch-arch", "--json"],
+    done = subprocess.run([sys.executable, "-I",
+                           str(tmp_path / "kdkit.pyz"), "torch-arch", "--json"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    assert (json.loads(done.stdout)["arch_list"], json.loads(done.stdout)["source"]) == ([], SOURCE_CPU)
+    assert (json.loads(done.stdout)["arch_list"],
+            json.loads(done.stdout)["source"]) == ([], SOURCE_CPU)
 
 
-def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, torch_index_server: Served,
-                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None,
+                                                        torch_index_server: Served,
+                                                         tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Locked against the stand-in index, built offline from its wheelhouse: the label lists the header's."""
     from kdkit.docker_adapter import connect
     from kdkit.project.init import init_project
@@ -404,9 +440,11 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
     config["backends"]["cuda"]["torch_index"] = torch_index_server.torch_index("cu130")
     (project / "kdkit.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     assert invoke("lock", project, "--backend", "cuda").exit_code == 0
-    assert invoke("wheelhouse", project, "--backend", "cuda", "--out", tmp_path / "wh").exit_code == 0
+    assert invoke("wheelhouse", project, "--backend", "cuda",
+                  "--out", tmp_path / "wh").exit_code == 0
     tag = "kdkit-e2e:arch-cu130"
-    result = invoke("build", project, "--backend", "cuda", "--base-image", BASE, "--wheelhouse", tmp_path / "wh",
+    result = invoke("build", project, "--backend", "cuda", "--base-image", BASE, "--wheelhouse",
+                    tmp_path / "wh",
                     "--tag", tag, "--json")
     try:
         assert result.exit_code == 0, result.output
@@ -422,8 +460,8 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
         points = {p["name"]: p for p in json.loads(checked.stdout)["points"]}
         assert points["cpu"]["why"] == f"image {tag} is for x86_64, as RTX 5090 hosts are"
         assert points["kernels"]["why"] == (
-            f"the image's torch carries cubin sm_120, which runs on sm_120 (read from {SOURCE_HEADER}: "
-            f"{', '.join(CU130_ARCHS)})")
+            "the image's torch carries cubin sm_120, which runs on sm_120 (read from "
+            f"{SOURCE_HEADER}: {', '.join(CU130_ARCHS)})")
         volta = invoke("check", project, "--gpu", "V100 SXM2 16GB", "--image", tag, "--json")
         assert volta.exit_code == 1
         kernels = {p["name"]: p for p in json.loads(volta.stdout)["points"]}["kernels"]
@@ -431,12 +469,14 @@ def test_a_cu130_image_records_its_torchs_architectures(docker_engine: None, tor
         grace = invoke("check", project, "--gpu", "GH200", "--image", tag, "--json")
         cpu = {p["name"]: p for p in json.loads(grace.stdout)["points"]}["cpu"]
         assert grace.exit_code == 1 and cpu["verdict"] == "fail"
-        assert cpu["why"].startswith(f"image {tag} is for x86_64 but GH200 hosts are aarch64 (Grace)")
+        assert cpu["why"].startswith(
+            f"image {tag} is for x86_64 but GH200 hosts are aarch64 (Grace)")
     finally:
         connect().remove_image(tag)
 
 
-def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(docker_engine: None, locked: Path,
+def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(docker_engine: None,
+                                                                            locked: Path,
                                                                              tmp_path: Path) -> None:
     """An image loaded from elsewhere may carry any label: markup and escape codes are shown inert, and an
     arch list that is not a list of architecture names is not used to pass a card."""
@@ -446,7 +486,8 @@ def test_labels_of_someone_elses_image_are_shown_as_text_and_never_believed(dock
     tag = "kdkit-e2e:hostile-labels"
     labels = {"dev.kdkit.backend": "cuda", "dev.kdkit.lock.sha256": "0" * 64,
               "dev.kdkit.torch.version": "2.13.0+cu130", "dev.kdkit.project": "[bold red]markup[/]",
-              "dev.kdkit.torch.arch_list": "sm_90;rm -rf / sm_120", "dev.kdkit.torch.arch_source": "\x1b]0;pwned\x07x"}
+              "dev.kdkit.torch.arch_list": "sm_90;rm -rf / sm_120",
+              "dev.kdkit.torch.arch_source": "\x1b]0;pwned\x07x"}
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n", encoding="utf-8")
     args = [a for key, value in labels.items() for a in ("--label", f"{key}={value}")]
     done = proc.run(["docker", "build", "-q", "-t", tag, *args, str(tmp_path)], timeout=300)
@@ -468,5 +509,5 @@ def test_a_program_that_is_not_python_is_bad_input(tmp_path: Path) -> None:
     script.chmod(0o755)
     result = invoke("torch-arch", "--python", script)
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"Error: --python {script}: not a Python interpreter (exit status 0, no answer on "
-                                     "stdout)")
+    assert result.stderr.strip() == (f"Error: --python {script}: not a Python interpreter (exit "
+                                     "status 0, no answer on stdout)")

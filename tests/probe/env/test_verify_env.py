@@ -37,8 +37,9 @@ class Env:
             "torch": torch_wheel(self.wheels, "2.8.0+cpu"),
         }
         self.python = make_venv(root / "venv", with_pip=False)
-        pip_install(self.python, self.wheels, ["alpha==1.0", "beta==2.0", "gamma==3.0", "zope.thing==1.0",
-                                               "torch==2.8.0+cpu"])
+        pip_install(self.python, self.wheels,
+                    ["alpha==1.0", "beta==2.0", "gamma==3.0", "zope.thing==1.0",
+                     "torch==2.8.0+cpu"])
 
     def lock(self, folder: Path, *lines: str) -> Path:
         path = folder / "lock.txt"
@@ -46,8 +47,10 @@ class Env:
         return path
 
     def all_lines(self) -> list[str]:
-        return [lock_line("alpha", "1.0", self.w["alpha"]), lock_line("Beta", "2.0", self.w["beta"]),
-                lock_line("gamma", "3.0", self.w["gamma"]), lock_line("Zope_Thing", "1.0", self.w["zope"]),
+        return [lock_line("alpha", "1.0", self.w["alpha"]),
+                lock_line("Beta", "2.0", self.w["beta"]),
+                lock_line("gamma", "3.0", self.w["gamma"]),
+                lock_line("Zope_Thing", "1.0", self.w["zope"]),
                 lock_line("torch", "2.8.0+cpu", self.w["torch"])]
 
 
@@ -69,7 +72,8 @@ def test_match_through_python_option(env: Env, tmp_path: Path) -> None:
     code, report = run_json(env.lock(tmp_path, *env.all_lines()), env.python)
     assert code == 0, report
     assert report["ok"] is True and report["findings"] == []
-    assert report["counts"] == {"locked": 5, "installed": 5, "excluded_by_marker": 0, "errors": 0, "warnings": 0}
+    assert report["counts"] == {"locked": 5, "installed": 5, "excluded_by_marker": 0,
+                                "errors": 0, "warnings": 0}
 
 
 def test_runs_isolated_inside_the_inspected_venv(env: Env, tmp_path: Path) -> None:
@@ -79,7 +83,8 @@ def test_runs_isolated_inside_the_inspected_venv(env: Env, tmp_path: Path) -> No
     lock = env.lock(tmp_path, *env.all_lines()[:-1])  # torch left out of the lock: an extra
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from kdkit.probe.entry import main; "
             "sys.exit(main(['verify-env', '--lock', sys.argv[2]]))")
-    done = subprocess.run([str(env.python), "-I", "-c", code, str(copy), str(lock)], capture_output=True,
+    done = subprocess.run([str(env.python), "-I", "-c", code, str(copy), str(lock)],
+                          capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == [
@@ -91,11 +96,14 @@ def test_runs_isolated_inside_the_inspected_venv(env: Env, tmp_path: Path) -> No
 def test_cwd_is_no_part_of_the_environment(env: Env, tmp_path: Path) -> None:
     """`python -m kdkit.probe` puts the cwd first on sys.path; a stale click.egg-info there is not installed
     (https://docs.python.org/3/using/cmdline.html#cmdoption-m). kdkit itself comes from that cwd here."""
-    shutil.copytree(REPO / "kdkit", tmp_path / "kdkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "kdkit", tmp_path / "kdkit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "click.egg-info").mkdir()
-    (tmp_path / "click.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: click\nVersion: 7.0\n\n")
+    (tmp_path / "click.egg-info"
+     / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: click\nVersion: 7.0\n\n")
     lock = env.lock(tmp_path, *env.all_lines())
-    done = subprocess.run([str(env.python), "-m", "kdkit.probe", "verify-env", "--lock", str(lock), "--strict",
+    done = subprocess.run([str(env.python), "-m", "kdkit.probe", "verify-env", "--lock", str(lock),
+                           "--strict",
                            "--json"], capture_output=True, text=True, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["counts"]["installed"] == 5
@@ -116,9 +124,12 @@ def test_each_planted_difference(env: Env, tmp_path: Path) -> None:
                              ("version", "torch", "fail"), ("torch-build", "torch", "fail"),
                              ("extra", "gamma", "warn")}
     by_kind = {(f["name"], f["where"]): f for f in report["findings"]}
-    assert by_kind[("version", "beta")] == {"section": "env", "name": "version", "where": "beta", "verdict": "fail",
-                                            "why": "beta: locked 2.1 (line 4), installed 2.0", "threshold": "2.1",
-                                            "reading": "2.0", "unit": "", "source": "line 4", "gpu": None,
+    assert by_kind[("version", "beta")] == {"section": "env", "name": "version", "where": "beta",
+                                            "verdict": "fail",
+                                            "why": "beta: locked 2.1 (line 4), installed 2.0",
+                                            "threshold": "2.1",
+                                            "reading": "2.0", "unit": "", "source": "line 4",
+                                            "gpu": None,
                                             "fix": None, "provider": None}
     assert by_kind[("torch-build", "torch")]["why"] == (
         "locked +cu128 (a CUDA 12.8 build) but the installed torch is a CPU-only build "
@@ -145,7 +156,8 @@ def test_strict_makes_extras_errors(env: Env, tmp_path: Path) -> None:
 
 def test_markers_evaluated_for_the_inspected_interpreter(env: Env, tmp_path: Path) -> None:
     lines = env.all_lines()
-    lock = env.lock(tmp_path, lines[0].replace("alpha==1.0", 'alpha==1.0 ; sys_platform == "win32"'),
+    lock = env.lock(tmp_path,
+                    lines[0].replace("alpha==1.0", 'alpha==1.0 ; sys_platform == "win32"'),
                     *lines[1:], lock_line("delta", "1.0", env.w["delta"], 'python_version < "3.0"'))
     code, report = run_json(lock, env.python)
     assert code == 0
@@ -153,10 +165,13 @@ def test_markers_evaluated_for_the_inspected_interpreter(env: Env, tmp_path: Pat
     assert [e["name"] for e in report["excluded_by_marker"]] == ["alpha", "delta"]
 
 
-def torch_at(tmp_path: Path, cuda: str | None, hip: str | None, rocm: str | None = None) -> Installed:
+def torch_at(tmp_path: Path, cuda: str | None, hip: str | None,
+             rocm: str | None = None) -> Installed:
     (tmp_path / "torch").mkdir(exist_ok=True)
-    (tmp_path / "torch" / "version.py").write_text(f"__version__ = '2.8.0'\ncuda: str | None = {cuda!r}\n"
-                                                   f"hip = {hip!r}\n" + (f"rocm = {rocm!r}\n" if rocm else ""),
+    (tmp_path / "torch"
+     / "version.py").write_text(f"__version__ = '2.8.0'\ncuda: str | None = {cuda!r}\n"
+                                                   f"hip = {hip!r}\n"
+                                + (f"rocm = {rocm!r}\n" if rocm else ""),
                                                    encoding="utf-8")
     return Installed("torch", "2.8.0", str(tmp_path))
 
@@ -187,7 +202,8 @@ def test_torch_build_against_label(tmp_path: Path, locked: str, cuda: str | None
 
 @pytest.mark.parametrize(
     ("locked", "hip", "rocm", "verdict"),
-    [  # HIP's third field is a build number, not ROCm's patch (vllm-project/vllm#10855: HIP 6.2.41133, ROCm 6.2.0)
+    # HIP's third field is a build number, not ROCm's patch (vllm-project/vllm#10855: HIP 6.2.41133, ROCm 6.2.0)
+    [
         ("2.6.0+rocm6.2.4", "6.2.41134-65d174c3e", None, None),  # pairings.json lists this build
         ("2.6.0+rocm6.2.4", "6.3.42131-fa1d09cbd", None, "fail"),
         ("2.9.1+rocm6.4", "6.4.43484-123", "6.4.0", None),  # torch 2.9+ writes rocm itself
@@ -215,8 +231,8 @@ def test_unreadable_lock_exit_2(env: Env, tmp_path: Path) -> None:
     before = tree_snapshot(tmp_path)
     result = invoke("verify-env", "--lock", lock, "--python", env.python)
     assert result.exit_code == 2 and tree_snapshot(tmp_path) == before
-    assert result.stderr == (f"Error: {lock}:1: 'alpha==1.0' has no --hash; kdkit locks are always hashed "
-                             "(regenerate with `kdkit lock`)\n")
+    assert result.stderr == (f"Error: {lock}:1: 'alpha==1.0' has no --hash; kdkit locks are always "
+                             "hashed (regenerate with `kdkit lock`)\n")
 
 
 @pytest.mark.parametrize("what", ["text-file", "missing", "not-python"])
@@ -228,9 +244,11 @@ def test_python_that_is_not_an_interpreter(env: Env, tmp_path: Path, what: str) 
         python.write_text("not a program\n", encoding="utf-8")
         reason = "not an executable file; give the path of a Python interpreter"
     elif what == "missing":
-        python, reason = watched / "nope", "not an executable file; give the path of a Python interpreter"
+        python, reason = (watched
+                          / "nope", "not an executable file; give the path of a Python interpreter")
     else:
-        python, reason = Path(shutil.which("true") or "/bin/true"), "not a Python interpreter (exit status 0, " \
+        python, reason = Path(shutil.which("true")
+                              or "/bin/true"), "not a Python interpreter (exit status 0, " \
             "no answer on stdout)"
     before = tree_snapshot(watched)
     result = invoke("verify-env", "--lock", lock, "--python", python)
@@ -254,9 +272,11 @@ def test_a_copy_shadowed_by_the_venvs_own_is_no_duplicate(env: Env, tmp_path: Pa
     lock.write_text(lock_line("beta", "2.0", env.w["beta"]), encoding="utf-8")
     code, report = run_json(lock, inner)
     assert (code, kinds(report)) == (0, set()), report["findings"]
-    shutil.copytree(outer_site / "beta-2.1.dist-info", site / "beta-2.1.dist-info")  # the older is now stale
+    # the older is now stale
+    shutil.copytree(outer_site / "beta-2.1.dist-info", site / "beta-2.1.dist-info")
     code, report = run_json(lock, inner)
-    assert code == 1 and kinds(report) == {("version", "beta", "fail"), ("duplicate", "beta", "warn")}
+    assert code == 1 and kinds(report) == {("version", "beta", "fail"),
+                                           ("duplicate", "beta", "warn")}
 
 
 # ---------------------------------------------------------------- regular files only: nothing blocks
@@ -264,7 +284,9 @@ def test_a_copy_shadowed_by_the_venvs_own_is_no_duplicate(env: Env, tmp_path: Pa
 
 @pytest.mark.parametrize("which", ["fifo", "/dev/zero", "folder"])
 def test_verify_env_refuses_a_lock_that_is_not_a_regular_file(tmp_path: Path, which: str) -> None:
-    lock = _special(tmp_path)["fifo"] if which == "fifo" else Path(which) if which.startswith("/") else tmp_path
-    done = subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", "--lock", str(lock)], cwd=REPO,
+    lock = (_special(tmp_path)["fifo"] if which == "fifo" else Path(which) if which.startswith("/")
+            else tmp_path)
+    done = subprocess.run([sys.executable, "-m", "kdkit.probe", "verify-env", "--lock", str(lock)],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -55,7 +55,8 @@ def test_loop_that_forgets_the_rng_is_caught_and_named(project: Path) -> None:
 
 def test_loop_whose_checkpoint_lacks_the_scheduler_is_caught_and_named(project: Path) -> None:
     module = _add_variant(project, "train_forgets_scheduler")
-    result = invoke("resume-test", project, "--steps", "6", "--save-at", "2", "--module", module, "--json")
+    result = invoke("resume-test", project, "--steps", "6", "--save-at", "2",
+                    "--module", module, "--json")
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["missing"] == ["scheduler"]
@@ -69,7 +70,8 @@ def test_loop_that_crashes_on_resume_names_the_phase_and_error(project: Path) ->
     result = invoke("resume-test", project, "--steps", "4", "--save-at", "2", "--module", module)
     assert result.exit_code == 1
     last = result.stderr.splitlines()[-1]
-    assert last.startswith(f"Error: {module} (restore phase, exit 1): RuntimeError: cannot resume: ")
+    assert last.startswith(
+        f"Error: {module} (restore phase, exit 1): RuntimeError: cannot resume: ")
     assert last.endswith("restore/output.log)")
 
 
@@ -77,10 +79,13 @@ def test_loop_that_crashes_on_resume_names_the_phase_and_error(project: Path) ->
     ("args", "message"),
     [
         (["--save-at", "0"], "Error: --save-at 0: must be between 1 and --steps - 1 (7)\n"),
-        (["--steps", "5", "--save-at", "5"], "Error: --save-at 5: must be between 1 and --steps - 1 (4)\n"),
-        (["--steps", "1"], "Error: --steps 1: need at least 2 steps so a resume can happen in between\n"),
+        (["--steps", "5", "--save-at", "5"],
+         "Error: --save-at 5: must be between 1 and --steps - 1 (4)\n"),
+        (["--steps", "1"],
+         "Error: --steps 1: need at least 2 steps so a resume can happen in between\n"),
         (["--module", "src.nothing"], "train module 'src.nothing' not found"),
-        (["--module", "src/train.py"], "Error: --module 'src/train.py': not a dotted module name (e.g. src.train)\n"),
+        (["--module", "src/train.py"],
+         "Error: --module 'src/train.py': not a dotted module name (e.g. src.train)\n"),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(project: Path, args: list[str], message: str) -> None:
@@ -92,8 +97,10 @@ def test_bad_input_exits_2_and_writes_nothing(project: Path, args: list[str], me
 
 
 def test_differences_name_paths_and_respect_the_gpu_tolerance() -> None:
-    a = {"model": {"w": torch.ones(3)}, "scheduler": {"last_epoch": 3}, "rng": {"torch": torch.zeros(2)}}
-    b = {"model": {"w": torch.ones(3) + 1e-6}, "scheduler": {"last_epoch": 0}, "rng": {"torch": torch.zeros(2)}}
+    a = {"model": {"w": torch.ones(3)}, "scheduler": {"last_epoch": 3},
+         "rng": {"torch": torch.zeros(2)}}
+    b = {"model": {"w": torch.ones(3) + 1e-6}, "scheduler": {"last_epoch": 0},
+         "rng": {"torch": torch.zeros(2)}}
     assert list(differences(a, b)) == ["model.w", "scheduler.last_epoch"]
     assert list(differences(a, b, gpu=True)) == ["scheduler.last_epoch"]
 
@@ -102,7 +109,8 @@ def test_missing_parts_include_rng_generators() -> None:
     state = {"step": 1, "data_position": 0, "model": {}, "optimizer": {}, "scaler": None,
              "rng": {"python": None, "torch": None}}
     assert missing_parts(state) == ["scheduler", "rng.cuda", "rng.numpy"]
-    assert missing_parts([1, 2]) == ["step", "data_position", "model", "optimizer", "scheduler", "scaler", "rng"]
+    assert missing_parts([1, 2]) == ["step", "data_position", "model", "optimizer",
+                                     "scheduler", "scaler", "rng"]
 
 
 def test_first_divergence_counts_from_step_zero() -> None:

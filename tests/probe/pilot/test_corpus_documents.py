@@ -31,17 +31,20 @@ def test_the_compact_documents_are_those_of_a_scan(tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"documents": [{"id": "r3", "label": "b", "expect": "reject"}]}))
     docs = corpus_documents(corpus, "id", manifest, OUT)
-    expected = [Document(line.id, f"line {line.number}", str(corpus), "b" if line.id == "r3" else None,
+    expected = [Document(line.id, f"line {line.number}", str(corpus),
+                         "b" if line.id == "r3" else None,
                          "reject" if line.id == "r3" else "any", line.offset, line.length)
                 for line, _record in scan(corpus, "id")]
     assert isinstance(docs, CorpusDocuments) and len(docs) == 7
     assert list(docs) == expected and [docs[n] for n in range(7)] == expected
-    assert docs[-1] == expected[-1] and docs[1:3] == tuple(expected[1:3]) and docs[:100] == tuple(expected)
+    assert docs[-1] == expected[-1] and docs[1:3] == tuple(
+        expected[1:3]) and docs[:100] == tuple(expected)
     with pytest.raises(IndexError):
         docs[7]
     left = remaining(docs, {"r0", "r4"})
     assert list(left) == [d for d in expected if d.id not in ("r0", "r4")] and len(left) == 5
-    assert left[0] == expected[1] and left[-1] == expected[-1] and left[1:3] == (expected[2], expected[3])
+    assert left[0] == expected[1] and left[-1] == expected[-1] and left[1:3] == (
+        expected[2], expected[3])
     assert list(remaining(left, {"r1"})) == [d for d in expected if d.id not in ("r0", "r1", "r4")]
     assert remaining(tuple(expected), {"r0"}) == expected[1:]
 
@@ -65,6 +68,8 @@ def test_an_unchanged_corpus_is_known_by_its_whole_sha256(tmp_path: Path) -> Non
     cfg = SimpleNamespace(jsonl=tmp_path / "c.jsonl", corpus_sha256="ab" * 32)
     recorded = {"params": {"inputs": {"jsonl": "c.jsonl", "id": "id", "sha256": "ab" * 32}}}
     assert corpus_unchanged(cfg, recorded)  # type: ignore[arg-type]
-    assert not corpus_unchanged(cfg, {"params": {"inputs": {"sha256": "cd" * 32}}})  # type: ignore[arg-type]
+    assert not corpus_unchanged(cfg,
+                                {"params": {
+                                    "inputs": {"sha256": "cd" * 32}}})  # type: ignore[arg-type]
     folder = SimpleNamespace(jsonl=None, corpus_sha256=None)
     assert not corpus_unchanged(folder, {"params": {"inputs": "data"}})  # type: ignore[arg-type]

@@ -87,7 +87,8 @@ FILE = {"kind": "file"}
 DOCS: list[tuple[str, str, dict[str, Any]]] = [(f"f-{n:02d}", "x" * (n + 1), {}) for n in range(6)]
 
 
-def make(project: Path, docs: list[tuple[str, str, dict[str, Any]]], output: dict[str, Any] | None = None,
+def make(project: Path, docs: list[tuple[str, str, dict[str, Any]]],
+         output: dict[str, Any] | None = None,
          **config: Any) -> Path:
     make_project(project, output or FILE, "", docs, **config)
     (project / "src" / "kinds.py").write_text(FILE_APP)
@@ -109,8 +110,10 @@ def assert_kept_once(run_dir: Path, docs: list[tuple[str, str, dict[str, Any]]])
     kept = records(run_dir)
     lines = (run_dir / "results.jsonl").read_text().splitlines()
     assert len(lines) == len(kept) == len(docs)
-    sums = dict(reversed(line.split("  ", 1)) for line in (run_dir / "SHA256SUMS").read_text().splitlines())
-    on_disk = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "outputs").rglob("*") if p.is_file())
+    sums = dict(reversed(line.split("  ", 1))
+                for line in (run_dir / "SHA256SUMS").read_text().splitlines())
+    on_disk = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "outputs").rglob("*")
+                     if p.is_file())
     listed = []
     for ident, text, _ in docs:
         record = kept[ident]
@@ -146,7 +149,8 @@ def test_accepted_files_kept_hashed_listed_and_verified(project: Path, tmp_path:
     assert params["params"]["output"] == {"kind": "file"}
 
 
-def test_copy_out_verify_catches_an_edited_a_missing_and_an_extra_output_file(project: Path) -> None:
+def test_copy_out_verify_catches_an_edited_a_missing_and_an_extra_output_file(
+    project: Path) -> None:
     make(project, DOCS[:2])
     code, summary = pilot(project)
     run_dir = Path(summary["run_dir"])
@@ -172,13 +176,15 @@ def test_copy_out_verify_catches_an_edited_a_missing_and_an_extra_output_file(pr
     ("LINK", "out_dir holds a symbolic link 'sub/link'"),
     ("BIG", "out_dir holds more than max_bytes 4096 bytes"),
 ])
-def test_an_out_dir_that_cannot_be_kept_is_that_items_rejection(project: Path, text: str, reason: str) -> None:
+def test_an_out_dir_that_cannot_be_kept_is_that_items_rejection(
+    project: Path, text: str, reason: str) -> None:
     docs = [*DOCS[:3], ("bad", text, {"expect": "reject"})]
     make(project, docs, {"kind": "file", "max_bytes": 4096})
     code, summary = pilot(project)
     run_dir = Path(summary["run_dir"])
     bad = records(run_dir)["bad"]
-    assert (bad["outcome"], bad["by"]) == ("rejected", "harness") and bad["reason"].startswith(reason), bad
+    assert (bad["outcome"],
+            bad["by"]) == ("rejected", "harness") and bad["reason"].startswith(reason), bad
     assert "files" not in bad and not (run_dir / "outputs" / "bad").exists()
     assert code == 0 and summary["verdict"] == "pass", summary["problems"]  # a planned rejection
     assert sorted(p.name for p in (run_dir / "outputs").iterdir()) == ["f-00", "f-01", "f-02"]
@@ -191,7 +197,8 @@ def test_an_app_error_keeps_nothing_of_its_out_dir(project: Path) -> None:
     code, summary = pilot(project)
     run_dir = Path(summary["run_dir"])
     assert code == 0, summary["problems"]
-    assert records(run_dir)["err"]["outcome"] == "rejected" and records(run_dir)["err"]["by"] == "app"
+    assert records(run_dir)["err"]["outcome"] == "rejected" and records(
+        run_dir)["err"]["by"] == "app"
     assert not (run_dir / "outputs" / "err").exists() and verified(run_dir) == []
     assert "partial.bin" not in (run_dir / "SHA256SUMS").read_text()
 
@@ -201,7 +208,8 @@ def test_a_category_answer_is_invalid_for_the_file_kind(project: Path) -> None:
     code, summary = pilot(project)
     bad = records(Path(summary["run_dir"]))["cat"]
     assert code == 1 and bad["outcome"] == "invalid"
-    assert bad["problem"].startswith("the result has a category, but this run's output is files written into out_dir")
+    assert bad["problem"].startswith(
+        "the result has a category, but this run's output is files written into out_dir")
 
 
 def test_a_batch_retried_item_by_item_starts_each_item_from_an_empty_out_dir(project: Path) -> None:
@@ -228,7 +236,8 @@ def test_a_file_written_outside_its_out_dir_fails_the_run(project: Path, text: s
 def test_folder_names_safe_ids_as_they_are_others_hashed() -> None:
     assert outputfiles.folder_name("doc-1.a") == "doc-1.a"
     odd = outputfiles.folder_name("a/../b c")
-    assert odd == "_" + sha(b"a/../b c") and outputfiles.folder_name("_x").startswith("_") and len(odd) == 65
+    assert odd == "_" + sha(b"a/../b c") and outputfiles.folder_name("_x").startswith("_") and len(
+        odd) == 65
 
 
 # ---------------------------------------------------------------- resume after a kill
@@ -238,8 +247,10 @@ def _kill_and_resume(project: Path, seed: int) -> None:
     """A pilot killed with SIGKILL after a seeded number of result lines, then resumed to its end."""
     env = {**os.environ, "SLOW_APP": "0.05"}
     rng = random.Random(seed)
-    process = subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json", "--quiet",
-                                "--run-id", f"kill{seed}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json",
+                                "--quiet",
+                                "--run-id", f"kill{seed}"], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     run_dir = project / "runs" / f"kill{seed}"
     wanted, deadline = rng.randint(0, 14), time.monotonic() + 60
@@ -251,7 +262,8 @@ def _kill_and_resume(project: Path, seed: int) -> None:
         time.sleep(0.002)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    if not (run_dir / "params.json").exists():  # killed before the run folder existed: start it again
+    # killed before the run folder existed: start it again
+    if not (run_dir / "params.json").exists():
         code, summary = pilot(project, "--run-id", f"kill{seed}")
     elif process.returncode != 0:
         code, summary = pilot(project, "--resume", f"kill{seed}")
@@ -262,7 +274,8 @@ def _kill_and_resume(project: Path, seed: int) -> None:
     assert verified(run_dir) == []
 
 
-SIXTEEN: list[tuple[str, str, dict[str, Any]]] = [(f"f-{n:02d}", "x" * (n + 1), {}) for n in range(16)]
+SIXTEEN: list[tuple[str, str, dict[str, Any]]] = [(f"f-{n:02d}", "x" * (n + 1), {})
+                                                  for n in range(16)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -317,23 +330,27 @@ def test_workers_files_gathered_into_one_folder_each_item_once(project: Path) ->
     summary = json.loads(result.stdout)
     assert result.exit_code == 0 and summary["verdict"] == "pass" and summary["outputs"] == 16, summary["problems"]
     out = Path(summary["out"])
-    assert sorted(p.name for p in (out / "outputs").iterdir()) == sorted(ident for ident, _, _ in SIXTEEN)
+    assert sorted(p.name
+                  for p in (out / "outputs").iterdir()) == sorted(ident for ident, _, _ in SIXTEEN)
     sums = (out / "SHA256SUMS").read_text()
     for worker_dir in folders:
         for ident, record in records(worker_dir).items():
             for name, digest in record["files"].items():
                 assert f"{digest}  outputs/{ident}/{name}\n" in sums
-                assert (out / "outputs" / ident / name).read_bytes() == (worker_dir / "outputs" / ident /
+                assert (out / "outputs" / ident
+                        / name).read_bytes() == (worker_dir / "outputs" / ident /
                                                                          name).read_bytes()
     assert invoke("copy-out", out, "--verify").exit_code == 0
     before = (out / "outputs" / "f-03" / "result.txt").read_bytes()
     (out / "outputs" / "f-03" / "result.txt").write_text("edited")
     result = invoke("copy-out", out, "--verify")
     assert result.exit_code == 1 and "outputs/f-03/result.txt" in result.output
-    result = invoke("gather", *folders, "--json", "--force")  # an edited gathering is never replaced
+    # an edited gathering is never replaced
+    result = invoke("gather", *folders, "--json", "--force")
     assert result.exit_code == 2 and "does not match its own SHA256SUMS" in result.output
     (out / "outputs" / "f-03" / "result.txt").write_bytes(before)
-    result = invoke("gather", *folders, "--json", "--force")  # the gathering as kdkit wrote it: replaced
+    # the gathering as kdkit wrote it: replaced
+    result = invoke("gather", *folders, "--json", "--force")
     assert result.exit_code == 0 and json.loads(result.stdout)["outputs"] == 16
     assert invoke("copy-out", out, "--verify").exit_code == 0
 
@@ -358,20 +375,24 @@ def predict(items):
 def test_a_file_name_sha256sums_cannot_list_is_that_items_rejection(project: Path) -> None:
     """Over a JSONL corpus (records reach the app as dicts): a file named with a newline is refused by name."""
     idents = ["plain-1", "plain-2", "odd"]
-    lines = [json.dumps({"id": ident, "text": "BADNAME" if ident == "odd" else "ok"}) for ident in idents]
+    lines = [json.dumps({"id": ident, "text": "BADNAME" if ident == "odd" else "ok"})
+             for ident in idents]
     (project / "data" / "corpus.jsonl").write_text("".join(line + "\n" for line in lines))
     (project / "src" / "records.py").write_text(RECORD_APP)
     (project / "config" / "pilot.json").write_text(json.dumps({
-        "inputs": {"jsonl": "data/corpus.jsonl", "id": "id"}, "output": FILE, "entry": "src.records:predict",
+        "inputs": {"jsonl": "data/corpus.jsonl", "id": "id"}, "output": FILE,
+        "entry": "src.records:predict",
         "batch_size": 2, "device": "cpu", "max_input_bytes": 4096, "runs": "runs",
         "stop": {"max_rejected": None}}))
     code, summary = pilot(project)
     run_dir = Path(summary["run_dir"])
     kept = records(run_dir)
-    assert kept["plain-2"]["folder"] == "outputs/plain-2" and kept["plain-2"]["files"] == {"out.txt": sha(b"plain-2")}
+    assert kept["plain-2"]["folder"] == "outputs/plain-2" and kept["plain-2"]["files"] == {
+        "out.txt": sha(b"plain-2")}
     assert kept["odd"]["outcome"] == "rejected" and kept["odd"]["reason"].startswith(
         "out_dir holds a file named 'bad\\nname.txt'"), kept["odd"]
-    assert code == 0 and summary["problems"] == []  # a full corpus expects nothing: a rejection with its reason
+    # a full corpus expects nothing: a rejection with its reason
+    assert code == 0 and summary["problems"] == []
     assert sorted(p.name for p in (run_dir / "outputs").iterdir()) == ["plain-1", "plain-2"]
     assert verified(run_dir) == [] and invoke("copy-out", run_dir, "--verify").exit_code == 0
 

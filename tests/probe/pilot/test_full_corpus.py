@@ -32,19 +32,23 @@ def corpus(project: Path, texts: list[str], output: dict[str, Any], **config: An
     (project / "data" / "full").mkdir()
     lines = [json.dumps({"id": f"r{n:03d}", "text": text}) for n, text in enumerate(texts)]
     (project / "data" / "full" / "corpus.jsonl").write_text("\n".join(lines) + "\n")
-    (project / "src" / "full.py").write_text(APP.replace("CATEGORY", str(output["kind"] == "category")))
-    data = {"inputs": {"jsonl": "data/full/corpus.jsonl", "id": "id"}, "output": output, "entry": "src.full:predict",
+    (project / "src"
+     / "full.py").write_text(APP.replace("CATEGORY", str(output["kind"] == "category")))
+    data = {"inputs": {"jsonl": "data/full/corpus.jsonl", "id": "id"}, "output": output,
+            "entry": "src.full:predict",
             "batch_size": 3, "device": "cpu", "max_input_bytes": 4096, "runs": "runs", **config}
     (project / "config" / "full.json").write_text(json.dumps(data, indent=2))
 
 
-TEXTS = ["one", "two words", "REFUSE this one", "three", "a longer record of the corpus", "six", "seven"]
+TEXTS = ["one", "two words", "REFUSE this one", "three",
+         "a longer record of the corpus", "six", "seven"]
 
 
 @pytest.mark.parametrize("output", [{"kind": "text", "max_chars": 100},
                                     {"kind": "category", "categories": ["a", "b"]}])
 def test_a_rejection_with_its_reason_is_a_records_due_in_the_full_corpus(project: Path,
-                                                                        output: dict[str, Any]) -> None:
+                                                                        output: dict[str,
+                                                                                     Any]) -> None:
     corpus(project, TEXTS, output, **({"min_quality": 0.9} if output["kind"] == "category" else {}))
     code, summary = pilot(project, "--config", "config/full.json")
     assert code == 0 and summary["verdict"] == "pass", summary["problems"]

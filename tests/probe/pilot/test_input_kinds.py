@@ -47,13 +47,15 @@ def observe(items, params):
 APPS = {
     "with_params": "def predict(items, params):\n    return observe(items, params)\n",
     "items_only": "def predict(items):\n    return observe(items, 'none')\n",
-    "star_args": "def predict(*args):\n    return observe(args[0], args[1] if len(args) > 1 else 'none')\n",
+    "star_args": "def predict(*args):\n    return observe(args[0], args[1] if len(args) > 1 else "
+                 "'none')\n",
     "option": "def predict(items, batch_size=8):\n    return observe(items, batch_size)\n",
 }
 
 
 def write_app(project: Path, observed: Path, body: str, name: str = "echo") -> str:
-    (project / "src" / f"{name}.py").write_text(OBSERVE.format(observed=str(observed)) + "\n" + body)
+    (project / "src" / f"{name}.py").write_text(OBSERVE.format(observed=str(observed)) + "\n"
+                                                + body)
     return f"src.{name}:predict"
 
 
@@ -69,7 +71,8 @@ def files_project(project: Path, files: dict[str, bytes]) -> None:
     folder.mkdir(parents=True)
     for name, data in files.items():
         (folder / name).write_bytes(data)
-    documents = [{"id": name.split(".")[0], "file": name, "label": "a", "expect": "accept"} for name in files]
+    documents = [{"id": name.split(".")[0], "file": name, "label": "a", "expect": "accept"}
+                 for name in files]
     (folder / "manifest.json").write_text(json.dumps({"documents": documents}))
 
 
@@ -86,7 +89,8 @@ def corpus_project(project: Path, lines: list[bytes], **config: Any) -> Path:
     corpus.write_bytes(b"".join(lines))
     documents = [{"id": json.loads(line)["id"], "label": "a", "expect": "accept"} for line in lines]
     (project / "data" / "corpus-manifest.json").write_text(json.dumps({"documents": documents}))
-    write_config(project, inputs={"jsonl": "data/corpus.jsonl", "id": "id"}, manifest="data/corpus-manifest.json",
+    write_config(project, inputs={"jsonl": "data/corpus.jsonl", "id": "id"},
+                 manifest="data/corpus-manifest.json",
                  **config)
     return corpus
 
@@ -118,17 +122,20 @@ def test_bytes_inputs_reach_the_app_unchanged(project: Path, tmp_path: Path) -> 
     files_project(project, BINARY)
     seen_path = tmp_path / "observed.jsonl"
     entry = write_app(project, seen_path, APPS["items_only"])
-    write_config(project, inputs="data/bin", manifest="data/bin/manifest.json", entry=entry, decode="bytes")
+    write_config(project, inputs="data/bin", manifest="data/bin/manifest.json",
+                 entry=entry, decode="bytes")
     code, summary, _ = pilot(project)
     assert code == 0, summary["problems"]
     seen = observed(seen_path)
     for name, data in BINARY.items():
         got = seen[name.split(".")[0]]
-        assert (got["kind"], got["type"], got["keys"]) == ("bytes", "bytes", ["bytes", "id", "sha256"])
+        assert (got["kind"], got["type"],
+                got["keys"]) == ("bytes", "bytes", ["bytes", "id", "sha256"])
         assert bytes.fromhex(got["value"]) == data  # no UTF-8 check, no BOM stripped
         assert got["sha256"] == hashlib.sha256(data).hexdigest()
     kept = {r["id"]: r["sha256"] for r in results(Path(summary["run_dir"]))}
-    assert kept == {name.split(".")[0]: hashlib.sha256(data).hexdigest() for name, data in BINARY.items()}
+    assert kept == {name.split(".")[0]: hashlib.sha256(data).hexdigest() for name,
+                    data in BINARY.items()}
 
 
 def test_a_stopped_run_of_bytes_inputs_resumes(project: Path, tmp_path: Path) -> None:
@@ -152,25 +159,32 @@ def predict(items):
     marker.unlink()
     code, summary, _ = pilot(project, "--resume", "stopped")
     assert code == 0, summary["problems"]
-    assert Counter(r["id"] for r in results(Path(summary["run_dir"]))) == Counter(n.split(".")[0] for n in BINARY)
+    assert Counter(r["id"]
+                   for r in results(Path(summary["run_dir"]))) == Counter(
+                       n.split(".")[0] for n in BINARY)
 
 
-def test_utf8_inputs_stay_text_and_a_binary_one_is_still_refused(project: Path, tmp_path: Path) -> None:
+def test_utf8_inputs_stay_text_and_a_binary_one_is_still_refused(
+    project: Path, tmp_path: Path) -> None:
     files_project(project, BINARY)
     seen_path = tmp_path / "observed.jsonl"
     write_config(project, inputs="data/bin", manifest="data/bin/manifest.json",
                  entry=write_app(project, seen_path, APPS["items_only"]))
     code, summary, _ = pilot(project)
     assert code == 1
-    assert any(p.startswith("png: expected acceptance, but rejected: input file png.bin is not valid UTF-8")
+    assert any(p.startswith(
+        "png: expected acceptance, but rejected: input file png.bin is not valid UTF-8")
                for p in summary["problems"]), summary["problems"]
     seen = observed(seen_path)
     assert "png" not in seen
-    assert seen["bom"]["value"] == "hello" and seen["bom"]["sha256"] == hashlib.sha256(BINARY["bom.txt"]).hexdigest()
-    assert (seen["utf8"]["kind"], seen["utf8"]["value"], seen["utf8"]["params"]) == ("text", "\u00e9t\u00e9", "none")
+    assert seen["bom"]["value"] == "hello" and seen["bom"]["sha256"] == hashlib.sha256(
+        BINARY["bom.txt"]).hexdigest()
+    assert (seen["utf8"]["kind"], seen["utf8"]["value"],
+            seen["utf8"]["params"]) == ("text", "\u00e9t\u00e9", "none")
 
 
-def test_jsonl_records_reach_the_app_as_dicts_with_their_canonical_sha256(project: Path, tmp_path: Path) -> None:
+def test_jsonl_records_reach_the_app_as_dicts_with_their_canonical_sha256(
+    project: Path, tmp_path: Path) -> None:
     lines = corpus_lines(7)
     seen_path = tmp_path / "observed.jsonl"
     corpus_project(project, lines, entry=write_app(project, seen_path, APPS["with_params"]))
@@ -184,10 +198,12 @@ def test_jsonl_records_reach_the_app_as_dicts_with_their_canonical_sha256(projec
         got = seen[record["id"]]
         assert (got["kind"], got["type"], got["value"]) == ("record", "dict", record)
         assert got["sha256"] == canonical_sha(record) == kept[record["id"]]
-        assert got["params"] == {}  # predict(items, params) with no params declared: an empty object
+        # predict(items, params) with no params declared: an empty object
+        assert got["params"] == {}
 
 
-def test_a_record_changed_after_the_run_started_is_that_items_rejection(project: Path, tmp_path: Path) -> None:
+def test_a_record_changed_after_the_run_started_is_that_items_rejection(
+    project: Path, tmp_path: Path) -> None:
     """The app rewrites two later records in place while it runs its first batch: one no longer parses, one
     holds another ID. Both are the harness's rejections with the reason; the others go on."""
     lines = corpus_lines(12)
@@ -209,7 +225,8 @@ def predict(items):
     return observe(items, None)
 '''
     seen_path = tmp_path / "observed.jsonl"
-    write_config(project, inputs={"jsonl": "data/corpus.jsonl", "id": "id"}, manifest="data/corpus-manifest.json",
+    write_config(project, inputs={"jsonl": "data/corpus.jsonl", "id": "id"},
+                 manifest="data/corpus-manifest.json",
                  batch_size=2, entry=write_app(project, seen_path, body))
     code, summary, _ = pilot(project)
     assert code == 1
@@ -219,9 +236,10 @@ def predict(items):
                         ("r-010", 'its line now holds the ID "q-010"')):
         record = by_id[ident]
         assert (record["outcome"], record["by"]) == ("rejected", "harness")
-        assert record["reason"].startswith(f"input record {ident} (corpus.jsonl line {int(ident[2:]) + 1}): {what}")
-        assert record["reason"].endswith("the corpus changed since the run started; restore it, or start a new run "
-                                         "on it")
+        assert record["reason"].startswith(
+            f"input record {ident} (corpus.jsonl line {int(ident[2:]) + 1}): {what}")
+        assert record["reason"].endswith("the corpus changed since the run started; restore it, or "
+                                         "start a new run on it")
     assert set(observed(seen_path)) == set(by_id) - {"r-009", "r-010"}
     assert all(by_id[i]["outcome"] == "accepted" for i in set(by_id) - {"r-009", "r-010"})
 
@@ -229,7 +247,8 @@ def predict(items):
 def test_params_reach_a_predict_that_takes_them(project: Path, tmp_path: Path) -> None:
     params = {"temperature": 0.25, "max_tokens": 64, "stop": ["\n"], "seed": 7}
     seen_path = tmp_path / "observed.jsonl"
-    corpus_project(project, corpus_lines(3), entry=write_app(project, seen_path, APPS["with_params"]), params=params)
+    corpus_project(project, corpus_lines(3),
+                   entry=write_app(project, seen_path, APPS["with_params"]), params=params)
     code, summary, _ = pilot(project)
     assert code == 0, summary["problems"]
     assert [entry["params"] for entry in observed(seen_path).values()] == [params] * 3
@@ -240,7 +259,8 @@ def test_a_predict_of_the_items_alone_is_called_as_before(project: Path, tmp_pat
                                                           expected: Any) -> None:
     """predict(items), and predict(items, option=default) written before params existed, get no params."""
     seen_path = tmp_path / "observed.jsonl"
-    corpus_project(project, corpus_lines(3), entry=write_app(project, seen_path, APPS[app]), params={"seed": 1})
+    corpus_project(project, corpus_lines(3), entry=write_app(project, seen_path, APPS[app]),
+                   params={"seed": 1})
     code, summary, _ = pilot(project)
     assert code == 0, summary["problems"]
     assert [entry["params"] for entry in observed(seen_path).values()] == [expected] * 3
@@ -249,7 +269,8 @@ def test_a_predict_of_the_items_alone_is_called_as_before(project: Path, tmp_pat
 def test_todays_app_reads_id_and_text_as_before(project: Path) -> None:
     code, summary, _ = pilot(project)  # the template's classifier: item["id"], item["text"]
     assert code == 0, summary["problems"]
-    assert (summary["verdict"], summary["total"], summary["accepted"], summary["rejected"]) == ("pass", 12, 11, 1)
+    assert (summary["verdict"], summary["total"], summary["accepted"],
+            summary["rejected"]) == ("pass", 12, 11, 1)
 
 
 SLOW = '''
@@ -270,8 +291,10 @@ def test_sigkill_mid_run_on_a_corpus_then_resume_keeps_each_id_once(project: Pat
     corpus_project(project, corpus_lines(count), batch_size=3, params={"seed": seed},
                    entry=write_app(project, seen_path, SLOW))
     kill_after = random.Random(seed).randrange(3, count - 3)
-    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--run-id", "killed",
-                                "--quiet"], env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project),
+                                "--run-id", "killed",
+                                "--quiet"], env=dict(os.environ), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE,
                                cwd=REPO)
     run_dir = project / "runs" / "killed"
     wait_for_lines(run_dir / "results.jsonl", kill_after, process)
@@ -285,7 +308,8 @@ def test_sigkill_mid_run_on_a_corpus_then_resume_keeps_each_id_once(project: Pat
     ids = Counter(r["id"] for r in results(run_dir))
     assert ids == Counter(f"r-{n:03d}" for n in range(count))
     assert all(r["sha256"] == canonical_sha(json.loads(line)) for r, line in
-               zip(sorted(results(run_dir), key=lambda r: r["id"]), corpus_lines(count), strict=True))
+               zip(sorted(results(run_dir), key=lambda r: r["id"]),
+                   corpus_lines(count), strict=True))
 
 
 # ---------------------------------------------------------------- the harness in this process
@@ -309,8 +333,10 @@ def test_in_process_hands_records_and_params_as_the_apps_process_does(project: P
     got: list[Any] = []
     call = harness.in_process(lambda batch, params: got.append((batch, params)) or [], {"k": [1]})
     call(items[:2])
-    assert got == [([{"id": "r-000", "record": json.loads(corpus_lines(1)[0]), "sha256": items[0].sha256},
-                     {"id": "r-001", "record": json.loads(corpus_lines(2)[1]), "sha256": items[1].sha256}], {"k": [1]})]
+    assert got == [([{"id": "r-000", "record": json.loads(corpus_lines(1)[0]),
+                      "sha256": items[0].sha256},
+                     {"id": "r-001", "record": json.loads(corpus_lines(2)[1]),
+                      "sha256": items[1].sha256}], {"k": [1]})]
     assert harness.in_process(lambda batch: [len(batch)])(items) == [5]
 
 
@@ -320,25 +346,31 @@ class _Callable:
 
 
 @pytest.mark.parametrize(("function", "takes"), [
-    (lambda items: items, False), (lambda items, params: items, True), (lambda items, params=None: items, True),
-    (lambda items, batch_size=8: items, False), (lambda *args: args, True), (lambda items, *rest: items, True),
+    (lambda items: items, False), (lambda items, params: items, True),
+    (lambda items, params=None: items, True),
+    (lambda items, batch_size=8: items, False), (lambda *args: args, True),
+    (lambda items, *rest: items, True),
     (lambda items, *, params=None: items, False), (_Callable(), True), (print, True), (len, False)],
-    ids=["items", "items-params", "params-default", "option-default", "star-args", "items-star", "keyword-only",
+    ids=["items", "items-params", "params-default", "option-default", "star-args", "items-star",
+         "keyword-only",
          "callable-object", "builtin-star", "builtin-one"])
 def test_takes_params_is_decided_from_the_signature(function: Any, takes: bool) -> None:
     assert harness.takes_params(function) is takes
 
 
 def test_records_that_cannot_be_sent_are_refused_with_the_reason(project: Path) -> None:
-    lines = [*corpus_lines(2), b'{"id": "big", "text": "' + b"x" * 5000 + b'"}\n', b'{"id": "inf", "x": 1e999}\n',
+    lines = [*corpus_lines(2), b'{"id": "big", "text": "' + b"x" * 5000 + b'"}\n',
+             b'{"id": "inf", "x": 1e999}\n',
              b'{"id": "spaced",    "text":     "' + b"y" * 3000 + b'"}\n']
     corpus_project(project, lines, entry="src.classify:predict")
     items, rejected = _items(project)
-    assert [item.doc.id for item in items] == ["r-000", "r-001", "spaced"]  # 3,000 bytes once spaces are gone
+    # 3,000 bytes once spaces are gone
+    assert [item.doc.id for item in items] == ["r-000", "r-001", "spaced"]
     reasons = {r["id"]: r["reason"] for r in rejected}
-    assert reasons["big"] == ("input record big (corpus.jsonl line 3) is 5022 bytes as canonical JSON, over "
-                              "max_input_bytes 4096")
-    assert reasons["inf"].startswith("input record inf (corpus.jsonl line 4) cannot be sent as JSON: Out of range")
+    assert reasons["big"] == ("input record big (corpus.jsonl line 3) is 5022 bytes as canonical "
+                              "JSON, over max_input_bytes 4096")
+    assert reasons["inf"].startswith(
+        "input record inf (corpus.jsonl line 4) cannot be sent as JSON: Out of range")
 
 
 def test_a_truncated_or_missing_corpus_is_each_records_rejection(project: Path) -> None:
@@ -346,19 +378,23 @@ def test_a_truncated_or_missing_corpus_is_each_records_rejection(project: Path) 
     corpus = corpus_project(project, lines, entry="src.classify:predict")
     cfg = load_pilot(project)
     corpus.write_bytes(b"".join(lines[:2]) + lines[2][:10])
-    reasons = [r["reason"] for _n, _i, refused in harness.batches(cfg.documents, 4, Reading.of(cfg), 0)
+    reasons = [r["reason"] for _n, _i,
+               refused in harness.batches(cfg.documents, 4, Reading.of(cfg), 0)
                for r in refused]
-    assert reasons == [f"input record r-00{n} (corpus.jsonl line {n + 1}): its line is no longer there; the corpus "
-                       "changed since the run started; restore it, or start a new run on it" for n in (2, 3)]
+    assert reasons == [f"input record r-00{n} (corpus.jsonl line {n + 1}): its line is no longer "
+                       "there; the corpus changed since the run started; restore it, or start a "
+                       "new run on it" for n in (2, 3)]
     corpus.unlink()
-    reasons = [r["reason"] for _n, _i, refused in harness.batches(cfg.documents, 4, Reading.of(cfg), 0)
+    reasons = [r["reason"] for _n, _i,
+               refused in harness.batches(cfg.documents, 4, Reading.of(cfg), 0)
                for r in refused]
     assert reasons == ["input file corpus.jsonl not found"] * 4
 
 
 def test_a_fifo_is_refused_whatever_the_decoding(project: Path) -> None:
     files_project(project, {"a.bin": b"\x00\xff", "b.bin": b"x"})
-    write_config(project, inputs="data/bin", manifest="data/bin/manifest.json", entry="src.classify:predict",
+    write_config(project, inputs="data/bin", manifest="data/bin/manifest.json",
+                 entry="src.classify:predict",
                  decode="bytes")
     (project / "data/bin/b.bin").unlink()
     os.mkfifo(project / "data/bin/b.bin")
@@ -368,10 +404,12 @@ def test_a_fifo_is_refused_whatever_the_decoding(project: Path) -> None:
                                     "reads it"
 
 
-def test_a_batch_of_consecutive_records_is_one_read(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_of_consecutive_records_is_one_read(project: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     corpus_project(project, corpus_lines(10), entry="src.classify:predict")
     reads: list[tuple[int, int]] = []
     real = os.pread
-    monkeypatch.setattr(os, "pread", lambda fd, size, offset: reads.append((size, offset)) or real(fd, size, offset))
+    monkeypatch.setattr(os, "pread", lambda fd, size,
+                        offset: reads.append((size, offset)) or real(fd, size, offset))
     items, _ = _items(project)
     assert len(items) == 10 and len(reads) == 3  # batches of 4, 4 and 2

@@ -60,8 +60,10 @@ def _json(text: str) -> dict[str, Any]:
 # kind -> (output declaration, the app's answers, the record's field, the value each input must keep)
 KINDS: dict[str, tuple[dict[str, Any], str, str, Any]] = {
     "text": ({"kind": "text", "max_chars": 4000}, TEXT_ANSWERS, "output", str.upper),
-    "json": ({"kind": "json", "schema": "config/answer.schema.json"}, JSON_ANSWERS, "output", _json),
-    "category": ({"kind": "category", "categories": ["long", "short"]}, CATEGORY_ANSWERS, "category", _category),
+    "json": ({"kind": "json", "schema": "config/answer.schema.json"},
+             JSON_ANSWERS, "output", _json),
+    "category": ({"kind": "category", "categories": ["long", "short"]},
+                 CATEGORY_ANSWERS, "category", _category),
 }
 
 
@@ -80,8 +82,10 @@ def _kill_then_finish(project: Path, seed: int) -> Path:
     rng = random.Random(seed)
     run_id, log = f"kill{seed}", project.parent / "killed-pilot.log"
     with log.open("wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json", "--quiet",
-                                    "--run-id", run_id], cwd=REPO, env={**os.environ, "SLOW_APP": "0.05"},
+        process = subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json",
+                                    "--quiet",
+                                    "--run-id", run_id], cwd=REPO,
+                                   env={**os.environ, "SLOW_APP": "0.05"},
                                    stdout=subprocess.DEVNULL, stderr=stderr)
     run_dir = project / "runs" / run_id
     wanted, deadline = rng.randint(0, ITEMS - 2), time.monotonic() + 60
@@ -111,12 +115,14 @@ def _assert_each_output_once_and_whole(run_dir: Path, kind: str) -> None:
     _, _, field, expected = KINDS[kind]
     lines = (run_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
     ids = [json.loads(line)["id"] for line in lines]
-    assert sorted(ids) == sorted(ident for ident, _, _ in DOCS), ids  # each item exactly once, none lost
+    # each item exactly once, none lost
+    assert sorted(ids) == sorted(ident for ident, _, _ in DOCS), ids
     kept = records(run_dir)
     for ident, text, _ in DOCS:
         record = kept[ident]
         assert record["outcome"] == "accepted", record
-        assert record[field] == expected(text), (ident, record)  # the value intact: text in full, json equal
+        # the value intact: text in full, json equal
+        assert record[field] == expected(text), (ident, record)
     assert verified(run_dir) == []
     assert invoke("copy-out", run_dir, "--verify").exit_code == 0
     assert json.loads((run_dir / "summary.json").read_text())["verdict"] == "pass"
@@ -131,13 +137,15 @@ def _trial(project: Path, kind: str, seed: int) -> None:
 def test_the_inputs_and_answers_are_what_the_trials_need() -> None:
     """Both categories occur, the texts reach several hundred characters, every json answer is distinct."""
     assert {_category(text) for _, text, _ in DOCS} == {"long", "short"}
-    assert max(len(text) for _, text, _ in DOCS) > 300 and all(text == text.strip() for _, text, _ in DOCS)
+    assert max(len(text) for _,
+               text, _ in DOCS) > 300 and all(text == text.strip() for _, text, _ in DOCS)
     assert len({json.dumps(_json(text)) for _, text, _ in DOCS}) == ITEMS
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("seed", range(4))
-def test_sigkill_then_resume_keeps_every_output_once_and_whole(project: Path, kind: str, seed: int) -> None:
+def test_sigkill_then_resume_keeps_every_output_once_and_whole(
+    project: Path, kind: str, seed: int) -> None:
     _trial(project, kind, seed)
 
 

@@ -28,7 +28,9 @@ from tests.machine.test_workers import SHARE_1_OF_2, TWELVE, ids, use_oracle
 BIN = Path(sys.executable).parent
 TORCHRUN = BIN / "torchrun"
 pytestmark = pytest.mark.skipif(not TORCHRUN.exists() or not (BIN / "kdkit").exists(),
-                                reason=f"torchrun and kdkit are not in {BIN} (pip install -r requirements/dev.txt)")
+                                reason=(
+                                    f"torchrun and kdkit are not in {BIN} (pip install -r "
+                                    "requirements/dev.txt)"))
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -37,7 +39,8 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def torchrun(project: Path, nproc: int, *args: str, restarts: int = 0, **extra: str) -> list[str]:
-    return [str(TORCHRUN), "--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(restarts),
+    return [str(TORCHRUN), "--standalone", "--nproc-per-node", str(nproc), "--max-restarts",
+            str(restarts),
             "--no-python", "kdkit", "pilot", str(project), "--quiet", *args]
 
 
@@ -47,7 +50,8 @@ def run(argv: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
 
 def gather_from(*args: str | Path) -> tuple[int, dict[str, Any], str]:
     result = invoke("gather", *args, "--json")
-    return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr
+    return (result.exit_code,
+            json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr)
 
 
 def exactly_once(folders: list[Path]) -> None:
@@ -61,7 +65,8 @@ def rank_process(launcher: int, rank: int) -> int:
             continue
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            environ = dict(item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item)
+            environ = dict(item.split("=", 1)
+                           for item in (entry / "environ").read_text().split("\0") if "=" in item)
         except (OSError, IndexError, ValueError):
             continue
         if ppid == launcher and environ.get("RANK") == str(rank):
@@ -77,7 +82,8 @@ def test_torchrun_workers_each_write_their_share_and_the_gathering_proves_every_
                                                                                         nproc: int) -> None:
     use_oracle(project)
     started = time.monotonic()
-    done = run(torchrun(project, nproc))  # no --run-id: torchrun's TORCHELASTIC_RUN_ID names the run
+    # no --run-id: torchrun's TORCHELASTIC_RUN_ID names the run
+    done = run(torchrun(project, nproc))
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     folders = sorted((project / "runs").iterdir())
@@ -88,12 +94,14 @@ def test_torchrun_workers_each_write_their_share_and_the_gathering_proves_every_
                f"CUDA_VISIBLE_DEVICES={i}" in done.stderr
         launcher = json.loads((folder / "params.json").read_text())["launcher"]
         assert launcher["from"] == "torchrun" and launcher["variables"]["TORCHELASTIC_RUN_ID"] == run_id
-        assert set(launcher["variables"]) == {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        assert set(launcher["variables"]) == {"RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                              "LOCAL_WORLD_SIZE",
                                               "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"}
         assert launcher["visible_devices"] == f"CUDA_VISIBLE_DEVICES={i}"
     exactly_once(folders)
     code, summary, _ = gather_from("--from", project / "runs", "--project", project)
-    assert (code, summary["verdict"], summary["total"], summary["workers"]) == (0, "pass", 12, nproc)
+    assert (code, summary["verdict"], summary["total"],
+            summary["workers"]) == (0, "pass", 12, nproc)
     assert Path(summary["out"]) == project / "runs" / f"{run_id}-gathered"
     print(f"torchrun --nproc-per-node {nproc}: {seconds:.1f} s")
 
@@ -114,7 +122,8 @@ def test_a_rank_killed_mid_run_and_resumed_alone_leaves_the_gathering_exact(proj
     assert code == 1 and summary["problems"][0].startswith(f"{w1}: not closed (no SHA256SUMS)")
 
     # Rank 1 alone, with the variables the launcher gave it and --resume: the run finishes exactly once.
-    alone = run(["kdkit", "pilot", str(project), "--quiet", "--resume", "R"], RANK="1", WORLD_SIZE="2")
+    alone = run(["kdkit", "pilot", str(project), "--quiet", "--resume", "R"],
+                RANK="1", WORLD_SIZE="2")
     assert alone.returncode == 0, alone.stderr
     assert alone.stderr.startswith("kdkit: share 1 of 2 from torchrun (RANK=1, WORLD_SIZE=2)")
     assert ids(w1) == Counter(SHARE_1_OF_2)
@@ -125,7 +134,8 @@ def test_a_rank_killed_mid_run_and_resumed_alone_leaves_the_gathering_exact(proj
 
 def test_a_group_torchrun_restarts_continues_its_run_folders(project: Path) -> None:
     use_oracle(project, "stalls", batch_size=2)
-    group = subprocess.Popen(torchrun(project, 2, "--run-id", "R", restarts=1), env=env(HANG_ON="doc-09"),
+    group = subprocess.Popen(torchrun(project, 2, "--run-id", "R", restarts=1),
+                             env=env(HANG_ON="doc-09"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     w0, w1 = project / "runs" / "R-w0of2", project / "runs" / "R-w1of2"
     wait_for_lines(w1 / "results.jsonl", 4, group)  # type: ignore[arg-type]
@@ -150,8 +160,10 @@ def test_a_group_torchrun_restarts_continues_its_run_folders(project: Path) -> N
 def test_a_retried_pod_resumes_its_index_and_a_finished_one_is_left_as_it_is(project: Path) -> None:
     use_oracle(project, "hangs", batch_size=2)
     pod = {"KDKIT_WORKERS": "2", "KDKIT_RUN_ID": "kdkit-pilot"}
-    first = subprocess.Popen(["kdkit", "pilot", str(project), "--quiet"], env=env(JOB_COMPLETION_INDEX="1",
-                             HANG_ON="doc-09", **pod), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = subprocess.Popen(["kdkit", "pilot", str(project), "--quiet"],
+                             env=env(JOB_COMPLETION_INDEX="1",
+                             HANG_ON="doc-09", **pod), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
     w1 = project / "runs" / "kdkit-pilot-w1of2"
     wait_for_lines(w1 / "results.jsonl", 4, first)
     first.send_signal(signal.SIGKILL)
@@ -160,11 +172,13 @@ def test_a_retried_pod_resumes_its_index_and_a_finished_one_is_left_as_it_is(pro
     assert retried.returncode == 0, retried.stderr
     assert f"kdkit: {w1} exists: resuming it" in retried.stderr
     closed = tree_snapshot(w1)
-    again = run(["kdkit", "pilot", str(project), "--quiet", "--json"], JOB_COMPLETION_INDEX="1", **pod)
+    again = run(["kdkit", "pilot", str(project), "--quiet", "--json"],
+                JOB_COMPLETION_INDEX="1", **pod)
     assert again.returncode == 0 and json.loads(again.stdout)["verdict"] == "pass"
     assert f"kdkit: {w1} is finished: nothing to do; its summary follows" in again.stderr
     assert tree_snapshot(w1) == closed
-    assert run(["kdkit", "pilot", str(project), "--quiet"], JOB_COMPLETION_INDEX="0", **pod).returncode == 0
+    assert run(["kdkit", "pilot", str(project), "--quiet"],
+               JOB_COMPLETION_INDEX="0", **pod).returncode == 0
     code, summary, _ = gather_from("--from", project / "runs", "--run-id", "kdkit-pilot")
     assert (code, summary["verdict"], summary["total"]) == (0, "pass", 12)
 
@@ -172,10 +186,12 @@ def test_a_retried_pod_resumes_its_index_and_a_finished_one_is_left_as_it_is(pro
 # ---------------------------------------------------------------- nodes of several GPUs, copied back
 
 
-def node(project: Path, rank: int, nodes: int = 2, gpus: int = 2, task: str = "sky-task_1") -> dict[str, Any]:
+def node(project: Path, rank: int, nodes: int = 2, gpus: int = 2,
+         task: str = "sky-task_1") -> dict[str, Any]:
     """One SkyPilot node's `kdkit pilot`: the variables SkyPilot sets, one process for the node."""
     done = run(["kdkit", "pilot", str(project), "--quiet", "--json"], SKYPILOT_NODE_RANK=str(rank),
-               SKYPILOT_NUM_NODES=str(nodes), SKYPILOT_NUM_GPUS_PER_NODE=str(gpus), SKYPILOT_TASK_ID=task,
+               SKYPILOT_NUM_NODES=str(nodes), SKYPILOT_NUM_GPUS_PER_NODE=str(gpus),
+               SKYPILOT_TASK_ID=task,
                SKYPILOT_NODE_IPS="10.0.0.1\n10.0.0.2")
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
@@ -198,7 +214,9 @@ def test_each_gpu_of_each_node_answers_one_share_and_copies_gather_from_any_layo
         "kdkit: shares 2..3 of 4 from skypilot (SKYPILOT_NODE_RANK=1, SKYPILOT_NUM_NODES=2, "
         "SKYPILOT_NUM_GPUS_PER_NODE=2): one worker per GPU, share = node rank x 2 + GPU")
     assert reports[1]["shares"] == [{"worker": 2, "workers": 4}, {"worker": 3, "workers": 4}]
-    assert reports[1]["exit_codes"] == [0, 0] and [w["verdict"] for w in reports[1]["workers"]] == ["pass", "pass"]
+    assert reports[1]["exit_codes"] == [0, 0] and [w["verdict"]
+                                                   for w in reports[1]["workers"]] == ["pass",
+                                                                                       "pass"]
     for rank, machine in enumerate(machines):
         for gpu in range(2):
             folder = machine / "runs" / f"sky-task_1-w{rank * 2 + gpu}of4"
@@ -206,13 +224,17 @@ def test_each_gpu_of_each_node_answers_one_share_and_copies_gather_from_any_layo
             assert launcher["visible_devices"] == f"CUDA_VISIBLE_DEVICES={gpu}"
             assert launcher["variables"]["KDKIT_LOCAL_WORKER"] == str(gpu)
 
-    copies = tmp_path / "copies"  # each machine's runs/ copied back under its own name, one folder copied twice
+    # each machine's runs/ copied back under its own name, one folder copied twice
+    copies = tmp_path / "copies"
     shutil.copytree(machines[0] / "runs", copies / "a" / "sky_workdir" / "runs")
     shutil.copytree(machines[1] / "runs", copies / "b" / "runs")
-    shutil.copytree(machines[1] / "runs" / "sky-task_1-w3of4", copies / "backup" / "sky-task_1-w3of4")
+    shutil.copytree(machines[1] / "runs" / "sky-task_1-w3of4",
+                    copies / "backup" / "sky-task_1-w3of4")
     code, summary, err = gather_from("--from", copies, "--project", machines[0])
-    assert (code, summary["verdict"], summary["total"], summary["workers"]) == (0, "pass", 12, 4), summary
-    backup, original = copies / "backup" / "sky-task_1-w3of4", copies / "b" / "runs" / "sky-task_1-w3of4"
+    assert (code, summary["verdict"], summary["total"],
+            summary["workers"]) == (0, "pass", 12, 4), summary
+    backup, original = (copies / "backup" / "sky-task_1-w3of4",
+                        copies / "b" / "runs" / "sky-task_1-w3of4")
     assert f"gather: {backup} is a copy of {original} (the same files, byte for byte); counted once" in err
     assert Path(summary["out"]) == copies / "sky-task_1-gathered"
     exactly_once([Path(w["path"]) for w in summary["per_worker"]])
@@ -222,9 +244,11 @@ def test_copies_that_do_not_belong_together_are_refused_and_nothing_is_written(m
                                                                                tmp_path: Path) -> None:
     node(machines[0], 0)
     node(machines[1], 1)
-    third = Path(shutil.copytree(machines[0], tmp_path / "machine-c", ignore=shutil.ignore_patterns("runs")))
+    third = Path(
+        shutil.copytree(machines[0], tmp_path / "machine-c", ignore=shutil.ignore_patterns("runs")))
     node(third, 1)  # a third machine given node rank 1 as well
-    node(third, 0, gpus=1, task="sky-other_2")  # another run, and (as run sky-task_1) another world size
+    # another run, and (as run sky-task_1) another world size
+    node(third, 0, gpus=1, task="sky-other_2")
     copies = tmp_path / "copies"
     for name, machine in (("a", machines[0]), ("b", machines[1]), ("c", third)):
         shutil.copytree(machine / "runs", copies / name)
@@ -238,21 +262,22 @@ def test_copies_that_do_not_belong_together_are_refused_and_nothing_is_written(m
 
     assert refused("--from", copies) == (
         f"{copies / 'c' / 'sky-other_2-w0of2'}: a worker of run sky-other_2, not of run sky-task_1 "
-        f"({copies / 'a' / 'sky-task_1-w0of4'}); gather the folders of one run; pick one with --run-id")
+        f"({copies / 'a' / 'sky-task_1-w0of4'}); gather the folders of one run; pick one with "
+        "--run-id")
     assert refused("--from", copies, "--run-id", "sky-task_1") == (
         f"worker 2 of 4: two different folders ({copies / 'b' / 'sky-task_1-w2of4'}, "
-        f"{copies / 'c' / 'sky-task_1-w2of4'}): two machines ran the same share (given the same rank?); keep the one "
-        "to count and move the other out of the way")
+        f"{copies / 'c' / 'sky-task_1-w2of4'}): two machines ran the same share (given the same "
+        "rank?); keep the one to count and move the other out of the way")
     other = copies / "c" / "sky-other_2-w0of2"
     params = json.loads((other / "params.json").read_text())
     params["run_id"] = "sky-task_1-w0of2"
     (other / "params.json").write_text(json.dumps(params))
     assert refused(copies / "a" / "sky-task_1-w0of4", other) == (
-        f"{other}: one of 2 workers, but {copies / 'a' / 'sky-task_1-w0of4'} is one of 4: another world size; gather "
-        "the folders of one launch")
+        f"{other}: one of 2 workers, but {copies / 'a' / 'sky-task_1-w0of4'} is one of 4: another "
+        "world size; gather the folders of one launch")
     assert refused("--from", copies / "a", "--run-id", "nothing-here") == (
-        f"--from {copies / 'a'}: no worker run folder below it of run nothing-here (a folder holding a params.json "
-        "with a share)")
+        f"--from {copies / 'a'}: no worker run folder below it of run nothing-here (a folder "
+        "holding a params.json with a share)")
     (other / "params.json").write_bytes(before["c/sky-other_2-w0of2/params.json"])
     assert tree_snapshot(copies) == before
     shutil.rmtree(copies / "c")
@@ -260,11 +285,13 @@ def test_copies_that_do_not_belong_together_are_refused_and_nothing_is_written(m
     assert (code, summary["verdict"]) == (0, "pass")
 
 
-def test_sigterm_to_a_nodes_process_reaches_its_workers_and_the_node_started_again_finishes(project: Path) -> None:
+def test_sigterm_to_a_nodes_process_reaches_its_workers_and_the_node_started_again_finishes(
+    project: Path) -> None:
     use_oracle(project, "hangs", batch_size=2)
     sky = {"SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": "1", "SKYPILOT_NUM_GPUS_PER_NODE": "2",
            "SKYPILOT_TASK_ID": "sky-t_1"}
-    started = subprocess.Popen(["kdkit", "pilot", str(project), "--quiet"], env=env(HANG_ON="doc-09", **sky),
+    started = subprocess.Popen(["kdkit", "pilot", str(project), "--quiet"],
+                               env=env(HANG_ON="doc-09", **sky),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     w0, w1 = project / "runs" / "sky-t_1-w0of2", project / "runs" / "sky-t_1-w1of2"
     wait_for_lines(w1 / "results.jsonl", 4, started)  # worker 1 hangs on doc-09
@@ -275,7 +302,9 @@ def test_sigterm_to_a_nodes_process_reaches_its_workers_and_the_node_started_aga
     started.communicate(timeout=120)
     assert started.returncode == 143
     stop = json.loads((w1 / "stop.json").read_text())
-    assert (stop["rule"], stop["reason"]) == ("terminate", "terminated (SIGTERM)") and (w1 / "SHA256SUMS").exists()
+    assert (stop["rule"],
+            stop["reason"]) == ("terminate", "terminated (SIGTERM)") and (w1
+                                                                          / "SHA256SUMS").exists()
     again = run(["kdkit", "pilot", str(project), "--quiet"], **sky)
     assert again.returncode == 0, again.stderr
     assert f"kdkit: {w0} is finished: nothing to do" in again.stderr

@@ -65,7 +65,8 @@ def docker_runs(script: str) -> list[list[str]]:
 
 def kdkit_words() -> list[str]:
     """`kdkit run`'s container for the cuda backend, the host's facts as the prelude's variables."""
-    words = shlex.split(portable_line(portable_spec("IMAGE", "$PWD", "data/pilot", "runs", "cuda"), "cuda"))
+    words = shlex.split(
+        portable_line(portable_spec("IMAGE", "$PWD", "data/pilot", "runs", "cuda"), "cuda"))
     return [IMAGE if word == "IMAGE" else word for word in words]
 
 
@@ -107,7 +108,8 @@ def test_the_page_lists_exactly_the_launchers_table_of_the_code() -> None:
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cells[0] in ROW:
             rows[cells[0]] = (set(re.findall(r"`([A-Z_]+)`", cells[2])), cells[3])
-    assert rows == {launcher.name: (set(launcher.variables), launcher.source) for launcher in LAUNCHERS}
+    assert rows == {launcher.name: (set(launcher.variables), launcher.source)
+                    for launcher in LAUNCHERS}
     own = [line for line in text.splitlines() if line.startswith("| `KDKIT_")]
     assert set(re.findall(r"`(KDKIT_[A-Z_]+)`", "\n".join(line.split("|")[1] for line in own))) == {
         RUN_ID_VAR, WORKERS_VAR, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR}
@@ -115,10 +117,12 @@ def test_the_page_lists_exactly_the_launchers_table_of_the_code() -> None:
 
 def test_every_example_is_there_and_every_shell_parses() -> None:
     assert set(EXAMPLES) == {"torchrun.sh", "torchrun-docker.sh", "kdkit-node.sh", "pilot.sbatch",
-                             "kdkit-pilot-job.yaml", "kdkit-gather-job.yaml", "kubernetes.sh", "kdkit-pilot.sky.yaml",
+                             "kdkit-pilot-job.yaml", "kdkit-gather-job.yaml", "kubernetes.sh",
+                             "kdkit-pilot.sky.yaml",
                              "skypilot.sh", "kdkit-pilot.dstack.yml", "dstack.sh"}
     for name in EXAMPLES:
-        checked = subprocess.run(["bash", "-n"], input=script_of(name), text=True, capture_output=True)
+        checked = subprocess.run(["bash", "-n"], input=script_of(name),
+                                 text=True, capture_output=True)
         assert checked.returncode == 0, (name, checked.stderr)
 
 
@@ -138,7 +142,8 @@ def test_each_node_starts_kdkit_runs_container_with_exactly_its_launchers_variab
     before, passed, after = split_run(words)
     expected = kdkit_words()
     assert before == expected[:expected.index(IMAGE)]
-    assert passed == (ROW[launcher] if launcher else set())  # torchrun sets its own inside the container
+    # torchrun sets its own inside the container
+    assert passed == (ROW[launcher] if launcher else set())
     if command is not None:
         assert after == command
     prelude = [line.strip() for line in shell_prelude("runs", "cuda")]
@@ -149,26 +154,32 @@ def test_each_node_starts_kdkit_runs_container_with_exactly_its_launchers_variab
 def test_torchrun_in_the_image_runs_the_images_own_steps_then_the_pilot_under_torchrun() -> None:
     (words,) = docker_runs(script_of("torchrun-docker.sh"))
     shell, flag, chain = split_run(words)[2]
-    cmd = re.search(r'^CMD \["/bin/sh", "-c", "(.*)"\]$', (REPO / "Dockerfile.common").read_text(), re.MULTILINE)
+    cmd = re.search(r'^CMD \["/bin/sh", "-c", "(.*)"\]$',
+                    (REPO / "Dockerfile.common").read_text(), re.MULTILINE)
     assert cmd is not None
     image_chain = cmd.group(1).replace('\\"', '"')
     steps, pilot = chain.split(" && exec ")
     assert (shell, flag) == ("/bin/sh", "-c") and image_chain == f"{steps} && exec kdkit pilot /app"
     launch = shlex.split(pilot)
     at = launch.index("--no-python")
-    assert launch[:2] == ["torchrun", "--standalone"] and launch[at + 1:at + 3] == ["kdkit", "pilot"]
+    assert launch[:2] == ["torchrun", "--standalone"] and launch[at + 1:at + 3] == ["kdkit",
+                                                                                    "pilot"]
     args = pilot_parser().parse_args(launch[at + 3:])
     assert (args.project_dir, args.run_id) == (Path(APP), "pilot-1")
-    assert [(g.roots, g.run_id) for g in gather_args("torchrun-docker.sh")] == [([Path("runs")], "pilot-1")]
+    assert [(g.roots, g.run_id)
+            for g in gather_args("torchrun-docker.sh")] == [([Path("runs")], "pilot-1")]
 
 
 def test_slurm_runs_one_task_per_node_and_gathers_its_job() -> None:
     sbatch = EXAMPLES["pilot.sbatch"]
     options = dict(re.findall(r"^#SBATCH --([a-z-]+)(?:=(\S+))?$", sbatch, re.MULTILINE))
-    assert options["ntasks-per-node"] == "1" and int(options["nodes"]) >= 2 and "exclusive" in options
+    assert options["ntasks-per-node"] == "1" and int(
+        options["nodes"]) >= 2 and "exclusive" in options
     assert "srun bash kdkit-node.sh" in sbatch
     (gathered,) = gather_args("pilot.sbatch")
-    assert (gathered.roots, gathered.run_id, gathered.project) == ([Path("/app/runs")], "SLURM_JOB_ID-4242", Path(APP))
+    assert (gathered.roots,
+            gathered.run_id, gathered.project) == ([Path("/app/runs")], "SLURM_JOB_ID-4242",
+                                                   Path(APP))
 
 
 def _confined(container: dict[str, Any], pod: dict[str, Any]) -> None:
@@ -204,7 +215,8 @@ def test_the_indexed_job_says_its_count_again_and_is_confined_like_kdkit_run() -
     assert gather_pod["volumes"][:2] == pod["volumes"][:2]
     command = gatherer["command"]
     parsed = gather_parser().parse_args(command[command.index("gather") + 1:])
-    assert (parsed.roots, parsed.run_id, parsed.project) == ([Path("/app/runs")], values[RUN_ID_VAR], Path(APP))
+    assert (parsed.roots,
+            parsed.run_id, parsed.project) == ([Path("/app/runs")], values[RUN_ID_VAR], Path(APP))
     assert "kubectl apply -f kdkit-pilot-job.yaml" in EXAMPLES["kubernetes.sh"]
 
 
@@ -215,7 +227,8 @@ def test_skypilot_and_dstack_run_every_node_and_gather_the_copies() -> None:
     task = yaml.safe_load(EXAMPLES["kdkit-pilot.dstack.yml"])
     assert task["type"] == "task" and task["nodes"] >= 2 and task["docker"] is True
     assert task["working_dir"] == task["volumes"][0].split(":")[1]
-    assert [(g.roots, g.run_id) for g in gather_args("dstack.sh")] == [([Path("copies")], task["name"])]
+    assert [(g.roots, g.run_id)
+            for g in gather_args("dstack.sh")] == [([Path("copies")], task["name"])]
 
 
 # ---------------------------------------------------------------- the torchrun example, for real
@@ -225,11 +238,14 @@ def test_the_torchrun_example_runs_as_written(project: Path) -> None:
     if not (Path(sys.executable).parent / "torchrun").exists():
         pytest.skip("torchrun is not installed beside this interpreter")
     use_oracle(project)
-    lines = [line for line in shell_lines(EXAMPLES["torchrun.sh"]) if line and not line.startswith("#")]
+    lines = [line for line in shell_lines(EXAMPLES["torchrun.sh"]) if line
+             and not line.startswith("#")]
     assert len(lines) == 2 and "--nproc-per-node 4" in lines[0]
-    lines[0] = lines[0].replace("--nproc-per-node 4", "--nproc-per-node 2")  # this machine: 2 CPU workers
+    # this machine: 2 CPU workers
+    lines[0] = lines[0].replace("--nproc-per-node 4", "--nproc-per-node 2")
     for line in lines:
-        done = subprocess.run(["bash", "-c", line], cwd=project, env=env(), capture_output=True, text=True,
+        done = subprocess.run(["bash", "-c", line], cwd=project, env=env(), capture_output=True,
+                              text=True,
                               timeout=300)
         assert done.returncode == 0, (line, done.stderr)
     assert "PASS: all 12 IDs exactly once across the workers" in done.stdout

@@ -20,7 +20,8 @@ from tests.conftest import REPO, tree_snapshot
 
 def kdkit(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "kdkit", "manifest", *map(os.fspath, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "kdkit", "manifest", *map(os.fspath, args)],
+                          cwd=cwd, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
 
 
@@ -56,12 +57,15 @@ def test_a_folder_gives_one_entry_per_file_relative_to_the_manifest(proj: Path) 
     assert done.stderr == ""  # a short corpus prints no progress line
     out = proj / "data" / "pilot.manifest.json"
     result = json.loads(done.stdout)
-    assert result == {"out": str(out), "kind": "folder", "source": str(proj / "data" / "pilot"), "count": 3,
+    assert result == {"out": str(out), "kind": "folder", "source": str(proj / "data" / "pilot"),
+                      "count": 3,
                       "bytes": 6 + 256, "skipped": []}
     pilot = proj / "data" / "pilot"
     assert documents(out) == [
-        {"id": name.split("/")[-1].split(".")[0], "file": f"pilot/{name}", "label": None, "expect": "accept",
-         "sha256": hashlib.sha256((pilot / name).read_bytes()).hexdigest(), "size": (pilot / name).stat().st_size}
+        {"id": name.split("/")[-1].split(".")[0], "file": f"pilot/{name}", "label": None,
+         "expect": "accept",
+         "sha256": hashlib.sha256((pilot / name).read_bytes()).hexdigest(),
+         "size": (pilot / name).stat().st_size}
         for name in ("doc-01.txt", "doc-02.bin", "nested/doc-03.txt")]
 
 
@@ -94,22 +98,28 @@ def test_a_manifest_inside_the_folder_replaces_the_projects_own(project: Path) -
     for doc in new:
         doc["label"], doc["expect"] = labels[doc["id"]]
     old.write_text(json.dumps({"documents": new}), encoding="utf-8")
-    categories = tuple(json.loads((project / "config" / "pilot.json").read_text(encoding="utf-8"))["categories"])
+    categories = tuple(
+        json.loads((project / "config" / "pilot.json").read_text(encoding="utf-8"))["categories"])
     loaded = load_manifest(old.resolve(), old.parent.resolve(), categories)
     assert [(d.id, d.file, d.label, d.expect) for d in loaded] == [
         (d["id"], d["file"], d["label"], d["expect"]) for d in before]
 
 
 def test_a_jsonl_corpus_is_hashed_over_canonical_records(proj: Path) -> None:
-    records = [{"doc_id": "a", "text": "héllo", "n": 1}, {"doc_id": "b", "text": "x", "tags": [1, 2]}]
+    records = [{"doc_id": "a", "text": "héllo", "n": 1},
+               {"doc_id": "b", "text": "x", "tags": [1, 2]}]
     corpus = proj / "data" / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n", encoding="utf-8")
+    corpus.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records)
+                      + "\n", encoding="utf-8")
     assert kdkit(corpus, "--id", "doc_id", cwd=proj).returncode == 0
     first = documents(proj / "data" / "corpus.manifest.json")
-    assert first == [{"id": r["doc_id"], "line": n, "label": None, "expect": "accept", "sha256": canonical_sha(r),
-                      "size": len(json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert first == [{"id": r["doc_id"], "line": n, "label": None, "expect": "accept",
+                      "sha256": canonical_sha(r),
+                      "size": len(json.dumps(r, sort_keys=True,
+                                             separators=(",", ":"), ensure_ascii=False)
                                   .encode("utf-8"))} for n, r in enumerate(records, 1)]
-    reformatted = proj / "data" / "reformatted.jsonl"  # other key order, spaces, escapes, a blank line
+    # other key order, spaces, escapes, a blank line
+    reformatted = proj / "data" / "reformatted.jsonl"
     reformatted.write_text('\n{ "text" : "h\\u00e9llo",  "n": 1, "doc_id": "a" }\n'
                            '{"tags": [1,  2], "doc_id": "b", "text": "y"}\n', encoding="utf-8")
     assert kdkit(reformatted, "--id", "doc_id", "--out", "again.json", cwd=proj).returncode == 0
@@ -150,7 +160,8 @@ def test_memory_holds_the_ids_not_the_corpus(proj: Path, monkeypatch: pytest.Mon
     assert peak < 10_000_000, peak
 
 
-def test_force_replaces_and_an_explicit_out_may_leave_the_project(proj: Path, tmp_path: Path) -> None:
+def test_force_replaces_and_an_explicit_out_may_leave_the_project(
+    proj: Path, tmp_path: Path) -> None:
     out = proj / "data" / "pilot.manifest.json"
     out.write_text("old\n", encoding="utf-8")
     assert kdkit("data/pilot", "--force", cwd=proj).returncode == 0
@@ -169,8 +180,10 @@ def _write(path: Path, data: bytes) -> None:
 
 
 BAD = [
-    ("missing", [], ["data/nope"], "data/nope: does not exist; give a folder of inputs or a .jsonl corpus"),
-    ("not-jsonl", [("data/notes.txt", b"x")], ["data/notes.txt"], "data/notes.txt: not a folder or a regular "
+    ("missing", [],
+     ["data/nope"], "data/nope: does not exist; give a folder of inputs or a .jsonl corpus"),
+    ("not-jsonl", [("data/notes.txt", b"x")],
+     ["data/notes.txt"], "data/notes.txt: not a folder or a regular "
      ".jsonl file"),
     ("broken-line", [("data/c.jsonl", b'{"id": "a"}\n{"id": "b",\n')], ["data/c.jsonl"],
      "c.jsonl: line 2: not valid JSON"),
@@ -180,7 +193,8 @@ BAD = [
      "c.jsonl: line 2: no ID field 'id'; every record needs one"),
     ("id-not-string", [("data/c.jsonl", b'{"id": 7}\n')], ["data/c.jsonl"],
      "c.jsonl: line 1: the ID field 'id' holds int 7, not a string"),
-    ("nan", [("data/c.jsonl", b'{"id": "a", "v": NaN}\n')], ["data/c.jsonl"], "c.jsonl: line 1: NaN is not a "
+    ("nan", [("data/c.jsonl", b'{"id": "a", "v": NaN}\n')],
+     ["data/c.jsonl"], "c.jsonl: line 1: NaN is not a "
      "JSON number"),
     ("empty-jsonl", [("data/c.jsonl", b"\n\n")], ["data/c.jsonl"], "c.jsonl: holds no input"),
     ("unsafe-name", [("data/pilot/ok.txt", b"x"), ("data/pilot/-bad.txt", b"y")], ["data/pilot"],
@@ -188,24 +202,31 @@ BAD = [
     ("spaced-name", [("data/pilot/my doc.txt", b"y")], ["data/pilot"], "is not a safe ID"),
     ("same-stem", [("data/pilot/a.txt", b"x"), ("data/pilot/sub/a.md", b"y")], ["data/pilot"],
      "data/pilot/sub/a.md: its ID 'a' is also the ID of "),
-    ("empty-folder", [("data/pilot/.only-hidden", b"x")], ["data/pilot"], "data/pilot: holds no input"),
-    ("id-for-folder", [("data/pilot/a.txt", b"x")], ["data/pilot", "--id", "k"], "--id k: applies to a JSONL "
+    ("empty-folder", [("data/pilot/.only-hidden", b"x")],
+     ["data/pilot"], "data/pilot: holds no input"),
+    ("id-for-folder", [("data/pilot/a.txt", b"x")],
+     ["data/pilot", "--id", "k"], "--id k: applies to a JSONL "
      "corpus only"),
-    ("out-exists", [("data/pilot/a.txt", b"x"), ("data/pilot.manifest.json", b"mine")], ["data/pilot"],
+    ("out-exists", [("data/pilot/a.txt", b"x"), ("data/pilot.manifest.json", b"mine")],
+     ["data/pilot"],
      "data/pilot.manifest.json: exists; give --force to replace it"),
-    ("out-is-corpus", [("data/c.jsonl", b'{"id": "a"}\n')], ["data/c.jsonl", "--out", "data/c.jsonl", "--force"],
+    ("out-is-corpus", [("data/c.jsonl", b'{"id": "a"}\n')],
+     ["data/c.jsonl", "--out", "data/c.jsonl", "--force"],
      "data/c.jsonl: is the corpus"),
     ("out-no-folder", [("data/c.jsonl", b'{"id": "a"}\n')], ["data/c.jsonl", "--out", "new/m.json"],
      "new/m.json: its folder /"),
     ("out-below", [("data/pilot/a.txt", b"x")], ["data/pilot", "--out", "src/m.json"],
      "src/m.json: a folder's manifest names its files relative to itself"),
-    ("default-outside", [("data/x", b"")], ["."], "proj.manifest.json: the default manifest path lies outside the "
+    ("default-outside", [("data/x", b"")],
+     ["."], "proj.manifest.json: the default manifest path lies outside the "
      "project"),
 ]
 
 
-@pytest.mark.parametrize(("files", "args", "message"), [case[1:] for case in BAD], ids=[case[0] for case in BAD])
-def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, files: list[tuple[str, bytes]],
+@pytest.mark.parametrize(("files", "args", "message"), [case[1:] for case in BAD],
+                         ids=[case[0] for case in BAD])
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path,
+                                                      files: list[tuple[str, bytes]],
                                                       args: list[str], message: str) -> None:
     root = tmp_path / "proj"
     _write(root / "kdkit.json", b"{}\n")
@@ -230,8 +251,8 @@ def test_links_and_fifos_in_a_folder_are_refused(proj: Path, tmp_path: Path) -> 
     before = tree_snapshot(tmp_path)
     done = kdkit("data/pilot", cwd=proj)
     assert done.returncode == 2
-    assert done.stderr == (f"Error: {pilot / 'link.txt'}: is a symbolic link, not a regular file; replace it with "
-                           "the file itself or move it out of the folder\n")
+    assert done.stderr == (f"Error: {pilot / 'link.txt'}: is a symbolic link, not a regular file; "
+                           "replace it with the file itself or move it out of the folder\n")
     assert tree_snapshot(tmp_path) == before
     (pilot / "link.txt").unlink()
     os.mkfifo(pilot / "pipe")

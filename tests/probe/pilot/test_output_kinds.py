@@ -84,10 +84,12 @@ ANSWERS = {
 '''
 
 SCHEMA = {"type": "object", "required": ["length", "words"],
-          "properties": {"length": {"type": "integer"}, "words": {"type": "array", "items": {"type": "string"}}}}
+          "properties": {"length": {"type": "integer"},
+                         "words": {"type": "array", "items": {"type": "string"}}}}
 
 
-def make_project(project: Path, output: dict[str, Any], answers: str, docs: list[tuple[str, str, dict[str, Any]]],
+def make_project(project: Path, output: dict[str, Any], answers: str,
+                 docs: list[tuple[str, str, dict[str, Any]]],
                  batch_size: int = 2, **config: Any) -> Path:
     """The scaffolded project with its pilot data replaced by ``docs`` (id, text, manifest extras), its config
     declaring ``output`` and its entry the test app."""
@@ -97,13 +99,15 @@ def make_project(project: Path, output: dict[str, Any], answers: str, docs: list
     documents = []
     for ident, text, extra in docs:
         (data / f"{ident}.txt").write_text(text, encoding="utf-8")
-        documents.append({"id": ident, "file": f"{ident}.txt", "label": None, "expect": "accept", **extra})
+        documents.append(
+            {"id": ident, "file": f"{ident}.txt", "label": None, "expect": "accept", **extra})
     (data / "manifest.json").write_text(json.dumps({"documents": documents}, indent=1))
     (project / "src" / "kinds.py").write_text(APP.replace("ANSWERS", "ANSWERS") + answers)
     path = project / "config" / "pilot.json"
     cfg = json.loads(path.read_text())
     cfg.pop("categories")
-    cfg.update(output=output, entry="src.kinds:predict", device="cpu", batch_size=batch_size, **config)
+    cfg.update(output=output, entry="src.kinds:predict", device="cpu",
+               batch_size=batch_size, **config)
     if "stop" not in config:
         cfg["stop"]["max_rejected"] = None
     path.write_text(json.dumps(cfg, indent=2))
@@ -129,7 +133,8 @@ def verified(run_dir: Path) -> list[str]:
 # ---------------------------------------------------------------- vectors
 
 
-VECTOR_DOCS: list[tuple[str, str, dict[str, Any]]] = [(f"v-{n:02d}", "x" * (n + 1), {}) for n in range(6)]
+VECTOR_DOCS: list[tuple[str, str, dict[str, Any]]] = [(f"v-{n:02d}", "x" * (n + 1), {})
+                                                      for n in range(6)]
 
 
 def test_vectors_kept_in_npy_with_their_ids_and_verified(project: Path, tmp_path: Path) -> None:
@@ -137,7 +142,8 @@ def test_vectors_kept_in_npy_with_their_ids_and_verified(project: Path, tmp_path
     code, summary = pilot(project, "--copy-to", str(tmp_path / "copy"))
     assert code == 0, summary.get("problems")
     copied = Path(summary["copy"]["path"])
-    assert numpy.load(copied / "vectors.npy").shape == (6, 4) and (copied / "vectors.ids.jsonl").is_file()
+    assert numpy.load(copied
+                      / "vectors.npy").shape == (6, 4) and (copied / "vectors.ids.jsonl").is_file()
     assert (summary["verdict"], summary["accepted"], summary["quality"]) == ("pass", 6, None)
     run_dir = Path(summary["run_dir"])
     array = numpy.load(run_dir / "vectors.npy")
@@ -165,8 +171,10 @@ def test_vectors_kept_in_npy_with_their_ids_and_verified(project: Path, tmp_path
     ("CATEGORY", "the result has a category, but this run's output is a vector of 4 numbers"),
     ("BOTH", "the result has both an output and an error"),
 ])
-def test_a_bad_vector_is_that_items_invalid_outcome_named(project: Path, text: str, problem: str) -> None:
-    make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS, [*VECTOR_DOCS[:3], ("bad", text, {})])
+def test_a_bad_vector_is_that_items_invalid_outcome_named(
+    project: Path, text: str, problem: str) -> None:
+    make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS,
+                 [*VECTOR_DOCS[:3], ("bad", text, {})])
     code, summary = pilot(project)
     assert code == 1 and summary["verdict"] == "fail"
     run_dir = Path(summary["run_dir"])
@@ -179,12 +187,16 @@ def test_a_bad_vector_is_that_items_invalid_outcome_named(project: Path, text: s
 
 def test_a_numpy_array_answer_travels_as_its_numbers(project: Path) -> None:
     """An app returning a numpy array (not JSON) is carried by its tolist(); a NaN in it is still named."""
-    make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS, [("np", "NUMPY", {}), ("nan", "NUMPYNAN", {})])
+    make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS,
+                 [("np", "NUMPY", {}), ("nan", "NUMPYNAN", {})])
     code, summary = pilot(project)
     run_dir = Path(summary["run_dir"])
     kept = records(run_dir)
-    assert kept["np"]["outcome"] == "accepted" and numpy.load(run_dir / "vectors.npy")[0].tolist() == [1, 2, 3, 4]
-    assert kept["nan"]["outcome"] == "invalid" and kept["nan"]["problem"].startswith("the vector's number 1 is nan")
+    assert kept["np"]["outcome"] == "accepted" and numpy.load(run_dir
+                                                              / "vectors.npy")[0].tolist() == [
+                                                                  1, 2, 3, 4]
+    assert kept["nan"]["outcome"] == "invalid" and kept["nan"]["problem"].startswith(
+        "the vector's number 1 is nan")
     assert code == 1
 
 
@@ -195,7 +207,8 @@ def test_vector_quality_is_the_cosine_against_the_expected_vectors(project: Path
     make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS, docs, min_quality=0.4)
     code, summary = pilot(project)
     assert code == 0, summary["problems"]
-    assert summary["quality"] == pytest.approx(0.5)  # 1 and 0 (a negative cosine is clamped), one unscored
+    # 1 and 0 (a negative cosine is clamped), one unscored
+    assert summary["quality"] == pytest.approx(0.5)
     kept = records(Path(summary["run_dir"]))
     assert kept["same"]["score"] == pytest.approx(1.0) and kept["opposite"]["score"] == 0.0
     assert "score" not in kept["unscored"]
@@ -249,7 +262,8 @@ def test_npy_header_is_fixed_length_and_read_back() -> None:
 
 def test_text_kept_in_full_and_over_the_limit_is_invalid(project: Path) -> None:
     long_text = "ü" * 40  # 40 characters, 80 UTF-8 bytes
-    docs = [("t-1", long_text, {"expected": long_text.upper()}), ("t-2", "hello", {"expected": "nope"}),
+    docs = [("t-1", long_text, {"expected": long_text.upper()}),
+            ("t-2", "hello", {"expected": "nope"}),
             ("t-3", "LONG", {}), ("t-4", "NUMBER", {})]
     make_project(project, {"kind": "text", "max_chars": 40}, TEXT_ANSWERS, docs, min_quality=0.5)
     code, summary = pilot(project)
@@ -266,7 +280,8 @@ def test_text_kept_in_full_and_over_the_limit_is_invalid(project: Path) -> None:
 
 def test_a_long_text_answer_travels_and_is_kept_whole(project: Path) -> None:
     """200,000 characters escaped as JSON (1.2 MB an answer, two a batch): more than a category's reply room."""
-    docs: list[tuple[str, str, dict[str, Any]]] = [("t-1", "HUGE", {}), ("t-2", "HUGE", {}), ("t-3", "short", {})]
+    docs: list[tuple[str, str, dict[str, Any]]] = [("t-1", "HUGE", {}), ("t-2", "HUGE", {}),
+                                                   ("t-3", "short", {})]
     make_project(project, {"kind": "text", "max_chars": 200000}, TEXT_ANSWERS, docs)
     code, summary = pilot(project)
     assert code == 0, summary["problems"]
@@ -279,13 +294,16 @@ def test_json_checked_against_the_schema_and_scored_by_equality(project: Path) -
     docs: list[tuple[str, str, dict[str, Any]]] = [
         ("j-1", "a b", {"expected": {"length": 3, "words": ["a", "b"]}}), ("j-2", "NOLENGTH", {}),
             ("j-3", "NAN", {}), ("j-4", "ERROR x", {"expect": "reject"})]
-    make_project(project, {"kind": "json", "schema": "config/answer.schema.json"}, JSON_ANSWERS, docs)
+    make_project(project,
+                 {"kind": "json", "schema": "config/answer.schema.json"}, JSON_ANSWERS, docs)
     code, summary = pilot(project)
     kept = records(Path(summary["run_dir"]))
-    assert kept["j-1"]["output"] == {"length": 3, "words": ["a", "b"]} and kept["j-1"]["score"] == 1.0
+    assert kept["j-1"]["output"] == {"length": 3,
+                                     "words": ["a", "b"]} and kept["j-1"]["score"] == 1.0
     assert kept["j-2"]["outcome"] == "invalid"
     assert kept["j-2"]["problem"].startswith("the output does not match config/answer.schema.json:")
-    assert kept["j-3"]["outcome"] == "invalid" and kept["j-3"]["problem"].startswith("the output is not JSON data")
+    assert kept["j-3"]["outcome"] == "invalid" and kept["j-3"]["problem"].startswith(
+        "the output is not JSON data")
     assert kept["j-4"]["outcome"] == "rejected" and kept["j-4"]["reason"] == "refused: ERROR x"
     assert code == 1 and summary["quality"] == 1.0
 
@@ -302,10 +320,13 @@ def test_without_expected_outputs_the_verdict_rests_on_the_accounting(project: P
 def test_the_kind_table_checks_and_scores() -> None:
     vector = Output("vector", dim=2)
     assert outputkinds.check(vector, [3e38, 1], str) == {"vector": outputkinds.pack([3e38, 1.0])}
-    assert outputkinds.check(vector, [1e39, 1], str) == "the vector's number 0 (1e+39) is beyond float32's range"
+    assert outputkinds.check(vector,
+                             [1e39, 1],
+                             str) == "the vector's number 0 (1e+39) is beyond float32's range"
     assert outputkinds.score(vector, [1.0, 0.0], [0.0, 1.0]) == 0.0
     assert outputkinds.score(vector, [1e30, 1e30], [1.0, 1.0]) == pytest.approx(1.0)
-    assert outputkinds.same_json({"a": [1, 2.0]}, {"a": [1.0, 2]}) and not outputkinds.same_json(True, 1)
+    assert outputkinds.same_json({"a": [1, 2.0]},
+                                 {"a": [1.0, 2]}) and not outputkinds.same_json(True, 1)
     category = Output("category", ("a", "b"))
     assert outputkinds.check(category, "c", str) == 'category "c" is not one of a, b'
 
@@ -317,8 +338,10 @@ def _kill_and_resume(project: Path, seed: int) -> None:
     """A pilot killed with SIGKILL after a seeded number of result lines, then resumed to its end."""
     env = {**os.environ, "SLOW_APP": "0.05"}
     rng = random.Random(seed)
-    process = subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json", "--quiet",
-                                "--run-id", f"kill{seed}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, "-m", "kdkit", "pilot", str(project), "--json",
+                                "--quiet",
+                                "--run-id", f"kill{seed}"], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     run_dir = project / "runs" / f"kill{seed}"
     wanted, deadline = rng.randint(0, 14), time.monotonic() + 60
@@ -333,8 +356,10 @@ def _kill_and_resume(project: Path, seed: int) -> None:
     results, vectors = run_dir / "results.jsonl", run_dir / "vectors.npy"
     lines = results.read_bytes().count(NEWLINE) if results.exists() else "-"
     written = (vectors.stat().st_size - HEADER) // 16 if vectors.exists() else "-"
-    print(f"seed {seed}: exit {process.returncode} with {lines} lines, {written} rows")  # seen with -s
-    if not (run_dir / "params.json").exists():  # killed before the run folder existed: start it again
+    # seen with -s
+    print(f"seed {seed}: exit {process.returncode} with {lines} lines, {written} rows")
+    # killed before the run folder existed: start it again
+    if not (run_dir / "params.json").exists():
         code, summary = pilot(project, "--run-id", f"kill{seed}")
     elif process.returncode != 0:  # killed (a run that ended before the signal is already closed)
         code, summary = pilot(project, "--resume", f"kill{seed}")
@@ -354,7 +379,8 @@ def _kill_and_resume(project: Path, seed: int) -> None:
 
 
 NEWLINE = b"\n"
-SIXTEEN: list[tuple[str, str, dict[str, Any]]] = [(f"v-{n:02d}", "x" * (n + 1), {}) for n in range(16)]
+SIXTEEN: list[tuple[str, str, dict[str, Any]]] = [(f"v-{n:02d}", "x" * (n + 1), {})
+                                                  for n in range(16)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -374,18 +400,22 @@ def test_rows_no_complete_batch_names_are_cut_on_resume(project: Path) -> None:
     """What a kill between a batch's rows (fsynced first) and its lines leaves: rows no line names, and a torn
     batch. The resume cuts both, redoes the batch, and every row is its item's, once."""
     docs = [*SIXTEEN[:4], ("stop", "ERROR stop here", {"expect": "reject"}), *SIXTEEN[4:8]]
-    make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS, docs, stop={"max_rejected": 0})
+    make_project(project, {"kind": "vector", "dim": 4}, VECTOR_ANSWERS, docs,
+                 stop={"max_rejected": 0})
     code, summary = pilot(project, "--run-id", "torn")
     assert code == 1 and summary["stopped"]["rule"] == "max_rejected"
     run_dir = project / "runs" / "torn"
-    assert numpy.load(run_dir / "vectors.npy").shape == (5, 4)  # batches of 2: the stop's batch had one row
+    # batches of 2: the stop's batch had one row
+    assert numpy.load(run_dir / "vectors.npy").shape == (5, 4)
     with (run_dir / "vectors.npy").open("ab") as handle:
         handle.write(b"\x01" * 16 * 3)  # three orphan rows
     lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
-    (run_dir / "results.jsonl").write_bytes(b"".join(lines[:-1]))  # the last batch torn: one of its two lines
+    # the last batch torn: one of its two lines
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines[:-1]))
     edit = json.loads((project / "config" / "pilot.json").read_text())
     code, summary = pilot(project, "--resume", "torn")
-    assert summary["stopped"]["rule"] == "max_rejected"  # the same rule stops it at the redone batch
+    # the same rule stops it at the redone batch
+    assert summary["stopped"]["rule"] == "max_rejected"
     kept = records(run_dir)
     array = numpy.load(run_dir / "vectors.npy")
     assert sorted(r["row"] for r in kept.values() if "row" in r) == list(range(array.shape[0]))
@@ -418,7 +448,8 @@ def test_workers_vectors_gathered_into_one_array_each_row_once(project: Path) ->
         assert (worker[entry["worker_row"]] == array[entry["row"]]).all()
     assert invoke("copy-out", out, "--verify").exit_code == 0
     (out / "vectors.ids.jsonl").write_text("".join(line + "\n" for line in
-                                                  (out / "vectors.ids.jsonl").read_text().splitlines()[1:]))
+                                                  (out
+                                                   / "vectors.ids.jsonl").read_text().splitlines()[1:]))
     from kdkit.core.runfolder import read_sums, verify_folder
     from tests.conftest import reseal
 

@@ -67,7 +67,8 @@ def twelve() -> Counter[str]:
 def test_example_app_passes_its_own_pilot_on_cpu(project: Path) -> None:
     code, summary, _ = pilot(project)
     assert code == 0, summary["problems"]
-    assert (summary["verdict"], summary["total"], summary["accepted"], summary["rejected"]) == ("pass", 12, 11, 1)
+    assert (summary["verdict"], summary["total"], summary["accepted"],
+            summary["rejected"]) == ("pass", 12, 11, 1)
     assert summary["quality"] >= 0.9
     run_dir = Path(summary["run_dir"])
     assert sorted(p.name for p in run_dir.iterdir()) == [
@@ -76,7 +77,8 @@ def test_example_app_passes_its_own_pilot_on_cpu(project: Path) -> None:
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     (doc12,) = [r for r in records if r["id"] == "doc-12"]
     assert (doc12["outcome"], doc12["by"]) == ("rejected", "harness")
-    assert doc12["reason"].startswith("input file doc-12.txt is not valid UTF-8 (byte 0xb3 at offset")
+    assert doc12["reason"].startswith(
+        "input file doc-12.txt is not valid UTF-8 (byte 0xb3 at offset")
     assert json.loads((run_dir / "env.json").read_text())["verdict"] == "pass"
     assert "| doc-12 | reject | - | rejected | harness: input file doc-12.txt is not valid UTF-8" in (
         run_dir / "summary.md").read_text()
@@ -107,7 +109,8 @@ def test_training_examples_do_not_leak_pilot_text() -> None:
 
 def test_params_record_config_hash_and_code_revision(project: Path) -> None:
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    subprocess.run(["git", "-C", str(project), "-c", "user.email=t@example.org", "-c", "user.name=t",
+    subprocess.run(["git", "-C", str(project), "-c", "user.email=t@example.org", "-c",
+                    "user.name=t",
                     "commit", "-qm", "init", "--allow-empty"], check=True)
     summary = pilot(use_app(project, "oracle"))[1]
     params = json.loads((Path(summary["run_dir"]) / "params.json").read_text())
@@ -162,7 +165,8 @@ def test_an_app_that_raises_on_one_item_loses_only_that_item(project: Path) -> N
     assert (summary["accepted"], summary["rejected"]) == (10, 2)
     assert summary["problems"] == [
         "doc-06: expected acceptance, but rejected: the app raised ValueError: cannot parse doc-06"]
-    records = [json.loads(line) for line in (Path(summary["run_dir"]) / "results.jsonl").read_text().splitlines()]
+    records = [json.loads(line)
+               for line in (Path(summary["run_dir"]) / "results.jsonl").read_text().splitlines()]
     culprit = [r for r in records if r["id"] == "doc-06"]
     assert [(r["outcome"], r["by"]) for r in culprit] == [("rejected", "app-exception")]
     assert {r["id"] for r in records if r["outcome"] == "accepted"} == {
@@ -171,15 +175,18 @@ def test_an_app_that_raises_on_one_item_loses_only_that_item(project: Path) -> N
 
 def test_an_answer_that_is_not_a_list_rejects_each_item_with_the_reason(project: Path) -> None:
     (project / "src" / "tuple_app.py").write_text(
-        "def predict(items):\n    return tuple({'id': i['id'], 'category': 'invoice'} for i in items)\n")
+        "def predict(items):\n    return tuple({'id': i['id'], 'category': 'invoice'} for i in "
+        "items)\n")
     edit_config(project, entry="src.tuple_app:predict", device="cpu", stop={})
     code, summary, _ = pilot(project)
     assert (code, summary["accepted"], summary["rejected"]) == (1, 0, 12)
-    assert ("doc-01: expected acceptance, but rejected: predict returned tuple, expected a list of results"
+    assert ("doc-01: expected acceptance, but rejected: predict returned tuple, expected a list of "
+            "results"
             in summary["problems"])
 
 
-def test_harness_rejections_never_reach_the_app(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_harness_rejections_never_reach_the_app(project: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch
                                                 ) -> None:
     spy = tmp_path / "seen.txt"
     monkeypatch.setenv("SPY_FILE", str(spy))
@@ -209,8 +216,9 @@ def test_an_interrupted_large_run_says_how_many_ids_are_unanswered_in_one_line()
     answered = [{"id": doc.id, "outcome": "accepted", "category": "x"} for doc in docs[:38_998]]
     acc = account(docs, answered, 0.0)
     unreached = [p for p in acc.problems if "not yet answered" in p]
-    assert unreached == ["61,002 IDs not yet answered (the run did not reach them; resume the run): d038998, "
-                         "d038999, d039000, d039001, d039002, ...; all 61,002 in summary.json's not_answered"]
+    assert unreached == ["61,002 IDs not yet answered (the run did not reach them; resume the "
+                         "run): d038998, d038999, d039000, d039001, d039002, ...; all 61,002 in "
+                         "summary.json's not_answered"]
     assert len(acc.problems) <= 3 and acc.not_answered == [doc.id for doc in docs[38_998:]]
     one = account(docs[:2], answered[:1], 0.0)
     assert "1 ID not yet answered (the run did not reach it; resume the run): d000001" in one.problems
@@ -225,20 +233,24 @@ def test_stop_rule_max_rejected_writes_stop_json_and_resume_finishes(project: Pa
     assert stop["rule"] == "max_rejected"
     assert stop["reason"] == "stop rule: 1 inputs rejected, more than max_rejected 0"
     assert summary["problems"][0].startswith("stopped early: stop rule: 1 inputs rejected")
-    assert "doc-12" in summary["not_answered"] and not any(p.startswith("doc-12:") for p in summary["problems"])
+    assert "doc-12" in summary["not_answered"] and not any(
+        p.startswith("doc-12:") for p in summary["problems"])
     assert not_answered_line(summary["not_answered"]) in summary["problems"]
     assert (run_dir / "SHA256SUMS").exists()
     code, summary, _ = pilot(project, "--resume", "stopped")
     assert code == 1 and json.loads((run_dir / "stop-1.json").read_text())["rule"] == "max_rejected"
 
 
-def test_stop_rule_max_seconds_interrupts_a_slow_app(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stop_rule_max_seconds_interrupts_a_slow_app(project: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOW_SECONDS", "30")
     use_app(project, "slow", stop={"max_rejected": None, "max_seconds": 0.5})
     code, summary, _ = pilot(project, "--run-id", "slow")
     assert code == 1
     stop = json.loads((project / "runs" / "slow" / "stop.json").read_text())
-    assert (stop["rule"], stop["reason"]) == ("max_seconds", "stop rule: the run took longer than max_seconds 0.5")
+    assert (stop["rule"],
+            stop["reason"]) == ("max_seconds",
+                                "stop rule: the run took longer than max_seconds 0.5")
     assert summary["timings"]["seconds"] < 30
 
 
@@ -274,12 +286,15 @@ def test_a_torn_last_line_is_dropped_and_that_item_redone(project: Path) -> None
     pilot(project, "--run-id", "torn")
     results = project / "runs" / "torn" / "results.jsonl"
     lines = results.read_bytes().splitlines(keepends=True)
-    results.write_bytes(b"".join(lines[:9]) + lines[9][:25])  # doc-10's line cut by a crash mid-write
-    for name in ("summary.json", "summary.md", "SHA256SUMS"):  # which a crash there would not have written
+    # doc-10's line cut by a crash mid-write
+    results.write_bytes(b"".join(lines[:9]) + lines[9][:25])
+    # which a crash there would not have written
+    for name in ("summary.json", "summary.md", "SHA256SUMS"):
         (results.parent / name).unlink()
     code, summary, _ = pilot(project, "--resume", "torn")
     assert code == 0, summary["problems"]
-    assert summary["lines_dropped_on_resume"] == 2  # the torn line and the rest of its batch (doc-09)
+    # the torn line and the rest of its batch (doc-09)
+    assert summary["lines_dropped_on_resume"] == 2
     assert result_ids(results.parent) == twelve()
 
 
@@ -298,24 +313,31 @@ def test_ctrl_c_records_the_stop_and_exits_130(project: Path) -> None:
 def test_incomplete_last_batch_is_cut_off_on_scan(tmp_path: Path) -> None:
     run = RunFolder(tmp_path)
     run.append([{"id": "a", "outcome": "accepted", "batch": 0}])
-    run.append([{"id": "b", "outcome": "accepted", "batch": 1}, {"id": "c", "outcome": "rejected", "batch": 1}])
+    run.append(
+        [{"id": "b", "outcome": "accepted", "batch": 1},
+         {"id": "c", "outcome": "rejected", "batch": 1}])
     run.close()
     complete = run.results.read_bytes()
-    run.results.write_bytes(complete[: complete.rindex(b'{"id":"c"')])  # c's line never reached the disk
+    # c's line never reached the disk
+    run.results.write_bytes(complete[: complete.rindex(b'{"id":"c"')])
     scan = run.scan()
     assert (scan.finished, scan.next_batch, scan.dropped_lines) == ({"a"}, 1, 1)
     assert run.results.read_bytes() == complete[: complete.index(b'{"id":"b"')]
 
 
-def test_scan_and_records_agree_across_many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resultlines, "BLOCK_BYTES", 100)  # every block boundary falls inside a batch
+def test_scan_and_records_agree_across_many_blocks(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # every block boundary falls inside a batch
+    monkeypatch.setattr(resultlines, "BLOCK_BYTES", 100)
     run = RunFolder(tmp_path)
     for batch in range(20):
-        run.append([{"id": f"i{batch}-{k}", "outcome": "rejected" if k == 0 else "accepted", "batch": batch}
+        run.append([{"id": f"i{batch}-{k}",
+                     "outcome": "rejected" if k == 0 else "accepted", "batch": batch}
                     for k in range(3)])
     run.close()
     scan = run.scan()
-    assert (len(scan.finished), scan.rejected, scan.next_batch, scan.lines, scan.dropped_lines) == (60, 20, 20, 60, 0)
+    assert (len(scan.finished), scan.rejected, scan.next_batch,
+            scan.lines, scan.dropped_lines) == (60, 20, 20, 60, 0)
     assert [r["id"] for r in run.records()] == [f"i{b}-{k}" for b in range(20) for k in range(3)]
 
 
@@ -324,7 +346,8 @@ def test_a_damaged_line_in_the_middle_is_refused(tmp_path: Path) -> None:
     run.append([{"id": "a", "outcome": "accepted", "batch": 0}])
     run.close()
     run.results.write_bytes(b"garbage\n" + run.results.read_bytes())
-    with pytest.raises(Exception, match=r"results.jsonl:1: not valid JSON; the file was edited or damaged"):
+    with pytest.raises(
+        Exception, match=r"results.jsonl:1: not valid JSON; the file was edited or damaged"):
         run.scan()
 
 
@@ -332,7 +355,8 @@ def test_a_damaged_line_in_the_middle_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda p: edit_config(p, batch_size=0), "config/pilot.json: $.batch_size: 0 is out of range; use a value >= 1"),
+    (lambda p: edit_config(p, batch_size=0),
+     "config/pilot.json: $.batch_size: 0 is out of range; use a value >= 1"),
     (lambda p: edit_config(p, entry="src/classify.py"),
      "config/pilot.json: $.entry: 'src/classify.py' is not \"module:function\""),
     (lambda p: (p / "data/pilot/manifest.json").write_text("{"),
@@ -360,7 +384,9 @@ def _manifest(project: Path, change: Any) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("args", [("--run-id", "../outside"), ("--resume", "../../etc"), ("--resume", "nope")])
+@pytest.mark.parametrize("args",
+                         [("--run-id", "../outside"), ("--resume", "../../etc"),
+                          ("--resume", "nope")])
 def test_run_ids_cannot_steer_a_path(project: Path, args: tuple[str, str]) -> None:
     before = tree_snapshot(project.parent)
     result = invoke("pilot", project, *args)
@@ -387,14 +413,16 @@ def test_an_entry_that_cannot_be_imported_stops_the_run_with_the_reason(project:
     assert code == 1
     stop = json.loads((project / "runs" / "broken" / "stop.json").read_text())
     assert stop["rule"] == "app-code"
-    assert stop["reason"].startswith("error: cannot import src.broken (entry src.broken:predict) from ")
+    assert stop["reason"].startswith(
+        "error: cannot import src.broken (entry src.broken:predict) from ")
     assert "SyntaxError" in stop["reason"]
     assert summary["accepted"] == 0
     # The hint is the command that works: a resume would keep the broken code (and refuse the fixed one).
-    assert summary["problems"][0].endswith("; fix the app, then start a new run (kdkit pilot, without --resume: "
-                                           "the code is part of a run)")
+    assert summary["problems"][0].endswith("; fix the app, then start a new run (kdkit pilot, "
+                                           "without --resume: the code is part of a run)")
     (project / "src" / "broken.py").write_text("from src.classify import predict as predict\n")
-    assert invoke("pilot", project, "--resume", "broken").exit_code == 2  # what the old hint said: refused
+    # what the old hint said: refused
+    assert invoke("pilot", project, "--resume", "broken").exit_code == 2
     code, summary, _ = pilot(project)  # what the new one says: passes
     assert code == 0 and summary["verdict"] == "pass"
 
@@ -436,7 +464,8 @@ def test_a_flipped_byte_in_a_copy_is_named(project: Path, tmp_path: Path) -> Non
     assert "differs from SHA256SUMS" in result.stderr
 
 
-def test_a_source_changed_after_closing_is_caught_and_no_copy_is_left(project: Path, tmp_path: Path) -> None:
+def test_a_source_changed_after_closing_is_caught_and_no_copy_is_left(
+    project: Path, tmp_path: Path) -> None:
     use_app(project, "oracle")
     run_dir = Path(pilot(project)[1]["run_dir"])
     data = bytearray((run_dir / "summary.md").read_bytes())

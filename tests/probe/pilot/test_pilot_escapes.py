@@ -24,7 +24,8 @@ from tests.probe.pilot.test_pilot import edit_config, pilot, use_app
 
 
 def rejection(summary: dict[str, object], doc: str) -> str:
-    problems = [p for p in summary["problems"] if isinstance(p, str) and p.startswith(f"{doc}: ")]  # type: ignore[union-attr]
+    problems = [p for p in summary["problems"] if isinstance(p, str)
+                and p.startswith(f"{doc}: ")]  # type: ignore[union-attr]
     assert problems, summary["problems"]
     return problems[0]
 
@@ -36,7 +37,8 @@ def spy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-LINKED_OUTSIDE = ["/etc/passwd", "/etc/hostname", "/proc/self/environ", "../../../../../../etc/passwd"]
+LINKED_OUTSIDE = ["/etc/passwd",
+                  "/etc/hostname", "/proc/self/environ", "../../../../../../etc/passwd"]
 
 
 @pytest.mark.parametrize("target", LINKED_OUTSIDE)
@@ -48,8 +50,10 @@ def test_an_input_linked_outside_is_rejected_and_never_reaches_the_app(project: 
     doc.symlink_to(target)
     code, summary, _ = pilot(project)
     assert code == 1
-    assert rejection(summary, "doc-03") == ("doc-03: expected acceptance, but rejected: input file doc-03.txt is a "
-                                            "symbolic link leading outside the project; copy the file in")
+    assert rejection(summary,
+                     "doc-03") == ("doc-03: expected acceptance, but rejected: input file "
+                                            "doc-03.txt is a symbolic link leading outside the "
+                                            "project; copy the file in")
     assert "doc-03" not in spy.read_text().split()
     records = (Path(summary["run_dir"]) / "results.jsonl").read_text()  # type: ignore[arg-type]
     assert "root:" not in records
@@ -75,7 +79,8 @@ def test_an_input_linked_inside_the_project_is_read(project: Path) -> None:
     assert code == 0, summary["problems"]
 
 
-def test_a_nested_name_through_a_linked_folder_outside_is_rejected(project: Path, tmp_path: Path) -> None:
+def test_a_nested_name_through_a_linked_folder_outside_is_rejected(
+    project: Path, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "doc-05.txt").write_text("invoice total due")
@@ -125,7 +130,8 @@ def test_special_files_are_rejected_per_item_without_hanging(project: Path, spy:
     make(project / "data/pilot/doc-07.txt")  # type: ignore[operator]
     started = time.monotonic()
     code, summary, _ = pilot(project)
-    assert time.monotonic() - started < 600  # a FIFO once hung the pilot forever (then max_seconds ended it)
+    # a FIFO once hung the pilot forever (then max_seconds ended it)
+    assert time.monotonic() - started < 600
     assert code == 1
     assert said in rejection(summary, "doc-07")
     assert "doc-07" not in spy.read_text().split()
@@ -177,9 +183,11 @@ def test_runs_as_home_path_is_refused_not_made_literally(project: Path) -> None:
 
 
 @pytest.mark.parametrize("name", USED)
-@pytest.mark.parametrize(("file", "where", "value"), [k for k in PATH_KEYS if k[0] != "kdkit.json" or
-                                                      k[1] == "$.pilot_config"], ids=str)
-def test_pilot_refuses_a_config_edited_after_validate(project: Path, file: str, where: str, value: str,
+@pytest.mark.parametrize(("file", "where", "value"),
+                         [k for k in PATH_KEYS if k[0] != "kdkit.json" or
+                          k[1] == "$.pilot_config"], ids=str)
+def test_pilot_refuses_a_config_edited_after_validate(project: Path, file: str, where: str,
+                                                      value: str,
                                                       name: str) -> None:
     set_key(project, file, where, HOSTILE[name](value))
     _refused(["pilot", project, "--run-id", "hostile"], [project], where)

@@ -58,17 +58,23 @@ def stopped_unread(project: Path, name: str, body: str) -> dict[str, Any]:
     return stop
 
 
-RAW = "import gc, struct\nserver = next(o for o in gc.get_objects() if type(o).__name__ == 'Server')\n"
+RAW = (
+    "import gc, struct\nserver = next(o for o in gc.get_objects() if type(o).__name__ == "
+    "'Server')\n")
 BIG = 64 * MIB
 
 
 @pytest.mark.parametrize(("name", "body"), [
     ("hugeerror", f"return [{{'id': i['id'], 'error': 'x' * {BIG}}} for i in items]"),
-    ("hugecategory", f"return [{{'id': i['id'], 'category': 'invoice' * {BIG // 7}}} for i in items]"),
+    ("hugecategory",
+     f"return [{{'id': i['id'], 'category': 'invoice' * {BIG // 7}}} for i in items]"),
     ("hugeid", f"return [{{'id': 'doc-05' * {BIG // 6}, 'category': 'invoice'}}] + correct(items)"),
-    ("manymedium", "return correct(items) + [{'id': 'doc-05', 'category': 'invoice', 'note': 'y' * 500}] * 20000"),
+    ("manymedium",
+     "return correct(items) + [{'id': 'doc-05', 'category': 'invoice', 'note': 'y' * 500}] * "
+     "20000"),
     ("bigextra", "return [{**a, 'logits': [0.5] * 400000} for a in correct(items)]"),
-], ids=["a 64 MB error", "a 64 MB category", "a 64 MB id", "20 000 medium answers", "a 2 MB extra key"])
+], ids=["a 64 MB error", "a 64 MB category",
+        "a 64 MB id", "20 000 medium answers", "a 2 MB extra key"])
 def test_an_answer_over_the_bound_stops_the_run_unread(project: Path, name: str, body: str) -> None:
     stop = stopped_unread(project, name, body)
     assert "more than the 1310720 a reply may take with batch_size 4; not read" in stop["reason"], stop["reason"]
@@ -84,8 +90,9 @@ def test_a_header_claiming_2_gib_and_then_nothing_stops_at_once(project: Path) -
 
 def test_a_header_over_the_bound_with_a_real_body_is_refused_before_the_body(project: Path) -> None:
     size = 1310720 + 1  # one byte over the bound of batch_size 4
-    body = RAW + (f"server.replies.write(struct.pack('>IQ', {size}, 0) + b'{{\"op\":\"answers\",\"plain\":[' "
-                  f"+ b' ' * ({size} - 26) + b']}}')\nreturn correct(items)")
+    body = RAW + (f"server.replies.write(struct.pack('>IQ', {size}, 0) + "
+                  f"b'{{\"op\":\"answers\",\"plain\":[' + b' ' * ({size} - 26) + b']}}')\nreturn "
+                  "correct(items)")
     stop = stopped_unread(project, "overby1", body)
     assert f"a reply of {size} bytes" in stop["reason"], stop["reason"]
 
@@ -98,7 +105,9 @@ def test_a_reply_with_a_payload_is_refused(project: Path) -> None:
 
 def test_deeply_nested_json_written_raw_is_a_protocol_stop(project: Path) -> None:
     nested = "b'{\"op\":\"answers\",\"plain\":' + b'[' * 200000 + b']' * 200000 + b'}'"
-    body = RAW + f"data = {nested}\nserver.replies.write(struct.pack('>IQ', len(data), 0) + data)\ntime.sleep(3600)"
+    body = (RAW
+            + f"data = {nested}\nserver.replies.write(struct.pack('>IQ', len(data), 0) + "
+              "data)\ntime.sleep(3600)")
     stop = stopped_unread(project, "nested", body)
     assert "a reply that is not a JSON object" in stop["reason"], stop["reason"]
 
@@ -147,18 +156,23 @@ def test_a_credential_across_the_cut_is_redacted_in_what_is_kept(project: Path) 
 
     from tests.conftest import DATA
     shutil.copy(DATA / "apps" / "oracle.py", project / "src" / "oracle.py")
-    (project / "src" / "leaky.py").write_text(SECRETS_APP.format(errors={k: v[0] for k, v in secrets.items()}))
-    edit_config(project, entry="src.leaky:predict", device="cpu", stop={"max_rejected": None, "max_seconds": 600})
+    (project / "src"
+     / "leaky.py").write_text(SECRETS_APP.format(errors={k: v[0] for k, v in secrets.items()}))
+    edit_config(project, entry="src.leaky:predict", device="cpu",
+                stop={"max_rejected": None, "max_seconds": 600})
     code, summary, _, _ = measured_pilot(project, "--run-id", "leaky")
     assert code == 1 and summary["rejected"] == 5, summary  # the four, and doc-12 (planned)
     run = project / "runs" / "leaky"
-    reasons = {r["id"]: r["reason"] for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())
+    reasons = {r["id"]: r["reason"]
+               for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())
                if r["outcome"] == "rejected"}
     written = "".join(p.read_text(errors="replace") for p in run.iterdir())
     for ident, (error, secret) in secrets.items():
-        assert secret not in reasons[ident] and secret not in written, (ident, reasons[ident][-120:])
+        assert secret not in reasons[ident] and secret not in written, (
+            ident, reasons[ident][-120:])
         assert reasons[ident].startswith(error[:400]) and reasons[ident].endswith("...")
-        assert len(reasons[ident]) == 503 and "<red" in reasons[ident], (ident, reasons[ident][-80:])
+        assert len(reasons[ident]) == 503 and "<red" in reasons[ident], (
+            ident, reasons[ident][-80:])
 
 
 # ---------------------------------------------------------------- an input is held once
@@ -168,7 +182,8 @@ def test_a_big_input_is_held_once(project: Path) -> None:
     size = 100 * MIB
     (project / "data" / "pilot" / "doc-05.txt").write_bytes(b"invoice " * (size // 8))
     # doc-05 is answered with an error: summary.md's excerpts show accepted inputs only
-    make_app(project, "bigin", "return [{'id': 'doc-05', 'error': 'too long for me'}] + correct(items[1:])",
+    make_app(project, "bigin",
+             "return [{'id': 'doc-05', 'error': 'too long for me'}] + correct(items[1:])",
              "refuses the big input", max_input_bytes=size + 1)
     code, summary, _, peak = measured_pilot(project, "--run-id", "bigin")
     assert summary["accepted"] == 10 and summary["rejected"] == 2, summary
@@ -179,24 +194,28 @@ def test_a_big_input_is_held_once(project: Path) -> None:
 
 def _doc(folder: Path, data: bytes) -> Document:
     (folder / "in.txt").write_bytes(data)
-    return Document(id="in", file="in.txt", location=str(folder / "in.txt"), label=None, expect="accept")
+    return Document(id="in", file="in.txt", location=str(folder / "in.txt"),
+                    label=None, expect="accept")
 
 
 @pytest.mark.parametrize(("data", "bad"), [
-    (b"a" * (MIB - 1) + "\u00e9".encode() + b"b" * 10, None),  # a character across the block boundary
+    # a character across the block boundary
+    (b"a" * (MIB - 1) + "\u00e9".encode() + b"b" * 10, None),
     (b"a" * (MIB - 1) + "\U0001f600".encode() + b"b" * 10, None),
     (b"a" * (3 * MIB + 5) + b"\xff" + b"c", 3 * MIB + 5),
     ("\u00e9".encode() * MIB + b"\xc3", 2 * MIB),  # cut inside a character at the very end
     (b"\xef\xbb\xbf" + "\u00e9".encode() * 10 + b"\x80", 23),
-], ids=["2 bytes across", "4 bytes across", "bad byte after 3 MiB", "truncated at the end", "BOM then bad"])
-def test_utf8_is_checked_by_blocks_with_the_offset_of_the_file(tmp_path: Path, data: bytes, bad: int | None) -> None:
+], ids=["2 bytes across", "4 bytes across",
+        "bad byte after 3 MiB", "truncated at the end", "BOM then bad"])
+def test_utf8_is_checked_by_blocks_with_the_offset_of_the_file(
+    tmp_path: Path, data: bytes, bad: int | None) -> None:
     got = harness.read_input(_doc(tmp_path, data), len(data))
     if bad is None:
         assert isinstance(got, harness.Item) and got.text == data.decode("utf-8")
         assert bytes(got.payload) == data
     else:
-        assert got == (f"input file in.txt is not valid UTF-8 (byte 0x{data[bad]:02x} at offset {bad}); "
-                       "convert it to UTF-8 or keep it as a planned rejection")
+        assert got == (f"input file in.txt is not valid UTF-8 (byte 0x{data[bad]:02x} at offset "
+                       f"{bad}); convert it to UTF-8 or keep it as a planned rejection")
 
 
 def test_a_bom_is_hashed_but_not_sent(tmp_path: Path) -> None:
@@ -205,5 +224,8 @@ def test_a_bom_is_hashed_but_not_sent(tmp_path: Path) -> None:
     data = b"\xef\xbb\xbfhello \xc3\xa9"
     got = harness.read_input(_doc(tmp_path, data), 100)
     assert isinstance(got, harness.Item)
-    assert got.sha256 == hashlib.sha256(data).hexdigest() and bytes(got.payload) == "hello \u00e9".encode()
-    assert got.text == "hello \u00e9" and got.excerpt(3) == ("hel", True) and got.excerpt(7) == ("hello \u00e9", False)
+    assert got.sha256 == hashlib.sha256(data).hexdigest() and bytes(
+        got.payload) == "hello \u00e9".encode()
+    assert got.text == "hello \u00e9" and got.excerpt(3) == ("hel",
+                                                             True) and got.excerpt(7) == (
+                                                                 "hello \u00e9", False)

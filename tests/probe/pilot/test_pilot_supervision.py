@@ -46,11 +46,13 @@ def predict(items):
 def make_app(project: Path, name: str, body: str, what: str, **config: Any) -> Path:
     shutil.copy(DATA / "apps" / "oracle.py", project / "src" / "oracle.py")
     indented = "\n".join("        " + line for line in body.splitlines())
-    (project / "src" / f"{name}.py").write_text(APP.format(trigger=TRIGGER, body=indented, what=what))
+    (project / "src"
+     / f"{name}.py").write_text(APP.format(trigger=TRIGGER, body=indented, what=what))
     return edit_config(project, entry=f"src.{name}:predict", device="cpu", **config)
 
 
-def closed_and_failing(project: Path, run_id: str, code: int, summary: dict[str, Any]) -> dict[str, Any]:
+def closed_and_failing(project: Path, run_id: str, code: int,
+                       summary: dict[str, Any]) -> dict[str, Any]:
     """The invariants of a run the app ended; returns stop.json."""
     run_dir = project / "runs" / run_id
     assert code == 1, summary
@@ -62,7 +64,8 @@ def closed_and_failing(project: Path, run_id: str, code: int, summary: dict[str,
     verified = invoke("copy-out", run_dir, "--verify")
     assert verified.exit_code == 0, verified.output
     lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in lines] == ["doc-01", "doc-02", "doc-03", "doc-04"]  # batch 0 kept, batch 1 not
+    # batch 0 kept, batch 1 not
+    assert [r["id"] for r in lines] == ["doc-01", "doc-02", "doc-03", "doc-04"]
     return stop
 
 
@@ -75,13 +78,17 @@ ENDINGS = [
     ("osexit9", "os._exit(9)", "app-exit", "exited with status 9"),
     ("keyboard", "raise KeyboardInterrupt", "app-fatal", "raised KeyboardInterrupt"),
     ("genexit", "raise GeneratorExit('gen')", "app-fatal", "raised GeneratorExit: gen"),
-    ("custombase", "class Stop(BaseException): pass\nraise Stop('custom harsh')", "app-fatal", "raised Stop: custom"),
+    ("custombase",
+     "class Stop(BaseException): pass\nraise Stop('custom harsh')", "app-fatal",
+     "raised Stop: custom"),
     ("segv", "os.kill(os.getpid(), signal.SIGSEGV)", "app-crash", "signal 11 (SIGSEGV)"),
     ("nullread", "import ctypes\nctypes.string_at(0)", "app-crash", "signal 11 (SIGSEGV)"),
     ("oomkill", "os.kill(os.getpid(), signal.SIGKILL)", "app-crash", "out-of-memory killer"),
     ("abort", "os.abort()", "app-crash", "signal 6 (SIGABRT)"),
-    ("closes", "os.close(1)\nos.close(0)\nfor fd in range(3, 64):\n    try: os.close(fd)\n    except OSError: pass\n"
-     "time.sleep(60)", "app-protocol", "closed its pipe to the harness during the batch"),
+    ("closes",
+     "os.close(1)\nos.close(0)\nfor fd in range(3, 64):\n    try: os.close(fd)\n    except "
+     "OSError: pass\ntime.sleep(60)", "app-protocol",
+     "closed its pipe to the harness during the batch"),
 ]
 
 
@@ -95,34 +102,40 @@ def test_an_app_that_ends_its_process_never_passes_and_the_run_is_closed(
     assert words in stop["reason"], stop["reason"]
     assert stop["app_process"]["pid"] > 0
     if rule == "app-crash":
-        assert stop["app_process"]["signal"] > 0 and stop["app_process"]["signal_name"].startswith("SIG")
+        assert stop["app_process"]["signal"] > 0 and stop["app_process"]["signal_name"].startswith(
+            "SIG")
 
 
-def test_a_stopped_run_resumes_to_a_pass_once_the_app_behaves(project: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_stopped_run_resumes_to_a_pass_once_the_app_behaves(project: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
     make_app(project, "exitonce", "sys.exit(0)", "exits once")
     code, summary, _ = pilot(project, "--run-id", "again")
     assert code == 1 and summary["stopped"]["rule"] == "app-exit"
-    monkeypatch.setenv("KDKIT_TEST_BEHAVE", "1")  # not part of the config or the code: a resume may go on
+    # not part of the config or the code: a resume may go on
+    monkeypatch.setenv("KDKIT_TEST_BEHAVE", "1")
     code, summary, _ = pilot(project, "--resume", "again")
     assert code == 0, summary["problems"]
     assert summary["accepted"] == 11 and summary["resumed"] is True
 
 
 def test_a_hanging_batch_hits_max_batch_seconds(project: Path) -> None:
-    make_app(project, "hang", "time.sleep(3600)", "hangs", stop={"max_rejected": None, "max_seconds": None,
-                                                                  "max_batch_seconds": 1.5})
+    make_app(project, "hang", "time.sleep(3600)", "hangs",
+             stop={"max_rejected": None, "max_seconds": None,
+                    "max_batch_seconds": 1.5})
     started = time.monotonic()
     code, summary, _ = pilot(project, "--run-id", "hang")
-    assert time.monotonic() - started < 600  # a hang only: the app sleeps an hour, max_batch_seconds is 1.5
+    # a hang only: the app sleeps an hour, max_batch_seconds is 1.5
+    assert time.monotonic() - started < 600
     stop = closed_and_failing(project, "hang", code, summary)
     assert stop["rule"] == "max_batch_seconds"
-    assert stop["reason"].startswith("stop rule: the app took longer than max_batch_seconds 1.5 on the batch")
+    assert stop["reason"].startswith(
+        "stop rule: the app took longer than max_batch_seconds 1.5 on the batch")
 
 
 def test_max_seconds_still_stops_an_app_that_hangs_while_ignoring_signals(project: Path) -> None:
-    body = "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" \
-           "while True:\n    pass"
+    body = ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\nsignal.signal(signal.SIGINT, "
+            "signal.SIG_IGN)\nwhile True:\n    pass")
     make_app(project, "stubborn", body, "spins", stop={"max_rejected": None, "max_seconds": 2})
     code, summary, _ = pilot(project, "--run-id", "stubborn")
     stop = closed_and_failing(project, "stubborn", code, summary)
@@ -135,7 +148,8 @@ def test_max_seconds_still_stops_an_app_that_hangs_while_ignoring_signals(projec
     ("importkill", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
     ("importbase", "raise KeyboardInterrupt\n"),
 ])
-def test_an_app_that_ends_the_process_while_imported_never_passes(project: Path, name: str, top: str) -> None:
+def test_an_app_that_ends_the_process_while_imported_never_passes(
+    project: Path, name: str, top: str) -> None:
     (project / "src" / f"{name}.py").write_text(top + "def predict(items):\n    return []\n")
     edit_config(project, entry=f"src.{name}:predict", device="cpu")
     code, summary, _ = pilot(project, "--run-id", name)
@@ -150,8 +164,8 @@ def test_an_app_that_ends_the_process_while_imported_never_passes(project: Path,
 def test_answers_json_cannot_carry_are_judged_not_written_raw(project: Path) -> None:
     """NaN, objects and tuples from the app reach results.jsonl as data, and the files stay strict JSON."""
     body = ("class Thing:\n    def __repr__(self): return 'Thing()'\n"
-            "return [{'id': 'doc-05', 'category': float('nan')}, {'id': 'doc-06', 'category': Thing()},\n"
-            "        ('doc-07', 'invoice'), {'id': 'doc-08', 'error': float('inf')}]")
+            "return [{'id': 'doc-05', 'category': float('nan')}, {'id': 'doc-06', 'category': "
+            "Thing()},\n        ('doc-07', 'invoice'), {'id': 'doc-08', 'error': float('inf')}]")
     make_app(project, "oddvalues", body, "returns values JSON cannot carry")
     code, summary, _ = pilot(project, "--run-id", "odd")
     assert code == 1
@@ -170,7 +184,9 @@ def test_answers_json_cannot_carry_are_judged_not_written_raw(project: Path) -> 
 
 
 def test_an_app_printing_to_stdout_does_not_corrupt_json_output(project: Path) -> None:
-    body = "print('hello from the app', flush=True)\nos.write(1, b'raw bytes on fd 1\\n')\nreturn correct(items)"
+    body = (
+        "print('hello from the app', flush=True)\nos.write(1, b'raw bytes on fd 1\\n')\nreturn "
+        "correct(items)")
     make_app(project, "chatty", body, "prints")
     done = subprocess.run([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
@@ -181,18 +197,20 @@ def test_an_app_printing_to_stdout_does_not_corrupt_json_output(project: Path) -
 
 
 def test_an_app_writing_into_every_descriptor_is_a_protocol_stop(project: Path) -> None:
-    body = ("for fd in range(0, 64):\n    try: os.write(fd, b'\\xff' * 64)\n    except OSError: pass\n"
-            "return correct(items)")
+    body = ("for fd in range(0, 64):\n    try: os.write(fd, b'\\xff' * 64)\n    except OSError: "
+            "pass\nreturn correct(items)")
     make_app(project, "scribbler", body, "writes into every descriptor it has")
     code, summary, _ = pilot(project, "--run-id", "scribble")
     stop = closed_and_failing(project, "scribble", code, summary)
     assert stop["rule"] == "app-protocol", stop
 
 
-def test_an_app_whose_helper_outlives_it_is_killed_with_its_group(project: Path, tmp_path: Path) -> None:
+def test_an_app_whose_helper_outlives_it_is_killed_with_its_group(
+    project: Path, tmp_path: Path) -> None:
     pid_file = tmp_path / "helper.pid"
-    body = (f"import subprocess\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-            f"open({str(pid_file)!r}, 'w').write(str(p.pid))\nreturn correct(items)")
+    body = ("import subprocess\np = subprocess.Popen([sys.executable, '-c', 'import time; "
+            f"time.sleep(600)'])\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\nreturn "
+            "correct(items)")
     make_app(project, "spawner", body, "starts a helper that sleeps")
     code, summary, _ = pilot(project, "--run-id", "spawner")
     assert code == 0, summary["problems"]
@@ -207,8 +225,10 @@ def test_sigkill_of_the_pilot_takes_the_app_process_with_it(project: Path, tmp_p
     pid_file = tmp_path / "app.pid"
     body = f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)"
     make_app(project, "sleeper", body, "sleeps")
-    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--run-id", "k",
-                                "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project),
+                                "--run-id", "k",
+                                "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline and process.poll() is None
@@ -224,8 +244,10 @@ def test_sigkill_of_the_pilot_takes_the_app_process_with_it(project: Path, tmp_p
 
 def test_sigterm_during_a_batch_closes_the_run_naming_the_batch(project: Path) -> None:
     make_app(project, "slowone", "time.sleep(600)", "sleeps")
-    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project), "--run-id", "term",
-                                "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-m", "kdkit.probe", "pilot", str(project),
+                                "--run-id", "term",
+                                "--quiet"], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
     results = project / "runs" / "term" / "results.jsonl"
     deadline = time.monotonic() + 120
     while not results.exists() or len(results.read_bytes().splitlines()) < 4:
@@ -242,7 +264,8 @@ def test_sigterm_during_a_batch_closes_the_run_naming_the_batch(project: Path) -
 def test_the_image_chain_reports_no_pass_for_an_exiting_app(project: Path) -> None:
     """The image's default command: diagnose && verify-env && pilot. Here the pilot part, exactly as chained."""
     make_app(project, "chain", "sys.exit(0)", "exits")
-    done = subprocess.run(["/bin/sh", "-c", f"{sys.executable} -m kdkit.probe pilot {project} --quiet && echo PASSED"],
+    done = subprocess.run([
+        "/bin/sh", "-c", f"{sys.executable} -m kdkit.probe pilot {project} --quiet && echo PASSED"],
                           capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
     assert done.returncode == 1 and "PASSED" not in done.stdout
 
@@ -263,7 +286,8 @@ def _named(comm: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
-            if entry.name.isdigit() and (entry / "comm").read_text().strip() == comm and _alive(int(entry.name)):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == comm \
+                    and _alive(int(entry.name)):
                 found.append(int(entry.name))
     return found
 
@@ -279,7 +303,8 @@ def test_a_process_that_keeps_forking_away_from_its_pid_dies_with_the_app(projec
     make_app(project, "chain", body, "leaves a process that keeps forking away")
     code, summary, _ = pilot(project, "--run-id", "chain")
     left = _named(comm)
-    for _ in range(50) if left else ():  # never left spinning, whatever the test finds: their group at once
+    # never left spinning, whatever the test finds: their group at once
+    for _ in range(50) if left else ():
         for pid in _named(comm):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
@@ -325,7 +350,8 @@ def test_an_app_that_answers_nothing_and_forges_the_results_file_fails(project: 
     edit_config(project, entry="src.forger:predict", device="cpu")
     code, summary, _ = pilot(project, "--run-id", "forged")
     assert code == 1 and summary["verdict"] == "fail"
-    assert any(p.startswith("results.jsonl: not the results the harness appended") for p in summary["problems"])
+    assert any(p.startswith("results.jsonl: not the results the harness appended")
+               for p in summary["problems"])
 
 
 def test_an_app_that_patches_the_server_to_forge_after_the_last_batch_fails(project: Path) -> None:
@@ -340,26 +366,33 @@ def test_an_app_that_patches_the_server_to_forge_after_the_last_batch_fails(proj
     make_app(project, "patcher", body, "patches the harness's server")
     code, summary, _ = pilot(project, "--run-id", "patched")
     assert code == 1
-    assert any(p.startswith("results.jsonl: not the results the harness appended") for p in summary["problems"])
+    assert any(p.startswith("results.jsonl: not the results the harness appended")
+               for p in summary["problems"])
 
 
 @pytest.mark.parametrize(("name", "body", "problem"), [
     ("dropper", "open(os.path.join(RUN_DIR(), 'notes.txt'), 'w')"
-                ".write('x')\nreturn correct(items)", "notes.txt (a file): in the run folder but not put there"),
-    ("linker", "os.symlink('/etc/hostname', os.path.join(RUN_DIR(), 'summary.md'))\nreturn correct(items)",
+                ".write('x')\nreturn correct(items)",
+     "notes.txt (a file): in the run folder but not put there"),
+    ("linker",
+     "os.symlink('/etc/hostname', os.path.join(RUN_DIR(), 'summary.md'))\nreturn correct(items)",
      "summary.md (a symbolic link)"),
     ("paramsedit", "p = os.path.join(RUN_DIR(), 'params.json')\n"
-                   "open(p, 'a').write(' ')\nreturn correct(items)", "params.json: changed by something other than"),
+                   "open(p, 'a').write(' ')\nreturn correct(items)",
+     "params.json: changed by something other than"),
 ], ids=["drops a file", "plants a link", "edits params.json"])
-def test_an_app_writing_into_its_run_folder_fails_the_run(project: Path, name: str, body: str, problem: str) -> None:
+def test_an_app_writing_into_its_run_folder_fails_the_run(
+    project: Path, name: str, body: str, problem: str) -> None:
     make_app(project, name, body, "writes into its run folder")
     code, summary, _ = pilot(project, "--run-id", name)
-    assert code == 1 and any(p.startswith(problem) for p in summary["problems"]), summary["problems"]
+    assert code == 1 and any(p.startswith(problem)
+                             for p in summary["problems"]), summary["problems"]
     sums = (project / "runs" / name / "SHA256SUMS").read_text()
     assert "notes.txt" not in sums and "/etc" not in sums
 
 
-def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(project: Path, tmp_path: Path) -> None:
+def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(
+    project: Path, tmp_path: Path) -> None:
     pid_file = tmp_path / "daemon.pid"
     # The app answers only once its daemon is running (its pid file in place): on a loaded machine the pilot
     # could otherwise end, and kill the daemon, before the daemon ever ran a line.
@@ -378,7 +411,8 @@ def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(project: P
     daemon = int(pid_file.read_text())
     assert not _alive(daemon), "a daemon the app left behind outlived the pilot"
     time.sleep(0.3)
-    assert json.loads((project / "runs" / "daemon" / "summary.json").read_text())["run_id"] == "daemon"
+    assert json.loads(
+        (project / "runs" / "daemon" / "summary.json").read_text())["run_id"] == "daemon"
     assert invoke("copy-out", project / "runs" / "daemon", "--verify").exit_code == 0
 
 
@@ -386,8 +420,10 @@ def test_a_daemon_the_app_leaves_behind_dies_before_the_run_is_judged(project: P
 def test_a_pilot_that_is_pid_1_runs_its_app(project: Path) -> None:
     """`docker run IMAGE kdkit pilot`: the pilot is PID 1 of its namespace, so the app's parent is PID 1."""
     make_app(project, "fine", "return correct(items)", "answers")
-    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "kdkit.probe",
-                           "pilot", str(project), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=300,
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m",
+                           "kdkit.probe",
+                           "pilot", str(project), "--quiet"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300,
                           check=False)
     if "Operation not permitted" in done.stderr:
         pytest.skip("unshare --pid is not permitted here")
@@ -398,12 +434,14 @@ def test_a_pilot_that_is_pid_1_runs_its_app(project: Path) -> None:
 
 
 @pytest.mark.parametrize("body", [
-    "out = correct(items)\nout[0] = {'id': out[0]['id'], 'error': 'bad byte \\udc80 here'}\nreturn out",
+    "out = correct(items)\nout[0] = {'id': out[0]['id'], 'error': 'bad byte \\udc80 here'}\nreturn "
+    "out",
     "out = correct(items)\nout[0]['category'] = 'inv\\ud800oice'\nreturn out",
     "out = correct(items)\nout.append({'id': 'doc-\\udfff', 'category': 'invoice'})\nreturn out",
     "raise ValueError('cannot read \\udc80')",
 ], ids=["reason", "category", "invented id", "exception"])
-def test_an_app_string_with_a_lone_surrogate_is_recorded_and_the_run_closed(project: Path, body: str) -> None:
+def test_an_app_string_with_a_lone_surrogate_is_recorded_and_the_run_closed(
+    project: Path, body: str) -> None:
     make_app(project, "surrogate", body, "answers with a lone surrogate")
     code, _summary, stderr = pilot(project, "--run-id", "s")
     assert "Traceback" not in stderr and code == 1
@@ -417,17 +455,20 @@ def test_an_app_string_with_a_lone_surrogate_is_recorded_and_the_run_closed(proj
 
 
 @pytest.mark.parametrize("body", [
-    "return [{'id': i['id'], 'error': 'password=hunter2hunter2 at https://bob:s3cr3tpw@example.com/x'} for i in items]",
+    "return [{'id': i['id'], 'error': 'password=hunter2hunter2 at "
+    "https://bob:s3cr3tpw@example.com/x'} for i in items]",
     "raise RuntimeError('AKIAIOSFODNN7EXAMPLE was refused')",
     "return [{'id': i['id'], 'category': 'ghp_' + 'a1B2c3D4e5' * 3 + 'F6g7h8'} for i in items]",
 ])
-def test_credentials_the_app_emits_are_redacted_everywhere_the_run_shows_them(project: Path, body: str) -> None:
+def test_credentials_the_app_emits_are_redacted_everywhere_the_run_shows_them(
+    project: Path, body: str) -> None:
     make_app(project, "leaky", body, "emits credentials")
     result = invoke("pilot", project, "--run-id", "leak", "--json")
     run = project / "runs" / "leak"
-    shown = result.output + "".join((run / n).read_text() for n in ("summary.json", "summary.md", "results.jsonl",
-                                                                    *(["stop.json"] if (run / "stop.json").exists()
-                                                                      else [])))
+    shown = result.output + "".join((run / n).read_text()
+                                    for n in ("summary.json", "summary.md", "results.jsonl",
+                                              *(["stop.json"] if (run / "stop.json").exists()
+                                                else [])))
     for secret in ("hunter2hunter2", "s3cr3tpw", "AKIAIOSFODNN7EXAMPLE", "a1B2c3D4e5a1B2c3D4e5"):
         assert secret not in shown, secret
     assert "<redacted" in shown

@@ -11,8 +11,10 @@ from tests.probe.pilot.test_output_kinds import JSON_ANSWERS, SCHEMA, make_proje
 
 def test_a_nan_answer_spoils_only_itself_in_a_json_batch(project: Path) -> None:
     (project / "config" / "answer.schema.json").write_text(__import__("json").dumps(SCHEMA))
-    docs = [("a", "one two", {}), ("b", "NAN here", {}), ("c", "three", {}), ("d", "four five six", {})]
-    make_project(project, {"kind": "json", "schema": "config/answer.schema.json"}, JSON_ANSWERS, docs, batch_size=4)
+    docs = [("a", "one two", {}), ("b", "NAN here", {}), ("c", "three", {}),
+            ("d", "four five six", {})]
+    make_project(project, {"kind": "json", "schema": "config/answer.schema.json"}, JSON_ANSWERS,
+                 docs, batch_size=4)
     code, summary = pilot(project)
     kept = records(Path(summary["run_dir"]))
     assert code == 1 and kept["b"]["outcome"] == "invalid"  # the NaN: that item's problem alone

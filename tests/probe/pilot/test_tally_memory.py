@@ -24,8 +24,10 @@ def _run_records(project: Path) -> list[dict[str, Any]]:
 
 
 def _text_project(project: Path) -> tuple[PilotConfig, list[dict[str, Any]]]:
-    docs = [("a1", "abc", {"expected": "ABC"}), ("a2", "dd", {"expected": "nope"}), ("a3", "LONG one", {}),
-            ("e1", "ERROR it broke", {}), ("e2", "ERROR planned", {"expect": "reject"}), ("n1", "NUMBER", {}),
+    docs = [("a1", "abc", {"expected": "ABC"}), ("a2", "dd", {"expected": "nope"}),
+            ("a3", "LONG one", {}),
+            ("e1", "ERROR it broke", {}), ("e2", "ERROR planned", {"expect": "reject"}),
+            ("n1", "NUMBER", {}),
             ("a4", "last", {"expected": "LAST"})]
     make_project(project, {"kind": "text", "max_chars": 100}, TEXT_ANSWERS, docs, min_quality=0.1)
     pilot(project)
@@ -39,7 +41,8 @@ def _kept_whole(cfg: PilotConfig, records: list[dict[str, Any]]) -> Accounting:
     ids = {doc.id for doc in cfg.documents}
     for record in records:
         ident = record.get("id")
-        if isinstance(ident, str) and ident in ids and record.get("outcome") not in ("malformed", "unrequested"):
+        if isinstance(ident, str) and ident in ids \
+                and record.get("outcome") not in ("malformed", "unrequested"):
             counts[ident] = counts.get(ident, 0) + 1
             first.setdefault(ident, record)
     acc = account(cfg.documents, records, cfg.min_quality, cfg.output)
@@ -66,7 +69,8 @@ def test_slim_records_judge_and_show_as_whole_ones(project: Path, whole: int,
     assert "a1: 3 results; every ID must appear exactly once" in acc.problems
     assert "e1: 2 results; every ID must appear exactly once" in acc.problems
     assert acc.counts == {"a1": 3, "e1": 2}  # a single record is not counted
-    if whole == 10_000:  # every accepted record whole, as summary.md reads them: the same file, byte for byte
+    # every accepted record whole, as summary.md reads them: the same file, byte for byte
+    if whole == 10_000:
         assert _markdown(cfg, acc) == _markdown(cfg, reference)
         assert "| a1 | accept | - | accepted (x3) | ABC (score 1.000) |" in _markdown(cfg, acc)
 
@@ -77,7 +81,8 @@ def test_what_is_kept_whole_and_what_slim(project: Path, monkeypatch: pytest.Mon
     acc = account(cfg.documents, records, cfg.min_quality, cfg.output)
     by_id = {r["id"]: r for r in records}
     assert acc.first["a1"] is by_id["a1"]  # within the first KEPT_WHOLE documents
-    assert acc.first["e1"] is by_id["e1"] and acc.first["n1"] is by_id["n1"]  # not accepted: whole, reason kept
+    # not accepted: whole, reason kept
+    assert acc.first["e1"] is by_id["e1"] and acc.first["n1"] is by_id["n1"]
     assert acc.first["a3"] == {"outcome": "accepted"}  # no expected value: nothing but its outcome
     assert acc.first["a2"] == {"outcome": "accepted", "score": 0.0}  # its score, never its text
     assert "e1: expected acceptance, but rejected: refused: ERROR it broke" in acc.problems
@@ -92,7 +97,8 @@ def test_keys_are_the_documents_own_strings_and_slim_categories_shared(tmp_path:
 
     output = Output("category", ("a", "b"))
     docs = corpus_documents(corpus, "id", None, output)
-    records = [json.loads(json.dumps({"id": f"r{n}", "outcome": "accepted", "category": "ab"[n % 2]}))
+    records = [json.loads(
+        json.dumps({"id": f"r{n}", "outcome": "accepted", "category": "ab"[n % 2]}))
                for n in range(4)]
     tally = accounting.Tally(docs)
     tally.whole = frozenset()  # every accepted record slim
@@ -113,7 +119,9 @@ def test_the_category_table_is_unchanged(project: Path) -> None:
     acc = account(cfg.documents, records, cfg.min_quality, cfg.output)
     run = next((project / "runs").iterdir())
     assert _markdown(cfg, acc) == _markdown(cfg, _kept_whole(cfg, records))
-    assert (run / "summary.md").read_text() == _markdown(cfg, acc).replace("# Pilot run r:", f"# Pilot run "
+    assert (run
+            / "summary.md").read_text() == _markdown(cfg, acc).replace("# Pilot run r:",
+                                                                       f"# Pilot run "
                                                                            f"{run.name}:")
 
 

@@ -20,8 +20,9 @@ from tests.conftest import invoke, tree_snapshot
 from tests.sshd import SshServer, missing_tools, running_as_root
 
 pytestmark = pytest.mark.skipif(bool(missing_tools()) or not running_as_root(),
-                                reason=f"needs root and {', '.join(missing_tools()) or 'nothing else'} "
-                                       "(.ci/run installs openssh-server, rsync, rclone)")
+                                reason="needs root and "
+                                       f"{', '.join(missing_tools()) or 'nothing else'} (.ci/run "
+                                       "installs openssh-server, rsync, rclone)")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,8 @@ def test_the_destination_kinds_are_told_apart(ssh_env: SshServer) -> None:
 
 
 @pytest.mark.parametrize("via", ["rsync", "sftp"])
-def test_copy_to_ssh_is_verified_there_and_a_changed_byte_is_named(ssh_env: SshServer, closed_run: Path,
+def test_copy_to_ssh_is_verified_there_and_a_changed_byte_is_named(ssh_env: SshServer,
+                                                                   closed_run: Path,
                                                                    tmp_path: Path, via: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     if via == "sftp":  # a PATH without rsync: the copy goes by sftp
@@ -101,40 +103,48 @@ def test_copy_to_rclone_sftp_and_local_and_a_changed_byte(ssh_env: SshServer, cl
         assert failed.exit_code == 1 and f"{place}/summary.md: SHA-256" in failed.stderr, failed.stderr
 
 
-def test_a_resealed_copy_that_cannot_be_reloaded_is_refused_remotely(ssh_env: SshServer, closed_run: Path,
+def test_a_resealed_copy_that_cannot_be_reloaded_is_refused_remotely(ssh_env: SshServer,
+                                                                     closed_run: Path,
                                                                     tmp_path: Path) -> None:
     result = invoke("copy-out", closed_run, f"{ssh_env.target}:{tmp_path}")
     assert result.exit_code == 0, result.stderr
     copy = tmp_path / closed_run.name
     lines = (copy / "results.jsonl").read_text().splitlines()
     (copy / "results.jsonl").write_text("\n".join([lines[0][:-3], *lines[1:]]) + "\n")
-    subprocess.run(["sh", "-c", "sha256sum $(sed 's/^[0-9a-f]*  //' SHA256SUMS) > S && mv S SHA256SUMS"],
+    subprocess.run([
+        "sh", "-c", "sha256sum $(sed 's/^[0-9a-f]*  //' SHA256SUMS) > S && mv S SHA256SUMS"],
                    cwd=copy, check=True)
     failed = invoke("copy-out", "--verify", f"{ssh_env.target}:{copy}")
     assert failed.exit_code == 1 and "results.jsonl:1" in failed.stderr, failed.stderr
 
 
-def test_a_checkpoint_folder_travels_with_sums_written_into_the_copy(ssh_env: SshServer, tmp_path: Path) -> None:
+def test_a_checkpoint_folder_travels_with_sums_written_into_the_copy(
+    ssh_env: SshServer, tmp_path: Path) -> None:
     ckpt = tmp_path / "step-1000"
     (ckpt / "shard").mkdir(parents=True)
     (ckpt / "model.bin").write_bytes(os.urandom(4096))
     (ckpt / "shard" / "a b.txt").write_text("weights")
     before = tree_snapshot(ckpt)
-    for dest in (f"{ssh_env.target}:{tmp_path / 'ssh'}", f"kdsftp:{tmp_path / 'rc'}", str(tmp_path / "local")):
+    for dest in (f"{ssh_env.target}:{tmp_path / 'ssh'}", f"kdsftp:{tmp_path / 'rc'}",
+                 str(tmp_path / "local")):
         result = invoke("copy-out", ckpt, dest)
         assert result.exit_code == 0, result.stderr
     assert tree_snapshot(ckpt) == before and not (ckpt / "SHA256SUMS").exists()
-    for copy in (tmp_path / "ssh" / "step-1000", tmp_path / "rc" / "step-1000", tmp_path / "local" / "step-1000"):
+    for copy in (tmp_path / "ssh" / "step-1000", tmp_path / "rc" / "step-1000",
+                 tmp_path / "local" / "step-1000"):
         assert "shard/a b.txt" in (copy / "SHA256SUMS").read_text()
-        assert subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=copy).returncode == 0
-    assert invoke("copy-out", "--verify", f"{ssh_env.target}:{tmp_path / 'ssh' / 'step-1000'}").exit_code == 0
+        assert subprocess.run(
+            ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=copy).returncode == 0
+    assert invoke(
+        "copy-out", "--verify", f"{ssh_env.target}:{tmp_path / 'ssh' / 'step-1000'}").exit_code == 0
     assert invoke("copy-out", "--verify", tmp_path / "local" / "step-1000").exit_code == 0
     (tmp_path / "rc" / "step-1000" / "model.bin").write_bytes(b"changed")
     failed = invoke("copy-out", "--verify", f"kdsftp:{tmp_path / 'rc' / 'step-1000'}")
     assert failed.exit_code == 1 and "step-1000/model.bin: SHA-256" in failed.stderr, failed.stderr
 
 
-def test_unreachable_and_wrong_key_exit_3_naming_the_destination(ssh_env: SshServer, closed_run: Path,
+def test_unreachable_and_wrong_key_exit_3_naming_the_destination(ssh_env: SshServer,
+                                                                 closed_run: Path,
                                                                  tmp_path: Path) -> None:
     closed = tmp_path / "closed_config"
     closed.write_text(ssh_env.client_config.read_text().replace(f"Port {ssh_env.port}", "Port 1"))
@@ -150,8 +160,10 @@ def test_unreachable_and_wrong_key_exit_3_naming_the_destination(ssh_env: SshSer
     assert result.exit_code == 3 and "unreachable" in result.stderr and "Permission denied" in result.stderr
     assert not (tmp_path / "d").exists() and (closed_run / "SHA256SUMS").is_file()
     rclone_closed = tmp_path / "rclone.conf"
-    rclone_closed.write_text(ssh_env.rclone_config.read_text().replace(f"port = {ssh_env.port}", "port = 1"))
-    result = invoke("copy-out", closed_run, f"kdsftp:{tmp_path}/d", "--rclone-config", rclone_closed)
+    rclone_closed.write_text(
+        ssh_env.rclone_config.read_text().replace(f"port = {ssh_env.port}", "port = 1"))
+    result = invoke("copy-out", closed_run,
+                    f"kdsftp:{tmp_path}/d", "--rclone-config", rclone_closed)
     assert result.exit_code == 3 and f"kdsftp:{tmp_path}/d: the rclone remote cannot be listed" in result.stderr
 
 
@@ -197,8 +209,10 @@ def test_copy_to_during_a_run_then_the_final_verified_copy(ssh_env: SshServer, c
     shutil.rmtree(open_run)
     shutil.copytree(closed_run, open_run)
     assert copier.finish([open_run], 0, said.append) == 0, said
-    assert tree_snapshot(dest / closed_run.name) == tree_snapshot(closed_run) and not partial.exists()
-    assert said[-1].startswith(f"Copied to {ssh_env.target}:{dest}/{closed_run.name}, verified there")
+    assert tree_snapshot(dest
+                         / closed_run.name) == tree_snapshot(closed_run) and not partial.exists()
+    assert said[-1].startswith(
+        f"Copied to {ssh_env.target}:{dest}/{closed_run.name}, verified there")
     failing = copy_during(f"{ssh_env.target}:{dest}", 1, runs, [closed_run.name], warnings.append)
     assert failing.finish([open_run], 0, said.append) == 1 and "exists" in said[-1]
 
@@ -215,7 +229,8 @@ def test_the_pilots_copy_to_accepts_an_ssh_destination(ssh_env: SshServer, tmp_p
     assert tree_snapshot(copy) == tree_snapshot(Path(summary["run_dir"]))
 
 
-def test_a_file_kind_runs_declared_outputs_travel_to_ssh_and_rclone(ssh_env: SshServer, project: Path,
+def test_a_file_kind_runs_declared_outputs_travel_to_ssh_and_rclone(ssh_env: SshServer,
+                                                                    project: Path,
                                                                      tmp_path: Path) -> None:
     """outputs/ is listed in the run's SHA256SUMS: each output file is copied and hashed where the copy lies."""
     from tests.probe.pilot.test_file_output import DOCS, make, pilot
@@ -247,10 +262,12 @@ def test_bytes_read_back_are_hashed_here_whatever_the_remote_listing_says(tmp_pa
     folder.mkdir()
     (folder / "summary.md").write_text("# edited on the remote\n")
     (folder / "params.json").write_text("{}")
-    forged = {"summary.md": "a" * 64, "params.json": sha256_file(folder / "params.json")}  # the listing says so
+    # the listing says so
+    forged = {"summary.md": "a" * 64, "params.json": sha256_file(folder / "params.json")}
     place = Place(SSH, "/ev/RUN", "me@host")
     problems = downloaded_mismatches(folder, forged, place)
-    assert len(problems) == 1 and problems[0].startswith("me@host:/ev/RUN/summary.md: SHA-256 of the bytes read back")
+    assert len(problems) == 1 and problems[0].startswith(
+        "me@host:/ev/RUN/summary.md: SHA-256 of the bytes read back")
     forged["summary.md"] = sha256_file(folder / "summary.md")
     assert downloaded_mismatches(folder, forged, place) == []
 
@@ -285,7 +302,8 @@ def test_a_file_name_sha256sums_cannot_list_is_refused_up_front(tmp_path: Path, 
     assert "kdkit-" not in result.stderr and not (tmp_path / "ev" / "ckpt").exists()
 
 
-def test_a_staging_name_that_is_a_link_or_a_file_is_never_followed(ssh_env: SshServer, closed_run: Path,
+def test_a_staging_name_that_is_a_link_or_a_file_is_never_followed(ssh_env: SshServer,
+                                                                   closed_run: Path,
                                                                    tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -302,8 +320,10 @@ def test_a_staging_name_that_is_a_link_or_a_file_is_never_followed(ssh_env: SshS
     staging.write_text("a file")
     for where in (f"{ssh_env.target}:{dest}", f"kdsftp:{dest}"):
         result = invoke("copy-out", closed_run, where)
-        assert result.exit_code == 2 and f"{staging.name}: a link or a file" in result.stderr, (where, result.stderr)
-    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"] and sorted(dest.iterdir()) == [staging]
+        assert result.exit_code == 2 and f"{staging.name}: a link or a file" in result.stderr, (
+            where, result.stderr)
+    assert sorted(p.name
+                  for p in victim.iterdir()) == ["keep.txt"] and sorted(dest.iterdir()) == [staging]
     staging.unlink()
     staging.symlink_to(victim)
     from kdkit.core.errors import BadInput
@@ -319,7 +339,8 @@ def test_a_staging_name_that_is_a_link_or_a_file_is_never_followed(ssh_env: SshS
     ("me:s3cr3t@host:ev", "a password in DEST is never used; use an SSH key: user@host:path"),
     ("me:s3cr3t@host", "a password in DEST is never used"),
     (":s3,access_key_id=s3cr3t:bucket/ev", "on-the-fly remote"),
-    ("sftp://me:s3cr3t@host/ev", "DEST: a URL is not a destination; use user@host:path or an rclone remote:path"),
+    ("sftp://me:s3cr3t@host/ev",
+     "DEST: a URL is not a destination; use user@host:path or an rclone remote:path"),
     ("me@host:ev\ns3cr3t", "control character"),
     ("me@host:~other/ev", "'~user' paths are not expanded"),
 ])
@@ -346,7 +367,8 @@ def test_the_scratch_folder_goes_also_when_the_run_ends_by_an_exception(tmp_path
     assert not copier.scratch.exists()
 
 
-def test_verify_of_a_copy_without_sums_is_exit_2_remote_as_local(ssh_env: SshServer, closed_run: Path,
+def test_verify_of_a_copy_without_sums_is_exit_2_remote_as_local(ssh_env: SshServer,
+                                                                 closed_run: Path,
                                                                  tmp_path: Path) -> None:
     copy = tmp_path / closed_run.name
     shutil.copytree(closed_run, copy)

@@ -12,16 +12,19 @@ from pathlib import Path
 
 from tests.conftest import invoke, tree_snapshot
 
-HF_FILES = ("model.pt", "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "trainer_state.json")
+HF_FILES = ("model.pt", "optimizer.pt", "scheduler.pt",
+            "scaler.pt", "rng_state.pth", "trainer_state.json")
 
 
 def _checkpoint(folder: Path, sums: bool) -> Path:
     folder.mkdir(parents=True)
     for name in HF_FILES:
-        (folder / name).write_bytes(json.dumps({"global_step": 3}).encode() if name.endswith(".json")
+        (folder / name).write_bytes(json.dumps({"global_step": 3}).encode()
+                                    if name.endswith(".json")
                                     else os.urandom(2048))
     if sums:  # as kdkit.core.checkpoints writes it: sha256sum's format, sorted
-        lines = [f"{hashlib.sha256((folder / name).read_bytes()).hexdigest()}  {name}\n" for name in sorted(HF_FILES)]
+        lines = [f"{hashlib.sha256((folder / name).read_bytes()).hexdigest()}  {name}\n"
+                 for name in sorted(HF_FILES)]
         (folder / "SHA256SUMS").write_text("".join(lines), encoding="utf-8")
     return folder
 
@@ -31,7 +34,8 @@ def test_a_plain_checkpoint_folder_is_hashed_at_the_source_and_says_so(tmp_path:
     before = tree_snapshot(ckpt)
     result = invoke("copy-out", ckpt, tmp_path / "dest", "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["sums"] == "computed" and json.loads(result.stdout)["files"] == len(HF_FILES)
+    assert json.loads(result.stdout)["sums"] == "computed" and json.loads(
+        result.stdout)["files"] == len(HF_FILES)
     copy = tmp_path / "dest" / "checkpoint-500"
     assert subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=copy).returncode == 0
     assert tree_snapshot(ckpt) == before  # nothing written into the source
@@ -59,9 +63,9 @@ def test_a_checkpoint_folder_missing_a_file_it_lists_is_refused(tmp_path: Path) 
     (ckpt / "scheduler.pt").unlink()
     result = invoke("copy-out", ckpt, tmp_path / "dest")
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1] == (f"Error: {ckpt / 'scheduler.pt'}: missing, listed in SHA256SUMS; the "
-                                              "checkpoint folder is incomplete or changed since it was written: copy "
-                                              "a complete one")
+    assert result.stderr.splitlines()[-1] == (f"Error: {ckpt / 'scheduler.pt'}: missing, listed in "
+                                              "SHA256SUMS; the checkpoint folder is incomplete or "
+                                              "changed since it was written: copy a complete one")
     assert not (tmp_path / "dest").exists() or list((tmp_path / "dest").iterdir()) == []
 
 

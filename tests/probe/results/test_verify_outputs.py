@@ -37,17 +37,21 @@ def ids(folder: Path) -> list[dict[str, Any]]:
 
 
 def write_ids(folder: Path, entries: list[dict[str, Any]]) -> None:
-    (folder / "vectors.ids.jsonl").write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+    (folder
+     / "vectors.ids.jsonl").write_text(
+         "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
 
 
 def drop_sums_lines(folder: Path, prefix: str) -> None:
     """SHA256SUMS rewritten without the lines of the files under ``prefix`` (removed with their lines)."""
-    names = [line.split("  ", 1)[1] for line in (folder / SUMS).read_text().splitlines() if "  " in line]
+    names = [line.split("  ", 1)[1] for line in (folder / SUMS).read_text().splitlines()
+             if "  " in line]
     write_sums(folder, [(name, folder / name) for name in names if not name.startswith(prefix)])
 
 
 def vector_run(project: Path, model: dict[str, Any] | None = None) -> Path:
-    make_project(project, VECTOR, VECTOR_ANSWERS, VECTOR_DOCS, **({"model": model} if model else {}))
+    make_project(project, VECTOR, VECTOR_ANSWERS, VECTOR_DOCS,
+                 **({"model": model} if model else {}))
     code, summary = pilot(project)
     assert code == 0, summary.get("problems")
     return Path(summary["run_dir"])
@@ -55,7 +59,8 @@ def vector_run(project: Path, model: dict[str, Any] | None = None) -> Path:
 
 def gathered(project: Path, *args: str) -> Path:
     for worker in (0, 1):
-        code, summary = pilot(project, "--run-id", "W", "--worker", str(worker), "--workers", "2", *args)
+        code, summary = pilot(project, "--run-id", "W", "--worker", str(worker), "--workers",
+                              "2", *args)
         assert code == 0, summary.get("problems")
     result = invoke("gather", *[project / "runs" / f"W-w{i}of2" for i in (0, 1)], "--json")
     summary = json.loads(result.stdout)
@@ -92,7 +97,8 @@ def test_every_row_names_its_folder_model_by_its_files_digest(project: Path) -> 
     assert verify(run_dir)[0] == 0
     entries = ids(run_dir)
     for entry in entries:
-        del entry["model"]  # the reference stripped from every row: the rows no longer say what made them
+        # the reference stripped from every row: the rows no longer say what made them
+        del entry["model"]
     write_ids(run_dir, entries)
     reseal(run_dir)
     code, output = verify(run_dir)
@@ -102,9 +108,11 @@ def test_every_row_names_its_folder_model_by_its_files_digest(project: Path) -> 
 def test_without_a_model_no_row_names_one_and_the_reference_rules() -> None:
     assert model_reference(None) is None and model_reference({}) is None
     assert model_reference(HUB) == f"org/encoder@{REVISION}"
-    both = {**HUB, "path": "m", "files": {"a": "0" * 64}, "base": {"hub": "org/base", "revision": "1" * 40}}
+    both = {**HUB, "path": "m", "files": {"a": "0" * 64},
+            "base": {"hub": "org/base", "revision": "1" * 40}}
     digest = hashlib.sha256(json.dumps({"a": "0" * 64}, separators=(",", ":")).encode()).hexdigest()
-    assert model_reference(both) == f"org/encoder@{REVISION} + m sha256:{digest} base org/base@{'1' * 40}"
+    assert model_reference(
+        both) == f"org/encoder@{REVISION} + m sha256:{digest} base org/base@{'1' * 40}"
 
 
 def test_a_run_without_a_model_has_no_reference_on_its_rows(project: Path) -> None:

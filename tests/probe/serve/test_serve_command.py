@@ -24,7 +24,8 @@ def _service(project: Path, **changes: Any) -> Path:
 
 def _serve(project: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     result = invoke("serve-test", project, "--json", *args)
-    return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr
+    return (result.exit_code,
+            json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr)
 
 
 def test_the_template_gets_a_chosen_configuration_in_real_time(project: Path) -> None:
@@ -39,7 +40,8 @@ def test_the_template_gets_a_chosen_configuration_in_real_time(project: Path) ->
     lines = (folder / "requests.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == sum(r["summary"]["requests"] for r in report["results"])
     record = json.loads(lines[0])
-    assert {"rate", "policy", "arrival", "start", "end", "batch", "outcome", "quality"} <= set(record)
+    assert {"rate", "policy", "arrival", "start", "end",
+            "batch", "outcome", "quality"} <= set(record)
     answered = [json.loads(line) for line in lines if '"answered"' in line]
     assert all(r["arrival"] <= r["start"] <= r["end"] for r in answered)
 
@@ -55,7 +57,9 @@ def test_each_policy_at_each_rate_the_knee_and_why_the_others_fail(project: Path
     # (then the smaller batch): which one that is depends on how busy the machine was, not asserted
     met = [r for r in report["results"] if r["rate"] == 50 and r["summary"]["meets"]]
     assert len(met) == 2, report["results"]
-    best = min(met, key=lambda r: (max(o["measured_ms"] for o in r["summary"]["objectives"]), r["policy"]["max_batch"]))
+    best = min(met,
+               key=lambda r: (max(o["measured_ms"] for o in r["summary"]["objectives"]),
+                              r["policy"]["max_batch"]))
     chosen = report["chosen"]
     assert chosen["rate"] == 50 and chosen["policy"]["name"] == best["policy"]["name"]
     assert report["knees"]["batch 1, wait 0 ms"] == {"highest_met": 50, "first_missed": 100000}
@@ -72,7 +76,8 @@ def test_a_policy_that_missed_is_not_tried_at_higher_rates(project: Path) -> Non
     code, report, _ = _serve(project, "--clock", "virtual")
     assert code == 0 and [r["rate"] for r in report["results"]] == [50, 100000]
     assert report["not_tried"] == [{"rate": 200000, "policy": "batch 1, wait 0 ms",
-                                    "reason": "batch 1, wait 0 ms already missed the objectives at 100000/s"}]
+                                    "reason": "batch 1, wait 0 ms already missed the objectives at "
+                                              "100000/s"}]
 
 
 def test_requests_over_the_size_limit_are_refused_as_too_large(project: Path) -> None:
@@ -87,8 +92,8 @@ def test_no_configuration_meeting_the_objectives_exits_1(project: Path) -> None:
     _service(project, latency={"p50_ms": 0.001}, rates=[50])
     code, report, stderr = _serve(project, "--clock", "virtual")
     assert code == 1 and report["chosen"] is None
-    assert stderr.splitlines()[-1] == ("Error: serve-test: no configuration meets the objectives and the quality "
-                                       "criterion; see why above")
+    assert stderr.splitlines()[-1] == ("Error: serve-test: no configuration meets the objectives "
+                                       "and the quality criterion; see why above")
 
 
 def test_a_trace_replaces_the_rates(project: Path, tmp_path: Path) -> None:
@@ -110,14 +115,21 @@ def test_the_plot_is_a_png(project: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("setup", "args", "message"), [
-    ("backwards", ["--trace", "TRACE"], ": line 3: 0.1 s comes before the previous line's 0.2 s; a trace's times "
-                                         "must never go backwards"),
-    ("none", ["--config", "missing.json"], "missing.json: not found; `kdkit init` writes an example, or give "
-                                            "--config FILE"),
+    ("backwards",
+     ["--trace", "TRACE"],
+     ": line 3: 0.1 s comes before the previous line's 0.2 s; a trace's times "
+      "must never go backwards"),
+    ("none",
+     ["--config", "missing.json"],
+     "missing.json: not found; `kdkit init` writes an example, or give "
+      "--config FILE"),
     ("zero-capacity", [], 'service.json: $.at_capacity.reject: must be a finite number above 0'),
     ("rate", [], "service.json: $.rates[0]: must be a finite number above 0"),
-    ("none", ["--clock", "sundial"], "Error: --clock sundial: give real (what a request feels) or virtual"),
-    ("none", ["--plot", "latency.svg"], "Error: --plot latency.svg: the plot is a PNG; give a path ending in .png"),
+    ("none",
+     ["--clock", "sundial"], "Error: --clock sundial: give real (what a request feels) or virtual"),
+    ("none",
+     ["--plot", "latency.svg"],
+     "Error: --plot latency.svg: the plot is a PNG; give a path ending in .png"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(project: Path, tmp_path: Path, setup: str,
                                                           args: list[str], message: str) -> None:
@@ -153,7 +165,8 @@ def test_a_running_service_over_http_plain_and_streaming(project: Path) -> None:
         assert code == 0, stderr
         summary = report["results"][0]["summary"]
         assert summary["ttft_ms"]["p50"] <= summary["latency_ms"]["p50"] and "itl_ms" in summary
-    lines = [json.loads(line) for line in Path(report["requests"]).read_text(encoding="utf-8").splitlines()]
+    lines = [json.loads(line)
+             for line in Path(report["requests"]).read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 40 and all(line["ttft"] is not None for line in lines)
 
 
@@ -161,10 +174,12 @@ def test_a_running_service_over_http_plain_and_streaming(project: Path) -> None:
     (["--url", "ftp://127.0.0.1/predict"], 2, "ftp://127.0.0.1/predict"),
     (["--url", "http://127.0.0.1:1/predict"], 3, "http://127.0.0.1:1/predict"),
     (["--template", "body.json"], 2, "Error: --template: only with --url"),
-    (["--url", "http://127.0.0.1:1/", "--api", "grpc"], 2, "Error: --api grpc: give one of json, completions, chat"),
+    (["--url", "http://127.0.0.1:1/", "--api", "grpc"], 2,
+     "Error: --api grpc: give one of json, completions, chat"),
     (["--url", "http://127.0.0.1:1/", "--template", "NOTJSON"], 2, "not-json.txt"),
 ])
-def test_bad_url_options_are_one_line_and_nothing_written(project: Path, tmp_path: Path, args: list[str],
+def test_bad_url_options_are_one_line_and_nothing_written(project: Path, tmp_path: Path,
+                                                          args: list[str],
                                                            code: int, message: str) -> None:
     not_json = tmp_path / "not-json.txt"
     not_json.write_text("{text: oops", encoding="utf-8")
@@ -179,7 +194,8 @@ def test_bad_url_options_are_one_line_and_nothing_written(project: Path, tmp_pat
 # ---------------------------------------------------------------- on the rented machine: in the image
 
 
-def test_serve_test_runs_in_the_container_as_the_sweep_does(built: dict[str, object], locked_copy: Path) -> None:
+def test_serve_test_runs_in_the_container_as_the_sweep_does(
+    built: dict[str, object], locked_copy: Path) -> None:
     """`kdkit run -- kdkit serve-test`: the image's kdkit (standard library only) plays the scaffolded service
     file against the project's app, in the container, under its confinement; the run folder lands in runs/."""
     result = invoke("run", locked_copy, "--", "kdkit", "serve-test", "--clock", "virtual", "--json")
@@ -208,7 +224,8 @@ def test_a_plot_path_that_is_a_link_is_refused(project: Path, tmp_path: Path) ->
     (tmp_path / "dangling.png").symlink_to(tmp_path / "new.cfg")
     _service(project)
     for link in ("link.png", "dangling.png"):
-        result = invoke("serve-test", project, "--clock", "virtual", "--plot", tmp_path / link, "--force")
+        result = invoke("serve-test", project, "--clock", "virtual", "--plot",
+                        tmp_path / link, "--force")
         assert result.exit_code == 2 and "is a symbolic link" in result.stderr
     assert victim.read_text(encoding="utf-8") == "keep" and not (tmp_path / "new.cfg").exists()
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
@@ -219,10 +236,12 @@ def test_a_plot_path_that_is_a_link_is_refused(project: Path, tmp_path: Path) ->
     ({"seed": -(10**400)}, "$.seed"),
     ({"requests_per_rate": 10_000_000}, "$.requests_per_rate"),
     ({"rates": list(range(1, 40))}, "$.rates"),
-    ({"rates": list(range(1, 30)), "batching": {"max_batch": list(range(1, 30)), "max_wait_ms": [1, 2]}},
+    ({"rates": list(range(1, 30)),
+      "batching": {"max_batch": list(range(1, 30)), "max_wait_ms": [1, 2]}},
      "$.batching"),
 ])
-def test_configs_that_would_overflow_or_run_for_hours_are_refused(project: Path, change: dict[str, Any],
+def test_configs_that_would_overflow_or_run_for_hours_are_refused(project: Path,
+                                                                  change: dict[str, Any],
                                                                    where: str) -> None:
     _service(project, **change)
     before = tree_snapshot(project)
@@ -231,8 +250,9 @@ def test_configs_that_would_overflow_or_run_for_hours_are_refused(project: Path,
     assert len(result.stderr.strip().splitlines()) == 1 and tree_snapshot(project) == before
 
 
-@pytest.mark.parametrize(("text", "said"), [("0\n0\n0\n", "faster than"), ("0\n1e-300\n", "faster than"),
-                                            ("\ufeff0\n0.5\n", None)])
+@pytest.mark.parametrize(("text", "said"),
+                         [("0\n0\n0\n", "faster than"), ("0\n1e-300\n", "faster than"),
+                          ("\ufeff0\n0.5\n", None)])
 def test_a_trace_of_no_span_is_refused_and_a_bom_is_read(project: Path, tmp_path: Path, text: str,
                                                           said: str | None) -> None:
     _service(project)
@@ -242,7 +262,8 @@ def test_a_trace_of_no_span_is_refused_and_a_bom_is_read(project: Path, tmp_path
     if said is None:
         assert result.exit_code == 0, result.stderr
     else:
-        assert result.exit_code == 2 and said in result.stderr and not any((project / "runs").iterdir())
+        assert result.exit_code == 2 and said in result.stderr and not any(
+            (project / "runs").iterdir())
 
 
 def test_an_app_that_fails_at_once_or_does_not_import_leaves_nothing(project: Path) -> None:
@@ -266,10 +287,12 @@ def test_an_app_answering_twice_is_not_a_pass(project: Path) -> None:
 
 
 def test_a_hanging_app_is_bounded_and_its_prints_are_kept_apart(project: Path) -> None:
-    _service(project, rates=[50], requests_per_rate=20, max_seconds_per_rate=1, batching={"max_batch": [1]})
-    _app(project, "import time\nfrom src.classify import predict as p\ncalls = []\n\ndef predict(items):\n"
-                  "    calls.append(1)\n    print('\\x1b[2Jchatty app')\n"
-                  "    if len(calls) == 3:\n        time.sleep(3600)\n    return p(items)\n")
+    _service(project, rates=[50], requests_per_rate=20, max_seconds_per_rate=1,
+             batching={"max_batch": [1]})
+    _app(project,
+         "import time\nfrom src.classify import predict as p\ncalls = []\n\ndef predict(items):\n"
+         "    calls.append(1)\n    print('\\x1b[2Jchatty app')\n"
+         "    if len(calls) == 3:\n        time.sleep(3600)\n    return p(items)\n")
     code, report, _ = _serve(project, "--clock", "virtual")  # stdout must still be JSON only
     assert code == 1
     assert any("took longer than 1 s" in error for error in report["app_errors"])
@@ -281,7 +304,8 @@ def test_a_hanging_app_is_bounded_and_its_prints_are_kept_apart(project: Path) -
     (["--url", "http://127.0.0.1:1/日本"], "holds characters beyond ASCII"),
     (["--url", "http://127.0.0.1:0/"], "port 0 is no service's port"),
     (["--url", "http://127.0.0.1:1/", "--timeout", "0"], "--timeout 0: must be at least 1"),
-    (["--url", "http://127.0.0.1:1/", "--api", "chat", "--max-tokens", "-1"], "--max-tokens -1: must be at least 1"),
+    (["--url", "http://127.0.0.1:1/", "--api", "chat", "--max-tokens", "-1"],
+     "--max-tokens -1: must be at least 1"),
     (["--url", "http://127.0.0.1:1/", "--template", "FIFO"], "is not a regular file"),
     (["--url", "http://127.0.0.1:1/", "--template", "NAN"], "is not a finite number"),
     (["--url", "http://127.0.0.1:1/", "--template", "DEEP"], "nested too deeply"),
@@ -293,7 +317,8 @@ def test_hostile_url_options_are_one_line_exit_2(project: Path, tmp_path: Path, 
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "nan.json").write_text('{"text": "{{text}}", "x": NaN}', encoding="utf-8")
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
-    named = {"FIFO": tmp_path / "fifo", "NAN": tmp_path / "nan.json", "DEEP": tmp_path / "deep.json"}
+    named = {"FIFO": tmp_path / "fifo", "NAN": tmp_path / "nan.json",
+             "DEEP": tmp_path / "deep.json"}
     result = invoke("serve-test", project, *[str(named.get(arg, arg)) for arg in args])
     assert result.exit_code == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -303,8 +328,10 @@ def test_a_413_within_the_declared_limit_is_an_error_not_a_refusal_by_design(pro
     from tests.serve_server import LocalServer
 
     _service(project, rates=[40], requests_per_rate=20, max_request_bytes=65536)
-    with LocalServer(project, max_bytes=200) as server:  # refuses bodies the service file says it accepts
+    # refuses bodies the service file says it accepts
+    with LocalServer(project, max_bytes=200) as server:
         code, report, _ = _serve(project, "--url", server.url + "/predict")
     outcomes = report["results"][0]["summary"]["outcomes"]
     assert code == 1 and outcomes["rejected_too_large"] == 0 and outcomes["error"] > 0
-    assert report["min_quality"] is None and report["at_capacity"] == "the service's own"  # not applied over HTTP
+    # not applied over HTTP
+    assert report["min_quality"] is None and report["at_capacity"] == "the service's own"

@@ -21,7 +21,8 @@ from kdkit.probe.serve.arrivals import poisson_arrivals, read_trace
 from kdkit.probe.serve.engine import Bounds, RealClock, Request, Run, VirtualClock, play
 from kdkit.probe.serve.stats import ANSWERED, AT_CAPACITY, CUT, TOO_LARGE, choose, knees, percentile, summarize
 
-LOOSE = (Objective(99, 3_600_000),)  # an objective nothing here misses: the run is never stopped early
+# an objective nothing here misses: the run is never stopped early
+LOOSE = (Objective(99, 3_600_000),)
 
 
 def spin(seconds: float) -> None:
@@ -49,7 +50,8 @@ def run(arrivals: Sequence[float], policy: Policy = ONE, *, reject_at: int | Non
         sizes: Sequence[int] | None = None) -> Run:
     reqs = requests(arrivals)
     if sizes is not None:
-        reqs = [Request(r.index, r.ident, size, r.arrival) for r, size in zip(reqs, sizes, strict=True)]
+        reqs = [Request(r.index, r.ident, size, r.arrival) for r,
+                size in zip(reqs, sizes, strict=True)]
     return Run(reqs, policy, reject_at, max_bytes, Bounds(max_seconds, objectives, len(reqs)))
 
 
@@ -105,20 +107,26 @@ def test_mean_queue_time_agrees_with_md1(rho: float, seed: int) -> None:
     assert lindley(arrivals, s) == pytest.approx(theory, rel=0.03)
     records = steady_run(arrivals, s)
     if records is None:
-        pytest.skip("this machine stretched a 2 ms service (past 8 ms, or 5 % on average) in three runs out of "
-                    "three: too busy to serve a deterministic service time")
+        pytest.skip("this machine stretched a 2 ms service (past 8 ms, or 5 % on average) in three "
+                    "runs out of three: too busy to serve a deterministic service time")
     previous_end = 0.0
-    for record in records:  # FIFO, one server: each starts when it arrived or when the one before ended
+    # FIFO, one server: each starts when it arrived or when the one before ended
+    for record in records:
         assert record["start"] == pytest.approx(max(record["arrival"], previous_end), abs=1e-9)
         previous_end = record["end"]
-    assert [r["arrival"] for r in records] == pytest.approx(list(arrivals), abs=1e-9)  # the planned arrivals
+    # the planned arrivals
+    assert [r["arrival"] for r in records] == pytest.approx(list(arrivals), abs=1e-9)
     served = [r["end"] - r["start"] for r in records]
     measured = statistics.fmean(r["start"] - r["arrival"] for r in records)
     assert measured == pytest.approx(exact_wait(arrivals, served), rel=1e-6, abs=1e-9)
-    rate = count / arrivals[-1]  # Pollaczek-Khinchine, with the services' own moments (M/D/1 when they are equal)
-    expected = rate * statistics.fmean(x * x for x in served) / (2 * (1 - rate * statistics.fmean(served)))
+    # Pollaczek-Khinchine, with the services' own moments (M/D/1 when they are equal)
+    rate = count / arrivals[-1]
+    expected = rate * statistics.fmean(x * x
+                                       for x in served) / (
+                                           2 * (1 - rate * statistics.fmean(served)))
     assert measured == pytest.approx(expected, rel=0.10)
-    assert summarize(records, LOOSE, None)["queue_ms"]["mean"] == pytest.approx(measured * 1000, abs=1e-3)
+    assert summarize(records, LOOSE, None)["queue_ms"]["mean"] == pytest.approx(
+        measured * 1000, abs=1e-3)
 
 
 # ---------------------------------------------------------------- honesty: coordinated omission
@@ -171,8 +179,10 @@ def test_capacity_rejects_beyond_the_bound_and_the_queue_never_grows_past_it() -
     refused = [r for r in records if r["outcome"] == AT_CAPACITY]
     answered = [r for r in records if r["outcome"] == ANSWERED]
     assert len(refused) > 200 and len(answered) + len(refused) == 300
-    longest = max(r["end"] - r["start"] for r in answered)  # a spun 10 ms, as long as the machine made it
-    assert max(r["start"] - r["arrival"] for r in answered) <= 6 * longest + 1e-6  # 5 ahead + the one served
+    # a spun 10 ms, as long as the machine made it
+    longest = max(r["end"] - r["start"] for r in answered)
+    # 5 ahead + the one served
+    assert max(r["start"] - r["arrival"] for r in answered) <= 6 * longest + 1e-6
     unbounded = play(run(arrivals, objectives=()), constant(0.01), VirtualClock())
     assert all(r["outcome"] == ANSWERED for r in unbounded)
     assert max(r["start"] - r["arrival"] for r in unbounded) > 2.0  # the queue grew without bound
@@ -207,13 +217,17 @@ def test_the_time_bound_cuts_a_rate() -> None:
 
 
 def test_percentiles_are_nearest_rank_and_refusals_count_as_late() -> None:
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 95) == 4.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0 and percentile(
+        [1.0, 2.0, 3.0, 4.0], 95) == 4.0
     assert math.isnan(percentile([], 50))
-    records = [{"index": i, "arrival": 0.0, "start": 0.0, "end": 0.01, "batch": 1, "outcome": ANSWERED}
-               for i in range(95)] + [{"index": 95 + i, "arrival": 0.0, "start": None, "end": None, "batch": None,
+    records = [{"index": i, "arrival": 0.0, "start": 0.0, "end": 0.01,
+                "batch": 1, "outcome": ANSWERED}
+               for i in range(95)] + [{"index": 95 + i, "arrival": 0.0, "start": None, "end": None,
+                                       "batch": None,
                                        "outcome": AT_CAPACITY} for i in range(5)]
     assert summarize(records, (Objective(95, 20),), None)["meets"]
-    assert summarize(records, (Objective(95, 20),), None)["notes"] == ["5 of 100 refused at capacity"]
+    assert summarize(records,
+                     (Objective(95, 20),), None)["notes"] == ["5 of 100 refused at capacity"]
     one_more = [*records, dict(records[-1], index=100)]
     summary = summarize(one_more, (Objective(95, 20),), None)
     assert not summary["meets"] and summary["reasons"] == [
@@ -221,7 +235,8 @@ def test_percentiles_are_nearest_rank_and_refusals_count_as_late() -> None:
 
 
 def test_quality_below_the_pilot_criterion_fails_a_fast_configuration() -> None:
-    records = [{"index": i, "arrival": 0.0, "start": 0.0, "end": 0.001, "batch": 1, "outcome": ANSWERED,
+    records = [{"index": i, "arrival": 0.0, "start": 0.0, "end": 0.001, "batch": 1,
+                "outcome": ANSWERED,
                 "quality": 0.5} for i in range(10)]
     summary = summarize(records, LOOSE, 0.9)
     assert not summary["meets"] and summary["reasons"] == ["quality 0.500 < 0.9"]
@@ -251,11 +266,13 @@ def test_poisson_arrivals_are_seeded_and_at_the_rate() -> None:
     assert first == poisson_arrivals(200.0, 20000, 7) and first != poisson_arrivals(200.0, 20000, 8)
     assert len(first) / first[-1] == pytest.approx(200.0, rel=0.03)
     gaps = [b - a for a, b in itertools.pairwise(first)]
-    assert statistics.pstdev(gaps) / statistics.fmean(gaps) == pytest.approx(1.0, rel=0.05)  # exponential
+    # exponential
+    assert statistics.pstdev(gaps) / statistics.fmean(gaps) == pytest.approx(1.0, rel=0.05)
 
 
 @pytest.mark.parametrize(("text", "said"), [
-    ("0\n1\n0.5\n", "line 3: 0.5 s comes before the previous line's 1 s; a trace's times must never go backwards"),
+    ("0\n1\n0.5\n",
+     "line 3: 0.5 s comes before the previous line's 1 s; a trace's times must never go backwards"),
     ("0\nsoon\n", "line 2: 'soon' is not a time in seconds"),
     ("0\n-1\n", "line 2: '-1' is not a time in seconds"),
     ("0\nnan\n", "line 2: 'nan' is not a time in seconds"),

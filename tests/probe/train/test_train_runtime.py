@@ -41,13 +41,16 @@ def proj(tmp_path: Path) -> Path:
     return make_project(tmp_path / "p")
 
 
-def train(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kdkit", "train", *args], cwd=root, capture_output=True, text=True,
+def train(root: Path, *args: str,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kdkit", "train", *args], cwd=root,
+                          capture_output=True, text=True,
                           timeout=120, env=env, check=False)
 
 
 def start(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "kdkit", "train", *args], cwd=root, text=True, env=env,
+    return subprocess.Popen([sys.executable, "-m", "kdkit", "train", *args], cwd=root, text=True,
+                            env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -85,17 +88,20 @@ def test_a_run_is_recorded_closed_and_reloads(proj: Path) -> None:
     assert done.returncode == 0, done.stderr
     folder = folder_of(proj, "r1")
     params = json.loads((folder / "params.json").read_text())
-    assert params["kind"] == "train" and params["module"] == "src.train" and params["args"][:2] == ["--steps", "12"]
+    assert params["kind"] == "train" and params["module"] == "src.train" and params["args"][:2] == [
+        "--steps", "12"]
     assert params["code"]["src/train.py"] == sha256_file(proj / "src" / "train.py")
     assert [s for s, _ in metrics(folder)] == list(range(1, 13))
-    names = [json.loads(line)["name"] for line in (folder / "checkpoints.jsonl").read_text().splitlines()]
+    names = [json.loads(line)["name"]
+             for line in (folder / "checkpoints.jsonl").read_text().splitlines()]
     assert names == ["step-00000005", "step-00000010", "step-00000012"]
     assert stop_of(folder)["reason"] == "exit" and stop_of(folder)["run_id"] == "r1"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["verdict"] == "pass" and summary["final_checkpoint"] == "step-00000012"
     assert summary["save"]["seconds_median"] is not None
     reload = json.loads((folder / "reload.json").read_text())
-    assert reload["argv"][1:] == ["-m", "src.train", "--reload", "runs/r1/checkpoints/step-00000012"]
+    assert reload["argv"][1:] == ["-m",
+                                  "src.train", "--reload", "runs/r1/checkpoints/step-00000012"]
     assert "done w=" in (folder / "output.log").read_text()
     assert_closed(folder)
     checked = train(proj, "--verify-reload", "r1", "--json")
@@ -108,14 +114,18 @@ def test_a_run_is_recorded_closed_and_reloads(proj: Path) -> None:
 
 @pytest.mark.parametrize(("config", "args", "reason"), [
     (None, ["--nan-at", "3"], "nan_loss"),
-    ({"stop": {"loss_above": {"value": 1.0, "after_steps": 2}}}, ["--loss-scale", "100"], "loss_bound"),
-    ({"stop": {"eval_below": {"metric": "accuracy", "value": 0.5}}}, ["--accuracy", "0.2"], "eval_below"),
-    ({"stop": {"max_checkpoint_gap_minutes": 0.005}}, ["--save-every", "100000", "--sleep", "0.05"], "no_checkpoint"),
+    ({"stop": {"loss_above": {"value": 1.0, "after_steps": 2}}},
+     ["--loss-scale", "100"], "loss_bound"),
+    ({"stop": {"eval_below": {"metric": "accuracy", "value": 0.5}}},
+     ["--accuracy", "0.2"], "eval_below"),
+    ({"stop": {"max_checkpoint_gap_minutes": 0.005}},
+     ["--save-every", "100000", "--sleep", "0.05"], "no_checkpoint"),
     ({"stop": {"max_seconds": 0.5}}, ["--sleep", "0.05"], "max_seconds"),
     (None, ["--kill-self-at", "7"], "killed"),
     (None, ["--break-checkpoint"], "checkpoint_incomplete"),
 ])
-def test_stop_rules(tmp_path: Path, config: dict[str, Any] | None, args: list[str], reason: str) -> None:
+def test_stop_rules(tmp_path: Path, config: dict[str, Any] | None,
+                    args: list[str], reason: str) -> None:
     root = make_project(tmp_path / "p", config)
     done = train(root, "--run-id", "s", "--json", "--", "--steps", "400", *args)
     assert done.returncode == 1, done.stderr
@@ -132,13 +142,15 @@ def test_stop_rules(tmp_path: Path, config: dict[str, Any] | None, args: list[st
 
 
 def test_bad_train_config_is_one_line_exit_2_nothing_written(tmp_path: Path) -> None:
-    for bad, place in [({"stop": {"max_seconds": "ten"}}, "$.stop.max_seconds"), ({"stpo": {}}, "$.stpo"),
+    for bad, place in [({"stop": {"max_seconds": "ten"}}, "$.stop.max_seconds"),
+                       ({"stpo": {}}, "$.stpo"),
                        ({"stop": {"loss_above": {"value": 1e999}}}, "not a finite number")]:
         root = make_project(tmp_path / str(len(place)) / "p", None)
         (root / "config" / "train.json").write_text(json.dumps(bad).replace("Infinity", "1e999"))
         done = train(root)
         assert done.returncode == 2, done.stderr
-        assert "train.json" in done.stderr and place in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert "train.json" in done.stderr and place in done.stderr and len(
+            done.stderr.strip().splitlines()) == 1
         assert not (root / "runs").exists()
 
 
@@ -190,7 +202,8 @@ def test_resume_after_kdkit_train_is_killed(tmp_path: Path) -> None:
 
 
 def status_of(root: Path, run_id: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "kdkit", "status", run_id, "--project", str(root), "--json"],
+    done = subprocess.run([sys.executable, "-m", "kdkit", "status", run_id, "--project",
+                           str(root), "--json"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
@@ -201,7 +214,8 @@ def test_status_of_a_training_running_killed_and_resumed(tmp_path: Path) -> None
     is gone (naming --resume), and passed from its summary after the resume; the closed folder holds no heartbeat."""
     root = make_project(tmp_path / "p", None)
     env = {**os.environ, "TINY_PID_FILE": str(tmp_path / "pids")}
-    process = start(root, "--run-id", "st", "--", "--steps", "60", "--save-every", "5", "--sleep", "0.05", env=env)
+    process = start(root, "--run-id", "st", "--", "--steps", "60", "--save-every", "5", "--sleep",
+                    "0.05", env=env)
     beat = folder_of(root, "st") / "heartbeat.json"
     wait_for(lambda: beat.exists() and json.loads(beat.read_text())["done"] >= 3)
     running = status_of(root, "st")
@@ -214,7 +228,8 @@ def test_status_of_a_training_running_killed_and_resumed(tmp_path: Path) -> None
     done = train(root, "--resume", "st")
     assert done.returncode == 0, done.stderr
     closed = status_of(root, "st")
-    assert (closed["state"], closed["verdict"], closed["reason"], closed["step"]) == ("passed", "pass", None, 60)
+    assert (closed["state"], closed["verdict"], closed["reason"],
+            closed["step"]) == ("passed", "pass", None, 60)
     assert not beat.exists()
     assert_closed(folder_of(root, "st"))
 
@@ -228,7 +243,8 @@ def test_half_written_checkpoint_is_never_chosen(tmp_path: Path) -> None:
     params = json.loads((folder / "params.json").read_text())
     params["args"] = list(args)
     (folder / "params.json").write_text(json.dumps(params))
-    (folder / "summary.json").unlink()  # as if killed before it closed (a passed run is never resumed)
+    # as if killed before it closed (a passed run is never resumed)
+    (folder / "summary.json").unlink()
     ckpts = folder / "checkpoints"
     torn = ckpts / ".step-00000015.partial-999999"  # a writer killed mid-save
     torn.mkdir()
@@ -254,7 +270,8 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def crash_trial(root: Path, tmp: Path, run_id: str, steps: int, args: tuple[str, ...]) -> str | None:
+def crash_trial(root: Path, tmp: Path, run_id: str, steps: int,
+                args: tuple[str, ...]) -> str | None:
     """Start `kdkit train`, SIGKILL it once ``steps`` steps are in metrics.jsonl (0: at once), wait for its loop
     to be gone, then resume until it ends; the checkpoint each resume chose (None when the kill came before the
     run folder was usable). The kill point is counted in steps, never in seconds: a loaded machine only slows
@@ -292,7 +309,9 @@ def test_crash_at_seeded_random_points_resumes_to_the_uninterrupted_result(tmp_p
     chosen = []
     for trial in range(20):
         run_id = f"c{trial}"
-        chosen.append(crash_trial(root, tmp_path, run_id, 0 if trial % 7 == 0 else chance.randint(1, 29), args))
+        chosen.append(
+            crash_trial(root, tmp_path, run_id,
+                        0 if trial % 7 == 0 else chance.randint(1, 29), args))
         folder = folder_of(root, run_id)
         assert final_w(folder) == w, trial
         assert metrics(folder) == series, trial
@@ -321,9 +340,11 @@ def test_save_interval_measured_and_transfer_timed(tmp_path: Path) -> None:
     assert params["base_model"] == {"name": "org/base", "revision": "main"}
 
 
-def test_a_signal_to_kdkit_train_stops_the_loop_and_closes_the_run(proj: Path, tmp_path: Path) -> None:
+def test_a_signal_to_kdkit_train_stops_the_loop_and_closes_the_run(
+    proj: Path, tmp_path: Path) -> None:
     env = {**os.environ, "TINY_PID_FILE": str(tmp_path / "pids")}
-    process = subprocess.Popen([sys.executable, "-m", "kdkit", "train", "--run-id", "sg", "--", "--steps", "100000",
+    process = subprocess.Popen([sys.executable, "-m", "kdkit", "train", "--run-id", "sg", "--",
+                                "--steps", "100000",
                                 "--sleep", "0.01"], cwd=proj, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     log = folder_of(proj, "sg") / "metrics.jsonl"
@@ -354,7 +375,8 @@ def test_log_every_keeps_every_nth_step_and_any_nan(tmp_path: Path) -> None:
     done = train(root, "--run-id", "le", "--", "--steps", "12", "--nan-at", "7")
     assert done.returncode == 1
     steps = [step for step, _loss in metrics(folder_of(root, "le"))]
-    assert steps[:2] == [4, 7] and all(step % 4 == 0 for step in steps[2:])  # the loop may log on till stopped
+    # the loop may log on till stopped
+    assert steps[:2] == [4, 7] and all(step % 4 == 0 for step in steps[2:])
     assert (7, "NaN") in metrics(folder_of(root, "le"))
 
 
@@ -375,15 +397,18 @@ def test_params_record_the_data_as_the_pilot_records_it(tmp_path: Path) -> None:
     manifest = project / "data" / "pilot" / "manifest.json"
     assert params["data"] == {"inputs": "data/pilot", "manifest": "data/pilot/manifest.json",
                               "manifest_sha256": sha256_file(manifest)}
-    assert params["model"] is None and params["code"]["src/train.py"] == sha256_file(project / "src" / "train.py")
+    assert params["model"] is None and params["code"]["src/train.py"] == sha256_file(
+        project / "src" / "train.py")
 
 
-def test_a_pilot_config_that_does_not_load_is_one_line_exit_2_nothing_written(tmp_path: Path) -> None:
+def test_a_pilot_config_that_does_not_load_is_one_line_exit_2_nothing_written(
+    tmp_path: Path) -> None:
     project = template_project(tmp_path / "p")
     (project / "config" / "pilot.json").write_text('{"inputs": "data/pilot",', encoding="utf-8")
     done = train(project, "--run-id", "bad", "--", "--steps", "3")
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "config/pilot.json" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count(
+        "\n") == 1 and "config/pilot.json" in done.stderr and "Traceback" not in done.stderr
     assert not (project / "runs" / "bad").exists()
 
 
@@ -392,8 +417,10 @@ def memory_cgroup(tmp_path: Path, limit: int) -> Path | None:
     this machine does not let us make one."""
     for parent, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
                                (Path("/sys/fs/cgroup"), "memory.max")):
-        if not (parent / "cgroup.procs").is_file() or (limit_file == "memory.max" and "memory" not in
-                                                       (parent / "cgroup.controllers").read_text(errors="replace")):
+        if not (parent / "cgroup.procs").is_file() \
+                or (limit_file == "memory.max" and "memory" not in
+                                                       (parent
+                                                        / "cgroup.controllers").read_text(errors="replace")):
             continue
         group = parent / f"kdkit-oom-{os.getpid()}-{tmp_path.name}"
         try:
@@ -413,10 +440,14 @@ def test_a_loop_killed_by_the_oom_killer_stops_with_reason_oom(tmp_path: Path, p
     ends it, and the run stops with reason "oom" (the cgroup's oom_kill count rose), closed and resumable."""
     group = memory_cgroup(tmp_path, 300 << 20)
     if group is None:
-        pytest.skip("no memory cgroup can be made here (needs root and cgroup v1's memory or v2's memory controller)")
+        pytest.skip(
+            "no memory cgroup can be made here (needs root and cgroup v1's memory or v2's memory "
+            "controller)")
     try:
-        done = subprocess.run(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), sys.executable,
-                               "-m", "kdkit", "train", "--run-id", "oom", "--", "--steps", "6", "--hog-at", "3"],
+        done = subprocess.run(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group),
+                               sys.executable,
+                               "-m", "kdkit", "train", "--run-id", "oom", "--", "--steps",
+                               "6", "--hog-at", "3"],
                               cwd=proj, capture_output=True, text=True, timeout=300, check=False)
     finally:
         wait_for(lambda: not (group / "cgroup.procs").read_text().strip())
@@ -439,7 +470,8 @@ def test_verify_reload_refuses_a_run_changed_after_closing(proj: Path) -> None:
     done = train(proj, "--verify-reload", "t")
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "model.pt" in done.stderr and "Traceback" not in done.stderr
-    assert (folder / "SHA256SUMS").read_bytes() == sums and not (folder / "reload-check.json").exists()
+    assert (folder
+            / "SHA256SUMS").read_bytes() == sums and not (folder / "reload-check.json").exists()
 
 
 @pytest.mark.parametrize(("args", "said"), [
@@ -447,9 +479,11 @@ def test_verify_reload_refuses_a_run_changed_after_closing(proj: Path) -> None:
     (("--run-id", "g", "--resume", "f"), "--run-id with --resume: a resumed run keeps its ID"),
     (("--run-id", ""), "--run-id"),
 ])
-def test_resume_of_a_finished_run_and_odd_ids_are_refused(proj: Path, args: tuple[str, ...], said: str) -> None:
+def test_resume_of_a_finished_run_and_odd_ids_are_refused(
+    proj: Path, args: tuple[str, ...], said: str) -> None:
     assert train(proj, "--run-id", "f", "--", "--steps", "3").returncode == 0
     before = sorted(p.relative_to(proj).as_posix() for p in (proj / "runs").rglob("*"))
     done = train(proj, *args)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert done.returncode == 2 and done.stderr.count(
+        "\n") == 1 and said in done.stderr, done.stderr
     assert sorted(p.relative_to(proj).as_posix() for p in (proj / "runs").rglob("*")) == before

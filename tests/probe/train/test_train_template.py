@@ -19,18 +19,21 @@ ARGS = ("--steps", "8", "--save-every", "2", "--device", "cpu")
 
 
 def train(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kdkit", "train", *args], cwd=root, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kdkit", "train", *args], cwd=root,
+                          capture_output=True, text=True,
                           timeout=600, check=False)
 
 
 def losses(folder: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
+    return [(r["step"], r["loss"])
+            for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
 
 
 def test_the_template_loop_killed_and_resumed_equals_the_uninterrupted_run(project: Path) -> None:
     done = train(project, "--run-id", "whole", "--", *ARGS)
     assert done.returncode == 0, done.stderr
-    process = subprocess.Popen([sys.executable, "-m", "kdkit", "train", "--run-id", "cut", "--", *ARGS],
+    process = subprocess.Popen([sys.executable, "-m", "kdkit", "train", "--run-id", "cut",
+                                "--", *ARGS],
                                cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = project / "runs" / "cut" / "checkpoints.jsonl"
     deadline = time.monotonic() + 300
