@@ -23,6 +23,7 @@ from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
     from kdkit.machine.run import RunPlan
+    from kdkit.machine.workers import WorkersPlan, WorkersResult
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,6 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
         result = execute_workers(plan, container_output(as_json))
     if isinstance(result.interrupted, HungUp):
         _lost(plan.run_id, [spec.name or "(unnamed)" for spec in plan.specs])
-    summary = result.gathered.summary if result.gathered else None
     if result.interrupted is not None:
         _stopped(as_json,
                  {"image": plan.base.image.ref, "backend": plan.base.backend, "run_id": plan.run_id,
@@ -286,6 +286,19 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
                   "summary": None, "stopped_by": result.interrupted.name},
                  stopped_lines(plan, result.interrupted))
         raise click.exceptions.Exit(result.exit_code)
+    _workers_ended(as_json, plan, result)
+    copied = [*(f for f in plan.folders if f.is_dir()),
+              *([result.gathered.out] if result.gathered else [])]
+    hand_back(copied)
+    code = copier.finish(copied, result.exit_code, lambda line: say(line, err=True))
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def _workers_ended(as_json: bool, plan: WorkersPlan, result: WorkersResult) -> None:
+    """The end of `kdkit run --workers`: its JSON report, or each worker's exit code, the
+    gathering's first problems and the verdict, on stderr."""
+    summary = result.gathered.summary if result.gathered else None
     if as_json:
         emit_json({"image": plan.base.image.ref, "backend": plan.base.backend,
                    "run_id": plan.run_id,
@@ -293,17 +306,11 @@ def _run_workers(project_dir: Path | None, workers: int, print_only: bool, as_js
                    "run_folders": [str(f) for f in plan.folders if f.is_dir()],
                    "gathered": str(result.gathered.out) if result.gathered
                    else None, "summary": summary})
-    else:
-        codes = ", ".join(f"w{i} exit {c}" for i, c in enumerate(result.codes))
-        say(f"Workers: {codes}", err=True)
-        for problem in (summary or {}).get("problems", [])[:20]:
-            say(f"  - {problem}", err=True)
-        verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
-        where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
-        say(f"Verdict: {verdict}; gathered summary: {where}", err=True)
-    copied = [*(f for f in plan.folders if f.is_dir()),
-              *([result.gathered.out] if result.gathered else [])]
-    hand_back(copied)
-    code = copier.finish(copied, result.exit_code, lambda line: say(line, err=True))
-    if code:
-        raise click.exceptions.Exit(code)
+        return
+    codes = ", ".join(f"w{i} exit {c}" for i, c in enumerate(result.codes))
+    say(f"Workers: {codes}", err=True)
+    for problem in (summary or {}).get("problems", [])[:20]:
+        say(f"  - {problem}", err=True)
+    verdict = "passed" if result.exit_code == 0 else f"failed (exit {result.exit_code})"
+    where = result.gathered.out if result.gathered else "none (no worker left a run folder)"
+    say(f"Verdict: {verdict}; gathered summary: {where}", err=True)

@@ -1,5 +1,6 @@
 """What a bundle carries of a project, decided before anything is written: the allow-list, the
-project's files (its committed tree in a git checkout, else its folder) and the packing plan.
+project's files (its committed tree in a git checkout, else its folder) and the packing plan
+(written into the bundle by :mod:`kdkit.config.export`).
 
 What a project is comes from an allow-list, the same in both modes: ``kdkit.json``,
 ``campaign.json`` and its decisions, ``config/``, ``requirements/``, ``src/``, ``README*``, and what
@@ -25,18 +26,15 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 import stat
-import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit.config.project import Project
-from kdkit.core import proc
 from kdkit.core.credentials import secret_file
-from kdkit.core.errors import BadInput, KdkitError
+from kdkit.core.errors import BadInput
 from kdkit.core.git import git_output, git_path
 from kdkit.core.pilotconfig import named_paths
 from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, runs_problem
@@ -363,54 +361,3 @@ def _link_source(root: Path, rel: str, entry: Entry, entries: dict[str, Entry], 
                        f"({never}); replace the link by a copy of the file")
     what = secret_file(target)
     return target, (f"a link to {target}, named like {what}" if what is not None else None)
-
-
-# ---------------------------------------------------------------- writing the plan into project/
-
-
-def export_git(root: Path, prefix: str, dest: Path, packing: Packing,
-               essentials: list[str]) -> None:
-    """Write the planned files of the committed tree of ``root`` (HEAD) into ``dest``.
-
-    ``git archive`` honours ``export-ignore``: a planned file it leaves out is named in
-    ``packing.left_out`` (BadInput when the rented machine needs it).
-    """
-    archive = dest.parent / ".project.tar"
-    # From the repository's top: in a sub-folder, git archive would look for the sub-folder inside
-    # HEAD:prefix.
-    top = (git_output(root, "rev-parse", "--show-toplevel") or str(root)).strip()
-    done = proc.run(
-        ["git", "-C", top, "archive", "--format=tar", "-o", str(archive), f"HEAD:{prefix}"])
-    if not done.ok:
-        raise KdkitError(f"{root}: git archive failed ({done.first_error_line()})")
-    with tarfile.open(archive) as tar:
-        members = {m.name: m for m in tar.getmembers() if m.isfile()}
-        for rel, src in list(packing.files.items()):
-            member = members.get(src)
-            if member is None:
-                if rel in essentials:
-                    raise BadInput(f"{rel}: left out by `git archive` (export-ignore in "
-                                   ".gitattributes?); the bundle must carry it")
-                del packing.files[rel]
-                packing.left_out.append(
-                    {"file": rel, "why": "export-ignore: git archive leaves it out"})
-                continue
-            handle = tar.extractfile(member)
-            assert handle is not None  # a regular member always has content
-            _write_new(dest / rel, handle)
-    archive.unlink()
-
-
-def copy_files(root: Path, dest: Path, packing: Packing) -> None:
-    """Copy the planned files of the project (no git) into ``dest``, each read without following a
-    link."""
-    for rel, src in packing.files.items():
-        fd = os.open(root / src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as handle:
-            _write_new(dest / rel, handle)
-
-
-def _write_new(path: Path, handle: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("xb") as out:
-        shutil.copyfileobj(handle, out, 1 << 20)

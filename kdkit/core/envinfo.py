@@ -62,8 +62,8 @@ def _started_from(entry: str) -> bool:
     (https://docs.python.org/3/library/sys.html#sys.path)."""
     if not entry:
         return True
-    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in (
-        "", "-c", "-m") else ""
+    named = sys.argv and sys.argv[0] not in ("", "-c", "-m")
+    script = os.path.abspath(sys.argv[0]) if named else ""
     starts = {os.getcwd(), script, os.path.dirname(script)} - {""}
     return os.path.realpath(entry) in {os.path.realpath(path) for path in starts}
 

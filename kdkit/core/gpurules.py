@@ -94,10 +94,9 @@ def cuda_arch_verdict(capability: tuple[int, int], arch_list: list[str]) -> Arch
         if ptx is not None and ptx.group(2) == "" \
                 and divmod(int(ptx.group(1)), 10) <= (major, minor):
             return ArchVerdict(True, f"PTX {entry}, compiled by the driver at first load")
-    return (
-        ArchVerdict(False,
-                    f"no cubin for sm_{major}{minor} and no PTX at or below "
-                    f"compute_{major}{minor}"))
+    return ArchVerdict(False,
+                       f"no cubin for sm_{major}{minor} and no PTX at or below "
+                       f"compute_{major}{minor}")
 
 
 def gfx_base(name: str) -> str:

@@ -290,9 +290,8 @@ def kept_problems(folder: Path, sums: dict[str, str], results: Path, file_kind: 
     try:
         kept = named(stream_records(results))
     except (OSError, CheckFailed) as exc:
-        return (
-            [f"{results}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be "
-             "checked"])
+        return [f"{results}: cannot be read back ({exc}); the files under {OUTPUTS}/ cannot be "
+                "checked"]
     problems = [f"{folder / name}: {results.name} names SHA-256 {digest[:12]}... for it, but "
                 f"{SUMS} "
                 + (f"says {listed[name][:12]}..." if name in listed else "does not list it")

@@ -2,7 +2,7 @@
 verified result.
 
 ``reload_problems(folder)`` reads a LOCAL copy (a pilot run folder or a gathering) the way a person
-who reloads it would, beyond its SHA256SUMS (kdkit.core.runfolder.verify_folder: a regenerated
+who reloads it would, beyond its SHA256SUMS (kdkit.core.runverify.verify_folder: a regenerated
 SHA256SUMS hides an edit from that check, not from this one):
 
 - summary.json, params.json, env.json and stop.json (where the kind has them) parse as JSON objects
@@ -172,9 +172,8 @@ def vector_problems(folder: Path) -> list[str]:
     if not present:
         return []
     if len(present) == 1:
-        return (
-            [f"{present[0]}: without its partner "
-             f"{(ids if present[0] == vectors else vectors).name}"])
+        return [f"{present[0]}: without its partner "
+                f"{(ids if present[0] == vectors else vectors).name}"]
     try:
         with vectors.open("rb") as handle:
             rows, dim = read_header(handle.read(HEADER), vectors)

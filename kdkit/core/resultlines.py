@@ -54,9 +54,8 @@ def encode_batch(records: list[dict[str, Any]]) -> bytes:
     dict.
     """
     tail = f',"lines":{len(records)}}}\n'
-    return "".join(
-        [_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]).encode(
-            "ascii")
+    lines = [_ENCODE(record)[:-1] + (tail if record else tail[1:]) for record in records]
+    return "".join(lines).encode("ascii")
 
 
 def incomplete_tail(data: bytes, end: int, path: Path) -> tuple[int, int]:

@@ -1,9 +1,10 @@
 """A run folder's writer: params.json first, then results.jsonl appended, then the checksums that
 close it.
 
-The names and keys of what it writes, and the one reader, are kdkit.core.runfolder's.
-results.jsonl's SHA-256 as the harness knows it (checked before SHA256SUMS lists it) is
-kdkit.core.resultdigest's.
+The names and keys of what it writes are kdkit.core.runfolder's, the one reader
+kdkit.core.runverify's. results.jsonl's SHA-256 as the harness knows it (checked before SHA256SUMS
+lists it) is kdkit.core.resultdigest's; its complete batches read back on resume are
+kdkit.core.runresume's.
 results.jsonl gets one line per finished item, written a batch at a time. A
 finished batch is appended and fsynced by a helper thread while the app computes
 the next batch (both release the GIL), and that must complete before the next
@@ -16,7 +17,6 @@ the incomplete last batch is cut off and redone, never counted twice.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 from collections.abc import Iterator
@@ -30,19 +30,7 @@ from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_bytes, atomic_write_json, dumps, sha256_file
 from kdkit.core.outputkinds import VECTOR_DATA
 from kdkit.core.resultdigest import ResultDigest
-from kdkit.core.resultlines import (
-    Scan,
-    blocks,
-    encode_batch,
-    incomplete_tail,
-    line_number,
-    no_gc,
-    parse_block,
-    parse_line,
-    scan_block,
-    stream_records,
-    write_all,
-)
+from kdkit.core.resultlines import Scan, encode_batch, stream_records, write_all
 from kdkit.core.runfolder import (
     PARAMS,
     RESULTS,
@@ -53,6 +41,7 @@ from kdkit.core.runfolder import (
     foreign_entries,
     harness_file,
 )
+from kdkit.core.runresume import batch_records, complete_prefix, scan_batches
 from kdkit.core.staging import hold, release, staged_beside
 from kdkit.core.stoproom import RESERVED as RESERVED
 from kdkit.core.stoproom import STOP_RESERVED, StopRoom
@@ -223,8 +212,7 @@ class RunFolder:
         if self._outputs_cut or not any(os.path.lexists(self.path / name)
                                         for name in (outputfiles.OUTPUTS, outputfiles.STAGING)):
             return
-        records = (record for first,
-                   block in blocks(data, cut) for record in parse_block(block, first, self.results))
+        records = batch_records(data, cut, self.results)
         with _naming(self.path / outputfiles.OUTPUTS):
             self._vouched.update(outputfiles.cut_back(self.path, records))
         self._outputs_cut = True
@@ -233,7 +221,7 @@ class RunFolder:
         """At close: a resumed file-kind run stopped before its scan is cut back as a scan would
         (against its complete batches, the file left as it is), and the staging folder goes."""
         if self._resumed and not self._outputs_cut and self.results.is_file():
-            data, cut, _ = self._complete_prefix(repair=False)
+            data, cut, _ = complete_prefix(self.results, repair=False)
             self._cut_outputs(data, cut)
         with _naming(self.path / outputfiles.STAGING):
             outputfiles.close_staging(self.path)
@@ -304,43 +292,23 @@ class RunFolder:
         scan = Scan()
         if not self.results.exists():
             return scan
-        data, cut, scan.dropped_lines = self._complete_prefix()
+        data, cut, scan.dropped_lines = complete_prefix(self.results)
         self._digest.hash_prefix(data, cut)
         self._cut_outputs(data, cut)
         if cut == 0:
             return scan
         if self._vectors is None:
             self._vectors = resumed_rows(self.path / VECTORS, data, cut)
-        with no_gc():
-            for first, block in blocks(data, cut):
-                scan_block(scan, block, first, self.results)
-        last = data.rfind(b"\n", 0, cut - 1) + 1
-        record = parse_line(data[last:cut - 1],
-                            functools.partial(line_number, data, last), self.results)
-        scan.next_batch = int(record.get("batch", -1)) + 1  # batches are appended in order
+        scan_batches(scan, data, cut, self.results)
         return scan
-
-    def _complete_prefix(self, repair: bool = True) -> tuple[bytes, int, int]:
-        """(the file's bytes, where its last complete batch ends, lines dropped); the file is cut
-        there unless ``repair`` is False."""
-        data = self.results.read_bytes()
-        end = data.rfind(b"\n") + 1
-        dropped = 1 if end < len(data) else 0  # a torn last line, cut mid-write
-        cut, tail = incomplete_tail(data, end, self.results)
-        if cut != len(data) and repair:
-            with self.results.open("r+b") as handle:
-                handle.truncate(cut)
-                os.fsync(handle.fileno())
-        return data, cut, dropped + tail
 
     def complete_records(self) -> list[dict[str, Any]]:
         """The records of every complete batch, read without changing the file (what a resume
         keeps)."""
         if not self.results.exists():
             return []
-        data, cut, _ = self._complete_prefix(repair=False)
-        return [record for first,
-                block in blocks(data, cut) for record in parse_block(block, first, self.results)]
+        data, cut, _ = complete_prefix(self.results, repair=False)
+        return list(batch_records(data, cut, self.results))
 
     def holds_only_appended(self) -> bool:
         """Whether results.jsonl is exactly what the harness appended (ResultDigest)."""

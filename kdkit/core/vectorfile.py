@@ -357,9 +357,8 @@ def run_problems(folder: Path, results: Path, params: Path) -> list[str]:
     if not has:
         return []
     if len(has) == 1:
-        return (
-            [f"{folder / has[0]}: without its partner "
-             f"{VECTOR_IDS if has[0] == VECTORS else VECTORS}"])
+        return [f"{folder / has[0]}: without its partner "
+                f"{VECTOR_IDS if has[0] == VECTORS else VECTORS}"]
     if not os.path.lexists(params) and not os.path.lexists(results):  # a gathering's one array
         return gathered_problems(folder / VECTORS, folder / VECTOR_IDS)
     try:

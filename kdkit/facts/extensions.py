@@ -154,21 +154,18 @@ def _rule_verdict(ext: Extension, rule: dict[str, Any], card: str) -> Verdict:
             return Verdict("fail", f"{ext.name} has no {rule['backend']} build at all ({source})")
         if card in targets:
             return Verdict("ok", f"{ext.name} builds kernels for {card} ({source})")
-        return (
-            Verdict("fail",
-                    f"{ext.name} builds for {', '.join(targets)}: not for {card} ({source})"))
+        return Verdict("fail",
+                       f"{ext.name} builds for {', '.join(targets)}: not for {card} ({source})")
     capability = _capability(card)
     if capability is None:
         return Verdict("unknown", f"{card} is not an NVIDIA compute capability ({source})")
     if "min_sm" in rule:
         if capability >= rule["min_sm"]:
-            return (
-                Verdict("ok",
-                        f"{ext.name} needs sm_{rule['min_sm']} or newer; {card} is ({source})"))
-        return (
-            Verdict("fail",
-                    f"{ext.name} needs sm_{rule['min_sm']} or newer, and {card} is older "
-                    f"({source})"))
+            return Verdict("ok",
+                           f"{ext.name} needs sm_{rule['min_sm']} or newer; {card} is ({source})")
+        return Verdict("fail",
+                       f"{ext.name} needs sm_{rule['min_sm']} or newer, and {card} is older "
+                       f"({source})")
     only = ", ".join(f"sm_{c}" for c in rule["only_sm"])
     if capability in rule["only_sm"]:
         return Verdict("ok", f"{ext.name} runs on {only} only; {card} is one ({source})")
@@ -199,9 +196,8 @@ def _agree(ext: Extension, rules: list[dict[str, Any]], card: str, prefix: str) 
         tail = "" if len(verdicts) == 1 else ", in every release and build kdkit has facts for"
         return Verdict(verdicts[0][0].status, f"{prefix}{verdicts[0][0].reason}{tail}")
     spans = "; ".join(f"{v.status} in {_span(r)}" for v, r in verdicts)
-    return (
-        Verdict("unknown",
-                f"{prefix}{ext.name} on {card} depends on its release and build ({spans})"))
+    return Verdict("unknown",
+                   f"{prefix}{ext.name} on {card} depends on its release and build ({spans})")
 
 
 def _beyond(ext: Extension, version: str) -> str | None:
@@ -268,10 +264,9 @@ def judge(ext: Extension, backend: str, card: str, version: str | None,
     found = [r for r in rules if _applies(r, "versions", version)]
     if not found:
         spans = "; ".join(_span(r) for r in rules)
-        return (
-            Verdict("unknown",
-                    f"no facts for {ext.name} {version} on {backend}{built} (kdkit's cover "
-                    f"{spans})"))
+        return Verdict("unknown",
+                       f"no facts for {ext.name} {version} on {backend}{built} (kdkit's cover "
+                       f"{spans})")
     return _agree(ext, found, card, f"{ext.name} {version}: ")
 
 

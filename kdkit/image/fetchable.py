@@ -78,8 +78,8 @@ def _checked_url(url: str, lock_path: Path) -> None:
     URL parser)."""
     try:
         parts = urlsplit(url)
-        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (
-            parts.port or 0) >= 0
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) \
+            and (parts.port or 0) >= 0
     except ValueError:
         usable = False
     if not usable:

@@ -164,10 +164,9 @@ def arch_labels(answer: Any) -> dict[str, str]:
         return unknown(f"{ARCH_FILE}: arch_list is not a list of architecture names")
     if source not in (SOURCE_FLAGS, SOURCE_HEADER, SOURCE_CPU) \
             or (source == SOURCE_CPU) != (not arch_list):
-        return (
-            unknown(
-                f"{ARCH_FILE}: source {str(source)[:60]!r} does not go with arch_list "
-                f"{arch_list[:4]}"))
+        return unknown(
+                   f"{ARCH_FILE}: source {str(source)[:60]!r} does not go with arch_list "
+                   f"{arch_list[:4]}")
     return {ARCH_LIST: " ".join(arch_list), ARCH_SOURCE: source}
 
 

@@ -50,7 +50,6 @@ locks: :mod:`kdkit.lock.staleness`.
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import shlex
@@ -65,7 +64,7 @@ from kdkit.config.project import Backend, Project, load_project
 from kdkit.config.schemas import problem_line, secret_problems
 from kdkit.core.builds import BACKENDS, BUILD_HEADER, index_label, is_pypi
 from kdkit.core.credentials import CREDENTIAL_FIX, find, refuse_credentials_in
-from kdkit.core.errors import BadInput, KdkitError, Unavailable
+from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import atomic_write_text, sha256_file
 from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock_text
 from kdkit.core.stalestaging import clean_stale, describe_removed
@@ -266,6 +265,8 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                  resolver: Resolver | None = None) -> LockResult:
     """Resolve (pip-tools unless ``resolver`` says otherwise), check and write ``backend.lock``;
     nothing is written unless every step succeeded."""
+    from kdkit.lock.pylockwrite import pylock_text
+
     resolver = resolver or prepare("pip-tools")
     config_file = project.root / "kdkit.json"
     pip_config = _refuse_early(project, backend, local_torch)
@@ -273,8 +274,7 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     network = Network.from_pip(pip_config, ca_bundle)
     page = None if local_torch else preflight(project, backend, pip_config, network)
     job = Job(project, backend, pip_config, TARGET_PLATFORM, ca_bundle, local_torch, upgrade,
-              tuple(upgrade_packages),
-              in_container)
+              tuple(upgrade_packages), in_container)
     resolution = resolve(resolver, job)
     warnings = [] if in_container else platform_warnings(project, backend)
     try:
@@ -293,20 +293,11 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
     asked += ([pip_config["index-url"]] if pip_config.get("index-url")
               and pip_config["index-url"] not in asked else [])
     origin = provenance(lock, page, asked, local_sources(pip_config, local_torch), local_torch,
-                        network,
-                        project.python, TARGET_PLATFORM)
+                        network, project.python, TARGET_PLATFORM)
     head = build_header(project, backend, resolution, indexes, origin, torch_build)
     text = head + option_lines(indexes) + resolution.text.lstrip("\n")
     pylock, why_not = pylock_text(resolver, job, head, text)
-    writes = [(backend.lock, text), *([(backend.pylock, pylock)] if pylock is not None else [])]
-    left = [line for path in (backend.lock, backend.pylock)
-            for line in describe_removed(clean_stale(path))]
-    for path, content in writes:  # a credential in either: refused before either is written
-        _refuse_credentials(path, content)
-    # the lock first: a kill between leaves the old pylock,
-    for number, (path, content) in enumerate(writes):
-        # which validate finds stale
-        _write(path, content, [done for done, _text in writes[:number]], project)
+    left = _write_files(project, backend, text, pylock)
     torch = lock.pins["torch"].version if "torch" in lock.pins else None
     elsewhere = cpu_mismatch(project, resolution.platform, relative(project.root, backend.lock))
     return LockResult(backend.name, backend.lock, len(lock.pins), torch, resolution.resolved_in,
@@ -316,34 +307,18 @@ def lock_backend(project: Project, backend: Backend, *, upgrade: bool = False,
                       backend.pylock if pylock is not None else None)
 
 
-def pylock_text(resolver: Resolver, job: Job, head: str, text: str) -> tuple[str | None, list[str]]:
-    """(the backend's pylock text, or None and the warning saying why there is none): see
-    :mod:`kdkit.lock.pylockwrite`. Nothing is written here."""
-    from kdkit.lock import pylockwrite, uvcompile
-
-    project, backend = job.project, job.backend
-    try:
-        if job.local_torch is not None:
-            raise pylockwrite.NoPylock("torch came from --torch-find-links, a folder of this "
-                                       "machine, and a pylock names each file by a URL another "
-                                       "machine can reach")
-        uv = resolver.uv
-        if uv is None:
-            try:
-                uv = uvcompile.find_uv()
-            except Unavailable:
-                uv = None
-        env = uvcompile.uv_environment(job.pip_config, os.environ)
-        cert = uvcompile.uv_cert(job.pip_config, job.ca_bundle, in_container=False)
-        made = pylockwrite.make_pylock(uv, parse_lock_text(text, backend.lock), project, backend,
-                                       head, text, env,
-                                       cert, job.target[1])
-    except pylockwrite.NoPylock as exc:
-        rel = pylockwrite.relative_pylock(project, backend)
-        return None, [f"{rel} not written: {exc}; {relative(project.root, backend.lock)} is "
-                      "complete on its own"
-                      + pylockwrite.stale_note(project, backend, text)]
-    return made, []
+def _write_files(project: Project, backend: Backend, text: str, pylock: str | None) -> list[str]:
+    """Write the lock, then the pylock when there is one; returns what a killed earlier run had
+    left beside them (removed). Nothing is written unless neither carries a credential."""
+    writes = [(backend.lock, text), *([(backend.pylock, pylock)] if pylock is not None else [])]
+    left = [line for path in (backend.lock, backend.pylock)
+            for line in describe_removed(clean_stale(path))]
+    for path, content in writes:  # a credential in either: refused before either is written
+        _refuse_credentials(path, content)
+    # the lock first: a kill between leaves the old pylock, which validate finds stale
+    for number, (path, content) in enumerate(writes):
+        _write(path, content, [done for done, _text in writes[:number]], project)
+    return left
 
 
 def _refuse_credentials(path: Path, text: str) -> None:

@@ -26,15 +26,19 @@ import hashlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kdkit.config.project import Backend, Project
 from kdkit.core import proc
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
-from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_pylock_text
+from kdkit.core.lockfile import HEADER_PREFIX, Lock, parse_lock_text, parse_pylock_text
 from kdkit.core.staging import scratch_beside
 from kdkit.lock.inputs import relative
 from kdkit.lock.provenance import is_remote
 from kdkit.lock.staleness import REQUIREMENTS_LOCK
+
+if TYPE_CHECKING:
+    from kdkit.lock.resolvers import Job, Resolver
 
 GLIBC = "manylinux_2_28"  # the tag of torch's own Linux wheels (see the module's docstring)
 
@@ -171,3 +175,31 @@ def stale_note(project: Project, backend: Backend, lock_text: str) -> str:
     return (
         f"; the {relative_pylock(project, backend)} from before is now stale (`kdkit validate` "
         "says so)")
+
+
+def pylock_text(resolver: Resolver, job: Job, head: str, text: str) -> tuple[str | None, list[str]]:
+    """(the backend's pylock text, or None and the warning saying why there is none), for `kdkit
+    lock` to write beside the requirements lock ``text``. Nothing is written here."""
+    from kdkit.lock import uvcompile
+
+    project, backend = job.project, job.backend
+    try:
+        if job.local_torch is not None:
+            raise NoPylock("torch came from --torch-find-links, a folder of this machine, and a "
+                           "pylock names each file by a URL another machine can reach")
+        uv = resolver.uv
+        if uv is None:
+            try:
+                uv = uvcompile.find_uv()
+            except Unavailable:
+                uv = None
+        env = uvcompile.uv_environment(job.pip_config, os.environ)
+        cert = uvcompile.uv_cert(job.pip_config, job.ca_bundle, in_container=False)
+        made = make_pylock(uv, parse_lock_text(text, backend.lock), project, backend, head, text,
+                           env, cert, job.target[1])
+    except NoPylock as exc:
+        rel = relative_pylock(project, backend)
+        return None, [f"{rel} not written: {exc}; {relative(project.root, backend.lock)} is "
+                      "complete on its own"
+                      + stale_note(project, backend, text)]
+    return made, []

@@ -130,10 +130,9 @@ def stale_lock_problems(root: Path, config: dict[str, Any]) -> list[Finding]:
 
 
 def missing_lock(chosen: Backend) -> BadInput:
-    return (
-        BadInput(
-            f"{chosen.lock}: no lock for backend {chosen.name}; run `kdkit lock --backend "
-            f"{chosen.name}`"))
+    return BadInput(
+               f"{chosen.lock}: no lock for backend {chosen.name}; run `kdkit lock --backend "
+               f"{chosen.name}`")
 
 
 def require_fresh_lock(project: Project, backend: str, parsed: Lock | None = None) -> Path:

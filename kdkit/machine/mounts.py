@@ -170,8 +170,8 @@ def run_mounts(project: Project, pilot: dict[str, Any], inputs: Path, runs: Path
     mounts and the cache."""
     declared = declared_mounts(project, options)
     bound = project_mounts(project.root, inputs.relative_to(project.root).as_posix(),
-                           runs.relative_to(project.root).as_posix()) + named_mounts(
-                               project, pilot, inputs)
+                           runs.relative_to(project.root).as_posix())
+    bound += named_mounts(project, pilot, inputs)
     more, env = extra_mounts(project, declared)
     bound += more
     return bound, env | launch_env(project, facts, network, bound, declared)

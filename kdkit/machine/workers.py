@@ -37,7 +37,8 @@ from typing import Any
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, Interrupted
-from kdkit.core.runfolder import gathered_folder, read_run, worker_folder
+from kdkit.core.runfolder import gathered_folder, worker_folder
+from kdkit.core.runverify import read_run
 from kdkit.core.stopsignals import HungUp
 from kdkit.core.stopsignals import interrupts as interrupts  # kdkit run's and the CLI's name for it
 from kdkit.docker_adapter import SIGNALLED, ContainerSpec, Engine, Running, shell_line

@@ -133,7 +133,7 @@ def estimate(root: Path, campaign: Campaign, runs: Path,
 def window(root: Path, campaign: Campaign, order: Path | None, runs: Path) -> dict[str, Any]:
     """The order's window and booked hours, the observed hours (union of recorded work) and the time
     left."""
-    from kdkit.order.plan import load_order
+    from kdkit.order.orderfile import load_order
     from kdkit.order.worklog import observed_hours, work_intervals
 
     path = order if order is not None else None if campaign.order is None else root / campaign.order

@@ -5,7 +5,7 @@ Reads the order (``kdkit plan --save``) and every ``runs/<id>/`` folder the pilo
 Markdown report for a person and a JSON report that reloads (``load_report``), both atomically.
 
 Only a run that proves it counts: a passing run's folder must verify against its SHA256SUMS and hold
-every file a closed run holds (kdkit.core.runfolder.read_run, the check of ``copy-out --verify``),
+every file a closed run holds (kdkit.core.runverify.read_run, the check of ``copy-out --verify``),
 name itself, and hold results that add up to its summary; it must have run the project's current
 pilot parameters over its whole manifest; a worker's share counts only with all the shares of its
 run, proven together as `kdkit gather` proves them (kdkit.order.closeruns). Any other folder with a
@@ -52,7 +52,8 @@ from kdkit.core.pilotconfig import PilotConfig, load_pilot
 from kdkit.core.safetext import md_cell
 from kdkit.order import closework
 from kdkit.order.closeruns import outputs, read_runs, run_row
-from kdkit.order.plan import cost_per_accepted, load_order, runs_folder
+from kdkit.order.orderfile import load_order
+from kdkit.order.plan import cost_per_accepted, runs_folder
 from kdkit.order.worklog import Interval, observed_hours
 
 REPORT_MD = "campaign-report.md"

@@ -23,7 +23,8 @@ from typing import Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import PilotConfig, params_hash
-from kdkit.core.runfolder import PARAMS, WORKER_FOLDER, Run, base_id, read_run, run_folders
+from kdkit.core.runfolder import PARAMS, WORKER_FOLDER, base_id, run_folders
+from kdkit.core.runverify import Run, read_run
 from kdkit.probe.pilot.collect import collect
 from kdkit.probe.pilot.gather import judge
 

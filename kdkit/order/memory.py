@@ -17,7 +17,8 @@ from typing import Any
 
 from kdkit.config.project import Project
 from kdkit.core.errors import BadInput
-from kdkit.core.runfolder import SUMMARY, read_run, run_folders
+from kdkit.core.runfolder import SUMMARY, run_folders
+from kdkit.core.runverify import read_run
 from kdkit.facts.catalog import Offer
 
 DTYPE_BYTES: dict[str, Decimal] = {

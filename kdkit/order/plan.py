@@ -15,13 +15,11 @@ from typing import Any
 
 from kdkit import __version__
 from kdkit.config.project import Project
-from kdkit.config.schemas import load_valid
 from kdkit.core.errors import BadInput
-from kdkit.core.jsonio import atomic_write_json, require_replaceable
-from kdkit.core.projectfiles import CONTROL_CHARACTER, shown
 from kdkit.core.safetext import printable
 from kdkit.facts.catalog import DURATIONS, MAX_LOT_PRICE, Catalog, Offer, load_catalog
 from kdkit.order import schedule as stagelib
+from kdkit.order.orderfile import check_status, parse_orderas_number, save_order, utc_now
 from kdkit.order.reportread import MAX_HOURS, read_report
 from kdkit.order.schedule import as_number
 
@@ -32,10 +30,6 @@ CENT = Decimal("0.01")
 # can be computed in 28 digits): a lot costs at least a cent and at most ten million USD; a plan
 # books at most a year of machine time (the longest window is 30 days).
 MAX_PRICE = MAX_LOT_PRICE  # the catalog's bound (kdkit.facts.catalog) is --price's
-# declared by the user, in this order: paid, the provider
-ORDER_STATUSES = ("paid", "confirmed", "received")
-# confirmed, the machine was received
-MAX_ORDER_NUMBER = 100
 
 
 def usd(value: Decimal) -> str:
@@ -263,34 +257,13 @@ def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decima
     if from_report is not None:
         sched["from_report"] = from_report
     return {
-        "kdkit_order": 1, "created": _utc_now(), "kdkit_version": __version__, "project": project,
+        "kdkit_order": 1, "created": utc_now(), "kdkit_version": __version__, "project": project,
         "offer": offer.summary(), "days": days, "lots": lots, "cards": lots * offer.cards_per_lot,
         "preparation": preparation, "price_per_lot_usd": usd(per_lot), "price_source": source,
         "total_usd": usd(total), "schedule": sched,
         "cost_per_accepted": cost_per_accepted(total, accepted),
         "order_number": order_number, "order_status": order_status,
     }
-
-
-def _utc_now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def save_order(order: dict[str, Any], path: Path, *, force: bool = False) -> None:
-    """Write the order atomically; an existing order is a record and is kept unless ``force``."""
-    if path.exists() and not force:
-        raise BadInput(
-            f"{path}: already exists; an order is a record — choose another name or pass --force")
-    if not path.parent.is_dir():
-        raise BadInput(f"{path.parent}: folder does not exist; create it first")
-    atomic_write_json(path, order)
-
-
-def load_order(path: Path) -> dict[str, Any]:
-    """An order file written by ``kdkit plan --save``, checked against schemas/order.schema.json."""
-    return load_valid(path, "order", what="order file", hint="; write it with `kdkit plan --save`")
 
 
 def runs_folder(project: Project) -> Path:
@@ -327,47 +300,6 @@ def from_report(path: Path,
     return None, stages, record
 
 
-# ---------------------------------------------------------------- the provider's order number and
-# status
-
-
-def parse_orderas_number(text: str | None) -> str | None:
-    """``--order-number``: the provider's order number as one line of printable text, 1 to 100
-    characters."""
-    if text is None:
-        return None
-    value = text.strip()
-    if not value or len(value) > MAX_ORDER_NUMBER or CONTROL_CHARACTER.search(value):
-        raise BadInput(f"--order-number {shown(text)}: expected the provider's order number, 1 to "
-                       f"{MAX_ORDER_NUMBER} characters on one line without control characters")
-    return value
-
-
-def _check_status(status: str | None) -> None:
-    if status is not None and status not in ORDER_STATUSES:
-        raise BadInput(f"--order-status {shown(status)}: choose one of {', '.join(ORDER_STATUSES)}")
-
-
-def update_order(path: Path, number: str | None, status: str | None) -> dict[str, Any]:
-    """``kdkit plan --order FILE``: record the provider's order number and the order's status in a
-    saved order, each change appended to ``order_updates`` with its time; the plan's figures are
-    never rewritten."""
-    number = parse_orderas_number(number)
-    _check_status(status)
-    if number is None and status is None:
-        raise BadInput(f"--order {path}: nothing to record; pass --order-number TEXT and/or "
-                       f"--order-status {'|'.join(ORDER_STATUSES)}")
-    order = load_order(path)
-    require_replaceable(path)
-    changed = {k: v for k, v in (("order_number", number), ("order_status", status))
-               if v is not None and order.get(k) != v}
-    if changed:
-        order.update(changed)
-        order.setdefault("order_updates", []).append({"at": _utc_now(), **changed})
-        atomic_write_json(path, order)
-    return order
-
-
 # ---------------------------------------------------------------- entry points for the commands
 
 
@@ -401,7 +333,7 @@ def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots
         raise BadInput("--order-number/--order-status are recorded in the order: pass --save FILE "
                        "(or update a saved order with --order FILE)")
     number = parse_orderas_number(order_number)
-    _check_status(order_status)
+    check_status(order_status)
     booked = None if hours is None else Decimal(str(hours))
     stages = None if schedule_file is None else read_stages(schedule_file)
     record: dict[str, Any] | None = None

@@ -1,8 +1,9 @@
 """`kdkit validate`: every config against its JSON schema, then the portability rules a
 schema cannot express (paths that only exist on one machine, secrets, unsafe IDs). campaign.json,
 config/train.json and config/service.json, when the project has them, are checked by their own
-models (kdkit.project.configchecks). The pilot sample's warning is judged from the manifest these
-checks parsed (check_project): a long manifest is read once.
+models (kdkit.project.configchecks); the pilot manifest's entries by kdkit.project.manifestchecks.
+The pilot sample's warning is judged from the manifest these checks parsed (check_project): a long
+manifest is read once.
 
 Secrets are looked for with :mod:`kdkit.core.credentials` in the JSON configs (keys and values) and
 in the text of ``requirements/`` and the locks, line by line. Every message is redacted where a
@@ -14,7 +15,6 @@ real project has a ``.env``, and `kdkit bundle` leaves them out.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -40,14 +40,11 @@ from kdkit.core.pilotconfig import (
     runs_folder_problem,
 )
 from kdkit.core.pilotkeys import Output
-from kdkit.core.pilotmanifest import PLAIN_NAME, Document, expected_problem
+from kdkit.core.pilotmanifest import Document
 from kdkit.core.projectfiles import (
-    SAFE_ID_RULE,
     config_path_problem,
-    is_safe_id,
     is_within,
     named_places,
-    path_problem,
     real_inside,
 )
 from kdkit.project.configchecks import (
@@ -55,14 +52,13 @@ from kdkit.project.configchecks import (
     campaign_train_problems,
     machine_path_problems,
 )
+from kdkit.project.manifestchecks import manifest_problems
 from kdkit.project.names import secret_file_warnings
 from kdkit.project.pilotchecks import (
     FolderDocuments,
     PilotSample,
-    clean_entries,
     deep_problems,
     plain_documents,
-    plain_files,
     refused,
     sample_warnings,
 )
@@ -172,92 +168,6 @@ def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Findin
         return []
     problem = entry_problem(root, entry)
     return [] if problem is None else [config_problem(file, "$.entry", problem)]
-
-
-def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
-                      categories: list[str] | None, inputs: Path | None, *, folder: bool = True,
-                      output: Output | None = None) -> list[Finding]:
-    """Every entry's ID, file (a folder's inputs only: a JSONL corpus names records by ID), label
-    (null: no expected category) and expected output (``output``'s kind, when it could be read); a
-    folder's manifest needs a planned rejection (a JSONL sample's lack of one is a warning:
-    pilotchecks.sample_warnings)."""
-    problems = []
-    seen: dict[str, int] = {}
-    docs = manifest.get("documents", [])
-    plain = plain_files(root, manifest_file, inputs) if folder else frozenset()
-    # a long manifest's usual case
-    clean = clean_entries(docs, plain, categories, folder=folder, output=output)
-    for index, doc in enumerate([] if clean else docs):
-        where = f"$.documents[{index}]"
-        problems += _id_problems(doc.get("id"), manifest_file, where, seen, index)
-        name = doc.get("file")
-        if folder:
-            plain_file = (isinstance(name, str) and name in plain
-                          and PLAIN_NAME.fullmatch(name) is not None)
-            problems += [] if plain_file else _file_problems(
-                root, name, manifest_file, where, inputs)
-        elif name is not None:
-            problems.append(config_problem(manifest_file,
-                                           f"{where}.file", "the inputs are a JSONL corpus, whose "
-                                           "records are named by ID; remove \"file\""))
-        label, expect = doc.get("label"), doc.get("expect")
-        if expect == "accept" and categories is not None and label is not None \
-                and label not in categories:
-            allowed = ", ".join(categories) or "none: this output kind has no categories"
-            problems.append(config_problem(manifest_file,
-                                           f"{where}.label", f"{json.dumps(label)} is not an "
-                                           f"allowed category ({allowed})"))
-        expected = doc.get("expected")
-        if output is not None and expected is not None \
-                and (problem := expected_problem(expected, output)):
-            problems.append(config_problem(manifest_file, f"{where}.expected", problem))
-    if folder and docs \
-            and not any(d.get("expect") == "reject" for d in docs if isinstance(d, dict)):
-        problems.append(config_problem(manifest_file,
-                                       "$.documents",
-                                       "no expected rejection declared; a pilot must "
-                                       "include at least one input that a correct pipeline "
-                                       "rejects"))
-    return problems
-
-
-def _id_problems(ident: Any, manifest_file: Path, where: str,
-                 seen: dict[str, int], index: int) -> list[Finding]:
-    if not isinstance(ident, str):
-        return []
-    problems = []
-    if not ident.strip():
-        problems.append(
-            config_problem(manifest_file, f"{where}.id", "empty ID; give every input an ID"))
-    elif not is_safe_id(ident):
-        problems.append(config_problem(manifest_file, f"{where}.id",
-                                       f"ID {ident!r} is unsafe as a file name; {SAFE_ID_RULE}"))
-    if ident in seen:
-        problems.append(config_problem(manifest_file, f"{where}.id", f"duplicate ID {ident!r} "
-                                       f"(first at $.documents[{seen[ident]}]); every ID must be "
-                                       "unique"))
-    else:
-        seen[ident] = index
-    return problems
-
-
-def _file_problems(root: Path, name: Any, manifest_file: Path, where: str,
-                   inputs: Path | None) -> list[Finding]:
-    if name is None:
-        return [config_problem(manifest_file, f"{where}.file",
-                               "missing; name the input's file, relative to the manifest")]
-    if not isinstance(name, str):
-        return []
-    folder = (root / manifest_file).parent
-    path_bad = machine_path_problems(name, manifest_file) or path_problem(name) is not None
-    target = real_inside(folder, folder / name) if not path_bad else None
-    if path_bad or target is None or (inputs is not None and inputs not in target.parents):
-        return [config_problem(manifest_file, f"{where}.file", f"{name!r} is not inside the inputs "
-                               "folder; name files relative to the manifest")]
-    if not target.is_file():
-        return [config_problem(manifest_file, f"{where}.file", f"{name!r} does not exist; add the "
-                               "file or fix the manifest")]
-    return []
 
 
 # ---------------------------------------------------------------- the whole project

@@ -36,7 +36,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit import __version__
-from kdkit.config.files import AllowList, Packing, copy_files, export_git, plan_packing
+from kdkit.config.export import copy_files, export_git
+from kdkit.config.files import AllowList, Packing, plan_packing
 from kdkit.config.project import Project, load_project
 from kdkit.core import checksums, proc
 from kdkit.core.checksums import SUMS

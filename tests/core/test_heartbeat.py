@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from kdkit.core.heartbeat import Heartbeat, read_heartbeat
-from kdkit.core.runfolder import HEARTBEAT, read_run, run_folders
+from kdkit.core.runfolder import HEARTBEAT, run_folders
+from kdkit.core.runverify import read_run
 from tests.conftest import DATA, REPO, invoke
 
 KEYS = {"run_id", "pid", "host", "state", "done", "total", "accepted", "rejected",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kdkit.core.reloadcheck import reload_problems
-from kdkit.core.runfolder import read_run, read_sums, verify_folder
+from kdkit.core.runverify import read_run, read_sums, verify_folder
 from tests.conftest import reseal
 from tests.probe.pilot.test_pilot import passing_and_stopped
 

@@ -161,7 +161,7 @@ def test_an_earlier_sessions_report_removed_with_its_line_is_missing(tmp_path: P
 
 
 def test_read_run_reads_exactly_what_the_pilot_wrote(closed: dict[str, Path]) -> None:
-    from kdkit.core.runfolder import read_run
+    from kdkit.core.runverify import read_run
 
     passed, stopped = read_run(closed["passed"]), read_run(closed["stopped"])
     params = json.loads((closed["passed"] / "params.json").read_text())

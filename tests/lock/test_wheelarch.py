@@ -25,7 +25,8 @@ import pytest
 
 from kdkit.core.lockfile import Lock, parse_lock
 from kdkit.lock.fetch import Network
-from kdkit.lock.wheelarch import CUDA_MEMBER, MAX_TAIL, read_locked_wheel, read_wheel_arch
+from kdkit.lock.wheelarch import CUDA_MEMBER, read_locked_wheel, read_wheel_arch
+from kdkit.lock.zipindex import MAX_TAIL
 from tests.conftest import invoke
 from tests.localindex import cuda_config_h, python_tag
 

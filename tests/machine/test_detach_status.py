@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.core.runfolder import read_run
+from kdkit.core.runverify import read_run
 from tests.conftest import REPO
 from tests.machine.test_run_stop import slow_inputs
 

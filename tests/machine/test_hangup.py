@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from kdkit.core.runfolder import read_run
+from kdkit.core.runverify import read_run
 
 # the fixture: the session's image tagged kdkit-b26
 from tests.machine.test_detach_status import image as image

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from kdkit.core.errors import Interrupted, Unavailable, interrupted_exit
-from kdkit.core.runfolder import WORKER_FOLDER, read_run, run_folders
+from kdkit.core.runfolder import WORKER_FOLDER, run_folders
+from kdkit.core.runverify import read_run
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, ContainerSpec, connect
 from kdkit.machine.run import execute, prepare_run
 from tests.conftest import BASE, REPO, invoke

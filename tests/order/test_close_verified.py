@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from kdkit.core.checksums import write_sums
-from kdkit.core.runfolder import read_run
+from kdkit.core.runverify import read_run
 from tests.conftest import invoke, reseal, tree_snapshot
 from tests.probe.pilot.test_pilot import edit_config, pilot, use_app
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kdkit.facts.catalog import load_catalog
-from kdkit.order.plan import cost_per_accepted, load_order, make_plan
+from kdkit.order.orderfile import load_order
+from kdkit.order.plan import cost_per_accepted, make_plan
 from tests.conftest import invoke, tree_snapshot
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kdkit.order.plan import load_order
+from kdkit.order.orderfile import load_order
 from tests.conftest import invoke, tree_snapshot
 
 PLAN = ("plan", "--gpu", "RTX 4090", "--days", "3", "--lots", "1")

@@ -12,7 +12,7 @@ import pytest
 
 from kdkit.core.errors import BadInput
 from kdkit.order import schedule as stagelib
-from kdkit.order.plan import load_order
+from kdkit.order.orderfile import load_order
 from tests.conftest import invoke, tree_snapshot
 
 PLAN = ("plan", "--gpu", "RTX 4090", "--days", "3")

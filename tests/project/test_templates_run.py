@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from kdkit.core.runfolder import read_run
+from kdkit.core.runverify import read_run
 from tests.conftest import BASE, TORCH_WHEELS, invoke
 from tests.probe.pilot.test_output_kinds import records, verified
 

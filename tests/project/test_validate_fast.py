@@ -15,7 +15,7 @@ import pytest
 from kdkit.config.files import project_names, walk_project
 from kdkit.core.credentials import find, secret_file
 from kdkit.core.errors import BadInput
-from kdkit.project import pilotchecks, validate
+from kdkit.project import manifestchecks, pilotchecks, validate
 from kdkit.project.names import name_warnings, secret_file_warnings, windows_problem
 
 Docs = list[dict[str, Any]]
@@ -68,8 +68,8 @@ def test_plain_manifest_shortcut_finds_what_the_full_check_finds(project: Path,
     _edit_manifest(project, change)
     fast = validate.validate_project(project)
     monkeypatch.setattr(validate, "plain_documents", lambda data: False)
-    monkeypatch.setattr(validate, "plain_files", lambda *args: frozenset())
-    monkeypatch.setattr(validate, "clean_entries", lambda *args, **kwargs: False)
+    monkeypatch.setattr(manifestchecks, "plain_files", lambda *args: frozenset())
+    monkeypatch.setattr(manifestchecks, "clean_entries", lambda *args, **kwargs: False)
     assert fast == validate.validate_project(project)
 
 
@@ -89,7 +89,7 @@ def test_linked_or_missing_inputs_take_the_full_check(project: Path,
     (folder / "doc-04.txt").unlink()
     (folder / "doc-04.txt").mkdir()
     fast = validate.validate_project(project)
-    monkeypatch.setattr(validate, "plain_files", lambda *args: frozenset())
+    monkeypatch.setattr(manifestchecks, "plain_files", lambda *args: frozenset())
     assert fast == validate.validate_project(project)
     assert any("doc-03.txt" in p.why for p in fast)
 

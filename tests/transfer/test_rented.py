@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from kdkit.core.reloadcheck import reload_problems
-from kdkit.core.runfolder import RESULTS, read_run
+from kdkit.core.runfolder import RESULTS
+from kdkit.core.runverify import read_run
 from kdkit.probe.results.copyout import verify_copy
 from tests.conftest import BASE, invoke
 from tests.sshd import SshServer, missing_tools, running_as_root

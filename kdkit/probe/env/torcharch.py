@@ -166,9 +166,8 @@ def from_import(facts: dict[str, Any], python: str) -> dict[str, Any] | str:
         return report([], SOURCE_CPU, **known)
     build = f"a CUDA {cuda} build" if cuda else f"a ROCm build (HIP {hip})"
     if "flags_error" in facts:
-        return (
-            _one_line(
-                f"torch {torch} is {build} but {SOURCE_FLAGS}() failed: {facts['flags_error']}"))
+        return _one_line(
+                   f"torch {torch} is {build} but {SOURCE_FLAGS}() failed: {facts['flags_error']}")
     if not facts.get("has_flags"):
         return f"torch {torch} is {build} but torch._C has no _cuda_getArchFlags"
     return f"torch {torch} is {build} but {SOURCE_FLAGS}() returned nothing"

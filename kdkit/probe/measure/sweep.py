@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Any
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json
 from kdkit.core.parsers import add_json, command_parser
-from kdkit.core.pilotconfig import Output, PilotConfig, check_device, load_pilot
+from kdkit.core.pilotconfig import PilotConfig, check_device, load_pilot
 from kdkit.core.projectfiles import project_root
 from kdkit.core.runfolder import new_run_folder, new_run_id
 from kdkit.core.runstrays import SWEEP_SCRATCH
 from kdkit.core.staging import require_writable
-from kdkit.probe.measure.memory import Memory, is_out_of_memory
+from kdkit.probe.measure.cells import Group, check_order, run_cell, split_groups
+from kdkit.probe.measure.memory import Memory
 from kdkit.probe.measure.options import (
     Count,
     add_project,
@@ -48,21 +49,11 @@ from kdkit.probe.measure.options import (
 )
 from kdkit.probe.measure.plot import check_plot_path, sweep_plot, written
 from kdkit.probe.measure.torchimport import import_torch
-from kdkit.probe.pilot.harness import (
-    Item,
-    Predict,
-    classify_answers,
-    load_entry,
-    set_device,
-    with_params,
-)
+from kdkit.probe.pilot.harness import Item, Predict, load_entry, set_device, with_params
 from kdkit.probe.pilot.inputs import Reader, Reading
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
-
-GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
-
 
 MAX_BATCH = 1_000_000
 
@@ -83,99 +74,6 @@ def parse_batch_sizes(text: str) -> list[int]:
                            "give batch sizes a card can hold, e.g. 1,2,4,8")
         sizes.add(int(value))
     return sorted(sizes | {1})
-
-
-@dataclass(frozen=True)
-class Group:
-    name: str
-    items: list[Item]
-
-    def describe(self) -> dict[str, Any]:
-        sizes = [len(item.payload) for item in self.items]
-        return {"name": self.name, "ids": [item.doc.id for item in self.items],
-                "min_bytes": min(sizes), "max_bytes": max(sizes)}
-
-
-def split_groups(items: Sequence[Item], count: int) -> list[Group]:
-    """Sort by size and cut into ``count`` groups of near-equal length (the larger ones first)."""
-    if not 1 <= count <= len(items):
-        raise BadInput(
-            f"--groups {count}: must be between 1 and the number of readable inputs ({len(items)})")
-    ordered = sorted(items, key=lambda item: (len(item.payload), item.doc.id))
-    names = GROUP_NAMES.get(count) or tuple(f"group {i + 1}" for i in range(count))
-    groups, start = [], 0
-    for index in range(count):
-        size = len(ordered) // count + (1 if index < len(ordered) % count else 0)
-        groups.append(Group(names[index], ordered[start:start + size]))
-        start += size
-    return groups
-
-
-# ---------------------------------------------------------------- one cell
-
-
-def _outputs(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(r.get("id"), r.get("outcome"), r.get("category"), r.get("reason"), r.get("output"))
-            for r in records]
-
-
-def run_cell(predict: Predict, group: Group, size: int, output: Output,
-             memory: Memory) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
-    """Run one group at one batch size; return the row and the outputs in order."""
-    memory.reset()
-    records: list[dict[str, Any]] = []
-    errors: list[str] = []
-    completed, limit, in_predict = 0, None, 0.0
-    started = time.perf_counter()
-    for number, first in enumerate(range(0, len(group.items), size)):
-        batch = group.items[first:first + size]
-        called = time.perf_counter()
-        try:
-            answers = predict([item.app_item() for item in batch])  # as the pilot hands them
-            in_predict += time.perf_counter() - called
-            got = classify_answers(batch, answers, output, number)
-        except Exception as exc:  # the app's failure is data: recorded, shown, never averaged away
-            in_predict += time.perf_counter() - called
-            message = (
-                f"{type(exc).__name__}: "
-                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
-            if is_out_of_memory(exc):
-                limit = f"out of memory at batch {number} ({message})"
-                break
-            errors.append(f"batch {number}: {message}")
-            continue
-        records += got
-        completed += sum(1 for r in got if r["outcome"] in ("accepted", "rejected"))
-    seconds = time.perf_counter() - started
-    peak = memory.peak()
-    row = {"group": group.name, "batch_size": size, "inputs": len(group.items),
-           "completed": completed,
-           "seconds": round(seconds, 6),
-           "items_per_second": round(completed / seconds, 3) if seconds else None,
-           "peak_memory_bytes": peak, "errors": len(errors),
-           "first_error": errors[0] if errors else None,
-           "limit": limit, "overhead_seconds": round(seconds - in_predict, 6)}
-    if limit:
-        memory.reset()  # free what the failed batch held before the next group
-    return row, _outputs(records)
-
-
-def _order_check(row: dict[str, Any], outputs: list[tuple[Any, ...]],
-                 reference: list[tuple[Any, ...]]) -> None:
-    if row["limit"]:
-        row["same_as_batch_1"] = None
-        return
-    row["same_as_batch_1"] = outputs == reference
-    if outputs != reference:
-        mismatch = next((i for i,
-                         (a, b) in enumerate(zip(outputs, reference, strict=False)) if a != b),
-                        min(len(outputs), len(reference)))
-        got = outputs[mismatch] if mismatch < len(outputs) else ("(nothing)",)
-        want = reference[mismatch] if mismatch < len(reference) else ("(nothing)",)
-        row["difference"] = (f"output {mismatch + 1}: {got[0]} {got[2] or got[3]} vs batch 1: "
-                             f"{want[0]} {want[2] or want[3]}" if len(got) > 1 and len(want) > 1
-                             else
-                             f"output {mismatch + 1}: {got[0]} vs batch 1: {want[0]}")
 
 
 # ---------------------------------------------------------------- the sweep
@@ -287,7 +185,7 @@ def _measure(plan: SweepPlan, predict: Predict, say: Progress) -> dict[str, Any]
             row, outputs = run_cell(predict, group, size, config.output, memory)
             if size == 1:
                 reference = outputs
-            _order_check(row, outputs, reference)
+            check_order(row, outputs, reference)
             rows.append(row)
             if row["limit"]:
                 break

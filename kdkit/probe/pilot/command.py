@@ -57,6 +57,7 @@ from kdkit.probe.pilot.launch import continuing, place
 from kdkit.probe.pilot.launchers import Placement
 from kdkit.probe.pilot.options import build_parser
 from kdkit.probe.pilot.origin import app_record, check_resume, is_finished
+from kdkit.probe.pilot.replies import reply_limit
 from kdkit.probe.pilot.report import APP_CODE
 from kdkit.probe.pilot.shares import (
     Share,
@@ -66,7 +67,7 @@ from kdkit.probe.pilot.shares import (
     share_fields,
 )
 from kdkit.probe.pilot.stopguard import StopGuard, StopRequested
-from kdkit.probe.pilot.supervisor import AppProcess, reply_limit
+from kdkit.probe.pilot.supervisor import AppProcess
 from kdkit.probe.results.copyout import copy_run
 
 PROBLEMS_SHOWN = 20

@@ -218,7 +218,7 @@ def gather(run_dirs: Sequence[Path], out: Path | None = None, project: Path | No
     vectors = [(w.share.worker, w.path / rf.VECTORS, w.path / rf.VECTOR_IDS) for w in workers
                if (w.path / rf.VECTORS).is_file()] if acc is not None else []
     # each worker's outputs, verified by judge, as the vectors
-    outputs = [(w.name, w.path, rf.read_sums(w.path)) for w in workers
+    outputs = [(w.name, w.path, read_sums(w.path)) for w in workers
                if (w.path / OUTPUTS).is_dir()] if acc is not None else []
     write_summary(destination, summary, force, vectors, outputs)
     return Gathered(summary, destination)

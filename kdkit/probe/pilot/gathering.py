@@ -119,7 +119,7 @@ def replaceable_gathering(folder: Path) -> str | None:
 
 def _not_gathered(folder: Path) -> str | None:
     """Why the content of ``folder`` is not a gathering as kdkit wrote it (its summary.json's kind,
-    then the folder against its own SHA256SUMS: kdkit.core.runfolder.verify_folder, the one
+    then the folder against its own SHA256SUMS: kdkit.core.runverify.verify_folder, the one
     verification), or None."""
     try:
         kind = load_json(folder / rf.SUMMARY).get(rf.KIND)

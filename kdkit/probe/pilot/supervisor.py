@@ -41,18 +41,12 @@ from kdkit.core.credentials import redact_head
 from kdkit.probe.pilot.appchild import FRAME, frame, prctl
 from kdkit.probe.pilot.appoutput import Relay
 from kdkit.probe.pilot.fanout import interpreter, kdkit_home
-from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, NotAList, first_line
+from kdkit.probe.pilot.harness import AppRaised, EntryError, Item, first_line
+from kdkit.probe.pilot.replies import decode_answers, escape_surrogates, reply_limit
 from kdkit.probe.pilot.stopguard import StopRequested
 from kdkit.probe.pilot.strays import children_of, kill_strays
 
 EXIT_GRACE_S = 5.0  # how long a child that was asked to leave may take before it is killed
-# The most bytes one reply of the app's process may take, read from its length header before any of
-# its body: a diagnose report, an error or the answers of a batch. kdkit keeps an ID, a category and
-# 500 characters of a reason per answer, so an answer has 64 KiB on the wire (room for an app's own
-# extra keys); a bigger reply is the app-protocol stop, never read (reply_limit).
-ANSWER_BYTES = 64 << 10
-REPLY_BYTES = 1 << 20  # any reply's room besides its answers
-REPLY_CEILING = 256 << 20  # whatever the batch size
 RECEIVED = 1 << 20  # bytes read from the pipe at a time
 # a batch's inputs up to this size are sent in one write (larger ones each as it is)
 JOINED = 4 << 20
@@ -68,18 +62,6 @@ SIGNAL_HINTS = {
 }
 
 
-class Opaque:
-    """An answer value JSON could not carry: shown as the app's repr, never equal to a category."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
 def child_command() -> list[str]:
     """The child's interpreter line: this interpreter, its isolation flags, and this very kdkit
     (importable from wherever it was: a venv, /opt/kdkit/lib in the image, kdkit.pyz)."""
@@ -87,50 +69,6 @@ def child_command() -> list[str]:
     boot = (f"import sys; sys.path.insert(0, {home!r}); import kdkit.probe.pilot.appchild as c; "
             f"sys.path.remove({home!r}); c.main({os.getpid()})")
     return [*interpreter(), "-c", boot]
-
-
-def _text(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings written as its escape (``\\udc80``)."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, list):
-        return [_text(item) for item in value]
-    if isinstance(value, dict):
-        return {_text(key): _text(item) for key, item in value.items()}
-    return value
-
-
-def _decode(value: Any) -> Any:
-    tag, body = value
-    if tag in ("v", "j"):
-        return body
-    if tag == "d":
-        return {str(key): _decode(item) for key, item in body.items()}
-    if tag == "r":
-        return Opaque(str(body))
-    if tag == "l":
-        return [_decode(item) for item in body]
-    if tag == "f" and body in ("nan", "inf", "-inf"):
-        return float(body)
-    raise ValueError(f"unknown tag {tag!r}")
-
-
-def decode_answers(header: dict[str, Any]) -> Any:
-    """The answers as the harness classifies them; NotAList is retried item by item, like a
-    raise."""
-    if "not_list" in header:
-        raise NotAList(f"predict returned {header['not_list']}, expected a list of results")
-    if "plain" in header:
-        return header["plain"]
-    return [_decode(value) for value in header["tagged"]]
-
-
-
-def reply_limit(batch_size: int, answer_bytes: int = ANSWER_BYTES) -> int:
-    """The bytes one reply may take for batches of ``batch_size``: 1 MiB + ``answer_bytes`` per item
-    (64 KiB, or what the declared output needs: kdkit.core.outputkinds.answer_bytes), at most 256
-    MiB."""
-    return min(REPLY_BYTES + batch_size * max(answer_bytes, ANSWER_BYTES), REPLY_CEILING)
 
 
 class AppProcess:
@@ -297,7 +235,7 @@ class AppProcess:
             raise self._protocol(what, "a reply that is not a JSON object")
         # a lone surrogate from the app is data, never a crash
         if re.search(rb"\\u[dD][89a-fA-F]", data):
-            cleaned: dict[str, Any] = _text(reply)
+            cleaned: dict[str, Any] = escape_surrogates(reply)
             return cleaned
         return reply
 

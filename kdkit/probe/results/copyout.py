@@ -12,7 +12,7 @@ where it lands.
 Verification re-reads the copy, not the original, against the run's SHA256SUMS
 (after asking the kernel to drop the copy from its page cache where it can), so
 what is checked is what was written. A copy that fails is removed and the file
-is named; exit 1. The check is kdkit.core.runfolder.verify_folder, the one that
+is named; exit 1. The check is kdkit.core.runverify.verify_folder, the one that
 ``kdkit close`` and ``gather`` hold a run folder to.
 """
 
@@ -30,11 +30,12 @@ from kdkit.core.jsonio import sha256_file
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.reloadcheck import reload_problems
 from kdkit.core.report import print_result
-from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED, required_files, unlisted
+from kdkit.core.runfolder import HEARTBEAT, PARAMS, REQUIRED
 
 # the one verification of a run folder, also close's
-from kdkit.core.runfolder import read_sums as read_sums
-from kdkit.core.runfolder import verify_folder as verify_folder
+from kdkit.core.runverify import read_sums as read_sums
+from kdkit.core.runverify import required_files, unlisted
+from kdkit.core.runverify import verify_folder as verify_folder
 from kdkit.core.safetext import printable
 from kdkit.core.staging import staged_beside
 from kdkit.core.stalestaging import clean_stale, describe_removed

@@ -41,10 +41,9 @@ def ssh_command() -> list[str]:
 def _failed(place: Place, done: proc.Completed, what: str) -> KdkitError:
     line = printable(done.first_error_line())
     if done.returncode == SSH_EXIT:
-        return (
-            Unavailable(
-                f"{place}: unreachable over SSH ({line}); check the host, the key and "
-                "~/.ssh/config"))
+        return Unavailable(
+                   f"{place}: unreachable over SSH ({line}); check the host, the key and "
+                   "~/.ssh/config")
     return CheckFailed(f"{place}: {what} failed ({line}); nothing local was changed")
 
 
@@ -144,10 +143,9 @@ class SshTransport:
         return digest.hexdigest()
 
     def files(self, folder: Place) -> list[str]:
-        done = (
-            self.shell(
-                f"cd -- {shlex.quote(folder.path or '.')} && find . \\( -type f -o -type l \\) "
-                "-print"))
+        done = self.shell(
+                   f"cd -- {shlex.quote(folder.path or '.')} && find . \\( -type f -o -type l \\) "
+                   "-print")
         if not done.ok:
             raise _failed(folder, done, "listing the copy")
         return sorted(line.removeprefix("./") for line in done.stdout.splitlines() if line.strip())

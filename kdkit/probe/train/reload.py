@@ -25,7 +25,8 @@ from typing import Any
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.heartbeat import utc_now
 from kdkit.core.jsonio import atomic_write_json, load_json
-from kdkit.core.runfolder import SUMMARY, read_sums, verify_folder
+from kdkit.core.runfolder import SUMMARY
+from kdkit.core.runverify import read_sums, verify_folder
 from kdkit.core.safetext import printable
 from kdkit.probe.train.closing import seal
 from kdkit.probe.train.runfiles import CHECKPOINTS, RELOAD, RELOAD_CHECK

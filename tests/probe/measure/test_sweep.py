@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from kdkit.probe.measure.sweep import parse_batch_sizes, split_groups
+from kdkit.probe.measure.cells import split_groups
+from kdkit.probe.measure.sweep import parse_batch_sizes
 from tests.conftest import DATA, invoke, tree_snapshot
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from kdkit.core import outputfiles
-from kdkit.core.runfolder import read_run
+from kdkit.core.runverify import read_run
 from tests.conftest import REPO, invoke
 from tests.probe.pilot.test_output_kinds import make_project, pilot, records, verified
 

@@ -22,7 +22,7 @@ import pytest
 
 from kdkit.core import outputkinds
 from kdkit.core.pilotkeys import Output
-from kdkit.core.runfolder import closed_problems, read_run
+from kdkit.core.runverify import closed_problems, read_run
 from kdkit.core.vectorfile import HEADER, header, read_header
 from tests.conftest import REPO, invoke
 
@@ -450,7 +450,7 @@ def test_workers_vectors_gathered_into_one_array_each_row_once(project: Path) ->
     (out / "vectors.ids.jsonl").write_text("".join(line + "\n" for line in
                                                   (out
                                                    / "vectors.ids.jsonl").read_text().splitlines()[1:]))
-    from kdkit.core.runfolder import read_sums, verify_folder
+    from kdkit.core.runverify import read_sums, verify_folder
     from tests.conftest import reseal
 
     reseal(out)  # SHA256SUMS made to agree: the ID list still does not list every row

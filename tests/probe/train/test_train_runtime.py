@@ -358,7 +358,8 @@ def test_a_signal_to_kdkit_train_stops_the_loop_and_closes_the_run(
 
 
 def test_a_closed_training_run_verifies_as_a_run_folder(proj: Path) -> None:
-    from kdkit.core.runfolder import closed_problems, folder_kind
+    from kdkit.core.runfolder import folder_kind
+    from kdkit.core.runverify import closed_problems
 
     assert train(proj, "--run-id", "v", "--", "--steps", "6", "--save-every", "3").returncode == 0
     folder = folder_of(proj, "v")
