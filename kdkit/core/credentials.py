@@ -122,19 +122,20 @@ TOKENS: tuple[tuple[str, _Lazy], ...] = (
 )
 PRIVATE_KEY = _Lazy(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----"
                          r"(?:.*?-----END (?P=kind)PRIVATE KEY(?: BLOCK)?-----|.*)", re.DOTALL)
-URL_PASSWORD = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@'\"]{0,256}:)"
-                          r"(?P<password>[^/\s@'\"]{1,256})@")
+URL_PASSWORD = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://"
+                     r"[^/\s:@'\"]{0,256}:)(?P<password>[^/\s@'\"]{1,256})@")
 # An http(s) URL whose user part is the secret: an index token given as the user name, with no
 # password or an empty one (https://TOKEN@host/simple/, https://TOKEN:@pypi.fury.io/USER/, as
 # Gemfury documents it for pip).
-URL_TOKEN = (
-    _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[Hh][Tt][Tt][Pp][Ss]?://)(?P<token>[^/\s:@'\"]{1,256}):?@"))
+URL_TOKEN = _Lazy(r"(?P<head>(?<![A-Za-z0-9+.-])[Hh][Tt][Tt][Pp][Ss]?://)"
+                  r"(?P<token>[^/\s:@'\"]{1,256}):?@")
 AWS_SECRET_SHAPE = _Lazy(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 # bits per character: of 10 000 random keys, none scored below 4.15; 40 hex digits 4.0
 MIN_ENTROPY = 4.2
 # Names of keys and variables that hold a secret: JSON keys in the configs, ``NAME=value`` in text.
 SECRET_NAME = re.compile(
-    r"(token|passw(or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)",
+    r"(token|passw(or)?d|passphrase|secret|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|credential|auth)",
     re.IGNORECASE,
 )
 _ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}"
@@ -144,11 +145,13 @@ _ASSIGNED_NAME = (r"(?:[A-Za-z0-9]{1,32}[_.-]){0,6}"
 # prose).
 ASSIGNMENT = _Lazy(
     r"(?<![A-Za-z0-9_])(?P<name>(?i:" + _ASSIGNED_NAME + r"))(?P<close>[\"']?)"
-    r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]{0,128}\}|<[^<>\n]{0,128}>|\{\{[^}\n]{0,128}\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
+    r"(?:(?P<eq>\s*=\s*)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|(?:\$\{[^}\s]{0,128}\}"
+    r"|<[^<>\n]{0,128}>|\{\{[^}\n]{0,128}\}\}|[^\s\"',;&)\]}$<{]|[$<{])+)"
     r"|(?P<colon>\s*:\s*)(?P<quoted>\"[^\"\n]*\"|'[^'\n]*'))"
 )
 PLACEHOLDER = _Lazy(
-    r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|<[^>]*>|\{\{[^}]*\}\}|%[A-Za-z_][A-Za-z0-9_]*%|%\([^)]*\)s"
+    r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|<[^>]*>|\{\{[^}]*\}\}|%[A-Za-z_][A-Za-z0-9_]*%"
+    r"|%\([^)]*\)s"
     r"|\*+|x+|X+|\.+|(?i:null|none|true|false|changeme|redacted)"
 )
 AWS_SECRET = "an AWS secret access key"

@@ -247,9 +247,8 @@ def unvouched(run: Path, vouched: Iterable[str]) -> list[str]:
     return found
 
 
-def gather_outputs(
-    sources: Iterable[tuple[str, Path, dict[str, str]]], target: Path) -> tuple[dict[str, str],
-                                                                                               list[str]]:
+def gather_outputs(sources: Iterable[tuple[str, Path, dict[str, str]]],
+                   target: Path) -> tuple[dict[str, str], list[str]]:
     """The workers' outputs/ joined into ``target/outputs/``: each (worker's name, its verified
     folder, its SHA256SUMS) gives the files it lists under outputs/, copied, fsynced and hashed
     again. Returns the files ({name in SHA256SUMS: sha256}) and the problems: an item's folder in

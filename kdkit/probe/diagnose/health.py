@@ -27,8 +27,7 @@ GPU_FIX = ("in a container: docker run --gpus all (NVIDIA) or --device /dev/kfd 
 def check(cuda: str | None = None, expected_name: str | None = None,
           expected_count: int | None = None,
           overrides: dict[str, Any] | None = None,
-          timeout: float = smi.READ_TIMEOUT) -> tuple[dict[str, Any],
-                                                                                            list[Finding]]:
+          timeout: float = smi.READ_TIMEOUT) -> tuple[dict[str, Any], list[Finding]]:
     """Read the driver's facts (smi.read) and judge them: (facts for the evidence, points)."""
     facts = smi.read(timeout)
     return facts, health_points(facts, cuda, expected_name, expected_count, overrides)
