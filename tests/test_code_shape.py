@@ -123,3 +123,16 @@ def test_the_width_rule_sees_long_prose_and_lets_verbatim_lines_be() -> None:
             f'x  # {long}\n')
     assert [problem.split(":")[1]
             for problem in prose_too_wide(text, "m.py")] == ["1", "11", "16", "17", "19"]
+
+
+def test_code_lines_of_the_package_are_held_to_100_columns() -> None:
+    """ruff's E501 (`make lint`) keeps code lines of kdkit/ to 100 characters; tests/ and bench/
+    keep 120 in ruff.toml files of their own, for long expected outputs and commands."""
+    import tomllib
+
+    root = PACKAGE.parent
+    assert tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"][
+        "line-length"] == PROSE_WIDTH
+    for folder in ("tests", "bench"):
+        local = tomllib.loads((root / folder / "ruff.toml").read_text(encoding="utf-8"))
+        assert local["extend"] == "../pyproject.toml" and local["line-length"] == 120
