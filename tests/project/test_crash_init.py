@@ -96,7 +96,10 @@ def test_a_killed_init_into_an_empty_folder_never_leaves_a_half_project(tmp_path
     assert _init(reference).returncode == 0
     whole = tree_snapshot(reference)
     seen: Counter[str] = Counter()
-    for trial in range(12):
+    # 12 trials, more while fewer than two kills landed half-way (a loaded machine moves the moment)
+    for trial in range(48):
+        if trial >= 12 and seen["not a project"] >= 2:
+            break
         parent = tmp_path / f"trial-{trial}"
         target = parent / "proj"
         target.mkdir(parents=True)

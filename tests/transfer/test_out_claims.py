@@ -85,7 +85,7 @@ def error_line(code: int, err: str) -> str:
     return lines[-1].removeprefix("Error: ")
 
 
-def stop_while_staging(process: subprocess.Popen[str], final: Path) -> bool:
+def stop_while_staging(process: subprocess.Popen[str], final: Path, present: bool = False) -> bool:
     """SIGSTOP ``process`` once its staging folder of ``final`` exists. True when it is stopped with that folder
     still there: it has made every check and not yet published. False when it ended or had published first."""
     staging = final.parent / f".{final.name}.partial-{process.pid}"
@@ -98,18 +98,20 @@ def stop_while_staging(process: subprocess.Popen[str], final: Path) -> bool:
         process.returncode = os.waitstatus_to_exitcode(status)
         process.communicate()
         return False
-    if staging.exists():
+    if staging.exists() and (final.exists() or not present):
         return True
     finish(process)
     return False
 
 
-def stopped(argv: list[str | Path], final: Path, reset: object = None) -> subprocess.Popen[str]:
+def stopped(argv: list[str | Path], final: Path, reset: object = None,
+            present: bool = False) -> subprocess.Popen[str]:
     """A real kdkit process stopped while it stages ``final`` (tried again, at most TRIES times, when a stop
-    came too late; ``reset`` undoes what such a run published)."""
+    came too late; ``reset`` undoes what such a run published). With ``present``, a stop is too late once
+    the publication has begun: ``final`` moved aside for its replacement, not yet put back."""
     for _ in range(TRIES):
         process = start(*argv)
-        if stop_while_staging(process, final):
+        if stop_while_staging(process, final, present):
             return process
         if callable(reset):
             reset()
@@ -517,8 +519,9 @@ def test_gathering_force_never_replaces_what_is_no_longer_the_gathering_it_check
                                                                                   tmp_path: Path) -> None:
     out = tmp_path / "gathered"
     assert invoke("gather", *workers, "--out", out).exit_code == 0
+    process = stopped(["gather", *workers, "--out", out, "--force"], out, present=True)
+    # taken while it is stopped: a try whose stop came too late published a newer gathering there
     checked = listing(out)
-    process = stopped(["gather", *workers, "--out", out, "--force"], out)
     (out / "notes.md").write_text("a person's notes\n", encoding="utf-8")
     before = listing(tmp_path)
     code, err = finish(process)
