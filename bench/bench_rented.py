@@ -46,7 +46,7 @@ from typing import Any
 from _common import REPO, interleaved, machine, medians, rounded, timed, write_result
 from bench_build import BASE, KDKIT, WHEELS, ran
 
-from kdkit.core.runfolder import read_run
+from kdkit.core.runverify import read_run
 
 MEASURES = ("verdict", "rebuild", "size")
 DEFAULT_REPEAT = {"verdict": 5, "rebuild": 3, "size": 1}

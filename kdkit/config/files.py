@@ -8,7 +8,7 @@ the configs name (the requirements input, each backend's lock and the PEP 751 lo
 pilot config, its inputs and manifest, the top-level package of the pilot's entry and of the train
 module). Nothing else travels: ``runs/``, ``.git``, caches and any other folder stay home (their
 top-level names are listed in bundle.json). A file named like a secret
-(:data:`kdkit.core.credentials.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``,
+(:data:`kdkit.core.secretnames.SECRET_FILES`: ``.env*``, ``*.pem``, ``id_ed25519``, ``.netrc``,
 ``.ssh/`` ...) is left out wherever it is, even inside an allowed folder, and named in bundle.json
 (``left_out``) and in the command's output: secrets reach the rented machine at run time only.
 
@@ -33,11 +33,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdkit.config.project import Project
-from kdkit.core.credentials import secret_file
 from kdkit.core.errors import BadInput
 from kdkit.core.git import git_output, git_path
 from kdkit.core.pilotconfig import named_paths
 from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, runs_problem
+from kdkit.core.secretnames import secret_file
 
 # The folders that make a project, besides what its configs name (see the module docstring).
 PROJECT_FOLDERS = ("config", "requirements", "src")

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import IO
 
 from kdkit.core import layout
-from kdkit.core.credentials import refuse_credentials_in, secret_file
+from kdkit.core.credentials import refuse_credentials_in
 from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import real_inside
+from kdkit.core.secretnames import secret_file
 
 # /opt/kdkit/bin/kdkit: kdkit's in-container commands (diagnose, verify-env, pilot, copy-out),
 # without click. A Python script run by the venv's interpreter, not `sh` + `python -m kdkit.probe`:
@@ -33,13 +34,12 @@ import os
 import sys
 
 LIB = "/opt/kdkit/lib"
-os.environ["PYTHONPATH"] = LIB + (os.pathsep + os.environ["PYTHONPATH"]
-                                  if os.environ.get("PYTHONPATH") else "")
+os.environ["PYTHONPATH"] = LIB + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
 sys.path[0] = LIB  # in place of the folder of this script, which holds nothing to import
 from kdkit.probe.entry import main  # noqa: E402
 
 sys.exit(main())
-"""
+"""  # noqa: E501 (a script, as run)
 PROJECT_FOLDERS = ("config", "src")
 SKIPPED = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints)(/|$)|\.py[co]$|(^|/)\.DS_Store$")
 
@@ -48,7 +48,7 @@ def project_files(root: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
     """(the project files an image carries, each read once into its bytes; the secret-shaped ones
     left out).
 
-    kdkit.json, config/ and src/; a file named like a secret (kdkit.core.credentials.secret_file:
+    kdkit.json, config/ and src/; a file named like a secret (kdkit.core.secretnames.secret_file:
     .env*, keys, .netrc...) never goes into an image, and a link leading outside the project is
     refused (projectfiles.real_inside), as for a bundle. The bytes checked for credentials are the
     bytes the build context carries: a file is never read twice.

@@ -30,7 +30,7 @@ from kdkit.probe.pilot.gather import judge
 
 
 def run_row(run: Run) -> dict[str, Any]:
-    """One run as the report lists it (its keys are the report's, read from kdkit.core.runfolder's
+    """One run as the report lists it (its keys are the report's, read from kdkit.core.runverify's
     model)."""
     share = WORKER_FOLDER.match(run.run_id) if run.share is None else None
     return {"run_id": run.run_id, "config_hash": run.params_hash,

@@ -27,9 +27,9 @@ from functools import cache
 from pathlib import Path
 
 from kdkit.config.schemas import config_warning
-from kdkit.core.credentials import NOT_SECRET_FILES, NOT_SECRET_SUFFIXES, SECRET_FILES, secret_file
 from kdkit.core.finding import Finding
 from kdkit.core.projectfiles import shown
+from kdkit.core.secretnames import NOT_SECRET_FILES, NOT_SECRET_SUFFIXES, SECRET_FILES, secret_file
 
 RESERVED = re.compile(
     r"(CON|PRN|AUX|NUL|COM[1-9\u00b9\u00b2\u00b3]|LPT[1-9\u00b9\u00b2\u00b3])(\..*)?",
@@ -135,14 +135,14 @@ def _folder_problem(folder: str) -> str | None:
 
 @cache
 def _secret_shaped() -> re.Pattern[str]:
-    """Any of credentials.SECRET_FILES' patterns, as fnmatch.fnmatchcase matches each (a whole
+    """Any of secretnames.SECRET_FILES' patterns, as fnmatch.fnmatchcase matches each (a whole
     name)."""
     return re.compile("|".join(fnmatch.translate(pattern) for pattern, _what in SECRET_FILES))
 
 
 def secret_file_warnings(names: list[str]) -> list[Finding]:
     """Files of the project (``names``, relative to its root) named like secrets: warnings, never
-    problems. credentials.secret_file judges every path one of whose parts matches a pattern; none
+    problems. secretnames.secret_file judges every path one of whose parts matches a pattern; none
     other can be one."""
     if not names or _no_secret_names(names):
         return []
@@ -164,7 +164,7 @@ def secret_file_warnings(names: list[str]) -> list[Finding]:
 
 @cache
 def _secret_folder(folder: str) -> bool:
-    """Whether a part of ``folder`` matches a pattern of credentials.SECRET_FILES (once a folder,
+    """Whether a part of ``folder`` matches a pattern of secretnames.SECRET_FILES (once a folder,
     not per file)."""
     return any(_secret_shaped().match(part.lower()) is not None for part in folder.split("/"))
 
@@ -173,7 +173,7 @@ def _no_secret_names(names: list[str]) -> bool:
     """Whether no part of ``names`` (ASCII paths, none breaking a line) matches a pattern of
     SECRET_FILES, judged at once: the parts one a line, a pattern's literal (_probes) looked for in
     the whole text, and only the lines holding it matched by the pattern; a part that matches must
-    be one credentials.secret_file passes over (NOT_SECRET_FILES, NOT_SECRET_SUFFIXES)."""
+    be one secretnames.secret_file passes over (NOT_SECRET_FILES, NOT_SECRET_SUFFIXES)."""
     joined = "\n".join(names)
     if not joined.isascii() or joined.count("\n") != len(names) - 1 \
             or any("[" in p for p, _what in SECRET_FILES):

@@ -129,12 +129,11 @@ def plain_documents(data: Any) -> bool:
     if not isinstance(documents, list) or not documents \
             or not all(type(doc) is dict for doc in documents):
         return False
-    if not all(doc.keys() <= PLAIN_KEYS for doc in documents) or not all(_plain_note(doc["note"])
-                                                                         for doc in documents
-                                                                         if "note" in doc):
+    if not all(doc.keys() <= PLAIN_KEYS for doc in documents) \
+            or not all(_plain_note(doc["note"]) for doc in documents if "note" in doc):
         return False
-    if not {doc.get("expect") for doc in documents} <= {"accept", "reject"} \
-            or not all("id" in doc for doc in documents):
+    # compared one by one: an "expect" may be any JSON value, a list or an object too
+    if not all(doc.get("expect") in ("accept", "reject") and "id" in doc for doc in documents):
         return False
     ids = [doc.get("id") for doc in documents]
     texts = [value for doc in documents for key, value in doc.items() if key != "note"
@@ -170,8 +169,8 @@ def plain_files(root: Path, manifest_file: Path, inputs: Path | None) -> frozens
 def clean_entries(documents: list[Any], plain: frozenset[str], categories: list[str] | None, *,
                   folder: bool,
                   output: Output | None) -> bool:
-    """Whether validate.manifest_problems finds nothing in any entry of a manifest whose shape is
-    valid: IDs safe and unique, files plain names of ``plain`` (a JSONL corpus's: none), labels
+    """Whether manifestchecks.manifest_problems finds nothing in any entry of a manifest whose shape
+    is valid: IDs safe and unique, files plain names of ``plain`` (a JSONL corpus's: none), labels
     allowed, no expected output."""
     if not all(type(doc) is dict for doc in documents):
         return False

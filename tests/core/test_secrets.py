@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kdkit.core.commands import call
-from kdkit.core.credentials import find, redact, redacting_excepthook, secret_file
+from kdkit.core.credentials import find, redact, redacting_excepthook
 from kdkit.core.errors import BadInput
+from kdkit.core.secretnames import secret_file
 from tests.conftest import invoke, tree_snapshot
 from tests.transfer.test_bundle import write_fresh_lock
 
