@@ -9,7 +9,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 KDKIT = TESTS.parent / "kdkit"
-TREE_WIDE = {"test_architecture.py", "test_code_shape.py",
+TREE_WIDE = {"test_architecture.py", "test_code_shape.py", "test_records.py",
              "test_bench_rented.py", "test_layout.py", "test_wheel.py"}
 NOT_TESTS = {"data", "__pycache__"}
 

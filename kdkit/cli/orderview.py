@@ -13,6 +13,11 @@ from kdkit.cli._output import console, plain, say
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from kdkit.order.close import CloseReport
+    from kdkit.order.memory import MemoryEstimate
+    from kdkit.order.planrecords import StagesSection
+    from kdkit.order.reportread import ReportRecord
+
 STATUS_STYLE = {"ok": "green", "fail": "bold red", "unknown": "yellow", "note": "cyan"}
 
 
@@ -43,7 +48,7 @@ def print_check(report: dict[str, Any]) -> None:
           ("point", "status", "detail", "fix"), rows)
 
 
-def _print_stages(stages: dict[str, Any]) -> None:
+def _print_stages(stages: StagesSection) -> None:
     rows = [(s["name"], s["category"], "-" if s["gpu"] is None else s["gpu"],
              ", ".join(s["after"]) or "-",
              s["human_hours"], s["machine_hours"], s["start"], s["machine_start"], s["end"])
@@ -63,7 +68,7 @@ def _print_order_fields(order: dict[str, Any]) -> None:
             f"{order.get('order_status') or 'not declared'} (declared by you).")
 
 
-def _print_from_report(report: dict[str, Any]) -> None:
+def _print_from_report(report: ReportRecord) -> None:
     used = ", ".join(f"{r['stage']} {r['planned']} → {r['measured']} h"
                      for r in report["replaced"]) or "none used"
     only = f"; in the report only: {', '.join(report['unmatched'])}" if report["unmatched"] else ""
@@ -120,7 +125,7 @@ def show_plan(order: dict[str, Any], order_file: Path | None, save: Path | None)
         say(f"Order written to {save}")
 
 
-def print_memory(report: dict[str, Any]) -> None:
+def print_memory(report: MemoryEstimate) -> None:
     rows = [(i["item"], f"{i['gib']:.2f} GiB", i["formula"]) for i in report["items"]]
     rows.append(
         ("lower bound", f"{report['lower_bound_gib']:.2f} GiB",
@@ -142,7 +147,7 @@ def print_memory(report: dict[str, Any]) -> None:
         say(f"  ({against['note']})")
 
 
-def print_close(report: dict[str, Any], md: Path, js: Path) -> None:
+def print_close(report: CloseReport, md: Path, js: Path) -> None:
     """`kdkit close`: the report's totals in three lines, then the two files written."""
     cost, work, hours = report["cost"], report["work"], report["hours"]
     per_output = (f"{cost['per_output_usd']} USD" if cost["per_output_usd"] is not None

@@ -16,13 +16,23 @@ import re
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.core import proc
 from kdkit.core.builds import driver_floor, version_tuple
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.docker_adapter import NVIDIA_ERROR, NVIDIA_FIX, Engine
 from kdkit.image.labels import LABEL
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class DeviceAccess(TypedDict, total=False):
+        """ContainerSpec fields giving a backend its devices (none for the cpu backend)."""
+
+        gpus: str | list[str]  # CUDA: "all" or the chosen GPUs
+        devices: list[str]  # ROCm: /dev/kfd and the render nodes
+        group_add: list[str]  # ROCm: the groups owning them
 
 # ---------------------------------------------------------------- the host
 
@@ -101,7 +111,7 @@ def parse_gpus(value: str | None) -> str | list[str] | None:
 
 
 def cuda_access(host: HostFacts, gpus: str | list[str] | None,
-                labels: dict[str, str]) -> dict[str, Any]:
+                labels: dict[str, str]) -> DeviceAccess:
     """The device request for CUDA, after checking runtime, GPU ids and driver."""
     if not host.nvidia_runtime:
         raise Unavailable('the Docker engine has no NVIDIA runtime, so the container would fail '
@@ -124,7 +134,7 @@ def cuda_access(host: HostFacts, gpus: str | list[str] | None,
     return {"gpus": gpus or "all"}
 
 
-def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]:
+def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> DeviceAccess:
     """/dev/kfd and the render nodes (all, or the chosen ones) with the groups that own them;
     nothing more."""
     if not host.kfd:
@@ -147,7 +157,7 @@ def rocm_access(host: HostFacts, gpus: str | list[str] | None) -> dict[str, Any]
 
 
 def device_access(backend: str, host: HostFacts, gpus: str | list[str] | None,
-                  labels: dict[str, str]) -> dict[str, Any]:
+                  labels: dict[str, str]) -> DeviceAccess:
     """ContainerSpec fields giving ``backend`` its devices; raises with the fix when the host
     cannot."""
     if backend == "cuda":

@@ -17,12 +17,24 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, KdkitError, Unavailable
 from kdkit.core.runid import RunId, gathered_folder
 from kdkit.machine.naming import LABEL_PROJECT, LABEL_ROLE, LABEL_RUN
 from kdkit.machine.watch import WAIT_POLL_S, Place, folders_of, run_status
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class GpuUsage(TypedDict):
+        """One GPU's use as nvidia-smi or amd-smi reports it (a reading it lacks: None)."""
+
+        index: str
+        name: str  # "" from amd-smi
+        utilization_percent: float | str | None
+        memory_used_mib: float | str | None
+        memory_total_mib: float | str | None
 
 TIMED_OUT = 124  # as timeout(1): the run did not end within --timeout
 LOGS_FOLDER = ".kdkit-logs"  # in the project: the output of the containers `kdkit wait` removed
@@ -213,7 +225,7 @@ def part_words(part: dict[str, Any]) -> list[str]:
     return words
 
 
-def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
+def gpu_usage(timeout: float = 5.0) -> list[GpuUsage] | None:
     """Each GPU's utilisation (%) and memory (MiB) from nvidia-smi (or amd-smi), or None when none
     answers."""
     import shutil
@@ -230,7 +242,7 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
                      "--format=csv,noheader,nounits"], timeout=timeout)
     if not done.ok:
         return None
-    gpus = []
+    gpus: list[GpuUsage] = []
     for line in done.stdout.splitlines():
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) == 5:
@@ -241,7 +253,7 @@ def gpu_usage(timeout: float = 5.0) -> list[dict[str, Any]] | None:
     return gpus
 
 
-def _amd_usage(timeout: float) -> list[dict[str, Any]] | None:
+def _amd_usage(timeout: float) -> list[GpuUsage] | None:
     """amd-smi's ``metric --usage --mem-usage`` per GPU, read by kdkit.probe.diagnose.smi_amd's
     readers."""
     from kdkit.probe.diagnose.smi_amd import dig, entries, json_answer

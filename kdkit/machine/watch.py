@@ -21,13 +21,35 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import age_seconds, process_alive, read_heartbeat
 from kdkit.core.runid import RunId, as_run_id, gathered_folder  # one run-ID rule, one folder name
 from kdkit.docker_adapter import Labelled, labelled_containers
 from kdkit.machine.naming import LABEL_PROJECT, LABEL_ROLE, LABEL_RUN, container_name
+
+if TYPE_CHECKING:
+    from typing import Required, TypedDict
+
+    class ContainerShown(TypedDict):
+        """A run's container as a status shows it."""
+
+        name: str
+        id: str  # its first 12 characters
+        state: str
+        status: str
+        exit_code: int | None
+        labels: dict[str, str]
+
+    class Overall(TypedDict, total=False):
+        """A run's one state over its folders (:func:`_overall`)."""
+
+        state: Required[str]
+        gathered: str | None  # the gathering's folder, once it has a summary
+        done: Any  # accepted + rejected, as the gathering's summary.json counts them
+        total: Any  # as the gathering's summary.json says
+        reason: str
 
 # kdkit.core.runfolder's names, repeated here so that `kdkit status` does not import it (and what it
 # stands on: a third of status's 150 ms); tests/core/test_heartbeat.py checks that they agree.
@@ -217,7 +239,7 @@ def folder_status(folder: Path, container: Labelled | None, now: datetime | None
     return {"folder": str(folder), **state, "container": _shown(container)}
 
 
-def _shown(container: Labelled | None) -> dict[str, Any] | None:
+def _shown(container: Labelled | None) -> ContainerShown | None:
     if container is None:
         return None
     return {"name": container.name, "id": container.id[:12], "state": container.state,
@@ -274,7 +296,7 @@ def run_status(project: Place, run_id: RunId,
     return report
 
 
-def _overall(parts: list[dict[str, Any]], gathered: Path) -> dict[str, Any]:
+def _overall(parts: list[dict[str, Any]], gathered: Path) -> Overall:
     """A run's one state: its only folder's; for workers, the gathering's verdict, else running
     while any runs."""
     summary = _object(gathered / SUMMARY)

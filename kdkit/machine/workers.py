@@ -33,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, Interrupted
@@ -45,6 +45,16 @@ from kdkit.docker_adapter import SIGNALLED, ContainerSpec, Engine, Running, shel
 from kdkit.machine.host import HostFacts, device_access
 from kdkit.machine.naming import container_name, host_run_id, labels_for
 from kdkit.machine.run import APP, RunPlan, prepare_run
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class WorkerAccess(TypedDict):
+        """A worker's ContainerSpec device fields: the base spec's replaced by its own GPU's."""
+
+        gpus: str | list[str] | None
+        devices: list[str]
+        group_add: list[str]
 
 # The image's default CMD (Dockerfile.common), with the worker's share added to the pilot.
 # containers side by side on one host: no host has more GPUs; the cpu backend is bounded too
@@ -86,8 +96,8 @@ def worker_spec(base: RunPlan, run_id: str, worker: int, workers: int) -> Contai
     share."""
     assert base.host is not None
     gpus = None if base.backend == "cpu" else [str(worker)]
-    access: dict[str, Any] = {"gpus": None, "devices": [], "group_add": [],
-                              **device_access(base.backend, base.host, gpus, base.image.labels)}
+    access: WorkerAccess = {"gpus": None, "devices": [], "group_add": [],
+                            **device_access(base.backend, base.host, gpus, base.image.labels)}
     # gets SIGTERM
     pilot = f"exec kdkit pilot {APP} --run-id {run_id} --worker {worker} --workers {workers}"
     return replace(base.spec, command=["/bin/sh", "-c", STEPS + pilot], **access)

@@ -25,13 +25,24 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.campaign import Campaign, load_campaign, require_variant
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput
 from kdkit.core.runfolder import PARAMS, STOP, SUMMARY, WORKER_FOLDER, run_folders
 from kdkit.core.safetext import printable
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class Decision(TypedDict):
+        """The line a decision appends to campaign-decisions.jsonl (decision_record)."""
+
+        at: str
+        decision: str
+        variant: str | None
+        why: str
 
 __all__ = ["Campaign", "RunView", "VariantResult", "append_decision", "conclusion", "load_campaign",
            "read_decisions", "read_run_view", "variant_results"]
@@ -245,7 +256,7 @@ def parse_decision(campaign: Campaign, said: str) -> tuple[str, str | None]:
                    "\"change the question\"")
 
 
-def decision_record(campaign: Campaign, said: str, why: str) -> dict[str, Any]:
+def decision_record(campaign: Campaign, said: str, why: str) -> Decision:
     """The line a decision appends, checked first: a known verb, a variant the campaign has, a
     reason."""
     verb, variant = parse_decision(campaign, said)
@@ -258,7 +269,7 @@ def decision_record(campaign: Campaign, said: str, why: str) -> dict[str, Any]:
     return {"at": now, "decision": verb, "variant": variant, "why": reason}
 
 
-def append_decision(root: Path, said: str, why: str) -> dict[str, Any]:
+def append_decision(root: Path, said: str, why: str) -> Decision:
     """``kdkit campaign decide``: one timestamped line appended to campaign-decisions.jsonl and
     fsynced (the file is never rewritten); BadInput with nothing written for a bad decision or no
     campaign."""

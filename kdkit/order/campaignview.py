@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.campaign import CATEGORIES, Campaign, load_campaign
 from kdkit.core.errors import BadInput
@@ -46,6 +46,44 @@ from kdkit.order.campaign import (
 )
 
 SWEEP_FILE = "sweep.json"
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class RateEstimate(TypedDict):
+        """The updated duration estimate from the measured rate (estimate)."""
+
+        source: str
+        run: str
+        items_per_second: float
+        corpus_items: int | None
+        hours_per_pass: float | None
+        assumed_items_per_second: float | None
+        factor: float | None
+
+    class VariantRow(TypedDict):
+        """One variant's status: done, passed, against the control, its hours (variant_rows)."""
+
+        name: str
+        category: str
+        control: bool
+        runs: list[str]
+        run: str | None
+        done: bool
+        cut: bool
+        value: float | None
+        passed: bool | None
+        vs_control: float | None
+        machine_hours: float
+        updated_hours: float | None
+        observed_hours: float
+
+    class CorpusState(TypedDict):
+        """The corpus's manifest: its SHA-256 now and the one campaign.json froze."""
+
+        manifest: str
+        sha256: str | None
+        frozen: str | None
 
 
 def sig(value: float) -> float:
@@ -112,7 +150,7 @@ def corpus_items(root: Path, campaign: Campaign) -> int | None:
 
 
 def estimate(root: Path, campaign: Campaign, runs: Path,
-             views: list[RunView]) -> dict[str, Any] | None:
+             views: list[RunView]) -> RateEstimate | None:
     """The updated duration estimate (see the module's docstring), or None before any
     measurement."""
     found = measured_rate(runs, views)
@@ -201,7 +239,7 @@ def advice(rest: dict[str, float], left: float | None, to_cut: list[str]) -> str
 
 
 def variant_rows(campaign: Campaign, results: list[VariantResult],
-                 factor: float | None) -> list[dict[str, Any]]:
+                 factor: float | None) -> list[VariantRow]:
     deltas = against_control(campaign, results)
     return [{"name": r.name, "category": r.category, "control": r.name == campaign.control,
              "runs": list(r.runs),
@@ -237,7 +275,7 @@ def campaign_status(root: Path, order: Path | None = None) -> dict[str, Any]:
             "unreadable_decision_lines": unreadable, "corpus": corpus_state(root, campaign)}
 
 
-def corpus_state(root: Path, campaign: Campaign) -> dict[str, Any]:
+def corpus_state(root: Path, campaign: Campaign) -> CorpusState:
     """The corpus's manifest: its SHA-256 now, the one campaign.json froze (None: not frozen yet; a
     frozen one that differs is refused when campaign.json is read, kdkit.config.campaign)."""
     path = real_inside(root, root / campaign.manifest)

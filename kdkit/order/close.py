@@ -36,7 +36,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.campaign import Campaign
 from kdkit.config.schemas import schema_problems
@@ -56,6 +56,50 @@ from kdkit.order.orderfile import load_order
 from kdkit.order.plan import cost_per_accepted, runs_folder
 from kdkit.order.worklog import Interval, observed_hours
 
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from kdkit.order.closerecords import Expense, MeasuredDurations, OrderStatus, ReportSections
+    from kdkit.order.closeruns import RunRow
+
+    class Hours(TypedDict):
+        """The order's window and booked hours against the observed ones, with what is missing."""
+
+        window: int
+        booked: float | None
+        observed: float | None
+        observed_minus_booked: float | None
+        runs_without_duration: list[str]
+        not_counted: float | None
+
+    class AcceptedOutputs(TypedDict):
+        """How many accepted outputs count, from where, and the runs counted."""
+
+        count: int
+        source: str
+        counted_runs: list[str]
+
+    class CloseReport(ReportSections):
+        """The campaign report of ``kdkit close`` (campaign_report), as written to JSON."""
+
+        kdkit_report: int
+        created: str
+        project: str | None
+        order_file: str
+        order_sha256: str
+        order: dict[str, Any]  # the order file as saved (checked against its schema)
+        order_status: OrderStatus
+        runs_folder: str
+        hours: Hours
+        measured_durations: MeasuredDurations
+        runs: list[RunRow]
+        gathered_runs: list[dict[str, Any]]  # closeruns.gathered_row's
+        # plan.CostPerAccepted; Any: never None here (the count is an int), though
+        # cost_per_accepted's type allows None
+        cost: Any
+        accepted_outputs: AcceptedOutputs
+        deviations: list[str]
+
 REPORT_MD = "campaign-report.md"
 REPORT_JSON = "campaign-report.json"
 
@@ -63,7 +107,7 @@ REPORT_JSON = "campaign-report.json"
 # ---------------------------------------------------------------- the comparison
 
 
-def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def accepted_outputs(runs: list[RunRow | dict[str, Any]]) -> tuple[list[str], list[str]]:
     """Proven outputs (closeruns.outputs) counted once per configuration: (counted run ids,
     deviations for the repeats)."""
     counted: dict[str, str] = {}
@@ -78,8 +122,8 @@ def accepted_outputs(runs: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return list(counted.values()), repeats
 
 
-def _hours(order: dict[str, Any], runs: list[dict[str, Any]],
-           intervals: list[Interval]) -> dict[str, Any]:
+def _hours(order: dict[str, Any], runs: list[RunRow],
+           intervals: list[Interval]) -> Hours:
     # a folder that does
     apart = [r["seconds"] for r in runs if r["problems"] and r["seconds"] is not None]
     # not verify proves no hour: its summary's seconds are shown apart (not_counted), never added
@@ -95,7 +139,7 @@ def _hours(order: dict[str, Any], runs: list[dict[str, Any]],
             "not_counted": float(round(Decimal(str(sum(apart))) / 3600, 2)) if apart else None}
 
 
-def _hour_deviations(hours: dict[str, Any]) -> list[str]:
+def _hour_deviations(hours: Hours) -> list[str]:
     out = []
     if hours["booked"] is None:
         out.append(
@@ -114,14 +158,14 @@ def _hour_deviations(hours: dict[str, Any]) -> list[str]:
     return out
 
 
-def _run_deviations(runs: list[dict[str, Any]]) -> list[str]:
+def _run_deviations(runs: list[RunRow]) -> list[str]:
     out = []
     if not runs:
         out.append("no run folders: nothing was executed through kdkit")
     return out + [line for line in map(_run_deviation, runs) if line is not None]
 
 
-def _run_deviation(run: dict[str, Any]) -> str | None:
+def _run_deviation(run: RunRow) -> str | None:
     """What one run that does not pass says: failed, stopped, unfinished, or unverified (no pass, no
     hours)."""
     if run["verdict"] == "fail":
@@ -148,8 +192,8 @@ def _planned_deviation(order: dict[str, Any], accepted: int) -> list[str]:
 
 
 def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: str | None = None,
-                    accepted: int | None = None, expenses: list[dict[str, str]] | None = None,
-                    campaign: Campaign | None = None) -> dict[str, Any]:
+                    accepted: int | None = None, expenses: list[Expense] | None = None,
+                    campaign: Campaign | None = None) -> CloseReport:
     """The comparison of the order with what the runs show (``accepted`` overrides the count;
     ``expenses`` are closework.parse_expense's, after the ones ``campaign`` declares)."""
     order = load_order(order_path)
@@ -190,7 +234,7 @@ def campaign_report(order_path: Path, runs: Path, cfg: PilotConfig, *, project: 
 # ---------------------------------------------------------------- writing and reloading
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: CloseReport) -> str:
     """The report for a person: order, hours, runs, outputs and cost, deviations."""
     order, hours, cost, status = (report["order"], report["hours"], report["cost"],
                                   report.get("order_status") or {})
@@ -225,7 +269,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: dict[str, Any], out: Path, order_path: Path) -> tuple[Path, Path]:
+def write_report(report: CloseReport, out: Path, order_path: Path) -> tuple[Path, Path]:
     """Write JSON then Markdown atomically into ``out``; the order file itself is never a target."""
     md, js = out / REPORT_MD, out / REPORT_JSON
     if order_path.resolve() in (md.resolve(), js.resolve()):
@@ -255,7 +299,7 @@ def load_report(path: Path) -> dict[str, Any]:
 
 def close_campaign(project_dir: Path | None, order_path: Path, *, out: Path | None = None,
                    accepted: int | None = None,
-                   expenses: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path, Path]:
+                   expenses: tuple[str, ...] = ()) -> tuple[CloseReport, Path, Path]:
     """``kdkit close``: build the report from the project's runs and the order, and write it."""
     from kdkit.config.campaign import load_campaign
     from kdkit.config.project import load_project

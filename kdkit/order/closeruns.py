@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import PilotConfig, params_hash
@@ -28,8 +28,29 @@ from kdkit.core.runverify import Run, read_run
 from kdkit.probe.pilot.collect import collect
 from kdkit.probe.pilot.gather import judge
 
+if TYPE_CHECKING:
+    from typing import TypedDict
 
-def run_row(run: Run) -> dict[str, Any]:
+    class RunRow(TypedDict):
+        """One run folder as the report lists it (run_row)."""
+
+        run_id: str
+        config_hash: str | None
+        manifest_sha256: str | None
+        verdict: str
+        stop_reason: str | None
+        total: int | None
+        accepted: int | None
+        rejected: int | None
+        seconds: float | None
+        has_summary: bool
+        problems: list[str]
+        # "I/N" for a worker's folder, else None; Any: gathered_row splits it on the rows that
+        # share_groups kept (never None there), which the type checker cannot see
+        share: Any
+
+
+def run_row(run: Run) -> RunRow:
     """One run as the report lists it (its keys are the report's, read from kdkit.core.runverify's
     model)."""
     share = WORKER_FOLDER.match(run.run_id) if run.share is None else None
@@ -65,7 +86,7 @@ def is_training(folder: Path) -> bool:
     return isinstance(params, dict) and params.get("kind") == "train"
 
 
-def against_project(row: dict[str, Any], cfg: PilotConfig,
+def against_project(row: RunRow, cfg: PilotConfig,
                     current: dict[str, Any]) -> tuple[bool, str | None]:
     """A verified passing whole run against the project as it is now: (counted, what the deviations
     say).
@@ -84,26 +105,26 @@ def against_project(row: dict[str, Any], cfg: PilotConfig,
     return True, None
 
 
-def share_groups(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def share_groups(rows: list[RunRow]) -> dict[str, list[RunRow]]:
     """The workers' folders by run (``<run>-wIofN`` -> ``<run>``), in id order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRow]] = {}
     for row in rows:
         if row["share"] is not None:
             groups.setdefault(base_id(row["run_id"]), []).append(row)
     return groups
 
 
-def gathered_row(run: str, members: list[dict[str, Any]],
+def gathered_row(run: str, members: list[RunRow],
                  runs: Path, cfg: PilotConfig) -> dict[str, Any]:
     """The N shares of one run as one output, proven as `kdkit gather` proves them; else why not."""
     counts = {int(row["share"].split("/")[1]) for row in members}
     workers = max(counts)
     have = {int(row["share"].split("/")[0]) for row in members if row["verdict"] in ("pass", "fail")
             and not row["problems"]}
-    row = {"run_id": run, "config_hash": members[0]["config_hash"], "workers": workers,
-           "folders": [m["run_id"] for m in members], "verdict": "incomplete", "total": None,
-           "accepted": None,
-           "rejected": None, "problems": []}
+    row: dict[str, Any] = {"run_id": run, "config_hash": members[0]["config_hash"],
+                           "workers": workers, "folders": [m["run_id"] for m in members],
+                           "verdict": "incomplete", "total": None, "accepted": None,
+                           "rejected": None, "problems": []}
     if len(counts) > 1 or len(have) < workers:
         row["problems"] = [f"run {run}: {len(have)} of {workers} shares closed and verified, not "
                            "gathered"
@@ -124,11 +145,13 @@ def gathered_row(run: str, members: list[dict[str, Any]],
 Rows = list[dict[str, Any]]
 
 
-def outputs(rows: Rows, runs: Path, cfg: PilotConfig) -> tuple[Rows, Rows, list[str]]:
+def outputs(rows: list[RunRow], runs: Path,
+            cfg: PilotConfig) -> tuple[list[RunRow | dict[str, Any]], Rows, list[str]]:
     """(candidate outputs: verified passing whole runs of the current config; the gathered runs;
     deviations)."""
     current = cfg.resolved()
     candidates, deviations, said = [], [], set()
+    row: RunRow | dict[str, Any]  # a run's row, then a gathered run's
     for row in rows:
         if row["share"] is None and row["verdict"] == "pass":
             counted, why = against_project(row, cfg, current)

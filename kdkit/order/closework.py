@@ -20,13 +20,28 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.campaign import Campaign
 from kdkit.core.errors import BadInput
 from kdkit.core.projectfiles import CONTROL_CHARACTER, shown
 from kdkit.core.safetext import md_cell, printable
 from kdkit.order.worklog import Interval, gaps, hours_by, observed_hours, work_log
+
+if TYPE_CHECKING:
+    from kdkit.order.closerecords import (
+        CampaignSection,
+        Expense,
+        ExpensesSection,
+        IntervalRow,
+        MeasuredDurations,
+        OrderStatus,
+        ReportSections,
+        StageHours,
+        TrainingRow,
+        WorkSection,
+    )
+    from kdkit.order.closeruns import RunRow
 
 CURRENCY = re.compile(r"^[A-Z]{3}$")
 # an expense of a campaign, not a number written to overflow a report
@@ -45,7 +60,7 @@ def _when(moment: datetime) -> str:
 # ---------------------------------------------------------------- other expenses
 
 
-def parse_expense(text: str) -> dict[str, str]:
+def parse_expense(text: str) -> Expense:
     """``"storage 12.50 USD"`` -> {"what", "amount", "currency"}: a label, a finite positive amount,
     a 3-letter currency; anything else is bad input naming the option and what to write."""
     words = text.split()
@@ -74,7 +89,7 @@ def parse_expense(text: str) -> dict[str, str]:
     return {"what": " ".join(what), "amount": format(value, "f"), "currency": currency}
 
 
-def declared_expenses(campaign: Campaign | None) -> list[dict[str, str]]:
+def declared_expenses(campaign: Campaign | None) -> list[Expense]:
     """campaign.json's "expenses" (schemas/campaign.schema.json: what, a finite amount, a currency)
     in the form of
     --expense's, marked as declared there."""
@@ -83,7 +98,7 @@ def declared_expenses(campaign: Campaign | None) -> list[dict[str, str]]:
             for item in (campaign.expenses if campaign is not None else ())]
 
 
-def expenses_section(expenses: list[dict[str, str]]) -> dict[str, Any]:
+def expenses_section(expenses: list[Expense]) -> ExpensesSection:
     """The other expenses and their totals per currency (never added to the rental's USD)."""
     totals: dict[str, Decimal] = {}
     for item in expenses:
@@ -96,7 +111,7 @@ def expenses_section(expenses: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def counted_intervals(root: Path, runs: Path,
-                      rows: list[dict[str, Any]]) -> tuple[list[Interval], list[str]]:
+                      rows: list[RunRow]) -> tuple[list[Interval], list[str]]:
     """The work intervals that count (see the module's docstring) and the records with no time,
     named."""
     log = work_log(root, runs)
@@ -105,7 +120,7 @@ def counted_intervals(root: Path, runs: Path,
     return kept, log.unread
 
 
-def training_rows(intervals: list[Interval]) -> list[dict[str, Any]]:
+def training_rows(intervals: list[Interval]) -> list[TrainingRow]:
     """Each `kdkit train` run: its variant, verdict (its summary's, else "stopped" with a stop.json,
     else "open"), stop reason and observed hours. A training proves no accepted output here: its
     hours count, its value is the campaign's to judge (kdkit.order.campaign)."""
@@ -118,7 +133,7 @@ def training_rows(intervals: list[Interval]) -> list[dict[str, Any]]:
             for name, found in sorted(runs.items())]
 
 
-def training_deviations(rows: list[dict[str, Any]]) -> list[str]:
+def training_deviations(rows: list[TrainingRow]) -> list[str]:
     said = {"fail": "failed",
             "stopped": "stopped", "open": "was never closed (killed, or still running)"}
     return [f"training {printable(r['run_id'])} {said[r['verdict']]}"
@@ -126,14 +141,14 @@ def training_deviations(rows: list[dict[str, Any]]) -> list[str]:
             if r["verdict"] in said]
 
 
-def _row(interval: Interval) -> dict[str, Any]:
+def _row(interval: Interval) -> IntervalRow:
     return {"kind": interval.kind, "name": interval.name, "start": _when(interval.start),
             "end": _when(interval.end),
             "hours": _h(interval.hours), "open": interval.open, "variant": interval.variant,
             "source": interval.source}
 
 
-def work_section(intervals: list[Interval], unread: list[str]) -> dict[str, Any]:
+def work_section(intervals: list[Interval], unread: list[str]) -> WorkSection:
     """Observed machine time: each interval, the union per kind, the idle gaps, the span."""
     idle = gaps(intervals)
     first, last = (min(i.start for i in intervals),
@@ -163,7 +178,7 @@ def scheduled_stages(order: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in stages if isinstance(s, dict) and isinstance(s.get("name"), str)]
 
 
-def stage_rows(order: dict[str, Any], intervals: list[Interval]) -> list[dict[str, Any]]:
+def stage_rows(order: dict[str, Any], intervals: list[Interval]) -> list[StageHours]:
     """Booked against observed per stage: the order's schedule when it has one, else per kind."""
     stages = scheduled_stages(order)
     names = [s["name"] for s in stages]
@@ -173,7 +188,7 @@ def stage_rows(order: dict[str, Any], intervals: list[Interval]) -> list[dict[st
         key = stage if stage is not None else (UNSCHEDULED if stages else interval.kind)
         groups.setdefault(key, []).append(interval)
     booked = {s["name"]: s.get("machine_hours") for s in stages}
-    rows = []
+    rows: list[StageHours] = []
     for name, members in groups.items():
         planned = booked.get(name)
         seen = _h(observed_hours(members))
@@ -184,7 +199,7 @@ def stage_rows(order: dict[str, Any], intervals: list[Interval]) -> list[dict[st
     return rows
 
 
-def stage_deviations(rows: list[dict[str, Any]]) -> list[str]:
+def stage_deviations(rows: list[StageHours]) -> list[str]:
     out = []
     for row in rows:
         diff, name = row["observed_minus_booked"], printable(row["stage"])
@@ -197,7 +212,7 @@ def stage_deviations(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def measured_durations(work: dict[str, Any], stages: list[dict[str, Any]]) -> dict[str, Any]:
+def measured_durations(work: WorkSection, stages: list[StageHours]) -> MeasuredDurations:
     """What the next `kdkit plan --from-report` starts from: measured machine hours per kind and per
     stage."""
     return {"unit": "hours", "observed_hours": work["observed_hours"], "by_kind": work["by_kind"],
@@ -207,7 +222,7 @@ def measured_durations(work: dict[str, Any], stages: list[dict[str, Any]]) -> di
 # ---------------------------------------------------------------- the order's status, the campaign
 
 
-def order_status(order: dict[str, Any]) -> dict[str, Any]:
+def order_status(order: dict[str, Any]) -> OrderStatus:
     """The provider's order number and the order's declared status (`kdkit plan --save` records
     them; each later `plan --order FILE` update is appended to ``order_updates``: the latest said
     wins), with the updates."""
@@ -223,7 +238,7 @@ def _plain(value: Any) -> Any:
 
 
 def campaign_section(root: Path, campaign: Campaign | None,
-                     intervals: list[Interval]) -> dict[str, Any] | None:
+                     intervals: list[Interval]) -> CampaignSection | None:
     """The campaign's variants against its threshold, the conclusion and the decisions (None without
     campaign.json)."""
     from kdkit.order.campaign import conclusion, read_decisions, variant_results
@@ -250,7 +265,7 @@ def _cell(value: Any) -> str:
     return md_cell(value)
 
 
-def work_markdown(report: dict[str, Any]) -> list[str]:
+def work_markdown(report: ReportSections) -> list[str]:
     """The report's sections on machine time, stages, the campaign and other expenses."""
     work = report["work"]
     lines = ["## Machine time observed", "",
@@ -281,7 +296,7 @@ def work_markdown(report: dict[str, Any]) -> list[str]:
     return lines + _campaign_markdown(report["campaign"]) + _expenses_markdown(report["expenses"])
 
 
-def _campaign_markdown(campaign: dict[str, Any] | None) -> list[str]:
+def _campaign_markdown(campaign: CampaignSection | None) -> list[str]:
     if campaign is None:
         return []
     side = "≥" if campaign["higher_is_better"] else "≤"
@@ -300,7 +315,7 @@ def _campaign_markdown(campaign: dict[str, Any] | None) -> list[str]:
     return lines + (said or ["- none recorded (`kdkit campaign decide`)"]) + [""]
 
 
-def _expenses_markdown(expenses: dict[str, Any]) -> list[str]:
+def _expenses_markdown(expenses: ExpensesSection) -> list[str]:
     lines = ["## Other expenses (apart from the rental)", ""]
     lines += [f"- {_cell(e['what'])}: {e['amount']} {e['currency']}"
               for e in expenses["items"]] or ["- none"]

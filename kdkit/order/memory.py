@@ -13,13 +13,59 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.project import Project
 from kdkit.core.errors import BadInput
 from kdkit.core.runfolder import SUMMARY, run_folders
 from kdkit.core.runverify import read_run
 from kdkit.facts.catalog import Offer
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    class MemoryItem(TypedDict):
+        """One counted item of the lower bound: its bytes, GiB and how it was counted."""
+
+        item: str
+        bytes: int
+        gib: float
+        formula: str
+
+    class CardVerdict(TypedDict):
+        """The lower bound against one card of an offer (verdict)."""
+
+        gpu: str
+        card_memory_gb: float
+        capacity_bytes: int
+        verdict: str
+        note: str
+
+    class PilotPeak(TypedDict):
+        """The newest pilot run's measured peak memory (pilot_peak)."""
+
+        run_id: str
+        peak_bytes: int
+        peak_gib: float
+        device: str | None
+        file: str
+
+    class MemoryEstimate(TypedDict):
+        """``kdkit estimate-memory``'s report: the counted items, their sum, what is not counted;
+        the verdict against a card and the pilot's peak once estimate_memory adds them."""
+
+        parameters: int
+        dtype: str
+        train: str
+        kv: dict[str, int] | None
+        items: list[MemoryItem]
+        lower_bound_bytes: int
+        lower_bound_gib: float
+        unmeasured: list[str]
+        # CardVerdict or None; Any: estimate_memory sets its verdict when an offer is given, which
+        # the type checker cannot tie to the key being a CardVerdict
+        against: NotRequired[Any]
+        pilot_peak: NotRequired[PilotPeak | None]
 
 DTYPE_BYTES: dict[str, Decimal] = {
     "fp32": Decimal(4), "fp16": Decimal(2), "bf16": Decimal(2),
@@ -118,7 +164,7 @@ def parse_params(text: str) -> int:
     return int(value)
 
 
-def _item(name: str, nbytes: Decimal, formula: str) -> dict[str, Any]:
+def _item(name: str, nbytes: Decimal, formula: str) -> MemoryItem:
     return {"item": name, "bytes": int(nbytes), "gib": _gib(int(nbytes)), "formula": formula}
 
 
@@ -126,7 +172,7 @@ def _gib(nbytes: int) -> float:
     return round(nbytes / GIB, 2)
 
 
-def _training_items(job: MemoryJob, p: int, size: Decimal) -> list[dict[str, Any]]:
+def _training_items(job: MemoryJob, p: int, size: Decimal) -> list[MemoryItem]:
     items = [_item("gradients", p * size, f"{p:,} x {size} B ({job.dtype})")]
     if job.dtype != "fp32":
         items.append(_item("fp32 master weights", p * FP32, f"{p:,} x 4 B (mixed precision)"))
@@ -135,7 +181,7 @@ def _training_items(job: MemoryJob, p: int, size: Decimal) -> list[dict[str, Any
     return items
 
 
-def estimate(job: MemoryJob) -> dict[str, Any]:
+def estimate(job: MemoryJob) -> MemoryEstimate:
     """The counted items, their sum (a lower bound) and what is not counted."""
     p, size = job.parameters, DTYPE_BYTES[job.dtype]
     items = [_item("weights", p * size, f"{p:,} x {size} B ({job.dtype})")]
@@ -158,7 +204,7 @@ def estimate(job: MemoryJob) -> dict[str, Any]:
             "unmeasured": unmeasured}
 
 
-def verdict(lower_bound_bytes: int, offer: Offer) -> dict[str, Any]:
+def verdict(lower_bound_bytes: int, offer: Offer) -> CardVerdict:
     """The lower bound against ONE card of the offer: cards never pool their memory.
 
     The capacity is read generously (memory_gb x 2^30), so "does not fit" is only said when
@@ -201,7 +247,7 @@ def _count(value: Any, maximum: int, where: Path, key: str) -> int:
 # ---------------------------------------------------------------- the pilot's measurement
 
 
-def pilot_peak(runs: Path) -> dict[str, Any] | None:
+def pilot_peak(runs: Path) -> PilotPeak | None:
     """The newest run under ``runs`` whose summary.json records a peak memory (run ids sort by
     time)."""
     for run in map(read_run, reversed(run_folders(runs))):
@@ -212,7 +258,7 @@ def pilot_peak(runs: Path) -> dict[str, Any] | None:
     return None
 
 
-def measured_verdict(peak: dict[str, Any], offer: Offer) -> str | None:
+def measured_verdict(peak: PilotPeak, offer: Offer) -> str | None:
     """A GPU-measured peak above one card's memory cannot fit it; a CPU peak says nothing of a
     card."""
     device = (peak.get("device") or "").lower()
@@ -223,7 +269,7 @@ def measured_verdict(peak: dict[str, Any], offer: Offer) -> str | None:
 
 
 def estimate_memory(job: MemoryJob, offer: Offer | None = None,
-                    runs: Path | None = None) -> dict[str, Any]:
+                    runs: Path | None = None) -> MemoryEstimate:
     """The report of ``kdkit estimate-memory``: estimate, verdict against a card, the pilot's
     peak."""
     report = estimate(job)
@@ -237,7 +283,7 @@ def estimate_memory(job: MemoryJob, offer: Offer | None = None,
 
 def memory_report(project: Project | None, *, params: str | None, from_config: bool,
                   dtype: str | None,
-                  train: str | None, kv: str | None, offer: Offer | None) -> dict[str, Any]:
+                  train: str | None, kv: str | None, offer: Offer | None) -> MemoryEstimate:
     """``kdkit estimate-memory``: the job from --params or kdkit.json's memory section (flags given
     on the command line win), estimated, against ``offer``, beside the project's last measured
     peak."""

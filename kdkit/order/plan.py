@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.project import Project
@@ -22,6 +22,18 @@ from kdkit.order import schedule as stagelib
 from kdkit.order.orderfile import check_status, parse_orderas_number, save_order, utc_now
 from kdkit.order.reportread import MAX_HOURS, read_report
 from kdkit.order.schedule import as_number
+
+if TYPE_CHECKING:
+    from kdkit.order.planrecords import (
+        CostPerAccepted,
+        LongerPlan,
+        LotsPrice,
+        MoreLots,
+        ScheduleSection,
+        StagesSection,
+    )
+    from kdkit.order.reportread import ReportRecord
+    from kdkit.order.schedule import CutPlan
 
 MAX_LOTS = 10
 PREPARATIONS = ("ubuntu", "pytorch", "blender", "custom")
@@ -95,7 +107,7 @@ def lot_price(offer: Offer, days: int, price: Decimal | None) -> tuple[Decimal, 
 # ---------------------------------------------------------------- plan: schedule and cost
 
 
-def _longer_plan(offer: Offer, days: int, lots: int, total: Decimal) -> dict[str, Any] | None:
+def _longer_plan(offer: Offer, days: int, lots: int, total: Decimal) -> LongerPlan | None:
     longer = next((d for d in DURATIONS if d > days), None)
     if longer is None:
         return None
@@ -106,7 +118,7 @@ def _longer_plan(offer: Offer, days: int, lots: int, total: Decimal) -> dict[str
             "difference_usd": usd(price * lots - total)}
 
 
-def _over_suggestions(over: Decimal, window: int, longer: dict[str, Any] | None) -> list[str]:
+def _over_suggestions(over: Decimal, window: int, longer: LongerPlan | None) -> list[str]:
     reduce = (f"or reduce the protocol by {as_number(over)} h to fit {window} h: keep the "
               "essential work, move useful and exploratory runs out")
     if longer is None:
@@ -121,10 +133,10 @@ def _over_suggestions(over: Decimal, window: int, longer: dict[str, Any] | None)
 
 
 def schedule(offer: Offer, days: int, lots: int, total: Decimal,
-             hours: Decimal | None) -> dict[str, Any]:
+             hours: Decimal | None) -> ScheduleSection:
     """Booked machine-busy hours against the window (stages on one GPU run one after another)."""
     window = days * 24
-    base: dict[str, Any] = {"window_hours": window, "booked_hours": None, "left_hours": None,
+    base: ScheduleSection = {"window_hours": window, "booked_hours": None, "left_hours": None,
                             "over_hours": None, "fits": None, "longer_plan": None,
                             "suggestions": []}
     if hours is None:
@@ -153,7 +165,7 @@ class Stages:
 
 
 def stage_schedule(offer: Offer, days: int, lots: int,
-                   per_lot: Decimal, stages: Stages) -> dict[str, Any]:
+                   per_lot: Decimal, stages: Stages) -> ScheduleSection:
     """The stages placed (kdkit.order.schedule): the end of the last one is the booked time, against
     the window; when it does not fit, the longer plan, the stages to cut and the lots that would let
     them spread."""
@@ -165,7 +177,7 @@ def stage_schedule(offer: Offer, days: int, lots: int,
                        f"than a year ({MAX_HOURS} h); check the hours")
     out = schedule(offer, days, lots, per_lot * lots, end)
     window = Decimal(days * 24)
-    section: dict[str, Any] = {
+    section: StagesSection = {
         "file": str(stages.file), "rule": stagelib.RULE, "last_end_hours": as_number(end),
         "critical_chain": stagelib.critical_chain(slots), "gpus": stagelib.gpu_busy(slots),
         "human_hours": as_number(sum((s.human_hours for s in stages.stages), Decimal(0))),
@@ -179,13 +191,13 @@ def stage_schedule(offer: Offer, days: int, lots: int,
     return {**out, "stages": section}
 
 
-def _lots_price(count: int | None, lots: int, per_lot: Decimal) -> dict[str, str | None]:
+def _lots_price(count: int | None, lots: int, per_lot: Decimal) -> LotsPrice:
     if count is None:
         return {"total_usd": None, "difference_usd": None}
     return {"total_usd": usd(per_lot * count), "difference_usd": usd(per_lot * (count - lots))}
 
 
-def _stage_suggestions(cut: dict[str, Any] | None, more: dict[str, Any] | None, window: Decimal,
+def _stage_suggestions(cut: CutPlan | None, more: MoreLots | None, window: Decimal,
                        lots: int) -> list[str]:
     out = []
     if cut is not None:
@@ -221,7 +233,7 @@ def read_stages(path: Path, measured: dict[str, Decimal] | None = None) -> Stage
     return Stages(path, stages)
 
 
-def cost_per_accepted(total: Decimal, accepted: int | None) -> dict[str, Any] | None:
+def cost_per_accepted(total: Decimal, accepted: int | None) -> CostPerAccepted | None:
     """What each accepted output cost; with none accepted the ratio is undefined, never zero."""
     if accepted is None:
         return None
@@ -238,7 +250,7 @@ def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decima
               hours: Decimal | None = None, accepted: int | None = None,
               preparation: str = "ubuntu",
               project: str | None = None, stages: Stages | None = None,
-              from_report: dict[str, Any] | None = None,
+              from_report: ReportRecord | None = None,
               order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
     """The order summary, its schedule (from ``hours``, or from ``stages`` placed by
     kdkit.order.schedule) and its cost per accepted output (the order file's content)."""
@@ -283,7 +295,7 @@ def runs_folder(project: Project) -> Path:
 
 
 def from_report(path: Path,
-                schedule_file: Path | None) -> tuple[Decimal | None, Stages | None, dict[str, Any]]:
+                schedule_file: Path | None) -> tuple[Decimal | None, Stages | None, ReportRecord]:
     """The next plan's start: with ``--schedule``, its stages' machine hours replaced by the
     measured ones of the same name; without, the observed hours in all as the booked hours."""
     total, measured, record = read_report(path)
@@ -336,7 +348,7 @@ def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots
     check_status(order_status)
     booked = None if hours is None else Decimal(str(hours))
     stages = None if schedule_file is None else read_stages(schedule_file)
-    record: dict[str, Any] | None = None
+    record: ReportRecord | None = None
     if report_file is not None:
         if hours is not None:
             raise BadInput(f"--hours {hours:g} and --from-report {report_file}: the report gives "

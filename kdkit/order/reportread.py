@@ -11,11 +11,33 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json, sha256_file
 from kdkit.order.schedule import as_number
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class ReplacedStage(TypedDict):
+        """A stage of the schedule whose planned machine hours the measured ones replace."""
+
+        stage: str
+        planned: float
+        measured: float
+
+    class ReportRecord(TypedDict):
+        """What ``--from-report`` read and where, recorded with the plan."""
+
+        file: str
+        sha256: str
+        observed_hours: float | None
+        observed_from: str | None
+        stages_from: str | None
+        stages: dict[str, float]
+        replaced: list[ReplacedStage]
+        unmatched: list[str]
 
 MAX_HOURS = 365 * 24  # a year of machine time: the most any plan books (kdkit plan --hours too)
 
@@ -60,7 +82,7 @@ def _stage_pairs(found: Any) -> list[tuple[Any, Any]]:
     return []
 
 
-def read_report(path: Path) -> tuple[Decimal | None, dict[str, Decimal], dict[str, Any]]:
+def read_report(path: Path) -> tuple[Decimal | None, dict[str, Decimal], ReportRecord]:
     """``--from-report FILE``: (observed hours in all, measured hours per stage, what was read and
     where)."""
     data = load_json(path, what="campaign report")
@@ -80,7 +102,7 @@ def read_report(path: Path) -> tuple[Decimal | None, dict[str, Decimal], dict[st
         if pairs:
             stages, stages_at = dict(pairs), "$." + ".".join(keys)
             break
-    record: dict[str, Any] = {
+    record: ReportRecord = {
         "file": str(path), "sha256": sha256_file(path),
         "observed_hours": None if total is None else as_number(total),
         "observed_from": total_at, "stages_from": stages_at,

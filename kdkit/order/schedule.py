@@ -30,11 +30,55 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import load_valid
 from kdkit.core.errors import BadInput
 from kdkit.core.safetext import printable
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class CutStage(TypedDict):
+        """One stage of a cut: its name, category and machine hours."""
+
+        name: str
+        category: str
+        machine_hours: float
+
+    class CutPlan(TypedDict):
+        """The stages to cut first and where the last stage then ends (cut_plan)."""
+
+        stages: list[CutStage]
+        last_end_hours: float
+        fits: bool
+
+    class SpreadPlan(TypedDict):
+        """The fewest lots over whose GPUs the stages end within the window (spread_plan)."""
+
+        lots: int | None
+        gpus: int | None
+        last_end_hours: float
+
+    class PlacedStage(TypedDict):
+        """One stage of the timeline as a JSON row (stage_rows)."""
+
+        name: str
+        category: str
+        gpu: int | None
+        after: list[str]
+        human_hours: float
+        machine_hours: float
+        start: float
+        machine_start: float
+        end: float
+        waited_for: str | None
+
+    class GpuBusy(TypedDict):
+        """One GPU's machine-busy hours (gpu_busy)."""
+
+        gpu: int
+        busy_hours: float
 
 CATEGORIES = ("essential", "useful", "exploratory")
 ZERO = Decimal(0)
@@ -284,7 +328,7 @@ def _cut_groups(stages: Sequence[Stage]) -> list[list[Stage]]:
     return groups
 
 
-def cut_plan(stages: Sequence[Stage], window: Decimal) -> dict[str, Any] | None:
+def cut_plan(stages: Sequence[Stage], window: Decimal) -> CutPlan | None:
     """The fewest groups of :func:`_cut_groups`, taken in order, after which the last stage ends
     within ``window`` (found by bisection: cutting more never lengthens the schedule), or all of
     them when even that does not fit. None: nothing may be cut."""
@@ -304,13 +348,14 @@ def cut_plan(stages: Sequence[Stage], window: Decimal) -> dict[str, Any] | None:
         else:
             low = middle + 1
     end = end_after(low)
-    cut = [{"name": s.name, "category": s.category, "machine_hours": as_number(s.machine_hours)}
-           for group in groups[:low] for s in group]
+    cut: list[CutStage] = [{"name": s.name, "category": s.category,
+                            "machine_hours": as_number(s.machine_hours)}
+                           for group in groups[:low] for s in group]
     return {"stages": cut, "last_end_hours": as_number(end), "fits": end <= window}
 
 
 def spread_plan(stages: Sequence[Stage], window: Decimal, lots: int, cards_per_lot: int,
-                max_lots: int) -> dict[str, Any] | None:
+                max_lots: int) -> SpreadPlan | None:
     """The fewest lots (from today's) over whose GPUs the stages, spread, end within ``window``;
     with ``lots: None`` when even one GPU per stage cannot (the chain of waits alone is too long).
     None when no stage holds a GPU."""
@@ -327,7 +372,7 @@ def spread_plan(stages: Sequence[Stage], window: Decimal, lots: int, cards_per_l
     return None
 
 
-def stage_rows(slots: Sequence[Slot]) -> list[dict[str, Any]]:
+def stage_rows(slots: Sequence[Slot]) -> list[PlacedStage]:
     """The timeline as JSON rows, in the file's order."""
     return [{"name": s.stage.name, "category": s.stage.category, "gpu": s.gpu,
              "after": list(s.stage.after),
@@ -338,7 +383,7 @@ def stage_rows(slots: Sequence[Slot]) -> list[dict[str, Any]]:
              "waited_for": s.waited_for} for s in slots]
 
 
-def gpu_busy(slots: Sequence[Slot]) -> list[dict[str, Any]]:
+def gpu_busy(slots: Sequence[Slot]) -> list[GpuBusy]:
     """Machine-busy hours per GPU: the sum of its stages (never parallel on one GPU)."""
     busy: dict[int, Decimal] = {}
     for slot in slots:

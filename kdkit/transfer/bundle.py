@@ -33,7 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.export import copy_files, export_git
@@ -69,6 +69,9 @@ from kdkit.transfer.kdkitwheels import WHEELS, add_kdkit_wheels
 from kdkit.transfer.localwheels import carry, local_wheel_files
 from kdkit.transfer.runmd import run_md
 from kdkit.transfer.zipapp import build_zipapp
+
+if TYPE_CHECKING:
+    from kdkit.transfer.format import ImageRecord
 
 # ---------------------------------------------------------------- the project at its revision
 
@@ -141,7 +144,7 @@ def require_essentials(source: Source, packing: Packing) -> None:
 # ---------------------------------------------------------------- the image
 
 
-def save_image(ref: str, compressor: Compressor, out: Path) -> dict[str, Any]:
+def save_image(ref: str, compressor: Compressor, out: Path) -> ImageRecord:
     """Stream ``docker save`` of ``ref`` through the compressor into ``out``."""
     from kdkit.docker_adapter import connect
 

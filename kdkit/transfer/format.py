@@ -9,13 +9,29 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.files import printable_name
 from kdkit.core import checksums
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import load_json
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class ImageRecord(TypedDict):
+        """bundle.json's ``image`` as `kdkit bundle` writes it (bundle.py ``save_image``)."""
+
+        ref: str
+        id: str
+        labels: dict[str, str]
+        file: str
+        compressor: str  # a name of COMPRESSORS
+        bytes: int
+        archive_bytes: int
+        image_bytes: int
+        seconds: float
 
 BUNDLE_JSON = "bundle.json"
 RUN_MD = "RUN.md"

@@ -28,7 +28,7 @@ import shutil
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit import __version__
 from kdkit.config.shipped import DATA_ITEMS, data_root, runtime_lock
@@ -41,6 +41,20 @@ from kdkit.core.lockfile import Pin, normalize_name, parse_lock
 from kdkit.core.report import Progress
 from kdkit.core.staging import staged_beside
 from kdkit.core.stalestaging import clean_stale
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class KdkitWheels(TypedDict):
+        """bundle.json's ``kdkit_wheels``: kdkit and its runtime lock, to install offline."""
+
+        folder: str
+        requirements: str
+        wheel: str
+        arch: str
+        pythons: list[str]
+        pythons_missing: dict[str, str]  # a CPython served by no locked wheel: why
+        files: list[str]
 
 WHEELS = "kdkit-wheels"
 REQUIREMENTS = "requirements.txt"
@@ -222,7 +236,7 @@ def _copy_checked(source: Path, names: list[str], lock: Path, folder: Path) -> N
         shutil.copyfile(source / name, folder / name)
 
 
-def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) -> dict[str, Any]:
+def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) -> KdkitWheels:
     """Write ``bundle/kdkit-wheels``; return what bundle.json records of it."""
     say = progress or (lambda _m: None)
     lock = runtime_lock()

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.lockfile import Lock, machine_local, normalize_name
 from kdkit.transfer.kdkitwheels import folder_files
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class LocalWheels(TypedDict):
+        """bundle.json's ``local_wheels``: the machine-local wheels the bundle carries."""
+
+        folder: str
+        files: list[str]
 
 FOLDER = "local-wheels"
 
@@ -35,7 +44,7 @@ def local_wheel_files(wheelhouse: Path | None, lock: Lock) -> list[Path]:
             if normalize_name(path.name).startswith(wanted)]
 
 
-def carry(staging: Path, files: list[Path]) -> dict[str, Any] | None:
+def carry(staging: Path, files: list[Path]) -> LocalWheels | None:
     """Copy ``files`` into ``staging``/local-wheels/; bundle.json's ``local_wheels`` (None when
     there are none)."""
     if not files:

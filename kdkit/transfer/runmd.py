@@ -27,10 +27,14 @@ safe set (kdkit.core.projectfiles.SAFE_PATH): what a config says is never run
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.image.container import RUNS_OWNER, portable_line, portable_spec, shell_prelude
 from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
+
+if TYPE_CHECKING:
+    from kdkit.transfer.format import ImageRecord
+    from kdkit.transfer.kdkitwheels import KdkitWheels
 
 # Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load`
 # re-checks it).
@@ -64,7 +68,7 @@ def _kdkit(env: str) -> str:
     return f"{q(env + '/bin/python')} -m kdkit"
 
 
-def _install_kdkit(wheels: dict[str, Any]) -> str:
+def _install_kdkit(wheels: KdkitWheels) -> str:
     """kdkit into a fresh venv beside the bundle, offline and hash-checked, from kdkit-wheels/
     (``--clear``: a newer wheel of the same version is installed, not skipped)."""
     return (f"python3 -m venv --clear {q(KDKIT_ENV)} && {q(KDKIT_ENV + '/bin/python')} -m pip "
@@ -94,14 +98,14 @@ def _header(info: dict[str, Any]) -> list[str]:
             *_block(["sha256sum -c --quiet SHA256SUMS"])]
 
 
-def _pythons(wheels: dict[str, Any]) -> str:
+def _pythons(wheels: KdkitWheels) -> str:
     served = f"python3 {', '.join(wheels['pythons'])} on {wheels['arch']} Linux"
     missing = sorted(wheels.get("pythons_missing") or {})
     return served + (f", not {', '.join(missing)} (a locked wheel has no build for it)" if missing
                      else "")
 
 
-def _with_kdkit(info: dict[str, Any], image: dict[str, Any], runs: str) -> list[str]:
+def _with_kdkit(info: dict[str, Any], image: ImageRecord, runs: str) -> list[str]:
     """The rented hour in order: kdkit installed offline, the image loaded, the secrets, the machine
     accepted, the run detached and followed, its evidence copied off the machine and verified
     there."""
@@ -178,7 +182,7 @@ def _evidence(kdkit: str, runs: str) -> list[str]:
             ""]
 
 
-def _docker_only(info: dict[str, Any], image: dict[str, Any], inputs: str, runs: str) -> list[str]:
+def _docker_only(info: dict[str, Any], image: ImageRecord, inputs: str, runs: str) -> list[str]:
     backend = info["backend"]
     decompress = COMPRESSORS[image["compressor"]].decompress
     spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend,

@@ -19,7 +19,7 @@ import stat
 import time
 from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.files import printable_name
 from kdkit.config.schemas import raise_first, schema_problems
@@ -44,6 +44,32 @@ from kdkit.transfer.format import (
 from kdkit.transfer.imagearchive import expected, rewritten
 from kdkit.transfer.kdkitwheels import listed_files
 from kdkit.transfer.localwheels import carried_files
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class Problems(TypedDict):
+        """A bundle's problems, each ``{"file", "problem"}``: what require_verified reads."""
+
+        bundle: str
+        problems: list[dict[str, str]]
+
+    class VerifyReport(Problems):
+        """`kdkit verify-bundle`'s report: its problems, and how many files SHA256SUMS lists."""
+
+        files: int
+        ok: bool
+
+    class LoadReport(TypedDict):
+        """`kdkit load`'s report: the image loaded and checked against the bundle."""
+
+        bundle: str
+        image: str
+        id: str
+        loaded: list[str]  # the tags (or ids) the engine says it loaded
+        labels_checked: list[str]
+        seconds: float
+        files: int
 
 
 def _format_problem(info: Any) -> str | None:
@@ -86,7 +112,7 @@ def _results_folders(folder: Path, info: Any, listed: Iterable[str]) -> list[Pat
     return [r for r in candidates if not any(r == p or r in p.parents for p in packed)]
 
 
-def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
+def verify_bundle(folder: Path, progress: Progress | None = None) -> VerifyReport:
     """Check every file against SHA256SUMS and bundle.json's file list, and the image archive's
     contents, before anything is loaded.
 
@@ -100,7 +126,7 @@ def verify_bundle(folder: Path, progress: Progress | None = None) -> dict[str, A
 
 
 def _verified(folder: Path,
-              progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+              progress: Progress | None) -> tuple[VerifyReport, dict[str, Any] | None]:
     """(verify_bundle's report, bundle.json's content as checked: None when it could not be
     read)."""
     folder = folder.resolve()
@@ -134,7 +160,8 @@ def _verified(folder: Path,
     problems += [{
         "file": printable_name(name), "problem": "not listed in SHA256SUMS (added after bundling)"}
                  for name in sorted(unlisted)]
-    report = {"bundle": str(folder), "files": len(listed), "ok": not problems, "problems": problems}
+    report: VerifyReport = {"bundle": str(folder), "files": len(listed), "ok": not problems,
+                            "problems": problems}
     return report, info if why is None else None
 
 
@@ -235,7 +262,7 @@ def _description(folder: Path, listed: dict[str, str], present: dict[str, os.sta
     return result
 
 
-def require_verified(report: dict[str, Any]) -> None:
+def require_verified(report: Problems) -> None:
     """CheckFailed naming the first bad file (and how many more)."""
     if report["problems"]:
         first = report["problems"][0]
@@ -247,7 +274,7 @@ def require_verified(report: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- kdkit load
 
 
-def load_bundle(folder: Path, progress: Progress | None = None) -> dict[str, Any]:
+def load_bundle(folder: Path, progress: Progress | None = None) -> LoadReport:
     """Verify every file and the archive's contents, load the image (the archive as checked, written
     again as it streams: kdkit.transfer.imagearchive), and check its id and labels against the
     bundle."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.core.errors import BadInput
 from kdkit.core.finding import Finding
@@ -27,6 +27,12 @@ from kdkit.core.jsonio import load_json
 from kdkit.probe.diagnose import evidence, health, smi
 from kdkit.probe.diagnose.core import Context
 from kdkit.probe.diagnose.points import check_overrides, thresholds
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.evidence import AcceptExtra, AcceptReport
+    from kdkit.probe.diagnose.points import Rule
+    from kdkit.probe.diagnose.runner import DiagnoseReport
+    from kdkit.probe.diagnose.smi_values import SmiFacts
 
 DEFAULT_SECONDS = 60.0
 # an acceptance test fits in the provider's first hour, where a refund is still asked
@@ -47,7 +53,7 @@ def order_expectation(order: Path | None) -> tuple[str | None, int | None]:
     return offer["name"], cards
 
 
-def project_overrides(project: Path | None) -> dict[str, Any] | None:
+def project_overrides(project: Path | None) -> dict[str, dict[str, Rule]] | None:
     """kdkit.json's ``"acceptance"`` of the project, checked against the shipped rules before any
     load (points.check_overrides); None without one."""
     if project is None or not (project / "kdkit.json").is_file():
@@ -71,8 +77,8 @@ ESSENTIAL = ("load.gemm", "load.gemm.sustained", "load.gemm.bitwise", "load.memo
 REFERENCED = ("load.gemm.reference", "load.memory.bandwidth")
 
 
-def _incomplete(ctx: Context, facts: dict[str, Any],
-                steps: dict[str, Any], cpu_only: bool) -> str | None:
+def _incomplete(ctx: Context, facts: SmiFacts,
+                steps: DiagnoseReport, cpu_only: bool) -> str | None:
     """Why the evidence cannot be gathered for a reason that is not the machine's, before the load:
     torch sees none or only some of the GPUs the driver lists (the environment is at fault, not the
     card), a step failed, the driver's answer for a GPU could not be read. None when the load can
@@ -113,7 +119,7 @@ def _cuda(ctx: Context) -> str | None:
 
 
 def run_acceptance(expect: str, seconds: float, memory_share: float, project: Path | None,
-                   order: Path | None, argv: list[str]) -> dict[str, Any]:
+                   order: Path | None, argv: list[str]) -> AcceptReport:
     """The acceptance report (evidence.report_of); never raises for what it finds. BadInput for an
     order or a project override that cannot be used, before anything runs."""
     from kdkit.probe.diagnose import load
@@ -143,9 +149,9 @@ def run_acceptance(expect: str, seconds: float, memory_share: float, project: Pa
         incomplete = _unmeasured(points)
     under_load = round(time.perf_counter()
                        - clock, 1) if any(p.section == "load" for p in points) else 0.0
-    extra = {"expect": expect, "expected": ctx.expected, "driver": facts,
-             "order": {"card": name, "count": count},
-             "commands": smi.commands(facts)}
+    extra: AcceptExtra = {"expect": expect, "expected": ctx.expected, "driver": facts,
+                          "order": {"card": name, "count": count},
+                          "commands": smi.commands(facts)}
     return evidence.report_of(points, steps, started=started, seconds=under_load,
                               incomplete=incomplete,
                               argv=argv, extra=extra)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import BadInput
@@ -25,10 +25,13 @@ from kdkit.core.staging import require_writable
 from kdkit.probe.diagnose.accept import DEFAULT_SECONDS, MAX_SECONDS
 from kdkit.probe.diagnose.runner import DEFAULT_MEMORY_SHARE, run_diagnose
 
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.runner import DiagnoseReport
+
 # ---------------------------------------------------------------- presentation
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render_text(report: DiagnoseReport) -> str:
     """The report for a person: one line per step, then the verdict and the fix."""
     lines = [f"kdkit diagnose (expect {report['expect']}"
              + (f" -> {report['expected']}" if report["expected"] and report["expect"] == "auto"
@@ -153,7 +156,7 @@ def main(argv: list[str]) -> int:
     return exit_code(report)
 
 
-def exit_code(report: dict[str, Any]) -> int:
+def exit_code(report: DiagnoseReport) -> int:
     """0 on a pass; else the failed step's code: 1, or 3 when what it needs is unavailable
     (/dev/kfd's group)."""
     failure = report.get("first_failure")

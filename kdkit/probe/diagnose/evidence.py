@@ -14,11 +14,60 @@ from __future__ import annotations
 import platform
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding, finding_json, finding_line, finite, place, shown
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
 from kdkit.probe.diagnose.points import machine_verdict, reasons
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    from kdkit.probe.diagnose.runner import DiagnoseReport
+    from kdkit.probe.diagnose.smi_values import SmiFacts
+
+    class MachineFacts(TypedDict):
+        """The machine as the evidence names it (machine_facts): host, driver, each card."""
+
+        hostname: str
+        kernel: str
+        machine: str
+        driver: str | None
+        cuda: str | None
+        gpus: list[dict[str, Any]]  # each card's IDENTITY keys, its readings as the driver gave
+
+    class OrderFacts(TypedDict):
+        """The card and count of the order the machine is held to (None: no order)."""
+
+        card: str | None
+        count: int | None
+
+    class AcceptExtra(TypedDict):
+        """What the acceptance run adds to its report (report_of's ``extra``)."""
+
+        expect: str
+        expected: str | None
+        driver: SmiFacts
+        order: OrderFacts
+        commands: list[str]
+        # report_of sets it (one given here is replaced); listed here because the report unpacks
+        # ``extra``, and mypy's extra checks want every NotRequired key of it in a ** item
+        provider_message: NotRequired[str | None]
+
+    class AcceptReport(AcceptExtra):
+        """The acceptance report (report_of): what acceptance.json and acceptance.md hold."""
+
+        command: str
+        verdict: str
+        incomplete: str | None
+        started: str
+        seconds_under_load: float
+        machine: MachineFacts
+        reasons: list[Finding]
+        points: list[Finding]
+        steps: DiagnoseReport
+        reproduce: list[str]
+
 
 JSON_NAME, MD_NAME = "acceptance.json", "acceptance.md"
 EXIT = {"accept": 0, "degraded": 1, "refuse": 1, "incomplete": 1}
@@ -37,7 +86,7 @@ def verdict(points: list[Finding], incomplete: str | None) -> str:
 IDENTITY = ("index", "name", "serial", "uuid", "bus_id", "memory_mib")
 
 
-def machine_facts(driver: dict[str, Any]) -> dict[str, Any]:
+def machine_facts(driver: SmiFacts) -> MachineFacts:
     """The machine as the evidence names it: host, kernel, driver, and each card's identity
     (smi.read's facts)."""
     gpus = [{key: gpu.get(key) for key in IDENTITY} for gpu in driver.get("gpus") or []]
@@ -64,7 +113,7 @@ def _md(text: Any) -> str:
     return md_cell(" ".join(str(text).split()), None)
 
 
-def provider_paragraph(report: dict[str, Any]) -> str | None:
+def provider_paragraph(report: AcceptReport) -> str | None:
     """The paragraph a user pastes to the provider, for a degraded or refused machine; None
     otherwise."""
     if report["verdict"] not in ("refuse", "degraded"):
@@ -84,13 +133,13 @@ def provider_paragraph(report: dict[str, Any]) -> str | None:
             + " The full evidence is attached (acceptance.json, acceptance.md).")
 
 
-def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, seconds: float,
+def report_of(points: list[Finding], steps: DiagnoseReport, *, started: str, seconds: float,
               incomplete: str | None,
-              argv: list[str], extra: dict[str, Any]) -> dict[str, Any]:
+              argv: list[str], extra: AcceptExtra) -> AcceptReport:
     """The acceptance report: verdict, reasons, the machine, every point, today's diagnose steps,
     the measurements' series (``extra``), and the commands that reproduce it."""
     judged = verdict(points, incomplete)
-    report: dict[str, Any] = {
+    report: AcceptReport = {
         "command": "diagnose --accept", "verdict": judged, "incomplete": incomplete,
         "started": started,
         "seconds_under_load": seconds, "machine": machine_facts(extra.get("driver") or {}),
@@ -101,7 +150,7 @@ def report_of(points: list[Finding], steps: dict[str, Any], *, started: str, sec
     return report
 
 
-def as_json(report: dict[str, Any]) -> dict[str, Any]:
+def as_json(report: AcceptReport) -> dict[str, Any]:
     """The report with its points as plain dicts (what acceptance.json and --json hold)."""
     plain: dict[str, Any] = finite({**report,
                                     "reasons": [finding_json(p) for p in report["reasons"]],
@@ -109,7 +158,7 @@ def as_json(report: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render_text(report: AcceptReport) -> str:
     """The report for a person at the terminal: each section's points, then the verdict and what to
     do."""
     lines = (
@@ -131,7 +180,7 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: AcceptReport) -> str:
     """acceptance.md: the verdict, the paragraph for the provider, the machine, every point with its
     threshold and source, and the commands that reproduce the test."""
     out = [f"# Acceptance: {report['verdict'].upper()}", "",
@@ -193,7 +242,7 @@ def check_folder(folder: Path) -> None:
             "folder") from None
 
 
-def write_evidence(folder: Path, report: dict[str, Any]) -> list[Path]:
+def write_evidence(folder: Path, report: AcceptReport) -> list[Path]:
     """acceptance.md, then acceptance.json (the record), each written atomically into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     md, data = folder / MD_NAME, folder / JSON_NAME
@@ -202,5 +251,5 @@ def write_evidence(folder: Path, report: dict[str, Any]) -> list[Path]:
     return [data, md]
 
 
-def exit_code(report: dict[str, Any]) -> int:
+def exit_code(report: AcceptReport) -> int:
     return EXIT[report["verdict"]]

@@ -11,7 +11,7 @@ each GPU's are health_rules.py's. Thresholds are kdkit/data/acceptance.json's (p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import gpurules
 from kdkit.core.builds import driver_floor, shipped_data, version_tuple
@@ -20,22 +20,26 @@ from kdkit.probe.diagnose import nominal, smi
 from kdkit.probe.diagnose.health_rules import gpu_points, make, unread, who
 from kdkit.probe.diagnose.points import thresholds
 
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.points import Rule
+    from kdkit.probe.diagnose.smi_values import SmiFacts
+
 GPU_FIX = ("in a container: docker run --gpus all (NVIDIA) or --device /dev/kfd --device /dev/dri "
            "(AMD); on a host: install the GPU driver")
 
 
 def check(cuda: str | None = None, expected_name: str | None = None,
           expected_count: int | None = None,
-          overrides: dict[str, Any] | None = None,
-          timeout: float = smi.READ_TIMEOUT) -> tuple[dict[str, Any], list[Finding]]:
+          overrides: dict[str, dict[str, Rule]] | None = None,
+          timeout: float = smi.READ_TIMEOUT) -> tuple[SmiFacts, list[Finding]]:
     """Read the driver's facts (smi.read) and judge them: (facts for the evidence, points)."""
     facts = smi.read(timeout)
     return facts, health_points(facts, cuda, expected_name, expected_count, overrides)
 
 
-def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name: str | None = None,
+def health_points(facts: SmiFacts, cuda: str | None = None, expected_name: str | None = None,
                   expected_count: int | None = None,
-                  overrides: dict[str, Any] | None = None) -> list[Finding]:
+                  overrides: dict[str, dict[str, Rule]] | None = None) -> list[Finding]:
     """Every health point of ``facts`` (smi.read's). ``cuda``: the lock's CUDA ("12.8"; None for a
     ROCm or CPU lock or when unknown). ``expected_name``/``expected_count``: the ordered card and
     count (None when unknown: the readings are then info). ``overrides``: kdkit.json
@@ -52,7 +56,7 @@ def health_points(facts: dict[str, Any], cuda: str | None = None, expected_name:
     return points + link_points(facts, health)
 
 
-def presence_points(facts: dict[str, Any]) -> list[Finding]:
+def presence_points(facts: SmiFacts) -> list[Finding]:
     """The one point of a machine whose driver lists no GPU: no tool and no device node (refuse: no
     GPU at all); device nodes but no tool (unknown: the facts cannot be read); a tool that fails or
     hangs (refuse)."""
@@ -77,7 +81,7 @@ def presence_points(facts: dict[str, Any]) -> list[Finding]:
                            "driver and GPUs or give me another machine")]
 
 
-def query_points(facts: dict[str, Any]) -> list[Finding]:
+def query_points(facts: SmiFacts) -> list[Finding]:
     """How the driver was read (info, for the evidence): the other spellings used for fields this
     driver knows only by them (clocks_throttle_reasons.* before R535), the fields it does not know,
     the lines kdkit could not read."""
@@ -117,7 +121,7 @@ def catalog_offer(name: str) -> dict[str, Any] | None:
     return next((dict(offer) for offer in offers if found and offer["name"] == found.name), None)
 
 
-def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Finding]:
+def driver_points(facts: SmiFacts, cuda: str | None) -> list[Finding]:
     """The driver against the lock's CUDA: its version against the floor (pairings.json), and the
     CUDA it supports (info)."""
     version = facts.get("driver_version")
@@ -154,9 +158,9 @@ def driver_points(facts: dict[str, Any], cuda: str | None) -> list[Finding]:
                     source=source)]
 
 
-def order_points(facts: dict[str, Any], expected_name: str | None = None,
+def order_points(facts: SmiFacts, expected_name: str | None = None,
                  expected_count: int | None = None,
-                 rules: dict[str, Any] | None = None) -> list[Finding]:
+                 rules: dict[str, Rule] | None = None) -> list[Finding]:
     """The GPUs against the order: how many, which card (``expected_name``, a catalog name or alias,
     or as the driver prints it), how much memory. None for what the order does not say: the readings
     are then info. ``rules``: the health section's (the shipped ones when None)."""
@@ -235,7 +239,7 @@ def same_card(expected: str, name: str) -> tuple[bool | None, str]:
     return None, ""
 
 
-def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
+def memory_points(gpu: dict[str, Any], rule: Rule) -> list[Finding]:
     """The card's memory against its datasheet (catalog memory_gb per device), for a card the
     catalog knows."""
     mib = gpu.get("memory_mib")
@@ -262,7 +266,7 @@ def memory_points(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
                           f"GB of a {offer['name']}; please give me the card ordered")]
 
 
-def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def link_points(facts: SmiFacts, rules: dict[str, Rule]) -> list[Finding]:
     """NVLink/XGMI: links down on a GPU whose other links are up, or while the machine's other GPUs
     have links up; XGMI errors. A machine with no link up at all is reported (a PCIe-only machine
     looks the same)."""
@@ -294,7 +298,7 @@ def link_points(facts: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     return points
 
 
-def _xgmi_errors(gpu: dict[str, Any], rule: dict[str, Any]) -> list[Finding]:
+def _xgmi_errors(gpu: dict[str, Any], rule: Rule) -> list[Finding]:
     if "xgmi_errors" not in gpu:
         return []
     status = gpu["xgmi_errors"]

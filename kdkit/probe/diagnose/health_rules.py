@@ -11,9 +11,12 @@ point, unless nothing else stands in.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.points import Rule
 
 SECTION = "health"
 THROTTLE = "throttle."
@@ -34,7 +37,7 @@ def tool(gpu: dict[str, Any]) -> str:
 
 
 def make(name: str, gpu: dict[str, Any] | None, reading: Any, verdict: str, why: str,
-         rule: dict[str, Any] | None,
+         rule: Rule | None,
          unit: str = "", threshold: str | None = None, fix: str | None = None,
          provider: str | None = None) -> Finding:
     """A health point; its threshold and source are ``rule``'s (``threshold`` words it when
@@ -54,7 +57,7 @@ def worded(value: Any) -> str:
     return str(value)
 
 
-def unread(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any] | None,
+def unread(name: str, gpu: dict[str, Any], key: str, rule: Rule | None,
            unit: str = "") -> Finding:
     """The point of a reading the driver printed but kdkit could not read."""
     why = gpu["unread"].get(key, "not reported")
@@ -69,8 +72,8 @@ def known(gpu: dict[str, Any], key: str) -> bool:
     return key in gpu
 
 
-def gpu_points(gpu: dict[str, Any], rules: dict[str, Any],
-               load_rules: dict[str, Any]) -> list[Finding]:
+def gpu_points(gpu: dict[str, Any], rules: dict[str, Rule],
+               load_rules: dict[str, Rule]) -> list[Finding]:
     """Every health point of one GPU (the machine's are health.py's); one unknown point for a GPU
     whose line kdkit could not read."""
     if gpu.get("unreadable"):
@@ -84,7 +87,7 @@ def gpu_points(gpu: dict[str, Any], rules: dict[str, Any],
             *power_points(gpu, rules), state_point(gpu)]
 
 
-def _count_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any], what: str,
+def _count_point(name: str, gpu: dict[str, Any], key: str, rule: Rule, what: str,
                  provider: str | None) -> list[Finding]:
     if not known(gpu, key):
         return []
@@ -99,7 +102,7 @@ def _count_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any],
                  provider=None if provider is None else provider.format(who=who(gpu), n=value))]
 
 
-def ecc_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def ecc_points(gpu: dict[str, Any], rules: dict[str, Rule]) -> list[Finding]:
     """ECC mode, and the uncorrectable (and AMD's correctable) error counts."""
     points = []
     if known(gpu, "ecc_mode"):
@@ -135,7 +138,7 @@ def ecc_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     return points
 
 
-def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any],
+def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: Rule,
                 texts: tuple[str, str], fix: str,
                 provider: str) -> Finding:
     """A yes/no reading against ``rule``'s value; ``texts``: (why when as the rule wants, why when
@@ -149,7 +152,7 @@ def _flag_point(name: str, gpu: dict[str, Any], key: str, rule: dict[str, Any],
                 fix=fix, provider=f"{who(gpu)}: {provider}")
 
 
-def memory_repair_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def memory_repair_points(gpu: dict[str, Any], rules: dict[str, Rule]) -> list[Finding]:
     """Pending page retirement (before Ampere) and row remapping (Ampere and later, which replaces
     it: NVIDIA GPU memory error management, Row Remapping). The mechanism the card does not use
     answers "[N/A]" and makes no point while the other is readable."""
@@ -196,7 +199,7 @@ RECOVERY_FIX = {"reset": "with root, no process on the GPU: sudo nvidia-smi -r -
                                    "{i}"}
 
 
-def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def recovery_points(gpu: dict[str, Any], rules: dict[str, Rule]) -> list[Finding]:
     """The driver's pending recovery action (gpu_recovery_action), or the reset status of drivers
     before it."""
     rule = rules["recovery_action"]
@@ -230,7 +233,7 @@ def recovery_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]
     return [unread("recovery_action", gpu, present[0], rule)] if present else []
 
 
-def pcie_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def pcie_points(gpu: dict[str, Any], rules: dict[str, Rule]) -> list[Finding]:
     """The PCIe link at idle: at its maximum is ok, below is reported (info) for the load section to
     judge."""
     rule = rules["pcie.link"]
@@ -256,8 +259,8 @@ def pcie_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     return points
 
 
-def throttle_points(gpu: dict[str, Any], rules: dict[str, Any],
-                    load_rules: dict[str, Any]) -> list[Finding]:
+def throttle_points(gpu: dict[str, Any], rules: dict[str, Rule],
+                    load_rules: dict[str, Rule]) -> list[Finding]:
     """Clock event (throttle) reasons at idle: a slowdown reason active at idle is degraded."""
     reasons = {key[len(THROTTLE):]: value for key, value in gpu.items() if key.startswith(THROTTLE)}
     if not reasons:
@@ -278,7 +281,7 @@ def throttle_points(gpu: dict[str, Any], rules: dict[str, Any],
                           "delivery is failing; please check the machine or give me another one")]
 
 
-def mode_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def mode_points(gpu: dict[str, Any], rules: dict[str, Rule]) -> list[Finding]:
     """Persistence, compute and MIG modes."""
     points = []
     if known(gpu, "persistence"):
@@ -310,7 +313,7 @@ def mode_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
     return points
 
 
-def _compute_mode(gpu: dict[str, Any], rule: dict[str, Any]) -> Finding:
+def _compute_mode(gpu: dict[str, Any], rule: Rule) -> Finding:
     mode = gpu["compute_mode"]
     if mode is None:
         return unread("compute_mode", gpu, "compute_mode", rule)
@@ -326,7 +329,7 @@ def _compute_mode(gpu: dict[str, Any], rule: dict[str, Any]) -> Finding:
     return make("compute_mode", gpu, mode, verdict, f"compute mode {mode}{why}", rule)
 
 
-def power_points(gpu: dict[str, Any], rules: dict[str, Any]) -> list[Finding]:
+def power_points(gpu: dict[str, Any], rules: dict[str, Rule]) -> list[Finding]:
     """The enforced power limit against the card's default."""
     if not known(gpu, "power_limit") or not known(gpu, "power_default_limit"):
         return []

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from statistics import fmean
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import loadcomm, loadio, loadref, nominal
@@ -31,6 +31,9 @@ from kdkit.probe.diagnose.loadio import Mark
 from kdkit.probe.diagnose.loadsensors import Sampler, SensorLog, sensor_points, torch_bus_id
 from kdkit.probe.diagnose.points import thresholds
 from kdkit.probe.diagnose.steps import _bf16_native
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.points import Rule
 
 DEFAULT_SECONDS = 60.0
 # The square matrices' side: 8192 in bf16 is 1.1 TFLOP a launch (a few ms on a data-centre card),
@@ -77,7 +80,7 @@ class Repeats:
         self.collect(torch)
         return self.mismatches == before
 
-    def point(self, gpu: int | None, device: str, rules: dict[str, Any]) -> Finding:
+    def point(self, gpu: int | None, device: str, rules: dict[str, Rule]) -> Finding:
         """ok, or refuse past the rule's allowance (none): gpu-burn's verdict on a faulty card."""
         rule = rules["load.gemm.bitwise"]
         allowed, source = int(rule["value"]), rule.get("source")
@@ -234,7 +237,7 @@ def burn(torch: Any, devices: list[str], seconds: float, log: SensorLog) -> list
     return lanes
 
 
-def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> Finding:
+def tflops_point(gpu: int | None, lane: Lane, name: str, rules: dict[str, Rule]) -> Finding:
     """The whole run's TFLOP/s against the card's nominal dense figure for the dtype used, where
     known."""
     rule = rules.get("load.gemm.tflops") or {"value": nominal.FLAG_BELOW, "source": NOMINAL_SOURCE}
@@ -275,7 +278,7 @@ def overall_tflops(lane: Lane) -> float | None:
 
 
 def sustained_point(gpu: int | None, device: str, rates: list[float],
-                    rules: dict[str, Any]) -> Finding:
+                    rules: dict[str, Rule]) -> Finding:
     """The last tenth of the intervals against the first: a drop is thermal or power throttling."""
     rule = rules["load.gemm.sustained"]
     floor, window = float(rule["value"]), float(rule["window"])
@@ -307,7 +310,7 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def lane_points(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -> list[Finding]:
+def lane_points(gpu: int | None, lane: Lane, name: str, rules: dict[str, Rule]) -> list[Finding]:
     rates = [interval["tflops"] for interval in lane.intervals]
     kind = str(lane.dtype).removeprefix("torch.")
     evidence = Finding("load", "load.gemm.intervals", gpu, lane.intervals, "TFLOP/s per interval",
@@ -320,7 +323,7 @@ def lane_points(gpu: int | None, lane: Lane, name: str, rules: dict[str, Any]) -
 
 
 def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler | None = None,
-                rules: dict[str, Any] | None = None) -> list[Finding]:
+                rules: dict[str, dict[str, Rule]] | None = None) -> list[Finding]:
     """The load section's points for every device of ``ctx`` (its GPUs, or the CPU).
 
     ``seconds``: the GEMM loop's bound (validated by the caller). ``sampler``: the driver's sampler,
@@ -352,7 +355,7 @@ def load_points(ctx: Context, seconds: float = DEFAULT_SECONDS, sampler: Sampler
 
 
 def _after(ctx: Context, devices: list[str], log: SensorLog,
-           rules: dict[str, Any]) -> list[Finding]:
+           rules: dict[str, Rule]) -> list[Finding]:
     """What follows the GEMM loop: copies, memory fill, peers, all-reduce, and the driver's
     samples."""
     torch = ctx.torch

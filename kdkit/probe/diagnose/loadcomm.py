@@ -23,9 +23,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from kdkit.probe.diagnose.points import Rule
+
+    class WorkerConfig(TypedDict):
+        """What each all-reduce worker is told (besides its rank and the world size)."""
+
+        backend: str
+        device: str
+        nbytes: int
+        iterations: int
+        init: str
+
 
 GPU_BYTES, CPU_BYTES = 256 << 20, 1 << 20
 ITERATIONS = 20
@@ -40,7 +55,7 @@ def busbw(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
     return algbw, algbw * 2 * (ranks - 1) / ranks
 
 
-def allreduce_points(world: int, backend: str, rules: dict[str, Any], nbytes: int | None = None,
+def allreduce_points(world: int, backend: str, rules: dict[str, Rule], nbytes: int | None = None,
                      timeout: float = TIMEOUT) -> list[Finding]:
     """Run ``world`` workers with ``backend`` (nccl: one per GPU; gloo: on the CPU) and judge the
     result."""
@@ -88,7 +103,7 @@ def _command() -> list[str]:
     return [sys.executable, "-c", boot]
 
 
-def _run_workers(world: int, config: dict[str, Any], folder: Path,
+def _run_workers(world: int, config: WorkerConfig, folder: Path,
                  timeout: float) -> tuple[dict[str, Any] | None, str]:
     """(rank 0's result, or None and the first telling line of the workers' errors)."""
     env = dict(os.environ)

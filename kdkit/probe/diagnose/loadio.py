@@ -7,12 +7,15 @@ Standard library only; torch is passed in.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding
 from kdkit.core.gpurules import gib
 from kdkit.probe.diagnose.core import synchronize
 from kdkit.probe.diagnose.loadsensors import SensorLog, link_of
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.points import Rule
 
 # per copy: large enough that the launch cost is noise (nvbandwidth uses 512 MiB)
 COPY_BYTES = 256 << 20
@@ -64,7 +67,7 @@ def release(torch: Any, devices: list[str]) -> None:
 
 
 def io_points(torch: Any, devices: list[str], gpus: dict[str, int], share: float, log: SensorLog,
-              rules: dict[str, Any]) -> list[Finding]:
+              rules: dict[str, Rule]) -> list[Finding]:
     """Copies (GPUs only: pinned memory needs a driver) and the memory fill, each device in turn.
     ``gpus``: each GPU's index as the driver numbers it."""
     points: list[Finding] = []
@@ -114,7 +117,7 @@ def _rate(torch: Any, device: str, copy: Any, nbytes: int, log: SensorLog) -> fl
 
 
 def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog,
-                rules: dict[str, Any]) -> list[Finding]:
+                rules: dict[str, Rule]) -> list[Finding]:
     """Pinned host->device and device->host GB/s, against the link's nominal (its maximum gen and
     width). The buffers go when the function returns."""
     host = torch.empty(COPY_BYTES, dtype=torch.uint8).pin_memory()
@@ -129,7 +132,7 @@ def copy_points(torch: Any, device: str, gpu: int | None, log: SensorLog,
 
 def copy_point(gpu: int | None, device: str, direction: str, gbps: float,
                link: tuple[int, int] | None,
-               rules: dict[str, Any]) -> Finding:
+               rules: dict[str, Rule]) -> Finding:
     """One direction's GB/s against ``link``'s nominal (PCI-SIG's per-lane rate times the width)."""
     rule, table = rules["load.copy"], rules["load.pcie.lane_gbps"]
     lane = table["value"].get(str(link[0])) if link else None
@@ -178,7 +181,7 @@ def count_wrong(blocks: list[Any], pattern: int) -> int:
 
 
 def fill_point(torch: Any, device: str, gpu: int | None, share: float,
-               rules: dict[str, Any]) -> Finding:
+               rules: dict[str, Rule]) -> Finding:
     """Fill most of the free memory block by block, each block its own byte (so two addresses that
     alias show), read every block back after all are written, for each pattern; more wrong bytes
     than the rule allows (none) refuses."""

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding
 from kdkit.probe.diagnose import nominal
 from kdkit.probe.diagnose.loadio import failure_point, release, timed_repeats
 from kdkit.probe.diagnose.loadsensors import SensorLog
 from kdkit.probe.diagnose.points import ACCEPTANCE
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kdkit.probe.diagnose.points import Rule
 
 # bytes per array: far past any cache (an H100's L2 is 50 MiB)
 GPU_ARRAY, CPU_ARRAY = 512 << 20, 32 << 20
@@ -64,7 +69,7 @@ def bandwidth(torch: Any, device: str, log: SensorLog | None = None) -> dict[str
     return reading
 
 
-def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+def card_of(device_name: str, references: dict[str, Rule]) -> tuple[str | None, Mapping[str, Any]]:
     """(the catalog's card name, its reference entry) for a device name as torch reports it; the
     entry is empty for a card the catalog does not know or the reference section lacks."""
     figures = None if MIG_SLICE.search(device_name) else nominal.lookup(device_name)
@@ -74,7 +79,7 @@ def card_of(device_name: str, references: dict[str, Any]) -> tuple[str | None, d
     return figures.name, entry if isinstance(entry, dict) else {}
 
 
-def _source(card: str | None, entry: dict[str, Any], figures: tuple[str, ...], key: str) -> str:
+def _source(card: str | None, entry: Mapping[str, Any], figures: tuple[str, ...], key: str) -> str:
     """Where the card's ``figures`` come from: their shipped source (``key``), or the project's
     where its kdkit.json "acceptance" changed one of them (its "source", else kdkit.json itself)."""
     if _overridden(card, entry, figures):
@@ -93,13 +98,13 @@ def _shipped(card: str | None) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _overridden(card: str | None, entry: dict[str, Any], figures: tuple[str, ...]) -> bool:
+def _overridden(card: str | None, entry: Mapping[str, Any], figures: tuple[str, ...]) -> bool:
     """Whether the project's kdkit.json changed any of the card's ``figures``."""
     shipped = _shipped(card)
     return any(entry.get(figure) != shipped.get(figure) for figure in figures)
 
 
-def _whose(card: str | None, entry: dict[str, Any], figures: tuple[str, ...]) -> str:
+def _whose(card: str | None, entry: Mapping[str, Any], figures: tuple[str, ...]) -> str:
     """Whose figure the provider is told: a healthy card's, or the project's own reference."""
     return f"the project's reference for {card}" if _overridden(
         card, entry, figures) else f"a healthy {card} measures"
@@ -128,7 +133,7 @@ def _label(device: str, device_name: str) -> str:
 
 
 def gemm_point(gpu: int | None, device: str, device_name: str, kind: str, overall: float | None,
-               references: dict[str, Any], rules: dict[str, Any]) -> Finding:
+               references: dict[str, Rule], rules: dict[str, Rule]) -> Finding:
     """The run's dense GEMM TFLOP/s against the card's measured bf16 reference: ok at or above the
     rule's share (no ceiling), degraded below; a CPU, an fp16 run or a card without a reference is
     read, not judged."""
@@ -180,8 +185,8 @@ def _bandwidth_threshold(floor: float, judged: dict[str, float]) -> str:
         f"{k} {v:,.0f}" for k, v in judged.items())
 
 
-def _unmeasured(point: Finding, device: str, device_name: str, references: dict[str, Any],
-                rules: dict[str, Any]) -> Finding:
+def _unmeasured(point: Finding, device: str, device_name: str, references: dict[str, Rule],
+                rules: dict[str, Rule]) -> Finding:
     """A STREAM failure on a card with a reference carries the threshold it would have been held to:
     an unknown with a threshold is a reading not made, and the run is incomplete
     (accept._unmeasured)."""
@@ -194,7 +199,7 @@ def _unmeasured(point: Finding, device: str, device_name: str, references: dict[
 
 
 def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dict[str, float],
-                    references: dict[str, Any], rules: dict[str, Any]) -> Finding:
+                    references: dict[str, Rule], rules: dict[str, Rule]) -> Finding:
     """STREAM copy and triad GB/s against the card's measured ones: each kind with a reference is
     judged, the worst decides; a CPU or a card without a reference is read, not judged."""
     rule = rules["load.memory.bandwidth"]
@@ -225,8 +230,8 @@ def bandwidth_point(gpu: int | None, device: str, device_name: str, reading: dic
 
 
 def bandwidth_points(torch: Any, devices: list[str], gpus: dict[str, int], names: dict[str, str],
-                     log: SensorLog | None, rules: dict[str, Any],
-                     references: dict[str, Any]) -> list[Finding]:
+                     log: SensorLog | None, rules: dict[str, Rule],
+                     references: dict[str, Rule]) -> list[Finding]:
     """Each device's STREAM bandwidth, measured and judged; a device that fails is a point (loadio's
     rule)."""
     points: list[Finding] = []

@@ -26,9 +26,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.finding import Finding
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.points import Rule
 
 Sampler = Callable[[], dict[int, dict[str, Any]]]
 FIELDS = ("sm_clock", "sm_clock_max", "temperature", "power_draw", "power_limit", "pcie_gen",
@@ -112,7 +115,7 @@ def _bus(text: Any) -> tuple[int, int, int] | None:
         return None
 
 
-def sensor_points(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> list[Finding]:
+def sensor_points(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Rule]) -> list[Finding]:
     """The points of one card's samples: throttle reasons, clocks, temperature, power, PCIe link."""
     if not entries:
         return [Finding("load", "load.sensors", gpu, None, "", None, "unknown",
@@ -128,7 +131,7 @@ def sensor_points(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]
             evidence]
 
 
-def throttle_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Finding:
+def throttle_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Rule]) -> Finding:
     """Which throttle reasons were active, in how many samples; a hardware or thermal one is
     degraded."""
     rule = rules["load.throttle"]
@@ -206,7 +209,7 @@ def link_of(entries: list[dict[str, Any]]) -> tuple[tuple[int, int] | None, tupl
     return best, (tops[-1] if tops else None)
 
 
-def pcie_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Any]) -> Finding:
+def pcie_point(gpu: int, entries: list[dict[str, Any]], rules: dict[str, Rule]) -> Finding:
     """The link under load (the best sample: an idle link trains down to save power) against its
     maximum."""
     rule = rules.get("load.pcie.link", {})

@@ -12,9 +12,27 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypedDict
 
     from kdkit.core.finding import Finding
+
+    class Rule(TypedDict, total=False):
+        """A rule of kdkit/data/acceptance.json (threshold, card reference), overrides laid over."""
+
+        value: Any  # the threshold: a number, text, flag, list or table, by rule
+        verdict: str
+        idle_verdict: str
+        gen_gt_s: dict[str, float]
+        window: float
+        bounds: dict[str, list[float | None]]
+        about: str
+        source: str
+        unit: str
+        note: str
+        copy_gb_s: float
+        triad_gb_s: float
+        bandwidth_source: str
+
 
 ACCEPTANCE = "data/acceptance.json"  # inside the kdkit package; travels (kdkit.core.layout.DATA)
 
@@ -51,16 +69,17 @@ def reasons(points: list[Finding]) -> list[Finding]:
     return []
 
 
-def thresholds(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def thresholds(
+        overrides: dict[str, dict[str, Rule]] | None = None) -> dict[str, dict[str, Rule]]:
     """The shipped thresholds (``kdkit/data/acceptance.json``), each ``{"value": ..., "source":
     ...}`` under its section and name, with a project's ``overrides`` (kdkit.json ``"acceptance"``:
     the same shape, ``source`` optional) laid over them; an overridden threshold's source says
     so."""
     from kdkit.core.builds import shipped_data
 
-    merged: dict[str, Any] = {section: dict(rules) for section,
-                              rules in shipped_data(ACCEPTANCE).items()
-                              if isinstance(rules, dict)}
+    merged: dict[str, dict[str, Rule]] = {section: dict(rules) for section,
+                                          rules in shipped_data(ACCEPTANCE).items()
+                                          if isinstance(rules, dict)}
     for section, rules in (overrides or {}).items():
         for name, rule in rules.items():
             base = merged.setdefault(section, {}).get(name, {})

@@ -11,12 +11,50 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.probe.diagnose import deep as diagdeep
 from kdkit.probe.diagnose import host as diaghost
 from kdkit.probe.diagnose import steps as diagsteps
 from kdkit.probe.diagnose.core import Context, StepFailed, StepFn
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class StepRow(TypedDict):
+        """One step's row of the diagnose report: its name, status, detail and seconds."""
+
+        name: str
+        status: str
+        detail: str
+        seconds: float
+
+    class StepFailure(TypedDict):
+        """The step a diagnose run stopped at (``first_failure``): where, why, the fix."""
+
+        step: str
+        number: int
+        of: int
+        detail: str
+        fix: str | None
+        exit_code: int
+
+    class DiagnoseReport(TypedDict):
+        """The report of `kdkit diagnose` (run_steps); the acceptance report's ``steps``."""
+
+        command: str
+        verdict: str
+        expect: str
+        expected: str | None
+        backend: str | None
+        deep: bool
+        started: str
+        seconds: float
+        steps: list[StepRow]
+        first_failure: StepFailure | None
+        not_reached: list[str]
+        facts: dict[str, Any]  # Context.facts: what each step learned, by step
+
 
 STEPS: tuple[tuple[str, StepFn], ...] = (
     ("interpreter", diaghost.interpreter),
@@ -41,20 +79,20 @@ DEFAULT_MEMORY_SHARE = 0.8
 
 def run_diagnose(expect: str = "auto", deep: bool = False,
                  memory_share: float = DEFAULT_MEMORY_SHARE,
-                 project: Path | None = None) -> dict[str, Any]:
+                 project: Path | None = None) -> DiagnoseReport:
     """Run the steps in order and return the report; never raises for what it finds."""
     ctx = Context(expect=expect, memory_share=memory_share, project=project)
     return run_steps(ctx, STEPS + (DEEP_STEPS if deep else ()), deep)
 
 
 def run_steps(ctx: Context, plan: tuple[tuple[str, StepFn], ...],
-              deep: bool = False) -> dict[str, Any]:
+              deep: bool = False) -> DiagnoseReport:
     """The report of ``plan``'s steps run in order on ``ctx`` (which keeps what they learn: torch,
     the devices), stopping at the first failure; never raises for what it finds."""
     expect = ctx.expect
     started, clock = datetime.now(timezone.utc), time.perf_counter()
-    steps: list[dict[str, Any]] = []
-    failure: dict[str, Any] | None = None
+    steps: list[StepRow] = []
+    failure: StepFailure | None = None
     for number, (name, function) in enumerate(plan, start=1):
         status, detail, fix, seconds, code = _run_step(function, ctx)
         steps.append(

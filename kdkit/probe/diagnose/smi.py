@@ -12,17 +12,20 @@ evidence as they are.
 from __future__ import annotations
 
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.probe.diagnose import smi_amd, smi_nvidia
 from kdkit.probe.diagnose.smi_values import new_facts
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.smi_values import SmiFacts
 
 # seconds per driver tool run: nvidia-smi answers in about 1 s; 30 s means it hangs
 READ_TIMEOUT = 30.0
 SAMPLE_TIMEOUT = 5.0  # seconds per sample: a sampler that waits longer misses the next second
 
 
-def read(timeout: float = READ_TIMEOUT) -> dict[str, Any]:
+def read(timeout: float = READ_TIMEOUT) -> SmiFacts:
     """What the driver says about this machine: NVIDIA's when nvidia-smi is on PATH, else AMD's
     (amd-smi, then rocm-smi), else none (``failure`` says so, ``device_nodes`` says whether /dev
     shows a GPU). Each run is bounded by ``timeout``; a tool that hangs is asked nothing more. Never
@@ -54,7 +57,7 @@ def sample(timeout: float = SAMPLE_TIMEOUT) -> dict[int, dict[str, Any]]:
     return {}
 
 
-def commands(facts: dict[str, Any]) -> list[str]:
+def commands(facts: SmiFacts) -> list[str]:
     """The driver tool's command lines behind ``facts`` (read()'s), for the evidence's "reproduce"
     list."""
     tool = facts.get("tool")

@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.builds import shipped_data
 from kdkit.probe.diagnose.points import ACCEPTANCE
 from kdkit.probe.diagnose.smi_values import call, new_facts, new_gpu, number, put
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.smi_values import SmiFacts
 
 AMD_SMI = "amd-smi"
 ROCM_SMI = "rocm-smi"
@@ -141,7 +144,7 @@ def generations(gpu: dict[str, Any]) -> None:
                 gpu["unread"][gen] = f"{gpu['raw'].get(speed, 'no')} GT/s is no PCIe generation"
 
 
-def read(timeout: float) -> dict[str, Any]:
+def read(timeout: float) -> SmiFacts:
     """Everything amd-smi (or rocm-smi) says about this machine's GPUs (smi_values.new_facts); never
     raises."""
     if shutil.which(AMD_SMI) is None:
@@ -172,7 +175,7 @@ def read(timeout: float) -> dict[str, Any]:
     return facts
 
 
-def _xgmi(facts: dict[str, Any], gpus: dict[int, dict[str, Any]], timeout: float) -> None:
+def _xgmi(facts: SmiFacts, gpus: dict[int, dict[str, Any]], timeout: float) -> None:
     data, failure, _ = json_answer([AMD_SMI, "xgmi", "--link-status", "--json"], timeout)
     if failure is not None:
         facts["problems"].append(f"xgmi link status: {failure}")
@@ -205,7 +208,7 @@ def link_states(data: Any) -> dict[int, list[str]]:
     return found
 
 
-def read_rocm_smi(timeout: float) -> dict[str, Any]:
+def read_rocm_smi(timeout: float) -> SmiFacts:
     """What rocm-smi's JSON gives: name, memory and bus per card (older ROCm stacks)."""
     facts = new_facts("amd", ROCM_SMI)
     data, failure, _ = json_answer([ROCM_SMI, "--showproductname", "--showmeminfo",
@@ -230,7 +233,7 @@ def read_rocm_smi(timeout: float) -> dict[str, Any]:
 
 # Per amd-smi program: each GPU's maximum PCIe link (static, read once), so that each sample runs
 # amd-smi once.
-_MAXIMA: dict[str, dict[int, dict[str, Any]]] = {}
+_MAXIMA: dict[str, dict[int, dict[str, str | int | float | None]]] = {}
 
 
 def sample(timeout: float) -> dict[int, dict[str, Any]]:

@@ -23,7 +23,7 @@ https://docs.nvidia.com/deploy/nvidia-smi/index.html, "Selective query options")
 from __future__ import annotations
 
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.probe.diagnose.smi_values import (
     Called,
@@ -34,6 +34,9 @@ from kdkit.probe.diagnose.smi_values import (
     put,
     unread_all,
 )
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.smi_values import SmiFacts
 
 NVIDIA_SMI = "nvidia-smi"
 CSV = "--format=csv,noheader,nounits"
@@ -191,7 +194,7 @@ def gpu_records(answer: Answer,
     return gpus, problems
 
 
-def read(timeout: float) -> dict[str, Any]:
+def read(timeout: float) -> SmiFacts:
     """Everything nvidia-smi says about this machine's GPUs (smi_values.new_facts); never raises."""
     facts = new_facts("nvidia", NVIDIA_SMI)
     answer = query("gpu", tuple(field for field, _, _ in GPU_FIELDS), timeout)
@@ -208,7 +211,7 @@ def read(timeout: float) -> dict[str, Any]:
     return facts
 
 
-def _remapped_rows(facts: dict[str, Any], timeout: float) -> bool:
+def _remapped_rows(facts: SmiFacts, timeout: float) -> bool:
     answer = query("remapped-rows", tuple(field for field, _, _ in REMAP_FIELDS), timeout)
     if answer.failure is not None:
         facts["problems"].append(f"remapped rows: {answer.failure}")
@@ -233,7 +236,7 @@ def _why_not(called: Called) -> str:
     return f"exit {called.done.returncode}: {called.done.first_error_line()}"
 
 
-def _versions(facts: dict[str, Any], timeout: float) -> bool:
+def _versions(facts: SmiFacts, timeout: float) -> bool:
     called = call([NVIDIA_SMI, "-q", "-d", "COMPUTE"], timeout)
     if called.done is None or not called.done.ok:
         facts["problems"].append(f"nvidia-smi -q: {_why_not(called)}")
@@ -249,7 +252,7 @@ def _versions(facts: dict[str, Any], timeout: float) -> bool:
     return False
 
 
-def _nvlink(facts: dict[str, Any], timeout: float) -> bool:
+def _nvlink(facts: SmiFacts, timeout: float) -> bool:
     called = call([NVIDIA_SMI, "nvlink", "--status"], timeout)
     if called.done is None or not called.done.ok:
         facts["problems"].append(f"nvidia-smi nvlink: {_why_not(called)}")

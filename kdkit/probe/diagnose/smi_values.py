@@ -15,11 +15,35 @@ from __future__ import annotations
 
 import math
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import KdkitError
 from kdkit.core.proc import Completed
 from kdkit.probe.diagnose.host import hardware_hints
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class SmiQuery(TypedDict):
+        """The query-gpu fields asked (as the driver knows them), renamed and refused."""
+
+        fields: list[str]
+        renamed: dict[str, str]
+        unknown: list[str]
+
+    class SmiFacts(TypedDict):
+        """What the driver's tool said about this machine (new_facts; each GPU new_gpu's)."""
+
+        vendor: str | None
+        tool: str | None
+        driver_version: str | None
+        cuda_version: str | None
+        gpus: list[dict[str, Any]]  # one new_gpu record each: its reading keys vary by tool
+        query: SmiQuery
+        problems: list[str]
+        failure: str | None
+        device_nodes: list[str]
+
 
 # The words the tools print for a state: nvidia-smi's "Enabled"/"Disabled" (persistence, ECC and MIG
 # modes), "Active"/"Not Active" (clock event reasons), "Yes"/"No" (pending retirement, remapped
@@ -132,7 +156,7 @@ def unread_all(gpu: dict[str, Any], keys: list[str], why: str) -> None:
     gpu["unreadable"] = why
 
 
-def new_facts(vendor: str | None, tool: str | None) -> dict[str, Any]:
+def new_facts(vendor: str | None, tool: str | None) -> SmiFacts:
     """What the driver said about this machine, before asking: ``gpus`` (one record each), the
     driver and CUDA versions, ``query`` (the field names used, renamed and refused), ``problems``
     (odd lines, failed side queries), ``failure`` (why there is no answer at all) and

@@ -9,7 +9,7 @@ gpurules.py, so they are tested without a GPU; these functions gather the facts.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import builds, gpurules
 from kdkit.core.errors import KdkitError
@@ -28,6 +28,9 @@ from kdkit.probe.diagnose.core import (
     warn,
     warning_text,
 )
+
+if TYPE_CHECKING:
+    from kdkit.probe.diagnose.step_records import ComputeCheck, DeviceFacts, MemoryCheck
 
 # dtype name -> tolerance on the error relative to the largest reference value
 PRECISIONS = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
@@ -117,7 +120,7 @@ def devices(ctx: Context) -> Finding:
     return ok(f"{count} device(s): {names}")
 
 
-def _device_facts(torch: Any, index: int) -> dict[str, Any]:
+def _device_facts(torch: Any, index: int) -> DeviceFacts:
     props = torch.cuda.get_device_properties(index)
     gcn = getattr(props, "gcnArchName", None) if build_of(torch) == "rocm" else None
     arch = gpurules.gfx_base(gcn) if gcn else f"sm_{props.major}{props.minor}"
@@ -149,14 +152,14 @@ def arch(ctx: Context) -> Finding:
     return ok("; ".join(found))
 
 
-def _arch_verdict(ctx: Context, dev: dict[str, Any], arch_list: list[str]) -> gpurules.ArchVerdict:
+def _arch_verdict(ctx: Context, dev: DeviceFacts, arch_list: list[str]) -> gpurules.ArchVerdict:
     if ctx.expected == "rocm":
         return gpurules.rocm_arch_verdict(dev["gcn_arch"] or "", arch_list,
                                           env("HSA_OVERRIDE_GFX_VERSION"))
     return gpurules.cuda_arch_verdict((dev["capability"][0], dev["capability"][1]), arch_list)
 
 
-def _arch_failure(ctx: Context, dev: dict[str, Any], arch_list: list[str], how: str) -> StepFailed:
+def _arch_failure(ctx: Context, dev: DeviceFacts, arch_list: list[str], how: str) -> StepFailed:
     listed = ", ".join(arch_list)
     if ctx.expected == "rocm":
         return StepFailed(
@@ -178,7 +181,7 @@ def _arch_failure(ctx: Context, dev: dict[str, Any], arch_list: list[str], how: 
 
 def compute(ctx: Context) -> Finding:
     torch = ctx.torch
-    results: list[dict[str, Any]] = []
+    results: list[ComputeCheck] = []
     notes: list[str] = []
     for device in ctx.devices():
         operands = _operands(torch, 128 if device == "cpu" else 512)
@@ -269,7 +272,7 @@ def memory(ctx: Context) -> Finding:
     if (skipped := ctx.need_gpu("the memory check")) is not None:
         return skipped
     torch, share = ctx.torch, ctx.memory_share
-    found: list[dict[str, Any]] = []
+    found: list[MemoryCheck] = []
     for index in ctx.device_ids:
         free, total = (int(x) for x in torch.cuda.mem_get_info(index))
         want = int(total * share)

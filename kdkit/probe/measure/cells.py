@@ -11,12 +11,40 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.pilotconfig import Output
 from kdkit.probe.measure.memory import Memory, is_out_of_memory
 from kdkit.probe.pilot.harness import Item, Predict, classify_answers
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    class GroupInfo(TypedDict):
+        """One length group as the sweep's report names it (``Group.describe``)."""
+
+        name: str
+        ids: list[str]
+        min_bytes: int
+        max_bytes: int
+
+    class SweepCell(TypedDict):
+        """One cell of the sweep: a group at a batch size (a row of the report)."""
+
+        group: str
+        batch_size: int
+        inputs: int
+        completed: int
+        seconds: float
+        items_per_second: float | None
+        peak_memory_bytes: int
+        errors: int
+        first_error: str | None
+        limit: str | None
+        overhead_seconds: float
+        same_as_batch_1: NotRequired[bool | None]  # set by check_order
+        difference: NotRequired[str]  # set by check_order where the outputs differ
 
 GROUP_NAMES = {1: ("all",), 2: ("short", "long"), 3: ("short", "usual", "near the limit")}
 
@@ -26,7 +54,7 @@ class Group:
     name: str
     items: list[Item]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> GroupInfo:
         sizes = [len(item.payload) for item in self.items]
         return {"name": self.name, "ids": [item.doc.id for item in self.items],
                 "min_bytes": min(sizes), "max_bytes": max(sizes)}
@@ -56,7 +84,7 @@ def _outputs(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 def run_cell(predict: Predict, group: Group, size: int, output: Output,
-             memory: Memory) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
+             memory: Memory) -> tuple[SweepCell, list[tuple[Any, ...]]]:
     """Run one group at one batch size; return the row and the outputs in order."""
     memory.reset()
     records: list[dict[str, Any]] = []
@@ -84,19 +112,19 @@ def run_cell(predict: Predict, group: Group, size: int, output: Output,
         completed += sum(1 for r in got if r["outcome"] in ("accepted", "rejected"))
     seconds = time.perf_counter() - started
     peak = memory.peak()
-    row = {"group": group.name, "batch_size": size, "inputs": len(group.items),
-           "completed": completed,
-           "seconds": round(seconds, 6),
-           "items_per_second": round(completed / seconds, 3) if seconds else None,
-           "peak_memory_bytes": peak, "errors": len(errors),
-           "first_error": errors[0] if errors else None,
-           "limit": limit, "overhead_seconds": round(seconds - in_predict, 6)}
+    row: SweepCell = {"group": group.name, "batch_size": size, "inputs": len(group.items),
+                      "completed": completed,
+                      "seconds": round(seconds, 6),
+                      "items_per_second": round(completed / seconds, 3) if seconds else None,
+                      "peak_memory_bytes": peak, "errors": len(errors),
+                      "first_error": errors[0] if errors else None,
+                      "limit": limit, "overhead_seconds": round(seconds - in_predict, 6)}
     if limit:
         memory.reset()  # free what the failed batch held before the next group
     return row, _outputs(records)
 
 
-def check_order(row: dict[str, Any], outputs: list[tuple[Any, ...]],
+def check_order(row: SweepCell, outputs: list[tuple[Any, ...]],
                 reference: list[tuple[Any, ...]]) -> None:
     """Mark ``row`` with whether its outputs are batch 1's, in batch 1's order, and where they first
     differ; a cell ended by its limit is not compared."""

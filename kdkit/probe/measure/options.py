@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, CheckFailed, Unavailable
 from kdkit.core.jsonio import whole_number
@@ -27,6 +27,13 @@ from kdkit.core.projectfiles import (
     runs_problem,
 )
 from kdkit.core.report import print_result
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypeVar
+
+    # a command's report: a TypedDict of its own (records.py) or a plain dict
+    Report = TypeVar("Report", bound=Mapping[str, Any])
 
 DEFAULT_TRAIN = "src.train"
 
@@ -131,8 +138,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     return parser.parse_args(joined)
 
 
-def show(report: dict[str, Any], as_json: bool,
-         text: Callable[[dict[str, Any]], str], failed: str) -> int:
+def show(report: Report, as_json: bool, text: Callable[[Report], str], failed: str) -> int:
     """Print the report (JSON or ``text``); a report that is not ok is CheckFailed (exit 1) saying
     ``failed``."""
     print_result(as_json, report, lambda: text(report))

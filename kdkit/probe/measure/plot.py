@@ -6,11 +6,14 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, Unavailable
 from kdkit.core.jsonio import atomic_write_bytes
 from kdkit.core.staging import require_writable
+
+if TYPE_CHECKING:
+    from kdkit.probe.measure.records import SweepReport
 
 NO_MATPLOTLIB = "matplotlib: not installed; `pip install 'kdkit[plot]'` or drop --plot"
 
@@ -73,7 +76,7 @@ def save_png(plt: Any, figure: Any, out: Path) -> None:
     atomic_write_bytes(out, buffer.getvalue())
 
 
-def sweep_plot(report: dict[str, Any], out: Path) -> None:
+def sweep_plot(report: SweepReport, out: Path) -> None:
     """Throughput and peak memory against batch size, one line per length group; limits marked with
     x."""
     plt = pyplot()

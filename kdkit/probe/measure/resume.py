@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +70,7 @@ from kdkit.probe.measure.torchimport import quiet_env
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
+    from kdkit.probe.measure.records import ResumeReport
 
 PHASES = ("full", "save", "restore", "resume")
 WHAT = "folder for the test"
@@ -157,6 +160,19 @@ def _phase_args(plan: Plan, phase: str) -> tuple[list[str], Path]:
     return args, target
 
 
+def phase_env(given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What each phase's interpreter is given so that two runs of the same steps agree bit for bit.
+    cuBLAS needs a fixed workspace to be deterministic (harmless elsewhere). On a CPU, MKL and
+    OpenMP may use fewer threads than asked when they see fit, and a GEMM split over another number
+    of threads rounds differently. oneMKL's reproducibility conditions ask for MKL_DYNAMIC and
+    OMP_DYNAMIC set to FALSE:
+    https://www.intel.com/content/www/us/en/docs/onemkl/developer-reference-c/2026-0/reproducibility-conditions.html
+    A value the user set in ``given`` (the environment) is theirs and kept."""
+    env = os.environ if given is None else given
+    fixed = {name: env.get(name, "FALSE") for name in ("MKL_DYNAMIC", "OMP_DYNAMIC")}
+    return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", **fixed, **quiet_env()}
+
+
 def failure_line(done: Completed) -> str:
     """A Python traceback's last line is its cause; otherwise the first line mentioning an error."""
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
@@ -169,10 +185,7 @@ def _run_phase(plan: Plan, phase: str) -> tuple[Path, dict[str, Any]]:
     """Run one phase in a new interpreter; a failure names the phase and its first error line."""
     args, state = _phase_args(plan, phase)
     (plan.out / phase).mkdir(parents=True, exist_ok=True)
-    # cuBLAS needs a fixed workspace to be deterministic; harmless elsewhere.
-    done = run(args, cwd=plan.root, timeout=plan.timeout,
-               extra_env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-                               **quiet_env()})
+    done = run(args, cwd=plan.root, timeout=plan.timeout, extra_env=phase_env())
     log = plan.out / phase / "output.log"
     log.write_text(f"$ {' '.join(args)}\n{done.stdout}{done.stderr}", encoding="utf-8")
     if not done.ok:
@@ -202,8 +215,9 @@ def _summarize(grouped: dict[str, list[str]]) -> dict[str, list[str]]:
     return {name: paths[:MAX_PATHS] for name, paths in grouped.items()}
 
 
-def verdict_line(report: dict[str, Any]) -> str:
+def verdict_line(report: ResumeReport) -> str:
     """One line naming what breaks the resume, or saying it is exact."""
+    where: str | int | None  # how it ran (text), then the first divergent step
     if report["ok"]:
         how = "identical" if report["tolerance"] is None else f"within {report['tolerance']}"
         nproc = report.get("nproc_per_node")
@@ -222,7 +236,7 @@ def verdict_line(report: dict[str, Any]) -> str:
     return f"resume is not exact: {start}; " + "; ".join(causes or ["no state difference found"])
 
 
-def run_resume_test(plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
+def run_resume_test(plan: Plan, progress: Progress | None = None) -> ResumeReport:
     """Run the four phases and compare them; return the report (also written to OUT/report.json)."""
     plan.check()
     if plan.runs is not None:
@@ -242,7 +256,7 @@ def run_resume_test(plan: Plan, progress: Progress | None = None) -> dict[str, A
 
 
 def compare(plan: Plan, states: dict[str, Path],
-            metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+            metrics: dict[str, dict[str, Any]]) -> ResumeReport:
     """The verdict from the phases' states and metrics."""
     gpu = str(metrics["full"].get("device", "cpu")).startswith("cuda")
     checkpoint = load_state(states["save"])
@@ -255,7 +269,7 @@ def compare(plan: Plan, states: dict[str, Path],
         first = first_divergence(reference[plan.save_at:], metrics["resume"]["losses"],
                                  plan.save_at, gpu)
     missing = missing_parts(checkpoint)
-    report = {
+    report: ResumeReport = {
         "module": plan.module, "steps": plan.steps, "save_at": plan.save_at,
         "device": metrics["full"].get("device"), "nproc_per_node": plan.nproc,
         "tolerance": f"rtol {GPU_RTOL:g}, atol {GPU_ATOL:g}" if gpu else None,
@@ -348,7 +362,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
                 nproc=args.nproc_per_node)
 
 
-def render(report: dict[str, Any]) -> str:
+def render(report: ResumeReport) -> str:
     rows = [["steps",
              f"{report['steps']} uninterrupted vs {report['save_at']} + checkpoint + resume"],
             ["checkpoint", f"{report['checkpoint_bytes'] / 1e6:.2f} MB  {report['checkpoint']}"],

@@ -54,6 +54,8 @@ from kdkit.probe.pilot.inputs import Reader, Reading
 
 if TYPE_CHECKING:
     from kdkit.core.report import Progress
+    from kdkit.probe.measure.cells import SweepCell
+    from kdkit.probe.measure.records import SweepReport
 
 MAX_BATCH = 1_000_000
 
@@ -135,13 +137,13 @@ def prepare_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *,
 
 
 def run_sweep(root: Path, batch_sizes: Sequence[int], groups: int = 3, *, device: str | None = None,
-              progress: Progress | None = None) -> dict[str, Any]:
+              progress: Progress | None = None) -> SweepReport:
     """The whole sweep for the project at ``root``; ``ok`` is False on a scrambled order or an
     error."""
     return measure(prepare_sweep(root, batch_sizes, groups, device=device), progress)
 
 
-def measure(plan: SweepPlan, progress: Progress | None = None) -> dict[str, Any]:
+def measure(plan: SweepPlan, progress: Progress | None = None) -> SweepReport:
     """Run a prepared sweep: every group at every batch size, smallest first, until a limit."""
     say = progress or (lambda _m: None)
     config, chosen = plan.config, plan.device
@@ -170,14 +172,14 @@ def with_out_dirs(predict: Predict, scratch: Path) -> Predict:
     return call
 
 
-def _measure(plan: SweepPlan, predict: Predict, say: Progress) -> dict[str, Any]:
+def _measure(plan: SweepPlan, predict: Predict, say: Progress) -> SweepReport:
     config, chosen, split, batch_sizes = plan.config, plan.device, plan.groups, plan.batch_sizes
     memory = Memory(chosen)
     first = split[0].items[0]
     started = time.perf_counter()
     predict([first.app_item()])  # load the model once, outside the timings
     warmup = time.perf_counter() - started
-    rows = []
+    rows: list[SweepCell] = []
     for group in split:
         reference: list[tuple[Any, ...]] = []
         for size in batch_sizes:
@@ -233,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def sweep(args: argparse.Namespace, progress: Progress | None = None) -> dict[str, Any]:
+def sweep(args: argparse.Namespace, progress: Progress | None = None) -> SweepReport:
     """Check every option and input before anything runs or is written, run the sweep, keep it in
     runs/sweep-<time>/sweep.json and draw the plot when asked; return the report."""
     sizes = parse_batch_sizes(args.batch_sizes)
@@ -257,13 +259,13 @@ def sweep(args: argparse.Namespace, progress: Progress | None = None) -> dict[st
     return report
 
 
-def _failed_batches(row: dict[str, Any]) -> int:
+def _failed_batches(row: SweepCell) -> int:
     """The batches that failed in a cell: its errors, and the out-of-memory batch that set its limit
     (a limit ends the cell without failing the sweep, but the batch did fail)."""
     return int(row["errors"]) + (1 if row["limit"] else 0)
 
 
-def render(report: dict[str, Any]) -> str:
+def render(report: SweepReport) -> str:
     """The report as a person reads it: one row per cell, failures in their own row."""
     rows = [
         ["group", "batch", "done", "time", "items/s", "peak memory", "errors", "same as batch 1"]]
@@ -286,7 +288,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def failure(report: dict[str, Any]) -> str:
+def failure(report: SweepReport) -> str:
     """The first row that failed: an error, or outputs that differ from batch 1's."""
     bad = next(r for r in report["rows"] if r["errors"] or r["same_as_batch_1"] is False)
     what = bad["first_error"] or f"outputs differ from batch 1 ({bad.get('difference')})"

@@ -70,9 +70,9 @@ class Tally:
         self.whole = frozenset(islice(self.first, KEPT_WHOLE))
         self.counts: dict[str, int] = {}  # the IDs that got more than one record, and how many
         self.stray: list[str] = []  # malformed answers and IDs the app was not given
-        self.accepted: dict[str, Any] = {"outcome": "accepted"}  # the slim accepted record, shared
+        self.accepted: dict[str, str] = {"outcome": "accepted"}  # the slim accepted record, shared
         # a slim accepted record per category, shared
-        self.categories: dict[str, dict[str, Any]] = {}
+        self.categories: dict[str, dict[str, str]] = {}
 
     def add(self, records: Iterable[dict[str, Any]]) -> None:
         first = self.first

@@ -26,7 +26,7 @@ import signal
 import struct
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kdkit.core.runfolder import BYTES, DEVICE
 from kdkit.probe.pilot.harness import short_text
@@ -35,11 +35,50 @@ FRAME = struct.Struct(">IQ")
 LIST_DEPTH = 4  # nesting of lists carried as lists in a tagged answer (a vector is one)
 PR_SET_PDEATHSIG = 1
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Literal, NotRequired, TypedDict
+
+    class ErrorReply(TypedDict):
+        """The exception predict raised ("raised"), or the one that ends the app's process."""
+
+        op: Literal["raised", "fatal"]
+        type: str
+        message: str
+        code: int | str | None
+
+    class AnswersReply(TypedDict):
+        """predict's answers that are not plain JSON: not a list, or each value tagged."""
+
+        op: Literal["answers"]
+        not_list: NotRequired[str]
+        tagged: NotRequired[list[list[Any]]]
+
+    class DiagnosedReply(TypedDict):
+        """The diagnose's report, as the app's process ran it."""
+
+        op: Literal["diagnosed"]
+        report: Mapping[str, Any]
+
+    class LoadReply(TypedDict):
+        """The entry imported ("loaded"), or why it cannot be ("entry_error")."""
+
+        op: Literal["loaded", "entry_error"]
+        message: NotRequired[str]
+
+    class PeakReply(TypedDict):
+        """The app process's peak memory (see :func:`peak_memory`)."""
+
+        op: Literal["peak"]
+        memory: dict[str, str | int]
+
+    Reply = ErrorReply | AnswersReply | DiagnosedReply | LoadReply | PeakReply
+
 
 # ---------------------------------------------------------------- the wire
 
 
-def frame(header: dict[str, Any] | bytes, payload_size: int = 0) -> bytes:
+def frame(header: Mapping[str, Any] | bytes, payload_size: int = 0) -> bytes:
     """One message's lengths and header (``header`` already encoded when it is bytes); its
     ``payload_size`` bytes of payload are sent after it as they are, never copied into one
     message."""
@@ -47,7 +86,7 @@ def frame(header: dict[str, Any] | bytes, payload_size: int = 0) -> bytes:
     return FRAME.pack(len(data), payload_size) + data
 
 
-def encode(message: dict[str, Any]) -> bytes:
+def encode(message: Mapping[str, Any]) -> bytes:
     """JSON with finite numbers; a report holding NaN (a failed measurement) is sent with null
     there."""
     try:
@@ -141,7 +180,7 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-def encode_answers(answers: Any) -> dict[str, Any] | bytes:
+def encode_answers(answers: Any) -> AnswersReply | bytes:
     """What predict returned, as the reply the parent classifies.
 
     A list of dicts that JSON carries (the usual case) goes as it is, encoded once; anything else
@@ -222,7 +261,7 @@ def _items(header: dict[str, Any], payload: bytearray) -> list[dict[str, Any]]:
     return items
 
 
-def _error_reply(op: str, exc: BaseException) -> dict[str, Any]:
+def _error_reply(op: Literal["raised", "fatal"], exc: BaseException) -> ErrorReply:
     try:
         said = str(exc)
     except Exception:
@@ -240,11 +279,11 @@ class Server:
         self.predict: Callable[[list[dict[str, Any]]], Any] | None = None
         self.device = "cpu"
 
-    def reply(self, header: dict[str, Any] | bytes) -> None:
+    def reply(self, header: Reply | bytes) -> None:
         self.replies.write(frame(header))
 
     def serve(self) -> None:
-        handlers: dict[Any, Callable[[dict[str, Any], bytearray], dict[str, Any] | bytes]] = {
+        handlers: dict[Any, Callable[[dict[str, Any], bytearray], Reply | bytes]] = {
             "predict": self.run_predict, "diagnose": self.diagnose, "load": lambda header,
             _: self.load(header),
             "peak": lambda _header, _payload: {"op": "peak", "memory": peak_memory(self.device)}}
@@ -255,13 +294,13 @@ class Server:
                 return
             self.reply(handler(header, payload))
 
-    def diagnose(self, header: dict[str, Any], _payload: bytearray) -> dict[str, Any]:
+    def diagnose(self, header: dict[str, Any], _payload: bytearray) -> DiagnosedReply:
         from kdkit.probe.diagnose.runner import run_diagnose
 
         return {"op": "diagnosed",
                 "report": run_diagnose(header["expect"], project=_path(header.get("project")))}
 
-    def load(self, header: dict[str, Any]) -> dict[str, Any]:
+    def load(self, header: dict[str, Any]) -> LoadReply:
         from pathlib import Path
 
         from kdkit.core.errors import KdkitError
@@ -280,7 +319,8 @@ class Server:
         _reset_peak(self.device)
         return {"op": "loaded"}
 
-    def run_predict(self, header: dict[str, Any], payload: bytearray) -> dict[str, Any] | bytes:
+    def run_predict(self, header: dict[str, Any],
+                    payload: bytearray) -> ErrorReply | AnswersReply | bytes:
         assert self.predict is not None, "predict before load"
         items = _items(header, payload)
         try:
@@ -305,7 +345,7 @@ def _reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def peak_memory(device: str) -> dict[str, Any]:
+def peak_memory(device: str) -> dict[str, str | int]:
     """torch's peak allocation on the GPU the app used; the app process's peak RSS on the CPU."""
     import resource
 

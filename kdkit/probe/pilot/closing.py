@@ -65,7 +65,7 @@ class Session:
     # file kind: out_dir folders of the batch not yet judged
     staged: set[str] = field(default_factory=set)
 
-    def timings(self) -> dict[str, Any]:
+    def timings(self) -> dict[str, int | float | None]:
         total = time.perf_counter() - self.started
         return {
             SECONDS: round(total, 4),
@@ -91,7 +91,7 @@ def _written(exc: OSError) -> str:
     return staged_name(name) or name
 
 
-def failure_stop(exc: Exception) -> tuple[dict[str, Any], int]:
+def failure_stop(exc: Exception) -> tuple[dict[str, str], int]:
     """stop.json's record and the exit code of the harness's own failure: a full disk, or an
     error."""
     if isinstance(exc, OSError) and disk_full(exc):

@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import runstrays
 from kdkit.core.checksums import SUMS
@@ -72,6 +72,21 @@ from kdkit.probe.results.copyout import copy_run
 
 PROBLEMS_SHOWN = 20
 IN_FLIGHT_SHOWN = 100  # IDs of the batch in flight named in stop.json
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    class CopyResult(TypedDict):
+        """--copy-to's copy: where it lies, whether it verified, and why not."""
+
+        path: str | None
+        verified: bool
+        error: NotRequired[str]
+
+    class CopyField(TypedDict, total=False):
+        """What the printed result adds for --copy-to (nothing without it)."""
+
+        copy: CopyResult
 
 
 class Progress:
@@ -311,7 +326,7 @@ def render_text(summary: dict[str, Any], run: RunFolder) -> str:
     return "\n".join(lines)
 
 
-def _copy(run: RunFolder, dest: str | None) -> tuple[dict[str, Any], KdkitError | None]:
+def _copy(run: RunFolder, dest: str | None) -> tuple[CopyField, KdkitError | None]:
     """--copy-to: the copy verified where it lies (local, SSH or rclone:
     kdkit.probe.results.copyout), or the error to raise once the summary is printed."""
     if dest is None:

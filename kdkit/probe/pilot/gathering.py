@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import runfolder as rf
 from kdkit.core.checksums import SUMS, write_sums
@@ -28,6 +28,20 @@ from kdkit.probe.pilot.collect import Worker
 from kdkit.probe.results.copyout import read_sums, verify_folder
 
 TABLE_ROWS = 500
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class WorkerRow(TypedDict):
+        """One worker's row of the gathered summary's ``per_worker``."""
+
+        worker: int
+        folder: str
+        path: str
+        answered: int
+        verdict: Any
+        seconds: float | None
+        stopped: Any
 
 
 # ---------------------------------------------------------------- the summary
@@ -55,7 +69,7 @@ def summary_data(run_id: str, cfg: PilotConfig, workers: Sequence[Worker], acc: 
     }
 
 
-def _worker_row(worker: Worker) -> dict[str, Any]:
+def _worker_row(worker: Worker) -> WorkerRow:
     summary = worker.summary or {}
     return {"worker": worker.share.worker, "folder": worker.name, "path": str(worker.path),
             "answered": worker.answered, "verdict": summary.get(rf.VERDICT),

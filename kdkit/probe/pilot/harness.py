@@ -65,7 +65,7 @@ class AppRaised(Exception):
 # ---------------------------------------------------------------- records
 
 
-def harness_rejection(doc: Document, reason: str, batch: int) -> dict[str, Any]:
+def harness_rejection(doc: Document, reason: str, batch: int) -> dict[str, str | int]:
     return {"id": doc.id, "outcome": "rejected", "by": "harness", "reason": reason, "batch": batch}
 
 
@@ -247,7 +247,7 @@ def first_line(text: str, limit: int) -> str:
     return line.rstrip() if len(line) <= limit else line
 
 
-def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str, Any]:
+def exception_rejection(item: Item, exc: BaseException, batch: int) -> dict[str, str | int]:
     """The record of an item whose single-item call still failed: the exception is its reason."""
     said = first_line(str(exc), REASON_KEPT)
     if isinstance(exc, NotAList):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.core.errors import BadInput
 from kdkit.core.runid import RunId, check_new_run_id
@@ -53,6 +53,14 @@ VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 FLAGS = "--worker/--workers"
 # torchrun's --rdzv-id defaults to the word "none" (torch/distributed/run.py): no run ID at all.
 NO_RUN_ID = "none"
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    # params.json's ``launcher``: what placed this process (functional form: "from" is a keyword)
+    LauncherRecord = TypedDict("LauncherRecord", {
+        "from": str, "variables": dict[str, str], "local_gpu": int | None,
+        "visible_devices": str | None, "restarts": int})
 
 
 @dataclass(frozen=True)
@@ -226,7 +234,7 @@ class Placement:
             return ""
         return what + (f"; {self.note}" if self.note else "")
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> LauncherRecord:
         """params.json's ``launcher`` (outside the parameters' hash, like ``share``)."""
         return {"from": self.source, "variables": dict(sorted(self.read.items())),
                 "local_gpu": self.local,

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.core import jsonlcorpus
 from kdkit.core.errors import BadInput
@@ -50,6 +50,30 @@ from kdkit.core.report import print_result
 SUFFIX = ".manifest.json"
 # the name a project keeps its pilot manifest under, inside the inputs folder
 OLD_MANIFEST = "manifest.json"
+
+if TYPE_CHECKING:
+    from typing import Literal, NotRequired, TypedDict
+
+    class ManifestEntry(TypedDict):
+        """One document of the manifest written: a file's (``file``) or a corpus line's."""
+
+        id: str
+        file: NotRequired[str]
+        line: NotRequired[int]
+        label: None
+        expect: Literal["accept"]
+        sha256: str
+        size: int
+
+    class ManifestResult(TypedDict):
+        """What `kdkit manifest` says it wrote."""
+
+        out: str
+        kind: str
+        source: str
+        count: int
+        bytes: int
+        skipped: list[str]
 READ_CHUNK = 1 << 20
 HELP = """\
 Write the manifest of a folder of inputs (one file per item) or of a JSONL corpus (one
@@ -126,14 +150,14 @@ def main(argv: list[str]) -> int:
     else:
         entries = jsonl_entries(source, args.field or "id", tally)
     atomic_write_chunks(out, document_chunks(entries, source))
-    result = {"out": str(out), "kind": kind, "source": str(source), "count": tally.count,
-              "bytes": tally.bytes,
-              "skipped": tally.skipped}
+    result: ManifestResult = {"out": str(out), "kind": kind, "source": str(source),
+                              "count": tally.count, "bytes": tally.bytes,
+                              "skipped": tally.skipped}
     print_result(args.json, result, lambda: _text(result), ascii_only=False)
     return 0
 
 
-def _text(result: dict[str, Any]) -> str:
+def _text(result: ManifestResult) -> str:
     lines = [f"Wrote {result['out']}: {result['count']} entries, {result['bytes']} bytes of input "
              f"({result['kind']} {result['source']})."]
     lines += [f"Skipped {name}: a manifest, not an input." for name in result["skipped"]]
@@ -195,7 +219,7 @@ def _check_out(out: Path, source: Path, kind: str, force: bool) -> None:
                        f"lie in {source} or a folder above it; choose such an --out")
 
 
-def document_chunks(entries: Iterable[dict[str, Any]], source: Path) -> Iterator[bytes]:
+def document_chunks(entries: Iterable[ManifestEntry], source: Path) -> Iterator[bytes]:
     """The manifest's bytes, entry by entry; BadInput (nothing written) when there is no entry."""
     yield b'{\n  "documents": [\n'
     separator = b"    "
@@ -210,7 +234,7 @@ def document_chunks(entries: Iterable[dict[str, Any]], source: Path) -> Iterator
     yield b"\n  ]\n}\n"
 
 
-def jsonl_entries(path: Path, field: str, tally: Tally) -> Iterator[dict[str, Any]]:
+def jsonl_entries(path: Path, field: str, tally: Tally) -> Iterator[ManifestEntry]:
     """One entry per record of the corpus, hashed over its canonical bytes."""
     for line, record in jsonlcorpus.scan(path, field):
         data = jsonlcorpus.canonical(record)
@@ -219,7 +243,7 @@ def jsonl_entries(path: Path, field: str, tally: Tally) -> Iterator[dict[str, An
                "sha256": jsonlcorpus.digest(data), "size": len(data)}
 
 
-def folder_entries(folder: Path, out: Path, tally: Tally) -> Iterator[dict[str, Any]]:
+def folder_entries(folder: Path, out: Path, tally: Tally) -> Iterator[ManifestEntry]:
     """One entry per regular file below ``folder`` (not ``out``, nor a top-level manifest.json), IDs
     unique."""
     real_folder = os.path.realpath(folder)

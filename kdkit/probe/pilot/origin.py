@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput
@@ -28,6 +28,16 @@ from kdkit.probe.pilot.harness import read_input
 
 SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 NAMED = 3  # differences named in one refusal
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class AppRecord(TypedDict):
+        """params.json's ``app``: the entry, its files' sha256 by path, one digest over them."""
+
+        entry: str
+        sha256: str
+        files: dict[str, str]
 
 
 def app_files(root: Path, entry: str) -> dict[str, str]:
@@ -49,7 +59,7 @@ def app_files(root: Path, entry: str) -> dict[str, str]:
     return files
 
 
-def app_record(root: Path, entry: str) -> dict[str, Any]:
+def app_record(root: Path, entry: str) -> AppRecord:
     """params.json's ``app``: the files and one digest over them."""
     files = app_files(root, entry)
     digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()

@@ -148,6 +148,6 @@ def check_resumed_share(params: dict[str, Any], share: Share | None, where: Path
                        f"asked; resume it with {flags}")
 
 
-def share_fields(share: Share | None) -> dict[str, Any]:
+def share_fields(share: Share | None) -> dict[str, dict[str, int]]:
     """What params.json records about the share (nothing for a whole-manifest run)."""
     return {} if share is None else {SHARE: share.as_dict()}

@@ -35,7 +35,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.credentials import redact_head
 from kdkit.probe.pilot.appchild import FRAME, frame, prctl
@@ -61,6 +61,19 @@ SIGNAL_HINTS = {
     signal.SIGFPE: "a native library divided by zero",
 }
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from kdkit.probe.pilot.apprequests import PredictRequest, Request
+
+    class ExitStatus(TypedDict):
+        """How the app's process ended: its exit status, or the signal that killed it."""
+
+        exit_status: int | None
+        signal: int | None
+        signal_name: str | None
+
 
 def child_command() -> list[str]:
     """The child's interpreter line: this interpreter, its isolation flags, and this very kdkit
@@ -80,7 +93,7 @@ class AppProcess:
         self.reply_limit = reply_limit(batch_size)
         self.process: subprocess.Popen[bytes] | None = None
         self.in_flight: list[str] | None = None  # IDs of the batch the app holds now
-        self.status: dict[str, Any] | None = None  # how the process ended, once it has
+        self.status: ExitStatus | None = None  # how the process ended, once it has
         self._before: set[int] = set()
         self._reaper = False
         self.stopped_by_us = False  # it went silent without ending and was killed here
@@ -134,9 +147,10 @@ class AppProcess:
         ids = [item.doc.id for item in items]
         parts = [item.payload for item in items]  # the bytes the harness read, sent as they are
         sizes = [len(part) for part in parts]
-        header = {"op": "predict", "ids": ids, "sizes": sizes,
-                  "kind": items[0].kind if items else "text",
-                  "sha256": "".join(item.sha256 for item in items)}  # 64 hex digits an item
+        header: PredictRequest = {"op": "predict", "ids": ids, "sizes": sizes,
+                                  "kind": items[0].kind if items else "text",
+                                  # 64 hex digits an item
+                                  "sha256": "".join(item.sha256 for item in items)}
         # the file output kind: each item's out_dir
         if any(item.out_dir is not None for item in items):
             header["out_dirs"] = [item.out_dir for item in items]
@@ -160,7 +174,7 @@ class AppProcess:
         memory: dict[str, Any] = reply.get("memory")  # type: ignore[assignment]
         return memory if isinstance(memory, dict) else None
 
-    def _request(self, header: dict[str, Any], what: str, deadline: float | None,
+    def _request(self, header: Request, what: str, deadline: float | None,
                  payload: Sequence[bytes | memoryview] = ()) -> dict[str, Any]:
         assert self.process is not None
         until = None if deadline is None else time.monotonic() + deadline
@@ -267,7 +281,7 @@ class AppProcess:
     def _gone(self, what: str) -> StopRequested:
         """The child closed its end: it died. Name how, and what it was doing."""
         self._wait_gone()
-        status = self.status or {}
+        status: Mapping[str, Any] = self.status or {}
         if self.stopped_by_us:
             return StopRequested(f"the app's process closed its pipe to the harness during {what} "
                                  "but did not end; it was killed", "app-protocol",

@@ -29,7 +29,7 @@ from kdkit.probe.serve.httprun import Run
 
 API_KINDS = ("json", "completions", "chat")
 PLACEHOLDER = "{{text}}"
-DEFAULT_TEMPLATE: dict[str, Any] = {"text": PLACEHOLDER}
+DEFAULT_TEMPLATE: dict[str, str] = {"text": PLACEHOLDER}
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 MAX_TEMPLATE_BYTES = 1 << 20
 DEFAULT_CONNECTIONS = 512

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import atomic_write_json
@@ -37,6 +37,47 @@ from kdkit.probe.serve import stats
 from kdkit.probe.serve.app import AppOutput, AppServer, BatchTimeout, input_order, requests_for
 from kdkit.probe.serve.arrivals import poisson_arrivals, trace_rate
 from kdkit.probe.serve.engine import Bounds, RealClock, Run, VirtualClock, play
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from kdkit.probe.serve.stats import PolicyShown, Result
+
+    class NotTried(TypedDict):
+        """A rate a policy was not tried at, and why."""
+
+        rate: float
+        policy: str
+        reason: str
+
+    class WhyNot(TypedDict):
+        """Why one measured configuration was not chosen."""
+
+        rate: float
+        policy: str
+        reasons: list[str]
+
+    class InProcessHead(TypedDict):
+        """The report's fields of a test through the project's own predict."""
+
+        mode: str
+        clock: str
+        entry: str
+        device: str
+        memory_kind: str
+        warmup_seconds: float
+        app_errors: list[str]
+        app_output: str | None
+
+    class HttpHead(TypedDict):
+        """The report's fields of a test against a URL."""
+
+        mode: str
+        url: str
+        api: str
+        at_capacity: str
+        min_quality: None
+        quality: str
 
 RUNS = "runs folder (pilot config's runs)"
 REQUESTS = "requests.jsonl"
@@ -84,7 +125,7 @@ def prepare(root: Path, service: ServiceConfig, *, trace: list[float] | None = N
 
 
 def _configuration(test: ServeTest, server: AppServer, memory: Memory, rate: float,
-                   policy: Policy) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                   policy: Policy) -> tuple[Result, list[dict[str, Any]]]:
     """One rate under one policy, played in real time; its result and its requests' records."""
     service = test.service
     requests, server.items = requests_for(test.inputs, test.arrivals(rate), service.seed)
@@ -93,12 +134,13 @@ def _configuration(test: ServeTest, server: AppServer, memory: Memory, rate: flo
     memory.reset()
     records = play(run, server, VirtualClock() if test.clock == "virtual" else RealClock())
     summary = stats.summarize(records, service.objectives, test.pilot.min_quality)
-    result = {"rate": shown_rate(rate), "policy": policy_dict(policy), "stopped": run.stopped,
-              "peak_memory_bytes": memory.peak(), "summary": summary}
+    result: Result = {"rate": shown_rate(rate), "policy": policy_dict(policy),
+                      "stopped": run.stopped, "peak_memory_bytes": memory.peak(),
+                      "summary": summary}
     return result, records
 
 
-def policy_dict(policy: Policy | None) -> dict[str, Any]:
+def policy_dict(policy: Policy | None) -> PolicyShown:
     if policy is None:
         return {"name": "the service's own", "max_batch": None, "max_wait_ms": None}
     return {"name": policy.name, "max_batch": policy.max_batch, "max_wait_ms": policy.max_wait_ms}
@@ -118,7 +160,7 @@ class Sink:
             self.made = new_run_folder(self.runs, "serve-test", RUNS)
         return self.made
 
-    def append(self, result: dict[str, Any], records: Sequence[dict[str, Any]]) -> None:
+    def append(self, result: Result, records: Sequence[dict[str, Any]]) -> None:
         """A configuration's requests, each with its rate and policy."""
         tag = {"rate": result["rate"], "policy": result["policy"]["name"]}
         lines = "".join(json.dumps({**tag, **record}, allow_nan=False) + "\n"
@@ -156,6 +198,8 @@ def measure_in_process(test: ServeTest, sink: Sink, say: Progress) -> dict[str, 
     written)."""
     server, warmup = _started(test)
     memory = Memory(test.device)
+    results: list[Result]
+    not_tried: list[NotTried]
     results, not_tried = [], []
     for policy in test.service.policies:
         missed: float | None = None
@@ -203,8 +247,8 @@ class Remote:
 
         service = test.service
         texts = [(item.doc.id, item.text) for item in input_order(test.inputs, service.seed)]
-        results: list[dict[str, Any]] = []
-        not_tried: list[dict[str, Any]] = []
+        results: list[Result] = []
+        not_tried: list[NotTried] = []
         policy = policy_dict(None)
         for rate in test.rates:
             if results and not results[-1]["summary"]["meets"]:
@@ -219,9 +263,9 @@ class Remote:
                             model=self.model, max_tokens=self.max_tokens)
             cut = next(
                 (r["error"] for r in records if r["outcome"] == stats.CUT and r.get("error")), None)
-            result = {"rate": shown_rate(rate), "policy": policy, "stopped": cut,
-                      "peak_memory_bytes": None,
-                      "summary": stats.summarize(records, service.objectives, None)}
+            result: Result = {"rate": shown_rate(rate), "policy": policy, "stopped": cut,
+                              "peak_memory_bytes": None,
+                              "summary": stats.summarize(records, service.objectives, None)}
             sink.append(result, records)
             results.append(result)
         return finish(test, results, not_tried, {"mode": "http", "url": self.url, "api": self.api,
@@ -231,15 +275,15 @@ class Remote:
                                                             "judges the answers)"})
 
 
-def finish(test: ServeTest, results: list[dict[str, Any]], not_tried: list[dict[str, Any]],
-           head: dict[str, Any]) -> dict[str, Any]:
+def finish(test: ServeTest, results: list[Result], not_tried: list[NotTried],
+           head: InProcessHead | HttpHead) -> dict[str, Any]:
     """The report: the configurations, the knees, the chosen one and why each other fails."""
     service = test.service
     chosen = stats.choose(results)
-    why_not = [{"rate": r["rate"], "policy": r["policy"]["name"],
-                "reasons": r["summary"]["reasons"]
-                + ([f"stopped early: {r['stopped']}"] if r["stopped"] else [])}
-               for r in results if not r["summary"]["meets"]]
+    why_not: list[WhyNot] = [{"rate": r["rate"], "policy": r["policy"]["name"],
+                              "reasons": r["summary"]["reasons"]
+                              + ([f"stopped early: {r['stopped']}"] if r["stopped"] else [])}
+                             for r in results if not r["summary"]["meets"]]
     return {"service_config": service.source, "objectives": [o.name for o in service.objectives],
             "at_capacity": service.capacity, "max_request_bytes": service.max_request_bytes,
             "min_quality": test.pilot.min_quality, **head,

@@ -16,9 +16,42 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.serviceconfig import Objective
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class Judged(TypedDict):
+        """One objective judged over a configuration's requests (:func:`judged`)."""
+
+        percentile: float
+        objective_ms: float
+        measured_ms: float | None
+        met: bool
+
+    class PolicyShown(TypedDict):
+        """A batching policy as results show it (session.policy_dict; None: the service's own)."""
+
+        name: str
+        max_batch: int | None
+        max_wait_ms: float | None
+
+    class Result(TypedDict):
+        """One measured configuration as session.py builds it and :func:`choose` reads it."""
+
+        rate: float
+        policy: PolicyShown
+        stopped: str | None  # why the rate was stopped early, else None
+        peak_memory_bytes: int | None
+        summary: dict[str, Any]  # summarize's (its ttft_ms/itl_ms keys are made, not literal)
+
+    class Knee(TypedDict):
+        """One policy's capacity knee (:func:`knees`)."""
+
+        highest_met: float | None
+        first_missed: float | None
 
 ANSWERED, AT_CAPACITY, TOO_LARGE, APP_ERROR, CUT = ("answered", "rejected_at_capacity",
                                                     "rejected_too_large",
@@ -93,11 +126,11 @@ def _late_seconds(record: dict[str, Any]) -> float:
 
 
 def judged(records: Sequence[dict[str, Any]],
-           objectives: Sequence[Objective]) -> list[dict[str, Any]]:
+           objectives: Sequence[Objective]) -> list[Judged]:
     """Each objective against the requests the service was asked to take, refused, failed and cut
     ones late."""
     latencies = sorted(_late_seconds(r) for r in records if r["outcome"] != TOO_LARGE)
-    out = []
+    out: list[Judged] = []
     for objective in objectives:
         value = percentile(latencies, objective.percentile)
         out.append({"percentile": objective.percentile, "objective_ms": objective.ms,
@@ -159,24 +192,24 @@ def _reasons(summary: dict[str, Any], min_quality: float | None) -> list[str]:
     return reasons
 
 
-def choose(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def choose(results: Sequence[Result]) -> Result | None:
     """The configuration meeting quality and latency with the highest rate; among equals, the lowest
     latency at the strictest objective, then the smaller batch. None when none meets them."""
     meeting = [r for r in results if r["summary"]["meets"]]
     if not meeting:
         return None
 
-    def key(result: dict[str, Any]) -> tuple[float, float, int]:
+    def key(result: Result) -> tuple[float, float, int | None]:
         worst = max((o["measured_ms"] or math.inf) for o in result["summary"]["objectives"])
         return (-result["rate"], worst, result["policy"]["max_batch"])
 
     return min(meeting, key=key)
 
 
-def knees(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def knees(results: Sequence[Result]) -> dict[str, Knee]:
     """Per policy: the highest rate meeting the objectives and the first rate past it that does not
     (the capacity knee: where latency leaves the objective)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Knee] = {}
     for result in sorted(results, key=lambda r: r["rate"]):
         knee = out.setdefault(result["policy"]["name"], {"highest_met": None, "first_missed": None})
         if result["summary"]["meets"] and knee["first_missed"] is None:

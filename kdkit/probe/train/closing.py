@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import checkpoints
 from kdkit.core.checksums import SUMS, write_digests
@@ -21,6 +21,39 @@ from kdkit.core.jsonio import atomic_write_json, atomic_write_text, sha256_file
 from kdkit.core.runfolder import SUMMARY, SUMMARY_MD
 from kdkit.core.safetext import md_cell
 from kdkit.probe.train.runfiles import CHECKPOINTS, RELOAD
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    from kdkit.probe.train.saving import SavePolicy
+
+    class ReloadBrief(TypedDict):
+        """summary.json's "reload": how `kdkit train --verify-reload` ended (reload.py)."""
+
+        ok: bool
+        returncode: int | None
+        seconds: float
+        at: str
+
+    class TrainSummary(TypedDict):
+        """A training run's summary.json, as command.py ``summarize`` builds it."""
+
+        run_id: str
+        kind: str
+        verdict: str
+        started: str | None  # params.json's "created"
+        session_started: str
+        ended: str
+        timings: dict[str, float]
+        steps: int
+        exit_code: int | None
+        stop: dict[str, Any]  # stop.json's "reason", "detail" and "step"
+        metrics: dict[str, Any]  # the loop's latest value of each metric it reported
+        final_checkpoint: str | None
+        save: SavePolicy
+        reload: ReloadBrief | None  # None until --verify-reload runs
+        variant: str | None
+        resumed_from: NotRequired[str | None]  # set by `kdkit train` once summarized
 
 VERDICTS = {"exit": "pass"}
 FAILED = frozenset({"killed", "oom", "signal"})
@@ -58,7 +91,7 @@ def seal(folder: Path) -> int:
     return write_digests(folder, digests(folder))
 
 
-def render(summary: dict[str, Any]) -> str:
+def render(summary: TrainSummary) -> str:
     save = summary.get("save") or {}
     rows = [("run", summary["run_id"]), ("verdict", summary["verdict"]),
             ("stop", summary["stop"]["reason"]),
@@ -76,7 +109,7 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def close(folder: Path, summary: dict[str, Any], reload_argv: list[str] | None) -> None:
+def close(folder: Path, summary: TrainSummary, reload_argv: list[str] | None) -> None:
     """Write the closing files (stop.json is already written) and SHA256SUMS last; a checkpoint the
     stopped loop was writing (its staging) is removed first."""
     checkpoints.clean_partials(folder / CHECKPOINTS)

@@ -21,7 +21,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import checkpoints, trainapi
 from kdkit.core.errors import BadInput
@@ -39,6 +39,10 @@ from kdkit.probe.train.params import open_new, runs_dir
 from kdkit.probe.train.reload import reload_argv, verify_reload
 from kdkit.probe.train.saving import save_policy, transfer
 from kdkit.probe.train.supervise import Outcome, Supervisor, python_argv
+
+if TYPE_CHECKING:
+    from kdkit.probe.train.closing import TrainSummary
+    from kdkit.probe.train.saving import SavePolicy
 
 # a killed session's loop gets SIGKILL from the kernel (PR_SET_PDEATHSIG): moments
 WAIT_FOR_DYING_S = 10.0
@@ -152,7 +156,7 @@ def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None
 
 
 def summarize(folder: Path, params: dict[str, Any], outcome: Outcome,
-              started: str, cfg: Any) -> dict[str, Any]:
+              started: str, cfg: Any) -> TrainSummary:
     final = checkpoints.newest_complete(folder / runfiles.CHECKPOINTS)
     stop = runfiles.write_stop(folder, folder.name, outcome.reason, outcome.detail, outcome.step,
                                returncode=outcome.returncode)
@@ -172,7 +176,7 @@ def summarize(folder: Path, params: dict[str, Any], outcome: Outcome,
             "variant": params.get("variant")}
 
 
-def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
     root = require_root()
     cfg = load_train_config(root / args.config)
     runs = runs_dir(root)
@@ -205,7 +209,7 @@ def train(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     return summary, 128 + outcome.signal if outcome.signal else code
 
 
-def _save_line(save: dict[str, Any]) -> str:
+def _save_line(save: SavePolicy) -> str:
     if not save.get("saves"):
         return (
             "save: no checkpoint was written (trainapi.checkpoint); a killed run restarts from "
@@ -219,7 +223,7 @@ def _save_line(save: dict[str, Any]) -> str:
                "; set max_lost_minutes in config/train.json for a recommended save interval"))
 
 
-def render(summary: dict[str, Any]) -> str:
+def render(summary: TrainSummary) -> str:
     save = summary["save"]
     stop = summary["stop"]
     lines = [f"run {summary['run_id']}: {summary['verdict']} ({stop['reason']}: {stop['detail']})",

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.git import code_state
@@ -25,6 +25,15 @@ from kdkit.core.runfolder import PARAMS, new_run_folder
 from kdkit.core.runid import RunId
 from kdkit.core.trainconfig import DEFAULT_MODULE, TrainConfig
 from kdkit.probe.train.runfiles import TRAIN
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class References(TypedDict):
+        """params.json's "data" and "model", as the pilot records them (None without one)."""
+
+        data: dict[str, Any] | None  # "inputs", "manifest", "manifest_sha256"
+        model: Any  # the pilot config's resolved "model", if any
 
 CODE_FOLDERS = ("src", "config")
 MAX_CODE_FILES = 2000
@@ -75,7 +84,7 @@ def code_hashes(root: Path) -> dict[str, str]:
     return found
 
 
-def _references(root: Path) -> dict[str, Any]:
+def _references(root: Path) -> References:
     """The data and model references as the pilot records them (kdkit.core.pilotconfig.load_pilot:
     the inputs, the manifest and its SHA-256, the model's files each hashed, its hub revision); None
     for a project without a pilot config. A pilot config that does not load is BadInput, before

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.heartbeat import utc_now
@@ -31,6 +31,19 @@ from kdkit.core.safetext import printable
 from kdkit.probe.train.closing import seal
 from kdkit.probe.train.runfiles import CHECKPOINTS, RELOAD, RELOAD_CHECK
 
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class ReloadCheck(TypedDict):
+        """reload-check.json: the reload command run in a new process, and how it ended."""
+
+        ok: bool
+        returncode: int | None  # None: no answer within TIMEOUT_S
+        argv: list[str]
+        seconds: float
+        at: str
+        output: str  # the end of its output
+
 TIMEOUT_S = 3600.0
 
 
@@ -39,7 +52,7 @@ def reload_argv(module: str, root: Path, folder: Path, checkpoint: str) -> list[
     return [sys.executable, "-m", module, "--reload", target]
 
 
-def verify_reload(root: Path, folder: Path, env: dict[str, str]) -> dict[str, Any]:
+def verify_reload(root: Path, folder: Path, env: dict[str, str]) -> ReloadCheck:
     """Run reload.json's command in a new process; record the result in the run folder and re-close
     it."""
     if not (folder / SUMMARY).is_file():
@@ -67,9 +80,9 @@ def verify_reload(root: Path, folder: Path, env: dict[str, str]) -> dict[str, An
         code, output = done.returncode, (done.stdout + done.stderr).decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
         code, output = None, f"no answer within {TIMEOUT_S:g} s"
-    record = {"ok": code == 0, "returncode": code, "argv": argv,
-              "seconds": round(time.monotonic() - started, 3),
-              "at": utc_now(), "output": printable(output[-2000:], lines=True)}
+    record: ReloadCheck = {"ok": code == 0, "returncode": code, "argv": argv,
+                           "seconds": round(time.monotonic() - started, 3),
+                           "at": utc_now(), "output": printable(output[-2000:], lines=True)}
     atomic_write_json(folder / RELOAD_CHECK, record)
     summary = load_json(folder / SUMMARY, what="run summary")
     if isinstance(summary, dict):

@@ -13,10 +13,33 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import KdkitError
 from kdkit.core.trainconfig import TrainConfig
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    class CheckpointTransfer(TypedDict):
+        """A checkpoint copied to --copy-to, verified there: its seconds, or the error."""
+
+        checkpoint: str
+        dest: str
+        copy: NotRequired[str]  # where the copy is, once made
+        seconds: float | None
+        error: str | None
+
+    class SavePolicy(TypedDict):
+        """summary.json's "save": the measured save cost and share, the recommended interval."""
+
+        saves: int
+        seconds_median: float | None
+        share: float | None
+        steps_per_second: float | None
+        recommended_every_steps: int | None
+        warning: str | None
+        transfer: NotRequired[CheckpointTransfer]  # with --copy-to
 
 
 def step_rate(reports: list[dict[str, Any]]) -> float | None:
@@ -30,7 +53,7 @@ def step_rate(reports: list[dict[str, Any]]) -> float | None:
 
 
 def save_policy(cfg: TrainConfig, saves: list[dict[str, Any]], reports: list[dict[str, Any]],
-                seconds: float) -> dict[str, Any]:
+                seconds: float) -> SavePolicy:
     """summary.json's "save": measured cost and share, the recommended interval, and a warning or
     None."""
     costs = [s["save_seconds"] for s in saves if isinstance(s.get("save_seconds"), (int, float))]
@@ -56,7 +79,7 @@ def save_policy(cfg: TrainConfig, saves: list[dict[str, Any]], reports: list[dic
             "recommended_every_steps": every, "warning": "; ".join(warnings) or None}
 
 
-def transfer(folder: Path, dest: str) -> dict[str, Any]:
+def transfer(folder: Path, dest: str) -> CheckpointTransfer:
     """Copy ``folder`` (a checkpoint) to ``dest`` with copy-out's copy, verified there; its seconds,
     or the error."""
     from kdkit.probe.results.copyout import copy_run

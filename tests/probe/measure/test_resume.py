@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kdkit.probe.measure.resume import phase_env
 from kdkit.probe.measure.states import differences, first_divergence, missing_parts
 from tests.conftest import DATA, invoke, tree_snapshot
 
@@ -73,6 +74,24 @@ def test_loop_that_crashes_on_resume_names_the_phase_and_error(project: Path) ->
     assert last.startswith(
         f"Error: {module} (restore phase, exit 1): RuntimeError: cannot resume: ")
     assert last.endswith("restore/output.log)")
+
+
+def test_every_phase_runs_with_the_thread_counts_fixed(project: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # a CPU run under load must not differ from one on an idle machine: MKL and OpenMP are told
+    # not to drop threads, in every one of the four interpreters
+    monkeypatch.delenv("MKL_DYNAMIC", raising=False)
+    monkeypatch.delenv("OMP_DYNAMIC", raising=False)
+    module = _add_variant(project, "train_wants_fixed_threads")
+    result = invoke("resume-test", project, "--steps", "3", "--save-at", "1", "--module", module)
+    assert result.exit_code == 0, result.output
+    assert _report(project)["ok"] is True
+
+
+def test_a_thread_setting_the_user_made_is_kept() -> None:
+    env = phase_env({"MKL_DYNAMIC": "TRUE", "PYTHONWARNINGS": ""})
+    assert env["MKL_DYNAMIC"] == "TRUE" and env["OMP_DYNAMIC"] == "FALSE"
+    assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
 @pytest.mark.parametrize(
