@@ -110,7 +110,8 @@ def checkpoint_name(step: int) -> str:
 @contextlib.contextmanager
 def checkpoint(step: int) -> Iterator[Path]:
     """A staging folder for the checkpoint of ``step``, published complete as
-    ``checkpoints/step-%08d``."""
+    ``checkpoints/step-%08d``. Report a step before you save it: a resume after ``kdkit train`` was
+    killed trusts a checkpoint once the reports due before it were read."""
     folder = run_folder()
     if folder is None:
         raise RuntimeError("trainapi.checkpoint: not running under `kdkit train` (KDKIT_TRAIN_RUN "

@@ -167,7 +167,7 @@ def phase_env(given: Mapping[str, str] | None = None) -> dict[str, str]:
     of threads rounds differently. oneMKL's reproducibility conditions ask for MKL_DYNAMIC and
     OMP_DYNAMIC set to FALSE:
     https://www.intel.com/content/www/us/en/docs/onemkl/developer-reference-c/2026-0/reproducibility-conditions.html
-    A value the user set in ``given`` (the environment) is theirs and kept."""
+    A value the user set for either in ``given`` (the environment) is theirs and kept."""
     env = os.environ if given is None else given
     fixed = {name: env.get(name, "FALSE") for name in ("MKL_DYNAMIC", "OMP_DYNAMIC")}
     return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", **fixed, **quiet_env()}

@@ -30,7 +30,7 @@ from kdkit.core.jsonio import load_json
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.projectfiles import require_root
 from kdkit.core.report import print_result
-from kdkit.core.runfolder import PARAMS, SUMMARY
+from kdkit.core.runfolder import PARAMS, STOP, SUMMARY
 from kdkit.core.runid import RunId, run_id_type
 from kdkit.core.trainconfig import TRAIN_CONFIG, load_train_config
 from kdkit.probe.train import runfiles
@@ -92,16 +92,37 @@ def child_env(folder: Path, resume: Path | None, log_every: int = 1) -> dict[str
     return env
 
 
-def resume_point(folder: Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint; every unusable checkpoint folder newer than it is removed (it
-    would be written again), with a line on stderr."""
-    chosen = checkpoints.newest_complete(folder / runfiles.CHECKPOINTS)
-    floor = chosen[0] if chosen else -1
-    for step, path in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS):
-        if step > floor:
-            shutil.rmtree(path)
-            print(f"kdkit train: removed {path.name} (not a complete checkpoint)", file=sys.stderr)
-    return (chosen[0], chosen[1]) if chosen else None
+def resume_point(folder: Path, log_every: int,
+                 read_to_end: bool) -> tuple[int, Path] | None:
+    """The newest complete checkpoint no report was lost before; every checkpoint folder newer than
+    it is removed (its steps run again), with a line on stderr.
+
+    A session that closed (``read_to_end``: it wrote stop.json) read the loop's channel to its end.
+    One that was killed may not have: the loop goes on saving while its reports wait unread in the
+    pipe. A checkpoint is then kept when the session recorded it in checkpoints.jsonl (the loop
+    reports a step before it saves it, on the one channel read in order) or when no report was due
+    (every ``log_every``-th step) between the last one metrics.jsonl holds and its step."""
+    parent = folder / runfiles.CHECKPOINTS
+    reported = max((r["step"] for r in runfiles.read_lines(folder / runfiles.METRICS)
+                    if isinstance(r.get("step"), int)), default=-1)
+    due = (reported // log_every + 1) * log_every  # the first report after the last one read
+    listed = runfiles.listed_checkpoints(folder)
+    passed: list[tuple[Path, str]] = []
+    for step, path in reversed(checkpoints.checkpoint_folders(parent)):
+        if not read_to_end and step >= due and path.name not in listed:
+            passed.append((path, f"saved after step {reported}, the last report kdkit train read; "
+                                 "its steps run again" if reported >= 0 else
+                                 "saved before kdkit train read any report; its steps run again"))
+        elif (why := checkpoints.problem(path)) is not None:
+            passed.append((path, f"not a complete checkpoint: {why}"))
+        else:
+            break
+    else:
+        step, path = -1, parent
+    for gone, why in passed:
+        shutil.rmtree(gone)
+        print(f"kdkit train: removed {gone.name} ({why})", file=sys.stderr)
+    return (step, path) if step >= 0 else None
 
 
 def lock_run(folder: Path, wait_s: float = 0.0) -> int:
@@ -122,7 +143,8 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
             time.sleep(0.05)
 
 
-def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None]:
+def reopen(runs: Path, run_id: RunId,
+           log_every: int) -> tuple[Path, dict[str, Any], Path | None]:
     folder = runs / run_id
     params = load_json(folder
                        / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
@@ -136,11 +158,12 @@ def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None
         raise BadInput(f"{folder}: the run finished (summary.json: pass at step "
                        f"{summary.get('steps')}); nothing to resume: start a new run with `kdkit "
                        "train`")
+    read_to_end = (folder / STOP).is_file()
     for removed in runfiles.reopen(folder):
         print(f"kdkit train: removed {removed.name} (a checkpoint half-written when the run was "
               "killed)",
               file=sys.stderr)
-    point = resume_point(folder)
+    point = resume_point(folder, log_every, read_to_end)
     runfiles.cut_after(folder / runfiles.METRICS, point[0] if point else -1)
     with_log = runfiles.Appender(folder / runfiles.CHECKPOINT_LOG)
     try:
@@ -183,7 +206,7 @@ def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
     if args.resume is not None and args.run_id is not None:
         raise BadInput("--run-id with --resume: a resumed run keeps its ID; give one of them")
     if args.resume is not None:
-        folder, params, point = reopen(runs, args.resume)
+        folder, params, point = reopen(runs, args.resume, cfg.log_every)
     else:
         folder, params = open_new(root, runs, cfg, args.config, args.run_id,
                                   args.variant, args.loop_args)

@@ -263,6 +263,71 @@ def test_half_written_checkpoint_is_never_chosen(tmp_path: Path) -> None:
     assert_closed(folder)
 
 
+def _killed_mid_session(tmp_path: Path, config: dict[str, Any] | None,
+                        last_read: int) -> tuple[Path, float, list[tuple[int, Any]]]:
+    """A run of 20 steps (a checkpoint every 5) as ``kdkit train`` leaves it when it was SIGKILLed
+    at step 10 while behind: no stop.json, no summary, metrics.jsonl read up to ``last_read`` and
+    step-10's checkpoint message never read; with the uninterrupted run's final w and metrics."""
+    args = ("--steps", "20", "--save-every", "5")
+    reference_root = make_project(tmp_path / "reference", config)
+    assert train(reference_root, "--run-id", "ref", "--", *args).returncode == 0
+    w, series = final_w(folder_of(reference_root, "ref")), metrics(folder_of(reference_root, "ref"))
+    root = make_project(tmp_path / "p", config)
+    assert train(root, "--run-id", "g", "--", "--steps", "10", "--save-every", "5").returncode == 0
+    folder = folder_of(root, "g")
+    params = json.loads((folder / "params.json").read_text())
+    params["args"] = list(args)
+    (folder / "params.json").write_text(json.dumps(params))
+    (folder / "summary.json").unlink()
+    (folder / "stop.json").unlink()
+    for name, keep in (("metrics.jsonl", lambda r: r["step"] <= last_read),
+                       ("checkpoints.jsonl", lambda r: r["name"] != "step-00000010")):
+        lines = (folder / name).read_text().splitlines()
+        (folder / name).write_text("".join(f"{line}\n" for line in lines if keep(json.loads(line))))
+    return root, w, series
+
+
+def test_a_checkpoint_saved_after_the_last_report_read_is_done_again(tmp_path: Path) -> None:
+    # the loop reported steps 8-10 and saved step-10, but the session never read those lines:
+    # resuming at step-10 would lose three reports for good
+    root, w, series = _killed_mid_session(tmp_path, None, 7)
+    done = train(root, "--resume", "g", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resumed_from"] == "step-00000005"
+    assert "removed step-00000010 (saved after step 7, the last report kdkit train read; its " \
+           "steps run again)" in done.stderr
+    folder = folder_of(root, "g")
+    assert final_w(folder) == w and metrics(folder) == series
+    assert_closed(folder)
+
+
+def test_a_checkpoint_past_the_last_report_is_kept_when_no_report_was_due(tmp_path: Path) -> None:
+    # log_every 4: after step 8 the next report is due at 12, so nothing before step-10 is lost
+    root, w, series = _killed_mid_session(tmp_path, {"log_every": 4}, 8)
+    assert [step for step, _loss in series] == [4, 8, 12, 16, 20]
+    done = train(root, "--resume", "g", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resumed_from"] == "step-00000010"
+    assert "removed" not in done.stderr
+    folder = folder_of(root, "g")
+    assert final_w(folder) == w and metrics(folder) == series
+    assert_closed(folder)
+
+
+def test_a_closed_session_read_every_report_so_its_newest_checkpoint_is_kept(
+        tmp_path: Path) -> None:
+    # stop.json says the session read the channel to its end (here the loop died after saving
+    # step-10, before its message and step 10's report): no report waits unread, step-10 is kept
+    root, w, _series = _killed_mid_session(tmp_path, None, 9)
+    folder = folder_of(root, "g")
+    (folder / "stop.json").write_text(json.dumps({"reason": "killed", "detail": "x", "step": 9}))
+    done = train(root, "--resume", "g", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resumed_from"] == "step-00000010"
+    assert "removed" not in done.stderr and final_w(folder) == w
+    assert_closed(folder)
+
+
 def _lines(path: Path) -> int:
     try:
         return path.read_bytes().count(b"\n")
