@@ -92,29 +92,29 @@ def child_env(folder: Path, resume: Path | None, log_every: int = 1) -> dict[str
     return env
 
 
-def resume_point(folder: Path, log_every: int,
-                 read_to_end: bool) -> tuple[int, Path] | None:
+def resume_point(folder: Path, read_to_end: bool) -> tuple[int, Path] | None:
     """The newest complete checkpoint no report was lost before; every checkpoint folder newer than
     it is removed (its steps run again), with a line on stderr.
 
     A session that closed (``read_to_end``: it wrote stop.json) read the loop's channel to its end.
     One that was killed may not have: the loop goes on saving while its reports wait unread in the
-    pipe. A checkpoint is then kept when the session recorded it in checkpoints.jsonl (the loop
-    reports a step before it saves it, on the one channel read in order) or when no report was due
-    (every ``log_every``-th step) between the last one metrics.jsonl holds and its step."""
+    pipe, and one may come at any step (a loss that is not finite is sent off ``log_every``'s
+    schedule). A checkpoint is then kept when the session recorded it in checkpoints.jsonl (the
+    loop reports a step before it saves it, on the one channel read in order) or when metrics.jsonl
+    holds a report at its step or later."""
     parent = folder / runfiles.CHECKPOINTS
     reported = max((r["step"] for r in runfiles.read_lines(folder / runfiles.METRICS)
                     if isinstance(r.get("step"), int)), default=-1)
-    due = (reported // log_every + 1) * log_every  # the first report after the last one read
     listed = runfiles.listed_checkpoints(folder)
     passed: list[tuple[Path, str]] = []
     for step, path in reversed(checkpoints.checkpoint_folders(parent)):
-        if not read_to_end and step >= due and path.name not in listed:
+        if not read_to_end and step > reported and path.name not in listed:
             passed.append((path, f"saved after step {reported}, the last report kdkit train read; "
                                  "its steps run again" if reported >= 0 else
-                                 "saved before kdkit train read any report; its steps run again"))
-        elif (why := checkpoints.problem(path)) is not None:
-            passed.append((path, f"not a complete checkpoint: {why}"))
+                                 "saved while kdkit train had read no report; its steps run "
+                                 "again"))
+        elif checkpoints.problem(path) is not None:
+            passed.append((path, "not a complete checkpoint"))
         else:
             break
     else:
@@ -143,8 +143,7 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
             time.sleep(0.05)
 
 
-def reopen(runs: Path, run_id: RunId,
-           log_every: int) -> tuple[Path, dict[str, Any], Path | None]:
+def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None]:
     folder = runs / run_id
     params = load_json(folder
                        / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
@@ -163,7 +162,7 @@ def reopen(runs: Path, run_id: RunId,
         print(f"kdkit train: removed {removed.name} (a checkpoint half-written when the run was "
               "killed)",
               file=sys.stderr)
-    point = resume_point(folder, log_every, read_to_end)
+    point = resume_point(folder, read_to_end)
     runfiles.cut_after(folder / runfiles.METRICS, point[0] if point else -1)
     with_log = runfiles.Appender(folder / runfiles.CHECKPOINT_LOG)
     try:
@@ -206,7 +205,7 @@ def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
     if args.resume is not None and args.run_id is not None:
         raise BadInput("--run-id with --resume: a resumed run keeps its ID; give one of them")
     if args.resume is not None:
-        folder, params, point = reopen(runs, args.resume, cfg.log_every)
+        folder, params, point = reopen(runs, args.resume)
     else:
         folder, params = open_new(root, runs, cfg, args.config, args.run_id,
                                   args.variant, args.loop_args)

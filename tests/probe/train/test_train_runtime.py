@@ -301,17 +301,45 @@ def test_a_checkpoint_saved_after_the_last_report_read_is_done_again(tmp_path: P
     assert_closed(folder)
 
 
-def test_a_checkpoint_past_the_last_report_is_kept_when_no_report_was_due(tmp_path: Path) -> None:
-    # log_every 4: after step 8 the next report is due at 12, so nothing before step-10 is lost
+def test_an_unrecorded_checkpoint_past_the_last_report_is_done_again_whatever_log_every(
+        tmp_path: Path) -> None:
+    # log_every 4: no scheduled report fell between step 8 and step-10, but a loss that is not
+    # finite is sent at any step; only the steps since the last report read are safe to trust
     root, w, series = _killed_mid_session(tmp_path, {"log_every": 4}, 8)
     assert [step for step, _loss in series] == [4, 8, 12, 16, 20]
     done = train(root, "--resume", "g", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["resumed_from"] == "step-00000010"
-    assert "removed" not in done.stderr
+    assert json.loads(done.stdout)["resumed_from"] == "step-00000005"
+    assert "removed step-00000010 (saved after step 8" in done.stderr
     folder = folder_of(root, "g")
     assert final_w(folder) == w and metrics(folder) == series
     assert_closed(folder)
+
+
+def test_an_unread_off_schedule_nan_still_stops_the_resumed_run(tmp_path: Path) -> None:
+    # the loop sent a NaN loss at step 5 (off log_every's schedule) and saved step-7, and kdkit
+    # train was killed before it read either: the resumed run stops at step 5 as the whole one did
+    config = {"log_every": 4}
+    args = ("--steps", "12", "--save-every", "7", "--nan-at", "5")
+    whole = make_project(tmp_path / "whole", config)
+    assert train(whole, "--run-id", "w", "--", *args).returncode == 1
+    root = make_project(tmp_path / "p", config)
+    assert train(root, "--run-id", "n", "--", "--steps", "7", "--save-every", "7").returncode == 0
+    folder = folder_of(root, "n")
+    params = json.loads((folder / "params.json").read_text())
+    params["args"] = list(args)
+    (folder / "params.json").write_text(json.dumps(params))
+    for name in ("summary.json", "stop.json", "checkpoints.jsonl"):
+        (folder / name).unlink()
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    (folder / "metrics.jsonl").write_text(
+        "".join(f"{line}\n" for line in lines if json.loads(line)["step"] <= 4))
+    done = train(root, "--resume", "n", "--json")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["resumed_from"] is None
+    assert stop_of(folder)["reason"] == stop_of(folder_of(whole, "w"))["reason"] == "nan_loss"
+    # the stop comes at step 5; the loop may log a step or two more before its SIGTERM lands
+    assert [step for step, _ in metrics(folder)][:2] == [4, 5]
 
 
 def test_a_closed_session_read_every_report_so_its_newest_checkpoint_is_kept(
