@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "kdkit"
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 # The count when it was last lowered (issue 30 §1): lower it again when you replace more.
-MOST_OPEN_DICTS = 516
+MOST_OPEN_DICTS = 383
 OPEN_DICT = re.compile(r"dict\[str, Any\]")
 
 

@@ -8,12 +8,15 @@ the rule on a module's length.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kdkit.cli._options import json_option
 from kdkit.cli._output import console, emit_json, plain, say
+
+if TYPE_CHECKING:
+    from kdkit.order.campaignview import CampaignStatus
 
 
 def _table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
@@ -51,7 +54,7 @@ def _campaign_words(words: tuple[str, ...], why: str | None) -> tuple[Path | Non
     return (Path(rest[0]) if rest else None), (words[1] if decide else None)
 
 
-def _print_campaign(status: dict[str, Any]) -> None:
+def _print_campaign(status: CampaignStatus) -> None:
     from kdkit.core.safetext import printable
 
     def shown(value: float | None, plus: bool = False) -> str:

@@ -5,7 +5,7 @@ run folder and the engine's labelled containers (kdkit.machine.watch, kdkit.mach
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -121,7 +121,7 @@ def logs(run_id: RunId, follow: bool, project_dir: Path | None) -> None:
     from kdkit.machine.workers import Prefixed
 
     shown = container_output(False)
-    sinks: dict[str, Any] = {}
+    sinks: dict[str, Prefixed] = {}
 
     def sink(label: str, chunk: bytes) -> None:
         if not label:

@@ -15,6 +15,8 @@ from kdkit.cli._output import console, emit_json, plain, printable, say, size_te
 from kdkit.image.layers import LOCK_FORMATS
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from kdkit.image.buildrun import BuildEvent, BuildResult
 
 
@@ -181,7 +183,7 @@ def inspect(image: str, project_dir: Path | None, as_json: bool) -> None:
     require_lock_match(report)
 
 
-def _project_line(project: dict[str, Any]) -> str:
+def _project_line(project: Mapping[str, Any]) -> str:
     """inspect_image's project comparison as one line (a difference is no failure: `kdkit run`
     mounts them)."""
     if project["matches"] is None:
@@ -195,7 +197,7 @@ def _project_line(project: dict[str, Any]) -> str:
             f"own; `kdkit build` to bake them).{changed}")
 
 
-def _arch_line(arch: dict[str, Any]) -> str:
+def _arch_line(arch: Mapping[str, Any]) -> str:
     """inspect_image's torch_arch as one line: the tokens and their source, none, unknown and
     why."""
     if not arch["recorded"]:

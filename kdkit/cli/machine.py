@@ -22,6 +22,8 @@ from kdkit.core.errors import BadInput, Interrupted
 from kdkit.probe.entry import run_command
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from kdkit.machine.run import RunPlan
     from kdkit.machine.workers import WorkersPlan, WorkersResult
 
@@ -84,7 +86,7 @@ def _announced(base: RunPlan, print_only: bool, lines: Callable[[], Iterable[str
     return False
 
 
-def _stopped(as_json: bool, report: dict[str, Any], lines: list[str]) -> None:
+def _stopped(as_json: bool, report: Mapping[str, Any], lines: list[str]) -> None:
     """After Ctrl-C or SIGTERM: the lines naming each run folder and how to finish it, on stderr;
     the JSON too."""
     for line in lines:
@@ -189,7 +191,7 @@ def _lost(run_id: str | None, containers: list[str]) -> None:
     os._exit(HANGUP_EXIT)
 
 
-def _detached(as_json: bool, report: dict[str, Any]) -> None:
+def _detached(as_json: bool, report: Mapping[str, Any]) -> None:
     if as_json:
         emit_json(report)
         return

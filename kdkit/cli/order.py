@@ -4,7 +4,7 @@ kdkit/cli/orderview.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,11 @@ from kdkit.cli._output import emit_json, say
 from kdkit.cli.orderview import print_check, print_close, print_memory, show_plan
 from kdkit.core.builds import BACKENDS
 from kdkit.core.errors import CheckFailed
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kdkit.order.checkrecords import CheckReport
 
 catalog_option = click.option(
     "--catalog", "catalog_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -97,7 +102,7 @@ def _names(names: list[str], shown: int = 5) -> str:
     return printable(", ".join(names[:shown])) + more
 
 
-def _conclude(report: dict[str, Any], as_json: bool) -> None:
+def _conclude(report: CheckReport, as_json: bool) -> None:
     """Exit 1 when a point blocks the order; else the summary, naming the extensions still
     unknown."""
     from kdkit.order.extensions import blocks
@@ -200,7 +205,8 @@ def plan(project_dir: Path | None, gpu: str | None, days: int | None, lots: int 
     if order_file is not None:
         _refuse_with_order(order_file, gpu=gpu, days=days, lots=lots, price=price, hours=hours,
                            schedule=schedule_file, report=report_file, accepted=accepted, save=save)
-        order = update_order(order_file, order_number, order_status)
+        # a saved order (its schema's shape), or the plan made below (OrderPlan)
+        order: Mapping[str, Any] = update_order(order_file, order_number, order_status)
     else:
         order = plan_order(project_dir, gpu, days, lots, price=price, hours=hours,
                            accepted=accepted, preparation=preparation, catalog_file=catalog_file,

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from kdkit.cli._output import console, plain, say
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
+    from kdkit.order.checkrecords import CheckReport
     from kdkit.order.close import CloseReport
     from kdkit.order.memory import MemoryEstimate
     from kdkit.order.planrecords import StagesSection
@@ -35,7 +37,7 @@ def table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *,
     console().print(grid)
 
 
-def print_check(report: dict[str, Any]) -> None:
+def print_check(report: CheckReport) -> None:
     """`kdkit check`: one row per point, its verdict coloured, with its reason and its fix."""
     from rich.text import Text
 
@@ -62,7 +64,7 @@ def _print_stages(stages: StagesSection) -> None:
         f"{stages['human_hours']} h.")
 
 
-def _print_order_fields(order: dict[str, Any]) -> None:
+def _print_order_fields(order: Mapping[str, Any]) -> None:
     if order.get("order_number") is not None or order.get("order_status") is not None:
         say(f"Provider's order number: {order.get('order_number') or 'not declared'}; status: "
             f"{order.get('order_status') or 'not declared'} (declared by you).")
@@ -76,7 +78,7 @@ def _print_from_report(report: ReportRecord) -> None:
         f"{used}{only}")
 
 
-def print_plan(order: dict[str, Any]) -> None:
+def print_plan(order: Mapping[str, Any]) -> None:
     offer, sched, cost = order["offer"], order["schedule"], order["cost_per_accepted"]
     per_card = (f" ({offer['cards_per_lot']} cards per lot, price covers them)"
                 if offer["cards_per_lot"] > 1 else "")
@@ -113,7 +115,7 @@ def print_plan(order: dict[str, Any]) -> None:
     _print_order_fields(order)
 
 
-def show_plan(order: dict[str, Any], order_file: Path | None, save: Path | None) -> None:
+def show_plan(order: Mapping[str, Any], order_file: Path | None, save: Path | None) -> None:
     """`kdkit plan`: a saved order's declared fields once updated (--order), else the plan, and
     where it was written (--save)."""
     if order_file is not None:

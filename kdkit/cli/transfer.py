@@ -7,12 +7,15 @@ it returns.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from kdkit.cli._options import backend_option, force_option, json_option, project_argument
 from kdkit.cli._output import emit_json, say, warn
+
+if TYPE_CHECKING:
+    from kdkit.transfer.format import BundleInfo
 
 
 def _progress(message: str) -> None:
@@ -90,7 +93,7 @@ def bundle_command(project_dir: Path | None, out: Path, backend: str | None, ima
     _print_bundle(info)
 
 
-def _print_bundle(info: dict[str, Any]) -> None:
+def _print_bundle(info: BundleInfo) -> None:
     """The bundle in a few lines, after its warnings (uncommitted changes, files left out)."""
     from kdkit.config.files import printable_name
 

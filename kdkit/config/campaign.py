@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import (
     config_problem,
@@ -31,6 +31,50 @@ from kdkit.core.errors import BadInput
 from kdkit.core.finding import Finding
 from kdkit.core.jsonio import parse_json, read_text_file, sha256_file
 from kdkit.core.projectfiles import real_inside
+
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
+
+    class VariantEntry(TypedDict):
+        """One variant of campaign.json as its schema checked it (``variants[]``)."""
+
+        name: str
+        category: str  # essential, useful or exploratory
+        machine_hours: float
+        config: NotRequired[str | None]
+        command: NotRequired[Any]  # a list of words, or null (Any: _campaign tests .get first)
+        gpu: NotRequired[str | None]
+        description: NotRequired[str]
+
+    class CorpusEntry(TypedDict):
+        """campaign.json's frozen corpus: its manifest and that manifest's SHA-256."""
+
+        manifest: str
+        sha256: NotRequired[str | None]
+        items: NotRequired[int | None]
+
+    class ExpenseEntry(TypedDict):
+        """Another expense campaign.json declares: what, an amount, a currency."""
+
+        what: str
+        amount: float
+        currency: str
+
+    class CampaignFile(TypedDict):
+        """campaign.json as its schema checked it (schemas/campaign.schema.json)."""
+
+        question: str
+        metric: str
+        threshold: float
+        higher_is_better: NotRequired[bool]
+        corpus: CorpusEntry
+        assumed_items_per_second: NotRequired[float | None]
+        control: str
+        variants: list[VariantEntry]
+        deliverables: NotRequired[list[str]]
+        decision_point: NotRequired[str]
+        order: NotRequired[str | None]
+        expenses: NotRequired[list[ExpenseEntry]]
 
 CAMPAIGN = "campaign.json"
 CATEGORIES = ("essential", "useful", "exploratory")  # kept first to cut last
@@ -66,7 +110,7 @@ class Campaign:
     order: str | None
     deliverables: tuple[str, ...]
     decision_point: str | None
-    expenses: tuple[dict[str, Any], ...]
+    expenses: tuple[ExpenseEntry, ...]
 
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -81,7 +125,7 @@ def campaign_problems(root: Path, data: Any, rel: Path = Path(CAMPAIGN)) -> list
     problems = schema_problems(data, "campaign", rel)
     if problems or not isinstance(data, dict):
         return problems
-    variants: list[dict[str, Any]] = data["variants"]
+    variants: list[VariantEntry] = data["variants"]
     seen: dict[str, int] = {}
     for index, variant in enumerate(variants):
         where, name = f"$.variants[{index}]", variant["name"]
@@ -135,7 +179,7 @@ def _path_problems(root: Path, value: str | None, rel: Path, where: str, *,
     return []
 
 
-def _frozen_problems(root: Path, corpus: dict[str, Any], rel: Path) -> list[Finding]:
+def _frozen_problems(root: Path, corpus: CorpusEntry, rel: Path) -> list[Finding]:
     """The corpus's manifest against the SHA-256 frozen in campaign.json (when one is)."""
     frozen, path = corpus.get("sha256"), root / corpus["manifest"]
     if frozen is None or real_inside(root, path) is None or not path.is_file():
@@ -191,7 +235,7 @@ def load_campaign(root: Path) -> Campaign | None:
     return _campaign(path, data)
 
 
-def _campaign(path: Path, data: dict[str, Any]) -> Campaign:
+def _campaign(path: Path, data: CampaignFile) -> Campaign:
     variants = tuple(Variant(name=v["name"], category=v["category"],
                              machine_hours=float(v["machine_hours"]),
                              config=v.get("config"), command=None if v.get("command") is None else

@@ -30,7 +30,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.project import Project
 from kdkit.core.errors import BadInput
@@ -38,6 +38,9 @@ from kdkit.core.git import git_output, git_path
 from kdkit.core.pilotconfig import named_paths
 from kdkit.core.projectfiles import DOTTED, config_path, real_inside, require, runs_problem
 from kdkit.core.secretnames import secret_file
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # The folders that make a project, besides what its configs name (see the module docstring).
 PROJECT_FOLDERS = ("config", "requirements", "src")
@@ -220,7 +223,7 @@ def _file_entries(root: Path, allow: AllowList) -> dict[str, Entry]:
     return entries
 
 
-def _git_entries(root: Path, git: dict[str, Any]) -> dict[str, Entry]:
+def _git_entries(root: Path, git: Mapping[str, Any]) -> dict[str, Entry]:
     """The committed tree of ``root`` at HEAD: every blob, link and submodule, by path relative to
     ``root``."""
     # Fails when HEAD has no such folder (the project was never committed): then nothing is, and the
@@ -289,7 +292,8 @@ def _check_name(rel: str, where: str) -> None:
                        "it (SHA256SUMS lists one name a line)")
 
 
-def plan_packing(project: Project, allow: AllowList, git: dict[str, Any] | None) -> Packing:
+def plan_packing(project: Project, allow: AllowList,
+                 git: Mapping[str, Any] | None) -> Packing:
     """Decide, before anything is written, what goes into ``project/`` (see the module
     docstring)."""
     root = project.root

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import raise_first, schema_problems
 from kdkit.core import projectfiles
@@ -16,6 +16,9 @@ from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json
 from kdkit.core.pilotconfig import refuse_problems, runs_folder_problem
 from kdkit.core.projectfiles import MARKER, named_places
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ RESERVED_ENV = frozenset({"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTA
                           "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "TMPDIR"})
 
 
-def mount_problems(root: Path, config: dict[str, Any]) -> list[tuple[str, str]]:
+def mount_problems(root: Path, config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(JSON path, problem) of kdkit.json's ``mounts`` beyond its schema: a path that leaves the
     project through a link, two names that give one KDKIT_MOUNT_ variable."""
     problems: list[tuple[str, str]] = []

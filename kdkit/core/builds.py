@@ -17,6 +17,7 @@ import os
 # are parsed with string methods, and json (the data tables) is loaded only when a table is read.
 TYPE_CHECKING = False  # typing is not imported at start-up (kdkit.core.commands says why)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 # The backends a project declares (kdkit.json "backends"), in the order `--backend all` locks them.
@@ -164,7 +165,7 @@ def floor_value(entry: Any) -> str:
 
 
 def driver_floor(cuda_version: str, architecture: str | None = None,
-                 pairings: dict[str, Any] | None = None) -> tuple[str, str] | None:
+                 pairings: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
     """The oldest Linux driver that runs a CUDA ``cuda_version`` build on ``architecture`` (sm_XY).
 
     Returns (minimum, why): the floor of the CUDA major (minor-version compatibility), raised by

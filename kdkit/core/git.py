@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kdkit.core import proc
 from kdkit.core.errors import Unavailable
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class CodeState(TypedDict):
+        """A run's code revision: the commit, whether the tree had changes, why git could not
+        tell."""
+
+        revision: str | None
+        dirty: bool | None
+        note: str | None
 
 
 def ask(root: Path, *args: str, timeout: float = 60) -> tuple[str | None, str | None]:
@@ -33,7 +44,7 @@ def git_output(root: Path, *args: str, timeout: float = 60) -> str | None:
     return ask(root, *args, timeout=timeout)[0]
 
 
-def code_state(root: Path) -> dict[str, Any]:
+def code_state(root: Path) -> CodeState:
     """The code revision of a run (``revision``, ``dirty``); None with a ``note`` where git cannot
     tell."""
     head, why = ask(root, "rev-parse", "HEAD", timeout=30)

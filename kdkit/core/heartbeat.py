@@ -21,7 +21,10 @@ import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # kdkit.core.runfolder names it among the harness's files (HARNESS_FILES)
 HEARTBEAT = "heartbeat.json"
@@ -99,7 +102,7 @@ def read_heartbeat(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def age_seconds(record: dict[str, Any], now: datetime | None = None) -> float | None:
+def age_seconds(record: Mapping[str, Any], now: datetime | None = None) -> float | None:
     """Seconds since the heartbeat was written, or None when its ``updated`` is not a time."""
     try:
         updated = datetime.fromisoformat(str(record.get("updated")))
@@ -108,7 +111,7 @@ def age_seconds(record: dict[str, Any], now: datetime | None = None) -> float | 
     return ((now or datetime.now(timezone.utc)) - updated).total_seconds()
 
 
-def process_alive(record: dict[str, Any]) -> bool | None:
+def process_alive(record: Mapping[str, Any]) -> bool | None:
     """Whether the writer's process is alive, when it ran on this host (None: another host or a
     container)."""
     pid = record.get("pid")

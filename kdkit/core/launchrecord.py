@@ -8,10 +8,15 @@ records it in params.json under ``launch``, beside and outside the parameters it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import parse_json
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kdkit.core.git import CodeState
 
 VARIABLE = "KDKIT_LAUNCH"
 KEY = "launch"  # params.json's key
@@ -47,7 +52,7 @@ def launch_field(environ: Any) -> dict[str, Any]:
     return {} if text is None else {KEY: parse_launch(text)}
 
 
-def with_launch_revision(state: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
+def with_launch_revision(state: CodeState, launch: Mapping[str, Any] | None) -> CodeState:
     """The code state a run records: git's where the project is a checkout (``state``, from
     kdkit.core.git.code_state), else the revision `kdkit run` passed in KDKIT_LAUNCH (the host's
     checkout, else the image's revision label), so a run in a container never records null where its

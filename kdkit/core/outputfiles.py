@@ -33,13 +33,16 @@ import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import CheckFailed
 from kdkit.core.projectfiles import is_safe_id
 from kdkit.core.resultlines import stream_records
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 OUTPUTS = "outputs"  # <run>/outputs/<name>/...: the accepted items' files
 # <run>/outputs.staging/<name>/: each item's out_dir while the app works
@@ -139,7 +142,7 @@ def _hash_synced(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def keep(run: Path, records: list[dict[str, Any]]) -> dict[str, str]:
+def keep(run: Path, records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Move each accepted record's staged folder into outputs/ (a rename), then fsync outputs/: what
     the run folder's writer does before the batch's lines. Returns the files kept, {name in
     SHA256SUMS: sha256}."""
@@ -169,7 +172,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def named(records: Iterable[dict[str, Any]]) -> dict[str, str]:
+def named(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """The files complete results lines name, {name in SHA256SUMS: sha256}, by folder name order."""
     listed: dict[str, str] = {}
     for record in records:
@@ -180,7 +183,7 @@ def named(records: Iterable[dict[str, Any]]) -> dict[str, str]:
     return listed
 
 
-def cut_back(run: Path, records: Iterable[dict[str, Any]]) -> dict[str, str]:
+def cut_back(run: Path, records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """A resume: the staging folder removed, every folder outputs/<name> no complete line names
     removed (anything else there is left, for integrity checks to name: the harness puts only
     folders there). Returns the files the lines name ({name in SHA256SUMS: sha256}, what the harness

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import sha256_file
@@ -44,6 +44,9 @@ from kdkit.core.projectfiles import (
     require_real_inside,
     runs_problem,
 )
+
+if TYPE_CHECKING:
+    from kdkit.core.pilotrecords import OutputRecord
 
 DEVICE = re.compile(r"auto|cpu|cuda|cuda:[0-9]+")  # fullmatch
 DECODE = re.compile("|".join(re.escape(d) for d in DECODES))  # fullmatch
@@ -127,11 +130,11 @@ class PilotConfig:
                 "scorer_sha256": sha256_file(self.scorer_file)})}
         return resolved
 
-    def output_record(self) -> dict[str, Any]:
+    def output_record(self) -> OutputRecord:
         """The declared output as params.json keeps it: its kind and settings (a json kind's schema
         file with its sha256)."""
         out = self.output
-        record: dict[str, Any] = {"kind": out.kind}
+        record: OutputRecord = {"kind": out.kind}
         if out.kind == "text":
             record["max_chars"] = out.max_chars
         elif out.kind == "vector":

@@ -12,12 +12,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import load_json, sha256_file
 from kdkit.core.pilotkeys import Model, Output
 from kdkit.core.projectfiles import config_path, require_real_inside
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    class ModelReference(TypedDict, total=False):
+        """params.json's record of a model or its base: a folder's files, or a hub reference."""
+
+        path: str
+        files: dict[str, str]  # relative path -> sha256 ("" without digest)
+        hub: str
+        revision: str
+        base: ModelReference
 
 
 def located(root: Path, relative: str, path: Path, where: str) -> Path:
@@ -58,7 +71,7 @@ def answer_schema(root: Path, relative: str, path: Path, where: str) -> Any:
     return schema
 
 
-def load_output(root: Path, data: dict[str, Any], path: Path) -> Output:
+def load_output(root: Path, data: Mapping[str, Any], path: Path) -> Output:
     """The declared output (its shape already passed the model); a top-level ``categories`` is the
     category kind."""
     spec = data.get("output")
@@ -108,12 +121,12 @@ def model_files(root: Path, target: Path, path: Path, where: str) -> Iterator[tu
             yield full.relative_to(target).as_posix(), full
 
 
-def reference_record(root: Path, spec: dict[str, Any], path: Path, where: str, *,
-                     digest: bool = True) -> Any:
+def reference_record(root: Path, spec: Mapping[str, Any], path: Path, where: str, *,
+                     digest: bool = True) -> ModelReference:
     """params.json's record of a model (or its base): ``path`` and ``files`` ({relative path:
     sha256}, every file hashed once) for a folder, ``hub`` and ``revision`` for a hub reference,
     ``base`` likewise. Without ``digest`` (`kdkit validate`) the files are checked, never read."""
-    record: dict[str, Any] = {}
+    record: ModelReference = {}
     if "path" in spec:
         target = existing(root, spec["path"], path, f"{where}.path", "file or folder")
         files = {rel: sha256_file(full) if digest else "" for rel,
@@ -132,7 +145,7 @@ def reference_record(root: Path, spec: dict[str, Any], path: Path, where: str, *
     return record
 
 
-def load_model(root: Path, data: dict[str, Any], path: Path, *,
+def load_model(root: Path, data: Mapping[str, Any], path: Path, *,
                digest: bool = True) -> Model | None:
     spec = data.get("model")
     if spec is None:

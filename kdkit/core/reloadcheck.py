@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import load_json
@@ -50,6 +50,9 @@ from kdkit.core.runfolder import (
     folder_kind,
 )
 from kdkit.core.vectorfile import FLOAT32, HEADER, read_header
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # outcomes the accounting never counts against an ID of the run
 NO_ID = frozenset({"malformed", "unrequested"})
@@ -107,12 +110,12 @@ def _empty(path: Path) -> str | None:
     return f"{path}: empty (or only whitespace); a closed run folder's {path.name} is never empty"
 
 
-def _count(summary: dict[str, Any], key: str) -> int | None:
+def _count(summary: Mapping[str, Any], key: str) -> int | None:
     value = summary.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def results_problems(results: Path, summary: dict[str, Any]) -> list[str]:
+def results_problems(results: Path, summary: Mapping[str, Any]) -> list[str]:
     """results.jsonl streamed against a pilot summary's counts (see the module's docstring)."""
     counts = {key: _count(summary, key) for key in (TOTAL, ACCEPTED, REJECTED)}
     bad = [key for key, value in counts.items() if value is None]

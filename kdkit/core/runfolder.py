@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kdkit.core.checksums import SUMS
 from kdkit.core.errors import BadInput
@@ -46,6 +46,9 @@ from kdkit.core.staging import require_writable
 from kdkit.core.stalestaging import staged_name
 from kdkit.core.vectorfile import VECTOR_IDS as VECTOR_IDS  # a vector run's rows and their IDs
 from kdkit.core.vectorfile import VECTORS as VECTORS
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 T = TypeVar("T")
 
@@ -135,7 +138,7 @@ def run_folders(runs: Path) -> list[Path]:
 # ---------------------------------------------------------------- its kind, the harness's files
 
 
-def folder_kind(folder: Path, summary: dict[str, Any]) -> str:
+def folder_kind(folder: Path, summary: Mapping[str, Any]) -> str:
     """What the folder is by what it holds, never by what it says: a folder holding params.json is a
     pilot run (of a whole manifest or a worker's share), whatever its summary's ``kind``; only a
     folder without one may be a gathering (which proves nothing by itself: its workers' folders do,
@@ -176,7 +179,7 @@ def foreign_entries(folder: Path) -> list[str]:
 # (read_run, kdkit.order.worklog, kdkit.probe.pilot.gathering)
 
 
-def session_seconds(summary: dict[str, Any] | None) -> float | None:
+def session_seconds(summary: Mapping[str, Any] | None) -> float | None:
     """A pilot summary's wall time (timings.seconds), or None."""
     timings = (summary or {}).get(TIMINGS)
     seconds = timings.get(SECONDS) if isinstance(timings, dict) else None

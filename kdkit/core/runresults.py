@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import outputfiles
 from kdkit.core.checksums import SUMS, write_digests
@@ -47,6 +47,9 @@ from kdkit.core.stoproom import RESERVED as RESERVED
 from kdkit.core.stoproom import STOP_RESERVED, StopRoom
 from kdkit.core.stoproom import disk_full as disk_full
 from kdkit.core.vectorfile import VectorWriter, append_rows, finish, resumed_rows
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class RunFolder:
@@ -74,7 +77,7 @@ class RunFolder:
         return self.path.name
 
     @classmethod
-    def create(cls, runs_dir: Path, run_id: str, params: dict[str, Any]) -> RunFolder:
+    def create(cls, runs_dir: Path, run_id: str, params: Mapping[str, Any]) -> RunFolder:
         """The new run folder ``runs_dir/run_id`` (a name chosen with --run-id): one already there
         is BadInput."""
         try:
@@ -84,7 +87,7 @@ class RunFolder:
                            f"{run_id} or choose another --run-id") from None
 
     @classmethod
-    def make(cls, path: Path, params: dict[str, Any]) -> RunFolder:
+    def make(cls, path: Path, params: Mapping[str, Any]) -> RunFolder:
         """The new run folder, whole from its first moment: params.json and an empty results file
         are written in a staging folder beside it (kdkit.core.staging), which is then renamed into
         place. FileExistsError when the name is taken (kdkit.core.runfolder.claim then tries the

@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core import checksums, outputfiles, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
@@ -52,6 +52,9 @@ from kdkit.core.runfolder import (
     folder_kind,
     session_seconds,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # ---------------------------------------------------------------- what a closed folder holds
 
@@ -151,7 +154,8 @@ def unlisted(folder: Path, sums: dict[str, str]) -> list[str]:
             and path.relative_to(folder).as_posix() not in covered]
 
 
-def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+def closed_problems(folder: Path, params: Mapping[str, Any],
+                    summary: Mapping[str, Any]) -> list[str]:
     """Why a closed run folder does not prove what its summary says (empty when it does): it is a
     link, has no SHA256SUMS or does not verify against it (verify_folder: copy-out --verify's
     check), names another run, or, passing, holds results that do not add up to its summary."""
@@ -184,7 +188,7 @@ def closed_problems(folder: Path, params: dict[str, Any], summary: dict[str, Any
     return problems or (results_problems(folder, summary) if summary.get(VERDICT) == "pass" else [])
 
 
-def results_problems(folder: Path, summary: dict[str, Any]) -> list[str]:
+def results_problems(folder: Path, summary: Mapping[str, Any]) -> list[str]:
     """A passing pilot summary against its own results.jsonl: every ID once, the counts it
     states."""
     if folder_kind(folder, summary) in (GATHERED, TRAIN):
@@ -280,7 +284,7 @@ def _object(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _object_in(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _object_in(data: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key)
     return value if isinstance(value, dict) else {}
 

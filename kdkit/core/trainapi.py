@@ -39,7 +39,29 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class ReportLine(TypedDict):
+        """A report on the channel: the loop's metrics with its ``step`` and ``at``."""
+
+        report: dict[str, object]
+
+    class CheckpointSaved(TypedDict):
+        """A published checkpoint: its name, step, files ({name: sha256}), save time, ``at``."""
+
+        name: str
+        step: int
+        files: dict[str, str]
+        save_seconds: float
+        at: float
+
+    class CheckpointLine(TypedDict):
+        """A checkpoint on the channel."""
+
+        checkpoint: CheckpointSaved
 
 RUN_ENV, RUN_ID_ENV = "KDKIT_TRAIN_RUN", "KDKIT_TRAIN_RUN_ID"
 FD_ENV, RESUME_ENV = "KDKIT_TRAIN_FD", "KDKIT_TRAIN_RESUME"
@@ -70,7 +92,7 @@ def _channel() -> int | None:
     return _fd if _fd >= 0 else None
 
 
-def _send(record: dict[str, Any]) -> None:
+def _send(record: ReportLine | CheckpointLine) -> None:
     fd = _channel()
     if fd is None:
         return

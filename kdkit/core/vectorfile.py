@@ -21,11 +21,14 @@ import re
 import struct
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import CheckFailed
 from kdkit.core.outputkinds import ROW, VECTOR_DATA
 from kdkit.core.resultlines import stream_records
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 VECTORS, VECTOR_IDS = "vectors.npy", "vectors.ids.jsonl"  # a vector run's rows and their IDs
 # vectors.ids.jsonl: each row's model reference (model_reference); absent when no model is named
@@ -203,7 +206,7 @@ def resumed_rows(path: Path, data: bytes, cut: int) -> VectorWriter | None:
     return VectorWriter.resume(path, rows)
 
 
-def finish(writer: VectorWriter, records: Iterable[dict[str, Any]],
+def finish(writer: VectorWriter, records: Iterable[Mapping[str, Any]],
            model: str | None = None) -> tuple[str, bytes, list[str]]:
     """Close a run's vectors: (vectors.npy's SHA-256 with its final header, vectors.ids.jsonl's
     bytes (each row with the ``model`` reference, model_reference's), the problems: rows not named
@@ -223,7 +226,7 @@ def finish(writer: VectorWriter, records: Iterable[dict[str, Any]],
     return digest, listed, problems
 
 
-def ids_lines(records: Iterable[dict[str, Any]],
+def ids_lines(records: Iterable[Mapping[str, Any]],
               model: str | None = None) -> tuple[bytes, list[str]]:
     """vectors.ids.jsonl's bytes from the run's records (each line with the ``model`` reference when
     there is one), and the problems (rows not 0..N-1 once each)."""
@@ -246,7 +249,7 @@ def ids_lines(records: Iterable[dict[str, Any]],
     return "".join(line + "\n" for line in lines).encode("ascii"), problems
 
 
-def folder_problems(vectors: Path, ids: Path, records: Iterable[dict[str, Any]],
+def folder_problems(vectors: Path, ids: Path, records: Iterable[Mapping[str, Any]],
                     model: str | None = None) -> list[str]:
     """A closed folder's vectors.npy and vectors.ids.jsonl against its results: the header's N rows
     of dim float32 and nothing more, and the ID list exactly the rows results.jsonl names, each with

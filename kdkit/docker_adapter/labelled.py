@@ -12,7 +12,10 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 SOCKET = "/var/run/docker.sock"
 EXITED = re.compile(r"^Exited \((?P<code>-?\d+)\)")
@@ -70,7 +73,7 @@ def _get(path: str, target: str) -> tuple[int, bytes]:
     return int(status_line[1]), body
 
 
-def _listed(rows: list[dict[str, Any]]) -> list[Labelled]:
+def _listed(rows: list[Mapping[str, Any]]) -> list[Labelled]:
     return [Labelled(str(row.get("Id", "")), str((row.get("Names") or ["/"])[0]).lstrip("/"),
                      str(row.get("State", "")), str(row.get("Status", "")),
                      dict(row.get("Labels") or {}))

@@ -22,11 +22,16 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import load_valid, secret_problems
 from kdkit.config.shipped import data_file
 from kdkit.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kdkit.facts.catalogrecords import NominalFigures, OfferEntry, OfferRow, OfferSummary
 
 DURATIONS = (3, 7, 30)
 # The most a lot may cost (the catalog's prices and ``kdkit plan --price``): refuses typos, and
@@ -70,14 +75,14 @@ class Offer:
     prices: dict[int, Decimal | None]
     generation: str = ""
     aliases: tuple[str, ...] = ()
-    nominal: dict[str, Any] | None = None
+    nominal: NominalFigures | None = None
     note: str = ""
     origin: str = ""
     cpu_arch: str = "x86_64"  # of the host the card comes in (GH200: aarch64)
     figure_sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], origin: Path) -> Offer:
+    def from_json(cls, data: OfferEntry, origin: Path) -> Offer:
         prices = data["price_per_lot_usd"]
         return cls(
             name=data["name"],
@@ -105,14 +110,14 @@ class Offer:
     def price(self, days: int) -> Decimal | None:
         return self.prices.get(days)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> OfferSummary:
         """The fields an order records about the offer."""
         return {"name": self.name, "vendor": self.vendor, "backend": self.backend,
                 "memory_gb": self.memory_gb, "architecture": self.architecture,
                 "cpu_arch": self.cpu_arch,
                 "cards_per_lot": self.cards_per_lot}
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> OfferRow:
         return {**self.summary(), "generation": self.generation, "aliases": list(self.aliases),
                 "price_per_lot_usd": {str(d): None if p is None else str(p) for d,
                                       p in self.prices.items()},
@@ -285,7 +290,7 @@ def load_catalog(project_root: Path | None = None, extra: Path | None = None) ->
 _VENDOR_RULES = {"nvidia": ("cuda", "sm_"), "amd": ("rocm", "gfx")}
 
 
-def _incoherent(entry: dict[str, Any]) -> str | None:
+def _incoherent(entry: OfferEntry) -> str | None:
     """Why an offer contradicts itself (an NVIDIA card with a gfx target, a blank name), or None."""
     if not normalize_name(entry["name"]):
         return "name is blank; give the card's name"
@@ -297,7 +302,7 @@ def _incoherent(entry: dict[str, Any]) -> str | None:
     return None
 
 
-def _unusable(entry: dict[str, Any], where: str) -> tuple[str, str | None]:
+def _unusable(entry: OfferEntry, where: str) -> tuple[str, str | None]:
     """(JSON path, why) of a field kdkit could not use: a device_pattern that is no regular
     expression, a price above MAX_LOT_PRICE; (where, None) when none."""
     pattern = entry.get("device_pattern")
@@ -322,15 +327,15 @@ FIGURES = ("memory_gb", "architecture", "tf32_dense_tflops", "fp16_dense_tflops"
            "memory_bandwidth_gb_s")
 
 
-def carried_figures(entry: dict[str, Any]) -> list[str]:
+def carried_figures(entry: OfferEntry) -> list[str]:
     """The figures an offer states (not null): memory and architecture always, the nominal ones it
     gives."""
-    nominal = entry.get("nominal") or {}
+    nominal: Mapping[str, object] = entry.get("nominal") or {}
     return [f for f in FIGURES
             if (entry.get(f) if f in ("memory_gb", "architecture") else nominal.get(f)) is not None]
 
 
-def unsourced(entry: dict[str, Any], sources: set[str]) -> str | None:
+def unsourced(entry: OfferEntry, sources: set[str]) -> str | None:
     """Why an offer's ``figure_sources`` does not hold (a figure it carries without a source, a
     source key that no ``sources`` names), or None; an offer without ``figure_sources`` is not
     judged here."""

@@ -15,9 +15,27 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import NotRequired, TypedDict
+
+    class ExtensionRule(TypedDict):
+        """One fact of extensions.json about an extension on one backend (``rules[]``)."""
+
+        # with exactly one of min_sm, only_sm, targets and note (held so by _check_rule)
+        backend: str  # "cuda" or "rocm"
+        source: str  # a key of $.sources
+        min_sm: NotRequired[int]
+        only_sm: NotRequired[list[int]]
+        targets: NotRequired[list[str]]
+        note: NotRequired[str]
+        versions: NotRequired[str]  # the releases it holds for (a PEP 440 specifier)
+        toolkits: NotRequired[str]  # the CUDA or ROCm versions it holds for
+
 
 _KINDS = ("min_sm", "only_sm", "targets", "note")
 
@@ -35,7 +53,7 @@ class Extension:
     name: str  # the distribution, as pinned in a lock: "flash-attn"
     modules: tuple[str, ...]
     packages: tuple[str, ...]  # other distributions of it: pytorch-triton-rocm
-    rules: tuple[dict[str, Any], ...]
+    rules: tuple[ExtensionRule, ...]
     torch_pairs: dict[str, str]
     about: str
     source: str
@@ -62,7 +80,7 @@ class ExtensionFacts:
             (e for e in self.extensions.values() if wanted in e.packages), None)
 
 
-def _check_rule(path: str, where: str, rule: Any, sources: dict[str, Any]) -> None:
+def _check_rule(path: str, where: str, rule: Any, sources: Mapping[str, Any]) -> None:
     from kdkit.core.versions import InvalidVersion, specifier_clauses
 
     if not isinstance(rule, dict) or rule.get("backend") not in ("cuda", "rocm"):
@@ -80,7 +98,7 @@ def _check_rule(path: str, where: str, rule: Any, sources: dict[str, Any]) -> No
             raise BadInput(f"{path}: {where}.{key}: {exc}") from None
 
 
-def _extension(path: str, name: str, raw: Any, sources: dict[str, Any]) -> Extension:
+def _extension(path: str, name: str, raw: Any, sources: Mapping[str, Any]) -> Extension:
     where = f"$.extensions.{name}"
     if not isinstance(raw, dict) or not isinstance(raw.get("modules"), list) or not raw["modules"]:
         raise BadInput(f"{path}: {where}.modules: expected a list of import names")
@@ -97,7 +115,8 @@ def _extension(path: str, name: str, raw: Any, sources: dict[str, Any]) -> Exten
                      str(raw.get("source", "")), through, through_source)
 
 
-def _checked_through(path: str, where: str, raw: Any, sources: dict[str, Any]) -> tuple[str, str]:
+def _checked_through(path: str, where: str, raw: Any,
+                     sources: Mapping[str, Any]) -> tuple[str, str]:
     """(release, source) of an extension's ``checked_through``; ("", "") when it has none."""
     from kdkit.core.versions import InvalidVersion, Version
 
@@ -143,7 +162,7 @@ def _capability(card: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _rule_verdict(ext: Extension, rule: dict[str, Any], card: str) -> Verdict:
+def _rule_verdict(ext: Extension, rule: ExtensionRule, card: str) -> Verdict:
     """What one rule says of ``card`` (its releases named by the caller)."""
     source = f"extensions.json: {rule['source']}"
     if "note" in rule:
@@ -172,12 +191,12 @@ def _rule_verdict(ext: Extension, rule: dict[str, Any], card: str) -> Verdict:
     return Verdict("fail", f"{ext.name} runs on {only} only, not on {card} ({source})")
 
 
-def _span(rule: dict[str, Any]) -> str:
+def _span(rule: ExtensionRule) -> str:
     span = f"releases {rule['versions']}" if rule.get("versions") else "every release"
     return span + (f" with {rule['backend']} {rule['toolkits']}" if rule.get("toolkits") else "")
 
 
-def _applies(rule: dict[str, Any], key: str, version: str | None) -> bool:
+def _applies(rule: Mapping[str, Any], key: str, version: str | None) -> bool:
     """Whether ``rule`` covers ``version`` by its specifier ``key`` (an unknown version: it may)."""
     from kdkit.core.versions import InvalidVersion, satisfies
 
@@ -189,7 +208,7 @@ def _applies(rule: dict[str, Any], key: str, version: str | None) -> bool:
         return False
 
 
-def _agree(ext: Extension, rules: list[dict[str, Any]], card: str, prefix: str) -> Verdict:
+def _agree(ext: Extension, rules: list[ExtensionRule], card: str, prefix: str) -> Verdict:
     """The verdict every rule of ``rules`` gives ``card``, or unknown naming what it depends on."""
     verdicts = [(_rule_verdict(ext, r, card), r) for r in rules]
     if len({v.status for v, _ in verdicts}) == 1:

@@ -17,10 +17,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.builds import driver_floor, minor_key, parse_label, torch_minor
 from kdkit.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 _SECTIONS = ("sources", "drivers", "architecture_drivers", "indexes", "arch_sets")
 
@@ -200,7 +203,7 @@ class Pairings:
         return image.replace("{python}", python) if image else None
 
 
-def _merge(merged: dict[str, Any], layer: dict[str, Any]) -> None:
+def _merge(merged: dict[str, Any], layer: Mapping[str, Any]) -> None:
     for section in _SECTIONS:
         merged[section].update(layer.get(section, {}))
     for minor, value in layer.get("torch", {}).items():
@@ -215,7 +218,7 @@ def _merge(merged: dict[str, Any], layer: dict[str, Any]) -> None:
         merged["template"] = layer["template"]
 
 
-def _contradiction(merged: dict[str, Any]) -> str | None:
+def _contradiction(merged: Mapping[str, Any]) -> str | None:
     """The first index whose backend or toolkit version is not what its label says (cu130 is CUDA
     13.0)."""
     for label, index in merged["indexes"].items():
@@ -230,7 +233,7 @@ def _contradiction(merged: dict[str, Any]) -> str | None:
     return None
 
 
-def _dangling(merged: dict[str, Any]) -> str | None:
+def _dangling(merged: Mapping[str, Any]) -> str | None:
     """The first torch entry naming an unknown index or arch set, described."""
     for minor, platforms in merged["pypi"].items():
         for cpu_arch, entry in platforms.items():

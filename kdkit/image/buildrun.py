@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import KdkitError
 from kdkit.core.jsonio import atomic_write_text
@@ -29,6 +29,22 @@ from kdkit.image.pipcause import first_cause
 from kdkit.image.preflight import refuse_machine_local
 from kdkit.image.pylockparts import download_pip
 from kdkit.lock.wheelhouse import offline_build
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    class BuildReport(TypedDict):
+        """A finished build as `kdkit build --json` prints it (BuildResult.as_dict)."""
+
+        tag: str
+        id: str
+        size: int
+        seconds: float
+        network: str
+        labels: dict[str, str]
+        steps: list[dict[str, Any]]  # each Step as dataclasses.asdict gives it
+        ran: list[int]  # the numbers of the steps the builder executed
 
 STEP = re.compile(r"^Step (?P<n>\d+)/(?P<total>\d+) : (?P<instruction>.*)$")
 ERROR_LINE = re.compile(r"^(ERROR|E:|error:|fatal:)")
@@ -71,7 +87,7 @@ class BuildResult:
         """The steps the builder executed instead of reusing its cache."""
         return [s for s in self.steps if s.cacheable and not s.cached]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> BuildReport:
         return {"tag": self.tag, "id": self.image_id, "size": self.size,
                 "seconds": round(self.seconds, 2),
                 "network": self.network, "labels": self.labels,
@@ -93,7 +109,7 @@ class _Transcript:
         self.error: str | None = None
         self._partial = ""
 
-    def feed(self, event: dict[str, Any]) -> None:
+    def feed(self, event: Mapping[str, Any]) -> None:
         if "aux" in event and isinstance(event["aux"], dict) and "ID" in event["aux"]:
             self.image_id = str(event["aux"]["ID"])
         if "error" in event:

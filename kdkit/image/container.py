@@ -122,7 +122,7 @@ def inside_project(project: Project, rel: str, what: str) -> Path:
     return path
 
 
-def container_spec(image: str, mounts: list[Mount], confined: dict[str, Any],
+def container_spec(image: str, mounts: list[Mount], confined: Mapping[str, Any],
                    access: Mapping[str, Any], *,
                    network: str = "none", command: list[str] | None = None,
                    env_file: Path | None = None,
@@ -191,7 +191,7 @@ def portable_spec(image: str, root: str, inputs: str, runs: str, backend: str,
     and src/ over the image's nor the cache nor kdkit.json's declared mounts: this line runs the
     bundle's image as it was verified with the bundle, without kdkit; the declared folders (a model)
     do not travel in a bundle, and `kdkit run` on that host mounts all of them."""
-    access: dict[str, Any] = {"gpus": "all"} if backend == "cuda" else {}
+    access: dict[str, str] = {"gpus": "all"} if backend == "cuda" else {}
     confined = confinement(_VARIABLES["uid"], _VARIABLES["gid"], _VARIABLES["size"], PIDS_FLOOR)
     here = Path("\0PWD\0" + root.removeprefix("$PWD") if root.startswith("$PWD") else root)
     mounts = project_mounts(here, inputs, runs) + [Mount(here / rel, f"{APP}/{rel}", True)

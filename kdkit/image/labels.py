@@ -22,7 +22,33 @@ from kdkit.core.safetext import printable
 from kdkit.facts.pairings import Pairings, load_pairings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
     from kdkit.docker_adapter import ImageFacts
+
+    class TorchArch(TypedDict):
+        """What an image's labels say of its torch's compiled architectures (`kdkit inspect`)."""
+
+        recorded: bool  # False: an image built before kdkit recorded them
+        arch_list: list[str] | None  # None: unknown (``source`` says why)
+        source: str | None
+
+    class LockMatch(TypedDict):
+        """The project's current lock against the one baked into the image."""
+
+        image_sha256: str
+        project_lock: str | None  # None: no project here
+        project_sha256: str | None
+        matches: bool | None
+
+    class ProjectMatch(TypedDict):
+        """The project's config/ and src/ against the image's (None: nothing to compare)."""
+
+        matches: bool | None
+        image_sha256: str | None
+        project_sha256: str | None
+        changed: list[str] | None
 
 LABEL = "dev.kdkit."
 OCI = "org.opencontainers.image."
@@ -193,7 +219,7 @@ def recorded_arch(engine: Any, image_id: str) -> dict[str, str]:
 
 
 
-def torch_arch(labels: dict[str, str]) -> dict[str, Any]:
+def torch_arch(labels: dict[str, str]) -> TorchArch:
     """What an image's labels say of its torch's compiled architectures, for `kdkit inspect`."""
     if ARCH_LIST not in labels:
         return {"recorded": False, "arch_list": None, "source": None}
@@ -215,7 +241,7 @@ def _project_for(project_dir: Path | None) -> Project | None:
         return None  # not inside a project: the image is described on its own
 
 
-def lock_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
+def lock_match(labels: dict[str, str], project: Project | None) -> LockMatch:
     """Whether ``project``'s current lock for the image's backend is the one baked into the image
     (its requirements lock, or its pylock for an image built from that: :func:`project_lock`)."""
     baked = labels.get(f"{LABEL}lock.sha256", "")
@@ -272,7 +298,7 @@ def _changed(labels: dict[str, str], files: list[tuple[str, bytes]]) -> list[str
                   if now.get(rel) != then.get(rel))[:CHANGED_SHOWN]
 
 
-def project_match(labels: dict[str, str], project: Project | None) -> dict[str, Any]:
+def project_match(labels: dict[str, str], project: Project | None) -> ProjectMatch:
     """Whether the project's config/ and src/ are the image's (None: no project here, or an image
     built before the label), and the files that differ (``changed``, at most CHANGED_SHOWN; None
     where the image has no PROJECT_FILES label)."""
@@ -331,7 +357,7 @@ def inspect_image(ref: str, project_dir: Path | None = None) -> dict[str, Any]:
             "project": project_match(facts.labels, project)}
 
 
-def require_lock_match(report: dict[str, Any]) -> None:
+def require_lock_match(report: Mapping[str, Any]) -> None:
     """CheckFailed when the project's lock moved on since the image was built."""
     lock = report["lock"]
     if lock["matches"] is False:

@@ -47,8 +47,22 @@ from kdkit.facts.platforms import image_environment
 from kdkit.image.layers import ca_entries, is_seed, split_files, torch_keys
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
     from kdkit.core.report import Progress
     from kdkit.lock.locked import LockInput
+
+    class FileName(TypedDict, total=False):
+        """A located file's name key: a wheel's or sdist's table has one, an archive's none."""
+
+        name: str
+
+    class LocatedFile(FileName):
+        """A package's file table in a wheelhouse part: the wheelhouse's file, by path and hash."""
+
+        path: str  # wheels/<file>, relative to the part
+        hashes: dict[str, str]  # {"sha256": hex}
 
 # the first pip that installs from a pylock (its changelog, 26.1: "-r pylock.toml")
 PIP_FLOOR = "26.1"
@@ -101,7 +115,7 @@ def installer_pip() -> str:
 
 
 def check_pylock(lock: Lock, python: str, local_files_ok: bool,
-                 data: dict[str, Any] | None = None) -> None:
+                 data: Mapping[str, Any] | None = None) -> None:
     """BadInput for a package the image (CPython ``python``) would install but cannot prove or
     reach: one from a vcs or a directory (no file hash), or, without a wheelhouse, one whose file
     lies on this machine (a ``path``, a ``file:`` url)."""
@@ -164,7 +178,7 @@ def _loads(text: str) -> dict[str, Any]:
     return data
 
 
-def applying_packages(lock: Lock, data: dict[str, Any],
+def applying_packages(lock: Lock, data: Mapping[str, Any],
                       environment: dict[str, str]) -> list[dict[str, Any]]:
     """The ``[[packages]]`` tables the image installs: those of a name and version whose marker
     holds there (:meth:`Lock.applying`, PEP 751's rules: no extra, the default dependency
@@ -175,7 +189,7 @@ def applying_packages(lock: Lock, data: dict[str, Any],
             if (normalize_name(package["name"]), str(package.get("version", ""))) in wanted]
 
 
-def _file_tables(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _file_tables(package: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
     for key in _FILE_KEYS:
         value = package.get(key)
         for table in value if isinstance(value, list) else [value] if isinstance(value,
@@ -187,7 +201,7 @@ def _file_tables(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------- the parts
 
 
-def pylock_torch_keys(data: dict[str, Any], twin: Path | None,
+def pylock_torch_keys(data: Mapping[str, Any], twin: Path | None,
                       twin_text: str | None = None) -> set[str]:
     """The normalized names of torch's part: the seeds, the torch part of the requirements lock
     ``twin`` (the one the pylock was made from, when given; ``twin_text``: its text, already read),
@@ -235,7 +249,7 @@ def _part_text(name: str, head: list[str], blocks: list[str]) -> str:
                                               for line in head) + "".join(f"\n{b}" for b in blocks)
 
 
-def _check_part(part: str, data: dict[str, Any],
+def _check_part(part: str, data: Mapping[str, Any],
                 packages: list[dict[str, Any]], path: Path) -> None:
     """BadInput unless ``part`` reads as the lock's top-level keys and exactly ``packages``."""
     import tomllib
@@ -252,7 +266,7 @@ def _check_part(part: str, data: dict[str, Any],
                        "(--lock-format requirements)")
 
 
-def split_pylock_text(text: str, data: dict[str, Any],
+def split_pylock_text(text: str, data: Mapping[str, Any],
                       keys: set[str], path: Path) -> tuple[str, str]:
     """(torch's part, the rest) of a pylock's text, each a pylock of its own, every package block as
     written."""
@@ -279,21 +293,21 @@ def _toml(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _located_files(package: dict[str, Any], key: str,
-                   files: dict[str, Path]) -> list[dict[str, Any]]:
+def _located_files(package: Mapping[str, Any], key: str,
+                   files: dict[str, Path]) -> list[LocatedFile]:
     """The package's ``key`` tables (wheels, sdist, archive) whose file the wheelhouse has, each
     naming that file by its path in the part's folder (an archive table has no name key)."""
-    found = []
+    found: list[LocatedFile] = []
     for table in _file_tables({key: package.get(key)}):
         digest = str(table.get("hashes", {}).get("sha256", "")).lower()
         if digest in files:
-            name = {} if key == "archive" else {"name": files[digest].name}
+            name: FileName = {} if key == "archive" else {"name": files[digest].name}
             found.append(
                 {**name, "path": f"wheels/{files[digest].name}", "hashes": {"sha256": digest}})
     return found
 
 
-def _wheelhouse_block(package: dict[str, Any], files: dict[str, Path]) -> str | None:
+def _wheelhouse_block(package: Mapping[str, Any], files: dict[str, Path]) -> str | None:
     """A package's block naming only the wheelhouse's files (sha256 -> file); None when it has none
     of them."""
     sources = [f"{key} = {_toml(found if key == 'wheels' else found[0])}" for key in _FILE_KEYS
@@ -305,7 +319,7 @@ def _wheelhouse_block(package: dict[str, Any], files: dict[str, Path]) -> str | 
     return "\n".join(["[[packages]]", *keys, *sources]) + "\n"
 
 
-def wheelhouse_parts(text: str, data: dict[str, Any], applying: list[dict[str, Any]],
+def wheelhouse_parts(text: str, data: Mapping[str, Any], applying: list[dict[str, Any]],
                      keys: set[str],
                      wheels: list[Path]) -> tuple[str, str]:
     """(torch's part, the rest) for a build from a wheelhouse: the packages the image installs, each

@@ -57,7 +57,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kdkit import __version__
 from kdkit.config.project import Backend, Project, load_project
@@ -87,7 +87,22 @@ from kdkit.lock.resolution import Resolution
 from kdkit.lock.resolvers import Job, Resolver, chosen_resolver, prepare, resolve
 
 if TYPE_CHECKING:
+    from typing import TypedDict
+
     from kdkit.core.report import Progress
+
+    class LockReport(TypedDict):
+        """One backend's lock run as `kdkit lock --json` prints it (LockResult.as_dict)."""
+
+        backend: str
+        lock: str
+        pins: int
+        torch: str | None
+        resolved_in: str
+        python: str
+        platform: str
+        pylock: str | None
+        warnings: list[str]
 
 TARGET_PLATFORM = ("linux", "x86_64")  # every kdkit image is a Linux x86_64 container
 
@@ -106,7 +121,7 @@ class LockResult:
     warnings: list[str] = field(default_factory=list)
     pylock: Path | None = None  # the PEP 751 lock written beside it, when one could be made
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> LockReport:
         return {"backend": self.backend, "lock": str(self.path), "pins": self.pins,
                 "torch": self.torch,
                 "resolved_in": self.resolved_in, "python": self.python, "platform": self.platform,

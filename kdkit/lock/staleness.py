@@ -13,7 +13,7 @@ has nothing stale.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.project import Backend, Project
 from kdkit.config.schemas import config_problem
@@ -22,6 +22,9 @@ from kdkit.core.finding import Finding
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import Lock, parse_lock
 from kdkit.lock.inputs import relative
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # The pylock header's key naming its requirements twin: "requirements/cpu.txt sha256:<hex>".
 REQUIREMENTS_LOCK = "requirements-lock"
@@ -100,7 +103,7 @@ def pylock_staleness(root: Path, requirements: str, chosen: Backend, parsed: Loc
             or _twin_staleness(root, chosen, pylock, twin_sha256))
 
 
-def _requirements_rel(root: Path, config: dict[str, Any]) -> str:
+def _requirements_rel(root: Path, config: Mapping[str, Any]) -> str:
     return relative(root, root / str(config["requirements"]))
 
 

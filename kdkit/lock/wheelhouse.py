@@ -21,7 +21,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.config.project import Project, load_project
 from kdkit.core import proc
@@ -29,6 +29,25 @@ from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.lockfile import Lock, normalize_name, parse_lock
 from kdkit.core.staging import staged_beside
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class WheelFile(TypedDict):
+        """One file of the wheelhouse: its name and size in bytes."""
+
+        name: str
+        size: int
+
+    class WheelhouseReport(TypedDict):
+        """What `kdkit wheelhouse --json` prints (Wheelhouse.as_dict)."""
+
+        backend: str
+        lock: str
+        folder: str
+        files: list[WheelFile]
+        bytes: int
+        removed_staging: list[str]
 
 # Every kdkit image is a Linux x86_64 container; on another host, pip is told so.
 PLATFORMS = ("manylinux_2_28_x86_64",
@@ -47,7 +66,7 @@ class Wheelhouse:
     # staging a killed run had left beside the folder
     removed: list[Path] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> WheelhouseReport:
         return {"backend": self.backend, "lock": str(self.lock), "folder": str(self.folder),
                 "files": [{"name": n, "size": s} for n, s in self.files],
                 "bytes": sum(s for _n, s in self.files),

@@ -85,6 +85,28 @@ if TYPE_CHECKING:
         sha256: str | None
         frozen: str | None
 
+    class CampaignStatus(TypedDict):
+        """``kdkit campaign``'s status (campaign_status)."""
+
+        campaign: str
+        question: str
+        metric: str
+        threshold: float
+        higher_is_better: bool
+        control: str
+        variants: list[VariantRow]
+        conclusion: str
+        remaining_hours: dict[str, float]  # per category, and "total"
+        window: dict[str, Any]  # window's: order, window_hours, booked/observed/left_hours
+        cut_first: list[str]
+        to_cut: list[str]
+        advice: str
+        estimate: RateEstimate | None
+        decision_point: str | None
+        decisions: list[dict[str, Any]]  # campaign.decision_log's: lines as read
+        unreadable_decision_lines: list[int]
+        corpus: CorpusState
+
 
 def sig(value: float) -> float:
     """``value`` to 4 significant digits: a rate, an hour count or a factor as it is shown
@@ -249,7 +271,7 @@ def variant_rows(campaign: Campaign, results: list[VariantResult],
              "observed_hours": sig(r.seconds / 3600)} for r in results]
 
 
-def campaign_status(root: Path, order: Path | None = None) -> dict[str, Any]:
+def campaign_status(root: Path, order: Path | None = None) -> CampaignStatus:
     """``kdkit campaign``: the status of the project's campaign (see the module's docstring)."""
     campaign = load_campaign(root)
     if campaign is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from os import environ
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kdkit.config.project import Project
 from kdkit.core.builds import (
@@ -35,6 +35,9 @@ from kdkit.facts.pairings import Build, Pairings, code_for, load_pairings
 from kdkit.facts.platforms import docker_arch, linux_arch
 from kdkit.order.checkmodel import Subject, check_point
 from kdkit.order.checksubject import image_subject, lock_subject
+
+if TYPE_CHECKING:
+    from kdkit.order.checkrecords import CheckReport
 
 OFF = ("", "0", "false", "no", "off")  # KDKIT_OFFLINE values that leave the network on
 
@@ -347,7 +350,7 @@ def _offers(catalog: Catalog, name: str) -> tuple[Offer, Offer, list[Finding]]:
 
 def check_order(project_dir: Path | None, gpu: str | None, *, backend: str | None = None,
                 catalog_file: Path | None = None, pairings_file: Path | None = None,
-                image: str | None = None, offline: bool = False) -> dict[str, Any]:
+                image: str | None = None, offline: bool = False) -> CheckReport:
     """Every point that must hold before ordering ``gpu`` for this project, each with its reason and
     fix. The kernels point reads the locked torch wheel on its index (range requests) unless
     ``offline`` (or KDKIT_OFFLINE is set), else answers from the pairings."""

@@ -6,12 +6,15 @@ rewritten."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import load_valid
 from kdkit.core.errors import BadInput
 from kdkit.core.jsonio import atomic_write_json, require_replaceable
 from kdkit.core.projectfiles import CONTROL_CHARACTER, shown
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # declared by the user, in this order: paid, the provider
 ORDER_STATUSES = ("paid", "confirmed", "received")
@@ -26,7 +29,7 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def save_order(order: dict[str, Any], path: Path, *, force: bool = False) -> None:
+def save_order(order: Mapping[str, Any], path: Path, *, force: bool = False) -> None:
     """Write the order atomically; an existing order is a record and is kept unless ``force``."""
     if path.exists() and not force:
         raise BadInput(

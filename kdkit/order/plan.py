@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kdkit import __version__
 from kdkit.config.project import Project
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         LongerPlan,
         LotsPrice,
         MoreLots,
+        OrderPlan,
         ScheduleSection,
         StagesSection,
     )
@@ -251,7 +252,7 @@ def make_plan(catalog: Catalog, gpu: str, days: int, lots: int, *, price: Decima
               preparation: str = "ubuntu",
               project: str | None = None, stages: Stages | None = None,
               from_report: ReportRecord | None = None,
-              order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
+              order_number: str | None = None, order_status: str | None = None) -> OrderPlan:
     """The order summary, its schedule (from ``hours``, or from ``stages`` placed by
     kdkit.order.schedule) and its cost per accepted output (the order file's content)."""
     _check_days_lots(days, lots)
@@ -334,7 +335,7 @@ def plan_order(project_dir: Path | None, gpu: str | None, days: int | None, lots
                save: Path | None = None,
                force: bool = False, schedule_file: Path | None = None,
                report_file: Path | None = None,
-               order_number: str | None = None, order_status: str | None = None) -> dict[str, Any]:
+               order_number: str | None = None, order_status: str | None = None) -> OrderPlan:
     """``kdkit plan``: the plan for ``gpu`` (with the project's catalog.json when inside a project),
     from ``hours``, a schedule of stages, or a closed campaign's report, saved atomically to
     ``save`` when given."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import NotRequired, TypedDict
+    from collections.abc import Mapping
+    from typing import Any, NotRequired, TypedDict
 
     from kdkit.order.reportread import ReportRecord
     from kdkit.order.schedule import CutPlan, GpuBusy, PlacedStage, SpreadPlan
@@ -61,3 +62,24 @@ if TYPE_CHECKING:
         per_output_usd: str | None
         cost_incurred_usd: str
         reason: str | None
+
+    class OrderPlan(TypedDict):
+        """The plan that make_plan returns and ``kdkit plan --save`` writes (the order file's
+        content when made)."""
+
+        kdkit_order: int
+        created: str
+        kdkit_version: str
+        project: str | None
+        offer: Mapping[str, Any]  # kdkit.facts.catalog Offer.summary()
+        days: int
+        lots: int
+        cards: int
+        preparation: str
+        price_per_lot_usd: str
+        price_source: str
+        total_usd: str
+        schedule: ScheduleSection
+        cost_per_accepted: CostPerAccepted | None
+        order_number: str | None
+        order_status: str | None

@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import config_problem, json_path, secret_problems, walk_document
 from kdkit.core.errors import BadInput
 from kdkit.core.finding import Finding
 from kdkit.project.pilotchecks import MACHINE_PATHS
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def machine_path_problems(data: Any, file: Path) -> list[Finding]:
@@ -33,7 +36,7 @@ def machine_path_problems(data: Any, file: Path) -> list[Finding]:
     return problems
 
 
-def acceptance_problems(project: dict[str, Any]) -> list[Finding]:
+def acceptance_problems(project: Mapping[str, Any]) -> list[Finding]:
     """kdkit.json's "acceptance" judged as `kdkit diagnose --accept` judges it before its load:
     rules kdkit ships, values of their kind, a source without a credential
     (kdkit.probe.diagnose.points)."""

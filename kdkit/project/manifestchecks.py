@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.config.schemas import config_problem
 from kdkit.core.finding import Finding
@@ -18,8 +18,11 @@ from kdkit.core.projectfiles import SAFE_ID_RULE, is_safe_id, path_problem, real
 from kdkit.project.configchecks import machine_path_problems
 from kdkit.project.pilotchecks import clean_entries, plain_files
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-def manifest_problems(root: Path, manifest: dict[str, Any], manifest_file: Path,
+
+def manifest_problems(root: Path, manifest: Mapping[str, Any], manifest_file: Path,
                       categories: list[str] | None, inputs: Path | None, *, folder: bool = True,
                       output: Output | None = None) -> list[Finding]:
     """Every entry's ID, file (a folder's inputs only: a JSONL corpus names records by ID), label

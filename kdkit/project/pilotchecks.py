@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kdkit.config.schemas import config_problem, config_warning
 from kdkit.core.credentials import find
@@ -25,6 +25,23 @@ from kdkit.core.pilotkeys import Output
 from kdkit.core.pilotload import existing, load_model, load_output
 from kdkit.core.pilotmanifest import PLAIN_NAME, Document
 from kdkit.core.projectfiles import CONTROL_CHARACTER, SAFE_ID, config_path_problem
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import NotRequired, TypedDict
+
+    class ManifestEntry(TypedDict):
+        """One entry of a pilot manifest as its schema checked it (``documents[]``)."""
+
+        id: str
+        expect: str  # accept or reject
+        file: NotRequired[str]  # a folder's inputs only (validate held a folder's entries to it)
+        label: NotRequired[str | None]
+        expected: NotRequired[Any]  # the reference output, of the output's kind
+        sha256: NotRequired[str]
+        size: NotRequired[int]
+        line: NotRequired[int]
+        note: NotRequired[str]
 
 SHORT, NEAR, USUAL = 0.05, 0.25, 3
 MACHINE_PATHS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -71,10 +88,10 @@ def refused(root: Path, exc: BadInput, file: Path) -> Finding:
         return config_problem(file, "$", text)
 
 
-def places(pilot: dict[str, Any]) -> dict[str, str]:
+def places(pilot: Mapping[str, Any]) -> dict[str, str]:
     """The newer places the pilot config names, by JSON path: what must exist (path_problems names
     the rest)."""
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
     inputs, output, model = pilot.get("inputs"), pilot.get("output"), pilot.get("model")
     if isinstance(inputs, dict):
         found["$.inputs.jsonl"] = inputs.get("jsonl")
@@ -237,7 +254,7 @@ class PilotSample(NamedTuple):
     config and its manifest: the config, the manifest (absolute) and the documents. A JSONL corpus
     without a manifest is a full corpus, not a sample: it has none."""
 
-    config: dict[str, Any]
+    config: Mapping[str, Any]  # the pilot config
     manifest: Path
     documents: Iterable[Document]  # iterated more than once
 
@@ -246,7 +263,7 @@ class FolderDocuments:
     """A folder manifest's entries (checked by validate) as the pilot's Documents, each made when
     reached: a sample's judgment (sample_warnings) mostly stops at its first entries."""
 
-    def __init__(self, entries: list[dict[str, Any]], folder: Path) -> None:
+    def __init__(self, entries: list[ManifestEntry], folder: Path) -> None:
         self.entries, self.folder = entries, str(folder).rstrip(os.sep) + os.sep
 
     def __iter__(self) -> Iterator[Document]:

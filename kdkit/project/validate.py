@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # mounts inside the project; index URLs that parse
 from kdkit.config.project import mount_problems, url_problem
@@ -63,6 +63,9 @@ from kdkit.project.pilotchecks import (
     sample_warnings,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 # pip expands ${VAR} in requirements files; a lock or .in line names the variable, never its value.
 TEXT_HINT = ("name an environment variable instead (pip expands ${VAR} in requirements files, e.g. "
              "https://user:${PIP_PASSWORD}@host/simple) or use pip's keyring support")
@@ -91,7 +94,7 @@ def text_secret_problems(root: Path, relative: Path) -> list[Finding]:
     return problems
 
 
-def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
+def requirement_texts(root: Path, project: Mapping[str, Any]) -> list[Path]:
     """The text files scanned for credentials: every file of requirements/, the input kdkit.json
     names and every backend's lock (relative to the root, each once, in order)."""
     folder = root / "requirements"
@@ -106,7 +109,7 @@ def requirement_texts(root: Path, project: dict[str, Any]) -> list[Path]:
     return list(unique.values())
 
 
-def _backends(project: dict[str, Any]) -> list[dict[str, Any]]:
+def _backends(project: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     backends = project.get("backends")
     return [spec for spec in backends.values()
             if isinstance(spec, dict)] if isinstance(backends, dict) else []
@@ -127,7 +130,7 @@ def file_warnings(root: Path, sample: PilotSample | None) -> list[Finding]:
 FOLDER_KEYS = ("inputs", "runs")  # keys of the pilot config that name folders
 
 
-def path_problems(root: Path, data: dict[str, Any], file: Path,
+def path_problems(root: Path, data: Mapping[str, Any], file: Path,
                   keys: dict[str, bool]) -> list[Finding]:
     """Each key's path must stay inside the project; those mapped to True must also exist."""
     problems = []
@@ -162,7 +165,7 @@ def path_problems(root: Path, data: dict[str, Any], file: Path,
     return problems
 
 
-def entry_problems(root: Path, pilot: dict[str, Any], file: Path) -> list[Finding]:
+def entry_problems(root: Path, pilot: Mapping[str, Any], file: Path) -> list[Finding]:
     entry = pilot.get("entry")
     if not isinstance(entry, str) or ":" not in entry:
         return []
@@ -228,7 +231,7 @@ def _check_document(root: Path, rel: Path, schema: str,
     return (data if isinstance(data, dict) else None), valid
 
 
-def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
+def _named_file(root: Path, data: Mapping[str, Any], key: str) -> Path | None:
     """The relative path under ``key`` when it names something inside the project that exists
     (a folder there is reported by the loader: it is not a file)."""
     value = data.get(key)
@@ -242,7 +245,7 @@ def _named_file(root: Path, data: dict[str, Any], key: str) -> Path | None:
     return Path(value) if found else None
 
 
-def _backend_problems(root: Path, project: dict[str, Any]) -> list[Finding]:
+def _backend_problems(root: Path, project: Mapping[str, Any]) -> list[Finding]:
     """Each backend's lock inside the project, its torch index a URL every tool reads alike."""
     problems: list[Finding] = []
     for name, spec in project["backends"].items():
@@ -346,7 +349,8 @@ def _pilot_problems(root: Path,
                                            documents) if documents is not None else None
 
 
-def _folder_documents(root: Path, pilot: dict[str, Any], pilot_rel: Path, manifest: dict[str, Any],
+def _folder_documents(root: Path, pilot: dict[str, Any], pilot_rel: Path,
+                      manifest: Mapping[str, Any],
                       manifest_rel: Path,
                       output: Output | None) -> tuple[list[Finding], Iterable[Document] | None]:
     """A folder manifest's documents, once validate found no problem in it. The pilot compares the

@@ -71,7 +71,7 @@ from kdkit.transfer.runmd import run_md
 from kdkit.transfer.zipapp import build_zipapp
 
 if TYPE_CHECKING:
-    from kdkit.transfer.format import ImageRecord
+    from kdkit.transfer.format import BundleInfo, ImageRecord
 
 # ---------------------------------------------------------------- the project at its revision
 
@@ -242,7 +242,7 @@ def make_bundle(project_dir: Path | None, out: Path, *, backend: str | None = No
                 image: str | None = None,
                 include_image: bool = True, compressor: str = "zstd", force: bool = False,
                 kdkit_wheels: bool = True, progress: Progress | None = None,
-                wheelhouse: Path | None = None) -> dict[str, Any]:
+                wheelhouse: Path | None = None) -> BundleInfo:
     """Pack the project for another machine into ``out``; return what bundle.json records plus
     timings.
 
@@ -311,7 +311,7 @@ def _plan(project: Project, backend: str | None, image: str | None, include_imag
 
 
 def _fill(staging: Path, source: Source, allow: AllowList,
-          packing: Packing, say: Progress) -> dict[str, Any]:
+          packing: Packing, say: Progress) -> BundleInfo:
     """Write the project and the zipapp into ``staging``; return the start of bundle.json's
     content."""
     project, git = source.project, source.git
@@ -389,7 +389,7 @@ def readable_by_all(folder: Path) -> None:
             os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
 
 
-def _seal(staging: Path, info: dict[str, Any], say: Progress) -> None:
+def _seal(staging: Path, info: BundleInfo, say: Progress) -> None:
     """RUN.md, bundle.json, then SHA256SUMS over everything: the last files written."""
     atomic_write_text(staging / RUN_MD, run_md(info))
     atomic_write_json(staging / BUNDLE_JSON, info)

@@ -18,7 +18,13 @@ from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.jsonio import load_json
 
 if TYPE_CHECKING:
-    from typing import TypedDict
+    from collections.abc import Mapping
+    from typing import Literal, NotRequired, TypedDict
+
+    from kdkit.transfer.kdkitwheels import KdkitWheels
+    from kdkit.transfer.localwheels import LocalWheels
+
+    FORMAT_KEY: Literal["kdkit_bundle"]  # a key of BundleInfo (assigned below)
 
     class ImageRecord(TypedDict):
         """bundle.json's ``image`` as `kdkit bundle` writes it (bundle.py ``save_image``)."""
@@ -32,6 +38,42 @@ if TYPE_CHECKING:
         archive_bytes: int
         image_bytes: int
         seconds: float
+
+    class BundleInfo(TypedDict):
+        """bundle.json as `kdkit bundle` writes it (bundle.py ``_fill``, then ``make_bundle``),
+        and what ``make_bundle`` returns: the same, plus ``out``, ``removed_staging``,
+        ``seconds``."""
+
+        kdkit_bundle: int  # FORMAT_KEY: FORMAT
+        kdkit_version: str
+        created: str
+        project: str
+        backend: str
+        python: str
+        revision: str | None
+        source: str | None
+        uncommitted: list[str]
+        project_files: int
+        files: list[str]
+        left_out: list[dict[str, str]]  # {"file", "why"}
+        outside_allow_list: list[str]
+        lock: str
+        lock_sha256: str
+        pylock: str | None
+        machine_local: list[str]
+        pilot_config: str
+        manifest: str
+        inputs: str
+        mounts: list[str]
+        runs: str
+        zipapp: str
+        image: ImageRecord | None
+        kdkit_wheels: KdkitWheels | None
+        local_wheels: NotRequired[LocalWheels | None]  # set by make_bundle after _fill
+        # make_bundle's return only, after bundle.json is written
+        out: NotRequired[str]
+        removed_staging: NotRequired[list[str]]
+        seconds: NotRequired[float]
 
 BUNDLE_JSON = "bundle.json"
 RUN_MD = "RUN.md"
@@ -83,7 +125,7 @@ class ImageEntry:
     labels: dict[str, str]
 
     @classmethod
-    def of(cls, image: dict[str, Any]) -> ImageEntry:
+    def of(cls, image: Mapping[str, Any]) -> ImageEntry:
         return cls(image["ref"], image["id"], image["file"], COMPRESSORS[image["compressor"]],
                    image["bytes"],
                    image.get("archive_bytes"), dict(image["labels"]))

@@ -43,6 +43,7 @@ from kdkit.core.staging import staged_beside
 from kdkit.core.stalestaging import clean_stale
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import TypedDict
 
     class KdkitWheels(TypedDict):
@@ -261,7 +262,7 @@ def add_kdkit_wheels(bundle: Path, arch: str, progress: Progress | None = None) 
             "files": sorted(path.name for path in folder.iterdir())}
 
 
-def folder_files(info: dict[str, Any], key: str, folder: str) -> list[str] | None:
+def folder_files(info: Mapping[str, Any], key: str, folder: str) -> list[str] | None:
     """The files bundle.json's ``key`` (an object naming its ``files`` in ``folder``) says the
     bundle holds ([] when it carries none), None if malformed: kdkit-wheels/ here, local-wheels/
     (kdkit.transfer.localwheels)."""
@@ -275,7 +276,7 @@ def folder_files(info: dict[str, Any], key: str, folder: str) -> list[str] | Non
     return [f"{folder}/{name}" for name in files]
 
 
-def listed_files(info: dict[str, Any]) -> list[str] | None:
+def listed_files(info: Mapping[str, Any]) -> list[str] | None:
     """The files bundle.json's ``kdkit_wheels`` says the bundle holds ([] when it carries none),
     None if malformed."""
     return folder_files(info, "kdkit_wheels", WHEELS)

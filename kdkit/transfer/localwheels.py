@@ -18,6 +18,7 @@ from kdkit.core.lockfile import Lock, machine_local, normalize_name
 from kdkit.transfer.kdkitwheels import folder_files
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import TypedDict
 
     class LocalWheels(TypedDict):
@@ -56,7 +57,7 @@ def carry(staging: Path, files: list[Path]) -> LocalWheels | None:
     return {"folder": FOLDER, "files": sorted(path.name for path in files)}
 
 
-def carried_files(info: dict[str, Any]) -> list[str] | None:
+def carried_files(info: Mapping[str, Any]) -> list[str] | None:
     """The files bundle.json's ``local_wheels`` says the bundle holds ([] when none), None if
     malformed."""
     return folder_files(info, "local_wheels", FOLDER)

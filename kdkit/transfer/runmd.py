@@ -33,7 +33,9 @@ from kdkit.image.container import RUNS_OWNER, portable_line, portable_spec, shel
 from kdkit.transfer.format import COMPRESSORS, PROJECT, ZIPAPP
 
 if TYPE_CHECKING:
-    from kdkit.transfer.format import ImageRecord
+    from collections.abc import Mapping
+
+    from kdkit.transfer.format import BundleInfo, ImageRecord
     from kdkit.transfer.kdkitwheels import KdkitWheels
 
 # Beside the bundle, outside it: the bundle stays exactly what SHA256SUMS lists (`kdkit load`
@@ -88,7 +90,7 @@ def _copy_out(kdkit: str, runs: str) -> list[str]:
             'done']
 
 
-def _header(info: dict[str, Any]) -> list[str]:
+def _header(info: BundleInfo) -> list[str]:
     revision = info["revision"] or "(not a git checkout)"
     return [f"# {info['project']}: bundle for the {info['backend']} backend", "",
             f"Made by kdkit {info['kdkit_version']} on {info['created']} from revision {revision}.",
@@ -105,7 +107,7 @@ def _pythons(wheels: KdkitWheels) -> str:
                      else "")
 
 
-def _with_kdkit(info: dict[str, Any], image: ImageRecord, runs: str) -> list[str]:
+def _with_kdkit(info: Mapping[str, Any], image: ImageRecord, runs: str) -> list[str]:
     """The rented hour in order: kdkit installed offline, the image loaded, the secrets, the machine
     accepted, the run detached and followed, its evidence copied off the machine and verified
     there."""
@@ -182,7 +184,7 @@ def _evidence(kdkit: str, runs: str) -> list[str]:
             ""]
 
 
-def _docker_only(info: dict[str, Any], image: ImageRecord, inputs: str, runs: str) -> list[str]:
+def _docker_only(info: BundleInfo, image: ImageRecord, inputs: str, runs: str) -> list[str]:
     backend = info["backend"]
     decompress = COMPRESSORS[image["compressor"]].decompress
     spec = portable_spec(image["ref"], f"$PWD/{PROJECT}", inputs, runs, backend,
@@ -200,7 +202,7 @@ def _docker_only(info: dict[str, Any], image: ImageRecord, inputs: str, runs: st
             *_block(_copy_out(f"python3 {q(ZIPAPP)}", runs))]
 
 
-def _machine_local(info: dict[str, Any]) -> list[str]:
+def _machine_local(info: BundleInfo) -> list[str]:
     """The section without Docker for a lock whose pins only the locking machine had: what fails,
     and why."""
     pins, lock = ", ".join(info["machine_local"]), f"{PROJECT}/{info['lock']}"
@@ -215,7 +217,7 @@ def _machine_local(info: dict[str, Any]) -> list[str]:
             "--torch-find-links).", "", *_kdkit_for_close(info)]
 
 
-def _without_docker(info: dict[str, Any]) -> list[str]:
+def _without_docker(info: BundleInfo) -> list[str]:
     carried = info.get("local_wheels")
     if info.get("machine_local") and not carried:
         return _machine_local(info)
@@ -239,7 +241,7 @@ def _without_docker(info: dict[str, Any]) -> list[str]:
             "", *_block(_copy_out(pyz, runs)), *_kdkit_for_close(info)]
 
 
-def _pylock_note(info: dict[str, Any]) -> str:
+def _pylock_note(info: BundleInfo) -> str:
     """Where the bundle carries the PEP 751 lock too: why this path installs from the requirements
     lock."""
     if not info.get("pylock"):
@@ -249,7 +251,7 @@ def _pylock_note(info: dict[str, Any]) -> str:
             "fresh venv's)")
 
 
-def _kdkit_for_close(info: dict[str, Any]) -> list[str]:
+def _kdkit_for_close(info: BundleInfo) -> list[str]:
     """Without an image there is no section that installs kdkit; `kdkit close` still wants it."""
     wheels = info.get("kdkit_wheels")
     if info["image"] or not wheels:
@@ -260,7 +262,7 @@ def _kdkit_for_close(info: dict[str, Any]) -> list[str]:
             f"folder: `{CLOSE.format(kdkit=_kdkit(KDKIT_ENV), project=q(PROJECT))}`.", ""]
 
 
-def run_md(info: dict[str, Any]) -> str:
+def run_md(info: BundleInfo) -> str:
     """RUN.md for the bundle bundle.json describes (``info``)."""
     image, inputs, runs = info["image"], info["inputs"], info["runs"]
     lines = _header(info)

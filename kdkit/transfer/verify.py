@@ -46,6 +46,7 @@ from kdkit.transfer.kdkitwheels import listed_files
 from kdkit.transfer.localwheels import carried_files
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import TypedDict
 
     class Problems(TypedDict):
@@ -81,7 +82,7 @@ def _format_problem(info: Any) -> str | None:
     return None
 
 
-def _required(info: dict[str, Any]) -> tuple[set[str], str | None]:
+def _required(info: Mapping[str, Any]) -> tuple[set[str], str | None]:
     """The files bundle.json (of a format this kdkit reads, valid against its schema) says the
     bundle holds, and why it cannot say (None when it can): a name that leads out of the bundle."""
     files, image = info["files"], info["image"]

@@ -28,11 +28,35 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdkit.core.errors import BadInput, KdkitError
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.report import print_result
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class Known(TypedDict, total=False):
+        """What is known of a torch besides its architectures (report's keyword arguments)."""
+
+        torch: str | None
+        cuda: str | None
+        hip: str | None
+        python: str
+        import_error: str | None
+
+    class ArchAnswer(TypedDict):
+        """The one shape of an answer (report): ``arch_list`` None when it is not known."""
+
+        arch_list: list[str] | None
+        source: str
+        torch: str | None
+        cuda: str | None
+        hip: str | None
+        python: str
+        reason: str | None
+        import_error: str | None
 
 SOURCE_FLAGS = "torch._C._cuda_getArchFlags"
 SOURCE_HEADER = "torch/include/ATen/cuda/CUDAConfig.h"
@@ -106,7 +130,7 @@ def _text(value: Any) -> str | None:
 def report(arch_list: list[str] | None, source: str, *, torch: str | None = None,
            cuda: str | None = None,
            hip: str | None = None, python: str = "", reason: str | None = None,
-           import_error: str | None = None) -> dict[str, Any]:
+           import_error: str | None = None) -> ArchAnswer:
     """The one shape of an answer: ``arch_list`` None and ``source`` "unknown" when it is not
     known."""
     return {"arch_list": arch_list, "source": source, "torch": torch, "cuda": cuda, "hip": hip,
@@ -114,7 +138,7 @@ def report(arch_list: list[str] | None, source: str, *, torch: str | None = None
             "reason": reason, "import_error": import_error}
 
 
-def unknown(reason: str, **facts: Any) -> dict[str, Any]:
+def unknown(reason: str, **facts: Any) -> ArchAnswer:
     return report(None, UNKNOWN, reason=_one_line(reason), **facts)
 
 
@@ -147,13 +171,13 @@ def import_facts(python: str, timeout: float = IMPORT_TIMEOUT_S) -> dict[str, An
     return _one_line(f"importing torch in {python} ended without an answer ({how}: {said})")
 
 
-def from_import(facts: dict[str, Any], python: str) -> dict[str, Any] | str:
+def from_import(facts: dict[str, Any], python: str) -> ArchAnswer | str:
     """The answer from an imported torch's facts, or why they do not give one (then the header is
     read)."""
     if "error" in facts:
         return _one_line(f"import torch failed: {facts['error']}")
     torch, cuda, hip = _text(facts.get("torch")), _text(facts.get("cuda")), _text(facts.get("hip"))
-    known: dict[str, Any] = {"torch": torch, "cuda": cuda, "hip": hip, "python": python}
+    known: Known = {"torch": torch, "cuda": cuda, "hip": hip, "python": python}
     flags = facts.get("flags")
     if isinstance(flags, str) and flags.strip():
         tokens = flags.split()
@@ -215,7 +239,7 @@ def _interpreter_sys_path(python: str | None) -> list[str]:
     return [str(p) for p in inspect_interpreter(python)["sys_path"]]
 
 
-def from_files(python: str | None, why: str) -> dict[str, Any]:
+def from_files(python: str | None, why: str) -> ArchAnswer:
     """The answer from the installed distribution's files (version.py, CUDAConfig.h), torch not
     imported."""
     from kdkit.probe.env.installed import read_installed, read_torch_build
@@ -227,8 +251,8 @@ def from_files(python: str | None, why: str) -> dict[str, Any]:
                        f"sys.path); {why}",
                        python=shown, import_error=why)
     build = read_torch_build(installed.location) or {}
-    known: dict[str, Any] = {"torch": build.get("__version__") or installed.version,
-                             "cuda": build.get("cuda"),
+    known: Known = {"torch": build.get("__version__") or installed.version,
+                    "cuda": build.get("cuda"),
              "hip": build.get("hip"), "python": shown, "import_error": why}
     if build and not build.get("cuda") and not build.get("hip"):
         return report([], SOURCE_CPU, **known)
@@ -261,7 +285,7 @@ def _require_interpreter(python: str) -> None:
 
 
 def read_arch_list(python: str | None = None, *,
-                   timeout: float = IMPORT_TIMEOUT_S) -> dict[str, Any]:
+                   timeout: float = IMPORT_TIMEOUT_S) -> ArchAnswer:
     """The compiled architecture list of the torch that ``python`` (default: this interpreter)
     imports.
 
@@ -288,7 +312,7 @@ def read_arch_list(python: str | None = None, *,
                        import_error=answer)
 
 
-def render_text(result: dict[str, Any]) -> str:
+def render_text(result: ArchAnswer) -> str:
     build = (f"CUDA {result['cuda']}" if result.get("cuda") else
              f"ROCm, HIP {result['hip']}" if result.get("hip") else "no GPU runtime")
     torch = f"torch {result['torch']} ({build})" if result.get("torch") else "torch"

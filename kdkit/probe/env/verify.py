@@ -54,8 +54,30 @@ from kdkit.probe.env.installed import Installed, read_installed, read_torch_buil
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping, Sequence
     from os import PathLike
-    from typing import Any
+    from typing import Any, TypedDict
+
+    class ExcludedPin(TypedDict):
+        """A locked candidate that this interpreter's markers exclude."""
+
+        name: str
+        version: str
+        marker: str | None
+        line: int
+
+    class EnvReport(TypedDict):
+        """verify-env's report as JSON (Report.as_dict)."""
+
+        ok: bool
+        lock: str
+        format: str
+        warnings: list[str]
+        python: str
+        strict: bool
+        counts: dict[str, int]  # locked, installed, excluded_by_marker, errors, warnings
+        findings: Sequence[Mapping[str, Any]]  # kdkit.core.finding.finding_json of each
+        excluded_by_marker: list[ExcludedPin]
 
 NEVER_EXTRA = frozenset({"pip", "setuptools", "wheel", "distribute", "kdkit"})
 
@@ -93,7 +115,7 @@ class Report:
         self.lock, self.python, self.strict, self.installed = lock, python, strict, installed
         self.locked = 0
         self.findings: list[Finding] = []
-        self.excluded: list[dict[str, Any]] = []
+        self.excluded: list[ExcludedPin] = []
         self.format = "requirements"  # or "pylock" (PEP 751)
         self.warnings: list[str] = []  # the lock's own (a newer minor lock-version)
 
@@ -101,7 +123,7 @@ class Report:
     def ok(self) -> bool:
         return not any(f.verdict == "fail" for f in self.findings)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> EnvReport:
         return {
             "ok": self.ok, "lock": self.lock, "format": self.format, "warnings": self.warnings,
             "python": self.python, "strict": self.strict,
