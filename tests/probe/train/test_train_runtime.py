@@ -234,17 +234,24 @@ def test_status_of_a_training_running_killed_and_resumed(tmp_path: Path) -> None
     assert_closed(folder_of(root, "st"))
 
 
+def _as_if_killed(folder: Path, args: tuple[str, ...], *gone: str) -> None:
+    """A finished short run made to look like a longer one (``args``) whose session was killed
+    before it wrote the files named in ``gone``."""
+    params = json.loads((folder / "params.json").read_text())
+    params["args"] = list(args)
+    (folder / "params.json").write_text(json.dumps(params))
+    for name in gone:
+        (folder / name).unlink()
+
+
 def test_half_written_checkpoint_is_never_chosen(tmp_path: Path) -> None:
     args = ("--steps", "20", "--save-every", "5")
     w, series = reference(tmp_path, *args)
     root = make_project(tmp_path / "p", None)
     assert train(root, "--run-id", "h", "--", "--steps", "10", "--save-every", "5").returncode == 0
     folder = folder_of(root, "h")
-    params = json.loads((folder / "params.json").read_text())
-    params["args"] = list(args)
-    (folder / "params.json").write_text(json.dumps(params))
     # as if killed before it closed (a passed run is never resumed)
-    (folder / "summary.json").unlink()
+    _as_if_killed(folder, args, "summary.json")
     ckpts = folder / "checkpoints"
     torn = ckpts / ".step-00000015.partial-999999"  # a writer killed mid-save
     torn.mkdir()
@@ -275,11 +282,7 @@ def _killed_mid_session(tmp_path: Path, config: dict[str, Any] | None,
     root = make_project(tmp_path / "p", config)
     assert train(root, "--run-id", "g", "--", "--steps", "10", "--save-every", "5").returncode == 0
     folder = folder_of(root, "g")
-    params = json.loads((folder / "params.json").read_text())
-    params["args"] = list(args)
-    (folder / "params.json").write_text(json.dumps(params))
-    (folder / "summary.json").unlink()
-    (folder / "stop.json").unlink()
+    _as_if_killed(folder, args, "summary.json", "stop.json")
     for name, keep in (("metrics.jsonl", lambda r: r["step"] <= last_read),
                        ("checkpoints.jsonl", lambda r: r["name"] != "step-00000010")):
         lines = (folder / name).read_text().splitlines()
@@ -326,11 +329,7 @@ def test_an_unread_off_schedule_nan_still_stops_the_resumed_run(tmp_path: Path) 
     root = make_project(tmp_path / "p", config)
     assert train(root, "--run-id", "n", "--", "--steps", "7", "--save-every", "7").returncode == 0
     folder = folder_of(root, "n")
-    params = json.loads((folder / "params.json").read_text())
-    params["args"] = list(args)
-    (folder / "params.json").write_text(json.dumps(params))
-    for name in ("summary.json", "stop.json", "checkpoints.jsonl"):
-        (folder / name).unlink()
+    _as_if_killed(folder, args, "summary.json", "stop.json", "checkpoints.jsonl")
     lines = (folder / "metrics.jsonl").read_text().splitlines()
     (folder / "metrics.jsonl").write_text(
         "".join(f"{line}\n" for line in lines if json.loads(line)["step"] <= 4))
