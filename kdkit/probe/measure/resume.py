@@ -161,11 +161,12 @@ def _phase_args(plan: Plan, phase: str) -> tuple[list[str], Path]:
 
 
 def phase_env(given: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What each phase's interpreter is given so that two runs of the same steps agree bit for bit.
-    cuBLAS needs a fixed workspace to be deterministic (harmless elsewhere). On a CPU, MKL and
+    """What each phase's interpreter is given toward two runs of the same steps agreeing bit for
+    bit. cuBLAS needs a fixed workspace to be deterministic (harmless elsewhere). On a CPU, MKL and
     OpenMP may use fewer threads than asked when they see fit, and a GEMM split over another number
-    of threads rounds differently. oneMKL's reproducibility conditions ask for MKL_DYNAMIC and
-    OMP_DYNAMIC set to FALSE:
+    of threads rounds differently; oneMKL's reproducibility conditions ask for MKL_DYNAMIC and
+    OMP_DYNAMIC set to FALSE (a condition, not a proof: a loaded 2-core machine still saw, rarely,
+    a CPU run's last step differ after it was set):
     https://www.intel.com/content/www/us/en/docs/onemkl/developer-reference-c/2026-0/reproducibility-conditions.html
     A value the user set for either in ``given`` (the environment) is theirs and kept."""
     env = os.environ if given is None else given
