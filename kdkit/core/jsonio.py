@@ -139,6 +139,17 @@ def load_json(path: Path, *, what: str = "file") -> Any:
     return parse_json(read_text_file(path, what), str(path))
 
 
+def object_or_empty(path: Path) -> dict[str, Any]:
+    """A file's JSON object, or {} when it is missing, unreadable, not JSON or not an object: for
+    reading what a run left behind, where a lost or torn file is a state to report, not an
+    error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def finite_number(text: str, option: str, *, minimum: float | None = None,
                   integral: bool = False) -> float:
     """A numeric command-line value: finite, at least ``minimum``, whole when ``integral``; else

@@ -10,7 +10,6 @@ tolerating files that are missing or torn.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from kdkit.core import checksums, outputfiles, vectorfile
 from kdkit.core.checksums import SUMS, safe_name
 from kdkit.core.errors import BadInput, CheckFailed
 from kdkit.core.jsonio import drop_cached_pages, sha256_file
+from kdkit.core.jsonio import object_or_empty as _object
 from kdkit.core.pilotconfig import params_hash
 from kdkit.core.resultlines import Scan, blocks, scan_block
 from kdkit.core.runfolder import (
@@ -273,15 +273,6 @@ def read_run(folder: Path) -> Run:
         workers=_int(summary.get(WORKERS)) if folder_kind(folder, summary) == GATHERED else None,
         problems=problems,
     )
-
-
-def _object(path: Path) -> dict[str, Any]:
-    """A run file's JSON object, or {} when missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _object_in(data: Mapping[str, Any], key: str) -> dict[str, Any]:

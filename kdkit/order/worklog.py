@@ -40,6 +40,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kdkit.core.jsonio import object_or_empty
 from kdkit.core.runfolder import ID_SHAPES, WORKER_FOLDER, run_folders, session_seconds
 from kdkit.image.buildlog import BUILDS
 
@@ -142,14 +143,6 @@ def utc(value: Any) -> datetime | None:
         tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
-def read_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _mtime(path: Path) -> datetime | None:
     try:
         return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
@@ -235,7 +228,7 @@ def _pilot(folder: Path, params: dict[str, Any]) -> list[Interval]:
     """A pilot run's (or a worker share's) sessions (see the module's docstring)."""
     kind = "worker" if WORKER_FOLDER.match(folder.name) else "pilot"
     created = utc(params.get("created")) or id_time(folder.name)
-    summary = read_object(folder / "summary.json")
+    summary = object_or_empty(folder / "summary.json")
     seconds = session_seconds(summary) if summary.get("verdict") else None
     if seconds is not None and created is not None and not summary.get("resumed"):
         return [Interval(kind, folder.name, created,
@@ -256,11 +249,11 @@ def _earlier_sessions(kind: str, folder: Path, created: datetime | None) -> list
     when it resumes)."""
     found: list[Interval] = []
     for k in range(1, MAX_SESSIONS + 1):
-        stop = read_object(folder / f"stop-{k}.json")
+        stop = object_or_empty(folder / f"stop-{k}.json")
         if not stop:
             break
         start = (created if k == 1
-                 else None) or utc(read_object(folder / f"env-{k}.json").get("started"))
+                 else None) or utc(object_or_empty(folder / f"env-{k}.json").get("started"))
         end = utc(stop.get("at"))
         if start is not None and end is not None and end >= start:
             said = ("params.json created" if k == 1 and created is not None
@@ -271,7 +264,7 @@ def _earlier_sessions(kind: str, folder: Path, created: datetime | None) -> list
 
 def _open(kind: str, folder: Path, start: datetime | None, last_t: float | None) -> list[Interval]:
     """A run never closed: from ``start`` to the latest time its records show."""
-    beat, stop = read_object(folder / "heartbeat.json"), read_object(folder / "stop.json")
+    beat, stop = object_or_empty(folder / "heartbeat.json"), object_or_empty(folder / "stop.json")
     candidates = [utc(beat.get("updated")), utc(stop.get("at")), _newest(folder)]
     if start is not None and last_t is not None:
         candidates.append(start + timedelta(seconds=last_t))
@@ -288,14 +281,14 @@ def _train(folder: Path, params: dict[str, Any]) -> list[Interval]:
     """A training run (H1's run folder: summary.json started/ended; else open, see the module's
     docstring)."""
     variant = params.get("variant") if isinstance(params.get("variant"), str) else None
-    summary = read_object(folder / "summary.json")
+    summary = object_or_empty(folder / "summary.json")
     start = utc(summary.get("started")) or utc(params.get("created")) or id_time(folder.name)
     end = utc(summary.get("ended"))
     seconds = session_seconds(summary)
     if end is None and start is not None and seconds is not None and summary.get("verdict"):
         end = start + timedelta(seconds=seconds)
     said = summary.get("verdict") if summary.get("verdict") in ("pass", "fail", "stopped") else None
-    stop = read_object(folder / "stop.json") if said != "pass" else {}
+    stop = object_or_empty(folder / "stop.json") if said != "pass" else {}
     reason = stop.get("reason") if isinstance(stop.get("reason"), str) else None
     verdict = said or ("stopped" if stop else "open")
     if start is not None and end is not None and end >= start:
@@ -308,7 +301,7 @@ def _train(folder: Path, params: dict[str, Any]) -> list[Interval]:
 
 
 def _sweep(folder: Path) -> list[Interval]:
-    report = read_object(folder / "sweep.json")
+    report = object_or_empty(folder / "sweep.json")
     end = _mtime(folder / "sweep.json")
     rows: list[Any] = report["rows"] if isinstance(report.get("rows"), list) else []
     spent = [_number(report.get("warmup_seconds"))] + [_number(r.get("seconds")) for r in rows
@@ -340,7 +333,7 @@ def read_folder(folder: Path) -> list[Interval]:
         return _id_to_report("serve-test", folder, "serve-test.json")
     if name.endswith("-gathered") or not (folder / "params.json").is_file():
         return []
-    params = read_object(folder / "params.json")
+    params = object_or_empty(folder / "params.json")
     return _train(folder, params) if params.get("kind") == "train" else _pilot(folder, params)
 
 
