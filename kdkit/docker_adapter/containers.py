@@ -191,11 +191,16 @@ class ContainerRuns:
     def _exit_code(self, container_id: str) -> int | None:
         """The exit code of an ended container; None when the engine cannot say. Asked twice: an
         interrupt that cut the log stream mid-read can leave a broken connection that fails the
-        first request (the pool opens another)."""
+        first request (the pool opens another). If both fail, the engine's record of an ended
+        container holds the code too (a loaded engine once failed both waits)."""
         for _attempt in range(2):
             with contextlib.suppress(Exception):
                 return int(
                     self._client.api.wait(container_id, timeout=STOP_GRACE_S).get("StatusCode"))
+        with contextlib.suppress(Exception):
+            state = self._client.api.inspect_container(container_id)["State"]
+            if not state["Running"]:
+                return int(state["ExitCode"])
         return None
 
     @staticmethod
