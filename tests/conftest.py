@@ -42,6 +42,12 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.delenv("KDKIT_DEBUG", raising=False)
     # `kdkit check` reads no index wheel unless a test serves one
     monkeypatch.setenv("KDKIT_OFFLINE", "1")
+    # One thread for each torch a test starts: on a loaded 2-core VM, MKL running torch.sin on two
+    # OpenMP threads returned one thread's half off by 3e-4 in about one process in a hundred
+    # (docs/evidence/cpu-threaded-math.md); tests that compare two processes bit for bit do not judge
+    # the machine. A test that needs threads sets its own.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
     # A suite run by a launcher (srun, torchrun) must not give every pilot a share; a pilot run in-process
     # under a launcher's variables may set the visible devices, which are put back after each test.
     from kdkit.probe.pilot.launchers import LAUNCHERS, LOCAL_WORKER_VAR, LOCAL_WORKERS_VAR, RUN_ID_VAR, VISIBLE

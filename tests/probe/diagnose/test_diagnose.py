@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -16,8 +17,8 @@ from typing import Any
 import pytest
 
 from kdkit.core import gpurules, layout
+from kdkit.probe.diagnose import deep, nominal
 from kdkit.probe.diagnose import host as diaghost
-from kdkit.probe.diagnose import nominal
 from kdkit.probe.diagnose import steps as diagsteps
 from kdkit.probe.diagnose.core import Context, StepFailed
 from tests.conftest import DATA, REPO, invoke
@@ -408,6 +409,35 @@ def test_deep_compiles_on_cpu(tmp_path: Path) -> None:
     statuses = {s["name"]: s["status"] for s in report["steps"]}
     assert (statuses["compile"], statuses["pinned copy"],
             statuses["throughput"]) == ("ok", "skip", "skip")
+
+
+def _sine_outputs(off_by: float, which: str) -> tuple[Any, Any, Any, list[float]]:
+    """Real CPU tensors of the compile step's function, one of them off on its second half (the
+    shape MKL gave a loaded CI machine: one thread's chunk of torch.sin off by 3e-4)."""
+    torch = pytest.importorskip("torch")
+    x = torch.linspace(-3, 3, 4096)
+    exact = [math.sin(v) * 2 + v for v in x.tolist()]
+    good = torch.tensor(exact, dtype=torch.float32)
+    bad = good.clone()
+    bad[2048:] += off_by
+    out, eager = (bad, good) if which == "compiled" else (good, bad)
+    return torch, out, eager, exact
+
+
+@pytest.mark.parametrize(("which", "blamed"), [("compiled", "torch.compile on cpu returned"),
+                                               ("eager", "eager torch.sin on cpu is off")])
+def test_a_compile_mismatch_names_the_side_that_is_off_from_the_exact_values(
+        which: str, blamed: str) -> None:
+    torch, out, eager, exact = _sine_outputs(3e-4, which)
+    with pytest.raises(StepFailed) as failed:
+        deep._compare_with_eager(torch, "cpu", out, eager, exact)
+    assert failed.value.detail.startswith(blamed), failed.value.detail
+    assert "0.0003" in failed.value.detail
+
+
+def test_compiled_and_eager_within_the_tolerance_pass() -> None:
+    torch, out, eager, exact = _sine_outputs(5e-6, "eager")
+    deep._compare_with_eager(torch, "cpu", out, eager, exact)
 
 
 # ---------------------------------------------------------------- the probe stands alone
