@@ -166,7 +166,8 @@ def phase_env(given: Mapping[str, str] | None = None) -> dict[str, str]:
     OpenMP may use fewer threads than asked when they see fit, and a GEMM split over another number
     of threads rounds differently; oneMKL's reproducibility conditions ask for MKL_DYNAMIC and
     OMP_DYNAMIC set to FALSE (a condition, not a proof: a loaded 2-core machine still saw, rarely,
-    a CPU run's last step differ after it was set):
+    a CPU run's last step differ after it was set; docs/evidence/cpu-threaded-math.md shows that
+    machine's threaded MKL math differing between processes):
     https://www.intel.com/content/www/us/en/docs/onemkl/developer-reference-c/2026-0/reproducibility-conditions.html
     A value the user set for either in ``given`` (the environment) is theirs and kept."""
     env = os.environ if given is None else given
