@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import shutil
 import sys
@@ -143,14 +142,28 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
             time.sleep(0.05)
 
 
-def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None]:
+def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None, int]:
+    """Open a killed or stopped run again; returns with the run folder's lock held (its fd, for
+    the session), so that a second ``--resume`` started at the same moment waits and is refused
+    rather than cutting the same files beside this one."""
     folder = runs / run_id
     params = load_json(folder
                        / PARAMS, what="run parameters") if (folder / PARAMS).is_file() else None
     if not isinstance(params, dict) or params.get("kind") != runfiles.TRAIN:
         raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); "
                        "give a run ID from `kdkit train`")
-    os.close(lock_run(folder, WAIT_FOR_DYING_S))
+    lock = lock_run(folder, WAIT_FOR_DYING_S)
+    try:
+        point = _reopen_locked(folder)
+    except BaseException:
+        os.close(lock)
+        raise
+    return folder, params, point, lock
+
+
+def _reopen_locked(folder: Path) -> Path | None:
+    """Under the run's lock: refuse a finished run, remove what a killed session left half-done,
+    cut metrics.jsonl and checkpoints.jsonl back to the checkpoint resumed from (its path)."""
     summary = load_json(folder
                         / SUMMARY, what="run summary") if (folder / SUMMARY).is_file() else None
     if isinstance(summary, dict) and summary.get("verdict") == "pass":
@@ -169,12 +182,8 @@ def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None
         runfiles.reconcile(folder, with_log)
     finally:
         with_log.close()
-    kept = {n for _s,
-            p in checkpoints.checkpoint_folders(folder / runfiles.CHECKPOINTS) for n in [p.name]}
-    lines = [r for r in runfiles.read_lines(folder / runfiles.CHECKPOINT_LOG)
-             if r.get("name") in kept]
-    (folder / runfiles.CHECKPOINT_LOG).write_text("".join(json.dumps(r) + "\n" for r in lines))
-    return folder, params, point[1] if point else None
+    runfiles.keep_listed(folder)
+    return point[1] if point else None
 
 
 def summarize(folder: Path, params: dict[str, Any], outcome: Outcome,
@@ -205,12 +214,12 @@ def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
     if args.resume is not None and args.run_id is not None:
         raise BadInput("--run-id with --resume: a resumed run keeps its ID; give one of them")
     if args.resume is not None:
-        folder, params, point = reopen(runs, args.resume)
+        folder, params, point, lock = reopen(runs, args.resume)
     else:
         folder, params = open_new(root, runs, cfg, args.config, args.run_id,
                                   args.variant, args.loop_args)
-        point = None
-    module, started, lock = str(params["module"]), utc_now(), lock_run(folder)
+        point, lock = None, lock_run(folder)
+    module, started = str(params["module"]), utc_now()
     try:
         env = child_env(folder, point, cfg.log_every)
         sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root,

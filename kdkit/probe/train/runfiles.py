@@ -15,7 +15,7 @@ from typing import Any
 from kdkit.core import checkpoints
 from kdkit.core.checksums import SUMS
 from kdkit.core.heartbeat import utc_now
-from kdkit.core.jsonio import atomic_write_json
+from kdkit.core.jsonio import atomic_write_json, atomic_write_text
 from kdkit.core.runfolder import CHECKPOINT_LOG as CHECKPOINT_LOG
 from kdkit.core.runfolder import CHECKPOINTS as CHECKPOINTS
 from kdkit.core.runfolder import METRICS as METRICS
@@ -75,10 +75,7 @@ def cut_after(path: Path, step: int) -> int:
     checkpoint); the number of lines dropped."""
     kept = [r for r in read_lines(path) if isinstance(r.get("step"), int) and r["step"] <= step]
     dropped = len(read_lines(path)) - len(kept)
-    text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.cut.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
     return dropped
 
 
@@ -121,3 +118,11 @@ def reconcile(folder: Path, log: Appender) -> None:
         if path.name not in known and checkpoints.problem(path) is None:
             log.append({"name": path.name, "step": step, "files": checkpoints.listed(path) or {},
                         "save_seconds": None, "at": utc_now()})
+
+
+def keep_listed(folder: Path) -> None:
+    """checkpoints.jsonl keeps the records of the checkpoint folders still there, rewritten whole
+    (a kill leaves the old file or the new one)."""
+    kept = {path.name for _step, path in checkpoints.checkpoint_folders(folder / CHECKPOINTS)}
+    lines = [r for r in read_lines(folder / CHECKPOINT_LOG) if r.get("name") in kept]
+    atomic_write_text(folder / CHECKPOINT_LOG, "".join(json.dumps(r) + "\n" for r in lines))

@@ -7,6 +7,7 @@ trainapi.latest_checkpoint()."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -21,6 +22,8 @@ import pytest
 from kdkit.core import checkpoints
 from kdkit.core.checksums import read_sums
 from kdkit.core.jsonio import sha256_file
+from kdkit.core.runid import RunId
+from kdkit.probe.train.command import reopen
 
 LOOP = (Path(__file__).resolve().parents[2] / "tiny_train_loop.py").read_text()
 
@@ -353,6 +356,33 @@ def test_a_closed_session_read_every_report_so_its_newest_checkpoint_is_kept(
     assert json.loads(done.stdout)["resumed_from"] == "step-00000010"
     assert "removed" not in done.stderr and final_w(folder) == w
     assert_closed(folder)
+
+
+def test_a_resume_holds_the_run_from_its_first_cut_to_its_session_so_a_second_is_refused(
+        tmp_path: Path) -> None:
+    # the reopen cuts metrics.jsonl and checkpoints.jsonl; it used to let go of the run's lock
+    # before cutting, so a second --resume started at that moment cut the same files beside it
+    root, _w, _series = _killed_mid_session(tmp_path, None, 7)
+    folder = folder_of(root, "g")
+    opened, _params, point, lock = reopen(root / "runs", RunId("g"))
+    try:
+        assert opened == folder and point is not None and point.name == "step-00000005"
+        other = os.open(folder, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+        cut = (folder / "metrics.jsonl").read_bytes()
+        listed = (folder / "checkpoints.jsonl").read_bytes()
+        done = train(root, "--resume", "g", "--json")
+        assert done.returncode == 2 and "the run is still running" in done.stderr, done.stderr
+        assert (folder / "metrics.jsonl").read_bytes() == cut
+        assert (folder / "checkpoints.jsonl").read_bytes() == listed
+        assert [json.loads(line)["name"] for line in listed.decode().splitlines()] == [
+            "step-00000005"]
+    finally:
+        os.close(lock)
 
 
 def _lines(path: Path) -> int:
