@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 from kdkit.core import checkpoints, trainapi
 from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import utc_now
-from kdkit.core.jsonio import load_json
+from kdkit.core.jsonio import load_json, require_replaceable
 from kdkit.core.parsers import add_json, command_parser
 from kdkit.core.projectfiles import require_root
 from kdkit.core.report import print_result
 from kdkit.core.runfolder import PARAMS, STOP, SUMMARY
 from kdkit.core.runid import RunId, run_id_type
+from kdkit.core.stalestaging import clean_stale_in, describe_removed
 from kdkit.core.trainconfig import TRAIN_CONFIG, load_train_config
 from kdkit.probe.train import runfiles
 from kdkit.probe.train.closing import close, verdict
@@ -170,6 +171,10 @@ def _reopen_locked(folder: Path) -> Path | None:
         raise BadInput(f"{folder}: the run finished (summary.json: pass at step "
                        f"{summary.get('steps')}); nothing to resume: start a new run with `kdkit "
                        "train`")
+    for name in (runfiles.METRICS, runfiles.CHECKPOINT_LOG):
+        require_replaceable(folder / name)  # refused before anything in the folder changes
+    for line in describe_removed(clean_stale_in(folder)):
+        print(f"kdkit train: {line}", file=sys.stderr)
     read_to_end = (folder / STOP).is_file()
     for removed in runfiles.reopen(folder):
         print(f"kdkit train: removed {removed.name} (a checkpoint half-written when the run was "
@@ -219,8 +224,8 @@ def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
         folder, params = open_new(root, runs, cfg, args.config, args.run_id,
                                   args.variant, args.loop_args)
         point, lock = None, lock_run(folder)
-    module, started = str(params["module"]), utc_now()
     try:
+        module, started = str(params["module"]), utc_now()
         env = child_env(folder, point, cfg.log_every)
         sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root,
                          time.time(), (lock,))

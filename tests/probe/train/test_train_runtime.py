@@ -23,7 +23,9 @@ from kdkit.core import checkpoints
 from kdkit.core.checksums import read_sums
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.runid import RunId
+from kdkit.probe.train import command
 from kdkit.probe.train.command import reopen
+from kdkit.probe.train.supervise import Outcome, Supervisor
 
 LOOP = (Path(__file__).resolve().parents[2] / "tiny_train_loop.py").read_text()
 
@@ -383,6 +385,68 @@ def test_a_resume_holds_the_run_from_its_first_cut_to_its_session_so_a_second_is
             "step-00000005"]
     finally:
         os.close(lock)
+
+
+def test_a_resumed_session_runs_under_the_lock_its_reopen_took(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one lock from the first cut to the session's end: never let go in between (the real loop runs)
+    root, w, series = _killed_mid_session(tmp_path, None, 7)
+    folder = folder_of(root, "g")
+    taken: list[int] = []
+    held: list[bool] = []
+    lock_run, run = command.lock_run, Supervisor.run
+
+    def counted(path: Path, wait_s: float = 0.0) -> int:
+        taken.append(lock_run(path, wait_s))
+        return taken[-1]
+
+    def observed(self: Supervisor) -> Outcome:
+        other = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(other)
+        return run(self)
+
+    monkeypatch.setattr(command, "lock_run", counted)
+    monkeypatch.setattr(Supervisor, "run", observed)
+    monkeypatch.chdir(root)
+    args = command.build_parser().parse_args(["--resume", "g"])
+    args.loop_args = []
+    summary, code = command.train(args)
+    assert (code, summary["resumed_from"]) == (0, "step-00000005")
+    assert len(taken) == 1 and held == [True]
+    assert final_w(folder) == w and metrics(folder) == series
+
+
+def test_a_rewrite_a_killed_resume_left_is_removed_and_the_run_still_verifies(
+        tmp_path: Path) -> None:
+    # a resume SIGKILLed while it rewrote checkpoints.jsonl leaves its temporary file beside it
+    root, w, _series = _killed_mid_session(tmp_path, None, 7)
+    folder = folder_of(root, "g")
+    left = folder / ".checkpoints.jsonl.999999.x1y2.tmp"
+    left.write_text('{"name": "step-00000005"}\n')
+    os.utime(left, (0, 0))
+    done = train(root, "--resume", "g", "--json")
+    assert done.returncode == 0, done.stderr
+    assert not left.exists() and f"removed {left}" in done.stderr
+    assert final_w(folder) == w
+    assert_closed(folder)
+
+
+def test_a_linked_metrics_file_is_refused_before_the_folder_changes(tmp_path: Path) -> None:
+    root, _w, _series = _killed_mid_session(tmp_path, None, 7)
+    folder = folder_of(root, "g")
+    (folder / "metrics.jsonl").rename(tmp_path / "elsewhere.jsonl")
+    (folder / "metrics.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    done = train(root, "--resume", "g", "--json")
+    assert done.returncode == 2 and "metrics.jsonl: exists and is a symbolic link" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
 
 
 def _lines(path: Path) -> int:
