@@ -101,3 +101,41 @@ class SignalingProxy:
                 return
             os.kill(self._pid, self.signum)
             self.fired.set()
+
+
+class RefusingProxy(SignalingProxy):
+    """The same pass-through, except that a request matching ``pattern`` is answered by the proxy
+    itself with HTTP 500, and the engine never sees it: an engine that fails one kind of call, while
+    the real engine answers every other one.
+
+        with RefusingProxy(rb"^POST /v[0-9.]+/containers/[0-9a-f]+/wait") as proxy:
+            engine = docker.DockerClient(base_url=proxy.url)
+    """
+
+    BODY = b'{"message": "refused by the test proxy"}'
+    ANSWER = (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + BODY)
+
+    def __init__(self, pattern: bytes) -> None:
+        super().__init__(pattern, 0)
+        self.refused = 0  # how many requests the proxy answered itself
+
+    def _pump(self, source: socket.socket, sink: socket.socket,
+              armed: threading.Event, asking: bool) -> None:
+        if not asking:
+            super()._pump(source, sink, armed, asking)
+            return
+        try:
+            while data := source.recv(1 << 16):
+                if self.pattern.search(data):
+                    with self._lock:
+                        self.refused += 1
+                    source.sendall(self.ANSWER)
+                    return
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
