@@ -14,7 +14,6 @@ first).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shutil
 import sys
@@ -37,6 +36,7 @@ from kdkit.probe.train import runfiles
 from kdkit.probe.train.closing import close, verdict
 from kdkit.probe.train.params import open_new, runs_dir
 from kdkit.probe.train.reload import reload_argv, verify_reload
+from kdkit.probe.train.runfiles import lock_run
 from kdkit.probe.train.saving import save_policy, transfer
 from kdkit.probe.train.supervise import Outcome, Supervisor, python_argv
 
@@ -125,24 +125,6 @@ def resume_point(folder: Path, read_to_end: bool) -> tuple[int, Path] | None:
     return (step, path) if step >= 0 else None
 
 
-def lock_run(folder: Path, wait_s: float = 0.0) -> int:
-    """The run folder's lock (flock on the folder), held by kdkit train and inherited by the loop,
-    so that a resume never runs beside a session (or a loop) still alive; waits ``wait_s`` for a
-    dying one."""
-    fd = os.open(folder, os.O_RDONLY)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise BadInput(f"{folder}: the run is still running (its kdkit train or its loop "
-                               "holds it); stop it first, or wait for it to end") from None
-            time.sleep(0.05)
-
-
 def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None, int]:
     """Open a killed or stopped run again; returns with the run folder's lock held (its fd, for
     the session), so that a second ``--resume`` started at the same moment waits and is refused
@@ -221,9 +203,9 @@ def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
     if args.resume is not None:
         folder, params, point, lock = reopen(runs, args.resume)
     else:
-        folder, params = open_new(root, runs, cfg, args.config, args.run_id,
-                                  args.variant, args.loop_args)
-        point, lock = None, lock_run(folder)
+        folder, params, lock = open_new(root, runs, cfg, args.config, args.run_id,
+                                        args.variant, args.loop_args)
+        point = None
     try:
         module, started = str(params["module"]), utc_now()
         env = child_env(folder, point, cfg.log_every)

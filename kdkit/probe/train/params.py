@@ -24,7 +24,7 @@ from kdkit.core.projectfiles import DOTTED, MARKER, path_problem
 from kdkit.core.runfolder import PARAMS, new_run_folder
 from kdkit.core.runid import RunId
 from kdkit.core.trainconfig import DEFAULT_MODULE, TrainConfig
-from kdkit.probe.train.runfiles import TRAIN
+from kdkit.probe.train.runfiles import TRAIN, lock_run
 
 if TYPE_CHECKING:
     from typing import TypedDict
@@ -98,29 +98,43 @@ def _references(root: Path) -> References:
 
 def open_new(root: Path, runs: Path, cfg: TrainConfig, config_file: str, run_id: RunId | None,
              variant: str | None,
-             args: list[str]) -> tuple[Path, dict[str, Any]]:
-    """Make the run folder (its ID from the parameters' hash, or ``run_id``) and write
-    params.json."""
+             args: list[str]) -> tuple[Path, dict[str, Any], int]:
+    """Make the run folder (its ID from the parameters' hash, or ``run_id``), take its lock (its
+    fd, for the session) and write params.json under it: a ``--resume`` of this ID started at the
+    same moment never finds params.json without the lock held."""
     module, references = module_of(root, cfg), _references(root)
     launch = launch_field(os.environ)  # KDKIT_LAUNCH, read (and checked) before any folder is made
     config = {"module": module, "args": args, "config": cfg.raw, "variant": variant, **references}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-    if run_id is not None:
-        try:
-            (runs / run_id).mkdir(parents=True)
-        except FileExistsError:
-            raise BadInput(
-                f"{runs / run_id}: already exists; choose another --run-id, or --resume "
-                "it") from None
-        folder = runs / run_id
-    else:
-        folder = new_run_folder(runs, TRAIN, "runs folder", digest)
-    base = {"name": cfg.base_model[0], "revision": cfg.base_model[1]} if cfg.base_model else None
-    params = {"run_id": folder.name, "kind": TRAIN, "created": utc_now(), "module": module,
-              "args": args,
-              "variant": variant, "config_file": config_file if cfg.source else None,
-              "config": cfg.raw,
-              "params_hash": digest, "code": code_hashes(root), **references, "base_model": base,
-              "revision": with_launch_revision(code_state(root), launch.get(LAUNCH)), **launch}
-    atomic_write_json(folder / PARAMS, params)
-    return folder, params
+    folder = _new_folder(runs, run_id, digest)
+    lock = lock_run(folder)
+    try:
+        base = {"name": cfg.base_model[0],
+                "revision": cfg.base_model[1]} if cfg.base_model else None
+        params = {"run_id": folder.name, "kind": TRAIN, "created": utc_now(), "module": module,
+                  "args": args,
+                  "variant": variant, "config_file": config_file if cfg.source else None,
+                  "config": cfg.raw,
+                  "params_hash": digest, "code": code_hashes(root), **references,
+                  "base_model": base,
+                  "revision": with_launch_revision(code_state(root), launch.get(LAUNCH)),
+                  **launch}
+        atomic_write_json(folder / PARAMS, params)
+    except BaseException:
+        os.close(lock)
+        raise
+    return folder, params, lock
+
+
+def _new_folder(runs: Path, run_id: RunId | None, digest: str) -> Path:
+    """The new run's folder, made: ``run_id``'s (refused when it exists), else one named from the
+    parameters' hash."""
+    if run_id is None:
+        return new_run_folder(runs, TRAIN, "runs folder", digest)
+    try:
+        (runs / run_id).mkdir(parents=True)
+    except FileExistsError:
+        raise BadInput(
+            f"{runs / run_id}: already exists; choose another --run-id, or --resume "
+            "it") from None
+    return runs / run_id

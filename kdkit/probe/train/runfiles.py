@@ -1,19 +1,22 @@
-"""The training run folder: its names, params.json, the appended series (fsynced per line),
-stop.json, reopening.
+"""The training run folder: its names, its lock (flock on the folder), params.json, the appended
+series (fsynced per line), stop.json, reopening.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from kdkit.core import checkpoints
 from kdkit.core.checksums import SUMS
+from kdkit.core.errors import BadInput
 from kdkit.core.heartbeat import utc_now
 from kdkit.core.jsonio import atomic_write_json, atomic_write_text
 from kdkit.core.runfolder import CHECKPOINT_LOG as CHECKPOINT_LOG
@@ -126,3 +129,21 @@ def keep_listed(folder: Path) -> None:
     kept = {path.name for _step, path in checkpoints.checkpoint_folders(folder / CHECKPOINTS)}
     lines = [r for r in read_lines(folder / CHECKPOINT_LOG) if r.get("name") in kept]
     atomic_write_text(folder / CHECKPOINT_LOG, "".join(json.dumps(r) + "\n" for r in lines))
+
+
+def lock_run(folder: Path, wait_s: float = 0.0) -> int:
+    """The run folder's lock (flock on the folder), held by kdkit train and inherited by the loop,
+    so that a resume never runs beside a session (or a loop) still alive; waits ``wait_s`` for a
+    dying one."""
+    fd = os.open(folder, os.O_RDONLY)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise BadInput(f"{folder}: the run is still running (its kdkit train or its loop "
+                               "holds it); stop it first, or wait for it to end") from None
+            time.sleep(0.05)

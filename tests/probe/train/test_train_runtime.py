@@ -23,7 +23,7 @@ from kdkit.core import checkpoints
 from kdkit.core.checksums import read_sums
 from kdkit.core.jsonio import sha256_file
 from kdkit.core.runid import RunId
-from kdkit.probe.train import command
+from kdkit.probe.train import command, params
 from kdkit.probe.train.command import reopen
 from kdkit.probe.train.supervise import Outcome, Supervisor
 
@@ -387,39 +387,69 @@ def test_a_resume_holds_the_run_from_its_first_cut_to_its_session_so_a_second_is
         os.close(lock)
 
 
-def test_a_resumed_session_runs_under_the_lock_its_reopen_took(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # one lock from the first cut to the session's end: never let go in between (the real loop runs)
-    root, w, series = _killed_mid_session(tmp_path, None, 7)
-    folder = folder_of(root, "g")
+def _held_by_another(folder: Path) -> bool:
+    """Whether some other open file holds the run folder's lock (a second open of it cannot)."""
+    other = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(other)
+
+
+def _train_watched(monkeypatch: pytest.MonkeyPatch, root: Path, module: Any,
+                   *argv: str) -> tuple[Any, int, list[int], list[bool]]:
+    """`kdkit train ARGV` in this process, the real loop running: (summary, exit code, the locks
+    ``module.lock_run`` took, whether another file held the run's lock when the session began)."""
     taken: list[int] = []
     held: list[bool] = []
-    lock_run, run = command.lock_run, Supervisor.run
+    lock_run, run = module.lock_run, Supervisor.run
 
     def counted(path: Path, wait_s: float = 0.0) -> int:
         taken.append(lock_run(path, wait_s))
         return taken[-1]
 
     def observed(self: Supervisor) -> Outcome:
-        other = os.open(folder, os.O_RDONLY)
-        try:
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held.append(False)
-        except BlockingIOError:
-            held.append(True)
-        finally:
-            os.close(other)
+        held.append(_held_by_another(self.folder))
         return run(self)
 
-    monkeypatch.setattr(command, "lock_run", counted)
+    monkeypatch.setattr(module, "lock_run", counted)
     monkeypatch.setattr(Supervisor, "run", observed)
     monkeypatch.chdir(root)
-    args = command.build_parser().parse_args(["--resume", "g"])
+    args = command.build_parser().parse_args(list(argv))
     args.loop_args = []
     summary, code = command.train(args)
+    return summary, code, taken, held
+
+
+def test_a_resumed_session_runs_under_the_lock_its_reopen_took(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one lock from the first cut to the session's end: never let go in between (the real loop runs)
+    root, w, series = _killed_mid_session(tmp_path, None, 7)
+    summary, code, taken, held = _train_watched(monkeypatch, root, command, "--resume", "g")
     assert (code, summary["resumed_from"]) == (0, "step-00000005")
     assert len(taken) == 1 and held == [True]
+    folder = folder_of(root, "g")
     assert final_w(folder) == w and metrics(folder) == series
+
+
+def test_a_new_run_writes_its_params_under_the_lock_its_session_then_runs_under(
+        proj: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a --resume of this ID never finds params.json while the lock is free (the real loop runs)
+    at_params: list[bool] = []
+    write = params.atomic_write_json
+
+    def written(path: Path, value: Any) -> None:
+        at_params.append(_held_by_another(path.parent))
+        write(path, value)
+
+    monkeypatch.setattr(params, "atomic_write_json", written)
+    summary, code, taken, held = _train_watched(monkeypatch, proj, params, "--run-id", "n")
+    assert (code, summary["verdict"]) == (0, "pass")
+    assert len(taken) == 1 and at_params == [True] and held == [True]
+    assert_closed(folder_of(proj, "n"))
 
 
 def test_a_rewrite_a_killed_resume_left_is_removed_and_the_run_still_verifies(
