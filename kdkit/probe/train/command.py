@@ -135,6 +135,9 @@ def reopen(runs: Path, run_id: RunId) -> tuple[Path, dict[str, Any], Path | None
     if not isinstance(params, dict) or params.get("kind") != runfiles.TRAIN:
         raise BadInput(f"{folder}: not a training run folder (no params.json of kind \"train\"); "
                        "give a run ID from `kdkit train`")
+    if not isinstance(params.get("module"), str) or not isinstance(params.get("args"), list):
+        raise BadInput(f"{folder / PARAMS}: not as kdkit train writes it (\"module\" a string, "
+                       "\"args\" a list); start a new run with `kdkit train`")
     lock = lock_run(folder, WAIT_FOR_DYING_S)
     try:
         point = _reopen_locked(folder)
@@ -206,14 +209,22 @@ def train(args: argparse.Namespace) -> tuple[TrainSummary, int]:
         folder, params, lock = open_new(root, runs, cfg, args.config, args.run_id,
                                         args.variant, args.loop_args)
         point = None
-    try:
-        module, started = str(params["module"]), utc_now()
-        env = child_env(folder, point, cfg.log_every)
-        sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root,
-                         time.time(), (lock,))
-        outcome = sup.run()
+    try:  # the run is this command's from its opening to its last file: a --resume is refused
+        return _session(args, root, cfg, (folder, params, point), lock)
     finally:
         os.close(lock)
+
+
+def _session(args: argparse.Namespace, root: Path, cfg: Any,
+             run: tuple[Path, dict[str, Any], Path | None], lock: int) -> tuple[TrainSummary, int]:
+    """Run the loop under the run's lock (``lock``, which the loop inherits), then close the folder:
+    stop.json, the final checkpoint's transfer, reload.json, the summary and SHA256SUMS."""
+    folder, params, point = run
+    module, started = str(params["module"]), utc_now()
+    env = child_env(folder, point, cfg.log_every)
+    sup = Supervisor(cfg, folder, python_argv(module, list(params["args"])), env, root,
+                     time.time(), (lock,))
+    outcome = sup.run()
     summary = summarize(folder, params, outcome, started, cfg)
     summary["resumed_from"] = point.name if point else None
     if args.copy_to and summary["final_checkpoint"]:

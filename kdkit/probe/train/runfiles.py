@@ -137,13 +137,16 @@ def lock_run(folder: Path, wait_s: float = 0.0) -> int:
     dying one."""
     fd = os.open(folder, os.O_RDONLY)
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise BadInput(f"{folder}: the run is still running (its kdkit train or its loop "
-                               "holds it); stop it first, or wait for it to end") from None
-            time.sleep(0.05)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise BadInput(f"{folder}: the run is still running (its kdkit train or its "
+                                   "loop holds it); stop it first, or wait for it to end") from None
+                time.sleep(0.05)
+    except BaseException:  # refused, or a stop while waiting: the fd is not kept
+        os.close(fd)
+        raise

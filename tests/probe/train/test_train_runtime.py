@@ -479,6 +479,46 @@ def test_a_linked_metrics_file_is_refused_before_the_folder_changes(tmp_path: Pa
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
 
 
+def test_the_session_holds_the_run_until_its_last_file_is_written(
+        proj: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a --resume waiting for the lock gets it only once summary.json says "pass": then it is refused
+    at_close: list[bool] = []
+    summarize, close = command.summarize, command.close
+
+    def summarized(folder: Path, *rest: Any) -> Any:
+        at_close.append(_held_by_another(folder))
+        return summarize(folder, *rest)
+
+    def closed(folder: Path, *rest: Any) -> None:
+        close(folder, *rest)
+        at_close.append(_held_by_another(folder))
+
+    monkeypatch.setattr(command, "summarize", summarized)
+    monkeypatch.setattr(command, "close", closed)
+    summary, code, taken, held = _train_watched(monkeypatch, proj, params, "--run-id", "n")
+    assert (code, summary["verdict"]) == (0, "pass")
+    assert len(taken) == 1 and held == [True] and at_close == [True, True]
+    assert not _held_by_another(folder_of(proj, "n"))  # let go once the command ends
+    done = train(proj, "--resume", "n")
+    assert done.returncode == 2 and "the run finished" in done.stderr, done.stderr
+
+
+def test_a_params_file_without_its_loop_is_refused_before_the_folder_changes(
+        tmp_path: Path) -> None:
+    root, _w, _series = _killed_mid_session(tmp_path, None, 7)
+    folder = folder_of(root, "g")
+    written = json.loads((folder / "params.json").read_text())
+    del written["module"]
+    (folder / "params.json").write_text(json.dumps(written))
+    before = {p.relative_to(folder).as_posix(): p.read_bytes()
+              for p in folder.rglob("*") if p.is_file()}
+    done = train(root, "--resume", "g")
+    assert done.returncode == 2 and "params.json: not as kdkit train writes it" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in folder.rglob("*") if p.is_file()} == before
+
+
 def _lines(path: Path) -> int:
     try:
         return path.read_bytes().count(b"\n")
